@@ -1,0 +1,1 @@
+"""Demand history in, calibrated hourly quantile forecasts out."""

@@ -1,0 +1,55 @@
+"""The one forecaster contract every model follows.
+
+A history is a pandas Series of float demand indexed by a regular, tz-aware
+(UTC) DatetimeIndex at the forecast step; NaN marks a missing point (a gap),
+never zero. A forecast is a *quantile frame*: one row per future step (the
+`horizon` steps right after the history's last timestamp), one float column per
+requested quantile, non-decreasing across quantiles and never negative.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, Self, runtime_checkable
+
+import numpy as np
+import pandas as pd
+
+
+@runtime_checkable
+class Forecaster(Protocol):
+    name: str
+
+    def fit(self, history: pd.Series) -> Self: ...
+
+    def predict(self, horizon: int, quantiles: Sequence[float]) -> pd.DataFrame: ...
+
+
+class ForecastError(ValueError):
+    """A forecast that breaks the contract (NaN, negative, crossing quantiles)."""
+
+
+def future_index(history: pd.Series, horizon: int) -> pd.DatetimeIndex:
+    """The `horizon` timestamps right after the history, at its step."""
+    step = pd.Timedelta(history.index.freq or pd.infer_freq(history.index))
+    return pd.date_range(history.index[-1] + step, periods=horizon, freq=step)
+
+
+def quantile_frame(index: pd.DatetimeIndex, values: np.ndarray, quantiles: Sequence[float]) -> pd.DataFrame:
+    """Build a contract-conforming frame: sorts across quantiles, clips at zero."""
+    values = np.clip(np.sort(np.asarray(values, dtype=float), axis=1), 0.0, None)
+    return pd.DataFrame(values, index=index, columns=[float(q) for q in quantiles])
+
+
+def check_quantile_frame(frame: pd.DataFrame, horizon: int, quantiles: Sequence[float]) -> None:
+    """Raise ForecastError unless `frame` satisfies the contract."""
+    if frame.shape != (horizon, len(quantiles)):
+        raise ForecastError(f"expected {horizon}x{len(quantiles)} forecast, got {frame.shape[0]}x{frame.shape[1]}")
+    if list(frame.columns) != [float(q) for q in quantiles]:
+        raise ForecastError(f"columns {list(frame.columns)} are not the quantiles {list(quantiles)}")
+    values = frame.to_numpy(dtype=float)
+    if not np.isfinite(values).all():
+        raise ForecastError("forecast contains NaN or infinite values")
+    if (values < 0).any():
+        raise ForecastError("forecast contains negative values")
+    if (np.diff(values, axis=1) < -1e-9).any():
+        raise ForecastError("forecast quantiles cross (not non-decreasing in q)")
