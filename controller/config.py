@@ -1,0 +1,126 @@
+"""headroom's one configuration file: typed, validated once, every error with its field path.
+
+Unknown keys are errors (a typo must not silently fall back to a default).
+Command-line flags are applied onto the parsed YAML *before* validation, so a
+bad flag is reported with the same field path as a bad key in the file.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from forecast.history import check_statistic
+
+
+class ConfigError(ValueError):
+    """The configuration is invalid; `errors` lists 'field.path: message' lines."""
+
+    def __init__(self, source: str, errors: list[str]):
+        self.errors = errors
+        super().__init__(f"invalid configuration ({source}):\n" + "\n".join(f"  {e}" for e in errors))
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PrometheusConfig(Strict):
+    url: str
+    query: str
+    lookback: str = "28d"
+    step: str = "5m"
+    bearer_token_file: Path | None = None
+    ca_file: Path | None = None
+    insecure_skip_verify: bool = False
+    timeout_seconds: float = Field(30.0, gt=0)
+    retries: int = Field(3, ge=0, le=10)
+
+
+class HistoryConfig(Strict):
+    file: Path | None = None
+    prometheus: PrometheusConfig | None = None
+    statistic: str = "mean"
+    step: str = "1h"
+    counter: bool = False
+    outlier_factor: float | None = Field(3.0, gt=1)
+
+    @field_validator("statistic")
+    @classmethod
+    def _statistic(cls, value: str) -> str:
+        return check_statistic(value)
+
+    @model_validator(mode="after")
+    def _one_source(self):
+        if self.file is not None and self.prometheus is not None:
+            raise ValueError("give either file or prometheus, not both")
+        return self
+
+
+def _quantiles(values: list[float]) -> list[float]:
+    if sorted(set(values)) != list(values):
+        raise ValueError("quantiles must be strictly increasing")
+    return values
+
+
+class ForecastConfig(Strict):
+    horizon: int = Field(48, ge=1, le=24 * 14)
+    quantiles: list[float] = Field(default_factory=lambda: [0.5, 0.9, 0.99], min_length=1)
+
+    @field_validator("quantiles")
+    @classmethod
+    def _q(cls, values: list[float]) -> list[float]:
+        for q in values:
+            if not 0 < q < 1:
+                raise ValueError(f"quantile {q} is not strictly between 0 and 1")
+        return _quantiles(values)
+
+
+class BacktestConfig(Strict):
+    horizon: int = Field(24, ge=1, le=24 * 14)
+    folds: int = Field(7, ge=1, le=365)
+    step: int = Field(24, ge=1)
+
+
+class Config(Strict):
+    history: HistoryConfig = HistoryConfig()
+    forecast: ForecastConfig = ForecastConfig()
+    backtest: BacktestConfig = BacktestConfig()
+
+
+def _path(loc: tuple) -> str:
+    return ".".join(str(p) for p in loc) or "(top level)"
+
+
+def _set(tree: dict, dotted: str, value: Any) -> None:
+    *parents, leaf = dotted.split(".")
+    for key in parents:
+        node = tree.get(key)
+        tree[key] = node = dict(node) if isinstance(node, dict) else {}
+        tree = node
+    tree[leaf] = value
+
+
+def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> Config:
+    """Parse YAML (if any), apply `{"section.key": value}` overrides, validate once."""
+    source = str(path) if path else "defaults"
+    tree: Any = {}
+    if path is not None:
+        try:
+            tree = yaml.safe_load(Path(path).read_text()) or {}
+        except OSError as exc:
+            raise ConfigError(source, [f"cannot read file: {exc.strerror}"]) from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(source, [f"not valid YAML: {exc}"]) from None
+        if not isinstance(tree, dict):
+            raise ConfigError(source, ["(top level): must be a mapping of sections"])
+    for dotted, value in (overrides or {}).items():
+        if value is not None:
+            _set(tree, dotted, value)
+    try:
+        return Config.model_validate(tree)
+    except ValidationError as exc:
+        errors = [f"{_path(e['loc'])}: {e['msg'].removeprefix('Value error, ')}" for e in exc.errors()]
+        raise ConfigError(source, errors) from None
