@@ -15,7 +15,7 @@ def synthetic_demand(days: int = 42, step: str = "5min", seed: int = 7,
     rng = np.random.default_rng(seed)
     index = pd.date_range(start, periods=int(pd.Timedelta(days=days) / pd.Timedelta(step)), freq=step)
     hours = (index.hour + index.minute / 60.0).to_numpy()
-    weekday = index.dayofweek.to_numpy()
+    weekday = index.day_of_week.to_numpy()
     # Two business-hour humps (morning, afternoon) over a night floor of ~20%.
     daily = 0.2 + 0.55 * np.exp(-((hours - 10.5) / 2.2) ** 2) + 0.6 * np.exp(-((hours - 15.5) / 2.6) ** 2)
     weekly = np.where(weekday >= 5, 0.45, 1.0)

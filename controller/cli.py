@@ -1,0 +1,161 @@
+"""The `headroom` command. Heavy libraries are imported inside the subcommands
+so `headroom --help` stays fast.
+
+Exit status: 0 ok, 1 the work failed (unusable data, a server down), 2 the
+request was invalid (bad flag, bad configuration); nothing is half-done on 2.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import datetime, timezone
+
+from controller.config import Config, ConfigError, load_config
+
+
+def _progress(label: str):
+    """A one-line progress callback on an interactive stderr, else nothing."""
+    if not sys.stderr.isatty():
+        return None
+
+    def report(done: int, total: int, what: str = "") -> None:
+        end = "\n" if done >= total else ""
+        sys.stderr.write(f"\r{label}: {done}/{total} {what}\033[K{end}")
+        sys.stderr.flush()
+
+    return report
+
+
+def _quantile_list(text: str) -> list[float]:
+    try:
+        return [float(q) for q in text.split(",") if q.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of numbers: {text!r}") from None
+
+
+def load_series(cfg: Config, now: datetime):
+    """The configured history, cleaned and aggregated, with its cleaning report."""
+    import pandas as pd
+
+    from forecast.history import FileSource, HistoryError, prepare
+
+    h = cfg.history
+    if h.prometheus is not None:
+        from forecast.prometheus import PrometheusSource
+
+        p = h.prometheus
+        token = p.bearer_token_file.read_text().strip() if p.bearer_token_file else None
+        source = PrometheusSource(url=p.url, query=p.query, start=now - pd.Timedelta(p.lookback), end=now,
+                                  step=p.step, bearer_token=token, ca_file=str(p.ca_file) if p.ca_file else None,
+                                  insecure_skip_verify=p.insecure_skip_verify, timeout_seconds=p.timeout_seconds,
+                                  retries=p.retries)
+    elif h.file is not None:
+        source = FileSource(h.file)
+    else:
+        raise HistoryError("no history: give a HISTORY file, or history.file / history.prometheus in --config")
+    return prepare(source.fetch(), step=h.step, statistic=h.statistic, counter=h.counter,
+                   outlier_factor=h.outlier_factor)
+
+
+def cmd_forecast(cfg: Config, args) -> int:
+    from forecast.backtest import AutoForecaster
+
+    series, report = load_series(cfg, datetime.now(timezone.utc))
+    model = AutoForecaster().fit(series)
+    frame = model.predict(cfg.forecast.horizon, cfg.forecast.quantiles)
+    if args.json:
+        print(json.dumps({"model": model.name, "cleaning": report.lines(),
+                          "forecast": [{"timestamp": ts.isoformat(), **{f"q{q:g}": round(v, 4) for q, v in row.items()}}
+                                       for ts, row in frame.iterrows()]}))
+        return 0
+    table = frame.rename(columns=lambda q: f"q{q:g}")
+    table.insert(0, "model", model.name)
+    table.index = table.index.strftime("%Y-%m-%dT%H:%M:%SZ")
+    table.index.name = "timestamp"
+    if args.csv:
+        sys.stdout.write(table.to_csv(float_format="%.4f"))
+    else:
+        print(f"# model: {model.name}; " + "; ".join(report.lines()))
+        print(table.to_string(float_format=lambda v: f"{v:.2f}"))
+    return 0
+
+
+def cmd_backtest(cfg: Config, args) -> int:
+    from forecast.backtest import backtest
+
+    series, _ = load_series(cfg, datetime.now(timezone.utc))
+    b = cfg.backtest
+    result = backtest(series, horizon=b.horizon, folds=b.folds, step=b.step, progress=_progress("backtest"))
+    payload = result.to_json()
+    payload["history"] = str(cfg.history.file or cfg.history.prometheus.query)
+    if args.json:
+        print(json.dumps(payload))
+        return 0
+    print(f"history {payload['history']}: horizon {b.horizon} h, {b.folds} folds {b.step} h apart; "
+          f"selected: {payload['selected']}")
+    cols = ["mase", "smape", "pinball_50", "pinball_90", "pinball_95", "coverage_80", "coverage_90", "fit_seconds"]
+    print(f"{'model':<22}" + "".join(f"{c:>13}" for c in cols))
+    for name, m in sorted(payload["models"].items(), key=lambda kv: kv[1]["mase"]):
+        print(f"{name:<22}" + "".join(f"{m[c]:>13.3f}" for c in cols))
+    return 0
+
+
+def _history_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("history", nargs="?", help="CSV or Parquet file with timestamp,value (overrides history.file)")
+    p.add_argument("--statistic", help="aggregation to the forecast step: mean, max, sum or pNN (history.statistic)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="headroom", description="Forecasting-driven GPU autoscaling: reserve "
+                                     "inference ahead of demand, lend the slack to training, always able to take it back.")
+    parser.add_argument("--config", help="YAML configuration file (flags override it)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("forecast", help="predict hourly demand quantiles from a history")
+    _history_args(p)
+    p.add_argument("--horizon", type=int, help="hours ahead (forecast.horizon, default 48)")
+    p.add_argument("--quantiles", type=_quantile_list, help="e.g. 0.5,0.9,0.99 (forecast.quantiles)")
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="one JSON object")
+    fmt.add_argument("--csv", action="store_true", help="CSV: timestamp, model, one column per quantile")
+    p.set_defaults(run=cmd_forecast, overrides=lambda a: {"forecast.horizon": a.horizon,
+                                                          "forecast.quantiles": a.quantiles})
+
+    p = sub.add_parser("backtest", help="rolling-origin backtest of every model and of automatic selection")
+    _history_args(p)
+    p.add_argument("--horizon", type=int, help="hours each fold forecasts (backtest.horizon, default 24)")
+    p.add_argument("--folds", type=int, help="number of origins (backtest.folds, default 7)")
+    p.add_argument("--step", type=int, help="hours between origins (backtest.step, default 24)")
+    p.add_argument("--json", action="store_true", help="one JSON object")
+    p.set_defaults(run=cmd_backtest, overrides=lambda a: {"backtest.horizon": a.horizon, "backtest.folds": a.folds,
+                                                          "backtest.step": a.step})
+    # --config is accepted after the subcommand too, as users type it there.
+    for action in list(sub.choices.values()):
+        action.add_argument("--config", dest="sub_config", help=argparse.SUPPRESS)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    overrides = args.overrides(args)
+    overrides["history.file"] = getattr(args, "history", None)
+    overrides["history.statistic"] = getattr(args, "statistic", None)
+    try:
+        cfg = load_config(args.sub_config or args.config, overrides)
+    except ConfigError as exc:
+        print(f"headroom: {exc}", file=sys.stderr)
+        return 2
+    from forecast.history import HistoryError
+    from forecast.prometheus import PrometheusError
+
+    try:
+        return args.run(cfg, args)
+    except (HistoryError, PrometheusError) as exc:
+        print(f"headroom: error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+import pytest
+
+from controller.config import ConfigError, load_config
+
+
+def test_defaults_are_valid():
+    cfg = load_config()
+    assert cfg.forecast.quantiles == [0.5, 0.9, 0.99] and cfg.backtest.folds == 7
+
+
+def test_every_error_is_listed_with_its_field_path(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("history:\n  statistc: max\n  statistic: p101\nforecast:\n  quantiles: [0.9, 0.5]\nbogus: 1\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path, {"backtest.folds": 0})
+    paths = {line.split(":")[0] for line in err.value.errors}
+    assert paths == {"history.statistc", "history.statistic", "forecast.quantiles", "backtest.folds", "bogus"}
+
+
+def test_flags_override_the_file(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("forecast:\n  horizon: 12\nbacktest:\n  folds: 3\n")
+    cfg = load_config(path, {"forecast.horizon": 6, "backtest.folds": None})
+    assert cfg.forecast.horizon == 6 and cfg.backtest.folds == 3
+
+
+@pytest.mark.parametrize("text, message", [("- a\n- b\n", "mapping"), ("a: [\n", "YAML")])
+def test_malformed_yaml(tmp_path, text, message):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        load_config(path)
+
+
+def test_missing_file():
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config("/nonexistent/headroom.yaml")
+
+
+def test_one_history_source_only():
+    with pytest.raises(ConfigError, match="either file or prometheus"):
+        load_config(None, {"history.file": "a.csv", "history.prometheus": {"url": "http://x", "query": "up"}})

@@ -1,0 +1,108 @@
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from forecast.history import HistoryError, load_history, prepare
+from forecast.synthetic import synthetic_demand, write_csv
+
+
+def write(tmp_path, text, name="h.csv"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_blank_value_is_missing_not_zero(tmp_path):
+    raw = load_history(write(tmp_path, "timestamp,value\n2026-01-01T00:00:00Z,5\n2026-01-01T01:00:00Z,\n"
+                                       "2026-01-01T02:00:00Z,7\n"))
+    assert raw.iloc[0] == 5 and math.isnan(raw.iloc[1]) and raw.iloc[2] == 7
+
+
+def test_epoch_seconds_and_offsets_agree(tmp_path):
+    iso = load_history(write(tmp_path, "timestamp,value\n2026-01-01T01:00:00+01:00,1\n", "a.csv"))
+    epoch = load_history(write(tmp_path, "timestamp,value\n1767225600,1\n", "b.csv"))
+    assert iso.index[0] == epoch.index[0] == pd.Timestamp("2026-01-01T00:00:00Z")
+
+
+@pytest.mark.parametrize("body, where, what", [
+    ("timestamp,value\n2026-01-01T00:00:00Z,5\n2026-01-01T01:00:00Z,abc\n", ":3:", "abc"),
+    ("timestamp,value\n2026-01-01T00:00:00,5\n", ":2:", "time zone"),
+    ("timestamp,value\n2026-01-01T00:00:00Z,5,9\n", ":2:", "expected 2 fields"),
+    ("time,val\n1,2\n", ":1:", "header"),
+    ("", "", "empty"),
+])
+def test_malformed_file_names_file_and_line(tmp_path, body, where, what):
+    path = write(tmp_path, body)
+    with pytest.raises(HistoryError) as err:
+        load_history(path)
+    assert str(path) in str(err.value) and where in str(err.value) and what in str(err.value)
+
+
+def test_parquet_round_trip(tmp_path):
+    series = synthetic_demand(days=3, step="10min")
+    frame = pd.DataFrame({"timestamp": series.index, "value": series.to_numpy()})
+    frame.to_parquet(tmp_path / "h.parquet")
+    loaded = load_history(tmp_path / "h.parquet")
+    assert loaded.index.equals(series.index)
+    np.testing.assert_array_equal(loaded.to_numpy(), series.to_numpy())
+
+
+def test_aggregation_statistics_and_gaps():
+    index = pd.date_range("2026-01-01", periods=24, freq="5min", tz="UTC")
+    raw = pd.Series(np.arange(24, dtype=float), index=index)
+    raw.iloc[12:] = np.nan  # the whole second hour is missing
+    for statistic, expected in [("mean", 5.5), ("max", 11.0), ("p50", 5.5)]:
+        series, report = prepare(raw, statistic=statistic)
+        assert series.iloc[0] == pytest.approx(expected)
+        assert math.isnan(series.iloc[1]), "an hour with no samples is missing, not zero"
+        assert report.missing_steps == 1 and series.index.freq == pd.Timedelta("1h")
+
+
+def test_duplicates_out_of_order_and_resets_are_repaired_and_reported():
+    index = pd.DatetimeIndex(["2026-01-01T00:00Z", "2026-01-01T00:20Z", "2026-01-01T00:10Z",
+                              "2026-01-01T00:20Z", "2026-01-01T00:30Z", "2026-01-01T00:40Z"])
+    # A cumulative counter that resets to 0 between 00:20 and 00:30.
+    raw = pd.Series([100.0, 999.0, 110.0, 120.0, 5.0, 15.0], index=index)
+    series, report = prepare(raw, step="1h", statistic="sum", counter=True, outlier_factor=None)
+    assert report.out_of_order == 1 and report.duplicates == 1 and report.counter_resets == 1
+    # increments: 10, 10, 5 (after the reset the new value counts), 10
+    assert series.iloc[0] == pytest.approx(35.0)
+
+
+def test_outliers_are_clipped_and_reported_but_real_peaks_are_kept():
+    series = synthetic_demand(days=14, step="1h")
+    glitch = series.copy()
+    glitch.iloc[100] = series.max() * 50
+    cleaned, report = prepare(glitch, outlier_factor=3.0)
+    assert report.outliers == [glitch.index[100].isoformat()]
+    assert cleaned.iloc[100] < series.max() * 4
+    untouched, report = prepare(series, outlier_factor=3.0)
+    assert report.outliers == []
+
+
+def test_coarser_history_than_step_is_refused():
+    raw = pd.Series([1.0, 2.0, 3.0], index=pd.date_range("2026-01-01", periods=3, freq="2h", tz="UTC"))
+    with pytest.raises(HistoryError, match="coarser"):
+        prepare(raw)
+
+
+def test_negative_values_are_refused_with_a_hint():
+    raw = pd.Series([1.0, -2.0, 3.0], index=pd.date_range("2026-01-01", periods=3, freq="h", tz="UTC"))
+    with pytest.raises(HistoryError, match="counter"):
+        prepare(raw)
+
+
+def test_example_history_round_trips(tmp_path):
+    series = synthetic_demand(days=7)
+    write_csv(series, tmp_path / "d.csv")
+    loaded = load_history(tmp_path / "d.csv")
+    np.testing.assert_allclose(loaded.to_numpy(), series.to_numpy(), equal_nan=True)
+    assert series.isna().any(), "the example carries a gap on purpose"
+
+
+def test_real_traces_load(shared_data):
+    for path in sorted((shared_data / "traces").glob("*.csv")):
+        series, report = prepare(load_history(path), statistic="max")
+        assert series.index.freq == pd.Timedelta("1h") and len(series) > 24 * 7, path
