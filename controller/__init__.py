@@ -1,0 +1,1 @@
+"""Control side of headroom: the pure planner, the training queue, the simulator and tuning."""
