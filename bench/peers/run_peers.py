@@ -1,0 +1,225 @@
+"""Raw statsforecast peer forecasts for the headroom forecast benchmark.
+
+Runs in bench/.venv-peers (see bench/setup_peers.sh); never imports headroom.
+Emits forecasts, not scores: bench/forecast_bench.py scores peers and headroom
+with the one scorer (forecast.metrics).
+
+Protocol
+- Traces (shared/data/traces/*_hourly.csv, `timestamp,value`, blank = missing):
+  rolling origin, the last FOLDS origins STEP hours apart, horizon 24; origin k
+  is n - horizon - step*(folds-1-k), so the last fold ends at the last point.
+  Each fold fits only on data before its origin. Gaps in the fitting window are
+  filled the way a user would for statsforecast (which rejects NaN): linear
+  interpolation in time, edges held at the nearest real value. Actuals are left
+  as they are (NaN is not scored).
+- M4 hourly: 414 series, train/test wide rows, horizon 48, season 24.
+- Wall time is per model per fold (traces) or per series (M4), after a warm-up
+  call on a small series so numba JIT compilation is not billed to fold 1.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import signal
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from statsforecast.models import MSTL, AutoARIMA, AutoETS, AutoTheta, SeasonalNaive
+
+REPO = Path(__file__).resolve().parents[2]
+DATA = REPO / ".." / "shared" / "data"
+LEVELS = [80, 90]
+ARIMA_LIMIT_S = 60.0
+
+
+def log(*parts) -> None:
+    print("[peers]", *parts, file=sys.stderr, flush=True)
+
+
+def trace_models() -> dict:
+    return {
+        "SeasonalNaive24": lambda: SeasonalNaive(season_length=24),
+        "SeasonalNaive168": lambda: SeasonalNaive(season_length=168),
+        "AutoETS24": lambda: AutoETS(season_length=24),
+        "MSTL24_168": lambda: MSTL(season_length=[24, 168], trend_forecaster=AutoETS(model="ZZN")),
+        "AutoTheta24": lambda: AutoTheta(season_length=24),
+    }
+
+
+def m4_models() -> dict:
+    return {
+        "SeasonalNaive": lambda: SeasonalNaive(season_length=24),
+        "AutoETS": lambda: AutoETS(season_length=24),
+        "MSTL": lambda: MSTL(season_length=24, trend_forecaster=AutoETS(model="ZZN")),
+        "AutoTheta": lambda: AutoTheta(season_length=24),
+    }
+
+
+def fill_for_fit(y: np.ndarray) -> np.ndarray:
+    s = pd.Series(y, dtype=float)
+    return s.interpolate(method="linear", limit_direction="both").to_numpy()
+
+
+def fold_origins(n: int, horizon: int, folds: int, step: int) -> list[int]:
+    return [n - horizon - step * (folds - 1 - k) for k in range(folds)]
+
+
+def _r(a) -> list:
+    return [None if not math.isfinite(v) else float(f"{v:.6g}") for v in np.asarray(a, dtype=float)]
+
+
+def forecast(make, y: np.ndarray, h: int, levels: list[int] | None):
+    """(output dict with mean/lo/hi lists, seconds, error)."""
+    started = time.perf_counter()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model = make()
+            try:
+                res = model.forecast(y=y, h=h, level=levels) if levels else model.forecast(y=y, h=h)
+            except Exception:
+                if not levels:
+                    raise
+                res = model.forecast(y=y, h=h)  # model without intervals
+        seconds = time.perf_counter() - started
+        out = {"mean": _r(res["mean"])}
+        for lv in levels or []:
+            if f"lo-{lv}" in res:
+                out[f"lo-{lv}"] = _r(res[f"lo-{lv}"])
+                out[f"hi-{lv}"] = _r(res[f"hi-{lv}"])
+        return out, seconds, None
+    except Exception as exc:  # recorded, not fatal
+        return None, time.perf_counter() - started, f"{type(exc).__name__}: {exc}"
+
+
+def warm_up(models: dict) -> None:
+    rng = np.random.default_rng(0)
+    y = 10 + np.sin(np.arange(24 * 21) * 2 * np.pi / 24) + rng.normal(0, 0.1, 24 * 21)
+    for name, make in models.items():
+        if name.startswith("AutoARIMA"):
+            continue
+        forecast(make, y, 24, LEVELS)
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _alarm(*_):
+    raise _Timeout()
+
+
+def run_traces(horizon: int, folds: int, step: int, arima: bool) -> dict:
+    models = trace_models()
+    warm_up(models)
+    out = {}
+    for path in sorted((DATA / "traces").glob("*_hourly.csv")):
+        frame = pd.read_csv(path)
+        ts = frame["timestamp"].tolist()
+        y = pd.to_numeric(frame["value"], errors="coerce").to_numpy(dtype=float)
+        n = len(y)
+        origins = fold_origins(n, horizon, folds, step)
+        name = path.stem
+        trace = {"file": path.name, "n": n, "origins": [ts[o] for o in origins], "origin_index": origins,
+                 "fill": "linear interpolation (edges: nearest value)", "models": {}}
+        run = dict(models)
+        if arima:
+            run["AutoARIMA24"] = lambda: AutoARIMA(season_length=24)
+        for mname, make in run.items():
+            folds_out = []
+            for k, o in enumerate(origins):
+                train = fill_for_fit(y[:o])
+                if mname.startswith("AutoARIMA"):
+                    signal.signal(signal.SIGALRM, _alarm)
+                    signal.alarm(int(ARIMA_LIMIT_S) + 1)
+                    try:
+                        res, sec, err = forecast(make, train, horizon, LEVELS)
+                    except _Timeout:
+                        res, sec, err = None, ARIMA_LIMIT_S, "timeout"
+                    finally:
+                        signal.alarm(0)
+                    if err == "timeout" or sec > ARIMA_LIMIT_S:
+                        log(f"{name} {mname}: fold {k} took {sec:.0f}s > {ARIMA_LIMIT_S:.0f}s, dropped")
+                        folds_out = {"dropped": f"over {ARIMA_LIMIT_S:.0f} s per fold ({sec:.0f} s)"}
+                        break
+                else:
+                    res, sec, err = forecast(make, train, horizon, LEVELS)
+                folds_out.append({"origin": ts[o], "seconds": round(sec, 4), "error": err, **(res or {})})
+            trace["models"][mname] = folds_out
+            if isinstance(folds_out, list):
+                total = sum(f["seconds"] for f in folds_out)
+                log(f"{name} {mname}: {len(folds_out)} folds, {total:.2f}s")
+        out[name] = trace
+    return out
+
+
+def read_wide(path: Path) -> tuple[list[str], list[np.ndarray]]:
+    ids, rows = [], []
+    with open(path, newline="") as fh:
+        reader = csv.reader(fh)
+        next(reader)
+        for row in reader:
+            ids.append(row[0])
+            rows.append(np.array([float(v) for v in row[1:] if v not in ("", "NA")], dtype=float))
+    return ids, rows
+
+
+def run_m4(horizon: int, limit: int | None) -> dict:
+    ids, train = read_wide(DATA / "m4" / "Hourly-train.csv")
+    if limit:
+        ids, train = ids[:limit], train[:limit]
+    models = m4_models()
+    warm_up(models)
+    out = {"ids": ids, "horizon": horizon, "season": 24, "models": {}}
+    for mname, make in models.items():
+        means, secs, errors = [], [], {}
+        started = time.perf_counter()
+        for i, (sid, y) in enumerate(zip(ids, train)):
+            res, sec, err = forecast(make, y, horizon, None)
+            if err:
+                errors[sid] = err
+                res = {"mean": _r(np.repeat(y[-24:], 2)[:horizon])}  # recorded fallback: sNaive
+            means.append(res["mean"])
+            secs.append(round(sec, 4))
+            if (i + 1) % 100 == 0:
+                log(f"M4 {mname}: {i + 1}/{len(ids)} ({time.perf_counter() - started:.0f}s)")
+        out["models"][mname] = {"mean": means, "seconds": secs, "errors": errors}
+        log(f"M4 {mname}: done, {sum(secs):.1f}s total, {len(errors)} errors")
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "peers.json")
+    ap.add_argument("--horizon", type=int, default=24)
+    ap.add_argument("--folds", type=int, default=7)
+    ap.add_argument("--step", type=int, default=24)
+    ap.add_argument("--m4-limit", type=int, default=None, help="only the first N M4 series (smoke runs)")
+    ap.add_argument("--skip-m4", action="store_true")
+    ap.add_argument("--no-arima", action="store_true", help="skip the AutoARIMA attempt on traces")
+    args = ap.parse_args(argv)
+    if not DATA.is_dir():
+        log(f"no data at {DATA}")
+        return 2
+    import statsforecast
+    result = {"statsforecast": statsforecast.__version__, "pandas": pd.__version__, "levels": LEVELS,
+              "protocol": {"horizon": args.horizon, "folds": args.folds, "step": args.step,
+                           "m4_horizon": 48, "arima_limit_s": ARIMA_LIMIT_S}}
+    result["traces"] = run_traces(args.horizon, args.folds, args.step, arima=not args.no_arima)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result))
+    if not args.skip_m4:
+        result["m4"] = run_m4(48, args.m4_limit)
+        args.out.write_text(json.dumps(result))
+    log(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
