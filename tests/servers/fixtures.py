@@ -1,0 +1,81 @@
+"""Session-scoped pytest fixtures for the real servers.
+
+Enable with `pytest_plugins = ["tests.servers.fixtures"]` in tests/conftest.py.
+Missing binaries skip the test with the install command -- unless CI is set,
+where they fail: CI installs them (scripts/install-servers.sh) and a silent
+skip there would hide a broken install.
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from . import INSTALL_HINT, ROOT, in_ci
+from . import kube as kube_servers
+from . import prometheus as prom_servers
+
+NASA_TRACE = ROOT.parent / "shared" / "data" / "traces" / "nasa_http_1995_5min.csv"
+
+
+def _missing(what: str, names: list[str]) -> None:
+    message = f"{what}: {', '.join(names)} not installed ({INSTALL_HINT})"
+    if in_ci():
+        pytest.fail(f"{message}; CI=true, so this is a failure, not a skip", pytrace=False)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def nasa_trace() -> tuple[Path, pd.Series]:
+    """The real NASA HTTP 1995 trace at 5 min (blank value = gap), as the CSV loader reads it."""
+    if not NASA_TRACE.is_file():
+        pytest.skip(f"real trace not found at {NASA_TRACE} (../shared/data beside the repo)")
+    from forecast.history import load_history
+    return NASA_TRACE, load_history(NASA_TRACE)
+
+
+@pytest.fixture(scope="session")
+def prometheus_blocks(tmp_path_factory, nasa_trace) -> Path:
+    """TSDB blocks backfilled from the NASA trace (a read-only template: copy before serving)."""
+    missing = [n for n, p in prom_servers.binaries().items() if not p]
+    if missing:
+        _missing("Prometheus", missing)
+    work = tmp_path_factory.mktemp("prom-backfill")
+    text = work / "demand.om"
+    prom_servers.write_openmetrics(nasa_trace[1], text)
+    blocks = work / "blocks"
+    prom_servers.backfill(text, blocks)
+    return blocks
+
+
+@pytest.fixture(scope="session")
+def prometheus_server(prometheus_blocks, tmp_path_factory):
+    server = prom_servers.start_prometheus(prometheus_blocks, tmp_path_factory.mktemp("prom"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def private_prometheus(prometheus_blocks, tmp_path):
+    """A Prometheus of the test's own, for tests that stop or freeze it."""
+    server = prom_servers.start_prometheus(prometheus_blocks, tmp_path / "prom")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def kube_server(tmp_path_factory):
+    """etcd + kube-apiserver 1.20, RBAC on; `.apiserver.token` is a system:masters token."""
+    missing = [n for n, p in kube_servers.binaries().items() if not p]
+    if missing:
+        _missing("Kubernetes API server", missing)
+    servers = kube_servers.start_kube(tmp_path_factory.mktemp("kube"))
+    yield servers
+    servers.stop(remove=False)  # tmp_path_factory cleans up; logs stay for a failed run
+
+
+@pytest.fixture(scope="session")
+def crd_dir() -> Path:
+    return ROOT / "deploy" / "crds"

@@ -1,0 +1,107 @@
+"""A real Prometheus with backfilled history (promtool create-blocks-from openmetrics)."""
+from __future__ import annotations
+
+import math
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from . import ServerError, ServerProcess, find_binary, free_port, wait_until
+
+METRIC = "headroom_demand"
+
+
+def binaries() -> dict[str, str | None]:
+    return {"prometheus": find_binary("prometheus", "HEADROOM_PROMETHEUS"),
+            "promtool": find_binary("promtool", "HEADROOM_PROMTOOL")}
+
+
+def write_openmetrics(series: pd.Series, path: Path, metric: str = METRIC,
+                      labels: dict[str, str] | None = None) -> int:
+    """Write one gauge series as OpenMetrics text; NaN (a gap) is no sample at all.
+
+    Timestamps are in seconds (milliseconds land in the year ~58,000) and sorted
+    (out-of-order samples inside a block are dropped silently). Returns the
+    number of samples written.
+    """
+    series = series.sort_index()
+    label_text = ""
+    if labels:
+        label_text = "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
+    written = 0
+    with path.open("w") as out:
+        out.write(f"# HELP {metric} Backfilled demand for headroom tests.\n# TYPE {metric} gauge\n")
+        for stamp, value in series.items():
+            if value is None or not math.isfinite(float(value)):
+                continue
+            out.write(f"{metric}{label_text} {float(value)!r} {int(pd.Timestamp(stamp).timestamp())}\n")
+            written += 1
+        out.write("# EOF\n")
+    return written
+
+
+def backfill(openmetrics: Path, data_dir: Path, promtool: str | None = None,
+             max_block_duration: str = "24h", timeout: float = 300.0) -> None:
+    promtool = promtool or binaries()["promtool"]
+    if not promtool:
+        raise ServerError("promtool not found: run scripts/install-servers.sh")
+    data_dir.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(openmetrics),
+                           str(data_dir), f"--max-block-duration={max_block_duration}"],
+                          capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise ServerError(f"promtool backfill failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+
+
+@dataclass
+class PrometheusServer:
+    """A running Prometheus serving `data_dir`; `url` is its HTTP root."""
+    data_dir: Path
+    workdir: Path
+    port: int = 0
+    process: ServerProcess | None = field(default=None, repr=False)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 60.0) -> "PrometheusServer":
+        binary = binaries()["prometheus"]
+        if not binary:
+            raise ServerError("prometheus not found: run scripts/install-servers.sh")
+        self.port = self.port or free_port()
+        config = self.workdir / "prometheus.yml"
+        config.write_text("global:\n  scrape_interval: 1h\nscrape_configs: []\n")
+        self.process = ServerProcess(
+            [binary, f"--config.file={config}", f"--storage.tsdb.path={self.data_dir}",
+             f"--web.listen-address=127.0.0.1:{self.port}",
+             "--storage.tsdb.retention.time=3650d",  # backfilled history must survive start-up
+             "--log.level=warn"],
+            self.workdir / "prometheus.log")
+        wait_until(self._ready, timeout, f"prometheus on :{self.port}", self.process)
+        return self
+
+    def _ready(self) -> bool:
+        import requests
+        return requests.get(f"{self.url}/-/ready", timeout=1).status_code == 200
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.stop()
+
+    def restart(self) -> None:
+        """Same port and data (waits for the data-dir lock to be released)."""
+        self.stop()
+        self.start()
+
+
+def start_prometheus(blocks: Path, workdir: Path | None = None) -> PrometheusServer:
+    """Start a Prometheus on a private copy of backfilled `blocks`."""
+    workdir = Path(workdir or tempfile.mkdtemp(prefix="headroom-prom-"))
+    data_dir = workdir / "data"
+    shutil.copytree(blocks, data_dir)
+    return PrometheusServer(data_dir=data_dir, workdir=workdir).start()

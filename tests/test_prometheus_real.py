@@ -1,0 +1,98 @@
+"""PrometheusSource against a real Prometheus backfilled from the NASA 1995 trace."""
+from __future__ import annotations
+
+import signal
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import forecast.prometheus as promsrc
+from forecast.prometheus import PrometheusError, PrometheusSource
+from tests.servers.prometheus import METRIC
+
+
+START = pd.Timestamp("1995-07-01T04:00:00Z")
+
+
+def test_backfilled_series_round_trips_in_several_chunks(prometheus_server, nasa_trace, monkeypatch):
+    _, csv = nasa_trace
+    end = START + pd.Timedelta(days=31)
+    step = pd.Timedelta("60s")
+    chunks = promsrc.chunk_ranges(START, end, step)
+    assert len(chunks) >= 4  # 31 days at 60 s is ~44,640 points: the 11,000-point limit forces chunking
+    calls = []
+    original = promsrc.chunk_ranges
+    monkeypatch.setattr(promsrc, "chunk_ranges", lambda *a, **k: calls.append(1) or original(*a, **k))
+
+    got = PrometheusSource(prometheus_server.url, METRIC, START, end, step="60s", timeout_seconds=20).fetch()
+
+    assert calls
+    assert len(got) == len(pd.date_range(START, end, freq=step))
+    assert got.index.is_monotonic_increasing and not got.index.duplicated().any()
+    expected = csv[(csv.index >= START) & (csv.index <= end)]
+    real = expected.dropna()
+    # Every real 5-min sample comes back exactly, at its own timestamp...
+    np.testing.assert_array_equal(got.reindex(real.index).to_numpy(), real.to_numpy())
+    # ...and the minutes between samples read the latest sample (Prometheus' 5 min look-back).
+    between = real.index + pd.Timedelta("2min")
+    between = between[between <= end]
+    np.testing.assert_array_equal(got.reindex(between).to_numpy(), real.reindex(between - pd.Timedelta("2min")).to_numpy())
+
+
+def test_gaps_come_back_nan_never_zero(prometheus_server, nasa_trace):
+    _, csv = nasa_trace
+    gap = csv[csv.isna()]
+    assert len(gap) > 10, "the trace has a known outage (1995-07-28 .. 08-01)"
+    lo, hi = gap.index[0] - pd.Timedelta("1h"), gap.index[0] + pd.Timedelta("2D")
+    got = PrometheusSource(prometheus_server.url, METRIC, lo, hi, step="5m").fetch()
+    window = csv[(csv.index >= lo) & (csv.index <= hi)]
+    # More than the 5-min look-back after the last real sample, a gap is NaN.
+    last_real = window.notna().astype(int).cumsum()
+    deep = window[window.isna() & (last_real.groupby(last_real).cumcount() >= 2)]
+    assert len(deep) > 100
+    assert got.reindex(deep.index).isna().all()
+    assert not (got.reindex(deep.index) == 0).any()
+    real = window.dropna()
+    np.testing.assert_array_equal(got.reindex(real.index).to_numpy(), real.to_numpy())
+
+
+def test_server_stopped_mid_fetch_raises_clear_error(private_prometheus, monkeypatch):
+    """The server dies after the first chunk: a PrometheusError naming the server and range, promptly."""
+    import prometheus_api_client
+
+    original = prometheus_api_client.PrometheusConnect.custom_query_range
+    served = []
+
+    def query_then_die(self, *args, **kwargs):
+        result = original(self, *args, **kwargs)
+        served.append(1)
+        if len(served) == 1:
+            private_prometheus.stop()
+        return result
+
+    monkeypatch.setattr(prometheus_api_client.PrometheusConnect, "custom_query_range", query_then_die)
+    source = PrometheusSource(private_prometheus.url, METRIC, START, START + pd.Timedelta(days=30),
+                              step="60s", timeout_seconds=2, retries=1)
+    began = time.monotonic()
+    with pytest.raises(PrometheusError) as info:
+        source.fetch()
+    assert time.monotonic() - began < 15
+    assert served == [1]
+    message = str(info.value)
+    assert private_prometheus.url in message and METRIC in message
+
+
+def test_frozen_server_times_out_instead_of_hanging(private_prometheus):
+    """A server that accepts connections but never answers (SIGSTOP) hits the timeout."""
+    private_prometheus.process.signal_group(signal.SIGSTOP)
+    try:
+        source = PrometheusSource(private_prometheus.url, METRIC, START, START + pd.Timedelta(days=1),
+                                  step="5m", timeout_seconds=1, retries=1)
+        began = time.monotonic()
+        with pytest.raises(PrometheusError, match="failed"):
+            source.fetch()
+        assert time.monotonic() - began < 15
+    finally:
+        private_prometheus.process.signal_group(signal.SIGCONT)
