@@ -1,0 +1,379 @@
+"""Simulated cluster and what-if engine: one step loop, several reservation policies.
+
+Every policy produces a per-step warm-capacity target for inference (its
+*reservation*) and a headroom band above it; the same engine then plays the
+demand against it. Inference scales up reactively from idle GPUs first and then
+by preempting training (least work lost, fastest first); those GPUs serve only
+after the preemption and the replica warm-up. Training fills whatever inference
+does not hold. Forecasters see only complete hours before `now` (no look-ahead).
+
+Demand is converted to GPU units (value / scale, scale so that the 99.9th
+percentile equals `peak_gpus`, or a fixed `per_gpu` rate); GPUs needed = ceil.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import pandas as pd
+
+from forecast.base import Forecaster, check_quantile_frame
+
+POLICIES = ("forecast", "static", "reactive", "seasonal-naive", "oracle")
+
+
+@dataclass(frozen=True)
+class SimSettings:
+    target_quantile: float = 0.5
+    headroom_quantile: float = 0.99
+    lead_time_seconds: float = 900.0
+    warmup_seconds: float = 180.0
+    reclaim_deadline_seconds: float = 300.0
+    checkpoint_interval_seconds: float = 1800.0
+    preemption_seconds: tuple[float, float] = (30.0, 120.0)  # checkpoint + terminate, uniform
+    margin_gpus: int = 0
+    headroom_floor_gpus: int = 0
+    scale_in_delay_seconds: float = 600.0  # observed demand keeps its GPUs this long
+    refit_hours: int = 1
+    history_statistic: str = "max"  # hourly statistic the forecaster sees: "max" or "mean"
+    backlog_job_gpus: tuple[int, ...] = (1, 1, 2, 4, 8)
+    backlog_job_hours: tuple[float, float] = (1.0, 8.0)
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class SimResult:
+    policy: str
+    utilization: float
+    inference_shortage: float
+    shortage_hours: float
+    mean_reserved_gpus: float
+    training_gpu_hours: float
+    training_goodput: float
+    preemptions: int
+    reclaim_p99_seconds: float
+    headroom_violations: int
+    cost_vs_dedicated: float
+    forecast_fallback_hours: int
+    sim_seconds: float
+    refit_seconds: float
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+
+class _Jobs:
+    """Training jobs as numpy columns; grows when a saturated backlog needs more."""
+
+    def __init__(self, gpus, work, arrival, preempt):
+        self.gpus = np.asarray(gpus, dtype=np.int64)
+        self.work = np.asarray(work, dtype=float)
+        self.arrival = np.asarray(arrival, dtype=float)
+        self.preempt = np.asarray(preempt, dtype=float)
+        self.progress = np.zeros(len(self.gpus))
+        self.credited = np.zeros(len(self.gpus))  # progress kept at the last checkpoint
+
+    def extend(self, gpus, work, preempt, now):
+        self.gpus = np.concatenate([self.gpus, gpus])
+        self.work = np.concatenate([self.work, work])
+        self.arrival = np.concatenate([self.arrival, np.full(len(gpus), now)])
+        self.preempt = np.concatenate([self.preempt, preempt])
+        self.progress = np.concatenate([self.progress, np.zeros(len(gpus))])
+        self.credited = np.concatenate([self.credited, np.zeros(len(gpus))])
+
+
+def trace_jobs(jobs: pd.DataFrame, span_seconds: float, capacity: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Replay the trace's last `span_seconds`: (gpus, work seconds, arrival offset seconds)."""
+    j = jobs[jobs["num_gpu"] >= 1].copy()
+    start = j["scheduled_time"].fillna(j["creation_time"])
+    window0 = float(j["creation_time"].max()) - span_seconds
+    j = j[j["deletion_time"] > window0]
+    start = start.loc[j.index]
+    arrival = np.maximum(j["creation_time"].to_numpy(float) - window0, 0.0)
+    work = j["deletion_time"].to_numpy(float) - np.maximum(start.to_numpy(float), window0)
+    keep = work > 0
+    gpus = np.minimum(j["num_gpu"].to_numpy(int), capacity)
+    order = np.argsort(arrival[keep], kind="stable")
+    return gpus[keep][order], work[keep][order], arrival[keep][order]
+
+
+def _hourly(units: np.ndarray, index: pd.DatetimeIndex, statistic: str) -> pd.Series:
+    s = pd.Series(units, index=index).resample("1h")
+    return (s.max() if statistic == "max" else s.mean())
+
+
+def _weekly_peak(hourly: np.ndarray, i: int) -> float:
+    """Same hour of day, peak of the last 7 days (NaN if none observed)."""
+    past = hourly[max(i - 168, 0):i][::-1][23::24] if i >= 24 else np.array([])
+    past = past[np.isfinite(past)]
+    return float(past.max()) if past.size else float("nan")
+
+
+def _forecast_targets(hourly: pd.Series, h0: int, n_hours: int, s: SimSettings, make_forecaster, cap):
+    """GPU units for each evaluated hour k: (target, high) for hour k and for hour k+1,
+    both from the last refit at or before hour k on complete hours only."""
+    vals = hourly.to_numpy(float)
+    out = np.full((n_hours, 2, 2), np.nan)  # hour, (this, next), (target, high)
+    fallbacks, refit = 0, 0.0
+    qs = [s.target_quantile, s.headroom_quantile]
+    for k0 in range(0, n_hours, s.refit_hours):
+        i = h0 + k0
+        horizon = s.refit_hours + 1
+        t0 = time.perf_counter()
+        try:
+            f = make_forecaster().fit(hourly.iloc[:i]).predict(horizon, qs)
+            check_quantile_frame(f, horizon, qs)
+            fv = f.to_numpy(float)
+        except ValueError:  # includes ForecastError: treat as no forecast
+            fv = np.full((horizon, 2), np.nan)
+        refit += time.perf_counter() - t0
+        for j in range(horizon):
+            if not np.isfinite(fv[j]).all():
+                # safety: an unusable forecast never lowers the reservation
+                peak = _weekly_peak(vals, i + j)
+                fv[j] = peak if np.isfinite(peak) else cap
+                fallbacks += j < s.refit_hours
+        for j in range(min(s.refit_hours, n_hours - k0)):
+            out[k0 + j, 0] = fv[j]
+            out[k0 + j, 1] = fv[j + 1]
+    return out, fallbacks, refit
+
+
+def _reservations(policy, units, need, index, e0, s, make_forecaster, cap):
+    """Per-step reservation and headroom (GPUs) for the evaluated steps, plus counters."""
+    n = len(units) - e0
+    step = (index[1] - index[0]).total_seconds()
+    hourly = _hourly(units, index, s.history_statistic)
+    hour_of = ((index[e0:] - hourly.index[0]) // pd.Timedelta(hours=1)).to_numpy()
+    h0 = int(hour_of[0])
+    n_hours = int(hour_of[-1]) - h0 + 1
+    hv = hourly.to_numpy(float)
+    fallbacks, refit = 0, 0.0
+    lead = s.lead_time_seconds
+    if policy == "forecast":
+        f, fallbacks, refit = _forecast_targets(hourly, h0, n_hours, s, make_forecaster, cap)
+        res_h = np.ceil(f[:, :, 0] - 1e-9) + s.margin_gpus
+        head_h = np.ceil(f[:, :, 1] - 1e-9)
+    else:
+        if policy == "static":  # the history's peak, all the time
+            cur = np.full(n_hours + 1, float(need[:e0].max()))
+        elif policy == "reactive":  # last complete hour's peak +10%: an hour late, no lead
+            peaks = pd.Series(need, index=index).resample("1h").max().to_numpy(float)
+            cur = np.ceil(1.1 * peaks[h0 - 1:h0 + n_hours] - 1e-9)
+            cur = np.append(cur, cur[-1])
+            lead = 0.0
+        elif policy == "seasonal-naive":  # same hour last week +10%, known a week ahead
+            cur = np.ceil(1.1 * hv[h0 - 168:h0 + n_hours + 1 - 168] - 1e-9)
+        elif policy == "oracle":  # exact future need, early enough to be warm in time
+            k = math.ceil((s.warmup_seconds + s.preemption_seconds[1]) / step)
+            fut = pd.Series(need[e0:][::-1]).rolling(k + 1, min_periods=1).max().to_numpy()[::-1]
+            return np.minimum(fut, cap).astype(np.int64), np.zeros(n, np.int64), 0, 0.0
+        else:
+            raise ValueError(f"unknown policy {policy!r}; one of {POLICIES}")
+        res_h = np.stack([cur[:n_hours], cur[1:n_hours + 1]], axis=1)
+        head_h = res_h.copy()
+    res_h = np.clip(np.nan_to_num(res_h, nan=cap), 0, cap)
+    head_h = np.maximum(np.nan_to_num(head_h) - res_h, s.headroom_floor_gpus)
+    here = hour_of - h0
+    # the next hour's reservation must be in place `lead` before it starts
+    ahead = ((index[e0:] + pd.Timedelta(seconds=lead) - hourly.index[0]) // pd.Timedelta(hours=1)).to_numpy() - h0 > here
+    res = np.where(ahead, np.maximum(res_h[here, 0], res_h[here, 1]), res_h[here, 0])
+    head = np.where(ahead, np.maximum(head_h[here, 0], head_h[here, 1]), head_h[here, 0])
+    head = np.minimum(head, cap - res)
+    return res.astype(np.int64), head.astype(np.int64), fallbacks, refit
+
+
+def simulate(
+    demand: pd.Series,
+    gpus: int = 128,
+    peak_gpus: float | None = 100,
+    per_gpu: float | None = None,
+    policy: str = "forecast",
+    days: float = 7,
+    jobs: pd.DataFrame | None = None,
+    make_forecaster: Callable[[], Forecaster] | None = None,
+    settings: SimSettings = SimSettings(),
+) -> SimResult:
+    s = settings
+    if policy == "forecast" and make_forecaster is None:
+        raise ValueError("the forecast policy needs make_forecaster")
+    index = pd.DatetimeIndex(demand.index)
+    step = (index[1] - index[0]).total_seconds()
+    raw = demand.to_numpy(float)
+    raw = pd.Series(raw).ffill().fillna(0.0).to_numpy()  # a gap in the trace: demand as last seen
+    scale = per_gpu if per_gpu is not None else np.quantile(raw, 0.999) / peak_gpus
+    units = np.maximum(raw, 0.0) / scale
+    need = np.ceil(units - 1e-9).astype(np.int64)
+    e0 = int(np.searchsorted(index, index[-1] - pd.Timedelta(days=days), side="right"))
+    if s.lead_time_seconds >= 3600:
+        raise ValueError("lead_time_seconds must be under an hour (plans look one hour ahead)")
+    if e0 * step < 7 * 86400:
+        raise ValueError("need at least a week of history before the evaluated days")
+    res, head, fallbacks, refit = _reservations(policy, units, need, index, e0, s, make_forecaster, gpus)
+
+    t_start = time.perf_counter()
+    n = len(units) - e0
+    u, nd = units[e0:], need[e0:]
+    rng = np.random.default_rng(s.seed)
+    lo, hi = s.preemption_seconds
+    if jobs is not None:
+        g, w, a = trace_jobs(jobs, n * step, gpus)
+        J = _Jobs(g, w, a, rng.uniform(lo, hi, len(g)))
+    else:
+        J = _Jobs([], [], [], [])
+    backlog = jobs is None
+    warm_steps = math.ceil(s.warmup_seconds / step - 1e-9)
+    ci = s.checkpoint_interval_seconds
+    hold = max(int(s.scale_in_delay_seconds // step), 0)
+    deadline = s.reclaim_deadline_seconds
+
+    alloc = 0  # GPUs held by inference (warm or warming)
+    warm_ready = np.zeros(n + 64, np.int64)  # GPUs serving from the start of each step on
+    partial = np.zeros(n + 64)  # GPU-fractions of a step served by GPUs that warm up inside it
+    warm = 0
+    running = np.zeros(0, np.int64)
+    waiting: list[int] = []
+    next_arrival = 0
+    train_alloc_s = lost_s = served_s = unmet = 0.0
+    short_steps = np.zeros(n, bool)
+    reclaims: list[float] = []
+    preempted = violations = 0
+    alloc_sum = 0
+    recent = np.zeros(hold + 1, np.int64)
+
+    def arrive(t, g, delay):
+        # GPUs granted at the start of step t serve once `delay` seconds have passed
+        k, frac = divmod(delay / step, 1.0)
+        k = int(k)
+        if frac > 1e-9:
+            partial[t + k] += g * (1.0 - frac)
+            k += 1
+        warm_ready[t + k] += g
+
+    def release(victims):
+        nonlocal running, lost_s, train_alloc_s, preempted
+        gl = J.gpus[victims]
+        # work since the last checkpoint is lost; the GPUs sit idle while checkpointing/terminating
+        lost_s += float(((J.progress[victims] - J.credited[victims]) * gl).sum() + (J.preempt[victims] * gl).sum())
+        train_alloc_s += float((J.preempt[victims] * gl).sum())
+        J.progress[victims] = J.credited[victims]
+        running = np.setdiff1d(running, victims, assume_unique=True)
+        waiting[:0] = victims.tolist()  # preempted jobs resume first
+        preempted += len(victims)
+        reclaims.extend(J.preempt[victims].tolist())
+
+    for t in range(n):
+        warm += warm_ready[t]
+        train = int(J.gpus[running].sum()) if running.size else 0
+        recent[t % (hold + 1)] = nd[t]
+        desired = max(int(res[t]), int(recent.max()))
+        if desired > alloc:
+            want = desired - alloc
+            idle = gpus - alloc - train
+            take = min(want, idle)
+            if take:
+                arrive(t, take, s.warmup_seconds)
+            want -= take
+            if nd[t] > warm and nd[t] <= res[t] + head[t]:
+                # within the band, what inference lacks must come from idle or fast-preemptible GPUs
+                fast = int(J.gpus[running][J.preempt[running] <= deadline].sum()) if running.size else 0
+                if nd[t] - alloc - idle > fast:
+                    violations += 1
+            got = take
+            if want > 0 and running.size:
+                lost_now = J.progress[running] - J.credited[running]
+                order = running[np.lexsort((J.preempt[running], lost_now))]
+                cum = np.cumsum(J.gpus[order])
+                victims = order[: int(np.searchsorted(cum, want)) + 1]
+                freed = int(J.gpus[victims].sum())
+                for v in victims:
+                    arrive(t, int(J.gpus[v]), J.preempt[v] + s.warmup_seconds)
+                release(victims)
+                train -= freed
+                got += freed
+                want = max(want - freed, 0)
+            alloc += got
+        elif desired < alloc:
+            drop = alloc - desired
+            # release GPUs still warming first, then warm replicas
+            for k in range(t + 1, t + 1 + warm_steps + 4):
+                d = min(drop, warm_ready[k])
+                if d:
+                    partial[k - 1] -= partial[k - 1] * d / warm_ready[k]
+                warm_ready[k] -= d
+                drop -= d
+            warm -= min(drop, warm)
+            alloc = desired
+        serving = warm + partial[t]
+        served_s += min(u[t], serving)
+        if u[t] > serving + 1e-9:
+            unmet += u[t] - serving
+            short_steps[t] = True
+        alloc_sum += alloc
+
+        # training: arrivals, admission into GPUs neither inference nor its planned next target needs
+        now_s = t * step
+        while next_arrival < len(J.gpus) and J.arrival[next_arrival] <= now_s:
+            waiting.append(next_arrival)
+            next_arrival += 1
+        future = int(res[t: t + warm_steps + 2].max())
+        free = gpus - max(alloc, future) - train
+        if backlog and free > 0 and len(waiting) < 8:
+            m = 64
+            J.extend(rng.choice(s.backlog_job_gpus, m), rng.uniform(*s.backlog_job_hours, m) * 3600, rng.uniform(lo, hi, m), now_s)
+            waiting.extend(range(len(J.gpus) - m, len(J.gpus)))
+            next_arrival = len(J.gpus)
+        if free > 0 and waiting:
+            admitted = []
+            slow_room = free - int(head[t])
+            for pos, j in enumerate(waiting[:64]):
+                gj = J.gpus[j]
+                if gj <= free and (J.preempt[j] <= deadline or gj <= slow_room):
+                    admitted.append(pos)
+                    free -= gj
+                    slow_room -= gj if J.preempt[j] > deadline else 0
+                    if free <= 0:
+                        break
+            if admitted:
+                new = np.array([waiting[p] for p in admitted], np.int64)
+                for p in reversed(admitted):
+                    del waiting[p]
+                running = np.concatenate([running, new])
+                train += int(J.gpus[new].sum())
+        if running.size:
+            J.progress[running] += step
+            J.credited[running] = np.minimum(np.floor(J.progress[running] / ci) * ci, J.work[running])
+            train_alloc_s += float(J.gpus[running].sum()) * step
+            done = J.progress[running] >= J.work[running]
+            if done.any():
+                fin = running[done]
+                over = J.progress[fin] - J.work[fin]  # finished mid-step: GPUs idle for the rest
+                train_alloc_s -= float((over * J.gpus[fin]).sum())
+                J.credited[fin] = J.work[fin]
+                running = running[~done]
+
+    useful = train_alloc_s - lost_s
+    hours = n * step / 3600
+    train_h = train_alloc_s / 3600
+    static_res = float(need[:e0].max())
+    per_hour = pd.Series(short_steps).groupby(np.arange(n) * step // 3600).any()
+    return SimResult(
+        policy=policy,
+        utilization=(served_s * step + train_alloc_s) / (gpus * n * step),
+        inference_shortage=unmet / max(u.sum(), 1e-12),
+        shortage_hours=float(per_hour.mean()),
+        mean_reserved_gpus=alloc_sum / n,
+        training_gpu_hours=train_h,
+        training_goodput=useful / train_alloc_s if train_alloc_s else 1.0,
+        preemptions=preempted,
+        reclaim_p99_seconds=float(np.quantile(reclaims, 0.99)) if reclaims else 0.0,
+        headroom_violations=violations,
+        cost_vs_dedicated=gpus / (static_res + train_h / hours),
+        forecast_fallback_hours=fallbacks,
+        sim_seconds=time.perf_counter() - t_start,
+        refit_seconds=refit,
+    )

@@ -1,0 +1,111 @@
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from controller.simulate import SimSettings, simulate
+from controller.tune import plot_tradeoff, tune
+from forecast.base import future_index, quantile_frame
+
+
+class Profile:
+    """Same hour of day over the last 7 days: empirical quantiles (a stand-in for the real models)."""
+
+    name = "profile"
+    fits: list = []
+
+    def fit(self, history):
+        self.h = history
+        Profile.fits.append(history.index[-1])
+        return self
+
+    def predict(self, horizon, quantiles):
+        idx = future_index(self.h, horizon)
+        week = self.h[-24 * 7:].dropna()
+        rows = [np.quantile(week[week.index.hour == t.hour], quantiles) for t in idx]
+        return quantile_frame(idx, np.array(rows), quantiles)
+
+
+class Broken(Profile):
+    def predict(self, horizon, quantiles):
+        idx = future_index(self.h, horizon)
+        return pd.DataFrame(np.nan, index=idx, columns=[float(q) for q in quantiles])
+
+
+def daily(days=10, step="5min", noise=0.03, seed=1):
+    idx = pd.date_range("2026-01-01", periods=int(days * 86400 / pd.Timedelta(step).total_seconds()), freq=step, tz="UTC")
+    hours = (idx - idx[0]) / pd.Timedelta(hours=1)
+    rng = np.random.default_rng(seed)
+    v = 60 + 35 * np.sin(2 * np.pi * hours / 24) + rng.normal(0, noise * 60, len(idx))
+    return pd.Series(np.maximum(v, 0), index=idx)
+
+
+def test_metrics_are_sane_and_serialise():
+    d = daily()
+    r = simulate(d, days=2, policy="forecast", make_forecaster=Profile)
+    assert 0 < r.utilization <= 1 and 0 <= r.inference_shortage <= 1 and 0 <= r.shortage_hours <= 1
+    assert r.headroom_violations == 0 and 0 < r.training_goodput <= 1 and r.training_gpu_hours > 0
+    assert json.loads(r.to_json())["policy"] == "forecast"
+
+
+def test_policies_rank_as_expected_on_a_clean_daily_cycle():
+    d = daily()
+    out = {p: simulate(d, days=2, policy=p, make_forecaster=Profile) for p in ("forecast", "static", "reactive", "oracle")}
+    assert out["static"].inference_shortage <= out["reactive"].inference_shortage
+    assert out["oracle"].utilization >= out["forecast"].utilization > out["static"].utilization
+    assert out["oracle"].inference_shortage < 1e-3
+    assert out["forecast"].cost_vs_dedicated < out["static"].cost_vs_dedicated
+
+
+def test_forecaster_never_sees_the_future():
+    Profile.fits = []
+    d = daily()
+    simulate(d, days=2, policy="forecast", make_forecaster=Profile)
+    eval_start = d.index[-1] - pd.Timedelta(days=2)
+    hours = pd.date_range(eval_start.ceil("h"), d.index[-1], freq="h")
+    # one refit per evaluated hour, on complete hours strictly before it
+    assert len(Profile.fits) == len(hours)
+    assert all(end < hour for end, hour in zip(Profile.fits, hours))
+
+
+def test_broken_forecast_falls_back_to_weekly_peak():
+    d = daily()
+    r = simulate(d, days=2, policy="forecast", make_forecaster=Broken)
+    ok = simulate(d, days=2, policy="forecast", make_forecaster=Profile)
+    assert r.forecast_fallback_hours >= 48
+    assert r.inference_shortage <= ok.inference_shortage and r.headroom_violations == 0
+
+
+def test_job_trace_and_slow_jobs():
+    d = daily(step="10min")
+    jobs = pd.DataFrame({"num_gpu": [1, 8, 2, 0, 4], "creation_time": [0, 100, 5000, 0, 90000],
+                         "scheduled_time": [0, 200, np.nan, 0, 90010], "deletion_time": [80000, 30000, 200000, 10, 170000]})
+    r = simulate(d, days=2, jobs=jobs, policy="reactive")
+    assert 0 < r.training_gpu_hours and 0 < r.training_goodput <= 1 and r.headroom_violations == 0
+    slow = simulate(d, days=2, policy="forecast", make_forecaster=Profile,
+                    settings=SimSettings(preemption_seconds=(600.0, 900.0)))
+    assert slow.reclaim_p99_seconds > 300 or slow.preemptions == 0
+
+
+def test_simulation_is_fast_enough():
+    d = daily(days=60)
+    jobs = pd.DataFrame({"num_gpu": np.tile([1, 2, 8], 400), "creation_time": np.arange(1200) * 3000.0,
+                         "scheduled_time": np.arange(1200) * 3000.0, "deletion_time": np.arange(1200) * 3000.0 + 20000})
+    r = simulate(d, gpus=1000, peak_gpus=800, days=53, jobs=jobs, policy="reactive")
+    assert r.sim_seconds < 5  # ~15k steps; a year (105k steps) stays under 10 s at this rate
+
+
+def test_tune_recommends_highest_utilization_meeting_objective(tmp_path):
+    d = daily()
+    t = tune(d, Profile, target_quantiles=(0.5, 0.9), lead_times_seconds=(0.0, 900.0), headroom_quantiles=(0.99,),
+             shortage_objective=0.01, days=1)
+    assert len(t.table) == 4
+    ok = t.table[t.table.inference_shortage <= 0.01]
+    if t.recommended is None:
+        assert ok.empty
+    else:
+        assert ok.utilization.max() == t.table.set_index(["target_quantile", "lead_time_seconds"]).loc[
+            (t.recommended["target_quantile"], t.recommended["lead_time_seconds"]), "utilization"].max()
+    png = plot_tradeoff(t, str(tmp_path / "tradeoff.png"))
+    assert open(png, "rb").read(4) == b"\x89PNG"
