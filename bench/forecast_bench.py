@@ -1,0 +1,488 @@
+"""Forecast benchmark: headroom's forecast engine against statsforecast peers.
+
+Runs in the main env. The peers' raw forecasts come from bench/peers/run_peers.py
+(bench/.venv-peers); this script runs headroom on the same protocol and scores
+everything with ONE scorer, forecast.metrics. Writes bench/results/forecast.json
+and docs/bench-forecast.md; progress goes to stderr.
+
+    bash bench/setup_peers.sh
+    nice -n 10 bench/.venv-peers/bin/python bench/peers/run_peers.py   # -> bench/results/peers.json
+    python bench/forecast_bench.py                                     # scores + headroom side
+
+M4 hourly: OWA = 0.5 * (sMAPE / sMAPE_Naive2 + MASE / MASE_Naive2), Naive2 computed
+here (classical multiplicative decomposition when the 90% autocorrelation test at
+lag 24 passes, as in the M4 benchmark code) and checked against the published row.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO / ".." / "shared" / "data"
+RESULTS = REPO / "bench" / "results"
+sys.path.insert(0, str(REPO))
+
+from forecast.metrics import coverage, mase, seasonal_scale, smape  # noqa: E402  the one scorer
+
+TRACE_H, FOLDS, STEP, M4_H, SEASON = 24, 7, 24, 48, 24
+
+
+def log(*parts) -> None:
+    print("[bench]", *parts, file=sys.stderr, flush=True)
+
+
+# ----------------------------------------------------------------------------- data
+
+def load_trace(path: Path) -> pd.Series:
+    frame = pd.read_csv(path)
+    index = pd.DatetimeIndex(pd.to_datetime(frame["timestamp"], utc=True), freq="h")
+    values = pd.to_numeric(frame["value"], errors="coerce").to_numpy(dtype=float)
+    return pd.Series(values, index=index, name=path.stem)
+
+
+def read_wide(path: Path) -> tuple[list[str], list[np.ndarray]]:
+    ids, rows = [], []
+    with open(path, newline="") as fh:
+        reader = csv.reader(fh)
+        next(reader)
+        for row in reader:
+            ids.append(row[0])
+            rows.append(np.array([float(v) for v in row[1:] if v not in ("", "NA")], dtype=float))
+    return ids, rows
+
+
+def load_m4(data: Path = DATA) -> tuple[list[str], list[np.ndarray], list[np.ndarray]]:
+    ids, train = read_wide(data / "m4" / "Hourly-train.csv")
+    ids_t, test = read_wide(data / "m4" / "Hourly-test.csv")
+    assert ids == ids_t, "M4 train/test ids differ"
+    return ids, train, test
+
+
+def published_m4(data: Path = DATA) -> dict[str, dict[str, float]]:
+    out = {}
+    with open(data / "m4" / "m4_hourly_point_forecast_results.csv", newline="") as fh:
+        for row in csv.DictReader(fh):
+            out[row["method"]] = {"description": row["description"], "smape": float(row["sMAPE_Hourly"]),
+                                  "mase": float(row["MASE_Hourly"]), "owa": float(row["OWA_Hourly"])}
+    return out
+
+
+# ----------------------------------------------------------------------------- M4 benchmarks
+
+def _acf(x: np.ndarray, k: int) -> float:
+    m = x.mean()
+    return float(np.sum((x[k:] - m) * (x[:-k] - m)) / np.sum((x - m) ** 2))
+
+
+def seasonality_test(x: np.ndarray, ppy: int = SEASON) -> bool:
+    """M4's 90% test: |acf(ppy)| > 1.645 * sqrt((1 + 2 * sum_{k<ppy} acf(k)^2) / n)."""
+    s = sum(_acf(x, k) ** 2 for k in range(1, ppy))
+    return abs(_acf(x, ppy)) > 1.645 * math.sqrt((1 + 2 * s) / len(x))
+
+
+def seasonal_indices(x: np.ndarray, ppy: int = SEASON) -> np.ndarray:
+    """Classical multiplicative seasonal indices (percent, mean 100); 100s when not seasonal."""
+    if not seasonality_test(x, ppy):
+        return np.full(ppy, 100.0)
+    ma = pd.Series(x).rolling(ppy, center=True).mean()
+    if len(x) % 2 == 0:  # as in the M4 code: a centred 2 x ppy moving average
+        ma = np.roll(ma.rolling(2, center=True).mean().to_numpy(), -1)
+    else:
+        ma = ma.to_numpy()
+    le = x * 100.0 / ma
+    le = np.concatenate([le, np.full(ppy - len(le) % ppy, np.nan)]).reshape(-1, ppy)
+    si = np.nanmean(le, axis=0)
+    return si / (si.sum() / (ppy * 100.0))
+
+
+def naive2(x: np.ndarray, h: int = M4_H, ppy: int = SEASON) -> np.ndarray:
+    si = seasonal_indices(x, ppy)
+    n = len(x)
+    last = x[-1] * 100.0 / si[(n - 1) % ppy]
+    return np.array([last * si[(n + i) % ppy] / 100.0 for i in range(h)])
+
+
+def snaive(x: np.ndarray, h: int = M4_H, season: int = SEASON) -> np.ndarray:
+    return np.array([x[len(x) - season + (i % season)] for i in range(h)])
+
+
+def m4_score(forecasts: list[np.ndarray], train: list[np.ndarray], test: list[np.ndarray]) -> dict[str, float]:
+    """Mean over series of sMAPE and MASE (in-sample m=24 scale), as in M4."""
+    sm = [smape(a, f) for a, f in zip(test, forecasts)]
+    ms = [mase(a, f, seasonal_scale(t, SEASON)) for a, f, t in zip(test, forecasts, train)]
+    return {"smape": float(np.mean(sm)), "mase": float(np.mean(ms))}
+
+
+def owa(score: dict[str, float], naive2_score: dict[str, float]) -> float:
+    return 0.5 * (score["smape"] / naive2_score["smape"] + score["mase"] / naive2_score["mase"])
+
+
+def m4_benchmarks(train, test) -> dict[str, dict[str, float]]:
+    n2 = m4_score([naive2(t) for t in train], train, test)
+    sn = m4_score([snaive(t) for t in train], train, test)
+    return {"Naive2": {**n2, "owa": 1.0}, "sNaive": {**sn, "owa": owa(sn, n2)}}
+
+
+# ----------------------------------------------------------------------------- peers (scored here)
+
+def score_trace_peer(series: pd.Series, trace: dict) -> dict[str, dict]:
+    values = series.to_numpy(dtype=float)
+    out = {}
+    for model, folds in trace["models"].items():
+        if isinstance(folds, dict):  # dropped (e.g. AutoARIMA over its time limit)
+            out[model] = {"dropped": folds.get("dropped")}
+            continue
+        m, s, secs, cov = [], [], [], {80: [0, 0], 90: [0, 0]}
+        errors = [f["error"] for f in folds if f.get("error")]
+        for o, f in zip(trace["origin_index"], folds):
+            if f.get("error"):
+                continue
+            actual = values[o:o + TRACE_H]
+            point = np.array(f["mean"], dtype=float)
+            m.append(mase(actual, point, seasonal_scale(values[:o], SEASON)))
+            s.append(smape(actual, point))
+            secs.append(f["seconds"])
+            n_real = int(np.isfinite(actual).sum())
+            for lv in (80, 90):
+                if f"lo-{lv}" in f:
+                    c = coverage(actual, np.array(f[f"lo-{lv}"], float), np.array(f[f"hi-{lv}"], float))
+                    if n_real:
+                        cov[lv][0] += c * n_real
+                        cov[lv][1] += n_real
+        out[model] = {"mase": _nanmean(m), "smape": _nanmean(s),
+                      "coverage_80": cov[80][0] / cov[80][1] if cov[80][1] else None,
+                      "coverage_90": cov[90][0] / cov[90][1] if cov[90][1] else None,
+                      "seconds_per_fold": _nanmean(secs), "folds": len(m), "errors": errors}
+    return out
+
+
+def score_m4_peers(peers_m4: dict, ids, train, test, n2: dict) -> dict[str, dict]:
+    assert peers_m4["ids"] == ids[:len(peers_m4["ids"])]
+    k = len(peers_m4["ids"])
+    out = {}
+    for model, rec in peers_m4["models"].items():
+        fc = [np.array(v, dtype=float) for v in rec["mean"]]
+        sc = m4_score(fc, train[:k], test[:k])
+        out[model] = {**sc, "owa": owa(sc, n2), "seconds_per_series": float(np.mean(rec["seconds"])),
+                      "seconds_total": float(np.sum(rec["seconds"])), "errors": len(rec["errors"]), "series": k}
+    return out
+
+
+def _nanmean(xs) -> float | None:
+    xs = [x for x in xs if x is not None and np.isfinite(x)]
+    return float(np.mean(xs)) if xs else None
+
+
+# ----------------------------------------------------------------------------- headroom side
+
+def headroom_available() -> str | None:
+    """None when forecast.backtest (backtest, AutoForecaster) imports; else the reason."""
+    try:
+        from forecast.backtest import AutoForecaster, backtest  # noqa: F401
+    except Exception as exc:  # the API is being written concurrently
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def headroom_trace(series: pd.Series) -> dict:
+    """headroom's backtest on the peers' protocol: per-model metrics, "auto" = honest AutoForecaster."""
+    from forecast.backtest import backtest
+    started = time.perf_counter()
+    result = backtest(series, horizon=TRACE_H, folds=FOLDS, step=STEP)
+    origins = sorted({row["origin"] for row in result.per_fold})
+    models = {}
+    for name, metrics in result.models.items():
+        models[name] = {"mase": metrics.get("mase"), "smape": metrics.get("smape"),
+                        "coverage_80": metrics.get("coverage_80"), "coverage_90": metrics.get("coverage_90"),
+                        "seconds_per_fold": metrics.get("fit_seconds")}
+    return {"selected": result.selected, "models": models, "origins": origins,
+            "wall_seconds": time.perf_counter() - started}
+
+
+def _m4_one(args) -> tuple[np.ndarray, float, str]:
+    y, h, candidates = args
+    from forecast.backtest import AutoForecaster
+    history = pd.Series(y, index=pd.date_range("2001-01-01", periods=len(y), freq="h", tz="UTC"))
+    started = time.perf_counter()
+    model = AutoForecaster(candidates=candidates, horizon=h).fit(history)
+    point = model.predict(h, [0.5]).to_numpy()[:, 0]
+    return point, time.perf_counter() - started, model.chosen
+
+
+def headroom_m4(train, h: int, candidates, workers: int) -> dict:
+    """AutoForecaster per M4 series (fabricated hourly timestamps; M4 has none)."""
+    from joblib import Parallel, delayed
+    started = time.perf_counter()
+    res = Parallel(n_jobs=workers, batch_size=8)(delayed(_m4_one)((y, h, candidates)) for y in train)
+    wall = time.perf_counter() - started
+    return {"forecasts": [r[0] for r in res], "seconds": [r[1] for r in res], "chosen": [r[2] for r in res],
+            "wall_seconds": wall}
+
+
+def _scale_one(seed: int) -> float:
+    from forecast.backtest import AutoForecaster
+    from forecast.synthetic import synthetic_demand
+    history = synthetic_demand(days=90, step="1h", seed=seed)
+    history.index.freq = "h"
+    started = time.perf_counter()
+    AutoForecaster(candidates="fast", horizon=M4_H).fit(history).predict(M4_H, [0.1, 0.5, 0.9])
+    return time.perf_counter() - started
+
+
+def scale_test(n: int = 1000, workers: int = 2) -> dict:
+    """1,000 synthetic hourly series of 90 days, horizon 48, fast candidates, `workers` processes."""
+    from joblib import Parallel, delayed
+    started = time.perf_counter()
+    secs = Parallel(n_jobs=workers, batch_size=16)(delayed(_scale_one)(i) for i in range(n))
+    wall = time.perf_counter() - started
+    return {"series": n, "days": 90, "horizon": M4_H, "workers": workers, "candidates": "fast",
+            "wall_seconds": wall, "mean_seconds_per_series": float(np.mean(secs)), "target_seconds": 120,
+            "pass": wall < 120}
+
+
+# ----------------------------------------------------------------------------- report
+
+def geomean(xs) -> float | None:
+    xs = [x for x in xs if x is not None and x > 0 and np.isfinite(x)]
+    return float(np.exp(np.mean(np.log(xs)))) if xs else None
+
+
+def targets(report: dict) -> dict:
+    t = {}
+    traces = report["traces"]
+    hr_ok = all(v.get("headroom") for v in traces.values())
+    if hr_ok:
+        per = {}
+        for name, v in traces.items():
+            peers = [m["mase"] for m in v["peers"].values() if m.get("mase") is not None]
+            auto = v["headroom"]["models"]["auto"]["mase"]
+            per[name] = {"auto_mase": auto, "best_peer_mase": min(peers), "pass": auto <= min(peers)}
+        t["auto_mase_le_best_peer"] = {"per_trace": per, "pass": all(p["pass"] for p in per.values())}
+        ratios = [v["headroom"]["models"]["auto"]["mase"] / v["peers"]["SeasonalNaive24"]["mase"]
+                  for v in traces.values()]
+        g = geomean(ratios)
+        t["geomean_mase_over_sn24_le_0.75"] = {"value": g, "pass": g is not None and g <= 0.75}
+        for lv in (80, 90):
+            covs = {n: v["headroom"]["models"]["auto"][f"coverage_{lv}"] for n, v in traces.items()}
+            t[f"coverage_{lv}_within_5pts"] = {
+                "per_trace": covs, "pass": all(c is not None and abs(100 * c - lv) <= 5 for c in covs.values())}
+        speed = {n: {"auto_s_per_fold": v["headroom"]["models"]["auto"]["seconds_per_fold"],
+                     "mstl_s_per_fold": v["peers"]["MSTL24_168"]["seconds_per_fold"]} for n, v in traces.items()}
+        for s in speed.values():
+            s["pass"] = s["auto_s_per_fold"] <= s["mstl_s_per_fold"]
+        t["speed_le_statsforecast_mstl_traces"] = {"per_trace": speed, "pass": all(s["pass"] for s in speed.values())}
+    m4 = report.get("m4", {})
+    if "headroom" in m4.get("methods", {}):
+        hr = m4["methods"]["headroom"]
+        t["m4_owa_le_0.55"] = {"value": hr["owa"], "pass": hr["owa"] <= 0.55}
+        if "MSTL" in m4["methods"]:
+            t["speed_le_statsforecast_mstl_m4"] = {
+                "headroom_s_per_series": hr["seconds_per_series"],
+                "mstl_s_per_series": m4["methods"]["MSTL"]["seconds_per_series"],
+                "pass": hr["seconds_per_series"] <= m4["methods"]["MSTL"]["seconds_per_series"]}
+    if "sNaive" in m4.get("methods", {}):
+        mine, pub = m4["methods"]["sNaive"], m4["published"]["sNaive"]
+        t["scorer_reproduces_published_snaive"] = {
+            "pass": abs(mine["smape"] - pub["smape"]) < 0.0015 and abs(mine["mase"] - pub["mase"]) < 0.0015
+            and abs(mine["owa"] - pub["owa"]) < 0.0015}
+    if report.get("scale"):
+        t["scale_1000_series_under_120s"] = {"value": report["scale"]["wall_seconds"], "pass": report["scale"]["pass"]}
+    return t
+
+
+def _f(x, nd=3) -> str:
+    return "—" if x is None else f"{x:.{nd}f}"
+
+
+def _pct(x) -> str:
+    return "—" if x is None else f"{100 * x:.1f}%"
+
+
+def markdown(report: dict) -> str:
+    lines = ["# Forecast benchmark: headroom vs statsforecast", "",
+             f"Generated {report['generated']} by `bench/forecast_bench.py` on {report['machine']}. "
+             f"Peers: statsforecast {report.get('statsforecast', '?')} (bench/.venv-peers). "
+             "Everything is scored by one scorer, `forecast.metrics` (MASE scale = mean absolute 24-h "
+             "seasonal difference of each fold's fitting window).", "",
+             "Traces: rolling origin, last 7 origins 24 h apart, horizon 24, fit only on data before each origin. "
+             "Peers get gaps in the fitting window filled by linear interpolation (statsforecast rejects NaN); "
+             "headroom fills its own way (forecast/models.py `fill_gaps`). NaN actuals are not scored. "
+             "Coverage is pooled over all scored hours. Time = wall seconds per fold (fit + predict), "
+             "peers after a numba warm-up.", ""]
+    if report.get("headroom_missing"):
+        lines += [f"**headroom side not run**: {report['headroom_missing']}", ""]
+    for name, v in report["traces"].items():
+        lines += [f"## {name}", "", "| model | MASE | sMAPE | cov 80 | cov 90 | s/fold |", "|---|---|---|---|---|---|"]
+        rows = [(f"statsforecast {m}", r) for m, r in v["peers"].items()]
+        if v.get("headroom"):
+            rows += [(f"headroom {m}" + (" (selected: " + v["headroom"]["selected"] + ")" if m == "auto" else ""), r)
+                     for m, r in v["headroom"]["models"].items()]
+        for label, r in rows:
+            if "dropped" in r:
+                lines.append(f"| {label} | dropped: {r['dropped']} | | | | |")
+                continue
+            lines.append(f"| {label} | {_f(r.get('mase'))} | {_f(r.get('smape'), 2)} | {_pct(r.get('coverage_80'))} | "
+                         f"{_pct(r.get('coverage_90'))} | {_f(r.get('seconds_per_fold'), 4)} |")
+        lines.append("")
+    m4 = report.get("m4")
+    if m4:
+        lines += ["## M4 hourly (414 series, horizon 48)", "",
+                  "OWA = 0.5·(sMAPE/sMAPE_Naive2 + MASE/MASE_Naive2) with our own Naive2. "
+                  "Published rows from shared/data/m4/m4_hourly_point_forecast_results.csv.", "",
+                  "| method | sMAPE | MASE | OWA | s/series | published sMAPE / MASE / OWA |", "|---|---|---|---|---|---|"]
+        pub = m4["published"]
+        for name, r in m4["methods"].items():
+            p = pub.get(name)
+            ps = f"{p['smape']:.3f} / {p['mase']:.3f} / {p['owa']:.3f}" if p else ""
+            lines.append(f"| {name} | {_f(r['smape'])} | {_f(r['mase'])} | {_f(r['owa'])} | "
+                         f"{_f(r.get('seconds_per_series'), 4)} | {ps} |")
+        for ref in ("238", "118"):
+            if ref in pub:
+                p = pub[ref]
+                lines.append(f"| published {p['description']} | | | | | {p['smape']:.3f} / {p['mase']:.3f} / {p['owa']:.3f} |")
+        lines.append("")
+    if report.get("scale"):
+        s = report["scale"]
+        lines += ["## Scale", "", f"{s['series']} synthetic hourly series x {s['days']} days, horizon {s['horizon']}, "
+                  f"AutoForecaster(candidates=\"{s['candidates']}\"), {s['workers']} workers: "
+                  f"**{s['wall_seconds']:.1f} s** wall (target < {s['target_seconds']} s).", ""]
+    lines += ["## Targets", "", "| target | result | detail |", "|---|---|---|"]
+    for name, t in report["targets"].items():
+        detail = {k: v for k, v in t.items() if k != "pass"}
+        lines.append(f"| {name} | {'PASS' if t['pass'] else 'FAIL'} | `{json.dumps(detail, default=_json_num)[:300]}` |")
+    if not report["targets"]:
+        lines.append("| (none evaluated) | | |")
+    return "\n".join(lines) + "\n"
+
+
+def _json_num(x):
+    if isinstance(x, (np.floating, np.integer)):
+        return x.item()
+    if isinstance(x, np.bool_):
+        return bool(x)
+    raise TypeError(type(x))
+
+
+def _clean(obj):
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    if isinstance(obj, (np.floating, float)):
+        return float(obj) if np.isfinite(obj) else None
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.bool_):
+        return bool(obj)
+    return obj
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="score headroom and statsforecast peers with forecast.metrics")
+    ap.add_argument("--peers", type=Path, default=RESULTS / "peers.json")
+    ap.add_argument("--out", type=Path, default=RESULTS / "forecast.json")
+    ap.add_argument("--md", type=Path, default=REPO / "docs" / "bench-forecast.md")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--skip-headroom", action="store_true", help="score the peer side only")
+    ap.add_argument("--skip-m4-headroom", action="store_true")
+    ap.add_argument("--skip-scale", action="store_true")
+    ap.add_argument("--m4-candidates", default="default", help='"default", "fast" or a comma list of model names')
+    ap.add_argument("--m4-limit", type=int, default=None)
+    args = ap.parse_args(argv)
+    if not DATA.is_dir():
+        log(f"no data at {DATA}; nothing to benchmark")
+        return 2
+    peers = json.loads(args.peers.read_text()) if args.peers.exists() else {}
+    if not peers:
+        log(f"no peer output at {args.peers}: run bench/peers/run_peers.py in bench/.venv-peers first")
+    missing = "skipped (--skip-headroom)" if args.skip_headroom else headroom_available()
+    if missing:
+        log(f"headroom side not run: {missing}")
+    report = {"generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+              "machine": f"{platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}",
+              "statsforecast": peers.get("statsforecast"), "protocol": {"horizon": TRACE_H, "folds": FOLDS,
+              "step": STEP, "m4_horizon": M4_H, "season": SEASON}, "headroom_missing": missing, "traces": {}}
+
+    for path in sorted((DATA / "traces").glob("*_hourly.csv")):
+        series = load_trace(path)
+        entry = {"n": len(series), "missing": int(series.isna().sum())}
+        ptrace = peers.get("traces", {}).get(path.stem)
+        if ptrace:
+            entry["peers"] = score_trace_peer(series, ptrace)
+            entry["origins"] = ptrace["origins"]
+            log(f"{path.stem}: scored {len(entry['peers'])} peer models")
+        else:
+            entry["peers"] = {}
+        if not missing:
+            log(f"{path.stem}: headroom backtest ...")
+            hr = headroom_trace(series)
+            if ptrace:
+                want = [pd.Timestamp(o).isoformat() for o in ptrace["origins"]]
+                got = [pd.Timestamp(o).isoformat() for o in hr["origins"]]
+                hr["origins_match_peers"] = want == got
+                if want != got:
+                    log(f"{path.stem}: WARNING headroom origins {got} != peers {want}")
+            entry["headroom"] = hr
+            log(f"{path.stem}: headroom auto MASE {_f(hr['models']['auto']['mase'])} (selected {hr['selected']}) "
+                f"in {hr['wall_seconds']:.1f}s")
+        report["traces"][path.stem] = entry
+
+    ids, train, test = load_m4()
+    pub = published_m4()
+    bench = m4_benchmarks(train, test)
+    n2 = bench["Naive2"]
+    methods = dict(bench)
+    log(f"M4 Naive2 sMAPE {n2['smape']:.3f} MASE {n2['mase']:.3f} (published {pub['Naive2']['smape']} / "
+        f"{pub['Naive2']['mase']}); sNaive {bench['sNaive']['smape']:.3f} / {bench['sNaive']['mase']:.3f} / "
+        f"OWA {bench['sNaive']['owa']:.3f}")
+    if peers.get("m4"):
+        for name, r in score_m4_peers(peers["m4"], ids, train, test, n2).items():
+            methods[f"statsforecast {name}"] = r
+            log(f"M4 statsforecast {name}: sMAPE {r['smape']:.3f} MASE {r['mase']:.3f} OWA {r['owa']:.3f}")
+    if not missing and not args.skip_m4_headroom:
+        cands = {"default": None, "fast": "fast"}.get(args.m4_candidates, None)
+        if cands is None and args.m4_candidates != "default":
+            cands = tuple(args.m4_candidates.split(","))
+        k = args.m4_limit or len(train)
+        log(f"M4 headroom AutoForecaster on {k} series, {args.workers} workers ...")
+        from forecast.backtest import DEFAULT
+        hr = headroom_m4(train[:k], M4_H, cands or DEFAULT, args.workers)
+        sc = m4_score(hr["forecasts"], train[:k], test[:k])
+        n2k = n2 if k == len(train) else m4_score([naive2(t) for t in train[:k]], train[:k], test[:k])
+        chosen = pd.Series(hr["chosen"]).value_counts().to_dict()
+        methods["headroom"] = {**sc, "owa": owa(sc, n2k), "seconds_per_series": float(np.mean(hr["seconds"])),
+                               "wall_seconds": hr["wall_seconds"], "series": k, "chosen": chosen}
+        log(f"M4 headroom: sMAPE {sc['smape']:.3f} MASE {sc['mase']:.3f} OWA {owa(sc, n2k):.3f} "
+            f"in {hr['wall_seconds']:.0f}s")
+        if "statsforecast MSTL" in methods:
+            methods["MSTL"] = methods["statsforecast MSTL"]
+    report["m4"] = {"series": len(ids), "methods": methods, "published": pub}
+    if not missing and not args.skip_scale:
+        log("scale test: 1000 synthetic series ...")
+        report["scale"] = scale_test(1000, args.workers)
+        log(f"scale test: {report['scale']['wall_seconds']:.1f}s")
+    report["targets"] = targets(report)
+    report = _clean(report)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1))
+    args.md.parent.mkdir(parents=True, exist_ok=True)
+    args.md.write_text(markdown(report))
+    log(f"wrote {args.out} and {args.md}")
+    for name, t in report["targets"].items():
+        log(f"target {name}: {'PASS' if t['pass'] else 'FAIL'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

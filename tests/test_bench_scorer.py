@@ -1,0 +1,49 @@
+"""The benchmark's M4 scorer (forecast.metrics + our Naive2) reproduces the published M4 hourly rows."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).parents[1] / ".." / "shared" / "data"
+M4 = DATA / "m4"
+
+pytestmark = pytest.mark.skipif(
+    not (M4 / "Hourly-train.csv").exists(),
+    reason=f"M4 hourly data not found at {M4} (../shared/data is absent); the scorer check needs the real set")
+
+
+@pytest.fixture(scope="module")
+def bench():
+    path = Path(__file__).parents[1] / "bench" / "forecast_bench.py"
+    spec = importlib.util.spec_from_file_location("forecast_bench", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def scored(bench):
+    ids, train, test = bench.load_m4(DATA)
+    assert len(ids) == 414
+    return bench.m4_benchmarks(train, test), bench.published_m4(DATA)
+
+
+def test_snaive_reproduces_published(scored):
+    ours, published = scored
+    assert published["sNaive"]["smape"] == 13.912 and published["sNaive"]["mase"] == 1.193
+    assert ours["sNaive"]["smape"] == pytest.approx(13.912, abs=5e-4)
+    assert ours["sNaive"]["mase"] == pytest.approx(1.193, abs=5e-4)
+    assert ours["sNaive"]["owa"] == pytest.approx(0.627, abs=5e-4 + 1e-4)
+
+
+def test_naive2_reproduces_published(scored):
+    ours, published = scored
+    assert ours["Naive2"]["smape"] == pytest.approx(published["Naive2"]["smape"], abs=5e-4)
+    assert ours["Naive2"]["mase"] == pytest.approx(published["Naive2"]["mase"], abs=5e-4)
+
+
+def test_owa_of_naive2_is_one(bench, scored):
+    ours, _ = scored
+    assert bench.owa(ours["Naive2"], ours["Naive2"]) == pytest.approx(1.0)
