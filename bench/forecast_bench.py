@@ -170,6 +170,8 @@ def score_trace_peer(series: pd.Series, trace: dict) -> dict[str, dict]:
 def score_m4_peers(peers_m4: dict, ids, train, test, n2: dict) -> dict[str, dict]:
     assert peers_m4["ids"] == ids[:len(peers_m4["ids"])]
     k = len(peers_m4["ids"])
+    if k != len(ids):  # a partial (smoke) run: Naive2 over the same series
+        n2 = m4_score([naive2(t) for t in train[:k]], train[:k], test[:k])
     out = {}
     for model, rec in peers_m4["models"].items():
         fc = [np.array(v, dtype=float) for v in rec["mean"]]
@@ -319,7 +321,10 @@ def markdown(report: dict) -> str:
              "Peers get gaps in the fitting window filled by linear interpolation (statsforecast rejects NaN); "
              "headroom fills its own way (forecast/models.py `fill_gaps`). NaN actuals are not scored. "
              "Coverage is pooled over all scored hours. Time = wall seconds per fold (fit + predict), "
-             "peers after a numba warm-up.", ""]
+             "peers after a numba warm-up.", "",
+             "Reproduce: `bash bench/setup_peers.sh && nice -n 10 bench/.venv-peers/bin/python "
+             "bench/peers/run_peers.py && python bench/forecast_bench.py` (raw peer forecasts: "
+             "bench/results/peers.json; scores: bench/results/forecast.json).", ""]
     if report.get("headroom_missing"):
         lines += [f"**headroom side not run**: {report['headroom_missing']}", ""]
     for name, v in report["traces"].items():
@@ -337,7 +342,7 @@ def markdown(report: dict) -> str:
         lines.append("")
     m4 = report.get("m4")
     if m4:
-        lines += ["## M4 hourly (414 series, horizon 48)", "",
+        lines += [f"## M4 hourly ({m4['series']} series, horizon 48)", "",
                   "OWA = 0.5·(sMAPE/sMAPE_Naive2 + MASE/MASE_Naive2) with our own Naive2. "
                   "Published rows from shared/data/m4/m4_hourly_point_forecast_results.csv.", "",
                   "| method | sMAPE | MASE | OWA | s/series | published sMAPE / MASE / OWA |", "|---|---|---|---|---|---|"]
