@@ -42,6 +42,7 @@ class SimSettings:
     history_statistic: str = "max"  # hourly statistic the forecaster sees: "max" or "mean"
     backlog_job_gpus: tuple[int, ...] = (1, 1, 2, 4, 8)
     backlog_job_hours: tuple[float, float] = (1.0, 8.0)
+    admit_lookahead: bool = False  # True: keep GPUs a known ramp-up needs within a checkpoint interval free
     seed: int = 0
 
 
@@ -55,6 +56,7 @@ class SimResult:
     training_gpu_hours: float
     training_goodput: float
     preemptions: int
+    planned_preemptions: int  # of which stopped at a checkpoint ahead of a known ramp-up (no work lost)
     reclaim_p99_seconds: float
     headroom_violations: int
     cost_vs_dedicated: float
@@ -67,23 +69,31 @@ class SimResult:
 
 
 class _Jobs:
-    """Training jobs as numpy columns; grows when a saturated backlog needs more."""
+    """Training jobs as numpy columns (index = job id); capacity doubles when a backlog adds jobs."""
+
+    COLUMNS = ("gpus", "work", "arrival", "preempt", "progress", "credited")  # credited = progress at last checkpoint
 
     def __init__(self, gpus, work, arrival, preempt):
+        self.size = len(gpus)
         self.gpus = np.asarray(gpus, dtype=np.int64)
         self.work = np.asarray(work, dtype=float)
         self.arrival = np.asarray(arrival, dtype=float)
         self.preempt = np.asarray(preempt, dtype=float)
-        self.progress = np.zeros(len(self.gpus))
-        self.credited = np.zeros(len(self.gpus))  # progress kept at the last checkpoint
+        self.progress = np.zeros(self.size)
+        self.credited = np.zeros(self.size)
 
     def extend(self, gpus, work, preempt, now):
-        self.gpus = np.concatenate([self.gpus, gpus])
-        self.work = np.concatenate([self.work, work])
-        self.arrival = np.concatenate([self.arrival, np.full(len(gpus), now)])
-        self.preempt = np.concatenate([self.preempt, preempt])
-        self.progress = np.concatenate([self.progress, np.zeros(len(gpus))])
-        self.credited = np.concatenate([self.credited, np.zeros(len(gpus))])
+        m, start = len(gpus), self.size
+        if start + m > len(self.gpus):
+            cap = max(2 * len(self.gpus), start + m)
+            for c in self.COLUMNS:
+                old = getattr(self, c)
+                grown = np.zeros(cap, dtype=old.dtype)
+                grown[:start] = old[:start]
+                setattr(self, c, grown)
+        for c, v in (("gpus", gpus), ("work", work), ("arrival", now), ("preempt", preempt), ("progress", 0.0), ("credited", 0.0)):
+            getattr(self, c)[start:start + m] = v
+        self.size = start + m
 
 
 def trace_jobs(jobs: pd.DataFrame, span_seconds: float, capacity: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -231,6 +241,14 @@ def simulate(
     hold = max(int(s.scale_in_delay_seconds // step), 0)
     deadline = s.reclaim_deadline_seconds
 
+    def ahead_max(steps):  # max reservation over the next `steps` steps (what the planner already knows)
+        return pd.Series(res[::-1]).rolling(steps + 1, min_periods=1).max().to_numpy()[::-1].astype(np.int64)
+
+    ckpt_steps = 0 if policy == "reactive" else max(int(ci // step), 1)  # reactive does not know the next hour
+    ckpt_guard = ahead_max(ckpt_steps).tolist()
+    # don't start jobs on GPUs a known ramp-up takes back before their first checkpoint
+    admit_guard = ahead_max(max(ckpt_steps, warm_steps + 1) if s.admit_lookahead else warm_steps + 1).tolist()
+    res_l, head_l, nd_l, u_l = res.tolist(), head.tolist(), nd.tolist(), u.tolist()
     alloc = 0  # GPUs held by inference (warm or warming)
     warm_ready = np.zeros(n + 64, np.int64)  # GPUs serving from the start of each step on
     partial = np.zeros(n + 64)  # GPU-fractions of a step served by GPUs that warm up inside it
@@ -241,7 +259,7 @@ def simulate(
     train_alloc_s = lost_s = served_s = unmet = 0.0
     short_steps = np.zeros(n, bool)
     reclaims: list[float] = []
-    preempted = violations = 0
+    preempted = violations = planned = 0
     alloc_sum = 0
     recent = np.zeros(hold + 1, np.int64)
 
@@ -270,7 +288,7 @@ def simulate(
         warm += warm_ready[t]
         train = int(J.gpus[running].sum()) if running.size else 0
         recent[t % (hold + 1)] = nd[t]
-        desired = max(int(res[t]), int(recent.max()))
+        desired = max(res_l[t], int(recent.max()))
         if desired > alloc:
             want = desired - alloc
             idle = gpus - alloc - train
@@ -278,10 +296,10 @@ def simulate(
             if take:
                 arrive(t, take, s.warmup_seconds)
             want -= take
-            if nd[t] > warm and nd[t] <= res[t] + head[t]:
+            if warm < nd_l[t] <= res_l[t] + head_l[t]:
                 # within the band, what inference lacks must come from idle or fast-preemptible GPUs
                 fast = int(J.gpus[running][J.preempt[running] <= deadline].sum()) if running.size else 0
-                if nd[t] - alloc - idle > fast:
+                if nd_l[t] - alloc - idle > fast:
                     violations += 1
             got = take
             if want > 0 and running.size:
@@ -309,35 +327,37 @@ def simulate(
             warm -= min(drop, warm)
             alloc = desired
         serving = warm + partial[t]
-        served_s += min(u[t], serving)
-        if u[t] > serving + 1e-9:
-            unmet += u[t] - serving
+        ut = u_l[t]
+        served_s += min(ut, serving)
+        if ut > serving + 1e-9:
+            unmet += ut - serving
             short_steps[t] = True
         alloc_sum += alloc
 
         # training: arrivals, admission into GPUs neither inference nor its planned next target needs
         now_s = t * step
-        while next_arrival < len(J.gpus) and J.arrival[next_arrival] <= now_s:
+        while next_arrival < J.size and J.arrival[next_arrival] <= now_s:
             waiting.append(next_arrival)
             next_arrival += 1
-        future = int(res[t: t + warm_steps + 2].max())
-        free = gpus - max(alloc, future) - train
+        free = gpus - max(alloc, admit_guard[t]) - train
         if backlog and free > 0 and len(waiting) < 8:
             m = 64
             J.extend(rng.choice(s.backlog_job_gpus, m), rng.uniform(*s.backlog_job_hours, m) * 3600, rng.uniform(lo, hi, m), now_s)
-            waiting.extend(range(len(J.gpus) - m, len(J.gpus)))
-            next_arrival = len(J.gpus)
+            waiting.extend(range(J.size - m, J.size))
+            next_arrival = J.size
         if free > 0 and waiting:
             admitted = []
-            slow_room = free - int(head[t])
-            for pos, j in enumerate(waiting[:64]):
-                gj = J.gpus[j]
-                if gj <= free and (J.preempt[j] <= deadline or gj <= slow_room):
-                    admitted.append(pos)
-                    free -= gj
-                    slow_room -= gj if J.preempt[j] > deadline else 0
-                    if free <= 0:
-                        break
+            slow_room = free - head_l[t]
+            cand = np.array(waiting[:64], np.int64)
+            cg = J.gpus[cand]
+            if cg.min() <= free:  # FIFO with backfill over the head of the queue
+                for pos, (gj, pj) in enumerate(zip(cg.tolist(), J.preempt[cand].tolist())):
+                    if gj <= free and (pj <= deadline or gj <= slow_room):
+                        admitted.append(pos)
+                        free -= gj
+                        slow_room -= gj if pj > deadline else 0
+                        if free <= 0:
+                            break
             if admitted:
                 new = np.array([waiting[p] for p in admitted], np.int64)
                 for p in reversed(admitted):
@@ -345,9 +365,20 @@ def simulate(
                 running = np.concatenate([running, new])
                 train += int(J.gpus[new].sum())
         if running.size:
-            J.progress[running] += step
-            J.credited[running] = np.minimum(np.floor(J.progress[running] / ci) * ci, J.work[running])
             train_alloc_s += float(J.gpus[running].sum()) * step
+            J.progress[running] += step
+            before = J.credited[running]
+            J.credited[running] = np.minimum(np.floor(J.progress[running] / ci) * ci, J.work[running])
+            # planned reclaim: a job that just checkpointed stops now if a known ramp-up would preempt it anyway
+            short = ckpt_guard[t + 1] - (gpus - train) if t + 1 < n else 0
+            if short > 0:
+                ck = running[J.credited[running] > before]
+                if ck.size:
+                    ck = ck[np.argsort(J.preempt[ck], kind="stable")]
+                    victims = ck[: int(np.searchsorted(np.cumsum(J.gpus[ck]), short)) + 1]
+                    train -= int(J.gpus[victims].sum())
+                    release(victims)
+                    planned += len(victims)
             done = J.progress[running] >= J.work[running]
             if done.any():
                 fin = running[done]
@@ -370,6 +401,7 @@ def simulate(
         training_gpu_hours=train_h,
         training_goodput=useful / train_alloc_s if train_alloc_s else 1.0,
         preemptions=preempted,
+        planned_preemptions=planned,
         reclaim_p99_seconds=float(np.quantile(reclaims, 0.99)) if reclaims else 0.0,
         headroom_violations=violations,
         cost_vs_dedicated=gpus / (static_res + train_h / hours),
