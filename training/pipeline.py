@@ -1,0 +1,406 @@
+"""Train one series: rolling-origin backtest of every candidate, pick by objective, refit, track, promote.
+
+A training only ever *adds* to the store (runs, a model version); the
+"champion" alias moves last, after everything else succeeded, and only when
+the new model beats the current champion re-scored on the same folds by
+`promotion_margin`. So a failed training never replaces a working champion.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from forecast.base import Forecaster, check_quantile_frame
+from forecast.metrics import coverage, mase, pinball, seasonal_scale, smape
+from training.tracking import Tracker, TrackingError, TrainingLocked, experiment_name, registered_name
+
+DAY = 24
+SCORED_QUANTILES = (0.05, 0.1, 0.5, 0.9, 0.95)
+METRICS = ("mase", "smape", "pinball_50", "pinball_90", "pinball_95", "coverage_80", "coverage_90", "fit_seconds")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+
+
+class TrainingError(RuntimeError):
+    """The training could not produce a usable model (the champion is untouched)."""
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    horizon: int = 24
+    folds: int = 4
+    step: int = 24
+    candidates: tuple[str, ...] = ("snaive24", "snaive168", "profile")
+    objective: str = "mase"            # "mase" or "pinball" (at target_quantile)
+    target_quantile: float = 0.9
+    promotion_margin: float = 0.02     # new must score < champion * (1 - margin)
+    quantiles: tuple[float, ...] = (0.5, 0.9, 0.99)
+    statistic: str = "mean"
+    lock_ttl_seconds: float = 7200.0
+
+    def __post_init__(self):
+        if self.objective not in ("mase", "pinball"):
+            raise ValueError(f"objective must be 'mase' or 'pinball', got {self.objective!r}")
+        if not 0 < self.target_quantile < 1:
+            raise ValueError("target_quantile must be strictly between 0 and 1")
+        if not 0 <= self.promotion_margin < 1:
+            raise ValueError("promotion_margin must be in [0, 1)")
+
+    @property
+    def objective_key(self) -> str:
+        return "mase" if self.objective == "mase" else f"pinball_{round(self.target_quantile * 100):g}"
+
+
+@dataclass
+class TrainResult:
+    name: str
+    run_id: str
+    experiment_id: str
+    selected: str
+    objective: str
+    score: float
+    scores: dict[str, dict[str, float]]
+    version: str
+    promoted: bool
+    reason: str
+    champion_version: str | None = None
+    champion_score: float | None = None
+    origins: list[str] = field(default_factory=list)
+    failed_candidates: dict[str, str] = field(default_factory=dict)
+    model: Any = None
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        out.pop("model")
+        return json.loads(json.dumps(out, default=lambda v: None))
+
+
+def fold_origins(n: int, horizon: int, folds: int, step: int, min_train: int = 2 * DAY) -> list[int]:
+    """Up to `folds` origins `step` apart, the last one leaving exactly `horizon` points to score."""
+    last = n - horizon
+    return [o for o in (last - k * step for k in reversed(range(folds))) if o >= min_train]
+
+
+def _scored_quantiles(settings: TrainSettings) -> list[float]:
+    return sorted(set(SCORED_QUANTILES) | {float(settings.target_quantile)} | set(map(float, settings.quantiles)))
+
+
+def score_frame(actual: np.ndarray, frame: pd.DataFrame, scale: float, target_q: float) -> dict[str, float]:
+    q = {round(float(c), 6): frame[c].to_numpy() for c in frame.columns}
+    out = {"mase": mase(actual, q[0.5], scale), "smape": smape(actual, q[0.5]),
+           "pinball_50": pinball(actual, q[0.5], 0.5, scale), "pinball_90": pinball(actual, q[0.9], 0.9, scale),
+           "pinball_95": pinball(actual, q[0.95], 0.95, scale),
+           "coverage_80": coverage(actual, q[0.1], q[0.9]), "coverage_90": coverage(actual, q[0.05], q[0.95])}
+    key = f"pinball_{round(target_q * 100):g}"
+    out.setdefault(key, pinball(actual, q[round(float(target_q), 6)], target_q, scale))
+    return out
+
+
+def backtest_model(make: Callable[[], Forecaster], history: pd.Series, origins: Sequence[int],
+                   settings: TrainSettings) -> list[dict[str, float]]:
+    """Per-fold metrics of a model (a factory; each fold fits a fresh one on data before the origin)."""
+    values = history.to_numpy(dtype=float)
+    quantiles = _scored_quantiles(settings)
+    rows = []
+    for i, origin in enumerate(origins):
+        started = time.perf_counter()
+        frame = make().fit(history.iloc[:origin]).predict(settings.horizon, quantiles)
+        seconds = time.perf_counter() - started
+        check_quantile_frame(frame, settings.horizon, quantiles)
+        scale = seasonal_scale(values[:origin], DAY)
+        rows.append({"fold": i, "origin": history.index[origin].isoformat(),
+                     **score_frame(values[origin:origin + settings.horizon], frame, scale, settings.target_quantile),
+                     "fit_seconds": seconds})
+    return rows
+
+
+def summarize(rows: list[dict]) -> dict[str, float]:
+    keys = [k for k in rows[0] if k not in ("fold", "origin")]
+    return {k: float(np.nanmean([r[k] for r in rows])) if any(np.isfinite(r[k]) for r in rows) else float("nan")
+            for k in keys}
+
+
+def series_sha256(series: pd.Series) -> str:
+    h = hashlib.sha256()
+    h.update(series.index.asi8.tobytes())
+    h.update(series.to_numpy(dtype=float).tobytes())
+    return h.hexdigest()
+
+
+def _hyperparameters(model: Any) -> dict[str, Any]:
+    out = {}
+    for k, v in vars(model).items():
+        if not k.startswith("_") and not k.endswith("_") and isinstance(v, (int, float, str, bool, tuple)):
+            out[f"hp.{k}"] = v
+    return out
+
+
+def _plot(path: Path, history: pd.Series, fold_frame: pd.DataFrame | None, future: pd.DataFrame, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(11, 4))
+    tail = history.iloc[-7 * DAY:]
+    ax.plot(tail.index, tail.to_numpy(), color="black", lw=1, label="actual")
+    for frame, color, label in ((fold_frame, "tab:orange", "last backtest fold"), (future, "tab:blue", "forecast")):
+        if frame is None:
+            continue
+        cols = list(frame.columns)
+        lo, hi = min(cols, key=lambda c: abs(c - 0.1)), max(cols, key=lambda c: -abs(c - 0.9))
+        ax.fill_between(frame.index, frame[lo], frame[hi], color=color, alpha=0.25, label=f"{label} {lo:g}-{hi:g}")
+        ax.plot(frame.index, frame[min(cols, key=lambda c: abs(c - 0.5))], color=color, lw=1.5, label=f"{label} p50")
+    ax.set_title(title)
+    ax.legend(loc="upper left", fontsize=8)
+    fig.autofmt_xdate()
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def _factories(candidates: Sequence[str], factories: Mapping[str, Callable[[], Forecaster]] | None):
+    if factories is None:
+        from forecast.models import MODELS
+
+        factories = MODELS
+    missing = [c for c in candidates if c not in factories]
+    if missing:
+        raise TrainingError(f"unknown candidate models {missing}; known: {sorted(factories)}")
+    return {c: factories[c] for c in candidates}
+
+
+class _Refit:
+    """Re-score a fitted (pickled) champion on new folds: a fresh copy refit per fold."""
+
+    def __init__(self, fitted: Any):
+        import pickle
+
+        self.blob = pickle.dumps(fitted)
+
+    def __call__(self):
+        import pickle
+
+        return pickle.loads(self.blob)
+
+
+def train_series(name: str, series: pd.Series, settings: TrainSettings, tracker: Tracker,
+                 now: datetime | None = None,
+                 factories: Mapping[str, Callable[[], Forecaster]] | None = None) -> TrainResult:
+    """Backtest, select, refit, log to MLflow, register a version, maybe promote it to champion."""
+    if not _NAME.match(name):
+        raise TrainingError(f"series name {name!r} must match {_NAME.pattern}")
+    now = now or datetime.now(timezone.utc)
+    makers = _factories(settings.candidates, factories)
+    series = series.astype(float)
+    origins = fold_origins(len(series), settings.horizon, settings.folds, settings.step)
+    if not origins:
+        raise TrainingError(f"{name}: {len(series)} points is too short for a {settings.horizon}-step backtest")
+    tracker.connect()  # TrackingError before any work
+    with tracker.lock(name, settings.lock_ttl_seconds):
+        exp = tracker.experiment(experiment_name(name))
+        parent = tracker.start_run(exp, f"train-{now:%Y%m%dT%H%M%SZ}",
+                                   tags={"headroom.kind": "training", "headroom.series": name})
+        try:
+            result = _train(name, series, settings, tracker, now, makers, origins, exp, parent)
+        except BaseException as exc:
+            try:
+                tracker.set_tags(parent, {"headroom.error": f"{type(exc).__name__}: {exc}"})
+                tracker.end_run(parent, "FAILED")
+            except Exception:  # noqa: BLE001 - report the original failure
+                pass
+            raise
+        tracker.end_run(parent, "FINISHED")
+        return result
+
+
+def _train(name, series, settings, tracker, now, makers, origins, exp, parent) -> TrainResult:
+    key = settings.objective_key
+    per_fold: dict[str, list[dict]] = {}
+    failed: dict[str, str] = {}
+    for cand, make in makers.items():
+        child = tracker.start_run(exp, cand, parent=parent, tags={"headroom.kind": "candidate"})
+        try:
+            rows = backtest_model(make, series, origins, settings)
+        except Exception as exc:  # noqa: BLE001 - one bad candidate is not a failed training
+            failed[cand] = f"{type(exc).__name__}: {exc}"
+            tracker.set_tags(child, {"headroom.error": failed[cand]})
+            tracker.end_run(child, "FAILED")
+            continue
+        per_fold[cand] = rows
+        summary = summarize(rows)
+        tracker.log_params(child, {"model": cand, **_hyperparameters(make())})
+        tracker.log_metrics(child, [(k, v, 0, None) for k, v in summary.items()]
+                            + [(f"fold_{k}", r[k], r["fold"], None) for r in rows for k in summary])
+        tracker.end_run(child)
+    if not per_fold:
+        raise TrainingError(f"{name}: every candidate failed: {failed}")
+    scores = {c: summarize(rows) for c, rows in per_fold.items()}
+    ranked = sorted(scores, key=lambda c: scores[c][key] if np.isfinite(scores[c][key]) else float("inf"))
+    winner = ranked[0]
+    if not np.isfinite(scores[winner][key]):
+        raise TrainingError(f"{name}: no candidate has a finite {key}")
+
+    model = makers[winner]().fit(series)
+    future = model.predict(settings.horizon, list(settings.quantiles))
+    check_quantile_frame(future, settings.horizon, list(settings.quantiles))
+    scale = seasonal_scale(series.to_numpy(dtype=float), DAY)
+
+    values = series.to_numpy()
+    span = {"history_start": series.index[0].isoformat(), "history_end": series.index[-1].isoformat(),
+            "history_points": len(series), "history_sha256": series_sha256(series)}
+    tracker.log_params(parent, {"model": winner, **_hyperparameters(model), "horizon": settings.horizon,
+                                "statistic": settings.statistic, "quantiles": ",".join(map(str, settings.quantiles)),
+                                "objective": key, "folds": len(origins), "fold_step": settings.step,
+                                "promotion_margin": settings.promotion_margin,
+                                "candidates": ",".join(makers), **span})
+    rows = []
+    for cand, s in scores.items():
+        rows += [(f"{cand}.{k}", v, 0, None) for k, v in s.items()]
+    rows += [(f"fold_{k}", r[k], r["fold"], None) for r in per_fold[winner] for k in METRICS]
+    rows += [(k, scores[winner][k], 0, None) for k in scores[winner]]
+    tracker.log_metrics(parent, rows)
+
+    champ_name = registered_name(name)
+    meta = {"series": name, "model": winner, "horizon": settings.horizon, "quantiles": list(settings.quantiles),
+            "objective": key, "score": scores[winner][key], "backtest_mase": scores[winner]["mase"],
+            "scale": scale, "trained_at": now.isoformat(), **span}
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        table = pd.DataFrame([{"model": c, **r} for c, rs in per_fold.items() for r in rs])
+        table.to_csv(tmp / "backtest_folds.csv", index=False)
+        pd.DataFrame(scores).T.rename_axis("model").to_csv(tmp / "backtest.csv")
+        last = origins[-1]
+        fold_frame = makers[winner]().fit(series.iloc[:last]).predict(settings.horizon, _scored_quantiles(settings))
+        _plot(tmp / "forecast_vs_actual.png", series, fold_frame, future,
+              f"{name}: {winner} ({key} {scores[winner][key]:.3f})")
+        future.to_csv(tmp / "forecast.csv", index_label="timestamp")
+        for f in ("backtest.csv", "backtest_folds.csv", "forecast_vs_actual.png", "forecast.csv"):
+            tracker.log_artifact(parent, tmp / f)
+    source = tracker.log_model(parent, model, meta)
+
+    # Re-score the current champion on exactly these folds, then decide.
+    current = tracker.champion(champ_name)
+    champ_score, champ_version = None, None
+    if current is None:
+        promote, reason = True, "no champion yet"
+    else:
+        champ_version = str(current.version)
+        try:
+            fitted = tracker.load_pickle(current.run_id)
+            champ_rows = backtest_model(_Refit(fitted), series, origins, settings)
+            champ_score = summarize(champ_rows)[key]
+        except TrackingError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - an unscorable champion is beaten by a scorable one
+            champ_score = float("nan")
+            reason_fail = f"champion v{champ_version} could not be re-scored: {type(exc).__name__}: {exc}"
+        else:
+            reason_fail = ""
+        new = scores[winner][key]
+        if not np.isfinite(champ_score):
+            promote, reason = True, reason_fail or f"champion v{champ_version} {key} is not finite"
+        else:
+            bar = champ_score * (1 - settings.promotion_margin)
+            promote = new < bar
+            verdict = "beats" if promote else "does not beat"
+            reason = (f"{winner} {key}={new:.4f} {verdict} champion v{champ_version} {key}={champ_score:.4f} "
+                      f"by margin {settings.promotion_margin:g} (needs < {bar:.4f}) on the same {len(origins)} folds")
+    version = tracker.create_version(champ_name, source, parent, tags={
+        "headroom.model": winner, "headroom.objective": key, "headroom.score": f"{scores[winner][key]:.6g}",
+        "headroom.backtest_mase": f"{scores[winner]['mase']:.6g}", "headroom.scale": f"{scale:.6g}",
+        "headroom.history_sha256": span["history_sha256"], "headroom.history_end": span["history_end"]})
+    tracker.set_version_tags(champ_name, version, {
+        "headroom.promoted": str(promote).lower(), "headroom.reason": reason,
+        "headroom.champion_score": "" if champ_score is None else f"{champ_score:.6g}",
+        "headroom.champion_version": champ_version or ""})
+    if promote:
+        tracker.promote(champ_name, version)
+    tracker.set_tags(parent, {"headroom.version": version, "headroom.promoted": str(promote).lower(),
+                              "headroom.reason": reason})
+    return TrainResult(name=name, run_id=parent, experiment_id=exp, selected=winner, objective=key,
+                       score=scores[winner][key], scores=scores, version=version, promoted=promote, reason=reason,
+                       champion_version=champ_version, champion_score=champ_score,
+                       origins=[series.index[o].isoformat() for o in origins], failed_candidates=failed, model=model)
+
+
+def load_champion(name: str, tracking_uri: str | None = None):
+    """The champion's fitted forecaster (attribute `headroom_meta` = its version tags), from the URI alone."""
+    tracker = Tracker(tracking_uri).connect()
+    mv = tracker.champion(registered_name(name))
+    if mv is None:
+        raise TrainingError(f"no champion for series {name!r} in {tracker.uri} (registered model {registered_name(name)})")
+    model = tracker.load_pickle(mv.run_id)
+    try:
+        model.headroom_meta = {"version": str(mv.version), **dict(mv.tags)}
+    except AttributeError:
+        pass
+    return model
+
+
+# -- CLI --------------------------------------------------------------------------------------------------
+def settings_from_config(cfg) -> TrainSettings:
+    t = getattr(cfg, "training", None)
+    bt, fc = cfg.backtest, cfg.forecast
+    kw: dict[str, Any] = {"horizon": bt.horizon, "folds": bt.folds, "step": bt.step,
+                          "quantiles": tuple(fc.quantiles), "statistic": cfg.history.statistic}
+    if t is not None:
+        for f in ("candidates", "objective", "target_quantile", "promotion_margin", "lock_ttl_seconds"):
+            if getattr(t, f, None) is not None:
+                kw[f] = tuple(getattr(t, f)) if f == "candidates" else getattr(t, f)
+    return TrainSettings(**kw)
+
+
+def cmd_train(cfg, args) -> int:
+    """`headroom train [--config FILE] [--history FILE --name SERIES] [--tracking-uri URI] [--json]`.
+
+    Exit 0 all trained, 1 a training failed (store down, unusable data, locked);
+    the champion of a failed series is untouched.
+    """
+    from controller.cli import load_series
+    from forecast.history import HistoryError, load_history, prepare
+
+    now = datetime.now(timezone.utc)
+    t = getattr(cfg, "training", None)
+    uri = getattr(args, "tracking_uri", None) or getattr(t, "tracking_uri", None)
+    settings = settings_from_config(cfg)
+    jobs: list[tuple[str, Callable[[], pd.Series]]] = []
+    h = cfg.history
+
+    def from_file(path):
+        return lambda: prepare(load_history(path), step=h.step, statistic=h.statistic, counter=h.counter,
+                               outlier_factor=h.outlier_factor)[0]
+
+    if getattr(args, "history", None):
+        jobs.append((getattr(args, "name", None) or Path(args.history).stem, from_file(args.history)))
+    elif getattr(t, "series", None):
+        for s in t.series:
+            jobs.append((s.name, from_file(s.file)))
+    else:
+        jobs.append((getattr(args, "name", None) or getattr(t, "name", None) or "demand",
+                     lambda: load_series(cfg, now)[0]))
+    tracker = Tracker(uri)
+    status, out = 0, []
+    for name, load in jobs:
+        try:
+            result = train_series(name, load(), settings, tracker, now)
+            out.append(result.to_json())
+            print(f"{name}: {result.selected} {result.objective}={result.score:.4f} -> v{result.version} "
+                  f"{'PROMOTED' if result.promoted else 'not promoted'}: {result.reason}", file=sys.stderr)
+        except (TrackingError, TrainingError, TrainingLocked, HistoryError, OSError) as exc:
+            status = 1
+            out.append({"name": name, "error": f"{type(exc).__name__}: {exc}"})
+            print(f"{name}: training failed: {exc}", file=sys.stderr)
+    print(json.dumps(out if len(out) > 1 else out[0], indent=2))
+    return status

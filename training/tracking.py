@@ -1,0 +1,314 @@
+"""Everything MLflow: the one module that imports it, lazily (import costs ~1.4 s).
+
+Store: `tracking_uri` argument, else MLFLOW_TRACKING_URI, else the embedded
+default sqlite:///<cwd>/mlflow.db (artifacts beside it under mlartifacts/).
+Anything that cannot reach the store raises TrackingError naming the URI.
+
+Locks (one training per series at a time):
+  * sqlite store: an fcntl file lock <db dir>/.headroom-locks/<series>.lock;
+    the kernel releases it when the process dies, so it never goes stale.
+  * remote store: a mutex registered model "headroom-lock-<series>"; creating a
+    registered model is atomic (unique name), so exactly one trainer wins. It
+    carries an expiry tag; a lease older than its expiry (a crashed trainer) is
+    broken by deleting it. The only window is two trainers breaking the same
+    stale lease at the same moment, which needs a crash plus a race.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pickle
+import socket
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+CHAMPION = "champion"
+
+
+class TrackingError(RuntimeError):
+    """The MLflow store cannot be used; the message names its URI."""
+
+
+class TrainingLocked(RuntimeError):
+    """Another training of the same series holds the lock."""
+
+
+def default_uri() -> str:
+    return f"sqlite:///{Path.cwd() / 'mlflow.db'}"
+
+
+def resolve_uri(uri: str | None = None) -> str:
+    return uri or os.environ.get("MLFLOW_TRACKING_URI") or default_uri()
+
+
+def registered_name(series: str) -> str:
+    return f"headroom-{series}"
+
+
+def experiment_name(series: str) -> str:
+    return f"headroom/{series}"
+
+
+class Tracker:
+    def __init__(self, tracking_uri: str | None = None):
+        self.uri = resolve_uri(tracking_uri)
+        self._client = None
+
+    # -- connection ---------------------------------------------------------------------------
+    @property
+    def is_sqlite(self) -> bool:
+        return self.uri.startswith("sqlite:")
+
+    @property
+    def sqlite_dir(self) -> Path:
+        path = self.uri.split(":///", 1)[1] if ":///" in self.uri else "mlflow.db"
+        return Path(path).resolve().parent
+
+    @property
+    def client(self):
+        if self._client is None:
+            self.connect()
+        return self._client
+
+    def _fail(self, what: str, exc: BaseException) -> TrackingError:
+        return TrackingError(f"MLflow tracking store {self.uri}: {what}: {type(exc).__name__}: {exc}"[:2000])
+
+    def connect(self) -> "Tracker":
+        """Import mlflow, check the store answers; TrackingError (naming the URI) if not."""
+        if self.uri.startswith(("http://", "https://")):
+            # Fail fast instead of mlflow's minutes of retries; a caller may set its own.
+            os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+            os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
+            os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
+            try:
+                with urllib.request.urlopen(self.uri.rstrip("/") + "/health", timeout=10) as r:
+                    if r.status != 200:
+                        raise TrackingError(f"MLflow tracking server {self.uri} unhealthy: HTTP {r.status}")
+            except (urllib.error.URLError, socket.timeout, ConnectionError, OSError) as exc:
+                raise TrackingError(f"MLflow tracking server {self.uri} is unreachable: {exc}") from None
+        elif self.is_sqlite:
+            self.sqlite_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            from mlflow.tracking import MlflowClient
+
+            client = MlflowClient(tracking_uri=self.uri, registry_uri=self.uri)
+            client.search_experiments(max_results=1)
+        except TrackingError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any store failure is a tracking failure
+            raise self._fail("cannot open the store", exc) from None
+        self._client = client
+        return self
+
+    @contextlib.contextmanager
+    def guard(self, what: str) -> Iterator[None]:
+        """Turn store failures inside the block into TrackingError naming the URI."""
+        try:
+            yield
+        except (TrackingError, TrainingLocked):
+            raise
+        except Exception as exc:  # noqa: BLE001
+            from mlflow.exceptions import MlflowException
+
+            if isinstance(exc, (MlflowException, OSError, ConnectionError)):
+                raise self._fail(what, exc) from exc
+            raise
+
+    # -- experiments and runs ------------------------------------------------------------------
+    def experiment(self, name: str) -> str:
+        with self.guard(f"get or create experiment {name!r}"):
+            exp = self.client.get_experiment_by_name(name)
+            if exp is not None:
+                return exp.experiment_id
+            location = None
+            if self.is_sqlite:  # not ./mlruns relative to whatever cwd the trainer had
+                safe = name.replace("/", "_")
+                location = (self.sqlite_dir / "mlartifacts" / safe).as_uri()
+            try:
+                return self.client.create_experiment(name, artifact_location=location)
+            except Exception:  # created concurrently
+                exp = self.client.get_experiment_by_name(name)
+                if exp is None:
+                    raise
+                return exp.experiment_id
+
+    def start_run(self, experiment_id: str, run_name: str, parent: str | None = None,
+                  tags: dict[str, str] | None = None) -> str:
+        tags = dict(tags or {})
+        if parent:
+            tags["mlflow.parentRunId"] = parent
+        with self.guard("create run"):
+            return self.client.create_run(experiment_id, run_name=run_name, tags=tags).info.run_id
+
+    def log_params(self, run_id: str, params: dict[str, Any]) -> None:
+        from mlflow.entities import Param
+
+        items = [Param(k, str(v)[:6000]) for k, v in params.items()]
+        with self.guard("log params"):
+            for i in range(0, len(items), 100):
+                self.client.log_batch(run_id, params=items[i:i + 100])
+
+    def log_metrics(self, run_id: str, metrics: list[tuple[str, float, int, int | None]]) -> None:
+        """(key, value, step, timestamp_ms or None) rows; non-finite values are skipped."""
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        rows = [Metric(k, float(v), ts if ts is not None else now, int(step))
+                for k, v, step, ts in metrics if v is not None and v == v and abs(float(v)) != float("inf")]
+        with self.guard("log metrics"):
+            for i in range(0, len(rows), 500):
+                self.client.log_batch(run_id, metrics=rows[i:i + 500])
+
+    def set_tags(self, run_id: str, tags: dict[str, Any]) -> None:
+        from mlflow.entities import RunTag
+
+        with self.guard("set run tags"):
+            self.client.log_batch(run_id, tags=[RunTag(k, str(v)[:5000]) for k, v in tags.items()])
+
+    def log_artifact(self, run_id: str, path: Path, artifact_path: str | None = None) -> None:
+        with self.guard(f"upload artifact {Path(path).name}"):
+            self.client.log_artifact(run_id, str(path), artifact_path)
+
+    def end_run(self, run_id: str, status: str = "FINISHED") -> None:
+        with self.guard("end run"):
+            self.client.set_terminated(run_id, status)
+
+    def find_run(self, experiment_id: str, tag: str, value: str) -> str | None:
+        with self.guard("search runs"):
+            runs = self.client.search_runs([experiment_id], filter_string=f"tags.`{tag}` = '{value}'",
+                                           max_results=1, order_by=["attributes.start_time ASC"])
+        return runs[0].info.run_id if runs else None
+
+    def run_tags(self, run_id: str) -> dict[str, str]:
+        with self.guard("get run"):
+            return dict(self.client.get_run(run_id).data.tags)
+
+    # -- model artifacts ---------------------------------------------------------------------------
+    def log_model(self, run_id: str, model: Any, meta: dict[str, Any]) -> str:
+        """Pickle the fitted model as artifact model/model.pkl (+ meta.json); returns its source URI."""
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = Path(tmp) / "model"
+            folder.mkdir()
+            with (folder / "model.pkl").open("wb") as out:
+                pickle.dump(model, out, protocol=pickle.HIGHEST_PROTOCOL)
+            (folder / "meta.json").write_text(json.dumps(meta, indent=2, default=str))
+            with self.guard("upload model"):
+                self.client.log_artifacts(run_id, str(folder), "model")
+                return self.client.get_run(run_id).info.artifact_uri.rstrip("/") + "/model"
+
+    def load_pickle(self, run_id: str) -> Any:
+        with tempfile.TemporaryDirectory() as tmp, self.guard("download model"):
+            local = self.client.download_artifacts(run_id, "model/model.pkl", tmp)
+            with open(local, "rb") as handle:
+                return pickle.load(handle)  # our own artifact, from our own store
+
+    # -- registry ------------------------------------------------------------------------------------
+    def ensure_registered(self, name: str) -> None:
+        with self.guard(f"registered model {name}"):
+            try:
+                self.client.get_registered_model(name)
+            except Exception as exc:  # noqa: BLE001
+                if "RESOURCE_DOES_NOT_EXIST" not in str(getattr(exc, "error_code", "")) + str(exc):
+                    raise
+                try:
+                    self.client.create_registered_model(name, description="headroom demand forecaster")
+                except Exception:  # noqa: BLE001 - created concurrently
+                    self.client.get_registered_model(name)
+
+    def create_version(self, name: str, source: str, run_id: str, tags: dict[str, Any]) -> str:
+        self.ensure_registered(name)
+        with self.guard(f"create a version of {name}"):
+            mv = self.client.create_model_version(name, source, run_id=run_id,
+                                                  tags={k: str(v) for k, v in tags.items()})
+            return str(mv.version)
+
+    def set_version_tags(self, name: str, version: str, tags: dict[str, Any]) -> None:
+        with self.guard(f"tag {name} v{version}"):
+            for k, v in tags.items():
+                self.client.set_model_version_tag(name, version, k, str(v))
+
+    def champion(self, name: str):
+        """The champion ModelVersion of registered model `name`, or None."""
+        with self.guard(f"read alias {CHAMPION} of {name}"):
+            try:
+                return self.client.get_model_version_by_alias(name, CHAMPION)
+            except Exception as exc:  # noqa: BLE001
+                from mlflow.exceptions import MlflowException
+
+                if isinstance(exc, MlflowException) and exc.error_code in ("RESOURCE_DOES_NOT_EXIST",
+                                                                            "INVALID_PARAMETER_VALUE", "NOT_FOUND"):
+                    return None
+                raise
+
+    def promote(self, name: str, version: str) -> None:
+        with self.guard(f"set alias {CHAMPION} of {name}"):
+            self.client.set_registered_model_alias(name, CHAMPION, version)
+
+    # -- locking ---------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def lock(self, series: str, ttl_seconds: float = 7200.0) -> Iterator[None]:
+        if self.is_sqlite:
+            with self._file_lock(series):
+                yield
+        else:
+            with self._lease(series, ttl_seconds):
+                yield
+
+    @contextlib.contextmanager
+    def _file_lock(self, series: str) -> Iterator[None]:
+        import fcntl
+
+        folder = self.sqlite_dir / ".headroom-locks"
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{series}.lock"
+        handle = path.open("a+")
+        try:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.seek(0)
+                raise TrainingLocked(f"series {series!r} is being trained by another process "
+                                     f"(lock {path}: {handle.read().strip() or 'held'})") from None
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%FT%TZ', time.gmtime())}\n")
+            handle.flush()
+            yield
+        finally:
+            handle.close()  # closing releases the flock
+
+    @contextlib.contextmanager
+    def _lease(self, series: str, ttl_seconds: float) -> Iterator[None]:
+        name = f"headroom-lock-{series}"
+        owner = f"{socket.gethostname()}:{os.getpid()}:{time.time_ns()}"
+        expires = time.time() + ttl_seconds
+        with self.guard(f"take lease {name}"):
+            for attempt in range(2):
+                try:
+                    self.client.create_registered_model(
+                        name, tags={"owner": owner, "expires": f"{expires:.3f}"},
+                        description="headroom training lease (delete to break)")
+                    break
+                except Exception as exc:  # noqa: BLE001
+                    if "ALREADY_EXISTS" not in str(getattr(exc, "error_code", "")) + str(exc) or attempt:
+                        if attempt:
+                            raise TrainingLocked(f"series {series!r} lease {name} was taken concurrently") from None
+                        raise
+                    held = self.client.get_registered_model(name).tags
+                    if float(held.get("expires", "0")) > time.time():
+                        raise TrainingLocked(f"series {series!r} is being trained by {held.get('owner')} "
+                                             f"(lease {name} until {held.get('expires')})") from None
+                    self.client.delete_registered_model(name)  # stale: its trainer died
+        try:
+            yield
+        finally:
+            with contextlib.suppress(Exception):
+                if self.client.get_registered_model(name).tags.get("owner") == owner:
+                    self.client.delete_registered_model(name)
