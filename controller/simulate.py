@@ -28,7 +28,7 @@ POLICIES = ("forecast", "static", "reactive", "seasonal-naive", "oracle")
 
 @dataclass(frozen=True)
 class SimSettings:
-    target_quantile: float = 0.5
+    target_quantile: float = 0.3  # low on purpose: the warm rise buffer and reclaim cover the rest
     headroom_quantile: float = 0.99
     lead_time_seconds: float = 900.0
     warmup_seconds: float = 180.0
@@ -42,6 +42,8 @@ class SimSettings:
     history_statistic: str = "max"  # hourly statistic the forecaster sees: "max" or "mean"
     backlog_job_gpus: tuple[int, ...] = (1, 1, 2, 4, 8)
     backlog_job_hours: tuple[float, float] = (1.0, 8.0)
+    # forecast policy: warm GPUs kept above observed demand, this quantile of the history's step-to-step rises
+    rise_quantile: float | None = 0.75
     admit_lookahead: bool = False  # True: keep GPUs a known ramp-up needs within a checkpoint interval free
     seed: int = 0
 
@@ -262,6 +264,9 @@ def simulate(
     preempted = violations = planned = 0
     alloc_sum = 0
     recent = np.zeros(hold + 1, np.int64)
+    rises = np.diff(need[:e0])
+    rises = rises[rises > 0]
+    buffer = int(np.ceil(np.quantile(rises, s.rise_quantile))) if policy == "forecast" and s.rise_quantile and rises.size else 0
 
     def arrive(t, g, delay):
         # GPUs granted at the start of step t serve once `delay` seconds have passed
@@ -288,7 +293,7 @@ def simulate(
         warm += warm_ready[t]
         train = int(J.gpus[running].sum()) if running.size else 0
         recent[t % (hold + 1)] = nd[t]
-        desired = max(res_l[t], int(recent.max()))
+        desired = min(max(res_l[t], int(recent.max()) + buffer), gpus)
         if desired > alloc:
             want = desired - alloc
             idle = gpus - alloc - train
