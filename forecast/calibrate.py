@@ -1,33 +1,81 @@
-"""Conformal quantiles from rolling-origin residuals.
+"""Conformal quantiles from rolling-origin backtest residuals.
 
-Residuals are scaled by the forecast level, r = (y - f) / (f + c), with c a
-tenth of the series' mean so near-zero night hours do not blow up: diurnal
-demand errs in proportion to its level, so one scaled distribution fits both
-the night floor and the business-hours peak. The level q of r comes with the
-finite-sample conformal correction, so an 80% interval covers at least ~80%
-when the future behaves like the recent past.
+A model's own intervals are rough guesses. Here we refit it at a few origins
+inside the history (each fit sees only data before its origin), collect the
+residuals actual - point of the next `horizon` hours, and use their empirical
+quantiles as offsets around the final point forecast. Residuals are divided by
+the level of the week before their origin so they transfer across growth.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+import copy
+from collections.abc import Callable, Sequence
+from typing import Self
 
 import numpy as np
+import pandas as pd
+
+from forecast.base import Forecaster, future_index, quantile_frame
+
+DAY, WEEK = 24, 168
 
 
-class ResidualCalibrator:
-    def __init__(self, actuals: np.ndarray, points: np.ndarray, level_offset: float):
-        """actuals/points: (folds, horizon) arrays from backtests that used only past data."""
-        self.offset = max(float(level_offset), 1e-9)
-        scaled = (actuals - points) / (np.clip(points, 0.0, None) + self.offset)
-        self.scaled = scaled[np.isfinite(scaled)]
+def origins(n: int, horizon: int, folds: int, step: int, min_train: int = 2 * DAY) -> list[int]:
+    """The last `folds` origins `step` apart (oldest first) that leave `horizon` points to score."""
+    last = n - horizon
+    return [o for o in (last - step * k for k in range(folds - 1, -1, -1)) if o >= min_train]
 
-    def quantiles(self, point: np.ndarray, quantiles: Sequence[float]) -> np.ndarray:
-        """(horizon, len(quantiles)) calibrated quantiles around the point path."""
-        n = len(self.scaled)
-        if n == 0:
-            return np.repeat(point[:, None], len(quantiles), axis=1)
-        # Conformal correction: widen each tail by the (n+1)/n factor.
-        levels = np.clip(0.5 + (np.asarray(quantiles) - 0.5) * (n + 1) / n, 0.0, 1.0)
-        offsets = np.quantile(self.scaled, levels)
-        level = np.clip(point, 0.0, None) + self.offset
-        return point[:, None] + offsets[None, :] * level[:, None]
+
+def level(history: np.ndarray) -> float:
+    """Scale for residuals: mean demand of the last week (1.0 for an all-zero or empty window)."""
+    recent = history[-WEEK:]
+    recent = recent[np.isfinite(recent)]
+    value = float(recent.mean()) if len(recent) else 0.0
+    return value if value > 0 else 1.0
+
+
+def point_forecast(make: Callable[[], Forecaster], history: pd.Series, horizon: int) -> np.ndarray:
+    return make().fit(history).predict(horizon, [0.5]).to_numpy()[:, 0]
+
+
+def scaled_residuals(history: pd.Series, points: np.ndarray, fold_origins: Sequence[int]) -> np.ndarray:
+    """(actual - point) / level per fold and step; NaN where the actual is missing."""
+    values = history.to_numpy(dtype=float)
+    horizon = points.shape[1] if points.ndim == 2 else 0
+    return np.array([(values[o:o + horizon] - p) / level(values[:o]) for o, p in zip(fold_origins, points)])
+
+
+def conformal_values(point: np.ndarray, residuals: np.ndarray, scale: float, quantiles: Sequence[float]) -> np.ndarray:
+    """Point plus the empirical residual quantiles (finite-sample widened), one column per quantile."""
+    r = residuals[np.isfinite(residuals)]
+    if len(r) == 0:
+        return np.repeat(point[:, None], len(quantiles), axis=1)
+    # Split-conformal correction: widen each tail by a factor (n+1)/n.
+    levels = np.clip(0.5 + (np.asarray(quantiles, dtype=float) - 0.5) * (len(r) + 1) / len(r), 0.0, 1.0)
+    return point[:, None] + scale * np.quantile(r, levels)[None, :]
+
+
+class Calibrated:
+    """Any model with conformal quantiles from `folds` inner rolling origins `step` hours apart."""
+
+    def __init__(self, model: Forecaster, horizon: int = DAY, folds: int = 7, step: int = DAY):
+        self.model, self.horizon, self.folds, self.step = model, horizon, folds, step
+        self.name = f"cal({model.name})"
+
+    def fit(self, history: pd.Series) -> Self:
+        make = lambda: copy.deepcopy(self.model)  # noqa: E731 - a fresh unfitted copy per fold
+        fold_origins = origins(len(history), self.horizon, self.folds, self.step)
+        points = np.array([point_forecast(make, history.iloc[:o], self.horizon) for o in fold_origins])
+        self.residuals_ = scaled_residuals(history, points.reshape(len(fold_origins), self.horizon), fold_origins)
+        self.history_ = history
+        self.fitted_ = make().fit(history)
+        self.fallback_reason = getattr(self.fitted_, "fallback_reason", None)
+        return self
+
+    def predict(self, horizon: int, quantiles: Sequence[float]) -> pd.DataFrame:
+        if not np.isfinite(self.residuals_).any():  # too short to calibrate: the model's own intervals
+            return self.fitted_.predict(horizon, quantiles)
+        point = self.fitted_.predict(horizon, [0.5]).to_numpy()[:, 0]
+        scale = level(self.history_.to_numpy(dtype=float))
+        values = conformal_values(point, self.residuals_, scale, quantiles)
+        return quantile_frame(future_index(self.history_, horizon), values, quantiles)

@@ -109,14 +109,13 @@ class SeasonalProfile(PointModel):
 
     Robust to one-off bursts (median) and to slow growth (the level ratio).
     """
-    name = "profile"
-
-    def __init__(self, weeks: int = 4):
-        self.weeks = weeks
+    def __init__(self, cycles: int = 4, period: int = WEEK):
+        self.cycles, self.period = cycles, period
+        self.name = "profile" if period == WEEK else "profile24"
 
     def _fit(self, values):
-        period = WEEK if len(values) >= 2 * WEEK else DAY
-        n = min(self.weeks, len(values) // period)
+        period = self.period if len(values) >= 2 * self.period else DAY
+        n = min(self.cycles, len(values) // period)
         if n < 1:
             raise ValueError("shorter than one day")
         cycles = values[len(values) - n * period:].reshape(n, period)
@@ -181,7 +180,6 @@ class GradientBoosting(PointModel):
     """
     name = "gbm"
     LAGS = (WEEK, 2 * WEEK, DAY * 8)
-    min_points = 3 * WEEK
 
     def _features(self, values: np.ndarray, index: pd.DatetimeIndex, positions: np.ndarray) -> np.ndarray:
         columns = [index.hour.to_numpy(), index.day_of_week.to_numpy()]
@@ -192,11 +190,11 @@ class GradientBoosting(PointModel):
         from sklearn.ensemble import HistGradientBoostingRegressor
 
         start = max(self.LAGS)
-        if len(values) < self.min_points:
+        if len(values) < start + WEEK:
             raise ValueError("needs three weeks of history")
         positions = np.arange(start, len(values))
         index = self.history_.index[positions]
-        self.model_ = HistGradientBoostingRegressor(loss="absolute_error", max_iter=150, learning_rate=0.08,
+        self.model_ = HistGradientBoostingRegressor(loss="absolute_error", max_iter=50, learning_rate=0.15,
                                                     categorical_features=[0, 1], random_state=0)
         self.model_.fit(self._features(values, index, positions), values[positions])
 
@@ -236,6 +234,7 @@ MODELS: dict[str, Callable[[], Forecaster]] = {
     "snaive24": lambda: SeasonalNaive(DAY),
     "snaive168": lambda: SeasonalNaive(WEEK),
     "profile": SeasonalProfile,
+    "profile24": lambda: SeasonalProfile(cycles=7, period=DAY),
     "ets": HoltWinters,
     "mstl": MSTLModel,
     "gbm": GradientBoosting,
