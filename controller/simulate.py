@@ -239,6 +239,7 @@ def simulate(
         J = _Jobs([], [], [], [])
     backlog = jobs is None
     warm_steps = math.ceil(s.warmup_seconds / step - 1e-9)
+    max_delay_steps = math.ceil((hi + s.warmup_seconds) / step)  # latest a granted GPU can start serving
     ci = s.checkpoint_interval_seconds
     hold = max(int(s.scale_in_delay_seconds // step), 0)
     deadline = s.reclaim_deadline_seconds
@@ -252,8 +253,8 @@ def simulate(
     admit_guard = ahead_max(max(ckpt_steps, warm_steps + 1) if s.admit_lookahead else warm_steps + 1).tolist()
     res_l, head_l, nd_l, u_l = res.tolist(), head.tolist(), nd.tolist(), u.tolist()
     alloc = 0  # GPUs held by inference (warm or warming)
-    warm_ready = np.zeros(n + 64, np.int64)  # GPUs serving from the start of each step on
-    partial = np.zeros(n + 64)  # GPU-fractions of a step served by GPUs that warm up inside it
+    warm_ready = np.zeros(n + max_delay_steps + 2, np.int64)  # GPUs serving from the start of each step on
+    partial = np.zeros(n + max_delay_steps + 2)  # GPU-fractions of a step served by GPUs that warm up inside it
     warm = 0
     running = np.zeros(0, np.int64)
     waiting: list[int] = []
@@ -323,7 +324,7 @@ def simulate(
         elif desired < alloc:
             drop = alloc - desired
             # release GPUs still warming first, then warm replicas
-            for k in range(t + 1, t + 1 + warm_steps + 4):
+            for k in range(t + 1, t + 2 + max_delay_steps):
                 d = min(drop, warm_ready[k])
                 if d:
                     partial[k - 1] -= partial[k - 1] * d / warm_ready[k]

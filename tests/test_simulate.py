@@ -2,7 +2,6 @@ import json
 
 import numpy as np
 import pandas as pd
-import pytest
 
 from controller.simulate import SimSettings, simulate
 from controller.tune import plot_tradeoff, tune
