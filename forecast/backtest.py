@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from forecast.base import Forecaster, future_index, quantile_frame
-from forecast.calibrate import DAY, conformal_values, level, origins, point_forecast, scaled_residuals
+from forecast.calibrate import DAY, conformal_values, origins, point_forecast, scaled_residuals
 from forecast.metrics import coverage, mase, pinball, seasonal_scale, smape
 from forecast.models import MODELS, Ensemble
 
@@ -35,7 +35,7 @@ class AutoForecaster:
     origins `step` hours apart, all inside the history given to `fit`.
     """
 
-    def __init__(self, candidates: Sequence[str] | str = DEFAULT, horizon: int = DAY, folds: int = 4,
+    def __init__(self, candidates: Sequence[str] | str = DEFAULT, horizon: int = DAY, folds: int = 14,
                  step: int = DAY, top_k: int = 3):
         self.candidates = FAST if candidates == "fast" else tuple(candidates)
         self.horizon, self.folds, self.step, self.top_k = horizon, folds, step, top_k
@@ -74,8 +74,7 @@ class AutoForecaster:
         if not np.isfinite(self.residuals_).any():  # too short to calibrate: the model's own intervals
             return self.model_.predict(horizon, quantiles)
         point = self.model_.predict(horizon, [0.5]).to_numpy()[:, 0]
-        scale = level(self.history_.to_numpy(dtype=float))
-        values = conformal_values(point, self.residuals_, scale, quantiles)
+        values = conformal_values(point, self.residuals_, self.history_.to_numpy(dtype=float), quantiles)
         return quantile_frame(future_index(self.history_, horizon), values, quantiles)
 
 
@@ -105,7 +104,7 @@ def score_fold(actual: np.ndarray, frame: pd.DataFrame, scale: float) -> dict[st
             "coverage_80": coverage(actual, q[0.1], q[0.9]), "coverage_90": coverage(actual, q[0.05], q[0.95])}
 
 
-def backtest(history: pd.Series, horizon: int = DAY, folds: int = 7, step: int = DAY,
+def backtest(history: pd.Series, horizon: int = DAY, folds: int = 14, step: int = DAY,
              models: Sequence[str] | None = None, quantiles: Sequence[float] = SCORED_QUANTILES,
              progress: Callable[..., None] | None = None) -> BacktestResult:
     """Score each model, and the honest AutoForecaster (key "auto"), over `folds` rolling origins."""

@@ -3,8 +3,9 @@
 A model's own intervals are rough guesses. Here we refit it at a few origins
 inside the history (each fit sees only data before its origin), collect the
 residuals actual - point of the next `horizon` hours, and use their empirical
-quantiles as offsets around the final point forecast. Residuals are divided by
-the level of the week before their origin so they transfer across growth.
+quantiles as offsets around the final point forecast. Residuals are relative to
+the forecast level (plus a floor of a fifth of the last week's mean), so they
+transfer across growth and widen at the peaks where demand errs most.
 """
 from __future__ import annotations
 
@@ -42,17 +43,23 @@ def scaled_residuals(history: pd.Series, points: np.ndarray, fold_origins: Seque
     """(actual - point) / level per fold and step; NaN where the actual is missing."""
     values = history.to_numpy(dtype=float)
     horizon = points.shape[1] if points.ndim == 2 else 0
-    return np.array([(values[o:o + horizon] - p) / level(values[:o]) for o, p in zip(fold_origins, points)])
+    return np.array([(values[o:o + horizon] - p) / _spread_scale(p, values[:o]) for o, p in zip(fold_origins, points)])
 
 
-def conformal_values(point: np.ndarray, residuals: np.ndarray, scale: float, quantiles: Sequence[float]) -> np.ndarray:
+def _spread_scale(point: np.ndarray, history: np.ndarray) -> np.ndarray:
+    # Demand errs in proportion to its level; the floor keeps near-zero night hours from blowing up.
+    return np.clip(point, 0.0, None) + 0.2 * level(history)
+
+
+def conformal_values(point: np.ndarray, residuals: np.ndarray, history: np.ndarray,
+                     quantiles: Sequence[float]) -> np.ndarray:
     """Point plus the empirical residual quantiles (finite-sample widened), one column per quantile."""
     r = residuals[np.isfinite(residuals)]
     if len(r) == 0:
         return np.repeat(point[:, None], len(quantiles), axis=1)
     # Split-conformal correction: widen each tail by a factor (n+1)/n.
     levels = np.clip(0.5 + (np.asarray(quantiles, dtype=float) - 0.5) * (len(r) + 1) / len(r), 0.0, 1.0)
-    return point[:, None] + scale * np.quantile(r, levels)[None, :]
+    return point[:, None] + _spread_scale(point, history)[:, None] * np.quantile(r, levels)[None, :]
 
 
 class Calibrated:
@@ -76,6 +83,5 @@ class Calibrated:
         if not np.isfinite(self.residuals_).any():  # too short to calibrate: the model's own intervals
             return self.fitted_.predict(horizon, quantiles)
         point = self.fitted_.predict(horizon, [0.5]).to_numpy()[:, 0]
-        scale = level(self.history_.to_numpy(dtype=float))
-        values = conformal_values(point, self.residuals_, scale, quantiles)
+        values = conformal_values(point, self.residuals_, self.history_.to_numpy(dtype=float), quantiles)
         return quantile_frame(future_index(self.history_, horizon), values, quantiles)

@@ -1,0 +1,102 @@
+"""Rolling-origin backtest: no look-ahead, gaps not scored, JSON shape, honest coverage, fallbacks."""
+import json
+import logging
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from forecast import models
+from forecast.backtest import METRICS, AutoForecaster, backtest
+from forecast.base import check_quantile_frame
+
+FAST = ["snaive24", "snaive168", "profile", "profile24"]
+
+
+def demand(weeks: int = 5, noise: float = 5.0, seed: int = 1) -> pd.Series:
+    rng = np.random.default_rng(seed)
+    index = pd.date_range("2026-01-05", periods=weeks * 168, freq="h", tz="UTC")
+    t = np.arange(len(index))
+    values = 100 + 40 * np.sin(2 * np.pi * t / 24) + 20 * (index.day_of_week < 5) + rng.normal(0, noise, len(t))
+    return pd.Series(values, index=index, name="synthetic")
+
+
+def test_changing_data_after_a_fold_leaves_that_fold_unchanged():
+    series = demand()
+    first = backtest(series, folds=3, models=FAST).per_fold
+    origin = pd.Timestamp(first[0]["origin"])
+    changed = series.copy()
+    changed[changed.index >= origin + pd.Timedelta(hours=24)] *= 3.0  # after the first fold's horizon
+    again = backtest(changed, folds=3, models=FAST).per_fold
+    before = [r for r in first if r["origin"] == first[0]["origin"]]
+    after = [r for r in again if r["origin"] == first[0]["origin"]]
+    assert [r["model"] for r in before] == [r["model"] for r in after] and "auto" in {r["model"] for r in before}
+    for a, b in zip(before, after):
+        assert {k: a[k] for k in METRICS if k != "fit_seconds"} == {k: b[k] for k in METRICS if k != "fit_seconds"}
+
+
+def test_models_only_see_data_before_the_origin(monkeypatch):
+    seen = []
+
+    class Spy(models.SeasonalNaive):
+        def fit(self, history):
+            seen.append(history.index[-1])
+            return super().fit(history)
+
+    monkeypatch.setitem(models.MODELS, "spy", lambda: Spy(24))
+    result = backtest(demand(), folds=3, models=["spy"])  # auto never picks "spy": only the folds fit it
+    origins = sorted({pd.Timestamp(r["origin"]) for r in result.per_fold})
+    assert seen == [o - pd.Timedelta(hours=1) for o in origins]
+
+
+def test_missing_actuals_are_not_scored():
+    series = demand()
+    series.iloc[-24:] = np.nan  # the whole last fold is a gap
+    series.iloc[-48:-40] = np.nan  # part of the one before
+    result = backtest(series, folds=3, models=FAST)
+    rows = {r["origin"]: r for r in result.per_fold if r["model"] == "snaive24"}
+    last, middle = (rows[k] for k in sorted(rows)[-1:-3:-1])
+    assert np.isnan(last["mase"]) and np.isnan(last["coverage_80"])
+    assert np.isfinite(middle["mase"]) and round(middle["coverage_80"] * 16) == middle["coverage_80"] * 16
+    assert np.isfinite(result.models["snaive24"]["mase"])
+
+
+def test_json_shape():
+    payload = backtest(demand(), folds=2, models=FAST).to_json()
+    json.dumps(payload)
+    assert set(payload) == {"history", "horizon", "folds", "selected", "models"}
+    assert payload["horizon"] == 24 and payload["folds"] == 2 and payload["history"] == "synthetic"
+    assert set(payload["models"]) == {*FAST, "auto"}
+    assert all(set(m) == set(METRICS) for m in payload["models"].values())
+    assert payload["selected"] in {*FAST} or payload["selected"].startswith("mean(")
+
+
+def test_auto_intervals_cover_near_nominal_on_known_noise():
+    # Stationary cycle + Gaussian noise: the conformal intervals should be honest.
+    result = backtest(demand(weeks=8, noise=10.0), folds=14, models=FAST)
+    auto = result.models["auto"]
+    assert abs(auto["coverage_80"] - 0.8) <= 0.1 and abs(auto["coverage_90"] - 0.9) <= 0.08
+
+
+def test_failing_model_falls_back_to_seasonal_naive(monkeypatch, caplog):
+    class Broken(models.HoltWinters):
+        def _fit(self, values):
+            raise RuntimeError("optimizer diverged")
+
+    monkeypatch.setitem(models.MODELS, "broken", Broken)
+    series = demand(weeks=2)
+    with caplog.at_level(logging.WARNING):
+        fitted = models.MODELS["broken"]().fit(series)
+        frame = fitted.predict(24, [0.1, 0.5, 0.9])
+    check_quantile_frame(frame, 24, [0.1, 0.5, 0.9])
+    assert "optimizer diverged" in fitted.fallback_reason and "falling back" in caplog.text
+    np.testing.assert_allclose(frame[0.5].to_numpy(), series.iloc[-24:].to_numpy())
+    assert np.isfinite(backtest(series, folds=2, models=["broken", "snaive24"]).models["broken"]["mase"])
+
+
+@pytest.mark.parametrize("horizon", [24, 48])
+def test_auto_selects_from_pre_origin_data_only(horizon):
+    series = demand()
+    auto = AutoForecaster("fast", horizon=horizon, folds=3).fit(series.iloc[:-horizon])
+    assert auto.name.startswith("auto(") and set(auto.scores_) >= set(FAST)
+    check_quantile_frame(auto.predict(horizon, [0.05, 0.5, 0.95]), horizon, [0.05, 0.5, 0.95])
