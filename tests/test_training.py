@@ -1,0 +1,213 @@
+"""Training pipeline against REAL MLflow stores: a sqlite store in tmp, and a real `mlflow server`."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from forecast.base import future_index, quantile_frame
+from forecast.models import MODELS
+from tests.mlflow_server import MlflowServer, free_port
+from training.pipeline import TrainingError, TrainSettings, load_champion, train_series
+from training.realized import ForecastLog, log_realized
+from training.tracking import Tracker, TrackingError, TrainingLocked
+
+ROOT = Path(__file__).resolve().parents[1]
+FAST = TrainSettings(horizon=24, folds=2, step=24, candidates=("snaive24",), quantiles=(0.1, 0.5, 0.9),
+                     promotion_margin=0.05)
+
+
+def demand(days: int = 9, seed: int = 3) -> pd.Series:
+    idx = pd.date_range("2026-03-02", periods=24 * days, freq="h", tz="UTC")
+    hours = np.arange(len(idx))
+    rng = np.random.default_rng(seed)
+    return pd.Series(100 + 60 * np.sin(hours * 2 * np.pi / 24) + rng.normal(0, 2, len(idx)), index=idx)
+
+
+class Flat:
+    """A deliberately poor model: the history mean, a fixed +-20% band."""
+    name = "flat"
+
+    def fit(self, history):
+        self.history_, self.level_ = history, float(np.nanmean(history))
+        return self
+
+    def predict(self, horizon, quantiles):
+        values = np.array([[self.level_ * (0.8 + 0.4 * q) for q in quantiles]] * horizon)
+        return quantile_frame(future_index(self.history_, horizon), values, quantiles)
+
+
+class Broken(Flat):
+    name = "broken"
+
+    def fit(self, history):
+        raise RuntimeError("numerical disaster")
+
+
+FACTORIES = {**MODELS, "flat": Flat, "broken": Broken}
+
+
+def settings(**kw) -> TrainSettings:
+    return TrainSettings(**{**FAST.__dict__, **kw})
+
+
+def client(uri: str):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=uri, registry_uri=uri)
+
+
+def champion_version(uri: str, series: str) -> str:
+    return str(client(uri).get_model_version_by_alias(f"headroom-{series}", "champion").version)
+
+
+def load_in_new_process(series: str, uri: str) -> str:
+    code = ("import sys; from training.pipeline import load_champion; "
+            f"m = load_champion({series!r}, {uri!r}); f = m.predict(24, [0.1, 0.5, 0.9]); "
+            "print(m.headroom_meta['version'], m.headroom_meta['headroom.model'], f.shape[0])")
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    out = subprocess.run([sys.executable, "-c", code], cwd="/", env={**env, "PYTHONPATH": str(ROOT)},
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="module")
+def sqlite_uri(tmp_path_factory) -> str:
+    return f"sqlite:///{tmp_path_factory.mktemp('store') / 'mlflow.db'}"
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory):
+    server = MlflowServer(tmp_path_factory.mktemp("mlflow-server"))
+    try:
+        server.start()
+    except RuntimeError as exc:
+        pytest.skip(f"no mlflow server: {exc}")
+    yield server
+    server.stop()
+
+
+def test_promotion_margin_and_tags(sqlite_uri):
+    tracker, series = Tracker(sqlite_uri), demand()
+    first = train_series("svc", series, settings(candidates=("flat",)), tracker, factories=FACTORIES)
+    assert first.promoted and first.reason == "no champion yet" and first.version == "1"
+    better = train_series("svc", series, settings(candidates=("flat", "snaive24")), tracker, factories=FACTORIES)
+    assert better.selected == "snaive24" and better.promoted, better.reason
+    assert "beats champion v1" in better.reason and better.champion_score > better.score
+    same = train_series("svc", series, settings(), tracker, factories=FACTORIES)
+    assert not same.promoted and "does not beat champion v2" in same.reason
+    assert same.champion_score == pytest.approx(same.score)  # champion re-scored on the same folds
+    assert champion_version(sqlite_uri, "svc") == "2"
+    tags = client(sqlite_uri).get_model_version("headroom-svc", same.version).tags
+    assert tags["headroom.promoted"] == "false" and "margin 0.05" in tags["headroom.reason"]
+    run = client(sqlite_uri).get_run(better.run_id)
+    assert run.data.params["model"] == "snaive24" and len(run.data.params["history_sha256"]) == 64
+    assert {"flat.mase", "snaive24.mase", "mase", "coverage_80"} <= set(run.data.metrics)
+    assert len(client(sqlite_uri).get_metric_history(better.run_id, "fold_mase")) == 2
+    artifacts = {a.path for a in client(sqlite_uri).list_artifacts(better.run_id)}
+    assert {"backtest.csv", "backtest_folds.csv", "forecast_vs_actual.png", "model"} <= artifacts
+    children = client(sqlite_uri).search_runs([better.experiment_id],
+                                              f"tags.`mlflow.parentRunId` = '{better.run_id}'")
+    assert sorted(r.info.run_name for r in children) == ["flat", "snaive24"]
+    assert load_in_new_process("svc", sqlite_uri) == "2 snaive24 24"
+
+
+def test_pinball_objective(sqlite_uri):
+    result = train_series("pin", demand(), settings(objective="pinball", target_quantile=0.9,
+                                                    candidates=("flat", "snaive24")),
+                          Tracker(sqlite_uri), factories=FACTORIES)
+    assert result.objective == "pinball_90" and result.selected == "snaive24"
+
+
+def test_failed_training_keeps_champion(sqlite_uri):
+    tracker = Tracker(sqlite_uri)
+    train_series("keep", demand(), settings(), tracker, factories=FACTORIES)
+    with pytest.raises(TrainingError, match="every candidate failed"):
+        train_series("keep", demand(), settings(candidates=("broken",)), tracker, factories=FACTORIES)
+    assert champion_version(sqlite_uri, "keep") == "1"
+    failed = client(sqlite_uri).search_runs([client(sqlite_uri).get_experiment_by_name("headroom/keep").experiment_id],
+                                            "attributes.status = 'FAILED' and tags.`headroom.kind` = 'training'")
+    assert len(failed) == 1 and "every candidate failed" in failed[0].data.tags["headroom.error"]
+    assert load_champion("keep", sqlite_uri).predict(24, [0.5]).shape == (24, 1)
+
+
+def test_lock_prevents_concurrent_training(sqlite_uri):
+    tracker = Tracker(sqlite_uri)
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        with Tracker(sqlite_uri).lock("busy"):
+            held.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    try:
+        assert held.wait(30)
+        with pytest.raises(TrainingLocked, match="busy"):
+            train_series("busy", demand(), settings(), tracker, factories=FACTORIES)
+    finally:
+        release.set()
+        thread.join()
+    assert train_series("busy", demand(), settings(), tracker, factories=FACTORIES).promoted
+
+
+def test_realized_accuracy_history_and_drift(sqlite_uri, tmp_path):
+    tracker, truth = Tracker(sqlite_uri), demand(days=12)
+    train_series("acc", truth.iloc[:24 * 8], settings(), tracker, factories=FACTORIES)
+    model = load_champion("acc", sqlite_uri)
+    log = ForecastLog(tmp_path / "forecasts")
+    issues = truth.index[24 * 8::6][:8]  # 8 forecasts, 6 h apart
+    for issued in issues:
+        log.record("acc", issued, model.fit(truth[truth.index < issued]).predict(24, [0.1, 0.5, 0.9]))
+    forecasts = log.load("acc")
+    assert len(forecasts) == 8
+    actuals = truth.iloc[:24 * 10]
+    errors, events = log_realized("acc", forecasts, actuals, tracker, factor=3.0, window=4)
+    assert not events
+    run_id = client(sqlite_uri).search_runs(
+        [client(sqlite_uri).get_experiment_by_name("headroom/acc").experiment_id], "tags.`headroom.kind` = 'accuracy'")[0].info.run_id
+    hist = client(sqlite_uri).get_metric_history(run_id, "scaled_error_1h")
+    assert len(hist) == (errors["horizon"] == 1).sum() == 8
+    assert [m.step for m in hist] == sorted(int(t.timestamp() // 3600) for t in errors[errors.horizon == 1]["target"])
+    assert len(client(sqlite_uri).get_metric_history(run_id, "inside_80_24h")) == (errors["horizon"] == 24).sum()
+    # Demand triples: realized error blows past 3x the backtest MASE -> drift, logged once per new target.
+    shifted = truth.copy()
+    shifted.iloc[24 * 8 + 12:] *= 3
+    errors2, events = log_realized("acc", forecasts, shifted, tracker, factor=3.0, window=4)
+    assert events and events[0].horizon in (1, 6, 24) and "retrain recommended" in events[0].message
+    assert client(sqlite_uri).get_run(run_id).data.tags["headroom.retrain_recommended"] == "true"
+    n24 = (errors2["horizon"] == 24).sum()
+    assert len(client(sqlite_uri).get_metric_history(run_id, "scaled_error_24h")) == n24
+    log_realized("acc", forecasts, shifted, tracker, factor=3.0, window=4)  # idempotent
+    assert len(client(sqlite_uri).get_metric_history(run_id, "scaled_error_24h")) == n24
+
+
+def test_unreachable_server_is_a_tracking_error():
+    uri = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(TrackingError, match=uri.replace(".", r"\.")):
+        Tracker(uri).connect()
+    with pytest.raises(TrackingError, match="unreachable"):
+        train_series("svc", demand(), settings(), Tracker(uri), factories=FACTORIES)
+
+
+def test_real_server_promotion_load_and_lease(mlflow_server):
+    uri, tracker = mlflow_server.uri, Tracker(mlflow_server.uri)
+    first = train_series("srv", demand(), settings(candidates=("flat",)), tracker, factories=FACTORIES)
+    better = train_series("srv", demand(), settings(candidates=("snaive24",)), tracker, factories=FACTORIES)
+    assert first.promoted and better.promoted and champion_version(uri, "srv") == "2"
+    assert load_in_new_process("srv", uri) == "2 snaive24 24"
+    with tracker.lock("srv", ttl_seconds=600):
+        with pytest.raises(TrainingLocked, match="lease"):
+            train_series("srv", demand(), settings(), Tracker(uri), factories=FACTORIES)
+    client(uri).create_registered_model("headroom-lock-stale", tags={"owner": "gone", "expires": "0"})
+    with tracker.lock("stale"):
+        pass
+    assert not train_series("srv", demand(), settings(), tracker, factories=FACTORIES).promoted

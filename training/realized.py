@@ -1,0 +1,159 @@
+"""Accuracy over time: forecasts issued earlier vs the actuals that arrived since.
+
+For each issued forecast and each horizon h (default 1, 6, 24 steps ahead) the
+target is issued_at + h steps; once its actual is known we record the absolute
+error of the median, that error scaled by the model's training scale (so it is
+comparable with the backtest MASE), and whether the actual fell inside the 80%
+interval (q0.1..q0.9). They go to a long-lived "accuracy" run per series as
+metric history, step = hour index since the epoch of the target time.
+
+Drift: when the mean scaled error over the last `window` targets of a horizon
+exceeds `factor` x the backtest MASE, a DriftEvent is returned and logged.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from training.tracking import Tracker, experiment_name, registered_name
+
+HORIZONS = (1, 6, 24)
+LAST_TAG = "headroom.accuracy.last_target"
+
+
+@dataclass(frozen=True)
+class DriftEvent:
+    series: str
+    horizon: int
+    realized: float      # mean scaled error over the window
+    baseline: float      # backtest MASE
+    factor: float
+    window: int
+    at: str              # the latest target time in the window
+
+    @property
+    def message(self) -> str:
+        return (f"{self.series}: {self.horizon}h-ahead realized scaled error {self.realized:.3f} over the last "
+                f"{self.window} targets exceeds {self.factor:g} x backtest MASE {self.baseline:.3f}: retrain recommended")
+
+
+class ForecastLog:
+    """Forecasts by issue time: <root>/<series>/<issued_at epoch s>.csv quantile frames."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+
+    def record(self, series: str, issued_at: pd.Timestamp, frame: pd.DataFrame) -> Path:
+        folder = self.root / series
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{int(pd.Timestamp(issued_at).timestamp())}.csv"
+        tmp = path.with_suffix(".tmp")
+        frame.to_csv(tmp, index_label="timestamp")
+        tmp.replace(path)
+        return path
+
+    def load(self, series: str) -> dict[pd.Timestamp, pd.DataFrame]:
+        out = {}
+        for path in sorted((self.root / series).glob("*.csv")):
+            frame = pd.read_csv(path, index_col="timestamp")
+            frame.index = pd.DatetimeIndex(pd.to_datetime(frame.index, utc=True))
+            frame.columns = [float(c) for c in frame.columns]
+            out[pd.Timestamp(int(path.stem), unit="s", tz="UTC")] = frame
+        return out
+
+
+def _col(frame: pd.DataFrame, q: float) -> float | None:
+    cols = [float(c) for c in frame.columns]
+    return min(cols, key=lambda c: abs(c - q)) if cols else None
+
+
+def realized_errors(forecasts: Mapping[pd.Timestamp, pd.DataFrame], actuals: pd.Series, scale: float,
+                    horizons: Sequence[int] = HORIZONS) -> pd.DataFrame:
+    """One row per (issued forecast, horizon) whose target actual is known."""
+    rows = []
+    actuals = actuals.dropna()
+    for issued, frame in sorted(forecasts.items()):
+        frame = frame.copy()
+        frame.columns = [float(c) for c in frame.columns]
+        mid, lo, hi = _col(frame, 0.5), _col(frame, 0.1), _col(frame, 0.9)
+        for h in horizons:
+            if h > len(frame):
+                continue
+            target = frame.index[h - 1]
+            if target not in actuals.index:
+                continue
+            actual = float(actuals.loc[target])
+            point = float(frame.iloc[h - 1][mid])
+            err = abs(actual - point)
+            rows.append({"issued_at": issued, "target": target, "horizon": h, "forecast": point, "actual": actual,
+                         "abs_error": err, "scaled_error": err / scale if scale and np.isfinite(scale) else np.nan,
+                         "inside_80": float(frame.iloc[h - 1][lo] <= actual <= frame.iloc[h - 1][hi])})
+    return pd.DataFrame(rows, columns=["issued_at", "target", "horizon", "forecast", "actual", "abs_error",
+                                       "scaled_error", "inside_80"])
+
+
+def detect_drift(series: str, errors: pd.DataFrame, baseline: float, factor: float, window: int) -> list[DriftEvent]:
+    events = []
+    if not np.isfinite(baseline) or baseline <= 0:
+        return events
+    for h, group in errors.groupby("horizon"):
+        recent = group.sort_values("target").tail(window)
+        if len(recent) < window:
+            continue
+        realized = float(np.nanmean(recent["scaled_error"]))
+        if realized > factor * baseline:
+            events.append(DriftEvent(series, int(h), realized, float(baseline), factor, window,
+                                     recent["target"].iloc[-1].isoformat()))
+    return events
+
+
+def accuracy_run(tracker: Tracker, series: str) -> str:
+    """The long-lived accuracy run of a series (created on first use, left RUNNING)."""
+    exp = tracker.experiment(experiment_name(series))
+    run = tracker.find_run(exp, "headroom.kind", "accuracy")
+    return run or tracker.start_run(exp, "accuracy", tags={"headroom.kind": "accuracy", "headroom.series": series})
+
+
+def log_realized(series: str, forecasts: Mapping[pd.Timestamp, pd.DataFrame], actuals: pd.Series,
+                 tracker: Tracker, scale: float | None = None, baseline: float | None = None,
+                 factor: float = 1.5, window: int = 24, horizons: Sequence[int] = HORIZONS
+                 ) -> tuple[pd.DataFrame, list[DriftEvent]]:
+    """Log new realized errors as metric history; return (all errors, drift events).
+
+    `scale`/`baseline` default to the champion version's tags (headroom.scale,
+    headroom.backtest_mase). Targets already logged (tag LAST_TAG) are not
+    logged again, so calling this every hour is idempotent.
+    """
+    tracker.connect()
+    if scale is None or baseline is None:
+        mv = tracker.champion(registered_name(series))
+        tags = dict(mv.tags) if mv is not None else {}
+        scale = scale if scale is not None else float(tags.get("headroom.scale", "nan"))
+        baseline = baseline if baseline is not None else float(tags.get("headroom.backtest_mase", "nan"))
+    errors = realized_errors(forecasts, actuals, scale, horizons)
+    run = accuracy_run(tracker, series)
+    last = tracker.run_tags(run).get(LAST_TAG)
+    new = errors if last is None else errors[errors["target"] > pd.Timestamp(last)]
+    rows = []
+    for r in new.itertuples():
+        step, ts = int(r.target.timestamp() // 3600), int(r.target.timestamp() * 1000)
+        rows += [(f"abs_error_{r.horizon}h", r.abs_error, step, ts), (f"scaled_error_{r.horizon}h", r.scaled_error, step, ts),
+                 (f"inside_80_{r.horizon}h", r.inside_80, step, ts)]
+    events = detect_drift(series, errors, baseline, factor, window)
+    for e in events:
+        step = int(pd.Timestamp(e.at).timestamp() // 3600)
+        rows.append((f"drift_{e.horizon}h", e.realized / e.baseline, step, int(pd.Timestamp(e.at).timestamp() * 1000)))
+    tracker.log_metrics(run, rows)
+    tags = {}
+    if len(new):
+        tags[LAST_TAG] = new["target"].max().isoformat()
+    if events:
+        tags["headroom.drift"] = "; ".join(e.message for e in events)
+        tags["headroom.retrain_recommended"] = "true"
+    if tags:
+        tracker.set_tags(run, tags)
+    return errors, events
