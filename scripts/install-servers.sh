@@ -51,9 +51,11 @@ if ! ls kubernetes_*.orig.tar.gz >/dev/null 2>&1; then
   say "apt-get source --download-only kubernetes"
   apt-get source -qq --download-only kubernetes
 fi
-if [ ! -d kubernetes-1.20.2 ]; then
+if [ ! -f kubernetes-1.20.2/.headroom-unpacked ]; then  # a half-unpacked tree is redone
   say "unpacking source"
+  rm -rf kubernetes-1.20.2
   tar xzf kubernetes_*.orig.tar.gz
+  touch kubernetes-1.20.2/.headroom-unpacked
 fi
 cd kubernetes-1.20.2
 # The vendored reflect2 1.0.1 segfaults under Go >= 1.19 on the first custom-resource create.
