@@ -371,27 +371,29 @@ def simulate(
                 running = np.concatenate([running, new])
                 train += int(J.gpus[new].sum())
         if running.size:
-            train_alloc_s += float(J.gpus[running].sum()) * step
-            J.progress[running] += step
-            before = J.credited[running]
-            J.credited[running] = np.minimum(np.floor(J.progress[running] / ci) * ci, J.work[running])
+            r = running
+            p, w = J.progress[r] + step, J.work[r]
+            J.progress[r] = p
+            train_alloc_s += train * step
+            cred = np.minimum(np.floor(p / ci) * ci, w)
             # planned reclaim: a job that just checkpointed stops now if a known ramp-up would preempt it anyway
             short = ckpt_guard[t + 1] - (gpus - train) if t + 1 < n else 0
+            checkpointed = cred > J.credited[r] if short > 0 else None
+            done = p >= w
+            J.credited[r] = np.where(done, w, cred)
+            if done.any():
+                # finished mid-step: GPUs idle for the rest of it
+                train_alloc_s -= float(((p[done] - w[done]) * J.gpus[r[done]]).sum())
+                train -= int(J.gpus[r[done]].sum())
+                running = r[~done]
             if short > 0:
-                ck = running[J.credited[running] > before]
+                ck = r[checkpointed & ~done]
                 if ck.size:
                     ck = ck[np.argsort(J.preempt[ck], kind="stable")]
                     victims = ck[: int(np.searchsorted(np.cumsum(J.gpus[ck]), short)) + 1]
                     train -= int(J.gpus[victims].sum())
                     release(victims)
                     planned += len(victims)
-            done = J.progress[running] >= J.work[running]
-            if done.any():
-                fin = running[done]
-                over = J.progress[fin] - J.work[fin]  # finished mid-step: GPUs idle for the rest
-                train_alloc_s -= float((over * J.gpus[fin]).sum())
-                J.credited[fin] = J.work[fin]
-                running = running[~done]
 
     useful = train_alloc_s - lost_s
     hours = n * step / 3600
