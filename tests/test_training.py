@@ -211,3 +211,24 @@ def test_real_server_promotion_load_and_lease(mlflow_server):
     with tracker.lock("stale"):
         pass
     assert not train_series("srv", demand(), settings(), tracker, factories=FACTORIES).promoted
+
+
+def test_cmd_train_cli(sqlite_uri, tmp_path, capsys):
+    import argparse
+    import json
+
+    from controller.config import load_config
+    from forecast.synthetic import write_csv
+    from training.pipeline import cmd_train
+
+    write_csv(demand(), tmp_path / "gpu.csv")
+    cfg = load_config(None, {"backtest.folds": 2})
+    args = argparse.Namespace(history=str(tmp_path / "gpu.csv"), name="cli", tracking_uri=sqlite_uri)
+    assert cmd_train(cfg, args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["name"] == "cli" and out["promoted"] and out["version"] == "1"
+    bad = argparse.Namespace(history=str(tmp_path / "gpu.csv"), name="cli",
+                             tracking_uri=f"http://127.0.0.1:{free_port()}")
+    assert cmd_train(cfg, bad) == 1
+    assert "unreachable" in json.loads(capsys.readouterr().out)["error"]
+    assert champion_version(sqlite_uri, "cli") == "1"

@@ -170,11 +170,17 @@ def _plot(path: Path, history: pd.Series, fold_frame: pd.DataFrame | None, futur
     plt.close(fig)
 
 
-def _factories(candidates: Sequence[str], factories: Mapping[str, Callable[[], Forecaster]] | None):
+def _factories(candidates: Sequence[str], factories: Mapping[str, Callable[[], Forecaster]] | None,
+               horizon: int = DAY):
     if factories is None:
         from forecast.models import MODELS
 
         factories = MODELS
+    if "auto" in candidates and "auto" not in factories:  # forecast.backtest's inner-backtest selector
+        from forecast.backtest import AutoForecaster
+
+        others = [c for c in candidates if c not in ("auto", "ensemble")] or "fast"
+        factories = {**factories, "auto": lambda: AutoForecaster(candidates=others, horizon=horizon)}
     missing = [c for c in candidates if c not in factories]
     if missing:
         raise TrainingError(f"unknown candidate models {missing}; known: {sorted(factories)}")
@@ -202,7 +208,7 @@ def train_series(name: str, series: pd.Series, settings: TrainSettings, tracker:
     if not _NAME.match(name):
         raise TrainingError(f"series name {name!r} must match {_NAME.pattern}")
     now = now or datetime.now(timezone.utc)
-    makers = _factories(settings.candidates, factories)
+    makers = _factories(settings.candidates, factories, settings.horizon)
     series = series.astype(float)
     origins = fold_origins(len(series), settings.horizon, settings.folds, settings.step)
     if not origins:
