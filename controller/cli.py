@@ -101,6 +101,69 @@ def cmd_backtest(cfg: Config, args) -> int:
     return 0
 
 
+def _native_series(cfg: Config):
+    """The history at its own step (the simulator replays every sample), gaps kept."""
+    from forecast.history import FileSource, HistoryError, prepare
+
+    if cfg.history.file is None:
+        raise HistoryError("simulate and tune replay a file: give DEMAND or history.file")
+    raw = FileSource(cfg.history.file).fetch()
+    step = raw.sort_index().index.to_series().diff().median()
+    series, _ = prepare(raw, step=str(step), statistic="mean", outlier_factor=None)
+    return series
+
+
+def _simulation(cfg: Config):
+    """Keyword arguments for simulate() from the config, and the forecaster factory."""
+    from dataclasses import replace
+
+    import pandas as pd
+
+    from controller.simulate import SimSettings
+    from forecast.backtest import AutoForecaster
+
+    c = cfg.simulate
+    settings = replace(SimSettings(), target_quantile=c.target_quantile, headroom_quantile=c.headroom_quantile,
+                       lead_time_seconds=c.lead_time_seconds, warmup_seconds=c.warmup_seconds,
+                       reclaim_deadline_seconds=c.reclaim_deadline_seconds,
+                       checkpoint_interval_seconds=c.checkpoint_interval_seconds)
+    jobs = pd.read_csv(c.jobs) if c.jobs else None
+    kwargs = dict(gpus=c.gpus, peak_gpus=None if c.per_gpu else c.peak_gpus, per_gpu=c.per_gpu, days=c.days,
+                  jobs=jobs, make_forecaster=lambda: AutoForecaster("fast", horizon=24))
+    return settings, kwargs
+
+
+def cmd_simulate(cfg: Config, args) -> int:
+    from dataclasses import asdict
+
+    from controller.simulate import simulate
+
+    settings, kwargs = _simulation(cfg)
+    result = simulate(_native_series(cfg), policy=cfg.simulate.policy, settings=settings, **kwargs)
+    if args.json:
+        print(result.to_json())
+    else:
+        for key, value in asdict(result).items():
+            print(f"{key:<26}{value:.4g}" if isinstance(value, float) else f"{key:<26}{value}")
+    return 0
+
+
+def cmd_tune(cfg: Config, args) -> int:
+    from controller.tune import plot_tradeoff, tune
+
+    settings, kwargs = _simulation(cfg)
+    t = cfg.tune
+    result = tune(_native_series(cfg), kwargs.pop("make_forecaster"), target_quantiles=t.target_quantiles,
+                  lead_times_seconds=t.lead_times_seconds, headroom_quantiles=t.headroom_quantiles,
+                  shortage_objective=t.shortage_objective, base=settings, **kwargs)
+    cols = ["target_quantile", "lead_time_seconds", "headroom_quantile", "utilization", "inference_shortage",
+            "training_goodput", "headroom_violations"]
+    print(result.table[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    print(f"recommended: {result.recommended} ({result.reason})")
+    print(f"trade-off plot: {plot_tradeoff(result, args.plot)}")
+    return 0
+
+
 def _history_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("history", nargs="?", help="CSV or Parquet file with timestamp,value (overrides history.file)")
     p.add_argument("--statistic", help="aggregation to the forecast step: mean, max, sum or pNN (history.statistic)")
@@ -130,6 +193,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="one JSON object")
     p.set_defaults(run=cmd_backtest, overrides=lambda a: {"backtest.horizon": a.horizon, "backtest.folds": a.folds,
                                                           "backtest.step": a.step})
+    for command, run, what in (("simulate", cmd_simulate, "replay a demand trace on a simulated cluster"),
+                               ("tune", cmd_tune, "sweep target quantile x lead time x headroom quantile")):
+        p = sub.add_parser(command, help=what)
+        p.add_argument("history", nargs="?", metavar="DEMAND", help="demand trace, CSV or Parquet (history.file)")
+        p.add_argument("--gpus", type=int, help="cluster size (simulate.gpus, default 128)")
+        scale = p.add_mutually_exclusive_group()
+        scale.add_argument("--peak-gpus", type=float, help="scale the trace's 99.9th percentile to N GPUs (default 100)")
+        scale.add_argument("--per-gpu", type=float, help="demand one GPU serves per step (simulate.per_gpu)")
+        p.add_argument("--days", type=float, help="evaluated days at the end; before is history (default 7)")
+        p.add_argument("--jobs", help="training job trace CSV (num_gpu, creation_time, scheduled_time, deletion_time)")
+        p.set_defaults(run=run, overrides=lambda a: {"simulate.gpus": a.gpus, "simulate.peak_gpus": a.peak_gpus,
+                                                     "simulate.per_gpu": a.per_gpu, "simulate.days": a.days,
+                                                     "simulate.jobs": a.jobs, "simulate.policy": getattr(a, "policy", None)})
+        if command == "simulate":
+            p.add_argument("--policy", choices=["forecast", "static", "reactive", "seasonal-naive", "oracle"],
+                           help="reservation policy (simulate.policy, default forecast)")
+            p.add_argument("--json", action="store_true", help="one JSON object")
+        else:
+            p.add_argument("--plot", default="tune.png", help="where to write the trade-off PNG (default tune.png)")
     # --config is accepted after the subcommand too, as users type it there.
     for action in list(sub.choices.values()):
         action.add_argument("--config", dest="sub_config", help=argparse.SUPPRESS)

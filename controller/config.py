@@ -7,12 +7,15 @@ bad flag is reported with the same field path as a bad key in the file.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from controller.simulate import SimSettings
 from forecast.history import check_statistic
+
+_SIM = SimSettings()  # the simulator's defaults are the config's defaults
 
 
 class ConfigError(ValueError):
@@ -84,10 +87,41 @@ class BacktestConfig(Strict):
     step: int = Field(24, ge=1)
 
 
+class SimulateConfig(Strict):
+    """The simulated cluster (see controller/simulate.py SimSettings for what each knob does)."""
+    gpus: int = Field(128, ge=1)
+    peak_gpus: float | None = Field(100, gt=0)
+    per_gpu: float | None = Field(None, gt=0)
+    policy: Literal["forecast", "static", "reactive", "seasonal-naive", "oracle"] = "forecast"
+    days: float = Field(7, gt=0)
+    jobs: Path | None = None
+    target_quantile: float = Field(_SIM.target_quantile, gt=0, lt=1)
+    headroom_quantile: float = Field(_SIM.headroom_quantile, gt=0, lt=1)
+    lead_time_seconds: float = Field(_SIM.lead_time_seconds, ge=0, lt=3600)
+    warmup_seconds: float = Field(_SIM.warmup_seconds, ge=0)
+    reclaim_deadline_seconds: float = Field(_SIM.reclaim_deadline_seconds, gt=0)
+    checkpoint_interval_seconds: float = Field(_SIM.checkpoint_interval_seconds, gt=0)
+
+    @model_validator(mode="after")
+    def _quantiles(self):
+        if self.headroom_quantile < self.target_quantile:
+            raise ValueError("headroom_quantile must be at least target_quantile")
+        return self
+
+
+class TuneConfig(Strict):
+    target_quantiles: list[float] = Field(default_factory=lambda: [0.3, 0.5, 0.7, 0.9], min_length=1)
+    lead_times_seconds: list[float] = Field(default_factory=lambda: [0, 900, 1800], min_length=1)
+    headroom_quantiles: list[float] = Field(default_factory=lambda: [0.95, 0.99], min_length=1)
+    shortage_objective: float = Field(0.001, ge=0, le=1)
+
+
 class Config(Strict):
     history: HistoryConfig = HistoryConfig()
     forecast: ForecastConfig = ForecastConfig()
     backtest: BacktestConfig = BacktestConfig()
+    simulate: SimulateConfig = SimulateConfig()
+    tune: TuneConfig = TuneConfig()
 
 
 def _path(loc: tuple) -> str:
