@@ -54,10 +54,11 @@ def trace_models() -> dict:
 
 def m4_models() -> dict:
     return {
+        # cheapest first: the file is rewritten after each model, so a long run leaves usable partial output
         "SeasonalNaive": lambda: SeasonalNaive(season_length=24),
-        "AutoETS": lambda: AutoETS(season_length=24),
         "MSTL": lambda: MSTL(season_length=24, trend_forecaster=AutoETS(model="ZZN")),
         "AutoTheta": lambda: AutoTheta(season_length=24),
+        "AutoETS": lambda: AutoETS(season_length=24),
     }
 
 
@@ -115,8 +116,8 @@ def _alarm(*_):
     raise _Timeout()
 
 
-def run_traces(horizon: int, folds: int, step: int, arima: bool) -> dict:
-    models = trace_models()
+def run_traces(horizon: int, folds: int, step: int, arima: bool, only_arima: bool = False) -> dict:
+    models = {} if only_arima else trace_models()
     warm_up(models)
     out = {}
     for path in sorted((DATA / "traces").glob("*_hourly.csv")):
@@ -170,13 +171,14 @@ def read_wide(path: Path) -> tuple[list[str], list[np.ndarray]]:
     return ids, rows
 
 
-def run_m4(horizon: int, limit: int | None) -> dict:
+def run_m4(horizon: int, limit: int | None, save=None, only=None, previous=None) -> dict:
     ids, train = read_wide(DATA / "m4" / "Hourly-train.csv")
     if limit:
         ids, train = ids[:limit], train[:limit]
-    models = m4_models()
+    models = {k: v for k, v in m4_models().items() if not only or k in only}
     warm_up(models)
-    out = {"ids": ids, "horizon": horizon, "season": 24, "models": {}}
+    out = previous if previous and previous.get("ids") == ids else {"ids": ids, "horizon": horizon, "season": 24,
+                                                                     "models": {}}
     for mname, make in models.items():
         means, secs, errors = [], [], {}
         started = time.perf_counter()
@@ -191,6 +193,8 @@ def run_m4(horizon: int, limit: int | None) -> dict:
                 log(f"M4 {mname}: {i + 1}/{len(ids)} ({time.perf_counter() - started:.0f}s)")
         out["models"][mname] = {"mean": means, "seconds": secs, "errors": errors}
         log(f"M4 {mname}: done, {sum(secs):.1f}s total, {len(errors)} errors")
+        if save:
+            save(out)
     return out
 
 
@@ -203,6 +207,8 @@ def main(argv=None) -> int:
     ap.add_argument("--m4-limit", type=int, default=None, help="only the first N M4 series (smoke runs)")
     ap.add_argument("--skip-m4", action="store_true")
     ap.add_argument("--no-arima", action="store_true", help="skip the AutoARIMA attempt on traces")
+    ap.add_argument("--resume", action="store_true",
+                    help="keep what --out already holds; run only the M4 models it lacks and the ARIMA stage")
     args = ap.parse_args(argv)
     if not DATA.is_dir():
         log(f"no data at {DATA}")
@@ -211,12 +217,30 @@ def main(argv=None) -> int:
     result = {"statsforecast": statsforecast.__version__, "pandas": pd.__version__, "levels": LEVELS,
               "protocol": {"horizon": args.horizon, "folds": args.folds, "step": args.step,
                            "m4_horizon": 48, "arima_limit_s": ARIMA_LIMIT_S}}
-    result["traces"] = run_traces(args.horizon, args.folds, args.step, arima=not args.no_arima)
+    # Order: traces, M4 (cheapest model first), then the AutoARIMA attempt on traces; saved after each stage.
+    old = json.loads(args.out.read_text()) if args.resume and args.out.exists() else {}
+    result["traces"] = old.get("traces") or run_traces(args.horizon, args.folds, args.step, arima=False)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result))
-    if not args.skip_m4:
-        result["m4"] = run_m4(48, args.m4_limit)
+
+    def save(m4=None):
+        if m4 is not None:
+            result["m4"] = m4
         args.out.write_text(json.dumps(result))
+        log(f"saved {args.out}")
+
+    save()
+    if not args.skip_m4:
+        done = set(old.get("m4", {}).get("models", {})) if old else set()
+        todo = [m for m in m4_models() if m not in done]
+        if todo:
+            run_m4(48, args.m4_limit, save=save, only=todo, previous=old.get("m4"))
+        else:
+            result["m4"] = old["m4"]
+    if not args.no_arima:
+        arima = run_traces(args.horizon, args.folds, args.step, arima=True, only_arima=True)
+        for name, trace in arima.items():
+            result["traces"][name]["models"].update(trace["models"])
+        save()
     log(f"wrote {args.out}")
     return 0
 
