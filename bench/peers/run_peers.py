@@ -221,6 +221,8 @@ def main(argv=None) -> int:
     old = json.loads(args.out.read_text()) if args.resume and args.out.exists() else {}
     result["traces"] = old.get("traces") or run_traces(args.horizon, args.folds, args.step, arima=False)
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    if old.get("m4"):
+        result["m4"] = old["m4"]
 
     def save(m4=None):
         if m4 is not None:
