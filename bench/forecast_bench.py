@@ -393,6 +393,17 @@ def _clean(obj):
     return obj
 
 
+def write(report: dict, args) -> dict:
+    report = dict(report)
+    report["targets"] = targets(report)
+    report = _clean(report)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1))
+    args.md.parent.mkdir(parents=True, exist_ok=True)
+    args.md.write_text(markdown(report))
+    return report
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="score headroom and statsforecast peers with forecast.metrics")
     ap.add_argument("--peers", type=Path, default=RESULTS / "peers.json")
@@ -453,6 +464,7 @@ def main(argv=None) -> int:
             log(f"{path.stem}: headroom auto MASE {_f(hr['models']['auto']['mase'])} (selected {hr['selected']}) "
                 f"in {hr['wall_seconds']:.1f}s")
         report["traces"][path.stem] = entry
+    write(report, args)  # partial results survive a long run being stopped
 
     ids, train, test = load_m4()
     pub = published_m4()
@@ -484,20 +496,16 @@ def main(argv=None) -> int:
         log(f"M4 headroom: sMAPE {sc['smape']:.3f} MASE {sc['mase']:.3f} OWA {owa(sc, n2k):.3f} "
             f"in {hr['wall_seconds']:.0f}s")
     report["m4"] = {"series": len(ids), "methods": methods, "published": pub}
+    write(report, args)
     if prev is not None and prev.get("scale"):
         report["scale"] = prev["scale"]
     elif not missing and not args.skip_scale:
         log("scale test: 1000 synthetic series ...")
         report["scale"] = scale_test(1000, args.workers)
         log(f"scale test: {report['scale']['wall_seconds']:.1f}s")
-    report["targets"] = targets(report)
-    report = _clean(report)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1))
-    args.md.parent.mkdir(parents=True, exist_ok=True)
-    args.md.write_text(markdown(report))
+    final = write(report, args)
     log(f"wrote {args.out} and {args.md}")
-    for name, t in report["targets"].items():
+    for name, t in final["targets"].items():
         log(f"target {name}: {'PASS' if t['pass'] else 'FAIL'}")
     return 0
 
