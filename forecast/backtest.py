@@ -44,7 +44,7 @@ class AutoForecaster:
     def fit(self, history: pd.Series) -> Self:
         values = history.to_numpy(dtype=float)
         fold_origins = origins(len(history), self.horizon, self.folds, self.step)
-        points = {c: np.array([point_forecast(MODELS[c], history.iloc[:o], self.horizon) for o in fold_origins])
+        points = {c: np.array([point_forecast(MODELS[c], history, o, self.horizon) for o in fold_origins])
                   for c in self.candidates}
         scales = [seasonal_scale(values[:o], DAY) for o in fold_origins]
 

@@ -42,11 +42,16 @@ class PointModel:
     """Shared fit/predict plumbing: subclasses implement `_fit(values)` and `_path(horizon)`."""
 
     name = "point"
+    calendar = False  # True when _fit reads timestamps (self.history_), so it needs the Series
 
     def fit(self, history: pd.Series) -> Self:
         self.history_ = history
+        return self.fit_values(history.to_numpy(dtype=float))
+
+    def fit_values(self, values: np.ndarray) -> Self:
+        """Fit on bare values (no timestamps): enough for `point`, and cheap in inner backtests."""
         self.fallback_reason: str | None = None
-        values = fill_gaps(history.to_numpy(dtype=float))
+        values = fill_gaps(values)
         self.values_ = values
         try:
             self._fit(values)
@@ -179,6 +184,7 @@ class GradientBoosting(PointModel):
     direct model serves every step without feeding forecasts back in.
     """
     name = "gbm"
+    calendar = True
     LAGS = (WEEK, 2 * WEEK, DAY * 8)
 
     def _features(self, values: np.ndarray, index: pd.DatetimeIndex, positions: np.ndarray) -> np.ndarray:
