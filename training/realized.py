@@ -12,7 +12,7 @@ exceeds `factor` x the backtest MASE, a DriftEvent is returned and logged.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -120,12 +120,14 @@ def accuracy_run(tracker: Tracker, series: str) -> str:
 
 def log_realized(series: str, forecasts: Mapping[pd.Timestamp, pd.DataFrame], actuals: pd.Series,
                  tracker: Tracker, scale: float | None = None, baseline: float | None = None,
-                 factor: float = 1.5, window: int = 24, horizons: Sequence[int] = HORIZONS
+                 factor: float = 1.5, window: int = 24, horizons: Sequence[int] = HORIZONS,
+                 on_drift: Callable[[list[DriftEvent]], None] | None = None
                  ) -> tuple[pd.DataFrame, list[DriftEvent]]:
     """Log new realized errors as metric history; return (all errors, drift events).
 
     `scale`/`baseline` default to the champion version's tags (headroom.scale,
-    headroom.backtest_mase). Targets already logged (tag LAST_TAG) are not
+    headroom.backtest_mase). `on_drift(events)` (e.g. enqueue a `headroom train`)
+    is called after the events are logged. Targets already logged (tag LAST_TAG) are not
     logged again, so calling this every hour is idempotent.
     """
     tracker.connect()
@@ -156,4 +158,6 @@ def log_realized(series: str, forecasts: Mapping[pd.Timestamp, pd.DataFrame], ac
         tags["headroom.retrain_recommended"] = "true"
     if tags:
         tracker.set_tags(run, tags)
+    if events and on_drift is not None:
+        on_drift(events)
     return errors, events
