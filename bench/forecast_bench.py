@@ -464,7 +464,7 @@ def main(argv=None) -> int:
             log(f"{path.stem}: headroom auto MASE {_f(hr['models']['auto']['mase'])} (selected {hr['selected']}) "
                 f"in {hr['wall_seconds']:.1f}s")
         report["traces"][path.stem] = entry
-    write(report, args)  # partial results survive a long run being stopped
+        write(report, args)  # partial results survive a long run being stopped
 
     ids, train, test = load_m4()
     pub = published_m4()
