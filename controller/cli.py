@@ -164,6 +164,12 @@ def cmd_tune(cfg: Config, args) -> int:
     return 0
 
 
+def cmd_train(cfg: Config, args) -> int:
+    from training.pipeline import cmd_train as train
+
+    return train(cfg, args)
+
+
 def _history_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("history", nargs="?", help="CSV or Parquet file with timestamp,value (overrides history.file)")
     p.add_argument("--statistic", help="aggregation to the forecast step: mean, max, sum or pNN (history.statistic)")
@@ -212,6 +218,11 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--json", action="store_true", help="one JSON object")
         else:
             p.add_argument("--plot", default="tune.png", help="where to write the trade-off PNG (default tune.png)")
+    p = sub.add_parser("train", help="backtest candidates, track them in MLflow, promote the champion by margin")
+    p.add_argument("--history", help="train one series from this file (with --name) instead of training.series")
+    p.add_argument("--name", help="series name for --history (training.name)")
+    p.add_argument("--tracking-uri", dest="tracking_uri", help="MLflow tracking URI (training.tracking_uri)")
+    p.set_defaults(run=cmd_train, overrides=lambda a: {"training.name": a.name, "training.tracking_uri": a.tracking_uri})
     # --config is accepted after the subcommand too, as users type it there.
     for action in list(sub.choices.values()):
         action.add_argument("--config", dest="sub_config", help=argparse.SUPPRESS)

@@ -116,12 +116,31 @@ class TuneConfig(Strict):
     shortage_objective: float = Field(0.001, ge=0, le=1)
 
 
+class TrainingSeries(Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+    file: Path
+
+
+class TrainingConfig(Strict):
+    tracking_uri: str | None = None  # else MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db
+    name: str | None = None          # series name when training from history.*
+    series: list[TrainingSeries] = []
+    candidates: list[str] = Field(default_factory=lambda: ["snaive24", "snaive168", "profile"], min_length=1)
+    objective: Literal["mase", "pinball"] = "mase"
+    target_quantile: float = Field(0.9, gt=0, lt=1)
+    promotion_margin: float = Field(0.02, ge=0, lt=1)
+    lock_ttl_seconds: float = Field(7200, gt=0)
+    drift_factor: float = Field(1.5, gt=1)
+    drift_window: int = Field(24, ge=1)
+
+
 class Config(Strict):
     history: HistoryConfig = HistoryConfig()
     forecast: ForecastConfig = ForecastConfig()
     backtest: BacktestConfig = BacktestConfig()
     simulate: SimulateConfig = SimulateConfig()
     tune: TuneConfig = TuneConfig()
+    training: TrainingConfig = TrainingConfig()
 
 
 def _path(loc: tuple) -> str:

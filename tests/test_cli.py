@@ -1,0 +1,59 @@
+"""The CLI as a user runs it: exit codes, output shapes, errors that name what is wrong."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from controller.cli import main
+from forecast.synthetic import synthetic_demand, write_csv
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory):
+    path = tmp_path_factory.mktemp("h") / "demand.csv"
+    write_csv(synthetic_demand(days=21, step="10min"), path)
+    return path
+
+
+def test_help_is_fast_and_lists_commands():
+    out = subprocess.run([sys.executable, "-m", "controller.cli", "--help"], capture_output=True, text=True, check=True)
+    for command in ("forecast", "backtest", "simulate", "tune"):
+        assert command in out.stdout
+
+
+def test_forecast_json(history, capsys):
+    assert main(["forecast", str(history), "--horizon", "12", "--quantiles", "0.5,0.9", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["model"].startswith("auto(") and len(out["forecast"]) == 12
+    assert all(row["q0.5"] <= row["q0.9"] for row in out["forecast"])
+
+
+def test_backtest_json_contract(history, capsys):
+    assert main(["backtest", str(history), "--folds", "2", "--horizon", "12", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["horizon"] == 12 and out["folds"] == 2 and isinstance(out["selected"], str) and out["selected"]
+    keys = {"mase", "smape", "pinball_50", "pinball_90", "pinball_95", "coverage_80", "coverage_90", "fit_seconds"}
+    assert len(out["models"]) >= 3 and all(keys <= set(m) for m in out["models"].values())
+
+
+def test_bad_flag_and_bad_config_exit_2(tmp_path, history, capsys):
+    assert main(["forecast", str(history), "--quantiles", "0.9,0.5"]) == 2
+    assert "forecast.quantiles" in capsys.readouterr().err
+    config = tmp_path / "c.yaml"
+    config.write_text("forecast:\n  horizn: 3\n")
+    assert main(["--config", str(config), "forecast", str(history)]) == 2
+    assert "forecast.horizn" in capsys.readouterr().err
+
+
+def test_malformed_history_exit_1_names_file_and_line(tmp_path, capsys):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("timestamp,value\n2026-01-01T00:00:00Z,1\n2026-01-01T01:00:00Z,oops\n")
+    assert main(["forecast", str(bad)]) == 1
+    assert f"{bad}:3" in capsys.readouterr().err
+
+
+def test_simulate_json(history, capsys):
+    assert main(["simulate", str(history), "--policy", "oracle", "--days", "3", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["headroom_violations"] == 0 and 0 < out["utilization"] <= 1
