@@ -2,6 +2,9 @@ from pathlib import Path
 
 import pytest
 
+# Real Prometheus, etcd + kube-apiserver, started per session by the project's own fixtures.
+pytest_plugins = ["tests.servers.fixtures"]
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
 

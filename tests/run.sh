@@ -5,6 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 python3 -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+# Real servers the integration tests run against (Prometheus, etcd, kube-apiserver built once and cached).
+bash scripts/install-servers.sh
 
 set +e
 python3 -m pytest "$@"
