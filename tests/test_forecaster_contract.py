@@ -34,7 +34,7 @@ HISTORIES = {
 FACTORIES = {**MODELS,
              "calibrated": lambda: Calibrated(SeasonalProfile(), folds=3),
              "auto_fast": lambda: AutoForecaster("fast", folds=3),
-             "auto": lambda: AutoForecaster(folds=2)}
+             "auto_full": lambda: AutoForecaster("full", folds=2)}
 
 
 @pytest.mark.parametrize("history", HISTORIES, ids=str)
