@@ -366,6 +366,8 @@ def markdown(report: dict) -> str:
         lines += ["## Scale", "", f"{s['series']} synthetic hourly series x {s['days']} days, horizon {s['horizon']}, "
                   f"AutoForecaster(candidates=\"{s['candidates']}\"), {s['workers']} workers: "
                   f"**{s['wall_seconds']:.1f} s** wall (target < {s['target_seconds']} s).", ""]
+    if report.get("notes"):
+        lines += ["## Not run / caveats", ""] + [f"- {n}" for n in report["notes"]] + [""]
     lines += ["## Targets", "", "| target | result | detail |", "|---|---|---|"]
     for name, t in report["targets"].items():
         detail = {k: v for k, v in t.items() if k != "pass"}
@@ -395,6 +397,25 @@ def _clean(obj):
     if isinstance(obj, np.bool_):
         return bool(obj)
     return obj
+
+
+def notes(report: dict, peers: dict) -> list[str]:
+    out = []
+    m4_done = set(peers.get("m4", {}).get("models", {}))
+    lacking = [m for m in ("SeasonalNaive", "MSTL", "AutoTheta", "AutoETS") if m not in m4_done]
+    if lacking:
+        out.append(f"M4 peers not in this run: {', '.join(lacking)} (statsforecast AutoETS costs ~3 s a series here); "
+                   "finish with `bench/.venv-peers/bin/python bench/peers/run_peers.py --resume`.")
+    arima = [v["peers"].get("AutoARIMA24") for v in report["traces"].values()]
+    if not any(arima):
+        out.append("AutoARIMA on traces not attempted in this run (run_peers.py tries it last, dropping it when a "
+                   "fold takes over 60 s); `--resume` runs it.")
+    if report.get("headroom_missing"):
+        out.append(f"headroom side not run: {report['headroom_missing']}")
+    out.append("Timings come from a shared 2-core machine under load from other jobs; compare them within one run.")
+    out.append("headroom's trace table lists the models `backtest` scores (forecast.backtest.FULL); `auto` is the "
+               "honest AutoForecaster with its default candidates, re-selected inside every fold.")
+    return out
 
 
 def write(report: dict, args) -> dict:
@@ -506,6 +527,7 @@ def main(argv=None) -> int:
         log("scale test: 1000 synthetic series ...")
         report["scale"] = scale_test(1000, args.workers)
         log(f"scale test: {report['scale']['wall_seconds']:.1f}s")
+    report["notes"] = notes(report, peers)
     final = write(report, args)
     log(f"wrote {args.out} and {args.md}")
     for name, t in final["targets"].items():
