@@ -417,6 +417,8 @@ class KubeCluster:
                     "lastTransitionTime": prev["lastTransitionTime"] if prev and prev.get("status") == cond.status
                     else now,
                     "observedGeneration": policy["metadata"].get("generation", 0)}
+                if not cond.message:  # the 1.20 merge-patch path turns "" into null: omit it
+                    del merged[cond.type]["message"]
             body: dict[str, Any] = {
                 "reservedGpus": status.reserved_gpus, "slackGpus": status.slack_gpus,
                 "headroomGpus": status.headroom_gpus, "lastPlanTime": now,
