@@ -233,15 +233,18 @@ def plan(forecasts: Mapping[str, pd.DataFrame], snapshot: Snapshot, policy: Poli
     )
     hour_plans = tuple(HourPlan(hours[i], int(total_res[i]), int(total_head[i]), int(slack[i])) for i in range(len(hours)))
 
-    preemptions, kept = _preempt(snapshot, per, res, slack, total_head, hours, now, deadline, notes)
+    preemptions = _preempt(snapshot, per, res, slack, total_head, hours, now, deadline, notes)
     # admission into the current hour: fast jobs anywhere in the slack, slow ones only outside the headroom band
-    held = sum(r.job.gpus for r in kept)
-    slow_held = sum(r.job.gpus for r in kept if r.job.preemption_seconds > deadline)
+    # A job stopped later (at a checkpoint before a ramp-up) still holds its GPUs now.
+    stopped_now = {x.job_id for x in preemptions if x.at <= now}
+    holding = [r for r in snapshot.running if r.job.id not in stopped_now]
+    held = sum(r.job.gpus for r in holding)
+    slow_held = sum(r.job.gpus for r in holding if r.job.preemption_seconds > deadline)
     window = slice(0, min(2, len(hours)))
     free = int(slack[window].min()) - held
     slow_free = int((slack[window] - total_head[window]).min()) - slow_held
     usage: dict[str, int] = {}
-    for r in kept:
+    for r in holding:
         usage[r.job.team] = usage.get(r.job.team, 0) + r.job.gpus
     grants = allocate(max(free, 0), max(slow_free, 0), snapshot.queued, usage, policy.teams, deadline)
     admissions = tuple(
@@ -261,8 +264,8 @@ def _preempt(snapshot, per, res, slack, head, hours, now, deadline, notes):
 
     def stop(victims, kind, at, why, lost=None):
         for r in victims:
-            lost = max((at - r.last_checkpoint_at).total_seconds(), 0.0) if lost is None else lost
-            out.append(Preemption(r.job.id, r.job.gpus, kind, at, lost, why))
+            work_lost = max((at - r.last_checkpoint_at).total_seconds(), 0.0) if lost is None else lost
+            out.append(Preemption(r.job.id, r.job.gpus, kind, at, work_lost, why))
             running.remove(r)
 
     def pick(need, candidates):
@@ -308,4 +311,4 @@ def _preempt(snapshot, per, res, slack, head, hours, now, deadline, notes):
             else:  # no checkpoint fits before the deadline: run as long as possible, lose the partial interval
                 stop([r], "planned", max(ready_by, now), why + "; no checkpoint before then")
             over -= r.job.gpus
-    return tuple(out), running
+    return tuple(out)
