@@ -34,6 +34,8 @@ RESULTS = REPO / "bench" / "results"
 sys.path.insert(0, str(REPO))
 
 from forecast.metrics import coverage, mase, seasonal_scale, smape  # noqa: E402  the one scorer
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+from m4_files import read_wide  # noqa: E402
 
 TRACE_H, FOLDS, STEP, M4_H, SEASON = 24, 7, 24, 48, 24
 
@@ -49,17 +51,6 @@ def load_trace(path: Path) -> pd.Series:
     index = pd.DatetimeIndex(pd.to_datetime(frame["timestamp"], utc=True), freq="h")
     values = pd.to_numeric(frame["value"], errors="coerce").to_numpy(dtype=float)
     return pd.Series(values, index=index, name=path.stem)
-
-
-def read_wide(path: Path) -> tuple[list[str], list[np.ndarray]]:
-    ids, rows = [], []
-    with open(path, newline="") as fh:
-        reader = csv.reader(fh)
-        next(reader)
-        for row in reader:
-            ids.append(row[0])
-            rows.append(np.array([float(v) for v in row[1:] if v not in ("", "NA")], dtype=float))
-    return ids, rows
 
 
 def load_m4(data: Path = DATA) -> tuple[list[str], list[np.ndarray], list[np.ndarray]]:

@@ -19,7 +19,6 @@ Protocol
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
 import signal
@@ -31,6 +30,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from statsforecast.models import MSTL, AutoARIMA, AutoETS, AutoTheta, SeasonalNaive
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from m4_files import read_wide  # noqa: E402  shared with the harness
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / ".." / "shared" / "data"
@@ -158,17 +159,6 @@ def run_traces(horizon: int, folds: int, step: int, arima: bool, only_arima: boo
                 log(f"{name} {mname}: {len(folds_out)} folds, {total:.2f}s")
         out[name] = trace
     return out
-
-
-def read_wide(path: Path) -> tuple[list[str], list[np.ndarray]]:
-    ids, rows = [], []
-    with open(path, newline="") as fh:
-        reader = csv.reader(fh)
-        next(reader)
-        for row in reader:
-            ids.append(row[0])
-            rows.append(np.array([float(v) for v in row[1:] if v not in ("", "NA")], dtype=float))
-    return ids, rows
 
 
 def run_m4(horizon: int, limit: int | None, save=None, only=None, previous=None) -> dict:
