@@ -15,8 +15,8 @@ from typing import Self
 import numpy as np
 import pandas as pd
 
-from forecast.base import Forecaster, future_index, quantile_frame
-from forecast.calibrate import DAY, conformal_values, origins, point_forecast, scaled_residuals
+from forecast.base import Forecaster
+from forecast.calibrate import DAY, calibrated_predict, origins, point_forecast, scaled_residuals
 from forecast.metrics import coverage, mase, pinball, seasonal_scale, smape
 from forecast.models import MODELS, Ensemble
 
@@ -72,11 +72,7 @@ class AutoForecaster:
         return self
 
     def predict(self, horizon: int, quantiles: Sequence[float]) -> pd.DataFrame:
-        if not np.isfinite(self.residuals_).any():  # too short to calibrate: the model's own intervals
-            return self.model_.predict(horizon, quantiles)
-        point = self.model_.predict(horizon, [0.5]).to_numpy()[:, 0]
-        values = conformal_values(point, self.residuals_, self.history_.to_numpy(dtype=float), quantiles)
-        return quantile_frame(future_index(self.history_, horizon), values, quantiles)
+        return calibrated_predict(self.model_, self.residuals_, self.history_, horizon, quantiles)
 
 
 @dataclass

@@ -86,8 +86,14 @@ class Calibrated:
         return self
 
     def predict(self, horizon: int, quantiles: Sequence[float]) -> pd.DataFrame:
-        if not np.isfinite(self.residuals_).any():  # too short to calibrate: the model's own intervals
-            return self.fitted_.predict(horizon, quantiles)
-        point = self.fitted_.predict(horizon, [0.5]).to_numpy()[:, 0]
-        values = conformal_values(point, self.residuals_, self.history_.to_numpy(dtype=float), quantiles)
-        return quantile_frame(future_index(self.history_, horizon), values, quantiles)
+        return calibrated_predict(self.fitted_, self.residuals_, self.history_, horizon, quantiles)
+
+
+def calibrated_predict(model, residuals: np.ndarray, history: pd.Series, horizon: int,
+                       quantiles: Sequence[float]) -> pd.DataFrame:
+    """The fitted model's median path with conformal quantiles from its backtest residuals."""
+    if not np.isfinite(residuals).any():  # too short to calibrate: the model's own intervals
+        return model.predict(horizon, quantiles)
+    point = model.predict(horizon, [0.5]).to_numpy()[:, 0]
+    values = conformal_values(point, residuals, history.to_numpy(dtype=float), quantiles)
+    return quantile_frame(future_index(history, horizon), values, quantiles)
