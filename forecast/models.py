@@ -38,6 +38,10 @@ def fill_gaps(values: np.ndarray) -> np.ndarray:
     return values
 
 
+class TooShort(ValueError):
+    """The history is shorter than the model needs: an expected fallback, not a failure."""
+
+
 class PointModel:
     """Shared fit/predict plumbing: subclasses implement `_fit(values)` and `_path(horizon)`."""
 
@@ -55,12 +59,14 @@ class PointModel:
         self.values_ = values
         try:
             self._fit(values)
+        except TooShort as exc:  # early inner-backtest folds hit this routinely: say so quietly
+            self._fall_back(f"too short: {exc}", logging.INFO)
         except Exception as exc:  # a numerical failure must not leave us without a forecast
             self._fall_back(f"{type(exc).__name__}: {exc}")
         return self
 
-    def _fall_back(self, reason: str) -> None:
-        log.warning("%s failed to fit (%s); falling back to seasonal naive", self.name, reason)
+    def _fall_back(self, reason: str, severity: int = logging.WARNING) -> None:
+        log.log(severity, "%s failed to fit (%s); falling back to seasonal naive", self.name, reason)
         self.fallback_reason = reason
         self._fit_failed = True
 
@@ -103,7 +109,7 @@ class SeasonalNaive(PointModel):
 
     def _fit(self, values):
         if len(values) < self.season:
-            raise ValueError(f"needs {self.season} points, has {len(values)}")
+            raise TooShort(f"needs {self.season} points, has {len(values)}")
 
     def _path(self, horizon):
         return _repeat_last(self.values_, self.season, horizon)
@@ -122,7 +128,7 @@ class SeasonalProfile(PointModel):
         period = self.period if len(values) >= 2 * self.period else DAY
         n = min(self.cycles, len(values) // period)
         if n < 1:
-            raise ValueError("shorter than one day")
+            raise TooShort("shorter than one day")
         cycles = values[len(values) - n * period:].reshape(n, period)
         self.period_ = period
         self.profile_ = np.median(cycles, axis=0)
@@ -197,7 +203,7 @@ class GradientBoosting(PointModel):
 
         start = max(self.LAGS)
         if len(values) < start + WEEK:
-            raise ValueError("needs three weeks of history")
+            raise TooShort("needs three weeks of history")
         positions = np.arange(start, len(values))
         index = self.history_.index[positions]
         self.model_ = HistGradientBoostingRegressor(loss="absolute_error", max_iter=50, learning_rate=0.15,
