@@ -24,16 +24,10 @@ sys.path.insert(0, str(REPO))
 
 from controller.simulate import POLICIES, simulate  # noqa: E402
 from forecast.backtest import AutoForecaster  # noqa: E402
-from forecast.history import load_history, prepare  # noqa: E402
+from forecast.history import at_own_step, load_history  # noqa: E402
 
 COLUMNS = ("utilization", "inference_shortage", "shortage_hours", "training_goodput", "headroom_violations",
            "preemptions", "reclaim_p99_seconds", "cost_vs_dedicated", "sim_seconds", "refit_seconds")
-
-
-def native(path: Path):
-    raw = load_history(path)
-    step = raw.index.to_series().diff().median()
-    return prepare(raw, step=str(step), statistic="mean", outlier_factor=None)[0]
 
 
 def main() -> int:
@@ -43,7 +37,7 @@ def main() -> int:
     files = sorted(p for p in DATA.glob("*.csv") if not p.name.endswith("_hourly.csv"))
     results: dict[str, dict[str, dict]] = {}
     for path in files:
-        demand = native(path)
+        demand = at_own_step(load_history(path))
         results[path.stem] = {}
         for policy in POLICIES:
             started = time.perf_counter()

@@ -103,14 +103,11 @@ def cmd_backtest(cfg: Config, args) -> int:
 
 def _native_series(cfg: Config):
     """The history at its own step (the simulator replays every sample), gaps kept."""
-    from forecast.history import FileSource, HistoryError, prepare
+    from forecast.history import FileSource, HistoryError, at_own_step
 
     if cfg.history.file is None:
         raise HistoryError("simulate and tune replay a file: give DEMAND or history.file")
-    raw = FileSource(cfg.history.file).fetch()
-    step = raw.sort_index().index.to_series().diff().median()
-    series, _ = prepare(raw, step=str(step), statistic="mean", outlier_factor=None)
-    return series
+    return at_own_step(FileSource(cfg.history.file).fetch())
 
 
 def _simulation(cfg: Config):

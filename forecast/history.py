@@ -224,3 +224,9 @@ def prepare(raw: pd.Series, step: str = "1h", statistic: str = "mean",
     report.missing_steps = int(series.isna().sum())
     report.output_points = len(series)
     return series, report
+
+
+def at_own_step(raw: pd.Series) -> pd.Series:
+    """Sorted, deduplicated samples on a regular index at the history's own step, gaps kept (for replay)."""
+    step = raw.sort_index().index.to_series().diff().median()
+    return prepare(raw, step=str(step), statistic="mean", outlier_factor=None)[0]

@@ -375,7 +375,7 @@ def cmd_train(cfg, args) -> int:
     the champion of a failed series is untouched.
     """
     from controller.cli import load_series
-    from forecast.history import HistoryError, load_history, prepare
+    from forecast.history import HistoryError
 
     now = datetime.now(timezone.utc)
     t = getattr(cfg, "training", None)
@@ -385,8 +385,9 @@ def cmd_train(cfg, args) -> int:
     h = cfg.history
 
     def from_file(path):
-        return lambda: prepare(load_history(path), step=h.step, statistic=h.statistic, counter=h.counter,
-                               outlier_factor=h.outlier_factor)[0]
+        # The configured cleaning, applied to this file instead of history.file.
+        one = cfg.model_copy(update={"history": h.model_copy(update={"file": Path(path), "prometheus": None})})
+        return lambda: load_series(one, now)[0]
 
     if getattr(args, "history", None):
         jobs.append((getattr(args, "name", None) or Path(args.history).stem, from_file(args.history)))
