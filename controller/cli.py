@@ -12,6 +12,7 @@ import sys
 from datetime import datetime, timezone
 
 from controller.config import Config, ConfigError, load_config
+from controller.simulate import POLICIES
 
 
 def _progress(label: str):
@@ -210,7 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                      "simulate.per_gpu": a.per_gpu, "simulate.days": a.days,
                                                      "simulate.jobs": a.jobs, "simulate.policy": getattr(a, "policy", None)})
         if command == "simulate":
-            p.add_argument("--policy", choices=["forecast", "static", "reactive", "seasonal-naive", "oracle"],
+            p.add_argument("--policy", choices=POLICIES,
                            help="reservation policy (simulate.policy, default forecast)")
             p.add_argument("--json", action="store_true", help="one JSON object")
         else:

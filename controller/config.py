@@ -12,7 +12,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from controller.simulate import SimSettings
+from controller.simulate import POLICIES, SimSettings
 from forecast.history import check_statistic
 
 _SIM = SimSettings()  # the simulator's defaults are the config's defaults
@@ -92,7 +92,7 @@ class SimulateConfig(Strict):
     gpus: int = Field(128, ge=1)
     peak_gpus: float | None = Field(100, gt=0)
     per_gpu: float | None = Field(None, gt=0)
-    policy: Literal["forecast", "static", "reactive", "seasonal-naive", "oracle"] = "forecast"
+    policy: Literal[POLICIES] = "forecast"
     days: float = Field(7, gt=0)
     jobs: Path | None = None
     target_quantile: float = Field(_SIM.target_quantile, gt=0, lt=1)
