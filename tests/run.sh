@@ -5,8 +5,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 python3 -m pip install --quiet --disable-pip-version-check -e ".[dev]"
-# Real servers the integration tests run against (Prometheus, etcd, kube-apiserver built once and cached).
-bash scripts/install-servers.sh
+# What the integration tests run against: real servers (Prometheus, etcd, kube-apiserver built once
+# and cached), and any other tool a scripts/install-*.sh provides. Each script is idempotent.
+for script in scripts/install-*.sh; do
+  bash "$script"
+done
 
 set +e
 python3 -m pytest "$@"

@@ -1,0 +1,89 @@
+"""What the controller knows after its last reconcile: the one thing /metrics reads.
+
+The reconciler (controller/run.py) is the only writer. It builds a new
+`ControllerState` value at the end of every reconcile and swaps it in whole
+(`StateHolder.publish`), so a scrape never sees half a reconcile and nothing
+goes stale between scrapes. Counters and the reconcile-duration histogram are
+cumulative since the process started.
+"""
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from controller.plan import Plan
+
+RECONCILE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+HORIZONS = (1, 6, 24)  # hours ahead for realized error
+
+
+@dataclass(frozen=True)
+class PolicyState:
+    """One ReservationPolicy (one inference workload)."""
+    name: str                         # "namespace/name"
+    mode: str                         # "active" | "forecast-only"
+    valid: bool                       # False: the spec is invalid (see `error`); nothing else is set
+    error: str | None = None
+    plan: Plan | None = None          # the whole cluster's plan this policy took part in
+    forecast: pd.DataFrame | None = None  # hourly quantile frame: index = hour starts (UTC), columns = quantiles
+    model: str = ""
+    observed_demand: float | None = None  # latest sample, in the query's unit
+    demand_per_gpu: float = 1.0
+    reserved_gpus: int = 0            # reservation in force now (what was applied, or would be in forecast-only)
+    headroom_gpus: int = 0            # headroom H the plan requires now
+    reclaimable_gpus: int = 0         # idle GPUs + GPUs of training preemptible within the deadline, now
+    fallback: bool = False            # the conservative reservation is in use
+    degraded: bool = False            # demand data missing/stale; last good forecast or fallback in use
+    forecast_age_seconds: float = 0.0
+    realized_error: Mapping[int, float] = field(default_factory=dict)    # horizon h -> mean scaled |error| (MASE-like)
+    realized_coverage_80: Mapping[int, float] = field(default_factory=dict)  # horizon h -> share inside q0.1..q0.9
+
+
+@dataclass(frozen=True)
+class TeamState:
+    """One training ClusterQueue that receives slack."""
+    team: str
+    quota_gpus: int        # nominal quota headroom gave it
+    used_gpus: int         # GPUs of its admitted, active workloads
+    borrowed_gpus: int     # used beyond its quota (borrowed from the cohort)
+    lent_gpus: int         # quota it did not use (lendable to the cohort)
+    gpu_seconds_total: float  # cumulative GPU-seconds used
+    borrowed_gpu_seconds_total: float
+    preempted_total: int   # workloads of this team headroom evicted
+
+
+@dataclass(frozen=True)
+class ControllerState:
+    capacity_gpus: int = 0
+    leader: bool = False
+    policies: Mapping[str, PolicyState] = field(default_factory=dict)
+    teams: Mapping[str, TeamState] = field(default_factory=dict)
+    slack_gpus: int = 0                      # lent to training now (whole cluster)
+    training_gpus: int = 0                   # held by training now
+    preemptions_total: Mapping[str, int] = field(default_factory=dict)        # kind ("planned"|"emergency") -> count
+    lost_gpu_seconds_total: Mapping[str, float] = field(default_factory=dict)  # kind -> GPU-seconds of work lost
+    reconcile_total: int = 0
+    reconcile_errors_total: Mapping[str, int] = field(default_factory=dict)   # stage -> count (bounded set of stages)
+    reconcile_seconds_buckets: tuple[int, ...] = (0,) * len(RECONCILE_BUCKETS)  # cumulative counts per bucket (le)
+    reconcile_seconds_count: int = 0
+    reconcile_seconds_sum: float = 0.0
+    last_reconcile_timestamp: float = 0.0    # epoch seconds of the last finished reconcile
+
+
+class StateHolder:
+    """The latest state, swapped whole; safe to read from the metrics thread."""
+
+    def __init__(self, state: ControllerState | None = None):
+        self._lock = threading.Lock()
+        self._state = state or ControllerState()
+
+    def publish(self, state: ControllerState) -> None:
+        with self._lock:
+            self._state = state
+
+    def get(self) -> ControllerState:
+        with self._lock:
+            return self._state
