@@ -3,45 +3,22 @@ from __future__ import annotations
 
 import threading
 import time
-from pathlib import Path
 
 import pytest
-import yaml
 
+from tests.servers.fixtures import CRD_PATH, crd_documents
 from controller.kube import (Condition, Conflict, Invalid, KubeCluster, KubeError, ObjectRef, PolicyStatus)
 
 NS = "headroom-test"
-CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 RP = KubeCluster.custom_path("headroom.dev", "v1alpha1", "reservationpolicies", namespace=NS)
 CQ = KubeCluster.custom_path("kueue.x-k8s.io", "v1beta1", "clusterqueues")
 WL = KubeCluster.custom_path("kueue.x-k8s.io", "v1beta1", "workloads", namespace=NS)
 
 
-def crd_documents(crd_dir: Path) -> list[dict]:
-    docs = []
-    for path in sorted(crd_dir.glob("*.yaml")):
-        docs += [d for d in yaml.safe_load_all(path.read_text()) if d]
-    return docs
-
-
 @pytest.fixture(scope="module")
-def cluster(kube_server, crd_dir) -> KubeCluster:
-    api = kube_server.apiserver
-    kube = KubeCluster.from_kubeconfig(str(api.kubeconfig()), request_timeout=5)
-    for crd in crd_documents(crd_dir):
-        kube.apply(f"{CRD_PATH}/{crd['metadata']['name']}", crd)
-    deadline = time.monotonic() + 30
-    for crd in crd_documents(crd_dir):
-        name = crd["metadata"]["name"]
-        while True:
-            conditions = kube.get(f"{CRD_PATH}/{name}").get("status", {}).get("conditions", [])
-            if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
-                break
-            assert time.monotonic() < deadline, f"CRD {name} not established: {conditions}"
-            time.sleep(0.2)
-    kube.apply(f"/api/v1/namespaces/{NS}", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
-    yield kube
-    kube.close()
+def cluster(kube_admin) -> KubeCluster:
+    kube_admin.apply(f"/api/v1/namespaces/{NS}", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    return kube_admin
 
 
 def policy(name: str, **spec) -> dict:

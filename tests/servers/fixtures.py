@@ -79,3 +79,38 @@ def kube_server(tmp_path_factory):
 @pytest.fixture(scope="session")
 def crd_dir() -> Path:
     return ROOT / "deploy" / "crds"
+
+
+CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+
+
+def crd_documents(crd_dir: Path) -> list[dict]:
+    import yaml
+
+    docs = []
+    for path in sorted(crd_dir.glob("*.yaml")):
+        docs += [d for d in yaml.safe_load_all(path.read_text()) if d]
+    return docs
+
+
+@pytest.fixture(scope="session")
+def kube_admin(kube_server, crd_dir):
+    """A system:masters KubeCluster on the real API server, with headroom's and Kueue's CRDs established."""
+    import time
+
+    from controller.kube import KubeCluster
+
+    kube = KubeCluster.from_kubeconfig(str(kube_server.apiserver.kubeconfig()), request_timeout=5)
+    for crd in crd_documents(crd_dir):
+        kube.apply(f"{CRD_PATH}/{crd['metadata']['name']}", crd)
+    deadline = time.monotonic() + 30
+    for crd in crd_documents(crd_dir):
+        name = crd["metadata"]["name"]
+        while True:
+            conditions = kube.get(f"{CRD_PATH}/{name}").get("status", {}).get("conditions", [])
+            if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
+                break
+            assert time.monotonic() < deadline, f"CRD {name} not established: {conditions}"
+            time.sleep(0.2)
+    yield kube
+    kube.close()
