@@ -16,7 +16,7 @@ import json
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 import pandas as pd
@@ -67,7 +67,30 @@ class SimResult:
     refit_seconds: float
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
+        # the metrics only: a TimedResult's timeline is for plots, not for JSON
+        return json.dumps({f.name: getattr(self, f.name) for f in fields(SimResult)}, sort_keys=True)
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """What happened, for plots (simulate(..., timeline=True)); all in GPUs.
+
+    steps: per evaluated step: demand_gpus (demand in GPU units), reserved_gpus (the policy's
+      target), headroom_gpus, inference_gpus (held by inference, warm or warming), warm_gpus
+      (serving), training_gpus (allocated to training), idle_gpus, unmet_gpus.
+    hours: per evaluated hour, the forecast's target and headroom quantiles (forecast policy only,
+      else empty): target_gpus, high_gpus.
+    events: one row per preemption: time, gpus, kind ("planned": stopped at a checkpoint ahead of a
+      known ramp-up; "emergency": taken back to serve inference now).
+    """
+    steps: pd.DataFrame
+    hours: pd.DataFrame
+    events: pd.DataFrame
+
+
+@dataclass(frozen=True)
+class TimedResult(SimResult):
+    timeline: Timeline | None = None
 
 
 class _Jobs:
@@ -166,8 +189,10 @@ def _reservations(policy, units, need, index, e0, s, make_forecaster, cap):
     hv = hourly.to_numpy(float)
     fallbacks, refit = 0, 0.0
     lead = s.lead_time_seconds
+    bands = None
     if policy == "forecast":
         f, fallbacks, refit = _forecast_targets(hourly, h0, n_hours, s, make_forecaster, cap)
+        bands = pd.DataFrame(f[:, 0, :], index=hourly.index[h0:h0 + n_hours], columns=["target_gpus", "high_gpus"])
         res_h = np.ceil(f[:, :, 0] - 1e-9) + s.margin_gpus
         head_h = np.ceil(f[:, :, 1] - 1e-9)
     else:
@@ -183,7 +208,7 @@ def _reservations(policy, units, need, index, e0, s, make_forecaster, cap):
         elif policy == "oracle":  # exact future need, early enough to be warm in time
             k = math.ceil((s.warmup_seconds + s.preemption_seconds[1]) / step)
             fut = pd.Series(need[e0:][::-1]).rolling(k + 1, min_periods=1).max().to_numpy()[::-1]
-            return np.minimum(fut, cap).astype(np.int64), np.zeros(n, np.int64), 0, 0.0
+            return np.minimum(fut, cap).astype(np.int64), np.zeros(n, np.int64), 0, 0.0, None
         else:
             raise ValueError(f"unknown policy {policy!r}; one of {POLICIES}")
         res_h = np.stack([cur[:n_hours], cur[1:n_hours + 1]], axis=1)
@@ -196,7 +221,7 @@ def _reservations(policy, units, need, index, e0, s, make_forecaster, cap):
     res = np.where(ahead, np.maximum(res_h[here, 0], res_h[here, 1]), res_h[here, 0])
     head = np.where(ahead, np.maximum(head_h[here, 0], head_h[here, 1]), head_h[here, 0])
     head = np.minimum(head, cap - res)
-    return res.astype(np.int64), head.astype(np.int64), fallbacks, refit
+    return res.astype(np.int64), head.astype(np.int64), fallbacks, refit, bands
 
 
 def simulate(
@@ -209,7 +234,9 @@ def simulate(
     jobs: pd.DataFrame | None = None,
     make_forecaster: Callable[[], Forecaster] | None = None,
     settings: SimSettings = SimSettings(),
+    timeline: bool = False,
 ) -> SimResult:
+    """Replay `demand` under `policy`; with timeline=True a TimedResult that also carries the Timeline."""
     s = settings
     if policy == "forecast" and make_forecaster is None:
         raise ValueError("the forecast policy needs make_forecaster")
@@ -225,7 +252,7 @@ def simulate(
         raise ValueError("lead_time_seconds must be under an hour (plans look one hour ahead)")
     if e0 * step < 7 * 86400:
         raise ValueError("need at least a week of history before the evaluated days")
-    res, head, fallbacks, refit = _reservations(policy, units, need, index, e0, s, make_forecaster, gpus)
+    res, head, fallbacks, refit, bands = _reservations(policy, units, need, index, e0, s, make_forecaster, gpus)
 
     t_start = time.perf_counter()
     n = len(units) - e0
@@ -268,6 +295,8 @@ def simulate(
     rises = np.diff(need[:e0])
     rises = rises[rises > 0]
     buffer = int(np.ceil(np.quantile(rises, s.rise_quantile))) if policy == "forecast" and s.rise_quantile and rises.size else 0
+    # timeline: per step (inference held, serving, training), per preemption (step, GPUs, planned?)
+    held_l, serving_l, train_l, events = ([], [], [], []) if timeline else (None,) * 4
 
     def arrive(t, g, delay):
         # GPUs granted at the start of step t serve once `delay` seconds have passed
@@ -278,9 +307,11 @@ def simulate(
             k += 1
         warm_ready[t + k] += g
 
-    def release(victims):
+    def release(victims, t, kind):
         nonlocal running, lost_s, train_alloc_s, preempted
         gl = J.gpus[victims]
+        if events is not None:
+            events.append((t, int(gl.sum()), kind, len(victims)))
         # work since the last checkpoint is lost; the GPUs sit idle while checkpointing/terminating
         lost_s += float(((J.progress[victims] - J.credited[victims]) * gl).sum() + (J.preempt[victims] * gl).sum())
         train_alloc_s += float((J.preempt[victims] * gl).sum())
@@ -316,7 +347,7 @@ def simulate(
                 freed = int(J.gpus[victims].sum())
                 for v in victims:
                     arrive(t, int(J.gpus[v]), J.preempt[v] + s.warmup_seconds)
-                release(victims)
+                release(victims, t, "emergency")
                 train -= freed
                 got += freed
                 want = max(want - freed, 0)
@@ -339,6 +370,9 @@ def simulate(
             unmet += ut - serving
             short_steps[t] = True
         alloc_sum += alloc
+        if held_l is not None:
+            held_l.append(alloc)
+            serving_l.append(serving)
 
         # training: arrivals, admission into GPUs neither inference nor its planned next target needs
         now_s = t * step
@@ -370,6 +404,8 @@ def simulate(
                     del waiting[p]
                 running = np.concatenate([running, new])
                 train += int(J.gpus[new].sum())
+        if train_l is not None:
+            train_l.append(train)
         if running.size:
             r = running
             p, w = J.progress[r] + step, J.work[r]
@@ -392,7 +428,7 @@ def simulate(
                     ck = ck[np.argsort(J.preempt[ck], kind="stable")]
                     victims = ck[: int(np.searchsorted(np.cumsum(J.gpus[ck]), short)) + 1]
                     train -= int(J.gpus[victims].sum())
-                    release(victims)
+                    release(victims, t, "planned")
                     planned += len(victims)
 
     useful = train_alloc_s - lost_s
@@ -400,7 +436,7 @@ def simulate(
     train_h = train_alloc_s / 3600
     static_res = float(need[:e0].max())
     per_hour = pd.Series(short_steps).groupby(np.arange(n) * step // 3600).any()
-    return SimResult(
+    metrics = dict(
         policy=policy,
         utilization=(served_s * step + train_alloc_s) / (gpus * n * step),
         inference_shortage=unmet / max(u.sum(), 1e-12),
@@ -417,3 +453,13 @@ def simulate(
         sim_seconds=time.perf_counter() - t_start,
         refit_seconds=refit,
     )
+    if not timeline:
+        return SimResult(**metrics)
+    steps = pd.DataFrame({"demand_gpus": u, "reserved_gpus": res, "headroom_gpus": head, "inference_gpus": held_l,
+                          "warm_gpus": serving_l, "training_gpus": train_l}, index=index[e0:])
+    steps["idle_gpus"] = gpus - steps["inference_gpus"] - steps["training_gpus"]
+    steps["unmet_gpus"] = np.maximum(steps["demand_gpus"] - steps["warm_gpus"], 0.0)
+    ev = pd.DataFrame(events, columns=["step", "gpus", "kind", "jobs"])
+    ev.insert(0, "time", index[e0:][ev.pop("step").to_numpy(int)])
+    hours = bands if bands is not None else pd.DataFrame(columns=["target_gpus", "high_gpus"], dtype=float)
+    return TimedResult(**metrics, timeline=Timeline(steps, hours, ev))

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Install Debian's chromium, the real headless browser tests/test_report.py loads the report in.
+# Idempotent: nothing is done when chromium is already on PATH.
+set -euo pipefail
+
+if command -v chromium >/dev/null; then
+  echo "[install-chromium] $(chromium --version 2>/dev/null || echo chromium) at $(command -v chromium)"
+  exit 0
+fi
+SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+echo "[install-chromium] apt-get install chromium"
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends chromium >/dev/null
+echo "[install-chromium] $(chromium --version) at $(command -v chromium)"
