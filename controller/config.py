@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
+from pydantic.alias_generators import to_camel
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from controller.simulate import POLICIES, SimSettings
@@ -30,9 +31,21 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class PrometheusConfig(Strict):
+def _check_duration(value: str) -> str:
+    """A Go/Prometheus-style duration ("90s", "10m", "1h30m", "28d")."""
+    import pandas as pd
+
+    try:
+        if pd.Timedelta(value) < pd.Timedelta(0):
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"{value!r} is not a duration like 90s, 10m, 1h30m or 28d") from None
+    return value
+
+
+class PrometheusServer(Strict):
+    """How to reach Prometheus (the query comes from the history section or from each policy)."""
     url: str
-    query: str
     lookback: str = "28d"
     step: str = "5m"
     bearer_token_file: Path | None = None
@@ -40,6 +53,15 @@ class PrometheusConfig(Strict):
     insecure_skip_verify: bool = False
     timeout_seconds: float = Field(30.0, gt=0)
     retries: int = Field(3, ge=0, le=10)
+
+    @field_validator("lookback", "step")
+    @classmethod
+    def _duration(cls, value: str) -> str:
+        return _check_duration(value)
+
+
+class PrometheusConfig(PrometheusServer):
+    query: str
 
 
 class HistoryConfig(Strict):
@@ -134,6 +156,107 @@ class TrainingConfig(Strict):
     drift_window: int = Field(24, ge=1)
 
 
+class Camel(Strict):
+    """A Kubernetes-style spec: camelCase keys, the same in a CRD object and in this file."""
+    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True)
+
+
+class CapacitySpec(Camel):
+    demand_per_gpu: float = Field(gt=0)
+    gpus_per_replica: int = Field(1, ge=1)
+
+
+class TargetSpec(Camel):
+    kind: Literal["Deployment", "HorizontalPodAutoscaler", "ClusterQueue"]
+    name: str = Field(min_length=1, max_length=253)
+    namespace: str | None = None  # default: the policy's namespace (not used for a ClusterQueue)
+
+
+class PolicySpec(Camel):
+    """One inference workload's reservation policy: the spec of a ReservationPolicy object."""
+    query: str = Field(min_length=1)
+    statistic: str = "mean"
+    capacity: CapacitySpec
+    target_quantile: float = Field(0.9, gt=0, lt=1)
+    headroom_quantile: float = Field(0.99, gt=0, lt=1)
+    lead_time: str = "10m"
+    min_gpus: int = Field(0, ge=0)
+    max_gpus: int | None = Field(None, ge=1)
+    margin_gpus: int = Field(0, ge=0)
+    headroom_floor_gpus: int = Field(0, ge=0)
+    reclaim_deadline: str = "5m"
+    target: TargetSpec
+    training_cluster_queues: list[str] = Field(default_factory=list, max_length=64)
+    mode: Literal["forecast-only", "active"] = "forecast-only"
+
+    @field_validator("statistic")
+    @classmethod
+    def _statistic(cls, value: str) -> str:
+        return check_statistic(value)
+
+    @field_validator("lead_time", "reclaim_deadline")
+    @classmethod
+    def _duration(cls, value: str) -> str:
+        return _check_duration(value)
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if self.headroom_quantile < self.target_quantile:
+            raise ValueError("headroomQuantile must be at least targetQuantile")
+        if self.max_gpus is not None and self.max_gpus < self.min_gpus:
+            raise ValueError("maxGpus must be at least minGpus")
+        return self
+
+
+class EmbeddedPolicy(Strict):
+    """A policy of the embedded (simulated) cluster: the ReservationPolicy's name and spec, and the file
+    its demand query is answered from."""
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    namespace: str = "default"
+    history_file: Path
+    spec: PolicySpec
+
+
+class LeaseConfig(Strict):
+    namespace: str = "headroom-system"
+    name: str = "headroom"
+    duration_seconds: int = Field(15, ge=2)
+
+
+class RunConfig(Strict):
+    """`headroom run`: the long-running controller."""
+    cluster: Literal["simulated", "kubernetes"] = "simulated"
+    kubeconfig: Path | None = None   # kubernetes: this file, else in-cluster credentials
+    namespace: str | None = None     # watch policies in one namespace (default: all)
+    capacity_gpus: int = Field(128, ge=1)
+    non_lendable_gpus: int = Field(0, ge=0)
+    interval_seconds: float = Field(60, gt=0)
+    horizon_hours: int = Field(24, ge=2, le=24 * 14)
+    prometheus: PrometheusServer | None = None
+    stale_after_seconds: float = Field(1800, gt=0)     # demand older than this is stale: fall back
+    keep_forecast_seconds: float = Field(7200, ge=0)  # a fetch failure keeps the last good forecast this long
+    metrics_port: int = Field(9108, ge=0, le=65535)
+    lease: LeaseConfig = LeaseConfig()
+    forecast_log_dir: Path = Path("headroom-forecasts")
+    tracking_uri: str | None = None   # MLflow: champion models, realized error, retraining (default: training.tracking_uri)
+    retrain_every_seconds: float = Field(86400, ge=0)  # 0: never on a schedule (drift still recommends)
+    team_weights: dict[str, float] = {}   # training ClusterQueue -> share of the slack (default equal)
+    policies: list[EmbeddedPolicy] = []
+
+    @model_validator(mode="after")
+    def _where_demand_comes_from(self):
+        if self.cluster == "simulated" and self.prometheus is not None:
+            raise ValueError("the simulated cluster reads each policy's history_file; remove prometheus")
+        if self.cluster == "kubernetes" and self.prometheus is None:
+            raise ValueError("a kubernetes controller needs prometheus: {url: ...} for the policies' queries")
+        if len({(p.namespace, p.name) for p in self.policies}) != len(self.policies):
+            raise ValueError("policy names must be unique per namespace")
+        for team, weight in self.team_weights.items():
+            if not weight > 0:
+                raise ValueError(f"team_weights.{team} must be > 0")
+        return self
+
+
 class Config(Strict):
     history: HistoryConfig = HistoryConfig()
     forecast: ForecastConfig = ForecastConfig()
@@ -141,10 +264,24 @@ class Config(Strict):
     simulate: SimulateConfig = SimulateConfig()
     tune: TuneConfig = TuneConfig()
     training: TrainingConfig = TrainingConfig()
+    run: RunConfig = RunConfig()
 
 
-def _path(loc: tuple) -> str:
-    return ".".join(str(p) for p in loc) or "(top level)"
+def field_errors(exc: ValidationError, prefix: str = "") -> list[str]:
+    """'field.path: message' per error, paths starting at `prefix`."""
+    out = []
+    for e in exc.errors():
+        path = ".".join(str(p) for p in (prefix.split(".") if prefix else []) + list(e["loc"])) or "(top level)"
+        out.append(f"{path}: {e['msg'].removeprefix('Value error, ')}")
+    return out
+
+
+def parse_policy_spec(spec: Any, source: str) -> PolicySpec:
+    """A ReservationPolicy object's spec, validated as the CRD promises (errors name spec.* paths)."""
+    try:
+        return PolicySpec.model_validate(spec)
+    except ValidationError as exc:
+        raise ConfigError(source, field_errors(exc, "spec")) from None
 
 
 def _set(tree: dict, dotted: str, value: Any) -> None:
@@ -175,5 +312,4 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
     try:
         return Config.model_validate(tree)
     except ValidationError as exc:
-        errors = [f"{_path(e['loc'])}: {e['msg'].removeprefix('Value error, ')}" for e in exc.errors()]
-        raise ConfigError(source, errors) from None
+        raise ConfigError(source, field_errors(exc)) from None

@@ -34,6 +34,10 @@ GPU_RESOURCE = "nvidia.com/gpu"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 EVICTED_BY_PLAN = "headroom.dev/evicted-by-plan"
 EVICTION_REASON = "headroom.dev/eviction-reason"
+# What a training job declares so headroom knows how fast it can be taken back (Workload annotations).
+PREEMPTION_SECONDS = "headroom.dev/preemption-seconds"        # checkpoint + termination time
+CHECKPOINT_INTERVAL = "headroom.dev/checkpoint-interval-seconds"
+LAST_CHECKPOINT = "headroom.dev/last-checkpoint"              # RFC 3339
 CONDITION_TYPES = ("Ready", "ForecastDegraded", "FallbackActive", "HeadroomAtRisk")
 RETRYABLE_STATUS = {0, 429, 500, 502, 503, 504}
 MERGE_PATCH = "application/merge-patch+json"
@@ -74,6 +78,14 @@ def _parse_time(text: str | None) -> datetime | None:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
+def _float(text: str | None) -> float | None:
+    """An annotation's number; a malformed one counts as not given (the job then gets the defaults)."""
+    try:
+        return float(text) if text is not None else None
+    except ValueError:
+        return None
+
+
 def _quantity(value: Any) -> Decimal:
     from kubernetes.utils import parse_quantity
     return Decimal(parse_quantity(value))
@@ -105,10 +117,14 @@ class WorkloadInfo:
     creation: datetime | None
     gpus: int  # sum over podSets of count x GPU requests in the pod template
     evicted_by_plan: str | None
+    preemption_seconds: float | None = None
+    checkpoint_interval_seconds: float | None = None
+    last_checkpoint: datetime | None = None
 
     @classmethod
     def of(cls, obj: dict, resource: str = GPU_RESOURCE) -> "WorkloadInfo":
         meta, spec, status = obj.get("metadata", {}), obj.get("spec", {}), obj.get("status", {}) or {}
+        annotations = meta.get("annotations") or {}
         gpus = Decimal(0)
         for pod_set in spec.get("podSets", []) or []:
             containers = ((pod_set.get("template") or {}).get("spec") or {}).get("containers", []) or []
@@ -120,7 +136,10 @@ class WorkloadInfo:
                    cluster_queue=(status.get("admission") or {}).get("clusterQueue"),
                    active=spec.get("active", True) is not False, priority=int(spec.get("priority", 0) or 0),
                    creation=_parse_time(meta.get("creationTimestamp")), gpus=int(gpus),
-                   evicted_by_plan=(meta.get("annotations") or {}).get(EVICTED_BY_PLAN))
+                   evicted_by_plan=annotations.get(EVICTED_BY_PLAN),
+                   preemption_seconds=_float(annotations.get(PREEMPTION_SECONDS)),
+                   checkpoint_interval_seconds=_float(annotations.get(CHECKPOINT_INTERVAL)),
+                   last_checkpoint=_parse_time(annotations.get(LAST_CHECKPOINT)))
 
 
 @dataclass(frozen=True)
@@ -147,6 +166,9 @@ class PolicyStatus:
     plan_id: str | None = None
     forecast_demand: float | None = None
     observed_generation: int | None = None
+    model: str | None = None
+    next_hours: tuple[dict, ...] = ()        # {"hour", "reservedGpus", "headroomGpus", "slackGpus"}
+    realized_error: dict[str, float] | None = None  # "1h"/"6h"/"24h" ahead -> mean scaled error
 
 
 @dataclass
@@ -429,6 +451,11 @@ class KubeCluster:
                 body["planId"] = status.plan_id
             if status.forecast_demand is not None:
                 body["forecastDemand"] = float(status.forecast_demand)
+            if status.model is not None:
+                body["model"] = status.model
+            body["nextHours"] = list(status.next_hours)
+            if status.realized_error:
+                body["realizedError"] = {k: float(v) for k, v in status.realized_error.items()}
             return {"status": body}
 
         return self._update(path, mutate, subresource="/status")[0]

@@ -63,7 +63,7 @@ def test_crds_install_and_everything_dry_run_applies(cluster, crd_dir):
     installed = cluster.get(f"{CRD_PATH}/reservationpolicies.headroom.dev")
     version = installed["spec"]["versions"][0]
     assert [c["name"] for c in version["additionalPrinterColumns"]] == [
-        "Mode", "Reserved", "Slack", "Headroom", "Ready", "Age"]
+        "Mode", "Reserved", "Slack", "Headroom", "Model", "Ready", "Age"]
     assert version["subresources"] == {"status": {}}
     # ...and a dry run of one object of each kind passes their schemas, persisting nothing.
     cluster.create(RP, policy("dry"), dry_run=True)
