@@ -221,6 +221,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", help="series name for --history (training.name)")
     p.add_argument("--tracking-uri", dest="tracking_uri", help="MLflow tracking URI (training.tracking_uri)")
     p.set_defaults(run=cmd_train, overrides=lambda a: {"training.name": a.name, "training.tracking_uri": a.tracking_uri})
+
+    def cmd_report(cfg: Config, args) -> int:
+        from dashboards.report import cmd_report as report
+
+        return report(cfg, args)
+
+    def cmd_demo(cfg: Config, args) -> int:
+        from controller.demo import cmd_demo as demo
+
+        return demo(cfg, args)
+
+    # report takes simulate's options: the same parser, plus where to write and whether to sweep
+    p = sub.add_parser("report", help="HTML report with plots: DEMAND simulated under every policy",
+                       parents=[sub.choices["simulate"]], add_help=False, conflict_handler="resolve")
+    p.add_argument("--out", default="headroom-report", help="directory for index.html and the PNGs")
+    p.add_argument("--tune", action=argparse.BooleanOptionalAction, default=True,
+                   help="include the tuning trade-off sweep (slow: one simulation per setting)")
+    p.set_defaults(run=cmd_report)
+    p = sub.add_parser("demo", help="the whole product on embedded defaults, no servers: train, plan, simulate, report")
+    p.add_argument("--out", default="headroom-demo", help="directory for the history, MLflow store and report")
+    p.add_argument("--quick", action="store_true", help="shorter history and simulation, every stage still runs")
+    p.set_defaults(run=cmd_demo, overrides=lambda a: {})
     # --config is accepted after the subcommand too, as users type it there.
     for action in list(sub.choices.values()):
         action.add_argument("--config", dest="sub_config", help=argparse.SUPPRESS)

@@ -1,0 +1,317 @@
+"""`headroom report`: one self-contained HTML page (plots embedded as PNG data URIs, and the
+PNGs written beside it) that tells a new user what the simulated cluster did.
+
+The rendering functions take values (a TimedResult, a TuneResult, a comparison table), so
+`headroom demo` reuses them; only `cmd_report` reads configuration and files.
+"""
+from __future__ import annotations
+
+import base64
+import html
+import json
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from controller.simulate import POLICIES, SimResult, SimSettings, TimedResult, simulate
+from controller.tune import TuneResult, plot_tradeoff
+
+# What the comparison table shows, with the header a reader sees and how to format it.
+COLUMNS = {
+    "utilization": ("utilization", "{:.1%}"),
+    "inference_shortage": ("inference shortage", "{:.3%}"),
+    "shortage_hours": ("hours with shortage", "{:.1%}"),
+    "training_goodput": ("training goodput", "{:.1%}"),
+    "cost_vs_dedicated": ("cost vs dedicated", "{:.3f}"),
+    "mean_reserved_gpus": ("mean inference GPUs", "{:.1f}"),
+    "training_gpu_hours": ("training GPU-hours", "{:,.0f}"),
+    "preemptions": ("preemptions", "{:d}"),
+    "headroom_violations": ("headroom violations", "{:d}"),
+}
+
+POLICY_NOTES = {
+    "forecast": "headroom: forecast quantile reserved ahead of demand, slack lent to training",
+    "static": "reserve the history's peak all the time",
+    "reactive": "last hour's peak + 10%, one hour late",
+    "seasonal-naive": "same hour last week + 10%",
+    "oracle": "perfect foresight: the physical limit",
+}
+
+
+@dataclass(frozen=True)
+class Figure:
+    title: str
+    caption: str  # one sentence: what to look for
+    path: Path
+
+
+def compare_policies(demand: pd.Series, settings: SimSettings, timeline_policy: str = "forecast",
+                     progress: Callable[[str], None] | None = None, **simulate_kwargs) -> dict[str, SimResult]:
+    """Every policy on the same trace; `timeline_policy` also records its timeline for the plots."""
+    if timeline_policy not in POLICIES:
+        raise ValueError(f"unknown policy {timeline_policy!r}; one of {POLICIES}")
+    out = {}
+    for policy in POLICIES:
+        started = time.perf_counter()
+        out[policy] = simulate(demand, policy=policy, settings=settings, timeline=policy == timeline_policy,
+                               **simulate_kwargs)
+        if progress:
+            progress(f"simulated {policy} in {time.perf_counter() - started:.1f} s")
+    return out
+
+
+def comparison_table(results: Mapping[str, SimResult]) -> pd.DataFrame:
+    """One row per policy (index), the columns of COLUMNS."""
+    return pd.DataFrame([{c: getattr(r, c) for c in COLUMNS} for r in results.values()],
+                        index=pd.Index(list(results), name="policy"))
+
+
+def _formatted(table: pd.DataFrame) -> pd.DataFrame:
+    """The table as display strings under the readers' headers."""
+    return pd.DataFrame({COLUMNS[c][0]: table[c].map(COLUMNS[c][1].format) for c in table.columns}, index=table.index)
+
+
+def format_table(table: pd.DataFrame) -> str:
+    """The comparison table as aligned text for a terminal."""
+    return _formatted(table).to_string()
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, path: Path) -> Path:
+    fig.autofmt_xdate()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    _pyplot().close(fig)
+    return path
+
+
+def _timeline(result: SimResult):
+    if not isinstance(result, TimedResult) or result.timeline is None:
+        raise ValueError(f"the {result.policy} result has no timeline: simulate it with timeline=True")
+    return result.timeline
+
+
+def plot_demand(result: TimedResult, settings: SimSettings, path: Path) -> Figure:
+    """Demand vs the forecast band vs the reservation, shortages marked."""
+    plt = _pyplot()
+    t = _timeline(result)
+    s = t.steps
+    fig, ax = plt.subplots(figsize=(11, 4.2))
+    if not t.hours.empty:
+        # the band each hour: from the target quantile (what is reserved) to the headroom quantile
+        edges = t.hours.index.append(pd.DatetimeIndex([t.hours.index[-1] + pd.Timedelta(hours=1)]))
+        lo = list(t.hours["target_gpus"]) + [t.hours["target_gpus"].iloc[-1]]
+        hi = list(t.hours["high_gpus"]) + [t.hours["high_gpus"].iloc[-1]]
+        ax.fill_between(edges, lo, hi, step="post", color="tab:blue", alpha=0.18,
+                        label=f"forecast q{settings.target_quantile:g} to q{settings.headroom_quantile:g} (hourly)")
+    ax.plot(s.index, s["demand_gpus"], color="black", lw=0.8, label="demand")
+    ax.step(s.index, s["reserved_gpus"], where="post", color="tab:blue", lw=1.2, label=f"{result.policy} reservation")
+    ax.step(s.index, s["warm_gpus"], where="post", color="tab:green", lw=0.8, alpha=0.8, label="warm, serving GPUs")
+    short = s[s["unmet_gpus"] > 0]
+    ax.scatter(short.index, short["demand_gpus"], color="red", s=10, zorder=3,
+               label=f"shortage ({len(short)} of {len(s)} steps)")
+    ax.set_xlabel("time (UTC)")
+    ax.set_ylabel("GPUs")
+    ax.set_title(f"Inference demand, forecast band and reservation ({result.policy} policy)")
+    ax.legend(loc="upper left", fontsize=8, ncol=2)
+    caption = ("Black is demand in GPUs; the blue line is what the policy reserved ahead of it and green what was warm "
+               "and serving. Demand should stay inside the shaded forecast band and above the green line only at the "
+               "red dots, which are steps of unmet demand.")
+    return Figure("Demand, forecast and reservation", caption, _save(fig, path))
+
+
+def plot_usage(result: TimedResult, gpus: int, path: Path) -> Figure:
+    """GPUs by use over time as a stacked area."""
+    plt = _pyplot()
+    s = _timeline(result).steps
+    fig, ax = plt.subplots(figsize=(11, 4.2))
+    ax.stackplot(s.index, s["inference_gpus"], s["training_gpus"], s["idle_gpus"],
+                 labels=["inference (warm or warming)", "training (lent slack)", "idle"],
+                 colors=["tab:blue", "tab:orange", "lightgrey"], step="post")
+    ax.axhline(gpus, color="black", lw=0.8, linestyle="--", label=f"capacity {gpus} GPUs")
+    ax.set_ylim(0, gpus * 1.08)
+    ax.set_xlabel("time (UTC)")
+    ax.set_ylabel("GPUs")
+    ax.set_title(f"GPUs by use, {result.utilization:.1%} utilization ({result.policy} policy)")
+    ax.legend(loc="lower left", fontsize=8, ncol=4)
+    caption = ("Every GPU is either serving inference, lent to training, or idle. Orange filling the night-time "
+               "troughs is the point of headroom; grey is capacity nobody used.")
+    return Figure("GPUs by use", caption, _save(fig, path))
+
+
+def plot_preemptions(result: TimedResult, path: Path) -> Figure:
+    """Preemptions per hour by kind, over demand."""
+    plt = _pyplot()
+    t = _timeline(result)
+    s, ev = t.steps, t.events
+    fig, ax = plt.subplots(figsize=(11, 3.6))
+    hours = pd.date_range(s.index[0].floor("h"), s.index[-1].floor("h"), freq="h")
+    bottom = pd.Series(0.0, index=hours)
+    width = pd.Timedelta(minutes=50)
+    for kind, color in (("planned", "tab:green"), ("emergency", "tab:red")):
+        per_hour = ev[ev["kind"] == kind].groupby(ev["time"].dt.floor("h"))["gpus"].sum().reindex(hours, fill_value=0)
+        ax.bar(hours, per_hour, width=width, bottom=bottom, align="edge", color=color,
+               label=f"{kind}: {int(ev.loc[ev['kind'] == kind, 'jobs'].sum())} jobs, {int(per_hour.sum())} GPUs")
+        bottom += per_hour
+    ax.set_xlabel("time (UTC)")
+    ax.set_ylabel("GPUs preempted per hour")
+    demand = ax.twinx()
+    demand.plot(s.index, s["demand_gpus"], color="black", lw=0.6, alpha=0.5)
+    demand.set_ylabel("demand (GPUs, black line)")
+    demand.set_ylim(bottom=0)
+    ax.set_title(f"Training preemptions ({result.policy} policy; reclaim p99 {result.reclaim_p99_seconds:.0f} s)")
+    ax.legend(loc="upper left", fontsize=8)
+    caption = ("Green bars are training jobs stopped at a checkpoint ahead of a forecast ramp-up (no work lost); red "
+               "bars are GPUs taken back at once because inference needed more than planned (demand noise or a "
+               "ramp faster than forecast), each losing at most the work since its last checkpoint. Green should "
+               "line up with the ramps of the black demand line.")
+    return Figure("Preemptions on the timeline", caption, _save(fig, path))
+
+
+def plot_tune(result: TuneResult, path: Path) -> Figure:
+    plot_tradeoff(result, str(path))
+    caption = ("Each dot is one setting of target quantile x lead time x headroom quantile: right is more shortage, "
+               f"up is more utilization. The circled one is recommended: {result.reason}.")
+    return Figure("Tuning trade-off", caption, path)
+
+
+def _data_uri(path: Path) -> str:
+    return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
+
+
+def _html_table(table: pd.DataFrame) -> str:
+    shown = _formatted(table)
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in shown.columns)
+    rows = []
+    for policy, row in shown.iterrows():
+        cells = "".join(f"<td>{html.escape(v)}</td>" for v in row)
+        note = html.escape(POLICY_NOTES.get(policy, ""))
+        rows.append(f'<tr><th title="{note}">{html.escape(str(policy))}<br><small>{note}</small></th>{cells}</tr>')
+    return f"<table><thead><tr><th>policy</th>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+# Marks the page so a headless browser (tests/test_report.py) can see that it loaded and every plot decoded.
+_SELF_CHECK = """<script>
+window.onerror = function (msg) { document.body.dataset.errors = (document.body.dataset.errors || "") + msg + ";"; };
+window.addEventListener("load", function () {
+  var imgs = Array.prototype.slice.call(document.images);
+  document.body.dataset.images = imgs.length;
+  document.body.dataset.imagesOk = imgs.filter(function (i) { return i.complete && i.naturalWidth > 0; }).length;
+});
+</script>"""
+
+_STYLE = """body{font-family:system-ui,sans-serif;max-width:1150px;margin:2em auto;padding:0 1em;color:#222}
+figure{margin:2em 0}img{max-width:100%}figcaption{color:#444}table{border-collapse:collapse;font-size:.9em}
+th,td{border:1px solid #ccc;padding:.3em .6em;text-align:right}thead th,tbody th{text-align:left}
+small{color:#666;font-weight:normal}dl{display:grid;grid-template-columns:max-content auto;gap:.2em 1em}dt{color:#666}"""
+
+
+def render_report(out_dir: Path, results: Mapping[str, SimResult], timeline_policy: str, settings: SimSettings,
+                  gpus: int, facts: Mapping[str, str], tuned: TuneResult | None = None,
+                  title: str = "headroom report") -> Path:
+    """Write the PNGs and index.html into `out_dir`; returns the HTML path."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    timed = results[timeline_policy]
+    figures = [plot_demand(timed, settings, out_dir / "demand.png"),
+               plot_usage(timed, gpus, out_dir / "gpus_by_use.png"),
+               plot_preemptions(timed, out_dir / "preemptions.png")]
+    if tuned is not None:
+        figures.append(plot_tune(tuned, out_dir / "tradeoff.png"))
+    table = comparison_table(results)
+    f, best = results.get("forecast"), results.get("oracle")
+    headline = ""
+    if f is not None and best is not None:
+        headline = (f"<p><b>In one line:</b> the forecast policy kept {f.utilization:.1%} of the GPUs busy "
+                    f"(the oracle, with perfect foresight, {best.utilization:.1%}), left {f.inference_shortage:.3%} "
+                    f"of inference demand unmet, lent {f.training_gpu_hours:,.0f} GPU-hours to training at "
+                    f"{f.training_goodput:.1%} goodput, and broke the headroom guarantee {f.headroom_violations} "
+                    f"time(s).</p>")
+    facts_html = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in facts.items())
+    figs_html = "".join(
+        f'<figure><h2>{html.escape(fig.title)}</h2><img src="{_data_uri(fig.path)}" alt="{html.escape(fig.title)}">'
+        f'<figcaption>{html.escape(fig.caption)} <a href="{fig.path.name}">PNG</a></figcaption></figure>'
+        for fig in figures)
+    page = f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title><style>{_STYLE}</style>
+{_SELF_CHECK}</head>
+<body><h1>{html.escape(title)}</h1>
+<p>headroom reserves GPUs for inference ahead of forecast demand and lends the rest to a training queue, keeping
+enough fast-preemptible training to take GPUs back within the reclaim deadline. This page replays a demand trace on
+a simulated cluster under headroom's forecast policy and four baselines.</p>
+{headline}<dl>{facts_html}</dl>
+<h2>Policies compared</h2>
+<p>Utilization is (inference served + training allocated) GPU-time over capacity; shortage is unmet demand over
+demand; goodput is useful training over allocated (work lost to preemption excluded); cost vs dedicated is the
+shared cluster's GPUs over what two dedicated clusters need for the same work (inference at its peak plus the training
+GPU-hours delivered per hour): below 1 the shared cluster is cheaper. Higher utilization at near-zero shortage is
+better.</p>
+{_html_table(table)}
+<h2>What the {html.escape(timeline_policy)} policy did</h2>
+<p>The plots below follow the {html.escape(timeline_policy)} policy step by step over the simulated days.</p>
+{figs_html}
+</body></html>
+"""
+    path = out_dir / "index.html"
+    path.write_text(page, encoding="utf-8")
+    return path
+
+
+def stage_printer(label: str) -> Callable[[str], None]:
+    """Progress lines on stderr with the seconds elapsed since this printer was made."""
+    started = time.perf_counter()
+
+    def say(what: str) -> None:
+        sys.stdout.flush()  # keep results and progress in order when both go to one terminal or file
+        print(f"[{label} +{time.perf_counter() - started:5.1f}s] {what}", file=sys.stderr, flush=True)
+
+    return say
+
+
+def cmd_report(cfg, args) -> int:
+    """`headroom report DEMAND [--out DIR] [--policy P] [--tune/--no-tune] [--json] ...` (simulate's options).
+
+    --policy is the policy whose timeline is plotted; the table always compares all of them."""
+    from controller.cli import _native_series, _simulation
+    from controller.tune import tune
+
+    say = stage_printer("report")
+    settings, kwargs = _simulation(cfg)
+    demand = _native_series(cfg)
+    say(f"simulating {cfg.history.file} under {len(POLICIES)} policies")
+    results = compare_policies(demand, settings, timeline_policy=cfg.simulate.policy, progress=say, **kwargs)
+    tuned = None
+    if args.tune:
+        t = cfg.tune
+        say("tuning sweep (skip it with --no-tune)")
+        tuned = tune(demand, kwargs.pop("make_forecaster"), target_quantiles=t.target_quantiles,
+                     lead_times_seconds=t.lead_times_seconds, headroom_quantiles=t.headroom_quantiles,
+                     shortage_objective=t.shortage_objective, base=settings, **kwargs)
+    c = cfg.simulate
+    facts = {"demand trace": str(cfg.history.file), "cluster": f"{c.gpus} GPUs",
+             "scaling": f"{c.per_gpu} demand per GPU" if c.per_gpu else f"99.9th percentile = {c.peak_gpus:g} GPUs",
+             "simulated": f"last {c.days:g} days (everything before is history)",
+             "training": f"job trace {c.jobs}" if c.jobs else "saturated backlog",
+             "forecast policy": f"target q{settings.target_quantile:g}, headroom q{settings.headroom_quantile:g}, "
+                                f"lead {settings.lead_time_seconds:g} s, reclaim deadline "
+                                f"{settings.reclaim_deadline_seconds:g} s"}
+    path = render_report(Path(args.out), results, cfg.simulate.policy, settings, c.gpus, facts, tuned)
+    table = comparison_table(results)
+    if args.json:
+        print(json.dumps({"report": str(path.resolve()), "policies": table.to_dict(orient="index")}))
+        return 0
+    print(format_table(table))
+    print(f"report: {path.resolve()} (open it with: xdg-open {path.resolve()})")
+    return 0

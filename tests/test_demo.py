@@ -1,0 +1,78 @@
+"""`headroom demo --quick`: every stage runs for real (MLflow sqlite, planner, simulator, report)."""
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+
+import pandas as pd
+import pytest
+
+from controller.cli import main
+from controller.simulate import POLICIES
+from training.tracking import Tracker, registered_name
+
+STAGES = ("history:", "trained:", "forecast:", "plan at", "simulated forecast", "simulated oracle", "tuning sweep",
+          "report written")
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo")
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        status = main(["demo", "--quick", "--out", str(out)])
+    return out, status, stdout.getvalue(), stderr.getvalue()
+
+
+def test_demo_succeeds_and_shows_progress_per_stage(demo):
+    _, status, _, err = demo
+    assert status == 0, err
+    for stage in STAGES:
+        assert re.search(r"\[demo \+ *\d+\.\ds\] " + re.escape(stage), err), f"no progress line for {stage!r}:\n{err}"
+
+
+def test_history_is_the_projects_own_and_complete(demo):
+    out = demo[0]
+    history = pd.read_csv(out / "demand_5min.csv")
+    assert list(history.columns) == ["timestamp", "value"]
+    assert len(history) == 15 * 24 * 12  # --quick: 15 days of 5-minute steps
+    assert history["value"].isna().sum() > 0  # the scrape gap stays missing, never zero
+
+
+def test_mlflow_store_has_the_run_and_a_champion(demo):
+    out, _, stdout, _ = demo
+    tracker = Tracker(f"sqlite:///{out / 'mlflow.db'}").connect()
+    champion = tracker.champion(registered_name("demo"))
+    assert champion is not None and str(champion.version) == "1"
+    tags = tracker.run_tags(champion.run_id)
+    assert tags["headroom.promoted"] == "true"
+    assert tracker.load_pickle(champion.run_id).predict(3, [0.5]).shape == (3, 1)  # a usable fitted model
+    assert f"mlflow ui --backend-store-uri sqlite:///{out / 'mlflow.db'}" in stdout
+
+
+def test_plan_summary_is_printed_with_reasons(demo):
+    stdout = demo[2]
+    plan = stdout.split("policies compared:")[0]
+    rows = re.findall(r"^\s+\d{4}-\d\d-\d\d \d\d:00\s+(\d+)\s+(\d+)\s+(\d+)$", plan, re.M)
+    assert len(rows) == 6
+    assert all(int(r) + int(s) <= 128 for r, _, s in rows)  # reservation + slack never exceed the cluster
+    assert "why (this hour): q0.3 forecast" in plan and "admitted:" in plan
+
+
+def test_comparison_has_the_five_policies(demo):
+    stdout = demo[2]
+    table = stdout.split("policies compared:")[1].split("\nreport:")[0]
+    rows = {line.split()[0]: line.split() for line in table.strip().splitlines()[2:]}
+    assert set(rows) == set(POLICIES)
+    util = {p: float(r[1].rstrip("%")) for p, r in rows.items()}
+    assert util["forecast"] > util["static"] and util["oracle"] >= util["static"]
+
+
+def test_report_has_every_plot_embedded(demo):
+    out, _, stdout, _ = demo
+    page = out / "report" / "index.html"
+    assert f"xdg-open {page}" in stdout
+    text = page.read_text()
+    assert len(re.findall(r'<img src="data:image/png;base64,[A-Za-z0-9+/=]{1000,}"', text)) == 4
+    assert "champion v1" in text and all(f">{p}<br>" in text for p in POLICIES)
