@@ -1,0 +1,253 @@
+"""The Grafana dashboards: current with their generator, type-checked against @grafana/schema,
+and querying only what headroom's live /metrics exports (checked by a real Prometheus too)."""
+from __future__ import annotations
+
+import copy
+import json
+import re
+import shutil
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from controller import metrics as m
+from controller.state import StateHolder
+from dashboards import generate
+from tests.servers import CACHE, ServerProcess, free_port, in_ci, wait_until
+from tests.servers import prometheus as prom_servers
+from tests.test_metrics import planned_state
+
+TYPECHECK = generate.OUT / "typecheck"
+NPM_HINT = "run: bash scripts/install-npm.sh"
+BOARDS = {name: build().json() for name, build in generate.BOARDS.items()}
+
+
+def unavailable(message: str) -> None:
+    if in_ci():
+        pytest.fail(f"{message}; CI=true, so this is a failure, not a skip", pytrace=False)
+    pytest.skip(message)
+
+
+def test_committed_json_is_what_the_generator_writes():
+    on_disk = {p.name for p in generate.OUT.glob("*.json")}
+    assert on_disk == set(generate.BOARDS), "stale or missing board files: run python -m dashboards.generate"
+    for name, build in generate.BOARDS.items():
+        assert (generate.OUT / name).read_text() == generate.render(build()), f"{name} is stale: run python -m dashboards.generate"
+
+
+def test_boards_take_the_datasource_and_filters_as_variables():
+    for name, board in BOARDS.items():
+        variables = {v["name"]: v for v in board["templating"]["list"]}
+        assert variables["datasource"]["type"] == "datasource", name
+        assert {"policy", "team"} & set(variables) or name == "headroom-overview.json", name
+        for panel in board["panels"]:
+            assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, (name, panel["title"])
+            assert all(t["datasource"] == panel["datasource"] for t in panel["targets"])
+            pos = panel["gridPos"]
+            assert pos["x"] + pos["w"] <= generate.WIDTH, (name, panel["title"])
+        ids = [p["id"] for p in board["panels"]]
+        assert len(ids) == len(set(ids)), name
+
+
+# --- @grafana/schema --------------------------------------------------------------------------------
+
+def typescript() -> tuple[str, Path]:
+    """tsc and the node_modules scripts/install-npm.sh installed (outside the repo)."""
+    modules = CACHE / "npm" / "node_modules"
+    tsc = modules / ".bin" / "tsc"
+    if not shutil.which("node") or not tsc.exists() or not (modules / "@grafana" / "schema").is_dir():
+        unavailable(f"node, typescript or @grafana/schema not installed under {modules.parent} ({NPM_HINT})")
+    return str(tsc), modules
+
+
+def as_typescript(board: dict) -> str:
+    # A .json imported into TypeScript is typed loosely (false passes): the literal must be checked in place.
+    return ('import type { Dashboard } from "@grafana/schema";\n'
+            f"export const dashboard = {json.dumps(board, indent=2)} satisfies Dashboard;\n")
+
+
+def test_boards_type_check_against_grafana_schema_and_a_broken_one_does_not(tmp_path):
+    tsc, modules = typescript()
+    shutil.copy(TYPECHECK / "tsconfig.json", tmp_path / "tsconfig.json")
+    (tmp_path / "node_modules").symlink_to(modules)
+    for name, board in BOARDS.items():
+        (tmp_path / f"{Path(name).stem}.ts").write_text(as_typescript(board))
+    broken = copy.deepcopy(BOARDS["headroom-overview.json"])
+    broken["panels"][0]["gridPos"] = "x"
+    (tmp_path / "broken.ts").write_text(as_typescript(broken))
+
+    proc = subprocess.run([tsc, "-p", str(tmp_path)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    errors = [line for line in proc.stdout.splitlines() if "error TS" in line]
+    assert proc.returncode != 0 and errors, proc.stdout + proc.stderr
+    others = [e for e in errors if not e.startswith("broken.ts")]
+    assert not others, "\n".join(others)
+    assert any("GridPos" in e for e in errors), "\n".join(errors)
+
+
+# --- the metrics the panels query ------------------------------------------------------------------
+
+TOKEN = re.compile(r'"(?:\\.|[^"\\])*"|\d[\w.]*|[A-Za-z_:][\w:]*|\S')
+IDENTIFIER = re.compile(r"[A-Za-z_:][\w:]*\Z")
+GROUPING = {"by", "without", "on", "ignoring", "group_left", "group_right"}
+KEYWORDS = GROUPING | {"offset", "bool", "and", "or", "unless"}
+AGGREGATIONS = {"sum", "min", "max", "avg", "count", "stddev", "stdvar", "topk", "bottomk", "quantile",
+                "count_values", "group"}
+CLOSING = {"(": ")", "[": "]", "{": "}"}
+
+
+def selectors(expr: str) -> list[tuple[str, set[str]]]:
+    """(metric name, label names it matches on) for every vector selector in a PromQL expression."""
+    tokens = TOKEN.findall(re.sub(r"\$\{?\w+\}?", "0", expr))  # Grafana variables stand for numbers or strings
+
+    def skip(i: int) -> int:
+        """Index just past the bracket that closes tokens[i]."""
+        close = CLOSING[tokens[i]]
+        while tokens[i] != close:
+            i += 1
+        return i + 1
+
+    out, i = [], 0
+    while i < len(tokens):
+        tok, nxt = tokens[i], tokens[i + 1] if i + 1 < len(tokens) else ""
+        if tok in GROUPING and nxt == "(":
+            i = skip(i + 1)
+        elif tok == "[":
+            i = skip(i)
+        elif IDENTIFIER.match(tok) and tok not in KEYWORDS | AGGREGATIONS and nxt != "(":
+            labels: set[str] = set()
+            i += 1
+            if nxt == "{":
+                end = skip(i)
+                labels = {tokens[j] for j in range(i + 1, end) if tokens[j - 1] in "{," and IDENTIFIER.match(tokens[j])}
+                i = end
+            out.append((tok, labels))
+        else:
+            i += 1
+    return out
+
+
+def test_selector_parser_on_the_shapes_the_boards_use():
+    expr = ('histogram_quantile(0.99, sum by (le) (rate(a_bucket{x=~"$p", y="b,c"}[$__rate_interval]))) '
+            '/ on(instance) group_left(z) (b offset 1h and on(instance) c == 1) * $cost + count(d) or vector(0)')
+    assert selectors(expr) == [("a_bucket", {"x", "y"}), ("b", set()), ("c", set()), ("d", set())]
+
+
+def panel_exprs() -> list[tuple[str, str, str]]:
+    return [(name, panel["title"], target["expr"]) for name, board in BOARDS.items()
+            for panel in board["panels"] for target in panel["targets"]]
+
+
+def variable_queries() -> list[tuple[str, str, str]]:
+    """(board, metric, label) of every label_values() variable."""
+    out = []
+    for name, board in BOARDS.items():
+        for v in board["templating"]["list"]:
+            if v["type"] == "query":
+                match = re.fullmatch(r"label_values\((\w+),\s*(\w+)\)", v["query"])
+                assert match, (name, v["query"])
+                out.append((name, match[1], match[2]))
+    return out
+
+
+@pytest.fixture(scope="module")
+def live():
+    """headroom's real /metrics endpoint over a state from real planner output (emergency preemptions included)."""
+    _, state = planned_state(chat_demand=70.0)
+    server = m.serve(StateHolder(state), 0, lambda: True, lambda: True, host="127.0.0.1")
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    yield server, state, text
+    server.shutdown()
+
+
+def exported_labels(text: str) -> dict[str, set[str]]:
+    """Sample name -> every label name it carries, from an exposition text."""
+    out: dict[str, set[str]] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out.setdefault(s.name, set()).update(s.labels)
+    return out
+
+
+def test_every_queried_metric_is_exported_by_the_live_endpoint(live):
+    exported = exported_labels(live[2])
+    queried = {}
+    for board, title, expr in panel_exprs():
+        for name, labels in selectors(expr):
+            queried.setdefault(name, set()).update(labels)
+            assert name in exported, f"{board} / {title}: {name} is not exported by /metrics ({expr})"
+            assert labels <= exported[name], f"{board} / {title}: {name} has no label {labels - exported[name]}"
+    for board, name, label in variable_queries():
+        assert label in exported.get(name, ()), f"{board}: variable over {name}/{label} has nothing to list"
+    # the parse found what the boards are about, so the check above cannot pass on nothing
+    assert {m.RESERVED.name, m.FORECAST.name, m.TEAM_USED.name, m.RECONCILE_DURATION.name + "_bucket"} <= set(queried)
+    panels_metrics = {n.removesuffix("_bucket").removesuffix("_sum").removesuffix("_count") for n in queried}
+    unused = {x.name for x in m.METRICS} - panels_metrics - {n for _, n, _ in variable_queries()}
+    assert unused <= {m.POLICY_INFO.name, m.RECONCILES.name} | {m.POLICY_VALID.name}, f"exported but on no board: {unused}"
+
+
+def concrete(expr: str, policy: str) -> str:
+    """The query as Grafana sends it: variables filled in ("All" for multi-value ones)."""
+    expr = (expr.replace('=~"$policy"', '=~".*"').replace('="$policy"', f'="{policy}"')
+            .replace('=~"$team"', '=~".*"').replace("$__rate_interval", "1m").replace("$__range", "1h")
+            .replace("$gpu_hour_cost", "2.5"))
+    assert "$" not in expr, f"a variable the test does not fill in: {expr}"
+    return expr
+
+
+def query(url: str, expr: str, at: float) -> dict:
+    import requests
+    resp = requests.get(f"{url}/api/v1/query", params={"query": expr, "time": at}, timeout=10)
+    body = resp.json()
+    assert resp.status_code == 200 and body["status"] == "success", f"{expr}: {body.get('error')}"
+    return body["data"]
+
+
+@pytest.fixture(scope="module")
+def prometheus_scraping(live, tmp_path_factory):
+    """A real Prometheus scraping the live endpoint every second, once it has a few scrapes."""
+    binary = prom_servers.binaries()["prometheus"]
+    if not binary:
+        unavailable("prometheus not installed (run scripts/install-servers.sh)")
+    work = tmp_path_factory.mktemp("prom-scrape")
+    (work / "prometheus.yml").write_text(
+        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        f"scrape_configs:\n  - job_name: headroom\n    static_configs: [{{targets: ['127.0.0.1:{live[0].port}']}}]\n")
+    port = free_port()
+    proc = ServerProcess([binary, f"--config.file={work / 'prometheus.yml'}", f"--storage.tsdb.path={work / 'data'}",
+                          f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"], work / "prometheus.log")
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: urllib.request.urlopen(f"{url}/-/ready", timeout=1).status == 200, 60, "prometheus", proc)
+        wait_until(lambda: query(url, f"count_over_time({m.RECONCILES.name}[1m]) >= 4", time.time())["result"],
+                   60, "four scrapes of /metrics", proc, interval=0.5)
+        yield url
+    finally:
+        proc.stop()
+
+
+def test_every_panel_query_returns_data_from_a_real_prometheus(live, prometheus_scraping):
+    policy = next(iter(live[1].policies))
+    now = time.time()
+    empty = []
+    for board, title, expr in panel_exprs():
+        # A forecast made `offset 1h` ago exists an hour after the first scrape: ask at that time.
+        at = now + 3600 if "offset 1h" in expr else now
+        if not query(prometheus_scraping, concrete(expr, policy), at)["result"]:
+            empty.append(f"{board} / {title}: {expr}")
+    assert not empty, "queries with no data:\n" + "\n".join(empty)
+    for board, name, label in variable_queries():
+        values = query(prometheus_scraping, f"count by ({label}) ({name})", now)["result"]
+        assert values, f"{board}: label_values({name}, {label}) lists nothing"
+
+
+def test_leader_filter_drops_a_standbys_series(live, prometheus_scraping):
+    # the one scraped replica is the leader: the filter keeps its series; inverted, it keeps none
+    kept = query(prometheus_scraping, generate.leader(m.CAPACITY.name), time.time())["result"]
+    assert [float(r["value"][1]) for r in kept] == [live[1].capacity_gpus]
+    dropped = generate.leader(m.CAPACITY.name).replace("== 1", "== 0")
+    assert query(prometheus_scraping, dropped, time.time())["result"] == []
