@@ -43,14 +43,10 @@ def load_series(cfg: Config, now: datetime):
 
     h = cfg.history
     if h.prometheus is not None:
-        from forecast.prometheus import PrometheusSource
+        from controller.config import duration
+        from controller.run import prometheus_source
 
-        p = h.prometheus
-        token = p.bearer_token_file.read_text().strip() if p.bearer_token_file else None
-        source = PrometheusSource(url=p.url, query=p.query, start=now - pd.Timedelta(p.lookback), end=now,
-                                  step=p.step, bearer_token=token, ca_file=str(p.ca_file) if p.ca_file else None,
-                                  insecure_skip_verify=p.insecure_skip_verify, timeout_seconds=p.timeout_seconds,
-                                  retries=p.retries)
+        source = prometheus_source(h.prometheus, h.prometheus.query, now - duration(h.prometheus.lookback), now)
     elif h.file is not None:
         source = FileSource(h.file)
     else:
@@ -243,6 +239,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="headroom-demo", help="directory for the history, MLflow store and report")
     p.add_argument("--quick", action="store_true", help="shorter history and simulation, every stage still runs")
     p.set_defaults(run=cmd_demo, overrides=lambda a: {})
+    from controller import run as run_command
+
+    run_command.add_parser(sub)
     # --config is accepted after the subcommand too, as users type it there.
     for action in list(sub.choices.values()):
         action.add_argument("--config", dest="sub_config", help=argparse.SUPPRESS)

@@ -31,15 +31,19 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-def _check_duration(value: str) -> str:
-    """A Go/Prometheus-style duration ("90s", "10m", "1h30m", "28d")."""
+def duration(value: str):
+    """A Go/Prometheus-style duration ("90s", "10m", "1h30m", "28d") as a pandas Timedelta."""
+    import re
+
     import pandas as pd
 
-    try:
-        if pd.Timedelta(value) < pd.Timedelta(0):
-            raise ValueError
-    except ValueError:
-        raise ValueError(f"{value!r} is not a duration like 90s, 10m, 1h30m or 28d") from None
+    if not re.fullmatch(r"(\d+(\.\d+)?(ms|s|m|h|d|w))+", value):
+        raise ValueError(f"{value!r} is not a duration like 90s, 10m, 1h30m or 28d")
+    return pd.Timedelta(re.sub(r"(\d)d", r"\1D", value.replace("w", "W")))
+
+
+def _check_duration(value: str) -> str:
+    duration(value)
     return value
 
 
@@ -234,7 +238,7 @@ class RunConfig(Strict):
     horizon_hours: int = Field(24, ge=2, le=24 * 14)
     prometheus: PrometheusServer | None = None
     stale_after_seconds: float = Field(1800, gt=0)     # demand older than this is stale: fall back
-    keep_forecast_seconds: float = Field(7200, ge=0)  # a fetch failure keeps the last good forecast this long
+    keep_forecast_seconds: float = Field(7200, gt=0)  # a fetch failure keeps the last good forecast this long
     metrics_port: int = Field(9108, ge=0, le=65535)
     lease: LeaseConfig = LeaseConfig()
     forecast_log_dir: Path = Path("headroom-forecasts")

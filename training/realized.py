@@ -56,9 +56,12 @@ class ForecastLog:
         tmp.replace(path)
         return path
 
-    def load(self, series: str) -> dict[pd.Timestamp, pd.DataFrame]:
+    def load(self, series: str, since: pd.Timestamp | None = None) -> dict[pd.Timestamp, pd.DataFrame]:
+        """Forecasts of `series` by issue time (only those issued at or after `since`, if given)."""
         out = {}
         for path in sorted((self.root / series).glob("*.csv")):
+            if since is not None and int(path.stem) < pd.Timestamp(since).timestamp():
+                continue
             frame = pd.read_csv(path, index_col="timestamp")
             frame.index = pd.DatetimeIndex(pd.to_datetime(frame.index, utc=True))
             frame.columns = [float(c) for c in frame.columns]

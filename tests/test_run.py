@@ -1,0 +1,195 @@
+"""The controller loop on the embedded cluster (controller.cluster.InMemoryCluster).
+
+Each behaviour here is proven against the real API server and Prometheus in
+tests/test_run_real.py; this file covers the decisions, fast.
+"""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from controller.cluster import InMemoryCluster
+from controller.config import RunConfig
+from controller.kube import WorkloadInfo
+from controller.run import FileDemand, Reconciler, parse_policies
+from forecast.prometheus import PrometheusError
+from forecast.synthetic import synthetic_demand, write_csv
+from training.realized import ForecastLog
+
+# 21 days of synthetic 5-min demand from Monday 2026-01-05; the tests run in its third week, when weekday
+# mornings ramp up (FileDemand never shows the controller a sample after its `now`).
+DEMAND = synthetic_demand(days=21, peak=1000.0)
+MONDAY_6AM = pd.Timestamp("2026-01-19T06:00:00Z")
+
+
+def policy(name="chat", mode="active", **spec):
+    body = {"query": "sum(rate(requests_total[5m]))", "statistic": "max",
+            "capacity": {"demandPerGpu": 10.0, "gpusPerReplica": 2}, "target": {"kind": "Deployment", "name": name},
+            "trainingClusterQueues": ["research"], "minGpus": 2, "leadTime": "15m", "mode": mode}
+    body.update(spec)
+    return {"metadata": {"name": name, "namespace": "inference", "generation": 1}, "spec": body}
+
+
+@pytest.fixture
+def demand_file(tmp_path):
+    path = tmp_path / "demand.csv"
+    write_csv(DEMAND, path)
+    return path
+
+
+def make(demand_file, tmp_path, *policies, demand=None, **run):
+    cluster = InMemoryCluster(policies=list(policies) or [policy()], quotas={"research": 0})
+    files = {f"inference/{p['metadata']['name']}": demand_file for p in cluster.policies}
+    cfg = RunConfig(capacity_gpus=128, **run)
+    reconciler = Reconciler(cluster, demand or FileDemand(files), cfg, forecast_log=ForecastLog(tmp_path / "log"))
+    return cluster, reconciler
+
+
+def training(cluster, n, gpus=8, preemption=60.0, at=None, queue="research"):
+    at = (at or MONDAY_6AM - pd.Timedelta(hours=2)).to_pydatetime()
+    for i in range(n):
+        cluster.workloads[("training", f"job-{i}")] = WorkloadInfo(
+            "training", f"job-{i}", queue, queue, True, 0, at, gpus, None, preemption_seconds=preemption,
+            checkpoint_interval_seconds=1800.0, last_checkpoint=at)
+
+
+def status(cluster, name="chat"):
+    s = cluster.statuses[("inference", name)]
+    return s, {c["type"]: c for c in s["conditions"]}
+
+
+def test_invalid_policy_is_reported_with_field_paths_and_does_not_stop_the_others(demand_file, tmp_path):
+    bad = policy("bad", leadTime="soon", capacity={"demandPerGpu": -1})
+    cluster, r = make(demand_file, tmp_path, policy(), bad)
+    for minutes in (0, 5):  # the same error twice: one event, not one per reconcile
+        state = r.reconcile(MONDAY_6AM + pd.Timedelta(minutes=minutes))
+    assert not state.policies["inference/bad"].valid
+    s, conditions = status(cluster, "bad")
+    assert conditions["Ready"]["status"] == "False" and conditions["Ready"]["reason"] == "InvalidSpec"
+    assert "spec.capacity.demandPerGpu" in conditions["Ready"]["message"]
+    assert "spec.leadTime" in conditions["Ready"]["message"]
+    assert [e["reason"] for e in cluster.events if e["name"] == "bad"] == ["InvalidSpec"]
+    assert state.policies["inference/chat"].valid and cluster.replicas[("inference", "chat")] >= 1
+
+
+def test_parse_policies_names_every_bad_field():
+    valid, invalid = parse_policies([policy(), policy("x", mode="sometimes", leadTime="soon"),
+                                     policy("y", targetQuantile=0.99, headroomQuantile=0.9)])
+    assert [p.key for p in valid] == ["inference/chat"]
+    by_name = {ref.name: message for ref, message in invalid.items()}
+    assert "spec.mode: Input should be 'forecast-only' or 'active'" in by_name["x"] and "spec.leadTime" in by_name["x"]
+    assert by_name["y"] == "spec: headroomQuantile must be at least targetQuantile"
+
+
+def test_reservation_is_applied_ahead_of_the_morning_ramp_and_slack_is_lent(demand_file, tmp_path):
+    cluster, r = make(demand_file, tmp_path)
+    night = r.reconcile(MONDAY_6AM - pd.Timedelta(hours=3))
+    night_replicas = cluster.replicas[("inference", "chat")]
+    state = r.reconcile(MONDAY_6AM + pd.Timedelta(hours=3))  # 9:00, the ramp to the 10:30 peak
+    ps = state.policies["inference/chat"]
+    assert cluster.replicas[("inference", "chat")] * 2 == ps.reserved_gpus > night_replicas * 2
+    # the reservation covers the forecast, and the slack of the plan went to the training queue
+    res = ps.plan.reservations[0]
+    assert res.source == "forecast" and "q0.9 forecast" in res.reason
+    assert ps.reserved_gpus >= ps.forecast.loc[res.hour, 0.9] / 10.0
+    assert cluster.quotas["research"] == state.slack_gpus == 128 - ps.reserved_gpus
+    assert night.policies["inference/chat"].reserved_gpus < ps.reserved_gpus
+    reasons = [e["reason"] for e in cluster.events]
+    assert "ReservationChanged" in reasons and "SlackLent" in reasons
+    s, conditions = status(cluster)
+    assert s["reservedGpus"] == ps.reserved_gpus and len(s["nextHours"]) == 6
+    assert conditions["Ready"]["reason"] == "Active" and conditions["FallbackActive"]["status"] == "False"
+    assert s["model"].startswith("auto")
+
+
+def test_forecast_only_reports_but_changes_nothing(demand_file, tmp_path):
+    cluster, r = make(demand_file, tmp_path, policy(mode="forecast-only"))
+    training(cluster, 16)  # holds everything: an active controller would preempt
+    state = r.reconcile(MONDAY_6AM + pd.Timedelta(hours=3))
+    assert cluster.replicas == {} and cluster.quotas == {"research": 0}
+    assert all(w.active for w in cluster.workloads.values()) and cluster.events == []
+    s, conditions = status(cluster)
+    assert conditions["Ready"]["reason"] == "ForecastOnly"
+    assert s["reservedGpus"] == state.policies["inference/chat"].reserved_gpus > 0
+
+
+def test_training_is_taken_back_when_it_holds_the_reservation_and_never_twice(demand_file, tmp_path):
+    cluster, r = make(demand_file, tmp_path)
+    training(cluster, 16)  # 128 GPUs of training: the morning's reservation must come out of it
+    state = r.reconcile(MONDAY_6AM + pd.Timedelta(hours=3))
+    evicted = {k for k, w in cluster.workloads.items() if not w.active}
+    held = sum(w.gpus for w in cluster.workloads.values() if w.active and w.cluster_queue)
+    assert evicted and held <= state.slack_gpus
+    assert sum(state.preemptions_total.values()) == len(evicted)
+    preempted = [e for e in cluster.events if e["reason"] == "Preempted" and e["kind"] == "Workload"]
+    assert len(preempted) == len(evicted)
+    # A restarted controller (fresh process state) on the same cluster: nothing more to take back.
+    _, again = make(demand_file, tmp_path)
+    again.cluster = cluster
+    again.reconcile(MONDAY_6AM + pd.Timedelta(hours=3))
+    assert {k for k, w in cluster.workloads.items() if not w.active} == evicted
+
+
+def test_slow_jobs_may_not_hold_the_headroom_band(demand_file, tmp_path):
+    cluster, r = make(demand_file, tmp_path, policy(capacity={"demandPerGpu": 20.0, "gpusPerReplica": 2}))
+    training(cluster, 16, preemption=900.0)  # slower than the 5 min deadline
+    state = r.reconcile(MONDAY_6AM + pd.Timedelta(hours=3))
+    ps = state.policies["inference/chat"]
+    slow_held = sum(w.gpus for w in cluster.workloads.values() if w.active and w.cluster_queue)
+    assert 0 < slow_held <= state.slack_gpus - ps.headroom_gpus and ps.headroom_gpus > 0
+    _, conditions = status(cluster)
+    assert conditions["HeadroomAtRisk"]["status"] == "False"
+    assert ps.reclaimable_gpus >= ps.headroom_gpus
+
+
+class FailingDemand:
+    """Demand that answers until `fail` is set, then fails like an unreachable Prometheus."""
+
+    def __init__(self, inner):
+        self.inner, self.fail = inner, False
+
+    def read(self, policy, start, end):
+        if self.fail:
+            raise PrometheusError("Prometheus at http://prometheus:9090 failed: connection refused")
+        return self.inner.read(policy, start, end)
+
+
+def test_demand_outage_keeps_the_forecast_then_falls_back_and_never_lowers_the_reservation(demand_file, tmp_path):
+    demand = FailingDemand(FileDemand({"inference/chat": demand_file}))
+    cluster, r = make(demand_file, tmp_path, demand=demand, keep_forecast_seconds=3600)
+    peak = r.reconcile(MONDAY_6AM + pd.Timedelta(hours=4)).policies["inference/chat"]  # 10:00, near the peak
+    demand.fail = True
+    later = MONDAY_6AM + pd.Timedelta(hours=4, minutes=30)
+    kept = r.reconcile(later).policies["inference/chat"]
+    assert kept.degraded and not kept.fallback and kept.model == peak.model
+    _, conditions = status(cluster)
+    assert conditions["ForecastDegraded"]["status"] == "True"
+    assert conditions["ForecastDegraded"]["reason"] == "DemandUnavailable"
+    # Past keep_forecast_seconds: the conservative reservation, and still never below what was in force.
+    night = MONDAY_6AM + pd.Timedelta(hours=14)  # 20:00: a healthy forecast would scale in
+    gone = r.reconcile(night).policies["inference/chat"]
+    assert gone.fallback and gone.reserved_gpus >= kept.reserved_gpus >= peak.reserved_gpus - 2
+    _, conditions = status(cluster)
+    assert conditions["FallbackActive"]["status"] == "True"
+    assert r.holder.get().reconcile_errors_total["demand"] == 2
+
+
+def test_forecasts_are_logged_when_issued_and_scored_as_actuals_arrive(demand_file, tmp_path):
+    cluster, r = make(demand_file, tmp_path)
+    start = MONDAY_6AM - pd.Timedelta(days=1)
+    for hour in range(8):
+        state = r.reconcile(start + pd.Timedelta(hours=hour))
+    issued = ForecastLog(tmp_path / "log").load("inference.chat")
+    assert len(issued) == 8 and min(issued) == start  # one forecast per hour, stamped with its issue time
+    ps = state.policies["inference/chat"]
+    assert set(ps.realized_error) == {1, 6}  # 24 h ahead has no actual yet after 8 hours
+    assert 0 < ps.realized_error[1] < 3 and 0 <= ps.realized_coverage_80[1] <= 1
+    assert status(cluster)[0]["realizedError"]["1h"] == pytest.approx(ps.realized_error[1])
+
+
+def test_capacity_shared_by_two_workloads_never_exceeds_the_cluster(demand_file, tmp_path):
+    cluster, r = make(demand_file, tmp_path, policy("chat"), policy("search", minGpus=8))
+    state = r.reconcile(MONDAY_6AM + pd.Timedelta(hours=4))
+    reserved = [state.policies[k].reserved_gpus for k in ("inference/chat", "inference/search")]
+    assert reserved[1] >= 8 and sum(reserved) + state.slack_gpus == 128
+    assert {("inference", "chat"), ("inference", "search")} <= set(cluster.replicas)
