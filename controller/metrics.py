@@ -28,9 +28,9 @@ from prometheus_client.utils import floatToGoString
 
 from controller.state import HORIZONS, RECONCILE_BUCKETS, ControllerState, PolicyState, StateHolder
 
-# Hours ahead of now for the forecast gauges: the current hour (what the reservation uses) and the
-# horizons whose realized error is reported, so a board can compare a forecast with what happened.
-FORECAST_HORIZONS = (0, *HORIZONS)
+# Horizon h is the forecast's h-th hour counting the current one as the first, as for the realized
+# error (training.realized): "1h" is the forecast for this hour, which the reservation in force uses.
+FORECAST_HORIZONS = HORIZONS
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class Metric:
 P = ("policy",)
 POLICY_VALID = Metric("headroom_policy_valid", "gauge", "1 if the ReservationPolicy is valid; an invalid one exports only this (0)", P)
 POLICY_INFO = Metric("headroom_policy_info", "gauge", "Always 1: the policy's mode (active|forecast-only) and the model that forecast it", ("policy", "mode", "model"))
-FORECAST = Metric("headroom_forecast_demand", "gauge", "Forecast demand (the demand query's unit) for the hour containing now + horizon, per quantile", ("policy", "quantile", "horizon"))
+FORECAST = Metric("headroom_forecast_demand", "gauge", "Forecast demand (the demand query's unit) per quantile for the horizon-th hour ahead (1h: the current hour)", ("policy", "quantile", "horizon"))
 FORECAST_AGE = Metric("headroom_forecast_age_seconds", "gauge", "Age of the forecast in use", P)
 DEMAND = Metric("headroom_demand", "gauge", "Latest observed demand (the demand query's unit)", P)
 DEMAND_PER_GPU = Metric("headroom_demand_per_gpu", "gauge", "Demand one GPU serves: demand / this = GPUs of demand", P)
@@ -99,12 +99,12 @@ def _horizon(h: int) -> str:
 
 
 def _forecast_samples(p: PolicyState, now: pd.Timestamp) -> Iterator[tuple[list[str], float]]:
-    """The forecast for the hour containing now + h, per quantile; horizons past the forecast are left out."""
+    """The forecast for hour h (the current hour is 1), per quantile; horizons past the forecast are left out."""
     frame = p.forecast
     if frame is None or frame.empty:
         return
     for h in FORECAST_HORIZONS:
-        hour = (now + pd.Timedelta(hours=h)).floor("h")
+        hour = now.floor("h") + pd.Timedelta(hours=h - 1)
         if hour not in frame.index:
             continue
         row = frame.loc[hour]

@@ -26,10 +26,9 @@ TEAM = '{team=~"$team"}'
 ONE_POLICY = '{policy="$policy"}'
 
 
-def leader(selector: str, offset: str = "") -> str:
-    """Only the series exported by the replica that held the leader lease (`offset` ago)."""
-    at = f" offset {offset}" if offset else ""
-    return f"({selector}{at} and on(instance) {m.LEADER.name}{at} == 1)"
+def leader(selector: str) -> str:
+    """Only the series exported by the replica that holds the leader lease."""
+    return f"({selector} and on(instance) {m.LEADER.name} == 1)"
 
 
 def sel(metric: Metric, matchers: str = "") -> str:
@@ -167,10 +166,10 @@ def forecast_quality() -> Board:
     b = Board("headroom-forecast", "headroom: forecast quality",
               "Forecast bands against what happened, realized error per horizon and interval coverage.",
               [datasource_variable(), label_variable("policy", m.POLICY_VALID, "policy")])
-    band = leader(sel(m.FORECAST, '{policy="$policy", horizon="1h"}'), offset="1h")
-    b.add("timeseries", "Forecast 1 h ahead vs actual: $policy", "Each quantile of the forecast made one hour "
-          "earlier (offset 1h), the observed demand, and the demand the reservation serves; demand in the policy's "
-          "query unit. Actual above the top band means the reservation leaned on preemption headroom.",
+    band = leader(sel(m.FORECAST, '{policy="$policy", horizon="1h"}'))
+    b.add("timeseries", "Forecast 1 h ahead vs actual: $policy", "Each quantile of the forecast for the current hour "
+          "(made from the hours before it), the observed demand, and the demand the reservation serves; demand in "
+          "the policy's query unit. Actual above the top band means the reservation leaned on preemption headroom.",
           [(band, "q{{quantile}} forecast"),
            (leader(sel(m.DEMAND, ONE_POLICY)), "actual"),
            (f"{leader(sel(m.RESERVED, ONE_POLICY))} * {sel(m.DEMAND_PER_GPU, ONE_POLICY)}",

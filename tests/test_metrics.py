@@ -142,7 +142,7 @@ def test_exports_the_plans_reservation_headroom_slack_and_forecast():
         frame = FORECASTS[w.name]
         for h in m.FORECAST_HORIZONS:
             for q in QUANTILES:
-                expected = frame.loc[now_hour + pd.Timedelta(hours=h), q]
+                expected = frame.loc[now_hour + pd.Timedelta(hours=h - 1), q]
                 assert value(text, m.FORECAST, policy=w.name, quantile=f"{q:g}", horizon=f"{h}h") == pytest.approx(expected)
         assert value(text, m.FORECAST_ERROR, policy=w.name, horizon="6h") == 0.9
         assert value(text, m.FORECAST_COVERAGE, policy=w.name, horizon="24h") == 0.71
@@ -156,10 +156,10 @@ def test_exports_the_plans_reservation_headroom_slack_and_forecast():
 
 def test_forecast_horizons_past_the_forecast_are_left_out():
     _, state = planned_state()
-    short = {k: dataclasses.replace(v, forecast=v.forecast.iloc[:7]) for k, v in state.policies.items()}
+    short = {k: dataclasses.replace(v, forecast=v.forecast.iloc[:6]) for k, v in state.policies.items()}
     text = scrape(dataclasses.replace(state, policies=short))
     horizons = {dict(labels)["horizon"] for (name, labels) in samples(text) if name == m.FORECAST.name}
-    assert horizons == {"0h", "1h", "6h"}
+    assert horizons == {"1h", "6h"}
 
 
 def test_emergency_preemptions_and_lost_work_follow_the_plan():
