@@ -47,10 +47,11 @@ def log(*parts) -> None:
 # ----------------------------------------------------------------------------- data
 
 def load_trace(path: Path) -> pd.Series:
-    frame = pd.read_csv(path)
-    index = pd.DatetimeIndex(pd.to_datetime(frame["timestamp"], utc=True), freq="h")
-    values = pd.to_numeric(frame["value"], errors="coerce").to_numpy(dtype=float)
-    return pd.Series(values, index=index, name=path.stem)
+    """The product's own loader; outliers are not clipped so headroom and the peers score the same actuals."""
+    from forecast.history import load_history, prepare
+    series, _ = prepare(load_history(path), step="1h", statistic="mean", outlier_factor=None)
+    series.name = path.stem
+    return series
 
 
 def load_m4(data: Path = DATA) -> tuple[list[str], list[np.ndarray], list[np.ndarray]]:

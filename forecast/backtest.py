@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from forecast.base import Forecaster
-from forecast.calibrate import DAY, calibrated_predict, origins, point_forecast, scaled_residuals
+from forecast.calibrate import DAY, calibrated_predict, fold_weights, origins, point_forecast, scaled_residuals
 from forecast.metrics import coverage, mase, pinball, seasonal_scale, smape
 from forecast.models import MODELS, Ensemble
 
@@ -67,12 +67,13 @@ class AutoForecaster:
         self.fallback_reason = getattr(self.model_, "fallback_reason", None)
         self.residuals_ = (scaled_residuals(history, points[self.chosen], fold_origins)
                            if fold_origins else np.empty((0, self.horizon)))
+        self.weights_ = fold_weights(fold_origins)
         self.history_ = history
         self.name = f"auto({self.chosen})"
         return self
 
     def predict(self, horizon: int, quantiles: Sequence[float]) -> pd.DataFrame:
-        return calibrated_predict(self.model_, self.residuals_, self.history_, horizon, quantiles)
+        return calibrated_predict(self.model_, self.residuals_, self.history_, horizon, quantiles, self.weights_)
 
 
 @dataclass

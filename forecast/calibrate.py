@@ -6,6 +6,10 @@ residuals actual - point of the next `horizon` hours, and use their empirical
 quantiles as offsets around the final point forecast. Residuals are relative to
 the forecast level (plus a floor of a fifth of the last week's mean), so they
 transfer across growth and widen at the peaks where demand errs most.
+
+Demand drifts (launches, quiet weeks), so older folds count less: each fold's
+residuals weigh 0.5 ** (age / HALF_LIFE) (two weeks) in a weighted quantile
+(the weighted split conformal of Barber et al., 2023, for non-exchangeable data).
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ import pandas as pd
 from forecast.base import Forecaster, future_index, quantile_frame
 
 DAY, WEEK = 24, 168
+HALF_LIFE = 2 * WEEK  # hours: a fold two weekly cycles older than the newest counts half
 
 
 def origins(n: int, horizon: int, folds: int, step: int, min_train: int = 2 * DAY) -> list[int]:
@@ -55,17 +60,37 @@ def _spread_scale(point: np.ndarray, history: np.ndarray) -> np.ndarray:
     return np.clip(point, 0.0, None) + 0.2 * level(history)
 
 
+def fold_weights(fold_origins: Sequence[int], half_life: float = HALF_LIFE) -> np.ndarray:
+    """Weight of each calibration fold: 1 for the newest, halving every `half_life` hours of age."""
+    fold_origins = np.asarray(fold_origins, dtype=float)
+    return 0.5 ** ((fold_origins.max() - fold_origins) / half_life) if len(fold_origins) else fold_origins
+
+
+def weighted_quantile(values: np.ndarray, weights: np.ndarray, levels: np.ndarray) -> np.ndarray:
+    """Quantiles of a weighted sample (linear between the weighted mid-ranks)."""
+    order = np.argsort(values)
+    values, weights = values[order], weights[order]
+    ranks = (np.cumsum(weights) - weights / 2) / weights.sum()
+    return np.interp(levels, ranks, values)
+
+
 def conformal_values(point: np.ndarray, residuals: np.ndarray, history: np.ndarray,
-                     quantiles: Sequence[float]) -> np.ndarray:
-    """Point plus the empirical residual quantiles (finite-sample widened), one column per quantile."""
-    r = residuals[np.isfinite(residuals)]
-    if len(r) == 0:
+                     quantiles: Sequence[float], weights: np.ndarray | None = None) -> np.ndarray:
+    """Point plus the weighted residual quantiles (finite-sample widened), one column per quantile.
+
+    `residuals` has one row per calibration fold; `weights` one weight per fold (None: all equal).
+    """
+    weights = np.ones(len(residuals)) if weights is None else np.asarray(weights, dtype=float)
+    finite = np.isfinite(residuals)
+    if not finite.any():
         return np.repeat(point[:, None], len(quantiles), axis=1)
     # Split-conformal correction, widening each tail by (n+1)/n, with n the number of folds: errors
     # within a fold move together, so a fold, not an hour, is the exchangeable unit.
-    folds = int(np.isfinite(residuals).any(axis=1).sum())
+    folds = int(finite.any(axis=1).sum())
     levels = np.clip(0.5 + (np.asarray(quantiles, dtype=float) - 0.5) * (folds + 1) / folds, 0.0, 1.0)
-    return point[:, None] + _spread_scale(point, history)[:, None] * np.quantile(r, levels)[None, :]
+    per_value = np.broadcast_to(weights[:, None], residuals.shape)[finite]
+    offsets = weighted_quantile(residuals[finite], per_value, levels)
+    return point[:, None] + _spread_scale(point, history)[:, None] * offsets[None, :]
 
 
 class Calibrated:
@@ -80,20 +105,21 @@ class Calibrated:
         fold_origins = origins(len(history), self.horizon, self.folds, self.step)
         points = np.array([point_forecast(make, history, o, self.horizon) for o in fold_origins])
         self.residuals_ = scaled_residuals(history, points.reshape(len(fold_origins), self.horizon), fold_origins)
+        self.weights_ = fold_weights(fold_origins)
         self.history_ = history
         self.fitted_ = make().fit(history)
         self.fallback_reason = getattr(self.fitted_, "fallback_reason", None)
         return self
 
     def predict(self, horizon: int, quantiles: Sequence[float]) -> pd.DataFrame:
-        return calibrated_predict(self.fitted_, self.residuals_, self.history_, horizon, quantiles)
+        return calibrated_predict(self.fitted_, self.residuals_, self.history_, horizon, quantiles, self.weights_)
 
 
 def calibrated_predict(model, residuals: np.ndarray, history: pd.Series, horizon: int,
-                       quantiles: Sequence[float]) -> pd.DataFrame:
-    """The fitted model's median path with conformal quantiles from its backtest residuals."""
+                       quantiles: Sequence[float], weights: np.ndarray | None = None) -> pd.DataFrame:
+    """The fitted model's median path with conformal quantiles from its backtest residuals (one row per fold)."""
     if not np.isfinite(residuals).any():  # too short to calibrate: the model's own intervals
         return model.predict(horizon, quantiles)
     point = model.predict(horizon, [0.5]).to_numpy()[:, 0]
-    values = conformal_values(point, residuals, history.to_numpy(dtype=float), quantiles)
+    values = conformal_values(point, residuals, history.to_numpy(dtype=float), quantiles, weights)
     return quantile_frame(future_index(history, horizon), values, quantiles)

@@ -100,3 +100,40 @@ def test_auto_selects_from_pre_origin_data_only(horizon):
     auto = AutoForecaster("fast", horizon=horizon, folds=3).fit(series.iloc[:-horizon])
     assert auto.name.startswith("auto(") and set(auto.scores_) >= set(FAST)
     check_quantile_frame(auto.predict(horizon, [0.05, 0.5, 0.95]), horizon, [0.05, 0.5, 0.95])
+
+
+def test_weighted_quantile_ignores_weightless_values_and_matches_the_median():
+    from forecast.calibrate import weighted_quantile
+    values = np.array([3.0, 1.0, 2.0, 100.0])
+    assert weighted_quantile(values, np.array([1.0, 1.0, 1.0, 0.0]), np.array([0.5]))[0] == pytest.approx(2.0)
+    assert weighted_quantile(values, np.ones(4), np.array([0.5]))[0] == pytest.approx(2.5)
+
+
+def test_calibration_residuals_of_a_fold_use_only_data_up_to_its_horizon():
+    from forecast.calibrate import Calibrated, origins
+    series = demand(weeks=4)
+    fitted = Calibrated(models.SeasonalProfile(), folds=5).fit(series)
+    first = origins(len(series), 24, 5, 24)[0]
+    changed = series.copy()
+    changed.iloc[first + 24:] *= 3.0  # everything after the oldest fold's horizon
+    again = Calibrated(models.SeasonalProfile(), folds=5).fit(changed)
+    np.testing.assert_array_equal(fitted.residuals_[0], again.residuals_[0])
+    assert not np.allclose(fitted.residuals_[-1], again.residuals_[-1])
+
+
+def test_recent_folds_weigh_more_when_the_noise_changes():
+    # Noisy for six weeks, then calm: recency-weighted intervals narrow toward the calm regime
+    # and still cover it near nominal; equal weights keep the old, wide intervals.
+    from forecast.calibrate import calibrated_predict, fold_weights
+    noisy, calm = demand(weeks=6, noise=30.0, seed=4), demand(weeks=4, noise=5.0, seed=5)
+    series = pd.concat([noisy, calm.set_axis(pd.date_range(noisy.index[-1] + pd.Timedelta(hours=1),
+                                                           periods=len(calm), freq="h", tz="UTC"))])
+    history, future = series.iloc[:-168], series.iloc[-168:].to_numpy()
+    auto = AutoForecaster("fast", horizon=168, folds=28, step=24).fit(history)
+    assert auto.weights_[-1] == 1.0 and np.all(np.diff(auto.weights_) > 0)
+    assert fold_weights([0, 2 * 168])[0] == pytest.approx(0.5)
+    weighted = auto.predict(168, [0.1, 0.9]).to_numpy()
+    equal = calibrated_predict(auto.model_, auto.residuals_, history, 168, [0.1, 0.9]).to_numpy()
+    assert np.mean(weighted[:, 1] - weighted[:, 0]) < 0.8 * np.mean(equal[:, 1] - equal[:, 0])
+    covered = np.mean((future >= weighted[:, 0]) & (future <= weighted[:, 1]))
+    assert covered >= 0.7
