@@ -491,7 +491,7 @@ def test_config_map_validates_with_the_real_loader(base, tmp_path):
 
 
 # ---------------------------------------------------------------------------- image
-def test_dockerfile_runs_headroom(base):
+def test_dockerfile_runs_headroom():
     text = (ROOT / "Dockerfile").read_text()
     assert re.search(r"^FROM python:3\.11-slim\b", text, re.M)
     assert re.search(r'^ENTRYPOINT \["headroom"\]$', text, re.M) and re.search(r'^CMD \["run"\]$', text, re.M)
