@@ -51,8 +51,8 @@ class Metric:
 
 P = ("policy",)
 POLICY_VALID = Metric("headroom_policy_valid", "gauge", "1 if the ReservationPolicy is valid; an invalid one exports only this (0)", P)
-POLICY_INFO = Metric("headroom_policy_info", "gauge", "Always 1: the policy's mode (active|forecast-only) and the model that forecast it", ("policy", "mode", "model"))
-FORECAST = Metric("headroom_forecast_demand", "gauge", "Forecast demand (the demand query's unit) per quantile for the horizon-th hour ahead (1h: the current hour)", ("policy", "quantile", "horizon"))
+POLICY_INFO = Metric("headroom_policy_info", "gauge", "Always 1: the policy's mode (active or forecast-only) and the model that forecast it", ("policy", "mode", "model"))
+FORECAST = Metric("headroom_forecast_demand", "gauge", "Forecast demand (the demand query's unit) per quantile, for the forecast's horizon-th hour (1h: the current hour)", ("policy", "quantile", "horizon"))
 FORECAST_AGE = Metric("headroom_forecast_age_seconds", "gauge", "Age of the forecast in use", P)
 DEMAND = Metric("headroom_demand", "gauge", "Latest observed demand (the demand query's unit)", P)
 DEMAND_PER_GPU = Metric("headroom_demand_per_gpu", "gauge", "Demand one GPU serves: demand / this = GPUs of demand", P)

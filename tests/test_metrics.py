@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -291,3 +292,13 @@ def test_health_and_ready_flip(served):
     assert get(base + "/healthz") == (503, "not healthy\n")
     flags["ready"] = None
     assert get(base + "/readyz") == (503, "not ready: RuntimeError: lease lost\n")
+
+
+def test_docs_table_lists_every_metric_with_its_type_and_labels():
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "observability.md").read_text()
+    rows = {}
+    for line in doc.splitlines():
+        if line.startswith("| `headroom_"):
+            name, kind, labels = (cell.strip() for cell in line.strip("|").split("|")[:3])
+            rows[name.strip("`")] = (kind, () if labels == "–" else tuple(x.strip() for x in labels.split(",")))
+    assert rows == {x.name: (x.kind, x.labels) for x in m.METRICS}
