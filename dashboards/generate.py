@@ -189,7 +189,13 @@ def forecast_quality() -> Board:
           [(leader(sel(m.FORECAST_AGE, POLICY)), "{{policy}}")], 12, 5, unit="s")
     b.add("timeseries", "Reservation utilization", "Observed demand over what the reservation serves: "
           "above 1, demand outran the reservation.",
-          [(leader(sel(m.RESERVATION_UTILIZATION, POLICY)), "{{policy}}")], 24, 7, unit="percentunit", min=0)
+          [(leader(sel(m.RESERVATION_UTILIZATION, POLICY)), "{{policy}}")], 16, 7, unit="percentunit", min=0)
+    b.add("table", "Mode and model", "Each policy's mode (active or forecast-only) and the model forecasting it.",
+          [(leader(sel(m.POLICY_INFO, POLICY)), "")], 8, 7,
+          options={"showHeader": True, "cellHeight": "sm"})
+    b.panels[-1]["targets"][0].update(format="table", instant=True, range=False)
+    b.panels[-1]["transformations"] = [{"id": "organize", "options": {
+        "excludeByName": {"Time": True, "Value": True, "__name__": True, "instance": True, "job": True}}}]
     return b
 
 
