@@ -1,0 +1,223 @@
+"""`headroom run`'s reconciler against a real kube-apiserver + etcd and a real Prometheus.
+
+Prometheus holds the NASA HTTP 1995 trace (backfilled with promtool); the
+controller's clock is set inside that trace and advanced by hand, so simulated
+hours pass in seconds. Nothing runs Kueue's or the Deployment controller here:
+the test admits workloads by writing their status, as Kueue would.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+import pandas as pd
+import pytest
+
+from controller.config import PrometheusServer, RunConfig
+from controller.kube import EVICTED_BY_PLAN, KubeCluster, ObjectRef
+from controller.run import Loop, PrometheusDemand, Reconciler
+from tests.servers.prometheus import METRIC
+from training.realized import ForecastLog
+
+NS, TRAIN_NS = "inference-run", "training-run"
+QUEUE = "research-run"
+MONDAY_7AM = pd.Timestamp("1995-07-17T07:00:00Z")  # the trace's third week: a weekday morning ramp
+RP = KubeCluster.custom_path("headroom.dev", "v1alpha1", "reservationpolicies", namespace=NS)
+WL = KubeCluster.custom_path("kueue.x-k8s.io", "v1beta1", "workloads", namespace=TRAIN_NS)
+
+
+def policy(name: str, **spec) -> dict:
+    body = {"query": METRIC, "statistic": "max", "capacity": {"demandPerGpu": 10.0, "gpusPerReplica": 1},
+            "target": {"kind": "Deployment", "name": name}, "trainingClusterQueues": [QUEUE],
+            "minGpus": 2, "leadTime": "15m", "reclaimDeadline": "5m", "mode": "active"}
+    body.update(spec)
+    return {"apiVersion": "headroom.dev/v1alpha1", "kind": "ReservationPolicy",
+            "metadata": {"name": name, "namespace": NS}, "spec": body}
+
+
+def deployment(name: str) -> dict:
+    labels = {"app": name}
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": NS},
+            "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": {
+                "metadata": {"labels": labels},
+                "spec": {"containers": [{"name": "server", "image": "inference:1"}]}}}}
+
+
+def workload(name: str, gpus: int, preemption_seconds: int = 60) -> dict:
+    return {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload",
+            "metadata": {"name": name, "namespace": TRAIN_NS, "annotations": {
+                "headroom.dev/preemption-seconds": str(preemption_seconds),
+                "headroom.dev/last-checkpoint": "1995-07-17T06:00:00Z"}},
+            "spec": {"queueName": QUEUE, "active": True, "podSets": [{"name": "main", "count": 1, "template": {
+                "spec": {"containers": [{"name": "t", "image": "trainer",
+                                         "resources": {"requests": {"nvidia.com/gpu": str(gpus)}}}]}}}]}}
+
+
+@pytest.fixture
+def kube(kube_admin):
+    """Namespaces (kept: nothing here finalizes a deleted one), a training ClusterQueue, the Deployment and
+    the policy, fresh for each test."""
+    for ns in (NS, TRAIN_NS):
+        kube_admin.apply(f"/api/v1/namespaces/{ns}", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    clean(kube_admin)
+    cq = KubeCluster.custom_path("kueue.x-k8s.io", "v1beta1", "clusterqueues", QUEUE)
+    kube_admin.apply(cq, {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue", "metadata": {"name": QUEUE},
+                          "spec": {"cohort": "gpus", "resourceGroups": [{"coveredResources": ["nvidia.com/gpu"],
+                                   "flavors": [{"name": "a100", "resources": [
+                                       {"name": "nvidia.com/gpu", "nominalQuota": 0}]}]}]}})
+    kube_admin.create(f"/apis/apps/v1/namespaces/{NS}/deployments", deployment("chat"))
+    kube_admin.create(RP, policy("chat"))
+    yield kube_admin
+    clean(kube_admin)
+
+
+def clean(kube: KubeCluster) -> None:
+    for path in (RP, WL, f"/apis/apps/v1/namespaces/{NS}/deployments"):
+        for item in kube.get(path).get("items", []):
+            kube.delete(f"{path}/{item['metadata']['name']}")
+
+
+def admit(kube: KubeCluster, name: str, gpus: int, preemption_seconds: int = 60) -> None:
+    kube.create(WL, workload(name, gpus, preemption_seconds))
+    kube._request("PATCH", f"{WL}/{name}/status", {"status": {"admission": {"clusterQueue": QUEUE}}},
+                  content_type="application/merge-patch+json")
+
+
+def reconciler(kube, prometheus_url, tmp_path, **run) -> Reconciler:
+    cfg = RunConfig(cluster="kubernetes", prometheus=PrometheusServer(url=prometheus_url, timeout_seconds=10, retries=0),
+                    capacity_gpus=128, namespace=NS, **run)
+    return Reconciler(kube, PrometheusDemand(cfg.prometheus), cfg, forecast_log=ForecastLog(tmp_path / "log"))
+
+
+def replicas(kube) -> int:
+    return kube.get_deployment_replicas(NS, "chat")
+
+
+def rp_status(kube, name="chat"):
+    status = kube.get_reservation_policy(NS, name).get("status", {})
+    return status, {c["type"]: c for c in status.get("conditions", [])}
+
+
+def events(kube, kind, name, namespace):
+    return [e["reason"] for e in kube.list_events(ObjectRef("", kind, name, namespace))]
+
+
+def test_simulated_morning_reserves_ahead_lends_slack_and_takes_back(kube, prometheus_server, tmp_path):
+    for i in range(12):
+        admit(kube, f"train-{i}", 10)  # 120 GPUs of training hold almost the whole cluster at night
+    r = reconciler(kube, prometheus_server.url, tmp_path)
+    seen = []
+    for quarter in range(0, 16):  # 07:00 .. 10:45, every 15 minutes
+        now = MONDAY_7AM + pd.Timedelta(minutes=15 * quarter)
+        state = r.reconcile(now)
+        ps = state.policies[f"{NS}/chat"]
+        seen.append((now, ps.reserved_gpus, replicas(kube), kube.get_cluster_queue_quota(QUEUE), state.slack_gpus))
+        held = sum(w.gpus for w in kube.list_workloads(QUEUE) if w.active and w.cluster_queue == QUEUE)
+        assert ps.reserved_gpus + held <= 128, (now, ps.reserved_gpus, held)  # never over capacity
+    assert all(rep == res for _, res, rep, _, _ in seen)            # Deployment replicas follow the plan
+    assert all(quota == slack for _, _, _, quota, slack in seen)    # the training quota is the slack
+    assert seen[-1][1] > seen[0][1]                                  # the morning ramp was reserved
+    evicted = [w for w in kube.list_workloads(QUEUE) if not w.active]
+    assert evicted and all(w.evicted_by_plan for w in evicted)
+    wl = kube.get(f"{WL}/{evicted[0].name}")
+    assert wl["metadata"]["annotations"][EVICTED_BY_PLAN] and "headroom.dev/eviction-reason" in wl["metadata"]["annotations"]
+    assert "Preempted" in events(kube, "Workload", evicted[0].name, TRAIN_NS)
+    reasons = events(kube, "ReservationPolicy", "chat", NS)
+    assert {"ReservationChanged", "SlackLent", "Preempted"} <= set(reasons)
+    status, conditions = rp_status(kube)
+    assert status["reservedGpus"] == seen[-1][1] and status["slackGpus"] == seen[-1][4]
+    assert len(status["nextHours"]) == 6 and status["model"].startswith("auto")
+    assert conditions["Ready"]["status"] == "True" and conditions["ForecastDegraded"]["status"] == "False"
+    assert status["realizedError"]["1h"] > 0  # the forecasts issued at 07:00-09:00 met their actuals
+    assert sum(state.preemptions_total.values()) == len(evicted)
+    # A restarted controller (new process state) preempts nothing more at the same moment.
+    before = {w.name for w in kube.list_workloads(QUEUE) if not w.active}
+    reconciler(kube, prometheus_server.url, tmp_path).reconcile(seen[-1][0])
+    assert {w.name for w in kube.list_workloads(QUEUE) if not w.active} == before
+
+
+def test_prometheus_down_keeps_the_forecast_then_falls_back_never_lowering(kube, private_prometheus, tmp_path):
+    r = reconciler(kube, private_prometheus.url, tmp_path, keep_forecast_seconds=3600)
+    peak = r.reconcile(MONDAY_7AM + pd.Timedelta(hours=5))  # noon
+    before = peak.policies[f"{NS}/chat"].reserved_gpus
+    private_prometheus.stop()
+    kept = r.reconcile(MONDAY_7AM + pd.Timedelta(hours=5, minutes=20)).policies[f"{NS}/chat"]
+    assert kept.degraded and not kept.fallback and kept.reserved_gpus >= before
+    _, conditions = rp_status(kube)
+    assert conditions["ForecastDegraded"]["status"] == "True"
+    assert conditions["ForecastDegraded"]["reason"] == "DemandUnavailable"
+    assert "Prometheus at" in conditions["ForecastDegraded"]["message"]
+    night = r.reconcile(MONDAY_7AM + pd.Timedelta(hours=16)).policies[f"{NS}/chat"]  # 23:00, forecast expired
+    assert night.fallback and night.reserved_gpus >= before and replicas(kube) >= before
+    _, conditions = rp_status(kube)
+    assert conditions["FallbackActive"]["status"] == "True"
+
+
+def test_invalid_policy_is_reported_and_the_valid_one_still_acts(kube, prometheus_server, tmp_path):
+    # The CRD's schema admits it; headroom's validation does not (headroom below target quantile).
+    kube.create(RP, policy("bad", targetQuantile=0.99, headroomQuantile=0.9))
+    r = reconciler(kube, prometheus_server.url, tmp_path)
+    state = r.reconcile(MONDAY_7AM)
+    assert not state.policies[f"{NS}/bad"].valid and state.policies[f"{NS}/chat"].valid
+    _, conditions = rp_status(kube, "bad")
+    assert conditions["Ready"]["status"] == "False" and conditions["Ready"]["reason"] == "InvalidSpec"
+    assert "headroomQuantile must be at least targetQuantile" in conditions["Ready"]["message"]
+    assert "InvalidSpec" in events(kube, "ReservationPolicy", "bad", NS)
+    assert replicas(kube) == state.policies[f"{NS}/chat"].reserved_gpus
+
+
+def test_a_conflicting_writer_is_overridden_and_concurrent_writes_retry(kube, prometheus_server, tmp_path):
+    r = reconciler(kube, prometheus_server.url, tmp_path)
+    want = r.reconcile(MONDAY_7AM).policies[f"{NS}/chat"].reserved_gpus
+    kube.scale_deployment(NS, "chat", 1)  # someone scales inference in by hand
+    stop = threading.Event()
+
+    def hammer():  # a writer bumping the Deployment's annotations: every write changes resourceVersion
+        i = 0
+        while not stop.is_set():
+            i += 1
+            kube._request("PATCH", f"/apis/apps/v1/namespaces/{NS}/deployments/chat",
+                           {"metadata": {"annotations": {"other-writer": str(i)}}},
+                           content_type="application/merge-patch+json")
+
+    thread = threading.Thread(target=hammer, daemon=True)
+    thread.start()
+    try:
+        state = r.reconcile(MONDAY_7AM + pd.Timedelta(minutes=5))
+    finally:
+        stop.set()
+        thread.join(10)
+    assert replicas(kube) == state.policies[f"{NS}/chat"].reserved_gpus >= want - 2
+    assert state.reconcile_errors_total.get("actuate", 0) == 0
+
+
+def test_api_server_restart_mid_run_is_survived(kube_server, kube, prometheus_server, tmp_path):
+    r = reconciler(kube, prometheus_server.url, tmp_path)
+    r.reconcile(MONDAY_7AM)
+    restart = threading.Thread(target=kube_server.apiserver.restart, kwargs={"down_seconds": 2})
+    restart.start()
+    r.reconcile(MONDAY_7AM + pd.Timedelta(minutes=5))  # retries with back-off, or counts the error
+    restart.join(120)
+    state = r.reconcile(MONDAY_7AM + pd.Timedelta(minutes=10))
+    assert state.policies[f"{NS}/chat"].valid
+    status, _ = rp_status(kube)
+    assert status["reservedGpus"] == replicas(kube) == state.policies[f"{NS}/chat"].reserved_gpus
+
+
+def test_two_replicas_never_act_at_once(kube, prometheus_server, tmp_path):
+    loops = []
+    for identity in ("headroom-a", "headroom-b"):
+        r = reconciler(kube, prometheus_server.url, tmp_path / identity)
+        elector = kube.leader_elector(NS, "headroom-run-test", identity, lease_seconds=30)
+        loops.append(Loop(r, elector, interval=1, lease_seconds=30, clock=lambda: MONDAY_7AM))
+    a, b = loops
+    assert a.elector.try_acquire_or_renew()  # replica a leads (it is mid-flight)
+    b.run(once=True)
+    assert b.reconciler.holder.get().reconcile_total == 0  # the standby does not act...
+    assert b.reconciler.holder.get().leader is False and b.ready()  # ...and is ready as a standby
+    a.run(once=True)
+    assert a.reconciler.holder.get().reconcile_total == 1
+    lease = kube.get(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/headroom-run-test")
+    assert lease["spec"].get("holderIdentity") is None  # the leader released it on its way out
+    b.run(once=True)  # ...so the standby takes over at once
+    assert b.reconciler.holder.get().reconcile_total == 1
