@@ -203,6 +203,12 @@ def headroom_trace(series: pd.Series) -> dict:
         models[name] = {"mase": metrics.get("mase"), "smape": metrics.get("smape"),
                         "coverage_80": metrics.get("coverage_80"), "coverage_90": metrics.get("coverage_90"),
                         "seconds_per_fold": metrics.get("fit_seconds")}
+    # Hours within a fold err together, so the fold is the sampling unit of coverage: its standard error
+    # is the spread of per-fold coverage over sqrt(folds).
+    auto_folds = pd.DataFrame([row for row in result.per_fold if row["model"] == "auto"])
+    for lv in (80, 90):
+        per_fold = auto_folds[f"coverage_{lv}"].dropna()
+        models["auto"][f"coverage_{lv}_se"] = float(per_fold.std(ddof=1) / np.sqrt(len(per_fold)))
     return {"selected": result.selected, "models": models, "origins": origins,
             "wall_seconds": time.perf_counter() - started}
 
@@ -404,6 +410,15 @@ def notes(report: dict, peers: dict) -> list[str]:
                    "fold takes over 60 s); `--resume` runs it.")
     if report.get("headroom_missing"):
         out.append(f"headroom side not run: {report['headroom_missing']}")
+    for name, v in report["traces"].items():
+        auto = (v.get("headroom") or {}).get("models", {}).get("auto", {})
+        if auto.get("coverage_80_se") is not None:
+            out.append(f"{name}: auto coverage 80 % {_pct(auto['coverage_80'])} ± {_pct(auto['coverage_80_se'])}, "
+                       f"90 % {_pct(auto['coverage_90'])} ± {_pct(auto['coverage_90_se'])} (± one standard error "
+                       "over the folds: hours within a fold err together).")
+    out.append("Intervals: weighted split conformal (forecast/calibrate.py) on the selected model's residuals at "
+               "14 daily inner origins, scaled by forecast level + 0.2 x last week's mean, folds weighted "
+               "0.5^(age / two weeks), each tail widened by (folds+1)/folds.")
     out.append("Timings come from a shared 2-core machine under load from other jobs; compare them within one run.")
     out.append("headroom's trace table lists the models `backtest` scores (forecast.backtest.FULL); `auto` is the "
                "honest AutoForecaster with its default candidates, re-selected inside every fold.")
