@@ -26,7 +26,8 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from controller.state import HORIZONS, RECONCILE_BUCKETS, ControllerState, PolicyState, StateHolder
+from controller.state import (ERROR_STAGES, HORIZONS, PREEMPTION_KINDS, RECONCILE_BUCKETS, ControllerState, PolicyState,
+                              StateHolder)
 
 # Horizon h is the forecast's h-th hour counting the current one as the first, as for the realized
 # error (training.realized): "1h" is the forecast for this hour, which the reservation in force uses.
@@ -134,13 +135,14 @@ class HeadroomCollector(Collector):
 
     @staticmethod
     def _policies(state: ControllerState, add) -> None:
-        now = pd.Timestamp(state.last_reconcile_timestamp, unit="s", tz="UTC")
+        wall = pd.Timestamp(state.last_reconcile_timestamp, unit="s", tz="UTC")
         for p in state.policies.values():
             add(POLICY_VALID, [p.name], _bool(p.valid))
             if not p.valid:
                 continue
             add(POLICY_INFO, [p.name, p.mode, p.model], 1.0)
-            for labels, value in _forecast_samples(p, now):
+            # horizons count from the plan's clock (a replay's clock is not the wall clock)
+            for labels, value in _forecast_samples(p, p.plan.now if p.plan is not None else wall):
                 add(FORECAST, labels, value)
             add(FORECAST_AGE, [p.name], p.forecast_age_seconds)
             if p.observed_demand is not None:
@@ -165,12 +167,12 @@ class HeadroomCollector(Collector):
         add(TRAINING, [], state.training_gpus)
         add(LEADER, [], _bool(state.leader))
         # Both kinds always present, so rate() over a first preemption starts from 0, not from nothing.
-        for kind in sorted({"planned", "emergency", *state.preemptions_total}):
+        for kind in sorted({*PREEMPTION_KINDS, *state.preemptions_total}):
             add(PREEMPTIONS, [kind], state.preemptions_total.get(kind, 0))
             add(LOST_WORK, [kind], state.lost_gpu_seconds_total.get(kind, 0.0))
         add(RECONCILES, [], state.reconcile_total)
-        for stage, count in sorted(state.reconcile_errors_total.items()):
-            add(RECONCILE_ERRORS, [stage], count)
+        for stage in sorted({*ERROR_STAGES, *state.reconcile_errors_total}):  # zeros too: rate() needs a start
+            add(RECONCILE_ERRORS, [stage], state.reconcile_errors_total.get(stage, 0))
         add(LAST_RECONCILE, [], state.last_reconcile_timestamp)
 
     @staticmethod

@@ -45,7 +45,7 @@ from controller.config import ConfigError, PolicySpec, duration, PrometheusServe
 from controller.kube import Condition, KubeError, ObjectRef, PolicyStatus, WorkloadInfo
 from controller.plan import Observation, Plan, Policy, RunningJob, Snapshot, WorkloadPolicy, plan
 from controller.queue import Job, TeamQuota
-from controller.state import HORIZONS, RECONCILE_BUCKETS, ControllerState, PolicyState, StateHolder, TeamState
+from controller.state import ERROR_STAGES, HORIZONS, RECONCILE_BUCKETS, ControllerState, PolicyState, StateHolder, TeamState
 
 log = logging.getLogger(__name__)
 
@@ -231,6 +231,7 @@ class Reconciler:
 
     # -- bookkeeping
     def _error(self, stage: str, what: str, exc: Exception) -> None:
+        assert stage in ERROR_STAGES, stage
         self._errors[stage] = self._errors.get(stage, 0) + 1
         log.warning("%s: %s: %s", stage, what, exc)
 
@@ -297,7 +298,12 @@ class Reconciler:
                 infos[job.id] = (w, q)
                 if w.cluster_queue == q:
                     at = pd.Timestamp(w.last_checkpoint or w.creation or now.to_pydatetime())
-                    running.append(RunningJob(job, at.tz_convert("UTC") if at.tzinfo else at.tz_localize("UTC")))
+                    at = at.tz_convert("UTC") if at.tzinfo else at.tz_localize("UTC")
+                    # a job checkpoints every interval: its newest checkpoint is the last one before now
+                    interval = pd.Timedelta(seconds=job.checkpoint_interval_seconds)
+                    if now > at:
+                        at += interval * ((now - at) // interval)
+                    running.append(RunningJob(job, at))
                 else:
                     queued.append(job)
         observations = {r.policy.key: r.observation for r in runs}

@@ -18,6 +18,9 @@ from controller.plan import Plan
 
 RECONCILE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 HORIZONS = (1, 6, 24)  # hours ahead for realized error
+PREEMPTION_KINDS = ("planned", "emergency")
+# Where a reconcile can fail (the label set of the error counter is bounded by this)
+ERROR_STAGES = ("cluster", "demand", "forecast", "actuate", "preempt", "status", "events", "mlflow")
 
 
 @dataclass(frozen=True)
@@ -66,7 +69,7 @@ class ControllerState:
     preemptions_total: Mapping[str, int] = field(default_factory=dict)        # kind ("planned"|"emergency") -> count
     lost_gpu_seconds_total: Mapping[str, float] = field(default_factory=dict)  # kind -> GPU-seconds of work lost
     reconcile_total: int = 0
-    reconcile_errors_total: Mapping[str, int] = field(default_factory=dict)   # stage -> count (bounded set of stages)
+    reconcile_errors_total: Mapping[str, int] = field(default_factory=dict)   # stage (ERROR_STAGES) -> count
     reconcile_seconds_buckets: tuple[int, ...] = (0,) * len(RECONCILE_BUCKETS)  # cumulative counts per bucket (le)
     reconcile_seconds_count: int = 0
     reconcile_seconds_sum: float = 0.0

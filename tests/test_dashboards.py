@@ -19,7 +19,7 @@ from controller.state import StateHolder
 from dashboards import generate
 from tests.servers import CACHE, ServerProcess, free_port, in_ci, wait_until
 from tests.servers import prometheus as prom_servers
-from tests.test_metrics import planned_state
+from tests.test_run import reconciled_state
 
 TYPECHECK = generate.OUT / "typecheck"
 NPM_HINT = "run: bash scripts/install-npm.sh"
@@ -154,9 +154,10 @@ def variable_queries() -> list[tuple[str, str, str]]:
 
 
 @pytest.fixture(scope="module")
-def live():
-    """headroom's real /metrics endpoint over a state from real planner output (emergency preemptions included)."""
-    _, state = planned_state(chat_demand=70.0)
+def live(tmp_path_factory):
+    """headroom's real /metrics endpoint over the state the real controller loop published (a day on the
+    embedded cluster: planned and emergency preemptions, realized error, teams, an invalid policy)."""
+    state = reconciled_state(tmp_path_factory.mktemp("reconciled"))
     server = m.serve(StateHolder(state), 0, lambda: True, lambda: True, host="127.0.0.1")
     with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=5) as resp:
         text = resp.read().decode()
@@ -231,7 +232,7 @@ def prometheus_scraping(live, tmp_path_factory):
 
 
 def test_every_panel_query_returns_data_from_a_real_prometheus(live, prometheus_scraping):
-    policy = next(iter(live[1].policies))
+    policy = next(name for name, p in live[1].policies.items() if p.valid)
     now = time.time()
     empty = []
     for board, title, expr in panel_exprs():

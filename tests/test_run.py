@@ -193,3 +193,29 @@ def test_capacity_shared_by_two_workloads_never_exceeds_the_cluster(demand_file,
     reserved = [state.policies[k].reserved_gpus for k in ("inference/chat", "inference/search")]
     assert reserved[1] >= 8 and sum(reserved) + state.slack_gpus == 128
     assert {("inference", "chat"), ("inference", "search")} <= set(cluster.replicas)
+
+
+def reconciled_state(tmp_path):
+    """A day of reconciles on the embedded cluster ending in a burst above the forecast: real planned and
+    emergency preemptions, realized error, team usage, an invalid policy. (The dashboards test reads it.)"""
+    burst_at = MONDAY_6AM - pd.Timedelta(hours=3)  # 3 am: far above what the night's forecast reserved
+    demand = DEMAND.copy()
+    demand[burst_at] = 2 * demand[burst_at]
+    path = tmp_path / "burst.csv"
+    write_csv(demand, path)
+    cluster, r = make(path, tmp_path, policy(), {"metadata": {"name": "broken", "namespace": "inference"},
+                                                  "spec": {"query": "q"}})
+    cluster.backlog_gpus = 128  # training always waiting: whatever is lent is used
+    for minutes in range(0, 27 * 60 + 1, 30):
+        now = MONDAY_6AM - pd.Timedelta(hours=24) + pd.Timedelta(minutes=minutes)
+        cluster.top_up_backlog(now.to_pydatetime())
+        cluster.admit(now.to_pydatetime())
+        state = r.reconcile(now)
+    return state
+
+
+def test_a_burst_above_the_forecast_preempts_as_an_emergency(tmp_path):
+    state = reconciled_state(tmp_path)
+    assert state.preemptions_total.get("planned", 0) > 0 and state.preemptions_total.get("emergency", 0) > 0
+    assert not state.policies["inference/broken"].valid
+    assert state.teams["research"].preempted_total == sum(state.preemptions_total.values())
