@@ -19,12 +19,14 @@ import tomllib
 import zipfile
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
 from controller.cli import build_parser
 from controller.config import Config, load_config
 from controller.kube import KubeCluster, NotFound
+from tests.test_run_real import kube  # noqa: F401 -- the fixture: namespaces, ClusterQueue, Deployment, policy
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -521,3 +523,27 @@ def test_docker_context_builds_the_package(tmp_path):
     assert "controller/cli.py" in names and "forecast/history.py" in names and "training/pipeline.py" in names
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "headroom = controller.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+
+
+def test_the_controller_loop_runs_on_exactly_these_permissions(granted, kube, kube_admin, base, prometheus_server,
+                                                                tmp_path):
+    """Not only the access reviews: a whole reconcile -- policies, demand, quota, scale, evictions, status,
+    events and the Lease -- as a user holding nothing but the shipped roles."""
+    from controller.config import PrometheusServer, RunConfig
+    from controller.run import Loop, PrometheusDemand, Reconciler
+    from tests.test_run_real import MONDAY_7AM, NS, QUEUE, admit
+
+    for i in range(12):
+        admit(kube_admin, f"rbac-{i}", 10)
+    lease = run_config(base)["run"]["lease"]
+    cfg = RunConfig(cluster="kubernetes", prometheus=PrometheusServer(url=prometheus_server.url), capacity_gpus=128)
+    reconciler = Reconciler(granted, PrometheusDemand(cfg.prometheus), cfg)
+    loop = Loop(reconciler, granted.leader_elector(lease["namespace"], lease["name"], "rbac-test"),
+                interval=1, clock=lambda: MONDAY_7AM + pd.Timedelta(hours=3))
+    loop.run(once=True)
+    state = reconciler.holder.get()
+    assert state.reconcile_total == 1 and not any(state.reconcile_errors_total.values()), state.reconcile_errors_total
+    status = kube_admin.get_reservation_policy(NS, "chat")["status"]
+    assert status["reservedGpus"] == kube_admin.get_deployment_replicas(NS, "chat") > 1
+    assert kube_admin.get_cluster_queue_quota(QUEUE) == status["slackGpus"]
+    assert any(not w.active for w in kube_admin.list_workloads(QUEUE)), "the morning ramp takes GPUs back"
