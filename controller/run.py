@@ -263,7 +263,7 @@ class Reconciler:
         if degraded is None and (seen.empty or now - seen.index[-1] > pd.Timedelta(seconds=self.cfg.stale_after_seconds)):
             degraded = f"StaleData: newest sample {seen.index[-1] if len(seen) else 'none'}"
         fresh = degraded is None
-        hourly = prepare(raw, step="1h", statistic=p.spec.statistic)[0] if len(seen) else pd.Series(dtype=float)
+        hourly = prepare(raw, step="1h", statistic=p.spec.statistic)[0] if len(seen) else raw.iloc[:0]
         hourly = hourly[hourly.index < now.floor("h")]
         cached = self._forecasts.get(p.key)
         stale_cache = (cached is None or cached.made_at.floor("h") < now.floor("h") or cached.generation != p.generation)
@@ -335,6 +335,10 @@ class Reconciler:
             state = self._reconcile(now)
         except KubeError as exc:  # the API server is down or refusing: nothing was half-applied we cannot redo
             self._error("cluster", "reconcile", exc)
+            state = replace(self.holder.get(), leader=True)
+        except Exception as exc:  # noqa: BLE001 - a bug must not stop the loop: log it whole, count it, go on
+            log.exception("reconcile at %s failed", now)
+            self._error("internal", "reconcile", exc)
             state = replace(self.holder.get(), leader=True)
         elapsed = time.monotonic() - started
         for i, bound in enumerate(RECONCILE_BUCKETS):

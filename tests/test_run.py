@@ -219,3 +219,14 @@ def test_a_burst_above_the_forecast_preempts_as_an_emergency(tmp_path):
     assert state.preemptions_total.get("planned", 0) > 0 and state.preemptions_total.get("emergency", 0) > 0
     assert not state.policies["inference/broken"].valid
     assert state.teams["research"].preempted_total == sum(state.preemptions_total.values())
+
+
+def test_an_unexpected_error_is_counted_and_the_next_reconcile_runs(demand_file, tmp_path):
+    cluster, r = make(demand_file, tmp_path)
+    cluster.policies.append({"metadata": {"name": "odd", "namespace": "inference"}, "spec": None})
+    cluster.policies[-1]["metadata"] = None  # a malformed object the API would never return: a bug's stand-in
+    state = r.reconcile(MONDAY_6AM)
+    assert state.reconcile_errors_total["internal"] == 1 and state.reconcile_total == 1
+    cluster.policies.pop()
+    state = r.reconcile(MONDAY_6AM + pd.Timedelta(minutes=5))
+    assert state.policies["inference/chat"].valid and state.reconcile_total == 2

@@ -221,3 +221,60 @@ def test_two_replicas_never_act_at_once(kube, prometheus_server, tmp_path):
     assert lease["spec"].get("holderIdentity") is None  # the leader released it on its way out
     b.run(once=True)  # ...so the standby takes over at once
     assert b.reconciler.holder.get().reconcile_total == 1
+
+
+def test_headroom_run_command_serves_probes_and_metrics_and_stops_cleanly(kube_server, kube, prometheus_server,
+                                                                            tmp_path):
+    """`headroom run` as an SRE starts it: the real CLI process, kubeconfig, /readyz, /metrics, SIGTERM.
+    Its wall clock is 2026 and Prometheus holds 1995: no recent demand, so the safe fallback must show."""
+    import signal
+    import subprocess
+    import sys
+    import urllib.request
+
+    import yaml
+
+    from tests.servers import free_port, wait_until
+
+    port = free_port()
+    config = tmp_path / "headroom.yaml"
+    config.write_text(yaml.safe_dump({"run": {
+        "cluster": "kubernetes", "namespace": NS, "capacity_gpus": 64, "interval_seconds": 2,
+        "prometheus": {"url": prometheus_server.url, "lookback": "2d"}, "lease": {"namespace": NS, "name": "cli"},
+        "forecast_log_dir": str(tmp_path / "log"), "retrain_every_seconds": 0,
+        "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"}}))
+    kubeconfig = kube_server.apiserver.kubeconfig(tmp_path / "kubeconfig")
+    proc = subprocess.Popen([sys.executable, "-m", "controller.cli", "run", "--config", str(config),
+                             "--kubeconfig", str(kubeconfig), "--metrics-port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def get(path):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as resp:
+                return resp.status, resp.read().decode()
+        except OSError:
+            return None, ""
+
+    try:
+        try:
+            wait_until(lambda: get("/readyz")[0] == 200 or proc.poll() is not None, timeout=90, what="ready")
+        except Exception:
+            proc.kill()
+            raise AssertionError(f"headroom run never became ready:\n{proc.stdout.read()}") from None
+        assert proc.poll() is None, f"headroom run exited with {proc.returncode}:\n{proc.stdout.read()}"
+        assert get("/healthz")[0] == 200
+        metrics = get("/metrics")[1]
+        assert f'headroom_policy_valid{{policy="{NS}/chat"}} 1.0' in metrics and "headroom_leader 1.0" in metrics
+        status, conditions = rp_status(kube)
+        assert conditions["FallbackActive"]["status"] == "True"  # no demand data at all: the whole cluster
+        assert conditions["ForecastDegraded"]["status"] == "True"
+        assert status["reservedGpus"] == replicas(kube) == 64 and status["slackGpus"] == 0
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        output = proc.stdout.read()
+    assert "Traceback" not in output, output
+    lease = kube.get(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/cli")
+    assert lease["spec"].get("holderIdentity") is None, "a stopped controller hands its Lease over at once"
