@@ -557,9 +557,9 @@ class Reconciler:
     def _maybe_retrain(self, r: _PolicyRun, now: pd.Timestamp, drifted: bool) -> None:
         if self.retrain is None:
             return
-        last = self._last_trained.get(r.policy.series)
+        last = self._last_trained.setdefault(r.policy.series, now)  # the schedule counts from start-up
         every = self.cfg.retrain_every_seconds
-        due = (every > 0 and (last is None or (now - last).total_seconds() >= every)) or (drifted and r.policy.active)
+        due = (every > 0 and (now - last).total_seconds() >= every) or (drifted and r.policy.active)
         if due:
             self._last_trained[r.policy.series] = now
             self.retrain(r.policy.series, r.hourly, now)

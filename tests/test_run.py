@@ -15,6 +15,7 @@ from controller.run import FileDemand, Reconciler, parse_policies
 from forecast.prometheus import PrometheusError
 from forecast.synthetic import synthetic_demand, write_csv
 from training.realized import ForecastLog
+from tests.test_training import mlflow_server  # noqa: F401 -- the real `mlflow server` fixture
 
 # 21 days of synthetic 5-min demand from Monday 2026-01-05; the tests run in its third week, when weekday
 # mornings ramp up (FileDemand never shows the controller a sample after its `now`).
@@ -230,3 +231,62 @@ def test_an_unexpected_error_is_counted_and_the_next_reconcile_runs(demand_file,
     cluster.policies.pop()
     state = r.reconcile(MONDAY_6AM + pd.Timedelta(minutes=5))
     assert state.policies["inference/chat"].valid and state.reconcile_total == 2
+
+
+@pytest.fixture(params=["sqlite", "server"])
+def tracking_uri(request, tmp_path):
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'mlflow.db'}"
+    return request.getfixturevalue("mlflow_server").uri
+
+
+def test_the_loop_serves_the_champion_logs_realized_error_and_retrains_on_drift(tracking_uri, tmp_path):
+    """MLflow in the loop, on a local sqlite store and a real `mlflow server`: the controller forecasts with
+    the registered champion, logs realized error as metric history, and when demand doubles (drift) it
+    retrains in the background; the new version is registered without touching the loop."""
+    from controller.run import BackgroundTrainer, Models
+    from forecast.history import prepare
+    from tests.test_training import champion_version, client
+    from training.pipeline import TrainSettings, train_series
+    from training.tracking import Tracker
+
+    start = MONDAY_6AM - pd.Timedelta(days=2)
+    drifted = DEMAND.copy()
+    drifted[drifted.index >= start] *= 2.0
+    path = tmp_path / "drift.csv"
+    write_csv(drifted, path)
+    settings = TrainSettings(folds=2, candidates=("snaive24", "profile"), quantiles=(0.1, 0.5, 0.9, 0.99),
+                             statistic="max")
+    hourly = prepare(drifted[drifted.index < start], statistic="max")[0]
+    train_series("inference.chat", hourly, settings, Tracker(tracking_uri))
+    assert champion_version(tracking_uri, "inference.chat") == "1"
+    cluster, r = make(path, tmp_path, retrain_every_seconds=0)  # no schedule: only drift retrains
+    trainer = BackgroundTrainer(tracking_uri, settings)
+    r.models, r.tracker, r.retrain, r.drift_window, r.drift_factor = Models(tracking_uri), Tracker(tracking_uri), trainer, 6, 1.5
+    for hour in range(12):
+        state = r.reconcile(start + pd.Timedelta(hours=hour))
+    assert state.policies["inference/chat"].model.startswith("champion v1")
+    drift_events = [e for e in cluster.events if e["reason"] == "ForecastDrift"]
+    assert drift_events and "retraining" in drift_events[0]["message"]
+    trainer.wait()
+    c = client(tracking_uri)
+    versions = c.search_model_versions("name='headroom-inference.chat'")
+    assert len(versions) >= 2  # retrained on drift (promoted only if it beats the champion by the margin)
+    experiment = c.get_experiment_by_name("headroom/inference.chat").experiment_id
+    (accuracy,) = c.search_runs([experiment], "tags.`headroom.kind` = 'accuracy'")
+    history = c.get_metric_history(accuracy.info.run_id, "abs_error_1h")
+    assert len(history) >= 10 and len({m.step for m in history}) == len(history)  # one point per hour
+    assert accuracy.data.tags["headroom.retrain_recommended"] == "true"
+
+
+def test_retraining_runs_on_its_schedule(demand_file, tmp_path):
+    from training.tracking import Tracker
+
+    cluster, r = make(demand_file, tmp_path, retrain_every_seconds=2 * 3600)
+    r.tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    trained = []
+    r.retrain = lambda series, history, now: trained.append((series, now, history.index[-1]))
+    for hour in range(5):
+        r.reconcile(MONDAY_6AM + pd.Timedelta(hours=hour))
+    # counted from start-up, every 2 h, each on the complete hours before its moment
+    assert [(s, now.hour, last.hour) for s, now, last in trained] == [("inference.chat", 8, 7), ("inference.chat", 10, 9)]
