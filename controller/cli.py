@@ -35,23 +35,28 @@ def _quantile_list(text: str) -> list[float]:
         raise argparse.ArgumentTypeError(f"not a comma-separated list of numbers: {text!r}") from None
 
 
-def load_series(cfg: Config, now: datetime):
-    """The configured history, cleaned and aggregated, with its cleaning report."""
-    import pandas as pd
-
-    from forecast.history import FileSource, HistoryError, prepare
+def _source(cfg: Config, now: datetime):
+    """Where the configured history comes from: a file, or Prometheus over its lookback up to `end` (or now)."""
+    from forecast.history import FileSource, HistoryError
 
     h = cfg.history
     if h.prometheus is not None:
         from controller.config import duration
         from controller.run import prometheus_source
 
-        source = prometheus_source(h.prometheus, h.prometheus.query, now - duration(h.prometheus.lookback), now)
-    elif h.file is not None:
-        source = FileSource(h.file)
-    else:
-        raise HistoryError("no history: give a HISTORY file, or history.file / history.prometheus in --config")
-    return prepare(source.fetch(), step=h.step, statistic=h.statistic, counter=h.counter,
+        end = h.prometheus.end or now
+        return prometheus_source(h.prometheus, h.prometheus.query, end - duration(h.prometheus.lookback), end)
+    if h.file is not None:
+        return FileSource(h.file)
+    raise HistoryError("no history: give a HISTORY file, or history.file / history.prometheus in --config")
+
+
+def load_series(cfg: Config, now: datetime):
+    """The configured history, cleaned and aggregated, with its cleaning report."""
+    from forecast.history import prepare
+
+    h = cfg.history
+    return prepare(_source(cfg, now).fetch(), step=h.step, statistic=h.statistic, counter=h.counter,
                    outlier_factor=h.outlier_factor)
 
 
@@ -100,11 +105,9 @@ def cmd_backtest(cfg: Config, args) -> int:
 
 def _native_series(cfg: Config):
     """The history at its own step (the simulator replays every sample), gaps kept."""
-    from forecast.history import FileSource, HistoryError, at_own_step
+    from forecast.history import at_own_step
 
-    if cfg.history.file is None:
-        raise HistoryError("simulate and tune replay a file: give DEMAND or history.file")
-    return at_own_step(FileSource(cfg.history.file).fetch())
+    return at_own_step(_source(cfg, datetime.now(timezone.utc)).fetch())
 
 
 def _simulation(cfg: Config):

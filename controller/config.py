@@ -6,6 +6,7 @@ bad flag is reported with the same field path as a bad key in the file.
 """
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -66,6 +67,14 @@ class PrometheusServer(Strict):
 
 class PrometheusConfig(PrometheusServer):
     query: str
+    end: datetime | None = None  # the history ends here (e.g. to replay a past week); default: now
+
+    @field_validator("end")
+    @classmethod
+    def _zoned(cls, value: datetime | None) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("give the time zone, e.g. 2026-05-04T00:00:00Z")
+        return value
 
 
 class HistoryConfig(Strict):

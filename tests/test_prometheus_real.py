@@ -1,6 +1,7 @@
 """PrometheusSource against a real Prometheus backfilled from the NASA 1995 trace."""
 from __future__ import annotations
 
+import json
 import signal
 import time
 
@@ -96,3 +97,22 @@ def test_frozen_server_times_out_instead_of_hanging(private_prometheus):
         assert time.monotonic() - began < 15
     finally:
         private_prometheus.process.signal_group(signal.SIGCONT)
+
+
+def test_report_and_simulate_read_live_history_from_prometheus(prometheus_server, tmp_path, capsys):
+    """`headroom report` on a live history: the demand query answered by a real Prometheus over a past window."""
+    import yaml
+
+    from controller.cli import main
+
+    config = tmp_path / "prom.yaml"
+    config.write_text(yaml.safe_dump({"history": {"prometheus": {
+        "url": prometheus_server.url, "query": METRIC, "lookback": "16d", "end": "1995-07-24T00:00:00Z"}}}))
+    out = tmp_path / "report"
+    assert main(["report", "--config", str(config), "--days", "2", "--no-tune", "--out", str(out)]) == 0
+    page = (out / "index.html").read_text()
+    assert page.count("<img") >= 3 and "data:image/png;base64," in page
+    capsys.readouterr()
+    assert main(["simulate", "--config", str(config), "--days", "2", "--policy", "oracle", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["headroom_violations"] == 0 and 0 < result["utilization"] <= 1

@@ -110,4 +110,4 @@ def test_report_command_writes_the_page(tmp_path, capsys):
 
 def test_report_without_history_is_an_error(capsys):
     assert main(["report", "--no-tune"]) == 1
-    assert "give DEMAND" in capsys.readouterr().err
+    assert "no history" in capsys.readouterr().err
