@@ -21,6 +21,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 import pandas as pd
 
+from controller.plan import HOUR, WorkloadPolicy, clamp, gpus_for, weekly_peak
 from forecast.base import Forecaster, check_quantile_frame
 
 POLICIES = ("forecast", "static", "reactive", "seasonal-naive", "oracle")
@@ -28,7 +29,9 @@ POLICIES = ("forecast", "static", "reactive", "seasonal-naive", "oracle")
 
 @dataclass(frozen=True)
 class SimSettings:
-    target_quantile: float = 0.3  # low on purpose: the warm rise buffer and reclaim cover the rest
+    # low on purpose: the hourly forecast pre-warms ramps, the rise buffer covers within-hour noise (5-min
+    # deviations are not predictable; docs/bench-simulate.md); `tune` on the history may choose lower
+    target_quantile: float = 0.3
     headroom_quantile: float = 0.99
     lead_time_seconds: float = 900.0
     warmup_seconds: float = 180.0
@@ -42,8 +45,10 @@ class SimSettings:
     history_statistic: str = "max"  # hourly statistic the forecaster sees: "max" or "mean"
     backlog_job_gpus: tuple[int, ...] = (1, 1, 2, 4, 8)
     backlog_job_hours: tuple[float, float] = (1.0, 8.0)
-    # forecast policy: warm GPUs kept above observed demand, this quantile of the history's step-to-step rises
-    rise_quantile: float | None = 0.75
+    # forecast policy: warm GPUs kept above the recent observed peak, b * sqrt(peak) (request noise grows with the
+    # square root of the level), b the least that would have kept the shortage from rises within this fraction of
+    # demand on the history alone (None: no buffer); 0.003 is the shortage target of the benchmarks
+    buffer_shortage_objective: float | None = 0.003
     admit_lookahead: bool = False  # True: keep GPUs a known ramp-up needs within a checkpoint interval free
     seed: int = 0
 
@@ -136,22 +141,39 @@ def trace_jobs(jobs: pd.DataFrame, span_seconds: float, capacity: int) -> tuple[
     return gpus[keep][order], work[keep][order], arrival[keep][order]
 
 
+def rise_buffer(units: np.ndarray, step: float, s: SimSettings, cap: int) -> float:
+    """The forecast policy's warm buffer factor b, chosen on the history alone: the least with which replaying
+    `units` (peak of the last scale_in_delay plus b * sqrt(peak), one step ahead) leaves unmet at most
+    `buffer_shortage_objective` of demand. A rise beyond the buffer goes unmet until new GPUs serve
+    (warm-up plus a mean preemption, at most the step)."""
+    if s.buffer_shortage_objective is None or len(units) < 2:
+        return 0.0
+    need = np.ceil(units - 1e-9)
+    hold = max(int(s.scale_in_delay_seconds // step), 0)
+    recent = pd.Series(need).rolling(hold + 1, min_periods=1).max().to_numpy()[:-1]
+    late = min((s.warmup_seconds + float(np.mean(s.preemption_seconds))) / step, 1.0)
+    unit = np.sqrt(np.maximum(recent, 1.0))
+    z = (units[1:] - recent) / unit  # rise above the held peak, in buffer units
+    order = np.argsort(z)
+    z, unit = z[order], unit[order]
+    # unmet(b) = late * sum over z > b of unit * (z - b), for all b at once from suffix sums
+    tail_uz = np.append(np.cumsum((unit * z)[::-1])[::-1], 0.0)
+    tail_u = np.append(np.cumsum(unit[::-1])[::-1], 0.0)
+    b = np.arange(0.0, math.sqrt(cap) + 0.1, 0.05)
+    k = np.searchsorted(z, b, side="right")
+    unmet = (tail_uz[k] - b * tail_u[k]) * late
+    ok = np.flatnonzero(unmet <= s.buffer_shortage_objective * max(units[1:].sum(), 1e-12))
+    return float(b[ok[0]]) if ok.size else float(b[-1])
+
+
 def _hourly(units: np.ndarray, index: pd.DatetimeIndex, statistic: str) -> pd.Series:
     s = pd.Series(units, index=index).resample("1h")
     return (s.max() if statistic == "max" else s.mean())
 
 
-def _weekly_peak(hourly: np.ndarray, i: int) -> float:
-    """Same hour of day, peak of the last 7 days (NaN if none observed)."""
-    past = hourly[max(i - 168, 0):i][::-1][23::24] if i >= 24 else np.array([])
-    past = past[np.isfinite(past)]
-    return float(past.max()) if past.size else float("nan")
-
-
 def _forecast_targets(hourly: pd.Series, h0: int, n_hours: int, s: SimSettings, make_forecaster, cap):
     """GPU units for each evaluated hour k: (target, high) for hour k and for hour k+1,
     both from the last refit at or before hour k on complete hours only."""
-    vals = hourly.to_numpy(float)
     out = np.full((n_hours, 2, 2), np.nan)  # hour, (this, next), (target, high)
     fallbacks, refit = 0, 0.0
     qs = [s.target_quantile, s.headroom_quantile]
@@ -166,19 +188,20 @@ def _forecast_targets(hourly: pd.Series, h0: int, n_hours: int, s: SimSettings, 
         except ValueError:  # includes ForecastError: treat as no forecast
             fv = np.full((horizon, 2), np.nan)
         refit += time.perf_counter() - t0
-        for j in range(horizon):
-            if not np.isfinite(fv[j]).all():
-                # safety: an unusable forecast never lowers the reservation
-                peak = _weekly_peak(vals, i + j)
-                fv[j] = peak if np.isfinite(peak) else cap
-                fallbacks += j < s.refit_hours
+        bad = ~np.isfinite(fv).all(axis=1)
+        if bad.any():
+            # safety, the planner's rule: an unusable forecast falls back to last week's same-hour peak, else all
+            last = hourly.index[i - 1]
+            peak = weekly_peak(hourly.iloc[:i], pd.date_range(last + HOUR, periods=horizon, freq="h"), last)
+            fv[bad] = np.where(np.isfinite(peak[bad]), peak[bad], cap)[:, None]
+            fallbacks += int(bad[:s.refit_hours].sum())
         for j in range(min(s.refit_hours, n_hours - k0)):
             out[k0 + j, 0] = fv[j]
             out[k0 + j, 1] = fv[j + 1]
     return out, fallbacks, refit
 
 
-def _reservations(policy, units, need, index, e0, s, make_forecaster, cap):
+def _reservations(policy, units, need, index, e0, s, w, make_forecaster, cap):
     """Per-step reservation and headroom (GPUs) for the evaluated steps, plus counters."""
     n = len(units) - e0
     step = (index[1] - index[0]).total_seconds()
@@ -193,8 +216,8 @@ def _reservations(policy, units, need, index, e0, s, make_forecaster, cap):
     if policy == "forecast":
         f, fallbacks, refit = _forecast_targets(hourly, h0, n_hours, s, make_forecaster, cap)
         bands = pd.DataFrame(f[:, 0, :], index=hourly.index[h0:h0 + n_hours], columns=["target_gpus", "high_gpus"])
-        res_h = np.ceil(f[:, :, 0] - 1e-9) + s.margin_gpus
-        head_h = np.ceil(f[:, :, 1] - 1e-9)
+        res_h = gpus_for(f[:, :, 0], w) + w.margin_gpus
+        head_h = gpus_for(f[:, :, 1], w)
     else:
         if policy == "static":  # the history's peak, all the time
             cur = np.full(n_hours + 1, float(need[:e0].max()))
@@ -213,10 +236,11 @@ def _reservations(policy, units, need, index, e0, s, make_forecaster, cap):
             raise ValueError(f"unknown policy {policy!r}; one of {POLICIES}")
         res_h = np.stack([cur[:n_hours], cur[1:n_hours + 1]], axis=1)
         head_h = res_h.copy()
-    res_h = np.clip(np.nan_to_num(res_h, nan=cap), 0, cap)
-    head_h = np.maximum(np.nan_to_num(head_h) - res_h, s.headroom_floor_gpus)
+    res_h = clamp(np.nan_to_num(res_h, nan=cap), w, cap)
+    head_h = np.maximum(np.nan_to_num(head_h) - res_h, w.headroom_floor_gpus)
     here = hour_of - h0
-    # the next hour's reservation must be in place `lead` before it starts
+    # the next hour's reservation must be in place `lead` before it starts: plan.with_lead's rule at the
+    # trace's own step (with_lead holds it for the whole hour, which at 5-min steps reserves idle GPUs)
     ahead = ((index[e0:] + pd.Timedelta(seconds=lead) - hourly.index[0]) // pd.Timedelta(hours=1)).to_numpy() - h0 > here
     res = np.where(ahead, np.maximum(res_h[here, 0], res_h[here, 1]), res_h[here, 0])
     head = np.where(ahead, np.maximum(head_h[here, 0], head_h[here, 1]), head_h[here, 0])
@@ -246,13 +270,16 @@ def simulate(
     raw = pd.Series(raw).ffill().fillna(0.0).to_numpy()  # a gap in the trace: demand as last seen
     scale = per_gpu if per_gpu is not None else np.quantile(raw, 0.999) / peak_gpus
     units = np.maximum(raw, 0.0) / scale
-    need = np.ceil(units - 1e-9).astype(np.int64)
+    # the planner's capacity model, in GPU units: one GPU serves one unit
+    w = WorkloadPolicy("simulated", margin_gpus=s.margin_gpus, headroom_floor_gpus=s.headroom_floor_gpus)
+    need = gpus_for(units, w).astype(np.int64)
     e0 = int(np.searchsorted(index, index[-1] - pd.Timedelta(days=days), side="right"))
     if s.lead_time_seconds >= 3600:
         raise ValueError("lead_time_seconds must be under an hour (plans look one hour ahead)")
-    if e0 * step < 7 * 86400:
-        raise ValueError("need at least a week of history before the evaluated days")
-    res, head, fallbacks, refit, bands = _reservations(policy, units, need, index, e0, s, make_forecaster, gpus)
+    min_history = 7 if policy == "seasonal-naive" else 1
+    if e0 * step < min_history * 86400:
+        raise ValueError(f"the {policy} policy needs at least {min_history} day(s) of history before the evaluated days")
+    res, head, fallbacks, refit, bands = _reservations(policy, units, need, index, e0, s, w, make_forecaster, gpus)
 
     t_start = time.perf_counter()
     n = len(units) - e0
@@ -292,9 +319,7 @@ def simulate(
     preempted = violations = planned = 0
     alloc_sum = 0
     recent = np.zeros(hold + 1, np.int64)
-    rises = np.diff(need[:e0])
-    rises = rises[rises > 0]
-    buffer = int(np.ceil(np.quantile(rises, s.rise_quantile))) if policy == "forecast" and s.rise_quantile and rises.size else 0
+    buffer = rise_buffer(units[:e0], step, s, gpus) if policy == "forecast" else 0.0
     # timeline: per step (inference held, serving, training), per preemption (step, GPUs, planned?)
     held_l, serving_l, train_l, events = ([], [], [], []) if timeline else (None,) * 4
 
@@ -325,7 +350,8 @@ def simulate(
         warm += warm_ready[t]
         train = int(J.gpus[running].sum()) if running.size else 0
         recent[t % (hold + 1)] = nd[t]
-        desired = min(max(res_l[t], int(recent.max()) + buffer), gpus)
+        peak = int(recent.max())
+        desired = min(max(res_l[t], peak + math.ceil(buffer * math.sqrt(max(peak, 1)) - 1e-9)), gpus)
         if desired > alloc:
             want = desired - alloc
             idle = gpus - alloc - train

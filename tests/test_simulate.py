@@ -2,9 +2,9 @@ import json
 
 import numpy as np
 import pandas as pd
+import pytest
 
-from controller.simulate import SimSettings, simulate
-from controller.tune import plot_tradeoff, tune
+from controller.simulate import SimSettings, rise_buffer, simulate
 from forecast.base import future_index, quantile_frame
 
 
@@ -95,16 +95,32 @@ def test_simulation_is_fast_enough():
     assert r.sim_seconds < 5  # ~15k steps; a year (105k steps) stays under 10 s at this rate
 
 
-def test_tune_recommends_highest_utilization_meeting_objective(tmp_path):
-    d = daily()
-    t = tune(d, Profile, target_quantiles=(0.5, 0.9), lead_times_seconds=(0.0, 900.0), headroom_quantiles=(0.99,),
-             shortage_objective=0.01, days=1)
-    assert len(t.table) == 4
-    ok = t.table[t.table.inference_shortage <= 0.01]
-    if t.recommended is None:
-        assert ok.empty
-    else:
-        assert ok.utilization.max() == t.table.set_index(["target_quantile", "lead_time_seconds"]).loc[
-            (t.recommended["target_quantile"], t.recommended["lead_time_seconds"]), "utilization"].max()
-    png = plot_tradeoff(t, str(tmp_path / "tradeoff.png"))
-    assert open(png, "rb").read(4) == b"\x89PNG"
+def test_rise_buffer_is_chosen_on_the_history_to_meet_its_objective():
+    d = daily(noise=0.1)
+    units = d.to_numpy() / (np.quantile(d, 0.999) / 100)
+    step = 300.0
+    loose, tight = (rise_buffer(units, step, SimSettings(buffer_shortage_objective=o), 128) for o in (0.01, 0.0005))
+    assert 0 < loose < tight  # a stricter objective keeps more warm GPUs
+    assert rise_buffer(units, step, SimSettings(buffer_shortage_objective=None), 128) == 0
+    flat = np.full(3000, 40.0)
+    assert rise_buffer(flat, step, SimSettings(), 128) == 0  # nothing ever rises: no buffer
+
+
+def test_rise_buffer_cuts_shortage_and_sees_only_the_history():
+    d = daily(noise=0.1)
+    none = simulate(d, days=2, make_forecaster=Profile, settings=SimSettings(buffer_shortage_objective=None))
+    assert simulate(d, days=2, make_forecaster=Profile).inference_shortage < none.inference_shortage / 2
+    # a burst in the evaluated days changes nothing decided before it (fixed per_gpu: the scale stays the same)
+    buffered = simulate(d, days=2, per_gpu=1.0, make_forecaster=Profile, timeline=True)
+    spiked = d.copy()
+    spiked.iloc[-12:] *= 3
+    later = simulate(spiked, days=2, per_gpu=1.0, make_forecaster=Profile, timeline=True)
+    before = slice(None, -13)
+    pd.testing.assert_frame_equal(buffered.timeline.steps.iloc[before], later.timeline.steps.iloc[before])
+
+
+def test_short_history_is_enough_except_for_seasonal_naive():
+    d = daily(days=4)
+    assert simulate(d, days=2, make_forecaster=Profile).utilization > 0
+    with pytest.raises(ValueError, match="seasonal-naive policy needs at least 7 day"):
+        simulate(d, days=2, policy="seasonal-naive")
