@@ -137,3 +137,45 @@ def test_recent_folds_weigh_more_when_the_noise_changes():
     assert np.mean(weighted[:, 1] - weighted[:, 0]) < 0.8 * np.mean(equal[:, 1] - equal[:, 0])
     covered = np.mean((future >= weighted[:, 0]) & (future <= weighted[:, 1]))
     assert covered >= 0.7
+
+
+def heteroscedastic_demand(weeks: int = 8, seed: int = 3) -> pd.Series:
+    # Noise proportional to the level: peaks err more than nights (as real demand does).
+    rng = np.random.default_rng(seed)
+    index = pd.date_range("2026-01-05", periods=weeks * 168, freq="h", tz="UTC")
+    t = np.arange(len(index))
+    base = 100 + 80 * np.sin(2 * np.pi * t / 24) ** 2 + 40 * (index.day_of_week < 5)
+    return pd.Series(base * (1 + rng.normal(0, 0.15, len(t))), index=index, name="hetero")
+
+
+def test_auto_intervals_reach_nominal_under_heteroscedastic_noise():
+    auto = backtest(heteroscedastic_demand(), folds=21, models=FAST).models["auto"]
+    assert abs(auto["coverage_80"] - 0.8) <= 0.05 and abs(auto["coverage_90"] - 0.9) <= 0.05
+
+
+def test_auto_residuals_are_the_selection_procedures_and_see_no_later_data():
+    # Residual row j comes from the model selected on folds before j: changing anything after fold j's
+    # horizon leaves rows <= j unchanged; the first fold has no earlier fold to select on.
+    series = demand(weeks=4)
+    auto = AutoForecaster("fast", folds=6).fit(series)
+    j = 3
+    changed = series.copy()
+    changed.iloc[auto.origins_[j] + 24:] *= 3.0
+    again = AutoForecaster("fast", folds=6).fit(changed)
+    assert np.isnan(auto.residuals_[0]).all()
+    np.testing.assert_array_equal(auto.residuals_[1:j + 1], again.residuals_[1:j + 1])
+    assert not np.allclose(auto.residuals_[j + 1:], again.residuals_[j + 1:])
+
+
+def test_adaptive_levels_follow_recent_misses_and_keep_the_median():
+    # Recent folds all erring upward: every bound's level rises against the same folds without the shift
+    # (the band moves toward where the errors went); the median stays at its split level.
+    from forecast.calibrate import aci_levels
+    rng = np.random.default_rng(0)
+    quantiles = [0.05, 0.1, 0.5, 0.9, 0.95]
+    calm = rng.normal(size=(14, 24))
+    shifted = calm.copy()
+    shifted[-5:] += 2.0
+    before, after = (aci_levels(r, np.arange(14) * 24, quantiles) for r in (calm, shifted))
+    assert np.all(np.delete(after - before, 2) > 0.02)
+    assert before[2] == after[2] == 0.5
