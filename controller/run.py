@@ -735,7 +735,7 @@ def _replay(reconciler: Reconciler, cluster: InMemoryCluster, r: RunConfig, args
     """The embedded cluster: the clock runs over the policies' history files, `interval` per step."""
     if not r.policies:
         print("headroom: error: the simulated cluster has no policies: add run.policies to --config "
-              "(see examples/run.yaml)", file=sys.stderr)
+              "(see examples/headroom.yaml)", file=sys.stderr)
         return 2
     hours = args.hours if args.hours is not None else (0 if args.once else 24)
     if args.now:

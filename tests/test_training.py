@@ -233,3 +233,31 @@ def test_cmd_train_cli(sqlite_uri, tmp_path, capsys):
     assert cmd_train(cfg, bad) == 1
     assert "unreachable" in json.loads(capsys.readouterr().out)["error"]
     assert champion_version(sqlite_uri, "cli") == "1"
+
+
+def test_the_example_configuration_trains_and_the_controller_serves_its_champion(tmp_path, monkeypatch, capsys):
+    """What a new user runs from the README: `headroom train` then `headroom run` on examples/headroom.yaml,
+    with the default MLflow store (sqlite under the working directory)."""
+    import shutil
+
+    from controller.cli import main
+
+    shutil.copytree(ROOT / "examples", tmp_path / "examples")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert main(["train", "--config", "examples/headroom.yaml"]) == 0
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert champion_version(uri, "inference.chat") == "1"
+    c = client(uri)
+    experiment = c.get_experiment_by_name("headroom/inference.chat").experiment_id
+    runs = c.search_runs([experiment])
+    (parent,) = [r for r in runs if r.data.tags.get("headroom.kind") == "training"]
+    candidates = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert {r.info.run_name for r in candidates} == {"snaive24", "snaive168", "profile"}
+    assert any(k.startswith("pinball_90") for k in parent.data.metrics)
+    artifacts = {a.path.rsplit("/", 1)[-1] for a in c.list_artifacts(parent.info.run_id)}
+    assert any(a.endswith(".png") for a in artifacts) and any(a.endswith(".csv") for a in artifacts)
+    capsys.readouterr()
+    assert main(["run", "--config", "examples/headroom.yaml", "--hours", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert "model champion v1" in printed and "reserved" in printed
