@@ -273,7 +273,8 @@ def simulate(
     # the planner's capacity model, in GPU units: one GPU serves one unit
     w = WorkloadPolicy("simulated", margin_gpus=s.margin_gpus, headroom_floor_gpus=s.headroom_floor_gpus)
     need = gpus_for(units, w).astype(np.int64)
-    e0 = int(np.searchsorted(index, index[-1] - pd.Timedelta(days=days), side="right"))
+    # whole seconds: a fractional `days` must compare with an index at second resolution
+    e0 = int(np.searchsorted(index, index[-1] - pd.Timedelta(seconds=round(days * 86400)), side="right"))
     if s.lead_time_seconds >= 3600:
         raise ValueError("lead_time_seconds must be under an hour (plans look one hour ahead)")
     min_history = 7 if policy == "seasonal-naive" else 1
