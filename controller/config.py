@@ -199,6 +199,7 @@ class PolicySpec(Camel):
     headroom_floor_gpus: int = Field(0, ge=0)
     reclaim_deadline: str = "5m"
     target: TargetSpec
+    inference_cluster_queue: str | None = Field(None, min_length=1)  # its GPU quota follows the reservation too
     training_cluster_queues: list[str] = Field(default_factory=list, max_length=64)
     mode: Literal["forecast-only", "active"] = "forecast-only"
 
@@ -218,6 +219,8 @@ class PolicySpec(Camel):
             raise ValueError("headroomQuantile must be at least targetQuantile")
         if self.max_gpus is not None and self.max_gpus < self.min_gpus:
             raise ValueError("maxGpus must be at least minGpus")
+        if self.inference_cluster_queue in self.training_cluster_queues:
+            raise ValueError("inferenceClusterQueue cannot also be a training ClusterQueue")
         return self
 
 

@@ -262,6 +262,9 @@ class Reconciler:
         seen = raw.dropna()
         if degraded is None and (seen.empty or now - seen.index[-1] > pd.Timedelta(seconds=self.cfg.stale_after_seconds)):
             degraded = f"StaleData: newest sample {seen.index[-1] if len(seen) else 'none'}"
+        last_hour = raw[raw.index > now - pd.Timedelta(hours=1)]
+        if degraded is None and len(last_hour) and last_hour.isna().mean() > 0.5:
+            degraded = f"PartialData: {last_hour.isna().mean():.0%} of the last hour's samples are missing"
         fresh = degraded is None
         hourly = prepare(raw, step="1h", statistic=p.spec.statistic)[0] if len(seen) else raw.iloc[:0]
         hourly = hourly[hourly.index < now.floor("h")]
@@ -399,6 +402,16 @@ class Reconciler:
                     self._error("actuate", r.policy.key, exc)
                     failures[r.policy.key] = str(exc)
                     self._event(r.policy.ref, "ActuationFailed", str(exc), "Warning")
+        inference_quota: dict[str, int] = {}
+        for r in runs:
+            if r.policy.active and r.policy.spec.inference_cluster_queue:
+                q = r.policy.spec.inference_cluster_queue
+                inference_quota[q] = inference_quota.get(q, 0) + applied[r.policy.key]
+        for q, gpus in inference_quota.items():
+            try:
+                self.cluster.set_cluster_queue_quota(q, gpus)
+            except KubeError as exc:
+                self._error("actuate", f"ClusterQueue {q}", exc)
         if active_queues:
             held_back = sum(applied.values()) - sum(res.gpus for res in hour0.values())  # degraded: lend less
             weights = {q: self.cfg.team_weights.get(q, 1.0) for q in active_queues}
@@ -681,8 +694,9 @@ def build(cfg, in_cluster: bool = False) -> tuple[Reconciler, Cluster]:
         for p in r.policies:
             for q in p.spec.training_cluster_queues:
                 cluster.quotas.setdefault(q, 0)
-            if p.spec.target.kind == "ClusterQueue":
-                cluster.quotas.setdefault(p.spec.target.name, 0)
+            for q in (p.spec.target.name if p.spec.target.kind == "ClusterQueue" else None, p.spec.inference_cluster_queue):
+                if q:
+                    cluster.quotas.setdefault(q, 0)
         demand = FileDemand({f"{p.namespace}/{p.name}": p.history_file for p in r.policies})
     uri = _tracking_uri(cfg)
     trainer = BackgroundTrainer(uri, settings_from_config(cfg)) if r.retrain_every_seconds > 0 else None

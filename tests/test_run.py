@@ -290,3 +290,28 @@ def test_retraining_runs_on_its_schedule(demand_file, tmp_path):
         r.reconcile(MONDAY_6AM + pd.Timedelta(hours=hour))
     # counted from start-up, every 2 h, each on the complete hours before its moment
     assert [(s, now.hour, last.hour) for s, now, last in trained] == [("inference.chat", 8, 7), ("inference.chat", 10, 9)]
+
+
+def test_the_inference_cluster_queue_quota_follows_the_reservation(demand_file, tmp_path):
+    cluster, r = make(demand_file, tmp_path, policy("chat", inferenceClusterQueue="inference"),
+                      policy("search", inferenceClusterQueue="inference"))
+    cluster.quotas["inference"] = 0
+    state = r.reconcile(MONDAY_6AM + pd.Timedelta(hours=3))
+    both = state.policies["inference/chat"].reserved_gpus + state.policies["inference/search"].reserved_gpus
+    assert cluster.quotas["inference"] == both > 0
+
+
+def test_a_mostly_missing_last_hour_is_degraded_data(demand_file, tmp_path):
+    holes = DEMAND.copy()
+    now = MONDAY_6AM + pd.Timedelta(hours=3)
+    last_hour = (holes.index > now - pd.Timedelta(hours=1)) & (holes.index <= now)
+    holes[last_hour & (holes.index.minute % 20 != 0)] = float("nan")  # fresh, but 3 samples in 12
+    path = tmp_path / "holes.csv"
+    write_csv(holes, path)
+    cluster, r = make(path, tmp_path)
+    r.reconcile(now - pd.Timedelta(hours=1))
+    before = cluster.replicas[("inference", "chat")]
+    ps = r.reconcile(now).policies["inference/chat"]
+    _, conditions = status(cluster)
+    assert ps.degraded and conditions["ForecastDegraded"]["reason"] == "PartialData"
+    assert cluster.replicas[("inference", "chat")] >= before  # degraded data never lowers the reservation

@@ -20,7 +20,7 @@ from tests.servers.prometheus import METRIC
 from training.realized import ForecastLog
 
 NS, TRAIN_NS = "inference-run", "training-run"
-QUEUE = "research-run"
+QUEUE, INFERENCE_QUEUE = "research-run", "inference-run"
 MONDAY_7AM = pd.Timestamp("1995-07-17T07:00:00Z")  # the trace's third week: a weekday morning ramp
 RP = KubeCluster.custom_path("headroom.dev", "v1alpha1", "reservationpolicies", namespace=NS)
 WL = KubeCluster.custom_path("kueue.x-k8s.io", "v1beta1", "workloads", namespace=TRAIN_NS)
@@ -29,7 +29,8 @@ WL = KubeCluster.custom_path("kueue.x-k8s.io", "v1beta1", "workloads", namespace
 def policy(name: str, **spec) -> dict:
     body = {"query": METRIC, "statistic": "max", "capacity": {"demandPerGpu": 10.0, "gpusPerReplica": 1},
             "target": {"kind": "Deployment", "name": name}, "trainingClusterQueues": [QUEUE],
-            "minGpus": 2, "leadTime": "15m", "reclaimDeadline": "5m", "mode": "active"}
+            "minGpus": 2, "leadTime": "15m", "reclaimDeadline": "5m", "mode": "active",
+            "inferenceClusterQueue": INFERENCE_QUEUE}
     body.update(spec)
     return {"apiVersion": "headroom.dev/v1alpha1", "kind": "ReservationPolicy",
             "metadata": {"name": name, "namespace": NS}, "spec": body}
@@ -60,11 +61,11 @@ def kube(kube_admin):
     for ns in (NS, TRAIN_NS):
         kube_admin.apply(f"/api/v1/namespaces/{ns}", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
     clean(kube_admin)
-    cq = KubeCluster.custom_path("kueue.x-k8s.io", "v1beta1", "clusterqueues", QUEUE)
-    kube_admin.apply(cq, {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue", "metadata": {"name": QUEUE},
-                          "spec": {"cohort": "gpus", "resourceGroups": [{"coveredResources": ["nvidia.com/gpu"],
-                                   "flavors": [{"name": "a100", "resources": [
-                                       {"name": "nvidia.com/gpu", "nominalQuota": 0}]}]}]}})
+    for name in (QUEUE, INFERENCE_QUEUE):  # one cohort: inference and the training that borrows its slack
+        kube_admin.apply(KubeCluster.custom_path("kueue.x-k8s.io", "v1beta1", "clusterqueues", name), {
+            "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue", "metadata": {"name": name},
+            "spec": {"cohort": "gpus", "resourceGroups": [{"coveredResources": ["nvidia.com/gpu"], "flavors": [
+                {"name": "a100", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 0}]}]}]}})
     kube_admin.create(f"/apis/apps/v1/namespaces/{NS}/deployments", deployment("chat"))
     kube_admin.create(RP, policy("chat"))
     yield kube_admin
@@ -115,6 +116,7 @@ def test_simulated_morning_reserves_ahead_lends_slack_and_takes_back(kube, prome
         held = sum(w.gpus for w in kube.list_workloads(QUEUE) if w.active and w.cluster_queue == QUEUE)
         assert ps.reserved_gpus + held <= 128, (now, ps.reserved_gpus, held)  # never over capacity
     assert all(rep == res for _, res, rep, _, _ in seen)            # Deployment replicas follow the plan
+    assert kube.get_cluster_queue_quota(INFERENCE_QUEUE) == seen[-1][1]  # and the inference queue's quota
     assert all(quota == slack for _, _, _, quota, slack in seen)    # the training quota is the slack
     assert seen[-1][1] > seen[0][1]                                  # the morning ramp was reserved
     evicted = [w for w in kube.list_workloads(QUEUE) if not w.active]
