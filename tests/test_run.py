@@ -315,3 +315,31 @@ def test_a_mostly_missing_last_hour_is_degraded_data(demand_file, tmp_path):
     _, conditions = status(cluster)
     assert ps.degraded and conditions["ForecastDegraded"]["reason"] == "PartialData"
     assert cluster.replicas[("inference", "chat")] >= before  # degraded data never lowers the reservation
+
+
+def test_mlflow_down_keeps_the_last_champion_and_the_loop_serving(demand_file, tmp_path):
+    from controller.run import Models
+    from forecast.history import prepare
+    from tests.mlflow_server import MlflowServer
+    from training.pipeline import TrainSettings, train_series
+    from training.tracking import Tracker
+
+    server = MlflowServer(tmp_path / "mlflow")
+    try:
+        server.start()
+    except RuntimeError as exc:
+        pytest.skip(f"no mlflow server: {exc}")
+    try:
+        hourly = prepare(DEMAND[DEMAND.index < MONDAY_6AM], statistic="max")[0]
+        train_series("inference.chat", hourly, TrainSettings(folds=2, candidates=("profile",), statistic="max",
+                                                             quantiles=(0.1, 0.5, 0.9, 0.99)), Tracker(server.uri))
+        cluster, r = make(demand_file, tmp_path, retrain_every_seconds=0)
+        r.models, r.tracker = Models(server.uri), Tracker(server.uri)
+        assert r.reconcile(MONDAY_6AM).policies["inference/chat"].model.startswith("champion v1")
+    finally:
+        server.stop()
+    state = r.reconcile(MONDAY_6AM + pd.Timedelta(hours=1))  # MLflow is gone now
+    ps = state.policies["inference/chat"]
+    assert ps.model.startswith("champion v1") and not ps.fallback and not ps.degraded
+    assert cluster.replicas[("inference", "chat")] * 2 == ps.reserved_gpus
+    assert state.reconcile_errors_total["mlflow"] == 1  # realized error could not be logged: counted, not fatal
