@@ -201,7 +201,7 @@ def reconciled_state(tmp_path):
     emergency preemptions, realized error, team usage, an invalid policy. (The dashboards test reads it.)"""
     burst_at = MONDAY_6AM - pd.Timedelta(hours=3)  # 3 am: far above what the night's forecast reserved
     demand = DEMAND.copy()
-    demand[burst_at] = 2 * demand[burst_at]
+    demand[burst_at] = 3 * demand[burst_at]
     path = tmp_path / "burst.csv"
     write_csv(demand, path)
     cluster, r = make(path, tmp_path, policy(), {"metadata": {"name": "broken", "namespace": "inference"},
