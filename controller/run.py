@@ -21,7 +21,6 @@ restart in the middle of a reconcile does not preempt twice.
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import logging
 import math
@@ -540,7 +539,7 @@ class Reconciler:
         """Recent realized error per horizon (and 80% coverage); to MLflow, with drift, when tracking is on."""
         if self.forecast_log is None or r.forecast is None or r.hourly.dropna().empty:
             return {}, {}
-        from training.realized import detect_drift, log_realized, realized_errors
+        from training.realized import log_realized, realized_errors
 
         hour = now.floor("h")
         done = self._accuracy.get(r.policy.series)

@@ -26,7 +26,7 @@ import yaml
 from controller.cli import build_parser
 from controller.config import Config, load_config
 from controller.kube import KubeCluster, NotFound
-from tests.test_run_real import kube  # noqa: F401 -- the fixture: namespaces, ClusterQueue, Deployment, policy
+from tests.test_run_real import kube  # noqa: F401 -- a fixture: namespaces, ClusterQueue, Deployment, policy
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -82,32 +82,32 @@ def pod_specs(base: list[dict]) -> dict[str, dict]:
 
 
 # ---------------------------------------------------------------------------- API server helpers
-def group_versions(kube: KubeCluster, api_version: str) -> list[str]:
+def group_versions(api: KubeCluster, api_version: str) -> list[str]:
     """The object's own version first, then the other versions its group serves."""
     if "/" not in api_version:
         return [api_version]
     group = api_version.split("/")[0]
     try:
-        served = [v["groupVersion"] for v in kube.get(f"/apis/{group}").get("versions", [])]
+        served = [v["groupVersion"] for v in api.get(f"/apis/{group}").get("versions", [])]
     except NotFound:
         return [api_version]
     return [api_version] + [v for v in served if v != api_version]
 
 
-def resource_of(kube: KubeCluster, api_version: str, kind: str) -> dict | None:
+def resource_of(api: KubeCluster, api_version: str, kind: str) -> dict | None:
     """The discovery entry (name, namespaced) serving `kind` at `api_version`, or None."""
     prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
     try:
-        resources = kube.get(prefix).get("resources", [])
+        resources = api.get(prefix).get("resources", [])
     except NotFound:
         return None
     return next((r for r in resources if r["kind"] == kind and "/" not in r["name"]), None)
 
 
-def as_served(kube: KubeCluster, obj: dict) -> tuple[dict, str] | None:
+def as_served(api: KubeCluster, obj: dict) -> tuple[dict, str] | None:
     """(object at the version this server serves its kind, its REST path), or None if unserved."""
-    for api_version in group_versions(kube, obj["apiVersion"]):
-        resource = resource_of(kube, api_version, obj["kind"])
+    for api_version in group_versions(api, obj["apiVersion"]):
+        resource = resource_of(api, api_version, obj["kind"])
         if resource is None:
             continue
         served = {**copy.deepcopy(obj), "apiVersion": api_version}
@@ -120,9 +120,9 @@ def as_served(kube: KubeCluster, obj: dict) -> tuple[dict, str] | None:
     return None
 
 
-def ensure_namespace(kube: KubeCluster, name: str) -> None:
+def ensure_namespace(api: KubeCluster, name: str) -> None:
     # Really created and never deleted: without a controller-manager a deleted namespace stays Terminating.
-    kube.apply(f"/api/v1/namespaces/{name}", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    api.apply(f"/api/v1/namespaces/{name}", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
 
 
 def dropped_fields(sent, kept, path: str = "") -> list[str]:
@@ -140,21 +140,21 @@ def dropped_fields(sent, kept, path: str = "") -> list[str]:
     return [] if sent == kept else [path]
 
 
-def dry_run_all(kube: KubeCluster, objects: list[dict]) -> tuple[set, set]:
+def dry_run_all(api: KubeCluster, objects: list[dict]) -> tuple[set, set]:
     """Server-side-apply every object with dryRun=All; returns (converted, unserved) (apiVersion, kind)s."""
     converted, unserved = set(), set()
     for namespace in {o["metadata"].get("namespace") for o in objects} - {None}:
-        ensure_namespace(kube, namespace)
+        ensure_namespace(api, namespace)
     for obj in objects:
         key = (obj["apiVersion"], obj["kind"])
-        found = as_served(kube, obj)
+        found = as_served(api, obj)
         if found is None:
             unserved.add(key)
             continue
         body, path = found
         if body["apiVersion"] != obj["apiVersion"]:
             converted.add(key)
-        answer = kube.apply(path, body, dry_run=True)
+        answer = api.apply(path, body, dry_run=True)
         assert answer["metadata"]["name"] == obj["metadata"]["name"]
         assert answer["metadata"].get("uid"), f"{path}: the dry run returned no object"
         lost = dropped_fields(body, answer)

@@ -8,7 +8,6 @@ the test admits workloads by writing their status, as Kueue would.
 from __future__ import annotations
 
 import threading
-import time
 
 import pandas as pd
 import pytest

@@ -263,7 +263,6 @@ def _train(name, series, settings, tracker, now, makers, origins, exp, parent) -
     check_quantile_frame(future, settings.horizon, list(settings.quantiles))
     scale = seasonal_scale(series.to_numpy(dtype=float), DAY)
 
-    values = series.to_numpy()
     span = {"history_start": series.index[0].isoformat(), "history_end": series.index[-1].isoformat(),
             "history_points": len(series), "history_sha256": series_sha256(series)}
     tracker.log_params(parent, {"model": winner, **_hyperparameters(model), "horizon": settings.horizon,

@@ -7,7 +7,6 @@ skip there would hide a broken install.
 """
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pandas as pd
