@@ -620,12 +620,13 @@ class Loop:
     _beat: float = field(default_factory=time.monotonic)
     _reconciled: bool = False
     _leading: bool = False
+    _settled: bool = False  # one election round done: leading with a reconcile behind it, or standing by
 
     def healthy(self) -> bool:
         return time.monotonic() - self._beat < 3 * max(self.interval, self.lease_seconds)
 
     def ready(self) -> bool:
-        return self._reconciled or not self._leading
+        return self._settled
 
     def run(self, once: bool = False) -> None:
         next_reconcile = 0.0
@@ -640,12 +641,11 @@ class Loop:
                 self.reconciler.reconcile(self.clock())
                 self._reconciled = True
                 next_reconcile = time.monotonic() + self.interval
-                if once:
-                    break
             elif not self._leading:
                 self.reconciler.holder.publish(replace(self.reconciler.holder.get(), leader=False))
-                if once:
-                    break
+            self._settled = self._reconciled or not self._leading
+            if once:
+                break
             self.stop.wait(min(self.interval, self.lease_seconds / 3))
         self.elector.release()
 

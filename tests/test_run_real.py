@@ -212,6 +212,7 @@ def test_two_replicas_never_act_at_once(kube, prometheus_server, tmp_path):
         elector = kube.leader_elector(NS, "headroom-run-test", identity, lease_seconds=30)
         loops.append(Loop(r, elector, interval=1, lease_seconds=30, clock=lambda: MONDAY_7AM))
     a, b = loops
+    assert not a.ready() and not b.ready()  # not before their first election round
     assert a.elector.try_acquire_or_renew()  # replica a leads (it is mid-flight)
     b.run(once=True)
     assert b.reconciler.holder.get().reconcile_total == 0  # the standby does not act...
