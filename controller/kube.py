@@ -188,14 +188,20 @@ class KubeCluster:
     def from_kubeconfig(cls, path: str | None = None, context: str | None = None, **kwargs) -> "KubeCluster":
         from kubernetes import client, config
         configuration = client.Configuration()
-        config.load_kube_config(config_file=path, context=context, client_configuration=configuration)
+        try:
+            config.load_kube_config(config_file=path, context=context, client_configuration=configuration)
+        except (config.ConfigException, OSError) as exc:
+            raise KubeError(f"cannot load kubeconfig {path or '~/.kube/config'}: {exc}") from None
         return cls(cls._api_client(configuration), **kwargs)
 
     @classmethod
     def in_cluster(cls, **kwargs) -> "KubeCluster":
         from kubernetes import client, config
         configuration = client.Configuration()
-        config.load_incluster_config(client_configuration=configuration)
+        try:
+            config.load_incluster_config(client_configuration=configuration)
+        except config.ConfigException as exc:
+            raise KubeError(f"not running in a Kubernetes pod (no service account credentials): {exc}") from None
         return cls(cls._api_client(configuration), **kwargs)
 
     @classmethod

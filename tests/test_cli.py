@@ -57,3 +57,14 @@ def test_simulate_json(history, capsys):
     assert main(["simulate", str(history), "--policy", "oracle", "--days", "3", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["headroom_violations"] == 0 and 0 < out["utilization"] <= 1
+
+
+def test_run_names_what_is_missing(tmp_path, capsys):
+    assert main(["run"]) == 2  # the embedded cluster with no policies
+    assert "run.policies" in capsys.readouterr().err
+    assert main(["run", "--kubeconfig", str(tmp_path / "kubeconfig")]) == 2  # a real cluster needs Prometheus
+    assert "run: a kubernetes controller needs prometheus" in capsys.readouterr().err
+    config = tmp_path / "headroom.yaml"
+    config.write_text("run:\n  prometheus: {url: 'http://127.0.0.1:9'}\n")
+    assert main(["run", "--config", str(config), "--kubeconfig", str(tmp_path / "kubeconfig"), "--once"]) == 1
+    assert f"cannot load kubeconfig {tmp_path / 'kubeconfig'}" in capsys.readouterr().err
