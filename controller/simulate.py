@@ -16,7 +16,7 @@ import json
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 import pandas as pd
@@ -25,6 +25,8 @@ from controller.plan import HOUR, WorkloadPolicy, clamp, gpus_for, weekly_peak
 from forecast.base import Forecaster, check_quantile_frame
 
 POLICIES = ("forecast", "static", "reactive", "seasonal-naive", "oracle")
+# warm buffer factors b the history replay tries, in order (b * sqrt(peak) GPUs; sqrt(128) ~ 11 is a whole cluster)
+BUFFER_GRID = (0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 7.0, 8.0, 10.0)
 
 
 @dataclass(frozen=True)
@@ -46,9 +48,11 @@ class SimSettings:
     backlog_job_gpus: tuple[int, ...] = (1, 1, 2, 4, 8)
     backlog_job_hours: tuple[float, float] = (1.0, 8.0)
     # forecast policy: warm GPUs kept above the recent observed peak, b * sqrt(peak) (request noise grows with the
-    # square root of the level), b the least that would have kept the shortage from rises within this fraction of
-    # demand on the history alone (None: no buffer); 0.003 is the shortage target of the benchmarks
+    # square root of the level). warm_buffer fixes b; None chooses it by replaying this engine on the history alone
+    # (choose_warm_buffer): the least b on BUFFER_GRID whose replayed shortage, demand above the cluster excluded,
+    # is within buffer_shortage_objective of demand (None: no buffer); 0.003 is the benchmarks' shortage target
     buffer_shortage_objective: float | None = 0.003
+    warm_buffer: float | None = None
     admit_lookahead: bool = False  # True: keep GPUs a known ramp-up needs within a checkpoint interval free
     seed: int = 0
 
@@ -68,8 +72,11 @@ class SimResult:
     headroom_violations: int
     cost_vs_dedicated: float
     forecast_fallback_hours: int
+    shortage_over_capacity: float  # demand above the cluster (no policy can serve it) / demand GPU-time
+    warm_buffer: float  # the forecast policy's b (0 for the others)
     sim_seconds: float
     refit_seconds: float
+    buffer_replay_seconds: float  # choosing b by replaying the history (refits included)
 
     def to_json(self) -> str:
         # the metrics only: a TimedResult's timeline is for plots, not for JSON
@@ -141,29 +148,61 @@ def trace_jobs(jobs: pd.DataFrame, span_seconds: float, capacity: int) -> tuple[
     return gpus[keep][order], work[keep][order], arrival[keep][order]
 
 
-def rise_buffer(units: np.ndarray, step: float, s: SimSettings, cap: int) -> float:
-    """The forecast policy's warm buffer factor b, chosen on the history alone: the least with which replaying
-    `units` (peak of the last scale_in_delay plus b * sqrt(peak), one step ahead) leaves unmet at most
-    `buffer_shortage_objective` of demand. A rise beyond the buffer goes unmet until new GPUs serve
-    (warm-up plus a mean preemption, at most the step)."""
-    if s.buffer_shortage_objective is None or len(units) < 2:
-        return 0.0
-    need = np.ceil(units - 1e-9)
-    hold = max(int(s.scale_in_delay_seconds // step), 0)
-    recent = pd.Series(need).rolling(hold + 1, min_periods=1).max().to_numpy()[:-1]
-    late = min((s.warmup_seconds + float(np.mean(s.preemption_seconds))) / step, 1.0)
-    unit = np.sqrt(np.maximum(recent, 1.0))
-    z = (units[1:] - recent) / unit  # rise above the held peak, in buffer units
-    order = np.argsort(z)
-    z, unit = z[order], unit[order]
-    # unmet(b) = late * sum over z > b of unit * (z - b), for all b at once from suffix sums
-    tail_uz = np.append(np.cumsum((unit * z)[::-1])[::-1], 0.0)
-    tail_u = np.append(np.cumsum(unit[::-1])[::-1], 0.0)
-    b = np.arange(0.0, math.sqrt(cap) + 0.1, 0.05)
-    k = np.searchsorted(z, b, side="right")
-    unmet = (tail_uz[k] - b * tail_u[k]) * late
-    ok = np.flatnonzero(unmet <= s.buffer_shortage_objective * max(units[1:].sum(), 1e-12))
-    return float(b[ok[0]]) if ok.size else float(b[-1])
+class SharedFits:
+    """A forecaster factory whose fits are made once per history and shared by every simulation that uses it: the
+    settings a sweep changes (quantiles, buffer) change what is asked of a fit, not the fit (refits are most of a
+    simulation's time)."""
+
+    def __init__(self, make_forecaster: Callable[[], Forecaster]):
+        self.make_forecaster = make_forecaster
+        self.fits: dict[tuple[int, pd.Timestamp], Forecaster] = {}
+
+    def __call__(self) -> "SharedFits":
+        return self
+
+    def fit(self, history: pd.Series) -> Forecaster:
+        key = (len(history), history.index[-1])
+        if key not in self.fits:
+            self.fits[key] = self.make_forecaster().fit(history)
+        return self.fits[key]
+
+
+def replay_days(history: pd.Series, days: float) -> float:
+    """How much of a history to replay as its own evaluation: as many days as are evaluated, at most half of it
+    (the rest is the replay's history)."""
+    span = (history.index[-1] - history.index[0]).total_seconds() / 86400
+    return min(days, span / 2)
+
+
+@dataclass(frozen=True)
+class BufferChoice:
+    factor: float  # the chosen b
+    replayed: tuple[tuple[float, float], ...]  # (b, replayed shortage excluding demand above the cluster), as tried
+    replay_days: float
+    seconds: float
+
+
+def choose_warm_buffer(history: pd.Series, per_gpu: float, gpus: int, days: float,
+                       make_forecaster: Callable[[], Forecaster], settings: SimSettings) -> BufferChoice:
+    """The forecast policy's warm buffer factor b, chosen on `history` alone by this engine: replay its last
+    replay_days(history, days) under the forecast policy (forecast floor, warm-up, preemptions, refits on the past
+    only) for each b on BUFFER_GRID in order, and keep the first whose shortage, demand above the cluster excluded
+    (no b can serve it), is within settings.buffer_shortage_objective; if none is, the largest. The fits are shared
+    across the grid."""
+    started = time.perf_counter()
+    objective = settings.buffer_shortage_objective
+    if objective is None:
+        return BufferChoice(0.0, (), 0.0, 0.0)
+    fits = make_forecaster if isinstance(make_forecaster, SharedFits) else SharedFits(make_forecaster)
+    span = replay_days(history, days)
+    replayed = []
+    for b in BUFFER_GRID:
+        r = simulate(history, gpus=gpus, peak_gpus=None, per_gpu=per_gpu, days=span, make_forecaster=fits,
+                     settings=replace(settings, warm_buffer=b))
+        replayed.append((b, r.inference_shortage - r.shortage_over_capacity))
+        if replayed[-1][1] <= objective:
+            break
+    return BufferChoice(b, tuple(replayed), span, time.perf_counter() - started)
 
 
 def _hourly(units: np.ndarray, index: pd.DatetimeIndex, statistic: str) -> pd.Series:
@@ -277,9 +316,18 @@ def simulate(
     e0 = int(np.searchsorted(index, index[-1] - pd.Timedelta(seconds=round(days * 86400)), side="right"))
     if s.lead_time_seconds >= 3600:
         raise ValueError("lead_time_seconds must be under an hour (plans look one hour ahead)")
-    min_history = 7 if policy == "seasonal-naive" else 1
+    choose_buffer = policy == "forecast" and s.warm_buffer is None and s.buffer_shortage_objective is not None
+    # seasonal-naive looks a week back; choosing the buffer replays the history's second half on its first
+    min_history = 7 if policy == "seasonal-naive" else 2 if choose_buffer else 1
     if e0 * step < min_history * 86400:
-        raise ValueError(f"the {policy} policy needs at least {min_history} day(s) of history before the evaluated days")
+        why = " (one to choose the warm buffer on, one before it)" if choose_buffer else ""
+        raise ValueError(f"the {policy} policy needs at least {min_history} day(s) of history before the evaluated "
+                         f"days{why}")
+    if choose_buffer:
+        choice = choose_warm_buffer(demand.iloc[:e0], scale, gpus, days, make_forecaster, s)
+        buffer, replay_s = choice.factor, choice.seconds
+    else:
+        buffer, replay_s = (s.warm_buffer or 0.0) if policy == "forecast" else 0.0, 0.0
     res, head, fallbacks, refit, bands = _reservations(policy, units, need, index, e0, s, w, make_forecaster, gpus)
 
     t_start = time.perf_counter()
@@ -320,7 +368,6 @@ def simulate(
     preempted = violations = planned = 0
     alloc_sum = 0
     recent = np.zeros(hold + 1, np.int64)
-    buffer = rise_buffer(units[:e0], step, s, gpus) if policy == "forecast" else 0.0
     # timeline: per step (inference held, serving, training), per preemption (step, GPUs, planned?)
     held_l, serving_l, train_l, events = ([], [], [], []) if timeline else (None,) * 4
 
@@ -477,8 +524,11 @@ def simulate(
         headroom_violations=violations,
         cost_vs_dedicated=gpus / (static_res + train_h / hours),
         forecast_fallback_hours=fallbacks,
+        shortage_over_capacity=float(np.maximum(u - gpus, 0.0).sum() / max(u.sum(), 1e-12)),
+        warm_buffer=buffer,
         sim_seconds=time.perf_counter() - t_start,
         refit_seconds=refit,
+        buffer_replay_seconds=replay_s,
     )
     if not timeline:
         return SimResult(**metrics)

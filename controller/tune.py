@@ -8,26 +8,8 @@ from dataclasses import asdict, dataclass, replace
 
 import pandas as pd
 
-from controller.simulate import SimSettings, simulate
+from controller.simulate import SharedFits, SimSettings, simulate
 from forecast.base import Forecaster
-
-
-class SharedFits:
-    """A forecaster factory whose fits are made once per history and shared across the sweep: the settings
-    swept change the quantiles asked of a fit, not the fit (refits are most of a simulation's time)."""
-
-    def __init__(self, make_forecaster: Callable[[], Forecaster]):
-        self.make_forecaster = make_forecaster
-        self.fits: dict[tuple[int, pd.Timestamp], Forecaster] = {}
-
-    def __call__(self) -> "SharedFits":
-        return self
-
-    def fit(self, history: pd.Series) -> Forecaster:
-        key = (len(history), history.index[-1])
-        if key not in self.fits:
-            self.fits[key] = self.make_forecaster().fit(history)
-        return self.fits[key]
 
 
 @dataclass(frozen=True)
@@ -49,7 +31,7 @@ def tune(
     **simulate_kwargs,
 ) -> TuneResult:
     rows = []
-    make_forecaster = SharedFits(make_forecaster)
+    make_forecaster = SharedFits(make_forecaster)  # also shared by each setting's warm-buffer replay
     for q, lead, hq in itertools.product(target_quantiles, lead_times_seconds, headroom_quantiles):
         if hq < q:  # headroom quantile below the target would be no headroom at all
             continue

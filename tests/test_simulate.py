@@ -1,10 +1,11 @@
 import json
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from controller.simulate import SimSettings, rise_buffer, simulate
+from controller.simulate import BUFFER_GRID, SimSettings, choose_warm_buffer, simulate
 from forecast.base import future_index, quantile_frame
 
 
@@ -58,14 +59,20 @@ def test_policies_rank_as_expected_on_a_clean_daily_cycle():
 
 
 def test_forecaster_never_sees_the_future():
-    Profile.fits = []
     d = daily()
-    simulate(d, days=2, policy="forecast", make_forecaster=Profile)
     eval_start = d.index[-1] - pd.Timedelta(days=2)
     hours = pd.date_range(eval_start.ceil("h"), d.index[-1], freq="h")
+    Profile.fits = []
+    simulate(d, days=2, policy="forecast", make_forecaster=Profile, settings=SimSettings(warm_buffer=1.0))
     # one refit per evaluated hour, on complete hours strictly before it
     assert len(Profile.fits) == len(hours)
     assert all(end < hour for end, hour in zip(Profile.fits, hours))
+    # choosing the buffer replays the history: its fits (on top of those) all end before the evaluated days
+    Profile.fits = []
+    simulate(d, days=2, policy="forecast", make_forecaster=Profile)
+    replay_fits = Profile.fits[:-len(hours)]
+    assert len(replay_fits) >= 24 and max(replay_fits) < eval_start
+    assert Profile.fits[-len(hours):] == [h - pd.Timedelta(hours=1) for h in hours]
 
 
 def test_broken_forecast_falls_back_to_weekly_peak():
@@ -95,26 +102,48 @@ def test_simulation_is_fast_enough():
     assert r.sim_seconds < 5  # ~15k steps; a year (105k steps) stays under 10 s at this rate
 
 
-def test_rise_buffer_is_chosen_on_the_history_to_meet_its_objective():
+def avoidable_shortage(r):
+    return r.inference_shortage - r.shortage_over_capacity
+
+
+def test_warm_buffer_is_the_smallest_on_the_grid_that_meets_the_objective_on_the_replay():
     d = daily(noise=0.1)
-    units = d.to_numpy() / (np.quantile(d, 0.999) / 100)
-    step = 300.0
-    loose, tight = (rise_buffer(units, step, SimSettings(buffer_shortage_objective=o), 128) for o in (0.01, 0.0005))
-    assert 0 < loose < tight  # a stricter objective keeps more warm GPUs
-    assert rise_buffer(units, step, SimSettings(buffer_shortage_objective=None), 128) == 0
-    flat = np.full(3000, 40.0)
-    assert rise_buffer(flat, step, SimSettings(), 128) == 0  # nothing ever rises: no buffer
+    history = d.iloc[:-2 * 288]
+    s = SimSettings(buffer_shortage_objective=0.001)  # on this cycle the q0.3 floor alone leaves ~0.24% unmet
+    choice = choose_warm_buffer(history, 1.0, 128, 2, Profile, s)
+    assert choice.replay_days == 2 and 0 < choice.factor < BUFFER_GRID[-1]
+    # the engine itself, run separately on the history's last 2 days, agrees with every step of the choice
+    for b in BUFFER_GRID[:BUFFER_GRID.index(choice.factor) + 1]:
+        replayed = simulate(history, days=2, per_gpu=1.0, make_forecaster=Profile, settings=replace(s, warm_buffer=b))
+        assert (avoidable_shortage(replayed) <= s.buffer_shortage_objective) == (b == choice.factor)
+        assert (b, avoidable_shortage(replayed)) in choice.replayed
+    # the evaluated run uses that b, and a stricter objective keeps more warm GPUs
+    assert simulate(d, days=2, per_gpu=1.0, make_forecaster=Profile, settings=s).warm_buffer == choice.factor
+    strict = choose_warm_buffer(history, 1.0, 128, 2, Profile, SimSettings(buffer_shortage_objective=0.0005))
+    assert strict.factor > choice.factor
+    assert simulate(d, days=2, make_forecaster=Profile, settings=SimSettings(buffer_shortage_objective=None)).warm_buffer == 0
+
+
+def test_demand_above_the_cluster_does_not_count_against_the_buffer_objective():
+    d = daily(noise=0.1)
+    # 80 GPUs for a peak near 100: about 5% of demand is above the cluster, far over the 0.3% objective
+    r = simulate(d, gpus=80, days=2, per_gpu=1.0, make_forecaster=Profile)
+    assert r.shortage_over_capacity > 0.01 and r.inference_shortage >= r.shortage_over_capacity
+    assert r.warm_buffer < BUFFER_GRID[-1]  # were it counted, no b would meet the objective: the grid's largest
 
 
 def test_rise_buffer_cuts_shortage_and_sees_only_the_history():
     d = daily(noise=0.1)
+    s = SimSettings(buffer_shortage_objective=0.001)
     none = simulate(d, days=2, make_forecaster=Profile, settings=SimSettings(buffer_shortage_objective=None))
-    assert simulate(d, days=2, make_forecaster=Profile).inference_shortage < 0.6 * none.inference_shortage
-    # a burst in the evaluated days changes nothing decided before it (fixed per_gpu: the scale stays the same)
-    buffered = simulate(d, days=2, per_gpu=1.0, make_forecaster=Profile, timeline=True)
+    assert simulate(d, days=2, make_forecaster=Profile, settings=s).inference_shortage < 0.6 * none.inference_shortage
+    # a burst in the evaluated days changes nothing decided before it, the buffer included (fixed per_gpu: the
+    # scale stays the same)
+    buffered = simulate(d, days=2, per_gpu=1.0, make_forecaster=Profile, settings=s, timeline=True)
     spiked = d.copy()
     spiked.iloc[-12:] *= 3
-    later = simulate(spiked, days=2, per_gpu=1.0, make_forecaster=Profile, timeline=True)
+    later = simulate(spiked, days=2, per_gpu=1.0, make_forecaster=Profile, settings=s, timeline=True)
+    assert later.warm_buffer == buffered.warm_buffer > 0
     before = slice(None, -13)
     pd.testing.assert_frame_equal(buffered.timeline.steps.iloc[before], later.timeline.steps.iloc[before])
 
@@ -122,5 +151,8 @@ def test_rise_buffer_cuts_shortage_and_sees_only_the_history():
 def test_short_history_is_enough_except_for_seasonal_naive():
     d = daily(days=4)
     assert simulate(d, days=2, make_forecaster=Profile).utilization > 0
+    with pytest.raises(ValueError, match="needs at least 2 day.*to choose the warm buffer on"):
+        simulate(d, days=2.5, make_forecaster=Profile)
+    assert simulate(d, days=2.5, make_forecaster=Profile, settings=SimSettings(warm_buffer=1.0)).warm_buffer == 1.0
     with pytest.raises(ValueError, match="seasonal-naive policy needs at least 7 day"):
         simulate(d, days=2, policy="seasonal-naive")

@@ -18,7 +18,9 @@ def test_sweep_fits_once_per_history_and_matches_separate_simulations():
     Counting.fits_made = 0
     t = tune(d, Counting, target_quantiles=(0.1, 0.5), lead_times_seconds=(0.0, 900.0), headroom_quantiles=(0.99,),
              shortage_objective=0.01, days=1)
-    assert len(t.table) == 4 and Counting.fits_made == 24  # one refit per evaluated hour, not per setting
+    # one refit per evaluated hour and one per hour the buffer replay plays (its last day before them), not one
+    # per setting or per buffer factor tried
+    assert len(t.table) == 4 and Counting.fits_made == 24 + 24
     row = t.table.iloc[3]
     alone = simulate(d, days=1, make_forecaster=Profile,
                      settings=replace(SimSettings(), target_quantile=row.target_quantile,
