@@ -209,7 +209,8 @@ def test_examples_fit_together(base, examples):
     assert policy["spec"]["mode"] == "active" and policy["spec"]["target"]["kind"] == "Deployment"
     training = policy["spec"]["trainingClusterQueues"]
     assert 1 <= len(training) <= 2 and set(training) <= set(queues)
-    assert set(queues) - set(training), "an inference ClusterQueue beside the training ones"
+    assert set(queues) - set(training) == {policy["spec"]["inferenceClusterQueue"]}, \
+        "the policy names the inference ClusterQueue beside the training ones"
     assert len({q["spec"]["cohort"] for q in queues.values()}) == 1, "all ClusterQueues share one cohort"
     quota = 0
     for queue in queues.values():
