@@ -51,6 +51,7 @@ log = logging.getLogger(__name__)
 UNANNOTATED_PREEMPTION_SECONDS = 600.0  # a job that does not say how fast it stops is assumed slow
 EXTRA_QUANTILES = (0.1, 0.5, 0.9)        # always forecast: realized error and the 80% interval need them
 STATUS_HOURS = 6                         # hours ahead shown in a policy's status
+FORECAST_LOG_KEPT = pd.Timedelta(days=7)  # issued forecasts kept on disk (realized error needs the last day or two)
 
 
 # --------------------------------------------------------------------------- policies
@@ -546,6 +547,7 @@ class Reconciler:
         if done is not None and done[0] == hour:  # actuals arrive hourly: once per hour is enough
             return done[1], done[2]
         since = now - pd.Timedelta(hours=max(HORIZONS) + self.drift_window + 1)
+        self.forecast_log.prune(r.policy.series, before=now - FORECAST_LOG_KEPT)
         issued = self.forecast_log.load(r.policy.series, since=since)
         table = realized_errors(issued, r.hourly, r.forecast.scale, HORIZONS)
         errors, coverage = {}, {}

@@ -182,6 +182,8 @@ def test_forecasts_are_logged_when_issued_and_scored_as_actuals_arrive(demand_fi
         state = r.reconcile(start + pd.Timedelta(hours=hour))
     issued = ForecastLog(tmp_path / "log").load("inference.chat")
     assert len(issued) == 8 and min(issued) == start  # one forecast per hour, stamped with its issue time
+    assert ForecastLog(tmp_path / "log").prune("inference.chat", before=start + pd.Timedelta(hours=3)) == 3
+    assert min(ForecastLog(tmp_path / "log").load("inference.chat")) == start + pd.Timedelta(hours=3)
     ps = state.policies["inference/chat"]
     assert set(ps.realized_error) == {1, 6}  # 24 h ahead has no actual yet after 8 hours
     assert 0 < ps.realized_error[1] < 3 and 0 <= ps.realized_coverage_80[1] <= 1

@@ -56,6 +56,13 @@ class ForecastLog:
         tmp.replace(path)
         return path
 
+    def prune(self, series: str, before: pd.Timestamp) -> int:
+        """Delete forecasts of `series` issued before `before` (a long-running controller's log stays bounded)."""
+        old = [p for p in (self.root / series).glob("*.csv") if int(p.stem) < pd.Timestamp(before).timestamp()]
+        for path in old:
+            path.unlink()
+        return len(old)
+
     def load(self, series: str, since: pd.Timestamp | None = None) -> dict[pd.Timestamp, pd.DataFrame]:
         """Forecasts of `series` by issue time (only those issued at or after `since`, if given)."""
         out = {}
