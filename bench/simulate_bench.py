@@ -3,10 +3,13 @@
 128 GPUs, trace scaled so its 99.9th percentile is 100 GPUs, the last 7 days
 evaluated, saturated training backlog, the simulator's defaults (README).
 The forecast policy uses the product's own forecaster (AutoForecaster, fast
-candidates), refitted hourly on past data only. The `tune` row: `tune` swept on the
-history alone (its last min(7 days, half) simulated, the rest as its history, at the
-evaluation's GPU scale), its recommended setting then run on the evaluated week.
-A loss breakdown (where GPU-time and shortage go) is written for forecast and oracle.
+candidates), refitted hourly on past data only; its warm buffer b is chosen by
+replaying the same engine on the history's last min(7 days, half) (the rest as the
+replay's history), the replayed shortage per b written out. The `tune` row: `tune`
+swept on the history alone (the same split), its recommended setting then run on the
+evaluated week. A loss breakdown (where GPU-time and shortage go) is written for
+forecast, oracle and tune, and the step loop's speed on a year of 5-minute steps on
+1,000 GPUs with the job trace.
 
     python bench/simulate_bench.py   -> bench/results/simulate.json, docs/bench-simulate.md
 """
@@ -24,9 +27,10 @@ import pandas as pd
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data" / "traces"
+JOBS = REPO.parent / "shared" / "data" / "jobs" / "alibaba_openb_pods.csv"
 sys.path.insert(0, str(REPO))
 
-from controller.simulate import POLICIES, SimSettings, simulate  # noqa: E402
+from controller.simulate import POLICIES, SharedFits, SimSettings, choose_warm_buffer, replay_days, simulate  # noqa: E402
 from controller.tune import tune  # noqa: E402
 from forecast.backtest import AutoForecaster  # noqa: E402
 from forecast.history import at_own_step, load_history  # noqa: E402
@@ -34,8 +38,9 @@ from forecast.history import at_own_step, load_history  # noqa: E402
 GPUS, PEAK, DAYS, SHORTAGE_TARGET = 128, 100, 7, 0.003
 TUNE_GRID = dict(target_quantiles=(0.05, 0.1, 0.3, 0.5), lead_times_seconds=(0.0, 900.0, 1800.0),
                  headroom_quantiles=(0.95, 0.99))
-COLUMNS = ("utilization", "inference_shortage", "shortage_hours", "training_goodput", "headroom_violations",
-           "preemptions", "reclaim_p99_seconds", "cost_vs_dedicated", "sim_seconds", "refit_seconds")
+COLUMNS = ("utilization", "inference_shortage", "shortage_over_capacity", "shortage_hours", "training_goodput",
+           "headroom_violations", "preemptions", "reclaim_p99_seconds", "cost_vs_dedicated", "warm_buffer",
+           "sim_seconds", "refit_seconds", "buffer_replay_seconds")
 
 
 def forecaster():
@@ -57,7 +62,6 @@ def breakdown(r, step_seconds: float) -> dict:
         "idle": float(s.idle_gpus.sum() / cap),  # neither inference nor training (guards, job sizes)
         "shortage_above_reservation": float(s.unmet_gpus[low].sum() / demand),
         "shortage_within_reservation": float(s.unmet_gpus[~low].sum() / demand),  # warm-up / reclaim delays
-        "shortage_over_capacity": float((s.demand_gpus - GPUS).clip(lower=0).sum() / demand),
         "steps_demand_above_reservation": float(low.mean()),
         "hour_peak_bound_waste": float(np.minimum(hour_peak - s.demand_gpus, GPUS).clip(lower=0).sum() / cap),
     }
@@ -68,7 +72,7 @@ def tuned_setting(demand, history_end: int, scale: float) -> tuple[dict, str]:
     the objective, the lowest-shortage one) and what it did."""
     history = demand.iloc[:history_end]
     span_days = (history.index[-1] - history.index[0]).total_seconds() / 86400
-    days = min(DAYS, span_days / 2)
+    days = replay_days(history, DAYS)
     t = tune(history, forecaster, shortage_objective=SHORTAGE_TARGET, gpus=GPUS, per_gpu=scale, peak_gpus=None,
              days=days, **TUNE_GRID)
     keys = ("target_quantile", "lead_time_seconds", "headroom_quantile")
@@ -79,6 +83,21 @@ def tuned_setting(demand, history_end: int, scale: float) -> tuple[dict, str]:
     return rec, f"tuned on the {days:.1f} days before the evaluated week ({span_days - days:.1f} days before them as history): {t.reason}"
 
 
+def speed() -> dict:
+    """The step loop on a year of 5-minute steps, 1,000 GPUs, the job trace (refits reported apart): nasa's
+    5-minute trace repeated over the year, the forecast policy with the cheap seasonal-naive forecaster and a
+    fixed buffer (choosing it replays the history, which is refits and repeated loops, not this loop)."""
+    from forecast.models import SeasonalNaive
+
+    nasa = at_own_step(load_history(DATA / "nasa_http_1995_5min.csv")).ffill().fillna(0.0)
+    index = pd.date_range("2025-01-01", periods=365 * 288, freq="5min", tz="UTC")
+    year = pd.Series(np.resize(nasa.to_numpy(float), len(index)), index=index)
+    r = simulate(year, gpus=1000, peak_gpus=800, days=358, jobs=pd.read_csv(JOBS), make_forecaster=SeasonalNaive,
+                 settings=SimSettings(warm_buffer=1.0))
+    return {"steps": len(index) - 7 * 288, "sim_seconds": r.sim_seconds, "refit_seconds": r.refit_seconds,
+            "utilization": r.utilization, "preemptions": r.preemptions}
+
+
 def main() -> int:
     if not DATA.is_dir():
         print(f"real traces not found at {DATA}", file=sys.stderr)
@@ -87,6 +106,7 @@ def main() -> int:
     results: dict[str, dict[str, dict]] = {}
     losses: dict[str, dict[str, dict]] = {}
     tuned: dict[str, dict] = {}
+    buffers: dict[str, dict] = {}
     for path in files:
         demand = at_own_step(load_history(path))
         step = (demand.index[1] - demand.index[0]).total_seconds()
@@ -97,25 +117,35 @@ def main() -> int:
         started = time.perf_counter()
         rec, how = tuned_setting(demand, e0, scale)
         tuned[path.stem] = {"setting": rec, "how": how, "tune_seconds": time.perf_counter() - started}
+        # the forecast run chooses its buffer the same way; the fits are shared, so this costs its loops only
+        fits = SharedFits(forecaster)
+        choice = choose_warm_buffer(demand.iloc[:e0], scale, GPUS, DAYS, fits, SimSettings())
+        buffers[path.stem] = {"factor": choice.factor, "replay_days": choice.replay_days,
+                              "replayed": [[b, float(x)] for b, x in choice.replayed]}
         runs = [(p, SimSettings()) for p in POLICIES] + [("tune", replace(SimSettings(), **rec))]
         for name, settings in runs:
             started = time.perf_counter()
             r = simulate(demand, gpus=GPUS, peak_gpus=PEAK, policy="forecast" if name == "tune" else name, days=DAYS,
-                         make_forecaster=forecaster, settings=settings, timeline=True)
+                         make_forecaster=fits if name == "forecast" else forecaster, settings=settings, timeline=True)
             results[path.stem][name] = {**asdict(r), "policy": name}
             del results[path.stem][name]["timeline"]
             if name in ("forecast", "oracle", "tune"):
                 losses[path.stem][name] = breakdown(r, step)
             print(f"[bench] {path.stem} {name}: util {r.utilization:.3f} shortage {r.inference_shortage:.4f} "
                   f"({time.perf_counter() - started:.1f} s)", file=sys.stderr, flush=True)
+        assert results[path.stem]["forecast"]["warm_buffer"] == choice.factor
+    year = speed()
+    print(f"[bench] year on 1,000 GPUs: {year['sim_seconds']:.1f} s loop, {year['refit_seconds']:.1f} s refits",
+          file=sys.stderr)
     (REPO / "bench" / "results").mkdir(exist_ok=True)
-    (REPO / "bench" / "results" / "simulate.json").write_text(
-        json.dumps({"results": results, "losses": losses, "tuned": tuned}, indent=1, sort_keys=True))
-    (REPO / "docs" / "bench-simulate.md").write_text(report(results, losses, tuned))
+    (REPO / "bench" / "results" / "simulate.json").write_text(json.dumps(
+        {"results": results, "losses": losses, "tuned": tuned, "buffers": buffers, "speed": year}, indent=1,
+        sort_keys=True))
+    (REPO / "docs" / "bench-simulate.md").write_text(report(results, losses, tuned, buffers, year))
     return 0
 
 
-def report(results, losses, tuned) -> str:
+def report(results, losses, tuned, buffers, year) -> str:
     lines = ["# Reservation policies on the simulated cluster", "",
              f"Generated by `python bench/simulate_bench.py` on {platform.machine()}, python {platform.python_version()}. "
              f"{GPUS} GPUs, `--peak-gpus {PEAK}`, last {DAYS} days, saturated training backlog, README defaults. "
@@ -127,46 +157,76 @@ def report(results, losses, tuned) -> str:
         lines += [f"## {trace}", "", "| policy | " + " | ".join(COLUMNS) + " |", "|---" * (len(COLUMNS) + 1) + "|"]
         for policy, r in rows.items():
             lines.append(f"| {policy} | " + " | ".join(f"{r[c]:.4g}" for c in COLUMNS) + " |")
-        t = tuned[trace]
-        lines += ["", f"`tune` setting: {t['setting']}; {t['how']} ({t['tune_seconds']:.0f} s).", ""]
+        t, b = tuned[trace], buffers[trace]
+        curve = ", ".join(f"{f:g}: {x * 100:.3f}%" for f, x in b["replayed"])
+        lines += ["", f"forecast warm buffer b = {b['factor']:g}, the first on the grid whose replayed shortage "
+                  f"(demand above the cluster excluded) meets {SHORTAGE_TARGET * 100:g}%, replayed on the "
+                  f"{b['replay_days']:.1f} days before the evaluated week: {curve}.", "",
+                  f"`tune` setting: {t['setting']}; {t['how']} ({t['tune_seconds']:.0f} s).", ""]
     policies = list(next(iter(results.values())))
-    mean = {p: {c: float(np.mean([results[t][p][c] for t in results])) for c in ("utilization", "inference_shortage")}
-            for p in policies}
-    lines += ["## Mean over traces", "", "| policy | utilization | inference_shortage |", "|---|---|---|"]
-    lines += [f"| {p} | {m['utilization']:.3f} | {m['inference_shortage'] * 100:.2f}% |" for p, m in mean.items()]
+    mean = {p: {c: float(np.mean([results[t][p][c] for t in results]))
+                for c in ("utilization", "inference_shortage", "shortage_over_capacity")} for p in policies}
+    lines += ["## Mean over traces", "", "| policy | utilization | inference_shortage | of which over capacity |",
+              "|---|---|---|---|"]
+    lines += [f"| {p} | {m['utilization']:.3f} | {m['inference_shortage'] * 100:.2f}% | "
+              f"{m['shortage_over_capacity'] * 100:.2f}% |" for p, m in mean.items()]
+    lines += ["", f"Speed: a year of 5-minute steps ({year['steps']} evaluated) on 1,000 GPUs with the job trace: "
+              f"{year['sim_seconds']:.1f} s step loop, refits {year['refit_seconds']:.1f} s apart (seasonal naive)."]
     cols = list(next(iter(next(iter(losses.values())).values())))
     lines += ["", "## Where utilization and shortage go", "",
               "Fractions of capacity GPU-time (warm_idle: serving capacity above demand; warming: GPUs granted to "
               "inference, not yet serving; idle: neither) and of demand (shortage above / within the policy's "
-              "reservation, over the cluster's capacity). hour_peak_bound_waste: GPU-time a reservation at each "
+              "reservation; the share over the cluster's capacity is in the tables above). "
+              "hour_peak_bound_waste: GPU-time a reservation at each "
               "hour's exact peak (known in advance) would hold above demand: the floor of waste for any policy that "
               "sees the future hourly but not within the hour.", "",
               "| trace | policy | " + " | ".join(cols) + " |", "|---" * (len(cols) + 2) + "|"]
     for trace, rows in losses.items():
         for policy, b in rows.items():
             lines.append(f"| {trace} | {policy} | " + " | ".join(f"{b[c]:.4f}" for c in cols) + " |")
-    lines += ["", "## Findings", "",
-              "- The forecast policy loses utilization to warm GPUs above demand (warm_idle), not to idle GPUs: the "
-              "hourly forecast is flat over the hour while the trace moves every 5 or 10 minutes, and what the "
-              "forecast cannot see is covered by a warm buffer above the recent peak. Its shortage is almost all "
-              "above the reservation (demand rising faster than the buffer within one step), plus, on alibaba, "
-              "demand above the 128-GPU cluster that no policy can serve.",
-              "- Within-hour deviations from the hourly mean are not predictable from the past on these traces "
-              "(their autocorrelation one hour, one day and one week back is within +-0.07; one step back 0.08-0.22), "
-              "so a sub-hourly reservation shape has nothing to follow; hour_peak_bound_waste shows what even "
-              "perfect hourly foresight holds above demand. The oracle knows every 5-minute step: the targets "
-              "\"within 2 points of oracle\" and \"utilization >= 0.92\" need foresight the forecast does not have "
-              "where hour_peak_bound_waste exceeds about 0.06.",
-              "- What changed: the warm buffer is b * sqrt(recent peak) (request noise grows with the square root of "
-              "the level, so quiet hours keep few spare GPUs and busy hours more), with b the least that meets a "
-              "0.3% shortage objective when replayed on the history alone. The replay ignores the forecast floor "
-              "and is conservative: the evaluated shortage from rises came out well under 0.3%.",
-              "- Utilization and shortage trade along one frontier; the fixed objective chooses the shortage side "
-              "(inference first). A looser objective raises utilization (measured on these traces: objective 0.6% "
-              "-> alibaba 0.81, nasa 0.92, servegen 0.94 at mean shortage 0.31%), but picking it from this table "
-              "would tune on the evaluated week, so the default stays at the target. Before this change (a fixed "
-              "75th percentile of past rises as buffer) the forecast policy measured 0.847 / 1.84%, 0.909 / 0.07%, "
-              "0.906 / 0.11% (mean shortage 0.67%).",
+    forecast = {t: rows["forecast"] for t, rows in results.items()}
+    over = sum(r["inference_shortage"] - r["shortage_over_capacity"] > SHORTAGE_TARGET for r in forecast.values())
+    gaps = ", ".join(f"{t} {(r['utilization'] - results[t]['oracle']['utilization']) * 100:+.1f} points, cost "
+                     f"{(r['cost_vs_dedicated'] / results[t]['oracle']['cost_vs_dedicated'] - 1) * 100:+.1f}%"
+                     for t, r in forecast.items())
+    targets = (f"- Targets (forecast row): mean utilization {mean['forecast']['utilization']:.3f} (>= 0.92); against "
+               f"the oracle per trace: {gaps} (within 2 points, cost within 5%); mean shortage "
+               f"{mean['forecast']['inference_shortage'] * 100:.2f}% (<= 0.3%; "
+               f"{mean['forecast']['shortage_over_capacity'] * 100:.2f}% of it above the cluster, which no policy "
+               f"serves); headroom violations {sum(r['headroom_violations'] for r in forecast.values())} (0); "
+               f"goodput >= {min(r['training_goodput'] for r in forecast.values()):.3f} (>= 0.95).")
+    replay_vs_week = "; ".join(
+        f"{t}: b {buffers[t]['factor']:g}, replayed {buffers[t]['replayed'][-1][1] * 100:.2f}%, evaluated "
+        f"{(r['inference_shortage'] - r['shortage_over_capacity']) * 100:.2f}%" for t, r in forecast.items())
+    lines += ["", "## Findings", "", targets,
+              "- How b is chosen: the real engine (forecast floor, lead time, warm-up, preemptions, hourly refits "
+              "on the past only) replays the history's last min(7 days, half of it) for b = 0, 0.25, 0.5, ... in "
+              "order and keeps the first whose shortage meets the objective. The objective excludes demand above "
+              "the cluster's capacity: no b can serve it, and counting it would push b to the grid's end on any "
+              "replayed week that overflows the cluster by more than the objective, for no gain (the replayed weeks "
+              "here do not overflow it; alibaba's evaluated week does); it is reported on its own "
+              "(shortage_over_capacity) and is in inference_shortage. The previous choice, a replay of the recent "
+              "peak plus buffer without the forecast floor, chose 2-5.4x larger b (7.15 / 1.35 / 0.85).",
+              f"- Shortage the buffer can change (demand above the cluster excluded), replayed at the chosen b "
+              f"against the evaluated week: {replay_vs_week}. The replay is an estimate from one earlier week, "
+              f"not a bound: on {over} of {len(forecast)} trace(s) the evaluated week rose more steeply than the "
+              "replayed one and went over the objective; the replay keeps no margin for that.",
+              "- The forecast policy still loses utilization to warm GPUs above demand (warm_idle): the hourly "
+              "forecast is flat over the hour while the trace moves every 5 or 10 minutes, and the buffer covers "
+              "what it cannot see. Within-hour deviations from the hourly mean are not predictable from the past "
+              "on these traces (autocorrelation one hour, one day and one week back within +-0.07; one step back "
+              "0.08-0.22); hour_peak_bound_waste is what even perfect hourly foresight holds above demand, and "
+              "the oracle knows every 5-minute step. Where rises are steep (alibaba's replayed curve), meeting "
+              "the objective takes a large b, and the warm GPUs it keeps are the utilization and cost gap to the "
+              "oracle.",
+              "- Utilization and shortage trade along one frontier per trace (the replayed curve above); the "
+              "objective fixes the point on it from the history alone. Choosing the objective, a margin or the "
+              "scale-in delay from the evaluated week's numbers would be tuning on the test; the scale-in delay "
+              "stays at its default (sweeping it would multiply the replay, and tune's, by the delays tried).",
+              "- `headroom simulate` runs the same replay (choosing b is part of the forecast policy): on these "
+              "traces it adds buffer_replay_seconds (one replay week of refits plus one engine loop per b tried) "
+              "to a run; SimSettings(warm_buffer=b) fixes b and skips it. tune shares one fit per history across "
+              "its grid and every setting's replay.",
               "- In the breakdown the reservation is the hourly forecast floor; the buffer above the recent peak "
               "comes on top, so demand above the reservation is common and mostly served."]
     return "\n".join(lines) + "\n"
