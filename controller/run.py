@@ -51,6 +51,7 @@ log = logging.getLogger(__name__)
 UNANNOTATED_PREEMPTION_SECONDS = 600.0  # a job that does not say how fast it stops is assumed slow
 EXTRA_QUANTILES = (0.1, 0.5, 0.9)        # always forecast: realized error and the 80% interval need them
 STATUS_HOURS = 6                         # hours ahead shown in a policy's status
+READ_OVERLAP = pd.Timedelta(minutes=15)  # re-read this much before the newest sample: late samples fill in
 FORECAST_LOG_KEPT = pd.Timedelta(days=7)  # issued forecasts kept on disk (realized error needs the last day or two)
 
 
@@ -218,6 +219,7 @@ class Reconciler:
         self.drift_factor, self.drift_window = drift_factor, drift_window
         self._forecasts: dict[str, CachedForecast] = {}
         self._raw: dict[str, pd.Series] = {}
+        self._full_read: dict[str, pd.Timestamp] = {}
         self._invalid_reported: dict[ObjectRef, str] = {}
         self._last_trained: dict[str, pd.Timestamp] = {}
         self._accuracy: dict[str, tuple[pd.Timestamp, dict, dict]] = {}
@@ -250,7 +252,7 @@ class Reconciler:
         lookback = duration(self.cfg.prometheus.lookback if self.cfg.prometheus else "28d")
         degraded = None
         try:
-            raw = self.demand.read(p, now - lookback, now).astype(float)
+            raw = self._read(p, now, lookback)
             if raw.notna().any():
                 self._raw[p.key] = raw
             else:
@@ -289,6 +291,20 @@ class Reconciler:
             cached = None  # too old to trust: the planner falls back to the conservative reservation
         current = float(seen.iloc[-1]) if fresh else float("nan")
         return _PolicyRun(p, Observation(current, raw), cached, hourly, degraded)
+
+    def _read(self, p: PolicyObject, now: pd.Timestamp, lookback: pd.Timedelta) -> pd.Series:
+        """The whole lookback once an hour (when the forecast is refitted); in between only the samples
+        since the newest one held, so a reconcile a minute does not re-read weeks of history."""
+        held = self._raw.get(p.key)
+        if held is None or self._full_read.get(p.key) != now.floor("h") or held.index[-1] > now:
+            raw = self.demand.read(p, now - lookback, now).astype(float)
+            self._full_read[p.key] = now.floor("h")
+            return raw
+        # whole steps back from the newest sample, so the new samples land on the same grid
+        overlap = 3 * duration(self.cfg.prometheus.step) if self.cfg.prometheus else READ_OVERLAP
+        fresh = self.demand.read(p, held.index[-1] - overlap, now).astype(float)
+        kept = held[(held.index > now - lookback) & (held.index < (fresh.index[0] if len(fresh) else now))]
+        return pd.concat([kept, fresh])
 
     # -- 3. snapshot and plan
     def _snapshot(self, runs: list[_PolicyRun], queues: list[str], now: pd.Timestamp) -> tuple[Snapshot, dict]:

@@ -345,3 +345,31 @@ def test_mlflow_down_keeps_the_last_champion_and_the_loop_serving(demand_file, t
     assert ps.model.startswith("champion v1") and not ps.fallback and not ps.degraded
     assert cluster.replicas[("inference", "chat")] * 2 == ps.reserved_gpus
     assert state.reconcile_errors_total["mlflow"] == 1  # realized error could not be logged: counted, not fatal
+
+
+class CountingDemand:
+    """The file source, recording each window asked for."""
+
+    def __init__(self, inner):
+        self.inner, self.windows = inner, []
+
+    def read(self, policy, start, end):
+        self.windows.append((start, end))
+        return self.inner.read(policy, start, end)
+
+
+def test_the_lookback_is_read_once_an_hour_and_only_new_samples_in_between(demand_file, tmp_path):
+    demand = CountingDemand(FileDemand({"inference/chat": demand_file}))
+    cluster, r = make(demand_file, tmp_path, demand=demand)
+    for minutes in range(0, 56, 5):  # 06:00 .. 06:55
+        r.reconcile(MONDAY_6AM + pd.Timedelta(minutes=minutes))
+    held = r._raw["inference/chat"].copy()  # what the 06:55 reconcile saw, pieced together
+    r.reconcile(MONDAY_6AM + pd.Timedelta(hours=1))
+    spans = [end - start for start, end in demand.windows]
+    assert spans[0] == spans[-1] == pd.Timedelta(days=28)  # 06:00 and 07:00: the whole lookback
+    assert all(span <= pd.Timedelta(minutes=20) for span in spans[1:-1])  # in between: the last minutes
+    # ...and it is exactly what one full read at 06:55 returns.
+    (chat,), _ = parse_policies(cluster.list_reservation_policies())
+    end = MONDAY_6AM + pd.Timedelta(minutes=55)
+    full = FileDemand({"inference/chat": demand_file}).read(chat, end - pd.Timedelta(days=28), end)
+    pd.testing.assert_series_equal(held, full.astype(float), check_names=False, check_freq=False)
