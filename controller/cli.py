@@ -245,6 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     from controller import run as run_command
 
     run_command.add_parser(sub)
+    run_command.add_plan_parser(sub)
     # --config is accepted after the subcommand too, as users type it there.
     for action in list(sub.choices.values()):
         action.add_argument("--config", dest="sub_config", help=argparse.SUPPRESS)

@@ -138,6 +138,10 @@ def with_lead(gpus: np.ndarray, lead: timedelta) -> np.ndarray:
     return out
 
 
+def _minutes(span: timedelta) -> str:
+    return f"{pd.Timedelta(span).total_seconds() / 60:g} min"
+
+
 def weekly_peak(history: pd.Series, hours: pd.DatetimeIndex, now: pd.Timestamp) -> np.ndarray:
     """Conservative fallback: per hour of day, the peak observed over the last week (NaN if none)."""
     if history.dropna().empty:
@@ -187,8 +191,8 @@ def _workload(w, forecast, obs, hours, now, policy, lendable, notes):
             r = f"fallback ({why_bad}): last week's peak at this hour -> {res[i]} GPUs"
         else:
             r = (f"q{w.target_quantile:g} forecast {target[i]:.3g} -> {raw[i] - w.margin_gpus} GPUs"
-                 f" (+{w.margin_gpus} margin), {res[i]} after lead {pd.Timedelta(w.lead_time)} and clamp"
-                 f" [{w.min_gpus}, {w.max_gpus}]")
+                 f" (+{w.margin_gpus} margin), {res[i]} after lead {_minutes(w.lead_time)} and clamp"
+                 f" [{w.min_gpus}, {w.max_gpus if w.max_gpus is not None else lendable}]")
         if i == 0 and floored:
             r += f"; held at {need_now} GPUs because observed demand {obs.current_demand:.3g} still needs them"
         r += f"; headroom {head[i]} GPUs to q{w.headroom_quantile:g}"

@@ -683,6 +683,15 @@ def add_parser(sub) -> None:
         "run.metrics_port": a.metrics_port})
 
 
+def add_plan_parser(sub) -> None:
+    p = sub.add_parser("plan", help="what the controller would do now: the plan per hour with its reasons "
+                                    "(run.policies and their history files; changes nothing)")
+    p.add_argument("--now", help="the plan's moment (ISO-8601; default: where the histories end)")
+    p.add_argument("--hours", type=int, default=6, help="hours of the plan to show (default 6)")
+    p.add_argument("--json", action="store_true", help="one JSON object")
+    p.set_defaults(run=cmd_plan, overrides=lambda a: {})
+
+
 def _kube(cfg: RunConfig, in_cluster: bool):
     from controller.kube import KubeCluster
 
@@ -762,20 +771,72 @@ def cmd_run(cfg, args) -> int:
     return 0
 
 
+def _start(r: RunConfig, now: str | None, hours_before_end: int = 0) -> pd.Timestamp:
+    """`now` as given, else `hours_before_end` before the earliest end of the policies' histories."""
+    if now:
+        start = pd.Timestamp(now)
+        return start.tz_convert("UTC") if start.tzinfo else start.tz_localize("UTC")
+    from forecast.history import load_history
+
+    return min(load_history(p.history_file).index.max() for p in r.policies) - pd.Timedelta(hours=hours_before_end)
+
+
+def _no_policies() -> int:
+    print("headroom: error: the simulated cluster has no policies: add run.policies to --config "
+          "(see examples/headroom.yaml)", file=sys.stderr)
+    return 2
+
+
+def cmd_plan(cfg, args) -> int:
+    """One reconcile of the embedded cluster with every policy forecast-only: print, write nothing."""
+    import json
+
+    r = cfg.run
+    if not r.policies:
+        return _no_policies()
+    looking = r.model_copy(update={"cluster": "simulated", "prometheus": None, "policies": [
+        p.model_copy(update={"spec": p.spec.model_copy(update={"mode": "forecast-only"})}) for p in r.policies]})
+    cluster = InMemoryCluster(policies=embedded_policies(looking))
+    demand = FileDemand({f"{p.namespace}/{p.name}": p.history_file for p in r.policies})
+    uri = r.tracking_uri or cfg.training.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+    now = _start(r, args.now)
+    state = Reconciler(cluster, demand, looking, models=Models(uri)).reconcile(now)
+    out = {"now": now.isoformat(), "policies": {}}
+    for name, ps in sorted(state.policies.items()):
+        if not ps.valid:
+            out["policies"][name] = {"error": ps.error}
+            continue
+        slack = {h.hour: h.slack_gpus for h in ps.plan.hours}
+        out["policies"][name] = {
+            "model": ps.model, "observed_demand": ps.observed_demand, "notes": list(ps.plan.notes),
+            "hours": [{"hour": x.hour.isoformat(), "reserved_gpus": x.gpus, "headroom_gpus": x.headroom_gpus,
+                       "slack_gpus": slack[x.hour], "source": x.source, "reason": x.reason}
+                      for x in ps.plan.reservations if x.workload == name][:args.hours]}
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    print(f"plan at {now:%Y-%m-%d %H:%M} UTC (forecast-only: nothing is changed)")
+    for name, p in out["policies"].items():
+        if "error" in p:
+            print(f"\n{name}: INVALID: {p['error']}")
+            continue
+        demand_now = f"{p['observed_demand']:.4g}" if p["observed_demand"] is not None else "unknown"
+        print(f"\n{name}: model {p['model']}, demand now {demand_now}")
+        print(f"  {'hour':<6}{'reserved':>9}{'headroom':>9}{'slack':>7}  {'source':<9}reason")
+        for h in p["hours"]:
+            print(f"  {h['hour'][11:16]:<6}{h['reserved_gpus']:>9}{h['headroom_gpus']:>9}{h['slack_gpus']:>7}  "
+                  f"{h['source']:<9}{h['reason']}")
+        for note in p["notes"]:
+            print(f"  note: {note}")
+    return 0
+
+
 def _replay(reconciler: Reconciler, cluster: InMemoryCluster, r: RunConfig, args) -> int:
     """The embedded cluster: the clock runs over the policies' history files, `interval` per step."""
     if not r.policies:
-        print("headroom: error: the simulated cluster has no policies: add run.policies to --config "
-              "(see examples/headroom.yaml)", file=sys.stderr)
-        return 2
+        return _no_policies()
     hours = args.hours if args.hours is not None else (0 if args.once else 24)
-    if args.now:
-        start = pd.Timestamp(args.now)
-        start = start.tz_convert("UTC") if start.tzinfo else start.tz_localize("UTC")
-    else:
-        from forecast.history import load_history
-        end = min(load_history(p.history_file).index.max() for p in r.policies)
-        start = end - pd.Timedelta(hours=hours)
+    start = _start(r, args.now, hours)
     steps = max(int(hours * 3600 / r.interval_seconds), 1)
     for i in range(steps):
         now = start + pd.Timedelta(seconds=i * r.interval_seconds)

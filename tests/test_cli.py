@@ -68,3 +68,23 @@ def test_run_names_what_is_missing(tmp_path, capsys):
     config.write_text("run:\n  prometheus: {url: 'http://127.0.0.1:9'}\n")
     assert main(["run", "--config", str(config), "--kubeconfig", str(tmp_path / "kubeconfig"), "--once"]) == 1
     assert f"cannot load kubeconfig {tmp_path / 'kubeconfig'}" in capsys.readouterr().err
+
+
+def test_plan_shows_the_hours_ahead_with_reasons_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    import shutil
+    from pathlib import Path
+
+    shutil.copytree(Path(__file__).resolve().parents[1] / "examples", tmp_path / "examples")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert main(["plan", "--config", "examples/headroom.yaml", "--now", "2026-02-11T08:00:00Z", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    hours = plan["policies"]["inference/chat"]["hours"]
+    assert [h["hour"][11:16] for h in hours] == ["08:00", "09:00", "10:00", "11:00", "12:00", "13:00"]
+    assert all(h["reserved_gpus"] >= 4 and h["reserved_gpus"] + h["slack_gpus"] == 128 for h in hours)
+    assert hours[2]["reserved_gpus"] > hours[0]["reserved_gpus"]  # reserved ahead of the 10:30 peak
+    assert all("q0.9 forecast" in h["reason"] and "after lead 15 min" in h["reason"] for h in hours)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no forecast log, no MLflow store
+    assert main(["plan", "--config", "examples/headroom.yaml", "--now", "2026-02-11T08:00:00Z", "--hours", "2"]) == 0
+    assert "forecast-only: nothing is changed" in capsys.readouterr().out
