@@ -213,15 +213,18 @@ def headroom_trace(series: pd.Series) -> dict:
             "wall_seconds": time.perf_counter() - started}
 
 
-def _m4_one(args) -> tuple[np.ndarray, float, str]:
+M4_BAND_QUANTILES = [0.05, 0.1, 0.5, 0.9, 0.95]
+
+
+def _m4_one(args) -> tuple[np.ndarray, float, str, np.ndarray]:
     y, h, candidates = args
     from forecast.backtest import AutoForecaster
     history = pd.Series(y, index=pd.date_range("2001-01-01", periods=len(y), freq="h", tz="UTC"))
     started = time.perf_counter()
     kwargs = {"candidates": candidates} if candidates else {}
     model = AutoForecaster(horizon=h, **kwargs).fit(history)
-    point = model.predict(h, [0.5]).to_numpy()[:, 0]
-    return point, time.perf_counter() - started, model.chosen
+    frame = model.predict(h, M4_BAND_QUANTILES).to_numpy()  # columns: q0.05, q0.1, q0.5, q0.9, q0.95
+    return frame[:, 2], time.perf_counter() - started, model.chosen, frame
 
 
 def headroom_m4(train, h: int, candidates, workers: int) -> dict:
@@ -231,7 +234,18 @@ def headroom_m4(train, h: int, candidates, workers: int) -> dict:
     res = Parallel(n_jobs=workers, batch_size=8)(delayed(_m4_one)((y, h, candidates)) for y in train)
     wall = time.perf_counter() - started
     return {"forecasts": [r[0] for r in res], "seconds": [r[1] for r in res], "chosen": [r[2] for r in res],
-            "wall_seconds": wall}
+            "bands": [r[3] for r in res], "wall_seconds": wall}
+
+
+def m4_coverage(bands, test) -> dict[str, float]:
+    """Pooled coverage of the 80 % (q0.1..q0.9) and 90 % (q0.05..q0.95) intervals over every series and hour:
+    out-of-sample evidence for the calibration, which was never tuned on M4."""
+    inside = {80: [], 90: []}
+    for frame, actual in zip(bands, test):
+        actual = np.asarray(actual, dtype=float)
+        inside[90].append((frame[:, 0] <= actual) & (actual <= frame[:, 4]))
+        inside[80].append((frame[:, 1] <= actual) & (actual <= frame[:, 3]))
+    return {f"coverage_{lv}": float(np.mean(np.concatenate(v))) for lv, v in inside.items()}
 
 
 def _scale_one(seed: int) -> float:
@@ -416,12 +430,23 @@ def notes(report: dict, peers: dict) -> list[str]:
             out.append(f"{name}: auto coverage 80 % {_pct(auto['coverage_80'])} ± {_pct(auto['coverage_80_se'])}, "
                        f"90 % {_pct(auto['coverage_90'])} ± {_pct(auto['coverage_90_se'])} (± one standard error "
                        "over the folds: hours within a fold err together).")
-    out.append("Intervals: weighted split conformal (forecast/calibrate.py) at 14 daily inner origins on the residuals "
-               "of the selection procedure itself (at each inner fold, the model it would have picked on the folds "
-               "before, so the winner's optimism does not narrow the band), scaled by forecast level + 0.2 x last "
+    out.append("Intervals: weighted split conformal (forecast/calibrate.py) at 28 daily inner origins (the model is "
+               "picked on the last 14) on the residuals of the selection procedure itself (at each inner fold, the "
+               "model it would have picked on the 14 folds before, so the winner's optimism does not narrow the "
+               "band), scaled by forecast level + 0.2 x last "
                "week's mean, folds weighted 0.5^(age / two weeks); the level of each bound is split-conformal "
                "((folds+1)/folds per tail) plus an adaptive-conformal offset (Gibbs & Candès 2021, step 0.2) learned "
                "by replaying the inner folds oldest first; the median keeps its split level.")
+    out.append("How 28 calibration origins was chosen, honestly: on these three traces 14, 21, 28 and 42 were tried; "
+               "21 and 28 put every trace within ±5 points, 14 left nasa's 90 % interval at 83 %, 42 nasa's 80 % at "
+               "73 %. 28 (four weeks, where the two-week recency weights have faded to a quarter) was kept; it was "
+               "checked on these traces, so treat its coverage here as in-sample evidence and M4 (below) as the "
+               "test; on M4, 14 origins measured 76.6 % / 87.9 % and 28 measure the line below.")
+    m4 = report.get("m4", {}).get("methods", {}).get("headroom", {})
+    if m4.get("coverage_80") is not None:
+        out.append(f"M4 hourly, out of sample for the calibration (nothing was chosen on it): headroom's 80 % "
+                   f"intervals cover {_pct(m4['coverage_80'])}, its 90 % intervals {_pct(m4['coverage_90'])} "
+                   "(pooled over 414 series x 48 hours).")
     out += coverage_misses(report) + mase_misses(report)
     out.append("Timings come from a shared 2-core machine under load from other jobs; compare them within one run.")
     out.append("headroom's trace table lists the models `backtest` scores (forecast.backtest.FULL); `auto` is the "
@@ -565,10 +590,11 @@ def main(argv=None) -> int:
         sc = m4_score(hr["forecasts"], train[:k], test[:k])
         n2k = n2 if k == len(train) else m4_score([naive2(t) for t in train[:k]], train[:k], test[:k])
         chosen = pd.Series(hr["chosen"]).value_counts().to_dict()
-        methods["headroom"] = {**sc, "owa": owa(sc, n2k), "seconds_per_series": float(np.mean(hr["seconds"])),
+        methods["headroom"] = {**sc, **m4_coverage(hr["bands"], test[:k]), "owa": owa(sc, n2k),
+                               "seconds_per_series": float(np.mean(hr["seconds"])),
                                "wall_seconds": hr["wall_seconds"], "series": k, "chosen": chosen, "candidates": c}
-        log(f"M4 headroom: sMAPE {sc['smape']:.3f} MASE {sc['mase']:.3f} OWA {owa(sc, n2k):.3f} "
-            f"in {hr['wall_seconds']:.0f}s")
+        log(f"M4 headroom: sMAPE {sc['smape']:.3f} MASE {sc['mase']:.3f} OWA {owa(sc, n2k):.3f} coverage 80/90 "
+            f"{methods['headroom']['coverage_80']:.3f}/{methods['headroom']['coverage_90']:.3f} in {hr['wall_seconds']:.0f}s")
     report["m4"] = {"series": len(ids), "methods": methods, "published": pub}
     write(report, args)
     if prev is not None and prev.get("scale"):

@@ -33,23 +33,26 @@ METRICS = ("mase", "smape", "pinball_50", "pinball_90", "pinball_95", "coverage_
 class AutoForecaster:
     """Picks the best candidate, or the mean of the top `top_k`, by an inner backtest; then calibrates.
 
-    Selection and conformal residuals both come from the same `folds` inner
-    origins `step` hours apart, all inside the history given to `fit`. The
-    residuals are those of the selection procedure itself: at each inner fold,
-    the model it would have chosen on the folds before (the winner on all folds
-    errs less on them than on new data, so its own residuals would make
-    intervals too narrow).
+    Selection and conformal residuals come from inner origins `step` hours
+    apart, all inside the history given to `fit`: the last `folds` of them pick
+    the model, all `calibration_folds` calibrate it. The residuals are those of
+    the selection procedure itself: at each inner fold, the model it would have
+    chosen on the `folds` folds before (the winner on all folds errs less on
+    them than on new data, so its own residuals would make intervals too narrow).
     """
 
     def __init__(self, candidates: Sequence[str] | str = "fast", horizon: int = DAY, folds: int = 14,
-                 step: int = DAY, top_k: int = 3):
+                 step: int = DAY, top_k: int = 3, calibration_folds: int = 28):
         self.candidates = {"fast": FAST, "full": FULL}[candidates] if isinstance(candidates, str) else tuple(candidates)
         self.horizon, self.folds, self.step, self.top_k = horizon, folds, step, top_k
+        # Intervals need more residuals than selection needs scores: four weeks of daily origins (older ones
+        # weigh little: calibrate.HALF_LIFE), while the model is picked on the last `folds` only.
+        self.calibration_folds = max(calibration_folds, folds)
         self.name = "auto"
 
     def fit(self, history: pd.Series) -> Self:
         values = history.to_numpy(dtype=float)
-        fold_origins = origins(len(history), self.horizon, self.folds, self.step)
+        fold_origins = origins(len(history), self.horizon, self.calibration_folds, self.step)
         points = {c: np.array([point_forecast(MODELS[c], history, o, self.horizon) for o in fold_origins])
                   .reshape(len(fold_origins), self.horizon) for c in self.candidates}
         actuals = np.array([values[o:o + self.horizon] for o in fold_origins]).reshape(len(fold_origins), self.horizon)
@@ -57,13 +60,14 @@ class AutoForecaster:
         # errors[c][j]: MASE of candidate c at inner fold j
         errors = {c: _fold_mase(actuals, p, scales) for c, p in points.items()}
         everything = np.arange(len(fold_origins))
-        self.chosen, members, _, self.scores_ = self._select(points, errors, actuals, scales, everything)
+        window = lambda j: everything[max(j - self.folds, 0):j]  # noqa: E731 - selection sees the last `folds`
+        self.chosen, members, _, self.scores_ = self._select(points, errors, actuals, scales, window(len(everything)))
         self.model_ = Ensemble(members) if len(members) > 1 else MODELS[self.chosen]()
         self.model_.fit(history)
         self.fallback_reason = getattr(self.model_, "fallback_reason", None)
         honest = np.full((len(fold_origins), self.horizon), np.nan)
         for j in range(1, len(fold_origins)):
-            honest[j] = self._select(points, errors, actuals, scales, everything[:j])[2][j]
+            honest[j] = self._select(points, errors, actuals, scales, window(j))[2][j]
         self.residuals_ = scaled_residuals(history, honest, fold_origins)
         self.weights_ = fold_weights(fold_origins)
         self.origins_ = fold_origins

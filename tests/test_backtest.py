@@ -179,3 +179,14 @@ def test_adaptive_levels_follow_recent_misses_and_keep_the_median():
     before, after = (aci_levels(r, np.arange(14) * 24, quantiles) for r in (calm, shifted))
     assert np.all(np.delete(after - before, 2) > 0.02)
     assert before[2] == after[2] == 0.5
+
+
+def test_calibration_spans_more_folds_than_selection_which_sees_only_the_last_ones():
+    """Four weeks of residuals calibrate; the last `folds` days alone pick the model."""
+    history = demand(weeks=6)
+    wide = AutoForecaster(horizon=24, folds=7, calibration_folds=28).fit(history)
+    narrow = AutoForecaster(horizon=24, folds=7, calibration_folds=7).fit(history)
+    assert wide.residuals_.shape == (28, 24) and narrow.residuals_.shape == (7, 24)
+    assert wide.chosen == narrow.chosen and wide.scores_ == pytest.approx(narrow.scores_)
+    assert wide.weights_[0] < 0.3 * wide.weights_[-1]  # four weeks back counts for little (two-week half-life)
+    assert AutoForecaster(folds=14, calibration_folds=7).calibration_folds == 14  # never fewer than selection
