@@ -83,9 +83,9 @@ def admit(kube: KubeCluster, name: str, gpus: int, preemption_seconds: int = 60)
                   content_type="application/merge-patch+json")
 
 
-def reconciler(kube, prometheus_url, tmp_path, **run) -> Reconciler:
-    cfg = RunConfig(cluster="kubernetes", prometheus=PrometheusServer(url=prometheus_url, timeout_seconds=10, retries=0),
-                    capacity_gpus=128, namespace=NS, **run)
+def reconciler(kube, prometheus_url, tmp_path, step="5m", **run) -> Reconciler:
+    server = PrometheusServer(url=prometheus_url, step=step, timeout_seconds=10, retries=0)
+    cfg = RunConfig(cluster="kubernetes", prometheus=server, capacity_gpus=128, namespace=NS, **run)
     return Reconciler(kube, PrometheusDemand(cfg.prometheus), cfg, forecast_log=ForecastLog(tmp_path / "log"))
 
 
@@ -280,3 +280,25 @@ def test_headroom_run_command_serves_probes_and_metrics_and_stops_cleanly(kube_s
     assert "Traceback" not in output, output
     lease = kube.get(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/cli")
     assert lease["spec"].get("holderIdentity") is None, "a stopped controller hands its Lease over at once"
+
+
+def test_the_trace_s_own_outage_is_stale_data_then_recovers_and_queries_are_chunked(kube, prometheus_server,
+                                                                                    tmp_path, monkeypatch):
+    """The NASA trace has a real 3.5-day gap (1995-07-28 17:00 to 08-01 04:00). At a 1-minute step the
+    28-day lookback is 40,000 points: the controller's query must be split under the 11,000-point limit."""
+    import forecast.prometheus as promsrc
+
+    chunks = []
+    original = promsrc.chunk_ranges
+    monkeypatch.setattr(promsrc, "chunk_ranges", lambda *a, **k: chunks.append(original(*a, **k)) or chunks[-1])
+    r = reconciler(kube, prometheus_server.url, tmp_path, step="1m")
+    before = r.reconcile(pd.Timestamp("1995-07-28T16:00:00Z")).policies[f"{NS}/chat"]
+    assert not before.degraded and not before.fallback and len(chunks[0]) >= 4
+    inside = r.reconcile(pd.Timestamp("1995-07-29T12:00:00Z")).policies[f"{NS}/chat"]
+    _, conditions = rp_status(kube)
+    assert inside.degraded and conditions["ForecastDegraded"]["reason"] == "StaleData"
+    assert inside.fallback and inside.reserved_gpus >= before.reserved_gpus  # no data: never lower
+    after = r.reconcile(pd.Timestamp("1995-08-01T10:00:00Z")).policies[f"{NS}/chat"]
+    _, conditions = rp_status(kube)
+    assert not after.degraded and not after.fallback and after.model.startswith("auto")
+    assert conditions["ForecastDegraded"]["status"] == "False" and conditions["FallbackActive"]["status"] == "False"
