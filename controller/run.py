@@ -66,7 +66,7 @@ class PolicyObject:
 
     @property
     def key(self) -> str:
-        return f"{self.ref.namespace}/{self.ref.name}"
+        return _ref_key(self.ref)
 
     @property
     def series(self) -> str:  # its forecast series in MLflow and the forecast log
@@ -199,7 +199,17 @@ def _shares(total: int, weights: Mapping[str, float]) -> dict[str, int]:
     return out
 
 
-def _job(w: WorkloadInfo, queue: str, now: pd.Timestamp) -> Job:
+def _utc(moment) -> pd.Timestamp:
+    """A timestamp in UTC; one without a zone is taken as UTC."""
+    moment = pd.Timestamp(moment)
+    return moment.tz_convert("UTC") if moment.tzinfo else moment.tz_localize("UTC")
+
+
+def _ref_key(ref: ObjectRef) -> str:
+    return f"{ref.namespace}/{ref.name}"
+
+
+def _job(w: WorkloadInfo, queue: str) -> Job:
     return Job(id=f"{w.namespace}/{w.name}", team=queue, gpus=w.gpus, duration_seconds=math.inf, priority=w.priority,
                submitted_at=w.creation.timestamp() if w.creation else 0.0,
                checkpoint_interval_seconds=w.checkpoint_interval_seconds or 1800.0,
@@ -228,7 +238,7 @@ class Reconciler:
         self._errors: dict[str, int] = {}
         self._team_seconds: dict[str, tuple[float, float, int]] = {}
         self._buckets = [0] * len(RECONCILE_BUCKETS)
-        self._count, self._sum, self._total = 0, 0.0, 0
+        self._sum, self._total = 0.0, 0
         self._last_now: pd.Timestamp | None = None
 
     # -- bookkeeping
@@ -313,11 +323,10 @@ class Reconciler:
             for w in self.cluster.list_workloads(q):
                 if not w.active:
                     continue
-                job = _job(w, q, now)
+                job = _job(w, q)
                 infos[job.id] = (w, q)
                 if w.cluster_queue == q:
-                    at = pd.Timestamp(w.last_checkpoint or w.creation or now.to_pydatetime())
-                    at = at.tz_convert("UTC") if at.tzinfo else at.tz_localize("UTC")
+                    at = _utc(w.last_checkpoint or w.creation or now)
                     # a job checkpoints every interval: its newest checkpoint is the last one before now
                     interval = pd.Timedelta(seconds=job.checkpoint_interval_seconds)
                     if now > at:
@@ -328,8 +337,11 @@ class Reconciler:
         observations = {r.policy.key: r.observation for r in runs}
         return Snapshot(observations, tuple(running), tuple(queued)), infos
 
+    def _weights(self, queues) -> dict[str, float]:
+        return {q: self.cfg.team_weights.get(q, 1.0) for q in queues}
+
     def _policy(self, runs: list[_PolicyRun], queues: list[str]) -> Policy:
-        weights = {q: self.cfg.team_weights.get(q, 1.0) for q in queues}
+        weights = self._weights(queues)
         quota = _shares(self.cfg.capacity_gpus - self.cfg.non_lendable_gpus, weights)
         workloads = tuple(WorkloadPolicy(
             name=r.policy.key, demand_per_gpu=r.policy.spec.capacity.demand_per_gpu,
@@ -348,7 +360,7 @@ class Reconciler:
 
     # -- the whole reconcile
     def reconcile(self, now) -> ControllerState:
-        now = pd.Timestamp(now).tz_convert("UTC") if pd.Timestamp(now).tzinfo else pd.Timestamp(now, tz="UTC")
+        now = _utc(now)
         started = time.monotonic()
         try:
             state = self._reconcile(now)
@@ -362,9 +374,9 @@ class Reconciler:
         elapsed = time.monotonic() - started
         for i, bound in enumerate(RECONCILE_BUCKETS):
             self._buckets[i] += elapsed <= bound
-        self._count, self._sum, self._total = self._count + 1, self._sum + elapsed, self._total + 1
+        self._sum, self._total = self._sum + elapsed, self._total + 1
         state = replace(state, reconcile_total=self._total, reconcile_errors_total=dict(self._errors),
-                        reconcile_seconds_buckets=tuple(self._buckets), reconcile_seconds_count=self._count,
+                        reconcile_seconds_buckets=tuple(self._buckets), reconcile_seconds_count=self._total,
                         reconcile_seconds_sum=self._sum, last_reconcile_timestamp=time.time(),
                         preemptions_total=dict(self._preemptions), lost_gpu_seconds_total=dict(self._lost))
         self.holder.publish(state)
@@ -374,7 +386,7 @@ class Reconciler:
         policies, invalid = parse_policies(self.cluster.list_reservation_policies(self.cfg.namespace))
         states: dict[str, PolicyState] = {}
         for ref, message in invalid.items():
-            states[f"{ref.namespace}/{ref.name}"] = PolicyState(f"{ref.namespace}/{ref.name}", "", False, message)
+            states[_ref_key(ref)] = PolicyState(_ref_key(ref), "", False, message)
             if self._invalid_reported.get(ref) != message:  # one event per new error, not one per reconcile
                 self._event(ref, "InvalidSpec", message, "Warning")
                 self._status(ref, PolicyStatus(0, 0, 0, (Condition("Ready", "False", "InvalidSpec", message),)))
@@ -398,7 +410,8 @@ class Reconciler:
         plan_id = hashlib.sha256(repr((now.isoformat(), the_plan.reservations, the_plan.preemptions)).encode()).hexdigest()[:12]
         hour0 = {r.workload: r for r in the_plan.reservations if r.hour == the_plan.hours[0].hour}
         slack = the_plan.hours[0].slack_gpus
-        active_queues = sorted({q for r in runs if r.policy.active for q in r.policy.spec.training_cluster_queues})
+        # each training queue an active policy lends to, and the (first) policy its events are reported on
+        owners = {q: r.policy.ref for r in reversed(runs) if r.policy.active for q in r.policy.spec.training_cluster_queues}
 
         # 4. act: inference first (it must never wait for training), then the lent quota, then preemptions.
         applied: dict[str, int] = {}
@@ -428,17 +441,14 @@ class Reconciler:
                 self.cluster.set_cluster_queue_quota(q, gpus)
             except KubeError as exc:
                 self._error("actuate", f"ClusterQueue {q}", exc)
-        if active_queues:
-            held_back = sum(applied.values()) - sum(res.gpus for res in hour0.values())  # degraded: lend less
-            weights = {q: self.cfg.team_weights.get(q, 1.0) for q in active_queues}
-            for q, gpus in _shares(max(slack - held_back, 0), weights).items():
-                try:
-                    if self.cluster.set_cluster_queue_quota(q, gpus):
-                        owner = next(r.policy.ref for r in runs if r.policy.active and q in r.policy.spec.training_cluster_queues)
-                        self._event(owner, "SlackLent", f"ClusterQueue {q} quota -> {gpus} GPUs (slack {slack})")
-                except KubeError as exc:
-                    self._error("actuate", f"ClusterQueue {q}", exc)
-        self._preempt(the_plan, runs, forecasts, policy, queues, infos, now, plan_id)
+        held_back = sum(applied.values()) - sum(res.gpus for res in hour0.values())  # degraded: lend less
+        for q, gpus in _shares(max(slack - held_back, 0), self._weights(sorted(owners))).items():
+            try:
+                if self.cluster.set_cluster_queue_quota(q, gpus):
+                    self._event(owners[q], "SlackLent", f"ClusterQueue {q} quota -> {gpus} GPUs (slack {slack})")
+            except KubeError as exc:
+                self._error("actuate", f"ClusterQueue {q}", exc)
+        self._preempt(the_plan, runs, forecasts, policy, queues, infos, owners, now, plan_id)
 
         # 5. report
         snapshot, infos = self._snapshot(runs, queues, now)  # after evictions
@@ -464,10 +474,9 @@ class Reconciler:
             return self.cluster.set_hpa_min_replicas(t.namespace or p.ref.namespace, t.name, max(replicas, 1))
         return self.cluster.set_cluster_queue_quota(t.name, gpus)
 
-    def _preempt(self, the_plan: Plan, runs, forecasts, policy, queues, infos, now, plan_id) -> None:
+    def _preempt(self, the_plan: Plan, runs, forecasts, policy, queues, infos, owners, now, plan_id) -> None:
         """Evict what the plan stops now -- only if a plan on a fresh snapshot still stops it."""
-        due = [x for x in the_plan.preemptions if x.at <= now and infos[x.job_id][1] in
-               {q for r in runs if r.policy.active for q in r.policy.spec.training_cluster_queues}]
+        due = [x for x in the_plan.preemptions if x.at <= now and infos[x.job_id][1] in owners]
         if not due:
             return
         fresh_snapshot, fresh_infos = self._snapshot(runs, queues, now)
@@ -489,8 +498,7 @@ class Reconciler:
             self._team_seconds[q] = (seconds, borrowed_seconds, preempted + 1)
             message = f"{x.kind} preemption of {x.gpus} GPUs ({x.work_lost_seconds:.0f} s of work lost): {x.reason}"
             self._event(ObjectRef("kueue.x-k8s.io/v1beta1", "Workload", w.name, w.namespace), "Preempted", message)
-            owner = next(r.policy.ref for r in runs if r.policy.active and q in r.policy.spec.training_cluster_queues)
-            self._event(owner, "Preempted", f"Workload {x.job_id}: {message}")
+            self._event(owners[q], "Preempted", f"Workload {x.job_id}: {message}")
 
     def _teams(self, snapshot: Snapshot, queues: list[str], policy: Policy, now: pd.Timestamp) -> dict[str, TeamState]:
         dt = (now - self._last_now).total_seconds() if self._last_now is not None else 0.0
@@ -549,7 +557,7 @@ class Reconciler:
         try:
             self.cluster.patch_policy_status(ref.namespace, ref.name, status)
         except KubeError as exc:
-            self._error("status", f"{ref.namespace}/{ref.name}", exc)
+            self._error("status", _ref_key(ref), exc)
 
     # -- accuracy over time
     def _realized(self, r: _PolicyRun, now: pd.Timestamp) -> tuple[dict[int, float], dict[int, float]]:
@@ -706,6 +714,17 @@ def _tracking_uri(cfg) -> str:
     return resolve_uri(cfg.run.tracking_uri or cfg.training.tracking_uri)
 
 
+def embedded(r: RunConfig) -> tuple[InMemoryCluster, FileDemand]:
+    """The embedded cluster holding `run.policies` (every ClusterQueue they name, at quota 0, and a
+    saturated training backlog), and their demand replayed from their history files."""
+    cluster = InMemoryCluster(policies=embedded_policies(r), backlog_gpus=r.capacity_gpus)
+    for p in r.policies:
+        target_queue = p.spec.target.name if p.spec.target.kind == "ClusterQueue" else None
+        for q in {*p.spec.training_cluster_queues, target_queue, p.spec.inference_cluster_queue} - {None}:
+            cluster.quotas.setdefault(q, 0)
+    return cluster, FileDemand({f"{p.namespace}/{p.name}": p.history_file for p in r.policies})
+
+
 def build(cfg, in_cluster: bool = False) -> tuple[Reconciler, Cluster]:
     """The reconciler for this configuration, on the real cluster or the embedded one."""
     from training.pipeline import settings_from_config
@@ -716,14 +735,7 @@ def build(cfg, in_cluster: bool = False) -> tuple[Reconciler, Cluster]:
     if r.cluster == "kubernetes":
         cluster, demand = _kube(r, in_cluster), PrometheusDemand(r.prometheus)
     else:
-        cluster = InMemoryCluster(policies=embedded_policies(r), backlog_gpus=r.capacity_gpus)
-        for p in r.policies:
-            for q in p.spec.training_cluster_queues:
-                cluster.quotas.setdefault(q, 0)
-            for q in (p.spec.target.name if p.spec.target.kind == "ClusterQueue" else None, p.spec.inference_cluster_queue):
-                if q:
-                    cluster.quotas.setdefault(q, 0)
-        demand = FileDemand({f"{p.namespace}/{p.name}": p.history_file for p in r.policies})
+        cluster, demand = embedded(r)
     uri = _tracking_uri(cfg)
     trainer = BackgroundTrainer(uri, settings_from_config(cfg)) if r.retrain_every_seconds > 0 else None
     reconciler = Reconciler(cluster, demand, r, models=Models(uri), forecast_log=ForecastLog(r.forecast_log_dir),
@@ -774,8 +786,7 @@ def cmd_run(cfg, args) -> int:
 def _start(r: RunConfig, now: str | None, hours_before_end: int = 0) -> pd.Timestamp:
     """`now` as given, else `hours_before_end` before the earliest end of the policies' histories."""
     if now:
-        start = pd.Timestamp(now)
-        return start.tz_convert("UTC") if start.tzinfo else start.tz_localize("UTC")
+        return _utc(now)
     from forecast.history import load_history
 
     return min(load_history(p.history_file).index.max() for p in r.policies) - pd.Timedelta(hours=hours_before_end)
@@ -796,8 +807,7 @@ def cmd_plan(cfg, args) -> int:
         return _no_policies()
     looking = r.model_copy(update={"cluster": "simulated", "prometheus": None, "policies": [
         p.model_copy(update={"spec": p.spec.model_copy(update={"mode": "forecast-only"})}) for p in r.policies]})
-    cluster = InMemoryCluster(policies=embedded_policies(looking))
-    demand = FileDemand({f"{p.namespace}/{p.name}": p.history_file for p in r.policies})
+    cluster, demand = embedded(looking)
     uri = r.tracking_uri or cfg.training.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
     now = _start(r, args.now)
     state = Reconciler(cluster, demand, looking, models=Models(uri)).reconcile(now)
