@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from controller.plan import Plan
+from training.realized import HORIZONS  # hours ahead for realized error (one definition, re-exported)
 
 RECONCILE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-HORIZONS = (1, 6, 24)  # hours ahead for realized error
 PREEMPTION_KINDS = ("planned", "emergency")
 # Where a reconcile can fail (the label set of the error counter is bounded by this)
 ERROR_STAGES = ("cluster", "demand", "forecast", "actuate", "preempt", "status", "events", "mlflow", "internal")
