@@ -7,9 +7,7 @@ if command -v chromium >/dev/null; then
   echo "[install-chromium] $(chromium --version 2>/dev/null || echo chromium) at $(command -v chromium)"
   exit 0
 fi
-SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-export DEBIAN_FRONTEND=noninteractive
+source "$(dirname "$0")/apt.sh"
 echo "[install-chromium] apt-get install chromium"
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends chromium >/dev/null
+apt_install chromium
 echo "[install-chromium] $(chromium --version) at $(command -v chromium)"

@@ -9,9 +9,7 @@ if command -v kubectl >/dev/null && kubectl kustomize --help >/dev/null 2>&1; th
   echo "[install-kubectl] $(command -v kubectl) present"
   exit 0
 fi
-SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-export DEBIAN_FRONTEND=noninteractive
+source "$(dirname "$0")/apt.sh"
 echo "[install-kubectl] apt-get install kubernetes-client"
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends kubernetes-client >/dev/null
+apt_install kubernetes-client
 kubectl version --client

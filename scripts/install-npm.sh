@@ -4,19 +4,17 @@
 # into $HEADROOM_CACHE/npm (default ~/.cache/headroom/npm), never into the repo.
 # Idempotent: skipped when that package.json is already installed there (a rerun takes < 1 s).
 set -euo pipefail
+source "$(dirname "$0")/apt.sh"
 cd "$(dirname "$0")/.."
 
 CACHE="${HEADROOM_CACHE:-$HOME/.cache/headroom}"
 DEST="$CACHE/npm"
 SPEC=dashboards/typecheck/package.json
-SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 say() { echo "[install-npm] $*"; }
 
 if ! command -v npm >/dev/null; then
   say "apt-get install nodejs npm"
-  export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+  apt_install nodejs npm
 fi
 
 # The stamp is the package.json that was installed: a changed pin reinstalls.

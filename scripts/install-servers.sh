@@ -8,13 +8,9 @@ set -euo pipefail
 
 CACHE="${HEADROOM_CACHE:-$HOME/.cache/headroom}"
 APISERVER="$CACHE/kube-apiserver-1.20.2"
-SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-export DEBIAN_FRONTEND=noninteractive
+source "$(dirname "$0")/apt.sh"
 t0=$(date +%s)
 say() { echo "[install-servers +$(( $(date +%s) - t0 ))s] $*"; }
-
-updated=0
-apt_update() { [ "$updated" = 1 ] || { say "apt-get update"; $SUDO apt-get update -qq; updated=1; }; }
 
 need=()
 command -v prometheus >/dev/null || need+=(prometheus)
@@ -31,9 +27,8 @@ if [ ! -x "$APISERVER" ] && ! grep -rqs '^Types:.*deb-src' /etc/apt/sources.list
   sed 's/^Types: deb$/Types: deb-src/' /etc/apt/sources.list.d/debian.sources | $SUDO tee "$SRC_LIST" >/dev/null
 fi
 if [ "${#need[@]}" -gt 0 ]; then
-  apt_update
   say "apt-get install ${need[*]}"
-  $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  apt_install "${need[@]}"
 fi
 say "prometheus: $(command -v prometheus) / promtool: $(command -v promtool) / etcd: $(command -v etcd)"
 
@@ -47,8 +42,8 @@ BUILD="$CACHE/build"
 mkdir -p "$BUILD"
 cd "$BUILD"
 if ! ls kubernetes_*.orig.tar.gz >/dev/null 2>&1; then
+  say "apt-get update; apt-get source --download-only kubernetes"
   apt_update
-  say "apt-get source --download-only kubernetes"
   apt-get source -qq --download-only kubernetes
 fi
 if [ ! -f kubernetes-1.20.2/.headroom-unpacked ]; then  # a half-unpacked tree is redone
