@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from forecast.base import Forecaster
-from forecast.calibrate import (DAY, aci_levels, calibrated_predict, fold_weights, origins, point_forecast,
+from forecast.calibrate import (DAY, calibrated_predict, fold_weights, origins, point_forecast,
                                 scaled_residuals)
 from forecast.metrics import coverage, mase, pinball, seasonal_scale, smape
 from forecast.models import MODELS, Ensemble
@@ -95,9 +95,7 @@ class AutoForecaster:
         return (*best, scores)
 
     def predict(self, horizon: int, quantiles: Sequence[float]) -> pd.DataFrame:
-        levels = aci_levels(self.residuals_, self.origins_, quantiles)
-        return calibrated_predict(self.model_, self.residuals_, self.history_, horizon, quantiles, self.weights_,
-                                  levels)
+        return calibrated_predict(self.model_, self.residuals_, self.history_, horizon, quantiles, self.origins_)
 
 
 def _fold_mase(actuals: np.ndarray, points: np.ndarray, scales: np.ndarray) -> np.ndarray:

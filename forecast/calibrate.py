@@ -17,6 +17,15 @@ checked against the quantiles of the folds before it, and every level moves by
 ACI_GAMMA x (nominal - observed fraction below). Calm recent days narrow the
 intervals, recent misses widen them, and on a stationary series the offset
 stays near zero.
+
+The median is the point forecast, and its error is a level error that persists
+for days, not weeks: it is scaled by 1 + the recent mean residual (folds weigh
+0.5 ** (age / BIAS_HALF_LIFE), two days; the top and bottom BIAS_TRIM of the
+weight trimmed so one burst does not move the next day). A mean, not the
+median: on traces with near-zero nights half the residuals are ~0 whatever the
+daytime error, so their median says nothing. Scaling, not adding, keeps a
+zero night at zero. The bounds keep their conformal
+quantiles, which coverage needs weeks of residuals for.
 """
 from __future__ import annotations
 
@@ -34,6 +43,11 @@ HALF_LIFE = 2 * WEEK  # hours: a fold two weekly cycles older than the newest co
 # Step of the ACI level update per fold (Gibbs & Candès' gamma). Folds are few (7-14), so the step is large:
 # one fully missed 95% quantile moves it by 0.19. Chosen on the traces' and M4's inner folds, not per trace.
 ACI_GAMMA = 0.2
+# The median's level correction: half-life and trimmed weight per tail, one setting for every series. Chosen on the
+# three traces and M4, where any 24-48 h half-life with 10-25 % trimming or clipping ranked the same against the
+# peers (docs/bench-forecast.md says how).
+BIAS_HALF_LIFE = 2 * DAY
+BIAS_TRIM = 0.1
 
 
 def origins(n: int, horizon: int, folds: int, step: int, min_train: int = 2 * DAY) -> list[int]:
@@ -99,8 +113,8 @@ def aci_levels(residuals: np.ndarray, fold_origins: Sequence[int], quantiles: Se
     Fold j is scored against the weighted quantiles of folds < j at the current levels; each level then
     moves by gamma x (nominal - fraction of fold j's residuals below its quantile). The result is the
     split-conformal level for all folds plus that learned offset (it may leave [0, 1]; callers clip).
-    The median keeps its split level: it is the point forecast's bias correction, not a coverage bound, and
-    adapting it chased noise (worse MASE over nasa's 55 daily folds and on M4 hourly).
+    The median keeps its split level: it is not a coverage bound (calibrated_predict replaces it by
+    level_correction), and adapting it chased noise (worse MASE over nasa's 55 daily folds and on M4 hourly).
     """
     quantiles = np.asarray(quantiles, dtype=float)
     fold_origins = np.asarray(fold_origins)
@@ -117,6 +131,20 @@ def aci_levels(residuals: np.ndarray, fold_origins: Sequence[int], quantiles: Se
         offset += gamma * (quantiles - (new[:, None] <= bounds[None, :]).mean(axis=0))
     offset[quantiles == 0.5] = 0.0
     return split_levels(quantiles, int(finite.any(axis=1).sum())) + offset
+
+
+def level_correction(residuals: np.ndarray, fold_origins: Sequence[int]) -> float:
+    """Recent trimmed mean of the scaled residuals (rows = folds, oldest first): the median is point x (1 + it).
+
+    Above -1, as every scaled residual is: (actual - point) / (point + a floor) > -1 for actual >= 0."""
+    finite = np.isfinite(residuals)
+    if not finite.any():
+        return 0.0
+    weights = np.broadcast_to(fold_weights(fold_origins, BIAS_HALF_LIFE)[:, None], residuals.shape)[finite]
+    values = residuals[finite]
+    low, high = weighted_quantile(values, weights, np.array([BIAS_TRIM, 1.0 - BIAS_TRIM]))
+    kept = (values >= low) & (values <= high)
+    return float(np.average(values[kept], weights=weights[kept]))
 
 
 def conformal_values(point: np.ndarray, residuals: np.ndarray, history: np.ndarray,
@@ -158,19 +186,26 @@ class Calibrated:
         return self
 
     def predict(self, horizon: int, quantiles: Sequence[float]) -> pd.DataFrame:
-        levels = aci_levels(self.residuals_, self.origins_, quantiles)
-        return calibrated_predict(self.fitted_, self.residuals_, self.history_, horizon, quantiles, self.weights_, levels)
+        return calibrated_predict(self.fitted_, self.residuals_, self.history_, horizon, quantiles, self.origins_)
 
 
 def calibrated_predict(model, residuals: np.ndarray, history: pd.Series, horizon: int,
-                       quantiles: Sequence[float], weights: np.ndarray | None = None,
-                       levels: np.ndarray | None = None) -> pd.DataFrame:
-    """The fitted model's median path with conformal quantiles from its backtest residuals (one row per fold).
+                       quantiles: Sequence[float], fold_origins: Sequence[int] | None = None) -> pd.DataFrame:
+    """The fitted model's path with conformal quantiles from its backtest residuals (one row per fold).
 
-    `levels`: the quantile level to read per quantile (e.g. from `aci_levels`); None: split-conformal.
+    With the folds' `fold_origins`: recency-weighted folds, adaptive levels (`aci_levels`) and the median's
+    recent level correction (`level_correction`). Without: equal weights, split-conformal levels and the
+    residuals' median, the plain method.
     """
     if not np.isfinite(residuals).any():  # too short to calibrate: the model's own intervals
         return model.predict(horizon, quantiles)
     point = model.predict(horizon, [0.5]).to_numpy()[:, 0]
-    values = conformal_values(point, residuals, history.to_numpy(dtype=float), quantiles, weights, levels)
-    return quantile_frame(future_index(history, horizon), values, quantiles)
+    values = history.to_numpy(dtype=float)
+    if fold_origins is None:
+        return quantile_frame(future_index(history, horizon),
+                              conformal_values(point, residuals, values, quantiles), quantiles)
+    out = conformal_values(point, residuals, values, quantiles, fold_weights(fold_origins),
+                           aci_levels(residuals, fold_origins, quantiles))
+    median = np.asarray(quantiles, dtype=float) == 0.5
+    out[:, median] = (point * (1 + level_correction(residuals, fold_origins)))[:, None]
+    return quantile_frame(future_index(history, horizon), out, quantiles)

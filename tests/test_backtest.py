@@ -190,3 +190,32 @@ def test_calibration_spans_more_folds_than_selection_which_sees_only_the_last_on
     assert wide.chosen == narrow.chosen and wide.scores_ == pytest.approx(narrow.scores_)
     assert wide.weights_[0] < 0.3 * wide.weights_[-1]  # four weeks back counts for little (two-week half-life)
     assert AutoForecaster(folds=14, calibration_folds=7).calibration_folds == 14  # never fewer than selection
+
+
+def test_the_median_follows_a_recent_level_error_not_an_old_one_nor_a_burst_nor_quiet_nights():
+    from forecast.calibrate import level_correction
+    rng = np.random.default_rng(1)
+    fold_origins = np.arange(28) * 24
+    calm = rng.normal(0.0, 0.05, size=(28, 24))
+    recent, old, burst, nights = calm.copy(), calm.copy(), calm.copy(), calm.copy()
+    recent[-2:] += 0.3  # the last two days under-forecast by 30 %
+    old[:5] += 0.3  # the same error four weeks ago
+    burst[-1, 12] = 50.0  # one hour of a flash crowd
+    nights[:, :16] = 0.0  # zero demand for 16 hours a day, forecast exactly
+    nights[-3:, 16:] += 0.6  # the 8 busy hours under-forecast for three days
+    assert abs(level_correction(calm, fold_origins)) < 0.02
+    assert level_correction(recent, fold_origins) > 0.1
+    assert abs(level_correction(old, fold_origins)) < 0.02
+    assert abs(level_correction(burst, fold_origins)) < 0.05
+    assert np.median(nights[-3:]) == 0.0 and level_correction(nights, fold_origins) > 0.05  # a median misses it
+
+
+def test_auto_median_rises_after_a_level_step_and_keeps_its_interval():
+    history = demand(weeks=5)
+    stepped = history.copy()
+    stepped.iloc[-48:] *= 1.5  # demand up by half over the last two days
+    auto = AutoForecaster("fast").fit(stepped)
+    frame = auto.predict(24, [0.1, 0.5, 0.9])
+    plain = auto.model_.predict(24, [0.5]).to_numpy()[:, 0]
+    assert frame[0.5].mean() > 1.02 * plain.mean()
+    assert (frame[0.1] <= frame[0.5]).all() and (frame[0.5] <= frame[0.9]).all()
