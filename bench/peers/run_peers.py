@@ -13,6 +13,9 @@ Protocol
   interpolation in time, edges held at the nearest real value. Actuals are left
   as they are (NaN is not scored).
 - M4 hourly: 414 series, train/test wide rows, horizon 48, season 24.
+- Held-out: the hourly max of each sub-hourly trace (last FOLDS origins) and
+  nasa's 28 daily origins before the last FOLDS; the series are stored so the
+  harness can check it builds the same ones.
 - Wall time is per model per fold (traces) or per series (M4), after a warm-up
   call on a small series so numba JIT compilation is not billed to fold 1.
 """
@@ -161,6 +164,45 @@ def run_traces(horizon: int, folds: int, step: int, arima: bool, only_arima: boo
     return out
 
 
+# Held-out series, never used to choose anything in headroom: the peak-in-hour (hourly max) of every sub-hourly
+# trace, and nasa's 28 daily origins before the main benchmark's last 7.
+EARLIER_FOLDS = 28
+
+
+def heldout_series(horizon: int, folds: int, step: int) -> dict:
+    """name -> (timestamps, values, origin indices)."""
+    out = {}
+    for path in sorted((DATA / "traces").glob("*.csv")):
+        frame = pd.read_csv(path)
+        values = pd.to_numeric(frame["value"], errors="coerce").to_numpy(dtype=float)
+        if path.stem.endswith("_hourly"):
+            if path.stem.startswith("nasa"):
+                origins = fold_origins(len(values), horizon, folds + EARLIER_FOLDS, step)[:EARLIER_FOLDS]
+                out[f"{path.stem}_earlier"] = (frame["timestamp"].tolist(), values, origins)
+            continue
+        hourly = pd.Series(values, index=pd.to_datetime(frame["timestamp"], utc=True)).resample("1h").max()
+        ts = [t.isoformat() for t in hourly.index]
+        out[f"{path.stem}_max"] = (ts, hourly.to_numpy(dtype=float), fold_origins(len(hourly), horizon, folds, step))
+    return out
+
+
+def run_heldout(horizon: int, folds: int, step: int) -> dict:
+    models = trace_models()
+    warm_up(models)
+    out = {}
+    for name, (ts, y, origins) in heldout_series(horizon, folds, step).items():
+        entry = {"y": _r(y), "origin_index": origins, "origins": [ts[o] for o in origins], "models": {}}
+        for mname, make in models.items():
+            folds_out = []
+            for o in origins:
+                res, sec, err = forecast(make, fill_for_fit(y[:o]), horizon, None)
+                folds_out.append({"origin": ts[o], "seconds": round(sec, 4), "error": err, **(res or {})})
+            entry["models"][mname] = folds_out
+            log(f"held-out {name} {mname}: {len(origins)} folds, {sum(f['seconds'] for f in folds_out):.2f}s")
+        out[name] = entry
+    return out
+
+
 def run_m4(horizon: int, limit: int | None, save=None, only=None, previous=None) -> dict:
     ids, train = read_wide(DATA / "m4" / "Hourly-train.csv")
     if limit:
@@ -198,7 +240,8 @@ def main(argv=None) -> int:
     ap.add_argument("--skip-m4", action="store_true")
     ap.add_argument("--no-arima", action="store_true", help="skip the AutoARIMA attempt on traces")
     ap.add_argument("--resume", action="store_true",
-                    help="keep what --out already holds; run only the M4 models it lacks and the ARIMA stage")
+                    help="keep what --out already holds; run only the M4 models it lacks, the held-out stage if "
+                         "missing, and the ARIMA stage")
     args = ap.parse_args(argv)
     if not DATA.is_dir():
         log(f"no data at {DATA}")
@@ -207,7 +250,8 @@ def main(argv=None) -> int:
     result = {"statsforecast": statsforecast.__version__, "pandas": pd.__version__, "levels": LEVELS,
               "protocol": {"horizon": args.horizon, "folds": args.folds, "step": args.step,
                            "m4_horizon": 48, "arima_limit_s": ARIMA_LIMIT_S}}
-    # Order: traces, M4 (cheapest model first), then the AutoARIMA attempt on traces; saved after each stage.
+    # Order: traces, M4 (cheapest model first), the held-out series, then the AutoARIMA attempt on traces; saved
+    # after each stage.
     old = json.loads(args.out.read_text()) if args.resume and args.out.exists() else {}
     result["traces"] = old.get("traces") or run_traces(args.horizon, args.folds, args.step, arima=False)
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -228,6 +272,11 @@ def main(argv=None) -> int:
             run_m4(48, args.m4_limit, save=save, only=todo, previous=old.get("m4"))
         else:
             result["m4"] = old["m4"]
+    if not old.get("heldout"):
+        result["heldout"] = run_heldout(args.horizon, args.folds, args.step)
+        save()
+    else:
+        result["heldout"] = old["heldout"]
     if not args.no_arima:
         arima = run_traces(args.horizon, args.folds, args.step, arima=True, only_arima=True)
         for name, trace in arima.items():
