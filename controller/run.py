@@ -580,8 +580,9 @@ class Reconciler:
             errors[int(h)], coverage[int(h)] = float(recent["scaled_error"].mean()), float(recent["inside_80"].mean())
         if self.tracker is not None:
             try:
-                _, events = log_realized(r.policy.series, issued, r.hourly, self.tracker, factor=self.drift_factor,
-                                         window=self.drift_window)
+                # the status's scale, so MLflow and the status report one error (drift's baseline: the champion's)
+                _, events = log_realized(r.policy.series, issued, r.hourly, self.tracker, scale=r.forecast.scale,
+                                         factor=self.drift_factor, window=self.drift_window)
             except Exception as exc:  # noqa: BLE001 - MLflow down must not stop the controller
                 self._error("mlflow", r.policy.series, exc)
                 events = []

@@ -278,6 +278,10 @@ def test_the_loop_serves_the_champion_logs_realized_error_and_retrains_on_drift(
     (accuracy,) = c.search_runs([experiment], "tags.`headroom.kind` = 'accuracy'")
     history = c.get_metric_history(accuracy.info.run_id, "abs_error_1h")
     assert len(history) >= 10 and len({m.step for m in history}) == len(history)  # one point per hour
+    # MLflow's scaled error uses the scale the status does (the fitting window's), not a second one
+    last = max(history, key=lambda m: m.step)
+    (scaled,) = [m for m in c.get_metric_history(accuracy.info.run_id, "scaled_error_1h") if m.step == last.step]
+    assert last.value / scaled.value == pytest.approx(r._forecasts["inference/chat"].scale)
     assert accuracy.data.tags["headroom.retrain_recommended"] == "true"
 
 
