@@ -1,4 +1,6 @@
+import importlib.util
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -15,3 +17,11 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"real traces not found at {SHARED_DATA} (../shared/data beside the repo)")
     return SHARED_DATA
+
+
+def bench_module(name: str) -> ModuleType:
+    """A benchmark script under bench/ (not a package), imported for its functions."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

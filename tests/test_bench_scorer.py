@@ -1,10 +1,11 @@
 """The benchmark's M4 scorer (forecast.metrics + our Naive2) reproduces the published M4 hourly rows."""
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import bench_module
 
 DATA = Path(__file__).parents[1] / ".." / "shared" / "data"
 M4 = DATA / "m4"
@@ -16,11 +17,7 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def bench():
-    path = Path(__file__).parents[1] / "bench" / "forecast_bench.py"
-    spec = importlib.util.spec_from_file_location("forecast_bench", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("forecast_bench")
 
 
 @pytest.fixture(scope="module")

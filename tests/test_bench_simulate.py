@@ -1,20 +1,15 @@
 """The simulate benchmark's shot-noise ceiling: what random arrivals alone cost, on series with a known answer."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
+
+from tests.conftest import bench_module
 
 
 @pytest.fixture(scope="module")
 def bench():
-    path = Path(__file__).parents[1] / "bench" / "simulate_bench.py"
-    spec = importlib.util.spec_from_file_location("simulate_bench", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("simulate_bench")
 
 
 def test_few_random_arrivals_leave_a_low_ceiling_and_many_a_high_one(bench):
