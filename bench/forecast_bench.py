@@ -205,11 +205,16 @@ def score_heldout(peers_heldout: dict, missing: str | None) -> dict:
         row = {"folds": len(entry["origin_index"]),
                "peers": {m: r["mase"] for m, r in score_trace_peer(series, entry).items() if r.get("mase") is not None}}
         if not missing:
-            scores = []
+            scores, inside = [], {80: [], 90: []}
             for o in entry["origin_index"]:
-                point = AutoForecaster(horizon=TRACE_H).fit(series.iloc[:o]).predict(TRACE_H, [0.5]).to_numpy()[:, 0]
-                scores.append(mase(ours[o:o + TRACE_H], point, seasonal_scale(ours[:o], SEASON)))
+                frame = AutoForecaster(horizon=TRACE_H).fit(series.iloc[:o]).predict(TRACE_H, M4_BAND_QUANTILES)
+                actual = ours[o:o + TRACE_H]
+                scores.append(mase(actual, frame[0.5].to_numpy(), seasonal_scale(ours[:o], SEASON)))
+                real = np.isfinite(actual)
+                for lv, (lo, hi) in {80: (0.1, 0.9), 90: (0.05, 0.95)}.items():  # pooled over scored hours
+                    inside[lv] += [coverage(actual, frame[lo].to_numpy(), frame[hi].to_numpy())] * int(real.sum())
             row["auto"] = _nanmean(scores)
+            row.update({f"coverage_{lv}": _nanmean(v) for lv, v in inside.items()})
         out[name] = row
         log(f"held-out {name}: auto MASE {_f(row.get('auto'))}, best peer {_f(min(row['peers'].values()))}")
     return out
@@ -344,6 +349,10 @@ def targets(report: dict) -> dict:
         t["heldout_auto_mase_le_best_peer"] = {"per_series": per, "pass": all(p["pass"] for p in per.values())}
         g = geomean([v["auto"] / v["peers"]["SeasonalNaive24"] for v in held.values()])
         t["heldout_geomean_mase_over_sn24_le_0.75"] = {"value": g, "pass": g is not None and g <= 0.75}
+        for lv in (80, 90):
+            covs = {n: v.get(f"coverage_{lv}") for n, v in held.items()}
+            t[f"heldout_coverage_{lv}_within_5pts"] = {
+                "per_series": covs, "pass": all(c is not None and abs(100 * c - lv) <= 5 for c in covs.values())}
     m4 = report.get("m4", {})
     if "headroom" in m4.get("methods", {}):
         hr = m4["methods"]["headroom"]
@@ -404,13 +413,14 @@ def markdown(report: dict) -> str:
         peers = sorted({m for v in report["heldout"].values() for m in v["peers"]})
         lines += ["## Held-out series (nothing was chosen on them)", "",
                   "The peak in each hour (hourly max) of every sub-hourly trace, last 7 daily origins, and nasa's "
-                  "28 daily origins before the 7 above; the same protocol and scorer, MASE. The peers' series are "
-                  "built by bench/peers/run_peers.py and checked equal to headroom's.", "",
-                  "| series | folds | headroom auto | " + " | ".join(f"statsforecast {m}" for m in peers) + " |",
-                  "|---" * (len(peers) + 3) + "|"]
+                  "28 daily origins before the 7 above; the same protocol and scorer, MASE (headroom's 80 % and "
+                  "90 % interval coverage pooled over the scored hours). The peers' series are built by "
+                  "bench/peers/run_peers.py and checked equal to headroom's.", "",
+                  "| series | folds | headroom auto | cov 80 | cov 90 | "
+                  + " | ".join(f"statsforecast {m}" for m in peers) + " |", "|---" * (len(peers) + 5) + "|"]
         for name, v in report["heldout"].items():
-            lines.append(f"| {name} | {v['folds']} | {_f(v.get('auto'))} | "
-                         + " | ".join(_f(v["peers"].get(m)) for m in peers) + " |")
+            lines.append(f"| {name} | {v['folds']} | {_f(v.get('auto'))} | {_pct(v.get('coverage_80'))} | "
+                         f"{_pct(v.get('coverage_90'))} | " + " | ".join(_f(v["peers"].get(m)) for m in peers) + " |")
         lines.append("")
     m4 = report.get("m4")
     if m4:
