@@ -573,16 +573,12 @@ class Reconciler:
         since = now - pd.Timedelta(hours=max(HORIZONS) + self.drift_window + 1)
         self.forecast_log.prune(r.policy.series, before=now - FORECAST_LOG_KEPT)
         issued = self.forecast_log.load(r.policy.series, since=since)
-        table = realized_errors(issued, r.hourly, r.forecast.scale, HORIZONS)
-        errors, coverage = {}, {}
-        for h, group in table.groupby("horizon"):
-            recent = group.sort_values("target").tail(self.drift_window)
-            errors[int(h)], coverage[int(h)] = float(recent["scaled_error"].mean()), float(recent["inside_80"].mean())
+        table = None
         if self.tracker is not None:
             try:
                 # the status's scale, so MLflow and the status report one error (drift's baseline: the champion's)
-                _, events = log_realized(r.policy.series, issued, r.hourly, self.tracker, scale=r.forecast.scale,
-                                         factor=self.drift_factor, window=self.drift_window)
+                table, events = log_realized(r.policy.series, issued, r.hourly, self.tracker, scale=r.forecast.scale,
+                                             factor=self.drift_factor, window=self.drift_window, horizons=HORIZONS)
             except Exception as exc:  # noqa: BLE001 - MLflow down must not stop the controller
                 self._error("mlflow", r.policy.series, exc)
                 events = []
@@ -590,6 +586,12 @@ class Reconciler:
                 retrain = self.retrain is not None and r.policy.active
                 self._event(r.policy.ref, "ForecastDrift", e.message + ("; retraining" if retrain else ""), "Warning")
             self._maybe_retrain(r, now, drifted=bool(events))
+        if table is None:  # no tracking, or MLflow failed: the same errors, computed here
+            table = realized_errors(issued, r.hourly, r.forecast.scale, HORIZONS)
+        errors, coverage = {}, {}
+        for h, group in table.groupby("horizon"):
+            recent = group.sort_values("target").tail(self.drift_window)
+            errors[int(h)], coverage[int(h)] = float(recent["scaled_error"].mean()), float(recent["inside_80"].mean())
         self._accuracy[r.policy.series] = (hour, errors, coverage)
         return errors, coverage
 
