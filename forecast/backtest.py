@@ -16,8 +16,7 @@ import numpy as np
 import pandas as pd
 
 from forecast.base import Forecaster
-from forecast.calibrate import (DAY, calibrated_predict, fold_weights, origins, point_forecast,
-                                scaled_residuals)
+from forecast.calibrate import DAY, calibrated_predict, origins, point_forecast, scaled_residuals
 from forecast.metrics import coverage, mase, pinball, seasonal_scale, smape
 from forecast.models import MODELS, Ensemble
 
@@ -69,7 +68,6 @@ class AutoForecaster:
         for j in range(1, len(fold_origins)):
             honest[j] = self._select(points, errors, actuals, scales, window(j))[2][j]
         self.residuals_ = scaled_residuals(history, honest, fold_origins)
-        self.weights_ = fold_weights(fold_origins)
         self.origins_ = fold_origins
         self.history_ = history
         self.name = f"auto({self.chosen})"

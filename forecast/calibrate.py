@@ -24,8 +24,8 @@ for days, not weeks: it is scaled by 1 + the recent mean residual (folds weigh
 weight trimmed so one burst does not move the next day). A mean, not the
 median: on traces with near-zero nights half the residuals are ~0 whatever the
 daytime error, so their median says nothing. Scaling, not adding, keeps a
-zero night at zero. The bounds keep their conformal
-quantiles, which coverage needs weeks of residuals for.
+zero night at zero. The bounds keep their conformal quantiles, which coverage
+needs weeks of residuals for.
 """
 from __future__ import annotations
 
@@ -178,7 +178,6 @@ class Calibrated:
         fold_origins = origins(len(history), self.horizon, self.folds, self.step)
         points = np.array([point_forecast(make, history, o, self.horizon) for o in fold_origins])
         self.residuals_ = scaled_residuals(history, points.reshape(len(fold_origins), self.horizon), fold_origins)
-        self.weights_ = fold_weights(fold_origins)
         self.origins_ = fold_origins
         self.history_ = history
         self.fitted_ = make().fit(history)

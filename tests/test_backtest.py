@@ -130,7 +130,8 @@ def test_recent_folds_weigh_more_when_the_noise_changes():
                                                            periods=len(calm), freq="h", tz="UTC"))])
     history, future = series.iloc[:-168], series.iloc[-168:].to_numpy()
     auto = AutoForecaster("fast", horizon=168, folds=28, step=24).fit(history)
-    assert auto.weights_[-1] == 1.0 and np.all(np.diff(auto.weights_) > 0)
+    weights = fold_weights(auto.origins_)
+    assert weights[-1] == 1.0 and np.all(np.diff(weights) > 0)
     assert fold_weights([0, 2 * 168])[0] == pytest.approx(0.5)
     weighted = auto.predict(168, [0.1, 0.9]).to_numpy()
     equal = calibrated_predict(auto.model_, auto.residuals_, history, 168, [0.1, 0.9]).to_numpy()
@@ -183,12 +184,14 @@ def test_adaptive_levels_follow_recent_misses_and_keep_the_median():
 
 def test_calibration_spans_more_folds_than_selection_which_sees_only_the_last_ones():
     """Four weeks of residuals calibrate; the last `folds` days alone pick the model."""
+    from forecast.calibrate import fold_weights
     history = demand(weeks=6)
     wide = AutoForecaster(horizon=24, folds=7, calibration_folds=28).fit(history)
     narrow = AutoForecaster(horizon=24, folds=7, calibration_folds=7).fit(history)
     assert wide.residuals_.shape == (28, 24) and narrow.residuals_.shape == (7, 24)
     assert wide.chosen == narrow.chosen and wide.scores_ == pytest.approx(narrow.scores_)
-    assert wide.weights_[0] < 0.3 * wide.weights_[-1]  # four weeks back counts for little (two-week half-life)
+    weights = fold_weights(wide.origins_)
+    assert weights[0] < 0.3 * weights[-1]  # four weeks back counts for little (two-week half-life)
     assert AutoForecaster(folds=14, calibration_folds=7).calibration_folds == 14  # never fewer than selection
 
 
