@@ -4,8 +4,8 @@ For each issued forecast and each horizon h (default 1, 6, 24 steps ahead) the
 target is issued_at + h steps; once its actual is known we record the absolute
 error of the median, that error scaled by a seasonal-24 scale (so it is
 comparable with the backtest MASE: the controller passes its fitting window's,
-as the backtest uses each fold's; by default the champion's training scale), and whether the actual fell inside the 80%
-interval (q0.1..q0.9). They go to a long-lived "accuracy" run per series as
+as the backtest uses each fold's; by default the champion's training scale),
+and whether the actual fell inside the 80% interval (q0.1..q0.9). They go to a long-lived "accuracy" run per series as
 metric history, step = hour index since the epoch of the target time.
 
 Drift: when the mean scaled error over the last `window` targets of a horizon
@@ -137,8 +137,8 @@ def log_realized(series: str, forecasts: Mapping[pd.Timestamp, pd.DataFrame], ac
     """Log new realized errors as metric history; return (all errors, drift events).
 
     `scale`/`baseline` default to the champion version's tags (headroom.scale,
-    headroom.backtest_mase); baseline still comes from the champion when only `scale` is given. `on_drift(events)` (e.g. enqueue a `headroom train`)
-    is called after the events are logged. Targets already logged (tag LAST_TAG) are not
+    headroom.backtest_mase); baseline still comes from the champion when only `scale` is given.
+    `on_drift(events)` (e.g. enqueue a `headroom train`) is called after the events are logged. Targets already logged (tag LAST_TAG) are not
     logged again, so calling this every hour is idempotent.
     """
     tracker.connect()
