@@ -36,6 +36,7 @@ from forecast.backtest import AutoForecaster  # noqa: E402
 from forecast.history import at_own_step, load_history  # noqa: E402
 
 GPUS, PEAK, DAYS, SHORTAGE_TARGET = 128, 100, 7, 0.003
+MEAN_UTILIZATION_TARGET, ORACLE_GAP = 0.92, 0.02  # forecast's targets: mean utilization, points below the oracle
 TUNE_GRID = dict(target_quantiles=(0.05, 0.1, 0.3, 0.5), lead_times_seconds=(0.0, 900.0, 1800.0),
                  headroom_quantiles=(0.95, 0.99))
 COLUMNS = ("utilization", "inference_shortage", "shortage_over_capacity", "shortage_hours", "training_goodput",
@@ -239,7 +240,7 @@ def report(results, losses, tuned, buffers, bounds, year) -> str:
         ceiling = "-" if b["utilization_ceiling"] is None else f"{b['utilization_ceiling']:.3f}"
         oracle = results[trace]["oracle"]["utilization"]
         lines.append(f"| {trace} | {b['dispersion']:.3g} | {ceiling} | {results[trace]['forecast']['utilization']:.3f} "
-                     f"| {oracle:.3f} | {oracle - 0.02:.3f} |")
+                     f"| {oracle:.3f} | {oracle - ORACLE_GAP:.3f} |")
     forecast = {t: rows["forecast"] for t, rows in results.items()}
     over = sum(r["inference_shortage"] - r["shortage_over_capacity"] > SHORTAGE_TARGET for r in forecast.values())
     gaps = ", ".join(f"{t} {(r['utilization'] - results[t]['oracle']['utilization']) * 100:+.1f} points, cost "
@@ -291,14 +292,14 @@ def report(results, losses, tuned, buffers, bounds, year) -> str:
 
 def shot_noise_finding(results, bounds) -> str:
     """Where the shot-noise ceiling is below oracle - 2 points: that target is out of reach for any policy."""
-    out = [f"{t}: ceiling {b['utilization_ceiling']:.3f} < {results[t]['oracle']['utilization'] - 0.02:.3f}"
-           for t, b in bounds.items()
-           if b["utilization_ceiling"] is not None and b["utilization_ceiling"] < results[t]["oracle"]["utilization"] - 0.02]
+    needed = {t: results[t]["oracle"]["utilization"] - ORACLE_GAP for t in bounds}
+    out = [f"{t}: ceiling {b['utilization_ceiling']:.3f} < {needed[t]:.3f}" for t, b in bounds.items()
+           if b["utilization_ceiling"] is not None and b["utilization_ceiling"] < needed[t]]
     # the best any policy can do per trace: the oracle, or the shot-noise ceiling where it is lower
     best = [min(results[t]["oracle"]["utilization"], b["utilization_ceiling"] or 1.0) for t, b in bounds.items()]
-    mean_target = (f" The mean utilization target (0.92) is out of reach with it: the best mean any policy can "
-                   f"reach here is {np.mean(best):.3f} (each trace's oracle, or its ceiling where lower)."
-                   if np.mean(best) < 0.92 else "")
+    mean_target = (f" The mean utilization target ({MEAN_UTILIZATION_TARGET:g}) is out of reach with it: the best "
+                   f"mean any policy can reach here is {np.mean(best):.3f} (each trace's oracle, or its ceiling where "
+                   "lower)." if np.mean(best) < MEAN_UTILIZATION_TARGET else "")
     if not out:
         return "Shot noise alone does not put any trace's within-2-points target out of reach." + mean_target
     return ("Out of reach for any policy without step-level foresight, not only this one (" + "; ".join(out) +
