@@ -26,8 +26,8 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from controller.state import (ERROR_STAGES, HORIZONS, PREEMPTION_KINDS, RECONCILE_BUCKETS, ControllerState, PolicyState,
-                              StateHolder)
+from controller.state import ERROR_STAGES, PREEMPTION_KINDS, RECONCILE_BUCKETS, ControllerState, PolicyState, StateHolder
+from training.realized import HORIZONS
 
 # Horizon h is the forecast's h-th hour counting the current one as the first, as for the realized
 # error (training.realized): "1h" is the forecast for this hour, which the reservation in force uses.

@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields, replace
 import numpy as np
 import pandas as pd
 
-from controller.plan import HOUR, WorkloadPolicy, clamp, gpus_for, weekly_peak
+from planning.planner import HOUR, WorkloadPolicy, clamp, gpus_for, weekly_peak
 from forecast.base import Forecaster, check_quantile_frame
 
 POLICIES = ("forecast", "static", "reactive", "seasonal-naive", "oracle")

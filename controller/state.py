@@ -1,6 +1,6 @@
 """What the controller knows after its last reconcile: the one thing /metrics reads.
 
-The reconciler (controller/run.py) is the only writer. It builds a new
+The reconciler (controller/reconcile.py) is the only writer. It builds a new
 `ControllerState` value at the end of every reconcile and swaps it in whole
 (`StateHolder.publish`), so a scrape never sees half a reconcile and nothing
 goes stale between scrapes. Counters and the reconcile-duration histogram are
@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from controller.plan import Plan
-from training.realized import HORIZONS  # hours ahead for realized error (one definition, re-exported)
+from planning.planner import Plan
 
 RECONCILE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 PREEMPTION_KINDS = ("planned", "emergency")

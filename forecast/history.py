@@ -2,7 +2,7 @@
 
 Sources follow one small interface (`HistorySource.fetch() -> pd.Series`): a
 CSV/Parquet file is the embedded default, Prometheus the real one
-(forecast/prometheus.py). Whatever the source, `prepare()` turns the raw
+(adapters/prometheus.py). Whatever the source, `prepare()` turns the raw
 samples into a regular series at the forecast step and reports every repair.
 """
 from __future__ import annotations

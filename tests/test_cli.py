@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from controller.cli import main
+from cli.main import main
 from forecast.synthetic import synthetic_demand, write_csv
 
 
@@ -17,7 +17,7 @@ def history(tmp_path_factory):
 
 
 def test_help_is_fast_and_lists_commands():
-    out = subprocess.run([sys.executable, "-m", "controller.cli", "--help"], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-m", "cli.main", "--help"], capture_output=True, text=True, check=True)
     for command in ("forecast", "backtest", "simulate", "tune"):
         assert command in out.stdout
 

@@ -1,6 +1,7 @@
 import pytest
 
-from controller.config import ConfigError, load_config
+from cli.config import load_config
+from core.errors import ConfigError
 
 
 def test_defaults_are_valid():

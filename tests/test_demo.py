@@ -8,9 +8,9 @@ import re
 import pandas as pd
 import pytest
 
-from controller.cli import main
+from cli.main import main
 from controller.simulate import POLICIES
-from training.tracking import Tracker, registered_name
+from adapters.mlflow import Tracker, registered_name
 
 STAGES = ("history:", "trained:", "forecast:", "plan at", "simulated forecast", "simulated oracle", "tuning sweep",
           "report written")

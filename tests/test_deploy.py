@@ -23,9 +23,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from controller.cli import build_parser
-from controller.config import Config, load_config
-from controller.kube import KubeCluster, NotFound
+from cli.main import build_parser
+from cli.config import Config, load_config
+from adapters.kube import KubeCluster
+from core.errors import NotFound
 from tests.test_run_real import kube  # noqa: F401 -- a fixture: namespaces, ClusterQueue, Deployment, policy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -193,7 +194,7 @@ def test_examples_apply_with_server_side_dry_run(kube_admin, examples):
 
 def test_dry_run_catches_a_bad_manifest(kube_admin, examples):
     """The dry run is a real check: a policy the CRD schema refuses is rejected, not accepted."""
-    from controller.kube import Invalid
+    from core.errors import Invalid
 
     policy = copy.deepcopy(only(examples, "ReservationPolicy"))
     policy["spec"]["mode"] = "aggressive"
@@ -237,7 +238,7 @@ def attrs(verb: str, group: str, resource: str, subresource: str = "", namespace
 
 
 def needed(lease_namespace: str, lease_name: str) -> list[dict]:
-    """Every request controller/kube.py makes (KubeCluster, LeaseElector)."""
+    """Every request adapters/kube.py makes (KubeCluster, LeaseElector)."""
     kueue, rp = "kueue.x-k8s.io", "headroom.dev"
     return [
         attrs("get", kueue, "clusterqueues", name="training-research"),
@@ -499,7 +500,7 @@ def test_dockerfile_runs_headroom():
     assert re.search(r"^FROM python:3\.11-slim\b", text, re.M)
     assert re.search(r'^ENTRYPOINT \["headroom"\]$', text, re.M) and re.search(r'^CMD \["run"\]$', text, re.M)
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts["headroom"] == "controller.cli:main"
+    assert scripts["headroom"] == "cli.main:main"
 
 
 def test_docker_context_builds_the_package(tmp_path):
@@ -521,17 +522,21 @@ def test_docker_context_builds_the_package(tmp_path):
     assert done.returncode == 0, done.stderr
     (wheel,) = (tmp_path / "wheels").glob("headroom-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    assert "controller/cli.py" in names and "forecast/history.py" in names and "training/pipeline.py" in names
+    assert "cli/main.py" in names and "forecast/history.py" in names and "training/pipeline.py" in names
+    packages = {n.split("/")[0] for n in names if n.endswith("/__init__.py")}
+    assert packages == {"core", "forecast", "planning", "adapters", "controller", "training", "dashboards", "cli"}
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
-    assert "headroom = controller.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "headroom = cli.main:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
 
 def test_the_controller_loop_runs_on_exactly_these_permissions(granted, kube, kube_admin, base, prometheus_server,
                                                                 tmp_path):
     """Not only the access reviews: a whole reconcile -- policies, demand, quota, scale, evictions, status,
     events and the Lease -- as a user holding nothing but the shipped roles."""
-    from controller.config import PrometheusServer, RunConfig
-    from controller.run import Loop, PrometheusDemand, Reconciler
+    from core.settings import PrometheusServer, RunConfig
+    from adapters.prometheus import PrometheusDemand
+    from controller.loop import Loop
+    from controller.reconcile import Reconciler
     from tests.test_run_real import MONDAY_7AM, NS, QUEUE, admit
 
     for i in range(12):

@@ -1,4 +1,4 @@
-"""controller.kube.KubeCluster against a real kube-apiserver 1.20 + etcd (RBAC on)."""
+"""adapters.kube.KubeCluster against a real kube-apiserver 1.20 + etcd (RBAC on)."""
 from __future__ import annotations
 
 import threading
@@ -7,7 +7,9 @@ import time
 import pytest
 
 from tests.servers.fixtures import CRD_PATH, crd_documents
-from controller.kube import (Condition, Conflict, Invalid, KubeCluster, KubeError, ObjectRef, PolicyStatus)
+from adapters.kube import KubeCluster
+from core.errors import ClusterError, Conflict, Invalid
+from core.objects import Condition, ObjectRef, PolicyStatus
 
 NS = "headroom-test"
 RP = KubeCluster.custom_path("headroom.dev", "v1alpha1", "reservationpolicies", namespace=NS)
@@ -118,7 +120,7 @@ def test_quota_set_idempotently(cluster):
     resources = after["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
     assert resources[0] == {"name": "cpu", "nominalQuota": "64"}  # other resources untouched
     assert resources[1]["lendingLimit"] == 8
-    with pytest.raises(KubeError, match="no example.com/tpu quota"):
+    with pytest.raises(ClusterError, match="no example.com/tpu quota"):
         cluster.set_cluster_queue_quota("training", 1, resource="example.com/tpu")
 
 
@@ -189,7 +191,7 @@ def test_deployment_scale_and_hpa_min_replicas(cluster):
     assert cluster.set_hpa_min_replicas(NS, "chat", 4) is False
     hpa = cluster.get(f"/apis/autoscaling/v1/namespaces/{NS}/horizontalpodautoscalers/chat")
     assert hpa["spec"]["minReplicas"] == 4
-    with pytest.raises(KubeError, match="maxReplicas"):
+    with pytest.raises(ClusterError, match="maxReplicas"):
         cluster.set_hpa_min_replicas(NS, "chat", 11)
 
 
@@ -275,7 +277,7 @@ def test_rbac_is_real_forbidden_is_not_retried(kube_server):
     api = kube_server.apiserver
     viewer = KubeCluster.from_token(api.host, api.viewer_token, ca_file=str(api.ca_file), retries=5,
                                     sleep=lambda s: pytest.fail("403 must not be retried"))
-    with pytest.raises(KubeError) as info:
+    with pytest.raises(ClusterError) as info:
         viewer.list_reservation_policies(NS)
     assert info.value.status == 403
     viewer.close()

@@ -13,8 +13,8 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from controller import metrics as m
-from controller.plan import Observation, Plan, Policy, RunningJob, Snapshot, WorkloadPolicy, plan
-from controller.queue import Job, TeamQuota
+from planning.planner import Observation, Plan, Policy, RunningJob, Snapshot, WorkloadPolicy, plan
+from planning.queue import Job, TeamQuota
 from controller.state import RECONCILE_BUCKETS, ControllerState, PolicyState, StateHolder, TeamState
 
 NOW = pd.Timestamp("2026-01-08 10:07", tz="UTC")

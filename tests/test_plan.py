@@ -2,8 +2,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from controller.plan import Observation, Policy, RunningJob, Snapshot, WorkloadPolicy, plan
-from controller.queue import Job, TeamQuota, allocate
+from planning.planner import Observation, Policy, RunningJob, Snapshot, WorkloadPolicy, plan
+from planning.queue import Job, TeamQuota, allocate
 
 NOW = pd.Timestamp("2026-01-08 10:07", tz="UTC")
 

@@ -4,8 +4,8 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.plan import Observation, Policy, RunningJob, Snapshot, WorkloadPolicy, plan
-from controller.queue import Job, TeamQuota
+from planning.planner import Observation, Policy, RunningJob, Snapshot, WorkloadPolicy, plan
+from planning.queue import Job, TeamQuota
 
 NOW = pd.Timestamp("2026-03-02 13:41", tz="UTC")
 H = 6

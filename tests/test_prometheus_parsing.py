@@ -4,7 +4,7 @@ from datetime import datetime, timezone
 import pandas as pd
 import pytest
 
-from forecast.prometheus import MAX_POINTS, PrometheusError, PrometheusSource, chunk_ranges, parse_matrix
+from adapters.prometheus import MAX_POINTS, PrometheusError, PrometheusSource, chunk_ranges, parse_matrix
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 

@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import forecast.prometheus as promsrc
-from forecast.prometheus import PrometheusError, PrometheusSource
+import adapters.prometheus as promsrc
+from adapters.prometheus import PrometheusError, PrometheusSource
 from tests.servers.prometheus import METRIC
 
 
@@ -103,7 +103,7 @@ def test_report_and_simulate_read_live_history_from_prometheus(prometheus_server
     """`headroom report` on a live history: the demand query answered by a real Prometheus over a past window."""
     import yaml
 
-    from controller.cli import main
+    from cli.main import main
 
     config = tmp_path / "prom.yaml"
     config.write_text(yaml.safe_dump({"history": {"prometheus": {

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.cli import main
+from cli.main import main
 from controller.simulate import POLICIES, SimSettings
 from controller.tune import tune
 from dashboards.report import comparison_table, compare_policies, render_report

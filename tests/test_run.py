@@ -1,4 +1,4 @@
-"""The controller loop on the embedded cluster (controller.cluster.InMemoryCluster).
+"""The controller loop on the embedded cluster (adapters.embedded.InMemoryCluster).
 
 Each behaviour here is proven against the real API server and Prometheus in
 tests/test_run_real.py; this file covers the decisions, fast.
@@ -8,11 +8,12 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from controller.cluster import InMemoryCluster
-from controller.config import RunConfig
-from controller.kube import WorkloadInfo
-from controller.run import FileDemand, Reconciler, parse_policies
-from forecast.prometheus import PrometheusError
+from adapters.embedded import InMemoryCluster
+from core.settings import RunConfig
+from core.objects import WorkloadInfo
+from controller.demand import FileDemand
+from controller.reconcile import Reconciler, parse_policies
+from adapters.prometheus import PrometheusError
 from forecast.synthetic import synthetic_demand, write_csv
 from training.realized import ForecastLog
 from tests.test_training import mlflow_server  # noqa: F401 -- the real `mlflow server` fixture
@@ -149,10 +150,10 @@ class FailingDemand:
     def __init__(self, inner):
         self.inner, self.fail = inner, False
 
-    def read(self, policy, start, end):
+    def read(self, key, query, start, end):
         if self.fail:
             raise PrometheusError("Prometheus at http://prometheus:9090 failed: connection refused")
-        return self.inner.read(policy, start, end)
+        return self.inner.read(key, query, start, end)
 
 
 def test_demand_outage_keeps_the_forecast_then_falls_back_and_never_lowers_the_reservation(demand_file, tmp_path):
@@ -246,11 +247,12 @@ def test_the_loop_serves_the_champion_logs_realized_error_and_retrains_on_drift(
     """MLflow in the loop, on a local sqlite store and a real `mlflow server`: the controller forecasts with
     the registered champion, logs realized error as metric history, and when demand doubles (drift) it
     retrains in the background; the new version is registered without touching the loop."""
-    from controller.run import BackgroundTrainer, Models
+    from controller.forecasts import Models
+    from controller.loop import BackgroundTrainer
     from forecast.history import prepare
     from tests.test_training import champion_version, client
     from training.pipeline import TrainSettings, train_series
-    from training.tracking import Tracker
+    from adapters.mlflow import Tracker
 
     start = MONDAY_6AM - pd.Timedelta(days=2)
     drifted = DEMAND.copy()
@@ -286,7 +288,7 @@ def test_the_loop_serves_the_champion_logs_realized_error_and_retrains_on_drift(
 
 
 def test_retraining_runs_on_its_schedule(demand_file, tmp_path):
-    from training.tracking import Tracker
+    from adapters.mlflow import Tracker
 
     cluster, r = make(demand_file, tmp_path, retrain_every_seconds=2 * 3600)
     r.tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}")
@@ -324,11 +326,11 @@ def test_a_mostly_missing_last_hour_is_degraded_data(demand_file, tmp_path):
 
 
 def test_mlflow_down_keeps_the_last_champion_and_the_loop_serving(demand_file, tmp_path):
-    from controller.run import Models
+    from controller.forecasts import Models
     from forecast.history import prepare
     from tests.mlflow_server import MlflowServer
     from training.pipeline import TrainSettings, train_series
-    from training.tracking import Tracker
+    from adapters.mlflow import Tracker
 
     server = MlflowServer(tmp_path / "mlflow")
     try:
@@ -357,9 +359,9 @@ class CountingDemand:
     def __init__(self, inner):
         self.inner, self.windows = inner, []
 
-    def read(self, policy, start, end):
+    def read(self, key, query, start, end):
         self.windows.append((start, end))
-        return self.inner.read(policy, start, end)
+        return self.inner.read(key, query, start, end)
 
 
 def test_the_lookback_is_read_once_an_hour_and_only_new_samples_in_between(demand_file, tmp_path):
@@ -375,5 +377,5 @@ def test_the_lookback_is_read_once_an_hour_and_only_new_samples_in_between(deman
     # ...and it is exactly what one full read at 06:55 returns.
     (chat,), _ = parse_policies(cluster.list_reservation_policies())
     end = MONDAY_6AM + pd.Timedelta(minutes=55)
-    full = FileDemand({"inference/chat": demand_file}).read(chat, end - pd.Timedelta(days=28), end)
+    full = FileDemand({"inference/chat": demand_file}).read(chat.key, chat.spec.query, end - pd.Timedelta(days=28), end)
     pd.testing.assert_series_equal(held, full.astype(float), check_names=False, check_freq=False)

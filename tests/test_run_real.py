@@ -12,9 +12,12 @@ import threading
 import pandas as pd
 import pytest
 
-from controller.config import PrometheusServer, RunConfig
-from controller.kube import EVICTED_BY_PLAN, KubeCluster, ObjectRef
-from controller.run import Loop, PrometheusDemand, Reconciler
+from core.settings import PrometheusServer, RunConfig
+from adapters.kube import EVICTED_BY_PLAN, KubeCluster
+from core.objects import ObjectRef
+from adapters.prometheus import PrometheusDemand
+from controller.loop import Loop
+from controller.reconcile import Reconciler
 from tests.servers.prometheus import METRIC
 from training.realized import ForecastLog
 
@@ -246,7 +249,7 @@ def test_headroom_run_command_serves_probes_and_metrics_and_stops_cleanly(kube_s
         "forecast_log_dir": str(tmp_path / "log"), "retrain_every_seconds": 0,
         "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"}}))
     kubeconfig = kube_server.apiserver.kubeconfig(tmp_path / "kubeconfig")
-    proc = subprocess.Popen([sys.executable, "-m", "controller.cli", "run", "--config", str(config),
+    proc = subprocess.Popen([sys.executable, "-m", "cli.main", "run", "--config", str(config),
                              "--kubeconfig", str(kubeconfig), "--metrics-port", str(port)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -286,7 +289,7 @@ def test_the_trace_s_own_outage_is_stale_data_then_recovers_and_queries_are_chun
                                                                                     tmp_path, monkeypatch):
     """The NASA trace has a real 3.5-day gap (1995-07-28 17:00 to 08-01 04:00). At a 1-minute step the
     28-day lookback is 40,000 points: the controller's query must be split under the 11,000-point limit."""
-    import forecast.prometheus as promsrc
+    import adapters.prometheus as promsrc
 
     chunks = []
     original = promsrc.chunk_ranges

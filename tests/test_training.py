@@ -16,7 +16,7 @@ from forecast.models import MODELS
 from tests.mlflow_server import MlflowServer, free_port
 from training.pipeline import TrainingError, TrainSettings, load_champion, train_series
 from training.realized import ForecastLog, log_realized
-from training.tracking import Tracker, TrackingError, TrainingLocked
+from adapters.mlflow import Tracker, TrackingError, TrainingLocked
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = TrainSettings(horizon=24, folds=2, step=24, candidates=("snaive24",), quantiles=(0.1, 0.5, 0.9),
@@ -218,9 +218,9 @@ def test_cmd_train_cli(sqlite_uri, tmp_path, capsys):
     import argparse
     import json
 
-    from controller.config import load_config
+    from cli.config import load_config
     from forecast.synthetic import write_csv
-    from training.pipeline import cmd_train
+    from cli.train import cmd_train
 
     write_csv(demand(), tmp_path / "gpu.csv")
     cfg = load_config(None, {"backtest.folds": 2})
@@ -240,7 +240,7 @@ def test_the_example_configuration_trains_and_the_controller_serves_its_champion
     with the default MLflow store (sqlite under the working directory)."""
     import shutil
 
-    from controller.cli import main
+    from cli.main import main
 
     shutil.copytree(ROOT / "examples", tmp_path / "examples")
     monkeypatch.chdir(tmp_path)

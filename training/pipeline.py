@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -24,7 +23,7 @@ import pandas as pd
 
 from forecast.base import Forecaster, check_quantile_frame
 from forecast.metrics import coverage, mase, pinball, seasonal_scale, smape
-from training.tracking import Tracker, TrackingError, TrainingLocked, experiment_name, registered_name
+from adapters.mlflow import Tracker, TrackingError, experiment_name, registered_name
 
 DAY = 24
 SCORED_QUANTILES = (0.05, 0.1, 0.5, 0.9, 0.95)
@@ -352,61 +351,3 @@ def load_champion(name: str, tracking_uri: str | None = None):
     except AttributeError:
         pass
     return model
-
-
-# -- CLI --------------------------------------------------------------------------------------------------
-def settings_from_config(cfg) -> TrainSettings:
-    t = getattr(cfg, "training", None)
-    bt, fc = cfg.backtest, cfg.forecast
-    kw: dict[str, Any] = {"horizon": bt.horizon, "folds": bt.folds, "step": bt.step,
-                          "quantiles": tuple(fc.quantiles), "statistic": cfg.history.statistic}
-    if t is not None:
-        for f in ("candidates", "objective", "target_quantile", "promotion_margin", "lock_ttl_seconds"):
-            if getattr(t, f, None) is not None:
-                kw[f] = tuple(getattr(t, f)) if f == "candidates" else getattr(t, f)
-    return TrainSettings(**kw)
-
-
-def cmd_train(cfg, args) -> int:
-    """`headroom train [--config FILE] [--history FILE --name SERIES] [--tracking-uri URI] [--json]`.
-
-    Exit 0 all trained, 1 a training failed (store down, unusable data, locked);
-    the champion of a failed series is untouched.
-    """
-    from controller.cli import load_series
-    from forecast.history import HistoryError
-
-    now = datetime.now(timezone.utc)
-    t = getattr(cfg, "training", None)
-    uri = getattr(args, "tracking_uri", None) or getattr(t, "tracking_uri", None)
-    settings = settings_from_config(cfg)
-    jobs: list[tuple[str, Callable[[], pd.Series]]] = []
-    h = cfg.history
-
-    def from_file(path):
-        # The configured cleaning, applied to this file instead of history.file.
-        one = cfg.model_copy(update={"history": h.model_copy(update={"file": Path(path), "prometheus": None})})
-        return lambda: load_series(one, now)[0]
-
-    if getattr(args, "history", None):
-        jobs.append((getattr(args, "name", None) or Path(args.history).stem, from_file(args.history)))
-    elif getattr(t, "series", None):
-        for s in t.series:
-            jobs.append((s.name, from_file(s.file)))
-    else:
-        jobs.append((getattr(args, "name", None) or getattr(t, "name", None) or "demand",
-                     lambda: load_series(cfg, now)[0]))
-    tracker = Tracker(uri)
-    status, out = 0, []
-    for name, load in jobs:
-        try:
-            result = train_series(name, load(), settings, tracker, now)
-            out.append(result.to_json())
-            print(f"{name}: {result.selected} {result.objective}={result.score:.4f} -> v{result.version} "
-                  f"{'PROMOTED' if result.promoted else 'not promoted'}: {result.reason}", file=sys.stderr)
-        except (TrackingError, TrainingError, TrainingLocked, HistoryError, OSError) as exc:
-            status = 1
-            out.append({"name": name, "error": f"{type(exc).__name__}: {exc}"})
-            print(f"{name}: training failed: {exc}", file=sys.stderr)
-    print(json.dumps(out if len(out) > 1 else out[0], indent=2))
-    return status

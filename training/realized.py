@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from training.tracking import Tracker, experiment_name, registered_name
+from adapters.mlflow import Tracker, experiment_name, registered_name
 
 HORIZONS = (1, 6, 24)
 LAST_TAG = "headroom.accuracy.last_target"

@@ -97,7 +97,7 @@ def kube_admin(kube_server, crd_dir):
     """A system:masters KubeCluster on the real API server, with headroom's and Kueue's CRDs established."""
     import time
 
-    from controller.kube import KubeCluster
+    from adapters.kube import KubeCluster
 
     kube = KubeCluster.from_kubeconfig(str(kube_server.apiserver.kubeconfig()), request_timeout=5)
     for crd in crd_documents(crd_dir):

@@ -1,4 +1,4 @@
-"""`headroom run`: the controller loop. Demand in, plan, act on the cluster, publish what it did.
+"""One reconcile of the controller: demand in, plan, act on the cluster, publish what it did.
 
 One reconcile, at a `now` the caller passes in:
   1. read the ReservationPolicies; an invalid one gets its status and a Warning
@@ -8,7 +8,7 @@ One reconcile, at a `now` the caller passes in:
      the forecast log; on a failed read keep the last good forecast for a bounded
      time, then let the planner fall back to a conservative reservation;
   3. snapshot the training workloads of the policies' ClusterQueues and plan all
-     workloads at once (controller.plan, pure);
+     workloads at once (planning.planner, pure);
   4. act, for `active` policies only: the inference reservation (Deployment
      replicas, HPA minReplicas or ClusterQueue quota), the training queues'
      quota (the slack), and the preemptions due now -- each re-validated by
@@ -24,27 +24,25 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-import os
-import pickle
-import signal
-import socket
-import sys
-import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import Protocol
+from dataclasses import dataclass, replace
 
 import pandas as pd
 
-from controller.cluster import Cluster, Elector, InMemoryCluster
-from controller.config import ConfigError, PolicySpec, duration, PrometheusServer, RunConfig, parse_policy_spec
-from controller.kube import Condition, KubeError, ObjectRef, PolicyStatus, WorkloadInfo
-from controller.plan import Observation, Plan, Policy, RunningJob, Snapshot, WorkloadPolicy, plan
-from controller.queue import Job, TeamQuota
-from controller.state import ERROR_STAGES, HORIZONS, RECONCILE_BUCKETS, ControllerState, PolicyState, StateHolder, TeamState
+from controller.demand import DemandReader
+from controller.forecasts import CachedForecast, Models
+from controller.state import ERROR_STAGES, RECONCILE_BUCKETS, ControllerState, PolicyState, StateHolder, TeamState
+from core.cluster import Cluster
+from core.errors import ClusterError, ConfigError
+from core.objects import Condition, ObjectRef, PolicyStatus, WorkloadInfo
+from core.settings import PolicySpec, RunConfig, duration, parse_policy_spec
+from forecast.history import HistoryError, prepare
+from forecast.metrics import seasonal_scale
+from adapters.prometheus import PrometheusError
+from planning.planner import Observation, Plan, Policy, RunningJob, Snapshot, WorkloadPolicy, plan
+from planning.queue import Job, TeamQuota
+from training.realized import HORIZONS, log_realized, realized_errors
 
 log = logging.getLogger(__name__)
 
@@ -90,90 +88,6 @@ def parse_policies(objects: list[dict]) -> tuple[list[PolicyObject], dict[Object
             continue
         valid.append(PolicyObject(ref, int(obj["metadata"].get("generation", 0) or 0), spec, obj.get("status") or {}))
     return valid, invalid
-
-
-def embedded_policies(cfg: RunConfig) -> list[dict]:
-    """The config's policies as ReservationPolicy objects for the embedded cluster."""
-    return [{"apiVersion": "headroom.dev/v1alpha1", "kind": "ReservationPolicy",
-             "metadata": {"name": p.name, "namespace": p.namespace, "generation": 1},
-             "spec": p.spec.model_dump(by_alias=True, exclude_none=True)} for p in cfg.policies]
-
-
-# --------------------------------------------------------------------------- demand
-class DemandReader(Protocol):
-    def read(self, policy: PolicyObject, start: pd.Timestamp, end: pd.Timestamp) -> pd.Series:
-        """Raw demand samples in (start, end], UTC index; NaN = missing."""
-
-
-def prometheus_source(server: PrometheusServer, query: str, start, end):
-    from forecast.prometheus import PrometheusSource
-
-    token = server.bearer_token_file.read_text().strip() if server.bearer_token_file else None
-    return PrometheusSource(url=server.url, query=query, start=start, end=end, step=server.step, bearer_token=token,
-                            ca_file=str(server.ca_file) if server.ca_file else None,
-                            insecure_skip_verify=server.insecure_skip_verify,
-                            timeout_seconds=server.timeout_seconds, retries=server.retries)
-
-
-@dataclass
-class PrometheusDemand:
-    server: PrometheusServer
-
-    def read(self, policy: PolicyObject, start: pd.Timestamp, end: pd.Timestamp) -> pd.Series:
-        raw = prometheus_source(self.server, policy.spec.query, start.to_pydatetime(), end.to_pydatetime()).fetch()
-        return raw[raw.index > start]
-
-
-@dataclass
-class FileDemand:
-    """The embedded source: each policy's demand replayed from a file, never past `end` (no look-ahead)."""
-    files: Mapping[str, Path]  # policy key -> file
-    _loaded: dict[str, pd.Series] = field(default_factory=dict, repr=False)
-
-    def read(self, policy: PolicyObject, start: pd.Timestamp, end: pd.Timestamp) -> pd.Series:
-        from forecast.history import HistoryError, load_history
-
-        if policy.key not in self.files:
-            raise HistoryError(f"no history file for policy {policy.key}")
-        if policy.key not in self._loaded:
-            self._loaded[policy.key] = load_history(self.files[policy.key])
-        raw = self._loaded[policy.key]
-        return raw[(raw.index > start) & (raw.index <= end)]
-
-
-# --------------------------------------------------------------------------- forecasts
-@dataclass(frozen=True)
-class CachedForecast:
-    frame: pd.DataFrame        # hour starts x quantiles
-    made_at: pd.Timestamp
-    model: str
-    generation: int
-    scale: float               # seasonal-24 scale of the fitting window (realized error is divided by it)
-
-
-@dataclass
-class Models:
-    """The forecaster for a series: the MLflow champion (refit on fresh history), else automatic selection.
-    An unreachable MLflow keeps the last champion loaded."""
-    tracking_uri: str | None = None
-    _champions: dict[str, object] = field(default_factory=dict, repr=False)
-
-    def for_series(self, series: str):
-        from forecast.backtest import AutoForecaster
-
-        if self.tracking_uri:
-            from training.pipeline import TrainingError, load_champion
-            from training.tracking import TrackingError
-
-            try:
-                self._champions[series] = load_champion(series, self.tracking_uri)
-            except (TrainingError, TrackingError) as exc:
-                log.debug("%s: no champion from %s (%s)", series, self.tracking_uri, exc)
-            if series in self._champions:
-                champion = self._champions[series]
-                meta = getattr(champion, "headroom_meta", {})
-                return pickle.loads(pickle.dumps(champion)), f"champion v{meta.get('version', '?')}"
-        return AutoForecaster("fast", horizon=24), "auto"
 
 
 # --------------------------------------------------------------------------- the reconciler
@@ -250,15 +164,11 @@ class Reconciler:
     def _event(self, about: ObjectRef, reason: str, message: str, type: str = "Normal") -> None:
         try:
             self.cluster.emit_event(about, reason, message, type=type)
-        except KubeError as exc:
+        except ClusterError as exc:
             self._error("events", f"{about.kind} {about.name}", exc)
 
     # -- 2. demand and forecast
     def _observe(self, p: PolicyObject, now: pd.Timestamp) -> _PolicyRun:
-        from forecast.history import HistoryError, prepare
-        from forecast.metrics import seasonal_scale
-        from forecast.prometheus import PrometheusError
-
         lookback = duration(self.cfg.prometheus.lookback if self.cfg.prometheus else "28d")
         degraded = None
         try:
@@ -307,12 +217,12 @@ class Reconciler:
         since the newest one held, so a reconcile a minute does not re-read weeks of history."""
         held = self._raw.get(p.key)
         if held is None or self._full_read.get(p.key) != now.floor("h") or held.index[-1] > now:
-            raw = self.demand.read(p, now - lookback, now).astype(float)
+            raw = self.demand.read(p.key, p.spec.query, now - lookback, now).astype(float)
             self._full_read[p.key] = now.floor("h")
             return raw
         # whole steps back from the newest sample, so the new samples land on the same grid
         overlap = 3 * duration(self.cfg.prometheus.step) if self.cfg.prometheus else READ_OVERLAP
-        fresh = self.demand.read(p, held.index[-1] - overlap, now).astype(float)
+        fresh = self.demand.read(p.key, p.spec.query, held.index[-1] - overlap, now).astype(float)
         kept = held[(held.index > now - lookback) & (held.index < (fresh.index[0] if len(fresh) else now))]
         return pd.concat([kept, fresh])
 
@@ -364,7 +274,7 @@ class Reconciler:
         started = time.monotonic()
         try:
             state = self._reconcile(now)
-        except KubeError as exc:  # the API server is down or refusing: nothing was half-applied we cannot redo
+        except ClusterError as exc:  # the API server is down or refusing: nothing was half-applied we cannot redo
             self._error("cluster", "reconcile", exc)
             state = replace(self.holder.get(), leader=True)
         except Exception as exc:  # noqa: BLE001 - a bug must not stop the loop: log it whole, count it, go on
@@ -427,7 +337,7 @@ class Reconciler:
                         self._event(r.policy.ref, "ReservationChanged",
                                     f"reserved {before} -> {gpus} GPUs on {r.policy.spec.target.kind} "
                                     f"{r.policy.spec.target.name}: {res.reason}")
-                except KubeError as exc:
+                except ClusterError as exc:
                     self._error("actuate", r.policy.key, exc)
                     failures[r.policy.key] = str(exc)
                     self._event(r.policy.ref, "ActuationFailed", str(exc), "Warning")
@@ -439,14 +349,14 @@ class Reconciler:
         for q, gpus in inference_quota.items():
             try:
                 self.cluster.set_cluster_queue_quota(q, gpus)
-            except KubeError as exc:
+            except ClusterError as exc:
                 self._error("actuate", f"ClusterQueue {q}", exc)
         held_back = sum(applied.values()) - sum(res.gpus for res in hour0.values())  # degraded: lend less
         for q, gpus in _shares(max(slack - held_back, 0), self._weights(sorted(owners))).items():
             try:
                 if self.cluster.set_cluster_queue_quota(q, gpus):
                     self._event(owners[q], "SlackLent", f"ClusterQueue {q} quota -> {gpus} GPUs (slack {slack})")
-            except KubeError as exc:
+            except ClusterError as exc:
                 self._error("actuate", f"ClusterQueue {q}", exc)
         self._preempt(the_plan, runs, forecasts, policy, queues, infos, owners, now, plan_id)
 
@@ -489,7 +399,7 @@ class Reconciler:
             try:
                 if not self.cluster.evict_workload(w.namespace, w.name, x.reason, plan_id):
                     continue
-            except KubeError as exc:
+            except ClusterError as exc:
                 self._error("preempt", x.job_id, exc)
                 continue
             self._preemptions[x.kind] = self._preemptions.get(x.kind, 0) + 1
@@ -507,7 +417,7 @@ class Reconciler:
         for q in queues:
             try:
                 quota = self.cluster.get_cluster_queue_quota(q)
-            except KubeError:
+            except ClusterError:
                 quota = next(t.quota_gpus for t in policy.teams if t.team == q)
             used = sum(x.job.gpus for x in snapshot.running if x.job.team == q)
             seconds, borrowed_seconds, preempted = self._team_seconds.get(q, (0.0, 0.0, 0))
@@ -556,7 +466,7 @@ class Reconciler:
     def _status(self, ref: ObjectRef, status: PolicyStatus) -> None:
         try:
             self.cluster.patch_policy_status(ref.namespace, ref.name, status)
-        except KubeError as exc:
+        except ClusterError as exc:
             self._error("status", _ref_key(ref), exc)
 
     # -- accuracy over time
@@ -564,8 +474,6 @@ class Reconciler:
         """Recent realized error per horizon (and 80% coverage); to MLflow, with drift, when tracking is on."""
         if self.forecast_log is None or r.forecast is None or r.hourly.dropna().empty:
             return {}, {}
-        from training.realized import log_realized, realized_errors
-
         hour = now.floor("h")
         done = self._accuracy.get(r.policy.series)
         if done is not None and done[0] == hour:  # actuals arrive hourly: once per hour is enough
@@ -604,261 +512,3 @@ class Reconciler:
         if due:
             self._last_trained[r.policy.series] = now
             self.retrain(r.policy.series, r.hourly, now)
-
-
-# --------------------------------------------------------------------------- retraining in the background
-@dataclass
-class BackgroundTrainer:
-    """One training at a time, off the reconcile path; a failed one leaves the champion as it was."""
-    tracking_uri: str
-    settings: object  # training.pipeline.TrainSettings
-    _pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, "headroom-train"), repr=False)
-    _running: dict[str, Future] = field(default_factory=dict, repr=False)
-
-    def __call__(self, series: str, history: pd.Series, now: pd.Timestamp) -> None:
-        if series in self._running and not self._running[series].done():
-            return
-        self._running[series] = self._pool.submit(self._train, series, history.copy(), now)
-
-    def _train(self, series, history, now):
-        from training.pipeline import train_series
-        from training.tracking import Tracker
-
-        try:
-            result = train_series(series, history, self.settings, Tracker(self.tracking_uri), now.to_pydatetime())
-            log.info("%s: retrained: %s v%s %s", series, result.selected, result.version,
-                     "promoted" if result.promoted else "not promoted")
-        except Exception as exc:  # noqa: BLE001 - report, keep the champion
-            log.warning("%s: retraining failed, champion unchanged: %s", series, exc)
-
-    def wait(self) -> None:
-        for f in list(self._running.values()):
-            f.result()
-
-
-# --------------------------------------------------------------------------- the loop
-@dataclass
-class Loop:
-    """Leader election + a reconcile every `interval`; health for the probes."""
-    reconciler: Reconciler
-    elector: Elector
-    interval: float
-    lease_seconds: float = 15.0
-    clock: Callable[[], pd.Timestamp] = field(default=lambda: pd.Timestamp.now(tz="UTC"))
-    stop: threading.Event = field(default_factory=threading.Event)
-    _beat: float = field(default_factory=time.monotonic)
-    _reconciled: bool = False
-    _leading: bool = False
-    _settled: bool = False  # one election round done: leading with a reconcile behind it, or standing by
-
-    def healthy(self) -> bool:
-        return time.monotonic() - self._beat < 3 * max(self.interval, self.lease_seconds)
-
-    def ready(self) -> bool:
-        return self._settled
-
-    def run(self, once: bool = False) -> None:
-        next_reconcile = 0.0
-        while not self.stop.is_set():
-            self._beat = time.monotonic()
-            try:
-                self._leading = self.elector.try_acquire_or_renew()
-            except KubeError as exc:
-                log.warning("leader election: %s", exc)
-                self._leading = False
-            if self._leading and time.monotonic() >= next_reconcile:
-                self.reconciler.reconcile(self.clock())
-                self._reconciled = True
-                next_reconcile = time.monotonic() + self.interval
-            elif not self._leading:
-                self.reconciler.holder.publish(replace(self.reconciler.holder.get(), leader=False))
-            self._settled = self._reconciled or not self._leading
-            if once:
-                break
-            self.stop.wait(min(self.interval, self.lease_seconds / 3))
-        self.elector.release()
-
-
-# --------------------------------------------------------------------------- CLI
-def add_parser(sub) -> None:
-    p = sub.add_parser("run", help="the controller: forecast, plan and act on the cluster in a loop")
-    where = p.add_mutually_exclusive_group()
-    where.add_argument("--kubeconfig", help="act on the Kubernetes cluster of this kubeconfig (run.kubeconfig)")
-    where.add_argument("--in-cluster", action="store_true", help="act on the cluster this pod runs in")
-    p.add_argument("--once", action="store_true", help="one reconcile, then exit")
-    p.add_argument("--hours", type=int, help="simulated cluster only: replay this many hours from --now, fast")
-    p.add_argument("--now", help="simulated cluster only: the clock's start (ISO-8601; default: the history's end - --hours)")
-    p.add_argument("--metrics-port", type=int, help="port of /metrics, /healthz, /readyz (run.metrics_port, 9108)")
-    p.set_defaults(run=cmd_run, overrides=lambda a: {
-        "run.cluster": "kubernetes" if (a.kubeconfig or a.in_cluster) else None, "run.kubeconfig": a.kubeconfig,
-        "run.metrics_port": a.metrics_port})
-
-
-def add_plan_parser(sub) -> None:
-    p = sub.add_parser("plan", help="what the controller would do now: the plan per hour with its reasons "
-                                    "(run.policies and their history files; changes nothing)")
-    p.add_argument("--now", help="the plan's moment (ISO-8601; default: where the histories end)")
-    p.add_argument("--hours", type=int, default=6, help="hours of the plan to show (default 6)")
-    p.add_argument("--json", action="store_true", help="one JSON object")
-    p.set_defaults(run=cmd_plan, overrides=lambda a: {})
-
-
-def _kube(cfg: RunConfig, in_cluster: bool):
-    from controller.kube import KubeCluster
-
-    if in_cluster or (cfg.kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST")):
-        return KubeCluster.in_cluster()
-    return KubeCluster.from_kubeconfig(str(cfg.kubeconfig) if cfg.kubeconfig else None)
-
-
-def _tracking_uri(cfg) -> str:
-    from training.tracking import resolve_uri
-
-    return resolve_uri(cfg.run.tracking_uri or cfg.training.tracking_uri)
-
-
-def embedded(r: RunConfig) -> tuple[InMemoryCluster, FileDemand]:
-    """The embedded cluster holding `run.policies` (every ClusterQueue they name, at quota 0, and a
-    saturated training backlog), and their demand replayed from their history files."""
-    cluster = InMemoryCluster(policies=embedded_policies(r), backlog_gpus=r.capacity_gpus)
-    for p in r.policies:
-        target_queue = p.spec.target.name if p.spec.target.kind == "ClusterQueue" else None
-        for q in {*p.spec.training_cluster_queues, target_queue, p.spec.inference_cluster_queue} - {None}:
-            cluster.quotas.setdefault(q, 0)
-    return cluster, FileDemand({f"{p.namespace}/{p.name}": p.history_file for p in r.policies})
-
-
-def build(cfg, in_cluster: bool = False) -> tuple[Reconciler, Cluster]:
-    """The reconciler for this configuration, on the real cluster or the embedded one."""
-    from training.pipeline import settings_from_config
-    from training.realized import ForecastLog
-    from training.tracking import Tracker
-
-    r = cfg.run
-    if r.cluster == "kubernetes":
-        cluster, demand = _kube(r, in_cluster), PrometheusDemand(r.prometheus)
-    else:
-        cluster, demand = embedded(r)
-    uri = _tracking_uri(cfg)
-    trainer = BackgroundTrainer(uri, settings_from_config(cfg)) if r.retrain_every_seconds > 0 else None
-    reconciler = Reconciler(cluster, demand, r, models=Models(uri), forecast_log=ForecastLog(r.forecast_log_dir),
-                            tracker=Tracker(uri), retrain=trainer, drift_factor=cfg.training.drift_factor,
-                            drift_window=cfg.training.drift_window)
-    return reconciler, cluster
-
-
-def _print_state(now: pd.Timestamp, state: ControllerState) -> None:
-    for name, ps in sorted(state.policies.items()):
-        if not ps.valid:
-            print(f"{now:%Y-%m-%d %H:%M} {name}: INVALID: {ps.error}")
-            continue
-        flags = "".join(f" {f}" for f, on in (("FALLBACK", ps.fallback), ("DEGRADED", ps.degraded)) if on)
-        demand = f"{ps.observed_demand:.4g}" if ps.observed_demand is not None else "?"
-        print(f"{now:%Y-%m-%d %H:%M} {name}: demand {demand} -> reserved {ps.reserved_gpus} GPUs, "
-              f"headroom {ps.headroom_gpus}, reclaimable {ps.reclaimable_gpus}, model {ps.model}{flags}")
-    print(f"{'':16} cluster: slack lent {state.slack_gpus}, training holds {state.training_gpus}, "
-          f"preemptions {dict(state.preemptions_total)}")
-
-
-def cmd_run(cfg, args) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        reconciler, cluster = build(cfg, in_cluster=args.in_cluster)
-    except (KubeError, OSError) as exc:
-        print(f"headroom: error: cannot reach the cluster: {exc}", file=sys.stderr)
-        return 1
-    r = cfg.run
-    if r.cluster == "simulated":
-        return _replay(reconciler, cluster, r, args)
-    from controller.metrics import serve
-
-    identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
-    elector = cluster.leader_elector(r.lease.namespace, r.lease.name, identity, r.lease.duration_seconds)
-    loop = Loop(reconciler, elector, r.interval_seconds, r.lease.duration_seconds)
-    server = serve(reconciler.holder, r.metrics_port, loop.healthy, loop.ready)
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: loop.stop.set())
-    log.info("headroom run as %s: %s policies, /metrics on :%s", identity, "watching", server.server_port)
-    try:
-        loop.run(once=args.once)
-    finally:
-        server.shutdown()
-    return 0
-
-
-def _start(r: RunConfig, now: str | None, hours_before_end: int = 0) -> pd.Timestamp:
-    """`now` as given, else `hours_before_end` before the earliest end of the policies' histories."""
-    if now:
-        return _utc(now)
-    from forecast.history import load_history
-
-    return min(load_history(p.history_file).index.max() for p in r.policies) - pd.Timedelta(hours=hours_before_end)
-
-
-def _no_policies() -> int:
-    print("headroom: error: the simulated cluster has no policies: add run.policies to --config "
-          "(see examples/headroom.yaml)", file=sys.stderr)
-    return 2
-
-
-def cmd_plan(cfg, args) -> int:
-    """One reconcile of the embedded cluster with every policy forecast-only: print, write nothing."""
-    import json
-
-    r = cfg.run
-    if not r.policies:
-        return _no_policies()
-    looking = r.model_copy(update={"cluster": "simulated", "prometheus": None, "policies": [
-        p.model_copy(update={"spec": p.spec.model_copy(update={"mode": "forecast-only"})}) for p in r.policies]})
-    cluster, demand = embedded(looking)
-    uri = r.tracking_uri or cfg.training.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
-    now = _start(r, args.now)
-    state = Reconciler(cluster, demand, looking, models=Models(uri)).reconcile(now)
-    out = {"now": now.isoformat(), "policies": {}}
-    for name, ps in sorted(state.policies.items()):
-        if not ps.valid:
-            out["policies"][name] = {"error": ps.error}
-            continue
-        slack = {h.hour: h.slack_gpus for h in ps.plan.hours}
-        out["policies"][name] = {
-            "model": ps.model, "observed_demand": ps.observed_demand, "notes": list(ps.plan.notes),
-            "hours": [{"hour": x.hour.isoformat(), "reserved_gpus": x.gpus, "headroom_gpus": x.headroom_gpus,
-                       "slack_gpus": slack[x.hour], "source": x.source, "reason": x.reason}
-                      for x in ps.plan.reservations if x.workload == name][:args.hours]}
-    if args.json:
-        print(json.dumps(out, indent=2))
-        return 0
-    print(f"plan at {now:%Y-%m-%d %H:%M} UTC (forecast-only: nothing is changed)")
-    for name, p in out["policies"].items():
-        if "error" in p:
-            print(f"\n{name}: INVALID: {p['error']}")
-            continue
-        demand_now = f"{p['observed_demand']:.4g}" if p["observed_demand"] is not None else "unknown"
-        print(f"\n{name}: model {p['model']}, demand now {demand_now}")
-        print(f"  {'hour':<6}{'reserved':>9}{'headroom':>9}{'slack':>7}  {'source':<9}reason")
-        for h in p["hours"]:
-            print(f"  {h['hour'][11:16]:<6}{h['reserved_gpus']:>9}{h['headroom_gpus']:>9}{h['slack_gpus']:>7}  "
-                  f"{h['source']:<9}{h['reason']}")
-        for note in p["notes"]:
-            print(f"  note: {note}")
-    return 0
-
-
-def _replay(reconciler: Reconciler, cluster: InMemoryCluster, r: RunConfig, args) -> int:
-    """The embedded cluster: the clock runs over the policies' history files, `interval` per step."""
-    if not r.policies:
-        return _no_policies()
-    hours = args.hours if args.hours is not None else (0 if args.once else 24)
-    start = _start(r, args.now, hours)
-    steps = max(int(hours * 3600 / r.interval_seconds), 1)
-    for i in range(steps):
-        now = start + pd.Timedelta(seconds=i * r.interval_seconds)
-        cluster.top_up_backlog(now.to_pydatetime())
-        cluster.admit(now.to_pydatetime())
-        state = reconciler.reconcile(now)
-        if i == 0 or now.minute == 0 and now.second == 0:
-            _print_state(now, state)
-    if reconciler.retrain is not None:
-        reconciler.retrain.wait()
-    print(f"events: {len(cluster.events)} ({', '.join(sorted({e['reason'] for e in cluster.events})) or 'none'})")
-    return 0

@@ -13,7 +13,7 @@ from datetime import timedelta
 import numpy as np
 import pandas as pd
 
-from controller.queue import Job, TeamQuota, allocate
+from planning.queue import Job, TeamQuota, allocate
 
 HOUR = pd.Timedelta(hours=1)
 

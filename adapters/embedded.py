@@ -1,7 +1,4 @@
-"""The cluster the controller acts on: the interface, and its embedded in-process implementation.
-
-`controller.kube.KubeCluster` is the real implementation (Kubernetes + Kueue);
-`InMemoryCluster` is the embedded one: the same calls on plain Python state,
+"""The embedded cluster: the core.cluster.Cluster interface on plain Python state,
 with a minimal Kueue (admission of queued workloads FIFO into their queue's
 quota) so a reconcile can be watched hour by hour without any server.
 """
@@ -10,41 +7,9 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Protocol
-
-from controller.kube import NotFound, ObjectRef, PolicyStatus, WorkloadInfo
-
-
-class Elector(Protocol):
-    is_leader: bool
-
-    def try_acquire_or_renew(self) -> bool: ...
-
-    def release(self) -> bool: ...
-
-
-class Cluster(Protocol):
-    """What the reconciler reads and writes; every write returns True if it changed something."""
-
-    def list_reservation_policies(self, namespace: str | None = None) -> list[dict]: ...
-
-    def list_workloads(self, cluster_queue: str) -> list[WorkloadInfo]: ...
-
-    def get_cluster_queue_quota(self, name: str) -> int: ...
-
-    def set_cluster_queue_quota(self, name: str, gpus: int) -> bool: ...
-
-    def scale_deployment(self, namespace: str, name: str, replicas: int) -> bool: ...
-
-    def set_hpa_min_replicas(self, namespace: str, name: str, min_replicas: int) -> bool: ...
-
-    def evict_workload(self, namespace: str, name: str, reason: str, plan_id: str) -> bool: ...
-
-    def patch_policy_status(self, namespace: str, name: str, status: PolicyStatus) -> dict: ...
-
-    def emit_event(self, about: ObjectRef, reason: str, message: str, type: str = "Normal") -> dict: ...
-
-    def leader_elector(self, namespace: str, name: str, identity: str, lease_seconds: int = 15) -> Elector: ...
+from core.cluster import Elector
+from core.errors import NotFound
+from core.objects import ObjectRef, PolicyStatus, WorkloadInfo
 
 
 @dataclass
@@ -163,5 +128,3 @@ class InMemoryCluster:
                     used += w.gpus
                     admitted.append(w)
         return admitted
-
-

@@ -10,22 +10,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic.alias_generators import to_camel
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from core.errors import ConfigError
 
 from controller.simulate import POLICIES, SimSettings
 from forecast.history import check_statistic
 
 _SIM = SimSettings()  # the simulator's defaults are the config's defaults
-
-
-class ConfigError(ValueError):
-    """The configuration is invalid; `errors` lists 'field.path: message' lines."""
-
-    def __init__(self, source: str, errors: list[str]):
-        self.errors = errors
-        super().__init__(f"invalid configuration ({source}):\n" + "\n".join(f"  {e}" for e in errors))
 
 
 class Strict(BaseModel):
@@ -298,34 +291,3 @@ def parse_policy_spec(spec: Any, source: str) -> PolicySpec:
         return PolicySpec.model_validate(spec)
     except ValidationError as exc:
         raise ConfigError(source, field_errors(exc, "spec")) from None
-
-
-def _set(tree: dict, dotted: str, value: Any) -> None:
-    *parents, leaf = dotted.split(".")
-    for key in parents:
-        node = tree.get(key)
-        tree[key] = node = dict(node) if isinstance(node, dict) else {}
-        tree = node
-    tree[leaf] = value
-
-
-def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> Config:
-    """Parse YAML (if any), apply `{"section.key": value}` overrides, validate once."""
-    source = str(path) if path else "defaults"
-    tree: Any = {}
-    if path is not None:
-        try:
-            tree = yaml.safe_load(Path(path).read_text()) or {}
-        except OSError as exc:
-            raise ConfigError(source, [f"cannot read file: {exc.strerror}"]) from None
-        except yaml.YAMLError as exc:
-            raise ConfigError(source, [f"not valid YAML: {exc}"]) from None
-        if not isinstance(tree, dict):
-            raise ConfigError(source, ["(top level): must be a mapping of sections"])
-    for dotted, value in (overrides or {}).items():
-        if value is not None:
-            _set(tree, dotted, value)
-    try:
-        return Config.model_validate(tree)
-    except ValidationError as exc:
-        raise ConfigError(source, field_errors(exc)) from None

@@ -12,6 +12,8 @@ from datetime import datetime
 import numpy as np
 import pandas as pd
 
+from core.settings import PrometheusServer
+
 MAX_POINTS = 11_000
 
 
@@ -98,3 +100,22 @@ class PrometheusSource:
         # Steps the server had no sample for are gaps: put them back as NaN.
         full = pd.date_range(pd.Timestamp(self.start), pd.Timestamp(self.end), freq=step)
         return series.reindex(series.index.union(full)).rename("value")
+
+
+def prometheus_source(server: PrometheusServer, query: str, start, end) -> "PrometheusSource":
+    """A source for `query` over [start, end] on `server`."""
+    token = server.bearer_token_file.read_text().strip() if server.bearer_token_file else None
+    return PrometheusSource(url=server.url, query=query, start=start, end=end, step=server.step, bearer_token=token,
+                            ca_file=str(server.ca_file) if server.ca_file else None,
+                            insecure_skip_verify=server.insecure_skip_verify,
+                            timeout_seconds=server.timeout_seconds, retries=server.retries)
+
+
+@dataclass
+class PrometheusDemand:
+    """The controller's demand reader on a real cluster: each policy's query, from Prometheus."""
+    server: PrometheusServer
+
+    def read(self, key: str, query: str, start: pd.Timestamp, end: pd.Timestamp) -> pd.Series:
+        raw = prometheus_source(self.server, query, start.to_pydatetime(), end.to_pydatetime()).fetch()
+        return raw[raw.index > start]

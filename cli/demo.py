@@ -34,8 +34,8 @@ def backlog(now: pd.Timestamp, settings, seed: int = 0):
 
     Sizes and durations are the simulator's backlog defaults; one job in four is slow to
     preempt (longer than the reclaim deadline) so the plan shows the headroom rule at work."""
-    from controller.plan import RunningJob
-    from controller.queue import Job, TeamQuota
+    from planning.planner import RunningJob
+    from planning.queue import Job, TeamQuota
 
     rng = np.random.default_rng(seed)
     lo, hi = settings.backlog_job_hours
@@ -71,20 +71,21 @@ def plan_summary(p, hours: int = 6) -> list[str]:
 
 def run_demo(out: Path, quick: bool, cfg, say) -> dict:
     """Every stage in order; returns where things went and what came out."""
-    from controller.cli import _simulation, load_series
-    from controller.config import load_config
-    from controller.plan import Observation, Policy, Snapshot, WorkloadPolicy, plan
+    from cli.simulate import simulation
+    from cli.sources import load_series
+    from cli.config import load_config
+    from planning.planner import Observation, Policy, Snapshot, WorkloadPolicy, plan
     from controller.tune import tune
     from dashboards.report import compare_policies, comparison_table, format_table, render_report
     from forecast.history import FileSource, at_own_step
     from forecast.synthetic import synthetic_demand, write_csv
     from training.pipeline import TrainSettings, load_champion, train_series
-    from training.tracking import Tracker
+    from adapters.mlflow import Tracker
 
     size = QUICK if quick else FULL
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    settings, sim_kwargs = _simulation(cfg)
+    settings, sim_kwargs = simulation(cfg)
 
     say(f"history: {size.history_days} days of 5-minute demand from forecast.synthetic (daily and weekly cycles, "
         "noise, bursts, a scrape gap)")

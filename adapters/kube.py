@@ -11,7 +11,7 @@ All requests go through one path (`_request`): JSON in, JSON out, over the
   * back-off and retry on 429, 5xx, timeouts and connection errors,
   * read-modify-write with the object's resourceVersion, re-read on 409,
   * no write when the object already has the wanted value (idempotent).
-Errors surface as `KubeError` with the HTTP status and the server's message.
+Errors surface as `ClusterError` with the HTTP status and the server's message.
 """
 from __future__ import annotations
 
@@ -26,6 +26,9 @@ from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any, Callable, Iterable
 
+from core.errors import ClusterError, Conflict, Invalid, NotFound
+from core.objects import CONDITION_TYPES, ObjectRef, PolicyStatus, WorkloadInfo
+
 log = logging.getLogger(__name__)
 
 KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta1"
@@ -38,29 +41,8 @@ EVICTION_REASON = "headroom.dev/eviction-reason"
 PREEMPTION_SECONDS = "headroom.dev/preemption-seconds"        # checkpoint + termination time
 CHECKPOINT_INTERVAL = "headroom.dev/checkpoint-interval-seconds"
 LAST_CHECKPOINT = "headroom.dev/last-checkpoint"              # RFC 3339
-CONDITION_TYPES = ("Ready", "ForecastDegraded", "FallbackActive", "HeadroomAtRisk")
 RETRYABLE_STATUS = {0, 429, 500, 502, 503, 504}
 MERGE_PATCH = "application/merge-patch+json"
-
-
-class KubeError(RuntimeError):
-    """The API server refused a request, or could not be reached after retries."""
-
-    def __init__(self, message: str, status: int = 0, reason: str = "", body: Any = None):
-        super().__init__(message)
-        self.status, self.reason, self.body = status, reason, body
-
-
-class NotFound(KubeError):
-    pass
-
-
-class Conflict(KubeError):
-    pass
-
-
-class Invalid(KubeError):
-    """422: the object failed the server's (schema) validation."""
 
 
 def _now() -> datetime:
@@ -91,84 +73,25 @@ def _quantity(value: Any) -> Decimal:
     return Decimal(parse_quantity(value))
 
 
-@dataclass(frozen=True)
-class ObjectRef:
-    """What an Event is about."""
-    api_version: str
-    kind: str
-    name: str
-    namespace: str | None = None
-    uid: str | None = None
-
-    @classmethod
-    def of(cls, obj: dict) -> "ObjectRef":
-        meta = obj.get("metadata", {})
-        return cls(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"), meta.get("uid"))
-
-
-@dataclass(frozen=True)
-class WorkloadInfo:
-    namespace: str
-    name: str
-    queue_name: str | None
-    cluster_queue: str | None  # status.admission.clusterQueue when admitted
-    active: bool
-    priority: int
-    creation: datetime | None
-    gpus: int  # sum over podSets of count x GPU requests in the pod template
-    evicted_by_plan: str | None
-    preemption_seconds: float | None = None
-    checkpoint_interval_seconds: float | None = None
-    last_checkpoint: datetime | None = None
-
-    @classmethod
-    def of(cls, obj: dict, resource: str = GPU_RESOURCE) -> "WorkloadInfo":
-        meta, spec, status = obj.get("metadata", {}), obj.get("spec", {}), obj.get("status", {}) or {}
-        annotations = meta.get("annotations") or {}
-        gpus = Decimal(0)
-        for pod_set in spec.get("podSets", []) or []:
-            containers = ((pod_set.get("template") or {}).get("spec") or {}).get("containers", []) or []
-            per_pod = sum((_quantity(((c.get("resources") or {}).get("requests") or {}).get(resource, 0))
-                           for c in containers), Decimal(0))
-            gpus += per_pod * int(pod_set.get("count", 1))
-        return cls(namespace=meta.get("namespace", ""), name=meta["name"],
-                   queue_name=spec.get("queueName") or (meta.get("labels") or {}).get(QUEUE_LABEL),
-                   cluster_queue=(status.get("admission") or {}).get("clusterQueue"),
-                   active=spec.get("active", True) is not False, priority=int(spec.get("priority", 0) or 0),
-                   creation=_parse_time(meta.get("creationTimestamp")), gpus=int(gpus),
-                   evicted_by_plan=annotations.get(EVICTED_BY_PLAN),
-                   preemption_seconds=_float(annotations.get(PREEMPTION_SECONDS)),
-                   checkpoint_interval_seconds=_float(annotations.get(CHECKPOINT_INTERVAL)),
-                   last_checkpoint=_parse_time(annotations.get(LAST_CHECKPOINT)))
-
-
-@dataclass(frozen=True)
-class Condition:
-    type: str
-    status: str  # "True" | "False" | "Unknown"
-    reason: str
-    message: str = ""
-
-    def __post_init__(self) -> None:
-        if self.type not in CONDITION_TYPES:
-            raise ValueError(f"condition type must be one of {CONDITION_TYPES}, got {self.type!r}")
-        if self.status not in ("True", "False", "Unknown"):
-            raise ValueError(f"condition status must be True, False or Unknown, got {self.status!r}")
-
-
-@dataclass(frozen=True)
-class PolicyStatus:
-    """What the controller reports on a ReservationPolicy."""
-    reserved_gpus: int
-    slack_gpus: int
-    headroom_gpus: int
-    conditions: tuple[Condition, ...] = ()
-    plan_id: str | None = None
-    forecast_demand: float | None = None
-    observed_generation: int | None = None
-    model: str | None = None
-    next_hours: tuple[dict, ...] = ()        # {"hour", "reservedGpus", "headroomGpus", "slackGpus"}
-    realized_error: dict[str, float] | None = None  # "1h"/"6h"/"24h" ahead -> mean scaled error
+def workload_info(obj: dict, resource: str = GPU_RESOURCE) -> WorkloadInfo:
+    """A Kueue Workload object as the controller sees it."""
+    meta, spec, status = obj.get("metadata", {}), obj.get("spec", {}), obj.get("status", {}) or {}
+    annotations = meta.get("annotations") or {}
+    gpus = Decimal(0)
+    for pod_set in spec.get("podSets", []) or []:
+        containers = ((pod_set.get("template") or {}).get("spec") or {}).get("containers", []) or []
+        per_pod = sum((_quantity(((c.get("resources") or {}).get("requests") or {}).get(resource, 0))
+                       for c in containers), Decimal(0))
+        gpus += per_pod * int(pod_set.get("count", 1))
+    return WorkloadInfo(namespace=meta.get("namespace", ""), name=meta["name"],
+                        queue_name=spec.get("queueName") or (meta.get("labels") or {}).get(QUEUE_LABEL),
+                        cluster_queue=(status.get("admission") or {}).get("clusterQueue"),
+                        active=spec.get("active", True) is not False, priority=int(spec.get("priority", 0) or 0),
+                        creation=_parse_time(meta.get("creationTimestamp")), gpus=int(gpus),
+                        evicted_by_plan=annotations.get(EVICTED_BY_PLAN),
+                        preemption_seconds=_float(annotations.get(PREEMPTION_SECONDS)),
+                        checkpoint_interval_seconds=_float(annotations.get(CHECKPOINT_INTERVAL)),
+                        last_checkpoint=_parse_time(annotations.get(LAST_CHECKPOINT)))
 
 
 @dataclass
@@ -191,7 +114,7 @@ class KubeCluster:
         try:
             config.load_kube_config(config_file=path, context=context, client_configuration=configuration)
         except (config.ConfigException, OSError) as exc:
-            raise KubeError(f"cannot load kubeconfig {path or '~/.kube/config'}: {exc}") from None
+            raise ClusterError(f"cannot load kubeconfig {path or '~/.kube/config'}: {exc}") from None
         return cls(cls._api_client(configuration), **kwargs)
 
     @classmethod
@@ -201,7 +124,7 @@ class KubeCluster:
         try:
             config.load_incluster_config(client_configuration=configuration)
         except config.ConfigException as exc:
-            raise KubeError(f"not running in a Kubernetes pod (no service account credentials): {exc}") from None
+            raise ClusterError(f"not running in a Kubernetes pod (no service account credentials): {exc}") from None
         return cls(cls._api_client(configuration), **kwargs)
 
     @classmethod
@@ -266,7 +189,7 @@ class KubeCluster:
                 self.sleep(delay)
                 continue
             reason = payload.get("reason", "") if isinstance(payload, dict) else ""
-            error = {404: NotFound, 409: Conflict, 422: Invalid}.get(status, KubeError)
+            error = {404: NotFound, 409: Conflict, 422: Invalid}.get(status, ClusterError)
             where = "unreachable" if status == 0 else f"HTTP {status}"
             raise error(f"{method} {path}: {where}: {message}", status=status, reason=reason, body=payload)
 
@@ -333,10 +256,10 @@ class KubeCluster:
                         found.append((g, f, r))
         name = cq.get("metadata", {}).get("name")
         if not found:
-            raise KubeError(f"ClusterQueue {name} has no {resource} quota"
+            raise ClusterError(f"ClusterQueue {name} has no {resource} quota"
                             + (f" in flavor {flavor}" if flavor else ""))
         if len(found) > 1:
-            raise KubeError(f"ClusterQueue {name} has {resource} in {len(found)} flavors: name one (flavor=...)")
+            raise ClusterError(f"ClusterQueue {name} has {resource} in {len(found)} flavors: name one (flavor=...)")
         return found[0]
 
     def get_cluster_queue_quota(self, name: str, resource: str = GPU_RESOURCE, flavor: str | None = None) -> int:
@@ -387,7 +310,7 @@ class KubeCluster:
             if spec.get("minReplicas") == min_replicas:
                 return None
             if min_replicas > spec.get("maxReplicas", min_replicas):
-                raise KubeError(f"HPA {namespace}/{name}: minReplicas {min_replicas} > maxReplicas {spec['maxReplicas']}")
+                raise ClusterError(f"HPA {namespace}/{name}: minReplicas {min_replicas} > maxReplicas {spec['maxReplicas']}")
             return {"spec": {"minReplicas": min_replicas}}
 
         return self._update(path, mutate)[1]
@@ -401,7 +324,7 @@ class KubeCluster:
         queues = set(local_queues) if local_queues is not None else {cluster_queue}
         items = self._request("GET", self.custom_path(KUEUE_GROUP, KUEUE_VERSION, "workloads",
                                                       namespace=namespace)).get("items", [])
-        found = [w for w in map(WorkloadInfo.of, items)
+        found = [w for w in map(workload_info, items)
                  if w.cluster_queue == cluster_queue or (w.cluster_queue is None and w.queue_name in queues)]
         return sorted(found, key=lambda w: (w.creation or datetime.min.replace(tzinfo=timezone.utc), w.namespace, w.name))
 

@@ -11,8 +11,11 @@ import json
 import sys
 from datetime import datetime, timezone
 
-from controller.config import Config, ConfigError, load_config
+from cli.config import Config, load_config
+from cli.simulate import cmd_simulate, cmd_tune
+from cli.sources import load_series
 from controller.simulate import POLICIES
+from core.errors import ConfigError
 
 
 def _progress(label: str):
@@ -33,31 +36,6 @@ def _quantile_list(text: str) -> list[float]:
         return [float(q) for q in text.split(",") if q.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a comma-separated list of numbers: {text!r}") from None
-
-
-def _source(cfg: Config, now: datetime):
-    """Where the configured history comes from: a file, or Prometheus over its lookback up to `end` (or now)."""
-    from forecast.history import FileSource, HistoryError
-
-    h = cfg.history
-    if h.prometheus is not None:
-        from controller.config import duration
-        from controller.run import prometheus_source
-
-        end = h.prometheus.end or now
-        return prometheus_source(h.prometheus, h.prometheus.query, end - duration(h.prometheus.lookback), end)
-    if h.file is not None:
-        return FileSource(h.file)
-    raise HistoryError("no history: give a HISTORY file, or history.file / history.prometheus in --config")
-
-
-def load_series(cfg: Config, now: datetime):
-    """The configured history, cleaned and aggregated, with its cleaning report."""
-    from forecast.history import prepare
-
-    h = cfg.history
-    return prepare(_source(cfg, now).fetch(), step=h.step, statistic=h.statistic, counter=h.counter,
-                   outlier_factor=h.outlier_factor)
 
 
 def cmd_forecast(cfg: Config, args) -> int:
@@ -103,66 +81,8 @@ def cmd_backtest(cfg: Config, args) -> int:
     return 0
 
 
-def _native_series(cfg: Config):
-    """The history at its own step (the simulator replays every sample), gaps kept."""
-    from forecast.history import at_own_step
-
-    return at_own_step(_source(cfg, datetime.now(timezone.utc)).fetch())
-
-
-def _simulation(cfg: Config):
-    """Keyword arguments for simulate() from the config, and the forecaster factory."""
-    from dataclasses import replace
-
-    import pandas as pd
-
-    from controller.simulate import SimSettings
-    from forecast.backtest import AutoForecaster
-
-    c = cfg.simulate
-    settings = replace(SimSettings(), target_quantile=c.target_quantile, headroom_quantile=c.headroom_quantile,
-                       lead_time_seconds=c.lead_time_seconds, warmup_seconds=c.warmup_seconds,
-                       reclaim_deadline_seconds=c.reclaim_deadline_seconds,
-                       checkpoint_interval_seconds=c.checkpoint_interval_seconds)
-    jobs = pd.read_csv(c.jobs) if c.jobs else None
-    kwargs = dict(gpus=c.gpus, peak_gpus=None if c.per_gpu else c.peak_gpus, per_gpu=c.per_gpu, days=c.days,
-                  jobs=jobs, make_forecaster=lambda: AutoForecaster("fast", horizon=24))
-    return settings, kwargs
-
-
-def cmd_simulate(cfg: Config, args) -> int:
-    from dataclasses import asdict
-
-    from controller.simulate import simulate
-
-    settings, kwargs = _simulation(cfg)
-    result = simulate(_native_series(cfg), policy=cfg.simulate.policy, settings=settings, **kwargs)
-    if args.json:
-        print(result.to_json())
-    else:
-        for key, value in asdict(result).items():
-            print(f"{key:<26}{value:.4g}" if isinstance(value, float) else f"{key:<26}{value}")
-    return 0
-
-
-def cmd_tune(cfg: Config, args) -> int:
-    from controller.tune import plot_tradeoff, tune
-
-    settings, kwargs = _simulation(cfg)
-    t = cfg.tune
-    result = tune(_native_series(cfg), kwargs.pop("make_forecaster"), target_quantiles=t.target_quantiles,
-                  lead_times_seconds=t.lead_times_seconds, headroom_quantiles=t.headroom_quantiles,
-                  shortage_objective=t.shortage_objective, base=settings, **kwargs)
-    cols = ["target_quantile", "lead_time_seconds", "headroom_quantile", "utilization", "inference_shortage",
-            "training_goodput", "headroom_violations"]
-    print(result.table[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-    print(f"recommended: {result.recommended} ({result.reason})")
-    print(f"trade-off plot: {plot_tradeoff(result, args.plot)}")
-    return 0
-
-
 def cmd_train(cfg: Config, args) -> int:
-    from training.pipeline import cmd_train as train
+    from cli.train import cmd_train as train
 
     return train(cfg, args)
 
@@ -222,12 +142,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_train, overrides=lambda a: {"training.name": a.name, "training.tracking_uri": a.tracking_uri})
 
     def cmd_report(cfg: Config, args) -> int:
-        from dashboards.report import cmd_report as report
+        from cli.report import cmd_report as report
 
         return report(cfg, args)
 
     def cmd_demo(cfg: Config, args) -> int:
-        from controller.demo import cmd_demo as demo
+        from cli.demo import cmd_demo as demo
 
         return demo(cfg, args)
 
@@ -242,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="headroom-demo", help="directory for the history, MLflow store and report")
     p.add_argument("--quick", action="store_true", help="shorter history and simulation, every stage still runs")
     p.set_defaults(run=cmd_demo, overrides=lambda a: {})
-    from controller import run as run_command
+    from cli import run as run_command
 
     run_command.add_parser(sub)
     run_command.add_plan_parser(sub)
@@ -264,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"headroom: {exc}", file=sys.stderr)
         return 2
     from forecast.history import HistoryError
-    from forecast.prometheus import PrometheusError
+    from adapters.prometheus import PrometheusError
 
     try:
         return args.run(cfg, args)

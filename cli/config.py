@@ -1,0 +1,44 @@
+"""Reading the configuration: the YAML file and the command-line flags, validated once into core.settings.Config.
+
+The CLI is the only reader of configuration; everything below it receives typed values."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from core.errors import ConfigError
+from core.settings import Config, field_errors
+
+
+def _set(tree: dict, dotted: str, value: Any) -> None:
+    *parents, leaf = dotted.split(".")
+    for key in parents:
+        node = tree.get(key)
+        tree[key] = node = dict(node) if isinstance(node, dict) else {}
+        tree = node
+    tree[leaf] = value
+
+
+def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> Config:
+    """Parse YAML (if any), apply `{"section.key": value}` overrides, validate once."""
+    source = str(path) if path else "defaults"
+    tree: Any = {}
+    if path is not None:
+        try:
+            tree = yaml.safe_load(Path(path).read_text()) or {}
+        except OSError as exc:
+            raise ConfigError(source, [f"cannot read file: {exc.strerror}"]) from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(source, [f"not valid YAML: {exc}"]) from None
+        if not isinstance(tree, dict):
+            raise ConfigError(source, ["(top level): must be a mapping of sections"])
+    for dotted, value in (overrides or {}).items():
+        if value is not None:
+            _set(tree, dotted, value)
+    try:
+        return Config.model_validate(tree)
+    except ValidationError as exc:
+        raise ConfigError(source, field_errors(exc)) from None

@@ -1,0 +1,33 @@
+"""Where a policy's demand comes from: the reader interface, and the embedded one (a history file).
+
+The real reader, Prometheus, is adapters.prometheus.PrometheusDemand."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import pandas as pd
+
+from forecast.history import HistoryError, load_history
+
+
+class DemandReader(Protocol):
+    def read(self, key: str, query: str, start: pd.Timestamp, end: pd.Timestamp) -> pd.Series:
+        """Raw demand samples of policy `key` (its `query`) in (start, end], UTC index; NaN = missing."""
+
+
+@dataclass
+class FileDemand:
+    """The embedded source: each policy's demand replayed from a file, never past `end` (no look-ahead)."""
+    files: Mapping[str, Path]  # policy key -> file
+    _loaded: dict[str, pd.Series] = field(default_factory=dict, repr=False)
+
+    def read(self, key: str, query: str, start: pd.Timestamp, end: pd.Timestamp) -> pd.Series:
+        if key not in self.files:
+            raise HistoryError(f"no history file for policy {key}")
+        if key not in self._loaded:
+            self._loaded[key] = load_history(self.files[key])
+        raw = self._loaded[key]
+        return raw[(raw.index > start) & (raw.index <= end)]

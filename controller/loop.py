@@ -1,0 +1,88 @@
+"""The long-running controller: leader election and a reconcile every interval, and retraining in the
+background, off the reconcile path."""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+
+import pandas as pd
+
+from adapters.mlflow import Tracker
+from controller.reconcile import Reconciler
+from core.cluster import Elector
+from core.errors import ClusterError
+from training.pipeline import train_series
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class BackgroundTrainer:
+    """One training at a time, off the reconcile path; a failed one leaves the champion as it was."""
+    tracking_uri: str
+    settings: object  # training.pipeline.TrainSettings
+    _pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, "headroom-train"), repr=False)
+    _running: dict[str, Future] = field(default_factory=dict, repr=False)
+
+    def __call__(self, series: str, history: pd.Series, now: pd.Timestamp) -> None:
+        if series in self._running and not self._running[series].done():
+            return
+        self._running[series] = self._pool.submit(self._train, series, history.copy(), now)
+
+    def _train(self, series, history, now):
+        try:
+            result = train_series(series, history, self.settings, Tracker(self.tracking_uri), now.to_pydatetime())
+            log.info("%s: retrained: %s v%s %s", series, result.selected, result.version,
+                     "promoted" if result.promoted else "not promoted")
+        except Exception as exc:  # noqa: BLE001 - report, keep the champion
+            log.warning("%s: retraining failed, champion unchanged: %s", series, exc)
+
+    def wait(self) -> None:
+        for f in list(self._running.values()):
+            f.result()
+
+
+@dataclass
+class Loop:
+    """Leader election + a reconcile every `interval`; health for the probes."""
+    reconciler: Reconciler
+    elector: Elector
+    interval: float
+    lease_seconds: float = 15.0
+    clock: Callable[[], pd.Timestamp] = field(default=lambda: pd.Timestamp.now(tz="UTC"))
+    stop: threading.Event = field(default_factory=threading.Event)
+    _beat: float = field(default_factory=time.monotonic)
+    _reconciled: bool = False
+    _leading: bool = False
+    _settled: bool = False  # one election round done: leading with a reconcile behind it, or standing by
+
+    def healthy(self) -> bool:
+        return time.monotonic() - self._beat < 3 * max(self.interval, self.lease_seconds)
+
+    def ready(self) -> bool:
+        return self._settled
+
+    def run(self, once: bool = False) -> None:
+        next_reconcile = 0.0
+        while not self.stop.is_set():
+            self._beat = time.monotonic()
+            try:
+                self._leading = self.elector.try_acquire_or_renew()
+            except ClusterError as exc:
+                log.warning("leader election: %s", exc)
+                self._leading = False
+            if self._leading and time.monotonic() >= next_reconcile:
+                self.reconciler.reconcile(self.clock())
+                self._reconciled = True
+                next_reconcile = time.monotonic() + self.interval
+            elif not self._leading:
+                self.reconciler.holder.publish(replace(self.reconciler.holder.get(), leader=False))
+            self._settled = self._reconciled or not self._leading
+            if once:
+                break
+            self.stop.wait(min(self.interval, self.lease_seconds / 3))
+        self.elector.release()

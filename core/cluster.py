@@ -1,0 +1,39 @@
+"""The cluster the controller acts on: the interface every implementation (the Kubernetes adapter, the
+embedded cluster) provides. Every write returns True if it changed something."""
+from __future__ import annotations
+
+from typing import Protocol
+
+from core.objects import ObjectRef, PolicyStatus, WorkloadInfo
+
+
+class Elector(Protocol):
+    is_leader: bool
+
+    def try_acquire_or_renew(self) -> bool: ...
+
+    def release(self) -> bool: ...
+
+
+class Cluster(Protocol):
+    """What the reconciler reads and writes; every write returns True if it changed something."""
+
+    def list_reservation_policies(self, namespace: str | None = None) -> list[dict]: ...
+
+    def list_workloads(self, cluster_queue: str) -> list[WorkloadInfo]: ...
+
+    def get_cluster_queue_quota(self, name: str) -> int: ...
+
+    def set_cluster_queue_quota(self, name: str, gpus: int) -> bool: ...
+
+    def scale_deployment(self, namespace: str, name: str, replicas: int) -> bool: ...
+
+    def set_hpa_min_replicas(self, namespace: str, name: str, min_replicas: int) -> bool: ...
+
+    def evict_workload(self, namespace: str, name: str, reason: str, plan_id: str) -> bool: ...
+
+    def patch_policy_status(self, namespace: str, name: str, status: PolicyStatus) -> dict: ...
+
+    def emit_event(self, about: ObjectRef, reason: str, message: str, type: str = "Normal") -> dict: ...
+
+    def leader_elector(self, namespace: str, name: str, identity: str, lease_seconds: int = 15) -> Elector: ...

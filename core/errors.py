@@ -1,0 +1,49 @@
+"""The errors every layer raises, and what each means to the person who ran the command.
+
+A `HeadroomError` carries the exit status the CLI returns for it: 2 when the request itself is wrong
+(a bad flag, file or configuration: nothing was done), 1 when the work failed (a server down, data
+that cannot be used).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+
+class HeadroomError(Exception):
+    """The work failed; the message says what and why."""
+
+    exit_status = 1
+
+
+class BadRequest(HeadroomError):
+    """The request cannot be done as given; nothing was done."""
+
+    exit_status = 2
+
+
+class ConfigError(BadRequest, ValueError):
+    """The configuration is invalid; `errors` lists 'field.path: message' lines."""
+
+    def __init__(self, source: str, errors: list[str]):
+        self.errors = errors
+        super().__init__(f"invalid configuration ({source}):\n" + "\n".join(f"  {e}" for e in errors))
+
+
+class ClusterError(HeadroomError):
+    """The cluster refused a request, or could not be reached after retries."""
+
+    def __init__(self, message: str, status: int = 0, reason: str = "", body: Any = None):
+        super().__init__(message)
+        self.status, self.reason, self.body = status, reason, body
+
+
+class NotFound(ClusterError):
+    pass
+
+
+class Conflict(ClusterError):
+    pass
+
+
+class Invalid(ClusterError):
+    """422: the object failed the server's (schema) validation."""
