@@ -1,10 +1,18 @@
-"""The cluster the controller acts on: the interface every implementation (the Kubernetes adapter, the
-embedded cluster) provides. Every write returns True if it changed something."""
+"""The cluster the controller acts on: the interface every implementation provides.
+
+Two implementations: adapters.kube.KubeCluster (Kubernetes + Kueue, its reads served from a watch
+cache) and adapters.embedded.EmbeddedCluster (in-process state with a model of what the cluster does
+between reconciles: warm-up, the HPA, Kueue's admission, checkpoints and termination).
+
+Reads return a consistent view of the last state seen; on a real cluster they cost no request in
+steady state. Every write is idempotent and returns True only if it changed something.
+"""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol
 
-from core.objects import ObjectRef, PolicyStatus, WorkloadInfo
+from core.objects import ObjectRef, PolicyStatus, TargetRef, TargetState, WorkloadInfo
 
 
 class Elector(Protocol):
@@ -15,22 +23,49 @@ class Elector(Protocol):
     def release(self) -> bool: ...
 
 
+class ForecastStore(Protocol):
+    """Forecasts by issue time, per series, shared by every replica (realized error survives failover)."""
+
+    def record(self, series: str, issued_at, frame) -> None: ...
+
+    def load(self, series: str, since=None) -> dict: ...
+
+    def prune(self, series: str, before) -> int: ...
+
+
 class Cluster(Protocol):
-    """What the reconciler reads and writes; every write returns True if it changed something."""
+    # -- reads
+    def reservation_policies(self, namespace: str | None = None) -> list[dict]:
+        """ReservationPolicy objects (metadata, spec, status), in every namespace or one."""
+        ...
 
-    def list_reservation_policies(self, namespace: str | None = None) -> list[dict]: ...
+    def workloads(self) -> list[WorkloadInfo]:
+        """Every Kueue Workload, oldest first."""
+        ...
 
-    def list_workloads(self, cluster_queue: str) -> list[WorkloadInfo]: ...
+    def cluster_queue_quotas(self) -> Mapping[str, int]:
+        """Each ClusterQueue's GPU nominalQuota (a queue that does not exist is absent)."""
+        ...
 
-    def get_cluster_queue_quota(self, name: str) -> int: ...
+    def target_state(self, target: TargetRef) -> TargetState:
+        """Replicas of an inference target (raises core.errors.NotFound if it does not exist)."""
+        ...
 
-    def set_cluster_queue_quota(self, name: str, gpus: int) -> bool: ...
-
+    # -- writes
     def scale_deployment(self, namespace: str, name: str, replicas: int) -> bool: ...
 
     def set_hpa_min_replicas(self, namespace: str, name: str, min_replicas: int) -> bool: ...
 
-    def evict_workload(self, namespace: str, name: str, reason: str, plan_id: str) -> bool: ...
+    def set_cluster_queue_quota(self, name: str, gpus: int) -> bool: ...
+
+    def evict_workload(self, namespace: str, name: str, uid: str | None, reason: str, plan_id: str) -> bool:
+        """Deactivate a running Workload (Kueue evicts it) and record why; False if it is already inactive or
+        is no longer the object `uid` names."""
+        ...
+
+    def requeue_workload(self, namespace: str, name: str, uid: str | None) -> bool:
+        """Reactivate a Workload headroom evicted once its eviction is complete (Kueue queues it again)."""
+        ...
 
     def patch_policy_status(self, namespace: str, name: str, status: PolicyStatus) -> dict: ...
 

@@ -25,18 +25,48 @@ class ObjectRef:
 
 @dataclass(frozen=True)
 class WorkloadInfo:
+    """A Kueue Workload as the controller sees it (v1beta2 fields).
+
+    running: admitted and active; terminating (evicted, pods still stopping): admitted and not active;
+    pending: active, not admitted, not finished; evicted by headroom and stopped: not admitted, not active,
+    `evicted_by_plan` set (headroom requeues it)."""
     namespace: str
     name: str
-    queue_name: str | None
-    cluster_queue: str | None  # status.admission.clusterQueue when admitted
-    active: bool
-    priority: int
+    local_queue: str | None         # spec.queueName
+    cluster_queue: str | None       # admitted: status.admission.clusterQueue; else the LocalQueue's spec.clusterQueue
+    admitted: bool                  # status.admission is set: it holds quota
+    active: bool                    # spec.active
+    priority: int                   # spec.priority (Kueue fills it from the priority class)
     creation: datetime | None
-    gpus: int  # sum over podSets of count x GPU requests in the pod template
-    evicted_by_plan: str | None
+    gpus: int                       # sum over podSets of count x GPU requests in the pod template
+    uid: str | None = None
+    priority_class: str | None = None   # spec.priorityClassRef.name
+    finished: bool = False          # condition Finished=True
+    evicted_by_plan: str | None = None
     preemption_seconds: float | None = None
     checkpoint_interval_seconds: float | None = None
     last_checkpoint: datetime | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class TargetRef:
+    """What a policy's reservation is applied to."""
+    kind: str          # "Deployment" | "HorizontalPodAutoscaler" | "ClusterQueue"
+    name: str
+    namespace: str | None = None  # None for a ClusterQueue
+
+
+@dataclass(frozen=True)
+class TargetState:
+    """An inference target now: replicas asked for and replicas serving (warm)."""
+    desired_replicas: int          # Deployment spec.replicas (an HPA: its scale target's), ClusterQueue: quota in GPUs
+    ready_replicas: int            # Deployment status.readyReplicas (an HPA: its scale target's)
+    min_replicas: int | None = None   # HPA spec.minReplicas
+    max_replicas: int | None = None   # HPA spec.maxReplicas
 
 
 @dataclass(frozen=True)
