@@ -1,15 +1,46 @@
-"""The embedded cluster: the core.cluster.Cluster interface on plain Python state,
-with a minimal Kueue (admission of queued workloads FIFO into their queue's
-quota) so a reconcile can be watched hour by hour without any server.
+"""The embedded cluster: the core.cluster.Cluster interface on in-process state, and a model of what a GPU
+cluster does between two reconciles. It is `headroom run`'s cluster when there is no Kubernetes, and the
+world the simulator's what-ifs play out in; the controller's decisions come from the planner alone.
+
+What it models (core.settings.WorldSettings has the numbers):
+  * inference replicas: a new replica gets GPUs from the idle pool (else waits for GPUs to be freed)
+    and serves `warmup_seconds` later; scaling in drops waiting replicas first, then warming, then
+    warm ones. An HPA target scales up on demand by itself (replicas for the demand it sees, at least
+    minReplicas) and down only after `hpa_scale_down_seconds` of lower demand, as Kubernetes' HPA does;
+  * Kueue: training Workloads admitted into their ClusterQueue's quota, borrowing the cohort's unused
+    quota (planning.kueue), onto GPUs that are free;
+  * training: a running job checkpoints every `checkpoint_interval_seconds` of progress; deactivated,
+    it stops after its preemption time (checkpoint + termination), losing the work since its last
+    checkpoint, and holds its GPUs until then; requeued, it resumes from that checkpoint;
+  * demand: each policy's trace, a sample at time t being the demand of the interval ending at t
+    (what a rate over the last step reports); the interval is served by the replicas warm in it.
+A saturated backlog keeps every training queue's pending work at least the cluster's size, unless a
+job trace gives the arrivals.
+Times are epoch seconds.
 """
 from __future__ import annotations
 
+import bisect
 import copy
-from dataclasses import dataclass, field, replace
-from datetime import datetime
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+import numpy as np
+import pandas as pd
+
 from core.cluster import Elector
 from core.errors import NotFound
-from core.objects import ObjectRef, PolicyStatus, WorkloadInfo
+from core.objects import ObjectRef, PolicyStatus, TargetRef, TargetState, WorkloadInfo
+from core.policy import PolicySpec, parse_policy_spec
+from core.settings import WorldSettings
+from core.units import epoch_seconds
+from planning.kueue import admit
+from planning.planner import Training, newest_checkpoint
+
+PENDING, RUNNING, STOPPING, STOPPED, DONE = range(5)
+TRAINING_NAMESPACE = "training"
 
 
 @dataclass
@@ -25,57 +56,236 @@ class SoleElector:
 
 
 @dataclass
-class InMemoryCluster:
-    """The embedded cluster: policies, ClusterQueue quotas, Deployments, HPAs, Workloads and Events."""
-    policies: list[dict] = field(default_factory=list)
-    quotas: dict[str, int] = field(default_factory=dict)                    # ClusterQueue -> GPU quota
-    replicas: dict[tuple[str, str], int] = field(default_factory=dict)      # Deployment -> replicas
-    hpa_min: dict[tuple[str, str], int] = field(default_factory=dict)       # HPA -> minReplicas
-    workloads: dict[tuple[str, str], WorkloadInfo] = field(default_factory=dict)
-    statuses: dict[tuple[str, str], dict] = field(default_factory=dict)
-    events: list[dict] = field(default_factory=list)
-    backlog_gpus: int = 0   # top_up_backlog keeps at least this many GPUs of training queued per queue
-    _serial: int = 0
+class _Inference:
+    """One policy's inference target: replicas asked for, and where each replica is."""
+    key: str                    # the policy's namespace/name
+    ref: TargetRef
+    gpus_per_replica: int
+    demand_per_gpu: float
+    desired: int = 0            # replicas asked for (an HPA: what the HPA asks for)
+    min_replicas: int = 0       # an HPA's minReplicas
+    max_replicas: int | None = None
+    warm: int = 0               # replicas serving since before the current interval
+    warming: list[float] = field(default_factory=list)  # when each warming replica starts serving
+    waiting: int = 0            # replicas with no GPUs yet
+    recommendations: list[tuple[float, int]] = field(default_factory=list)  # an HPA's recent (time, replicas)
+    serving_before: bool = False  # the first scale finds replicas already serving (the cluster ran before)
 
-    def list_reservation_policies(self, namespace: str | None = None) -> list[dict]:
+    @property
+    def held_replicas(self) -> int:
+        return self.warm + len(self.warming)
+
+
+@dataclass
+class Accounting:
+    """What happened, per policy and for training, since the world started."""
+    steps: int = 0
+    seconds: float = 0.0
+    demand: dict[str, float] = field(default_factory=dict)         # GPU-seconds of demand
+    within: dict[str, float] = field(default_factory=dict)         # ...of it within the cluster's capacity
+    served: dict[str, float] = field(default_factory=dict)
+    unmet_within: dict[str, float] = field(default_factory=dict)   # demand within the cluster left unserved
+    short_steps: dict[str, int] = field(default_factory=dict)
+    longest_short: dict[str, int] = field(default_factory=dict)    # steps in the longest run of short steps
+    short_hours: dict[str, set[int]] = field(default_factory=dict)  # clock hours (epoch hours) with a short step
+    run: dict[str, int] = field(default_factory=dict)
+    inference_held: float = 0.0     # GPU-seconds held by inference (warm or warming)
+    training_alloc: float = 0.0     # GPU-seconds allocated to training (running or stopping)
+    training_lost: float = 0.0      # ...of it wasted: work after the last checkpoint, and stopping time
+    preemptions: dict[str, int] = field(default_factory=dict)      # by kind
+    reclaim_seconds: list[float] = field(default_factory=list)
+
+
+class _Jobs:
+    """Training Workloads as columns (index = job number); capacity doubles as jobs are added."""
+    NUMERIC = {"gpus": np.int64, "work": float, "progress": float, "credited": float, "preempt": float,
+               "interval": float, "priority": np.int64, "created": float, "state": np.int64,
+               "admitted_at": float, "stop_at": float, "queue": np.int64}
+
+    def __init__(self) -> None:
+        self.size = 0
+        for name, dtype in self.NUMERIC.items():
+            setattr(self, name, np.zeros(64, dtype=dtype))
+        self.names: list[str] = []
+        self.evicted_by: list[str | None] = []
+
+    def add(self, name: str, queue: int, gpus: int, work: float, preempt: float, interval: float, created: float,
+            priority: int = 0) -> int:
+        i = self.size
+        if i == len(self.gpus):
+            for column in self.NUMERIC:
+                old = getattr(self, column)
+                grown = np.zeros(2 * len(old), dtype=old.dtype)
+                grown[:i] = old
+                setattr(self, column, grown)
+        for column, value in (("gpus", gpus), ("work", work), ("progress", 0.0), ("credited", 0.0),
+                              ("preempt", preempt), ("interval", interval), ("priority", priority),
+                              ("created", created), ("state", PENDING), ("admitted_at", np.nan),
+                              ("stop_at", np.nan), ("queue", queue)):
+            getattr(self, column)[i] = value
+        self.names.append(name)
+        self.evicted_by.append(None)
+        self.size += 1
+        return i
+
+
+def _utc(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, timezone.utc)
+
+
+class EmbeddedCluster:
+    """The Cluster interface on in-process state, advanced step by step by `advance` (time passes) and
+    `admit` (Kueue's scheduling pass)."""
+
+    def __init__(self, capacity_gpus: int, policies: list[dict], demand: Mapping[str, pd.Series], start: float,
+                 settings: WorldSettings = WorldSettings(), jobs: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None):
+        self.capacity_gpus = capacity_gpus
+        self.settings = settings
+        self.now = start
+        self.policies = [copy.deepcopy(p) for p in policies]
+        self.statuses: dict[tuple[str, str], dict] = {}
+        self.events: list[dict] = []
+        self.accounting = Accounting()
+        self.rng = np.random.default_rng(settings.seed)
+        self.specs: dict[str, PolicySpec] = {}
+        self.quotas: dict[str, int] = {}
+        self.inference: dict[str, _Inference] = {}
+        training: list[str] = []
+        for p in self.policies:
+            meta = p["metadata"]
+            key = f"{meta.get('namespace', 'default')}/{meta['name']}"
+            spec = parse_policy_spec(p.get("spec"), f"ReservationPolicy {key}")
+            self.specs[key] = spec
+            t = spec.target
+            ref = TargetRef(t.kind, t.name, None if t.kind == "ClusterQueue" else t.namespace or meta.get("namespace", "default"))
+            self.inference[key] = _Inference(key, ref, spec.capacity.gpus_per_replica, spec.capacity.demand_per_gpu)
+            for q in [*spec.training_cluster_queues, spec.inference_cluster_queue, t.name if t.kind == "ClusterQueue" else None]:
+                if q is not None:
+                    self.quotas.setdefault(q, 0)
+            training += [q for q in spec.training_cluster_queues if q not in training]
+        self.training_queues = training
+        self._queue_index = {q: i for i, q in enumerate(training)}
+        self.demand = {}
+        for key, series in demand.items():
+            values = pd.Series(series.to_numpy(float)).ffill().fillna(0.0).to_numpy()  # a gap: demand as last seen
+            self.demand[key] = (epoch_seconds(series.index), values)
+        self.jobs = _Jobs()
+        self._pending: list[int] = []     # job numbers waiting for admission, in Kueue's order
+        self._running = np.zeros(0, np.int64)
+        self._stopping: list[int] = []
+        self._stopped: list[int] = []     # evicted by headroom and stopped: waiting to be requeued
+        self._serial = 0
+        self._arrivals = None
+        if jobs is not None:  # a job trace: (gpus, work seconds, arrival offset seconds from `start`)
+            self._arrivals = (np.asarray(jobs[0]), np.asarray(jobs[1]), start + np.asarray(jobs[2]), 0)
+
+    # ------------------------------------------------------------------------------------ Cluster: reads
+    def reservation_policies(self, namespace: str | None = None) -> list[dict]:
         found = []
         for p in self.policies:
             meta = p["metadata"]
             if namespace is None or meta.get("namespace") == namespace:
-                found.append({**copy.deepcopy(p), "status": copy.deepcopy(self.statuses.get((meta["namespace"], meta["name"]), {}))})
+                status = self.statuses.get((meta.get("namespace"), meta["name"]), {})
+                found.append({**copy.deepcopy(p), "status": copy.deepcopy(status)})
         return found
 
-    def list_workloads(self, cluster_queue: str) -> list[WorkloadInfo]:
-        found = [w for w in self.workloads.values()
-                 if w.cluster_queue == cluster_queue or (w.cluster_queue is None and w.queue_name == cluster_queue)]
-        return sorted(found, key=lambda w: (w.creation or datetime.min, w.namespace, w.name))
+    def workloads(self) -> list[WorkloadInfo]:
+        j = self.jobs
+        out = []
+        for i in range(j.size):
+            state = int(j.state[i])
+            if state == DONE:
+                continue
+            queue = self.training_queues[int(j.queue[i])]
+            admitted = state in (RUNNING, STOPPING)
+            out.append(WorkloadInfo(
+                namespace=TRAINING_NAMESPACE, name=j.names[i], local_queue=queue, cluster_queue=queue,
+                admitted=admitted, active=state in (PENDING, RUNNING), priority=int(j.priority[i]),
+                creation=_utc(float(j.created[i])), gpus=int(j.gpus[i]), uid=f"uid-{i}",
+                evicted_by_plan=j.evicted_by[i], preemption_seconds=float(j.preempt[i]),
+                checkpoint_interval_seconds=float(j.interval[i]),
+                last_checkpoint=_utc(float(j.admitted_at[i])) if admitted else None))
+        return out
 
-    def get_cluster_queue_quota(self, name: str) -> int:
-        if name not in self.quotas:
-            raise NotFound(f"ClusterQueue {name} not found", status=404)
-        return self.quotas[name]
+    def cluster_queue_quotas(self) -> Mapping[str, int]:
+        return dict(self.quotas)
 
-    def set_cluster_queue_quota(self, name: str, gpus: int) -> bool:
-        changed = self.get_cluster_queue_quota(name) != gpus
-        self.quotas[name] = gpus
-        return changed
+    def target_state(self, target: TargetRef) -> TargetState:
+        inf = self._target(target)
+        return TargetState(inf.desired, inf.warm + sum(1 for r in inf.warming if r <= self.now),
+                           inf.min_replicas if target.kind == "HorizontalPodAutoscaler" else None,
+                           inf.max_replicas)
 
+    def _target(self, target: TargetRef) -> _Inference:
+        for inf in self.inference.values():
+            if inf.ref == target:
+                return inf
+        raise NotFound(f"{target.kind} {target.namespace}/{target.name} not found", status=404)
+
+    # ------------------------------------------------------------------------------------ Cluster: writes
     def scale_deployment(self, namespace: str, name: str, replicas: int) -> bool:
-        changed = self.replicas.get((namespace, name)) != replicas
-        self.replicas[(namespace, name)] = replicas
-        return changed
+        inf = self._target(TargetRef("Deployment", name, namespace))
+        return self._scale(inf, replicas)
 
     def set_hpa_min_replicas(self, namespace: str, name: str, min_replicas: int) -> bool:
-        changed = self.hpa_min.get((namespace, name)) != min_replicas
-        self.hpa_min[(namespace, name)] = min_replicas
+        inf = self._target(TargetRef("HorizontalPodAutoscaler", name, namespace))
+        changed = inf.min_replicas != min_replicas
+        inf.min_replicas = min_replicas
+        self._scale(inf, max(self._hpa_recommendation(inf), min_replicas))
         return changed
 
-    def evict_workload(self, namespace: str, name: str, reason: str, plan_id: str) -> bool:
-        w = self.workloads[(namespace, name)]
-        if not w.active:
+    def set_cluster_queue_quota(self, name: str, gpus: int) -> bool:
+        if name not in self.quotas:
+            raise NotFound(f"ClusterQueue {name} not found", status=404)
+        changed = self.quotas[name] != gpus
+        self.quotas[name] = gpus
+        for inf in self.inference.values():  # an inference ClusterQueue target: its quota is its replicas
+            if inf.ref.kind == "ClusterQueue" and inf.ref.name == name:
+                self._scale(inf, gpus // inf.gpus_per_replica)
+        return changed
+
+    def evict_workload(self, namespace: str, name: str, uid: str | None, reason: str, plan_id: str) -> bool:
+        i = self._job(name, uid)
+        j = self.jobs
+        if j.state[i] == PENDING:
+            self._pending.remove(i)
+            j.state[i] = STOPPED
+            j.evicted_by[i] = plan_id
+            self._stopped.append(i)
+            return True
+        if j.state[i] != RUNNING:
             return False
-        self.workloads[(namespace, name)] = replace(w, active=False, cluster_queue=None, evicted_by_plan=plan_id)
+        lost = float(j.progress[i] - j.credited[i])
+        j.progress[i] = j.credited[i]
+        j.state[i] = STOPPING
+        j.stop_at[i] = self.now + float(j.preempt[i])
+        j.evicted_by[i] = plan_id
+        self._running = self._running[self._running != i]
+        self._stopping.append(i)
+        a = self.accounting
+        a.training_lost += (lost + float(j.preempt[i])) * float(j.gpus[i])
+        a.reclaim_seconds.append(float(j.preempt[i]))
         return True
+
+    def requeue_workload(self, namespace: str, name: str, uid: str | None) -> bool:
+        i = self._job(name, uid)
+        j = self.jobs
+        if j.state[i] != STOPPED or j.evicted_by[i] is None:
+            return False
+        j.state[i] = PENDING
+        j.evicted_by[i] = None
+        self._stopped.remove(i)
+        self._queue(i)
+        return True
+
+    def _job(self, name: str, uid: str | None) -> int:
+        try:
+            i = int(name.rsplit("-", 1)[1]) - 1 if uid is None else int(uid.removeprefix("uid-"))
+            if self.jobs.names[i] == name:
+                return i
+        except (ValueError, IndexError):
+            pass
+        raise NotFound(f"Workload {TRAINING_NAMESPACE}/{name} not found", status=404)
 
     def patch_policy_status(self, namespace: str, name: str, status: PolicyStatus) -> dict:
         old = {c["type"]: c for c in self.statuses.get((namespace, name), {}).get("conditions", [])}
@@ -97,34 +307,223 @@ class InMemoryCluster:
     def leader_elector(self, namespace: str, name: str, identity: str, lease_seconds: int = 15) -> Elector:
         return SoleElector()
 
-    # -- the minimal Kueue and a saturated training backlog: what a real cluster does between reconciles
-    def top_up_backlog(self, now: datetime, queues: list[str] | None = None) -> None:
-        """Queue training workloads (1-8 GPUs, 30-120 s to checkpoint and stop) until every training
-        queue has `backlog_gpus` waiting."""
-        sizes, stop_seconds = (1, 1, 2, 4, 8), (30.0, 60.0, 90.0, 120.0)
-        for queue in queues if queues is not None else [q for q in self.quotas if self._trains(q)]:
-            waiting = sum(w.gpus for w in self.list_workloads(queue) if w.cluster_queue is None and w.active)
-            while waiting < self.backlog_gpus:
-                self._serial += 1
-                gpus = sizes[self._serial % len(sizes)]
-                name = f"{queue}-job-{self._serial}"
-                self.workloads[("training", name)] = WorkloadInfo(
-                    "training", name, queue, None, True, 0, now, gpus, None,
-                    preemption_seconds=stop_seconds[self._serial % len(stop_seconds)],
-                    checkpoint_interval_seconds=1800.0, last_checkpoint=now)
-                waiting += gpus
+    # ------------------------------------------------------------------------------------ the model
+    @property
+    def training_gpus(self) -> int:
+        """GPUs training holds: running jobs and jobs still stopping."""
+        j = self.jobs
+        return int(j.gpus[self._running].sum()) + sum(int(j.gpus[i]) for i in self._stopping)
 
-    def _trains(self, queue: str) -> bool:
-        return any(queue in p["spec"].get("trainingClusterQueues", []) for p in self.policies)
+    @property
+    def inference_gpus(self) -> int:
+        return sum(inf.held_replicas * inf.gpus_per_replica for inf in self.inference.values())
 
-    def admit(self, now: datetime) -> list[WorkloadInfo]:
-        """Admit queued, active workloads oldest first while they fit their queue's quota."""
-        admitted = []
-        for queue, quota in self.quotas.items():
-            used = sum(w.gpus for w in self.workloads.values() if w.cluster_queue == queue and w.active)
-            for w in self.list_workloads(queue):
-                if w.cluster_queue is None and w.active and used + w.gpus <= quota:
-                    self.workloads[(w.namespace, w.name)] = replace(w, cluster_queue=queue, last_checkpoint=now)
-                    used += w.gpus
-                    admitted.append(w)
+    @property
+    def idle_gpus(self) -> int:
+        return self.capacity_gpus - self.inference_gpus - self.training_gpus
+
+    def _scale(self, inf: _Inference, replicas: int) -> bool:
+        changed = inf.desired != replicas
+        inf.desired = replicas
+        if not inf.serving_before:  # the workload served before the controller's first decision about it
+            inf.serving_before = True
+            inf.warm = min(replicas, max(self.idle_gpus, 0) // inf.gpus_per_replica)
+        have = inf.held_replicas + inf.waiting
+        if replicas > have:
+            inf.waiting += replicas - have
+            self._grant(self.now)
+        elif replicas < have:
+            drop = have - replicas
+            take = min(drop, inf.waiting)
+            inf.waiting -= take
+            drop -= take
+            while drop and inf.warming:  # the latest to serve goes first
+                inf.warming.remove(max(inf.warming))
+                drop -= 1
+            inf.warm -= min(drop, inf.warm)
+            self._grant(self.now)  # freed GPUs serve another policy's waiting replicas
+        return changed
+
+    def _grant(self, at: float, idle: int | None = None) -> int:
+        """Waiting replicas take idle GPUs (all of them, or `idle`), in policy order; each serves `warmup_seconds`
+        after `at`. Returns the GPUs left idle."""
+        idle = self.idle_gpus if idle is None else idle
+        for inf in self.inference.values():
+            while inf.waiting and idle >= inf.gpus_per_replica:
+                inf.waiting -= 1
+                inf.warming.append(at + self.settings.warmup_seconds)
+                idle -= inf.gpus_per_replica
+        return idle
+
+    def _hpa_recommendation(self, inf: _Inference) -> int:
+        """Replicas for the highest demand the HPA saw over its scale-down window, at least minReplicas."""
+        window = self.now - self.settings.hpa_scale_down_seconds
+        inf.recommendations = [(t, r) for t, r in inf.recommendations if t >= window]
+        best = max((r for _, r in inf.recommendations), default=0)
+        top = inf.max_replicas if inf.max_replicas is not None else best
+        return min(max(best, inf.min_replicas), max(top, inf.min_replicas))
+
+    def _queue(self, i: int) -> None:
+        """Into the pending line, in Kueue's order: priority (high first), creation time, name."""
+        j = self.jobs
+        key = (-int(j.priority[i]), float(j.created[i]), j.names[i])
+        keys = [(-int(j.priority[k]), float(j.created[k]), j.names[k]) for k in self._pending]
+        self._pending.insert(bisect.bisect(keys, key), i)
+
+    def _new_job(self, queue: int, gpus: int, work: float, created: float) -> None:
+        self._serial += 1
+        lo, hi = self.settings.preemption_seconds
+        name = f"{self.training_queues[queue]}-job-{self._serial}"
+        i = self.jobs.add(name, queue, gpus, work, float(self.rng.uniform(lo, hi)),
+                          self.settings.checkpoint_interval_seconds, created)
+        self._pending.append(i)  # newest, lowest priority: last in line
+
+    def admit(self) -> list[int]:
+        """Kueue's pass at `now`: arrivals (the job trace) or the backlog's top-up, then admission into the
+        training queues' quotas and the GPUs no inference replica is waiting for."""
+        j, s = self.jobs, self.settings
+        if self._arrivals is not None:
+            gpus, work, at, nxt = self._arrivals
+            while nxt < len(at) and at[nxt] <= self.now:
+                self._new_job(nxt % max(len(self.training_queues), 1), int(min(gpus[nxt], self.capacity_gpus)),
+                              float(work[nxt]), float(at[nxt]))
+                nxt += 1
+            self._arrivals = (gpus, work, at, nxt)
+        elif self.training_queues:
+            waiting = np.zeros(len(self.training_queues), np.int64)
+            if self._pending:
+                p = np.array(self._pending)
+                np.add.at(waiting, j.queue[p], j.gpus[p])
+            for q in np.flatnonzero(waiting < self.capacity_gpus):
+                while waiting[q] < self.capacity_gpus:
+                    g = int(self.rng.choice(s.backlog_job_gpus))
+                    self._new_job(int(q), g, float(self.rng.uniform(*s.backlog_job_hours)) * 3600, self.now)
+                    waiting[q] += g
+        if not self._pending:
+            return []
+        free = self.idle_gpus - sum(inf.waiting * inf.gpus_per_replica for inf in self.inference.values())
+        if free <= 0:
+            return []
+        p = np.array(self._pending)
+        usage = {q: 0 for q in self.training_queues}
+        for i in [*self._running.tolist(), *self._stopping]:
+            usage[self.training_queues[int(j.queue[i])]] += int(j.gpus[i])
+        names = [self.training_queues[int(q)] for q in j.queue[p]]
+        quotas = {q: self.quotas.get(q, 0) for q in self.training_queues}
+        chosen = admit(np.array(names, dtype=object), j.gpus[p], j.priority[p], j.created[p],
+                       [j.names[i] for i in p], usage, quotas, free)
+        admitted = [int(p[k]) for k in chosen]
+        for i in admitted:
+            self._pending.remove(i)
+            j.state[i] = RUNNING
+            j.admitted_at[i] = self.now
+        if admitted:
+            self._running = np.concatenate([self._running, np.array(admitted, np.int64)])
         return admitted
+
+    def advance(self, to: float) -> None:
+        """Time passes from `now` to `to`: jobs progress, checkpoint, finish or stop; freed GPUs go to waiting
+        replicas; replicas warm up; each policy's demand of the interval ending at `to` is served by what is
+        warm in it; the HPA reacts."""
+        t0, dt = self.now, to - self.now
+        if dt <= 0:
+            raise ValueError(f"the clock only moves forward ({pd.Timestamp(t0, unit='s')} -> {pd.Timestamp(to, unit='s')})")
+        j, a = self.jobs, self.accounting
+        freed: list[tuple[float, int]] = []
+        r = self._running
+        if len(r):
+            progress = j.progress[r] + dt
+            done = progress >= j.work[r]
+            finish = t0 + (j.work[r] - j.progress[r])
+            a.training_alloc += float((np.where(done, finish - t0, dt) * j.gpus[r]).sum())
+            j.progress[r] = np.minimum(progress, j.work[r])
+            j.credited[r] = np.where(done, j.work[r], np.floor(j.progress[r] / j.interval[r]) * j.interval[r])
+            if done.any():
+                for i, at in zip(r[done], finish[done]):
+                    j.state[i] = DONE
+                    freed.append((float(at), int(j.gpus[i])))
+                self._running = r[~done]
+        still = []
+        for i in self._stopping:
+            a.training_alloc += (min(float(j.stop_at[i]), to) - t0) * float(j.gpus[i])
+            if j.stop_at[i] <= to:
+                j.state[i] = STOPPED
+                self._stopped.append(i)
+                freed.append((float(j.stop_at[i]), int(j.gpus[i])))
+            else:
+                still.append(i)
+        self._stopping = still
+        self.now = to
+        # GPUs freed inside the interval go to waiting replicas at the moment they free
+        idle = self.idle_gpus - sum(g for _, g in freed)
+        for at, g in sorted(freed):
+            idle = self._grant(at, idle + g)
+        held = 0.0
+        for key, inf in self.inference.items():
+            serving = float(inf.warm)
+            warm_now = []
+            for ready in inf.warming:
+                serving += min(max((to - max(ready, t0)) / dt, 0.0), 1.0)
+                if ready <= to:
+                    inf.warm += 1
+                else:
+                    warm_now.append(ready)
+            inf.warming = warm_now
+            held += (inf.held_replicas + 0.0) * inf.gpus_per_replica
+            self._serve(key, inf, to, serving * inf.gpus_per_replica, dt)
+            if inf.ref.kind == "HorizontalPodAutoscaler":
+                times, values = self.demand.get(key, (np.zeros(0), np.zeros(0)))
+                k = np.searchsorted(times, to, side="right") - 1
+                seen = float(values[k]) if k >= 0 else 0.0
+                per = inf.demand_per_gpu * inf.gpus_per_replica
+                inf.recommendations.append((to, int(math.ceil(seen / per - 1e-9))))
+                self._scale(inf, self._hpa_recommendation(inf))
+        a.inference_held += held * dt
+        a.steps += 1
+        a.seconds += dt
+
+    def _serve(self, key: str, inf: _Inference, t: float, serving_gpus: float, dt: float) -> None:
+        """Account the interval ending at `t`: its demand, what was served, what was short."""
+        times, values = self.demand.get(key, (np.zeros(0), np.zeros(0)))
+        k = np.searchsorted(times, t, side="right") - 1
+        u = float(values[k]) / inf.demand_per_gpu if k >= 0 else 0.0
+        within = min(u, float(self.capacity_gpus))
+        a = self.accounting
+        served = min(u, serving_gpus)
+        unmet = max(within - serving_gpus, 0.0)
+        a.demand[key] = a.demand.get(key, 0.0) + u * dt
+        a.within[key] = a.within.get(key, 0.0) + within * dt
+        a.served[key] = a.served.get(key, 0.0) + served * dt
+        a.unmet_within[key] = a.unmet_within.get(key, 0.0) + unmet * dt
+        if unmet > 1e-9:
+            a.short_steps[key] = a.short_steps.get(key, 0) + 1
+            a.short_hours.setdefault(key, set()).add(int((t - dt) // 3600))
+            a.run[key] = a.run.get(key, 0) + 1
+            a.longest_short[key] = max(a.longest_short.get(key, 0), a.run[key])
+        else:
+            a.run[key] = 0
+
+    # ------------------------------------------------------------------------------------ for the simulator
+    def training(self) -> Training:
+        """Running training as the planner sees it (what core.cluster's reads would give, without building them)."""
+        j, r = self.jobs, self._running
+        return Training(tuple(f"{TRAINING_NAMESPACE}/{j.names[i]}" for i in r),
+                        tuple(self.training_queues[q] for q in j.queue[r]), j.gpus[r], j.priority[r], j.preempt[r],
+                        j.interval[r], newest_checkpoint(j.admitted_at[r], j.interval[r], self.now),
+                        sum(int(j.gpus[i]) for i in self._stopping))
+
+    def stopped_by_plan(self) -> list[tuple[str, str]]:
+        """(workload, queue) of every Workload headroom evicted that has stopped."""
+        j = self.jobs
+        return [(f"{TRAINING_NAMESPACE}/{j.names[i]}", self.training_queues[int(j.queue[i])])
+                for i in self._stopped]
+
+    def fast_preemptible_gpus(self, deadline_seconds: float) -> int:
+        j, r = self.jobs, self._running
+        return int(j.gpus[r][j.preempt[r] <= deadline_seconds].sum())
+
+    def demand_at(self, key: str, t: float) -> float:
+        """The demand sample of the interval ending at `t` (query units; a gap: as last seen)."""
+        times, values = self.demand[key]
+        k = np.searchsorted(times, t, side="right") - 1
+        return float(values[k]) if k >= 0 else 0.0

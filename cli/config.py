@@ -10,7 +10,8 @@ import yaml
 from pydantic import ValidationError
 
 from core.errors import ConfigError
-from core.settings import Config, field_errors
+from core.policy import field_errors
+from core.settings import Config
 
 
 def _set(tree: dict, dotted: str, value: Any) -> None:

@@ -155,7 +155,7 @@ def run_demo(out: Path, quick: bool, cfg, say) -> dict:
 
 
 def cmd_demo(cfg, args) -> int:
-    from dashboards.report import stage_printer
+    from cli.progress import stage_printer
 
     done = run_demo(Path(args.out), args.quick, cfg, stage_printer("demo"))
     print(f"\nreport:       {done['report']}\n"

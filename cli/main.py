@@ -12,23 +12,13 @@ import sys
 from datetime import datetime, timezone
 
 from cli.config import Config, load_config
+from cli.progress import counter
 from cli.simulate import cmd_simulate, cmd_tune
 from cli.sources import load_series
 from controller.simulate import POLICIES
 from core.errors import ConfigError
 
 
-def _progress(label: str):
-    """A one-line progress callback on an interactive stderr, else nothing."""
-    if not sys.stderr.isatty():
-        return None
-
-    def report(done: int, total: int, what: str = "") -> None:
-        end = "\n" if done >= total else ""
-        sys.stderr.write(f"\r{label}: {done}/{total} {what}\033[K{end}")
-        sys.stderr.flush()
-
-    return report
 
 
 def _quantile_list(text: str) -> list[float]:
@@ -66,7 +56,7 @@ def cmd_backtest(cfg: Config, args) -> int:
 
     series, _ = load_series(cfg, datetime.now(timezone.utc))
     b = cfg.backtest
-    result = backtest(series, horizon=b.horizon, folds=b.folds, step=b.step, progress=_progress("backtest"))
+    result = backtest(series, horizon=b.horizon, folds=b.folds, step=b.step, progress=counter("backtest"))
     payload = result.to_json()
     payload["history"] = str(cfg.history.file or cfg.history.prometheus.query)
     if args.json:
@@ -116,25 +106,39 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="one JSON object")
     p.set_defaults(run=cmd_backtest, overrides=lambda a: {"backtest.horizon": a.horizon, "backtest.folds": a.folds,
                                                           "backtest.step": a.step})
-    for command, run, what in (("simulate", cmd_simulate, "replay a demand trace on a simulated cluster"),
-                               ("tune", cmd_tune, "sweep target quantile x lead time x headroom quantile")):
+    for command, run, what in (("simulate", cmd_simulate, "replay a demand trace on the simulated cluster under a "
+                                                          "policy (tuned on the history unless --policy-file)"),
+                               ("tune", cmd_tune, "sweep the policy's own fields on the history against the "
+                                                  "objective; recommend, re-check and write the setting")):
         p = sub.add_parser(command, help=what)
         p.add_argument("history", nargs="?", metavar="DEMAND", help="demand trace, CSV or Parquet (history.file)")
         p.add_argument("--gpus", type=int, help="cluster size (simulate.gpus, default 128)")
         scale = p.add_mutually_exclusive_group()
         scale.add_argument("--peak-gpus", type=float, help="scale the trace's 99.9th percentile to N GPUs (default 100)")
-        scale.add_argument("--per-gpu", type=float, help="demand one GPU serves per step (simulate.per_gpu)")
+        scale.add_argument("--per-gpu", type=float, help="demand one GPU serves (simulate.per_gpu)")
         p.add_argument("--days", type=float, help="evaluated days at the end; before is history (default 7)")
         p.add_argument("--jobs", help="training job trace CSV (num_gpu, creation_time, scheduled_time, deletion_time)")
-        p.set_defaults(run=run, overrides=lambda a: {"simulate.gpus": a.gpus, "simulate.peak_gpus": a.peak_gpus,
-                                                     "simulate.per_gpu": a.per_gpu, "simulate.days": a.days,
-                                                     "simulate.jobs": a.jobs, "simulate.policy": getattr(a, "policy", None)})
+        p.add_argument("--policy", choices=POLICIES, help="forecast (default), a baseline (static, reactive, "
+                       "seasonal-naive: its margin tuned) or a reference that knows the future (oracle, hourly-oracle)")
+        p.add_argument("--max-shortage", type=float, help="objective: unmet demand within the cluster, share of demand "
+                                                          "GPU-time (tune.max_shortage, default 0.001)")
+        p.add_argument("--max-short-steps", type=float, help="objective: share of steps with any unmet demand "
+                                                             "(tune.max_short_steps, default 0.01)")
+        p.set_defaults(run=run, overrides=lambda a: {
+            "simulate.gpus": a.gpus, "simulate.peak_gpus": a.peak_gpus, "simulate.per_gpu": a.per_gpu,
+            "simulate.days": a.days, "simulate.jobs": a.jobs, "simulate.policy": a.policy,
+            "simulate.policy_file": getattr(a, "policy_file", None), "tune.max_shortage": a.max_shortage,
+            "tune.max_short_steps": a.max_short_steps})
         if command == "simulate":
-            p.add_argument("--policy", choices=POLICIES,
-                           help="reservation policy (simulate.policy, default forecast)")
+            p.add_argument("--policy-file", metavar="P.yaml", help="a ReservationPolicy manifest, run exactly "
+                                                                   "(simulate.policy_file)")
+            p.add_argument("--timeline", metavar="FILE.csv", help="write one row per step (the columns "
+                                                                  "`headroom run --timeline` writes)")
             p.add_argument("--json", action="store_true", help="one JSON object")
         else:
-            p.add_argument("--plot", default="tune.png", help="where to write the trade-off PNG (default tune.png)")
+            p.add_argument("--write-policy", metavar="FILE.yaml", help="write the recommendation as a "
+                                                                       "ReservationPolicy manifest")
+            p.add_argument("--plot", metavar="FILE.png", help="write the trade-off plot")
     p = sub.add_parser("train", help="backtest candidates, track them in MLflow, promote the champion by margin")
     p.add_argument("--history", help="train one series from this file (with --name) instead of training.series")
     p.add_argument("--name", help="series name for --history (training.name)")
@@ -183,11 +187,15 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"headroom: {exc}", file=sys.stderr)
         return 2
-    from forecast.history import HistoryError
     from adapters.prometheus import PrometheusError
+    from core.errors import HeadroomError
+    from forecast.history import HistoryError
 
     try:
         return args.run(cfg, args)
+    except HeadroomError as exc:
+        print(f"headroom: error: {exc}", file=sys.stderr)
+        return exc.exit_status
     except (HistoryError, PrometheusError) as exc:
         print(f"headroom: error: {exc}", file=sys.stderr)
         return 1

@@ -7,7 +7,8 @@ from pathlib import Path
 from cli.simulate import native_series, simulation
 from controller.simulate import POLICIES
 from controller.tune import tune
-from dashboards.report import compare_policies, comparison_table, format_table, render_report, stage_printer
+from cli.progress import stage_printer
+from dashboards.report import compare_policies, comparison_table, format_table, render_report
 
 
 def cmd_report(cfg, args) -> int:

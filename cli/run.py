@@ -6,28 +6,15 @@ import os
 import signal
 import socket
 import sys
+from pathlib import Path
 
 import pandas as pd
 
-from adapters.embedded import InMemoryCluster
-from adapters.prometheus import PrometheusDemand
-from controller.demand import FileDemand
-from controller.forecasts import Models
-from controller.loop import BackgroundTrainer, Loop
-from controller.reconcile import Reconciler, _utc
-from controller.state import ControllerState
-from core.cluster import Cluster
-from core.errors import ClusterError
-from core.settings import RunConfig
+from cli.config import Config
+from core.errors import BadRequest
+from core.settings import EmbeddedPolicy, RunConfig
 
 log = logging.getLogger(__name__)
-
-
-def embedded_policies(cfg: RunConfig) -> list[dict]:
-    """The config's policies as ReservationPolicy objects for the embedded cluster."""
-    return [{"apiVersion": "headroom.dev/v1alpha1", "kind": "ReservationPolicy",
-             "metadata": {"name": p.name, "namespace": p.namespace, "generation": 1},
-             "spec": p.spec.model_dump(by_alias=True, exclude_none=True)} for p in cfg.policies]
 
 
 def add_parser(sub) -> None:
@@ -36,21 +23,59 @@ def add_parser(sub) -> None:
     where.add_argument("--kubeconfig", help="act on the Kubernetes cluster of this kubeconfig (run.kubeconfig)")
     where.add_argument("--in-cluster", action="store_true", help="act on the cluster this pod runs in")
     p.add_argument("--once", action="store_true", help="one reconcile, then exit")
-    p.add_argument("--hours", type=int, help="simulated cluster only: replay this many hours from --now, fast")
-    p.add_argument("--now", help="simulated cluster only: the clock's start (ISO-8601; default: the history's end - --hours)")
-    p.add_argument("--metrics-port", type=int, help="port of /metrics, /healthz, /readyz (run.metrics_port, 9108)")
+    p.add_argument("--metrics-port", type=int, help="port of /metrics, /healthz, /readyz (run.metrics_port, 9108); "
+                                                    "a Kubernetes controller only")
+    embedded = p.add_argument_group("the embedded cluster (no Kubernetes)")
+    embedded.add_argument("--policy-file", action="append", metavar="P.yaml",
+                          help="ReservationPolicy manifest(s) to run (with --history; adds to run.policies)")
+    embedded.add_argument("--history", metavar="DEMAND", help="the demand --policy-file's policies are replayed from")
+    embedded.add_argument("--gpus", type=int, help="cluster size (run.capacity_gpus, default 128)")
+    embedded.add_argument("--hours", type=_positive_int, help="replay this many hours from --now (default 24)")
+    embedded.add_argument("--now", help="the clock's start (ISO-8601; default: --hours before the history's end)")
+    embedded.add_argument("--timeline", metavar="FILE.csv", help="write one row per step and policy "
+                                                                 "(the columns `headroom simulate --timeline` writes)")
     p.set_defaults(run=cmd_run, overrides=lambda a: {
         "run.cluster": "kubernetes" if (a.kubeconfig or a.in_cluster) else None, "run.kubeconfig": a.kubeconfig,
-        "run.metrics_port": a.metrics_port})
+        "run.metrics_port": a.metrics_port, "run.capacity_gpus": a.gpus})
 
 
 def add_plan_parser(sub) -> None:
-    p = sub.add_parser("plan", help="what the controller would do now: the plan per hour with its reasons "
-                                    "(run.policies and their history files; changes nothing)")
+    p = sub.add_parser("plan", help="what the controller would do now: the plan per hour with its reasons and the "
+                                    "actions it would take (run.policies and their history files; changes nothing)")
     p.add_argument("--now", help="the plan's moment (ISO-8601; default: where the histories end)")
-    p.add_argument("--hours", type=int, default=6, help="hours of the plan to show (default 6)")
+    p.add_argument("--hours", type=_positive_int, default=6, help="hours of the plan to show (default 6)")
+    p.add_argument("--policy-file", action="append", metavar="P.yaml", help="ReservationPolicy manifest(s), with --history")
+    p.add_argument("--history", metavar="DEMAND", help="the demand --policy-file's policies are read from")
     p.add_argument("--json", action="store_true", help="one JSON object")
     p.set_defaults(run=cmd_plan, overrides=lambda a: {})
+
+
+def _positive_int(text: str) -> int:
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def with_policy_files(r: RunConfig, files: list[str] | None, history: str | None) -> RunConfig:
+    """run.policies plus the policies of --policy-file, whose demand is --history."""
+    if not files:
+        if history:
+            raise BadRequest("--history is the demand of --policy-file's policies: give --policy-file too")
+        return r
+    from core.policy import PolicySpec, load_manifests
+
+    if not history:
+        raise BadRequest("--policy-file needs --history DEMAND: the embedded cluster replays its demand from a file")
+    added = [EmbeddedPolicy(name=o["metadata"]["name"], namespace=o["metadata"]["namespace"],
+                            history_file=Path(history), spec=PolicySpec.model_validate(o["spec"]))
+             for f in files for o in load_manifests(f)]
+    return r.model_copy(update={"policies": [*r.policies, *added]})
 
 
 def _kube(cfg: RunConfig, in_cluster: bool):
@@ -61,46 +86,53 @@ def _kube(cfg: RunConfig, in_cluster: bool):
     return KubeCluster.from_kubeconfig(str(cfg.kubeconfig) if cfg.kubeconfig else None)
 
 
-def _tracking_uri(cfg) -> str:
+def _tracking_uri(cfg: Config) -> str:
     from adapters.mlflow import resolve_uri
 
     return resolve_uri(cfg.run.tracking_uri or cfg.training.tracking_uri)
 
 
-def embedded(r: RunConfig) -> tuple[InMemoryCluster, FileDemand]:
-    """The embedded cluster holding `run.policies` (every ClusterQueue they name, at quota 0, and a
-    saturated training backlog), and their demand replayed from their history files."""
-    cluster = InMemoryCluster(policies=embedded_policies(r), backlog_gpus=r.capacity_gpus)
-    for p in r.policies:
-        target_queue = p.spec.target.name if p.spec.target.kind == "ClusterQueue" else None
-        for q in {*p.spec.training_cluster_queues, target_queue, p.spec.inference_cluster_queue} - {None}:
-            cluster.quotas.setdefault(q, 0)
-    return cluster, FileDemand({f"{p.namespace}/{p.name}": p.history_file for p in r.policies})
+def embedded(cfg: Config, r: RunConfig, start: pd.Timestamp):
+    """The embedded cluster holding `r.policies` (every ClusterQueue they name, and a saturated training
+    backlog), and their demand replayed from their history files."""
+    from adapters.embedded import EmbeddedCluster
+    from controller.demand import FileDemand
+    from core.policy import manifest
+
+    demand = FileDemand({f"{p.namespace}/{p.name}": p.history_file for p in r.policies})
+    series = {key: demand.series(key) for key in demand.files}
+    cluster = EmbeddedCluster(r.capacity_gpus, [manifest(p.name, p.namespace, p.spec) for p in r.policies], series,
+                              start.timestamp(), settings=cfg.simulate.world)
+    return cluster, demand
 
 
-def build(cfg, in_cluster: bool = False) -> tuple[Reconciler, Cluster]:
+def build(cfg: Config, in_cluster: bool = False, timeline: list | None = None, start: pd.Timestamp | None = None):
     """The reconciler for this configuration, on the real cluster or the embedded one."""
     from adapters.mlflow import Tracker
+    from adapters.prometheus import PrometheusDemand
     from cli.train import settings_from_config
+    from controller.forecasts import Models
+    from controller.loop import BackgroundTrainer
+    from controller.reconcile import Reconciler
     from training.realized import ForecastLog
 
     r = cfg.run
     if r.cluster == "kubernetes":
         cluster, demand = _kube(r, in_cluster), PrometheusDemand(r.prometheus)
     else:
-        cluster, demand = embedded(r)
+        cluster, demand = embedded(cfg, r, start)
     uri = _tracking_uri(cfg)
     trainer = BackgroundTrainer(uri, settings_from_config(cfg)) if r.retrain_every_seconds > 0 else None
     reconciler = Reconciler(cluster, demand, r, models=Models(uri), forecast_log=ForecastLog(r.forecast_log_dir),
                             tracker=Tracker(uri), retrain=trainer, drift_factor=cfg.training.drift_factor,
-                            drift_window=cfg.training.drift_window)
+                            drift_window=cfg.training.drift_window, timeline=timeline)
     return reconciler, cluster
 
 
-def _print_state(now: pd.Timestamp, state: ControllerState) -> None:
+def _print_state(now: pd.Timestamp, state) -> None:
     for name, ps in sorted(state.policies.items()):
         if not ps.valid:
-            print(f"{now:%Y-%m-%d %H:%M} {name}: INVALID: {ps.error}")
+            print(f"{now:%Y-%m-%d %H:%M} {name}: NOT PLANNED: {ps.error}")
             continue
         flags = "".join(f" {f}" for f, on in (("FALLBACK", ps.fallback), ("DEGRADED", ps.degraded)) if on)
         demand = f"{ps.observed_demand:.4g}" if ps.observed_demand is not None else "?"
@@ -110,18 +142,24 @@ def _print_state(now: pd.Timestamp, state: ControllerState) -> None:
           f"preemptions {dict(state.preemptions_total)}")
 
 
-def cmd_run(cfg, args) -> int:
+def cmd_run(cfg: Config, args) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    r = with_policy_files(cfg.run, args.policy_file, args.history)
+    cfg = cfg.model_copy(update={"run": r})
+    if r.cluster == "simulated":
+        return _replay(cfg, args)
+    if args.policy_file or args.timeline or args.hours or args.now:
+        raise BadRequest("--policy-file, --history, --timeline, --hours and --now are for the embedded cluster; "
+                         "on Kubernetes the policies are ReservationPolicy objects and the clock is the wall clock")
+    from controller.loop import Loop
+    from controller.metrics import serve
+    from core.errors import ClusterError
+
     try:
         reconciler, cluster = build(cfg, in_cluster=args.in_cluster)
     except (ClusterError, OSError) as exc:
         print(f"headroom: error: cannot reach the cluster: {exc}", file=sys.stderr)
         return 1
-    r = cfg.run
-    if r.cluster == "simulated":
-        return _replay(reconciler, cluster, r, args)
-    from controller.metrics import serve
-
     identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
     elector = cluster.leader_elector(r.lease.namespace, r.lease.name, identity, r.lease.duration_seconds)
     loop = Loop(reconciler, elector, r.interval_seconds, r.lease.duration_seconds)
@@ -136,79 +174,127 @@ def cmd_run(cfg, args) -> int:
     return 0
 
 
-def _start(r: RunConfig, now: str | None, hours_before_end: int = 0) -> pd.Timestamp:
-    """`now` as given, else `hours_before_end` before the earliest end of the policies' histories."""
-    if now:
-        return _utc(now)
-    from forecast.history import load_history
+def _clock(r: RunConfig, now: str | None, hours: int) -> pd.DatetimeIndex:
+    """The embedded clock: the histories' own step, from `now` (default: `hours` before the earliest end) for
+    `hours`. Every policy's history must share one step."""
+    from controller.demand import FileDemand
+    from core.units import parse_time
 
-    return min(load_history(p.history_file).index.max() for p in r.policies) - pd.Timedelta(hours=hours_before_end)
+    demand = FileDemand({f"{p.namespace}/{p.name}": p.history_file for p in r.policies})
+    series = [demand.series(key) for key in demand.files]
+    steps = {s.index.freq or pd.Timedelta(s.index.to_series().diff().median()) for s in series}
+    if len(steps) > 1:
+        raise BadRequest(f"the policies' histories have different steps ({', '.join(map(str, steps))}): the embedded "
+                         "clock needs one")
+    step = pd.Timedelta(steps.pop())
+    end = min(s.index[-1] for s in series)
+    start = parse_time(now, "--now") if now else end - pd.Timedelta(hours=hours) + step
+    first = min(s.index[0] for s in series)
+    if start < first or start > end:
+        raise BadRequest(f"--now {start} is outside the histories ({first} .. {end})")
+    return pd.date_range(start, periods=int(pd.Timedelta(hours=hours) / step), freq=step)
 
 
 def _no_policies() -> int:
-    print("headroom: error: the simulated cluster has no policies: add run.policies to --config "
-          "(see examples/headroom.yaml)", file=sys.stderr)
+    print("headroom: error: the embedded cluster has no policies: add run.policies to --config (see "
+          "examples/headroom.yaml) or give --policy-file P.yaml --history DEMAND", file=sys.stderr)
     return 2
 
 
-def cmd_plan(cfg, args) -> int:
-    """One reconcile of the embedded cluster with every policy forecast-only: print, write nothing."""
-    import json
-
+def _replay(cfg: Config, args) -> int:
+    """The embedded cluster: the clock steps over the policies' histories at their own step."""
     r = cfg.run
     if not r.policies:
         return _no_policies()
-    looking = r.model_copy(update={"cluster": "simulated", "prometheus": None, "policies": [
-        p.model_copy(update={"spec": p.spec.model_copy(update={"mode": "forecast-only"})}) for p in r.policies]})
-    cluster, demand = embedded(looking)
+    times = _clock(r, args.now, args.hours or (1 if args.once else 24))
+    if args.once:
+        times = times[:1]
+    timeline: list | None = [] if args.timeline else None
+    reconciler, cluster = build(cfg, timeline=timeline, start=times[0])
+    for k, now in enumerate(times):
+        if k:
+            cluster.advance(now.timestamp())
+        state = reconciler.reconcile(now)
+        cluster.admit()
+        if k == 0 or (now.minute == 0 and now.second == 0):
+            _print_state(now, state)
+    if reconciler.retrain is not None:
+        reconciler.retrain.wait()
+    if args.timeline:
+        from controller.simulate import write_timeline
+
+        print(f"timeline: {write_timeline(timeline, args.timeline)}")
+    print(f"events: {len(cluster.events)} ({', '.join(sorted({e['reason'] for e in cluster.events})) or 'none'})")
+    return 0
+
+
+def cmd_plan(cfg: Config, args) -> int:
+    """One reconcile of the embedded cluster, deciding as if every policy were active and changing nothing."""
+    import json
+
+    from controller.forecasts import Models
+    from controller.reconcile import Reconciler
+
+    r = with_policy_files(cfg.run, args.policy_file, args.history)
+    if not r.policies:
+        return _no_policies()
+    r = r.model_copy(update={"cluster": "simulated", "prometheus": None})
+    cfg = cfg.model_copy(update={"run": r})
+    (now,) = _clock(r, args.now, 1)[:1]
+    cluster, demand = embedded(cfg, r, now)
     uri = r.tracking_uri or cfg.training.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
-    now = _start(r, args.now)
-    state = Reconciler(cluster, demand, looking, models=Models(uri)).reconcile(now)
-    out = {"now": now.isoformat(), "policies": {}}
+    state = Reconciler(cluster, demand, r, models=Models(uri), dry_run=True).reconcile(now)
+    out = {"now": now.isoformat(), "policies": {}, "actions": [_describe(a) for a in state.actions],
+           "notes": list(state.notes)}
     for name, ps in sorted(state.policies.items()):
         if not ps.valid:
             out["policies"][name] = {"error": ps.error}
             continue
-        slack = {h.hour: h.slack_gpus for h in ps.plan.hours}
-        out["policies"][name] = {
-            "model": ps.model, "observed_demand": ps.observed_demand, "notes": list(ps.plan.notes),
-            "hours": [{"hour": x.hour.isoformat(), "reserved_gpus": x.gpus, "headroom_gpus": x.headroom_gpus,
-                       "slack_gpus": slack[x.hour], "source": x.source, "reason": x.reason}
-                      for x in ps.plan.reservations if x.workload == name][:args.hours]}
+        h = ps.hours
+        rows = []
+        spec = next(p.spec for p in r.policies if f"{p.namespace}/{p.name}" == name)
+        from planning.planner import WorkloadPolicy
+
+        w = WorkloadPolicy.from_spec(name, spec)
+        for k in range(min(args.hours, len(h.starts))):
+            rows.append({"hour": pd.Timestamp(h.starts[k], unit="s", tz="UTC").isoformat(),
+                         "reserved_gpus": int(h.reserved[k]), "headroom_gpus": int(h.headroom[k]),
+                         "source": "forecast" if h.from_forecast[k] else "fallback",
+                         "reason": h.reason(k, w, r.capacity_gpus - r.non_lendable_gpus)})
+        out["policies"][name] = {"model": ps.model, "observed_demand": ps.observed_demand,
+                                 "reserved_now": ps.reserved_gpus, "why_now": ps.step.reason, "hours": rows}
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
-    print(f"plan at {now:%Y-%m-%d %H:%M} UTC (forecast-only: nothing is changed)")
+    print(f"plan at {now:%Y-%m-%d %H:%M} UTC (nothing is changed)")
     for name, p in out["policies"].items():
         if "error" in p:
-            print(f"\n{name}: INVALID: {p['error']}")
+            print(f"\n{name}: NOT PLANNED: {p['error']}")
             continue
         demand_now = f"{p['observed_demand']:.4g}" if p["observed_demand"] is not None else "unknown"
-        print(f"\n{name}: model {p['model']}, demand now {demand_now}")
-        print(f"  {'hour':<6}{'reserved':>9}{'headroom':>9}{'slack':>7}  {'source':<9}reason")
+        print(f"\n{name}: model {p['model']}, demand now {demand_now}; now: {p['why_now']}")
+        print(f"  {'hour':<6}{'reserved':>9}{'headroom':>9}  {'source':<9}reason")
         for h in p["hours"]:
-            print(f"  {h['hour'][11:16]:<6}{h['reserved_gpus']:>9}{h['headroom_gpus']:>9}{h['slack_gpus']:>7}  "
-                  f"{h['source']:<9}{h['reason']}")
-        for note in p["notes"]:
-            print(f"  note: {note}")
+            print(f"  {h['hour'][11:16]:<6}{h['reserved_gpus']:>9}{h['headroom_gpus']:>9}  {h['source']:<9}{h['reason']}")
+    print("\nwhat it would do now (as if every policy were active):")
+    for line in out["actions"] or ["nothing: the cluster already holds the plan"]:
+        print(f"  {line}")
+    for note in out["notes"]:
+        print(f"note: {note}")
     return 0
 
 
-def _replay(reconciler: Reconciler, cluster: InMemoryCluster, r: RunConfig, args) -> int:
-    """The embedded cluster: the clock runs over the policies' history files, `interval` per step."""
-    if not r.policies:
-        return _no_policies()
-    hours = args.hours if args.hours is not None else (0 if args.once else 24)
-    start = _start(r, args.now, hours)
-    steps = max(int(hours * 3600 / r.interval_seconds), 1)
-    for i in range(steps):
-        now = start + pd.Timedelta(seconds=i * r.interval_seconds)
-        cluster.top_up_backlog(now.to_pydatetime())
-        cluster.admit(now.to_pydatetime())
-        state = reconciler.reconcile(now)
-        if i == 0 or now.minute == 0 and now.second == 0:
-            _print_state(now, state)
-    if reconciler.retrain is not None:
-        reconciler.retrain.wait()
-    print(f"events: {len(cluster.events)} ({', '.join(sorted({e['reason'] for e in cluster.events})) or 'none'})")
-    return 0
+def _describe(action) -> str:
+    from controller.actions import Evict, Requeue, Scale, SetQuota
+
+    match action:
+        case Scale(target=t, replicas=replicas, gpus=gpus, reason=why):
+            value = f"quota {gpus} GPUs" if t.kind == "ClusterQueue" else f"{replicas} replicas ({gpus} GPUs)"
+            return f"scale {t.kind} {t.name} to {value}: {why}"
+        case SetQuota(queue=q, gpus=gpus, reason=why):
+            return f"set ClusterQueue {q} quota to {gpus} GPUs: {why}"
+        case Evict(workload=w, gpus=gpus, kind=kind, reason=why):
+            return f"evict Workload {w} ({gpus} GPUs, {kind}): {why}"
+        case Requeue(workload=w, reason=why):
+            return f"requeue Workload {w}: {why}"
+    return repr(action)

@@ -12,7 +12,7 @@ def source(cfg: Config, now: datetime):
 
     h = cfg.history
     if h.prometheus is not None:
-        from core.settings import duration
+        from core.units import duration
         from adapters.prometheus import prometheus_source
 
         end = h.prometheus.end or now

@@ -10,7 +10,7 @@ from typing import Protocol
 
 import pandas as pd
 
-from forecast.history import HistoryError, load_history
+from forecast.history import HistoryError, at_own_step, load_history
 
 
 class DemandReader(Protocol):
@@ -20,14 +20,19 @@ class DemandReader(Protocol):
 
 @dataclass
 class FileDemand:
-    """The embedded source: each policy's demand replayed from a file, never past `end` (no look-ahead)."""
+    """The embedded source: each policy's demand replayed from a file at its own step (a missing sample is a gap,
+    NaN, as Prometheus returns it), never past `end` (no look-ahead)."""
     files: Mapping[str, Path]  # policy key -> file
     _loaded: dict[str, pd.Series] = field(default_factory=dict, repr=False)
 
-    def read(self, key: str, query: str, start: pd.Timestamp, end: pd.Timestamp) -> pd.Series:
+    def series(self, key: str) -> pd.Series:
+        """The whole history of policy `key`."""
         if key not in self.files:
             raise HistoryError(f"no history file for policy {key}")
         if key not in self._loaded:
-            self._loaded[key] = load_history(self.files[key])
-        raw = self._loaded[key]
+            self._loaded[key] = at_own_step(load_history(self.files[key]))
+        return self._loaded[key]
+
+    def read(self, key: str, query: str, start: pd.Timestamp, end: pd.Timestamp) -> pd.Series:
+        raw = self.series(key)
         return raw[(raw.index > start) & (raw.index <= end)]

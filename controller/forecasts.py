@@ -1,26 +1,16 @@
-"""The forecaster for each policy's series, and the forecast the reconciler keeps between refits."""
+"""The forecaster for each policy's series: the MLflow champion, else automatic selection."""
 from __future__ import annotations
 
 import logging
 import pickle
 from dataclasses import dataclass, field
 
-import pandas as pd
 
 from adapters.mlflow import TrackingError
 from forecast.backtest import AutoForecaster
 from training.pipeline import TrainingError, load_champion
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class CachedForecast:
-    frame: pd.DataFrame        # hour starts x quantiles
-    made_at: pd.Timestamp
-    model: str
-    generation: int
-    scale: float               # seasonal-24 scale of the fitting window (realized error is divided by it)
 
 
 @dataclass
@@ -30,7 +20,8 @@ class Models:
     tracking_uri: str | None = None
     _champions: dict[str, object] = field(default_factory=dict, repr=False)
 
-    def for_series(self, series: str):
+    def for_series(self, series: str) -> tuple[object, str, str | None]:
+        """(forecaster, its name, why the champion could not serve or None)."""
         if self.tracking_uri:
             try:
                 self._champions[series] = load_champion(series, self.tracking_uri)
@@ -39,5 +30,5 @@ class Models:
             if series in self._champions:
                 champion = self._champions[series]
                 meta = getattr(champion, "headroom_meta", {})
-                return pickle.loads(pickle.dumps(champion)), f"champion v{meta.get('version', '?')}"
-        return AutoForecaster("fast", horizon=24), "auto"
+                return pickle.loads(pickle.dumps(champion)), f"champion v{meta.get('version', '?')}", None
+        return AutoForecaster("fast", horizon=24), "auto", None

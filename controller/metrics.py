@@ -142,7 +142,7 @@ class HeadroomCollector(Collector):
                 continue
             add(POLICY_INFO, [p.name, p.mode, p.model], 1.0)
             # horizons count from the plan's clock (a replay's clock is not the wall clock)
-            for labels, value in _forecast_samples(p, p.plan.now if p.plan is not None else wall):
+            for labels, value in _forecast_samples(p, p.now if p.now is not None else wall):
                 add(FORECAST, labels, value)
             add(FORECAST_AGE, [p.name], p.forecast_age_seconds)
             if p.observed_demand is not None:

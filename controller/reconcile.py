@@ -1,23 +1,22 @@
-"""One reconcile of the controller: demand in, plan, act on the cluster, publish what it did.
+"""One reconcile of the controller: read the cluster, plan, turn the plan into actions, apply them, report.
 
-One reconcile, at a `now` the caller passes in:
-  1. read the ReservationPolicies; an invalid one gets its status and a Warning
-     event, and takes no part in the plan (it cannot break the others);
-  2. per policy: read demand (Prometheus or a file), refit the forecast once per
-     hour (the MLflow champion's model, else automatic selection), record it in
-     the forecast log; on a failed read keep the last good forecast for a bounded
-     time, then let the planner fall back to a conservative reservation;
-  3. snapshot the training workloads of the policies' ClusterQueues and plan all
-     workloads at once (planning.planner, pure);
-  4. act, for `active` policies only: the inference reservation (Deployment
-     replicas, HPA minReplicas or ClusterQueue quota), the training queues'
-     quota (the slack), and the preemptions due now -- each re-validated by
-     planning again on a fresh snapshot just before the eviction;
-  5. write status and events, realized forecast error (and drift) to MLflow,
-     and publish a ControllerState for /metrics.
-Data missing never lowers the reservation in force: while degraded, the
-reservation only goes up. Every write is idempotent (read, compare, write), so a
-restart in the middle of a reconcile does not preempt twice.
+At a `now` the caller passes in:
+  1. the ReservationPolicies: an invalid one, or one whose minGpus no longer fit beside the others',
+     gets Ready=False with every reason in its status and one Warning event, and takes no part;
+  2. per policy, its own faults kept to itself: demand read (Prometheus or a file), the forecast
+     refitted once an hour on complete hours (the MLflow champion's model, else automatic selection,
+     or the policy's baseline forecaster), kept for a bounded time when data stops (controller.observe);
+     a policy whose data, forecast or champion fails falls back to the conservative reservation and says
+     so in its status, its events and its metrics, while the others go on;
+  3. one plan for every workload (planning.planner, the only decision-maker), on a view of the cluster
+     (policies, Workloads, quotas and targets; from a watch cache on a real cluster);
+  4. actions (controller.actions): the reservation on each target, the inference and training
+     ClusterQueues' quotas, the evictions due now and the requeue of finished victims, for `active`
+     policies; status and events for all; each re-validated just before it is applied
+     (controller.executor), evictions against a plan made on a fresh view;
+  5. realized forecast error (and drift) to MLflow, a ControllerState for /metrics, and optionally a
+     timeline row per policy (the same columns `headroom simulate --timeline` writes).
+Data missing never lowers the reservation in force: while degraded, the reservation only goes up.
 """
 from __future__ import annotations
 
@@ -28,29 +27,35 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
+import numpy as np
 import pandas as pd
 
-from controller.demand import DemandReader
-from controller.forecasts import CachedForecast, Models
-from controller.state import ERROR_STAGES, RECONCILE_BUCKETS, ControllerState, PolicyState, StateHolder, TeamState
-from core.cluster import Cluster
-from core.errors import ClusterError, ConfigError
-from core.objects import Condition, ObjectRef, PolicyStatus, WorkloadInfo
-from core.settings import PolicySpec, RunConfig, duration, parse_policy_spec
-from forecast.history import HistoryError, prepare
-from forecast.metrics import seasonal_scale
 from adapters.prometheus import PrometheusError
-from planning.planner import Observation, Plan, Policy, RunningJob, Snapshot, WorkloadPolicy, plan
-from planning.queue import Job, TeamQuota
+from controller.actions import Evict, EventNote, PatchStatus, PolicyTarget, RecordEvent, Scale, Stopped, View, \
+    cluster_actions, evicted_gpus, training_columns
+from controller.demand import DemandReader
+from controller.executor import Outcome, execute
+from controller.forecasts import Models
+from controller.observe import MIN_FIT_HOURS, DataSettings, IssuedForecast, degraded_reason, due, hourly_history, issue, usable, \
+    window_facts
+from controller.state import ERROR_STAGES, RECONCILE_BUCKETS, ControllerState, PolicyState, StateHolder, TeamState
+from core.cluster import Cluster, ForecastStore
+from core.errors import ClusterError, ConfigError, NotFound
+from core.objects import Condition, ObjectRef, PolicyStatus, TargetRef, WorkloadInfo
+from core.policy import API_VERSION, KIND, PolicySpec, parse_policy_spec
+from core.settings import RunConfig
+from forecast.baselines import BASELINES
+from forecast.history import HistoryError
+from planning.planner import ClusterPolicy, Forecast, History, HourPlan, Observed, StepPlan, WorkloadPolicy, \
+    newest_checkpoint, plan_hours, plan_step, stale
 from training.realized import HORIZONS, log_realized, realized_errors
 
 log = logging.getLogger(__name__)
 
 UNANNOTATED_PREEMPTION_SECONDS = 600.0  # a job that does not say how fast it stops is assumed slow
-EXTRA_QUANTILES = (0.1, 0.5, 0.9)        # always forecast: realized error and the 80% interval need them
+UNANNOTATED_CHECKPOINT_SECONDS = 1800.0
 STATUS_HOURS = 6                         # hours ahead shown in a policy's status
-READ_OVERLAP = pd.Timedelta(minutes=15)  # re-read this much before the newest sample: late samples fill in
-FORECAST_LOG_KEPT = pd.Timedelta(days=7)  # issued forecasts kept on disk (realized error needs the last day or two)
+FORECAST_LOG_KEPT = pd.Timedelta(days=7)  # issued forecasts kept (realized error needs the last day or two)
 
 
 # --------------------------------------------------------------------------- policies
@@ -64,22 +69,28 @@ class PolicyObject:
 
     @property
     def key(self) -> str:
-        return _ref_key(self.ref)
+        return f"{self.ref.namespace}/{self.ref.name}"
 
     @property
-    def series(self) -> str:  # its forecast series in MLflow and the forecast log
+    def series(self) -> str:  # its forecast series in MLflow and the forecast store
         return f"{self.ref.namespace}.{self.ref.name}"
 
     @property
     def active(self) -> bool:
         return self.spec.mode == "active"
 
+    def target(self) -> PolicyTarget:
+        t = self.spec.target
+        ref = TargetRef(t.kind, t.name, None if t.kind == "ClusterQueue" else t.namespace or self.ref.namespace)
+        return PolicyTarget(self.key, self.ref, ref, self.spec.capacity.gpus_per_replica, self.active,
+                            self.spec.inference_cluster_queue, tuple(self.spec.training_cluster_queues))
+
 
 def parse_policies(objects: list[dict]) -> tuple[list[PolicyObject], dict[ObjectRef, str]]:
     """Valid policies, and the invalid ones with every error (field paths) in one message."""
     valid, invalid = [], {}
     for obj in objects:
-        obj = {"apiVersion": "headroom.dev/v1alpha1", "kind": "ReservationPolicy", **obj}
+        obj = {"apiVersion": API_VERSION, "kind": KIND, **obj}
         ref = ObjectRef.of(obj)
         try:
             spec = parse_policy_spec(obj.get("spec"), f"ReservationPolicy {ref.namespace}/{ref.name}")
@@ -90,27 +101,28 @@ def parse_policies(objects: list[dict]) -> tuple[list[PolicyObject], dict[Object
     return valid, invalid
 
 
-# --------------------------------------------------------------------------- the reconciler
-@dataclass
-class _PolicyRun:
+def feasible(policies: list[PolicyObject], lendable: int) -> tuple[list[PolicyObject], dict[ObjectRef, str]]:
+    """The policies whose minGpus fit, in order; a policy that no longer fits beside those before it is the only
+    one refused (it cannot take its neighbours down with it)."""
+    kept, refused, taken = [], {}, 0
+    for p in policies:
+        if taken + p.spec.min_gpus > lendable:
+            refused[p.ref] = (f"minGpus {p.spec.min_gpus} does not fit: the cluster lends {lendable} GPUs and the "
+                              f"policies before this one keep {taken} as their minimum")
+            continue
+        taken += p.spec.min_gpus
+        kept.append(p)
+    return kept, refused
+
+
+@dataclass(frozen=True)
+class _Input:
     """One policy's inputs to this reconcile."""
     policy: PolicyObject
-    observation: Observation
-    forecast: CachedForecast | None
-    hourly: pd.Series           # complete hours (mean statistic of the spec) for realized error
-    degraded: str | None        # why the demand data is not trustworthy, if it is not
-
-
-def _shares(total: int, weights: Mapping[str, float]) -> dict[str, int]:
-    """Split `total` GPUs by weight, whole GPUs, largest remainders first."""
-    if not weights:
-        return {}
-    s = sum(weights.values())
-    exact = {k: total * w / s for k, w in weights.items()}
-    out = {k: int(math.floor(v)) for k, v in exact.items()}
-    for k in sorted(exact, key=lambda k: (out[k] - exact[k], k))[: total - sum(out.values())]:
-        out[k] += 1
-    return out
+    raw: pd.Series                 # demand samples in the lookback (UTC; NaN = missing)
+    degraded: str | None           # why the demand data is not trustworthy, if it is not
+    forecast: IssuedForecast | None  # the forecast in use (None: the planner falls back)
+    fault: str | None = None       # a forecaster or champion that failed, if one did
 
 
 def _utc(moment) -> pd.Timestamp:
@@ -119,32 +131,44 @@ def _utc(moment) -> pd.Timestamp:
     return moment.tz_convert("UTC") if moment.tzinfo else moment.tz_localize("UTC")
 
 
-def _ref_key(ref: ObjectRef) -> str:
-    return f"{ref.namespace}/{ref.name}"
-
-
-def _job(w: WorkloadInfo, queue: str) -> Job:
-    return Job(id=f"{w.namespace}/{w.name}", team=queue, gpus=w.gpus, duration_seconds=math.inf, priority=w.priority,
-               submitted_at=w.creation.timestamp() if w.creation else 0.0,
-               checkpoint_interval_seconds=w.checkpoint_interval_seconds or 1800.0,
-               preemption_seconds=w.preemption_seconds if w.preemption_seconds is not None
-               else UNANNOTATED_PREEMPTION_SECONDS)
+def training_view(workloads: list[WorkloadInfo], queues: set[str], now: float):
+    """The planner's running training and the requeue candidates, from the cluster's Workloads."""
+    running = [w for w in workloads if w.cluster_queue in queues and w.admitted and w.active]
+    terminating = sum(w.gpus for w in workloads if w.cluster_queue in queues and w.admitted and not w.active)
+    since = [(w.last_checkpoint or w.creation).timestamp() if (w.last_checkpoint or w.creation) else now
+             for w in running]
+    interval = [w.checkpoint_interval_seconds or UNANNOTATED_CHECKPOINT_SECONDS for w in running]
+    training = training_columns(
+        [w.key for w in running], [w.cluster_queue for w in running], [w.gpus for w in running],
+        [w.priority for w in running],
+        [w.preemption_seconds if w.preemption_seconds is not None else UNANNOTATED_PREEMPTION_SECONDS for w in running],
+        interval, newest_checkpoint(np.array(since, float), np.array(interval, float), now), terminating)
+    stopped = tuple(Stopped(w.key, w.uid, w.cluster_queue) for w in workloads
+                    if w.cluster_queue in queues and not w.admitted and not w.active and w.evicted_by_plan
+                    and not w.finished)
+    return training, {w.key: w.uid for w in running}, stopped
 
 
 class Reconciler:
     def __init__(self, cluster: Cluster, demand: DemandReader, cfg: RunConfig, holder: StateHolder | None = None,
-                 models: Models | None = None, forecast_log=None, tracker=None,
+                 models: Models | None = None, forecast_log: ForecastStore | None = None, tracker=None,
                  retrain: Callable[[str, pd.Series, pd.Timestamp], None] | None = None,
-                 drift_factor: float = 1.5, drift_window: int = 24):
+                 drift_factor: float = 1.5, drift_window: int = 24, timeline: list | None = None,
+                 dry_run: bool = False):
         self.cluster, self.demand, self.cfg = cluster, demand, cfg
+        self.data = DataSettings.of(cfg)
         self.holder = holder or StateHolder()
         self.models = models or Models()
         self.forecast_log, self.tracker, self.retrain = forecast_log, tracker, retrain
         self.drift_factor, self.drift_window = drift_factor, drift_window
-        self._forecasts: dict[str, CachedForecast] = {}
+        self.timeline = timeline  # a list the reconciler appends one row per policy to (TIMELINE_COLUMNS)
+        self.dry_run = dry_run    # decide as if every policy were active, change nothing (`headroom plan`)
+        self._forecasts: dict[str, IssuedForecast] = {}
         self._raw: dict[str, pd.Series] = {}
         self._full_read: dict[str, pd.Timestamp] = {}
-        self._invalid_reported: dict[ObjectRef, str] = {}
+        self._reported: dict[ObjectRef, str] = {}   # the refusal last reported per policy (one event per change)
+        self._faults: dict[str, str] = {}           # the fault last reported per policy
+        self._hours: tuple | None = None            # (key, HourPlan): the hourly plan, kept until its inputs change
         self._last_trained: dict[str, pd.Timestamp] = {}
         self._accuracy: dict[str, tuple[pd.Timestamp, dict, dict]] = {}
         self._preemptions: dict[str, int] = {}
@@ -156,117 +180,10 @@ class Reconciler:
         self._last_now: pd.Timestamp | None = None
 
     # -- bookkeeping
-    def _error(self, stage: str, what: str, exc: Exception) -> None:
+    def _error(self, stage: str, what: str, exc: Exception | str) -> None:
         assert stage in ERROR_STAGES, stage
         self._errors[stage] = self._errors.get(stage, 0) + 1
         log.warning("%s: %s: %s", stage, what, exc)
-
-    def _event(self, about: ObjectRef, reason: str, message: str, type: str = "Normal") -> None:
-        try:
-            self.cluster.emit_event(about, reason, message, type=type)
-        except ClusterError as exc:
-            self._error("events", f"{about.kind} {about.name}", exc)
-
-    # -- 2. demand and forecast
-    def _observe(self, p: PolicyObject, now: pd.Timestamp) -> _PolicyRun:
-        lookback = duration(self.cfg.prometheus.lookback if self.cfg.prometheus else "28d")
-        degraded = None
-        try:
-            raw = self._read(p, now, lookback)
-            if raw.notna().any():
-                self._raw[p.key] = raw
-            else:
-                degraded = "NoData: the query returned no samples"
-        except (PrometheusError, HistoryError, OSError) as exc:
-            self._error("demand", p.key, exc)
-            degraded = f"DemandUnavailable: {exc}"
-        raw = self._raw.get(p.key, pd.Series(dtype=float, index=pd.DatetimeIndex([], tz="UTC")))
-        seen = raw.dropna()
-        if degraded is None and (seen.empty or now - seen.index[-1] > pd.Timedelta(seconds=self.cfg.stale_after_seconds)):
-            degraded = f"StaleData: newest sample {seen.index[-1] if len(seen) else 'none'}"
-        last_hour = raw[raw.index > now - pd.Timedelta(hours=1)]
-        if degraded is None and len(last_hour) and last_hour.isna().mean() > 0.5:
-            degraded = f"PartialData: {last_hour.isna().mean():.0%} of the last hour's samples are missing"
-        fresh = degraded is None
-        hourly = prepare(raw, step="1h", statistic=p.spec.statistic)[0] if len(seen) else raw.iloc[:0]
-        hourly = hourly[hourly.index < now.floor("h")]
-        cached = self._forecasts.get(p.key)
-        stale_cache = (cached is None or cached.made_at.floor("h") < now.floor("h") or cached.generation != p.generation)
-        if fresh and stale_cache and hourly.notna().sum() >= 48:
-            try:
-                model, name = self.models.for_series(p.series)
-                quantiles = sorted({*EXTRA_QUANTILES, p.spec.target_quantile, p.spec.headroom_quantile})
-                missing = int((now.floor("h") - hourly.index[-1]) / pd.Timedelta(hours=1)) - 1
-                frame = model.fit(hourly).predict(self.cfg.horizon_hours + max(missing, 0), quantiles)
-                if getattr(model, "chosen", None):  # automatic selection says what it picked
-                    name = f"{name}: {model.chosen}"
-                cached = CachedForecast(frame, now, name, p.generation, float(seasonal_scale(hourly.to_numpy())))
-                self._forecasts[p.key] = cached
-                if self.forecast_log is not None:
-                    self.forecast_log.record(p.series, now, frame)
-            except (ValueError, ArithmeticError, RuntimeError) as exc:  # a model that cannot fit: fall back
-                self._error("forecast", p.key, exc)
-                degraded = f"ForecastFailed: {exc}"
-        if cached is not None and (now - cached.made_at).total_seconds() > self.cfg.keep_forecast_seconds:
-            cached = None  # too old to trust: the planner falls back to the conservative reservation
-        current = float(seen.iloc[-1]) if fresh else float("nan")
-        return _PolicyRun(p, Observation(current, raw), cached, hourly, degraded)
-
-    def _read(self, p: PolicyObject, now: pd.Timestamp, lookback: pd.Timedelta) -> pd.Series:
-        """The whole lookback once an hour (when the forecast is refitted); in between only the samples
-        since the newest one held, so a reconcile a minute does not re-read weeks of history."""
-        held = self._raw.get(p.key)
-        if held is None or self._full_read.get(p.key) != now.floor("h") or held.index[-1] > now:
-            raw = self.demand.read(p.key, p.spec.query, now - lookback, now).astype(float)
-            self._full_read[p.key] = now.floor("h")
-            return raw
-        # whole steps back from the newest sample, so the new samples land on the same grid
-        overlap = 3 * duration(self.cfg.prometheus.step) if self.cfg.prometheus else READ_OVERLAP
-        fresh = self.demand.read(p.key, p.spec.query, held.index[-1] - overlap, now).astype(float)
-        kept = held[(held.index > now - lookback) & (held.index < (fresh.index[0] if len(fresh) else now))]
-        return pd.concat([kept, fresh])
-
-    # -- 3. snapshot and plan
-    def _snapshot(self, runs: list[_PolicyRun], queues: list[str], now: pd.Timestamp) -> tuple[Snapshot, dict]:
-        running, queued, infos = [], [], {}
-        for q in queues:
-            for w in self.cluster.list_workloads(q):
-                if not w.active:
-                    continue
-                job = _job(w, q)
-                infos[job.id] = (w, q)
-                if w.cluster_queue == q:
-                    at = _utc(w.last_checkpoint or w.creation or now)
-                    # a job checkpoints every interval: its newest checkpoint is the last one before now
-                    interval = pd.Timedelta(seconds=job.checkpoint_interval_seconds)
-                    if now > at:
-                        at += interval * ((now - at) // interval)
-                    running.append(RunningJob(job, at))
-                else:
-                    queued.append(job)
-        observations = {r.policy.key: r.observation for r in runs}
-        return Snapshot(observations, tuple(running), tuple(queued)), infos
-
-    def _weights(self, queues) -> dict[str, float]:
-        return {q: self.cfg.team_weights.get(q, 1.0) for q in queues}
-
-    def _policy(self, runs: list[_PolicyRun], queues: list[str]) -> Policy:
-        weights = self._weights(queues)
-        quota = _shares(self.cfg.capacity_gpus - self.cfg.non_lendable_gpus, weights)
-        workloads = tuple(WorkloadPolicy(
-            name=r.policy.key, demand_per_gpu=r.policy.spec.capacity.demand_per_gpu,
-            gpus_per_replica=r.policy.spec.capacity.gpus_per_replica, target_quantile=r.policy.spec.target_quantile,
-            headroom_quantile=r.policy.spec.headroom_quantile, margin_gpus=r.policy.spec.margin_gpus,
-            min_gpus=r.policy.spec.min_gpus, max_gpus=r.policy.spec.max_gpus,
-            headroom_floor_gpus=r.policy.spec.headroom_floor_gpus,
-            lead_time=duration(r.policy.spec.lead_time).to_pytimedelta()) for r in runs)
-        deadline = min((duration(r.policy.spec.reclaim_deadline) for r in runs), default=pd.Timedelta(minutes=5))
-        return Policy(capacity_gpus=self.cfg.capacity_gpus, workloads=workloads,
-                      teams=tuple(TeamQuota(q, quota[q], weights[q]) for q in queues),
-                      non_lendable_gpus=self.cfg.non_lendable_gpus, reclaim_deadline=deadline.to_pytimedelta(),
-                      horizon_hours=self.cfg.horizon_hours,
-                      # the planner trusts a forecast until the history behind it is this old
-                      stale_after=pd.Timedelta(seconds=self.cfg.keep_forecast_seconds).to_pytimedelta())
 
     # -- the whole reconcile
     def reconcile(self, now) -> ControllerState:
@@ -293,222 +210,320 @@ class Reconciler:
         return state
 
     def _reconcile(self, now: pd.Timestamp) -> ControllerState:
-        policies, invalid = parse_policies(self.cluster.list_reservation_policies(self.cfg.namespace))
-        states: dict[str, PolicyState] = {}
-        for ref, message in invalid.items():
-            states[_ref_key(ref)] = PolicyState(_ref_key(ref), "", False, message)
-            if self._invalid_reported.get(ref) != message:  # one event per new error, not one per reconcile
-                self._event(ref, "InvalidSpec", message, "Warning")
-                self._status(ref, PolicyStatus(0, 0, 0, (Condition("Ready", "False", "InvalidSpec", message),)))
-                self._invalid_reported[ref] = message
-        for p in policies:
-            self._invalid_reported.pop(p.ref, None)
-        runs = [self._observe(p, now) for p in policies]
-        queues = sorted({q for p in policies for q in p.spec.training_cluster_queues})
-        if not runs:
-            return ControllerState(self.cfg.capacity_gpus, True, states)
-        try:
-            policy = self._policy(runs, queues)
-        except ValueError as exc:  # e.g. the minimums add up to more than the cluster
-            for r in runs:
-                self._status(r.policy.ref, PolicyStatus(0, 0, 0, (Condition("Ready", "False", "PlanInfeasible", str(exc)),)))
-                states[r.policy.key] = PolicyState(r.policy.key, r.policy.spec.mode, False, str(exc))
-            return ControllerState(self.cfg.capacity_gpus, True, states)
-        forecasts = {r.policy.key: r.forecast.frame for r in runs if r.forecast is not None}
-        snapshot, infos = self._snapshot(runs, queues, now)
-        the_plan = plan(forecasts, snapshot, policy, now)
-        plan_id = hashlib.sha256(repr((now.isoformat(), the_plan.reservations, the_plan.preemptions)).encode()).hexdigest()[:12]
-        hour0 = {r.workload: r for r in the_plan.reservations if r.hour == the_plan.hours[0].hour}
-        slack = the_plan.hours[0].slack_gpus
-        # each training queue an active policy lends to, and the (first) policy its events are reported on
-        owners = {q: r.policy.ref for r in reversed(runs) if r.policy.active for q in r.policy.spec.training_cluster_queues}
-
-        # 4. act: inference first (it must never wait for training), then the lent quota, then preemptions.
-        applied: dict[str, int] = {}
-        failures: dict[str, str] = {}
-        for r in runs:
-            res = hour0[r.policy.key]
-            before = r.policy.status.get("reservedGpus")
-            gpus = res.gpus if r.degraded is None or before is None else max(res.gpus, int(before))
-            applied[r.policy.key] = gpus
-            if r.policy.active:
-                try:
-                    if self._apply_reservation(r.policy, gpus) and before != gpus:
-                        self._event(r.policy.ref, "ReservationChanged",
-                                    f"reserved {before} -> {gpus} GPUs on {r.policy.spec.target.kind} "
-                                    f"{r.policy.spec.target.name}: {res.reason}")
-                except ClusterError as exc:
-                    self._error("actuate", r.policy.key, exc)
-                    failures[r.policy.key] = str(exc)
-                    self._event(r.policy.ref, "ActuationFailed", str(exc), "Warning")
-        inference_quota: dict[str, int] = {}
-        for r in runs:
-            if r.policy.active and r.policy.spec.inference_cluster_queue:
-                q = r.policy.spec.inference_cluster_queue
-                inference_quota[q] = inference_quota.get(q, 0) + applied[r.policy.key]
-        for q, gpus in inference_quota.items():
-            try:
-                self.cluster.set_cluster_queue_quota(q, gpus)
-            except ClusterError as exc:
-                self._error("actuate", f"ClusterQueue {q}", exc)
-        held_back = sum(applied.values()) - sum(res.gpus for res in hour0.values())  # degraded: lend less
-        for q, gpus in _shares(max(slack - held_back, 0), self._weights(sorted(owners))).items():
-            try:
-                if self.cluster.set_cluster_queue_quota(q, gpus):
-                    self._event(owners[q], "SlackLent", f"ClusterQueue {q} quota -> {gpus} GPUs (slack {slack})")
-            except ClusterError as exc:
-                self._error("actuate", f"ClusterQueue {q}", exc)
-        self._preempt(the_plan, runs, forecasts, policy, queues, infos, owners, now, plan_id)
-
-        # 5. report
-        snapshot, infos = self._snapshot(runs, queues, now)  # after evictions
-        deadline = pd.Timedelta(policy.reclaim_deadline).total_seconds()
-        held = sum(x.job.gpus for x in snapshot.running)
-        fast = sum(x.job.gpus for x in snapshot.running if x.job.preemption_seconds <= deadline)
         lendable = self.cfg.capacity_gpus - self.cfg.non_lendable_gpus
-        reclaimable = max(lendable - sum(applied.values()) - held, 0) + fast
-        # at risk when the band the forecast asks for (even beyond what the cluster can hold) is not reclaimable
-        wanted = sum(res.headroom_gpus for res in hour0.values())
-        for r in runs:
-            states[r.policy.key] = self._report(r, the_plan, hour0[r.policy.key], applied[r.policy.key], slack,
-                                                reclaimable, wanted, failures.get(r.policy.key), plan_id, now)
-        return ControllerState(self.cfg.capacity_gpus, True, states, self._teams(snapshot, queues, policy, now),
-                               slack_gpus=slack, training_gpus=held)
+        policies, refused = parse_policies(self.cluster.reservation_policies(self.cfg.namespace))
+        policies, too_big = feasible(policies, lendable)
+        refused = {**refused, **too_big}
+        states: dict[str, PolicyState] = {}
+        report = []
+        for ref, message in refused.items():
+            key = f"{ref.namespace}/{ref.name}"
+            states[key] = PolicyState(key, "", False, message)
+            if self._reported.get(ref) != message:  # one event per new refusal, not one per reconcile
+                why = "InvalidSpec" if ref not in too_big else "PlanInfeasible"
+                report += [RecordEvent(EventNote(ref, why, message, "Warning")),
+                           PatchStatus(ref, PolicyStatus(0, 0, 0, (Condition("Ready", "False", why, message),)))]
+                self._reported[ref] = message
+        for p in policies:
+            self._reported.pop(p.ref, None)
+        if not policies:
+            if not self.dry_run:
+                self._execute(report)
+            return ControllerState(self.cfg.capacity_gpus, True, states)
+        inputs = [self._input(p, now) for p in policies]
+        cluster_policy = ClusterPolicy(self.cfg.capacity_gpus,
+                                       tuple(WorkloadPolicy.from_spec(p.key, p.spec) for p in policies),
+                                       self._weights(policies), self.cfg.non_lendable_gpus, self.cfg.horizon_hours,
+                                       self.cfg.keep_forecast_seconds)
+        hours = self._hour_plan(inputs, cluster_policy, now)
+        view = self._view(policies, now)
+        step = plan_step(hours, self._observed(inputs, view), view.training, cluster_policy, now)
+        plan_id = hashlib.sha256(repr((now.isoformat(), [(w.name, w.reserved_gpus) for w in step.workloads],
+                                       [(x.job, x.kind, x.at) for x in step.preemptions])).encode()).hexdigest()[:12]
+        targets = [replace(p.target(), active=True) if self.dry_run else p.target() for p in policies]
+        actions = cluster_actions(step, view, targets, plan_id)
+        outcomes = [] if self.dry_run else execute(actions, self.cluster, still_wanted=lambda _: self._still_wanted(
+            hours, inputs, cluster_policy, policies, now))
+        failures = self._count(outcomes, step)
+        after = self._view(policies, now)  # after evictions and scaling
+        report += self._reports(inputs, hours, step, after, failures, plan_id, now, states, cluster_policy)
+        if not self.dry_run:
+            self._execute(report)
+        if self.timeline is not None:
+            self._record(inputs, step, view, outcomes, now)
+        held = int(after.training.gpus.sum())
+        return ControllerState(self.cfg.capacity_gpus, True, states, self._teams(after, policies, now),
+                               slack_gpus=step.lent_gpus, training_gpus=held, actions=tuple(actions),
+                               notes=hours.notes)
 
-    def _apply_reservation(self, p: PolicyObject, gpus: int) -> bool:
-        t = p.spec.target
-        replicas = math.ceil(gpus / p.spec.capacity.gpus_per_replica)
-        if t.kind == "Deployment":
-            return self.cluster.scale_deployment(t.namespace or p.ref.namespace, t.name, replicas)
-        if t.kind == "HorizontalPodAutoscaler":
-            return self.cluster.set_hpa_min_replicas(t.namespace or p.ref.namespace, t.name, max(replicas, 1))
-        return self.cluster.set_cluster_queue_quota(t.name, gpus)
+    # -- 2. demand and forecast, each policy's faults its own
+    def _input(self, p: PolicyObject, now: pd.Timestamp) -> _Input:
+        try:
+            return self._observe(p, now)
+        except Exception as exc:  # noqa: BLE001 - a bug in one policy's inputs must not stop the others
+            log.exception("%s: observing its demand failed", p.key)
+            self._error("internal", p.key, exc)
+            empty = pd.Series(dtype=float, index=pd.DatetimeIndex([], tz="UTC"))
+            return _Input(p, self._raw.get(p.key, empty), f"InternalError: {type(exc).__name__}: {exc}", None,
+                          f"InternalError: {type(exc).__name__}: {exc}")
 
-    def _preempt(self, the_plan: Plan, runs, forecasts, policy, queues, infos, owners, now, plan_id) -> None:
-        """Evict what the plan stops now -- only if a plan on a fresh snapshot still stops it."""
-        due = [x for x in the_plan.preemptions if x.at <= now and infos[x.job_id][1] in owners]
-        if not due:
-            return
-        fresh_snapshot, fresh_infos = self._snapshot(runs, queues, now)
-        still = {x.job_id: x for x in plan(forecasts, fresh_snapshot, policy, now).preemptions if x.at <= now}
-        for x in due:
-            if x.job_id not in still or x.job_id not in fresh_infos:
-                log.info("preemption of %s dropped: a fresh plan no longer needs it", x.job_id)
-                continue
-            w, q = fresh_infos[x.job_id]
+    def _observe(self, p: PolicyObject, now: pd.Timestamp) -> _Input:
+        degraded, fault = None, None
+        try:
+            raw = self._read(p, now)
+            self._raw[p.key] = raw
+        except (PrometheusError, HistoryError, OSError) as exc:
+            self._error("demand", p.key, exc)
+            degraded = f"DemandUnavailable: {exc}"
+        raw = self._raw.get(p.key, pd.Series(dtype=float, index=pd.DatetimeIndex([], tz="UTC")))
+        t_now = now.timestamp()
+        if degraded is None:
+            times = raw.index.as_unit("ns").asi8 / 1e9
+            degraded = degraded_reason(*window_facts(times, raw.to_numpy(float), t_now), t_now,
+                                       self.data.stale_after_seconds)
+        cached = self._forecasts.get(p.key)
+        if degraded is None and due(cached, now, p.generation):
+            hourly = hourly_history(raw, p.spec.statistic, now)
+            if hourly.notna().sum() >= MIN_FIT_HOURS:
+                model, name, fault = self._forecaster(p)
+                try:
+                    cached = issue(model, name, hourly, now, p.spec, p.generation, self.data.horizon_hours)
+                    self._forecasts[p.key] = cached
+                    if self.forecast_log is not None:
+                        self.forecast_log.record(p.series, now, cached.frame)
+                except (ValueError, ArithmeticError, RuntimeError) as exc:  # a model that cannot fit: fall back
+                    self._error("forecast", p.key, exc)
+                    fault = f"ForecastFailed: {exc}"
+        return _Input(p, raw, degraded, usable(cached, now, self.data), fault)
+
+    def _forecaster(self, p: PolicyObject):
+        """(model, name, fault): the policy's baseline, or the champion (a refused one says why and is replaced)."""
+        if p.spec.forecaster != "auto":
+            return BASELINES[p.spec.forecaster](), p.spec.forecaster, None
+        return self.models.for_series(p.series)
+
+    def _read(self, p: PolicyObject, now: pd.Timestamp) -> pd.Series:
+        """The whole lookback once an hour (when the forecast is refitted); in between only the samples
+        since the newest one held, so a reconcile a minute does not re-read weeks of history."""
+        lookback = pd.Timedelta(seconds=self.data.lookback_seconds)
+        held = self._raw.get(p.key)
+        if held is None or self._full_read.get(p.key) != now.floor("h") or (len(held) and held.index[-1] > now):
+            raw = self.demand.read(p.key, p.spec.query, now - lookback, now).astype(float)
+            self._full_read[p.key] = now.floor("h")
+            return raw
+        # whole steps back from the newest sample, so the new samples land on the same grid
+        since = held.index[-1] - self.data.read_overlap if len(held) else now - lookback
+        fresh = self.demand.read(p.key, p.spec.query, since, now).astype(float)
+        kept = held[(held.index > now - lookback) & (held.index < (fresh.index[0] if len(fresh) else now))]
+        return pd.concat([kept, fresh]) if len(kept) else fresh
+
+    # -- 3. plan
+    def _weights(self, policies: list[PolicyObject]) -> tuple[tuple[str, float], ...]:
+        queues = sorted({q for p in policies if p.active for q in p.spec.training_cluster_queues})
+        return tuple((q, self.cfg.team_weights.get(q, 1.0)) for q in queues)
+
+    def _hour_plan(self, inputs: list[_Input], policy: ClusterPolicy, now: pd.Timestamp) -> HourPlan:
+        """Kept until the hour, a forecast or the policies change."""
+        histories = {i.policy.key: History.of(i.raw, now) for i in inputs}
+        key = (now.floor("h"), policy, tuple(id(i.forecast) for i in inputs),
+               tuple(stale(histories[i.policy.key], now.timestamp(), policy) for i in inputs))
+        if self._hours is not None and self._hours[0] == key:
+            return self._hours[1]
+        forecasts = {}
+        for i in inputs:
+            spec = i.policy.spec
             try:
-                if not self.cluster.evict_workload(w.namespace, w.name, x.reason, plan_id):
-                    continue
-            except ClusterError as exc:
-                self._error("preempt", x.job_id, exc)
-                continue
-            self._preemptions[x.kind] = self._preemptions.get(x.kind, 0) + 1
-            self._lost[x.kind] = self._lost.get(x.kind, 0.0) + x.work_lost_seconds * x.gpus
-            seconds, borrowed_seconds, preempted = self._team_seconds.get(q, (0.0, 0.0, 0))
-            self._team_seconds[q] = (seconds, borrowed_seconds, preempted + 1)
-            message = f"{x.kind} preemption of {x.gpus} GPUs ({x.work_lost_seconds:.0f} s of work lost): {x.reason}"
-            self._event(ObjectRef("kueue.x-k8s.io/v1beta1", "Workload", w.name, w.namespace), "Preempted", message)
-            self._event(owners[q], "Preempted", f"Workload {x.job_id}: {message}")
+                forecasts[i.policy.key] = None if i.forecast is None else \
+                    Forecast.of(i.forecast.frame, spec.target_quantile, spec.headroom_quantile)
+            except KeyError:  # a forecast without the policy's quantiles: the planner falls back
+                forecasts[i.policy.key] = None
+        hours = plan_hours(forecasts, histories, policy, now)
+        self._hours = (key, hours)
+        return hours
 
-    def _teams(self, snapshot: Snapshot, queues: list[str], policy: Policy, now: pd.Timestamp) -> dict[str, TeamState]:
+    def _view(self, policies: list[PolicyObject], now: pd.Timestamp) -> View:
+        targets = {}
+        for p in policies:
+            try:
+                targets[p.key] = self.cluster.target_state(p.target().target)
+            except NotFound:
+                targets[p.key] = None
+        queues = {q for p in policies for q in p.spec.training_cluster_queues}
+        training, uids, stopped = training_view(self.cluster.workloads(), queues, now.timestamp())
+        return View(targets, self.cluster.cluster_queue_quotas(), training, uids, stopped)
+
+    def _observed(self, inputs: list[_Input], view: View) -> dict[str, Observed]:
+        out = {}
+        for i in inputs:
+            state = view.targets.get(i.policy.key)
+            gpr = i.policy.spec.capacity.gpus_per_replica
+            held = 0 if state is None else (state.desired_replicas * gpr if i.policy.spec.target.kind != "ClusterQueue"
+                                            else view.quotas.get(i.policy.spec.target.name, 0))
+            out[i.policy.key] = Observed(i.raw.index.as_unit("ns").asi8 / 1e9, i.raw.to_numpy(float), held,
+                                         i.degraded is not None)
+        return out
+
+    def _still_wanted(self, hours: HourPlan, inputs, policy: ClusterPolicy, policies, now) -> set[str]:
+        """The Workloads a plan on a fresh view still evicts now."""
+        fresh = self._view(policies, now)
+        return {x.job for x in plan_step(hours, self._observed(inputs, fresh), fresh.training, policy, now).due()}
+
+    # -- 4. act
+    def _execute(self, actions) -> list[Outcome]:
+        outcomes = execute(actions, self.cluster)
+        for o in outcomes:
+            if o.error:
+                self._error("status" if isinstance(o.action, PatchStatus) else "events", o.action.reason, o.error)
+        return outcomes
+
+    def _count(self, outcomes: list[Outcome], step: StepPlan) -> dict[str, str]:
+        """Preemption counters, and each policy's actuation failure."""
+        failures: dict[str, str] = {}
+        for o in outcomes:
+            a = o.action
+            if o.error and not o.error.startswith("event:"):
+                self._error("preempt" if isinstance(a, Evict) else "actuate", getattr(a, "policy", a.reason), o.error)
+                if isinstance(a, Scale):
+                    failures[a.policy] = o.error
+            elif o.error:
+                self._error("events", a.reason, o.error)
+            if isinstance(a, Evict) and o.applied:
+                self._preemptions[a.kind] = self._preemptions.get(a.kind, 0) + 1
+                self._lost[a.kind] = self._lost.get(a.kind, 0.0) + a.work_lost_seconds * a.gpus
+                seconds, borrowed, preempted = self._team_seconds.get(a.queue, (0.0, 0.0, 0))
+                self._team_seconds[a.queue] = (seconds, borrowed, preempted + 1)
+        return failures
+
+    # -- 5. report
+    def _reports(self, inputs, hours: HourPlan, step: StepPlan, view: View, failures, plan_id, now, states,
+                 policy: ClusterPolicy) -> list:
+        deadline = policy.reclaim_deadline_seconds
+        t = view.training
+        reserved = sum(w.reserved_gpus for w in step.workloads)
+        idle = max(policy.lendable - reserved - int(t.gpus.sum()) - t.terminating_gpus, 0)
+        reclaimable = idle + int(t.gpus[t.preempt_seconds <= deadline].sum())
+        wanted = sum(w.headroom_gpus for w in step.workloads)
+        actions = []
+        for i, ws, wh in zip(inputs, step.workloads, hours.workloads):
+            p = i.policy
+            failure = failures.get(p.key) or (f"TargetMissing: {p.spec.target.kind} {p.spec.target.name} not found"
+                                              if p.active and view.targets.get(p.key) is None
+                                              and p.spec.target.kind != "ClusterQueue" else None)
+            errors, coverage = self._realized(i, now)
+            fallback = not ws.from_forecast
+            conditions = (
+                Condition("Ready", "False" if failure else "True",
+                          failure.split(":")[0] if failure else ("Active" if p.active else "ForecastOnly"),
+                          failure or ""),
+                Condition("ForecastDegraded", "True" if i.degraded or i.fault else "False",
+                          (i.degraded or i.fault).split(":")[0] if i.degraded or i.fault else "DemandFresh",
+                          "; ".join(x for x in (i.degraded, i.fault) if x)),
+                Condition("FallbackActive", "True" if fallback else "False",
+                          "ConservativeReservation" if fallback else "ForecastInUse",
+                          wh.reason(0, policy.workloads[inputs.index(i)], policy.lendable) if fallback else ""),
+                Condition("HeadroomAtRisk", "True" if reclaimable < wanted else "False",
+                          "ReclaimableBelowHeadroom" if reclaimable < wanted else "HeadroomCovered",
+                          f"{reclaimable} GPUs reclaimable within the deadline; the plan's headroom asks for {wanted}"))
+            fault = i.fault or (i.degraded if fallback else None)
+            if fault and self._faults.get(p.key) != fault:  # a new fault: one Warning event
+                actions.append(RecordEvent(EventNote(p.ref, "FallbackActive" if fallback else "ForecastDegraded",
+                                                     f"{fault}; {ws.reason}", "Warning")))
+            if fault:
+                self._faults[p.key] = fault
+            else:
+                self._faults.pop(p.key, None)
+            target = None
+            if i.forecast is not None:
+                f = Forecast.of(i.forecast.frame, p.spec.target_quantile, p.spec.headroom_quantile)
+                k = int(np.searchsorted(f.starts, now.timestamp(), side="right") - 1)
+                target = float(f.target[k]) if 0 <= k < len(f.target) and math.isfinite(f.target[k]) else None
+            model = i.forecast.model if i.forecast is not None else "fallback"
+            next_hours = tuple({"hour": pd.Timestamp(wh.starts[k], unit="s", tz="UTC").strftime("%Y-%m-%dT%H:%M:%SZ"),
+                                "reservedGpus": int(wh.reserved[k]), "headroomGpus": int(wh.headroom[k]),
+                                "slackGpus": int(hours.slack[k])} for k in range(min(STATUS_HOURS, len(wh.starts))))
+            actions.append(PatchStatus(p.ref, PolicyStatus(
+                reserved_gpus=ws.reserved_gpus, slack_gpus=step.lent_gpus, headroom_gpus=ws.headroom_gpus,
+                conditions=conditions, plan_id=plan_id, forecast_demand=target, observed_generation=p.generation,
+                model=model, next_hours=next_hours, realized_error={f"{h}h": v for h, v in errors.items()})))
+            seen = i.raw.dropna()
+            states[p.key] = PolicyState(
+                p.key, p.spec.mode, True, None, now, wh, ws, i.forecast.frame if i.forecast is not None else None,
+                model, float(seen.iloc[-1]) if i.degraded is None and len(seen) else None,
+                p.spec.capacity.demand_per_gpu, ws.reserved_gpus, ws.headroom_gpus, reclaimable, fallback,
+                i.degraded is not None or i.fault is not None,
+                (now - i.forecast.made_at).total_seconds() if i.forecast is not None else 0.0, errors, coverage)
+        return actions
+
+    def _record(self, inputs, step: StepPlan, view: View, outcomes, now) -> None:
+        """One timeline row per policy: what it observed and what the plan decided (the simulator's columns)."""
+        applied = [o.action for o in outcomes if o.applied]
+        for i, ws in zip(inputs, step.workloads):
+            p = i.policy
+            seen = i.raw.dropna()
+            state = view.targets.get(p.key)
+            warm = state.ready_replicas * p.spec.capacity.gpus_per_replica if state is not None else 0
+            demand = float(seen.iloc[-1]) if len(seen) else 0.0
+            self.timeline.append((now, p.key, demand / p.spec.capacity.demand_per_gpu, ws.reserved_gpus, warm,
+                                  ws.headroom_gpus, step.lent_gpus, evicted_gpus(applied, p.key)))
+
+    def _teams(self, view: View, policies: list[PolicyObject], now: pd.Timestamp) -> dict[str, TeamState]:
         dt = (now - self._last_now).total_seconds() if self._last_now is not None else 0.0
         self._last_now = now
         teams = {}
-        for q in queues:
-            try:
-                quota = self.cluster.get_cluster_queue_quota(q)
-            except ClusterError:
-                quota = next(t.quota_gpus for t in policy.teams if t.team == q)
-            used = sum(x.job.gpus for x in snapshot.running if x.job.team == q)
+        t = view.training
+        for q in sorted({q for p in policies for q in p.spec.training_cluster_queues}):
+            quota = int(view.quotas.get(q, 0))
+            used = int(sum(g for g, tq in zip(t.gpus, t.queue) if tq == q))
             seconds, borrowed_seconds, preempted = self._team_seconds.get(q, (0.0, 0.0, 0))
             seconds, borrowed_seconds = seconds + used * dt, borrowed_seconds + max(used - quota, 0) * dt
             self._team_seconds[q] = (seconds, borrowed_seconds, preempted)
-            teams[q] = TeamState(q, int(quota), used, max(used - int(quota), 0), max(int(quota) - used, 0),
+            teams[q] = TeamState(q, quota, used, max(used - quota, 0), max(quota - used, 0),
                                  seconds, borrowed_seconds, preempted)
         return teams
 
-    def _report(self, r: _PolicyRun, the_plan: Plan, res, gpus, slack, reclaimable, wanted, failure,
-                plan_id, now) -> PolicyState:
-        p = r.policy
-        headroom = min(res.headroom_gpus, the_plan.hours[0].headroom_gpus)  # what the cluster can hold
-        errors, coverage = self._realized(r, now)
-        conditions = [
-            Condition("Ready", "False" if failure else "True",
-                      "ActuationFailed" if failure else ("Active" if p.active else "ForecastOnly"), failure or ""),
-            Condition("ForecastDegraded", "True" if r.degraded else "False",
-                      r.degraded.split(":")[0] if r.degraded else "DemandFresh", r.degraded or ""),
-            Condition("FallbackActive", "True" if res.source == "fallback" else "False",
-                      "ConservativeReservation" if res.source == "fallback" else "ForecastInUse",
-                      res.reason if res.source == "fallback" else ""),
-            Condition("HeadroomAtRisk", "True" if reclaimable < wanted else "False",
-                      "ReclaimableBelowHeadroom" if reclaimable < wanted else "HeadroomCovered",
-                      f"{reclaimable} GPUs reclaimable within the deadline; the forecast's headroom asks for {wanted}"
-                      f" (the plan holds {the_plan.hours[0].headroom_gpus} within capacity)")]
-        mine = [x for x in the_plan.reservations if x.workload == p.key][:STATUS_HOURS]
-        slack_by_hour = {h.hour: h.slack_gpus for h in the_plan.hours}
-        target = None
-        if r.forecast is not None and res.hour in r.forecast.frame.index:
-            target = float(r.forecast.frame.loc[res.hour, p.spec.target_quantile])
-        model = r.forecast.model if r.forecast is not None else "fallback"
-        self._status(p.ref, PolicyStatus(
-            reserved_gpus=gpus, slack_gpus=slack, headroom_gpus=headroom, conditions=tuple(conditions),
-            plan_id=plan_id, forecast_demand=target, observed_generation=p.generation, model=model,
-            next_hours=tuple({"hour": x.hour.strftime("%Y-%m-%dT%H:%M:%SZ"), "reservedGpus": x.gpus,
-                              "headroomGpus": x.headroom_gpus, "slackGpus": slack_by_hour[x.hour]} for x in mine),
-            realized_error={f"{h}h": v for h, v in errors.items()}))
-        return PolicyState(
-            p.key, p.spec.mode, True, None, the_plan, r.forecast.frame if r.forecast is not None else None, model,
-            r.observation.current_demand if math.isfinite(r.observation.current_demand) else None,
-            p.spec.capacity.demand_per_gpu, gpus, headroom, reclaimable, res.source == "fallback",
-            r.degraded is not None,
-            (now - r.forecast.made_at).total_seconds() if r.forecast is not None else 0.0, errors, coverage)
-
-    def _status(self, ref: ObjectRef, status: PolicyStatus) -> None:
-        try:
-            self.cluster.patch_policy_status(ref.namespace, ref.name, status)
-        except ClusterError as exc:
-            self._error("status", _ref_key(ref), exc)
-
     # -- accuracy over time
-    def _realized(self, r: _PolicyRun, now: pd.Timestamp) -> tuple[dict[int, float], dict[int, float]]:
+    def _realized(self, i: _Input, now: pd.Timestamp) -> tuple[dict[int, float], dict[int, float]]:
         """Recent realized error per horizon (and 80% coverage); to MLflow, with drift, when tracking is on."""
-        if self.forecast_log is None or r.forecast is None or r.hourly.dropna().empty:
+        if self.forecast_log is None or i.forecast is None or i.raw.dropna().empty:
             return {}, {}
         hour = now.floor("h")
-        done = self._accuracy.get(r.policy.series)
+        series = i.policy.series
+        done = self._accuracy.get(series)
         if done is not None and done[0] == hour:  # actuals arrive hourly: once per hour is enough
             return done[1], done[2]
+        hourly = hourly_history(i.raw, i.policy.spec.statistic, now)
         since = now - pd.Timedelta(hours=max(HORIZONS) + self.drift_window + 1)
-        self.forecast_log.prune(r.policy.series, before=now - FORECAST_LOG_KEPT)
-        issued = self.forecast_log.load(r.policy.series, since=since)
+        self.forecast_log.prune(series, before=now - FORECAST_LOG_KEPT)
+        issued = self.forecast_log.load(series, since=since)
         table = None
         if self.tracker is not None:
             try:
                 # the status's scale, so MLflow and the status report one error (drift's baseline: the champion's)
-                table, events = log_realized(r.policy.series, issued, r.hourly, self.tracker, scale=r.forecast.scale,
+                table, events = log_realized(series, issued, hourly, self.tracker, scale=i.forecast.scale,
                                              factor=self.drift_factor, window=self.drift_window, horizons=HORIZONS)
             except Exception as exc:  # noqa: BLE001 - MLflow down must not stop the controller
-                self._error("mlflow", r.policy.series, exc)
+                self._error("mlflow", series, exc)
                 events = []
-            for e in events:
-                retrain = self.retrain is not None and r.policy.active
-                self._event(r.policy.ref, "ForecastDrift", e.message + ("; retraining" if retrain else ""), "Warning")
-            self._maybe_retrain(r, now, drifted=bool(events))
+            retrain = self.retrain is not None and i.policy.active
+            self._execute([RecordEvent(EventNote(i.policy.ref, "ForecastDrift",
+                                                 e.message + ("; retraining" if retrain else ""), "Warning"))
+                           for e in events])
+            self._maybe_retrain(i, hourly, now, drifted=bool(events))
         if table is None:  # no tracking, or MLflow failed: the same errors, computed here
-            table = realized_errors(issued, r.hourly, r.forecast.scale, HORIZONS)
+            table = realized_errors(issued, hourly, i.forecast.scale, HORIZONS)
         errors, coverage = {}, {}
         for h, group in table.groupby("horizon"):
             recent = group.sort_values("target").tail(self.drift_window)
             errors[int(h)], coverage[int(h)] = float(recent["scaled_error"].mean()), float(recent["inside_80"].mean())
-        self._accuracy[r.policy.series] = (hour, errors, coverage)
+        self._accuracy[series] = (hour, errors, coverage)
         return errors, coverage
 
-    def _maybe_retrain(self, r: _PolicyRun, now: pd.Timestamp, drifted: bool) -> None:
+    def _maybe_retrain(self, i: _Input, hourly: pd.Series, now: pd.Timestamp, drifted: bool) -> None:
         if self.retrain is None:
             return
-        last = self._last_trained.setdefault(r.policy.series, now)  # the schedule counts from start-up
+        series = i.policy.series
+        last = self._last_trained.setdefault(series, now)  # the schedule counts from start-up
         every = self.cfg.retrain_every_seconds
-        due = (every > 0 and (now - last).total_seconds() >= every) or (drifted and r.policy.active)
-        if due:
-            self._last_trained[r.policy.series] = now
-            self.retrain(r.policy.series, r.hourly, now)
+        if (every > 0 and (now - last).total_seconds() >= every) or (drifted and i.policy.active):
+            self._last_trained[series] = now
+            self.retrain(series, hourly, now)

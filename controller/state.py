@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from planning.planner import Plan
+from planning.planner import WorkloadHours, WorkloadStep
 
 RECONCILE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 PREEMPTION_KINDS = ("planned", "emergency")
@@ -29,7 +29,9 @@ class PolicyState:
     mode: str                         # "active" | "forecast-only"
     valid: bool                       # False: the spec is invalid (see `error`); nothing else is set
     error: str | None = None
-    plan: Plan | None = None          # the whole cluster's plan this policy took part in
+    now: pd.Timestamp | None = None   # the plan's clock (a replay's clock is not the wall clock)
+    hours: WorkloadHours | None = None  # its reservation and headroom per hour
+    step: WorkloadStep | None = None  # what the plan decided for it now, with the reason
     forecast: pd.DataFrame | None = None  # hourly quantile frame: index = hour starts (UTC), columns = quantiles
     model: str = ""
     observed_demand: float | None = None  # latest sample, in the query's unit
@@ -73,6 +75,8 @@ class ControllerState:
     reconcile_seconds_count: int = 0
     reconcile_seconds_sum: float = 0.0
     last_reconcile_timestamp: float = 0.0    # epoch seconds of the last finished reconcile
+    actions: tuple = ()                      # what the last reconcile asked of the cluster (controller.actions)
+    notes: tuple[str, ...] = ()              # the plan's notes (fallbacks, cuts)
 
 
 class StateHolder:

@@ -1,58 +1,161 @@
-"""Tuning: sweep target quantile x lead time x headroom quantile in the simulator
-and recommend the setting with the highest utilization that meets the shortage objective."""
+"""`headroom tune`: the policy's own fields swept on the history alone, against an SRE's objective.
+
+The history's last days are replayed (the days before them are the forecaster's history, so nothing is
+seen ahead) under each setting; the recommendation is the highest-utilization setting whose shortage
+and short steps meet the objective, re-checked by replaying the policy exactly as it is written out
+(a ReservationPolicy manifest that `kubectl apply`, `headroom run` and `headroom simulate --policy-file`
+take unchanged). When nothing meets the objective it names the closest setting and what stands in
+the way. The sweep is ordered so it stops early: along the warm buffer (or a baseline's margin),
+shortage only falls and utilization only falls, so the first setting that meets the objective is the
+best of its line.
+"""
 from __future__ import annotations
 
-import itertools
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 
 import pandas as pd
+import yaml
 
-from controller.simulate import SharedFits, SimSettings, simulate
+from controller.simulate import FORECASTER, REFERENCES, Scenario, SharedFits, SimResult, default_forecaster, simulate
+from core.policy import ObjectiveSpec, PolicySpec, load_manifests, manifest
+from core.settings import TuneConfig
 from forecast.base import Forecaster
+
+MIN_REPLAY_DAYS = 1.0  # a replay day, with at least as much history before it for the forecaster
 
 
 @dataclass(frozen=True)
 class TuneResult:
-    table: pd.DataFrame  # one row per setting: the grid values and the SimResult fields
-    recommended: dict | None  # the grid values of the best row, None if no row meets the objective
-    shortage_objective: float
+    table: pd.DataFrame        # one row per setting tried: the fields swept and the replay's metrics
+    recommended: PolicySpec    # what to run: the best setting, else the closest (see `met`), else the defaults
+    met: bool                  # the recommendation meets the objective on the replay
     reason: str
+    replay_days: float
+    recheck: SimResult | None  # the written policy, replayed again
 
 
-def tune(
-    demand: pd.Series,
-    make_forecaster: Callable[[], Forecaster],
-    target_quantiles: Sequence[float] = (0.5, 0.7, 0.9),
-    lead_times_seconds: Sequence[float] = (0.0, 900.0, 1800.0),
-    headroom_quantiles: Sequence[float] = (0.95, 0.99),
-    shortage_objective: float = 0.001,
-    base: SimSettings = SimSettings(),
-    **simulate_kwargs,
-) -> TuneResult:
+def replay_scenario(scenario: Scenario) -> Scenario | None:
+    """The history as its own evaluation: its last min(days, half of it), or None if that is under a day."""
+    history = scenario.history
+    if len(history) < 2:
+        return None
+    span = (history.index[-1] - history.index[0]).total_seconds() / 86400
+    days = min(scenario.days, span / 2)
+    if days < MIN_REPLAY_DAYS:
+        return None
+    return Scenario(history, scenario.gpus, days, None, scenario.world, scenario.data, scenario.name,
+                    scenario.training_queues)
+
+
+def _lines(base: PolicySpec, grid: TuneConfig, reference: str):
+    """Settings, one line at a time, each line ordered from the least to the most conservative."""
+    if reference == "forecast":
+        for forecaster in grid.forecasters:
+            for q in grid.target_quantiles:
+                for delay in grid.scale_in_delays:
+                    for lead in grid.lead_times:
+                        yield [{"forecaster": forecaster, "target_quantile": q, "headroom_quantile": max(
+                            base.headroom_quantile, q), "scale_in_delay": delay, "lead_time": lead, "warm_buffer": b}
+                               for b in grid.warm_buffers]
+    else:  # a baseline: its level plus a margin, nothing reactive
+        yield [{"forecaster": FORECASTER[reference], "warm_buffer": 0.0, "scale_in_delay": "0s", "margin_gpus": m}
+               for m in grid.margins_gpus]
+
+
+def _excess(r: SimResult, objective: ObjectiveSpec) -> float:
+    """How far a result is from the objective (<= 1: met)."""
+    return max(r.shortage_within_cluster / max(objective.max_shortage, 1e-12),
+               r.short_steps / max(objective.max_short_steps, 1e-12))
+
+
+def tune(scenario: Scenario, base: PolicySpec, grid: TuneConfig = TuneConfig(),
+         make_forecaster: Callable[[], Forecaster] | None = None, reference: str = "forecast",
+         progress: Callable[[str], None] | None = None) -> TuneResult:
+    if reference in REFERENCES:
+        raise ValueError(f"{reference} is a reference that knows the future: there is nothing to tune")
+    objective = ObjectiveSpec(max_shortage=grid.max_shortage, max_short_steps=grid.max_short_steps)
+    base = base.model_copy(update={"objective": objective})
+    replay = replay_scenario(scenario)
+    if replay is None:
+        hours = len(scenario.history) * scenario.step_seconds / 3600
+        return TuneResult(pd.DataFrame(), base, False, f"too little history to tune on ({hours:.0f} h before the "
+                          f"evaluated days; tuning needs {2 * MIN_REPLAY_DAYS:g} days): the policy's stated defaults "
+                          "are used (the forecast falls back to the last day's same-hour peak until 48 hours are "
+                          "seen)", 0.0, None)
+    fits = SharedFits(make_forecaster or default_forecaster)
     rows = []
-    make_forecaster = SharedFits(make_forecaster)  # also shared by each setting's warm-buffer replay
-    for q, lead, hq in itertools.product(target_quantiles, lead_times_seconds, headroom_quantiles):
-        if hq < q:  # headroom quantile below the target would be no headroom at all
-            continue
-        settings = replace(base, target_quantile=q, lead_time_seconds=lead, headroom_quantile=hq)
-        r = simulate(demand, policy="forecast", make_forecaster=make_forecaster, settings=settings, **simulate_kwargs)
-        rows.append({"target_quantile": q, "lead_time_seconds": lead, "headroom_quantile": hq, **asdict(r)})
-    table = pd.DataFrame(rows)
-    ok = table[(table["inference_shortage"] <= shortage_objective) & (table["headroom_violations"] == 0)]
-    if ok.empty:
-        best = table.sort_values(["inference_shortage", "utilization"], ascending=[True, False]).iloc[0]
-        return TuneResult(table, None, shortage_objective,
-                          f"no setting meets shortage <= {shortage_objective:g}; lowest is {best.inference_shortage:.4g}"
-                          f" at target q{best.target_quantile:g}")
-    best = ok.sort_values(["utilization", "inference_shortage"], ascending=[False, True]).iloc[0]
-    rec = {k: float(best[k]) for k in ("target_quantile", "lead_time_seconds", "headroom_quantile")}
-    return TuneResult(table, rec, shortage_objective,
-                      f"highest utilization {best.utilization:.3f} among {len(ok)} setting(s) with shortage <= {shortage_objective:g}")
+    for line in _lines(base, grid, reference):
+        for fields_ in line:
+            spec = base.model_copy(update=fields_)
+            r = simulate(replay, PolicySpec.model_validate(spec.model_dump()), fits, reference="forecast")
+            rows.append((fields_, spec, r))
+            if progress:
+                progress(f"{_describe(fields_)}: utilization {r.utilization:.3f}, shortage "
+                         f"{r.shortage_within_cluster:.3%}, short steps {r.short_steps:.2%}")
+            if r.objective_met:
+                break
+    table = pd.DataFrame([{**f, **{k: getattr(r, k) for k in ("utilization", "shortage_within_cluster",
+                                                                  "short_steps", "longest_shortage_minutes",
+                                                                  "shortage_over_capacity", "headroom_violations",
+                                                                  "training_goodput", "objective_met")}}
+                          for f, _, r in rows])
+    met = [(f, s, r) for f, s, r in rows if r.objective_met and r.headroom_violations == 0]
+    if met:
+        fields_, spec, best = max(met, key=lambda x: (x[2].utilization, -x[2].shortage_within_cluster))
+        reason = (f"highest utilization {best.utilization:.3f} of {len(met)} setting(s) meeting shortage <= "
+                  f"{objective.max_shortage:.3%} and short steps <= {objective.max_short_steps:.2%} on the "
+                  f"history's last {replay.days:g} days")
+    else:
+        fields_, spec, best = min(rows, key=lambda x: (_excess(x[2], objective), -x[2].utilization))
+        reason = (f"no setting meets the objective on the history's last {replay.days:g} days; the closest, "
+                  f"{_describe(fields_)}, is short {best.shortage_within_cluster:.3%} of demand in "
+                  f"{best.short_steps:.2%} of steps. " + _in_the_way(best, replay, spec))
+    return TuneResult(table, spec, bool(met), reason, replay.days, recheck(replay, spec, fits, best))
 
 
-def plot_tradeoff(result: TuneResult, path: str) -> str:
-    """Shortage vs utilization for every setting, the recommendation marked; writes a PNG."""
+def _describe(fields_: dict) -> str:
+    return ", ".join(f"{k} {v}" for k, v in fields_.items())
+
+
+def _in_the_way(r: SimResult, replay: Scenario, spec: PolicySpec) -> str:
+    if r.shortage_over_capacity > 0:
+        return (f"{r.shortage_over_capacity:.3%} of demand is above the cluster's {replay.gpus} GPUs (no policy serves "
+                "it; it is not counted in the objective), and the steps around it leave too little to grow into")
+    if r.forecast_fallback_hours:
+        return (f"the forecast fell back in {r.forecast_fallback_hours} replayed hours (too little or stale history); "
+                "more history would help")
+    return ("demand moves faster within a step than any warm buffer on the grid covers: widen tune.warm_buffers, "
+            "or relax the objective")
+
+
+def recheck(replay: Scenario, spec: PolicySpec, fits, expected: SimResult) -> SimResult:
+    """Replay the policy exactly as a manifest carries it; its numbers must be the sweep's."""
+    namespace, name = replay.name.split("/", 1)
+    text = yaml.safe_dump(manifest(name, namespace, spec), sort_keys=False)
+    (loaded,) = [PolicySpec.model_validate(o["spec"]) for o in yaml.safe_load_all(text)]
+    again = simulate(replay, loaded, fits)
+    for k in ("utilization", "shortage_within_cluster", "short_steps"):
+        if not math.isclose(getattr(again, k), getattr(expected, k), rel_tol=1e-9, abs_tol=1e-12):
+            raise RuntimeError(f"tune's re-check by replay differs in {k}: {getattr(again, k)} vs "
+                               f"{getattr(expected, k)} (the written policy is not the one swept)")
+    return again
+
+
+def write_policy(spec: PolicySpec, path: str | Path, name: str, namespace: str, comment: str) -> Path:
+    """The recommendation as a ReservationPolicy manifest; read back to be sure it is one."""
+    path = Path(path)
+    text = "".join(f"# {line}\n" for line in comment.splitlines()) + yaml.safe_dump(
+        manifest(name, namespace, spec), sort_keys=False)
+    path.write_text(text)
+    load_manifests(path)
+    return path
+
+
+def plot_tradeoff(result: TuneResult, path: str | Path) -> Path:
+    """Shortage vs utilization for every setting tried, the objective and the recommendation marked; a PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -60,20 +163,21 @@ def plot_tradeoff(result: TuneResult, path: str) -> str:
 
     t = result.table
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for q, g in t.groupby("target_quantile"):
-        ax.scatter(g["inference_shortage"] * 100, g["utilization"] * 100, label=f"target q{q:g}")
-    if result.recommended is not None:
-        r = t[(t["target_quantile"] == result.recommended["target_quantile"])
-              & (t["lead_time_seconds"] == result.recommended["lead_time_seconds"])
-              & (t["headroom_quantile"] == result.recommended["headroom_quantile"])].iloc[0]
-        ax.scatter([r.inference_shortage * 100], [r.utilization * 100], s=200, facecolors="none", edgecolors="k",
-                   label="recommended")
-    ax.axvline(result.shortage_objective * 100, color="grey", linestyle="--", label="shortage objective")
-    ax.set_xlabel("inference shortage (% of demand GPU-time)")
+    if not t.empty:
+        group = "target_quantile" if "target_quantile" in t else "forecaster"
+        for value, g in t.groupby(group):
+            ax.scatter(g["shortage_within_cluster"] * 100, g["utilization"] * 100, label=f"{group} {value}")
+        r = result.recommended
+        mine = t[t["utilization"] == t["utilization"][t["objective_met"]].max()] if result.met else t.iloc[:0]
+        if len(mine):
+            ax.scatter(mine["shortage_within_cluster"] * 100, mine["utilization"] * 100, s=200, facecolors="none",
+                       edgecolors="k", label=f"recommended (buffer {r.warm_buffer:g}, margin {r.margin_gpus})")
+    ax.axvline(result.recommended.objective.max_shortage * 100, color="grey", linestyle="--", label="shortage objective")
+    ax.set_xlabel("shortage within the cluster (% of demand GPU-time)")
     ax.set_ylabel("utilization (%)")
-    ax.set_title("headroom trade-off: utilization vs shortage")
-    ax.legend(fontsize=8)
+    ax.set_title("headroom tune: utilization vs shortage on the history")
+    ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
-    return path
+    return Path(path)

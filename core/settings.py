@@ -1,39 +1,29 @@
-"""headroom's one configuration file: typed, validated once, every error with its field path.
+"""headroom's one configuration file, typed: each section's fields, defaults and checks, defined once.
 
-Unknown keys are errors (a typo must not silently fall back to a default).
-Command-line flags are applied onto the parsed YAML *before* validation, so a
-bad flag is reported with the same field path as a bad key in the file.
+Unknown keys are errors (a typo must not silently fall back to a default), and every error names its
+field path. The CLI (cli/config.py) is the only reader: it applies command-line flags onto the parsed
+YAML before validating, so a bad flag is reported with the same path as a bad key in the file. The
+reservation policy itself is core.policy.PolicySpec (a ReservationPolicy's spec).
 """
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic.alias_generators import to_camel
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from core.errors import ConfigError
+from core.policy import FORECASTERS, ObjectiveSpec, PolicySpec
+from core.units import check_statistic, duration
 
-from controller.simulate import POLICIES, SimSettings
-from forecast.history import check_statistic
-
-_SIM = SimSettings()  # the simulator's defaults are the config's defaults
+LOOKBACK = "28d"  # the history a forecast is fitted on
+SIMULATED_POLICIES = ("forecast", "static", "reactive", "seasonal-naive", "oracle", "hourly-oracle")
+_OBJECTIVE = ObjectiveSpec()
 
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-def duration(value: str):
-    """A Go/Prometheus-style duration ("90s", "10m", "1h30m", "28d") as a pandas Timedelta."""
-    import re
-
-    import pandas as pd
-
-    if not re.fullmatch(r"(\d+(\.\d+)?(ms|s|m|h|d|w))+", value):
-        raise ValueError(f"{value!r} is not a duration like 90s, 10m, 1h30m or 28d")
-    return pd.Timedelta(re.sub(r"(\d)d", r"\1D", value.replace("w", "W")))
 
 
 def _check_duration(value: str) -> str:
@@ -41,10 +31,22 @@ def _check_duration(value: str) -> str:
     return value
 
 
+def _increasing(values: list[float]) -> list[float]:
+    if sorted(set(values)) != list(values):
+        raise ValueError("must be strictly increasing")
+    return values
+
+
+def _finite(values: list[float]) -> list[float]:
+    if not all(math.isfinite(v) for v in values):
+        raise ValueError("must be finite numbers")
+    return values
+
+
 class PrometheusServer(Strict):
     """How to reach Prometheus (the query comes from the history section or from each policy)."""
     url: str
-    lookback: str = "28d"
+    lookback: str = LOOKBACK
     step: str = "5m"
     bearer_token_file: Path | None = None
     ca_file: Path | None = None
@@ -84,16 +86,10 @@ class HistoryConfig(Strict):
         return check_statistic(value)
 
     @model_validator(mode="after")
-    def _one_source(self):
+    def _one_source(self) -> "HistoryConfig":
         if self.file is not None and self.prometheus is not None:
             raise ValueError("give either file or prometheus, not both")
         return self
-
-
-def _quantiles(values: list[float]) -> list[float]:
-    if sorted(set(values)) != list(values):
-        raise ValueError("quantiles must be strictly increasing")
-    return values
 
 
 class ForecastConfig(Strict):
@@ -106,7 +102,7 @@ class ForecastConfig(Strict):
         for q in values:
             if not 0 < q < 1:
                 raise ValueError(f"quantile {q} is not strictly between 0 and 1")
-        return _quantiles(values)
+        return _increasing(values)
 
 
 class BacktestConfig(Strict):
@@ -115,33 +111,88 @@ class BacktestConfig(Strict):
     step: int = Field(24, ge=1)
 
 
-class SimulateConfig(Strict):
-    """The simulated cluster (see controller/simulate.py SimSettings for what each knob does)."""
-    gpus: int = Field(128, ge=1)
-    peak_gpus: float | None = Field(100, gt=0)
-    per_gpu: float | None = Field(None, gt=0)
-    policy: Literal[POLICIES] = "forecast"
-    days: float = Field(7, gt=0)
-    jobs: Path | None = None
-    target_quantile: float = Field(_SIM.target_quantile, gt=0, lt=1)
-    headroom_quantile: float = Field(_SIM.headroom_quantile, gt=0, lt=1)
-    lead_time_seconds: float = Field(_SIM.lead_time_seconds, ge=0, lt=3600)
-    warmup_seconds: float = Field(_SIM.warmup_seconds, ge=0)
-    reclaim_deadline_seconds: float = Field(_SIM.reclaim_deadline_seconds, gt=0)
-    checkpoint_interval_seconds: float = Field(_SIM.checkpoint_interval_seconds, gt=0)
+class WorldSettings(Strict):
+    """The simulated cluster around the controller (adapters.embedded): what real clusters take time for."""
+    warmup_seconds: float = Field(180.0, ge=0, le=3600)  # a new replica serves this long after it gets GPUs
+    preemption_seconds: tuple[float, float] = (30.0, 120.0)  # a training job's checkpoint + termination, uniform
+    checkpoint_interval_seconds: float = Field(1800.0, gt=0)
+    backlog_job_gpus: tuple[int, ...] = (1, 1, 2, 4, 8)
+    backlog_job_hours: tuple[float, float] = (1.0, 8.0)
+    hpa_scale_down_seconds: float = Field(300.0, ge=0)   # the HPA's scale-down stabilization window
+    seed: int = 0
 
     @model_validator(mode="after")
-    def _quantiles(self):
-        if self.headroom_quantile < self.target_quantile:
-            raise ValueError("headroom_quantile must be at least target_quantile")
+    def _ranges(self) -> "WorldSettings":
+        lo, hi = self.preemption_seconds
+        if not 0 <= lo <= hi or not math.isfinite(hi):
+            raise ValueError("preemption_seconds must be [low, high] with 0 <= low <= high")
+        if not self.backlog_job_gpus or min(self.backlog_job_gpus) < 1:
+            raise ValueError("backlog_job_gpus must be whole GPUs, at least 1")
+        lo, hi = self.backlog_job_hours
+        if not 0 < lo <= hi or not math.isfinite(hi):
+            raise ValueError("backlog_job_hours must be [low, high] with 0 < low <= high")
         return self
 
 
+class SimulateConfig(Strict):
+    """`simulate`, `tune`, `report`: the simulated cluster and what it replays."""
+    gpus: int = Field(128, ge=1, le=1_000_000)
+    peak_gpus: float | None = Field(100, gt=0)
+    per_gpu: float | None = Field(None, gt=0)
+    policy: Literal[SIMULATED_POLICIES] = "forecast"
+    policy_file: Path | None = None   # a ReservationPolicy manifest to run exactly (default: tuned on the history)
+    days: float = Field(7, gt=0, le=3660)
+    jobs: Path | None = None
+    world: WorldSettings = WorldSettings()
+
+    @field_validator("peak_gpus", "per_gpu")
+    @classmethod
+    def _finite_scale(cls, value: float | None) -> float | None:
+        if value is not None and not math.isfinite(value):
+            raise ValueError("must be a finite number")
+        return value
+
+
 class TuneConfig(Strict):
-    target_quantiles: list[float] = Field(default_factory=lambda: [0.3, 0.5, 0.7, 0.9], min_length=1)
-    lead_times_seconds: list[float] = Field(default_factory=lambda: [0, 900, 1800], min_length=1)
-    headroom_quantiles: list[float] = Field(default_factory=lambda: [0.95, 0.99], min_length=1)
-    shortage_objective: float = Field(0.001, ge=0, le=1)
+    """`tune`: the objective and the grid of the policy's own fields it sweeps on the history."""
+    max_shortage: float = Field(_OBJECTIVE.max_shortage, ge=0, le=1)
+    max_short_steps: float = Field(_OBJECTIVE.max_short_steps, ge=0, le=1)
+    target_quantiles: list[float] = Field(default_factory=lambda: [0.5, 0.7, 0.8, 0.9, 0.95], min_length=1)
+    warm_buffers: list[float] = Field(default_factory=lambda: [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], min_length=1)
+    scale_in_delays: list[str] = Field(default_factory=lambda: ["10m"], min_length=1)
+    lead_times: list[str] = Field(default_factory=lambda: ["15m"], min_length=1)
+    margins_gpus: list[int] = Field(default_factory=lambda: [0, 1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64], min_length=1)
+    forecasters: list[Literal[FORECASTERS]] = Field(default_factory=lambda: ["auto"], min_length=1)
+
+    @field_validator("target_quantiles")
+    @classmethod
+    def _quantiles(cls, values: list[float]) -> list[float]:
+        for q in values:
+            if not 0 < q < 1:
+                raise ValueError(f"quantile {q} is not strictly between 0 and 1")
+        return _increasing(values)
+
+    @field_validator("warm_buffers")
+    @classmethod
+    def _buffers(cls, values: list[float]) -> list[float]:
+        if any(b < 0 or b > 100 for b in _finite(values)):
+            raise ValueError("warm buffers must be between 0 and 100")
+        return _increasing(values)
+
+    @field_validator("margins_gpus")
+    @classmethod
+    def _margins(cls, values: list[int]) -> list[int]:
+        if any(m < 0 for m in values):
+            raise ValueError("margins cannot be negative")
+        return [int(v) for v in _increasing([float(v) for v in values])]
+
+    @field_validator("scale_in_delays", "lead_times")
+    @classmethod
+    def _durations(cls, values: list[str]) -> list[str]:
+        for v in values:
+            if duration(v) > duration("24h"):
+                raise ValueError(f"{v} is longer than a day")
+        return values
 
 
 class TrainingSeries(Strict):
@@ -162,66 +213,11 @@ class TrainingConfig(Strict):
     drift_window: int = Field(24, ge=1)
 
 
-class Camel(Strict):
-    """A Kubernetes-style spec: camelCase keys, the same in a CRD object and in this file."""
-    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True)
-
-
-class CapacitySpec(Camel):
-    demand_per_gpu: float = Field(gt=0)
-    gpus_per_replica: int = Field(1, ge=1)
-
-
-class TargetSpec(Camel):
-    kind: Literal["Deployment", "HorizontalPodAutoscaler", "ClusterQueue"]
-    name: str = Field(min_length=1, max_length=253)
-    namespace: str | None = None  # default: the policy's namespace (not used for a ClusterQueue)
-
-
-class PolicySpec(Camel):
-    """One inference workload's reservation policy: the spec of a ReservationPolicy object."""
-    query: str = Field(min_length=1)
-    statistic: str = "mean"
-    capacity: CapacitySpec
-    target_quantile: float = Field(0.9, gt=0, lt=1)
-    headroom_quantile: float = Field(0.99, gt=0, lt=1)
-    lead_time: str = "10m"
-    min_gpus: int = Field(0, ge=0)
-    max_gpus: int | None = Field(None, ge=1)
-    margin_gpus: int = Field(0, ge=0)
-    headroom_floor_gpus: int = Field(0, ge=0)
-    reclaim_deadline: str = "5m"
-    target: TargetSpec
-    inference_cluster_queue: str | None = Field(None, min_length=1)  # its GPU quota follows the reservation too
-    training_cluster_queues: list[str] = Field(default_factory=list, max_length=64)
-    mode: Literal["forecast-only", "active"] = "forecast-only"
-
-    @field_validator("statistic")
-    @classmethod
-    def _statistic(cls, value: str) -> str:
-        return check_statistic(value)
-
-    @field_validator("lead_time", "reclaim_deadline")
-    @classmethod
-    def _duration(cls, value: str) -> str:
-        return _check_duration(value)
-
-    @model_validator(mode="after")
-    def _consistent(self):
-        if self.headroom_quantile < self.target_quantile:
-            raise ValueError("headroomQuantile must be at least targetQuantile")
-        if self.max_gpus is not None and self.max_gpus < self.min_gpus:
-            raise ValueError("maxGpus must be at least minGpus")
-        if self.inference_cluster_queue in self.training_cluster_queues:
-            raise ValueError("inferenceClusterQueue cannot also be a training ClusterQueue")
-        return self
-
-
 class EmbeddedPolicy(Strict):
-    """A policy of the embedded (simulated) cluster: the ReservationPolicy's name and spec, and the file
-    its demand query is answered from."""
+    """A policy of the embedded cluster: the ReservationPolicy's name and spec, and the file its demand query is
+    answered from."""
     name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-    namespace: str = "default"
+    namespace: str = Field("default", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
     history_file: Path
     spec: PolicySpec
 
@@ -253,16 +249,21 @@ class RunConfig(Strict):
     policies: list[EmbeddedPolicy] = []
 
     @model_validator(mode="after")
-    def _where_demand_comes_from(self):
+    def _where_demand_comes_from(self) -> "RunConfig":
+        errors = []
         if self.cluster == "simulated" and self.prometheus is not None:
-            raise ValueError("the simulated cluster reads each policy's history_file; remove prometheus")
+            errors.append("the simulated cluster reads each policy's history_file; remove prometheus")
         if self.cluster == "kubernetes" and self.prometheus is None:
-            raise ValueError("a kubernetes controller needs prometheus: {url: ...} for the policies' queries")
+            errors.append("a kubernetes controller needs prometheus: {url: ...} for the policies' queries")
         if len({(p.namespace, p.name) for p in self.policies}) != len(self.policies):
-            raise ValueError("policy names must be unique per namespace")
+            errors.append("policy names must be unique per namespace")
+        if self.non_lendable_gpus >= self.capacity_gpus:
+            errors.append("non_lendable_gpus must leave some of capacity_gpus to lend")
         for team, weight in self.team_weights.items():
-            if not weight > 0:
-                raise ValueError(f"team_weights.{team} must be > 0")
+            if not (weight > 0 and math.isfinite(weight)):
+                errors.append(f"team_weights.{team} must be a finite number > 0")
+        if errors:
+            raise ValueError("; ".join(errors))
         return self
 
 
@@ -274,20 +275,3 @@ class Config(Strict):
     tune: TuneConfig = TuneConfig()
     training: TrainingConfig = TrainingConfig()
     run: RunConfig = RunConfig()
-
-
-def field_errors(exc: ValidationError, prefix: str = "") -> list[str]:
-    """'field.path: message' per error, paths starting at `prefix`."""
-    out = []
-    for e in exc.errors():
-        path = ".".join(str(p) for p in (prefix.split(".") if prefix else []) + list(e["loc"])) or "(top level)"
-        out.append(f"{path}: {e['msg'].removeprefix('Value error, ')}")
-    return out
-
-
-def parse_policy_spec(spec: Any, source: str) -> PolicySpec:
-    """A ReservationPolicy object's spec, validated as the CRD promises (errors name spec.* paths)."""
-    try:
-        return PolicySpec.model_validate(spec)
-    except ValidationError as exc:
-        raise ConfigError(source, field_errors(exc, "spec")) from None

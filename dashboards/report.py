@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import html
-import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -268,12 +267,3 @@ better.</p>
     return path
 
 
-def stage_printer(label: str) -> Callable[[str], None]:
-    """Progress lines on stderr with the seconds elapsed since this printer was made."""
-    started = time.perf_counter()
-
-    def say(what: str) -> None:
-        sys.stdout.flush()  # keep results and progress in order when both go to one terminal or file
-        print(f"[{label} +{time.perf_counter() - started:5.1f}s] {what}", file=sys.stderr, flush=True)
-
-    return say

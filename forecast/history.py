@@ -16,6 +16,8 @@ from typing import Protocol
 import numpy as np
 import pandas as pd
 
+from core.units import check_statistic
+
 
 class HistoryError(ValueError):
     """Unusable history; the message names the file and line where it can."""
@@ -134,22 +136,6 @@ class CleaningReport:
             f"{self.counter_resets} counter resets, {len(self.outliers)} outliers clipped",
             f"{self.missing_steps} missing points (kept missing, never scored)",
         ]
-
-
-STATISTICS = ("mean", "max", "sum")  # plus "pNN", e.g. "p95"
-
-
-def check_statistic(statistic: str) -> str:
-    if statistic in STATISTICS:
-        return statistic
-    if statistic.startswith("p"):
-        try:
-            pct = float(statistic[1:])
-        except ValueError:
-            pct = -1.0
-        if 0 < pct <= 100:
-            return statistic
-    raise ValueError(f"statistic must be one of {', '.join(STATISTICS)} or pNN (e.g. p95), got {statistic!r}")
 
 
 def _aggregate(series: pd.Series, step: pd.Timedelta, statistic: str) -> pd.Series:

@@ -1,318 +1,445 @@
-"""The pure planner: forecasts + cluster snapshot + policy + now -> Plan.
+"""The planner: the one place that decides how many GPUs inference gets, what is lent and what is preempted.
 
-No I/O and no clock: `now` is an argument, so the same inputs always give the
-same plan. Every decision carries the reason it was taken.
+Pure: forecasts, the cluster's state, the policy and `now` in, a plan out; no I/O and no clock, so
+the same inputs always give the same plan, whether `headroom run` acts on it or the simulator does.
+Every decision carries its reason.
+
+Two stages, so a caller that plans every few minutes does not redo the hourly work:
+  * `plan_hours` (once an hour, or when a forecast changes): each workload's reservation and
+    preemption headroom for every period of the forecast horizon, the conservative fallback where
+    the forecast is unusable, and the cut to the cluster's capacity;
+  * `plan_step` (every reconcile): the reservation in force now (the forecast's, `leadTime` ahead,
+    and never below the recent observed peak plus the warm buffer), the slack lent to each training
+    ClusterQueue, and the preemptions due: emergency (demand above the forecast needs the GPUs now),
+    planned (training holds more than the slack; slow-to-preempt jobs inside the headroom band; a
+    forecast ramp-up, stopped at the last checkpoint before the GPUs are needed).
+Times are epoch seconds (floats) inside; `pd.Timestamp` at the edges.
 """
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
 
-from planning.queue import Job, TeamQuota, allocate
+from core.policy import PolicySpec
+from core.units import epoch_seconds
 
-HOUR = pd.Timedelta(hours=1)
+WEEK = 7 * 86400.0
 
 
 @dataclass(frozen=True)
 class WorkloadPolicy:
+    """One ReservationPolicy's spec in the planner's units (seconds, GPUs)."""
     name: str
-    demand_per_gpu: float = 1.0  # demand units one GPU serves
+    demand_per_gpu: float
     gpus_per_replica: int = 1
     target_quantile: float = 0.9
     headroom_quantile: float = 0.99
-    margin_gpus: int = 0
+    lead_time_seconds: float = 900.0
+    warm_buffer: float = 0.0
+    scale_in_delay_seconds: float = 0.0
     min_gpus: int = 0
     max_gpus: int | None = None
+    margin_gpus: int = 0
     headroom_floor_gpus: int = 0
-    lead_time: timedelta = timedelta(minutes=15)
+    reclaim_deadline_seconds: float = 300.0
+
+    @classmethod
+    def from_spec(cls, name: str, spec: PolicySpec) -> "WorkloadPolicy":
+        return cls(name, spec.capacity.demand_per_gpu, spec.capacity.gpus_per_replica, spec.target_quantile,
+                   spec.headroom_quantile, spec.lead_time_seconds, spec.warm_buffer, spec.scale_in_delay_seconds,
+                   spec.min_gpus, spec.max_gpus, spec.margin_gpus, spec.headroom_floor_gpus,
+                   spec.reclaim_deadline_seconds)
+
+    def gpus(self, demand: float) -> int:
+        """GPUs that serve `demand`: whole replicas, rounded up; unknown demand needs nothing extra."""
+        if not demand > 0 or not math.isfinite(demand):
+            return 0
+        per_replica = self.demand_per_gpu * self.gpus_per_replica
+        return int(math.ceil(demand / per_replica - 1e-9)) * self.gpus_per_replica
+
+    def top(self, lendable: int) -> int:
+        return max(lendable if self.max_gpus is None else min(self.max_gpus, lendable), self.min_gpus)
+
+    def clamp(self, gpus: int, lendable: int) -> int:
+        return min(max(gpus, self.min_gpus), self.top(lendable))
 
 
 @dataclass(frozen=True)
-class Policy:
+class ClusterPolicy:
+    """The cluster every workload shares."""
     capacity_gpus: int
     workloads: tuple[WorkloadPolicy, ...]
-    teams: tuple[TeamQuota, ...] = ()
+    queue_weights: tuple[tuple[str, float], ...] = ()  # training ClusterQueue -> share of the slack
     non_lendable_gpus: int = 0
-    reclaim_deadline: timedelta = timedelta(minutes=5)
     horizon_hours: int = 24
-    stale_after: timedelta = timedelta(hours=2)
+    stale_after_seconds: float = 7200.0  # a forecast is trusted until the history behind it is this old
 
-    def __post_init__(self):
-        lendable = self.capacity_gpus - self.non_lendable_gpus
-        if sum(w.min_gpus for w in self.workloads) > lendable:
-            raise ValueError(f"workload minimums exceed the {lendable} usable GPUs")
+    def __post_init__(self) -> None:
+        if sum(w.min_gpus for w in self.workloads) > self.lendable:
+            raise ValueError(f"workload minimums exceed the {self.lendable} usable GPUs")
         if len({w.name for w in self.workloads}) != len(self.workloads):
             raise ValueError("workload names must be unique")
 
+    @property
+    def lendable(self) -> int:
+        return self.capacity_gpus - self.non_lendable_gpus
+
+    @property
+    def reclaim_deadline_seconds(self) -> float:
+        return min((w.reclaim_deadline_seconds for w in self.workloads), default=300.0)
+
+
+# --------------------------------------------------------------------------------------------- hours
+@dataclass(frozen=True)
+class Forecast:
+    """A forecast's periods (start epoch seconds, length) and its target and headroom quantiles there."""
+    starts: np.ndarray
+    period: float
+    target: np.ndarray
+    high: np.ndarray
+
+    @classmethod
+    def of(cls, frame: pd.DataFrame, target_quantile: float, headroom_quantile: float) -> "Forecast":
+        """From a quantile frame (index: period starts, UTC; columns: quantiles). KeyError if a quantile is missing."""
+        starts = epoch_seconds(frame.index)
+        period = float(np.median(np.diff(starts))) if len(starts) > 1 else 3600.0
+        cols = {round(float(c), 9): c for c in frame.columns}
+        return cls(starts, period, frame[cols[round(target_quantile, 9)]].to_numpy(float),
+                   frame[cols[round(headroom_quantile, 9)]].to_numpy(float))
+
 
 @dataclass(frozen=True)
-class Observation:
-    current_demand: float
-    history: pd.Series  # observed demand (any step), tz-aware UTC; NaN = missing
+class History:
+    """What the planner needs of a workload's observed demand: the newest sample's time (epoch seconds, None if
+    none), and, only when the forecast is unusable, each hour-of-day's peak over the week before `now`."""
+    newest: float | None
+    observed: pd.Series | None = None  # raw samples, UTC index
+    now: float = 0.0
+
+    @classmethod
+    def of(cls, observed: pd.Series, now: pd.Timestamp) -> "History":
+        seen = observed[observed.index <= now].dropna()
+        return cls(seen.index[-1].timestamp() if len(seen) else None, observed, pd.Timestamp(now).timestamp())
+
+    @cached_property
+    def weekly_peak_by_hour(self) -> np.ndarray:
+        """24 values, NaN for an hour of day not seen in the last week."""
+        if self.observed is None or self.newest is None:
+            return np.full(24, np.nan)
+        now = pd.Timestamp(self.now, unit="s", tz="UTC")
+        week = self.observed[(self.observed.index > now - pd.Timedelta(days=7)) & (self.observed.index <= now)].dropna()
+        return week.groupby(week.index.hour).max().reindex(range(24)).to_numpy(float)
 
 
 @dataclass(frozen=True)
-class RunningJob:
-    job: Job
-    last_checkpoint_at: pd.Timestamp
+class WorkloadHours:
+    """One workload's reservation and headroom per period."""
+    name: str
+    starts: np.ndarray
+    period: float
+    reserved: np.ndarray       # GPUs, after the lead-free clamp and the capacity cut
+    headroom: np.ndarray       # GPUs above the reservation, up to the headroom quantile
+    from_forecast: np.ndarray  # bool per period; False: the conservative fallback
+    target: np.ndarray         # the forecast's target quantile (demand units; NaN under fallback)
+    why_fallback: str
+    cut: np.ndarray            # GPUs cut by the cluster's capacity per period
 
+    def at(self, t: float) -> int:
+        """The period index holding time t (0 before the first, the last after the end)."""
+        return int(min(max(np.searchsorted(self.starts, t, side="right") - 1, 0), len(self.starts) - 1))
 
-@dataclass(frozen=True)
-class Snapshot:
-    observations: Mapping[str, Observation]
-    running: tuple[RunningJob, ...] = ()
-    queued: tuple[Job, ...] = ()
+    def reserved_over(self, t0: float, t1: float) -> int:
+        """The largest reservation of the periods overlapping [t0, t1]: an hour's reservation is in force
+        `leadTime` before the hour starts."""
+        i, j = self.at(t0), self.at(t1)
+        return int(self.reserved[i:j + 1].max())
 
-
-@dataclass(frozen=True)
-class Reservation:
-    workload: str
-    hour: pd.Timestamp
-    gpus: int
-    headroom_gpus: int
-    source: str  # "forecast" | "fallback"
-    reason: str
+    def reason(self, i: int, w: WorkloadPolicy, lendable: int) -> str:
+        if not self.from_forecast[i]:
+            r = f"fallback ({self.why_fallback}): last week's peak at this hour -> {self.reserved[i]} GPUs"
+        else:
+            top = w.max_gpus if w.max_gpus is not None else lendable
+            r = (f"q{w.target_quantile:g} forecast {self.target[i]:.4g} -> {self.reserved[i] + self.cut[i]} GPUs "
+                 f"(+{w.margin_gpus} margin, clamp [{w.min_gpus}, {top}])")
+        if self.cut[i]:
+            r += f"; cut by {self.cut[i]} GPUs: cluster capacity {lendable} exceeded"
+        return r + f"; headroom {self.headroom[i]} GPUs to q{w.headroom_quantile:g}"
 
 
 @dataclass(frozen=True)
 class HourPlan:
-    hour: pd.Timestamp
-    reserved_gpus: int
-    headroom_gpus: int
-    slack_gpus: int
+    now: float
+    workloads: tuple[WorkloadHours, ...]
+    slack: np.ndarray  # lendable GPUs minus every reservation, per period
+    notes: tuple[str, ...] = ()
+
+
+def stale(history: History, now: float, policy: ClusterPolicy) -> bool:
+    """The history behind a forecast is too old to trust it: the plan falls back."""
+    return history.newest is None or now - history.newest > policy.stale_after_seconds
+
+
+def _periods(now: float, period: float, horizon_hours: int) -> np.ndarray:
+    first = math.floor(now / period) * period
+    return first + period * np.arange(max(int(round(horizon_hours * 3600 / period)), 1))
+
+
+def plan_hours(forecasts: Mapping[str, Forecast | None], histories: Mapping[str, History], policy: ClusterPolicy,
+               now: pd.Timestamp) -> HourPlan:
+    """Each workload's reservation and headroom over the horizon, cut to the cluster's capacity."""
+    t_now = pd.Timestamp(now).timestamp()
+    lendable = policy.lendable
+    periods = {f.period for f in forecasts.values() if f is not None}
+    if len(periods) > 1:
+        raise ValueError(f"forecasts of one plan must share one period, got {sorted(periods)} s")
+    period = periods.pop() if periods else 3600.0
+    starts = _periods(t_now, period, policy.horizon_hours)
+    hour_of_day = ((starts // 3600) % 24).astype(int)
+    notes: list[str] = []
+    rows = []
+    for w in policy.workloads:
+        f, h = forecasts.get(w.name), histories.get(w.name, History(None))
+        old = stale(h, t_now, policy)
+        target, high = np.full(len(starts), np.nan), np.full(len(starts), np.nan)
+        if f is not None and not old:
+            k = np.searchsorted(f.starts, starts)
+            inside = (k < len(f.starts)) & (f.starts[np.minimum(k, len(f.starts) - 1)] == starts)
+            target[inside], high[inside] = f.target[k[inside]], f.high[k[inside]]
+        usable = np.isfinite(target) & (target >= 0) & np.isfinite(high) & (high >= target)
+        why = "stale history" if old else ("no forecast" if f is None else "forecast missing, NaN or negative")
+        if not usable.all():
+            notes.append(f"{w.name}: {why} for {int((~usable).sum())} period(s); using last week's same-hour peak")
+        # without any observed week the only safe reservation is everything
+        peak = h.weekly_peak_by_hour[hour_of_day] if not usable.all() else np.zeros(len(starts))
+        fallback = [w.gpus(p) if np.isfinite(p) else lendable for p in peak]
+        raw = [w.gpus(t) + w.margin_gpus if ok else fb for t, ok, fb in zip(target, usable, fallback)]
+        reserved = np.array([w.clamp(g, lendable) for g in raw], dtype=np.int64)
+        high_gpus = np.array([w.gpus(x) if ok else 0 for x, ok in zip(high, usable)], dtype=np.int64)
+        headroom = np.maximum(np.where(usable, high_gpus - reserved, 0), w.headroom_floor_gpus)
+        rows.append([w, reserved, headroom, usable, target, why])
+    # Over capacity: cut workloads later in the policy order first, never below their minimum.
+    reserved = np.array([r[1] for r in rows], dtype=np.int64).reshape(len(rows), len(starts))
+    cut = np.zeros_like(reserved)
+    for i in range(len(starts)):
+        excess = int(reserved[:, i].sum()) - lendable
+        for k in reversed(range(len(rows))):
+            if excess <= 0:
+                break
+            take = min(excess, int(reserved[k, i]) - rows[k][0].min_gpus)
+            if take > 0:
+                reserved[k, i] -= take
+                cut[k, i] = take
+                excess -= take
+    slack = lendable - reserved.sum(axis=0) if rows else np.full(len(starts), lendable)
+    out = tuple(WorkloadHours(w.name, starts, period, reserved[k], headroom, usable, target, why, cut[k])
+                for k, (w, _, headroom, usable, target, why) in enumerate(rows))
+    return HourPlan(t_now, out, slack.astype(np.int64), tuple(notes))
+
+
+# --------------------------------------------------------------------------------------------- now
+@dataclass(frozen=True)
+class Observed:
+    """One workload now: recent demand samples (epoch seconds, demand units) and the GPUs it holds."""
+    times: np.ndarray
+    values: np.ndarray
+    held_gpus: int
+    degraded: bool = False  # demand data missing or stale: the reservation in force only goes up
 
 
 @dataclass(frozen=True)
-class Admission:
-    job_id: str
-    team: str
-    gpus: int
-    fast_preemptible: bool
-    reason: str
+class Training:
+    """The running training jobs (admitted, active), as columns; `queue` is each job's ClusterQueue."""
+    ids: tuple[str, ...] = ()
+    queue: tuple[str, ...] = ()
+    gpus: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    priority: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    preempt_seconds: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    checkpoint_interval: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    last_checkpoint: np.ndarray = field(default_factory=lambda: np.zeros(0))  # epoch seconds
+    terminating_gpus: int = 0  # evicted, still stopping: already on their way to inference
 
 
 @dataclass(frozen=True)
 class Preemption:
-    job_id: str
+    job: str
     gpus: int
-    kind: str  # "planned" | "emergency"
-    at: pd.Timestamp
+    kind: str            # "planned" | "emergency"
+    at: float            # when it stops (epoch seconds); due when at <= now
     work_lost_seconds: float
+    workload: str        # on whose behalf (events and the timeline attribute it there)
     reason: str
 
 
 @dataclass(frozen=True)
-class Plan:
-    now: pd.Timestamp
-    reservations: tuple[Reservation, ...]
-    hours: tuple[HourPlan, ...]
-    admissions: tuple[Admission, ...]
+class WorkloadStep:
+    name: str
+    reserved_gpus: int   # the reservation in force now: what the target is scaled to
+    forecast_gpus: int   # the forecast's part (leadTime ahead)
+    peak_gpus: int       # the recent observed peak's GPUs
+    buffer_gpus: int     # warm GPUs above it
+    headroom_gpus: int
+    from_forecast: bool
+    degraded: bool
+    cut_gpus: int = 0
+
+    @property
+    def reason(self) -> str:
+        source = "forecast" if self.from_forecast else "fallback"
+        r = (f"{self.reserved_gpus} GPUs: {source} reservation {self.forecast_gpus} (lead time included), "
+             f"recent peak {self.peak_gpus} + warm buffer {self.buffer_gpus}")
+        if self.degraded:
+            r += "; demand data degraded: not lowered"
+        if self.cut_gpus:
+            r += f"; cut by {self.cut_gpus} GPUs to fit the cluster"
+        return r
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    now: float
+    workloads: tuple[WorkloadStep, ...]
+    lent_gpus: int                   # slack lent to training now
+    quotas: Mapping[str, int]        # training ClusterQueue -> nominal quota (the lent slack split by weight)
+    headroom_gpus: int               # the band lent GPUs must come back from within the deadline
     preemptions: tuple[Preemption, ...]
-    notes: tuple[str, ...] = field(default=())
+
+    def due(self) -> tuple[Preemption, ...]:
+        return tuple(p for p in self.preemptions if p.at <= self.now)
 
 
-def gpus_for(demand, w: WorkloadPolicy) -> np.ndarray:
-    """GPUs that serve `demand`: whole replicas, rounded up."""
-    per_replica = w.demand_per_gpu * w.gpus_per_replica
-    demand = np.nan_to_num(np.asarray(demand, dtype=float), nan=0.0, posinf=0.0)  # unknown demand needs nothing extra
-    replicas = np.ceil(np.maximum(demand, 0.0) / per_replica - 1e-9)
-    return replicas.astype(int) * w.gpus_per_replica
+def newest_checkpoint(since: np.ndarray, interval: np.ndarray, now: float) -> np.ndarray:
+    """A job checkpoints every `interval` from `since` (its admission, or the checkpoint it reports): its newest
+    checkpoint at or before `now`."""
+    since = np.asarray(since, float)
+    interval = np.asarray(interval, float)
+    return np.where(now > since, since + interval * np.floor((now - since) / interval), since)
 
 
-def clamp(gpus: np.ndarray, w: WorkloadPolicy, capacity: int) -> np.ndarray:
-    top = capacity if w.max_gpus is None else min(w.max_gpus, capacity)
-    return np.clip(gpus, w.min_gpus, max(top, w.min_gpus))
-
-
-def with_lead(gpus: np.ndarray, lead: timedelta) -> np.ndarray:
-    """Hour i must already hold the reservation of every hour starting within `lead` of its end."""
-    k = math.ceil(pd.Timedelta(lead) / HOUR)
-    out = gpus.copy()
-    for j in range(1, k + 1):
-        out[:-j] = np.maximum(out[:-j], gpus[j:])
+def shares(total: int, weights: Sequence[tuple[str, float]]) -> dict[str, int]:
+    """Split `total` GPUs by weight, whole GPUs, largest remainders first (ties by name)."""
+    if not weights:
+        return {}
+    s = sum(w for _, w in weights)
+    exact = {k: total * w / s for k, w in weights}
+    out = {k: int(math.floor(v)) for k, v in exact.items()}
+    for k in sorted(exact, key=lambda k: (out[k] - exact[k], k))[: total - sum(out.values())]:
+        out[k] += 1
     return out
 
 
-def _minutes(span: timedelta) -> str:
-    return f"{pd.Timedelta(span).total_seconds() / 60:g} min"
+def _victim_order(t: Training, among: np.ndarray, at: float) -> np.ndarray:
+    """Least work lost, then lowest priority, then fastest to preempt, then id."""
+    if not len(among):
+        return among
+    lost = at - t.last_checkpoint[among]
+    ids = np.array([t.ids[i] for i in among], dtype=object)
+    return among[np.lexsort((ids, t.preempt_seconds[among], t.priority[among], lost))]
 
 
-def weekly_peak(history: pd.Series, hours: pd.DatetimeIndex, now: pd.Timestamp) -> np.ndarray:
-    """Conservative fallback: per hour of day, the peak observed over the last week (NaN if none)."""
-    if history.dropna().empty:
-        return np.full(len(hours), np.nan)
-    week = history[(history.index > now - pd.Timedelta(days=7)) & (history.index <= now)].dropna()
-    if week.empty:
-        return np.full(len(hours), np.nan)
-    peak = week.groupby(week.index.hour).max()
-    return peak.reindex(hours.hour).to_numpy(dtype=float)
+def plan_step(hours: HourPlan, observed: Mapping[str, Observed], training: Training, policy: ClusterPolicy,
+              now: pd.Timestamp | float) -> StepPlan:
+    """The decisions due now, from the hourly plan and what the cluster holds."""
+    t_now = now if isinstance(now, float) else pd.Timestamp(now).timestamp()
+    lendable = policy.lendable
+    steps: list[WorkloadStep] = []
+    for w, wh in zip(policy.workloads, hours.workloads):
+        o = observed.get(w.name)
+        fore = wh.reserved_over(t_now, t_now + w.lead_time_seconds)
+        peak = buffer = 0
+        if o is not None and len(o.times):
+            lo = np.searchsorted(o.times, t_now - w.scale_in_delay_seconds, side="left")
+            hi = np.searchsorted(o.times, t_now, side="right")
+            recent = o.values[lo:hi]
+            recent = recent[np.isfinite(recent)]
+            if len(recent):
+                peak = w.gpus(float(recent.max()))
+                if w.warm_buffer > 0:
+                    buffer = int(math.ceil(w.warm_buffer * math.sqrt(max(peak, 1)) - 1e-9))
+        want = w.clamp(max(fore, peak + buffer), lendable)
+        degraded = o is not None and o.degraded
+        if degraded:
+            want = max(want, min(o.held_gpus, w.top(lendable)))
+        steps.append(WorkloadStep(w.name, want, fore, peak, buffer, int(wh.headroom[wh.at(t_now)]),
+                                  bool(wh.from_forecast[wh.at(t_now)]), degraded))
+    excess = sum(s.reserved_gpus for s in steps) - lendable
+    for k in reversed(range(len(steps))):  # later workloads give way first, never below their minimum
+        if excess <= 0:
+            break
+        take = min(excess, steps[k].reserved_gpus - policy.workloads[k].min_gpus)
+        if take > 0:
+            s = steps[k]
+            steps[k] = WorkloadStep(s.name, s.reserved_gpus - take, s.forecast_gpus, s.peak_gpus, s.buffer_gpus,
+                                    s.headroom_gpus, s.from_forecast, s.degraded, take)
+            excess -= take
+    lent = max(lendable - sum(s.reserved_gpus for s in steps), 0)
+    band = min(sum(s.headroom_gpus for s in steps), lent)
+    preemptions = _preemptions(hours, steps, training, policy, t_now, lent, band)
+    return StepPlan(t_now, tuple(steps), lent, shares(lent, policy.queue_weights), band, preemptions)
 
 
-def _workload(w, forecast, obs, hours, now, policy, lendable, notes):
-    """Reservation and headroom per hour for one workload, with per-hour reasons."""
-    n = len(hours)
-    history = obs.history if obs is not None else pd.Series(dtype=float)
-    last_seen = history.dropna().index.max() if history.notna().any() else None
-    stale = last_seen is None or now - last_seen > pd.Timedelta(policy.stale_after)
-    target = np.full(n, np.nan)
-    high = np.full(n, np.nan)
-    if forecast is not None and not stale:
-        cols = {float(c): c for c in forecast.columns}
-        if w.target_quantile in cols and w.headroom_quantile in cols:
-            f = forecast.reindex(hours)
-            target = f[cols[w.target_quantile]].to_numpy(dtype=float)
-            high = f[cols[w.headroom_quantile]].to_numpy(dtype=float)
-        else:
-            notes.append(f"{w.name}: forecast lacks quantiles {w.target_quantile}/{w.headroom_quantile}")
-    bad = ~(np.isfinite(target) & (target >= 0) & np.isfinite(high) & (high >= target))
-    peak = weekly_peak(history, hours, now)
-    # without any observed week the only safe reservation is the maximum
-    fallback = np.where(np.isfinite(peak), gpus_for(np.nan_to_num(peak), w), lendable)
-    why_bad = "stale history" if stale else "forecast missing/NaN/negative"
-    if forecast is None and not stale:
-        why_bad = "no forecast"
-    if bad.any():
-        notes.append(f"{w.name}: {why_bad} for {int(bad.sum())} hour(s); using last week's same-hour peak")
-    raw = np.where(bad, fallback, gpus_for(np.nan_to_num(target), w) + w.margin_gpus)
-    res = clamp(with_lead(clamp(raw, w, lendable), w.lead_time), w, lendable)
-    need_now = int(clamp(gpus_for([obs.current_demand], w), w, lendable)[0]) if obs is not None else 0
-    floored = res[0] < need_now
-    res[0] = max(res[0], need_now)
-    hi = np.where(bad, res, gpus_for(np.nan_to_num(high), w))
-    head = np.maximum(hi - res, w.headroom_floor_gpus)
-    reasons = []
-    for i in range(n):
-        if bad[i]:
-            r = f"fallback ({why_bad}): last week's peak at this hour -> {res[i]} GPUs"
-        else:
-            r = (f"q{w.target_quantile:g} forecast {target[i]:.3g} -> {raw[i] - w.margin_gpus} GPUs"
-                 f" (+{w.margin_gpus} margin), {res[i]} after lead {_minutes(w.lead_time)} and clamp"
-                 f" [{w.min_gpus}, {w.max_gpus if w.max_gpus is not None else lendable}]")
-        if i == 0 and floored:
-            r += f"; held at {need_now} GPUs because observed demand {obs.current_demand:.3g} still needs them"
-        r += f"; headroom {head[i]} GPUs to q{w.headroom_quantile:g}"
-        reasons.append(r)
-    return res.astype(int), head.astype(int), ~bad, reasons, need_now
-
-
-def plan(forecasts: Mapping[str, pd.DataFrame], snapshot: Snapshot, policy: Policy, now: pd.Timestamp) -> Plan:
-    now = pd.Timestamp(now)
-    hours = pd.date_range(now.floor("h"), periods=policy.horizon_hours, freq="h")
-    lendable = policy.capacity_gpus - policy.non_lendable_gpus
-    deadline = pd.Timedelta(policy.reclaim_deadline).total_seconds()
-    notes: list[str] = []
-    per = []
-    for w in policy.workloads:
-        per.append((w, *_workload(w, forecasts.get(w.name), snapshot.observations.get(w.name), hours, now, policy, lendable, notes)))
-
-    # Over capacity: cut workloads later in the policy order first, never below their minimum.
-    res = np.array([p[1] for p in per])
-    cut_reason = [[""] * len(hours) for _ in per]
-    for i in range(len(hours)):
-        excess = int(res[:, i].sum()) - lendable
-        for k in reversed(range(len(per))):
-            if excess <= 0:
-                break
-            cut = min(excess, int(res[k, i]) - per[k][0].min_gpus)
-            if cut > 0:
-                res[k, i] -= cut
-                excess -= cut
-                cut_reason[k][i] = f"; cut by {cut} GPUs: cluster capacity {lendable} exceeded"
-    head = np.array([p[2] for p in per])
-    total_res = res.sum(axis=0)
-    total_head = np.minimum(head.sum(axis=0), lendable - total_res)
-    if (total_head < head.sum(axis=0)).any():
-        notes.append("headroom capped by cluster capacity in some hours")
-    slack = lendable - total_res
-
-    reservations = tuple(
-        Reservation(w.name, hours[i], int(res[k, i]), int(head[k, i]), "forecast" if ok[i] else "fallback", reasons[i] + cut_reason[k][i])
-        for k, (w, _, _, ok, reasons, _) in enumerate(per)
-        for i in range(len(hours))
-    )
-    hour_plans = tuple(HourPlan(hours[i], int(total_res[i]), int(total_head[i]), int(slack[i])) for i in range(len(hours)))
-
-    preemptions = _preempt(snapshot, per, res, slack, total_head, hours, now, deadline, notes)
-    # admission into the current hour: fast jobs anywhere in the slack, slow ones only outside the headroom band
-    # A job stopped later (at a checkpoint before a ramp-up) still holds its GPUs now.
-    stopped_now = {x.job_id for x in preemptions if x.at <= now}
-    holding = [r for r in snapshot.running if r.job.id not in stopped_now]
-    held = sum(r.job.gpus for r in holding)
-    slow_held = sum(r.job.gpus for r in holding if r.job.preemption_seconds > deadline)
-    window = slice(0, min(2, len(hours)))
-    free = int(slack[window].min()) - held
-    slow_free = int((slack[window] - total_head[window]).min()) - slow_held
-    usage: dict[str, int] = {}
-    for r in holding:
-        usage[r.job.team] = usage.get(r.job.team, 0) + r.job.gpus
-    grants = allocate(max(free, 0), max(slow_free, 0), snapshot.queued, usage, policy.teams, deadline)
-    admissions = tuple(
-        Admission(g.job.id, g.job.team, g.job.gpus, g.job.preemption_seconds <= deadline, g.reason) for g in grants
-    )
-    return Plan(now, reservations, hour_plans, admissions, preemptions, tuple(notes))
-
-
-def _victim_order(running, now):
-    """Least work lost, then lowest priority, then fastest to preempt."""
-    return sorted(running, key=lambda r: ((now - r.last_checkpoint_at).total_seconds(), r.job.priority, r.job.preemption_seconds, r.job.id))
-
-
-def _preempt(snapshot, per, res, slack, head, hours, now, deadline, notes):
-    running = list(snapshot.running)
+def _preemptions(hours: HourPlan, steps: list[WorkloadStep], t: Training, policy: ClusterPolicy, now: float,
+                 lent: int, band: int) -> tuple[Preemption, ...]:
+    running = np.arange(len(t.ids))
+    if not len(running):
+        return ()
     out: list[Preemption] = []
+    deadline = policy.reclaim_deadline_seconds
+    first = steps[0].name if steps else ""
 
-    def stop(victims, kind, at, why, lost=None):
-        for r in victims:
-            work_lost = max((at - r.last_checkpoint_at).total_seconds(), 0.0) if lost is None else lost
-            out.append(Preemption(r.job.id, r.job.gpus, kind, at, work_lost, why))
-            running.remove(r)
+    def stop(victims: np.ndarray, kind: str, at: float, workload: str, why: str, lost: float | None = None) -> None:
+        nonlocal running
+        for i in victims:
+            work_lost = max(at - float(t.last_checkpoint[i]), 0.0) if lost is None else lost
+            out.append(Preemption(t.ids[i], int(t.gpus[i]), kind, at, work_lost, workload, why))
+        running = np.setdiff1d(running, victims, assume_unique=True)
 
-    def pick(need, candidates):
-        chosen = []
-        for r in candidates:
-            if need <= 0:
-                break
-            chosen.append(r)
-            need -= r.job.gpus
-        return chosen
+    def enough(order: np.ndarray, need: int) -> np.ndarray:
+        return order[: int(np.searchsorted(np.cumsum(t.gpus[order]), need)) + 1]
 
-    # Emergency: observed demand needs more than the forecast reserved for this hour.
-    above = [(p[0].name, p[5]) for k, p in enumerate(per) if p[5] > 0 and p[5] >= res[k, 0]]
-    over = sum(r.job.gpus for r in running) - int(slack[0])
+    # Training may hold what is lent now; beyond it, inference needs the GPUs back.
+    over = int(t.gpus.sum()) - lent
     if over > 0:
+        above = [s for s in steps if s.peak_gpus + s.buffer_gpus > s.forecast_gpus and s.reserved_gpus > 0]
         kind = "emergency" if above else "planned"
-        why = f"training holds {over} GPUs more than this hour's slack {int(slack[0])}"
-        if kind == "emergency":
-            why += "; observed demand above forecast (" + ", ".join(f"{n} needs {g}" for n, g in above) + ")"
-        stop(pick(over, _victim_order(running, now)), kind, now, why)
-    # Headroom guarantee: slow-to-preempt jobs may only hold the slack outside the headroom band.
-    slow = [r for r in running if r.job.preemption_seconds > deadline]
-    over = sum(r.job.gpus for r in slow) - int(slack[0] - head[0])
+        why = f"training holds {over} GPUs more than the {lent} lent now"
+        if above:
+            why += "; observed demand above the forecast (" + ", ".join(
+                f"{s.name} peak {s.peak_gpus} + buffer {s.buffer_gpus} > forecast {s.forecast_gpus}" for s in above) + ")"
+        workload = above[0].name if above else first
+        stop(enough(_victim_order(t, running, now), over), kind, now, workload, why)
+    # The headroom guarantee: slow-to-preempt jobs may only hold the slack outside the band.
+    slow = running[t.preempt_seconds[running] > deadline]
+    over = int(t.gpus[slow].sum()) - (lent - band)
     if over > 0:
-        stop(pick(over, _victim_order(slow, now)), "planned", now,
-             f"slow-to-preempt jobs exceed the slack outside the {int(head[0])}-GPU headroom band")
-    # Planned reclaim before a forecast ramp-up: stop at the last checkpoint before the GPUs are needed.
-    for i in range(1, len(hours)):
-        over = sum(r.job.gpus for r in running) - int(slack[i])
-        if over <= 0:
+        stop(enough(_victim_order(t, slow, now), over), "planned", now, first,
+             f"slow-to-preempt jobs exceed the slack outside the {band}-GPU headroom band")
+    # A forecast ramp-up: stop jobs at their last checkpoint before the GPUs are needed. Only ramps within one
+    # checkpoint interval (plus lead and stop times) can need a decision now: later ones pass another checkpoint.
+    lead = max((w.lead_time_seconds for w in policy.workloads), default=0.0)
+    window = now + float(t.checkpoint_interval.max()) + lead + float(t.preempt_seconds.max())
+    starts = hours.workloads[0].starts if hours.workloads else np.zeros(0)
+    for p in np.flatnonzero((starts > now) & (starts <= window)):
+        over = int(t.gpus[running].sum()) - int(hours.slack[p])
+        if over <= 0 or not len(running):
             continue
-        lead = max(pd.Timedelta(p[0].lead_time) for p in per) if per else pd.Timedelta(0)
-        need_at = hours[i] - lead
-        for r in _victim_order(running, need_at):
+        need_at = float(starts[p]) - lead
+        why = f"forecast ramp-up at {pd.Timestamp(starts[p], unit='s', tz='UTC'):%H:%M} leaves {int(hours.slack[p])} " \
+              f"GPUs of slack; GPUs needed by {pd.Timestamp(need_at, unit='s', tz='UTC'):%H:%M}"
+        for i in _victim_order(t, running, need_at):
             if over <= 0:
                 break
-            ready_by = need_at - pd.Timedelta(seconds=r.job.preemption_seconds)
-            interval = pd.Timedelta(seconds=r.job.checkpoint_interval_seconds)
-            ckpt = r.last_checkpoint_at + interval * max(math.floor((ready_by - r.last_checkpoint_at) / interval), 0)
-            why = f"forecast ramp-up at {hours[i]} leaves {int(slack[i])} GPUs of slack; GPUs needed by {need_at}"
-            if now <= ckpt and ckpt > r.last_checkpoint_at:
-                stop([r], "planned", ckpt, why + f"; stops at its checkpoint {ckpt}", lost=0.0)
-            else:  # no checkpoint fits before the deadline: run as long as possible, lose the partial interval
-                stop([r], "planned", max(ready_by, now), why + "; no checkpoint before then")
-            over -= r.job.gpus
+            ready_by = need_at - float(t.preempt_seconds[i])
+            interval, last = float(t.checkpoint_interval[i]), float(t.last_checkpoint[i])
+            ckpt = last + interval * max(math.floor((ready_by - last) / interval), 0)
+            if now <= ckpt and ckpt > last:
+                stop(np.array([i]), "planned", ckpt, first,
+                     why + f"; stops at its checkpoint {pd.Timestamp(ckpt, unit='s', tz='UTC'):%H:%M}", lost=0.0)
+            else:  # no checkpoint fits before then: run as long as possible, lose the partial interval
+                stop(np.array([i]), "planned", max(ready_by, now), first, why + "; no checkpoint before then")
+            over -= int(t.gpus[i])
     return tuple(out)

@@ -1,0 +1,189 @@
+"""Actions as values: what a plan asks of the cluster, computed purely from the plan and the observed state.
+
+`cluster_actions` gives the changes every driver applies (the reconciler on a real or embedded cluster,
+the simulator on its world): scale a target, set a ClusterQueue quota, evict a Workload, requeue one
+headroom evicted. The reconciler adds `PatchStatus` and `RecordEvent`. Only what differs from the
+observed state becomes an action, so a steady state issues none; each action says why, and a cluster
+action carries the Event to record once it has been applied. `headroom plan` shows these actions, and
+they are what `forecast-only` policies would have done.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from core.objects import ObjectRef, PolicyStatus, TargetRef, TargetState
+from planning.planner import StepPlan, Training
+
+
+@dataclass(frozen=True)
+class EventNote:
+    about: ObjectRef
+    reason: str
+    message: str
+    type: str = "Normal"
+
+
+@dataclass(frozen=True)
+class Scale:
+    """A policy's reservation on its target: Deployment replicas, HPA minReplicas or a ClusterQueue quota."""
+    policy: str
+    target: TargetRef
+    replicas: int
+    gpus: int
+    reason: str
+    event: EventNote | None = None
+
+
+@dataclass(frozen=True)
+class SetQuota:
+    queue: str
+    gpus: int
+    reason: str
+    event: EventNote | None = None
+
+
+@dataclass(frozen=True)
+class Evict:
+    workload: str          # namespace/name
+    uid: str | None
+    queue: str
+    gpus: int
+    kind: str              # "planned" | "emergency"
+    policy: str            # on whose behalf
+    work_lost_seconds: float
+    plan_id: str
+    reason: str
+    event: EventNote | None = None
+
+
+@dataclass(frozen=True)
+class Requeue:
+    workload: str
+    uid: str | None
+    queue: str
+    reason: str
+    event: EventNote | None = None
+
+
+@dataclass(frozen=True)
+class PatchStatus:
+    policy: ObjectRef
+    status: PolicyStatus
+    reason: str = "status"
+
+
+@dataclass(frozen=True)
+class RecordEvent:
+    event: EventNote
+    reason: str = "event"
+
+
+Action = Scale | SetQuota | Evict | Requeue | PatchStatus | RecordEvent
+
+
+@dataclass(frozen=True)
+class PolicyTarget:
+    """What a policy acts on."""
+    key: str                       # namespace/name
+    ref: ObjectRef                 # the ReservationPolicy (Events about it go there)
+    target: TargetRef
+    gpus_per_replica: int
+    active: bool
+    inference_queue: str | None
+    training_queues: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """A Workload headroom evicted that has stopped: it goes back into its queue."""
+    workload: str
+    uid: str | None
+    queue: str
+
+
+@dataclass(frozen=True)
+class View:
+    """The cluster as the last reads saw it."""
+    targets: Mapping[str, TargetState | None]   # policy key -> its target's state (None: the target is missing)
+    quotas: Mapping[str, int]                   # ClusterQueue -> GPU nominal quota
+    training: Training                          # running training
+    uids: Mapping[str, str | None]              # running Workload -> uid
+    stopped: tuple[Stopped, ...] = ()
+
+
+WORKLOAD_REF = ("kueue.x-k8s.io/v1beta2", "Workload")
+
+
+def owners(policies: Sequence[PolicyTarget]) -> dict[str, PolicyTarget]:
+    """Each training ClusterQueue an active policy lends to, and the (first) policy that owns it."""
+    out: dict[str, PolicyTarget] = {}
+    for p in policies:
+        if p.active:
+            for q in p.training_queues:
+                out.setdefault(q, p)
+    return out
+
+
+def cluster_actions(step: StepPlan, view: View, policies: Sequence[PolicyTarget], plan_id: str) -> list[Action]:
+    """The changes the plan asks of the cluster now, for `active` policies only."""
+    actions: list[Action] = []
+    reserved = {w.name: w for w in step.workloads}
+    for p in policies:
+        w = reserved.get(p.key)
+        state = view.targets.get(p.key)
+        if w is None or not p.active:
+            continue
+        replicas = math.ceil(w.reserved_gpus / p.gpus_per_replica)
+        if p.target.kind == "HorizontalPodAutoscaler":
+            replicas, current = max(replicas, 1), state.min_replicas if state else None
+        elif p.target.kind == "ClusterQueue":
+            current = view.quotas.get(p.target.name)
+        else:
+            current = state.desired_replicas if state else None
+        value = w.reserved_gpus if p.target.kind == "ClusterQueue" else replicas
+        if current != value:
+            what = f"{p.target.kind} {p.target.name}"
+            actions.append(Scale(p.key, p.target, replicas, w.reserved_gpus, w.reason, EventNote(
+                p.ref, "ReservationChanged", f"reserved {current} -> {value} on {what}: {w.reason}")))
+    inference: dict[str, int] = {}
+    for p in policies:
+        if p.active and p.inference_queue and p.key in reserved:
+            inference[p.inference_queue] = inference.get(p.inference_queue, 0) + reserved[p.key].reserved_gpus
+    for q, gpus in inference.items():
+        if view.quotas.get(q) != gpus:
+            actions.append(SetQuota(q, gpus, f"the inference reservation of the policies running in {q}"))
+    owned = owners(policies)
+    for q, owner in owned.items():
+        gpus = step.quotas.get(q, 0)
+        if view.quotas.get(q) != gpus:
+            why = f"ClusterQueue {q} quota -> {gpus} GPUs (slack {step.lent_gpus} lent, split by team weight)"
+            actions.append(SetQuota(q, gpus, why, EventNote(owner.ref, "SlackLent", why)))
+    queue_of = dict(zip(view.training.ids, view.training.queue))
+    for x in step.due():
+        q = queue_of.get(x.job)
+        if q not in owned:
+            continue
+        namespace, name = x.job.split("/", 1)
+        message = f"{x.kind} preemption of {x.gpus} GPUs ({x.work_lost_seconds:.0f} s of work lost): {x.reason}"
+        actions.append(Evict(x.job, view.uids.get(x.job), q, x.gpus, x.kind, x.workload, x.work_lost_seconds, plan_id,
+                             x.reason, EventNote(ObjectRef(*WORKLOAD_REF, name, namespace), "Preempted", message)))
+    for s in view.stopped:
+        if s.queue in owned:
+            actions.append(Requeue(s.workload, s.uid, s.queue, "its eviction is complete: back into its queue"))
+    return actions
+
+
+def evicted_gpus(actions: Sequence[Action], policy: str) -> int:
+    return sum(a.gpus for a in actions if isinstance(a, Evict) and a.policy == policy)
+
+
+def training_columns(ids: Sequence[str], queues: Sequence[str], gpus, priority, preempt, interval,
+                     last_checkpoint, terminating_gpus: int) -> Training:
+    """The planner's view of running training, from columns any driver builds."""
+    return Training(tuple(ids), tuple(queues), np.asarray(gpus, np.int64), np.asarray(priority, np.int64),
+                    np.asarray(preempt, float), np.asarray(interval, float), np.asarray(last_checkpoint, float),
+                    int(terminating_gpus))

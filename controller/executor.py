@@ -1,0 +1,96 @@
+"""Applying actions: each re-validated against fresh state just before it is applied (Karpenter validates a
+disruption command again before it acts; Kueue's IssuePreemptions checks each target is still admitted).
+
+  * Scale and SetQuota: skipped if the cluster already holds the value (another writer, or a restart
+    mid-reconcile, got there first);
+  * Evict: only if the Workload is still running with the same uid in the same queue, and a plan made
+    on a fresh view still stops it (`still_wanted`); never twice;
+  * Requeue, PatchStatus, RecordEvent: the adapters' writes are idempotent.
+A write that conflicts is retried by the adapter on a fresh read; one that fails is reported in its
+Outcome and does not stop the others. An action's Event is recorded once the action has changed something.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from controller.actions import Action, EventNote, Evict, PatchStatus, RecordEvent, Requeue, Scale, SetQuota
+from core.cluster import Cluster
+from core.errors import ClusterError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    action: Action
+    applied: bool          # it changed something
+    error: str | None = None
+    skipped: str | None = None  # why it was not applied though it succeeded (already so, no longer wanted)
+
+
+def apply(action: Action, cluster: Cluster) -> bool:
+    """One action on the cluster, as it stands (no re-validation); True if it changed something."""
+    match action:
+        case Scale(target=t, replicas=replicas, gpus=gpus):
+            if t.kind == "Deployment":
+                return cluster.scale_deployment(t.namespace, t.name, replicas)
+            if t.kind == "HorizontalPodAutoscaler":
+                return cluster.set_hpa_min_replicas(t.namespace, t.name, replicas)
+            return cluster.set_cluster_queue_quota(t.name, gpus)
+        case SetQuota(queue=q, gpus=gpus):
+            return cluster.set_cluster_queue_quota(q, gpus)
+        case Evict(workload=w, uid=uid, reason=reason, plan_id=plan_id):
+            namespace, name = w.split("/", 1)
+            return cluster.evict_workload(namespace, name, uid, reason, plan_id)
+        case Requeue(workload=w, uid=uid):
+            namespace, name = w.split("/", 1)
+            return cluster.requeue_workload(namespace, name, uid)
+        case PatchStatus(policy=ref, status=status):
+            cluster.patch_policy_status(ref.namespace, ref.name, status)
+            return True
+        case RecordEvent(event=e):
+            cluster.emit_event(e.about, e.reason, e.message, type=e.type)
+            return True
+    raise TypeError(f"not an action: {action!r}")
+
+
+def _record(event: EventNote | None, cluster: Cluster) -> str | None:
+    if event is None:
+        return None
+    try:
+        cluster.emit_event(event.about, event.reason, event.message, type=event.type)
+    except ClusterError as exc:
+        return str(exc)
+    return None
+
+
+def execute(actions: Sequence[Action], cluster: Cluster,
+            still_wanted: Callable[[list[Evict]], set[str]] | None = None) -> list[Outcome]:
+    """Apply `actions` in order (inference first: it must never wait for training); `still_wanted` re-plans
+    on a fresh view and returns the Workloads a fresh plan still evicts (None: trust the plan as made)."""
+    evictions = [a for a in actions if isinstance(a, Evict)]
+    wanted = still_wanted(evictions) if evictions and still_wanted is not None else None
+    running = None
+    out = []
+    for a in actions:
+        try:
+            if isinstance(a, Evict):
+                if running is None:
+                    running = {w.key: w for w in cluster.workloads() if w.admitted and w.active}
+                w = running.get(a.workload)
+                if w is None or w.uid != a.uid or w.cluster_queue != a.queue:
+                    out.append(Outcome(a, False, skipped="no longer running as planned"))
+                    continue
+                if wanted is not None and a.workload not in wanted:
+                    log.info("preemption of %s dropped: a fresh plan no longer needs it", a.workload)
+                    out.append(Outcome(a, False, skipped="a fresh plan no longer needs it"))
+                    continue
+            applied = apply(a, cluster)
+        except ClusterError as exc:
+            out.append(Outcome(a, False, error=str(exc)))
+            continue
+        event_error = _record(getattr(a, "event", None), cluster) if applied else None
+        out.append(Outcome(a, applied, error=f"event: {event_error}" if event_error else None))
+    return out

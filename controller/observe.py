@@ -1,0 +1,113 @@
+"""What the controller makes of a policy's demand samples, shared by `headroom run` and the simulator so both
+see the same thing at the same moment: whether the data can be trusted, the hourly history a forecaster
+fits on, when a forecast is refitted and how long a forecast is kept once the data stops.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from core.policy import PolicySpec
+from core.settings import LOOKBACK, RunConfig
+from core.units import duration
+from forecast.base import ForecastError
+from forecast.history import prepare
+from forecast.metrics import seasonal_scale
+
+EXTRA_QUANTILES = (0.1, 0.5, 0.9)  # always forecast: realized error and the 80% interval need them
+MIN_FIT_HOURS = 48                 # fewer complete hours: no forecast, the planner's conservative fallback
+
+
+_RUN = RunConfig()  # the controller's configuration holds the one definition of these defaults
+
+
+@dataclass(frozen=True)
+class DataSettings:
+    stale_after_seconds: float = _RUN.stale_after_seconds      # demand older than this is stale
+    keep_forecast_seconds: float = _RUN.keep_forecast_seconds  # a forecast is used this long after it was made
+    horizon_hours: int = _RUN.horizon_hours
+    lookback_seconds: float = duration(LOOKBACK).total_seconds()
+    read_overlap: pd.Timedelta = pd.Timedelta(minutes=15)      # re-read before the newest sample: late ones fill in
+
+    @classmethod
+    def of(cls, run: RunConfig) -> "DataSettings":
+        server = run.prometheus
+        return cls(run.stale_after_seconds, run.keep_forecast_seconds, run.horizon_hours,
+                   duration(server.lookback if server else LOOKBACK).total_seconds(),
+                   3 * duration(server.step) if server else pd.Timedelta(minutes=15))
+
+
+def degraded_reason(newest: float | None, last_hour: int, last_hour_missing: int, now: float,
+                    stale_after_seconds: float) -> str | None:
+    """Why a policy's samples cannot be trusted, or None: `newest` is the newest real sample in the lookback
+    (epoch seconds, None if none), `last_hour` the samples of the last hour and how many of them are missing.
+
+    The text before ':' is the condition reason a status shows."""
+    if newest is None:
+        return "NoData: the query returned no samples"
+    if now - newest > stale_after_seconds:
+        return f"StaleData: newest sample {pd.Timestamp(newest, unit='s', tz='UTC')}"
+    if last_hour and last_hour_missing / last_hour > 0.5:
+        return f"PartialData: {last_hour_missing / last_hour:.0%} of the last hour's samples are missing"
+    return None
+
+
+def window_facts(times: np.ndarray, values: np.ndarray, now: float) -> tuple[float | None, int, int]:
+    """degraded_reason's inputs from the lookback's samples (epoch seconds; NaN = missing)."""
+    real = np.isfinite(values)
+    newest = float(times[real][-1]) if real.any() else None
+    last_hour = times > now - 3600
+    return newest, int(last_hour.sum()), int((last_hour & ~real).sum())
+
+
+def hourly_history(raw: pd.Series, statistic: str, now: pd.Timestamp) -> pd.Series:
+    """Complete hours before `now`, aggregated with the policy's statistic (what a forecaster fits on)."""
+    if raw.notna().sum() < 2:
+        return raw.iloc[:0]
+    hourly = prepare(raw, step="1h", statistic=statistic)[0]
+    return hourly[hourly.index < now.floor("h")]
+
+
+def quantiles_for(spec: PolicySpec) -> list[float]:
+    return sorted({*EXTRA_QUANTILES, spec.target_quantile, spec.headroom_quantile})
+
+
+@dataclass(frozen=True)
+class IssuedForecast:
+    frame: pd.DataFrame        # period starts x quantiles, demand units
+    made_at: pd.Timestamp
+    model: str
+    generation: int            # the policy's metadata.generation it was made for
+    scale: float               # seasonal-24 scale of the fitting window (realized error is divided by it)
+
+
+def due(cached: IssuedForecast | None, now: pd.Timestamp, generation: int) -> bool:
+    """A forecast is refitted once an hour, and whenever the policy changes."""
+    return cached is None or cached.made_at.floor("h") < now.floor("h") or cached.generation != generation
+
+
+def usable(cached: IssuedForecast | None, now: pd.Timestamp, settings: DataSettings) -> IssuedForecast | None:
+    """The forecast the planner may use: none once it is older than `keep_forecast_seconds`."""
+    if cached is None or (now - cached.made_at).total_seconds() > settings.keep_forecast_seconds:
+        return None
+    return cached
+
+
+def issue(model, name: str, hourly: pd.Series, now: pd.Timestamp, spec: PolicySpec, generation: int,
+          horizon_hours: int) -> IssuedForecast:
+    """Fit `model` on the complete hours and forecast from the current hour over the horizon. Raises ValueError
+    (or ArithmeticError) for a model that cannot fit or a forecast of the wrong shape; NaN or negative values are
+    left for the planner, which falls back in those periods."""
+    quantiles = quantiles_for(spec)
+    missing = max(int((now.floor("h") - hourly.index[-1]) / pd.Timedelta(hours=1)) - 1, 0)
+    horizon = horizon_hours + missing
+    frame = model.fit(hourly).predict(horizon, quantiles)
+    if frame.shape != (horizon, len(quantiles)) or [float(c) for c in frame.columns] != quantiles:
+        raise ForecastError(f"{name}: expected a {horizon} x {quantiles} forecast, got {frame.shape} {list(frame.columns)}")
+    chosen = getattr(model, "chosen", None)  # automatic selection says what it picked
+    scale = float(seasonal_scale(hourly.to_numpy()))
+    return IssuedForecast(frame, now, f"{name}: {chosen}" if chosen else name, generation,
+                          scale if math.isfinite(scale) else float("nan"))

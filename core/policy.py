@@ -1,0 +1,215 @@
+"""The reservation policy: the spec of a ReservationPolicy object, with the one definition of each default.
+
+The same typed policy drives every decision the planner makes, whether the cluster is real
+(`headroom run` on Kubernetes), embedded (`headroom run` on the embedded cluster) or a what-if
+(`simulate`, `tune`, `report`, `demo`); deploy/crds/headroom.dev_reservationpolicies.yaml is generated
+from this module (`python -m core.crd`), so the CRD's defaults are these.
+
+Field names are the CRD's (camelCase in YAML and in the object, snake_case here).
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+from core.errors import ConfigError
+from core.units import check_statistic, duration
+
+API_VERSION, KIND = "headroom.dev/v1alpha1", "ReservationPolicy"
+FORECASTERS = ("auto", "seasonal-naive", "reactive", "static")
+
+
+class Camel(BaseModel):
+    """A Kubernetes-style spec: camelCase keys, the same in a CRD object and in a file; unknown keys are errors."""
+    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True)
+
+
+def _finite(value: float) -> float:
+    if not math.isfinite(value):
+        raise ValueError("must be a finite number")
+    return value
+
+
+class CapacitySpec(Camel):
+    demand_per_gpu: float = Field(gt=0, description="Demand one GPU serves (in the query's unit).")
+    gpus_per_replica: int = Field(1, ge=1, le=1024, description="GPUs each inference replica holds.")
+
+    @field_validator("demand_per_gpu")
+    @classmethod
+    def _finite_demand(cls, value: float) -> float:
+        return _finite(value)
+
+
+class TargetSpec(Camel):
+    kind: Literal["Deployment", "HorizontalPodAutoscaler", "ClusterQueue"]
+    name: str = Field(min_length=1, max_length=253)
+    namespace: str | None = Field(None, min_length=1, max_length=63,
+                                  description="Namespace of a Deployment/HPA target (default the policy's).")
+
+
+class ObjectiveSpec(Camel):
+    """The service objective an SRE holds: how much demand and how many steps may go unserved."""
+    max_shortage: float = Field(0.001, ge=0, le=1, description="Unmet inference demand within the cluster, as a "
+                                                                "share of demand GPU-time.")
+    max_short_steps: float = Field(0.01, ge=0, le=1, description="Share of steps with any unmet demand.")
+
+
+class PolicySpec(Camel):
+    """One inference workload's reservation policy."""
+    query: str = Field(min_length=1, description="PromQL expression for demand (one series; aggregate with sum(...)).")
+    statistic: str = Field("max", description="How samples are aggregated to the hourly forecast step "
+                                              "(mean, max, sum or pNN); the reservation needs each hour's peak.")
+    capacity: CapacitySpec
+    forecaster: Literal[FORECASTERS] = Field(
+        "auto", description="auto: the MLflow champion, else automatic selection; seasonal-naive: the same hour "
+                            "last week; reactive: the last complete hour's peak; static: the lookback's peak.")
+    target_quantile: float = Field(0.9, gt=0, lt=1, description="Forecast quantile of each hour's demand reserved "
+                                                                "ahead of it.")
+    headroom_quantile: float = Field(0.99, gt=0, lt=1, description="Forecast quantile up to which lent GPUs must come "
+                                                                   "back within reclaimDeadline.")
+    lead_time: str = Field("15m", description="How long new capacity takes to serve (Go duration): the reservation "
+                                              "of an hour is in place this long before it starts.")
+    warm_buffer: float = Field(1.0, ge=0, le=100, description="Warm GPUs kept above the recent observed peak P, as "
+                                                              "warmBuffer x sqrt(P) (request noise grows with the "
+                                                              "square root of the level).")
+    scale_in_delay: str = Field("10m", description="Observed demand keeps its GPUs this long (Go duration).")
+    min_gpus: int = Field(0, ge=0)
+    max_gpus: int | None = Field(None, ge=1)
+    margin_gpus: int = Field(0, ge=0, description="GPUs added to the forecast's reservation.")
+    headroom_floor_gpus: int = Field(0, ge=0, description="Preemption headroom kept at least this large.")
+    reclaim_deadline: str = Field("5m", description="How fast lent GPUs must come back from training (Go duration).")
+    target: TargetSpec
+    inference_cluster_queue: str | None = Field(None, min_length=1, description="Kueue ClusterQueue of the inference "
+                                                "pods, whose GPU quota follows the reservation.")
+    training_cluster_queues: list[str] = Field(default_factory=list, max_length=64, description="Kueue ClusterQueues "
+                                               "that borrow the slack and are evicted to reclaim it.")
+    mode: Literal["forecast-only", "active"] = "forecast-only"
+    objective: ObjectiveSpec = ObjectiveSpec()
+
+    @field_validator("warm_buffer")
+    @classmethod
+    def _finite_buffer(cls, value: float) -> float:
+        return _finite(value)
+
+    @field_validator("statistic")
+    @classmethod
+    def _statistic(cls, value: str) -> str:
+        return check_statistic(value)
+
+    @field_validator("lead_time", "scale_in_delay", "reclaim_deadline")
+    @classmethod
+    def _duration(cls, value: str) -> str:
+        if duration(value) > duration("24h"):
+            raise ValueError(f"{value} is longer than a day")
+        return value
+
+    @field_validator("training_cluster_queues")
+    @classmethod
+    def _queue_names(cls, value: list[str]) -> list[str]:
+        if any(not q for q in value):
+            raise ValueError("queue names cannot be empty")
+        if len(set(value)) != len(value):
+            raise ValueError("each training ClusterQueue once")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "PolicySpec":
+        errors = []
+        if self.headroom_quantile < self.target_quantile:
+            errors.append("headroomQuantile must be at least targetQuantile")
+        if self.max_gpus is not None and self.max_gpus < self.min_gpus:
+            errors.append("maxGpus must be at least minGpus")
+        if self.inference_cluster_queue in self.training_cluster_queues:
+            errors.append("inferenceClusterQueue cannot also be a training ClusterQueue")
+        if self.target.kind == "ClusterQueue" and self.target.name in self.training_cluster_queues:
+            errors.append("the target ClusterQueue cannot also be a training ClusterQueue")
+        if errors:
+            raise ValueError("; ".join(errors))
+        return self
+
+    # the planner's units
+    @property
+    def lead_time_seconds(self) -> float:
+        return duration(self.lead_time).total_seconds()
+
+    @property
+    def scale_in_delay_seconds(self) -> float:
+        return duration(self.scale_in_delay).total_seconds()
+
+    @property
+    def reclaim_deadline_seconds(self) -> float:
+        return duration(self.reclaim_deadline).total_seconds()
+
+
+def field_errors(exc: ValidationError, prefix: str = "") -> list[str]:
+    """'field.path: message' per error, paths starting at `prefix`, in the names the file uses."""
+    out = []
+    for e in exc.errors():
+        path = ".".join(str(p) for p in (prefix.split(".") if prefix else []) + list(e["loc"])) or "(top level)"
+        out.append(f"{path}: {e['msg'].removeprefix('Value error, ')}")
+    return out
+
+
+def parse_policy_spec(spec: Any, source: str) -> PolicySpec:
+    """A ReservationPolicy object's spec, validated as the CRD promises (errors name spec.* paths)."""
+    try:
+        return PolicySpec.model_validate(spec)
+    except ValidationError as exc:
+        raise ConfigError(source, field_errors(exc, "spec")) from None
+
+
+def spec_dict(spec: PolicySpec) -> dict:
+    """The spec as it stands in an object or a file: camelCase, every field written (defaults filled in)."""
+    return spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def manifest(name: str, namespace: str, spec: PolicySpec) -> dict:
+    """A ReservationPolicy object `kubectl apply` and `headroom run --policy-file` take."""
+    return {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name, "namespace": namespace},
+            "spec": spec_dict(spec)}
+
+
+def load_manifests(path: str | Path) -> list[dict]:
+    """Every ReservationPolicy in a YAML file (one or several documents), each spec validated; errors name the
+    file, the document and the field path."""
+    source = str(path)
+    try:
+        documents = [d for d in yaml.safe_load_all(Path(path).read_text(encoding="utf-8-sig")) if d is not None]
+    except OSError as exc:
+        raise ConfigError(source, [f"cannot read file: {exc.strerror or exc}"]) from None
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ConfigError(source, [f"not valid YAML: {exc}"]) from None
+    if not documents:
+        raise ConfigError(source, ["(top level): no ReservationPolicy in the file"])
+    errors, objects = [], []
+    for i, doc in enumerate(documents):
+        where = f"document {i + 1}" if len(documents) > 1 else ""
+        prefix = f"{where}: " if where else ""
+        if not isinstance(doc, dict):
+            errors.append(f"{prefix}(top level): must be a ReservationPolicy object")
+            continue
+        if doc.get("kind") != KIND or doc.get("apiVersion") != API_VERSION:
+            errors.append(f"{prefix}kind/apiVersion: must be {KIND} {API_VERSION}, got "
+                          f"{doc.get('kind')!r} {doc.get('apiVersion')!r}")
+            continue
+        meta = doc.get("metadata")
+        if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
+            errors.append(f"{prefix}metadata.name: required")
+            continue
+        try:
+            PolicySpec.model_validate(doc.get("spec"))
+        except ValidationError as exc:
+            errors += [prefix + e for e in field_errors(exc, "spec")]
+            continue
+        objects.append({**doc, "metadata": {"namespace": "default", **meta}})
+    keys = [(o["metadata"]["namespace"], o["metadata"]["name"]) for o in objects]
+    if len(set(keys)) != len(keys):
+        errors.append("metadata: two policies with the same namespace/name")
+    if errors:
+        raise ConfigError(source, errors)
+    return objects

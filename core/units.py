@@ -1,0 +1,64 @@
+"""Units every layer parses the same way: durations and aggregation statistics."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+STATISTICS = ("mean", "max", "sum")  # plus "pNN", e.g. "p95"
+_DURATION = re.compile(r"(\d+(\.\d+)?(ms|s|m|h|d|w))+")
+
+
+def duration(value: str) -> pd.Timedelta:
+    """A Go/Prometheus-style duration ("90s", "10m", "1h30m", "28d") as a pandas Timedelta."""
+    if not isinstance(value, str) or not _DURATION.fullmatch(value):
+        raise ValueError(f"{value!r} is not a duration like 90s, 10m, 1h30m or 28d")
+    return pd.Timedelta(re.sub(r"(\d)d", r"\1D", value.replace("w", "W")))
+
+
+def seconds(value: str) -> float:
+    return duration(value).total_seconds()
+
+
+def go_duration(total_seconds: float) -> str:
+    """Seconds as the shortest duration string `duration` reads back exactly ("900" -> "15m")."""
+    if total_seconds < 0:
+        raise ValueError(f"a duration cannot be negative, got {total_seconds}")
+    if total_seconds == 0:
+        return "0s"
+    for unit, size in (("h", 3600), ("m", 60), ("s", 1)):
+        if total_seconds % size == 0:
+            return f"{int(total_seconds // size)}{unit}"
+    return f"{total_seconds:g}s"
+
+
+def check_statistic(statistic: str) -> str:
+    if statistic in STATISTICS:
+        return statistic
+    if isinstance(statistic, str) and statistic.startswith("p"):
+        try:
+            pct = float(statistic[1:])
+        except ValueError:
+            pct = -1.0
+        if 0 < pct <= 100:
+            return statistic
+    raise ValueError(f"statistic must be one of {', '.join(STATISTICS)} or pNN (e.g. p95), got {statistic!r}")
+
+
+def epoch_seconds(index) -> "np.ndarray":
+    """A DatetimeIndex as float epoch seconds, whatever its resolution (pandas 3 parses to microseconds)."""
+    return pd.DatetimeIndex(index).as_unit("ns").asi8 / 1e9
+
+
+def parse_time(text: str, what: str) -> pd.Timestamp:
+    """An ISO-8601 moment given on the command line, in UTC (one without a zone is taken as UTC)."""
+    from core.errors import BadRequest
+
+    try:
+        moment = pd.Timestamp(text)
+    except (ValueError, TypeError):
+        raise BadRequest(f"{what}: {text!r} is not an ISO-8601 time like 2026-05-04T09:00:00Z") from None
+    if pd.isna(moment):
+        raise BadRequest(f"{what}: {text!r} is not a time")
+    return moment.tz_convert("UTC") if moment.tzinfo else moment.tz_localize("UTC")
