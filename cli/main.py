@@ -159,8 +159,6 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="HTML report with plots: DEMAND simulated under every policy",
                        parents=[sub.choices["simulate"]], add_help=False, conflict_handler="resolve")
     p.add_argument("--out", default="headroom-report", help="directory for index.html and the PNGs")
-    p.add_argument("--tune", action=argparse.BooleanOptionalAction, default=True,
-                   help="include the tuning trade-off sweep (slow: one simulation per setting)")
     p.set_defaults(run=cmd_report)
     p = sub.add_parser("demo", help="the whole product on embedded defaults, no servers: train, plan, simulate, report")
     p.add_argument("--out", default="headroom-demo", help="directory for the history, MLflow store and report")

@@ -244,7 +244,7 @@ def cmd_plan(cfg: Config, args) -> int:
     cluster, demand = embedded(cfg, r, now)
     uri = r.tracking_uri or cfg.training.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
     state = Reconciler(cluster, demand, r, models=Models(uri), dry_run=True).reconcile(now)
-    out = {"now": now.isoformat(), "policies": {}, "actions": [_describe(a) for a in state.actions],
+    out = {"now": now.isoformat(), "policies": {}, "actions": [describe(a) for a in state.actions],
            "notes": list(state.notes)}
     for name, ps in sorted(state.policies.items()):
         if not ps.valid:
@@ -284,7 +284,7 @@ def cmd_plan(cfg: Config, args) -> int:
     return 0
 
 
-def _describe(action) -> str:
+def describe(action) -> str:
     from controller.actions import Evict, Requeue, Scale, SetQuota
 
     match action:

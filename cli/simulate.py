@@ -56,7 +56,7 @@ def whatif(cfg: Config, progress=None) -> WhatIf:
     return WhatIf(scenario, default_spec(scenario, per_gpu), False)
 
 
-def resolved(cfg: Config, w: WhatIf, policy: str, progress=None):
+def resolved(cfg: Config, w: WhatIf, policy: str, progress=None, make_forecaster=None):
     """The spec a run uses: the file's exactly; else tuned on the history for the objective (a baseline: its margin),
     the stated defaults where the history is too short. Returns (spec, TuneResult | None)."""
     from controller.simulate import REFERENCES
@@ -64,8 +64,23 @@ def resolved(cfg: Config, w: WhatIf, policy: str, progress=None):
 
     if w.from_file or policy in REFERENCES:
         return w.spec, None
-    result = tune(w.scenario, w.spec, cfg.tune, reference=policy, progress=progress)
+    result = tune(w.scenario, w.spec, cfg.tune, make_forecaster, reference=policy, progress=progress)
     return result.recommended, result
+
+
+def every_policy(cfg: Config, w: WhatIf, progress=None, make_forecaster=None):
+    """The spec each simulated policy runs, each tuned on the history for the objective (references as they are),
+    and the forecast policy's TuneResult (None when it came from a file)."""
+    from controller.simulate import POLICIES
+
+    specs, forecast_tune = {}, None
+    for policy in POLICIES:
+        if progress:
+            progress(f"{policy}: {'tuning on the history' if policy not in ('oracle', 'hourly-oracle') else 'as is'}")
+        specs[policy], tuned = resolved(cfg, w, policy, make_forecaster=make_forecaster)
+        if policy == "forecast":
+            forecast_tune = tuned
+    return specs, forecast_tune
 
 
 def cmd_simulate(cfg: Config, args) -> int:

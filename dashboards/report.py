@@ -15,14 +15,17 @@ from pathlib import Path
 
 import pandas as pd
 
-from controller.simulate import POLICIES, SimResult, SimSettings, TimedResult, simulate
+from controller.simulate import Scenario, SimResult, TimedResult, simulate
 from controller.tune import TuneResult, plot_tradeoff
+from core.policy import PolicySpec
 
 # What the comparison table shows, with the header a reader sees and how to format it.
 COLUMNS = {
     "utilization": ("utilization", "{:.1%}"),
-    "inference_shortage": ("inference shortage", "{:.3%}"),
-    "shortage_hours": ("hours with shortage", "{:.1%}"),
+    "shortage_within_cluster": ("shortage", "{:.3%}"),
+    "short_steps": ("short steps", "{:.2%}"),
+    "objective_met": ("objective met", "{}"),
+    "longest_shortage_minutes": ("longest shortage (min)", "{:.0f}"),
     "training_goodput": ("training goodput", "{:.1%}"),
     "cost_vs_dedicated": ("cost vs dedicated", "{:.3f}"),
     "mean_reserved_gpus": ("mean inference GPUs", "{:.1f}"),
@@ -32,11 +35,12 @@ COLUMNS = {
 }
 
 POLICY_NOTES = {
-    "forecast": "headroom: forecast quantile reserved ahead of demand, slack lent to training",
-    "static": "reserve the history's peak all the time",
-    "reactive": "last hour's peak + 10%, one hour late",
-    "seasonal-naive": "same hour last week + 10%",
-    "oracle": "perfect foresight: the physical limit",
+    "forecast": "headroom: forecast quantile reserved ahead of demand plus a warm buffer, tuned on the history",
+    "static": "the lookback's peak all the time, plus a margin tuned on the history",
+    "reactive": "the last hour's peak, an hour late, plus a tuned margin",
+    "seasonal-naive": "the same hour last week, plus a tuned margin",
+    "oracle": "knows every step's demand: the physical limit",
+    "hourly-oracle": "knows each hour's demand: the least constant level per hour meeting the objective",
 }
 
 
@@ -47,16 +51,17 @@ class Figure:
     path: Path
 
 
-def compare_policies(demand: pd.Series, settings: SimSettings, timeline_policy: str = "forecast",
-                     progress: Callable[[str], None] | None = None, **simulate_kwargs) -> dict[str, SimResult]:
-    """Every policy on the same trace; `timeline_policy` also records its timeline for the plots."""
-    if timeline_policy not in POLICIES:
-        raise ValueError(f"unknown policy {timeline_policy!r}; one of {POLICIES}")
+def compare_policies(scenario: Scenario, specs: Mapping[str, PolicySpec], timeline_policy: str = "forecast",
+                     progress: Callable[[str], None] | None = None) -> dict[str, SimResult]:
+    """Each policy of `specs` (name -> the spec it runs) on the same scenario; `timeline_policy` also records its
+    timeline for the plots."""
+    if timeline_policy not in specs:
+        raise ValueError(f"unknown policy {timeline_policy!r}; one of {', '.join(specs)}")
     out = {}
-    for policy in POLICIES:
+    for policy, spec in specs.items():
         started = time.perf_counter()
-        out[policy] = simulate(demand, policy=policy, settings=settings, timeline=policy == timeline_policy,
-                               **simulate_kwargs)
+        timed = policy == timeline_policy
+        out[policy] = simulate(scenario, spec, reference=policy, timeline=timed, detail=timed)
         if progress:
             progress(f"simulated {policy} in {time.perf_counter() - started:.1f} s")
     return out
@@ -95,54 +100,51 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def _timeline(result: SimResult):
-    if not isinstance(result, TimedResult) or result.timeline is None:
-        raise ValueError(f"the {result.policy} result has no timeline: simulate it with timeline=True")
-    return result.timeline
+def _timed(result: SimResult) -> TimedResult:
+    if not isinstance(result, TimedResult) or result.detail is None:
+        raise ValueError(f"the {result.reference} result has no timeline: simulate it with timeline=True, detail=True")
+    return result
 
 
-def plot_demand(result: TimedResult, settings: SimSettings, path: Path) -> Figure:
+def plot_demand(result: TimedResult, path: Path) -> Figure:
     """Demand vs the forecast band vs the reservation, shortages marked."""
     plt = _pyplot()
-    t = _timeline(result)
-    s = t.steps
+    r = _timed(result)
+    s, d = r.timeline.set_index("timestamp"), r.detail
+    spec = r.policy
     fig, ax = plt.subplots(figsize=(11, 4.2))
-    if not t.hours.empty:
-        # the band each hour: from the target quantile (what is reserved) to the headroom quantile
-        edges = t.hours.index.append(pd.DatetimeIndex([t.hours.index[-1] + pd.Timedelta(hours=1)]))
-        lo = list(t.hours["target_gpus"]) + [t.hours["target_gpus"].iloc[-1]]
-        hi = list(t.hours["high_gpus"]) + [t.hours["high_gpus"].iloc[-1]]
-        ax.fill_between(edges, lo, hi, step="post", color="tab:blue", alpha=0.18,
-                        label=f"forecast q{settings.target_quantile:g} to q{settings.headroom_quantile:g} (hourly)")
+    if d["target_gpus"].notna().any():
+        ax.fill_between(d.index, d["target_gpus"], d["high_gpus"], step="post", color="tab:blue", alpha=0.18,
+                        label=f"forecast q{spec['targetQuantile']:g} to q{spec['headroomQuantile']:g} (hourly)")
     ax.plot(s.index, s["demand_gpus"], color="black", lw=0.8, label="demand")
-    ax.step(s.index, s["reserved_gpus"], where="post", color="tab:blue", lw=1.2, label=f"{result.policy} reservation")
+    ax.step(s.index, s["reserved_gpus"], where="post", color="tab:blue", lw=1.2, label=f"{r.reference} reservation")
     ax.step(s.index, s["warm_gpus"], where="post", color="tab:green", lw=0.8, alpha=0.8, label="warm, serving GPUs")
-    short = s[s["unmet_gpus"] > 0]
+    short = s[s["demand_gpus"] > s["warm_gpus"] + 1e-9]
     ax.scatter(short.index, short["demand_gpus"], color="red", s=10, zorder=3,
-               label=f"shortage ({len(short)} of {len(s)} steps)")
+               label=f"demand above warm GPUs ({len(short)} of {len(s)} steps)")
     ax.set_xlabel("time (UTC)")
     ax.set_ylabel("GPUs")
-    ax.set_title(f"Inference demand, forecast band and reservation ({result.policy} policy)")
+    ax.set_title(f"Inference demand, forecast band and reservation ({r.reference} policy)")
     ax.legend(loc="upper left", fontsize=8, ncol=2)
     caption = ("Black is demand in GPUs; the blue line is what the policy reserved ahead of it and green what was warm "
-               "and serving. Demand should stay inside the shaded forecast band and above the green line only at the "
-               "red dots, which are steps of unmet demand.")
+               "and serving when the step began. Demand should stay inside the shaded forecast band and above the "
+               "green line only at the red dots.")
     return Figure("Demand, forecast and reservation", caption, _save(fig, path))
 
 
 def plot_usage(result: TimedResult, gpus: int, path: Path) -> Figure:
     """GPUs by use over time as a stacked area."""
     plt = _pyplot()
-    s = _timeline(result).steps
+    d = _timed(result).detail
     fig, ax = plt.subplots(figsize=(11, 4.2))
-    ax.stackplot(s.index, s["inference_gpus"], s["training_gpus"], s["idle_gpus"],
+    ax.stackplot(d.index, d["inference_gpus"], d["training_gpus"], d["idle_gpus"].clip(lower=0),
                  labels=["inference (warm or warming)", "training (lent slack)", "idle"],
                  colors=["tab:blue", "tab:orange", "lightgrey"], step="post")
     ax.axhline(gpus, color="black", lw=0.8, linestyle="--", label=f"capacity {gpus} GPUs")
     ax.set_ylim(0, gpus * 1.08)
     ax.set_xlabel("time (UTC)")
     ax.set_ylabel("GPUs")
-    ax.set_title(f"GPUs by use, {result.utilization:.1%} utilization ({result.policy} policy)")
+    ax.set_title(f"GPUs by use, {result.utilization:.1%} utilization ({result.reference} policy)")
     ax.legend(loc="lower left", fontsize=8, ncol=4)
     caption = ("Every GPU is either serving inference, lent to training, or idle. Orange filling the night-time "
                "troughs is the point of headroom; grey is capacity nobody used.")
@@ -152,16 +154,17 @@ def plot_usage(result: TimedResult, gpus: int, path: Path) -> Figure:
 def plot_preemptions(result: TimedResult, path: Path) -> Figure:
     """Preemptions per hour by kind, over demand."""
     plt = _pyplot()
-    t = _timeline(result)
-    s, ev = t.steps, t.events
+    r = _timed(result)
+    s, ev = r.timeline.set_index("timestamp"), r.events
     fig, ax = plt.subplots(figsize=(11, 3.6))
     hours = pd.date_range(s.index[0].floor("h"), s.index[-1].floor("h"), freq="h")
     bottom = pd.Series(0.0, index=hours)
     width = pd.Timedelta(minutes=50)
     for kind, color in (("planned", "tab:green"), ("emergency", "tab:red")):
-        per_hour = ev[ev["kind"] == kind].groupby(ev["time"].dt.floor("h"))["gpus"].sum().reindex(hours, fill_value=0)
+        mine = ev[ev["kind"] == kind]
+        per_hour = mine.groupby(pd.DatetimeIndex(mine["time"]).floor("h"))["gpus"].sum().reindex(hours, fill_value=0)
         ax.bar(hours, per_hour, width=width, bottom=bottom, align="edge", color=color,
-               label=f"{kind}: {int(ev.loc[ev['kind'] == kind, 'jobs'].sum())} jobs, {int(per_hour.sum())} GPUs")
+               label=f"{kind}: {len(mine)} jobs, {int(per_hour.sum())} GPUs")
         bottom += per_hour
     ax.set_xlabel("time (UTC)")
     ax.set_ylabel("GPUs preempted per hour")
@@ -169,9 +172,9 @@ def plot_preemptions(result: TimedResult, path: Path) -> Figure:
     demand.plot(s.index, s["demand_gpus"], color="black", lw=0.6, alpha=0.5)
     demand.set_ylabel("demand (GPUs, black line)")
     demand.set_ylim(bottom=0)
-    ax.set_title(f"Training preemptions ({result.policy} policy; reclaim p99 {result.reclaim_p99_seconds:.0f} s)")
+    ax.set_title(f"Training preemptions ({r.reference} policy; reclaim p99 {r.reclaim_p99_seconds:.0f} s)")
     ax.legend(loc="upper left", fontsize=8)
-    caption = ("Green bars are training jobs stopped at a checkpoint ahead of a forecast ramp-up (no work lost); red "
+    caption = ("Green bars are training jobs stopped ahead of a forecast ramp-up (at a checkpoint where one fits); red "
                "bars are GPUs taken back at once because inference needed more than planned (demand noise or a "
                "ramp faster than forecast), each losing at most the work since its last checkpoint. Green should "
                "line up with the ramps of the black demand line.")
@@ -179,9 +182,9 @@ def plot_preemptions(result: TimedResult, path: Path) -> Figure:
 
 
 def plot_tune(result: TuneResult, path: Path) -> Figure:
-    plot_tradeoff(result, str(path))
-    caption = ("Each dot is one setting of target quantile x lead time x headroom quantile: right is more shortage, "
-               f"up is more utilization. The circled one is recommended: {result.reason}.")
+    plot_tradeoff(result, path)
+    caption = ("Each dot is one setting tried on the history (target quantile, warm buffer, ...): right is more "
+               f"shortage, up is more utilization. The circled one is recommended: {result.reason}.")
     return Figure("Tuning trade-off", caption, path)
 
 
@@ -216,25 +219,27 @@ th,td{border:1px solid #ccc;padding:.3em .6em;text-align:right}thead th,tbody th
 small{color:#666;font-weight:normal}dl{display:grid;grid-template-columns:max-content auto;gap:.2em 1em}dt{color:#666}"""
 
 
-def render_report(out_dir: Path, results: Mapping[str, SimResult], timeline_policy: str, settings: SimSettings,
+def render_report(out_dir: Path, results: Mapping[str, SimResult], timeline_policy: str,
                   gpus: int, facts: Mapping[str, str], tuned: TuneResult | None = None,
                   title: str = "headroom report") -> Path:
     """Write the PNGs and index.html into `out_dir`; returns the HTML path."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     timed = results[timeline_policy]
-    figures = [plot_demand(timed, settings, out_dir / "demand.png"),
+    figures = [plot_demand(timed, out_dir / "demand.png"),
                plot_usage(timed, gpus, out_dir / "gpus_by_use.png"),
                plot_preemptions(timed, out_dir / "preemptions.png")]
     if tuned is not None:
         figures.append(plot_tune(tuned, out_dir / "tradeoff.png"))
     table = comparison_table(results)
-    f, best = results.get("forecast"), results.get("oracle")
+    f, best = results.get("forecast"), results.get("hourly-oracle")
     headline = ""
     if f is not None and best is not None:
+        verdict = "met" if f.objective_met else "missed"
         headline = (f"<p><b>In one line:</b> the forecast policy kept {f.utilization:.1%} of the GPUs busy "
-                    f"(the oracle, with perfect foresight, {best.utilization:.1%}), left {f.inference_shortage:.3%} "
-                    f"of inference demand unmet, lent {f.training_gpu_hours:,.0f} GPU-hours to training at "
+                    f"(the hourly oracle, knowing each hour in advance, {best.utilization:.1%}), left "
+                    f"{f.shortage_within_cluster:.3%} of inference demand unmet in {f.short_steps:.2%} of steps "
+                    f"(objective {verdict}), lent {f.training_gpu_hours:,.0f} GPU-hours to training at "
                     f"{f.training_goodput:.1%} goodput, and broke the headroom guarantee {f.headroom_violations} "
                     f"time(s).</p>")
     facts_html = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in facts.items())
@@ -248,14 +253,15 @@ def render_report(out_dir: Path, results: Mapping[str, SimResult], timeline_poli
 <body><h1>{html.escape(title)}</h1>
 <p>headroom reserves GPUs for inference ahead of forecast demand and lends the rest to a training queue, keeping
 enough fast-preemptible training to take GPUs back within the reclaim deadline. This page replays a demand trace on
-a simulated cluster under headroom's forecast policy and four baselines.</p>
+a simulated cluster under headroom's forecast policy, three baselines and two references that know the future; every
+policy's free parameters were tuned on the history before the simulated days, to the same objective.</p>
 {headline}<dl>{facts_html}</dl>
 <h2>Policies compared</h2>
-<p>Utilization is (inference served + training allocated) GPU-time over capacity; shortage is unmet demand over
-demand; goodput is useful training over allocated (work lost to preemption excluded); cost vs dedicated is the
+<p>Utilization is (inference served + training allocated) GPU-time over capacity; shortage is unmet demand within
+the cluster over demand, short steps the share of steps with any; goodput is useful training over allocated (work lost to preemption excluded); cost vs dedicated is the
 shared cluster's GPUs over what two dedicated clusters need for the same work (inference at its peak plus the training
 GPU-hours delivered per hour): below 1 the shared cluster is cheaper. Higher utilization at near-zero shortage is
-better.</p>
+better; a policy that misses the objective is not comparable on utilization.</p>
 {_html_table(table)}
 <h2>What the {html.escape(timeline_policy)} policy did</h2>
 <p>The plots below follow the {html.escape(timeline_policy)} policy step by step over the simulated days.</p>
