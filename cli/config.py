@@ -4,10 +4,10 @@ The CLI is the only reader of configuration; everything below it receives typed 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args, get_origin
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from core.errors import ConfigError
 from core.policy import field_errors
@@ -23,6 +23,22 @@ def _set(tree: dict, dotted: str, value: Any) -> None:
     tree[leaf] = value
 
 
+def _paths_relative_to(tree: Any, model: Any, base: Path) -> None:
+    """Relative paths written in a configuration file name files beside it, wherever headroom is run from."""
+    if not isinstance(tree, dict) or not (isinstance(model, type) and issubclass(model, BaseModel)):
+        return
+    for name, field in model.model_fields.items():
+        value, kind = tree.get(name), field.annotation
+        inner = [a for a in get_args(kind) if a is not type(None)] or [kind]
+        if get_origin(kind) is list:
+            for element in value if isinstance(value, list) else []:
+                _paths_relative_to(element, inner[0], base)
+        elif Path in inner and isinstance(value, str) and value and not Path(value).expanduser().is_absolute():
+            tree[name] = str(base / value)
+        elif isinstance(inner[0], type) and issubclass(inner[0], BaseModel):
+            _paths_relative_to(value, inner[0], base)
+
+
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> Config:
     """Parse YAML (if any), apply `{"section.key": value}` overrides, validate once."""
     source = str(path) if path else "defaults"
@@ -36,6 +52,7 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
             raise ConfigError(source, [f"not valid YAML: {exc}"]) from None
         if not isinstance(tree, dict):
             raise ConfigError(source, ["(top level): must be a mapping of sections"])
+        _paths_relative_to(tree, Config, Path(path).parent)
     for dotted, value in (overrides or {}).items():
         if value is not None:
             _set(tree, dotted, value)

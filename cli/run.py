@@ -130,6 +130,8 @@ def build(cfg: Config, in_cluster: bool = False, timeline: list | None = None, s
 
 
 def _print_state(now: pd.Timestamp, state) -> None:
+    planned = [ps.hours for ps in state.policies.values() if ps.valid]
+    lendable = r.capacity_gpus - r.non_lendable_gpus
     for name, ps in sorted(state.policies.items()):
         if not ps.valid:
             print(f"{now:%Y-%m-%d %H:%M} {name}: NOT PLANNED: {ps.error}")
@@ -246,6 +248,8 @@ def cmd_plan(cfg: Config, args) -> int:
     state = Reconciler(cluster, demand, r, models=Models(uri), dry_run=True).reconcile(now)
     out = {"now": now.isoformat(), "policies": {}, "actions": [describe(a) for a in state.actions],
            "notes": list(state.notes)}
+    planned = [ps.hours for ps in state.policies.values() if ps.valid]
+    lendable = r.capacity_gpus - r.non_lendable_gpus
     for name, ps in sorted(state.policies.items()):
         if not ps.valid:
             out["policies"][name] = {"error": ps.error}
@@ -259,8 +263,9 @@ def cmd_plan(cfg: Config, args) -> int:
         for k in range(min(args.hours, len(h.starts))):
             rows.append({"hour": pd.Timestamp(h.starts[k], unit="s", tz="UTC").isoformat(),
                          "reserved_gpus": int(h.reserved[k]), "headroom_gpus": int(h.headroom[k]),
+                         "slack_gpus": lendable - sum(int(other.reserved[k]) for other in planned),
                          "source": "forecast" if h.from_forecast[k] else "fallback",
-                         "reason": h.reason(k, w, r.capacity_gpus - r.non_lendable_gpus)})
+                         "reason": h.reason(k, w, lendable)})
         out["policies"][name] = {"model": ps.model, "observed_demand": ps.observed_demand,
                                  "reserved_now": ps.reserved_gpus, "why_now": ps.step.reason, "hours": rows}
     if args.json:

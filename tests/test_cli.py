@@ -84,7 +84,11 @@ def test_plan_shows_the_hours_ahead_with_reasons_and_writes_nothing(tmp_path, mo
     assert [h["hour"][11:16] for h in hours] == ["08:00", "09:00", "10:00", "11:00", "12:00", "13:00"]
     assert all(h["reserved_gpus"] >= 4 and h["reserved_gpus"] + h["slack_gpus"] == 128 for h in hours)
     assert hours[2]["reserved_gpus"] > hours[0]["reserved_gpus"]  # reserved ahead of the 10:30 peak
-    assert all("q0.9 forecast" in h["reason"] and "after lead 15 min" in h["reason"] for h in hours)
+    assert all("q0.9 forecast" in h["reason"] and "headroom" in h["reason"] for h in hours)
+    actions = plan["actions"]  # decided as if active, applied nowhere
+    assert any(a.startswith("scale Deployment chat to ") for a in actions)
+    assert any(a.startswith("set ClusterQueue research quota") for a in actions)
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # no forecast log, no MLflow store
     assert main(["plan", "--config", "examples/headroom.yaml", "--now", "2026-02-11T08:00:00Z", "--hours", "2"]) == 0
-    assert "forecast-only: nothing is changed" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "(nothing is changed)" in text and "what it would do now (as if every policy were active):" in text

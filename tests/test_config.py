@@ -41,3 +41,19 @@ def test_missing_file():
 def test_one_history_source_only():
     with pytest.raises(ConfigError, match="either file or prometheus"):
         load_config(None, {"history.file": "a.csv", "history.prometheus": {"url": "http://x", "query": "up"}})
+
+
+def test_relative_paths_in_a_file_are_relative_to_the_file_and_flags_to_the_working_directory(tmp_path, monkeypatch):
+    folder = tmp_path / "conf"
+    folder.mkdir()
+    config = folder / "headroom.yaml"
+    config.write_text("history: {file: demand.csv}\n"
+                      "run:\n  kubeconfig: /abs/kubeconfig\n  policies:\n  - name: chat\n    history_file: d/chat.csv\n"
+                      "    spec: {query: q, capacity: {demandPerGpu: 1}, target: {kind: Deployment, name: chat}}\n")
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config(config)
+    assert cfg.history.file == folder / "demand.csv"
+    assert cfg.run.policies[0].history_file == folder / "d" / "chat.csv"
+    assert str(cfg.run.kubeconfig) == "/abs/kubeconfig"
+    assert cfg.run.forecast_log_dir.is_absolute() is False  # a default is not in the file: the working directory's
+    assert load_config(config, {"history.file": "other.csv"}).history.file.as_posix() == "other.csv"

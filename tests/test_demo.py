@@ -11,9 +11,10 @@ import pytest
 from cli.main import main
 from controller.simulate import POLICIES
 from adapters.mlflow import Tracker, registered_name
+from core.policy import load_manifests
 
-STAGES = ("history:", "trained:", "forecast:", "plan at", "simulated forecast", "simulated oracle", "tuning sweep",
-          "report written")
+STAGES = ("history:", "trained:", "forecast:", "recommended:", "plan at", "simulated forecast", "simulated oracle",
+          "simulated hourly-oracle", "report written")
 
 
 @pytest.fixture(scope="module")
@@ -51,22 +52,38 @@ def test_mlflow_store_has_the_run_and_a_champion(demo):
     assert f"mlflow ui --backend-store-uri sqlite:///{out / 'mlflow.db'}" in stdout
 
 
+def test_the_recommended_setting_is_written_as_a_policy_the_controller_accepts(demo):
+    out, _, stdout, err = demo
+    line = re.search(r"recommended: (.*)", err).group(1)
+    assert "None" not in line and "meeting shortage <= 0.100% and short steps <= 1.00%" in line
+    (policy,) = load_manifests(out / "policy.yaml")
+    spec = policy["spec"]
+    setting = re.findall(r"(\w+) ([\d.]+)[,:]", line.split(":")[0] + ":")
+    assert setting and all(float(spec[name]) == float(value) for name, value in setting)  # what was recommended
+    assert f"headroom run --policy-file {out / 'policy.yaml'}" in stdout
+
+
 def test_plan_summary_is_printed_with_reasons(demo):
     stdout = demo[2]
     plan = stdout.split("policies compared:")[0]
-    rows = re.findall(r"^\s+\d{4}-\d\d-\d\d \d\d:00\s+(\d+)\s+(\d+)\s+(\d+)$", plan, re.M)
-    assert len(rows) == 6
-    assert all(int(r) + int(s) <= 128 for r, _, s in rows)  # reservation + slack never exceed the cluster
-    assert "why (this hour): q0.3 forecast" in plan and "admitted:" in plan
+    rows = re.findall(r"^\s+\d{4}-\d\d-\d\d \d\d:00\s+(\d+)\s+(\d+)$", plan, re.M)
+    assert len(rows) == 6 and all(0 <= int(r) <= 128 for r, _ in rows)
+    assert re.search(r"now: \d+ GPUs: forecast reservation \d+ \(lead time included\), recent peak \d+ \+ warm buffer",
+                     plan)
+    assert "would scale Deployment inference to" in plan and "would set ClusterQueue training quota" in plan
 
 
-def test_comparison_has_the_five_policies(demo):
+def test_comparison_has_every_policy_and_the_forecast_policy_meets_the_objective(demo):
     stdout = demo[2]
     table = stdout.split("policies compared:")[1].split("\nreport:")[0]
     rows = {line.split()[0]: line.split() for line in table.strip().splitlines()[2:]}
     assert set(rows) == set(POLICIES)
     util = {p: float(r[1].rstrip("%")) for p, r in rows.items()}
-    assert util["forecast"] > util["static"] and util["oracle"] >= util["static"]
+    met = {p: r[4] == "True" for p, r in rows.items()}
+    assert met["forecast"], table  # the default objective, on the demo's own data
+    # at or above every tuned baseline that meets the same objective, below the step oracle
+    assert all(util["forecast"] >= util[b] for b in ("static", "reactive", "seasonal-naive") if met[b]), table
+    assert util["oracle"] >= util["forecast"] > util["static"]
 
 
 def test_report_has_every_plot_embedded(demo):
