@@ -82,8 +82,8 @@ def _kube(cfg: RunConfig, in_cluster: bool):
     from adapters.kube import KubeCluster
 
     if in_cluster or (cfg.kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST")):
-        return KubeCluster.in_cluster()
-    return KubeCluster.from_kubeconfig(str(cfg.kubeconfig) if cfg.kubeconfig else None)
+        return KubeCluster.in_cluster().watch()  # reads from watch caches
+    return KubeCluster.from_kubeconfig(str(cfg.kubeconfig) if cfg.kubeconfig else None).watch()
 
 
 def _tracking_uri(cfg: Config) -> str:
@@ -130,8 +130,6 @@ def build(cfg: Config, in_cluster: bool = False, timeline: list | None = None, s
 
 
 def _print_state(now: pd.Timestamp, state) -> None:
-    planned = [ps.hours for ps in state.policies.values() if ps.valid]
-    lendable = r.capacity_gpus - r.non_lendable_gpus
     for name, ps in sorted(state.policies.items()):
         if not ps.valid:
             print(f"{now:%Y-%m-%d %H:%M} {name}: NOT PLANNED: {ps.error}")
