@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import pickle
 import socket
 import tempfile
 import time
@@ -191,23 +190,24 @@ class Tracker:
             return dict(self.client.get_run(run_id).data.tags)
 
     # -- model artifacts ---------------------------------------------------------------------------
-    def log_model(self, run_id: str, model: Any, meta: dict[str, Any]) -> str:
-        """Pickle the fitted model as artifact model/model.pkl (+ meta.json); returns its source URI."""
+    def log_model(self, run_id: str, card: bytes) -> str:
+        """Store a model card (JSON: a model described as data, never executable) as artifact model/card.json;
+        returns the model's source URI."""
         with tempfile.TemporaryDirectory() as tmp:
             folder = Path(tmp) / "model"
             folder.mkdir()
-            with (folder / "model.pkl").open("wb") as out:
-                pickle.dump(model, out, protocol=pickle.HIGHEST_PROTOCOL)
-            (folder / "meta.json").write_text(json.dumps(meta, indent=2, default=str))
+            (folder / "card.json").write_bytes(card)
             with self.guard("upload model"):
                 self.client.log_artifacts(run_id, str(folder), "model")
                 return self.client.get_run(run_id).info.artifact_uri.rstrip("/") + "/model"
 
-    def load_pickle(self, run_id: str) -> Any:
-        with tempfile.TemporaryDirectory() as tmp, self.guard("download model"):
-            local = self.client.download_artifacts(run_id, "model/model.pkl", tmp)
-            with open(local, "rb") as handle:
-                return pickle.load(handle)  # our own artifact, from our own store
+    def load_model_card(self, run_id: str, max_bytes: int = 65536) -> bytes:
+        """The raw model card of a run (read as bytes, never executed); TrackingError if it cannot be read."""
+        with tempfile.TemporaryDirectory() as tmp, self.guard(f"download the model card of run {run_id}"):
+            local = Path(self.client.download_artifacts(run_id, "model/card.json", tmp))
+            if local.stat().st_size > max_bytes:
+                raise OSError(f"model card is {local.stat().st_size} bytes, over the {max_bytes}-byte limit")
+            return local.read_bytes()
 
     # -- registry ------------------------------------------------------------------------------------
     def ensure_registered(self, name: str) -> None:

@@ -2,33 +2,36 @@
 from __future__ import annotations
 
 import logging
-import pickle
 from dataclasses import dataclass, field
-
 
 from adapters.mlflow import TrackingError
 from forecast.backtest import AutoForecaster
-from training.pipeline import TrainingError, load_champion
+from forecast.base import Forecaster
+from training.pipeline import Champion, ModelRefused, TrainingError, load_champion
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class Models:
-    """The forecaster for a series: the MLflow champion (refit on fresh history), else automatic selection.
-    An unreachable MLflow keeps the last champion loaded."""
+    """The forecaster for a series: the MLflow champion's kind of model (refit on fresh history), else automatic
+    selection. An unreachable MLflow keeps the last champion loaded; a champion refused (unreadable, tampered
+    with, invalid) is reported and the previous champion, else automatic selection, serves."""
     tracking_uri: str | None = None
-    _champions: dict[str, object] = field(default_factory=dict, repr=False)
+    _champions: dict[str, Champion] = field(default_factory=dict, repr=False)
 
-    def for_series(self, series: str) -> tuple[object, str, str | None]:
+    def for_series(self, series: str) -> tuple[Forecaster, str, str | None]:
         """(forecaster, its name, why the champion could not serve or None)."""
+        fault = None
         if self.tracking_uri:
             try:
                 self._champions[series] = load_champion(series, self.tracking_uri)
+            except ModelRefused as exc:
+                log.warning("%s: %s", series, exc)
+                fault = f"ChampionRefused: {exc}"
             except (TrainingError, TrackingError) as exc:
                 log.debug("%s: no champion from %s (%s)", series, self.tracking_uri, exc)
-            if series in self._champions:
-                champion = self._champions[series]
-                meta = getattr(champion, "headroom_meta", {})
-                return pickle.loads(pickle.dumps(champion)), f"champion v{meta.get('version', '?')}", None
-        return AutoForecaster("fast", horizon=24), "auto", None
+        champion = self._champions.get(series)
+        if champion is not None:
+            return champion.make(), f"champion v{champion.version}", fault
+        return AutoForecaster("fast", horizon=24), "auto", fault

@@ -12,6 +12,7 @@ from cli.main import main
 from controller.simulate import POLICIES
 from adapters.mlflow import Tracker, registered_name
 from core.policy import load_manifests
+from training.pipeline import load_champion
 
 STAGES = ("history:", "trained:", "forecast:", "recommended:", "plan at", "simulated forecast", "simulated oracle",
           "simulated hourly-oracle", "report written")
@@ -48,7 +49,10 @@ def test_mlflow_store_has_the_run_and_a_champion(demo):
     assert champion is not None and str(champion.version) == "1"
     tags = tracker.run_tags(champion.run_id)
     assert tags["headroom.promoted"] == "true"
-    assert tracker.load_pickle(champion.run_id).predict(3, [0.5]).shape == (3, 1)  # a usable fitted model
+    served = load_champion("demo", f"sqlite:///{out / 'mlflow.db'}")  # a model card, refit on fresh history
+    history = pd.read_csv(out / "demand_5min.csv", parse_dates=["timestamp"], index_col="timestamp")["value"]
+    hourly = history.resample("1h").max().interpolate()
+    assert served.card.model == tags["headroom.model"] and served.make().fit(hourly).predict(3, [0.5]).shape == (3, 1)
     assert f"mlflow ui --backend-store-uri sqlite:///{out / 'mlflow.db'}" in stdout
 
 

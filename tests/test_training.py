@@ -14,7 +14,7 @@ import pytest
 from forecast.base import future_index, quantile_frame
 from forecast.models import MODELS
 from tests.mlflow_server import MlflowServer, free_port
-from training.pipeline import TrainingError, TrainSettings, load_champion, train_series
+from training.pipeline import CARD_SHA_TAG, ModelRefused, TrainingError, TrainSettings, load_champion, train_series
 from training.realized import ForecastLog, log_realized
 from adapters.mlflow import Tracker, TrackingError, TrainingLocked
 
@@ -68,9 +68,12 @@ def champion_version(uri: str, series: str) -> str:
 
 
 def load_in_new_process(series: str, uri: str) -> str:
-    code = ("import sys; from training.pipeline import load_champion; "
-            f"m = load_champion({series!r}, {uri!r}); f = m.predict(24, [0.1, 0.5, 0.9]); "
-            "print(m.headroom_meta['version'], m.headroom_meta['headroom.model'], f.shape[0])")
+    code = ("import numpy as np, pandas as pd; from training.pipeline import load_champion; "
+            f"c = load_champion({series!r}, {uri!r}); "
+            "idx = pd.date_range('2026-03-02', periods=24 * 9, freq='h', tz='UTC'); "
+            "s = pd.Series(100 + 60 * np.sin(np.arange(len(idx)) * 2 * np.pi / 24), index=idx); "
+            "f = c.make().fit(s).predict(24, [0.1, 0.5, 0.9]); "
+            "print(c.version, c.card.model, c.tags['headroom.model'], f.shape[0])")
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     out = subprocess.run([sys.executable, "-c", code], cwd="/", env={**env, "PYTHONPATH": str(ROOT)},
                          capture_output=True, text=True, timeout=120)
@@ -116,7 +119,7 @@ def test_promotion_margin_and_tags(sqlite_uri):
     children = client(sqlite_uri).search_runs([better.experiment_id],
                                               f"tags.`mlflow.parentRunId` = '{better.run_id}'")
     assert sorted(r.info.run_name for r in children) == ["flat", "snaive24"]
-    assert load_in_new_process("svc", sqlite_uri) == "2 snaive24 24"
+    assert load_in_new_process("svc", sqlite_uri) == "2 snaive24 snaive24 24"
 
 
 def test_pinball_objective(sqlite_uri):
@@ -135,7 +138,7 @@ def test_failed_training_keeps_champion(sqlite_uri):
     failed = client(sqlite_uri).search_runs([client(sqlite_uri).get_experiment_by_name("headroom/keep").experiment_id],
                                             "attributes.status = 'FAILED' and tags.`headroom.kind` = 'training'")
     assert len(failed) == 1 and "every candidate failed" in failed[0].data.tags["headroom.error"]
-    assert load_champion("keep", sqlite_uri).predict(24, [0.5]).shape == (24, 1)
+    assert load_champion("keep", sqlite_uri).make().fit(demand()).predict(24, [0.5]).shape == (24, 1)
 
 
 def test_lock_prevents_concurrent_training(sqlite_uri):
@@ -162,7 +165,7 @@ def test_lock_prevents_concurrent_training(sqlite_uri):
 def test_realized_accuracy_history_and_drift(sqlite_uri, tmp_path):
     tracker, truth = Tracker(sqlite_uri), demand(days=12)
     train_series("acc", truth.iloc[:24 * 8], settings(), tracker, factories=FACTORIES)
-    model = load_champion("acc", sqlite_uri)
+    model = load_champion("acc", sqlite_uri).make()
     log = ForecastLog(tmp_path / "forecasts")
     issues = truth.index[24 * 8::6][:8]  # 8 forecasts, 6 h apart
     for issued in issues:
@@ -204,7 +207,7 @@ def test_real_server_promotion_load_and_lease(mlflow_server):
     first = train_series("srv", demand(), settings(candidates=("flat",)), tracker, factories=FACTORIES)
     better = train_series("srv", demand(), settings(candidates=("snaive24",)), tracker, factories=FACTORIES)
     assert first.promoted and better.promoted and champion_version(uri, "srv") == "2"
-    assert load_in_new_process("srv", uri) == "2 snaive24 24"
+    assert load_in_new_process("srv", uri) == "2 snaive24 snaive24 24"
     with tracker.lock("srv", ttl_seconds=600):
         with pytest.raises(TrainingLocked, match="lease"):
             train_series("srv", demand(), settings(), Tracker(uri), factories=FACTORIES)
@@ -261,3 +264,54 @@ def test_the_example_configuration_trains_and_the_controller_serves_its_champion
     assert main(["run", "--config", "examples/headroom.yaml", "--hours", "2"]) == 0
     printed = capsys.readouterr().out
     assert "model champion v1" in printed and "reserved" in printed
+
+
+def _card_file(uri: str, series: str) -> Path:
+    """The champion's model card as the sqlite store keeps it on disk (mlartifacts beside the database)."""
+    c = client(uri)
+    version = c.get_model_version_by_alias(f"headroom-{series}", "champion")
+    local = c.download_artifacts(version.run_id, "model/card.json", str(Path(uri.removeprefix("sqlite:///")).parent))
+    stored = next(Path(uri.removeprefix("sqlite:///")).parent.glob(f"mlartifacts/*/{version.run_id}/artifacts/model/card.json"))
+    assert Path(local).read_bytes() == stored.read_bytes()
+    return stored
+
+
+def test_the_registry_holds_models_as_data_and_refuses_a_tampered_one(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    train_series("card", demand(), settings(), Tracker(uri), factories=FACTORIES)
+    card = _card_file(uri, "card")
+    assert not list(tmp_path.rglob("*.pkl"))  # nothing executable is stored
+    text = card.read_text()
+    assert '"model":"snaive24"' in text and '"format":"headroom.model/v1"' in text
+    # the artifact changed after registration (a pickle's worth of bytes, or any edit): refused, with the reason
+    card.write_bytes(b"\x80\x04\x95" + b"cos\nsystem\n(S'touch /tmp/pwned'\ntR.")
+    with pytest.raises(ModelRefused, match="checksum .* does not match"):
+        load_champion("card", uri)
+    # someone who can write both the artifact and the registry's tag still only gets data, validated
+    import hashlib
+
+    forged = text.replace('"model":"snaive24"', '"model":"os.system"').encode()
+    card.write_bytes(forged)
+    c = client(uri)
+    c.set_model_version_tag("headroom-card", "1", CARD_SHA_TAG, hashlib.sha256(forged).hexdigest())
+    with pytest.raises(ModelRefused, match="unknown forecaster"):
+        load_champion("card", uri)
+    c.set_model_version_tag("headroom-card", "1", CARD_SHA_TAG, "")
+    with pytest.raises(ModelRefused, match="no headroom.card_sha256 tag"):
+        load_champion("card", uri)
+
+
+def test_a_refused_champion_is_reported_and_the_previous_one_serves(tmp_path):
+    from controller.forecasts import Models
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    train_series("svc", demand(), settings(), Tracker(uri), factories=FACTORIES)
+    models = Models(uri)
+    model, name, fault = models.for_series("svc")
+    assert name == "champion v1" and fault is None and model.name == "snaive24"
+    _card_file(uri, "svc").write_text("{}")
+    model, name, fault = models.for_series("svc")
+    assert name == "champion v1" and fault.startswith("ChampionRefused: champion v1 refused: model card checksum")
+    fresh = Models(uri)  # no earlier champion to keep: automatic selection serves, and says why
+    model, name, fault = fresh.for_series("svc")
+    assert name == "auto" and fault.startswith("ChampionRefused")

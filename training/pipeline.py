@@ -20,9 +20,11 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from forecast.base import Forecaster, check_quantile_frame
 from forecast.metrics import coverage, mase, pinball, seasonal_scale, smape
+from forecast.models import MODELS
 from adapters.mlflow import Tracker, TrackingError, experiment_name, registered_name
 
 DAY = 24
@@ -33,6 +35,83 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
 class TrainingError(RuntimeError):
     """The training could not produce a usable model (the champion is untouched)."""
+
+
+class ModelRefused(TrainingError):
+    """A registered model version that cannot be trusted or read: the reason names what is wrong."""
+
+
+MODEL_FORMAT = "headroom.model/v1"
+CARD_SHA_TAG = "headroom.card_sha256"
+
+
+class ModelCard(BaseModel):
+    """A trained model as data: which forecaster (a name in forecast.models.MODELS), what it was trained on and how
+    well it did. The controller refits the named forecaster on fresh history every hour, so nothing fitted (and
+    nothing executable) needs to be stored; a card is validated when it is loaded."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    format: str
+    series: str
+    model: str
+    horizon: int
+    quantiles: list[float]
+    objective: str
+    score: float | None
+    backtest_mase: float | None
+    scale: float | None
+    trained_at: str
+    history_start: str
+    history_end: str
+    history_points: int
+    history_sha256: str
+    candidates: list[str] = []   # `auto` only: the models its inner backtest chooses among
+
+    @field_validator("format")
+    @classmethod
+    def _format(cls, value: str) -> str:
+        if value != MODEL_FORMAT:
+            raise ValueError(f"unknown model format {value!r} (this headroom reads {MODEL_FORMAT})")
+        return value
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":")).encode()
+
+
+
+@dataclass(frozen=True)
+class Champion:
+    """The registry's champion of a series: its card, version and version tags."""
+    card: ModelCard
+    version: str
+    tags: Mapping[str, str]
+
+    def make(self) -> Forecaster:
+        """A fresh, unfitted forecaster of the card's kind (the controller fits it on fresh history)."""
+        if self.card.model == "auto":
+            return _auto(self.card.candidates, self.card.horizon)()
+        return MODELS[self.card.model]()
+
+
+def read_card(raw: bytes, expected_sha256: str | None,
+              known: Mapping[str, Callable[[], Forecaster]] = MODELS) -> ModelCard:
+    """A model card from its stored bytes: checksum against the registry's tag, then JSON, then the schema, then
+    the forecaster it names must be one of `known`."""
+    digest = hashlib.sha256(raw).hexdigest()
+    if not expected_sha256:
+        raise ModelRefused(f"the version has no {CARD_SHA_TAG} tag (a model not written by this headroom, or a "
+                           "pickled model from an older one: retrain)")
+    if digest != expected_sha256:
+        raise ModelRefused(f"model card checksum {digest[:12]} does not match the registry's {expected_sha256[:12]} "
+                           "(the artifact was changed after it was registered)")
+    try:
+        card = ModelCard.model_validate_json(raw)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'card'}: {e['msg']}" for e in exc.errors())
+        raise ModelRefused(f"invalid model card: {problems}") from None
+    unknown = [m for m in [card.model, *card.candidates] if m not in known and m != "auto"]
+    if unknown:
+        raise ModelRefused(f"the card names unknown forecaster(s) {unknown} (known: {', '.join(known)})")
+    return card
 
 
 @dataclass(frozen=True)
@@ -169,35 +248,26 @@ def _plot(path: Path, history: pd.Series, fold_frame: pd.DataFrame | None, futur
     plt.close(fig)
 
 
+def _inner_candidates(candidates: Sequence[str]) -> list[str]:
+    """What `auto` (forecast.backtest's inner-backtest selector) chooses among when trained as a candidate."""
+    return [c for c in candidates if c not in ("auto", "ensemble")]
+
+
+def _auto(candidates: Sequence[str], horizon: int) -> Callable[[], Forecaster]:
+    from forecast.backtest import AutoForecaster
+
+    return lambda: AutoForecaster(candidates=list(candidates) or "fast", horizon=horizon)
+
+
 def _factories(candidates: Sequence[str], factories: Mapping[str, Callable[[], Forecaster]] | None,
                horizon: int = DAY):
-    if factories is None:
-        from forecast.models import MODELS
-
-        factories = MODELS
-    if "auto" in candidates and "auto" not in factories:  # forecast.backtest's inner-backtest selector
-        from forecast.backtest import AutoForecaster
-
-        others = [c for c in candidates if c not in ("auto", "ensemble")] or "fast"
-        factories = {**factories, "auto": lambda: AutoForecaster(candidates=others, horizon=horizon)}
+    factories = MODELS if factories is None else factories
+    if "auto" in candidates and "auto" not in factories:
+        factories = {**factories, "auto": _auto(_inner_candidates(candidates), horizon)}
     missing = [c for c in candidates if c not in factories]
     if missing:
         raise TrainingError(f"unknown candidate models {missing}; known: {sorted(factories)}")
     return {c: factories[c] for c in candidates}
-
-
-class _Refit:
-    """Re-score a fitted (pickled) champion on new folds: a fresh copy refit per fold."""
-
-    def __init__(self, fitted: Any):
-        import pickle
-
-        self.blob = pickle.dumps(fitted)
-
-    def __call__(self):
-        import pickle
-
-        return pickle.loads(self.blob)
 
 
 def train_series(name: str, series: pd.Series, settings: TrainSettings, tracker: Tracker,
@@ -277,9 +347,10 @@ def _train(name, series, settings, tracker, now, makers, origins, exp, parent) -
     tracker.log_metrics(parent, rows)
 
     champ_name = registered_name(name)
-    meta = {"series": name, "model": winner, "horizon": settings.horizon, "quantiles": list(settings.quantiles),
-            "objective": key, "score": scores[winner][key], "backtest_mase": scores[winner]["mase"],
-            "scale": scale, "trained_at": now.isoformat(), **span}
+    card = ModelCard(format=MODEL_FORMAT, series=name, model=winner, horizon=settings.horizon,
+                     quantiles=list(settings.quantiles), objective=key, score=_finite(scores[winner][key]),
+                     backtest_mase=_finite(scores[winner]["mase"]), scale=_finite(scale), trained_at=now.isoformat(),
+                     candidates=_inner_candidates(settings.candidates) if winner == "auto" else [], **span).to_bytes()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         table = pd.DataFrame([{"model": c, **r} for c, rs in per_fold.items() for r in rs])
@@ -292,7 +363,7 @@ def _train(name, series, settings, tracker, now, makers, origins, exp, parent) -
         future.to_csv(tmp / "forecast.csv", index_label="timestamp")
         for f in ("backtest.csv", "backtest_folds.csv", "forecast_vs_actual.png", "forecast.csv"):
             tracker.log_artifact(parent, tmp / f)
-    source = tracker.log_model(parent, model, meta)
+    source = tracker.log_model(parent, card)
 
     # Re-score the current champion on exactly these folds, then decide.
     current = tracker.champion(champ_name)
@@ -302,8 +373,11 @@ def _train(name, series, settings, tracker, now, makers, origins, exp, parent) -
     else:
         champ_version = str(current.version)
         try:
-            fitted = tracker.load_pickle(current.run_id)
-            champ_rows = backtest_model(_Refit(fitted), series, origins, settings)
+            current_card = read_card(tracker.load_model_card(current.run_id), current.tags.get(CARD_SHA_TAG),
+                                     known={**MODELS, **makers})
+            champion = Champion(current_card, str(current.version), {})
+            make = makers.get(current_card.model, champion.make) if current_card.model != "auto" else champion.make
+            champ_rows = backtest_model(make, series, origins, settings)
             champ_score = summarize(champ_rows)[key]
         except TrackingError:
             raise
@@ -324,7 +398,8 @@ def _train(name, series, settings, tracker, now, makers, origins, exp, parent) -
     version = tracker.create_version(champ_name, source, parent, tags={
         "headroom.model": winner, "headroom.objective": key, "headroom.score": f"{scores[winner][key]:.6g}",
         "headroom.backtest_mase": f"{scores[winner]['mase']:.6g}", "headroom.scale": f"{scale:.6g}",
-        "headroom.history_sha256": span["history_sha256"], "headroom.history_end": span["history_end"]})
+        "headroom.history_sha256": span["history_sha256"], "headroom.history_end": span["history_end"],
+        CARD_SHA_TAG: hashlib.sha256(card).hexdigest()})
     tracker.set_version_tags(champ_name, version, {
         "headroom.promoted": str(promote).lower(), "headroom.reason": reason,
         "headroom.champion_score": "" if champ_score is None else f"{champ_score:.6g}",
@@ -339,15 +414,24 @@ def _train(name, series, settings, tracker, now, makers, origins, exp, parent) -
                        origins=[series.index[o].isoformat() for o in origins], failed_candidates=failed, model=model)
 
 
-def load_champion(name: str, tracking_uri: str | None = None):
-    """The champion's fitted forecaster (attribute `headroom_meta` = its version tags), from the URI alone."""
+def _finite(value: float) -> float | None:
+    return float(value) if value is not None and np.isfinite(value) else None
+
+
+def load_champion(name: str, tracking_uri: str | None = None) -> Champion:
+    """The champion of series `name`, from the URI alone. TrainingError if there is none, ModelRefused (with the
+    reason) if its card is unreadable, tampered with or invalid, TrackingError if the store cannot be reached."""
     tracker = Tracker(tracking_uri).connect()
     mv = tracker.champion(registered_name(name))
     if mv is None:
         raise TrainingError(f"no champion for series {name!r} in {tracker.uri} (registered model {registered_name(name)})")
-    model = tracker.load_pickle(mv.run_id)
+    tags = dict(mv.tags)
     try:
-        model.headroom_meta = {"version": str(mv.version), **dict(mv.tags)}
-    except AttributeError:
-        pass
-    return model
+        raw = tracker.load_model_card(mv.run_id)
+    except TrackingError as exc:
+        raise ModelRefused(f"champion v{mv.version}: cannot read its model card: {exc}") from None
+    try:
+        card = read_card(raw, tags.get(CARD_SHA_TAG))
+    except ModelRefused as exc:
+        raise ModelRefused(f"champion v{mv.version} refused: {exc}") from None
+    return Champion(card, str(mv.version), tags)
