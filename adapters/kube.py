@@ -1,12 +1,19 @@
 """Kubernetes, thinly: the only module that imports `kubernetes`.
 
-`KubeCluster` reads and writes the few objects headroom acts through --
-Kueue ClusterQueue quotas and Workloads, Deployment scale / HPA minReplicas,
-ReservationPolicy status, Events -- and `LeaseElector` elects one active
-controller. No planning logic lives here.
+`KubeCluster` is core.cluster.Cluster on a real API server with Kueue (kueue.x-k8s.io/v1beta2, Kueue
+>= v0.15): it reads ReservationPolicies, Kueue Workloads, LocalQueues and ClusterQueues, and the
+policies' targets (Deployments, HPAs, ClusterQueues), and writes the few things headroom acts through:
+ClusterQueue GPU quotas, Deployment scale / HPA minReplicas, Workload deactivation and reactivation,
+ReservationPolicy status and Events. `LeaseElector` elects one active controller. No planning here.
 
-All requests go through one path (`_request`): JSON in, JSON out, over the
-`kubernetes` client's configuration (kubeconfig / token / CA / TLS), with
+Reads: with `watch()` started (what `headroom run` does), policies, Workloads, LocalQueues and
+ClusterQueues are served from a watch cache (`Informer`: one LIST, then a WATCH from its
+resourceVersion; re-LIST when the watch is too old (410) or the connection drops, e.g. an API server
+restart; the cache also takes in the objects our own writes return, so a reconcile reads what it just
+wrote). Without it every read is one LIST per resource. A policy's target is one GET per read.
+
+All requests go through one path (`_request`): JSON in, JSON out, over the `kubernetes` client's
+configuration (kubeconfig / token / CA / TLS), with
   * a per-request timeout,
   * back-off and retry on 429, 5xx, timeouts and connection errors,
   * read-modify-write with the object's resourceVersion, re-read on 409,
@@ -15,26 +22,28 @@ Errors surface as `ClusterError` with the HTTP status and the server's message.
 """
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import random
 import secrets
+import threading
 import time
 import urllib.parse
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from decimal import Decimal
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 from core.errors import ClusterError, Conflict, Invalid, NotFound
-from core.objects import CONDITION_TYPES, ObjectRef, PolicyStatus, WorkloadInfo
+from core.objects import CONDITION_TYPES, ObjectRef, PolicyStatus, TargetRef, TargetState, WorkloadInfo
 
 log = logging.getLogger(__name__)
 
-KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta1"
+KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta2"
 HEADROOM_GROUP, HEADROOM_VERSION = "headroom.dev", "v1alpha1"
 GPU_RESOURCE = "nvidia.com/gpu"
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 EVICTED_BY_PLAN = "headroom.dev/evicted-by-plan"
 EVICTION_REASON = "headroom.dev/eviction-reason"
 # What a training job declares so headroom knows how fast it can be taken back (Workload annotations).
@@ -73,30 +82,237 @@ def _quantity(value: Any) -> Decimal:
     return Decimal(parse_quantity(value))
 
 
-def workload_info(obj: dict, resource: str = GPU_RESOURCE) -> WorkloadInfo:
-    """A Kueue Workload object as the controller sees it."""
-    meta, spec, status = obj.get("metadata", {}), obj.get("spec", {}), obj.get("status", {}) or {}
+def _rv(obj: Mapping) -> int | None:
+    """An object's resourceVersion as a number (etcd's revision), None if it is not one."""
+    text = (obj.get("metadata") or {}).get("resourceVersion") or ""
+    return int(text) if text.isdigit() else None
+
+
+def _condition(obj: Mapping, type_: str) -> bool:
+    return any(c.get("type") == type_ and c.get("status") == "True"
+               for c in ((obj.get("status") or {}).get("conditions") or []))
+
+
+def _pod_set_gpus(pod_set: Mapping, resource: str) -> Decimal:
+    """count x the pod template's request of `resource` (a container's limit when it gives no request, as the
+    API server defaults it; init containers count by their largest request, as the scheduler does)."""
+    spec = (pod_set.get("template") or {}).get("spec") or {}
+
+    def wanted(c: Mapping) -> Decimal:
+        res = c.get("resources") or {}
+        value = (res.get("requests") or {}).get(resource, (res.get("limits") or {}).get(resource, 0))
+        return _quantity(value)
+
+    per_pod = sum((wanted(c) for c in spec.get("containers") or []), Decimal(0))
+    per_pod = max([per_pod, *(wanted(c) for c in spec.get("initContainers") or [])])
+    return per_pod * int(pod_set.get("count", 1))
+
+
+def workload_info(obj: dict, local_queues: Mapping[tuple[str, str], str] | None = None,
+                  resource: str = GPU_RESOURCE) -> WorkloadInfo:
+    """A Kueue v1beta2 Workload as the controller sees it.
+
+    The ClusterQueue is the one it holds quota in (status.admission.clusterQueue) or, not admitted, the one
+    its LocalQueue (spec.queueName, in its namespace) points to (`local_queues`: (namespace, name) -> the
+    LocalQueue's spec.clusterQueue). Admitted: status.admission is set (quota reserved) and it has not
+    finished. GPUs: what the admission assigned (podSetAssignments[].resourceUsage), else what the pod
+    templates ask for."""
+    meta, spec, status = obj.get("metadata", {}), obj.get("spec", {}) or {}, obj.get("status", {}) or {}
     annotations = meta.get("annotations") or {}
+    namespace = meta.get("namespace", "")
+    admission = status.get("admission") or None
+    finished = _condition(obj, "Finished")
+    queue = spec.get("queueName") or None
     gpus = Decimal(0)
-    for pod_set in spec.get("podSets", []) or []:
-        containers = ((pod_set.get("template") or {}).get("spec") or {}).get("containers", []) or []
-        per_pod = sum((_quantity(((c.get("resources") or {}).get("requests") or {}).get(resource, 0))
-                       for c in containers), Decimal(0))
-        gpus += per_pod * int(pod_set.get("count", 1))
-    return WorkloadInfo(namespace=meta.get("namespace", ""), name=meta["name"],
-                        queue_name=spec.get("queueName") or (meta.get("labels") or {}).get(QUEUE_LABEL),
-                        cluster_queue=(status.get("admission") or {}).get("clusterQueue"),
-                        active=spec.get("active", True) is not False, priority=int(spec.get("priority", 0) or 0),
-                        creation=_parse_time(meta.get("creationTimestamp")), gpus=int(gpus),
+    assigned = (admission or {}).get("podSetAssignments") or []
+    if assigned and any(resource in (a.get("resourceUsage") or {}) for a in assigned):
+        gpus = sum((_quantity((a.get("resourceUsage") or {}).get(resource, 0)) for a in assigned), Decimal(0))
+    else:
+        gpus = sum((_pod_set_gpus(p, resource) for p in spec.get("podSets") or []), Decimal(0))
+    cluster_queue = (admission or {}).get("clusterQueue") or (local_queues or {}).get((namespace, queue or ""))
+    ref = spec.get("priorityClassRef") or {}
+    return WorkloadInfo(namespace=namespace, name=meta["name"], local_queue=queue, cluster_queue=cluster_queue,
+                        admitted=admission is not None and not finished, active=spec.get("active", True) is not False,
+                        priority=int(spec.get("priority", 0) or 0), creation=_parse_time(meta.get("creationTimestamp")),
+                        gpus=int(gpus), uid=meta.get("uid"), priority_class=ref.get("name"), finished=finished,
                         evicted_by_plan=annotations.get(EVICTED_BY_PLAN),
                         preemption_seconds=_float(annotations.get(PREEMPTION_SECONDS)),
                         checkpoint_interval_seconds=_float(annotations.get(CHECKPOINT_INTERVAL)),
                         last_checkpoint=_parse_time(annotations.get(LAST_CHECKPOINT)))
 
 
+def gpu_quota(cq: Mapping, resource: str = GPU_RESOURCE) -> int | None:
+    """A ClusterQueue's nominalQuota of `resource`, summed over its flavors; None if it covers none."""
+    found = [r.get("nominalQuota", 0) for group in (cq.get("spec") or {}).get("resourceGroups") or []
+             for flavor in group.get("flavors") or [] for r in flavor.get("resources") or []
+             if r.get("name") == resource]
+    return int(sum((_quantity(q) for q in found), Decimal(0))) if found else None
+
+
+class _Gone(Exception):
+    """The watch's resourceVersion is too old (410): list again."""
+
+
+class Informer:
+    """One resource kept in memory: LIST, then WATCH from the list's resourceVersion, in a daemon thread.
+
+    The watch is re-opened from the last resourceVersion seen when the server ends it; the resource is
+    listed again when the server says that version is gone (410) or the connection fails (an API server
+    restart), with back-off. Events not newer than the last LIST, or than the object already held (one our
+    own write put there), are ignored, so a late event never takes an object back in time. Until the first
+    LIST has succeeded, `items()` is None and readers fall back to a LIST of their own."""
+
+    def __init__(self, cluster: "KubeCluster", path: str, watch_seconds: int = 240, resync_seconds: float = 600.0):
+        self.cluster, self.path = cluster, path
+        self.watch_seconds, self.resync_seconds = watch_seconds, resync_seconds
+        self._items: dict[tuple[str, str], dict] = {}
+        self._floor: int | None = None     # resourceVersion of the last LIST
+        self._version = ""                 # where the watch resumes
+        self._synced = False
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._response = None
+        self.lists = 0                     # LISTs made (tests and logs: one at start, one per resync)
+        self.connected = False
+
+    @staticmethod
+    def key(obj: Mapping) -> tuple[str, str]:
+        meta = obj.get("metadata") or {}
+        return meta.get("namespace") or "", meta.get("name") or ""
+
+    # -- reads
+    def items(self) -> list[dict] | None:
+        with self._lock:
+            return list(self._items.values()) if self._synced else None
+
+    # -- feeding
+    def put(self, obj: Mapping, deleted: bool = False) -> None:
+        """An object seen in an event or returned by a write: kept unless what is held is newer."""
+        rv = _rv(obj)
+        with self._lock:
+            if rv is not None and self._floor is not None and rv <= self._floor:
+                return
+            key = self.key(obj)
+            held = self._items.get(key)
+            if held is not None and rv is not None and (_rv(held) or 0) > rv:
+                return
+            if deleted:
+                if held is None or (held.get("metadata") or {}).get("uid") == (obj.get("metadata") or {}).get("uid"):
+                    self._items.pop(key, None)
+            else:
+                self._items[key] = dict(obj)
+
+    def relist(self) -> str:
+        """LIST now and replace what is held (synchronously; the watch goes on from where it was); returns the
+        list's resourceVersion."""
+        listing = self.cluster._request("GET", self.path)
+        version = (listing.get("metadata") or {}).get("resourceVersion") or ""
+        with self._lock:
+            self._items = {self.key(o): o for o in listing.get("items", [])}
+            self._floor = int(version) if version.isdigit() else None
+            self._synced = True
+        self.lists += 1
+        return version
+
+    # -- the thread
+    def start(self) -> "Informer":
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=f"informer {self.path}", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        response = self._response
+        if response is not None:
+            try:
+                response.response.shutdown()  # unblock a read waiting on the stream
+            except Exception:  # noqa: BLE001 - best effort on the way out
+                pass
+        if self._thread is not None:
+            self._thread.join(5)
+
+    def _run(self) -> None:
+        delay = 0.2
+        while not self._stop.is_set():
+            try:
+                self._version = self.relist()
+                listed = time.monotonic()
+                while not self._stop.is_set() and time.monotonic() - listed < self.resync_seconds:
+                    self._watch()
+                    delay = 0.2  # a watch that ran its course: the connection is sound
+            except _Gone:
+                log.info("watch %s: resourceVersion %s too old; listing again", self.path, self._version)
+            except Exception as exc:  # noqa: BLE001 - the server went away (or refused): list again after a pause
+                if self.connected:  # the watch had been streaming: a fresh failure, start the back-off over
+                    delay = 0.2
+                self.connected = False
+                if self._stop.is_set():
+                    break
+                log.warning("watch %s: %s; listing again in %.1f s", self.path, exc, delay)
+                self._stop.wait(delay)
+                delay = min(delay * 2, 30.0)
+
+    def _watch(self) -> None:
+        api = self.cluster.api_client
+        query = {"watch": "1", "resourceVersion": self._version, "allowWatchBookmarks": "true",
+                 "timeoutSeconds": str(self.watch_seconds)}
+        _, url, headers, _, _ = api.param_serialize(
+            method="GET", resource_path=f"{self.path}?{urllib.parse.urlencode(query)}",
+            header_params={"Accept": "application/json"}, auth_settings=["BearerToken"])
+        response = api.call_api("GET", url, header_params=headers,
+                                _request_timeout=(self.cluster.request_timeout, self.watch_seconds + 30))
+        if response.status == 410:
+            raise _Gone()
+        if response.status != 200:
+            raise ClusterError(f"WATCH {self.path}: HTTP {response.status}: {response.response.data[:200]!r}",
+                               status=response.status)
+        self._response = response
+        self.connected = True
+        try:
+            buffer = b""
+            for chunk in response.response.stream(65536, decode_content=True):
+                if self._stop.is_set():
+                    return
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if line.strip():
+                        self._event(json.loads(line))
+        finally:
+            self._response = None
+            response.response.release_conn()
+
+    def _event(self, event: dict) -> None:
+        kind, obj = event.get("type"), event.get("object") or {}
+        if kind == "ERROR":
+            if obj.get("code") == 410:
+                raise _Gone()
+            raise ClusterError(f"WATCH {self.path}: {obj.get('message', obj)}", status=obj.get("code") or 0)
+        version = (obj.get("metadata") or {}).get("resourceVersion")
+        if version:
+            self._version = version
+        if kind in ("ADDED", "MODIFIED", "DELETED"):
+            self.put(obj, deleted=kind == "DELETED")
+
+
+# The resources headroom reads as a whole, each one LIST (or one watch cache), cluster-wide.
+def _kueue(plural: str) -> str:
+    return f"/apis/{KUEUE_GROUP}/{KUEUE_VERSION}/{plural}"
+
+
+WATCHED = {"reservationpolicies": f"/apis/{HEADROOM_GROUP}/{HEADROOM_VERSION}/reservationpolicies",
+           "workloads": _kueue("workloads"), "localqueues": _kueue("localqueues"),
+           "clusterqueues": _kueue("clusterqueues")}
+# A written object's (group, kind) -> the cache it belongs in.
+_CACHED_KINDS = {(HEADROOM_GROUP, "ReservationPolicy"): "reservationpolicies", (KUEUE_GROUP, "Workload"): "workloads",
+                 (KUEUE_GROUP, "LocalQueue"): "localqueues", (KUEUE_GROUP, "ClusterQueue"): "clusterqueues"}
+
+
 @dataclass
 class KubeCluster:
-    """The real cluster behind the controller's cluster interface."""
+    """The real cluster behind core.cluster.Cluster."""
     api_client: Any  # kubernetes.client.ApiClient
     field_manager: str = "headroom"
     request_timeout: float = 10.0
@@ -104,7 +320,9 @@ class KubeCluster:
     backoff_base: float = 0.2   # seconds; doubles per attempt, with jitter
     backoff_max: float = 5.0
     conflict_retries: int = 5
+    resource: str = GPU_RESOURCE
     sleep: Callable[[float], None] = field(default=time.sleep, repr=False)
+    informers: dict[str, Informer] = field(default_factory=dict, repr=False)
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -146,7 +364,43 @@ class KubeCluster:
         return client.ApiClient(configuration)
 
     def close(self) -> None:
+        for informer in self.informers.values():
+            informer.stop()
+        self.informers.clear()
         self.api_client.close()
+
+    # ------------------------------------------------------------------ the watch cache
+    def watch(self, timeout: float = 30.0, **informer_settings) -> "KubeCluster":
+        """Serve the policies, Workloads, LocalQueues and ClusterQueues from watch caches (started here; waits up
+        to `timeout` for their first LIST, then reads fall back to LISTs until it arrives)."""
+        for name, path in WATCHED.items():
+            if name not in self.informers:
+                self.informers[name] = Informer(self, path, **informer_settings).start()
+        deadline = time.monotonic() + timeout
+        while any(i.items() is None for i in self.informers.values()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return self
+
+    def sync(self) -> None:
+        """Bring every watch cache up to the server's state now (one LIST each; nothing without `watch()`): after
+        changes made by someone else that the next read must see at once (tests; the watch gets there by
+        itself a moment later)."""
+        for informer in self.informers.values():
+            informer.relist()
+
+    def _objects(self, name: str) -> list[dict]:
+        informer = self.informers.get(name)
+        cached = informer.items() if informer is not None else None
+        return cached if cached is not None else self._request("GET", WATCHED[name]).get("items", [])
+
+    def _written(self, obj: Any) -> None:
+        """An object a write returned goes into its cache at once (a reconcile reads what it wrote)."""
+        if not self.informers or not isinstance(obj, dict):
+            return
+        group = (obj.get("apiVersion") or "").split("/")[0]
+        name = _CACHED_KINDS.get((group, obj.get("kind")))
+        if name in self.informers and (obj.get("metadata") or {}).get("name"):
+            self.informers[name].put(obj)
 
     # ------------------------------------------------------------------ transport
     def _request(self, method: str, path: str, body: Any = None, query: dict | None = None,
@@ -174,7 +428,10 @@ class KubeCluster:
             except (urllib3.exceptions.HTTPError, OSError) as exc:
                 status, data = 0, f"{type(exc).__name__}: {exc}".encode()
             if 200 <= status < 300:
-                return json.loads(data) if data else {}
+                result = json.loads(data) if data else {}
+                if method in ("POST", "PUT", "PATCH") and query.get("dryRun") != "All":
+                    self._written(result)
+                return result
             text = data.decode(errors="replace") if isinstance(data, bytes) else str(data)
             try:
                 payload = json.loads(text)
@@ -240,6 +497,53 @@ class KubeCluster:
         except NotFound:
             pass
 
+    # ------------------------------------------------------------------ Cluster: reads
+    def reservation_policies(self, namespace: str | None = None) -> list[dict]:
+        """ReservationPolicy objects (metadata, spec, status), in every namespace or one."""
+        found = [copy.deepcopy(p) for p in self._objects("reservationpolicies")
+                 if namespace is None or p["metadata"].get("namespace") == namespace]
+        return sorted(found, key=Informer.key)  # copies: the caller may change them, the cache must not
+
+    def workloads(self) -> list[WorkloadInfo]:
+        """Every Kueue Workload (one LIST of Workloads and one of LocalQueues, or the watch caches), oldest
+        first."""
+        local_queues = {Informer.key(q): (q.get("spec") or {}).get("clusterQueue")
+                        for q in self._objects("localqueues")}
+        found = [workload_info(w, local_queues, self.resource) for w in self._objects("workloads")]
+        return sorted(found, key=lambda w: (w.creation or datetime.min.replace(tzinfo=timezone.utc),
+                                            w.namespace, w.name))
+
+    def cluster_queue_quotas(self) -> Mapping[str, int]:
+        """Each ClusterQueue's GPU nominalQuota (summed over flavors; a queue without GPUs is absent)."""
+        out = {}
+        for cq in self._objects("clusterqueues"):
+            quota = gpu_quota(cq, self.resource)
+            if quota is not None:
+                out[cq["metadata"]["name"]] = quota
+        return out
+
+    def target_state(self, target: TargetRef) -> TargetState:
+        """Replicas of an inference target (one GET; an HPA: two, itself and its Deployment)."""
+        if target.kind == "Deployment":
+            d = self._request("GET", f"/apis/apps/v1/namespaces/{target.namespace}/deployments/{target.name}")
+            return TargetState(int((d.get("spec") or {}).get("replicas", 1) or 0),
+                               int((d.get("status") or {}).get("readyReplicas", 0) or 0))
+        if target.kind == "HorizontalPodAutoscaler":
+            hpa = self._request("GET", f"/apis/autoscaling/v1/namespaces/{target.namespace}/"
+                                       f"horizontalpodautoscalers/{target.name}")
+            spec, status = hpa.get("spec") or {}, hpa.get("status") or {}
+            ref = spec.get("scaleTargetRef") or {}
+            desired, ready = int(status.get("desiredReplicas", 0) or 0), int(status.get("currentReplicas", 0) or 0)
+            if ref.get("kind") == "Deployment":
+                d = self._request("GET", f"/apis/apps/v1/namespaces/{target.namespace}/deployments/{ref['name']}")
+                desired = int((d.get("spec") or {}).get("replicas", 1) or 0)
+                ready = int((d.get("status") or {}).get("readyReplicas", 0) or 0)
+            return TargetState(desired, ready, spec.get("minReplicas", 1), spec.get("maxReplicas"))
+        if target.kind == "ClusterQueue":
+            quota = gpu_quota(self._request("GET", self._cq_path(target.name)), self.resource)
+            return TargetState(quota or 0, quota or 0)
+        raise ClusterError(f"unknown target kind {target.kind!r}")
+
     # ------------------------------------------------------------------ ClusterQueue quota
     def _cq_path(self, name: str) -> str:
         return self.custom_path(KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", name)
@@ -257,28 +561,33 @@ class KubeCluster:
         name = cq.get("metadata", {}).get("name")
         if not found:
             raise ClusterError(f"ClusterQueue {name} has no {resource} quota"
-                            + (f" in flavor {flavor}" if flavor else ""))
+                               + (f" in flavor {flavor}" if flavor else ""))
         if len(found) > 1:
             raise ClusterError(f"ClusterQueue {name} has {resource} in {len(found)} flavors: name one (flavor=...)")
         return found[0]
 
-    def get_cluster_queue_quota(self, name: str, resource: str = GPU_RESOURCE, flavor: str | None = None) -> int:
+    def get_cluster_queue_quota(self, name: str, resource: str | None = None, flavor: str | None = None) -> int:
         cq = self._request("GET", self._cq_path(name))
-        g, f, r = self._find_quota(cq, resource, flavor)
+        g, f, r = self._find_quota(cq, resource or self.resource, flavor)
         return int(_quantity(cq["spec"]["resourceGroups"][g]["flavors"][f]["resources"][r]["nominalQuota"]))
 
-    def set_cluster_queue_quota(self, name: str, gpus: int, resource: str = GPU_RESOURCE,
+    def set_cluster_queue_quota(self, name: str, gpus: int, resource: str | None = None,
                                 flavor: str | None = None) -> bool:
-        """Set the nominalQuota of `resource`; True if it changed (False: already so)."""
+        """Set the nominalQuota of `resource`; True if it changed (False: already so). A lendingLimit above the
+        new quota is lowered to it (Kueue refuses a lendingLimit over the nominalQuota)."""
         if gpus < 0:
             raise ValueError(f"quota must be >= 0, got {gpus}")
+        resource = resource or self.resource
 
         def mutate(cq: dict) -> dict | None:
             g, f, r = self._find_quota(cq, resource, flavor)
             groups = cq["spec"]["resourceGroups"]
-            if _quantity(groups[g]["flavors"][f]["resources"][r]["nominalQuota"]) == gpus:
+            quota = groups[g]["flavors"][f]["resources"][r]
+            if _quantity(quota["nominalQuota"]) == gpus:
                 return None
-            groups[g]["flavors"][f]["resources"][r]["nominalQuota"] = gpus
+            quota["nominalQuota"] = gpus
+            if "lendingLimit" in quota and _quantity(quota["lendingLimit"]) > gpus:
+                quota["lendingLimit"] = gpus
             return {"spec": {"resourceGroups": groups}}  # a merge patch replaces lists whole
 
         return self._update(self._cq_path(name), mutate)[1]
@@ -310,41 +619,51 @@ class KubeCluster:
             if spec.get("minReplicas") == min_replicas:
                 return None
             if min_replicas > spec.get("maxReplicas", min_replicas):
-                raise ClusterError(f"HPA {namespace}/{name}: minReplicas {min_replicas} > maxReplicas {spec['maxReplicas']}")
+                raise ClusterError(f"HPA {namespace}/{name}: minReplicas {min_replicas} > "
+                                   f"maxReplicas {spec['maxReplicas']}")
             return {"spec": {"minReplicas": min_replicas}}
 
         return self._update(path, mutate)[1]
 
     # ------------------------------------------------------------------ training workloads
-    def list_workloads(self, cluster_queue: str, local_queues: Iterable[str] | None = None,
-                       namespace: str | None = None) -> list[WorkloadInfo]:
-        """Workloads of `cluster_queue`: admitted to it (status.admission.clusterQueue), or
-        queued in one of `local_queues` (spec.queueName or the kueue.x-k8s.io/queue-name label;
-        default: a LocalQueue named like the ClusterQueue). Oldest first."""
-        queues = set(local_queues) if local_queues is not None else {cluster_queue}
-        items = self._request("GET", self.custom_path(KUEUE_GROUP, KUEUE_VERSION, "workloads",
-                                                      namespace=namespace)).get("items", [])
-        found = [w for w in map(workload_info, items)
-                 if w.cluster_queue == cluster_queue or (w.cluster_queue is None and w.queue_name in queues)]
-        return sorted(found, key=lambda w: (w.creation or datetime.min.replace(tzinfo=timezone.utc), w.namespace, w.name))
+    def _wl_path(self, namespace: str, name: str) -> str:
+        return self.custom_path(KUEUE_GROUP, KUEUE_VERSION, "workloads", name, namespace)
 
-    def evict_workload(self, namespace: str, name: str, reason: str, plan_id: str) -> bool:
-        """Deactivate a Workload (spec.active=false; Kueue evicts it) and record why.
-
-        True if this call evicted it; False if it already was inactive (by this plan or
-        anyone else): a repeated eviction is a no-op and keeps the first record."""
-        path = self.custom_path(KUEUE_GROUP, KUEUE_VERSION, "workloads", name, namespace)
-
+    def evict_workload(self, namespace: str, name: str, uid: str | None, reason: str, plan_id: str) -> bool:
+        """Deactivate a Workload (spec.active=false: Kueue evicts it and does not requeue it) and record why in
+        its annotations. True if this call deactivated it; False if it is already inactive (by this plan, a
+        restarted controller's or anyone's: the first record stays), finished, or no longer the object `uid`
+        names. The write carries the resourceVersion read, so a Workload replaced in between is not touched."""
         def mutate(wl: dict) -> dict | None:
-            if wl.get("spec", {}).get("active", True) is False:
+            if uid is not None and wl["metadata"].get("uid") != uid:
                 return None
-            return {"metadata": {"annotations": {EVICTED_BY_PLAN: plan_id, EVICTION_REASON: reason}},
+            if (wl.get("spec") or {}).get("active", True) is False or _condition(wl, "Finished"):
+                return None
+            return {"metadata": {"annotations": {EVICTED_BY_PLAN: plan_id, EVICTION_REASON: reason[:1024]}},
                     "spec": {"active": False}}
 
-        return self._update(path, mutate)[1]
+        return self._update(self._wl_path(namespace, name), mutate)[1]
+
+    def requeue_workload(self, namespace: str, name: str, uid: str | None) -> bool:
+        """Reactivate a Workload headroom deactivated, once its eviction is complete (no admission left: its pods
+        are gone and its quota released); Kueue queues it again. The eviction annotations go. False if it is
+        still stopping, active, finished, was deactivated by someone else, or is not the object `uid` names."""
+        def mutate(wl: dict) -> dict | None:
+            meta, spec, status = wl["metadata"], wl.get("spec") or {}, wl.get("status") or {}
+            if uid is not None and meta.get("uid") != uid:
+                return None
+            if spec.get("active", True) is not False or not (meta.get("annotations") or {}).get(EVICTED_BY_PLAN):
+                return None
+            if status.get("admission") or _condition(wl, "Finished"):
+                return None
+            return {"metadata": {"annotations": {EVICTED_BY_PLAN: None, EVICTION_REASON: None}},
+                    "spec": {"active": True}}
+
+        return self._update(self._wl_path(namespace, name), mutate)[1]
 
     # ------------------------------------------------------------------ ReservationPolicy
     def list_reservation_policies(self, namespace: str | None = None) -> list[dict]:
+        """One LIST (never the cache)."""
         path = self.custom_path(HEADROOM_GROUP, HEADROOM_VERSION, "reservationpolicies", namespace=namespace)
         return self._request("GET", path).get("items", [])
 

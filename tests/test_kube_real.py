@@ -1,4 +1,5 @@
-"""adapters.kube.KubeCluster against a real kube-apiserver 1.20 + etcd (RBAC on)."""
+"""adapters.kube.KubeCluster against a real kube-apiserver 1.20 + etcd (RBAC on), with Kueue v0.19.2's genuine
+CRDs (kueue.x-k8s.io/v1beta2) installed."""
 from __future__ import annotations
 
 import threading
@@ -6,15 +7,17 @@ import time
 
 import pytest
 
+from adapters.kube import EVICTED_BY_PLAN, EVICTION_REASON, KubeCluster
+from core.errors import ClusterError, Conflict, Invalid, NotFound
+from core.objects import Condition, ObjectRef, PolicyStatus, TargetRef
+from tests.servers import kueue
 from tests.servers.fixtures import CRD_PATH, crd_documents
-from adapters.kube import KubeCluster
-from core.errors import ClusterError, Conflict, Invalid
-from core.objects import Condition, ObjectRef, PolicyStatus
 
 NS = "headroom-test"
 RP = KubeCluster.custom_path("headroom.dev", "v1alpha1", "reservationpolicies", namespace=NS)
-CQ = KubeCluster.custom_path("kueue.x-k8s.io", "v1beta1", "clusterqueues")
-WL = KubeCluster.custom_path("kueue.x-k8s.io", "v1beta1", "workloads", namespace=NS)
+CQ = kueue.path("clusterqueues")
+LQ = kueue.path("localqueues", namespace=NS)
+WL = kueue.path("workloads", namespace=NS)
 
 
 @pytest.fixture(scope="module")
@@ -33,32 +36,23 @@ def policy(name: str, **spec) -> dict:
             "metadata": {"name": name, "namespace": NS}, "spec": body}
 
 
-def cluster_queue(name: str, gpus: int = 8) -> dict:
-    return {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue", "metadata": {"name": name},
-            "spec": {"cohort": "gpus", "resourceGroups": [{
-                "coveredResources": ["cpu", "nvidia.com/gpu"],
-                "flavors": [{"name": "a100", "resources": [
-                    {"name": "cpu", "nominalQuota": "64"},
-                    {"name": "nvidia.com/gpu", "nominalQuota": gpus, "borrowingLimit": 0, "lendingLimit": gpus}]}]}]}}
+def counting(cluster: KubeCluster) -> list[tuple[str, str]]:
+    """Record the requests `cluster` makes from now on (undone by `del cluster._request`)."""
+    real, seen = cluster._request, []
 
+    def request(method, path, body=None, **kw):
+        seen.append((method, path))
+        return real(method, path, body, **kw)
 
-def workload(name: str, queue: str | None = None, label: str | None = None, gpus: int = 1) -> dict:
-    meta: dict = {"name": name, "namespace": NS}
-    if label:
-        meta["labels"] = {"kueue.x-k8s.io/queue-name": label}
-    spec: dict = {"active": True, "priority": 0, "podSets": [{"name": "main", "count": 2, "template": {
-        "spec": {"containers": [{"name": "t", "image": "trainer",
-                                 "resources": {"requests": {"nvidia.com/gpu": str(gpus)}}}]}}}]}
-    if queue:
-        spec["queueName"] = queue
-    return {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload", "metadata": meta, "spec": spec}
+    cluster._request = request
+    return seen
 
 
 # --------------------------------------------------------------------------- CRDs
-def test_crds_install_and_everything_dry_run_applies(cluster, crd_dir):
+def test_crds_install_and_v1beta2_objects_dry_run(cluster, crd_dir, kueue_crds):
     docs = crd_documents(crd_dir)
-    assert {d["metadata"]["name"] for d in docs} == {
-        "reservationpolicies.headroom.dev", "clusterqueues.kueue.x-k8s.io", "workloads.kueue.x-k8s.io"}
+    assert {d["metadata"]["name"] for d in docs} == {"reservationpolicies.headroom.dev"}, \
+        "deploy/crds holds headroom's own CRD only (Kueue's come from Kueue)"
     for doc in docs:
         applied = cluster.apply(f"{CRD_PATH}/{doc['metadata']['name']}", doc, dry_run=True)
         assert applied["spec"]["group"] == doc["spec"]["group"]
@@ -67,11 +61,37 @@ def test_crds_install_and_everything_dry_run_applies(cluster, crd_dir):
     assert [c["name"] for c in version["additionalPrinterColumns"]] == [
         "Mode", "Reserved", "Slack", "Headroom", "Model", "Ready", "Age"]
     assert version["subresources"] == {"status": {}}
+    # Kueue's genuine CRDs, serving v1beta2 as their storage version.
+    for crd in kueue_crds:
+        served = cluster.get(f"{CRD_PATH}/{crd['metadata']['name']}")["spec"]["versions"]
+        assert {(v["name"], v["served"], v["storage"]) for v in served} == {
+            ("v1beta1", True, False), ("v1beta2", True, True)}, crd["metadata"]["name"]
     # ...and a dry run of one object of each kind passes their schemas, persisting nothing.
     cluster.create(RP, policy("dry"), dry_run=True)
-    cluster.create(CQ, cluster_queue("dry"), dry_run=True)
-    cluster.create(WL, workload("dry", queue="dry"), dry_run=True)
+    cluster.create(kueue.path("resourceflavors"), kueue.resource_flavor("dry"), dry_run=True)
+    cluster.create(CQ, kueue.cluster_queue("dry", cpu="64", lending_limit=4), dry_run=True)
+    cluster.create(LQ, kueue.local_queue(NS, "dry"), dry_run=True)
+    dry = cluster.create(WL, kueue.workload(NS, "dry", "dry", gpus_per_pod=2, count=2, priority_class="low",
+                                            priority=100), dry_run=True)
+    assert dry["spec"]["priorityClassRef"]["name"] == "low" and dry["spec"]["podSets"][0]["count"] == 2
     assert all(i["metadata"]["name"] != "dry" for i in cluster.list_reservation_policies(NS))
+
+
+def test_kueue_schema_is_enforced(cluster):
+    """The genuine schema, not a permissive copy: v1beta2 refuses what Kueue refuses, and prunes the v1beta1
+    field name (`cohort`) that v1beta2 renamed (`cohortName`)."""
+    bad_ref = kueue.workload(NS, "bad-ref", "training", priority_class="low")
+    bad_ref["spec"]["priorityClassRef"]["group"] = "example.com"
+    with pytest.raises(Invalid, match="priorityClassRef.group"):
+        cluster.create(WL, bad_ref, dry_run=True)
+    no_pods = kueue.workload(NS, "no-pods", "training")
+    no_pods["spec"]["podSets"] = []
+    with pytest.raises(Invalid, match="podSets"):
+        cluster.create(WL, no_pods, dry_run=True)
+    old_style = kueue.cluster_queue("old-style")
+    old_style["spec"]["cohort"] = old_style["spec"].pop("cohortName")
+    created = cluster.create(CQ, old_style, dry_run=True)
+    assert "cohort" not in created["spec"] and "cohortName" not in created["spec"]
 
 
 def test_valid_policy_gets_defaults(cluster):
@@ -108,8 +128,9 @@ def test_policy_without_target_rejected(cluster):
 
 
 # --------------------------------------------------------------------------- quota
-def test_quota_set_idempotently(cluster):
-    cluster.create(CQ, cluster_queue("training", gpus=8))
+def test_quota_set_idempotently_and_read_in_one_list(cluster):
+    cluster.create(CQ, kueue.cluster_queue("training", gpus=8, cpu="64", lending_limit=8))
+    cluster.create(CQ, kueue.cluster_queue("empty", gpus=0))
     assert cluster.get_cluster_queue_quota("training") == 8
     assert cluster.set_cluster_queue_quota("training", 12) is True
     before = cluster.get(f"{CQ}/training")
@@ -120,12 +141,26 @@ def test_quota_set_idempotently(cluster):
     resources = after["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
     assert resources[0] == {"name": "cpu", "nominalQuota": "64"}  # other resources untouched
     assert resources[1]["lendingLimit"] == 8
+    # Lowered under its lendingLimit, the limit follows (Kueue refuses lendingLimit > nominalQuota).
+    assert cluster.set_cluster_queue_quota("training", 5) is True
+    lowered = cluster.get(f"{CQ}/training")["spec"]["resourceGroups"][0]["flavors"][0]["resources"][1]
+    assert (lowered["nominalQuota"], lowered["lendingLimit"]) == (5, 5)
     with pytest.raises(ClusterError, match="no example.com/tpu quota"):
         cluster.set_cluster_queue_quota("training", 1, resource="example.com/tpu")
+    with pytest.raises(NotFound):
+        cluster.set_cluster_queue_quota("no-such-queue", 1)
+    seen = counting(cluster)
+    try:
+        quotas = cluster.cluster_queue_quotas()
+    finally:
+        del cluster._request
+    assert quotas["training"] == 5 and quotas["empty"] == 0
+    assert seen == [("GET", CQ)], "every ClusterQueue's quota in one LIST"
+    assert cluster.target_state(TargetRef("ClusterQueue", "training")).desired_replicas == 5
 
 
 def test_quota_conflict_is_retried_on_fresh_read(cluster, kube_server):
-    cluster.create(CQ, cluster_queue("contended", gpus=4))
+    cluster.create(CQ, kueue.cluster_queue("contended", gpus=4))
     other = KubeCluster.from_token(kube_server.apiserver.host, kube_server.apiserver.token, verify_ssl=False)
     real = cluster._request
     patches = []
@@ -134,9 +169,8 @@ def test_quota_conflict_is_retried_on_fresh_read(cluster, kube_server):
         if method == "PATCH" and path.endswith("/clusterqueues/contended"):
             patches.append(body["metadata"]["resourceVersion"])
             if len(patches) == 1:  # another writer slips in between our read and our write
-                other.apply(f"{CQ}/contended", {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue",
-                                                "metadata": {"name": "contended", "labels": {"team": "ml"}}},
-                            force=True)
+                other._request("PATCH", f"{CQ}/contended", {"metadata": {"labels": {"team": "ml"}}},
+                               content_type="application/merge-patch+json")
         return real(method, path, body, **kw)
 
     cluster._request = racing
@@ -152,7 +186,7 @@ def test_quota_conflict_is_retried_on_fresh_read(cluster, kube_server):
 
 
 def test_conflicts_that_never_stop_surface_as_conflict(cluster):
-    cluster.create(CQ, cluster_queue("hot", gpus=1))
+    cluster.create(CQ, kueue.cluster_queue("hot", gpus=1))
     real, writes = cluster._request, []
 
     def always_stale(method, path, body=None, **kw):
@@ -171,7 +205,7 @@ def test_conflicts_that_never_stop_surface_as_conflict(cluster):
 
 
 # --------------------------------------------------------------------------- inference capacity
-def test_deployment_scale_and_hpa_min_replicas(cluster):
+def test_deployment_scale_hpa_min_replicas_and_target_state(cluster):
     cluster.create(f"/apis/apps/v1/namespaces/{NS}/deployments", {
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "chat", "namespace": NS},
         "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "chat"}},
@@ -181,6 +215,9 @@ def test_deployment_scale_and_hpa_min_replicas(cluster):
     assert cluster.scale_deployment(NS, "chat", 3) is False
     assert cluster.get_deployment_replicas(NS, "chat") == 3
     assert cluster.get(f"/apis/apps/v1/namespaces/{NS}/deployments/chat")["spec"]["replicas"] == 3
+    # No controller-manager here: nothing becomes ready, and target_state says so.
+    assert cluster.target_state(TargetRef("Deployment", "chat", NS)).desired_replicas == 3
+    assert cluster.target_state(TargetRef("Deployment", "chat", NS)).ready_replicas == 0
 
     cluster.create(f"/apis/autoscaling/v1/namespaces/{NS}/horizontalpodautoscalers", {
         "apiVersion": "autoscaling/v1", "kind": "HorizontalPodAutoscaler",
@@ -191,44 +228,100 @@ def test_deployment_scale_and_hpa_min_replicas(cluster):
     assert cluster.set_hpa_min_replicas(NS, "chat", 4) is False
     hpa = cluster.get(f"/apis/autoscaling/v1/namespaces/{NS}/horizontalpodautoscalers/chat")
     assert hpa["spec"]["minReplicas"] == 4
+    state = cluster.target_state(TargetRef("HorizontalPodAutoscaler", "chat", NS))
+    assert (state.desired_replicas, state.min_replicas, state.max_replicas) == (3, 4, 10)  # its Deployment's replicas
     with pytest.raises(ClusterError, match="maxReplicas"):
         cluster.set_hpa_min_replicas(NS, "chat", 11)
+    for missing in (TargetRef("Deployment", "gone", NS), TargetRef("HorizontalPodAutoscaler", "gone", NS),
+                    TargetRef("ClusterQueue", "gone")):
+        with pytest.raises(NotFound):
+            cluster.target_state(missing)
 
 
 # --------------------------------------------------------------------------- workloads
-def test_list_and_evict_workloads_idempotently(cluster):
-    cluster.create(WL, workload("by-spec", queue="training", gpus=2))
-    cluster.create(WL, workload("by-label", label="training"))
-    cluster.create(WL, workload("other", queue="serving"))
-    admitted = cluster.create(WL, workload("admitted", queue="team-x"))
-    cluster._request("PATCH", f"{WL}/admitted/status", {"status": {"admission": {"clusterQueue": "training"}}},
-                     content_type="application/merge-patch+json")
-    assert admitted["spec"]["active"] is True
+def test_workloads_read_as_kueue_v1beta2_defines_them(cluster):
+    cluster.create(CQ, kueue.cluster_queue("wl-train", gpus=8))
+    cluster.create(LQ, kueue.local_queue(NS, "team-a", "wl-train"))  # a LocalQueue named unlike its ClusterQueue
+    cluster.create(WL, kueue.workload(NS, "pending", "team-a", gpus_per_pod=2, count=2, priority_class="high",
+                                      priority=1000))
+    time.sleep(1.1)  # creationTimestamp has whole seconds: the others are newer
+    cluster.create(WL, kueue.workload(NS, "running", "team-a", gpus_per_pod=4, count=1,
+                                      annotations={"headroom.dev/preemption-seconds": "45",
+                                                   "headroom.dev/checkpoint-interval-seconds": "900",
+                                                   "headroom.dev/last-checkpoint": "2026-01-05T10:00:00Z"}))
+    kueue.admit(cluster, NS, "running", "wl-train")
+    cluster.create(WL, kueue.workload(NS, "done", "team-a", gpus_per_pod=1))
+    kueue.admit(cluster, NS, "done", "wl-train")
+    kueue.finish(cluster, NS, "done")
+    cluster.create(WL, kueue.workload(NS, "no-queue-known", "nowhere"))
 
-    found = {w.name: w for w in cluster.list_workloads("training")}
-    assert set(found) == {"by-spec", "by-label", "admitted"}
-    assert found["by-spec"].gpus == 4 and found["by-label"].gpus == 2
-    assert found["admitted"].cluster_queue == "training"
+    seen = counting(cluster)
+    try:
+        found = {w.name: w for w in cluster.workloads() if w.namespace == NS}
+    finally:
+        del cluster._request
+    assert sorted(seen) == [("GET", kueue.path("localqueues")), ("GET", kueue.path("workloads"))], \
+        "one LIST of Workloads (all namespaces) and one of LocalQueues, not one per queue"
+    pending, running = found["pending"], found["running"]
+    assert (pending.local_queue, pending.cluster_queue, pending.admitted, pending.active) == (
+        "team-a", "wl-train", False, True)
+    assert (pending.gpus, pending.priority, pending.priority_class) == (4, 1000, "high")
+    assert (running.cluster_queue, running.admitted, running.active, running.gpus) == ("wl-train", True, True, 4)
+    assert running.uid and running.uid == cluster.get(f"{WL}/running")["metadata"]["uid"]
+    assert (running.preemption_seconds, running.checkpoint_interval_seconds) == (45.0, 900.0)
+    assert running.last_checkpoint.isoformat() == "2026-01-05T10:00:00+00:00"
+    assert found["done"].finished and not found["done"].admitted  # a finished Workload holds no quota
+    assert found["no-queue-known"].cluster_queue is None
+    order = [w.name for w in cluster.workloads() if w.namespace == NS]
+    assert order[0] == "pending", order  # oldest first
 
-    assert cluster.evict_workload(NS, "by-spec", reason="reclaim for inference", plan_id="plan-1") is True
-    first = cluster.get(f"{WL}/by-spec")
+
+def test_evict_and_requeue_a_workload(cluster):
+    cluster.create(CQ, kueue.cluster_queue("ev-train", gpus=8))
+    cluster.create(LQ, kueue.local_queue(NS, "ev-train"))
+    cluster.create(WL, kueue.workload(NS, "victim", "ev-train", gpus_per_pod=2, count=2))
+    kueue.admit(cluster, NS, "victim", "ev-train")
+    uid = cluster.get(f"{WL}/victim")["metadata"]["uid"]
+
+    assert cluster.evict_workload(NS, "victim", "not-its-uid", "reclaim", "plan-0") is False  # another object
+    assert cluster.get(f"{WL}/victim")["spec"]["active"] is True
+    assert cluster.evict_workload(NS, "victim", uid, reason="reclaim for inference", plan_id="plan-1") is True
+    first = cluster.get(f"{WL}/victim")
     assert first["spec"]["active"] is False
-    assert first["metadata"]["annotations"] == {"headroom.dev/evicted-by-plan": "plan-1",
-                                                "headroom.dev/eviction-reason": "reclaim for inference"}
+    assert first["metadata"]["annotations"] == {EVICTED_BY_PLAN: "plan-1", EVICTION_REASON: "reclaim for inference"}
     # Repeating it (same plan after a restart, or a later plan) changes nothing.
-    assert cluster.evict_workload(NS, "by-spec", reason="reclaim for inference", plan_id="plan-1") is False
-    assert cluster.evict_workload(NS, "by-spec", reason="again", plan_id="plan-2") is False
-    again = cluster.get(f"{WL}/by-spec")
-    assert again["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]
-    inactive = {w.name: w for w in cluster.list_workloads("training")}["by-spec"]
-    assert inactive.active is False and inactive.evicted_by_plan == "plan-1"
+    assert cluster.evict_workload(NS, "victim", uid, reason="reclaim for inference", plan_id="plan-1") is False
+    assert cluster.evict_workload(NS, "victim", uid, reason="again", plan_id="plan-2") is False
+    assert cluster.get(f"{WL}/victim")["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]
+    stopping = {w.name: w for w in cluster.workloads()}["victim"]
+    assert (stopping.admitted, stopping.active, stopping.evicted_by_plan) == (True, False, "plan-1")  # terminating
+
+    # Not before Kueue has completed the eviction: its pods still hold the GPUs.
+    assert cluster.requeue_workload(NS, "victim", uid) is False
+    kueue.complete_eviction(cluster, NS, "victim")
+    stopped = {w.name: w for w in cluster.workloads()}["victim"]
+    assert (stopped.admitted, stopped.active, stopped.cluster_queue) == (False, False, "ev-train")
+    assert cluster.requeue_workload(NS, "victim", "not-its-uid") is False
+    assert cluster.requeue_workload(NS, "victim", uid) is True
+    back = cluster.get(f"{WL}/victim")
+    assert back["spec"]["active"] is True and not (back["metadata"].get("annotations") or {})
+    assert cluster.requeue_workload(NS, "victim", uid) is False  # once
+
+    # A Workload someone else deactivated is not headroom's to requeue.
+    cluster.create(WL, kueue.workload(NS, "paused-by-user", "ev-train"))
+    cluster._request("PATCH", f"{WL}/paused-by-user", {"spec": {"active": False}},
+                     content_type="application/merge-patch+json")
+    assert cluster.requeue_workload(NS, "paused-by-user", None) is False
+    with pytest.raises(NotFound):
+        cluster.evict_workload(NS, "gone", None, "x", "plan-3")
 
 
 # --------------------------------------------------------------------------- status and events
 def test_policy_status_conditions_and_events(cluster, kube_server):
     cluster.create(RP, policy("chat"))
-    assert "chat" in {p["metadata"]["name"] for p in cluster.list_reservation_policies(NS)}
-    assert "chat" in {p["metadata"]["name"] for p in cluster.list_reservation_policies()}
+    assert "chat" in {p["metadata"]["name"] for p in cluster.reservation_policies(NS)}
+    assert "chat" in {p["metadata"]["name"] for p in cluster.reservation_policies()}
+    assert cluster.reservation_policies("elsewhere") == []
     ready = Condition("Ready", "True", "PlanApplied", "reserved 10 GPUs")
     cluster.patch_policy_status(NS, "chat", PolicyStatus(
         reserved_gpus=10, slack_gpus=3, headroom_gpus=2, plan_id="plan-7", forecast_demand=311.5,
@@ -263,7 +356,7 @@ def test_policy_status_conditions_and_events(cluster, kube_server):
 
     about = ObjectRef.of(cluster.get_reservation_policy(NS, "chat"))
     cluster.emit_event(about, "HeadroomAtRisk", "demand 20% above the p90 forecast", type="Warning")
-    cq_ref = ObjectRef.of(cluster.create(CQ, cluster_queue("events-cq")))
+    cq_ref = ObjectRef.of(cluster.create(CQ, kueue.cluster_queue("events-cq")))
     cluster.emit_event(cq_ref, "QuotaLowered", "nominalQuota 8 -> 5 (plan-7)")
     events = cluster.list_events(about)
     assert [(e["reason"], e["type"]) for e in events] == [("HeadroomAtRisk", "Warning")]
@@ -278,7 +371,7 @@ def test_rbac_is_real_forbidden_is_not_retried(kube_server):
     viewer = KubeCluster.from_token(api.host, api.viewer_token, ca_file=str(api.ca_file), retries=5,
                                     sleep=lambda s: pytest.fail("403 must not be retried"))
     with pytest.raises(ClusterError) as info:
-        viewer.list_reservation_policies(NS)
+        viewer.reservation_policies(NS)
     assert info.value.status == 403
     viewer.close()
 
@@ -329,17 +422,76 @@ def test_two_electors_racing_never_both_lead(cluster):
         assert electors[0].holder() == winner
 
 
-# --------------------------------------------------------------------------- outage (keep last)
-def test_apiserver_restart_mid_run_adapter_recovers(cluster, kube_server):
-    cluster.create(CQ, cluster_queue("outage", gpus=2))
+# --------------------------------------------------------------------------- the watch cache, and outages (keep last)
+def eventually(check, what: str, timeout: float = 10.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_watch_cache_serves_reads_without_requests_and_follows_changes(cluster, kube_server):
+    api = kube_server.apiserver
+    watching = KubeCluster.from_kubeconfig(str(api.kubeconfig()), request_timeout=5).watch()
+    try:
+        cluster.create(CQ, kueue.cluster_queue("watched", gpus=3))
+        cluster.create(LQ, kueue.local_queue(NS, "watched"))
+        cluster.create(WL, kueue.workload(NS, "watched-job", "watched", gpus_per_pod=2))
+        eventually(lambda: "watched-job" in {w.name for w in watching.workloads()}, "the new Workload")
+        eventually(lambda: watching.cluster_queue_quotas().get("watched") == 3, "the new ClusterQueue")
+        seen = counting(watching)
+        try:
+            infos = {w.name: w for w in watching.workloads()}
+            quotas = watching.cluster_queue_quotas()
+            watching.reservation_policies(NS)
+        finally:
+            del watching._request
+        assert seen == [], "in steady state the reads cost no request"
+        assert infos["watched-job"].cluster_queue == "watched" and quotas["watched"] == 3
+        # someone else changes things: the watch brings it
+        kueue.admit(cluster, NS, "watched-job", "watched")
+        eventually(lambda: {w.name: w for w in watching.workloads()}["watched-job"].admitted, "the admission")
+        cluster.delete(f"{WL}/watched-job")
+        eventually(lambda: "watched-job" not in {w.name for w in watching.workloads()}, "the deletion")
+        # our own write is read back at once (the written object goes into the cache)
+        assert watching.set_cluster_queue_quota("watched", 7) is True
+        assert watching.cluster_queue_quotas()["watched"] == 7
+        lists = {name: i.lists for name, i in watching.informers.items()}
+        assert lists == dict.fromkeys(watching.informers, 1), "one LIST each, then only the watch"
+    finally:
+        watching.close()
+
+
+def test_a_watch_from_a_version_the_server_no_longer_has_is_gone(cluster):
+    """The API server answers a watch from a resourceVersion it no longer keeps with 410 Gone, which the cache
+    takes as "list again" (never as the end of the changes)."""
+    from adapters.kube import Informer, _Gone
+
+    informer = Informer(cluster, kueue.path("clusterqueues"))
+    informer.relist()
+    informer._version = "2"  # older than anything the server still keeps for watches
+    with pytest.raises(_Gone):
+        informer._watch()
+    # (Informer._run then lists again; a connection cut and an API server restart: the tests around this one)
+
+
+def test_apiserver_restart_mid_run_adapter_and_watch_recover(cluster, kube_server):
+    cluster.create(CQ, kueue.cluster_queue("outage", gpus=2))
     api = kube_server.apiserver
     slept = []
     patient = KubeCluster.from_kubeconfig(str(api.kubeconfig()), request_timeout=3, retries=30,
                                           backoff_max=2.0, sleep=lambda s: (slept.append(s), time.sleep(s)))
+    watching = KubeCluster.from_kubeconfig(str(api.kubeconfig()), request_timeout=3).watch()
+    assert watching.cluster_queue_quotas()["outage"] == 2
     api.stop()
     restarter = threading.Thread(target=api.restart, kwargs={"down_seconds": 2.0})
     restarter.start()
     try:
+        # while the server is down the cache still answers with the last state seen
+        assert watching.cluster_queue_quotas()["outage"] == 2
         began = time.monotonic()
         assert patient.set_cluster_queue_quota("outage", 5) is True
         took = time.monotonic() - began
@@ -349,4 +501,10 @@ def test_apiserver_restart_mid_run_adapter_recovers(cluster, kube_server):
     assert slept, "the adapter should have backed off while the server was down"
     assert took >= 2.0
     assert patient.get_cluster_queue_quota("outage") == 5
+    # the watch lost its connection: it lists again and follows changes made after the restart
+    eventually(lambda: watching.cluster_queue_quotas()["outage"] == 5, "the cache to resync after the restart", 30)
+    assert watching.informers["clusterqueues"].lists >= 2
+    cluster.set_cluster_queue_quota("outage", 6)
+    eventually(lambda: watching.cluster_queue_quotas()["outage"] == 6, "a change after the restart", 30)
     patient.close()
+    watching.close()

@@ -77,6 +77,7 @@ def kube_server(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def crd_dir() -> Path:
+    """headroom's own CRD (deploy/crds)."""
     return ROOT / "deploy" / "crds"
 
 
@@ -93,23 +94,44 @@ def crd_documents(crd_dir: Path) -> list[dict]:
 
 
 @pytest.fixture(scope="session")
-def kube_admin(kube_server, crd_dir):
-    """A system:masters KubeCluster on the real API server, with headroom's and Kueue's CRDs established."""
+def kueue_crds() -> list[dict]:
+    """Kueue v0.19.2's genuine CRDs (../shared/kueue/crds; the Workload CRD transformed for the 1.20 server,
+    see tests/servers/kube.py: for_apiserver_1_20)."""
+    if not kube_servers.KUEUE_CRDS.is_dir():
+        pytest.skip(f"Kueue's CRDs not found at {kube_servers.KUEUE_CRDS} (../shared/kueue beside the repo)")
+    return kube_servers.kueue_crd_documents()
+
+
+def _established(kube, names: list[str], timeout: float = 30.0) -> None:
     import time
 
-    from adapters.kube import KubeCluster
-
-    kube = KubeCluster.from_kubeconfig(str(kube_server.apiserver.kubeconfig()), request_timeout=5)
-    for crd in crd_documents(crd_dir):
-        kube.apply(f"{CRD_PATH}/{crd['metadata']['name']}", crd)
-    deadline = time.monotonic() + 30
-    for crd in crd_documents(crd_dir):
-        name = crd["metadata"]["name"]
+    deadline = time.monotonic() + timeout
+    for name in names:
         while True:
             conditions = kube.get(f"{CRD_PATH}/{name}").get("status", {}).get("conditions", [])
             if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
                 break
             assert time.monotonic() < deadline, f"CRD {name} not established: {conditions}"
             time.sleep(0.2)
+
+
+@pytest.fixture(scope="session")
+def kube_admin(kube_server, crd_dir, kueue_crds):
+    """A system:masters KubeCluster on the real API server, with headroom's CRD (server-side applied) and
+    Kueue's genuine CRDs (created as `kubectl create --validate=false` does: the 1.20 server refuses a
+    server-side apply of them) established."""
+    from adapters.kube import KubeCluster
+    from core.errors import Conflict
+
+    kube = KubeCluster.from_kubeconfig(str(kube_server.apiserver.kubeconfig()), request_timeout=30)
+    for crd in crd_documents(crd_dir):
+        kube.apply(f"{CRD_PATH}/{crd['metadata']['name']}", crd)
+    for crd in kueue_crds:
+        try:
+            kube.create(CRD_PATH, crd)
+        except Conflict:  # already there (a restarted session on the same server)
+            pass
+    _established(kube, [c["metadata"]["name"] for c in crd_documents(crd_dir) + kueue_crds])
+    kube.request_timeout = 5
     yield kube
     kube.close()

@@ -171,3 +171,63 @@ def start_kube(workdir: Path | None = None) -> KubeServers:
         etcd.stop()
         raise
     return KubeServers(etcd=etcd, apiserver=apiserver, workdir=workdir)
+
+
+# ---------------------------------------------------------------------------- Kueue's genuine CRDs
+KUEUE_VERSION = "v0.19.2"
+KUEUE_CRDS = Path(__file__).resolve().parents[3] / "shared" / "kueue" / "crds"
+
+
+def _empty_string_defaults(schema, path: str = "") -> list[str]:
+    """Remove every `default: ""` from an OpenAPI schema and the schemas nested in it (not a property that
+    happens to be named "default"); returns where they were."""
+    if not isinstance(schema, dict):
+        return []
+    removed = []
+    if schema.get("default") == "":
+        del schema["default"]
+        removed.append(path)
+    for key in ("items", "additionalProperties", "not"):
+        removed += _empty_string_defaults(schema.get(key), f"{path}.{key}")
+    for key in ("properties", "patternProperties"):
+        for name, sub in (schema.get(key) or {}).items():
+            removed += _empty_string_defaults(sub, f"{path}.{name}")
+    for key in ("anyOf", "allOf", "oneOf"):
+        for i, sub in enumerate(schema.get(key) or []):
+            removed += _empty_string_defaults(sub, f"{path}.{key}[{i}]")
+    return removed
+
+
+def for_apiserver_1_20(crd: dict) -> dict:
+    """Kueue's CRD as this 1.20 API server accepts it; every other CRD unchanged.
+
+    kube-apiserver 1.20 refuses a string schema's `default: ""` ("Invalid value: null: must be of type
+    string"). The Workload CRD has them in two places, transformed thus (nothing else changes):
+      * `spec.podSets[].template`, the embedded core/v1 PodTemplateSpec (e.g. `volumes[].cephfs.secretRef.name`,
+        `imagePullSecrets[].name`, a list-map key that must keep a default): the template's schema is replaced by
+        `type: object` + `x-kubernetes-preserve-unknown-fields: true` (the template is stored as sent, not
+        validated; dropping only its defaults is refused for those list-map keys);
+      * `spec.priorityClassSource` of the deprecated v1beta1 (headroom reads and writes v1beta2 only): its
+        `default: ""` is dropped.
+    What 1.20 does not know (`x-kubernetes-validations`, i.e. CEL; `selectableFields`) it ignores by itself."""
+    if crd["metadata"]["name"] != "workloads.kueue.x-k8s.io":
+        return crd
+    removed = []
+    for version in crd["spec"]["versions"]:
+        spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        item = spec["properties"]["podSets"]["items"]
+        item["properties"]["template"] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True,
+                                          "description": item["properties"]["template"].get("description", "")}
+        removed += [f"{version['name']}{p}" for p in _empty_string_defaults(version["schema"]["openAPIV3Schema"])]
+    assert removed == ["v1beta1.spec.priorityClassSource"], f"unexpected defaults dropped: {removed}"
+    return crd
+
+
+def kueue_crd_documents() -> list[dict]:
+    """Kueue v0.19.2's CRDs (../shared/kueue/crds), transformed for 1.20 (for_apiserver_1_20)."""
+    import yaml
+
+    docs = []
+    for path in sorted(KUEUE_CRDS.glob("kueue.x-k8s.io_*.yaml")):
+        docs += [for_apiserver_1_20(d) for d in yaml.safe_load_all(path.read_text()) if d]
+    return docs
