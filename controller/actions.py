@@ -149,12 +149,17 @@ def cluster_actions(step: StepPlan, view: View, policies: Sequence[PolicyTarget]
             what = f"{p.target.kind} {p.target.name}"
             actions.append(Scale(p.key, p.target, replicas, w.reserved_gpus, w.reason, EventNote(
                 p.ref, "ReservationChanged", f"reserved {current} -> {value} on {what}: {w.reason}")))
+    # an inference ClusterQueue an active policy runs in holds every sharing policy's reservation: the pods of a
+    # forecast-only policy in it run on that quota too
     inference: dict[str, int] = {}
+    managed: set[str] = set()
     for p in policies:
-        if p.active and p.inference_queue and p.key in reserved:
+        if p.inference_queue and p.key in reserved:
             inference[p.inference_queue] = inference.get(p.inference_queue, 0) + reserved[p.key].reserved_gpus
+            if p.active:
+                managed.add(p.inference_queue)
     for q, gpus in inference.items():
-        if view.quotas.get(q) != gpus:
+        if q in managed and view.quotas.get(q) != gpus:
             actions.append(SetQuota(q, gpus, f"the inference reservation of the policies running in {q}"))
     owned = owners(policies)
     for q, owner in owned.items():

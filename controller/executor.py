@@ -88,9 +88,13 @@ def execute(actions: Sequence[Action], cluster: Cluster,
                     out.append(Outcome(a, False, skipped="a fresh plan no longer needs it"))
                     continue
             applied = apply(a, cluster)
+            if isinstance(a, Evict):
+                running.pop(a.workload, None)  # never twice, even if the list asks twice
         except ClusterError as exc:
             out.append(Outcome(a, False, error=str(exc)))
             continue
-        event_error = _record(getattr(a, "event", None), cluster) if applied else None
+        # a RecordEvent's event is the action itself, already recorded by apply
+        recorded = isinstance(a, RecordEvent)
+        event_error = _record(getattr(a, "event", None), cluster) if applied and not recorded else None
         out.append(Outcome(a, applied, error=f"event: {event_error}" if event_error else None))
     return out

@@ -5,7 +5,10 @@ planner lends. One flavor (GPUs), every training ClusterQueue in one cohort, Bes
   * each queue orders its pending Workloads by priority (high first), then creation time; a head
     that does not fit does not block smaller ones behind it;
   * a Workload fits within its queue's nominalQuota, or borrows: the cohort's unused nominal quota
-    covers it (no borrowingLimit: a queue may borrow up to the cohort's whole unused quota);
+    covers it (no borrowingLimit: a queue may borrow up to the cohort's whole unused quota). Either
+    way the cohort's usage stays within the sum of its nominal quotas: what a queue borrowed is no
+    longer unused in the queue it came from (Kueue's `available`: the cohort's quota minus its usage,
+    so a queue left above its quota by a shrink keeps the others from admitting into that part);
   * within the cohort, Workloads that fit under nominal quota go before borrowers; among equals,
     priority, then creation time;
   * it also needs GPUs that are physically free (its pods cannot run otherwise).
@@ -26,7 +29,7 @@ def admit(queue: np.ndarray, gpus: np.ndarray, priority: np.ndarray, created: np
     hold; `quotas` every ClusterQueue's nominal quota (queues in it form the cohort). At most `scan`
     Workloads per queue are looked at, as a scheduler cycle would."""
     used = {q: int(usage.get(q, 0)) for q in quotas}
-    unused = sum(max(quotas[q] - used[q], 0) for q in quotas)
+    unused = sum(int(quotas[q]) for q in quotas) - sum(used.values())  # the cohort's available quota
     order = np.lexsort((np.asarray(ids, dtype=object), created, -priority))
     heads: dict[str, list[int]] = {}
     for i in order:
@@ -45,7 +48,7 @@ def admit(queue: np.ndarray, gpus: np.ndarray, priority: np.ndarray, created: np
                 if g > free_gpus:
                     continue
                 within = g <= room
-                if within or g <= unused:
+                if g <= unused:
                     key = (not within, -int(priority[i]), float(created[i]), ids[i])
                     if best is None or key < best[0]:
                         best = (key, q, i, g, within)

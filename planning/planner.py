@@ -49,7 +49,7 @@ class WorkloadPolicy:
     reclaim_deadline_seconds: float = 300.0
 
     @classmethod
-    def from_spec(cls, name: str, spec: PolicySpec) -> "WorkloadPolicy":
+    def from_spec(cls, name: str, spec: PolicySpec) -> WorkloadPolicy:
         return cls(name, spec.capacity.demand_per_gpu, spec.capacity.gpus_per_replica, spec.target_quantile,
                    spec.headroom_quantile, spec.lead_time_seconds, spec.warm_buffer, spec.scale_in_delay_seconds,
                    spec.min_gpus, spec.max_gpus, spec.margin_gpus, spec.headroom_floor_gpus,
@@ -104,7 +104,7 @@ class Forecast:
     high: np.ndarray
 
     @classmethod
-    def of(cls, frame: pd.DataFrame, target_quantile: float, headroom_quantile: float) -> "Forecast":
+    def of(cls, frame: pd.DataFrame, target_quantile: float, headroom_quantile: float) -> Forecast:
         """From a quantile frame (index: period starts, UTC; columns: quantiles). KeyError if a quantile is missing."""
         starts = epoch_seconds(frame.index)
         period = float(np.median(np.diff(starts))) if len(starts) > 1 else 3600.0
@@ -122,7 +122,7 @@ class History:
     now: float = 0.0
 
     @classmethod
-    def of(cls, observed: pd.Series, now: pd.Timestamp) -> "History":
+    def of(cls, observed: pd.Series, now: pd.Timestamp) -> History:
         seen = observed[observed.index <= now].dropna()
         return cls(seen.index[-1].timestamp() if len(seen) else None, observed, pd.Timestamp(now).timestamp())
 
@@ -344,7 +344,8 @@ def _victim_order(t: Training, among: np.ndarray, at: float) -> np.ndarray:
 def plan_step(hours: HourPlan, observed: Mapping[str, Observed], training: Training, policy: ClusterPolicy,
               now: pd.Timestamp | float) -> StepPlan:
     """The decisions due now, from the hourly plan and what the cluster holds."""
-    t_now = now if isinstance(now, float) else pd.Timestamp(now).timestamp()
+    # epoch seconds (int or float) or a timestamp; pd.Timestamp(int) would read nanoseconds
+    t_now = float(now) if isinstance(now, (int, float, np.number)) else pd.Timestamp(now).timestamp()
     lendable = policy.lendable
     steps: list[WorkloadStep] = []
     for w, wh in zip(policy.workloads, hours.workloads):
@@ -409,7 +410,8 @@ def _preemptions(hours: HourPlan, steps: list[WorkloadStep], t: Training, policy
         why = f"training holds {over} GPUs more than the {lent} lent now"
         if above:
             why += "; observed demand above the forecast (" + ", ".join(
-                f"{s.name} peak {s.peak_gpus} + buffer {s.buffer_gpus} > forecast {s.forecast_gpus}" for s in above) + ")"
+                f"{s.name} peak {s.peak_gpus} + buffer {s.buffer_gpus} > forecast {s.forecast_gpus}"
+                for s in above) + ")"
         workload = above[0].name if above else first
         stop(enough(_victim_order(t, running, now), over), kind, now, workload, why)
     # The headroom guarantee: slow-to-preempt jobs may only hold the slack outside the band.
@@ -436,7 +438,8 @@ def _preemptions(hours: HourPlan, steps: list[WorkloadStep], t: Training, policy
             ready_by = need_at - float(t.preempt_seconds[i])
             interval, last = float(t.checkpoint_interval[i]), float(t.last_checkpoint[i])
             ckpt = last + interval * max(math.floor((ready_by - last) / interval), 0)
-            if now <= ckpt and ckpt > last:
+            # a checkpoint still to come before ready_by, or the one taken just now: stopping there loses nothing
+            if ckpt >= now:
                 stop(np.array([i]), "planned", ckpt, first,
                      why + f"; stops at its checkpoint {pd.Timestamp(ckpt, unit='s', tz='UTC'):%H:%M}", lost=0.0)
             else:  # no checkpoint fits before then: run as long as possible, lose the partial interval

@@ -1,91 +1,385 @@
+"""The pure planner (planning.planner): plan_hours (reservation and headroom per period, fallback, capacity cut)
+and plan_step (reservation in force now, lent slack, preemptions), each decision with its reason."""
 import numpy as np
 import pandas as pd
 import pytest
 
-from planning.planner import Observation, Policy, RunningJob, Snapshot, WorkloadPolicy, plan
-from planning.queue import Job, TeamQuota, allocate
+from core.policy import PolicySpec
+from forecast.history import load_history
+from planning.planner import (
+    ClusterPolicy,
+    Forecast,
+    History,
+    Observed,
+    Training,
+    WorkloadPolicy,
+    newest_checkpoint,
+    plan_hours,
+    plan_step,
+    shares,
+)
 
 NOW = pd.Timestamp("2026-01-08 10:07", tz="UTC")
+HOUR = pd.Timestamp("2026-01-08 10:00", tz="UTC")
 
 
-def history(value=10.0, days=8, end=NOW):
+def at(hhmm: str) -> float:
+    return pd.Timestamp(f"2026-01-08 {hhmm}", tz="UTC").timestamp()
+
+
+def history(value=10.0, days=8, end=NOW) -> pd.Series:
     idx = pd.date_range(end.floor("h") - pd.Timedelta(days=days), end.floor("h"), freq="h")
     return pd.Series(value, index=idx, dtype=float)
 
 
-def forecast(values, hi_extra=5.0, start=NOW.floor("h")):
+def forecast(values, hi_extra=5.0, start=HOUR) -> Forecast:
     idx = pd.date_range(start, periods=len(values), freq="h")
     v = np.asarray(values, dtype=float)
-    return pd.DataFrame({0.9: v, 0.99: v + hi_extra}, index=idx)
+    return Forecast.of(pd.DataFrame({0.5: v / 2, 0.9: v, 0.99: v + hi_extra}, index=idx), 0.9, 0.99)
 
 
-def policy(**kw):
-    w = WorkloadPolicy("chat", demand_per_gpu=2.0, gpus_per_replica=2, min_gpus=2, max_gpus=60)
-    return Policy(capacity_gpus=64, workloads=(w,), horizon_hours=4, **kw)
+def workload(name="chat", **kw) -> WorkloadPolicy:
+    base = dict(demand_per_gpu=2.0, gpus_per_replica=2, min_gpus=2, max_gpus=60, lead_time_seconds=900.0,
+                warm_buffer=0.0, scale_in_delay_seconds=0.0)
+    return WorkloadPolicy(name, **{**base, **kw})
 
 
+def cluster(*workloads, capacity=64, weights=(("train-a", 1.0),), **kw) -> ClusterPolicy:
+    return ClusterPolicy(capacity, workloads or (workload(),), weights, horizon_hours=kw.pop("horizon_hours", 4), **kw)
+
+
+def hours_of(values, pol=None, hist=None, now=NOW, **fkw):
+    pol = pol or cluster()
+    name = pol.workloads[0].name
+    return plan_hours({name: forecast(values, **fkw)}, {name: History.of(history() if hist is None else hist, now)},
+                      pol, now)
+
+
+def observed(*samples, held=0, degraded=False) -> Observed:
+    """Demand samples as (epoch seconds, value)."""
+    times = np.array([t for t, _ in samples], float)
+    return Observed(times, np.array([v for _, v in samples], float), held, degraded)
+
+
+def training(*jobs, terminating=0) -> Training:
+    """jobs: dicts with id, gpus and optionally queue, priority, preempt, interval, last (epoch seconds)."""
+    col = lambda key, default, dtype=float: np.array([j.get(key, default) for j in jobs], dtype)  # noqa: E731
+    return Training(tuple(j["id"] for j in jobs), tuple(j.get("queue", "train-a") for j in jobs),
+                    col("gpus", 0, np.int64), col("priority", 0, np.int64), col("preempt", 60.0),
+                    col("interval", 1800.0), col("last", NOW.timestamp()), terminating)
+
+
+# --------------------------------------------------------------------------------------------- hours
 def test_capacity_model_rounds_up_to_whole_replicas_and_carries_reasons():
-    p = plan({"chat": forecast([9, 9, 9, 9])}, Snapshot({"chat": Observation(5.0, history())}), policy(), NOW)
-    r = p.reservations[0]
-    assert r.gpus == 6  # 9 demand / 2 per GPU = 4.5 GPUs -> 3 replicas of 2
-    assert r.source == "forecast" and "q0.9" in r.reason
-    assert p.hours[0].slack_gpus == 64 - 6
-    assert p.hours[0].headroom_gpus == 8 - 6  # q0.99 = 14 -> 8 GPUs
+    h = hours_of([9, 9, 9, 9])
+    (w,) = h.workloads
+    assert w.reserved[0] == 6  # 9 demand / 2 per GPU = 4.5 GPUs -> 3 replicas of 2
+    assert w.headroom[0] == 8 - 6  # q0.99 = 14 -> 7 GPUs -> 4 replicas = 8
+    assert h.slack[0] == 64 - 6
+    assert w.from_forecast.all() and not h.notes
+    reason = w.reason(0, cluster().workloads[0], 64)
+    assert "q0.9" in reason and "6 GPUs" in reason and "headroom 2" in reason
 
 
-def test_lead_time_reserves_next_hour_ramp_early():
-    p = plan({"chat": forecast([4, 40, 4, 4])}, Snapshot({"chat": Observation(4.0, history(4.0))}), policy(), NOW)
-    assert [r.gpus for r in p.reservations] == [20, 20, 2, 2]
+def test_hour_plan_starts_at_the_current_period_and_spans_the_horizon():
+    h = hours_of([9] * 8, pol=cluster(horizon_hours=6))
+    (w,) = h.workloads
+    assert w.starts[0] == HOUR.timestamp() and len(w.starts) == 6 and w.period == 3600.0
+    assert w.at(NOW.timestamp()) == 0 and w.at(at("11:00")) == 1 and w.at(at("23:00")) == 5
 
 
-def test_observed_demand_blocks_scale_in():
-    p = plan({"chat": forecast([4, 4, 4, 4])}, Snapshot({"chat": Observation(30.0, history())}), policy(), NOW)
-    assert p.reservations[0].gpus == 16 and "observed demand" in p.reservations[0].reason
+def test_clamps_min_max_and_margin():
+    assert list(hours_of([0, 0.5, 9, 500]).workloads[0].reserved) == [2, 2, 6, 60]  # min 2, max 60
+    margin = cluster(workload(margin_gpus=3))
+    assert list(hours_of([0, 9, 9, 500], pol=margin).workloads[0].reserved) == [3 + 0, 6 + 3, 9, 60]
+    unbounded = cluster(workload(max_gpus=None, min_gpus=0))
+    assert list(hours_of([0, 9, 500, 500], pol=unbounded).workloads[0].reserved) == [0, 6, 64, 64]  # top: lendable
+    lendable = cluster(workload(max_gpus=None), non_lendable_gpus=8)
+    assert hours_of([500] * 4, pol=lendable).workloads[0].reserved.max() == 56
 
 
-@pytest.mark.parametrize("bad", [np.nan, -3.0])
-def test_bad_forecast_falls_back_to_weekly_peak(bad):
+def test_over_capacity_later_workloads_give_way_first_never_below_their_minimum():
+    a, b = workload("a", min_gpus=2), workload("b", min_gpus=2)
+    pol = cluster(a, b, capacity=20)
+    fc = {"a": forecast([28, 28, 12, 12]), "b": forecast([28, 20, 28, 12])}
+    hist = {n: History.of(history(), NOW) for n in ("a", "b")}
+    h = plan_hours(fc, hist, pol, NOW)
+    ra, rb = h.workloads
+    # hour 0: both want 14 -> b cut to 6; hour 1: a 14 + b 10 -> b cut to 6; hour 2: 6 + 14 fits exactly
+    assert list(ra.reserved) == [14, 14, 6, 6] and list(ra.cut) == [0, 0, 0, 0]
+    assert list(rb.reserved) == [6, 6, 14, 6] and list(rb.cut) == [8, 4, 0, 0]
+    assert (ra.reserved + rb.reserved <= 20).all() and list(h.slack) == [0, 0, 0, 8]
+    assert "cut by 8 GPUs" in rb.reason(0, b, 20) and "cut" not in ra.reason(0, a, 20)
+    # b's minimum holds: a is cut once b is at its minimum
+    pol = cluster(workload("a", min_gpus=2), workload("b", min_gpus=10), capacity=20)
+    h = plan_hours(fc, hist, pol, NOW)
+    assert h.workloads[1].reserved[0] == 10 and h.workloads[0].reserved[0] == 10 and h.workloads[0].cut[0] == 4
+
+
+def test_minimums_that_do_not_fit_and_duplicate_names_are_refused():
+    with pytest.raises(ValueError, match="minimums"):
+        ClusterPolicy(10, (workload("a", min_gpus=6), workload("b", min_gpus=6)))
+    with pytest.raises(ValueError, match="minimums"):
+        ClusterPolicy(16, (workload("a", min_gpus=12),), non_lendable_gpus=6)
+    with pytest.raises(ValueError, match="unique"):
+        ClusterPolicy(64, (workload("a"), workload("a")))
+
+
+@pytest.mark.parametrize("bad", [np.nan, -3.0, "high-below-target"])
+def test_bad_forecast_periods_fall_back_to_last_weeks_same_hour_peak(bad):
     h = history(4.0)
     h[h.index.hour == 10] = 50.0  # last week's peak at this hour of day
-    p = plan({"chat": forecast([bad, 4, 4, 4])}, Snapshot({"chat": Observation(4.0, h)}), policy(), NOW)
-    assert p.reservations[0].source == "fallback" and p.reservations[0].gpus == 26
-    assert any("last week" in n for n in p.notes)
+    values = [0.0, 4, 4, 4] if bad == "high-below-target" else [bad, 4, 4, 4]
+    frame = pd.DataFrame({0.9: values, 0.99: [-1.0, 9, 9, 9] if bad == "high-below-target" else np.add(values, 5)},
+                         index=pd.date_range(HOUR, periods=4, freq="h"))
+    p = plan_hours({"chat": Forecast.of(frame, 0.9, 0.99)}, {"chat": History.of(h, NOW)}, cluster(), NOW)
+    (w,) = p.workloads
+    assert list(w.from_forecast) == [False, True, True, True]
+    assert w.reserved[0] == 26 and w.headroom[0] == 0  # 50 / 2 = 25 GPUs -> 13 replicas; no headroom from a fallback
+    assert list(w.reserved[1:]) == [2, 2, 2]
+    assert any("last week" in n and "1 period" in n for n in p.notes)
+    assert w.reason(0, cluster().workloads[0], 64).startswith("fallback (forecast missing, NaN or negative)")
 
 
-def test_stale_history_falls_back_and_missing_history_reserves_maximum():
-    stale = history(20.0, end=NOW - pd.Timedelta(hours=5))
-    p = plan({"chat": forecast([1, 1, 1, 1])}, Snapshot({"chat": Observation(1.0, stale)}), policy(), NOW)
-    assert all(r.source == "fallback" for r in p.reservations) and "stale" in p.reservations[0].reason
-    p = plan({}, Snapshot({}), policy(), NOW)
-    assert all(r.gpus == 60 for r in p.reservations)
+def test_missing_forecast_periods_and_no_forecast_fall_back():
+    h = history(16.0)
+    short = plan_hours({"chat": forecast([4, 4])}, {"chat": History.of(h, NOW)}, cluster(), NOW).workloads[0]
+    assert list(short.from_forecast) == [True, True, False, False] and list(short.reserved) == [2, 2, 8, 8]
+    late = forecast([4, 4, 4, 4], start=HOUR + pd.Timedelta(hours=1))
+    w = plan_hours({"chat": late}, {"chat": History.of(h, NOW)}, cluster(), NOW).workloads[0]
+    assert list(w.from_forecast) == [False, True, True, True]
+    none = plan_hours({"chat": None}, {"chat": History.of(h, NOW)}, cluster(), NOW)
+    assert not none.workloads[0].from_forecast.any() and list(none.workloads[0].reserved) == [8] * 4
+    assert none.workloads[0].why_fallback == "no forecast"
 
 
-def test_emergency_preemption_picks_least_work_lost():
-    jobs = [RunningJob(Job(f"j{i}", "a", 20, 3600), NOW - pd.Timedelta(minutes=m)) for i, m in enumerate([25, 2, 10])]
-    p = plan({"chat": forecast([4, 4, 4, 4])}, Snapshot({"chat": Observation(60.0, history())}, tuple(jobs)), policy(), NOW)
-    # 30 GPUs held for observed demand leave 34 for 60 GPUs of jobs: the two that lose least go
-    assert [(x.job_id, x.kind) for x in p.preemptions] == [("j1", "emergency"), ("j2", "emergency")]
-    assert "above forecast" in p.preemptions[0].reason
+def test_stale_history_falls_back_and_no_observed_week_reserves_everything_lendable():
+    old = history(20.0, end=NOW - pd.Timedelta(hours=5))  # the newest sample is 5 h old: the forecast is not trusted
+    p = plan_hours({"chat": forecast([1, 1, 1, 1])}, {"chat": History.of(old, NOW)}, cluster(), NOW)
+    (w,) = p.workloads
+    assert not w.from_forecast.any() and w.why_fallback == "stale history" and list(w.reserved) == [10] * 4
+    assert "stale" in w.reason(0, cluster().workloads[0], 64)
+    fresh_enough = plan_hours({"chat": forecast([1, 1, 1, 1])}, {"chat": History.of(old, NOW)},
+                              cluster(stale_after_seconds=6 * 3600), NOW)
+    assert fresh_enough.workloads[0].from_forecast.all()
+    # nothing observed at all: everything lendable, up to the workload's maximum
+    for pol, top in ((cluster(), 60), (cluster(workload(max_gpus=None), non_lendable_gpus=4), 60)):
+        p = plan_hours({}, {}, pol, NOW)
+        assert list(p.workloads[0].reserved) == [top] * 4 and list(p.slack) == [64 - pol.non_lendable_gpus - top] * 4
+    # an hour of day not seen in the week: everything lendable for that hour only
+    gappy = history(4.0)
+    gappy[gappy.index.hour == 11] = np.nan
+    w = plan_hours({}, {"chat": History.of(gappy, NOW)}, cluster(), NOW).workloads[0]
+    assert list(w.reserved) == [2, 60, 2, 2]
 
 
-def test_planned_reclaim_stops_at_checkpoint_before_ramp():
-    job = RunningJob(Job("j", "a", 60, 36000, checkpoint_interval_seconds=600), NOW - pd.Timedelta(minutes=7))
-    p = plan({"chat": forecast([4, 4, 40, 40])}, Snapshot({"chat": Observation(4.0, history(4.0))}, (job,)), policy(), NOW)
-    (x,) = p.preemptions
-    assert x.kind == "planned" and x.work_lost_seconds == 0 and x.at < NOW.floor("h") + pd.Timedelta(hours=2)
+def test_fallback_covers_every_sample_of_last_week_on_a_real_trace(shared_data):
+    """NASA's web logs stop on 1995-08-01 (Hurricane Erin): a day later the forecast is stale, and the plan for the
+    next day must cover, hour by hour, every 5-minute sample of the week before."""
+    raw = load_history(shared_data / "traces" / "nasa_http_1995_5min.csv")
+    now = pd.Timestamp("1995-08-02 12:30", tz="UTC")
+    seen = raw[raw.index <= now].dropna()
+    assert now - seen.index[-1] > pd.Timedelta(hours=2), "the trace's gap moved: pick another moment"
+    per_gpu = float(raw.quantile(0.99)) / 40
+    w = WorkloadPolicy("nasa", demand_per_gpu=per_gpu, min_gpus=1)
+    pol = ClusterPolicy(128, (w,), horizon_hours=24)
+    fc = Forecast(np.array([now.floor("h").timestamp() + 3600 * i for i in range(24)]), 3600.0,
+                  np.ones(24), np.ones(24) * 2)  # a forecast issued on stale data: ignored
+    (h,) = plan_hours({"nasa": fc}, {"nasa": History.of(raw, now)}, pol, now).workloads
+    assert not h.from_forecast.any() and h.why_fallback == "stale history"
+    week = seen[seen.index > now - pd.Timedelta(days=7)]
+    assert len(week) > 500
+    hour_of_day = pd.DatetimeIndex(pd.to_datetime(h.starts, unit="s", utc=True)).hour
+    for i, hod in enumerate(hour_of_day):
+        samples = week[week.index.hour == hod]
+        assert len(samples), f"no sample at {hod}:00 in the week"
+        assert h.reserved[i] * per_gpu >= samples.max() - 1e-6  # covers the peak...
+        assert (h.reserved[i] - 1) * per_gpu < samples.max()    # ...with no GPU to spare
+    assert len(set(h.reserved.tolist())) > 3  # it follows the daily cycle
 
 
-def test_slow_jobs_only_outside_headroom_band():
-    queued = (Job("slow", "a", 50, 3600, preemption_seconds=900), Job("fast", "a", 50, 3600, submitted_at=1))
-    p = plan({"chat": forecast([4, 4, 4, 4], hi_extra=40)}, Snapshot({"chat": Observation(4.0, history(4.0))}, (), queued), policy(), NOW)
-    assert [a.job_id for a in p.admissions] == ["fast"]  # slack 62, headroom 20: slow job would eat the band
+# --------------------------------------------------------------------------------------------- now
+def test_the_reservation_is_in_force_lead_time_ahead_of_the_hour():
+    h = hours_of([4, 40, 4, 4])
+    assert list(h.workloads[0].reserved) == [2, 20, 2, 2]  # the hourly plan itself has no lead
+    pol = cluster()
+    for t, want in (("10:07", 2), ("10:44:59", 2), ("10:45", 20), ("11:30", 20), ("11:44:59", 20), ("11:45", 20),
+                    ("12:00", 2)):
+        step = plan_step(h, {"chat": observed()}, training(), pol, at(t))
+        assert step.workloads[0].reserved_gpus == want, t
+        assert step.workloads[0].forecast_gpus == want and step.workloads[0].from_forecast
+    longer = cluster(workload(lead_time_seconds=3600.0))
+    assert plan_step(h, {}, training(), longer, at("10:00:01")).workloads[0].reserved_gpus == 20
+    # plan_step takes epoch seconds as int, float or a Timestamp alike
+    assert plan_step(h, {}, training(), pol, int(at("10:45"))).workloads[0].reserved_gpus == 20
+    stamp = pd.Timestamp("2026-01-08 10:45", tz="UTC")
+    assert plan_step(h, {}, training(), pol, stamp).workloads[0].reserved_gpus == 20
 
 
-def test_fair_share_lends_idle_quota_and_is_fifo_within_priority():
-    quotas = (TeamQuota("a", 8), TeamQuota("b", 8))
-    queued = [Job(f"a{i}", "a", 4, 60, submitted_at=i) for i in range(4)] + [Job("b0", "b", 4, 60, submitted_at=9)]
-    grants = allocate(16, 16, queued, {}, quotas, 300)
-    assert [g.job.id for g in grants] == ["a0", "b0", "a1", "a2"]
-    assert "borrows" in grants[-1].reason
-    grants = allocate(4, 4, [Job("lo", "a", 4, 60), Job("hi", "a", 4, 60, priority=5, submitted_at=3)], {}, quotas, 300)
-    assert grants[0].job.id == "hi"
+def test_recent_observed_peak_and_warm_buffer_block_scale_in():
+    h = hours_of([4, 4, 4, 4])
+    now = NOW.timestamp()
+    demand = observed((now - 300, 30.0), (now, 6.0))
+    kept = cluster(workload(scale_in_delay_seconds=600.0))
+    s = plan_step(h, {"chat": demand}, training(), kept, now).workloads[0]
+    assert (s.reserved_gpus, s.peak_gpus, s.forecast_gpus) == (16, 16, 2)  # 30 / 2 = 15 GPUs -> 8 replicas
+    assert "recent peak 16" in s.reason
+    short = cluster(workload(scale_in_delay_seconds=120.0))  # the 30 is older than the delay: only the 6 counts
+    assert plan_step(h, {"chat": demand}, training(), short, now).workloads[0].reserved_gpus == 4
+    buffered = cluster(workload(scale_in_delay_seconds=600.0, warm_buffer=1.0))
+    s = plan_step(h, {"chat": demand}, training(), buffered, now).workloads[0]
+    assert (s.buffer_gpus, s.reserved_gpus) == (4, 20)  # 1.0 x sqrt(16)
+    future = observed((now + 60, 500.0))  # a sample after now is not seen
+    assert plan_step(h, {"chat": future}, training(), kept, now).workloads[0].reserved_gpus == 2
+    capped = plan_step(h, {"chat": observed((now, 1000.0))}, training(), kept, now).workloads[0]
+    assert capped.reserved_gpus == 60  # the maximum holds
+
+
+def test_degraded_data_never_lowers_the_reservation():
+    h = hours_of([4, 4, 4, 4])
+    pol, now = cluster(), NOW.timestamp()
+    assert plan_step(h, {"chat": observed(held=30)}, training(), pol, now).workloads[0].reserved_gpus == 2
+    s = plan_step(h, {"chat": observed(held=30, degraded=True)}, training(), pol, now).workloads[0]
+    assert s.reserved_gpus == 30 and s.degraded and "not lowered" in s.reason
+    up = plan_step(hours_of([40, 40, 40, 40]), {"chat": observed(held=10, degraded=True)}, training(), pol, now)
+    assert up.workloads[0].reserved_gpus == 20  # ...but still goes up
+    top = plan_step(h, {"chat": observed(held=64, degraded=True)}, training(), pol, now)
+    assert top.workloads[0].reserved_gpus == 60
+
+
+def test_step_cut_to_capacity_later_workloads_first():
+    a, b = workload("a", min_gpus=2), workload("b", min_gpus=4)
+    pol = cluster(a, b, capacity=40)
+    fc = {"a": forecast([4] * 4), "b": forecast([4] * 4)}
+    hist = {n: History.of(history(), NOW) for n in ("a", "b")}
+    h = plan_hours(fc, hist, pol, NOW)
+    now = NOW.timestamp()
+    s = plan_step(h, {"a": observed((now, 60.0)), "b": observed((now, 60.0))}, training(), pol, now)
+    assert [w.reserved_gpus for w in s.workloads] == [30, 10] and [w.cut_gpus for w in s.workloads] == [0, 20]
+    assert "cut by 20" in s.workloads[1].reason and s.lent_gpus == 0
+    s = plan_step(h, {"a": observed((now, 90.0)), "b": observed((now, 60.0))}, training(), pol, now)
+    assert [w.reserved_gpus for w in s.workloads] == [36, 4]  # b at its minimum, a cut
+
+
+def test_slack_split_by_team_weight_with_largest_remainders():
+    assert shares(10, [("a", 1), ("b", 1), ("c", 1)]) == {"a": 4, "b": 3, "c": 3}  # ties by name
+    assert shares(7, [("a", 2), ("b", 1)]) == {"a": 5, "b": 2}   # 4.67 / 2.33
+    assert shares(10, [("x", 1), ("y", 3), ("z", 6)]) == {"x": 1, "y": 3, "z": 6}
+    assert shares(5, [("b", 1), ("a", 1)]) == {"a": 3, "b": 2}  # ties by name, whatever the order given
+    assert shares(9, []) == {}
+    pol = cluster(weights=(("research", 3.0), ("vision", 1.0)))
+    s = plan_step(hours_of([9, 9, 9, 9], pol=pol), {}, training(), pol, NOW.timestamp())
+    assert s.lent_gpus == 58 and s.quotas == {"research": 44, "vision": 14}  # 43.5 / 14.5: tie by name
+
+
+def test_headroom_band_and_its_floor():
+    pol = cluster()
+    s = plan_step(hours_of([4] * 4, hi_extra=40), {}, training(), pol, NOW.timestamp())
+    assert (s.workloads[0].headroom_gpus, s.headroom_gpus, s.lent_gpus) == (20, 20, 62)  # q0.99 44 -> 22 GPUs
+    floor = cluster(workload(headroom_floor_gpus=30))
+    s = plan_step(hours_of([4] * 4, hi_extra=40, pol=floor), {}, training(), floor, NOW.timestamp())
+    assert s.headroom_gpus == 30
+    # the band is never more than what is lent
+    tight = cluster(workload(max_gpus=None, headroom_floor_gpus=30), capacity=40)
+    s = plan_step(hours_of([60] * 4, pol=tight), {}, training(), tight, NOW.timestamp())
+    assert (s.lent_gpus, s.headroom_gpus) == (10, 10)
+
+
+# --------------------------------------------------------------------------------------------- preemptions
+def test_emergency_preemption_when_observed_demand_exceeds_the_forecast_least_work_lost_first():
+    jobs = training(*({"id": f"j{i}", "gpus": 20, "last": NOW.timestamp() - m * 60} for i, m in enumerate([25, 2, 10])))
+    now = NOW.timestamp()
+    s = plan_step(hours_of([4] * 4), {"chat": observed((now, 60.0))}, jobs, cluster(), now)
+    # 30 GPUs for the observed demand leave 34 for 60 GPUs of jobs: the two that lose least go, now
+    assert [(x.job, x.kind, x.gpus) for x in s.preemptions] == [("j1", "emergency", 20), ("j2", "emergency", 20)]
+    assert s.due() == s.preemptions and all(x.at == now and x.workload == "chat" for x in s.preemptions)
+    assert [x.work_lost_seconds for x in s.preemptions] == [120.0, 600.0]
+    assert "observed demand above the forecast" in s.preemptions[0].reason and "26 GPUs more" in s.preemptions[0].reason
+    # training within the slack: nothing is preempted
+    light = training({"id": "j", "gpus": 34})
+    assert plan_step(hours_of([4] * 4), {"chat": observed((now, 60.0))}, light, cluster(), now).preemptions == ()
+
+
+def test_planned_preemption_when_the_reservation_rises_on_forecast():
+    jobs = training({"id": "a", "gpus": 30, "last": at("10:40")}, {"id": "b", "gpus": 30, "last": at("10:30")})
+    s = plan_step(hours_of([4, 40, 4, 4]), {}, jobs, cluster(), at("10:45"))
+    (x,) = s.preemptions
+    assert (x.job, x.kind, x.at, x.work_lost_seconds) == ("a", "planned", at("10:45"), 300.0)  # 60 > 44 lent
+    assert "training holds 16 GPUs more than the 44 lent" in x.reason and "observed" not in x.reason
+
+
+def test_ramp_up_preemption_is_planned_at_the_last_checkpoint_before_the_gpus_are_needed():
+    ramp = hours_of([4, 40, 40, 40])  # 11:00: 20 GPUs reserved, slack 44; needed by 10:45
+    job = {"id": "j", "gpus": 60, "interval": 600.0, "preempt": 60.0}
+    s = plan_step(ramp, {}, training({**job, "last": at("10:30")}), cluster(), at("10:35"))
+    (x,) = s.preemptions
+    assert (x.kind, x.at, x.work_lost_seconds) == ("planned", at("10:40"), 0.0)  # ready by 10:44: checkpoint 10:40
+    assert s.due() == () and "ramp-up at 11:00" in x.reason and "checkpoint 10:40" in x.reason
+    # at that checkpoint it is due, still losing nothing
+    s = plan_step(ramp, {}, training({**job, "last": at("10:40")}), cluster(), at("10:40"))
+    assert [(p.job, p.at, p.work_lost_seconds) for p in s.due()] == [("j", at("10:40"), 0.0)]
+    # no checkpoint before the GPUs are needed: it runs as long as it can and loses the partial interval
+    s = plan_step(ramp, {}, training({**job, "interval": 3600.0, "last": at("10:00")}), cluster(), at("10:07"))
+    (x,) = s.preemptions
+    assert (x.at, x.work_lost_seconds) == (at("10:44"), 44 * 60.0) and "no checkpoint before then" in x.reason
+    # slower to stop (within a 20-minute reclaim deadline): ready earlier, so an earlier checkpoint
+    patient = cluster(workload(reclaim_deadline_seconds=1200.0))
+    s = plan_step(ramp, {}, training({**job, "preempt": 900.0, "last": at("10:20")}), patient, at("10:25"))
+    assert [(p.at, p.work_lost_seconds) for p in s.preemptions] == [(at("10:30"), 0.0)]
+    # only as many as the ramp needs: 16 GPUs over, the 20-GPU job with least work lost at 10:45 goes
+    three = training({"id": "x", "gpus": 20, "interval": 600.0, "last": at("10:30")},
+                     {"id": "y", "gpus": 20, "interval": 600.0, "last": at("10:32")},
+                     {"id": "z", "gpus": 20, "interval": 1800.0, "last": at("10:20")})
+    s = plan_step(ramp, {}, three, cluster(), at("10:35"))
+    assert [(p.job, p.at, p.work_lost_seconds) for p in s.preemptions] == [("y", at("10:42"), 0.0)]
+    # a ramp beyond a checkpoint interval (plus lead and stop time) is decided later
+    later = hours_of([4, 4, 40, 40])
+    assert plan_step(later, {}, training({**job, "last": at("10:00")}), cluster(), at("10:07")).preemptions == ()
+
+
+def test_slow_to_preempt_jobs_are_kept_out_of_the_headroom_band():
+    h = hours_of([4] * 4, hi_extra=40)  # lent 62, band 20: slow jobs may hold 42
+    now = NOW.timestamp()
+    jobs = training({"id": "slow1", "gpus": 30, "preempt": 900.0, "last": now - 600},
+                    {"id": "slow2", "gpus": 30, "preempt": 900.0, "last": now - 60},
+                    {"id": "fast", "gpus": 2, "preempt": 30.0, "last": now - 30})
+    s = plan_step(h, {}, jobs, cluster(), now)
+    (x,) = s.preemptions
+    assert (x.job, x.kind, x.at) == ("slow2", "planned", now) and "headroom band" in x.reason
+    fits = training({"id": "slow", "gpus": 42, "preempt": 900.0}, {"id": "fast", "gpus": 20, "preempt": 30.0})
+    assert plan_step(h, {}, fits, cluster(), now).preemptions == ()
+    deadline = cluster(workload(reclaim_deadline_seconds=1200.0))  # 900 s is fast enough under a 20-minute deadline
+    assert plan_step(hours_of([4] * 4, hi_extra=40, pol=deadline), {}, jobs, deadline, now).preemptions == ()
+
+
+@pytest.mark.parametrize("jobs, first", [
+    # least work lost first
+    ([dict(id="a", last=-600), dict(id="b", last=-60), dict(id="c", last=-300)], "b"),
+    # equal work lost: lowest priority first
+    ([dict(id="a", priority=5), dict(id="b", priority=1), dict(id="c", priority=3)], "b"),
+    # equal work lost and priority: fastest to preempt first
+    ([dict(id="a", preempt=120.0), dict(id="b", preempt=90.0), dict(id="c", preempt=30.0)], "c"),
+    # all equal: by id
+    ([dict(id="c"), dict(id="a"), dict(id="b")], "a"),
+])
+def test_victim_order(jobs, first):
+    now = NOW.timestamp()
+    t = training(*({**j, "gpus": 24, "last": now + j.get("last", -120)} for j in jobs))
+    s = plan_step(hours_of([4] * 4), {"chat": observed((now, 12.0))}, t, cluster(), now)  # 6 reserved: 58 lent
+    assert [x.job for x in s.preemptions] == [first]
+
+
+def test_newest_checkpoint():
+    since = np.array([0.0, 100.0, 500.0])
+    assert list(newest_checkpoint(since, np.array([60.0, 60.0, 60.0]), 400.0)) == [360.0, 400.0, 500.0]
+
+
+def test_workload_policy_from_a_reservation_policy_spec():
+    spec = PolicySpec.model_validate({
+        "query": "q", "capacity": {"demandPerGpu": 3.5, "gpusPerReplica": 4}, "leadTime": "20m",
+        "scaleInDelay": "1h", "reclaimDeadline": "90s", "warmBuffer": 0.5, "minGpus": 4, "maxGpus": 32,
+        "marginGpus": 2, "headroomFloorGpus": 3, "targetQuantile": 0.8, "headroomQuantile": 0.95,
+        "target": {"kind": "Deployment", "name": "d"}})
+    w = WorkloadPolicy.from_spec("ns/p", spec)
+    assert w == WorkloadPolicy("ns/p", 3.5, 4, 0.8, 0.95, 1200.0, 0.5, 3600.0, 4, 32, 2, 3, 90.0)
+    assert w.gpus(14.0) == 4 and w.gpus(14.1) == 8 and w.gpus(float("nan")) == 0 and w.gpus(-1) == 0

@@ -1,0 +1,116 @@
+"""planning.kueue.admit, the embedded cluster's model of Kueue's admission, against what Kueue's documentation says
+(../shared/kueue/docs/cluster_queue.md: queueing strategies, cohorts, "Flavors and borrowing semantics",
+"Borrowing example", BorrowingLimit), for one flavor (GPUs) and every training ClusterQueue in one cohort."""
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from planning.kueue import admit
+
+
+def run(pending, usage=None, quotas=None, free=1000, scan=64):
+    """pending: (id, queue, gpus, priority, created) rows; returns the admitted ids in admission order."""
+    ids = [p[0] for p in pending]
+    chosen = admit(np.array([p[1] for p in pending], dtype=object), np.array([p[2] for p in pending], np.int64),
+                   np.array([p[3] for p in pending], np.int64), np.array([p[4] for p in pending], float), ids,
+                   usage or {}, quotas, free, scan)
+    return [ids[i] for i in chosen]
+
+
+def test_best_effort_fifo_a_head_that_does_not_fit_does_not_block_smaller_ones():
+    # "older Workloads that can't be admitted will not block newer Workloads that fit in the available quota"
+    pending = [("big", "a", 8, 0, 1.0), ("small", "a", 4, 0, 2.0), ("small2", "a", 4, 0, 3.0)]
+    assert run(pending, quotas={"a": 6}) == ["small"]
+    assert run(pending, quotas={"a": 8}) == ["big"]
+
+
+def test_ordered_by_priority_then_creation_time():
+    pending = [("old", "a", 2, 0, 1.0), ("new", "a", 2, 0, 5.0), ("urgent", "a", 2, 3, 9.0), ("newer", "a", 2, 0, 7.0)]
+    assert run(pending, quotas={"a": 6}) == ["urgent", "old", "new"]
+    assert run(pending, quotas={"a": 100}) == ["urgent", "old", "new", "newer"]
+
+
+def test_borrowing_example_from_the_docs():
+    """team-a-cq nominal 9, team-b-cq nominal 12, one cohort: "If team-b-cq has no admitted Workloads, then team-a-cq
+    can admit Workloads with resources adding up to 12+9=21"."""
+    quotas = {"team-a-cq": 9, "team-b-cq": 12}
+    pending = [(f"a{i}", "team-a-cq", 1, 0, float(i)) for i in range(30)]
+    assert len(run(pending, quotas=quotas)) == 21
+    # a queue outside the cohort's quotas (no ClusterQueue) admits nothing
+    assert run([("x", "nowhere", 1, 0, 0.0)], quotas=quotas) == []
+
+
+def test_within_nominal_quota_goes_before_borrowing():
+    """"If team-b-cq has pending Workloads and team-a-cq has all its nominalQuota used, Kueue will admit Workloads in
+    team-b-cq before admitting any new Workloads in team-a-cq" - even a's older, higher-priority ones."""
+    quotas = {"team-a-cq": 9, "team-b-cq": 12}
+    pending = [("a-next", "team-a-cq", 4, 5, 0.0), ("b0", "team-b-cq", 4, 0, 10.0), ("b1", "team-b-cq", 4, 0, 11.0)]
+    got = run(pending, usage={"team-a-cq": 9}, quotas=quotas)
+    assert got[:2] == ["b0", "b1"] and got == ["b0", "b1", "a-next"]  # then a borrows what b leaves: 12 - 8 = 4
+    # with GPUs for one only, b's gets them
+    assert run(pending, usage={"team-a-cq": 9}, quotas=quotas, free=4) == ["b0"]
+
+
+def test_among_borrowers_higher_priority_first_then_creation():
+    quotas = {"a": 0, "b": 0, "c": 10}
+    pending = [("a-low", "a", 4, 0, 0.0), ("b-high", "b", 4, 2, 5.0), ("a-mid", "a", 4, 1, 1.0)]
+    assert run(pending, quotas=quotas) == ["b-high", "a-mid"]  # 10 to borrow: two of 4
+    pending = [("a-old", "a", 4, 0, 0.0), ("b-new", "b", 4, 0, 5.0), ("a-new", "a", 4, 0, 6.0)]
+    assert run(pending, quotas=quotas, free=8) == ["a-old", "b-new"]
+
+
+def test_borrowing_never_takes_the_cohort_over_its_nominal_quotas():
+    """Without a borrowingLimit a queue "can borrow up to the sum of nominal quotas from all the ClusterQueues in the
+    cohort": what one queue already borrowed is not unused quota any more, in the queue it came from either."""
+    quotas = {"a": 10, "b": 10}
+    # a holds 15 after the planner shrank the quotas (Kueue does not evict on a shrink): 5 left in the cohort
+    assert run([("a-more", "a", 8, 0, 0.0)], usage={"a": 15}, quotas=quotas) == []
+    assert run([("a-more", "a", 5, 0, 0.0)], usage={"a": 15}, quotas=quotas) == ["a-more"]
+    assert run([("b-new", "b", 8, 0, 0.0)], usage={"a": 15}, quotas=quotas) == []
+    assert run([("b-new", "b", 4, 0, 0.0), ("b-2", "b", 2, 0, 1.0)], usage={"a": 15}, quotas=quotas) == ["b-new"]
+    # both over: nothing
+    assert run([("b", "b", 1, 0, 0.0)], usage={"a": 12, "b": 9}, quotas=quotas) == []
+
+
+def test_physically_free_gpus_bound_admission():
+    pending = [("a0", "a", 4, 0, 0.0), ("a1", "a", 4, 0, 1.0), ("a2", "a", 2, 0, 2.0)]
+    assert run(pending, quotas={"a": 100}, free=6) == ["a0", "a2"]  # a1 does not fit, a2 behind it does
+    assert run(pending, quotas={"a": 100}, free=0) == []
+
+
+def test_a_scheduling_cycle_looks_at_scan_workloads_per_queue():
+    pending = [(f"big{i}", "a", 50, 0, float(i)) for i in range(3)] + [("small", "a", 1, 0, 9.0)]
+    assert run(pending, quotas={"a": 10}, scan=3) == []
+    assert run(pending, quotas={"a": 10}, scan=4) == ["small"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("abc"), st.integers(1, 8), st.integers(0, 2), st.integers(0, 50)),
+                max_size=25),
+       st.fixed_dictionaries({q: st.integers(0, 20) for q in "abc"}),
+       st.fixed_dictionaries({q: st.integers(0, 25) for q in "abc"}),
+       st.integers(0, 60))
+def test_admission_invariants(rows, quotas, usage, free):
+    pending = [(f"w{i}", q, g, p, float(c)) for i, (q, g, p, c) in enumerate(rows)]
+    got = run(pending, usage=usage, quotas=quotas, free=free)
+    by_id = {p[0]: p for p in pending}
+    assert len(got) == len(set(got))
+    admitted = sum(by_id[i][2] for i in got)
+    assert admitted <= free
+    # the cohort never goes over its nominal quotas through admission
+    assert admitted <= max(sum(quotas.values()) - sum(usage.values()), 0)
+    # within a queue, a Workload passed over for a later one of the same or lower rank did not fit then:
+    # BestEffortFIFO never admits past a smaller-or-equal Workload ahead of it that fitted
+    for q in "abc":
+        line = sorted((p for p in pending if p[1] == q), key=lambda p: (-p[3], p[4], p[0]))
+        taken = [p for p in line if p[0] in got]
+        if taken:
+            last = line.index(taken[-1])
+            skipped = [p for p in line[:last] if p[0] not in got]
+            assert all(p[2] > taken[-1][2] for p in skipped)
+    # it admits until nothing else fits: any Workload left over fits neither the GPUs nor the cohort's quota
+    left_free = free - admitted
+    left_quota = sum(quotas.values()) - sum(usage.values()) - admitted
+    for p in pending:
+        if p[0] not in got:
+            assert p[2] > left_free or p[2] > left_quota
