@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from core.cluster import Elector
-from core.errors import NotFound
+from core.errors import ConfigError, NotFound
 from core.objects import ObjectRef, PolicyStatus, TargetRef, TargetState, WorkloadInfo
 from core.policy import PolicySpec, parse_policy_spec
 from core.settings import WorldSettings
@@ -150,21 +150,9 @@ class EmbeddedCluster:
         self.specs: dict[str, PolicySpec] = {}
         self.quotas: dict[str, int] = {}
         self.inference: dict[str, _Inference] = {}
-        training: list[str] = []
+        self.training_queues: list[str] = []
         for p in self.policies:
-            meta = p["metadata"]
-            key = f"{meta.get('namespace', 'default')}/{meta['name']}"
-            spec = parse_policy_spec(p.get("spec"), f"ReservationPolicy {key}")
-            self.specs[key] = spec
-            t = spec.target
-            ref = TargetRef(t.kind, t.name, None if t.kind == "ClusterQueue" else t.namespace or meta.get("namespace", "default"))
-            self.inference[key] = _Inference(key, ref, spec.capacity.gpus_per_replica, spec.capacity.demand_per_gpu)
-            for q in [*spec.training_cluster_queues, spec.inference_cluster_queue, t.name if t.kind == "ClusterQueue" else None]:
-                if q is not None:
-                    self.quotas.setdefault(q, 0)
-            training += [q for q in spec.training_cluster_queues if q not in training]
-        self.training_queues = training
-        self._queue_index = {q: i for i, q in enumerate(training)}
+            self._hold(p)
         self.demand = {}
         for key, series in demand.items():
             values = pd.Series(series.to_numpy(float)).ffill().fillna(0.0).to_numpy()  # a gap: demand as last seen
@@ -178,6 +166,41 @@ class EmbeddedCluster:
         self._arrivals = None
         if jobs is not None:  # a job trace: (gpus, work seconds, arrival offset seconds from `start`)
             self._arrivals = (np.asarray(jobs[0]), np.asarray(jobs[1]), start + np.asarray(jobs[2]), 0)
+
+    def _hold(self, p: dict) -> None:
+        """A valid policy's target, and every ClusterQueue it names, exist in the cluster (quotas start at 0). An
+        invalid policy is held as a real cluster holds it: the controller refuses it and says why."""
+        meta = p["metadata"]
+        key = f"{meta.get('namespace', 'default')}/{meta['name']}"
+        try:
+            spec = parse_policy_spec(p.get("spec"), f"ReservationPolicy {key}")
+        except ConfigError:
+            return
+        self.specs[key] = spec
+        t = spec.target
+        namespace = None if t.kind == "ClusterQueue" else t.namespace or meta.get("namespace", "default")
+        ref = TargetRef(t.kind, t.name, namespace)
+        if key not in self.inference or self.inference[key].ref != ref:
+            self.inference[key] = _Inference(key, ref, spec.capacity.gpus_per_replica, spec.capacity.demand_per_gpu)
+        queue_target = t.name if t.kind == "ClusterQueue" else None
+        for q in [*spec.training_cluster_queues, spec.inference_cluster_queue, queue_target]:
+            if q is not None:
+                self.quotas.setdefault(q, 0)
+        self.training_queues += [q for q in spec.training_cluster_queues if q not in self.training_queues]
+
+    def apply_policy(self, obj: dict) -> None:
+        """`kubectl apply` of a ReservationPolicy: created, or its spec replaced (metadata.generation goes up)."""
+        obj = copy.deepcopy(obj)
+        meta = obj["metadata"]
+        for i, p in enumerate(self.policies):
+            if (p["metadata"].get("namespace"), p["metadata"]["name"]) == (meta.get("namespace"), meta["name"]):
+                meta["generation"] = int(p["metadata"].get("generation", 1) or 1) + 1
+                self.policies[i] = obj
+                break
+        else:
+            meta.setdefault("generation", 1)
+            self.policies.append(obj)
+        self._hold(obj)
 
     # ------------------------------------------------------------------------------------ Cluster: reads
     def reservation_policies(self, namespace: str | None = None) -> list[dict]:
@@ -294,6 +317,7 @@ class EmbeddedCluster:
         self.statuses[(namespace, name)] = {
             "reservedGpus": status.reserved_gpus, "slackGpus": status.slack_gpus,
             "headroomGpus": status.headroom_gpus, "planId": status.plan_id, "model": status.model,
+            "observedGeneration": status.observed_generation,
             "forecastDemand": status.forecast_demand, "nextHours": list(status.next_hours),
             "realizedError": dict(status.realized_error or {}), "conditions": list(conditions.values())}
         return self.statuses[(namespace, name)]

@@ -115,6 +115,29 @@ def feasible(policies: list[PolicyObject], lendable: int) -> tuple[list[PolicyOb
     return kept, refused
 
 
+def headroom_condition(reclaimable: int, band: int, wanted: int, lent: int) -> Condition:
+    """HeadroomAtRisk: the lent GPUs of the headroom band (`band`, the policies' headroom to their headroom quantile,
+    `wanted`, within what is lent) cannot all come back within the deadline; or the headroom quantile asks for more
+    than the cluster has left to lend, so demand up to it cannot be served whatever comes back."""
+    said = f"{reclaimable} GPUs reclaimable within the deadline; the headroom band is {band}"
+    if reclaimable < band:
+        return Condition("HeadroomAtRisk", "True", "ReclaimableBelowHeadroom", said)
+    if wanted > band:
+        return Condition("HeadroomAtRisk", "True", "HeadroomAboveCapacity",
+                         f"{said}; the headroom quantile asks for {wanted} but only {lent} GPUs are lent")
+    return Condition("HeadroomAtRisk", "False", "HeadroomCovered", said)
+
+
+def _refused_already(objects: list[dict], ref: ObjectRef, message: str) -> bool:
+    """The policy's status already says Ready=False for this reason (a restarted controller reported it)."""
+    for obj in objects:
+        meta = obj.get("metadata") or {}
+        if (meta.get("namespace"), meta.get("name")) == (ref.namespace, ref.name):
+            return any(c.get("type") == "Ready" and c.get("status") == "False" and c.get("message") == message
+                       for c in (obj.get("status") or {}).get("conditions", []))
+    return False
+
+
 @dataclass(frozen=True)
 class _Input:
     """One policy's inputs to this reconcile."""
@@ -211,7 +234,8 @@ class Reconciler:
 
     def _reconcile(self, now: pd.Timestamp) -> ControllerState:
         lendable = self.cfg.capacity_gpus - self.cfg.non_lendable_gpus
-        policies, refused = parse_policies(self.cluster.reservation_policies(self.cfg.namespace))
+        objects = self.cluster.reservation_policies(self.cfg.namespace)
+        policies, refused = parse_policies(objects)
         policies, too_big = feasible(policies, lendable)
         refused = {**refused, **too_big}
         states: dict[str, PolicyState] = {}
@@ -219,7 +243,8 @@ class Reconciler:
         for ref, message in refused.items():
             key = f"{ref.namespace}/{ref.name}"
             states[key] = PolicyState(key, "", False, message)
-            if self._reported.get(ref) != message:  # one event per new refusal, not one per reconcile
+            if self._reported.get(ref) != message and not _refused_already(objects, ref, message):
+                # one event per new refusal, not one per reconcile (nor one per restart: the status remembers)
                 why = "InvalidSpec" if ref not in too_big else "PlanInfeasible"
                 report += [RecordEvent(EventNote(ref, why, message, "Warning")),
                            PatchStatus(ref, PolicyStatus(0, 0, 0, (Condition("Ready", "False", why, message),)))]
@@ -264,8 +289,7 @@ class Reconciler:
             log.exception("%s: observing its demand failed", p.key)
             self._error("internal", p.key, exc)
             empty = pd.Series(dtype=float, index=pd.DatetimeIndex([], tz="UTC"))
-            return _Input(p, self._raw.get(p.key, empty), f"InternalError: {type(exc).__name__}: {exc}", None,
-                          f"InternalError: {type(exc).__name__}: {exc}")
+            return _Input(p, self._raw.get(p.key, empty), f"InternalError: {type(exc).__name__}: {exc}", None)
 
     def _observe(self, p: PolicyObject, now: pd.Timestamp) -> _Input:
         degraded, fault = None, None
@@ -421,9 +445,7 @@ class Reconciler:
                 Condition("FallbackActive", "True" if fallback else "False",
                           "ConservativeReservation" if fallback else "ForecastInUse",
                           wh.reason(0, policy.workloads[inputs.index(i)], policy.lendable) if fallback else ""),
-                Condition("HeadroomAtRisk", "True" if reclaimable < wanted else "False",
-                          "ReclaimableBelowHeadroom" if reclaimable < wanted else "HeadroomCovered",
-                          f"{reclaimable} GPUs reclaimable within the deadline; the plan's headroom asks for {wanted}"))
+                headroom_condition(reclaimable, step.headroom_gpus, wanted, step.lent_gpus))
             fault = i.fault or (i.degraded if fallback else None)
             if fault and self._faults.get(p.key) != fault:  # a new fault: one Warning event
                 actions.append(RecordEvent(EventNote(p.ref, "FallbackActive" if fallback else "ForecastDegraded",

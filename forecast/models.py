@@ -59,8 +59,8 @@ class PointModel:
         self.values_ = values
         try:
             self._fit(values)
-        except TooShort as exc:  # early inner-backtest folds hit this routinely: say so quietly
-            self._fall_back(f"too short: {exc}", logging.INFO)
+        except TooShort as exc:  # early inner-backtest folds hit this routinely: debug only (issue 12)
+            self._fall_back(f"too short: {exc}", logging.DEBUG)
         except Exception as exc:  # a numerical failure must not leave us without a forecast
             self._fall_back(f"{type(exc).__name__}: {exc}")
         return self

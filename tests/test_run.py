@@ -1,35 +1,46 @@
-"""The controller loop on the embedded cluster (adapters.embedded.InMemoryCluster).
+"""The controller on the embedded cluster (adapters.embedded.EmbeddedCluster): `headroom run` without Kubernetes.
 
-Each behaviour here is proven against the real API server and Prometheus in
-tests/test_run_real.py; this file covers the decisions, fast.
+The cluster here is the in-process world the simulator uses (warm-up, Kueue admission of a saturated training
+backlog, checkpoints, termination, requeue), stepped as cli/run.py steps it: time passes, one reconcile, Kueue's
+pass. Each behaviour is proven against the real API server and Prometheus in tests/test_run_real.py; this file
+covers the decisions, fast. MLflow is real: a sqlite store and a real `mlflow server`.
 """
 from __future__ import annotations
+
+import math
 
 import pandas as pd
 import pytest
 
-from adapters.embedded import InMemoryCluster
-from core.settings import RunConfig
-from core.objects import WorkloadInfo
-from controller.demand import FileDemand
-from controller.reconcile import Reconciler, parse_policies
+from adapters.embedded import EmbeddedCluster
 from adapters.prometheus import PrometheusError
+from controller.actions import Evict
+from controller.demand import FileDemand
+from controller.executor import execute
+from controller.reconcile import Reconciler, parse_policies
+from core.objects import TargetRef
+from core.policy import API_VERSION, KIND
+from core.settings import RunConfig, WorldSettings
 from forecast.synthetic import synthetic_demand, write_csv
-from training.realized import ForecastLog
 from tests.test_training import mlflow_server  # noqa: F401 -- the real `mlflow server` fixture
+from training.realized import ForecastLog
 
 # 21 days of synthetic 5-min demand from Monday 2026-01-05; the tests run in its third week, when weekday
-# mornings ramp up (FileDemand never shows the controller a sample after its `now`).
+# mornings ramp up to a 10:30 peak of ~100 GPUs (FileDemand never shows the controller a sample after its `now`).
 DEMAND = synthetic_demand(days=21, peak=1000.0)
 MONDAY_6AM = pd.Timestamp("2026-01-19T06:00:00Z")
+AT_9 = MONDAY_6AM + pd.Timedelta(hours=3)
+# training jobs of 8 GPUs that stop within a minute: what the eviction tests count is easy to read
+EIGHTS = WorldSettings(backlog_job_gpus=(8,), preemption_seconds=(60.0, 60.0))
 
 
-def policy(name="chat", mode="active", **spec):
+def policy(name="chat", mode="active", **spec) -> dict:
     body = {"query": "sum(rate(requests_total[5m]))", "statistic": "max",
             "capacity": {"demandPerGpu": 10.0, "gpusPerReplica": 2}, "target": {"kind": "Deployment", "name": name},
             "trainingClusterQueues": ["research"], "minGpus": 2, "leadTime": "15m", "mode": mode}
     body.update(spec)
-    return {"metadata": {"name": name, "namespace": "inference", "generation": 1}, "spec": body}
+    return {"apiVersion": API_VERSION, "kind": KIND,
+            "metadata": {"name": name, "namespace": "inference", "generation": 1}, "spec": body}
 
 
 @pytest.fixture
@@ -39,39 +50,86 @@ def demand_file(tmp_path):
     return path
 
 
-def make(demand_file, tmp_path, *policies, demand=None, **run):
-    cluster = InMemoryCluster(policies=list(policies) or [policy()], quotas={"research": 0})
-    files = {f"inference/{p['metadata']['name']}": demand_file for p in cluster.policies}
-    cfg = RunConfig(capacity_gpus=128, **run)
-    reconciler = Reconciler(cluster, demand or FileDemand(files), cfg, forecast_log=ForecastLog(tmp_path / "log"))
-    return cluster, reconciler
+class Replay:
+    """The embedded cluster holding `policies` and a Reconciler on it, stepped as `headroom run` steps them
+    (cli/run.py): time passes (`advance`), one reconcile, then Kueue's admission pass."""
+
+    def __init__(self, tmp_path, files, *policies, start=MONDAY_6AM, demand=None, world=EIGHTS, gpus=128, run=None,
+                 **reconciler):
+        self.policies = list(policies) or [policy()]
+        keys = [f"inference/{p['metadata']['name']}" for p in self.policies]
+        files = files if isinstance(files, dict) else {k: files for k in keys}
+        self.files = FileDemand(files)
+        self.cluster = EmbeddedCluster(gpus, self.policies, {k: self.files.series(k) for k in files if k in keys},
+                                       start.timestamp(), settings=world)
+        self.cfg = RunConfig(capacity_gpus=gpus, **(run or {}))
+        self.log = ForecastLog(tmp_path / "log")
+        self.reconciler = Reconciler(self.cluster, demand or self.files, self.cfg, forecast_log=self.log, **reconciler)
+        self.started = False
+
+    def step(self, now):
+        now = pd.Timestamp(now)
+        if self.started:
+            self.cluster.advance(now.timestamp())
+        self.started = True
+        state = self.reconciler.reconcile(now)
+        self.cluster.admit()
+        return state
+
+    def restart(self, **reconciler) -> Reconciler:
+        """A new controller process on the same cluster: none of the old one's memory."""
+        self.reconciler = Reconciler(self.cluster, self.files, self.cfg, forecast_log=self.log, **reconciler)
+        return self.reconciler
+
+    def fill_training(self, queue="research"):
+        """Training holds the whole cluster, as after a night of lending everything (Kueue admits a saturated
+        backlog into the queue's quota); the quota is then back to what the controller last set."""
+        before = self.cluster.quotas[queue]
+        self.cluster.quotas[queue] = self.cluster.capacity_gpus
+        self.cluster.admit()
+        self.cluster.quotas[queue] = before
+        assert self.cluster.training_gpus == self.cluster.capacity_gpus - self.cluster.inference_gpus
+
+    def replicas(self, name="chat") -> int:
+        return self.cluster.target_state(TargetRef("Deployment", name, "inference")).desired_replicas
+
+    def status(self, name="chat") -> tuple[dict, dict]:
+        s = self.cluster.statuses[("inference", name)]
+        return s, {c["type"]: c for c in s["conditions"]}
+
+    def events(self, reason=None, name=None) -> list[dict]:
+        return [e for e in self.cluster.events if (reason is None or e["reason"] == reason)
+                and (name is None or e["name"] == name)]
+
+    def running(self) -> list:
+        return [w for w in self.cluster.workloads() if w.admitted and w.active]
 
 
-def training(cluster, n, gpus=8, preemption=60.0, at=None, queue="research"):
-    at = (at or MONDAY_6AM - pd.Timedelta(hours=2)).to_pydatetime()
-    for i in range(n):
-        cluster.workloads[("training", f"job-{i}")] = WorkloadInfo(
-            "training", f"job-{i}", queue, queue, True, 0, at, gpus, None, preemption_seconds=preemption,
-            checkpoint_interval_seconds=1800.0, last_checkpoint=at)
-
-
-def status(cluster, name="chat"):
-    s = cluster.statuses[("inference", name)]
-    return s, {c["type"]: c for c in s["conditions"]}
-
-
+# ----------------------------------------------------------------------------------------------- policies
 def test_invalid_policy_is_reported_with_field_paths_and_does_not_stop_the_others(demand_file, tmp_path):
     bad = policy("bad", leadTime="soon", capacity={"demandPerGpu": -1})
-    cluster, r = make(demand_file, tmp_path, policy(), bad)
+    r = Replay(tmp_path, demand_file, policy(), bad)
     for minutes in (0, 5):  # the same error twice: one event, not one per reconcile
-        state = r.reconcile(MONDAY_6AM + pd.Timedelta(minutes=minutes))
+        state = r.step(MONDAY_6AM + pd.Timedelta(minutes=minutes))
     assert not state.policies["inference/bad"].valid
-    s, conditions = status(cluster, "bad")
+    _, conditions = r.status("bad")
     assert conditions["Ready"]["status"] == "False" and conditions["Ready"]["reason"] == "InvalidSpec"
     assert "spec.capacity.demandPerGpu" in conditions["Ready"]["message"]
     assert "spec.leadTime" in conditions["Ready"]["message"]
-    assert [e["reason"] for e in cluster.events if e["name"] == "bad"] == ["InvalidSpec"]
-    assert state.policies["inference/chat"].valid and cluster.replicas[("inference", "chat")] >= 1
+    assert [(e["reason"], e["type"]) for e in r.events(name="bad")] == [("InvalidSpec", "Warning")]
+    chat = state.policies["inference/chat"]
+    assert chat.valid and r.replicas() * 2 == chat.reserved_gpus >= 2
+    assert r.status("chat")[1]["Ready"]["status"] == "True"
+    # a restarted controller finds the refusal in the status: no second event
+    r.restart()
+    assert not r.step(MONDAY_6AM + pd.Timedelta(minutes=7)).policies["inference/bad"].valid
+    assert len(r.events(name="bad")) == 1
+    # fixed in place (a new generation): it takes part from the next reconcile, and its status says so
+    r.cluster.apply_policy(policy("bad"))
+    state = r.step(MONDAY_6AM + pd.Timedelta(minutes=10))
+    s, conditions = r.status("bad")
+    assert state.policies["inference/bad"].valid and conditions["Ready"]["status"] == "True"
+    assert s["observedGeneration"] == 2 and r.replicas("bad") * 2 == state.policies["inference/bad"].reserved_gpus
 
 
 def test_parse_policies_names_every_bad_field():
@@ -83,104 +141,310 @@ def test_parse_policies_names_every_bad_field():
     assert by_name["y"] == "spec: headroomQuantile must be at least targetQuantile"
 
 
+def test_a_policy_whose_minimum_does_not_fit_is_the_only_one_refused(demand_file, tmp_path):
+    r = Replay(tmp_path, demand_file, policy("chat", minGpus=100), policy("big", minGpus=40),
+               policy("small", minGpus=8))
+    for minutes in (0, 5):
+        state = r.step(AT_9 + pd.Timedelta(minutes=minutes))
+    big = state.policies["inference/big"]
+    assert not big.valid and "minGpus 40 does not fit" in big.error and "keep 100" in big.error
+    _, conditions = r.status("big")
+    assert conditions["Ready"]["status"] == "False" and conditions["Ready"]["reason"] == "PlanInfeasible"
+    assert [(e["reason"], e["type"]) for e in r.events(name="big")] == [("PlanInfeasible", "Warning")]
+    # the policies before and after it go on, each at least at its minimum, and the cluster is not overcommitted
+    chat, small = state.policies["inference/chat"], state.policies["inference/small"]
+    assert chat.valid and small.valid and chat.reserved_gpus >= 100 and small.reserved_gpus >= 8
+    assert r.replicas("chat") * 2 == chat.reserved_gpus and r.replicas("small") * 2 == small.reserved_gpus
+    assert r.replicas("big") == 0
+    assert chat.reserved_gpus + small.reserved_gpus + state.slack_gpus == 128
+
+
+# ----------------------------------------------------------------------------------------------- the plan applied
 def test_reservation_is_applied_ahead_of_the_morning_ramp_and_slack_is_lent(demand_file, tmp_path):
-    cluster, r = make(demand_file, tmp_path)
-    night = r.reconcile(MONDAY_6AM - pd.Timedelta(hours=3))
-    night_replicas = cluster.replicas[("inference", "chat")]
-    state = r.reconcile(MONDAY_6AM + pd.Timedelta(hours=3))  # 9:00, the ramp to the 10:30 peak
+    r = Replay(tmp_path, demand_file)
+    night = r.step(MONDAY_6AM - pd.Timedelta(hours=3)).policies["inference/chat"]
+    # at night the lent GPUs cover the headroom and every training job stops within the deadline
+    risk = r.status()[1]["HeadroomAtRisk"]
+    assert (risk["status"], risk["reason"]) == ("False", "HeadroomCovered")
+    assert night.reclaimable_gpus == 128 - night.reserved_gpus >= night.headroom_gpus > 0
+    state = r.step(AT_9)  # 9:00, on the ramp to the 10:30 peak
     ps = state.policies["inference/chat"]
-    assert cluster.replicas[("inference", "chat")] * 2 == ps.reserved_gpus > night_replicas * 2
-    # the reservation covers the forecast, and the slack of the plan went to the training queue
-    res = ps.plan.reservations[0]
-    assert res.source == "forecast" and "q0.9 forecast" in res.reason
-    assert ps.reserved_gpus >= ps.forecast.loc[res.hour, 0.9] / 10.0
-    assert cluster.quotas["research"] == state.slack_gpus == 128 - ps.reserved_gpus
-    assert night.policies["inference/chat"].reserved_gpus < ps.reserved_gpus
-    reasons = [e["reason"] for e in cluster.events]
-    assert "ReservationChanged" in reasons and "SlackLent" in reasons
-    s, conditions = status(cluster)
-    assert s["reservedGpus"] == ps.reserved_gpus and len(s["nextHours"]) == 6
+    assert r.replicas() * 2 == ps.reserved_gpus > night.reserved_gpus
+    # the reservation covers the q0.9 forecast of this hour, and the slack went to the training queue
+    assert ps.step.from_forecast and "q0.9 forecast" in ps.hours.reason(0, _workload_policy(), 128)
+    assert ps.reserved_gpus >= math.ceil(ps.forecast.loc[AT_9, 0.9] / 10.0)
+    assert r.cluster.quotas["research"] == state.slack_gpus == 128 - ps.reserved_gpus
+    # the next hour's higher reservation is in force leadTime (15 min) before it starts, not before
+    assert ps.hours.reserved[1] > ps.hours.reserved[0]
+    early = r.step(AT_9 + pd.Timedelta(minutes=40)).policies["inference/chat"]
+    ahead = r.step(AT_9 + pd.Timedelta(minutes=50)).policies["inference/chat"]
+    assert early.step.forecast_gpus == early.hours.reserved[0]
+    assert ahead.step.forecast_gpus == ahead.hours.reserved[1] and ahead.reserved_gpus >= ahead.hours.reserved[1]
+    # status and events
+    s, conditions = r.status()
+    assert s["reservedGpus"] == ahead.reserved_gpus == r.replicas() * 2
+    assert s["slackGpus"] == r.cluster.quotas["research"] and s["headroomGpus"] == ahead.headroom_gpus
+    assert len(s["nextHours"]) == 6 and s["nextHours"][1]["reservedGpus"] == ahead.hours.reserved[1]
+    assert s["nextHours"][0]["hour"] == "2026-01-19T09:00:00Z" and s["observedGeneration"] == 1 and s["planId"]
+    assert s["forecastDemand"] == pytest.approx(ahead.forecast.loc[AT_9, 0.9])
+    assert s["model"] == ahead.model and s["model"].startswith("auto")
     assert conditions["Ready"]["reason"] == "Active" and conditions["FallbackActive"]["status"] == "False"
-    assert s["model"].startswith("auto")
+    assert conditions["ForecastDegraded"]["status"] == "False"
+    # near the peak the q0.99 headroom asks for more than is left to lend: at risk, and the status says why
+    assert ahead.headroom_gpus > s["slackGpus"] and conditions["HeadroomAtRisk"]["status"] == "True"
+    assert f"the headroom band is {s['slackGpus']}" in conditions["HeadroomAtRisk"]["message"]
+    changes = r.events("ReservationChanged", "chat")
+    assert len(changes) == len({e["message"] for e in changes}) >= 3  # one per change: night, 9:00, 9:50
+    assert f"-> {ahead.reserved_gpus // 2} on Deployment chat" in changes[-1]["message"]
+    assert r.events("SlackLent") and all(e["type"] == "Normal" for e in changes)
+
+
+def test_headroom_at_risk_says_whether_reclaim_or_capacity_falls_short():
+    from controller.reconcile import headroom_condition
+
+    assert headroom_condition(40, 30, 30, 50).reason == "HeadroomCovered"
+    assert headroom_condition(40, 30, 30, 50).status == "False"
+    slow = headroom_condition(20, 30, 30, 50)  # slow jobs hold part of the band
+    assert (slow.status, slow.reason) == ("True", "ReclaimableBelowHeadroom")
+    short = headroom_condition(36, 36, 70, 36)  # everything lent comes back, but q0.99 needs more than that
+    assert (short.status, short.reason) == ("True", "HeadroomAboveCapacity") and "asks for 70" in short.message
+
+
+def _workload_policy(name="chat", **spec):
+    from core.policy import PolicySpec
+    from planning.planner import WorkloadPolicy
+
+    return WorkloadPolicy.from_spec(f"inference/{name}", PolicySpec.model_validate(policy(name, **spec)["spec"]))
 
 
 def test_forecast_only_reports_but_changes_nothing(demand_file, tmp_path):
-    cluster, r = make(demand_file, tmp_path, policy(mode="forecast-only"))
-    training(cluster, 16)  # holds everything: an active controller would preempt
-    state = r.reconcile(MONDAY_6AM + pd.Timedelta(hours=3))
-    assert cluster.replicas == {} and cluster.quotas == {"research": 0}
-    assert all(w.active for w in cluster.workloads.values()) and cluster.events == []
-    s, conditions = status(cluster)
+    r = Replay(tmp_path, demand_file, policy(mode="forecast-only"))
+    r.fill_training()  # holds everything: an active controller would preempt
+    before = (r.replicas(), dict(r.cluster.quotas), [(w.key, w.active) for w in r.cluster.workloads()])
+    state = r.reconciler.reconcile(AT_9)
+    assert state.actions == ()
+    assert (r.replicas(), dict(r.cluster.quotas), [(w.key, w.active) for w in r.cluster.workloads()]) == before
+    assert r.cluster.events == [] and sum(state.preemptions_total.values()) == 0
+    s, conditions = r.status()
     assert conditions["Ready"]["reason"] == "ForecastOnly"
     assert s["reservedGpus"] == state.policies["inference/chat"].reserved_gpus > 0
+    # the same policy active on the same cluster does act: forecast-only is what stopped it
+    active = Replay(tmp_path / "active", demand_file)
+    active.fill_training()
+    assert any(isinstance(a, Evict) for a in active.reconciler.reconcile(AT_9).actions)
 
 
 def test_training_is_taken_back_when_it_holds_the_reservation_and_never_twice(demand_file, tmp_path):
-    cluster, r = make(demand_file, tmp_path)
-    training(cluster, 16)  # 128 GPUs of training: the morning's reservation must come out of it
-    state = r.reconcile(MONDAY_6AM + pd.Timedelta(hours=3))
-    evicted = {k for k, w in cluster.workloads.items() if not w.active}
-    held = sum(w.gpus for w in cluster.workloads.values() if w.active and w.cluster_queue)
+    r = Replay(tmp_path, demand_file)
+    r.fill_training()  # 128 GPUs of training: the morning's reservation must come out of it
+    state = r.reconciler.reconcile(AT_9)
+    evicted = {w.key for w in r.cluster.workloads() if not w.active}
+    held = sum(w.gpus for w in r.running())
     assert evicted and held <= state.slack_gpus
     assert sum(state.preemptions_total.values()) == len(evicted)
-    preempted = [e for e in cluster.events if e["reason"] == "Preempted" and e["kind"] == "Workload"]
-    assert len(preempted) == len(evicted)
+    assert len(r.events("Preempted")) == len(evicted)
+    assert all(w.evicted_by_plan for w in r.cluster.workloads() if not w.active)
+    # The same evictions again (a restart mid-reconcile replaying its actions): re-validated, none applied.
+    evictions = [a for a in state.actions if isinstance(a, Evict)]
+    assert {a.workload for a in evictions} == evicted
+    assert not any(o.applied for o in execute(evictions, r.cluster))
     # A restarted controller (fresh process state) on the same cluster: nothing more to take back.
-    _, again = make(demand_file, tmp_path)
-    again.cluster = cluster
-    again.reconcile(MONDAY_6AM + pd.Timedelta(hours=3))
-    assert {k for k, w in cluster.workloads.items() if not w.active} == evicted
+    again = r.restart().reconcile(AT_9)
+    assert {w.key for w in r.cluster.workloads() if not w.active} == evicted
+    assert len(r.events("Preempted")) == len(evicted) and sum(again.preemptions_total.values()) == 0
+    # Once stopped (60 s), headroom's victims go back into their queue.
+    r.cluster.advance((AT_9 + pd.Timedelta(minutes=5)).timestamp())
+    r.reconciler.reconcile(AT_9 + pd.Timedelta(minutes=5))
+    requeued = {w.key: w for w in r.cluster.workloads() if w.key in evicted}
+    assert all(w.active and not w.admitted and w.evicted_by_plan is None for w in requeued.values())
 
 
 def test_slow_jobs_may_not_hold_the_headroom_band(demand_file, tmp_path):
-    cluster, r = make(demand_file, tmp_path, policy(capacity={"demandPerGpu": 20.0, "gpusPerReplica": 2}))
-    training(cluster, 16, preemption=900.0)  # slower than the 5 min deadline
-    state = r.reconcile(MONDAY_6AM + pd.Timedelta(hours=3))
+    slow = WorldSettings(backlog_job_gpus=(8,), preemption_seconds=(900.0, 900.0))  # slower than the 5 min deadline
+    r = Replay(tmp_path, demand_file, policy(capacity={"demandPerGpu": 20.0, "gpusPerReplica": 2}), world=slow)
+    r.fill_training()
+    state = r.reconciler.reconcile(AT_9)
     ps = state.policies["inference/chat"]
-    slow_held = sum(w.gpus for w in cluster.workloads.values() if w.active and w.cluster_queue)
-    assert 0 < slow_held <= state.slack_gpus - ps.headroom_gpus and ps.headroom_gpus > 0
-    _, conditions = status(cluster)
-    assert conditions["HeadroomAtRisk"]["status"] == "False"
-    assert ps.reclaimable_gpus >= ps.headroom_gpus
+    slow_held = sum(w.gpus for w in r.running())
+    assert ps.headroom_gpus > 0 and 0 < slow_held <= state.slack_gpus - ps.headroom_gpus
+    kinds = {e["message"].split(" ")[0] for e in r.events("Preempted")}
+    assert kinds == {"planned"}
+    # once the slow jobs have stopped the band is reclaimable in time
+    r.cluster.advance((AT_9 + pd.Timedelta(minutes=16)).timestamp())
+    state = r.reconciler.reconcile(AT_9 + pd.Timedelta(minutes=16))
+    ps = state.policies["inference/chat"]
+    assert ps.reclaimable_gpus >= ps.headroom_gpus and r.status()[1]["HeadroomAtRisk"]["status"] == "False"
 
 
+def test_capacity_shared_by_two_workloads_never_exceeds_the_cluster(demand_file, tmp_path):
+    r = Replay(tmp_path, demand_file, policy("chat"), policy("search", minGpus=8))
+    r.fill_training()
+    state = r.step(MONDAY_6AM + pd.Timedelta(hours=4))
+    reserved = [state.policies[k].reserved_gpus for k in ("inference/chat", "inference/search")]
+    assert reserved[1] >= 8 and sum(reserved) + state.slack_gpus == 128
+    assert r.replicas("chat") * 2 == reserved[0] and r.replicas("search") * 2 == reserved[1]
+    assert r.cluster.inference_gpus + r.cluster.training_gpus <= 128
+
+
+def test_the_inference_cluster_queue_quota_follows_the_reservation(demand_file, tmp_path):
+    r = Replay(tmp_path, demand_file, policy("chat", inferenceClusterQueue="inference"),
+               policy("search", inferenceClusterQueue="inference"))
+    state = r.step(AT_9)
+    both = state.policies["inference/chat"].reserved_gpus + state.policies["inference/search"].reserved_gpus
+    assert r.cluster.quotas["inference"] == both > 0
+
+
+# ----------------------------------------------------------------------------------------------- faults
 class FailingDemand:
-    """Demand that answers until `fail` is set, then fails like an unreachable Prometheus."""
+    """Demand that answers until `fail` is set, then fails like an unreachable Prometheus (for `keys`, or all)."""
 
-    def __init__(self, inner):
-        self.inner, self.fail = inner, False
+    def __init__(self, inner, keys=None):
+        self.inner, self.fail, self.keys = inner, False, keys
 
     def read(self, key, query, start, end):
-        if self.fail:
+        if self.fail and (self.keys is None or key in self.keys):
             raise PrometheusError("Prometheus at http://prometheus:9090 failed: connection refused")
         return self.inner.read(key, query, start, end)
 
 
 def test_demand_outage_keeps_the_forecast_then_falls_back_and_never_lowers_the_reservation(demand_file, tmp_path):
     demand = FailingDemand(FileDemand({"inference/chat": demand_file}))
-    cluster, r = make(demand_file, tmp_path, demand=demand, keep_forecast_seconds=3600)
-    peak = r.reconcile(MONDAY_6AM + pd.Timedelta(hours=4)).policies["inference/chat"]  # 10:00, near the peak
+    r = Replay(tmp_path, demand_file, demand=demand, run={"keep_forecast_seconds": 3600})
+    peak = r.step(MONDAY_6AM + pd.Timedelta(hours=4)).policies["inference/chat"]  # 10:00, near the peak
     demand.fail = True
-    later = MONDAY_6AM + pd.Timedelta(hours=4, minutes=30)
-    kept = r.reconcile(later).policies["inference/chat"]
+    kept = r.step(MONDAY_6AM + pd.Timedelta(hours=4, minutes=30)).policies["inference/chat"]
     assert kept.degraded and not kept.fallback and kept.model == peak.model
-    _, conditions = status(cluster)
+    _, conditions = r.status()
     assert conditions["ForecastDegraded"]["status"] == "True"
     assert conditions["ForecastDegraded"]["reason"] == "DemandUnavailable"
+    assert conditions["FallbackActive"]["status"] == "False"
     # Past keep_forecast_seconds: the conservative reservation, and still never below what was in force.
     night = MONDAY_6AM + pd.Timedelta(hours=14)  # 20:00: a healthy forecast would scale in
-    gone = r.reconcile(night).policies["inference/chat"]
-    assert gone.fallback and gone.reserved_gpus >= kept.reserved_gpus >= peak.reserved_gpus - 2
-    _, conditions = status(cluster)
+    gone = r.step(night).policies["inference/chat"]
+    also = r.step(night + pd.Timedelta(minutes=5)).policies["inference/chat"]
+    assert gone.fallback and gone.model == "fallback"
+    assert also.reserved_gpus >= gone.reserved_gpus >= kept.reserved_gpus >= peak.reserved_gpus
+    assert r.replicas() * 2 == also.reserved_gpus
+    _, conditions = r.status()
     assert conditions["FallbackActive"]["status"] == "True"
-    assert r.holder.get().reconcile_errors_total["demand"] == 2
+    warnings = r.events("FallbackActive")
+    assert len(warnings) == 1 and warnings[0]["type"] == "Warning" and "connection refused" in warnings[0]["message"]
+    assert r.reconciler.holder.get().reconcile_errors_total["demand"] == 3
+    # Prometheus is back: a fresh forecast, and the night's lower reservation
+    demand.fail = False
+    back = r.step(night + pd.Timedelta(minutes=10)).policies["inference/chat"]
+    assert not back.degraded and not back.fallback and back.model.startswith("auto")
+    assert back.reserved_gpus < gone.reserved_gpus
+    assert r.status()[1]["FallbackActive"]["status"] == "False"
+
+
+def test_a_policy_whose_demand_fails_falls_back_alone(demand_file, tmp_path):
+    """One policy's query failing, or its history missing altogether, is that policy's fault: the others keep
+    their forecast, their reservation and their status."""
+    alone = Replay(tmp_path / "alone", demand_file, policy("chat"))
+    expected = alone.step(AT_9).policies["inference/chat"]
+    demand = FailingDemand(FileDemand({"inference/chat": demand_file, "inference/search": demand_file}),
+                           keys={"inference/search"})
+    demand.fail = True
+    nohistory = policy("rag", maxGpus=8)
+    r = Replay(tmp_path, {"inference/chat": demand_file, "inference/search": demand_file}, policy("chat"),
+               policy("search", maxGpus=10), nohistory, demand=demand)
+    r.files = FileDemand({"inference/chat": demand_file})  # rag's history is missing: FileDemand raises
+    state = r.step(AT_9)
+    chat = state.policies["inference/chat"]
+    assert chat.step.from_forecast and not chat.degraded and chat.model == expected.model
+    assert chat.reserved_gpus == expected.reserved_gpus and r.replicas("chat") * 2 == chat.reserved_gpus
+    assert r.status("chat")[1]["FallbackActive"]["status"] == "False"
+    for name, top in (("search", 10), ("rag", 8)):
+        ps = state.policies[f"inference/{name}"]
+        assert ps.valid and ps.degraded and ps.fallback and ps.model == "fallback"
+        assert ps.reserved_gpus == top  # no week seen: the only safe reservation is all it may take
+        _, conditions = r.status(name)
+        assert conditions["FallbackActive"]["status"] == "True" and conditions["Ready"]["status"] == "True"
+        assert conditions["ForecastDegraded"]["reason"] == "DemandUnavailable"
+        assert [e["type"] for e in r.events("FallbackActive", name)] == ["Warning"]
+    assert r.events("FallbackActive", "chat") == []
+    assert state.reconcile_errors_total["demand"] == 2  # search's query, rag's missing history
+
+
+def test_a_mostly_missing_last_hour_is_degraded_data(demand_file, tmp_path):
+    holes = DEMAND.copy()
+    now = AT_9
+    last_hour = (holes.index > now - pd.Timedelta(hours=1)) & (holes.index <= now)
+    holes[last_hour & (holes.index.minute % 20 != 0)] = float("nan")  # fresh, but 3 samples in 12
+    path = tmp_path / "holes.csv"
+    write_csv(holes, path)
+    r = Replay(tmp_path, path, start=now - pd.Timedelta(hours=1))
+    r.step(now - pd.Timedelta(hours=1))
+    before = r.replicas()
+    ps = r.step(now).policies["inference/chat"]
+    _, conditions = r.status()
+    assert ps.degraded and conditions["ForecastDegraded"]["reason"] == "PartialData"
+    assert r.replicas() >= before  # degraded data never lowers the reservation
+
+
+def test_an_unexpected_error_is_counted_and_the_next_reconcile_runs(demand_file, tmp_path):
+    r = Replay(tmp_path, demand_file)
+    r.cluster.policies.append({"metadata": None, "spec": None})  # a malformed object the API would never return
+    state = r.reconciler.reconcile(MONDAY_6AM)
+    assert state.reconcile_errors_total["internal"] == 1 and state.reconcile_total == 1
+    r.cluster.policies.pop()
+    state = r.reconciler.reconcile(MONDAY_6AM + pd.Timedelta(minutes=5))
+    assert state.policies["inference/chat"].valid and state.reconcile_total == 2
+
+
+# ----------------------------------------------------------------------------------------------- a day
+def reconciled_day(tmp_path, states: list | None = None) -> Replay:
+    """A day of reconciles on the embedded cluster, training saturating whatever is lent to two teams, ending in a
+    burst above the forecast: real planned and emergency preemptions, realized error at every horizon, team usage,
+    an invalid policy. Each published state is appended to `states`. (The metrics and dashboards tests read it.)"""
+    burst_at = MONDAY_6AM - pd.Timedelta(hours=3)  # 3 am: far above what the night's forecast reserved
+    demand = DEMAND.copy()
+    demand[burst_at] = 3 * demand[burst_at]
+    path = tmp_path / "burst.csv"
+    write_csv(demand, path)
+    start = MONDAY_6AM - pd.Timedelta(hours=27)
+    broken = {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": "broken", "namespace": "inference"},
+              "spec": {"query": "q"}}
+    r = Replay(tmp_path, {"inference/chat": path}, policy(trainingClusterQueues=["research", "product"]), broken,
+               start=start, world=WorldSettings(preemption_seconds=(60.0, 120.0)),
+               run={"team_weights": {"research": 2.0, "product": 1.0}})
+    for minutes in range(0, 24 * 60 + 1, 20):  # off the 30 min checkpoints: an emergency loses work
+        state = r.step(start + pd.Timedelta(minutes=minutes))
+        if states is not None:
+            states.append(state)
+    return r
+
+
+def reconciled_state(tmp_path):
+    """The state the last reconcile of `reconciled_day` published."""
+    return reconciled_day(tmp_path).reconciler.holder.get()
+
+
+def test_a_day_ends_in_a_burst_above_the_forecast_that_preempts_as_an_emergency(tmp_path):
+    r = reconciled_day(tmp_path)
+    state = r.reconciler.holder.get()
+    assert state.preemptions_total.get("planned", 0) > 0 and state.preemptions_total.get("emergency", 0) > 0
+    # work lost is what each preemption's event said, GPU-weighted (victims at a checkpoint lose nothing)
+    lost = 0.0
+    for e in r.events("Preempted"):
+        words = e["message"].split()
+        lost += int(words[3]) * float(words[words.index("s") - 1].strip("("))
+    assert sum(state.lost_gpu_seconds_total.values()) == pytest.approx(lost, abs=0.5 * 8 * len(r.events("Preempted")))
+    assert not state.policies["inference/broken"].valid
+    assert sum(t.preempted_total for t in state.teams.values()) == sum(state.preemptions_total.values())
+    assert state.teams["research"].quota_gpus + state.teams["product"].quota_gpus == state.slack_gpus
+    assert state.teams["research"].quota_gpus == pytest.approx(2 * state.teams["product"].quota_gpus, abs=1)
+    chat = state.policies["inference/chat"]
+    assert set(chat.realized_error) == {1, 6, 24} and all(v > 0 for v in chat.realized_error.values())
+    assert state.reconcile_total == 73 and state.teams["research"].gpu_seconds_total > 0
 
 
 def test_forecasts_are_logged_when_issued_and_scored_as_actuals_arrive(demand_file, tmp_path):
-    cluster, r = make(demand_file, tmp_path)
     start = MONDAY_6AM - pd.Timedelta(days=1)
+    r = Replay(tmp_path, demand_file, start=start)
     for hour in range(8):
-        state = r.reconcile(start + pd.Timedelta(hours=hour))
+        state = r.step(start + pd.Timedelta(hours=hour))
     issued = ForecastLog(tmp_path / "log").load("inference.chat")
     assert len(issued) == 8 and min(issued) == start  # one forecast per hour, stamped with its issue time
     assert ForecastLog(tmp_path / "log").prune("inference.chat", before=start + pd.Timedelta(hours=3)) == 3
@@ -188,169 +452,7 @@ def test_forecasts_are_logged_when_issued_and_scored_as_actuals_arrive(demand_fi
     ps = state.policies["inference/chat"]
     assert set(ps.realized_error) == {1, 6}  # 24 h ahead has no actual yet after 8 hours
     assert 0 < ps.realized_error[1] < 3 and 0 <= ps.realized_coverage_80[1] <= 1
-    assert status(cluster)[0]["realizedError"]["1h"] == pytest.approx(ps.realized_error[1])
-
-
-def test_capacity_shared_by_two_workloads_never_exceeds_the_cluster(demand_file, tmp_path):
-    cluster, r = make(demand_file, tmp_path, policy("chat"), policy("search", minGpus=8))
-    state = r.reconcile(MONDAY_6AM + pd.Timedelta(hours=4))
-    reserved = [state.policies[k].reserved_gpus for k in ("inference/chat", "inference/search")]
-    assert reserved[1] >= 8 and sum(reserved) + state.slack_gpus == 128
-    assert {("inference", "chat"), ("inference", "search")} <= set(cluster.replicas)
-
-
-def reconciled_state(tmp_path):
-    """A day of reconciles on the embedded cluster ending in a burst above the forecast: real planned and
-    emergency preemptions, realized error, team usage, an invalid policy. (The dashboards test reads it.)"""
-    burst_at = MONDAY_6AM - pd.Timedelta(hours=3)  # 3 am: far above what the night's forecast reserved
-    demand = DEMAND.copy()
-    demand[burst_at] = 3 * demand[burst_at]
-    path = tmp_path / "burst.csv"
-    write_csv(demand, path)
-    cluster, r = make(path, tmp_path, policy(), {"metadata": {"name": "broken", "namespace": "inference"},
-                                                  "spec": {"query": "q"}})
-    cluster.backlog_gpus = 128  # training always waiting: whatever is lent is used
-    for minutes in range(0, 27 * 60 + 1, 30):
-        now = MONDAY_6AM - pd.Timedelta(hours=24) + pd.Timedelta(minutes=minutes)
-        cluster.top_up_backlog(now.to_pydatetime())
-        cluster.admit(now.to_pydatetime())
-        state = r.reconcile(now)
-    return state
-
-
-def test_a_burst_above_the_forecast_preempts_as_an_emergency(tmp_path):
-    state = reconciled_state(tmp_path)
-    assert state.preemptions_total.get("planned", 0) > 0 and state.preemptions_total.get("emergency", 0) > 0
-    assert not state.policies["inference/broken"].valid
-    assert state.teams["research"].preempted_total == sum(state.preemptions_total.values())
-
-
-def test_an_unexpected_error_is_counted_and_the_next_reconcile_runs(demand_file, tmp_path):
-    cluster, r = make(demand_file, tmp_path)
-    cluster.policies.append({"metadata": {"name": "odd", "namespace": "inference"}, "spec": None})
-    cluster.policies[-1]["metadata"] = None  # a malformed object the API would never return: a bug's stand-in
-    state = r.reconcile(MONDAY_6AM)
-    assert state.reconcile_errors_total["internal"] == 1 and state.reconcile_total == 1
-    cluster.policies.pop()
-    state = r.reconcile(MONDAY_6AM + pd.Timedelta(minutes=5))
-    assert state.policies["inference/chat"].valid and state.reconcile_total == 2
-
-
-@pytest.fixture(params=["sqlite", "server"])
-def tracking_uri(request, tmp_path):
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'mlflow.db'}"
-    return request.getfixturevalue("mlflow_server").uri
-
-
-def test_the_loop_serves_the_champion_logs_realized_error_and_retrains_on_drift(tracking_uri, tmp_path):
-    """MLflow in the loop, on a local sqlite store and a real `mlflow server`: the controller forecasts with
-    the registered champion, logs realized error as metric history, and when demand doubles (drift) it
-    retrains in the background; the new version is registered without touching the loop."""
-    from controller.forecasts import Models
-    from controller.loop import BackgroundTrainer
-    from forecast.history import prepare
-    from tests.test_training import champion_version, client
-    from training.pipeline import TrainSettings, train_series
-    from adapters.mlflow import Tracker
-
-    start = MONDAY_6AM - pd.Timedelta(days=2)
-    drifted = DEMAND.copy()
-    drifted[drifted.index >= start] *= 2.0
-    path = tmp_path / "drift.csv"
-    write_csv(drifted, path)
-    settings = TrainSettings(folds=2, candidates=("snaive24", "profile"), quantiles=(0.1, 0.5, 0.9, 0.99),
-                             statistic="max")
-    hourly = prepare(drifted[drifted.index < start], statistic="max")[0]
-    train_series("inference.chat", hourly, settings, Tracker(tracking_uri))
-    assert champion_version(tracking_uri, "inference.chat") == "1"
-    cluster, r = make(path, tmp_path, retrain_every_seconds=0)  # no schedule: only drift retrains
-    trainer = BackgroundTrainer(tracking_uri, settings)
-    r.models, r.tracker, r.retrain, r.drift_window, r.drift_factor = Models(tracking_uri), Tracker(tracking_uri), trainer, 6, 1.5
-    for hour in range(12):
-        state = r.reconcile(start + pd.Timedelta(hours=hour))
-    assert state.policies["inference/chat"].model.startswith("champion v1")
-    drift_events = [e for e in cluster.events if e["reason"] == "ForecastDrift"]
-    assert drift_events and "retraining" in drift_events[0]["message"]
-    trainer.wait()
-    c = client(tracking_uri)
-    versions = c.search_model_versions("name='headroom-inference.chat'")
-    assert len(versions) >= 2  # retrained on drift (promoted only if it beats the champion by the margin)
-    experiment = c.get_experiment_by_name("headroom/inference.chat").experiment_id
-    (accuracy,) = c.search_runs([experiment], "tags.`headroom.kind` = 'accuracy'")
-    history = c.get_metric_history(accuracy.info.run_id, "abs_error_1h")
-    assert len(history) >= 10 and len({m.step for m in history}) == len(history)  # one point per hour
-    # MLflow's scaled error uses the scale the status does (the fitting window's), not a second one
-    last = max(history, key=lambda m: m.step)
-    (scaled,) = [m for m in c.get_metric_history(accuracy.info.run_id, "scaled_error_1h") if m.step == last.step]
-    assert last.value / scaled.value == pytest.approx(r._forecasts["inference/chat"].scale)
-    assert accuracy.data.tags["headroom.retrain_recommended"] == "true"
-
-
-def test_retraining_runs_on_its_schedule(demand_file, tmp_path):
-    from adapters.mlflow import Tracker
-
-    cluster, r = make(demand_file, tmp_path, retrain_every_seconds=2 * 3600)
-    r.tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}")
-    trained = []
-    r.retrain = lambda series, history, now: trained.append((series, now, history.index[-1]))
-    for hour in range(5):
-        r.reconcile(MONDAY_6AM + pd.Timedelta(hours=hour))
-    # counted from start-up, every 2 h, each on the complete hours before its moment
-    assert [(s, now.hour, last.hour) for s, now, last in trained] == [("inference.chat", 8, 7), ("inference.chat", 10, 9)]
-
-
-def test_the_inference_cluster_queue_quota_follows_the_reservation(demand_file, tmp_path):
-    cluster, r = make(demand_file, tmp_path, policy("chat", inferenceClusterQueue="inference"),
-                      policy("search", inferenceClusterQueue="inference"))
-    cluster.quotas["inference"] = 0
-    state = r.reconcile(MONDAY_6AM + pd.Timedelta(hours=3))
-    both = state.policies["inference/chat"].reserved_gpus + state.policies["inference/search"].reserved_gpus
-    assert cluster.quotas["inference"] == both > 0
-
-
-def test_a_mostly_missing_last_hour_is_degraded_data(demand_file, tmp_path):
-    holes = DEMAND.copy()
-    now = MONDAY_6AM + pd.Timedelta(hours=3)
-    last_hour = (holes.index > now - pd.Timedelta(hours=1)) & (holes.index <= now)
-    holes[last_hour & (holes.index.minute % 20 != 0)] = float("nan")  # fresh, but 3 samples in 12
-    path = tmp_path / "holes.csv"
-    write_csv(holes, path)
-    cluster, r = make(path, tmp_path)
-    r.reconcile(now - pd.Timedelta(hours=1))
-    before = cluster.replicas[("inference", "chat")]
-    ps = r.reconcile(now).policies["inference/chat"]
-    _, conditions = status(cluster)
-    assert ps.degraded and conditions["ForecastDegraded"]["reason"] == "PartialData"
-    assert cluster.replicas[("inference", "chat")] >= before  # degraded data never lowers the reservation
-
-
-def test_mlflow_down_keeps_the_last_champion_and_the_loop_serving(demand_file, tmp_path):
-    from controller.forecasts import Models
-    from forecast.history import prepare
-    from tests.mlflow_server import MlflowServer
-    from training.pipeline import TrainSettings, train_series
-    from adapters.mlflow import Tracker
-
-    server = MlflowServer(tmp_path / "mlflow")
-    try:
-        server.start()
-    except RuntimeError as exc:
-        pytest.skip(f"no mlflow server: {exc}")
-    try:
-        hourly = prepare(DEMAND[DEMAND.index < MONDAY_6AM], statistic="max")[0]
-        train_series("inference.chat", hourly, TrainSettings(folds=2, candidates=("profile",), statistic="max",
-                                                             quantiles=(0.1, 0.5, 0.9, 0.99)), Tracker(server.uri))
-        cluster, r = make(demand_file, tmp_path, retrain_every_seconds=0)
-        r.models, r.tracker = Models(server.uri), Tracker(server.uri)
-        assert r.reconcile(MONDAY_6AM).policies["inference/chat"].model.startswith("champion v1")
-    finally:
-        server.stop()
-    state = r.reconcile(MONDAY_6AM + pd.Timedelta(hours=1))  # MLflow is gone now
-    ps = state.policies["inference/chat"]
-    assert ps.model.startswith("champion v1") and not ps.fallback and not ps.degraded
-    assert cluster.replicas[("inference", "chat")] * 2 == ps.reserved_gpus
-    assert state.reconcile_errors_total["mlflow"] == 1  # realized error could not be logged: counted, not fatal
+    assert r.status()[0]["realizedError"]["1h"] == pytest.approx(ps.realized_error[1])
 
 
 class CountingDemand:
@@ -366,16 +468,112 @@ class CountingDemand:
 
 def test_the_lookback_is_read_once_an_hour_and_only_new_samples_in_between(demand_file, tmp_path):
     demand = CountingDemand(FileDemand({"inference/chat": demand_file}))
-    cluster, r = make(demand_file, tmp_path, demand=demand)
+    r = Replay(tmp_path, demand_file, demand=demand)
     for minutes in range(0, 56, 5):  # 06:00 .. 06:55
-        r.reconcile(MONDAY_6AM + pd.Timedelta(minutes=minutes))
-    held = r._raw["inference/chat"].copy()  # what the 06:55 reconcile saw, pieced together
-    r.reconcile(MONDAY_6AM + pd.Timedelta(hours=1))
+        r.step(MONDAY_6AM + pd.Timedelta(minutes=minutes))
+    held = r.reconciler._raw["inference/chat"].copy()  # what the 06:55 reconcile saw, pieced together
+    r.step(MONDAY_6AM + pd.Timedelta(hours=1))
     spans = [end - start for start, end in demand.windows]
     assert spans[0] == spans[-1] == pd.Timedelta(days=28)  # 06:00 and 07:00: the whole lookback
     assert all(span <= pd.Timedelta(minutes=20) for span in spans[1:-1])  # in between: the last minutes
     # ...and it is exactly what one full read at 06:55 returns.
-    (chat,), _ = parse_policies(cluster.list_reservation_policies())
+    (chat,), _ = parse_policies(r.cluster.reservation_policies())
     end = MONDAY_6AM + pd.Timedelta(minutes=55)
     full = FileDemand({"inference/chat": demand_file}).read(chat.key, chat.spec.query, end - pd.Timedelta(days=28), end)
     pd.testing.assert_series_equal(held, full.astype(float), check_names=False, check_freq=False)
+
+
+# ----------------------------------------------------------------------------------------------- MLflow
+@pytest.fixture(params=["sqlite", "server"])
+def tracking_uri(request, tmp_path):
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'mlflow.db'}"
+    return request.getfixturevalue("mlflow_server").uri
+
+
+def test_the_loop_serves_the_champion_logs_realized_error_and_retrains_on_drift(tracking_uri, tmp_path):
+    """MLflow in the loop, on a local sqlite store and a real `mlflow server`: the controller forecasts with
+    the registered champion, logs realized error as metric history, and when demand doubles (drift) it
+    retrains in the background; the new version is registered without touching the loop."""
+    from adapters.mlflow import Tracker
+    from controller.forecasts import Models
+    from controller.loop import BackgroundTrainer
+    from forecast.history import prepare
+    from tests.test_training import champion_version, client
+    from training.pipeline import TrainSettings, train_series
+
+    start = MONDAY_6AM - pd.Timedelta(days=2)
+    drifted = DEMAND.copy()
+    drifted[drifted.index >= start] *= 2.0
+    path = tmp_path / "drift.csv"
+    write_csv(drifted, path)
+    settings = TrainSettings(folds=2, candidates=("snaive24", "profile"), quantiles=(0.1, 0.5, 0.9, 0.99),
+                             statistic="max")
+    hourly = prepare(drifted[drifted.index < start], statistic="max")[0]
+    train_series("inference.chat", hourly, settings, Tracker(tracking_uri))
+    assert champion_version(tracking_uri, "inference.chat") == "1"
+    trainer = BackgroundTrainer(tracking_uri, settings)
+    r = Replay(tmp_path, path, start=start, run={"retrain_every_seconds": 0},  # no schedule: only drift retrains
+               models=Models(tracking_uri), tracker=Tracker(tracking_uri), retrain=trainer, drift_window=6,
+               drift_factor=1.5)
+    for hour in range(12):
+        state = r.step(start + pd.Timedelta(hours=hour))
+    assert state.policies["inference/chat"].model.startswith("champion v1")
+    drift_events = r.events("ForecastDrift")
+    assert drift_events and "retraining" in drift_events[0]["message"] and drift_events[0]["type"] == "Warning"
+    trainer.wait()
+    c = client(tracking_uri)
+    versions = c.search_model_versions("name='headroom-inference.chat'")
+    assert len(versions) >= 2  # retrained on drift (promoted only if it beats the champion by the margin)
+    experiment = c.get_experiment_by_name("headroom/inference.chat").experiment_id
+    (accuracy,) = c.search_runs([experiment], "tags.`headroom.kind` = 'accuracy'")
+    history = c.get_metric_history(accuracy.info.run_id, "abs_error_1h")
+    assert len(history) >= 10 and len({m.step for m in history}) == len(history)  # one point per hour
+    # MLflow's scaled error uses the scale the status does (the fitting window's), not a second one
+    last = max(history, key=lambda m: m.step)
+    (scaled,) = [m for m in c.get_metric_history(accuracy.info.run_id, "scaled_error_1h") if m.step == last.step]
+    assert last.value / scaled.value == pytest.approx(r.reconciler._forecasts["inference/chat"].scale)
+    assert accuracy.data.tags["headroom.retrain_recommended"] == "true"
+
+
+def test_retraining_runs_on_its_schedule(demand_file, tmp_path):
+    from adapters.mlflow import Tracker
+
+    trained = []
+    r = Replay(tmp_path, demand_file, run={"retrain_every_seconds": 2 * 3600},
+               tracker=Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}"),
+               retrain=lambda series, history, now: trained.append((series, now, history.index[-1])))
+    for hour in range(5):
+        r.step(MONDAY_6AM + pd.Timedelta(hours=hour))
+    # counted from start-up, every 2 h, each on the complete hours before its moment
+    assert [(s, now.hour, last.hour) for s, now, last in trained] == [("inference.chat", 8, 7),
+                                                                      ("inference.chat", 10, 9)]
+
+
+def test_mlflow_down_keeps_the_last_champion_and_the_loop_serving(demand_file, tmp_path):
+    from adapters.mlflow import Tracker
+    from controller.forecasts import Models
+    from forecast.history import prepare
+    from tests.mlflow_server import MlflowServer
+    from training.pipeline import TrainSettings, train_series
+
+    server = MlflowServer(tmp_path / "mlflow")
+    try:
+        server.start()
+    except RuntimeError as exc:
+        pytest.skip(f"no mlflow server: {exc}")
+    try:
+        hourly = prepare(DEMAND[DEMAND.index < MONDAY_6AM], statistic="max")[0]
+        train_series("inference.chat", hourly, TrainSettings(folds=2, candidates=("profile",), statistic="max",
+                                                             quantiles=(0.1, 0.5, 0.9, 0.99)), Tracker(server.uri))
+        r = Replay(tmp_path, demand_file, run={"retrain_every_seconds": 0}, models=Models(server.uri),
+                   tracker=Tracker(server.uri))
+        assert r.step(MONDAY_6AM).policies["inference/chat"].model.startswith("champion v1")
+    finally:
+        server.stop()
+    state = r.step(MONDAY_6AM + pd.Timedelta(hours=1))  # MLflow is gone now
+    ps = state.policies["inference/chat"]
+    assert ps.model.startswith("champion v1") and not ps.fallback and not ps.degraded
+    assert r.replicas() * 2 == ps.reserved_gpus
+    assert state.reconcile_errors_total["mlflow"] == 1  # realized error could not be logged: counted, not fatal
+    assert "internal" not in state.reconcile_errors_total
