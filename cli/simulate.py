@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from cli.config import Config
@@ -15,7 +16,24 @@ def native_series(cfg: Config):
     """The history at its own step (the simulator replays every sample), gaps kept."""
     from forecast.history import at_own_step
 
-    return at_own_step(source(cfg, datetime.now(timezone.utc)).fetch())
+    return at_own_step(source(cfg, datetime.now(UTC)).fetch())
+
+
+JOB_COLUMNS = ("num_gpu", "creation_time", "scheduled_time", "deletion_time")
+
+
+def load_jobs(path):
+    """A training job trace: CSV with JOB_COLUMNS (seconds from the trace's start; scheduled_time may be blank)."""
+    import pandas as pd
+
+    try:
+        jobs = pd.read_csv(path)
+    except (OSError, ValueError) as exc:
+        raise BadRequest(f"--jobs {path}: cannot read it as CSV: {exc}") from None
+    missing = [c for c in JOB_COLUMNS if c not in jobs.columns]
+    if missing:
+        raise BadRequest(f"--jobs {path}: missing column(s) {', '.join(missing)} (needs {', '.join(JOB_COLUMNS)})")
+    return jobs
 
 
 @dataclass(frozen=True)
@@ -38,8 +56,6 @@ def whatif(cfg: Config, progress=None) -> WhatIf:
                          f"(give --days below that; at least a day of history is needed before them)")
     jobs = None
     if c.jobs is not None:
-        from controller.jobs import load_jobs
-
         jobs = trace_jobs(load_jobs(c.jobs), c.days * 86400, c.gpus)
     if c.policy_file is not None:
         objects = load_manifests(c.policy_file)
@@ -92,13 +108,16 @@ def cmd_simulate(cfg: Config, args) -> int:
                          "oracle or hourly-oracle with it")
     say = stage_printer("simulate", quiet=args.json)
     w = whatif(cfg)
+    started = time.perf_counter()
     spec, tuned = resolved(cfg, w, cfg.simulate.policy, progress=None)
+    replay_seconds = time.perf_counter() - started if tuned is not None else 0.0
     if tuned is not None:
         say(f"policy tuned on the history: {tuned.reason}")
     result = simulate(w.scenario, spec, reference=cfg.simulate.policy, timeline=bool(args.timeline))
     if args.timeline:
         say(f"timeline: {write_timeline(result.timeline, args.timeline)}")
     fields_ = {k: v for k, v in asdict(result).items() if k not in ("timeline", "detail", "events")}
+    fields_["buffer_replay_seconds"] = replay_seconds  # tuning by replaying the history (0: --policy-file, a reference)
     if args.json:
         print(json.dumps(fields_, sort_keys=True, default=str))
         return 0
@@ -118,7 +137,8 @@ def cmd_tune(cfg: Config, args) -> int:
             raise BadRequest(f"{flag} {path}: the folder {Path(path).resolve().parent} does not exist")
     w = whatif(cfg)
     if w.from_file:
-        raise BadRequest("tune sweeps the policy's fields itself: give DEMAND and the scenario flags, not --policy-file")
+        raise BadRequest("tune sweeps the policy's fields itself: give DEMAND and the scenario flags, "
+                         "not --policy-file")
     say = stage_printer("tune")
     result = tune(w.scenario, w.spec, cfg.tune, reference=cfg.simulate.policy, progress=say)
     if not result.table.empty:

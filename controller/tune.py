@@ -72,7 +72,7 @@ def _excess(r: SimResult, objective: ObjectiveSpec) -> float:
 
 
 def tune(scenario: Scenario, base: PolicySpec, grid: TuneConfig = TuneConfig(),
-         make_forecaster: Callable[[], Forecaster] | None = None, reference: str = "forecast",
+         make_forecaster: Callable[[], Forecaster] | SharedFits | None = None, reference: str = "forecast",
          progress: Callable[[str], None] | None = None) -> TuneResult:
     if reference in REFERENCES:
         raise ValueError(f"{reference} is a reference that knows the future: there is nothing to tune")
@@ -85,7 +85,8 @@ def tune(scenario: Scenario, base: PolicySpec, grid: TuneConfig = TuneConfig(),
                           f"evaluated days; tuning needs {2 * MIN_REPLAY_DAYS:g} days): the policy's stated defaults "
                           "are used (the forecast falls back to the last day's same-hour peak until 48 hours are "
                           "seen)", 0.0, None)
-    fits = SharedFits(make_forecaster or default_forecaster)
+    fits = make_forecaster if isinstance(make_forecaster, SharedFits) else \
+        SharedFits(make_forecaster or default_forecaster)  # a caller's SharedFits: its fits serve its runs too
     rows = []
     for line in _lines(base, grid, reference):
         for fields_ in line:
@@ -172,7 +173,8 @@ def plot_tradeoff(result: TuneResult, path: str | Path) -> Path:
         if len(mine):
             ax.scatter(mine["shortage_within_cluster"] * 100, mine["utilization"] * 100, s=200, facecolors="none",
                        edgecolors="k", label=f"recommended (buffer {r.warm_buffer:g}, margin {r.margin_gpus})")
-    ax.axvline(result.recommended.objective.max_shortage * 100, color="grey", linestyle="--", label="shortage objective")
+    ax.axvline(result.recommended.objective.max_shortage * 100, color="grey", linestyle="--",
+               label="shortage objective")
     ax.set_xlabel("shortage within the cluster (% of demand GPU-time)")
     ax.set_ylabel("utilization (%)")
     ax.set_title("headroom tune: utilization vs shortage on the history")

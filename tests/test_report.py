@@ -1,6 +1,8 @@
 """`headroom report`: the page is built from a real simulation and loaded in a real headless chromium."""
 from __future__ import annotations
 
+import html
+import json
 import re
 import shutil
 import subprocess
@@ -9,12 +11,14 @@ from pathlib import Path
 import pytest
 
 from cli.main import main
-from controller.simulate import POLICIES, SimSettings
+from controller.simulate import POLICIES, REFERENCES, Scenario, default_spec, demand_per_gpu
 from controller.tune import tune
-from dashboards.report import comparison_table, compare_policies, render_report
-from forecast.models import MODELS
+from core.settings import TuneConfig
+from dashboards.report import compare_policies, comparison_table, format_table, render_report
 from forecast.synthetic import synthetic_demand, write_csv
 from tests.servers import in_ci
+
+GRID = TuneConfig(target_quantiles=[0.5, 0.9], warm_buffers=[0.0, 1.0, 3.0], margins_gpus=[0, 4, 8, 16, 32])
 
 INSTALL = "bash scripts/install-chromium.sh"
 
@@ -44,18 +48,27 @@ def load_in_browser(page: Path, tmp_path: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
-    demand = synthetic_demand(days=10)
-    settings = SimSettings()
-    results = compare_policies(demand, settings, days=2, make_forecaster=MODELS["profile"])
-    tuned = tune(demand, MODELS["profile"], target_quantiles=(0.3, 0.7), lead_times_seconds=(900.0,),
-                 headroom_quantiles=(0.99,), days=2)
+    """headroom's own synthetic demand, the last 1.5 of 5 days simulated under every policy, each tuned on the
+    history to the same objective (the references as they are), as `headroom report` does."""
+    demand = synthetic_demand(days=5)
+    scenario = Scenario(demand, 128, 1.5)
+    base = default_spec(scenario, demand_per_gpu(demand, peak_gpus=100))
+    specs, tuned = {}, None
+    for policy in POLICIES:
+        if policy in REFERENCES:
+            specs[policy] = base
+            continue
+        t = tune(scenario, base, GRID, reference=policy)
+        specs[policy] = t.recommended
+        tuned = t if policy == "forecast" else tuned
+    results = compare_policies(scenario, specs, timeline_policy="forecast")
     out = tmp_path_factory.mktemp("report")
-    page = render_report(out, results, "forecast", settings, 128, {"demand trace": "synthetic, 10 days"}, tuned)
-    return page, results
+    page = render_report(out, results, "forecast", 128, {"demand trace": "synthetic, 5 days"}, tuned)
+    return page, results, tuned
 
 
 def test_page_loads_in_chromium_with_every_plot_decoded(report, tmp_path):
-    page, _ = report
+    page, _, _ = report
     body = load_in_browser(page, tmp_path)
     assert body.get("images") == "4", body  # demand, GPUs by use, preemptions, trade-off
     assert body.get("images-ok") == "4", body
@@ -63,7 +76,7 @@ def test_page_loads_in_chromium_with_every_plot_decoded(report, tmp_path):
 
 
 def test_the_browser_check_catches_a_broken_plot_and_a_script_error(report, tmp_path):
-    page, _ = report
+    page, _, _ = report
     text = page.read_text()
     broken = tmp_path / "broken.html"
     # corrupt one embedded PNG and add a failing script: both must show in the browser's verdict
@@ -75,39 +88,54 @@ def test_the_browser_check_catches_a_broken_plot_and_a_script_error(report, tmp_
 
 
 def test_page_is_self_contained_and_explains_itself(report):
-    page, results = report
+    page, results, tuned = report
     text = page.read_text()
     assert not re.search(r'<img[^>]+src="(?!data:image/png;base64,)', text)  # every plot embedded
     for png in ("demand.png", "gpus_by_use.png", "preemptions.png", "tradeoff.png"):
         assert (page.parent / png).stat().st_size > 10_000  # also written beside the page
-    for words in ("GPUs", "utilization", "inference shortage", "training goodput", "cost vs dedicated"):
-        assert words in text
+    for words in ("GPUs", "utilization", "shortage", "short steps", "training goodput", "cost vs dedicated",
+                  "hourly oracle", "objective met"):
+        assert words in text, words
     assert text.count("<figcaption>") == 4
-    f = results["forecast"]
-    assert f"{f.utilization:.1%}" in text  # the headline is this simulation's, not a template's
+    f, h = results["forecast"], results["hourly-oracle"]
+    # the headline is this simulation's, not a template's
+    assert f"kept {f.utilization:.1%} of the GPUs busy" in text and "hourly oracle" in text
+    assert f"{h.utilization:.1%}" in text and f"{f.shortage_within_cluster:.3%}" in text
+    assert html.escape(tuned.reason) in text  # the trade-off plot says why the recommendation
 
 
 def test_comparison_table_has_every_policy_and_sane_values(report):
-    _, results = report
+    _, results, _ = report
     table = comparison_table(results)
     assert list(table.index) == list(POLICIES)
-    assert table["utilization"].between(0, 1).all() and table["inference_shortage"].between(0, 1).all()
-    assert table.loc["oracle", "utilization"] >= table.loc["static", "utilization"]
-    assert table.loc["static", "preemptions"] == 0  # static never takes GPUs back: it never lends the peak
+    assert table["utilization"].between(0, 1).all() and table["shortage_within_cluster"].between(0, 1).all()
+    assert (table["headroom_violations"] == 0).all()
+    assert table.loc["oracle", "utilization"] >= table.loc["hourly-oracle", "utilization"] >= table.loc[
+        "static", "utilization"]
+    assert bool(table.loc["oracle", "objective_met"]) and bool(table.loc["hourly-oracle", "objective_met"])
+    text = format_table(table)
+    assert all(p in text for p in POLICIES) and "short steps" in text
 
 
 def test_report_command_writes_the_page(tmp_path, capsys):
     trace = tmp_path / "demand.csv"
-    write_csv(synthetic_demand(days=9), trace)
+    write_csv(synthetic_demand(days=4), trace)
     out = tmp_path / "out"
-    assert main(["report", str(trace), "--days", "2", "--out", str(out), "--no-tune", "--policy", "reactive"]) == 0
+    config = tmp_path / "headroom.yaml"  # a small sweep: the default grid's runs are not what this tests
+    config.write_text("tune: {target_quantiles: [0.5, 0.9], warm_buffers: [0.0, 1.0, 3.0], margins_gpus: [0, 8, 32]}\n")
+    c = ["--config", str(config)]
+    assert main(["report", *c, str(trace), "--days", "1", "--out", str(out), "--policy", "reactive"]) == 0
     printed = capsys.readouterr()
-    assert str(out / "index.html") in printed.out and "simulated oracle" in printed.err
-    assert {line.split()[0] for line in printed.out.splitlines()[2:7]} == set(POLICIES)
-    assert not (out / "tradeoff.png").exists()  # --no-tune skips the sweep
-    assert "What the reactive policy did" in (out / "index.html").read_text()
+    assert str(out / "index.html") in printed.out and "simulated hourly-oracle" in printed.err
+    assert {line.split()[0] for line in printed.out.splitlines()[2:2 + len(POLICIES)]} == set(POLICIES)
+    assert (out / "tradeoff.png").exists()  # the forecast policy was tuned on the history
+    page = (out / "index.html").read_text()
+    assert "What the reactive policy did" in page
+    assert main(["report", *c, str(trace), "--days", "1", "--out", str(out / "j"), "--json", "--policy", "oracle"]) == 0
+    out_json = json.loads(capsys.readouterr().out)
+    assert set(out_json["policies"]) == set(POLICIES) and out_json["report"].endswith("index.html")
 
 
 def test_report_without_history_is_an_error(capsys):
-    assert main(["report", "--no-tune"]) == 1
+    assert main(["report"]) == 1
     assert "no history" in capsys.readouterr().err

@@ -1,158 +1,291 @@
+"""The what-if engine (controller.simulate): a real demand trace replayed on the embedded cluster under a
+ReservationPolicy, the same planner and actions as `headroom run`. Real traces from ../shared/data, short
+slices (a day evaluated) so each simulation takes a fraction of a second."""
+from __future__ import annotations
+
 import json
-from dataclasses import replace
+import math
+from functools import cache
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from controller.simulate import BUFFER_GRID, SimSettings, choose_warm_buffer, simulate
-from forecast.base import future_index, quantile_frame
+from cli.simulate import load_jobs
+from controller.simulate import (
+    POLICIES,
+    REFERENCES,
+    TIMELINE_COLUMNS,
+    Scenario,
+    SharedFits,
+    SimResult,
+    TimedResult,
+    default_forecaster,
+    default_spec,
+    demand_per_gpu,
+    simulate,
+    trace_jobs,
+    write_timeline,
+)
+from core.policy import PolicySpec, spec_dict
+from core.settings import WorldSettings
+from forecast.history import at_own_step, load_history
+from tests.conftest import SHARED_DATA
+
+TRACES = {"nasa": "nasa_http_1995_5min.csv", "alibaba": "alibaba_genai_sd_requests_5min.csv",
+          "servegen": "servegen_m_large_10min.csv"}
+JOBS = SHARED_DATA / "jobs" / "alibaba_openb_pods.csv"
+# SimResult's fields before issue 11 (buffer_replay_seconds went with the buffer replay; `policy` is now the spec,
+# the policy's name is `reference`), and the ones issue 11 adds
+OLD_FIELDS = {"utilization", "inference_shortage", "shortage_hours", "mean_reserved_gpus", "training_gpu_hours",
+              "training_goodput", "preemptions", "planned_preemptions", "reclaim_p99_seconds", "headroom_violations",
+              "cost_vs_dedicated", "forecast_fallback_hours", "shortage_over_capacity", "warm_buffer", "sim_seconds",
+              "refit_seconds"}
+NEW_FIELDS = {"shortage_within_cluster", "short_steps", "longest_shortage_minutes", "objective_met", "policy"}
 
 
-class Profile:
-    """Same hour of day over the last 7 days: empirical quantiles (a stand-in for the real models)."""
+def need(path):
+    if not path.exists():
+        pytest.skip(f"real trace not found: {path} (../shared/data beside the repo)")
+    return path
 
-    name = "profile"
-    fits: list = []
+
+@cache
+def _trace(name: str, days: float) -> pd.Series:
+    demand = at_own_step(load_history(SHARED_DATA / "traces" / TRACES[name]))
+    return demand[demand.index < demand.index[0] + pd.Timedelta(days=days)]
+
+
+def trace(name: str, days: float = 5) -> pd.Series:
+    """The trace's first `days` (nasa's first gap is on day 27), at its own step."""
+    need(SHARED_DATA / "traces" / TRACES[name])
+    return _trace(name, days).copy()
+
+
+def scenario(demand: pd.Series, days: float = 1.0, **kw) -> tuple[Scenario, PolicySpec]:
+    s = Scenario(demand, kw.pop("gpus", 128), days, **kw)
+    return s, default_spec(s, demand_per_gpu(demand, peak_gpus=100))
+
+
+class Recording:
+    """The default forecaster, recording the last hour of every history it is fitted on."""
+    ends: list[pd.Timestamp] = []
+
+    def __init__(self):
+        self.model, self.name = default_forecaster(), "recording"
 
     def fit(self, history):
-        self.h = history
-        Profile.fits.append(history.index[-1])
+        Recording.ends.append(history.index[-1])
+        self.model.fit(history)
         return self
 
     def predict(self, horizon, quantiles):
-        idx = future_index(self.h, horizon)
-        week = self.h[-24 * 7:].dropna()
-        rows = [np.quantile(week[week.index.hour == t.hour], quantiles) for t in idx]
-        return quantile_frame(idx, np.array(rows), quantiles)
+        return self.model.predict(horizon, quantiles)
 
 
-class Broken(Profile):
+class Broken(Recording):
     def predict(self, horizon, quantiles):
-        idx = future_index(self.h, horizon)
-        return pd.DataFrame(np.nan, index=idx, columns=[float(q) for q in quantiles])
+        frame = self.model.predict(horizon, quantiles)
+        return frame * np.nan
 
 
-def daily(days=10, step="5min", noise=0.03, seed=1):
-    idx = pd.date_range("2026-01-01", periods=int(days * 86400 / pd.Timedelta(step).total_seconds()), freq=step, tz="UTC")
-    hours = (idx - idx[0]) / pd.Timedelta(hours=1)
-    rng = np.random.default_rng(seed)
-    v = 60 + 35 * np.sin(2 * np.pi * hours / 24) + rng.normal(0, noise * 60, len(idx))
-    return pd.Series(np.maximum(v, 0), index=idx)
+class Raising(Recording):
+    def fit(self, history):
+        raise ValueError("cannot fit")
 
 
-def test_metrics_are_sane_and_serialise():
-    d = daily()
-    r = simulate(d, days=2, policy="forecast", make_forecaster=Profile)
-    assert 0 < r.utilization <= 1 and 0 <= r.inference_shortage <= 1 and 0 <= r.shortage_hours <= 1
-    assert r.headroom_violations == 0 and 0 < r.training_goodput <= 1 and r.training_gpu_hours > 0
-    assert json.loads(r.to_json())["policy"] == "forecast"
+def test_result_json_has_issue_11_fields_and_the_old_ones():
+    s, spec = scenario(trace("nasa"))
+    r = simulate(s, spec)
+    out = json.loads(r.to_json())
+    assert NEW_FIELDS | OLD_FIELDS | {"reference"} <= set(out)
+    assert out["reference"] == "forecast" and out["policy"] == spec_dict(spec)  # the spec it ran, defaults filled in
+    assert PolicySpec.model_validate(out["policy"]) == spec
+    assert r.steps == 288 and 0 < r.utilization <= 1
+    for k in ("shortage_within_cluster", "short_steps", "shortage_over_capacity", "shortage_hours_share"):
+        assert 0 <= out[k] <= 1, k
+    assert math.isclose(r.inference_shortage, r.shortage_within_cluster + r.shortage_over_capacity)
+    assert r.objective_met == (r.shortage_within_cluster <= spec.objective.max_shortage
+                               and r.short_steps <= spec.objective.max_short_steps)
+    # the longest shortage is whole steps, at least one when any step was short
+    assert (r.longest_shortage_minutes > 0) == (r.short_steps > 0) == (r.shortage_hours > 0)
+    assert r.longest_shortage_minutes % 5 == 0 and r.longest_shortage_minutes <= r.short_steps * r.steps * 5
+    assert r.headroom_violations == 0 and r.training_gpu_hours > 0 and 0.95 <= r.training_goodput <= 1
 
 
-def test_policies_rank_as_expected_on_a_clean_daily_cycle():
-    d = daily()
-    out = {p: simulate(d, days=2, policy=p, make_forecaster=Profile) for p in ("forecast", "static", "reactive", "oracle")}
-    assert out["static"].inference_shortage <= out["reactive"].inference_shortage
-    assert out["oracle"].utilization >= out["forecast"].utilization > out["static"].utilization
-    assert out["oracle"].inference_shortage < 1e-3
-    assert out["forecast"].cost_vs_dedicated < out["static"].cost_vs_dedicated
+@pytest.mark.parametrize("name", list(TRACES))
+def test_every_policy_on_a_real_trace(name):
+    s, spec = scenario(trace(name))
+    out = {p: simulate(s, spec, reference=p) for p in POLICIES}
+    assert {p: r.reference for p, r in out.items()} == {p: p for p in POLICIES}
+    for p, r in out.items():
+        assert r.headroom_violations == 0, p
+        assert r.training_goodput >= 0.9 and r.training_gpu_hours > 0, p  # defaults, untuned: see the tuned test
+        assert r.shortage_over_capacity == 0, p  # the 99.9th percentile is 100 of 128 GPUs
+    oracle, hourly = out["oracle"], out["hourly-oracle"]
+    # knowing each step beats knowing each hour, which beats anything that does not know the future; both are
+    # references meeting the objective, on a sane level (measured 0.94-0.96 and 0.84-0.94)
+    assert oracle.utilization >= hourly.utilization >= 0.8
+    assert oracle.objective_met and hourly.objective_met and oracle.shortage_within_cluster == 0
+    # references run without buffer, delay or margin (the hourly oracle raises one step early)
+    assert oracle.policy["warmBuffer"] == 0 and oracle.policy["scaleInDelay"] == "0s"
+    assert hourly.policy["leadTime"] == f"{s.step_seconds:g}s"
+    assert all(out[p].utilization <= oracle.utilization for p in POLICIES)
+    assert out["static"].utilization == min(r.utilization for r in out.values())
+    assert out["static"].mean_reserved_gpus == max(r.mean_reserved_gpus for r in out.values())
 
 
-def test_forecaster_never_sees_the_future():
-    d = daily()
-    eval_start = d.index[-1] - pd.Timedelta(days=2)
-    hours = pd.date_range(eval_start.ceil("h"), d.index[-1], freq="h")
-    Profile.fits = []
-    simulate(d, days=2, policy="forecast", make_forecaster=Profile, settings=SimSettings(warm_buffer=1.0))
-    # one refit per evaluated hour, on complete hours strictly before it
-    assert len(Profile.fits) == len(hours)
-    assert all(end < hour for end, hour in zip(Profile.fits, hours))
-    # choosing the buffer replays the history: its fits (on top of those) all end before the evaluated days
-    Profile.fits = []
-    simulate(d, days=2, policy="forecast", make_forecaster=Profile)
-    replay_fits = Profile.fits[:-len(hours)]
-    assert len(replay_fits) >= 24 and max(replay_fits) < eval_start
-    assert Profile.fits[-len(hours):] == [h - pd.Timedelta(hours=1) for h in hours]
+def test_tuned_forecast_keeps_goodput_and_headroom_on_every_trace():
+    """With tune's recommendation (history only) the forecast policy keeps the headroom guarantee and training's
+    goodput (issue 11: 0 violations, goodput >= 0.95)."""
+    from controller.tune import tune
+
+    for name in TRACES:
+        s, spec = scenario(trace(name))
+        t = tune(s, spec)
+        r = simulate(s, t.recommended)
+        assert t.met and r.headroom_violations == 0 and r.training_goodput >= 0.95, (name, t.reason, r)
+        assert r.utilization > simulate(s, spec, reference="static").utilization
 
 
-def test_broken_forecast_falls_back_to_weekly_peak():
-    d = daily()
-    r = simulate(d, days=2, policy="forecast", make_forecaster=Broken)
-    ok = simulate(d, days=2, policy="forecast", make_forecaster=Profile)
-    assert r.forecast_fallback_hours >= 48
-    assert r.inference_shortage <= ok.inference_shortage and r.headroom_violations == 0
+def test_refits_hourly_on_complete_past_hours_only():
+    s, spec = scenario(trace("nasa"))
+    Recording.ends = []
+    simulate(s, spec, Recording)
+    hours = pd.date_range(s.evaluated[0].floor("h"), s.evaluated[-1], freq="h")
+    assert len(Recording.ends) == len(hours) == 24
+    # each refit at the start of an hour fits the hours strictly before it
+    assert Recording.ends == [h - pd.Timedelta(hours=1) for h in hours]
 
 
-def test_job_trace_and_slow_jobs():
-    d = daily(step="10min")
-    jobs = pd.DataFrame({"num_gpu": [1, 8, 2, 0, 4], "creation_time": [0, 100, 5000, 0, 90000],
-                         "scheduled_time": [0, 200, np.nan, 0, 90010], "deletion_time": [80000, 30000, 200000, 10, 170000]})
-    r = simulate(d, days=2, jobs=jobs, policy="reactive")
+@pytest.mark.parametrize("policy", ["forecast", "seasonal-naive", "reactive"])
+def test_future_demand_does_not_change_earlier_decisions(policy):
+    demand = trace("servegen", days=9)  # 8 days of history: seasonal-naive has its week
+    s, spec = scenario(demand)
+    before = simulate(s, spec, reference=policy, timeline=True, detail=True)
+    spiked = demand.copy()
+    spiked.iloc[-6:] *= 3  # the last hour of the evaluated day (10-minute steps)
+    after = simulate(Scenario(spiked, s.gpus, s.days), spec, reference=policy, timeline=True, detail=True)
+    assert isinstance(before, TimedResult) and len(before.timeline) == s.evaluated.size
+    pd.testing.assert_frame_equal(before.timeline.iloc[:-6], after.timeline.iloc[:-6])
+    pd.testing.assert_frame_equal(before.detail.iloc[:-6], after.detail.iloc[:-6])
+    assert not before.timeline.iloc[-6:].equals(after.timeline.iloc[-6:])  # the spike itself is seen
+
+
+def test_a_broken_or_failing_forecaster_falls_back_to_last_weeks_same_hour_peak():
+    s, spec = scenario(trace("nasa"))
+    ok = simulate(s, spec, Recording)
+    broken, raising = (simulate(s, spec, m, timeline=True) for m in (Broken, Raising))
+    assert ok.forecast_fallback_hours == 0
+    for r in (broken, raising):
+        assert r.forecast_fallback_hours == 24 and r.headroom_violations == 0 and r.training_goodput >= 0.95
+    # a NaN forecast and a model that cannot fit are the same fallback: nothing else differs
+    pd.testing.assert_frame_equal(broken.timeline, raising.timeline)
+    # every step reserves at least the peak of its hour of day over the week before the hour
+    raw, per_gpu = s.demand, spec.capacity.demand_per_gpu
+    for t, reserved in zip(pd.DatetimeIndex(broken.timeline["timestamp"]), broken.timeline["reserved_gpus"]):
+        hour = t.floor("h")
+        week = raw[(raw.index > hour - pd.Timedelta(days=7)) & (raw.index <= hour)]
+        assert reserved >= math.floor(week[week.index.hour == t.hour].max() / per_gpu), t
+
+
+def test_one_day_of_history_is_a_stated_conservative_default_not_an_error():
+    demand = trace("nasa", days=2)
+    s, spec = scenario(demand)
+    assert len(s.history) == 288  # a day
+    r = simulate(s, spec)
+    # no forecast until 48 hours are seen: the fallback (the last day's same-hour peak) all day, never an error
+    assert r.forecast_fallback_hours == 24 and r.steps == 288
+    assert r.headroom_violations == 0 and r.utilization > 0.6 and r.training_goodput >= 0.95
+    with_week = simulate(*scenario(trace("nasa", days=9)))
+    assert with_week.forecast_fallback_hours == 0
+
+
+def test_shared_fits_give_the_same_numbers_and_fit_once():
+    s, spec = scenario(trace("nasa"))
+    Recording.ends = []
+    alone = simulate(s, spec, Recording)
+    fits = SharedFits(Recording)
+    a = simulate(s, spec, fits)
+    b = simulate(s, spec.model_copy(update={"warm_buffer": 3.0}), fits)
+    assert len(Recording.ends) == 2 * 24  # one per hour alone, one per hour for both shared runs
+    assert (a.utilization, a.shortage_within_cluster, a.preemptions) == (
+        alone.utilization, alone.shortage_within_cluster, alone.preemptions)
+    assert b.mean_reserved_gpus > a.mean_reserved_gpus  # the buffer did change the second run
+
+
+def test_demand_above_the_cluster_is_reported_apart_from_the_objective():
+    s, spec = scenario(trace("nasa"), gpus=60)  # peak 100 GPUs on 60
+    r = simulate(s, spec)
+    assert r.shortage_over_capacity > 0.01
+    assert math.isclose(r.inference_shortage, r.shortage_within_cluster + r.shortage_over_capacity)
+    assert r.shortage_within_cluster < r.shortage_over_capacity
+
+
+def test_job_trace_and_slow_checkpoints():
+    need(JOBS)
+    s, spec = scenario(trace("nasa"), jobs=trace_jobs(load_jobs(JOBS), 86400, 128))
+    r = simulate(s, spec, reference="reactive")
     assert 0 < r.training_gpu_hours and 0 < r.training_goodput <= 1 and r.headroom_violations == 0
-    slow = simulate(d, days=2, policy="forecast", make_forecaster=Profile,
-                    settings=SimSettings(preemption_seconds=(600.0, 900.0)))
-    assert slow.reclaim_p99_seconds > 300 or slow.preemptions == 0
+    backlog = simulate(*scenario(trace("nasa")), reference="reactive")
+    assert r.training_gpu_hours < backlog.training_gpu_hours  # the trace's jobs do not saturate the cluster
+    # jobs that take 10-15 minutes to stop: taking GPUs back takes that long (and the 15-minute lead time no longer
+    # covers a reactive rise: the engine counts those steps as headroom violations, so no assertion on them here)
+    slow_world = WorldSettings(preemption_seconds=(600.0, 900.0))
+    slow = simulate(Scenario(s.demand, 128, 1.0, world=slow_world), spec)
+    fast = simulate(Scenario(s.demand, 128, 1.0), spec)
+    assert slow.preemptions > 0 and slow.reclaim_p99_seconds >= 600 > 300 >= fast.reclaim_p99_seconds
+
+
+def test_timeline_columns_and_file(tmp_path):
+    s, spec = scenario(trace("nasa"))
+    r = simulate(s, spec, timeline=True)
+    t = r.timeline
+    assert list(t.columns) == list(TIMELINE_COLUMNS) and len(t) == r.steps
+    assert (t["workload"] == s.name).all() and (pd.DatetimeIndex(t["timestamp"]) == s.evaluated).all()
+    per_gpu = spec.capacity.demand_per_gpu
+    np.testing.assert_allclose(t["demand_gpus"], s.demand.loc[s.evaluated].to_numpy() / per_gpu)
+    assert (t["warm_gpus"] <= s.gpus).all() and (t["lent_gpus"] + t["reserved_gpus"] <= s.gpus + 1e-9).all()
+    assert t["preempted_gpus"].sum() >= r.preemptions > 0
+    path = write_timeline(t, tmp_path / "t.csv")
+    back = pd.read_csv(path)
+    assert list(back.columns) == list(TIMELINE_COLUMNS) and len(back) == len(t)
+    np.testing.assert_allclose(back["reserved_gpus"], t["reserved_gpus"])
+    # without timeline=True a plain SimResult
+    assert type(simulate(s, spec)) is SimResult
+
+
+def test_demand_per_gpu_and_default_spec():
+    d = trace("nasa")
+    per_gpu = demand_per_gpu(d, peak_gpus=100)
+    assert math.isclose(np.nanquantile(d.to_numpy(float), 0.999) / per_gpu, 100)
+    assert demand_per_gpu(d, peak_gpus=50) == 2 * per_gpu and demand_per_gpu(d, per_gpu=3.0) == 3.0
+    with pytest.raises(ValueError, match="no positive value"):
+        demand_per_gpu(d * 0)
+    s = Scenario(d, name="team-a/chat", training_queues=("research", "batch"))
+    spec = default_spec(s, per_gpu, warmBuffer=2.5)
+    assert spec.mode == "active" and spec.target.name == "chat" and spec.training_cluster_queues == ["research",
+                                                                                                    "batch"]
+    assert spec.warm_buffer == 2.5 and spec.target_quantile == PolicySpec.model_fields["target_quantile"].default
+
+
+def test_requests_that_cannot_be_simulated_are_errors():
+    s, spec = scenario(trace("nasa"))
+    with pytest.raises(ValueError, match="unknown policy"):
+        simulate(s, spec, reference="clairvoyant")
+    with pytest.raises(ValueError, match="fewer than two evaluated steps"):
+        simulate(Scenario(s.demand, days=1e-4), spec)
+    assert set(REFERENCES) <= set(POLICIES)
 
 
 def test_simulation_is_fast_enough():
-    d = daily(days=60)
-    jobs = pd.DataFrame({"num_gpu": np.tile([1, 2, 8], 400), "creation_time": np.arange(1200) * 3000.0,
-                         "scheduled_time": np.arange(1200) * 3000.0, "deletion_time": np.arange(1200) * 3000.0 + 20000})
-    r = simulate(d, gpus=1000, peak_gpus=800, days=53, jobs=jobs, policy="reactive")
-    assert r.sim_seconds < 5  # ~15k steps; a year (105k steps) stays under 10 s at this rate
-
-
-def avoidable_shortage(r):
-    return r.inference_shortage - r.shortage_over_capacity
-
-
-def test_warm_buffer_is_the_smallest_on_the_grid_that_meets_the_objective_on_the_replay():
-    d = daily(noise=0.1)
-    history = d.iloc[:-2 * 288]
-    s = SimSettings(buffer_shortage_objective=0.001)  # on this cycle the q0.3 floor alone leaves ~0.24% unmet
-    choice = choose_warm_buffer(history, 1.0, 128, 2, Profile, s)
-    assert choice.replay_days == 2 and 0 < choice.factor < BUFFER_GRID[-1]
-    # the engine itself, run separately on the history's last 2 days, agrees with every step of the choice
-    for b in BUFFER_GRID[:BUFFER_GRID.index(choice.factor) + 1]:
-        replayed = simulate(history, days=2, per_gpu=1.0, make_forecaster=Profile, settings=replace(s, warm_buffer=b))
-        assert (avoidable_shortage(replayed) <= s.buffer_shortage_objective) == (b == choice.factor)
-        assert (b, avoidable_shortage(replayed)) in choice.replayed
-    # the evaluated run uses that b, and a stricter objective keeps more warm GPUs
-    assert simulate(d, days=2, per_gpu=1.0, make_forecaster=Profile, settings=s).warm_buffer == choice.factor
-    strict = choose_warm_buffer(history, 1.0, 128, 2, Profile, SimSettings(buffer_shortage_objective=0.0005))
-    assert strict.factor > choice.factor
-    assert simulate(d, days=2, make_forecaster=Profile, settings=SimSettings(buffer_shortage_objective=None)).warm_buffer == 0
-
-
-def test_demand_above_the_cluster_does_not_count_against_the_buffer_objective():
-    d = daily(noise=0.1)
-    # 80 GPUs for a peak near 100: about 5% of demand is above the cluster, far over the 0.3% objective
-    r = simulate(d, gpus=80, days=2, per_gpu=1.0, make_forecaster=Profile)
-    assert r.shortage_over_capacity > 0.01 and r.inference_shortage >= r.shortage_over_capacity
-    assert r.warm_buffer < BUFFER_GRID[-1]  # were it counted, no b would meet the objective: the grid's largest
-
-
-def test_rise_buffer_cuts_shortage_and_sees_only_the_history():
-    d = daily(noise=0.1)
-    s = SimSettings(buffer_shortage_objective=0.001)
-    none = simulate(d, days=2, make_forecaster=Profile, settings=SimSettings(buffer_shortage_objective=None))
-    assert simulate(d, days=2, make_forecaster=Profile, settings=s).inference_shortage < 0.6 * none.inference_shortage
-    # a burst in the evaluated days changes nothing decided before it, the buffer included (fixed per_gpu: the
-    # scale stays the same)
-    buffered = simulate(d, days=2, per_gpu=1.0, make_forecaster=Profile, settings=s, timeline=True)
-    spiked = d.copy()
-    spiked.iloc[-12:] *= 3
-    later = simulate(spiked, days=2, per_gpu=1.0, make_forecaster=Profile, settings=s, timeline=True)
-    assert later.warm_buffer == buffered.warm_buffer > 0
-    before = slice(None, -13)
-    pd.testing.assert_frame_equal(buffered.timeline.steps.iloc[before], later.timeline.steps.iloc[before])
-
-
-def test_short_history_is_enough_except_for_seasonal_naive():
-    d = daily(days=4)
-    assert simulate(d, days=2, make_forecaster=Profile).utilization > 0
-    with pytest.raises(ValueError, match="needs at least 2 day.*to choose the warm buffer on"):
-        simulate(d, days=2.5, make_forecaster=Profile)
-    assert simulate(d, days=2.5, make_forecaster=Profile, settings=SimSettings(warm_buffer=1.0)).warm_buffer == 1.0
-    with pytest.raises(ValueError, match="seasonal-naive policy needs at least 7 day"):
-        simulate(d, days=2, policy="seasonal-naive")
+    """The step loop (refits apart) on 1,000 GPUs with the job trace: 14 days of 5-minute steps. The issue's target
+    is a year of them in under 10 s (bench/simulate_bench.py measures that); this guards the rate."""
+    need(JOBS)
+    nasa = trace("nasa", days=20).ffill()
+    s = Scenario(nasa, 1000, 14, trace_jobs(load_jobs(JOBS), 14 * 86400, 1000))
+    spec = default_spec(s, demand_per_gpu(nasa, peak_gpus=800), forecaster="seasonal-naive")
+    r = simulate(s, spec)
+    assert r.steps == 14 * 288 and r.training_gpu_hours > 0
+    year = r.sim_seconds * 365 * 288 / r.steps
+    assert year < 10, f"a year of 5-minute steps would take {year:.0f} s (target 10 s)"

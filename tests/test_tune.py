@@ -1,43 +1,177 @@
-from dataclasses import replace
+"""`headroom tune` (controller.tune): the policy's own fields swept on the history alone against an SRE objective,
+the recommendation re-checked by replay and written as a ReservationPolicy manifest that `simulate --policy-file`
+(and `headroom run`) run exactly. Real traces, a day replayed."""
+from __future__ import annotations
 
-from controller.simulate import SimSettings, simulate
-from controller.tune import plot_tradeoff, tune
-from tests.test_simulate import Profile, daily
+import json
 
+import pandas as pd
+import pytest
 
-class Counting(Profile):
-    fits_made = 0
+from cli.main import main
+from controller.simulate import Scenario, SharedFits, default_forecaster, default_spec, demand_per_gpu, simulate
+from controller.tune import plot_tradeoff, replay_scenario, tune
+from core.policy import PolicySpec, load_manifests
+from core.settings import TuneConfig
+from forecast.history import at_own_step, load_history
+from tests.conftest import SHARED_DATA
+from tests.test_simulate import Recording, need, scenario, trace
 
-    def fit(self, history):
-        Counting.fits_made += 1
-        return super().fit(history)
-
-
-def test_sweep_fits_once_per_history_and_matches_separate_simulations():
-    d = daily()
-    Counting.fits_made = 0
-    t = tune(d, Counting, target_quantiles=(0.1, 0.5), lead_times_seconds=(0.0, 900.0), headroom_quantiles=(0.99,),
-             shortage_objective=0.01, days=1)
-    # one refit per evaluated hour and one per hour the buffer replay plays (its last day before them), not one
-    # per setting or per buffer factor tried
-    assert len(t.table) == 4 and Counting.fits_made == 24 + 24
-    row = t.table.iloc[3]
-    alone = simulate(d, days=1, make_forecaster=Profile,
-                     settings=replace(SimSettings(), target_quantile=row.target_quantile,
-                                      lead_time_seconds=row.lead_time_seconds, headroom_quantile=row.headroom_quantile))
-    assert (row.utilization, row.inference_shortage) == (alone.utilization, alone.inference_shortage)
+GRID = TuneConfig(target_quantiles=[0.5, 0.9], warm_buffers=[0.0, 1.0, 3.0, 6.0])
+METRICS = ["utilization", "shortage_within_cluster", "short_steps"]
 
 
-def test_tune_recommends_highest_utilization_meeting_objective(tmp_path):
-    d = daily()
-    t = tune(d, Profile, target_quantiles=(0.5, 0.9), lead_times_seconds=(0.0, 900.0), headroom_quantiles=(0.99,),
-             shortage_objective=0.01, days=1)
-    assert len(t.table) == 4
-    ok = t.table[t.table.inference_shortage <= 0.01]
-    if t.recommended is None:
-        assert ok.empty
-    else:
-        assert ok.utilization.max() == t.table.set_index(["target_quantile", "lead_time_seconds"]).loc[
-            (t.recommended["target_quantile"], t.recommended["lead_time_seconds"]), "utilization"].max()
-    png = plot_tradeoff(t, str(tmp_path / "tradeoff.png"))
-    assert open(png, "rb").read(4) == b"\x89PNG"
+def test_sweep_fits_once_per_replayed_hour_and_each_row_is_a_separate_simulation():
+    s, spec = scenario(trace("nasa"))
+    Recording.ends = []
+    t = tune(s, spec, GRID, make_forecaster=Recording)
+    assert t.replay_days == 1 and len(t.table) >= 2
+    # the forecaster fits once per replayed hour, whatever the number of settings (and the re-check) tried
+    assert len(Recording.ends) == 24 and max(Recording.ends) < s.evaluated[0]
+    replay = replay_scenario(s)
+    for _, row in t.table.iloc[[0, -1]].iterrows():
+        alone = simulate(replay, spec.model_copy(update={"target_quantile": row.target_quantile,
+                                                         "warm_buffer": row.warm_buffer,
+                                                         "objective": t.recommended.objective}))
+        assert [getattr(alone, k) for k in METRICS] == [row[k] for k in METRICS]
+
+
+def test_recommends_the_highest_utilization_meeting_the_objective(tmp_path):
+    s, spec = scenario(trace("servegen"))
+    t = tune(s, spec, GRID)
+    table = t.table
+    met = table[table.objective_met & (table.headroom_violations == 0)]
+    assert t.met and not met.empty
+    best = met.loc[met.utilization.idxmax()]
+    rec = t.recommended
+    assert (rec.target_quantile, rec.warm_buffer) == (best.target_quantile, best.warm_buffer)
+    assert t.recheck.utilization == best.utilization and t.recheck.objective_met
+    assert "highest utilization" in t.reason
+    # along the warm buffer shortage only falls, so each line stops at its first setting meeting the objective
+    for _, line in table.groupby("target_quantile"):
+        assert line.warm_buffer.is_monotonic_increasing and line.shortage_within_cluster.is_monotonic_decreasing
+        assert not line.objective_met.iloc[:-1].any()
+    png = plot_tradeoff(t, tmp_path / "tradeoff.png")
+    assert png.read_bytes()[:4] == b"\x89PNG" and png.stat().st_size > 10_000
+
+
+def test_tune_never_looks_past_the_history():
+    demand = trace("nasa")
+    s, spec = scenario(demand)
+    changed = demand.copy()
+    changed.loc[s.evaluated] = changed.loc[s.evaluated].to_numpy()[::-1] * 3  # the evaluated day, anything else
+    a = tune(s, spec, GRID)
+    b = tune(Scenario(changed, s.gpus, s.days), spec, GRID)  # the same spec: demand per GPU stays
+    pd.testing.assert_frame_equal(a.table, b.table)
+    assert a.recommended == b.recommended and a.reason == b.reason
+
+
+def test_when_nothing_meets_the_objective_it_names_the_closest_setting_and_why():
+    s, spec = scenario(trace("nasa"), gpus=60)  # demand peaks near 100 GPUs: a lot of it is above the cluster
+    t = tune(s, spec, TuneConfig(target_quantiles=[0.5], warm_buffers=[0.0, 0.5], max_short_steps=0.0))
+    assert not t.met and "None" not in t.reason
+    assert "closest" in t.reason and "warm_buffer" in t.reason and "above the cluster's 60 GPUs" in t.reason
+    closest = t.table.loc[t.table.short_steps.idxmin()]
+    assert t.recommended.warm_buffer == closest.warm_buffer
+    # and without demand above the cluster, what stands in the way is the grid or the objective
+    s, spec = scenario(trace("nasa"))
+    t = tune(s, spec, TuneConfig(target_quantiles=[0.5], warm_buffers=[0.0], max_shortage=0.0, max_short_steps=0.0))
+    assert not t.met and "widen tune.warm_buffers, or relax the objective" in t.reason
+
+
+def test_one_day_of_history_gets_the_stated_defaults_not_an_error():
+    s, spec = scenario(trace("nasa", days=2))
+    t = tune(s, spec, GRID)
+    assert not t.met and t.table.empty and t.recheck is None
+    assert "too little history to tune on (24 h" in t.reason and "stated defaults" in t.reason
+    assert t.recommended == spec.model_copy(update={"objective": t.recommended.objective})
+    assert simulate(s, t.recommended).forecast_fallback_hours == 24  # and it runs
+
+
+def test_baselines_get_a_tuned_margin_and_references_are_not_tuned():
+    s, spec = scenario(trace("nasa"))
+    t = tune(s, spec, TuneConfig(margins_gpus=[0, 4, 8, 16, 32]), reference="reactive")
+    assert t.recommended.forecaster == "reactive" and t.recommended.warm_buffer == 0
+    assert list(t.table.margin_gpus) == [0, 4, 8, 16, 32][:len(t.table)]
+    assert t.met == t.table.objective_met.iloc[-1] and t.recommended.margin_gpus == t.table.margin_gpus.iloc[-1]
+    assert t.table.utilization.is_monotonic_decreasing
+    r = simulate(s, t.recommended, reference="reactive")
+    assert r.policy["marginGpus"] == t.recommended.margin_gpus and r.policy["forecaster"] == "reactive"
+    for reference in ("oracle", "hourly-oracle"):
+        with pytest.raises(ValueError, match="knows the future"):
+            tune(s, spec, reference=reference)
+
+
+@pytest.fixture
+def nasa_csv(tmp_path):
+    """Four days of the real NASA trace as a CSV (a temporary copy for the CLI, never in the repo)."""
+    path = need(SHARED_DATA / "traces" / "nasa_http_1995_5min.csv")
+    out = tmp_path / "nasa4.csv"
+    pd.read_csv(path).iloc[:4 * 288].to_csv(out, index=False)
+    return out
+
+
+def _json(capsys, args) -> dict:
+    capsys.readouterr()
+    assert main(args) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_cli_tune_writes_a_policy_that_simulate_runs_exactly(nasa_csv, tmp_path, capsys):
+    policy = tmp_path / "policy.yaml"
+    objective = ["--max-shortage", "0.002", "--max-short-steps", "0.02"]
+    code = main(["tune", str(nasa_csv), "--days", "1", *objective, "--write-policy", str(policy),
+                 "--plot", str(tmp_path / "t.png")])
+    out = capsys.readouterr().out
+    assert code == 0 and "recommended:" in out and str(policy) in out and (tmp_path / "t.png").exists()
+    (obj,) = load_manifests(policy)  # what `kubectl apply` and `headroom run --policy-file` read
+    assert obj["kind"] == "ReservationPolicy" and obj["metadata"] == {"name": "inference", "namespace": "default"}
+    spec = PolicySpec.model_validate(obj["spec"])
+    assert (spec.objective.max_shortage, spec.objective.max_short_steps) == (0.002, 0.02)
+    from_file = _json(capsys, ["simulate", str(nasa_csv), "--days", "1", "--policy-file", str(policy), "--json"])
+    assert from_file["policy"] == obj["spec"]  # exactly the file's spec
+    # ... and exactly what the engine gives for that spec
+    demand = at_own_step(load_history(nasa_csv))
+    direct = simulate(Scenario(demand, 128, 1.0), spec)
+    for k in METRICS + ["preemptions", "training_gpu_hours", "mean_reserved_gpus"]:
+        assert from_file[k] == getattr(direct, k), k
+    # simulate without a file tunes on the history itself: the same policy, the same numbers
+    tuned = _json(capsys, ["simulate", str(nasa_csv), "--days", "1", *objective, "--json"])
+    assert tuned["policy"] == obj["spec"] and tuned["utilization"] == from_file["utilization"]
+    assert tuned["objective_met"] == from_file["objective_met"] == direct.objective_met
+    assert from_file["buffer_replay_seconds"] == 0 < tuned["buffer_replay_seconds"]  # the time tuning took
+
+
+def test_cli_tune_on_one_day_of_history_writes_the_defaults_and_says_so(tmp_path, capsys):
+    path = need(SHARED_DATA / "traces" / "nasa_http_1995_5min.csv")
+    two = tmp_path / "nasa2.csv"
+    pd.read_csv(path).iloc[:2 * 288].to_csv(two, index=False)
+    policy = tmp_path / "p.yaml"
+    assert main(["tune", str(two), "--days", "1", "--write-policy", str(policy)]) == 1  # objective not shown met
+    out = capsys.readouterr().out
+    assert "too little history" in out and "None" not in out
+    (obj,) = load_manifests(policy)
+    assert obj["spec"]["targetQuantile"] == PolicySpec.model_fields["target_quantile"].default
+    assert main(["simulate", str(two), "--days", "1", "--policy-file", str(policy), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["forecast_fallback_hours"] == 24
+
+
+def test_cli_simulate_with_a_job_trace(nasa_csv, capsys):
+    jobs = need(SHARED_DATA / "jobs" / "alibaba_openb_pods.csv")
+    out = _json(capsys, ["simulate", str(nasa_csv), "--days", "1", "--policy", "oracle", "--jobs", str(jobs),
+                         "--json"])
+    backlog = _json(capsys, ["simulate", str(nasa_csv), "--days", "1", "--policy", "oracle", "--json"])
+    assert 0 < out["training_gpu_hours"] < backlog["training_gpu_hours"]
+
+
+def test_shared_fits_are_reused_across_the_sweep():
+    """A sweep with SharedFits costs one fit per hour: the same fits serve every setting."""
+    s, spec = scenario(trace("nasa"))
+    fits = SharedFits(default_forecaster)
+    replay = replay_scenario(s)
+    a = simulate(replay, spec, fits)
+    n = len(fits.fits)
+    simulate(replay, spec.model_copy(update={"target_quantile": 0.5}), fits)
+    assert n == len(fits.fits) == 24 and a.steps == 288
+    per_gpu = demand_per_gpu(s.demand, peak_gpus=100)
+    assert default_spec(s, per_gpu).capacity.demand_per_gpu == per_gpu == spec.capacity.demand_per_gpu
