@@ -109,7 +109,7 @@ def test_report_and_simulate_read_live_history_from_prometheus(prometheus_server
     config.write_text(yaml.safe_dump({"history": {"prometheus": {
         "url": prometheus_server.url, "query": METRIC, "lookback": "16d", "end": "1995-07-24T00:00:00Z"}}}))
     out = tmp_path / "report"
-    assert main(["report", "--config", str(config), "--days", "2", "--no-tune", "--out", str(out)]) == 0
+    assert main(["report", "--config", str(config), "--days", "2", "--out", str(out)]) == 0
     page = (out / "index.html").read_text()
     assert page.count("<img") >= 3 and "data:image/png;base64," in page
     capsys.readouterr()
