@@ -2,6 +2,7 @@
 Workloads as the controller sees them, and what it reports on a ReservationPolicy."""
 from __future__ import annotations
 
+from typing import Any
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -18,7 +19,7 @@ class ObjectRef:
     uid: str | None = None
 
     @classmethod
-    def of(cls, obj: dict) -> "ObjectRef":
+    def of(cls, obj: dict[str, Any]) -> "ObjectRef":
         meta = obj.get("metadata", {})
         return cls(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"), meta.get("uid"))
 
@@ -94,5 +95,5 @@ class PolicyStatus:
     forecast_demand: float | None = None
     observed_generation: int | None = None
     model: str | None = None
-    next_hours: tuple[dict, ...] = ()        # {"hour", "reservedGpus", "headroomGpus", "slackGpus"}
+    next_hours: tuple[dict[str, Any], ...] = ()        # {"hour", "reservedGpus", "headroomGpus", "slackGpus"}
     realized_error: dict[str, float] | None = None  # "1h"/"6h"/"24h" ahead -> mean scaled error

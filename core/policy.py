@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -21,7 +21,8 @@ from core.errors import ConfigError
 from core.units import check_statistic, duration
 
 API_VERSION, KIND = "headroom.dev/v1alpha1", "ReservationPolicy"
-FORECASTERS = ("auto", "seasonal-naive", "reactive", "static")
+Forecaster = Literal["auto", "seasonal-naive", "reactive", "static"]
+FORECASTERS: tuple[str, ...] = get_args(Forecaster)
 
 
 class Camel(BaseModel):
@@ -65,7 +66,7 @@ class PolicySpec(Camel):
     statistic: str = Field("max", description="How samples are aggregated to the hourly forecast step "
                                               "(mean, max, sum or pNN); the reservation needs each hour's peak.")
     capacity: CapacitySpec
-    forecaster: Literal[FORECASTERS] = Field(
+    forecaster: Forecaster = Field(
         "auto", description="auto: the MLflow champion, else automatic selection; seasonal-naive: the same hour "
                             "last week; reactive: the last complete hour's peak; static: the lookback's peak.")
     target_quantile: float = Field(0.9, gt=0, lt=1, description="Forecast quantile of each hour's demand reserved "
@@ -135,15 +136,15 @@ class PolicySpec(Camel):
     # the planner's units
     @property
     def lead_time_seconds(self) -> float:
-        return duration(self.lead_time).total_seconds()
+        return float(duration(self.lead_time).total_seconds())
 
     @property
     def scale_in_delay_seconds(self) -> float:
-        return duration(self.scale_in_delay).total_seconds()
+        return float(duration(self.scale_in_delay).total_seconds())
 
     @property
     def reclaim_deadline_seconds(self) -> float:
-        return duration(self.reclaim_deadline).total_seconds()
+        return float(duration(self.reclaim_deadline).total_seconds())
 
 
 def field_errors(exc: ValidationError, prefix: str = "") -> list[str]:
@@ -163,18 +164,18 @@ def parse_policy_spec(spec: Any, source: str) -> PolicySpec:
         raise ConfigError(source, field_errors(exc, "spec")) from None
 
 
-def spec_dict(spec: PolicySpec) -> dict:
+def spec_dict(spec: PolicySpec) -> dict[str, Any]:
     """The spec as it stands in an object or a file: camelCase, every field written (defaults filled in)."""
     return spec.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
-def manifest(name: str, namespace: str, spec: PolicySpec) -> dict:
+def manifest(name: str, namespace: str, spec: PolicySpec) -> dict[str, Any]:
     """A ReservationPolicy object `kubectl apply` and `headroom run --policy-file` take."""
     return {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name, "namespace": namespace},
             "spec": spec_dict(spec)}
 
 
-def load_manifests(path: str | Path) -> list[dict]:
+def load_manifests(path: str | Path) -> list[dict[str, Any]]:
     """Every ReservationPolicy in a YAML file (one or several documents), each spec validated; errors name the
     file, the document and the field path."""
     source = str(path)
