@@ -166,16 +166,18 @@ def cluster_actions(step: StepPlan, view: View, policies: Sequence[PolicyTarget]
         gpus = step.quotas.get(q, 0)
         if view.quotas.get(q) != gpus:
             why = f"ClusterQueue {q} quota -> {gpus} GPUs (slack {step.lent_gpus} lent, split by team weight)"
+            why += f"; {step.quota_reason}" if step.quota_reason else ""
             actions.append(SetQuota(q, gpus, why, EventNote(owner.ref, "SlackLent", why)))
     queue_of = dict(zip(view.training.ids, view.training.queue))
     for x in step.due():
-        q = queue_of.get(x.job)
-        if q not in owned:
+        queue = queue_of.get(x.job)
+        if queue is None or queue not in owned:
             continue
         namespace, name = x.job.split("/", 1)
         message = f"{x.kind} preemption of {x.gpus} GPUs ({x.work_lost_seconds:.0f} s of work lost): {x.reason}"
-        actions.append(Evict(x.job, view.uids.get(x.job), q, x.gpus, x.kind, x.workload, x.work_lost_seconds, plan_id,
-                             x.reason, EventNote(ObjectRef(*WORKLOAD_REF, name, namespace), "Preempted", message)))
+        actions.append(Evict(x.job, view.uids.get(x.job), queue, x.gpus, x.kind, x.workload, x.work_lost_seconds,
+                             plan_id, x.reason,
+                             EventNote(ObjectRef(*WORKLOAD_REF, name, namespace), "Preempted", message)))
     for s in view.stopped:
         if s.queue in owned:
             actions.append(Requeue(s.workload, s.uid, s.queue, "its eviction is complete: back into its queue"))

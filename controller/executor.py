@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from controller.actions import Action, EventNote, Evict, PatchStatus, RecordEvent, Requeue, Scale, SetQuota
 from core.cluster import Cluster
 from core.errors import ClusterError
+from core.objects import WorkloadInfo
 
 log = logging.getLogger(__name__)
 
@@ -34,11 +35,13 @@ def apply(action: Action, cluster: Cluster) -> bool:
     """One action on the cluster, as it stands (no re-validation); True if it changed something."""
     match action:
         case Scale(target=t, replicas=replicas, gpus=gpus):
+            if t.kind == "ClusterQueue":
+                return cluster.set_cluster_queue_quota(t.name, gpus)
+            if t.namespace is None:
+                raise ClusterError(f"{t.kind} {t.name}: no namespace")
             if t.kind == "Deployment":
                 return cluster.scale_deployment(t.namespace, t.name, replicas)
-            if t.kind == "HorizontalPodAutoscaler":
-                return cluster.set_hpa_min_replicas(t.namespace, t.name, replicas)
-            return cluster.set_cluster_queue_quota(t.name, gpus)
+            return cluster.set_hpa_min_replicas(t.namespace, t.name, replicas)
         case SetQuota(queue=q, gpus=gpus):
             return cluster.set_cluster_queue_quota(q, gpus)
         case Evict(workload=w, uid=uid, reason=reason, plan_id=plan_id):
@@ -48,7 +51,7 @@ def apply(action: Action, cluster: Cluster) -> bool:
             namespace, name = w.split("/", 1)
             return cluster.requeue_workload(namespace, name, uid)
         case PatchStatus(policy=ref, status=status):
-            cluster.patch_policy_status(ref.namespace, ref.name, status)
+            cluster.patch_policy_status(ref.namespace or "default", ref.name, status)
             return True
         case RecordEvent(event=e):
             cluster.emit_event(e.about, e.reason, e.message, type=e.type)
@@ -72,7 +75,7 @@ def execute(actions: Sequence[Action], cluster: Cluster,
     on a fresh view and returns the Workloads a fresh plan still evicts (None: trust the plan as made)."""
     evictions = [a for a in actions if isinstance(a, Evict)]
     wanted = still_wanted(evictions) if evictions and still_wanted is not None else None
-    running = None
+    running: dict[str, WorkloadInfo] | None = None
     out = []
     for a in actions:
         try:
@@ -88,7 +91,7 @@ def execute(actions: Sequence[Action], cluster: Cluster,
                     out.append(Outcome(a, False, skipped="a fresh plan no longer needs it"))
                     continue
             applied = apply(a, cluster)
-            if isinstance(a, Evict):
+            if isinstance(a, Evict) and running is not None:
                 running.pop(a.workload, None)  # never twice, even if the list asks twice
         except ClusterError as exc:
             out.append(Outcome(a, False, error=str(exc)))

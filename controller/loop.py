@@ -15,7 +15,7 @@ from adapters.mlflow import Tracker
 from controller.reconcile import Reconciler
 from core.cluster import Elector
 from core.errors import ClusterError
-from training.pipeline import train_series
+from training.pipeline import TrainSettings, train_series
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 class BackgroundTrainer:
     """One training at a time, off the reconcile path; a failed one leaves the champion as it was."""
     tracking_uri: str
-    settings: object  # training.pipeline.TrainSettings
+    settings: TrainSettings
     _pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, "headroom-train"), repr=False)
     _running: dict[str, Future] = field(default_factory=dict, repr=False)
 

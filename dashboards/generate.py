@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 from pathlib import Path
 
 from controller import metrics as m
@@ -93,7 +94,7 @@ class Board:
         }
 
 
-TIMESERIES_OPTIONS = {"legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
+TIMESERIES_OPTIONS: dict[str, dict[str, Any]] = {"legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
                       "tooltip": {"mode": "multi", "sort": "none"}}
 STAT_OPTIONS = {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
                 "colorMode": "value", "graphMode": "area", "justifyMode": "auto", "orientation": "auto",

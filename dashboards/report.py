@@ -100,17 +100,19 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def _timed(result: SimResult) -> TimedResult:
-    if not isinstance(result, TimedResult) or result.detail is None:
+def _timed(result: SimResult) -> tuple[TimedResult, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The result with its timeline, per-step detail and preemption events (simulated with timeline and detail)."""
+    if not isinstance(result, TimedResult) or result.timeline is None or result.detail is None \
+            or result.events is None:
         raise ValueError(f"the {result.reference} result has no timeline: simulate it with timeline=True, detail=True")
-    return result
+    return result, result.timeline, result.detail, result.events
 
 
-def plot_demand(result: TimedResult, path: Path) -> Figure:
+def plot_demand(result: SimResult, path: Path) -> Figure:
     """Demand vs the forecast band vs the reservation, shortages marked."""
     plt = _pyplot()
-    r = _timed(result)
-    s, d = r.timeline.set_index("timestamp"), r.detail
+    r, timeline, d, _ = _timed(result)
+    s = timeline.set_index("timestamp")
     spec = r.policy
     fig, ax = plt.subplots(figsize=(11, 4.2))
     if d["target_gpus"].notna().any():
@@ -132,10 +134,10 @@ def plot_demand(result: TimedResult, path: Path) -> Figure:
     return Figure("Demand, forecast and reservation", caption, _save(fig, path))
 
 
-def plot_usage(result: TimedResult, gpus: int, path: Path) -> Figure:
+def plot_usage(result: SimResult, gpus: int, path: Path) -> Figure:
     """GPUs by use over time as a stacked area."""
     plt = _pyplot()
-    d = _timed(result).detail
+    d = _timed(result)[2]
     fig, ax = plt.subplots(figsize=(11, 4.2))
     ax.stackplot(d.index, d["inference_gpus"], d["training_gpus"], d["idle_gpus"].clip(lower=0),
                  labels=["inference (warm or warming)", "training (lent slack)", "idle"],
@@ -151,11 +153,11 @@ def plot_usage(result: TimedResult, gpus: int, path: Path) -> Figure:
     return Figure("GPUs by use", caption, _save(fig, path))
 
 
-def plot_preemptions(result: TimedResult, path: Path) -> Figure:
+def plot_preemptions(result: SimResult, path: Path) -> Figure:
     """Preemptions per hour by kind, over demand."""
     plt = _pyplot()
-    r = _timed(result)
-    s, ev = r.timeline.set_index("timestamp"), r.events
+    r, timeline, _, ev = _timed(result)
+    s = timeline.set_index("timestamp")
     fig, ax = plt.subplots(figsize=(11, 3.6))
     hours = pd.date_range(s.index[0].floor("h"), s.index[-1].floor("h"), freq="h")
     bottom = pd.Series(0.0, index=hours)

@@ -339,20 +339,20 @@ def _train(name, series, settings, tracker, now, makers, origins, exp, parent) -
                                 "objective": key, "folds": len(origins), "fold_step": settings.step,
                                 "promotion_margin": settings.promotion_margin,
                                 "candidates": ",".join(makers), **span})
-    rows = []
+    metrics: list[tuple[str, float, int, int | None]] = []
     for cand, s in scores.items():
-        rows += [(f"{cand}.{k}", v, 0, None) for k, v in s.items()]
-    rows += [(f"fold_{k}", r[k], r["fold"], None) for r in per_fold[winner] for k in METRICS]
-    rows += [(k, scores[winner][k], 0, None) for k in scores[winner]]
-    tracker.log_metrics(parent, rows)
+        metrics += [(f"{cand}.{k}", v, 0, None) for k, v in s.items()]
+    metrics += [(f"fold_{k}", r[k], int(r["fold"]), None) for r in per_fold[winner] for k in METRICS]
+    metrics += [(k, scores[winner][k], 0, None) for k in scores[winner]]
+    tracker.log_metrics(parent, metrics)
 
     champ_name = registered_name(name)
     card = ModelCard(format=MODEL_FORMAT, series=name, model=winner, horizon=settings.horizon,
                      quantiles=list(settings.quantiles), objective=key, score=_finite(scores[winner][key]),
                      backtest_mase=_finite(scores[winner]["mase"]), scale=_finite(scale), trained_at=now.isoformat(),
                      candidates=_inner_candidates(settings.candidates) if winner == "auto" else [], **span).to_bytes()
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
+    with tempfile.TemporaryDirectory() as tmp_dir:
+        tmp = Path(tmp_dir)
         table = pd.DataFrame([{"model": c, **r} for c, rs in per_fold.items() for r in rs])
         table.to_csv(tmp / "backtest_folds.csv", index=False)
         pd.DataFrame(scores).T.rename_axis("model").to_csv(tmp / "backtest.csv")

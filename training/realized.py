@@ -108,7 +108,7 @@ def realized_errors(forecasts: Mapping[pd.Timestamp, pd.DataFrame], actuals: pd.
 
 
 def detect_drift(series: str, errors: pd.DataFrame, baseline: float, factor: float, window: int) -> list[DriftEvent]:
-    events = []
+    events: list[DriftEvent] = []
     if not np.isfinite(baseline) or baseline <= 0:
         return events
     for h, group in errors.groupby("horizon"):
