@@ -40,6 +40,7 @@ from planning.kueue import admit
 from planning.planner import Training, newest_checkpoint
 
 PENDING, RUNNING, STOPPING, STOPPED, DONE = range(5)
+_NO_DEMAND = (np.zeros(0), np.zeros(0))
 TRAINING_NAMESPACE = "training"
 
 
@@ -100,7 +101,8 @@ class _Jobs:
     """Training Workloads as columns (index = job number); capacity doubles as jobs are added."""
     NUMERIC = {"gpus": np.int64, "work": float, "progress": float, "credited": float, "preempt": float,
                "interval": float, "priority": np.int64, "created": float, "state": np.int64,
-               "admitted_at": float, "stop_at": float, "queue": np.int64}
+               "admitted_at": float, "stop_at": float, "queue": np.int64,
+               "ids": object, "queue_names": object}  # "training/<name>" and the queue's name, for the planner
 
     def __init__(self) -> None:
         self.size = 0
@@ -110,7 +112,7 @@ class _Jobs:
         self.evicted_by: list[str | None] = []
 
     def add(self, name: str, queue: int, gpus: int, work: float, preempt: float, interval: float, created: float,
-            priority: int = 0) -> int:
+            priority: int = 0, queue_name: str | None = None) -> int:
         i = self.size
         if i == len(self.gpus):
             for column in self.NUMERIC:
@@ -121,7 +123,8 @@ class _Jobs:
         for column, value in (("gpus", gpus), ("work", work), ("progress", 0.0), ("credited", 0.0),
                               ("preempt", preempt), ("interval", interval), ("priority", priority),
                               ("created", created), ("state", PENDING), ("admitted_at", np.nan),
-                              ("stop_at", np.nan), ("queue", queue)):
+                              ("stop_at", np.nan), ("queue", queue), ("ids", f"{TRAINING_NAMESPACE}/{name}"),
+                              ("queue_names", queue_name)):
             getattr(self, column)[i] = value
         self.names.append(name)
         self.evicted_by.append(None)
@@ -150,6 +153,7 @@ class EmbeddedCluster:
         self.specs: dict[str, PolicySpec] = {}
         self.quotas: dict[str, int] = {}
         self.inference: dict[str, _Inference] = {}
+        self._found: dict[TargetRef, _Inference] = {}  # _target's answers
         self.training_queues: list[str] = []
         for p in self.policies:
             self._hold(p)
@@ -164,6 +168,11 @@ class EmbeddedCluster:
         self._stopped: list[int] = []     # evicted by headroom and stopped: waiting to be requeued
         self._serial = 0
         self._arrivals = None
+        self._pending_version = self._held_version = 0  # bumped when the pending line, or what training holds, changes
+        self._derived: tuple | None = None
+        self._no_training: tuple[int, Training] | None = None
+        self._idle_admission: tuple | None = None  # the inputs of the last admission pass that admitted nothing
+        self._topped_up = -1              # the version at the backlog's last top-up
         if jobs is not None:  # a job trace: (gpus, work seconds, arrival offset seconds from `start`)
             self._arrivals = (np.asarray(jobs[0]), np.asarray(jobs[1]), start + np.asarray(jobs[2]), 0)
 
@@ -182,11 +191,15 @@ class EmbeddedCluster:
         ref = TargetRef(t.kind, t.name, namespace)
         if key not in self.inference or self.inference[key].ref != ref:
             self.inference[key] = _Inference(key, ref, spec.capacity.gpus_per_replica, spec.capacity.demand_per_gpu)
+            self._found.clear()
         queue_target = t.name if t.kind == "ClusterQueue" else None
         for q in [*spec.training_cluster_queues, spec.inference_cluster_queue, queue_target]:
             if q is not None:
                 self.quotas.setdefault(q, 0)
         self.training_queues += [q for q in spec.training_cluster_queues if q not in self.training_queues]
+        if hasattr(self, "jobs"):  # a new training queue: what is derived from the queues is redone
+            self._pending_version += 1
+            self._held_version += 1
 
     def apply_policy(self, obj: dict) -> None:
         """`kubectl apply` of a ReservationPolicy: created, or its spec replaced (metadata.generation goes up)."""
@@ -240,8 +253,12 @@ class EmbeddedCluster:
                            inf.max_replicas)
 
     def _target(self, target: TargetRef) -> _Inference:
+        inf = self._found.get(target)  # cleared whenever a policy's target changes
+        if inf is not None:
+            return inf
         for inf in self.inference.values():
             if inf.ref == target:
+                self._found[target] = inf
                 return inf
         raise NotFound(f"{target.kind} {target.namespace}/{target.name} not found", status=404)
 
@@ -275,9 +292,12 @@ class EmbeddedCluster:
             j.state[i] = STOPPED
             j.evicted_by[i] = plan_id
             self._stopped.append(i)
+            self._pending_version += 1
             return True
         if j.state[i] != RUNNING:
             return False
+        if j.admitted_at[i] < self.now:  # run since its admission: its credit is its newest checkpoint of progress
+            j.credited[i] = np.floor(j.progress[i] / j.interval[i]) * j.interval[i]
         lost = float(j.progress[i] - j.credited[i])
         j.progress[i] = j.credited[i]
         j.state[i] = STOPPING
@@ -285,6 +305,7 @@ class EmbeddedCluster:
         j.evicted_by[i] = plan_id
         self._running = self._running[self._running != i]
         self._stopping.append(i)
+        self._held_version += 1
         a = self.accounting
         a.training_lost += (lost + float(j.preempt[i])) * float(j.gpus[i])
         a.reclaim_seconds.append(float(j.preempt[i]))
@@ -299,6 +320,7 @@ class EmbeddedCluster:
         j.evicted_by[i] = None
         self._stopped.remove(i)
         self._queue(i)
+        self._pending_version += 1
         return True
 
     def _job(self, name: str, uid: str | None) -> int:
@@ -332,11 +354,26 @@ class EmbeddedCluster:
         return SoleElector()
 
     # ------------------------------------------------------------------------------------ the model
+    def _columns(self) -> tuple:
+        """What the job lists give, computed once per change of them: the running jobs' ids, queues, GPUs,
+        priorities, preemption times, checkpoint intervals and admission times, the GPUs of the stopping ones,
+        the GPUs training holds, each training queue's usage and the running jobs' work.
+        (version, ids, queues, gpus, priority, preempt, interval, admitted_at, stopping, held, usage, work)"""
+        if self._derived is None or self._derived[0] != self._held_version:
+            j, r = self.jobs, self._running
+            stopping = sum(int(j.gpus[i]) for i in self._stopping)
+            held = np.concatenate([r, np.array(self._stopping, np.int64)]) if self._stopping else r
+            counts = np.bincount(j.queue[held], weights=j.gpus[held], minlength=len(self.training_queues))
+            usage = {q: int(counts[k]) for k, q in enumerate(self.training_queues)}
+            self._derived = (self._held_version, tuple(j.ids[r]), tuple(j.queue_names[r]), j.gpus[r], j.priority[r],
+                             j.preempt[r], j.interval[r], j.admitted_at[r], stopping,
+                             int(j.gpus[r].sum()) + stopping, usage, j.work[r])
+        return self._derived
+
     @property
     def training_gpus(self) -> int:
         """GPUs training holds: running jobs and jobs still stopping."""
-        j = self.jobs
-        return int(j.gpus[self._running].sum()) + sum(int(j.gpus[i]) for i in self._stopping)
+        return self._columns()[9]
 
     @property
     def inference_gpus(self) -> int:
@@ -399,8 +436,9 @@ class EmbeddedCluster:
         lo, hi = self.settings.preemption_seconds
         name = f"{self.training_queues[queue]}-job-{self._serial}"
         i = self.jobs.add(name, queue, gpus, work, float(self.rng.uniform(lo, hi)),
-                          self.settings.checkpoint_interval_seconds, created)
+                          self.settings.checkpoint_interval_seconds, created, queue_name=self.training_queues[queue])
         self._pending.append(i)  # newest, lowest priority: last in line
+        self._pending_version += 1
 
     def admit(self) -> list[int]:
         """Kueue's pass at `now`: arrivals (the job trace) or the backlog's top-up, then admission into the
@@ -413,7 +451,7 @@ class EmbeddedCluster:
                               float(work[nxt]), float(at[nxt]))
                 nxt += 1
             self._arrivals = (gpus, work, at, nxt)
-        elif self.training_queues:
+        elif self.training_queues and self._topped_up != self._pending_version:  # the pending line changed: top it up
             waiting = np.zeros(len(self.training_queues), np.int64)
             if self._pending:
                 p = np.array(self._pending)
@@ -423,17 +461,23 @@ class EmbeddedCluster:
                     g = int(self.rng.choice(s.backlog_job_gpus))
                     self._new_job(int(q), g, float(self.rng.uniform(*s.backlog_job_hours)) * 3600, self.now)
                     waiting[q] += g
+            self._topped_up = self._pending_version
         if not self._pending:
             return []
         free = self.idle_gpus - sum(inf.waiting * inf.gpus_per_replica for inf in self.inference.values())
         if free <= 0:
             return []
-        p = np.array(self._pending)
-        usage = {q: 0 for q in self.training_queues}
-        for i in [*self._running.tolist(), *self._stopping]:
-            usage[self.training_queues[int(j.queue[i])]] += int(j.gpus[i])
-        names = [self.training_queues[int(q)] for q in j.queue[p]]
         quotas = {q: self.quotas.get(q, 0) for q in self.training_queues}
+        # A pass that admitted nothing admits nothing again with the same pending line and usage, no more free GPUs
+        # and no more quota in all: Kueue admits a Workload only if its GPUs fit the free GPUs and the cohort's
+        # unused quota (planning.kueue.admit), and both can only have shrunk.
+        inputs = (self._pending_version, self._held_version, free, sum(quotas.values()))
+        last = self._idle_admission
+        if last is not None and last[:2] == inputs[:2] and free <= last[2] and inputs[3] <= last[3]:
+            return []
+        p = np.array(self._pending)
+        usage = dict(self._columns()[10])
+        names = [self.training_queues[int(q)] for q in j.queue[p]]
         chosen = admit(np.array(names, dtype=object), j.gpus[p], j.priority[p], j.created[p],
                        [j.names[i] for i in p], usage, quotas, free)
         admitted = [int(p[k]) for k in chosen]
@@ -443,6 +487,10 @@ class EmbeddedCluster:
             j.admitted_at[i] = self.now
         if admitted:
             self._running = np.concatenate([self._running, np.array(admitted, np.int64)])
+            self._pending_version += 1
+            self._held_version += 1
+        else:
+            self._idle_admission = inputs
         return admitted
 
     def advance(self, to: float) -> None:
@@ -456,18 +504,26 @@ class EmbeddedCluster:
         freed: list[tuple[float, int]] = []
         r = self._running
         if len(r):
+            # credited (progress at the newest checkpoint) is only read when a job is evicted: computed there
+            columns = self._columns()
             progress = j.progress[r] + dt
-            done = progress >= j.work[r]
-            finish = t0 + (j.work[r] - j.progress[r])
-            a.training_alloc += float((np.where(done, finish - t0, dt) * j.gpus[r]).sum())
-            j.progress[r] = np.minimum(progress, j.work[r])
-            j.credited[r] = np.where(done, j.work[r], np.floor(j.progress[r] / j.interval[r]) * j.interval[r])
+            work = columns[11]
+            done = progress >= work
             if done.any():
+                finish = t0 + (work - j.progress[r])
+                a.training_alloc += float((np.where(done, finish - t0, dt) * j.gpus[r]).sum())
+                j.progress[r] = np.minimum(progress, work)
                 for i, at in zip(r[done], finish[done]):
                     j.state[i] = DONE
                     freed.append((float(at), int(j.gpus[i])))
                 self._running = r[~done]
+                self._held_version += 1
+            else:
+                a.training_alloc += float((dt * columns[3]).sum())
+                j.progress[r] = progress
         still = []
+        if self._stopping:
+            self._held_version += 1  # some may stop
         for i in self._stopping:
             a.training_alloc += (min(float(j.stop_at[i]), to) - t0) * float(j.gpus[i])
             if j.stop_at[i] <= to:
@@ -479,9 +535,10 @@ class EmbeddedCluster:
         self._stopping = still
         self.now = to
         # GPUs freed inside the interval go to waiting replicas at the moment they free
-        idle = self.idle_gpus - sum(g for _, g in freed)
-        for at, g in sorted(freed):
-            idle = self._grant(at, idle + g)
+        if freed:
+            idle = self.idle_gpus - sum(g for _, g in freed)
+            for at, g in sorted(freed):
+                idle = self._grant(at, idle + g)
         held = 0.0
         for key, inf in self.inference.items():
             serving = float(inf.warm)
@@ -496,8 +553,8 @@ class EmbeddedCluster:
             held += (inf.held_replicas + 0.0) * inf.gpus_per_replica
             self._serve(key, inf, to, serving * inf.gpus_per_replica, dt)
             if inf.ref.kind == "HorizontalPodAutoscaler":
-                times, values = self.demand.get(key, (np.zeros(0), np.zeros(0)))
-                k = np.searchsorted(times, to, side="right") - 1
+                times, values = self.demand.get(key, _NO_DEMAND)
+                k = int(times.searchsorted(to, side="right")) - 1
                 seen = float(values[k]) if k >= 0 else 0.0
                 per = inf.demand_per_gpu * inf.gpus_per_replica
                 inf.recommendations.append((to, int(math.ceil(seen / per - 1e-9))))
@@ -508,8 +565,8 @@ class EmbeddedCluster:
 
     def _serve(self, key: str, inf: _Inference, t: float, serving_gpus: float, dt: float) -> None:
         """Account the interval ending at `t`: its demand, what was served, what was short."""
-        times, values = self.demand.get(key, (np.zeros(0), np.zeros(0)))
-        k = np.searchsorted(times, t, side="right") - 1
+        times, values = self.demand.get(key, _NO_DEMAND)
+        k = int(times.searchsorted(t, side="right")) - 1
         u = float(values[k]) / inf.demand_per_gpu if k >= 0 else 0.0
         within = min(u, float(self.capacity_gpus))
         a = self.accounting
@@ -530,11 +587,15 @@ class EmbeddedCluster:
     # ------------------------------------------------------------------------------------ for the simulator
     def training(self) -> Training:
         """Running training as the planner sees it (what core.cluster's reads would give, without building them)."""
-        j, r = self.jobs, self._running
-        return Training(tuple(f"{TRAINING_NAMESPACE}/{j.names[i]}" for i in r),
-                        tuple(self.training_queues[q] for q in j.queue[r]), j.gpus[r], j.priority[r], j.preempt[r],
-                        j.interval[r], newest_checkpoint(j.admitted_at[r], j.interval[r], self.now),
-                        sum(int(j.gpus[i]) for i in self._stopping))
+        columns = self._columns()
+        _, ids, queues, gpus, priority, preempt, interval, admitted_at, stopping = columns[:9]
+        if not ids:  # nothing running: the same at any time until what training holds changes
+            if self._no_training is None or self._no_training[0] != columns[0]:
+                self._no_training = (columns[0], Training(ids, queues, gpus, priority, preempt, interval,
+                                                          newest_checkpoint(admitted_at, interval, self.now), stopping))
+            return self._no_training[1]
+        return Training(ids, queues, gpus, priority, preempt, interval,
+                        newest_checkpoint(admitted_at, interval, self.now), stopping)
 
     def stopped_by_plan(self) -> list[tuple[str, str]]:
         """(workload, queue) of every Workload headroom evicted that has stopped."""
@@ -543,8 +604,8 @@ class EmbeddedCluster:
                 for i in self._stopped]
 
     def fast_preemptible_gpus(self, deadline_seconds: float) -> int:
-        j, r = self.jobs, self._running
-        return int(j.gpus[r][j.preempt[r] <= deadline_seconds].sum())
+        columns = self._columns()
+        return int(columns[3][columns[5] <= deadline_seconds].sum())
 
     def demand_at(self, key: str, t: float) -> float:
         """The demand sample of the interval ending at `t` (query units; a gap: as last seen)."""

@@ -28,8 +28,7 @@ import pandas as pd
 from adapters.embedded import EmbeddedCluster
 from controller.actions import Evict, PolicyTarget, Stopped, View, cluster_actions, evicted_gpus
 from controller.executor import apply
-from controller.observe import MIN_FIT_HOURS, DataSettings, IssuedForecast, degraded_reason, due, hourly_history, issue, \
-    usable
+from controller.observe import MIN_FIT_HOURS, DataSettings, IssuedForecast, degraded_reason, hourly_history, issue
 from core.objects import ObjectRef, TargetRef
 from core.policy import API_VERSION, KIND, PolicySpec, manifest
 from core.settings import SIMULATED_POLICIES, WorldSettings
@@ -299,53 +298,69 @@ def _run(scenario: Scenario, spec: PolicySpec, make_forecaster, reference: str, 
     newest_real = pd.Series(np.where(real, times_all, np.nan)).ffill().to_numpy()  # newest real sample at each index
     last_value = pd.Series(values_all).ffill().to_numpy()  # ...and its value
     missing = np.concatenate([[0], np.cumsum(~real)])  # missing samples before each index
+    filled = world.demand[key][1]  # the world's demand, a gap as last seen, on the same times
     rows: list[tuple] = []
     extra: list[tuple] = []
     events: list[tuple] = []
     cached: IssuedForecast | None = None
+    cached_hour = cached_ns = None   # its made_at's clock hour and ns (due/usable without a Timestamp per step)
     hours = None
     hours_key = None
     refit_seconds = loop_seconds = 0.0
     fallback_hours: set[int] = set()
     violations = 0
     deadline = wp.reclaim_deadline_seconds
+    keep_seconds = data.keep_forecast_seconds
+    # each step's clock hour (now.floor("h")) and ns, computed once: the loop does no pandas per step
+    clock_hours = evaluated.floor("h").as_unit("ns").asi8
+    clock_ns = evaluated.as_unit("ns").asi8
     started = time.perf_counter()
     for k, now in enumerate(evaluated):
         t_now = now.timestamp()
         if k:
             world.advance(t_now)
-        hi = int(np.searchsorted(times_all, t_now, side="right"))
-        lo = int(np.searchsorted(times_all, t_now - data.lookback_seconds, side="right"))
-        newest = newest_real[hi - 1] if hi else np.nan
+        hi = int(times_all.searchsorted(t_now, side="right"))
+        lo = int(times_all.searchsorted(t_now - data.lookback_seconds, side="right"))
+        newest = float(newest_real[hi - 1]) if hi else math.nan
         reason = _degraded(newest, times_all, missing, lo, hi, t_now, data.stale_after_seconds)
-        if reason is None and due(cached, now, 0):
+        hour = clock_hours[k]
+        window = None  # demand.iloc[lo:hi], made when needed (a refit, a new hourly plan) and once
+        # observe.due(cached, now, 0): refitted once an hour
+        if reason is None and (cached is None or cached_hour < hour or cached.generation != 0):
+            window = demand.iloc[lo:hi]
             t0 = time.perf_counter()
-            cached = _refit(fits, future, demand.iloc[lo:hi], spec, now, data) or cached
+            fresh = _refit(fits, future, window, spec, now, data)
+            if fresh is not None:
+                cached, cached_hour, cached_ns = fresh, hour, clock_ns[k]
             refit_seconds += time.perf_counter() - t0
-        fc = usable(cached, now, data)
-        history = History(float(newest) if reason is None or not reason.startswith("NoData") else None,
-                          demand.iloc[lo:hi], t_now)
-        if hours_key != (now.floor("h"), id(fc), stale(history, t_now, policy)):  # as the reconciler keeps it
+        # observe.usable: none once older than keep_forecast_seconds (made_at is the step it was made at)
+        fc = cached if cached is not None and not (clock_ns[k] - cached_ns) / 1e9 > keep_seconds else None
+        seen_newest = newest if reason is None or not reason.startswith("NoData") else None
+        old = stale(History(seen_newest), t_now, policy)
+        if hours_key != (hour, id(fc), old):  # as the reconciler keeps it
             frame = None if fc is None else Forecast.of(fc.frame, spec.target_quantile, spec.headroom_quantile)
-            hours = plan_hours({key: frame}, {key: history}, policy, now)
-            hours_key = (now.floor("h"), id(fc), stale(history, t_now, policy))
+            window = demand.iloc[lo:hi] if window is None else window
+            hours = plan_hours({key: frame}, {key: History(seen_newest, window, t_now)}, policy, now)
+            hours_key = (hour, id(fc), old)
         inf = world.inference[key]
         observed = Observed(times_all[lo:hi], values_all[lo:hi], inf.desired * inf.gpus_per_replica, reason is not None)
         training = world.training()
         plan = plan_step(hours, {key: observed}, training, policy, t_now)
-        warm = world.target_state(target.target).ready_replicas * target.gpus_per_replica
-        view = View({key: world.target_state(target.target)}, world.quotas, training, {},
+        state = world.target_state(target.target)
+        warm = state.ready_replicas * target.gpus_per_replica
+        view = View({key: state}, world.quotas, training, {},
                     tuple(Stopped(w, None, q) for w, q in world.stopped_by_plan()))
-        actions = cluster_actions(plan, view, [target], _plan_id(plan) if plan.due() else "")
+        due_now = plan.due()
+        actions = cluster_actions(plan, view, [target], _plan_id(plan) if due_now else "")
         ws = plan.workloads[0]
         if not ws.from_forecast:
             fallback_hours.add(int(t_now // 3600))
-        need = min(world.demand_at(key, t_now) / wp.demand_per_gpu, scenario.gpus)
+        need = min((float(filled[hi - 1]) if hi else 0.0) / wp.demand_per_gpu, scenario.gpus)  # world.demand_at
         if need > warm + 1e-9 and need <= ws.reserved_gpus + ws.headroom_gpus:
             # inside the band, what inference lacks must come from idle GPUs or training preemptible in time
             if math.ceil(need - warm - 1e-9) > max(world.idle_gpus, 0) + world.fast_preemptible_gpus(deadline):
                 violations += 1
-        applied = [a for a in actions if apply(a, world)]
+        applied = [a for a in actions if apply(a, world)] if actions else actions
         for a in applied:
             if isinstance(a, Evict):
                 events.append((now, a.gpus, a.kind))
@@ -368,8 +383,8 @@ def _run(scenario: Scenario, spec: PolicySpec, make_forecaster, reference: str, 
 def _degraded(newest: float, times: np.ndarray, missing: np.ndarray, lo: int, hi: int, now: float,
               stale_after: float) -> str | None:
     """controller.observe.degraded_reason for the window [lo, hi), from prefix counts: O(1) a step."""
-    in_window = hi > lo and np.isfinite(newest) and newest >= times[lo]
-    h0 = max(int(np.searchsorted(times, now - 3600, side="right")), lo)
+    in_window = hi > lo and math.isfinite(newest) and newest >= times[lo]
+    h0 = max(int(times.searchsorted(now - 3600, side="right")), lo)
     return degraded_reason(float(newest) if in_window else None, hi - h0, int(missing[hi] - missing[h0]), now,
                            stale_after)
 
