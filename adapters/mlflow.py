@@ -16,7 +16,6 @@ Locks (one training per series at a time):
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import socket
 import tempfile
@@ -24,7 +23,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +78,7 @@ class Tracker:
     def _fail(self, what: str, exc: BaseException) -> TrackingError:
         return TrackingError(f"MLflow tracking store {self.uri}: {what}: {type(exc).__name__}: {exc}"[:2000])
 
-    def connect(self) -> "Tracker":
+    def connect(self) -> Tracker:
         """Import mlflow, check the store answers; TrackingError (naming the URI) if not."""
         if self.uri.startswith(("http://", "https://")):
             # Fail fast instead of mlflow's minutes of retries; a caller may set its own.
@@ -90,21 +89,52 @@ class Tracker:
                 with urllib.request.urlopen(self.uri.rstrip("/") + "/health", timeout=10) as r:
                     if r.status != 200:
                         raise TrackingError(f"MLflow tracking server {self.uri} unhealthy: HTTP {r.status}")
-            except (urllib.error.URLError, socket.timeout, ConnectionError, OSError) as exc:
+            except (TimeoutError, urllib.error.URLError, ConnectionError, OSError) as exc:
                 raise TrackingError(f"MLflow tracking server {self.uri} is unreachable: {exc}") from None
         elif self.is_sqlite:
-            self.sqlite_dir.mkdir(parents=True, exist_ok=True)
+            self._check_writable()
         try:
             from mlflow.tracking import MlflowClient
 
-            client = MlflowClient(tracking_uri=self.uri, registry_uri=self.uri)
-            client.search_experiments(max_results=1)
+            with self._creation_lock():
+                client = MlflowClient(tracking_uri=self.uri, registry_uri=self.uri)
+                client.search_experiments(max_results=1)  # creates the schema of a fresh store
         except TrackingError:
             raise
         except Exception as exc:  # noqa: BLE001 - any store failure is a tracking failure
             raise self._fail("cannot open the store", exc) from None
         self._client = client
         return self
+
+    def _check_writable(self) -> None:
+        """A sqlite store's folder and file must be writable: fail at once, not after mlflow's minutes of retries."""
+        folder = self.sqlite_dir
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=folder, prefix=".headroom-write-check-"):
+                pass
+            db = Path(self.uri.split(":///", 1)[1]) if ":///" in self.uri else None
+            if db is not None and db.is_file():
+                with db.open("r+b"):
+                    pass
+        except OSError as exc:
+            raise TrackingError(f"MLflow tracking store {self.uri}: {folder} is not writable: "
+                                f"{exc.strerror or exc}") from None
+
+    @contextlib.contextmanager
+    def _creation_lock(self) -> Iterator[None]:
+        """Two processes opening a fresh sqlite store at once would both create its tables ("table experiments
+        already exists"): the first open of a store is serialized by an fcntl lock beside it."""
+        if not self.is_sqlite:
+            yield
+            return
+        import fcntl
+
+        folder = self.sqlite_dir / ".headroom-locks"
+        folder.mkdir(parents=True, exist_ok=True)
+        with (folder / "store-creation.lock").open("a+") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)  # blocks only while another process creates the schema
+            yield
 
     @contextlib.contextmanager
     def guard(self, what: str) -> Iterator[None]:
@@ -154,7 +184,7 @@ class Tracker:
             for i in range(0, len(items), 100):
                 self.client.log_batch(run_id, params=items[i:i + 100])
 
-    def log_metrics(self, run_id: str, metrics: list[tuple[str, float, int, int | None]]) -> None:
+    def log_metrics(self, run_id: str, metrics: Sequence[tuple[str, float, int, int | None]]) -> None:
         """(key, value, step, timestamp_ms or None) rows; non-finite values are skipped."""
         from mlflow.entities import Metric
 
@@ -278,7 +308,8 @@ class Tracker:
                                      f"(lock {path}: {handle.read().strip() or 'held'})") from None
             handle.seek(0)
             handle.truncate()
-            handle.write(f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%FT%TZ', time.gmtime())}\n")
+            since = time.strftime("%FT%TZ", time.gmtime())
+            handle.write(f"pid {os.getpid()} on {socket.gethostname()} since {since}\n")
             handle.flush()
             yield
         finally:

@@ -46,6 +46,10 @@ def run_demo(out: Path, quick: bool, cfg, say) -> dict:
 
     size = QUICK if quick else FULL
     out = Path(out).resolve()
+    if out.exists() and not out.is_dir():
+        from core.errors import BadRequest
+
+        raise BadRequest(f"--out {out}: exists and is not a directory")
     out.mkdir(parents=True, exist_ok=True)
     c = cfg.simulate
 

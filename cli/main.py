@@ -28,10 +28,19 @@ def _quantile_list(text: str) -> list[float]:
         raise argparse.ArgumentTypeError(f"not a comma-separated list of numbers: {text!r}") from None
 
 
+MIN_FORECAST_POINTS = 48  # two days at the hourly step: the forecast's intervals need day-over-day errors
+
+
 def cmd_forecast(cfg: Config, args) -> int:
     from forecast.backtest import AutoForecaster
+    from forecast.history import HistoryError
 
     series, report = load_series(cfg, datetime.now(timezone.utc))
+    real = int(series.notna().sum())
+    if real < MIN_FORECAST_POINTS:
+        raise HistoryError(f"{cfg.history.file or 'the history'}: {real} {cfg.history.step} points with data; a "
+                           f"forecast needs at least {MIN_FORECAST_POINTS} (two days): its quantiles come from "
+                           "day-over-day errors, and fewer would give q0.5 = q0.99")
     model = AutoForecaster().fit(series)
     frame = model.predict(cfg.forecast.horizon, cfg.forecast.quantiles)
     if args.json:
@@ -53,16 +62,22 @@ def cmd_forecast(cfg: Config, args) -> int:
 
 def cmd_backtest(cfg: Config, args) -> int:
     from forecast.backtest import backtest
+    from forecast.calibrate import origins
+    from forecast.history import HistoryError
 
     series, _ = load_series(cfg, datetime.now(timezone.utc))
     b = cfg.backtest
+    if not origins(len(series), b.horizon, b.folds, b.step):
+        raise HistoryError(f"{cfg.history.file or 'the history'}: {len(series)} hourly points; a backtest needs two "
+                           f"days to fit plus --horizon {b.horizon} h to score ({48 + b.horizon} points at least)")
     result = backtest(series, horizon=b.horizon, folds=b.folds, step=b.step, progress=counter("backtest"))
     payload = result.to_json()
     payload["history"] = str(cfg.history.file or cfg.history.prometheus.query)
     if args.json:
         print(json.dumps(payload))
         return 0
-    print(f"history {payload['history']}: horizon {b.horizon} h, {b.folds} folds {b.step} h apart; "
+    print(f"history {payload['history']}: horizon {b.horizon} h, {payload['folds']} folds {b.step} h apart "
+          f"({'as asked' if payload['folds'] == b.folds else f'{b.folds} asked: the history holds fewer'}); "
           f"selected: {payload['selected']}")
     cols = ["mase", "smape", "pinball_50", "pinball_90", "pinball_95", "coverage_80", "coverage_90", "fit_seconds"]
     print(f"{'model':<22}" + "".join(f"{c:>13}" for c in cols))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -19,21 +20,105 @@ def native_series(cfg: Config):
     return at_own_step(source(cfg, datetime.now(UTC)).fetch())
 
 
+def check_output_folders(*flags: tuple[str | None, str]) -> None:
+    """Each (path, flag) given must name a file in an existing folder: checked before any work, not after it."""
+    for path, flag in flags:
+        if path is None:
+            continue
+        target = Path(path)
+        if target.is_dir():
+            raise BadRequest(f"{flag} {path}: is a directory; give a file name")
+        if not target.resolve().parent.is_dir():
+            raise BadRequest(f"{flag} {path}: the folder {target.resolve().parent} does not exist")
+
+
+MAX_GPUS = 1_000_000  # as simulate.gpus: a demand scaled past this is a unit error, not a cluster
+
+
 JOB_COLUMNS = ("num_gpu", "creation_time", "scheduled_time", "deletion_time")
 
 
+def _job_number(text: str, column: str, blank_ok: bool = False) -> float:
+    text = text.strip()
+    if text == "" or text.lower() in {"nan", "na", "null"}:
+        if blank_ok:
+            return float("nan")
+        raise ValueError(f"{column} is blank")
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{column} {text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise ValueError(f"{column} {text!r} is not a finite number")
+    if value < 0:
+        raise ValueError(f"{column} {text!r} is negative")
+    return value
+
+
 def load_jobs(path):
-    """A training job trace: CSV with JOB_COLUMNS (seconds from the trace's start; scheduled_time may be blank)."""
+    """A training job trace: CSV with JOB_COLUMNS (seconds from the trace's start; scheduled_time may be blank).
+
+    Every row is checked: num_gpu a whole number >= 0 (0-GPU pods are skipped by the simulator), the times
+    finite seconds >= 0 with creation_time <= deletion_time and scheduled_time (when given) between them. An error
+    names the file and line (BadRequest: exit 2). Other columns are ignored."""
+    import csv
+
     import pandas as pd
 
+    rows = {c: [] for c in JOB_COLUMNS}
+    where = f"--jobs {path}"
     try:
-        jobs = pd.read_csv(path)
-    except (OSError, ValueError) as exc:
-        raise BadRequest(f"--jobs {path}: cannot read it as CSV: {exc}") from None
-    missing = [c for c in JOB_COLUMNS if c not in jobs.columns]
-    if missing:
-        raise BadRequest(f"--jobs {path}: missing column(s) {', '.join(missing)} (needs {', '.join(JOB_COLUMNS)})")
-    return jobs
+        with open(path, newline="", encoding="utf-8-sig") as handle:
+            reader = csv.reader(handle)
+            header = next(reader, None)
+            if header is None:
+                raise BadRequest(f"{where}: file is empty (needs a header {','.join(JOB_COLUMNS)})")
+            names = [h.strip().lower() for h in header]
+            missing = [c for c in JOB_COLUMNS if c not in names]
+            if missing:
+                raise BadRequest(f"{where}:1: missing column(s) {', '.join(missing)} (needs {', '.join(JOB_COLUMNS)};"
+                                 f" the header has {', '.join(header[:12])})")
+            col = {c: names.index(c) for c in JOB_COLUMNS}
+            for row in reader:
+                if not row or all(not cell.strip() for cell in row):
+                    continue
+                line = reader.line_num
+                if len(row) != len(names):
+                    raise BadRequest(f"{where}:{line}: expected {len(names)} fields, got {len(row)}")
+                try:
+                    gpus = _job_number(row[col["num_gpu"]], "num_gpu")
+                    if gpus != int(gpus) or gpus > MAX_GPUS:
+                        raise ValueError(f"num_gpu {row[col['num_gpu']].strip()!r} is not a whole number of GPUs "
+                                         "up to 1,000,000")
+                    created = _job_number(row[col["creation_time"]], "creation_time")
+                    deleted = _job_number(row[col["deletion_time"]], "deletion_time")
+                    scheduled = _job_number(row[col["scheduled_time"]], "scheduled_time", blank_ok=True)
+                    if deleted < created:
+                        raise ValueError(f"deletion_time {deleted:g} is before creation_time {created:g}")
+                    if not math.isnan(scheduled) and not created <= scheduled <= deleted:
+                        raise ValueError(f"scheduled_time {scheduled:g} is not between creation_time {created:g} "
+                                         f"and deletion_time {deleted:g}")
+                except ValueError as exc:
+                    raise BadRequest(f"{where}:{line}: {exc}") from None
+                for c, v in zip(JOB_COLUMNS, (int(gpus), created, scheduled, deleted)):
+                    rows[c].append(v)
+    except OSError as exc:
+        raise BadRequest(f"{where}: cannot read it: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise BadRequest(f"{where}: not a UTF-8 CSV file") from None
+    except csv.Error as exc:
+        raise BadRequest(f"{where}: not a readable CSV: {exc}") from None
+    if not rows["num_gpu"]:
+        raise BadRequest(f"{where}: no job rows")
+    return pd.DataFrame({"num_gpu": pd.Series(rows["num_gpu"], dtype="int64"),
+                         **{c: pd.Series(rows[c], dtype=float) for c in JOB_COLUMNS[1:]}})
+
+
+def _check_scale(demand, per_gpu: float, what: str) -> None:
+    peak = float(demand.max()) / per_gpu
+    if not peak <= MAX_GPUS:
+        raise BadRequest(f"{what} {per_gpu:g}: the trace's peak {float(demand.max()):g} would need {peak:.3g} GPUs, "
+                         f"over {MAX_GPUS:,} (is the demand per GPU in the trace's unit?)")
 
 
 @dataclass(frozen=True)
@@ -45,6 +130,8 @@ class WhatIf:
 
 def whatif(cfg: Config, progress=None) -> WhatIf:
     """The scenario of the configured trace and cluster, and the policy to run on it."""
+    import pandas as pd
+
     from controller.simulate import Scenario, default_spec, demand_per_gpu, trace_jobs
     from core.policy import PolicySpec, load_manifests
 
@@ -54,6 +141,9 @@ def whatif(cfg: Config, progress=None) -> WhatIf:
     if c.days >= span_days:
         raise BadRequest(f"simulate.days {c.days:g} leaves no history: the trace covers {span_days:.2f} days "
                          f"(give --days below that; at least a day of history is needed before them)")
+    step = demand.index.to_series().diff().median()
+    if pd.Timedelta(seconds=round(c.days * 86400)) < 2 * step:
+        raise BadRequest(f"simulate.days {c.days:g} covers fewer than two steps of the trace ({step}): give more days")
     jobs = None
     if c.jobs is not None:
         jobs = trace_jobs(load_jobs(c.jobs), c.days * 86400, c.gpus)
@@ -63,12 +153,23 @@ def whatif(cfg: Config, progress=None) -> WhatIf:
             raise BadRequest(f"{c.policy_file}: holds {len(objects)} ReservationPolicies; simulate runs one")
         meta = objects[0]["metadata"]
         spec = PolicySpec.model_validate(objects[0]["spec"])
+        _check_scale(demand, spec.capacity.demand_per_gpu, f"{c.policy_file}: spec.capacity.demandPerGpu")
         name = f"{meta['namespace']}/{meta['name']}"
-        scenario = Scenario(demand, c.gpus, c.days, jobs, c.world, name=name,
-                            training_queues=tuple(spec.training_cluster_queues))
+        try:
+            scenario = Scenario(demand, c.gpus, c.days, jobs, c.world, name=name,
+                                training_queues=tuple(spec.training_cluster_queues))
+        except ValueError as exc:
+            raise BadRequest(f"simulate.days {c.days:g}: {exc}") from None
         return WhatIf(scenario, spec, True)
-    scenario = Scenario(demand, c.gpus, c.days, jobs, c.world)
-    per_gpu = demand_per_gpu(demand, None if c.per_gpu else c.peak_gpus, c.per_gpu)
+    try:
+        scenario = Scenario(demand, c.gpus, c.days, jobs, c.world)
+    except ValueError as exc:  # e.g. fewer than two evaluated steps
+        raise BadRequest(f"simulate.days {c.days:g}: {exc}") from None
+    try:
+        per_gpu = demand_per_gpu(demand, None if c.per_gpu else c.peak_gpus, c.per_gpu)
+    except ValueError as exc:  # an all-zero (or all-missing) trace has no peak to scale to GPUs
+        raise BadRequest(f"{cfg.history.file}: {exc} (--per-gpu)") from None
+    _check_scale(demand, per_gpu, "--per-gpu")
     return WhatIf(scenario, default_spec(scenario, per_gpu), False)
 
 
@@ -106,6 +207,7 @@ def cmd_simulate(cfg: Config, args) -> int:
     if cfg.simulate.policy_file is not None and cfg.simulate.policy not in ("forecast", "oracle", "hourly-oracle"):
         raise BadRequest("--policy-file runs exactly the file's policy: --policy may only be forecast (the default), "
                          "oracle or hourly-oracle with it")
+    check_output_folders((args.timeline, "--timeline"))
     say = stage_printer("simulate", quiet=args.json)
     w = whatif(cfg)
     started = time.perf_counter()
@@ -132,9 +234,7 @@ def cmd_tune(cfg: Config, args) -> int:
     from cli.progress import stage_printer
     from controller.tune import plot_tradeoff, tune, write_policy
 
-    for path, flag in ((args.plot, "--plot"), (args.write_policy, "--write-policy")):
-        if path is not None and not Path(path).resolve().parent.is_dir():
-            raise BadRequest(f"{flag} {path}: the folder {Path(path).resolve().parent} does not exist")
+    check_output_folders((args.plot, "--plot"), (args.write_policy, "--write-policy"))
     w = whatif(cfg)
     if w.from_file:
         raise BadRequest("tune sweeps the policy's fields itself: give DEMAND and the scenario flags, "

@@ -204,13 +204,51 @@ def registry_for(holder: StateHolder) -> CollectorRegistry:
     return registry
 
 
+# A scrape is one short request: a connection that sends nothing, or reads nothing, for this long is closed.
+REQUEST_TIMEOUT_SECONDS = 10.0
+# Connections served at once (one thread each); more are answered 503 and closed at once, so idle or slow clients
+# cannot pile up threads. Prometheus and the kubelet's probes need a handful.
+MAX_CONNECTIONS = 32
+_BUSY = b"HTTP/1.0 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+
+
 class MetricsServer(ThreadingHTTPServer):
-    """/metrics, /healthz and /readyz, served from a daemon thread; `port` is the bound port."""
+    """/metrics, /healthz and /readyz, served from a daemon thread; `port` is the bound port.
+
+    Bounded: at most `max_connections` connections are served at once (more get 503), and each is closed after
+    `REQUEST_TIMEOUT_SECONDS` without progress (the handler's socket timeout); HTTP/1.0, one request per
+    connection, so no connection stays open idle."""
     daemon_threads = True
+
+    def __init__(self, address, handler, max_connections: int = MAX_CONNECTIONS):
+        self.max_connections = max_connections
+        self._slots = threading.BoundedSemaphore(max_connections)
+        super().__init__(address, handler)
 
     @property
     def port(self) -> int:
         return self.server_address[1]
+
+    def process_request(self, request, client_address) -> None:
+        if not self._slots.acquire(blocking=False):
+            try:
+                request.settimeout(1.0)
+                request.sendall(_BUSY)
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
     def shutdown(self) -> None:
         super().shutdown()
@@ -226,11 +264,16 @@ def _probe(check: Callable[[], bool], failing: str) -> tuple[int, str]:
 
 
 def serve(holder: StateHolder, port: int, healthy: Callable[[], bool], ready: Callable[[], bool],
-          host: str = "0.0.0.0") -> MetricsServer:
-    """Start serving the holder's metrics and the probes; port 0 picks a free port."""
+          host: str = "0.0.0.0", max_connections: int = MAX_CONNECTIONS,
+          timeout: float = REQUEST_TIMEOUT_SECONDS) -> MetricsServer:
+    """Start serving the holder's metrics and the probes on `host` (run.metrics_address; every interface by default,
+    as a pod's own network namespace is what Prometheus and the kubelet reach: deploy/base/networkpolicy.yaml
+    admits only the monitoring namespace); port 0 picks a free port."""
     registry = registry_for(holder)
 
     class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.0"  # one request per connection: nothing is kept open between scrapes
+
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
             path = self.path.split("?", 1)[0]
             if path == "/metrics":
@@ -255,6 +298,7 @@ def serve(holder: StateHolder, port: int, healthy: Callable[[], bool], ready: Ca
         def log_message(self, *args) -> None:  # scrapes every few seconds would flood the controller's log
             pass
 
-    server = MetricsServer((host, port), Handler)
+    Handler.timeout = timeout  # socketserver sets it on the connection: a silent or stalled client is dropped
+    server = MetricsServer((host, port), Handler, max_connections=max_connections)
     threading.Thread(target=server.serve_forever, name="headroom-metrics", daemon=True).start()
     return server

@@ -8,13 +8,14 @@ reservation policy itself is core.policy.PolicySpec (a ReservationPolicy's spec)
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from core.policy import FORECASTERS, ObjectiveSpec, PolicySpec
+from core.policy import Forecaster, ObjectiveSpec, PolicySpec
 from core.units import check_statistic, duration
 
 LOOKBACK = "28d"  # the history a forecast is fitted on
@@ -24,6 +25,55 @@ _OBJECTIVE = ObjectiveSpec()
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CrossChecked(Strict):
+    """A section whose checks comparing fields run even when another of its fields failed, so every error is
+    listed at once: each check in `cross_checks` names the fields it reads and is skipped only when one of those
+    failed (then its own error is listed)."""
+
+    @classmethod
+    def cross_checks(cls) -> list[tuple[tuple[str, ...], Callable[..., str | None]]]:
+        """(fields, check): check(*values) returns an error message or None."""
+        return []
+
+    @classmethod
+    def _cross_errors(cls, values: dict[str, Any], failed: set[str]) -> list[str]:
+        errors = []
+        for names, check in cls.cross_checks():
+            if failed & set(names):
+                continue
+            try:
+                message = check(*(values[n] for n in names))
+            except (TypeError, ValueError, KeyError, AttributeError):  # a raw value of the wrong type: its own error
+                continue
+            if message:
+                errors.append(message)
+        return errors
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _every_error(cls, data: Any, handler: Any) -> Any:
+        try:
+            model = handler(data)
+        except ValidationError as exc:
+            if not isinstance(data, dict):
+                raise
+            failed = {str(e["loc"][0]) for e in exc.errors() if e["loc"]}
+            values = {name: data[name] if name in data else field.get_default(call_default_factory=True)
+                      for name, field in cls.model_fields.items() if name not in failed}
+            extra = cls._cross_errors(values, failed)
+            if not extra:
+                raise
+            details: list[Any] = [{"type": e["type"], "loc": e["loc"], "input": e["input"],
+                                   **({"ctx": e["ctx"]} if "ctx" in e else {})} for e in exc.errors()]
+            details += [{"type": "value_error", "loc": (), "input": data, "ctx": {"error": ValueError(m)}}
+                        for m in extra]
+            raise ValidationError.from_exception_data(exc.title, details) from None
+        errors = cls._cross_errors(dict(model.__dict__), set())
+        if errors:
+            raise ValueError("; ".join(errors))
+        return model
 
 
 def _check_duration(value: str) -> str:
@@ -72,7 +122,7 @@ class PrometheusConfig(PrometheusServer):
         return value
 
 
-class HistoryConfig(Strict):
+class HistoryConfig(CrossChecked):
     file: Path | None = None
     prometheus: PrometheusConfig | None = None
     statistic: str = "mean"
@@ -85,11 +135,10 @@ class HistoryConfig(Strict):
     def _statistic(cls, value: str) -> str:
         return check_statistic(value)
 
-    @model_validator(mode="after")
-    def _one_source(self) -> "HistoryConfig":
-        if self.file is not None and self.prometheus is not None:
-            raise ValueError("give either file or prometheus, not both")
-        return self
+    @classmethod
+    def cross_checks(cls) -> list[tuple[tuple[str, ...], Callable[..., str | None]]]:
+        return [(("file", "prometheus"), lambda file, prom: "give either file or prometheus, not both"
+                 if file is not None and prom is not None else None)]
 
 
 class ForecastConfig(Strict):
@@ -111,7 +160,7 @@ class BacktestConfig(Strict):
     step: int = Field(24, ge=1)
 
 
-class WorldSettings(Strict):
+class WorldSettings(CrossChecked):
     """The simulated cluster around the controller (adapters.embedded): what real clusters take time for."""
     warmup_seconds: float = Field(180.0, ge=0, le=3600)  # a new replica serves this long after it gets GPUs
     preemption_seconds: tuple[float, float] = (30.0, 120.0)  # a training job's checkpoint + termination, uniform
@@ -121,17 +170,22 @@ class WorldSettings(Strict):
     hpa_scale_down_seconds: float = Field(300.0, ge=0)   # the HPA's scale-down stabilization window
     seed: int = 0
 
-    @model_validator(mode="after")
-    def _ranges(self) -> "WorldSettings":
-        lo, hi = self.preemption_seconds
-        if not 0 <= lo <= hi or not math.isfinite(hi):
-            raise ValueError("preemption_seconds must be [low, high] with 0 <= low <= high")
-        if not self.backlog_job_gpus or min(self.backlog_job_gpus) < 1:
-            raise ValueError("backlog_job_gpus must be whole GPUs, at least 1")
-        lo, hi = self.backlog_job_hours
-        if not 0 < lo <= hi or not math.isfinite(hi):
-            raise ValueError("backlog_job_hours must be [low, high] with 0 < low <= high")
-        return self
+    @classmethod
+    def cross_checks(cls) -> list[tuple[tuple[str, ...], Callable[..., str | None]]]:
+        def preemption(pair: tuple[float, float]) -> str | None:
+            lo, hi = pair
+            return None if 0 <= lo <= hi and math.isfinite(hi) else \
+                "preemption_seconds must be [low, high] with 0 <= low <= high"
+
+        def gpus(sizes: tuple[int, ...]) -> str | None:
+            return None if sizes and min(sizes) >= 1 else "backlog_job_gpus must be whole GPUs, at least 1"
+
+        def hours(pair: tuple[float, float]) -> str | None:
+            lo, hi = pair
+            return None if 0 < lo <= hi and math.isfinite(hi) else \
+                "backlog_job_hours must be [low, high] with 0 < low <= high"
+
+        return [(("preemption_seconds",), preemption), (("backlog_job_gpus",), gpus), (("backlog_job_hours",), hours)]
 
 
 class SimulateConfig(Strict):
@@ -145,7 +199,7 @@ class SimulateConfig(Strict):
     jobs: Path | None = None
     world: WorldSettings = WorldSettings()
 
-    @field_validator("peak_gpus", "per_gpu")
+    @field_validator("peak_gpus", "per_gpu", "days")
     @classmethod
     def _finite_scale(cls, value: float | None) -> float | None:
         if value is not None and not math.isfinite(value):
@@ -162,7 +216,7 @@ class TuneConfig(Strict):
     scale_in_delays: list[str] = Field(default_factory=lambda: ["10m"], min_length=1)
     lead_times: list[str] = Field(default_factory=lambda: ["15m"], min_length=1)
     margins_gpus: list[int] = Field(default_factory=lambda: [0, 1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64], min_length=1)
-    forecasters: list[Literal[FORECASTERS]] = Field(default_factory=lambda: ["auto"], min_length=1)
+    forecasters: list[Forecaster] = Field(default_factory=lambda: ["auto"], min_length=1)
 
     @field_validator("target_quantiles")
     @classmethod
@@ -222,13 +276,24 @@ class EmbeddedPolicy(Strict):
     spec: PolicySpec
 
 
+def _ip_address(value: str) -> str:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        raise ValueError(f"{value!r} is not an IP address (0.0.0.0: every interface, 127.0.0.1: this machine)") \
+            from None
+    return value
+
+
 class LeaseConfig(Strict):
     namespace: str = "headroom-system"
     name: str = "headroom"
     duration_seconds: int = Field(15, ge=2)
 
 
-class RunConfig(Strict):
+class RunConfig(CrossChecked):
     """`headroom run`: the long-running controller."""
     cluster: Literal["simulated", "kubernetes"] = "simulated"
     kubeconfig: Path | None = None   # kubernetes: this file, else in-cluster credentials
@@ -241,6 +306,9 @@ class RunConfig(Strict):
     stale_after_seconds: float = Field(1800, gt=0)     # demand older than this is stale: fall back
     keep_forecast_seconds: float = Field(7200, gt=0)  # a fetch failure keeps the last good forecast this long
     metrics_port: int = Field(9108, ge=0, le=65535)
+    # the address /metrics listens on: every interface by default (in a pod, the pod's own; the NetworkPolicy in
+    # deploy/base admits only the monitoring namespace), 127.0.0.1 to keep it on the machine
+    metrics_address: str = "0.0.0.0"
     lease: LeaseConfig = LeaseConfig()
     forecast_log_dir: Path = Path("headroom-forecasts")
     tracking_uri: str | None = None   # MLflow: champion models, realized error, retraining (default: training.tracking_uri)
@@ -248,23 +316,32 @@ class RunConfig(Strict):
     team_weights: dict[str, float] = {}   # training ClusterQueue -> share of the slack (default equal)
     policies: list[EmbeddedPolicy] = []
 
-    @model_validator(mode="after")
-    def _where_demand_comes_from(self) -> "RunConfig":
-        errors = []
-        if self.cluster == "simulated" and self.prometheus is not None:
-            errors.append("the simulated cluster reads each policy's history_file; remove prometheus")
-        if self.cluster == "kubernetes" and self.prometheus is None:
-            errors.append("a kubernetes controller needs prometheus: {url: ...} for the policies' queries")
-        if len({(p.namespace, p.name) for p in self.policies}) != len(self.policies):
-            errors.append("policy names must be unique per namespace")
-        if self.non_lendable_gpus >= self.capacity_gpus:
-            errors.append("non_lendable_gpus must leave some of capacity_gpus to lend")
-        for team, weight in self.team_weights.items():
-            if not (weight > 0 and math.isfinite(weight)):
-                errors.append(f"team_weights.{team} must be a finite number > 0")
-        if errors:
-            raise ValueError("; ".join(errors))
-        return self
+    @field_validator("metrics_address")
+    @classmethod
+    def _address(cls, value: str) -> str:
+        return _ip_address(value)
+
+    @classmethod
+    def cross_checks(cls) -> list[tuple[tuple[str, ...], Callable[..., str | None]]]:
+        def teams(weights: dict[str, Any]) -> str | None:
+            bad = [t for t, w in weights.items() if not (float(w) > 0 and math.isfinite(float(w)))]
+            return "; ".join(f"team_weights.{t} must be a finite number > 0" for t in bad) or None
+
+        def unique(policies: list[Any]) -> str | None:
+            keys = [(p.namespace, p.name) if isinstance(p, EmbeddedPolicy)
+                    else (p.get("namespace", "default"), p["name"]) for p in policies]
+            return "policy names must be unique per namespace" if len(set(keys)) != len(keys) else None
+
+        return [
+            (("cluster", "prometheus"), lambda cluster, prom: "the simulated cluster reads each policy's history_file; "
+             "remove prometheus" if cluster == "simulated" and prom is not None else None),
+            (("cluster", "prometheus"), lambda cluster, prom: "a kubernetes controller needs prometheus: {url: ...} "
+             "for the policies' queries" if cluster == "kubernetes" and prom is None else None),
+            (("policies",), unique),
+            (("non_lendable_gpus", "capacity_gpus"), lambda non, cap: "non_lendable_gpus must leave some of "
+             "capacity_gpus to lend" if int(non) >= int(cap) else None),
+            (("team_weights",), teams),
+        ]
 
 
 class Config(Strict):

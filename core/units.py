@@ -18,7 +18,7 @@ def duration(value: str) -> pd.Timedelta:
 
 
 def seconds(value: str) -> float:
-    return duration(value).total_seconds()
+    return float(duration(value).total_seconds())
 
 
 def go_duration(total_seconds: float) -> str:
@@ -46,9 +46,10 @@ def check_statistic(statistic: str) -> str:
     raise ValueError(f"statistic must be one of {', '.join(STATISTICS)} or pNN (e.g. p95), got {statistic!r}")
 
 
-def epoch_seconds(index) -> "np.ndarray":
+def epoch_seconds(index: pd.Index | pd.Series | list[pd.Timestamp]) -> np.ndarray:
     """A DatetimeIndex as float epoch seconds, whatever its resolution (pandas 3 parses to microseconds)."""
-    return pd.DatetimeIndex(index).as_unit("ns").asi8 / 1e9
+    seconds: np.ndarray = pd.DatetimeIndex(index).as_unit("ns").asi8 / 1e9
+    return seconds
 
 
 def parse_time(text: str, what: str) -> pd.Timestamp:

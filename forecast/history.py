@@ -37,78 +37,271 @@ class FileSource:
         return load_history(self.path)
 
 
-def _parse_timestamp(text: str) -> pd.Timestamp:
+# Numeric timestamps are epoch seconds, milliseconds, microseconds or nanoseconds, told apart by magnitude: the unit
+# that puts the time between EPOCH_RANGE's bounds. The four ranges do not overlap, so the guess is never ambiguous;
+# a number that fits none of them (e.g. seconds since a trace's start, read as 1970) is refused, never guessed.
+EPOCH_RANGE = (pd.Timestamp("1990-01-01", tz="UTC"), pd.Timestamp("2200-01-01", tz="UTC"))
+EPOCH_UNITS = (("s", "seconds", 1e9), ("ms", "milliseconds", 1e6), ("us", "microseconds", 1e3),
+               ("ns", "nanoseconds", 1.0))
+# Largest demand value read: a larger one is a unit or parsing error, and sums of it would overflow to infinity
+# (NaN quantiles downstream). Far above any request rate or GPU count, below float overflow of any aggregate.
+MAX_VALUE = 1e15
+# A written-out (ISO-8601) time may be older than epoch numbers are guessed to be, but not outside this range.
+ISO_RANGE = (pd.Timestamp("1900-01-01", tz="UTC"), EPOCH_RANGE[1])
+MAX_POINTS = 5e6  # points of a prepared series (570 years hourly, 58 days at 1 s): more is a wrong timestamp
+
+
+def epoch_unit(number: float) -> str:
+    """The unit ("s", "ms", "us" or "ns") whose epoch reading of `number` falls inside EPOCH_RANGE."""
+    if not math.isfinite(number):
+        raise ValueError(f"timestamp {number!r} is not a finite number")
+    lo, hi = (t.value for t in EPOCH_RANGE)  # nanoseconds
+    for unit, _, ns in EPOCH_UNITS:
+        if lo <= number * ns < hi:
+            return unit
+    raise ValueError(f"numeric timestamp {number:.17g} is not epoch seconds, milliseconds, microseconds or "
+                     f"nanoseconds of a time between {EPOCH_RANGE[0]:%Y} and {EPOCH_RANGE[1]:%Y}")
+
+
+def _unit_name(unit: str) -> str:
+    return next(name for u, name, _ in EPOCH_UNITS if u == unit)
+
+
+def _epoch(number: float, unit: str) -> pd.Timestamp:
+    ns = dict((u, f) for u, _, f in EPOCH_UNITS)[unit]
+    if number == int(number) and abs(number) < 2 ** 63:
+        return pd.Timestamp(int(number) * int(ns), unit="ns", tz="UTC")
+    return pd.Timestamp(round(number * ns), unit="ns", tz="UTC")
+
+
+def _parse_timestamp(text: str, units: set[str]) -> pd.Timestamp:
+    """An ISO-8601 time with a zone, or an epoch number (its unit, by magnitude, is added to `units`)."""
     text = text.strip()
     try:
-        seconds = float(text)
+        number = float(text)
     except ValueError:
+        number = None
+    if number is not None:
+        unit = epoch_unit(number)
+        units.add(unit)
+        try:
+            return pd.Timestamp(int(text), unit=unit, tz="UTC")  # an integer exactly (nanoseconds overflow a float)
+        except ValueError:
+            return _epoch(number, unit)
+    try:
         stamp = pd.Timestamp(text)
-        if stamp.tzinfo is None:
-            raise ValueError(f"timestamp {text!r} has no time zone (use ISO-8601 with Z or an offset, or epoch seconds)")
-        return stamp.tz_convert("UTC")
-    if not math.isfinite(seconds):
-        raise ValueError(f"timestamp {text!r} is not a number of seconds")
-    return pd.Timestamp(seconds, unit="s", tz="UTC")
+    except (ValueError, TypeError, OverflowError):
+        raise ValueError(f"timestamp {text!r} is not ISO-8601 (e.g. 2026-05-04T09:00:00Z) nor an epoch number") \
+            from None
+    if pd.isna(stamp):
+        raise ValueError(f"timestamp {text!r} is not a time")
+    if stamp.tzinfo is None:
+        raise ValueError(f"timestamp {text!r} has no time zone (use ISO-8601 with Z or an offset, or epoch seconds)")
+    return _in_range(stamp.tz_convert("UTC"), text)
+
+
+def _in_range(stamp: pd.Timestamp, text: object) -> pd.Timestamp:
+    if not ISO_RANGE[0] <= stamp < ISO_RANGE[1]:
+        raise ValueError(f"timestamp {text!r} is outside {ISO_RANGE[0]:%Y} .. {ISO_RANGE[1]:%Y}")
+    return stamp
+
+
+def check_value(value: float, text: object = None) -> float:
+    """A demand value as read: NaN (missing) or finite, >= 0 and <= MAX_VALUE; anything else is refused."""
+    shown = repr(text) if text is not None else f"{value!r}"
+    if math.isnan(value):
+        return value
+    if math.isinf(value):
+        raise ValueError(f"value {shown} is infinite")
+    if value < 0:
+        raise ValueError(f"value {shown} is negative: demand cannot be (a counter's raw value never is either)")
+    if value > MAX_VALUE:
+        raise ValueError(f"value {shown} is over {MAX_VALUE:g}, the largest demand value read (a unit or parsing "
+                         "error?)")
+    return value
 
 
 def _parse_value(text: str) -> float:
     text = text.strip()
     if text == "" or text.lower() in {"nan", "na", "null"}:
         return float("nan")  # missing data, never zero
-    value = float(text)
-    if math.isinf(value):
-        raise ValueError(f"value {text!r} is infinite")
-    return value
+    if text.lower() in {"true", "false"}:
+        raise ValueError(f"value {text!r} is a boolean, not a number")
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"value {text!r} is not a number") from None
+    return check_value(value, text)
+
+
+def _one_unit(path: Path, units: set[str], where: str) -> None:
+    if len(units) > 1:
+        raise HistoryError(f"{path}{where}: numeric timestamps mix epoch "
+                           f"{' and '.join(_unit_name(u) for u in sorted(units))}: give one unit")
 
 
 def _read_csv(path: Path) -> pd.Series:
-    stamps, values = [], []
-    with path.open(newline="") as handle:
-        reader = csv.reader(handle)
-        header = next(reader, None)
-        if header is None:
-            raise HistoryError(f"{path}: file is empty (expected a header 'timestamp,value')")
-        names = [h.strip().lower() for h in header]
-        if "timestamp" not in names or "value" not in names:
-            raise HistoryError(f"{path}:1: header must name columns 'timestamp' and 'value', got {header}")
-        t_col, v_col = names.index("timestamp"), names.index("value")
-        for row in reader:
-            line = reader.line_num
-            if not row or all(not cell.strip() for cell in row):
-                continue
-            if len(row) != len(names):
-                raise HistoryError(f"{path}:{line}: expected {len(names)} fields, got {len(row)}: {row}")
-            try:
-                stamps.append(_parse_timestamp(row[t_col]))
-                values.append(_parse_value(row[v_col]))
-            except ValueError as exc:
-                raise HistoryError(f"{path}:{line}: {exc}") from None
+    stamps, values, units = [], [], set()
+    try:
+        # utf-8-sig: a byte-order mark (as spreadsheets export CSV) is not part of the first column's name
+        with path.open(newline="", encoding="utf-8-sig") as handle:
+            reader = csv.reader(handle)
+            header = next(reader, None)
+            if header is None:
+                raise HistoryError(f"{path}: file is empty (expected a header 'timestamp,value')")
+            names = [h.strip().lower() for h in header]
+            if "timestamp" not in names or "value" not in names:
+                raise HistoryError(f"{path}:1: header must name columns 'timestamp' and 'value', got {header}")
+            if len(set(names)) != len(names):
+                raise HistoryError(f"{path}:1: header names a column twice: {header}")
+            t_col, v_col = names.index("timestamp"), names.index("value")
+            for row in reader:
+                line = reader.line_num
+                if not row or all(not cell.strip() for cell in row):
+                    continue
+                if len(row) != len(names):
+                    raise HistoryError(f"{path}:{line}: expected {len(names)} fields, got {len(row)}: {row[:5]}")
+                try:
+                    stamps.append(_parse_timestamp(row[t_col], units))
+                    values.append(_parse_value(row[v_col]))
+                except ValueError as exc:
+                    raise HistoryError(f"{path}:{line}: {exc}") from None
+                _one_unit(path, units, f":{line}")
+    except UnicodeDecodeError as exc:
+        raise HistoryError(f"{path}: not a UTF-8 text file (byte {exc.start}): a CSV with columns timestamp,value "
+                           "is expected") from None
+    except csv.Error as exc:
+        raise HistoryError(f"{path}: not a readable CSV: {exc}") from None
+    except OSError as exc:
+        raise HistoryError(f"{path}: cannot read: {exc.strerror or exc}") from None
     if not stamps:
         raise HistoryError(f"{path}: no data rows")
-    return pd.Series(values, index=pd.DatetimeIndex(stamps, name="timestamp"), name="value", dtype=float)
+    series = pd.Series(values, index=pd.DatetimeIndex(stamps, name="timestamp").as_unit("ns"), name="value",
+                       dtype=float)
+    series.attrs["timestamps"] = f"epoch {_unit_name(units.pop())} (told by magnitude)" if units else "ISO-8601"
+    return series
+
+
+def _parquet_timestamps(path: Path, column: pd.Series) -> tuple[pd.DatetimeIndex, str]:
+    """The timestamp column of a Parquet file: zoned datetimes, epoch numbers (unit by magnitude) or ISO text."""
+    if pd.api.types.is_datetime64_any_dtype(column):
+        if getattr(column.dt, "tz", None) is None:
+            raise HistoryError(f"{path}: column 'timestamp' has no time zone (store it as a UTC timestamp)")
+        if column.isna().any():
+            raise HistoryError(f"{path}: row {int(np.flatnonzero(column.isna().to_numpy())[0]) + 1}: "
+                               "timestamp is missing")
+        index = pd.DatetimeIndex(column).tz_convert("UTC")
+        outside = (index < ISO_RANGE[0]) | (index >= ISO_RANGE[1])
+        if outside.any():
+            k = int(np.flatnonzero(outside)[0])
+            raise HistoryError(f"{path}: row {k + 1}: timestamp {index[k]} is outside {ISO_RANGE[0]:%Y} .. "
+                               f"{ISO_RANGE[1]:%Y}")
+        return index.as_unit("ns"), "timestamps"
+    if pd.api.types.is_bool_dtype(column):
+        raise HistoryError(f"{path}: column 'timestamp' holds booleans, not times")
+    if pd.api.types.is_integer_dtype(column) and not column.isna().any() and len(column):
+        numbers = column.to_numpy(dtype=np.int64)
+        try:
+            unit = epoch_unit(float(numbers[0]))
+        except ValueError as exc:
+            raise HistoryError(f"{path}: row 1: {exc}") from None
+        scale = int(dict((u, f) for u, _, f in EPOCH_UNITS)[unit])
+        lo, hi = (t.value // scale for t in EPOCH_RANGE)
+        if ((numbers >= lo) & (numbers < hi)).all():  # every row in the first row's unit: read at once
+            return (pd.DatetimeIndex(pd.to_datetime(numbers, unit=unit, utc=True)).as_unit("ns"),
+                    f"epoch {_unit_name(unit)} (told by magnitude)")
+    stamps, units = [], set()
+    for row, item in enumerate(column.tolist(), start=1):
+        try:
+            if isinstance(item, bool | np.bool_) or item is None:
+                raise ValueError(f"timestamp {item!r} is not a time")
+            if isinstance(item, bytes):
+                try:
+                    item = item.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise ValueError(f"timestamp {item[:40]!r} is not UTF-8 text") from None
+            if isinstance(item, int | float | np.integer | np.floating):
+                unit = epoch_unit(float(item))
+                units.add(unit)
+                stamp = (pd.Timestamp(int(item), unit=unit, tz="UTC") if isinstance(item, int | np.integer)
+                         else _epoch(float(item), unit))
+            elif isinstance(item, str):
+                stamp = _parse_timestamp(item, units)
+            elif isinstance(item, pd.Timestamp) or hasattr(item, "tzinfo"):
+                stamp = pd.Timestamp(item)
+                if stamp.tzinfo is None:
+                    raise ValueError(f"timestamp {item!r} has no time zone")
+                stamp = _in_range(stamp.tz_convert("UTC"), item)
+            else:
+                raise ValueError(f"timestamp {item!r} ({type(item).__name__}) is not a time")
+        except (ValueError, OverflowError) as exc:
+            raise HistoryError(f"{path}: row {row}: {exc}") from None
+        _one_unit(path, units, f": row {row}")
+        stamps.append(stamp)
+    how = f"epoch {_unit_name(units.pop())} (told by magnitude)" if units else "ISO-8601"
+    return pd.DatetimeIndex(stamps).as_unit("ns"), how
+
+
+def _parquet_values(path: Path, column: pd.Series) -> np.ndarray:
+    if pd.api.types.is_bool_dtype(column):
+        raise HistoryError(f"{path}: column 'value' holds booleans (true/false), not demand: refusing to read them "
+                           "as 0/1")
+    if pd.api.types.is_numeric_dtype(column):
+        numbers = column.to_numpy(dtype=float, na_value=np.nan)
+        with np.errstate(invalid="ignore"):
+            bad = ~np.isnan(numbers) & ~((numbers >= 0) & (numbers <= MAX_VALUE))
+        if not bad.any():
+            return numbers
+        k = int(np.flatnonzero(bad)[0])
+        try:
+            check_value(float(numbers[k]))
+        except ValueError as exc:
+            raise HistoryError(f"{path}: row {k + 1}: {exc}") from None
+    out = np.empty(len(column), dtype=float)
+    for row, item in enumerate(column.tolist(), start=1):
+        try:
+            if item is None:
+                out[row - 1] = math.nan
+            elif isinstance(item, bool | np.bool_):
+                raise ValueError(f"value {item!r} is a boolean, not a number")
+            elif isinstance(item, str):
+                out[row - 1] = _parse_value(item)
+            elif isinstance(item, int | float | np.integer | np.floating):
+                out[row - 1] = check_value(float(item), item)
+            else:
+                raise ValueError(f"value {item!r} ({type(item).__name__}) is not a number")
+        except (ValueError, OverflowError) as exc:
+            raise HistoryError(f"{path}: row {row}: {exc}") from None
+    return out
 
 
 def _read_parquet(path: Path) -> pd.Series:
-    frame = pd.read_parquet(path)
-    missing = {"timestamp", "value"} - set(frame.columns)
+    try:
+        frame = pd.read_parquet(path)
+    except Exception as exc:  # pyarrow raises many kinds (ArrowInvalid, OSError, ...): all mean "not readable"
+        raise HistoryError(f"{path}: not a readable Parquet file: {type(exc).__name__}: {exc}") from None
+    names = [str(c).strip().lower() for c in frame.columns]
+    missing = {"timestamp", "value"} - set(names)
     if missing:
-        raise HistoryError(f"{path}: missing columns {sorted(missing)}")
-    stamps = frame["timestamp"]
-    if pd.api.types.is_numeric_dtype(stamps):
-        index = pd.to_datetime(stamps, unit="s", utc=True)
-    elif pd.api.types.is_datetime64_any_dtype(stamps) and getattr(stamps.dt, "tz", None) is None:
-        raise HistoryError(f"{path}: column 'timestamp' has no time zone")
-    else:
-        index = pd.to_datetime(stamps, utc=True)
-    values = pd.to_numeric(frame["value"], errors="coerce").to_numpy(dtype=float)
-    bad = np.flatnonzero(frame["value"].notna().to_numpy() & np.isnan(values))
-    if len(bad):
-        raise HistoryError(f"{path}: row {bad[0]}: value {frame['value'].iloc[bad[0]]!r} is not a number")
-    return pd.Series(values, index=pd.DatetimeIndex(index, name="timestamp"), name="value")
+        raise HistoryError(f"{path}: missing columns {sorted(missing)} (has {list(frame.columns)[:10]})")
+    if len(set(names)) != len(names):
+        raise HistoryError(f"{path}: a column is named twice: {list(frame.columns)}")
+    frame.columns = names
+    if frame.empty:
+        raise HistoryError(f"{path}: no data rows")
+    index, how = _parquet_timestamps(path, frame["timestamp"])
+    series = pd.Series(_parquet_values(path, frame["value"]), index=pd.DatetimeIndex(index, name="timestamp"),
+                       name="value")
+    series.attrs["timestamps"] = how
+    return series
 
 
 def load_history(path: str | Path) -> pd.Series:
-    """Read `timestamp,value` samples from CSV or Parquet, in file order."""
+    """Read `timestamp,value` samples from CSV or Parquet, in file order.
+
+    Values are NaN (missing) or finite in [0, MAX_VALUE]; timestamps are UTC; an error names the file and the line
+    (CSV) or row (Parquet). `series.attrs["timestamps"]` says how the timestamps were read (epoch unit guessed by
+    magnitude, or ISO-8601)."""
     path = Path(path)
     if not path.is_file():
         raise HistoryError(f"{path}: no such file")
@@ -128,6 +321,7 @@ class CleaningReport:
     outliers: list[str] = field(default_factory=list)
     missing_steps: int = 0
     output_points: int = 0
+    timestamps: str = ""  # how the timestamps were read (e.g. "epoch milliseconds (told by magnitude)")
 
     def lines(self) -> list[str]:
         return [
@@ -135,7 +329,7 @@ class CleaningReport:
             f"{self.out_of_order} out-of-order, {self.duplicates} duplicate timestamps",
             f"{self.counter_resets} counter resets, {len(self.outliers)} outliers clipped",
             f"{self.missing_steps} missing points (kept missing, never scored)",
-        ]
+        ] + ([f"timestamps read as {self.timestamps}"] if self.timestamps.startswith("epoch") else [])
 
 
 def _aggregate(series: pd.Series, step: pd.Timedelta, statistic: str) -> pd.Series:
@@ -179,10 +373,15 @@ def prepare(raw: pd.Series, step: str = "1h", statistic: str = "mean",
             counter: bool = False, outlier_factor: float | None = 3.0) -> tuple[pd.Series, CleaningReport]:
     """Raw samples -> a regular series at `step` (tz-aware UTC, freq set, NaN = missing)."""
     check_statistic(statistic)
-    report = CleaningReport(input_points=len(raw))
-    if raw.index.tz is None:
+    report = CleaningReport(input_points=len(raw), timestamps=str(raw.attrs.get("timestamps", "")))
+    if not isinstance(raw.index, pd.DatetimeIndex) or raw.index.tz is None:
         raise HistoryError("timestamps must be time-zone aware")
     series = raw.astype(float)
+    bad = ~np.isnan(series.to_numpy()) & ~((series >= 0) & (series <= MAX_VALUE)).to_numpy()
+    if bad.any():
+        k = int(np.flatnonzero(bad)[0])
+        raise HistoryError(f"{int(bad.sum())} demand values are infinite, negative or over {MAX_VALUE:g} (first: "
+                           f"{series.iloc[k]!r} at {series.index[k]}; is this a counter? use counter: true)")
     series.index = series.index.tz_convert("UTC")
     if not series.index.is_monotonic_increasing:
         report.out_of_order = int((series.index.to_series().diff() < pd.Timedelta(0)).sum())
@@ -199,11 +398,15 @@ def prepare(raw: pd.Series, step: str = "1h", statistic: str = "mean",
         raise HistoryError(f"history step {input_step} is coarser than the forecast step {target}")
     if not pd.Timedelta("1s") <= input_step <= pd.Timedelta("1h"):
         raise HistoryError(f"history step {input_step} is outside 1 s .. 1 h")
+    points = (series.index[-1] - series.index[0]) / target + 1
+    if points > MAX_POINTS:
+        raise HistoryError(f"history spans {series.index[0]} .. {series.index[-1]}: {points:.3g} points at step "
+                           f"{target}, over the {MAX_POINTS:g} a history may have (a wrong timestamp?)")
     if counter:
         series = _undo_counter_resets(series, report)
-    if (series < 0).any():
-        raise HistoryError(f"{int((series < 0).sum())} negative demand values (is this a counter? use counter: true)")
     series = _aggregate(series, target, statistic)
+    if not np.isfinite(series.dropna().to_numpy()).all():
+        raise HistoryError(f"aggregating to {target} with {statistic} overflows: values too large")
     if outlier_factor is not None:
         series = _clip_outliers(series, outlier_factor, report)
     series.name = "demand"
