@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Self
+from typing import NamedTuple, Self
 
 import numpy as np
 import pandas as pd
@@ -18,15 +18,37 @@ import pandas as pd
 from forecast.base import Forecaster
 from forecast.calibrate import DAY, calibrated_predict, origins, point_forecast, scaled_residuals
 from forecast.metrics import coverage, mase, pinball, seasonal_scale, smape
-from forecast.models import MODELS, Ensemble
+from forecast.models import MODELS, Ensemble, combination_name, combine
 
-# Cheap candidates (vectorised numpy, no optimiser) for thousands of series.
-FAST = ("snaive24", "snaive168", "profile", "profile24")
-# ETS, MSTL and gradient boosting cost 0.5-10 s per fit (x folds) and won no trace's inner backtest in our
-# runs: the backtest scores them, AutoForecaster considers them only when asked ("full" or a list).
+# Cheap candidates (vectorised numpy, no optimiser) for thousands of series: issue 2's four seasonal ones plus the
+# last value held (a drifting gauge without a daily cycle: issue 13). Picked with COMBINE and LEVEL_CORRECTION by
+# bench/forecast_bench.py's protocol on its choose-on part (docs/bench-forecast.md); theta lost there.
+FAST = ("snaive24", "snaive168", "profile", "profile24", "naive")
+# ETS, MSTL and gradient boosting cost 0.5-10 s per fit (x folds): the backtest scores them, AutoForecaster
+# considers them only when asked ("full" or a list).
 FULL = FAST + ("mstl",)
-SCORED_QUANTILES = (0.05, 0.1, 0.5, 0.9, 0.95)
-METRICS = ("mase", "smape", "pinball_50", "pinball_90", "pinball_95", "coverage_80", "coverage_90", "fit_seconds")
+SCORED_QUANTILES = (0.05, 0.1, 0.5, 0.9, 0.95, 0.99)
+# The planner's quantiles (ReservationPolicy q0.9 / q0.99): the share of actuals at or below each, per model,
+# pooled over every scored hour. Calibrated means 0.9 and 0.99.
+PLANNER_QUANTILES = (0.9, 0.99)
+POOLED = ("coverage_80", "coverage_90", *(f"below_q{q}" for q in PLANNER_QUANTILES))
+# How AutoForecaster turns inner-backtest scores into a forecast, and whether the median gets the recent level
+# correction (forecast.calibrate.level_correction): chosen on the choose-on part only (docs/bench-forecast.md).
+COMBINES = ("best", "best-or-mean", "median", "mean", "weighted")
+COMBINE = "best-or-mean"
+# True: always; False: never; an int n: only with at least n inner folds of residuals (a week's history has 1-4).
+LEVEL_CORRECTION: bool | int = 7
+METRICS = ("mase", "smape", "pinball_50", "pinball_90", "pinball_95", "coverage_80", "coverage_90",
+           *(f"below_q{q}" for q in PLANNER_QUANTILES), "fit_seconds")
+
+
+class _Pick(NamedTuple):
+    name: str
+    members: tuple[str, ...]
+    how: str
+    weights: np.ndarray | None
+    points: np.ndarray  # its point path at every inner fold
+    scores: dict[str, float]
 
 
 class AutoForecaster:
@@ -38,12 +60,20 @@ class AutoForecaster:
     the selection procedure itself: at each inner fold, the model it would have
     chosen on the `folds` folds before (the winner on all folds errs less on
     them than on new data, so its own residuals would make intervals too narrow).
+
+    `combine` is the selection rule (see `_select`); `level_correction` whether the median gets
+    calibrate.level_correction (an int: only with that many inner folds of residuals; a week's history has
+    1-4, too few to estimate a level error: with them the correction cost 10 % on one-week series).
     """
 
     def __init__(self, candidates: Sequence[str] | str = "fast", horizon: int = DAY, folds: int = 14,
-                 step: int = DAY, top_k: int = 3, calibration_folds: int = 28):
+                 step: int = DAY, top_k: int = 3, calibration_folds: int = 28, combine: str = COMBINE,
+                 level_correction: bool | int = LEVEL_CORRECTION):
         self.candidates = {"fast": FAST, "full": FULL}[candidates] if isinstance(candidates, str) else tuple(candidates)
         self.horizon, self.folds, self.step, self.top_k = horizon, folds, step, top_k
+        if combine not in COMBINES:
+            raise ValueError(f"combine must be one of {COMBINES}, not {combine!r}")
+        self.combine, self.level_correction = combine, level_correction
         # Intervals need more residuals than selection needs scores: four weeks of daily origins (older ones
         # weigh little: calibrate.HALF_LIFE), while the model is picked on the last `folds` only.
         self.calibration_folds = max(calibration_folds, folds)
@@ -60,40 +90,60 @@ class AutoForecaster:
         errors = {c: _fold_mase(actuals, p, scales) for c, p in points.items()}
         everything = np.arange(len(fold_origins))
         window = lambda j: everything[max(j - self.folds, 0):j]  # noqa: E731 - selection sees the last `folds`
-        self.chosen, members, _, self.scores_ = self._select(points, errors, actuals, scales, window(len(everything)))
-        self.model_ = Ensemble(members) if len(members) > 1 else MODELS[self.chosen]()
+        pick = self._select(points, errors, actuals, scales, window(len(everything)))
+        self.chosen, self.scores_ = pick.name, pick.scores
+        self.model_ = (Ensemble(pick.members, pick.how, pick.weights) if len(pick.members) > 1
+                       else MODELS[pick.members[0]]())
         self.model_.fit(history)
         self.fallback_reason = getattr(self.model_, "fallback_reason", None)
         honest = np.full((len(fold_origins), self.horizon), np.nan)
         for j in range(1, len(fold_origins)):
-            honest[j] = self._select(points, errors, actuals, scales, window(j))[2][j]
+            honest[j] = self._select(points, errors, actuals, scales, window(j)).points[j]
         self.residuals_ = scaled_residuals(history, honest, fold_origins)
         self.origins_ = fold_origins
         self.history_ = history
         self.name = f"auto({self.chosen})"
         return self
 
-    def _select(self, points, errors, actuals, scales, folds):
-        """Best candidate, or mean of the top `top_k`, by mean MASE on inner `folds`.
+    def _select(self, points, errors, actuals, scales, folds) -> _Pick:
+        """The rule `combine` applied to the candidates' mean MASE on inner `folds`.
 
-        Returns (name, member names, its points at every inner fold, scores by name).
+        "best": the best candidate; "best-or-mean": it or the mean of the top `top_k`, whichever scored better
+        on the same folds; "median" / "mean" / "weighted": that combination of the top `top_k` (weights
+        1 / mean MASE), whatever the scores.
         """
         if not len(folds):  # no inner fold: the robust default
-            return "profile", ("profile",), points.get("profile", next(iter(points.values()))), {}
+            first = "profile" if "profile" in points else next(iter(points))
+            return _Pick(first, (first,), "mean", None, points[first], {})
         scores = dict(zip(errors, _mean_finite(np.array([errors[c][folds] for c in errors]))))
-        top = tuple(sorted(self.candidates, key=lambda c: scores[c])[:self.top_k])
-        chosen = min(scores, key=scores.get)
-        best = (chosen, (chosen,), points[chosen])
-        if len(top) > 1:
-            mean = np.mean([points[c] for c in top], axis=0)
-            name = Ensemble(top).name
+        ranked = sorted(self.candidates, key=lambda c: scores[c])
+        top = tuple(ranked[:self.top_k])
+        best = _Pick(ranked[0], (ranked[0],), "mean", None, points[ranked[0]], scores)
+        if len(top) < 2 or self.combine == "best":
+            return best
+        stacked = np.array([points[c] for c in top])
+        if self.combine == "best-or-mean":
+            mean = combine(stacked, "mean")
+            name = combination_name(top, "mean")
             scores[name] = float(_mean_finite(_fold_mase(actuals[folds], mean[folds], scales[folds])[None, :])[0])
-            if scores[name] < scores[chosen]:
-                best = (name, top, mean)
-        return (*best, scores)
+            return _Pick(name, top, "mean", None, mean, scores) if scores[name] < scores[best.name] else best
+        weights = None
+        if self.combine == "weighted":
+            inverse = np.array([1.0 / scores[c] if np.isfinite(scores[c]) and scores[c] > 0 else 0.0 for c in top])
+            weights = inverse / inverse.sum() if inverse.sum() > 0 else np.full(len(top), 1.0 / len(top))
+        return _Pick(combination_name(top, self.combine), top, self.combine, weights,
+                     combine(stacked, self.combine, weights), scores)
 
     def predict(self, horizon: int, quantiles: Sequence[float]) -> pd.DataFrame:
-        return calibrated_predict(self.model_, self.residuals_, self.history_, horizon, quantiles, self.origins_)
+        return calibrated_predict(self.model_, self.residuals_, self.history_, horizon, quantiles, self.origins_,
+                                  level_correction=self._corrects())
+
+    def _corrects(self) -> bool:
+        """Whether the median gets the recent level correction: `level_correction`, an int being the least number
+        of inner folds with residuals it needs."""
+        if isinstance(self.level_correction, bool):
+            return self.level_correction
+        return int(np.isfinite(np.atleast_2d(self.residuals_)).any(axis=1).sum()) >= self.level_correction
 
 
 def _fold_mase(actuals: np.ndarray, points: np.ndarray, scales: np.ndarray) -> np.ndarray:
@@ -135,7 +185,15 @@ def score_fold(actual: np.ndarray, frame: pd.DataFrame, scale: float) -> dict[st
     return {"mase": mase(actual, q[0.5], scale), "smape": smape(actual, q[0.5]),
             "pinball_50": pinball(actual, q[0.5], 0.5, scale), "pinball_90": pinball(actual, q[0.9], 0.9, scale),
             "pinball_95": pinball(actual, q[0.95], 0.95, scale),
-            "coverage_80": coverage(actual, q[0.1], q[0.9]), "coverage_90": coverage(actual, q[0.05], q[0.95])}
+            "coverage_80": coverage(actual, q[0.1], q[0.9]), "coverage_90": coverage(actual, q[0.05], q[0.95]),
+            **{f"below_q{p}": share_below(actual, q[p]) for p in PLANNER_QUANTILES if p in q}}
+
+
+def share_below(actual: np.ndarray, bound: np.ndarray) -> float:
+    """Share of the real actuals at or below `bound` (NaN when none is real)."""
+    actual = np.asarray(actual, dtype=float)
+    real = np.isfinite(actual)
+    return float(np.mean(actual[real] <= np.asarray(bound, dtype=float)[real])) if real.any() else float("nan")
 
 
 def backtest(history: pd.Series, horizon: int = DAY, folds: int = 14, step: int = DAY,
@@ -166,7 +224,7 @@ def backtest(history: pd.Series, horizon: int = DAY, folds: int = 14, step: int 
     for name, group in table.groupby("model", sort=False):
         n = group["_n"].to_numpy()
         summary[name] = {m: float(np.nanmean(group[m])) for m in METRICS}
-        for m in ("coverage_80", "coverage_90"):  # pooled over every scored point, not per fold
+        for m in POOLED:  # pooled over every scored point, not per fold
             summary[name][m] = float(np.nansum(group[m] * n) / n.sum()) if n.sum() else float("nan")
     auto = AutoForecaster(candidates=candidates, horizon=horizon).fit(history)
     per_fold = table.drop(columns="_n").to_dict("records")

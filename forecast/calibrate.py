@@ -189,7 +189,8 @@ class Calibrated:
 
 
 def calibrated_predict(model, residuals: np.ndarray, history: pd.Series, horizon: int,
-                       quantiles: Sequence[float], fold_origins: Sequence[int] | None = None) -> pd.DataFrame:
+                       quantiles: Sequence[float], fold_origins: Sequence[int] | None = None,
+                       level_correction: bool = True) -> pd.DataFrame:
     """The fitted model's path with conformal quantiles from its backtest residuals (one row per fold).
 
     With the folds' `fold_origins`: recency-weighted folds, adaptive levels (`aci_levels`) and the median's
@@ -206,5 +207,9 @@ def calibrated_predict(model, residuals: np.ndarray, history: pd.Series, horizon
     out = conformal_values(point, residuals, values, quantiles, fold_weights(fold_origins),
                            aci_levels(residuals, fold_origins, quantiles))
     median = np.asarray(quantiles, dtype=float) == 0.5
-    out[:, median] = (point * (1 + level_correction(residuals, fold_origins)))[:, None]
+    correction = _level_correction(residuals, fold_origins) if level_correction else 0.0
+    out[:, median] = (point * (1 + correction))[:, None]
     return quantile_frame(future_index(history, horizon), out, quantiles)
+
+
+_level_correction = level_correction  # calibrated_predict's argument of the same name shadows it

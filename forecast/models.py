@@ -146,6 +146,8 @@ class HoltWinters(PointModel):
     def _fit(self, values):
         from statsmodels.tsa.holtwinters import ExponentialSmoothing
 
+        if len(values) < 2 * DAY:
+            raise TooShort(f"ets needs two daily cycles ({2 * DAY} points) to start its season, has {len(values)}")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             self.model_ = ExponentialSmoothing(values[-8 * WEEK:], trend="add", damped_trend=True,
@@ -157,7 +159,13 @@ class HoltWinters(PointModel):
 
 
 class MSTLModel(PointModel):
-    """statsmodels MSTL (daily + weekly seasonality); the deseasonalised part by damped Holt."""
+    """statsmodels MSTL (daily + weekly seasonality); the deseasonalised part by damped Holt.
+
+    statsmodels drops every period of at least half the series, and with none left it fails with an
+    UnboundLocalError (issue 13): so only the periods with more than two full cycles in the window are
+    passed, the weekly one from two weeks and an hour, the daily one from two days and an hour; a
+    shorter history is TooShort, with that reason, and falls back to seasonal naive.
+    """
     name = "mstl"
 
     def _fit(self, values):
@@ -165,11 +173,15 @@ class MSTLModel(PointModel):
         from statsmodels.tsa.seasonal import MSTL
 
         values = values[-8 * WEEK:]
-        periods = (DAY, WEEK) if len(values) >= 2 * WEEK else (DAY,)
+        periods = tuple(p for p in (DAY, WEEK) if len(values) > 2 * p)
+        if not periods:
+            raise TooShort(f"MSTL needs more than two daily cycles ({2 * DAY} points), has {len(values)}")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             fit = MSTL(values, periods=periods, stl_kwargs={"robust": False}).fit()
             seasonal = np.asarray(fit.seasonal).reshape(len(values), -1)
+            if seasonal.shape[1] != len(periods):
+                raise ValueError(f"MSTL kept {seasonal.shape[1]} of the periods {periods}")
             self.cycles_ = [seasonal[-p:, i] for i, p in enumerate(periods)]
             self.periods_ = periods
             adjusted = values - seasonal.sum(axis=1)
@@ -184,47 +196,156 @@ class MSTLModel(PointModel):
 
 
 class GradientBoosting(PointModel):
-    """scikit-learn gradient boosting on calendar features and week-old lags.
+    """scikit-learn gradient boosting on calendar features and lags at least a horizon old.
 
-    Lags of a week or more are known for any horizon up to a week, so one
-    direct model serves every step without feeding forecasts back in.
+    A direct model: every lag is at least the horizon, so one model serves every step without feeding
+    forecasts back in. With three weeks of history the lags are one week, eight days and two weeks; with
+    less, the whole days from ceil(horizon / 24) days back (one and two days for a 24-hour horizon on a
+    one-week history: issue 13, where it used to equal seasonal naive on every series under three weeks).
+    Target and lags are divided by the last week's mean so the trees see shapes, not levels (a tree cannot
+    extrapolate a level it has not seen). The model is fitted at `point`, when the horizon is known.
+    Shorter than the lags plus two days of rows: TooShort, with that reason.
     """
     name = "gbm"
     calendar = True
-    LAGS = (WEEK, 2 * WEEK, DAY * 8)
-
-    def _features(self, values: np.ndarray, index: pd.DatetimeIndex, positions: np.ndarray) -> np.ndarray:
-        columns = [index.hour.to_numpy(), index.day_of_week.to_numpy()]
-        columns += [values[positions - lag] for lag in self.LAGS]
-        return np.column_stack(columns).astype(float)
+    LAGS = (WEEK, DAY * 8, 2 * WEEK)
+    MIN_ROWS = 2 * DAY
 
     def _fit(self, values):
-        from sklearn.ensemble import HistGradientBoostingRegressor
+        if len(values) < DAY + self.MIN_ROWS:
+            raise TooShort(f"gbm needs a day of lags and two days of rows ({DAY + self.MIN_ROWS} points), "
+                           f"has {len(values)}")
+        self.models_: dict[tuple[int, ...], object] = {}
 
-        start = max(self.LAGS)
-        if len(values) < start + WEEK:
-            raise TooShort("needs three weeks of history")
-        positions = np.arange(start, len(values))
-        index = self.history_.index[positions]
-        self.model_ = HistGradientBoostingRegressor(loss="absolute_error", max_iter=50, learning_rate=0.15,
-                                                    categorical_features=[0, 1], random_state=0)
-        self.model_.fit(self._features(values, index, positions), values[positions])
+    def lags(self, horizon: int) -> tuple[int, ...]:
+        n = len(self.values_)
+        if horizon <= WEEK and n >= max(self.LAGS) + self.MIN_ROWS:
+            return self.LAGS
+        days = -(-horizon // DAY)
+        lags = tuple(d * DAY for d in (days, days + 1) if d * DAY + self.MIN_ROWS <= n)
+        if not lags:
+            raise TooShort(f"gbm at horizon {horizon} needs {days * DAY + self.MIN_ROWS} points, has {n}")
+        return lags
+
+    def _features(self, values: np.ndarray, index: pd.DatetimeIndex, positions: np.ndarray,
+                  lags: tuple[int, ...], scale: float) -> np.ndarray:
+        columns = [index.hour.to_numpy(), index.day_of_week.to_numpy()]
+        columns += [values[positions - lag] / scale for lag in lags]
+        return np.column_stack(columns).astype(float)
 
     def _path(self, horizon):
-        if horizon > WEEK:
-            raise ValueError("horizon longer than a week")
-        values = np.concatenate([self.values_, np.full(horizon, np.nan)])
-        positions = np.arange(len(self.values_), len(values))
-        features = self._features(values, future_index(self.history_, horizon), positions)
-        return self.model_.predict(features)
+        from sklearn.ensemble import HistGradientBoostingRegressor
+
+        try:
+            lags = self.lags(horizon)
+        except TooShort as exc:
+            self._fall_back(f"too short: {exc}", logging.DEBUG)
+            return _repeat_last(self.values_, DAY, horizon)
+        values = self.values_
+        recent = values[-WEEK:]
+        scale = float(np.mean(recent)) if np.mean(recent) > 0 else 1.0
+        if lags not in self.models_:
+            positions = np.arange(max(lags), len(values))
+            index = self.history_.index[positions]
+            model = HistGradientBoostingRegressor(loss="absolute_error", max_iter=50, learning_rate=0.15,
+                                                  categorical_features=[0, 1], random_state=0)
+            model.fit(self._features(values, index, positions, lags, scale), values[positions] / scale)
+            self.models_[lags] = model
+        extended = np.concatenate([values, np.full(horizon, np.nan)])
+        positions = np.arange(len(values), len(extended))
+        features = self._features(extended, future_index(self.history_, horizon), positions, lags, scale)
+        return self.models_[lags].predict(features) * scale
+
+
+class Naive(PointModel):
+    """The last value, held: the model for a gauge that drifts with no cycle (a flat GPU-in-use gauge)."""
+    name = "naive"
+
+    def _fit(self, values):
+        if not len(values):
+            raise TooShort("empty history")
+
+    def _path(self, horizon):
+        return np.full(horizon, self.values_[-1])
+
+
+def _daily_seasonal(values: np.ndarray) -> tuple[np.ndarray, bool] | None:
+    """Daily seasonal indices of the last four weeks (aligned so index -1 is the last hour), and whether they
+    are multiplicative; None when there is no daily cycle by the M4 autocorrelation test (90 %, lag 24)."""
+    window = values[-4 * WEEK:]
+    n = len(window) - len(window) % DAY
+    if n < 3 * DAY:
+        return None
+    window = window[-n:]
+    centred = window - window.mean()
+    denom = float(np.sum(centred ** 2))
+    if denom <= 0:
+        return None
+    acf = np.array([centred[k:] @ centred[:-k] for k in range(1, DAY + 1)]) / denom
+    if abs(acf[-1]) <= 1.645 * np.sqrt((1 + 2 * float(acf[:-1] @ acf[:-1])) / n):
+        return None
+    by_hour = window.reshape(-1, DAY)
+    if window.min() > 0:
+        daily = by_hour.mean(axis=1, keepdims=True)
+        return np.mean(by_hour / daily, axis=0), True
+    return np.mean(by_hour - by_hour.mean(axis=1, keepdims=True), axis=0), False
+
+
+class Theta(PointModel):
+    """The Theta method (Assimakopoulos & Nikolopoulos 2000; Hyndman & Billah's SES-with-drift form) on the
+    daily-deseasonalised last four weeks: simple exponential smoothing, alpha chosen on in-sample one-step
+    errors from a grid, plus half the linear trend. Seasonality by the M4 test, multiplicative when the
+    series is positive, else additive. Handles a level that drifts or shifts, with or without a daily cycle.
+    """
+    name = "theta"
+    ALPHAS = np.array([0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 1.0])
+
+    def _fit(self, values):
+        from scipy.signal import lfilter
+
+        y = values[-4 * WEEK:]
+        if len(y) < 4:
+            raise TooShort(f"theta needs 4 points, has {len(y)}")
+        season = _daily_seasonal(y)
+        if season is None:
+            self.season_, adjusted = None, y
+        else:
+            index, multiplicative = season
+            cycle = np.resize(index, len(y) + DAY)  # element k of the index belongs to the k-th hour of a day
+            phase = cycle[DAY - len(y) % DAY:][:len(y)] if len(y) % DAY else cycle[:len(y)]
+            adjusted = y / phase if multiplicative else y - phase
+            self.season_ = (index, multiplicative)
+        best = None
+        for alpha in self.ALPHAS:
+            level = lfilter([alpha], [1.0, alpha - 1.0], adjusted[1:], zi=[(1.0 - alpha) * adjusted[0]])[0]
+            sse = float(np.sum((adjusted[2:] - level[:-1]) ** 2))
+            if best is None or sse < best[0]:
+                best = (sse, alpha, level[-1])
+        _, self.alpha_, self.level_ = best
+        t = np.arange(len(adjusted)) - (len(adjusted) - 1) / 2
+        self.slope_ = float(t @ (adjusted - adjusted.mean()) / (t @ t))  # least-squares slope
+        self.n_ = len(adjusted)
+
+    def _path(self, horizon):
+        a, n = self.alpha_, self.n_
+        h = np.arange(1, horizon + 1)
+        path = self.level_ + 0.5 * self.slope_ * (h - 1 + 1 / a - (1 - a) ** n / a)
+        if self.season_ is None:
+            return path
+        index, multiplicative = self.season_
+        cycle = np.resize(index, horizon)  # index[0] is the hour one whole number of days after the window's start
+        return path * cycle if multiplicative else path + cycle
 
 
 class Ensemble:
-    """Mean of the members' point paths (AutoForecaster builds it from the top-k by backtest)."""
+    """A combination of the members' point paths: their mean, median, or a weighted mean (AutoForecaster builds
+    it from the best few by inner backtest)."""
 
-    def __init__(self, members: Sequence[str]):
+    def __init__(self, members: Sequence[str], how: str = "mean", weights: Sequence[float] | None = None):
         self.members = tuple(members)
-        self.name = "mean(" + "+".join(self.members) + ")"
+        self.how = how
+        self.weights = None if weights is None else np.asarray(weights, dtype=float) / np.sum(weights)
+        self.name = combination_name(self.members, how)
 
     def fit(self, history: pd.Series) -> Self:
         self.history_ = history
@@ -233,13 +354,29 @@ class Ensemble:
         self.fallback_reason = "; ".join(reasons) or None
         return self
 
+    def combine(self, paths: np.ndarray) -> np.ndarray:
+        """Combine stacked paths (members first) the ensemble's way."""
+        return combine(paths, self.how, self.weights)
+
     def point(self, horizon: int) -> np.ndarray:
-        return np.mean([m.point(horizon) for m in self.fitted_], axis=0)
+        return self.combine(np.array([m.point(horizon) for m in self.fitted_]))
 
     def predict(self, horizon: int, quantiles: Sequence[float]) -> pd.DataFrame:
-        # Members' rough intervals, averaged per quantile, around the averaged path.
-        frames = [m.predict(horizon, quantiles).to_numpy() for m in self.fitted_]
-        return quantile_frame(future_index(self.history_, horizon), np.mean(frames, axis=0), quantiles)
+        # Members' rough intervals, combined per quantile, around the combined path.
+        frames = np.array([m.predict(horizon, quantiles).to_numpy() for m in self.fitted_])
+        return quantile_frame(future_index(self.history_, horizon), self.combine(frames), quantiles)
+
+
+def combination_name(members: Sequence[str], how: str) -> str:
+    return f"{how}(" + "+".join(members) + ")"
+
+
+def combine(paths: np.ndarray, how: str, weights: np.ndarray | None = None) -> np.ndarray:
+    if how == "median":
+        return np.median(paths, axis=0)
+    if how == "weighted" and weights is not None:
+        return np.tensordot(weights, paths, axes=1)
+    return np.mean(paths, axis=0)
 
 
 MODELS: dict[str, Callable[[], Forecaster]] = {
@@ -250,5 +387,7 @@ MODELS: dict[str, Callable[[], Forecaster]] = {
     "ets": HoltWinters,
     "mstl": MSTLModel,
     "gbm": GradientBoosting,
+    "naive": Naive,
+    "theta": Theta,
     "ensemble": lambda: Ensemble(("profile", "mstl", "ets")),
 }

@@ -222,3 +222,73 @@ def test_auto_median_rises_after_a_level_step_and_keeps_its_interval():
     plain = auto.model_.predict(24, [0.5]).to_numpy()[:, 0]
     assert frame[0.5].mean() > 1.02 * plain.mean()
     assert (frame[0.1] <= frame[0.5]).all() and (frame[0.5] <= frame[0.9]).all()
+
+
+def test_json_reports_the_share_of_actuals_below_the_planner_quantiles():
+    """backtest --json: per model, the share of actuals at or below q0.9 and q0.99, pooled over the scored hours;
+    honest intervals put it near 0.9 and 0.99 on stationary noise, a point model's (no spread) near the half."""
+    result = backtest(demand(weeks=8, noise=10.0), folds=14, models=FAST)
+    payload = result.to_json()
+    for name, metrics in payload["models"].items():
+        assert 0.0 <= metrics["below_q0.9"] <= metrics["below_q0.99"] <= 1.0, name
+    auto = payload["models"]["auto"]
+    assert abs(auto["below_q0.9"] - 0.9) <= 0.07 and auto["below_q0.99"] >= 0.95
+    rows = [r for r in result.per_fold if r["model"] == "auto"]
+    pooled = np.mean([r["below_q0.9"] for r in rows])  # equal hours per fold: pooled == mean of folds
+    assert auto["below_q0.9"] == pytest.approx(pooled)
+
+
+@pytest.mark.parametrize("rule", ["median", "weighted", "mean"])
+def test_combination_rules_combine_the_top_candidates(rule):
+    series = demand(weeks=4)
+    auto = AutoForecaster(FAST, folds=7, top_k=3, combine=rule).fit(series)
+    assert auto.chosen.startswith(f"{rule}(") and len(auto.model_.members) == 3
+    ranked = sorted(FAST, key=auto.scores_.get)
+    assert set(auto.model_.members) == set(ranked[:3])
+    paths = np.array([m.point(24) for m in auto.model_.fitted_])
+    expected = {"median": np.median(paths, axis=0), "mean": paths.mean(axis=0)}.get(rule)
+    if rule == "weighted":
+        inverse = 1 / np.array([auto.scores_[m] for m in auto.model_.members])
+        expected = (inverse / inverse.sum()) @ paths
+    np.testing.assert_allclose(auto.model_.point(24), expected)
+    with pytest.raises(ValueError):
+        AutoForecaster(FAST, combine="vote")
+
+
+def test_level_correction_can_be_off_or_need_enough_folds():
+    stepped = demand(weeks=5)
+    stepped.iloc[-48:] *= 1.5
+    plain = {lc: AutoForecaster("fast", level_correction=lc).fit(stepped) for lc in (True, False, 14, 40)}
+    point = plain[False].model_.predict(24, [0.5]).to_numpy()[:, 0]
+    np.testing.assert_allclose(plain[False].predict(24, [0.5])[0.5].to_numpy(), point)
+    assert plain[True].predict(24, [0.5])[0.5].mean() > 1.02 * point.mean()
+    np.testing.assert_allclose(plain[14].predict(24, [0.5]), plain[True].predict(24, [0.5]))  # 27 folds >= 14
+    np.testing.assert_allclose(plain[40].predict(24, [0.5])[0.5].to_numpy(), point)  # 27 folds < 40
+
+
+def _trace(shared_data, name):
+    from forecast.history import load_history, prepare
+    series, _ = prepare(load_history(shared_data / "traces" / f"{name}_hourly.csv"), step="1h", statistic="mean",
+                        outlier_factor=None)
+    return series
+
+
+@pytest.mark.parametrize("name", ["nasa_http_1995", "servegen_m_large", "alibaba_genai_sd_requests"])
+def test_auto_is_no_worse_than_the_median_candidate_on_every_shared_trace(shared_data, name):
+    """Selection that never hurts (issue 13): over the last 7 daily folds of each shared trace, the honest auto
+    scores at or below the median of its candidates' MASE."""
+    from forecast.backtest import FAST as CANDIDATES
+    result = backtest(_trace(shared_data, name), folds=7, models=list(CANDIDATES))
+    candidates = [result.models[c]["mase"] for c in CANDIDATES]
+    assert result.models["auto"]["mase"] <= np.median(candidates), (result.models["auto"]["mase"], candidates)
+
+
+def test_a_one_week_real_trace_backtests_every_model_without_an_unexplained_fallback(shared_data, caplog):
+    """The owner's one-week case: `backtest --folds 7` on 7 days (5 folds from day 2). No model may fail with
+    an error; only 'too short' fallbacks, which log at debug."""
+    week = _trace(shared_data, "servegen_m_large").iloc[:7 * 24]
+    with caplog.at_level(logging.WARNING, logger="forecast.models"):
+        result = backtest(week, folds=7, models=["snaive24", "profile", "naive", "theta", "mstl", "gbm", "ets"])
+    assert result.folds == 5
+    assert "failed to fit" not in caplog.text, caplog.text
+    assert all(np.isfinite(m["mase"]) for m in result.models.values())

@@ -24,8 +24,34 @@ def demand(hours: int, seed: int = 0, gaps: bool = False) -> pd.Series:
     return series
 
 
+def flat_gauge(hours: int = 10 * 24, seed: int = 2) -> pd.Series:
+    """A GPU-in-use gauge: a slow random walk around 60 with no daily cycle."""
+    rng = np.random.default_rng(seed)
+    values = 60 + np.cumsum(rng.normal(0, 0.3, hours))
+    return pd.Series(values, index=pd.date_range("2026-01-05", periods=hours, freq="h", tz="UTC"))
+
+
+def zero_stretches(hours: int = 14 * 24) -> pd.Series:
+    """Token demand with whole stretches of zero (nights and a dead day), not gaps."""
+    series = demand(hours, seed=3)
+    series[(series.index.hour < 7)] = 0.0
+    series.iloc[5 * 24:6 * 24 + 9] = 0.0
+    return series
+
+
+def level_shift(hours: int = 14 * 24) -> pd.Series:
+    series = demand(hours, seed=4)
+    series.iloc[-3 * 24:] *= 2.0  # demand doubles for the last three days
+    return series
+
+
 HISTORIES = {
     "three_weeks": demand(21 * 24),
+    "seven_days": demand(7 * 24, seed=5),
+    "seven_days_gappy": demand(7 * 24, seed=6, gaps=True),
+    "flat_gauge": flat_gauge(),
+    "zero_stretches": zero_stretches(),
+    "level_shift": level_shift(),
     "short": demand(30),
     "gaps": demand(21 * 24, gaps=True),
     "constant": pd.Series(7.0, index=pd.date_range("2026-01-05", periods=10 * 24, freq="h", tz="UTC")),
@@ -34,7 +60,7 @@ HISTORIES = {
 FACTORIES = {**MODELS,
              "calibrated": lambda: Calibrated(SeasonalProfile(), folds=3),
              "auto_fast": lambda: AutoForecaster("fast", folds=3),
-             "auto_full": lambda: AutoForecaster("full", folds=2)}
+             "auto_full": lambda: AutoForecaster("full", folds=2, calibration_folds=3)}
 
 
 @pytest.mark.parametrize("history", HISTORIES, ids=str)
@@ -48,3 +74,53 @@ def test_contract(model, history):
     assert isinstance(fitted.name, str) and fitted.name
     if history in ("constant", "zero"):
         assert np.allclose(frame[0.5], series.iloc[-1], atol=1e-6 + 0.01 * series.iloc[-1])
+
+
+POINT_MODELS = [m for m in MODELS if m != "ensemble"]
+# The models that know they cannot fit a given history, and why (anything else falling back is a bug).
+EXPECTED_FALLBACKS = {("snaive168", "short"), ("gbm", "short"), ("mstl", "short"), ("ets", "short")}
+
+
+@pytest.mark.parametrize("history", HISTORIES, ids=str)
+@pytest.mark.parametrize("model", POINT_MODELS, ids=str)
+def test_a_model_falls_back_only_with_a_stated_reason_and_only_when_too_short(model, history):
+    """Seven days, a flat gauge, zero stretches, level shifts and gaps are histories to model, not to give up on
+    (issue 13: mstl raised UnboundLocalError on a week's early folds, gbm silently returned seasonal naive on
+    every series under three weeks)."""
+    fitted = MODELS[model]().fit(HISTORIES[history])
+    fitted.predict(24, QUANTILES)
+    reason = getattr(fitted, "fallback_reason", None)
+    if (model, history) in EXPECTED_FALLBACKS:
+        assert reason and reason.startswith("too short"), reason
+    else:
+        assert reason is None, f"{model} fell back on {history}: {reason}"
+
+
+def test_gbm_learns_a_week_old_cycle_from_one_week():
+    """On seven days of a clean daily cycle, gbm's forecast follows the cycle and differs from seasonal naive's
+    copy of the last day (the noise is not repeated)."""
+    series = demand(7 * 24, seed=7)
+    gbm = MODELS["gbm"]().fit(series)
+    path = gbm.predict(24, [0.5])[0.5].to_numpy()
+    hours = future_index(series, 24).hour.to_numpy()
+    weekday = future_index(series, 24).day_of_week < 5
+    truth = 100 + 40 * np.sin(2 * np.pi * (np.arange(7 * 24, 8 * 24)) / 24) + 20 * weekday
+    assert gbm.fallback_reason is None and gbm.lags(24) == (24, 48)
+    assert np.corrcoef(path, truth)[0, 1] > 0.9 and len(set(hours)) == 24
+    assert not np.allclose(path, series.iloc[-24:].to_numpy())
+
+
+def test_mstl_on_the_early_folds_of_a_one_week_real_trace(shared_data):
+    """A 7-day slice of a shared trace, backtested as the owner did (5 daily folds): MSTL fits every fold
+    with more than two days (it used to raise UnboundLocalError where statsmodels drops every period), and
+    says why at two days."""
+    from forecast.history import load_history, prepare
+    series, _ = prepare(load_history(shared_data / "traces" / "servegen_m_large_hourly.csv"), step="1h",
+                        statistic="mean", outlier_factor=None)
+    week = series.iloc[:7 * 24]
+    for hours in (49, 72, 96, 120, 144, 168):
+        fitted = MODELS["mstl"]().fit(week.iloc[:hours])
+        check_quantile_frame(fitted.predict(24, QUANTILES), 24, QUANTILES)
+        assert fitted.fallback_reason is None, (hours, fitted.fallback_reason)
+    short = MODELS["mstl"]().fit(week.iloc[:48])
+    assert "more than two daily cycles" in short.fallback_reason
