@@ -9,10 +9,12 @@ Two stages, so a caller that plans every few minutes does not redo the hourly wo
     preemption headroom for every period of the forecast horizon, the conservative fallback where
     the forecast is unusable, and the cut to the cluster's capacity;
   * `plan_step` (every reconcile): the reservation in force now (the forecast's, `leadTime` ahead,
-    and never below the recent observed peak plus the warm buffer), the slack lent to each training
-    ClusterQueue, and the preemptions due: emergency (demand above the forecast needs the GPUs now),
-    planned (training holds more than the slack; slow-to-preempt jobs inside the headroom band; a
-    forecast ramp-up, stopped at the last checkpoint before the GPUs are needed).
+    and never below the recent observed peak plus the warm buffer), the slack lent to training, the
+    quota each training ClusterQueue admits new jobs into (no GPUs a new job could not keep until its
+    first checkpoint), and the preemptions due: emergency (demand above the forecast needs the GPUs
+    now), planned (training holds more than the slack; slow-to-preempt jobs on GPUs that plausible
+    demand may need before they stop; a forecast ramp-up, stopped at the last checkpoint before the
+    GPUs are needed).
 Times are epoch seconds (floats) inside; `pd.Timestamp` at the edges.
 """
 from __future__ import annotations
@@ -29,6 +31,10 @@ from core.policy import PolicySpec
 from core.units import epoch_seconds
 
 WEEK = 7 * 86400.0
+# A training job that does not say how fast it stops, or how often it checkpoints (and the jobs Kueue may admit next,
+# when none runs to tell): assumed slow, and checkpointing every half hour.
+UNANNOTATED_PREEMPTION_SECONDS = 600.0
+UNANNOTATED_CHECKPOINT_SECONDS = 1800.0
 
 
 @dataclass(frozen=True)
@@ -107,10 +113,17 @@ class Forecast:
     def of(cls, frame: pd.DataFrame, target_quantile: float, headroom_quantile: float) -> Forecast:
         """From a quantile frame (index: period starts, UTC; columns: quantiles). KeyError if a quantile is missing."""
         starts = epoch_seconds(frame.index)
-        period = float(np.median(np.diff(starts))) if len(starts) > 1 else 3600.0
+        period = 3600.0
+        if len(starts) > 1:
+            steps = np.diff(starts)
+            period = float(steps[0]) if (steps == steps[0]).all() else float(np.median(steps))  # regular: the median
         cols = {round(float(c), 9): c for c in frame.columns}
-        return cls(starts, period, frame[cols[round(target_quantile, 9)]].to_numpy(float),
-                   frame[cols[round(headroom_quantile, 9)]].to_numpy(float))
+        target, high = cols[round(target_quantile, 9)], cols[round(headroom_quantile, 9)]
+        if not frame.columns.is_unique:
+            return cls(starts, period, frame[target].to_numpy(float), frame[high].to_numpy(float))
+        values = frame.to_numpy(float)  # one conversion, not a Series per column
+        return cls(starts, period, values[:, frame.columns.get_loc(target)].copy(),
+                   values[:, frame.columns.get_loc(high)].copy())
 
 
 @dataclass(frozen=True)
@@ -151,13 +164,13 @@ class WorkloadHours:
 
     def at(self, t: float) -> int:
         """The period index holding time t (0 before the first, the last after the end)."""
-        return int(min(max(np.searchsorted(self.starts, t, side="right") - 1, 0), len(self.starts) - 1))
+        return min(max(int(self.starts.searchsorted(t, side="right")) - 1, 0), len(self.starts) - 1)
 
     def reserved_over(self, t0: float, t1: float) -> int:
         """The largest reservation of the periods overlapping [t0, t1]: an hour's reservation is in force
         `leadTime` before the hour starts."""
         i, j = self.at(t0), self.at(t1)
-        return int(self.reserved[i:j + 1].max())
+        return int(self.reserved[i] if i == j else self.reserved[i:j + 1].max())
 
     def reason(self, i: int, w: WorkloadPolicy, lendable: int) -> str:
         if not self.from_forecast[i]:
@@ -216,16 +229,21 @@ def plan_hours(forecasts: Mapping[str, Forecast | None], histories: Mapping[str,
             notes.append(f"{w.name}: {why} for {int((~usable).sum())} period(s); using last week's same-hour peak")
         # without any observed week the only safe reservation is everything
         peak = h.weekly_peak_by_hour[hour_of_day] if not usable.all() else np.zeros(len(starts))
-        fallback = [w.gpus(p) if np.isfinite(p) else lendable for p in peak]
-        raw = [w.gpus(t) + w.margin_gpus if ok else fb for t, ok, fb in zip(target, usable, fallback)]
+        # Python floats: the same IEEE arithmetic as numpy scalars, without their per-element cost
+        ok_list = usable.tolist()
+        if all(ok_list):
+            raw = [w.gpus(t) + w.margin_gpus for t in target.tolist()]
+        else:
+            fallback = [w.gpus(p) if math.isfinite(p) else lendable for p in peak.tolist()]
+            raw = [w.gpus(t) + w.margin_gpus if ok else fb for t, ok, fb in zip(target.tolist(), ok_list, fallback)]
         reserved = np.array([w.clamp(g, lendable) for g in raw], dtype=np.int64)
-        high_gpus = np.array([w.gpus(x) if ok else 0 for x, ok in zip(high, usable)], dtype=np.int64)
+        high_gpus = np.array([w.gpus(x) if ok else 0 for x, ok in zip(high.tolist(), ok_list)], dtype=np.int64)
         headroom = np.maximum(np.where(usable, high_gpus - reserved, 0), w.headroom_floor_gpus)
         rows.append([w, reserved, headroom, usable, target, why])
     # Over capacity: cut workloads later in the policy order first, never below their minimum.
     reserved = np.array([r[1] for r in rows], dtype=np.int64).reshape(len(rows), len(starts))
     cut = np.zeros_like(reserved)
-    for i in range(len(starts)):
+    for i in np.flatnonzero(reserved.sum(axis=0) > lendable):  # the periods over capacity (a cut changes only its own)
         excess = int(reserved[:, i].sum()) - lendable
         for k in reversed(range(len(rows))):
             if excess <= 0:
@@ -303,10 +321,12 @@ class WorkloadStep:
 class StepPlan:
     now: float
     workloads: tuple[WorkloadStep, ...]
-    lent_gpus: int                   # slack lent to training now
-    quotas: Mapping[str, int]        # training ClusterQueue -> nominal quota (the lent slack split by weight)
+    lent_gpus: int                   # slack lent to training now: what running training may hold
+    quotas: Mapping[str, int]        # training ClusterQueue -> nominal quota: what new admissions may fill (at most
+                                     # the lent slack), split by weight
     headroom_gpus: int               # the band lent GPUs must come back from within the deadline
     preemptions: tuple[Preemption, ...]
+    quota_reason: str = ""           # why the quotas are below the lent slack (empty: they are not)
 
     def due(self) -> tuple[Preemption, ...]:
         return tuple(p for p in self.preemptions if p.at <= self.now)
@@ -324,6 +344,8 @@ def shares(total: int, weights: Sequence[tuple[str, float]]) -> dict[str, int]:
     """Split `total` GPUs by weight, whole GPUs, largest remainders first (ties by name)."""
     if not weights:
         return {}
+    if len(weights) == 1 and 0 < weights[0][1] < math.inf:  # one queue: all of it (what the general case gives)
+        return {weights[0][0]: int(total)}
     s = sum(w for _, w in weights)
     exact = {k: total * w / s for k, w in weights}
     out = {k: int(math.floor(v)) for k, v in exact.items()}
@@ -332,13 +354,18 @@ def shares(total: int, weights: Sequence[tuple[str, float]]) -> dict[str, int]:
     return out
 
 
-def _victim_order(t: Training, among: np.ndarray, at: float) -> np.ndarray:
-    """Least work lost, then lowest priority, then fastest to preempt, then id."""
+def _victim_order(t: Training, among: np.ndarray, at: float, in_time: float | None = None) -> np.ndarray:
+    """Least work wasted per GPU first (work since the last checkpoint at `at`, plus the time it takes to stop, which
+    is lost too), then lowest priority, then fastest to preempt, then id. With `in_time` (an emergency: the GPUs are
+    needed now), jobs that stop within that many seconds go before the others, which would come back too late."""
     if not len(among):
         return among
-    lost = at - t.last_checkpoint[among]
+    wasted = np.maximum(at - t.last_checkpoint[among], 0.0) + t.preempt_seconds[among]
     ids = np.array([t.ids[i] for i in among], dtype=object)
-    return among[np.lexsort((ids, t.preempt_seconds[among], t.priority[among], lost))]
+    keys = [ids, t.preempt_seconds[among], t.priority[among], wasted]
+    if in_time is not None:
+        keys.append(t.preempt_seconds[among] > in_time)
+    return among[np.lexsort(tuple(keys))]
 
 
 def plan_step(hours: HourPlan, observed: Mapping[str, Observed], training: Training, policy: ClusterPolicy,
@@ -353,20 +380,24 @@ def plan_step(hours: HourPlan, observed: Mapping[str, Observed], training: Train
         fore = wh.reserved_over(t_now, t_now + w.lead_time_seconds)
         peak = buffer = 0
         if o is not None and len(o.times):
-            lo = np.searchsorted(o.times, t_now - w.scale_in_delay_seconds, side="left")
-            hi = np.searchsorted(o.times, t_now, side="right")
+            lo = o.times.searchsorted(t_now - w.scale_in_delay_seconds, side="left")
+            hi = o.times.searchsorted(t_now, side="right")
             recent = o.values[lo:hi]
-            recent = recent[np.isfinite(recent)]
-            if len(recent):
-                peak = w.gpus(float(recent.max()))
+            top = float(recent.max()) if hi > lo else math.nan
+            if not math.isfinite(top):  # a NaN or infinite sample: the largest finite one (NaN propagates in max)
+                recent = recent[np.isfinite(recent)]
+                top = float(recent.max()) if len(recent) else math.nan
+            if math.isfinite(top):
+                peak = w.gpus(top)
                 if w.warm_buffer > 0:
                     buffer = int(math.ceil(w.warm_buffer * math.sqrt(max(peak, 1)) - 1e-9))
         want = w.clamp(max(fore, peak + buffer), lendable)
         degraded = o is not None and o.degraded
         if degraded:
             want = max(want, min(o.held_gpus, w.top(lendable)))
-        steps.append(WorkloadStep(w.name, want, fore, peak, buffer, int(wh.headroom[wh.at(t_now)]),
-                                  bool(wh.from_forecast[wh.at(t_now)]), degraded))
+        i = wh.at(t_now)
+        steps.append(WorkloadStep(w.name, want, fore, peak, buffer, int(wh.headroom[i]), bool(wh.from_forecast[i]),
+                                  degraded))
     excess = sum(s.reserved_gpus for s in steps) - lendable
     for k in reversed(range(len(steps))):  # later workloads give way first, never below their minimum
         if excess <= 0:
@@ -379,12 +410,110 @@ def plan_step(hours: HourPlan, observed: Mapping[str, Observed], training: Train
             excess -= take
     lent = max(lendable - sum(s.reserved_gpus for s in steps), 0)
     band = min(sum(s.headroom_gpus for s in steps), lent)
-    preemptions = _preemptions(hours, steps, training, policy, t_now, lent, band)
-    return StepPlan(t_now, tuple(steps), lent, shares(lent, policy.queue_weights), band, preemptions)
+    slowest = float(training.preempt_seconds.max()) if len(training.ids) else 0.0
+    slow = slowest > policy.reclaim_deadline_seconds  # any running job that cannot stop within the deadline
+    room = _slow_room(hours, steps, observed, training, policy, t_now, lent - band, 0.0) if slow else lent - band
+    preemptions = _preemptions(hours, steps, training, policy, t_now, lent, room)
+    quota, why = _admission_quota(hours, steps, observed, training, policy, t_now, lent, band, preemptions, slow)
+    return StepPlan(t_now, tuple(steps), lent, shares(quota, policy.queue_weights), band, preemptions, why)
+
+
+def _rise(o: Observed, now: float, horizon: float, q: float) -> float:
+    """Demand's plausible peak over the next `horizon` seconds: its peak over the last `horizon` plus the q-quantile,
+    over the observed samples, of how far one such window's peak rose above the one before (demand units; 0 without
+    enough samples). Peaks, not single samples, so that a dip does not make the next hour look quiet."""
+    hi = int(np.searchsorted(o.times, now, side="right"))
+    times, values = o.times[:hi], o.values[:hi]
+    if int(np.isfinite(values).sum()) < 3:
+        return 0.0
+    step = float(np.median(np.diff(times[-min(len(times), 64):])))
+    # one sample more: a job kept now is next reconsidered a sample later
+    k = max(int(math.ceil(horizon / step - 1e-9)), 1) + 1 if step > 0 else 1
+    recent = values[-k:]
+    peak = float(np.nanmax(recent)) if np.isfinite(recent).any() else 0.0
+    if len(values) < 2 * k:
+        return peak
+    view = np.lib.stride_tricks.sliding_window_view
+    before = view(values[: len(values) - k], k).max(axis=1)   # a missing sample drops its windows (NaN)
+    ahead = view(values[k:], k).max(axis=1)
+    rise = ahead - before
+    rise = rise[np.isfinite(rise)]
+    return peak + (max(float(np.quantile(rise, q)), 0.0) if len(rise) else 0.0)
+
+
+def _slow_room(hours: HourPlan, steps: list[WorkloadStep], observed: Mapping[str, Observed], t: Training,
+               policy: ClusterPolicy, now: float, outside_band: int, hold: float) -> int:
+    """GPUs that jobs unable to stop within the reclaim deadline may hold: what no plausible demand needs before such a
+    job, kept `hold` seconds more and then asked to stop, is gone. Per workload, plausible demand over its lead time,
+    `hold` and the slowest job's stop time is the most of: its reservation and headroom now; each period's reservation
+    and headroom (to the headroom quantile) in force by then; demand's peak over as long a time back plus the headroom
+    quantile of how far such a peak rose in the observed history (the forecast's band can miss a burst; the history
+    says how large bursts get)."""
+    slow = t.preempt_seconds > policy.reclaim_deadline_seconds
+    stop = float(t.preempt_seconds[slow].max()) if slow.any() else UNANNOTATED_PREEMPTION_SECONDS
+    lendable = policy.lendable
+    needed = 0
+    for w, wh, s in zip(policy.workloads, hours.workloads, steps):
+        horizon = w.lead_time_seconds + hold + stop
+        i, j = wh.at(now), wh.at(now + horizon)
+        plausible = max(s.reserved_gpus + s.headroom_gpus, int((wh.reserved[i:j + 1] + wh.headroom[i:j + 1]).max()))
+        o = observed.get(w.name)
+        if o is not None and len(o.times):
+            plausible = max(plausible, w.gpus(_rise(o, now, horizon, w.headroom_quantile)))
+        needed += min(plausible, w.top(lendable))
+    return max(min(lendable - needed, outside_band), 0)
+
+
+def _admission_quota(hours: HourPlan, steps: list[WorkloadStep], observed: Mapping[str, Observed], t: Training,
+                     policy: ClusterPolicy, now: float, lent: int, band: int, preemptions: tuple[Preemption, ...],
+                     slow_running: bool) -> tuple[int, str]:
+    """What new admissions may fill (the training queues' quota; Kueue counts what running and stopping jobs hold
+    against it). A job admitted now holds its GPUs at least until its first checkpoint, one checkpoint interval away
+    (stopped earlier, all its work is lost), and then takes its stop time to give them back. So the lent slack, but
+      * where the plan takes GPUs back before then, only what leaves that slack to the new job and the running jobs
+        that cannot reach a checkpoint in time either (the others stop at theirs, losing nothing);
+      * while jobs that cannot stop within the deadline run, only what would leave a new job, were it as slow, within
+        the slack no plausible demand needs before then (Kueue cannot tell a slow job from a fast one).
+    The running jobs' checkpoint interval and stop time say what the next job is like; with none running, a job
+    that says nothing (UNANNOTATED_*) as to its checkpoints (taking it as slow too would keep every job out of the
+    plausible demand whenever nothing runs)."""
+    quota, why = lent, ""
+    if quota <= 0 or not hours.workloads:
+        return quota, why
+    interval = float(t.checkpoint_interval.max()) if len(t.ids) else UNANNOTATED_CHECKPOINT_SECONDS
+    stop = float(t.preempt_seconds.max()) if len(t.ids) else UNANNOTATED_PREEMPTION_SECONDS
+    lead = max(w.lead_time_seconds for w in policy.workloads)
+    window = now + lead + interval + stop
+    starts = hours.workloads[0].starts
+    i, j = int(starts.searchsorted(now, side="right")), int(starts.searchsorted(window, side="right"))
+    if j > i:
+        # a running job that reaches a checkpoint in time can give its GPUs to the ramp without loss; the new job and
+        # the running jobs that cannot must fit in the slack left
+        upcoming = t.last_checkpoint + t.checkpoint_interval * np.maximum(
+            np.ceil((now - t.last_checkpoint) / t.checkpoint_interval), 0)
+        for p in range(i, j):
+            free = int(t.gpus[upcoming <= starts[p] - lead - t.preempt_seconds].sum()) + t.terminating_gpus
+            if int(hours.slack[p]) + free < quota:
+                quota = max(int(hours.slack[p]) + free, 0)
+                at = pd.Timestamp(starts[p], unit="s", tz="UTC")
+                why = (f"{quota} GPUs admit new training: the ramp at {at:%H:%M} leaves {int(hours.slack[p])} GPUs of "
+                       "slack, and a job admitted now could not checkpoint and stop before it")
+    if slow_running and quota > 0:
+        slow = t.preempt_seconds > policy.reclaim_deadline_seconds
+        room = _slow_room(hours, steps, observed, t, policy, now, lent - band, interval)
+        stopping = {p.job for p in preemptions if p.at <= now}
+        gone = np.array([job in stopping for job in t.ids], dtype=bool)
+        # what Kueue counts that is not a slow job staying on: fast jobs, jobs stopping now or before
+        other = int(t.gpus[~slow | gone].sum()) + t.terminating_gpus
+        if room + other < quota:
+            quota = room + other
+            why = (f"{quota} GPUs admit new training: jobs slow to preempt may hold only {room} GPUs that no plausible "
+                   "demand needs before a job admitted now could checkpoint and stop")
+    return quota, why
 
 
 def _preemptions(hours: HourPlan, steps: list[WorkloadStep], t: Training, policy: ClusterPolicy, now: float,
-                 lent: int, band: int) -> tuple[Preemption, ...]:
+                 lent: int, room: int) -> tuple[Preemption, ...]:
     running = np.arange(len(t.ids))
     if not len(running):
         return ()
@@ -400,9 +529,26 @@ def _preemptions(hours: HourPlan, steps: list[WorkloadStep], t: Training, policy
         running = np.setdiff1d(running, victims, assume_unique=True)
 
     def enough(order: np.ndarray, need: int) -> np.ndarray:
-        return order[: int(np.searchsorted(np.cumsum(t.gpus[order]), need)) + 1]
+        """The first victims in `order` that free `need` GPUs, without those the others cover (a large job late in
+        the order makes earlier small ones unnecessary); or one job alone, of no higher priority, if it wastes less
+        (work since its checkpoint plus stop time, times its GPUs) than they do."""
+        chosen = list(order[: int(np.searchsorted(np.cumsum(t.gpus[order]), need)) + 1])
+        total = int(t.gpus[chosen].sum())
+        for i in reversed(chosen[:-1]):
+            if total - int(t.gpus[i]) >= need:
+                chosen.remove(i)
+                total -= int(t.gpus[i])
+        waste = (np.maximum(now - t.last_checkpoint, 0.0) + t.preempt_seconds) * t.gpus
+        alone = order[(t.gpus[order] >= need) & (t.priority[order] <= t.priority[chosen].max())
+                      & (t.preempt_seconds[order] <= t.preempt_seconds[chosen].max())]
+        if len(alone):
+            best = alone[int(np.argmin(waste[alone]))]  # the first of equals in the order
+            if waste[best] < waste[chosen].sum():
+                chosen = [best]
+        return np.array(chosen, dtype=np.int64)
 
-    # Training may hold what is lent now; beyond it, inference needs the GPUs back.
+    # Training may hold what is lent now; beyond it, inference needs the GPUs back: jobs that stop within the
+    # deadline first (the others come back too late to help).
     over = int(t.gpus.sum()) - lent
     if over > 0:
         above = [s for s in steps if s.peak_gpus + s.buffer_gpus > s.forecast_gpus and s.reserved_gpus > 0]
@@ -413,13 +559,14 @@ def _preemptions(hours: HourPlan, steps: list[WorkloadStep], t: Training, policy
                 f"{s.name} peak {s.peak_gpus} + buffer {s.buffer_gpus} > forecast {s.forecast_gpus}"
                 for s in above) + ")"
         workload = above[0].name if above else first
-        stop(enough(_victim_order(t, running, now), over), kind, now, workload, why)
-    # The headroom guarantee: slow-to-preempt jobs may only hold the slack outside the band.
+        stop(enough(_victim_order(t, running, now, deadline), over), kind, now, workload, why)
+    # The headroom guarantee: slow-to-preempt jobs may only hold what no plausible demand needs before they are gone.
     slow = running[t.preempt_seconds[running] > deadline]
-    over = int(t.gpus[slow].sum()) - (lent - band)
+    over = int(t.gpus[slow].sum()) - room
     if over > 0:
         stop(enough(_victim_order(t, slow, now), over), "planned", now, first,
-             f"slow-to-preempt jobs exceed the slack outside the {band}-GPU headroom band")
+             f"slow-to-preempt jobs exceed the {room} GPUs no plausible demand needs before they could stop "
+             "(outside the headroom band)")
     # A forecast ramp-up: stop jobs at their last checkpoint before the GPUs are needed. Only ramps within one
     # checkpoint interval (plus lead and stop times) can need a decision now: later ones pass another checkpoint.
     lead = max((w.lead_time_seconds for w in policy.workloads), default=0.0)

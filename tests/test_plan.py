@@ -352,6 +352,109 @@ def test_slow_to_preempt_jobs_are_kept_out_of_the_headroom_band():
     assert plan_step(hours_of([4] * 4, hi_extra=40, pol=deadline), {}, jobs, deadline, now).preemptions == ()
 
 
+def test_slow_jobs_stay_out_of_the_next_hours_band_within_lead_and_stop_time():
+    # 11:00: 20 GPUs reserved, q0.99 45 -> 24 GPUs: slack 40 outside the band; now (10:00) slack 62, band 4
+    h = hours_of([4, 40, 40, 40])
+    slow = training({"id": "slow", "gpus": 42, "preempt": 900.0, "last": at("10:25")})
+    # at 10:30 a job asked to stop would be gone by 10:45, plus the 15-minute lead time: 11:00's band is plausible
+    (x,) = plan_step(h, {}, slow, cluster(), at("10:30")).preemptions
+    assert (x.job, x.kind, x.at) == ("slow", "planned", at("10:30")) and "40 GPUs no plausible demand" in x.reason
+    # at 10:00 the band that far ahead is not yet 11:00's; and a job that stops within the deadline may stay
+    assert plan_step(h, {}, slow, cluster(), at("10:00")).preemptions == ()
+    fast = training({"id": "fast", "gpus": 42, "preempt": 60.0, "last": at("10:25")})
+    assert plan_step(h, {}, fast, cluster(), at("10:30")).preemptions == ()
+
+
+def bursty(now: float, days: float = 2.0, base: float = 10.0, burst: float = 50.0):
+    """5-minute samples up to `now`: `base`, and `burst` on every hour."""
+    times = now - 300.0 * np.arange(int(days * 288))[::-1]
+    values = np.where(times % 3600 == 0, burst, base)
+    return observed(*zip(times, values))
+
+
+def test_slow_jobs_stay_out_of_bursts_the_observed_history_has_seen_even_when_the_forecast_misses_them():
+    now = at("10:40")
+    h = hours_of([4] * 4)  # the forecast (q0.99 9 -> 6 GPUs) knows nothing of the hourly bursts
+    seen = bursty(now)  # the last 35 minutes were quiet (10 -> 6 GPUs): the reservation is 6, 58 lent, band 4
+    # bursts of +40 (20 GPUs) within the 30 minutes a slow job takes, plus a sample: quiet 10 + 40 -> 26 GPUs
+    slow = training({"id": "slow", "gpus": 40, "preempt": 900.0, "last": now})
+    (x,) = plan_step(h, {"chat": seen}, slow, cluster(), now).preemptions
+    assert x.job == "slow" and "the 38 GPUs no plausible demand needs" in x.reason
+    # 38 GPUs fit; without the history (the newest sample only) the forecast's band alone is kept out: 54 GPUs
+    fits = training({"id": "slow", "gpus": 38, "preempt": 900.0, "last": now})
+    assert plan_step(h, {"chat": seen}, fits, cluster(), now).preemptions == ()
+    big = training({"id": "slow", "gpus": 54, "preempt": 900.0, "last": now})
+    assert plan_step(h, {"chat": observed((now, 10.0))}, big, cluster(), now).preemptions == ()
+    # jobs that stop within the deadline come back in time: they may hold all that is lent
+    fast = training({"id": "fast", "gpus": 58, "preempt": 60.0, "last": now})
+    assert plan_step(h, {"chat": seen}, fast, cluster(), now).preemptions == ()
+
+
+def test_quota_admits_new_slow_jobs_only_where_plausible_demand_leaves_them_until_their_checkpoint():
+    now = at("10:40")
+    h = hours_of([4] * 4)
+    seen = bursty(now)
+    # a new job holds its GPUs a checkpoint interval, then stops: over 65 minutes a burst (50 -> 26 GPUs) is plausible
+    jobs = training({"id": "slow", "gpus": 30, "preempt": 900.0, "last": now},
+                    {"id": "fast", "gpus": 10, "preempt": 60.0, "last": now})
+    s = plan_step(h, {"chat": seen}, jobs, cluster(), now)
+    assert s.preemptions == () and s.lent_gpus == 58
+    # Kueue counts the fast job too: 38 GPUs for slow jobs + 10
+    assert s.quotas == {"train-a": 48} and "slow to preempt may hold only 38 GPUs" in s.quota_reason
+    # only fast jobs running: the whole slack is lent to new admissions
+    fast = plan_step(h, {"chat": seen}, training({"id": "fast", "gpus": 10, "preempt": 60.0, "last": now}), cluster(),
+                     now)
+    assert fast.quotas == {"train-a": 58} and fast.quota_reason == ""
+
+
+def test_quota_admits_nothing_the_plan_takes_back_before_a_new_job_could_checkpoint_and_stop():
+    ramp = hours_of([4, 40, 40, 40])  # 10:00 slack 62; 11:00 slack 44, in force from 10:45
+    job = {"id": "j", "gpus": 10, "preempt": 60.0, "interval": 1800.0, "last": at("10:00")}
+    # at 10:07 a job admitted now checkpoints at 10:37 and is gone by 10:38, before 10:45: all 62 may be admitted
+    s = plan_step(ramp, {}, training(job), cluster(), at("10:07"))
+    assert (s.lent_gpus, s.quotas, s.quota_reason) == (62, {"train-a": 62}, "")
+    # at 10:20 it could not: it and the jobs that cannot checkpoint and stop before 10:45 must fit in the ramp's 44
+    # GPUs; the running job checkpoints at 10:30 and can leave then, losing nothing: 44 + 10, while running training
+    # may still hold all that is lent
+    s = plan_step(ramp, {}, training(job), cluster(), at("10:20"))
+    assert (s.lent_gpus, s.quotas) == (62, {"train-a": 54}) and "could not checkpoint and stop before it" in \
+        s.quota_reason and s.preemptions == ()
+    # a job admitted at 10:15 checkpoints first at 10:45: it has to stay, and new jobs get only the ramp's slack
+    s = plan_step(ramp, {}, training({**job, "last": at("10:15")}), cluster(), at("10:20"))
+    assert s.quotas == {"train-a": 44}
+    # jobs that checkpoint every 10 minutes can still be admitted then
+    quick = plan_step(ramp, {}, training({**job, "interval": 600.0}), cluster(), at("10:20"))
+    assert quick.quotas == {"train-a": 62}
+    # nothing running tells what the next job is like: one that says nothing (30-minute checkpoints, 10 minutes to
+    # stop): admitted at 10:00 it is gone by 10:55; at 10:07 not before 11:02
+    assert plan_step(ramp, {}, training(), cluster(), at("10:00")).quotas == {"train-a": 62}
+    assert plan_step(ramp, {}, training(), cluster(), at("10:07")).quotas == {"train-a": 44}
+
+
+def test_emergency_takes_jobs_that_stop_within_the_deadline_first():
+    now = NOW.timestamp()
+    jobs = training({"id": "slow", "gpus": 20, "preempt": 900.0, "last": now - 60},
+                    {"id": "fast1", "gpus": 20, "preempt": 60.0, "last": now - 600},
+                    {"id": "fast2", "gpus": 20, "preempt": 60.0, "last": now - 1200})
+    s = plan_step(hours_of([4] * 4), {"chat": observed((now, 60.0))}, jobs, cluster(), now)
+    # 26 GPUs over the 34 lent: the slow job loses least but would come back after the deadline
+    assert [(x.job, x.kind) for x in s.preemptions] == [("fast1", "emergency"), ("fast2", "emergency")]
+
+
+def test_preempts_no_more_than_it_needs():
+    now = NOW.timestamp()
+    filler = {"id": "filler", "gpus": 54, "last": now - 1500}
+    # 1 GPU over the 62 lent: the 1-GPU job (60 s since its checkpoint) wastes less than 8 GPUs stopping
+    jobs = training({"id": "big", "gpus": 8, "last": now}, {"id": "small", "gpus": 1, "last": now - 60}, filler)
+    (x,) = plan_step(hours_of([4] * 4), {}, jobs, cluster(), now).preemptions
+    assert (x.job, x.gpus, x.work_lost_seconds) == ("small", 1, 60.0)
+    # 8 GPUs over: the big job alone, not the small one before it as well
+    jobs = training({"id": "big", "gpus": 8, "last": now - 60}, {"id": "small", "gpus": 1, "last": now},
+                    {**filler, "gpus": 61})
+    (x,) = plan_step(hours_of([4] * 4), {}, jobs, cluster(), now).preemptions
+    assert (x.job, x.gpus) == ("big", 8)
+
+
 @pytest.mark.parametrize("jobs, first", [
     # least work lost first
     ([dict(id="a", last=-600), dict(id="b", last=-60), dict(id="c", last=-300)], "b"),

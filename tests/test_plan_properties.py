@@ -93,7 +93,10 @@ def test_invariants(s):
     reserved = sum(ws.reserved_gpus for ws in step.workloads)
     assert reserved <= lendable and step.lent_gpus + reserved <= lendable and step.lent_gpus >= 0
     assert 0 <= step.headroom_gpus <= step.lent_gpus
-    assert sum(step.quotas.values()) == (step.lent_gpus if policy.queue_weights else 0)
+    # the quotas admit at most what is lent, all of it unless the plan says why not
+    quota = sum(step.quotas.values())
+    assert 0 <= quota <= step.lent_gpus and (not policy.queue_weights or (quota < step.lent_gpus) == bool(
+        step.quota_reason))
     assert set(step.quotas) == {q for q, _ in policy.queue_weights}
     # preemptions: running jobs, each once, with a reason; after the due ones training fits in the lent slack, and
     # what is slow to preempt fits outside the headroom band
