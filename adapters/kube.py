@@ -30,11 +30,11 @@ import secrets
 import threading
 import time
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any, Callable
+from typing import Any
 
 from core.errors import ClusterError, Conflict, Invalid, NotFound
 from core.objects import CONDITION_TYPES, ObjectRef, PolicyStatus, TargetRef, TargetState, WorkloadInfo
@@ -55,11 +55,11 @@ MERGE_PATCH = "application/merge-patch+json"
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def _rfc3339(moment: datetime, micro: bool = False) -> str:
-    moment = moment.astimezone(timezone.utc)
+    moment = moment.astimezone(UTC)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ" if micro else "%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -162,7 +162,7 @@ class Informer:
     own write put there), are ignored, so a late event never takes an object back in time. Until the first
     LIST has succeeded, `items()` is None and readers fall back to a LIST of their own."""
 
-    def __init__(self, cluster: "KubeCluster", path: str, watch_seconds: int = 240, resync_seconds: float = 600.0):
+    def __init__(self, cluster: KubeCluster, path: str, watch_seconds: int = 240, resync_seconds: float = 600.0):
         self.cluster, self.path = cluster, path
         self.watch_seconds, self.resync_seconds = watch_seconds, resync_seconds
         self._items: dict[tuple[str, str], dict] = {}
@@ -185,6 +185,15 @@ class Informer:
     def items(self) -> list[dict] | None:
         with self._lock:
             return list(self._items.values()) if self._synced else None
+
+    def get(self, key: tuple[str, str], copied: bool = False) -> dict | None:
+        """One object held (None: not held, or not listed yet); read-only unless `copied` (a deep copy)."""
+        with self._lock:
+            held = self._items.get(key) if self._synced else None
+        return copy.deepcopy(held) if held is not None and copied else held
+
+    def synced(self) -> bool:
+        return self._synced
 
     # -- feeding
     def put(self, obj: Mapping, deleted: bool = False) -> None:
@@ -216,7 +225,7 @@ class Informer:
         return version
 
     # -- the thread
-    def start(self) -> "Informer":
+    def start(self) -> Informer:
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name=f"informer {self.path}", daemon=True)
             self._thread.start()
@@ -308,6 +317,9 @@ WATCHED = {"reservationpolicies": f"/apis/{HEADROOM_GROUP}/{HEADROOM_VERSION}/re
 # A written object's (group, kind) -> the cache it belongs in.
 _CACHED_KINDS = {(HEADROOM_GROUP, "ReservationPolicy"): "reservationpolicies", (KUEUE_GROUP, "Workload"): "workloads",
                  (KUEUE_GROUP, "LocalQueue"): "localqueues", (KUEUE_GROUP, "ClusterQueue"): "clusterqueues"}
+# Policy targets, watched per namespace (the namespaces the policies' targets are in).
+_TARGET_PLURALS = {"Deployment": "deployments", "HorizontalPodAutoscaler": "horizontalpodautoscalers"}
+STATUS_REFRESH_SECONDS = 3600.0  # an unchanged policy status is rewritten (lastPlanTime) at most this often
 
 
 @dataclass
@@ -323,10 +335,15 @@ class KubeCluster:
     resource: str = GPU_RESOURCE
     sleep: Callable[[float], None] = field(default=time.sleep, repr=False)
     informers: dict[str, Informer] = field(default_factory=dict, repr=False)
+    _watching: bool = field(default=False, repr=False)
+    _informer_settings: dict = field(default_factory=dict, repr=False)
+    _informers_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    # requests sent (each attempt), by method: what a reconcile costs the API server (watch streams not counted)
+    requests: dict[str, int] = field(default_factory=dict, repr=False)
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def from_kubeconfig(cls, path: str | None = None, context: str | None = None, **kwargs) -> "KubeCluster":
+    def from_kubeconfig(cls, path: str | None = None, context: str | None = None, **kwargs) -> KubeCluster:
         from kubernetes import client, config
         configuration = client.Configuration()
         try:
@@ -336,7 +353,7 @@ class KubeCluster:
         return cls(cls._api_client(configuration), **kwargs)
 
     @classmethod
-    def in_cluster(cls, **kwargs) -> "KubeCluster":
+    def in_cluster(cls, **kwargs) -> KubeCluster:
         from kubernetes import client, config
         configuration = client.Configuration()
         try:
@@ -347,7 +364,7 @@ class KubeCluster:
 
     @classmethod
     def from_token(cls, host: str, token: str, ca_file: str | None = None,
-                   verify_ssl: bool = True, **kwargs) -> "KubeCluster":
+                   verify_ssl: bool = True, **kwargs) -> KubeCluster:
         from kubernetes import client
         configuration = client.Configuration(host=host)
         configuration.api_key = {"BearerToken": token}
@@ -364,15 +381,17 @@ class KubeCluster:
         return client.ApiClient(configuration)
 
     def close(self) -> None:
-        for informer in self.informers.values():
+        self._watching = False
+        for informer in list(self.informers.values()):
             informer.stop()
         self.informers.clear()
         self.api_client.close()
 
     # ------------------------------------------------------------------ the watch cache
-    def watch(self, timeout: float = 30.0, **informer_settings) -> "KubeCluster":
+    def watch(self, timeout: float = 30.0, **informer_settings) -> KubeCluster:
         """Serve the policies, Workloads, LocalQueues and ClusterQueues from watch caches (started here; waits up
         to `timeout` for their first LIST, then reads fall back to LISTs until it arrives)."""
+        self._watching, self._informer_settings = True, dict(informer_settings)
         for name, path in WATCHED.items():
             if name not in self.informers:
                 self.informers[name] = Informer(self, path, **informer_settings).start()
@@ -399,14 +418,35 @@ class KubeCluster:
             return
         group = (obj.get("apiVersion") or "").split("/")[0]
         name = _CACHED_KINDS.get((group, obj.get("kind")))
+        if name is None and obj.get("kind") in _TARGET_PLURALS:  # a target: its namespace's cache
+            name = f"{_TARGET_PLURALS[obj['kind']]}@{(obj.get('metadata') or {}).get('namespace')}"
         if name in self.informers and (obj.get("metadata") or {}).get("name"):
             self.informers[name].put(obj)
+
+    def _target_informer(self, kind: str, namespace: str) -> Informer | None:
+        """The watch cache of `kind` (Deployment, HorizontalPodAutoscaler) in `namespace`, started on first use
+        once `watch()` is on (until its first LIST lands, reads are GETs)."""
+        if not self._watching:
+            return None
+        plural = _TARGET_PLURALS[kind]
+        name = f"{plural}@{namespace}"
+        with self._informers_lock:
+            if name not in self.informers:
+                group = "apps/v1" if kind == "Deployment" else "autoscaling/v1"
+                self.informers[name] = Informer(self, f"/apis/{group}/namespaces/{namespace}/{plural}",
+                                                **self._informer_settings).start()
+            return self.informers[name]
+
+    def _cached(self, name: str, namespace: str, obj_name: str, copied: bool = False) -> dict | None:
+        """An object from a watch cache (read-only unless `copied`), None if none holds it."""
+        informer = self.informers.get(name)
+        return informer.get((namespace, obj_name), copied) if informer is not None else None
 
     # ------------------------------------------------------------------ transport
     def _request(self, method: str, path: str, body: Any = None, query: dict | None = None,
                  content_type: str = "application/json") -> dict:
-        from kubernetes.client.exceptions import ApiException
         import urllib3
+        from kubernetes.client.exceptions import ApiException
 
         query = dict(query or {})
         if method in ("POST", "PUT", "PATCH"):
@@ -414,6 +454,8 @@ class KubeCluster:
         url_path = path + ("?" + urllib.parse.urlencode(query) if query else "")
         attempt = 0
         while True:
+            with self._informers_lock:
+                self.requests[method] = self.requests.get(method, 0) + 1
             try:
                 _, url, headers, _, _ = self.api_client.param_serialize(
                     method=method, resource_path=url_path,
@@ -450,11 +492,13 @@ class KubeCluster:
             where = "unreachable" if status == 0 else f"HTTP {status}"
             raise error(f"{method} {path}: {where}: {message}", status=status, reason=reason, body=payload)
 
-    def _update(self, path: str, mutate: Callable[[dict], dict | None], subresource: str = "") -> tuple[dict, bool]:
+    def _update(self, path: str, mutate: Callable[[dict], dict | None], subresource: str = "",
+                cached: dict | None = None) -> tuple[dict, bool]:
         """Read, let `mutate` return a merge patch (None = nothing to do), write with the read
-        resourceVersion; on 409 re-read and try again. Returns (object, changed)."""
+        resourceVersion; on 409 re-read and try again. Returns (object, changed). `cached`: the object as the
+        watch cache holds it, read instead of a GET the first time (a stale copy costs one 409 and a re-read)."""
         for attempt in range(self.conflict_retries + 1):
-            current = self._request("GET", path)
+            current = cached if attempt == 0 and cached is not None else self._request("GET", path)
             patch = mutate(current)
             if patch is None:
                 return current, False
@@ -500,9 +544,9 @@ class KubeCluster:
     # ------------------------------------------------------------------ Cluster: reads
     def reservation_policies(self, namespace: str | None = None) -> list[dict]:
         """ReservationPolicy objects (metadata, spec, status), in every namespace or one."""
-        found = [copy.deepcopy(p) for p in self._objects("reservationpolicies")
+        found = [p for p in self._objects("reservationpolicies")
                  if namespace is None or p["metadata"].get("namespace") == namespace]
-        return sorted(found, key=Informer.key)  # copies: the caller may change them, the cache must not
+        return sorted(found, key=Informer.key)  # the cache's own objects: read-only (a copy of 1,000 costs seconds)
 
     def workloads(self) -> list[WorkloadInfo]:
         """Every Kueue Workload (one LIST of Workloads and one of LocalQueues, or the watch caches), oldest
@@ -510,7 +554,7 @@ class KubeCluster:
         local_queues = {Informer.key(q): (q.get("spec") or {}).get("clusterQueue")
                         for q in self._objects("localqueues")}
         found = [workload_info(w, local_queues, self.resource) for w in self._objects("workloads")]
-        return sorted(found, key=lambda w: (w.creation or datetime.min.replace(tzinfo=timezone.utc),
+        return sorted(found, key=lambda w: (w.creation or datetime.min.replace(tzinfo=UTC),
                                             w.namespace, w.name))
 
     def cluster_queue_quotas(self) -> Mapping[str, int]:
@@ -522,25 +566,38 @@ class KubeCluster:
                 out[cq["metadata"]["name"]] = quota
         return out
 
+    def _target(self, kind: str, namespace: str, name: str) -> dict:
+        """A Deployment or HPA: from its namespace's watch cache (watching; NotFound if the cache has it not),
+        else one GET."""
+        informer = self._target_informer(kind, namespace)
+        if informer is not None and informer.synced():
+            held = informer.get((namespace, name))
+            if held is None:
+                raise NotFound(f"{kind} {namespace}/{name} not found (watch cache)", status=404)
+            return held
+        group = "apps/v1" if kind == "Deployment" else "autoscaling/v1"
+        return self._request("GET", f"/apis/{group}/namespaces/{namespace}/{_TARGET_PLURALS[kind]}/{name}")
+
     def target_state(self, target: TargetRef) -> TargetState:
-        """Replicas of an inference target (one GET; an HPA: two, itself and its Deployment)."""
+        """Replicas of an inference target: from the watch caches (watching), else one GET (an HPA: two, itself
+        and its Deployment)."""
         if target.kind == "Deployment":
-            d = self._request("GET", f"/apis/apps/v1/namespaces/{target.namespace}/deployments/{target.name}")
+            d = self._target("Deployment", target.namespace, target.name)
             return TargetState(int((d.get("spec") or {}).get("replicas", 1) or 0),
                                int((d.get("status") or {}).get("readyReplicas", 0) or 0))
         if target.kind == "HorizontalPodAutoscaler":
-            hpa = self._request("GET", f"/apis/autoscaling/v1/namespaces/{target.namespace}/"
-                                       f"horizontalpodautoscalers/{target.name}")
+            hpa = self._target("HorizontalPodAutoscaler", target.namespace, target.name)
             spec, status = hpa.get("spec") or {}, hpa.get("status") or {}
             ref = spec.get("scaleTargetRef") or {}
             desired, ready = int(status.get("desiredReplicas", 0) or 0), int(status.get("currentReplicas", 0) or 0)
             if ref.get("kind") == "Deployment":
-                d = self._request("GET", f"/apis/apps/v1/namespaces/{target.namespace}/deployments/{ref['name']}")
+                d = self._target("Deployment", target.namespace, ref["name"])
                 desired = int((d.get("spec") or {}).get("replicas", 1) or 0)
                 ready = int((d.get("status") or {}).get("readyReplicas", 0) or 0)
             return TargetState(desired, ready, spec.get("minReplicas", 1), spec.get("maxReplicas"))
         if target.kind == "ClusterQueue":
-            quota = gpu_quota(self._request("GET", self._cq_path(target.name)), self.resource)
+            cq = self._cached("clusterqueues", "", target.name) or self._request("GET", self._cq_path(target.name))
+            quota = gpu_quota(cq, self.resource)
             return TargetState(quota or 0, quota or 0)
         raise ClusterError(f"unknown target kind {target.kind!r}")
 
@@ -590,7 +647,7 @@ class KubeCluster:
                 quota["lendingLimit"] = gpus
             return {"spec": {"resourceGroups": groups}}  # a merge patch replaces lists whole
 
-        return self._update(self._cq_path(name), mutate)[1]
+        return self._update(self._cq_path(name), mutate, cached=self._cached("clusterqueues", "", name, copied=True))[1]
 
     # ------------------------------------------------------------------ inference capacity
     def get_deployment_replicas(self, namespace: str, name: str) -> int:
@@ -606,7 +663,15 @@ class KubeCluster:
         def mutate(scale: dict) -> dict | None:
             return None if scale.get("spec", {}).get("replicas") == replicas else {"spec": {"replicas": replicas}}
 
-        return self._update(path, mutate)[1]
+        changed = self._update(path, mutate)[1]
+        informer = self.informers.get(f"deployments@{namespace}")
+        held = informer.get((namespace, name), copied=True) if informer is not None else None
+        if held is not None and (held.get("spec") or {}).get("replicas") != replicas:
+            # the write returned a Scale, not the Deployment: the cache holds the new replicas until the watch
+            # brings the Deployment itself (same resourceVersion: the next event replaces this copy)
+            held.setdefault("spec", {})["replicas"] = replicas
+            informer.put(held)
+        return changed
 
     def set_hpa_min_replicas(self, namespace: str, name: str, min_replicas: int) -> bool:
         """Set an HPA's spec.minReplicas (autoscaling/v1); True if it changed."""
@@ -623,7 +688,8 @@ class KubeCluster:
                                    f"maxReplicas {spec['maxReplicas']}")
             return {"spec": {"minReplicas": min_replicas}}
 
-        return self._update(path, mutate)[1]
+        return self._update(path, mutate, cached=self._cached(f"horizontalpodautoscalers@{namespace}", namespace,
+                                                              name))[1]
 
     # ------------------------------------------------------------------ training workloads
     def _wl_path(self, namespace: str, name: str) -> str:
@@ -642,7 +708,8 @@ class KubeCluster:
             return {"metadata": {"annotations": {EVICTED_BY_PLAN: plan_id, EVICTION_REASON: reason[:1024]}},
                     "spec": {"active": False}}
 
-        return self._update(self._wl_path(namespace, name), mutate)[1]
+        return self._update(self._wl_path(namespace, name), mutate,
+                            cached=self._cached("workloads", namespace, name))[1]
 
     def requeue_workload(self, namespace: str, name: str, uid: str | None) -> bool:
         """Reactivate a Workload headroom deactivated, once its eviction is complete (no admission left: its pods
@@ -659,7 +726,8 @@ class KubeCluster:
             return {"metadata": {"annotations": {EVICTED_BY_PLAN: None, EVICTION_REASON: None}},
                     "spec": {"active": True}}
 
-        return self._update(self._wl_path(namespace, name), mutate)[1]
+        return self._update(self._wl_path(namespace, name), mutate,
+                            cached=self._cached("workloads", namespace, name))[1]
 
     # ------------------------------------------------------------------ ReservationPolicy
     def list_reservation_policies(self, namespace: str | None = None) -> list[dict]:
@@ -673,7 +741,9 @@ class KubeCluster:
 
     def patch_policy_status(self, namespace: str, name: str, status: PolicyStatus) -> dict:
         """Write the status subresource. A condition keeps its lastTransitionTime unless its
-        status changes; conditions not named keep their old value."""
+        status changes; conditions not named keep their old value. A status that says nothing new (planId and
+        lastPlanTime aside) is not written unless its lastPlanTime is STATUS_REFRESH_SECONDS old; the object is
+        read from the watch cache when there is one (a stale copy costs a 409 and a re-read)."""
         path = self.custom_path(HEADROOM_GROUP, HEADROOM_VERSION, "reservationpolicies", name, namespace)
         now = _rfc3339(_now())
 
@@ -704,9 +774,17 @@ class KubeCluster:
             body["nextHours"] = list(status.next_hours)
             if status.realized_error:
                 body["realizedError"] = {k: float(v) for k, v in status.realized_error.items()}
+            # Nothing new to say (the same numbers, conditions and hours; the plan id and time aside): no write, so
+            # a steady reconcile of many policies costs no request; the time is refreshed at least hourly.
+            held = policy.get("status") or {}
+            last = _parse_time(held.get("lastPlanTime"))
+            if (last is not None and (_now() - last).total_seconds() < STATUS_REFRESH_SECONDS
+                    and all(held.get(k) == v for k, v in body.items() if k not in ("lastPlanTime", "planId"))):
+                return None
             return {"status": body}
 
-        return self._update(path, mutate, subresource="/status")[0]
+        return self._update(path, mutate, subresource="/status", cached=self._cached("reservationpolicies", namespace,
+                                                                                      name))[0]
 
     # ------------------------------------------------------------------ events
     def emit_event(self, about: ObjectRef, reason: str, message: str, type: str = "Normal",
@@ -735,9 +813,13 @@ class KubeCluster:
         return self._request("GET", f"/api/v1/namespaces/{namespace}/events",
                              query={"fieldSelector": selector}).get("items", [])
 
+    # ------------------------------------------------------------------ shared forecast history
+    def forecast_store(self, namespace: str, **settings) -> ConfigMapForecastStore:
+        return ConfigMapForecastStore(self, namespace, **settings)
+
     # ------------------------------------------------------------------ leader election
     def leader_elector(self, namespace: str, name: str, identity: str,
-                       lease_seconds: int = 15) -> "LeaseElector":
+                       lease_seconds: int = 15) -> LeaseElector:
         return LeaseElector(self, namespace, name, identity, lease_seconds)
 
 
@@ -842,3 +924,136 @@ class LeaseElector:
         except Conflict:
             return False
         return True
+
+
+FORECAST_LOG_LABEL = "headroom.dev/forecast-log"   # value: "true"; every ConfigMap of the store carries it
+FORECAST_SERIES_ANNOTATION = "headroom.dev/series"
+CONFIGMAP_LIMIT = 1024 * 1024                       # what the API server accepts in one ConfigMap's data
+
+
+@dataclass
+class ConfigMapForecastStore:
+    """core.cluster.ForecastStore in ConfigMaps: one per policy series in `namespace` (the Lease's), so whichever
+    replica leads reads the forecasts the previous leader issued and realized error goes on without a gap.
+
+    A forecast is one data key, its issue time in epoch seconds, holding JSON {index: [epoch s], columns:
+    [quantile], values: [[...]]}: only what realized error reads (the first `rows` periods and the quantiles
+    nearest `quantiles`; all of them when None). Each ConfigMap stays bounded: a record drops forecasts issued
+    more than `keep` before it, and then the oldest until the data fits in `max_bytes` (under the 1 MiB a
+    ConfigMap holds). Reads are one GET (strongly consistent: a new leader sees the last write of the old one);
+    writes are read-modify-write merge patches carrying the resourceVersion read."""
+    cluster: KubeCluster
+    namespace: str
+    keep_seconds: float = 50 * 3600.0
+    rows: int | None = 24
+    quantiles: tuple[float, ...] | None = (0.1, 0.5, 0.9)
+    max_bytes: int = 900 * 1024
+    prefix: str = "headroom-forecasts"
+
+    def name(self, series: str) -> str:
+        """A DNS-1123 name for the series' ConfigMap (a hash keeps it unique and short)."""
+        import hashlib
+        import re
+
+        slug = re.sub(r"[^a-z0-9.-]+", "-", series.lower()).strip(".-")[:200]
+        digest = hashlib.sha256(series.encode()).hexdigest()[:10]
+        return f"{self.prefix}.{slug}.{digest}" if slug else f"{self.prefix}.{digest}"
+
+    def _path(self, series: str | None = None) -> str:
+        path = f"/api/v1/namespaces/{self.namespace}/configmaps"
+        return f"{path}/{self.name(series)}" if series is not None else path
+
+    def _encode(self, frame) -> str:
+        import pandas as pd
+
+        frame = frame.iloc[: self.rows] if self.rows is not None else frame
+        columns = [float(c) for c in frame.columns]
+        if self.quantiles is not None and columns:
+            keep = sorted({min(range(len(columns)), key=lambda i: abs(columns[i] - q)) for q in self.quantiles})
+            frame, columns = frame.iloc[:, keep], [columns[i] for i in keep]
+        index = [int(pd.Timestamp(t).timestamp()) for t in frame.index]
+        values = [[None if v != v else float(v) for v in row] for row in frame.to_numpy(float).tolist()]
+        return json.dumps({"index": index, "columns": columns, "values": values}, separators=(",", ":"))
+
+    @staticmethod
+    def _decode(text: str):
+        import pandas as pd
+
+        doc = json.loads(text)
+        index = pd.DatetimeIndex(pd.to_datetime(doc["index"], unit="s", utc=True), name="timestamp")
+        return pd.DataFrame(doc["values"], index=index, columns=[float(c) for c in doc["columns"]], dtype=float)
+
+    def _data(self, series: str) -> dict[str, str]:
+        try:
+            return self.cluster.get(self._path(series)).get("data") or {}
+        except NotFound:
+            return {}
+
+    def record(self, series: str, issued_at, frame) -> None:
+        import pandas as pd
+
+        issued = int(pd.Timestamp(issued_at).timestamp())
+        value = self._encode(frame)
+        if len(value) > self.max_bytes:
+            raise ValueError(f"{series}: a forecast of {len(value)} bytes does not fit in a ConfigMap")
+
+        def mutate(cm: dict) -> dict:
+            data = dict(cm.get("data") or {})
+            data[str(issued)] = value
+            kept = sorted(int(k) for k in data if k.isdigit() and int(k) >= issued - self.keep_seconds)
+            while len(kept) > 1 and sum(len(data[str(k)]) + len(str(k)) for k in kept) > self.max_bytes:
+                kept.pop(0)  # the oldest go first
+            wanted = {str(k) for k in kept}
+            patch: dict[str, str | None] = {k: None for k in data if k not in wanted}
+            if str(issued) in wanted:
+                patch[str(issued)] = value
+            return {"data": patch}
+
+        path = self._path(series)
+        try:
+            self.cluster._update(path, mutate)
+        except NotFound:
+            body = {"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": self.name(series), "namespace": self.namespace,
+                                 "labels": {FORECAST_LOG_LABEL: "true", "app.kubernetes.io/managed-by": "headroom"},
+                                 "annotations": {FORECAST_SERIES_ANNOTATION: series}},
+                    "data": {str(issued): value}}
+            try:
+                self.cluster._request("POST", self._path(), body)
+            except Conflict:  # created in between (another writer): merge into it
+                self.cluster._update(path, mutate)
+
+    def load(self, series: str, since=None) -> dict:
+        """Forecasts of `series` by issue time (UTC Timestamps), those issued at or after `since` if given."""
+        import pandas as pd
+
+        floor = pd.Timestamp(since).timestamp() if since is not None else None
+        out = {}
+        for key, text in sorted(self._data(series).items()):
+            if not key.isdigit() or (floor is not None and int(key) < floor):
+                continue
+            out[pd.Timestamp(int(key), unit="s", tz="UTC")] = self._decode(text)
+        return dict(sorted(out.items()))
+
+    def prune(self, series: str, before) -> int:
+        """Drop forecasts of `series` issued before `before`; how many went."""
+        import pandas as pd
+
+        limit = pd.Timestamp(before).timestamp()
+        gone: list[str] = []
+
+        def mutate(cm: dict) -> dict | None:
+            gone[:] = [k for k in (cm.get("data") or {}) if k.isdigit() and int(k) < limit]
+            return {"data": {k: None for k in gone}} if gone else None
+
+        try:
+            self.cluster._update(self._path(series), mutate)
+        except NotFound:
+            return 0
+        return len(gone)
+
+    def series(self) -> dict[str, str]:
+        """Every series held: its name -> its ConfigMap's name (one LIST by label)."""
+        items = self.cluster._request("GET", self._path(), query={"labelSelector": f"{FORECAST_LOG_LABEL}=true"})
+        return {(i["metadata"].get("annotations") or {}).get(FORECAST_SERIES_ANNOTATION, ""): i["metadata"]["name"]
+                for i in items.get("items", [])}

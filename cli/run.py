@@ -92,6 +92,20 @@ def _tracking_uri(cfg: Config) -> str:
     return resolve_uri(cfg.run.tracking_uri or cfg.training.tracking_uri)
 
 
+def _loadable(demand) -> dict:
+    """The policies' histories that can be read; one that cannot is that policy's fault only (logged here, and the
+    reconcile marks that policy), never the other policies'."""
+    from forecast.history import HistoryError
+
+    out = {}
+    for key in demand.files:
+        try:
+            out[key] = demand.series(key)
+        except (HistoryError, OSError) as exc:
+            log.warning("policy %s: its history cannot be used: %s", key, exc)
+    return out
+
+
 def embedded(cfg: Config, r: RunConfig, start: pd.Timestamp):
     """The embedded cluster holding `r.policies` (every ClusterQueue they name, and a saturated training
     backlog), and their demand replayed from their history files."""
@@ -100,7 +114,7 @@ def embedded(cfg: Config, r: RunConfig, start: pd.Timestamp):
     from core.policy import manifest
 
     demand = FileDemand({f"{p.namespace}/{p.name}": p.history_file for p in r.policies})
-    series = {key: demand.series(key) for key in demand.files}
+    series = _loadable(demand)  # a policy whose history cannot be read has no demand; the reconcile says so
     cluster = EmbeddedCluster(r.capacity_gpus, [manifest(p.name, p.namespace, p.spec) for p in r.policies], series,
                               start.timestamp(), settings=cfg.simulate.world)
     return cluster, demand
@@ -114,18 +128,24 @@ def build(cfg: Config, in_cluster: bool = False, timeline: list | None = None, s
     from controller.forecasts import Models
     from controller.loop import BackgroundTrainer
     from controller.reconcile import Reconciler
-    from training.realized import ForecastLog
+    from training.realized import HORIZONS, ForecastLog
 
     r = cfg.run
     if r.cluster == "kubernetes":
         cluster, demand = _kube(r, in_cluster), PrometheusDemand(r.prometheus)
+        # shared by every replica (a ConfigMap per series beside the Lease): realized error survives failover.
+        # Kept: what realized error and drift read, the longest horizon plus the drift window, and a margin.
+        keep = (max(HORIZONS) + cfg.training.drift_window + 2) * 3600.0
+        forecasts = cluster.forecast_store(r.lease.namespace, keep_seconds=keep, rows=max(HORIZONS))
     else:
         cluster, demand = embedded(cfg, r, start)
+        forecasts = ForecastLog(r.forecast_log_dir)
     uri = _tracking_uri(cfg)
     trainer = BackgroundTrainer(uri, settings_from_config(cfg)) if r.retrain_every_seconds > 0 else None
-    reconciler = Reconciler(cluster, demand, r, models=Models(uri), forecast_log=ForecastLog(r.forecast_log_dir),
+    reconciler = Reconciler(cluster, demand, r, models=Models(uri), forecast_log=forecasts,
                             tracker=Tracker(uri), retrain=trainer, drift_factor=cfg.training.drift_factor,
-                            drift_window=cfg.training.drift_window, timeline=timeline)
+                            drift_window=cfg.training.drift_window, timeline=timeline,
+                            refit_beside=r.cluster == "kubernetes")  # many series: refits never hold a reconcile up
     return reconciler, cluster
 
 
@@ -147,6 +167,10 @@ def cmd_run(cfg: Config, args) -> int:
     r = with_policy_files(cfg.run, args.policy_file, args.history)
     cfg = cfg.model_copy(update={"run": r})
     if r.cluster == "simulated":
+        if args.metrics_port is not None:
+            raise BadRequest("--metrics-port: the embedded cluster serves no /metrics (a replay ends in seconds); it "
+                             "is for a Kubernetes controller (--kubeconfig or --in-cluster). Use --timeline to "
+                             "record a replay")
         return _replay(cfg, args)
     if args.policy_file or args.timeline or args.hours or args.now:
         raise BadRequest("--policy-file, --history, --timeline, --hours and --now are for the embedded cluster; "
@@ -163,10 +187,11 @@ def cmd_run(cfg: Config, args) -> int:
     identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
     elector = cluster.leader_elector(r.lease.namespace, r.lease.name, identity, r.lease.duration_seconds)
     loop = Loop(reconciler, elector, r.interval_seconds, r.lease.duration_seconds)
-    server = serve(reconciler.holder, r.metrics_port, loop.healthy, loop.ready)
+    server = serve(reconciler.holder, r.metrics_port, loop.healthy, loop.ready, host=r.metrics_address)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: loop.stop.set())
-    log.info("headroom run as %s: %s policies, /metrics on :%s", identity, "watching", server.server_port)
+    log.info("headroom run as %s: %s policies, /metrics on %s:%s", identity, "watching", r.metrics_address,
+             server.server_port)
     try:
         loop.run(once=args.once)
     finally:
@@ -181,7 +206,10 @@ def _clock(r: RunConfig, now: str | None, hours: int) -> pd.DatetimeIndex:
     from core.units import parse_time
 
     demand = FileDemand({f"{p.namespace}/{p.name}": p.history_file for p in r.policies})
-    series = [demand.series(key) for key in demand.files]
+    loaded = _loadable(demand)
+    if not loaded:
+        demand.series(next(iter(demand.files)))  # raises the first policy's HistoryError: nothing can run
+    series = list(loaded.values())
     steps = {s.index.freq or pd.Timedelta(s.index.to_series().diff().median()) for s in series}
     if len(steps) > 1:
         raise BadRequest(f"the policies' histories have different steps ({', '.join(map(str, steps))}): the embedded "
@@ -206,6 +234,9 @@ def _replay(cfg: Config, args) -> int:
     r = cfg.run
     if not r.policies:
         return _no_policies()
+    from cli.simulate import check_output_folders
+
+    check_output_folders((args.timeline, "--timeline"))
     times = _clock(r, args.now, args.hours or (1 if args.once else 24))
     if args.once:
         times = times[:1]

@@ -25,6 +25,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -46,14 +47,12 @@ from core.policy import API_VERSION, KIND, PolicySpec, parse_policy_spec
 from core.settings import RunConfig
 from forecast.baselines import BASELINES
 from forecast.history import HistoryError
-from planning.planner import ClusterPolicy, Forecast, History, HourPlan, Observed, StepPlan, WorkloadPolicy, \
-    newest_checkpoint, plan_hours, plan_step, stale
+from planning.planner import UNANNOTATED_CHECKPOINT_SECONDS, UNANNOTATED_PREEMPTION_SECONDS, ClusterPolicy, Forecast, \
+    History, HourPlan, Observed, StepPlan, WorkloadPolicy, newest_checkpoint, plan_hours, plan_step, stale
 from training.realized import HORIZONS, log_realized, realized_errors
 
 log = logging.getLogger(__name__)
 
-UNANNOTATED_PREEMPTION_SECONDS = 600.0  # a job that does not say how fast it stops is assumed slow
-UNANNOTATED_CHECKPOINT_SECONDS = 1800.0
 STATUS_HOURS = 6                         # hours ahead shown in a policy's status
 FORECAST_LOG_KEPT = pd.Timedelta(days=7)  # issued forecasts kept (realized error needs the last day or two)
 
@@ -177,7 +176,7 @@ class Reconciler:
                  models: Models | None = None, forecast_log: ForecastStore | None = None, tracker=None,
                  retrain: Callable[[str, pd.Series, pd.Timestamp], None] | None = None,
                  drift_factor: float = 1.5, drift_window: int = 24, timeline: list | None = None,
-                 dry_run: bool = False):
+                 dry_run: bool = False, refit_beside: bool = False):
         self.cluster, self.demand, self.cfg = cluster, demand, cfg
         self.data = DataSettings.of(cfg)
         self.holder = holder or StateHolder()
@@ -201,6 +200,10 @@ class Reconciler:
         self._buckets = [0] * len(RECONCILE_BUCKETS)
         self._sum, self._total = 0.0, 0
         self._last_now: pd.Timestamp | None = None
+        self._prefetched: dict = {}                 # this reconcile's demand reads, by policy
+        self.refit_beside = refit_beside  # hourly refits in a background thread (a Kubernetes controller's many series)
+        self._refits: dict = {}                     # policy -> the background refit under way (Future)
+        self._refit_pool: ThreadPoolExecutor | None = None
 
     # -- bookkeeping
     def _error(self, stage: str, what: str, exc: Exception | str) -> None:
@@ -255,6 +258,7 @@ class Reconciler:
             if not self.dry_run:
                 self._execute(report)
             return ControllerState(self.cfg.capacity_gpus, True, states)
+        self._prefetched = self._prefetch(policies, now)
         inputs = [self._input(p, now) for p in policies]
         cluster_policy = ClusterPolicy(self.cfg.capacity_gpus,
                                        tuple(WorkloadPolicy.from_spec(p.key, p.spec) for p in policies),
@@ -294,7 +298,10 @@ class Reconciler:
     def _observe(self, p: PolicyObject, now: pd.Timestamp) -> _Input:
         degraded, fault = None, None
         try:
-            raw = self._read(p, now)
+            got = self._prefetched.pop(p.key, None)
+            if isinstance(got, Exception):
+                raise got
+            raw = got if got is not None else self._read(p, now)
             self._raw[p.key] = raw
         except (PrometheusError, HistoryError, OSError) as exc:
             self._error("demand", p.key, exc)
@@ -308,17 +315,65 @@ class Reconciler:
         cached = self._forecasts.get(p.key)
         if degraded is None and due(cached, now, p.generation):
             hourly = hourly_history(raw, p.spec.statistic, now)
-            if hourly.notna().sum() >= MIN_FIT_HOURS:
-                model, name, fault = self._forecaster(p)
-                try:
-                    cached = issue(model, name, hourly, now, p.spec, p.generation, self.data.horizon_hours)
-                    self._forecasts[p.key] = cached
-                    if self.forecast_log is not None:
-                        self.forecast_log.record(p.series, now, cached.frame)
-                except (ValueError, ArithmeticError, RuntimeError) as exc:  # a model that cannot fit: fall back
-                    self._error("forecast", p.key, exc)
-                    fault = f"ForecastFailed: {exc}"
+            if hourly.notna().sum() >= MIN_FIT_HOURS and self.refit_beside:
+                cached, fault = self._refit_beside(p, hourly, now, cached)
+            elif hourly.notna().sum() >= MIN_FIT_HOURS:
+                fresh, fault = self._fit(p, hourly, now)
+                if fresh is not None:
+                    cached = self._take(p, fresh)
         return _Input(p, raw, degraded, usable(cached, now, self.data), fault)
+
+    def _fit(self, p: PolicyObject, hourly: pd.Series, now: pd.Timestamp) -> tuple[IssuedForecast | None, str | None]:
+        model, name, fault = self._forecaster(p)
+        try:
+            return issue(model, name, hourly, now, p.spec, p.generation, self.data.horizon_hours), fault
+        except (ValueError, ArithmeticError, RuntimeError) as exc:  # a model that cannot fit: fall back
+            self._error("forecast", p.key, exc)
+            return None, f"ForecastFailed: {exc}"
+
+    def _take(self, p: PolicyObject, fresh: IssuedForecast) -> IssuedForecast:
+        self._forecasts[p.key] = fresh
+        if self.forecast_log is not None:
+            self.forecast_log.record(p.series, fresh.made_at, fresh.frame)
+        return fresh
+
+    def _refit_beside(self, p: PolicyObject, hourly: pd.Series, now: pd.Timestamp,
+                      cached: IssuedForecast | None) -> tuple[IssuedForecast | None, str | None]:
+        """The refit in a background thread, one series at a time: until it is done the reconciles go on with the
+        forecast in force (or the conservative fallback), so a thousand refits never hold a reconcile up; the first
+        reconcile after it takes the new forecast up."""
+        fault = None
+        job = self._refits.get(p.key)
+        if job is not None and job.done():
+            del self._refits[p.key]
+            fresh, fault = job.result()
+            if fresh is not None:
+                cached = self._take(p, fresh)
+            if not due(cached, now, p.generation):
+                return cached, fault
+        if p.key not in self._refits:
+            if self._refit_pool is None:
+                self._refit_pool = ThreadPoolExecutor(1, "headroom-refit")
+            self._refits[p.key] = self._refit_pool.submit(self._fit, p, hourly, now)
+        return cached, fault
+
+    def refitting(self) -> int:
+        """Background refits not yet taken up."""
+        return len(self._refits)
+
+    def _prefetch(self, policies: list[PolicyObject], now: pd.Timestamp) -> dict:
+        """Every policy's demand read at once, a few at a time (I/O; a thousand sequential queries take seconds);
+        a read's error is kept for its policy."""
+        def read(p: PolicyObject):
+            try:
+                return self._read(p, now)
+            except Exception as exc:  # noqa: BLE001 - raised again in that policy's own observe
+                return exc
+
+        if len(policies) < 4:
+            return {}
+        with ThreadPoolExecutor(min(8, len(policies))) as pool:
+            return dict(zip((p.key for p in policies), pool.map(read, policies)))
 
     def _forecaster(self, p: PolicyObject):
         """(model, name, fault): the policy's baseline, or the champion (a refused one says why and is replaced)."""
@@ -335,6 +390,8 @@ class Reconciler:
             raw = self.demand.read(p.key, p.spec.query, now - lookback, now).astype(float)
             self._full_read[p.key] = now.floor("h")
             return raw
+        if len(held) > 1 and now < held.index[-1] + (held.index[-1] - held.index[-2]):
+            return held  # no newer sample can exist before the next step: nothing to ask (reconciles outpace it)
         # whole steps back from the newest sample, so the new samples land on the same grid
         since = held.index[-1] - self.data.read_overlap if len(held) else now - lookback
         fresh = self.demand.read(p.key, p.spec.query, since, now).astype(float)
@@ -394,7 +451,15 @@ class Reconciler:
 
     # -- 4. act
     def _execute(self, actions) -> list[Outcome]:
-        outcomes = execute(actions, self.cluster)
+        statuses = [a for a in actions if isinstance(a, PatchStatus)]
+        if len(statuses) > 16:  # independent writes, one per policy: a few at a time (a thousand in a row take seconds)
+            rest = [a for a in actions if not isinstance(a, PatchStatus)]
+            chunks = [statuses[k::8] for k in range(8)]
+            with ThreadPoolExecutor(8) as pool:
+                outcomes = [o for part in pool.map(lambda c: execute(c, self.cluster), chunks) for o in part]
+            outcomes += execute(rest, self.cluster)
+        else:
+            outcomes = execute(actions, self.cluster)
         for o in outcomes:
             if o.error:
                 self._error("status" if isinstance(o.action, PatchStatus) else "events", o.action.reason, o.error)

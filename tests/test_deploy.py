@@ -23,9 +23,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from cli.main import build_parser
-from cli.config import Config, load_config
 from adapters.kube import KubeCluster
+from cli.config import Config, load_config
+from cli.main import build_parser
 from core.errors import NotFound
 from tests.test_run_real import kube  # noqa: F401 -- a fixture: namespaces, ClusterQueue, Deployment, policy
 
@@ -170,7 +170,7 @@ def test_base_renders_every_part(base):
         ("ClusterRole", "headroom-controller"), ("ClusterRoleBinding", "headroom-controller"),
         ("Role", "headroom-leader-election"), ("RoleBinding", "headroom-leader-election"),
         ("ConfigMap", config_map), ("Deployment", "headroom-controller"), ("Service", "headroom-metrics"),
-        ("CronJob", "headroom-train")])
+        ("CronJob", "headroom-train"), ("NetworkPolicy", "headroom-ingress")])
     assert config_map.startswith("headroom-config-"), "the generated ConfigMap carries its content hash"
     for obj in base:
         if obj["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding"):
@@ -252,6 +252,13 @@ def needed(lease_namespace: str, lease_name: str) -> list[dict]:
         attrs("watch", rp, "reservationpolicies"),
         attrs("get", rp, "reservationpolicies", namespace="inference", name="llm-inference"),
         attrs("get", "apps", "deployments", namespace="inference", name="llm-inference"),
+        attrs("list", "apps", "deployments", namespace="inference"),  # targets: watched per namespace
+        attrs("watch", "apps", "deployments", namespace="inference"),
+        attrs("list", "autoscaling", "horizontalpodautoscalers", namespace="inference"),
+        attrs("watch", "autoscaling", "horizontalpodautoscalers", namespace="inference"),
+        attrs("get", "", "configmaps", namespace=lease_namespace, name="headroom-forecasts.inference.llm"),
+        attrs("create", "", "configmaps", namespace=lease_namespace),  # the shared forecast history
+        attrs("patch", "", "configmaps", namespace=lease_namespace, name="headroom-forecasts.inference.llm"),
         attrs("get", rp, "reservationpolicies", "status", namespace="inference", name="llm-inference"),
         attrs("patch", rp, "reservationpolicies", "status", namespace="inference", name="llm-inference"),
         attrs("get", "apps", "deployments", "scale", namespace="inference", name="llm-inference"),
@@ -286,8 +293,9 @@ def forbidden(lease_namespace: str, lease_name: str) -> list[dict]:
         attrs("delete", "autoscaling", "horizontalpodautoscalers", namespace="inference", name="llm-inference"),
         attrs("get", "", "secrets", namespace=NAMESPACE, name="any"),
         attrs("list", "", "secrets"),
-        attrs("list", "apps", "deployments"),
-        attrs("watch", "apps", "deployments"),
+        attrs("get", "", "configmaps", namespace="inference", name="any"),  # only beside the Lease
+        attrs("patch", "", "configmaps", namespace="kube-system", name="any"),
+        attrs("delete", "", "configmaps", namespace=lease_namespace, name="any"),
         attrs("create", "", "pods", namespace=NAMESPACE),
         attrs("create", "", "pods", "exec", namespace="inference", name="llm-inference-0"),
         attrs("delete", "", "events", namespace="inference"),
@@ -537,14 +545,14 @@ def test_docker_context_builds_the_package(tmp_path):
     assert "headroom = cli.main:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
 
-def test_the_controller_loop_runs_on_exactly_these_permissions(granted, kube, kube_admin, base, prometheus_server,
-                                                                tmp_path):
+@pytest.mark.usefixtures("kube")  # the namespaces, ClusterQueues, Deployment and policy to reconcile
+def test_the_controller_loop_runs_on_exactly_these_permissions(granted, kube_admin, base, prometheus_server, tmp_path):
     """Not only the access reviews: a whole reconcile -- policies, demand, quota, scale, evictions, status,
     events and the Lease -- as a user holding nothing but the shipped roles."""
-    from core.settings import PrometheusServer, RunConfig
     from adapters.prometheus import PrometheusDemand
     from controller.loop import Loop
     from controller.reconcile import Reconciler
+    from core.settings import PrometheusServer, RunConfig
     from tests.test_run_real import MONDAY_7AM, NS, QUEUE, admit
 
     for i in range(12):

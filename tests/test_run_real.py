@@ -22,6 +22,7 @@ from core.objects import ObjectRef
 from core.settings import PrometheusServer, RunConfig
 from tests.servers import kueue
 from tests.servers.prometheus import METRIC
+from tests.test_training import mlflow_server  # noqa: F401,F811 -- the real `mlflow server` fixture
 from training.realized import ForecastLog
 
 NS, TRAIN_NS = "inference-run", "training-run"
@@ -129,7 +130,7 @@ def test_simulated_morning_reserves_ahead_lends_slack_and_takes_back(kube_server
         assert not any(state.reconcile_errors_total.values()), state.reconcile_errors_total
     assert all(rep == res for _, res, rep, _, _ in seen)            # Deployment replicas follow the plan
     assert kube.get_cluster_queue_quota(INFERENCE_QUEUE) == seen[-1][1]  # and the inference queue's quota
-    assert all(quota == slack for _, _, _, quota, slack in seen)    # the training quota is the slack
+    assert all(quota == slack for _, _, _, quota, slack in seen), seen  # the training quota is the slack
     assert seen[-1][1] > seen[0][1]                                  # the morning ramp was reserved
     evicted = [w for w in training(kube).values() if not w.active]
     assert evicted and all(w.evicted_by_plan for w in evicted)
@@ -337,3 +338,122 @@ def test_the_trace_s_own_outage_is_stale_data_then_recovers_and_queries_are_chun
     _, conditions = rp_status(kube)
     assert not after.degraded and not after.fallback and after.model.startswith("auto")
     assert conditions["ForecastDegraded"]["status"] == "False" and conditions["FallbackActive"]["status"] == "False"
+
+
+# ---------------------------------------------------------------------------- accuracy history across a failover
+def test_forecast_store_is_one_labelled_bounded_configmap_per_series(kube_server, kube):
+    """The shared forecast log: a ConfigMap per series beside the Lease, holding only what realized error reads
+    and no more than its window (and its byte budget)."""
+    import numpy as np
+
+    from adapters.kube import CONFIGMAP_LIMIT, FORECAST_LOG_LABEL
+
+    store = kube.forecast_store(NS, keep_seconds=50 * 3600, rows=24)
+    series = f"{NS}.store-test"
+    kube.delete(f"/api/v1/namespaces/{NS}/configmaps/{store.name(series)}")
+    rng = np.random.default_rng(7)
+    quantiles = [0.05, 0.1, 0.5, 0.9, 0.95, 0.99]
+    start = MONDAY_7AM - pd.Timedelta(days=3)
+    frames = {}
+    for hour in range(72):  # three days of hourly forecasts, 48 h ahead, six quantiles
+        issued = start + pd.Timedelta(hours=hour)
+        index = pd.date_range(issued, periods=48, freq="h")
+        frames[issued] = pd.DataFrame(np.sort(rng.gamma(3.0, 40.0, (48, 6)), axis=1), index=index,
+                                      columns=quantiles)
+        store.record(series, issued, frames[issued])
+    cm = kube.get(f"/api/v1/namespaces/{NS}/configmaps/{store.name(series)}")
+    assert cm["metadata"]["labels"][FORECAST_LOG_LABEL] == "true"
+    assert cm["metadata"]["annotations"]["headroom.dev/series"] == series
+    last = start + pd.Timedelta(hours=71)
+    held = store.load(series)
+    assert min(held) == last - pd.Timedelta(hours=50) and max(held) == last and len(held) == 51  # the window only
+    assert len(json_bytes(cm["data"])) < CONFIGMAP_LIMIT // 10
+    for issued, frame in held.items():  # the first 24 periods, the 80% interval and the median, exactly
+        expected = frames[issued].iloc[:24][[0.1, 0.5, 0.9]]
+        pd.testing.assert_frame_equal(frame, expected, check_names=False, check_freq=False)
+    since = last - pd.Timedelta(hours=5)
+    assert sorted(store.load(series, since=since)) == [since + pd.Timedelta(hours=h) for h in range(6)]
+    assert store.prune(series, before=since) == 45 and len(store.load(series)) == 6
+    assert store.prune(series, before=since) == 0
+    assert store.series()[series] == store.name(series)
+    # A byte budget smaller than the window: the oldest forecasts go first, the newest always stays.
+    tight = kube.forecast_store(NS, keep_seconds=50 * 3600, rows=24, max_bytes=4 * len(json_bytes(
+        {"0": store._encode(frames[last])})))
+    tight.record(series, last + pd.Timedelta(hours=1), frames[last])
+    kept = tight.load(series)
+    assert 2 <= len(kept) <= 4 and max(kept) == last + pd.Timedelta(hours=1)
+    assert store.load(f"{NS}.no-such-series") == {} and store.prune(f"{NS}.no-such-series", last) == 0
+    kube.delete(f"/api/v1/namespaces/{NS}/configmaps/{store.name(series)}")
+
+
+def json_bytes(data: dict) -> str:
+    import json
+
+    return json.dumps(data)
+
+
+def test_leader_killed_mid_day_the_new_leader_s_realized_error_continues(kube_server, kube, prometheus_server,
+                                                                         mlflow_server):  # noqa: F811
+    """Two replicas, one Lease, one MLflow: replica a leads from midnight and is killed (no release) after its noon
+    reconcile; b takes the Lease once it has gone unrenewed and goes on. The forecasts a issued are in the shared
+    ConfigMap, so b's first status already carries the 6-hour-ahead error of a forecast a made at 07:00, and MLflow's
+    metric history has one point per hour across the failover."""
+    from adapters.mlflow import Tracker
+    from controller.forecasts import Models
+    from tests.test_training import client
+
+    lease_seconds, midnight = 2, MONDAY_7AM - pd.Timedelta(hours=7)
+    uri = mlflow_server.uri
+    series = f"{NS}.chat"
+    replicas_ = {}
+    for identity in ("headroom-a", "headroom-b"):
+        cluster = KubeCluster.from_kubeconfig(str(kube_server.apiserver.kubeconfig()), request_timeout=5).watch()
+        store = cluster.forecast_store(NS, keep_seconds=50 * 3600, rows=24)
+        server = PrometheusServer(url=prometheus_server.url, step="5m", timeout_seconds=10, retries=0)
+        cfg = RunConfig(cluster="kubernetes", prometheus=server, capacity_gpus=128, namespace=NS,
+                        retrain_every_seconds=0)
+        r = Reconciler(cluster, PrometheusDemand(server), cfg, models=Models(uri), forecast_log=store,
+                       tracker=Tracker(uri))
+        replicas_[identity] = (cluster, r, cluster.leader_elector(NS, "failover", identity, lease_seconds))
+    kube.delete(f"/api/v1/namespaces/{NS}/configmaps/{replicas_['headroom-a'][1].forecast_log.name(series)}")
+    kube.delete(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/failover")
+
+    def step(identity: str, now: pd.Timestamp):
+        """One round of the Loop: elect, and reconcile if leading (Loop.run does the same, then releases)."""
+        _, r, elector = replicas_[identity]
+        return r.reconcile(now) if elector.try_acquire_or_renew() else None
+
+    a, b = (replicas_[i][1] for i in ("headroom-a", "headroom-b"))
+    try:
+        for hour in range(13):  # 00:00 .. 12:00: a leads, b stands by
+            now = midnight + pd.Timedelta(hours=hour)
+            assert step("headroom-a", now) is not None and step("headroom-b", now) is None
+        errors_a = a.holder.get().policies[f"{NS}/chat"].realized_error
+        assert {1, 6} <= set(errors_a)
+        replicas_["headroom-a"][0].close()  # a is killed: its Lease is never released
+        takeover = midnight + pd.Timedelta(hours=13)
+        assert step("headroom-b", takeover) is None  # the Lease is still fresh: b waits...
+        time.sleep(lease_seconds + 0.5)
+        state = step("headroom-b", takeover)  # ...until it has gone unrenewed for a full lease
+        assert state is not None
+        status, _ = rp_status(kube)
+        # b issued one forecast itself; the 6 h error at 13:00 is of a forecast a issued at 07:00
+        assert set(status["realizedError"]) >= {"1h", "6h"}, status.get("realizedError")
+        assert status["realizedError"]["6h"] > 0
+        for hour in range(14, 19):
+            assert step("headroom-b", midnight + pd.Timedelta(hours=hour)) is not None
+        status, _ = rp_status(kube)
+        assert set(status["realizedError"]) >= {"1h", "6h"}
+        held = b.forecast_log.load(series)
+        assert min(held) == midnight and max(held) == midnight + pd.Timedelta(hours=18) and len(held) == 19
+        c = client(uri)
+        experiment = c.get_experiment_by_name(f"headroom/{series}").experiment_id
+        (accuracy,) = c.search_runs([experiment], "tags.`headroom.kind` = 'accuracy'")
+        first_target = int(midnight.timestamp() // 3600)
+        for h, first in ((1, first_target + 0), (6, first_target + 5)):
+            steps = sorted(m.step for m in c.get_metric_history(accuracy.info.run_id, f"abs_error_{h}h"))
+            # targets up to 17:00 (the last complete hour at 18:00), one point each, none missing across 12:00-13:00
+            assert steps == list(range(first, first_target + 18)), (h, steps)
+    finally:
+        for cluster, _, _ in replicas_.values():
+            cluster.close()

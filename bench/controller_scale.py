@@ -1,0 +1,388 @@
+"""The controller at scale, on a real kube-apiserver + etcd (Kueue v0.19.2's genuine CRDs) and a real Prometheus.
+
+For each policy count (10, 100, 1,000 ReservationPolicies; Workloads spread over 20 training ClusterQueues,
+5,000 of them beside 1,000 policies) the bench builds the cluster, then runs `headroom run`'s reconciler in a
+process of its own (so its memory is its own), reading through the watch cache as `headroom run` does:
+
+  * start-up half an hour before: every series fitted in the background while reconciles go on, until every
+    forecast is in and the cluster holds the plan,
+  * the hour: its first reconcile (every lookback read whole, realized error, the hourly refit of every series
+    started in the background; reported on its own), then steady-state reconciles a simulated minute apart
+    (no refit of their own, the refit running beside them): their wall time (p99), the API requests each
+    sends (counted in the adapter, every attempt) beside the objects it wrote,
+  * demand jumps: a few policies' queries multiply their demand by 4 from a given minute (PromQL `time()`), so
+    demand rises above the reservation; the reclaim latency is the reconcile interval (the longest a jump waits
+    to be seen) plus the time from the start of the reconcile that sees it to the chosen Workloads inactive on
+    the API server (seen by a separate watch in this process),
+  * the controller's resident memory (VmHWM: its peak).
+
+Nothing runs Kueue: Workloads are admitted by writing their status as Kueue's scheduler would
+(tests/servers/kueue.py). The servers come from tests/servers (scripts/install-servers.sh builds them).
+
+    python bench/controller_scale.py              # 10, 100, 1,000 policies -> bench/results/controller-scale.json
+    python bench/controller_scale.py --quick      # 10 and 100 policies, fewer Workloads (what the test runs)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+INFERENCE_NAMESPACES = 10
+TRAINING_QUEUES = 20
+GPUS_PER_WORKLOAD = 2
+DEMAND_PER_GPU = 100.0          # the NASA trace's requests per 5 min per GPU: 1-15 GPUs a policy
+JUMP_FACTOR = 4
+STORE_NAMESPACE = "headroom-system"  # the forecast store beside the Lease
+INTERVAL_SECONDS = 15.0         # the reconcile interval the bench assumes (run.interval_seconds)
+HOUR = pd.Timestamp("1995-08-15T10:00:00Z")  # a weekday morning, a full 28-day lookback behind it
+FULL = ((10, 500), (100, 2000), (1000, 5000))
+QUICK = ((10, 200), (100, 500))
+RESULTS = ROOT / "bench" / "results" / "controller-scale.json"
+DOC = ROOT / "docs" / "bench-controller.md"
+
+
+def inference_ns(i: int) -> str:
+    return f"scale-inf-{i % INFERENCE_NAMESPACES}"
+
+
+def training_ns(q: int) -> str:
+    return f"scale-train-{q}"
+
+
+def queue(q: int) -> str:
+    return f"scale-train-{q}"
+
+
+def jump_time(j: int) -> pd.Timestamp:
+    return HOUR + pd.Timedelta(minutes=5 * (j + 1))
+
+
+def policy(i: int, jump: pd.Timestamp | None) -> dict:
+    from tests.servers.prometheus import METRIC
+
+    scale = 0.5 + (i % 7) / 6  # different demand per policy, the same real shape
+    query = f"{METRIC} * {scale:.4f}"
+    if jump is not None:  # demand x JUMP_FACTOR from `jump` on
+        query = f"{query} * (1 + {JUMP_FACTOR - 1} * (time() >= bool {int(jump.timestamp())}))"
+    return {"apiVersion": "headroom.dev/v1alpha1", "kind": "ReservationPolicy",
+            "metadata": {"name": f"p{i}", "namespace": inference_ns(i)},
+            "spec": {"query": query, "statistic": "max",
+                     "capacity": {"demandPerGpu": DEMAND_PER_GPU, "gpusPerReplica": 1},
+                     "target": {"kind": "Deployment", "name": f"p{i}"},
+                     "trainingClusterQueues": [queue(i % TRAINING_QUEUES), queue((i + 10) % TRAINING_QUEUES)],
+                     "minGpus": 1, "leadTime": "15m", "reclaimDeadline": "5m", "mode": "active"}}
+
+
+def deployment(i: int) -> dict:
+    labels = {"app": f"p{i}"}
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": f"p{i}", "namespace": inference_ns(i)},
+            "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": {
+                "metadata": {"labels": labels}, "spec": {"containers": [{"name": "server", "image": "inference:1"}]}}}}
+
+
+# ---------------------------------------------------------------------------- servers and the cluster
+def start_servers(work: Path):
+    """etcd + kube-apiserver with headroom's and Kueue's CRDs, and Prometheus holding the NASA trace."""
+    from adapters.kube import KubeCluster
+    from forecast.history import load_history
+    from tests.servers import kube as kube_servers
+    from tests.servers import prometheus as prom_servers
+    from tests.servers.fixtures import CRD_PATH, NASA_TRACE, _established, crd_documents
+
+    if not NASA_TRACE.is_file():
+        raise SystemExit(f"the NASA trace is not at {NASA_TRACE} (../shared/data beside the repo)")
+    missing = [n for n, p in {**kube_servers.binaries(), **prom_servers.binaries()}.items() if not p]
+    if missing:
+        raise SystemExit(f"{', '.join(missing)} not installed: run scripts/install-servers.sh")
+    kube = kube_servers.start_kube(work / "kube")
+    text = work / "demand.om"
+    prom_servers.write_openmetrics(load_history(NASA_TRACE), text)
+    prom_servers.backfill(text, work / "blocks")
+    prometheus = prom_servers.start_prometheus(work / "blocks", work / "prom")
+    admin = KubeCluster.from_kubeconfig(str(kube.apiserver.kubeconfig()), request_timeout=60)
+    crds = crd_documents(ROOT / "deploy" / "crds")
+    for crd in crds:
+        admin.apply(f"{CRD_PATH}/{crd['metadata']['name']}", crd)
+    kueue_crds = kube_servers.kueue_crd_documents()
+    for crd in kueue_crds:
+        admin.create(CRD_PATH, crd)
+    _established(admin, [c["metadata"]["name"] for c in crds + kueue_crds])
+    return kube, prometheus, admin
+
+
+def parallel(fn, items, workers: int = 8) -> None:
+    with ThreadPoolExecutor(workers) as pool:
+        list(pool.map(fn, items))
+
+
+def build(admin, policies: int, workloads: int, jumps: int) -> None:
+    """Namespaces, 20 training ClusterQueues (one cohort) and their LocalQueues, one Deployment and one policy per
+    policy, and `workloads` admitted Workloads of 2 GPUs spread over the queues."""
+    from tests.servers import kueue
+
+    namespaces = {inference_ns(i) for i in range(INFERENCE_NAMESPACES)} | {STORE_NAMESPACE}
+    for ns in namespaces | {training_ns(q) for q in range(TRAINING_QUEUES)}:
+        admin.apply(f"/api/v1/namespaces/{ns}", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    admin.apply(kueue.path("resourceflavors", kueue.FLAVOR), kueue.resource_flavor())
+    for q in range(TRAINING_QUEUES):
+        admin.apply(kueue.path("clusterqueues", queue(q)), kueue.cluster_queue(queue(q), gpus=0))
+        admin.apply(kueue.path("localqueues", queue(q), training_ns(q)), kueue.local_queue(training_ns(q), queue(q)))
+    parallel(lambda i: admin.create(f"/apis/apps/v1/namespaces/{inference_ns(i)}/deployments", deployment(i)),
+             range(policies))
+    parallel(lambda i: admin.create(f"/apis/headroom.dev/v1alpha1/namespaces/{inference_ns(i)}/reservationpolicies",
+                                    policy(i, jump_time(i) if i < jumps else None)), range(policies))
+
+    def admitted(k: int) -> None:
+        q = k % TRAINING_QUEUES
+        admin.create(kueue.path("workloads", namespace=training_ns(q)), kueue.workload(
+            training_ns(q), f"w{k}", queue(q), gpus_per_pod=GPUS_PER_WORKLOAD, annotations={
+                "headroom.dev/preemption-seconds": "60", "headroom.dev/checkpoint-interval-seconds": "1800",
+                "headroom.dev/last-checkpoint": (HOUR - pd.Timedelta(minutes=20)).strftime("%Y-%m-%dT%H:%M:%SZ")}))
+        kueue.admit(admin, training_ns(q), f"w{k}", queue(q))
+
+    parallel(admitted, range(workloads))
+
+
+def clean(admin) -> None:
+    """Everything a row made (deletecollection per namespace; the namespaces stay)."""
+    from tests.servers import kueue
+
+    for i in range(INFERENCE_NAMESPACES):
+        ns = inference_ns(i)
+        for path in (f"/apis/headroom.dev/v1alpha1/namespaces/{ns}/reservationpolicies",
+                     f"/apis/apps/v1/namespaces/{ns}/deployments"):
+            admin._request("DELETE", path)
+    admin._request("DELETE", f"/api/v1/namespaces/{STORE_NAMESPACE}/configmaps")
+    for q in range(TRAINING_QUEUES):
+        admin._request("DELETE", kueue.path("workloads", namespace=training_ns(q)))
+    deadline = time.monotonic() + 120
+    while admin.get(kueue.path("workloads")).get("items") or admin.get(
+            "/apis/headroom.dev/v1alpha1/reservationpolicies").get("items"):
+        if time.monotonic() > deadline:
+            raise RuntimeError("the previous row's objects are still being deleted")
+        time.sleep(0.5)
+
+
+class Deactivations:
+    """A watch of every Workload from this process: the wall time each one became inactive on the API server."""
+
+    def __init__(self, kubeconfig: str):
+        from adapters.kube import WATCHED, Informer, KubeCluster
+        from tests.servers import kueue
+
+        self.cluster = KubeCluster.from_kubeconfig(kubeconfig, request_timeout=60)
+        self.at: dict[str, float] = {}
+        self.kueue = ThreadPoolExecutor(2)
+        self.closing = False
+        outer = self
+
+        class Watch(Informer):
+            def put(self, obj, deleted=False):
+                key = "{}/{}".format(*Informer.key(obj))
+                inactive = not deleted and (obj.get("spec") or {}).get("active", True) is False
+                if inactive and key not in outer.at:
+                    outer.at[key] = time.time()
+                if inactive and (obj.get("status") or {}).get("admission") and not outer.closing:
+                    # Kueue: the pods stop and the quota is released a moment later
+                    outer.kueue.submit(kueue.complete_eviction, outer.cluster, *Informer.key(obj))
+                super().put(obj, deleted)
+
+        self.informer = Watch(self.cluster, WATCHED["workloads"]).start()
+        while self.informer.items() is None:
+            time.sleep(0.05)
+        self.at.clear()  # what the first LIST held is not a deactivation seen
+
+    def close(self) -> None:
+        self.closing = True
+        self.informer.stop()
+        self.kueue.shutdown(wait=True)
+        self.cluster.close()
+
+
+# ---------------------------------------------------------------------------- the controller's process
+def controller(args: dict) -> dict:
+    """`headroom run`'s reconciler on the cluster; runs in its own process (see main)."""
+    import logging
+
+    from adapters.kube import KubeCluster
+    from adapters.prometheus import PrometheusDemand
+    from controller.actions import Evict
+    from controller.reconcile import Reconciler
+    from core.settings import PrometheusServer, RunConfig
+
+    logging.basicConfig(level=logging.ERROR)
+    cluster = KubeCluster.from_kubeconfig(args["kubeconfig"], request_timeout=30).watch(timeout=120)
+    server = PrometheusServer(url=args["prometheus"], step="5m", timeout_seconds=30, retries=2)
+    cfg = RunConfig(cluster="kubernetes", prometheus=server, capacity_gpus=args["capacity"],
+                    retrain_every_seconds=0, interval_seconds=INTERVAL_SECONDS)
+    store = cluster.forecast_store(STORE_NAMESPACE, keep_seconds=50 * 3600, rows=24)
+    r = Reconciler(cluster, PrometheusDemand(server), cfg, forecast_log=store, refit_beside=True)  # as `headroom run`
+
+    def one(now: pd.Timestamp):
+        before = dict(cluster.requests)
+        started, wall = time.monotonic(), time.time()
+        state = r.reconcile(now)
+        evicted = [a.workload for a in state.actions if isinstance(a, Evict)]
+        sent = {m: n - before.get(m, 0) for m, n in cluster.requests.items()}
+        return {"now": now.isoformat(), "seconds": time.monotonic() - started, "started": wall,
+                "requests": sum(sent.values()), "writes": sum(n for m, n in sent.items() if m != "GET"),
+                "actions": len(state.actions), "refitting": r.refitting(),
+                "evicted": evicted, "errors": dict(state.reconcile_errors_total),
+                "fallback": sum(ps.fallback for ps in state.policies.values() if ps.valid),
+                "valid": sum(ps.valid for ps in state.policies.values())}
+
+    # Start-up, the hour before: every series fitted in the background while reconciles go on (a simulated
+    # 20 s apart), until every forecast is in and the cluster holds the plan.
+    started, t, warm = time.monotonic(), HOUR - pd.Timedelta(minutes=30), []
+    while True:
+        warm.append(one(t))
+        if warm[-1]["refitting"] == 0 and warm[-1]["fallback"] == 0 and len(warm) > 2:
+            break
+        if time.monotonic() - started > 1800:
+            raise RuntimeError(f"the first forecasts were not in after 30 minutes: {warm[-1]}")
+        t += pd.Timedelta(seconds=20)
+        time.sleep(0.5)
+    startup = time.monotonic() - started
+    # The hour: its first reconcile starts the hourly refit of every series beside the reconciles a simulated
+    # minute apart; the demand jumps fall inside it.
+    refit_started = time.monotonic()
+    refit_done = None
+    steady = []
+    for m in range(args["minutes"] + 1):
+        steady.append(one(HOUR + pd.Timedelta(minutes=m)))
+        if refit_done is None and steady[-1]["refitting"] == 0 and m > 0:
+            refit_done = time.monotonic() - refit_started
+    while refit_done is None:  # the refit outlasted the reconciles: wait for it (and keep reconciling)
+        steady.append(one(HOUR + pd.Timedelta(minutes=args["minutes"])))
+        if steady[-1]["refitting"] == 0:
+            refit_done = time.monotonic() - refit_started
+        time.sleep(1)
+    status = Path("/proc/self/status").read_text()
+    peak = int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:"))) * 1024
+    rss = int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:"))) * 1024
+    cluster.close()
+    return {"warm": warm, "startup_seconds": startup, "refit_seconds": refit_done, "steady": steady,
+            "rss_bytes": rss, "peak_rss_bytes": peak}
+
+
+# ---------------------------------------------------------------------------- one row
+def row(kube, prometheus, admin, policies: int, workloads: int, jumps: int, minutes: int) -> dict:
+    clean(admin)
+    started = time.monotonic()
+    build(admin, policies, workloads, jumps)
+    built = time.monotonic() - started
+    watch = Deactivations(str(kube.apiserver.kubeconfig()))
+    # the training Workloads hold every GPU the policies do not reserve: any demand jump takes GPUs back
+    capacity = workloads * GPUS_PER_WORKLOAD + policies
+    args = {"kubeconfig": str(kube.apiserver.kubeconfig()), "prometheus": prometheus.url, "capacity": capacity,
+            "minutes": minutes}
+    done = subprocess.run([sys.executable, __file__, "--controller", json.dumps(args)], capture_output=True,
+                          text=True, cwd=ROOT)
+    if done.returncode != 0:
+        raise RuntimeError(f"the controller failed:\n{done.stderr[-4000:]}")
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    if os.environ.get("HEADROOM_SCALE_RAW"):  # every reconcile, for a closer look
+        Path(os.environ["HEADROOM_SCALE_RAW"]).joinpath(f"controller-{policies}.json").write_text(json.dumps(out))
+    time.sleep(1)  # the last deactivations reach the watch
+    watch.close()
+    steady = out["steady"]
+    # steady state (no refit): the reconciles a minute apart inside the hour; the hour's first one (the full
+    # re-read of every lookback, realized error, the refit started) is reported on its own
+    hourly, rest = steady[0], steady[1:]
+    seconds = np.array([s["seconds"] for s in rest])
+    requests = np.array([s["requests"] for s in rest])
+    changed = np.array([s["writes"] for s in rest])  # objects written (status, scale, quota, eviction, event)
+    reclaims = []
+    for j in range(jumps):  # from the start of the reconcile that first sees the jump to the victims inactive
+        after = [s for s in steady if jump_time(j) <= pd.Timestamp(s["now"]) <= jump_time(j) + pd.Timedelta(minutes=2)]
+        victims = [w for s in after for w in s["evicted"]]
+        landed = [watch.at[w] for w in victims if w in watch.at]
+        if after and landed:
+            reclaims.append(INTERVAL_SECONDS + max(landed) - after[0]["started"])
+    errors: dict[str, int] = {}
+    for s in [*out["warm"], *steady]:
+        for k, v in s["errors"].items():
+            errors[k] = max(errors.get(k, 0), v)
+    during = [s["seconds"] for s in rest if s["refitting"]]
+    return {"policies": policies, "workloads": workloads, "training_cluster_queues": TRAINING_QUEUES,
+            "reconcile_p99_seconds": round(float(np.percentile(seconds, 99)), 3),
+            "reconcile_median_seconds": round(float(np.median(seconds)), 3),
+            "api_requests_per_reconcile": round(float(requests.mean()), 1),
+            "api_requests_max": int(requests.max()),
+            "changed_objects_per_reconcile": round(float(changed.mean()), 1),
+            "requests_beyond_2_per_changed_max": int((requests - 2 * changed).max()),
+            "rss_bytes": out["rss_bytes"], "peak_rss_bytes": out["peak_rss_bytes"],
+            "reclaim_p99_seconds": round(float(np.percentile(reclaims, 99)), 3) if reclaims else None,
+            "reclaims_measured": len(reclaims), "jumps": jumps,
+            "hourly_refit_seconds": round(out["refit_seconds"], 1),
+            "top_of_hour_reconcile_seconds": round(hourly["seconds"], 3),
+            "top_of_hour_requests": hourly["requests"], "top_of_hour_writes": hourly["writes"],
+            "reconcile_max_during_refit_seconds": round(max(during), 3) if during else None,
+            "reconciles_during_refit": len(during),
+            "startup_seconds": round(out["startup_seconds"], 1),
+            "startup_evictions": sum(len(s["evicted"]) for s in out["warm"]),
+            "steady_reconciles": len(rest), "interval_seconds": INTERVAL_SECONDS,
+            "policies_in_fallback": steady[-1]["fallback"], "reconcile_errors": errors,
+            "build_seconds": round(built, 1)}
+
+
+def table(rows: list[dict]) -> str:
+    head = ("| policies | Workloads | reconcile p99 (s) | median (s) | API requests / reconcile | changed objects / "
+            "reconcile | controller RSS (MiB) | reclaim p99 (s) | hourly refit, beside (s) |\n"
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+    lines = [f"| {r['policies']:,} | {r['workloads']:,} | {r['reconcile_p99_seconds']:.2f} | "
+             f"{r['reconcile_median_seconds']:.2f} | {r['api_requests_per_reconcile']:.1f} | "
+             f"{r['changed_objects_per_reconcile']:.1f} | {r['rss_bytes'] / 2**20:.0f} | "
+             f"{r['reclaim_p99_seconds'] if r['reclaim_p99_seconds'] is not None else 'n/a'} | "
+             f"{r['hourly_refit_seconds']:.0f} |" for r in rows]
+    return head + "\n".join(lines) + "\n"
+
+
+def run(counts, minutes: int = 20, jumps: int = 3, out: Path | None = RESULTS, work: Path | None = None) -> list[dict]:
+    work = Path(work or tempfile.mkdtemp(prefix="headroom-scale-"))
+    kube, prometheus, admin = start_servers(work)
+    rows = []
+    try:
+        for policies, workloads in counts:
+            rows.append(row(kube, prometheus, admin, policies, workloads, min(jumps, policies), minutes))
+            print(json.dumps(rows[-1]), flush=True)
+    finally:
+        admin.close()
+        prometheus.stop()
+        kube.stop()
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({"cores": os.cpu_count(), "rows": rows}, indent=2) + "\n")
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="10 and 100 policies, fewer Workloads and reconciles")
+    p.add_argument("--out", type=Path, default=RESULTS)
+    p.add_argument("--controller", help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.controller:
+        print(json.dumps(controller(json.loads(a.controller))))
+        return 0
+    rows = run(QUICK if a.quick else FULL, minutes=12 if a.quick else 20, jumps=2 if a.quick else 3, out=a.out)
+    print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
