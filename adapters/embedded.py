@@ -25,7 +25,7 @@ import copy
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 import pandas as pd
@@ -103,6 +103,21 @@ class _Jobs:
                "interval": float, "priority": np.int64, "created": float, "state": np.int64,
                "admitted_at": float, "stop_at": float, "queue": np.int64,
                "ids": object, "queue_names": object}  # "training/<name>" and the queue's name, for the planner
+    # the columns, set from NUMERIC in __init__ and grown in add
+    gpus: np.ndarray
+    work: np.ndarray
+    progress: np.ndarray
+    credited: np.ndarray
+    preempt: np.ndarray
+    interval: np.ndarray
+    priority: np.ndarray
+    created: np.ndarray
+    state: np.ndarray
+    admitted_at: np.ndarray
+    stop_at: np.ndarray
+    queue: np.ndarray
+    ids: np.ndarray
+    queue_names: np.ndarray
 
     def __init__(self) -> None:
         self.size = 0
@@ -133,7 +148,7 @@ class _Jobs:
 
 
 def _utc(seconds: float) -> datetime:
-    return datetime.fromtimestamp(seconds, timezone.utc)
+    return datetime.fromtimestamp(seconds, UTC)
 
 
 class EmbeddedCluster:
@@ -141,7 +156,8 @@ class EmbeddedCluster:
     `admit` (Kueue's scheduling pass)."""
 
     def __init__(self, capacity_gpus: int, policies: list[dict], demand: Mapping[str, pd.Series], start: float,
-                 settings: WorldSettings = WorldSettings(), jobs: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None):
+                 settings: WorldSettings = WorldSettings(),
+                 jobs: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None):
         self.capacity_gpus = capacity_gpus
         self.settings = settings
         self.now = start
@@ -499,7 +515,8 @@ class EmbeddedCluster:
         warm in it; the HPA reacts."""
         t0, dt = self.now, to - self.now
         if dt <= 0:
-            raise ValueError(f"the clock only moves forward ({pd.Timestamp(t0, unit='s')} -> {pd.Timestamp(to, unit='s')})")
+            raise ValueError(f"the clock only moves forward "
+                             f"({pd.Timestamp(t0, unit='s')} -> {pd.Timestamp(to, unit='s')})")
         j, a = self.jobs, self.accounting
         freed: list[tuple[float, int]] = []
         r = self._running

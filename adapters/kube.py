@@ -417,7 +417,7 @@ class KubeCluster:
         if not self.informers or not isinstance(obj, dict):
             return
         group = (obj.get("apiVersion") or "").split("/")[0]
-        name = _CACHED_KINDS.get((group, obj.get("kind")))
+        name = _CACHED_KINDS.get((group, str(obj.get("kind"))))
         if name is None and obj.get("kind") in _TARGET_PLURALS:  # a target: its namespace's cache
             name = f"{_TARGET_PLURALS[obj['kind']]}@{(obj.get('metadata') or {}).get('namespace')}"
         if name in self.informers and (obj.get("metadata") or {}).get("name"):
@@ -551,8 +551,8 @@ class KubeCluster:
     def workloads(self) -> list[WorkloadInfo]:
         """Every Kueue Workload (one LIST of Workloads and one of LocalQueues, or the watch caches), oldest
         first."""
-        local_queues = {Informer.key(q): (q.get("spec") or {}).get("clusterQueue")
-                        for q in self._objects("localqueues")}
+        local_queues = {Informer.key(q): str((q.get("spec") or {}).get("clusterQueue"))
+                        for q in self._objects("localqueues") if (q.get("spec") or {}).get("clusterQueue")}
         found = [workload_info(w, local_queues, self.resource) for w in self._objects("workloads")]
         return sorted(found, key=lambda w: (w.creation or datetime.min.replace(tzinfo=UTC),
                                             w.namespace, w.name))
@@ -581,6 +581,8 @@ class KubeCluster:
     def target_state(self, target: TargetRef) -> TargetState:
         """Replicas of an inference target: from the watch caches (watching), else one GET (an HPA: two, itself
         and its Deployment)."""
+        if target.namespace is None:
+            raise ClusterError(f"{target.kind} {target.name}: a Deployment or HPA target needs a namespace")
         if target.kind == "Deployment":
             d = self._target("Deployment", target.namespace, target.name)
             return TargetState(int((d.get("spec") or {}).get("replicas", 1) or 0),
@@ -666,11 +668,11 @@ class KubeCluster:
         changed = self._update(path, mutate)[1]
         informer = self.informers.get(f"deployments@{namespace}")
         held = informer.get((namespace, name), copied=True) if informer is not None else None
-        if held is not None and (held.get("spec") or {}).get("replicas") != replicas:
+        if informer is not None and held is not None and (held.get("spec") or {}).get("replicas") != replicas:
             # the write returned a Scale, not the Deployment: the cache holds the new replicas until the watch
             # brings the Deployment itself (same resourceVersion: the next event replaces this copy)
             held.setdefault("spec", {})["replicas"] = replicas
-            informer.put(held)
+            informer.put(held)  # held came from this informer
         return changed
 
     def set_hpa_min_replicas(self, namespace: str, name: str, min_replicas: int) -> bool:
@@ -747,7 +749,7 @@ class KubeCluster:
         path = self.custom_path(HEADROOM_GROUP, HEADROOM_VERSION, "reservationpolicies", name, namespace)
         now = _rfc3339(_now())
 
-        def mutate(policy: dict) -> dict:
+        def mutate(policy: dict) -> dict | None:
             old = {c["type"]: c for c in (policy.get("status") or {}).get("conditions", []) or []}
             merged = dict(old)
             for cond in status.conditions:
@@ -861,14 +863,14 @@ class LeaseElector:
         try:
             lease = self.cluster.get(self.path)
         except NotFound:
+            spec0 = self._spec(0, "")
             body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                    "metadata": {"name": self.name, "namespace": self.namespace},
-                    "spec": self._spec(0, "")}
+                    "metadata": {"name": self.name, "namespace": self.namespace}, "spec": spec0}
             try:
                 self.cluster._request("POST", f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases", body)
             except Conflict:  # someone else created it first
                 return self._lost()
-            return self._won(body["spec"])
+            return self._won(spec0)
         spec = lease.get("spec", {}) or {}
         holder = spec.get("holderIdentity") or ""
         record = (holder, spec.get("renewTime"), spec.get("leaseTransitions"))

@@ -25,7 +25,10 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # imported when used: mlflow is slow to import
+    from mlflow.tracking import MlflowClient
 
 CHAMPION = "champion"
 
@@ -57,7 +60,7 @@ def experiment_name(series: str) -> str:
 class Tracker:
     def __init__(self, tracking_uri: str | None = None):
         self.uri = resolve_uri(tracking_uri)
-        self._client = None
+        self._client: MlflowClient | None = None
 
     # -- connection ---------------------------------------------------------------------------
     @property

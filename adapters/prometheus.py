@@ -102,7 +102,7 @@ class PrometheusSource:
         return series.reindex(series.index.union(full)).rename("value")
 
 
-def prometheus_source(server: PrometheusServer, query: str, start, end) -> "PrometheusSource":
+def prometheus_source(server: PrometheusServer, query: str, start, end) -> PrometheusSource:
     """A source for `query` over [start, end] on `server`."""
     token = server.bearer_token_file.read_text().strip() if server.bearer_token_file else None
     return PrometheusSource(url=server.url, query=query, start=start, end=end, step=server.step, bearer_token=token,

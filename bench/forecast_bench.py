@@ -34,6 +34,7 @@ RESULTS = REPO / "bench" / "results"
 sys.path.insert(0, str(REPO))
 
 from forecast.metrics import coverage, mase, seasonal_scale, smape  # noqa: E402  the one scorer
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from m4_files import read_wide  # noqa: E402
 
@@ -572,7 +573,8 @@ def markdown(report: dict) -> str:
         lines += [f"## M4 hourly ({m4['series']} series, horizon 48)", "",
                   "OWA = 0.5·(sMAPE/sMAPE_Naive2 + MASE/MASE_Naive2) with our own Naive2. "
                   "Published rows from shared/data/m4/m4_hourly_point_forecast_results.csv.", "",
-                  "| method | sMAPE | MASE | OWA | s/series | published sMAPE / MASE / OWA |", "|---|---|---|---|---|---|"]
+                  "| method | sMAPE | MASE | OWA | s/series | published sMAPE / MASE / OWA |",
+                  "|---|---|---|---|---|---|"]
         pub = m4["published"]
         for name, r in m4["methods"].items():
             p = pub.get(name)
@@ -582,7 +584,8 @@ def markdown(report: dict) -> str:
         for ref in ("238", "118"):
             if ref in pub:
                 p = pub[ref]
-                lines.append(f"| published {p['description']} | | | | | {p['smape']:.3f} / {p['mase']:.3f} / {p['owa']:.3f} |")
+                lines.append(f"| published {p['description']} | | | | | "
+                             f"{p['smape']:.3f} / {p['mase']:.3f} / {p['owa']:.3f} |")
         lines.append("")
     if report.get("choices"):
         lines += protocol_markdown(report["choices"])
@@ -598,7 +601,8 @@ def markdown(report: dict) -> str:
     lines += ["## Targets", "", "| target | result | detail |", "|---|---|---|"]
     for name, t in report["targets"].items():
         detail = {k: v for k, v in t.items() if k != "pass"}
-        lines.append(f"| {name} | {'PASS' if t['pass'] else 'FAIL'} | `{json.dumps(detail, default=_json_num)[:300]}` |")
+        verdict = "PASS" if t["pass"] else "FAIL"
+        lines.append(f"| {name} | {verdict} | `{json.dumps(detail, default=_json_num)[:300]}` |")
     if not report["targets"]:
         lines.append("| (none evaluated) | | |")
     return "\n".join(lines) + "\n"
@@ -815,7 +819,8 @@ def main(argv=None) -> int:
                     help='"default" (AutoForecaster\'s own), "fast", "full" or a comma list of model names')
     ap.add_argument("--m4-limit", type=int, default=None)
     ap.add_argument("--reuse-headroom", type=Path, default=None,
-                    help="take headroom's results (traces, M4, scale) from an earlier forecast.json; re-score peers only")
+                    help="take headroom's results (traces, M4, scale) from an earlier forecast.json; "
+                         "re-score peers only")
     args = ap.parse_args(argv)
     prev = json.loads(args.reuse_headroom.read_text()) if args.reuse_headroom else None
     if not DATA.is_dir():
@@ -900,7 +905,8 @@ def main(argv=None) -> int:
                                "seconds_per_series": float(np.mean(hr["seconds"])),
                                "wall_seconds": hr["wall_seconds"], "series": k, "chosen": chosen, "candidates": c}
         log(f"M4 headroom: sMAPE {sc['smape']:.3f} MASE {sc['mase']:.3f} OWA {owa(sc, n2k):.3f} coverage 80/90 "
-            f"{methods['headroom']['coverage_80']:.3f}/{methods['headroom']['coverage_90']:.3f} in {hr['wall_seconds']:.0f}s")
+            f"{methods['headroom']['coverage_80']:.3f}/{methods['headroom']['coverage_90']:.3f} "
+            f"in {hr['wall_seconds']:.0f}s")
     report["m4"] = {"series": len(ids), "methods": methods, "published": pub}
     write(report, args)
     if args.protocol_round1:

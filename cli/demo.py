@@ -95,13 +95,18 @@ def run_demo(out: Path, quick: bool, cfg, say) -> dict:
     cluster, demand = embedded(cfg, r, now)
     state = Reconciler(cluster, demand, r, models=Models(uri), dry_run=True).reconcile(now)
     ps = state.policies["default/inference"]
+    hours, step = ps.hours, ps.step
+    if hours is None or step is None:  # an invalid policy or a failed reconcile plans nothing
+        from core.errors import HeadroomError
+
+        raise HeadroomError(f"demo: no plan for {ps.name}: {ps.error or 'the reconcile failed'}")
     say(f"plan at {now:%Y-%m-%d %H:%M} UTC on the embedded {c.gpus}-GPU cluster")
     print(f"plan at {now:%Y-%m-%d %H:%M} UTC ({c.gpus} GPUs), policy {policy_file}:")
-    print(f"  now: {ps.step.reason}")
+    print(f"  now: {step.reason}")
     print(f"  {'hour (UTC)':<17}{'reserved':>9}{'headroom':>9}")
-    for k in range(min(6, len(ps.hours.starts))):
-        hour = pd.Timestamp(ps.hours.starts[k], unit="s", tz="UTC")
-        print(f"  {hour:%Y-%m-%d %H:%M}{int(ps.hours.reserved[k]):>9}{int(ps.hours.headroom[k]):>9}")
+    for k in range(min(6, len(hours.starts))):
+        hour = pd.Timestamp(hours.starts[k], unit="s", tz="UTC")
+        print(f"  {hour:%Y-%m-%d %H:%M}{int(hours.reserved[k]):>9}{int(hours.headroom[k]):>9}")
     for action in state.actions:
         print(f"  would {describe(action)}")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from cli.config import Config, load_config
 from cli.progress import counter
@@ -17,8 +17,6 @@ from cli.simulate import cmd_simulate, cmd_tune
 from cli.sources import load_series
 from controller.simulate import POLICIES
 from core.errors import ConfigError
-
-
 
 
 def _quantile_list(text: str) -> list[float]:
@@ -35,7 +33,7 @@ def cmd_forecast(cfg: Config, args) -> int:
     from forecast.backtest import AutoForecaster
     from forecast.history import HistoryError
 
-    series, report = load_series(cfg, datetime.now(timezone.utc))
+    series, report = load_series(cfg, datetime.now(UTC))
     real = int(series.notna().sum())
     if real < MIN_FORECAST_POINTS:
         raise HistoryError(f"{cfg.history.file or 'the history'}: {real} {cfg.history.step} points with data; a "
@@ -65,14 +63,15 @@ def cmd_backtest(cfg: Config, args) -> int:
     from forecast.calibrate import origins
     from forecast.history import HistoryError
 
-    series, _ = load_series(cfg, datetime.now(timezone.utc))
+    series, _ = load_series(cfg, datetime.now(UTC))
     b = cfg.backtest
     if not origins(len(series), b.horizon, b.folds, b.step):
         raise HistoryError(f"{cfg.history.file or 'the history'}: {len(series)} hourly points; a backtest needs two "
                            f"days to fit plus --horizon {b.horizon} h to score ({48 + b.horizon} points at least)")
     result = backtest(series, horizon=b.horizon, folds=b.folds, step=b.step, progress=counter("backtest"))
     payload = result.to_json()
-    payload["history"] = str(cfg.history.file or cfg.history.prometheus.query)
+    h = cfg.history
+    payload["history"] = str(h.file or (h.prometheus.query if h.prometheus is not None else None))
     if args.json:
         print(json.dumps(payload))
         return 0
@@ -99,7 +98,8 @@ def _history_args(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="headroom", description="Forecasting-driven GPU autoscaling: reserve "
-                                     "inference ahead of demand, lend the slack to training, always able to take it back.")
+                                     "inference ahead of demand, lend the slack to training, always able to take it "
+                                     "back.")
     parser.add_argument("--config", help="YAML configuration file (flags override it)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -129,7 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("history", nargs="?", metavar="DEMAND", help="demand trace, CSV or Parquet (history.file)")
         p.add_argument("--gpus", type=int, help="cluster size (simulate.gpus, default 128)")
         scale = p.add_mutually_exclusive_group()
-        scale.add_argument("--peak-gpus", type=float, help="scale the trace's 99.9th percentile to N GPUs (default 100)")
+        scale.add_argument("--peak-gpus", type=float,
+                           help="scale the trace's 99.9th percentile to N GPUs (default 100)")
         scale.add_argument("--per-gpu", type=float, help="demand one GPU serves (simulate.per_gpu)")
         p.add_argument("--days", type=float, help="evaluated days at the end; before is history (default 7)")
         p.add_argument("--jobs", help="training job trace CSV (num_gpu, creation_time, scheduled_time, deletion_time)")
@@ -158,7 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--history", help="train one series from this file (with --name) instead of training.series")
     p.add_argument("--name", help="series name for --history (training.name)")
     p.add_argument("--tracking-uri", dest="tracking_uri", help="MLflow tracking URI (training.tracking_uri)")
-    p.set_defaults(run=cmd_train, overrides=lambda a: {"training.name": a.name, "training.tracking_uri": a.tracking_uri})
+    p.set_defaults(run=cmd_train,
+                   overrides=lambda a: {"training.name": a.name, "training.tracking_uri": a.tracking_uri})
 
     def cmd_report(cfg: Config, args) -> int:
         from cli.report import cmd_report as report

@@ -28,7 +28,8 @@ def cmd_report(cfg, args) -> int:
              "scaling": f"{c.per_gpu} demand per GPU" if c.per_gpu else f"99.9th percentile = {c.peak_gpus:g} GPUs",
              "simulated": f"last {c.days:g} days (everything before is history)",
              "training": f"job trace {c.jobs}" if c.jobs else "saturated backlog",
-             "objective": f"shortage <= {f.objective.max_shortage:.3%}, short steps <= {f.objective.max_short_steps:.2%}",
+             "objective": f"shortage <= {f.objective.max_shortage:.3%}, "
+                          f"short steps <= {f.objective.max_short_steps:.2%}",
              "forecast policy": f"target q{f.target_quantile:g}, warm buffer {f.warm_buffer:g}, scale-in delay "
                                 f"{f.scale_in_delay}, lead {f.lead_time}, headroom q{f.headroom_quantile:g}"
                                 + (f" ({tuned.reason})" if tuned is not None else " (from --policy-file)")}

@@ -44,7 +44,8 @@ def add_plan_parser(sub) -> None:
                                     "actions it would take (run.policies and their history files; changes nothing)")
     p.add_argument("--now", help="the plan's moment (ISO-8601; default: where the histories end)")
     p.add_argument("--hours", type=_positive_int, default=6, help="hours of the plan to show (default 6)")
-    p.add_argument("--policy-file", action="append", metavar="P.yaml", help="ReservationPolicy manifest(s), with --history")
+    p.add_argument("--policy-file", action="append", metavar="P.yaml",
+                   help="ReservationPolicy manifest(s), with --history")
     p.add_argument("--history", metavar="DEMAND", help="the demand --policy-file's policies are read from")
     p.add_argument("--json", action="store_true", help="one JSON object")
     p.set_defaults(run=cmd_plan, overrides=lambda a: {})
@@ -132,6 +133,7 @@ def build(cfg: Config, in_cluster: bool = False, timeline: list | None = None, s
 
     r = cfg.run
     if r.cluster == "kubernetes":
+        assert r.prometheus is not None  # RunConfig requires it for a kubernetes controller
         cluster, demand = _kube(r, in_cluster), PrometheusDemand(r.prometheus)
         # shared by every replica (a ConfigMap per series beside the Lease): realized error survives failover.
         # Kept: what realized error and drift read, the longest horizon plus the drift window, and a margin.
@@ -277,13 +279,16 @@ def cmd_plan(cfg: Config, args) -> int:
     state = Reconciler(cluster, demand, r, models=Models(uri), dry_run=True).reconcile(now)
     out = {"now": now.isoformat(), "policies": {}, "actions": [describe(a) for a in state.actions],
            "notes": list(state.notes)}
-    planned = [ps.hours for ps in state.policies.values() if ps.valid]
+    planned = [ps.hours for ps in state.policies.values() if ps.valid and ps.hours is not None]
     lendable = r.capacity_gpus - r.non_lendable_gpus
     for name, ps in sorted(state.policies.items()):
         if not ps.valid:
             out["policies"][name] = {"error": ps.error}
             continue
-        h = ps.hours
+        h, now_step = ps.hours, ps.step
+        if h is None or now_step is None:
+            out["policies"][name] = {"error": ps.error or "not planned"}
+            continue
         rows = []
         spec = next(p.spec for p in r.policies if f"{p.namespace}/{p.name}" == name)
         from planning.planner import WorkloadPolicy
@@ -296,7 +301,7 @@ def cmd_plan(cfg: Config, args) -> int:
                          "source": "forecast" if h.from_forecast[k] else "fallback",
                          "reason": h.reason(k, w, lendable)})
         out["policies"][name] = {"model": ps.model, "observed_demand": ps.observed_demand,
-                                 "reserved_now": ps.reserved_gpus, "why_now": ps.step.reason, "hours": rows}
+                                 "reserved_now": ps.reserved_gpus, "why_now": now_step.reason, "hours": rows}
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
@@ -309,7 +314,8 @@ def cmd_plan(cfg: Config, args) -> int:
         print(f"\n{name}: model {p['model']}, demand now {demand_now}; now: {p['why_now']}")
         print(f"  {'hour':<6}{'reserved':>9}{'headroom':>9}  {'source':<9}reason")
         for h in p["hours"]:
-            print(f"  {h['hour'][11:16]:<6}{h['reserved_gpus']:>9}{h['headroom_gpus']:>9}  {h['source']:<9}{h['reason']}")
+            print(f"  {h['hour'][11:16]:<6}{h['reserved_gpus']:>9}{h['headroom_gpus']:>9}  "
+                  f"{h['source']:<9}{h['reason']}")
     print("\nwhat it would do now (as if every policy were active):")
     for line in out["actions"] or ["nothing: the cluster already holds the plan"]:
         print(f"  {line}")

@@ -7,10 +7,15 @@ import time
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cli.config import Config
 from cli.sources import source
 from core.errors import BadRequest
+
+if TYPE_CHECKING:  # imported when used: the CLI starts without the simulator
+    from controller.simulate import Scenario
+    from core.policy import PolicySpec
 
 
 def native_series(cfg: Config):
@@ -65,7 +70,7 @@ def load_jobs(path):
 
     import pandas as pd
 
-    rows = {c: [] for c in JOB_COLUMNS}
+    rows: dict[str, list[float]] = {c: [] for c in JOB_COLUMNS}
     where = f"--jobs {path}"
     try:
         with open(path, newline="", encoding="utf-8-sig") as handle:
@@ -123,8 +128,8 @@ def _check_scale(demand, per_gpu: float, what: str) -> None:
 
 @dataclass(frozen=True)
 class WhatIf:
-    scenario: object   # controller.simulate.Scenario
-    spec: object       # core.policy.PolicySpec: the policy file's, or the defaults on this trace
+    scenario: Scenario
+    spec: PolicySpec   # the policy file's, or the defaults on this trace
     from_file: bool
 
 
@@ -202,7 +207,7 @@ def every_policy(cfg: Config, w: WhatIf, progress=None, make_forecaster=None):
 
 def cmd_simulate(cfg: Config, args) -> int:
     from cli.progress import stage_printer
-    from controller.simulate import simulate, write_timeline
+    from controller.simulate import TimedResult, simulate, write_timeline
 
     if cfg.simulate.policy_file is not None and cfg.simulate.policy not in ("forecast", "oracle", "hourly-oracle"):
         raise BadRequest("--policy-file runs exactly the file's policy: --policy may only be forecast (the default), "
@@ -217,6 +222,8 @@ def cmd_simulate(cfg: Config, args) -> int:
         say(f"policy tuned on the history: {tuned.reason}")
     result = simulate(w.scenario, spec, reference=cfg.simulate.policy, timeline=bool(args.timeline))
     if args.timeline:
+        if not isinstance(result, TimedResult):
+            raise TypeError("simulate(timeline=True) returns a TimedResult")
         say(f"timeline: {write_timeline(result.timeline, args.timeline)}")
     fields_ = {k: v for k, v in asdict(result).items() if k not in ("timeline", "detail", "events")}
     fields_["buffer_replay_seconds"] = replay_seconds  # tuning by replaying the history (0: --policy-file, a reference)

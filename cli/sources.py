@@ -12,8 +12,8 @@ def source(cfg: Config, now: datetime):
 
     h = cfg.history
     if h.prometheus is not None:
-        from core.units import duration
         from adapters.prometheus import prometheus_source
+        from core.units import duration
 
         end = h.prometheus.end or now
         return prometheus_source(h.prometheus, h.prometheus.query, end - duration(h.prometheus.lookback), end)

@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import json
 import sys
-from datetime import datetime, timezone
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pandas as pd
 
@@ -33,7 +34,7 @@ def cmd_train(cfg, args) -> int:
     Exit 0 all trained, 1 a training failed (store down, unusable data, locked);
     the champion of a failed series is untouched.
     """
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     t = getattr(cfg, "training", None)
     uri = getattr(args, "tracking_uri", None) or getattr(t, "tracking_uri", None)
     settings = settings_from_config(cfg)
@@ -47,7 +48,7 @@ def cmd_train(cfg, args) -> int:
 
     if getattr(args, "history", None):
         jobs.append((getattr(args, "name", None) or Path(args.history).stem, from_file(args.history)))
-    elif getattr(t, "series", None):
+    elif t is not None and t.series:
         for s in t.series:
             jobs.append((s.name, from_file(s.file)))
     else:

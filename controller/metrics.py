@@ -21,12 +21,20 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pandas as pd
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric as Family
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.core import Metric as Family
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from controller.state import ERROR_STAGES, PREEMPTION_KINDS, RECONCILE_BUCKETS, ControllerState, PolicyState, StateHolder
+from controller.state import (
+    ERROR_STAGES,
+    PREEMPTION_KINDS,
+    RECONCILE_BUCKETS,
+    ControllerState,
+    PolicyState,
+    StateHolder,
+)
 from training.realized import HORIZONS
 
 # Horizon h is the forecast's h-th hour counting the current one as the first, as for the realized
@@ -42,7 +50,7 @@ class Metric:
     help: str
     labels: tuple[str, ...] = ()
 
-    def family(self) -> Family:
+    def family(self) -> GaugeMetricFamily | CounterMetricFamily | HistogramMetricFamily:
         if self.kind == "gauge":
             return GaugeMetricFamily(self.name, self.help, labels=self.labels)
         if self.kind == "counter":  # the family drops `_total`; its sample carries it again
@@ -125,12 +133,18 @@ class HeadroomCollector(Collector):
         fams = {m: m.family() for m in METRICS}
 
         def add(metric: Metric, labels: list[str], value: float) -> None:
-            fams[metric].add_metric(labels, value)
+            family = fams[metric]
+            if isinstance(family, HistogramMetricFamily):
+                raise TypeError(f"{metric.name} is a histogram: it takes buckets, not one value")
+            family.add_metric(labels, value)
 
         self._policies(state, add)
         self._cluster(state, add)
         self._teams(state, add)
-        fams[RECONCILE_DURATION].add_metric([], self._buckets(state), state.reconcile_seconds_sum)
+        duration = fams[RECONCILE_DURATION]
+        if not isinstance(duration, HistogramMetricFamily):
+            raise TypeError(f"{RECONCILE_DURATION.name} must be a histogram")
+        duration.add_metric([], self._buckets(state), state.reconcile_seconds_sum)
         yield from (f for f in fams.values() if f.samples)  # a metric with no series yet is left out
 
     @staticmethod

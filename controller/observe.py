@@ -33,7 +33,7 @@ class DataSettings:
     read_overlap: pd.Timedelta = pd.Timedelta(minutes=15)      # re-read before the newest sample: late ones fill in
 
     @classmethod
-    def of(cls, run: RunConfig) -> "DataSettings":
+    def of(cls, run: RunConfig) -> DataSettings:
         server = run.prometheus
         return cls(run.stale_after_seconds, run.keep_forecast_seconds, run.horizon_hours,
                    duration(server.lookback if server else LOOKBACK).total_seconds(),
@@ -106,7 +106,8 @@ def issue(model, name: str, hourly: pd.Series, now: pd.Timestamp, spec: PolicySp
     horizon = horizon_hours + missing
     frame = model.fit(hourly).predict(horizon, quantiles)
     if frame.shape != (horizon, len(quantiles)) or [float(c) for c in frame.columns] != quantiles:
-        raise ForecastError(f"{name}: expected a {horizon} x {quantiles} forecast, got {frame.shape} {list(frame.columns)}")
+        raise ForecastError(f"{name}: expected a {horizon} x {quantiles} forecast, "
+                            f"got {frame.shape} {list(frame.columns)}")
     chosen = getattr(model, "chosen", None)  # automatic selection says what it picked
     scale = float(seasonal_scale(hourly.to_numpy()))
     return IssuedForecast(frame, now, f"{name}: {chosen}" if chosen else name, generation,

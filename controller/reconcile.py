@@ -32,23 +32,56 @@ import numpy as np
 import pandas as pd
 
 from adapters.prometheus import PrometheusError
-from controller.actions import Evict, EventNote, PatchStatus, PolicyTarget, RecordEvent, Scale, Stopped, View, \
-    cluster_actions, evicted_gpus, training_columns
+from controller.actions import (
+    EventNote,
+    Evict,
+    PatchStatus,
+    PolicyTarget,
+    RecordEvent,
+    Scale,
+    Stopped,
+    View,
+    cluster_actions,
+    evicted_gpus,
+    training_columns,
+)
 from controller.demand import DemandReader
 from controller.executor import Outcome, execute
 from controller.forecasts import Models
-from controller.observe import MIN_FIT_HOURS, DataSettings, IssuedForecast, degraded_reason, due, hourly_history, issue, usable, \
-    window_facts
+from controller.observe import (
+    MIN_FIT_HOURS,
+    DataSettings,
+    IssuedForecast,
+    degraded_reason,
+    due,
+    hourly_history,
+    issue,
+    usable,
+    window_facts,
+)
 from controller.state import ERROR_STAGES, RECONCILE_BUCKETS, ControllerState, PolicyState, StateHolder, TeamState
 from core.cluster import Cluster, ForecastStore
 from core.errors import ClusterError, ConfigError, NotFound
-from core.objects import Condition, ObjectRef, PolicyStatus, TargetRef, WorkloadInfo
+from core.objects import Condition, ObjectRef, PolicyStatus, TargetRef, TargetState, WorkloadInfo
 from core.policy import API_VERSION, KIND, PolicySpec, parse_policy_spec
 from core.settings import RunConfig
 from forecast.baselines import BASELINES
 from forecast.history import HistoryError
-from planning.planner import UNANNOTATED_CHECKPOINT_SECONDS, UNANNOTATED_PREEMPTION_SECONDS, ClusterPolicy, Forecast, \
-    History, HourPlan, Observed, StepPlan, WorkloadPolicy, newest_checkpoint, plan_hours, plan_step, stale
+from planning.planner import (
+    UNANNOTATED_CHECKPOINT_SECONDS,
+    UNANNOTATED_PREEMPTION_SECONDS,
+    ClusterPolicy,
+    Forecast,
+    History,
+    HourPlan,
+    Observed,
+    StepPlan,
+    WorkloadPolicy,
+    newest_checkpoint,
+    plan_hours,
+    plan_step,
+    stale,
+)
 from training.realized import HORIZONS, log_realized, realized_errors
 
 log = logging.getLogger(__name__)
@@ -153,15 +186,20 @@ def _utc(moment) -> pd.Timestamp:
     return moment.tz_convert("UTC") if moment.tzinfo else moment.tz_localize("UTC")
 
 
+def _checkpoint_base(w: WorkloadInfo, now: float) -> float:
+    """Where a job's checkpoint clock starts: the checkpoint it reports, else its creation, else now."""
+    base = w.last_checkpoint or w.creation
+    return base.timestamp() if base is not None else now
+
+
 def training_view(workloads: list[WorkloadInfo], queues: set[str], now: float):
     """The planner's running training and the requeue candidates, from the cluster's Workloads."""
     running = [w for w in workloads if w.cluster_queue in queues and w.admitted and w.active]
     terminating = sum(w.gpus for w in workloads if w.cluster_queue in queues and w.admitted and not w.active)
-    since = [(w.last_checkpoint or w.creation).timestamp() if (w.last_checkpoint or w.creation) else now
-             for w in running]
+    since = [_checkpoint_base(w, now) for w in running]
     interval = [w.checkpoint_interval_seconds or UNANNOTATED_CHECKPOINT_SECONDS for w in running]
     training = training_columns(
-        [w.key for w in running], [w.cluster_queue for w in running], [w.gpus for w in running],
+        [w.key for w in running], [w.cluster_queue or "" for w in running], [w.gpus for w in running],
         [w.priority for w in running],
         [w.preemption_seconds if w.preemption_seconds is not None else UNANNOTATED_PREEMPTION_SECONDS for w in running],
         interval, newest_checkpoint(np.array(since, float), np.array(interval, float), now), terminating)
@@ -423,7 +461,7 @@ class Reconciler:
         return hours
 
     def _view(self, policies: list[PolicyObject], now: pd.Timestamp) -> View:
-        targets = {}
+        targets: dict[str, TargetState | None] = {}
         for p in policies:
             try:
                 targets[p.key] = self.cluster.target_state(p.target().target)
@@ -492,7 +530,7 @@ class Reconciler:
         idle = max(policy.lendable - reserved - int(t.gpus.sum()) - t.terminating_gpus, 0)
         reclaimable = idle + int(t.gpus[t.preempt_seconds <= deadline].sum())
         wanted = sum(w.headroom_gpus for w in step.workloads)
-        actions = []
+        actions: list[RecordEvent | PatchStatus] = []
         for i, ws, wh in zip(inputs, step.workloads, hours.workloads):
             p = i.policy
             failure = failures.get(p.key) or (f"TargetMissing: {p.spec.target.kind} {p.spec.target.name} not found"
@@ -544,6 +582,7 @@ class Reconciler:
     def _record(self, inputs, step: StepPlan, view: View, outcomes, now) -> None:
         """One timeline row per policy: what it observed and what the plan decided (the simulator's columns)."""
         applied = [o.action for o in outcomes if o.applied]
+        assert self.timeline is not None  # _record runs only when a timeline is kept
         for i, ws in zip(inputs, step.workloads):
             p = i.policy
             seen = i.raw.dropna()

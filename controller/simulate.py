@@ -35,7 +35,17 @@ from core.settings import SIMULATED_POLICIES, WorldSettings
 from core.units import epoch_seconds
 from forecast.base import Forecaster
 from forecast.baselines import BASELINES
-from planning.planner import ClusterPolicy, Forecast, History, Observed, WorkloadPolicy, plan_hours, plan_step, stale
+from planning.planner import (
+    ClusterPolicy,
+    Forecast,
+    History,
+    HourPlan,
+    Observed,
+    WorkloadPolicy,
+    plan_hours,
+    plan_step,
+    stale,
+)
 
 POLICIES = SIMULATED_POLICIES
 REFERENCES = ("oracle", "hourly-oracle")
@@ -106,7 +116,7 @@ class SharedFits:
             self.hourly[key] = hourly_history(raw, statistic, now)
         return self.hourly[key]
 
-    def model(self, hourly: pd.Series) -> "_Fitted":
+    def model(self, hourly: pd.Series) -> _Fitted:
         key = (len(hourly), hourly.index[-1])
         if key not in self.fits:
             self.fits[key] = self.make_forecaster().fit(hourly)
@@ -120,7 +130,7 @@ class _Fitted:
         self.model, self.name = model, model.name
         self.chosen = getattr(model, "chosen", None)
 
-    def fit(self, history: pd.Series) -> "_Fitted":
+    def fit(self, history: pd.Series) -> _Fitted:
         return self
 
     def predict(self, horizon: int, quantiles) -> pd.DataFrame:
@@ -216,8 +226,8 @@ class _Future:
             starts = pd.date_range(now.floor("h"), periods=horizon_hours, freq="h")
             values = self.hourly.reindex(starts).to_numpy(float)
         frame = pd.DataFrame({q: values for q in (0.1, 0.5, 0.9, 0.99)}, index=starts)
-        return IssuedForecast(frame, now, f"{self.kind}" + (f" q{self.level:g}" if self.kind == "hourly-oracle" else ""),
-                              generation, float("nan"))
+        model = f"{self.kind}" + (f" q{self.level:g}" if self.kind == "hourly-oracle" else "")
+        return IssuedForecast(frame, now, model, generation, float("nan"))
 
 
 def reference_spec(spec: PolicySpec, reference: str, scenario: Scenario) -> PolicySpec:
@@ -249,7 +259,6 @@ def simulate(scenario: Scenario, spec: PolicySpec, make_forecaster: Callable[[],
 
 def _hourly_oracle(scenario, spec, timeline, detail, progress) -> SimResult:
     ref = reference_spec(spec, "hourly-oracle", scenario)
-    result = None
     for level in HOURLY_ORACLE_LEVELS:  # the least level meeting the objective, in hindsight
         result = _run(scenario, ref, None, "hourly-oracle", _Future(scenario, "hourly-oracle", level), timeline, detail,
                       progress)
@@ -304,8 +313,8 @@ def _run(scenario: Scenario, spec: PolicySpec, make_forecaster, reference: str, 
     events: list[tuple] = []
     cached: IssuedForecast | None = None
     cached_hour = cached_ns = None   # its made_at's clock hour and ns (due/usable without a Timestamp per step)
-    hours = None
-    hours_key = None
+    hours: HourPlan | None = None
+    hours_key: tuple | None = None
     refit_seconds = loop_seconds = 0.0
     fallback_hours: set[int] = set()
     violations = 0
@@ -337,7 +346,7 @@ def _run(scenario: Scenario, spec: PolicySpec, make_forecaster, reference: str, 
         fc = cached if cached is not None and not (clock_ns[k] - cached_ns) / 1e9 > keep_seconds else None
         seen_newest = newest if reason is None or not reason.startswith("NoData") else None
         old = stale(History(seen_newest), t_now, policy)
-        if hours_key != (hour, id(fc), old):  # as the reconciler keeps it
+        if hours is None or hours_key != (hour, id(fc), old):  # as the reconciler keeps it
             frame = None if fc is None else Forecast.of(fc.frame, spec.target_quantile, spec.headroom_quantile)
             window = demand.iloc[lo:hi] if window is None else window
             hours = plan_hours({key: frame}, {key: History(seen_newest, window, t_now)}, policy, now)

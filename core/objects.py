@@ -2,9 +2,9 @@
 Workloads as the controller sees them, and what it reports on a ReservationPolicy."""
 from __future__ import annotations
 
-from typing import Any
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 CONDITION_TYPES = ("Ready", "ForecastDegraded", "FallbackActive", "HeadroomAtRisk")
 
@@ -19,7 +19,7 @@ class ObjectRef:
     uid: str | None = None
 
     @classmethod
-    def of(cls, obj: dict[str, Any]) -> "ObjectRef":
+    def of(cls, obj: dict[str, Any]) -> ObjectRef:
         meta = obj.get("metadata", {})
         return cls(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"), meta.get("uid"))
 

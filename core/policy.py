@@ -119,7 +119,7 @@ class PolicySpec(Camel):
         return value
 
     @model_validator(mode="after")
-    def _consistent(self) -> "PolicySpec":
+    def _consistent(self) -> PolicySpec:
         errors = []
         if self.headroom_quantile < self.target_quantile:
             errors.append("headroomQuantile must be at least targetQuantile")

@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -19,7 +19,8 @@ from core.policy import Forecaster, ObjectiveSpec, PolicySpec
 from core.units import check_statistic, duration
 
 LOOKBACK = "28d"  # the history a forecast is fitted on
-SIMULATED_POLICIES = ("forecast", "static", "reactive", "seasonal-naive", "oracle", "hourly-oracle")
+SimulatedPolicy = Literal["forecast", "static", "reactive", "seasonal-naive", "oracle", "hourly-oracle"]
+SIMULATED_POLICIES: tuple[str, ...] = get_args(SimulatedPolicy)
 _OBJECTIVE = ObjectiveSpec()
 
 
@@ -193,7 +194,7 @@ class SimulateConfig(Strict):
     gpus: int = Field(128, ge=1, le=1_000_000)
     peak_gpus: float | None = Field(100, gt=0)
     per_gpu: float | None = Field(None, gt=0)
-    policy: Literal[SIMULATED_POLICIES] = "forecast"
+    policy: SimulatedPolicy = "forecast"
     policy_file: Path | None = None   # a ReservationPolicy manifest to run exactly (default: tuned on the history)
     days: float = Field(7, gt=0, le=3660)
     jobs: Path | None = None
@@ -216,7 +217,7 @@ class TuneConfig(Strict):
     scale_in_delays: list[str] = Field(default_factory=lambda: ["10m"], min_length=1)
     lead_times: list[str] = Field(default_factory=lambda: ["15m"], min_length=1)
     margins_gpus: list[int] = Field(default_factory=lambda: [0, 1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64], min_length=1)
-    forecasters: list[Forecaster] = Field(default_factory=lambda: ["auto"], min_length=1)
+    forecasters: list[Forecaster] = Field(default_factory=lambda: list[Forecaster](["auto"]), min_length=1)
 
     @field_validator("target_quantiles")
     @classmethod
@@ -311,7 +312,8 @@ class RunConfig(CrossChecked):
     metrics_address: str = "0.0.0.0"
     lease: LeaseConfig = LeaseConfig()
     forecast_log_dir: Path = Path("headroom-forecasts")
-    tracking_uri: str | None = None   # MLflow: champion models, realized error, retraining (default: training.tracking_uri)
+    # MLflow: champion models, realized error, retraining (default: training.tracking_uri)
+    tracking_uri: str | None = None
     retrain_every_seconds: float = Field(86400, ge=0)  # 0: never on a schedule (drift still recommends)
     team_weights: dict[str, float] = {}   # training ClusterQueue -> share of the slack (default equal)
     policies: list[EmbeddedPolicy] = []

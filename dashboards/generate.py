@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 from controller import metrics as m
 from controller.metrics import Metric
@@ -94,8 +94,9 @@ class Board:
         }
 
 
-TIMESERIES_OPTIONS: dict[str, dict[str, Any]] = {"legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
-                      "tooltip": {"mode": "multi", "sort": "none"}}
+TIMESERIES_OPTIONS: dict[str, dict[str, Any]] = {
+    "legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
+    "tooltip": {"mode": "multi", "sort": "none"}}
 STAT_OPTIONS = {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
                 "colorMode": "value", "graphMode": "area", "justifyMode": "auto", "orientation": "auto",
                 "textMode": "auto"}

@@ -218,7 +218,8 @@ window.addEventListener("load", function () {
 _STYLE = """body{font-family:system-ui,sans-serif;max-width:1150px;margin:2em auto;padding:0 1em;color:#222}
 figure{margin:2em 0}img{max-width:100%}figcaption{color:#444}table{border-collapse:collapse;font-size:.9em}
 th,td{border:1px solid #ccc;padding:.3em .6em;text-align:right}thead th,tbody th{text-align:left}
-small{color:#666;font-weight:normal}dl{display:grid;grid-template-columns:max-content auto;gap:.2em 1em}dt{color:#666}"""
+small{color:#666;font-weight:normal}
+dl{display:grid;grid-template-columns:max-content auto;gap:.2em 1em}dt{color:#666}"""
 
 
 def render_report(out_dir: Path, results: Mapping[str, SimResult], timeline_policy: str,
@@ -260,10 +261,11 @@ policy's free parameters were tuned on the history before the simulated days, to
 {headline}<dl>{facts_html}</dl>
 <h2>Policies compared</h2>
 <p>Utilization is (inference served + training allocated) GPU-time over capacity; shortage is unmet demand within
-the cluster over demand, short steps the share of steps with any; goodput is useful training over allocated (work lost to preemption excluded); cost vs dedicated is the
-shared cluster's GPUs over what two dedicated clusters need for the same work (inference at its peak plus the training
-GPU-hours delivered per hour): below 1 the shared cluster is cheaper. Higher utilization at near-zero shortage is
-better; a policy that misses the objective is not comparable on utilization.</p>
+the cluster over demand, short steps the share of steps with any; goodput is useful training over allocated (work
+lost to preemption excluded); cost vs dedicated is the shared cluster's GPUs over what two dedicated clusters need for
+the same work (inference at its peak plus the training GPU-hours delivered per hour): below 1 the shared cluster is
+cheaper. Higher utilization at near-zero shortage is better; a policy that misses the objective is not comparable on
+utilization.</p>
 {_html_table(table)}
 <h2>What the {html.escape(timeline_policy)} policy did</h2>
 <p>The plots below follow the {html.escape(timeline_policy)} policy step by step over the simulated days.</p>

@@ -24,6 +24,13 @@ class Forecaster(Protocol):
     def predict(self, horizon: int, quantiles: Sequence[float]) -> pd.DataFrame: ...
 
 
+class PointForecaster(Forecaster, Protocol):
+    """A forecaster that also gives its bare point path (what an ensemble combines)."""
+    fallback_reason: str | None
+
+    def point(self, horizon: int) -> np.ndarray: ...
+
+
 class ForecastError(ValueError):
     """A forecast that breaks the contract (NaN, negative, crossing quantiles)."""
 

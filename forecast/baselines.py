@@ -26,8 +26,8 @@ class _Level:
 
     def predict(self, horizon: int, quantiles: Sequence[float]) -> pd.DataFrame:
         level = np.clip(self.levels(horizon), 0.0, None)  # NaN stays NaN: the planner falls back there
-        return pd.DataFrame(np.repeat(level[:, None], len(quantiles), axis=1), index=future_index(self.history_, horizon),
-                            columns=[float(q) for q in quantiles])
+        return pd.DataFrame(np.repeat(level[:, None], len(quantiles), axis=1),
+                            index=future_index(self.history_, horizon), columns=[float(q) for q in quantiles])
 
 
 class SeasonalNaiveLevel(_Level):

@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 from forecast.base import Forecaster, future_index, quantile_frame
+from forecast.models import PointModel
 
 DAY, WEEK = 24, 168
 HALF_LIFE = 2 * WEEK  # hours: a fold two weekly cycles older than the newest counts half
@@ -67,7 +68,7 @@ def level(history: np.ndarray) -> float:
 def point_forecast(make: Callable[[], Forecaster], history: pd.Series, origin: int, horizon: int) -> np.ndarray:
     """Point path of a model fitted on history before `origin`."""
     model = make()
-    if getattr(model, "calendar", True) is False:  # skip Series slicing and quantile frames: inner folds run often
+    if isinstance(model, PointModel) and not model.calendar:  # no Series slicing, no quantile frames: folds run often
         return model.fit_values(history.to_numpy(dtype=float)[:origin]).point(horizon)
     return model.fit(history.iloc[:origin]).predict(horizon, [0.5]).to_numpy()[:, 0]
 
@@ -84,7 +85,7 @@ def _spread_scale(point: np.ndarray, history: np.ndarray) -> np.ndarray:
     return np.clip(point, 0.0, None) + 0.2 * level(history)
 
 
-def fold_weights(fold_origins: Sequence[int], half_life: float = HALF_LIFE) -> np.ndarray:
+def fold_weights(fold_origins: Sequence[int] | np.ndarray, half_life: float = HALF_LIFE) -> np.ndarray:
     """Weight of each calibration fold: 1 for the newest, halving every `half_life` hours of age."""
     fold_origins = np.asarray(fold_origins, dtype=float)
     return 0.5 ** ((fold_origins.max() - fold_origins) / half_life) if len(fold_origins) else fold_origins
@@ -98,7 +99,7 @@ def weighted_quantile(values: np.ndarray, weights: np.ndarray, levels: np.ndarra
     return np.interp(levels, ranks, values)
 
 
-def split_levels(quantiles: Sequence[float], folds: int) -> np.ndarray:
+def split_levels(quantiles: Sequence[float] | np.ndarray, folds: int) -> np.ndarray:
     """Split-conformal levels: each tail widened by (n+1)/n, with n the number of folds.
 
     Errors within a fold move together, so a fold, not an hour, is the exchangeable unit.
@@ -106,7 +107,7 @@ def split_levels(quantiles: Sequence[float], folds: int) -> np.ndarray:
     return 0.5 + (np.asarray(quantiles, dtype=float) - 0.5) * (folds + 1) / max(folds, 1)
 
 
-def aci_levels(residuals: np.ndarray, fold_origins: Sequence[int], quantiles: Sequence[float],
+def aci_levels(residuals: np.ndarray, fold_origins: Sequence[int] | np.ndarray, quantiles: Sequence[float] | np.ndarray,
                gamma: float = ACI_GAMMA) -> np.ndarray:
     """Quantile levels after adaptive conformal inference over the folds (rows of `residuals`, oldest first).
 

@@ -141,7 +141,7 @@ def _one_unit(path: Path, units: set[str], where: str) -> None:
 
 
 def _read_csv(path: Path) -> pd.Series:
-    stamps, values, units = [], [], set()
+    stamps, values, units = [], [], set[str]()
     try:
         # utf-8-sig: a byte-order mark (as spreadsheets export CSV) is not part of the first column's name
         with path.open(newline="", encoding="utf-8-sig") as handle:

@@ -14,12 +14,12 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Self
+from typing import Any, Self
 
 import numpy as np
 import pandas as pd
 
-from forecast.base import Forecaster, future_index, quantile_frame
+from forecast.base import PointForecaster, future_index, quantile_frame
 
 log = logging.getLogger(__name__)
 DAY, WEEK = 24, 168
@@ -215,7 +215,7 @@ class GradientBoosting(PointModel):
         if len(values) < DAY + self.MIN_ROWS:
             raise TooShort(f"gbm needs a day of lags and two days of rows ({DAY + self.MIN_ROWS} points), "
                            f"has {len(values)}")
-        self.models_: dict[tuple[int, ...], object] = {}
+        self.models_: dict[tuple[int, ...], Any] = {}  # lags -> fitted HistGradientBoostingRegressor
 
     def lags(self, horizon: int) -> tuple[int, ...]:
         n = len(self.values_)
@@ -315,12 +315,14 @@ class Theta(PointModel):
             phase = cycle[DAY - len(y) % DAY:][:len(y)] if len(y) % DAY else cycle[:len(y)]
             adjusted = y / phase if multiplicative else y - phase
             self.season_ = (index, multiplicative)
-        best = None
+        best: tuple[float, float, float] | None = None
         for alpha in self.ALPHAS:
             level = lfilter([alpha], [1.0, alpha - 1.0], adjusted[1:], zi=[(1.0 - alpha) * adjusted[0]])[0]
             sse = float(np.sum((adjusted[2:] - level[:-1]) ** 2))
             if best is None or sse < best[0]:
                 best = (sse, alpha, level[-1])
+        if best is None:
+            raise ValueError("theta: no smoothing constant to choose from")
         _, self.alpha_, self.level_ = best
         t = np.arange(len(adjusted)) - (len(adjusted) - 1) / 2
         self.slope_ = float(t @ (adjusted - adjusted.mean()) / (t @ t))  # least-squares slope
@@ -341,7 +343,7 @@ class Ensemble:
     """A combination of the members' point paths: their mean, median, or a weighted mean (AutoForecaster builds
     it from the best few by inner backtest)."""
 
-    def __init__(self, members: Sequence[str], how: str = "mean", weights: Sequence[float] | None = None):
+    def __init__(self, members: Sequence[str], how: str = "mean", weights: Sequence[float] | np.ndarray | None = None):
         self.members = tuple(members)
         self.how = how
         self.weights = None if weights is None else np.asarray(weights, dtype=float) / np.sum(weights)
@@ -379,7 +381,7 @@ def combine(paths: np.ndarray, how: str, weights: np.ndarray | None = None) -> n
     return np.mean(paths, axis=0)
 
 
-MODELS: dict[str, Callable[[], Forecaster]] = {
+MODELS: dict[str, Callable[[], PointForecaster]] = {
     "snaive24": lambda: SeasonalNaive(DAY),
     "snaive168": lambda: SeasonalNaive(WEEK),
     "profile": SeasonalProfile,

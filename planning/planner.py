@@ -146,7 +146,8 @@ class History:
             return np.full(24, np.nan)
         now = pd.Timestamp(self.now, unit="s", tz="UTC")
         week = self.observed[(self.observed.index > now - pd.Timedelta(days=7)) & (self.observed.index <= now)].dropna()
-        return week.groupby(week.index.hour).max().reindex(range(24)).to_numpy(float)
+        peaks: np.ndarray = week.groupby(week.index.hour).max().reindex(range(24)).to_numpy(float)
+        return peaks
 
 
 @dataclass(frozen=True)
@@ -244,15 +245,15 @@ def plan_hours(forecasts: Mapping[str, Forecast | None], histories: Mapping[str,
     reserved = np.array([r[1] for r in rows], dtype=np.int64).reshape(len(rows), len(starts))
     cut = np.zeros_like(reserved)
     for i in np.flatnonzero(reserved.sum(axis=0) > lendable):  # the periods over capacity (a cut changes only its own)
-        excess = int(reserved[:, i].sum()) - lendable
-        for k in reversed(range(len(rows))):
-            if excess <= 0:
+        over_by = int(reserved[:, i].sum()) - lendable
+        for row in reversed(range(len(rows))):
+            if over_by <= 0:
                 break
-            take = min(excess, int(reserved[k, i]) - rows[k][0].min_gpus)
+            take = min(over_by, int(reserved[row, i]) - rows[row][0].min_gpus)
             if take > 0:
-                reserved[k, i] -= take
-                cut[k, i] = take
-                excess -= take
+                reserved[row, i] -= take
+                cut[row, i] = take
+                over_by -= take
     slack = lendable - reserved.sum(axis=0) if rows else np.full(len(starts), lendable)
     out = tuple(WorkloadHours(w.name, starts, period, reserved[k], headroom, usable, target, why, cut[k])
                 for k, (w, _, headroom, usable, target, why) in enumerate(rows))
@@ -393,7 +394,7 @@ def plan_step(hours: HourPlan, observed: Mapping[str, Observed], training: Train
                     buffer = int(math.ceil(w.warm_buffer * math.sqrt(max(peak, 1)) - 1e-9))
         want = w.clamp(max(fore, peak + buffer), lendable)
         degraded = o is not None and o.degraded
-        if degraded:
+        if o is not None and o.degraded:
             want = max(want, min(o.held_gpus, w.top(lendable)))
         i = wh.at(t_now)
         steps.append(WorkloadStep(w.name, want, fore, peak, buffer, int(wh.headroom[i]), bool(wh.from_forecast[i]),

@@ -32,7 +32,7 @@ class MlflowServer:
     def uri(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 60.0) -> "MlflowServer":
+    def start(self, timeout: float = 60.0) -> MlflowServer:
         exe = shutil.which("mlflow")
         if not exe:
             raise RuntimeError("mlflow executable not found (pip install mlflow==3.17.2)")

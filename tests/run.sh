@@ -11,6 +11,13 @@ for script in scripts/install-*.sh; do
   bash "$script"
 done
 
+# The checks people use to help themselves: style and bugs (ruff), the layers and the one adapter per server
+# (import-linter), types (mypy; strict flags where the code is pure). Any failure fails the run.
+echo "ruff, import-linter, mypy"
+python3 -m ruff check .
+lint-imports --no-cache
+python3 -m mypy
+
 set +e
 python3 -m pytest "$@"
 status=$?

@@ -36,7 +36,8 @@ def test_committed_json_is_what_the_generator_writes():
     on_disk = {p.name for p in generate.OUT.glob("*.json")}
     assert on_disk == set(generate.BOARDS), "stale or missing board files: run python -m dashboards.generate"
     for name, build in generate.BOARDS.items():
-        assert (generate.OUT / name).read_text() == generate.render(build()), f"{name} is stale: run python -m dashboards.generate"
+        assert (generate.OUT / name).read_text() == generate.render(build()), \
+            f"{name} is stale: run python -m dashboards.generate"
 
 
 def test_boards_take_the_datasource_and_filters_as_variables():

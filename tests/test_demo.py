@@ -8,9 +8,9 @@ import re
 import pandas as pd
 import pytest
 
+from adapters.mlflow import Tracker, registered_name
 from cli.main import main
 from controller.simulate import POLICIES
-from adapters.mlflow import Tracker, registered_name
 from core.policy import load_manifests
 from training.pipeline import load_champion
 
@@ -52,7 +52,8 @@ def test_mlflow_store_has_the_run_and_a_champion(demo):
     served = load_champion("demo", f"sqlite:///{out / 'mlflow.db'}")  # a model card, refit on fresh history
     history = pd.read_csv(out / "demand_5min.csv", parse_dates=["timestamp"], index_col="timestamp")["value"]
     hourly = history.resample("1h").max().interpolate()
-    assert served.card.model == served.tags["headroom.model"] and served.make().fit(hourly).predict(3, [0.5]).shape == (3, 1)
+    assert served.card.model == served.tags["headroom.model"]
+    assert served.make().fit(hourly).predict(3, [0.5]).shape == (3, 1)
     assert f"mlflow ui --backend-store-uri sqlite:///{out / 'mlflow.db'}" in stdout
 
 

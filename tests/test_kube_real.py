@@ -408,11 +408,11 @@ def test_two_electors_racing_never_both_lead(cluster):
         electors = [cluster.leader_elector(NS, f"race-{round_}", f"pod-{i}", lease_seconds=30) for i in range(2)]
         barrier, results = threading.Barrier(2), {}
 
-        def run(e):
+        def run(e, barrier, results):
             barrier.wait()
             results[e.identity] = e.try_acquire_or_renew()
 
-        threads = [threading.Thread(target=run, args=(e,)) for e in electors]
+        threads = [threading.Thread(target=run, args=(e, barrier, results)) for e in electors]
         for t in threads:
             t.start()
         for t in threads:

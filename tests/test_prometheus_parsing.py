@@ -1,12 +1,12 @@
 import math
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pandas as pd
 import pytest
 
 from adapters.prometheus import MAX_POINTS, PrometheusError, PrometheusSource, chunk_ranges, parse_matrix
 
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 @pytest.mark.parametrize("days, step", [(30, "1min"), (90, "5min"), (1, "1h"), (400, "1min")])

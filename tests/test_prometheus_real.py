@@ -13,7 +13,6 @@ import adapters.prometheus as promsrc
 from adapters.prometheus import PrometheusError, PrometheusSource
 from tests.servers.prometheus import METRIC
 
-
 START = pd.Timestamp("1995-07-01T04:00:00Z")
 
 
@@ -39,7 +38,8 @@ def test_backfilled_series_round_trips_in_several_chunks(prometheus_server, nasa
     # ...and the minutes between samples read the latest sample (Prometheus' 5 min look-back).
     between = real.index + pd.Timedelta("2min")
     between = between[between <= end]
-    np.testing.assert_array_equal(got.reindex(between).to_numpy(), real.reindex(between - pd.Timedelta("2min")).to_numpy())
+    np.testing.assert_array_equal(got.reindex(between).to_numpy(),
+                                  real.reindex(between - pd.Timedelta("2min")).to_numpy())
 
 
 def test_gaps_come_back_nan_never_zero(prometheus_server, nasa_trace):

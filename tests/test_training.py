@@ -11,12 +11,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from adapters.mlflow import Tracker, TrackingError, TrainingLocked
 from forecast.base import future_index, quantile_frame
 from forecast.models import MODELS
 from tests.mlflow_server import MlflowServer, free_port
 from training.pipeline import CARD_SHA_TAG, ModelRefused, TrainingError, TrainSettings, load_champion, train_series
 from training.realized import ForecastLog, log_realized
-from adapters.mlflow import Tracker, TrackingError, TrainingLocked
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = TrainSettings(horizon=24, folds=2, step=24, candidates=("snaive24",), quantiles=(0.1, 0.5, 0.9),
@@ -176,7 +176,8 @@ def test_realized_accuracy_history_and_drift(sqlite_uri, tmp_path):
     errors, events = log_realized("acc", forecasts, actuals, tracker, factor=3.0, window=4)
     assert not events
     run_id = client(sqlite_uri).search_runs(
-        [client(sqlite_uri).get_experiment_by_name("headroom/acc").experiment_id], "tags.`headroom.kind` = 'accuracy'")[0].info.run_id
+        [client(sqlite_uri).get_experiment_by_name("headroom/acc").experiment_id],
+        "tags.`headroom.kind` = 'accuracy'")[0].info.run_id
     hist = client(sqlite_uri).get_metric_history(run_id, "scaled_error_1h")
     assert len(hist) == (errors["horizon"] == 1).sum() == 8
     assert [m.step for m in hist] == sorted(int(t.timestamp() // 3600) for t in errors[errors.horizon == 1]["target"])
@@ -186,7 +187,8 @@ def test_realized_accuracy_history_and_drift(sqlite_uri, tmp_path):
     shifted.iloc[24 * 8 + 12:] *= 3
     triggered = []
     errors2, events = log_realized("acc", forecasts, shifted, tracker, factor=3.0, window=4, on_drift=triggered.extend)
-    assert events and triggered == events and events[0].horizon in (1, 6, 24) and "retrain recommended" in events[0].message
+    assert events and triggered == events
+    assert events[0].horizon in (1, 6, 24) and "retrain recommended" in events[0].message
     assert client(sqlite_uri).get_run(run_id).data.tags["headroom.retrain_recommended"] == "true"
     n24 = (errors2["horizon"] == 24).sum()
     assert len(client(sqlite_uri).get_metric_history(run_id, "scaled_error_24h")) == n24
@@ -222,8 +224,8 @@ def test_cmd_train_cli(sqlite_uri, tmp_path, capsys):
     import json
 
     from cli.config import load_config
-    from forecast.synthetic import write_csv
     from cli.train import cmd_train
+    from forecast.synthetic import write_csv
 
     write_csv(demand(), tmp_path / "gpu.csv")
     cfg = load_config(None, {"backtest.folds": 2})

@@ -14,7 +14,7 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +22,10 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
+from adapters.mlflow import Tracker, TrackingError, experiment_name, registered_name
 from forecast.base import Forecaster, check_quantile_frame
 from forecast.metrics import coverage, mase, pinball, seasonal_scale, smape
 from forecast.models import MODELS
-from adapters.mlflow import Tracker, TrackingError, experiment_name, registered_name
 
 DAY = 24
 SCORED_QUANTILES = (0.05, 0.1, 0.5, 0.9, 0.95)
@@ -276,7 +276,7 @@ def train_series(name: str, series: pd.Series, settings: TrainSettings, tracker:
     """Backtest, select, refit, log to MLflow, register a version, maybe promote it to champion."""
     if not _NAME.match(name):
         raise TrainingError(f"series name {name!r} must match {_NAME.pattern}")
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     makers = _factories(settings.candidates, factories, settings.horizon)
     series = series.astype(float)
     origins = fold_origins(len(series), settings.horizon, settings.folds, settings.step)
@@ -424,7 +424,8 @@ def load_champion(name: str, tracking_uri: str | None = None) -> Champion:
     tracker = Tracker(tracking_uri).connect()
     mv = tracker.champion(registered_name(name))
     if mv is None:
-        raise TrainingError(f"no champion for series {name!r} in {tracker.uri} (registered model {registered_name(name)})")
+        raise TrainingError(f"no champion for series {name!r} in {tracker.uri} "
+                            f"(registered model {registered_name(name)})")
     tags = dict(mv.tags)
     try:
         raw = tracker.load_model_card(mv.run_id)

@@ -39,7 +39,8 @@ class DriftEvent:
     @property
     def message(self) -> str:
         return (f"{self.series}: {self.horizon}h-ahead realized scaled error {self.realized:.3f} over the last "
-                f"{self.window} targets exceeds {self.factor:g} x backtest MASE {self.baseline:.3f}: retrain recommended")
+                f"{self.window} targets exceeds {self.factor:g} x backtest MASE {self.baseline:.3f}: "
+                "retrain recommended")
 
 
 class ForecastLog:
@@ -138,8 +139,8 @@ def log_realized(series: str, forecasts: Mapping[pd.Timestamp, pd.DataFrame], ac
 
     `scale`/`baseline` default to the champion version's tags (headroom.scale,
     headroom.backtest_mase); baseline still comes from the champion when only `scale` is given.
-    `on_drift(events)` (e.g. enqueue a `headroom train`) is called after the events are logged. Targets already logged (tag LAST_TAG) are not
-    logged again, so calling this every hour is idempotent.
+    `on_drift(events)` (e.g. enqueue a `headroom train`) is called after the events are logged. Targets already
+    logged (tag LAST_TAG) are not logged again, so calling this every hour is idempotent.
     """
     tracker.connect()
     if scale is None or baseline is None:
@@ -154,7 +155,8 @@ def log_realized(series: str, forecasts: Mapping[pd.Timestamp, pd.DataFrame], ac
     rows = []
     for r in new.itertuples():
         step, ts = int(r.target.timestamp() // 3600), int(r.target.timestamp() * 1000)
-        rows += [(f"abs_error_{r.horizon}h", r.abs_error, step, ts), (f"scaled_error_{r.horizon}h", r.scaled_error, step, ts),
+        rows += [(f"abs_error_{r.horizon}h", r.abs_error, step, ts),
+                 (f"scaled_error_{r.horizon}h", r.scaled_error, step, ts),
                  (f"inside_80_{r.horizon}h", r.inside_80, step, ts)]
     events = detect_drift(series, errors, baseline, factor, window)
     for e in events:

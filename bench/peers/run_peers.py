@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from statsforecast.models import MSTL, AutoARIMA, AutoETS, AutoTheta, SeasonalNaive
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from m4_files import read_wide  # noqa: E402  shared with the harness
 

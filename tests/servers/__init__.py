@@ -12,9 +12,9 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("HEADROOM_CACHE", Path.home() / ".cache" / "headroom"))
@@ -46,7 +46,7 @@ def free_port() -> int:
 
 
 def wait_until(probe: Callable[[], bool], timeout: float, what: str,
-               proc: "ServerProcess | None" = None, interval: float = 0.1) -> None:
+               proc: ServerProcess | None = None, interval: float = 0.1) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.popen.poll() is not None:

@@ -31,7 +31,7 @@ class Etcd:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 30.0) -> "Etcd":
+    def start(self, timeout: float = 30.0) -> Etcd:
         binary = binaries()["etcd"]
         if not binary:
             raise ServerError("etcd not found: run scripts/install-servers.sh")
@@ -92,7 +92,7 @@ class KubeApiserver:
             f'{self.token},headroom-admin,uid-admin,"system:masters"\n'
             f'{self.viewer_token},headroom-viewer,uid-viewer\n')
 
-    def start(self, timeout: float = 90.0) -> "KubeApiserver":
+    def start(self, timeout: float = 90.0) -> KubeApiserver:
         binary = binaries()["kube-apiserver"]
         if not binary:
             raise ServerError(f"kube-apiserver not found (expected {APISERVER_CACHE}): run scripts/install-servers.sh")

@@ -3,7 +3,7 @@ controllers would do to them (no Kueue runs here: admitting a Workload and compl
 written to its status by the test, as Kueue writes them)."""
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from adapters.kube import KUEUE_GROUP, KUEUE_VERSION, KubeCluster
 
@@ -61,7 +61,7 @@ def workload(namespace: str, name: str, queue: str | None, gpus_per_pod: int = 1
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _condition(type_: str, status: str, reason: str, message: str) -> dict:

@@ -54,7 +54,8 @@ def backfill(openmetrics: Path, data_dir: Path, promtool: str | None = None,
                            str(data_dir), f"--max-block-duration={max_block_duration}"],
                           capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
-        raise ServerError(f"promtool backfill failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+        raise ServerError(f"promtool backfill failed ({proc.returncode}):\n"
+                          f"{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
 
 
 @dataclass
@@ -69,7 +70,7 @@ class PrometheusServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 60.0) -> "PrometheusServer":
+    def start(self, timeout: float = 60.0) -> PrometheusServer:
         binary = binaries()["prometheus"]
         if not binary:
             raise ServerError("prometheus not found: run scripts/install-servers.sh")
