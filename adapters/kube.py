@@ -581,6 +581,10 @@ class KubeCluster:
     def target_state(self, target: TargetRef) -> TargetState:
         """Replicas of an inference target: from the watch caches (watching), else one GET (an HPA: two, itself
         and its Deployment)."""
+        if target.kind == "ClusterQueue":
+            cq = self._cached("clusterqueues", "", target.name) or self._request("GET", self._cq_path(target.name))
+            quota = gpu_quota(cq, self.resource)
+            return TargetState(quota or 0, quota or 0)
         if target.namespace is None:
             raise ClusterError(f"{target.kind} {target.name}: a Deployment or HPA target needs a namespace")
         if target.kind == "Deployment":
@@ -597,10 +601,6 @@ class KubeCluster:
                 desired = int((d.get("spec") or {}).get("replicas", 1) or 0)
                 ready = int((d.get("status") or {}).get("readyReplicas", 0) or 0)
             return TargetState(desired, ready, spec.get("minReplicas", 1), spec.get("maxReplicas"))
-        if target.kind == "ClusterQueue":
-            cq = self._cached("clusterqueues", "", target.name) or self._request("GET", self._cq_path(target.name))
-            quota = gpu_quota(cq, self.resource)
-            return TargetState(quota or 0, quota or 0)
         raise ClusterError(f"unknown target kind {target.kind!r}")
 
     # ------------------------------------------------------------------ ClusterQueue quota
