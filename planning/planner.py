@@ -31,6 +31,7 @@ from core.policy import PolicySpec
 from core.units import epoch_seconds
 
 WEEK = 7 * 86400.0
+MAX_GPUS = 2**40  # more GPUs than any cluster holds; far from int64's limit when summed
 # A training job that does not say how fast it stops, or how often it checkpoints (and the jobs Kueue may admit next,
 # when none runs to tell): assumed slow, and checkpointing every half hour.
 UNANNOTATED_PREEMPTION_SECONDS = 600.0
@@ -62,11 +63,15 @@ class WorkloadPolicy:
                    spec.reclaim_deadline_seconds)
 
     def gpus(self, demand: float) -> int:
-        """GPUs that serve `demand`: whole replicas, rounded up; unknown demand needs nothing extra."""
-        if not demand > 0 or not math.isfinite(demand):
+        """GPUs that serve `demand`: whole replicas, rounded up; unknown (NaN) demand needs nothing extra. Demand
+        beyond any cluster (infinite, or more than MAX_GPUS) is MAX_GPUS: the clamp to the cluster then reserves
+        everything, where an int64 would overflow into a small or negative reservation."""
+        if math.isnan(demand) or not demand > 0:
             return 0
-        per_replica = self.demand_per_gpu * self.gpus_per_replica
-        return int(math.ceil(demand / per_replica - 1e-9)) * self.gpus_per_replica
+        replicas = demand / (self.demand_per_gpu * self.gpus_per_replica)
+        if not replicas * self.gpus_per_replica < MAX_GPUS:
+            return MAX_GPUS
+        return int(math.ceil(replicas - 1e-9)) * self.gpus_per_replica
 
     def top(self, lendable: int) -> int:
         return max(lendable if self.max_gpus is None else min(self.max_gpus, lendable), self.min_gpus)

@@ -486,3 +486,13 @@ def test_workload_policy_from_a_reservation_policy_spec():
     w = WorkloadPolicy.from_spec("ns/p", spec)
     assert w == WorkloadPolicy("ns/p", 3.5, 4, 0.8, 0.95, 1200.0, 0.5, 3600.0, 4, 32, 2, 3, 90.0)
     assert w.gpus(14.0) == 4 and w.gpus(14.1) == 8 and w.gpus(float("nan")) == 0 and w.gpus(-1) == 0
+
+
+def test_demand_beyond_any_cluster_reserves_everything_and_nan_nothing_extra():
+    """1e308 or infinite demand must not overflow an int64 into a small reservation (issue 14)."""
+    from planning.planner import MAX_GPUS, WorkloadPolicy
+
+    w = WorkloadPolicy("w", demand_per_gpu=1e-3)
+    assert w.gpus(1e308) == w.gpus(float("inf")) == MAX_GPUS
+    assert w.clamp(w.gpus(1e308), 128) == 128
+    assert w.gpus(float("nan")) == 0 and w.gpus(-5.0) == 0 and w.gpus(2.5e-3) == 3
