@@ -17,7 +17,7 @@ import pandas as pd
 
 from forecast.base import Forecaster
 from forecast.calibrate import DAY, calibrated_predict, origins, point_forecast, scaled_residuals
-from forecast.metrics import coverage, mase, pinball, seasonal_scale, smape
+from forecast.metrics import coverage, finite_or_none, mase, pinball, seasonal_scale, smape
 from forecast.models import MODELS, Ensemble, combination_name, combine
 
 # Cheap candidates (vectorised numpy, no optimiser) for thousands of series: issue 2's four seasonal ones plus the
@@ -173,11 +173,7 @@ class BacktestResult:
 
     def to_json(self) -> dict:
         return {"history": self.history, "horizon": self.horizon, "folds": self.folds, "selected": self.selected,
-                "models": {m: {k: _finite(v) for k, v in metrics.items()} for m, metrics in self.models.items()}}
-
-
-def _finite(v: float) -> float | None:
-    return float(v) if np.isfinite(v) else None
+                "models": {m: {k: finite_or_none(v) for k, v in metrics.items()} for m, metrics in self.models.items()}}
 
 
 def score_fold(actual: np.ndarray, frame: pd.DataFrame, scale: float) -> dict[str, float]:

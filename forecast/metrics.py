@@ -49,3 +49,8 @@ def pinball(actual, quantile_forecast, q: float, scale: float) -> float:
 def coverage(actual, lower, upper) -> float:
     actual, lower, upper = _real(actual, lower, upper)
     return float(np.mean((actual >= lower) & (actual <= upper))) if len(actual) else float("nan")
+
+
+def finite_or_none(value: float) -> float | None:
+    """A score as JSON and MLflow can hold it: the float, or None where it is NaN or infinite."""
+    return float(value) if np.isfinite(value) else None

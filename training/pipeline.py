@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from adapters.mlflow import Tracker, TrackingError, experiment_name, registered_name
 from forecast.base import Forecaster, check_quantile_frame
-from forecast.metrics import coverage, mase, pinball, seasonal_scale, smape
+from forecast.metrics import coverage, finite_or_none, mase, pinball, seasonal_scale, smape
 from forecast.models import MODELS
 
 DAY = 24
@@ -348,8 +348,9 @@ def _train(name, series, settings, tracker, now, makers, origins, exp, parent) -
 
     champ_name = registered_name(name)
     card = ModelCard(format=MODEL_FORMAT, series=name, model=winner, horizon=settings.horizon,
-                     quantiles=list(settings.quantiles), objective=key, score=_finite(scores[winner][key]),
-                     backtest_mase=_finite(scores[winner]["mase"]), scale=_finite(scale), trained_at=now.isoformat(),
+                     quantiles=list(settings.quantiles), objective=key, score=finite_or_none(scores[winner][key]),
+                     backtest_mase=finite_or_none(scores[winner]["mase"]), scale=finite_or_none(scale),
+                     trained_at=now.isoformat(),
                      candidates=_inner_candidates(settings.candidates) if winner == "auto" else [], **span).to_bytes()
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
@@ -412,10 +413,6 @@ def _train(name, series, settings, tracker, now, makers, origins, exp, parent) -
                        score=scores[winner][key], scores=scores, version=version, promoted=promote, reason=reason,
                        champion_version=champ_version, champion_score=champ_score,
                        origins=[series.index[o].isoformat() for o in origins], failed_candidates=failed, model=model)
-
-
-def _finite(value: float) -> float | None:
-    return float(value) if value is not None and np.isfinite(value) else None
 
 
 def load_champion(name: str, tracking_uri: str | None = None) -> Champion:
