@@ -202,13 +202,11 @@ class EmbeddedCluster:
         except ConfigError:
             return
         self.specs[key] = spec
-        t = spec.target
-        namespace = None if t.kind == "ClusterQueue" else t.namespace or meta.get("namespace", "default")
-        ref = TargetRef(t.kind, t.name, namespace)
+        ref = spec.target.ref(meta.get("namespace", "default"))
         if key not in self.inference or self.inference[key].ref != ref:
             self.inference[key] = _Inference(key, ref, spec.capacity.gpus_per_replica, spec.capacity.demand_per_gpu)
             self._found.clear()
-        queue_target = t.name if t.kind == "ClusterQueue" else None
+        queue_target = ref.name if ref.kind == "ClusterQueue" else None
         for q in [*spec.training_cluster_queues, spec.inference_cluster_queue, queue_target]:
             if q is not None:
                 self.quotas.setdefault(q, 0)

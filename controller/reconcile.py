@@ -62,7 +62,7 @@ from controller.observe import (
 from controller.state import ERROR_STAGES, RECONCILE_BUCKETS, ControllerState, PolicyState, StateHolder, TeamState
 from core.cluster import Cluster, ForecastStore
 from core.errors import ClusterError, ConfigError, NotFound
-from core.objects import Condition, ObjectRef, PolicyStatus, TargetRef, TargetState, WorkloadInfo
+from core.objects import Condition, ObjectRef, PolicyStatus, TargetState, WorkloadInfo
 from core.policy import API_VERSION, KIND, PolicySpec, parse_policy_spec
 from core.settings import RunConfig
 from forecast.baselines import BASELINES
@@ -112,8 +112,7 @@ class PolicyObject:
         return self.spec.mode == "active"
 
     def target(self) -> PolicyTarget:
-        t = self.spec.target
-        ref = TargetRef(t.kind, t.name, None if t.kind == "ClusterQueue" else t.namespace or self.ref.namespace)
+        ref = self.spec.target.ref(self.ref.namespace or "default")
         return PolicyTarget(self.key, self.ref, ref, self.spec.capacity.gpus_per_replica, self.active,
                             self.spec.inference_cluster_queue, tuple(self.spec.training_cluster_queues))
 

@@ -29,7 +29,7 @@ from adapters.embedded import EmbeddedCluster
 from controller.actions import Evict, PolicyTarget, Stopped, View, cluster_actions, evicted_gpus
 from controller.executor import apply
 from controller.observe import MIN_FIT_HOURS, DataSettings, IssuedForecast, degraded_reason, hourly_history, issue
-from core.objects import ObjectRef, TargetRef
+from core.objects import ObjectRef
 from core.policy import API_VERSION, KIND, PolicySpec, manifest
 from core.settings import SIMULATED_POLICIES, WorldSettings
 from core.units import epoch_seconds
@@ -295,11 +295,9 @@ def _run(scenario: Scenario, spec: PolicySpec, make_forecaster, reference: str, 
     wp = WorkloadPolicy.from_spec(key, spec)
     weights = tuple((q, 1.0) for q in spec.training_cluster_queues)
     policy = ClusterPolicy(scenario.gpus, (wp,), weights, 0, data.horizon_hours, data.keep_forecast_seconds)
-    t = spec.target
-    target = PolicyTarget(key, ObjectRef(API_VERSION, KIND, name, namespace), TargetRef(
-        t.kind, t.name, None if t.kind == "ClusterQueue" else t.namespace or namespace),
-        spec.capacity.gpus_per_replica, spec.mode == "active", spec.inference_cluster_queue,
-        tuple(spec.training_cluster_queues))
+    target = PolicyTarget(key, ObjectRef(API_VERSION, KIND, name, namespace), spec.target.ref(namespace),
+                          spec.capacity.gpus_per_replica, spec.mode == "active", spec.inference_cluster_queue,
+                          tuple(spec.training_cluster_queues))
     fits = None if future is not None else _forecaster(spec, make_forecaster)
     times_all = epoch_seconds(demand.index)
     values_all = demand.to_numpy(float)

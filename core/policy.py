@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.alias_generators import to_camel
 
 from core.errors import ConfigError
+from core.objects import TargetRef
 from core.units import check_statistic, duration
 
 API_VERSION, KIND = "headroom.dev/v1alpha1", "ReservationPolicy"
@@ -51,6 +52,12 @@ class TargetSpec(Camel):
     name: str = Field(min_length=1, max_length=253)
     namespace: str | None = Field(None, min_length=1, max_length=63,
                                   description="Namespace of a Deployment/HPA target (default the policy's).")
+
+    def ref(self, policy_namespace: str) -> TargetRef:
+        """The object acted on: a ClusterQueue has no namespace; a Deployment or HPA defaults to the policy's."""
+        if self.kind == "ClusterQueue":
+            return TargetRef(self.kind, self.name, None)
+        return TargetRef(self.kind, self.name, self.namespace or policy_namespace)
 
 
 class ObjectiveSpec(Camel):
