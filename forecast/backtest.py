@@ -15,7 +15,7 @@ from typing import NamedTuple, Self
 import numpy as np
 import pandas as pd
 
-from forecast.base import Forecaster
+from forecast.base import Forecaster, check_quantile_frame
 from forecast.calibrate import DAY, calibrated_predict, origins, point_forecast, scaled_residuals
 from forecast.metrics import coverage, finite_or_none, mase, pinball, seasonal_scale, smape
 from forecast.models import MODELS, Ensemble, combination_name, combine
@@ -176,13 +176,60 @@ class BacktestResult:
                 "models": {m: {k: finite_or_none(v) for k, v in metrics.items()} for m, metrics in self.models.items()}}
 
 
-def score_fold(actual: np.ndarray, frame: pd.DataFrame, scale: float) -> dict[str, float]:
-    q = {float(c): frame[c].to_numpy() for c in frame.columns}
-    return {"mase": mase(actual, q[0.5], scale), "smape": smape(actual, q[0.5]),
-            "pinball_50": pinball(actual, q[0.5], 0.5, scale), "pinball_90": pinball(actual, q[0.9], 0.9, scale),
-            "pinball_95": pinball(actual, q[0.95], 0.95, scale),
-            "coverage_80": coverage(actual, q[0.1], q[0.9]), "coverage_90": coverage(actual, q[0.05], q[0.95]),
-            **{f"below_q{p}": share_below(actual, q[p]) for p in PLANNER_QUANTILES if p in q}}
+def score_fold(actual: np.ndarray, frame: pd.DataFrame, scale: float,
+               target_quantile: float | None = None) -> dict[str, float]:
+    """One fold's metrics of a quantile frame; with `target_quantile`, also its pinball loss (a training objective)."""
+    q = {round(float(c), 6): frame[c].to_numpy() for c in frame.columns}
+    out = {"mase": mase(actual, q[0.5], scale), "smape": smape(actual, q[0.5]),
+           "pinball_50": pinball(actual, q[0.5], 0.5, scale), "pinball_90": pinball(actual, q[0.9], 0.9, scale),
+           "pinball_95": pinball(actual, q[0.95], 0.95, scale),
+           "coverage_80": coverage(actual, q[0.1], q[0.9]), "coverage_90": coverage(actual, q[0.05], q[0.95]),
+           **{f"below_q{p}": share_below(actual, q[p]) for p in PLANNER_QUANTILES if p in q}}
+    if target_quantile is not None:
+        out.setdefault(pinball_key(target_quantile),
+                       pinball(actual, q[round(float(target_quantile), 6)], target_quantile, scale))
+    return out
+
+
+def pinball_key(quantile: float) -> str:
+    return f"pinball_{round(quantile * 100):g}"
+
+
+def score_folds(make: Callable[[], Forecaster], history: pd.Series, fold_origins: Sequence[int], horizon: int,
+                quantiles: Sequence[float], target_quantile: float | None = None,
+                progress: Callable[[int], None] | None = None) -> list[dict]:
+    """A model's metrics at each origin (one row per fold, oldest first): a fresh model fitted on the data before
+    the origin predicts the next `horizon` points; scored where the actual is known."""
+    values = history.to_numpy(dtype=float)
+    quantiles = sorted(set(map(float, quantiles)) | set(SCORED_QUANTILES)
+                       | ({float(target_quantile)} if target_quantile is not None else set()))
+    rows = []
+    for i, origin in enumerate(fold_origins):
+        started = time.perf_counter()
+        frame = make().fit(history.iloc[:origin]).predict(horizon, quantiles)
+        seconds = time.perf_counter() - started
+        check_quantile_frame(frame, horizon, quantiles)
+        actual = values[origin:origin + horizon]
+        rows.append({"fold": i, "origin": history.index[origin].isoformat(),
+                     **score_fold(actual, frame, seasonal_scale(values[:origin], DAY), target_quantile),
+                     "fit_seconds": seconds, "scored_points": int(np.isfinite(actual).sum())})
+        if progress:
+            progress(i + 1)
+    return rows
+
+
+def summarize(rows: Sequence[dict]) -> dict[str, float]:
+    """Mean of each metric over folds; coverage and the shares below the planner's quantiles pooled over every
+    scored point instead (a fold with few real actuals weighs little)."""
+    table = pd.DataFrame(list(rows))
+    metrics = [k for k in table.columns if k not in ("fold", "origin", "scored_points")]
+    n = table["scored_points"].to_numpy()
+    out = {m: float(np.nanmean(table[m])) if np.isfinite(table[m].to_numpy(dtype=float)).any() else float("nan")
+           for m in metrics}
+    for m in POOLED:
+        if m in table:
+            out[m] = float(np.nansum(table[m] * n) / n.sum()) if n.sum() else float("nan")
+    return out
 
 
 def share_below(actual: np.ndarray, bound: np.ndarray) -> float:
@@ -197,32 +244,18 @@ def backtest(history: pd.Series, horizon: int = DAY, folds: int = 14, step: int 
              progress: Callable[..., None] | None = None) -> BacktestResult:
     """Score each model, and the honest AutoForecaster (key "auto"), over `folds` rolling origins."""
     names = tuple(models or MODELS)
-    quantiles = sorted(set(map(float, quantiles)) | set(SCORED_QUANTILES))
-    values = history.to_numpy(dtype=float)
     fold_origins = origins(len(history), horizon, folds, step)
     makers: dict[str, Callable[[], Forecaster]] = {n: MODELS[n] for n in names}
     candidates = [n for n in names if n in FAST] or list(FAST)
     makers["auto"] = lambda: AutoForecaster(candidates=candidates, horizon=horizon)
-    rows, total = [], len(fold_origins) * len(makers)
-    for i, origin in enumerate(fold_origins):
-        train, actual = history.iloc[:origin], values[origin:origin + horizon]
-        scale = seasonal_scale(values[:origin], DAY)
-        for j, (name, make) in enumerate(makers.items()):
-            started = time.perf_counter()
-            frame = make().fit(train).predict(horizon, quantiles)
-            seconds = time.perf_counter() - started
-            rows.append({"model": name, "origin": history.index[origin].isoformat(),
-                         **score_fold(actual, frame, scale), "fit_seconds": seconds, "_n": np.isfinite(actual).sum()})
-            if progress:
-                progress(i * len(makers) + j + 1, total, name)
-    table = pd.DataFrame(rows)
-    summary = {}
-    for name, group in table.groupby("model", sort=False):
-        n = group["_n"].to_numpy()
-        summary[name] = {m: float(np.nanmean(group[m])) for m in METRICS}
-        for m in POOLED:  # pooled over every scored point, not per fold
-            summary[name][m] = float(np.nansum(group[m] * n) / n.sum()) if n.sum() else float("nan")
+    summary, per_fold = {}, []
+    for j, (name, make) in enumerate(makers.items()):
+        tick = (lambda i, j=j, name=name: progress(j * len(fold_origins) + i, len(fold_origins) * len(makers), name)
+                ) if progress else None
+        rows = score_folds(make, history, fold_origins, horizon, quantiles, progress=tick)
+        summary[name] = {m: v for m, v in summarize(rows).items() if m in METRICS}
+        per_fold += [{"model": name, **{k: v for k, v in r.items() if k not in ("fold", "scored_points")}}
+                     for r in rows]
     auto = AutoForecaster(candidates=candidates, horizon=horizon).fit(history)
-    per_fold = table.drop(columns="_n").to_dict("records")
     return BacktestResult(history=str(history.name), horizon=horizon, folds=len(fold_origins),
                           selected=auto.chosen, models=summary, per_fold=per_fold)

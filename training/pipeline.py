@@ -11,7 +11,6 @@ import hashlib
 import json
 import re
 import tempfile
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -23,13 +22,13 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from adapters.mlflow import Tracker, TrackingError, experiment_name, registered_name
+from forecast.backtest import SCORED_QUANTILES, AutoForecaster, pinball_key, score_folds, summarize
 from forecast.base import Forecaster, check_quantile_frame
-from forecast.metrics import coverage, finite_or_none, mase, pinball, seasonal_scale, smape
+from forecast.calibrate import origins as fold_origins
+from forecast.metrics import finite_or_none, seasonal_scale
 from forecast.models import MODELS
 
 DAY = 24
-SCORED_QUANTILES = (0.05, 0.1, 0.5, 0.9, 0.95)
-METRICS = ("mase", "smape", "pinball_50", "pinball_90", "pinball_95", "coverage_80", "coverage_90", "fit_seconds")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
 
@@ -137,7 +136,7 @@ class TrainSettings:
 
     @property
     def objective_key(self) -> str:
-        return "mase" if self.objective == "mase" else f"pinball_{round(self.target_quantile * 100):g}"
+        return "mase" if self.objective == "mase" else pinball_key(self.target_quantile)
 
 
 @dataclass
@@ -164,49 +163,10 @@ class TrainResult:
         return json.loads(json.dumps(out, default=lambda v: None))
 
 
-def fold_origins(n: int, horizon: int, folds: int, step: int, min_train: int = 2 * DAY) -> list[int]:
-    """Up to `folds` origins `step` apart, the last one leaving exactly `horizon` points to score."""
-    last = n - horizon
-    return [o for o in (last - k * step for k in reversed(range(folds))) if o >= min_train]
-
-
-def _scored_quantiles(settings: TrainSettings) -> list[float]:
-    return sorted(set(SCORED_QUANTILES) | {float(settings.target_quantile)} | set(map(float, settings.quantiles)))
-
-
-def score_frame(actual: np.ndarray, frame: pd.DataFrame, scale: float, target_q: float) -> dict[str, float]:
-    q = {round(float(c), 6): frame[c].to_numpy() for c in frame.columns}
-    out = {"mase": mase(actual, q[0.5], scale), "smape": smape(actual, q[0.5]),
-           "pinball_50": pinball(actual, q[0.5], 0.5, scale), "pinball_90": pinball(actual, q[0.9], 0.9, scale),
-           "pinball_95": pinball(actual, q[0.95], 0.95, scale),
-           "coverage_80": coverage(actual, q[0.1], q[0.9]), "coverage_90": coverage(actual, q[0.05], q[0.95])}
-    key = f"pinball_{round(target_q * 100):g}"
-    out.setdefault(key, pinball(actual, q[round(float(target_q), 6)], target_q, scale))
-    return out
-
-
-def backtest_model(make: Callable[[], Forecaster], history: pd.Series, origins: Sequence[int],
-                   settings: TrainSettings) -> list[dict[str, float]]:
-    """Per-fold metrics of a model (a factory; each fold fits a fresh one on data before the origin)."""
-    values = history.to_numpy(dtype=float)
-    quantiles = _scored_quantiles(settings)
-    rows = []
-    for i, origin in enumerate(origins):
-        started = time.perf_counter()
-        frame = make().fit(history.iloc[:origin]).predict(settings.horizon, quantiles)
-        seconds = time.perf_counter() - started
-        check_quantile_frame(frame, settings.horizon, quantiles)
-        scale = seasonal_scale(values[:origin], DAY)
-        rows.append({"fold": i, "origin": history.index[origin].isoformat(),
-                     **score_frame(values[origin:origin + settings.horizon], frame, scale, settings.target_quantile),
-                     "fit_seconds": seconds})
-    return rows
-
-
-def summarize(rows: list[dict]) -> dict[str, float]:
-    keys = [k for k in rows[0] if k not in ("fold", "origin")]
-    return {k: float(np.nanmean([r[k] for r in rows])) if any(np.isfinite(r[k]) for r in rows) else float("nan")
-            for k in keys}
+def _score(make: Callable[[], Forecaster], series: pd.Series, origins: Sequence[int],
+           settings: TrainSettings) -> list[dict]:
+    """forecast.backtest's per-fold evaluation, with the pinball loss at the objective's quantile."""
+    return score_folds(make, series, origins, settings.horizon, settings.quantiles, settings.target_quantile)
 
 
 def series_sha256(series: pd.Series) -> str:
@@ -254,8 +214,6 @@ def _inner_candidates(candidates: Sequence[str]) -> list[str]:
 
 
 def _auto(candidates: Sequence[str], horizon: int) -> Callable[[], Forecaster]:
-    from forecast.backtest import AutoForecaster
-
     return lambda: AutoForecaster(candidates=list(candidates) or "fast", horizon=horizon)
 
 
@@ -307,7 +265,7 @@ def _train(name, series, settings, tracker, now, makers, origins, exp, parent) -
     for cand, make in makers.items():
         child = tracker.start_run(exp, cand, parent=parent, tags={"headroom.kind": "candidate"})
         try:
-            rows = backtest_model(make, series, origins, settings)
+            rows = _score(make, series, origins, settings)
         except Exception as exc:  # noqa: BLE001 - one bad candidate is not a failed training
             failed[cand] = f"{type(exc).__name__}: {exc}"
             tracker.set_tags(child, {"headroom.error": failed[cand]})
@@ -342,7 +300,7 @@ def _train(name, series, settings, tracker, now, makers, origins, exp, parent) -
     metrics: list[tuple[str, float, int, int | None]] = []
     for cand, s in scores.items():
         metrics += [(f"{cand}.{k}", v, 0, None) for k, v in s.items()]
-    metrics += [(f"fold_{k}", r[k], int(r["fold"]), None) for r in per_fold[winner] for k in METRICS]
+    metrics += [(f"fold_{k}", r[k], int(r["fold"]), None) for r in per_fold[winner] for k in scores[winner]]
     metrics += [(k, scores[winner][k], 0, None) for k in scores[winner]]
     tracker.log_metrics(parent, metrics)
 
@@ -358,7 +316,8 @@ def _train(name, series, settings, tracker, now, makers, origins, exp, parent) -
         table.to_csv(tmp / "backtest_folds.csv", index=False)
         pd.DataFrame(scores).T.rename_axis("model").to_csv(tmp / "backtest.csv")
         last = origins[-1]
-        fold_frame = makers[winner]().fit(series.iloc[:last]).predict(settings.horizon, _scored_quantiles(settings))
+        fold_frame = makers[winner]().fit(series.iloc[:last]).predict(
+            settings.horizon, sorted(set(SCORED_QUANTILES) | set(settings.quantiles)))
         _plot(tmp / "forecast_vs_actual.png", series, fold_frame, future,
               f"{name}: {winner} ({key} {scores[winner][key]:.3f})")
         future.to_csv(tmp / "forecast.csv", index_label="timestamp")
@@ -378,7 +337,7 @@ def _train(name, series, settings, tracker, now, makers, origins, exp, parent) -
                                      known={**MODELS, **makers})
             champion = Champion(current_card, str(current.version), {})
             make = makers.get(current_card.model, champion.make) if current_card.model != "auto" else champion.make
-            champ_rows = backtest_model(make, series, origins, settings)
+            champ_rows = _score(make, series, origins, settings)
             champ_score = summarize(champ_rows)[key]
         except TrackingError:
             raise
