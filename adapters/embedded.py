@@ -89,6 +89,9 @@ class Accounting:
     short_steps: dict[str, int] = field(default_factory=dict)
     longest_short: dict[str, int] = field(default_factory=dict)    # steps in the longest run of short steps
     short_hours: dict[str, set[int]] = field(default_factory=dict)  # clock hours (epoch hours) with a short step
+    # per policy and epoch day: [demand GPU-seconds, unmet within the cluster, short steps, steps] (how much the
+    # shortage figures vary from day to day: SimResult's standard errors)
+    days: dict[str, dict[int, list[float]]] = field(default_factory=dict)
     run: dict[str, int] = field(default_factory=dict)
     inference_held: float = 0.0     # GPU-seconds held by inference (warm or warming)
     training_alloc: float = 0.0     # GPU-seconds allocated to training (running or stopping)
@@ -591,6 +594,11 @@ class EmbeddedCluster:
         a.within[key] = a.within.get(key, 0.0) + within * dt
         a.served[key] = a.served.get(key, 0.0) + served * dt
         a.unmet_within[key] = a.unmet_within.get(key, 0.0) + unmet * dt
+        day = a.days.setdefault(key, {}).setdefault(int((t - dt) // 86400), [0.0, 0.0, 0, 0])
+        day[0] += u * dt
+        day[1] += unmet * dt
+        day[2] += unmet > 1e-9
+        day[3] += 1
         if unmet > 1e-9:
             a.short_steps[key] = a.short_steps.get(key, 0) + 1
             a.short_hours.setdefault(key, set()).add(int((t - dt) // 3600))

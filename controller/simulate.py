@@ -19,7 +19,7 @@ import hashlib
 import json
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -144,6 +144,10 @@ class SimResult:
     utilization: float                # (inference demand served + training GPU-time) / capacity GPU-time
     shortage_within_cluster: float    # unmet demand within the cluster / demand GPU-time
     short_steps: float                # share of steps with any unmet demand within the cluster
+    # their standard errors from day to day (leave-one-day-out jackknife; 0 with under two days): how much a
+    # figure measured on these days may differ on others
+    shortage_within_cluster_se: float
+    short_steps_se: float
     longest_shortage_minutes: float
     objective_met: bool               # both parts of the policy's objective
     inference_shortage: float         # unmet demand, above the cluster included / demand GPU-time
@@ -424,6 +428,21 @@ def _plan_id(plan) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
+def day_to_day_errors(days: Mapping[int, Sequence[float]]) -> tuple[float, float]:
+    """Standard errors of the shortage share (unmet / demand) and the short-step share from per-day sums [demand,
+    unmet, short steps, steps]: the leave-one-day-out jackknife, since a day's steps are not independent draws
+    (shortages come in bursts) while whole days nearly are."""
+    sums = np.array(list(days.values()), dtype=float).reshape(-1, 4)
+    n = len(sums)
+    if n < 2:
+        return 0.0, 0.0
+    rest = sums.sum(axis=0) - sums  # each row: every day but one
+    with np.errstate(invalid="ignore", divide="ignore"):
+        shares = np.stack([np.where(rest[:, 0] > 0, rest[:, 1] / rest[:, 0], 0.0), rest[:, 2] / rest[:, 3]], axis=1)
+    spread = ((shares - shares.mean(axis=0)) ** 2).sum(axis=0)
+    return tuple(float(x) for x in np.sqrt((n - 1) / n * spread))  # type: ignore[return-value]
+
+
 def _result(scenario, spec, reference, world, steps, step, rows, extra, events, timeline, detail, violations,
             fallback_hours, loop_seconds, refit_seconds) -> SimResult:
     a = world.accounting
@@ -442,6 +461,7 @@ def _result(scenario, spec, reference, world, steps, step, rows, extra, events, 
         reference=reference,
         utilization=(a.served.get(key, 0.0) + a.training_alloc) / capacity_s,
         shortage_within_cluster=within, short_steps=short,
+        **dict(zip(("shortage_within_cluster_se", "short_steps_se"), day_to_day_errors(a.days.get(key, {})))),
         longest_shortage_minutes=a.longest_short.get(key, 0) * step / 60,
         objective_met=objective_met(spec, within, short),
         inference_shortage=within + over, shortage_over_capacity=over,

@@ -213,7 +213,8 @@ class TuneConfig(Strict):
     max_shortage: float = Field(_OBJECTIVE.max_shortage, ge=0, le=1)
     max_short_steps: float = Field(_OBJECTIVE.max_short_steps, ge=0, le=1)
     target_quantiles: list[float] = Field(default_factory=lambda: [0.5, 0.7, 0.8, 0.9, 0.95], min_length=1)
-    warm_buffers: list[float] = Field(default_factory=lambda: [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], min_length=1)
+    warm_buffers: list[float] = Field(default_factory=lambda: [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0],
+                                      min_length=1)
     scale_in_delays: list[str] = Field(default_factory=lambda: ["10m"], min_length=1)
     lead_times: list[str] = Field(default_factory=lambda: ["15m"], min_length=1)
     margins_gpus: list[int] = Field(default_factory=lambda: [0, 1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64], min_length=1)
