@@ -99,6 +99,7 @@ class AutoForecaster:
         honest = np.full((len(fold_origins), self.horizon), np.nan)
         for j in range(1, len(fold_origins)):
             honest[j] = self._select(points, errors, actuals, scales, window(j)).points[j]
+        self.points_ = honest  # each inner fold's point path: the interval scores
         self.residuals_ = scaled_residuals(history, honest, fold_origins)
         self.origins_ = fold_origins
         self.history_ = history
@@ -136,7 +137,7 @@ class AutoForecaster:
 
     def predict(self, horizon: int, quantiles: Sequence[float]) -> pd.DataFrame:
         return calibrated_predict(self.model_, self.residuals_, self.history_, horizon, quantiles, self.origins_,
-                                  level_correction=self._corrects())
+                                  self.points_, level_correction=self._corrects())
 
     def _corrects(self) -> bool:
         """Whether the median gets the recent level correction: `level_correction`, an int being the least number

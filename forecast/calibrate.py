@@ -2,10 +2,22 @@
 
 A model's own intervals are rough guesses. Here we refit it at a few origins
 inside the history (each fit sees only data before its origin), collect the
-residuals actual - point of the next `horizon` hours, and use their empirical
-quantiles as offsets around the final point forecast. Residuals are relative to
-the forecast level (plus a floor of a fifth of the last week's mean), so they
-transfer across growth and widen at the peaks where demand errs most.
+errors actual - point of the next `horizon` hours, and use their empirical
+quantiles as offsets around the final point forecast.
+
+The errors stay in demand units, and how wide a band is at each hour comes
+from the hours like it, not from a formula: Mondrian (group-wise) conformal,
+Vovk et al. 2005, with the hours split at the path's median point forecast into
+the busier and the quieter half. The busy hours' offsets come from the busy
+hours' errors, and no error is rescaled to another hour or another fold: every
+offset is an error the history has shown. Rescaling is what made issue 2's
+bands 10-20x the history's peak on a short, zero-heavy history (errors over the
+point plus a fifth of the week's mean, so a miss at a near-zero hour was
+multiplied by the peak's level); growth and drift are left to the recency
+weights and the adaptive levels below. With fewer than MIN_CALIBRATION_FOLDS
+folds, the bands come from the history's own day-over-day changes instead.
+INTERVAL_MODELS lists the candidates the forecast bench compared
+(docs/bench-forecast.md), INTERVALS the one its rule picked.
 
 Demand drifts (launches, quiet weeks), so older folds count less: each fold's
 residuals weigh 0.5 ** (age / HALF_LIFE) (two weeks) in a weighted quantile
@@ -19,7 +31,8 @@ intervals, recent misses widen them, and on a stationary series the offset
 stays near zero.
 
 The median is the point forecast, and its error is a level error that persists
-for days, not weeks: it is scaled by 1 + the recent mean residual (folds weigh
+for days, not weeks: it is scaled by 1 + the recent mean residual relative to
+the point plus a fifth of the week's mean (`scaled_residuals`; folds weigh
 0.5 ** (age / BIAS_HALF_LIFE), two days; the top and bottom BIAS_TRIM of the
 weight trimmed so one burst does not move the next day). A mean, not the
 median: on traces with near-zero nights half the residuals are ~0 whatever the
@@ -31,12 +44,13 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
-from typing import Self
+from typing import NamedTuple, Self
 
 import numpy as np
 import pandas as pd
 
 from forecast.base import Forecaster, future_index, quantile_frame
+from forecast.metrics import seasonal_scale
 from forecast.models import PointModel
 
 DAY, WEEK = 24, 168
@@ -49,6 +63,26 @@ ACI_GAMMA = 0.2
 # peers (docs/bench-forecast.md says how).
 BIAS_HALF_LIFE = 2 * DAY
 BIAS_TRIM = 0.1
+# Split conformal at the fold level can put the 90 % bound (the planner's target quantile) below the largest error
+# seen only from five folds on (split_levels(0.9, n) < 1 needs n >= 5). With fewer, one surprise would set every
+# hour's band; the bands then come from the history's own day-over-day changes (`seasonal_change_values`).
+MIN_CALIBRATION_FOLDS = 5
+
+
+class IntervalModel(NamedTuple):
+    scale: str          # an error's unit: "level" (point + a fifth of the week's mean), "point+mase" (point + the MASE
+                        # scale of the fold's window), "mase" (that MASE scale) or "raw" (none: demand units)
+    groups: int         # Mondrian groups of hours: 1, or 2 (the quieter and the busier half of the path)
+    min_folds: int      # fewer honest folds: `seasonal_change_values` instead of conformal
+
+
+# The candidates the forecast bench compared (docs/bench-forecast.md); "level" is issue 2's model as it was.
+INTERVAL_MODELS = {"level": IntervalModel("level", 1, 0),
+                   "point+mase": IntervalModel("point+mase", 1, MIN_CALIBRATION_FOLDS),
+                   "mase": IntervalModel("mase", 1, MIN_CALIBRATION_FOLDS),
+                   "raw": IntervalModel("raw", 1, MIN_CALIBRATION_FOLDS),
+                   "binned": IntervalModel("raw", 2, MIN_CALIBRATION_FOLDS)}
+INTERVALS = "binned"  # the bench protocol's pick (docs/bench-forecast.md)
 
 
 def origins(n: int, horizon: int, folds: int, step: int, min_train: int = 2 * DAY) -> list[int]:
@@ -65,6 +99,12 @@ def level(history: np.ndarray) -> float:
     return value if value > 0 else 1.0
 
 
+def mase_scale(history: np.ndarray) -> float:
+    """The unit of an error: the MASE scale of the window (its `level` where demand never moved)."""
+    scale = seasonal_scale(history, DAY)
+    return scale if np.isfinite(scale) else level(history)
+
+
 def point_forecast(make: Callable[[], Forecaster], history: pd.Series, origin: int, horizon: int) -> np.ndarray:
     """Point path of a model fitted on history before `origin`."""
     model = make()
@@ -74,15 +114,44 @@ def point_forecast(make: Callable[[], Forecaster], history: pd.Series, origin: i
 
 
 def scaled_residuals(history: pd.Series, points: np.ndarray, fold_origins: Sequence[int]) -> np.ndarray:
-    """(actual - point) / level per fold and step; NaN where the actual is missing."""
+    """The median's residuals: (actual - point) / (point + a fifth of the week's mean) per fold and step; NaN where
+    the actual is missing."""
     values = history.to_numpy(dtype=float)
     horizon = points.shape[1] if points.ndim == 2 else 0
-    return np.array([(values[o:o + horizon] - p) / _spread_scale(p, values[:o]) for o, p in zip(fold_origins, points)])
+    return np.array([(values[o:o + horizon] - p) / _error_scale(p, values[:o], "level")
+                     for o, p in zip(fold_origins, points)])
 
 
-def _spread_scale(point: np.ndarray, history: np.ndarray) -> np.ndarray:
-    # Demand errs in proportion to its level; the floor keeps near-zero night hours from blowing up.
-    return np.clip(point, 0.0, None) + 0.2 * level(history)
+def interval_scores(history: np.ndarray, points: np.ndarray, fold_origins: Sequence[int],
+                    intervals: str = INTERVALS) -> tuple[np.ndarray, np.ndarray]:
+    """Conformity scores per fold and step (the scaled error; NaN where the actual or the fold's point is missing)
+    and the Mondrian group of each (see `hour_groups`)."""
+    scale, groups, _ = INTERVAL_MODELS[intervals]
+    horizon = points.shape[1] if points.ndim == 2 else 0
+    scores = np.array([(history[o:o + horizon] - p) / _error_scale(p, history[:o], scale)
+                       for o, p in zip(fold_origins, points)]).reshape(len(fold_origins), horizon)
+    return scores, np.array([hour_groups(p, groups) for p in points], dtype=int).reshape(scores.shape)
+
+
+def scored_folds(scores: np.ndarray) -> int:
+    """Folds with at least one score (the first never has one: no earlier fold to select on)."""
+    return int(np.isfinite(np.atleast_2d(scores)).any(axis=1).sum())
+
+
+def hour_groups(point: np.ndarray, groups: int) -> np.ndarray:
+    """Group of each hour: 1 where its point is above the path's median (the busier half), else 0; all 0 for one
+    group. By value, not rank: hours forecast alike (a run of zero nights) share a group."""
+    point = np.nan_to_num(point, nan=0.0)
+    return (point > np.median(point)).astype(int) if groups == 2 and len(point) else np.zeros(len(point), dtype=int)
+
+
+def _error_scale(point: np.ndarray, history: np.ndarray, scale: str) -> np.ndarray:
+    if scale == "level":  # demand errs in proportion to its level; the floor keeps near-zero hours from blowing up
+        return np.clip(point, 0.0, None) + 0.2 * level(history)
+    if scale == "raw":
+        return np.ones(len(point))
+    unit = mase_scale(history)
+    return np.clip(point, 0.0, None) + unit if scale == "point+mase" else np.full(len(point), unit)
 
 
 def fold_weights(fold_origins: Sequence[int] | np.ndarray, half_life: float = HALF_LIFE) -> np.ndarray:
@@ -107,31 +176,49 @@ def split_levels(quantiles: Sequence[float] | np.ndarray, folds: int) -> np.ndar
     return 0.5 + (np.asarray(quantiles, dtype=float) - 0.5) * (folds + 1) / max(folds, 1)
 
 
+def group_quantiles(scores: np.ndarray, groups: np.ndarray, weights: np.ndarray, levels: np.ndarray,
+                    group_count: int) -> np.ndarray:
+    """Weighted quantiles of the finite scores of each group (rows = groups); a group without scores takes all's.
+
+    `weights` has one weight per fold (row of `scores`)."""
+    finite = np.isfinite(scores)
+    per_value = np.broadcast_to(np.asarray(weights, dtype=float)[:, None], scores.shape)
+    pooled = weighted_quantile(scores[finite], per_value[finite], levels)
+    out = np.empty((group_count, len(levels)))
+    for g in range(group_count):
+        mine = finite & (groups == g)
+        out[g] = weighted_quantile(scores[mine], per_value[mine], levels) if mine.any() else pooled
+    return out
+
+
 def aci_levels(residuals: np.ndarray, fold_origins: Sequence[int] | np.ndarray, quantiles: Sequence[float] | np.ndarray,
-               gamma: float = ACI_GAMMA) -> np.ndarray:
+               gamma: float = ACI_GAMMA, groups: np.ndarray | None = None) -> np.ndarray:
     """Quantile levels after adaptive conformal inference over the folds (rows of `residuals`, oldest first).
 
-    Fold j is scored against the weighted quantiles of folds < j at the current levels; each level then
-    moves by gamma x (nominal - fraction of fold j's residuals below its quantile). The result is the
-    split-conformal level for all folds plus that learned offset (it may leave [0, 1]; callers clip).
-    The median keeps its split level: it is not a coverage bound (calibrated_predict replaces it by
-    level_correction), and adapting it chased noise (worse MASE over nasa's 55 daily folds and on M4 hourly).
+    Fold j is scored against the weighted quantiles of folds < j (of its own group of hours, `groups`: None, one
+    group) at the current levels; each level then moves by gamma x (nominal - fraction of fold j's residuals below
+    its quantile). The result is the split-conformal level for all folds plus that learned offset (it may leave
+    [0, 1]; callers clip). The median keeps its split level: it is not a coverage bound (calibrated_predict
+    replaces it by level_correction), and adapting it chased noise (worse MASE over nasa's 55 daily folds and on M4
+    hourly).
     """
     quantiles = np.asarray(quantiles, dtype=float)
     fold_origins = np.asarray(fold_origins)
     residuals = np.atleast_2d(residuals)  # a history too short for any fold gives an empty 1-d array
+    groups = np.zeros(residuals.shape, dtype=int) if groups is None else np.atleast_2d(groups)
+    group_count = int(groups.max()) + 1 if groups.size else 1
     finite = np.isfinite(residuals)
     offset = np.zeros(len(quantiles))
     for j in range(2, len(residuals)):  # two earlier folds before a quantile is worth checking
-        earlier, new = finite[:j], residuals[j][finite[j]]
-        if not len(new) or not earlier.any():
+        earlier, new = finite[:j], finite[j]
+        if not new.any() or not earlier.any():
             continue
-        weights = np.broadcast_to(fold_weights(fold_origins[:j])[:, None], earlier.shape)[earlier]
-        levels = split_levels(quantiles, int(earlier.any(axis=1).sum())) + offset
-        bounds = weighted_quantile(residuals[:j][earlier], weights, np.clip(levels, 0.0, 1.0))
-        offset += gamma * (quantiles - (new[:, None] <= bounds[None, :]).mean(axis=0))
+        levels = split_levels(quantiles, scored_folds(residuals[:j])) + offset
+        bounds = group_quantiles(residuals[:j], groups[:j], fold_weights(fold_origins[:j]), np.clip(levels, 0.0, 1.0),
+                                 group_count)[groups[j][new]]
+        offset += gamma * (quantiles - (residuals[j][new][:, None] <= bounds).mean(axis=0))
     offset[quantiles == 0.5] = 0.0
-    return split_levels(quantiles, int(finite.any(axis=1).sum())) + offset
+    return split_levels(quantiles, scored_folds(residuals)) + offset
 
 
 def level_correction(residuals: np.ndarray, fold_origins: Sequence[int]) -> float:
@@ -148,23 +235,39 @@ def level_correction(residuals: np.ndarray, fold_origins: Sequence[int]) -> floa
     return float(np.average(values[kept], weights=weights[kept]))
 
 
-def conformal_values(point: np.ndarray, residuals: np.ndarray, history: np.ndarray,
+def conformal_values(point: np.ndarray, scores: np.ndarray, groups: np.ndarray, history: np.ndarray,
                      quantiles: Sequence[float], weights: np.ndarray | None = None,
-                     levels: np.ndarray | None = None) -> np.ndarray:
-    """Point plus the weighted residual quantiles, one column per quantile.
+                     levels: np.ndarray | None = None, intervals: str = INTERVALS) -> np.ndarray:
+    """Point plus the weighted score quantiles of each hour's group, times the hour's error scale; one column per
+    quantile.
 
-    `residuals` has one row per calibration fold; `weights` one weight per fold (None: all equal);
-    `levels` the quantile level to read for each quantile (None: the split-conformal levels).
+    `scores` and `groups` as `interval_scores` gives them (one row per calibration fold); `weights` one weight per
+    fold (None: all equal); `levels` the quantile level to read for each quantile (None: the split-conformal levels).
     """
-    weights = np.ones(len(residuals)) if weights is None else np.asarray(weights, dtype=float)
-    finite = np.isfinite(residuals)
+    weights = np.ones(len(scores)) if weights is None else np.asarray(weights, dtype=float)
+    finite = np.isfinite(scores)
     if not finite.any():
         return np.repeat(point[:, None], len(quantiles), axis=1)
     if levels is None:
-        levels = split_levels(quantiles, int(finite.any(axis=1).sum()))
-    per_value = np.broadcast_to(weights[:, None], residuals.shape)[finite]
-    offsets = weighted_quantile(residuals[finite], per_value, np.clip(levels, 0.0, 1.0))
-    return point[:, None] + _spread_scale(point, history)[:, None] * offsets[None, :]
+        levels = split_levels(quantiles, scored_folds(scores))
+    scale, group_count, _ = INTERVAL_MODELS[intervals]
+    offsets = group_quantiles(scores, groups, weights, np.clip(levels, 0.0, 1.0), group_count)
+    return point[:, None] + _error_scale(point, history, scale)[:, None] * offsets[hour_groups(point, group_count)]
+
+
+def seasonal_change_values(point: np.ndarray, history: np.ndarray, quantiles: Sequence[float],
+                           groups: int) -> np.ndarray:
+    """Point plus the split-conformal quantiles of the history's day-over-day changes y[t] - y[t - 24] (the errors
+    seasonal naive made in the history), each hour an exchangeable unit, grouped as `hour_groups` groups the path
+    (by y[t - 24], the point seasonal naive had). Every offset is a change the history has shown."""
+    before, after = history[:-DAY], history[DAY:]
+    real = np.isfinite(before) & np.isfinite(after)
+    changes, before = (after - before)[real], before[real]
+    if not len(changes):
+        return np.repeat(point[:, None], len(quantiles), axis=1)
+    offsets = group_quantiles(changes[None, :], hour_groups(before, groups)[None, :], np.ones(1),
+                              np.clip(split_levels(quantiles, len(changes)), 0.0, 1.0), groups)
+    return point[:, None] + offsets[hour_groups(point, groups)]
 
 
 class Calibrated:
@@ -178,7 +281,8 @@ class Calibrated:
         make = lambda: copy.deepcopy(self.model)  # noqa: E731 - a fresh unfitted copy per fold
         fold_origins = origins(len(history), self.horizon, self.folds, self.step)
         points = np.array([point_forecast(make, history, o, self.horizon) for o in fold_origins])
-        self.residuals_ = scaled_residuals(history, points.reshape(len(fold_origins), self.horizon), fold_origins)
+        self.points_ = points.reshape(len(fold_origins), self.horizon)
+        self.residuals_ = scaled_residuals(history, self.points_, fold_origins)
         self.origins_ = fold_origins
         self.history_ = history
         self.fitted_ = make().fit(history)
@@ -186,30 +290,34 @@ class Calibrated:
         return self
 
     def predict(self, horizon: int, quantiles: Sequence[float]) -> pd.DataFrame:
-        return calibrated_predict(self.fitted_, self.residuals_, self.history_, horizon, quantiles, self.origins_)
+        return calibrated_predict(self.fitted_, self.residuals_, self.history_, horizon, quantiles, self.origins_,
+                                  self.points_)
 
 
-def calibrated_predict(model, residuals: np.ndarray, history: pd.Series, horizon: int,
-                       quantiles: Sequence[float], fold_origins: Sequence[int] | None = None,
-                       level_correction: bool = True) -> pd.DataFrame:
-    """The fitted model's path with conformal quantiles from its backtest residuals (one row per fold).
-
-    With the folds' `fold_origins`: recency-weighted folds, adaptive levels (`aci_levels`) and the median's
-    recent level correction (`level_correction`). Without: equal weights, split-conformal levels and the
-    residuals' median, the plain method.
+def calibrated_predict(model, residuals: np.ndarray, history: pd.Series, horizon: int, quantiles: Sequence[float],
+                       fold_origins: Sequence[int], fold_points: np.ndarray, level_correction: bool = True,
+                       intervals: str = INTERVALS) -> pd.DataFrame:
+    """The fitted model's path with conformal quantiles from its backtest folds: `fold_points` (one point path per
+    fold at `fold_origins`) give the interval scores, `residuals` (`scaled_residuals`) the median's recent level
+    correction (`level_correction`); folds weigh by recency and the levels adapt (`aci_levels`).
     """
     if not np.isfinite(residuals).any():  # too short to calibrate: the model's own intervals
         return model.predict(horizon, quantiles)
     point = model.predict(horizon, [0.5]).to_numpy()[:, 0]
     values = history.to_numpy(dtype=float)
-    if fold_origins is None:
-        return quantile_frame(future_index(history, horizon),
-                              conformal_values(point, residuals, values, quantiles), quantiles)
-    out = conformal_values(point, residuals, values, quantiles, fold_weights(fold_origins),
-                           aci_levels(residuals, fold_origins, quantiles))
-    median = np.asarray(quantiles, dtype=float) == 0.5
+    scores, groups = interval_scores(values, fold_points, fold_origins, intervals)
+    model_spec = INTERVAL_MODELS[intervals]
+    if scored_folds(scores) < model_spec.min_folds:
+        out = seasonal_change_values(point, values, quantiles, model_spec.groups)
+    else:
+        out = conformal_values(point, scores, groups, values, quantiles, fold_weights(fold_origins),
+                               aci_levels(scores, fold_origins, quantiles, groups=groups), intervals)
     correction = _level_correction(residuals, fold_origins) if level_correction else 0.0
-    out[:, median] = (point * (1 + correction))[:, None]
+    median = (point * (1 + correction))[:, None]
+    # Bounds on the median's side of it are the median: a bound crossing it would be sorted into its place and
+    # move the point forecast (a group's errors can all have one sign when folds are few).
+    q = np.asarray(quantiles, dtype=float)[None, :]
+    out = np.where(q < 0.5, np.minimum(out, median), np.where(q > 0.5, np.maximum(out, median), median))
     return quantile_frame(future_index(history, horizon), out, quantiles)
 
 

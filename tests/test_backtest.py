@@ -124,7 +124,7 @@ def test_calibration_residuals_of_a_fold_use_only_data_up_to_its_horizon():
 def test_recent_folds_weigh_more_when_the_noise_changes():
     # Noisy for six weeks, then calm: recency-weighted intervals narrow toward the calm regime
     # and still cover it near nominal; equal weights keep the old, wide intervals.
-    from forecast.calibrate import calibrated_predict, fold_weights
+    from forecast.calibrate import conformal_values, fold_weights, interval_scores
     noisy, calm = demand(weeks=6, noise=30.0, seed=4), demand(weeks=4, noise=5.0, seed=5)
     series = pd.concat([noisy, calm.set_axis(pd.date_range(noisy.index[-1] + pd.Timedelta(hours=1),
                                                            periods=len(calm), freq="h", tz="UTC"))])
@@ -134,7 +134,9 @@ def test_recent_folds_weigh_more_when_the_noise_changes():
     assert weights[-1] == 1.0 and np.all(np.diff(weights) > 0)
     assert fold_weights([0, 2 * 168])[0] == pytest.approx(0.5)
     weighted = auto.predict(168, [0.1, 0.9]).to_numpy()
-    equal = calibrated_predict(auto.model_, auto.residuals_, history, 168, [0.1, 0.9]).to_numpy()
+    values = history.to_numpy(dtype=float)
+    scores, groups = interval_scores(values, auto.points_, auto.origins_)
+    equal = conformal_values(auto.model_.predict(168, [0.5]).to_numpy()[:, 0], scores, groups, values, [0.1, 0.9])
     assert np.mean(weighted[:, 1] - weighted[:, 0]) < 0.8 * np.mean(equal[:, 1] - equal[:, 0])
     covered = np.mean((future >= weighted[:, 0]) & (future <= weighted[:, 1]))
     assert covered >= 0.7

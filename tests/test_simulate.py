@@ -113,14 +113,16 @@ def test_result_json_has_issue_11_fields_and_the_old_ones():
     assert r.headroom_violations == 0 and r.training_gpu_hours > 0 and 0.95 <= r.training_goodput <= 1
 
 
-# Known defect (open, issue 13): on alibaba's first five days (near-zero hours, then a rise) the conformal
-# intervals scale fold residuals by a point forecast near zero, so q0.9 reaches 10-20x the history's peak and the
-# forecast policy reserves nearly the whole cluster. strict: the mark fails the run once the defect is fixed.
-ZERO_HEAVY_INTERVALS = pytest.mark.xfail(strict=True, reason="intervals explode on a zero-heavy short history")
-TRACE_PARAMS = [pytest.param(n, marks=ZERO_HEAVY_INTERVALS) if n == "alibaba" else n for n in TRACES]
+# Open (issue 13): alibaba's fifth day bursts to 2.4x the peak of the four days before it. The intervals no longer
+# explode there (test_every_policy_on_a_real_trace passes on it: q0.9 within 1.15x the history's peak, was 10-56x),
+# but tune, scoring the fourth day, needs a warm buffer of 8 to cover the burst's first 5-minute steps at its end,
+# and the warm buffer is what costs training goodput on the fifth day: 0.989 / 0.982 / 0.969 / 0.942 with buffers
+# 0 / 1 / 4 / 8 under the same forecasts (0.931 under the old intervals, 0.947 for the static policy). strict: the
+# mark fails the run once it passes.
+WARM_BUFFER_GOODPUT = pytest.mark.xfail(strict=True, reason="goodput under tune's warm buffer of 8 on alibaba's burst")
 
 
-@pytest.mark.parametrize("name", TRACE_PARAMS)
+@pytest.mark.parametrize("name", TRACES)
 def test_every_policy_on_a_real_trace(name):
     s, spec = scenario(trace(name))
     out = {p: simulate(s, spec, reference=p) for p in POLICIES}
@@ -142,7 +144,7 @@ def test_every_policy_on_a_real_trace(name):
     assert out["static"].mean_reserved_gpus == max(r.mean_reserved_gpus for r in out.values())
 
 
-@pytest.mark.parametrize("name", TRACE_PARAMS)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=WARM_BUFFER_GOODPUT) if n == "alibaba" else n for n in TRACES])
 def test_tuned_forecast_keeps_goodput_and_headroom_on_every_trace(name):
     """With tune's recommendation (history only) the forecast policy keeps the headroom guarantee and training's
     goodput (issue 11: 0 violations, goodput >= 0.95)."""
