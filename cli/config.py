@@ -45,18 +45,35 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
     tree: Any = {}
     if path is not None:
         try:
-            tree = yaml.safe_load(Path(path).read_text()) or {}
+            tree = yaml.safe_load(Path(path).read_text(encoding="utf-8-sig")) or {}
         except OSError as exc:
             raise ConfigError(source, [f"cannot read file: {exc.strerror}"]) from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(source, [f"not a UTF-8 text file (byte {exc.start}): a YAML file is expected"]) from None
         except yaml.YAMLError as exc:
             raise ConfigError(source, [f"not valid YAML: {exc}"]) from None
         if not isinstance(tree, dict):
             raise ConfigError(source, ["(top level): must be a mapping of sections"])
+        # a section written with every key commented out reads as null: it is empty, its defaults apply
+        tree = {section: {} if value is None else value for section, value in tree.items()}
         _paths_relative_to(tree, Config, Path(path).parent)
     for dotted, value in (overrides or {}).items():
         if value is not None:
             _set(tree, dotted, value)
     try:
-        return Config.model_validate(tree)
+        config = Config.model_validate(tree)
     except ValidationError as exc:
-        raise ConfigError(source, field_errors(exc)) from None
+        raise ConfigError(source, field_errors(exc) + _unknown_candidates(tree)) from None
+    if _unknown_candidates(tree):
+        raise ConfigError(source, _unknown_candidates(tree))
+    return config
+
+
+def _unknown_candidates(tree: dict) -> list[str]:
+    """training.candidates names forecast models, which core (below forecast) cannot list: checked here."""
+    from forecast.models import MODELS
+
+    training = tree.get("training")
+    names = training.get("candidates") if isinstance(training, dict) else None
+    unknown = [n for n in names if isinstance(n, str) and n not in {*MODELS, "auto"}] if isinstance(names, list) else []
+    return [f"training.candidates: unknown model(s) {unknown}; known: auto, {', '.join(MODELS)}"] if unknown else []

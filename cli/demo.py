@@ -32,7 +32,7 @@ def run_demo(out: Path, quick: bool, cfg, say) -> dict:
     from adapters.mlflow import Tracker
     from cli.config import load_config
     from cli.run import describe, embedded
-    from cli.simulate import WhatIf, every_policy
+    from cli.simulate import WhatIf, check_output_dir, every_policy
     from cli.sources import load_series
     from controller.forecasts import Models
     from controller.reconcile import Reconciler
@@ -45,12 +45,7 @@ def run_demo(out: Path, quick: bool, cfg, say) -> dict:
     from training.pipeline import TrainSettings, train_series
 
     size = QUICK if quick else FULL
-    out = Path(out).resolve()
-    if out.exists() and not out.is_dir():
-        from core.errors import BadRequest
-
-        raise BadRequest(f"--out {out}: exists and is not a directory")
-    out.mkdir(parents=True, exist_ok=True)
+    out = check_output_dir(out, "--out")
     c = cfg.simulate
 
     say(f"history: {size.history_days} days of 5-minute demand from forecast.synthetic (daily and weekly cycles, "

@@ -80,8 +80,10 @@ def cmd_backtest(cfg: Config, args) -> int:
           f"selected: {payload['selected']}")
     cols = ["mase", "smape", "pinball_50", "pinball_90", "pinball_95", "coverage_80", "coverage_90", "fit_seconds"]
     print(f"{'model':<22}" + "".join(f"{c:>13}" for c in cols))
-    for name, m in sorted(payload["models"].items(), key=lambda kv: kv[1]["mase"]):
-        print(f"{name:<22}" + "".join(f"{m[c]:>13.3f}" for c in cols))
+    # a score the history cannot define (MASE of a constant series: no error to scale by) is null in JSON, n/a here
+    ranked = sorted(payload["models"].items(), key=lambda kv: (kv[1]["mase"] is None, kv[1]["mase"] or 0.0))
+    for name, m in ranked:
+        print(f"{name:<22}" + "".join(f"{'n/a':>13}" if m[c] is None else f"{m[c]:>13.3f}" for c in cols))
     return 0
 
 
@@ -211,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     except HeadroomError as exc:
         print(f"headroom: error: {exc}", file=sys.stderr)
         return exc.exit_status
-    except (HistoryError, PrometheusError) as exc:
+    except (HistoryError, PrometheusError, OSError) as exc:  # OSError: a file or server that failed mid-work
         print(f"headroom: error: {exc}", file=sys.stderr)
         return 1
 

@@ -2,11 +2,9 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from cli.progress import stage_printer
-from cli.simulate import every_policy, whatif
-from core.errors import BadRequest
+from cli.simulate import check_output_dir, every_policy, whatif
 from dashboards.report import compare_policies, comparison_table, format_table, render_report
 
 
@@ -14,9 +12,7 @@ def cmd_report(cfg, args) -> int:
     """`headroom report DEMAND [--out DIR] [--policy P] [--json] ...` (simulate's options).
 
     --policy is the policy whose timeline is plotted; the table always compares all of them."""
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise BadRequest(f"--out {out}: exists and is not a directory")
+    out = check_output_dir(args.out, "--out")
     say = stage_printer("report", quiet=args.json)
     w = whatif(cfg)
     specs, tuned = every_policy(cfg, w, progress=say)

@@ -37,6 +37,19 @@ def check_output_folders(*flags: tuple[str | None, str]) -> None:
             raise BadRequest(f"{flag} {path}: the folder {target.resolve().parent} does not exist")
 
 
+def check_output_dir(path: str | Path, flag: str) -> Path:
+    """The folder to write into, made now (with its parents) so that a bad --out fails at once and not after minutes
+    of simulation."""
+    target = Path(path).resolve()
+    if target.exists() and not target.is_dir():
+        raise BadRequest(f"{flag} {path}: exists and is not a directory")
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BadRequest(f"{flag} {path}: cannot make the folder: {exc.strerror or exc}") from None
+    return target
+
+
 MAX_GPUS = 1_000_000  # as simulate.gpus: a demand scaled past this is a unit error, not a cluster
 
 
@@ -144,8 +157,9 @@ def whatif(cfg: Config, progress=None) -> WhatIf:
     demand = native_series(cfg)
     span_days = (demand.index[-1] - demand.index[0]).total_seconds() / 86400
     if c.days >= span_days:
-        raise BadRequest(f"simulate.days {c.days:g} leaves no history: the trace covers {span_days:.2f} days "
-                         f"(give --days below that; at least a day of history is needed before them)")
+        raise BadRequest(f"simulate.days {c.days:g} leaves no history: the trace {cfg.history.file or ''} covers "
+                         f"{span_days:.2f} days (give --days below that; at least a day of history is needed before "
+                         "them)")
     step = demand.index.to_series().diff().median()
     if pd.Timedelta(seconds=round(c.days * 86400)) < 2 * step:
         raise BadRequest(f"simulate.days {c.days:g} covers fewer than two steps of the trace ({step}): give more days")
@@ -159,6 +173,9 @@ def whatif(cfg: Config, progress=None) -> WhatIf:
         meta = objects[0]["metadata"]
         spec = PolicySpec.model_validate(objects[0]["spec"])
         _check_scale(demand, spec.capacity.demand_per_gpu, f"{c.policy_file}: spec.capacity.demandPerGpu")
+        if spec.min_gpus > c.gpus:
+            raise BadRequest(f"{c.policy_file}: spec.minGpus {spec.min_gpus} does not fit the {c.gpus}-GPU cluster "
+                             "(simulate.gpus, --gpus)")
         name = f"{meta['namespace']}/{meta['name']}"
         try:
             scenario = Scenario(demand, c.gpus, c.days, jobs, c.world, name=name,

@@ -38,7 +38,7 @@ def cmd_train(cfg, args) -> int:
     t = getattr(cfg, "training", None)
     uri = getattr(args, "tracking_uri", None) or getattr(t, "tracking_uri", None)
     settings = settings_from_config(cfg)
-    jobs: list[tuple[str, Callable[[], pd.Series]]] = []
+    jobs: list[tuple[str, str, Callable[[], pd.Series]]] = []  # series name, where its history is, its loader
     h = cfg.history
 
     def from_file(path):
@@ -47,16 +47,17 @@ def cmd_train(cfg, args) -> int:
         return lambda: load_series(one, now)[0]
 
     if getattr(args, "history", None):
-        jobs.append((getattr(args, "name", None) or Path(args.history).stem, from_file(args.history)))
+        jobs.append((getattr(args, "name", None) or Path(args.history).stem, args.history, from_file(args.history)))
     elif t is not None and t.series:
         for s in t.series:
-            jobs.append((s.name, from_file(s.file)))
+            jobs.append((s.name, str(s.file), from_file(s.file)))
     else:
-        jobs.append((getattr(args, "name", None) or getattr(t, "name", None) or "demand",
+        where = str(h.file or (h.prometheus.query if h.prometheus is not None else "no history"))
+        jobs.append((getattr(args, "name", None) or getattr(t, "name", None) or "demand", where,
                      lambda: load_series(cfg, now)[0]))
     tracker = Tracker(uri)
     status, out = 0, []
-    for name, load in jobs:
+    for name, where, load in jobs:
         try:
             result = train_series(name, load(), settings, tracker, now)
             out.append(result.to_json())
@@ -64,7 +65,7 @@ def cmd_train(cfg, args) -> int:
                   f"{'PROMOTED' if result.promoted else 'not promoted'}: {result.reason}", file=sys.stderr)
         except (TrackingError, TrainingError, TrainingLocked, HistoryError, OSError) as exc:
             status = 1
-            out.append({"name": name, "error": f"{type(exc).__name__}: {exc}"})
-            print(f"{name}: training failed: {exc}", file=sys.stderr)
+            out.append({"name": name, "history": where, "error": f"{type(exc).__name__}: {exc}"})
+            print(f"{name} ({where}): training failed: {exc}", file=sys.stderr)
     print(json.dumps(out if len(out) > 1 else out[0], indent=2))
     return status

@@ -2,14 +2,14 @@
 
 The same typed policy drives every decision the planner makes, whether the cluster is real
 (`headroom run` on Kubernetes), embedded (`headroom run` on the embedded cluster) or a what-if
-(`simulate`, `tune`, `report`, `demo`); deploy/crds/headroom.dev_reservationpolicies.yaml is generated
-from this module (`python -m core.crd`), so the CRD's defaults are these.
+(`simulate`, `tune`, `report`, `demo`); deploy/crds/headroom.dev_reservationpolicies.yaml carries the
+same fields and defaults.
 
 Field names are the CRD's (camelCase in YAML and in the object, snake_case here).
 """
 from __future__ import annotations
 
-import math
+import re
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -22,29 +22,21 @@ from core.objects import TargetRef
 from core.units import check_statistic, duration
 
 API_VERSION, KIND = "headroom.dev/v1alpha1", "ReservationPolicy"
+NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"  # a policy's name and namespace, as Kubernetes takes them (DNS label)
 Forecaster = Literal["auto", "seasonal-naive", "reactive", "static"]
 FORECASTERS: tuple[str, ...] = get_args(Forecaster)
 
 
 class Camel(BaseModel):
     """A Kubernetes-style spec: camelCase keys, the same in a CRD object and in a file; unknown keys are errors."""
-    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True)
-
-
-def _finite(value: float) -> float:
-    if not math.isfinite(value):
-        raise ValueError("must be a finite number")
-    return value
+    # NaN and infinity are refused in every number: an object's field never means "unknown" or "unbounded"
+    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True,
+                              allow_inf_nan=False)
 
 
 class CapacitySpec(Camel):
     demand_per_gpu: float = Field(gt=0, description="Demand one GPU serves (in the query's unit).")
     gpus_per_replica: int = Field(1, ge=1, le=1024, description="GPUs each inference replica holds.")
-
-    @field_validator("demand_per_gpu")
-    @classmethod
-    def _finite_demand(cls, value: float) -> float:
-        return _finite(value)
 
 
 class TargetSpec(Camel):
@@ -98,11 +90,6 @@ class PolicySpec(Camel):
                                                "that borrow the slack and are evicted to reclaim it.")
     mode: Literal["forecast-only", "active"] = "forecast-only"
     objective: ObjectiveSpec = ObjectiveSpec()
-
-    @field_validator("warm_buffer")
-    @classmethod
-    def _finite_buffer(cls, value: float) -> float:
-        return _finite(value)
 
     @field_validator("statistic")
     @classmethod
@@ -208,6 +195,12 @@ def load_manifests(path: str | Path) -> list[dict[str, Any]]:
         meta = doc.get("metadata")
         if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
             errors.append(f"{prefix}metadata.name: required")
+            continue
+        bad = [f"{prefix}metadata.{k}: {meta[k]!r} is not a lowercase DNS label (a-z, 0-9, '-')"
+               for k in ("name", "namespace")
+               if k in meta and not (isinstance(meta[k], str) and re.fullmatch(NAME_PATTERN, meta[k]))]
+        if bad:
+            errors += bad
             continue
         try:
             PolicySpec.model_validate(doc.get("spec"))

@@ -7,15 +7,15 @@ reservation policy itself is core.policy.PolicySpec (a ReservationPolicy's spec)
 """
 from __future__ import annotations
 
-import math
+from collections import Counter
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationError, field_validator, model_validator
 
-from core.policy import Forecaster, ObjectiveSpec, PolicySpec
+from core.policy import NAME_PATTERN, Forecaster, ObjectiveSpec, PolicySpec
 from core.units import check_statistic, duration
 
 LOOKBACK = "28d"  # the history a forecast is fitted on
@@ -25,7 +25,8 @@ _OBJECTIVE = ObjectiveSpec()
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # NaN and infinity are refused in every number: no setting means "forever" or "unknown"
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class CrossChecked(Strict):
@@ -77,20 +78,9 @@ class CrossChecked(Strict):
         return model
 
 
-def _check_duration(value: str) -> str:
-    duration(value)
-    return value
-
-
 def _increasing(values: list[float]) -> list[float]:
     if sorted(set(values)) != list(values):
         raise ValueError("must be strictly increasing")
-    return values
-
-
-def _finite(values: list[float]) -> list[float]:
-    if not all(math.isfinite(v) for v in values):
-        raise ValueError("must be finite numbers")
     return values
 
 
@@ -105,10 +95,29 @@ class PrometheusServer(Strict):
     timeout_seconds: float = Field(30.0, gt=0)
     retries: int = Field(3, ge=0, le=10)
 
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"{value!r} is not an http:// or https:// URL")
+        return value
+
+    @field_validator("bearer_token_file", "ca_file")
+    @classmethod
+    def _readable(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.is_file():
+            raise ValueError(f"{value} is not a file")
+        return value
+
     @field_validator("lookback", "step")
     @classmethod
     def _duration(cls, value: str) -> str:
-        return _check_duration(value)
+        if duration(value) <= duration("0s"):
+            raise ValueError(f"{value} is not a positive duration")
+        return value
 
 
 class PrometheusConfig(PrometheusServer):
@@ -135,6 +144,13 @@ class HistoryConfig(CrossChecked):
     @classmethod
     def _statistic(cls, value: str) -> str:
         return check_statistic(value)
+
+    @field_validator("step")
+    @classmethod
+    def _hourly(cls, value: str) -> str:
+        if duration(value) != duration("1h"):
+            raise ValueError(f"{value}: the forecast step is 1h (the forecasters' seasons are counted in hours)")
+        return value
 
     @classmethod
     def cross_checks(cls) -> list[tuple[tuple[str, ...], Callable[..., str | None]]]:
@@ -175,7 +191,7 @@ class WorldSettings(CrossChecked):
     def cross_checks(cls) -> list[tuple[tuple[str, ...], Callable[..., str | None]]]:
         def preemption(pair: tuple[float, float]) -> str | None:
             lo, hi = pair
-            return None if 0 <= lo <= hi and math.isfinite(hi) else \
+            return None if 0 <= lo <= hi else \
                 "preemption_seconds must be [low, high] with 0 <= low <= high"
 
         def gpus(sizes: tuple[int, ...]) -> str | None:
@@ -183,7 +199,7 @@ class WorldSettings(CrossChecked):
 
         def hours(pair: tuple[float, float]) -> str | None:
             lo, hi = pair
-            return None if 0 < lo <= hi and math.isfinite(hi) else \
+            return None if 0 < lo <= hi else \
                 "backlog_job_hours must be [low, high] with 0 < low <= high"
 
         return [(("preemption_seconds",), preemption), (("backlog_job_gpus",), gpus), (("backlog_job_hours",), hours)]
@@ -199,13 +215,6 @@ class SimulateConfig(Strict):
     days: float = Field(7, gt=0, le=3660)
     jobs: Path | None = None
     world: WorldSettings = WorldSettings()
-
-    @field_validator("peak_gpus", "per_gpu", "days")
-    @classmethod
-    def _finite_scale(cls, value: float | None) -> float | None:
-        if value is not None and not math.isfinite(value):
-            raise ValueError("must be a finite number")
-        return value
 
 
 class TuneConfig(Strict):
@@ -231,7 +240,7 @@ class TuneConfig(Strict):
     @field_validator("warm_buffers")
     @classmethod
     def _buffers(cls, values: list[float]) -> list[float]:
-        if any(b < 0 or b > 100 for b in _finite(values)):
+        if any(b < 0 or b > 100 for b in values):
             raise ValueError("warm buffers must be between 0 and 100")
         return _increasing(values)
 
@@ -272,10 +281,19 @@ class TrainingConfig(Strict):
 class EmbeddedPolicy(Strict):
     """A policy of the embedded cluster: the ReservationPolicy's name and spec, and the file its demand query is
     answered from."""
-    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-    namespace: str = Field("default", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    name: str = Field(pattern=NAME_PATTERN)
+    namespace: str = Field("default", pattern=NAME_PATTERN)
     history_file: Path
     spec: PolicySpec
+
+
+def duplicate_policies(policies: list[EmbeddedPolicy]) -> str | None:
+    """Two policies of one namespace/name, or two scaling one target, would undo each other's decisions."""
+    names = Counter((p.namespace, p.name) for p in policies)
+    targets = Counter(p.spec.target.ref(p.namespace) for p in policies)
+    errors = [f"policy {namespace}/{name} is given {n} times" for (namespace, name), n in names.items() if n > 1]
+    errors += [f"{t.kind} {t.name} is the target of {n} policies" for t, n in targets.items() if n > 1]
+    return "; ".join(errors) or None
 
 
 def _ip_address(value: str) -> str:
@@ -300,7 +318,7 @@ class RunConfig(CrossChecked):
     cluster: Literal["simulated", "kubernetes"] = "simulated"
     kubeconfig: Path | None = None   # kubernetes: this file, else in-cluster credentials
     namespace: str | None = None     # watch policies in one namespace (default: all)
-    capacity_gpus: int = Field(128, ge=1)
+    capacity_gpus: int = Field(128, ge=1, le=1_000_000)  # as simulate.gpus: more is a typo, not a cluster
     non_lendable_gpus: int = Field(0, ge=0)
     interval_seconds: float = Field(60, gt=0)
     horizon_hours: int = Field(24, ge=2, le=24 * 14)
@@ -316,7 +334,7 @@ class RunConfig(CrossChecked):
     # MLflow: champion models, realized error, retraining (default: training.tracking_uri)
     tracking_uri: str | None = None
     retrain_every_seconds: float = Field(86400, ge=0)  # 0: never on a schedule (drift still recommends)
-    team_weights: dict[str, float] = {}   # training ClusterQueue -> share of the slack (default equal)
+    team_weights: dict[str, PositiveFloat] = {}   # training ClusterQueue -> share of the slack (default equal)
     policies: list[EmbeddedPolicy] = []
 
     @field_validator("metrics_address")
@@ -326,14 +344,9 @@ class RunConfig(CrossChecked):
 
     @classmethod
     def cross_checks(cls) -> list[tuple[tuple[str, ...], Callable[..., str | None]]]:
-        def teams(weights: dict[str, Any]) -> str | None:
-            bad = [t for t, w in weights.items() if not (float(w) > 0 and math.isfinite(float(w)))]
-            return "; ".join(f"team_weights.{t} must be a finite number > 0" for t in bad) or None
-
-        def unique(policies: list[Any]) -> str | None:
-            keys = [(p.namespace, p.name) if isinstance(p, EmbeddedPolicy)
-                    else (p.get("namespace", "default"), p["name"]) for p in policies]
-            return "policy names must be unique per namespace" if len(set(keys)) != len(keys) else None
+        def unique(policies: list[Any]) -> str | None:  # raw items when another field failed: they validate alone
+            return duplicate_policies([p if isinstance(p, EmbeddedPolicy) else EmbeddedPolicy.model_validate(p)
+                                       for p in policies])
 
         return [
             (("cluster", "prometheus"), lambda cluster, prom: "the simulated cluster reads each policy's history_file; "
@@ -343,7 +356,6 @@ class RunConfig(CrossChecked):
             (("policies",), unique),
             (("non_lendable_gpus", "capacity_gpus"), lambda non, cap: "non_lendable_gpus must leave some of "
              "capacity_gpus to lend" if int(non) >= int(cap) else None),
-            (("team_weights",), teams),
         ]
 
 

@@ -303,11 +303,13 @@ def load_history(path: str | Path) -> pd.Series:
     (CSV) or row (Parquet). `series.attrs["timestamps"]` says how the timestamps were read (epoch unit guessed by
     magnitude, or ISO-8601)."""
     path = Path(path)
+    if path.is_dir():
+        raise HistoryError(f"{path}: is a directory, not a history file")
     if not path.is_file():
         raise HistoryError(f"{path}: no such file")
-    if path.suffix.lower() in {".parquet", ".pq"}:
-        return _read_parquet(path)
-    return _read_csv(path)
+    series = _read_parquet(path) if path.suffix.lower() in {".parquet", ".pq"} else _read_csv(path)
+    series.attrs["source"] = str(path)  # prepare's errors name the file too
+    return series
 
 
 @dataclass
@@ -371,7 +373,17 @@ def _clip_outliers(series: pd.Series, factor: float, report: CleaningReport) -> 
 
 def prepare(raw: pd.Series, step: str = "1h", statistic: str = "mean",
             counter: bool = False, outlier_factor: float | None = 3.0) -> tuple[pd.Series, CleaningReport]:
-    """Raw samples -> a regular series at `step` (tz-aware UTC, freq set, NaN = missing)."""
+    """Raw samples -> a regular series at `step` (tz-aware UTC, freq set, NaN = missing). An error names the file
+    the samples were read from (`raw.attrs["source"]`, set by load_history)."""
+    try:
+        return _prepare(raw, step, statistic, counter, outlier_factor)
+    except HistoryError as exc:
+        where = raw.attrs.get("source")
+        raise HistoryError(f"{where}: {exc}" if where else str(exc)) from None
+
+
+def _prepare(raw: pd.Series, step: str, statistic: str, counter: bool,
+             outlier_factor: float | None) -> tuple[pd.Series, CleaningReport]:
     check_statistic(statistic)
     report = CleaningReport(input_points=len(raw), timestamps=str(raw.attrs.get("timestamps", "")))
     if not isinstance(raw.index, pd.DatetimeIndex) or raw.index.tz is None:

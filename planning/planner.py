@@ -19,6 +19,7 @@ Times are epoch seconds (floats) inside; `pd.Timestamp` at the edges.
 """
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ MAX_GPUS = 2**40  # more GPUs than any cluster holds; far from int64's limit whe
 # when none runs to tell): assumed slow, and checkpointing every half hour.
 UNANNOTATED_PREEMPTION_SECONDS = 600.0
 UNANNOTATED_CHECKPOINT_SECONDS = 1800.0
+NO_DATA = "no data"  # why a plan falls back when nothing was observed in the week before now
 
 
 @dataclass(frozen=True)
@@ -100,9 +102,14 @@ class ClusterPolicy:
     def lendable(self) -> int:
         return self.capacity_gpus - self.non_lendable_gpus
 
-    @property
+    # read at every step: computed once
+    @cached_property
     def reclaim_deadline_seconds(self) -> float:
         return min((w.reclaim_deadline_seconds for w in self.workloads), default=300.0)
+
+    @cached_property
+    def longest_lead_seconds(self) -> float:
+        return max((w.lead_time_seconds for w in self.workloads), default=0.0)
 
 
 # --------------------------------------------------------------------------------------------- hours
@@ -122,7 +129,7 @@ class Forecast:
         if len(starts) > 1:
             steps = np.diff(starts)
             period = float(steps[0]) if (steps == steps[0]).all() else float(np.median(steps))  # regular: the median
-        cols = {round(float(c), 9): c for c in frame.columns}
+        cols = {round(float(c), 9): c for c in frame.columns.tolist()}
         target, high = cols[round(target_quantile, 9)], cols[round(headroom_quantile, 9)]
         if not frame.columns.is_unique:
             return cls(starts, period, frame[target].to_numpy(float), frame[high].to_numpy(float))
@@ -149,9 +156,11 @@ class History:
         """24 values, NaN for an hour of day not seen in the last week."""
         if self.observed is None or self.newest is None:
             return np.full(24, np.nan)
-        now = pd.Timestamp(self.now, unit="s", tz="UTC")
-        week = self.observed[(self.observed.index > now - pd.Timedelta(days=7)) & (self.observed.index <= now)].dropna()
-        peaks: np.ndarray = week.groupby(week.index.hour).max().reindex(range(24)).to_numpy(float)
+        # numpy, not a pandas groupby: a thousand policies falling back at once ask this of every one of them
+        times, values = epoch_seconds(self.observed.index), self.observed.to_numpy(float)
+        week = (times > self.now - 7 * 86400) & (times <= self.now) & ~np.isnan(values)
+        peaks = np.full(24, np.nan)
+        np.fmax.at(peaks, (times[week] // 3600 % 24).astype(np.int64), values[week])  # the index is UTC
         return peaks
 
 
@@ -168,9 +177,18 @@ class WorkloadHours:
     why_fallback: str
     cut: np.ndarray            # GPUs cut by the cluster's capacity per period
 
+    @cached_property
+    def _start_list(self) -> list[float]:  # searched several times a step: bisect on a list beats numpy's search
+        starts: list[float] = self.starts.tolist()
+        return starts
+
+    def after(self, t: float) -> int:
+        """The index of the first period starting after time t (starts.searchsorted(t, side="right"))."""
+        return bisect.bisect_right(self._start_list, t)
+
     def at(self, t: float) -> int:
         """The period index holding time t (0 before the first, the last after the end)."""
-        return min(max(int(self.starts.searchsorted(t, side="right")) - 1, 0), len(self.starts) - 1)
+        return min(max(self.after(t) - 1, 0), len(self.starts) - 1)
 
     def reserved_over(self, t0: float, t1: float) -> int:
         """The largest reservation of the periods overlapping [t0, t1]: an hour's reservation is in force
@@ -179,7 +197,9 @@ class WorkloadHours:
         return int(self.reserved[i] if i == j else self.reserved[i:j + 1].max())
 
     def reason(self, i: int, w: WorkloadPolicy, lendable: int) -> str:
-        if not self.from_forecast[i]:
+        if not self.from_forecast[i] and self.why_fallback == NO_DATA:
+            r = f"fallback ({NO_DATA}): nothing observed in the last week -> minGpus {self.reserved[i]} GPUs"
+        elif not self.from_forecast[i]:
             r = f"fallback ({self.why_fallback}): last week's peak at this hour -> {self.reserved[i]} GPUs"
         else:
             top = w.max_gpus if w.max_gpus is not None else lendable
@@ -231,16 +251,26 @@ def plan_hours(forecasts: Mapping[str, Forecast | None], histories: Mapping[str,
             target[inside], high[inside] = f.target[k[inside]], f.high[k[inside]]
         usable = np.isfinite(target) & (target >= 0) & np.isfinite(high) & (high >= target)
         why = "stale history" if old else ("no forecast" if f is None else "forecast missing, NaN or negative")
-        if not usable.all():
-            notes.append(f"{w.name}: {why} for {int((~usable).sum())} period(s); using last week's same-hour peak")
-        # without any observed week the only safe reservation is everything
-        peak = h.weekly_peak_by_hour[hour_of_day] if not usable.all() else np.zeros(len(starts))
+        complete = bool(usable.all())
+        week = np.zeros(24) if complete else h.weekly_peak_by_hour
+        peak = week[hour_of_day]
+        # An hour of day not seen in the week: the week's highest peak. No week observed at all: minGpus, and
+        # plan_step keeps what the target serves now and follows live samples; reserving everything would take the
+        # cluster from training and the other policies for a fault that is this policy's own.
+        unseen = w.min_gpus
+        if not complete:
+            if np.isnan(week).all():
+                why = NO_DATA
+            else:
+                unseen = w.gpus(float(np.nanmax(week)))
+            source = "minGpus and what the target holds now" if why == NO_DATA else "last week's same-hour peak"
+            notes.append(f"{w.name}: {why} for {int((~usable).sum())} period(s); using {source}")
         # Python floats: the same IEEE arithmetic as numpy scalars, without their per-element cost
         ok_list = usable.tolist()
         if all(ok_list):
             raw = [w.gpus(t) + w.margin_gpus for t in target.tolist()]
         else:
-            fallback = [w.gpus(p) if math.isfinite(p) else lendable for p in peak.tolist()]
+            fallback = [w.gpus(p) if math.isfinite(p) else unseen for p in peak.tolist()]
             raw = [w.gpus(t) + w.margin_gpus if ok else fb for t, ok, fb in zip(target.tolist(), ok_list, fallback)]
         reserved = np.array([w.clamp(g, lendable) for g in raw], dtype=np.int64)
         high_gpus = np.array([w.gpus(x) if ok else 0 for x, ok in zip(high.tolist(), ok_list)], dtype=np.int64)
@@ -287,6 +317,18 @@ class Training:
     last_checkpoint: np.ndarray = field(default_factory=lambda: np.zeros(0))  # epoch seconds
     terminating_gpus: int = 0  # evicted, still stopping: already on their way to inference
 
+    # derived, what every plan reads several times: the GPUs the running jobs hold, their longest preemption time
+    # and checkpoint interval (0 when none runs)
+    running_gpus: int = field(init=False)
+    slowest_seconds: float = field(init=False)
+    longest_interval: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        running = len(self.ids) > 0
+        object.__setattr__(self, "running_gpus", int(self.gpus.sum()))
+        object.__setattr__(self, "slowest_seconds", float(self.preempt_seconds.max()) if running else 0.0)
+        object.__setattr__(self, "longest_interval", float(self.checkpoint_interval.max()) if running else 0.0)
+
 
 @dataclass(frozen=True)
 class Preemption:
@@ -317,7 +359,7 @@ class WorkloadStep:
         r = (f"{self.reserved_gpus} GPUs: {source} reservation {self.forecast_gpus} (lead time included), "
              f"recent peak {self.peak_gpus} + warm buffer {self.buffer_gpus}")
         if self.degraded:
-            r += "; demand data degraded: not lowered"
+            r += "; demand data degraded: not lowered, never below what the target holds now"
         if self.cut_gpus:
             r += f"; cut by {self.cut_gpus} GPUs to fit the cluster"
         return r
@@ -416,8 +458,7 @@ def plan_step(hours: HourPlan, observed: Mapping[str, Observed], training: Train
             excess -= take
     lent = max(lendable - sum(s.reserved_gpus for s in steps), 0)
     band = min(sum(s.headroom_gpus for s in steps), lent)
-    slowest = float(training.preempt_seconds.max()) if len(training.ids) else 0.0
-    slow = slowest > policy.reclaim_deadline_seconds  # any running job that cannot stop within the deadline
+    slow = training.slowest_seconds > policy.reclaim_deadline_seconds  # any running job that cannot stop in time
     room = _slow_room(hours, steps, observed, training, policy, t_now, lent - band, 0.0) if slow else lent - band
     preemptions = _preemptions(hours, steps, training, policy, t_now, lent, room)
     quota, why = _admission_quota(hours, steps, observed, training, policy, t_now, lent, band, preemptions, slow)
@@ -486,18 +527,22 @@ def _admission_quota(hours: HourPlan, steps: list[WorkloadStep], observed: Mappi
     quota, why = lent, ""
     if quota <= 0 or not hours.workloads:
         return quota, why
-    interval = float(t.checkpoint_interval.max()) if len(t.ids) else UNANNOTATED_CHECKPOINT_SECONDS
-    stop = float(t.preempt_seconds.max()) if len(t.ids) else UNANNOTATED_PREEMPTION_SECONDS
-    lead = max(w.lead_time_seconds for w in policy.workloads)
+    interval = t.longest_interval if len(t.ids) else UNANNOTATED_CHECKPOINT_SECONDS
+    stop = t.slowest_seconds if len(t.ids) else UNANNOTATED_PREEMPTION_SECONDS
+    lead = policy.longest_lead_seconds
     window = now + lead + interval + stop
     starts = hours.workloads[0].starts
-    i, j = int(starts.searchsorted(now, side="right")), int(starts.searchsorted(window, side="right"))
+    i, j = hours.workloads[0].after(now), hours.workloads[0].after(window)
     if j > i:
         # a running job that reaches a checkpoint in time can give its GPUs to the ramp without loss; the new job and
         # the running jobs that cannot must fit in the slack left
-        upcoming = t.last_checkpoint + t.checkpoint_interval * np.maximum(
-            np.ceil((now - t.last_checkpoint) / t.checkpoint_interval), 0)
+        upcoming = None
         for p in range(i, j):
+            if int(hours.slack[p]) + t.terminating_gpus >= quota:
+                continue  # what running jobs free there could only add to it
+            if upcoming is None:
+                upcoming = t.last_checkpoint + t.checkpoint_interval * np.maximum(
+                    np.ceil((now - t.last_checkpoint) / t.checkpoint_interval), 0)
             free = int(t.gpus[upcoming <= starts[p] - lead - t.preempt_seconds].sum()) + t.terminating_gpus
             if int(hours.slack[p]) + free < quota:
                 quota = max(int(hours.slack[p]) + free, 0)
@@ -555,7 +600,7 @@ def _preemptions(hours: HourPlan, steps: list[WorkloadStep], t: Training, policy
 
     # Training may hold what is lent now; beyond it, inference needs the GPUs back: jobs that stop within the
     # deadline first (the others come back too late to help).
-    over = int(t.gpus.sum()) - lent
+    over = t.running_gpus - lent
     if over > 0:
         above = [s for s in steps if s.peak_gpus + s.buffer_gpus > s.forecast_gpus and s.reserved_gpus > 0]
         kind = "emergency" if above else "planned"
@@ -567,18 +612,24 @@ def _preemptions(hours: HourPlan, steps: list[WorkloadStep], t: Training, policy
         workload = above[0].name if above else first
         stop(enough(_victim_order(t, running, now, deadline), over), kind, now, workload, why)
     # The headroom guarantee: slow-to-preempt jobs may only hold what no plausible demand needs before they are gone.
-    slow = running[t.preempt_seconds[running] > deadline]
-    over = int(t.gpus[slow].sum()) - room
-    if over > 0:
-        stop(enough(_victim_order(t, slow, now), over), "planned", now, first,
-             f"slow-to-preempt jobs exceed the {room} GPUs no plausible demand needs before they could stop "
-             "(outside the headroom band)")
+    if not t.slowest_seconds <= deadline:  # else none is slow, and nothing is over the room (never negative)
+        slow = running[t.preempt_seconds[running] > deadline]
+        over = int(t.gpus[slow].sum()) - room
+        if over > 0:
+            stop(enough(_victim_order(t, slow, now), over), "planned", now, first,
+                 f"slow-to-preempt jobs exceed the {room} GPUs no plausible demand needs before they could stop "
+                 "(outside the headroom band)")
     # A forecast ramp-up: stop jobs at their last checkpoint before the GPUs are needed. Only ramps within one
     # checkpoint interval (plus lead and stop times) can need a decision now: later ones pass another checkpoint.
-    lead = max((w.lead_time_seconds for w in policy.workloads), default=0.0)
-    window = now + float(t.checkpoint_interval.max()) + lead + float(t.preempt_seconds.max())
+    lead = policy.longest_lead_seconds
+    window = now + t.longest_interval + lead + t.slowest_seconds
     starts = hours.workloads[0].starts if hours.workloads else np.zeros(0)
-    for p in np.flatnonzero((starts > now) & (starts <= window)):
+    # the periods starting in (now, window] (a NaN window, from a NaN annotation, holds none)
+    begin, end = (hours.workloads[0].after(now), hours.workloads[0].after(window)) \
+        if hours.workloads and not math.isnan(window) else (0, 0)
+    for p in range(begin, end):
+        if t.running_gpus <= int(hours.slack[p]):
+            continue  # what still runs holds no more than that
         over = int(t.gpus[running].sum()) - int(hours.slack[p])
         if over <= 0 or not len(running):
             continue

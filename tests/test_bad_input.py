@@ -85,6 +85,21 @@ def test_prepare_refuses_what_no_source_may_give():
         assert "infinite, negative or over" in error_of(prepare, raw)
 
 
+@pytest.mark.parametrize("stamps, values, what", [
+    (HOURS[:20], [math.nan] * 20, "fewer than two real values"),                # every value missing
+    ([HOURS[0]] * 20, VALUES[:20], "fewer than two real values"),               # one timestamp, twenty times
+    (pd.date_range("2025-01-01", periods=20, freq="D", tz="UTC"), VALUES[:20], "coarser than the forecast step"),
+], ids=["all-missing", "one-timestamp", "daily"])
+def test_cleaning_refusals_name_the_file(tmp_path, stamps, values, what):
+    path = csv_of(tmp_path / "h.csv", [t.isoformat() for t in stamps], values)
+    message = error_of(lambda: prepare(load_history(path)))
+    assert message.startswith(f"{path}: ") and what in message, message
+
+
+def test_a_directory_is_named_as_such(tmp_path):
+    assert error_of(load_history, tmp_path) == f"{tmp_path}: is a directory, not a history file"
+
+
 def test_a_history_spanning_centuries_is_refused_not_allocated():
     raw = pd.Series([1.0, 2.0, 3.0, 4.0], index=pd.DatetimeIndex(
         ["1990-01-01T00:00Z", "1990-01-01T00:00:01Z", "1990-01-01T00:00:02Z", "2199-01-01T00:00Z"]))
@@ -290,6 +305,10 @@ def exits(argv, capsys):
     (["run", "--metrics-port", "9999", "--once"], "--metrics-port: the embedded cluster serves no /metrics"),
     (["run", "--metrics-port", "70000", "--once"], "run.metrics_port"),
     (["run", "--now", "1990-01-01T00:00:00Z", "--once"], "--now 1990-01-01 00:00:00+00:00 is outside the histories"),
+    (["run", "--now", "", "--once"], "--now: '' is not a time"),  # not silently the default
+    (["run", "--hours", "100000000"], "--hours 100000000 is longer than the histories"),  # no Timedelta overflow
+    (["run", "--now", "2026-02-15T00:00:00Z", "--hours", "72"], "runs past the histories' end"),
+    (["run", "--gpus", "10000000000000", "--once"], "run.capacity_gpus"),  # not a saturated backlog of 1e13 GPUs
 ])
 def test_bad_flags_of_the_controller_exit_2_naming_the_flag(examples, capsys, argv, flag):
     status, err = exits([*argv, "--config", examples], capsys)
@@ -298,7 +317,7 @@ def test_bad_flags_of_the_controller_exit_2_naming_the_flag(examples, capsys, ar
 
 def test_simulate_days_longer_than_the_history(demand, capsys):
     status, err = exits(["simulate", demand, "--days", "30"], capsys)
-    assert status == 2 and "simulate.days 30 leaves no history: the trace covers 5.99 days" in err
+    assert status == 2 and f"simulate.days 30 leaves no history: the trace {demand} covers 5.99 days" in err
 
 
 def test_backtest_and_tune_on_two_days(short, capsys):
@@ -331,6 +350,36 @@ def test_more_bad_requests_exit_2_before_any_work(demand, tmp_path, capsys, argv
     fill = {"demand": demand, "tmp": tmp_path}
     status, err = exits([a.format(**fill) for a in argv], capsys)
     assert status == 2 and message.format(**fill) in err, err
+
+
+@pytest.mark.parametrize("command", [["report", "{demand}"], ["demo", "--quick"]])
+@pytest.mark.parametrize("out, what", [("{demand}/sub", "Not a directory"), ("/proc/headroom/x", "cannot make")])
+def test_an_out_folder_that_cannot_be_made_fails_before_the_work(demand, capsys, command, out, what):
+    started = time.perf_counter()
+    status, err = exits([a.format(demand=demand) for a in command] + ["--out", out.format(demand=demand)], capsys)
+    assert status == 2 and "--out" in err and what in err, err
+    assert time.perf_counter() - started < 10, "refused before minutes of simulation, not after"
+
+
+def test_backtest_of_a_constant_series_says_its_scores_are_undefined(tmp_path, capsys):
+    path = csv_of(tmp_path / "zero.csv", [t.isoformat() for t in HOURS], [0.0] * len(HOURS))
+    assert main(["backtest", str(path), "--folds", "1"]) == 0
+    table = [line.split() for line in capsys.readouterr().out.splitlines()[2:]]
+    assert table and all(row[1] == "n/a" for row in table), "MASE of a constant series has no scale: n/a, not a number"
+
+
+@pytest.mark.parametrize("command", ["simulate", "report"])
+def test_a_policy_file_whose_minimum_exceeds_the_cluster_is_refused(demand, tmp_path, capsys, command):
+    import yaml
+
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump({"apiVersion": "headroom.dev/v1alpha1", "kind": "ReservationPolicy",
+                                    "metadata": {"name": "chat"}, "spec": {
+                                        "query": "up", "capacity": {"demandPerGpu": 10}, "minGpus": 500,
+                                        "target": {"kind": "Deployment", "name": "chat"}}}))
+    extra = ["--out", tmp_path / "r"] if command == "report" else ["--json"]
+    status, err = exits([command, demand, "--days", "1", "--policy-file", path, "--gpus", "16", *extra], capsys)
+    assert status == 2 and f"{path}: spec.minGpus 500 does not fit the 16-GPU cluster" in err, err
 
 
 def test_report_out_pointing_at_a_file(demand, tmp_path, capsys):
@@ -411,7 +460,7 @@ def test_the_tune_section_is_validated_and_every_error_listed(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_config(path)
     paths = {line.split(":")[0] for line in err.value.errors}
-    assert {"tune.target_quantiles", "tune.lead_times", "tune.margins_gpus", "tune.warm_buffers",
+    assert {"tune.target_quantiles", "tune.lead_times", "tune.margins_gpus", "tune.warm_buffers.0",
             "tune.forecasters.0", "tune.scale_in_delays", "tune.max_shortage", "run.metrics_address"} <= paths, paths
 
 
@@ -425,6 +474,41 @@ def test_cross_field_checks_are_listed_alongside_field_errors(tmp_path):
     text = "\n".join(err.value.errors)
     assert "run.interval_seconds" in text and "non_lendable_gpus must leave some of capacity_gpus" in text
     assert "history.statistic" in text and "either file or prometheus" in text
+
+
+@pytest.mark.parametrize("text, errors", [
+    (b"\xff\xfe\x00garbage", ["(file): not a UTF-8 text file"]),
+    ("history: {step: banana}", ["history.step: 'banana' is not a duration"]),
+    ("history: {step: 30m}", ["history.step: 30m: the forecast step is 1h"]),
+    ("history: {prometheus: {url: 'not a url', query: up, step: 0s, bearer_token_file: /nonexistent/token}}",
+     ["history.prometheus.url: 'not a url' is not an http:// or https:// URL",
+      "history.prometheus.step: 0s is not a positive duration",
+      "history.prometheus.bearer_token_file: /nonexistent/token is not a file"]),
+    ("run: {keep_forecast_seconds: .inf, stale_after_seconds: .nan, team_weights: {a: .inf, b: -1}}",
+     ["run.keep_forecast_seconds: Input should be a finite number", "run.stale_after_seconds: Input should be a finite",
+      "run.team_weights.a: Input should be a finite number", "run.team_weights.b: Input should be greater than 0"]),
+    ("simulate: {world: {checkpoint_interval_seconds: .inf, hpa_scale_down_seconds: .inf}}",
+     ["simulate.world.checkpoint_interval_seconds: Input should be a finite number",
+      "simulate.world.hpa_scale_down_seconds: Input should be a finite number"]),
+    ("training: {candidates: [profile, prophet]}\nforecast: {horizon: 0}",
+     ["training.candidates: unknown model(s) ['prophet']", "forecast.horizon"]),
+], ids=["binary", "step-not-a-duration", "step-not-hourly", "prometheus", "infinite-seconds", "infinite-world",
+        "candidates"])
+def test_configuration_errors_name_every_field(tmp_path, text, errors):
+    path = tmp_path / "c.yaml"
+    path.write_bytes(text) if isinstance(text, bytes) else path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    listed = "\n".join(err.value.errors)
+    for error in errors:
+        assert error.removeprefix("(file): ") in listed, listed
+
+
+def test_a_section_with_every_key_commented_out_takes_its_defaults(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("\ufeffforecast:\n  # horizon: 12\ntune:\n")
+    cfg = load_config(path)
+    assert cfg.forecast.horizon == 48 and cfg.tune.target_quantiles == [0.5, 0.7, 0.8, 0.9, 0.95]
 
 
 # ---------------------------------------------------------------------------- the metrics server
@@ -488,6 +572,122 @@ def test_a_missing_history_or_an_impossible_policy_affects_only_that_policy(exam
     assert plan["inference/chat"]["hours"] and "error" in plan["inference/huge"]
 
 
+def test_no_data_reserves_min_gpus_and_what_the_target_holds_and_leaves_the_others_alone(examples, tmp_path, capsys):
+    """A policy with no history at all reserves its minGpus (never everything up to maxGpus: that would take the
+    cluster from training and from the other policies) and says why; one whose data stops keeps what its target
+    holds (never starves what inference serves); a valid neighbour plans exactly as it does alone."""
+    import json
+
+    import yaml
+
+    config = yaml.safe_load(examples.read_text())
+    config["run"]["retrain_every_seconds"] = 0
+    chat = config["run"]["policies"][0]
+    demand = pd.read_csv(examples.parent / "demand_5min.csv")
+    stops = demand[pd.to_datetime(demand["timestamp"]) <= pd.Timestamp("2026-02-11T08:30:00Z")]
+    stops.assign(value=stops["value"] / 4).to_csv(examples.parent / "fading.csv", index=False)
+
+    def policy(name, history, **spec):
+        return {**chat, "name": name, "history_file": history,
+                "spec": {**chat["spec"], **spec, "target": {"kind": "Deployment", "name": name}}}
+
+    def run(policies, name):
+        config["run"]["policies"] = policies
+        examples.write_text(yaml.safe_dump(config))
+        timeline = tmp_path / f"{name}.csv"
+        assert main(["run", "--config", str(examples), "--gpus", "128", "--now", "2026-02-11T08:00:00Z",
+                     "--hours", "2", "--timeline", str(timeline)]) == 0
+        return pd.read_csv(timeline), capsys.readouterr().out
+
+    alone, _ = run([chat], "alone")
+    both, out = run([chat, policy("ghost", "missing.csv", minGpus=2, maxGpus=64),
+                     policy("fading", "fading.csv", minGpus=1)], "both")
+    mine = both[both["workload"] == "inference/chat"].reset_index(drop=True)
+    for column in ("reserved_gpus", "headroom_gpus", "demand_gpus"):
+        assert mine[column].tolist() == alone[column].tolist(), column
+    ghost = both[both["workload"] == "inference/ghost"]
+    assert (ghost["reserved_gpus"] == 2).all(), "no data: minGpus, not maxGpus 64"
+    assert all("inference/ghost" not in line or ("reserved 2 GPUs" in line and "FALLBACK DEGRADED" in line)
+               for line in out.splitlines())
+    fading = both[both["workload"] == "inference/fading"]
+    stale = fading[pd.to_datetime(fading["timestamp"]) >= pd.Timestamp("2026-02-11T09:00:00Z")]["reserved_gpus"]
+    assert stale.min() > 1 and stale.is_monotonic_increasing, "degraded: never below what the target holds"
+    assert main(["plan", "--config", str(examples), "--now", "2026-02-11T08:00:00Z", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)["policies"]["inference/ghost"]
+    assert plan["reserved_now"] == 2 and "never below what the target holds now" in plan["why_now"]
+    assert all(h["reason"].startswith("fallback (no data): nothing observed in the last week -> minGpus 2")
+               for h in plan["hours"])
+
+
+def test_a_history_that_ended_before_now_is_that_policys_missing_data_only(examples, capsys):
+    """--now past one policy's history: that policy falls back (its data stopped), the run and the others go on."""
+    import yaml
+
+    config = yaml.safe_load(examples.read_text())
+    chat = config["run"]["policies"][0]
+    demand = pd.read_csv(examples.parent / "demand_5min.csv")
+    demand[pd.to_datetime(demand["timestamp"]) < pd.Timestamp("2026-02-09T00:00:00Z")].to_csv(
+        examples.parent / "ended.csv", index=False)
+    config["run"]["policies"].append({**chat, "name": "ended", "history_file": "ended.csv",
+                                      "spec": {**chat["spec"], "target": {"kind": "Deployment", "name": "ended"}}})
+    config["run"]["retrain_every_seconds"] = 0
+    examples.write_text(yaml.safe_dump(config))
+    assert main(["run", "--config", str(examples), "--once", "--now", "2026-02-11T08:00:00Z"]) == 0
+    lines = {line.split()[2].rstrip(":"): line for line in capsys.readouterr().out.splitlines()
+             if line.startswith("2026-02-11 08:00")}
+    assert "FALLBACK" not in lines["inference/chat"] and "FALLBACK DEGRADED" in lines["inference/ended"]
+
+
+@pytest.mark.parametrize("metadata, error", [
+    ({"name": "Bad_Name"}, "metadata.name: 'Bad_Name' is not a lowercase DNS label"),
+    ({"name": "ok", "namespace": "a/b"}, "metadata.namespace: 'a/b' is not a lowercase DNS label"),
+    ({"name": 7}, "metadata.name: required"),
+])
+def test_a_policy_files_metadata_is_checked_as_kubernetes_would(tmp_path, metadata, error):
+    import yaml
+
+    from core.policy import load_manifests
+
+    path = tmp_path / "p.yaml"
+    spec = {"query": "up", "capacity": {"demandPerGpu": 1}, "target": {"kind": "Deployment", "name": "x"}}
+    path.write_text(yaml.safe_dump({"apiVersion": "headroom.dev/v1alpha1", "kind": "ReservationPolicy",
+                                    "metadata": metadata, "spec": spec}))
+    with pytest.raises(ConfigError) as err:
+        load_manifests(path)
+    assert err.value.errors == [error + (" (a-z, 0-9, '-')" if "DNS" in error else "")]
+
+
+def test_a_replay_where_no_policy_fits_the_cluster_is_refused_not_run_idle(examples, capsys):
+    import yaml
+
+    config = yaml.safe_load(examples.read_text())
+    config["run"]["policies"][0]["spec"]["minGpus"] = 500
+    examples.write_text(yaml.safe_dump(config))
+    status, err = exits(["run", "--config", examples, "--once"], capsys)
+    assert status == 2 and "no policy fits the cluster: inference/chat: minGpus 500 > the 128 GPUs it lends" in err
+
+
+def test_two_policies_of_one_name_or_one_target_are_refused_before_anything_runs(examples, capsys):
+    """They would undo each other's decisions: refused with the policies named, in the file and across
+    --policy-file and run.policies alike (not a reconcile that fails every step with exit status 0)."""
+    import yaml
+
+    config = yaml.safe_load(examples.read_text())
+    chat = config["run"]["policies"][0]
+    config["run"]["policies"].append({**chat, "name": "other"})  # another name, the same Deployment chat
+    examples.write_text(yaml.safe_dump(config))
+    status, err = exits(["run", "--config", examples, "--once"], capsys)
+    assert status == 2 and "run: Deployment chat is the target of 2 policies" in err, err
+    config["run"]["policies"].pop()
+    examples.write_text(yaml.safe_dump(config))
+    manifest = examples.parent / "chat.yaml"
+    manifest.write_text(yaml.safe_dump({"apiVersion": "headroom.dev/v1alpha1", "kind": "ReservationPolicy",
+                                        "metadata": {"name": "chat", "namespace": "inference"}, "spec": chat["spec"]}))
+    status, err = exits(["run", "--config", examples, "--policy-file", manifest, "--history",
+                         examples.parent / "demand_5min.csv", "--once"], capsys)
+    assert status == 2 and "policy inference/chat is given 2 times" in err, err
+
+
 # ---------------------------------------------------------------------------- the configuration and job reader fuzzed
 SECTION_KEYS = {
     "history": ["file", "statistic", "step", "counter", "outlier_factor", "prometheus"],
@@ -496,10 +696,11 @@ SECTION_KEYS = {
     "simulate": ["gpus", "peak_gpus", "per_gpu", "policy", "days", "world"],
     "tune": ["max_shortage", "target_quantiles", "warm_buffers", "lead_times", "margins_gpus", "forecasters"],
     "run": ["cluster", "capacity_gpus", "non_lendable_gpus", "metrics_port", "metrics_address", "team_weights",
-            "interval_seconds", "prometheus"],
+            "interval_seconds", "prometheus", "keep_forecast_seconds", "stale_after_seconds"],
     "bogus": ["x"],
 }
 SCALAR = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6), st.floats(allow_nan=True),
+                   st.sampled_from([math.inf, -math.inf, math.nan]),
                    st.text(max_size=8), st.sampled_from(["15m", "-5m", "p95", "max", "0.0.0.0", "2d", "forecast"]))
 ANY_VALUE = st.recursive(SCALAR, lambda inner: st.one_of(st.lists(inner, max_size=4),
                                                          st.dictionaries(st.text(max_size=6), inner, max_size=3)),
@@ -521,7 +722,15 @@ def test_fuzz_configuration(tmp_path_factory, tree):
     except ConfigError as exc:
         assert exc.errors and all(": " in line for line in exc.errors)
         return
-    # what validated is usable as validated
+    # what validated is usable as validated: no NaN or infinity anywhere
+    def numbers(node):
+        if isinstance(node, dict):
+            return [x for v in node.values() for x in numbers(v)]
+        if isinstance(node, list | tuple):
+            return [x for v in node for x in numbers(v)]
+        return [node] if isinstance(node, float) else []
+
+    assert all(math.isfinite(x) for x in numbers(cfg.model_dump()))
     assert all(0 < q < 1 for q in cfg.forecast.quantiles) and all(0 < q < 1 for q in cfg.tune.target_quantiles)
     assert math.isfinite(cfg.simulate.days) and cfg.simulate.days > 0
     assert cfg.run.non_lendable_gpus < cfg.run.capacity_gpus

@@ -153,7 +153,7 @@ def test_missing_forecast_periods_and_no_forecast_fall_back():
     assert none.workloads[0].why_fallback == "no forecast"
 
 
-def test_stale_history_falls_back_and_no_observed_week_reserves_everything_lendable():
+def test_stale_history_falls_back_and_no_observed_week_reserves_min_gpus_and_what_the_target_holds():
     old = history(20.0, end=NOW - pd.Timedelta(hours=5))  # the newest sample is 5 h old: the forecast is not trusted
     p = plan_hours({"chat": forecast([1, 1, 1, 1])}, {"chat": History.of(old, NOW)}, cluster(), NOW)
     (w,) = p.workloads
@@ -162,15 +162,28 @@ def test_stale_history_falls_back_and_no_observed_week_reserves_everything_lenda
     fresh_enough = plan_hours({"chat": forecast([1, 1, 1, 1])}, {"chat": History.of(old, NOW)},
                               cluster(stale_after_seconds=6 * 3600), NOW)
     assert fresh_enough.workloads[0].from_forecast.all()
-    # nothing observed at all: everything lendable, up to the workload's maximum
-    for pol, top in ((cluster(), 60), (cluster(workload(max_gpus=None), non_lendable_gpus=4), 60)):
-        p = plan_hours({}, {}, pol, NOW)
-        assert list(p.workloads[0].reserved) == [top] * 4 and list(p.slack) == [64 - pol.non_lendable_gpus - top] * 4
-    # an hour of day not seen in the week: everything lendable for that hour only
+    # nothing observed in the week: minGpus, never everything (that would take the cluster from training and from
+    # the other policies for this policy's own fault), and the reason says so
+    for pol in (cluster(workload(min_gpus=6)), cluster(workload(min_gpus=6, max_gpus=None), non_lendable_gpus=4)):
+        for hist in ({}, {"chat": History.of(history(9.0, end=NOW - pd.Timedelta(days=8)), NOW)}):
+            p = plan_hours({}, hist, pol, NOW)
+            (w,) = p.workloads
+            assert list(w.reserved) == [6] * 4 and list(p.slack) == [64 - pol.non_lendable_gpus - 6] * 4
+            assert w.why_fallback == "no data" and "nothing observed in the last week -> minGpus 6" in w.reason(
+                0, pol.workloads[0], pol.lendable)
+            # the step layer: never below what the target serves now, never more; live samples drive it
+            for held, want in ((20, 20), (3, 6), (90, 60)):
+                s = plan_step(p, {"chat": observed(held=held, degraded=True)}, training(), pol, NOW).workloads[0]
+                assert s.reserved_gpus == min(want, pol.workloads[0].top(pol.lendable))
+                assert "never below what the target holds now" in s.reason
+            live = plan_step(p, {"chat": observed((NOW.timestamp(), 30.0), held=0)}, training(), pol, NOW)
+            assert live.workloads[0].reserved_gpus == 16  # 30 demand / 2 per GPU, whole 2-GPU replicas
+    # an hour of day not seen in an observed week: the week's highest peak for that hour
     gappy = history(4.0)
     gappy[gappy.index.hour == 11] = np.nan
+    gappy[gappy.index.hour == 3] = 20.0
     w = plan_hours({}, {"chat": History.of(gappy, NOW)}, cluster(), NOW).workloads[0]
-    assert list(w.reserved) == [2, 60, 2, 2]
+    assert list(w.reserved) == [2, 10, 2, 2] and w.why_fallback == "no forecast"
 
 
 def test_fallback_covers_every_sample_of_last_week_on_a_real_trace(shared_data):
