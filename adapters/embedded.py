@@ -138,12 +138,11 @@ class _Jobs:
                 grown = np.zeros(2 * len(old), dtype=old.dtype)
                 grown[:i] = old
                 setattr(self, column, grown)
-        for column, value in (("gpus", gpus), ("work", work), ("progress", 0.0), ("credited", 0.0),
-                              ("preempt", preempt), ("interval", interval), ("priority", priority),
-                              ("created", created), ("state", PENDING), ("admitted_at", np.nan),
-                              ("stop_at", np.nan), ("queue", queue), ("ids", f"{TRAINING_NAMESPACE}/{name}"),
-                              ("queue_names", queue_name)):
-            getattr(self, column)[i] = value
+        self.gpus[i], self.work[i], self.preempt[i], self.interval[i] = gpus, work, preempt, interval
+        self.priority[i], self.created[i], self.state[i], self.queue[i] = priority, created, PENDING, queue
+        self.progress[i] = self.credited[i] = 0.0
+        self.admitted_at[i] = self.stop_at[i] = np.nan
+        self.ids[i], self.queue_names[i] = f"{TRAINING_NAMESPACE}/{name}", queue_name
         self.names.append(name)
         self.evicted_by.append(None)
         self.size += 1
@@ -190,10 +189,13 @@ class EmbeddedCluster:
         self._pending_version = self._held_version = 0  # bumped when the pending line, or what training holds, changes
         self._derived: tuple | None = None
         self._no_training: tuple[int, Training] | None = None
+        self._step_alloc: tuple[tuple, float] = ((), 0.0)  # (version, step): the GPU-seconds running jobs use in it
         self._idle_admission: tuple | None = None  # the inputs of the last admission pass that admitted nothing
         self._topped_up = -1              # the version at the backlog's last top-up
         if jobs is not None:  # a job trace: (gpus, work seconds, arrival offset seconds from `start`)
-            self._arrivals = (np.asarray(jobs[0]), np.asarray(jobs[1]), start + np.asarray(jobs[2]), 0)
+            # as lists: admit reads them one at a time
+            self._arrivals = (np.asarray(jobs[0]).tolist(), np.asarray(jobs[1]).tolist(),
+                              (start + np.asarray(jobs[2], float)).tolist(), 0)
 
     def _hold(self, p: dict) -> None:
         """A valid policy's target, and every ClusterQueue it names, exist in the cluster (quotas start at 0). An
@@ -354,9 +356,8 @@ class EmbeddedCluster:
         conditions = {**old, **{c.type: {"type": c.type, "status": c.status, "reason": c.reason,
                                          "message": c.message} for c in status.conditions}}
         self.statuses[(namespace, name)] = {
-            "reservedGpus": status.reserved_gpus, "slackGpus": status.slack_gpus,
-            "headroomGpus": status.headroom_gpus, "planId": status.plan_id, "model": status.model,
-            "observedGeneration": status.observed_generation,
+            "reservedGpus": status.reserved_gpus, "headroomGpus": status.headroom_gpus, "planId": status.plan_id,
+            "model": status.model, "observedGeneration": status.observed_generation,
             "forecastDemand": status.forecast_demand, "nextHours": list(status.next_hours),
             "realizedError": dict(status.realized_error or {}), "conditions": list(conditions.values())}
         return self.statuses[(namespace, name)]
@@ -374,18 +375,22 @@ class EmbeddedCluster:
     def _columns(self) -> tuple:
         """What the job lists give, computed once per change of them: the running jobs' ids, queues, GPUs,
         priorities, preemption times, checkpoint intervals and admission times, the GPUs of the stopping ones,
-        the GPUs training holds, each training queue's usage and the running jobs' work.
-        (version, ids, queues, gpus, priority, preempt, interval, admitted_at, stopping, held, usage, work)"""
+        and the GPUs training holds.
+        (version, ids, queues, gpus, priority, preempt, interval, admitted_at, stopping, held)"""
         if self._derived is None or self._derived[0] != self._held_version:
             j, r = self.jobs, self._running
             stopping = sum(int(j.gpus[i]) for i in self._stopping)
-            held = np.concatenate([r, np.array(self._stopping, np.int64)]) if self._stopping else r
-            counts = np.bincount(j.queue[held], weights=j.gpus[held], minlength=len(self.training_queues))
-            usage = {q: int(counts[k]) for k, q in enumerate(self.training_queues)}
             self._derived = (self._held_version, tuple(j.ids[r]), tuple(j.queue_names[r]), j.gpus[r], j.priority[r],
                              j.preempt[r], j.interval[r], j.admitted_at[r], stopping,
-                             int(j.gpus[r].sum()) + stopping, usage, j.work[r])
+                             int(j.gpus[r].sum()) + stopping)
         return self._derived
+
+    def _usage(self) -> dict[str, int]:
+        """The GPUs each training queue's running and stopping jobs hold (what Kueue counts against its quota)."""
+        j, r = self.jobs, self._running
+        held = np.concatenate([r, np.array(self._stopping, np.int64)]) if self._stopping else r
+        counts = np.bincount(j.queue[held], weights=j.gpus[held], minlength=len(self.training_queues))
+        return {q: int(counts[k]) for k, q in enumerate(self.training_queues)}
 
     @property
     def training_gpus(self) -> int:
@@ -493,9 +498,8 @@ class EmbeddedCluster:
         if last is not None and last[:2] == inputs[:2] and free <= last[2] and inputs[3] <= last[3]:
             return []
         p = np.array(self._pending)
-        usage = dict(self._columns()[10])
-        names = [self.training_queues[int(q)] for q in j.queue[p]]
-        chosen = admit(np.array(names, dtype=object), j.gpus[p], j.priority[p], j.created[p],
+        usage = self._usage()
+        chosen = admit(j.queue_names[p], j.gpus[p], j.priority[p], j.created[p],
                        [j.names[i] for i in p], usage, quotas, free)
         admitted = [int(p[k]) for k in chosen]
         for i in admitted:
@@ -522,13 +526,15 @@ class EmbeddedCluster:
         freed: list[tuple[float, int]] = []
         r = self._running
         if len(r):
-            # credited (progress at the newest checkpoint) is only read when a job is evicted: computed there
-            columns = self._columns()
-            progress = j.progress[r] + dt
-            work = columns[11]
+            # credited (progress at the newest checkpoint) is only read when a job is evicted: computed there. The
+            # running jobs' columns are read directly: what training holds may change here, and the planner's view
+            # of it (_columns) is built once, after
+            before = j.progress[r]
+            progress = before + dt
+            work = j.work[r]
             done = progress >= work
             if done.any():
-                finish = t0 + (work - j.progress[r])
+                finish = t0 + (work - before)
                 a.training_alloc += float((np.where(done, finish - t0, dt) * j.gpus[r]).sum())
                 j.progress[r] = np.minimum(progress, work)
                 for i, at in zip(r[done], finish[done]):
@@ -537,7 +543,9 @@ class EmbeddedCluster:
                 self._running = r[~done]
                 self._held_version += 1
             else:
-                a.training_alloc += float((dt * columns[3]).sum())
+                if self._step_alloc[0] != (self._held_version, dt):  # the same jobs over as long a step: the same
+                    self._step_alloc = ((self._held_version, dt), float((dt * j.gpus[r]).sum()))
+                a.training_alloc += self._step_alloc[1]
                 j.progress[r] = progress
         still = []
         if self._stopping:

@@ -13,6 +13,8 @@ clock hour the least constant level meeting the objective, in hindsight). Plus t
     nice python bench/simulate_bench.py --quick    -> the same on 1 evaluated day after 3 days of history, a small
                                                       grid and a 7-day speed run; written under --out (default a
                                                       temporary folder), never over the results above
+    nice python bench/simulate_bench.py --speed    -> only the speed run (a year; --quick: 7 days), printed as JSON;
+                                                      writes nothing
 """
 from __future__ import annotations
 
@@ -159,10 +161,14 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="1 day after 3 days of history, a small grid, 7-day speed run")
     ap.add_argument("--out", help="folder for simulate.json and bench-simulate.md (default: bench/results and docs; "
                                   "--quick: a temporary folder)")
+    ap.add_argument("--speed", action="store_true", help="only the speed run, printed as JSON; writes nothing")
     args = ap.parse_args(argv)
     if not DATA.is_dir():
         print(f"real traces not found at {DATA}", file=sys.stderr)
         return 1
+    if args.speed:
+        print(json.dumps(speed(7 if args.quick else 358), indent=1))
+        return 0
     days, history_days, grid = (1.0, 3.0, QUICK_GRID) if args.quick else (DAYS, None, TuneConfig())
     files = sorted(p for p in DATA.glob("*.csv") if not p.name.endswith("_hourly.csv"))
     results: dict[str, dict[str, dict]] = {}
@@ -242,7 +248,8 @@ def report(results: dict[str, dict[str, dict]], year: dict | None, setup: dict, 
     if year is not None:
         lines += ["", f"Speed: {year['steps']} evaluated 5-minute steps on 1,000 GPUs with the job trace: "
                   f"{year['sim_seconds']:.1f} s step loop ({year['year_seconds']:.1f} s for a year at this rate), "
-                  f"refits {year['refit_seconds']:.1f} s apart (seasonal naive)."]
+                  f"refits {year['refit_seconds']:.1f} s apart (seasonal naive); "
+                  "`python bench/simulate_bench.py --speed` runs it alone."]
     lines += ["", "## Targets (forecast policy)", "", "| target | met | measured |", "|---|---|---|"]
     lines += [f"| {t} | {'yes' if ok else '**no**'} | {what} |" for t, ok, what in targets(results, year)]
     return "\n".join(lines) + "\n"

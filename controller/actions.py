@@ -168,8 +168,9 @@ def cluster_actions(step: StepPlan, view: View, policies: Sequence[PolicyTarget]
             why = f"ClusterQueue {q} quota -> {gpus} GPUs (slack {step.lent_gpus} lent, split by team weight)"
             why += f"; {step.quota_reason}" if step.quota_reason else ""
             actions.append(SetQuota(q, gpus, why, EventNote(owner.ref, "SlackLent", why)))
-    queue_of = dict(zip(view.training.ids, view.training.queue))
-    for x in step.due():
+    due = step.due()
+    queue_of = dict(zip(view.training.ids, view.training.queue)) if due else {}
+    for x in due:
         queue = queue_of.get(x.job)
         if queue is None or queue not in owned:
             continue

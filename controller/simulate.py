@@ -303,13 +303,16 @@ def _run(scenario: Scenario, spec: PolicySpec, make_forecaster, reference: str, 
                           spec.capacity.gpus_per_replica, spec.mode == "active", spec.inference_cluster_queue,
                           tuple(spec.training_cluster_queues))
     fits = None if future is not None else _forecaster(spec, make_forecaster)
+    started = time.perf_counter()
     times_all = epoch_seconds(demand.index)
     values_all = demand.to_numpy(float)
     real = np.isfinite(values_all)
-    newest_real = pd.Series(np.where(real, times_all, np.nan)).ffill().to_numpy()  # newest real sample at each index
-    last_value = pd.Series(values_all).ffill().to_numpy()  # ...and its value
-    missing = np.concatenate([[0], np.cumsum(~real)])  # missing samples before each index
-    filled = world.demand[key][1]  # the world's demand, a gap as last seen, on the same times
+    # per sample, as Python lists (the loop reads single items, which numpy makes slow): the newest real sample at
+    # each index and its value, the missing samples before each index, the world's demand (a gap as last seen)
+    newest_real = pd.Series(np.where(real, times_all, np.nan)).ffill().tolist()
+    last_value = pd.Series(values_all).ffill().tolist()
+    missing = np.concatenate([[0], np.cumsum(~real)]).tolist()
+    filled = world.demand[key][1].tolist()
     rows: list[tuple] = []
     extra: list[tuple] = []
     events: list[tuple] = []
@@ -322,24 +325,30 @@ def _run(scenario: Scenario, spec: PolicySpec, make_forecaster, reference: str, 
     violations = 0
     deadline = wp.reclaim_deadline_seconds
     keep_seconds = data.keep_forecast_seconds
-    # each step's clock hour (now.floor("h")) and ns, computed once: the loop does no pandas per step
-    clock_hours = evaluated.floor("h").as_unit("ns").asi8
-    clock_ns = evaluated.as_unit("ns").asi8
-    started = time.perf_counter()
-    for k, now in enumerate(evaluated):
-        t_now = now.timestamp()
+    # each step's time, clock hour (now.floor("h")) and ns, and where its lookback and its last hour start in the
+    # trace, all at once: the loop does no pandas and no search per step
+    stamps = list(evaluated)
+    step_times = [now.timestamp() for now in stamps]
+    at = np.array(step_times)
+    his = times_all.searchsorted(at, side="right").tolist()
+    los = times_all.searchsorted(at - data.lookback_seconds, side="right").tolist()
+    last_hours = times_all.searchsorted(at - 3600, side="right").tolist()
+    clock_hours = evaluated.floor("h").as_unit("ns").asi8.tolist()
+    clock_ns = evaluated.as_unit("ns").asi8.tolist()
+    for k, t_now in enumerate(step_times):
+        now = stamps[k]
         if k:
             world.advance(t_now)
-        hi = int(times_all.searchsorted(t_now, side="right"))
-        lo = int(times_all.searchsorted(t_now - data.lookback_seconds, side="right"))
-        newest = float(newest_real[hi - 1]) if hi else math.nan
-        reason = _degraded(newest, times_all, missing, lo, hi, t_now, data.stale_after_seconds)
+        hi, lo = his[k], los[k]
+        newest = newest_real[hi - 1] if hi else math.nan
+        reason = _degraded(newest, times_all, missing, lo, hi, max(last_hours[k], lo), t_now,
+                           data.stale_after_seconds)
         hour = clock_hours[k]
         window = None  # demand.iloc[lo:hi], made when needed (a refit, a new hourly plan) and once
         # observe.due(cached, now, 0): refitted once an hour
         if reason is None and (cached is None or cached_hour < hour or cached.generation != 0):
-            window = demand.iloc[lo:hi]
             t0 = time.perf_counter()
+            window = demand.iloc[lo:hi]  # what the refit fits on
             fresh = _refit(fits, future, window, spec, now, data)
             if fresh is not None:
                 cached, cached_hour, cached_ns = fresh, hour, clock_ns[k]
@@ -366,7 +375,7 @@ def _run(scenario: Scenario, spec: PolicySpec, make_forecaster, reference: str, 
         ws = plan.workloads[0]
         if not ws.from_forecast:
             fallback_hours.add(int(t_now // 3600))
-        need = min((float(filled[hi - 1]) if hi else 0.0) / wp.demand_per_gpu, scenario.gpus)  # world.demand_at
+        need = min((filled[hi - 1] if hi else 0.0) / wp.demand_per_gpu, scenario.gpus)  # world.demand_at
         if need > warm + 1e-9 and need <= ws.reserved_gpus + ws.headroom_gpus:
             # inside the band, what inference lacks must come from idle GPUs or training preemptible in time
             if math.ceil(need - warm - 1e-9) > max(world.idle_gpus, 0) + world.fast_preemptible_gpus(deadline):
@@ -377,7 +386,7 @@ def _run(scenario: Scenario, spec: PolicySpec, make_forecaster, reference: str, 
                 events.append((now, a.gpus, a.kind))
                 world.accounting.preemptions[a.kind] = world.accounting.preemptions.get(a.kind, 0) + 1
         if timeline:  # the demand the controller observes: the newest real sample in the lookback
-            seen = float(last_value[hi - 1]) if reason is None or not reason.startswith("NoData") else 0.0
+            seen = last_value[hi - 1] if reason is None or not reason.startswith("NoData") else 0.0
             rows.append((now, key, seen / wp.demand_per_gpu, ws.reserved_gpus, warm,
                          ws.headroom_gpus, plan.lent_gpus, evicted_gpus(applied, key)))
             if detail:
@@ -391,13 +400,12 @@ def _run(scenario: Scenario, spec: PolicySpec, make_forecaster, reference: str, 
                    violations, len(fallback_hours), loop_seconds, refit_seconds)
 
 
-def _degraded(newest: float, times: np.ndarray, missing: np.ndarray, lo: int, hi: int, now: float,
+def _degraded(newest: float, times: np.ndarray, missing: list[int], lo: int, hi: int, h0: int, now: float,
               stale_after: float) -> str | None:
-    """controller.observe.degraded_reason for the window [lo, hi), from prefix counts: O(1) a step."""
+    """controller.observe.degraded_reason for the window [lo, hi), whose last hour starts at h0, from prefix counts:
+    O(1) a step."""
     in_window = hi > lo and math.isfinite(newest) and newest >= times[lo]
-    h0 = max(int(times.searchsorted(now - 3600, side="right")), lo)
-    return degraded_reason(float(newest) if in_window else None, hi - h0, int(missing[hi] - missing[h0]), now,
-                           stale_after)
+    return degraded_reason(float(newest) if in_window else None, hi - h0, missing[hi] - missing[h0], now, stale_after)
 
 
 def _refit(fits, future: _Future | None, raw: pd.Series, spec: PolicySpec, now: pd.Timestamp,

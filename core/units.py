@@ -48,7 +48,9 @@ def check_statistic(statistic: str) -> str:
 
 def epoch_seconds(index: pd.Index | pd.Series | list[pd.Timestamp]) -> np.ndarray:
     """A DatetimeIndex as float epoch seconds, whatever its resolution (pandas 3 parses to microseconds)."""
-    seconds: np.ndarray = pd.DatetimeIndex(index).as_unit("ns").asi8 / 1e9
+    # through numpy's datetime64[ns]: what as_unit("ns").asi8 gives, without pandas' per-call overhead
+    values = (index if isinstance(index, pd.DatetimeIndex) else pd.DatetimeIndex(index)).to_numpy("datetime64[ns]")
+    seconds: np.ndarray = values.view(np.int64) / 1e9
     return seconds
 
 

@@ -31,9 +31,12 @@ def admit(queue: np.ndarray, gpus: np.ndarray, priority: np.ndarray, created: np
     used = {q: int(usage.get(q, 0)) for q in quotas}
     unused = sum(int(quotas[q]) for q in quotas) - sum(used.values())  # the cohort's available quota
     order = np.lexsort((np.asarray(ids, dtype=object), created, -priority))
+    # the passes below read single items: from lists, which index faster than arrays
+    queues, sizes = list(queue), [int(g) for g in gpus.tolist()]
+    ranks, times = [-int(p) for p in priority.tolist()], [float(c) for c in created.tolist()]
     heads: dict[str, list[int]] = {}
-    for i in order:
-        q = queue[i]
+    for i in order.tolist():
+        q = queues[i]
         if q in quotas:
             line = heads.setdefault(q, [])
             if len(line) < scan:
@@ -44,12 +47,12 @@ def admit(queue: np.ndarray, gpus: np.ndarray, priority: np.ndarray, created: np
         for q, line in heads.items():
             room = quotas[q] - used[q]
             for i in line:
-                g = int(gpus[i])
+                g = sizes[i]
                 if g > free_gpus:
                     continue
                 within = g <= room
                 if g <= unused:
-                    key = (not within, -int(priority[i]), float(created[i]), ids[i])
+                    key = (not within, ranks[i], times[i], ids[i])
                     if best is None or key < best[0]:
                         best = (key, q, i, g, within)
                     break  # the queue's first Workload that fits is its candidate

@@ -298,7 +298,7 @@ class Flaky:
 def test_a_failing_action_is_reported_and_does_not_stop_the_others():
     w = busy_world()
     (e,) = victims(w, 1)
-    status = PolicyStatus(10, 40, 2, (Condition("Ready", "True", "Planned"),))
+    status = PolicyStatus(10, 2, (Condition("Ready", "True", "Planned"),))
     note = EventNote(CHAT.ref, "Hello", "a message")
     actions = [Scale(CHAT.key, CHAT.target, 8, 16, "up"), SetQuota("train-a", 30, "slack"), e,
                PatchStatus(CHAT.ref, status), RecordEvent(note)]
@@ -331,11 +331,12 @@ def test_plan_act_observe_plan_again_is_steady():
     wp = WorkloadPolicy.from_spec(CHAT.key, SPEC)
     policy = ClusterPolicy(64, (wp,), (("train-a", 1.0),))
     now = pd.Timestamp(w.now, unit="s", tz="UTC")
-    hours = plan_hours({}, {CHAT.key: History(None)}, policy, now)  # no forecast, no history: everything reserved
+    hours = plan_hours({}, {CHAT.key: History(None)}, policy, now)  # no forecast, no history: minGpus an hour
     t = np.array([w.now])
-    first = plan_step(hours, {CHAT.key: Observed(t, np.array([50.0]), 10)}, observe(w).training, policy, w.now)
+    surge = Observed(t, np.array([1000.0]), 10)  # demand live now beyond the cluster: everything to inference
+    first = plan_step(hours, {CHAT.key: surge}, observe(w).training, policy, w.now)
     assert first.lent_gpus == 0 and {p.job for p in first.due()} == set(observe(w).training.ids)
     out = execute(cluster_actions(first, observe(w), [CHAT], "plan-x"), w)
     assert all(o.applied for o in out) and sum(isinstance(o.action, Evict) for o in out) == len(first.due())
-    again = plan_step(hours, {CHAT.key: Observed(t, np.array([50.0]), 10)}, observe(w).training, policy, w.now)
+    again = plan_step(hours, {CHAT.key: surge}, observe(w).training, policy, w.now)
     assert again.due() == () and cluster_actions(again, observe(w), [CHAT], "plan-y") == []
