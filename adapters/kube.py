@@ -320,6 +320,7 @@ _CACHED_KINDS = {(HEADROOM_GROUP, "ReservationPolicy"): "reservationpolicies", (
 # Policy targets, watched per namespace (the namespaces the policies' targets are in).
 _TARGET_PLURALS = {"Deployment": "deployments", "HorizontalPodAutoscaler": "horizontalpodautoscalers"}
 STATUS_REFRESH_SECONDS = 3600.0  # an unchanged policy status is rewritten (lastPlanTime) at most this often
+PLAN_SUMMARY = "headroom-plan"  # the ConfigMap, beside the Lease, holding the plan's cluster-wide numbers
 
 
 @dataclass
@@ -665,7 +666,8 @@ class KubeCluster:
         def mutate(scale: dict) -> dict | None:
             return None if scale.get("spec", {}).get("replicas") == replicas else {"spec": {"replicas": replicas}}
 
-        changed = self._update(path, mutate)[1]
+        # the Deployment's cached copy serves as the Scale's first read: the same spec.replicas and resourceVersion
+        changed = self._update(path, mutate, cached=self._cached(f"deployments@{namespace}", namespace, name))[1]
         informer = self.informers.get(f"deployments@{namespace}")
         held = informer.get((namespace, name), copied=True) if informer is not None else None
         if informer is not None and held is not None and (held.get("spec") or {}).get("replicas") != replicas:
@@ -762,8 +764,7 @@ class KubeCluster:
                 if not cond.message:  # the 1.20 merge-patch path turns "" into null: omit it
                     del merged[cond.type]["message"]
             body: dict[str, Any] = {
-                "reservedGpus": status.reserved_gpus, "slackGpus": status.slack_gpus,
-                "headroomGpus": status.headroom_gpus, "lastPlanTime": now,
+                "reservedGpus": status.reserved_gpus, "headroomGpus": status.headroom_gpus, "lastPlanTime": now,
                 "observedGeneration": status.observed_generation if status.observed_generation is not None
                 else policy["metadata"].get("generation", 0),
                 "conditions": [merged[t] for t in CONDITION_TYPES if t in merged]}
@@ -818,6 +819,9 @@ class KubeCluster:
     # ------------------------------------------------------------------ shared forecast history
     def forecast_store(self, namespace: str, **settings) -> ConfigMapForecastStore:
         return ConfigMapForecastStore(self, namespace, **settings)
+
+    def plan_summary(self, namespace: str, name: str = PLAN_SUMMARY) -> PlanSummary:
+        return PlanSummary(self, namespace, name)
 
     # ------------------------------------------------------------------ leader election
     def leader_elector(self, namespace: str, name: str, identity: str,
@@ -1059,3 +1063,32 @@ class ConfigMapForecastStore:
         items = self.cluster._request("GET", self._path(), query={"labelSelector": f"{FORECAST_LOG_LABEL}=true"})
         return {(i["metadata"].get("annotations") or {}).get(FORECAST_SERIES_ANNOTATION, ""): i["metadata"]["name"]
                 for i in items.get("items", [])}
+
+
+@dataclass
+class PlanSummary:
+    """The cluster-wide numbers of the last plan (slack lent, headroom at risk, slack ahead) in one ConfigMap, so
+    the policies' statuses carry only their own. Written by server-side apply, one request, only when something
+    but the plan id changed (and at least every STATUS_REFRESH_SECONDS, so lastPlanTime says the controller is
+    alive); a new leader writes it on its first reconcile."""
+    cluster: KubeCluster
+    namespace: str
+    name: str = PLAN_SUMMARY
+    _written: tuple[dict[str, str], float] | None = field(default=None, repr=False)  # (data without planId, when)
+
+    def write(self, data: Mapping[str, str]) -> bool:
+        """True if it was written."""
+        said = {k: v for k, v in data.items() if k != "planId"}
+        if (self._written is not None and self._written[0] == said
+                and time.monotonic() - self._written[1] < STATUS_REFRESH_SECONDS):
+            return False
+        body = {"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": self.name, "namespace": self.namespace,
+                             "labels": {"app.kubernetes.io/managed-by": "headroom"}},
+                "data": {**data, "lastPlanTime": _rfc3339(_now())}}
+        self.cluster.apply(f"/api/v1/namespaces/{self.namespace}/configmaps/{self.name}", body)
+        self._written = (said, time.monotonic())
+        return True
+
+    def read(self) -> dict[str, str]:
+        return self.cluster.get(f"/api/v1/namespaces/{self.namespace}/configmaps/{self.name}").get("data") or {}

@@ -6,10 +6,11 @@ process of its own (so its memory is its own), reading through the watch cache a
 
   * start-up half an hour before: every series fitted in the background while reconciles go on, until every
     forecast is in and the cluster holds the plan,
-  * the hour: its first reconcile (every lookback read whole, realized error, the hourly refit of every series
-    started in the background; reported on its own), then steady-state reconciles a simulated minute apart
-    (no refit of their own, the refit running beside them): their wall time (p99), the API requests each
-    sends (counted in the adapter, every attempt) beside the objects it wrote,
+  * the hour: its first reconcile (the hourly work of every series started in the background: the whole lookback
+    re-read, the refit, realized error; reported on its own), then steady-state reconciles a simulated minute apart
+    (the hourly work running beside them): their wall time (p99), the API requests each sends (counted in the
+    adapter, every attempt) beside the objects it wrote; the hourly work's own requests (the forecast store's
+    ConfigMaps, on a client of its own) are counted apart,
   * demand jumps: a few policies' queries multiply their demand by 4 from a given minute (PromQL `time()`), so
     demand rises above the reservation; the reclaim latency is the reconcile interval (the longest a jump waits
     to be seen) plus the time from the start of the reconcile that sees it to the chosen Workloads inactive on
@@ -229,17 +230,22 @@ def controller(args: dict) -> dict:
     server = PrometheusServer(url=args["prometheus"], step="5m", timeout_seconds=30, retries=2)
     cfg = RunConfig(cluster="kubernetes", prometheus=server, capacity_gpus=args["capacity"],
                     retrain_every_seconds=0, interval_seconds=INTERVAL_SECONDS)
-    store = cluster.forecast_store(STORE_NAMESPACE, keep_seconds=50 * 3600, rows=24)
-    r = Reconciler(cluster, PrometheusDemand(server), cfg, forecast_log=store, refit_beside=True)  # as `headroom run`
+    # the forecast store on a client of its own: its requests (the hourly work's, beside the reconciles) are counted
+    # apart from the reconcile's
+    beside = KubeCluster.from_kubeconfig(args["kubeconfig"], request_timeout=30)
+    store = beside.forecast_store(STORE_NAMESPACE, keep_seconds=50 * 3600, rows=24)
+    r = Reconciler(cluster, PrometheusDemand(server), cfg, forecast_log=store, refit_beside=True,  # as `headroom run`
+                   summary=cluster.plan_summary(STORE_NAMESPACE).write)
 
     def one(now: pd.Timestamp):
-        before = dict(cluster.requests)
+        before, before_beside = dict(cluster.requests), sum(beside.requests.values())
         started, wall = time.monotonic(), time.time()
         state = r.reconcile(now)
         evicted = [a.workload for a in state.actions if isinstance(a, Evict)]
         sent = {m: n - before.get(m, 0) for m, n in cluster.requests.items()}
         return {"now": now.isoformat(), "seconds": time.monotonic() - started, "started": wall,
                 "requests": sum(sent.values()), "writes": sum(n for m, n in sent.items() if m != "GET"),
+                "beside_requests": sum(beside.requests.values()) - before_beside,
                 "actions": len(state.actions), "refitting": r.refitting(),
                 "evicted": evicted, "errors": dict(state.reconcile_errors_total),
                 "fallback": sum(ps.fallback for ps in state.policies.values() if ps.valid),
@@ -275,6 +281,7 @@ def controller(args: dict) -> dict:
     peak = int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:"))) * 1024
     rss = int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:"))) * 1024
     cluster.close()
+    beside.close()
     return {"warm": warm, "startup_seconds": startup, "refit_seconds": refit_done, "steady": steady,
             "rss_bytes": rss, "peak_rss_bytes": peak}
 
@@ -300,8 +307,8 @@ def row(kube, prometheus, admin, policies: int, workloads: int, jumps: int, minu
     time.sleep(1)  # the last deactivations reach the watch
     watch.close()
     steady = out["steady"]
-    # steady state (no refit): the reconciles a minute apart inside the hour; the hour's first one (the full
-    # re-read of every lookback, realized error, the refit started) is reported on its own
+    # steady state: the reconciles a minute apart inside the hour, the hourly work beside them; the hour's first one
+    # (every policy's next hours roll forward, the hourly work started) is reported on its own
     hourly, rest = steady[0], steady[1:]
     seconds = np.array([s["seconds"] for s in rest])
     requests = np.array([s["requests"] for s in rest])
@@ -331,6 +338,7 @@ def row(kube, prometheus, admin, policies: int, workloads: int, jumps: int, minu
             "hourly_refit_seconds": round(out["refit_seconds"], 1),
             "top_of_hour_reconcile_seconds": round(hourly["seconds"], 3),
             "top_of_hour_requests": hourly["requests"], "top_of_hour_writes": hourly["writes"],
+            "hourly_work_requests": sum(s["beside_requests"] for s in steady),
             "reconcile_max_during_refit_seconds": round(max(during), 3) if during else None,
             "reconciles_during_refit": len(during),
             "startup_seconds": round(out["startup_seconds"], 1),

@@ -12,7 +12,7 @@ import pandas as pd
 
 from cli.config import Config
 from core.errors import BadRequest
-from core.settings import EmbeddedPolicy, RunConfig
+from core.settings import EmbeddedPolicy, RunConfig, duplicate_policies
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +76,9 @@ def with_policy_files(r: RunConfig, files: list[str] | None, history: str | None
     added = [EmbeddedPolicy(name=o["metadata"]["name"], namespace=o["metadata"]["namespace"],
                             history_file=Path(history), spec=PolicySpec.model_validate(o["spec"]))
              for f in files for o in load_manifests(f)]
+    clash = duplicate_policies([*r.policies, *added])
+    if clash:
+        raise BadRequest(f"--policy-file with run.policies: {clash}")
     return r.model_copy(update={"policies": [*r.policies, *added]})
 
 
@@ -139,15 +142,17 @@ def build(cfg: Config, in_cluster: bool = False, timeline: list | None = None, s
         # Kept: what realized error and drift read, the longest horizon plus the drift window, and a margin.
         keep = (max(HORIZONS) + cfg.training.drift_window + 2) * 3600.0
         forecasts = cluster.forecast_store(r.lease.namespace, keep_seconds=keep, rows=max(HORIZONS))
+        summary = cluster.plan_summary(r.lease.namespace).write  # the cluster-wide numbers, beside the Lease
     else:
         cluster, demand = embedded(cfg, r, start)
-        forecasts = ForecastLog(r.forecast_log_dir)
+        forecasts, summary = ForecastLog(r.forecast_log_dir), None
     uri = _tracking_uri(cfg)
     trainer = BackgroundTrainer(uri, settings_from_config(cfg)) if r.retrain_every_seconds > 0 else None
     reconciler = Reconciler(cluster, demand, r, models=Models(uri), forecast_log=forecasts,
                             tracker=Tracker(uri), retrain=trainer, drift_factor=cfg.training.drift_factor,
                             drift_window=cfg.training.drift_window, timeline=timeline,
-                            refit_beside=r.cluster == "kubernetes")  # many series: refits never hold a reconcile up
+                            refit_beside=r.cluster == "kubernetes",  # many series: refits never hold a reconcile up
+                            summary=summary)
     return reconciler, cluster
 
 
@@ -198,6 +203,7 @@ def cmd_run(cfg: Config, args) -> int:
         loop.run(once=args.once)
     finally:
         server.shutdown()
+        reconciler.close()
     return 0
 
 
@@ -212,17 +218,26 @@ def _clock(r: RunConfig, now: str | None, hours: int) -> pd.DatetimeIndex:
     if not loaded:
         demand.series(next(iter(demand.files)))  # raises the first policy's HistoryError: nothing can run
     series = list(loaded.values())
-    steps = {s.index.freq or pd.Timedelta(s.index.to_series().diff().median()) for s in series}
+    step_of = {key: pd.Timedelta(s.index.freq or s.index.to_series().diff().median()) for key, s in loaded.items()}
+    steps = set(step_of.values())
     if len(steps) > 1:
-        raise BadRequest(f"the policies' histories have different steps ({', '.join(map(str, steps))}): the embedded "
-                         "clock needs one")
-    step = pd.Timedelta(steps.pop())
+        each = ", ".join(f"{key} ({demand.files[key]}): {step}" for key, step in step_of.items())
+        raise BadRequest(f"the policies' histories have different steps ({each}): the embedded clock needs one")
+    step = steps.pop()
+    # by default every history covers the replay; a --now past one of them is that policy's missing data only
     end = min(s.index[-1] for s in series)
-    start = parse_time(now, "--now") if now else end - pd.Timedelta(hours=hours) + step
-    first = min(s.index[0] for s in series)
-    if start < first or start > end:
-        raise BadRequest(f"--now {start} is outside the histories ({first} .. {end})")
-    return pd.date_range(start, periods=int(pd.Timedelta(hours=hours) / step), freq=step)
+    first, last = min(s.index[0] for s in series), max(s.index[-1] for s in series)
+    span_hours = (last - first) / pd.Timedelta(hours=1)
+    if hours > span_hours + 1:  # checked before `hours` becomes a Timedelta, which a huge one would overflow
+        raise BadRequest(f"--hours {hours} is longer than the histories ({first} .. {last}: {span_hours:.4g} hours)")
+    start = parse_time(now, "--now") if now is not None else end - pd.Timedelta(hours=hours) + step
+    if start < first or start > last:
+        raise BadRequest(f"--now {start} is outside the histories ({first} .. {last})")
+    times = pd.date_range(start, periods=int(pd.Timedelta(hours=hours) / step), freq=step)
+    if times[-1] - last > pd.Timedelta(hours=1):  # past the end no policy has data: a replay of nothing
+        raise BadRequest(f"--hours {hours} from {start} runs past the histories' end {last}: give at most "
+                         f"{int((last - start) / pd.Timedelta(hours=1)) + 1} hours from there")
+    return times
 
 
 def _no_policies() -> int:
@@ -236,6 +251,10 @@ def _replay(cfg: Config, args) -> int:
     r = cfg.run
     if not r.policies:
         return _no_policies()
+    lendable = r.capacity_gpus - r.non_lendable_gpus
+    if all(p.spec.min_gpus > lendable for p in r.policies):  # nothing could act: one that fits runs, alone
+        raise BadRequest("no policy fits the cluster: " + "; ".join(
+            f"{p.namespace}/{p.name}: minGpus {p.spec.min_gpus} > the {lendable} GPUs it lends" for p in r.policies))
     from cli.simulate import check_output_folders
 
     check_output_folders((args.timeline, "--timeline"))

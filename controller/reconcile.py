@@ -21,6 +21,7 @@ Data missing never lowers the reservation in force: while degraded, the reservat
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import math
 import time
@@ -38,7 +39,9 @@ from controller.actions import (
     PatchStatus,
     PolicyTarget,
     RecordEvent,
+    Requeue,
     Scale,
+    SetQuota,
     Stopped,
     View,
     cluster_actions,
@@ -82,7 +85,7 @@ from planning.planner import (
     plan_step,
     stale,
 )
-from training.realized import HORIZONS, log_realized, realized_errors
+from training.realized import HORIZONS, DriftEvent, log_realized, realized_errors
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +162,30 @@ def headroom_condition(reclaimable: int, band: int, wanted: int, lent: int) -> C
     return Condition("HeadroomAtRisk", "False", "HeadroomCovered", said)
 
 
+# A policy's status says whether the cluster's headroom is at risk, not the cluster-wide numbers behind it: those move
+# with every sample of any policy, and in each of a thousand statuses they would rewrite all of them every time.
+POLICY_RISK_MESSAGE = ("cluster-wide: the GPUs reclaimable within the deadline against the headroom band are in the "
+                       "plan summary and the metrics")
+
+
+def policy_risk(cluster: Condition) -> Condition:
+    """The cluster's HeadroomAtRisk as a policy's status carries it: its status and reason, no numbers."""
+    return Condition(cluster.type, cluster.status, cluster.reason, POLICY_RISK_MESSAGE)
+
+
+def plan_summary(state: ControllerState) -> dict[str, str]:
+    """The cluster-wide numbers of a reconcile, written to one object (every policy's status would be rewritten
+    whenever any of them moved): the slack lent, training's GPUs, the headroom at risk and the slack ahead."""
+    risk = state.headroom_at_risk
+    assert risk is not None  # every reconcile that plans says it
+    return {"planId": state.plan_id, "slackGpus": str(state.slack_gpus), "trainingGpus": str(state.training_gpus),
+            "reclaimableGpus": str(state.reclaimable_gpus), "headroomBandGpus": str(state.headroom_band_gpus),
+            "headroomWantedGpus": str(state.headroom_wanted_gpus), "headroomAtRisk": risk.status,
+            "headroomAtRiskReason": risk.reason, "headroomAtRiskMessage": risk.message,
+            "nextHours": json.dumps([{"hour": t.strftime("%Y-%m-%dT%H:%M:%SZ"), "slackGpus": g}
+                                     for t, g in state.slack_by_hour], separators=(",", ":"))}
+
+
 def _refused_already(objects: list[dict], ref: ObjectRef, message: str) -> bool:
     """The policy's status already says Ready=False for this reason (a restarted controller reported it)."""
     for obj in objects:
@@ -177,6 +204,37 @@ class _Input:
     degraded: str | None           # why the demand data is not trustworthy, if it is not
     forecast: IssuedForecast | None  # the forecast in use (None: the planner falls back)
     fault: str | None = None       # a forecaster or champion that failed, if one did
+
+
+@dataclass(frozen=True)
+class _Hourly:
+    """One policy's hourly work done beside the reconciles (Reconciler._hourly)."""
+    tried: tuple                     # (hour, policy generation)
+    whole: pd.Series | None          # the whole lookback re-read (None: the read failed)
+    hourly: pd.Series                # its hourly history
+    forecast: IssuedForecast | None  # fitted on it (None: too little history, or the fit failed: see fault)
+    fault: str | None
+    accuracy: tuple | None           # (hour, realized error, 80% coverage), None when there is nothing to score
+    drift: tuple                     # drift events (tracking on)
+
+
+@dataclass(frozen=True)
+class _Samples:
+    """A policy's demand samples as the planner reads them, and the newest one that is not missing; converted once
+    per series (a reconcile reads weeks of samples of every policy, and between Prometheus steps they are the same)."""
+    raw: pd.Series
+    times: np.ndarray            # epoch seconds
+    values: np.ndarray
+    newest: float | None = None  # its time (epoch seconds; None: every sample missing)
+    latest: float | None = None  # its value
+
+    @classmethod
+    def of(cls, raw: pd.Series) -> _Samples:
+        times, values = raw.index.as_unit("ns").asi8 / 1e9, raw.to_numpy(float)
+        seen = np.flatnonzero(~np.isnan(values))
+        if not len(seen):
+            return cls(raw, times, values)
+        return cls(raw, times, values, float(times[seen[-1]]), float(values[seen[-1]]))
 
 
 def _utc(moment) -> pd.Timestamp:
@@ -213,7 +271,8 @@ class Reconciler:
                  models: Models | None = None, forecast_log: ForecastStore | None = None, tracker=None,
                  retrain: Callable[[str, pd.Series, pd.Timestamp], None] | None = None,
                  drift_factor: float = 1.5, drift_window: int = 24, timeline: list | None = None,
-                 dry_run: bool = False, refit_beside: bool = False):
+                 dry_run: bool = False, refit_beside: bool = False,
+                 summary: Callable[[dict[str, str]], object] | None = None):
         self.cluster, self.demand, self.cfg = cluster, demand, cfg
         self.data = DataSettings.of(cfg)
         self.holder = holder or StateHolder()
@@ -222,8 +281,10 @@ class Reconciler:
         self.drift_factor, self.drift_window = drift_factor, drift_window
         self.timeline = timeline  # a list the reconciler appends one row per policy to (TIMELINE_COLUMNS)
         self.dry_run = dry_run    # decide as if every policy were active, change nothing (`headroom plan`)
+        self.summary = summary    # writes plan_summary(...) where the cluster keeps it (a ConfigMap on Kubernetes)
         self._forecasts: dict[str, IssuedForecast] = {}
         self._raw: dict[str, pd.Series] = {}
+        self._converted: dict[str, _Samples] = {}   # each policy's samples as arrays (_samples)
         self._full_read: dict[str, pd.Timestamp] = {}
         self._reported: dict[ObjectRef, str] = {}   # the refusal last reported per policy (one event per change)
         self._faults: dict[str, str] = {}           # the fault last reported per policy
@@ -240,6 +301,7 @@ class Reconciler:
         self._prefetched: dict = {}                 # this reconcile's demand reads, by policy
         self.refit_beside = refit_beside  # hourly refits in a background thread (a Kubernetes controller's many series)
         self._refits: dict = {}                     # policy -> the background refit under way (Future)
+        self._tried: dict[str, tuple[tuple, str | None]] = {}  # policy -> ((hour, generation) tried, its fault)
         self._refit_pool: ThreadPoolExecutor | None = None
 
     # -- bookkeeping
@@ -287,7 +349,7 @@ class Reconciler:
                 # one event per new refusal, not one per reconcile (nor one per restart: the status remembers)
                 why = "InvalidSpec" if ref not in too_big else "PlanInfeasible"
                 report += [RecordEvent(EventNote(ref, why, message, "Warning")),
-                           PatchStatus(ref, PolicyStatus(0, 0, 0, (Condition("Ready", "False", why, message),)))]
+                           PatchStatus(ref, PolicyStatus(0, 0, (Condition("Ready", "False", why, message),)))]
                 self._reported[ref] = message
         for p in policies:
             self._reported.pop(p.ref, None)
@@ -308,19 +370,30 @@ class Reconciler:
                                        [(x.job, x.kind, x.at) for x in step.preemptions])).encode()).hexdigest()[:12]
         targets = [replace(p.target(), active=True) if self.dry_run else p.target() for p in policies]
         actions = cluster_actions(step, view, targets, plan_id)
-        outcomes = [] if self.dry_run else execute(actions, self.cluster, still_wanted=lambda _: self._still_wanted(
+        outcomes = [] if self.dry_run else self._apply(actions, lambda: self._still_wanted(
             hours, inputs, cluster_policy, policies, now))
         failures = self._count(outcomes, step)
         after = self._view(policies, now)  # after evictions and scaling
-        report += self._reports(inputs, hours, step, after, failures, plan_id, now, states, cluster_policy)
+        reclaimable, wanted, risk = self._headroom(step, after, cluster_policy)
+        report += self._reports(inputs, hours, step, after, failures, plan_id, now, states, cluster_policy,
+                                reclaimable, risk)
         if not self.dry_run:
             self._execute(report)
         if self.timeline is not None:
             self._record(inputs, step, view, outcomes, now)
-        held = int(after.training.gpus.sum())
-        return ControllerState(self.cfg.capacity_gpus, True, states, self._teams(after, policies, now),
-                               slack_gpus=step.lent_gpus, training_gpus=held, actions=tuple(actions),
-                               notes=hours.notes)
+        state = ControllerState(
+            self.cfg.capacity_gpus, True, states, self._teams(after, policies, now), slack_gpus=step.lent_gpus,
+            training_gpus=int(after.training.gpus.sum()), reclaimable_gpus=reclaimable,
+            headroom_band_gpus=step.headroom_gpus, headroom_wanted_gpus=wanted, headroom_at_risk=risk,
+            plan_id=plan_id, slack_by_hour=tuple((pd.Timestamp(t, unit="s", tz="UTC"), int(g)) for t, g in zip(
+                hours.workloads[0].starts[:STATUS_HOURS], hours.slack)),
+            actions=tuple(actions), notes=hours.notes)
+        if self.summary is not None and not self.dry_run:
+            try:
+                self.summary(plan_summary(state))
+            except ClusterError as exc:
+                self._error("status", "the plan summary", exc)
+        return state
 
     # -- 2. demand and forecast, each policy's faults its own
     def _input(self, p: PolicyObject, now: pd.Timestamp) -> _Input:
@@ -346,15 +419,16 @@ class Reconciler:
         raw = self._raw.get(p.key, pd.Series(dtype=float, index=pd.DatetimeIndex([], tz="UTC")))
         t_now = now.timestamp()
         if degraded is None:
-            times = raw.index.as_unit("ns").asi8 / 1e9
-            degraded = degraded_reason(*window_facts(times, raw.to_numpy(float), t_now), t_now,
+            seen = self._samples(p.key, raw)
+            degraded = degraded_reason(*window_facts(seen.times, seen.values, t_now), t_now,
                                        self.data.stale_after_seconds)
         cached = self._forecasts.get(p.key)
-        if degraded is None and due(cached, now, p.generation):
+        if degraded is None and due(cached, now, p.generation) and self.refit_beside:
+            cached, fault = self._refit_beside(p, now, cached)
+            raw = self._raw.get(p.key, raw)  # a whole lookback re-read beside, taken up
+        elif degraded is None and due(cached, now, p.generation):
             hourly = hourly_history(raw, p.spec.statistic, now)
-            if hourly.notna().sum() >= MIN_FIT_HOURS and self.refit_beside:
-                cached, fault = self._refit_beside(p, hourly, now, cached)
-            elif hourly.notna().sum() >= MIN_FIT_HOURS:
+            if hourly.notna().sum() >= MIN_FIT_HOURS:
                 fresh, fault = self._fit(p, hourly, now)
                 if fresh is not None:
                     cached = self._take(p, fresh)
@@ -374,25 +448,87 @@ class Reconciler:
             self.forecast_log.record(p.series, fresh.made_at, fresh.frame)
         return fresh
 
-    def _refit_beside(self, p: PolicyObject, hourly: pd.Series, now: pd.Timestamp,
+    def _refit_beside(self, p: PolicyObject, now: pd.Timestamp,
                       cached: IssuedForecast | None) -> tuple[IssuedForecast | None, str | None]:
-        """The refit in a background thread, one series at a time: until it is done the reconciles go on with the
-        forecast in force (or the conservative fallback), so a thousand refits never hold a reconcile up; the first
-        reconcile after it takes the new forecast up."""
-        fault = None
+        """The hour's work in a background thread, one series at a time (_hourly: the whole lookback re-read, the
+        refit, realized error): until it is done the reconciles go on with the forecast in force (or the
+        conservative fallback), so a thousand series never hold a reconcile up; the first reconcile after it takes
+        the results up. Tried once per hour and policy generation; a failure is reported until the next try."""
         job = self._refits.get(p.key)
         if job is not None and job.done():
             del self._refits[p.key]
-            fresh, fault = job.result()
-            if fresh is not None:
-                cached = self._take(p, fresh)
-            if not due(cached, now, p.generation):
-                return cached, fault
-        if p.key not in self._refits:
+            cached = self._take_up(p, job, now, cached)
+        hour = (now.floor("h"), p.generation)
+        tried = self._tried.get(p.key)
+        if p.key not in self._refits and (tried is None or tried[0] != hour) and due(cached, now, p.generation):
             if self._refit_pool is None:
                 self._refit_pool = ThreadPoolExecutor(1, "headroom-refit")
-            self._refits[p.key] = self._refit_pool.submit(self._fit, p, hourly, now)
-        return cached, fault
+            whole = self._raw.get(p.key) if self._full_read.get(p.key) == now.floor("h") else None
+            self._refits[p.key] = self._refit_pool.submit(self._hourly, p, cached, whole, now)
+            self._tried[p.key] = tried = (hour, None)
+        return cached, tried[1] if tried is not None and tried[0] == hour else None
+
+    def _hourly(self, p: PolicyObject, in_force: IssuedForecast | None, whole: pd.Series | None,
+                now: pd.Timestamp) -> _Hourly:
+        """One policy's hourly work, beside the reconciles: its whole lookback (unless read whole this hour
+        already; a failed read leaves the samples held), a new forecast fitted on it and recorded, and the realized
+        error of the forecasts issued before."""
+        if whole is None:
+            lookback = pd.Timedelta(seconds=self.data.lookback_seconds)
+            try:
+                whole = self.demand.read(p.key, p.spec.query, now - lookback, now).astype(float)
+            except (PrometheusError, HistoryError, OSError) as exc:
+                self._error("demand", p.key, exc)
+        raw = whole if whole is not None else self._raw.get(p.key, pd.Series(dtype=float, index=pd.DatetimeIndex(
+            [], tz="UTC")))
+        hourly = hourly_history(raw, p.spec.statistic, now)
+        fresh, fault = self._fit(p, hourly, now) if hourly.notna().sum() >= MIN_FIT_HOURS else (None, None)
+        if fresh is not None and self.forecast_log is not None:
+            try:
+                self.forecast_log.record(p.series, fresh.made_at, fresh.frame)
+            except (ClusterError, OSError) as exc:  # realized error will miss this one forecast
+                self._error("cluster", p.series, exc)
+        scaled = fresh or in_force
+        accuracy, drift = None, ()
+        if self.forecast_log is not None and scaled is not None and raw.notna().any():
+            errors, coverage, drift = self._accuracy_of(p, scaled.scale, hourly, now)
+            accuracy = (now.floor("h"), errors, coverage)
+        return _Hourly((now.floor("h"), p.generation), whole, hourly, fresh, fault, accuracy, drift)
+
+    def _take_up(self, p: PolicyObject, job, now: pd.Timestamp,
+                 cached: IssuedForecast | None) -> IssuedForecast | None:
+        """A finished _hourly: its whole lookback joins the samples read since, its forecast and realized error
+        come into force, drift is reported."""
+        try:
+            done: _Hourly = job.result()
+        except Exception as exc:  # noqa: BLE001 - a bug in one policy's hourly work must not stop the others
+            log.error("%s: its hourly refit failed", p.key, exc_info=exc)
+            self._error("internal", p.key, exc)
+            self._tried[p.key] = ((now.floor("h"), p.generation), f"InternalError: {type(exc).__name__}: {exc}")
+            return cached
+        held = self._raw.get(p.key)
+        if done.whole is not None and len(done.whole) and held is not None:
+            since = held[held.index > done.whole.index[-1]]
+            self._raw[p.key] = pd.concat([done.whole, since]) if len(since) else done.whole
+        if done.accuracy is not None:
+            self._accuracy[p.series] = done.accuracy
+            self._drifted(p, done.hourly, done.drift, now)
+        self._tried[p.key] = (done.tried, done.fault)
+        if done.forecast is None:
+            return cached
+        self._forecasts[p.key] = done.forecast
+        return done.forecast
+
+    def _samples(self, key: str, raw: pd.Series) -> _Samples:
+        held = self._converted.get(key)
+        if held is None or held.raw is not raw:
+            held = self._converted[key] = _Samples.of(raw)
+        return held
+
+    def close(self) -> None:
+        """Hourly work not started is dropped (a controller shutting down does not wait for a thousand refits)."""
+        if self._refit_pool is not None:
+            self._refit_pool.shutdown(wait=False, cancel_futures=True)
 
     def refitting(self) -> int:
         """Background refits not yet taken up."""
@@ -419,11 +555,13 @@ class Reconciler:
         return self.models.for_series(p.series)
 
     def _read(self, p: PolicyObject, now: pd.Timestamp) -> pd.Series:
-        """The whole lookback once an hour (when the forecast is refitted); in between only the samples
-        since the newest one held, so a reconcile a minute does not re-read weeks of history."""
+        """The whole lookback once an hour (when the forecast is refitted; with the refit beside, the refit re-reads
+        it and a reconcile only at start-up); in between only the samples since the newest one held, so a reconcile
+        a minute does not re-read weeks of history."""
         lookback = pd.Timedelta(seconds=self.data.lookback_seconds)
         held = self._raw.get(p.key)
-        if held is None or self._full_read.get(p.key) != now.floor("h") or (len(held) and held.index[-1] > now):
+        hourly_reread = not self.refit_beside and self._full_read.get(p.key) != now.floor("h")
+        if held is None or hourly_reread or (len(held) and held.index[-1] > now):
             raw = self.demand.read(p.key, p.spec.query, now - lookback, now).astype(float)
             self._full_read[p.key] = now.floor("h")
             return raw
@@ -442,7 +580,9 @@ class Reconciler:
 
     def _hour_plan(self, inputs: list[_Input], policy: ClusterPolicy, now: pd.Timestamp) -> HourPlan:
         """Kept until the hour, a forecast or the policies change."""
-        histories = {i.policy.key: History.of(i.raw, now) for i in inputs}
+        # every sample read is at or before now (a series ending later is read again whole): History.of's newest
+        histories = {i.policy.key: History(self._samples(i.policy.key, i.raw).newest, i.raw, now.timestamp())
+                     for i in inputs}
         key = (now.floor("h"), policy, tuple(id(i.forecast) for i in inputs),
                tuple(stale(histories[i.policy.key], now.timestamp(), policy) for i in inputs))
         if self._hours is not None and self._hours[0] == key:
@@ -477,8 +617,8 @@ class Reconciler:
             gpr = i.policy.spec.capacity.gpus_per_replica
             held = 0 if state is None else (state.desired_replicas * gpr if i.policy.spec.target.kind != "ClusterQueue"
                                             else view.quotas.get(i.policy.spec.target.name, 0))
-            out[i.policy.key] = Observed(i.raw.index.as_unit("ns").asi8 / 1e9, i.raw.to_numpy(float), held,
-                                         i.degraded is not None)
+            seen = self._samples(i.policy.key, i.raw)
+            out[i.policy.key] = Observed(seen.times, seen.values, held, i.degraded is not None)
         return out
 
     def _still_wanted(self, hours: HourPlan, inputs, policy: ClusterPolicy, policies, now) -> set[str]:
@@ -487,16 +627,36 @@ class Reconciler:
         return {x.job for x in plan_step(hours, self._observed(inputs, fresh), fresh.training, policy, now).due()}
 
     # -- 4. act
+    def _apply(self, actions, still_wanted: Callable[[], set[str]]) -> list[Outcome]:
+        """The plan's actions in order, inference first (reservations, then quotas), then training (evictions, then
+        requeues), each kind's writes a few at a time: a thousand reservations moving at once must not hold the
+        evictions of a demand jump up. Evictions go only where a plan on a fresh view still makes them."""
+        def of(kind) -> list:
+            return [a for a in actions if isinstance(a, kind)]
+
+        first: dict[str, Evict] = {}
+        for a in of(Evict):  # each Workload once (parallel writers cannot tell a repeat)
+            first.setdefault(a.workload, a)
+        wanted = still_wanted() if first else set()  # re-planned before anything changes, as one execute would
+        out = self._in_parallel(of(Scale)) + execute(of(SetQuota), self.cluster)
+        out += self._in_parallel(list(first.values()), still_wanted=lambda _: wanted)
+        return out + self._in_parallel(of(Requeue))
+
+    def _in_parallel(self, actions: list, still_wanted: Callable[[list[Evict]], set[str]] | None = None
+                     ) -> list[Outcome]:
+        """Independent writes (one object each), 8 at a time when there are many (a thousand in a row take
+        seconds)."""
+        if len(actions) <= 16:
+            return execute(actions, self.cluster, still_wanted=still_wanted)
+        chunks = [actions[k::8] for k in range(8)]
+        with ThreadPoolExecutor(8) as pool:
+            return [o for part in pool.map(lambda c: execute(c, self.cluster, still_wanted=still_wanted), chunks)
+                    for o in part]
+
     def _execute(self, actions) -> list[Outcome]:
         statuses = [a for a in actions if isinstance(a, PatchStatus)]
-        if len(statuses) > 16:  # independent writes, one per policy: a few at a time (a thousand in a row take seconds)
-            rest = [a for a in actions if not isinstance(a, PatchStatus)]
-            chunks = [statuses[k::8] for k in range(8)]
-            with ThreadPoolExecutor(8) as pool:
-                outcomes = [o for part in pool.map(lambda c: execute(c, self.cluster), chunks) for o in part]
-            outcomes += execute(rest, self.cluster)
-        else:
-            outcomes = execute(actions, self.cluster)
+        outcomes = self._in_parallel(statuses) + execute([a for a in actions if not isinstance(a, PatchStatus)],
+                                                         self.cluster)
         for o in outcomes:
             if o.error:
                 self._error("status" if isinstance(o.action, PatchStatus) else "events", o.action.reason, o.error)
@@ -521,14 +681,19 @@ class Reconciler:
         return failures
 
     # -- 5. report
-    def _reports(self, inputs, hours: HourPlan, step: StepPlan, view: View, failures, plan_id, now, states,
-                 policy: ClusterPolicy) -> list:
-        deadline = policy.reclaim_deadline_seconds
+    @staticmethod
+    def _headroom(step: StepPlan, view: View, policy: ClusterPolicy) -> tuple[int, int, Condition]:
+        """The cluster's headroom now: (GPUs reclaimable within the deadline, GPUs the headroom quantile asks for,
+        HeadroomAtRisk)."""
         t = view.training
         reserved = sum(w.reserved_gpus for w in step.workloads)
         idle = max(policy.lendable - reserved - int(t.gpus.sum()) - t.terminating_gpus, 0)
-        reclaimable = idle + int(t.gpus[t.preempt_seconds <= deadline].sum())
+        reclaimable = idle + int(t.gpus[t.preempt_seconds <= policy.reclaim_deadline_seconds].sum())
         wanted = sum(w.headroom_gpus for w in step.workloads)
+        return reclaimable, wanted, headroom_condition(reclaimable, step.headroom_gpus, wanted, step.lent_gpus)
+
+    def _reports(self, inputs, hours: HourPlan, step: StepPlan, view: View, failures, plan_id, now, states,
+                 policy: ClusterPolicy, reclaimable: int, risk: Condition) -> list:
         actions: list[RecordEvent | PatchStatus] = []
         for i, ws, wh in zip(inputs, step.workloads, hours.workloads):
             p = i.policy
@@ -547,7 +712,7 @@ class Reconciler:
                 Condition("FallbackActive", "True" if fallback else "False",
                           "ConservativeReservation" if fallback else "ForecastInUse",
                           wh.reason(0, policy.workloads[inputs.index(i)], policy.lendable) if fallback else ""),
-                headroom_condition(reclaimable, step.headroom_gpus, wanted, step.lent_gpus))
+                policy_risk(risk))
             fault = i.fault or (i.degraded if fallback else None)
             if fault and self._faults.get(p.key) != fault:  # a new fault: one Warning event
                 actions.append(RecordEvent(EventNote(p.ref, "FallbackActive" if fallback else "ForecastDegraded",
@@ -563,16 +728,16 @@ class Reconciler:
                 target = float(f.target[k]) if 0 <= k < len(f.target) and math.isfinite(f.target[k]) else None
             model = i.forecast.model if i.forecast is not None else "fallback"
             next_hours = tuple({"hour": pd.Timestamp(wh.starts[k], unit="s", tz="UTC").strftime("%Y-%m-%dT%H:%M:%SZ"),
-                                "reservedGpus": int(wh.reserved[k]), "headroomGpus": int(wh.headroom[k]),
-                                "slackGpus": int(hours.slack[k])} for k in range(min(STATUS_HOURS, len(wh.starts))))
+                                "reservedGpus": int(wh.reserved[k]), "headroomGpus": int(wh.headroom[k])}
+                               for k in range(min(STATUS_HOURS, len(wh.starts))))
             actions.append(PatchStatus(p.ref, PolicyStatus(
-                reserved_gpus=ws.reserved_gpus, slack_gpus=step.lent_gpus, headroom_gpus=ws.headroom_gpus,
+                reserved_gpus=ws.reserved_gpus, headroom_gpus=ws.headroom_gpus,
                 conditions=conditions, plan_id=plan_id, forecast_demand=target, observed_generation=p.generation,
                 model=model, next_hours=next_hours, realized_error={f"{h}h": v for h, v in errors.items()})))
-            seen = i.raw.dropna()
+            latest = self._samples(p.key, i.raw).latest
             states[p.key] = PolicyState(
                 p.key, p.spec.mode, True, None, now, wh, ws, i.forecast.frame if i.forecast is not None else None,
-                model, float(seen.iloc[-1]) if i.degraded is None and len(seen) else None,
+                model, latest if i.degraded is None else None,
                 p.spec.capacity.demand_per_gpu, ws.reserved_gpus, ws.headroom_gpus, reclaimable, fallback,
                 i.degraded is not None or i.fault is not None,
                 (now - i.forecast.made_at).total_seconds() if i.forecast is not None else 0.0, errors, coverage)
@@ -584,10 +749,9 @@ class Reconciler:
         assert self.timeline is not None  # _record runs only when a timeline is kept
         for i, ws in zip(inputs, step.workloads):
             p = i.policy
-            seen = i.raw.dropna()
             state = view.targets.get(p.key)
             warm = state.ready_replicas * p.spec.capacity.gpus_per_replica if state is not None else 0
-            demand = float(seen.iloc[-1]) if len(seen) else 0.0
+            demand = self._samples(p.key, i.raw).latest or 0.0
             self.timeline.append((now, p.key, demand / p.spec.capacity.demand_per_gpu, ws.reserved_gpus, warm,
                                   ws.headroom_gpus, step.lent_gpus, evicted_gpus(applied, p.key)))
 
@@ -608,47 +772,65 @@ class Reconciler:
 
     # -- accuracy over time
     def _realized(self, i: _Input, now: pd.Timestamp) -> tuple[dict[int, float], dict[int, float]]:
-        """Recent realized error per horizon (and 80% coverage); to MLflow, with drift, when tracking is on."""
-        if self.forecast_log is None or i.forecast is None or i.raw.dropna().empty:
+        """Recent realized error per horizon (and 80% coverage); to MLflow, with drift, when tracking is on. Once
+        an hour (actuals arrive hourly); with the refit beside, computed there and only read here."""
+        if self.forecast_log is None or i.forecast is None or self._samples(i.policy.key, i.raw).newest is None:
             return {}, {}
         hour = now.floor("h")
         series = i.policy.series
         done = self._accuracy.get(series)
-        if done is not None and done[0] == hour:  # actuals arrive hourly: once per hour is enough
+        if done is not None and (done[0] == hour or self.refit_beside):
             return done[1], done[2]
+        if self.refit_beside:
+            return {}, {}
         hourly = hourly_history(i.raw, i.policy.spec.statistic, now)
+        errors, coverage, drift = self._accuracy_of(i.policy, i.forecast.scale, hourly, now)
+        self._drifted(i.policy, hourly, drift, now)
+        self._accuracy[series] = (hour, errors, coverage)
+        return errors, coverage
+
+    def _accuracy_of(self, p: PolicyObject, scale: float, hourly: pd.Series,
+                     now: pd.Timestamp) -> tuple[dict[int, float], dict[int, float], tuple]:
+        """(realized error, 80% coverage, drift events) of the forecasts issued for `p` before now, at the status's
+        `scale`; logged to MLflow when tracking is on."""
+        assert self.forecast_log is not None  # realized error is computed only with a forecast log
+        series = p.series
         since = now - pd.Timedelta(hours=max(HORIZONS) + self.drift_window + 1)
         self.forecast_log.prune(series, before=now - FORECAST_LOG_KEPT)
         issued = self.forecast_log.load(series, since=since)
-        table = None
+        table: pd.DataFrame | None = None
+        drift: tuple[DriftEvent, ...] = ()
         if self.tracker is not None:
             try:
                 # the status's scale, so MLflow and the status report one error (drift's baseline: the champion's)
-                table, events = log_realized(series, issued, hourly, self.tracker, scale=i.forecast.scale,
+                table, events = log_realized(series, issued, hourly, self.tracker, scale=scale,
                                              factor=self.drift_factor, window=self.drift_window, horizons=HORIZONS)
+                drift = tuple(events)
             except Exception as exc:  # noqa: BLE001 - MLflow down must not stop the controller
                 self._error("mlflow", series, exc)
-                events = []
-            retrain = self.retrain is not None and i.policy.active
-            self._execute([RecordEvent(EventNote(i.policy.ref, "ForecastDrift",
-                                                 e.message + ("; retraining" if retrain else ""), "Warning"))
-                           for e in events])
-            self._maybe_retrain(i, hourly, now, drifted=bool(events))
         if table is None:  # no tracking, or MLflow failed: the same errors, computed here
-            table = realized_errors(issued, hourly, i.forecast.scale, HORIZONS)
+            table = realized_errors(issued, hourly, scale, HORIZONS)
         errors, coverage = {}, {}
         for h, group in table.groupby("horizon"):
             recent = group.sort_values("target").tail(self.drift_window)
             errors[int(h)], coverage[int(h)] = float(recent["scaled_error"].mean()), float(recent["inside_80"].mean())
-        self._accuracy[series] = (hour, errors, coverage)
-        return errors, coverage
+        return errors, coverage, drift
 
-    def _maybe_retrain(self, i: _Input, hourly: pd.Series, now: pd.Timestamp, drifted: bool) -> None:
+    def _drifted(self, p: PolicyObject, hourly: pd.Series, drift: tuple, now: pd.Timestamp) -> None:
+        """With tracking on: a Warning per drift event, and a retraining when drift or the schedule asks."""
+        if self.tracker is None:
+            return
+        retrain = self.retrain is not None and p.active
+        self._execute([RecordEvent(EventNote(p.ref, "ForecastDrift", e.message + ("; retraining" if retrain else ""),
+                                             "Warning")) for e in drift])
+        self._maybe_retrain(p, hourly, now, drifted=bool(drift))
+
+    def _maybe_retrain(self, p: PolicyObject, hourly: pd.Series, now: pd.Timestamp, drifted: bool) -> None:
         if self.retrain is None:
             return
-        series = i.policy.series
+        series = p.series
         last = self._last_trained.setdefault(series, now)  # the schedule counts from start-up
         every = self.cfg.retrain_every_seconds
-        if (every > 0 and (now - last).total_seconds() >= every) or (drifted and i.policy.active):
+        if (every > 0 and (now - last).total_seconds() >= every) or (drifted and p.active):
             self._last_trained[series] = now
             self.retrain(series, hourly, now)

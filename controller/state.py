@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from core.objects import Condition
 from planning.planner import WorkloadHours, WorkloadStep
 
 RECONCILE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -67,6 +68,12 @@ class ControllerState:
     teams: Mapping[str, TeamState] = field(default_factory=dict)
     slack_gpus: int = 0                      # lent to training now (whole cluster)
     training_gpus: int = 0                   # held by training now
+    reclaimable_gpus: int = 0                # idle GPUs + GPUs of training preemptible within the deadline, now
+    headroom_band_gpus: int = 0              # the policies' headroom within what is lent: must be reclaimable in time
+    headroom_wanted_gpus: int = 0            # the policies' headroom to their headroom quantile
+    headroom_at_risk: Condition | None = None  # HeadroomAtRisk for the whole cluster, with its numbers
+    plan_id: str = ""
+    slack_by_hour: tuple[tuple[pd.Timestamp, int], ...] = ()  # (hour start, GPUs lendable then), the hours ahead
     preemptions_total: Mapping[str, int] = field(default_factory=dict)        # kind ("planned"|"emergency") -> count
     lost_gpu_seconds_total: Mapping[str, float] = field(default_factory=dict)  # kind -> GPU-seconds of work lost
     reconcile_total: int = 0

@@ -88,12 +88,11 @@ class Condition:
 class PolicyStatus:
     """What the controller reports on a ReservationPolicy."""
     reserved_gpus: int
-    slack_gpus: int
     headroom_gpus: int
     conditions: tuple[Condition, ...] = ()
     plan_id: str | None = None
     forecast_demand: float | None = None
     observed_generation: int | None = None
     model: str | None = None
-    next_hours: tuple[dict[str, Any], ...] = ()        # {"hour", "reservedGpus", "headroomGpus", "slackGpus"}
+    next_hours: tuple[dict[str, Any], ...] = ()        # {"hour", "reservedGpus", "headroomGpus"}
     realized_error: dict[str, float] | None = None  # "1h"/"6h"/"24h" ahead -> mean scaled error

@@ -564,7 +564,8 @@ def test_the_controller_loop_runs_on_exactly_these_permissions(granted, kube_adm
         assert time.monotonic() < deadline, {k: (i.connected, i.lists) for k, i in granted.informers.items()}
         time.sleep(0.1)
     cfg = RunConfig(cluster="kubernetes", prometheus=PrometheusServer(url=prometheus_server.url), capacity_gpus=128)
-    reconciler = Reconciler(granted, PrometheusDemand(cfg.prometheus), cfg)
+    reconciler = Reconciler(granted, PrometheusDemand(cfg.prometheus), cfg,
+                            summary=granted.plan_summary(lease["namespace"]).write)
     loop = Loop(reconciler, granted.leader_elector(lease["namespace"], lease["name"], "rbac-test"),
                 interval=1, clock=lambda: MONDAY_7AM + pd.Timedelta(hours=3))
     loop.run(once=True)
@@ -572,6 +573,7 @@ def test_the_controller_loop_runs_on_exactly_these_permissions(granted, kube_adm
     assert state.reconcile_total == 1 and not any(state.reconcile_errors_total.values()), state.reconcile_errors_total
     status = kube_admin.get_reservation_policy(NS, "chat")["status"]
     assert status["reservedGpus"] == kube_admin.get_deployment_replicas(NS, "chat") > 1
-    assert kube_admin.get_cluster_queue_quota(QUEUE) == status["slackGpus"]
+    summary = kube_admin.plan_summary(lease["namespace"]).read()  # the cluster-wide numbers, written as that user
+    assert kube_admin.get_cluster_queue_quota(QUEUE) == int(summary["slackGpus"])
     assert any(not w.active and w.evicted_by_plan for w in kube_admin.workloads() if w.cluster_queue == QUEUE), \
         "the morning ramp takes GPUs back"

@@ -59,7 +59,7 @@ def test_crds_install_and_v1beta2_objects_dry_run(cluster, crd_dir, kueue_crds):
     installed = cluster.get(f"{CRD_PATH}/reservationpolicies.headroom.dev")
     version = installed["spec"]["versions"][0]
     assert [c["name"] for c in version["additionalPrinterColumns"]] == [
-        "Mode", "Reserved", "Slack", "Headroom", "Model", "Ready", "Age"]
+        "Mode", "Reserved", "Headroom", "Model", "Ready", "Age"]
     assert version["subresources"] == {"status": {}}
     # Kueue's genuine CRDs, serving v1beta2 as their storage version.
     for crd in kueue_crds:
@@ -95,11 +95,12 @@ def test_kueue_schema_is_enforced(cluster):
 
 
 def test_valid_policy_gets_defaults(cluster):
-    created = cluster.create(RP, policy("defaults"))
-    assert created["spec"]["mode"] == "forecast-only"
-    assert created["spec"]["statistic"] == "mean"
-    assert created["spec"]["targetQuantile"] == 0.9
-    assert created["spec"]["leadTime"] == "10m"
+    """The API server fills in core.policy's own defaults (the controller reads what `simulate` reads in a file)."""
+    from core.policy import PolicySpec, spec_dict
+
+    body = policy("defaults")
+    created = cluster.create(RP, body)
+    assert created["spec"] == spec_dict(PolicySpec.model_validate(body["spec"]))
 
 
 @pytest.mark.parametrize("spec, field", [
@@ -324,10 +325,10 @@ def test_policy_status_conditions_and_events(cluster, kube_server):
     assert cluster.reservation_policies("elsewhere") == []
     ready = Condition("Ready", "True", "PlanApplied", "reserved 10 GPUs")
     cluster.patch_policy_status(NS, "chat", PolicyStatus(
-        reserved_gpus=10, slack_gpus=3, headroom_gpus=2, plan_id="plan-7", forecast_demand=311.5,
+        reserved_gpus=10, headroom_gpus=2, plan_id="plan-7", forecast_demand=311.5,
         conditions=(ready, Condition("HeadroomAtRisk", "False", "WithinQuantile"))))
     status = cluster.get_reservation_policy(NS, "chat")["status"]
-    assert (status["reservedGpus"], status["slackGpus"], status["headroomGpus"]) == (10, 3, 2)
+    assert (status["reservedGpus"], status["headroomGpus"]) == (10, 2) and "slackGpus" not in status
     assert status["planId"] == "plan-7" and status["forecastDemand"] == 311.5
     conds = {c["type"]: c for c in status["conditions"]}
     assert conds["Ready"]["status"] == "True" and conds["Ready"]["reason"] == "PlanApplied"
@@ -335,7 +336,7 @@ def test_policy_status_conditions_and_events(cluster, kube_server):
 
     time.sleep(1.1)  # RFC 3339 seconds: a new transition gets a later stamp
     cluster.patch_policy_status(NS, "chat", PolicyStatus(
-        reserved_gpus=12, slack_gpus=1, headroom_gpus=2,
+        reserved_gpus=12, headroom_gpus=2,
         conditions=(ready, Condition("ForecastDegraded", "True", "PrometheusUnreachable", "using fallback"),
                     Condition("HeadroomAtRisk", "True", "DemandAboveForecast"))))
     conds = {c["type"]: c for c in cluster.get_reservation_policy(NS, "chat")["status"]["conditions"]}
@@ -351,8 +352,7 @@ def test_policy_status_conditions_and_events(cluster, kube_server):
         "Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"}).json()
     columns = [c["name"] for c in table["columnDefinitions"]]
     row = dict(zip(columns, table["rows"][0]["cells"]))
-    assert (row["Mode"], row["Reserved"], row["Slack"], row["Headroom"], row["Ready"]) == (
-        "forecast-only", 12, 1, 2, "True")
+    assert (row["Mode"], row["Reserved"], row["Headroom"], row["Ready"]) == ("forecast-only", 12, 2, "True")
 
     about = ObjectRef.of(cluster.get_reservation_policy(NS, "chat"))
     cluster.emit_event(about, "HeadroomAtRisk", "demand 20% above the p90 forecast", type="Warning")
@@ -364,6 +364,22 @@ def test_policy_status_conditions_and_events(cluster, kube_server):
     assert [e["reason"] for e in cluster.list_events(cq_ref)] == ["QuotaLowered"]
     with pytest.raises(ValueError):
         Condition("Healthy", "True", "X")
+
+
+def test_plan_summary_is_one_configmap_written_only_when_it_changes(cluster):
+    summary = cluster.plan_summary(NS, "plan-summary-test")
+    first = {"planId": "plan-1", "slackGpus": "40", "headroomAtRisk": "False"}
+    before = sum(cluster.requests.values())
+    assert summary.write(first) and sum(cluster.requests.values()) == before + 1  # created by one apply
+    held = summary.read()
+    assert {k: held[k] for k in first} == first and held["lastPlanTime"].endswith("Z")
+    # a new plan that says the same: no request
+    before = sum(cluster.requests.values())
+    assert not summary.write({**first, "planId": "plan-2"}) and sum(cluster.requests.values()) == before
+    assert summary.read()["planId"] == "plan-1"
+    # a number that moved: one request, the whole summary replaced
+    assert summary.write({"planId": "plan-3", "slackGpus": "38", "headroomAtRisk": "True"})
+    assert {k: summary.read()[k] for k in first} == {"planId": "plan-3", "slackGpus": "38", "headroomAtRisk": "True"}
 
 
 def test_rbac_is_real_forbidden_is_not_retried(kube_server):

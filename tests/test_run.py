@@ -8,6 +8,8 @@ covers the decisions, fast. MLflow is real: a sqlite store and a real `mlflow se
 from __future__ import annotations
 
 import math
+import threading
+import time
 
 import pandas as pd
 import pytest
@@ -183,20 +185,38 @@ def test_reservation_is_applied_ahead_of_the_morning_ramp_and_slack_is_lent(dema
     # status and events
     s, conditions = r.status()
     assert s["reservedGpus"] == ahead.reserved_gpus == r.replicas() * 2
-    assert s["slackGpus"] == r.cluster.quotas["research"] and s["headroomGpus"] == ahead.headroom_gpus
+    assert s["headroomGpus"] == ahead.headroom_gpus and "slackGpus" not in s  # cluster-wide: the plan summary's
+    state = r.reconciler.holder.get()
+    assert state.slack_gpus == r.cluster.quotas["research"]
+    assert [g for _, g in state.slack_by_hour] == [128 - g for g in ahead.hours.reserved[:6]]
     assert len(s["nextHours"]) == 6 and s["nextHours"][1]["reservedGpus"] == ahead.hours.reserved[1]
     assert s["nextHours"][0]["hour"] == "2026-01-19T09:00:00Z" and s["observedGeneration"] == 1 and s["planId"]
     assert s["forecastDemand"] == pytest.approx(ahead.forecast.loc[AT_9, 0.9])
     assert s["model"] == ahead.model and s["model"].startswith("auto")
     assert conditions["Ready"]["reason"] == "Active" and conditions["FallbackActive"]["status"] == "False"
     assert conditions["ForecastDegraded"]["status"] == "False"
-    # near the peak the q0.99 headroom asks for more than is left to lend: at risk, and the status says why
-    assert ahead.headroom_gpus > s["slackGpus"] and conditions["HeadroomAtRisk"]["status"] == "True"
-    assert f"the headroom band is {s['slackGpus']}" in conditions["HeadroomAtRisk"]["message"]
+    # the headroom is at risk exactly when its band asks for more than is left to lend
+    risk = state.headroom_at_risk
+    assert conditions["HeadroomAtRisk"]["status"] == risk.status == (
+        "True" if ahead.headroom_gpus > state.slack_gpus else "False")
     changes = r.events("ReservationChanged", "chat")
     assert len(changes) == len({e["message"] for e in changes}) >= 3  # one per change: night, 9:00, 9:50
     assert f"-> {ahead.reserved_gpus // 2} on Deployment chat" in changes[-1]["message"]
     assert r.events("SlackLent") and all(e["type"] == "Normal" for e in changes)
+
+
+def test_a_headroom_band_wider_than_the_slack_is_at_risk_and_the_status_says_so_without_cluster_numbers(
+        demand_file, tmp_path):
+    r = Replay(tmp_path, demand_file, policy(headroomFloorGpus=100))  # a band no slack at 9:00 covers
+    r.step(MONDAY_6AM - pd.Timedelta(hours=3))
+    state = r.step(AT_9)
+    ps, risk = state.policies["inference/chat"], state.headroom_at_risk
+    assert ps.headroom_gpus >= 100 > state.slack_gpus and risk.status == "True"
+    assert f"the headroom band is {state.slack_gpus}" in risk.message
+    # the policy's status says so without the cluster-wide numbers (they would rewrite every status when they move)
+    _, conditions = r.status()
+    assert conditions["HeadroomAtRisk"]["status"] == "True" and conditions["HeadroomAtRisk"]["reason"] == risk.reason
+    assert str(state.slack_gpus) not in conditions["HeadroomAtRisk"]["message"]
 
 
 def test_headroom_at_risk_says_whether_reclaim_or_capacity_falls_short():
@@ -358,7 +378,8 @@ def test_a_policy_whose_demand_fails_falls_back_alone(demand_file, tmp_path):
     for name, top in (("search", 10), ("rag", 8)):
         ps = state.policies[f"inference/{name}"]
         assert ps.valid and ps.degraded and ps.fallback and ps.model == "fallback"
-        assert ps.reserved_gpus == top  # no week seen: the only safe reservation is all it may take
+        # no week seen: minGpus and what its target holds now (nothing yet), never all it may take (`top`)
+        assert ps.reserved_gpus == 2 < top and ps.hours.why_fallback == "no data"
         _, conditions = r.status(name)
         assert conditions["FallbackActive"]["status"] == "True" and conditions["Ready"]["status"] == "True"
         assert conditions["ForecastDegraded"]["reason"] == "DemandUnavailable"
@@ -481,6 +502,73 @@ def test_the_lookback_is_read_once_an_hour_and_only_new_samples_in_between(deman
     end = MONDAY_6AM + pd.Timedelta(minutes=55)
     full = FileDemand({"inference/chat": demand_file}).read(chat.key, chat.spec.query, end - pd.Timedelta(days=28), end)
     pd.testing.assert_series_equal(held, full.astype(float), check_names=False, check_freq=False)
+
+
+class ThreadNotingLog(ForecastLog):
+    """The forecast log, noting which thread touched it."""
+
+    def __init__(self, root):
+        super().__init__(root)
+        self.threads: list[str] = []
+
+    def record(self, series, issued_at, frame):
+        self.threads.append(threading.current_thread().name)
+        return super().record(series, issued_at, frame)
+
+    def load(self, series, since=None):
+        self.threads.append(threading.current_thread().name)
+        return super().load(series, since)
+
+
+class ThreadNotingDemand(CountingDemand):
+    """The file source, noting each window asked for and the thread that asked."""
+
+    def read(self, key, query, start, end):
+        self.windows.append((threading.current_thread().name, start, end))
+        return self.inner.read(key, query, start, end)
+
+
+def test_the_hourly_work_runs_beside_the_reconciles(demand_file, tmp_path):
+    """With the refit beside (`headroom run` on Kubernetes: many series), the hour's first reconcile reads no whole
+    lookback and touches no forecast log: the re-read, the refit and realized error run in the background, the
+    forecast in force serves meanwhile, and a later reconcile takes the new forecast and the realized error up."""
+    demand = ThreadNotingDemand(FileDemand({"inference/chat": demand_file}))
+    r = Replay(tmp_path, demand_file, demand=demand, refit_beside=True, start=MONDAY_6AM - pd.Timedelta(hours=2))
+    r.reconciler.forecast_log = log = ThreadNotingLog(tmp_path / "noted")
+    lookback = pd.Timedelta(seconds=r.reconciler.data.lookback_seconds)
+
+    def until_taken_up(now):
+        """Reconciles a minute apart until the hour's work is in force; the last state."""
+        state = r.step(now)
+        for _ in range(600):
+            if not r.reconciler.refitting() and not state.policies["inference/chat"].fallback:
+                return state
+            time.sleep(0.1)
+            now += pd.Timedelta(minutes=1)
+            state = r.step(now)
+        raise AssertionError("the hourly work never came in")
+
+    until_taken_up(MONDAY_6AM - pd.Timedelta(hours=2))  # start-up: the first forecast, fitted in the background
+    until_taken_up(MONDAY_6AM - pd.Timedelta(hours=1))
+    demand.windows.clear()
+    log.threads.clear()
+    top = r.step(MONDAY_6AM)  # the hour's first reconcile: the hour's work starts beside it
+    assert [end - start for thread, start, end in demand.windows if thread == "MainThread"] == [
+        pd.Timedelta(minutes=75)]  # only the samples since 05:00 (and the overlap)
+    assert top.policies["inference/chat"].forecast_age_seconds == 3600  # the forecast in force serves on
+    state = until_taken_up(MONDAY_6AM + pd.Timedelta(minutes=1))
+    ps = state.policies["inference/chat"]
+    assert ps.forecast_age_seconds == (ps.now - MONDAY_6AM).total_seconds()  # the hour's forecast, made at 06:00
+    assert [(thread[:14], end - start) for thread, start, end in demand.windows if end - start == lookback] == [
+        ("headroom-refit", lookback)]  # the whole lookback, re-read beside, once
+    assert log.threads and all(t.startswith("headroom-refit") for t in log.threads)
+    assert set(ps.realized_error) == {1} and ps.realized_error[1] > 0  # 04:00's and 05:00's forecasts, scored
+    assert r.status()[0]["realizedError"]["1h"] == pytest.approx(ps.realized_error[1])
+    # the samples read since the re-read are kept: the series is the whole lookback, as one read now returns
+    (chat,), _ = parse_policies(r.cluster.reservation_policies())
+    full = FileDemand({"inference/chat": demand_file}).read(chat.key, chat.spec.query, ps.now - lookback, ps.now)
+    pd.testing.assert_series_equal(r.reconciler._raw["inference/chat"], full.astype(float), check_names=False,
+                                   check_freq=False)
 
 
 # ----------------------------------------------------------------------------------------------- MLflow

@@ -8,6 +8,7 @@ admits Workloads and completes their evictions by writing their status, as Kueue
 """
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -93,7 +94,8 @@ def admit(kube: KubeCluster, name: str, gpus: int, preemption_seconds: int = 60)
 def reconciler(kube, prometheus_url, tmp_path, step="5m", **run) -> Reconciler:
     server = PrometheusServer(url=prometheus_url, step=step, timeout_seconds=10, retries=0)
     cfg = RunConfig(cluster="kubernetes", prometheus=server, capacity_gpus=128, namespace=NS, **run)
-    return Reconciler(kube, PrometheusDemand(cfg.prometheus), cfg, forecast_log=ForecastLog(tmp_path / "log"))
+    return Reconciler(kube, PrometheusDemand(cfg.prometheus), cfg, forecast_log=ForecastLog(tmp_path / "log"),
+                      summary=kube.plan_summary(NS).write)
 
 
 def replicas(kube) -> int:
@@ -140,7 +142,11 @@ def test_simulated_morning_reserves_ahead_lends_slack_and_takes_back(kube_server
     reasons = events(kube, "ReservationPolicy", "chat", NS)
     assert {"ReservationChanged", "SlackLent"} <= set(reasons)
     status, conditions = rp_status(kube)
-    assert status["reservedGpus"] == seen[-1][1] and status["slackGpus"] == seen[-1][4]
+    assert status["reservedGpus"] == seen[-1][1] and "slackGpus" not in status  # cluster-wide: in the summary
+    summary = kube.plan_summary(NS).read()
+    assert int(summary["slackGpus"]) == seen[-1][4] == kube.get_cluster_queue_quota(QUEUE)
+    assert [h["slackGpus"] for h in json.loads(summary["nextHours"])] == [g for _, g in state.slack_by_hour]
+    assert summary["headroomAtRisk"] == state.headroom_at_risk.status and summary["planId"]
     assert len(status["nextHours"]) == 6 and status["model"]
     assert conditions["Ready"]["status"] == "True" and conditions["ForecastDegraded"]["status"] == "False"
     assert status["realizedError"]["1h"] > 0  # the forecasts issued at 07:00-09:00 met their actuals
@@ -304,9 +310,12 @@ def test_headroom_run_command_serves_probes_and_metrics_and_stops_cleanly(kube_s
         metrics = get("/metrics")[1]
         assert f'headroom_policy_valid{{policy="{NS}/chat"}} 1.0' in metrics and "headroom_leader 1.0" in metrics
         status, conditions = rp_status(kube)
-        assert conditions["FallbackActive"]["status"] == "True"  # no demand data at all: the whole cluster
-        assert conditions["ForecastDegraded"]["status"] == "True"
-        assert status["reservedGpus"] == replicas(kube) == 64 and status["slackGpus"] == 0
+        assert conditions["FallbackActive"]["status"] == "True"  # no demand data at all: minGpus (the planner's
+        assert conditions["ForecastDegraded"]["status"] == "True"  # rule: a policy's own fault takes no cluster)
+        assert status["reservedGpus"] == replicas(kube) == 2
+        summary = kube.get(f"/api/v1/namespaces/{NS}/configmaps/headroom-plan")["data"]  # beside the Lease
+        assert int(summary["slackGpus"]) == 64 - status["reservedGpus"]
+        assert summary["headroomAtRisk"] in ("True", "False")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
     finally:
