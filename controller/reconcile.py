@@ -121,8 +121,10 @@ class PolicyObject:
 
 
 def parse_policies(objects: list[dict]) -> tuple[list[PolicyObject], dict[ObjectRef, str]]:
-    """Valid policies, and the invalid ones with every error (field paths) in one message."""
+    """Valid policies, and the invalid ones with every error (field paths) in one message. A policy whose target an
+    earlier valid policy already scales is refused (the two would undo each other's decisions); the first goes on."""
     valid, invalid = [], {}
+    owner: dict = {}  # target -> the policy that scales it
     for obj in objects:
         obj = {"apiVersion": API_VERSION, "kind": KIND, **obj}
         ref = ObjectRef.of(obj)
@@ -131,6 +133,12 @@ def parse_policies(objects: list[dict]) -> tuple[list[PolicyObject], dict[Object
         except ConfigError as exc:
             invalid[ref] = "; ".join(exc.errors)
             continue
+        target = spec.target.ref(ref.namespace or "default")
+        if target in owner:
+            invalid[ref] = (f"spec.target: {target.kind} {target.name} is already the target of ReservationPolicy "
+                            f"{owner[target]}; two policies on one target would undo each other's decisions")
+            continue
+        owner[target] = f"{ref.namespace}/{ref.name}"
         valid.append(PolicyObject(ref, int(obj["metadata"].get("generation", 0) or 0), spec, obj.get("status") or {}))
     return valid, invalid
 

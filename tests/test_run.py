@@ -161,6 +161,17 @@ def test_a_policy_whose_minimum_does_not_fit_is_the_only_one_refused(demand_file
     assert chat.reserved_gpus + small.reserved_gpus + state.slack_gpus == 128
 
 
+def test_a_second_policy_on_a_taken_target_is_the_only_one_refused(demand_file, tmp_path):
+    r = Replay(tmp_path, demand_file, policy("chat"), policy("copy", target={"kind": "Deployment", "name": "chat"}))
+    state = r.step(AT_9)
+    chat, copy = state.policies["inference/chat"], state.policies["inference/copy"]
+    assert chat.valid and chat.reserved_gpus == r.replicas("chat") * 2 > 0
+    assert not copy.valid and "spec.target: Deployment chat is already the target of ReservationPolicy " \
+        "inference/chat" in copy.error
+    _, conditions = r.status("copy")
+    assert conditions["Ready"]["status"] == "False" and conditions["Ready"]["reason"] == "InvalidSpec"
+
+
 # ----------------------------------------------------------------------------------------------- the plan applied
 def test_reservation_is_applied_ahead_of_the_morning_ramp_and_slack_is_lent(demand_file, tmp_path):
     r = Replay(tmp_path, demand_file)
