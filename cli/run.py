@@ -298,7 +298,6 @@ def cmd_plan(cfg: Config, args) -> int:
     state = Reconciler(cluster, demand, r, models=Models(uri), dry_run=True).reconcile(now)
     out = {"now": now.isoformat(), "policies": {}, "actions": [describe(a) for a in state.actions],
            "notes": list(state.notes)}
-    planned = [ps.hours for ps in state.policies.values() if ps.valid and ps.hours is not None]
     lendable = r.capacity_gpus - r.non_lendable_gpus
     for name, ps in sorted(state.policies.items()):
         if not ps.valid:
@@ -316,7 +315,7 @@ def cmd_plan(cfg: Config, args) -> int:
         for k in range(min(args.hours, len(h.starts))):
             rows.append({"hour": pd.Timestamp(h.starts[k], unit="s", tz="UTC").isoformat(),
                          "reserved_gpus": int(h.reserved[k]), "headroom_gpus": int(h.headroom[k]),
-                         "slack_gpus": lendable - sum(int(other.reserved[k]) for other in planned),
+                         "slack_gpus": state.slack_by_hour[k][1],
                          "source": "forecast" if h.from_forecast[k] else "fallback",
                          "reason": h.reason(k, w, lendable)})
         out["policies"][name] = {"model": ps.model, "observed_demand": ps.observed_demand,

@@ -191,7 +191,7 @@ def plan_summary(state: ControllerState) -> dict[str, str]:
             "headroomWantedGpus": str(state.headroom_wanted_gpus), "headroomAtRisk": risk.status,
             "headroomAtRiskReason": risk.reason, "headroomAtRiskMessage": risk.message,
             "nextHours": json.dumps([{"hour": t.strftime("%Y-%m-%dT%H:%M:%SZ"), "slackGpus": g}
-                                     for t, g in state.slack_by_hour], separators=(",", ":"))}
+                                     for t, g in state.slack_by_hour[:STATUS_HOURS]], separators=(",", ":"))}
 
 
 def _refused_already(objects: list[dict], ref: ObjectRef, message: str) -> bool:
@@ -394,7 +394,7 @@ class Reconciler:
             training_gpus=int(after.training.gpus.sum()), reclaimable_gpus=reclaimable,
             headroom_band_gpus=step.headroom_gpus, headroom_wanted_gpus=wanted, headroom_at_risk=risk,
             plan_id=plan_id, slack_by_hour=tuple((pd.Timestamp(t, unit="s", tz="UTC"), int(g)) for t, g in zip(
-                hours.workloads[0].starts[:STATUS_HOURS], hours.slack)),
+                hours.workloads[0].starts, hours.slack)),
             actions=tuple(actions), notes=hours.notes)
         if self.summary is not None and not self.dry_run:
             try:

@@ -73,7 +73,7 @@ class ControllerState:
     headroom_wanted_gpus: int = 0            # the policies' headroom to their headroom quantile
     headroom_at_risk: Condition | None = None  # HeadroomAtRisk for the whole cluster, with its numbers
     plan_id: str = ""
-    slack_by_hour: tuple[tuple[pd.Timestamp, int], ...] = ()  # (hour start, GPUs lendable then), the hours ahead
+    slack_by_hour: tuple[tuple[pd.Timestamp, int], ...] = ()  # (hour start, GPUs lendable then), the plan's horizon
     preemptions_total: Mapping[str, int] = field(default_factory=dict)        # kind ("planned"|"emergency") -> count
     lost_gpu_seconds_total: Mapping[str, float] = field(default_factory=dict)  # kind -> GPU-seconds of work lost
     reconcile_total: int = 0

@@ -199,7 +199,7 @@ def test_reservation_is_applied_ahead_of_the_morning_ramp_and_slack_is_lent(dema
     assert s["headroomGpus"] == ahead.headroom_gpus and "slackGpus" not in s  # cluster-wide: the plan summary's
     state = r.reconciler.holder.get()
     assert state.slack_gpus == r.cluster.quotas["research"]
-    assert [g for _, g in state.slack_by_hour] == [128 - g for g in ahead.hours.reserved[:6]]
+    assert [g for _, g in state.slack_by_hour] == [128 - g for g in ahead.hours.reserved]
     assert len(s["nextHours"]) == 6 and s["nextHours"][1]["reservedGpus"] == ahead.hours.reserved[1]
     assert s["nextHours"][0]["hour"] == "2026-01-19T09:00:00Z" and s["observedGeneration"] == 1 and s["planId"]
     assert s["forecastDemand"] == pytest.approx(ahead.forecast.loc[AT_9, 0.9])
