@@ -177,7 +177,7 @@ class BacktestConfig(Strict):
     step: int = Field(24, ge=1)
 
 
-class WorldSettings(CrossChecked):
+class WorldSettings(Strict):
     """The simulated cluster around the controller (adapters.embedded): what real clusters take time for."""
     warmup_seconds: float = Field(180.0, ge=0, le=3600)  # a new replica serves this long after it gets GPUs
     preemption_seconds: tuple[float, float] = (30.0, 120.0)  # a training job's checkpoint + termination, uniform
@@ -187,22 +187,26 @@ class WorldSettings(CrossChecked):
     hpa_scale_down_seconds: float = Field(300.0, ge=0)   # the HPA's scale-down stabilization window
     seed: int = 0
 
+    @field_validator("preemption_seconds")
     @classmethod
-    def cross_checks(cls) -> list[tuple[tuple[str, ...], Callable[..., str | None]]]:
-        def preemption(pair: tuple[float, float]) -> str | None:
-            lo, hi = pair
-            return None if 0 <= lo <= hi else \
-                "preemption_seconds must be [low, high] with 0 <= low <= high"
+    def _preemption(cls, pair: tuple[float, float]) -> tuple[float, float]:
+        if not 0 <= pair[0] <= pair[1]:
+            raise ValueError("preemption_seconds must be [low, high] with 0 <= low <= high")
+        return pair
 
-        def gpus(sizes: tuple[int, ...]) -> str | None:
-            return None if sizes and min(sizes) >= 1 else "backlog_job_gpus must be whole GPUs, at least 1"
+    @field_validator("backlog_job_gpus")
+    @classmethod
+    def _gpus(cls, sizes: tuple[int, ...]) -> tuple[int, ...]:
+        if not sizes or min(sizes) < 1:
+            raise ValueError("backlog_job_gpus must be whole GPUs, at least 1")
+        return sizes
 
-        def hours(pair: tuple[float, float]) -> str | None:
-            lo, hi = pair
-            return None if 0 < lo <= hi else \
-                "backlog_job_hours must be [low, high] with 0 < low <= high"
-
-        return [(("preemption_seconds",), preemption), (("backlog_job_gpus",), gpus), (("backlog_job_hours",), hours)]
+    @field_validator("backlog_job_hours")
+    @classmethod
+    def _hours(cls, pair: tuple[float, float]) -> tuple[float, float]:
+        if not 0 < pair[0] <= pair[1]:
+            raise ValueError("backlog_job_hours must be [low, high] with 0 < low <= high")
+        return pair
 
 
 class SimulateConfig(Strict):
