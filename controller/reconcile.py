@@ -68,6 +68,7 @@ from core.errors import ClusterError, ConfigError, NotFound
 from core.objects import Condition, ObjectRef, PolicyStatus, TargetState, WorkloadInfo
 from core.policy import API_VERSION, KIND, PolicySpec, parse_policy_spec
 from core.settings import RunConfig
+from core.units import epoch_seconds
 from forecast.baselines import BASELINES
 from forecast.history import HistoryError
 from planning.planner import (
@@ -238,7 +239,7 @@ class _Samples:
 
     @classmethod
     def of(cls, raw: pd.Series) -> _Samples:
-        times, values = raw.index.as_unit("ns").asi8 / 1e9, raw.to_numpy(float)
+        times, values = epoch_seconds(raw.index), raw.to_numpy(float)
         seen = np.flatnonzero(~np.isnan(values))
         if not len(seen):
             return cls(raw, times, values)
@@ -435,14 +436,15 @@ class Reconciler:
             cached, fault = self._refit_beside(p, now, cached)
             raw = self._raw.get(p.key, raw)  # a whole lookback re-read beside, taken up
         elif degraded is None and due(cached, now, p.generation):
-            hourly = hourly_history(raw, p.spec.statistic, now)
-            if hourly.notna().sum() >= MIN_FIT_HOURS:
-                fresh, fault = self._fit(p, hourly, now)
-                if fresh is not None:
-                    cached = self._take(p, fresh)
+            fresh, fault = self._fit(p, hourly_history(raw, p.spec.statistic, now), now)
+            if fresh is not None:
+                cached = self._take(p, fresh)
         return _Input(p, raw, degraded, usable(cached, now, self.data), fault)
 
     def _fit(self, p: PolicyObject, hourly: pd.Series, now: pd.Timestamp) -> tuple[IssuedForecast | None, str | None]:
+        """(forecast, fault): none under MIN_FIT_HOURS of history (the planner's fallback, no fault)."""
+        if hourly.notna().sum() < MIN_FIT_HOURS:
+            return None, None
         model, name, fault = self._forecaster(p)
         try:
             return issue(model, name, hourly, now, p.spec, p.generation, self.data.horizon_hours), fault
@@ -490,7 +492,7 @@ class Reconciler:
         raw = whole if whole is not None else self._raw.get(p.key, pd.Series(dtype=float, index=pd.DatetimeIndex(
             [], tz="UTC")))
         hourly = hourly_history(raw, p.spec.statistic, now)
-        fresh, fault = self._fit(p, hourly, now) if hourly.notna().sum() >= MIN_FIT_HOURS else (None, None)
+        fresh, fault = self._fit(p, hourly, now)
         if fresh is not None and self.forecast_log is not None:
             try:
                 self.forecast_log.record(p.series, fresh.made_at, fresh.frame)

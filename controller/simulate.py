@@ -447,8 +447,8 @@ def day_to_day_errors(days: Mapping[int, Sequence[float]]) -> tuple[float, float
     rest = sums.sum(axis=0) - sums  # each row: every day but one
     with np.errstate(invalid="ignore", divide="ignore"):
         shares = np.stack([np.where(rest[:, 0] > 0, rest[:, 1] / rest[:, 0], 0.0), rest[:, 2] / rest[:, 3]], axis=1)
-    spread = ((shares - shares.mean(axis=0)) ** 2).sum(axis=0)
-    return tuple(float(x) for x in np.sqrt((n - 1) / n * spread))  # type: ignore[return-value]
+    shortage, steps = np.sqrt((n - 1) / n * ((shares - shares.mean(axis=0)) ** 2).sum(axis=0))
+    return float(shortage), float(steps)
 
 
 def _result(scenario, spec, reference, world, steps, step, rows, extra, events, timeline, detail, violations,
@@ -459,6 +459,7 @@ def _result(scenario, spec, reference, world, steps, step, rows, extra, events, 
     within = a.unmet_within.get(key, 0.0) / demand_s
     over = max(a.demand.get(key, 0.0) - a.within.get(key, 0.0), 0.0) / demand_s
     short = a.short_steps.get(key, 0) / max(a.steps, 1)
+    shortage_se, short_steps_se = day_to_day_errors(a.days.get(key, {}))
     lost = a.training_lost
     capacity_s = scenario.gpus * max(a.seconds, 1e-12)
     history = scenario.history.to_numpy(float)
@@ -469,7 +470,7 @@ def _result(scenario, spec, reference, world, steps, step, rows, extra, events, 
         reference=reference,
         utilization=(a.served.get(key, 0.0) + a.training_alloc) / capacity_s,
         shortage_within_cluster=within, short_steps=short,
-        **dict(zip(("shortage_within_cluster_se", "short_steps_se"), day_to_day_errors(a.days.get(key, {})))),
+        shortage_within_cluster_se=shortage_se, short_steps_se=short_steps_se,
         longest_shortage_minutes=a.longest_short.get(key, 0) * step / 60,
         objective_met=objective_met(spec, within, short),
         inference_shortage=within + over, shortage_over_capacity=over,
