@@ -317,8 +317,21 @@ WATCHED = {"reservationpolicies": f"/apis/{HEADROOM_GROUP}/{HEADROOM_VERSION}/re
 # A written object's (group, kind) -> the cache it belongs in.
 _CACHED_KINDS = {(HEADROOM_GROUP, "ReservationPolicy"): "reservationpolicies", (KUEUE_GROUP, "Workload"): "workloads",
                  (KUEUE_GROUP, "LocalQueue"): "localqueues", (KUEUE_GROUP, "ClusterQueue"): "clusterqueues"}
-# Policy targets, watched per namespace (the namespaces the policies' targets are in).
-_TARGET_PLURALS = {"Deployment": "deployments", "HorizontalPodAutoscaler": "horizontalpodautoscalers"}
+# Policy targets, watched per namespace (the namespaces the policies' targets are in): kind -> (API group, plural).
+_TARGET_APIS = {"Deployment": ("apps/v1", "deployments"),
+                "HorizontalPodAutoscaler": ("autoscaling/v1", "horizontalpodautoscalers")}
+
+
+def _target_path(kind: str, namespace: str, name: str = "") -> str:
+    group, plural = _TARGET_APIS[kind]
+    return f"/apis/{group}/namespaces/{namespace}/{plural}" + (f"/{name}" if name else "")
+
+
+def _target_cache(kind: str, namespace: str | None) -> str:
+    """The name of the watch cache holding `kind`'s objects of `namespace`."""
+    return f"{_TARGET_APIS[kind][1]}@{namespace}"
+
+
 STATUS_REFRESH_SECONDS = 3600.0  # an unchanged policy status is rewritten (lastPlanTime) at most this often
 PLAN_SUMMARY = "headroom-plan"  # the ConfigMap, beside the Lease, holding the plan's cluster-wide numbers
 
@@ -419,8 +432,8 @@ class KubeCluster:
             return
         group = (obj.get("apiVersion") or "").split("/")[0]
         name = _CACHED_KINDS.get((group, str(obj.get("kind"))))
-        if name is None and obj.get("kind") in _TARGET_PLURALS:  # a target: its namespace's cache
-            name = f"{_TARGET_PLURALS[obj['kind']]}@{(obj.get('metadata') or {}).get('namespace')}"
+        if name is None and obj.get("kind") in _TARGET_APIS:  # a target: its namespace's cache
+            name = _target_cache(obj["kind"], (obj.get("metadata") or {}).get("namespace"))
         if name in self.informers and (obj.get("metadata") or {}).get("name"):
             self.informers[name].put(obj)
 
@@ -429,13 +442,10 @@ class KubeCluster:
         once `watch()` is on (until its first LIST lands, reads are GETs)."""
         if not self._watching:
             return None
-        plural = _TARGET_PLURALS[kind]
-        name = f"{plural}@{namespace}"
+        name = _target_cache(kind, namespace)
         with self._informers_lock:
             if name not in self.informers:
-                group = "apps/v1" if kind == "Deployment" else "autoscaling/v1"
-                self.informers[name] = Informer(self, f"/apis/{group}/namespaces/{namespace}/{plural}",
-                                                **self._informer_settings).start()
+                self.informers[name] = Informer(self, _target_path(kind, namespace), **self._informer_settings).start()
             return self.informers[name]
 
     def _cached(self, name: str, namespace: str, obj_name: str, copied: bool = False) -> dict | None:
@@ -576,8 +586,7 @@ class KubeCluster:
             if held is None:
                 raise NotFound(f"{kind} {namespace}/{name} not found (watch cache)", status=404)
             return held
-        group = "apps/v1" if kind == "Deployment" else "autoscaling/v1"
-        return self._request("GET", f"/apis/{group}/namespaces/{namespace}/{_TARGET_PLURALS[kind]}/{name}")
+        return self._request("GET", _target_path(kind, namespace, name))
 
     def target_state(self, target: TargetRef) -> TargetState:
         """Replicas of an inference target: from the watch caches (watching), else one GET (an HPA: two, itself
@@ -654,21 +663,22 @@ class KubeCluster:
 
     # ------------------------------------------------------------------ inference capacity
     def get_deployment_replicas(self, namespace: str, name: str) -> int:
-        scale = self._request("GET", f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}/scale")
+        scale = self._request("GET", _target_path("Deployment", namespace, name) + "/scale")
         return int(scale.get("spec", {}).get("replicas", 0) or 0)
 
     def scale_deployment(self, namespace: str, name: str, replicas: int) -> bool:
         """Set spec.replicas through the scale subresource; True if it changed."""
         if replicas < 0:
             raise ValueError(f"replicas must be >= 0, got {replicas}")
-        path = f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}/scale"
+        path = _target_path("Deployment", namespace, name) + "/scale"
 
         def mutate(scale: dict) -> dict | None:
             return None if scale.get("spec", {}).get("replicas") == replicas else {"spec": {"replicas": replicas}}
 
         # the Deployment's cached copy serves as the Scale's first read: the same spec.replicas and resourceVersion
-        changed = self._update(path, mutate, cached=self._cached(f"deployments@{namespace}", namespace, name))[1]
-        informer = self.informers.get(f"deployments@{namespace}")
+        cache = _target_cache("Deployment", namespace)
+        changed = self._update(path, mutate, cached=self._cached(cache, namespace, name))[1]
+        informer = self.informers.get(cache)
         held = informer.get((namespace, name), copied=True) if informer is not None else None
         if informer is not None and held is not None and (held.get("spec") or {}).get("replicas") != replicas:
             # the write returned a Scale, not the Deployment: the cache holds the new replicas until the watch
@@ -681,7 +691,7 @@ class KubeCluster:
         """Set an HPA's spec.minReplicas (autoscaling/v1); True if it changed."""
         if min_replicas < 1:
             raise ValueError(f"minReplicas must be >= 1, got {min_replicas}")
-        path = f"/apis/autoscaling/v1/namespaces/{namespace}/horizontalpodautoscalers/{name}"
+        path = _target_path("HorizontalPodAutoscaler", namespace, name)
 
         def mutate(hpa: dict) -> dict | None:
             spec = hpa.get("spec", {})
@@ -692,8 +702,8 @@ class KubeCluster:
                                    f"maxReplicas {spec['maxReplicas']}")
             return {"spec": {"minReplicas": min_replicas}}
 
-        return self._update(path, mutate, cached=self._cached(f"horizontalpodautoscalers@{namespace}", namespace,
-                                                              name))[1]
+        return self._update(path, mutate, cached=self._cached(_target_cache("HorizontalPodAutoscaler", namespace),
+                                                              namespace, name))[1]
 
     # ------------------------------------------------------------------ training workloads
     def _wl_path(self, namespace: str, name: str) -> str:
