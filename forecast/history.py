@@ -63,12 +63,21 @@ def epoch_unit(number: float) -> str:
                      f"nanoseconds of a time between {EPOCH_RANGE[0]:%Y} and {EPOCH_RANGE[1]:%Y}")
 
 
+_UNIT_NAMES = {unit: name for unit, name, _ in EPOCH_UNITS}
+_NS_PER_UNIT = {unit: ns for unit, _, ns in EPOCH_UNITS}
+
+
 def _unit_name(unit: str) -> str:
-    return next(name for u, name, _ in EPOCH_UNITS if u == unit)
+    return _UNIT_NAMES[unit]
+
+
+def _read_as(units: set[str]) -> str:
+    """How a column's timestamps were read: the epoch unit told by magnitude, else ISO-8601 text."""
+    return f"epoch {_unit_name(next(iter(units)))} (told by magnitude)" if units else "ISO-8601"
 
 
 def _epoch(number: float, unit: str) -> pd.Timestamp:
-    ns = dict((u, f) for u, _, f in EPOCH_UNITS)[unit]
+    ns = _NS_PER_UNIT[unit]
     if number == int(number) and abs(number) < 2 ** 63:
         return pd.Timestamp(int(number) * int(ns), unit="ns", tz="UTC")
     return pd.Timestamp(round(number * ns), unit="ns", tz="UTC")
@@ -178,7 +187,7 @@ def _read_csv(path: Path) -> pd.Series:
         raise HistoryError(f"{path}: no data rows")
     series = pd.Series(values, index=pd.DatetimeIndex(stamps, name="timestamp").as_unit("ns"), name="value",
                        dtype=float)
-    series.attrs["timestamps"] = f"epoch {_unit_name(units.pop())} (told by magnitude)" if units else "ISO-8601"
+    series.attrs["timestamps"] = _read_as(units)
     return series
 
 
@@ -205,11 +214,11 @@ def _parquet_timestamps(path: Path, column: pd.Series) -> tuple[pd.DatetimeIndex
             unit = epoch_unit(float(numbers[0]))
         except ValueError as exc:
             raise HistoryError(f"{path}: row 1: {exc}") from None
-        scale = int(dict((u, f) for u, _, f in EPOCH_UNITS)[unit])
+        scale = int(_NS_PER_UNIT[unit])
         lo, hi = (t.value // scale for t in EPOCH_RANGE)
         if ((numbers >= lo) & (numbers < hi)).all():  # every row in the first row's unit: read at once
             return (pd.DatetimeIndex(pd.to_datetime(numbers, unit=unit, utc=True)).as_unit("ns"),
-                    f"epoch {_unit_name(unit)} (told by magnitude)")
+                    _read_as({unit}))
     stamps, units = [], set()
     for row, item in enumerate(column.tolist(), start=1):
         try:
@@ -238,8 +247,7 @@ def _parquet_timestamps(path: Path, column: pd.Series) -> tuple[pd.DatetimeIndex
             raise HistoryError(f"{path}: row {row}: {exc}") from None
         _one_unit(path, units, f": row {row}")
         stamps.append(stamp)
-    how = f"epoch {_unit_name(units.pop())} (told by magnitude)" if units else "ISO-8601"
-    return pd.DatetimeIndex(stamps).as_unit("ns"), how
+    return pd.DatetimeIndex(stamps).as_unit("ns"), _read_as(units)
 
 
 def _parquet_values(path: Path, column: pd.Series) -> np.ndarray:
