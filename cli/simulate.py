@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from cli.config import Config
 from cli.sources import source
 from core.errors import BadRequest
+from core.settings import MAX_CLUSTER_GPUS
 
 if TYPE_CHECKING:  # imported when used: the CLI starts without the simulator
     from controller.simulate import Scenario
@@ -50,7 +51,6 @@ def check_output_dir(path: str | Path, flag: str) -> Path:
     return target
 
 
-MAX_GPUS = 1_000_000  # as simulate.gpus: a demand scaled past this is a unit error, not a cluster
 
 
 JOB_COLUMNS = ("num_gpu", "creation_time", "scheduled_time", "deletion_time")
@@ -105,7 +105,7 @@ def load_jobs(path):
                     raise BadRequest(f"{where}:{line}: expected {len(names)} fields, got {len(row)}")
                 try:
                     gpus = _job_number(row[col["num_gpu"]], "num_gpu")
-                    if gpus != int(gpus) or gpus > MAX_GPUS:
+                    if gpus != int(gpus) or gpus > MAX_CLUSTER_GPUS:
                         raise ValueError(f"num_gpu {row[col['num_gpu']].strip()!r} is not a whole number of GPUs "
                                          "up to 1,000,000")
                     created = _job_number(row[col["creation_time"]], "creation_time")
@@ -134,9 +134,9 @@ def load_jobs(path):
 
 def _check_scale(demand, per_gpu: float, what: str) -> None:
     peak = float(demand.max()) / per_gpu
-    if not peak <= MAX_GPUS:
+    if not peak <= MAX_CLUSTER_GPUS:
         raise BadRequest(f"{what} {per_gpu:g}: the trace's peak {float(demand.max()):g} would need {peak:.3g} GPUs, "
-                         f"over {MAX_GPUS:,} (is the demand per GPU in the trace's unit?)")
+                         f"over {MAX_CLUSTER_GPUS:,} (is the demand per GPU in the trace's unit?)")
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ LOOKBACK = "28d"  # the history a forecast is fitted on
 SimulatedPolicy = Literal["forecast", "static", "reactive", "seasonal-naive", "oracle", "hourly-oracle"]
 SIMULATED_POLICIES: tuple[str, ...] = get_args(SimulatedPolicy)
 _OBJECTIVE = ObjectiveSpec()
+MAX_CLUSTER_GPUS = 1_000_000  # the largest cluster (or job) taken: more is a typo or a unit error, not a cluster
 
 
 class Strict(BaseModel):
@@ -211,7 +212,7 @@ class WorldSettings(Strict):
 
 class SimulateConfig(Strict):
     """`simulate`, `tune`, `report`: the simulated cluster and what it replays."""
-    gpus: int = Field(128, ge=1, le=1_000_000)
+    gpus: int = Field(128, ge=1, le=MAX_CLUSTER_GPUS)
     peak_gpus: float | None = Field(100, gt=0)
     per_gpu: float | None = Field(None, gt=0)
     policy: SimulatedPolicy = "forecast"
@@ -322,7 +323,7 @@ class RunConfig(CrossChecked):
     cluster: Literal["simulated", "kubernetes"] = "simulated"
     kubeconfig: Path | None = None   # kubernetes: this file, else in-cluster credentials
     namespace: str | None = None     # watch policies in one namespace (default: all)
-    capacity_gpus: int = Field(128, ge=1, le=1_000_000)  # as simulate.gpus: more is a typo, not a cluster
+    capacity_gpus: int = Field(128, ge=1, le=MAX_CLUSTER_GPUS)
     non_lendable_gpus: int = Field(0, ge=0)
     interval_seconds: float = Field(60, gt=0)
     horizon_hours: int = Field(24, ge=2, le=24 * 14)
