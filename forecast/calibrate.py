@@ -14,10 +14,16 @@ offset is an error the history has shown. Rescaling is what made issue 2's
 bands 10-20x the history's peak on a short, zero-heavy history (errors over the
 point plus a fifth of the week's mean, so a miss at a near-zero hour was
 multiplied by the peak's level); growth and drift are left to the recency
-weights and the adaptive levels below. With fewer than MIN_CALIBRATION_FOLDS
-folds, the bands come from the history's own day-over-day changes instead.
-INTERVAL_MODELS lists the candidates the forecast bench compared
-(docs/bench-forecast.md), INTERVALS the one its rule picked.
+weights and the adaptive levels below.
+
+A history shorter than eight days has fewer than MIN_CALIBRATION_FOLDS honest
+daily folds. Its bands come from more origins instead: the fitted model refit every
+REFIT_STEP hours from the first day on (`refit_errors`), its errors over whole
+horizons, each origin a split-conformal unit. The hours are grouped by one
+threshold, the median of all the refits' points, so a flat path (the last value
+held) takes the errors of the hours at its level, not the quiet half's.
+INTERVALS is the interval model the forecast bench's rule picked among its
+candidates (bench/forecast_bench.py `_interval_models`, docs/bench-forecast.md).
 
 Demand drifts (launches, quiet weeks), so older folds count less: each fold's
 residuals weigh 0.5 ** (age / HALF_LIFE) (two weeks) in a weighted quantile
@@ -55,9 +61,10 @@ from forecast.models import PointModel
 
 DAY, WEEK = 24, 168
 HALF_LIFE = 2 * WEEK  # hours: a fold two weekly cycles older than the newest counts half
-# Step of the ACI level update per fold (Gibbs & Candès' gamma). Folds are few (7-14), so the step is large:
-# one fully missed 95% quantile moves it by 0.19. Chosen on the traces' and M4's inner folds, not per trace.
-ACI_GAMMA = 0.2
+# Step of the ACI level update per fold (Gibbs & Candès' gamma). Folds are few (7-28), so the step is large: one
+# fully missed 95% quantile moves it by 0.095. Picked by the bench's rule from 0, 0.1 and 0.2 on its choose-on part
+# (docs/bench-forecast.md); one setting for every series.
+ACI_GAMMA = 0.1
 # The median's level correction: half-life and trimmed weight per tail, one setting for every series. Chosen on the
 # three traces and M4, where any 24-48 h half-life with 10-25 % trimming or clipping ranked the same against the
 # peers (docs/bench-forecast.md says how).
@@ -65,24 +72,25 @@ BIAS_HALF_LIFE = 2 * DAY
 BIAS_TRIM = 0.1
 # Split conformal at the fold level can put the 90 % bound (the planner's target quantile) below the largest error
 # seen only from five folds on (split_levels(0.9, n) < 1 needs n >= 5). With fewer, one surprise would set every
-# hour's band; the bands then come from the history's own day-over-day changes (`seasonal_change_values`).
+# hour's band; the bands then come from refits at more origins (`refit_errors`).
 MIN_CALIBRATION_FOLDS = 5
+# Hours between the refits' origins on a short history: two a day. Picked by the bench's rule from 6, 12 and 24 on
+# its choose-on part (docs/bench-forecast.md).
+REFIT_STEP = 12
 
 
 class IntervalModel(NamedTuple):
     scale: str          # an error's unit: "level" (point + a fifth of the week's mean), "point+mase" (point + the MASE
                         # scale of the fold's window), "mase" (that MASE scale) or "raw" (none: demand units)
     groups: int         # Mondrian groups of hours: 1, or 2 (the quieter and the busier half of the path)
-    min_folds: int      # fewer honest folds: `seasonal_change_values` instead of conformal
+    min_folds: int      # fewer honest folds: `fallback` instead of conformal
+    fallback: str = "refit"          # "refit" (`refit_errors`), "changes" (`seasonal_change_values`) or "own" (the
+                                     # model's own intervals, and only without any fold)
+    refit_step: int = REFIT_STEP     # hours between the refits' origins
+    aci_gamma: float = ACI_GAMMA     # step of the adaptive levels (`aci_levels`); 0: split conformal alone
 
 
-# The candidates the forecast bench compared (docs/bench-forecast.md); "level" is issue 2's model as it was.
-INTERVAL_MODELS = {"level": IntervalModel("level", 1, 0),
-                   "point+mase": IntervalModel("point+mase", 1, MIN_CALIBRATION_FOLDS),
-                   "mase": IntervalModel("mase", 1, MIN_CALIBRATION_FOLDS),
-                   "raw": IntervalModel("raw", 1, MIN_CALIBRATION_FOLDS),
-                   "binned": IntervalModel("raw", 2, MIN_CALIBRATION_FOLDS)}
-INTERVALS = "binned"  # the bench protocol's pick (docs/bench-forecast.md)
+INTERVALS = IntervalModel("raw", 2, MIN_CALIBRATION_FOLDS)  # the bench protocol's pick (docs/bench-forecast.md)
 
 
 def origins(n: int, horizon: int, folds: int, step: int, min_train: int = 2 * DAY) -> list[int]:
@@ -123,10 +131,10 @@ def scaled_residuals(history: pd.Series, points: np.ndarray, fold_origins: Seque
 
 
 def interval_scores(history: np.ndarray, points: np.ndarray, fold_origins: Sequence[int],
-                    intervals: str = INTERVALS) -> tuple[np.ndarray, np.ndarray]:
+                    intervals: IntervalModel = INTERVALS) -> tuple[np.ndarray, np.ndarray]:
     """Conformity scores per fold and step (the scaled error; NaN where the actual or the fold's point is missing)
     and the Mondrian group of each (see `hour_groups`)."""
-    scale, groups, _ = INTERVAL_MODELS[intervals]
+    scale, groups = intervals.scale, intervals.groups
     horizon = points.shape[1] if points.ndim == 2 else 0
     scores = np.array([(history[o:o + horizon] - p) / _error_scale(p, history[:o], scale)
                        for o, p in zip(fold_origins, points)]).reshape(len(fold_origins), horizon)
@@ -138,11 +146,13 @@ def scored_folds(scores: np.ndarray) -> int:
     return int(np.isfinite(np.atleast_2d(scores)).any(axis=1).sum())
 
 
-def hour_groups(point: np.ndarray, groups: int) -> np.ndarray:
-    """Group of each hour: 1 where its point is above the path's median (the busier half), else 0; all 0 for one
-    group. By value, not rank: hours forecast alike (a run of zero nights) share a group."""
+def hour_groups(point: np.ndarray, groups: int, threshold: float | None = None) -> np.ndarray:
+    """Group of each hour: 1 where its point is above `threshold` (None: the path's median; the busier half), else
+    0; all 0 for one group. By value, not rank: hours forecast alike (a run of zero nights) share a group."""
     point = np.nan_to_num(point, nan=0.0)
-    return (point > np.median(point)).astype(int) if groups == 2 and len(point) else np.zeros(len(point), dtype=int)
+    if groups != 2 or not point.size:
+        return np.zeros(point.shape, dtype=int)
+    return (point > (np.median(point) if threshold is None else threshold)).astype(int)
 
 
 def _error_scale(point: np.ndarray, history: np.ndarray, scale: str) -> np.ndarray:
@@ -237,7 +247,7 @@ def level_correction(residuals: np.ndarray, fold_origins: Sequence[int]) -> floa
 
 def conformal_values(point: np.ndarray, scores: np.ndarray, groups: np.ndarray, history: np.ndarray,
                      quantiles: Sequence[float], weights: np.ndarray | None = None,
-                     levels: np.ndarray | None = None, intervals: str = INTERVALS) -> np.ndarray:
+                     levels: np.ndarray | None = None, intervals: IntervalModel = INTERVALS) -> np.ndarray:
     """Point plus the weighted score quantiles of each hour's group, times the hour's error scale; one column per
     quantile.
 
@@ -250,9 +260,36 @@ def conformal_values(point: np.ndarray, scores: np.ndarray, groups: np.ndarray, 
         return np.repeat(point[:, None], len(quantiles), axis=1)
     if levels is None:
         levels = split_levels(quantiles, scored_folds(scores))
-    scale, group_count, _ = INTERVAL_MODELS[intervals]
-    offsets = group_quantiles(scores, groups, weights, np.clip(levels, 0.0, 1.0), group_count)
-    return point[:, None] + _error_scale(point, history, scale)[:, None] * offsets[hour_groups(point, group_count)]
+    offsets = group_quantiles(scores, groups, weights, np.clip(levels, 0.0, 1.0), intervals.groups)
+    return (point[:, None] + _error_scale(point, history, intervals.scale)[:, None]
+            * offsets[hour_groups(point, intervals.groups)])
+
+
+def refit_errors(model, history: pd.Series, horizon: int, step: int) -> tuple[np.ndarray, np.ndarray]:
+    """The fitted model refit at origins `step` hours apart from the first day on, each on the data before it: its
+    point paths and errors actual - point over whole horizons (rows = origins, oldest first; NaN where the actual is
+    missing). The model was picked on these hours, so the errors are a little optimistic; a week has too few daily
+    folds to replay the pick (AutoForecaster's honest residuals) at each."""
+    values = history.to_numpy(dtype=float)
+    fold_origins = range(DAY, len(values) - horizon + 1, step)
+    make = lambda: copy.deepcopy(model)  # noqa: E731 - fit replaces a copy's state, the fitted model stays as it is
+    paths = [point_forecast(make, history, o, horizon) for o in fold_origins]
+    points = np.array(paths).reshape(len(fold_origins), horizon)
+    actuals = np.array([values[o:o + horizon] for o in fold_origins]).reshape(points.shape)
+    return points, actuals - points
+
+
+def refit_values(point: np.ndarray, points: np.ndarray, errors: np.ndarray, quantiles: Sequence[float],
+                 groups: int) -> np.ndarray | None:
+    """Point plus the split-conformal quantiles of `refit_errors` (each origin a unit) in the hour's group, the
+    groups split at one threshold, the median of all the refits' points; None without a finite error."""
+    finite = np.isfinite(errors)
+    if not finite.any():
+        return None
+    threshold = float(np.median(points[finite]))
+    levels = np.clip(split_levels(quantiles, int(finite.any(axis=1).sum())), 0.0, 1.0)
+    offsets = group_quantiles(errors, hour_groups(points, groups, threshold), np.ones(len(errors)), levels, groups)
+    return point[:, None] + offsets[hour_groups(point, groups, threshold)]
 
 
 def seasonal_change_values(point: np.ndarray, history: np.ndarray, quantiles: Sequence[float],
@@ -296,22 +333,27 @@ class Calibrated:
 
 def calibrated_predict(model, residuals: np.ndarray, history: pd.Series, horizon: int, quantiles: Sequence[float],
                        fold_origins: Sequence[int], fold_points: np.ndarray, level_correction: bool = True,
-                       intervals: str = INTERVALS) -> pd.DataFrame:
+                       intervals: IntervalModel = INTERVALS) -> pd.DataFrame:
     """The fitted model's path with conformal quantiles from its backtest folds: `fold_points` (one point path per
     fold at `fold_origins`) give the interval scores, `residuals` (`scaled_residuals`) the median's recent level
-    correction (`level_correction`); folds weigh by recency and the levels adapt (`aci_levels`).
+    correction (`level_correction`); folds weigh by recency and the levels adapt (`aci_levels`). With fewer than
+    `intervals.min_folds` folds, `intervals.fallback` (module docstring).
     """
-    if not np.isfinite(residuals).any():  # too short to calibrate: the model's own intervals
-        return model.predict(horizon, quantiles)
-    point = model.predict(horizon, [0.5]).to_numpy()[:, 0]
+    has_folds = bool(np.isfinite(residuals).any())
     values = history.to_numpy(dtype=float)
+    point = model.predict(horizon, [0.5]).to_numpy()[:, 0]
     scores, groups = interval_scores(values, fold_points, fold_origins, intervals)
-    model_spec = INTERVAL_MODELS[intervals]
-    if scored_folds(scores) < model_spec.min_folds:
-        out = seasonal_change_values(point, values, quantiles, model_spec.groups)
-    else:
-        out = conformal_values(point, scores, groups, values, quantiles, fold_weights(fold_origins),
-                               aci_levels(scores, fold_origins, quantiles, groups=groups), intervals)
+    out = None
+    if has_folds and scored_folds(scores) >= intervals.min_folds:
+        levels = aci_levels(scores, fold_origins, quantiles, intervals.aci_gamma, groups)
+        out = conformal_values(point, scores, groups, values, quantiles, fold_weights(fold_origins), levels, intervals)
+    elif intervals.fallback == "refit":
+        out = refit_values(point, *refit_errors(model, history, horizon, intervals.refit_step), quantiles,
+                           intervals.groups)
+    elif has_folds and intervals.fallback == "changes":
+        out = seasonal_change_values(point, values, quantiles, intervals.groups)
+    if out is None:  # too short to calibrate: the model's own intervals
+        return model.predict(horizon, quantiles)
     correction = _level_correction(residuals, fold_origins) if level_correction else 0.0
     median = (point * (1 + correction))[:, None]
     # Bounds on the median's side of it are the median: a bound crossing it would be sorted into its place and

@@ -55,6 +55,7 @@ class PointModel:
     def fit_values(self, values: np.ndarray) -> Self:
         """Fit on bare values (no timestamps): enough for `point`, and cheap in inner backtests."""
         self.fallback_reason: str | None = None
+        self._fit_failed = False  # a refit (calibrate.refit_errors) must not inherit an earlier fit's failure
         values = fill_gaps(values)
         self.values_ = values
         try:

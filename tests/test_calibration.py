@@ -8,12 +8,18 @@ from hypothesis import strategies as st
 
 from forecast.backtest import AutoForecaster
 from forecast.calibrate import (
+    INTERVALS,
     MIN_CALIBRATION_FOLDS,
+    REFIT_STEP,
+    IntervalModel,
+    calibrated_predict,
     hour_groups,
     interval_scores,
+    refit_errors,
+    refit_values,
     scored_folds,
-    seasonal_change_values,
 )
+from forecast.models import SeasonalNaive
 
 QUANTILES = [0.05, 0.1, 0.5, 0.9, 0.95, 0.99]
 
@@ -89,21 +95,51 @@ def test_hours_forecast_alike_share_a_group():
     assert hour_groups(np.zeros(6), 2).tolist() == [0] * 6 and hour_groups(point, 1).tolist() == [0] * 8
 
 
-def test_with_too_few_folds_the_bands_are_the_historys_day_over_day_changes():
+def test_with_too_few_folds_the_bands_are_the_refits_errors():
     """Four days give one honest fold (fewer than MIN_CALIBRATION_FOLDS): the bands are the stated fallback, the
-    point plus the quantiles of the history's own changes from one day to the next, not that one fold's errors."""
+    point plus the quantiles of the errors the fitted model made when refit every REFIT_STEP hours on the history,
+    not that one fold's errors; the refits leave the fitted model as it was."""
     history = series(daily(4, seed=2))
     auto = AutoForecaster("fast").fit(history)
     values = history.to_numpy(dtype=float)
     assert 0 < scored_folds(interval_scores(values, auto.points_, auto.origins_)[0]) < MIN_CALIBRATION_FOLDS
     point = auto.model_.predict(24, [0.5])[0.5].to_numpy()
-    expected = seasonal_change_values(point, values, [0.1, 0.9], 2)
+    points, errors = refit_errors(auto.model_, history, 24, REFIT_STEP)
+    assert len(errors) == (len(values) - 24 - 24) // REFIT_STEP + 1  # origins from the first day on
+    np.testing.assert_array_equal(auto.model_.predict(24, [0.5])[0.5].to_numpy(), point)
+    expected = refit_values(point, points, errors, [0.1, 0.9], 2)
     median = auto.predict(24, [0.5])[0.5].to_numpy()[:, None]
     expected = np.clip(np.column_stack([np.minimum(expected[:, 0], median[:, 0]),
                                         np.maximum(expected[:, 1], median[:, 0])]), 0, None)
     np.testing.assert_allclose(auto.predict(24, [0.1, 0.9]).to_numpy(), expected)
-    changes = values[24:] - values[:-24]
-    assert (expected[:, 1] - median[:, 0] <= changes.max() + 1e-9).all()
+    assert (expected[:, 1] - median[:, 0] <= np.nanmax(errors) + 1e-9).all()
+
+
+def test_refit_errors_are_each_origins_model_against_what_came_next():
+    history = series(daily(5, seed=5))
+    values = history.to_numpy(dtype=float)
+    points, errors = refit_errors(SeasonalNaive(24).fit(history), history, 24, 12)
+    for row, origin in enumerate(range(24, len(values) - 24 + 1, 12)):
+        np.testing.assert_allclose(points[row], values[origin - 24:origin])  # yesterday, as seasonal naive had it
+        np.testing.assert_allclose(errors[row], values[origin:origin + 24] - values[origin - 24:origin])
+
+
+def test_a_flat_path_at_the_busy_level_gets_the_busy_hours_errors():
+    """The short-history groups split at one threshold (the refits' median point), not at each path's own median:
+    the last value held at a daytime level is a busy path, so its band is the busy hours' (round 1 split the flat
+    path at its own median, put every hour in the quiet group and gave it a fifth of its errors)."""
+    points = np.tile(np.r_[np.zeros(12), np.full(12, 50.0)], (6, 1))
+    errors = np.tile(np.r_[np.zeros(12), np.linspace(-20, 20, 12)], (6, 1))
+    band = refit_values(np.full(24, 50.0), points, errors, [0.1, 0.9], 2)
+    assert (band[:, 1] - band[:, 0] > 30).all()
+    assert refit_values(np.full(24, 50.0), points, np.full((6, 24), np.nan), [0.1, 0.9], 2) is None
+
+
+def test_a_refit_does_not_inherit_an_earlier_failed_fit():
+    model = SeasonalNaive(24).fit(series(np.arange(10.0)))  # too short: falls back
+    assert model.fallback_reason
+    refit = model.fit(series(daily(3, seed=6)))
+    assert refit.fallback_reason is None and not refit._fit_failed
 
 
 def test_scores_are_errors_in_demand_units_grouped_by_the_folds_own_paths():
@@ -133,13 +169,18 @@ def test_alibabas_first_days_stay_within_the_peak(shared_data):
         assert frame[0.99].max() <= 2 * peak, (now, frame[0.99].max(), peak)
 
 
-@pytest.mark.parametrize("intervals", ["level", "point+mase", "mase", "raw", "binned"])
-def test_every_candidate_interval_model_gives_a_contract_frame(intervals):
+CANDIDATES = [IntervalModel("level", 1, 0, "own"), IntervalModel("point+mase", 1, 5, "changes"),
+              IntervalModel("mase", 1, 5, "refit", 24, 0.0), IntervalModel("raw", 1, 5), INTERVALS]
+
+
+@pytest.mark.parametrize("intervals", CANDIDATES)
+@pytest.mark.parametrize("days", [2, 4, 21])
+def test_every_candidate_interval_model_gives_a_contract_frame(intervals, days):
+    """The bench's candidates (bench/forecast_bench.py) on a history with no fold, too few and enough."""
     from forecast.base import check_quantile_frame
-    from forecast.calibrate import calibrated_predict
-    history = series(daily(21, seed=4))
+    history = series(daily(days, seed=4))
     auto = AutoForecaster("fast").fit(history)
     frame = calibrated_predict(auto.model_, auto.residuals_, auto.history_, 24, QUANTILES, auto.origins_,
-                               auto.points_, intervals=intervals)
+                               auto.points_, level_correction=auto._corrects(), intervals=intervals)
     check_quantile_frame(frame, 24, QUANTILES)
     np.testing.assert_allclose(frame[0.5], auto.predict(24, [0.5])[0.5])  # intervals only: the median is the same
