@@ -40,7 +40,7 @@ from planning.kueue import admit
 from planning.planner import Training, newest_checkpoint
 
 PENDING, RUNNING, STOPPING, STOPPED, DONE = range(5)
-_NO_DEMAND = (np.zeros(0), np.zeros(0))
+_NO_DEMAND: tuple[list[float], list[float]] = ([], [])
 TRAINING_NAMESPACE = "training"
 
 
@@ -175,10 +175,11 @@ class EmbeddedCluster:
         self.training_queues: list[str] = []
         for p in self.policies:
             self._hold(p)
-        self.demand = {}
+        # each policy's (times, values) as lists: one sample is read at a time, which numpy makes slow
+        self.demand: dict[str, tuple[list[float], list[float]]] = {}
         for key, series in demand.items():
-            values = pd.Series(series.to_numpy(float)).ffill().fillna(0.0).to_numpy()  # a gap: demand as last seen
-            self.demand[key] = (epoch_seconds(series.index), values)
+            values = pd.Series(series.to_numpy(float)).ffill().fillna(0.0).tolist()  # a gap: demand as last seen
+            self.demand[key] = (epoch_seconds(series.index).tolist(), values)
         self.jobs = _Jobs()
         self._pending: list[int] = []     # job numbers waiting for admission, in Kueue's order
         self._running = np.zeros(0, np.int64)
@@ -188,7 +189,7 @@ class EmbeddedCluster:
         self._arrivals = None
         self._pending_version = self._held_version = 0  # bumped when the pending line, or what training holds, changes
         self._derived: tuple | None = None
-        self._no_training: tuple[int, Training] | None = None
+        self._training: tuple[int, Training] | None = None  # (version, the planner's view of training then)
         self._step_alloc: tuple[tuple, float] = ((), 0.0)  # (version, step): the GPU-seconds running jobs use in it
         self._idle_admission: tuple | None = None  # the inputs of the last admission pass that admitted nothing
         self._topped_up = -1              # the version at the backlog's last top-up
@@ -579,9 +580,7 @@ class EmbeddedCluster:
             held += (inf.held_replicas + 0.0) * inf.gpus_per_replica
             self._serve(key, inf, to, serving * inf.gpus_per_replica, dt)
             if inf.ref.kind == "HorizontalPodAutoscaler":
-                times, values = self.demand.get(key, _NO_DEMAND)
-                k = int(times.searchsorted(to, side="right")) - 1
-                seen = float(values[k]) if k >= 0 else 0.0
+                seen = self.demand_at(key, to)
                 per = inf.demand_per_gpu * inf.gpus_per_replica
                 inf.recommendations.append((to, int(math.ceil(seen / per - 1e-9))))
                 self._scale(inf, self._hpa_recommendation(inf))
@@ -591,9 +590,7 @@ class EmbeddedCluster:
 
     def _serve(self, key: str, inf: _Inference, t: float, serving_gpus: float, dt: float) -> None:
         """Account the interval ending at `t`: its demand, what was served, what was short."""
-        times, values = self.demand.get(key, _NO_DEMAND)
-        k = int(times.searchsorted(t, side="right")) - 1
-        u = float(values[k]) / inf.demand_per_gpu if k >= 0 else 0.0
+        u = self.demand_at(key, t) / inf.demand_per_gpu
         within = min(u, float(self.capacity_gpus))
         a = self.accounting
         served = min(u, serving_gpus)
@@ -618,15 +615,14 @@ class EmbeddedCluster:
     # ------------------------------------------------------------------------------------ for the simulator
     def training(self) -> Training:
         """Running training as the planner sees it (what core.cluster's reads would give, without building them)."""
-        columns = self._columns()
-        _, ids, queues, gpus, priority, preempt, interval, admitted_at, stopping = columns[:9]
+        version, ids, queues, gpus, priority, preempt, interval, admitted_at, stopping = self._columns()[:9]
+        if self._training is None or self._training[0] != version:
+            self._training = (version, Training(ids, queues, gpus, priority, preempt, interval,
+                                                newest_checkpoint(admitted_at, interval, self.now), stopping))
+            return self._training[1]
         if not ids:  # nothing running: the same at any time until what training holds changes
-            if self._no_training is None or self._no_training[0] != columns[0]:
-                self._no_training = (columns[0], Training(ids, queues, gpus, priority, preempt, interval,
-                                                          newest_checkpoint(admitted_at, interval, self.now), stopping))
-            return self._no_training[1]
-        return Training(ids, queues, gpus, priority, preempt, interval,
-                        newest_checkpoint(admitted_at, interval, self.now), stopping)
+            return self._training[1]
+        return self._training[1].with_checkpoints(newest_checkpoint(admitted_at, interval, self.now))
 
     def stopped_by_plan(self) -> list[tuple[str, str]]:
         """(workload, queue) of every Workload headroom evicted that has stopped."""
@@ -639,7 +635,7 @@ class EmbeddedCluster:
         return int(columns[3][columns[5] <= deadline_seconds].sum())
 
     def demand_at(self, key: str, t: float) -> float:
-        """The demand sample of the interval ending at `t` (query units; a gap: as last seen)."""
-        times, values = self.demand[key]
-        k = np.searchsorted(times, t, side="right") - 1
-        return float(values[k]) if k >= 0 else 0.0
+        """The demand sample of the interval ending at `t` (query units; a gap: as last seen; none yet: 0)."""
+        times, values = self.demand.get(key, _NO_DEMAND)
+        k = bisect.bisect_right(times, t) - 1
+        return values[k] if k >= 0 else 0.0

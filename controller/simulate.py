@@ -312,12 +312,13 @@ def _run(scenario: Scenario, spec: PolicySpec, make_forecaster, reference: str, 
     newest_real = pd.Series(np.where(real, times_all, np.nan)).ffill().tolist()
     last_value = pd.Series(values_all).ffill().tolist()
     missing = np.concatenate([[0], np.cumsum(~real)]).tolist()
-    filled = world.demand[key][1].tolist()
+    filled = world.demand[key][1]
     rows: list[tuple] = []
     extra: list[tuple] = []
     events: list[tuple] = []
     cached: IssuedForecast | None = None
     cached_hour = cached_ns = None   # its made_at's clock hour and ns (due/usable without a Timestamp per step)
+    cached_forecast: Forecast | None = None  # ...as the planner reads it, converted once when it is made
     hours: HourPlan | None = None
     hours_key: tuple | None = None
     refit_seconds = loop_seconds = 0.0
@@ -327,16 +328,19 @@ def _run(scenario: Scenario, spec: PolicySpec, make_forecaster, reference: str, 
     keep_seconds = data.keep_forecast_seconds
     # each step's time, clock hour (now.floor("h")) and ns, and where its lookback and its last hour start in the
     # trace, all at once: the loop does no pandas and no search per step
-    stamps = list(evaluated)
-    step_times = [now.timestamp() for now in stamps]
+    clock_ns = evaluated.as_unit("ns").asi8.tolist()
+    step_times = [round(ns / 10**9, 6) for ns in clock_ns]  # each step's Timestamp.timestamp(), exactly
+    stamps = list(evaluated) if timeline else None  # a Timestamp per step only when the rows need one
+
+    def moment(k: int) -> pd.Timestamp:
+        return stamps[k] if stamps is not None else evaluated[k]
+
     at = np.array(step_times)
     his = times_all.searchsorted(at, side="right").tolist()
     los = times_all.searchsorted(at - data.lookback_seconds, side="right").tolist()
     last_hours = times_all.searchsorted(at - 3600, side="right").tolist()
     clock_hours = evaluated.floor("h").as_unit("ns").asi8.tolist()
-    clock_ns = evaluated.as_unit("ns").asi8.tolist()
     for k, t_now in enumerate(step_times):
-        now = stamps[k]
         if k:
             world.advance(t_now)
         hi, lo = his[k], los[k]
@@ -349,18 +353,19 @@ def _run(scenario: Scenario, spec: PolicySpec, make_forecaster, reference: str, 
         if reason is None and (cached is None or cached_hour < hour or cached.generation != 0):
             t0 = time.perf_counter()
             window = demand.iloc[lo:hi]  # what the refit fits on
-            fresh = _refit(fits, future, window, spec, now, data)
+            fresh = _refit(fits, future, window, spec, moment(k), data)
             if fresh is not None:
                 cached, cached_hour, cached_ns = fresh, hour, clock_ns[k]
+                cached_forecast = Forecast.of(fresh.frame, spec.target_quantile, spec.headroom_quantile)
             refit_seconds += time.perf_counter() - t0
         # observe.usable: none once older than keep_forecast_seconds (made_at is the step it was made at)
         fc = cached if cached is not None and not (clock_ns[k] - cached_ns) / 1e9 > keep_seconds else None
+        forecast = None if fc is None else cached_forecast
         seen_newest = newest if reason is None or not reason.startswith("NoData") else None
         old = stale(History(seen_newest), t_now, policy)
         if hours is None or hours_key != (hour, id(fc), old):  # as the reconciler keeps it
-            frame = None if fc is None else Forecast.of(fc.frame, spec.target_quantile, spec.headroom_quantile)
             window = demand.iloc[lo:hi] if window is None else window
-            hours = plan_hours({key: frame}, {key: History(seen_newest, window, t_now)}, policy, now)
+            hours = plan_hours({key: forecast}, {key: History(seen_newest, window, t_now)}, policy, moment(k))
             hours_key = (hour, id(fc), old)
         inf = world.inference[key]
         observed = Observed(times_all[lo:hi], values_all[lo:hi], inf.desired * inf.gpus_per_replica, reason is not None)
@@ -383,15 +388,16 @@ def _run(scenario: Scenario, spec: PolicySpec, make_forecaster, reference: str, 
         applied = [a for a in actions if apply(a, world)] if actions else actions
         for a in applied:
             if isinstance(a, Evict):
-                events.append((now, a.gpus, a.kind))
+                events.append((moment(k), a.gpus, a.kind))
                 world.accounting.preemptions[a.kind] = world.accounting.preemptions.get(a.kind, 0) + 1
         if timeline:  # the demand the controller observes: the newest real sample in the lookback
             seen = last_value[hi - 1] if reason is None or not reason.startswith("NoData") else 0.0
+            now = moment(k)
             rows.append((now, key, seen / wp.demand_per_gpu, ws.reserved_gpus, warm,
                          ws.headroom_gpus, plan.lent_gpus, evicted_gpus(applied, key)))
             if detail:
                 extra.append((now, inf.held_replicas * inf.gpus_per_replica, world.training_gpus, world.idle_gpus,
-                              _band(fc, now, spec, wp)))
+                              _band(forecast, now, wp)))
         world.admit()
         if progress is not None and (k % 288 == 0 or k == len(evaluated) - 1):
             progress(k + 1, len(evaluated))
@@ -423,10 +429,9 @@ def _refit(fits, future: _Future | None, raw: pd.Series, spec: PolicySpec, now: 
         return None  # a model that cannot fit: the planner falls back, as the controller's does
 
 
-def _band(fc: IssuedForecast | None, now: pd.Timestamp, spec: PolicySpec, wp: WorkloadPolicy) -> tuple[float, float]:
-    if fc is None:
+def _band(f: Forecast | None, now: pd.Timestamp, wp: WorkloadPolicy) -> tuple[float, float]:
+    if f is None:
         return (np.nan, np.nan)
-    f = Forecast.of(fc.frame, spec.target_quantile, spec.headroom_quantile)
     i = int(np.clip(np.searchsorted(f.starts, now.timestamp(), side="right") - 1, 0, len(f.starts) - 1))
     return (f.target[i] / wp.demand_per_gpu, f.high[i] / wp.demand_per_gpu)
 

@@ -30,17 +30,16 @@ def admit(queue: np.ndarray, gpus: np.ndarray, priority: np.ndarray, created: np
     Workloads per queue are looked at, as a scheduler cycle would."""
     used = {q: int(usage.get(q, 0)) for q in quotas}
     unused = sum(int(quotas[q]) for q in quotas) - sum(used.values())  # the cohort's available quota
-    order = np.lexsort((np.asarray(ids, dtype=object), created, -priority))
     # the passes below read single items: from lists, which index faster than arrays
     queues, sizes = list(queue), [int(g) for g in gpus.tolist()]
     ranks, times = [-int(p) for p in priority.tolist()], [float(c) for c in created.tolist()]
     heads: dict[str, list[int]] = {}
-    for i in order.tolist():
+    for i in sorted(range(len(sizes)), key=lambda i: (ranks[i], times[i], ids[i])):  # Kueue's order; stable
         q = queues[i]
         if q in quotas:
             line = heads.setdefault(q, [])
             if len(line) < scan:
-                line.append(int(i))
+                line.append(i)
     admitted: list[int] = []
     while True:
         best = None

@@ -23,6 +23,7 @@ import bisect
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from functools import cached_property
 
 import numpy as np
@@ -74,6 +75,14 @@ class WorkloadPolicy:
         if not replicas * self.gpus_per_replica < MAX_GPUS:
             return MAX_GPUS
         return int(math.ceil(replicas - 1e-9)) * self.gpus_per_replica
+
+    def gpus_each(self, demand: np.ndarray) -> np.ndarray:
+        """`gpus` of each value (int64), the same arithmetic on a whole array (a plan's periods at once)."""
+        with np.errstate(invalid="ignore", over="ignore"):
+            replicas = demand / (self.demand_per_gpu * self.gpus_per_replica)
+            fits = replicas * self.gpus_per_replica < MAX_GPUS
+            whole = np.ceil(np.where(fits, replicas, 0.0) - 1e-9).astype(np.int64) * self.gpus_per_replica
+            return np.where(demand > 0, np.where(fits, whole, MAX_GPUS), 0)
 
     def top(self, lendable: int) -> int:
         return max(lendable if self.max_gpus is None else min(self.max_gpus, lendable), self.min_gpus)
@@ -129,13 +138,13 @@ class Forecast:
         if len(starts) > 1:
             steps = np.diff(starts)
             period = float(steps[0]) if (steps == steps[0]).all() else float(np.median(steps))  # regular: the median
-        cols = {round(float(c), 9): c for c in frame.columns.tolist()}
-        target, high = cols[round(target_quantile, 9)], cols[round(headroom_quantile, 9)]
-        if not frame.columns.is_unique:
-            return cls(starts, period, frame[target].to_numpy(float), frame[high].to_numpy(float))
+        labels = frame.columns.tolist()
+        where = {round(float(c), 9): k for k, c in enumerate(labels)}
+        target, high = where[round(target_quantile, 9)], where[round(headroom_quantile, 9)]
+        if len(set(labels)) < len(labels):
+            return cls(starts, period, frame[labels[target]].to_numpy(float), frame[labels[high]].to_numpy(float))
         values = frame.to_numpy(float)  # one conversion, not a Series per column
-        return cls(starts, period, values[:, frame.columns.get_loc(target)].copy(),
-                   values[:, frame.columns.get_loc(high)].copy())
+        return cls(starts, period, values[:, target].copy(), values[:, high].copy())
 
 
 @dataclass(frozen=True)
@@ -177,10 +186,16 @@ class WorkloadHours:
     why_fallback: str
     cut: np.ndarray            # GPUs cut by the cluster's capacity per period
 
+    # read several times a step: bisect on a list beats numpy's search, and a list's items are Python numbers
     @cached_property
-    def _start_list(self) -> list[float]:  # searched several times a step: bisect on a list beats numpy's search
+    def _start_list(self) -> list[float]:
         starts: list[float] = self.starts.tolist()
         return starts
+
+    @cached_property
+    def _reserved_list(self) -> list[int]:
+        reserved: list[int] = self.reserved.tolist()
+        return reserved
 
     def after(self, t: float) -> int:
         """The index of the first period starting after time t (starts.searchsorted(t, side="right"))."""
@@ -188,13 +203,14 @@ class WorkloadHours:
 
     def at(self, t: float) -> int:
         """The period index holding time t (0 before the first, the last after the end)."""
-        return min(max(self.after(t) - 1, 0), len(self.starts) - 1)
+        return min(max(self.after(t) - 1, 0), len(self._start_list) - 1)
 
     def reserved_over(self, t0: float, t1: float) -> int:
         """The largest reservation of the periods overlapping [t0, t1]: an hour's reservation is in force
         `leadTime` before the hour starts."""
         i, j = self.at(t0), self.at(t1)
-        return int(self.reserved[i] if i == j else self.reserved[i:j + 1].max())
+        reserved = self._reserved_list
+        return reserved[i] if i == j else max(reserved[i:j + 1])
 
     def reason(self, i: int, w: WorkloadPolicy, lendable: int) -> str:
         if not self.from_forecast[i] and self.why_fallback == NO_DATA:
@@ -238,7 +254,6 @@ def plan_hours(forecasts: Mapping[str, Forecast | None], histories: Mapping[str,
         raise ValueError(f"forecasts of one plan must share one period, got {sorted(periods)} s")
     period = periods.pop() if periods else 3600.0
     starts = _periods(t_now, period, policy.horizon_hours)
-    hour_of_day = ((starts // 3600) % 24).astype(int)
     notes: list[str] = []
     rows = []
     for w in policy.workloads:
@@ -251,29 +266,23 @@ def plan_hours(forecasts: Mapping[str, Forecast | None], histories: Mapping[str,
             target[inside], high[inside] = f.target[k[inside]], f.high[k[inside]]
         usable = np.isfinite(target) & (target >= 0) & np.isfinite(high) & (high >= target)
         why = "stale history" if old else ("no forecast" if f is None else "forecast missing, NaN or negative")
-        complete = bool(usable.all())
-        week = np.zeros(24) if complete else h.weekly_peak_by_hour
-        peak = week[hour_of_day]
-        # An hour of day not seen in the week: the week's highest peak. No week observed at all: minGpus, and
-        # plan_step keeps what the target serves now and follows live samples; reserving everything would take the
-        # cluster from training and the other policies for a fault that is this policy's own.
-        unseen = w.min_gpus
-        if not complete:
+        raw = w.gpus_each(target) + w.margin_gpus
+        if not usable.all():
+            # An hour of day not seen in the week: the week's highest peak. No week observed at all: minGpus, and
+            # plan_step keeps what the target serves now and follows live samples; reserving everything would take
+            # the cluster from training and the other policies for a fault that is this policy's own.
+            week = h.weekly_peak_by_hour
+            unseen = w.min_gpus
             if np.isnan(week).all():
                 why = NO_DATA
             else:
                 unseen = w.gpus(float(np.nanmax(week)))
             source = "minGpus and what the target holds now" if why == NO_DATA else "last week's same-hour peak"
             notes.append(f"{w.name}: {why} for {int((~usable).sum())} period(s); using {source}")
-        # Python floats: the same IEEE arithmetic as numpy scalars, without their per-element cost
-        ok_list = usable.tolist()
-        if all(ok_list):
-            raw = [w.gpus(t) + w.margin_gpus for t in target.tolist()]
-        else:
-            fallback = [w.gpus(p) if math.isfinite(p) else unseen for p in peak.tolist()]
-            raw = [w.gpus(t) + w.margin_gpus if ok else fb for t, ok, fb in zip(target.tolist(), ok_list, fallback)]
-        reserved = np.array([w.clamp(g, lendable) for g in raw], dtype=np.int64)
-        high_gpus = np.array([w.gpus(x) if ok else 0 for x, ok in zip(high.tolist(), ok_list)], dtype=np.int64)
+            peak = week[((starts // 3600) % 24).astype(int)]  # each period's hour of day
+            raw = np.where(usable, raw, np.where(np.isfinite(peak), w.gpus_each(peak), unseen))
+        reserved = np.clip(raw, w.min_gpus, w.top(lendable))  # WorkloadPolicy.clamp of each
+        high_gpus = np.where(usable, w.gpus_each(high), 0)
         headroom = np.maximum(np.where(usable, high_gpus - reserved, 0), w.headroom_floor_gpus)
         rows.append([w, reserved, headroom, usable, target, why])
     # Over capacity: cut workloads later in the policy order first, never below their minimum.
@@ -329,6 +338,13 @@ class Training:
         object.__setattr__(self, "slowest_seconds", float(self.preempt_seconds.max()) if running else 0.0)
         object.__setattr__(self, "longest_interval", float(self.checkpoint_interval.max()) if running else 0.0)
 
+    def with_checkpoints(self, last_checkpoint: np.ndarray) -> Training:
+        """The same running jobs with other newest checkpoints (a later moment): what is derived from the jobs is kept,
+        not computed again (a simulator asks this at every step)."""
+        moved = object.__new__(Training)
+        moved.__dict__.update(self.__dict__, last_checkpoint=last_checkpoint)
+        return moved
+
 
 @dataclass(frozen=True)
 class Preemption:
@@ -377,7 +393,7 @@ class StepPlan:
     quota_reason: str = ""           # why the quotas are below the lent slack (empty: they are not)
 
     def due(self) -> tuple[Preemption, ...]:
-        return tuple(p for p in self.preemptions if p.at <= self.now)
+        return tuple(p for p in self.preemptions if p.at <= self.now) if self.preemptions else ()
 
 
 def newest_checkpoint(since: np.ndarray, interval: np.ndarray, now: float) -> np.ndarray:
@@ -385,7 +401,13 @@ def newest_checkpoint(since: np.ndarray, interval: np.ndarray, now: float) -> np
     checkpoint at or before `now`."""
     since = np.asarray(since, float)
     interval = np.asarray(interval, float)
-    return np.where(now > since, since + interval * np.floor((now - since) / interval), since)
+    elapsed = now - since  # > 0 exactly when now > since
+    return np.where(elapsed > 0, since + interval * np.floor(elapsed / interval), since)
+
+
+def _clock(t: float) -> str:
+    """HH:MM (UTC) of epoch seconds, for reasons (datetime: a third of pd.Timestamp's cost; made at many steps)."""
+    return datetime.fromtimestamp(t, UTC).strftime("%H:%M")
 
 
 def shares(total: int, weights: Sequence[tuple[str, float]]) -> dict[str, int]:
@@ -430,13 +452,10 @@ def plan_step(hours: HourPlan, observed: Mapping[str, Observed], training: Train
         if o is not None and len(o.times):
             lo = o.times.searchsorted(t_now - w.scale_in_delay_seconds, side="left")
             hi = o.times.searchsorted(t_now, side="right")
-            recent = o.values[lo:hi]
-            top = float(recent.max()) if hi > lo else math.nan
-            if not math.isfinite(top):  # a NaN or infinite sample: the largest finite one (NaN propagates in max)
-                recent = recent[np.isfinite(recent)]
-                top = float(recent.max()) if len(recent) else math.nan
-            if math.isfinite(top):
-                peak = w.gpus(top)
+            # the largest finite sample (a NaN or infinite one is no demand seen); a few, so as Python floats
+            recent = [v for v in o.values[lo:hi].tolist() if math.isfinite(v)]
+            if recent:
+                peak = w.gpus(float(max(recent)))
                 if w.warm_buffer > 0:
                     buffer = int(math.ceil(w.warm_buffer * math.sqrt(max(peak, 1)) - 1e-9))
         want = w.clamp(max(fore, peak + buffer), lendable)
@@ -540,15 +559,16 @@ def _admission_quota(hours: HourPlan, steps: list[WorkloadStep], observed: Mappi
         for p in range(i, j):
             if int(hours.slack[p]) + t.terminating_gpus >= quota:
                 continue  # what running jobs free there could only add to it
-            if upcoming is None:
-                upcoming = t.last_checkpoint + t.checkpoint_interval * np.maximum(
-                    np.ceil((now - t.last_checkpoint) / t.checkpoint_interval), 0)
-            free = int(t.gpus[upcoming <= starts[p] - lead - t.preempt_seconds].sum()) + t.terminating_gpus
+            free = t.terminating_gpus  # and the running jobs' GPUs freed in time, if any run
+            if len(t.ids):
+                if upcoming is None:
+                    upcoming = t.last_checkpoint + t.checkpoint_interval * np.maximum(
+                        np.ceil((now - t.last_checkpoint) / t.checkpoint_interval), 0)
+                free += int(t.gpus[upcoming <= starts[p] - lead - t.preempt_seconds].sum())
             if int(hours.slack[p]) + free < quota:
                 quota = max(int(hours.slack[p]) + free, 0)
-                at = pd.Timestamp(starts[p], unit="s", tz="UTC")
-                why = (f"{quota} GPUs admit new training: the ramp at {at:%H:%M} leaves {int(hours.slack[p])} GPUs of "
-                       "slack, and a job admitted now could not checkpoint and stop before it")
+                why = (f"{quota} GPUs admit new training: the ramp at {_clock(starts[p])} leaves {int(hours.slack[p])} "
+                       "GPUs of slack, and a job admitted now could not checkpoint and stop before it")
     if slow_running and quota > 0:
         slow = t.preempt_seconds > policy.reclaim_deadline_seconds
         room = _slow_room(hours, steps, observed, t, policy, now, lent - band, interval)
@@ -565,9 +585,9 @@ def _admission_quota(hours: HourPlan, steps: list[WorkloadStep], observed: Mappi
 
 def _preemptions(hours: HourPlan, steps: list[WorkloadStep], t: Training, policy: ClusterPolicy, now: float,
                  lent: int, room: int) -> tuple[Preemption, ...]:
-    running = np.arange(len(t.ids))
-    if not len(running):
+    if not t.ids:
         return ()
+    running = np.arange(len(t.ids))
     out: list[Preemption] = []
     deadline = policy.reclaim_deadline_seconds
     first = steps[0].name if steps else ""
@@ -634,8 +654,8 @@ def _preemptions(hours: HourPlan, steps: list[WorkloadStep], t: Training, policy
         if over <= 0 or not len(running):
             continue
         need_at = float(starts[p]) - lead
-        why = f"forecast ramp-up at {pd.Timestamp(starts[p], unit='s', tz='UTC'):%H:%M} leaves {int(hours.slack[p])} " \
-              f"GPUs of slack; GPUs needed by {pd.Timestamp(need_at, unit='s', tz='UTC'):%H:%M}"
+        why = f"forecast ramp-up at {_clock(starts[p])} leaves {int(hours.slack[p])} GPUs of slack; GPUs needed by " \
+              f"{_clock(need_at)}"
         for i in _victim_order(t, running, need_at):
             if over <= 0:
                 break
@@ -645,7 +665,7 @@ def _preemptions(hours: HourPlan, steps: list[WorkloadStep], t: Training, policy
             # a checkpoint still to come before ready_by, or the one taken just now: stopping there loses nothing
             if ckpt >= now:
                 stop(np.array([i]), "planned", ckpt, first,
-                     why + f"; stops at its checkpoint {pd.Timestamp(ckpt, unit='s', tz='UTC'):%H:%M}", lost=0.0)
+                     why + f"; stops at its checkpoint {_clock(ckpt)}", lost=0.0)
             else:  # no checkpoint fits before then: run as long as possible, lose the partial interval
                 stop(np.array([i]), "planned", max(ready_by, now), first, why + "; no checkpoint before then")
             over -= int(t.gpus[i])
