@@ -354,6 +354,8 @@ class KubeCluster:
     _informers_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     # requests sent (each attempt), by method: what a reconcile costs the API server (watch streams not counted)
     requests: dict[str, int] = field(default_factory=dict, repr=False)
+    # each Workload as last read, by (namespace, name): (resourceVersion, its LocalQueue's ClusterQueue, the info)
+    _workload_infos: dict[tuple[str, str], tuple[Any, Any, WorkloadInfo]] = field(default_factory=dict, repr=False)
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -564,9 +566,18 @@ class KubeCluster:
         first."""
         local_queues = {Informer.key(q): str((q.get("spec") or {}).get("clusterQueue"))
                         for q in self._objects("localqueues") if (q.get("spec") or {}).get("clusterQueue")}
-        found = [workload_info(w, local_queues, self.resource) for w in self._objects("workloads")]
-        return sorted(found, key=lambda w: (w.creation or datetime.min.replace(tzinfo=UTC),
-                                            w.namespace, w.name))
+        # a Workload unchanged since the last read is not parsed again (a reconcile reads thousands several times)
+        held, infos = self._workload_infos, {}
+        for w in self._objects("workloads"):
+            key = Informer.key(w)
+            version = (w["metadata"].get("resourceVersion"),
+                       local_queues.get((key[0], (w.get("spec") or {}).get("queueName") or "")))
+            known = held.get(key)
+            infos[key] = known if known is not None and version[0] and known[:2] == version else (
+                *version, workload_info(w, local_queues, self.resource))
+        self._workload_infos = infos
+        return sorted((info for _, _, info in infos.values()),
+                      key=lambda w: (w.creation or datetime.min.replace(tzinfo=UTC), w.namespace, w.name))
 
     def cluster_queue_quotas(self) -> Mapping[str, int]:
         """Each ClusterQueue's GPU nominalQuota (summed over flavors; a queue without GPUs is absent)."""

@@ -235,12 +235,21 @@ def controller(args: dict) -> dict:
     beside = KubeCluster.from_kubeconfig(args["kubeconfig"], request_timeout=30)
     store = beside.forecast_store(STORE_NAMESPACE, keep_seconds=50 * 3600, rows=24)
     r = Reconciler(cluster, PrometheusDemand(server), cfg, forecast_log=store, refit_beside=True,  # as `headroom run`
-                   summary=cluster.plan_summary(STORE_NAMESPACE).write)
+                   events_beside=True, summary=cluster.plan_summary(STORE_NAMESPACE).write)
+
+    profiles = os.environ.get("HEADROOM_SCALE_PROFILE")  # a directory: each reconcile's cProfile, for a closer look
 
     def one(now: pd.Timestamp):
         before, before_beside = dict(cluster.requests), sum(beside.requests.values())
         started, wall = time.monotonic(), time.time()
-        state = r.reconcile(now)
+        if profiles:
+            import cProfile
+
+            with cProfile.Profile() as profile:
+                state = r.reconcile(now)
+            profile.dump_stats(Path(profiles) / f"{args['capacity']}-{now:%H%M%S}-{wall:.0f}.prof")
+        else:
+            state = r.reconcile(now)
         evicted = [a.workload for a in state.actions if isinstance(a, Evict)]
         sent = {m: n - before.get(m, 0) for m, n in cluster.requests.items()}
         return {"now": now.isoformat(), "seconds": time.monotonic() - started, "started": wall,
@@ -280,6 +289,7 @@ def controller(args: dict) -> dict:
     status = Path("/proc/self/status").read_text()
     peak = int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:"))) * 1024
     rss = int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:"))) * 1024
+    r.close()  # the Events still queued beside are sent
     cluster.close()
     beside.close()
     return {"warm": warm, "startup_seconds": startup, "refit_seconds": refit_done, "steady": steady,

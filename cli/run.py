@@ -152,6 +152,7 @@ def build(cfg: Config, in_cluster: bool = False, timeline: list | None = None, s
                             tracker=Tracker(uri), retrain=trainer, drift_factor=cfg.training.drift_factor,
                             drift_window=cfg.training.drift_window, timeline=timeline,
                             refit_beside=r.cluster == "kubernetes",  # many series: refits never hold a reconcile up
+                            events_beside=r.cluster == "kubernetes",  # Events off the reconcile's path
                             summary=summary)
     return reconciler, cluster
 

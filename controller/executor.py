@@ -7,11 +7,15 @@ disruption command again before it acts; Kueue's IssuePreemptions checks each ta
     on a fresh view still stops it (`still_wanted`); never twice;
   * Requeue, PatchStatus, RecordEvent: the adapters' writes are idempotent.
 A write that conflicts is retried by the adapter on a fresh read; one that fails is reported in its
-Outcome and does not stop the others. An action's Event is recorded once the action has changed something.
+Outcome and does not stop the others. An action's Event is recorded once the action has changed something:
+at once, or handed to an EventsBeside that sends it off the reconcile's path.
 """
 from __future__ import annotations
 
 import logging
+import queue
+import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -59,9 +63,8 @@ def apply(action: Action, cluster: Cluster) -> bool:
     raise TypeError(f"not an action: {action!r}")
 
 
-def _record(event: EventNote | None, cluster: Cluster) -> str | None:
-    if event is None:
-        return None
+def _record(event: EventNote, cluster: Cluster) -> str | None:
+    """Record `event` now; its error, if it failed."""
     try:
         cluster.emit_event(event.about, event.reason, event.message, type=event.type)
     except ClusterError as exc:
@@ -69,15 +72,60 @@ def _record(event: EventNote | None, cluster: Cluster) -> str | None:
     return None
 
 
+class EventsBeside:
+    """Events sent by background threads, off the reconcile's path, as client-go's EventRecorder does (a broadcaster
+    with a bounded queue, best-effort): a thousand reservations moving at once must not hold up the evictions and
+    statuses behind their Events. A full queue drops the event; drops and failures go to `failed(reason, error)`
+    (the reconciler counts them as `events` errors). close() sends what is queued (bounded by `timeout`)."""
+
+    def __init__(self, cluster: Cluster, failed: Callable[[str, str], None], capacity: int = 4096, workers: int = 2):
+        self.cluster, self.failed = cluster, failed
+        self._queue: queue.Queue[EventNote | None] = queue.Queue(capacity)
+        self._threads = [threading.Thread(target=self._run, name=f"headroom-events-{k}", daemon=True)
+                         for k in range(workers)]
+        for t in self._threads:
+            t.start()
+
+    def __call__(self, event: EventNote) -> None:
+        try:
+            self._queue.put_nowait(event)
+        except queue.Full:
+            self.failed(event.reason, f"dropped: {self._queue.maxsize} events already queued")
+
+    def _run(self) -> None:
+        while (event := self._queue.get()) is not None:
+            error = _record(event, self.cluster)
+            if error:
+                self.failed(event.reason, error)
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Send what is queued, then stop (a queue the API server cannot take within `timeout` is left)."""
+        end = time.monotonic() + timeout
+        try:
+            for _ in self._threads:
+                self._queue.put(None, timeout=max(end - time.monotonic(), 0.001))
+        except queue.Full:
+            pass  # daemon threads: what is still queued goes with the process
+        for t in self._threads:
+            t.join(max(end - time.monotonic(), 0))
+
+
 def execute(actions: Sequence[Action], cluster: Cluster,
-            still_wanted: Callable[[list[Evict]], set[str]] | None = None) -> list[Outcome]:
+            still_wanted: Callable[[list[Evict]], set[str]] | None = None,
+            record: Callable[[EventNote], str | None] | None = None) -> list[Outcome]:
     """Apply `actions` in order (inference first: it must never wait for training); `still_wanted` re-plans
-    on a fresh view and returns the Workloads a fresh plan still evicts (None: trust the plan as made)."""
+    on a fresh view and returns the Workloads a fresh plan still evicts (None: trust the plan as made); `record`
+    records an Event and returns its error (None: at once, on `cluster`)."""
+    record = record or (lambda event: _record(event, cluster))
     evictions = [a for a in actions if isinstance(a, Evict)]
     wanted = still_wanted(evictions) if evictions and still_wanted is not None else None
     running: dict[str, WorkloadInfo] | None = None
     out = []
     for a in actions:
+        if isinstance(a, RecordEvent):
+            error = record(a.event)
+            out.append(Outcome(a, error is None, error=error))
+            continue
         try:
             if isinstance(a, Evict):
                 if running is None:
@@ -96,8 +144,7 @@ def execute(actions: Sequence[Action], cluster: Cluster,
         except ClusterError as exc:
             out.append(Outcome(a, False, error=str(exc)))
             continue
-        # a RecordEvent's event is the action itself, already recorded by apply
-        recorded = isinstance(a, RecordEvent)
-        event_error = _record(getattr(a, "event", None), cluster) if applied and not recorded else None
+        event: EventNote | None = getattr(a, "event", None)
+        event_error = record(event) if applied and event is not None else None
         out.append(Outcome(a, applied, error=f"event: {event_error}" if event_error else None))
     return out

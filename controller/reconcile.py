@@ -24,6 +24,7 @@ import hashlib
 import json
 import logging
 import math
+import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -49,7 +50,7 @@ from controller.actions import (
     training_columns,
 )
 from controller.demand import DemandReader
-from controller.executor import Outcome, execute
+from controller.executor import EventsBeside, Outcome, execute
 from controller.forecasts import Models
 from controller.observe import (
     MIN_FIT_HOURS,
@@ -91,6 +92,13 @@ from training.realized import HORIZONS, DriftEvent, log_realized, realized_error
 log = logging.getLogger(__name__)
 
 STATUS_HOURS = 6                         # hours ahead shown in a policy's status
+# Background refits' results taken up at once (_refit_beside): each taken up alone would have every reconcile
+# re-plan the hours; all of the hour's held until the last would hold a thousand whole lookbacks in memory
+TAKE_UP_BATCH = 100
+# Statuses whose news is not urgent (the hours ahead, the forecast, the model, realized error) a reconcile writes at
+# most, the longest waiting first: the hour's first reconcile rolls every policy's hours forward, and a thousand
+# such writes would hold it up; what a status says urgently (reservation, headroom, conditions) is written at once
+STATUS_SPREAD = 200
 FORECAST_LOG_KEPT = pd.Timedelta(days=7)  # issued forecasts kept (realized error needs the last day or two)
 
 
@@ -195,6 +203,15 @@ def plan_summary(state: ControllerState) -> dict[str, str]:
                                      for t, g in state.slack_by_hour[:STATUS_HOURS]], separators=(",", ":"))}
 
 
+def urgent_news(said: PolicyStatus, status: PolicyStatus) -> bool:
+    """`status` changes what a policy's status said in a way its readers act on: the reservation, the headroom, the
+    generation observed, a condition's status or reason."""
+    def gist(s: PolicyStatus) -> tuple:
+        return (s.reserved_gpus, s.headroom_gpus, s.observed_generation,
+                tuple((c.type, c.status, c.reason) for c in s.conditions))
+    return gist(said) != gist(status)
+
+
 def _refused_already(objects: list[dict], ref: ObjectRef, message: str) -> bool:
     """The policy's status already says Ready=False for this reason (a restarted controller reported it)."""
     for obj in objects:
@@ -280,7 +297,7 @@ class Reconciler:
                  models: Models | None = None, forecast_log: ForecastStore | None = None, tracker=None,
                  retrain: Callable[[str, pd.Series, pd.Timestamp], None] | None = None,
                  drift_factor: float = 1.5, drift_window: int = 24, timeline: list | None = None,
-                 dry_run: bool = False, refit_beside: bool = False,
+                 dry_run: bool = False, refit_beside: bool = False, events_beside: bool = False,
                  summary: Callable[[dict[str, str]], object] | None = None):
         self.cluster, self.demand, self.cfg = cluster, demand, cfg
         self.data = DataSettings.of(cfg)
@@ -312,11 +329,19 @@ class Reconciler:
         self._refits: dict = {}                     # policy -> the background refit under way (Future)
         self._tried: dict[str, tuple[tuple, str | None]] = {}  # policy -> ((hour, generation) tried, its fault)
         self._refit_pool: ThreadPoolExecutor | None = None
+        self._taking_up = False  # this reconcile takes the finished background refits up (_refit_beside)
+        self._said: dict[ObjectRef, PolicyStatus] = {}  # the status last written per policy
+        self._waiting: dict[ObjectRef, float] = {}      # statuses held back (STATUS_SPREAD): since when
+        self._errors_lock = threading.Lock()  # events beside count their failures from their own threads
+        # Events sent beside the reconciles (a Kubernetes controller's many writes): off the critical path
+        self._events = EventsBeside(cluster, lambda what, error: self._error("events", what, error)) \
+            if events_beside else None
 
     # -- bookkeeping
     def _error(self, stage: str, what: str, exc: Exception | str) -> None:
         assert stage in ERROR_STAGES, stage
-        self._errors[stage] = self._errors.get(stage, 0) + 1
+        with self._errors_lock:
+            self._errors[stage] = self._errors.get(stage, 0) + 1
         log.warning("%s: %s: %s", stage, what, exc)
 
     # -- the whole reconcile
@@ -367,6 +392,8 @@ class Reconciler:
                 self._execute(report)
             return ControllerState(self.cfg.capacity_gpus, True, states)
         self._prefetched = self._prefetch(policies, now)
+        finished = sum(job.done() for job in self._refits.values())
+        self._taking_up = finished >= min(TAKE_UP_BATCH, len(self._refits))
         inputs = [self._input(p, now) for p in policies]
         cluster_policy = ClusterPolicy(self.cfg.capacity_gpus,
                                        tuple(WorkloadPolicy.from_spec(p.key, p.spec) for p in policies),
@@ -379,7 +406,7 @@ class Reconciler:
                                        [(x.job, x.kind, x.at) for x in step.preemptions])).encode()).hexdigest()[:12]
         targets = [replace(p.target(), active=True) if self.dry_run else p.target() for p in policies]
         actions = cluster_actions(step, view, targets, plan_id)
-        outcomes = [] if self.dry_run else self._apply(actions, lambda: self._still_wanted(
+        outcomes = [] if self.dry_run else self._apply(actions, view, lambda: self._still_wanted(
             hours, inputs, cluster_policy, policies, now))
         failures = self._count(outcomes, step)
         after = self._view(policies, now)  # after evictions and scaling
@@ -454,18 +481,29 @@ class Reconciler:
 
     def _take(self, p: PolicyObject, fresh: IssuedForecast) -> IssuedForecast:
         self._forecasts[p.key] = fresh
-        if self.forecast_log is not None:
-            self.forecast_log.record(p.series, fresh.made_at, fresh.frame)
+        self._log_forecast(p, fresh)
         return fresh
+
+    def _log_forecast(self, p: PolicyObject, fresh: IssuedForecast) -> None:
+        """`fresh` into the forecast log, which realized error reads; a failed write costs only that."""
+        if self.forecast_log is None:
+            return
+        try:
+            self.forecast_log.record(p.series, fresh.made_at, fresh.frame)
+        except (ClusterError, OSError) as exc:  # realized error will miss this one forecast
+            self._error("cluster", p.series, exc)
 
     def _refit_beside(self, p: PolicyObject, now: pd.Timestamp,
                       cached: IssuedForecast | None) -> tuple[IssuedForecast | None, str | None]:
         """The hour's work in a background thread, one series at a time (_hourly: the whole lookback re-read, the
         refit, realized error): until it is done the reconciles go on with the forecast in force (or the
-        conservative fallback), so a thousand series never hold a reconcile up; the first reconcile after it takes
-        the results up. Tried once per hour and policy generation; a failure is reported until the next try."""
+        conservative fallback), so a thousand series never hold a reconcile up. The results are taken up
+        TAKE_UP_BATCH at a time (or the last ones together), a policy without a forecast for its generation in force
+        at once. Tried once per hour and policy generation; a failure is reported until the next try."""
         job = self._refits.get(p.key)
-        if job is not None and job.done():
+        in_force = usable(cached, now, self.data)
+        if job is not None and job.done() and (
+                self._taking_up or in_force is None or in_force.generation != p.generation):
             del self._refits[p.key]
             cached = self._take_up(p, job, now, cached)
         hour = (now.floor("h"), p.generation)
@@ -493,11 +531,8 @@ class Reconciler:
             [], tz="UTC")))
         hourly = hourly_history(raw, p.spec.statistic, now)
         fresh, fault = self._fit(p, hourly, now)
-        if fresh is not None and self.forecast_log is not None:
-            try:
-                self.forecast_log.record(p.series, fresh.made_at, fresh.frame)
-            except (ClusterError, OSError) as exc:  # realized error will miss this one forecast
-                self._error("cluster", p.series, exc)
+        if fresh is not None:
+            self._log_forecast(p, fresh)
         scaled = fresh or in_force
         accuracy, drift = None, ()
         if self.forecast_log is not None and scaled is not None and raw.notna().any():
@@ -536,9 +571,12 @@ class Reconciler:
         return held
 
     def close(self) -> None:
-        """Hourly work not started is dropped (a controller shutting down does not wait for a thousand refits)."""
+        """Hourly work not started is dropped (a controller shutting down does not wait for a thousand refits);
+        the Events queued beside are sent."""
         if self._refit_pool is not None:
             self._refit_pool.shutdown(wait=False, cancel_futures=True)
+        if self._events is not None:
+            self._events.close()
 
     def refitting(self) -> int:
         """Background refits not yet taken up."""
@@ -637,36 +675,62 @@ class Reconciler:
         return {x.job for x in plan_step(hours, self._observed(inputs, fresh), fresh.training, policy, now).due()}
 
     # -- 4. act
-    def _apply(self, actions, still_wanted: Callable[[], set[str]]) -> list[Outcome]:
-        """The plan's actions in order, inference first (reservations, then quotas), then training (evictions, then
-        requeues), each kind's writes a few at a time: a thousand reservations moving at once must not hold the
-        evictions of a demand jump up. Evictions go only where a plan on a fresh view still makes them."""
-        def of(kind) -> list:
-            return [a for a in actions if isinstance(a, kind)]
-
+    def _apply(self, actions, view: View, still_wanted: Callable[[], set[str]]) -> list[Outcome]:
+        """The plan's actions, what a demand jump needs first: the reservations the preemptions are made for, the
+        quotas that go down, the evictions; then the other reservations, the quotas that go up and the requeues.
+        Each kind's writes go a few at a time (a thousand reservations moving at once take seconds, and must not
+        hold the evictions up). Evictions go only where a plan on a fresh view, made before anything changes,
+        still makes them."""
         first: dict[str, Evict] = {}
-        for a in of(Evict):  # each Workload once (parallel writers cannot tell a repeat)
-            first.setdefault(a.workload, a)
+        for a in actions:
+            if isinstance(a, Evict):  # each Workload once (parallel writers cannot tell a repeat)
+                first.setdefault(a.workload, a)
         wanted = still_wanted() if first else set()  # re-planned before anything changes, as one execute would
-        out = self._in_parallel(of(Scale)) + execute(of(SetQuota), self.cluster)
+        for_whom = {a.policy for a in first.values()}
+        scales = [a for a in actions if isinstance(a, Scale)]
+        quotas = [a for a in actions if isinstance(a, SetQuota)]
+        down = [a for a in quotas if a.gpus < view.quotas.get(a.queue, 0)]
+        out = self._in_parallel([a for a in scales if a.policy in for_whom]) + self._in_parallel(down)
         out += self._in_parallel(list(first.values()), still_wanted=lambda _: wanted)
-        return out + self._in_parallel(of(Requeue))
+        out += self._in_parallel([a for a in scales if a.policy not in for_whom])
+        out += self._in_parallel([a for a in quotas if a not in down])
+        return out + self._in_parallel([a for a in actions if isinstance(a, Requeue)])
+
+    def _run(self, actions: list, still_wanted: Callable[[list[Evict]], set[str]] | None = None) -> list[Outcome]:
+        """`actions` one after another, their Events beside when they are (execute)."""
+        return execute(actions, self.cluster, still_wanted=still_wanted, record=self._events)
 
     def _in_parallel(self, actions: list, still_wanted: Callable[[list[Evict]], set[str]] | None = None
                      ) -> list[Outcome]:
         """Independent writes (one object each), 8 at a time when there are many (a thousand in a row take
         seconds)."""
         if len(actions) <= 16:
-            return execute(actions, self.cluster, still_wanted=still_wanted)
+            return self._run(actions, still_wanted)
         chunks = [actions[k::8] for k in range(8)]
         with ThreadPoolExecutor(8) as pool:
-            return [o for part in pool.map(lambda c: execute(c, self.cluster, still_wanted=still_wanted), chunks)
-                    for o in part]
+            return [o for part in pool.map(lambda c: self._run(c, still_wanted), chunks) for o in part]
+
+    def _statuses_due(self, statuses: list[PatchStatus]) -> list[PatchStatus]:
+        """The statuses to write now: what says something urgent or nothing new (the adapter writes that only when
+        it is an hour old), and at most STATUS_SPREAD others, the longest waiting first; the rest wait."""
+        due, news = [], []
+        for a in statuses:
+            said = self._said.get(a.policy)
+            if said is None or urgent_news(said, a.status) or replace(said, plan_id=a.status.plan_id) == a.status:
+                due.append(a)
+            else:
+                news.append(a)
+        now = time.monotonic()
+        news.sort(key=lambda a: self._waiting.setdefault(a.policy, now))
+        return due + news[:STATUS_SPREAD]
 
     def _execute(self, actions) -> list[Outcome]:
-        statuses = [a for a in actions if isinstance(a, PatchStatus)]
-        outcomes = self._in_parallel(statuses) + execute([a for a in actions if not isinstance(a, PatchStatus)],
-                                                         self.cluster)
+        statuses = self._statuses_due([a for a in actions if isinstance(a, PatchStatus)])
+        outcomes = self._in_parallel(statuses) + self._run([a for a in actions if not isinstance(a, PatchStatus)])
+        for o in outcomes:
+            if isinstance(o.action, PatchStatus) and not o.error:
+                self._said[o.action.policy] = o.action.status
+                self._waiting.pop(o.action.policy, None)
         for o in outcomes:
             if o.error:
                 self._error("status" if isinstance(o.action, PatchStatus) else "events", o.action.reason, o.error)

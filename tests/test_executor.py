@@ -1,0 +1,123 @@
+"""The reconciler's writes on the embedded cluster: Events sent beside the reconcile (controller.executor.EventsBeside),
+the order a demand jump's writes go in, and the statuses whose news is not urgent spread over reconciles."""
+import threading
+from dataclasses import replace
+
+import pytest
+
+import controller.reconcile as reconcile
+from controller.actions import EventNote, PatchStatus, Requeue, Scale, SetQuota
+from controller.executor import EventsBeside, execute
+from controller.reconcile import Reconciler
+from core.objects import Condition, ObjectRef, PolicyStatus, TargetRef
+from core.settings import RunConfig
+from tests.test_actions import CHAT, Flaky, busy_world, observe, victims, world
+
+
+class Gated:
+    """The embedded cluster, its Events held at a gate: the API server slow to take them."""
+
+    def __init__(self, inner):
+        self.inner, self.entered, self.gate = inner, threading.Event(), threading.Event()
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def emit_event(self, *args, **kwargs):
+        self.entered.set()
+        self.gate.wait(10)
+        return self.inner.emit_event(*args, **kwargs)
+
+
+class Noting:
+    """The embedded cluster, noting each write in the order it comes."""
+
+    def __init__(self, inner):
+        self.inner, self.writes = inner, []
+
+    def __getattr__(self, name):
+        attr = getattr(self.inner, name)
+        if name not in ("scale_deployment", "set_cluster_queue_quota", "evict_workload", "requeue_workload"):
+            return attr
+
+        def noted(*args):
+            self.writes.append((name, args[1] if name == "scale_deployment" else args[0]))
+            return attr(*args)
+        return noted
+
+
+def test_events_beside_are_sent_after_the_writes_they_follow_and_all_of_them_by_close():
+    w, failed = world(), []
+    events = EventsBeside(w, lambda what, error: failed.append((what, error)))
+    scale = Scale(CHAT.key, CHAT.target, 5, 10, "up", EventNote(CHAT.ref, "ReservationChanged", "0 -> 5"))
+    out = execute([scale, SetQuota("train-a", 40, "slack", EventNote(CHAT.ref, "SlackLent", "40"))], w, record=events)
+    assert [(o.applied, o.error) for o in out] == [(True, None), (True, None)]
+    events.close()
+    assert [e["reason"] for e in w.events] == ["ReservationChanged", "SlackLent"] and failed == []
+
+
+def test_a_full_event_queue_drops_and_reports_and_a_failed_event_is_reported():
+    gated, failed = Gated(world()), []
+    events = EventsBeside(gated, lambda what, error: failed.append((what, error)), capacity=1, workers=1)
+    events(EventNote(CHAT.ref, "First", "taken by the sender, held at the gate"))
+    assert gated.entered.wait(10)
+    events(EventNote(CHAT.ref, "Second", "queued"))
+    events(EventNote(CHAT.ref, "Third", "the queue is full"))
+    assert failed == [("Third", "dropped: 1 events already queued")]
+    gated.gate.set()
+    events.close()
+    assert [e["reason"] for e in gated.inner.events] == ["First", "Second"]
+    failed.clear()
+    broken = EventsBeside(Flaky(world(), {"emit_event"}), lambda what, error: failed.append((what, error)))
+    broken(EventNote(CHAT.ref, "Lost", "the API server refuses it"))
+    broken.close()
+    assert failed == [("Lost", "emit_event: connection refused")]
+
+
+def test_a_demand_jump_evicts_before_the_reservations_it_does_not_need():
+    """The reservation the preemption is made for and the quota going down come first, then the evictions, then the
+    other reservations, the quotas going up and the requeues."""
+    w = busy_world()
+    evict = victims(w, 1)[0]
+    noting = Noting(w)
+    r = Reconciler(noting, None, RunConfig())  # type: ignore[arg-type]  # no demand is read here
+    other = TargetRef("Deployment", "other", "default")
+    actions = [Scale("default/other", other, 3, 6, "ramp"), Scale(CHAT.key, CHAT.target, 8, 16, "jump"),
+               SetQuota("train-b", 9, "up"), SetQuota("train-a", 30, "down"), evict,
+               Requeue("nobody/x", None, "train-a", "done")]
+    seen = observe(w)
+    r._apply(actions, replace(seen, quotas={**seen.quotas, "train-b": 2}), lambda: {evict.workload})
+    assert [name for name, _ in noting.writes] == ["scale_deployment", "set_cluster_queue_quota", "evict_workload",
+                                                  "scale_deployment", "set_cluster_queue_quota", "requeue_workload"]
+    assert [what for _, what in noting.writes[:2]] == ["chat", "train-a"]
+
+
+@pytest.fixture
+def spread(monkeypatch):
+    monkeypatch.setattr(reconcile, "STATUS_SPREAD", 2)
+
+
+def test_statuses_without_urgent_news_are_spread_the_longest_waiting_first(spread):
+    w = world()
+    r = Reconciler(w, None, RunConfig())  # type: ignore[arg-type]
+    refs = [ObjectRef("headroom.dev/v1alpha1", "ReservationPolicy", f"p{k}", "default") for k in range(5)]
+
+    def statuses(reserved=4, hour="10:00", plan="a"):
+        return [PatchStatus(ref, PolicyStatus(reserved, 1, (Condition("Ready", "True", "Active"),), plan_id=plan,
+                                              next_hours=({"hour": hour},))) for ref in refs]
+
+    def written():
+        return [(w.statuses[("default", ref.name)]["nextHours"][0]["hour"], w.statuses[("default", ref.name)][
+            "reservedGpus"]) for ref in refs]
+
+    r._execute(statuses())  # nothing said yet: every status now
+    assert written() == [("10:00", 4)] * 5
+    r._execute(statuses(plan="b"))  # nothing new: passed on (the adapter writes only an hour-old one)
+    r._execute(statuses(hour="11:00", plan="c"))  # the hours roll forward: two a reconcile
+    assert written() == [("11:00", 4)] * 2 + [("10:00", 4)] * 3
+    fresher = statuses(hour="11:00", plan="d")
+    fresher[0] = statuses(hour="12:00", plan="d")[0]  # news for p0 again: it waits behind the three still waiting
+    r._execute(fresher)
+    assert written() == [("11:00", 4)] * 4 + [("10:00", 4)]
+    r._execute(statuses(reserved=6, hour="11:00", plan="e"))  # a reservation moved: every status at once
+    assert written() == [("11:00", 6)] * 5
