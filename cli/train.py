@@ -12,6 +12,7 @@ import pandas as pd
 
 from adapters.mlflow import Tracker, TrackingError, TrainingLocked
 from cli.sources import load_series
+from forecast.global_model import GlobalPool, GlobalSettings
 from forecast.history import HistoryError
 from training.pipeline import TrainingError, TrainSettings, train_series
 
@@ -26,6 +27,17 @@ def settings_from_config(cfg) -> TrainSettings:
             if getattr(t, f, None) is not None:
                 kw[f] = tuple(getattr(t, f)) if f == "candidates" else getattr(t, f)
     return TrainSettings(**kw)
+
+
+def _load_all(jobs: list[tuple[str, str, Callable[[], pd.Series]]]) -> dict[str, pd.Series]:
+    """Every series that loads, for the model learned across them (one that fails is reported by its training)."""
+    out = {}
+    for name, _, load in jobs:
+        try:
+            out[name] = load()
+        except (HistoryError, OSError):
+            continue
+    return out
 
 
 def cmd_train(cfg, args) -> int:
@@ -57,9 +69,11 @@ def cmd_train(cfg, args) -> int:
                      lambda: load_series(cfg, now)[0]))
     tracker = Tracker(uri)
     status, out = 0, []
+    loaded = _load_all(jobs) if len(jobs) > 1 else {}
+    pool = GlobalPool(loaded, GlobalSettings(horizon=settings.horizon)) if len(loaded) > 1 else None
     for name, where, load in jobs:
         try:
-            result = train_series(name, load(), settings, tracker, now)
+            result = train_series(name, loaded[name] if name in loaded else load(), settings, tracker, now, pool=pool)
             out.append(result.to_json())
             print(f"{name}: {result.selected} {result.objective}={result.score:.4f} -> v{result.version} "
                   f"{'PROMOTED' if result.promoted else 'not promoted'}: {result.reason}", file=sys.stderr)

@@ -6,6 +6,7 @@ import pytest
 from forecast.backtest import AutoForecaster
 from forecast.base import check_quantile_frame, future_index
 from forecast.calibrate import Calibrated
+from forecast.global_model import GlobalForecaster, GlobalPool, GlobalSettings
 from forecast.models import MODELS, SeasonalProfile
 
 QUANTILES = [0.1, 0.5, 0.9, 0.99]
@@ -59,6 +60,7 @@ HISTORIES = {
 }
 FACTORIES = {**MODELS,
              "calibrated": lambda: Calibrated(SeasonalProfile(), folds=3),
+             "global": lambda: GlobalForecaster(GlobalPool({}, GlobalSettings(max_iter=30))),  # one series alone
              "auto_fast": lambda: AutoForecaster("fast", folds=3),
              "auto_full": lambda: AutoForecaster("full", folds=2, calibration_folds=3)}
 

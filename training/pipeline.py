@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -24,11 +25,17 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 from adapters.mlflow import Tracker, TrackingError, experiment_name, registered_name
 from forecast.backtest import SCORED_QUANTILES, AutoForecaster, pinball_key, score_folds, summarize
 from forecast.base import Forecaster, check_quantile_frame
+from forecast.calibrate import Calibrated
 from forecast.calibrate import origins as fold_origins
+from forecast.global_model import GlobalForecaster, GlobalPool
 from forecast.metrics import finite_or_none, seasonal_scale
 from forecast.models import MODELS
 
 DAY = 24
+log = logging.getLogger(__name__)
+# Scored and logged beside the candidates, never promoted: the controller refits each series alone, so a champion
+# learned across series would serve a model other than the one scored.
+LEARNED_ACROSS = "global"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
 
@@ -228,14 +235,26 @@ def _factories(candidates: Sequence[str], factories: Mapping[str, Callable[[], F
     return {c: factories[c] for c in candidates}
 
 
+def _global_candidate(name: str, pool: GlobalPool | None, horizon: int) -> dict[str, Callable[[], Forecaster]]:
+    """The model learned across series (forecast/global_model.py), where several are trained together: scored on
+    the same folds as every candidate and logged to MLflow beside them, never promoted (`LEARNED_ACROSS`)."""
+    if pool is None or len(pool.series) < 2:
+        log.debug("%s: the global model is not offered: it learns across series and this training has one", name)
+        return {}
+    return {LEARNED_ACROSS: lambda: Calibrated(GlobalForecaster(pool, name), horizon=horizon)}
+
+
 def train_series(name: str, series: pd.Series, settings: TrainSettings, tracker: Tracker,
                  now: datetime | None = None,
-                 factories: Mapping[str, Callable[[], Forecaster]] | None = None) -> TrainResult:
-    """Backtest, select, refit, log to MLflow, register a version, maybe promote it to champion."""
+                 factories: Mapping[str, Callable[[], Forecaster]] | None = None,
+                 pool: GlobalPool | None = None) -> TrainResult:
+    """Backtest, select, refit, log to MLflow, register a version, maybe promote it to champion. `pool`: the series
+    trained together (this one among them), for the global candidate."""
     if not _NAME.match(name):
         raise TrainingError(f"series name {name!r} must match {_NAME.pattern}")
     now = now or datetime.now(UTC)
-    makers = _factories(settings.candidates, factories, settings.horizon)
+    makers = {**_factories(settings.candidates, factories, settings.horizon),
+              **_global_candidate(name, pool, settings.horizon)}
     series = series.astype(float)
     origins = fold_origins(len(series), settings.horizon, settings.folds, settings.step)
     if not origins:
@@ -280,8 +299,10 @@ def _train(name, series, settings, tracker, now, makers, origins, exp, parent) -
     if not per_fold:
         raise TrainingError(f"{name}: every candidate failed: {failed}")
     scores = {c: summarize(rows) for c, rows in per_fold.items()}
-    ranked = sorted(scores, key=lambda c: scores[c][key] if np.isfinite(scores[c][key]) else float("inf"))
-    winner = ranked[0]
+    servable = [c for c in scores if c != LEARNED_ACROSS]
+    if not servable:
+        raise TrainingError(f"{name}: every candidate the controller can serve failed: {failed}")
+    winner = min(servable, key=lambda c: scores[c][key] if np.isfinite(scores[c][key]) else float("inf"))
     if not np.isfinite(scores[winner][key]):
         raise TrainingError(f"{name}: no candidate has a finite {key}")
 
