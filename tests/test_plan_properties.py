@@ -135,3 +135,13 @@ def test_deterministic_and_independent_of_the_order_jobs_are_listed_in(s, rnd):
                         training.terminating_gpus)
     _, s3 = plan(forecasts, histories, observed, shuffled, policy, now)
     assert s3 == s1
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.floats(0, 1e4),
+                          st.sampled_from([0.0, 1.0, 2.0**40, 1e300])), min_size=1, max_size=30),
+       st.floats(0.01, 50), st.integers(1, 8))
+def test_gpus_of_a_whole_array_are_gpus_of_each_value(demand, per_gpu, per_replica):
+    # plan_hours reserves with the array form; plan_step with the scalar one: they must never disagree
+    w = WorkloadPolicy("ns/w", demand_per_gpu=per_gpu, gpus_per_replica=per_replica)
+    assert w.gpus_each(np.array(demand)).tolist() == [w.gpus(d) for d in demand]
