@@ -387,6 +387,10 @@ class Reconciler:
                 self._reported[ref] = message
         for p in policies:
             self._reported.pop(p.ref, None)
+        # what was written for a policy since deleted is forgotten (a thousand come and go over a controller's life)
+        present = {p.ref for p in policies} | set(refused)
+        self._said = {ref: said for ref, said in self._said.items() if ref in present}
+        self._waiting = {ref: since for ref, since in self._waiting.items() if ref in present}
         if not policies:
             if not self.dry_run:
                 self._execute(report)
@@ -728,12 +732,11 @@ class Reconciler:
         statuses = self._statuses_due([a for a in actions if isinstance(a, PatchStatus)])
         outcomes = self._in_parallel(statuses) + self._run([a for a in actions if not isinstance(a, PatchStatus)])
         for o in outcomes:
-            if isinstance(o.action, PatchStatus) and not o.error:
-                self._said[o.action.policy] = o.action.status
-                self._waiting.pop(o.action.policy, None)
-        for o in outcomes:
             if o.error:
                 self._error("status" if isinstance(o.action, PatchStatus) else "events", o.action.reason, o.error)
+            elif isinstance(o.action, PatchStatus):
+                self._said[o.action.policy] = o.action.status
+                self._waiting.pop(o.action.policy, None)
         return outcomes
 
     def _count(self, outcomes: list[Outcome], step: StepPlan) -> dict[str, str]:
