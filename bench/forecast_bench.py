@@ -767,9 +767,11 @@ def targets(report: dict) -> dict:
                 "pass": hr["seconds_per_series"] <= mstl}
     if report.get("m4_global"):
         g = report["m4_global"]
-        test_owa = g["scores"]["combination"]["odd"]["owa"]
+        # the model `headroom train` scores (the combination with auto is this bench's only)
+        test_owa = g["scores"]["global"]["odd"]["owa"]
         t["m4_owa_le_0.44_on_the_test_half"] = {"value": test_owa, "pass": test_owa <= 0.44,
-                                                "all_414": g["scores"]["combination"]["all"]["owa"]}
+                                                "all_414": g["scores"]["global"]["all"]["owa"],
+                                                "combination_odd": g["scores"]["combination"]["odd"]["owa"]}
     if "sNaive" in m4.get("methods", {}):
         mine, pub = m4["methods"]["sNaive"], m4["published"]["sNaive"]
         t["scorer_reproduces_published_snaive"] = {
@@ -1156,8 +1158,11 @@ def choices(report: dict) -> list[str]:
         "0.15: 24 recent hours OWA 0.475 and no calendar 0.461, both with training origins from each series' first "
         "day, which measured 0.467 against 0.460 with origins from a week in; so origins start a week in where a "
         "series has one, and 48 hours and the calendar were kept. The weighted combination "
-        "with auto is this bench's; the product (`headroom train` with several series) offers the global model as "
-        "one more candidate, kept for a series only where it wins that series' backtest.",
+        "with auto is this bench's (the M4 target is scored on the global model alone); the product (`headroom "
+        "train` with several series) scores the global model on each series' folds and logs it to MLflow beside the "
+        "candidates, but never promotes it: the controller refits each series alone, so a champion learned across "
+        "series would serve a model other than the one scored (serving it needs the controller to fit across its "
+        "policies' series; not built).",
         "Not a dependency: statsforecast 2.1.1 (PyPI, checked with `pip download --no-deps statsforecast`) requires "
         "pandas < 3 and the product runs on pandas 3.1; it stays a peer in its own venv (bench/.venv-peers) and the "
         "product's pool is numpy/scipy/statsmodels (forecast/models.py).",
