@@ -6,15 +6,23 @@ series. A chunk that returns no samples is a gap (NaN), never zero.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
 import numpy as np
 import pandas as pd
+import requests
+from prometheus_api_client import PrometheusConnect
+from requests.adapters import HTTPAdapter
+from urllib3.util.retry import Retry
 
 from core.settings import PrometheusServer
 
 MAX_POINTS = 11_000
+# Connections a client keeps open for reuse: more than the controller's concurrent reads (the reconcile's 8 readers
+# and the hourly work's one); beyond it a connection is opened and closed again
+CONNECTIONS = 16
 
 
 class PrometheusError(RuntimeError):
@@ -56,6 +64,50 @@ def parse_matrix(result: list[dict], query: str) -> pd.Series:
     return pd.Series(numbers, index=pd.DatetimeIndex(stamps, name="timestamp"), name="value")
 
 
+def _bearer(token: Callable[[], str]) -> Callable[[requests.PreparedRequest], requests.PreparedRequest]:
+    """Requests auth sending `token()` as the bearer token, read at each request (a mounted service-account token
+    is rotated in place)."""
+    def auth(request: requests.PreparedRequest) -> requests.PreparedRequest:
+        request.headers["Authorization"] = f"Bearer {token()}"
+        return request
+    return auth
+
+
+def _connect(url: str, auth: Callable | None, ca_file: str | None, insecure_skip_verify: bool, timeout_seconds: float,
+             retries: int) -> PrometheusConnect:
+    """A client whose one session keeps up to CONNECTIONS connections open for reuse, each request retried with
+    back-off on a refused connection or a server error."""
+    retry = Retry(total=retries, backoff_factor=0.5, status_forcelist=(500, 502, 503, 504), allowed_methods=("GET",))
+    session = requests.Session()
+    session.verify = False if insecure_skip_verify else (ca_file or True)
+    client = PrometheusConnect(url=url, auth=auth, retry=retry, session=session, timeout=timeout_seconds)
+    session.mount(url, HTTPAdapter(max_retries=retry, pool_maxsize=CONNECTIONS))  # replaces the client's own (10)
+    return client
+
+
+def read_range(client: PrometheusConnect, query: str, start: datetime, end: datetime, step: str) -> pd.Series:
+    """`query` over [start, end] at `step` on `client`'s server, in chunks under MAX_POINTS; steps without a sample
+    are NaN."""
+    step_delta = pd.Timedelta(step)
+    parts = []
+    for lo, hi in chunk_ranges(start, end, step_delta):
+        try:
+            result = client.custom_query_range(query, start_time=lo.to_pydatetime(), end_time=hi.to_pydatetime(),
+                                               step=f"{int(step_delta.total_seconds())}s")
+        except Exception as exc:  # the client raises requests, urllib3 and its own errors
+            raise PrometheusError(f"Prometheus at {client.url} failed for {query!r} "
+                                  f"[{lo.isoformat()} .. {hi.isoformat()}]: {exc}") from exc
+        parts.append(parse_matrix(result, query))
+    if len(parts) == 1:  # a reconcile's read: one chunk, its timestamps unique
+        series = parts[0]
+    else:
+        series = pd.concat(parts) if parts else parse_matrix([], query)
+        series = series[~series.index.duplicated(keep="last")]
+    # Steps the server had no sample for are gaps: put them back as NaN.
+    full = pd.date_range(pd.Timestamp(start), pd.Timestamp(end), freq=step_delta)
+    return series.reindex(series.index.union(full)).rename("value")
+
+
 @dataclass(frozen=True)
 class PrometheusSource:
     """History from a PromQL expression over [start, end] at `step`."""
@@ -70,36 +122,11 @@ class PrometheusSource:
     timeout_seconds: float = 30.0
     retries: int = 3
 
-    def _client(self):
-        import requests
-        from prometheus_api_client import PrometheusConnect
-        from urllib3.util.retry import Retry
-
-        headers = {"Authorization": f"Bearer {self.bearer_token}"} if self.bearer_token else None
-        retry = Retry(total=self.retries, backoff_factor=0.5, status_forcelist=(500, 502, 503, 504),
-                      allowed_methods=("GET",))
-        session = requests.Session()
-        session.verify = False if self.insecure_skip_verify else (self.ca_file or True)
-        return PrometheusConnect(url=self.url, headers=headers, retry=retry, session=session,
-                                 timeout=self.timeout_seconds)
-
     def fetch(self) -> pd.Series:
-        client = self._client()
-        step = pd.Timedelta(self.step)
-        parts = []
-        for lo, hi in chunk_ranges(self.start, self.end, step):
-            try:
-                result = client.custom_query_range(self.query, start_time=lo.to_pydatetime(),
-                                                   end_time=hi.to_pydatetime(), step=f"{int(step.total_seconds())}s")
-            except Exception as exc:  # the client raises requests, urllib3 and its own errors
-                raise PrometheusError(f"Prometheus at {self.url} failed for {self.query!r} "
-                                      f"[{lo.isoformat()} .. {hi.isoformat()}]: {exc}") from exc
-            parts.append(parse_matrix(result, self.query))
-        series = pd.concat(parts) if parts else parse_matrix([], self.query)
-        series = series[~series.index.duplicated(keep="last")]
-        # Steps the server had no sample for are gaps: put them back as NaN.
-        full = pd.date_range(pd.Timestamp(self.start), pd.Timestamp(self.end), freq=step)
-        return series.reindex(series.index.union(full)).rename("value")
+        token = self.bearer_token
+        client = _connect(self.url, _bearer(lambda: token) if token else None, self.ca_file,
+                          self.insecure_skip_verify, self.timeout_seconds, self.retries)
+        return read_range(client, self.query, self.start, self.end, self.step)
 
 
 def prometheus_source(server: PrometheusServer, query: str, start, end) -> PrometheusSource:
@@ -111,11 +138,19 @@ def prometheus_source(server: PrometheusServer, query: str, start, end) -> Prome
                             timeout_seconds=server.timeout_seconds, retries=server.retries)
 
 
-@dataclass
 class PrometheusDemand:
-    """The controller's demand reader on a real cluster: each policy's query, from Prometheus."""
-    server: PrometheusServer
+    """The controller's demand reader on a real cluster: each policy's query, from Prometheus, on one client whose
+    connections every read reuses (a thousand policies are read every few minutes, 8 at a time; a client and a
+    connection per read cost a quarter of a read's CPU). The reconcile's reader threads share it: urllib3's pool
+    is thread-safe, and nothing else in the session changes after it is made."""
+
+    def __init__(self, server: PrometheusServer):
+        self.server = server
+        token_file = server.bearer_token_file
+        self.client = _connect(server.url, _bearer(lambda: token_file.read_text().strip()) if token_file else None,
+                               str(server.ca_file) if server.ca_file else None, server.insecure_skip_verify,
+                               server.timeout_seconds, server.retries)
 
     def read(self, key: str, query: str, start: pd.Timestamp, end: pd.Timestamp) -> pd.Series:
-        raw = prometheus_source(self.server, query, start.to_pydatetime(), end.to_pydatetime()).fetch()
+        raw = read_range(self.client, query, start.to_pydatetime(), end.to_pydatetime(), self.server.step)
         return raw[raw.index > start]

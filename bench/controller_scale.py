@@ -22,6 +22,7 @@ Nothing runs Kueue: Workloads are admitted by writing their status as Kueue's sc
 
     python bench/controller_scale.py              # 10, 100, 1,000 policies -> bench/results/controller-scale.json
     python bench/controller_scale.py --quick      # 10 and 100 policies, fewer Workloads (what the test runs)
+    python bench/controller_scale.py --reads      # 1,000 demand reads alone: time, CPU, connections opened
 """
 from __future__ import annotations
 
@@ -388,12 +389,61 @@ def run(counts, minutes: int = 20, jumps: int = 3, out: Path | None = RESULTS, w
     return rows
 
 
+# ---------------------------------------------------------------------------- the demand reads alone
+def reads(count: int = 1000) -> list[dict]:
+    """`count` demand reads of a steady reconcile's size (the last 15 minutes, each policy's query scaled
+    differently) on a real Prometheus holding the NASA trace, from 1 thread and from 8 as the reconcile reads: their
+    wall time, the reading process's CPU, and the connections Prometheus accepted (its own counter)."""
+    import re
+    import urllib.request
+
+    from adapters.prometheus import PrometheusDemand
+    from core.settings import PrometheusServer
+    from forecast.history import load_history
+    from tests.servers import prometheus as prom_servers
+    from tests.servers.fixtures import NASA_TRACE
+
+    work = Path(tempfile.mkdtemp(prefix="headroom-reads-"))
+    prom_servers.write_openmetrics(load_history(NASA_TRACE), work / "demand.om")
+    prom_servers.backfill(work / "demand.om", work / "blocks")
+    prometheus = prom_servers.start_prometheus(work / "blocks", work / "prom")
+
+    def accepted() -> int:
+        text = urllib.request.urlopen(f"{prometheus.url}/metrics", timeout=10).read().decode()
+        return int(float(re.search(r'conn_accepted_total\{listener_name="http"\} (\S+)', text).group(1)))
+
+    try:
+        demand = PrometheusDemand(PrometheusServer(url=prometheus.url, step="5m", timeout_seconds=30, retries=2))
+        end = HOUR + pd.Timedelta(minutes=5)
+
+        def read(i: int):
+            return demand.read(f"p{i}", policy(i, None)["spec"]["query"], end - pd.Timedelta(minutes=15), end)
+
+        list(map(read, range(20)))  # warm
+        out = []
+        for threads in (1, 8):
+            before, started, cpu = accepted(), time.perf_counter(), time.process_time()
+            with ThreadPoolExecutor(threads) as pool:
+                list(pool.map(read, range(count)))
+            out.append({"threads": threads, "reads": count, "seconds": round(time.perf_counter() - started, 3),
+                        "cpu_ms_per_read": round((time.process_time() - cpu) * 1000 / count, 3),
+                        "connections_opened": accepted() - before - 1})  # the counter's own read is one
+        return out
+    finally:
+        prometheus.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="10 and 100 policies, fewer Workloads and reconciles")
     p.add_argument("--out", type=Path, default=RESULTS)
+    p.add_argument("--reads", action="store_true", help="time 1,000 demand reads on a real Prometheus alone")
     p.add_argument("--controller", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
+    if a.reads:
+        for r in reads():
+            print(json.dumps(r))
+        return 0
     if a.controller:
         print(json.dumps(controller(json.loads(a.controller))))
         return 0

@@ -2,15 +2,19 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pandas as pd
 import pytest
 
 import adapters.prometheus as promsrc
-from adapters.prometheus import PrometheusError, PrometheusSource
+from adapters.prometheus import PrometheusDemand, PrometheusError, PrometheusSource
+from core.settings import PrometheusServer
 from tests.servers.prometheus import METRIC
 
 START = pd.Timestamp("1995-07-01T04:00:00Z")
@@ -57,6 +61,34 @@ def test_gaps_come_back_nan_never_zero(prometheus_server, nasa_trace):
     assert not (got.reindex(deep.index) == 0).any()
     real = window.dropna()
     np.testing.assert_array_equal(got.reindex(real.index).to_numpy(), real.to_numpy())
+
+
+def _connections_accepted(url: str) -> int:
+    """Connections the Prometheus at `url` has accepted (its own metric; this read opens one more)."""
+    text = urllib.request.urlopen(f"{url}/metrics", timeout=10).read().decode()
+    return int(float(re.search(r'net_conntrack_listener_conn_accepted_total\{listener_name="http"\} (\S+)',
+                               text).group(1)))
+
+
+def test_demand_reads_from_many_threads_share_a_few_connections(prometheus_server):
+    """The controller's reader keeps its connections: 400 reads from 8 threads open at most one per thread (a
+    client per read opened 400), and each thread gets its own query's answer."""
+    demand = PrometheusDemand(PrometheusServer(url=prometheus_server.url, step="5m"))
+    end = pd.Timestamp("1995-07-10T12:00:00Z")
+    start = end - pd.Timedelta(hours=1)
+    base = demand.read("base", METRIC, start, end)
+    assert base.notna().sum() > 6
+
+    def read(i: int) -> pd.Series:
+        return demand.read(f"p{i}", f"{METRIC} * {i % 5 + 1}", start, end)
+
+    before = _connections_accepted(prometheus_server.url)
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(read, range(400)))
+    opened = _connections_accepted(prometheus_server.url) - before - 1
+    assert opened <= 8, f"{opened} connections for 400 reads"
+    for i, series in enumerate(got):
+        pd.testing.assert_series_equal(series, base * (i % 5 + 1))
 
 
 def test_server_stopped_mid_fetch_raises_clear_error(private_prometheus, monkeypatch):

@@ -143,6 +143,31 @@ def test_parse_policies_names_every_bad_field():
     assert by_name["y"] == "spec: headroomQuantile must be at least targetQuantile"
 
 
+def test_a_spec_is_parsed_once_per_generation_and_forgotten_with_its_policy(monkeypatch):
+    import controller.reconcile as reconcile
+
+    parsed = []
+    original = reconcile.parse_policy_spec
+    monkeypatch.setattr(reconcile, "parse_policy_spec", lambda raw, source: parsed.append(source) or original(raw,
+                                                                                                               source))
+    specs = reconcile.ParsedSpecs()
+    bad = policy("bad", leadTime="soon")
+    for _ in range(3):  # steady reconciles: each spec parsed once, the refusal's message kept with it
+        (chat,), invalid = parse_policies([policy(), bad], specs)
+        assert "spec.leadTime" in invalid[next(iter(invalid))]
+    assert sorted(parsed) == ["ReservationPolicy inference/bad", "ReservationPolicy inference/chat"]
+    changed = policy(minGpus=6)
+    changed["metadata"]["generation"] = 2
+    (chat,), _ = parse_policies([changed, bad], specs)  # a new generation: parsed again, its spec in force
+    assert (chat.generation, chat.spec.min_gpus, len(parsed)) == (2, 6, 3)
+    # deleted and created again where nothing sets a uid (the embedded cluster): generation 1 again, another spec
+    (chat,), _ = parse_policies([policy(minGpus=4)], specs)
+    assert (chat.generation, chat.spec.min_gpus, len(parsed)) == (1, 4, 4)
+    specs.keep(set())  # gone from the cluster: forgotten
+    parse_policies([policy(minGpus=4)], specs)
+    assert len(parsed) == 5
+
+
 def test_a_policy_whose_minimum_does_not_fit_is_the_only_one_refused(demand_file, tmp_path):
     r = Replay(tmp_path, demand_file, policy("chat", minGpus=100), policy("big", minGpus=40),
                policy("small", minGpus=8))
