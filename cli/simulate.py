@@ -282,5 +282,6 @@ def cmd_tune(cfg: Config, args) -> int:
 
 
 def _fields(spec) -> str:
-    return (f"forecaster {spec.forecaster}, targetQuantile {spec.target_quantile:g}, warmBuffer {spec.warm_buffer:g}, "
-            f"scaleInDelay {spec.scale_in_delay}, leadTime {spec.lead_time}, marginGpus {spec.margin_gpus}")
+    rises = "" if spec.warm_buffer_quantile is None else f", warmBufferQuantile {spec.warm_buffer_quantile:g}"
+    return (f"forecaster {spec.forecaster}, targetQuantile {spec.target_quantile:g}, warmBuffer {spec.warm_buffer:g}"
+            f"{rises}, scaleInDelay {spec.scale_in_delay}, leadTime {spec.lead_time}, marginGpus {spec.margin_gpus}")

@@ -240,8 +240,9 @@ def reference_spec(spec: PolicySpec, reference: str, scenario: Scenario) -> Poli
     w = scenario.world
     lead = scenario.step_seconds if reference == "hourly-oracle" else \
         math.ceil((w.warmup_seconds + w.preemption_seconds[1]) / scenario.step_seconds) * scenario.step_seconds
-    return spec.model_copy(update={"warm_buffer": 0.0, "scale_in_delay": "0s", "margin_gpus": 0,
-                                   "lead_time": f"{lead:g}s", "target_quantile": 0.9, "headroom_quantile": 0.99})
+    return spec.model_copy(update={"warm_buffer": 0.0, "warm_buffer_quantile": 0.0, "scale_in_delay": "0s",
+                                   "margin_gpus": 0, "lead_time": f"{lead:g}s", "target_quantile": 0.9,
+                                   "headroom_quantile": 0.99})
 
 
 def simulate(scenario: Scenario, spec: PolicySpec, make_forecaster: Callable[[], Forecaster] | SharedFits | None = None,
@@ -257,7 +258,7 @@ def simulate(scenario: Scenario, spec: PolicySpec, make_forecaster: Callable[[],
     if future is not None:
         spec = reference_spec(spec, reference, scenario)
     elif reference != "forecast":
-        spec = spec.model_copy(update={"forecaster": FORECASTER[reference]})
+        spec = spec.model_copy(update={"forecaster": FORECASTER[reference], "warm_buffer_quantile": 0.0})
     return _run(scenario, spec, make_forecaster, reference, future, timeline, detail, progress)
 
 

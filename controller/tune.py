@@ -58,11 +58,13 @@ def _lines(base: PolicySpec, grid: TuneConfig, reference: str):
             for q in grid.target_quantiles:
                 for delay in grid.scale_in_delays:
                     for lead in grid.lead_times:
-                        yield [{"forecaster": forecaster, "target_quantile": q, "headroom_quantile": max(
-                            base.headroom_quantile, q), "scale_in_delay": delay, "lead_time": lead, "warm_buffer": b}
-                               for b in grid.warm_buffers]
+                        for level in grid.warm_buffer_quantiles:
+                            yield [{"forecaster": forecaster, "target_quantile": q, "headroom_quantile": max(
+                                base.headroom_quantile, q), "scale_in_delay": delay, "lead_time": lead,
+                                "warm_buffer_quantile": level, "warm_buffer": b} for b in grid.warm_buffers]
     else:  # a baseline: its level plus a margin, nothing reactive
-        yield [{"forecaster": FORECASTER[reference], "warm_buffer": 0.0, "scale_in_delay": "0s", "margin_gpus": m}
+        yield [{"forecaster": FORECASTER[reference], "warm_buffer": 0.0, "warm_buffer_quantile": 0.0,
+                "scale_in_delay": "0s", "margin_gpus": m}
                for m in grid.margins_gpus]
 
 

@@ -77,6 +77,12 @@ class PolicySpec(Camel):
     warm_buffer: float = Field(1.0, ge=0, le=100, description="Warm GPUs kept above the recent observed peak P, as "
                                                               "warmBuffer x sqrt(P) (request noise grows with the "
                                                               "square root of the level).")
+    warm_buffer_quantile: float | None = Field(
+        None, ge=0, lt=1, description="The warm buffer's factor is at least this quantile, over the last week, of how "
+                                      "far demand rose within leadTime above the peak of the scaleInDelay before it, "
+                                      "per sqrt of that peak: the buffer follows the bursts the demand shows. Unset: "
+                                      "1 - objective.maxShortSteps (the rises the objective lets go short); 0: "
+                                      "warmBuffer alone.")
     scale_in_delay: str = Field("10m", description="Observed demand keeps its GPUs this long (Go duration).")
     min_gpus: int = Field(0, ge=0)
     max_gpus: int | None = Field(None, ge=1)
@@ -135,6 +141,12 @@ class PolicySpec(Camel):
     @property
     def scale_in_delay_seconds(self) -> float:
         return float(duration(self.scale_in_delay).total_seconds())
+
+    @property
+    def rise_quantile(self) -> float | None:
+        """The quantile of observed rises the warm buffer covers (warmBufferQuantile resolved); None: off."""
+        q = 1 - self.objective.max_short_steps if self.warm_buffer_quantile is None else self.warm_buffer_quantile
+        return q if q > 0 else None
 
     @property
     def reclaim_deadline_seconds(self) -> float:

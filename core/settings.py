@@ -229,6 +229,9 @@ class TuneConfig(Strict):
     target_quantiles: list[float] = Field(default_factory=lambda: [0.5, 0.7, 0.8, 0.9, 0.95], min_length=1)
     warm_buffers: list[float] = Field(default_factory=lambda: [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0],
                                       min_length=1)
+    # None: the objective's level (1 - max_short_steps); 0: the fixed warm buffer alone
+    warm_buffer_quantiles: list[float | None] = Field(default_factory=lambda: list[float | None]([None]),
+                                                      min_length=1)
     scale_in_delays: list[str] = Field(default_factory=lambda: ["10m"], min_length=1)
     lead_times: list[str] = Field(default_factory=lambda: ["15m"], min_length=1)
     margins_gpus: list[int] = Field(default_factory=lambda: [0, 1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64], min_length=1)
@@ -248,6 +251,14 @@ class TuneConfig(Strict):
         if any(b < 0 or b > 100 for b in values):
             raise ValueError("warm buffers must be between 0 and 100")
         return _increasing(values)
+
+    @field_validator("warm_buffer_quantiles")
+    @classmethod
+    def _buffer_quantiles(cls, values: list[float | None]) -> list[float | None]:
+        for q in values:
+            if q is not None and not 0 <= q < 1:
+                raise ValueError(f"quantile {q} is not in [0, 1)")
+        return values
 
     @field_validator("margins_gpus")
     @classmethod

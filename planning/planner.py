@@ -33,6 +33,7 @@ from core.policy import PolicySpec
 from core.units import epoch_seconds
 
 WEEK = 7 * 86400.0
+RISE_WINDOW = WEEK  # the observed demand whose rises size the warm buffer (warmBufferQuantile)
 MAX_GPUS = 2**40  # more GPUs than any cluster holds; far from int64's limit when summed
 # A training job that does not say how fast it stops, or how often it checkpoints (and the jobs Kueue may admit next,
 # when none runs to tell): assumed slow, and checkpointing every half hour.
@@ -57,13 +58,14 @@ class WorkloadPolicy:
     margin_gpus: int = 0
     headroom_floor_gpus: int = 0
     reclaim_deadline_seconds: float = 300.0
+    warm_buffer_quantile: float | None = None  # the buffer also follows the last week's rises (_rise_buffer)
 
     @classmethod
     def from_spec(cls, name: str, spec: PolicySpec) -> WorkloadPolicy:
         return cls(name, spec.capacity.demand_per_gpu, spec.capacity.gpus_per_replica, spec.target_quantile,
                    spec.headroom_quantile, spec.lead_time_seconds, spec.warm_buffer, spec.scale_in_delay_seconds,
                    spec.min_gpus, spec.max_gpus, spec.margin_gpus, spec.headroom_floor_gpus,
-                   spec.reclaim_deadline_seconds)
+                   spec.reclaim_deadline_seconds, spec.rise_quantile)
 
     def gpus(self, demand: float) -> int:
         """GPUs that serve `demand`: whole replicas, rounded up; unknown (NaN) demand needs nothing extra. Demand
@@ -185,6 +187,7 @@ class WorkloadHours:
     target: np.ndarray         # the forecast's target quantile (demand units; NaN under fallback)
     why_fallback: str
     cut: np.ndarray            # GPUs cut by the cluster's capacity per period
+    rise_buffer: float = 0.0   # the warm buffer's factor the last week's rises ask for (0: none asked)
 
     # read several times a step: bisect on a list beats numpy's search, and a list's items are Python numbers
     @cached_property
@@ -284,7 +287,7 @@ def plan_hours(forecasts: Mapping[str, Forecast | None], histories: Mapping[str,
         reserved = np.clip(raw, w.min_gpus, w.top(lendable))  # WorkloadPolicy.clamp of each
         high_gpus = np.where(usable, w.gpus_each(high), 0)
         headroom = np.maximum(np.where(usable, high_gpus - reserved, 0), w.headroom_floor_gpus)
-        rows.append([w, reserved, headroom, usable, target, why])
+        rows.append([w, reserved, headroom, usable, target, why, _rise_buffer(w, h)])
     # Over capacity: cut workloads later in the policy order first, never below their minimum.
     reserved = np.array([r[1] for r in rows], dtype=np.int64).reshape(len(rows), len(starts))
     cut = np.zeros_like(reserved)
@@ -299,9 +302,51 @@ def plan_hours(forecasts: Mapping[str, Forecast | None], histories: Mapping[str,
                 cut[row, i] = take
                 over_by -= take
     slack = lendable - reserved.sum(axis=0) if rows else np.full(len(starts), lendable)
-    out = tuple(WorkloadHours(w.name, starts, period, reserved[k], headroom, usable, target, why, cut[k])
-                for k, (w, _, headroom, usable, target, why) in enumerate(rows))
+    out = tuple(WorkloadHours(w.name, starts, period, reserved[k], headroom, usable, target, why, cut[k], rise)
+                for k, (w, _, headroom, usable, target, why, rise) in enumerate(rows))
     return HourPlan(t_now, out, slack.astype(np.int64), tuple(notes))
+
+
+def _rise_buffer(w: WorkloadPolicy, h: History) -> float:
+    """The warm buffer's factor b (buffer = b x sqrt(peak GPUs)) that the last week's demand asks for at the policy's
+    warmBufferQuantile: that quantile, over every observed sample, of how many GPUs demand rose within the lead time
+    above the peak of the scale-in delay before it, per sqrt of that peak. So the buffer follows the bursts the
+    demand itself shows, as they grow or fade. 0 (the fixed warmBuffer alone) when off or with no rise seen."""
+    q = w.warm_buffer_quantile
+    if q is None or h.observed is None or h.newest is None:
+        return 0.0
+    times = epoch_seconds(h.observed.index)
+    lo, hi = np.searchsorted(times, [h.now - RISE_WINDOW, h.now], side="right")
+    times, values = times[lo:hi], h.observed.to_numpy(float)[lo:hi]
+    if len(times) < 2:
+        return 0.0
+    gaps = np.sort(np.diff(times[-64:]))
+    step = float(gaps[len(gaps) // 2])  # the recent sampling step (a median; np.median costs ten times as much)
+    if not step > 0:
+        return 0.0
+    behind = int(w.scale_in_delay_seconds // step) + 1  # the samples plan_step's peak spans
+    ahead = max(int(math.ceil(w.lead_time_seconds / step - 1e-9)), 1)
+    n = len(values) - behind - ahead + 1  # the samples with a whole window behind and ahead
+    if n < 1:
+        return 0.0
+    # each window's peak in GPUs, a shifted maximum at a time (a missing sample makes its windows NaN: dropped); run
+    # once an hour over a week, numpy's general-purpose calls would be much of a year's simulation
+    gpus = np.where(np.isfinite(values), w.gpus_each(values), np.nan)
+    before, after = gpus[:n], gpus[behind:behind + n]
+    for k in range(1, behind):
+        before = np.maximum(before, gpus[k:k + n])
+    for k in range(1, ahead):
+        after = np.maximum(after, gpus[behind + k:behind + k + n])
+    seen = np.isfinite(before) & np.isfinite(after)
+    rise = (after[seen] - before[seen]) / np.sqrt(np.maximum(before[seen], 1))
+    if not len(rise):
+        return 0.0
+    # np.quantile's default (linear between the two nearest order statistics), by a partial sort: a tenth of its cost
+    at = q * (len(rise) - 1)
+    i = int(at)
+    j = min(i + 1, len(rise) - 1)
+    low, high = np.partition(rise, [i, j])[[i, j]]
+    return max(float(low + (high - low) * (at - i)), 0.0)
 
 
 # --------------------------------------------------------------------------------------------- now
@@ -456,8 +501,9 @@ def plan_step(hours: HourPlan, observed: Mapping[str, Observed], training: Train
             recent = [v for v in o.values[lo:hi].tolist() if math.isfinite(v)]
             if recent:
                 peak = w.gpus(float(max(recent)))
-                if w.warm_buffer > 0:
-                    buffer = int(math.ceil(w.warm_buffer * math.sqrt(max(peak, 1)) - 1e-9))
+                factor = max(w.warm_buffer, wh.rise_buffer)
+                if factor > 0:
+                    buffer = int(math.ceil(factor * math.sqrt(max(peak, 1)) - 1e-9))
         want = w.clamp(max(fore, peak + buffer), lendable)
         degraded = o is not None and o.degraded
         if o is not None and o.degraded:

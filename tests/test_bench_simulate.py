@@ -66,3 +66,17 @@ def test_within_reads_the_policy_objective(bench):
          "shortage_within_cluster": 0.0015, "short_steps": 0.015}
     assert bench.within(r) and not bench.within({**r, "short_steps": 0.0151})
     assert not bench.within(r, slack=1.0)
+
+
+def test_the_warm_buffers_rule_is_chosen_on_the_history_and_shown(bench, nasa_run):
+    """--choose's table: each rule's setting in words and its numbers on the history's own last days."""
+    f = nasa_run["forecast"]
+    chosen = {"nasa": {"fixed warmBuffer": {**f, "policy": {**f["policy"], "warmBufferQuantile": 0.0}},
+                       "rises at the objective's level": f}}
+    doc = bench.report({"nasa": nasa_run}, None, {"gpus": 128, "peak_gpus": 100, "days": 1, "history_days": 3},
+                       chosen=chosen)
+    section = doc.split("## How the warm buffer's rule was chosen (history only)")[1]
+    assert "| nasa | fixed warmBuffer |" in section and "the fixed warm buffer alone" in section
+    level = 1 - f["policy"]["objective"]["maxShortSteps"]
+    assert f"rises at the {level:g} quantile (1 - maxShortSteps)" in section
+    assert f"{f['utilization']:.3f}" in section

@@ -1,5 +1,7 @@
 """The pure planner (planning.planner): plan_hours (reservation and headroom per period, fallback, capacity cut)
 and plan_step (reservation in force now, lent slack, preemptions), each decision with its reason."""
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -497,7 +499,12 @@ def test_workload_policy_from_a_reservation_policy_spec():
         "marginGpus": 2, "headroomFloorGpus": 3, "targetQuantile": 0.8, "headroomQuantile": 0.95,
         "target": {"kind": "Deployment", "name": "d"}})
     w = WorkloadPolicy.from_spec("ns/p", spec)
-    assert w == WorkloadPolicy("ns/p", 3.5, 4, 0.8, 0.95, 1200.0, 0.5, 3600.0, 4, 32, 2, 3, 90.0)
+    # warmBufferQuantile unset: the rises the objective lets go short (1 - maxShortSteps); 0: off
+    assert w == WorkloadPolicy("ns/p", 3.5, 4, 0.8, 0.95, 1200.0, 0.5, 3600.0, 4, 32, 2, 3, 90.0, 0.99)
+    assert WorkloadPolicy.from_spec("ns/p", spec.model_copy(update={"warm_buffer_quantile": 0.0})) == replace(
+        w, warm_buffer_quantile=None)
+    strict = PolicySpec.model_validate({**spec.model_dump(), "objective": {"maxShortSteps": 0.005}})
+    assert WorkloadPolicy.from_spec("ns/p", strict).warm_buffer_quantile == pytest.approx(0.995)
     assert w.gpus(14.0) == 4 and w.gpus(14.1) == 8 and w.gpus(float("nan")) == 0 and w.gpus(-1) == 0
 
 
@@ -509,3 +516,53 @@ def test_demand_beyond_any_cluster_reserves_everything_and_nan_nothing_extra():
     assert w.gpus(1e308) == w.gpus(float("inf")) == MAX_GPUS
     assert w.clamp(w.gpus(1e308), 128) == 128
     assert w.gpus(float("nan")) == 0 and w.gpus(-5.0) == 0 and w.gpus(2.5e-3) == 3
+
+
+def _rises_by_time(times, values, w: WorkloadPolicy, q: float) -> float:
+    """_rise_buffer written out by time instead of sample counts: at each sample, demand's peak over the scale-in
+    delay up to it, and its peak within the lead time after it, both in GPUs; the rise per sqrt of the peak."""
+    rises = []
+    for t in times:
+        before = values[(times >= t - w.scale_in_delay_seconds) & (times <= t)]
+        after = values[(times > t) & (times <= t + w.lead_time_seconds)]
+        if len(after) < round(w.lead_time_seconds / 300) or np.isnan(before).any() or np.isnan(after).any():
+            continue  # the window runs past the newest sample, or a sample is missing
+        peak = w.gpus(float(before.max()))
+        rises.append((w.gpus(float(after.max())) - peak) / np.sqrt(max(peak, 1)))
+    return max(float(np.quantile(rises, q)), 0.0)
+
+
+def test_warm_buffer_quantile_follows_the_demands_own_rises():
+    """warmBufferQuantile: the buffer's factor is the quantile of the last week's rises within the lead time above the
+    recent peak, per sqrt(peak); it grows with the bursts, never lowers the fixed warmBuffer, and is off unset."""
+    rng = np.random.default_rng(7)
+    idx = pd.date_range(NOW - pd.Timedelta(days=8), NOW, freq="5min", inclusive="left")
+    t = idx.as_unit("s").asi8.astype(float)
+    calm = 60.0 + rng.normal(0, 3, len(idx))
+    bursts = calm + np.where(rng.random(len(idx)) < 0.04, 40.0, 0.0)
+    w = workload(scale_in_delay_seconds=600.0, warm_buffer_quantile=0.95, gpus_per_replica=1)
+    week = t > NOW.timestamp() - 7 * 86400
+    factors = {}
+    for name, values in (("calm", calm), ("bursts", bursts)):
+        values = values.copy()
+        values[100] = np.nan  # a missing sample drops its windows
+        h = plan_hours({"chat": forecast([4, 4, 4, 4])}, {"chat": History.of(pd.Series(values, idx), NOW)},
+                       cluster(w), NOW)
+        factors[name] = h.workloads[0].rise_buffer
+        assert factors[name] == pytest.approx(_rises_by_time(t[week], values[week], w, 0.95))
+        now_ = NOW.timestamp()
+        s = plan_step(h, {"chat": observed((now_ - 300, 60.0), (now_, 60.0))}, training(), cluster(w), now_)
+        s = s.workloads[0]
+        assert s.peak_gpus == 30 and s.buffer_gpus == int(np.ceil(factors[name] * np.sqrt(30) - 1e-9))
+        assert s.reserved_gpus == min(30 + s.buffer_gpus, 60)
+    assert factors["bursts"] > factors["calm"] + 1  # 20-GPU bursts within the lead time at 0.04 x 3 > 5% of samples
+    # the fixed warmBuffer stays the floor; unset, the rises are not read; a short history asks for nothing
+    floor = workload(scale_in_delay_seconds=600.0, warm_buffer_quantile=0.95, warm_buffer=50.0)
+    h = plan_hours({"chat": forecast([4, 4, 4, 4])}, {"chat": History.of(pd.Series(bursts, idx), NOW)}, cluster(floor),
+                   NOW)
+    assert plan_step(h, {"chat": observed((NOW.timestamp(), 8.0))}, training(), cluster(floor),
+                     NOW.timestamp()).workloads[0].buffer_gpus == 100  # 50 x sqrt(4)
+    for pol, series in ((workload(scale_in_delay_seconds=600.0), bursts), (w, bursts[-10:])):
+        h = plan_hours({"chat": forecast([4, 4, 4, 4])}, {"chat": History.of(pd.Series(series, idx[-len(series):]),
+                                                                             NOW)}, cluster(pol), NOW)
+        assert h.workloads[0].rise_buffer == 0.0

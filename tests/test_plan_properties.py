@@ -1,4 +1,6 @@
 """Invariants of the planner (plan_hours + plan_step) over random forecasts, policies, demand and training."""
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 from hypothesis import given, settings
@@ -145,3 +147,29 @@ def test_gpus_of_a_whole_array_are_gpus_of_each_value(demand, per_gpu, per_repli
     # plan_hours reserves with the array form; plan_step with the scalar one: they must never disagree
     w = WorkloadPolicy("ns/w", demand_per_gpu=per_gpu, gpus_per_replica=per_replica)
     assert w.gpus_each(np.array(demand)).tolist() == [w.gpus(d) for d in demand]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.one_of(st.floats(0, 2000), st.just(float("nan"))), min_size=0, max_size=400),
+       st.sampled_from([0.5, 0.9, 0.99]), st.sampled_from([0.5, 0.9, 0.99]), st.sampled_from([0.0, 1.0]),
+       st.sampled_from([0.0, 600.0]), st.sampled_from([300.0, 900.0]), st.floats(0, 2000))
+def test_a_warm_buffer_from_observed_rises_only_adds_and_grows_with_its_quantile(samples, q1, q2, floor, delay, lead,
+                                                                                   latest):
+    """warmBufferQuantile never lowers the reservation the fixed warmBuffer gives, and a higher quantile never asks
+    for less, on any observed demand (missing samples included)."""
+    now = BASE
+    idx = pd.date_range(now - pd.Timedelta(minutes=5 * len(samples)), periods=len(samples), freq="5min")
+    history = History.of(pd.Series(samples, index=idx, dtype=float), now)
+    t_now = now.timestamp()
+    observed = {"w": Observed(np.array([t_now - 300.0, t_now]), np.array([samples[-1] if samples else 0.0, latest]),
+                              0)}
+    fixed = WorkloadPolicy("w", 2.0, warm_buffer=floor, scale_in_delay_seconds=delay, lead_time_seconds=lead)
+    frame = pd.DataFrame({0.9: [10.0] * H, 0.99: [20.0] * H}, index=pd.date_range(now.floor("h"), periods=H, freq="h"))
+    reserved, factors = [], []
+    for w in (fixed, *(replace(fixed, warm_buffer_quantile=q) for q in sorted((q1, q2)))):
+        policy = ClusterPolicy(10**6, (w,), horizon_hours=H)
+        hours = plan_hours({"w": Forecast.of(frame, 0.9, 0.99)}, {"w": history}, policy, now)
+        factors.append(hours.workloads[0].rise_buffer)
+        reserved.append(plan_step(hours, observed, Training(), policy, t_now).workloads[0].reserved_gpus)
+    assert factors[0] == 0.0 and 0.0 <= factors[1] <= factors[2]
+    assert reserved[0] <= reserved[1] <= reserved[2]

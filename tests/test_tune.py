@@ -94,15 +94,24 @@ def test_tune_never_looks_past_the_history():
 
 def test_when_nothing_meets_the_objective_it_names_the_closest_setting_and_why():
     s, spec = scenario(trace("nasa"), gpus=60)  # demand peaks near 100 GPUs: a lot of it is above the cluster
-    t = tune(s, spec, TuneConfig(target_quantiles=[0.5], warm_buffers=[0.0, 0.5], max_short_steps=0.0))
+    # the fixed warm buffer alone: at the objective's level (here 1 - 0), the buffer would cover every rise seen
+    fixed = TuneConfig(target_quantiles=[0.5], warm_buffers=[0.0, 0.5], warm_buffer_quantiles=[0.0],
+                       max_short_steps=0.0)
+    t = tune(s, spec, fixed)
     assert not t.met and "None" not in t.reason
     assert "closest" in t.reason and "warm_buffer" in t.reason and "above the cluster's 60 GPUs" in t.reason
     closest = t.table.loc[t.table.short_steps.idxmin()]
     assert t.recommended.warm_buffer == closest.warm_buffer
     # and without demand above the cluster, what stands in the way is the grid or the objective
     s, spec = scenario(trace("nasa"))
-    t = tune(s, spec, TuneConfig(target_quantiles=[0.5], warm_buffers=[0.0], max_shortage=0.0, max_short_steps=0.0))
+    strict = dict(target_quantiles=[0.5], warm_buffers=[0.0], max_shortage=0.0, max_short_steps=0.0)
+    t = tune(s, spec, TuneConfig(**strict, warm_buffer_quantiles=[0.0]))
     assert not t.met and "widen tune.warm_buffers, or relax the objective" in t.reason
+    # the buffer following the largest rise of the last week (the level an objective of no short step asks for)
+    # holds more than any fixed one on the grid
+    rises = tune(s, spec, TuneConfig(**strict))
+    assert rises.recommended.rise_quantile == 1.0
+    assert rises.table.short_steps.iloc[0] < t.table.short_steps.iloc[0]
 
 
 def test_one_day_of_history_gets_the_stated_defaults_not_an_error():
@@ -226,3 +235,22 @@ def test_a_week_short_on_one_day_only_has_an_error_as_large_as_its_shortage():
     calm = {k: [1000.0, 0.0, 0, 288] for k in range(6)}
     shortage, steps = day_to_day_errors({**calm, 6: [1000.0, 7.0, 14, 288]})
     assert shortage == pytest.approx(0.001, rel=0.01) and steps == pytest.approx(14 / 2016, rel=0.01)
+
+
+def test_sweeps_the_warm_buffers_rule_and_each_level_is_a_line():
+    """tune.warm_buffer_quantiles: the fixed buffer (0), the objective's level (null) and set levels, each its own line
+    along the warm buffer; the recommendation carries the level it was measured with. A level outside [0, 1) is
+    refused, naming it."""
+    s, spec = scenario(trace("nasa"))
+    t = tune(s, spec, TuneConfig(target_quantiles=[0.5], warm_buffers=[0.0, 1.0], warm_buffer_quantiles=[0.0, None,
+                                                                                                     0.9]))
+    levels = t.table.warm_buffer_quantile.fillna(-1.0)  # -1: unset, the objective's level
+    assert list(dict.fromkeys(levels)) == [0.0, -1.0, 0.9]  # one line after the other, in the grid's order
+    rec = t.recommended
+    chosen = (-1.0 if rec.warm_buffer_quantile is None else rec.warm_buffer_quantile, rec.warm_buffer)
+    assert chosen in set(zip(levels, t.table.warm_buffer))
+    # each level changes what is reserved: the rises' buffer (levels > 0) holds more than the fixed one at buffer 0
+    first = t.table.groupby(levels, sort=False).first()
+    assert (first.loc[[-1.0, 0.9], "short_steps"] < first.loc[0.0, "short_steps"]).all()
+    with pytest.raises(ValueError, match="quantile 1.0 is not in"):
+        TuneConfig(warm_buffer_quantiles=[1.0])
