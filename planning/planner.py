@@ -33,7 +33,6 @@ from core.policy import PolicySpec
 from core.units import epoch_seconds
 
 WEEK = 7 * 86400.0
-RISE_WINDOW = WEEK  # the observed demand whose rises size the warm buffer (warmBufferQuantile)
 MAX_GPUS = 2**40  # more GPUs than any cluster holds; far from int64's limit when summed
 # A training job that does not say how fast it stops, or how often it checkpoints (and the jobs Kueue may admit next,
 # when none runs to tell): assumed slow, and checkpointing every half hour.
@@ -163,15 +162,25 @@ class History:
         return cls(seen.index[-1].timestamp() if len(seen) else None, observed, pd.Timestamp(now).timestamp())
 
     @cached_property
+    def last_week(self) -> tuple[np.ndarray, np.ndarray]:
+        """The samples of the week before `now`, as epoch seconds and values (NaN kept), converted once: the
+        fallback's peaks and the warm buffer's rises both read them."""
+        if self.observed is None:
+            return np.zeros(0), np.zeros(0)
+        times, values = epoch_seconds(self.observed.index), self.observed.to_numpy(float)
+        week = (times > self.now - WEEK) & (times <= self.now)
+        return times[week], values[week]
+
+    @cached_property
     def weekly_peak_by_hour(self) -> np.ndarray:
         """24 values, NaN for an hour of day not seen in the last week."""
         if self.observed is None or self.newest is None:
             return np.full(24, np.nan)
         # numpy, not a pandas groupby: a thousand policies falling back at once ask this of every one of them
-        times, values = epoch_seconds(self.observed.index), self.observed.to_numpy(float)
-        week = (times > self.now - 7 * 86400) & (times <= self.now) & ~np.isnan(values)
+        times, values = self.last_week
+        seen = ~np.isnan(values)
         peaks = np.full(24, np.nan)
-        np.fmax.at(peaks, (times[week] // 3600 % 24).astype(np.int64), values[week])  # the index is UTC
+        np.fmax.at(peaks, (times[seen] // 3600 % 24).astype(np.int64), values[seen])  # the index is UTC
         return peaks
 
 
@@ -307,17 +316,28 @@ def plan_hours(forecasts: Mapping[str, Forecast | None], histories: Mapping[str,
     return HourPlan(t_now, out, slack.astype(np.int64), tuple(notes))
 
 
+def _window_peaks(values: np.ndarray, behind: int, ahead: int) -> tuple[np.ndarray, np.ndarray]:
+    """At each i with whole windows both sides: the peak of values[i:i + behind] and of the `ahead` values after them
+    (NaN where a window holds a NaN). A shifted maximum at a time: the warm buffer asks this every hour of a week of
+    samples, where numpy's general-purpose window calls would be much of a year's simulation."""
+    n = len(values) - behind - ahead + 1
+    before, after = values[:n], values[behind:behind + n]
+    for k in range(1, behind):
+        before = np.maximum(before, values[k:k + n])
+    for k in range(1, ahead):
+        after = np.maximum(after, values[behind + k:behind + k + n])
+    return before, after
+
+
 def _rise_buffer(w: WorkloadPolicy, h: History) -> float:
     """The warm buffer's factor b (buffer = b x sqrt(peak GPUs)) that the last week's demand asks for at the policy's
     warmBufferQuantile: that quantile, over every observed sample, of how many GPUs demand rose within the lead time
     above the peak of the scale-in delay before it, per sqrt of that peak. So the buffer follows the bursts the
     demand itself shows, as they grow or fade. 0 (the fixed warmBuffer alone) when off or with no rise seen."""
     q = w.warm_buffer_quantile
-    if q is None or h.observed is None or h.newest is None:
+    if q is None or h.newest is None:
         return 0.0
-    times = epoch_seconds(h.observed.index)
-    lo, hi = np.searchsorted(times, [h.now - RISE_WINDOW, h.now], side="right")
-    times, values = times[lo:hi], h.observed.to_numpy(float)[lo:hi]
+    times, values = h.last_week
     if len(times) < 2:
         return 0.0
     gaps = np.sort(np.diff(times[-64:]))
@@ -329,14 +349,8 @@ def _rise_buffer(w: WorkloadPolicy, h: History) -> float:
     n = len(values) - behind - ahead + 1  # the samples with a whole window behind and ahead
     if n < 1:
         return 0.0
-    # each window's peak in GPUs, a shifted maximum at a time (a missing sample makes its windows NaN: dropped); run
-    # once an hour over a week, numpy's general-purpose calls would be much of a year's simulation
-    gpus = np.where(np.isfinite(values), w.gpus_each(values), np.nan)
-    before, after = gpus[:n], gpus[behind:behind + n]
-    for k in range(1, behind):
-        before = np.maximum(before, gpus[k:k + n])
-    for k in range(1, ahead):
-        after = np.maximum(after, gpus[behind + k:behind + k + n])
+    # each window's peak in GPUs (a missing sample makes its windows NaN: dropped)
+    before, after = _window_peaks(np.where(np.isfinite(values), w.gpus_each(values), np.nan), behind, ahead)
     seen = np.isfinite(before) & np.isfinite(after)
     rise = (after[seen] - before[seen]) / np.sqrt(np.maximum(before[seen], 1))
     if not len(rise):
@@ -545,9 +559,7 @@ def _rise(o: Observed, now: float, horizon: float, q: float) -> float:
     peak = float(np.nanmax(recent)) if np.isfinite(recent).any() else 0.0
     if len(values) < 2 * k:
         return peak
-    view = np.lib.stride_tricks.sliding_window_view
-    before = view(values[: len(values) - k], k).max(axis=1)   # a missing sample drops its windows (NaN)
-    ahead = view(values[k:], k).max(axis=1)
+    before, ahead = _window_peaks(values, k, k)  # a missing sample drops its windows (NaN)
     rise = ahead - before
     rise = rise[np.isfinite(rise)]
     return peak + (max(float(np.quantile(rise, q)), 0.0) if len(rise) else 0.0)
