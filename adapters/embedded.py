@@ -189,7 +189,7 @@ class EmbeddedCluster:
         self._arrivals = None
         self._pending_version = self._held_version = 0  # bumped when the pending line, or what training holds, changes
         self._derived: tuple | None = None
-        self._training: tuple[int, Training] | None = None  # (version, the planner's view of training then)
+        self._training: tuple[int, float, Training] | None = None  # (version, until when, the planner's view)
         self._step_alloc: tuple[tuple, float] = ((), 0.0)  # (version, step): the GPU-seconds running jobs use in it
         self._idle_admission: tuple | None = None  # the inputs of the last admission pass that admitted nothing
         self._topped_up = -1              # the version at the backlog's last top-up
@@ -614,15 +614,20 @@ class EmbeddedCluster:
 
     # ------------------------------------------------------------------------------------ for the simulator
     def training(self) -> Training:
-        """Running training as the planner sees it (what core.cluster's reads would give, without building them)."""
+        """Running training as the planner sees it (what core.cluster's reads would give, without building them).
+        Kept until what training holds changes or a job passes its next checkpoint."""
         version, ids, queues, gpus, priority, preempt, interval, admitted_at, stopping = self._columns()[:9]
-        if self._training is None or self._training[0] != version:
-            self._training = (version, Training(ids, queues, gpus, priority, preempt, interval,
-                                                newest_checkpoint(admitted_at, interval, self.now), stopping))
-            return self._training[1]
-        if not ids:  # nothing running: the same at any time until what training holds changes
-            return self._training[1]
-        return self._training[1].with_checkpoints(newest_checkpoint(admitted_at, interval, self.now))
+        held = self._training
+        if held is not None and held[0] == version and self.now < held[1]:
+            return held[2]
+        checkpoints = newest_checkpoint(admitted_at, interval, self.now)
+        if held is None or held[0] != version:
+            view = Training(ids, queues, gpus, priority, preempt, interval, checkpoints, stopping)
+        else:
+            view = held[2].with_checkpoints(checkpoints)
+        # the newest checkpoints stay the same until the soonest next one (none running: until training changes)
+        self._training = (version, float((checkpoints + interval).min()) if len(ids) else math.inf, view)
+        return view
 
     def stopped_by_plan(self) -> list[tuple[str, str]]:
         """(workload, queue) of every Workload headroom evicted that has stopped."""

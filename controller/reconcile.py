@@ -661,8 +661,8 @@ class Reconciler:
     def _hour_plan(self, inputs: list[_Input], policy: ClusterPolicy, now: pd.Timestamp) -> HourPlan:
         """Kept until the hour, a forecast or the policies change."""
         # every sample read is at or before now (a series ending later is read again whole): History.of's newest
-        histories = {i.policy.key: History(self._samples(i.policy.key, i.raw).newest, i.raw, now.timestamp())
-                     for i in inputs}
+        samples = {i.policy.key: self._samples(i.policy.key, i.raw) for i in inputs}
+        histories = {k: History(s.newest, s.times, s.values, now.timestamp()) for k, s in samples.items()}
         key = (now.floor("h"), policy, tuple(id(i.forecast) for i in inputs),
                tuple(stale(histories[i.policy.key], now.timestamp(), policy) for i in inputs))
         if self._hours is not None and self._hours[0] == key:

@@ -349,12 +349,10 @@ def _run(scenario: Scenario, spec: PolicySpec, make_forecaster, reference: str, 
         reason = _degraded(newest, times_all, missing, lo, hi, max(last_hours[k], lo), t_now,
                            data.stale_after_seconds)
         hour = clock_hours[k]
-        window = None  # demand.iloc[lo:hi], made when needed (a refit, a new hourly plan) and once
         # observe.due(cached, now, 0): refitted once an hour
         if reason is None and (cached is None or cached_hour < hour or cached.generation != 0):
             t0 = time.perf_counter()
-            window = demand.iloc[lo:hi]  # what the refit fits on
-            fresh = _refit(fits, future, window, spec, moment(k), data)
+            fresh = _refit(fits, future, demand.iloc[lo:hi], spec, moment(k), data)
             if fresh is not None:
                 cached, cached_hour, cached_ns = fresh, hour, clock_ns[k]
                 cached_forecast = Forecast.of(fresh.frame, spec.target_quantile, spec.headroom_quantile)
@@ -365,8 +363,8 @@ def _run(scenario: Scenario, spec: PolicySpec, make_forecaster, reference: str, 
         seen_newest = newest if reason is None or not reason.startswith("NoData") else None
         old = stale(History(seen_newest), t_now, policy)
         if hours is None or hours_key != (hour, id(fc), old):  # as the reconciler keeps it
-            window = demand.iloc[lo:hi] if window is None else window
-            hours = plan_hours({key: forecast}, {key: History(seen_newest, window, t_now)}, policy, moment(k))
+            hours = plan_hours({key: forecast}, {key: History(seen_newest, times_all[lo:hi], values_all[lo:hi], t_now)},
+                               policy, moment(k))
             hours_key = (hour, id(fc), old)
         inf = world.inference[key]
         observed = Observed(times_all[lo:hi], values_all[lo:hi], inf.desired * inf.gpus_per_replica, reason is not None)

@@ -151,30 +151,32 @@ class Forecast:
 @dataclass(frozen=True)
 class History:
     """What the planner needs of a workload's observed demand: the newest sample's time (epoch seconds, None if
-    none), and, only when the forecast is unusable, each hour-of-day's peak over the week before `now`."""
+    none), and the samples (epoch seconds, ascending, and values; NaN: missing) whose last week the warm buffer's
+    rises and, when the forecast is unusable, the fallback's hourly peaks read."""
     newest: float | None
-    observed: pd.Series | None = None  # raw samples, UTC index
+    times: np.ndarray | None = None
+    values: np.ndarray | None = None
     now: float = 0.0
 
     @classmethod
     def of(cls, observed: pd.Series, now: pd.Timestamp) -> History:
+        observed = observed if observed.index.is_monotonic_increasing else observed.sort_index()
         seen = observed[observed.index <= now].dropna()
-        return cls(seen.index[-1].timestamp() if len(seen) else None, observed, pd.Timestamp(now).timestamp())
+        return cls(seen.index[-1].timestamp() if len(seen) else None, epoch_seconds(observed.index),
+                   observed.to_numpy(float), pd.Timestamp(now).timestamp())
 
     @cached_property
     def last_week(self) -> tuple[np.ndarray, np.ndarray]:
-        """The samples of the week before `now`, as epoch seconds and values (NaN kept), converted once: the
-        fallback's peaks and the warm buffer's rises both read them."""
-        if self.observed is None:
+        """The samples of the week before `now` (NaN kept)."""
+        if self.times is None or self.values is None:
             return np.zeros(0), np.zeros(0)
-        times, values = epoch_seconds(self.observed.index), self.observed.to_numpy(float)
-        week = (times > self.now - WEEK) & (times <= self.now)
-        return times[week], values[week]
+        lo, hi = self.times.searchsorted([self.now - WEEK, self.now], side="right")
+        return self.times[lo:hi], self.values[lo:hi]
 
     @cached_property
     def weekly_peak_by_hour(self) -> np.ndarray:
         """24 values, NaN for an hour of day not seen in the last week."""
-        if self.observed is None or self.newest is None:
+        if self.newest is None:
             return np.full(24, np.nan)
         # numpy, not a pandas groupby: a thousand policies falling back at once ask this of every one of them
         times, values = self.last_week
