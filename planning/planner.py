@@ -331,6 +331,12 @@ def _window_peaks(values: np.ndarray, behind: int, ahead: int) -> tuple[np.ndarr
     return before, after
 
 
+def _sampling_step(times: np.ndarray) -> float:
+    """The recent sampling step: the middle gap of the last 64 samples (np.median costs ten times as much)."""
+    gaps = np.sort(np.diff(times[-64:]))
+    return float(gaps[len(gaps) // 2]) if len(gaps) else 0.0
+
+
 def _rise_buffer(w: WorkloadPolicy, h: History) -> float:
     """The warm buffer's factor b (buffer = b x sqrt(peak GPUs)) that the last week's demand asks for at the policy's
     warmBufferQuantile: that quantile, over every observed sample, of how many GPUs demand rose within the lead time
@@ -342,8 +348,7 @@ def _rise_buffer(w: WorkloadPolicy, h: History) -> float:
     times, values = h.last_week
     if len(times) < 2:
         return 0.0
-    gaps = np.sort(np.diff(times[-64:]))
-    step = float(gaps[len(gaps) // 2])  # the recent sampling step (a median; np.median costs ten times as much)
+    step = _sampling_step(times)
     if not step > 0:
         return 0.0
     behind = int(w.scale_in_delay_seconds // step) + 1  # the samples plan_step's peak spans
@@ -554,7 +559,7 @@ def _rise(o: Observed, now: float, horizon: float, q: float) -> float:
     times, values = o.times[:hi], o.values[:hi]
     if int(np.isfinite(values).sum()) < 3:
         return 0.0
-    step = float(np.median(np.diff(times[-min(len(times), 64):])))
+    step = _sampling_step(times)
     # one sample more: a job kept now is next reconsidered a sample later
     k = max(int(math.ceil(horizon / step - 1e-9)), 1) + 1 if step > 0 else 1
     recent = values[-k:]
