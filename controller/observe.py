@@ -96,6 +96,26 @@ def usable(cached: IssuedForecast | None, now: pd.Timestamp, settings: DataSetti
     return cached
 
 
+def fit(model, name: str, hourly: pd.Series, now: pd.Timestamp, spec: PolicySpec, generation: int,
+        horizon_hours: int) -> tuple[IssuedForecast | None, str | None]:
+    """(forecast, why the model could not fit): no forecast and no fault under MIN_FIT_HOURS of complete hours (the
+    planner's conservative fallback); a model that cannot fit gives no forecast and its error."""
+    if hourly.notna().sum() < MIN_FIT_HOURS:
+        return None, None
+    try:
+        return issue(model, name, hourly, now, spec, generation, horizon_hours), None
+    except (ValueError, ArithmeticError, RuntimeError) as exc:
+        return None, str(exc)
+
+
+def fit_hourly(model, name: str, raw: pd.Series, now: pd.Timestamp, spec: PolicySpec, generation: int,
+               horizon_hours: int) -> tuple[pd.Series, IssuedForecast | None, str | None]:
+    """`fit` on the complete hours of `raw`, which it returns too: the hourly work's computation, with no I/O and
+    module-level, so that `headroom run` can run it in a process of its own."""
+    hourly = hourly_history(raw, spec.statistic, now)
+    return (hourly, *fit(model, name, hourly, now, spec, generation, horizon_hours))
+
+
 def issue(model, name: str, hourly: pd.Series, now: pd.Timestamp, spec: PolicySpec, generation: int,
           horizon_hours: int) -> IssuedForecast:
     """Fit `model` on the complete hours and forecast from the current hour over the horizon. Raises ValueError

@@ -24,10 +24,12 @@ import hashlib
 import json
 import logging
 import math
+import multiprocessing
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -58,8 +60,9 @@ from controller.observe import (
     IssuedForecast,
     degraded_reason,
     due,
+    fit,
+    fit_hourly,
     hourly_history,
-    issue,
     usable,
     window_facts,
 )
@@ -355,6 +358,8 @@ class Reconciler:
         self._refits: dict = {}                     # policy -> the background refit under way (Future)
         self._tried: dict[str, tuple[tuple, str | None]] = {}  # policy -> ((hour, generation) tried, its fault)
         self._refit_pool: ThreadPoolExecutor | None = None
+        self._fitter: ProcessPoolExecutor | None = None  # where the hourly work fits (_fit_apart)
+        self._fitter_lock = threading.Lock()
         self._taking_up = False  # this reconcile takes the finished background refits up (_refit_beside)
         self._specs = ParsedSpecs()
         self._said: dict[ObjectRef, PolicyStatus] = {}  # the status last written per policy
@@ -505,11 +510,35 @@ class Reconciler:
         if hourly.notna().sum() < MIN_FIT_HOURS:
             return None, None
         model, name, fault = self._forecaster(p)
+        fresh, failed = fit(model, name, hourly, now, p.spec, p.generation, self.data.horizon_hours)
+        return self._fitted(p, fresh, fault, failed)
+
+    def _fitted(self, p: PolicyObject, fresh: IssuedForecast | None, fault: str | None,
+                failed: str | None) -> tuple[IssuedForecast | None, str | None]:
+        if failed is None:
+            return fresh, fault
+        self._error("forecast", p.key, failed)  # a model that cannot fit: the planner falls back
+        return None, f"ForecastFailed: {failed}"
+
+    def _fit_apart(self, p: PolicyObject, raw: pd.Series,
+                   now: pd.Timestamp) -> tuple[pd.Series, IssuedForecast | None, str | None]:
+        """(hourly history, forecast, fault) of `raw`, computed in the fitting process: a thousand fits each hour
+        would otherwise share one interpreter with the reconciles and slow every one of them. A process that died
+        (the kernel's OOM killer, a crash in compiled code) is replaced, and only this policy's fit is lost."""
+        model, name, fault = self._forecaster(p)
+        with self._fitter_lock:
+            if self._fitter is None:
+                self._fitter = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+            fitter = self._fitter
         try:
-            return issue(model, name, hourly, now, p.spec, p.generation, self.data.horizon_hours), fault
-        except (ValueError, ArithmeticError, RuntimeError) as exc:  # a model that cannot fit: fall back
-            self._error("forecast", p.key, exc)
-            return None, f"ForecastFailed: {exc}"
+            hourly, fresh, failed = fitter.submit(fit_hourly, model, name, raw, now, p.spec, p.generation,
+                                                  self.data.horizon_hours).result()
+        except BrokenProcessPool as exc:
+            with self._fitter_lock:
+                if self._fitter is fitter:
+                    self._fitter = None
+            raise RuntimeError(f"the fitting process died: {exc}") from exc
+        return (hourly, *self._fitted(p, fresh, fault, failed))
 
     def _take(self, p: PolicyObject, fresh: IssuedForecast) -> IssuedForecast:
         self._forecasts[p.key] = fresh
@@ -561,8 +590,7 @@ class Reconciler:
                 self._error("demand", p.key, exc)
         raw = whole if whole is not None else self._raw.get(p.key, pd.Series(dtype=float, index=pd.DatetimeIndex(
             [], tz="UTC")))
-        hourly = hourly_history(raw, p.spec.statistic, now)
-        fresh, fault = self._fit(p, hourly, now)
+        hourly, fresh, fault = self._fit_apart(p, raw, now)
         if fresh is not None:
             self._log_forecast(p, fresh)
         scaled = fresh or in_force
@@ -607,6 +635,10 @@ class Reconciler:
         the Events queued beside are sent."""
         if self._refit_pool is not None:
             self._refit_pool.shutdown(wait=False, cancel_futures=True)
+        with self._fitter_lock:
+            if self._fitter is not None:
+                self._fitter.shutdown(wait=False, cancel_futures=True)
+                self._fitter = None
         if self._events is not None:
             self._events.close()
 

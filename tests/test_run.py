@@ -8,6 +8,8 @@ covers the decisions, fast. MLflow is real: a sqlite store and a real `mlflow se
 from __future__ import annotations
 
 import math
+import os
+import signal
 import threading
 import time
 
@@ -564,6 +566,47 @@ class ThreadNotingDemand(CountingDemand):
         return self.inner.read(key, query, start, end)
 
 
+def _until_taken_up(r: Replay, now: pd.Timestamp):
+    """Reconciles a minute apart until the hour's work beside them is in force; the last state."""
+    state = r.step(now)
+    for _ in range(600):
+        if not r.reconciler.refitting() and not state.policies["inference/chat"].fallback:
+            return state
+        time.sleep(0.1)
+        now += pd.Timedelta(minutes=1)
+        state = r.step(now)
+    raise AssertionError("the hourly work never came in")
+
+
+def test_the_hourly_fits_run_in_a_process_of_their_own_and_one_that_dies_costs_one_fit(demand_file, tmp_path):
+    """The hourly work fits in a process of its own (a thousand fits would share the reconciles' interpreter); the
+    forecast is the one fitted in place. A fitting process that dies costs that hour's fit of the policy it was
+    fitting (an internal error; the forecast in force serves on), and the next hour's fit runs in a new one."""
+    r = Replay(tmp_path, demand_file, refit_beside=True, start=MONDAY_6AM - pd.Timedelta(hours=1))
+    state = _until_taken_up(r, MONDAY_6AM - pd.Timedelta(hours=1))
+    (first,) = r.reconciler._fitter._processes  # the executor's worker pids
+    assert first != os.getpid()
+    in_place = Replay(tmp_path / "in-place", demand_file, start=MONDAY_6AM - pd.Timedelta(hours=1))
+    alone = in_place.step(state.policies["inference/chat"].now)
+    pd.testing.assert_frame_equal(r.reconciler._forecasts["inference/chat"].frame,
+                                  in_place.reconciler._forecasts["inference/chat"].frame)
+    assert alone.policies["inference/chat"].reserved_gpus == state.policies["inference/chat"].reserved_gpus
+    os.kill(first, signal.SIGKILL)
+    r.step(MONDAY_6AM)  # the hour's work starts beside: its fit finds the process dead
+    for _ in range(100):
+        if not r.reconciler.refitting():
+            break
+        time.sleep(0.1)
+    state = r.step(MONDAY_6AM + pd.Timedelta(minutes=1))
+    assert state.reconcile_errors_total.get("internal") == 1
+    assert state.policies["inference/chat"].forecast_age_seconds == 3600 + 60  # 05:00's serves on
+    state = _until_taken_up(r, MONDAY_6AM + pd.Timedelta(hours=1))
+    (second,) = r.reconciler._fitter._processes
+    assert second != first and state.policies["inference/chat"].forecast_age_seconds < 3600
+    r.reconciler.close()
+    assert r.reconciler._fitter is None
+
+
 def test_the_hourly_work_runs_beside_the_reconciles(demand_file, tmp_path):
     """With the refit beside (`headroom run` on Kubernetes: many series), the hour's first reconcile reads no whole
     lookback and touches no forecast log: the re-read, the refit and realized error run in the background, the
@@ -574,15 +617,7 @@ def test_the_hourly_work_runs_beside_the_reconciles(demand_file, tmp_path):
     lookback = pd.Timedelta(seconds=r.reconciler.data.lookback_seconds)
 
     def until_taken_up(now):
-        """Reconciles a minute apart until the hour's work is in force; the last state."""
-        state = r.step(now)
-        for _ in range(600):
-            if not r.reconciler.refitting() and not state.policies["inference/chat"].fallback:
-                return state
-            time.sleep(0.1)
-            now += pd.Timedelta(minutes=1)
-            state = r.step(now)
-        raise AssertionError("the hourly work never came in")
+        return _until_taken_up(r, now)
 
     until_taken_up(MONDAY_6AM - pd.Timedelta(hours=2))  # start-up: the first forecast, fitted in the background
     until_taken_up(MONDAY_6AM - pd.Timedelta(hours=1))
