@@ -287,14 +287,28 @@ def controller(args: dict) -> dict:
         if steady[-1]["refitting"] == 0:
             refit_done = time.monotonic() - refit_started
         time.sleep(1)
-    status = Path("/proc/self/status").read_text()
-    peak = int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:"))) * 1024
-    rss = int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:"))) * 1024
+    rss, peak = _memory()
     r.close()  # the Events still queued beside are sent
     cluster.close()
     beside.close()
     return {"warm": warm, "startup_seconds": startup, "refit_seconds": refit_done, "steady": steady,
             "rss_bytes": rss, "peak_rss_bytes": peak}
+
+
+def _memory() -> tuple[int, int]:
+    """(resident, peak resident) bytes of this process and the processes it started (the hourly work's fitting
+    process): the controller's memory is theirs together."""
+    pids = ["self"] + [c for task in Path("/proc/self/task").iterdir()
+                       for c in (task / "children").read_text().split()]
+    rss = peak = 0
+    for pid in pids:
+        try:
+            lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+        except FileNotFoundError:  # ended since
+            continue
+        peak += int(next(line.split()[1] for line in lines if line.startswith("VmHWM:"))) * 1024
+        rss += int(next(line.split()[1] for line in lines if line.startswith("VmRSS:"))) * 1024
+    return rss, peak
 
 
 # ---------------------------------------------------------------------------- one row
