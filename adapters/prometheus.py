@@ -73,15 +73,17 @@ def _bearer(token: Callable[[], str]) -> Callable[[requests.PreparedRequest], re
     return auth
 
 
-def _connect(url: str, auth: Callable | None, ca_file: str | None, insecure_skip_verify: bool, timeout_seconds: float,
-             retries: int) -> PrometheusConnect:
-    """A client whose one session keeps up to CONNECTIONS connections open for reuse, each request retried with
-    back-off on a refused connection or a server error."""
-    retry = Retry(total=retries, backoff_factor=0.5, status_forcelist=(500, 502, 503, 504), allowed_methods=("GET",))
+def connect(server: PrometheusServer) -> PrometheusConnect:
+    """A client for `server` whose one session keeps up to CONNECTIONS connections open for reuse, each request
+    retried with back-off on a refused connection or a server error, the bearer token file read at each request."""
+    token_file = server.bearer_token_file
+    retry = Retry(total=server.retries, backoff_factor=0.5, status_forcelist=(500, 502, 503, 504),
+                  allowed_methods=("GET",))
     session = requests.Session()
-    session.verify = False if insecure_skip_verify else (ca_file or True)
-    client = PrometheusConnect(url=url, auth=auth, retry=retry, session=session, timeout=timeout_seconds)
-    session.mount(url, HTTPAdapter(max_retries=retry, pool_maxsize=CONNECTIONS))  # replaces the client's own (10)
+    session.verify = False if server.insecure_skip_verify else (str(server.ca_file) if server.ca_file else True)
+    client = PrometheusConnect(url=server.url, auth=_bearer(lambda: token_file.read_text().strip()) if token_file
+                               else None, retry=retry, session=session, timeout=server.timeout_seconds)
+    session.mount(server.url, HTTPAdapter(max_retries=retry, pool_maxsize=CONNECTIONS))  # replaces the client's (10)
     return client
 
 
@@ -110,32 +112,14 @@ def read_range(client: PrometheusConnect, query: str, start: datetime, end: date
 
 @dataclass(frozen=True)
 class PrometheusSource:
-    """History from a PromQL expression over [start, end] at `step`."""
-    url: str
+    """History from a PromQL expression over [start, end] on `server`, at its step."""
+    server: PrometheusServer
     query: str
     start: datetime
     end: datetime
-    step: str = "5m"
-    bearer_token: str | None = None
-    ca_file: str | None = None
-    insecure_skip_verify: bool = False
-    timeout_seconds: float = 30.0
-    retries: int = 3
 
     def fetch(self) -> pd.Series:
-        token = self.bearer_token
-        client = _connect(self.url, _bearer(lambda: token) if token else None, self.ca_file,
-                          self.insecure_skip_verify, self.timeout_seconds, self.retries)
-        return read_range(client, self.query, self.start, self.end, self.step)
-
-
-def prometheus_source(server: PrometheusServer, query: str, start, end) -> PrometheusSource:
-    """A source for `query` over [start, end] on `server`."""
-    token = server.bearer_token_file.read_text().strip() if server.bearer_token_file else None
-    return PrometheusSource(url=server.url, query=query, start=start, end=end, step=server.step, bearer_token=token,
-                            ca_file=str(server.ca_file) if server.ca_file else None,
-                            insecure_skip_verify=server.insecure_skip_verify,
-                            timeout_seconds=server.timeout_seconds, retries=server.retries)
+        return read_range(connect(self.server), self.query, self.start, self.end, self.server.step)
 
 
 class PrometheusDemand:
@@ -146,10 +130,7 @@ class PrometheusDemand:
 
     def __init__(self, server: PrometheusServer):
         self.server = server
-        token_file = server.bearer_token_file
-        self.client = _connect(server.url, _bearer(lambda: token_file.read_text().strip()) if token_file else None,
-                               str(server.ca_file) if server.ca_file else None, server.insecure_skip_verify,
-                               server.timeout_seconds, server.retries)
+        self.client = connect(server)
 
     def read(self, key: str, query: str, start: pd.Timestamp, end: pd.Timestamp) -> pd.Series:
         raw = read_range(self.client, query, start.to_pydatetime(), end.to_pydatetime(), self.server.step)

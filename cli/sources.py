@@ -12,11 +12,11 @@ def source(cfg: Config, now: datetime):
 
     h = cfg.history
     if h.prometheus is not None:
-        from adapters.prometheus import prometheus_source
+        from adapters.prometheus import PrometheusSource
         from core.units import duration
 
         end = h.prometheus.end or now
-        return prometheus_source(h.prometheus, h.prometheus.query, end - duration(h.prometheus.lookback), end)
+        return PrometheusSource(h.prometheus, h.prometheus.query, end - duration(h.prometheus.lookback), end)
     if h.file is not None:
         return FileSource(h.file)
     raise HistoryError("no history: give a HISTORY file, or history.file / history.prometheus in --config")

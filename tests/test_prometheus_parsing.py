@@ -5,6 +5,7 @@ import pandas as pd
 import pytest
 
 from adapters.prometheus import MAX_POINTS, PrometheusError, PrometheusSource, chunk_ranges, parse_matrix
+from core.settings import PrometheusServer
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -35,7 +36,7 @@ def test_parse_matrix_refuses_many_series():
 
 
 def test_unreachable_prometheus_is_a_clear_error():
-    source = PrometheusSource("http://127.0.0.1:9", "up", T0, T0 + pd.Timedelta(hours=1), retries=0,
-                              timeout_seconds=2)
+    source = PrometheusSource(PrometheusServer(url="http://127.0.0.1:9", retries=0, timeout_seconds=2), "up", T0,
+                              T0 + pd.Timedelta(hours=1))
     with pytest.raises(PrometheusError, match="127.0.0.1:9"):
         source.fetch()

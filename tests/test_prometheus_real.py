@@ -30,7 +30,8 @@ def test_backfilled_series_round_trips_in_several_chunks(prometheus_server, nasa
     original = promsrc.chunk_ranges
     monkeypatch.setattr(promsrc, "chunk_ranges", lambda *a, **k: calls.append(1) or original(*a, **k))
 
-    got = PrometheusSource(prometheus_server.url, METRIC, START, end, step="60s", timeout_seconds=20).fetch()
+    server = PrometheusServer(url=prometheus_server.url, step="60s", timeout_seconds=20)
+    got = PrometheusSource(server, METRIC, START, end).fetch()
 
     assert calls
     assert len(got) == len(pd.date_range(START, end, freq=step))
@@ -51,7 +52,7 @@ def test_gaps_come_back_nan_never_zero(prometheus_server, nasa_trace):
     gap = csv[csv.isna()]
     assert len(gap) > 10, "the trace has a known outage (1995-07-28 .. 08-01)"
     lo, hi = gap.index[0] - pd.Timedelta("1h"), gap.index[0] + pd.Timedelta("2D")
-    got = PrometheusSource(prometheus_server.url, METRIC, lo, hi, step="5m").fetch()
+    got = PrometheusSource(PrometheusServer(url=prometheus_server.url, step="5m"), METRIC, lo, hi).fetch()
     window = csv[(csv.index >= lo) & (csv.index <= hi)]
     # More than the 5-min look-back after the last real sample, a gap is NaN.
     last_real = window.notna().astype(int).cumsum()
@@ -106,8 +107,8 @@ def test_server_stopped_mid_fetch_raises_clear_error(private_prometheus, monkeyp
         return result
 
     monkeypatch.setattr(prometheus_api_client.PrometheusConnect, "custom_query_range", query_then_die)
-    source = PrometheusSource(private_prometheus.url, METRIC, START, START + pd.Timedelta(days=30),
-                              step="60s", timeout_seconds=2, retries=1)
+    source = PrometheusSource(PrometheusServer(url=private_prometheus.url, step="60s", timeout_seconds=2, retries=1),
+                              METRIC, START, START + pd.Timedelta(days=30))
     began = time.monotonic()
     with pytest.raises(PrometheusError) as info:
         source.fetch()
@@ -121,8 +122,8 @@ def test_frozen_server_times_out_instead_of_hanging(private_prometheus):
     """A server that accepts connections but never answers (SIGSTOP) hits the timeout."""
     private_prometheus.process.signal_group(signal.SIGSTOP)
     try:
-        source = PrometheusSource(private_prometheus.url, METRIC, START, START + pd.Timedelta(days=1),
-                                  step="5m", timeout_seconds=1, retries=1)
+        source = PrometheusSource(PrometheusServer(url=private_prometheus.url, step="5m", timeout_seconds=1, retries=1),
+                                  METRIC, START, START + pd.Timedelta(days=1))
         began = time.monotonic()
         with pytest.raises(PrometheusError, match="failed"):
             source.fetch()
