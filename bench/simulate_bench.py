@@ -53,7 +53,7 @@ from controller.simulate import (  # noqa: E402
     simulate,
     trace_jobs,
 )
-from controller.tune import replay_scenario, tune  # noqa: E402
+from controller.tune import replay_scenario, setting_lines, tune  # noqa: E402
 from core.policy import PolicySpec  # noqa: E402
 from core.settings import TuneConfig  # noqa: E402
 from forecast.history import at_own_step, load_history  # noqa: E402
@@ -114,20 +114,19 @@ def hindsight(scenario: Scenario, base: PolicySpec, fits: SharedFits, grid: Tune
     setting on tune's grid (and every warm buffer rule) that meets the objective there, no error to spare. Not a
     policy (it knows the days it is scored on): how much any rule for choosing the settings could gain."""
     best: dict = {"utilization": None, "setting": None, "tried": 0}
-    for q in grid.target_quantiles:
-        for level in HINDSIGHT_LEVELS:
-            # least to most conservative: the first to meet the objective is the line's best
-            for b in grid.warm_buffers:
-                spec = base.model_copy(update={"target_quantile": q, "warm_buffer_quantile": level, "warm_buffer": b,
-                                               "headroom_quantile": max(base.headroom_quantile, q)})
-                r = simulate(scenario, spec, fits)
-                best["tried"] += 1
-                if r.objective_met and r.headroom_violations == 0:
-                    if best["utilization"] is None or r.utilization > best["utilization"]:
-                        best.update(utilization=r.utilization, setting={"targetQuantile": q, "warmBuffer": b,
-                                    "warmBufferQuantile": level}, shortage_within_cluster=r.shortage_within_cluster,
-                                    short_steps=r.short_steps, training_goodput=r.training_goodput)
-                    break
+    every_rule = grid.model_copy(update={"warm_buffer_quantiles": list(HINDSIGHT_LEVELS)})
+    for line in setting_lines(base, every_rule, "forecast"):
+        for fields_ in line:
+            r = simulate(scenario, base.model_copy(update=fields_), fits)
+            best["tried"] += 1
+            if r.objective_met and r.headroom_violations == 0:
+                if best["utilization"] is None or r.utilization > best["utilization"]:
+                    best.update(utilization=r.utilization, shortage_within_cluster=r.shortage_within_cluster,
+                                short_steps=r.short_steps, training_goodput=r.training_goodput,
+                                setting={"targetQuantile": fields_["target_quantile"],
+                                         "warmBuffer": fields_["warm_buffer"],
+                                         "warmBufferQuantile": fields_["warm_buffer_quantile"]})
+                break  # the line's best
     return best
 
 

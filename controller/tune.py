@@ -51,8 +51,9 @@ def replay_scenario(scenario: Scenario) -> Scenario | None:
                     scenario.training_queues)
 
 
-def _lines(base: PolicySpec, grid: TuneConfig, reference: str):
-    """Settings, one line at a time, each line ordered from the least to the most conservative."""
+def setting_lines(base: PolicySpec, grid: TuneConfig, reference: str):
+    """The grid's settings (fields to update `base` with), one line at a time, each line ordered from the least to
+    the most conservative: the first setting of a line to meet the objective is that line's best."""
     if reference == "forecast":
         for forecaster in grid.forecasters:
             for q in grid.target_quantiles:
@@ -97,7 +98,7 @@ def tune(scenario: Scenario, base: PolicySpec, grid: TuneConfig = TuneConfig(),
     fits = make_forecaster if isinstance(make_forecaster, SharedFits) else \
         SharedFits(make_forecaster or default_forecaster)  # a caller's SharedFits: its fits serve its runs too
     rows = []
-    for line in _lines(base, grid, reference):
+    for line in setting_lines(base, grid, reference):
         for fields_ in line:
             spec = base.model_copy(update=fields_)
             r = simulate(replay, PolicySpec.model_validate(spec.model_dump()), fits, reference="forecast")
