@@ -97,24 +97,38 @@ def deployment(i: int) -> dict:
 
 
 # ---------------------------------------------------------------------------- servers and the cluster
-def start_servers(work: Path):
-    """etcd + kube-apiserver with headroom's and Kueue's CRDs, and Prometheus holding the NASA trace."""
-    from adapters.kube import KubeCluster
-    from forecast.history import load_history
-    from tests.servers import kube as kube_servers
-    from tests.servers import prometheus as prom_servers
-    from tests.servers.fixtures import CRD_PATH, NASA_TRACE, _established, crd_documents
+def _check_installed(*servers) -> None:
+    from tests.servers.fixtures import NASA_TRACE
 
     if not NASA_TRACE.is_file():
         raise SystemExit(f"the NASA trace is not at {NASA_TRACE} (../shared/data beside the repo)")
-    missing = [n for n, p in {**kube_servers.binaries(), **prom_servers.binaries()}.items() if not p]
+    missing = [n for server in servers for n, p in server.binaries().items() if not p]
     if missing:
         raise SystemExit(f"{', '.join(missing)} not installed: run scripts/install-servers.sh")
-    kube = kube_servers.start_kube(work / "kube")
+
+
+def _start_prometheus(work: Path):
+    """A real Prometheus holding the NASA trace, backfilled with promtool."""
+    from forecast.history import load_history
+    from tests.servers import prometheus as prom_servers
+    from tests.servers.fixtures import NASA_TRACE
+
     text = work / "demand.om"
     prom_servers.write_openmetrics(load_history(NASA_TRACE), text)
     prom_servers.backfill(text, work / "blocks")
-    prometheus = prom_servers.start_prometheus(work / "blocks", work / "prom")
+    return prom_servers.start_prometheus(work / "blocks", work / "prom")
+
+
+def start_servers(work: Path):
+    """etcd + kube-apiserver with headroom's and Kueue's CRDs, and Prometheus holding the NASA trace."""
+    from adapters.kube import KubeCluster
+    from tests.servers import kube as kube_servers
+    from tests.servers import prometheus as prom_servers
+    from tests.servers.fixtures import CRD_PATH, _established, crd_documents
+
+    _check_installed(kube_servers, prom_servers)
+    kube = kube_servers.start_kube(work / "kube")
+    prometheus = _start_prometheus(work)
     admin = KubeCluster.from_kubeconfig(str(kube.apiserver.kubeconfig()), request_timeout=60)
     crds = crd_documents(ROOT / "deploy" / "crds")
     for crd in crds:
@@ -413,14 +427,10 @@ def reads(count: int = 1000) -> list[dict]:
 
     from adapters.prometheus import PrometheusDemand
     from core.settings import PrometheusServer
-    from forecast.history import load_history
     from tests.servers import prometheus as prom_servers
-    from tests.servers.fixtures import NASA_TRACE
 
-    work = Path(tempfile.mkdtemp(prefix="headroom-reads-"))
-    prom_servers.write_openmetrics(load_history(NASA_TRACE), work / "demand.om")
-    prom_servers.backfill(work / "demand.om", work / "blocks")
-    prometheus = prom_servers.start_prometheus(work / "blocks", work / "prom")
+    _check_installed(prom_servers)
+    prometheus = _start_prometheus(Path(tempfile.mkdtemp(prefix="headroom-reads-")))
 
     def accepted() -> int:
         text = urllib.request.urlopen(f"{prometheus.url}/metrics", timeout=10).read().decode()
