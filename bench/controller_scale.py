@@ -422,19 +422,13 @@ def reads(count: int = 1000) -> list[dict]:
     """`count` demand reads of a steady reconcile's size (the last 15 minutes, each policy's query scaled
     differently) on a real Prometheus holding the NASA trace, from 1 thread and from 8 as the reconcile reads: their
     wall time, the reading process's CPU, and the connections Prometheus accepted (its own counter)."""
-    import re
-    import urllib.request
-
     from adapters.prometheus import PrometheusDemand
     from core.settings import PrometheusServer
     from tests.servers import prometheus as prom_servers
+    from tests.servers.prometheus import connections_accepted
 
     _check_installed(prom_servers)
     prometheus = _start_prometheus(Path(tempfile.mkdtemp(prefix="headroom-reads-")))
-
-    def accepted() -> int:
-        text = urllib.request.urlopen(f"{prometheus.url}/metrics", timeout=10).read().decode()
-        return int(float(re.search(r'conn_accepted_total\{listener_name="http"\} (\S+)', text).group(1)))
 
     try:
         demand = PrometheusDemand(PrometheusServer(url=prometheus.url, step="5m", timeout_seconds=30, retries=2))
@@ -446,12 +440,14 @@ def reads(count: int = 1000) -> list[dict]:
         list(map(read, range(20)))  # warm
         out = []
         for threads in (1, 8):
-            before, started, cpu = accepted(), time.perf_counter(), time.process_time()
+            before = connections_accepted(prometheus.url)
+            started, cpu = time.perf_counter(), time.process_time()
             with ThreadPoolExecutor(threads) as pool:
                 list(pool.map(read, range(count)))
             out.append({"threads": threads, "reads": count, "seconds": round(time.perf_counter() - started, 3),
                         "cpu_ms_per_read": round((time.process_time() - cpu) * 1000 / count, 3),
-                        "connections_opened": accepted() - before - 1})  # the counter's own read is one
+                        # the counter's own read is one
+                        "connections_opened": connections_accepted(prometheus.url) - before - 1})
         return out
     finally:
         prometheus.stop()

@@ -2,10 +2,8 @@
 from __future__ import annotations
 
 import json
-import re
 import signal
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -15,7 +13,7 @@ import pytest
 import adapters.prometheus as promsrc
 from adapters.prometheus import PrometheusDemand, PrometheusError, PrometheusSource
 from core.settings import PrometheusServer
-from tests.servers.prometheus import METRIC
+from tests.servers.prometheus import METRIC, connections_accepted
 
 START = pd.Timestamp("1995-07-01T04:00:00Z")
 
@@ -64,13 +62,6 @@ def test_gaps_come_back_nan_never_zero(prometheus_server, nasa_trace):
     np.testing.assert_array_equal(got.reindex(real.index).to_numpy(), real.to_numpy())
 
 
-def _connections_accepted(url: str) -> int:
-    """Connections the Prometheus at `url` has accepted (its own metric; this read opens one more)."""
-    text = urllib.request.urlopen(f"{url}/metrics", timeout=10).read().decode()
-    return int(float(re.search(r'net_conntrack_listener_conn_accepted_total\{listener_name="http"\} (\S+)',
-                               text).group(1)))
-
-
 def test_demand_reads_from_many_threads_share_a_few_connections(prometheus_server):
     """The controller's reader keeps its connections: 400 reads from 8 threads open at most one per thread (a
     client per read opened 400), and each thread gets its own query's answer."""
@@ -83,10 +74,10 @@ def test_demand_reads_from_many_threads_share_a_few_connections(prometheus_serve
     def read(i: int) -> pd.Series:
         return demand.read(f"p{i}", f"{METRIC} * {i % 5 + 1}", start, end)
 
-    before = _connections_accepted(prometheus_server.url)
+    before = connections_accepted(prometheus_server.url)
     with ThreadPoolExecutor(8) as pool:
         got = list(pool.map(read, range(400)))
-    opened = _connections_accepted(prometheus_server.url) - before - 1
+    opened = connections_accepted(prometheus_server.url) - before - 1
     assert opened <= 8, f"{opened} connections for 400 reads"
     for i, series in enumerate(got):
         pd.testing.assert_series_equal(series, base * (i % 5 + 1))

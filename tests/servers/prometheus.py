@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import math
+import re
 import shutil
 import subprocess
 import tempfile
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -106,3 +108,10 @@ def start_prometheus(blocks: Path, workdir: Path | None = None) -> PrometheusSer
     data_dir = workdir / "data"
     shutil.copytree(blocks, data_dir)
     return PrometheusServer(data_dir=data_dir, workdir=workdir).start()
+
+
+def connections_accepted(url: str) -> int:
+    """Connections the Prometheus at `url` has accepted (its own metric; this read opens one more)."""
+    text = urllib.request.urlopen(f"{url}/metrics", timeout=10).read().decode()
+    return int(float(re.search(r'net_conntrack_listener_conn_accepted_total\{listener_name="http"\} (\S+)',
+                               text).group(1)))
