@@ -696,7 +696,7 @@ class Reconciler:
         samples = {i.policy.key: self._samples(i.policy.key, i.raw) for i in inputs}
         histories = {k: History(s.newest, s.times, s.values, now.timestamp()) for k, s in samples.items()}
         key = (now.floor("h"), policy, tuple(id(i.forecast) for i in inputs),
-               tuple(stale(histories[i.policy.key], now.timestamp(), policy) for i in inputs))
+               tuple(stale(histories[i.policy.key].newest, now.timestamp(), policy) for i in inputs))
         if self._hours is not None and self._hours[0] == key:
             return self._hours[1]
         forecasts = {}

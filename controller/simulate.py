@@ -361,7 +361,7 @@ def _run(scenario: Scenario, spec: PolicySpec, make_forecaster, reference: str, 
         fc = cached if cached is not None and not (clock_ns[k] - cached_ns) / 1e9 > keep_seconds else None
         forecast = None if fc is None else cached_forecast
         seen_newest = newest if reason is None or not reason.startswith("NoData") else None
-        old = stale(History(seen_newest), t_now, policy)
+        old = stale(seen_newest, t_now, policy)
         if hours is None or hours_key != (hour, id(fc), old):  # as the reconciler keeps it
             hours = plan_hours({key: forecast}, {key: History(seen_newest, times_all[lo:hi], values_all[lo:hi], t_now)},
                                policy, moment(k))

@@ -170,7 +170,8 @@ class History:
         """The samples of the week before `now` (NaN kept)."""
         if self.times is None or self.values is None:
             return np.zeros(0), np.zeros(0)
-        lo, hi = self.times.searchsorted([self.now - WEEK, self.now], side="right")
+        lo = self.times.searchsorted(self.now - WEEK, side="right")
+        hi = self.times.searchsorted(self.now, side="right")
         return self.times[lo:hi], self.values[lo:hi]
 
     @cached_property
@@ -248,9 +249,10 @@ class HourPlan:
     notes: tuple[str, ...] = ()
 
 
-def stale(history: History, now: float, policy: ClusterPolicy) -> bool:
-    """The history behind a forecast is too old to trust it: the plan falls back."""
-    return history.newest is None or now - history.newest > policy.stale_after_seconds
+def stale(newest: float | None, now: float, policy: ClusterPolicy) -> bool:
+    """The history behind a forecast, whose newest sample is at `newest`, is too old to trust it: the plan falls
+    back."""
+    return newest is None or now - newest > policy.stale_after_seconds
 
 
 def _periods(now: float, period: float, horizon_hours: int) -> np.ndarray:
@@ -272,8 +274,8 @@ def plan_hours(forecasts: Mapping[str, Forecast | None], histories: Mapping[str,
     rows = []
     for w in policy.workloads:
         f, h = forecasts.get(w.name), histories.get(w.name, History(None))
-        old = stale(h, t_now, policy)
-        target, high = np.full(len(starts), np.nan), np.full(len(starts), np.nan)
+        old = stale(h.newest, t_now, policy)
+        target, high = np.full((2, len(starts)), np.nan)
         if f is not None and not old:
             k = np.searchsorted(f.starts, starts)
             inside = (k < len(f.starts)) & (f.starts[np.minimum(k, len(f.starts) - 1)] == starts)
@@ -295,14 +297,15 @@ def plan_hours(forecasts: Mapping[str, Forecast | None], histories: Mapping[str,
             notes.append(f"{w.name}: {why} for {int((~usable).sum())} period(s); using {source}")
             peak = week[((starts // 3600) % 24).astype(int)]  # each period's hour of day
             raw = np.where(usable, raw, np.where(np.isfinite(peak), w.gpus_each(peak), unseen))
-        reserved = np.clip(raw, w.min_gpus, w.top(lendable))  # WorkloadPolicy.clamp of each
+        reserved = np.minimum(np.maximum(raw, w.min_gpus), w.top(lendable))  # WorkloadPolicy.clamp of each (np.clip
+        # costs ten times as much)
         high_gpus = np.where(usable, w.gpus_each(high), 0)
         headroom = np.maximum(np.where(usable, high_gpus - reserved, 0), w.headroom_floor_gpus)
         rows.append([w, reserved, headroom, usable, target, why, _rise_buffer(w, h)])
     # Over capacity: cut workloads later in the policy order first, never below their minimum.
     reserved = np.array([r[1] for r in rows], dtype=np.int64).reshape(len(rows), len(starts))
-    cut = np.zeros_like(reserved)
-    for i in np.flatnonzero(reserved.sum(axis=0) > lendable):  # the periods over capacity (a cut changes only its own)
+    cut = np.zeros(reserved.shape, np.int64)
+    for i in np.nonzero(reserved.sum(axis=0) > lendable)[0]:  # the periods over capacity (a cut changes only its own)
         over_by = int(reserved[:, i].sum()) - lendable
         for row in reversed(range(len(rows))):
             if over_by <= 0:
@@ -333,7 +336,8 @@ def _window_peaks(values: np.ndarray, behind: int, ahead: int) -> tuple[np.ndarr
 
 def _sampling_step(times: np.ndarray) -> float:
     """The recent sampling step: the middle gap of the last 64 samples (np.median costs ten times as much)."""
-    gaps = np.sort(np.diff(times[-64:]))
+    recent = times[-64:]
+    gaps = np.sort(recent[1:] - recent[:-1])  # np.diff's wrapper costs more than the subtraction
     return float(gaps[len(gaps) // 2]) if len(gaps) else 0.0
 
 
@@ -356,17 +360,24 @@ def _rise_buffer(w: WorkloadPolicy, h: History) -> float:
     n = len(values) - behind - ahead + 1  # the samples with a whole window behind and ahead
     if n < 1:
         return 0.0
-    # each window's peak in GPUs (a missing sample makes its windows NaN: dropped)
-    before, after = _window_peaks(np.where(np.isfinite(values), w.gpus_each(values), np.nan), behind, ahead)
-    seen = np.isfinite(before) & np.isfinite(after)
-    rise = (after[seen] - before[seen]) / np.sqrt(np.maximum(before[seen], 1))
+    # each window's peak in GPUs
+    gpus = w.gpus_each(values)
+    finite = np.isfinite(values)
+    if finite.all():
+        before, after = _window_peaks(gpus, behind, ahead)
+    else:  # a missing sample makes its windows NaN: dropped
+        before, after = _window_peaks(np.where(finite, gpus, np.nan), behind, ahead)
+        seen = np.isfinite(before) & np.isfinite(after)
+        before, after = before[seen], after[seen]
+    rise = (after - before) / np.sqrt(np.maximum(before, 1))
     if not len(rise):
         return 0.0
     # np.quantile's default (linear between the two nearest order statistics), by a partial sort: a tenth of its cost
     at = q * (len(rise) - 1)
     i = int(at)
     j = min(i + 1, len(rise) - 1)
-    low, high = np.partition(rise, [i, j])[[i, j]]
+    ordered = np.partition(rise, [i, j])
+    low, high = ordered[i], ordered[j]
     return max(float(low + (high - low) * (at - i)), 0.0)
 
 
