@@ -6,14 +6,14 @@ series. A chunk that returns no samples is a gap (NaN), never zero.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 import numpy as np
 import pandas as pd
 import requests
-from prometheus_api_client import PrometheusConnect
+from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
@@ -23,6 +23,10 @@ MAX_POINTS = 11_000
 # Connections a client keeps open for reuse: more than the controller's concurrent reads (the reconcile's 8 readers
 # and the hourly work's one); beyond it a connection is opened and closed again
 CONNECTIONS = 16
+# PromQL characters in one request of several policies' reads: its URL stays under the 8 KiB many proxies accept.
+# And its points: a request of many series as large as one chunk (whole lookbacks are read one to a request)
+BATCH_CHARACTERS = 6000
+TAG = "headroom_read"  # the label that tells a batched request's series apart
 
 
 class PrometheusError(RuntimeError):
@@ -87,27 +91,105 @@ def connect(server: PrometheusServer) -> PrometheusConnect:
     return client
 
 
+def _failure(client: PrometheusConnect, query: str, lo: pd.Timestamp, hi: pd.Timestamp,
+             exc: BaseException | None) -> PrometheusError:
+    return PrometheusError(f"Prometheus at {client.url} failed for {query!r} [{lo.isoformat()} .. {hi.isoformat()}]: "
+                           f"{exc}")
+
+
+def _query_range(client: PrometheusConnect, query: str, lo: pd.Timestamp, hi: pd.Timestamp,
+                 step: pd.Timedelta) -> list[dict]:
+    try:
+        return client.custom_query_range(query, start_time=lo.to_pydatetime(), end_time=hi.to_pydatetime(),
+                                         step=f"{int(step.total_seconds())}s")
+    except Exception as exc:  # the client raises requests, urllib3 and its own errors
+        raise _failure(client, query, lo, hi, exc) from exc
+
+
+def _refused(exc: PrometheusError) -> bool:
+    """The server answered that it cannot run the query (HTTP 4xx: it does not parse, or fails to evaluate)."""
+    cause = exc.__cause__
+    return isinstance(cause, PrometheusApiClientException) and str(cause).startswith("HTTP Status Code 4")
+
+
+def _on_grid(series: pd.Series, start: datetime, end: datetime, step: pd.Timedelta) -> pd.Series:
+    """Steps the server had no sample for are gaps: put back as NaN."""
+    full = pd.date_range(pd.Timestamp(start), pd.Timestamp(end), freq=step)
+    return series.reindex(series.index.union(full)).rename("value")
+
+
 def read_range(client: PrometheusConnect, query: str, start: datetime, end: datetime, step: str) -> pd.Series:
     """`query` over [start, end] at `step` on `client`'s server, in chunks under MAX_POINTS; steps without a sample
     are NaN."""
     step_delta = pd.Timedelta(step)
-    parts = []
-    for lo, hi in chunk_ranges(start, end, step_delta):
-        try:
-            result = client.custom_query_range(query, start_time=lo.to_pydatetime(), end_time=hi.to_pydatetime(),
-                                               step=f"{int(step_delta.total_seconds())}s")
-        except Exception as exc:  # the client raises requests, urllib3 and its own errors
-            raise PrometheusError(f"Prometheus at {client.url} failed for {query!r} "
-                                  f"[{lo.isoformat()} .. {hi.isoformat()}]: {exc}") from exc
-        parts.append(parse_matrix(result, query))
+    parts = [parse_matrix(_query_range(client, query, lo, hi, step_delta), query)
+             for lo, hi in chunk_ranges(start, end, step_delta)]
     if len(parts) == 1:  # a reconcile's read: one chunk, its timestamps unique
         series = parts[0]
     else:
         series = pd.concat(parts) if parts else parse_matrix([], query)
         series = series[~series.index.duplicated(keep="last")]
-    # Steps the server had no sample for are gaps: put them back as NaN.
-    full = pd.date_range(pd.Timestamp(start), pd.Timestamp(end), freq=step_delta)
-    return series.reindex(series.index.union(full)).rename("value")
+    return _on_grid(series, start, end, step_delta)
+
+
+def _batches(queries: Sequence[str], points: int) -> list[list[int]]:
+    """The queries' indices in runs of at most BATCH_CHARACTERS of PromQL and MAX_POINTS points, each query
+    `points` long (a longer query, or a longer range, alone)."""
+    out: list[list[int]] = []
+    size, most = BATCH_CHARACTERS, max(MAX_POINTS // max(points, 1), 1)
+    for i, q in enumerate(queries):
+        cost = len(q) + 48  # the label_replace and "or" around it
+        if size + cost > BATCH_CHARACTERS or len(out[-1]) >= most:
+            out.append([])
+            size = 0
+        out[-1].append(i)
+        size += cost
+    return out
+
+
+def read_together(client: PrometheusConnect, queries: Sequence[str], start: datetime, end: datetime,
+                  step: str) -> list[pd.Series | PrometheusError]:
+    """read_range of each of `queries` over one [start, end], several in a request: joined by `or`, each tagged by
+    label_replace with its place, the result split by the tag (a thousand policies' reads a minute in tens of
+    requests, not a thousand). A batch the server refuses (a query in it does not parse, or cannot be tagged) is
+    halved until the query fails alone; a batch that fails otherwise (the server unreachable or failing) fails each
+    read as it would fail alone, without asking again; a range over MAX_POINTS is read alone, in chunks."""
+    step_delta = pd.Timedelta(step)
+    out: list[pd.Series | PrometheusError] = [PrometheusError("not read")] * len(queries)
+    ranges = chunk_ranges(start, end, step_delta)
+
+    def read(batch: list[int]) -> None:
+        if len(batch) == 1 or len(ranges) > 1:
+            for i in batch:
+                try:
+                    out[i] = read_range(client, queries[i], start, end, step)
+                except PrometheusError as exc:
+                    out[i] = exc
+            return
+        joined = " or ".join(f'label_replace(({queries[i]}), "{TAG}", "{i}", "", "")' for i in batch)
+        try:
+            result = _query_range(client, joined, *ranges[0], step_delta)
+        except PrometheusError as exc:
+            if _refused(exc):
+                read(batch[:len(batch) // 2])
+                read(batch[len(batch) // 2:])
+            else:
+                for i in batch:
+                    out[i] = _failure(client, queries[i], *ranges[0], exc.__cause__)
+            return
+        tagged: dict[str, list[dict]] = {}
+        for r in result:
+            metric = dict(r.get("metric", {}))
+            tagged.setdefault(metric.pop(TAG, ""), []).append({**r, "metric": metric})
+        for i in batch:
+            try:
+                out[i] = _on_grid(parse_matrix(tagged.get(str(i), []), queries[i]), start, end, step_delta)
+            except PrometheusError as exc:
+                out[i] = exc
+
+    for batch in _batches(queries, int((pd.Timestamp(end) - pd.Timestamp(start)) / step_delta) + 1):
+        read(batch)
+    return out
 
 
 @dataclass(frozen=True)
@@ -135,3 +217,18 @@ class PrometheusDemand:
     def read(self, key: str, query: str, start: pd.Timestamp, end: pd.Timestamp) -> pd.Series:
         raw = read_range(self.client, query, start.to_pydatetime(), end.to_pydatetime(), self.server.step)
         return raw[raw.index > start]
+
+    def read_many(self, reads: Sequence[tuple[str, str, pd.Timestamp, pd.Timestamp]]
+                  ) -> list[pd.Series | Exception]:
+        """read() of each (key, query, start, end), the reads of one range in few requests (read_together); a
+        read's error in its place."""
+        out: list[pd.Series | Exception] = [PrometheusError("not read")] * len(reads)
+        ranges: dict[tuple[pd.Timestamp, pd.Timestamp], list[int]] = {}
+        for k, (_, _, start, end) in enumerate(reads):
+            ranges.setdefault((start, end), []).append(k)
+        for (start, end), places in ranges.items():
+            got = read_together(self.client, [reads[k][1] for k in places], start.to_pydatetime(),
+                                end.to_pydatetime(), self.server.step)
+            for k, raw in zip(places, got):
+                out[k] = raw if isinstance(raw, Exception) else raw[raw.index > start]
+        return out

@@ -434,17 +434,29 @@ def reads(count: int = 1000) -> list[dict]:
         demand = PrometheusDemand(PrometheusServer(url=prometheus.url, step="5m", timeout_seconds=30, retries=2))
         end = HOUR + pd.Timedelta(minutes=5)
 
+        def asked(i: int) -> tuple:
+            return f"p{i}", policy(i, None)["spec"]["query"], end - pd.Timedelta(minutes=15), end
+
         def read(i: int):
-            return demand.read(f"p{i}", policy(i, None)["spec"]["query"], end - pd.Timedelta(minutes=15), end)
+            return demand.read(*asked(i))
+
+        def read_part(part: list[int]):  # as the reconcile reads: 8 parts side by side, each part's reads together
+            got = demand.read_many([asked(i) for i in part])
+            assert not any(isinstance(g, Exception) for g in got), got
+            return got
 
         list(map(read, range(20)))  # warm
         out = []
-        for threads in (1, 8):
+        for threads, together in ((1, False), (8, False), (8, True)):
             before = connections_accepted(prometheus.url)
             started, cpu = time.perf_counter(), time.process_time()
             with ThreadPoolExecutor(threads) as pool:
-                list(pool.map(read, range(count)))
-            out.append({"threads": threads, "reads": count, "seconds": round(time.perf_counter() - started, 3),
+                if together:
+                    list(pool.map(read_part, [list(range(k, count, threads)) for k in range(threads)]))
+                else:
+                    list(pool.map(read, range(count)))
+            out.append({"threads": threads, "together": together, "reads": count,
+                        "seconds": round(time.perf_counter() - started, 3),
                         "cpu_ms_per_read": round((time.process_time() - cpu) * 1000 / count, 3),
                         # the counter's own read is one
                         "connections_opened": connections_accepted(prometheus.url) - before - 1})

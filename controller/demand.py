@@ -3,7 +3,7 @@
 The real reader, Prometheus, is adapters.prometheus.PrometheusDemand."""
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -12,14 +12,26 @@ import pandas as pd
 
 from forecast.history import HistoryError, at_own_step, load_history
 
+DemandRead = tuple[str, str, pd.Timestamp, pd.Timestamp]  # a policy's key, its query, the range (start, end]
+
 
 class DemandReader(Protocol):
     def read(self, key: str, query: str, start: pd.Timestamp, end: pd.Timestamp) -> pd.Series:
         """Raw demand samples of policy `key` (its `query`) in (start, end], UTC index; NaN = missing."""
 
+    def read_many(self, reads: Sequence[DemandRead]) -> list[pd.Series | Exception]:
+        """read() of each, in order, a read's error in its place (a source that can, reads many in one request)."""
+        out: list[pd.Series | Exception] = []
+        for key, query, start, end in reads:
+            try:
+                out.append(self.read(key, query, start, end))
+            except Exception as exc:  # noqa: BLE001 - raised again in that policy's own observe
+                out.append(exc)
+        return out
+
 
 @dataclass
-class FileDemand:
+class FileDemand(DemandReader):
     """The embedded source: each policy's demand replayed from a file at its own step (a missing sample is a gap,
     NaN, as Prometheus returns it), never past `end` (no look-ahead)."""
     files: Mapping[str, Path]  # policy key -> file

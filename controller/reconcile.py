@@ -647,18 +647,27 @@ class Reconciler:
         return len(self._refits)
 
     def _prefetch(self, policies: list[PolicyObject], now: pd.Timestamp) -> dict:
-        """Every policy's demand read at once, a few at a time (I/O; a thousand sequential queries take seconds);
-        a read's error is kept for its policy."""
-        def read(p: PolicyObject):
-            try:
-                return self._read(p, now)
-            except Exception as exc:  # noqa: BLE001 - raised again in that policy's own observe
-                return exc
-
+        """Every policy's demand read at once: the reads in 8 parts side by side, each part's reads of one range in
+        few requests where the source can (DemandReader.read_many; a thousand queries one by one take seconds); a
+        read's error is kept for its policy."""
         if len(policies) < 4:
             return {}
-        with ThreadPoolExecutor(min(8, len(policies))) as pool:
-            return dict(zip((p.key for p in policies), pool.map(read, policies)))
+        asked = [(p, self._since(p, now)) for p in policies]
+        out: dict[str, pd.Series | Exception] = {p.key: self._raw[p.key] for p, since in asked if since is None}
+        reads = [(p, since) for p, since in asked if since is not None]
+
+        def read(part: list) -> list[pd.Series | Exception]:
+            try:
+                return self.demand.read_many([(p.key, p.spec.query, start, now) for p, (start, _) in part])
+            except Exception as exc:  # noqa: BLE001 - raised again in those policies' own observe
+                return [exc] * len(part)
+
+        parts = [reads[k::8] for k in range(min(8, len(reads)))]
+        with ThreadPoolExecutor(max(len(parts), 1)) as pool:
+            for part, got in zip(parts, pool.map(read, parts)):
+                for (p, (_, whole)), raw in zip(part, got):
+                    out[p.key] = raw if isinstance(raw, Exception) else self._joined(p, now, whole, raw)
+        return out
 
     def _forecaster(self, p: PolicyObject):
         """(model, name, fault): the policy's baseline, or the champion (a refused one says why and is replaced)."""
@@ -670,19 +679,34 @@ class Reconciler:
         """The whole lookback once an hour (when the forecast is refitted; with the refit beside, the refit re-reads
         it and a reconcile only at start-up); in between only the samples since the newest one held, so a reconcile
         a minute does not re-read weeks of history."""
-        lookback = pd.Timedelta(seconds=self.data.lookback_seconds)
+        since = self._since(p, now)
+        if since is None:
+            return self._raw[p.key]
+        return self._joined(p, now, since[1], self.demand.read(p.key, p.spec.query, since[0], now))
+
+    def _since(self, p: PolicyObject, now: pd.Timestamp) -> tuple[pd.Timestamp, bool] | None:
+        """Where this reconcile's read of the policy's demand starts, and whether that is the whole lookback; None:
+        nothing to ask."""
         held = self._raw.get(p.key)
         hourly_reread = not self.refit_beside and self._full_read.get(p.key) != now.floor("h")
         if held is None or hourly_reread or (len(held) and held.index[-1] > now):
-            raw = self.demand.read(p.key, p.spec.query, now - lookback, now).astype(float)
-            self._full_read[p.key] = now.floor("h")
-            return raw
+            return now - pd.Timedelta(seconds=self.data.lookback_seconds), True
         if len(held) > 1 and now < held.index[-1] + (held.index[-1] - held.index[-2]):
-            return held  # no newer sample can exist before the next step: nothing to ask (reconciles outpace it)
+            return None  # no newer sample can exist before the next step: nothing to ask (reconciles outpace it)
         # whole steps back from the newest sample, so the new samples land on the same grid
-        since = held.index[-1] - self.data.read_overlap if len(held) else now - lookback
-        fresh = self.demand.read(p.key, p.spec.query, since, now).astype(float)
-        kept = held[(held.index > now - lookback) & (held.index < (fresh.index[0] if len(fresh) else now))]
+        if len(held):
+            return held.index[-1] - self.data.read_overlap, False
+        return now - pd.Timedelta(seconds=self.data.lookback_seconds), False
+
+    def _joined(self, p: PolicyObject, now: pd.Timestamp, whole: bool, fresh: pd.Series) -> pd.Series:
+        """The policy's samples in the lookback with `fresh`, read from _since."""
+        fresh = fresh.astype(float)
+        if whole:
+            self._full_read[p.key] = now.floor("h")
+            return fresh
+        held = self._raw[p.key]
+        kept = held[(held.index > now - pd.Timedelta(seconds=self.data.lookback_seconds))
+                    & (held.index < (fresh.index[0] if len(fresh) else now))]
         return pd.concat([kept, fresh]) if len(kept) else fresh
 
     # -- 3. plan

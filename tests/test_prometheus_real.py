@@ -140,3 +140,56 @@ def test_report_and_simulate_read_live_history_from_prometheus(prometheus_server
     assert main(["simulate", "--config", str(config), "--days", "2", "--policy", "oracle", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["headroom_violations"] == 0 and 0 < result["utilization"] <= 1
+
+
+def test_many_reads_go_in_few_requests_and_give_what_each_read_gives(prometheus_server, monkeypatch):
+    """The reconcile's reads of one range go several to a request (joined by `or`, told apart by a label): each
+    policy gets exactly what its own read gives, a query that fails (does not parse, returns two series) fails
+    alone, 300 reads of one range take a few requests, not 300, and no request holds more points than a chunk."""
+    demand = PrometheusDemand(PrometheusServer(url=prometheus_server.url, step="5m"))
+    end = pd.Timestamp("1995-07-10T12:00:00Z")
+    start, earlier, lookback = end - pd.Timedelta(hours=1), end - pd.Timedelta(hours=3), end - pd.Timedelta(days=28)
+    two = f'label_replace({METRIC}, "copy", "a", "", "") or label_replace({METRIC}, "copy", "b", "", "")'
+    special = {40: "sum((", 120: two, 200: f'{METRIC}{{job="no-such-job"}}', 280: "vector(3)",
+               290: f"max_over_time({METRIC}[15m])"}
+    queries = [special.get(i, f"{METRIC} * {i % 7 + 1}") for i in range(300)]
+    reads = [(f"p{i}", q, {7: earlier, 13: lookback}.get(i % 50, start), end) for i, q in enumerate(queries)]
+    sent = []
+    ask = demand.client.custom_query_range
+    monkeypatch.setattr(demand.client, "custom_query_range",
+                        lambda query, **kw: sent.append((query, kw)) or ask(query, **kw))
+    got = demand.read_many(reads)
+    batched = len(sent)
+    for query, kw in sent:
+        points = int((kw["end_time"] - kw["start_time"]).total_seconds() // 300) + 1
+        assert points * max(query.count(promsrc.TAG), 1) <= promsrc.MAX_POINTS
+    assert sum(promsrc.TAG not in q and kw["start_time"] < start for q, kw in sent) == 6  # each lookback alone
+    for (key, query, lo, hi), answer in zip(reads, got):
+        try:
+            alone = demand.read(key, query, lo, hi)
+        except PrometheusError as exc:
+            assert isinstance(answer, PrometheusError) and str(answer) == str(exc), (query, answer)
+            continue
+        assert not isinstance(answer, Exception), (query, answer)
+        pd.testing.assert_series_equal(answer, alone)
+    assert isinstance(got[40], PrometheusError) and "sum((" in str(got[40])
+    assert isinstance(got[120], PrometheusError) and "2 series" in str(got[120])
+    assert got[200].isna().all() and len(got[200]) == 12 and (got[280] == 3).all()
+    assert got[0].notna().sum() > 6
+    # three ranges, a few batches each (six lookbacks alone); the one with the query that does not parse halved
+    # until it fails alone
+    assert batched <= 36, f"{batched} requests for {len(reads)} reads"
+
+
+def test_many_reads_from_an_unreachable_server_fail_each_as_alone_without_asking_again(monkeypatch):
+    demand = PrometheusDemand(PrometheusServer(url="http://127.0.0.1:1", step="5m", retries=0, timeout_seconds=2))
+    end = pd.Timestamp("1995-07-10T12:00:00Z")
+    reads = [(f"p{i}", f"{METRIC} * {i}", end - pd.Timedelta(hours=1), end) for i in range(50)]
+    sent = []
+    ask = demand.client.custom_query_range
+    monkeypatch.setattr(demand.client, "custom_query_range", lambda query, **kw: sent.append(query) or ask(query, **kw))
+    got = demand.read_many(reads)
+    assert len(sent) == 1
+    for (_, query, start, _), answer in zip(reads, got):
+        assert isinstance(answer, PrometheusError)
+        assert str(answer).startswith(f"Prometheus at http://127.0.0.1:1 failed for {query!r} [{start.isoformat()}")

@@ -19,7 +19,7 @@ import pytest
 from adapters.embedded import EmbeddedCluster
 from adapters.prometheus import PrometheusError
 from controller.actions import Evict
-from controller.demand import FileDemand
+from controller.demand import DemandReader, FileDemand
 from controller.executor import execute
 from controller.reconcile import Reconciler, parse_policies
 from core.objects import TargetRef
@@ -353,7 +353,7 @@ def test_the_inference_cluster_queue_quota_follows_the_reservation(demand_file, 
 
 
 # ----------------------------------------------------------------------------------------------- faults
-class FailingDemand:
+class FailingDemand(DemandReader):
     """Demand that answers until `fail` is set, then fails like an unreachable Prometheus (for `keys`, or all)."""
 
     def __init__(self, inner, keys=None):
@@ -514,7 +514,7 @@ def test_forecasts_are_logged_when_issued_and_scored_as_actuals_arrive(demand_fi
     assert r.status()[0]["realizedError"]["1h"] == pytest.approx(ps.realized_error[1])
 
 
-class CountingDemand:
+class CountingDemand(DemandReader):
     """The file source, recording each window asked for."""
 
     def __init__(self, inner):
