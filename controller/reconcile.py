@@ -705,9 +705,17 @@ class Reconciler:
             self._full_read[p.key] = now.floor("h")
             return fresh
         held = self._raw[p.key]
-        kept = held[(held.index > now - pd.Timedelta(seconds=self.data.lookback_seconds))
-                    & (held.index < (fresh.index[0] if len(fresh) else now))]
-        return pd.concat([kept, fresh]) if len(kept) else fresh
+        if not held.index.is_monotonic_increasing:
+            held = held.sort_index()
+        # the samples held in the lookback before the first fresh one: two searches and one array, where masks over
+        # weeks of samples and pd.concat cost a thousand policies seconds a reconcile
+        index = held.index
+        lo = index.searchsorted(now - pd.Timedelta(seconds=self.data.lookback_seconds), side="right")
+        hi = index.searchsorted(fresh.index[0] if len(fresh) else now, side="left")
+        if hi <= lo:
+            return fresh
+        return pd.Series(np.concatenate((held.to_numpy()[lo:hi], fresh.to_numpy())),
+                         index=index[lo:hi].append(fresh.index), name=fresh.name)
 
     # -- 3. plan
     def _weights(self, policies: list[PolicyObject]) -> tuple[tuple[str, float], ...]:
