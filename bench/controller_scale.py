@@ -301,28 +301,30 @@ def controller(args: dict) -> dict:
         if steady[-1]["refitting"] == 0:
             refit_done = time.monotonic() - refit_started
         time.sleep(1)
-    rss, peak = _memory()
+    rss, peak, children = _memory()
     r.close()  # the Events still queued beside are sent
     cluster.close()
     beside.close()
     return {"warm": warm, "startup_seconds": startup, "refit_seconds": refit_done, "steady": steady,
-            "rss_bytes": rss, "peak_rss_bytes": peak}
+            "rss_bytes": rss, "peak_rss_bytes": peak, "children_rss_bytes": children}
 
 
-def _memory() -> tuple[int, int]:
+def _memory() -> tuple[int, int, int]:
     """(resident, peak resident) bytes of this process and the processes it started (the hourly work's fitting
-    process): the controller's memory is theirs together."""
+    process): the controller's memory is theirs together; and the resident bytes of those it started alone."""
     pids = ["self"] + [c for task in Path("/proc/self/task").iterdir()
                        for c in (task / "children").read_text().split()]
-    rss = peak = 0
+    rss = peak = children = 0
     for pid in pids:
         try:
             lines = Path(f"/proc/{pid}/status").read_text().splitlines()
         except FileNotFoundError:  # ended since
             continue
         peak += int(next(line.split()[1] for line in lines if line.startswith("VmHWM:"))) * 1024
-        rss += int(next(line.split()[1] for line in lines if line.startswith("VmRSS:"))) * 1024
-    return rss, peak
+        resident = int(next(line.split()[1] for line in lines if line.startswith("VmRSS:"))) * 1024
+        rss += resident
+        children += resident if pid != "self" else 0
+    return rss, peak, children
 
 
 # ---------------------------------------------------------------------------- one row
@@ -337,7 +339,7 @@ def row(kube, prometheus, admin, policies: int, workloads: int, jumps: int, minu
     args = {"kubeconfig": str(kube.apiserver.kubeconfig()), "prometheus": prometheus.url, "capacity": capacity,
             "minutes": minutes}
     done = subprocess.run([sys.executable, __file__, "--controller", json.dumps(args)], capture_output=True,
-                          text=True, cwd=ROOT)
+                          text=True, cwd=ROOT, env={**os.environ, "MALLOC_ARENA_MAX": "2"})  # as deploy/base sets
     if done.returncode != 0:
         raise RuntimeError(f"the controller failed:\n{done.stderr[-4000:]}")
     out = json.loads(done.stdout.strip().splitlines()[-1])
@@ -372,6 +374,7 @@ def row(kube, prometheus, admin, policies: int, workloads: int, jumps: int, minu
             "changed_objects_per_reconcile": round(float(changed.mean()), 1),
             "requests_beyond_2_per_changed_max": int((requests - 2 * changed).max()),
             "rss_bytes": out["rss_bytes"], "peak_rss_bytes": out["peak_rss_bytes"],
+            "fitting_process_rss_bytes": out["children_rss_bytes"],
             "reclaim_p99_seconds": round(float(np.percentile(reclaims, 99)), 3) if reclaims else None,
             "reclaims_measured": len(reclaims), "jumps": jumps,
             "hourly_refit_seconds": round(out["refit_seconds"], 1),
