@@ -156,26 +156,25 @@ def read_together(client: PrometheusConnect, queries: Sequence[str], start: date
     read as it would fail alone, without asking again; a range over MAX_POINTS is read alone, in chunks."""
     step_delta = pd.Timedelta(step)
     out: list[pd.Series | PrometheusError] = [PrometheusError("not read")] * len(queries)
-    ranges = chunk_ranges(start, end, step_delta)
+    lo, hi = pd.Timestamp(start), pd.Timestamp(end)  # one chunk: a batch holds at most MAX_POINTS (_batches)
 
     def read(batch: list[int]) -> None:
-        if len(batch) == 1 or len(ranges) > 1:
-            for i in batch:
-                try:
-                    out[i] = read_range(client, queries[i], start, end, step)
-                except PrometheusError as exc:
-                    out[i] = exc
+        if len(batch) == 1:  # alone (a range over MAX_POINTS: in chunks)
+            try:
+                out[batch[0]] = read_range(client, queries[batch[0]], start, end, step)
+            except PrometheusError as exc:
+                out[batch[0]] = exc
             return
         joined = " or ".join(f'label_replace(({queries[i]}), "{TAG}", "{i}", "", "")' for i in batch)
         try:
-            result = _query_range(client, joined, *ranges[0], step_delta)
+            result = _query_range(client, joined, lo, hi, step_delta)
         except PrometheusError as exc:
             if _refused(exc):
                 read(batch[:len(batch) // 2])
                 read(batch[len(batch) // 2:])
             else:
                 for i in batch:
-                    out[i] = _failure(client, queries[i], *ranges[0], exc.__cause__)
+                    out[i] = _failure(client, queries[i], lo, hi, exc.__cause__)
             return
         tagged: dict[str, list[dict]] = {}
         for r in result:
@@ -187,7 +186,7 @@ def read_together(client: PrometheusConnect, queries: Sequence[str], start: date
             except PrometheusError as exc:
                 out[i] = exc
 
-    for batch in _batches(queries, int((pd.Timestamp(end) - pd.Timestamp(start)) / step_delta) + 1):
+    for batch in _batches(queries, int((hi - lo) / step_delta) + 1):
         read(batch)
     return out
 
