@@ -52,6 +52,7 @@ CHECKPOINT_INTERVAL = "headroom.dev/checkpoint-interval-seconds"
 LAST_CHECKPOINT = "headroom.dev/last-checkpoint"              # RFC 3339
 RETRYABLE_STATUS = {0, 429, 500, 502, 503, 504}
 MERGE_PATCH = "application/merge-patch+json"
+ADDRESS_SECONDS = 1.0  # how long the request headers (the token) are used before the client library makes them again
 
 
 def _now() -> datetime:
@@ -264,14 +265,12 @@ class Informer:
                 delay = min(delay * 2, 30.0)
 
     def _watch(self) -> None:
-        api = self.cluster.api_client
         query = {"watch": "1", "resourceVersion": self._version, "allowWatchBookmarks": "true",
                  "timeoutSeconds": str(self.watch_seconds)}
-        _, url, headers, _, _ = api.param_serialize(
-            method="GET", resource_path=f"{self.path}?{urllib.parse.urlencode(query)}",
-            header_params={"Accept": "application/json"}, auth_settings=["BearerToken"])
-        response = api.call_api("GET", url, header_params=headers,
-                                _request_timeout=(self.cluster.request_timeout, self.watch_seconds + 30))
+        host, headers = self.cluster._address()
+        response = self.cluster.api_client.call_api(
+            "GET", f"{host}{self.path}?{urllib.parse.urlencode(query)}", header_params=dict(headers),
+            _request_timeout=(self.cluster.request_timeout, self.watch_seconds + 30))
         if response.status == 410:
             raise _Gone()
         if response.status != 200:
@@ -352,6 +351,8 @@ class KubeCluster:
     _watching: bool = field(default=False, repr=False)
     _informer_settings: dict = field(default_factory=dict, repr=False)
     _informers_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    # (when made, the server's address, the headers every request carries): see _address
+    _address_made: tuple[float, str, dict] | None = field(default=None, repr=False)
     # requests sent (each attempt), by method: what a reconcile costs the API server (watch streams not counted)
     requests: dict[str, int] = field(default_factory=dict, repr=False)
     # each Workload as last read, by (namespace, name): (resourceVersion, its LocalQueue's ClusterQueue, the info)
@@ -456,6 +457,21 @@ class KubeCluster:
         return informer.get((namespace, obj_name), copied) if informer is not None else None
 
     # ------------------------------------------------------------------ transport
+    def _address(self) -> tuple[str, dict]:
+        """The server's address and the headers every request carries (authentication included), made again at
+        most once a second: the client library's token refresh sets its whole configuration again on each call
+        (proxies looked up in the environment too), a third of a small write's client CPU, and a rotated token
+        (kubeconfig exec plugins, the service account's projected token) is still taken up within a second."""
+        now = time.monotonic()
+        with self._informers_lock:
+            made = self._address_made
+            if made is None or now - made[0] >= ADDRESS_SECONDS:
+                _, host, headers, _, _ = self.api_client.param_serialize(
+                    method="GET", resource_path="", header_params={"Accept": "application/json"},
+                    auth_settings=["BearerToken"])
+                made = self._address_made = (now, host, headers)
+        return made[1], made[2]
+
     def _request(self, method: str, path: str, body: Any = None, query: dict | None = None,
                  content_type: str = "application/json") -> dict:
         import urllib3
@@ -470,11 +486,10 @@ class KubeCluster:
             with self._informers_lock:
                 self.requests[method] = self.requests.get(method, 0) + 1
             try:
-                _, url, headers, _, _ = self.api_client.param_serialize(
-                    method=method, resource_path=url_path,
-                    header_params={"Accept": "application/json", "Content-Type": content_type},
-                    auth_settings=["BearerToken"])
-                response = self.api_client.call_api(method, url, header_params=headers, body=body,
+                host, headers = self._address()
+                response = self.api_client.call_api(method, host + url_path,
+                                                    body=self.api_client.sanitize_for_serialization(body),
+                                                    header_params={**headers, "Content-Type": content_type},
                                                     _request_timeout=self.request_timeout)
                 response.read()
                 status, data = response.status, response.data
@@ -690,12 +705,12 @@ class KubeCluster:
         cache = _target_cache("Deployment", namespace)
         changed = self._update(path, mutate, cached=self._cached(cache, namespace, name))[1]
         informer = self.informers.get(cache)
-        held = informer.get((namespace, name), copied=True) if informer is not None else None
+        held = informer.get((namespace, name)) if informer is not None else None
         if informer is not None and held is not None and (held.get("spec") or {}).get("replicas") != replicas:
             # the write returned a Scale, not the Deployment: the cache holds the new replicas until the watch
-            # brings the Deployment itself (same resourceVersion: the next event replaces this copy)
-            held.setdefault("spec", {})["replicas"] = replicas
-            informer.put(held)  # held came from this informer
+            # brings the Deployment itself (same resourceVersion: the next event replaces this copy). A new top
+            # level and spec, the rest shared: what is held is never changed in place
+            informer.put({**held, "spec": {**(held.get("spec") or {}), "replicas": replicas}})
         return changed
 
     def set_hpa_min_replicas(self, namespace: str, name: str, min_replicas: int) -> bool:

@@ -392,6 +392,24 @@ def test_rbac_is_real_forbidden_is_not_retried(kube_server):
     viewer.close()
 
 
+def test_a_token_refreshed_by_the_client_library_is_sent_within_a_second(kube_server, monkeypatch):
+    """The request headers are made again at most every ADDRESS_SECONDS (kube.py _address): a token the library's
+    refresh hook replaces (a kubeconfig exec plugin, the projected service-account token) is used from then on."""
+    import adapters.kube as kube
+
+    api = kube_server.apiserver
+    monkeypatch.setattr(kube, "ADDRESS_SECONDS", 0.2)
+    c = KubeCluster.from_token(api.host, api.token, ca_file=str(api.ca_file))
+    c.get("/api/v1/namespaces/default")
+    c.api_client.configuration.api_key["BearerToken"] = api.viewer_token  # as a refresh hook does
+    time.sleep(0.3)
+    with pytest.raises(ClusterError) as info:
+        c.apply("/api/v1/namespaces/default/configmaps/rotated", {
+            "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "rotated", "namespace": "default"}})
+    assert info.value.status == 403 and "viewer" in str(info.value)
+    c.close()
+
+
 # --------------------------------------------------------------------------- leader election
 def test_leader_election_one_leader_and_takeover_after_expiry(cluster):
     a = cluster.leader_elector(NS, "headroom-controller", "pod-a", lease_seconds=2)

@@ -108,7 +108,8 @@ def _established(kube, names: list[str], timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     for name in names:
         while True:
-            conditions = kube.get(f"{CRD_PATH}/{name}").get("status", {}).get("conditions", [])
+            # a CRD just created may have "conditions": null until the server has looked at it
+            conditions = (kube.get(f"{CRD_PATH}/{name}").get("status") or {}).get("conditions") or []
             if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
                 break
             assert time.monotonic() < deadline, f"CRD {name} not established: {conditions}"
