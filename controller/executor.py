@@ -16,7 +16,8 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from controller.actions import Action, EventNote, Evict, PatchStatus, RecordEvent, Requeue, Scale, SetQuota
@@ -76,11 +77,15 @@ class EventsBeside:
     """Events sent by background threads, off the reconcile's path, as client-go's EventRecorder does (a broadcaster
     with a bounded queue, best-effort): a thousand reservations moving at once must not hold up the evictions and
     statuses behind their Events. A full queue drops the event; drops and failures go to `failed(reason, error)`
-    (the reconciler counts them as `events` errors). close() sends what is queued (bounded by `timeout`)."""
+    (the reconciler counts them as `events` errors). While `held()`, queued Events wait: the reconcile's own writes
+    (a demand jump's scales and evictions) go to the API server first. close() sends what is queued (bounded by
+    `timeout`)."""
 
     def __init__(self, cluster: Cluster, failed: Callable[[str, str], None], capacity: int = 4096, workers: int = 2):
         self.cluster, self.failed = cluster, failed
         self._queue: queue.Queue[EventNote | None] = queue.Queue(capacity)
+        self._open = threading.Event()  # cleared while held
+        self._open.set()
         self._threads = [threading.Thread(target=self._run, name=f"headroom-events-{k}", daemon=True)
                          for k in range(workers)]
         for t in self._threads:
@@ -92,8 +97,18 @@ class EventsBeside:
         except queue.Full:
             self.failed(event.reason, f"dropped: {self._queue.maxsize} events already queued")
 
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """Queued Events wait until the block ends (one already on its way is sent)."""
+        self._open.clear()
+        try:
+            yield
+        finally:
+            self._open.set()
+
     def _run(self) -> None:
         while (event := self._queue.get()) is not None:
+            self._open.wait()
             error = _record(event, self.cluster)
             if error:
                 self.failed(event.reason, error)
@@ -101,6 +116,7 @@ class EventsBeside:
     def close(self, timeout: float = 30.0) -> None:
         """Send what is queued, then stop (a queue the API server cannot take within `timeout` is left)."""
         end = time.monotonic() + timeout
+        self._open.set()
         try:
             for _ in self._threads:
                 self._queue.put(None, timeout=max(end - time.monotonic(), 0.001))

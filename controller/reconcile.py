@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -443,8 +444,9 @@ class Reconciler:
                                        [(x.job, x.kind, x.at) for x in step.preemptions])).encode()).hexdigest()[:12]
         targets = [replace(p.target(), active=True) if self.dry_run else p.target() for p in policies]
         actions = cluster_actions(step, view, targets, plan_id)
-        outcomes = [] if self.dry_run else self._apply(actions, view, lambda: self._still_wanted(
-            hours, inputs, cluster_policy, policies, now))
+        with self._events.held() if self._events is not None else nullcontext():  # the writes first, their Events after
+            outcomes = [] if self.dry_run else self._apply(actions, view, lambda: self._still_wanted(
+                hours, inputs, cluster_policy, policies, now))
         failures = self._count(outcomes, step)
         after = self._view(policies, now)  # after evictions and scaling
         reclaimable, wanted, risk = self._headroom(step, after, cluster_policy)

@@ -1,6 +1,7 @@
 """The reconciler's writes on the embedded cluster: Events sent beside the reconcile (controller.executor.EventsBeside),
 the order a demand jump's writes go in, and the statuses whose news is not urgent spread over reconciles."""
 import threading
+import time
 from dataclasses import replace
 
 import pytest
@@ -53,6 +54,23 @@ def test_events_beside_are_sent_after_the_writes_they_follow_and_all_of_them_by_
     out = execute([scale, SetQuota("train-a", 40, "slack", EventNote(CHAT.ref, "SlackLent", "40"))], w, record=events)
     assert [(o.applied, o.error) for o in out] == [(True, None), (True, None)]
     events.close()
+    assert [e["reason"] for e in w.events] == ["ReservationChanged", "SlackLent"] and failed == []
+
+
+def test_events_held_while_the_reconcile_writes_are_sent_when_it_ends():
+    w, failed = world(), []
+    events = EventsBeside(w, lambda what, error: failed.append((what, error)))
+    with events.held():
+        events(EventNote(CHAT.ref, "ReservationChanged", "0 -> 5"))
+        time.sleep(0.3)  # time enough for a sender that does not wait
+        assert w.events == []
+    deadline = time.monotonic() + 10
+    while not w.events and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert [e["reason"] for e in w.events] == ["ReservationChanged"]
+    with events.held():
+        events(EventNote(CHAT.ref, "SlackLent", "40"))
+        events.close(timeout=10)  # closing sends what is held
     assert [e["reason"] for e in w.events] == ["ReservationChanged", "SlackLent"] and failed == []
 
 
