@@ -250,7 +250,7 @@ def controller(args: dict) -> dict:
     beside = KubeCluster.from_kubeconfig(args["kubeconfig"], request_timeout=30)
     store = beside.forecast_store(STORE_NAMESPACE, keep_seconds=50 * 3600, rows=24)
     r = Reconciler(cluster, PrometheusDemand(server), cfg, forecast_log=store, refit_beside=True,  # as `headroom run`
-                   events_beside=True, summary=cluster.plan_summary(STORE_NAMESPACE).write)
+                   events_beside=True, statuses_beside=True, summary=cluster.plan_summary(STORE_NAMESPACE).write)
 
     profiles = os.environ.get("HEADROOM_SCALE_PROFILE")  # a directory: each reconcile's cProfile, for a closer look
 
@@ -271,6 +271,8 @@ def controller(args: dict) -> dict:
                 "requests": sum(sent.values()), "writes": sum(n for m, n in sent.items() if m != "GET"),
                 "beside_requests": sum(beside.requests.values()) - before_beside,
                 "actions": len(state.actions), "refitting": r.refitting(),
+                # the statuses written beside since the last reconcile began: seconds from their reconcile's end
+                "status_lags": [round(x, 3) for x in r.status_lags()],
                 "evicted": evicted, "errors": dict(state.reconcile_errors_total),
                 "fallback": sum(ps.fallback for ps in state.policies.values() if ps.valid),
                 "valid": sum(ps.valid for ps in state.policies.values())}
@@ -366,6 +368,7 @@ def row(kube, prometheus, admin, policies: int, workloads: int, jumps: int, minu
         for k, v in s["errors"].items():
             errors[k] = max(errors.get(k, 0), v)
     during = [s["seconds"] for s in rest if s["refitting"]]
+    lags = [x for s in rest for x in s["status_lags"]]  # statuses written beside (the hour's first one's included)
     return {"policies": policies, "workloads": workloads, "training_cluster_queues": TRAINING_QUEUES,
             "reconcile_p99_seconds": round(float(np.percentile(seconds, 99)), 3),
             "reconcile_median_seconds": round(float(np.median(seconds)), 3),
@@ -377,6 +380,9 @@ def row(kube, prometheus, admin, policies: int, workloads: int, jumps: int, minu
             "fitting_process_rss_bytes": out["children_rss_bytes"],
             "reclaim_p99_seconds": round(float(np.percentile(reclaims, 99)), 3) if reclaims else None,
             "reclaims_measured": len(reclaims), "jumps": jumps,
+            # from the end of a reconcile to each of its statuses written, beside the next reconciles
+            "status_lag_p99_seconds": round(float(np.percentile(lags, 99)), 3) if lags else None,
+            "status_lag_max_seconds": round(max(lags), 3) if lags else None, "statuses_written_beside": len(lags),
             "hourly_refit_seconds": round(out["refit_seconds"], 1),
             "top_of_hour_reconcile_seconds": round(hourly["seconds"], 3),
             "top_of_hour_requests": hourly["requests"], "top_of_hour_writes": hourly["writes"],
@@ -468,15 +474,83 @@ def reads(count: int = 1000) -> list[dict]:
         prometheus.stop()
 
 
+def writes(count: int = 1000, objects: int = 200) -> list[dict]:
+    """What one write costs on the real API server: `count` writes of each kind a ramp reconcile makes (a
+    Deployment's scale, a policy's status with and without its hours ahead, an Event) spread over `objects`
+    Deployments and policies (twice as many policies: those without hours ahead apart), from 8 threads as the
+    reconcile writes, through the controller's own client and watch caches: their wall time and the writing
+    process's CPU (the rest is the API server's and etcd's)."""
+    from adapters.kube import KubeCluster
+    from controller.reconcile import STATUS_HOURS
+    from core.objects import Condition, ObjectRef, PolicyStatus
+    from tests.servers import kube as kube_servers
+    from tests.servers.fixtures import CRD_PATH, _established, crd_documents
+
+    _check_installed(kube_servers)
+    kube = kube_servers.start_kube(Path(tempfile.mkdtemp(prefix="headroom-writes-")) / "kube")
+    try:
+        admin = KubeCluster.from_kubeconfig(str(kube.apiserver.kubeconfig()), request_timeout=60)
+        crds = crd_documents(ROOT / "deploy" / "crds")
+        for crd in crds:
+            admin.apply(f"{CRD_PATH}/{crd['metadata']['name']}", crd)
+        _established(admin, [c["metadata"]["name"] for c in crds])
+        for ns in sorted({inference_ns(i) for i in range(objects)}):
+            admin.apply(f"/api/v1/namespaces/{ns}", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        parallel(lambda i: admin.create(f"/apis/apps/v1/namespaces/{inference_ns(i)}/deployments", deployment(i)),
+                 range(objects))
+        parallel(lambda i: admin.create(f"/apis/headroom.dev/v1alpha1/namespaces/{inference_ns(i)}/"
+                                        "reservationpolicies", policy(i, None)), range(2 * objects))
+        cluster = KubeCluster.from_kubeconfig(str(kube.apiserver.kubeconfig()), request_timeout=60).watch()
+        for ns in sorted({inference_ns(i) for i in range(objects)}):
+            cluster._target_informer("Deployment", ns)
+        time.sleep(3)  # the Deployments' caches listed
+        conditions = (Condition("Ready", "True", "Planned", "planned"), Condition("HeadroomAtRisk", "False", "Enough"))
+        ahead = tuple({"hour": (HOUR + pd.Timedelta(hours=h)).strftime("%Y-%m-%dT%H:%M:%SZ"), "reservedGpus": 3,
+                       "headroomGpus": 1} for h in range(STATUS_HOURS))
+
+        def status(value: int, hours: tuple) -> PolicyStatus:
+            return PolicyStatus(value, 1, conditions, plan_id="plan", forecast_demand=1.5, observed_generation=1,
+                                model="snaive168", next_hours=hours, realized_error={"1h": 0.1})
+
+        def write(kind: str, i: int, value: int) -> None:
+            """The `kind` write to object i, setting `value` (each round a new one: every write changes something)."""
+            ns, name = inference_ns(i), f"p{i}"
+            if kind == "scale":
+                cluster.scale_deployment(ns, name, value)
+            elif kind == "event":
+                cluster.emit_event(ObjectRef("headroom.dev/v1alpha1", "ReservationPolicy", name, ns),
+                                   "ReservationChanged", f"{value - 1} -> {value} GPUs")
+            elif kind == "status":
+                cluster.patch_policy_status(ns, name, status(value, ahead))
+            else:  # policies of their own: every write the same size
+                cluster.patch_policy_status(inference_ns(i + objects), f"p{i + objects}", status(value, ()))
+
+        out = []
+        kinds = ("scale", "status", "status, no hours ahead", "event")
+        for round_, kind in enumerate(kinds * 2):
+            started, cpu = time.perf_counter(), time.process_time()
+            parallel(lambda k, kind=kind, base=10 * (round_ + 1): write(kind, k % objects, base + k // objects),
+                     range(count))
+            seconds = time.perf_counter() - started
+            out.append({"kind": kind, "writes": count, "seconds": round(seconds, 3),
+                        "writes_per_second": round(count / seconds),
+                        "client_cpu_ms_per_write": round((time.process_time() - cpu) * 1000 / count, 3)})
+        cluster.close()
+        return out
+    finally:
+        kube.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="10 and 100 policies, fewer Workloads and reconciles")
     p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument("--reads", action="store_true", help="time 1,000 demand reads on a real Prometheus alone")
+    p.add_argument("--writes", action="store_true", help="time 1,000 writes of each kind on a real API server alone")
     p.add_argument("--controller", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
-    if a.reads:
-        for r in reads():
+    if a.reads or a.writes:
+        for r in reads() if a.reads else writes():
             print(json.dumps(r))
         return 0
     if a.controller:

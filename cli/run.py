@@ -153,6 +153,7 @@ def build(cfg: Config, in_cluster: bool = False, timeline: list | None = None, s
                             drift_window=cfg.training.drift_window, timeline=timeline,
                             refit_beside=r.cluster == "kubernetes",  # many series: refits never hold a reconcile up
                             events_beside=r.cluster == "kubernetes",  # Events off the reconcile's path
+                            statuses_beside=r.cluster == "kubernetes",  # statuses too, newest per policy
                             summary=summary)
     return reconciler, cluster
 

@@ -16,6 +16,7 @@ import logging
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from controller.actions import Action, EventNote, Evict, PatchStatus, RecordEvent, Requeue, Scale, SetQuota
 from core.cluster import Cluster
 from core.errors import ClusterError
-from core.objects import WorkloadInfo
+from core.objects import ObjectRef, WorkloadInfo
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +125,80 @@ class EventsBeside:
             pass  # daemon threads: what is still queued goes with the process
         for t in self._threads:
             t.join(max(end - time.monotonic(), 0))
+
+
+class StatusesBeside:
+    """Policy statuses written by background threads after the reconcile that made them, as a Kubernetes
+    controller's status work queue does: at most one write waiting per policy (a newer status replaces one not yet
+    written: only the newest is worth writing) and never two of one policy's at once (a later one could land
+    first). A reconcile's decisions and writes (scales, quotas, evictions) do not wait for a thousand statuses.
+    `written(action, error, seconds)` is told of each write: its error (None: written) and how long after it was
+    handed over it landed. flush() waits for what is queued; close() writes it, then stops."""
+
+    def __init__(self, cluster: Cluster, written: Callable[[PatchStatus, str | None, float], None], workers: int = 8):
+        self.cluster, self.written = cluster, written
+        self._latest: dict[ObjectRef, tuple[PatchStatus, float]] = {}  # policy -> (its newest status, handed over at)
+        self._queue: deque[ObjectRef] = deque()   # policies with a status to write, in the order they came
+        self._queued: set[ObjectRef] = set()
+        self._writing: set[ObjectRef] = set()
+        self._closing = False
+        self._changed = threading.Condition()
+        self._threads = [threading.Thread(target=self._run, name=f"headroom-statuses-{k}", daemon=True)
+                         for k in range(workers)]
+        for t in self._threads:
+            t.start()
+
+    def __call__(self, statuses: Sequence[PatchStatus]) -> None:
+        now = time.monotonic()
+        with self._changed:
+            for a in statuses:
+                self._latest[a.policy] = (a, now)
+                if a.policy not in self._queued and a.policy not in self._writing:
+                    self._queue.append(a.policy)
+                    self._queued.add(a.policy)
+            self._changed.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                while not self._queue and not self._closing:
+                    self._changed.wait()
+                if not self._queue:
+                    return
+                policy = self._queue.popleft()
+                self._queued.discard(policy)
+                self._writing.add(policy)
+                action, since = self._latest.pop(policy)
+            error = None
+            try:
+                apply(action, self.cluster)
+            except ClusterError as exc:
+                error = str(exc)
+            self.written(action, error, time.monotonic() - since)
+            with self._changed:
+                self._writing.discard(policy)
+                if policy in self._latest and policy not in self._queued:  # a newer one came while this was written
+                    self._queue.append(policy)
+                    self._queued.add(policy)
+                self._changed.notify_all()
+
+    def flush(self, timeout: float = 60.0) -> bool:
+        """Wait until every status handed over is written (True) or `timeout` passes (False)."""
+        end = time.monotonic() + timeout
+        with self._changed:
+            while self._queue or self._writing:
+                if not self._changed.wait(max(end - time.monotonic(), 0)) and time.monotonic() >= end:
+                    return False
+        return True
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Write what is queued (bounded by `timeout`), then stop."""
+        self.flush(timeout)
+        with self._changed:
+            self._closing = True
+            self._changed.notify_all()
+        for t in self._threads:
+            t.join(1.0)
 
 
 def execute(actions: Sequence[Action], cluster: Cluster,

@@ -85,4 +85,5 @@ class Loop:
             if once:
                 break
             self.stop.wait(min(self.interval, self.lease_seconds / 3))
+        self.reconciler.flush()  # its statuses written while it still leads
         self.elector.release()

@@ -53,7 +53,7 @@ from controller.actions import (
     training_columns,
 )
 from controller.demand import DemandReader
-from controller.executor import EventsBeside, Outcome, execute
+from controller.executor import EventsBeside, Outcome, StatusesBeside, execute
 from controller.forecasts import Models
 from controller.observe import (
     MIN_FIT_HOURS,
@@ -328,6 +328,7 @@ class Reconciler:
                  retrain: Callable[[str, pd.Series, pd.Timestamp], None] | None = None,
                  drift_factor: float = 1.5, drift_window: int = 24, timeline: list | None = None,
                  dry_run: bool = False, refit_beside: bool = False, events_beside: bool = False,
+                 statuses_beside: bool = False,
                  summary: Callable[[dict[str, str]], object] | None = None):
         self.cluster, self.demand, self.cfg = cluster, demand, cfg
         self.data = DataSettings.of(cfg)
@@ -366,9 +367,13 @@ class Reconciler:
         self._said: dict[ObjectRef, PolicyStatus] = {}  # the status last written per policy
         self._waiting: dict[ObjectRef, float] = {}      # statuses held back (STATUS_SPREAD): since when
         self._errors_lock = threading.Lock()  # events beside count their failures from their own threads
-        # Events sent beside the reconciles (a Kubernetes controller's many writes): off the critical path
+        self._said_lock = threading.Lock()    # statuses beside note what they wrote from their own threads
+        self._status_lags: list[float] = []   # seconds from a reconcile to each of its statuses written beside
+        # Events and statuses written beside the reconciles (a Kubernetes controller's many writes): off the path
+        # from a demand change to the writes it needs
         self._events = EventsBeside(cluster, lambda what, error: self._error("events", what, error)) \
             if events_beside else None
+        self._statuses = StatusesBeside(cluster, self._status_written) if statuses_beside else None
 
     # -- bookkeeping
     def _error(self, stage: str, what: str, exc: Exception | str) -> None:
@@ -422,9 +427,10 @@ class Reconciler:
             self._reported.pop(p.ref, None)
         # what was written for a policy since deleted is forgotten (a thousand come and go over a controller's life)
         present = {p.ref for p in policies} | set(refused)
-        self._said = {ref: said for ref, said in self._said.items() if ref in present}
+        with self._said_lock:
+            self._said = {ref: said for ref, said in self._said.items() if ref in present}
+            self._waiting = {ref: since for ref, since in self._waiting.items() if ref in present}
         self._specs.keep(present)
-        self._waiting = {ref: since for ref, since in self._waiting.items() if ref in present}
         if not policies:
             if not self.dry_run:
                 self._execute(report)
@@ -634,15 +640,22 @@ class Reconciler:
 
     def close(self) -> None:
         """Hourly work not started is dropped (a controller shutting down does not wait for a thousand refits);
-        the Events queued beside are sent."""
+        the statuses and Events queued beside are written."""
         if self._refit_pool is not None:
             self._refit_pool.shutdown(wait=False, cancel_futures=True)
         with self._fitter_lock:
             if self._fitter is not None:
                 self._fitter.shutdown(wait=False, cancel_futures=True)
                 self._fitter = None
+        if self._statuses is not None:
+            self._statuses.close()
         if self._events is not None:
             self._events.close()
+
+    def flush(self, timeout: float = 30.0) -> None:
+        """Write the statuses queued beside now (a leader stepping down writes what it decided before it lets go)."""
+        if self._statuses is not None and not self._statuses.flush(timeout):
+            log.warning("statuses still queued after %.0f s", timeout)
 
     def refitting(self) -> int:
         """Background refits not yet taken up."""
@@ -812,26 +825,45 @@ class Reconciler:
         """The statuses to write now: what says something urgent or nothing new (the adapter writes that only when
         it is an hour old), and at most STATUS_SPREAD others, the longest waiting first; the rest wait."""
         due, news = [], []
-        for a in statuses:
-            said = self._said.get(a.policy)
-            if said is None or urgent_news(said, a.status) or replace(said, plan_id=a.status.plan_id) == a.status:
-                due.append(a)
-            else:
-                news.append(a)
-        now = time.monotonic()
-        news.sort(key=lambda a: self._waiting.setdefault(a.policy, now))
+        with self._said_lock:
+            for a in statuses:
+                said = self._said.get(a.policy)
+                if said is None or urgent_news(said, a.status) or replace(said, plan_id=a.status.plan_id) == a.status:
+                    due.append(a)
+                else:
+                    news.append(a)
+            now = time.monotonic()
+            news.sort(key=lambda a: self._waiting.setdefault(a.policy, now))
         return due + news[:STATUS_SPREAD]
 
-    def _execute(self, actions) -> list[Outcome]:
+    def _status_written(self, action: PatchStatus, error: str | None, seconds: float = 0.0) -> None:
+        if error:
+            self._error("status", action.reason, error)
+            return
+        with self._said_lock:
+            self._said[action.policy] = action.status
+            self._waiting.pop(action.policy, None)
+            if self._statuses is not None:
+                self._status_lags.append(seconds)
+
+    def status_lags(self) -> list[float]:
+        """Seconds from the end of a reconcile to each of its statuses written beside, since the last call (the
+        benchmark's look at the status queue)."""
+        with self._said_lock:
+            lags, self._status_lags = self._status_lags, []
+        return lags
+
+    def _execute(self, actions) -> None:
         statuses = self._statuses_due([a for a in actions if isinstance(a, PatchStatus)])
+        if self._statuses is not None:
+            self._statuses(statuses)
+            statuses = []
         outcomes = self._in_parallel(statuses) + self._run([a for a in actions if not isinstance(a, PatchStatus)])
         for o in outcomes:
-            if o.error:
-                self._error("status" if isinstance(o.action, PatchStatus) else "events", o.action.reason, o.error)
-            elif isinstance(o.action, PatchStatus):
-                self._said[o.action.policy] = o.action.status
-                self._waiting.pop(o.action.policy, None)
-        return outcomes
+            if isinstance(o.action, PatchStatus):
+                self._status_written(o.action, o.error)
+            elif o.error:
+                self._error("events", o.action.reason, o.error)
 
     def _count(self, outcomes: list[Outcome], step: StepPlan) -> dict[str, str]:
         """Preemption counters, and each policy's actuation failure."""

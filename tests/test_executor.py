@@ -8,7 +8,7 @@ import pytest
 
 import controller.reconcile as reconcile
 from controller.actions import EventNote, PatchStatus, Requeue, Scale, SetQuota
-from controller.executor import EventsBeside, execute
+from controller.executor import EventsBeside, StatusesBeside, execute
 from controller.reconcile import Reconciler
 from core.objects import Condition, ObjectRef, PolicyStatus, TargetRef
 from core.settings import RunConfig
@@ -139,3 +139,72 @@ def test_statuses_without_urgent_news_are_spread_the_longest_waiting_first(sprea
     assert written() == [("11:00", 4)] * 4 + [("10:00", 4)]
     r._execute(statuses(reserved=6, hour="11:00", plan="e"))  # a reservation moved: every status at once
     assert written() == [("11:00", 6)] * 5
+
+
+class StatusGate:
+    """The embedded cluster, its status writes held at a gate and noted (how many at once, in what order)."""
+
+    def __init__(self, inner):
+        self.inner, self.gate, self.entered = inner, threading.Event(), threading.Event()
+        self.written, self.at_once, self._now, self._lock = [], 0, 0, threading.Lock()
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def patch_policy_status(self, namespace, name, status):
+        with self._lock:
+            self._now += 1
+            self.at_once = max(self.at_once, self._now)
+        self.entered.set()
+        self.gate.wait(10)
+        with self._lock:
+            self._now -= 1
+            self.written.append((name, status.reserved_gpus))
+        return self.inner.patch_policy_status(namespace, name, status)
+
+
+def _status(name: str, reserved: int) -> PatchStatus:
+    return PatchStatus(ObjectRef("headroom.dev/v1alpha1", "ReservationPolicy", name, "default"),
+                       PolicyStatus(reserved, 1, (Condition("Ready", "True", "Active"),)))
+
+
+def test_statuses_beside_write_the_newest_per_policy_one_at_a_time_and_report_each():
+    gated, seen = StatusGate(world()), []
+    statuses = StatusesBeside(gated, lambda a, error, seconds: seen.append((a.policy.name, a.status.reserved_gpus,
+                                                                            error, seconds >= 0)), workers=4)
+    statuses([_status("p0", 1)])
+    assert gated.entered.wait(10)  # p0's first status is being written, held at the gate
+    statuses([_status("p0", 2), _status("p1", 1)])
+    statuses([_status("p0", 3)])  # replaces 2, not yet written
+    assert not statuses.flush(timeout=0.2)
+    gated.gate.set()
+    assert statuses.flush(timeout=10)
+    assert sorted(gated.written) == [("p0", 1), ("p0", 3), ("p1", 1)]
+    assert [r for n, r in gated.written if n == "p0"] == [1, 3]  # in order, the stale one never written
+    assert gated.at_once <= 2  # p0's two writes never side by side (p1's may be beside either)
+    assert gated.inner.statuses[("default", "p0")]["reservedGpus"] == 3
+    assert sorted(seen) == [("p0", 1, None, True), ("p0", 3, None, True), ("p1", 1, None, True)]
+    statuses.close()
+    failed = []
+    broken = StatusesBeside(Flaky(world(), {"patch_policy_status"}), lambda a, error, s: failed.append(error))
+    broken([_status("p0", 1)])
+    broken.close(timeout=10)
+    assert failed == ["patch_policy_status: connection refused"]
+
+
+def test_a_reconciler_with_statuses_beside_notes_what_was_written_and_counts_failures():
+    w = world()
+    r = Reconciler(w, None, RunConfig(), statuses_beside=True)  # type: ignore[arg-type]  # no demand is read here
+    r._execute([_status("p0", 4), _status("p1", 4)])
+    assert r._statuses is not None and r._statuses.flush(10)
+    assert {k: v["reservedGpus"] for k, v in w.statuses.items()} == {("default", "p0"): 4, ("default", "p1"): 4}
+    assert len(r.status_lags()) == 2 and r.status_lags() == []
+    r._execute([_status("p0", 5)])
+    r.close()  # what is queued is written on the way out
+    assert w.statuses[("default", "p0")]["reservedGpus"] == 5
+    r.close()
+    broken = Reconciler(Flaky(world(), {"patch_policy_status"}), None, RunConfig(),  # type: ignore[arg-type]
+                        statuses_beside=True)
+    broken._execute([_status("p0", 4)])
+    broken.close()
+    assert broken._errors == {"status": 1}

@@ -91,11 +91,12 @@ def admit(kube: KubeCluster, name: str, gpus: int, preemption_seconds: int = 60)
     kueue.admit(kube, TRAIN_NS, name, QUEUE)
 
 
-def reconciler(kube, prometheus_url, tmp_path, step="5m", **run) -> Reconciler:
+def reconciler(kube, prometheus_url, tmp_path, step="5m", beside=False, **run) -> Reconciler:
+    """`beside`: Events and statuses written beside the reconciles, as `headroom run` on Kubernetes writes them."""
     server = PrometheusServer(url=prometheus_url, step=step, timeout_seconds=10, retries=0)
     cfg = RunConfig(cluster="kubernetes", prometheus=server, capacity_gpus=128, namespace=NS, **run)
     return Reconciler(kube, PrometheusDemand(cfg.prometheus), cfg, forecast_log=ForecastLog(tmp_path / "log"),
-                      summary=kube.plan_summary(NS).write)
+                      summary=kube.plan_summary(NS).write, events_beside=beside, statuses_beside=beside)
 
 
 def replicas(kube) -> int:
@@ -120,12 +121,14 @@ def test_simulated_morning_reserves_ahead_lends_slack_and_takes_back(kube_server
     for i in range(12):
         admit(kube, f"train-{i}", 10)  # 120 GPUs of training hold almost the whole cluster at night
     controller.sync()  # written by "Kueue" just now: the next read must see it
-    r = reconciler(controller, prometheus_server.url, tmp_path)
+    r = reconciler(controller, prometheus_server.url, tmp_path, beside=True)
     seen = []
     for quarter in range(0, 16):  # 07:00 .. 10:45, every 15 minutes
         now = MONDAY_7AM + pd.Timedelta(minutes=15 * quarter)
         state = r.reconcile(now)
         ps = state.policies[f"{NS}/chat"]
+        r.flush()  # the status written beside
+        assert rp_status(kube)[0]["reservedGpus"] == ps.reserved_gpus
         seen.append((now, ps.reserved_gpus, replicas(kube), kube.get_cluster_queue_quota(QUEUE), state.slack_gpus))
         held = sum(w.gpus for w in training(kube).values() if w.active and w.admitted)
         assert ps.reserved_gpus + held <= 128, (now, ps.reserved_gpus, held)  # never over capacity
@@ -133,6 +136,8 @@ def test_simulated_morning_reserves_ahead_lends_slack_and_takes_back(kube_server
     assert all(rep == res for _, res, rep, _, _ in seen)            # Deployment replicas follow the plan
     assert kube.get_cluster_queue_quota(INFERENCE_QUEUE) == seen[-1][1]  # and the inference queue's quota
     assert all(quota == slack for _, _, _, quota, slack in seen), seen  # the training quota is the slack
+    r.close()
+    assert "ReservationChanged" in events(kube, "ReservationPolicy", "chat", NS)  # sent beside
     assert seen[-1][1] > seen[0][1]                                  # the morning ramp was reserved
     evicted = [w for w in training(kube).values() if not w.active]
     assert evicted and all(w.evicted_by_plan for w in evicted)
