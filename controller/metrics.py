@@ -93,7 +93,8 @@ TEAM_PREEMPTIONS = Metric("headroom_team_preemptions_total", "counter", "The tea
 LEADER = Metric("headroom_leader", "gauge", "1 if this replica holds the leader lease and reconciles")
 RECONCILES = Metric("headroom_reconciles_total", "counter", "Reconciles finished")
 RECONCILE_ERRORS = Metric("headroom_reconcile_errors_total", "counter", "Reconcile errors per stage", ("stage",))
-RECONCILE_DURATION = Metric("headroom_reconcile_duration_seconds", "histogram", "Duration of one reconcile")
+RECONCILE_DURATION = Metric("headroom_reconcile_duration_seconds", "histogram",
+                            "Duration of one reconcile: deciding and acting (statuses and Events are written beside)")
 LAST_RECONCILE = Metric("headroom_last_reconcile_timestamp_seconds", "gauge", "Unix time of the last finished reconcile")
 
 METRICS = tuple(v for v in globals().copy().values() if isinstance(v, Metric))
