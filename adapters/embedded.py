@@ -352,7 +352,7 @@ class EmbeddedCluster:
             pass
         raise NotFound(f"Workload {TRAINING_NAMESPACE}/{name} not found", status=404)
 
-    def patch_policy_status(self, namespace: str, name: str, status: PolicyStatus) -> dict:
+    def patch_policy_status(self, namespace: str, name: str, status: PolicyStatus) -> bool:
         old = {c["type"]: c for c in self.statuses.get((namespace, name), {}).get("conditions", [])}
         conditions = {**old, **{c.type: {"type": c.type, "status": c.status, "reason": c.reason,
                                          "message": c.message} for c in status.conditions}}
@@ -361,7 +361,7 @@ class EmbeddedCluster:
             "model": status.model, "observedGeneration": status.observed_generation,
             "forecastDemand": status.forecast_demand, "nextHours": list(status.next_hours),
             "realizedError": dict(status.realized_error or {}), "conditions": list(conditions.values())}
-        return self.statuses[(namespace, name)]
+        return True
 
     def emit_event(self, about: ObjectRef, reason: str, message: str, type: str = "Normal") -> dict:
         event = {"kind": about.kind, "namespace": about.namespace, "name": about.name,

@@ -779,8 +779,8 @@ class KubeCluster:
         return self._request("GET", self.custom_path(HEADROOM_GROUP, HEADROOM_VERSION,
                                                      "reservationpolicies", name, namespace))
 
-    def patch_policy_status(self, namespace: str, name: str, status: PolicyStatus) -> dict:
-        """Write the status subresource. A condition keeps its lastTransitionTime unless its
+    def patch_policy_status(self, namespace: str, name: str, status: PolicyStatus) -> bool:
+        """Write the status subresource; True if it was written. A condition keeps its lastTransitionTime unless its
         status changes; conditions not named keep their old value. A status that says nothing new (planId and
         lastPlanTime aside) is not written unless its lastPlanTime is STATUS_REFRESH_SECONDS old; the object is
         read from the watch cache when there is one (a stale copy costs a 409 and a re-read)."""
@@ -823,7 +823,7 @@ class KubeCluster:
             return {"status": body}
 
         return self._update(path, mutate, subresource="/status", cached=self._cached("reservationpolicies", namespace,
-                                                                                      name))[0]
+                                                                                      name))[1]
 
     # ------------------------------------------------------------------ events
     def emit_event(self, about: ObjectRef, reason: str, message: str, type: str = "Normal",

@@ -57,8 +57,7 @@ def apply(action: Action, cluster: Cluster) -> bool:
             namespace, name = w.split("/", 1)
             return cluster.requeue_workload(namespace, name, uid)
         case PatchStatus(policy=ref, status=status):
-            cluster.patch_policy_status(ref.namespace or "default", ref.name, status)
-            return True
+            return cluster.patch_policy_status(ref.namespace or "default", ref.name, status)
         case RecordEvent(event=e):
             cluster.emit_event(e.about, e.reason, e.message, type=e.type)
             return True
@@ -132,10 +131,12 @@ class StatusesBeside:
     controller's status work queue does: at most one write waiting per policy (a newer status replaces one not yet
     written: only the newest is worth writing) and never two of one policy's at once (a later one could land
     first). A reconcile's decisions and writes (scales, quotas, evictions) do not wait for a thousand statuses.
-    `written(action, error, seconds)` is told of each write: its error (None: written) and how long after it was
-    handed over it landed. flush() waits for what is queued; close() writes it, then stops."""
+    `written(action, error, seconds)` is told of each: its error (None: none) and how long after it was handed over
+    it landed (None: it said nothing new, so nothing was written). flush() waits for what is queued; close()
+    writes it, then stops."""
 
-    def __init__(self, cluster: Cluster, written: Callable[[PatchStatus, str | None, float], None], workers: int = 8):
+    def __init__(self, cluster: Cluster, written: Callable[[PatchStatus, str | None, float | None], None],
+                 workers: int = 8):
         self.cluster, self.written = cluster, written
         self._latest: dict[ObjectRef, tuple[PatchStatus, float]] = {}  # policy -> (its newest status, handed over at)
         self._queue: deque[ObjectRef] = deque()   # policies with a status to write, in the order they came
@@ -169,18 +170,23 @@ class StatusesBeside:
                 self._queued.discard(policy)
                 self._writing.add(policy)
                 action, since = self._latest.pop(policy)
-            error = None
+            error, wrote = None, True
             try:
-                apply(action, self.cluster)
+                wrote = apply(action, self.cluster)
             except ClusterError as exc:
                 error = str(exc)
-            self.written(action, error, time.monotonic() - since)
+            self.written(action, error, time.monotonic() - since if wrote else None)
             with self._changed:
                 self._writing.discard(policy)
                 if policy in self._latest and policy not in self._queued:  # a newer one came while this was written
                     self._queue.append(policy)
                     self._queued.add(policy)
                 self._changed.notify_all()
+
+    def waiting(self) -> int:
+        """Policies with a status handed over and not yet written."""
+        with self._changed:
+            return len(self._latest.keys() | self._writing)
 
     def flush(self, timeout: float = 60.0) -> bool:
         """Wait until every status handed over is written (True) or `timeout` passes (False)."""

@@ -32,6 +32,7 @@ from controller.state import (
     PREEMPTION_KINDS,
     RECONCILE_BUCKETS,
     ControllerState,
+    Histogram,
     PolicyState,
     StateHolder,
 )
@@ -95,6 +96,10 @@ RECONCILES = Metric("headroom_reconciles_total", "counter", "Reconciles finished
 RECONCILE_ERRORS = Metric("headroom_reconcile_errors_total", "counter", "Reconcile errors per stage", ("stage",))
 RECONCILE_DURATION = Metric("headroom_reconcile_duration_seconds", "histogram",
                             "Duration of one reconcile: deciding and acting (statuses and Events are written beside)")
+STATUS_LAG = Metric("headroom_status_write_lag_seconds", "histogram",
+                    "From the end of a reconcile to each policy status it decided, written beside it")
+STATUSES_WAITING = Metric("headroom_statuses_waiting", "gauge",
+                          "Policy statuses decided and not yet written (written beside the reconciles)")
 LAST_RECONCILE = Metric("headroom_last_reconcile_timestamp_seconds", "gauge", "Unix time of the last finished reconcile")
 
 METRICS = tuple(v for v in globals().copy().values() if isinstance(v, Metric))
@@ -142,10 +147,11 @@ class HeadroomCollector(Collector):
         self._policies(state, add)
         self._cluster(state, add)
         self._teams(state, add)
-        duration = fams[RECONCILE_DURATION]
-        if not isinstance(duration, HistogramMetricFamily):
-            raise TypeError(f"{RECONCILE_DURATION.name} must be a histogram")
-        duration.add_metric([], self._buckets(state), state.reconcile_seconds_sum)
+        for metric, seen in ((RECONCILE_DURATION, state.reconcile_seconds), (STATUS_LAG, state.status_lag_seconds)):
+            family = fams[metric]
+            if not isinstance(family, HistogramMetricFamily):
+                raise TypeError(f"{metric.name} must be a histogram")
+            family.add_metric([], self._buckets(metric, seen), seen.sum)
         yield from (f for f in fams.values() if f.samples)  # a metric with no series yet is left out
 
     @staticmethod
@@ -188,6 +194,7 @@ class HeadroomCollector(Collector):
         add(RECONCILES, [], state.reconcile_total)
         for stage in sorted({*ERROR_STAGES, *state.reconcile_errors_total}):  # zeros too: rate() needs a start
             add(RECONCILE_ERRORS, [stage], state.reconcile_errors_total.get(stage, 0))
+        add(STATUSES_WAITING, [], state.statuses_waiting)
         add(LAST_RECONCILE, [], state.last_reconcile_timestamp)
 
     @staticmethod
@@ -204,12 +211,12 @@ class HeadroomCollector(Collector):
             add(TEAM_PREEMPTIONS, [t.team], t.preempted_total)
 
     @staticmethod
-    def _buckets(state: ControllerState) -> list[tuple[str, float]]:
-        if len(state.reconcile_seconds_buckets) != len(RECONCILE_BUCKETS):
-            raise ValueError(f"reconcile_seconds_buckets has {len(state.reconcile_seconds_buckets)} counts, "
-                             f"RECONCILE_BUCKETS {len(RECONCILE_BUCKETS)}")
-        les = [(floatToGoString(le), float(n)) for le, n in zip(RECONCILE_BUCKETS, state.reconcile_seconds_buckets)]
-        return [*les, ("+Inf", float(state.reconcile_seconds_count))]
+    def _buckets(metric: Metric, seen: Histogram) -> list[tuple[str, float]]:
+        if len(seen.buckets) != len(RECONCILE_BUCKETS):
+            raise ValueError(f"{metric.name} has {len(seen.buckets)} bucket counts, RECONCILE_BUCKETS "
+                             f"{len(RECONCILE_BUCKETS)}")
+        les = [(floatToGoString(le), float(n)) for le, n in zip(RECONCILE_BUCKETS, seen.buckets)]
+        return [*les, ("+Inf", float(seen.count))]
 
 
 def registry_for(holder: StateHolder) -> CollectorRegistry:

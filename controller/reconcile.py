@@ -67,7 +67,7 @@ from controller.observe import (
     usable,
     window_facts,
 )
-from controller.state import ERROR_STAGES, RECONCILE_BUCKETS, ControllerState, PolicyState, StateHolder, TeamState
+from controller.state import ERROR_STAGES, ControllerState, Histogram, PolicyState, StateHolder, TeamState
 from core.cluster import Cluster, ForecastStore
 from core.errors import ClusterError, ConfigError, NotFound
 from core.objects import Condition, ObjectRef, PolicyStatus, TargetState, WorkloadInfo
@@ -352,8 +352,7 @@ class Reconciler:
         self._lost: dict[str, float] = {}
         self._errors: dict[str, int] = {}
         self._team_seconds: dict[str, tuple[float, float, int]] = {}
-        self._buckets = [0] * len(RECONCILE_BUCKETS)
-        self._sum, self._total = 0.0, 0
+        self._durations = Histogram()
         self._last_now: pd.Timestamp | None = None
         self._prefetched: dict = {}                 # this reconcile's demand reads, by policy
         self.refit_beside = refit_beside  # hourly refits in a background thread (a Kubernetes controller's many series)
@@ -369,6 +368,7 @@ class Reconciler:
         self._errors_lock = threading.Lock()  # events beside count their failures from their own threads
         self._said_lock = threading.Lock()    # statuses beside note what they wrote from their own threads
         self._status_lags: list[float] = []   # seconds from a reconcile to each of its statuses written beside
+        self._status_lag = Histogram()        # the same, since the start
         # Events and statuses written beside the reconciles (a Kubernetes controller's many writes): off the path
         # from a demand change to the writes it needs
         self._events = EventsBeside(cluster, lambda what, error: self._error("events", what, error)) \
@@ -395,13 +395,13 @@ class Reconciler:
             log.exception("reconcile at %s failed", now)
             self._error("internal", "reconcile", exc)
             state = replace(self.holder.get(), leader=True)
-        elapsed = time.monotonic() - started
-        for i, bound in enumerate(RECONCILE_BUCKETS):
-            self._buckets[i] += elapsed <= bound
-        self._sum, self._total = self._sum + elapsed, self._total + 1
-        state = replace(state, reconcile_total=self._total, reconcile_errors_total=dict(self._errors),
-                        reconcile_seconds_buckets=tuple(self._buckets), reconcile_seconds_count=self._total,
-                        reconcile_seconds_sum=self._sum, last_reconcile_timestamp=time.time(),
+        self._durations = self._durations.observe(time.monotonic() - started)
+        with self._said_lock:
+            status_lag = self._status_lag
+        state = replace(state, reconcile_total=self._durations.count, reconcile_errors_total=dict(self._errors),
+                        reconcile_seconds=self._durations, status_lag_seconds=status_lag,
+                        statuses_waiting=self._statuses.waiting() if self._statuses is not None else 0,
+                        last_reconcile_timestamp=time.time(),
                         preemptions_total=dict(self._preemptions), lost_gpu_seconds_total=dict(self._lost))
         self.holder.publish(state)
         return state
@@ -836,15 +836,16 @@ class Reconciler:
             news.sort(key=lambda a: self._waiting.setdefault(a.policy, now))
         return due + news[:STATUS_SPREAD]
 
-    def _status_written(self, action: PatchStatus, error: str | None, seconds: float = 0.0) -> None:
+    def _status_written(self, action: PatchStatus, error: str | None, seconds: float | None = None) -> None:
         if error:
             self._error("status", action.reason, error)
             return
         with self._said_lock:
             self._said[action.policy] = action.status
             self._waiting.pop(action.policy, None)
-            if self._statuses is not None:
+            if seconds is not None:  # written beside (not: said nothing new, or written in the reconcile)
                 self._status_lags.append(seconds)
+                self._status_lag = self._status_lag.observe(seconds)
 
     def status_lags(self) -> list[float]:
         """Seconds from the end of a reconcile to each of its statuses written beside, since the last call (the

@@ -3,8 +3,8 @@
 The reconciler (controller/reconcile.py) is the only writer. It builds a new
 `ControllerState` value at the end of every reconcile and swaps it in whole
 (`StateHolder.publish`), so a scrape never sees half a reconcile and nothing
-goes stale between scrapes. Counters and the reconcile-duration histogram are
-cumulative since the process started.
+goes stale between scrapes. Counters and histograms are cumulative since the
+process started.
 """
 from __future__ import annotations
 
@@ -21,6 +21,19 @@ RECONCILE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 PREEMPTION_KINDS = ("planned", "emergency")
 # Where a reconcile can fail (the label set of the error counter is bounded by this)
 ERROR_STAGES = ("cluster", "demand", "forecast", "actuate", "preempt", "status", "events", "mlflow", "internal")
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """Seconds observed, as a Prometheus histogram counts them: cumulative counts per bucket (le RECONCILE_BUCKETS),
+    the count and the sum."""
+    buckets: tuple[int, ...] = (0,) * len(RECONCILE_BUCKETS)
+    count: int = 0
+    sum: float = 0.0
+
+    def observe(self, seconds: float) -> Histogram:
+        return Histogram(tuple(n + (seconds <= le) for n, le in zip(self.buckets, RECONCILE_BUCKETS, strict=True)),
+                         self.count + 1, self.sum + seconds)
 
 
 @dataclass(frozen=True)
@@ -78,9 +91,9 @@ class ControllerState:
     lost_gpu_seconds_total: Mapping[str, float] = field(default_factory=dict)  # kind -> GPU-seconds of work lost
     reconcile_total: int = 0
     reconcile_errors_total: Mapping[str, int] = field(default_factory=dict)   # stage (ERROR_STAGES) -> count
-    reconcile_seconds_buckets: tuple[int, ...] = (0,) * len(RECONCILE_BUCKETS)  # cumulative counts per bucket (le)
-    reconcile_seconds_count: int = 0
-    reconcile_seconds_sum: float = 0.0
+    reconcile_seconds: Histogram = Histogram()  # how long each reconcile took
+    status_lag_seconds: Histogram = Histogram()  # from a reconcile's end to each status it decided, written beside
+    statuses_waiting: int = 0                # statuses decided and not yet written (written beside)
     last_reconcile_timestamp: float = 0.0    # epoch seconds of the last finished reconcile
     actions: tuple = ()                      # what the last reconcile asked of the cluster (controller.actions)
     notes: tuple[str, ...] = ()              # the plan's notes (fallbacks, cuts)

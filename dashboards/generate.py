@@ -246,6 +246,12 @@ def controller_health() -> Board:
            (f"histogram_quantile(0.99, sum by (le) (rate({duration}_bucket[$__rate_interval])))", "p99"),
            (f"sum(rate({duration}_sum[$__rate_interval])) / sum(rate({duration}_count[$__rate_interval]))", "mean")],
           12, 8, unit="s", min=0)
+    lag = m.STATUS_LAG.name
+    b.add("timeseries", "Statuses written beside", "On Kubernetes the policies' statuses are written after the "
+          "reconcile that decided them: how long after (p99), and how many wait. A lag that grows, or statuses that "
+          "do not drain between reconciles, say the API server is not keeping up.",
+          [(f"histogram_quantile(0.99, sum by (le) (rate({lag}_bucket[$__rate_interval])))", "lag p99"),
+           (f"max({leader(m.STATUSES_WAITING.name)})", "waiting")], 12, 8, min=0)
     b.add("timeseries", "Reconciles and errors", "Reconciles finished and errors per stage, per minute.",
           [(f"sum(rate({m.RECONCILES.name}[$__rate_interval])) * 60", "reconciles / min"),
            (f"sum by (stage) (rate({m.RECONCILE_ERRORS.name}[$__rate_interval])) * 60", "{{stage}} errors / min")],

@@ -177,8 +177,10 @@ def test_statuses_beside_write_the_newest_per_policy_one_at_a_time_and_report_ea
     statuses([_status("p0", 2), _status("p1", 1)])
     statuses([_status("p0", 3)])  # replaces 2, not yet written
     assert not statuses.flush(timeout=0.2)
+    assert statuses.waiting() == 2  # p0 (its 1 being written, its 3 waiting) and p1
     gated.gate.set()
     assert statuses.flush(timeout=10)
+    assert statuses.waiting() == 0
     assert sorted(gated.written) == [("p0", 1), ("p0", 3), ("p1", 1)]
     assert [r for n, r in gated.written if n == "p0"] == [1, 3]  # in order, the stale one never written
     assert gated.at_once <= 2  # p0's two writes never side by side (p1's may be beside either)
@@ -199,6 +201,7 @@ def test_a_reconciler_with_statuses_beside_notes_what_was_written_and_counts_fai
     assert r._statuses is not None and r._statuses.flush(10)
     assert {k: v["reservedGpus"] for k, v in w.statuses.items()} == {("default", "p0"): 4, ("default", "p1"): 4}
     assert len(r.status_lags()) == 2 and r.status_lags() == []
+    assert r._status_lag.count == 2  # what /metrics shows (headroom_status_write_lag_seconds) keeps them
     r._execute([_status("p0", 5)])
     r.close()  # what is queued is written on the way out
     assert w.statuses[("default", "p0")]["reservedGpus"] == 5

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -324,9 +325,10 @@ def test_policy_status_conditions_and_events(cluster, kube_server):
     assert "chat" in {p["metadata"]["name"] for p in cluster.reservation_policies()}
     assert cluster.reservation_policies("elsewhere") == []
     ready = Condition("Ready", "True", "PlanApplied", "reserved 10 GPUs")
-    cluster.patch_policy_status(NS, "chat", PolicyStatus(
-        reserved_gpus=10, headroom_gpus=2, plan_id="plan-7", forecast_demand=311.5,
-        conditions=(ready, Condition("HeadroomAtRisk", "False", "WithinQuantile"))))
+    first = PolicyStatus(reserved_gpus=10, headroom_gpus=2, plan_id="plan-7", forecast_demand=311.5,
+                         conditions=(ready, Condition("HeadroomAtRisk", "False", "WithinQuantile")))
+    assert cluster.patch_policy_status(NS, "chat", first) is True
+    assert cluster.patch_policy_status(NS, "chat", replace(first, plan_id="plan-8")) is False  # nothing new: unwritten
     status = cluster.get_reservation_policy(NS, "chat")["status"]
     assert (status["reservedGpus"], status["headroomGpus"]) == (10, 2) and "slackGpus" not in status
     assert status["planId"] == "plan-7" and status["forecastDemand"] == 311.5

@@ -14,7 +14,14 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from controller import metrics as m
-from controller.state import ERROR_STAGES, PREEMPTION_KINDS, RECONCILE_BUCKETS, ControllerState, StateHolder
+from controller.state import (
+    ERROR_STAGES,
+    PREEMPTION_KINDS,
+    RECONCILE_BUCKETS,
+    ControllerState,
+    Histogram,
+    StateHolder,
+)
 from tests.test_run import MONDAY_6AM, Replay, reconciled_day
 
 QUANTILES = (0.1, 0.5, 0.9, 0.99)  # what the controller forecasts for targetQuantile 0.9, headroomQuantile 0.99
@@ -163,19 +170,28 @@ def test_reconcile_histogram_comes_from_the_stored_buckets(last):
     s = samples(scrape(last))
     name = m.RECONCILE_DURATION.name
     counts = [s[(name + "_bucket", frozenset({("le", f"{float(le)}")}))] for le in RECONCILE_BUCKETS]
-    assert counts == list(last.reconcile_seconds_buckets) and counts == sorted(counts)  # cumulative
+    assert counts == list(last.reconcile_seconds.buckets) and counts == sorted(counts)  # cumulative
     assert s[(name + "_bucket", frozenset({("le", "+Inf")}))] == s[(name + "_count", frozenset())] == \
         last.reconcile_total == 73
-    assert s[(name + "_sum", frozenset())] == last.reconcile_seconds_sum > 0
-    made_up = dataclasses.replace(last, reconcile_seconds_buckets=(0, 0, 1, 1, 2, 2, 2, 2, 2, 3),
-                                  reconcile_seconds_count=4, reconcile_seconds_sum=75.5)
+    assert s[(name + "_sum", frozenset())] == last.reconcile_seconds.sum > 0
+    made_up = dataclasses.replace(last, reconcile_seconds=Histogram((0, 0, 1, 1, 2, 2, 2, 2, 2, 3), 4, 75.5))
     s = samples(scrape(made_up))
     assert s[(name + "_bucket", frozenset({("le", "0.25")}))] == 1
     assert s[(name + "_bucket", frozenset({("le", "60.0")}))] == 3
     assert s[(name + "_bucket", frozenset({("le", "+Inf")}))] == 4
     assert s[(name + "_count", frozenset())] == 4 and s[(name + "_sum", frozenset())] == 75.5
-    with pytest.raises(ValueError, match="reconcile_seconds_buckets"):
-        scrape(dataclasses.replace(last, reconcile_seconds_buckets=(1, 2)))
+    with pytest.raises(ValueError, match=name):
+        scrape(dataclasses.replace(last, reconcile_seconds=Histogram((1, 2))))
+
+
+def test_status_lag_histogram_and_the_statuses_waiting():
+    lag = Histogram().observe(0.2).observe(3.0).observe(0.04)
+    assert lag.buckets == (1, 1, 2, 2, 2, 2, 3, 3, 3, 3) and lag.count == 3 and lag.sum == pytest.approx(3.24)
+    s = samples(scrape(ControllerState(status_lag_seconds=lag, statuses_waiting=7)))
+    name = m.STATUS_LAG.name
+    assert s[(name + "_bucket", frozenset({("le", "0.25")}))] == 2
+    assert s[(name + "_bucket", frozenset({("le", "+Inf")}))] == s[(name + "_count", frozenset())] == 3
+    assert s[(m.STATUSES_WAITING.name, frozenset())] == 7
 
 
 def test_invalid_policy_exports_only_valid_zero(last):
@@ -212,9 +228,10 @@ def test_counters_are_monotone_across_publishes_and_read_at_scrape_time(day):
 
 
 def test_names_units_and_bounded_labels(day):
-    """Counters end in _total, every name says its unit (or is a 0/1 flag, an info or a demand in the query's
-    unit), and every label takes values from a bounded set over a whole day of reconciles."""
-    dimensionless = {m.POLICY_VALID, m.LEADER, m.FALLBACK, m.DEGRADED, m.FORECAST, m.DEMAND, m.DEMAND_PER_GPU}
+    """Counters end in _total, every name says its unit (or is a 0/1 flag, an info, a count of things waiting or a
+    demand in the query's unit), and every label takes values from a bounded set over a whole day of reconciles."""
+    dimensionless = {m.POLICY_VALID, m.LEADER, m.FALLBACK, m.DEGRADED, m.FORECAST, m.DEMAND, m.DEMAND_PER_GPU,
+                     m.STATUSES_WAITING}
     for metric in m.METRICS:
         assert metric.name.startswith("headroom_") and re.fullmatch(r"[a-z_]+", metric.name), metric.name
         assert metric.name.endswith("_total") == (metric.kind == "counter"), metric.name
