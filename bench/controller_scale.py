@@ -7,10 +7,11 @@ process of its own (so its memory is its own), reading through the watch cache a
   * start-up half an hour before: every series fitted in the background while reconciles go on, until every
     forecast is in and the cluster holds the plan,
   * the hour: its first reconcile (the hourly work of every series started in the background: the whole lookback
-    re-read, the refit, realized error; reported on its own), then steady-state reconciles a simulated minute apart
-    (the hourly work running beside them): their wall time (p99), the API requests each sends (counted in the
-    adapter, every attempt) beside the objects it wrote; the hourly work's own requests (the forecast store's
-    ConfigMaps, on a client of its own) are counted apart,
+    re-read, the refit, realized error; reported on its own), then steady-state reconciles a simulated minute apart,
+    each started the reconcile interval after the last one ended as `headroom run` starts them (`--back-to-back`:
+    no wait, a stress test), the hourly work running beside them: their wall time (p99), the API requests each
+    sends (counted in the adapter, every attempt) beside the objects it wrote; the hourly work's own requests (the
+    forecast store's ConfigMaps, on a client of its own) are counted apart,
   * demand jumps: a few policies' queries multiply their demand by 4 from a given minute (PromQL `time()`), so
     demand rises above the reservation; the reclaim latency is the reconcile interval (the longest a jump waits
     to be seen) plus the time from the start of the reconcile that sees it to the chosen Workloads inactive on
@@ -21,12 +22,15 @@ Nothing runs Kueue: Workloads are admitted by writing their status as Kueue's sc
 (tests/servers/kueue.py). The servers come from tests/servers (scripts/install-servers.sh builds them).
 
     python bench/controller_scale.py              # 10, 100, 1,000 policies -> bench/results/controller-scale.json
-    python bench/controller_scale.py --quick      # 10 and 100 policies, fewer Workloads (what the test runs)
+    python bench/controller_scale.py --quick      # 10 and 100 policies, fewer Workloads, back to back (the test)
+    python bench/controller_scale.py --back-to-back  # the same, each steady reconcile right after the last
     python bench/controller_scale.py --reads      # 1,000 demand reads alone: time, CPU, connections opened
+    python bench/controller_scale.py --writes     # 1,000 writes of each kind alone: time, client CPU
 """
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import subprocess
@@ -236,6 +240,7 @@ def controller(args: dict) -> dict:
 
     from adapters.kube import KubeCluster
     from adapters.prometheus import PrometheusDemand
+    from controller import heap
     from controller.actions import Evict
     from controller.reconcile import Reconciler
     from core.settings import PrometheusServer, RunConfig
@@ -253,9 +258,19 @@ def controller(args: dict) -> dict:
                    events_beside=True, statuses_beside=True, summary=cluster.plan_summary(STORE_NAMESPACE).write)
 
     profiles = os.environ.get("HEADROOM_SCALE_PROFILE")  # a directory: each reconcile's cProfile, for a closer look
+    collecting = {"since": 0.0, "seconds": 0.0}  # the interpreter's garbage collections, every thread's
+
+    def collected(phase: str, info: dict) -> None:
+        if phase == "start":
+            collecting["since"] = time.perf_counter()
+        else:
+            collecting["seconds"] += time.perf_counter() - collecting["since"]
+    gc.callbacks.append(collected)
+    heap.full_collections_between_reconciles()  # as controller/loop.py runs the reconciles
 
     def one(now: pd.Timestamp):
         before, before_beside = dict(cluster.requests), sum(beside.requests.values())
+        collecting["seconds"] = 0.0
         started, wall = time.monotonic(), time.time()
         if profiles:
             import cProfile
@@ -270,7 +285,7 @@ def controller(args: dict) -> dict:
         return {"now": now.isoformat(), "seconds": time.monotonic() - started, "started": wall,
                 "requests": sum(sent.values()), "writes": sum(n for m, n in sent.items() if m != "GET"),
                 "beside_requests": sum(beside.requests.values()) - before_beside,
-                "actions": len(state.actions), "refitting": r.refitting(),
+                "actions": len(state.actions), "refitting": r.refitting(), "gc_seconds": collecting["seconds"],
                 # the statuses written beside since the last reconcile began: seconds from their reconcile's end
                 "status_lags": [round(x, 3) for x in r.status_lags()],
                 "evicted": evicted, "errors": dict(state.reconcile_errors_total),
@@ -282,6 +297,7 @@ def controller(args: dict) -> dict:
     started, t, warm = time.monotonic(), HOUR - pd.Timedelta(minutes=30), []
     while True:
         warm.append(one(t))
+        heap.collect()
         if warm[-1]["refitting"] == 0 and warm[-1]["fallback"] == 0 and len(warm) > 2:
             break
         if time.monotonic() - started > 1800:
@@ -293,21 +309,25 @@ def controller(args: dict) -> dict:
     # minute apart; the demand jumps fall inside it.
     refit_started = time.monotonic()
     refit_done = None
-    steady = []
+    steady, between = [], []  # the steady reconciles, the full collections after them
     for m in range(args["minutes"] + 1):
         steady.append(one(HOUR + pd.Timedelta(minutes=m)))
         if refit_done is None and steady[-1]["refitting"] == 0 and m > 0:
             refit_done = time.monotonic() - refit_started
+        between.append(heap.collect())  # as headroom run collects, and then waits its interval (controller/loop.py)
+        time.sleep(args["pace"])
     while refit_done is None:  # the refit outlasted the reconciles: wait for it (and keep reconciling)
         steady.append(one(HOUR + pd.Timedelta(minutes=args["minutes"])))
         if steady[-1]["refitting"] == 0:
             refit_done = time.monotonic() - refit_started
-        time.sleep(1)
+        between.append(heap.collect())
+        time.sleep(max(args["pace"], 1.0))
     rss, peak, children = _memory()
     r.close()  # the Events still queued beside are sent
     cluster.close()
     beside.close()
     return {"warm": warm, "startup_seconds": startup, "refit_seconds": refit_done, "steady": steady,
+            "collections_between": between,
             "rss_bytes": rss, "peak_rss_bytes": peak, "children_rss_bytes": children}
 
 
@@ -330,7 +350,7 @@ def _memory() -> tuple[int, int, int]:
 
 
 # ---------------------------------------------------------------------------- one row
-def row(kube, prometheus, admin, policies: int, workloads: int, jumps: int, minutes: int) -> dict:
+def row(kube, prometheus, admin, policies: int, workloads: int, jumps: int, minutes: int, pace: float) -> dict:
     clean(admin)
     started = time.monotonic()
     build(admin, policies, workloads, jumps)
@@ -339,7 +359,7 @@ def row(kube, prometheus, admin, policies: int, workloads: int, jumps: int, minu
     # the training Workloads hold every GPU the policies do not reserve: any demand jump takes GPUs back
     capacity = workloads * GPUS_PER_WORKLOAD + policies
     args = {"kubeconfig": str(kube.apiserver.kubeconfig()), "prometheus": prometheus.url, "capacity": capacity,
-            "minutes": minutes}
+            "minutes": minutes, "pace": pace}
     done = subprocess.run([sys.executable, __file__, "--controller", json.dumps(args)], capture_output=True,
                           text=True, cwd=ROOT, env={**os.environ, "MALLOC_ARENA_MAX": "2"})  # as deploy/base sets
     if done.returncode != 0:
@@ -391,7 +411,11 @@ def row(kube, prometheus, admin, policies: int, workloads: int, jumps: int, minu
             "reconciles_during_refit": len(during),
             "startup_seconds": round(out["startup_seconds"], 1),
             "startup_evictions": sum(len(s["evicted"]) for s in out["warm"]),
-            "steady_reconciles": len(rest), "interval_seconds": INTERVAL_SECONDS,
+            "steady_reconciles": len(rest), "interval_seconds": INTERVAL_SECONDS, "pace_seconds": pace,
+            # the garbage collections: inside the steady reconciles (the interpreter's, any thread's), and the full
+            # one headroom run makes after each reconcile, in the interval
+            "gc_in_reconcile_max_seconds": round(max(s["gc_seconds"] for s in rest), 3),
+            "gc_between_reconciles_median_seconds": round(float(np.median(out["collections_between"])), 3),
             "policies_in_fallback": steady[-1]["fallback"], "reconcile_errors": errors,
             "build_seconds": round(built, 1)}
 
@@ -408,13 +432,16 @@ def table(rows: list[dict]) -> str:
     return head + "\n".join(lines) + "\n"
 
 
-def run(counts, minutes: int = 20, jumps: int = 3, out: Path | None = RESULTS, work: Path | None = None) -> list[dict]:
+def run(counts, minutes: int = 20, jumps: int = 3, out: Path | None = RESULTS, work: Path | None = None,
+        pace: float = INTERVAL_SECONDS) -> list[dict]:
+    """One row per (policies, Workloads); `pace`: seconds from the end of one steady reconcile to the start of the
+    next (0: back to back)."""
     work = Path(work or tempfile.mkdtemp(prefix="headroom-scale-"))
     kube, prometheus, admin = start_servers(work)
     rows = []
     try:
         for policies, workloads in counts:
-            rows.append(row(kube, prometheus, admin, policies, workloads, min(jumps, policies), minutes))
+            rows.append(row(kube, prometheus, admin, policies, workloads, min(jumps, policies), minutes, pace))
             print(json.dumps(rows[-1]), flush=True)
     finally:
         admin.close()
@@ -543,7 +570,10 @@ def writes(count: int = 1000, objects: int = 200) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="10 and 100 policies, fewer Workloads and reconciles")
+    p.add_argument("--quick", action="store_true",
+                   help="10 and 100 policies, fewer Workloads and reconciles, back to back")
+    p.add_argument("--back-to-back", action="store_true",
+                   help="each steady reconcile right after the last (a stress test; default: the interval between)")
     p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument("--reads", action="store_true", help="time 1,000 demand reads on a real Prometheus alone")
     p.add_argument("--writes", action="store_true", help="time 1,000 writes of each kind on a real API server alone")
@@ -556,7 +586,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.controller:
         print(json.dumps(controller(json.loads(a.controller))))
         return 0
-    rows = run(QUICK if a.quick else FULL, minutes=12 if a.quick else 20, jumps=2 if a.quick else 3, out=a.out)
+    rows = run(QUICK if a.quick else FULL, minutes=12 if a.quick else 20, jumps=2 if a.quick else 3, out=a.out,
+               pace=0.0 if a.quick or a.back_to_back else INTERVAL_SECONDS)
     print(table(rows))
     return 0
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 import pandas as pd
 
 from adapters.mlflow import Tracker
+from controller import heap
 from controller.reconcile import Reconciler
 from core.cluster import Elector
 from core.errors import ClusterError
@@ -68,6 +69,7 @@ class Loop:
 
     def run(self, once: bool = False) -> None:
         next_reconcile = 0.0
+        heap.full_collections_between_reconciles()
         while not self.stop.is_set():
             self._beat = time.monotonic()
             try:
@@ -79,6 +81,7 @@ class Loop:
                 self.reconciler.reconcile(self.clock())
                 self._reconciled = True
                 next_reconcile = time.monotonic() + self.interval
+                heap.collect()  # in the interval, where nothing waits for it
             elif not self._leading:
                 self.reconciler.holder.publish(replace(self.reconciler.holder.get(), leader=False))
             self._settled = self._reconciled or not self._leading

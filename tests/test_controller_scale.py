@@ -31,7 +31,7 @@ def scale_rows(tmp_path_factory):
     bench = bench_module("controller_scale")
     work = tmp_path_factory.mktemp("scale")
     out = work / "controller-scale.json"
-    rows = bench.run(bench.QUICK, minutes=12, jumps=2, out=out, work=work)
+    rows = bench.run(bench.QUICK, minutes=12, jumps=2, out=out, work=work, pace=0.0)  # back to back: stricter
     return rows, json.loads(out.read_text())
 
 
