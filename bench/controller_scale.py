@@ -9,7 +9,9 @@ process of its own (so its memory is its own), reading through the watch cache a
   * the hour: its first reconcile (the hourly work of every series started in the background: the whole lookback
     re-read, the refit, realized error; reported on its own), then steady-state reconciles a simulated minute apart,
     each started the reconcile interval after the last one ended as `headroom run` starts them (`--back-to-back`:
-    no wait, a stress test), the hourly work running beside them: their wall time (p99), the API requests each
+    no wait, a stress test), the hourly work running beside them, and on past the hour's minutes until at least
+    QUIET_RECONCILES ran with no refit beside: their wall time (the steady-state p99 is theirs, as issue 12's target
+    has it; the p99 of all of them and the slowest beside the refit are reported too), the API requests each
     sends (counted in the adapter, every attempt) beside the objects it wrote; the hourly work's own requests (the
     forecast store's ConfigMaps, on a client of its own) are counted apart,
   * demand jumps: a few policies' queries multiply their demand by 4 from a given minute (PromQL `time()`), so
@@ -54,6 +56,7 @@ DEMAND_PER_GPU = 100.0          # the NASA trace's requests per 5 min per GPU: 1
 JUMP_FACTOR = 4
 STORE_NAMESPACE = "headroom-system"  # the forecast store beside the Lease
 INTERVAL_SECONDS = 15.0         # the reconcile interval the bench assumes (run.interval_seconds)
+QUIET_RECONCILES = 8            # steady reconciles with no refit beside them, at least, in each row
 HOUR = pd.Timestamp("1995-08-15T10:00:00Z")  # a weekday morning, a full 28-day lookback behind it
 FULL = ((10, 500), (100, 2000), (1000, 5000))
 QUICK = ((10, 200), (100, 500))
@@ -270,6 +273,7 @@ def controller(args: dict) -> dict:
 
     def one(now: pd.Timestamp):
         before, before_beside = dict(cluster.requests), sum(beside.requests.values())
+        refits_before = r.refitting()
         collecting["seconds"] = 0.0
         started, wall = time.monotonic(), time.time()
         if profiles:
@@ -286,6 +290,8 @@ def controller(args: dict) -> dict:
                 "requests": sum(sent.values()), "writes": sum(n for m, n in sent.items() if m != "GET"),
                 "beside_requests": sum(beside.requests.values()) - before_beside,
                 "actions": len(state.actions), "refitting": r.refitting(), "gc_seconds": collecting["seconds"],
+                # the hourly refit running beside this reconcile, or taken up by it: not a steady-state reconcile
+                "refit_beside": refits_before > 0 or r.refitting() > 0,
                 # the statuses written beside since the last reconcile began: seconds from their reconcile's end
                 "status_lags": [round(x, 3) for x in r.status_lags()],
                 "evicted": evicted, "errors": dict(state.reconcile_errors_total),
@@ -310,18 +316,27 @@ def controller(args: dict) -> dict:
     refit_started = time.monotonic()
     refit_done = None
     steady, between = [], []  # the steady reconciles, the full collections after them
-    for m in range(args["minutes"] + 1):
+
+    def minute(m: int) -> None:
+        nonlocal refit_done
         steady.append(one(HOUR + pd.Timedelta(minutes=m)))
         if refit_done is None and steady[-1]["refitting"] == 0 and m > 0:
             refit_done = time.monotonic() - refit_started
         between.append(heap.collect())  # as headroom run collects, and then waits its interval (controller/loop.py)
+
+    for m in range(args["minutes"] + 1):
+        minute(m)
         time.sleep(args["pace"])
     while refit_done is None:  # the refit outlasted the reconciles: wait for it (and keep reconciling)
-        steady.append(one(HOUR + pd.Timedelta(minutes=args["minutes"])))
-        if steady[-1]["refitting"] == 0:
-            refit_done = time.monotonic() - refit_started
-        between.append(heap.collect())
+        minute(args["minutes"])
         time.sleep(max(args["pace"], 1.0))
+    # and on, inside the hour, until enough reconciles ran with no refit beside them
+    while sum(not s["refit_beside"] for s in steady[1:]) < QUIET_RECONCILES:
+        m += 1
+        if m >= 60:
+            raise RuntimeError(f"fewer than {QUIET_RECONCILES} reconciles without a refit beside in the hour")
+        minute(m)
+        time.sleep(args["pace"])
     rss, peak, children = _memory()
     r.close()  # the Events still queued beside are sent
     cluster.close()
@@ -370,9 +385,11 @@ def row(kube, prometheus, admin, policies: int, workloads: int, jumps: int, minu
     time.sleep(1)  # the last deactivations reach the watch
     watch.close()
     steady = out["steady"]
-    # steady state: the reconciles a minute apart inside the hour, the hourly work beside them; the hour's first one
-    # (every policy's next hours roll forward, the hourly work started) is reported on its own
+    # the reconciles a minute apart inside the hour; the hour's first one (every policy's next hours roll forward,
+    # the hourly work started) is reported on its own. Steady state, as the target has it: no refit beside or taken
+    # up; the ones beside the refit are held to the interval (and reported with the rest in the *_with_refit_* p99)
     hourly, rest = steady[0], steady[1:]
+    quiet = np.array([s["seconds"] for s in rest if not s["refit_beside"]])
     seconds = np.array([s["seconds"] for s in rest])
     requests = np.array([s["requests"] for s in rest])
     changed = np.array([s["writes"] for s in rest])  # objects written (status, scale, quota, eviction, event)
@@ -387,11 +404,15 @@ def row(kube, prometheus, admin, policies: int, workloads: int, jumps: int, minu
     for s in [*out["warm"], *steady]:
         for k, v in s["errors"].items():
             errors[k] = max(errors.get(k, 0), v)
-    during = [s["seconds"] for s in rest if s["refitting"]]
+    during = [s["seconds"] for s in rest if s["refit_beside"]]
+    jumps_beside_refit = sum(any(s["refit_beside"] for s in rest if s["now"] == jump_time(j).isoformat())
+                             for j in range(jumps))
     lags = [x for s in rest for x in s["status_lags"]]  # statuses written beside (the hour's first one's included)
     return {"policies": policies, "workloads": workloads, "training_cluster_queues": TRAINING_QUEUES,
-            "reconcile_p99_seconds": round(float(np.percentile(seconds, 99)), 3),
-            "reconcile_median_seconds": round(float(np.median(seconds)), 3),
+            "reconcile_p99_seconds": round(float(np.percentile(quiet, 99)), 3),
+            "reconcile_median_seconds": round(float(np.median(quiet)), 3),
+            "reconcile_p99_with_refit_seconds": round(float(np.percentile(seconds, 99)), 3),
+            "reconcile_median_with_refit_seconds": round(float(np.median(seconds)), 3),
             "api_requests_per_reconcile": round(float(requests.mean()), 1),
             "api_requests_max": int(requests.max()),
             "changed_objects_per_reconcile": round(float(changed.mean()), 1),
@@ -408,7 +429,8 @@ def row(kube, prometheus, admin, policies: int, workloads: int, jumps: int, minu
             "top_of_hour_requests": hourly["requests"], "top_of_hour_writes": hourly["writes"],
             "hourly_work_requests": sum(s["beside_requests"] for s in steady),
             "reconcile_max_during_refit_seconds": round(max(during), 3) if during else None,
-            "reconciles_during_refit": len(during),
+            "reconciles_during_refit": len(during), "reconciles_without_refit": len(quiet),
+            "jumps_seen_during_refit": jumps_beside_refit,
             "startup_seconds": round(out["startup_seconds"], 1),
             "startup_evictions": sum(len(s["evicted"]) for s in out["warm"]),
             "steady_reconciles": len(rest), "interval_seconds": INTERVAL_SECONDS, "pace_seconds": pace,
@@ -421,12 +443,13 @@ def row(kube, prometheus, admin, policies: int, workloads: int, jumps: int, minu
 
 
 def table(rows: list[dict]) -> str:
-    head = ("| policies | Workloads | reconcile p99 (s) | median (s) | API requests / reconcile | changed objects / "
-            "reconcile | controller RSS (MiB) | reclaim p99 (s) | hourly refit, beside (s) |\n"
-            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+    head = ("| policies | Workloads | steady reconcile p99 (s) | median (s) | p99 with the refit beside (s) | API "
+            "requests / reconcile | changed objects / reconcile | controller RSS (MiB) | reclaim p99 (s) | hourly "
+            "refit, beside (s) |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
     lines = [f"| {r['policies']:,} | {r['workloads']:,} | {r['reconcile_p99_seconds']:.2f} | "
-             f"{r['reconcile_median_seconds']:.2f} | {r['api_requests_per_reconcile']:.1f} | "
-             f"{r['changed_objects_per_reconcile']:.1f} | {r['rss_bytes'] / 2**20:.0f} | "
+             f"{r['reconcile_median_seconds']:.2f} | {r['reconcile_p99_with_refit_seconds']:.2f} | "
+             f"{r['api_requests_per_reconcile']:.1f} | {r['changed_objects_per_reconcile']:.1f} | "
+             f"{r['rss_bytes'] / 2**20:.0f} | "
              f"{r['reclaim_p99_seconds'] if r['reclaim_p99_seconds'] is not None else 'n/a'} | "
              f"{r['hourly_refit_seconds']:.0f} |" for r in rows]
     return head + "\n".join(lines) + "\n"

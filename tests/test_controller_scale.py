@@ -47,7 +47,9 @@ def test_quick_rows_are_written_with_every_field(scale_rows):
 def test_steady_reconcile_meets_the_targets(scale_rows):
     rows, _ = scale_rows
     for r in rows:
-        assert r["reconcile_p99_seconds"] <= 5.0, r
+        assert r["reconciles_without_refit"] >= bench_module("controller_scale").QUIET_RECONCILES, r
+        # steady state, as the target has it: no refit beside; at these sizes those beside it are held to it too
+        assert r["reconcile_p99_seconds"] <= 5.0 and r["reconcile_p99_with_refit_seconds"] <= 5.0, r
         assert r["rss_bytes"] <= 2**30, r
         # every request beyond a small constant is one of the (at most) two a written object costs
         assert r["requests_beyond_2_per_changed_max"] <= 10, r
