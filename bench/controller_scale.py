@@ -26,6 +26,7 @@ Nothing runs Kueue: Workloads are admitted by writing their status as Kueue's sc
     python bench/controller_scale.py              # 10, 100, 1,000 policies -> bench/results/controller-scale.json
     python bench/controller_scale.py --quick      # 10 and 100 policies, fewer Workloads, back to back (the test)
     python bench/controller_scale.py --back-to-back  # the same, each steady reconcile right after the last
+    python bench/controller_scale.py --refit-first --policies 1000 --out F  # the hour's demand after the refit
     python bench/controller_scale.py --reads      # 1,000 demand reads alone: time, CPU, connections opened
     python bench/controller_scale.py --writes     # 1,000 writes of each kind alone: time, client CPU
 """
@@ -61,7 +62,6 @@ HOUR = pd.Timestamp("1995-08-15T10:00:00Z")  # a weekday morning, a full 28-day 
 FULL = ((10, 500), (100, 2000), (1000, 5000))
 QUICK = ((10, 200), (100, 500))
 RESULTS = ROOT / "bench" / "results" / "controller-scale.json"
-DOC = ROOT / "docs" / "bench-controller.md"
 
 
 def inference_ns(i: int) -> str:
@@ -320,11 +320,18 @@ def controller(args: dict) -> dict:
     def minute(m: int) -> None:
         nonlocal refit_done
         steady.append(one(HOUR + pd.Timedelta(minutes=m)))
-        if refit_done is None and steady[-1]["refitting"] == 0 and m > 0:
+        if refit_done is None and steady[-1]["refitting"] == 0 and len(steady) > 1:
             refit_done = time.monotonic() - refit_started
         between.append(heap.collect())  # as headroom run collects, and then waits its interval (controller/loop.py)
 
-    for m in range(args["minutes"] + 1):
+    first = 0
+    if args["refit_first"]:  # the hour's first minute until the refit is done: the hour's demand meets no refit
+        minute(0)
+        while refit_done is None:
+            time.sleep(max(args["pace"], 1.0))
+            minute(0)
+        first = 1
+    for m in range(first, args["minutes"] + 1):
         minute(m)
         time.sleep(args["pace"])
     while refit_done is None:  # the refit outlasted the reconciles: wait for it (and keep reconciling)
@@ -365,7 +372,8 @@ def _memory() -> tuple[int, int, int]:
 
 
 # ---------------------------------------------------------------------------- one row
-def row(kube, prometheus, admin, policies: int, workloads: int, jumps: int, minutes: int, pace: float) -> dict:
+def row(kube, prometheus, admin, policies: int, workloads: int, jumps: int, minutes: int, pace: float,
+        refit_first: bool = False) -> dict:
     clean(admin)
     started = time.monotonic()
     build(admin, policies, workloads, jumps)
@@ -374,7 +382,7 @@ def row(kube, prometheus, admin, policies: int, workloads: int, jumps: int, minu
     # the training Workloads hold every GPU the policies do not reserve: any demand jump takes GPUs back
     capacity = workloads * GPUS_PER_WORKLOAD + policies
     args = {"kubeconfig": str(kube.apiserver.kubeconfig()), "prometheus": prometheus.url, "capacity": capacity,
-            "minutes": minutes, "pace": pace}
+            "minutes": minutes, "pace": pace, "refit_first": refit_first}
     done = subprocess.run([sys.executable, __file__, "--controller", json.dumps(args)], capture_output=True,
                           text=True, cwd=ROOT, env={**os.environ, "MALLOC_ARENA_MAX": "2"})  # as deploy/base sets
     if done.returncode != 0:
@@ -434,6 +442,7 @@ def row(kube, prometheus, admin, policies: int, workloads: int, jumps: int, minu
             "startup_seconds": round(out["startup_seconds"], 1),
             "startup_evictions": sum(len(s["evicted"]) for s in out["warm"]),
             "steady_reconciles": len(rest), "interval_seconds": INTERVAL_SECONDS, "pace_seconds": pace,
+            "refit_first": refit_first,
             # the garbage collections: inside the steady reconciles (the interpreter's, any thread's), and the full
             # one headroom run makes after each reconcile, in the interval
             "gc_in_reconcile_max_seconds": round(max(s["gc_seconds"] for s in rest), 3),
@@ -450,21 +459,22 @@ def table(rows: list[dict]) -> str:
              f"{r['reconcile_median_seconds']:.2f} | {r['reconcile_p99_with_refit_seconds']:.2f} | "
              f"{r['api_requests_per_reconcile']:.1f} | {r['changed_objects_per_reconcile']:.1f} | "
              f"{r['rss_bytes'] / 2**20:.0f} | "
-             f"{r['reclaim_p99_seconds'] if r['reclaim_p99_seconds'] is not None else 'n/a'} | "
+             f"{'n/a' if r['reclaim_p99_seconds'] is None else round(r['reclaim_p99_seconds'], 1)} | "
              f"{r['hourly_refit_seconds']:.0f} |" for r in rows]
     return head + "\n".join(lines) + "\n"
 
 
 def run(counts, minutes: int = 20, jumps: int = 3, out: Path | None = RESULTS, work: Path | None = None,
-        pace: float = INTERVAL_SECONDS) -> list[dict]:
+        pace: float = INTERVAL_SECONDS, refit_first: bool = False) -> list[dict]:
     """One row per (policies, Workloads); `pace`: seconds from the end of one steady reconcile to the start of the
-    next (0: back to back)."""
+    next (0: back to back); `refit_first`: the hour's minutes start once the hourly refit is done."""
     work = Path(work or tempfile.mkdtemp(prefix="headroom-scale-"))
     kube, prometheus, admin = start_servers(work)
     rows = []
     try:
         for policies, workloads in counts:
-            rows.append(row(kube, prometheus, admin, policies, workloads, min(jumps, policies), minutes, pace))
+            rows.append(row(kube, prometheus, admin, policies, workloads, min(jumps, policies), minutes, pace,
+                            refit_first))
             print(json.dumps(rows[-1]), flush=True)
     finally:
         admin.close()
@@ -597,6 +607,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="10 and 100 policies, fewer Workloads and reconciles, back to back")
     p.add_argument("--back-to-back", action="store_true",
                    help="each steady reconcile right after the last (a stress test; default: the interval between)")
+    p.add_argument("--refit-first", action="store_true",
+                   help="hold the hour's first minute until the hourly refit is done: every demand change of the "
+                        "hour (the morning ramp's included) meets a controller with no refit beside it")
+    p.add_argument("--policies", type=int, nargs="+", help="only the rows of these policy counts")
     p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument("--reads", action="store_true", help="time 1,000 demand reads on a real Prometheus alone")
     p.add_argument("--writes", action="store_true", help="time 1,000 writes of each kind on a real API server alone")
@@ -609,8 +623,9 @@ def main(argv: list[str] | None = None) -> int:
     if a.controller:
         print(json.dumps(controller(json.loads(a.controller))))
         return 0
-    rows = run(QUICK if a.quick else FULL, minutes=12 if a.quick else 20, jumps=2 if a.quick else 3, out=a.out,
-               pace=0.0 if a.quick or a.back_to_back else INTERVAL_SECONDS)
+    counts = [(n, w) for n, w in (QUICK if a.quick else FULL) if not a.policies or n in a.policies]
+    rows = run(counts, minutes=12 if a.quick else 20, jumps=2 if a.quick else 3, out=a.out,
+               pace=0.0 if a.quick or a.back_to_back else INTERVAL_SECONDS, refit_first=a.refit_first)
     print(table(rows))
     return 0
 
