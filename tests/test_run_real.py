@@ -314,6 +314,8 @@ def test_headroom_run_command_serves_probes_and_metrics_and_stops_cleanly(kube_s
         assert get("/healthz")[0] == 200
         metrics = get("/metrics")[1]
         assert f'headroom_policy_valid{{policy="{NS}/chat"}} 1.0' in metrics and "headroom_leader 1.0" in metrics
+        # headroom run writes statuses beside its reconciles: the first lands a moment after /readyz
+        wait_until(lambda: "FallbackActive" in rp_status(kube)[1], timeout=30, what="the policy's first status")
         status, conditions = rp_status(kube)
         assert conditions["FallbackActive"]["status"] == "True"  # no demand data at all: minGpus (the planner's
         assert conditions["ForecastDegraded"]["status"] == "True"  # rule: a policy's own fault takes no cluster)
