@@ -272,7 +272,7 @@ def controller(args: dict) -> dict:
     heap.full_collections_between_reconciles()  # as controller/loop.py runs the reconciles
 
     def one(now: pd.Timestamp):
-        before, before_beside = dict(cluster.requests), sum(beside.requests.values())
+        before = dict(cluster.requests)
         refits_before = r.refitting()
         collecting["seconds"] = 0.0
         started, wall = time.monotonic(), time.time()
@@ -288,7 +288,6 @@ def controller(args: dict) -> dict:
         sent = {m: n - before.get(m, 0) for m, n in cluster.requests.items()}
         return {"now": now.isoformat(), "seconds": time.monotonic() - started, "started": wall,
                 "requests": sum(sent.values()), "writes": sum(n for m, n in sent.items() if m != "GET"),
-                "beside_requests": sum(beside.requests.values()) - before_beside,
                 "actions": len(state.actions), "refitting": r.refitting(), "gc_seconds": collecting["seconds"],
                 # the hourly refit running beside this reconcile, or taken up by it: not a steady-state reconcile
                 "refit_beside": refits_before > 0 or r.refitting() > 0,
@@ -315,6 +314,7 @@ def controller(args: dict) -> dict:
     # minute apart; the demand jumps fall inside it.
     refit_started = time.monotonic()
     refit_done = None
+    hourly_work_before = sum(beside.requests.values())  # the hourly work's client: its requests in the hour, gaps too
     steady, between = [], []  # the steady reconciles, the full collections after them
 
     def minute(m: int) -> None:
@@ -344,12 +344,13 @@ def controller(args: dict) -> dict:
             raise RuntimeError(f"fewer than {QUIET_RECONCILES} reconciles without a refit beside in the hour")
         minute(m)
         time.sleep(args["pace"])
+    hourly_work_requests = sum(beside.requests.values()) - hourly_work_before
     rss, peak, children = _memory()
     r.close()  # the Events still queued beside are sent
     cluster.close()
     beside.close()
     return {"warm": warm, "startup_seconds": startup, "refit_seconds": refit_done, "steady": steady,
-            "collections_between": between,
+            "collections_between": between, "hourly_work_requests": hourly_work_requests,
             "rss_bytes": rss, "peak_rss_bytes": peak, "children_rss_bytes": children}
 
 
@@ -435,7 +436,7 @@ def row(kube, prometheus, admin, policies: int, workloads: int, jumps: int, minu
             "hourly_refit_seconds": round(out["refit_seconds"], 1),
             "top_of_hour_reconcile_seconds": round(hourly["seconds"], 3),
             "top_of_hour_requests": hourly["requests"], "top_of_hour_writes": hourly["writes"],
-            "hourly_work_requests": sum(s["beside_requests"] for s in steady),
+            "hourly_work_requests": out["hourly_work_requests"],
             "reconcile_max_during_refit_seconds": round(max(during), 3) if during else None,
             "reconciles_during_refit": len(during), "reconciles_without_refit": len(quiet),
             "jumps_seen_during_refit": jumps_beside_refit,
