@@ -286,11 +286,12 @@ def controller(args: dict) -> dict:
             state = r.reconcile(now)
         evicted = [a.workload for a in state.actions if isinstance(a, Evict)]
         sent = {m: n - before.get(m, 0) for m, n in cluster.requests.items()}
+        refits_after = r.refitting()
         return {"now": now.isoformat(), "seconds": time.monotonic() - started, "started": wall,
                 "requests": sum(sent.values()), "writes": sum(n for m, n in sent.items() if m != "GET"),
-                "actions": len(state.actions), "refitting": r.refitting(), "gc_seconds": collecting["seconds"],
+                "actions": len(state.actions), "refitting": refits_after, "gc_seconds": collecting["seconds"],
                 # the hourly refit running beside this reconcile, or taken up by it: not a steady-state reconcile
-                "refit_beside": refits_before > 0 or r.refitting() > 0,
+                "refit_beside": refits_before > 0 or refits_after > 0,
                 # the statuses written beside since the last reconcile began: seconds from their reconcile's end
                 "status_lags": [round(x, 3) for x in r.status_lags()],
                 "evicted": evicted, "errors": dict(state.reconcile_errors_total),
@@ -338,6 +339,7 @@ def controller(args: dict) -> dict:
         minute(args["minutes"])
         time.sleep(max(args["pace"], 1.0))
     # and on, inside the hour, until enough reconciles ran with no refit beside them
+    m = args["minutes"]
     while sum(not s["refit_beside"] for s in steady[1:]) < QUIET_RECONCILES:
         m += 1
         if m >= 60:
