@@ -13,6 +13,7 @@ from typing import Protocol, Self, runtime_checkable
 
 import numpy as np
 import pandas as pd
+from pandas.tseries.frequencies import to_offset
 
 
 @runtime_checkable
@@ -37,7 +38,11 @@ class ForecastError(ValueError):
 
 def future_index(history: pd.Series, horizon: int) -> pd.DatetimeIndex:
     """The `horizon` timestamps right after the history, at its step."""
-    step = pd.Timedelta(history.index.freq or pd.infer_freq(history.index))
+    freq = history.index.freq or pd.infer_freq(history.index)
+    if freq is None:
+        raise ValueError(f"the history's timestamps have no regular step ({history.index[0]} .. "
+                         f"{history.index[-1]}, {len(history)} samples); resample it to one step first")
+    step = pd.Timedelta(to_offset(freq))  # infer_freq says "h", which Timedelta cannot read alone
     return pd.date_range(history.index[-1] + step, periods=horizon, freq=step)
 
 

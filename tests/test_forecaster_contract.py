@@ -57,6 +57,8 @@ HISTORIES = {
     "gaps": demand(21 * 24, gaps=True),
     "constant": pd.Series(7.0, index=pd.date_range("2026-01-05", periods=10 * 24, freq="h", tz="UTC")),
     "zero": pd.Series(0.0, index=pd.date_range("2026-01-05", periods=10 * 24, freq="h", tz="UTC")),
+    # hourly timestamps read from a file carry no freq: the step is inferred (pandas 3 infers "h", no number)
+    "no_freq": demand(10 * 24, seed=7).pipe(lambda s: s.set_axis(pd.DatetimeIndex(s.index.astype(str)))),
 }
 FACTORIES = {**MODELS,
              "calibrated": lambda: Calibrated(SeasonalProfile(), folds=3),
@@ -76,6 +78,12 @@ def test_contract(model, history):
     assert isinstance(fitted.name, str) and fitted.name
     if history in ("constant", "zero"):
         assert np.allclose(frame[0.5], series.iloc[-1], atol=1e-6 + 0.01 * series.iloc[-1])
+
+
+def test_a_history_without_a_regular_step_is_refused_by_name():
+    irregular = demand(10 * 24).drop(demand(10 * 24).index[[5, 50, 51]])
+    with pytest.raises(ValueError, match="no regular step"):
+        future_index(irregular.set_axis(pd.DatetimeIndex(irregular.index.astype(str))), 24)
 
 
 POINT_MODELS = [m for m in MODELS if m != "ensemble"]
