@@ -119,7 +119,7 @@ def test_result_json_has_issue_11_fields_and_the_old_ones():
 # burst and takes lent GPUs back each time: goodput 0.900 on the fifth day, short 0.133% of demand in 0.35% of
 # steps. A fixed buffer alone keeps goodput (0.984 / 0.964 / 0.936 at 0 / 4 / 8) and leaves 10.8% / 3.5% / 1.3% of
 # demand unserved. strict: the mark fails the run once it passes.
-WARM_BUFFER_GOODPUT = pytest.mark.xfail(strict=True, reason="goodput under tune's warm buffer of 8 on alibaba's burst")
+WARM_BUFFER_GOODPUT = pytest.mark.xfail(strict=True, reason="goodput under tune's rises' buffer on alibaba's burst")
 
 
 @pytest.mark.parametrize("name", TRACES)
