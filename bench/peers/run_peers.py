@@ -155,21 +155,24 @@ def run_traces(horizon: int, folds: int, step: int, arima: bool, only_arima: boo
         if arima:
             run["AutoARIMA24"] = lambda: AutoARIMA(season_length=24)
         for mname, make in run.items():
-            folds_out = []
-            for k, o in enumerate(origins):
-                train = fill_for_fit(y[:o])
-                res, sec, err = forecast_limited(mname, make, train, horizon, LEVELS)
-                if err == "timeout":
-                    log(f"{name} {mname}: fold {k} took over {ARIMA_LIMIT_S:.0f}s, dropped")
-                    folds_out = {"dropped": f"over {ARIMA_LIMIT_S:.0f} s per fold"}
-                    break
-                folds_out.append({"origin": ts[o], "seconds": round(sec, 4), "error": err, **(res or {})})
-            trace["models"][mname] = folds_out
-            if isinstance(folds_out, list):
-                total = sum(f["seconds"] for f in folds_out)
-                log(f"{name} {mname}: {len(folds_out)} folds, {total:.2f}s")
+            trace["models"][mname] = run_folds(name, mname, make, y, ts, origins, horizon, LEVELS)
         out[name] = trace
     return out
+
+
+def run_folds(label: str, mname: str, make, y: np.ndarray, ts: list[str], origins: list[int], horizon: int,
+              levels: list[int] | None) -> list | dict:
+    """One model's forecast at each origin, fitted on the gap-filled data before it; for AutoARIMA, {"dropped":
+    why} at its first fit over ARIMA_LIMIT_S."""
+    folds_out = []
+    for k, o in enumerate(origins):
+        res, sec, err = forecast_limited(mname, make, fill_for_fit(y[:o]), horizon, levels)
+        if err == "timeout":
+            log(f"{label} {mname}: fold {k} took over {ARIMA_LIMIT_S:.0f}s, dropped")
+            return {"dropped": f"over {ARIMA_LIMIT_S:.0f} s per fold"}
+        folds_out.append({"origin": ts[o], "seconds": round(sec, 4), "error": err, **(res or {})})
+    log(f"{label} {mname}: {len(folds_out)} folds, {sum(f['seconds'] for f in folds_out):.2f}s")
+    return folds_out
 
 
 # Held-out series, never used to choose anything in headroom: the peak-in-hour (hourly max) of every sub-hourly
@@ -204,16 +207,7 @@ def run_heldout(horizon: int, folds: int, step: int) -> dict:
     for name, (ts, y, origins) in heldout_series(horizon, folds, step).items():
         entry = {"y": _r(y), "origin_index": origins, "origins": [ts[o] for o in origins], "models": {}}
         for mname, make in models.items():
-            folds_out: list | dict = []
-            for o in origins:
-                res, sec, err = forecast_limited(mname, make, fill_for_fit(y[:o]), horizon, None)
-                if err == "timeout":
-                    folds_out = {"dropped": f"over {ARIMA_LIMIT_S:.0f} s per fold"}
-                    break
-                folds_out.append({"origin": ts[o], "seconds": round(sec, 4), "error": err, **(res or {})})
-            entry["models"][mname] = folds_out
-            log(f"held-out {name} {mname}: " + (folds_out["dropped"] if isinstance(folds_out, dict) else
-                                                f"{len(origins)} folds, {sum(f['seconds'] for f in folds_out):.2f}s"))
+            entry["models"][mname] = run_folds(f"held-out {name}", mname, make, y, ts, origins, horizon, None)
         out[name] = entry
     return out
 
