@@ -36,11 +36,10 @@ sys.path.insert(0, str(REPO))
 from forecast.metrics import coverage, mase, pinball, seasonal_scale, smape  # noqa: E402  the one scorer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-from gpu_gauge import gpus_in_use, timestamps  # noqa: E402
+from gpu_gauge import GAUGE, gpus_in_use, timestamps  # noqa: E402
 from m4_files import read_wide  # noqa: E402
 
 TRACE_H, FOLDS, STEP, M4_H, SEASON = 24, 7, 24, 48, 24
-GAUGE = "alibaba_openb_gpus_in_use"  # bench/peers/run_peers.py names it the same
 
 
 def log(*parts) -> None:
@@ -358,11 +357,16 @@ def m4_global(train, test, auto: list[np.ndarray]) -> dict:
     return {"grid": grid, "pick": pick, "weight": weight, "scores": scores, "fit_predict_seconds_all": seconds}
 
 
+def scale_history(seed: int) -> pd.Series:
+    """One of the scale test's series: 90 days of the project's synthetic demand, hourly."""
+    from forecast.synthetic import synthetic_demand
+    return synthetic_demand(days=90, step="1h", seed=seed)
+
+
 def global_scale(n: int = 1000) -> dict:
     """The global model's fit and forecast over the scale test's 1,000 synthetic series (90 days, horizon 48)."""
     from forecast.global_model import GlobalBoosting, GlobalSettings
-    from forecast.synthetic import synthetic_demand
-    histories = [synthetic_demand(days=90, step="1h", seed=seed) for seed in range(n)]
+    histories = [scale_history(seed) for seed in range(n)]
     started = time.perf_counter()
     learner = GlobalBoosting(GlobalSettings(horizon=M4_H)).fit_many(histories)
     learner.paths(histories, M4_H)
@@ -372,8 +376,7 @@ def global_scale(n: int = 1000) -> dict:
 
 def _scale_one(seed: int) -> float:
     from forecast.backtest import AutoForecaster
-    from forecast.synthetic import synthetic_demand
-    history = synthetic_demand(days=90, step="1h", seed=seed)
+    history = scale_history(seed)
     history.index.freq = "h"
     started = time.perf_counter()
     AutoForecaster(candidates="fast", horizon=M4_H).fit(history).predict(M4_H, [0.1, 0.5, 0.9])
@@ -399,14 +402,11 @@ def mstl_scale(n: int, workers: int) -> dict:
     peers' venv): {"wall_seconds": ...}, or {"not_run": why}."""
     import subprocess
     import tempfile
-
-    from forecast.synthetic import synthetic_demand
     if not PEERS_PYTHON.exists():
         return {"not_run": f"no peers venv at {PEERS_PYTHON} (bash bench/setup_peers.sh)"}
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "series.npz"
-        np.savez(path, values=np.array([synthetic_demand(days=90, step="1h", seed=seed).to_numpy()
-                                        for seed in range(n)]))
+        np.savez(path, values=np.array([scale_history(seed).to_numpy() for seed in range(n)]))
         log(f"scale test: statsforecast MSTL on the same {n} series ...")
         done = subprocess.run([str(PEERS_PYTHON), str(REPO / "bench" / "peers" / "scale_mstl.py"), str(path),
                                "--horizon", str(M4_H), "--workers", str(workers)], capture_output=True, text=True)

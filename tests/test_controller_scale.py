@@ -19,7 +19,12 @@ from tests.servers.fixtures import NASA_TRACE
 
 
 @pytest.fixture(scope="module")
-def scale_rows(tmp_path_factory):
+def bench():
+    return bench_module("controller_scale")
+
+
+@pytest.fixture(scope="module")
+def scale_rows(bench, tmp_path_factory):
     missing = [n for n, p in {**kube_servers.binaries(), **prom_servers.binaries()}.items() if not p]
     if missing:
         message = f"{', '.join(missing)} not installed (run scripts/install-servers.sh)"
@@ -28,7 +33,6 @@ def scale_rows(tmp_path_factory):
         pytest.skip(f"real trace not found at {NASA_TRACE} (../shared/data beside the repo)")
     if not kube_servers.KUEUE_CRDS.is_dir():
         pytest.skip(f"Kueue's CRDs not found at {kube_servers.KUEUE_CRDS} (../shared/kueue beside the repo)")
-    bench = bench_module("controller_scale")
     work = tmp_path_factory.mktemp("scale")
     out = work / "controller-scale.json"
     rows = bench.run(bench.QUICK, minutes=12, jumps=2, out=out, work=work, pace=0.0)  # back to back: stricter
@@ -44,10 +48,10 @@ def test_quick_rows_are_written_with_every_field(scale_rows):
         assert r["reconcile_errors"] == {} and r["policies_in_fallback"] == 0, r
 
 
-def test_steady_reconcile_meets_the_targets(scale_rows):
+def test_steady_reconcile_meets_the_targets(bench, scale_rows):
     rows, _ = scale_rows
     for r in rows:
-        assert r["reconciles_without_refit"] >= bench_module("controller_scale").QUIET_RECONCILES, r
+        assert r["reconciles_without_refit"] >= bench.QUIET_RECONCILES, r
         # steady state, as the target has it: no refit beside; at these sizes those beside it are held to it too
         assert r["reconcile_p99_seconds"] <= 5.0 and r["reconcile_p99_with_refit_seconds"] <= 5.0, r
         assert r["rss_bytes"] <= 2**30, r

@@ -36,7 +36,7 @@ import pandas as pd
 from statsforecast.models import MSTL, AutoARIMA, AutoETS, AutoTheta, SeasonalNaive
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from gpu_gauge import gpus_in_use, timestamps  # noqa: E402  shared with the harness
+from gpu_gauge import GAUGE, gpus_in_use, timestamps  # noqa: E402  shared with the harness
 from m4_files import read_wide  # noqa: E402  shared with the harness
 
 REPO = Path(__file__).resolve().parents[2]
@@ -178,7 +178,6 @@ def run_folds(label: str, mname: str, make, y: np.ndarray, ts: list[str], origin
 # Held-out series, never used to choose anything in headroom: the peak-in-hour (hourly max) of every sub-hourly
 # trace, nasa's 28 daily origins before the main benchmark's last 7, and the GPU job trace's GPUs in use.
 EARLIER_FOLDS = 28
-GAUGE = "alibaba_openb_gpus_in_use"
 
 
 def heldout_series(horizon: int, folds: int, step: int) -> dict:
