@@ -534,8 +534,8 @@ def plan_step(hours: HourPlan, observed: Mapping[str, Observed], training: Train
             if recent:
                 peak = w.gpus(float(max(recent)))
                 factor = max(w.warm_buffer, wh.rise_buffer)
-                if factor > 0:
-                    buffer = int(math.ceil(factor * math.sqrt(max(peak, 1)) - 1e-9))
+                if factor > 0:  # whole replicas, as `gpus` gives the peak: the target scales by replicas
+                    buffer = w.gpus(factor * math.sqrt(max(peak, 1)) * w.demand_per_gpu)
         want = w.clamp(max(fore, peak + buffer), lendable)
         degraded = o is not None and o.degraded
         if o is not None and o.degraded:

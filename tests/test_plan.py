@@ -244,6 +244,9 @@ def test_recent_observed_peak_and_warm_buffer_block_scale_in():
     buffered = cluster(workload(scale_in_delay_seconds=600.0, warm_buffer=1.0))
     s = plan_step(h, {"chat": demand}, training(), buffered, now).workloads[0]
     assert (s.buffer_gpus, s.reserved_gpus) == (4, 20)  # 1.0 x sqrt(16)
+    odd = cluster(workload(scale_in_delay_seconds=600.0, warm_buffer=1.25))
+    s = plan_step(h, {"chat": demand}, training(), odd, now).workloads[0]
+    assert (s.buffer_gpus, s.reserved_gpus) == (6, 22)  # 1.25 x sqrt(16) = 5 GPUs: 3 whole replicas of 2
     future = observed((now + 60, 500.0))  # a sample after now is not seen
     assert plan_step(h, {"chat": future}, training(), kept, now).workloads[0].reserved_gpus == 2
     capped = plan_step(h, {"chat": observed((now, 1000.0))}, training(), kept, now).workloads[0]
