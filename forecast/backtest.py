@@ -38,6 +38,10 @@ COMBINES = ("best", "best-or-mean", "median", "mean", "weighted")
 COMBINE = "best-or-mean"
 # True: always; False: never; an int n: only with at least n inner folds of residuals (a week's history has 1-4).
 LEVEL_CORRECTION: bool | int = 7
+# Fewer inner folds than this (a history under about nine days): the evidence for any one candidate is a few days'
+# scores, and picking on it lost to the plain mean of the whole pool on one-week histories; so the pool's mean
+# serves (`_select`). 0: always pick. Chosen with the rest by the protocol (docs/bench-forecast.md).
+MIN_SELECTION_FOLDS = 7
 METRICS = ("mase", "smape", "pinball_50", "pinball_90", "pinball_95", "coverage_80", "coverage_90",
            *(f"below_q{q}" for q in PLANNER_QUANTILES), "fit_seconds")
 
@@ -63,17 +67,19 @@ class AutoForecaster:
 
     `combine` is the selection rule (see `_select`); `level_correction` whether the median gets
     calibrate.level_correction (an int: only with that many inner folds of residuals; a week's history has
-    1-4, too few to estimate a level error: with them the correction cost 10 % on one-week series).
+    1-4, too few to estimate a level error: with them the correction cost 10 % on one-week series). With fewer
+    than `min_selection_folds` inner folds nothing is picked: the mean of every candidate serves.
     """
 
     def __init__(self, candidates: Sequence[str] | str = "fast", horizon: int = DAY, folds: int = 14,
                  step: int = DAY, top_k: int = 3, calibration_folds: int = 28, combine: str = COMBINE,
-                 level_correction: bool | int = LEVEL_CORRECTION):
+                 level_correction: bool | int = LEVEL_CORRECTION, min_selection_folds: int = MIN_SELECTION_FOLDS):
         self.candidates = {"fast": FAST, "full": FULL}[candidates] if isinstance(candidates, str) else tuple(candidates)
         self.horizon, self.folds, self.step, self.top_k = horizon, folds, step, top_k
         if combine not in COMBINES:
             raise ValueError(f"combine must be one of {COMBINES}, not {combine!r}")
         self.combine, self.level_correction = combine, level_correction
+        self.min_selection_folds = min_selection_folds
         # Intervals need more residuals than selection needs scores: four weeks of daily origins (older ones
         # weigh little: calibrate.HALF_LIFE), while the model is picked on the last `folds` only.
         self.calibration_folds = max(calibration_folds, folds)
@@ -111,11 +117,14 @@ class AutoForecaster:
 
         "best": the best candidate; "best-or-mean": it or the mean of the top `top_k`, whichever scored better
         on the same folds; "median" / "mean" / "weighted": that combination of the top `top_k` (weights
-        1 / mean MASE), whatever the scores.
+        1 / mean MASE), whatever the scores. With fewer than `min_selection_folds` folds (or than a shorter
+        selection window `folds`; none at all included), the mean of every candidate.
         """
-        if not len(folds):  # no inner fold: the robust default
-            first = "profile" if "profile" in points else next(iter(points))
-            return _Pick(first, (first,), "mean", None, points[first], {})
+        # too little evidence to rank on (a selection window asked shorter than min_selection_folds is honoured)
+        if len(folds) < max(min(self.min_selection_folds, self.folds), 1):
+            members = tuple(self.candidates)
+            name = combination_name(members, "mean") if len(members) > 1 else members[0]
+            return _Pick(name, members, "mean", None, combine(np.array([points[c] for c in members]), "mean"), {})
         scores = dict(zip(errors, _mean_finite(np.array([errors[c][folds] for c in errors]))))
         ranked = sorted(self.candidates, key=lambda c: scores[c])
         top = tuple(ranked[:self.top_k])

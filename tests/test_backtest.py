@@ -294,3 +294,20 @@ def test_a_one_week_real_trace_backtests_every_model_without_an_unexplained_fall
     assert result.folds == 5
     assert "failed to fit" not in caplog.text, caplog.text
     assert all(np.isfinite(m["mase"]) for m in result.models.values())
+
+
+def test_with_too_few_inner_folds_auto_serves_the_pools_mean_instead_of_a_pick():
+    """A week of history gives 1-4 inner folds: too little evidence to rank candidates on (issue 13), so the
+    whole pool's mean serves, at the last origin and in the honest replay the intervals come from; with a week of
+    inner folds, or min_selection_folds=0, the rule picks again."""
+    from forecast.calibrate import point_forecast
+    week = demand(weeks=1)
+    auto = AutoForecaster(FAST).fit(week)
+    assert auto.chosen == "mean(" + "+".join(FAST) + ")" and auto.scores_ == {}
+    paths = np.array([models.MODELS[c]().fit(week).point(24) for c in FAST])
+    np.testing.assert_allclose(auto.model_.point(24), paths.mean(axis=0))
+    for j, origin in enumerate(auto.origins_[1:], start=1):
+        pool = np.mean([point_forecast(models.MODELS[c], week, origin, 24) for c in FAST], axis=0)
+        np.testing.assert_allclose(auto.points_[j], pool)
+    assert AutoForecaster(FAST, min_selection_folds=0).fit(week).scores_  # ranked on its few folds
+    assert AutoForecaster(FAST).fit(demand(weeks=4)).scores_

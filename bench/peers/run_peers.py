@@ -17,6 +17,9 @@ Protocol
   nasa's 28 daily origins before the last FOLDS and the job trace's GPUs in use
   (bench/gpu_gauge.py); the series are stored so the harness can check it
   builds the same ones. AutoARIMA runs there too, under the same time limit.
+- One-week histories (bench/week_windows.py): every whole week of every series above, 5 daily origins from
+  two days on, as `headroom backtest --folds 7` scores a one-week trace; the peers a week allows (one daily
+  season; Holt-Winters damped added, one of the owner's peers there), AutoARIMA under the same limit.
 - Wall time is per model per fold (traces) or per series (M4), after a warm-up
   call on a small series so numba JIT compilation is not billed to fold 1.
 """
@@ -38,6 +41,7 @@ from statsforecast.models import MSTL, AutoARIMA, AutoETS, AutoTheta, SeasonalNa
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gpu_gauge import GAUGE, gpus_in_use, timestamps  # noqa: E402  shared with the harness
 from m4_files import read_wide  # noqa: E402  shared with the harness
+from week_windows import HORIZON, ORIGINS, week_windows  # noqa: E402  shared with the harness
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / ".." / "shared" / "data"
@@ -211,6 +215,24 @@ def run_heldout(horizon: int, folds: int, step: int) -> dict:
     return out
 
 
+def run_weeks() -> dict:
+    models = {"SeasonalNaive24": lambda: SeasonalNaive(season_length=24),
+              "AutoETS24": lambda: AutoETS(season_length=24),
+              "HoltWintersDamped24": lambda: AutoETS(season_length=24, model="AAA", damped=True),
+              "MSTL24": lambda: MSTL(season_length=24, trend_forecaster=AutoETS(model="ZZN")),
+              "AutoTheta24": lambda: AutoTheta(season_length=24),
+              "AutoARIMA24": lambda: AutoARIMA(season_length=24)}
+    warm_up(models)
+    out = {}
+    for name, (kind, week) in week_windows(DATA).items():
+        y, ts = week.to_numpy(dtype=float), [t.isoformat() for t in week.index]
+        entry = {"kind": kind, "y": _r(y), "origin_index": ORIGINS, "origins": [ts[o] for o in ORIGINS], "models": {}}
+        for mname, make in models.items():
+            entry["models"][mname] = run_folds(f"week {name}", mname, make, y, ts, ORIGINS, HORIZON, LEVELS)
+        out[name] = entry
+    return out
+
+
 def run_m4(horizon: int, limit: int | None, save=None, only=None, previous=None) -> dict:
     ids, train = read_wide(DATA / "m4" / "Hourly-train.csv")
     if limit:
@@ -248,9 +270,10 @@ def main(argv=None) -> int:
     ap.add_argument("--skip-m4", action="store_true")
     ap.add_argument("--no-arima", action="store_true", help="skip the AutoARIMA attempt on traces")
     ap.add_argument("--heldout", action="store_true", help="run the held-out stage again, keeping the rest")
+    ap.add_argument("--weeks", action="store_true", help="run the one-week stage again, keeping the rest")
     ap.add_argument("--resume", action="store_true",
-                    help="keep what --out already holds; run only the M4 models it lacks, the held-out stage if "
-                         "missing, and the ARIMA stage")
+                    help="keep what --out already holds; run only the M4 models it lacks, the held-out and "
+                         "one-week stages if missing, and the ARIMA stage")
     args = ap.parse_args(argv)
     if not DATA.is_dir():
         log(f"no data at {DATA}")
@@ -259,7 +282,8 @@ def main(argv=None) -> int:
     result = {"statsforecast": statsforecast.__version__, "pandas": pd.__version__, "levels": LEVELS,
               "protocol": {"horizon": args.horizon, "folds": args.folds, "step": args.step,
                            "m4_horizon": 48, "arima_limit_s": ARIMA_LIMIT_S}}
-    # Order: traces, M4 (cheapest model first), the held-out series, then the AutoARIMA attempt on traces; saved
+    # Order: traces, M4 (cheapest model first), the held-out series, the one-week histories, then the AutoARIMA
+    # attempt on traces; saved
     # after each stage.
     old = json.loads(args.out.read_text()) if args.resume and args.out.exists() else {}
     result["traces"] = old.get("traces") or run_traces(args.horizon, args.folds, args.step, arima=False)
@@ -286,6 +310,11 @@ def main(argv=None) -> int:
         save()
     else:
         result["heldout"] = old["heldout"]
+    if args.weeks or not old.get("weeks"):
+        result["weeks"] = run_weeks()
+        save()
+    else:
+        result["weeks"] = old["weeks"]
     if not args.no_arima:
         arima = run_traces(args.horizon, args.folds, args.step, arima=True, only_arima=True)
         for name, trace in arima.items():
