@@ -882,7 +882,7 @@ WEEK_KINDS = {"choose": "shared hourly traces (choose-on)", "related": "their ho
 def week_summary(weeks: dict) -> dict[str, dict]:
     """Per kind of one-week history: geometric means of MASE / seasonal naive 24's (auto, its candidates' median,
     each peer, over the windows it finished), how many windows auto is within 1.05 x and at or below the best peer,
-    and auto's pooled coverage."""
+    and auto's coverage (the mean over windows)."""
     out = {}
     for kind in WEEK_KINDS:
         rows = [v for v in weeks.values() if v.get("kind") == kind and v.get("auto") is not None
