@@ -77,7 +77,7 @@ def cmd_backtest(cfg: Config, args) -> int:
         return 0
     print(f"history {payload['history']}: horizon {b.horizon} h, {payload['folds']} folds {b.step} h apart "
           f"({'as asked' if payload['folds'] == b.folds else f'{b.folds} asked: the history holds fewer'}); "
-          f"selected: {payload['selected']}")
+          f"selected: {payload['selected']}" + (f" ({result.selected_why})" if result.selected_why else ""))
     cols = ["mase", "smape", "pinball_50", "pinball_90", "pinball_95", "coverage_80", "coverage_90", "fit_seconds"]
     print(f"{'model':<22}" + "".join(f"{c:>13}" for c in cols))
     # a score the history cannot define (MASE of a constant series: no error to scale by) is null in JSON, n/a here

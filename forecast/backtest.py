@@ -98,6 +98,10 @@ class AutoForecaster:
         window = lambda j: everything[max(j - self.folds, 0):j]  # noqa: E731 - selection sees the last `folds`
         pick = self._select(points, errors, actuals, scales, window(len(everything)))
         self.chosen, self.scores_ = pick.name, pick.scores
+        ranked_on = len(window(len(everything)))
+        self.why_chosen = None if pick.scores else (  # the weak-evidence mean (`_select`)
+            f"{ranked_on} inner fold(s), under the {min(self.min_selection_folds, self.folds)} a pick needs: "
+            "the mean of every candidate")
         self.model_ = (Ensemble(pick.members, pick.how, pick.weights) if len(pick.members) > 1
                        else MODELS[pick.members[0]]())
         self.model_.fit(history)
@@ -180,6 +184,7 @@ class BacktestResult:
     selected: str
     models: dict[str, dict[str, float]]
     per_fold: list[dict] = field(default_factory=list)  # one row per (model, origin), the metrics of that fold
+    selected_why: str | None = None  # why `selected` is not a pick (AutoForecaster.why_chosen); not in the JSON
 
     def to_json(self) -> dict:
         return {"history": self.history, "horizon": self.horizon, "folds": self.folds, "selected": self.selected,
@@ -268,4 +273,4 @@ def backtest(history: pd.Series, horizon: int = DAY, folds: int = 14, step: int 
                      for r in rows]
     auto = AutoForecaster(candidates=candidates, horizon=horizon).fit(history)
     return BacktestResult(history=str(history.name), horizon=horizon, folds=len(fold_origins),
-                          selected=auto.chosen, models=summary, per_fold=per_fold)
+                          selected=auto.chosen, models=summary, per_fold=per_fold, selected_why=auto.why_chosen)

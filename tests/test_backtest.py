@@ -304,10 +304,13 @@ def test_with_too_few_inner_folds_auto_serves_the_pools_mean_instead_of_a_pick()
     week = demand(weeks=1)
     auto = AutoForecaster(FAST).fit(week)
     assert auto.chosen == "mean(" + "+".join(FAST) + ")" and auto.scores_ == {}
+    assert auto.why_chosen == "5 inner fold(s), under the 7 a pick needs: the mean of every candidate"
+    assert backtest(week, folds=7, models=FAST).selected_why == auto.why_chosen
     paths = np.array([models.MODELS[c]().fit(week).point(24) for c in FAST])
     np.testing.assert_allclose(auto.model_.point(24), paths.mean(axis=0))
     for j, origin in enumerate(auto.origins_[1:], start=1):
         pool = np.mean([point_forecast(models.MODELS[c], week, origin, 24) for c in FAST], axis=0)
         np.testing.assert_allclose(auto.points_[j], pool)
     assert AutoForecaster(FAST, min_selection_folds=0).fit(week).scores_  # ranked on its few folds
-    assert AutoForecaster(FAST).fit(demand(weeks=4)).scores_
+    picked = AutoForecaster(FAST).fit(demand(weeks=4))
+    assert picked.scores_ and picked.why_chosen is None
