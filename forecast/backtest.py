@@ -39,9 +39,13 @@ COMBINE = "best-or-mean"
 # True: always; False: never; an int n: only with at least n inner folds of residuals (a week's history has 1-4).
 LEVEL_CORRECTION: bool | int = 7
 # Fewer inner folds than this (a history under about nine days): the evidence for any one candidate is a few days'
-# scores, and picking on it lost to the plain mean of the whole pool on one-week histories; so the pool's mean
-# serves (`_select`). 0: always pick. Chosen with the rest by the protocol (docs/bench-forecast.md).
+# scores, and picking on it alone lost to seasonal naive on one-week histories. With k folds the pick weighs
+# k / MIN_SELECTION_FOLDS and every candidate an equal share of the rest (`_select`): the pool's mean without a
+# fold, the pick alone from a week of folds on, no jump between ("shrink"; "mean": the pool's mean until then).
+# 0: always pick. Chosen with the rest by the protocol (docs/bench-forecast.md).
 MIN_SELECTION_FOLDS = 7
+WEAK_EVIDENCE = "shrink"
+WEAK_EVIDENCE_RULES = ("shrink", "mean")
 METRICS = ("mase", "smape", "pinball_50", "pinball_90", "pinball_95", "coverage_80", "coverage_90",
            *(f"below_q{q}" for q in PLANNER_QUANTILES), "fit_seconds")
 
@@ -53,6 +57,7 @@ class _Pick(NamedTuple):
     weights: np.ndarray | None
     points: np.ndarray  # its point path at every inner fold
     scores: dict[str, float]
+    why: str | None = None  # why it is not the rule's pick alone (too few folds)
 
 
 class AutoForecaster:
@@ -68,18 +73,22 @@ class AutoForecaster:
     `combine` is the selection rule (see `_select`); `level_correction` whether the median gets
     calibrate.level_correction (an int: only with that many inner folds of residuals; a week's history has
     1-4, too few to estimate a level error: with them the correction cost 10 % on one-week series). With fewer
-    than `min_selection_folds` inner folds nothing is picked: the mean of every candidate serves.
+    than `min_selection_folds` inner folds the pick is shrunk towards the mean of every candidate
+    (`weak_evidence`, see MIN_SELECTION_FOLDS).
     """
 
     def __init__(self, candidates: Sequence[str] | str = "fast", horizon: int = DAY, folds: int = 14,
                  step: int = DAY, top_k: int = 3, calibration_folds: int = 28, combine: str = COMBINE,
-                 level_correction: bool | int = LEVEL_CORRECTION, min_selection_folds: int = MIN_SELECTION_FOLDS):
+                 level_correction: bool | int = LEVEL_CORRECTION, min_selection_folds: int = MIN_SELECTION_FOLDS,
+                 weak_evidence: str = WEAK_EVIDENCE):
         self.candidates = {"fast": FAST, "full": FULL}[candidates] if isinstance(candidates, str) else tuple(candidates)
         self.horizon, self.folds, self.step, self.top_k = horizon, folds, step, top_k
         if combine not in COMBINES:
             raise ValueError(f"combine must be one of {COMBINES}, not {combine!r}")
         self.combine, self.level_correction = combine, level_correction
-        self.min_selection_folds = min_selection_folds
+        if weak_evidence not in WEAK_EVIDENCE_RULES:
+            raise ValueError(f"weak_evidence must be one of {WEAK_EVIDENCE_RULES}, not {weak_evidence!r}")
+        self.min_selection_folds, self.weak_evidence = min_selection_folds, weak_evidence
         # Intervals need more residuals than selection needs scores: four weeks of daily origins (older ones
         # weigh little: calibrate.HALF_LIFE), while the model is picked on the last `folds` only.
         self.calibration_folds = max(calibration_folds, folds)
@@ -97,11 +106,7 @@ class AutoForecaster:
         everything = np.arange(len(fold_origins))
         window = lambda j: everything[max(j - self.folds, 0):j]  # noqa: E731 - selection sees the last `folds`
         pick = self._select(points, errors, actuals, scales, window(len(everything)))
-        self.chosen, self.scores_ = pick.name, pick.scores
-        ranked_on = len(window(len(everything)))
-        self.why_chosen = None if pick.scores else (  # the weak-evidence mean (`_select`)
-            f"{ranked_on} inner fold(s), under the {min(self.min_selection_folds, self.folds)} a pick needs: "
-            "the mean of every candidate")
+        self.chosen, self.scores_, self.why_chosen = pick.name, pick.scores, pick.why
         self.model_ = (Ensemble(pick.members, pick.how, pick.weights) if len(pick.members) > 1
                        else MODELS[pick.members[0]]())
         self.model_.fit(history)
@@ -117,18 +122,39 @@ class AutoForecaster:
         return self
 
     def _select(self, points, errors, actuals, scales, folds) -> _Pick:
+        """The rule `combine` on inner `folds` (`_rank`); with fewer folds than `min_selection_folds` (or than a
+        shorter selection window `folds`, which is honoured), that pick weighs k / that many and every candidate an
+        equal share of the rest ("shrink"; a median pick counts as its members' mean), or the pool's mean alone
+        ("mean")."""
+        enough = max(min(self.min_selection_folds, self.folds), 1)
+        if len(folds) >= enough:
+            return self._rank(points, errors, actuals, scales, folds)
+        members = tuple(self.candidates)
+        share = len(folds) / enough if self.weak_evidence == "shrink" else 0.0
+        weights = np.full(len(members), (1.0 - share) / len(members))
+        scores: dict[str, float] = {}
+        if share:
+            pick = self._rank(points, errors, actuals, scales, folds)
+            own = pick.weights if pick.weights is not None else np.full(len(pick.members), 1.0 / len(pick.members))
+            for member, weight in zip(pick.members, own):
+                weights[members.index(member)] += share * weight
+            scores = pick.scores
+        why = (f"{len(folds)} inner fold(s), under the {enough} a pick needs: "
+               + (f"the pick weighs {len(folds)}/{enough}, every candidate an equal share of the rest" if share
+                  else "the mean of every candidate"))
+        if len(members) == 1:
+            return _Pick(members[0], members, "mean", None, points[members[0]], scores, why)
+        how = "weighted" if share else "mean"
+        return _Pick(combination_name(members, how), members, how, weights if share else None,
+                     combine(np.array([points[c] for c in members]), "weighted", weights), scores, why)
+
+    def _rank(self, points, errors, actuals, scales, folds) -> _Pick:
         """The rule `combine` applied to the candidates' mean MASE on inner `folds`.
 
         "best": the best candidate; "best-or-mean": it or the mean of the top `top_k`, whichever scored better
         on the same folds; "median" / "mean" / "weighted": that combination of the top `top_k` (weights
-        1 / mean MASE), whatever the scores. With fewer than `min_selection_folds` folds (or than a shorter
-        selection window `folds`; none at all included), the mean of every candidate.
+        1 / mean MASE), whatever the scores.
         """
-        # too little evidence to rank on (a selection window asked shorter than min_selection_folds is honoured)
-        if len(folds) < max(min(self.min_selection_folds, self.folds), 1):
-            members = tuple(self.candidates)
-            name = combination_name(members, "mean") if len(members) > 1 else members[0]
-            return _Pick(name, members, "mean", None, combine(np.array([points[c] for c in members]), "mean"), {})
         scores = dict(zip(errors, _mean_finite(np.array([errors[c][folds] for c in errors]))))
         ranked = sorted(self.candidates, key=lambda c: scores[c])
         top = tuple(ranked[:self.top_k])

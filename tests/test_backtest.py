@@ -296,21 +296,29 @@ def test_a_one_week_real_trace_backtests_every_model_without_an_unexplained_fall
     assert all(np.isfinite(m["mase"]) for m in result.models.values())
 
 
-def test_with_too_few_inner_folds_auto_serves_the_pools_mean_instead_of_a_pick():
-    """A week of history gives 1-4 inner folds: too little evidence to rank candidates on (issue 13), so the
-    whole pool's mean serves, at the last origin and in the honest replay the intervals come from; with a week of
-    inner folds, or min_selection_folds=0, the rule picks again."""
+def test_with_too_few_inner_folds_auto_shrinks_its_pick_towards_the_pools_mean():
+    """A week of history gives 1-5 inner folds: too little evidence to rank candidates on alone (issue 13). With k
+    of the 7 folds a pick needs, the pick weighs k/7 and every candidate an equal share of the rest, at the last
+    origin and in the honest replay the intervals come from ("mean": the pool's mean alone); with a week of inner
+    folds, or min_selection_folds=0, the rule's pick alone."""
     from forecast.calibrate import point_forecast
     week = demand(weeks=1)
-    auto = AutoForecaster(FAST).fit(week)
-    assert auto.chosen == "mean(" + "+".join(FAST) + ")" and auto.scores_ == {}
-    assert auto.why_chosen == "5 inner fold(s), under the 7 a pick needs: the mean of every candidate"
-    assert backtest(week, folds=7, models=FAST).selected_why == auto.why_chosen
     paths = np.array([models.MODELS[c]().fit(week).point(24) for c in FAST])
-    np.testing.assert_allclose(auto.model_.point(24), paths.mean(axis=0))
-    for j, origin in enumerate(auto.origins_[1:], start=1):
+    picking = AutoForecaster(FAST, min_selection_folds=0).fit(week)
+    assert picking.scores_ and picking.why_chosen is None  # ranked on its 5 folds alone
+    auto = AutoForecaster(FAST).fit(week)
+    assert auto.chosen == "weighted(" + "+".join(FAST) + ")"
+    assert auto.why_chosen == ("5 inner fold(s), under the 7 a pick needs: the pick weighs 5/7, every candidate an "
+                               "equal share of the rest")
+    np.testing.assert_allclose(auto.model_.point(24), 5 / 7 * picking.model_.point(24) + 2 / 7 * paths.mean(axis=0))
+    assert backtest(week, folds=7, models=FAST).selected_why == auto.why_chosen
+    pooled = AutoForecaster(FAST, weak_evidence="mean").fit(week)
+    assert pooled.chosen == "mean(" + "+".join(FAST) + ")" and pooled.scores_ == {}
+    np.testing.assert_allclose(pooled.model_.point(24), paths.mean(axis=0))
+    for j, origin in enumerate(pooled.origins_[1:], start=1):
         pool = np.mean([point_forecast(models.MODELS[c], week, origin, 24) for c in FAST], axis=0)
-        np.testing.assert_allclose(auto.points_[j], pool)
-    assert AutoForecaster(FAST, min_selection_folds=0).fit(week).scores_  # ranked on its few folds
+        np.testing.assert_allclose(pooled.points_[j], pool)
     picked = AutoForecaster(FAST).fit(demand(weeks=4))
     assert picked.scores_ and picked.why_chosen is None
+    with pytest.raises(ValueError):
+        AutoForecaster(FAST, weak_evidence="vote")
