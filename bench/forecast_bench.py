@@ -1165,7 +1165,20 @@ def interval_markdown(p: dict) -> list[str]:
         outside = [coverage_misses_of(row, part) for part in (choose, [u for u in units if u not in choose])]
         lines.append(f"| {name}{mark} | " + " | ".join(_f(row[u]["rel_loss"]) for u in units)
                      + f" | {_f(geomean([row[u]['rel_loss'] for u in choose]))} | {outside[0]} + {outside[1]} |")
-    lines += ["", f"The rule picks **{pick}** (the code's default, forecast.calibrate.INTERVALS: {p['code_default']}).",
+    lines += ["", f"The rule picks **{pick}** (the code's default, forecast.calibrate.INTERVALS: {p['code_default']})."]
+    default = p["code_default"]
+    if default != pick and default in table:  # said, not hidden: the numbers that kept the default
+        test_units = [u for u in units if u not in choose]
+        lines += ["", f"The code keeps {default}: on the choose-on units it has "
+                  f"{coverage_misses_of(table[default], choose)} coverage(s) outside ±5 against the pick's "
+                  f"{coverage_misses_of(table[pick], choose)}, and a loss of "
+                  f"{_f(geomean([table[default][u]['rel_loss'] for u in choose]), 4)} against "
+                  f"{_f(geomean([table[pick][u]['rel_loss'] for u in choose]), 4)}; on the test-on units "
+                  f"{coverage_misses_of(table[default], test_units)} against "
+                  f"{coverage_misses_of(table[pick], test_units)}, loss "
+                  f"{_f(geomean([table[default][u]['rel_loss'] for u in test_units]), 4)} against "
+                  f"{_f(geomean([table[pick][u]['rel_loss'] for u in test_units]), 4)}."]
+    lines += [
               "", f"Issue 2's model (`level`), round 1's pick (`{ROUND1_PICK}`) and the pick, per unit: "
               "coverage of the 80 % and 90 % intervals and the share of actuals at or below the planner's q0.9 / "
               "q0.99 (pooled over every scored hour), mean pinball at q0.9 / q0.99; M4 also the 10th / 50th / 90th "
@@ -1260,7 +1273,7 @@ def notes(report: dict, peers: dict) -> list[str]:
                        f"90 % {_pct(auto['coverage_90'])} ± {_pct(auto['coverage_90_se'])} (± one standard error "
                        "over the folds: hours within a fold err together).")
     out += choices(report)
-    from forecast.calibrate import ACI_GAMMA
+    from forecast.calibrate import ACI_GAMMA, REFIT_STEP
     out.append("Intervals (issue 13, section above): weighted split conformal (forecast/calibrate.py) at 28 daily "
                "inner origins (the model is picked on the last 14) on the errors of the selection procedure itself "
                "(at each inner fold, the model it would have picked on the 14 folds before, so the winner's optimism "
@@ -1269,7 +1282,8 @@ def notes(report: dict, peers: dict) -> list[str]:
                "((folds+1)/folds per tail) plus an adaptive-conformal offset (Gibbs & Candès 2021, step "
                f"{ACI_GAMMA:g}) learned by replaying the inner folds oldest first. With fewer than 5 honest folds (a "
                "week of history; split "
-               "conformal cannot put q0.9 below the largest error) the fitted model is refit every 12 hours from the "
+               f"conformal cannot put q0.9 below the largest error) the fitted model is refit every {REFIT_STEP} hours "
+               "from the "
                "first day on and the bands are the split-conformal quantiles of those refits' errors over whole "
                "horizons (each origin a unit), grouped at one threshold, the median of the refits' points (round 1 "
                "used the history's day-over-day changes, grouped at each path's own median: a flat path, the last "
