@@ -203,16 +203,23 @@ def heldout_series(horizon: int, folds: int, step: int) -> dict:
     return out
 
 
-def run_heldout(horizon: int, folds: int, step: int) -> dict:
-    models = {**trace_models(), "AutoARIMA24": lambda: AutoARIMA(season_length=24)}
+def run_series(label: str, models: dict, series: dict, horizon: int, levels: list[int] | None) -> dict:
+    """Every model at each series' origins: name -> {**extra, "y", "origin_index", "origins", "models"}, `series`
+    being name -> (timestamps, values, origin indices, extra fields)."""
     warm_up(models)
     out = {}
-    for name, (ts, y, origins) in heldout_series(horizon, folds, step).items():
-        entry = {"y": _r(y), "origin_index": origins, "origins": [ts[o] for o in origins], "models": {}}
+    for name, (ts, y, origins, extra) in series.items():
+        entry = {**extra, "y": _r(y), "origin_index": origins, "origins": [ts[o] for o in origins], "models": {}}
         for mname, make in models.items():
-            entry["models"][mname] = run_folds(f"held-out {name}", mname, make, y, ts, origins, horizon, None)
+            entry["models"][mname] = run_folds(f"{label} {name}", mname, make, y, ts, origins, horizon, levels)
         out[name] = entry
     return out
+
+
+def run_heldout(horizon: int, folds: int, step: int) -> dict:
+    models = {**trace_models(), "AutoARIMA24": lambda: AutoARIMA(season_length=24)}
+    series = {name: (ts, y, origins, {}) for name, (ts, y, origins) in heldout_series(horizon, folds, step).items()}
+    return run_series("held-out", models, series, horizon, None)
 
 
 def run_weeks() -> dict:
@@ -221,15 +228,9 @@ def run_weeks() -> dict:
               "HoltWintersDamped24": lambda: AutoETS(season_length=24, model="AAA", damped=True),
               "MSTL24": lambda: MSTL(season_length=24, trend_forecaster=AutoETS(model="ZZN")),
               "AutoARIMA24": lambda: AutoARIMA(season_length=24)}
-    warm_up(models)
-    out = {}
-    for name, (kind, week) in week_windows(DATA).items():
-        y, ts = week.to_numpy(dtype=float), [t.isoformat() for t in week.index]
-        entry = {"kind": kind, "y": _r(y), "origin_index": ORIGINS, "origins": [ts[o] for o in ORIGINS], "models": {}}
-        for mname, make in models.items():
-            entry["models"][mname] = run_folds(f"week {name}", mname, make, y, ts, ORIGINS, HORIZON, LEVELS)
-        out[name] = entry
-    return out
+    series = {name: ([t.isoformat() for t in week.index], week.to_numpy(dtype=float), ORIGINS, {"kind": kind})
+              for name, (kind, week) in week_windows(DATA).items()}
+    return run_series("week", models, series, HORIZON, LEVELS)
 
 
 def run_m4(horizon: int, limit: int | None, save=None, only=None, previous=None) -> dict:
