@@ -107,7 +107,7 @@ def run_demo(out: Path, quick: bool, cfg, say) -> dict:
 
     say(f"simulating the last {size.simulated_days:g} day(s) with a training backlog: the tuned policy, the tuned "
         "baselines and the references")
-    results = compare_policies(scenario, specs, progress=say)
+    results = compare_policies(scenario, specs, progress=say, make_forecaster=forecaster)
     table = comparison_table(results)
     print("\npolicies compared:")
     print(format_table(table))

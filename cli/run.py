@@ -147,7 +147,8 @@ def build(cfg: Config, in_cluster: bool = False, timeline: list | None = None, s
         cluster, demand = embedded(cfg, r, start)
         forecasts, summary = ForecastLog(r.forecast_log_dir), None
     uri = _tracking_uri(cfg)
-    trainer = BackgroundTrainer(uri, settings_from_config(cfg)) if r.retrain_every_seconds > 0 else None
+    trainer = BackgroundTrainer(uri, settings_from_config(cfg), beside=r.cluster == "kubernetes") \
+        if r.retrain_every_seconds > 0 else None
     reconciler = Reconciler(cluster, demand, r, models=Models(uri), forecast_log=forecasts,
                             tracker=Tracker(uri), retrain=trainer, drift_factor=cfg.training.drift_factor,
                             drift_window=cfg.training.drift_window, timeline=timeline,

@@ -23,13 +23,19 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class BackgroundTrainer:
-    """One training at a time, off the reconcile path; a failed one leaves the champion as it was."""
+    """One training at a time, off the reconcile path; a failed one leaves the champion as it was. `beside=False`
+    (the embedded cluster's replay, whose clock is not the wall clock): the training runs within the reconcile that
+    asks for it, so a champion it promotes serves from the same step in every replay."""
     tracking_uri: str
     settings: TrainSettings
+    beside: bool = True
     _pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, "headroom-train"), repr=False)
     _running: dict[str, Future] = field(default_factory=dict, repr=False)
 
     def __call__(self, series: str, history: pd.Series, now: pd.Timestamp) -> None:
+        if not self.beside:
+            self._train(series, history, now)
+            return
         if series in self._running and not self._running[series].done():
             return
         self._running[series] = self._pool.submit(self._train, series, history.copy(), now)

@@ -285,7 +285,9 @@ class TrainingConfig(Strict):
     tracking_uri: str | None = None  # else MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db
     name: str | None = None          # series name when training from history.*
     series: list[TrainingSeries] = []
-    candidates: list[str] = Field(default_factory=lambda: ["snaive24", "snaive168", "profile"], min_length=1)
+    # `auto` alone: the champion is the forecaster the benchmarks measure and `headroom simulate` replays, so a
+    # retraining never changes what `headroom run` serves. More candidates: the training picks among them by objective
+    candidates: list[str] = Field(default_factory=lambda: ["auto"], min_length=1)
     objective: Literal["mase", "pinball"] = "mase"
     target_quantile: float = Field(0.9, gt=0, lt=1)
     promotion_margin: float = Field(0.02, ge=0, lt=1)

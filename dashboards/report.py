@@ -18,6 +18,7 @@ import pandas as pd
 from controller.simulate import Scenario, SimResult, TimedResult, simulate
 from controller.tune import TuneResult, plot_tradeoff
 from core.policy import PolicySpec
+from forecast.base import Forecaster
 
 # What the comparison table shows, with the header a reader sees and how to format it.
 COLUMNS = {
@@ -52,16 +53,17 @@ class Figure:
 
 
 def compare_policies(scenario: Scenario, specs: Mapping[str, PolicySpec], timeline_policy: str = "forecast",
-                     progress: Callable[[str], None] | None = None) -> dict[str, SimResult]:
+                     progress: Callable[[str], None] | None = None,
+                     make_forecaster: Callable[[], Forecaster] | None = None) -> dict[str, SimResult]:
     """Each policy of `specs` (name -> the spec it runs) on the same scenario; `timeline_policy` also records its
-    timeline for the plots."""
+    timeline for the plots. `make_forecaster`: what `forecaster: auto` serves (the one it was tuned with)."""
     if timeline_policy not in specs:
         raise ValueError(f"unknown policy {timeline_policy!r}; one of {', '.join(specs)}")
     out = {}
     for policy, spec in specs.items():
         started = time.perf_counter()
         timed = policy == timeline_policy
-        out[policy] = simulate(scenario, spec, reference=policy, timeline=timed, detail=timed)
+        out[policy] = simulate(scenario, spec, make_forecaster, reference=policy, timeline=timed, detail=timed)
         if progress:
             progress(f"simulated {policy} in {time.perf_counter() - started:.1f} s")
     return out

@@ -709,6 +709,21 @@ def test_retraining_runs_on_its_schedule(demand_file, tmp_path):
                                                                       ("inference.chat", 10, 9)]
 
 
+def test_the_embedded_replay_trains_within_the_reconcile(tmp_path):
+    """The embedded cluster's clock is not the wall clock: a training it asks for is done before the reconcile
+    returns, so what it promotes serves from the same step in every replay (beside, it would depend on timing)."""
+    from controller.loop import BackgroundTrainer
+    from forecast.history import prepare
+    from tests.test_training import champion_version
+    from training.pipeline import TrainSettings
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    hourly = prepare(DEMAND[DEMAND.index < MONDAY_6AM], statistic="max")[0]
+    trainer = BackgroundTrainer(uri, TrainSettings(folds=2, statistic="max"), beside=False)
+    trainer("inference.chat", hourly, MONDAY_6AM)
+    assert champion_version(uri, "inference.chat") == "1" and not trainer._running
+
+
 def test_mlflow_down_keeps_the_last_champion_and_the_loop_serving(demand_file, tmp_path):
     from adapters.mlflow import Tracker
     from controller.forecasts import Models

@@ -68,3 +68,19 @@ def test_a_different_policy_gives_a_different_timeline(tmp_path, shared_data, ca
     assert sim_a != sim_b and sim_b == run_b
     reserved = [pd.read_csv(tmp_path / d / "simulate.csv")["reserved_gpus"].sum() for d in ("a", "b")]
     assert reserved[1] > reserved[0]
+
+
+def test_the_same_over_days_with_the_controllers_retraining(tmp_path, shared_data, capsys):
+    """`headroom run` retrains in MLflow (daily and on drift) and serves the champion: by default that champion is
+    the forecaster simulate replays, so two days with retrainings stay identical."""
+    from training.pipeline import load_champion
+
+    trace = shared_data / "traces" / "servegen_m_large_10min.csv"
+    policy = _policy_file(tmp_path / "policy.yaml", trace, targetQuantile=0.5, warmBuffer=1.25,
+                          capacity={"demandPerGpu": demand_per_gpu(load_history(trace), peak_gpus=100),
+                                    "gpusPerReplica": 2})
+    simulated, ran = _both(tmp_path, trace, policy, days=2)
+    assert len(pd.read_csv(tmp_path / "simulate.csv")) == 2 * 144
+    assert simulated == ran
+    champion = load_champion("default.inference", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert champion.card.model == "auto"  # the run did retrain, and promoted

@@ -23,6 +23,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from adapters.mlflow import Tracker, TrackingError, experiment_name, registered_name
+from core.settings import TrainingConfig
 from forecast.backtest import SCORED_QUANTILES, AutoForecaster, pinball_key, score_folds, summarize
 from forecast.base import Forecaster, check_quantile_frame
 from forecast.calibrate import Calibrated
@@ -32,6 +33,7 @@ from forecast.metrics import finite_or_none, seasonal_scale
 from forecast.models import MODELS
 
 DAY = 24
+_DEFAULTS = TrainingConfig()  # the configuration's defaults are the library's (one definition of each)
 log = logging.getLogger(__name__)
 # Scored and logged beside the candidates, never promoted: the controller refits each series alone, so a champion
 # learned across series would serve a model other than the one scored.
@@ -125,13 +127,13 @@ class TrainSettings:
     horizon: int = 24
     folds: int = 4
     step: int = 24
-    candidates: tuple[str, ...] = ("snaive24", "snaive168", "profile")
-    objective: str = "mase"            # "mase" or "pinball" (at target_quantile)
-    target_quantile: float = 0.9
-    promotion_margin: float = 0.02     # new must score < champion * (1 - margin)
+    candidates: tuple[str, ...] = tuple(_DEFAULTS.candidates)
+    objective: str = _DEFAULTS.objective                  # "mase" or "pinball" (at target_quantile)
+    target_quantile: float = _DEFAULTS.target_quantile
+    promotion_margin: float = _DEFAULTS.promotion_margin  # new must score < champion * (1 - margin)
     quantiles: tuple[float, ...] = (0.5, 0.9, 0.99)
     statistic: str = "mean"
-    lock_ttl_seconds: float = 7200.0
+    lock_ttl_seconds: float = _DEFAULTS.lock_ttl_seconds
 
     def __post_init__(self):
         if self.objective not in ("mase", "pinball"):
