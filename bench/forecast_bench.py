@@ -455,13 +455,7 @@ PROTOCOL_CONFIGS = [
     # k < 7 inner folds, the mean of the whole pool instead of a pick, or the pick shrunk towards it (weight k/7)
     *({"name": f"fast4+naive/best-or-mean/lc7/{rule}<7", "candidates": CANDIDATE_SETS["fast4+naive"],
        "combine": "best-or-mean", "level_correction": 7, "min_selection_folds": 7, "weak_evidence": rule}
-      for rule in ("mean", "shrink")),
-    # added in round 4, when the one-week peers showed the GPU gauge's weeks far from AutoETS (a level model): a
-    # history without a daily cycle by the M4 autocorrelation test forecast by the level models alone
-    *({"name": f"fast4+naive/best-or-mean/lc7/shrink<7/no-cycle:{'+'.join(level)}",
-       "candidates": CANDIDATE_SETS["fast4+naive"], "combine": "best-or-mean", "level_correction": 7,
-       "min_selection_folds": 7, "weak_evidence": "shrink", "no_cycle": level}
-      for level in (("naive",), ("naive", "theta")))]
+      for rule in ("mean", "shrink"))]
 PROTOCOL_QUANTILES = [0.05, 0.1, 0.5, 0.9, 0.95]
 
 
@@ -474,8 +468,7 @@ def _protocol_one(args):
         model = AutoForecaster(candidates=config["candidates"], horizon=h, combine=config["combine"],
                                level_correction=config["level_correction"],
                                min_selection_folds=config["min_selection_folds"],
-                               weak_evidence=config["weak_evidence"],
-                               no_cycle=config.get("no_cycle", ())).fit(history.iloc[:o])
+                               weak_evidence=config["weak_evidence"]).fit(history.iloc[:o])
         out.append(model.predict(h, PROTOCOL_QUANTILES).to_numpy())
     return out
 

@@ -18,7 +18,7 @@ import pandas as pd
 from forecast.base import Forecaster, check_quantile_frame
 from forecast.calibrate import DAY, calibrated_predict, origins, point_forecast, scaled_residuals
 from forecast.metrics import coverage, finite_or_none, mase, pinball, seasonal_scale, smape
-from forecast.models import MODELS, Ensemble, combination_name, combine, daily_cycle
+from forecast.models import MODELS, Ensemble, combination_name, combine
 
 # Cheap candidates (vectorised numpy, no optimiser) for thousands of series: issue 2's four seasonal ones plus the
 # last value held (a drifting gauge without a daily cycle: issue 13). Picked with COMBINE and LEVEL_CORRECTION by
@@ -46,9 +46,6 @@ LEVEL_CORRECTION: bool | int = 7
 MIN_SELECTION_FOLDS = 7
 WEAK_EVIDENCE = "shrink"
 WEAK_EVIDENCE_RULES = ("shrink", "mean")
-# A history without a daily cycle by the M4 autocorrelation test (forecast.models.daily_cycle: a gauge that drifts
-# with no cycle, issue 13) is forecast by these models only (their own pick); empty: every history by the whole pool.
-NO_CYCLE: tuple[str, ...] = ()
 METRICS = ("mase", "smape", "pinball_50", "pinball_90", "pinball_95", "coverage_80", "coverage_90",
            *(f"below_q{q}" for q in PLANNER_QUANTILES), "fit_seconds")
 
@@ -83,9 +80,8 @@ class AutoForecaster:
     def __init__(self, candidates: Sequence[str] | str = "fast", horizon: int = DAY, folds: int = 14,
                  step: int = DAY, top_k: int = 3, calibration_folds: int = 28, combine: str = COMBINE,
                  level_correction: bool | int = LEVEL_CORRECTION, min_selection_folds: int = MIN_SELECTION_FOLDS,
-                 weak_evidence: str = WEAK_EVIDENCE, no_cycle: Sequence[str] = NO_CYCLE):
+                 weak_evidence: str = WEAK_EVIDENCE):
         self.candidates = {"fast": FAST, "full": FULL}[candidates] if isinstance(candidates, str) else tuple(candidates)
-        self.no_cycle = tuple(no_cycle)
         self.horizon, self.folds, self.step, self.top_k = horizon, folds, step, top_k
         if combine not in COMBINES:
             raise ValueError(f"combine must be one of {COMBINES}, not {combine!r}")
@@ -101,11 +97,8 @@ class AutoForecaster:
     def fit(self, history: pd.Series) -> Self:
         values = history.to_numpy(dtype=float)
         fold_origins = origins(len(history), self.horizon, self.calibration_folds, self.step)
-        pool, no_cycle = self.candidates, bool(self.no_cycle) and daily_cycle(values) is False
-        if no_cycle:
-            pool = self.no_cycle
         points = {c: np.array([point_forecast(MODELS[c], history, o, self.horizon) for o in fold_origins])
-                  .reshape(len(fold_origins), self.horizon) for c in pool}
+                  .reshape(len(fold_origins), self.horizon) for c in self.candidates}
         actuals = np.array([values[o:o + self.horizon] for o in fold_origins]).reshape(len(fold_origins), self.horizon)
         scales = np.array([seasonal_scale(values[:o], DAY) for o in fold_origins])
         # errors[c][j]: MASE of candidate c at inner fold j
@@ -114,10 +107,6 @@ class AutoForecaster:
         window = lambda j: everything[max(j - self.folds, 0):j]  # noqa: E731 - selection sees the last `folds`
         pick = self._select(points, errors, actuals, scales, window(len(everything)))
         self.chosen, self.scores_, self.why_chosen = pick.name, pick.scores, pick.why
-        if no_cycle:
-            self.why_chosen = "; ".join(filter(None, [
-                f"no daily cycle by the M4 autocorrelation test (90 %, lag 24): among {', '.join(pool)} only",
-                pick.why]))
         self.model_ = (Ensemble(pick.members, pick.how, pick.weights) if len(pick.members) > 1
                        else MODELS[pick.members[0]]())
         self.model_.fit(history)
@@ -140,7 +129,7 @@ class AutoForecaster:
         enough = max(min(self.min_selection_folds, self.folds), 1)
         if len(folds) >= enough:
             return self._rank(points, errors, actuals, scales, folds)
-        members = tuple(points)
+        members = tuple(self.candidates)
         share = len(folds) / enough if self.weak_evidence == "shrink" else 0.0
         weights = np.full(len(members), (1.0 - share) / len(members))
         scores: dict[str, float] = {}
@@ -167,7 +156,7 @@ class AutoForecaster:
         1 / mean MASE), whatever the scores.
         """
         scores = dict(zip(errors, _mean_finite(np.array([errors[c][folds] for c in errors]))))
-        ranked = sorted(points, key=lambda c: scores[c])
+        ranked = sorted(self.candidates, key=lambda c: scores[c])
         top = tuple(ranked[:self.top_k])
         best = _Pick(ranked[0], (ranked[0],), "mean", None, points[ranked[0]], scores)
         if len(top) < 2 or self.combine == "best":

@@ -270,36 +270,20 @@ class Naive(PointModel):
         return np.full(horizon, self.values_[-1])
 
 
-def _cycle_window(values: np.ndarray) -> np.ndarray | None:
-    """The last four weeks in whole days, or None under three days (too few to test for a daily cycle)."""
-    window = values[-4 * WEEK:]
-    n = len(window) - len(window) % DAY
-    return window[-n:] if n >= 3 * DAY else None
-
-
-def _has_cycle(window: np.ndarray) -> bool:
-    """The M4 autocorrelation test (90 %, lag 24, Bartlett's bound from the lags below it): a daily cycle?"""
-    centred = window - window.mean()
-    denom = float(np.sum(centred ** 2))
-    if denom <= 0:
-        return False
-    acf = np.array([centred[k:] @ centred[:-k] for k in range(1, DAY + 1)]) / denom
-    return bool(abs(acf[-1]) > 1.645 * np.sqrt((1 + 2 * float(acf[:-1] @ acf[:-1])) / len(window)))
-
-
-def daily_cycle(values: np.ndarray) -> bool | None:
-    """Whether the last four weeks have a daily cycle by the M4 test on their hour-to-hour changes (gaps filled as
-    for fitting); None under three days of history: too few to tell. On the changes because the test's bound
-    assumes a stationary series: on the levels a drifting gauge (a random walk) passes it by its drift alone."""
-    window = _cycle_window(fill_gaps(values))
-    return None if window is None else _has_cycle(np.diff(window))
-
-
 def _daily_seasonal(values: np.ndarray) -> tuple[np.ndarray, bool] | None:
     """Daily seasonal indices of the last four weeks (aligned so index -1 is the last hour), and whether they
     are multiplicative; None when there is no daily cycle by the M4 autocorrelation test (90 %, lag 24)."""
-    window = _cycle_window(values)
-    if window is None or not _has_cycle(window):
+    window = values[-4 * WEEK:]
+    n = len(window) - len(window) % DAY
+    if n < 3 * DAY:
+        return None
+    window = window[-n:]
+    centred = window - window.mean()
+    denom = float(np.sum(centred ** 2))
+    if denom <= 0:
+        return None
+    acf = np.array([centred[k:] @ centred[:-k] for k in range(1, DAY + 1)]) / denom
+    if abs(acf[-1]) <= 1.645 * np.sqrt((1 + 2 * float(acf[:-1] @ acf[:-1])) / n):
         return None
     by_hour = window.reshape(-1, DAY)
     if window.min() > 0:

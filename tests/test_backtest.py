@@ -322,32 +322,3 @@ def test_with_too_few_inner_folds_auto_shrinks_its_pick_towards_the_pools_mean()
     assert picked.scores_ and picked.why_chosen is None
     with pytest.raises(ValueError):
         AutoForecaster(FAST, weak_evidence="vote")
-
-
-def gauge(days: int = 21, seed: int = 3) -> pd.Series:
-    """GPUs in use: a slow random walk with small noise and no daily cycle."""
-    rng = np.random.default_rng(seed)
-    index = pd.date_range("2026-01-05", periods=days * 24, freq="h", tz="UTC")
-    return pd.Series(60 + np.cumsum(rng.normal(0, 1, len(index))) + rng.normal(0, 0.5, len(index)), index=index)
-
-
-def test_the_daily_cycle_test_tells_a_gauge_from_demand_and_needs_three_days():
-    assert models.daily_cycle(demand(weeks=3).to_numpy()) is True
-    assert models.daily_cycle(gauge().to_numpy()) is False
-    assert models.daily_cycle(demand(weeks=3).to_numpy()[:71]) is None  # under three days: cannot tell
-    holed = demand(weeks=3).to_numpy().copy()
-    holed[100:130] = np.nan  # gaps are filled as for fitting, not read as no cycle
-    assert models.daily_cycle(holed) is True
-
-
-def test_a_history_without_a_daily_cycle_is_forecast_by_the_level_models_alone():
-    """`no_cycle`: a series failing the M4 test (a drifting gauge) is forecast by those models only, and auto says
-    why; a series with a daily cycle keeps the whole pool."""
-    flat = AutoForecaster(FAST + ["naive"], no_cycle=("naive", "theta")).fit(gauge())
-    assert flat.chosen in ("naive", "theta", "mean(naive+theta)") and set(flat.scores_) <= {"naive", "theta",
-                                                                                          "mean(naive+theta)"}
-    assert flat.why_chosen.startswith("no daily cycle by the M4 autocorrelation test (90 %, lag 24): among naive, "
-                                      "theta only")
-    cyclic = AutoForecaster(FAST + ["naive"], no_cycle=("naive", "theta")).fit(demand(weeks=4))
-    assert cyclic.why_chosen is None and set(FAST) <= set(cyclic.scores_)
-    assert set(FAST) <= set(AutoForecaster(FAST + ["naive"]).fit(gauge()).scores_)  # off: the whole pool
