@@ -311,9 +311,10 @@ def report(results: dict[str, dict[str, dict]], year: dict | None, setup: dict, 
              + ", saturated training backlog, README defaults, the default objective (shortage within the cluster "
              "<= 0.1% of demand GPU-time, short steps <= 1%).", "",
              "`forecast`, `static`, `reactive` and `seasonal-naive` are each tuned by `headroom tune` on the history "
-             "alone (its last min(7 days, half of it) replayed, the days before as the forecaster's history; the "
-             "evaluated days are never seen) to that objective: the forecast policy's target quantile and warm "
-             "buffer (the floor under the buffer the last week's rises ask for, README), the baselines' margin in "
+             "alone (its last min(7 days, half of it, all but its first 2 days) replayed, the days before as the "
+             "forecaster's history; the evaluated days are never seen) to that objective: the forecast policy's "
+             "target quantile and warm buffer (the floor under the buffer the last week's rises ask for, README), "
+             "the baselines' margin in "
              "GPUs. The references know the future and are not tuned: `oracle` "
              "knows each step's demand (raised early enough for warm-up and preemption), `hourly-oracle` per clock "
              "hour the least constant level meeting the objective in hindsight, raised one step early: the best any "

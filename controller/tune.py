@@ -20,12 +20,16 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from controller.observe import MIN_FIT_HOURS
 from controller.simulate import FORECASTER, REFERENCES, Scenario, SharedFits, SimResult, default_forecaster, simulate
 from core.policy import ObjectiveSpec, PolicySpec, load_manifests, manifest
 from core.settings import TuneConfig
 from forecast.base import Forecaster
 
-MIN_REPLAY_DAYS = 1.0  # a replay day, with at least as much history before it for the forecaster
+MIN_REPLAY_DAYS = 1.0  # a replay day at least
+# before the replay, the hours the forecaster needs: a replay under the planner's fallback would tune a policy other
+# than the one that runs (the evaluated days have their forecast)
+FORECASTER_DAYS = MIN_FIT_HOURS / 24
 
 
 @dataclass(frozen=True)
@@ -39,12 +43,13 @@ class TuneResult:
 
 
 def replay_scenario(scenario: Scenario) -> Scenario | None:
-    """The history as its own evaluation: its last min(days, half of it), or None if that is under a day."""
+    """The history as its own evaluation: its last min(days, half of it, what follows the forecaster's first
+    FORECASTER_DAYS), or None if that is under a day."""
     history = scenario.history
     if len(history) < 2:
         return None
-    span = (history.index[-1] - history.index[0]).total_seconds() / 86400
-    days = min(scenario.days, span / 2)
+    span = ((history.index[-1] - history.index[0]).total_seconds() + scenario.step_seconds) / 86400  # its last step too
+    days = min(scenario.days, span / 2, span - FORECASTER_DAYS)
     if days < MIN_REPLAY_DAYS:
         return None
     return Scenario(history, scenario.gpus, days, None, scenario.world, scenario.data, scenario.name,
@@ -92,9 +97,10 @@ def tune(scenario: Scenario, base: PolicySpec, grid: TuneConfig = TuneConfig(),
     if replay is None:
         hours = len(scenario.history) * scenario.step_seconds / 3600
         return TuneResult(pd.DataFrame(), base, False, f"too little history to tune on ({hours:.0f} h before the "
-                          f"evaluated days; tuning needs {2 * MIN_REPLAY_DAYS:g} days): the policy's stated defaults "
-                          "are used (the forecast falls back to the last day's same-hour peak until 48 hours are "
-                          "seen)", 0.0, None)
+                          f"evaluated days; tuning needs {FORECASTER_DAYS + MIN_REPLAY_DAYS:g} days: a day to replay "
+                          f"after the {MIN_FIT_HOURS} hours the forecaster needs): the policy's stated defaults are "
+                          f"used (the forecast falls back to the last day's same-hour peak until {MIN_FIT_HOURS} "
+                          "hours are seen)", 0.0, None)
     fits = make_forecaster if isinstance(make_forecaster, SharedFits) else \
         SharedFits(make_forecaster or default_forecaster)  # a caller's SharedFits: its fits serve its runs too
     rows = []

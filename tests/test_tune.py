@@ -199,6 +199,17 @@ def test_cli_simulate_with_a_job_trace(nasa_csv, capsys):
     assert 0 < out["training_gpu_hours"] < backlog["training_gpu_hours"]
 
 
+def test_the_replay_starts_after_the_hours_the_forecaster_needs():
+    """tune replays only days the forecaster has its 48 hours before: a replay under the planner's fallback would
+    tune a policy other than the one that runs on the evaluated days."""
+    s, spec = scenario(trace("nasa", days=5.5), days=2)  # 3.5 days of history
+    replay = replay_scenario(s)
+    assert replay is not None and replay.days == pytest.approx(1.5, abs=0.01)  # not half of it: 1.75
+    assert simulate(replay, spec).forecast_fallback_hours == 0
+    short = tune(*scenario(trace("nasa", days=4.5), days=2), GRID)  # 2.5 days: half would be a replay day
+    assert short.table.empty and "tuning needs 3 days: a day to replay after the 48 hours" in short.reason
+
+
 def test_shared_fits_are_reused_across_the_sweep():
     """A sweep with SharedFits costs one fit per hour: the same fits serve every setting."""
     s, spec = scenario(trace("nasa"))
