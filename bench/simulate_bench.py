@@ -42,12 +42,12 @@ DATA = REPO.parent / "shared" / "data" / "traces"
 JOBS = REPO.parent / "shared" / "data" / "jobs" / "alibaba_openb_pods.csv"
 sys.path.insert(0, str(REPO))
 
+from controller.observe import default_forecaster  # noqa: E402
 from controller.simulate import (  # noqa: E402
     POLICIES,
     REFERENCES,
     Scenario,
     SharedFits,
-    default_forecaster,
     default_spec,
     demand_per_gpu,
     simulate,

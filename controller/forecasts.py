@@ -5,7 +5,7 @@ import logging
 from dataclasses import dataclass, field
 
 from adapters.mlflow import TrackingError
-from forecast.backtest import AutoForecaster
+from controller.observe import default_forecaster
 from forecast.base import Forecaster
 from training.pipeline import Champion, ModelRefused, TrainingError, load_champion
 
@@ -34,4 +34,4 @@ class Models:
         champion = self._champions.get(series)
         if champion is not None:
             return champion.make(), f"champion v{champion.version}", fault
-        return AutoForecaster("fast", horizon=24), "auto", fault
+        return default_forecaster(), "auto", fault

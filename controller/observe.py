@@ -13,12 +13,20 @@ import pandas as pd
 from core.policy import PolicySpec
 from core.settings import LOOKBACK, RunConfig
 from core.units import duration
-from forecast.base import ForecastError
+from forecast.base import Forecaster, ForecastError
 from forecast.history import prepare
 from forecast.metrics import seasonal_scale
 
 EXTRA_QUANTILES = (0.1, 0.5, 0.9)  # always forecast: realized error and the 80% interval need them
 MIN_FIT_HOURS = 48                 # fewer complete hours: no forecast, the planner's conservative fallback
+
+
+def default_forecaster() -> Forecaster:
+    """`forecaster: auto` without a champion (and the training's default champion, `auto`): automatic selection
+    among the cheap candidates. The one the controller serves and the simulator replays."""
+    from forecast.backtest import AutoForecaster
+
+    return AutoForecaster("fast", horizon=24)
 
 
 _RUN = RunConfig()  # the controller's configuration holds the one definition of these defaults

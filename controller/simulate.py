@@ -28,7 +28,15 @@ import pandas as pd
 from adapters.embedded import EmbeddedCluster
 from controller.actions import Evict, PolicyTarget, Stopped, View, cluster_actions, evicted_gpus
 from controller.executor import apply
-from controller.observe import MIN_FIT_HOURS, DataSettings, IssuedForecast, degraded_reason, hourly_history, issue
+from controller.observe import (
+    MIN_FIT_HOURS,
+    DataSettings,
+    IssuedForecast,
+    default_forecaster,
+    degraded_reason,
+    hourly_history,
+    issue,
+)
 from core.objects import ObjectRef
 from core.policy import API_VERSION, KIND, PolicySpec, manifest
 from core.settings import SIMULATED_POLICIES, WorldSettings
@@ -270,13 +278,6 @@ def _hourly_oracle(scenario, spec, timeline, detail, progress) -> SimResult:
         if result.objective_met:
             break
     return result
-
-
-def default_forecaster() -> Forecaster:
-    """`forecaster: auto` without a champion: automatic selection among the cheap candidates, as the controller's."""
-    from forecast.backtest import AutoForecaster
-
-    return AutoForecaster("fast", horizon=24)
 
 
 def _forecaster(spec: PolicySpec, make_forecaster) -> Callable[[], Forecaster] | SharedFits:

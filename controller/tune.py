@@ -20,8 +20,8 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from controller.observe import MIN_FIT_HOURS
-from controller.simulate import FORECASTER, REFERENCES, Scenario, SharedFits, SimResult, default_forecaster, simulate
+from controller.observe import MIN_FIT_HOURS, default_forecaster
+from controller.simulate import FORECASTER, REFERENCES, Scenario, SharedFits, SimResult, simulate
 from core.policy import ObjectiveSpec, PolicySpec, load_manifests, manifest
 from core.settings import TuneConfig
 from forecast.base import Forecaster

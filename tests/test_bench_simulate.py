@@ -85,7 +85,8 @@ def test_the_warm_buffers_rule_is_chosen_on_the_history_and_shown(bench, nasa_ru
 def test_the_hindsight_bound_is_the_best_setting_meeting_the_objective_on_the_days_scored(bench, monkeypatch):
     """--hindsight: no setting on the grid that meets the objective on the evaluated days does better than the bound
     it reports, and the doc sets it between the tuned policy and hourly-oracle."""
-    from controller.simulate import Scenario, SharedFits, default_forecaster, default_spec, demand_per_gpu, simulate
+    from controller.observe import default_forecaster
+    from controller.simulate import Scenario, SharedFits, default_spec, demand_per_gpu, simulate
 
     monkeypatch.setattr(bench, "HINDSIGHT_LEVELS", (None, 0.0))
     grid = TuneConfig(target_quantiles=[0.5, 0.9], warm_buffers=[0.0, 2.0])

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from cli.simulate import load_jobs
+from controller.observe import default_forecaster
 from controller.simulate import (
     POLICIES,
     REFERENCES,
@@ -20,7 +21,6 @@ from controller.simulate import (
     SharedFits,
     SimResult,
     TimedResult,
-    default_forecaster,
     default_spec,
     demand_per_gpu,
     simulate,

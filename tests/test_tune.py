@@ -13,11 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cli.main import main
+from controller.observe import default_forecaster
 from controller.simulate import (
     Scenario,
     SharedFits,
     day_to_day_errors,
-    default_forecaster,
     default_spec,
     demand_per_gpu,
     simulate,
