@@ -1126,7 +1126,10 @@ def protocol_markdown(p: dict, title: str = "## Choices and the data they were m
              "hour-to-hour changes forecast by naive, or naive and theta, alone, for the GPU gauge's weeks. With "
              "shrink<7 it scored servegen 0.931 / 0.933 (shipped 0.733), the week unit 1.108 / 1.104 (1.009) and "
              "the gauge unit 0.781 / 0.780 (0.786): servegen's daily cycle is too weak for the test, yet the "
-             "seasonal models forecast it far better than a level.", "",
+             "seasonal models forecast it far better than a level. Round 5, not in the table either (rejected): "
+             "Theta in the pool under shrink<7 (fast6 / fast4+theta with best-or-mean, lc7, shrink<7; rerun by "
+             "adding them to PROTOCOL_CONFIGS): M4's choose half 0.820 / 0.819 (shipped 0.780), the week unit "
+             "1.018 / 0.999 (1.009), the gauge unit 0.776 / 0.811 (0.786), the traces within 0.013.", "",
              "Relative MASE (M4 also OWA):", "",
              "| config | " + " | ".join(u.removeprefix("trace:") for u in units) + " | M4 choose OWA | M4 test OWA |",
              "|---" * (len(units) + 3) + "|"]
