@@ -61,6 +61,17 @@ def test_targets_and_doc_are_made_of_the_results(bench, nasa_run):
     assert not hasattr(bench, "shot_noise_bound")
 
 
+def test_where_the_reservation_comes_from(bench, nasa_run):
+    """The forecast policy's mean reservation split into its forecast's target and the floor above it, beside
+    hourly-oracle's: the numbers the doc's section is made of."""
+    f, h = nasa_run["forecast"]["reservation"], nasa_run["hourly-oracle"]["reservation"]
+    assert "mean_target" not in h and h["mean_reserved"] > 0 and h["mean_demand"] == f["mean_demand"]
+    assert 0 < f["floor_share"] <= 1 and f["floor_excess"] >= 1  # whole GPUs above the target, when above
+    assert f["mean_target"] <= f["mean_reserved"] <= f["mean_target"] + f["floor_share"] * f["floor_excess"] + 1e-9
+    doc = "\n".join(bench.reservation_section({"nasa": nasa_run}))
+    assert f"| nasa | {f['mean_demand']:.1f} | {f['mean_reserved']:.1f} | {f['mean_target']:.1f} |" in doc
+
+
 def test_within_reads_the_policy_objective(bench):
     r = {"policy": {"objective": {"maxShortage": 0.001, "maxShortSteps": 0.01}},
          "shortage_within_cluster": 0.0015, "short_steps": 0.015}
