@@ -24,7 +24,8 @@ HORIZON = 24
 ORIGINS = [48, 72, 96, 120, 144]  # origins(168, 24, folds=7, step=24) with backtest's two days of minimum history
 
 
-def _hourly(path: Path, peak: bool) -> pd.Series:
+def hourly(path: Path, peak: bool) -> pd.Series:
+    """A shared trace's values; `peak`: a sub-hourly trace's peak in each hour (the held-out `_max` series)."""
     frame = pd.read_csv(path)
     series = pd.Series(pd.to_numeric(frame["value"], errors="coerce").to_numpy(dtype=float),
                        index=pd.to_datetime(frame["timestamp"], utc=True))
@@ -35,9 +36,9 @@ def source_series(data: Path) -> dict[str, tuple[str, pd.Series]]:
     """name -> (kind, hourly series)."""
     out = {}
     for path in sorted((data / "traces").glob("*.csv")):
-        hourly = path.stem.endswith("_hourly")
-        out[path.stem if hourly else f"{path.stem}_max"] = ("choose" if hourly else "related",
-                                                            _hourly(path, peak=not hourly))
+        is_hourly = path.stem.endswith("_hourly")
+        out[path.stem if is_hourly else f"{path.stem}_max"] = ("choose" if is_hourly else "related",
+                                                            hourly(path, peak=not is_hourly))
     gauge = gpus_in_use(data / "jobs" / "alibaba_openb_pods.csv")
     out[GAUGE] = ("independent", pd.Series(gauge, index=pd.to_datetime(timestamps(len(gauge)), utc=True)))
     return out

@@ -41,7 +41,7 @@ from statsforecast.models import MSTL, AutoARIMA, AutoETS, AutoTheta, SeasonalNa
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gpu_gauge import GAUGE, gpus_in_use, timestamps  # noqa: E402  shared with the harness
 from m4_files import read_wide  # noqa: E402  shared with the harness
-from week_windows import HORIZON, ORIGINS, week_windows  # noqa: E402  shared with the harness
+from week_windows import HORIZON, ORIGINS, hourly, week_windows  # noqa: E402  shared with the harness
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / ".." / "shared" / "data"
@@ -188,16 +188,16 @@ def heldout_series(horizon: int, folds: int, step: int) -> dict:
     """name -> (timestamps, values, origin indices)."""
     out = {}
     for path in sorted((DATA / "traces").glob("*.csv")):
-        frame = pd.read_csv(path)
-        values = pd.to_numeric(frame["value"], errors="coerce").to_numpy(dtype=float)
         if path.stem.endswith("_hourly"):
             if path.stem.startswith("nasa"):
+                frame = pd.read_csv(path)
+                values = pd.to_numeric(frame["value"], errors="coerce").to_numpy(dtype=float)
                 origins = fold_origins(len(values), horizon, folds + EARLIER_FOLDS, step)[:EARLIER_FOLDS]
                 out[f"{path.stem}_earlier"] = (frame["timestamp"].tolist(), values, origins)
             continue
-        hourly = pd.Series(values, index=pd.to_datetime(frame["timestamp"], utc=True)).resample("1h").max()
-        ts = [t.isoformat() for t in hourly.index]
-        out[f"{path.stem}_max"] = (ts, hourly.to_numpy(dtype=float), fold_origins(len(hourly), horizon, folds, step))
+        peaks = hourly(path, peak=True)
+        ts = [t.isoformat() for t in peaks.index]
+        out[f"{path.stem}_max"] = (ts, peaks.to_numpy(dtype=float), fold_origins(len(peaks), horizon, folds, step))
     gauge = gpus_in_use(DATA / "jobs" / "alibaba_openb_pods.csv")
     out[GAUGE] = (timestamps(len(gauge)), gauge, fold_origins(len(gauge), horizon, folds, step))
     return out
