@@ -12,10 +12,10 @@ from core.policy import PolicySpec, manifest
 from forecast.history import load_history
 
 
-def _policy_file(path, trace, **fields) -> str:
+def _policy_file(path, trace, gpus_per_replica: int = 1, **fields) -> str:
     per_gpu = demand_per_gpu(load_history(trace), peak_gpus=100)
     spec = PolicySpec.model_validate({
-        "query": "demand", "capacity": {"demandPerGpu": per_gpu}, "mode": "active",
+        "query": "demand", "capacity": {"demandPerGpu": per_gpu, "gpusPerReplica": gpus_per_replica}, "mode": "active",
         "target": {"kind": "Deployment", "name": "inference"}, "trainingClusterQueues": ["training"], **fields})
     path.write_text(yaml.safe_dump(manifest("inference", "default", spec), sort_keys=False))
     return str(path)
@@ -76,9 +76,7 @@ def test_the_same_over_days_with_the_controllers_retraining(tmp_path, shared_dat
     from training.pipeline import load_champion
 
     trace = shared_data / "traces" / "servegen_m_large_10min.csv"
-    policy = _policy_file(tmp_path / "policy.yaml", trace, targetQuantile=0.5, warmBuffer=1.25,
-                          capacity={"demandPerGpu": demand_per_gpu(load_history(trace), peak_gpus=100),
-                                    "gpusPerReplica": 2})
+    policy = _policy_file(tmp_path / "policy.yaml", trace, gpus_per_replica=2, targetQuantile=0.5, warmBuffer=1.25)
     simulated, ran = _both(tmp_path, trace, policy, days=2)
     assert len(pd.read_csv(tmp_path / "simulate.csv")) == 2 * 144
     assert simulated == ran
