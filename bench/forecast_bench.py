@@ -606,9 +606,6 @@ def _interval_models() -> dict:
     for label, how, step in (("changes", "changes", 0), *((f"refit{k}", "refit", k) for k in (6, 12, 24))):
         for gamma in (0.0, 0.1, 0.2):
             models[f"binned/{label}/aci{gamma:g}"] = IntervalModel("raw", 2, MIN, how, step, gamma)
-    for gamma in (0.0, 0.1, 0.2):
-        for widening in ("tail", "weighted"):
-            models[f"binned/refit6/aci{gamma:g}/{widening}"] = IntervalModel("raw", 2, MIN, "refit", 6, gamma, widening)
     return models
 
 

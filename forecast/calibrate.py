@@ -90,8 +90,6 @@ class IntervalModel(NamedTuple):
                                      # model's own intervals, and only without any fold)
     refit_step: int = REFIT_STEP     # hours between the refits' origins
     aci_gamma: float = ACI_GAMMA     # step of the adaptive levels (`aci_levels`); 0: split conformal alone
-    widening: str = "median"         # the split levels' finite-sample widening (`split_levels`): "median", "tail"
-                                     # or "weighted" (tail, with n the folds' summed recency weights)
 
 
 INTERVALS = IntervalModel("raw", 2, MIN_CALIBRATION_FOLDS)  # the bench protocol's pick (docs/bench-forecast.md)
@@ -182,25 +180,12 @@ def weighted_quantile(values: np.ndarray, weights: np.ndarray, levels: np.ndarra
     return np.interp(levels, ranks, values)
 
 
-def split_levels(quantiles: Sequence[float] | np.ndarray, folds: float, widening: str = "median") -> np.ndarray:
-    """Split-conformal levels, n = `folds`. "median": each level's distance from the median widened by (n+1)/n.
-    "tail"/"weighted": each bound the one-sided split-conformal quantile with the new fold counted beyond it,
-    q (n+1)/n above the median and 1 - (1-q)(n+1)/n below (Vovk et al.; with n the summed fold weights and the new
-    fold's weight 1, Barber et al. 2023).
+def split_levels(quantiles: Sequence[float] | np.ndarray, folds: int) -> np.ndarray:
+    """Split-conformal levels: each tail widened by (n+1)/n, with n the number of folds.
 
     Errors within a fold move together, so a fold, not an hour, is the exchangeable unit.
     """
-    q = np.asarray(quantiles, dtype=float)
-    n = max(folds, 1)
-    if widening == "median":
-        return 0.5 + (q - 0.5) * (n + 1) / n
-    return np.where(q > 0.5, q * (n + 1) / n, np.where(q < 0.5, 1 - (1 - q) * (n + 1) / n, q))
-
-
-def _split_n(scores: np.ndarray, weights: np.ndarray, widening: str) -> float:
-    """n of `split_levels`: the scored folds, or under "weighted" their summed weights (the newest weighs 1)."""
-    scored = np.isfinite(np.atleast_2d(scores)).any(axis=1)
-    return float(np.asarray(weights)[scored].sum()) if widening == "weighted" else float(scored.sum())
+    return 0.5 + (np.asarray(quantiles, dtype=float) - 0.5) * (folds + 1) / max(folds, 1)
 
 
 def group_quantiles(scores: np.ndarray, groups: np.ndarray, weights: np.ndarray, levels: np.ndarray,
@@ -219,7 +204,7 @@ def group_quantiles(scores: np.ndarray, groups: np.ndarray, weights: np.ndarray,
 
 
 def aci_levels(residuals: np.ndarray, fold_origins: Sequence[int] | np.ndarray, quantiles: Sequence[float] | np.ndarray,
-               gamma: float = ACI_GAMMA, groups: np.ndarray | None = None, widening: str = "median") -> np.ndarray:
+               gamma: float = ACI_GAMMA, groups: np.ndarray | None = None) -> np.ndarray:
     """Quantile levels after adaptive conformal inference over the folds (rows of `residuals`, oldest first).
 
     Fold j is scored against the weighted quantiles of folds < j (of its own group of hours, `groups`: None, one
@@ -240,14 +225,12 @@ def aci_levels(residuals: np.ndarray, fold_origins: Sequence[int] | np.ndarray, 
         earlier, new = finite[:j], finite[j]
         if not new.any() or not earlier.any():
             continue
-        weights = fold_weights(fold_origins[:j])
-        levels = split_levels(quantiles, _split_n(residuals[:j], weights, widening), widening) + offset
-        bounds = group_quantiles(residuals[:j], groups[:j], weights, np.clip(levels, 0.0, 1.0),
+        levels = split_levels(quantiles, scored_folds(residuals[:j])) + offset
+        bounds = group_quantiles(residuals[:j], groups[:j], fold_weights(fold_origins[:j]), np.clip(levels, 0.0, 1.0),
                                  group_count)[groups[j][new]]
         offset += gamma * (quantiles - (residuals[j][new][:, None] <= bounds).mean(axis=0))
     offset[quantiles == 0.5] = 0.0
-    n = _split_n(residuals, fold_weights(fold_origins), widening)
-    return split_levels(quantiles, n, widening) + offset
+    return split_levels(quantiles, scored_folds(residuals)) + offset
 
 
 def level_correction(residuals: np.ndarray, fold_origins: Sequence[int]) -> float:
@@ -278,7 +261,7 @@ def conformal_values(point: np.ndarray, scores: np.ndarray, groups: np.ndarray, 
     if not finite.any():
         return np.repeat(point[:, None], len(quantiles), axis=1)
     if levels is None:
-        levels = split_levels(quantiles, _split_n(scores, weights, intervals.widening), intervals.widening)
+        levels = split_levels(quantiles, scored_folds(scores))
     offsets = group_quantiles(scores, groups, weights, np.clip(levels, 0.0, 1.0), intervals.groups)
     return (point[:, None] + _error_scale(point, history, intervals.scale)[:, None]
             * offsets[hour_groups(point, intervals.groups)])
@@ -299,15 +282,14 @@ def refit_errors(model, history: pd.Series, horizon: int, step: int) -> tuple[np
 
 
 def refit_values(point: np.ndarray, points: np.ndarray, errors: np.ndarray, quantiles: Sequence[float],
-                 groups: int, widening: str = "median") -> np.ndarray | None:
+                 groups: int) -> np.ndarray | None:
     """Point plus the split-conformal quantiles of `refit_errors` (each origin a unit) in the hour's group, the
     groups split at one threshold, the median of all the refits' points; None without a finite error."""
     finite = np.isfinite(errors)
     if not finite.any():
         return None
     threshold = float(np.median(points[finite]))
-    # unweighted refits: "weighted" widens as "tail" does
-    levels = np.clip(split_levels(quantiles, int(finite.any(axis=1).sum()), widening), 0.0, 1.0)
+    levels = np.clip(split_levels(quantiles, int(finite.any(axis=1).sum())), 0.0, 1.0)
     offsets = group_quantiles(errors, hour_groups(points, groups, threshold), np.ones(len(errors)), levels, groups)
     return point[:, None] + offsets[hour_groups(point, groups, threshold)]
 
@@ -365,11 +347,11 @@ def calibrated_predict(model, residuals: np.ndarray, history: pd.Series, horizon
     scores, groups = interval_scores(values, fold_points, fold_origins, intervals)
     out = None
     if has_folds and scored_folds(scores) >= intervals.min_folds:
-        levels = aci_levels(scores, fold_origins, quantiles, intervals.aci_gamma, groups, intervals.widening)
+        levels = aci_levels(scores, fold_origins, quantiles, intervals.aci_gamma, groups)
         out = conformal_values(point, scores, groups, values, quantiles, fold_weights(fold_origins), levels, intervals)
     elif intervals.fallback == "refit":
         out = refit_values(point, *refit_errors(model, history, horizon, intervals.refit_step), quantiles,
-                           intervals.groups, intervals.widening)
+                           intervals.groups)
     elif has_folds and intervals.fallback == "changes":
         out = seasonal_change_values(point, values, quantiles, intervals.groups)
     if out is None:  # too short to calibrate: the model's own intervals
