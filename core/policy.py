@@ -79,10 +79,8 @@ class PolicySpec(Camel):
                                                               "square root of the level).")
     warm_buffer_quantile: float | None = Field(
         None, ge=0, lt=1, description="The warm buffer's factor is at least this quantile, over the last week, of how "
-                                      "far demand rose within leadTime above the peak of the scaleInDelay before it (and "
-                                      "above the level the same clock hours reached every day before, which the "
-                                      "hourly forecast reserves), per sqrt of that peak: the buffer follows the "
-                                      "bursts the demand shows. Unset: "
+                                      "far demand rose within leadTime above the peak of the scaleInDelay before it, "
+                                      "per sqrt of that peak: the buffer follows the bursts the demand shows. Unset: "
                                       "1 - objective.maxShortSteps (the rises the objective lets go short); 0: "
                                       "warmBuffer alone.")
     scale_in_delay: str = Field("10m", description="Observed demand keeps its GPUs this long (Go duration).")

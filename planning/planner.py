@@ -38,8 +38,7 @@ MAX_GPUS = 2**40  # more GPUs than any cluster holds; far from int64's limit whe
 # when none runs to tell): assumed slow, and checkpointing every half hour.
 UNANNOTATED_PREEMPTION_SECONDS = 600.0
 UNANNOTATED_CHECKPOINT_SECONDS = 1800.0
-NO_DATA = "no data"
-RECURRING_DAYS = 7  # a burst at the same hour on each of up to this many days before is the forecast's to reserve  # why a plan falls back when nothing was observed in the week before now
+NO_DATA = "no data"  # why a plan falls back when nothing was observed in the week before now
 
 
 @dataclass(frozen=True)
@@ -342,47 +341,11 @@ def _sampling_step(times: np.ndarray) -> float:
     return float(gaps[len(gaps) // 2]) if len(gaps) else 0.0
 
 
-def _foreseen_peaks(w: WorkloadPolicy, h: History, times: np.ndarray, behind: int, ahead: int) -> np.ndarray:
-    """For each window of `_window_peaks` over the week's `times`: in GPUs, the lowest over the days before it (up to
-    RECURRING_DAYS) of the peak of the clock hours its `ahead` samples fall in; NaN with fewer than two such days
-    observed. A level the same hours reached every day, which the hourly forecast reserves for. By clock hour, not
-    by sample: it is asked every hour of a year's simulation."""
-    assert h.times is not None and h.values is not None  # a history with samples (`last_week` gave `times`)
-    lo = h.times.searchsorted(h.now - WEEK - RECURRING_DAYS * 86400.0, side="right")
-    hi = h.times.searchsorted(h.now, side="right")
-    hours = (h.times[lo:hi] // 3600).astype(np.int64)
-    n = len(times) - behind - ahead + 1
-    start = (times[behind:behind + n] // 3600).astype(np.int64)
-    span = (times[behind + ahead - 1:behind + ahead - 1 + n] // 3600).astype(np.int64) - start
-    # the hour index 0 is the history's first hour less the longest span: a day whose later hours were seen counts
-    first = hours[0] - int(span.max())
-    start -= first
-    each_hour = np.flatnonzero(np.r_[True, hours[1:] != hours[:-1]])  # the times are sorted
-    peaks = np.full(hours[-1] - first + 1, np.nan)
-    peaks[hours[each_hour] - first] = np.fmax.reduceat(h.values[lo:hi], each_hour)
-    out = np.full(n, np.nan)
-    for hours_spanned in np.unique(span):  # a lead time spans one or two clock hours, a long one a few more
-        spanned = peaks.copy()  # [i]: the peak of hours i .. i + hours_spanned
-        for k in range(1, int(hours_spanned) + 1):
-            spanned[:-k] = np.fmax(spanned[:-k], peaks[k:])
-        days = np.full((RECURRING_DAYS, len(peaks)), np.nan)
-        for d in range(1, RECURRING_DAYS + 1):
-            days[d - 1, 24 * d:] = spanned[:max(len(peaks) - 24 * d, 0)]
-        level = np.where(np.isfinite(days).sum(axis=0) >= 2, np.fmin.reduce(days, axis=0), np.nan)
-        mine = span == hours_spanned
-        out[mine] = level[start[mine]]
-    return np.where(np.isfinite(out), w.gpus_each(out), np.nan)
-
-
 def _rise_buffer(w: WorkloadPolicy, h: History) -> float:
     """The warm buffer's factor b (buffer = b x sqrt(peak GPUs)) that the last week's demand asks for at the policy's
-    warmBufferQuantile: that quantile, over the observed samples, of how many GPUs demand rose within the lead time
-    above both the peak of the scale-in delay before it and the level the same clock hours reached on every one of
-    the days before (`_foreseen_peaks`), per sqrt of the first. So the buffer follows the bursts the demand itself
-    shows, as they grow or fade, and leaves to the hourly forecast those that come at the same hours every day
-    (counted, bursts at a fixed minute of every second hour made it hold a burst's GPUs at every step). The samples
-    without two days before them count only while there is not yet a day of samples with. 0 (the fixed warmBuffer
-    alone) when off or with no rise seen."""
+    warmBufferQuantile: that quantile, over every observed sample, of how many GPUs demand rose within the lead time
+    above the peak of the scale-in delay before it, per sqrt of that peak. So the buffer follows the bursts the
+    demand itself shows, as they grow or fade. 0 (the fixed warmBuffer alone) when off or with no rise seen."""
     q = w.warm_buffer_quantile
     if q is None or h.newest is None:
         return 0.0
@@ -397,14 +360,16 @@ def _rise_buffer(w: WorkloadPolicy, h: History) -> float:
     n = len(values) - behind - ahead + 1  # the samples with a whole window behind and ahead
     if n < 1:
         return 0.0
-    # each window's peak in GPUs; a missing sample makes its windows NaN: dropped
-    gpus = np.where(np.isfinite(values), w.gpus_each(values), np.nan)
-    before, after = _window_peaks(gpus, behind, ahead)
-    foreseen = _foreseen_peaks(w, h, times, behind, ahead)
-    seen = np.isfinite(before) & np.isfinite(after)
-    if (seen & np.isfinite(foreseen)).sum() * step >= 86400.0:  # a day of rises with days before them: those alone
-        seen &= np.isfinite(foreseen)
-    rise = (after - np.fmax(before, foreseen))[seen] / np.sqrt(np.maximum(before[seen], 1))
+    # each window's peak in GPUs
+    gpus = w.gpus_each(values)
+    finite = np.isfinite(values)
+    if finite.all():
+        before, after = _window_peaks(gpus, behind, ahead)
+    else:  # a missing sample makes its windows NaN: dropped
+        before, after = _window_peaks(np.where(finite, gpus, np.nan), behind, ahead)
+        seen = np.isfinite(before) & np.isfinite(after)
+        before, after = before[seen], after[seen]
+    rise = (after - before) / np.sqrt(np.maximum(before, 1))
     if not len(rise):
         return 0.0
     # np.quantile's default (linear between the two nearest order statistics), by a partial sort: a tenth of its cost

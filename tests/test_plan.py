@@ -521,30 +521,18 @@ def test_demand_beyond_any_cluster_reserves_everything_and_nan_nothing_extra():
     assert w.gpus(float("nan")) == 0 and w.gpus(-5.0) == 0 and w.gpus(2.5e-3) == 3
 
 
-def _rises_by_time(times, values, every_time, every_value, w: WorkloadPolicy, q: float) -> float:
-    """_rise_buffer written out by time instead of sample counts: at each sample of the week, demand's peak over the
-    scale-in delay up to it, its peak within the lead time after it and the level the clock hours of that lead time
-    reached on every one of the (up to 7, at least 2) days before (`every_time`, `every_value`: the history they are
-    read from), all in GPUs; the rise above the higher of the first and the last, per sqrt of the first. Only the
-    samples with such days before, when a day of them has."""
-    rises = {True: [], False: []}
+def _rises_by_time(times, values, w: WorkloadPolicy, q: float) -> float:
+    """_rise_buffer written out by time instead of sample counts: at each sample, demand's peak over the scale-in
+    delay up to it, and its peak within the lead time after it, both in GPUs; the rise per sqrt of the peak."""
+    rises = []
     for t in times:
         before = values[(times >= t - w.scale_in_delay_seconds) & (times <= t)]
-        after_at = times[(times > t) & (times <= t + w.lead_time_seconds)]
         after = values[(times > t) & (times <= t + w.lead_time_seconds)]
         if len(after) < round(w.lead_time_seconds / 300) or np.isnan(before).any() or np.isnan(after).any():
             continue  # the window runs past the newest sample, or a sample is missing
-        days = []
-        for d in range(1, 8):
-            hours = [int(x // 3600) - 24 * d for x in after_at]
-            back = every_value[np.isin(every_time // 3600, hours)]
-            if np.isfinite(back).any():
-                days.append(float(np.nanmax(back)))
-        foreseen = w.gpus(min(days)) if len(days) >= 2 else 0
         peak = w.gpus(float(before.max()))
-        rises[len(days) >= 2].append((w.gpus(float(after.max())) - max(peak, foreseen)) / np.sqrt(max(peak, 1)))
-    kept = rises[True] if len(rises[True]) * 300 >= 86400 else rises[True] + rises[False]
-    return max(float(np.quantile(kept, q)), 0.0)
+        rises.append((w.gpus(float(after.max())) - peak) / np.sqrt(max(peak, 1)))
+    return max(float(np.quantile(rises, q)), 0.0)
 
 
 def test_warm_buffer_quantile_follows_the_demands_own_rises():
@@ -564,18 +552,13 @@ def test_warm_buffer_quantile_follows_the_demands_own_rises():
         h = plan_hours({"chat": forecast([4, 4, 4, 4])}, {"chat": History.of(pd.Series(values, idx), NOW)},
                        cluster(w), NOW)
         factors[name] = h.workloads[0].rise_buffer
-        assert factors[name] == pytest.approx(_rises_by_time(t[week], values[week], t, values, w, 0.95))
+        assert factors[name] == pytest.approx(_rises_by_time(t[week], values[week], w, 0.95))
         now_ = NOW.timestamp()
         s = plan_step(h, {"chat": observed((now_ - 300, 60.0), (now_, 60.0))}, training(), cluster(w), now_)
         s = s.workloads[0]
         assert s.peak_gpus == 30 and s.buffer_gpus == int(np.ceil(factors[name] * np.sqrt(30) - 1e-9))
         assert s.reserved_gpus == min(30 + s.buffer_gpus, 60)
     assert factors["bursts"] > factors["calm"] + 1  # 20-GPU bursts within the lead time at 0.04 x 3 > 5% of samples
-    # a lead time over three clock hours: the day before's peak is of every hour it spans, not only the first and last
-    long_lead = workload(scale_in_delay_seconds=600.0, lead_time_seconds=9000.0, warm_buffer_quantile=0.95)
-    h = plan_hours({"chat": forecast([4, 4, 4, 4])}, {"chat": History.of(pd.Series(bursts, idx), NOW)},
-                   cluster(long_lead), NOW)
-    assert h.workloads[0].rise_buffer == pytest.approx(_rises_by_time(t[week], bursts[week], t, bursts, long_lead, 0.95))
     # the fixed warmBuffer stays the floor; unset, the rises are not read; a short history asks for nothing
     floor = workload(scale_in_delay_seconds=600.0, warm_buffer_quantile=0.95, warm_buffer=50.0)
     h = plan_hours({"chat": forecast([4, 4, 4, 4])}, {"chat": History.of(pd.Series(bursts, idx), NOW)}, cluster(floor),
@@ -586,20 +569,3 @@ def test_warm_buffer_quantile_follows_the_demands_own_rises():
         h = plan_hours({"chat": forecast([4, 4, 4, 4])}, {"chat": History.of(pd.Series(series, idx[-len(series):]),
                                                                              NOW)}, cluster(pol), NOW)
         assert h.workloads[0].rise_buffer == 0.0
-
-
-def test_bursts_at_the_same_hour_every_day_are_left_to_the_hourly_forecast():
-    """A stream whose bursts come at a fixed minute of every second hour: the hourly forecast reserves them ahead
-    (the same hours burst every day), so the warm buffer does not add them again at every step; the same bursts at
-    random times it covers."""
-    rng = np.random.default_rng(3)
-    idx = pd.date_range(NOW - pd.Timedelta(days=14), NOW, freq="5min", inclusive="left")
-    calm = 60.0 + rng.normal(0, 3, len(idx))
-    fixed = np.asarray((idx.hour % 2 == 0) & (idx.minute >= 15) & (idx.minute < 25))
-    w = workload(scale_in_delay_seconds=600.0, warm_buffer_quantile=0.99, gpus_per_replica=1)
-    factors = {}
-    for name, burst in (("calm", np.zeros(len(idx), bool)), ("fixed", fixed), ("random", rng.permutation(fixed))):
-        series = pd.Series(calm + np.where(burst, 60.0, 0.0), idx)
-        factors[name] = plan_hours({"chat": forecast([4, 4, 4, 4])}, {"chat": History.of(series, NOW)}, cluster(w),
-                                   NOW).workloads[0].rise_buffer
-    assert factors["fixed"] < factors["calm"] + 0.5 < factors["random"] - 3  # 30 GPUs over sqrt(30): a factor of 5.5
