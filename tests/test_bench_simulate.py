@@ -122,3 +122,20 @@ def test_the_hindsight_bound_is_the_best_setting_meeting_the_objective_on_the_da
                         "hourly-oracle": {"utilization": bound["utilization"] + 0.05}}}
     rows = bench.hindsight_section(results, {"nasa": bound})
     assert any(r.startswith("| nasa |") and "| +2.0 | +5.0 |" in r for r in rows)
+
+
+def test_the_held_out_kinds_are_generated_as_described():
+    """bench/simulate_kinds.py's streams: the bursts at minute 15-25 of every even hour with the nightly gap, the
+    level shifts inside the evaluated week, the token stream's zero nights and its two days of history."""
+    kinds = bench_module("simulate_kinds")
+    bursts = kinds.bursts_every_two_hours(1)
+    hour, minute = bursts.index.hour, bursts.index.minute
+    assert bursts[hour == 3].isna().all() and bursts[hour != 3].notna().all()
+    in_burst = (hour % 2 == 0) & (minute >= 15) & (minute < 25) & (hour != 3)
+    assert bursts[in_burst].mean() > 2.5 * bursts[~in_burst & (hour != 3)].mean()
+    shifts = kinds.level_shifts(1)
+    days = [shifts[shifts.index.normalize() == d].mean() for d in shifts.index.normalize().unique()]
+    assert max(days[:7]) < 1.2 * min(days[:7]) and max(days[7:]) > 1.5 * min(days[:7])  # the shift is evaluated
+    tokens = kinds.token_week(1)
+    assert len(tokens) == 9 * 288 and (tokens[(tokens.index.hour >= 22) | (tokens.index.hour < 6)] == 0).all()
+    assert kinds.level_shifts(2).equals(kinds.level_shifts(2)) and not kinds.level_shifts(2).equals(shifts)

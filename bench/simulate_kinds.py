@@ -1,0 +1,155 @@
+"""The forecast policy on synthetic streams of the kinds issue 11's held-out traces are (issue 11's benchmark, kinds).
+
+The owner's held-out traces stay with the owner; these are generated here, by rules written from their description
+alone, so a change can be tried on kinds the shared traces do not have: bursts at a fixed minute of every second
+hour with a nightly collection gap, level shifts over a weak daily cycle, and a one-week token stream with zero
+nights that leaves two days of history before the evaluated days. Seed 1 of each kind is the part to choose on;
+seeds 2-5 are the part to test on. The same setting as bench/simulate_bench.py: 128 GPUs, the 99.9th percentile
+scaled to 100, the last 7 days evaluated, tuned on the history alone, the default objective.
+
+    nice python bench/simulate_kinds.py    -> bench/results/simulate_kinds.json, docs/bench-simulate-kinds.md
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from simulate_bench import within  # noqa: E402
+
+from controller.observe import default_forecaster  # noqa: E402
+from controller.simulate import Scenario, SharedFits, default_spec, demand_per_gpu, simulate  # noqa: E402
+from controller.tune import tune  # noqa: E402
+from core.settings import TuneConfig  # noqa: E402
+
+GPUS, PEAK, DAYS = 128, 100, 7
+CHOOSE_SEEDS, TEST_SEEDS = (1,), (2, 3, 4, 5)
+POLICIES = ("forecast", "seasonal-naive", "hourly-oracle")
+
+
+def _index(days: int) -> pd.DatetimeIndex:
+    return pd.date_range("2026-03-02", periods=days * 288, freq="5min", tz="UTC")
+
+
+def bursts_every_two_hours(seed: int, days: int = 14) -> pd.Series:
+    """Requests per 5 minutes: a daily swing of +-30 %, three times the rate from minute 15 to 25 of every even
+    hour, no samples from 03:00 to 04:00 (the nightly collection gap)."""
+    rng = np.random.default_rng(seed)
+    i = _index(days)
+    hour = np.asarray(i.hour + i.minute / 60)
+    burst = np.asarray((i.hour % 2 == 0) & (i.minute >= 15) & (i.minute < 25))
+    values = rng.poisson(200 * (1 + 0.3 * np.sin(2 * np.pi * (hour - 9) / 24)) * np.where(burst, 3.0, 1.0))
+    return pd.Series(np.where(np.asarray(i.hour == 3), np.nan, values.astype(float)), i)
+
+
+def level_shifts(seed: int, days: int = 14) -> pd.Series:
+    """A weak daily cycle (+-15 %) that steps up 1.8x within the evaluated week and down to 0.6x of that later."""
+    rng = np.random.default_rng(seed)
+    i = _index(days)
+    hour, day = np.asarray(i.hour + i.minute / 60), np.arange(len(i)) / 288
+    level = np.where(day >= 9.3 + rng.uniform(0, 1), 1.8, 1.0) * np.where(day >= 11.6 + rng.uniform(0, 1), 0.6, 1.0)
+    rate = 100 * (1 + 0.15 * np.sin(2 * np.pi * (hour - 9) / 24)) * level * rng.lognormal(0, 0.15, len(i))
+    return pd.Series(rng.poisson(rate).astype(float), i)
+
+
+def token_week(seed: int, days: int = 9) -> pd.Series:
+    """Tokens per 5 minutes: zero from 22:00 to 06:00, a daytime hump, heavy (lognormal 0.4) noise; nine days, so
+    two of history before the evaluated seven."""
+    rng = np.random.default_rng(seed)
+    i = _index(days)
+    hour = np.asarray(i.hour + i.minute / 60)
+    return pd.Series(np.round(5000 * np.clip(np.sin(np.pi * (hour - 6) / 16), 0, None)
+                              * rng.lognormal(0, 0.4, len(i))), i)
+
+
+KINDS = {"bursts every two hours": bursts_every_two_hours, "level shifts": level_shifts,
+         "one-week tokens": token_week}
+
+
+def run(demand: pd.Series) -> dict[str, dict]:
+    """The forecast policy and seasonal naive tuned on the history alone, and the hourly oracle, on the last week."""
+    scenario = Scenario(demand, GPUS, DAYS)
+    base = default_spec(scenario, demand_per_gpu(demand, peak_gpus=PEAK))
+    fits = SharedFits(default_forecaster)
+    out = {}
+    for policy in POLICIES:
+        spec, tuned = base, None
+        if policy != "hourly-oracle":
+            tuned = tune(scenario, base, TuneConfig(), fits if policy == "forecast" else None, reference=policy)
+            spec = tuned.recommended
+        r = simulate(scenario, spec, fits if policy == "forecast" else None, reference=policy)
+        out[policy] = {"utilization": r.utilization, "shortage_within_cluster": r.shortage_within_cluster,
+                       "short_steps": r.short_steps, "objective_met": r.objective_met,
+                       "training_goodput": r.training_goodput, "headroom_violations": r.headroom_violations,
+                       "target_quantile": spec.target_quantile, "warm_buffer": spec.warm_buffer,
+                       "tuned": None if tuned is None else tuned.met, "policy": r.policy}
+    return out
+
+
+def markdown(results: dict[str, dict[str, dict]], seconds: float) -> str:
+    lines = ["# The forecast policy on synthetic streams of the held-out kinds", "",
+             f"Generated by `bench/simulate_kinds.py` in {seconds:.0f} s.", "",
+             __doc__.split("\n\n")[1].replace("\n", " "), ""]
+    for kind, seeds in results.items():
+        rows = [row["forecast"] for row in seeds.values()]
+        gap = np.mean([row["hourly-oracle"]["utilization"] - row["forecast"]["utilization"] for row in seeds.values()])
+        lines.append(f"- {kind}: objective met on {sum(r['objective_met'] for r in rows)} of {len(rows)} seeds, "
+                     f"within 1.5x its bounds on {sum(within(r) for r in rows)}; training goodput "
+                     f"{min(r['training_goodput'] for r in rows):.3f}-{max(r['training_goodput'] for r in rows):.3f}; "
+                     f"{100 * gap:.1f} points below hourly-oracle on the mean.")
+    lines += ["", "Bursts every two hours: the warm buffer (the 0.99 quantile of the last week's rises within the lead "
+              "time above the recent peak) is a burst's size, since one step in eight has a burst starting within "
+              "its lead time. It is held above the recent peak at every step, on top of a burst too (the whole "
+              "cluster), and lent GPUs are taken back at each burst: training loses its work since the last "
+              "checkpoint every two hours. Tried and rejected (commit 0653c1f, reverted): rises measured above the "
+              "level the same clock hours reached every day before, as the hourly forecast's to reserve. It lifted "
+              "this kind to 0.67-0.68 with goodput 0.96-0.97 but missed servegen's objective on the part it was "
+              "chosen on (0.211 % shortage, 1.79 % short steps at the setting the shipped rule meets it with, 0.5 and "
+              "0: the smaller buffer itself), and the token stream's seed 5 by more (0.223 %).", "",
+             "| kind | seed | part | forecast utilization | shortage | short steps | objective | goodput | tuned "
+             "(tq, wb) | seasonal-naive utilization (objective) | hourly-oracle utilization |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for kind, seeds in results.items():
+        for seed, row in seeds.items():
+            f, s, o = row["forecast"], row["seasonal-naive"], row["hourly-oracle"]
+            part = "choose-on" if int(seed) in CHOOSE_SEEDS else "test-on"
+            tuned = f"{f['target_quantile']:g}, {f['warm_buffer']:g}" + ("" if f["tuned"] else " (stated defaults)")
+            lines.append(f"| {kind} | {seed} | {part} | {f['utilization']:.3f} | {f['shortage_within_cluster']:.3%} | "
+                         f"{f['short_steps']:.2%} | {'met' if f['objective_met'] else 'missed'} | "
+                         f"{f['training_goodput']:.3f} | {tuned} | {s['utilization']:.3f} "
+                         f"({'met' if s['objective_met'] else 'missed'}) | {o['utilization']:.3f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", default=",".join(str(s) for s in CHOOSE_SEEDS + TEST_SEEDS))
+    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "simulate_kinds.json")
+    ap.add_argument("--md", type=Path, default=REPO / "docs" / "bench-simulate-kinds.md")
+    args = ap.parse_args(argv)
+    started = time.perf_counter()
+    results: dict[str, dict[str, dict]] = {}
+    for kind, make in KINDS.items():
+        for seed in (int(s) for s in args.seeds.split(",")):
+            results.setdefault(kind, {})[str(seed)] = row = run(make(seed))
+            f = row["forecast"]
+            print(f"[kinds +{time.perf_counter() - started:5.0f}s] {kind} seed {seed}: utilization "
+                  f"{f['utilization']:.3f}, shortage {f['shortage_within_cluster']:.3%}, short steps "
+                  f"{f['short_steps']:.2%}, goodput {f['training_goodput']:.3f}", file=sys.stderr, flush=True)
+    args.out.write_text(json.dumps(results, indent=1, sort_keys=True))
+    args.md.write_text(markdown(results, time.perf_counter() - started))
+    print(f"[bench] wrote {args.out} and {args.md}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
