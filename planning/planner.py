@@ -301,9 +301,7 @@ def plan_hours(forecasts: Mapping[str, Forecast | None], histories: Mapping[str,
         # costs ten times as much)
         high_gpus = np.where(usable, w.gpus_each(high), 0)
         headroom = np.maximum(np.where(usable, high_gpus - reserved, 0), w.headroom_floor_gpus)
-        held = np.zeros(24, np.int64)  # what the plan holds at each hour of day over the horizon
-        np.maximum.at(held, (starts // 3600 % 24).astype(np.int64), reserved)
-        rows.append([w, reserved, headroom, usable, target, why, _rise_buffer(w, h, held)])
+        rows.append([w, reserved, headroom, usable, target, why, _rise_buffer(w, h)])
     # Over capacity: cut workloads later in the policy order first, never below their minimum.
     reserved = np.array([r[1] for r in rows], dtype=np.int64).reshape(len(rows), len(starts))
     cut = np.zeros(reserved.shape, np.int64)
@@ -343,28 +341,11 @@ def _sampling_step(times: np.ndarray) -> float:
     return float(gaps[len(gaps) // 2]) if len(gaps) else 0.0
 
 
-def _held_over(times: np.ndarray, behind: int, ahead: int, held: np.ndarray) -> np.ndarray:
-    """For each window of `_window_peaks`: the most `held` (GPUs per hour of day) over the clock hours its `ahead`
-    samples fall in."""
-    n = len(times) - behind - ahead + 1
-    start = (times[behind:behind + n] // 3600).astype(np.int64)
-    span = (times[behind + ahead - 1:behind + ahead - 1 + n] // 3600).astype(np.int64) - start
-    out = held[start % 24]
-    for k in range(1, int(span.max()) + 1 if n > 0 else 1):  # a lead time spans one or two hours, a long one more
-        out = np.where(span >= k, np.maximum(out, held[(start + k) % 24]), out)
-    return out
-
-
-def _rise_buffer(w: WorkloadPolicy, h: History, held: np.ndarray) -> float:
+def _rise_buffer(w: WorkloadPolicy, h: History) -> float:
     """The warm buffer's factor b (buffer = b x sqrt(peak GPUs)) that the last week's demand asks for at the policy's
     warmBufferQuantile: that quantile, over every observed sample, of how many GPUs demand rose within the lead time
-    above the peak of the scale-in delay before it, per sqrt of that peak, where that rise went above what the plan
-    now holds at those hours of day (`held`, GPUs per hour of day; a rise within it counts as none). A step is short
-    only where demand outgrows both the forecast's reservation and the recent peak plus the buffer, so the buffer
-    is sized on the rises the hourly forecast does not hold: bursts at a fixed minute of every second hour, which
-    it holds in their hours, made it hold a burst's GPUs at every step, on top of the bursts too. So the buffer
-    follows the bursts the demand itself shows, as they grow or fade. 0 (the fixed warmBuffer alone) when off or
-    with no rise seen."""
+    above the peak of the scale-in delay before it, per sqrt of that peak. So the buffer follows the bursts the
+    demand itself shows, as they grow or fade. 0 (the fixed warmBuffer alone) when off or with no rise seen."""
     q = w.warm_buffer_quantile
     if q is None or h.newest is None:
         return 0.0
@@ -379,11 +360,16 @@ def _rise_buffer(w: WorkloadPolicy, h: History, held: np.ndarray) -> float:
     n = len(values) - behind - ahead + 1  # the samples with a whole window behind and ahead
     if n < 1:
         return 0.0
-    # each window's peak in GPUs; a missing sample makes its windows NaN: dropped
-    before, after = _window_peaks(np.where(np.isfinite(values), w.gpus_each(values), np.nan), behind, ahead)
-    seen = np.isfinite(before) & np.isfinite(after)
-    rise = np.where(after > _held_over(times, behind, ahead, held), after - before, 0.0)[seen]
-    rise = rise / np.sqrt(np.maximum(before[seen], 1))
+    # each window's peak in GPUs
+    gpus = w.gpus_each(values)
+    finite = np.isfinite(values)
+    if finite.all():
+        before, after = _window_peaks(gpus, behind, ahead)
+    else:  # a missing sample makes its windows NaN: dropped
+        before, after = _window_peaks(np.where(finite, gpus, np.nan), behind, ahead)
+        seen = np.isfinite(before) & np.isfinite(after)
+        before, after = before[seen], after[seen]
+    rise = (after - before) / np.sqrt(np.maximum(before, 1))
     if not len(rise):
         return 0.0
     # np.quantile's default (linear between the two nearest order statistics), by a partial sort: a tenth of its cost
