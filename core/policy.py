@@ -80,10 +80,9 @@ class PolicySpec(Camel):
     warm_buffer_quantile: float | None = Field(
         None, ge=0, lt=1, description="The warm buffer's factor is at least this quantile, over the last week, of how "
                                       "far demand rose within leadTime above the peak of the scaleInDelay before it, "
-                                      "per sqrt of that peak, from peaks at least as high as the recent one: the "
-                                      "buffer follows the bursts the demand shows, without stacking one on another. "
-                                      "Unset: 1 - objective.maxShortSteps (the rises the objective lets go short); "
-                                      "0: warmBuffer alone.")
+                                      "per sqrt of that peak: the buffer follows the bursts the demand shows. Unset: "
+                                      "1 - objective.maxShortSteps (the rises the objective lets go short); 0: "
+                                      "warmBuffer alone.")
     scale_in_delay: str = Field("10m", description="Observed demand keeps its GPUs this long (Go duration).")
     min_gpus: int = Field(0, ge=0)
     max_gpus: int | None = Field(None, ge=1)

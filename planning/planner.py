@@ -57,7 +57,7 @@ class WorkloadPolicy:
     margin_gpus: int = 0
     headroom_floor_gpus: int = 0
     reclaim_deadline_seconds: float = 300.0
-    warm_buffer_quantile: float | None = None  # the buffer also follows the last week's rises (Rises)
+    warm_buffer_quantile: float | None = None  # the buffer also follows the last week's rises (_rise_buffer)
 
     @classmethod
     def from_spec(cls, name: str, spec: PolicySpec) -> WorkloadPolicy:
@@ -199,7 +199,7 @@ class WorkloadHours:
     target: np.ndarray         # the forecast's target quantile (demand units; NaN under fallback)
     why_fallback: str
     cut: np.ndarray            # GPUs cut by the cluster's capacity per period
-    rises: Rises | None = None  # the last week's rises the warm buffer follows (None: not asked)
+    rise_buffer: float = 0.0   # the warm buffer's factor the last week's rises ask for (0: none asked)
 
     # read several times a step: bisect on a list beats numpy's search, and a list's items are Python numbers
     @cached_property
@@ -301,7 +301,7 @@ def plan_hours(forecasts: Mapping[str, Forecast | None], histories: Mapping[str,
         # costs ten times as much)
         high_gpus = np.where(usable, w.gpus_each(high), 0)
         headroom = np.maximum(np.where(usable, high_gpus - reserved, 0), w.headroom_floor_gpus)
-        rows.append([w, reserved, headroom, usable, target, why, Rises.of(w, h)])
+        rows.append([w, reserved, headroom, usable, target, why, _rise_buffer(w, h)])
     # Over capacity: cut workloads later in the policy order first, never below their minimum.
     reserved = np.array([r[1] for r in rows], dtype=np.int64).reshape(len(rows), len(starts))
     cut = np.zeros(reserved.shape, np.int64)
@@ -316,8 +316,8 @@ def plan_hours(forecasts: Mapping[str, Forecast | None], histories: Mapping[str,
                 cut[row, i] = take
                 over_by -= take
     slack = lendable - reserved.sum(axis=0) if rows else np.full(len(starts), lendable)
-    out = tuple(WorkloadHours(w.name, starts, period, reserved[k], headroom, usable, target, why, cut[k], rises)
-                for k, (w, _, headroom, usable, target, why, rises) in enumerate(rows))
+    out = tuple(WorkloadHours(w.name, starts, period, reserved[k], headroom, usable, target, why, cut[k], rise)
+                for k, (w, _, headroom, usable, target, why, rise) in enumerate(rows))
     return HourPlan(t_now, out, slack.astype(np.int64), tuple(notes))
 
 
@@ -341,65 +341,44 @@ def _sampling_step(times: np.ndarray) -> float:
     return float(gaps[len(gaps) // 2]) if len(gaps) else 0.0
 
 
-@dataclass(frozen=True)
-class Rises:
-    """How far demand rose within the lead time above the peak of the scale-in delay before it, per sqrt of that peak,
-    at every observed sample of the last week, with the peak (GPUs) it rose from; both ascending by that peak."""
-    peaks: np.ndarray
-    rises: np.ndarray
-    quantile: float  # the policy's warmBufferQuantile, resolved
-    _factors: dict[int, float] = field(default_factory=dict, compare=False, repr=False)  # by peak: asked every step
-
-    @classmethod
-    def of(cls, w: WorkloadPolicy, h: History) -> Rises | None:
-        """None (the fixed warmBuffer alone) when off or with no whole window of samples in the week."""
-        q = w.warm_buffer_quantile
-        if q is None or h.newest is None:
-            return None
-        times, values = h.last_week
-        if len(times) < 2:
-            return None
-        step = _sampling_step(times)
-        if not step > 0:
-            return None
-        behind = int(w.scale_in_delay_seconds // step) + 1  # the samples plan_step's peak spans
-        ahead = max(int(math.ceil(w.lead_time_seconds / step - 1e-9)), 1)
-        if len(values) - behind - ahead + 1 < 1:  # no sample with a whole window behind and ahead
-            return None
-        gpus = w.gpus_each(values)  # each window's peak in GPUs
-        finite = np.isfinite(values)
-        if finite.all():
-            before, after = _window_peaks(gpus, behind, ahead)
-        else:  # a missing sample makes its windows NaN: dropped
-            before, after = _window_peaks(np.where(finite, gpus, np.nan), behind, ahead)
-            seen = np.isfinite(before) & np.isfinite(after)
-            before, after = before[seen], after[seen]
-        if not len(before):
-            return None
-        order = np.argsort(before, kind="stable")
-        before, after = before[order], after[order]
-        return cls(before.astype(float), (after - before) / np.sqrt(np.maximum(before, 1)), q)
-
-    def factor(self, peak: int) -> float:
-        """The warm buffer's factor b (buffer = b x sqrt(peak GPUs)) at a recent peak of `peak` GPUs: the quantile of
-        the rises from peaks at least that high. Demand at the top of a burst does not rise by another burst, and
-        rises from below would stack one on top of it, taking lent GPUs back at every burst. Fewer than 1/(1 -
-        quantile) rises from that high (their quantile would be their largest; none at a new high): the week says
-        too little of demand there, so every rise counts."""
-        if peak in self._factors:
-            return self._factors[peak]
-        first = int(self.peaks.searchsorted(peak, side="left"))  # the first rise from at least `peak`
-        enough = len(self.rises) - first >= 1 / (1 - self.quantile) - 1e-9
-        rises = self.rises[first:] if enough else self.rises
-        # np.quantile's default (linear between the two nearest order statistics), by a partial sort: a tenth of its
-        # cost
-        at = self.quantile * (len(rises) - 1)
-        i = int(at)
-        j = min(i + 1, len(rises) - 1)
-        ordered = np.partition(rises, [i, j])
-        low, high = ordered[i], ordered[j]
-        self._factors[peak] = factor = max(float(low + (high - low) * (at - i)), 0.0)
-        return factor
+def _rise_buffer(w: WorkloadPolicy, h: History) -> float:
+    """The warm buffer's factor b (buffer = b x sqrt(peak GPUs)) that the last week's demand asks for at the policy's
+    warmBufferQuantile: that quantile, over every observed sample, of how many GPUs demand rose within the lead time
+    above the peak of the scale-in delay before it, per sqrt of that peak. So the buffer follows the bursts the
+    demand itself shows, as they grow or fade. 0 (the fixed warmBuffer alone) when off or with no rise seen."""
+    q = w.warm_buffer_quantile
+    if q is None or h.newest is None:
+        return 0.0
+    times, values = h.last_week
+    if len(times) < 2:
+        return 0.0
+    step = _sampling_step(times)
+    if not step > 0:
+        return 0.0
+    behind = int(w.scale_in_delay_seconds // step) + 1  # the samples plan_step's peak spans
+    ahead = max(int(math.ceil(w.lead_time_seconds / step - 1e-9)), 1)
+    n = len(values) - behind - ahead + 1  # the samples with a whole window behind and ahead
+    if n < 1:
+        return 0.0
+    # each window's peak in GPUs
+    gpus = w.gpus_each(values)
+    finite = np.isfinite(values)
+    if finite.all():
+        before, after = _window_peaks(gpus, behind, ahead)
+    else:  # a missing sample makes its windows NaN: dropped
+        before, after = _window_peaks(np.where(finite, gpus, np.nan), behind, ahead)
+        seen = np.isfinite(before) & np.isfinite(after)
+        before, after = before[seen], after[seen]
+    rise = (after - before) / np.sqrt(np.maximum(before, 1))
+    if not len(rise):
+        return 0.0
+    # np.quantile's default (linear between the two nearest order statistics), by a partial sort: a tenth of its cost
+    at = q * (len(rise) - 1)
+    i = int(at)
+    j = min(i + 1, len(rise) - 1)
+    ordered = np.partition(rise, [i, j])
+    low, high = ordered[i], ordered[j]
+    return max(float(low + (high - low) * (at - i)), 0.0)
 
 
 # --------------------------------------------------------------------------------------------- now
@@ -554,7 +533,7 @@ def plan_step(hours: HourPlan, observed: Mapping[str, Observed], training: Train
             recent = [v for v in o.values[lo:hi].tolist() if math.isfinite(v)]
             if recent:
                 peak = w.gpus(float(max(recent)))
-                factor = max(w.warm_buffer, wh.rises.factor(peak)) if wh.rises is not None else w.warm_buffer
+                factor = max(w.warm_buffer, wh.rise_buffer)
                 if factor > 0:  # whole replicas, as `gpus` gives the peak: the target scales by replicas
                     buffer = w.gpus(factor * math.sqrt(max(peak, 1)) * w.demand_per_gpu)
         want = w.clamp(max(fore, peak + buffer), lendable)

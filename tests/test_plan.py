@@ -521,10 +521,9 @@ def test_demand_beyond_any_cluster_reserves_everything_and_nan_nothing_extra():
     assert w.gpus(float("nan")) == 0 and w.gpus(-5.0) == 0 and w.gpus(2.5e-3) == 3
 
 
-def _rises_by_time(times, values, w: WorkloadPolicy, q: float, peak_gpus: int = 0) -> float:
-    """Rises.factor written out by time instead of sample counts: at each sample, demand's peak over the scale-in
-    delay up to it, and its peak within the lead time after it, both in GPUs; the rise per sqrt of the peak; the
-    q-quantile of the rises from peaks of at least `peak_gpus`, or of every rise when fewer than 1/(1-q) are."""
+def _rises_by_time(times, values, w: WorkloadPolicy, q: float) -> float:
+    """_rise_buffer written out by time instead of sample counts: at each sample, demand's peak over the scale-in
+    delay up to it, and its peak within the lead time after it, both in GPUs; the rise per sqrt of the peak."""
     rises = []
     for t in times:
         before = values[(times >= t - w.scale_in_delay_seconds) & (times <= t)]
@@ -532,17 +531,13 @@ def _rises_by_time(times, values, w: WorkloadPolicy, q: float, peak_gpus: int = 
         if len(after) < round(w.lead_time_seconds / 300) or np.isnan(before).any() or np.isnan(after).any():
             continue  # the window runs past the newest sample, or a sample is missing
         peak = w.gpus(float(before.max()))
-        rises.append((peak, (w.gpus(float(after.max())) - peak) / np.sqrt(max(peak, 1))))
-    high = [r for p, r in rises if p >= peak_gpus]
-    if len(high) < 1 / (1 - q):
-        high = [r for _, r in rises]
-    return max(float(np.quantile(high, q)), 0.0)
+        rises.append((w.gpus(float(after.max())) - peak) / np.sqrt(max(peak, 1)))
+    return max(float(np.quantile(rises, q)), 0.0)
 
 
 def test_warm_buffer_quantile_follows_the_demands_own_rises():
     """warmBufferQuantile: the buffer's factor is the quantile of the last week's rises within the lead time above the
-    recent peak, per sqrt(peak), from peaks at least as high as the step's; it grows with the bursts, does not stack a
-    burst on top of one, never lowers the fixed warmBuffer, and is off unset."""
+    recent peak, per sqrt(peak); it grows with the bursts, never lowers the fixed warmBuffer, and is off unset."""
     rng = np.random.default_rng(7)
     idx = pd.date_range(NOW - pd.Timedelta(days=8), NOW, freq="5min", inclusive="left")
     t = idx.as_unit("s").asi8.astype(float)
@@ -550,35 +545,27 @@ def test_warm_buffer_quantile_follows_the_demands_own_rises():
     bursts = calm + np.where(rng.random(len(idx)) < 0.04, 40.0, 0.0)
     w = workload(scale_in_delay_seconds=600.0, warm_buffer_quantile=0.95, gpus_per_replica=1)
     week = t > NOW.timestamp() - 7 * 86400
-    now_ = NOW.timestamp()
     factors = {}
     for name, values in (("calm", calm), ("bursts", bursts)):
         values = values.copy()
         values[100] = np.nan  # a missing sample drops its windows
         h = plan_hours({"chat": forecast([4, 4, 4, 4])}, {"chat": History.of(pd.Series(values, idx), NOW)},
                        cluster(w), NOW)
-        rises = h.workloads[0].rises
-        factors[name] = rises.factor(0)  # from every peak
+        factors[name] = h.workloads[0].rise_buffer
         assert factors[name] == pytest.approx(_rises_by_time(t[week], values[week], w, 0.95))
-        for level, peak in ((60.0, 30), (100.0, 50), (160.0, 80)):  # the calm level, a burst's top, a new high
-            assert rises.factor(peak) == pytest.approx(_rises_by_time(t[week], values[week], w, 0.95, peak))
-            s = plan_step(h, {"chat": observed((now_ - 300, level), (now_, level))}, training(), cluster(w), now_)
-            s = s.workloads[0]
-            assert s.peak_gpus == peak and s.buffer_gpus == int(np.ceil(rises.factor(peak) * np.sqrt(peak) - 1e-9))
-            assert s.reserved_gpus == min(peak + s.buffer_gpus, 60)
+        now_ = NOW.timestamp()
+        s = plan_step(h, {"chat": observed((now_ - 300, 60.0), (now_, 60.0))}, training(), cluster(w), now_)
+        s = s.workloads[0]
+        assert s.peak_gpus == 30 and s.buffer_gpus == int(np.ceil(factors[name] * np.sqrt(30) - 1e-9))
+        assert s.reserved_gpus == min(30 + s.buffer_gpus, 60)
     assert factors["bursts"] > factors["calm"] + 1  # 20-GPU bursts within the lead time at 0.04 x 3 > 5% of samples
-    h = plan_hours({"chat": forecast([4, 4, 4, 4])}, {"chat": History.of(pd.Series(bursts, idx), NOW)}, cluster(w),
-                   NOW)
-    # at a burst's top the rises from such tops ask for little: far less than the rises from the calm level
-    assert h.workloads[0].rises.factor(50) < factors["bursts"] / 2
     # the fixed warmBuffer stays the floor; unset, the rises are not read; a short history asks for nothing
     floor = workload(scale_in_delay_seconds=600.0, warm_buffer_quantile=0.95, warm_buffer=50.0)
     h = plan_hours({"chat": forecast([4, 4, 4, 4])}, {"chat": History.of(pd.Series(bursts, idx), NOW)}, cluster(floor),
                    NOW)
     assert plan_step(h, {"chat": observed((NOW.timestamp(), 8.0))}, training(), cluster(floor),
                      NOW.timestamp()).workloads[0].buffer_gpus == 100  # 50 x sqrt(4)
-    unset, short = (plan_hours({"chat": forecast([4, 4, 4, 4])},
-                               {"chat": History.of(pd.Series(series, idx[-len(series):]), NOW)}, cluster(pol), NOW)
-                    for pol, series in ((workload(scale_in_delay_seconds=600.0), bursts), (w, bursts[-10:])))
-    assert unset.workloads[0].rises is None
-    assert [short.workloads[0].rises.factor(p) for p in (0, 30, 50, 80)] == [0.0] * 4  # 10 samples: no rise seen
+    for pol, series in ((workload(scale_in_delay_seconds=600.0), bursts), (w, bursts[-10:])):
+        h = plan_hours({"chat": forecast([4, 4, 4, 4])}, {"chat": History.of(pd.Series(series, idx[-len(series):]),
+                                                                             NOW)}, cluster(pol), NOW)
+        assert h.workloads[0].rise_buffer == 0.0
