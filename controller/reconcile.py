@@ -20,7 +20,6 @@ Data missing never lowers the reservation in force: while degraded, the reservat
 """
 from __future__ import annotations
 
-import bisect
 import hashlib
 import json
 import logging
@@ -348,9 +347,6 @@ class Reconciler:
         self._reported: dict[ObjectRef, str] = {}   # the refusal last reported per policy (one event per change)
         self._faults: dict[str, str] = {}           # the fault last reported per policy
         self._hours: tuple | None = None            # (key, HourPlan): the hourly plan, kept until its inputs change
-        # policy -> the sample times the steps saw first and the forecast's part of the reservation they held then
-        # (History.held); in memory: a restart forgets it, and the warm buffer reads more rises until a week has passed
-        self._held: dict[str, tuple[list[float], list[int]]] = {}
         self._last_trained: dict[str, pd.Timestamp] = {}
         self._accuracy: dict[str, tuple[pd.Timestamp, dict, dict]] = {}
         self._preemptions: dict[str, int] = {}
@@ -436,7 +432,6 @@ class Reconciler:
         with self._said_lock:
             self._said = {ref: said for ref, said in self._said.items() if ref in present}
             self._waiting = {ref: since for ref, since in self._waiting.items() if ref in present}
-        self._held = {key: held for key, held in self._held.items() if key in {p.key for p in policies}}
         self._specs.keep(present)
         if not policies:
             if not self.dry_run:
@@ -453,7 +448,6 @@ class Reconciler:
         hours = self._hour_plan(inputs, cluster_policy, now)
         view = self._view(policies, now)
         step = plan_step(hours, self._observed(inputs, view), view.training, cluster_policy, now)
-        self._note_held(inputs, step, now)
         plan_id = hashlib.sha256(repr((now.isoformat(), [(w.name, w.reserved_gpus) for w in step.workloads],
                                        [(x.job, x.kind, x.at) for x in step.preemptions])).encode()).hexdigest()[:12]
         targets = [replace(p.target(), active=True) if self.dry_run else p.target() for p in policies]
@@ -758,8 +752,7 @@ class Reconciler:
         """Kept until the hour, a forecast or the policies change."""
         # every sample read is at or before now (a series ending later is read again whole): History.of's newest
         samples = {i.policy.key: self._samples(i.policy.key, i.raw) for i in inputs}
-        histories = {k: History(s.newest, s.times, s.values, now.timestamp(), self._held_beside(k, s.times))
-                     for k, s in samples.items()}
+        histories = {k: History(s.newest, s.times, s.values, now.timestamp()) for k, s in samples.items()}
         key = (now.floor("h"), policy, tuple(id(i.forecast) for i in inputs),
                tuple(stale(histories[i.policy.key].newest, now.timestamp(), policy) for i in inputs))
         if self._hours is not None and self._hours[0] == key:
@@ -775,29 +768,6 @@ class Reconciler:
         hours = plan_hours(forecasts, histories, policy, now)
         self._hours = (key, hours)
         return hours
-
-    def _note_held(self, inputs: list[_Input], step: StepPlan, now: pd.Timestamp) -> None:
-        """What each step held beside the newest sample it is the first to see (as the simulator keeps it)."""
-        t = now.timestamp()
-        for i, w in zip(inputs, step.workloads):
-            seen = self._samples(i.policy.key, i.raw).times
-            newest = int(seen.searchsorted(t, side="right")) - 1
-            times, gpus = self._held.setdefault(w.name, ([], []))
-            if newest >= 0 and (not times or seen[newest] > times[-1]):
-                times.append(float(seen[newest]))
-                gpus.append(w.forecast_gpus)
-
-    def _held_beside(self, key: str, times: np.ndarray) -> np.ndarray | None:
-        """History.held beside a policy's samples (NaN where no step noted one); what is older is forgotten."""
-        noted, gpus = self._held.get(key, ([], []))
-        if len(times):
-            old = bisect.bisect_left(noted, float(times[0]))
-            del noted[:old], gpus[:old]
-        if not noted:
-            return None
-        at = np.asarray(noted)
-        j = np.minimum(at.searchsorted(times), len(at) - 1)
-        return np.where(at[j] == times, np.asarray(gpus, float)[j], np.nan)
 
     def _view(self, policies: list[PolicyObject], now: pd.Timestamp) -> View:
         targets: dict[str, TargetState | None] = {}

@@ -338,7 +338,6 @@ def _run(scenario: Scenario, spec: PolicySpec, make_forecaster, reference: str, 
         return stamps[k] if stamps is not None else evaluated[k]
 
     at = np.array(step_times)
-    held = np.full(len(times_all), np.nan)  # beside each sample, as the controller keeps it (History.held)
     his = times_all.searchsorted(at, side="right").tolist()
     los = times_all.searchsorted(at - data.lookback_seconds, side="right").tolist()
     last_hours = times_all.searchsorted(at - 3600, side="right").tolist()
@@ -380,15 +379,13 @@ def _run(scenario: Scenario, spec: PolicySpec, make_forecaster, reference: str, 
         seen_newest = newest if reason is None or not reason.startswith("NoData") else None
         old = stale(seen_newest, t_now, policy)
         if hours is None or hours_key != (hour, id(fc), old):  # as the reconciler keeps it
-            history = History(seen_newest, times_all[lo:hi], values_all[lo:hi], t_now, held[lo:hi])
-            hours = plan_hours({key: forecast}, {key: history}, policy, moment(k))
+            hours = plan_hours({key: forecast}, {key: History(seen_newest, times_all[lo:hi], values_all[lo:hi], t_now)},
+                               policy, moment(k))
             hours_key = (hour, id(fc), old)
         inf = world.inference[key]
         observed = Observed(times_all[lo:hi], values_all[lo:hi], inf.desired * inf.gpus_per_replica, reason is not None)
         training = world.training()
         plan = plan_step(hours, {key: observed}, training, policy, t_now)
-        if hi and math.isnan(held[hi - 1]):  # the first step to see the newest sample
-            held[hi - 1] = plan.workloads[0].forecast_gpus
         state = world.target_state(target.target)
         warm = state.ready_replicas * target.gpus_per_replica
         view = View({key: state}, world.quotas, training, {},

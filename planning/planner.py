@@ -152,14 +152,11 @@ class Forecast:
 class History:
     """What the planner needs of a workload's observed demand: the newest sample's time (epoch seconds, None if
     none), and the samples (epoch seconds, ascending, and values; NaN: missing) whose last week the warm buffer's
-    rises and, when the forecast is unusable, the fallback's hourly peaks read. `held`, beside each sample: the
-    forecast's part of the reservation (plan_step's forecast_gpus) the first step to see that sample held (NaN: not
-    known), kept by whoever runs the steps (the simulator; the controller, in memory: a restart forgets it)."""
+    rises and, when the forecast is unusable, the fallback's hourly peaks read."""
     newest: float | None
     times: np.ndarray | None = None
     values: np.ndarray | None = None
     now: float = 0.0
-    held: np.ndarray | None = None
 
     @classmethod
     def of(cls, observed: pd.Series, now: pd.Timestamp) -> History:
@@ -173,20 +170,9 @@ class History:
         """The samples of the week before `now` (NaN kept)."""
         if self.times is None or self.values is None:
             return np.zeros(0), np.zeros(0)
-        return self.times[self._week], self.values[self._week]
-
-    @cached_property
-    def held_last_week(self) -> np.ndarray:
-        """`held` beside the samples of the week before `now` (NaN where not known)."""
-        if self.held is None or self.times is None:
-            return np.full(len(self.last_week[0]), np.nan)
-        return self.held[self._week]
-
-    @cached_property
-    def _week(self) -> slice:
-        assert self.times is not None
-        return slice(int(self.times.searchsorted(self.now - WEEK, side="right")),
-                     int(self.times.searchsorted(self.now, side="right")))
+        lo = self.times.searchsorted(self.now - WEEK, side="right")
+        hi = self.times.searchsorted(self.now, side="right")
+        return self.times[lo:hi], self.values[lo:hi]
 
     @cached_property
     def weekly_peak_by_hour(self) -> np.ndarray:
@@ -358,11 +344,8 @@ def _sampling_step(times: np.ndarray) -> float:
 def _rise_buffer(w: WorkloadPolicy, h: History) -> float:
     """The warm buffer's factor b (buffer = b x sqrt(peak GPUs)) that the last week's demand asks for at the policy's
     warmBufferQuantile: that quantile, over every observed sample, of how many GPUs demand rose within the lead time
-    above the peak of the scale-in delay before it, per sqrt of that peak, counting only the rises above the
-    forecast's part of the reservation the step at that sample held. So the buffer follows the bursts the demand
-    itself shows, as they grow or fade, and not those the forecast held. Where what a step held is not known (before
-    the first step, after a restart), every rise counts: more buffer, never less. 0 (the fixed warmBuffer alone) when
-    off or with no rise seen."""
+    above the peak of the scale-in delay before it, per sqrt of that peak. So the buffer follows the bursts the
+    demand itself shows, as they grow or fade. 0 (the fixed warmBuffer alone) when off or with no rise seen."""
     q = w.warm_buffer_quantile
     if q is None or h.newest is None:
         return 0.0
@@ -379,18 +362,14 @@ def _rise_buffer(w: WorkloadPolicy, h: History) -> float:
         return 0.0
     # each window's peak in GPUs
     gpus = w.gpus_each(values)
-    held = h.held_last_week[behind - 1:behind - 1 + n]  # at each window's last sample behind: the step then
     finite = np.isfinite(values)
     if finite.all():
         before, after = _window_peaks(gpus, behind, ahead)
     else:  # a missing sample makes its windows NaN: dropped
         before, after = _window_peaks(np.where(finite, gpus, np.nan), behind, ahead)
         seen = np.isfinite(before) & np.isfinite(after)
-        before, after, held = before[seen], after[seen], held[seen]
+        before, after = before[seen], after[seen]
     rise = (after - before) / np.sqrt(np.maximum(before, 1))
-    # a step is short only where demand outgrows both what the forecast held and the peak plus the buffer: a rise
-    # the forecast held asks nothing of the buffer (an unknown, NaN, held holds nothing)
-    rise = np.where(after <= held, np.minimum(rise, 0.0), rise)
     if not len(rise):
         return 0.0
     # np.quantile's default (linear between the two nearest order statistics), by a partial sort: a tenth of its cost

@@ -521,45 +521,18 @@ def test_demand_beyond_any_cluster_reserves_everything_and_nan_nothing_extra():
     assert w.gpus(float("nan")) == 0 and w.gpus(-5.0) == 0 and w.gpus(2.5e-3) == 3
 
 
-def _rises_by_time(times, values, w: WorkloadPolicy, q: float, held=None) -> float:
+def _rises_by_time(times, values, w: WorkloadPolicy, q: float) -> float:
     """_rise_buffer written out by time instead of sample counts: at each sample, demand's peak over the scale-in
-    delay up to it, and its peak within the lead time after it, both in GPUs; the rise per sqrt of the peak, none
-    where the forecast's part held then (held, beside each sample) covered the peak after."""
+    delay up to it, and its peak within the lead time after it, both in GPUs; the rise per sqrt of the peak."""
     rises = []
-    for k, t in enumerate(times):
+    for t in times:
         before = values[(times >= t - w.scale_in_delay_seconds) & (times <= t)]
         after = values[(times > t) & (times <= t + w.lead_time_seconds)]
         if len(after) < round(w.lead_time_seconds / 300) or np.isnan(before).any() or np.isnan(after).any():
             continue  # the window runs past the newest sample, or a sample is missing
-        peak, top = w.gpus(float(before.max())), w.gpus(float(after.max()))
-        rise = (top - peak) / np.sqrt(max(peak, 1))
-        rises.append(min(rise, 0.0) if held is not None and top <= held[k] else rise)
+        peak = w.gpus(float(before.max()))
+        rises.append((w.gpus(float(after.max())) - peak) / np.sqrt(max(peak, 1)))
     return max(float(np.quantile(rises, q)), 0.0)
-
-
-def test_the_warm_buffer_reads_only_the_rises_the_forecast_did_not_hold():
-    """History.held: a rise that the forecast's part of the reservation held at its sample covered asks nothing of the
-    buffer (a step is short only where demand outgrows both); an unknown (NaN) held covers nothing, so a controller
-    that forgot what it held (a restart) keeps the buffer every rise asks for."""
-    rng = np.random.default_rng(11)
-    idx = pd.date_range(NOW - pd.Timedelta(days=8), NOW, freq="5min", inclusive="left")
-    t = idx.as_unit("s").asi8.astype(float)
-    bursts = 60.0 + rng.normal(0, 3, len(idx)) + np.where(rng.random(len(idx)) < 0.04, 40.0, 0.0)
-    w = workload(scale_in_delay_seconds=600.0, warm_buffer_quantile=0.95, gpus_per_replica=1)  # 2 demand per GPU
-    week = t > NOW.timestamp() - 7 * 86400
-    plain = History.of(pd.Series(bursts, idx), NOW)
-
-    def factor(held):
-        history = plain if held is None else replace(plain, held=held)
-        return plan_hours({"chat": forecast([4, 4, 4, 4])}, {"chat": history}, cluster(w), NOW).workloads[0].rise_buffer
-
-    unknown = factor(None)
-    assert unknown > 2 and factor(np.full(len(idx), np.nan)) == unknown
-    assert factor(np.full(len(idx), 60.0)) == 0.0  # every burst (50-56 GPUs) held: no buffer asked
-    assert factor(np.full(len(idx), 40.0)) == unknown  # bursts above what was held: the buffer they ask for
-    # held at random, some not known: as written out by time
-    held = np.where(rng.random(len(idx)) < 0.2, np.nan, rng.integers(25, 60, len(idx)).astype(float))
-    assert factor(held) == pytest.approx(_rises_by_time(t[week], bursts[week], w, 0.95, held[week]))
 
 
 def test_warm_buffer_quantile_follows_the_demands_own_rises():
