@@ -536,11 +536,6 @@ def plan_step(hours: HourPlan, observed: Mapping[str, Observed], training: Train
                 factor = max(w.warm_buffer, wh.rise_buffer)
                 if factor > 0:  # whole replicas, as `gpus` gives the peak: the target scales by replicas
                     buffer = w.gpus(factor * math.sqrt(max(peak, 1)) * w.demand_per_gpu)
-                    i, j = wh.at(t_now), wh.at(t_now + w.lead_time_seconds)
-                    if wh.from_forecast[i:j + 1].all():  # EXPERIMENT: no higher than the forecast's headroom quantile
-                        cap = int((wh.reserved[i:j + 1] + wh.headroom[i:j + 1]).max())
-                        if peak <= cap:  # demand beyond the band: the forecast is wrong now, the rises decide
-                            buffer = min(buffer, cap - peak)
         want = w.clamp(max(fore, peak + buffer), lendable)
         degraded = o is not None and o.degraded
         if o is not None and o.degraded:
