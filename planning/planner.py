@@ -535,12 +535,7 @@ def plan_step(hours: HourPlan, observed: Mapping[str, Observed], training: Train
                 peak = w.gpus(float(max(recent)))
                 factor = max(w.warm_buffer, wh.rise_buffer)
                 if factor > 0:  # whole replicas, as `gpus` gives the peak: the target scales by replicas
-                    # EXPERIMENT: the buffer rides on the peak as it was a lead time ago
-                    lo2 = o.times.searchsorted(t_now - w.lead_time_seconds - w.scale_in_delay_seconds, side="left")
-                    hi2 = o.times.searchsorted(t_now - w.lead_time_seconds, side="right")
-                    before = [v for v in o.values[lo2:hi2].tolist() if math.isfinite(v)]
-                    base = w.gpus(float(max(before))) if before else peak
-                    buffer = max(w.gpus(factor * math.sqrt(max(base, 1)) * w.demand_per_gpu) + base - peak, 0)
+                    buffer = w.gpus(factor * math.sqrt(max(peak, 1)) * w.demand_per_gpu)
         want = w.clamp(max(fore, peak + buffer), lendable)
         degraded = o is not None and o.degraded
         if o is not None and o.degraded:
