@@ -109,8 +109,8 @@ def markdown(results: dict[str, dict[str, dict]], seconds: float) -> str:
               "0.700) and burst seeds 2-7 at 0.661-0.671 with goodput 0.950-0.957, but servegen's evaluated week "
               "went to 0.174 % and the 5-day alibaba scenario to 1.12 %.",
               "- 4cc7d72, the buffer rides on the peak as it was a lead time ago (a rise already seen is not buffered "
-              "again): no gain on the chosen-on part (this kind's goodput 0.855, alibaba 0.585 against 0.700), so "
-              "stacking is not all of this kind's lost goodput.", "",
+              "again): no gain on the chosen-on part (this kind's goodput 0.855, alibaba 0.585 against 0.700): the "
+              "peak a lead time before holds the burst a lead time later, so the stacking only moves.", "",
               "Servegen's evaluated week decides three of them, and its shortage is one day's: 0.121 % +- 0.122 % "
               "(day-to-day standard error) shipped, 0.167 % +- 0.140 % under 866b1b9 and 0.174 % +- 0.153 % under "
               "afbeb06. They differ there by less than one standard error, but the target is the target; the "
