@@ -282,13 +282,7 @@ def plan_hours(forecasts: Mapping[str, Forecast | None], histories: Mapping[str,
             target[inside], high[inside] = f.target[k[inside]], f.high[k[inside]]
         usable = np.isfinite(target) & (target >= 0) & np.isfinite(high) & (high >= target)
         why = "stale history" if old else ("no forecast" if f is None else "forecast missing, NaN or negative")
-        rise = _rise_buffer(w, h)
-        factor = max(w.warm_buffer, rise)
-        raw = w.gpus_each(target)
-        if factor > 0:  # the warm buffer plan_step holds on the forecast's peak: the plan lends only what the step
-            # rule will leave, so its ramps are planned at checkpoints rather than taken back by emergency
-            raw = raw + w.gpus_each(factor * np.sqrt(np.maximum(raw, 1)) * w.demand_per_gpu)
-        raw = raw + w.margin_gpus
+        raw = w.gpus_each(target) + w.margin_gpus
         if not usable.all():
             # An hour of day not seen in the week: the week's highest peak. No week observed at all: minGpus, and
             # plan_step keeps what the target serves now and follows live samples; reserving everything would take
@@ -307,7 +301,7 @@ def plan_hours(forecasts: Mapping[str, Forecast | None], histories: Mapping[str,
         # costs ten times as much)
         high_gpus = np.where(usable, w.gpus_each(high), 0)
         headroom = np.maximum(np.where(usable, high_gpus - reserved, 0), w.headroom_floor_gpus)
-        rows.append([w, reserved, headroom, usable, target, why, rise])
+        rows.append([w, reserved, headroom, usable, target, why, _rise_buffer(w, h)])
     # Over capacity: cut workloads later in the policy order first, never below their minimum.
     reserved = np.array([r[1] for r in rows], dtype=np.int64).reshape(len(rows), len(starts))
     cut = np.zeros(reserved.shape, np.int64)
