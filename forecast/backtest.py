@@ -45,7 +45,7 @@ LEVEL_CORRECTION: bool | int = 7
 # 0: always pick. Chosen with the rest by the protocol (docs/bench-forecast.md).
 MIN_SELECTION_FOLDS = 7
 WEAK_EVIDENCE = "shrink"
-WEAK_EVIDENCE_RULES = ("shrink", "mean")
+WEAK_EVIDENCE_RULES = ("shrink", "mean", "shrink-inverse")
 METRICS = ("mase", "smape", "pinball_50", "pinball_90", "pinball_95", "coverage_80", "coverage_90",
            *(f"below_q{q}" for q in PLANNER_QUANTILES), "fit_seconds")
 
@@ -130,11 +130,16 @@ class AutoForecaster:
         if len(folds) >= enough:
             return self._rank(points, errors, actuals, scales, folds)
         members = tuple(self.candidates)
-        share = len(folds) / enough if self.weak_evidence == "shrink" else 0.0
+        share = len(folds) / enough if self.weak_evidence != "mean" else 0.0
         weights = np.full(len(members), (1.0 - share) / len(members))
         scores: dict[str, float] = {}
         if share:
             pick = self._rank(points, errors, actuals, scales, folds)
+            if self.weak_evidence == "shrink-inverse":
+                inverse = np.array([1.0 / pick.scores[c] ** 2 if np.isfinite(pick.scores[c]) and pick.scores[c] > 0
+                                    else 0.0 for c in members])
+                if inverse.sum() > 0:
+                    weights = (1.0 - share) * inverse / inverse.sum()
             own = pick.weights if pick.weights is not None else np.full(len(pick.members), 1.0 / len(pick.members))
             for member, weight in zip(pick.members, own):
                 weights[members.index(member)] += share * weight

@@ -125,9 +125,11 @@ def test_the_hindsight_bound_is_the_best_setting_meeting_the_objective_on_the_da
 
 
 def test_the_held_out_kinds_are_generated_as_described():
-    """bench/simulate_kinds.py's streams: the bursts at minute 15-25 of every even hour with the nightly gap, the
-    level shifts inside the evaluated week, the token stream's zero nights and its two days of history."""
-    kinds = bench_module("simulate_kinds")
+    """bench/kinds.py's streams (bench/simulate_kinds.py and the forecast bench run them): the bursts at minute 15-25
+    of every even hour with the nightly gap, the level shifts inside the evaluated week, the token stream's zero
+    nights and its two days of history; hourly, at the origins `headroom backtest --folds 7` scores."""
+    from forecast.calibrate import origins
+    kinds = bench_module("kinds")
     bursts = kinds.bursts_every_two_hours(1)
     hour, minute = bursts.index.hour, bursts.index.minute
     assert bursts[hour == 3].isna().all() and bursts[hour != 3].notna().all()
@@ -139,3 +141,9 @@ def test_the_held_out_kinds_are_generated_as_described():
     tokens = kinds.token_week(1)
     assert len(tokens) == 9 * 288 and (tokens[(tokens.index.hour >= 22) | (tokens.index.hour < 6)] == 0).all()
     assert kinds.level_shifts(2).equals(kinds.level_shifts(2)) and not kinds.level_shifts(2).equals(shifts)
+    hourly = kinds.hourly("one-week tokens", 1)
+    assert len(hourly) == 9 * 24 and hourly.iloc[0] == tokens.iloc[:12].mean() and hourly.name == "one-week tokens/1"
+    assert kinds.hourly("bursts every two hours", 1)[lambda h: h.index.hour == 3].isna().all()
+    for n in (9 * 24, 14 * 24, 3 * 24, 50):
+        assert kinds.backtest_origins(n) == origins(n, 24, 7, 24)
+    assert set(kinds.CHOOSE_SEEDS).isdisjoint(kinds.TEST_SEEDS)

@@ -20,6 +20,8 @@ Protocol
 - One-week histories (bench/week_windows.py): every whole week of every series above, 5 daily origins from
   two days on, as `headroom backtest --folds 7` scores a one-week trace; the peers a week allows (one daily
   season; Holt-Winters damped added, one of the owner's peers there), AutoARIMA under the same limit.
+- Synthetic held-out kinds (bench/kinds.py): each kind's seeds 1-9, hourly, at the origins of
+  `headroom backtest --folds 7`, the same peers as the one-week histories.
 - Wall time is per model per fold (traces) or per series (M4), after a warm-up
   call on a small series so numba JIT compilation is not billed to fold 1.
 """
@@ -40,6 +42,8 @@ from statsforecast.models import MSTL, AutoARIMA, AutoETS, AutoTheta, SeasonalNa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gpu_gauge import GAUGE, gpus_in_use, timestamps  # noqa: E402  shared with the harness
+from kinds import CHOOSE_SEEDS, KINDS, TEST_SEEDS, backtest_origins  # noqa: E402  shared with the harness
+from kinds import hourly as kind_hourly  # noqa: E402
 from m4_files import read_wide  # noqa: E402  shared with the harness
 from week_windows import HORIZON, ORIGINS, hourly, week_windows  # noqa: E402  shared with the harness
 
@@ -222,15 +226,31 @@ def run_heldout(horizon: int, folds: int, step: int) -> dict:
     return run_series("held-out", models, series, horizon, None)
 
 
+def daily_models() -> dict:
+    """The peers a series of one or two weeks allows: one daily season (a weekly one needs more), Holt-Winters damped
+    added (one of the owner's peers there)."""
+    weekly = ("SeasonalNaive168", "MSTL24_168")
+    return {**{k: v for k, v in trace_models().items() if k not in weekly},
+            "HoltWintersDamped24": lambda: AutoETS(season_length=24, model="AAA", damped=True),
+            "MSTL24": lambda: MSTL(season_length=24, trend_forecaster=AutoETS(model="ZZN")),
+            "AutoARIMA24": lambda: AutoARIMA(season_length=24)}
+
+
 def run_weeks() -> dict:
-    weekly = ("SeasonalNaive168", "MSTL24_168")  # a week is too short for a weekly season
-    models = {**{k: v for k, v in trace_models().items() if k not in weekly},
-              "HoltWintersDamped24": lambda: AutoETS(season_length=24, model="AAA", damped=True),
-              "MSTL24": lambda: MSTL(season_length=24, trend_forecaster=AutoETS(model="ZZN")),
-              "AutoARIMA24": lambda: AutoARIMA(season_length=24)}
     series = {name: ([t.isoformat() for t in week.index], week.to_numpy(dtype=float), ORIGINS, {"kind": kind})
               for name, (kind, week) in week_windows(DATA).items()}
-    return run_series("week", models, series, HORIZON, LEVELS)
+    return run_series("week", daily_models(), series, HORIZON, LEVELS)
+
+
+def run_kinds() -> dict:
+    """The synthetic held-out kinds (bench/kinds.py), hourly, at `headroom backtest --folds 7`'s origins."""
+    series = {}
+    for kind in KINDS:
+        for seed in (*CHOOSE_SEEDS, *TEST_SEEDS):
+            y = kind_hourly(kind, seed)
+            series[str(y.name)] = ([t.isoformat() for t in y.index], y.to_numpy(dtype=float),
+                                   backtest_origins(len(y)), {"kind": kind, "seed": seed})
+    return run_series("kind", daily_models(), series, HORIZON, LEVELS)
 
 
 def run_m4(horizon: int, limit: int | None, save=None, only=None, previous=None) -> dict:
@@ -271,9 +291,10 @@ def main(argv=None) -> int:
     ap.add_argument("--no-arima", action="store_true", help="skip the AutoARIMA attempt on traces")
     ap.add_argument("--heldout", action="store_true", help="run the held-out stage again, keeping the rest")
     ap.add_argument("--weeks", action="store_true", help="run the one-week stage again, keeping the rest")
+    ap.add_argument("--kinds", action="store_true", help="run the synthetic kinds' stage again, keeping the rest")
     ap.add_argument("--resume", action="store_true",
-                    help="keep what --out already holds; run only the M4 models it lacks, the held-out and "
-                         "one-week stages if missing, and the ARIMA stage")
+                    help="keep what --out already holds; run only the M4 models it lacks, the held-out, one-week "
+                         "and kinds stages if missing, and the ARIMA stage")
     args = ap.parse_args(argv)
     if not DATA.is_dir():
         log(f"no data at {DATA}")
@@ -314,6 +335,11 @@ def main(argv=None) -> int:
         save()
     else:
         result["weeks"] = old["weeks"]
+    if args.kinds or not old.get("kinds"):
+        result["kinds"] = run_kinds()
+        save()
+    else:
+        result["kinds"] = old["kinds"]
     if not args.no_arima:
         arima = run_traces(args.horizon, args.folds, args.step, arima=True, only_arima=True)
         for name, trace in arima.items():
