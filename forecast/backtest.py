@@ -21,8 +21,9 @@ from forecast.metrics import coverage, finite_or_none, mase, pinball, seasonal_s
 from forecast.models import MODELS, Ensemble, combination_name, combine
 
 # Cheap candidates (vectorised numpy, no optimiser) for thousands of series: issue 2's four seasonal ones plus the
-# last value held (a drifting gauge without a daily cycle: issue 13). Picked with COMBINE and LEVEL_CORRECTION by
-# bench/forecast_bench.py's protocol on its choose-on part (docs/bench-forecast.md); theta lost there.
+# last value held (a drifting gauge without a daily cycle: issue 13). Picked with COMBINE, LEVEL_CORRECTION and
+# MIN_SELECTION_FOLDS by bench/forecast_bench.py's protocol on its choose-on part (docs/bench-forecast.md); theta lost
+# there.
 FAST = ("snaive24", "snaive168", "profile", "profile24", "naive")
 # ETS, MSTL and gradient boosting cost 0.5-10 s per fit (x folds): the backtest scores them, AutoForecaster
 # considers them only when asked ("full" or a list).
@@ -38,11 +39,11 @@ COMBINES = ("best", "best-or-mean", "median", "mean", "weighted")
 COMBINE = "best-or-mean"
 # True: always; False: never; an int n: only with at least n inner folds of residuals (a week's history has 1-4).
 LEVEL_CORRECTION: bool | int = 7
-# Fewer inner folds than this (a history under about nine days): the evidence for any one candidate is a few days'
-# scores, and picking on it alone lost to seasonal naive on one-week histories. With k folds the pick weighs
-# k / MIN_SELECTION_FOLDS and every candidate an equal share of the rest (`_select`): the pool's mean without a
-# fold, the pick alone from a week of folds on, no jump between ("shrink"; "mean": the pool's mean until then).
-# 0: always pick. Chosen with the rest by the protocol (docs/bench-forecast.md).
+# With k inner folds under MIN_SELECTION_FOLDS (a history under about nine days with 7) the pick weighs
+# k / MIN_SELECTION_FOLDS and the candidates share the rest (`_select`): equally ("shrink"), or by 1 / MASE^2 on the
+# k folds ("shrink-inverse"); "mean": the pool's mean alone until then. 0: always pick, on however few folds there
+# are (the pool's mean only with none). Picked by rounds 3-5 of the protocol; round 6's pick, with the synthetic
+# held-out kinds among the choose-on units, lost on the real held-out series (docs/bench-forecast.md).
 MIN_SELECTION_FOLDS = 7
 WEAK_EVIDENCE = "shrink"
 WEAK_EVIDENCE_RULES = ("shrink", "mean", "shrink-inverse")
@@ -136,16 +137,15 @@ class AutoForecaster:
         if share:
             pick = self._rank(points, errors, actuals, scales, folds)
             if self.weak_evidence == "shrink-inverse":
-                inverse = np.array([1.0 / pick.scores[c] ** 2 if np.isfinite(pick.scores[c]) and pick.scores[c] > 0
-                                    else 0.0 for c in members])
-                if inverse.sum() > 0:
-                    weights = (1.0 - share) * inverse / inverse.sum()
+                weights = (1.0 - share) * inverse_square_weights(np.array([pick.scores[c] for c in members]))
             own = pick.weights if pick.weights is not None else np.full(len(pick.members), 1.0 / len(pick.members))
             for member, weight in zip(pick.members, own):
                 weights[members.index(member)] += share * weight
             scores = pick.scores
+        rest = "every candidate an equal share" if self.weak_evidence == "shrink" else \
+            "every candidate a share by 1 / its MASE squared on them"
         why = (f"{len(folds)} inner fold(s), under the {enough} a pick needs: "
-               + (f"the pick weighs {len(folds)}/{enough}, every candidate an equal share of the rest" if share
+               + (f"the pick weighs {len(folds)}/{enough}, {rest} of the rest" if share
                   else "the mean of every candidate"))
         if len(members) == 1:
             return _Pick(members[0], members, "mean", None, points[members[0]], scores, why)
@@ -189,6 +189,20 @@ class AutoForecaster:
         if isinstance(self.level_correction, bool):
             return self.level_correction
         return int(np.isfinite(np.atleast_2d(self.residuals_)).any(axis=1).sum()) >= self.level_correction
+
+
+def inverse_square_weights(scores: np.ndarray) -> np.ndarray:
+    """Weights in proportion to 1 / score^2 (Bates & Granger 1969: inverse error variance), summing to 1. A score of 0
+    (a perfect candidate) takes everything, shared among equals; no finite score: equal weights."""
+    real = np.isfinite(scores)
+    if not real.any():
+        return np.full(len(scores), 1.0 / len(scores))
+    perfect = real & (scores <= 0)
+    if perfect.any():
+        return perfect / perfect.sum()
+    # relative to the best score, so the best's is 1 and a tiny score cannot overflow
+    inverse = np.where(real, (scores[real].min() / np.where(real, scores, 1.0)) ** 2, 0.0)
+    return inverse / inverse.sum()
 
 
 def _fold_mase(actuals: np.ndarray, points: np.ndarray, scales: np.ndarray) -> np.ndarray:

@@ -5,9 +5,11 @@ import logging
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from forecast import models
-from forecast.backtest import METRICS, AutoForecaster, backtest
+from forecast.backtest import METRICS, AutoForecaster, backtest, inverse_square_weights
 from forecast.base import check_quantile_frame
 
 FAST = ["snaive24", "snaive168", "profile", "profile24"]
@@ -297,22 +299,23 @@ def test_a_one_week_real_trace_backtests_every_model_without_an_unexplained_fall
 
 
 def test_with_too_few_inner_folds_auto_shrinks_its_pick_towards_the_pools_mean():
-    """A week of history gives 1-5 inner folds: too little evidence to rank candidates on alone (issue 13). With k
-    of the 7 folds a pick needs, the pick weighs k/7 and every candidate an equal share of the rest, at the last
-    origin and in the honest replay the intervals come from ("mean": the pool's mean alone); with a week of inner
-    folds, or min_selection_folds=0, the rule's pick alone."""
+    """A week of history gives 1-5 inner folds. With min_selection_folds=7 (rounds 3-5's default) and k of the 7
+    folds a pick needs, the pick weighs k/7 and every candidate an equal share of the rest, at the last origin and
+    in the honest replay the intervals come from ("mean": the pool's mean alone); with a week of inner folds, or
+    min_selection_folds=0 (round 6's default), the rule's pick alone."""
     from forecast.calibrate import point_forecast
     week = demand(weeks=1)
     paths = np.array([models.MODELS[c]().fit(week).point(24) for c in FAST])
     picking = AutoForecaster(FAST, min_selection_folds=0).fit(week)
     assert picking.scores_ and picking.why_chosen is None  # ranked on its 5 folds alone
-    auto = AutoForecaster(FAST).fit(week)
+    auto = AutoForecaster(FAST, min_selection_folds=7, weak_evidence="shrink").fit(week)
     assert auto.chosen == "weighted(" + "+".join(FAST) + ")"
     assert auto.why_chosen == ("5 inner fold(s), under the 7 a pick needs: the pick weighs 5/7, every candidate an "
                                "equal share of the rest")
     np.testing.assert_allclose(auto.model_.point(24), 5 / 7 * picking.model_.point(24) + 2 / 7 * paths.mean(axis=0))
-    assert backtest(week, folds=7, models=FAST).selected_why == auto.why_chosen
-    pooled = AutoForecaster(FAST, weak_evidence="mean").fit(week)
+    default = AutoForecaster(FAST).fit(week)
+    assert backtest(week, folds=7, models=FAST).selected_why == default.why_chosen
+    pooled = AutoForecaster(FAST, min_selection_folds=7, weak_evidence="mean").fit(week)
     assert pooled.chosen == "mean(" + "+".join(FAST) + ")" and pooled.scores_ == {}
     np.testing.assert_allclose(pooled.model_.point(24), paths.mean(axis=0))
     for j, origin in enumerate(pooled.origins_[1:], start=1):
@@ -322,3 +325,44 @@ def test_with_too_few_inner_folds_auto_shrinks_its_pick_towards_the_pools_mean()
     assert picked.scores_ and picked.why_chosen is None
     with pytest.raises(ValueError):
         AutoForecaster(FAST, weak_evidence="vote")
+
+
+def test_with_too_few_inner_folds_the_inverse_rule_gives_the_rest_by_inverse_squared_mase():
+    """weak_evidence="shrink-inverse": the pick weighs k/7 as under "shrink", and the rest goes to the candidates in
+    proportion to 1 / their MASE squared on the k folds (Bates & Granger), so one far off on them weighs little: on
+    a series that is zero every night, the last value held (zero all day) gets almost none of it."""
+    week = demand(weeks=1)
+    paths = np.array([models.MODELS[c]().fit(week).point(24) for c in FAST])
+    picking = AutoForecaster(FAST, min_selection_folds=0).fit(week)
+    auto = AutoForecaster(FAST, min_selection_folds=7, weak_evidence="shrink-inverse").fit(week)
+    weights = np.array([picking.scores_[c] for c in FAST]) ** -2.0
+    rest = (weights / weights.sum()) @ paths
+    np.testing.assert_allclose(auto.model_.point(24), 5 / 7 * picking.model_.point(24) + 2 / 7 * rest)
+    assert auto.why_chosen == ("5 inner fold(s), under the 7 a pick needs: the pick weighs 5/7, every candidate a "
+                               "share by 1 / its MASE squared on them of the rest")
+    hours = pd.date_range("2026-03-02", periods=7 * 24, freq="h", tz="UTC")
+    day = 100.0 + 10 * np.sin(hours.hour) + np.random.default_rng(3).normal(0, 5, len(hours))
+    nights = pd.Series(np.where((hours.hour >= 6) & (hours.hour < 22), day, 0.0), hours)
+    pool = (*FAST, "naive")
+    fitted = AutoForecaster(pool, min_selection_folds=7, weak_evidence="shrink-inverse").fit(nights)
+    naive = pool.index("naive")
+    assert fitted.model_.weights[naive] < 0.01 * (1 - 5 / 7), fitted.model_.weights
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.floats(0, 1e6), st.just(float("nan")), st.just(float("inf"))), min_size=1, max_size=8))
+def test_inverse_square_weights_are_a_distribution_favouring_the_lower_score(scores):
+    """Non-negative, summing to 1; a lower finite score never weighs less; a perfect score (0) takes everything;
+    no finite score at all: equal weights."""
+    s = np.array(scores)
+    w = inverse_square_weights(s)
+    assert np.all(w >= 0) and w.sum() == pytest.approx(1.0)
+    real = np.isfinite(s)
+    if not real.any():
+        np.testing.assert_allclose(w, 1 / len(s))
+    elif (s[real] == 0).any():
+        assert w[~(real & (s == 0))].sum() == 0
+    else:
+        assert np.all(w[~real] == 0)
+        order = np.argsort(s[real])
+        assert np.all(np.diff(w[real][order]) <= 1e-12)
