@@ -39,3 +39,32 @@ def test_week_summary_counts_windows_within_1_05_of_their_best_peer():
     assert summary["picking"] == pytest.approx(math.prod([0.75, 1.0, 0.5]) ** (1 / 3))
     assert summary["peers"]["AutoETS24"] == pytest.approx(math.prod([0.48, 0.9, 0.6]) ** (1 / 3))
     assert summary["candidates_median"] == pytest.approx(math.prod([1.0, 2.0, 2.0]) ** (1 / 3))
+
+
+def test_kinds_summary_keeps_the_choose_on_seed_apart_from_the_test_on_seeds():
+    """The synthetic kinds' rows (score_heldout with a kind and a seed) are summarised per kind and part, so the
+    seed the protocol chooses on never pools with the seeds it tests on."""
+    rows = {f"level shifts/{seed}": {**_row(float(seed), 2.0, 1.0), "kind": "level shifts", "seed": seed,
+                                     "variants": {bench.KIND_VARIANTS["before"]: 1.0}} for seed in (1, 2, 3)}
+    summary = bench.kinds_summary(rows)
+    assert set(summary) == {"level shifts (choose-on)", "level shifts (test-on)"}
+    assert summary["level shifts (choose-on)"]["windows"] == 1 and summary["level shifts (test-on)"]["windows"] == 2
+    assert summary["level shifts (test-on)"]["auto"] == pytest.approx(math.sqrt(1.0 * 1.5))
+    chosen_on, tested_on = summary["level shifts (choose-on)"], summary["level shifts (test-on)"]
+    assert chosen_on["within_1.05"] == 1 and tested_on["within_1.05"] == 0
+    assert summary["level shifts (test-on)"]["before"] == pytest.approx(0.5)
+    text = "\n".join(bench.kinds_markdown(rows))
+    assert "| level shifts (test-on) | 2 |" in text and "| level shifts/3 | 3.000 | AutoETS24 1.000 |" in text
+
+
+def test_the_protocol_ships_round_5s_pick_and_reports_the_pick_with_the_synthetic_kinds_apart():
+    """decide(): the shipped pick is the rule's on M4's choose half, the traces and the week and gauge units; the
+    synthetic kinds' choose-on seed (round 6, rejected on the test-on part) gives `pick_with_kinds` alone."""
+    def row(values: dict) -> dict:
+        return {u: {"rel_mase": v} for u, v in values.items()}
+    base = {"m4_choose": 0.8, "m4_test": 0.8, "trace:a": 0.6, "trace:b": 0.7, "week:w": 1.0, "gauge:g": 0.8}
+    table = {"steady": row({**base, "kind:k": 1.2, "kindtest:k": 1.2}),
+             "kind-led": row({**base, "m4_choose": 0.82, "kind:k": 0.8, "kindtest:k": 0.8})}
+    out = bench.decide(table)
+    assert out["shipped_pick"] == "steady" and out["pick_with_kinds"] == "kind-led"
+    assert set(out["leave_one_trace_out"]) == {"a", "b"}
