@@ -24,7 +24,7 @@ from forecast.models import MODELS, Ensemble, combination_name, combine
 # last value held (a drifting gauge without a daily cycle: issue 13). Picked with COMBINE, LEVEL_CORRECTION and
 # MIN_SELECTION_FOLDS by bench/forecast_bench.py's protocol on its choose-on part (docs/bench-forecast.md); theta lost
 # there.
-FAST = ("snaive24", "snaive168", "profile", "profile24", "theta")
+FAST = ("snaive24", "snaive168", "profile", "profile24", "naive")
 # ETS, MSTL and gradient boosting cost 0.5-10 s per fit (x folds): the backtest scores them, AutoForecaster
 # considers them only when asked ("full" or a list).
 FULL = FAST + ("mstl",)
@@ -38,13 +38,13 @@ POOLED = ("coverage_80", "coverage_90", *(f"below_q{q}" for q in PLANNER_QUANTIL
 COMBINES = ("best", "best-or-mean", "median", "mean", "weighted")
 COMBINE = "best-or-mean"
 # True: always; False: never; an int n: only with at least n inner folds of residuals (a week's history has 1-4).
-LEVEL_CORRECTION: bool | int = 14
+LEVEL_CORRECTION: bool | int = 7
 # With k inner folds under MIN_SELECTION_FOLDS (a history under about nine days with 7) the pick weighs
 # k / MIN_SELECTION_FOLDS and the candidates share the rest (`_select`): equally ("shrink"), or by 1 / MASE^2 on the
 # k folds ("shrink-inverse"); "mean": the pool's mean alone until then. 0: always pick, on however few folds there
 # are (the pool's mean only with none). Picked by rounds 3-5 of the protocol; round 6's pick, with the synthetic
 # held-out kinds among the choose-on units, lost on the real held-out series (docs/bench-forecast.md).
-MIN_SELECTION_FOLDS = 0
+MIN_SELECTION_FOLDS = 7
 WEAK_EVIDENCE = "shrink"
 WEAK_EVIDENCE_RULES = ("shrink", "mean", "shrink-inverse")
 METRICS = ("mase", "smape", "pinball_50", "pinball_90", "pinball_95", "coverage_80", "coverage_90",
