@@ -527,7 +527,7 @@ def flat_gauge(seed: int, days: int = 21) -> np.ndarray:
 ROUND6_REJECTED = (
     "The rule over round 5's units and the kinds' seed 1 picks fast4+theta/best-or-mean/lc14 (`pick_with_kinds`; the "
     "top three within 0.5 %: 0.789 / 0.790 / 0.793, round 5's pick 0.823), which also leads on the test-on units "
-    "(0.849 against 0.937). Shipped as the default (commit 7d4a1f0, reverted next), it lost on the real held-out "
+    "(0.849 against 0.937). Shipped as the default (commit b76cc94, reverted next), it lost on the real held-out "
     "series nothing was chosen on: above the best peer on 3 of 5 where round 5's pick is above it on none "
     "(alibaba's hourly peaks 0.953 against 0.934, servegen's 1.068 against 0.968, the GPU gauge 0.925 against "
     "0.909; round 5's 0.919 / 0.968 / 0.899), the shared traces' MASE rose (alibaba 0.857, servegen 1.006 against "
