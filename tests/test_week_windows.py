@@ -45,14 +45,14 @@ def test_kinds_summary_keeps_the_choose_on_seed_apart_from_the_test_on_seeds():
     """The synthetic kinds' rows (score_heldout with a kind and a seed) are summarised per kind and part, so the
     seed the protocol chooses on never pools with the seeds it tests on."""
     rows = {f"level shifts/{seed}": {**_row(float(seed), 2.0, 1.0), "kind": "level shifts", "seed": seed,
-                                     "variants": {bench.KIND_VARIANTS["before"]: 1.0}} for seed in (1, 2, 3)}
+                                     "variants": {bench.KIND_VARIANTS["inverse"]: 1.0}} for seed in (1, 2, 3)}
     summary = bench.kinds_summary(rows)
     assert set(summary) == {"level shifts (choose-on)", "level shifts (test-on)"}
     assert summary["level shifts (choose-on)"]["windows"] == 1 and summary["level shifts (test-on)"]["windows"] == 2
     assert summary["level shifts (test-on)"]["auto"] == pytest.approx(math.sqrt(1.0 * 1.5))
     chosen_on, tested_on = summary["level shifts (choose-on)"], summary["level shifts (test-on)"]
     assert chosen_on["within_1.05"] == 1 and tested_on["within_1.05"] == 0
-    assert summary["level shifts (test-on)"]["before"] == pytest.approx(0.5)
+    assert summary["level shifts (test-on)"]["inverse"] == pytest.approx(0.5)
     text = "\n".join(bench.kinds_markdown(rows))
     assert "| level shifts (test-on) | 2 |" in text and "| level shifts/3 | 3.000 | AutoETS24 1.000 |" in text
 
