@@ -893,22 +893,12 @@ def targets(report: dict) -> dict:
             covs = {n: v.get(f"coverage_{lv}") for n, v in held.items()}
             t[f"heldout_coverage_{lv}_within_5pts"] = {
                 "per_series": covs, "pass": all(c is not None and abs(100 * c - lv) <= 5 for c in covs.values())}
-    weeks = week_summary(report.get("weeks", {}))
-    if weeks:  # issue 13's per-trace target on each one-week history, and its geometric mean by kind
-        t["weeks_auto_le_1.05x_best_peer"] = {
-            "per_kind": {k: f"{v['within_1.05']}/{v['windows']}" for k, v in weeks.items()},
-            "pass": all(v["within_1.05"] == v["windows"] for v in weeks.values())}
-        t["weeks_auto_geomean_below_every_peer"] = {
-            "per_kind": {k: v["auto"] for k, v in weeks.items()},
-            "pass": all(v["auto"] < p for v in weeks.values() for p in v["peers"].values() if p is not None)}
-    kinds = kinds_summary(report.get("kinds", {}))
-    if kinds:  # the same, per synthetic kind and part
-        t["kinds_auto_le_1.05x_best_peer"] = {
-            "per_group": {k: f"{v['within_1.05']}/{v['windows']}" for k, v in kinds.items()},
-            "pass": all(v["within_1.05"] == v["windows"] for v in kinds.values())}
-        t["kinds_auto_geomean_below_every_peer"] = {
-            "per_group": {k: v["auto"] for k, v in kinds.items()},
-            "pass": all(v["auto"] < p for v in kinds.values() for p in v["peers"].values() if p is not None)}
+    # issue 13's per-trace target on each one-week history and each synthetic kind's series, and the geometric
+    # mean by kind of history (by kind and part for the synthetic kinds)
+    for name, summary, per in (("weeks", week_summary(report.get("weeks", {})), "per_kind"),
+                               ("kinds", kinds_summary(report.get("kinds", {})), "per_group")):
+        if summary:
+            t.update(group_targets(name, summary, per))
     m4 = report.get("m4", {})
     if "headroom" in m4.get("methods", {}):
         hr = m4["methods"]["headroom"]
@@ -938,6 +928,17 @@ def targets(report: dict) -> dict:
                 "headroom_seconds": report["scale"]["wall_seconds"], "mstl_seconds": peer["wall_seconds"],
                 "pass": report["scale"]["wall_seconds"] <= peer["wall_seconds"]}
     return t
+
+
+def group_targets(name: str, summary: dict[str, dict], per: str) -> dict[str, dict]:
+    """Per group of a week_summary: auto within 1.05 x the best peer on every series, and its geometric mean below
+    every peer's."""
+    return {f"{name}_auto_le_1.05x_best_peer": {
+                per: {k: f"{v['within_1.05']}/{v['windows']}" for k, v in summary.items()},
+                "pass": all(v["within_1.05"] == v["windows"] for v in summary.values())},
+            f"{name}_auto_geomean_below_every_peer": {
+                per: {k: v["auto"] for k, v in summary.items()},
+                "pass": all(v["auto"] < p for v in summary.values() for p in v["peers"].values() if p is not None)}}
 
 
 PICKING = "auto picking on its 1-4 folds (min_selection_folds=0, the rule before round 3)"
