@@ -931,9 +931,12 @@ def targets(report: dict) -> dict:
 
 
 def group_targets(name: str, summary: dict[str, dict], per: str) -> dict[str, dict]:
-    """Per group of a week_summary: auto within 1.05 x the best peer on every series, and its geometric mean below
-    every peer's."""
-    return {f"{name}_auto_le_1.05x_best_peer": {
+    """Per group of a week_summary: auto within 1.05 x the best peer on every series, at or below its candidates'
+    median MASE on every series (issue 13's "never hurts"), and its geometric mean below every peer's."""
+    return {f"{name}_auto_le_median_of_candidates": {
+                per: {k: f"{v['le_candidates_median']}/{v['windows']}" for k, v in summary.items()},
+                "pass": all(v["le_candidates_median"] == v["windows"] for v in summary.values())},
+            f"{name}_auto_le_1.05x_best_peer": {
                 per: {k: f"{v['within_1.05']}/{v['windows']}" for k, v in summary.items()},
                 "pass": all(v["within_1.05"] == v["windows"] for v in summary.values())},
             f"{name}_auto_geomean_below_every_peer": {
@@ -976,6 +979,8 @@ def week_summary(weeks: dict, groups=WEEK_KINDS, group_of=lambda v: v.get("kind"
                                                    for v in rows]),
                      "peers": {m: geomean([rel(v, v["peers"][m]) for v in rows if m in v["peers"]]) for m in peers},
                      "within_1.05": sum(v["auto"] <= 1.05 * b for v, b in zip(rows, best)),
+                     "le_candidates_median": sum(v["auto"] <= float(np.median(list(v["candidates"].values())))
+                                                 for v in rows),
                      "at_or_below": sum(v["auto"] <= b for v, b in zip(rows, best)),
                      "coverage_80": float(np.mean([v["coverage_80"] for v in rows])),
                      "coverage_90": float(np.mean([v["coverage_90"] for v in rows]))}

@@ -52,6 +52,10 @@ def test_kinds_summary_keeps_the_choose_on_seed_apart_from_the_test_on_seeds():
     assert summary["level shifts (test-on)"]["auto"] == pytest.approx(math.sqrt(1.0 * 1.5))
     chosen_on, tested_on = summary["level shifts (choose-on)"], summary["level shifts (test-on)"]
     assert chosen_on["within_1.05"] == 1 and tested_on["within_1.05"] == 0
+    assert chosen_on["le_candidates_median"] == 1 and tested_on["le_candidates_median"] == 1  # median 2: 2 yes, 3 no
+    targets = bench.group_targets("kinds", summary, "per_group")
+    assert targets["kinds_auto_le_median_of_candidates"] == {
+        "per_group": {"level shifts (choose-on)": "1/1", "level shifts (test-on)": "1/2"}, "pass": False}
     assert summary["level shifts (test-on)"]["inverse"] == pytest.approx(0.5)
     text = "\n".join(bench.kinds_markdown(rows))
     assert "| level shifts (test-on) | 2 |" in text and "| level shifts/3 | 3.000 | AutoETS24 1.000 |" in text
