@@ -42,11 +42,10 @@ LEVEL_CORRECTION: bool | int = 7
 # With k inner folds under MIN_SELECTION_FOLDS (a history under about nine days with 7) the pick weighs
 # k / MIN_SELECTION_FOLDS and the candidates share the rest (`_select`): equally ("shrink"), or by 1 / MASE^2 on the
 # k folds ("shrink-inverse"); "mean": the pool's mean alone until then. 0: always pick, on however few folds there
-# are (the pool's mean only with none). 7 with "shrink": rounds 3-5 of the protocol; round 6's pick, with the
-# synthetic held-out kinds among the choose-on units, lost on the real held-out series; "shrink-inverse": round 7's
-# pick, among the configs doing no harm on round 5's units (docs/bench-forecast.md).
+# are (the pool's mean only with none). Picked by rounds 3-5 of the protocol; round 6's pick, with the synthetic
+# held-out kinds among the choose-on units, lost on the real held-out series (docs/bench-forecast.md).
 MIN_SELECTION_FOLDS = 7
-WEAK_EVIDENCE = "shrink-inverse"
+WEAK_EVIDENCE = "shrink"
 WEAK_EVIDENCE_RULES = ("shrink", "mean", "shrink-inverse")
 METRICS = ("mase", "smape", "pinball_50", "pinball_90", "pinball_95", "coverage_80", "coverage_90",
            *(f"below_q{q}" for q in PLANNER_QUANTILES), "fit_seconds")
