@@ -548,7 +548,12 @@ ROUND6_REJECTED = (
     "geometric mean with the kinds' seed 1 too; written after this table was seen, it picked shrink-inverse<7, to "
     "be adopted only through gates set down before they ran. The fresh-seed gate failed: on kind seeds 30-99 "
     "(never scored before) bursts 0.798 against 0.882 and tokens 0.926 against 1.102, but level shifts 1.03349 "
-    "against 1.03341, above by 0.008 % where the gate said at or below. Not adopted.")
+    "against 1.03341, above by 0.008 % where the gate said at or below. A second try (commit 9563b49, reverted "
+    "next) gated on parts nobody had scored under it: kind seeds 100-199 within 0.5 % of the equal-share rule "
+    "passed (bursts 0.799 against 0.890, level shifts 1.01466 against 1.01465, tokens 0.931 against 1.118), but "
+    "the simulator's evaluated weeks failed: servegen 0.165 % shortage, outside 1.5x the objective, as under round "
+    "6's pick. Tune replays servegen's 3.5 days of history, where the rule acts, finds the sharper forecasts meet "
+    "the objective at targetQuantile 0.5, and the evaluated week is then short. Not adopted.")
 
 
 def decide(table: dict[str, dict[str, dict]]) -> dict:
