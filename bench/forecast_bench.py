@@ -557,7 +557,8 @@ ROUND6_REJECTED = (
 
 
 def decide(table: dict[str, dict[str, dict]]) -> dict:
-    """The rule, on a table config -> unit -> scores: the pick on every choose-on unit, and leave-one-trace-out."""
+    """The rule, on a table config -> unit -> scores: the pick on round 5's choose-on units (shipped), leave-one-
+    trace-out on them, and round 6's pick with the synthetic kinds' seed 1 too, reported apart (ROUND6_REJECTED)."""
     units = list(next(iter(table.values())))
     trace_units = [u for u in units if u.startswith("trace:")]
     kinds = [u for u in units if u.startswith(("week:", "gauge:"))]
@@ -1467,13 +1468,11 @@ def choices(report: dict) -> list[str]:
     p = report.get("choices") or {}
     made = (f"picked by the protocol's rule (section above) as {p['shipped_pick']} on the choose-on part"
             if p else "not re-run in this report")
-    weak = (f"below {MIN_SELECTION_FOLDS} inner folds {WEAK_EVIDENCE}" if MIN_SELECTION_FOLDS
-            else "a pick on however few inner folds there are")
     return [
-        f"Choice: candidates {', '.join(FAST)}; rule {COMBINE}; level correction {LEVEL_CORRECTION!r}; {weak} — "
-        f"{made}. The code's defaults (forecast/backtest.py FAST, COMBINE, LEVEL_CORRECTION, MIN_SELECTION_FOLDS) "
-        "are that pick. The 7 and 14 of lc7 / lc14 and shrink<7 were not tuned: a week and two weeks of inner "
-        "folds.",
+        f"Choice: candidates {', '.join(FAST)}; rule {COMBINE}; level correction {LEVEL_CORRECTION!r}; below "
+        f"{MIN_SELECTION_FOLDS} inner folds {WEAK_EVIDENCE} — {made}. The code's defaults (forecast/backtest.py FAST, "
+        "COMBINE, LEVEL_CORRECTION, MIN_SELECTION_FOLDS, WEAK_EVIDENCE) are that pick. The 7 and 14 of lc7 / lc14 "
+        "and shrink<7 were not tuned: a week and two weeks of inner folds.",
         "Choice: selection window 14 inner days, top 3 for combinations, 28 calibration origins, recency half-life "
         "two weeks, level correction half-life two days and 10 % trimming: issue 2's, made on the "
         "three shared traces and all of M4 (so in-sample for both parts here); not re-chosen in issue 13. The "

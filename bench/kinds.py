@@ -12,8 +12,6 @@ import numpy as np
 import pandas as pd
 
 HORIZON, FOLDS, STEP, MIN_TRAIN = 24, 7, 24, 48  # `headroom backtest --horizon 24 --folds 7 --step 24`
-
-
 CHOOSE_SEEDS, TEST_SEEDS = (1,), (2, 3, 4, 5, 6, 7, 8, 9)
 
 

@@ -302,7 +302,7 @@ def test_with_too_few_inner_folds_auto_shrinks_its_pick_towards_the_pools_mean()
     """A week of history gives 1-5 inner folds. With min_selection_folds=7 (rounds 3-5's default) and k of the 7
     folds a pick needs, the pick weighs k/7 and every candidate an equal share of the rest, at the last origin and
     in the honest replay the intervals come from ("mean": the pool's mean alone); with a week of inner folds, or
-    min_selection_folds=0 (round 6's default), the rule's pick alone."""
+    min_selection_folds=0, the rule's pick alone."""
     from forecast.calibrate import point_forecast
     week = demand(weeks=1)
     paths = np.array([models.MODELS[c]().fit(week).point(24) for c in FAST])
