@@ -103,6 +103,8 @@ def run_trace(demand: pd.Series, days: float = DAYS, grid: TuneConfig = TuneConf
         row = {k: v for k, v in asdict(r).items() if k not in ("timeline", "detail", "events")}
         if isinstance(r, TimedResult):
             row["reservation"] = reservation_parts(r)
+            if r.detail is not None:
+                row["largest_shortfall"] = largest_shortfall(r.detail, r.timeline["demand_gpus"])
         row["tune"] = None if tuned is None else {"met": tuned.met, "reason": tuned.reason,
                                                   "replay_days": tuned.replay_days, "seconds": tune_seconds,
                                                   "replay_utilization": None if tuned.recheck is None else
@@ -126,6 +128,18 @@ def reservation_parts(r: TimedResult) -> dict:
         out.update(mean_target=float(np.nanmean(target)), floor_share=float(above.mean()),
                    floor_excess=float(np.mean((reserved - target)[above])) if above.any() else 0.0)
     return out
+
+
+def largest_shortfall(detail: pd.DataFrame, demand: pd.Series) -> dict | None:
+    """The step with the most unmet demand within the cluster (the engine's own accounting, `detail`) and its share of
+    all of it: a shortage that is one step's is a spike the reservation did not hold, not a forecast that ran low
+    all week. `demand`: the timeline's demand_gpus, for the step before it."""
+    unmet = detail["unmet_gpus"].to_numpy(float)
+    if not unmet.sum() > 0:
+        return None
+    i = int(np.argmax(unmet))
+    return {"share": float(unmet[i] / unmet.sum()), "at": str(detail.index[i]), "unmet": float(unmet[i]),
+            "demand_before": float(demand.iloc[i - 1]) if i else None, "demand": float(demand.iloc[i])}
 
 
 def hindsight(scenario: Scenario, base: PolicySpec, fits: SharedFits, grid: TuneConfig = TuneConfig()) -> dict:
@@ -348,6 +362,10 @@ def report(results: dict[str, dict[str, dict]], year: dict | None, setup: dict, 
                 setting = (f"targetQuantile {p['targetQuantile']:g}, warmBuffer {p['warmBuffer']:g}, "
                            f"{_rises(p)}" if policy == "forecast" else f"marginGpus {p['marginGpus']}")
                 lines.append(f"- `{policy}` tuned ({r['tune']['seconds']:.0f} s): {setting}; {r['tune']['reason']}")
+        if (spike := rows["forecast"].get("largest_shortfall")) is not None:
+            rise = "" if spike["demand_before"] is None else f"from {spike['demand_before']:.0f} "
+            lines.append(f"- `forecast` shortage: {spike['share']:.0%} of it is one step's, {spike['at']} (demand "
+                         f"{rise}to {spike['demand']:.0f} GPUs, {spike['unmet']:.0f} of them unserved)")
         lines.append("")
     policies = list(next(iter(results.values())))
     lines += ["## Mean over traces", "", "| policy | utilization | shortage | short steps | objective met on |",

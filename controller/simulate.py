@@ -183,7 +183,7 @@ class SimResult:
 @dataclass(frozen=True)
 class TimedResult(SimResult):
     timeline: pd.DataFrame | None = None   # TIMELINE_COLUMNS, one row per step and workload
-    detail: pd.DataFrame | None = None     # per step, for plots: inference/training/idle GPUs, unmet, forecast band
+    detail: pd.DataFrame | None = None     # per step: inference/training/idle/unmet GPUs, forecast band
     events: pd.DataFrame | None = None     # one row per preemption: time, gpus, kind
 
 
@@ -367,6 +367,7 @@ def _run(scenario: Scenario, spec: PolicySpec, make_forecaster, reference: str, 
             t0 = time.perf_counter()
             refit_day(k)
             refit_seconds += time.perf_counter() - t0
+        unmet_before = world.accounting.unmet_within.get(key, 0.0)
         if k:
             world.advance(t_now)
         hi, lo = his[k], los[k]
@@ -411,8 +412,9 @@ def _run(scenario: Scenario, spec: PolicySpec, make_forecaster, reference: str, 
             rows.append((now, key, seen / wp.demand_per_gpu, ws.reserved_gpus, warm,
                          ws.headroom_gpus, plan.lent_gpus, evicted_gpus(applied, key)))
             if detail:
+                unmet = (world.accounting.unmet_within.get(key, 0.0) - unmet_before) / step  # the step just accounted
                 extra.append((now, inf.held_replicas * inf.gpus_per_replica, world.training_gpus, world.idle_gpus,
-                              _band(forecast, now, wp)))
+                              unmet, _band(forecast, now, wp)))
         world.admit()
         if progress is not None and (k % 288 == 0 or k == len(evaluated) - 1):
             progress(k + 1, len(evaluated))
@@ -510,9 +512,9 @@ def _result(scenario, spec, reference, world, steps, step, rows, extra, events, 
     frame = pd.DataFrame(rows, columns=list(TIMELINE_COLUMNS))
     more = None
     if detail:
-        more = pd.DataFrame([(t, i, tr, idle, band[0], band[1]) for t, i, tr, idle, band in extra],
-                            columns=["timestamp", "inference_gpus", "training_gpus", "idle_gpus", "target_gpus",
-                                     "high_gpus"]).set_index("timestamp")
+        more = pd.DataFrame([(t, i, tr, idle, unmet, band[0], band[1]) for t, i, tr, idle, unmet, band in extra],
+                            columns=["timestamp", "inference_gpus", "training_gpus", "idle_gpus", "unmet_gpus",
+                                     "target_gpus", "high_gpus"]).set_index("timestamp")
     ev = pd.DataFrame(events, columns=["time", "gpus", "kind"])
     return TimedResult(**metrics, timeline=frame, detail=more, events=ev)
 

@@ -72,6 +72,24 @@ def test_where_the_reservation_comes_from(bench, nasa_run):
     assert f"| nasa | {f['mean_demand']:.1f} | {f['mean_reserved']:.1f} | {f['mean_target']:.1f} |" in doc
 
 
+def test_the_largest_shortfall_is_the_engines_shortage_step_by_step(bench):
+    """The doc's one-step share: the detail's unmet GPUs per step add up to the engine's own shortage, and the
+    largest step's share of it is named with its time and demand."""
+    from controller.simulate import simulate
+    from tests.test_simulate import scenario
+    s, spec = scenario(trace("nasa", days=4), days=1)
+    stingy = spec.model_copy(update={"target_quantile": 0.1, "warm_buffer": 0.0, "warm_buffer_quantile": 0.0})
+    r = simulate(s, stingy, reference="forecast", timeline=True, detail=True)
+    assert r.shortage_within_cluster > 0
+    unmet, demand = r.detail["unmet_gpus"], r.timeline["demand_gpus"]
+    assert unmet.iloc[0] == 0 and unmet.sum() / demand.iloc[1:].sum() == pytest.approx(r.shortage_within_cluster)
+    assert (unmet > 1e-9).sum() / (len(unmet) - 1) == pytest.approx(r.short_steps)
+    spike = bench.largest_shortfall(r.detail, demand)
+    assert spike["share"] == pytest.approx(unmet.max() / unmet.sum()) and 0 < spike["share"] < 1
+    assert spike["unmet"] == unmet.max() and spike["demand"] == demand.iloc[int(unmet.to_numpy().argmax())]
+    assert bench.largest_shortfall(r.detail.assign(unmet_gpus=0.0), demand) is None
+
+
 def test_within_reads_the_policy_objective(bench):
     r = {"policy": {"objective": {"maxShortage": 0.001, "maxShortSteps": 0.01}},
          "shortage_within_cluster": 0.0015, "short_steps": 0.015}
