@@ -706,29 +706,7 @@ def _preemptions(hours: HourPlan, steps: list[WorkloadStep], t: Training, policy
                 f"{s.name} peak {s.peak_gpus} + buffer {s.buffer_gpus} > forecast {s.forecast_gpus}"
                 for s in above) + ")"
         workload = above[0].name if above else first
-        # the warm buffer's part: GPUs kept for a rise that has not come. Jobs that can stop within the deadline give
-        # it back at their next checkpoints (nothing lost; a rise that comes is observed demand, taken back at once);
-        # what the observed peak and the forecast need is taken now
-        later = min(over, sum(max(s.reserved_gpus - max(s.forecast_gpus, s.peak_gpus), 0) for s in steps))
-        fast = running[t.preempt_seconds[running] <= deadline]
-        if later > 0 and len(fast):
-            fast = _victim_order(t, fast, now)  # ties below in its order (a job's id last), as the cluster lists them
-            # the next checkpoint at or after now; a cluster's times are whole seconds, so one within a second is now
-            last, interval = t.last_checkpoint[fast], t.checkpoint_interval[fast]
-            due = np.where(interval > 0, last + interval * np.ceil(np.maximum(now - last - 1.0, 0.0) / np.where(
-                interval > 0, interval, 1.0)), now)
-            due = np.where(due <= now + 1.0, now, due)
-            for j in np.argsort(due, kind="stable"):
-                if later <= 0:
-                    break
-                if t.gpus[fast[j]] > later:  # more than is left of the buffer's part: not stopped for it
-                    continue
-                stop(fast[j:j + 1], "planned", float(due[j]), workload,
-                     why + f"; the warm buffer's part, at its checkpoint {_clock(float(due[j]))}", lost=0.0)
-                later -= int(t.gpus[fast[j]])
-                over -= int(t.gpus[fast[j]])
-        if over > 0:
-            stop(enough(_victim_order(t, running, now, deadline), over), kind, now, workload, why)
+        stop(enough(_victim_order(t, running, now, deadline), over), kind, now, workload, why)
     # The headroom guarantee: slow-to-preempt jobs may only hold what no plausible demand needs before they are gone.
     if not t.slowest_seconds <= deadline:  # else none is slow, and nothing is over the room (never negative)
         slow = running[t.preempt_seconds[running] > deadline]

@@ -459,30 +459,6 @@ def test_emergency_takes_jobs_that_stop_within_the_deadline_first():
     assert [(x.job, x.kind) for x in s.preemptions] == [("fast1", "emergency"), ("fast2", "emergency")]
 
 
-def test_the_warm_buffers_part_is_taken_back_at_checkpoints_and_the_peaks_part_now():
-    """A burst inside the warm buffer raises the buffer above it: those GPUs are for a rise not yet come, so the jobs
-    holding them stop at their next checkpoints (nothing lost); what the observed peak needs is taken at once, and a
-    job too slow to stop within the deadline never waits."""
-    now = NOW.timestamp()
-    pol = cluster(workload(warm_buffer=1.0, scale_in_delay_seconds=600.0))
-    burst = {"chat": observed((now, 30.0))}  # 15 GPUs -> 16 (8 replicas) + a buffer of 1 x sqrt(16) = 4: 20
-    jobs = training({"id": "soon", "gpus": 4, "last": now - 1500}, {"id": "late", "gpus": 4, "last": now - 300},
-                    {"id": "rest", "gpus": 40, "last": now - 600})
-    s = plan_step(hours_of([4] * 4), burst, jobs, pol, now)
-    assert (s.workloads[0].reserved_gpus, s.lent_gpus) == (20, 44)  # training holds 48: 4 over, all the buffer's
-    (x,) = s.preemptions
-    assert (x.job, x.kind, x.at, x.work_lost_seconds) == ("soon", "planned", now + 300, 0.0) and s.due() == ()
-    assert "the warm buffer's part, at its checkpoint 10:12" in x.reason
-    # demand above what the buffer covers: the peak's part goes now, least work lost first
-    s = plan_step(hours_of([4] * 4), {"chat": observed((now, 40.0))}, jobs, pol, now)  # 20 + 5 x 2 = 26 GPUs
-    assert [x.job for x in s.preemptions if x.at > now] == ["soon"]  # 4 of the buffer's 6: no other job fits in 2
-    assert sum(x.gpus for x in s.due()) >= 10 - 4 and all(x.kind == "emergency" for x in s.due())
-    # a job that cannot stop within the deadline does not wait for its checkpoint
-    slow = training({"id": "slow", "gpus": 4, "last": now - 1500, "preempt": 900.0}, {"id": "rest", "gpus": 44})
-    (x,) = plan_step(hours_of([4] * 4), burst, slow, pol, now).preemptions
-    assert x.at == now and x.job in ("slow", "rest")
-
-
 def test_preempts_no_more_than_it_needs():
     now = NOW.timestamp()
     filler = {"id": "filler", "gpus": 54, "last": now - 1500}
