@@ -19,6 +19,9 @@ clock hour the least constant level meeting the objective, in hindsight). Plus t
                                                       trace (and the demo's examples/demand_5min.csv), tune on the
                                                       history before its own last replay days and evaluate there ->
                                                       bench/results/simulate_choice.json, shown in the doc
+    nice python bench/simulate_bench.py --short-history 4,5,6 -> the forecast policy alone on each evaluated week
+                                                      after only 4, 5 and 6 days of history ->
+                                                      bench/results/simulate_short.json
     nice python bench/simulate_bench.py --hindsight -> the forecast policy's best setting chosen on the evaluated days
                                                       themselves (a bound on any tuning rule, not a policy) ->
                                                       bench/results/simulate_hindsight.json, shown in the doc
@@ -68,6 +71,7 @@ SPEED_RUNS = 3
 QUICK_GRID = TuneConfig(target_quantiles=[0.5, 0.9], warm_buffers=[0.0, 1.0, 2.0, 4.0],
                         margins_gpus=[0, 4, 8, 16, 32, 64])
 CHOICE = REPO / "bench" / "results" / "simulate_choice.json"
+SHORT = REPO / "bench" / "results" / "simulate_short.json"
 HINDSIGHT = REPO / "bench" / "results" / "simulate_hindsight.json"
 DEMO_HISTORY = REPO / "examples" / "demand_5min.csv"
 # the warm buffer's rules compared on the history alone (tune.warm_buffer_quantiles): fixed (b x sqrt(P), b tuned);
@@ -245,6 +249,19 @@ def choose(demand: pd.Series, grid: TuneConfig = TuneConfig(), progress=None) ->
     return out
 
 
+def forecast_only(demand: pd.Series, days: float = DAYS, grid: TuneConfig = TuneConfig()) -> dict:
+    """The forecast policy alone on `demand`'s last `days`, tuned on what comes before them (`--short-history`)."""
+    scenario = Scenario(demand, GPUS, days)
+    base = default_spec(scenario, demand_per_gpu(demand, peak_gpus=PEAK))
+    fits = SharedFits(default_forecaster)
+    tuned = tune(scenario, base, grid, fits)
+    r = simulate(scenario, tuned.recommended, fits, reference="forecast")
+    return {"utilization": r.utilization, "shortage_within_cluster": r.shortage_within_cluster,
+            "short_steps": r.short_steps, "objective_met": r.objective_met, "within_1.5x": within(asdict(r)),
+            "training_goodput": r.training_goodput, "headroom_violations": r.headroom_violations,
+            "policy": r.policy, "replay_days": tuned.replay_days}
+
+
 def load(path: Path, days: float, history_days: float | None) -> pd.Series:
     demand = at_own_step(load_history(path))
     if history_days is not None:
@@ -262,6 +279,8 @@ def main(argv=None) -> int:
                     "evaluated days themselves -> " + str(HINDSIGHT.relative_to(REPO)))
     ap.add_argument("--choose", action="store_true", help="the warm buffer's rules on the history alone -> "
                                                           "bench/results/simulate_choice.json")
+    ap.add_argument("--short-history", metavar="DAYS", help="comma list: each trace's evaluated week after only "
+                    "that many days of history, the forecast policy alone -> " + str(SHORT.relative_to(REPO)))
     args = ap.parse_args(argv)
     if not DATA.is_dir():
         print(f"real traces not found at {DATA}", file=sys.stderr)
@@ -283,6 +302,17 @@ def main(argv=None) -> int:
                   file=sys.stderr, flush=True)
         HINDSIGHT.write_text(json.dumps(bounds, indent=1, sort_keys=True))
         print(f"[bench] wrote {HINDSIGHT}", file=sys.stderr)
+        return 0
+    if args.short_history:
+        short = {}
+        for path in files:
+            for h in (float(d) for d in args.short_history.split(",")):
+                short[f"{path.stem}/{h:g}d"] = row = forecast_only(load(path, DAYS, h))
+                print(f"[short +{time.perf_counter() - started:5.0f}s] {path.stem} after {h:g} days: utilization "
+                      f"{row['utilization']:.3f}, shortage {row['shortage_within_cluster']:.3%}, short steps "
+                      f"{row['short_steps']:.2%}, goodput {row['training_goodput']:.3f}", file=sys.stderr, flush=True)
+        SHORT.write_text(json.dumps(short, indent=1, sort_keys=True, default=str))
+        print(f"[bench] wrote {SHORT}", file=sys.stderr)
         return 0
     if args.choose:
         chosen = {}

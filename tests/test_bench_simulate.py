@@ -90,6 +90,17 @@ def test_the_largest_shortfall_is_the_engines_shortage_step_by_step(bench):
     assert bench.largest_shortfall(r.detail.assign(unmet_gpus=0.0), demand) is None
 
 
+def test_the_forecast_policy_alone_after_a_short_history(bench, nasa_run):
+    """`--short-history`: the forecast policy tuned on the days before the evaluated ones, as run_trace tunes it."""
+    grid = TuneConfig(target_quantiles=[0.5, 0.9], warm_buffers=[0.0, 1.0, 3.0], margins_gpus=[0, 8, 16, 32])
+    row = bench.forecast_only(trace("nasa", days=4), days=1, grid=grid)
+    json.dumps(row, default=str)
+    f = nasa_run["forecast"]
+    assert row["replay_days"] == 1 and row["policy"] == f["policy"]
+    assert (row["utilization"], row["shortage_within_cluster"]) == (f["utilization"], f["shortage_within_cluster"])
+    assert row["within_1.5x"] == bench.within(f)
+
+
 def test_within_reads_the_policy_objective(bench):
     r = {"policy": {"objective": {"maxShortage": 0.001, "maxShortSteps": 0.01}},
          "shortage_within_cluster": 0.0015, "short_steps": 0.015}
