@@ -553,7 +553,12 @@ ROUND6_REJECTED = (
     "passed (bursts 0.799 against 0.890, level shifts 1.01466 against 1.01465, tokens 0.931 against 1.118), but "
     "the simulator's evaluated weeks failed: servegen 0.165 % shortage, outside 1.5x the objective, as under round "
     "6's pick. Tune replays servegen's 3.5 days of history, where the rule acts, finds the sharper forecasts meet "
-    "the objective at targetQuantile 0.5, and the evaluated week is then short. Not adopted.")
+    "the objective at targetQuantile 0.5, and the evaluated week is then short. Not adopted. A third look (the "
+    "option as the default in a scratch copy; `simulate_bench.py --short-history 4,5,6` runs the new units) with "
+    "a gate set down before it ran, on 36 simulator units (the evaluated weeks, the kinds' seeds 2-9 and each "
+    "shared trace's evaluated week after 4, 5 and 6 days of history): objective met on 29 against 27 and "
+    "utilization 0.7 points up, but within 1.5x on 31 against 32; the unit lost is servegen's evaluated week "
+    "again, whose shortage is 93 % one 10-minute spike (docs/bench-simulate.md). Not adopted.")
 
 
 def decide(table: dict[str, dict[str, dict]]) -> dict:

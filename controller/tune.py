@@ -126,7 +126,7 @@ def tune(scenario: Scenario, base: PolicySpec, grid: TuneConfig = TuneConfig(),
                   f"{objective.max_shortage:.3%} and short steps <= {objective.max_short_steps:.2%} on the "
                   f"history's last {replay.days:g} days, with a day-to-day standard error to spare (short "
                   f"{best.shortage_within_cluster:.3%} ± {best.shortage_within_cluster_se:.3%} of demand, in "
-                  f"{best.short_steps:.2%} ± {best.short_steps_se:.2%} of steps)")
+                  f"{best.short_steps:.2%} ± {best.short_steps_se:.2%} of steps)" + _thin(best, replay.days))
     else:
         fields_, spec, best = min(rows, key=lambda x: (_excess(x[2], objective), -x[2].utilization))
         reason = (f"no setting meets the objective with a day-to-day standard error to spare on the history's "
@@ -134,6 +134,17 @@ def tune(scenario: Scenario, base: PolicySpec, grid: TuneConfig = TuneConfig(),
                   f"{_describe(fields_)}, is short {best.shortage_within_cluster:.3%} of demand in "
                   f"{best.short_steps:.2%} of steps. " + _in_the_way(best, replay, spec))
     return TuneResult(table, spec, bool(met), reason, replay.days, recheck(replay, spec, fits, best))
+
+
+def _thin(r: SimResult, days: float) -> str:
+    """What a replay cannot show: a week's shortage is often one spike (docs/bench-simulate.md), and a replay with
+    no short step, or shorter than a week, may simply not hold one; its standard error does not say so."""
+    if r.short_steps > 0 and days >= 7:
+        return ""
+    why = "no step of it was short, so its standard error says nothing" if r.short_steps == 0 else \
+        "it is under a week"
+    return (f"; the evidence is thin ({why}): a spike rarer than once in {days:g} days is not in the replay, "
+            "and one such step can hold most of a week's shortage")
 
 
 def _describe(fields_: dict) -> str:

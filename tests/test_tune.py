@@ -60,6 +60,9 @@ def test_recommends_the_highest_utilization_meeting_the_objective(tmp_path):
     assert (rec.target_quantile, rec.warm_buffer) == (best.target_quantile, best.warm_buffer)
     assert t.recheck.utilization == best.utilization and t.recheck.objective_met
     assert "highest utilization" in t.reason
+    # a replay under a week (or with no short step) says what it cannot show
+    assert ("the evidence is thin" in t.reason) == (t.replay_days < 7 or t.recheck.short_steps == 0)
+    assert t.replay_days < 7 and f"rarer than once in {t.replay_days:g} days" in t.reason
     # along the warm buffer shortage only falls, so each line stops at its first setting meeting the objective
     for _, line in table.groupby("target_quantile"):
         assert line.warm_buffer.is_monotonic_increasing and line.shortage_within_cluster.is_monotonic_decreasing
