@@ -481,12 +481,7 @@ PROTOCOL_CONFIGS = [
     # the rest of the weight by 1 / MASE^2 on the k folds, and Theta in the pool again under either rule
     *({"name": f"{pool}/best-or-mean/lc7/{rule}<7", "candidates": CANDIDATE_SETS[pool], "combine": "best-or-mean",
        "level_correction": 7, "min_selection_folds": 7, "weak_evidence": rule}
-      for pool, rule in (("fast4+naive", "shrink-inverse"), ("fast6", "shrink"), ("fast6", "shrink-inverse"))),
-    # added in round 8, when the kinds showed the level correction raising auto above every candidate after a level
-    # shift: the correction only where it lowered the honest median's MASE on the inner folds
-    {"name": "fast4+naive/best-or-mean/lc7-helped/shrink<7", "candidates": CANDIDATE_SETS["fast4+naive"],
-     "combine": "best-or-mean", "level_correction": 7, "min_selection_folds": 7, "weak_evidence": "shrink",
-     "correction_must_help": True}]
+      for pool, rule in (("fast4+naive", "shrink-inverse"), ("fast6", "shrink"), ("fast6", "shrink-inverse")))]
 PROTOCOL_QUANTILES = [0.05, 0.1, 0.5, 0.9, 0.95]
 
 
@@ -499,8 +494,7 @@ def _protocol_one(args):
         model = AutoForecaster(candidates=config["candidates"], horizon=h, combine=config["combine"],
                                level_correction=config["level_correction"],
                                min_selection_folds=config["min_selection_folds"],
-                               weak_evidence=config["weak_evidence"],
-                               correction_must_help=config.get("correction_must_help", False)).fit(history.iloc[:o])
+                               weak_evidence=config["weak_evidence"]).fit(history.iloc[:o])
         out.append(model.predict(h, PROTOCOL_QUANTILES).to_numpy())
     return out
 

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from forecast.base import Forecaster, check_quantile_frame
-from forecast.calibrate import DAY, calibrated_predict, level_correction, origins, point_forecast, scaled_residuals
+from forecast.calibrate import DAY, calibrated_predict, origins, point_forecast, scaled_residuals
 from forecast.metrics import coverage, finite_or_none, mase, pinball, seasonal_scale, smape
 from forecast.models import MODELS, Ensemble, combination_name, combine
 
@@ -39,9 +39,6 @@ COMBINES = ("best", "best-or-mean", "median", "mean", "weighted")
 COMBINE = "best-or-mean"
 # True: always; False: never; an int n: only with at least n inner folds of residuals (a week's history has 1-4).
 LEVEL_CORRECTION: bool | int = 7
-# Whether the level correction must also have lowered the honest median's MASE on the inner folds (each fold's
-# correction from the folds before it) to be applied: False until the protocol picks it (docs/bench-forecast.md).
-CORRECTION_MUST_HELP = False
 # With k inner folds under MIN_SELECTION_FOLDS (a history under about nine days with 7) the pick weighs
 # k / MIN_SELECTION_FOLDS and the candidates share the rest (`_select`): equally ("shrink"), or by 1 / MASE^2 on the
 # k folds ("shrink-inverse"); "mean": the pool's mean alone until then. 0: always pick, on however few folds there
@@ -84,7 +81,7 @@ class AutoForecaster:
     def __init__(self, candidates: Sequence[str] | str = "fast", horizon: int = DAY, folds: int = 14,
                  step: int = DAY, top_k: int = 3, calibration_folds: int = 28, combine: str = COMBINE,
                  level_correction: bool | int = LEVEL_CORRECTION, min_selection_folds: int = MIN_SELECTION_FOLDS,
-                 weak_evidence: str = WEAK_EVIDENCE, correction_must_help: bool = CORRECTION_MUST_HELP):
+                 weak_evidence: str = WEAK_EVIDENCE):
         self.candidates = {"fast": FAST, "full": FULL}[candidates] if isinstance(candidates, str) else tuple(candidates)
         self.horizon, self.folds, self.step, self.top_k = horizon, folds, step, top_k
         if combine not in COMBINES:
@@ -93,7 +90,6 @@ class AutoForecaster:
         if weak_evidence not in WEAK_EVIDENCE_RULES:
             raise ValueError(f"weak_evidence must be one of {WEAK_EVIDENCE_RULES}, not {weak_evidence!r}")
         self.min_selection_folds, self.weak_evidence = min_selection_folds, weak_evidence
-        self.correction_must_help = correction_must_help
         # Intervals need more residuals than selection needs scores: four weeks of daily origins (older ones
         # weigh little: calibrate.HALF_LIFE), while the model is picked on the last `folds` only.
         self.calibration_folds = max(calibration_folds, folds)
@@ -122,7 +118,6 @@ class AutoForecaster:
         self.points_ = honest  # each inner fold's point path: the interval scores
         self.residuals_ = scaled_residuals(history, honest, fold_origins)
         self.origins_ = fold_origins
-        self.correction_helped_ = self._correction_helped(honest, actuals, scales) if self.correction_must_help else None
         self.history_ = history
         self.name = f"auto({self.chosen})"
         return self
@@ -190,30 +185,10 @@ class AutoForecaster:
 
     def _corrects(self) -> bool:
         """Whether the median gets the recent level correction: `level_correction`, an int being the least number
-        of inner folds with residuals it needs; with `correction_must_help`, only if it helped on the inner folds."""
-        return self._enough_residuals(self.residuals_) and self.correction_helped_ is not False
-
-    def _enough_residuals(self, residuals: np.ndarray) -> bool:
+        of inner folds with residuals it needs."""
         if isinstance(self.level_correction, bool):
             return self.level_correction
-        return int(np.isfinite(np.atleast_2d(residuals)).any(axis=1).sum()) >= self.level_correction
-
-    def _correction_helped(self, honest: np.ndarray, actuals: np.ndarray, scales: np.ndarray) -> bool:
-        """Whether the level correction lowered the honest median's mean MASE over the last `folds` inner folds, each
-        fold's correction made from the folds whose actuals were all in by its origin (as at prediction); no such
-        fold is no evidence that it helps."""
-        o = np.asarray(self.origins_)
-        rows, corrected = [], []
-        for j in range(max(len(o) - self.folds, 1), len(o)):
-            seen = np.flatnonzero(o[:j] + self.horizon <= o[j])
-            if len(seen) and self._enough_residuals(self.residuals_[seen]) and np.isfinite(honest[j]).all():
-                rows.append(j)
-                corrected.append(honest[j] * (1.0 + level_correction(self.residuals_[seen], o[seen])))
-        if not rows:
-            return False
-        before, after = _mean_finite(np.array([_fold_mase(actuals[rows], honest[rows], scales[rows]),
-                                               _fold_mase(actuals[rows], np.array(corrected), scales[rows])]))
-        return bool(after <= before)
+        return int(np.isfinite(np.atleast_2d(self.residuals_)).any(axis=1).sum()) >= self.level_correction
 
 
 def inverse_square_weights(scores: np.ndarray) -> np.ndarray:
