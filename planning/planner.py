@@ -200,7 +200,6 @@ class WorkloadHours:
     why_fallback: str
     cut: np.ndarray            # GPUs cut by the cluster's capacity per period
     rise_buffer: float = 0.0   # the warm buffer's factor the last week's rises ask for (0: none asked)
-    rise_gap: float = 0.0      # the shortest time the last week left between such rises, seconds (0: unknown)
 
     # read several times a step: bisect on a list beats numpy's search, and a list's items are Python numbers
     @cached_property
@@ -302,7 +301,7 @@ def plan_hours(forecasts: Mapping[str, Forecast | None], histories: Mapping[str,
         # costs ten times as much)
         high_gpus = np.where(usable, w.gpus_each(high), 0)
         headroom = np.maximum(np.where(usable, high_gpus - reserved, 0), w.headroom_floor_gpus)
-        rows.append([w, reserved, headroom, usable, target, why, *_rise_buffer(w, h)])
+        rows.append([w, reserved, headroom, usable, target, why, _rise_buffer(w, h)])
     # Over capacity: cut workloads later in the policy order first, never below their minimum.
     reserved = np.array([r[1] for r in rows], dtype=np.int64).reshape(len(rows), len(starts))
     cut = np.zeros(reserved.shape, np.int64)
@@ -317,8 +316,8 @@ def plan_hours(forecasts: Mapping[str, Forecast | None], histories: Mapping[str,
                 cut[row, i] = take
                 over_by -= take
     slack = lendable - reserved.sum(axis=0) if rows else np.full(len(starts), lendable)
-    out = tuple(WorkloadHours(w.name, starts, period, reserved[k], headroom, usable, target, why, cut[k], rise, gap)
-                for k, (w, _, headroom, usable, target, why, rise, gap) in enumerate(rows))
+    out = tuple(WorkloadHours(w.name, starts, period, reserved[k], headroom, usable, target, why, cut[k], rise)
+                for k, (w, _, headroom, usable, target, why, rise) in enumerate(rows))
     return HourPlan(t_now, out, slack.astype(np.int64), tuple(notes))
 
 
@@ -342,50 +341,44 @@ def _sampling_step(times: np.ndarray) -> float:
     return float(gaps[len(gaps) // 2]) if len(gaps) else 0.0
 
 
-def _rise_buffer(w: WorkloadPolicy, h: History) -> tuple[float, float]:
+def _rise_buffer(w: WorkloadPolicy, h: History) -> float:
     """The warm buffer's factor b (buffer = b x sqrt(peak GPUs)) that the last week's demand asks for at the policy's
     warmBufferQuantile: that quantile, over every observed sample, of how many GPUs demand rose within the lead time
     above the peak of the scale-in delay before it, per sqrt of that peak. So the buffer follows the bursts the
-    demand itself shows, as they grow or fade. 0 (the fixed warmBuffer alone) when off or with no rise seen.
-    With it, the shortest time between the starts of two such rises (at least b) in that week: a lent GPU of the
-    buffer can wait that long for its job's checkpoint (0: fewer than two seen)."""
+    demand itself shows, as they grow or fade. 0 (the fixed warmBuffer alone) when off or with no rise seen."""
     q = w.warm_buffer_quantile
     if q is None or h.newest is None:
-        return 0.0, 0.0
+        return 0.0
     times, values = h.last_week
     if len(times) < 2:
-        return 0.0, 0.0
+        return 0.0
     step = _sampling_step(times)
     if not step > 0:
-        return 0.0, 0.0
+        return 0.0
     behind = int(w.scale_in_delay_seconds // step) + 1  # the samples plan_step's peak spans
     ahead = max(int(math.ceil(w.lead_time_seconds / step - 1e-9)), 1)
     n = len(values) - behind - ahead + 1  # the samples with a whole window behind and ahead
     if n < 1:
-        return 0.0, 0.0
+        return 0.0
     # each window's peak in GPUs
     gpus = w.gpus_each(values)
     finite = np.isfinite(values)
-    at = times[behind - 1:behind - 1 + n]  # each rise's moment: the last sample of the window behind
     if finite.all():
         before, after = _window_peaks(gpus, behind, ahead)
     else:  # a missing sample makes its windows NaN: dropped
         before, after = _window_peaks(np.where(finite, gpus, np.nan), behind, ahead)
         seen = np.isfinite(before) & np.isfinite(after)
-        before, after, at = before[seen], after[seen], at[seen]
+        before, after = before[seen], after[seen]
     rise = (after - before) / np.sqrt(np.maximum(before, 1))
     if not len(rise):
-        return 0.0, 0.0
+        return 0.0
     # np.quantile's default (linear between the two nearest order statistics), by a partial sort: a tenth of its cost
-    k = q * (len(rise) - 1)
-    i = int(k)
+    at = q * (len(rise) - 1)
+    i = int(at)
     j = min(i + 1, len(rise) - 1)
     ordered = np.partition(rise, [i, j])
     low, high = ordered[i], ordered[j]
-    b = max(float(low + (high - low) * (k - i)), 0.0)
-    large = rise >= b if b > 0 else np.zeros(len(rise), bool)
-    starts = at[large & ~np.concatenate(([False], large[:-1]))]  # a run of samples seeing one rise counts once
-    return b, float(np.diff(starts).min()) if len(starts) > 1 else 0.0
+    return max(float(low + (high - low) * (at - i)), 0.0)
 
 
 # --------------------------------------------------------------------------------------------- now
@@ -713,33 +706,7 @@ def _preemptions(hours: HourPlan, steps: list[WorkloadStep], t: Training, policy
                 f"{s.name} peak {s.peak_gpus} + buffer {s.buffer_gpus} > forecast {s.forecast_gpus}"
                 for s in above) + ")"
         workload = above[0].name if above else first
-        # the warm buffer's part: GPUs kept for a rise that has not come. Jobs that can stop within the deadline give
-        # it back at their next checkpoints (nothing lost; a rise that comes is observed demand, taken back at once);
-        # what the observed peak and the forecast need is taken now
-        later = min(over, sum(max(s.reserved_gpus - max(s.forecast_gpus, s.peak_gpus), 0) for s in steps))
-        fast = running[t.preempt_seconds[running] <= deadline]
-        # no longer than the last week's shortest time between buffer-sized rises allows, counted from the start of
-        # the recent peak's window, the GPUs warm by then: a rise that follows a rise finds them back
-        wait_until = min((wh.rise_gap - w.scale_in_delay_seconds - w.lead_time_seconds
-                          for w, wh in zip(policy.workloads, hours.workloads)), default=0.0) + now
-        if later > 0 and len(fast):
-            fast = _victim_order(t, fast, now)  # ties below in its order (a job's id last), as the cluster lists them
-            # the next checkpoint at or after now; a cluster's times are whole seconds, so one within a second is now
-            last, interval = t.last_checkpoint[fast], t.checkpoint_interval[fast]
-            due = np.where(interval > 0, last + interval * np.ceil(np.maximum(now - last - 1.0, 0.0) / np.where(
-                interval > 0, interval, 1.0)), now)
-            due = np.where(due <= now + 1.0, now, due)
-            for j in np.argsort(due, kind="stable"):
-                if later <= 0:
-                    break
-                if t.gpus[fast[j]] > later or due[j] > wait_until:  # more than is left of the buffer's part, or
-                    continue                                              # its checkpoint comes too late
-                stop(fast[j:j + 1], "planned", float(due[j]), workload,
-                     why + f"; the warm buffer's part, at its checkpoint {_clock(float(due[j]))}", lost=0.0)
-                later -= int(t.gpus[fast[j]])
-                over -= int(t.gpus[fast[j]])
-        if over > 0:
-            stop(enough(_victim_order(t, running, now, deadline), over), kind, now, workload, why)
+        stop(enough(_victim_order(t, running, now, deadline), over), kind, now, workload, why)
     # The headroom guarantee: slow-to-preempt jobs may only hold what no plausible demand needs before they are gone.
     if not t.slowest_seconds <= deadline:  # else none is slow, and nothing is over the room (never negative)
         slow = running[t.preempt_seconds[running] > deadline]

@@ -459,40 +459,6 @@ def test_emergency_takes_jobs_that_stop_within_the_deadline_first():
     assert [(x.job, x.kind) for x in s.preemptions] == [("fast1", "emergency"), ("fast2", "emergency")]
 
 
-def _burst_hours(every: str, pol: ClusterPolicy):
-    """The hour plan over a week of 5-minute demand at 20 with a burst to 60 at a fixed minute every `every`."""
-    idx = pd.date_range(NOW - pd.Timedelta(days=8), NOW, freq="5min", inclusive="left")
-    values = np.where((idx - idx[0]) % pd.Timedelta(every) == pd.Timedelta(0), 60.0, 20.0)
-    return plan_hours({"chat": forecast([4, 4, 4, 4])}, {"chat": History.of(pd.Series(values, idx), NOW)}, pol, NOW)
-
-
-def test_the_warm_buffers_part_waits_for_checkpoints_only_as_long_as_the_last_weeks_rises_leave_room():
-    """A burst inside the warm buffer raises the buffer above it: those GPUs are for a rise not yet come. Where the
-    last week's buffer-sized rises came two hours apart, the jobs holding them stop at their next checkpoints
-    (nothing lost); where they came 20 minutes apart, at once. What the observed peak needs goes at once."""
-    now = NOW.timestamp()
-    pol = cluster(workload(scale_in_delay_seconds=600.0, warm_buffer_quantile=0.99, gpus_per_replica=1))
-    apart, close = _burst_hours("2h", pol), _burst_hours("20min", pol)
-    assert apart.workloads[0].rise_gap == 7200 and close.workloads[0].rise_gap == 1200
-    assert apart.workloads[0].rise_buffer == close.workloads[0].rise_buffer > 0
-    jobs = training({"id": "soon", "gpus": 4, "last": now - 1500}, {"id": "late", "gpus": 4, "last": now - 300},
-                    {"id": "rest", "gpus": 40, "last": now - 600})
-    burst = {"chat": observed((now, 60.0))}  # 30 GPUs + the buffer above them
-    s = plan_step(apart, burst, jobs, pol, now)
-    step = s.workloads[0]
-    assert step.peak_gpus == 30 and step.buffer_gpus >= 8
-    waiting = [x for x in s.preemptions if x.at > now]
-    assert waiting and all(x.kind == "planned" and x.work_lost_seconds == 0 for x in waiting)
-    assert "the warm buffer's part, at its checkpoint" in waiting[0].reason and waiting[0].job == "soon"
-    assert sum(x.gpus for x in waiting) <= step.buffer_gpus
-    assert all(x.at == now for x in s.preemptions if x not in waiting)
-    s = plan_step(close, burst, jobs, pol, now)
-    assert s.preemptions and all(x.at == now for x in s.preemptions)  # the next burst could come before a checkpoint
-    # a job that cannot stop within the deadline does not wait for its checkpoint
-    slow = training({"id": "slow", "gpus": 4, "last": now - 1500, "preempt": 900.0}, {"id": "rest", "gpus": 60})
-    assert all(x.at == now for x in plan_step(apart, burst, slow, pol, now).preemptions)
-
-
 def test_preempts_no_more_than_it_needs():
     now = NOW.timestamp()
     filler = {"id": "filler", "gpus": 54, "last": now - 1500}

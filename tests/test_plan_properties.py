@@ -110,17 +110,8 @@ def test_invariants(s):
         assert p.at >= t_now and p.work_lost_seconds >= 0
         assert p.workload in {w.name for w in policy.workloads}
     stopped = {p.job for p in step.due()}
-    # the warm buffer's part (GPUs for a rise not yet come) is taken back at its holders' next checkpoints: until then
-    # they may hold it; each is fast to preempt, stopped within one checkpoint interval, together no more than that part
-    waiting = {p.job: p for p in step.preemptions if p.at > t_now and "warm buffer's part" in p.reason}
-    left = [i for i, j in enumerate(training.ids) if j not in stopped and j not in waiting]
+    left = [i for i, j in enumerate(training.ids) if j not in stopped]
     assert int(training.gpus[left].sum()) <= step.lent_gpus
-    buffer_part = sum(max(ws.reserved_gpus - max(ws.forecast_gpus, ws.peak_gpus), 0) for ws in step.workloads)
-    held = [i for i, j in enumerate(training.ids) if j in waiting]
-    assert int(training.gpus[held].sum()) <= buffer_part
-    for i in held:
-        assert training.preempt_seconds[i] <= policy.reclaim_deadline_seconds
-        assert waiting[training.ids[i]].at <= max(training.last_checkpoint[i], t_now) + training.checkpoint_interval[i]
     slow = [i for i in left if training.preempt_seconds[i] > policy.reclaim_deadline_seconds]
     assert int(training.gpus[slow].sum()) <= step.lent_gpus - step.headroom_gpus
 
