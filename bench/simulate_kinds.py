@@ -88,12 +88,12 @@ def markdown(results: dict[str, dict[str, dict]], seconds: float) -> str:
               "met on 25 of 36 units against 27, within 1.5x on 28 against 32 (alibaba with 4-6 days of history "
               "0.19-0.27 %, servegen's evaluated week 0.180 %, tokens seeds 3 and 8 missed), lowest goodput per "
               "kind 0.992 / 0.974 / 0.981.", "",
-              "Servegen's evaluated week went outside 1.5x under five of them, and its shortage is one step's: 93 % of it is the "
-              "10 minutes at 2024-01-10 18:30, when demand went from 30 to 98 GPUs (docs/bench-simulate.md), so each "
-              "setting's verdict there is how many warm GPUs it held at that step: 0.121 % +- 0.122 % (day-to-day "
-              "standard error) shipped, 0.167 % +- 0.140 % under 866b1b9 and 0.174 % +- 0.153 % under afbeb06. They "
-              "differ there by less than one standard error, but the target is the target; the owner's traces will "
-              "say more than this week can.", "",
+              "Servegen's evaluated week went outside 1.5x under five of them, and its shortage is one step's: 93 %"
+              " of it is the 10 minutes at 2024-01-10 18:30, when demand went from 30 to 98 GPUs (docs/bench-"
+              "simulate.md), so each setting's verdict there is how many warm GPUs it held at that step: 0.121 % +-"
+              " 0.122 % (day-to-day standard error) shipped, 0.167 % +- 0.140 % under 866b1b9 and 0.174 % +- 0.153 "
+              "% under afbeb06. They differ there by less than one standard error, but the target is the target; "
+              "the owner's traces will say more than this week can.", "",
              "| kind | seed | part | forecast utilization | shortage | short steps | objective | goodput | tuned "
              "(tq, wb) | seasonal-naive utilization (objective) | hourly-oracle utilization |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
