@@ -394,8 +394,10 @@ def report(results: dict[str, dict[str, dict]], year: dict | None, setup: dict, 
                 lines.append(f"- `{policy}` tuned ({r['tune']['seconds']:.0f} s): {setting}; {r['tune']['reason']}")
         if (spike := rows["forecast"].get("largest_shortfall")) is not None:
             rise = "" if spike["demand_before"] is None else f"from {spike['demand_before']:.0f} "
+            rest = rows["forecast"]["shortage_within_cluster"] * (1 - spike["share"])
             lines.append(f"- `forecast` shortage: {spike['share']:.0%} of it is one step's, {spike['at']} (demand "
-                         f"{rise}to {spike['demand']:.0f} GPUs, {spike['unmet']:.0f} of them unserved)")
+                         f"{rise}to {spike['demand']:.0f} GPUs, {spike['unmet']:.0f} of them unserved); every other "
+                         f"step together is short {rest:.3%} of demand")
         lines.append("")
     policies = list(next(iter(results.values())))
     lines += ["## Mean over traces", "", "| policy | utilization | shortage | short steps | objective met on |",
