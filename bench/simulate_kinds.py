@@ -36,7 +36,10 @@ def markdown(results: dict[str, dict[str, dict]], seconds: float) -> str:
         lines.append(f"- {kind}: objective met on {sum(r['objective_met'] for r in rows)} of {len(rows)} seeds, "
                      f"within 1.5x its bounds on {sum(within(r) for r in rows)}; training goodput "
                      f"{min(r['training_goodput'] for r in rows):.3f}-{max(r['training_goodput'] for r in rows):.3f}; "
-                     f"{100 * gap:.1f} points below hourly-oracle on the mean.")
+                     f"{100 * gap:.1f} points below hourly-oracle on the mean"
+                     + (f"; the largest step holds {min(shares):.0%}-{max(shares):.0%} of a seed's shortage."
+                        if (shares := [r["largest_shortfall"]["share"] for r in rows if r.get("largest_shortfall")])
+                        else "."))
     lines += ["", "Bursts every two hours: the warm buffer (the 0.99 quantile of the last week's rises within the lead "
               "time above the recent peak) is a burst's size, since one step in eight has a burst starting within "
               "its lead time. It is held above the recent peak at every step, on top of a burst too (the whole "
@@ -95,8 +98,9 @@ def markdown(results: dict[str, dict[str, dict]], seconds: float) -> str:
               "% under afbeb06. They differ there by less than one standard error, but the target is the target; "
               "the owner's traces will say more than this week can.", "",
              "| kind | seed | part | forecast utilization | shortage | short steps | objective | goodput | tuned "
-             "(tq, wb) | seasonal-naive utilization (objective) | hourly-oracle utilization |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "(tq, wb) | seasonal-naive utilization (objective) | hourly-oracle utilization | shortage in its largest "
+             "step |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for kind, seeds in results.items():
         for seed, row in seeds.items():
             f, s, o = row["forecast"], row["seasonal-naive"], row["hourly-oracle"]
@@ -106,8 +110,14 @@ def markdown(results: dict[str, dict[str, dict]], seconds: float) -> str:
             lines.append(f"| {kind} | {seed} | {part} | {f['utilization']:.3f} | {f['shortage_within_cluster']:.3%} | "
                          f"{f['short_steps']:.2%} | {'met' if f['objective_met'] else 'missed'} | "
                          f"{f['training_goodput']:.3f} | {tuned} | {s['utilization']:.3f} "
-                         f"({'met' if s['objective_met'] else 'missed'}) | {o['utilization']:.3f} |")
+                         f"({'met' if s['objective_met'] else 'missed'}) | {o['utilization']:.3f} | {_largest(f)} |")
     return "\n".join(lines) + "\n"
+
+
+def _largest(row: dict) -> str:
+    """The share of the shortage in its largest step (simulate_bench.largest_shortfall); none short: a dash."""
+    spike = row.get("largest_shortfall")
+    return "-" if spike is None else f"{spike['share']:.0%}"
 
 
 def main(argv=None) -> int:

@@ -176,3 +176,26 @@ def test_the_held_out_kinds_are_generated_as_described():
     for n in (9 * 24, 14 * 24, 3 * 24, 50):
         assert kinds.backtest_origins(n) == origins(n, 24, 7, 24)
     assert set(kinds.CHOOSE_SEEDS).isdisjoint(kinds.TEST_SEEDS)
+
+
+def test_the_kinds_doc_says_how_much_of_each_seeds_shortage_is_one_step():
+    """bench/simulate_kinds.py's doc: per kind the range of the largest step's share of a seed's shortage, and per
+    seed its share (a dash where nothing was short)."""
+    kinds_bench = bench_module("simulate_kinds")
+    objective = {"maxShortage": 0.001, "maxShortSteps": 0.01}
+
+    def row(share):
+        forecast = {"utilization": 0.6, "shortage_within_cluster": 0.0012, "short_steps": 0.002,
+                    "objective_met": False, "training_goodput": 0.97, "tune": {"met": True},
+                    "policy": {"targetQuantile": 0.5, "warmBuffer": 0.0, "objective": objective},
+                    "largest_shortfall": None if share is None else {"share": share}}
+        other = {"utilization": 0.8, "objective_met": True}
+        return {"forecast": forecast, "seasonal-naive": other, "hourly-oracle": other}
+
+    text = kinds_bench.markdown({"level shifts": {"1": row(0.93), "2": row(0.4), "3": row(None)}}, 1.0)
+    assert "the largest step holds 40%-93% of a seed's shortage." in text
+    assert text.count("| level shifts | 1 | choose-on |") == 1
+    seeds = [line for line in text.splitlines() if line.startswith("| level shifts |")]
+    assert [line.rsplit("|", 2)[-2].strip() for line in seeds] == ["93%", "40%", "-"]
+    quiet = kinds_bench.markdown({"level shifts": {"2": row(None)}}, 1.0)
+    assert "points below hourly-oracle on the mean." in quiet and "largest step holds" not in quiet
