@@ -86,14 +86,14 @@ COLUMNS = ("utilization", "shortage_within_cluster", "short_steps", "longest_sho
 
 
 def run_trace(demand: pd.Series, days: float = DAYS, grid: TuneConfig = TuneConfig(), gpus: int = GPUS,
-              peak: float = PEAK, progress=None) -> dict:
-    """Every policy on one trace's last `days`: the tuned ones tuned on the history before them, the references
-    as they are. {policy: {metrics..., "tune": {...}}}."""
+              peak: float = PEAK, progress=None, policies: tuple[str, ...] = POLICIES) -> dict:
+    """Every policy (or `policies`) on one trace's last `days`: the tuned ones tuned on the history before them, the
+    references as they are. {policy: {metrics..., "tune": {...}}}."""
     scenario = Scenario(demand, gpus, days)
     base = default_spec(scenario, demand_per_gpu(demand, peak_gpus=peak))
     fits = SharedFits(default_forecaster)   # one fit per hour, for tune's sweep and the evaluated week
     out: dict[str, dict] = {}
-    for policy in POLICIES:
+    for policy in policies:
         started = time.perf_counter()
         tuned = None
         spec = base
@@ -249,19 +249,6 @@ def choose(demand: pd.Series, grid: TuneConfig = TuneConfig(), progress=None) ->
     return out
 
 
-def forecast_only(demand: pd.Series, days: float = DAYS, grid: TuneConfig = TuneConfig()) -> dict:
-    """The forecast policy alone on `demand`'s last `days`, tuned on what comes before them (`--short-history`)."""
-    scenario = Scenario(demand, GPUS, days)
-    base = default_spec(scenario, demand_per_gpu(demand, peak_gpus=PEAK))
-    fits = SharedFits(default_forecaster)
-    tuned = tune(scenario, base, grid, fits)
-    r = simulate(scenario, tuned.recommended, fits, reference="forecast")
-    return {"utilization": r.utilization, "shortage_within_cluster": r.shortage_within_cluster,
-            "short_steps": r.short_steps, "objective_met": r.objective_met, "within_1.5x": within(asdict(r)),
-            "training_goodput": r.training_goodput, "headroom_violations": r.headroom_violations,
-            "policy": r.policy, "replay_days": tuned.replay_days}
-
-
 def load(path: Path, days: float, history_days: float | None) -> pd.Series:
     demand = at_own_step(load_history(path))
     if history_days is not None:
@@ -307,7 +294,8 @@ def main(argv=None) -> int:
         short = {}
         for path in files:
             for h in (float(d) for d in args.short_history.split(",")):
-                short[f"{path.stem}/{h:g}d"] = row = forecast_only(load(path, DAYS, h))
+                row = run_trace(load(path, DAYS, h), policies=("forecast",))["forecast"]
+                short[f"{path.stem}/{h:g}d"] = {**row, "within_1.5x": within(row)}
                 print(f"[short +{time.perf_counter() - started:5.0f}s] {path.stem} after {h:g} days: utilization "
                       f"{row['utilization']:.3f}, shortage {row['shortage_within_cluster']:.3%}, short steps "
                       f"{row['short_steps']:.2%}, goodput {row['training_goodput']:.3f}", file=sys.stderr, flush=True)

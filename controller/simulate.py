@@ -367,7 +367,7 @@ def _run(scenario: Scenario, spec: PolicySpec, make_forecaster, reference: str, 
             t0 = time.perf_counter()
             refit_day(k)
             refit_seconds += time.perf_counter() - t0
-        unmet_before = world.accounting.unmet_within.get(key, 0.0)
+        unmet_before = world.accounting.unmet_within.get(key, 0.0) if detail else 0.0
         if k:
             world.advance(t_now)
         hi, lo = his[k], los[k]
