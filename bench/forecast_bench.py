@@ -481,13 +481,7 @@ PROTOCOL_CONFIGS = [
     # the rest of the weight by 1 / MASE^2 on the k folds, and Theta in the pool again under either rule
     *({"name": f"{pool}/best-or-mean/lc7/{rule}<7", "candidates": CANDIDATE_SETS[pool], "combine": "best-or-mean",
        "level_correction": 7, "min_selection_folds": 7, "weak_evidence": rule}
-      for pool, rule in (("fast4+naive", "shrink-inverse"), ("fast6", "shrink"), ("fast6", "shrink-inverse"))),
-    # added in round 9, when the kinds' seed 1 showed the level correction reading the shrunk pool mean's residuals
-    # on a two-week history: the correction from the folds whose pick had its 7 folds only (every config above
-    # read every fold, as AutoForecaster(correct_from_weak_picks=True) does)
-    {"name": "fast4+naive/best-or-mean/lc7-picked/shrink<7", "candidates": CANDIDATE_SETS["fast4+naive"],
-     "combine": "best-or-mean", "level_correction": 7, "min_selection_folds": 7, "weak_evidence": "shrink",
-     "correct_from_weak_picks": False}]
+      for pool, rule in (("fast4+naive", "shrink-inverse"), ("fast6", "shrink"), ("fast6", "shrink-inverse")))]
 PROTOCOL_QUANTILES = [0.05, 0.1, 0.5, 0.9, 0.95]
 
 
@@ -500,9 +494,7 @@ def _protocol_one(args):
         model = AutoForecaster(candidates=config["candidates"], horizon=h, combine=config["combine"],
                                level_correction=config["level_correction"],
                                min_selection_folds=config["min_selection_folds"],
-                               weak_evidence=config["weak_evidence"],
-                               correct_from_weak_picks=config.get("correct_from_weak_picks", True)
-                               ).fit(history.iloc[:o])
+                               weak_evidence=config["weak_evidence"]).fit(history.iloc[:o])
         out.append(model.predict(h, PROTOCOL_QUANTILES).to_numpy())
     return out
 
@@ -709,8 +701,7 @@ def _interval_one(args) -> list[dict[str, np.ndarray]]:
         auto = AutoForecaster(horizon=h).fit(history.iloc[:o])
         out.append({name: calibrated_predict(auto.model_, auto.residuals_, auto.history_, h, INTERVAL_QUANTILES,
                                              auto.origins_, auto.points_, level_correction=auto._corrects(),
-                                             intervals=model, correction_residuals=auto.correction_residuals_
-                                             ).to_numpy() for name, model in _interval_models().items()})
+                                             intervals=model).to_numpy() for name, model in _interval_models().items()})
     return out
 
 
@@ -838,7 +829,7 @@ def short_history_check(days: int = 5) -> dict[str, dict]:
             for name, model in models.items():
                 frame = calibrated_predict(auto.model_, auto.residuals_, auto.history_, TRACE_H, [0.9, 0.99],
                                            auto.origins_, auto.points_, level_correction=auto._corrects(),
-                                           intervals=model, correction_residuals=auto.correction_residuals_)
+                                           intervals=model)
                 ratios[name]["q0.9"].append(frame[0.9].max() / peak)
                 ratios[name]["q0.99"].append(frame[0.99].max() / peak)
                 ratios[name]["below"].append(float(nxt <= frame[0.9].iloc[0]))

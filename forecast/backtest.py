@@ -47,10 +47,6 @@ LEVEL_CORRECTION: bool | int = 7
 MIN_SELECTION_FOLDS = 7
 WEAK_EVIDENCE = "shrink"
 WEAK_EVIDENCE_RULES = ("shrink", "mean", "shrink-inverse")
-# Whether the median's level correction also reads the inner folds whose honest pick had under MIN_SELECTION_FOLDS
-# folds (True before round 9 of the protocol). Those folds were forecast by the shrunk pool mean, whose bias is
-# not the served pick's: on a two-week history they are most of the recent, heavily weighted residuals.
-CORRECT_FROM_WEAK_PICKS = False
 METRICS = ("mase", "smape", "pinball_50", "pinball_90", "pinball_95", "coverage_80", "coverage_90",
            *(f"below_q{q}" for q in PLANNER_QUANTILES), "fit_seconds")
 
@@ -85,7 +81,7 @@ class AutoForecaster:
     def __init__(self, candidates: Sequence[str] | str = "fast", horizon: int = DAY, folds: int = 14,
                  step: int = DAY, top_k: int = 3, calibration_folds: int = 28, combine: str = COMBINE,
                  level_correction: bool | int = LEVEL_CORRECTION, min_selection_folds: int = MIN_SELECTION_FOLDS,
-                 weak_evidence: str = WEAK_EVIDENCE, correct_from_weak_picks: bool = CORRECT_FROM_WEAK_PICKS):
+                 weak_evidence: str = WEAK_EVIDENCE):
         self.candidates = {"fast": FAST, "full": FULL}[candidates] if isinstance(candidates, str) else tuple(candidates)
         self.horizon, self.folds, self.step, self.top_k = horizon, folds, step, top_k
         if combine not in COMBINES:
@@ -94,7 +90,6 @@ class AutoForecaster:
         if weak_evidence not in WEAK_EVIDENCE_RULES:
             raise ValueError(f"weak_evidence must be one of {WEAK_EVIDENCE_RULES}, not {weak_evidence!r}")
         self.min_selection_folds, self.weak_evidence = min_selection_folds, weak_evidence
-        self.correct_from_weak_picks = correct_from_weak_picks
         # Intervals need more residuals than selection needs scores: four weeks of daily origins (older ones
         # weigh little: calibrate.HALF_LIFE), while the model is picked on the last `folds` only.
         self.calibration_folds = max(calibration_folds, folds)
@@ -122,9 +117,6 @@ class AutoForecaster:
             honest[j] = self._select(points, errors, actuals, scales, window(j)).points[j]
         self.points_ = honest  # each inner fold's point path: the interval scores
         self.residuals_ = scaled_residuals(history, honest, fold_origins)
-        weak = np.array([len(window(j)) < self._enough() and not self.correct_from_weak_picks for j in everything],
-                        dtype=bool)
-        self.correction_residuals_ = np.where(weak[:, None], np.nan, np.atleast_2d(self.residuals_))
         self.origins_ = fold_origins
         self.history_ = history
         self.name = f"auto({self.chosen})"
@@ -135,7 +127,7 @@ class AutoForecaster:
         shorter selection window `folds`, which is honoured), that pick weighs k / that many and every candidate an
         equal share of the rest ("shrink"; a median pick counts as its members' mean), or the pool's mean alone
         ("mean")."""
-        enough = self._enough()
+        enough = max(min(self.min_selection_folds, self.folds), 1)
         if len(folds) >= enough:
             return self._rank(points, errors, actuals, scales, folds)
         members = tuple(self.candidates)
@@ -160,10 +152,6 @@ class AutoForecaster:
         how = "weighted" if share else "mean"
         return _Pick(combination_name(members, how), members, how, weights if share else None,
                      combine(np.array([points[c] for c in members]), "weighted", weights), scores, why)
-
-    def _enough(self) -> int:
-        """The inner folds a pick needs before it stands alone (`_select`)."""
-        return max(min(self.min_selection_folds, self.folds), 1)
 
     def _rank(self, points, errors, actuals, scales, folds) -> _Pick:
         """The rule `combine` applied to the candidates' mean MASE on inner `folds`.
@@ -193,15 +181,14 @@ class AutoForecaster:
 
     def predict(self, horizon: int, quantiles: Sequence[float]) -> pd.DataFrame:
         return calibrated_predict(self.model_, self.residuals_, self.history_, horizon, quantiles, self.origins_,
-                                  self.points_, level_correction=self._corrects(),
-                                  correction_residuals=self.correction_residuals_)
+                                  self.points_, level_correction=self._corrects())
 
     def _corrects(self) -> bool:
         """Whether the median gets the recent level correction: `level_correction`, an int being the least number
-        of inner folds with residuals it reads (`correction_residuals_`) that it needs."""
+        of inner folds with residuals it needs."""
         if isinstance(self.level_correction, bool):
             return self.level_correction
-        return int(np.isfinite(self.correction_residuals_).any(axis=1).sum()) >= self.level_correction
+        return int(np.isfinite(np.atleast_2d(self.residuals_)).any(axis=1).sum()) >= self.level_correction
 
 
 def inverse_square_weights(scores: np.ndarray) -> np.ndarray:

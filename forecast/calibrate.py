@@ -335,12 +335,11 @@ class Calibrated:
 
 def calibrated_predict(model, residuals: np.ndarray, history: pd.Series, horizon: int, quantiles: Sequence[float],
                        fold_origins: Sequence[int], fold_points: np.ndarray, level_correction: bool = True,
-                       intervals: IntervalModel = INTERVALS,
-                       correction_residuals: np.ndarray | None = None) -> pd.DataFrame:
+                       intervals: IntervalModel = INTERVALS) -> pd.DataFrame:
     """The fitted model's path with conformal quantiles from its backtest folds: `fold_points` (one point path per
     fold at `fold_origins`) give the interval scores, `residuals` (`scaled_residuals`) the median's recent level
-    correction (`level_correction`; `correction_residuals` instead where given); folds weigh by recency and the
-    levels adapt (`aci_levels`). With fewer than `intervals.min_folds` folds, `intervals.fallback` (module docstring).
+    correction (`level_correction`); folds weigh by recency and the levels adapt (`aci_levels`). With fewer than
+    `intervals.min_folds` folds, `intervals.fallback` (module docstring).
     """
     has_folds = bool(np.isfinite(residuals).any())
     values = history.to_numpy(dtype=float)
@@ -357,8 +356,7 @@ def calibrated_predict(model, residuals: np.ndarray, history: pd.Series, horizon
         out = seasonal_change_values(point, values, quantiles, intervals.groups)
     if out is None:  # too short to calibrate: the model's own intervals
         return model.predict(horizon, quantiles)
-    correction = (_level_correction(residuals if correction_residuals is None else correction_residuals, fold_origins)
-                  if level_correction else 0.0)
+    correction = _level_correction(residuals, fold_origins) if level_correction else 0.0
     median = (point * (1 + correction))[:, None]
     # Bounds on the median's side of it are the median: a bound crossing it would be sorted into its place and
     # move the point forecast (a group's errors can all have one sign when folds are few).
