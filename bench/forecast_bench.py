@@ -481,11 +481,7 @@ PROTOCOL_CONFIGS = [
     # the rest of the weight by 1 / MASE^2 on the k folds, and Theta in the pool again under either rule
     *({"name": f"{pool}/best-or-mean/lc7/{rule}<7", "candidates": CANDIDATE_SETS[pool], "combine": "best-or-mean",
        "level_correction": 7, "min_selection_folds": 7, "weak_evidence": rule}
-      for pool, rule in (("fast4+naive", "shrink-inverse"), ("fast6", "shrink"), ("fast6", "shrink-inverse"))),
-    # added in round 10, after round 9 (commit fde3ded): the shrink rule's weights aggregated by a weighted median,
-    # so a candidate far off (the last value held at a zero hour) moves the forecast only with half the weight
-    {"name": "fast4+naive/best-or-mean/lc7/shrink-median<7", "candidates": CANDIDATE_SETS["fast4+naive"],
-     "combine": "best-or-mean", "level_correction": 7, "min_selection_folds": 7, "weak_evidence": "shrink-median"}]
+      for pool, rule in (("fast4+naive", "shrink-inverse"), ("fast6", "shrink"), ("fast6", "shrink-inverse")))]
 PROTOCOL_QUANTILES = [0.05, 0.1, 0.5, 0.9, 0.95]
 
 

@@ -46,7 +46,7 @@ LEVEL_CORRECTION: bool | int = 7
 # held-out kinds among the choose-on units, lost on the real held-out series (docs/bench-forecast.md).
 MIN_SELECTION_FOLDS = 7
 WEAK_EVIDENCE = "shrink"
-WEAK_EVIDENCE_RULES = ("shrink", "mean", "shrink-inverse", "shrink-median")
+WEAK_EVIDENCE_RULES = ("shrink", "mean", "shrink-inverse")
 METRICS = ("mase", "smape", "pinball_50", "pinball_90", "pinball_95", "coverage_80", "coverage_90",
            *(f"below_q{q}" for q in PLANNER_QUANTILES), "fit_seconds")
 
@@ -142,20 +142,16 @@ class AutoForecaster:
             for member, weight in zip(pick.members, own):
                 weights[members.index(member)] += share * weight
             scores = pick.scores
-        rest = {"shrink": "every candidate an equal share",
-                "shrink-median": "every candidate an equal share (the weighted median, not mean, of their paths)",
-                }.get(self.weak_evidence, "every candidate a share by 1 / its MASE squared on them")
+        rest = "every candidate an equal share" if self.weak_evidence == "shrink" else \
+            "every candidate a share by 1 / its MASE squared on them"
         why = (f"{len(folds)} inner fold(s), under the {enough} a pick needs: "
                + (f"the pick weighs {len(folds)}/{enough}, {rest} of the rest" if share
                   else "the mean of every candidate"))
         if len(members) == 1:
             return _Pick(members[0], members, "mean", None, points[members[0]], scores, why)
-        if self.weak_evidence == "shrink-median":
-            how = "weighted-median" if share else "median"
-        else:
-            how = "weighted" if share else "mean"
+        how = "weighted" if share else "mean"
         return _Pick(combination_name(members, how), members, how, weights if share else None,
-                     combine(np.array([points[c] for c in members]), how, weights), scores, why)
+                     combine(np.array([points[c] for c in members]), "weighted", weights), scores, why)
 
     def _rank(self, points, errors, actuals, scales, folds) -> _Pick:
         """The rule `combine` applied to the candidates' mean MASE on inner `folds`.

@@ -377,21 +377,9 @@ def combination_name(members: Sequence[str], how: str) -> str:
 def combine(paths: np.ndarray, how: str, weights: np.ndarray | None = None) -> np.ndarray:
     if how == "median":
         return np.median(paths, axis=0)
-    if how == "weighted-median" and weights is not None:
-        return weighted_median(paths, weights)
     if how == "weighted" and weights is not None:
         return np.tensordot(weights, paths, axes=1)
     return np.mean(paths, axis=0)
-
-
-def weighted_median(paths: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """Per step (and any trailing axis), the value of the members (axis 0) at which their weights, in the values'
-    order, first reach half: a member far off moves it only if it carries half the weight."""
-    order = np.argsort(paths, axis=0, kind="stable")
-    ranked = np.take_along_axis(paths, order, axis=0)
-    cumulative = np.cumsum(np.asarray(weights, dtype=float)[order], axis=0)
-    first = np.argmax(cumulative >= 0.5 * cumulative[-1], axis=0)
-    return np.take_along_axis(ranked, first[None], axis=0)[0]
 
 
 MODELS: dict[str, Callable[[], PointForecaster]] = {
