@@ -481,12 +481,7 @@ PROTOCOL_CONFIGS = [
     # the rest of the weight by 1 / MASE^2 on the k folds, and Theta in the pool again under either rule
     *({"name": f"{pool}/best-or-mean/lc7/{rule}<7", "candidates": CANDIDATE_SETS[pool], "combine": "best-or-mean",
        "level_correction": 7, "min_selection_folds": 7, "weak_evidence": rule}
-      for pool, rule in (("fast4+naive", "shrink-inverse"), ("fast6", "shrink"), ("fast6", "shrink-inverse"))),
-    # added in round 11, after rounds 9-10 (commits fde3ded, 41a8796): the last value held only in the pool of a
-    # history without a daily cycle (the M4 test), the kind of series it is in the pool for
-    {"name": "fast4+naive-if-no-cycle/best-or-mean/lc7/shrink<7", "candidates": CANDIDATE_SETS["fast4+naive"],
-     "combine": "best-or-mean", "level_correction": 7, "min_selection_folds": 7, "weak_evidence": "shrink",
-     "naive_needs_no_cycle": True}]
+      for pool, rule in (("fast4+naive", "shrink-inverse"), ("fast6", "shrink"), ("fast6", "shrink-inverse")))]
 PROTOCOL_QUANTILES = [0.05, 0.1, 0.5, 0.9, 0.95]
 
 
@@ -499,8 +494,7 @@ def _protocol_one(args):
         model = AutoForecaster(candidates=config["candidates"], horizon=h, combine=config["combine"],
                                level_correction=config["level_correction"],
                                min_selection_folds=config["min_selection_folds"],
-                               weak_evidence=config["weak_evidence"],
-                               naive_needs_no_cycle=config.get("naive_needs_no_cycle", False)).fit(history.iloc[:o])
+                               weak_evidence=config["weak_evidence"]).fit(history.iloc[:o])
         out.append(model.predict(h, PROTOCOL_QUANTILES).to_numpy())
     return out
 

@@ -18,7 +18,7 @@ import pandas as pd
 from forecast.base import Forecaster, check_quantile_frame
 from forecast.calibrate import DAY, calibrated_predict, origins, point_forecast, scaled_residuals
 from forecast.metrics import coverage, finite_or_none, mase, pinball, seasonal_scale, smape
-from forecast.models import MODELS, Ensemble, combination_name, combine, has_daily_cycle
+from forecast.models import MODELS, Ensemble, combination_name, combine
 
 # Cheap candidates (vectorised numpy, no optimiser) for thousands of series: issue 2's four seasonal ones plus the
 # last value held (a drifting gauge without a daily cycle: issue 13). Picked with COMBINE, LEVEL_CORRECTION and
@@ -47,9 +47,6 @@ LEVEL_CORRECTION: bool | int = 7
 MIN_SELECTION_FOLDS = 7
 WEAK_EVIDENCE = "shrink"
 WEAK_EVIDENCE_RULES = ("shrink", "mean", "shrink-inverse")
-# Whether the last value held ("naive", in the pool for a gauge without a daily cycle) is dropped from the pool of a
-# history that has one: there it carries one hour's level over the whole day (zero after a zero night).
-NAIVE_NEEDS_NO_CYCLE = False
 METRICS = ("mase", "smape", "pinball_50", "pinball_90", "pinball_95", "coverage_80", "coverage_90",
            *(f"below_q{q}" for q in PLANNER_QUANTILES), "fit_seconds")
 
@@ -84,7 +81,7 @@ class AutoForecaster:
     def __init__(self, candidates: Sequence[str] | str = "fast", horizon: int = DAY, folds: int = 14,
                  step: int = DAY, top_k: int = 3, calibration_folds: int = 28, combine: str = COMBINE,
                  level_correction: bool | int = LEVEL_CORRECTION, min_selection_folds: int = MIN_SELECTION_FOLDS,
-                 weak_evidence: str = WEAK_EVIDENCE, naive_needs_no_cycle: bool = NAIVE_NEEDS_NO_CYCLE):
+                 weak_evidence: str = WEAK_EVIDENCE):
         self.candidates = {"fast": FAST, "full": FULL}[candidates] if isinstance(candidates, str) else tuple(candidates)
         self.horizon, self.folds, self.step, self.top_k = horizon, folds, step, top_k
         if combine not in COMBINES:
@@ -93,7 +90,6 @@ class AutoForecaster:
         if weak_evidence not in WEAK_EVIDENCE_RULES:
             raise ValueError(f"weak_evidence must be one of {WEAK_EVIDENCE_RULES}, not {weak_evidence!r}")
         self.min_selection_folds, self.weak_evidence = min_selection_folds, weak_evidence
-        self.naive_needs_no_cycle = naive_needs_no_cycle
         # Intervals need more residuals than selection needs scores: four weeks of daily origins (older ones
         # weigh little: calibrate.HALF_LIFE), while the model is picked on the last `folds` only.
         self.calibration_folds = max(calibration_folds, folds)
@@ -101,11 +97,9 @@ class AutoForecaster:
 
     def fit(self, history: pd.Series) -> Self:
         values = history.to_numpy(dtype=float)
-        drop_naive = self.naive_needs_no_cycle and len(self.candidates) > 1 and has_daily_cycle(values)
-        self.pool_ = tuple(c for c in self.candidates if not (drop_naive and c == "naive"))
         fold_origins = origins(len(history), self.horizon, self.calibration_folds, self.step)
         points = {c: np.array([point_forecast(MODELS[c], history, o, self.horizon) for o in fold_origins])
-                  .reshape(len(fold_origins), self.horizon) for c in self.pool_}
+                  .reshape(len(fold_origins), self.horizon) for c in self.candidates}
         actuals = np.array([values[o:o + self.horizon] for o in fold_origins]).reshape(len(fold_origins), self.horizon)
         scales = np.array([seasonal_scale(values[:o], DAY) for o in fold_origins])
         # errors[c][j]: MASE of candidate c at inner fold j
@@ -136,7 +130,7 @@ class AutoForecaster:
         enough = max(min(self.min_selection_folds, self.folds), 1)
         if len(folds) >= enough:
             return self._rank(points, errors, actuals, scales, folds)
-        members = self.pool_
+        members = tuple(self.candidates)
         share = len(folds) / enough if self.weak_evidence != "mean" else 0.0
         weights = np.full(len(members), (1.0 - share) / len(members))
         scores: dict[str, float] = {}
@@ -167,7 +161,7 @@ class AutoForecaster:
         1 / mean MASE), whatever the scores.
         """
         scores = dict(zip(errors, _mean_finite(np.array([errors[c][folds] for c in errors]))))
-        ranked = sorted(self.pool_, key=lambda c: scores[c])
+        ranked = sorted(self.candidates, key=lambda c: scores[c])
         top = tuple(ranked[:self.top_k])
         best = _Pick(ranked[0], (ranked[0],), "mean", None, points[ranked[0]], scores)
         if len(top) < 2 or self.combine == "best":

@@ -292,11 +292,6 @@ def _daily_seasonal(values: np.ndarray) -> tuple[np.ndarray, bool] | None:
     return np.mean(by_hour - by_hour.mean(axis=1, keepdims=True), axis=0), False
 
 
-def has_daily_cycle(values: np.ndarray) -> bool:
-    """Whether the last four weeks have a daily cycle by the M4 seasonality test (90 %, lag 24; three days at least)."""
-    return _daily_seasonal(fill_gaps(values)) is not None
-
-
 class Theta(PointModel):
     """The Theta method (Assimakopoulos & Nikolopoulos 2000; Hyndman & Billah's SES-with-drift form) on the
     daily-deseasonalised last four weeks: simple exponential smoothing, alpha chosen on in-sample one-step
