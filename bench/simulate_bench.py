@@ -21,7 +21,7 @@ clock hour the least constant level meeting the objective, in hindsight). Plus t
                                                       bench/results/simulate_choice.json, shown in the doc
     nice python bench/simulate_bench.py --short-history 4,5,6 -> the forecast policy alone on each evaluated week
                                                       after only 4, 5 and 6 days of history ->
-                                                      bench/results/simulate_short.json
+                                                      bench/results/simulate_short.json (or under --out)
     nice python bench/simulate_bench.py --hindsight -> the forecast policy's best setting chosen on the evaluated days
                                                       themselves (a bound on any tuning rule, not a policy) ->
                                                       bench/results/simulate_hindsight.json, shown in the doc
@@ -299,8 +299,9 @@ def main(argv=None) -> int:
                 print(f"[short +{time.perf_counter() - started:5.0f}s] {path.stem} after {h:g} days: utilization "
                       f"{row['utilization']:.3f}, shortage {row['shortage_within_cluster']:.3%}, short steps "
                       f"{row['short_steps']:.2%}, goodput {row['training_goodput']:.3f}", file=sys.stderr, flush=True)
-        SHORT.write_text(json.dumps(short, indent=1, sort_keys=True, default=str))
-        print(f"[bench] wrote {SHORT}", file=sys.stderr)
+        short_path = Path(args.out) / SHORT.name if args.out else SHORT
+        short_path.write_text(json.dumps(short, indent=1, sort_keys=True, default=str))
+        print(f"[bench] wrote {short_path}", file=sys.stderr)
         return 0
     if args.choose:
         chosen = {}

@@ -198,3 +198,31 @@ def test_the_kinds_doc_says_how_much_of_each_seeds_shortage_is_one_step():
     assert [line.rsplit("|", 2)[-2].strip() for line in seeds] == ["93%", "40%", "-"]
     quiet = kinds_bench.markdown({"level shifts": {"2": row(None)}}, 1.0)
     assert "points below hourly-oracle on the mean." in quiet and "largest step holds" not in quiet
+
+
+def _unit(shortage: float, utilization: float = 0.7, goodput: float = 0.96) -> dict:
+    return {"objective_met": shortage <= 0.001, "shortage_within_cluster": shortage, "short_steps": 0.002,
+            "utilization": utilization, "training_goodput": goodput, "headroom_violations": 0,
+            "policy": {"objective": {"maxShortage": 0.001, "maxShortSteps": 0.01}}}
+
+
+def test_the_gate_counts_every_unit_and_names_the_ones_that_moved(tmp_path):
+    gate = bench_module("simulate_gate")
+    kinds = bench_module("kinds")
+    weeks = {"results": {"a": {"forecast": _unit(0.0004)}, "b": {"forecast": _unit(0.0012)}}}
+    by_kind = {kind: {str(s): {"forecast": _unit(0.0, 0.5, 0.85 if kind.startswith("bursts") else 0.97)}
+                      for s in (1, *kinds.TEST_SEEDS)} for kind in kinds.KINDS}
+    short = {"a/4d": _unit(0.0009)}
+    for name, content in zip(gate.FILES, (weeks, by_kind, short)):
+        (tmp_path / name).write_text(json.dumps(content))
+    rows = gate.units(tmp_path)
+    assert len(rows) == 2 + 3 * len(kinds.TEST_SEEDS) + 1 and "bursts every two hours/1" not in rows
+    t = gate.tally(rows)
+    assert (t["met"], t["within_1.5x"]) == (len(rows) - 1, len(rows))  # b is short 0.12 %: within 1.5x, not met
+    assert t["lowest_goodput"] == {"bursts": 0.85, "level shifts": 0.97, "tokens": 0.97, "traces": 0.96}
+    worse = {**rows, "b/week": _unit(0.0016), "a/4d": _unit(0.0009, utilization=0.72)}
+    assert gate.moved(rows, worse) == ["b/week", "a/4d"]
+    assert gate.tally(worse)["within_1.5x"] == len(rows) - 1
+    (tmp_path / "simulate_kinds.json").write_text(json.dumps({k: {"1": v["1"]} for k, v in by_kind.items()}))
+    with pytest.raises(SystemExit, match="has no seed 2"):
+        gate.units(tmp_path)
