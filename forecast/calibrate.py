@@ -249,12 +249,14 @@ def level_correction(residuals: np.ndarray, fold_origins: Sequence[int]) -> floa
 
 def conformal_values(point: np.ndarray, scores: np.ndarray, groups: np.ndarray, history: np.ndarray,
                      quantiles: Sequence[float], weights: np.ndarray | None = None,
-                     levels: np.ndarray | None = None, intervals: IntervalModel = INTERVALS) -> np.ndarray:
+                     levels: np.ndarray | None = None, intervals: IntervalModel = INTERVALS,
+                     threshold: float | None = None) -> np.ndarray:
     """Point plus the weighted score quantiles of each hour's group, times the hour's error scale; one column per
     quantile.
 
     `scores` and `groups` as `interval_scores` gives them (one row per calibration fold); `weights` one weight per
-    fold (None: all equal); `levels` the quantile level to read for each quantile (None: the split-conformal levels).
+    fold (None: all equal); `levels` the quantile level to read for each quantile (None: the split-conformal levels);
+    `threshold` the busier hours' (`hour_groups`).
     """
     weights = np.ones(len(scores)) if weights is None else np.asarray(weights, dtype=float)
     finite = np.isfinite(scores)
@@ -264,7 +266,7 @@ def conformal_values(point: np.ndarray, scores: np.ndarray, groups: np.ndarray, 
         levels = split_levels(quantiles, scored_folds(scores))
     offsets = group_quantiles(scores, groups, weights, np.clip(levels, 0.0, 1.0), intervals.groups)
     return (point[:, None] + _error_scale(point, history, intervals.scale)[:, None]
-            * offsets[hour_groups(point, intervals.groups)])
+            * offsets[hour_groups(point, intervals.groups, threshold)])
 
 
 def refit_errors(model, history: pd.Series, horizon: int, step: int) -> tuple[np.ndarray, np.ndarray]:
@@ -295,7 +297,7 @@ def refit_values(point: np.ndarray, points: np.ndarray, errors: np.ndarray, quan
 
 
 def seasonal_change_values(point: np.ndarray, history: np.ndarray, quantiles: Sequence[float],
-                           groups: int) -> np.ndarray:
+                           groups: int, threshold: float | None = None) -> np.ndarray:
     """Point plus the split-conformal quantiles of the history's day-over-day changes y[t] - y[t - 24] (the errors
     seasonal naive made in the history), each hour an exchangeable unit, grouped as `hour_groups` groups the path
     (by y[t - 24], the point seasonal naive had). Every offset is a change the history has shown."""
@@ -306,7 +308,7 @@ def seasonal_change_values(point: np.ndarray, history: np.ndarray, quantiles: Se
         return np.repeat(point[:, None], len(quantiles), axis=1)
     offsets = group_quantiles(changes[None, :], hour_groups(before, groups)[None, :], np.ones(1),
                               np.clip(split_levels(quantiles, len(changes)), 0.0, 1.0), groups)
-    return point[:, None] + offsets[hour_groups(point, groups)]
+    return point[:, None] + offsets[hour_groups(point, groups, threshold)]
 
 
 class Calibrated:
@@ -343,17 +345,23 @@ def calibrated_predict(model, residuals: np.ndarray, history: pd.Series, horizon
     """
     has_folds = bool(np.isfinite(residuals).any())
     values = history.to_numpy(dtype=float)
-    point = model.predict(horizon, [0.5]).to_numpy()[:, 0]
+    # The busier hours are those above the median of the path over the folds' horizon, and the short-history refits
+    # run over that horizon too, whatever `horizon` is asked: an hour's quantiles do not depend on how many hours
+    # are asked after it.
+    reference = fold_points.shape[1] if fold_points.ndim == 2 and fold_points.shape[1] else horizon
+    path = model.predict(max(horizon, reference), [0.5]).to_numpy()[:, 0]
+    point, threshold = path[:horizon], float(np.median(np.nan_to_num(path[:reference], nan=0.0)))
     scores, groups = interval_scores(values, fold_points, fold_origins, intervals)
     out = None
     if has_folds and scored_folds(scores) >= intervals.min_folds:
         levels = aci_levels(scores, fold_origins, quantiles, intervals.aci_gamma, groups)
-        out = conformal_values(point, scores, groups, values, quantiles, fold_weights(fold_origins), levels, intervals)
+        out = conformal_values(point, scores, groups, values, quantiles, fold_weights(fold_origins), levels, intervals,
+                               threshold)
     elif intervals.fallback == "refit":
-        out = refit_values(point, *refit_errors(model, history, horizon, intervals.refit_step), quantiles,
+        out = refit_values(point, *refit_errors(model, history, reference, intervals.refit_step), quantiles,
                            intervals.groups)
     elif has_folds and intervals.fallback == "changes":
-        out = seasonal_change_values(point, values, quantiles, intervals.groups)
+        out = seasonal_change_values(point, values, quantiles, intervals.groups, threshold)
     if out is None:  # too short to calibrate: the model's own intervals
         return model.predict(horizon, quantiles)
     correction = _level_correction(residuals, fold_origins) if level_correction else 0.0

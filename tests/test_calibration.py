@@ -184,3 +184,13 @@ def test_every_candidate_interval_model_gives_a_contract_frame(intervals, days):
                                auto.points_, level_correction=auto._corrects(), intervals=intervals)
     check_quantile_frame(frame, 24, QUANTILES)
     np.testing.assert_allclose(frame[0.5], auto.predict(24, [0.5])[0.5])  # intervals only: the median is the same
+
+
+@pytest.mark.parametrize("days", [3, 9, 40])  # the refits' fallback, few folds, four weeks of folds
+def test_an_hours_quantiles_do_not_depend_on_how_many_hours_are_asked(days):
+    """`headroom forecast --horizon 2` and `--horizon 48` agree on the hours both give (the busy-hour threshold once
+    came from the median of the requested path, so the last hours of a short request took the busy hours' errors)."""
+    model = AutoForecaster().fit(series(daily(days, seed=days)[:-12]))  # ends at noon: the first hours are busy
+    longest = model.predict(48, QUANTILES).to_numpy()
+    for horizon in (1, 2, 3, 6, 24, 30):
+        np.testing.assert_array_equal(model.predict(horizon, QUANTILES).to_numpy(), longest[:horizon])
