@@ -237,9 +237,10 @@ def _clock(r: RunConfig, now: str | None, hours: int) -> pd.DatetimeIndex:
     if start < first or start > last:
         raise BadRequest(f"--now {start} is outside the histories ({first} .. {last})")
     times = pd.date_range(start, periods=int(pd.Timedelta(hours=hours) / step), freq=step)
-    if times[-1] - last > pd.Timedelta(hours=1):  # past the end no policy has data: a replay of nothing
-        raise BadRequest(f"--hours {hours} from {start} runs past the histories' end {last}: give at most "
-                         f"{int((last - start) / pd.Timedelta(hours=1)) + 1} hours from there")
+    if times[-1] > last:  # past the end no policy has data: its demand would be made up
+        room = int((last + step - start) / pd.Timedelta(hours=1))
+        raise BadRequest(f"--hours {hours} from {start} runs past the histories' end {last}: " + (
+            f"give at most {room} hours from there" if room else "give an --now at least an hour before it"))
     return times
 
 

@@ -308,6 +308,9 @@ def exits(argv, capsys):
     (["run", "--now", "", "--once"], "--now: '' is not a time"),  # not silently the default
     (["run", "--hours", "100000000"], "--hours 100000000 is longer than the histories"),  # no Timedelta overflow
     (["run", "--now", "2026-02-15T00:00:00Z", "--hours", "72"], "runs past the histories' end"),
+    # the last hour of the history holds 23:00-23:55: a second hour would repeat the last sample as demand
+    (["run", "--now", "2026-02-15T23:00:00Z", "--hours", "2"], "give at most 1 hours from there"),
+    (["run", "--now", "2026-02-15T23:30:00Z", "--hours", "1"], "give an --now at least an hour before it"),
     (["run", "--gpus", "10000000000000", "--once"], "run.capacity_gpus"),  # not a saturated backlog of 1e13 GPUs
 ])
 def test_bad_flags_of_the_controller_exit_2_naming_the_flag(examples, capsys, argv, flag):
