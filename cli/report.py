@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 from cli.progress import stage_printer
-from cli.simulate import check_output_dir, every_policy, whatif
+from cli.simulate import check_output_dir, every_policy, refuse_flags_the_file_holds, whatif
 from dashboards.report import compare_policies, comparison_table, format_table, render_report
 
 
@@ -12,6 +12,7 @@ def cmd_report(cfg, args) -> int:
     """`headroom report DEMAND [--out DIR] [--policy P] [--json] ...` (simulate's options).
 
     --policy is the policy whose timeline is plotted; the table always compares all of them."""
+    refuse_flags_the_file_holds(cfg, args)
     out = check_output_dir(args.out, "--out")
     say = stage_printer("report", quiet=args.json)
     w = whatif(cfg)

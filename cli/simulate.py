@@ -173,9 +173,10 @@ def whatif(cfg: Config, progress=None) -> WhatIf:
         meta = objects[0]["metadata"]
         spec = PolicySpec.model_validate(objects[0]["spec"])
         _check_scale(demand, spec.capacity.demand_per_gpu, f"{c.policy_file}: spec.capacity.demandPerGpu")
-        if spec.min_gpus > c.gpus:
-            raise BadRequest(f"{c.policy_file}: spec.minGpus {spec.min_gpus} does not fit the {c.gpus}-GPU cluster "
-                             "(simulate.gpus, --gpus)")
+        for field, gpus in (("minGpus", spec.min_gpus), ("capacity.gpusPerReplica", spec.capacity.gpus_per_replica)):
+            if gpus > c.gpus:
+                raise BadRequest(f"{c.policy_file}: spec.{field} {gpus} does not fit the {c.gpus}-GPU cluster "
+                                 "(simulate.gpus, --gpus)")
         name = f"{meta['namespace']}/{meta['name']}"
         try:
             scenario = Scenario(demand, c.gpus, c.days, jobs, c.world, name=name,
@@ -222,6 +223,20 @@ def every_policy(cfg: Config, w: WhatIf, progress=None, make_forecaster=None):
     return specs, forecast_tune
 
 
+# what a policy file holds itself (spec.capacity.demandPerGpu, spec.objective): these flags beside it are refused
+FILE_HOLDS = {"peak_gpus": "--peak-gpus", "per_gpu": "--per-gpu", "max_shortage": "--max-shortage",
+              "max_short_steps": "--max-short-steps"}
+
+
+def refuse_flags_the_file_holds(cfg: Config, args) -> None:
+    """A policy file is run exactly: a flag that would change what it holds is an error, not silently dropped."""
+    given = [flag for dest, flag in FILE_HOLDS.items() if getattr(args, dest, None) is not None]
+    if cfg.simulate.policy_file is not None and given:
+        raise BadRequest(f"{', '.join(given)}: {cfg.simulate.policy_file} is run exactly, with its own "
+                         "spec.capacity.demandPerGpu and spec.objective; edit the file, or drop --policy-file to have "
+                         "the policy tuned on the history")
+
+
 def cmd_simulate(cfg: Config, args) -> int:
     from cli.progress import stage_printer
     from controller.simulate import TimedResult, simulate, write_timeline
@@ -229,6 +244,7 @@ def cmd_simulate(cfg: Config, args) -> int:
     if cfg.simulate.policy_file is not None and cfg.simulate.policy not in ("forecast", "oracle", "hourly-oracle"):
         raise BadRequest("--policy-file runs exactly the file's policy: --policy may only be forecast (the default), "
                          "oracle or hourly-oracle with it")
+    refuse_flags_the_file_holds(cfg, args)
     check_output_folders((args.timeline, "--timeline"))
     say = stage_printer("simulate", quiet=args.json)
     w = whatif(cfg)
@@ -244,13 +260,18 @@ def cmd_simulate(cfg: Config, args) -> int:
         say(f"timeline: {write_timeline(result.timeline, args.timeline)}")
     fields_ = {k: v for k, v in asdict(result).items() if k not in ("timeline", "detail", "events")}
     fields_["buffer_replay_seconds"] = replay_seconds  # tuning by replaying the history (0: --policy-file, a reference)
+    if result.shortage_over_capacity > spec.objective.max_shortage:  # the objective counts the cluster's share only
+        say(f"note: {result.shortage_over_capacity:.2%} of demand GPU-time is above the {cfg.simulate.gpus}-GPU "
+            "cluster, which no policy can serve; shortage_within_cluster and objective_met leave it out "
+            "(inference_shortage counts it)")
     if args.json:
         print(json.dumps(fields_, sort_keys=True, default=str))
         return 0
+    width = max(map(len, fields_)) + 2
     for key, value in fields_.items():
         if key == "policy":
             continue
-        print(f"{key:<26}{value:.4g}" if isinstance(value, float) else f"{key:<26}{value}")
+        print(f"{key:<{width}}{value:.4g}" if isinstance(value, float) else f"{key:<{width}}{value}")
     return 0
 
 

@@ -371,18 +371,42 @@ def test_backtest_of_a_constant_series_says_its_scores_are_undefined(tmp_path, c
     assert table and all(row[1] == "n/a" for row in table), "MASE of a constant series has no scale: n/a, not a number"
 
 
-@pytest.mark.parametrize("command", ["simulate", "report"])
-def test_a_policy_file_whose_minimum_exceeds_the_cluster_is_refused(demand, tmp_path, capsys, command):
+def _policy_file(path, **spec):
     import yaml
 
-    path = tmp_path / "p.yaml"
     path.write_text(yaml.safe_dump({"apiVersion": "headroom.dev/v1alpha1", "kind": "ReservationPolicy",
                                     "metadata": {"name": "chat"}, "spec": {
-                                        "query": "up", "capacity": {"demandPerGpu": 10}, "minGpus": 500,
-                                        "target": {"kind": "Deployment", "name": "chat"}}}))
+                                        "query": "up", "capacity": {"demandPerGpu": 10},
+                                        "target": {"kind": "Deployment", "name": "chat"}, **spec}}))
+    return path
+
+
+@pytest.mark.parametrize("command", ["simulate", "report"])
+@pytest.mark.parametrize("spec, field", [({"minGpus": 500}, "minGpus 500"),
+                                         ({"capacity": {"demandPerGpu": 10, "gpusPerReplica": 500}},
+                                          "capacity.gpusPerReplica 500")])  # not a cluster left idle, exit 0
+def test_a_policy_file_that_cannot_fit_the_cluster_is_refused(demand, tmp_path, capsys, command, spec, field):
+    path = _policy_file(tmp_path / "p.yaml", **spec)
     extra = ["--out", tmp_path / "r"] if command == "report" else ["--json"]
     status, err = exits([command, demand, "--days", "1", "--policy-file", path, "--gpus", "16", *extra], capsys)
-    assert status == 2 and f"{path}: spec.minGpus 500 does not fit the 16-GPU cluster" in err, err
+    assert status == 2 and f"{path}: spec.{field} does not fit the 16-GPU cluster" in err, err
+
+
+@pytest.mark.parametrize("command", ["simulate", "report"])
+@pytest.mark.parametrize("flags", [["--per-gpu", "1"], ["--peak-gpus", "5"], ["--max-shortage", "0"],
+                                   ["--max-short-steps", "0", "--max-shortage", "0.5"]])
+def test_flags_a_policy_file_holds_are_refused_beside_it_not_dropped(demand, tmp_path, capsys, command, flags):
+    path = _policy_file(tmp_path / "p.yaml")
+    status, err = exits([command, demand, "--days", "1", "--policy-file", path, *flags, "--out", tmp_path / "r"]
+                        if command == "report" else [command, demand, "--days", "1", "--policy-file", path, *flags],
+                        capsys)
+    assert status == 2 and f"{flags[0]}" in err and f"{path} is run exactly" in err, err
+
+
+def test_demand_above_the_cluster_is_said_beside_a_met_objective(demand, tmp_path, capsys):
+    status, err = exits(["simulate", demand, "--days", "1", "--policy-file", _policy_file(tmp_path / "p.yaml"),
+                         "--gpus", "1"], capsys)
+    assert status == 0 and "of demand GPU-time is above the 1-GPU cluster, which no policy can serve" in err, err
 
 
 def test_report_out_pointing_at_a_file(demand, tmp_path, capsys):
@@ -667,7 +691,8 @@ def test_a_replay_where_no_policy_fits_the_cluster_is_refused_not_run_idle(examp
     config["run"]["policies"][0]["spec"]["minGpus"] = 500
     examples.write_text(yaml.safe_dump(config))
     status, err = exits(["run", "--config", examples, "--once"], capsys)
-    assert status == 2 and "no policy fits the cluster: inference/chat: minGpus 500 > the 128 GPUs it lends" in err
+    assert status == 2 and "no policy fits the cluster: inference/chat: minGpus 500, capacity.gpusPerReplica 1, " \
+        "the 128 GPUs it lends" in err, err
 
 
 def test_two_policies_of_one_name_or_one_target_are_refused_before_anything_runs(examples, capsys):
