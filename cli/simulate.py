@@ -288,7 +288,9 @@ def cmd_tune(cfg: Config, args) -> int:
     result = tune(w.scenario, w.spec, cfg.tune, reference=cfg.simulate.policy, progress=say)
     if not result.table.empty:
         print(result.table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-    verdict = "recommended" if result.met else "closest (does not meet the objective)"
+    replayed = not result.table.empty  # empty: too little history to replay, the stated defaults (not a verdict)
+    verdict = "recommended" if result.met else \
+        "closest (does not meet the objective)" if replayed else "the stated defaults (nothing replayed)"
     print(f"{verdict}: {_fields(result.recommended)}\n  {result.reason}")
     if args.plot:
         print(f"trade-off plot: {plot_tradeoff(result, args.plot)}")
@@ -299,7 +301,7 @@ def cmd_tune(cfg: Config, args) -> int:
                    "applying it to a cluster.")
         print(f"policy: {write_policy(result.recommended, args.write_policy, name, namespace, comment)} "
               f"(kubectl apply -f, headroom run --policy-file, headroom simulate --policy-file)")
-    return 0 if result.met else 1
+    return 0 if result.met or not replayed else 1  # the stated fallback is a working policy (issue 11), not a failure
 
 
 def _fields(spec) -> str:
