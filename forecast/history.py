@@ -412,7 +412,7 @@ def _prepare(raw: pd.Series, step: str, statistic: str, counter: bool,
     if series.notna().sum() < 2:
         raise HistoryError("history has fewer than two real values")
     target = pd.Timedelta(step)
-    input_step = series.index.to_series().diff().median()
+    input_step = sampling_step(series.index)
     report.input_step = str(input_step)
     if input_step > target:
         raise HistoryError(f"history step {input_step} is coarser than the forecast step {target}")
@@ -435,7 +435,18 @@ def _prepare(raw: pd.Series, step: str, statistic: str, counter: bool,
     return series, report
 
 
+def sampling_step(index: pd.DatetimeIndex) -> pd.Timedelta:
+    """The history's own step: the most common interval between its (sorted) samples, the shortest of equally common
+    ones, since a regular sampler with gaps has most intervals at its step (a median of 1 h and 2 h intervals
+    would be 1.5 h, no step at all); with no interval repeated (timestamps with jitter), their median."""
+    intervals = index.to_series().diff().dropna()
+    counts = intervals[intervals > pd.Timedelta(0)].value_counts()
+    if counts.empty or counts.iloc[0] < 2:
+        return intervals.median()
+    return min(counts.index[counts == counts.iloc[0]])
+
+
 def at_own_step(raw: pd.Series) -> pd.Series:
     """Sorted, deduplicated samples on a regular index at the history's own step, gaps kept (for replay)."""
-    step = raw.sort_index().index.to_series().diff().median()
+    step = sampling_step(raw.sort_index().index)
     return prepare(raw, step=str(step), statistic="mean", outlier_factor=None)[0]

@@ -3,8 +3,10 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from forecast.history import HistoryError, load_history, prepare
+from forecast.history import HistoryError, load_history, prepare, sampling_step
 from forecast.synthetic import synthetic_demand, write_csv
 
 
@@ -106,3 +108,24 @@ def test_real_traces_load(shared_data):
     for path in sorted((shared_data / "traces").glob("*.csv")):
         series, report = prepare(load_history(path), statistic="max")
         assert series.index.freq == pd.Timedelta("1h") and len(series) > 24 * 7, path
+
+
+@given(step_minutes=st.sampled_from([1, 5, 10, 60]), kept=st.lists(st.booleans(), min_size=20, max_size=300),
+       pattern=st.booleans())
+def test_the_step_of_a_sampler_with_gaps_is_its_step(step_minutes, kept, pattern):
+    """Every third sample missing (1 h and 2 h intervals alike often) once read as a 1.5 h step and was refused as
+    coarser than the hourly forecast; the step is the most common interval, gaps or not."""
+    if pattern:
+        kept = [i % 3 != 2 for i in range(len(kept))]
+    kept = [True, True, True, *kept]  # the sampler's step seen at least twice
+    index = pd.date_range("2026-01-05", periods=len(kept), freq=f"{step_minutes}min", tz="UTC")[np.array(kept)]
+    gaps = np.diff(index.asi8) // (step_minutes * 60 * 10**9)
+    if (gaps == 1).sum() >= max((gaps == g).sum() for g in set(gaps)):  # the step the most common interval
+        assert sampling_step(index) == pd.Timedelta(minutes=step_minutes)
+
+
+def test_an_hourly_history_missing_every_third_hour_is_prepared_at_the_hour():
+    index = pd.date_range("2026-01-05", periods=199, freq="h", tz="UTC")
+    raw = pd.Series(np.arange(199.0), index)[np.arange(199) % 3 != 2]
+    series, report = prepare(raw, step="1h")
+    assert report.input_step == "0 days 01:00:00" and len(series) == 199 and series.isna().sum() == 66
