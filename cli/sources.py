@@ -4,11 +4,12 @@ from __future__ import annotations
 from datetime import datetime
 
 from cli.config import Config
+from core.errors import BadRequest
 
 
 def source(cfg: Config, now: datetime):
     """Where the configured history comes from: a file, or Prometheus over its lookback up to `end` (or now)."""
-    from forecast.history import FileSource, HistoryError
+    from forecast.history import FileSource
 
     h = cfg.history
     if h.prometheus is not None:
@@ -19,7 +20,7 @@ def source(cfg: Config, now: datetime):
         return PrometheusSource(h.prometheus, h.prometheus.query, end - duration(h.prometheus.lookback), end)
     if h.file is not None:
         return FileSource(h.file)
-    raise HistoryError("no history: give a HISTORY file, or history.file / history.prometheus in --config")
+    raise BadRequest("no history: give a HISTORY file, or history.file / history.prometheus in --config")
 
 
 def load_series(cfg: Config, now: datetime):

@@ -136,6 +136,7 @@ def test_report_command_writes_the_page(tmp_path, capsys):
     assert set(out_json["policies"]) == set(POLICIES) and out_json["report"].endswith("index.html")
 
 
-def test_report_without_history_is_an_error(capsys):
-    assert main(["report"]) == 1
+@pytest.mark.parametrize("command", ["report", "forecast", "simulate"])
+def test_a_command_without_history_is_an_invalid_request(command, capsys):
+    assert main([command]) == 2  # a missing argument (README: 2 invalid request), not failed work
     assert "no history" in capsys.readouterr().err
