@@ -4,7 +4,7 @@ The CLI is the only reader of configuration; everything below it receives typed 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, get_args, get_origin
+from typing import Annotated, Any, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -30,6 +30,7 @@ def _paths_relative_to(tree: Any, model: Any, base: Path) -> None:
     for name, field in model.model_fields.items():
         value, kind = tree.get(name), field.annotation
         inner = [a for a in get_args(kind) if a is not type(None)] or [kind]
+        inner = [get_args(a)[0] if get_origin(a) is Annotated else a for a in inner]  # core.settings.FilePath
         if get_origin(kind) is list:
             for element in value if isinstance(value, list) else []:
                 _paths_relative_to(element, inner[0], base)

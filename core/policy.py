@@ -31,7 +31,7 @@ class Camel(BaseModel):
     """A Kubernetes-style spec: camelCase keys, the same in a CRD object and in a file; unknown keys are errors."""
     # NaN and infinity are refused in every number: an object's field never means "unknown" or "unbounded"
     model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True,
-                              allow_inf_nan=False)
+                              allow_inf_nan=False, strict=True)
 
 
 class CapacitySpec(Camel):
@@ -181,6 +181,12 @@ def manifest(name: str, namespace: str, spec: PolicySpec) -> dict[str, Any]:
             "spec": spec_dict(spec)}
 
 
+OBJECT_FIELDS = {"apiVersion", "kind", "metadata", "spec", "status"}
+METADATA_FIELDS = {"name", "namespace", "labels", "annotations", "uid", "resourceVersion", "generation",
+                   "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "finalizers",
+                   "ownerReferences", "managedFields", "generateName", "selfLink"}  # Kubernetes' ObjectMeta
+
+
 def load_manifests(path: str | Path) -> list[dict[str, Any]]:
     """Every ReservationPolicy in a YAML file (one or several documents), each spec validated; errors name the
     file, the document and the field path."""
@@ -207,6 +213,11 @@ def load_manifests(path: str | Path) -> list[dict[str, Any]]:
         meta = doc.get("metadata")
         if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
             errors.append(f"{prefix}metadata.name: required")
+            continue
+        unknown = [f"{prefix}{k}: not a field of a {KIND}" for k in doc if k not in OBJECT_FIELDS] + \
+            [f"{prefix}metadata.{k}: not a field of an object's metadata" for k in meta if k not in METADATA_FIELDS]
+        if unknown:  # a misspelt key would be dropped silently (kubectl apply refuses it)
+            errors += unknown
             continue
         bad = [f"{prefix}metadata.{k}: {meta[k]!r} is not a lowercase DNS label (a-z, 0-9, '-')"
                for k in ("name", "namespace")

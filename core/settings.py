@@ -11,12 +11,18 @@ from collections import Counter
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationError, field_validator, model_validator
+from pydantic import Strict as StrictTypes
 
 from core.policy import NAME_PATTERN, Forecaster, ObjectiveSpec, PolicySpec
 from core.units import check_statistic, duration
+
+# Numbers and booleans are strict (a YAML `true` is no horizon, a quoted "0.9" no quantile): these are read from the
+# text a file or flag gives (paths, times) and the lists YAML writes for pairs.
+FilePath = Annotated[Path, StrictTypes(False)]
+Time = Annotated[datetime, StrictTypes(False)]
 
 LOOKBACK = "28d"  # the history a forecast is fitted on
 SimulatedPolicy = Literal["forecast", "static", "reactive", "seasonal-naive", "oracle", "hourly-oracle"]
@@ -27,7 +33,7 @@ MAX_CLUSTER_GPUS = 1_000_000  # the largest cluster (or job) taken: more is a ty
 
 class Strict(BaseModel):
     # NaN and infinity are refused in every number: no setting means "forever" or "unknown"
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
 
 
 class CrossChecked(Strict):
@@ -90,8 +96,8 @@ class PrometheusServer(Strict):
     url: str
     lookback: str = LOOKBACK
     step: str = "5m"
-    bearer_token_file: Path | None = None
-    ca_file: Path | None = None
+    bearer_token_file: FilePath | None = None
+    ca_file: FilePath | None = None
     insecure_skip_verify: bool = False
     timeout_seconds: float = Field(30.0, gt=0)
     retries: int = Field(3, ge=0, le=10)
@@ -123,7 +129,7 @@ class PrometheusServer(Strict):
 
 class PrometheusConfig(PrometheusServer):
     query: str
-    end: datetime | None = None  # the history ends here (e.g. to replay a past week); default: now
+    end: Time | None = None  # the history ends here (e.g. to replay a past week); default: now
 
     @field_validator("end")
     @classmethod
@@ -134,7 +140,7 @@ class PrometheusConfig(PrometheusServer):
 
 
 class HistoryConfig(CrossChecked):
-    file: Path | None = None
+    file: FilePath | None = None
     prometheus: PrometheusConfig | None = None
     statistic: str = "mean"
     step: str = "1h"
@@ -181,10 +187,11 @@ class BacktestConfig(Strict):
 class WorldSettings(Strict):
     """The simulated cluster around the controller (adapters.embedded): what real clusters take time for."""
     warmup_seconds: float = Field(180.0, ge=0, le=3600)  # a new replica serves this long after it gets GPUs
-    preemption_seconds: tuple[float, float] = (30.0, 120.0)  # a training job's checkpoint + termination, uniform
+    # a training job's checkpoint + termination, uniform
+    preemption_seconds: Annotated[tuple[float, float], StrictTypes(False)] = (30.0, 120.0)
     checkpoint_interval_seconds: float = Field(1800.0, gt=0)
-    backlog_job_gpus: tuple[int, ...] = (1, 1, 2, 4, 8)
-    backlog_job_hours: tuple[float, float] = (1.0, 8.0)
+    backlog_job_gpus: Annotated[tuple[int, ...], StrictTypes(False)] = (1, 1, 2, 4, 8)
+    backlog_job_hours: Annotated[tuple[float, float], StrictTypes(False)] = (1.0, 8.0)
     hpa_scale_down_seconds: float = Field(300.0, ge=0)   # the HPA's scale-down stabilization window
     seed: int = 0
 
@@ -216,9 +223,9 @@ class SimulateConfig(Strict):
     peak_gpus: float | None = Field(100, gt=0)
     per_gpu: float | None = Field(None, gt=0)
     policy: SimulatedPolicy = "forecast"
-    policy_file: Path | None = None   # a ReservationPolicy manifest to run exactly (default: tuned on the history)
+    policy_file: FilePath | None = None   # a ReservationPolicy manifest to run exactly (default: tuned on the history)
     days: float = Field(7, gt=0, le=3660)
-    jobs: Path | None = None
+    jobs: FilePath | None = None
     world: WorldSettings = WorldSettings()
 
 
@@ -278,7 +285,7 @@ class TuneConfig(Strict):
 
 class TrainingSeries(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
-    file: Path
+    file: FilePath
 
 
 class TrainingConfig(Strict):
@@ -301,7 +308,7 @@ class EmbeddedPolicy(Strict):
     answered from."""
     name: str = Field(pattern=NAME_PATTERN)
     namespace: str = Field("default", pattern=NAME_PATTERN)
-    history_file: Path
+    history_file: FilePath
     spec: PolicySpec
 
 
@@ -334,7 +341,7 @@ class LeaseConfig(Strict):
 class RunConfig(CrossChecked):
     """`headroom run`: the long-running controller."""
     cluster: Literal["simulated", "kubernetes"] = "simulated"
-    kubeconfig: Path | None = None   # kubernetes: this file, else in-cluster credentials
+    kubeconfig: FilePath | None = None   # kubernetes: this file, else in-cluster credentials
     namespace: str | None = None     # watch policies in one namespace (default: all)
     capacity_gpus: int = Field(128, ge=1, le=MAX_CLUSTER_GPUS)
     non_lendable_gpus: int = Field(0, ge=0)
@@ -348,7 +355,7 @@ class RunConfig(CrossChecked):
     # deploy/base admits only the monitoring namespace), 127.0.0.1 to keep it on the machine
     metrics_address: str = "0.0.0.0"
     lease: LeaseConfig = LeaseConfig()
-    forecast_log_dir: Path = Path("headroom-forecasts")
+    forecast_log_dir: FilePath = Path("headroom-forecasts")
     # MLflow: champion models, realized error, retraining (default: training.tracking_uri)
     tracking_uri: str | None = None
     retrain_every_seconds: float = Field(86400, ge=0)  # 0: never on a schedule (drift still recommends)

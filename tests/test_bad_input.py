@@ -669,6 +669,8 @@ def test_a_history_that_ended_before_now_is_that_policys_missing_data_only(examp
     ({"name": "Bad_Name"}, "metadata.name: 'Bad_Name' is not a lowercase DNS label"),
     ({"name": "ok", "namespace": "a/b"}, "metadata.namespace: 'a/b' is not a lowercase DNS label"),
     ({"name": 7}, "metadata.name: required"),
+    ({"name": "ok", "labelz": {"a": "b"}}, "metadata.labelz: not a field of an object's metadata"),
+    ({"name": "ok", "labels": {"a": "b"}, "extra": 1}, "extra: not a field of a ReservationPolicy"),
 ])
 def test_a_policy_files_metadata_is_checked_as_kubernetes_would(tmp_path, metadata, error):
     import yaml
@@ -677,8 +679,9 @@ def test_a_policy_files_metadata_is_checked_as_kubernetes_would(tmp_path, metada
 
     path = tmp_path / "p.yaml"
     spec = {"query": "up", "capacity": {"demandPerGpu": 1}, "target": {"kind": "Deployment", "name": "x"}}
+    extra = {"extra": metadata.pop("extra")} if "extra" in metadata else {}
     path.write_text(yaml.safe_dump({"apiVersion": "headroom.dev/v1alpha1", "kind": "ReservationPolicy",
-                                    "metadata": metadata, "spec": spec}))
+                                    "metadata": metadata, "spec": spec, **extra}))
     with pytest.raises(ConfigError) as err:
         load_manifests(path)
     assert err.value.errors == [error + (" (a-z, 0-9, '-')" if "DNS" in error else "")]

@@ -57,3 +57,30 @@ def test_relative_paths_in_a_file_are_relative_to_the_file_and_flags_to_the_work
     assert str(cfg.run.kubeconfig) == "/abs/kubeconfig"
     assert cfg.run.forecast_log_dir.is_absolute() is False  # a default is not in the file: the working directory's
     assert load_config(config, {"history.file": "other.csv"}).history.file.as_posix() == "other.csv"
+
+
+@pytest.mark.parametrize("text, field", [
+    ("forecast:\n  horizon: true\n", "forecast.horizon"),         # once a 1-hour forecast
+    ("simulate:\n  gpus: '128'\n", "simulate.gpus"),             # a quoted number is a typo, not a number
+    ("forecast:\n  quantiles: [0.5, '0.9']\n", "forecast.quantiles.1"),
+    ("training:\n  promotion_margin: true\n", "training.promotion_margin"),
+])
+def test_a_value_of_the_wrong_type_is_refused_not_converted(tmp_path, text, field):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert any(line.startswith(field + ":") for line in err.value.errors), err.value.errors
+
+
+@pytest.mark.parametrize("spec, field", [({"minGpus": True}, "minGpus"), ({"targetQuantile": "0.9"}, "targetQuantile"),
+                                         ({"capacity": {"demandPerGpu": "10"}}, "capacity.demandPerGpu")])
+def test_a_policy_field_of_the_wrong_type_is_refused(spec, field):
+    from pydantic import ValidationError
+
+    from core.policy import PolicySpec
+
+    base = {"query": "up", "capacity": {"demandPerGpu": 10}, "target": {"kind": "Deployment", "name": "x"}}
+    with pytest.raises(ValidationError) as err:
+        PolicySpec.model_validate({**base, **spec})
+    assert any(".".join(map(str, e["loc"])) == field for e in err.value.errors()), err.value.errors()
