@@ -29,6 +29,21 @@ def _quantile_list(text: str) -> list[float]:
 MIN_FORECAST_POINTS = 48  # two days at the hourly step: the forecast's intervals need day-over-day errors
 
 
+def _capped_quantiles(frame, model) -> list[str]:
+    """Upper quantiles equal to the one below them in every hour: the calibration folds showed no larger error, and
+    split conformal places no bound above the largest error n folds showed beyond level n / (n + 1)."""
+    from forecast.calibrate import scored_folds
+
+    upper = [q for q in frame.columns if q > 0.5]
+    capped = [q for below, q in zip(upper, upper[1:]) if frame[q].equals(frame[below])]
+    if not capped:
+        return []
+    folds = scored_folds(model.residuals_) if hasattr(model, "residuals_") else 0
+    return [f"{', '.join(f'q{q:g}' for q in capped)} equal the quantile below in every hour: the largest error "
+            f"{folds} calibration folds showed (with n folds nothing above level n/(n+1) can be told from it); "
+            "more history gives room above it"]
+
+
 def cmd_forecast(cfg: Config, args) -> int:
     from forecast.backtest import AutoForecaster
     from forecast.history import HistoryError
@@ -41,8 +56,11 @@ def cmd_forecast(cfg: Config, args) -> int:
                            "day-over-day errors, and fewer would give q0.5 = q0.99")
     model = AutoForecaster().fit(series)
     frame = model.predict(cfg.forecast.horizon, cfg.forecast.quantiles)
+    notes = _capped_quantiles(frame, model)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
     if args.json:
-        print(json.dumps({"model": model.name, "cleaning": report.lines(),
+        print(json.dumps({"model": model.name, "cleaning": report.lines(), "notes": notes,
                           "forecast": [{"timestamp": ts.isoformat(), **{f"q{q:g}": round(v, 4) for q, v in row.items()}}
                                        for ts, row in frame.iterrows()]}))
         return 0

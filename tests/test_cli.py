@@ -29,6 +29,18 @@ def test_forecast_json(history, capsys):
     assert all(row["q0.5"] <= row["q0.9"] for row in out["forecast"])
 
 
+def test_forecast_says_when_upper_quantiles_are_the_largest_error_seen(history, capsys):
+    """q0.999 from three weeks of daily folds cannot be told apart from q0.99: said, not left to look calibrated."""
+    assert main(["forecast", str(history), "--horizon", "6", "--quantiles", "0.5,0.99,0.999", "--json"]) == 0
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    capped = all(row["q0.999"] == row["q0.99"] for row in out["forecast"])
+    assert capped == bool(out["notes"]) and capped  # 19 folds resolve no level above 0.95
+    assert "q0.999 equal the quantile below in every hour" in out["notes"][0] and out["notes"][0] in captured.err
+    assert main(["forecast", str(history), "--horizon", "6", "--quantiles", "0.5,0.9", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["notes"] == []
+
+
 def test_backtest_json_contract(history, capsys):
     assert main(["backtest", str(history), "--folds", "2", "--horizon", "12", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
