@@ -75,7 +75,9 @@ class PointModel:
         if getattr(self, "_fit_failed", False):
             return _repeat_last(self.values_, DAY, horizon)
         try:
-            path = np.asarray(self._path(horizon), dtype=float)
+            with warnings.catch_warnings():  # a model's numeric warnings (log of a zero error): the path is checked
+                warnings.simplefilter("ignore", RuntimeWarning)
+                path = np.asarray(self._path(horizon), dtype=float)
             if path.shape != (horizon,) or not np.isfinite(path).all():
                 raise ValueError("non-finite forecast")
             return np.clip(path, 0.0, None)
