@@ -296,6 +296,8 @@ def cmd_plan(cfg: Config, args) -> int:
     r = with_policy_files(cfg.run, args.policy_file, args.history)
     if not r.policies:
         return _no_policies()
+    if args.hours > r.horizon_hours:
+        raise BadRequest(f"--hours {args.hours}: the plan covers run.horizon_hours ({r.horizon_hours}) hours")
     r = r.model_copy(update={"cluster": "simulated", "prometheus": None})
     cfg = cfg.model_copy(update={"run": r})
     (now,) = _clock(r, args.now, 1)[:1]
@@ -336,9 +338,12 @@ def cmd_plan(cfg: Config, args) -> int:
             continue
         demand_now = f"{p['observed_demand']:.4g}" if p["observed_demand"] is not None else "unknown"
         print(f"\n{name}: model {p['model']}, demand now {demand_now}; now: {p['why_now']}")
-        print(f"  {'hour':<6}{'reserved':>9}{'headroom':>9}  {'source':<9}reason")
+        # the hour alone while the plan stays on one day; month-day and hour once it crosses midnight
+        cut = slice(11, 16) if len({h["hour"][:10] for h in p["hours"]}) < 2 else slice(5, 16)
+        width = cut.stop - cut.start + 1
+        print(f"  {'hour':<{width}}{'reserved':>9}{'headroom':>9}  {'source':<9}reason")
         for h in p["hours"]:
-            print(f"  {h['hour'][11:16]:<6}{h['reserved_gpus']:>9}{h['headroom_gpus']:>9}  "
+            print(f"  {h['hour'][cut].replace('T', ' '):<{width}}{h['reserved_gpus']:>9}{h['headroom_gpus']:>9}  "
                   f"{h['source']:<9}{h['reason']}")
     print("\nwhat it would do now (as if every policy were active):")
     for line in out["actions"] or ["nothing: the cluster already holds the plan"]:

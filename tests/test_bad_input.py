@@ -302,6 +302,7 @@ def exits(argv, capsys):
     (["run", "--hours", "-3"], "--hours: must be at least 1"),
     (["run", "--hours", "0"], "--hours: must be at least 1"),
     (["plan", "--hours", "0"], "--hours: must be at least 1"),
+    (["plan", "--hours", "25"], "--hours 25: the plan covers run.horizon_hours (24) hours"),  # not 24 rows silently
     (["run", "--metrics-port", "9999", "--once"], "--metrics-port: the embedded cluster serves no /metrics"),
     (["run", "--metrics-port", "70000", "--once"], "run.metrics_port"),
     (["run", "--now", "1990-01-01T00:00:00Z", "--once"], "--now 1990-01-01 00:00:00+00:00 is outside the histories"),

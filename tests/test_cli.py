@@ -104,3 +104,6 @@ def test_plan_shows_the_hours_ahead_with_reasons_and_writes_nothing(tmp_path, mo
     assert main(["plan", "--config", "examples/headroom.yaml", "--now", "2026-02-11T08:00:00Z", "--hours", "2"]) == 0
     text = capsys.readouterr().out
     assert "(nothing is changed)" in text and "what it would do now (as if every policy were active):" in text
+    assert "\n  08:00 " in text  # one day: the hour alone
+    assert main(["plan", "--config", "examples/headroom.yaml", "--now", "2026-02-11T22:00:00Z", "--hours", "3"]) == 0
+    assert "\n  02-12 00:00 " in capsys.readouterr().out  # past midnight: which day it is
