@@ -283,14 +283,17 @@ class TuneConfig(Strict):
         return values
 
 
+SERIES_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"  # an MLflow model name and a file name alike
+
+
 class TrainingSeries(Strict):
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+    name: str = Field(pattern=SERIES_NAME_PATTERN)
     file: FilePath
 
 
 class TrainingConfig(Strict):
     tracking_uri: str | None = None  # else MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db
-    name: str | None = None          # series name when training from history.*
+    name: str | None = Field(None, pattern=SERIES_NAME_PATTERN)  # series name when training from history.*
     series: list[TrainingSeries] = []
     # `auto` alone: the champion is the forecaster the benchmarks measure and `headroom simulate` replays, so a
     # retraining never changes what `headroom run` serves. More candidates: the training picks among them by objective

@@ -786,3 +786,12 @@ def test_fuzz_job_trace(tmp_path_factory, rows):
     assert (jobs["creation_time"] <= jobs["deletion_time"]).all()
     scheduled = jobs["scheduled_time"].dropna()
     assert (scheduled >= jobs.loc[scheduled.index, "creation_time"]).all()
+
+
+@pytest.mark.parametrize("name", ["bad name/with slash", ""])
+def test_a_series_name_train_cannot_register_is_an_invalid_request(demand, tmp_path, capsys, name):
+    """Refused before any work as training.name (exit 2), not a training that fails (1) or a silent file stem."""
+    status, err = exits(["train", "--history", demand, "--name", name, "--tracking-uri",
+                         f"sqlite:///{tmp_path}/ml.db"], capsys)
+    assert status == 2 and "training.name: String should match pattern" in err, err
+    assert not (tmp_path / "ml.db").exists()

@@ -23,7 +23,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from adapters.mlflow import Tracker, TrackingError, experiment_name, registered_name
-from core.settings import TrainingConfig
+from core.settings import SERIES_NAME_PATTERN, TrainingConfig
 from forecast.backtest import SCORED_QUANTILES, AutoForecaster, pinball_key, score_folds, summarize
 from forecast.base import Forecaster, check_quantile_frame
 from forecast.calibrate import Calibrated
@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 # Scored and logged beside the candidates, never promoted: the controller refits each series alone, so a champion
 # learned across series would serve a model other than the one scored.
 LEARNED_ACROSS = "global"
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+_NAME = re.compile(SERIES_NAME_PATTERN)
 
 
 class TrainingError(RuntimeError):
