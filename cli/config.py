@@ -64,7 +64,10 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
     try:
         config = Config.model_validate(tree)
     except ValidationError as exc:
-        raise ConfigError(source, field_errors(exc) + _unknown_candidates(tree)) from None
+        flagged = [dotted.split(".") for dotted, value in (overrides or {}).items() if value is not None]
+        errors = [f"{line} (given on the command line: --help names each flag's field)"
+                  if line.split(":")[0].split(".")[:2] in flagged else line for line in field_errors(exc)]
+        raise ConfigError(source, errors + _unknown_candidates(tree)) from None
     if _unknown_candidates(tree):
         raise ConfigError(source, _unknown_candidates(tree))
     return config

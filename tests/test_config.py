@@ -16,6 +16,9 @@ def test_every_error_is_listed_with_its_field_path(tmp_path):
         load_config(path, {"backtest.folds": 0})
     paths = {line.split(":")[0] for line in err.value.errors}
     assert paths == {"history.statistc", "history.statistic", "forecast.quantiles", "backtest.folds", "bogus"}
+    flagged = [line for line in err.value.errors if line.endswith("(given on the command line: --help names each "
+                                                                   "flag's field)")]
+    assert [line.split(":")[0] for line in flagged] == ["backtest.folds"]  # the file's errors are the file's
 
 
 def test_flags_override_the_file(tmp_path):
