@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -137,6 +138,9 @@ def _check_scale(demand, per_gpu: float, what: str) -> None:
     if not peak <= MAX_CLUSTER_GPUS:
         raise BadRequest(f"{what} {per_gpu:g}: the trace's peak {float(demand.max()):g} would need {peak:.3g} GPUs, "
                          f"over {MAX_CLUSTER_GPUS:,} (is the demand per GPU in the trace's unit?)")
+    if 0 < peak < 1:  # possible for a tiny service, but more often a unit slip: said, and run
+        print(f"note: {what} {per_gpu:g}: the trace's peak {float(demand.max()):g} needs {peak:.3g} of one GPU, so "
+              "every policy holds its minimum (is the demand per GPU in the trace's unit?)", file=sys.stderr)
 
 
 @dataclass(frozen=True)

@@ -795,3 +795,9 @@ def test_a_series_name_train_cannot_register_is_an_invalid_request(demand, tmp_p
                          f"sqlite:///{tmp_path}/ml.db"], capsys)
     assert status == 2 and "training.name: String should match pattern" in err, err
     assert not (tmp_path / "ml.db").exists()
+
+
+def test_a_demand_per_gpu_that_leaves_the_peak_under_one_gpu_is_said(demand, capsys):
+    """The other side of the 'would need N GPUs' refusal: run (a tiny service is possible), but said."""
+    status, err = exits(["simulate", demand, "--days", "1", "--per-gpu", "1e300", "--policy", "oracle"], capsys)
+    assert status == 0 and "e-298 of one GPU, so every policy holds its minimum" in err, err
