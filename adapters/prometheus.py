@@ -112,6 +112,15 @@ def _refused(exc: PrometheusError) -> bool:
     return isinstance(cause, PrometheusApiClientException) and str(cause).startswith("HTTP Status Code 4")
 
 
+def on_step_grid(start: datetime, end: datetime, step: pd.Timedelta) -> tuple[pd.Timestamp, pd.Timestamp]:
+    """[start, end] narrowed to whole multiples of `step` since the epoch. The server evaluates a range query at
+    start, start + step, ...; the client sends whole seconds; a controller reads at wall-clock times with fractions
+    of a second. On this grid every read's samples fall where every other read's do, and where the server put them
+    (a grid laid from the unrounded start had an empty twin beside each sample: half the samples 'missing')."""
+    lo, hi = pd.Timestamp(start).ceil(step), pd.Timestamp(end).floor(step)
+    return lo, hi
+
+
 def _on_grid(series: pd.Series, start: datetime, end: datetime, step: pd.Timedelta) -> pd.Series:
     """Steps the server had no sample for are gaps: put back as NaN."""
     full = pd.date_range(pd.Timestamp(start), pd.Timestamp(end), freq=step)
@@ -119,9 +128,12 @@ def _on_grid(series: pd.Series, start: datetime, end: datetime, step: pd.Timedel
 
 
 def read_range(client: PrometheusConnect, query: str, start: datetime, end: datetime, step: str) -> pd.Series:
-    """`query` over [start, end] at `step` on `client`'s server, in chunks under MAX_POINTS; steps without a sample
-    are NaN."""
+    """`query` over [start, end] at `step` on `client`'s server (on_step_grid), in chunks under MAX_POINTS; steps
+    without a sample are NaN."""
     step_delta = pd.Timedelta(step)
+    start, end = on_step_grid(start, end, step_delta)
+    if end < start:  # no step of the grid inside: nothing to read
+        return parse_matrix([], query)
     parts = [parse_matrix(_query_range(client, query, lo, hi, step_delta), query)
              for lo, hi in chunk_ranges(start, end, step_delta)]
     if len(parts) == 1:  # a reconcile's read: one chunk, its timestamps unique
@@ -156,7 +168,9 @@ def read_together(client: PrometheusConnect, queries: Sequence[str], start: date
     read as it would fail alone, without asking again; a range over MAX_POINTS is read alone, in chunks."""
     step_delta = pd.Timedelta(step)
     out: list[pd.Series | PrometheusError] = [PrometheusError("not read")] * len(queries)
-    lo, hi = pd.Timestamp(start), pd.Timestamp(end)  # one chunk: a batch holds at most MAX_POINTS (_batches)
+    lo, hi = on_step_grid(start, end, step_delta)  # one chunk: a batch holds at most MAX_POINTS (_batches)
+    if hi < lo:  # no step of the grid inside: nothing to read
+        return [parse_matrix([], q) for q in queries]
 
     def read(batch: list[int]) -> None:
         if len(batch) == 1:  # alone (a range over MAX_POINTS: in chunks)
@@ -182,7 +196,7 @@ def read_together(client: PrometheusConnect, queries: Sequence[str], start: date
             tagged.setdefault(metric.pop(TAG, ""), []).append({**r, "metric": metric})
         for i in batch:
             try:
-                out[i] = _on_grid(parse_matrix(tagged.get(str(i), []), queries[i]), start, end, step_delta)
+                out[i] = _on_grid(parse_matrix(tagged.get(str(i), []), queries[i]), lo, hi, step_delta)
             except PrometheusError as exc:
                 out[i] = exc
 

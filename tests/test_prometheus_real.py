@@ -62,6 +62,27 @@ def test_gaps_come_back_nan_never_zero(prometheus_server, nasa_trace):
     np.testing.assert_array_equal(got.reindex(real.index).to_numpy(), real.to_numpy())
 
 
+def test_reads_at_wall_clock_times_land_on_one_grid_with_no_empty_twins(prometheus_server, nasa_trace):
+    """A controller reads at times with fractions of a second: the client sends whole seconds, so a grid laid from
+    the unrounded start once put an empty (NaN) twin beside every sample (half the samples 'missing', every policy
+    degraded), and reads a few seconds apart interleaved their samples (a 0.06 s 'step' failed the refit)."""
+    _, csv = nasa_trace
+    demand = PrometheusDemand(PrometheusServer(url=prometheus_server.url, step="60s"))
+    step = pd.Timedelta("60s")
+    reads = []
+    for offset in ("0.372s", "12.9s", "47.061s"):
+        end = START + pd.Timedelta(hours=3) + pd.Timedelta(offset)
+        reads.append(demand.read("p", METRIC, end - pd.Timedelta(hours=2), end))
+        (together,) = demand.read_many([("p", METRIC, end - pd.Timedelta(hours=2), end)])
+        pd.testing.assert_series_equal(together, reads[-1])
+    for got in reads:
+        assert (got.index == got.index.floor(step)).all()  # on the step grid, whatever the clock
+        assert len(got) == 120 and not got.isna().any(), "no twin, no gap: the trace has a sample every 5 minutes"
+    pd.testing.assert_series_equal(reads[0], reads[2])  # same grid minutes: the same samples
+    stored = csv.reindex(reads[0].index)
+    assert stored.notna().sum() == 24 and (reads[0][stored.notna()] == stored.dropna()).all()  # each 5-min sample
+
+
 def test_demand_reads_from_many_threads_share_a_few_connections(prometheus_server):
     """The controller's reader keeps its connections: 400 reads from 8 threads open at most one per thread (a
     client per read opened 400), and each thread gets its own query's answer."""

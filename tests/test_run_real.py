@@ -357,6 +357,20 @@ def test_the_trace_s_own_outage_is_stale_data_then_recovers_and_queries_are_chun
 
 
 # ---------------------------------------------------------------------------- accuracy history across a failover
+def test_reconciles_at_wall_clock_times_forecast_from_whole_data(kube, controller, prometheus_server, tmp_path):
+    """`headroom run` reconciles at wall-clock times (fractions of a second, any second of the minute). Reads laid
+    on the unrounded clock once put an empty twin beside every sample ('52% missing': every policy degraded) and
+    interleaved successive reads 0.06 s apart (the hourly refit failed): the controller never forecast."""
+    r = reconciler(controller, prometheus_server.url, tmp_path, step="1m")
+    start = pd.Timestamp("1995-07-27T16:00:00Z")
+    for offset in ("7.372s", "20.291s", "47.061s", "1min 3.9s"):
+        ps = r.reconcile(start + pd.Timedelta(offset)).policies[f"{NS}/chat"]
+        assert not ps.degraded and not ps.fallback and ps.model.startswith("auto"), (offset, ps.model)
+    assert not any(r.reconcile(start + pd.Timedelta("1h 0.5s")).reconcile_errors_total.values())
+    _, conditions = rp_status(kube)
+    assert conditions["ForecastDegraded"]["status"] == "False"
+
+
 def test_forecast_store_is_one_labelled_bounded_configmap_per_series(kube_server, kube):
     """The shared forecast log: a ConfigMap per series beside the Lease, holding only what realized error reads
     and no more than its window (and its byte budget)."""
