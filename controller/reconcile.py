@@ -25,6 +25,7 @@ import json
 import logging
 import math
 import multiprocessing
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -197,6 +198,16 @@ def feasible(policies: list[PolicyObject], lendable: int) -> tuple[list[PolicyOb
     return kept, refused
 
 
+REASON = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?")  # a condition's reason (the CRD's pattern)
+
+
+def reason_of(text: str, otherwise: str) -> str:
+    """A condition's reason from 'Reason: details': its first word, or `otherwise` when that is no reason (an HTTP
+    request line: the API server refuses the whole status)."""
+    head = text.split(":")[0]
+    return head if REASON.fullmatch(head) else otherwise
+
+
 def headroom_condition(reclaimable: int, band: int, wanted: int, lent: int) -> Condition:
     """HeadroomAtRisk: the lent GPUs of the headroom band (`band`, the policies' headroom to their headroom quantile,
     `wanted`, within what is lent) cannot all come back within the deadline; or the headroom quantile asks for more
@@ -346,6 +357,7 @@ class Reconciler:
         self._full_read: dict[str, pd.Timestamp] = {}
         self._reported: dict[ObjectRef, str] = {}   # the refusal last reported per policy (one event per change)
         self._faults: dict[str, str] = {}           # the fault last reported per policy
+        self._failed: dict[str, str | None] = {}    # the failure to act last reported per policy
         self._hours: tuple | None = None            # (key, HourPlan): the hourly plan, kept until its inputs change
         self._last_trained: dict[str, pd.Timestamp] = {}
         self._accuracy: dict[str, tuple[pd.Timestamp, dict, dict]] = {}
@@ -883,8 +895,8 @@ class Reconciler:
             a = o.action
             if o.error and not o.error.startswith("event:"):
                 self._error("preempt" if isinstance(a, Evict) else "actuate", getattr(a, "policy", a.reason), o.error)
-                if isinstance(a, Scale):
-                    failures[a.policy] = o.error
+                if isinstance(a, Scale):  # a condition's reason is a CamelCase word (the CRD's pattern)
+                    failures[a.policy] = f"{'TargetMissing' if 'HTTP 404' in o.error else 'ScaleFailed'}: {o.error}"
             elif o.error:
                 self._error("events", a.reason, o.error)
             if isinstance(a, Evict) and o.applied:
@@ -918,15 +930,18 @@ class Reconciler:
             fallback = not ws.from_forecast
             conditions = (
                 Condition("Ready", "False" if failure else "True",
-                          failure.split(":")[0] if failure else ("Active" if p.active else "ForecastOnly"),
+                          reason_of(failure, "Failed") if failure else ("Active" if p.active else "ForecastOnly"),
                           failure or ""),
                 Condition("ForecastDegraded", "True" if i.degraded or i.fault else "False",
-                          (i.degraded or i.fault).split(":")[0] if i.degraded or i.fault else "DemandFresh",
+                          reason_of(i.degraded or i.fault, "Degraded") if i.degraded or i.fault else "DemandFresh",
                           "; ".join(x for x in (i.degraded, i.fault) if x)),
                 Condition("FallbackActive", "True" if fallback else "False",
                           "ConservativeReservation" if fallback else "ForecastInUse",
                           wh.reason(0, policy.workloads[inputs.index(i)], policy.lendable) if fallback else ""),
                 policy_risk(risk))
+            if failure and self._failed.get(p.key) != failure:  # a new failure to act: one Warning event
+                actions.append(RecordEvent(EventNote(p.ref, reason_of(failure, "Failed"), failure, "Warning")))
+            self._failed[p.key] = failure
             fault = i.fault or (i.degraded if fallback else None)
             if fault and self._faults.get(p.key) != fault:  # a new fault: one Warning event
                 actions.append(RecordEvent(EventNote(p.ref, "FallbackActive" if fallback else "ForecastDegraded",

@@ -206,6 +206,21 @@ def test_invalid_policy_is_reported_and_the_valid_one_still_acts(kube, controlle
     assert replicas(kube) == state.policies[f"{NS}/chat"].reserved_gpus
 
 
+def test_a_missing_target_is_said_in_the_policy_s_status_and_an_event(kube, controller, prometheus_server, tmp_path):
+    """The scale read's 404 once became the Ready condition's reason ('GET /apis/...'), which the CRD's pattern
+    refuses: the whole status was rejected and the policy showed nothing, only the controller's log did."""
+    kube.create(RP, policy("gone", target={"kind": "Deployment", "name": "no-such-deployment"},
+                           trainingClusterQueues=[]))
+    controller.sync()
+    r = reconciler(controller, prometheus_server.url, tmp_path)
+    state = r.reconcile(MONDAY_7AM)
+    status, conditions = rp_status(kube, "gone")
+    assert conditions["Ready"]["status"] == "False" and conditions["Ready"]["reason"] == "TargetMissing", conditions
+    assert "no-such-deployment" in conditions["Ready"]["message"] and status["observedGeneration"] >= 1
+    assert "TargetMissing" in events(kube, "ReservationPolicy", "gone", NS)
+    assert replicas(kube) == state.policies[f"{NS}/chat"].reserved_gpus  # the other policy still acts
+
+
 def test_a_conflicting_writer_is_overridden_and_concurrent_writes_retry(kube, controller, prometheus_server,
                                                                         tmp_path):
     r = reconciler(controller, prometheus_server.url, tmp_path)
