@@ -125,6 +125,9 @@ class PolicySpec(Camel):
             errors.append("headroomQuantile must be at least targetQuantile")
         if self.max_gpus is not None and self.max_gpus < self.min_gpus:
             errors.append("maxGpus must be at least minGpus")
+        if self.max_gpus is not None and self.max_gpus < self.capacity.gpus_per_replica:  # a replica would pass it
+            errors.append(f"maxGpus must be at least one replica (capacity.gpusPerReplica "
+                          f"{self.capacity.gpus_per_replica})")
         if self.inference_cluster_queue in self.training_cluster_queues:
             errors.append("inferenceClusterQueue cannot also be a training ClusterQueue")
         if self.target.kind == "ClusterQueue" and self.target.name in self.training_cluster_queues:

@@ -87,3 +87,15 @@ def test_a_policy_field_of_the_wrong_type_is_refused(spec, field):
     with pytest.raises(ValidationError) as err:
         PolicySpec.model_validate({**base, **spec})
     assert any(".".join(map(str, e["loc"])) == field for e in err.value.errors()), err.value.errors()
+
+
+def test_a_maximum_below_one_replica_is_refused():
+    """maxGpus 4 with 8-GPU replicas once reported 4 reserved while the Deployment held 8, lending 4 GPUs twice."""
+    from pydantic import ValidationError
+
+    from core.policy import PolicySpec
+
+    base = {"query": "up", "target": {"kind": "Deployment", "name": "x"}}
+    with pytest.raises(ValidationError, match=r"maxGpus must be at least one replica \(capacity.gpusPerReplica 8\)"):
+        PolicySpec.model_validate({**base, "capacity": {"demandPerGpu": 4, "gpusPerReplica": 8}, "maxGpus": 4})
+    PolicySpec.model_validate({**base, "capacity": {"demandPerGpu": 4, "gpusPerReplica": 8}, "maxGpus": 8})
