@@ -162,10 +162,10 @@ class ParsedSpecs:
 def parse_policies(objects: list[dict], specs: ParsedSpecs | None = None
                    ) -> tuple[list[PolicyObject], dict[ObjectRef, str]]:
     """Valid policies, and the invalid ones with every error (field paths) in one message. A policy whose target an
-    earlier valid policy already scales is refused (the two would undo each other's decisions); the first goes on."""
+    older valid policy already scales is refused (the two would undo each other's decisions): the one created first
+    goes on (in a file, the one written first), so a newcomer never takes a working policy's target."""
     specs = specs or ParsedSpecs()
-    valid, invalid = [], {}
-    owner: dict = {}  # target -> the policy that scales it
+    parsed, invalid = [], {}
     for obj in objects:
         obj = {"apiVersion": API_VERSION, "kind": KIND, **obj}
         ref = ObjectRef.of(obj)
@@ -174,14 +174,16 @@ def parse_policies(objects: list[dict], specs: ParsedSpecs | None = None
         if isinstance(spec, str):
             invalid[ref] = spec
             continue
-        target = spec.target.ref(ref.namespace or "default")
+        parsed.append((obj, PolicyObject(ref, generation, spec, obj.get("status") or {})))
+    owner: dict = {}  # target -> the policy that scales it
+    for _, p in sorted(parsed, key=lambda op: str(op[0]["metadata"].get("creationTimestamp") or "")):
+        target = p.spec.target.ref(p.ref.namespace or "default")
         if target in owner:
-            invalid[ref] = (f"spec.target: {target.kind} {target.name} is already the target of ReservationPolicy "
-                            f"{owner[target]}; two policies on one target would undo each other's decisions")
-            continue
-        owner[target] = f"{ref.namespace}/{ref.name}"
-        valid.append(PolicyObject(ref, generation, spec, obj.get("status") or {}))
-    return valid, invalid
+            invalid[p.ref] = (f"spec.target: {target.kind} {target.name} is already the target of ReservationPolicy "
+                              f"{owner[target]}; two policies on one target would undo each other's decisions")
+        else:
+            owner[target] = p.key
+    return [p for _, p in parsed if p.ref not in invalid], invalid
 
 
 def feasible(policies: list[PolicyObject], lendable: int) -> tuple[list[PolicyObject], dict[ObjectRef, str]]:

@@ -221,6 +221,21 @@ def test_a_missing_target_is_said_in_the_policy_s_status_and_an_event(kube, cont
     assert replicas(kube) == state.policies[f"{NS}/chat"].reserved_gpus  # the other policy still acts
 
 
+def test_a_newcomer_on_a_taken_target_never_takes_it_from_the_working_policy(kube, controller, prometheus_server,
+                                                                            tmp_path):
+    """A broken copy applied later, whose name sorts first, once took the Deployment and left the working policy
+    refused: the policy created first keeps its target."""
+    r = reconciler(controller, prometheus_server.url, tmp_path)
+    before = r.reconcile(MONDAY_7AM).policies[f"{NS}/chat"]
+    time.sleep(1.1)  # creation times have whole seconds
+    kube.create(RP, policy("a-copy", query="sum(no_such_metric_typo)", target={"kind": "Deployment", "name": "chat"}))
+    controller.sync()
+    state = r.reconcile(MONDAY_7AM + pd.Timedelta(minutes=5))
+    chat, copy = state.policies[f"{NS}/chat"], state.policies[f"{NS}/a-copy"]
+    assert before.valid and chat.valid and chat.model == before.model and replicas(kube) == chat.reserved_gpus
+    assert not copy.valid and f"is already the target of ReservationPolicy {NS}/chat" in copy.error
+
+
 def test_a_conflicting_writer_is_overridden_and_concurrent_writes_retry(kube, controller, prometheus_server,
                                                                         tmp_path):
     r = reconciler(controller, prometheus_server.url, tmp_path)
