@@ -427,7 +427,17 @@ class KubeCluster:
     def _objects(self, name: str) -> list[dict]:
         informer = self.informers.get(name)
         cached = informer.items() if informer is not None else None
-        return cached if cached is not None else self._request("GET", WATCHED[name]).get("items", [])
+        if cached is not None:
+            return cached
+        try:
+            return self._request("GET", WATCHED[name]).get("items", [])
+        except ClusterError as exc:
+            if exc.status != 404:
+                raise
+            what = f"Kueue's {KUEUE_GROUP}/{KUEUE_VERSION} API (Kueue v0.15 or later)" if KUEUE_GROUP in WATCHED[name] \
+                else "headroom's ReservationPolicy CRD (deploy/crds)"
+            raise ClusterError(f"{exc}: the API server does not serve {WATCHED[name]}: is {what} installed?",
+                               status=404) from exc
 
     def _written(self, obj: Any) -> None:
         """An object a write returned goes into its cache at once (a reconcile reads what it wrote)."""

@@ -124,7 +124,8 @@ def embedded(cfg: Config, r: RunConfig, start: pd.Timestamp):
     return cluster, demand
 
 
-def build(cfg: Config, in_cluster: bool = False, timeline: list | None = None, start: pd.Timestamp | None = None):
+def build(cfg: Config, in_cluster: bool = False, timeline: list | None = None, start: pd.Timestamp | None = None,
+          once: bool = False):
     """The reconciler for this configuration, on the real cluster or the embedded one."""
     from adapters.mlflow import Tracker
     from adapters.prometheus import PrometheusDemand
@@ -152,7 +153,8 @@ def build(cfg: Config, in_cluster: bool = False, timeline: list | None = None, s
     reconciler = Reconciler(cluster, demand, r, models=Models(uri), forecast_log=forecasts,
                             tracker=Tracker(uri), retrain=trainer, drift_factor=cfg.training.drift_factor,
                             drift_window=cfg.training.drift_window, timeline=timeline,
-                            refit_beside=r.cluster == "kubernetes",  # many series: refits never hold a reconcile up
+                            # many series: refits never hold a reconcile up; one reconcile (--once) waits for them
+                            refit_beside=r.cluster == "kubernetes" and not once,
                             events_beside=r.cluster == "kubernetes",  # Events off the reconcile's path
                             statuses_beside=r.cluster == "kubernetes",  # statuses too, newest per policy
                             summary=summary)
@@ -190,7 +192,7 @@ def cmd_run(cfg: Config, args) -> int:
     from core.errors import ClusterError
 
     try:
-        reconciler, cluster = build(cfg, in_cluster=args.in_cluster)
+        reconciler, cluster = build(cfg, in_cluster=args.in_cluster, once=args.once)
     except (ClusterError, OSError) as exc:
         print(f"headroom: error: cannot reach the cluster: {exc}", file=sys.stderr)
         return 1
@@ -203,10 +205,22 @@ def cmd_run(cfg: Config, args) -> int:
     log.info("headroom run as %s: %s policies, /metrics on %s:%s", identity, "watching", r.metrics_address,
              server.server_port)
     try:
-        loop.run(once=args.once)
+        state = loop.run(once=args.once)
     finally:
         server.shutdown()
         reconciler.close()
+        cluster.close()  # its watches too: nothing reads the API server after the last reconcile
+    if not args.once:
+        return 0
+    if state is None:
+        print(f"another replica holds the lease {r.lease.namespace}/{r.lease.name}: nothing reconciled")
+        return 0
+    _print_state(pd.Timestamp(state.last_reconcile_timestamp, unit="s", tz="UTC"), state)
+    failed = {stage: n for stage, n in state.reconcile_errors_total.items() if n}
+    if failed:  # the one reconcile asked for did not all go through: a script must see it (README's exit 1)
+        print("headroom: error: the reconcile failed in part (" + ", ".join(f"{s}: {n}" for s, n in failed.items())
+              + "); the log says what", file=sys.stderr)
+        return 1
     return 0
 
 

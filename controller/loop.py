@@ -14,6 +14,7 @@ import pandas as pd
 from adapters.mlflow import Tracker
 from controller import heap
 from controller.reconcile import Reconciler
+from controller.state import ControllerState
 from core.cluster import Elector
 from core.errors import ClusterError
 from training.pipeline import TrainSettings, train_series
@@ -73,8 +74,10 @@ class Loop:
     def ready(self) -> bool:
         return self._settled
 
-    def run(self, once: bool = False) -> None:
-        next_reconcile = 0.0
+    def run(self, once: bool = False) -> ControllerState | None:
+        """Reconcile every interval while leading, until stopped (`once`: one pass); the last reconcile's state
+        (None: it never led)."""
+        next_reconcile, state = 0.0, None
         heap.full_collections_between_reconciles()
         while not self.stop.is_set():
             self._beat = time.monotonic()
@@ -84,7 +87,7 @@ class Loop:
                 log.warning("leader election: %s", exc)
                 self._leading = False
             if self._leading and time.monotonic() >= next_reconcile:
-                self.reconciler.reconcile(self.clock())
+                state = self.reconciler.reconcile(self.clock())
                 self._reconciled = True
                 next_reconcile = time.monotonic() + self.interval
                 heap.collect()  # in the interval, where nothing waits for it
@@ -96,3 +99,4 @@ class Loop:
             self.stop.wait(min(self.interval, self.lease_seconds / 3))
         self.reconciler.flush()  # its statuses written while it still leads
         self.elector.release()
+        return state

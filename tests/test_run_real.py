@@ -302,6 +302,29 @@ def test_two_replicas_never_act_at_once(kube, prometheus_server, tmp_path):
     assert b.reconciler.holder.get().reconcile_total == 1
 
 
+@pytest.mark.parametrize("reachable", [True, False])
+def test_run_once_on_kubernetes_prints_its_decisions_and_exits_1_when_a_read_failed(kube_server, kube,
+                                                                                  prometheus_server, tmp_path,
+                                                                                  capsys, reachable):
+    """`headroom run --once` printed nothing and exited 0 with Prometheus down (README: 1 for a server down)."""
+    import yaml
+
+    from cli.main import main
+
+    config = tmp_path / "headroom.yaml"
+    config.write_text(yaml.safe_dump({"run": {
+        "cluster": "kubernetes", "namespace": NS, "capacity_gpus": 64, "lease": {"namespace": NS, "name": "once"},
+        "prometheus": {"url": prometheus_server.url if reachable else "http://127.0.0.1:1", "retries": 0},
+        "forecast_log_dir": str(tmp_path / "log"), "retrain_every_seconds": 0,
+        "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"}}))
+    kubeconfig = kube_server.apiserver.kubeconfig(tmp_path / "kubeconfig")
+    status = main(["run", "--once", "--config", str(config), "--kubeconfig", str(kubeconfig)])
+    out, err = capsys.readouterr()
+    assert f"{NS}/chat: demand" in out and "reserved" in out  # one line per policy, as the embedded run prints
+    # the wall clock is 2026 and Prometheus holds 1995: no recent demand, the stated fallback, not a failure
+    assert (status, "the reconcile failed in part (demand: 1)" in err) == ((0, False) if reachable else (1, True))
+
+
 def test_headroom_run_command_serves_probes_and_metrics_and_stops_cleanly(kube_server, kube, prometheus_server,
                                                                             tmp_path):
     """`headroom run` as an SRE starts it: the real CLI process, kubeconfig, /readyz, /metrics, SIGTERM.
