@@ -469,7 +469,7 @@ class Reconciler:
         with self._events.held() if self._events is not None else nullcontext():  # the writes first, their Events after
             outcomes = [] if self.dry_run else self._apply(actions, view, lambda: self._still_wanted(
                 hours, inputs, cluster_policy, policies, now))
-        failures = self._count(outcomes, step)
+        failures = self._count(outcomes, step, policies)
         after = self._view(policies, now)  # after evictions and scaling
         reclaimable, wanted, risk = self._headroom(step, after, cluster_policy)
         report += self._reports(inputs, hours, step, after, failures, plan_id, now, states, cluster_policy,
@@ -890,8 +890,8 @@ class Reconciler:
             elif o.error:
                 self._error("events", o.action.reason, o.error)
 
-    def _count(self, outcomes: list[Outcome], step: StepPlan) -> dict[str, str]:
-        """Preemption counters, and each policy's actuation failure."""
+    def _count(self, outcomes: list[Outcome], step: StepPlan, policies: list[PolicyObject]) -> dict[str, str]:
+        """Preemption counters, and each policy's actuation failure: its target's, or a ClusterQueue's it names."""
         failures: dict[str, str] = {}
         for o in outcomes:
             a = o.action
@@ -899,6 +899,12 @@ class Reconciler:
                 self._error("preempt" if isinstance(a, Evict) else "actuate", getattr(a, "policy", a.reason), o.error)
                 if isinstance(a, Scale):  # a condition's reason is a CamelCase word (the CRD's pattern)
                     failures[a.policy] = f"{'TargetMissing' if 'HTTP 404' in o.error else 'ScaleFailed'}: {o.error}"
+                if isinstance(a, SetQuota):  # the slack lent there never reached it: said on each policy naming it
+                    why = f"{'QueueMissing' if 'HTTP 404' in o.error else 'QuotaFailed'}: ClusterQueue {a.queue}: " \
+                          f"{o.error}"
+                    for p in policies:
+                        if a.queue in (*p.spec.training_cluster_queues, p.spec.inference_cluster_queue):
+                            failures.setdefault(p.key, why)
             elif o.error:
                 self._error("events", a.reason, o.error)
             if isinstance(a, Evict) and o.applied:

@@ -221,6 +221,22 @@ def test_a_missing_target_is_said_in_the_policy_s_status_and_an_event(kube, cont
     assert replicas(kube) == state.policies[f"{NS}/chat"].reserved_gpus  # the other policy still acts
 
 
+def test_a_missing_training_queue_is_said_on_the_policy_naming_it(kube, controller, prometheus_server, tmp_path):
+    """The slack lent to a ClusterQueue that does not exist never reaches it: once only the controller's log said
+    so, the policy Ready=True."""
+    kube.create(f"/apis/apps/v1/namespaces/{NS}/deployments", deployment("lone"))
+    kube.create(RP, policy("lone", trainingClusterQueues=["no-such-queue"], inferenceClusterQueue=None))
+    controller.sync()
+    r = reconciler(controller, prometheus_server.url, tmp_path)
+    state = r.reconcile(MONDAY_7AM)
+    _, conditions = rp_status(kube, "lone")
+    assert conditions["Ready"]["status"] == "False" and conditions["Ready"]["reason"] == "QueueMissing", conditions
+    assert "ClusterQueue no-such-queue" in conditions["Ready"]["message"]
+    assert "QueueMissing" in events(kube, "ReservationPolicy", "lone", NS)
+    _, chat = rp_status(kube)
+    assert chat["Ready"]["status"] == "True" and state.policies[f"{NS}/chat"].valid  # the other policy is not hit
+
+
 def test_a_newcomer_on_a_taken_target_never_takes_it_from_the_working_policy(kube, controller, prometheus_server,
                                                                             tmp_path):
     """A broken copy applied later, whose name sorts first, once took the Deployment and left the working policy
