@@ -210,6 +210,16 @@ def reason_of(text: str, otherwise: str) -> str:
     return head if REASON.fullmatch(head) else otherwise
 
 
+# a failed read's time range, in the message and in the request's URL (adapters.prometheus)
+READ_RANGE = re.compile(r" \[[^\]]* \.\. [^\]]*\]|&start=[0-9.]+&end=[0-9.]+")
+
+
+def timeless(text: str) -> str:
+    """A fault without the time range of the read that failed: the same outage reads the same every reconcile, so
+    its status is written once, not once a reconcile."""
+    return READ_RANGE.sub("", text)
+
+
 def headroom_condition(reclaimable: int, band: int, wanted: int, lent: int) -> Condition:
     """HeadroomAtRisk: the lent GPUs of the headroom band (`band`, the policies' headroom to their headroom quantile,
     `wanted`, within what is lent) cannot all come back within the deadline; or the headroom quantile asks for more
@@ -942,7 +952,7 @@ class Reconciler:
                           failure or ""),
                 Condition("ForecastDegraded", "True" if i.degraded or i.fault else "False",
                           reason_of(i.degraded or i.fault, "Degraded") if i.degraded or i.fault else "DemandFresh",
-                          "; ".join(x for x in (i.degraded, i.fault) if x)),
+                          "; ".join(timeless(x) for x in (i.degraded, i.fault) if x)),
                 Condition("FallbackActive", "True" if fallback else "False",
                           "ConservativeReservation" if fallback else "ForecastInUse",
                           wh.reason(0, policy.workloads[inputs.index(i)], policy.lendable) if fallback else ""),
@@ -950,8 +960,10 @@ class Reconciler:
             if failure and self._failed.get(p.key) != failure:  # a new failure to act: one Warning event
                 actions.append(RecordEvent(EventNote(p.ref, reason_of(failure, "Failed"), failure, "Warning")))
             self._failed[p.key] = failure
-            fault = i.fault or (i.degraded if fallback else None)
-            if fault and self._faults.get(p.key) != fault:  # a new fault: one Warning event
+            fault = timeless(i.fault or (i.degraded if fallback else None) or "") or None
+            # a new kind of fault (its reason), not each new wording of the same outage: one Warning event
+            said = self._faults.get(p.key)
+            if fault and (said is None or reason_of(said, "Degraded") != reason_of(fault, "Degraded")):
                 actions.append(RecordEvent(EventNote(p.ref, "FallbackActive" if fallback else "ForecastDegraded",
                                                      f"{fault}; {ws.reason}", "Warning")))
             if fault:

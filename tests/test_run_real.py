@@ -188,8 +188,15 @@ def test_prometheus_down_keeps_the_forecast_then_falls_back_never_lowering(kube,
     assert "Prometheus at" in conditions["ForecastDegraded"]["message"]
     night = r.reconcile(MONDAY_7AM + pd.Timedelta(hours=16)).policies[f"{NS}/chat"]  # 23:00, forecast expired
     assert night.fallback and night.reserved_gpus >= before and replicas(kube) >= before
-    _, conditions = rp_status(kube)
+    status, conditions = rp_status(kube)
     assert conditions["FallbackActive"]["status"] == "True"
+    # the same outage a reconcile later: no new Warning event, the status not written again (its message once
+    # carried each read's time range, so every reconcile of an outage wrote both)
+    warnings = events(kube, "ReservationPolicy", "chat", NS).count("FallbackActive")
+    r.reconcile(MONDAY_7AM + pd.Timedelta(hours=16, minutes=5))
+    assert events(kube, "ReservationPolicy", "chat", NS).count("FallbackActive") == warnings
+    assert rp_status(kube)[0]["conditions"] == status["conditions"] and " .. " not in \
+        conditions["ForecastDegraded"]["message"]
 
 
 def test_invalid_policy_is_reported_and_the_valid_one_still_acts(kube, controller, prometheus_server, tmp_path):
