@@ -31,6 +31,13 @@ _OBJECTIVE = ObjectiveSpec()
 MAX_CLUSTER_GPUS = 1_000_000  # the largest cluster (or job) taken: more is a typo or a unit error, not a cluster
 
 
+def existing_file(value: Path | None) -> Path | None:
+    """A credentials file named in the configuration: checked with it, so a typo is a bad request (exit 2)."""
+    if value is not None and not value.is_file():
+        raise ValueError(f"{value} is not a file")
+    return value
+
+
 class Strict(BaseModel):
     # NaN and infinity are refused in every number: no setting means "forever" or "unknown"
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
@@ -115,9 +122,7 @@ class PrometheusServer(Strict):
     @field_validator("bearer_token_file", "ca_file")
     @classmethod
     def _readable(cls, value: Path | None) -> Path | None:
-        if value is not None and not value.is_file():
-            raise ValueError(f"{value} is not a file")
-        return value
+        return existing_file(value)
 
     @field_validator("lookback", "step")
     @classmethod
@@ -369,6 +374,11 @@ class RunConfig(CrossChecked):
     @classmethod
     def _address(cls, value: str) -> str:
         return _ip_address(value)
+
+    @field_validator("kubeconfig")
+    @classmethod
+    def _kubeconfig(cls, value: Path | None) -> Path | None:
+        return existing_file(value)
 
     @classmethod
     def cross_checks(cls) -> list[tuple[tuple[str, ...], Callable[..., str | None]]]:

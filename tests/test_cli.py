@@ -78,8 +78,11 @@ def test_run_names_what_is_missing(tmp_path, capsys):
     assert "run: a kubernetes controller needs prometheus" in capsys.readouterr().err
     config = tmp_path / "headroom.yaml"
     config.write_text("run:\n  prometheus: {url: 'http://127.0.0.1:9'}\n")
+    assert main(["run", "--config", str(config), "--kubeconfig", str(tmp_path / "kubeconfig"), "--once"]) == 2
+    assert f"run.kubeconfig: {tmp_path / 'kubeconfig'} is not a file" in capsys.readouterr().err  # a bad flag
+    (tmp_path / "kubeconfig").write_text("not: a kubeconfig\n")
     assert main(["run", "--config", str(config), "--kubeconfig", str(tmp_path / "kubeconfig"), "--once"]) == 1
-    assert f"cannot load kubeconfig {tmp_path / 'kubeconfig'}" in capsys.readouterr().err
+    assert f"cannot load kubeconfig {tmp_path / 'kubeconfig'}" in capsys.readouterr().err  # an unusable one
 
 
 def test_plan_shows_the_hours_ahead_with_reasons_and_writes_nothing(tmp_path, monkeypatch, capsys):

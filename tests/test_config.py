@@ -50,14 +50,16 @@ def test_relative_paths_in_a_file_are_relative_to_the_file_and_flags_to_the_work
     folder = tmp_path / "conf"
     folder.mkdir()
     config = folder / "headroom.yaml"
+    kubeconfig = tmp_path / "kubeconfig"  # an absolute path: kept as it is (and it must exist)
+    kubeconfig.write_text("{}")
     config.write_text("history: {file: demand.csv}\n"
-                      "run:\n  kubeconfig: /abs/kubeconfig\n  policies:\n  - name: chat\n    history_file: d/chat.csv\n"
+                      f"run:\n  kubeconfig: {kubeconfig}\n  policies:\n  - name: chat\n    history_file: d/chat.csv\n"
                       "    spec: {query: q, capacity: {demandPerGpu: 1}, target: {kind: Deployment, name: chat}}\n")
     monkeypatch.chdir(tmp_path)
     cfg = load_config(config)
     assert cfg.history.file == folder / "demand.csv"
     assert cfg.run.policies[0].history_file == folder / "d" / "chat.csv"
-    assert str(cfg.run.kubeconfig) == "/abs/kubeconfig"
+    assert cfg.run.kubeconfig == kubeconfig
     assert cfg.run.forecast_log_dir.is_absolute() is False  # a default is not in the file: the working directory's
     assert load_config(config, {"history.file": "other.csv"}).history.file.as_posix() == "other.csv"
 
@@ -99,3 +101,8 @@ def test_a_maximum_below_one_replica_is_refused():
     with pytest.raises(ValidationError, match=r"maxGpus must be at least one replica \(capacity.gpusPerReplica 8\)"):
         PolicySpec.model_validate({**base, "capacity": {"demandPerGpu": 4, "gpusPerReplica": 8}, "maxGpus": 4})
     PolicySpec.model_validate({**base, "capacity": {"demandPerGpu": 4, "gpusPerReplica": 8}, "maxGpus": 8})
+
+
+def test_a_kubeconfig_that_is_not_a_file_is_a_bad_request(tmp_path):
+    with pytest.raises(ConfigError, match=r"run.kubeconfig: .*nowhere is not a file \(given on the command line"):
+        load_config(None, {"run.kubeconfig": str(tmp_path / "nowhere")})
