@@ -26,6 +26,7 @@ import logging
 import math
 import multiprocessing
 import re
+import signal
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -201,6 +202,11 @@ def feasible(policies: list[PolicyObject], lendable: int) -> tuple[list[PolicyOb
 
 
 REASON = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?")  # a condition's reason (the CRD's pattern)
+
+
+def ignore_interrupts() -> None:
+    """The fitting process leaves Ctrl-C to the controller, which stops it (no KeyboardInterrupt traceback from it)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def reason_of(text: str, otherwise: str) -> str:
@@ -562,7 +568,8 @@ class Reconciler:
         model, name, fault = self._forecaster(p)
         with self._fitter_lock:
             if self._fitter is None:
-                self._fitter = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+                self._fitter = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                                                   initializer=ignore_interrupts)
             fitter = self._fitter
         try:
             hourly, fresh, failed = fitter.submit(fit_hourly, model, name, raw, now, p.spec, p.generation,

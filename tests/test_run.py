@@ -751,3 +751,20 @@ def test_mlflow_down_keeps_the_last_champion_and_the_loop_serving(demand_file, t
     assert r.replicas() * 2 == ps.reserved_gpus
     assert state.reconcile_errors_total["mlflow"] == 1  # realized error could not be logged: counted, not fatal
     assert "internal" not in state.reconcile_errors_total
+
+
+def _interrupted_self() -> str:
+    os.kill(os.getpid(), signal.SIGINT)  # what Ctrl-C sends the controller's whole process group
+    time.sleep(0.2)
+    return "fitted"
+
+
+def test_the_fitting_process_leaves_ctrl_c_to_the_controller():
+    """Ctrl-C printed a KeyboardInterrupt traceback from the spawned process the hourly fits run in."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from controller.reconcile import ignore_interrupts
+
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=ignore_interrupts) as pool:
+        assert pool.submit(_interrupted_self).result(timeout=60) == "fitted"
