@@ -308,6 +308,10 @@ def cmd_plan(cfg: Config, args) -> int:
     from controller.reconcile import Reconciler
 
     r = with_policy_files(cfg.run, args.policy_file, args.history)
+    if not r.policies and r.cluster == "kubernetes":
+        raise BadRequest("plan decides for run.policies or --policy-file P.yaml --history DEMAND; it does not read a "
+                         "cluster's ReservationPolicies (their status holds the plan: kubectl get reservationpolicies, "
+                         "or headroom run --once)")
     if not r.policies:
         return _no_policies()
     if args.hours > r.horizon_hours:

@@ -801,3 +801,10 @@ def test_a_demand_per_gpu_that_leaves_the_peak_under_one_gpu_is_said(demand, cap
     """The other side of the 'would need N GPUs' refusal: run (a tiny service is possible), but said."""
     status, err = exits(["simulate", demand, "--days", "1", "--per-gpu", "1e300", "--policy", "oracle"], capsys)
     assert status == 0 and "e-298 of one GPU, so every policy holds its minimum" in err, err
+
+
+def test_plan_with_a_kubernetes_configuration_says_what_it_reads(tmp_path, capsys):
+    config = tmp_path / "headroom.yaml"
+    config.write_text("run:\n  cluster: kubernetes\n  prometheus: {url: 'http://127.0.0.1:9'}\n")
+    status, err = exits(["plan", "--config", config], capsys)
+    assert status == 2 and "it does not read a cluster's ReservationPolicies" in err, err
