@@ -270,11 +270,10 @@ def _replay(cfg: Config, args) -> int:
     if not r.policies:
         return _no_policies()
     lendable = r.capacity_gpus - r.non_lendable_gpus
-    # nothing could act: one that fits runs, alone
-    if all(max(p.spec.min_gpus, p.spec.capacity.gpus_per_replica) > lendable for p in r.policies):
+    if all(p.spec.too_big_for(lendable) for p in r.policies):  # nothing could act: one that fits runs, alone
         raise BadRequest("no policy fits the cluster: " + "; ".join(
-            f"{p.namespace}/{p.name}: minGpus {p.spec.min_gpus}, capacity.gpusPerReplica "
-            f"{p.spec.capacity.gpus_per_replica}, the {lendable} GPUs it lends" for p in r.policies))
+            f"{p.namespace}/{p.name}: {p.spec.too_big_for(lendable)} > the {lendable} GPUs it lends"
+            for p in r.policies))
     from cli.simulate import check_output_folders
 
     check_output_folders((args.timeline, "--timeline"))

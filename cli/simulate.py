@@ -177,10 +177,9 @@ def whatif(cfg: Config, progress=None) -> WhatIf:
         meta = objects[0]["metadata"]
         spec = PolicySpec.model_validate(objects[0]["spec"])
         _check_scale(demand, spec.capacity.demand_per_gpu, f"{c.policy_file}: spec.capacity.demandPerGpu")
-        for field, gpus in (("minGpus", spec.min_gpus), ("capacity.gpusPerReplica", spec.capacity.gpus_per_replica)):
-            if gpus > c.gpus:
-                raise BadRequest(f"{c.policy_file}: spec.{field} {gpus} does not fit the {c.gpus}-GPU cluster "
-                                 "(simulate.gpus, --gpus)")
+        if too_big := spec.too_big_for(c.gpus):
+            raise BadRequest(f"{c.policy_file}: spec.{too_big} does not fit the {c.gpus}-GPU cluster "
+                             "(simulate.gpus, --gpus)")
         name = f"{meta['namespace']}/{meta['name']}"
         try:
             scenario = Scenario(demand, c.gpus, c.days, jobs, c.world, name=name,

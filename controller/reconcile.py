@@ -188,10 +188,13 @@ def parse_policies(objects: list[dict], specs: ParsedSpecs | None = None
 
 
 def feasible(policies: list[PolicyObject], lendable: int) -> tuple[list[PolicyObject], dict[ObjectRef, str]]:
-    """The policies whose minGpus fit, in order; a policy that no longer fits beside those before it is the only
-    one refused (it cannot take its neighbours down with it)."""
+    """The policies whose minGpus (and one replica) fit, in order; a policy that no longer fits beside those before
+    it is the only one refused (it cannot take its neighbours down with it)."""
     kept, refused, taken = [], {}, 0
     for p in policies:
+        if too_big := p.spec.too_big_for(lendable):
+            refused[p.ref] = f"{too_big} does not fit: the cluster lends {lendable} GPUs"
+            continue
         if taken + p.spec.min_gpus > lendable:
             refused[p.ref] = (f"minGpus {p.spec.min_gpus} does not fit: the cluster lends {lendable} GPUs and the "
                               f"policies before this one keep {taken} as their minimum")

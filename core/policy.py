@@ -118,6 +118,14 @@ class PolicySpec(Camel):
             raise ValueError("each training ClusterQueue once")
         return value
 
+    def too_big_for(self, gpus: int) -> str | None:
+        """What keeps this policy out of `gpus` GPUs ('minGpus 500', 'capacity.gpusPerReplica 16'), or None: its
+        minimum, or a single replica, larger than them."""
+        for field, need in (("minGpus", self.min_gpus), ("capacity.gpusPerReplica", self.capacity.gpus_per_replica)):
+            if need > gpus:
+                return f"{field} {need}"
+        return None
+
     @model_validator(mode="after")
     def _consistent(self) -> PolicySpec:
         errors = []

@@ -170,6 +170,16 @@ def test_a_spec_is_parsed_once_per_generation_and_forgotten_with_its_policy(monk
     assert len(parsed) == 5
 
 
+def test_a_policy_whose_replica_cannot_fit_the_cluster_is_refused_alone(demand_file, tmp_path):
+    """A replica larger than the cluster could never be held: refused as the minimum is, the others go on."""
+    r = Replay(tmp_path, demand_file, policy("chat"),
+               policy("huge", minGpus=0, capacity={"demandPerGpu": 10.0, "gpusPerReplica": 200}))
+    state = r.step(AT_9)
+    huge = state.policies["inference/huge"]
+    assert not huge.valid and "capacity.gpusPerReplica 200 does not fit: the cluster lends 128 GPUs" in huge.error
+    assert r.status("huge")[1]["Ready"]["reason"] == "PlanInfeasible" and state.policies["inference/chat"].valid
+
+
 def test_a_policy_whose_minimum_does_not_fit_is_the_only_one_refused(demand_file, tmp_path):
     r = Replay(tmp_path, demand_file, policy("chat", minGpus=100), policy("big", minGpus=40),
                policy("small", minGpus=8))
