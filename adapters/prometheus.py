@@ -117,8 +117,7 @@ def on_step_grid(start: datetime, end: datetime, step: pd.Timedelta) -> tuple[pd
     start, start + step, ...; the client sends whole seconds; a controller reads at wall-clock times with fractions
     of a second. On this grid every read's samples fall where every other read's do, and where the server put them
     (a grid laid from the unrounded start had an empty twin beside each sample: half the samples 'missing')."""
-    lo, hi = pd.Timestamp(start).ceil(step), pd.Timestamp(end).floor(step)
-    return lo, hi
+    return pd.Timestamp(start).ceil(step), pd.Timestamp(end).floor(step)
 
 
 def _on_grid(series: pd.Series, start: datetime, end: datetime, step: pd.Timedelta) -> pd.Series:

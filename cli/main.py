@@ -38,10 +38,9 @@ def _capped_quantiles(frame, model) -> list[str]:
     capped = [q for below, q in zip(upper, upper[1:]) if frame[q].equals(frame[below])]
     if not capped:
         return []
-    folds = scored_folds(model.residuals_) if hasattr(model, "residuals_") else 0
     return [f"{', '.join(f'q{q:g}' for q in capped)} equal the quantile below in every hour: the largest error "
-            f"{folds} calibration folds showed (with n folds nothing above level n/(n+1) can be told from it); "
-            "more history gives room above it"]
+            f"{scored_folds(model.residuals_)} calibration folds showed (with n folds nothing above level n/(n+1) "
+            "can be told from it); more history gives room above it"]
 
 
 def cmd_forecast(cfg: Config, args) -> int:

@@ -229,13 +229,14 @@ def _clock(r: RunConfig, now: str | None, hours: int) -> pd.DatetimeIndex:
     `hours`. Every policy's history must share one step."""
     from controller.demand import FileDemand
     from core.units import parse_time
+    from forecast.history import sampling_step
 
     demand = FileDemand({f"{p.namespace}/{p.name}": p.history_file for p in r.policies})
     loaded = _loadable(demand)
     if not loaded:
         demand.series(next(iter(demand.files)))  # raises the first policy's HistoryError: nothing can run
     series = list(loaded.values())
-    step_of = {key: pd.Timedelta(s.index.freq or s.index.to_series().diff().median()) for key, s in loaded.items()}
+    step_of = {key: sampling_step(s.index) for key, s in loaded.items()}
     steps = set(step_of.values())
     if len(steps) > 1:
         each = ", ".join(f"{key} ({demand.files[key]}): {step}" for key, step in step_of.items())

@@ -156,6 +156,7 @@ def whatif(cfg: Config, progress=None) -> WhatIf:
 
     from controller.simulate import Scenario, default_spec, demand_per_gpu, trace_jobs
     from core.policy import PolicySpec, load_manifests
+    from forecast.history import sampling_step
 
     c = cfg.simulate
     demand = native_series(cfg)
@@ -164,7 +165,7 @@ def whatif(cfg: Config, progress=None) -> WhatIf:
         raise BadRequest(f"simulate.days {c.days:g} leaves no history: the trace {cfg.history.file or ''} covers "
                          f"{span_days:.2f} days (give --days below that; at least a day of history is needed before "
                          "them)")
-    step = demand.index.to_series().diff().median()
+    step = sampling_step(demand.index)
     if pd.Timedelta(seconds=round(c.days * 86400)) < 2 * step:
         raise BadRequest(f"simulate.days {c.days:g} covers fewer than two steps of the trace ({step}): give more days")
     jobs = None
