@@ -498,7 +498,8 @@ class Reconciler:
         if self.timeline is not None:
             self._record(inputs, step, view, outcomes, now)
         state = ControllerState(
-            self.cfg.capacity_gpus, True, states, self._teams(after, policies, now), slack_gpus=step.lent_gpus,
+            self.cfg.capacity_gpus, True, states, self._teams(after, policies, now),
+            slack_gpus=self._lent_in_place(step, outcomes, after),
             training_gpus=int(after.training.gpus.sum()), reclaimable_gpus=reclaimable,
             headroom_band_gpus=step.headroom_gpus, headroom_wanted_gpus=wanted, headroom_at_risk=risk,
             plan_id=plan_id, slack_by_hour=tuple((pd.Timestamp(t, unit="s", tz="UTC"), int(g)) for t, g in zip(
@@ -935,6 +936,14 @@ class Reconciler:
         return failures
 
     # -- 5. report
+    @staticmethod
+    def _lent_in_place(step: StepPlan, outcomes: list[Outcome], after: View) -> int:
+        """The slack lent to training now: the plan's, except where a training quota's write failed, whose queue
+        holds what it held before (nothing, if it does not exist)."""
+        failed = {o.action.queue for o in outcomes
+                  if isinstance(o.action, SetQuota) and o.error and not o.error.startswith("event:")}
+        return step.lent_gpus - sum(step.quotas[q] - after.quotas.get(q, 0) for q in failed & step.quotas.keys())
+
     @staticmethod
     def _headroom(step: StepPlan, view: View, policy: ClusterPolicy) -> tuple[int, int, Condition]:
         """The cluster's headroom now: (GPUs reclaimable within the deadline, GPUs the headroom quantile asks for,
