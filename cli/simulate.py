@@ -284,6 +284,9 @@ def cmd_tune(cfg: Config, args) -> int:
     from controller.tune import plot_tradeoff, tune, write_policy
 
     check_output_folders((args.plot, "--plot"), (args.write_policy, "--write-policy"))
+    if args.write_policy and Path(args.write_policy).exists():  # an SRE's manifest: its query and target are theirs
+        raise BadRequest(f"--write-policy {args.write_policy}: the file exists and tune does not overwrite it (a "
+                         "manifest's spec.query and spec.target would be lost); remove it or name a new file")
     w = whatif(cfg)
     if w.from_file:
         raise BadRequest("tune sweeps the policy's fields itself: give DEMAND and the scenario flags, "

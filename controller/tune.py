@@ -22,6 +22,7 @@ import yaml
 
 from controller.observe import MIN_FIT_HOURS, default_forecaster
 from controller.simulate import FORECASTER, REFERENCES, Scenario, SharedFits, SimResult, simulate
+from core.errors import ConfigError
 from core.policy import ObjectiveSpec, PolicySpec, load_manifests, manifest
 from core.settings import TuneConfig
 from forecast.base import Forecaster
@@ -180,9 +181,14 @@ def write_policy(spec: PolicySpec, path: str | Path, name: str, namespace: str, 
     path = Path(path)
     text = "".join(f"# {line}\n" for line in comment.splitlines()) + yaml.safe_dump(
         manifest(name, namespace, spec), sort_keys=False)
-    path.write_text(text)
-    load_manifests(path)
-    return path
+    draft = path.with_name(f".{path.name}.draft")
+    draft.write_text(text)
+    try:
+        load_manifests(draft)  # only a manifest that reads back replaces what was there
+    except ConfigError:
+        draft.unlink()
+        raise
+    return draft.replace(path)
 
 
 def plot_tradeoff(result: TuneResult, path: str | Path) -> Path:

@@ -196,6 +196,14 @@ def test_cli_tune_on_one_day_of_history_writes_the_defaults_and_says_so(tmp_path
     assert json.loads(capsys.readouterr().out)["forecast_fallback_hours"] == 24
 
 
+def test_cli_tune_never_overwrites_a_manifest(nasa_csv, tmp_path, capsys):
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("# the SRE's own, with spec.query and spec.target set\n")
+    assert main(["tune", str(nasa_csv), "--days", "1", "--write-policy", str(policy)]) == 2
+    assert "the file exists" in capsys.readouterr().err
+    assert policy.read_text() == "# the SRE's own, with spec.query and spec.target set\n"
+
+
 def test_cli_simulate_with_a_job_trace(nasa_csv, capsys):
     jobs = need(SHARED_DATA / "jobs" / "alibaba_openb_pods.csv")
     out = _json(capsys, ["simulate", str(nasa_csv), "--days", "1", "--policy", "oracle", "--jobs", str(jobs),
