@@ -266,6 +266,9 @@ class EmbeddedCluster:
     def cluster_queue_quotas(self) -> Mapping[str, int]:
         return dict(self.quotas)
 
+    def cohort_lending(self) -> Mapping[str, tuple[str, int]]:
+        return {}  # the training queues borrow from one another alone (planning.kueue): no queue lends them more
+
     def target_state(self, target: TargetRef) -> TargetState:
         inf = self._target(target)
         return TargetState(inf.desired, inf.warm + sum(1 for r in inf.warming if r <= self.now),

@@ -150,6 +150,15 @@ def gpu_quota(cq: Mapping, resource: str = GPU_RESOURCE) -> int | None:
     return int(sum((_quantity(q) for q in found), Decimal(0))) if found else None
 
 
+def gpu_lent_to_cohort(cq: Mapping, resource: str = GPU_RESOURCE) -> int:
+    """The GPUs a ClusterQueue lets the other queues of its cohort borrow while it does not use them: each flavor's
+    lendingLimit, or its whole nominalQuota where none is set (Kueue's rule)."""
+    return int(sum((_quantity(r.get("lendingLimit", r.get("nominalQuota", 0)))
+                    for group in (cq.get("spec") or {}).get("resourceGroups") or []
+                    for flavor in group.get("flavors") or [] for r in flavor.get("resources") or []
+                    if r.get("name") == resource), Decimal(0)))
+
+
 class _Gone(Exception):
     """The watch's resourceVersion is too old (410): list again."""
 
@@ -611,6 +620,15 @@ class KubeCluster:
             quota = gpu_quota(cq, self.resource)
             if quota is not None:
                 out[cq["metadata"]["name"]] = quota
+        return out
+
+    def cohort_lending(self) -> Mapping[str, tuple[str, int]]:
+        """Each ClusterQueue in a cohort: (its cohortName, the GPUs it lends the cohort's other queues)."""
+        out = {}
+        for cq in self._objects("clusterqueues"):
+            cohort = (cq.get("spec") or {}).get("cohortName")
+            if cohort:
+                out[cq["metadata"]["name"]] = (str(cohort), gpu_lent_to_cohort(cq, self.resource))
         return out
 
     def _target(self, kind: str, namespace: str, name: str) -> dict:

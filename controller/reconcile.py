@@ -229,16 +229,32 @@ def timeless(text: str) -> str:
     return READ_RANGE.sub("", text)
 
 
-def headroom_condition(reclaimable: int, band: int, wanted: int, lent: int) -> Condition:
+def cohort_lenders(lending: Mapping[str, tuple[str, int]], training: set[str]) -> dict[str, tuple[str, int]]:
+    """The ClusterQueues, other than the training queues, that lend GPUs into a training queue's cohort: Kueue lets
+    training borrow them whenever they are not in use, beside the slack headroom lends (queue -> (cohort, GPUs))."""
+    cohorts = {lending[q][0] for q in training if q in lending}
+    return {q: (cohort, gpus) for q, (cohort, gpus) in sorted(lending.items())
+            if cohort in cohorts and q not in training and gpus > 0}
+
+
+def headroom_condition(reclaimable: int, band: int, wanted: int, lent: int,
+                       lenders: Mapping[str, tuple[str, int]]) -> Condition:
     """HeadroomAtRisk: the lent GPUs of the headroom band (`band`, the policies' headroom to their headroom quantile,
     `wanted`, within what is lent) cannot all come back within the deadline; or the headroom quantile asks for more
-    than the cluster has left to lend, so demand up to it cannot be served whatever comes back."""
+    than the cluster has left to lend, so demand up to it cannot be served whatever comes back; or another
+    ClusterQueue lends into the training queues' cohort, so Kueue may admit training beyond what is lent."""
     said = f"{reclaimable} GPUs reclaimable within the deadline; the headroom band is {band}"
     if reclaimable < band:
         return Condition("HeadroomAtRisk", "True", "ReclaimableBelowHeadroom", said)
     if wanted > band:
         return Condition("HeadroomAtRisk", "True", "HeadroomAboveCapacity",
                          f"{said}; the headroom quantile asks for {wanted} but only {lent} GPUs are lent")
+    if lenders:
+        named = ", ".join(f"ClusterQueue {q} lends up to {gpus} GPUs into cohort {cohort}"
+                          for q, (cohort, gpus) in lenders.items())
+        return Condition("HeadroomAtRisk", "True", "CohortLends",
+                         f"{said}; {named}: Kueue admits training into what it does not use, beside the {lent} GPUs "
+                         "headroom lends; set its GPU lendingLimit to 0")
     return Condition("HeadroomAtRisk", "False", "HeadroomCovered", said)
 
 
@@ -490,7 +506,9 @@ class Reconciler:
                 hours, inputs, cluster_policy, policies, now))
         failures = self._count(outcomes, step, policies)
         after = self._view(policies, now)  # after evictions and scaling
-        reclaimable, wanted, risk = self._headroom(step, after, cluster_policy)
+        lenders = cohort_lenders(self.cluster.cohort_lending(),
+                                 {q for p in policies for q in p.spec.training_cluster_queues})
+        reclaimable, wanted, risk = self._headroom(step, after, cluster_policy, lenders)
         report += self._reports(inputs, hours, step, after, failures, plan_id, now, states, cluster_policy,
                                 reclaimable, risk)
         if not self.dry_run:
@@ -945,7 +963,8 @@ class Reconciler:
         return step.lent_gpus - sum(step.quotas[q] - after.quotas.get(q, 0) for q in failed & step.quotas.keys())
 
     @staticmethod
-    def _headroom(step: StepPlan, view: View, policy: ClusterPolicy) -> tuple[int, int, Condition]:
+    def _headroom(step: StepPlan, view: View, policy: ClusterPolicy,
+                  lenders: Mapping[str, tuple[str, int]]) -> tuple[int, int, Condition]:
         """The cluster's headroom now: (GPUs reclaimable within the deadline, GPUs the headroom quantile asks for,
         HeadroomAtRisk)."""
         t = view.training
@@ -953,7 +972,8 @@ class Reconciler:
         idle = max(policy.lendable - reserved - int(t.gpus.sum()) - t.terminating_gpus, 0)
         reclaimable = idle + int(t.gpus[t.preempt_seconds <= policy.reclaim_deadline_seconds].sum())
         wanted = sum(w.headroom_gpus for w in step.workloads)
-        return reclaimable, wanted, headroom_condition(reclaimable, step.headroom_gpus, wanted, step.lent_gpus)
+        return reclaimable, wanted, headroom_condition(reclaimable, step.headroom_gpus, wanted, step.lent_gpus,
+                                                       lenders)
 
     def _reports(self, inputs, hours: HourPlan, step: StepPlan, view: View, failures, plan_id, now, states,
                  policy: ClusterPolicy, reclaimable: int, risk: Condition) -> list:

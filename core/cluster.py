@@ -47,6 +47,11 @@ class Cluster(Protocol):
         """Each ClusterQueue's GPU nominalQuota (a queue that does not exist is absent)."""
         ...
 
+    def cohort_lending(self) -> Mapping[str, tuple[str, int]]:
+        """Each ClusterQueue in a cohort: (its cohort, the GPUs it lets the cohort's other queues borrow while it
+        does not use them)."""
+        ...
+
     def target_state(self, target: TargetRef) -> TargetState:
         """Replicas of an inference target (raises core.errors.NotFound if it does not exist)."""
         ...

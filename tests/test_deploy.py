@@ -23,9 +23,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from adapters.kube import KubeCluster
+from adapters.kube import KubeCluster, gpu_lent_to_cohort
 from cli.config import Config, load_config
 from cli.main import build_parser
+from controller.reconcile import cohort_lenders
 from core.errors import NotFound
 from tests.test_run_real import kube  # noqa: F401 -- a fixture: namespaces, ClusterQueue, Deployment, policy
 
@@ -211,6 +212,8 @@ def test_examples_fit_together(base, examples):
     assert set(queues) - set(training) == {policy["spec"]["inferenceClusterQueue"]}, \
         "the policy names the inference ClusterQueue beside the training ones"
     assert len({q["spec"]["cohortName"] for q in queues.values()}) == 1, "all ClusterQueues share one cohort"
+    lending = {name: (q["spec"]["cohortName"], gpu_lent_to_cohort(q)) for name, q in queues.items()}
+    assert cohort_lenders(lending, set(training)) == {}, "only headroom lends into the training queues' cohort"
     quota = 0
     for queue in queues.values():
         for group in queue["spec"]["resourceGroups"]:

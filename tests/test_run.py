@@ -267,15 +267,25 @@ def test_a_headroom_band_wider_than_the_slack_is_at_risk_and_the_status_says_so_
     assert str(state.slack_gpus) not in conditions["HeadroomAtRisk"]["message"]
 
 
-def test_headroom_at_risk_says_whether_reclaim_or_capacity_falls_short():
-    from controller.reconcile import headroom_condition
+def test_headroom_at_risk_says_whether_reclaim_capacity_or_the_cohort_falls_short():
+    from controller.reconcile import cohort_lenders, headroom_condition
 
-    assert headroom_condition(40, 30, 30, 50).reason == "HeadroomCovered"
-    assert headroom_condition(40, 30, 30, 50).status == "False"
-    slow = headroom_condition(20, 30, 30, 50)  # slow jobs hold part of the band
+    assert headroom_condition(40, 30, 30, 50, {}).reason == "HeadroomCovered"
+    assert headroom_condition(40, 30, 30, 50, {}).status == "False"
+    slow = headroom_condition(20, 30, 30, 50, {})  # slow jobs hold part of the band
     assert (slow.status, slow.reason) == ("True", "ReclaimableBelowHeadroom")
-    short = headroom_condition(36, 36, 70, 36)  # everything lent comes back, but q0.99 needs more than that
+    short = headroom_condition(36, 36, 70, 36, {})  # everything lent comes back, but q0.99 needs more than that
     assert (short.status, short.reason) == ("True", "HeadroomAboveCapacity") and "asks for 70" in short.message
+    # the inference queue lends into the training queues' cohort; one elsewhere or with lendingLimit 0 does not
+    lending = {"inference": ("pool", 48), "research": ("pool", 8), "batch": ("pool", 8), "capped": ("pool", 0),
+               "other-team": ("elsewhere", 16)}
+    lenders = cohort_lenders(lending, {"research", "batch", "not-a-queue"})
+    assert lenders == {"inference": ("pool", 48)}
+    lends = headroom_condition(40, 30, 30, 50, lenders)
+    assert (lends.status, lends.reason) == ("True", "CohortLends")
+    assert "ClusterQueue inference lends up to 48 GPUs into cohort pool" in lends.message
+    assert "lendingLimit to 0" in lends.message
+    assert cohort_lenders(lending, {"not-a-queue"}) == {}  # training queues in no cohort borrow from nothing
 
 
 def _workload_policy(name="chat", **spec):

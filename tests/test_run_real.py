@@ -27,7 +27,7 @@ from tests.test_training import mlflow_server  # noqa: F401,F811 -- the real `ml
 from training.realized import ForecastLog
 
 NS, TRAIN_NS = "inference-run", "training-run"
-QUEUE, INFERENCE_QUEUE = "research-run", "inference-run"
+QUEUE, INFERENCE_QUEUE, COHORT = "research-run", "inference-run", "run-pool"
 MONDAY_7AM = pd.Timestamp("1995-07-17T07:00:00Z")  # the trace's third week: a weekday morning ramp
 RP = KubeCluster.custom_path("headroom.dev", "v1alpha1", "reservationpolicies", namespace=NS)
 WL = kueue.path("workloads", namespace=TRAIN_NS)
@@ -60,8 +60,9 @@ def kube(kube_admin):
                          {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
     clean(kube_admin)
     kube_admin.apply(kueue.path("resourceflavors", kueue.FLAVOR), kueue.resource_flavor())
-    for name in (QUEUE, INFERENCE_QUEUE):  # one cohort: inference and the training that borrows its slack
-        kube_admin.apply(kueue.path("clusterqueues", name), kueue.cluster_queue(name, gpus=0))
+    for name, lends in ((QUEUE, None), (INFERENCE_QUEUE, 0)):  # one cohort of their own: training borrows only
+        kube_admin.apply(kueue.path("clusterqueues", name),   # the slack lent, the inference queue lends nothing
+                         kueue.cluster_queue(name, gpus=0, cohort=COHORT, lending_limit=lends))
     kube_admin.apply(kueue.path("localqueues", QUEUE, TRAIN_NS), kueue.local_queue(TRAIN_NS, QUEUE))
     kube_admin.create(f"/apis/apps/v1/namespaces/{NS}/deployments", deployment("chat"))
     kube_admin.create(RP, policy("chat"))
@@ -244,6 +245,26 @@ def test_a_missing_training_queue_is_said_on_the_policy_naming_it(kube, controll
     assert chat["Ready"]["status"] == "True" and state.policies[f"{NS}/chat"].valid  # the other policy is not hit
     # the summary says what training was lent, not what the plan meant to lend (it once counted the missing queue's)
     assert int(kube.plan_summary(NS).read()["slackGpus"]) == state.slack_gpus == kube.get_cluster_queue_quota(QUEUE)
+
+
+def test_a_queue_lending_into_the_training_cohort_puts_the_headroom_at_risk(kube, controller, prometheus_server,
+                                                                              tmp_path):
+    """Kueue lets training borrow what another queue of its cohort does not use, beside the slack headroom lends."""
+    r = reconciler(controller, prometheus_server.url, tmp_path)
+    assert r.reconcile(MONDAY_7AM).headroom_at_risk.reason != "CohortLends"  # the inference queue lends nothing
+    lender = kueue.path("clusterqueues", "lender-run")
+    kube.apply(lender, kueue.cluster_queue("lender-run", gpus=16, cohort=COHORT))
+    try:
+        controller.sync()
+        state = r.reconcile(MONDAY_7AM + pd.Timedelta(minutes=5))
+        _, conditions = rp_status(kube)
+        assert (conditions["HeadroomAtRisk"]["status"], conditions["HeadroomAtRisk"]["reason"]) == ("True",
+                                                                                                  "CohortLends")
+        message = kube.plan_summary(NS).read()["headroomAtRiskMessage"]
+        assert f"ClusterQueue lender-run lends up to 16 GPUs into cohort {COHORT}" in message
+        assert message == state.headroom_at_risk.message and "lendingLimit to 0" in message
+    finally:
+        kube.delete(lender)
 
 
 def test_a_newcomer_on_a_taken_target_never_takes_it_from_the_working_policy(kube, controller, prometheus_server,
