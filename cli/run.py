@@ -170,8 +170,10 @@ def _print_state(now: pd.Timestamp, state) -> None:
         demand = f"{ps.observed_demand:.4g}" if ps.observed_demand is not None else "?"
         print(f"{now:%Y-%m-%d %H:%M} {name}: demand {demand} -> reserved {ps.reserved_gpus} GPUs, "
               f"headroom {ps.headroom_gpus}, reclaimable {ps.reclaimable_gpus}, model {ps.model}{flags}")
+    risk = state.headroom_at_risk
+    at_risk = f"\n{'':16} headroom at risk ({risk.reason}): {risk.message}" if risk and risk.status == "True" else ""
     print(f"{'':16} cluster: slack lent {state.slack_gpus}, training holds {state.training_gpus}, "
-          f"preemptions {dict(state.preemptions_total)}")
+          f"preemptions {dict(state.preemptions_total)}{at_risk}")
 
 
 def cmd_run(cfg: Config, args) -> int:

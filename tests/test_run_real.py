@@ -248,8 +248,10 @@ def test_a_missing_training_queue_is_said_on_the_policy_naming_it(kube, controll
 
 
 def test_a_queue_lending_into_the_training_cohort_puts_the_headroom_at_risk(kube, controller, prometheus_server,
-                                                                              tmp_path):
+                                                                              tmp_path, capsys):
     """Kueue lets training borrow what another queue of its cohort does not use, beside the slack headroom lends."""
+    from cli.run import _print_state
+
     r = reconciler(controller, prometheus_server.url, tmp_path)
     assert r.reconcile(MONDAY_7AM).headroom_at_risk.reason != "CohortLends"  # the inference queue lends nothing
     lender = kueue.path("clusterqueues", "lender-run")
@@ -263,6 +265,8 @@ def test_a_queue_lending_into_the_training_cohort_puts_the_headroom_at_risk(kube
         message = kube.plan_summary(NS).read()["headroomAtRiskMessage"]
         assert f"ClusterQueue lender-run lends up to 16 GPUs into cohort {COHORT}" in message
         assert message == state.headroom_at_risk.message and "lendingLimit to 0" in message
+        _print_state(MONDAY_7AM, state)  # what `headroom run --once` prints
+        assert f"headroom at risk (CohortLends): {message}" in capsys.readouterr().out
     finally:
         kube.delete(lender)
 
