@@ -216,7 +216,12 @@ class Informer:
     def relist(self) -> str:
         """LIST now and replace what is held (synchronously; the watch goes on from where it was); returns the
         list's resourceVersion."""
-        listing = self.cluster._request("GET", self.path)
+        try:
+            listing = self.cluster._request("GET", self.path)
+        except NotFound:  # its CRD deleted (Kueue uninstalled): nothing held is true any more; reads LIST, and say so
+            with self._lock:
+                self._items, self._floor, self._synced = {}, None, False
+            raise
         version = (listing.get("metadata") or {}).get("resourceVersion") or ""
         with self._lock:
             self._items = {self.key(o): o for o in listing.get("items", [])}

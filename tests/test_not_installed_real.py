@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from adapters.kube import KubeCluster
-from core.errors import NotFound
-from tests.servers import ROOT, free_port
+from core.errors import NotFound, NotInstalled
+from tests.servers import ROOT, free_port, wait_until
 from tests.servers import kueue as kueue_objects
 from tests.servers.fixtures import CRD_PATH, _established, crd_documents
 from tests.servers.kube import KubeApiserver
@@ -141,3 +141,36 @@ def test_headroom_run_says_what_is_not_installed_and_writes_nothing(bare_kube, c
     assert out == "", out                                              # no plan printed for a cluster it cannot read
     assert snapshot(kube) == before  # nothing written: no Lease, no status, no Event, no ConfigMap, no scale
 
+
+def test_a_crd_deleted_while_headroom_watches_is_named_by_its_reads_not_served_stale(bare_kube, crd_dir, kueue_crds):
+    """Kueue uninstalled under a running controller: its reads (through the watch caches, as `headroom run` reads)
+    say Kueue's API is not installed, instead of serving the empty cache its deletion left; reinstalled, they
+    are served again."""
+    server, kube = bare_kube
+    only(kube, crd_documents(crd_dir) + kueue_crds)
+    kube.apply(kueue_objects.path("clusterqueues", "inference-run"),
+               kueue_objects.cluster_queue("inference-run", gpus=3))
+    watching = KubeCluster.from_kubeconfig(str(server.kubeconfig()), request_timeout=5).watch()
+    said: list[str] = []
+
+    def not_installed() -> bool:
+        try:
+            watching.cluster_queue_quotas()
+        except NotInstalled as exc:
+            said.append(str(exc))
+            return True
+        return False
+
+    try:
+        assert watching.cluster_queue_quotas() == {"inference-run": 3}
+        only(kube, crd_documents(crd_dir))  # Kueue uninstalled: its objects deleted, then its API
+        wait_until(not_installed, timeout=15, what="the reads to say Kueue's API is not installed")
+        assert said[-1].startswith(kueue_message("clusterqueues")), said[-1]
+        assert watching.reservation_policies(NS) == []  # what is still installed is still read
+        only(kube, crd_documents(crd_dir) + kueue_crds)  # reinstalled: the watch cache fills again
+        kube.apply(kueue_objects.path("clusterqueues", "inference-run"),
+                   kueue_objects.cluster_queue("inference-run", gpus=5))
+        wait_until(lambda: watching.informers["clusterqueues"].synced()
+                   and watching.cluster_queue_quotas() == {"inference-run": 5}, timeout=40, what="the cache")
+    finally:
+        watching.close()
