@@ -112,18 +112,22 @@ CASES = {  # what is missing -> (headroom's CRD installed, Kueue's installed, wh
 }
 
 
-@pytest.mark.parametrize(("missing", "once"), [("kueue", True), ("headroom", True), ("both", True),
-                                              ("both", False)],  # the loop refuses at start as --once does
-                         ids=["kueue-once", "headroom-once", "both-once", "both-loop"])
+@pytest.mark.parametrize(("missing", "once", "a_policy"), [
+    ("kueue", True, True), ("headroom", True, True), ("both", True, True),
+    ("both", False, True),   # the loop refuses at start as --once does
+    ("kueue", True, False),  # no policy yet: nothing would read Kueue, but the cluster still lacks it
+], ids=["kueue-once", "headroom-once", "both-once", "both-loop", "kueue-once-no-policy"])
 def test_headroom_run_says_what_is_not_installed_and_writes_nothing(bare_kube, crd_dir, kueue_crds, tmp_path, missing,
-                                                                   once):
+                                                                   once, a_policy):
     server, kube = bare_kube
     with_headroom, with_kueue, said, unsaid = CASES[missing]
     only(kube, (crd_documents(crd_dir) if with_headroom else []) + (kueue_crds if with_kueue else []))
     # what headroom would act on, as far as the installed APIs allow: a policy and its Deployment, a cohort
     kube.apply(f"/apis/apps/v1/namespaces/{NS}/deployments/chat", deployment("chat"))
-    if with_headroom:
+    if with_headroom and a_policy:
         kube.apply(f"{RP}/chat", policy("chat"))
+    elif with_headroom:
+        kube.delete(f"{RP}/chat")
     if with_kueue:
         kube.apply(kueue_objects.path("resourceflavors", kueue_objects.FLAVOR), kueue_objects.resource_flavor())
         kube.apply(kueue_objects.path("clusterqueues", "inference-run"),
