@@ -36,7 +36,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from core.errors import ClusterError, Conflict, Invalid, NotFound
+from core.errors import ClusterError, Conflict, Invalid, NotFound, NotInstalled
 from core.objects import CONDITION_TYPES, ObjectRef, PolicyStatus, TargetRef, TargetState, WorkloadInfo
 
 log = logging.getLogger(__name__)
@@ -225,7 +225,12 @@ class Informer:
     def relist(self) -> str:
         """LIST now and replace what is held (synchronously; the watch goes on from where it was); returns the
         list's resourceVersion."""
-        listing = self.cluster._request("GET", self.path)
+        try:
+            listing = self.cluster._request("GET", self.path)
+        except NotFound:  # its CRD deleted (Kueue uninstalled): nothing held is true any more; reads LIST, and say so
+            with self._lock:
+                self._items, self._floor, self._synced = {}, None, False
+            raise
         version = (listing.get("metadata") or {}).get("resourceVersion") or ""
         with self._lock:
             self._items = {self.key(o): o for o in listing.get("items", [])}
@@ -322,6 +327,24 @@ def _kueue(plural: str) -> str:
 WATCHED = {"reservationpolicies": f"/apis/{HEADROOM_GROUP}/{HEADROOM_VERSION}/reservationpolicies",
            "workloads": _kueue("workloads"), "localqueues": _kueue("localqueues"),
            "clusterqueues": _kueue("clusterqueues")}
+# Who serves them, and how to install it: what a 404 on one of them names.
+_INSTALL = {
+    HEADROOM_GROUP: f"headroom's CRD ({HEADROOM_GROUP}/{HEADROOM_VERSION} ReservationPolicy) is not installed: "
+                    "kubectl apply --server-side -f deploy/crds/headroom.dev_reservationpolicies.yaml (docs/deploy.md)",
+    KUEUE_GROUP: f"Kueue's {KUEUE_VERSION} API ({KUEUE_GROUP}/{KUEUE_VERSION}) is not installed: install Kueue v0.15 "
+                 "or later with its CRDs (https://kueue.sigs.k8s.io/docs/installation/); an older Kueue serves "
+                 "v1beta1 only (docs/deploy.md, Kueue versions)"}
+
+
+def _not_installed(paths: list[str]) -> str:
+    """What a 404 on these WATCHED paths means: one sentence per API not served, saying how to install it."""
+    groups: dict[str, list[str]] = {}  # API group -> its plurals not served, in WATCHED's order
+    for path in paths:
+        groups.setdefault(path.split("/")[2], []).append(path.rsplit("/", 1)[1])
+    return "; ".join(f"the API server does not serve {', '.join(plurals)}: {_INSTALL[group]}"
+                     for group, plurals in groups.items())
+
+
 # A written object's (group, kind) -> the cache it belongs in.
 _CACHED_KINDS = {(HEADROOM_GROUP, "ReservationPolicy"): "reservationpolicies", (KUEUE_GROUP, "Workload"): "workloads",
                  (KUEUE_GROUP, "LocalQueue"): "localqueues", (KUEUE_GROUP, "ClusterQueue"): "clusterqueues"}
@@ -416,7 +439,10 @@ class KubeCluster:
     # ------------------------------------------------------------------ the watch cache
     def watch(self, timeout: float = 30.0, **informer_settings) -> KubeCluster:
         """Serve the policies, Workloads, LocalQueues and ClusterQueues from watch caches (started here; waits up
-        to `timeout` for their first LIST, then reads fall back to LISTs until it arrives)."""
+        to `timeout` for their first LIST, then reads fall back to LISTs until it arrives). NotInstalled first, and
+        nothing started, if the API server does not serve one of them (Kueue's API or headroom's CRD missing: a watch
+        cache that could never fill)."""
+        self.check_served()
         self._watching, self._informer_settings = True, dict(informer_settings)
         for name, path in WATCHED.items():
             if name not in self.informers:
@@ -425,6 +451,22 @@ class KubeCluster:
         while any(i.items() is None for i in self.informers.values()) and time.monotonic() < deadline:
             time.sleep(0.05)
         return self
+
+    def check_served(self) -> None:
+        """NotInstalled, naming what to install, if the API server does not serve (404) one of the resources headroom
+        reads as a whole: one small LIST of each. A server that cannot be reached, or refuses a LIST (403), is not
+        judged here: the reads say so later, and the controller copes with a server down as it always does."""
+        missing = []
+        for path in WATCHED.values():
+            try:
+                self._request("GET", path, query={"limit": "1"})
+            except NotFound:
+                missing.append(path)
+            except ClusterError as exc:
+                if exc.status == 0 or exc.status >= 500:  # the server down: one path's retries are enough
+                    break
+        if missing:
+            raise NotInstalled(_not_installed(missing), status=404)
 
     def sync(self) -> None:
         """Bring every watch cache up to the server's state now (one LIST each; nothing without `watch()`): after
@@ -440,13 +482,8 @@ class KubeCluster:
             return cached
         try:
             return self._request("GET", WATCHED[name]).get("items", [])
-        except ClusterError as exc:
-            if exc.status != 404:
-                raise
-            what = f"Kueue's {KUEUE_GROUP}/{KUEUE_VERSION} API (Kueue v0.15 or later)" if KUEUE_GROUP in WATCHED[name] \
-                else "headroom's ReservationPolicy CRD (deploy/crds)"
-            raise ClusterError(f"{exc}: the API server does not serve {WATCHED[name]}: is {what} installed?",
-                               status=404) from exc
+        except NotFound as exc:  # its CRD deleted while headroom runs (`watch()` refuses to start without it)
+            raise NotInstalled(_not_installed([WATCHED[name]]), status=404) from exc
 
     def _written(self, obj: Any) -> None:
         """An object a write returned goes into its cache at once (a reconcile reads what it wrote)."""

@@ -191,12 +191,13 @@ def cmd_run(cfg: Config, args) -> int:
                          "on Kubernetes the policies are ReservationPolicy objects and the clock is the wall clock")
     from controller.loop import Loop
     from controller.metrics import serve
-    from core.errors import ClusterError
+    from core.errors import ClusterError, NotInstalled
 
     try:
         reconciler, cluster = build(cfg, in_cluster=args.in_cluster, once=args.once)
-    except (ClusterError, OSError) as exc:
-        print(f"headroom: error: cannot reach the cluster: {exc}", file=sys.stderr)
+    except (ClusterError, OSError) as exc:  # before the Lease: nothing written
+        what = "" if isinstance(exc, NotInstalled) else "cannot reach the cluster: "  # it names what is missing
+        print(f"headroom: error: {what}{exc}", file=sys.stderr)
         return 1
     identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
     elector = cluster.leader_elector(r.lease.namespace, r.lease.name, identity, r.lease.duration_seconds)

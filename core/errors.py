@@ -41,6 +41,11 @@ class NotFound(ClusterError):
     pass
 
 
+class NotInstalled(ClusterError):
+    """The API server does not serve an API headroom needs (Kueue's, or headroom's own CRD): the message names what
+    to install."""
+
+
 class Conflict(ClusterError):
     pass
 

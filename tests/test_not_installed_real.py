@@ -1,0 +1,180 @@
+"""`headroom run` on a cluster without Kueue's v1beta2 API or without headroom's own CRD, on a real kube-apiserver.
+
+The session's API server always has both, so these tests start a second kube-apiserver of their own, once per
+module, on the session's etcd under an etcd prefix of its own: a separate, empty cluster, in seconds. Each test
+makes its set of CRDs exactly what it names (creating and deleting CRDs on that server) and runs the real CLI, in a
+process of its own, with a kubeconfig file, as a user would (docs/deploy.md).
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from adapters.kube import KubeCluster
+from core.errors import NotFound, NotInstalled
+from tests.servers import ROOT, free_port, wait_until
+from tests.servers import kueue as kueue_objects
+from tests.servers.fixtures import CRD_PATH, _established, crd_documents
+from tests.servers.kube import KubeApiserver
+from tests.test_run_real import deployment, policy
+
+NS = "inference-run"  # the namespace of the policy, its Deployment and the Lease (tests/test_run_real.py's)
+RP = KubeCluster.custom_path("headroom.dev", "v1alpha1", "reservationpolicies", namespace=NS)
+HEADROOM_MESSAGE = ("the API server does not serve reservationpolicies: headroom's CRD (headroom.dev/v1alpha1 "
+                    "ReservationPolicy) is not installed: kubectl apply --server-side -f "
+                    "deploy/crds/headroom.dev_reservationpolicies.yaml")
+
+
+def kueue_message(plurals: str = "workloads, localqueues, clusterqueues") -> str:
+    return (f"the API server does not serve {plurals}: Kueue's v1beta2 API (kueue.x-k8s.io/v1beta2) is not "
+            "installed: install Kueue v0.15 or later with its CRDs (https://kueue.sigs.k8s.io/docs/installation/)")
+
+
+KUEUE_MESSAGE = kueue_message()
+
+
+@pytest.fixture(scope="module")
+def bare_kube(kube_server, tmp_path_factory):
+    """A kube-apiserver of this module's own: the session's etcd, another etcd prefix, no CRD at first."""
+    server = KubeApiserver(tmp_path_factory.mktemp("bare-kube"), kube_server.etcd, etcd_prefix="/bare").start()
+    kube = KubeCluster.from_kubeconfig(str(server.kubeconfig()), request_timeout=30)
+    kube.apply(f"/api/v1/namespaces/{NS}", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    yield server, kube
+    kube.close()
+    server.stop()
+
+
+def _served(kube: KubeCluster, crd: dict) -> bool:
+    try:
+        kube.get(f"/apis/{crd['spec']['group']}/{crd['spec']['versions'][0]['name']}/{crd['spec']['names']['plural']}")
+        return True
+    except NotFound:
+        return False
+
+
+def only(kube: KubeCluster, crds: list[dict], timeout: float = 30.0) -> None:
+    """Make the server's CRDs exactly `crds`: the others deleted (and no longer served), these established."""
+    wanted = {c["metadata"]["name"] for c in crds}
+    held = {c["metadata"]["name"]: c for c in kube.get(CRD_PATH)["items"]}
+    for name in held.keys() - wanted:
+        kube.delete(f"{CRD_PATH}/{name}")
+    for crd in crds:
+        if crd["metadata"]["name"] not in held:
+            kube.create(CRD_PATH, crd)
+    _established(kube, sorted(wanted))
+    deadline = time.monotonic() + timeout
+    for name in held.keys() - wanted:
+        while _served(kube, held[name]):
+            assert time.monotonic() < deadline, f"CRD {name} still served after its deletion"
+            time.sleep(0.1)
+
+
+def snapshot(kube: KubeCluster) -> dict[tuple[str, str, str], str]:
+    """Every object (path, namespace, name) -> resourceVersion of the kinds `headroom run` could write, and of
+    whatever of headroom's and Kueue's APIs is served."""
+    paths = ["/api/v1/namespaces", "/api/v1/configmaps", "/api/v1/events", "/apis/apps/v1/deployments",
+             "/apis/coordination.k8s.io/v1/leases"]
+    paths += [f"/apis/{c['spec']['group']}/{c['spec']['versions'][-1]['name']}/{c['spec']['names']['plural']}"
+              for c in kube.get(CRD_PATH)["items"]]
+    return {(path, o["metadata"].get("namespace", ""), o["metadata"]["name"]): o["metadata"]["resourceVersion"]
+            for path in paths for o in kube.get(path)["items"]}
+
+
+def headroom_run(server: KubeApiserver, tmp_path, once: bool) -> tuple[int, str, str]:
+    """The real `headroom run [--once]` on `server`; its exit status, stdout and stderr. A run that does not end
+    within the timeout (the loop ran on instead of refusing) is killed and fails the test."""
+    config = tmp_path / "headroom.yaml"
+    config.write_text(yaml.safe_dump({"run": {
+        "cluster": "kubernetes", "namespace": NS, "capacity_gpus": 64, "interval_seconds": 2,
+        "lease": {"namespace": NS, "name": "not-installed"},
+        "prometheus": {"url": "http://127.0.0.1:1", "retries": 0},  # never read: the cluster check comes first
+        "forecast_log_dir": str(tmp_path / "log"), "retrain_every_seconds": 0,
+        "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"}}))
+    kubeconfig = server.kubeconfig(tmp_path / "kubeconfig")
+    argv = [sys.executable, "-m", "cli.main", "run", *(["--once"] if once else []), "--config", str(config),
+            "--kubeconfig", str(kubeconfig), "--metrics-port", str(free_port())]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=60 if once else 20)
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(f"`headroom run{' --once' if once else ''}` did not end on a cluster it cannot work "
+                             f"on:\n{exc.stderr}") from None
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+CASES = {  # what is missing -> (headroom's CRD installed, Kueue's installed, what the error names, must not name)
+    "kueue": (True, False, [KUEUE_MESSAGE], ["headroom's CRD"]),
+    "headroom": (False, True, [HEADROOM_MESSAGE], ["Kueue's"]),
+    "both": (False, False, [HEADROOM_MESSAGE, KUEUE_MESSAGE], []),
+}
+
+
+@pytest.mark.parametrize(("missing", "once", "a_policy"), [
+    ("kueue", True, True), ("headroom", True, True), ("both", True, True),
+    ("both", False, True),   # the loop refuses at start as --once does
+    ("kueue", True, False),  # no policy yet: nothing would read Kueue, but the cluster still lacks it
+], ids=["kueue-once", "headroom-once", "both-once", "both-loop", "kueue-once-no-policy"])
+def test_headroom_run_says_what_is_not_installed_and_writes_nothing(bare_kube, crd_dir, kueue_crds, tmp_path, missing,
+                                                                   once, a_policy):
+    server, kube = bare_kube
+    with_headroom, with_kueue, said, unsaid = CASES[missing]
+    only(kube, (crd_documents(crd_dir) if with_headroom else []) + (kueue_crds if with_kueue else []))
+    # what headroom would act on, as far as the installed APIs allow: a policy and its Deployment, a cohort
+    kube.apply(f"/apis/apps/v1/namespaces/{NS}/deployments/chat", deployment("chat"))
+    if with_headroom and a_policy:
+        kube.apply(f"{RP}/chat", policy("chat"))
+    elif with_headroom:
+        kube.delete(f"{RP}/chat")
+    if with_kueue:
+        kube.apply(kueue_objects.path("resourceflavors", kueue_objects.FLAVOR), kueue_objects.resource_flavor())
+        kube.apply(kueue_objects.path("clusterqueues", "inference-run"),
+                   kueue_objects.cluster_queue("inference-run", gpus=0))
+    before = snapshot(kube)
+
+    status, out, err = headroom_run(server, tmp_path, once)
+
+    assert "Traceback" not in out + err, err
+    assert status == 1, (status, out, err)  # README: 1, the work failed (its cluster lacks what it needs)
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("headroom: error: the API server does not serve "), err  # not "cannot reach the cluster"
+    assert all(s in last for s in said), last                          # what is missing, and how to install it
+    assert not any(s in last for s in unsaid), last                    # and nothing that is there
+    assert out == "", out                                              # no plan printed for a cluster it cannot read
+    assert snapshot(kube) == before  # nothing written: no Lease, no status, no Event, no ConfigMap, no scale
+
+
+def test_a_crd_deleted_while_headroom_watches_is_named_by_its_reads_not_served_stale(bare_kube, crd_dir, kueue_crds):
+    """Kueue uninstalled under a running controller: its reads (through the watch caches, as `headroom run` reads)
+    say Kueue's API is not installed, instead of serving the empty cache its deletion left; reinstalled, they
+    are served again."""
+    server, kube = bare_kube
+    only(kube, crd_documents(crd_dir) + kueue_crds)
+    kube.apply(kueue_objects.path("clusterqueues", "inference-run"),
+               kueue_objects.cluster_queue("inference-run", gpus=3))
+    watching = KubeCluster.from_kubeconfig(str(server.kubeconfig()), request_timeout=5).watch()
+    said: list[str] = []
+
+    def not_installed() -> bool:
+        try:
+            watching.cluster_queue_quotas()
+        except NotInstalled as exc:
+            said.append(str(exc))
+            return True
+        return False
+
+    try:
+        assert watching.cluster_queue_quotas() == {"inference-run": 3}
+        only(kube, crd_documents(crd_dir))  # Kueue uninstalled: its objects deleted, then its API
+        wait_until(not_installed, timeout=15, what="the reads to say Kueue's API is not installed")
+        assert said[-1].startswith(kueue_message("clusterqueues")), said[-1]
+        assert watching.reservation_policies(NS) == []  # what is still installed is still read
+        only(kube, crd_documents(crd_dir) + kueue_crds)  # reinstalled: the watch cache fills again
+        kube.apply(kueue_objects.path("clusterqueues", "inference-run"),
+                   kueue_objects.cluster_queue("inference-run", gpus=5))
+        wait_until(lambda: watching.informers["clusterqueues"].synced()
+                   and watching.cluster_queue_quotas() == {"inference-run": 5}, timeout=40, what="the cache")
+    finally:
+        watching.close()
