@@ -21,7 +21,7 @@ from controller.loop import Loop
 from controller.reconcile import Reconciler
 from core.objects import ObjectRef
 from core.settings import PrometheusServer, RunConfig
-from tests.servers import kueue
+from tests.servers import free_port, kueue
 from tests.servers.prometheus import METRIC
 from tests.test_training import mlflow_server  # noqa: F401,F811 -- the real `mlflow server` fixture
 from training.realized import ForecastLog
@@ -368,7 +368,8 @@ def test_run_once_on_kubernetes_prints_its_decisions_and_exits_1_when_a_read_fai
         "forecast_log_dir": str(tmp_path / "log"), "retrain_every_seconds": 0,
         "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"}}))
     kubeconfig = kube_server.apiserver.kubeconfig(tmp_path / "kubeconfig")
-    status = main(["run", "--once", "--config", str(config), "--kubeconfig", str(kubeconfig)])
+    status = main(["run", "--once", "--config", str(config), "--kubeconfig", str(kubeconfig),
+                   "--metrics-port", str(free_port())])  # not the default port another run on the machine may hold
     out, err = capsys.readouterr()
     assert f"{NS}/chat: demand" in out and "reserved" in out  # one line per policy, as the embedded run prints
     # the wall clock is 2026 and Prometheus holds 1995: no recent demand, the stated fallback, not a failure
@@ -386,7 +387,7 @@ def test_headroom_run_command_serves_probes_and_metrics_and_stops_cleanly(kube_s
 
     import yaml
 
-    from tests.servers import free_port, wait_until
+    from tests.servers import wait_until
 
     port = free_port()
     config = tmp_path / "headroom.yaml"
