@@ -4,16 +4,19 @@ from __future__ import annotations
 import json
 
 from cli.progress import stage_printer
-from cli.simulate import check_output_dir, every_policy, refuse_flags_the_file_holds, whatif
-from dashboards.report import compare_policies, comparison_table, format_table, render_report
+from cli.simulate import check_output_dir, check_output_folders, every_policy, refuse_flags_the_file_holds, whatif
+from controller.simulate import write_timeline
+from dashboards.report import compare_policies, comparison_table, format_table, render_report, timeline_of
 
 
 def cmd_report(cfg, args) -> int:
     """`headroom report DEMAND [--out DIR] [--policy P] [--json] ...` (simulate's options).
 
-    --policy is the policy whose timeline is plotted; the table always compares all of them."""
+    --policy is the policy whose timeline is plotted (and written to --timeline); the table always compares all
+    of them."""
     refuse_flags_the_file_holds(cfg, args)
     out = check_output_dir(args.out, "--out")
+    check_output_folders((args.timeline, "--timeline"))
     say = stage_printer("report", quiet=args.json)
     w = whatif(cfg)
     specs, tuned = every_policy(cfg, w, progress=say)
@@ -31,6 +34,8 @@ def cmd_report(cfg, args) -> int:
                                 f"{f.scale_in_delay}, lead {f.lead_time}, headroom q{f.headroom_quantile:g}"
                                 + (f" ({tuned.reason})" if tuned is not None else " (from --policy-file)")}
     path = render_report(out, results, cfg.simulate.policy, c.gpus, facts, tuned)
+    if args.timeline:
+        say(f"timeline: {write_timeline(timeline_of(results[cfg.simulate.policy]), args.timeline)}")
     table = comparison_table(results)
     if args.json:
         print(json.dumps({"report": str(path.resolve()), "policies": table.to_dict(orient="index")}, default=str))

@@ -110,6 +110,11 @@ def _timed(result: SimResult) -> tuple[TimedResult, pd.DataFrame, pd.DataFrame, 
     return result, result.timeline, result.detail, result.events
 
 
+def timeline_of(result: SimResult) -> pd.DataFrame:
+    """The steps of a result simulated with its timeline (TIMELINE_COLUMNS), as `simulate --timeline` writes them."""
+    return _timed(result)[1]
+
+
 def plot_demand(result: SimResult, path: Path) -> Figure:
     """Demand vs the forecast band vs the reservation, shortages marked."""
     plt = _pyplot()

@@ -131,9 +131,16 @@ def test_report_command_writes_the_page(tmp_path, capsys):
     assert (out / "tradeoff.png").exists()  # the forecast policy was tuned on the history
     page = (out / "index.html").read_text()
     assert "What the reactive policy did" in page
-    assert main(["report", *c, str(trace), "--days", "1", "--out", str(out / "j"), "--json", "--policy", "oracle"]) == 0
+    timeline = tmp_path / "report-timeline.csv"
+    assert main(["report", *c, str(trace), "--days", "1", "--out", str(out / "j"), "--json", "--policy", "oracle",
+                 "--timeline", str(timeline)]) == 0
     out_json = json.loads(capsys.readouterr().out)
     assert set(out_json["policies"]) == set(POLICIES) and out_json["report"].endswith("index.html")
+    # --timeline (simulate's option, which report takes) writes the plotted policy's steps, as simulate writes them
+    assert main(["simulate", *c, str(trace), "--days", "1", "--json", "--policy", "oracle",
+                 "--timeline", str(tmp_path / "simulate-timeline.csv")]) == 0
+    assert timeline.exists(), "report --timeline wrote nothing"
+    assert timeline.read_text() == (tmp_path / "simulate-timeline.csv").read_text()
 
 
 @pytest.mark.parametrize("command", ["report", "forecast", "simulate"])
