@@ -128,16 +128,17 @@ def plot_demand(result: SimResult, path: Path) -> Figure:
     ax.plot(s.index, s["demand_gpus"], color="black", lw=0.8, label="demand")
     ax.step(s.index, s["reserved_gpus"], where="post", color="tab:blue", lw=1.2, label=f"{r.reference} reservation")
     ax.step(s.index, s["warm_gpus"], where="post", color="tab:green", lw=0.8, alpha=0.8, label="warm, serving GPUs")
-    short = s[s["demand_gpus"] > s["warm_gpus"] + 1e-9]
+    # the steps the simulator counted short (the table's "short steps"), marked at the demand observed then
+    short = s[d["unmet_gpus"].reindex(s.index, fill_value=0.0) > 1e-9]  # as the simulator counts a short step
     ax.scatter(short.index, short["demand_gpus"], color="red", s=10, zorder=3,
-               label=f"demand above warm GPUs ({len(short)} of {len(s)} steps)")
+               label=f"unmet demand ({len(short)} of {len(s)} steps)")
     ax.set_xlabel("time (UTC)")
     ax.set_ylabel("GPUs")
     ax.set_title(f"Inference demand, forecast band and reservation ({r.reference} policy)")
     ax.legend(loc="upper left", fontsize=8, ncol=2)
     caption = ("Black is demand in GPUs; the blue line is what the policy reserved ahead of it and green what was warm "
-               "and serving when the step began. Demand should stay inside the shaded forecast band and above the "
-               "green line only at the red dots.")
+               "and serving when the step began. Demand should stay inside the shaded forecast band; red dots are the "
+               "steps where part of it went unserved (the table's short steps).")
     return Figure("Demand, forecast and reservation", caption, _save(fig, path))
 
 

@@ -147,3 +147,26 @@ def test_report_command_writes_the_page(tmp_path, capsys):
 def test_a_command_without_history_is_an_invalid_request(command, capsys):
     assert main([command]) == 2  # a missing argument (README: 2 invalid request), not failed work
     assert "no history" in capsys.readouterr().err
+
+
+def test_demand_plot_marks_the_short_steps_the_table_counts(tmp_path, monkeypatch):
+    """The red dots are the steps the simulator counted short (the table's "short steps"), not a recount of its own
+    (which took the first step, before anything was warm, for a shortage the simulator does not count)."""
+    from matplotlib.collections import PathCollection
+
+    import dashboards.report as report_module
+    from controller.simulate import simulate
+    from dashboards.report import plot_demand
+
+    demand = synthetic_demand(days=5)
+    scenario = Scenario(demand, 128, 1.5)
+    r = simulate(scenario, default_spec(scenario, demand_per_gpu(demand, peak_gpus=100)), reference="forecast",
+                 timeline=True, detail=True)
+    figures = []
+    monkeypatch.setattr(report_module, "_save", lambda fig, path: figures.append(fig) or path)
+    plot_demand(r, tmp_path / "demand.png")
+    ax = figures[-1].axes[0]
+    dots = sum(len(c.get_offsets()) for c in ax.collections if isinstance(c, PathCollection))
+    short = round(r.short_steps * r.steps)
+    assert dots == short, f"{dots} red dots, the table counts {short} short steps"
+    assert any(f"({short} of {r.steps} steps)" in label for label in ax.get_legend_handles_labels()[1])
