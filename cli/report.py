@@ -6,7 +6,14 @@ import json
 from cli.progress import stage_printer
 from cli.simulate import check_output_dir, check_output_folders, every_policy, refuse_flags_the_file_holds, whatif
 from controller.simulate import write_timeline
-from dashboards.report import compare_policies, comparison_table, format_table, render_report, timeline_of
+from dashboards.report import (
+    above_cluster_note,
+    compare_policies,
+    comparison_table,
+    format_table,
+    render_report,
+    timeline_of,
+)
 
 
 def cmd_report(cfg, args) -> int:
@@ -36,6 +43,9 @@ def cmd_report(cfg, args) -> int:
     path = render_report(out, results, cfg.simulate.policy, c.gpus, facts, tuned)
     if args.timeline:
         say(f"timeline: {write_timeline(timeline_of(results[cfg.simulate.policy]), args.timeline)}")
+    note = above_cluster_note(results[cfg.simulate.policy], c.gpus)
+    if note:  # as simulate says it: the table's shortage would read as none
+        say(f"note: {note}")
     table = comparison_table(results)
     if args.json:
         print(json.dumps({"report": str(path.resolve()), "policies": table.to_dict(orient="index")}, default=str))

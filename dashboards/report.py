@@ -115,8 +115,18 @@ def timeline_of(result: SimResult) -> pd.DataFrame:
     return _timed(result)[1]
 
 
-def plot_demand(result: SimResult, path: Path) -> Figure:
-    """Demand vs the forecast band vs the reservation, shortages marked."""
+def above_cluster_note(result: SimResult, gpus: int) -> str:
+    """What a cluster smaller than the demand leaves out of the table ('' when demand fits it)."""
+    if result.shortage_over_capacity <= 0:
+        return ""
+    return (f"{result.shortage_over_capacity:.1%} of inference demand (GPU-time) is above the {gpus}-GPU cluster, "
+            "which no policy can serve: the shortage, short steps and objective in the table count only the demand "
+            "within the cluster")
+
+
+def plot_demand(result: SimResult, path: Path, gpus: int | None = None) -> Figure:
+    """Demand vs the forecast band vs the reservation, shortages marked (and the cluster's size, when `gpus` is
+    given and demand goes above it)."""
     plt = _pyplot()
     r, timeline, d, _ = _timed(result)
     s = timeline.set_index("timestamp")
@@ -131,7 +141,10 @@ def plot_demand(result: SimResult, path: Path) -> Figure:
     # the steps the simulator counted short (the table's "short steps"), marked at the demand observed then
     short = s[d["unmet_gpus"].reindex(s.index, fill_value=0.0) > 1e-9]  # as the simulator counts a short step
     ax.scatter(short.index, short["demand_gpus"], color="red", s=10, zorder=3,
-               label=f"unmet demand ({len(short)} of {len(s)} steps)")
+               label=f"unmet demand within the cluster ({len(short)} of {len(s)} steps)")
+    if gpus is not None and (s["demand_gpus"] > gpus + 1e-9).any():
+        ax.axhline(gpus, color="red", lw=0.8, linestyle="--",
+                   label=f"capacity {gpus} GPUs: demand above it cannot be served ({r.shortage_over_capacity:.1%})")
     ax.set_xlabel("time (UTC)")
     ax.set_ylabel("GPUs")
     ax.set_title(f"Inference demand, forecast band and reservation ({r.reference} policy)")
@@ -237,7 +250,7 @@ def render_report(out_dir: Path, results: Mapping[str, SimResult], timeline_poli
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     timed = results[timeline_policy]
-    figures = [plot_demand(timed, out_dir / "demand.png"),
+    figures = [plot_demand(timed, out_dir / "demand.png", gpus),
                plot_usage(timed, gpus, out_dir / "gpus_by_use.png"),
                plot_preemptions(timed, out_dir / "preemptions.png")]
     if tuned is not None:
@@ -253,6 +266,9 @@ def render_report(out_dir: Path, results: Mapping[str, SimResult], timeline_poli
                     f"(objective {verdict}), lent {f.training_gpu_hours:,.0f} GPU-hours to training at "
                     f"{f.training_goodput:.1%} goodput, and broke the headroom guarantee {f.headroom_violations} "
                     f"time(s).</p>")
+    note = above_cluster_note(timed, gpus)
+    if note:
+        headline += f"<p><b>Note:</b> {html.escape(note)}.</p>"
     facts_html = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in facts.items())
     figs_html = "".join(
         f'<figure><h2>{html.escape(fig.title)}</h2><img src="{_data_uri(fig.path)}" alt="{html.escape(fig.title)}">'

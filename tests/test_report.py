@@ -170,3 +170,34 @@ def test_demand_plot_marks_the_short_steps_the_table_counts(tmp_path, monkeypatc
     short = round(r.short_steps * r.steps)
     assert dots == short, f"{dots} red dots, the table counts {short} short steps"
     assert any(f"({short} of {r.steps} steps)" in label for label in ax.get_legend_handles_labels()[1])
+
+
+def test_demand_above_a_too_small_cluster_is_said_not_reported_as_no_shortage(tmp_path, monkeypatch, capsys):
+    """--gpus below the demand: no policy can serve what is above the cluster, and the table's shortage and objective
+    leave it out (as simulate's do); the page, its demand plot and the command say so instead of 'nothing unmet'."""
+    from matplotlib.lines import Line2D
+
+    import dashboards.report as report_module
+
+    demand = synthetic_demand(days=5)
+    scenario = Scenario(demand, 16, 1.5)  # demand peaks near 100 GPUs
+    spec = default_spec(scenario, demand_per_gpu(demand, peak_gpus=100))
+    results = compare_policies(scenario, {"forecast": spec, "hourly-oracle": spec})
+    over = results["forecast"].shortage_over_capacity
+    assert over > 0.3 and results["forecast"].shortage_within_cluster == 0  # the case: all of it above the cluster
+    figures = []
+    save = report_module._save
+    monkeypatch.setattr(report_module, "_save", lambda fig, path: figures.append(fig) or save(fig, path))
+    page = render_report(tmp_path / "out", results, "forecast", 16, {})
+    text = page.read_text()
+    assert f"{over:.1%} of inference demand (GPU-time) is above the 16-GPU cluster" in text
+    demand_axes = figures[0].axes[0]
+    assert any(isinstance(a, Line2D) and "capacity 16 GPUs" in a.get_label() for a in demand_axes.get_lines())
+
+    trace = tmp_path / "demand.csv"
+    write_csv(demand, trace)
+    config = tmp_path / "headroom.yaml"
+    config.write_text("tune: {target_quantiles: [0.9], warm_buffers: [0.0], margins_gpus: [0, 8]}\n")
+    assert main(["report", "--config", str(config), str(trace), "--days", "1", "--gpus", "16",
+                 "--out", str(tmp_path / "cmd")]) == 0
+    assert "above the 16-GPU cluster" in capsys.readouterr().err
