@@ -178,14 +178,15 @@ def forecast_quality() -> Board:
             "reservation serves")], 24, 10, custom=BAND, min=0,
           options={**TIMESERIES_OPTIONS, "legend": {**TIMESERIES_OPTIONS["legend"], "displayMode": "table"}})
     b.panels[-1]["repeat"], b.panels[-1]["repeatDirection"] = "policy", "v"
-    b.add("timeseries", "Realized scaled error", "Mean absolute error per horizon, scaled by the naive "
-          "forecast's: below 1 beats repeating last week.",
+    naive = ("scaled by the mean absolute error of the naive forecast that repeats the same hour the day before "
+             "(over the fitting window): below 1 beats it")
+    b.add("timeseries", "Realized scaled error", f"Mean absolute error of the median per horizon, {naive}.",
           [(leader(sel(m.FORECAST_ERROR, POLICY)), "{{policy}} {{horizon}}"), ("vector(1)", "naive")], 12, 8, min=0)
     b.add("timeseries", "Coverage of the q0.1–q0.9 band", "Share of actuals inside the 80% band; calibrated "
           "forecasts sit near 0.8.",
           [(leader(sel(m.FORECAST_COVERAGE, POLICY)), "{{policy}} {{horizon}}"), ("vector(0.8)", "target")], 12, 8,
           unit="percentunit", min=0, max=1)
-    b.add("stat", "Scaled error now", "Latest realized scaled error per policy and horizon.",
+    b.add("stat", "Scaled error now", f"Latest realized error per policy and horizon, {naive}.",
           [(leader(sel(m.FORECAST_ERROR, POLICY)), "{{policy}} {{horizon}}")], 12, 5, decimals=2)
     b.add("stat", "Forecast age", "Age of the forecast each policy uses; it grows while demand data is missing.",
           [(leader(sel(m.FORECAST_AGE, POLICY)), "{{policy}}")], 12, 5, unit="s")

@@ -251,3 +251,23 @@ def test_leader_filter_drops_a_standbys_series(live, prometheus_scraping):
     assert [float(r["value"][1]) for r in kept] == [live[1].capacity_gpus]
     dropped = generate.leader(m.CAPACITY.name).replace("== 1", "== 0")
     assert query(prometheus_scraping, dropped, time.time())["result"] == []
+
+
+def panel(board: str, title: str) -> dict:
+    return next(p for p in BOARDS[board]["panels"] if p["title"] == title)
+
+
+def test_realized_error_panels_name_the_naive_forecast_the_controller_scales_by():
+    import inspect
+
+    from controller import observe
+    from forecast.metrics import seasonal_scale
+
+    # the controller scales the realized error by the fitting window's seasonal difference at its default season:
+    # the same hour one day earlier (24 hourly steps), not one week earlier
+    assert "seasonal_scale(hourly.to_numpy())" in inspect.getsource(observe)
+    assert inspect.signature(seasonal_scale).parameters["season"].default == 24
+    for title in ("Realized scaled error", "Scaled error now"):
+        description = panel("headroom-forecast.json", title)["description"]
+        assert "last week" not in description, (title, description)
+        assert "same hour the day before" in description, (title, description)
