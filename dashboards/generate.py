@@ -170,10 +170,13 @@ def forecast_quality() -> Board:
               [datasource_variable(), label_variable("policy", m.POLICY_VALID, "policy")])
     band = leader(sel(m.FORECAST, '{policy="$policy", horizon="1h"}'))
     b.add("timeseries", "Forecast 1 h ahead vs actual: $policy", "Each quantile of the forecast for the current hour "
-          "(made from the hours before it), the observed demand, and the demand the reservation serves; demand in "
-          "the policy's query unit. Actual above the top band means the reservation leaned on preemption headroom.",
+          "(made from the hours before it), the latest observed sample, and the demand the reservation serves; "
+          "demand in the policy's query unit. The forecast is of the hour's statistic: for statistic: max, the hour's "
+          "peak, so single samples mostly sit below its median (the coverage panel scores it). When demand goes "
+          "above the reservation line it leans on preemption headroom; above the top band (the headroom quantile) it "
+          "is beyond the headroom.",
           [(band, "q{{quantile}} forecast"),
-           (leader(sel(m.DEMAND, ONE_POLICY)), "actual"),
+           (leader(sel(m.DEMAND, ONE_POLICY)), "actual (latest sample)"),
            (f"{leader(sel(m.RESERVED, ONE_POLICY))} * {sel(m.DEMAND_PER_GPU, ONE_POLICY)}",
             "reservation serves")], 24, 10, custom=BAND, min=0,
           options={**TIMESERIES_OPTIONS, "legend": {**TIMESERIES_OPTIONS["legend"], "displayMode": "table"}})

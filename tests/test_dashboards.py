@@ -271,3 +271,18 @@ def test_realized_error_panels_name_the_naive_forecast_the_controller_scales_by(
         description = panel("headroom-forecast.json", title)["description"]
         assert "last week" not in description, (title, description)
         assert "same hour the day before" in description, (title, description)
+
+
+def test_forecast_panel_says_what_its_lines_mean(live):
+    """The band is the forecast of each hour's statistic (the hourly peak for `statistic: max`) at every quantile the
+    controller exports, the top one the headroom quantile; demand leans on preemption headroom above what the
+    reservation serves, and is beyond the headroom above the top band."""
+    p = panel("headroom-forecast.json", "Forecast 1 h ahead vs actual: $policy")
+    description = p["description"]
+    chat = live[1].policies["inference/chat"]
+    assert max(chat.forecast.columns) == 0.99  # the headroom quantile tops the band (the policy's headroomQuantile)
+    assert "Actual above the top band means the reservation leaned on preemption headroom" not in description
+    assert "above the reservation line it leans on preemption headroom" in description
+    assert "above the top band (the headroom quantile)" in description
+    assert "hour's statistic" in description  # why single samples sit below the hourly peak's median
+    assert [t["legendFormat"] for t in p["targets"]][1] == "actual (latest sample)"
