@@ -240,7 +240,7 @@ def controller_health() -> Board:
     b.add("stat", "Since the last reconcile", "Seconds since the leader finished a reconcile.",
           [(f"time() - max({leader(m.LAST_RECONCILE.name)})", "age")], 6, 5, unit="s")
     b.add("stat", "Invalid policies", "ReservationPolicies whose spec is invalid (see their status).",
-          [(f"count({sel(m.POLICY_VALID, POLICY)} == 0) or vector(0)", "invalid")], 6, 5)
+          [(f"count({leader(sel(m.POLICY_VALID, POLICY))} == 0) or vector(0)", "invalid")], 6, 5)
     b.add("stat", "Policies on fallback or degraded", "Policies reserving last week's peak, or running on stale "
           "demand data.",
           [(f"sum({leader(sel(m.FALLBACK, POLICY))})", "fallback"),

@@ -286,3 +286,45 @@ def test_forecast_panel_says_what_its_lines_mean(live):
     assert "above the top band (the headroom quantile)" in description
     assert "hour's statistic" in description  # why single samples sit below the hourly peak's median
     assert [t["legendFormat"] for t in p["targets"]][1] == "actual (latest sample)"
+
+
+# --- what the panels' PromQL answers over given series (promtool's rule unit tests: no server) ------------------
+
+def promtool() -> str:
+    binary = prom_servers.binaries()["promtool"]
+    if not binary:
+        unavailable("promtool not installed (run scripts/install-servers.sh)")
+    return str(binary)
+
+
+def promql_value(tmp_path: Path, series: dict[str, str], expr: str, at: str, expected: float | None) -> str:
+    """promtool's rule unit test of `expr` evaluated `at` (e.g. "10m") over `series` (selector -> promtool's values
+    notation, one value a minute): '' when the answer is one sample of `expected` (no sample at all for None),
+    else promtool's report."""
+    inputs = "".join(f"      - series: '{s}'\n        values: '{v}'\n" for s, v in series.items())
+    samples = "[]" if expected is None else f"\n          - value: {expected}"
+    (tmp_path / "test.yml").write_text(
+        "rule_files: []\nevaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:\n" + inputs +
+        f"    promql_expr_test:\n      - expr: {json.dumps(expr)}\n        eval_time: {at}\n"
+        f"        exp_samples: {samples}\n")
+    proc = subprocess.run([promtool(), "test", "rules", str(tmp_path / "test.yml")], capture_output=True, text=True,
+                          timeout=60)
+    return "" if proc.returncode == 0 else proc.stdout + proc.stderr
+
+
+def stat_expr(board: str, title: str) -> str:
+    (target,) = panel(board, title)["targets"]
+    return concrete(target["expr"], "inference/chat")
+
+
+def test_invalid_policies_counts_the_leaders_policies_only(tmp_path):
+    """A replica that lost the lease keeps exporting its last state (controller.loop publishes it with leader 0):
+    a policy it last saw invalid, since fixed, is not invalid now; nor is one invalid policy two."""
+    expr = stat_expr("headroom-controller.json", "Invalid policies")
+    standby_saw_it_invalid = {
+        'headroom_leader{instance="a"}': "1x10", 'headroom_leader{instance="b"}': "0x10",
+        'headroom_policy_valid{instance="a", policy="inference/chat"}': "1x10",
+        'headroom_policy_valid{instance="b", policy="inference/chat"}': "0x10"}
+    assert promql_value(tmp_path, standby_saw_it_invalid, expr, "5m", 0) == ""
+    both_see_it = {**standby_saw_it_invalid, 'headroom_policy_valid{instance="a", policy="inference/chat"}': "0x10"}
+    assert promql_value(tmp_path, both_see_it, expr, "5m", 1) == ""
