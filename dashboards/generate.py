@@ -237,8 +237,10 @@ def controller_health() -> Board:
     duration = m.RECONCILE_DURATION.name
     b.add("stat", "Leader", "Replicas holding the leader lease: exactly 1 when healthy.",
           [(f"sum({m.LEADER.name})", "leaders")], 6, 5)
-    b.add("stat", "Since the last reconcile", "Seconds since the leader finished a reconcile.",
-          [(f"time() - max({leader(m.LAST_RECONCILE.name)})", "age")], 6, 5, unit="s")
+    # any replica's newest reconcile: with the lease held by no one, the age must keep growing, not vanish
+    b.add("stat", "Since the last reconcile", "Seconds since a replica last finished a reconcile (it grows while "
+          "no replica leads).",
+          [(f"time() - max({m.LAST_RECONCILE.name})", "age")], 6, 5, unit="s")
     b.add("stat", "Invalid policies", "ReservationPolicies whose spec is invalid (see their status).",
           [(f"count({leader(sel(m.POLICY_VALID, POLICY))} == 0) or vector(0)", "invalid")], 6, 5)
     b.add("stat", "Policies on fallback or degraded", "Policies reserving last week's peak, or running on stale "

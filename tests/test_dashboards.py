@@ -328,3 +328,15 @@ def test_invalid_policies_counts_the_leaders_policies_only(tmp_path):
     assert promql_value(tmp_path, standby_saw_it_invalid, expr, "5m", 0) == ""
     both_see_it = {**standby_saw_it_invalid, 'headroom_policy_valid{instance="a", policy="inference/chat"}': "0x10"}
     assert promql_value(tmp_path, both_see_it, expr, "5m", 1) == ""
+
+
+def test_time_since_the_last_reconcile_grows_when_no_replica_leads(tmp_path):
+    """With the lease held by no one (the API server unreachable: both replicas publish leader 0), the stat must show
+    how long ago a reconcile last finished, not 'No data'."""
+    expr = stat_expr("headroom-controller.json", "Since the last reconcile")
+    # replica a reconciled every minute until 5m, then lost the lease; b never led (its timestamp stays 0)
+    series = {'headroom_leader{instance="a"}': "1x5 0x10", 'headroom_leader{instance="b"}': "0x15",
+              'headroom_last_reconcile_timestamp_seconds{instance="a"}': "0+60x5 300x10",
+              'headroom_last_reconcile_timestamp_seconds{instance="b"}': "0x15"}
+    assert promql_value(tmp_path, series, expr, "4m", 0) == ""  # leading, reconciled this minute
+    assert promql_value(tmp_path, series, expr, "10m", 300) == ""
