@@ -320,3 +320,30 @@ def test_docs_table_lists_every_metric_with_its_type_and_labels():
             name, kind, labels = (cell.strip() for cell in line.strip("|").split("|")[:3])
             rows[name.strip("`")] = (kind, () if labels == "–" else tuple(x.strip() for x in labels.split(",")))
     assert rows == {x.name: (x.kind, x.labels) for x in m.METRICS}
+
+
+def test_a_replica_that_leads_again_counts_only_the_time_it_led(demand_file, tmp_path):
+    """Two replicas, one leader at a time: replica a leads, loses the lease (the loop publishes its state with leader
+    0), b leads an hour, a leads again. The dashboards add the replicas' team GPU-seconds counters (each counts only
+    its own work): a must not count the hour b led, or that hour's training is counted twice."""
+    from controller.reconcile import Reconciler
+
+    r = Replay(tmp_path, demand_file)
+    a = r.reconciler
+    at = [MONDAY_6AM + pd.Timedelta(minutes=20 * k) for k in range(10)]
+    used: list[int] = []
+    for now in at[:4]:  # a leads: 0, 20, 40, 60 min
+        used.append(r.step(now).teams["research"].used_gpus)
+    a.holder.publish(dataclasses.replace(a.holder.get(), leader=False))  # a loses the lease (controller.loop)
+    b = Reconciler(r.cluster, r.files, r.cfg, forecast_log=r.log)
+    r.reconciler = b
+    for now in at[4:8]:  # b leads: 80 .. 140 min
+        used.append(r.step(now).teams["research"].used_gpus)
+    r.reconciler = a  # a takes the lease back
+    used.append(r.step(at[8]).teams["research"].used_gpus)
+    counted = sum(x.holder.get().teams["research"].gpu_seconds_total for x in (a, b))
+    # each replica counts from its own first reconcile as leader: a 0..60 and 160, b 80..140 (b's first step and
+    # a's return count nothing; each later step the GPUs held then over the 20 minutes since the last one)
+    expected = sum(used[1:4]) * 1200 + sum(used[5:8]) * 1200
+    assert used[8] > 0 and counted == pytest.approx(expected), \
+        f"{counted / 3600:.0f} GPU-hours counted, {expected / 3600:.0f} held while leading"
