@@ -50,7 +50,9 @@ class Board:
         self._x = self._y = self._row_h = 0
 
     def add(self, kind: str, title: str, description: str, targets: list[tuple[str, str]], w: int, h: int,
-            unit: str = "short", options: dict | None = None, custom: dict | None = None, **defaults) -> None:
+            unit: str = "short", options: dict | None = None, custom: dict | None = None,
+            units: dict[str, str] | None = None, **defaults) -> None:
+        """`units`: legend -> unit of a series whose unit is not the panel's (Grafana gives it an axis of its own)."""
         if self._x + w > WIDTH:
             self._x, self._y, self._row_h = 0, self._y + self._row_h, 0
         field = {"unit": unit, **defaults}
@@ -65,7 +67,9 @@ class Board:
             "gridPos": {"x": self._x, "y": self._y, "w": w, "h": h},
             "targets": [{"refId": chr(ord("A") + i), "datasource": DATASOURCE, "expr": expr, "legendFormat": legend,
                          "range": True} for i, (expr, legend) in enumerate(targets)],
-            "fieldConfig": {"defaults": field, "overrides": []},
+            "fieldConfig": {"defaults": field, "overrides": [
+                {"matcher": {"id": "byName", "options": legend}, "properties": [{"id": "unit", "value": u}]}
+                for legend, u in (units or {}).items()]},
             "options": options or (TIMESERIES_OPTIONS if kind == "timeseries" else STAT_OPTIONS),
         })
         self._x += w
@@ -257,7 +261,7 @@ def controller_health() -> Board:
           "reconcile that decided them: how long after (p99), and how many wait. A lag that grows, or statuses that "
           "do not drain between reconciles, say the API server is not keeping up.",
           [(f"histogram_quantile(0.99, sum by (le) (rate({lag}_bucket[$__rate_interval])))", "lag p99"),
-           (f"max({leader(m.STATUSES_WAITING.name)})", "waiting")], 12, 8, min=0)
+           (f"max({leader(m.STATUSES_WAITING.name)})", "waiting")], 12, 8, min=0, units={"lag p99": "s"})
     b.add("timeseries", "Reconciles and errors", "Reconciles finished and errors per stage, per minute.",
           [(f"sum(rate({m.RECONCILES.name}[$__rate_interval])) * 60", "reconciles / min"),
            (f"sum by (stage) (rate({m.RECONCILE_ERRORS.name}[$__rate_interval])) * 60", "{{stage}} errors / min")],

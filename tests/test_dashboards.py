@@ -340,3 +340,14 @@ def test_time_since_the_last_reconcile_grows_when_no_replica_leads(tmp_path):
               'headroom_last_reconcile_timestamp_seconds{instance="b"}': "0x15"}
     assert promql_value(tmp_path, series, expr, "4m", 0) == ""  # leading, reconciled this minute
     assert promql_value(tmp_path, series, expr, "10m", 300) == ""
+
+
+def test_a_panel_mixing_seconds_and_counts_gives_the_seconds_their_unit():
+    """'Statuses written beside' draws the status lag (seconds) beside the statuses waiting (a count): the lag must be
+    shown in seconds, not as a bare number on the count's axis."""
+    p = panel("headroom-controller.json", "Statuses written beside")
+    lag = next(t["legendFormat"] for t in p["targets"] if "_seconds_bucket" in t["expr"])
+    overrides = {o["matcher"]["options"]: {x["id"]: x["value"] for x in o["properties"]}
+                 for o in p["fieldConfig"]["overrides"] if o["matcher"]["id"] == "byName"}
+    assert p["fieldConfig"]["defaults"]["unit"] == "short"  # the waiting statuses
+    assert overrides.get(lag, {}).get("unit") == "s", p["fieldConfig"]
