@@ -11,6 +11,7 @@ from dashboards.report import (
     compare_policies,
     comparison_table,
     format_table,
+    missing_steps,
     render_report,
     timeline_of,
 )
@@ -40,7 +41,7 @@ def cmd_report(cfg, args) -> int:
              "forecast policy": f"target q{f.target_quantile:g}, warm buffer {f.warm_buffer:g}, scale-in delay "
                                 f"{f.scale_in_delay}, lead {f.lead_time}, headroom q{f.headroom_quantile:g}"
                                 + (f" ({tuned.reason})" if tuned is not None else " (from --policy-file)")}
-    path = render_report(out, results, cfg.simulate.policy, c.gpus, facts, tuned)
+    path = render_report(out, results, cfg.simulate.policy, c.gpus, facts, tuned, missing=missing_steps(w.scenario))
     if args.timeline:
         say(f"timeline: {write_timeline(timeline_of(results[cfg.simulate.policy]), args.timeline)}")
     note = above_cluster_note(results[cfg.simulate.policy], c.gpus)

@@ -124,9 +124,22 @@ def above_cluster_note(result: SimResult, gpus: int) -> str:
             "within the cluster")
 
 
-def plot_demand(result: SimResult, path: Path, gpus: int | None = None) -> Figure:
+def missing_steps(scenario: Scenario) -> pd.DatetimeIndex:
+    """The simulated steps the trace has no sample for (the simulator takes the last sample seen for them)."""
+    evaluated = scenario.demand.reindex(scenario.evaluated)
+    return pd.DatetimeIndex(evaluated.index[evaluated.isna()])
+
+
+def _missing_note(missing: pd.DatetimeIndex | None) -> str:
+    if missing is None or not len(missing):
+        return ""
+    return f"no data in the trace for {len(missing)} steps: demand taken as the last sample seen"
+
+
+def plot_demand(result: SimResult, path: Path, gpus: int | None = None,
+                missing: pd.DatetimeIndex | None = None) -> Figure:
     """Demand vs the forecast band vs the reservation, shortages marked (and the cluster's size, when `gpus` is
-    given and demand goes above it)."""
+    given and demand goes above it; the steps of `missing`, shaded, where the trace has no sample)."""
     plt = _pyplot()
     r, timeline, d, _ = _timed(result)
     s = timeline.set_index("timestamp")
@@ -145,6 +158,11 @@ def plot_demand(result: SimResult, path: Path, gpus: int | None = None) -> Figur
     if gpus is not None and (s["demand_gpus"] > gpus + 1e-9).any():
         ax.axhline(gpus, color="red", lw=0.8, linestyle="--",
                    label=f"capacity {gpus} GPUs: demand above it cannot be served ({r.shortage_over_capacity:.1%})")
+    if _missing_note(missing):
+        assert missing is not None
+        no_data = s.index.isin(missing)
+        ax.fill_between(s.index, 0, 1, where=no_data, step="post", transform=ax.get_xaxis_transform(),
+                        color="grey", alpha=0.25, label=_missing_note(missing))
     ax.set_xlabel("time (UTC)")
     ax.set_ylabel("GPUs")
     ax.set_title(f"Inference demand, forecast band and reservation ({r.reference} policy)")
@@ -245,12 +263,13 @@ dl{display:grid;grid-template-columns:max-content auto;gap:.2em 1em}dt{color:#66
 
 def render_report(out_dir: Path, results: Mapping[str, SimResult], timeline_policy: str,
                   gpus: int, facts: Mapping[str, str], tuned: TuneResult | None = None,
-                  title: str = "headroom report") -> Path:
-    """Write the PNGs and index.html into `out_dir`; returns the HTML path."""
+                  title: str = "headroom report", missing: pd.DatetimeIndex | None = None) -> Path:
+    """Write the PNGs and index.html into `out_dir`; returns the HTML path. `missing`: the simulated steps the trace
+    has no sample for (missing_steps), shown and said."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     timed = results[timeline_policy]
-    figures = [plot_demand(timed, out_dir / "demand.png", gpus),
+    figures = [plot_demand(timed, out_dir / "demand.png", gpus, missing),
                plot_usage(timed, gpus, out_dir / "gpus_by_use.png"),
                plot_preemptions(timed, out_dir / "preemptions.png")]
     if tuned is not None:
@@ -266,9 +285,9 @@ def render_report(out_dir: Path, results: Mapping[str, SimResult], timeline_poli
                     f"(objective {verdict}), lent {f.training_gpu_hours:,.0f} GPU-hours to training at "
                     f"{f.training_goodput:.1%} goodput, and broke the headroom guarantee {f.headroom_violations} "
                     f"time(s).</p>")
-    note = above_cluster_note(timed, gpus)
-    if note:
-        headline += f"<p><b>Note:</b> {html.escape(note)}.</p>"
+    for note in (above_cluster_note(timed, gpus), _missing_note(missing)):
+        if note:
+            headline += f"<p><b>Note:</b> {html.escape(note)}.</p>"
     facts_html = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in facts.items())
     figs_html = "".join(
         f'<figure><h2>{html.escape(fig.title)}</h2><img src="{_data_uri(fig.path)}" alt="{html.escape(fig.title)}">'

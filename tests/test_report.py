@@ -8,6 +8,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from cli.main import main
@@ -201,3 +202,34 @@ def test_demand_above_a_too_small_cluster_is_said_not_reported_as_no_shortage(tm
     assert main(["report", "--config", str(config), str(trace), "--days", "1", "--gpus", "16",
                  "--out", str(tmp_path / "cmd")]) == 0
     assert "above the 16-GPU cluster" in capsys.readouterr().err
+
+
+def test_a_gap_in_the_trace_is_shown_as_a_gap_not_as_demand(tmp_path, monkeypatch):
+    """Six hours without samples in the simulated days: the simulator takes the last sample seen for them (and the
+    timeline's demand is flat there); the demand plot must say so (shaded, in its legend), not draw it as demand."""
+    from matplotlib.collections import PolyCollection
+
+    import dashboards.report as report_module
+    from dashboards.report import missing_steps, plot_demand
+
+    demand = synthetic_demand(days=5)
+    gap = (demand.index >= demand.index[-1] - pd.Timedelta(hours=20)) & \
+        (demand.index < demand.index[-1] - pd.Timedelta(hours=14))
+    demand[gap] = float("nan")
+    scenario = Scenario(demand, 128, 1.5)
+    spec = default_spec(scenario, demand_per_gpu(demand, peak_gpus=100))
+    results = compare_policies(scenario, {"forecast": spec, "hourly-oracle": spec})
+    missing = missing_steps(scenario)
+    assert len(missing) == gap.sum() == 72
+    figures = []
+    save = report_module._save
+    monkeypatch.setattr(report_module, "_save", lambda fig, path: figures.append(fig) or save(fig, path))
+    plot_demand(results["forecast"], tmp_path / "demand.png", missing=missing)
+    ax = figures[-1].axes[0]
+    labels = ax.get_legend_handles_labels()[1]
+    assert any("no data" in label and "72 steps" in label and "last sample" in label for label in labels), labels
+    shaded = [c for c in ax.collections if isinstance(c, PolyCollection) and "no data" in str(c.get_label())]
+    assert shaded
+    # the page says it too
+    page = render_report(tmp_path / "out", results, "forecast", 128, {}, missing=missing)
+    assert "72 steps" in page.read_text() and "no data" in page.read_text()
