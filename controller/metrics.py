@@ -63,7 +63,7 @@ P = ("policy",)
 POLICY_VALID = Metric("headroom_policy_valid", "gauge", "1 if the ReservationPolicy is valid; an invalid one exports only this (0)", P)
 POLICY_INFO = Metric("headroom_policy_info", "gauge", "Always 1: the policy's mode (active or forecast-only) and the model that forecast it", ("policy", "mode", "model"))
 FORECAST = Metric("headroom_forecast_demand", "gauge", "Forecast demand (the demand query's unit) per quantile, for the forecast's horizon-th hour (1h: the current hour)", ("policy", "quantile", "horizon"))
-FORECAST_AGE = Metric("headroom_forecast_age_seconds", "gauge", "Age of the forecast in use", P)
+FORECAST_AGE = Metric("headroom_forecast_age_seconds", "gauge", "Age of the forecast in use; no series while the fallback reservation has none", P)
 DEMAND = Metric("headroom_demand", "gauge", "Latest observed demand (the demand query's unit)", P)
 DEMAND_PER_GPU = Metric("headroom_demand_per_gpu", "gauge", "Demand one GPU serves: demand / this = GPUs of demand", P)
 RESERVED = Metric("headroom_reserved_gpus", "gauge", "GPUs reserved for inference now (applied, or that would be in forecast-only mode)", P)
@@ -165,7 +165,8 @@ class HeadroomCollector(Collector):
             # horizons count from the plan's clock (a replay's clock is not the wall clock)
             for labels, value in _forecast_samples(p, p.now if p.now is not None else wall):
                 add(FORECAST, labels, value)
-            add(FORECAST_AGE, [p.name], p.forecast_age_seconds)
+            if p.forecast is not None:  # on the fallback there is no forecast: an age of 0 would read as fresh
+                add(FORECAST_AGE, [p.name], p.forecast_age_seconds)
             if p.observed_demand is not None:
                 add(DEMAND, [p.name], p.observed_demand)
                 if p.reserved_gpus > 0:

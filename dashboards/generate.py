@@ -195,7 +195,8 @@ def forecast_quality() -> Board:
           unit="percentunit", min=0, max=1)
     b.add("stat", "Scaled error now", f"Latest realized error per policy and horizon, {naive}.",
           [(leader(sel(m.FORECAST_ERROR, POLICY)), "{{policy}} {{horizon}}")], 12, 5, decimals=2)
-    b.add("stat", "Forecast age", "Age of the forecast each policy uses; it grows while demand data is missing.",
+    b.add("stat", "Forecast age", "Age of the forecast each policy uses; it grows while demand data is missing. "
+          "A policy on its fallback (no forecast usable) has none: see Fallback and degraded on the controller board.",
           [(leader(sel(m.FORECAST_AGE, POLICY)), "{{policy}}")], 12, 5, unit="s")
     b.add("timeseries", "Reservation utilization", "Observed demand over what the reservation serves: "
           "above 1, demand outran the reservation.",

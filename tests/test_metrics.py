@@ -347,3 +347,23 @@ def test_a_replica_that_leads_again_counts_only_the_time_it_led(demand_file, tmp
     expected = sum(used[1:4]) * 1200 + sum(used[5:8]) * 1200
     assert used[8] > 0 and counted == pytest.approx(expected), \
         f"{counted / 3600:.0f} GPU-hours counted, {expected / 3600:.0f} held while leading"
+
+
+def test_forecast_age_grows_through_an_outage_and_is_not_reset_by_the_fallback(demand_file, tmp_path):
+    """Prometheus down: the last good forecast ages, then (past keep_forecast_seconds) the fallback takes over. The age
+    must not drop to 0, which reads as a fresh forecast at the moment there is none: no forecast, no age series."""
+    from controller.demand import FileDemand
+    from tests.test_run import FailingDemand
+
+    demand = FailingDemand(FileDemand({"inference/chat": demand_file}))
+    r = Replay(tmp_path, demand_file, demand=demand, run={"keep_forecast_seconds": 3600})
+    r.step(MONDAY_6AM + pd.Timedelta(hours=4))
+    demand.fail = True
+    kept = r.step(MONDAY_6AM + pd.Timedelta(hours=4, minutes=30))
+    assert value(scrape(kept), m.FORECAST_AGE, policy="inference/chat") == 1800  # made at 10:00, in use at 10:30
+    gone = r.step(MONDAY_6AM + pd.Timedelta(hours=14))
+    assert gone.policies["inference/chat"].fallback and gone.policies["inference/chat"].forecast is None
+    text = scrape(gone)
+    assert value(text, m.FALLBACK, policy="inference/chat") == 1
+    assert (m.FORECAST_AGE.name, frozenset({"policy": "inference/chat"}.items())) not in samples(text), \
+        "a policy on its fallback has no forecast, so no forecast age (it exported 0: 'fresh')"
