@@ -367,3 +367,20 @@ def test_forecast_age_grows_through_an_outage_and_is_not_reset_by_the_fallback(d
     assert value(text, m.FALLBACK, policy="inference/chat") == 1
     assert (m.FORECAST_AGE.name, frozenset({"policy": "inference/chat"}.items())) not in samples(text), \
         "a policy on its fallback has no forecast, so no forecast age (it exported 0: 'fresh')"
+
+
+def test_reclaimable_is_the_clusters_on_every_policy_and_says_so(demand_file, tmp_path):
+    """headroom_reclaimable_gpus carries a policy label but is one cluster-wide number (controller.reconcile:
+    idle GPUs plus training preemptible within the cluster's deadline): summed over policies, as the other per-policy
+    GPU gauges are, it counts the same GPUs once per policy. Its help and the docs must say so."""
+    from tests.test_run import policy
+
+    r = Replay(tmp_path, demand_file, policy("chat"), policy("search", minGpus=8))
+    state = r.step(MONDAY_6AM)  # off-peak: GPUs left over
+    text = scrape(state)
+    both = [value(text, m.RECLAIMABLE, policy=k) for k in ("inference/chat", "inference/search")]
+    assert both[0] == both[1] == state.reclaimable_gpus > 0
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "observability.md").read_text()
+    row = next(line for line in doc.splitlines() if line.startswith(f"| `{m.RECLAIMABLE.name}`"))
+    for said in (m.RECLAIMABLE.help, row):
+        assert "the same on every policy" in said, said
