@@ -384,3 +384,15 @@ def test_reclaimable_is_the_clusters_on_every_policy_and_says_so(demand_file, tm
     row = next(line for line in doc.splitlines() if line.startswith(f"| `{m.RECLAIMABLE.name}`"))
     for said in (m.RECLAIMABLE.help, row):
         assert "the same on every policy" in said, said
+
+
+def test_what_the_docs_say_is_left_out_before_it_has_series_is(tmp_path):
+    """docs/observability.md: 'A metric with no series yet (...) is left out'. The error counters are not among them:
+    every stage is exported from 0, from the first scrape on."""
+    families = {f.name for f in text_string_to_metric_families(scrape(ControllerState()))}
+    assert m.RECONCILE_ERRORS.name.removesuffix("_total") in families
+    assert m.TEAM_USED.name not in families and m.RESERVED.name not in families
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "observability.md").read_text()
+    examples = re.search(r"A metric with no series yet \(([^)]*)\) is left out", doc)
+    assert examples and "error" not in examples[1], examples and examples[1]
+    assert "teams" in examples[1] and "polic" in examples[1]
