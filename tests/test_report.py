@@ -233,3 +233,13 @@ def test_a_gap_in_the_trace_is_shown_as_a_gap_not_as_demand(tmp_path, monkeypatc
     # the page says it too
     page = render_report(tmp_path / "out", results, "forecast", 128, {}, missing=missing)
     assert "72 steps" in page.read_text() and "no data" in page.read_text()
+
+
+def test_docs_list_the_tables_columns_as_the_page_heads_them():
+    from dashboards.report import COLUMNS
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "report.md").read_text()
+    listed = re.search(r"a table comparing the policies: (.*?)\. ", " ".join(doc.split()))
+    assert listed, "docs/report.md: no list of the table's columns"
+    columns = [c.strip().removeprefix("and ") for c in listed[1].split(",")]
+    assert columns == [header for header, _ in COLUMNS.values()], columns
