@@ -243,3 +243,12 @@ def test_docs_list_the_tables_columns_as_the_page_heads_them():
     assert listed, "docs/report.md: no list of the table's columns"
     columns = [c.strip().removeprefix("and ") for c in listed[1].split(",")]
     assert columns == [header for header, _ in COLUMNS.values()], columns
+
+
+def test_the_docs_example_of_the_rendering_functions_runs(tmp_path, monkeypatch):
+    """docs/report.md shows how other code reuses the rendering functions: the example must run as written."""
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "report.md").read_text()
+    (example,) = re.findall(r"```python\n(.*?)```", doc, re.S)
+    monkeypatch.chdir(tmp_path)
+    exec(compile(example, "docs/report.md", "exec"), {})  # noqa: S102 - the documentation's own example
+    assert (tmp_path / "out" / "index.html").exists() and (tmp_path / "out" / "demand.png").exists()
