@@ -11,6 +11,7 @@ from dashboards.report import (
     compare_policies,
     comparison_table,
     format_table,
+    missing_note,
     missing_steps,
     render_report,
     timeline_of,
@@ -41,15 +42,18 @@ def cmd_report(cfg, args) -> int:
              "forecast policy": f"target q{f.target_quantile:g}, warm buffer {f.warm_buffer:g}, scale-in delay "
                                 f"{f.scale_in_delay}, lead {f.lead_time}, headroom q{f.headroom_quantile:g}"
                                 + (f" ({tuned.reason})" if tuned is not None else " (from --policy-file)")}
-    path = render_report(out, results, cfg.simulate.policy, c.gpus, facts, tuned, missing=missing_steps(w.scenario))
+    missing = missing_steps(w.scenario)
+    path = render_report(out, results, cfg.simulate.policy, c.gpus, facts, tuned, missing=missing)
     if args.timeline:
         say(f"timeline: {write_timeline(timeline_of(results[cfg.simulate.policy]), args.timeline)}")
-    note = above_cluster_note(results[cfg.simulate.policy], c.gpus)
-    if note:  # as simulate says it: the table's shortage would read as none
+    # what the table leaves out (as simulate says it): said on stderr, and in the JSON, which has no progress lines
+    notes = [n for n in (above_cluster_note(results[cfg.simulate.policy], c.gpus), missing_note(missing)) if n]
+    for note in notes:
         say(f"note: {note}")
     table = comparison_table(results)
     if args.json:
-        print(json.dumps({"report": str(path.resolve()), "policies": table.to_dict(orient="index")}, default=str))
+        print(json.dumps({"report": str(path.resolve()), "policies": table.to_dict(orient="index"), "notes": notes},
+                         default=str))
         return 0
     print(format_table(table))
     print(f"report: {path.resolve()} (open it with: xdg-open {path.resolve()})")

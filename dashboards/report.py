@@ -130,7 +130,8 @@ def missing_steps(scenario: Scenario) -> pd.DatetimeIndex:
     return pd.DatetimeIndex(evaluated.index[evaluated.isna()])
 
 
-def _missing_note(missing: pd.DatetimeIndex | None) -> str:
+def missing_note(missing: pd.DatetimeIndex | None) -> str:
+    """What the trace's gaps in the simulated days are taken as ('' without any)."""
     if missing is None or not len(missing):
         return ""
     return f"no data in the trace for {len(missing)} steps: demand taken as the last sample seen"
@@ -158,11 +159,11 @@ def plot_demand(result: SimResult, path: Path, gpus: int | None = None,
     if gpus is not None and (s["demand_gpus"] > gpus + 1e-9).any():
         ax.axhline(gpus, color="red", lw=0.8, linestyle="--",
                    label=f"capacity {gpus} GPUs: demand above it cannot be served ({r.shortage_over_capacity:.1%})")
-    if _missing_note(missing):
+    if missing_note(missing):
         assert missing is not None
         no_data = s.index.isin(missing)
         ax.fill_between(s.index, 0, 1, where=no_data, step="post", transform=ax.get_xaxis_transform(),
-                        color="grey", alpha=0.25, label=_missing_note(missing))
+                        color="grey", alpha=0.25, label=missing_note(missing))
     ax.set_xlabel("time (UTC)")
     ax.set_ylabel("GPUs")
     ax.set_title(f"Inference demand, forecast band and reservation ({r.reference} policy)")
@@ -285,7 +286,7 @@ def render_report(out_dir: Path, results: Mapping[str, SimResult], timeline_poli
                     f"(objective {verdict}), lent {f.training_gpu_hours:,.0f} GPU-hours to training at "
                     f"{f.training_goodput:.1%} goodput, and broke the headroom guarantee {f.headroom_violations} "
                     f"time(s).</p>")
-    for note in (above_cluster_note(timed, gpus), _missing_note(missing)):
+    for note in (above_cluster_note(timed, gpus), missing_note(missing)):
         if note:
             headline += f"<p><b>Note:</b> {html.escape(note)}.</p>"
     facts_html = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in facts.items())

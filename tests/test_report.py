@@ -202,6 +202,12 @@ def test_demand_above_a_too_small_cluster_is_said_not_reported_as_no_shortage(tm
     assert main(["report", "--config", str(config), str(trace), "--days", "1", "--gpus", "16",
                  "--out", str(tmp_path / "cmd")]) == 0
     assert "above the 16-GPU cluster" in capsys.readouterr().err
+    # --json: no progress on stderr, so the note is in the object, beside a table whose shortage reads 0
+    assert main(["report", "--config", str(config), str(trace), "--days", "1", "--gpus", "16", "--json",
+                 "--out", str(tmp_path / "cmd-json")]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["policies"]["forecast"]["shortage_within_cluster"] == 0
+    assert any("above the 16-GPU cluster" in note for note in printed["notes"]), printed
 
 
 def test_a_gap_in_the_trace_is_shown_as_a_gap_not_as_demand(tmp_path, monkeypatch):
