@@ -199,7 +199,7 @@ def forecast_quality() -> Board:
           "A policy on its fallback (no forecast usable) has none: see Fallback and degraded on the controller board.",
           [(leader(sel(m.FORECAST_AGE, POLICY)), "{{policy}}")], 12, 5, unit="s")
     b.add("timeseries", "Reservation utilization", "Observed demand over what the reservation serves: "
-          "above 1, demand outran the reservation.",
+          "above 100%, demand outran the reservation.",
           [(leader(sel(m.RESERVATION_UTILIZATION, POLICY)), "{{policy}}")], 16, 7, unit="percentunit", min=0)
     b.add("table", "Mode and model", "Each policy's mode (active or forecast-only) and the model forecasting it.",
           [(leader(sel(m.POLICY_INFO, POLICY)), "")], 8, 7,
@@ -217,7 +217,7 @@ def teams() -> Board:
     b.add("timeseries", "Quota and usage", "GPUs each team's admitted workloads hold, against its quota.",
           [(leader(sel(m.TEAM_QUOTA, TEAM)), "{{team}} quota"), (leader(sel(m.TEAM_USED, TEAM)), "{{team}} used")],
           12, 8, min=0)
-    b.add("timeseries", "Utilization of quota", "Used over quota: above 1 the team borrows idle quota.",
+    b.add("timeseries", "Utilization of quota", "Used over quota: above 100% the team borrows idle quota.",
           [(leader(sel(m.TEAM_UTILIZATION, TEAM)), "{{team}}")], 12, 8, unit="percentunit", min=0)
     b.add("timeseries", "Borrowed", "GPUs used beyond the quota.",
           [(leader(sel(m.TEAM_BORROWED, TEAM)), "{{team}}")], 12, 7, custom=STACKED, min=0)

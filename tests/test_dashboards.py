@@ -351,3 +351,11 @@ def test_a_panel_mixing_seconds_and_counts_gives_the_seconds_their_unit():
                  for o in p["fieldConfig"]["overrides"] if o["matcher"]["id"] == "byName"}
     assert p["fieldConfig"]["defaults"]["unit"] == "short"  # the waiting statuses
     assert overrides.get(lag, {}).get("unit") == "s", p["fieldConfig"]
+
+
+def test_a_ratio_shown_in_percent_is_described_in_percent():
+    """A percentunit panel shows a ratio of 1 as 100%: its description must speak of 100%, not of 1."""
+    for name, board in BOARDS.items():
+        for p in board["panels"]:
+            if p["fieldConfig"]["defaults"]["unit"] == "percentunit":
+                assert not re.search(r"\b(above|below|over|under) 1\b", p["description"]), (name, p["title"])
