@@ -146,9 +146,13 @@ def plot_demand(result: SimResult, path: Path, gpus: int | None = None,
     s = timeline.set_index("timestamp")
     spec = r.policy
     fig, ax = plt.subplots(figsize=(11, 4.2))
+    # only the forecast policy has forecast quantiles: a baseline's or a reference's is the level it plans for
+    forecast = r.reference == "forecast"
+    band = f"forecast q{spec['targetQuantile']:g} to q{spec['headroomQuantile']:g} (hourly)" if forecast else \
+        f"what {r.reference} plans for ({POLICY_NOTES.get(r.reference, 'its own rule')})"
     if d["target_gpus"].notna().any():
         ax.fill_between(d.index, d["target_gpus"], d["high_gpus"], step="post", color="tab:blue", alpha=0.18,
-                        label=f"forecast q{spec['targetQuantile']:g} to q{spec['headroomQuantile']:g} (hourly)")
+                        label=band)
     ax.plot(s.index, s["demand_gpus"], color="black", lw=0.8, label="demand")
     ax.step(s.index, s["reserved_gpus"], where="post", color="tab:blue", lw=1.2, label=f"{r.reference} reservation")
     ax.step(s.index, s["warm_gpus"], where="post", color="tab:green", lw=0.8, alpha=0.8, label="warm, serving GPUs")
@@ -166,11 +170,13 @@ def plot_demand(result: SimResult, path: Path, gpus: int | None = None,
                         color="grey", alpha=0.25, label=missing_note(missing))
     ax.set_xlabel("time (UTC)")
     ax.set_ylabel("GPUs")
-    ax.set_title(f"Inference demand, forecast band and reservation ({r.reference} policy)")
+    ax.set_title(f"Inference demand, {'forecast band' if forecast else 'planned level'} and reservation "
+                 f"({r.reference} policy)")
     ax.legend(loc="upper left", fontsize=8, ncol=2)
     caption = ("Black is demand in GPUs; the blue line is what the policy reserved ahead of it and green what was warm "
-               "and serving when the step began. Demand should stay inside the shaded forecast band; red dots are the "
-               "steps where part of it went unserved (the table's short steps).")
+               "and serving when the step began. Demand should stay inside the shaded band (the forecast's; for a "
+               "baseline or a reference, the level it plans for); red dots are the steps where part of it went "
+               "unserved (the table's short steps).")
     return Figure("Demand, forecast and reservation", caption, _save(fig, path))
 
 

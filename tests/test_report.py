@@ -258,3 +258,25 @@ def test_the_docs_example_of_the_rendering_functions_runs(tmp_path, monkeypatch)
     monkeypatch.chdir(tmp_path)
     exec(compile(example, "docs/report.md", "exec"), {})  # noqa: S102 - the documentation's own example
     assert (tmp_path / "out" / "index.html").exists() and (tmp_path / "out" / "demand.png").exists()
+
+
+@pytest.mark.parametrize("reference", ["static", "oracle"])
+def test_the_demand_plot_of_a_baseline_does_not_call_its_level_a_forecast_band(reference, tmp_path, monkeypatch):
+    """--policy static (or a reference) plots that policy's timeline: the shaded level is what it plans for (the
+    lookback's peak, the future itself), not forecast quantiles it never had."""
+    import dashboards.report as report_module
+    from controller.simulate import simulate
+    from dashboards.report import plot_demand
+
+    demand = synthetic_demand(days=5)
+    scenario = Scenario(demand, 128, 1)
+    r = simulate(scenario, default_spec(scenario, demand_per_gpu(demand, peak_gpus=100)), reference=reference,
+                 timeline=True, detail=True)
+    assert r.detail["target_gpus"].notna().any()  # the simulator records its level where a forecast would be
+    figures = []
+    monkeypatch.setattr(report_module, "_save", lambda fig, path: figures.append(fig) or path)
+    plot_demand(r, tmp_path / "demand.png")
+    ax = figures[-1].axes[0]
+    texts = [*ax.get_legend_handles_labels()[1], ax.get_title()]
+    assert not any("forecast" in t for t in texts), texts
+    assert any(f"what {reference} plans for" in t for t in texts), texts
