@@ -172,6 +172,8 @@ def plot_demand(result: SimResult, path: Path, gpus: int | None = None,
     ax.set_ylabel("GPUs")
     ax.set_title(f"Inference demand, {'forecast band' if forecast else 'planned level'} and reservation "
                  f"({r.reference} policy)")
+    low, high = ax.get_ylim()
+    ax.set_ylim(low, high + 0.4 * (high - low))  # room above the data for the legend: it hides none of it
     ax.legend(loc="upper left", fontsize=8, ncol=2)
     caption = ("Black is demand in GPUs; the blue line is what the policy reserved ahead of it and green what was warm "
                "and serving when the step began. Demand should stay inside the shaded band (the forecast's; for a "

@@ -280,3 +280,31 @@ def test_the_demand_plot_of_a_baseline_does_not_call_its_level_a_forecast_band(r
     texts = [*ax.get_legend_handles_labels()[1], ax.get_title()]
     assert not any("forecast" in t for t in texts), texts
     assert any(f"what {reference} plans for" in t for t in texts), texts
+
+
+@pytest.mark.parametrize("reference", ["forecast", "static"])
+def test_the_demand_plots_legend_hides_no_data(reference, tmp_path, monkeypatch):
+    """The legend sits where nothing is drawn: a static reservation near the top of the plot, and the red dots on it,
+    were under it."""
+    import numpy as np
+
+    import dashboards.report as report_module
+    from controller.simulate import simulate
+    from dashboards.report import plot_demand
+
+    demand = synthetic_demand(days=5)
+    scenario = Scenario(demand, 128, 1)
+    r = simulate(scenario, default_spec(scenario, demand_per_gpu(demand, peak_gpus=100)), reference=reference,
+                 timeline=True, detail=True)
+    figures = []
+    monkeypatch.setattr(report_module, "_save", lambda fig, path: figures.append(fig) or path)
+    plot_demand(r, tmp_path / "demand.png")
+    fig = figures[-1]
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    box = ax.get_legend().get_window_extent()
+    points = np.concatenate([line.get_xydata() for line in ax.get_lines()]
+                            + [c.get_offsets() for c in ax.collections if len(c.get_offsets())])
+    shown = ax.transData.transform(np.asarray(points, dtype=float))
+    hidden = [p for p, (x, y) in zip(points, shown) if box.contains(x, y)]
+    assert not hidden, f"{len(hidden)} of {len(points)} plotted points under the legend, e.g. {hidden[:3]}"
