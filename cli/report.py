@@ -4,16 +4,28 @@ from __future__ import annotations
 import json
 
 from cli.progress import stage_printer
-from cli.simulate import check_output_dir, every_policy, refuse_flags_the_file_holds, whatif
-from dashboards.report import compare_policies, comparison_table, format_table, render_report
+from cli.simulate import check_output_dir, check_output_folders, every_policy, refuse_flags_the_file_holds, whatif
+from controller.simulate import write_timeline
+from dashboards.report import (
+    above_cluster_note,
+    compare_policies,
+    comparison_table,
+    format_table,
+    missing_note,
+    missing_steps,
+    render_report,
+    timeline_of,
+)
 
 
 def cmd_report(cfg, args) -> int:
     """`headroom report DEMAND [--out DIR] [--policy P] [--json] ...` (simulate's options).
 
-    --policy is the policy whose timeline is plotted; the table always compares all of them."""
+    --policy is the policy whose timeline is plotted (and written to --timeline); the table always compares all
+    of them."""
     refuse_flags_the_file_holds(cfg, args)
     out = check_output_dir(args.out, "--out")
+    check_output_folders((args.timeline, "--timeline"))
     say = stage_printer("report", quiet=args.json)
     w = whatif(cfg)
     specs, tuned = every_policy(cfg, w, progress=say)
@@ -30,10 +42,18 @@ def cmd_report(cfg, args) -> int:
              "forecast policy": f"target q{f.target_quantile:g}, warm buffer {f.warm_buffer:g}, scale-in delay "
                                 f"{f.scale_in_delay}, lead {f.lead_time}, headroom q{f.headroom_quantile:g}"
                                 + (f" ({tuned.reason})" if tuned is not None else " (from --policy-file)")}
-    path = render_report(out, results, cfg.simulate.policy, c.gpus, facts, tuned)
+    missing = missing_steps(w.scenario)
+    path = render_report(out, results, cfg.simulate.policy, c.gpus, facts, tuned, missing=missing)
+    if args.timeline:
+        say(f"timeline: {write_timeline(timeline_of(results[cfg.simulate.policy]), args.timeline)}")
+    # what the table leaves out (as simulate says it): said on stderr, and in the JSON, which has no progress lines
+    notes = [n for n in (above_cluster_note(results[cfg.simulate.policy], c.gpus), missing_note(missing)) if n]
+    for note in notes:
+        say(f"note: {note}")
     table = comparison_table(results)
     if args.json:
-        print(json.dumps({"report": str(path.resolve()), "policies": table.to_dict(orient="index")}, default=str))
+        print(json.dumps({"report": str(path.resolve()), "policies": table.to_dict(orient="index"), "notes": notes},
+                         default=str))
         return 0
     print(format_table(table))
     print(f"report: {path.resolve()} (open it with: xdg-open {path.resolve()})")

@@ -63,13 +63,13 @@ P = ("policy",)
 POLICY_VALID = Metric("headroom_policy_valid", "gauge", "1 if the ReservationPolicy is valid; an invalid one exports only this (0)", P)
 POLICY_INFO = Metric("headroom_policy_info", "gauge", "Always 1: the policy's mode (active or forecast-only) and the model that forecast it", ("policy", "mode", "model"))
 FORECAST = Metric("headroom_forecast_demand", "gauge", "Forecast demand (the demand query's unit) per quantile, for the forecast's horizon-th hour (1h: the current hour)", ("policy", "quantile", "horizon"))
-FORECAST_AGE = Metric("headroom_forecast_age_seconds", "gauge", "Age of the forecast in use", P)
+FORECAST_AGE = Metric("headroom_forecast_age_seconds", "gauge", "Age of the forecast in use; no series while the fallback reservation has none", P)
 DEMAND = Metric("headroom_demand", "gauge", "Latest observed demand (the demand query's unit)", P)
 DEMAND_PER_GPU = Metric("headroom_demand_per_gpu", "gauge", "Demand one GPU serves: demand / this = GPUs of demand", P)
 RESERVED = Metric("headroom_reserved_gpus", "gauge", "GPUs reserved for inference now (applied, or that would be in forecast-only mode)", P)
 RESERVATION_UTILIZATION = Metric("headroom_reservation_utilization_ratio", "gauge", "Observed demand over what the reservation serves (above 1: demand beyond the reservation)", P)
 HEADROOM = Metric("headroom_preemption_headroom_gpus", "gauge", "Preemption headroom the plan requires now: GPUs that must be reclaimable within the deadline", P)
-RECLAIMABLE = Metric("headroom_reclaimable_gpus", "gauge", "GPUs reclaimable within the deadline now: idle ones plus training preemptible in time", P)
+RECLAIMABLE = Metric("headroom_reclaimable_gpus", "gauge", "The cluster's GPUs reclaimable within the deadline now: idle ones plus training preemptible in time (the same on every policy: take max, not sum)", P)
 FALLBACK = Metric("headroom_policy_fallback", "gauge", "1 while the conservative (last week's peak) reservation is in use", P)
 DEGRADED = Metric("headroom_policy_degraded", "gauge", "1 while demand data is missing or stale (last good forecast or fallback in use)", P)
 FORECAST_ERROR = Metric("headroom_forecast_scaled_error_ratio", "gauge", "Realized mean absolute forecast error at this horizon, scaled by the naive forecast's (MASE-like; below 1 beats naive)", ("policy", "horizon"))
@@ -165,7 +165,8 @@ class HeadroomCollector(Collector):
             # horizons count from the plan's clock (a replay's clock is not the wall clock)
             for labels, value in _forecast_samples(p, p.now if p.now is not None else wall):
                 add(FORECAST, labels, value)
-            add(FORECAST_AGE, [p.name], p.forecast_age_seconds)
+            if p.forecast is not None:  # on the fallback there is no forecast: an age of 0 would read as fresh
+                add(FORECAST_AGE, [p.name], p.forecast_age_seconds)
             if p.observed_demand is not None:
                 add(DEMAND, [p.name], p.observed_demand)
                 if p.reserved_gpus > 0:

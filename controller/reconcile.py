@@ -1044,7 +1044,10 @@ class Reconciler:
                                   ws.headroom_gpus, step.lent_gpus, evicted_gpus(applied, p.key)))
 
     def _teams(self, view: View, policies: list[PolicyObject], now: pd.Timestamp) -> dict[str, TeamState]:
-        dt = (now - self._last_now).total_seconds() if self._last_now is not None else 0.0
+        # GPU-seconds since this replica's last reconcile, unless it stood by since (controller.loop publishes its
+        # state with leader False): the replica that led meanwhile counted that time
+        dt = (now - self._last_now).total_seconds() if self._last_now is not None and self.holder.get().leader \
+            else 0.0
         self._last_now = now
         teams = {}
         t = view.training

@@ -50,7 +50,9 @@ class Board:
         self._x = self._y = self._row_h = 0
 
     def add(self, kind: str, title: str, description: str, targets: list[tuple[str, str]], w: int, h: int,
-            unit: str = "short", options: dict | None = None, custom: dict | None = None, **defaults) -> None:
+            unit: str = "short", options: dict | None = None, custom: dict | None = None,
+            units: dict[str, str] | None = None, **defaults) -> None:
+        """`units`: legend -> unit of a series whose unit is not the panel's (Grafana gives it an axis of its own)."""
         if self._x + w > WIDTH:
             self._x, self._y, self._row_h = 0, self._y + self._row_h, 0
         field = {"unit": unit, **defaults}
@@ -65,7 +67,9 @@ class Board:
             "gridPos": {"x": self._x, "y": self._y, "w": w, "h": h},
             "targets": [{"refId": chr(ord("A") + i), "datasource": DATASOURCE, "expr": expr, "legendFormat": legend,
                          "range": True} for i, (expr, legend) in enumerate(targets)],
-            "fieldConfig": {"defaults": field, "overrides": []},
+            "fieldConfig": {"defaults": field, "overrides": [
+                {"matcher": {"id": "byName", "options": legend}, "properties": [{"id": "unit", "value": u}]}
+                for legend, u in (units or {}).items()]},
             "options": options or (TIMESERIES_OPTIONS if kind == "timeseries" else STAT_OPTIONS),
         })
         self._x += w
@@ -170,27 +174,32 @@ def forecast_quality() -> Board:
               [datasource_variable(), label_variable("policy", m.POLICY_VALID, "policy")])
     band = leader(sel(m.FORECAST, '{policy="$policy", horizon="1h"}'))
     b.add("timeseries", "Forecast 1 h ahead vs actual: $policy", "Each quantile of the forecast for the current hour "
-          "(made from the hours before it), the observed demand, and the demand the reservation serves; demand in "
-          "the policy's query unit. Actual above the top band means the reservation leaned on preemption headroom.",
+          "(made from the hours before it), the latest observed sample, and the demand the reservation serves; "
+          "demand in the policy's query unit. The forecast is of the hour's statistic: for statistic: max, the hour's "
+          "peak, so single samples mostly sit below its median (the coverage panel scores it). When demand goes "
+          "above the reservation line it leans on preemption headroom; above the top band (the headroom quantile) it "
+          "is beyond the headroom.",
           [(band, "q{{quantile}} forecast"),
-           (leader(sel(m.DEMAND, ONE_POLICY)), "actual"),
+           (leader(sel(m.DEMAND, ONE_POLICY)), "actual (latest sample)"),
            (f"{leader(sel(m.RESERVED, ONE_POLICY))} * {sel(m.DEMAND_PER_GPU, ONE_POLICY)}",
             "reservation serves")], 24, 10, custom=BAND, min=0,
           options={**TIMESERIES_OPTIONS, "legend": {**TIMESERIES_OPTIONS["legend"], "displayMode": "table"}})
     b.panels[-1]["repeat"], b.panels[-1]["repeatDirection"] = "policy", "v"
-    b.add("timeseries", "Realized scaled error", "Mean absolute error per horizon, scaled by the naive "
-          "forecast's: below 1 beats repeating last week.",
+    naive = ("scaled by the mean absolute error of the naive forecast that repeats the same hour the day before "
+             "(over the fitting window): below 1 beats it")
+    b.add("timeseries", "Realized scaled error", f"Mean absolute error of the median per horizon, {naive}.",
           [(leader(sel(m.FORECAST_ERROR, POLICY)), "{{policy}} {{horizon}}"), ("vector(1)", "naive")], 12, 8, min=0)
     b.add("timeseries", "Coverage of the q0.1–q0.9 band", "Share of actuals inside the 80% band; calibrated "
           "forecasts sit near 0.8.",
           [(leader(sel(m.FORECAST_COVERAGE, POLICY)), "{{policy}} {{horizon}}"), ("vector(0.8)", "target")], 12, 8,
           unit="percentunit", min=0, max=1)
-    b.add("stat", "Scaled error now", "Latest realized scaled error per policy and horizon.",
+    b.add("stat", "Scaled error now", f"Latest realized error per policy and horizon, {naive}.",
           [(leader(sel(m.FORECAST_ERROR, POLICY)), "{{policy}} {{horizon}}")], 12, 5, decimals=2)
-    b.add("stat", "Forecast age", "Age of the forecast each policy uses; it grows while demand data is missing.",
+    b.add("stat", "Forecast age", "Age of the forecast each policy uses; it grows while demand data is missing. "
+          "A policy on its fallback (no forecast usable) has none: see Fallback and degraded on the controller board.",
           [(leader(sel(m.FORECAST_AGE, POLICY)), "{{policy}}")], 12, 5, unit="s")
     b.add("timeseries", "Reservation utilization", "Observed demand over what the reservation serves: "
-          "above 1, demand outran the reservation.",
+          "above 100%, demand outran the reservation.",
           [(leader(sel(m.RESERVATION_UTILIZATION, POLICY)), "{{policy}}")], 16, 7, unit="percentunit", min=0)
     b.add("table", "Mode and model", "Each policy's mode (active or forecast-only) and the model forecasting it.",
           [(leader(sel(m.POLICY_INFO, POLICY)), "")], 8, 7,
@@ -208,7 +217,7 @@ def teams() -> Board:
     b.add("timeseries", "Quota and usage", "GPUs each team's admitted workloads hold, against its quota.",
           [(leader(sel(m.TEAM_QUOTA, TEAM)), "{{team}} quota"), (leader(sel(m.TEAM_USED, TEAM)), "{{team}} used")],
           12, 8, min=0)
-    b.add("timeseries", "Utilization of quota", "Used over quota: above 1 the team borrows idle quota.",
+    b.add("timeseries", "Utilization of quota", "Used over quota: above 100% the team borrows idle quota.",
           [(leader(sel(m.TEAM_UTILIZATION, TEAM)), "{{team}}")], 12, 8, unit="percentunit", min=0)
     b.add("timeseries", "Borrowed", "GPUs used beyond the quota.",
           [(leader(sel(m.TEAM_BORROWED, TEAM)), "{{team}}")], 12, 7, custom=STACKED, min=0)
@@ -233,10 +242,12 @@ def controller_health() -> Board:
     duration = m.RECONCILE_DURATION.name
     b.add("stat", "Leader", "Replicas holding the leader lease: exactly 1 when healthy.",
           [(f"sum({m.LEADER.name})", "leaders")], 6, 5)
-    b.add("stat", "Since the last reconcile", "Seconds since the leader finished a reconcile.",
-          [(f"time() - max({leader(m.LAST_RECONCILE.name)})", "age")], 6, 5, unit="s")
+    # any replica's newest reconcile: with the lease held by no one, the age must keep growing, not vanish
+    b.add("stat", "Since the last reconcile", "Seconds since a replica last finished a reconcile (it grows while "
+          "no replica leads).",
+          [(f"time() - max({m.LAST_RECONCILE.name})", "age")], 6, 5, unit="s")
     b.add("stat", "Invalid policies", "ReservationPolicies whose spec is invalid (see their status).",
-          [(f"count({sel(m.POLICY_VALID, POLICY)} == 0) or vector(0)", "invalid")], 6, 5)
+          [(f"count({leader(sel(m.POLICY_VALID, POLICY))} == 0) or vector(0)", "invalid")], 6, 5)
     b.add("stat", "Policies on fallback or degraded", "Policies reserving last week's peak, or running on stale "
           "demand data.",
           [(f"sum({leader(sel(m.FALLBACK, POLICY))})", "fallback"),
@@ -251,7 +262,7 @@ def controller_health() -> Board:
           "reconcile that decided them: how long after (p99), and how many wait. A lag that grows, or statuses that "
           "do not drain between reconciles, say the API server is not keeping up.",
           [(f"histogram_quantile(0.99, sum by (le) (rate({lag}_bucket[$__rate_interval])))", "lag p99"),
-           (f"max({leader(m.STATUSES_WAITING.name)})", "waiting")], 12, 8, min=0)
+           (f"max({leader(m.STATUSES_WAITING.name)})", "waiting")], 12, 8, min=0, units={"lag p99": "s"})
     b.add("timeseries", "Reconciles and errors", "Reconciles finished and errors per stage, per minute.",
           [(f"sum(rate({m.RECONCILES.name}[$__rate_interval])) * 60", "reconciles / min"),
            (f"sum by (stage) (rate({m.RECONCILE_ERRORS.name}[$__rate_interval])) * 60", "{{stage}} errors / min")],

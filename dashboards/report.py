@@ -110,29 +110,75 @@ def _timed(result: SimResult) -> tuple[TimedResult, pd.DataFrame, pd.DataFrame, 
     return result, result.timeline, result.detail, result.events
 
 
-def plot_demand(result: SimResult, path: Path) -> Figure:
-    """Demand vs the forecast band vs the reservation, shortages marked."""
+def timeline_of(result: SimResult) -> pd.DataFrame:
+    """The steps of a result simulated with its timeline (TIMELINE_COLUMNS), as `simulate --timeline` writes them."""
+    return _timed(result)[1]
+
+
+def above_cluster_note(result: SimResult, gpus: int) -> str:
+    """What a cluster smaller than the demand leaves out of the table ('' when demand fits it)."""
+    if result.shortage_over_capacity <= 0:
+        return ""
+    return (f"{result.shortage_over_capacity:.1%} of inference demand (GPU-time) is above the {gpus}-GPU cluster, "
+            "which no policy can serve: the shortage, short steps and objective in the table count only the demand "
+            "within the cluster")
+
+
+def missing_steps(scenario: Scenario) -> pd.DatetimeIndex:
+    """The simulated steps the trace has no sample for (the simulator takes the last sample seen for them)."""
+    evaluated = scenario.demand.reindex(scenario.evaluated)
+    return pd.DatetimeIndex(evaluated.index[evaluated.isna()])
+
+
+def missing_note(missing: pd.DatetimeIndex | None) -> str:
+    """What the trace's gaps in the simulated days are taken as ('' without any)."""
+    if missing is None or not len(missing):
+        return ""
+    return f"no data in the trace for {len(missing)} steps: demand taken as the last sample seen"
+
+
+def plot_demand(result: SimResult, path: Path, gpus: int | None = None,
+                missing: pd.DatetimeIndex | None = None) -> Figure:
+    """Demand vs the forecast band vs the reservation, shortages marked (and the cluster's size, when `gpus` is
+    given and demand goes above it; the steps of `missing`, shaded, where the trace has no sample)."""
     plt = _pyplot()
     r, timeline, d, _ = _timed(result)
     s = timeline.set_index("timestamp")
     spec = r.policy
     fig, ax = plt.subplots(figsize=(11, 4.2))
+    # only the forecast policy has forecast quantiles: a baseline's or a reference's is the level it plans for
+    forecast = r.reference == "forecast"
+    band = f"forecast q{spec['targetQuantile']:g} to q{spec['headroomQuantile']:g} (hourly)" if forecast else \
+        f"what {r.reference} plans for ({POLICY_NOTES.get(r.reference, 'its own rule')})"
     if d["target_gpus"].notna().any():
         ax.fill_between(d.index, d["target_gpus"], d["high_gpus"], step="post", color="tab:blue", alpha=0.18,
-                        label=f"forecast q{spec['targetQuantile']:g} to q{spec['headroomQuantile']:g} (hourly)")
+                        label=band)
     ax.plot(s.index, s["demand_gpus"], color="black", lw=0.8, label="demand")
     ax.step(s.index, s["reserved_gpus"], where="post", color="tab:blue", lw=1.2, label=f"{r.reference} reservation")
     ax.step(s.index, s["warm_gpus"], where="post", color="tab:green", lw=0.8, alpha=0.8, label="warm, serving GPUs")
-    short = s[s["demand_gpus"] > s["warm_gpus"] + 1e-9]
+    # the steps the simulator counted short (the table's "short steps"), marked at the demand observed then
+    short = s[d["unmet_gpus"].reindex(s.index, fill_value=0.0) > 1e-9]  # as the simulator counts a short step
     ax.scatter(short.index, short["demand_gpus"], color="red", s=10, zorder=3,
-               label=f"demand above warm GPUs ({len(short)} of {len(s)} steps)")
+               label=f"unmet demand within the cluster ({len(short)} of {len(s)} steps)")
+    if gpus is not None and (s["demand_gpus"] > gpus + 1e-9).any():
+        ax.axhline(gpus, color="red", lw=0.8, linestyle="--",
+                   label=f"capacity {gpus} GPUs: demand above it cannot be served ({r.shortage_over_capacity:.1%})")
+    if missing_note(missing):
+        assert missing is not None
+        no_data = s.index.isin(missing)
+        ax.fill_between(s.index, 0, 1, where=no_data, step="post", transform=ax.get_xaxis_transform(),
+                        color="grey", alpha=0.25, label=missing_note(missing))
     ax.set_xlabel("time (UTC)")
     ax.set_ylabel("GPUs")
-    ax.set_title(f"Inference demand, forecast band and reservation ({r.reference} policy)")
+    ax.set_title(f"Inference demand, {'forecast band' if forecast else 'planned level'} and reservation "
+                 f"({r.reference} policy)")
+    low, high = ax.get_ylim()
+    ax.set_ylim(low, high + 0.4 * (high - low))  # room above the data for the legend: it hides none of it
     ax.legend(loc="upper left", fontsize=8, ncol=2)
     caption = ("Black is demand in GPUs; the blue line is what the policy reserved ahead of it and green what was warm "
-               "and serving when the step began. Demand should stay inside the shaded forecast band and above the "
-               "green line only at the red dots.")
+               "and serving when the step began. Demand should stay inside the shaded band (the forecast's; for a "
+               "baseline or a reference, the level it plans for); red dots are the steps where part of it went "
+               "unserved (the table's short steps).")
     return Figure("Demand, forecast and reservation", caption, _save(fig, path))
 
 
@@ -226,12 +272,13 @@ dl{display:grid;grid-template-columns:max-content auto;gap:.2em 1em}dt{color:#66
 
 def render_report(out_dir: Path, results: Mapping[str, SimResult], timeline_policy: str,
                   gpus: int, facts: Mapping[str, str], tuned: TuneResult | None = None,
-                  title: str = "headroom report") -> Path:
-    """Write the PNGs and index.html into `out_dir`; returns the HTML path."""
+                  title: str = "headroom report", missing: pd.DatetimeIndex | None = None) -> Path:
+    """Write the PNGs and index.html into `out_dir`; returns the HTML path. `missing`: the simulated steps the trace
+    has no sample for (missing_steps), shown and said."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     timed = results[timeline_policy]
-    figures = [plot_demand(timed, out_dir / "demand.png"),
+    figures = [plot_demand(timed, out_dir / "demand.png", gpus, missing),
                plot_usage(timed, gpus, out_dir / "gpus_by_use.png"),
                plot_preemptions(timed, out_dir / "preemptions.png")]
     if tuned is not None:
@@ -247,6 +294,9 @@ def render_report(out_dir: Path, results: Mapping[str, SimResult], timeline_poli
                     f"(objective {verdict}), lent {f.training_gpu_hours:,.0f} GPU-hours to training at "
                     f"{f.training_goodput:.1%} goodput, and broke the headroom guarantee {f.headroom_violations} "
                     f"time(s).</p>")
+    for note in (above_cluster_note(timed, gpus), missing_note(missing)):
+        if note:
+            headline += f"<p><b>Note:</b> {html.escape(note)}.</p>"
     facts_html = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in facts.items())
     figs_html = "".join(
         f'<figure><h2>{html.escape(fig.title)}</h2><img src="{_data_uri(fig.path)}" alt="{html.escape(fig.title)}">'

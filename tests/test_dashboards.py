@@ -251,3 +251,111 @@ def test_leader_filter_drops_a_standbys_series(live, prometheus_scraping):
     assert [float(r["value"][1]) for r in kept] == [live[1].capacity_gpus]
     dropped = generate.leader(m.CAPACITY.name).replace("== 1", "== 0")
     assert query(prometheus_scraping, dropped, time.time())["result"] == []
+
+
+def panel(board: str, title: str) -> dict:
+    return next(p for p in BOARDS[board]["panels"] if p["title"] == title)
+
+
+def test_realized_error_panels_name_the_naive_forecast_the_controller_scales_by():
+    import inspect
+
+    from controller import observe
+    from forecast.metrics import seasonal_scale
+
+    # the controller scales the realized error by the fitting window's seasonal difference at its default season:
+    # the same hour one day earlier (24 hourly steps), not one week earlier
+    assert "seasonal_scale(hourly.to_numpy())" in inspect.getsource(observe)
+    assert inspect.signature(seasonal_scale).parameters["season"].default == 24
+    for title in ("Realized scaled error", "Scaled error now"):
+        description = panel("headroom-forecast.json", title)["description"]
+        assert "last week" not in description, (title, description)
+        assert "same hour the day before" in description, (title, description)
+
+
+def test_forecast_panel_says_what_its_lines_mean(live):
+    """The band is the forecast of each hour's statistic (the hourly peak for `statistic: max`) at every quantile the
+    controller exports, the top one the headroom quantile; demand leans on preemption headroom above what the
+    reservation serves, and is beyond the headroom above the top band."""
+    p = panel("headroom-forecast.json", "Forecast 1 h ahead vs actual: $policy")
+    description = p["description"]
+    chat = live[1].policies["inference/chat"]
+    assert max(chat.forecast.columns) == 0.99  # the headroom quantile tops the band (the policy's headroomQuantile)
+    assert "Actual above the top band means the reservation leaned on preemption headroom" not in description
+    assert "above the reservation line it leans on preemption headroom" in description
+    assert "above the top band (the headroom quantile)" in description
+    assert "hour's statistic" in description  # why single samples sit below the hourly peak's median
+    assert [t["legendFormat"] for t in p["targets"]][1] == "actual (latest sample)"
+
+
+# --- what the panels' PromQL answers over given series (promtool's rule unit tests: no server) ------------------
+
+def promtool() -> str:
+    binary = prom_servers.binaries()["promtool"]
+    if not binary:
+        unavailable("promtool not installed (run scripts/install-servers.sh)")
+    return str(binary)
+
+
+def promql_value(tmp_path: Path, series: dict[str, str], expr: str, at: str, expected: float | None) -> str:
+    """promtool's rule unit test of `expr` evaluated `at` (e.g. "10m") over `series` (selector -> promtool's values
+    notation, one value a minute): '' when the answer is one sample of `expected` (no sample at all for None),
+    else promtool's report."""
+    inputs = "".join(f"      - series: '{s}'\n        values: '{v}'\n" for s, v in series.items())
+    samples = "[]" if expected is None else f"\n          - value: {expected}"
+    (tmp_path / "test.yml").write_text(
+        "rule_files: []\nevaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:\n" + inputs +
+        f"    promql_expr_test:\n      - expr: {json.dumps(expr)}\n        eval_time: {at}\n"
+        f"        exp_samples: {samples}\n")
+    proc = subprocess.run([promtool(), "test", "rules", str(tmp_path / "test.yml")], capture_output=True, text=True,
+                          timeout=60)
+    return "" if proc.returncode == 0 else proc.stdout + proc.stderr
+
+
+def stat_expr(board: str, title: str) -> str:
+    (target,) = panel(board, title)["targets"]
+    return concrete(target["expr"], "inference/chat")
+
+
+def test_invalid_policies_counts_the_leaders_policies_only(tmp_path):
+    """A replica that lost the lease keeps exporting its last state (controller.loop publishes it with leader 0):
+    a policy it last saw invalid, since fixed, is not invalid now; nor is one invalid policy two."""
+    expr = stat_expr("headroom-controller.json", "Invalid policies")
+    standby_saw_it_invalid = {
+        'headroom_leader{instance="a"}': "1x10", 'headroom_leader{instance="b"}': "0x10",
+        'headroom_policy_valid{instance="a", policy="inference/chat"}': "1x10",
+        'headroom_policy_valid{instance="b", policy="inference/chat"}': "0x10"}
+    assert promql_value(tmp_path, standby_saw_it_invalid, expr, "5m", 0) == ""
+    both_see_it = {**standby_saw_it_invalid, 'headroom_policy_valid{instance="a", policy="inference/chat"}': "0x10"}
+    assert promql_value(tmp_path, both_see_it, expr, "5m", 1) == ""
+
+
+def test_time_since_the_last_reconcile_grows_when_no_replica_leads(tmp_path):
+    """With the lease held by no one (the API server unreachable: both replicas publish leader 0), the stat must show
+    how long ago a reconcile last finished, not 'No data'."""
+    expr = stat_expr("headroom-controller.json", "Since the last reconcile")
+    # replica a reconciled every minute until 5m, then lost the lease; b never led (its timestamp stays 0)
+    series = {'headroom_leader{instance="a"}': "1x5 0x10", 'headroom_leader{instance="b"}': "0x15",
+              'headroom_last_reconcile_timestamp_seconds{instance="a"}': "0+60x5 300x10",
+              'headroom_last_reconcile_timestamp_seconds{instance="b"}': "0x15"}
+    assert promql_value(tmp_path, series, expr, "4m", 0) == ""  # leading, reconciled this minute
+    assert promql_value(tmp_path, series, expr, "10m", 300) == ""
+
+
+def test_a_panel_mixing_seconds_and_counts_gives_the_seconds_their_unit():
+    """'Statuses written beside' draws the status lag (seconds) beside the statuses waiting (a count): the lag must be
+    shown in seconds, not as a bare number on the count's axis."""
+    p = panel("headroom-controller.json", "Statuses written beside")
+    lag = next(t["legendFormat"] for t in p["targets"] if "_seconds_bucket" in t["expr"])
+    overrides = {o["matcher"]["options"]: {x["id"]: x["value"] for x in o["properties"]}
+                 for o in p["fieldConfig"]["overrides"] if o["matcher"]["id"] == "byName"}
+    assert p["fieldConfig"]["defaults"]["unit"] == "short"  # the waiting statuses
+    assert overrides.get(lag, {}).get("unit") == "s", p["fieldConfig"]
+
+
+def test_a_ratio_shown_in_percent_is_described_in_percent():
+    """A percentunit panel shows a ratio of 1 as 100%: its description must speak of 100%, not of 1."""
+    for name, board in BOARDS.items():
+        for p in board["panels"]:
+            if p["fieldConfig"]["defaults"]["unit"] == "percentunit":
+                assert not re.search(r"\b(above|below|over|under) 1\b", p["description"]), (name, p["title"])

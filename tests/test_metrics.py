@@ -320,3 +320,79 @@ def test_docs_table_lists_every_metric_with_its_type_and_labels():
             name, kind, labels = (cell.strip() for cell in line.strip("|").split("|")[:3])
             rows[name.strip("`")] = (kind, () if labels == "–" else tuple(x.strip() for x in labels.split(",")))
     assert rows == {x.name: (x.kind, x.labels) for x in m.METRICS}
+
+
+def test_a_replica_that_leads_again_counts_only_the_time_it_led(demand_file, tmp_path):
+    """Two replicas, one leader at a time: replica a leads, loses the lease (the loop publishes its state with leader
+    0), b leads an hour, a leads again. The dashboards add the replicas' team GPU-seconds counters (each counts only
+    its own work): a must not count the hour b led, or that hour's training is counted twice."""
+    from controller.reconcile import Reconciler
+
+    r = Replay(tmp_path, demand_file)
+    a = r.reconciler
+    at = [MONDAY_6AM + pd.Timedelta(minutes=20 * k) for k in range(10)]
+    used: list[int] = []
+    for now in at[:4]:  # a leads: 0, 20, 40, 60 min
+        used.append(r.step(now).teams["research"].used_gpus)
+    a.holder.publish(dataclasses.replace(a.holder.get(), leader=False))  # a loses the lease (controller.loop)
+    b = Reconciler(r.cluster, r.files, r.cfg, forecast_log=r.log)
+    r.reconciler = b
+    for now in at[4:8]:  # b leads: 80 .. 140 min
+        used.append(r.step(now).teams["research"].used_gpus)
+    r.reconciler = a  # a takes the lease back
+    used.append(r.step(at[8]).teams["research"].used_gpus)
+    counted = sum(x.holder.get().teams["research"].gpu_seconds_total for x in (a, b))
+    # each replica counts from its own first reconcile as leader: a 0..60 and 160, b 80..140 (b's first step and
+    # a's return count nothing; each later step the GPUs held then over the 20 minutes since the last one)
+    expected = sum(used[1:4]) * 1200 + sum(used[5:8]) * 1200
+    assert used[8] > 0 and counted == pytest.approx(expected), \
+        f"{counted / 3600:.0f} GPU-hours counted, {expected / 3600:.0f} held while leading"
+
+
+def test_forecast_age_grows_through_an_outage_and_is_not_reset_by_the_fallback(demand_file, tmp_path):
+    """Prometheus down: the last good forecast ages, then (past keep_forecast_seconds) the fallback takes over. The age
+    must not drop to 0, which reads as a fresh forecast at the moment there is none: no forecast, no age series."""
+    from controller.demand import FileDemand
+    from tests.test_run import FailingDemand
+
+    demand = FailingDemand(FileDemand({"inference/chat": demand_file}))
+    r = Replay(tmp_path, demand_file, demand=demand, run={"keep_forecast_seconds": 3600})
+    r.step(MONDAY_6AM + pd.Timedelta(hours=4))
+    demand.fail = True
+    kept = r.step(MONDAY_6AM + pd.Timedelta(hours=4, minutes=30))
+    assert value(scrape(kept), m.FORECAST_AGE, policy="inference/chat") == 1800  # made at 10:00, in use at 10:30
+    gone = r.step(MONDAY_6AM + pd.Timedelta(hours=14))
+    assert gone.policies["inference/chat"].fallback and gone.policies["inference/chat"].forecast is None
+    text = scrape(gone)
+    assert value(text, m.FALLBACK, policy="inference/chat") == 1
+    assert (m.FORECAST_AGE.name, frozenset({"policy": "inference/chat"}.items())) not in samples(text), \
+        "a policy on its fallback has no forecast, so no forecast age (it exported 0: 'fresh')"
+
+
+def test_reclaimable_is_the_clusters_on_every_policy_and_says_so(demand_file, tmp_path):
+    """headroom_reclaimable_gpus carries a policy label but is one cluster-wide number (controller.reconcile:
+    idle GPUs plus training preemptible within the cluster's deadline): summed over policies, as the other per-policy
+    GPU gauges are, it counts the same GPUs once per policy. Its help and the docs must say so."""
+    from tests.test_run import policy
+
+    r = Replay(tmp_path, demand_file, policy("chat"), policy("search", minGpus=8))
+    state = r.step(MONDAY_6AM)  # off-peak: GPUs left over
+    text = scrape(state)
+    both = [value(text, m.RECLAIMABLE, policy=k) for k in ("inference/chat", "inference/search")]
+    assert both[0] == both[1] == state.reclaimable_gpus > 0
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "observability.md").read_text()
+    row = next(line for line in doc.splitlines() if line.startswith(f"| `{m.RECLAIMABLE.name}`"))
+    for said in (m.RECLAIMABLE.help, row):
+        assert "the same on every policy" in said, said
+
+
+def test_what_the_docs_say_is_left_out_before_it_has_series_is(tmp_path):
+    """docs/observability.md: 'A metric with no series yet (...) is left out'. The error counters are not among them:
+    every stage is exported from 0, from the first scrape on."""
+    families = {f.name for f in text_string_to_metric_families(scrape(ControllerState()))}
+    assert m.RECONCILE_ERRORS.name.removesuffix("_total") in families
+    assert m.TEAM_USED.name not in families and m.RESERVED.name not in families
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "observability.md").read_text()
+    examples = re.search(r"A metric with no series yet \(([^)]*)\) is left out", doc)
+    assert examples and "error" not in examples[1], examples and examples[1]
+    assert "teams" in examples[1] and "polic" in examples[1]

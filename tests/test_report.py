@@ -8,6 +8,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from cli.main import main
@@ -131,12 +132,179 @@ def test_report_command_writes_the_page(tmp_path, capsys):
     assert (out / "tradeoff.png").exists()  # the forecast policy was tuned on the history
     page = (out / "index.html").read_text()
     assert "What the reactive policy did" in page
-    assert main(["report", *c, str(trace), "--days", "1", "--out", str(out / "j"), "--json", "--policy", "oracle"]) == 0
+    timeline = tmp_path / "report-timeline.csv"
+    assert main(["report", *c, str(trace), "--days", "1", "--out", str(out / "j"), "--json", "--policy", "oracle",
+                 "--timeline", str(timeline)]) == 0
     out_json = json.loads(capsys.readouterr().out)
     assert set(out_json["policies"]) == set(POLICIES) and out_json["report"].endswith("index.html")
+    # --timeline (simulate's option, which report takes) writes the plotted policy's steps, as simulate writes them
+    assert main(["simulate", *c, str(trace), "--days", "1", "--json", "--policy", "oracle",
+                 "--timeline", str(tmp_path / "simulate-timeline.csv")]) == 0
+    assert timeline.exists(), "report --timeline wrote nothing"
+    assert timeline.read_text() == (tmp_path / "simulate-timeline.csv").read_text()
 
 
 @pytest.mark.parametrize("command", ["report", "forecast", "simulate"])
 def test_a_command_without_history_is_an_invalid_request(command, capsys):
     assert main([command]) == 2  # a missing argument (README: 2 invalid request), not failed work
     assert "no history" in capsys.readouterr().err
+
+
+def test_demand_plot_marks_the_short_steps_the_table_counts(tmp_path, monkeypatch):
+    """The red dots are the steps the simulator counted short (the table's "short steps"), not a recount of its own
+    (which took the first step, before anything was warm, for a shortage the simulator does not count)."""
+    from matplotlib.collections import PathCollection
+
+    import dashboards.report as report_module
+    from controller.simulate import simulate
+    from dashboards.report import plot_demand
+
+    demand = synthetic_demand(days=5)
+    scenario = Scenario(demand, 128, 1.5)
+    r = simulate(scenario, default_spec(scenario, demand_per_gpu(demand, peak_gpus=100)), reference="forecast",
+                 timeline=True, detail=True)
+    figures = []
+    monkeypatch.setattr(report_module, "_save", lambda fig, path: figures.append(fig) or path)
+    plot_demand(r, tmp_path / "demand.png")
+    ax = figures[-1].axes[0]
+    dots = sum(len(c.get_offsets()) for c in ax.collections if isinstance(c, PathCollection))
+    short = round(r.short_steps * r.steps)
+    assert dots == short, f"{dots} red dots, the table counts {short} short steps"
+    assert any(f"({short} of {r.steps} steps)" in label for label in ax.get_legend_handles_labels()[1])
+
+
+def test_demand_above_a_too_small_cluster_is_said_not_reported_as_no_shortage(tmp_path, monkeypatch, capsys):
+    """--gpus below the demand: no policy can serve what is above the cluster, and the table's shortage and objective
+    leave it out (as simulate's do); the page, its demand plot and the command say so instead of 'nothing unmet'."""
+    from matplotlib.lines import Line2D
+
+    import dashboards.report as report_module
+
+    demand = synthetic_demand(days=5)
+    scenario = Scenario(demand, 16, 1.5)  # demand peaks near 100 GPUs
+    spec = default_spec(scenario, demand_per_gpu(demand, peak_gpus=100))
+    results = compare_policies(scenario, {"forecast": spec, "hourly-oracle": spec})
+    over = results["forecast"].shortage_over_capacity
+    assert over > 0.3 and results["forecast"].shortage_within_cluster == 0  # the case: all of it above the cluster
+    figures = []
+    save = report_module._save
+    monkeypatch.setattr(report_module, "_save", lambda fig, path: figures.append(fig) or save(fig, path))
+    page = render_report(tmp_path / "out", results, "forecast", 16, {})
+    text = page.read_text()
+    assert f"{over:.1%} of inference demand (GPU-time) is above the 16-GPU cluster" in text
+    demand_axes = figures[0].axes[0]
+    assert any(isinstance(a, Line2D) and "capacity 16 GPUs" in a.get_label() for a in demand_axes.get_lines())
+
+    trace = tmp_path / "demand.csv"
+    write_csv(demand, trace)
+    config = tmp_path / "headroom.yaml"
+    config.write_text("tune: {target_quantiles: [0.9], warm_buffers: [0.0], margins_gpus: [0, 8]}\n")
+    assert main(["report", "--config", str(config), str(trace), "--days", "1", "--gpus", "16",
+                 "--out", str(tmp_path / "cmd")]) == 0
+    assert "above the 16-GPU cluster" in capsys.readouterr().err
+    # --json: no progress on stderr, so the note is in the object, beside a table whose shortage reads 0
+    assert main(["report", "--config", str(config), str(trace), "--days", "1", "--gpus", "16", "--json",
+                 "--out", str(tmp_path / "cmd-json")]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["policies"]["forecast"]["shortage_within_cluster"] == 0
+    assert any("above the 16-GPU cluster" in note for note in printed["notes"]), printed
+
+
+def test_a_gap_in_the_trace_is_shown_as_a_gap_not_as_demand(tmp_path, monkeypatch):
+    """Six hours without samples in the simulated days: the simulator takes the last sample seen for them (and the
+    timeline's demand is flat there); the demand plot must say so (shaded, in its legend), not draw it as demand."""
+    from matplotlib.collections import PolyCollection
+
+    import dashboards.report as report_module
+    from dashboards.report import missing_steps, plot_demand
+
+    demand = synthetic_demand(days=5)
+    gap = (demand.index >= demand.index[-1] - pd.Timedelta(hours=20)) & \
+        (demand.index < demand.index[-1] - pd.Timedelta(hours=14))
+    demand[gap] = float("nan")
+    scenario = Scenario(demand, 128, 1.5)
+    spec = default_spec(scenario, demand_per_gpu(demand, peak_gpus=100))
+    results = compare_policies(scenario, {"forecast": spec, "hourly-oracle": spec})
+    missing = missing_steps(scenario)
+    assert len(missing) == gap.sum() == 72
+    figures = []
+    save = report_module._save
+    monkeypatch.setattr(report_module, "_save", lambda fig, path: figures.append(fig) or save(fig, path))
+    plot_demand(results["forecast"], tmp_path / "demand.png", missing=missing)
+    ax = figures[-1].axes[0]
+    labels = ax.get_legend_handles_labels()[1]
+    assert any("no data" in label and "72 steps" in label and "last sample" in label for label in labels), labels
+    shaded = [c for c in ax.collections if isinstance(c, PolyCollection) and "no data" in str(c.get_label())]
+    assert shaded
+    # the page says it too
+    page = render_report(tmp_path / "out", results, "forecast", 128, {}, missing=missing)
+    assert "72 steps" in page.read_text() and "no data" in page.read_text()
+
+
+def test_docs_list_the_tables_columns_as_the_page_heads_them():
+    from dashboards.report import COLUMNS
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "report.md").read_text()
+    listed = re.search(r"a table comparing the policies: (.*?)\. ", " ".join(doc.split()))
+    assert listed, "docs/report.md: no list of the table's columns"
+    columns = [c.strip().removeprefix("and ") for c in listed[1].split(",")]
+    assert columns == [header for header, _ in COLUMNS.values()], columns
+
+
+def test_the_docs_example_of_the_rendering_functions_runs(tmp_path, monkeypatch):
+    """docs/report.md shows how other code reuses the rendering functions: the example must run as written."""
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "report.md").read_text()
+    (example,) = re.findall(r"```python\n(.*?)```", doc, re.S)
+    monkeypatch.chdir(tmp_path)
+    exec(compile(example, "docs/report.md", "exec"), {})  # noqa: S102 - the documentation's own example
+    assert (tmp_path / "out" / "index.html").exists() and (tmp_path / "out" / "demand.png").exists()
+
+
+@pytest.mark.parametrize("reference", ["static", "oracle"])
+def test_the_demand_plot_of_a_baseline_does_not_call_its_level_a_forecast_band(reference, tmp_path, monkeypatch):
+    """--policy static (or a reference) plots that policy's timeline: the shaded level is what it plans for (the
+    lookback's peak, the future itself), not forecast quantiles it never had."""
+    import dashboards.report as report_module
+    from controller.simulate import simulate
+    from dashboards.report import plot_demand
+
+    demand = synthetic_demand(days=5)
+    scenario = Scenario(demand, 128, 1)
+    r = simulate(scenario, default_spec(scenario, demand_per_gpu(demand, peak_gpus=100)), reference=reference,
+                 timeline=True, detail=True)
+    assert r.detail["target_gpus"].notna().any()  # the simulator records its level where a forecast would be
+    figures = []
+    monkeypatch.setattr(report_module, "_save", lambda fig, path: figures.append(fig) or path)
+    plot_demand(r, tmp_path / "demand.png")
+    ax = figures[-1].axes[0]
+    texts = [*ax.get_legend_handles_labels()[1], ax.get_title()]
+    assert not any("forecast" in t for t in texts), texts
+    assert any(f"what {reference} plans for" in t for t in texts), texts
+
+
+@pytest.mark.parametrize("reference", ["forecast", "static"])
+def test_the_demand_plots_legend_hides_no_data(reference, tmp_path, monkeypatch):
+    """The legend sits where nothing is drawn: a static reservation near the top of the plot, and the red dots on it,
+    were under it."""
+    import numpy as np
+
+    import dashboards.report as report_module
+    from controller.simulate import simulate
+    from dashboards.report import plot_demand
+
+    demand = synthetic_demand(days=5)
+    scenario = Scenario(demand, 128, 1)
+    r = simulate(scenario, default_spec(scenario, demand_per_gpu(demand, peak_gpus=100)), reference=reference,
+                 timeline=True, detail=True)
+    figures = []
+    monkeypatch.setattr(report_module, "_save", lambda fig, path: figures.append(fig) or path)
+    plot_demand(r, tmp_path / "demand.png")
+    fig = figures[-1]
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    box = ax.get_legend().get_window_extent()
+    points = np.concatenate([line.get_xydata() for line in ax.get_lines()]
+                            + [c.get_offsets() for c in ax.collections if len(c.get_offsets())])
+    shown = ax.transData.transform(np.asarray(points, dtype=float))
+    hidden = [p for p, (x, y) in zip(points, shown) if box.contains(x, y)]
+    assert not hidden, f"{len(hidden)} of {len(points)} plotted points under the legend, e.g. {hidden[:3]}"
