@@ -40,13 +40,15 @@ COMBINE = "best-or-mean"
 # True: always; False: never; an int n: only with at least n inner folds of residuals (a week's history has 1-4).
 LEVEL_CORRECTION: bool | int = 7
 # With k inner folds under MIN_SELECTION_FOLDS (a history under about nine days with 7) the pick weighs
-# k / MIN_SELECTION_FOLDS and the candidates share the rest (`_select`): equally ("shrink"), or by 1 / MASE^2 on the
-# k folds ("shrink-inverse"); "mean": the pool's mean alone until then. 0: always pick, on however few folds there
-# are (the pool's mean only with none). Picked by rounds 3-5 of the protocol; round 6's pick, with the synthetic
-# held-out kinds among the choose-on units, lost on the real held-out series (docs/bench-forecast.md).
+# k / MIN_SELECTION_FOLDS and the candidates share the rest (`_select`): equally among those the best one did not beat
+# on every one of k >= 2 folds ("shrink-unrefuted": such a candidate is no hedge for the pick, as the last value held
+# on a daily cycle), equally among all ("shrink"), or by 1 / MASE^2 on the k folds ("shrink-inverse"); "mean": the
+# pool's mean alone until then. 0: always pick, on however few folds there are (the pool's mean only with none).
+# Picked by rounds 3-5 and 12 of the protocol; round 6's pick, with the synthetic held-out kinds among the choose-on
+# units, lost on the real held-out series (docs/bench-forecast.md).
 MIN_SELECTION_FOLDS = 7
-WEAK_EVIDENCE = "shrink"
-WEAK_EVIDENCE_RULES = ("shrink", "mean", "shrink-inverse")
+WEAK_EVIDENCE = "shrink-unrefuted"
+WEAK_EVIDENCE_RULES = ("shrink", "mean", "shrink-inverse", "shrink-unrefuted")
 METRICS = ("mase", "smape", "pinball_50", "pinball_90", "pinball_95", "coverage_80", "coverage_90",
            *(f"below_q{q}" for q in PLANNER_QUANTILES), "fit_seconds")
 
@@ -138,12 +140,18 @@ class AutoForecaster:
             pick = self._rank(points, errors, actuals, scales, folds)
             if self.weak_evidence == "shrink-inverse":
                 weights = (1.0 - share) * inverse_square_weights(np.array([pick.scores[c] for c in members]))
+            elif self.weak_evidence == "shrink-unrefuted" and len(folds) >= 2:
+                # a candidate worse than the best one on every fold is no hedge for the pick: no share of the rest
+                best = min(members, key=lambda c: pick.scores[c])
+                kept = np.array([c == best or not np.all(errors[c][folds] > errors[best][folds]) for c in members])
+                weights = np.where(kept, (1.0 - share) / kept.sum(), 0.0)
             own = pick.weights if pick.weights is not None else np.full(len(pick.members), 1.0 / len(pick.members))
             for member, weight in zip(pick.members, own):
                 weights[members.index(member)] += share * weight
             scores = pick.scores
-        rest = "every candidate an equal share" if self.weak_evidence == "shrink" else \
-            "every candidate a share by 1 / its MASE squared on them"
+        rest = {"shrink": "every candidate an equal share",
+                "shrink-unrefuted": "every candidate not worse than the best on each of them an equal share",
+                "shrink-inverse": "every candidate a share by 1 / its MASE squared on them"}.get(self.weak_evidence)
         why = (f"{len(folds)} inner fold(s), under the {enough} a pick needs: "
                + (f"the pick weighs {len(folds)}/{enough}, {rest} of the rest" if share
                   else "the mean of every candidate"))

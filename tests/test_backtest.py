@@ -349,6 +349,26 @@ def test_with_too_few_inner_folds_the_inverse_rule_gives_the_rest_by_inverse_squ
     assert fitted.model_.weights[naive] < 0.01 * (1 - 5 / 7), fitted.model_.weights
 
 
+def test_with_too_few_inner_folds_the_unrefuted_rule_shares_the_rest_among_candidates_not_beaten_on_every_fold():
+    """weak_evidence="shrink-unrefuted": the pick weighs k/7 as under "shrink", and the rest goes in equal shares to
+    the candidates that beat the best one on at least one of the k folds (and to it): on a series that is zero every
+    night, the last value held (zero all day), beaten on every fold, gets none of it."""
+    hours = pd.date_range("2026-03-02", periods=7 * 24, freq="h", tz="UTC")
+    day = 100.0 + 10 * np.sin(hours.hour) + np.random.default_rng(3).normal(0, 5, len(hours))
+    nights = pd.Series(np.where((hours.hour >= 6) & (hours.hour < 22), day, 0.0), hours)
+    pool = (*FAST, "naive")
+    picking = AutoForecaster(pool, min_selection_folds=0).fit(nights)
+    auto = AutoForecaster(pool, min_selection_folds=7, weak_evidence="shrink-unrefuted").fit(nights)
+    best = min(pool, key=lambda c: picking.scores_[c])
+    weights = dict(zip(pool, auto.model_.weights))
+    assert weights["naive"] == 0 < weights[best]
+    assert sum(weights.values()) == pytest.approx(1.0)
+    assert auto.why_chosen == ("5 inner fold(s), under the 7 a pick needs: the pick weighs 5/7, every candidate not "
+                               "worse than the best on each of them an equal share of the rest")
+    shrunk = AutoForecaster(pool, min_selection_folds=7, weak_evidence="shrink").fit(nights)
+    assert dict(zip(pool, shrunk.model_.weights))["naive"] == pytest.approx(2 / 7 / len(pool))  # the old equal share
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.one_of(st.floats(0, 1e6), st.just(float("nan")), st.just(float("inf"))), min_size=1, max_size=8))
 def test_inverse_square_weights_are_a_distribution_favouring_the_lower_score(scores):
