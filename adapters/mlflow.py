@@ -88,6 +88,8 @@ class Tracker:
             os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
             os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
             os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
+            # A REST store prints "View run ... at: URL" to stdout as each run ends: stdout is the command's output.
+            os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
             try:
                 with urllib.request.urlopen(self.uri.rstrip("/") + "/health", timeout=10) as r:
                     if r.status != 200:

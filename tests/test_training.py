@@ -317,3 +317,21 @@ def test_a_refused_champion_is_reported_and_the_previous_one_serves(tmp_path):
     fresh = Models(uri)  # no earlier champion to keep: automatic selection serves, and says why
     model, name, fault = fresh.for_series("svc")
     assert name == "auto" and fault.startswith("ChampionRefused")
+
+
+def test_cmd_train_stdout_is_json_against_a_tracking_server(mlflow_server, tmp_path, capsys):
+    """`headroom train`'s stdout is its JSON result, against an `mlflow server` as against sqlite: MLflow's own
+    "View run at" lines (printed for a REST store when a run ends) must not land in it."""
+    import argparse
+    import json
+
+    from cli.config import load_config
+    from cli.train import cmd_train
+    from forecast.synthetic import write_csv
+
+    write_csv(demand(), tmp_path / "gpu.csv")
+    cfg = load_config(None, {"backtest.folds": 2})
+    args = argparse.Namespace(history=str(tmp_path / "gpu.csv"), name="stdout", tracking_uri=mlflow_server.uri)
+    assert cmd_train(cfg, args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["name"] == "stdout" and out["version"] == "1"
