@@ -335,3 +335,23 @@ def test_cmd_train_stdout_is_json_against_a_tracking_server(mlflow_server, tmp_p
     assert cmd_train(cfg, args) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["name"] == "stdout" and out["version"] == "1"
+
+
+def test_a_champion_whose_card_cannot_be_read_is_replaced_by_the_next_training(tmp_path):
+    """The controller refuses a champion whose card is gone (deleted artifact, or a version registered by another
+    tool: a pickled pyfunc, no run at all), so the next training must be able to replace it: such a champion
+    cannot be re-scored and is beaten, as an unscorable one is, instead of failing every training for good."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = Tracker(uri)
+    train_series("gone", demand(), settings(), tracker, factories=FACTORIES)
+    _card_file(uri, "gone").unlink()
+    with pytest.raises(ModelRefused, match="cannot read its model card"):
+        load_champion("gone", uri)
+    healed = train_series("gone", demand(), settings(), tracker, factories=FACTORIES)
+    assert healed.promoted and "champion v1 could not be re-scored" in healed.reason, healed.reason
+    assert load_champion("gone", uri).version == healed.version == "2"
+    c = client(uri)  # a version of another tool's, without a run (so without a card)
+    c.create_model_version("headroom-gone", (tmp_path / "elsewhere").as_uri(), run_id=None)
+    c.set_registered_model_alias("headroom-gone", "champion", "3")
+    healed = train_series("gone", demand(), settings(), tracker, factories=FACTORIES)
+    assert healed.promoted and healed.version == "4" and load_champion("gone", uri).version == "4"

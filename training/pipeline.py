@@ -356,8 +356,13 @@ def _train(name, series, settings, tracker, now, makers, origins, exp, parent) -
     else:
         champ_version = str(current.version)
         try:
-            current_card = read_card(tracker.load_model_card(current.run_id), current.tags.get(CARD_SHA_TAG),
-                                     known={**MODELS, **makers})
+            try:
+                raw = tracker.load_model_card(current.run_id)
+            except TrackingError as exc:
+                tracker.connect()  # the store answers (else TrackingError: the training fails, the champion stays)
+                # ... so the card itself is unreadable: the controller refuses this champion, so must the promotion
+                raise ModelRefused(f"cannot read its model card: {exc}") from None
+            current_card = read_card(raw, current.tags.get(CARD_SHA_TAG), known={**MODELS, **makers})
             champion = Champion(current_card, str(current.version), {})
             make = makers.get(current_card.model, champion.make) if current_card.model != "auto" else champion.make
             champ_rows = _score(make, series, origins, settings)
