@@ -355,3 +355,23 @@ def test_a_champion_whose_card_cannot_be_read_is_replaced_by_the_next_training(t
     c.set_registered_model_alias("headroom-gone", "champion", "3")
     healed = train_series("gone", demand(), settings(), tracker, factories=FACTORIES)
     assert healed.promoted and healed.version == "4" and load_champion("gone", uri).version == "4"
+
+
+def test_two_series_of_one_name_are_an_invalid_configuration(tmp_path, monkeypatch, capsys):
+    """Each series is one experiment and one registered model: two entries of training.series with one name
+    trained both from the last file (reported as trained from their own) into one registry. Refused (exit 2, the
+    field named), nothing done."""
+    from cli.main import main
+    from forecast.synthetic import write_csv
+
+    write_csv(demand(seed=1), tmp_path / "one.csv")
+    write_csv(demand(seed=2) * 3, tmp_path / "two.csv")
+    (tmp_path / "dup.yaml").write_text("backtest: {folds: 2}\ntraining:\n  series:\n"
+                                       "  - {name: a, file: one.csv}\n  - {name: b, file: one.csv}\n"
+                                       "  - {name: a, file: two.csv}\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert main(["train", "--config", str(tmp_path / "dup.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "training.series" in err and "'a'" in err, err
+    assert not (tmp_path / "mlflow.db").exists()
