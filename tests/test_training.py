@@ -375,3 +375,40 @@ def test_two_series_of_one_name_are_an_invalid_configuration(tmp_path, monkeypat
     err = capsys.readouterr().err
     assert "training.series" in err and "'a'" in err, err
     assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_a_training_stopped_by_sigterm_releases_its_lease_and_ends_its_runs(mlflow_server, tmp_path):
+    """Kubernetes stops the training CronJob's pod with SIGTERM (activeDeadlineSeconds, eviction, a drain):
+    Python's default is to die on the spot, leaving the lease on the MLflow server until its expiry (so the Job's
+    retry is refused as 'being trained') and the runs RUNNING for ever. Stopped, it ends its runs, releases the
+    lease, says so and exits 1, without a traceback."""
+    import signal
+    import time
+
+    from forecast.synthetic import write_csv
+
+    write_csv(demand(days=60), tmp_path / "long.csv")
+    (tmp_path / "slow.yaml").write_text("training:\n  candidates: [auto, gbm, mstl, ets, theta]\n")
+    env = {**{k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "cli.main", "train", "--config", str(tmp_path / "slow.yaml"),
+                             "--history", str(tmp_path / "long.csv"), "--name", "sigterm",
+                             "--tracking-uri", mlflow_server.uri],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    c = client(mlflow_server.uri)
+
+    def leased() -> bool:
+        return bool(c.search_registered_models("name = 'headroom-lock-sigterm'"))
+
+    deadline = time.monotonic() + 120
+    while not leased() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert leased(), "the training never took its lease"
+    time.sleep(1.0)  # inside the candidates' backtests
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err[-3000:]
+    assert "Traceback" not in err and "training stopped by SIGTERM" in err, err[-3000:]
+    assert not leased()
+    experiment = c.get_experiment_by_name("headroom/sigterm").experiment_id
+    statuses = {r.info.run_name: r.info.status for r in c.search_runs([experiment])}
+    assert statuses and "RUNNING" not in statuses.values(), statuses

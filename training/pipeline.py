@@ -7,6 +7,7 @@ the new model beats the current champion re-scored on the same folds by
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -271,7 +272,7 @@ def train_series(name: str, series: pd.Series, settings: TrainSettings, tracker:
         except BaseException as exc:
             try:
                 tracker.set_tags(parent, {"headroom.error": f"{type(exc).__name__}: {exc}"})
-                tracker.end_run(parent, "FAILED")
+                tracker.end_run(parent, "FAILED" if isinstance(exc, Exception) else "KILLED")
             except Exception:  # noqa: BLE001 - report the original failure
                 pass
             raise
@@ -292,6 +293,10 @@ def _train(name, series, settings, tracker, now, makers, origins, exp, parent) -
             tracker.set_tags(child, {"headroom.error": failed[cand]})
             tracker.end_run(child, "FAILED")
             continue
+        except BaseException:  # stopped (SIGINT, SIGTERM): the candidate's run does not stay RUNNING
+            with contextlib.suppress(Exception):
+                tracker.end_run(child, "KILLED")
+            raise
         per_fold[cand] = rows
         summary = summarize(rows)
         tracker.log_params(child, {"model": cand, **_hyperparameters(make())})
