@@ -412,3 +412,31 @@ def test_a_training_stopped_by_sigterm_releases_its_lease_and_ends_its_runs(mlfl
     experiment = c.get_experiment_by_name("headroom/sigterm").experiment_id
     statuses = {r.info.run_name: r.info.status for r in c.search_runs([experiment])}
     assert statuses and "RUNNING" not in statuses.values(), statuses
+
+
+@pytest.mark.parametrize("field, value, reason", [
+    ("candidates", ["auto"], "candidates"),   # auto choosing among auto: a KeyError in every refit, not a refusal
+    ("horizon", 0, "horizon"),
+    ("horizon", 10 ** 7, "horizon"),           # auto's inner backtest over ten million hours: every refit fails
+])
+def test_a_card_that_the_controller_cannot_refit_is_refused(tmp_path, field, value, reason):
+    """A card is validated when it is loaded (README: refused with the reason, ChampionRefused), including the
+    fields a refit reads, not only the forecaster's name; here one with a matching checksum tag."""
+    import hashlib
+    import json
+
+    from controller.forecasts import Models
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    train_series("forged", demand(), settings(candidates=("auto", "snaive24", "profile")), Tracker(uri),
+                 factories=FACTORIES)
+    card = _card_file(uri, "forged")
+    fields = json.loads(card.read_text())
+    assert fields["model"] == "auto" or field != "candidates"
+    forged = json.dumps({**fields, field: value}, sort_keys=True, separators=(",", ":")).encode()
+    card.write_bytes(forged)
+    client(uri).set_model_version_tag("headroom-forged", "1", CARD_SHA_TAG, hashlib.sha256(forged).hexdigest())
+    with pytest.raises(ModelRefused, match=reason):
+        load_champion("forged", uri)
+    model, name, fault = Models(uri).for_series("forged")
+    assert name == "auto" and fault is not None and fault.startswith("ChampionRefused")

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from adapters.mlflow import Tracker, TrackingError, experiment_name, registered_name
 from core.settings import SERIES_NAME_PATTERN, TrainingConfig
@@ -62,7 +62,7 @@ class ModelCard(BaseModel):
     format: str
     series: str
     model: str
-    horizon: int
+    horizon: int = Field(ge=1, le=24 * 14)  # auto's inner backtest horizon (backtest.horizon's bounds)
     quantiles: list[float]
     objective: str
     score: float | None
@@ -120,6 +120,8 @@ def read_card(raw: bytes, expected_sha256: str | None,
     unknown = [m for m in [card.model, *card.candidates] if m not in known and m != "auto"]
     if unknown:
         raise ModelRefused(f"the card names unknown forecaster(s) {unknown} (known: {', '.join(known)})")
+    if "auto" in card.candidates:
+        raise ModelRefused("the card's candidates (what auto chooses among) name auto itself")
     return card
 
 
