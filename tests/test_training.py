@@ -440,3 +440,14 @@ def test_a_card_that_the_controller_cannot_refit_is_refused(tmp_path, field, val
         load_champion("forged", uri)
     model, name, fault = Models(uri).for_series("forged")
     assert name == "auto" and fault is not None and fault.startswith("ChampionRefused")
+
+
+def test_unusable_histories_say_why(sqlite_uri):
+    """A constant history (a service idle for weeks) and one too short for a fold are refused with what is wrong
+    and what is needed, not only 'no candidate has a finite mase'."""
+    tracker, idx = Tracker(sqlite_uri), demand().index
+    with pytest.raises(TrainingError, match="does not change from one day to the next"):
+        train_series("idle", pd.Series(5.0, index=idx), settings(), tracker, factories=FACTORIES)
+    with pytest.raises(TrainingError, match=r"60 hourly points.*72 points at least"):
+        train_series("new", demand().iloc[:60], settings(), tracker, factories=FACTORIES)
+    assert Tracker(sqlite_uri).connect().champion("headroom-idle") is None

@@ -263,7 +263,8 @@ def train_series(name: str, series: pd.Series, settings: TrainSettings, tracker:
     series = series.astype(float)
     origins = fold_origins(len(series), settings.horizon, settings.folds, settings.step)
     if not origins:
-        raise TrainingError(f"{name}: {len(series)} points is too short for a {settings.horizon}-step backtest")
+        raise TrainingError(f"{name}: {len(series)} hourly points; a backtest needs two days to fit plus the "
+                            f"{settings.horizon} h horizon to score ({2 * DAY + settings.horizon} points at least)")
     tracker.connect()  # TrackingError before any work
     with tracker.lock(name, settings.lock_ttl_seconds):
         exp = tracker.experiment(experiment_name(name))
@@ -313,6 +314,10 @@ def _train(name, series, settings, tracker, now, makers, origins, exp, parent) -
         raise TrainingError(f"{name}: every candidate the controller can serve failed: {failed}")
     winner = min(servable, key=lambda c: scores[c][key] if np.isfinite(scores[c][key]) else float("inf"))
     if not np.isfinite(scores[winner][key]):
+        if not np.isfinite(seasonal_scale(series.to_numpy(dtype=float), DAY)):
+            raise TrainingError(f"{name}: no candidate has a finite {key}: errors are scaled by the history's change "
+                                "from one day to the next, and this history does not change from one day to the next "
+                                "(constant where it is known): there is nothing to train")
         raise TrainingError(f"{name}: no candidate has a finite {key}")
 
     model = makers[winner]().fit(series)
