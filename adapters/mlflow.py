@@ -159,6 +159,12 @@ class Tracker:
     def experiment(self, name: str) -> str:
         with self.guard(f"get or create experiment {name!r}"):
             exp = self.client.get_experiment_by_name(name)
+            if exp is not None and exp.lifecycle_stage == "deleted":  # MLflow keeps a deleted one under its name
+                raise TrackingError(
+                    f"MLflow tracking store {self.uri}: experiment {name!r} (id {exp.experiment_id}) is deleted: "
+                    f"to track this series again, with MLFLOW_TRACKING_URI={self.uri} restore it (mlflow experiments "
+                    f"restore --experiment-id {exp.experiment_id}) or delete it for good (mlflow gc --experiment-ids "
+                    f"{exp.experiment_id})")
             if exp is not None:
                 return exp.experiment_id
             location = None

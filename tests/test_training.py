@@ -451,3 +451,16 @@ def test_unusable_histories_say_why(sqlite_uri):
     with pytest.raises(TrainingError, match=r"60 hourly points.*72 points at least"):
         train_series("new", demand().iloc[:60], settings(), tracker, factories=FACTORIES)
     assert Tracker(sqlite_uri).connect().champion("headroom-idle") is None
+
+
+def test_a_deleted_experiment_is_named_with_the_way_out(tmp_path):
+    """An operator deleting a series' experiment in the MLflow UI (MLflow keeps it, deleted, under its name) made
+    every later training fail with 'The experiment 1 must be in the active state': say which experiment and how
+    to train again."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    train_series("trashed", demand(), settings(), Tracker(uri), factories=FACTORIES)
+    c = client(uri)
+    c.delete_experiment(c.get_experiment_by_name("headroom/trashed").experiment_id)
+    with pytest.raises(TrackingError, match=r"experiment 'headroom/trashed' .*is deleted.*mlflow experiments restore"):
+        train_series("trashed", demand(), settings(), Tracker(uri), factories=FACTORIES)
+    assert champion_version(uri, "trashed") == "1"
