@@ -344,9 +344,12 @@ class Tracker:
                             raise TrainingLocked(f"series {series!r} lease {name} was taken concurrently") from None
                         raise
                     held = self.client.get_registered_model(name).tags
-                    if float(held.get("expires", "0")) > time.time():
-                        raise TrainingLocked(f"series {series!r} is being trained by {held.get('owner')} "
-                                             f"(lease {name} until {held.get('expires')})") from None
+                    until = float(held.get("expires", "0"))
+                    if until > time.time():
+                        raise TrainingLocked(
+                            f"series {series!r} is being trained by {held.get('owner')} (lease {name} until "
+                            f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(until))}; if that trainer is gone, "
+                            f"delete the registered model {name} to break it)") from None
                     self.client.delete_registered_model(name)  # stale: its trainer died
         try:
             yield

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -464,3 +465,15 @@ def test_a_deleted_experiment_is_named_with_the_way_out(tmp_path):
     with pytest.raises(TrackingError, match=r"experiment 'headroom/trashed' .*is deleted.*mlflow experiments restore"):
         train_series("trashed", demand(), settings(), Tracker(uri), factories=FACTORIES)
     assert champion_version(uri, "trashed") == "1"
+
+
+def test_a_held_lease_says_until_when_and_how_to_break_it(mlflow_server):
+    """'lease headroom-lock-x until 1796455101.322' is an epoch nobody reads: the lease's expiry as a UTC time,
+    and how to break it when its trainer is known to be gone (a tracking server restarted under a training)."""
+    tracker = Tracker(mlflow_server.uri)
+    with tracker.lock("held", ttl_seconds=600):
+        with pytest.raises(TrainingLocked) as refused:
+            train_series("held", demand(), settings(), Tracker(mlflow_server.uri), factories=FACTORIES)
+    message = str(refused.value)
+    assert re.search(r"until \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", message), message
+    assert "delete the registered model headroom-lock-held" in message, message
