@@ -477,3 +477,19 @@ def test_a_held_lease_says_until_when_and_how_to_break_it(mlflow_server):
     message = str(refused.value)
     assert re.search(r"until \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", message), message
     assert "delete the registered model headroom-lock-held" in message, message
+
+
+def test_the_tracking_uri_is_the_flag_else_the_file_else_the_environment(tmp_path, monkeypatch, capsys):
+    """README: --tracking-uri, else training.tracking_uri, else MLFLOW_TRACKING_URI, else ./mlflow.db."""
+    from cli.main import main
+    from forecast.synthetic import write_csv
+
+    write_csv(demand(), tmp_path / "gpu.csv")
+    (tmp_path / "c.yaml").write_text(f"backtest: {{folds: 2}}\ntraining:\n  tracking_uri: sqlite:///{tmp_path}/file.db\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/env.db")
+    train = ["train", "--history", "gpu.csv", "--name", "where"]
+    assert main([*train, "--config", "c.yaml"]) == 0
+    assert main([*train, "--config", "c.yaml", "--tracking-uri", f"sqlite:///{tmp_path}/flag.db"]) == 0
+    assert main(train) == 0
+    assert sorted(p.name for p in tmp_path.glob("*.db")) == ["env.db", "file.db", "flag.db"]
