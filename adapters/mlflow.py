@@ -344,7 +344,10 @@ class Tracker:
                             raise TrainingLocked(f"series {series!r} lease {name} was taken concurrently") from None
                         raise
                     held = self.client.get_registered_model(name).tags
-                    until = float(held.get("expires", "0"))
+                    try:
+                        until = float(held.get("expires", "0"))
+                    except ValueError:  # not written by a trainer (it writes a number): no lease to honour
+                        until = 0.0
                     if until > time.time():
                         raise TrainingLocked(
                             f"series {series!r} is being trained by {held.get('owner')} (lease {name} until "

@@ -493,3 +493,12 @@ def test_the_tracking_uri_is_the_flag_else_the_file_else_the_environment(tmp_pat
     assert main([*train, "--config", "c.yaml", "--tracking-uri", f"sqlite:///{tmp_path}/flag.db"]) == 0
     assert main(train) == 0
     assert sorted(p.name for p in tmp_path.glob("*.db")) == ["env.db", "file.db", "flag.db"]
+
+
+def test_a_lease_with_an_unreadable_expiry_is_broken_as_a_stale_one(mlflow_server):
+    """A lease registered model not written by a headroom trainer (no expiry, or one that is not a number) was a
+    ValueError traceback; it is broken as one without an expiry already was (a trainer always writes a number)."""
+    c = client(mlflow_server.uri)
+    c.create_registered_model("headroom-lock-odd", tags={"owner": "someone", "expires": "soon"})
+    assert train_series("odd", demand(), settings(), Tracker(mlflow_server.uri), factories=FACTORIES).promoted
+    assert not c.search_registered_models("name = 'headroom-lock-odd'")
