@@ -88,6 +88,8 @@ class Tracker:
             os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
             os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
             os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
+            # A REST store prints "View run ... at: URL" to stdout as each run ends: stdout is the command's output.
+            os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
             try:
                 with urllib.request.urlopen(self.uri.rstrip("/") + "/health", timeout=10) as r:
                     if r.status != 200:
@@ -157,6 +159,12 @@ class Tracker:
     def experiment(self, name: str) -> str:
         with self.guard(f"get or create experiment {name!r}"):
             exp = self.client.get_experiment_by_name(name)
+            if exp is not None and exp.lifecycle_stage == "deleted":  # MLflow keeps a deleted one under its name
+                raise TrackingError(
+                    f"MLflow tracking store {self.uri}: experiment {name!r} (id {exp.experiment_id}) is deleted: "
+                    f"to track this series again, with MLFLOW_TRACKING_URI={self.uri} restore it (mlflow experiments "
+                    f"restore --experiment-id {exp.experiment_id}) or delete it for good (mlflow gc --experiment-ids "
+                    f"{exp.experiment_id})")
             if exp is not None:
                 return exp.experiment_id
             location = None
@@ -336,9 +344,15 @@ class Tracker:
                             raise TrainingLocked(f"series {series!r} lease {name} was taken concurrently") from None
                         raise
                     held = self.client.get_registered_model(name).tags
-                    if float(held.get("expires", "0")) > time.time():
-                        raise TrainingLocked(f"series {series!r} is being trained by {held.get('owner')} "
-                                             f"(lease {name} until {held.get('expires')})") from None
+                    try:
+                        until = float(held.get("expires", "0"))
+                    except ValueError:  # not written by a trainer (it writes a number): no lease to honour
+                        until = 0.0
+                    if until > time.time():
+                        raise TrainingLocked(
+                            f"series {series!r} is being trained by {held.get('owner')} (lease {name} until "
+                            f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(until))}; if that trainer is gone, "
+                            f"delete the registered model {name} to break it)") from None
                     self.client.delete_registered_model(name)  # stale: its trainer died
         try:
             yield

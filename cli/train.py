@@ -1,9 +1,12 @@
 """`headroom train`: the configured series, trained and tracked in MLflow."""
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -69,17 +72,46 @@ def cmd_train(cfg, args) -> int:
                      lambda: load_series(cfg, now)[0]))
     tracker = Tracker(uri)
     status, out = 0, []
-    loaded = _load_all(jobs) if len(jobs) > 1 else {}
-    pool = GlobalPool(loaded, GlobalSettings(horizon=settings.horizon)) if len(loaded) > 1 else None
-    for name, where, load in jobs:
+    with _stopped_by_sigterm():
         try:
-            result = train_series(name, loaded[name] if name in loaded else load(), settings, tracker, now, pool=pool)
-            out.append(result.to_json())
-            print(f"{name}: {result.selected} {result.objective}={result.score:.4f} -> v{result.version} "
-                  f"{'PROMOTED' if result.promoted else 'not promoted'}: {result.reason}", file=sys.stderr)
-        except (TrackingError, TrainingError, TrainingLocked, HistoryError, OSError) as exc:
+            loaded = _load_all(jobs) if len(jobs) > 1 else {}
+            pool = GlobalPool(loaded, GlobalSettings(horizon=settings.horizon)) if len(loaded) > 1 else None
+            for name, where, load in jobs:
+                try:
+                    result = train_series(name, loaded[name] if name in loaded else load(), settings, tracker, now,
+                                          pool=pool)
+                    out.append(result.to_json())
+                    print(f"{name}: {result.selected} {result.objective}={result.score:.4f} -> v{result.version} "
+                          f"{'PROMOTED' if result.promoted else 'not promoted'}: {result.reason}", file=sys.stderr)
+                except (TrackingError, TrainingError, TrainingLocked, HistoryError, OSError) as exc:
+                    status = 1
+                    out.append({"name": name, "history": where, "error": f"{type(exc).__name__}: {exc}"})
+                    print(f"{name} ({where}): training failed: {exc}", file=sys.stderr)
+        except KeyboardInterrupt as exc:
+            # train_series has marked its runs KILLED and released its lock
+            done = {o["name"] for o in out}
+            why = f"stopped by {exc}" if str(exc) else "interrupted"
+            out += [{"name": name, "history": where, "error": why} for name, where, _ in jobs if name not in done]
+            print(f"training {why} before {', '.join(o['name'] for o in out if o['name'] not in done)} finished "
+                  "(its runs are marked KILLED): retrain", file=sys.stderr)
             status = 1
-            out.append({"name": name, "history": where, "error": f"{type(exc).__name__}: {exc}"})
-            print(f"{name} ({where}): training failed: {exc}", file=sys.stderr)
     print(json.dumps(out if len(out) > 1 else out[0], indent=2))
     return status
+
+
+@contextlib.contextmanager
+def _stopped_by_sigterm() -> Iterator[None]:
+    """SIGTERM (how Kubernetes stops the training's pod) as Ctrl-C: the training unwinds, ends its runs and
+    releases its lease instead of dying on the spot (a lease left on a tracking server refuses the Job's retry)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

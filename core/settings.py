@@ -310,6 +310,14 @@ class TrainingConfig(Strict):
     drift_factor: float = Field(1.5, gt=1)
     drift_window: int = Field(24, ge=1)
 
+    @field_validator("series")
+    @classmethod
+    def _one_entry_per_name(cls, series: list[TrainingSeries]) -> list[TrainingSeries]:
+        twice = sorted(n for n, k in Counter(s.name for s in series).items() if k > 1)
+        if twice:  # each name is one experiment and one registered model
+            raise ValueError(f"series {', '.join(map(repr, twice))} given more than once")
+        return series
+
 
 class EmbeddedPolicy(Strict):
     """A policy of the embedded cluster: the ReservationPolicy's name and spec, and the file its demand query is

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -317,3 +318,187 @@ def test_a_refused_champion_is_reported_and_the_previous_one_serves(tmp_path):
     fresh = Models(uri)  # no earlier champion to keep: automatic selection serves, and says why
     model, name, fault = fresh.for_series("svc")
     assert name == "auto" and fault.startswith("ChampionRefused")
+
+
+def test_cmd_train_stdout_is_json_against_a_tracking_server(mlflow_server, tmp_path, capsys):
+    """`headroom train`'s stdout is its JSON result, against an `mlflow server` as against sqlite: MLflow's own
+    "View run at" lines (printed for a REST store when a run ends) must not land in it."""
+    import argparse
+    import json
+
+    from cli.config import load_config
+    from cli.train import cmd_train
+    from forecast.synthetic import write_csv
+
+    write_csv(demand(), tmp_path / "gpu.csv")
+    cfg = load_config(None, {"backtest.folds": 2})
+    args = argparse.Namespace(history=str(tmp_path / "gpu.csv"), name="stdout", tracking_uri=mlflow_server.uri)
+    assert cmd_train(cfg, args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["name"] == "stdout" and out["version"] == "1"
+
+
+def test_a_champion_whose_card_cannot_be_read_is_replaced_by_the_next_training(tmp_path):
+    """The controller refuses a champion whose card is gone (deleted artifact, or a version registered by another
+    tool: a pickled pyfunc, no run at all), so the next training must be able to replace it: such a champion
+    cannot be re-scored and is beaten, as an unscorable one is, instead of failing every training for good."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = Tracker(uri)
+    train_series("gone", demand(), settings(), tracker, factories=FACTORIES)
+    _card_file(uri, "gone").unlink()
+    with pytest.raises(ModelRefused, match="cannot read its model card"):
+        load_champion("gone", uri)
+    healed = train_series("gone", demand(), settings(), tracker, factories=FACTORIES)
+    assert healed.promoted and "champion v1 could not be re-scored" in healed.reason, healed.reason
+    assert load_champion("gone", uri).version == healed.version == "2"
+    c = client(uri)  # a version of another tool's, without a run (so without a card)
+    c.create_model_version("headroom-gone", (tmp_path / "elsewhere").as_uri(), run_id=None)
+    c.set_registered_model_alias("headroom-gone", "champion", "3")
+    healed = train_series("gone", demand(), settings(), tracker, factories=FACTORIES)
+    assert healed.promoted and healed.version == "4" and load_champion("gone", uri).version == "4"
+
+
+def test_two_series_of_one_name_are_an_invalid_configuration(tmp_path, monkeypatch, capsys):
+    """Each series is one experiment and one registered model: two entries of training.series with one name
+    trained both from the last file (reported as trained from their own) into one registry. Refused (exit 2, the
+    field named), nothing done."""
+    from cli.main import main
+    from forecast.synthetic import write_csv
+
+    write_csv(demand(seed=1), tmp_path / "one.csv")
+    write_csv(demand(seed=2) * 3, tmp_path / "two.csv")
+    (tmp_path / "dup.yaml").write_text("backtest: {folds: 2}\ntraining:\n  series:\n"
+                                       "  - {name: a, file: one.csv}\n  - {name: b, file: one.csv}\n"
+                                       "  - {name: a, file: two.csv}\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert main(["train", "--config", str(tmp_path / "dup.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "training.series" in err and "'a'" in err, err
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_a_training_stopped_by_sigterm_releases_its_lease_and_ends_its_runs(mlflow_server, tmp_path):
+    """Kubernetes stops the training CronJob's pod with SIGTERM (activeDeadlineSeconds, eviction, a drain):
+    Python's default is to die on the spot, leaving the lease on the MLflow server until its expiry (so the Job's
+    retry is refused as 'being trained') and the runs RUNNING for ever. Stopped, it ends its runs, releases the
+    lease, says so and exits 1, without a traceback."""
+    import signal
+    import time
+
+    from forecast.synthetic import write_csv
+
+    write_csv(demand(days=60), tmp_path / "long.csv")
+    (tmp_path / "slow.yaml").write_text("training:\n  candidates: [auto, gbm, mstl, ets, theta]\n")
+    env = {**{k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "cli.main", "train", "--config", str(tmp_path / "slow.yaml"),
+                             "--history", str(tmp_path / "long.csv"), "--name", "sigterm",
+                             "--tracking-uri", mlflow_server.uri],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    c = client(mlflow_server.uri)
+
+    def leased() -> bool:
+        return bool(c.search_registered_models("name = 'headroom-lock-sigterm'"))
+
+    deadline = time.monotonic() + 120
+    while not leased() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert leased(), "the training never took its lease"
+    time.sleep(1.0)  # inside the candidates' backtests
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err[-3000:]
+    assert "Traceback" not in err and "training stopped by SIGTERM" in err, err[-3000:]
+    assert not leased()
+    experiment = c.get_experiment_by_name("headroom/sigterm").experiment_id
+    statuses = {r.info.run_name: r.info.status for r in c.search_runs([experiment])}
+    assert statuses and "RUNNING" not in statuses.values(), statuses
+
+
+@pytest.mark.parametrize("field, value, reason", [
+    ("candidates", ["auto"], "candidates"),   # auto choosing among auto: a KeyError in every refit, not a refusal
+    ("horizon", 0, "horizon"),
+    ("horizon", 10 ** 7, "horizon"),           # auto's inner backtest over ten million hours: every refit fails
+])
+def test_a_card_that_the_controller_cannot_refit_is_refused(tmp_path, field, value, reason):
+    """A card is validated when it is loaded (README: refused with the reason, ChampionRefused), including the
+    fields a refit reads, not only the forecaster's name; here one with a matching checksum tag."""
+    import hashlib
+    import json
+
+    from controller.forecasts import Models
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    train_series("forged", demand(), settings(candidates=("auto", "snaive24", "profile")), Tracker(uri),
+                 factories=FACTORIES)
+    card = _card_file(uri, "forged")
+    fields = json.loads(card.read_text())
+    assert fields["model"] == "auto" or field != "candidates"
+    forged = json.dumps({**fields, field: value}, sort_keys=True, separators=(",", ":")).encode()
+    card.write_bytes(forged)
+    client(uri).set_model_version_tag("headroom-forged", "1", CARD_SHA_TAG, hashlib.sha256(forged).hexdigest())
+    with pytest.raises(ModelRefused, match=reason):
+        load_champion("forged", uri)
+    model, name, fault = Models(uri).for_series("forged")
+    assert name == "auto" and fault is not None and fault.startswith("ChampionRefused")
+
+
+def test_unusable_histories_say_why(sqlite_uri):
+    """A constant history (a service idle for weeks) and one too short for a fold are refused with what is wrong
+    and what is needed, not only 'no candidate has a finite mase'."""
+    tracker, idx = Tracker(sqlite_uri), demand().index
+    with pytest.raises(TrainingError, match="does not change from one day to the next"):
+        train_series("idle", pd.Series(5.0, index=idx), settings(), tracker, factories=FACTORIES)
+    with pytest.raises(TrainingError, match=r"60 hourly points.*72 points at least"):
+        train_series("new", demand().iloc[:60], settings(), tracker, factories=FACTORIES)
+    assert Tracker(sqlite_uri).connect().champion("headroom-idle") is None
+
+
+def test_a_deleted_experiment_is_named_with_the_way_out(tmp_path):
+    """An operator deleting a series' experiment in the MLflow UI (MLflow keeps it, deleted, under its name) made
+    every later training fail with 'The experiment 1 must be in the active state': say which experiment and how
+    to train again."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    train_series("trashed", demand(), settings(), Tracker(uri), factories=FACTORIES)
+    c = client(uri)
+    c.delete_experiment(c.get_experiment_by_name("headroom/trashed").experiment_id)
+    with pytest.raises(TrackingError, match=r"experiment 'headroom/trashed' .*is deleted.*mlflow experiments restore"):
+        train_series("trashed", demand(), settings(), Tracker(uri), factories=FACTORIES)
+    assert champion_version(uri, "trashed") == "1"
+
+
+def test_a_held_lease_says_until_when_and_how_to_break_it(mlflow_server):
+    """'lease headroom-lock-x until 1796455101.322' is an epoch nobody reads: the lease's expiry as a UTC time,
+    and how to break it when its trainer is known to be gone (a tracking server restarted under a training)."""
+    tracker = Tracker(mlflow_server.uri)
+    with tracker.lock("held", ttl_seconds=600):
+        with pytest.raises(TrainingLocked) as refused:
+            train_series("held", demand(), settings(), Tracker(mlflow_server.uri), factories=FACTORIES)
+    message = str(refused.value)
+    assert re.search(r"until \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", message), message
+    assert "delete the registered model headroom-lock-held" in message, message
+
+
+def test_the_tracking_uri_is_the_flag_else_the_file_else_the_environment(tmp_path, monkeypatch, capsys):
+    """README: --tracking-uri, else training.tracking_uri, else MLFLOW_TRACKING_URI, else ./mlflow.db."""
+    from cli.main import main
+    from forecast.synthetic import write_csv
+
+    write_csv(demand(), tmp_path / "gpu.csv")
+    (tmp_path / "c.yaml").write_text(f"backtest: {{folds: 2}}\ntraining:\n  tracking_uri: sqlite:///{tmp_path}/file.db\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/env.db")
+    train = ["train", "--history", "gpu.csv", "--name", "where"]
+    assert main([*train, "--config", "c.yaml"]) == 0
+    assert main([*train, "--config", "c.yaml", "--tracking-uri", f"sqlite:///{tmp_path}/flag.db"]) == 0
+    assert main(train) == 0
+    assert sorted(p.name for p in tmp_path.glob("*.db")) == ["env.db", "file.db", "flag.db"]
+
+
+def test_a_lease_with_an_unreadable_expiry_is_broken_as_a_stale_one(mlflow_server):
+    """A lease registered model not written by a headroom trainer (no expiry, or one that is not a number) was a
+    ValueError traceback; it is broken as one without an expiry already was (a trainer always writes a number)."""
+    c = client(mlflow_server.uri)
+    c.create_registered_model("headroom-lock-odd", tags={"owner": "someone", "expires": "soon"})
+    assert train_series("odd", demand(), settings(), Tracker(mlflow_server.uri), factories=FACTORIES).promoted
+    assert not c.search_registered_models("name = 'headroom-lock-odd'")

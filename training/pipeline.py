@@ -7,6 +7,7 @@ the new model beats the current champion re-scored on the same folds by
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -20,7 +21,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from adapters.mlflow import Tracker, TrackingError, experiment_name, registered_name
 from core.settings import SERIES_NAME_PATTERN, TrainingConfig
@@ -61,7 +62,7 @@ class ModelCard(BaseModel):
     format: str
     series: str
     model: str
-    horizon: int
+    horizon: int = Field(ge=1, le=24 * 14)  # auto's inner backtest horizon (backtest.horizon's bounds)
     quantiles: list[float]
     objective: str
     score: float | None
@@ -119,6 +120,8 @@ def read_card(raw: bytes, expected_sha256: str | None,
     unknown = [m for m in [card.model, *card.candidates] if m not in known and m != "auto"]
     if unknown:
         raise ModelRefused(f"the card names unknown forecaster(s) {unknown} (known: {', '.join(known)})")
+    if "auto" in card.candidates:
+        raise ModelRefused("the card's candidates (what auto chooses among) name auto itself")
     return card
 
 
@@ -260,7 +263,8 @@ def train_series(name: str, series: pd.Series, settings: TrainSettings, tracker:
     series = series.astype(float)
     origins = fold_origins(len(series), settings.horizon, settings.folds, settings.step)
     if not origins:
-        raise TrainingError(f"{name}: {len(series)} points is too short for a {settings.horizon}-step backtest")
+        raise TrainingError(f"{name}: {len(series)} hourly points; a backtest needs two days to fit plus the "
+                            f"{settings.horizon} h horizon to score ({2 * DAY + settings.horizon} points at least)")
     tracker.connect()  # TrackingError before any work
     with tracker.lock(name, settings.lock_ttl_seconds):
         exp = tracker.experiment(experiment_name(name))
@@ -271,7 +275,7 @@ def train_series(name: str, series: pd.Series, settings: TrainSettings, tracker:
         except BaseException as exc:
             try:
                 tracker.set_tags(parent, {"headroom.error": f"{type(exc).__name__}: {exc}"})
-                tracker.end_run(parent, "FAILED")
+                tracker.end_run(parent, "FAILED" if isinstance(exc, Exception) else "KILLED")
             except Exception:  # noqa: BLE001 - report the original failure
                 pass
             raise
@@ -292,6 +296,10 @@ def _train(name, series, settings, tracker, now, makers, origins, exp, parent) -
             tracker.set_tags(child, {"headroom.error": failed[cand]})
             tracker.end_run(child, "FAILED")
             continue
+        except BaseException:  # stopped (SIGINT, SIGTERM): the candidate's run does not stay RUNNING
+            with contextlib.suppress(Exception):
+                tracker.end_run(child, "KILLED")
+            raise
         per_fold[cand] = rows
         summary = summarize(rows)
         tracker.log_params(child, {"model": cand, **_hyperparameters(make())})
@@ -306,6 +314,10 @@ def _train(name, series, settings, tracker, now, makers, origins, exp, parent) -
         raise TrainingError(f"{name}: every candidate the controller can serve failed: {failed}")
     winner = min(servable, key=lambda c: scores[c][key] if np.isfinite(scores[c][key]) else float("inf"))
     if not np.isfinite(scores[winner][key]):
+        if not np.isfinite(seasonal_scale(series.to_numpy(dtype=float), DAY)):
+            raise TrainingError(f"{name}: no candidate has a finite {key}: errors are scaled by the history's change "
+                                "from one day to the next, and this history does not change from one day to the next "
+                                "(constant where it is known): there is nothing to train")
         raise TrainingError(f"{name}: no candidate has a finite {key}")
 
     model = makers[winner]().fit(series)
@@ -356,8 +368,13 @@ def _train(name, series, settings, tracker, now, makers, origins, exp, parent) -
     else:
         champ_version = str(current.version)
         try:
-            current_card = read_card(tracker.load_model_card(current.run_id), current.tags.get(CARD_SHA_TAG),
-                                     known={**MODELS, **makers})
+            try:
+                raw = tracker.load_model_card(current.run_id)
+            except TrackingError as exc:
+                tracker.connect()  # the store answers (else TrackingError: the training fails, the champion stays)
+                # ... so the card itself is unreadable: the controller refuses this champion, so must the promotion
+                raise ModelRefused(f"cannot read its model card: {exc}") from None
+            current_card = read_card(raw, current.tags.get(CARD_SHA_TAG), known={**MODELS, **makers})
             champion = Champion(current_card, str(current.version), {})
             make = makers.get(current_card.model, champion.make) if current_card.model != "auto" else champion.make
             champ_rows = _score(make, series, origins, settings)
