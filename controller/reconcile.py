@@ -396,7 +396,8 @@ class Reconciler:
         self._faults: dict[str, str] = {}           # the fault last reported per policy
         self._failed: dict[str, str | None] = {}    # the failure to act last reported per policy
         self._hours: tuple | None = None            # (key, HourPlan): the hourly plan, kept until its inputs change
-        self._last_trained: dict[str, pd.Timestamp] = {}
+        self._last_trained: dict[str, pd.Timestamp] = {}  # the schedule's clock (from start-up)
+        self._retrained_at: dict[str, pd.Timestamp] = {}  # the last retraining asked for
         self._accuracy: dict[str, tuple[pd.Timestamp, dict, dict]] = {}
         self._preemptions: dict[str, int] = {}
         self._lost: dict[str, float] = {}
@@ -1111,17 +1112,22 @@ class Reconciler:
         """With tracking on: a Warning per drift event, and a retraining when drift or the schedule asks."""
         if self.tracker is None:
             return
-        retrain = self.retrain is not None and p.active
-        self._execute([RecordEvent(EventNote(p.ref, "ForecastDrift", e.message + ("; retraining" if retrain else ""),
+        retrained = self._maybe_retrain(p, hourly, now, drifted=bool(drift))
+        self._execute([RecordEvent(EventNote(p.ref, "ForecastDrift", e.message + ("; retraining" if retrained else ""),
                                              "Warning")) for e in drift])
-        self._maybe_retrain(p, hourly, now, drifted=bool(drift))
 
-    def _maybe_retrain(self, p: PolicyObject, hourly: pd.Series, now: pd.Timestamp, drifted: bool) -> None:
+    def _maybe_retrain(self, p: PolicyObject, hourly: pd.Series, now: pd.Timestamp, drifted: bool) -> bool:
+        """Retrain on the schedule, or on drift: once a drift window at most, since a verdict reads the last window's
+        targets and retraining every hour on the same evidence only registers version after version."""
         if self.retrain is None:
-            return
+            return False
         series = p.series
         last = self._last_trained.setdefault(series, now)  # the schedule counts from start-up
         every = self.cfg.retrain_every_seconds
-        if (every > 0 and (now - last).total_seconds() >= every) or (drifted and p.active):
-            self._last_trained[series] = now
+        since = self._retrained_at.get(series)
+        fresh = since is None or (now - since) >= pd.Timedelta(hours=self.drift_window)
+        if (every > 0 and (now - last).total_seconds() >= every) or (drifted and p.active and fresh):
+            self._last_trained[series] = self._retrained_at[series] = now
             self.retrain(series, hourly, now)
+            return True
+        return False

@@ -715,6 +715,44 @@ def test_the_loop_serves_the_champion_logs_realized_error_and_retrains_on_drift(
     assert accuracy.data.tags["headroom.retrain_recommended"] == "true"
 
 
+def test_drift_that_retraining_cannot_end_retrains_once_a_window_not_every_hour(tmp_path):
+    """A retrained model that does not beat the champion leaves drift's baseline (the champion's backtest MASE) as
+    it was, so the drift goes on: it once asked for a training, and registered a version, every hour."""
+    from adapters.mlflow import Tracker
+    from controller.forecasts import Models
+    from controller.loop import BackgroundTrainer
+    from forecast.history import prepare
+    from training.pipeline import TrainSettings, train_series
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    start = MONDAY_6AM - pd.Timedelta(days=2)
+    drifted = DEMAND.copy()
+    drifted[drifted.index >= start] *= 2.0
+    path = tmp_path / "drift.csv"
+    write_csv(drifted, path)
+    settings = TrainSettings(folds=2, candidates=("snaive24",), quantiles=(0.1, 0.5, 0.9, 0.99), statistic="max")
+    train_series("inference.chat", prepare(drifted[drifted.index < start], statistic="max")[0], settings,
+                 Tracker(uri))
+    trainer, asked = BackgroundTrainer(uri, settings, beside=False), []
+
+    def retrain(series, history, now):
+        asked.append(now)
+        trainer(series, history, now)
+
+    r = Replay(tmp_path, path, start=start, run={"retrain_every_seconds": 0}, models=Models(uri),
+               tracker=Tracker(uri), retrain=retrain, drift_window=3, drift_factor=1.5)
+    drifting, said = [], []
+    for hour in range(12):
+        now, seen = start + pd.Timedelta(hours=hour), len(r.events("ForecastDrift"))
+        r.step(now)
+        new = r.events("ForecastDrift")[seen:]
+        drifting += [now] if new else []
+        said += [now] if any("retraining" in e["message"] for e in new) else []
+    assert len(asked) >= 2 and len(drifting) > len(asked), (asked, drifting)  # the drift went on
+    assert all(b - a >= pd.Timedelta(hours=3) for a, b in zip(asked, asked[1:])), asked
+    assert said == asked  # its events say "retraining" only when it retrains
+
+
 def test_retraining_runs_on_its_schedule(demand_file, tmp_path):
     from adapters.mlflow import Tracker
 
