@@ -159,6 +159,11 @@ def overview() -> Board:
           "above the headroom the plan requires: below it, a demand spike could not be served in time.",
           [(f"max({leader(m.RECLAIMABLE.name)})", "reclaimable within deadline"),
            (f"sum({leader(m.HEADROOM.name)})", "required headroom")], 12, 8, min=0)
+    b.add("timeseries", "Headroom at risk", "1 while the HeadroomAtRisk condition is True, by its reason: "
+          "ReclaimableBelowHeadroom (too little training stops within the deadline), HeadroomAboveCapacity (the "
+          "headroom quantile asks for more than is lent), CohortLends (another ClusterQueue lends training GPUs "
+          "beside headroom: give it lendingLimit 0). The plan summary ConfigMap has the message.",
+          [(f"max by (reason) ({leader(m.HEADROOM_AT_RISK.name)})", "{{reason}}")], 24, 5, min=0, max=1)
     b.add("timeseries", "Preemptions and work lost", "Training workloads preempted per hour, planned (at a "
           "checkpoint before a forecast ramp) vs emergency (demand above the forecast), and GPU-hours of work lost.",
           [(f"sum by (kind) (increase({m.PREEMPTIONS.name}[1h]))", "{{kind}} preemptions / h"),

@@ -231,7 +231,7 @@ def test_names_units_and_bounded_labels(day):
     """Counters end in _total, every name says its unit (or is a 0/1 flag, an info, a count of things waiting or a
     demand in the query's unit), and every label takes values from a bounded set over a whole day of reconciles."""
     dimensionless = {m.POLICY_VALID, m.LEADER, m.FALLBACK, m.DEGRADED, m.FORECAST, m.DEMAND, m.DEMAND_PER_GPU,
-                     m.STATUSES_WAITING}
+                     m.STATUSES_WAITING, m.HEADROOM_AT_RISK}
     for metric in m.METRICS:
         assert metric.name.startswith("headroom_") and re.fullmatch(r"[a-z_]+", metric.name), metric.name
         assert metric.name.endswith("_total") == (metric.kind == "counter"), metric.name
@@ -254,7 +254,22 @@ def test_names_units_and_bounded_labels(day):
     assert values["kind"] == set(PREEMPTION_KINDS) and values["stage"] == set(ERROR_STAGES)
     assert values["mode"] == {"active"}
     assert all(v == "fallback" or v.startswith("auto") for v in values["model"]) and len(values["model"]) <= 5
-    assert set(values) == {"policy", "team", "quantile", "horizon", "kind", "stage", "mode", "model", "le"}
+    assert values["reason"] <= {"HeadroomCovered", "ReclaimableBelowHeadroom", "HeadroomAboveCapacity", "CohortLends"}
+    assert set(values) == {"policy", "team", "quantile", "horizon", "kind", "stage", "mode", "model", "le", "reason"}
+
+
+def test_headroom_at_risk_is_the_condition_by_its_reason(last):
+    """An alert on the headroom needs it in the metrics, not only in each policy's status: 1 with the reason while
+    at risk (CohortLends too, which no number shows), else 0."""
+    from core.objects import Condition
+
+    risk = last.headroom_at_risk
+    assert value(scrape(last), m.HEADROOM_AT_RISK, reason=risk.reason) == (risk.status == "True")
+    lends = dataclasses.replace(last, headroom_at_risk=Condition("HeadroomAtRisk", "True", "CohortLends", "..."))
+    text = scrape(lends)
+    assert value(text, m.HEADROOM_AT_RISK, reason="CohortLends") == 1
+    assert [k for k in samples(text) if k[0] == m.HEADROOM_AT_RISK.name] == [
+        (m.HEADROOM_AT_RISK.name, frozenset({("reason", "CohortLends")}))]  # one series: the reason now
 
 
 def test_registry_holds_only_headroom_metrics(last):
