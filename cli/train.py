@@ -71,6 +71,7 @@ def cmd_train(cfg, args) -> int:
         jobs.append((getattr(args, "name", None) or getattr(t, "name", None) or "demand", where,
                      lambda: load_series(cfg, now)[0]))
     tracker = Tracker(uri)
+    print(f"MLflow store: {tracker.uri}", file=sys.stderr)  # where to look (a flag, the file, the env or ./mlflow.db)
     status, out = 0, []
     with _stopped_by_sigterm():
         try:

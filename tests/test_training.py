@@ -253,6 +253,7 @@ def test_the_example_configuration_trains_and_the_controller_serves_its_champion
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     assert main(["train", "--config", "examples/headroom.yaml"]) == 0
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert f"MLflow store: {uri}" in capsys.readouterr().err  # said, so the user knows where to look
     assert champion_version(uri, "inference.chat") == "1"
     c = client(uri)
     experiment = c.get_experiment_by_name("headroom/inference.chat").experiment_id
