@@ -336,12 +336,19 @@ _INSTALL = {
                  "v1beta1 only (docs/deploy.md, Kueue versions)"}
 
 
-def _not_installed(paths: list[str]) -> str:
-    """What a 404 on these WATCHED paths means: one sentence per API not served, saying how to install it."""
+# Kueue before v0.15 serves v1beta1 alone: installed, but too old.
+_KUEUE_TOO_OLD = (f"Kueue is installed but serves only {KUEUE_GROUP}/v1beta1 (a release before v0.15): upgrade to "
+                  f"Kueue v0.15 or later, which serves {KUEUE_GROUP}/{KUEUE_VERSION} (docs/deploy.md, Kueue versions)")
+
+
+def _not_installed(paths: list[str], old_kueue: bool = False) -> str:
+    """What a 404 on these WATCHED paths means: one sentence per API not served, saying how to install it (or, for
+    a Kueue that serves v1beta1 alone, `old_kueue`, to upgrade it)."""
     groups: dict[str, list[str]] = {}  # API group -> its plurals not served, in WATCHED's order
     for path in paths:
         groups.setdefault(path.split("/")[2], []).append(path.rsplit("/", 1)[1])
-    return "; ".join(f"the API server does not serve {', '.join(plurals)}: {_INSTALL[group]}"
+    return "; ".join(f"the API server does not serve {', '.join(plurals)}: "
+                     f"{_KUEUE_TOO_OLD if group == KUEUE_GROUP and old_kueue else _INSTALL[group]}"
                      for group, plurals in groups.items())
 
 
@@ -466,7 +473,15 @@ class KubeCluster:
                 if exc.status == 0 or exc.status >= 500:  # the server down: one path's retries are enough
                     break
         if missing:
-            raise NotInstalled(_not_installed(missing), status=404)
+            raise NotInstalled(_not_installed(missing, self._serves(f"/apis/{KUEUE_GROUP}/v1beta1")), status=404)
+
+    def _serves(self, group_version: str) -> bool:
+        """The API server serves this group/version (its discovery document answers)."""
+        try:
+            self._request("GET", group_version)
+            return True
+        except ClusterError:
+            return False
 
     def sync(self) -> None:
         """Bring every watch cache up to the server's state now (one LIST each; nothing without `watch()`): after

@@ -178,3 +178,28 @@ def test_a_crd_deleted_while_headroom_watches_is_named_by_its_reads_not_served_s
                    and watching.cluster_queue_quotas() == {"inference-run": 5}, timeout=40, what="the cache")
     finally:
         watching.close()
+
+
+def test_a_kueue_too_old_for_v1beta2_is_named_as_such(bare_kube, crd_dir, kueue_crds, tmp_path):
+    """A Kueue before v0.15 serves kueue.x-k8s.io/v1beta1 alone: it is installed, so "install Kueue" would mislead;
+    the error says to upgrade it."""
+    import copy
+
+    server, kube = bare_kube
+    old = []
+    for crd in copy.deepcopy(kueue_crds):  # the same CRDs, as a release that serves v1beta1 only
+        crd["spec"]["versions"] = [dict(v, storage=True) for v in crd["spec"]["versions"] if v["name"] == "v1beta1"]
+        old.append(crd)
+    only(kube, crd_documents(crd_dir))  # the v1beta2 CRDs of the same names out first
+    only(kube, crd_documents(crd_dir) + old)
+    try:
+        kube.apply(f"{RP}/chat", policy("chat"))
+        before = snapshot(kube)
+        status, out, err = headroom_run(server, tmp_path, once=True)
+        assert "Traceback" not in out + err and status == 1 and out == "", (status, out, err)
+        last = err.strip().splitlines()[-1]
+        assert "Kueue is installed but serves only kueue.x-k8s.io/v1beta1" in last and "upgrade to" in last, last
+        assert "is not installed" not in last, last
+        assert snapshot(kube) == before
+    finally:
+        only(kube, crd_documents(crd_dir))  # the next test installs what it names
