@@ -36,6 +36,11 @@ class Outcome:
     error: str | None = None
     skipped: str | None = None  # why it was not applied though it succeeded (already so, no longer wanted)
 
+    @property
+    def failure(self) -> str | None:
+        """Why the action itself failed; None if it went through (or only its Event failed: "event: ...")."""
+        return self.error if self.error and not self.error.startswith("event:") else None
+
 
 def apply(action: Action, cluster: Cluster) -> bool:
     """One action on the cluster, as it stands (no re-validation); True if it changed something."""

@@ -935,13 +935,13 @@ class Reconciler:
         failures: dict[str, str] = {}
         for o in outcomes:
             a = o.action
-            if o.error and not o.error.startswith("event:"):
-                self._error("preempt" if isinstance(a, Evict) else "actuate", getattr(a, "policy", a.reason), o.error)
+            if error := o.failure:
+                self._error("preempt" if isinstance(a, Evict) else "actuate", getattr(a, "policy", a.reason), error)
                 if isinstance(a, Scale):  # a condition's reason is a CamelCase word (the CRD's pattern)
-                    failures[a.policy] = f"{'TargetMissing' if 'HTTP 404' in o.error else 'ScaleFailed'}: {o.error}"
+                    failures[a.policy] = f"{'TargetMissing' if 'HTTP 404' in error else 'ScaleFailed'}: {error}"
                 if isinstance(a, SetQuota):  # the slack lent there never reached it: said on each policy naming it
-                    why = f"{'QueueMissing' if 'HTTP 404' in o.error else 'QuotaFailed'}: ClusterQueue {a.queue}: " \
-                          f"{o.error}"
+                    why = f"{'QueueMissing' if 'HTTP 404' in error else 'QuotaFailed'}: ClusterQueue {a.queue}: " \
+                          f"{error}"
                     for p in policies:
                         if a.queue in (*p.spec.training_cluster_queues, p.spec.inference_cluster_queue):
                             failures.setdefault(p.key, why)
@@ -959,8 +959,7 @@ class Reconciler:
     def _lent_in_place(step: StepPlan, outcomes: list[Outcome], after: View) -> int:
         """The slack lent to training now: the plan's, except where a training quota's write failed, whose queue
         holds what it held before (nothing, if it does not exist)."""
-        failed = {o.action.queue for o in outcomes
-                  if isinstance(o.action, SetQuota) and o.error and not o.error.startswith("event:")}
+        failed = {o.action.queue for o in outcomes if isinstance(o.action, SetQuota) and o.failure}
         return step.lent_gpus - sum(step.quotas[q] - after.quotas.get(q, 0) for q in failed & step.quotas.keys())
 
     @staticmethod
