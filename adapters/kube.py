@@ -142,21 +142,24 @@ def workload_info(obj: dict, local_queues: Mapping[tuple[str, str], str] | None 
                         last_checkpoint=_parse_time(annotations.get(LAST_CHECKPOINT)))
 
 
+def _quotas_of(cq: Mapping, resource: str) -> list[Mapping]:
+    """A ClusterQueue's quota entries for `resource`, one per flavor that covers it."""
+    return [r for group in (cq.get("spec") or {}).get("resourceGroups") or []
+            for flavor in group.get("flavors") or [] for r in flavor.get("resources") or []
+            if r.get("name") == resource]
+
+
 def gpu_quota(cq: Mapping, resource: str = GPU_RESOURCE) -> int | None:
     """A ClusterQueue's nominalQuota of `resource`, summed over its flavors; None if it covers none."""
-    found = [r.get("nominalQuota", 0) for group in (cq.get("spec") or {}).get("resourceGroups") or []
-             for flavor in group.get("flavors") or [] for r in flavor.get("resources") or []
-             if r.get("name") == resource]
+    found = [r.get("nominalQuota", 0) for r in _quotas_of(cq, resource)]
     return int(sum((_quantity(q) for q in found), Decimal(0))) if found else None
 
 
 def gpu_lent_to_cohort(cq: Mapping, resource: str = GPU_RESOURCE) -> int:
     """The GPUs a ClusterQueue lets the other queues of its cohort borrow while it does not use them: each flavor's
     lendingLimit, or its whole nominalQuota where none is set (Kueue's rule)."""
-    return int(sum((_quantity(r.get("lendingLimit", r.get("nominalQuota", 0)))
-                    for group in (cq.get("spec") or {}).get("resourceGroups") or []
-                    for flavor in group.get("flavors") or [] for r in flavor.get("resources") or []
-                    if r.get("name") == resource), Decimal(0)))
+    return int(sum((_quantity(r.get("lendingLimit", r.get("nominalQuota", 0))) for r in _quotas_of(cq, resource)),
+                   Decimal(0)))
 
 
 class _Gone(Exception):
