@@ -29,6 +29,7 @@ SimulatedPolicy = Literal["forecast", "static", "reactive", "seasonal-naive", "o
 SIMULATED_POLICIES: tuple[str, ...] = get_args(SimulatedPolicy)
 _OBJECTIVE = ObjectiveSpec()
 MAX_CLUSTER_GPUS = 1_000_000  # the largest cluster (or job) taken: more is a typo or a unit error, not a cluster
+MAX_HORIZON_HOURS = 24 * 14  # the longest forecast, backtest or plan horizon: two weeks of hours
 
 
 def existing_file(value: Path | None) -> Path | None:
@@ -171,7 +172,7 @@ class HistoryConfig(CrossChecked):
 
 
 class ForecastConfig(Strict):
-    horizon: int = Field(48, ge=1, le=24 * 14)
+    horizon: int = Field(48, ge=1, le=MAX_HORIZON_HOURS)
     quantiles: list[float] = Field(default_factory=lambda: [0.5, 0.9, 0.99], min_length=1)
 
     @field_validator("quantiles")
@@ -184,7 +185,7 @@ class ForecastConfig(Strict):
 
 
 class BacktestConfig(Strict):
-    horizon: int = Field(24, ge=1, le=24 * 14)
+    horizon: int = Field(24, ge=1, le=MAX_HORIZON_HOURS)
     folds: int = Field(7, ge=1, le=365)
     step: int = Field(24, ge=1)
 
@@ -362,7 +363,7 @@ class RunConfig(CrossChecked):
     capacity_gpus: int = Field(128, ge=1, le=MAX_CLUSTER_GPUS)
     non_lendable_gpus: int = Field(0, ge=0)
     interval_seconds: float = Field(60, gt=0)
-    horizon_hours: int = Field(24, ge=2, le=24 * 14)
+    horizon_hours: int = Field(24, ge=2, le=MAX_HORIZON_HOURS)
     prometheus: PrometheusServer | None = None
     stale_after_seconds: float = Field(1800, gt=0)     # demand older than this is stale: fall back
     keep_forecast_seconds: float = Field(7200, gt=0)  # a fetch failure keeps the last good forecast this long

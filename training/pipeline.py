@@ -24,7 +24,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from adapters.mlflow import Tracker, TrackingError, experiment_name, registered_name
-from core.settings import SERIES_NAME_PATTERN, TrainingConfig
+from core.settings import MAX_HORIZON_HOURS, SERIES_NAME_PATTERN, TrainingConfig
 from forecast.backtest import SCORED_QUANTILES, AutoForecaster, pinball_key, score_folds, summarize
 from forecast.base import Forecaster, check_quantile_frame
 from forecast.calibrate import Calibrated
@@ -62,7 +62,7 @@ class ModelCard(BaseModel):
     format: str
     series: str
     model: str
-    horizon: int = Field(ge=1, le=24 * 14)  # auto's inner backtest horizon (backtest.horizon's bounds)
+    horizon: int = Field(ge=1, le=MAX_HORIZON_HOURS)  # auto's inner backtest horizon (backtest.horizon's bounds)
     quantiles: list[float]
     objective: str
     score: float | None
