@@ -14,6 +14,7 @@ from cli.config import Config
 from cli.sources import source
 from core.errors import BadRequest
 from core.settings import MAX_CLUSTER_GPUS
+from dashboards.report import above_cluster_note
 
 if TYPE_CHECKING:  # imported when used: the CLI starts without the simulator
     from controller.simulate import Scenario
@@ -264,10 +265,8 @@ def cmd_simulate(cfg: Config, args) -> int:
         say(f"timeline: {write_timeline(result.timeline, args.timeline)}")
     fields_ = {k: v for k, v in asdict(result).items() if k not in ("timeline", "detail", "events")}
     fields_["buffer_replay_seconds"] = replay_seconds  # tuning by replaying the history (0: --policy-file, a reference)
-    if result.shortage_over_capacity > spec.objective.max_shortage:  # the objective counts the cluster's share only
-        say(f"note: {result.shortage_over_capacity:.2%} of demand GPU-time is above the {cfg.simulate.gpus}-GPU "
-            "cluster, which no policy can serve; shortage_within_cluster and objective_met leave it out "
-            "(inference_shortage counts it)")
+    if note := above_cluster_note(result, cfg.simulate.gpus):
+        say(f"note: {note}")
     if args.json:
         print(json.dumps(fields_, sort_keys=True, default=str))
         return 0

@@ -119,9 +119,9 @@ def above_cluster_note(result: SimResult, gpus: int) -> str:
     """What a cluster smaller than the demand leaves out of the table ('' when demand fits it)."""
     if result.shortage_over_capacity <= 0:
         return ""
-    return (f"{result.shortage_over_capacity:.1%} of inference demand (GPU-time) is above the {gpus}-GPU cluster, "
-            "which no policy can serve: the shortage, short steps and objective in the table count only the demand "
-            "within the cluster")
+    return (f"{result.shortage_over_capacity:.2%} of inference demand GPU-time is above the {gpus}-GPU cluster, "
+            "which no policy can serve: shortage within the cluster, short steps and the objective count only the "
+            "demand the cluster can hold (inference_shortage counts it)")
 
 
 def missing_steps(scenario: Scenario) -> pd.DatetimeIndex:

@@ -407,7 +407,7 @@ def test_flags_a_policy_file_holds_are_refused_beside_it_not_dropped(demand, tmp
 def test_demand_above_the_cluster_is_said_beside_a_met_objective(demand, tmp_path, capsys):
     status, err = exits(["simulate", demand, "--days", "1", "--policy-file", _policy_file(tmp_path / "p.yaml"),
                          "--gpus", "1"], capsys)
-    assert status == 0 and "of demand GPU-time is above the 1-GPU cluster, which no policy can serve" in err, err
+    assert status == 0 and "inference demand GPU-time is above the 1-GPU cluster, which no policy can serve" in err, err
 
 
 def test_report_out_pointing_at_a_file(demand, tmp_path, capsys):

@@ -191,7 +191,7 @@ def test_demand_above_a_too_small_cluster_is_said_not_reported_as_no_shortage(tm
     monkeypatch.setattr(report_module, "_save", lambda fig, path: figures.append(fig) or save(fig, path))
     page = render_report(tmp_path / "out", results, "forecast", 16, {})
     text = page.read_text()
-    assert f"{over:.1%} of inference demand (GPU-time) is above the 16-GPU cluster" in text
+    assert f"{over:.2%} of inference demand GPU-time is above the 16-GPU cluster" in text
     demand_axes = figures[0].axes[0]
     assert any(isinstance(a, Line2D) and "capacity 16 GPUs" in a.get_label() for a in demand_axes.get_lines())
 
