@@ -460,7 +460,8 @@ def mstl_scale(n: int, workers: int) -> dict:
 
 OLD_FAST = ("snaive24", "snaive168", "profile", "profile24")
 CANDIDATE_SETS = {"fast4": OLD_FAST, "fast4+naive": OLD_FAST + ("naive",), "fast4+theta": OLD_FAST + ("theta",),
-                  "fast6": OLD_FAST + ("naive", "theta")}
+                  "fast6": OLD_FAST + ("naive", "theta"), "fast4+naive+hw": OLD_FAST + ("naive", "hw"),
+                  "fast6+hw": OLD_FAST + ("naive", "theta", "hw")}
 # Round 1 (forecast.json "choices_round1") ran fast4 and fast6 x best-or-mean, best, median, weighted x lc, nolc
 # on M4 and the traces alone; best, median and weighted lost on the choose-on part with either pool, so round 2
 # (this list) varies the pool and the level correction under best-or-mean, and adds the week and gauge units.
@@ -486,7 +487,12 @@ PROTOCOL_CONFIGS = [
     # only among the candidates the best one did not beat on every inner fold
     *({"name": f"{pool}/best-or-mean/lc7/{rule}<7", "candidates": CANDIDATE_SETS[pool], "combine": "best-or-mean",
        "level_correction": 7, "min_selection_folds": 7, "weak_evidence": weak}
-      for pool, rule, weak in (("fast4", "shrink", "shrink"), ("fast4+naive", "unrefuted", "shrink-unrefuted")))]
+      for pool, rule, weak in (("fast4", "shrink", "shrink"), ("fast4+naive", "unrefuted", "shrink-unrefuted"))),
+    # added in round 13: a damped Holt-Winters fitted on a grid (models.DampedHoltWinters) in the pool, with and
+    # without Theta, under round 12's rule
+    *({"name": f"{pool}/best-or-mean/lc7/unrefuted<7", "candidates": CANDIDATE_SETS[pool], "combine": "best-or-mean",
+       "level_correction": 7, "min_selection_folds": 7, "weak_evidence": "shrink-unrefuted"}
+      for pool in ("fast4+naive+hw", "fast6+hw"))]
 PROTOCOL_QUANTILES = [0.05, 0.1, 0.5, 0.9, 0.95]
 
 
