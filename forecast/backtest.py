@@ -20,11 +20,11 @@ from forecast.calibrate import DAY, calibrated_predict, fold_points, origins, sc
 from forecast.metrics import coverage, finite_or_none, mase, pinball, seasonal_scale, smape
 from forecast.models import MODELS, Ensemble, combination_name, combine
 
-# Cheap candidates (vectorised numpy, no optimiser) for thousands of series: issue 2's four seasonal ones, the last
-# value held (a drifting gauge without a daily cycle: issue 13), Theta and a grid-fitted damped Holt-Winters (a level
-# that shifts under a daily shape: round 14). Picked with COMBINE, LEVEL_CORRECTION, MIN_SELECTION_FOLDS and
-# WEAK_EVIDENCE by bench/forecast_bench.py's protocol on its choose-on part (docs/bench-forecast.md).
-FAST = ("snaive24", "snaive168", "profile", "profile24", "naive", "theta", "hw")
+# Cheap candidates (vectorised numpy, no optimiser) for thousands of series: issue 2's four seasonal ones plus the
+# last value held (a drifting gauge without a daily cycle: issue 13). Picked with COMBINE, LEVEL_CORRECTION and
+# MIN_SELECTION_FOLDS by bench/forecast_bench.py's protocol on its choose-on part (docs/bench-forecast.md); theta lost
+# there, and with the grid-fitted Holt-Winters (hw) the pool lost on the held-out series (rounds 13-14).
+FAST = ("snaive24", "snaive168", "profile", "profile24", "naive")
 # statsmodels' ETS, MSTL and gradient boosting cost 0.5-10 s per fit (x folds): the backtest scores them, AutoForecaster
 # considers them only when asked ("full" or a list).
 FULL = FAST + ("mstl",)
