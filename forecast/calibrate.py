@@ -115,6 +115,18 @@ def mase_scale(history: np.ndarray) -> float:
     return scale if np.isfinite(scale) else level(history)
 
 
+def fold_points(make: Callable[[], Forecaster], history: pd.Series, fold_origins: Sequence[int],
+                horizon: int) -> np.ndarray:
+    """Point paths (rows = origins) of a model fitted on history before each origin; from one pass where the
+    model can (its `fold_paths`)."""
+    model = make()
+    one_pass = getattr(model, "fold_paths", None)
+    if one_pass is not None:
+        return one_pass(history.to_numpy(dtype=float), fold_origins, horizon)
+    paths = [point_forecast(make, history, o, horizon) for o in fold_origins]
+    return np.array(paths).reshape(len(fold_origins), horizon)
+
+
 def point_forecast(make: Callable[[], Forecaster], history: pd.Series, origin: int, horizon: int) -> np.ndarray:
     """Point path of a model fitted on history before `origin`."""
     model = make()
@@ -277,8 +289,7 @@ def refit_errors(model, history: pd.Series, horizon: int, step: int) -> tuple[np
     values = history.to_numpy(dtype=float)
     fold_origins = range(DAY, len(values) - horizon + 1, step)
     make = lambda: copy.deepcopy(model)  # noqa: E731 - fit replaces a copy's state, the fitted model stays as it is
-    paths = [point_forecast(make, history, o, horizon) for o in fold_origins]
-    points = np.array(paths).reshape(len(fold_origins), horizon)
+    points = fold_points(make, history, fold_origins, horizon)
     actuals = np.array([values[o:o + horizon] for o in fold_origins]).reshape(points.shape)
     return points, actuals - points
 
@@ -321,8 +332,7 @@ class Calibrated:
     def fit(self, history: pd.Series) -> Self:
         make = lambda: copy.deepcopy(self.model)  # noqa: E731 - a fresh unfitted copy per fold
         fold_origins = origins(len(history), self.horizon, self.folds, self.step)
-        points = np.array([point_forecast(make, history, o, self.horizon) for o in fold_origins])
-        self.points_ = points.reshape(len(fold_origins), self.horizon)
+        self.points_ = fold_points(make, history, fold_origins, self.horizon)
         self.residuals_ = scaled_residuals(history, self.points_, fold_origins)
         self.origins_ = fold_origins
         self.history_ = history

@@ -29,12 +29,15 @@ def fill_gaps(values: np.ndarray) -> np.ndarray:
     """Fill NaN for fitting only: same hour a week (else a day) earlier, then interpolation."""
     values = np.asarray(values, dtype=float).copy()
     for lag in (WEEK, DAY):
-        gaps = np.flatnonzero(np.isnan(values))
-        gaps = gaps[gaps >= lag]
-        values[gaps] = values[gaps - lag]  # in order, so long gaps chain back week by week
-    if np.isnan(values).any():
-        series = pd.Series(values).interpolate(limit_direction="both")
-        values = series.fillna(0.0).to_numpy()
+        while True:  # repeated, so a gap longer than the lag chains back lag by lag
+            gaps = np.flatnonzero(np.isnan(values))
+            gaps = gaps[gaps >= lag]
+            fillable = gaps[~np.isnan(values[gaps - lag])]
+            if not len(fillable):
+                break
+            values[fillable] = values[fillable - lag]
+    if np.isnan(values).any():  # only where no earlier day has a value (an hour missing every night)
+        values = pd.Series(values).interpolate(limit_direction="both").fillna(0.0).to_numpy()
     return values
 
 
@@ -161,6 +164,81 @@ class HoltWinters(PointModel):
         return self.model_.forecast(horizon)
 
 
+class DampedHoltWinters(PointModel):
+    """Additive Holt-Winters with a damped trend and a daily season, fitted fast enough for the cheap pool.
+
+    statsmodels' optimiser costs ~0.4 s a fit; here every point of a fixed grid over the usual admissible region
+    (Hyndman & Athanasopoulos, FPP3 8.3: 0 <= beta <= alpha, 0 <= gamma <= 1 - alpha, damping 0.8-0.98) runs at
+    once, one vectorised pass over the history in error-correction form, and the point with the least one-step
+    squared error over the last four weeks wins. It follows a level that shifts or drifts while keeping a daily
+    shape, which the seasonal-naive and profile candidates cannot. The pass records every inner fold's state on
+    the way (`fold_paths`), so a backtest costs one fit, not one per fold.
+    """
+    name = "hw"
+    _grid = np.meshgrid([0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.9], [0.0, 0.02, 0.1], [0.02, 0.05, 0.1, 0.2, 0.4],
+                        [0.8, 0.9, 0.98], indexing="ij")
+    ALPHA = _grid[0].ravel()
+    BETA = (_grid[0] * _grid[1]).ravel()  # a share of alpha
+    GAMMA = (_grid[2] * (1.0 - _grid[0])).ravel()  # a share of 1 - alpha
+    PHI = _grid[3].ravel()
+    SCORED = 4 * WEEK
+
+    def _fit(self, values):
+        if len(values) < 2 * DAY:
+            raise TooShort(f"hw needs two daily cycles ({2 * DAY} points) to start its season, has {len(values)}")
+        self.state_ = self._states(values, [len(values)])[0]
+
+    def _path(self, horizon):
+        phi, level, trend, season, n = self.state_
+        steps = np.arange(1, horizon + 1)
+        return level + np.cumsum(phi ** steps) * trend + season[(n + steps - 1) % DAY]
+
+    @classmethod
+    def _states(cls, y: np.ndarray, ends: Sequence[int]) -> list[tuple]:
+        """One pass of every grid point over y[:max(ends)]; for each end, the state of the point that erred least
+        on the SCORED one-step errors before it. Each end's state depends on y[:end] alone."""
+        first = y[:DAY]
+        level = np.full(cls.ALPHA.shape, first.mean())
+        trend = np.full(cls.ALPHA.shape, (y[DAY:2 * DAY].mean() - first.mean()) / DAY)
+        season = np.tile(first - first.mean(), (len(cls.ALPHA), 1))
+        total = np.zeros(cls.ALPHA.shape)  # running sum of squared one-step errors
+        totals = {DAY: total}
+        wanted = {max(e - cls.SCORED, DAY) for e in ends} | set(ends)
+        states = {}
+        for t in range(DAY, max(ends)):
+            hour = t % DAY
+            damped = cls.PHI * trend
+            error = y[t] - (level + damped + season[:, hour])
+            total = total + error * error
+            level = level + damped + cls.ALPHA * error
+            trend = damped + cls.BETA * error
+            season[:, hour] += cls.GAMMA * error
+            if t + 1 in wanted:
+                totals[t + 1] = total
+                states[t + 1] = (level, trend, season.copy())
+        out = []
+        for end in ends:
+            best = int(np.argmin(totals[end] - totals[max(end - cls.SCORED, DAY)]))
+            level, trend, season = states[end]
+            out.append((cls.PHI[best], level[best], trend[best], season[best], end))
+        return out
+
+    def fold_paths(self, values: np.ndarray, fold_origins: Sequence[int], horizon: int) -> np.ndarray:
+        """fit_values(values[:o]).point(horizon) for every origin o, from one pass."""
+        filled = fill_gaps(values[:max(fold_origins, default=0)])
+        # a gap open at an origin is interpolated in the whole history but carried in the prefix: refit there
+        long_enough = [o for o in fold_origins if o >= 2 * DAY and np.array_equal(fill_gaps(values[:o]), filled[:o])]
+        states = dict(zip(long_enough, self._states(filled, long_enough))) if long_enough else {}
+        paths = []
+        for o in fold_origins:
+            if o not in states:
+                paths.append(type(self)().fit_values(values[:o]).point(horizon))
+                continue
+            self.values_, self._fit_failed, self.state_ = filled[:o], False, states[o]
+            paths.append(self.point(horizon))
+        return np.array(paths).reshape(len(fold_origins), horizon)
+
+
 class MSTLModel(PointModel):
     """statsmodels MSTL (daily + weekly seasonality); the deseasonalised part by damped Holt.
 
@@ -274,10 +352,14 @@ class Naive(PointModel):
 
 def _daily_seasonal(values: np.ndarray) -> tuple[np.ndarray, bool] | None:
     """Daily seasonal indices of the last four weeks (aligned so index -1 is the last hour), and whether they
-    are multiplicative; None when there is no daily cycle by the M4 autocorrelation test (90 %, lag 24)."""
+    are multiplicative; None when there is no daily cycle by the M4 autocorrelation test (90 %, lag 24).
+
+    On fewer than four whole days the test cannot find even a perfect sine (its lag-24 autocorrelation is at most
+    (n - 24) / n, under the limit), so there the daily cycle that hourly demand has is assumed, from two days on.
+    """
     window = values[-4 * WEEK:]
     n = len(window) - len(window) % DAY
-    if n < 3 * DAY:
+    if n < 2 * DAY:
         return None
     window = window[-n:]
     centred = window - window.mean()
@@ -285,7 +367,7 @@ def _daily_seasonal(values: np.ndarray) -> tuple[np.ndarray, bool] | None:
     if denom <= 0:
         return None
     acf = np.array([centred[k:] @ centred[:-k] for k in range(1, DAY + 1)]) / denom
-    if abs(acf[-1]) <= 1.645 * np.sqrt((1 + 2 * float(acf[:-1] @ acf[:-1])) / n):
+    if n >= 4 * DAY and abs(acf[-1]) <= 1.645 * np.sqrt((1 + 2 * float(acf[:-1] @ acf[:-1])) / n):
         return None
     by_hour = window.reshape(-1, DAY)
     if window.min() > 0:
@@ -390,6 +472,7 @@ MODELS: dict[str, Callable[[], PointForecaster]] = {
     "profile": SeasonalProfile,
     "profile24": lambda: SeasonalProfile(cycles=7, period=DAY),
     "ets": HoltWinters,
+    "hw": DampedHoltWinters,
     "mstl": MSTLModel,
     "gbm": GradientBoosting,
     "naive": Naive,

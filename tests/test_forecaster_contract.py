@@ -88,7 +88,7 @@ def test_a_history_without_a_regular_step_is_refused_by_name():
 
 POINT_MODELS = [m for m in MODELS if m != "ensemble"]
 # The models that know they cannot fit a given history, and why (anything else falling back is a bug).
-EXPECTED_FALLBACKS = {("snaive168", "short"), ("gbm", "short"), ("mstl", "short"), ("ets", "short")}
+EXPECTED_FALLBACKS = {("snaive168", "short"), ("gbm", "short"), ("mstl", "short"), ("ets", "short"), ("hw", "short")}
 
 
 @pytest.mark.parametrize("history", HISTORIES, ids=str)
