@@ -520,8 +520,11 @@ def test_cross_field_checks_are_listed_alongside_field_errors(tmp_path):
       "simulate.world.hpa_scale_down_seconds: Input should be a finite number"]),
     ("training: {candidates: [profile, prophet]}\nforecast: {horizon: 0}",
      ["training.candidates: unknown model(s) ['prophet']", "forecast.horizon"]),
+    # tune writes its grid's durations into a ReservationPolicy: a Go duration the CRD takes, not a day as 1d
+    ("tune: {scale_in_delays: [10m, 1d], lead_times: [0w]}",
+     ["tune.scale_in_delays: '1d' is not a Go duration", "tune.lead_times: '0w' is not a Go duration"]),
 ], ids=["binary", "step-not-a-duration", "step-not-hourly", "prometheus", "infinite-seconds", "infinite-world",
-        "candidates"])
+        "candidates", "tune-durations-the-crd-refuses"])
 def test_configuration_errors_name_every_field(tmp_path, text, errors):
     path = tmp_path / "c.yaml"
     path.write_bytes(text) if isinstance(text, bytes) else path.write_text(text)
