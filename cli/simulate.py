@@ -280,8 +280,13 @@ def cmd_simulate(cfg: Config, args) -> int:
 
 def cmd_tune(cfg: Config, args) -> int:
     from cli.progress import stage_printer
+    from controller.simulate import REFERENCES
     from controller.tune import plot_tradeoff, tune, write_policy
 
+    if cfg.simulate.policy in REFERENCES:
+        raise BadRequest(f"--policy {cfg.simulate.policy} (simulate.policy): a reference that knows the future has "
+                         "nothing to tune; tune the forecast policy (the default) or a baseline's margin (static, "
+                         "reactive, seasonal-naive)")
     check_output_folders((args.plot, "--plot"), (args.write_policy, "--write-policy"))
     if args.write_policy and Path(args.write_policy).exists():  # an SRE's manifest: its query and target are theirs
         raise BadRequest(f"--write-policy {args.write_policy}: the file exists and tune does not overwrite it (a "

@@ -343,6 +343,9 @@ def test_forecast_of_ten_hours_is_refused_not_collapsed(tmp_path, capsys):
     (["simulate", "{demand}", "--timeline", "{tmp}/missing/t.csv"], "--timeline {tmp}/missing/t.csv: the folder"),
     (["simulate", "{demand}", "--timeline", "{tmp}"], "is a directory"),
     (["tune", "{demand}", "--write-policy", "{tmp}/missing/p.yaml"], "--write-policy"),
+    # a reference knows the future: nothing to tune (a traceback before)
+    (["tune", "{demand}", "--policy", "oracle"], "--policy oracle (simulate.policy): a reference"),
+    (["tune", "{demand}", "--policy", "hourly-oracle"], "--policy hourly-oracle (simulate.policy): a reference"),
     (["demo", "--quick", "--out", "{demand}"], "exists and is not a directory"),
     (["forecast", "{demand}", "--quantiles", "nan"], "forecast.quantiles"),
     (["forecast", "{demand}", "--statistic", "pnan"], "history.statistic"),
