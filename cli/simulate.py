@@ -28,8 +28,19 @@ def native_series(cfg: Config):
     return at_own_step(source(cfg, datetime.now(UTC)).fetch())
 
 
+def _own_output(flag: str) -> tuple[str, bytes] | None:
+    """What an output flag writes, and how its file begins: it replaces such a file (a re-run), never another one."""
+    if flag == "--timeline":
+        from controller.simulate import TIMELINE_COLUMNS
+
+        return "a timeline", ",".join(TIMELINE_COLUMNS).encode()
+    return ("a PNG plot", b"\x89PNG") if flag == "--plot" else None
+
+
 def check_output_folders(*flags: tuple[str | None, str]) -> None:
-    """Each (path, flag) given must name a file in an existing folder: checked before any work, not after it."""
+    """Each (path, flag) given must name a file in an existing folder, and not an existing file of another kind than
+    the flag writes (the command's own demand or policy file, an SRE's notes): checked before any work, not after
+    it."""
     for path, flag in flags:
         if path is None:
             continue
@@ -38,6 +49,17 @@ def check_output_folders(*flags: tuple[str | None, str]) -> None:
             raise BadRequest(f"{flag} {path}: is a directory; give a file name")
         if not target.resolve().parent.is_dir():
             raise BadRequest(f"{flag} {path}: the folder {target.resolve().parent} does not exist")
+        own = _own_output(flag)
+        if own is not None and target.exists():
+            what, head = own
+            try:
+                with target.open("rb") as handle:
+                    ours = handle.read(len(head)) == head
+            except OSError:
+                ours = False
+            if not ours:
+                raise BadRequest(f"{flag} {path}: the file exists and is not {what} headroom wrote; it is not "
+                                 "overwritten (it may be your data): remove it or name a new file")
 
 
 def check_output_dir(path: str | Path, flag: str) -> Path:

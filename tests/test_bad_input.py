@@ -5,6 +5,7 @@ import math
 import os
 import socket
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -405,6 +406,44 @@ def test_flags_a_policy_file_holds_are_refused_beside_it_not_dropped(demand, tmp
                         if command == "report" else [command, demand, "--days", "1", "--policy-file", path, *flags],
                         capsys)
     assert status == 2 and f"{flags[0]}" in err and f"{path} is run exactly" in err, err
+
+
+@pytest.mark.parametrize("argv, victim", [
+    (["simulate", "{copy}", "--days", "1", "--policy-file", "{policy}", "--timeline", "{policy}"], "{policy}"),
+    (["simulate", "{copy}", "--days", "1", "--policy-file", "{policy}", "--timeline", "{copy}"], "{copy}"),
+    (["report", "{copy}", "--days", "1", "--out", "{tmp}/r", "--timeline", "{copy}"], "{copy}"),
+    (["tune", "{copy}", "--days", "1", "--plot", "{copy}"], "{copy}"),
+    (["tune", "{copy}", "--days", "1", "--plot", "{notes}"], "{notes}"),
+    (["run", "--policy-file", "{policy}", "--history", "{copy}", "--hours", "1", "--timeline", "{copy}"], "{copy}"),
+    (["run", "--policy-file", "{policy}", "--history", "{copy}", "--hours", "1", "--timeline", "{notes}"], "{notes}"),
+], ids=["simulate-timeline-over-its-policy", "simulate-timeline-over-its-demand", "report-timeline-over-its-demand",
+        "tune-plot-over-its-demand", "tune-plot-over-a-text-file", "run-timeline-over-its-history",
+        "run-timeline-over-a-text-file"])
+def test_an_output_never_replaces_a_file_that_is_not_one_it_wrote(demand, tmp_path, capsys, monkeypatch, argv, victim):
+    """--timeline and --plot replace a timeline or a plot written before (a re-run), never a user's other file: not the
+    command's own demand or policy file (a slip of the tab key), not any other."""
+    import shutil
+
+    monkeypatch.chdir(tmp_path)  # run keeps its MLflow store in the working directory
+    copy = tmp_path / "demand.csv"
+    shutil.copy(demand, copy)
+    notes = tmp_path / "notes.txt"
+    notes.write_text("an SRE's notes\n")
+    fill = {"copy": copy, "policy": _policy_file(tmp_path / "p.yaml"), "notes": notes, "tmp": tmp_path}
+    victim_path = Path(victim.format(**fill))
+    before = victim_path.read_bytes()
+    status, err = exits([a.format(**fill) for a in argv], capsys)
+    assert status == 2 and "exists and is not" in err and str(victim_path) in err, err
+    assert victim_path.read_bytes() == before
+
+
+def test_a_timeline_written_before_is_replaced_by_a_rerun(demand, tmp_path, capsys):
+    timeline = tmp_path / "t.csv"
+    argv = ["simulate", demand, "--days", "1", "--policy-file", _policy_file(tmp_path / "p.yaml"), "--timeline",
+            timeline, "--json"]
+    assert exits(argv, capsys)[0] == 0
+    first = timeline.read_bytes()
+    assert exits(argv, capsys)[0] == 0 and timeline.read_bytes() == first
 
 
 def test_demand_above_the_cluster_is_said_beside_a_met_objective(demand, tmp_path, capsys):
