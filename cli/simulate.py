@@ -325,6 +325,8 @@ def cmd_tune(cfg: Config, args) -> int:
     verdict = "recommended" if result.met else \
         "closest (does not meet the objective)" if replayed else "the stated defaults (nothing replayed)"
     print(f"{verdict}: {_fields(result.recommended)}\n  {result.reason}")
+    if result.recheck is not None and (note := above_cluster_note(result.recheck, cfg.simulate.gpus)):
+        say(f"note: on the replayed days {note}")
     if args.plot:
         print(f"trade-off plot: {plot_tradeoff(result, args.plot)}")
     if args.write_policy:

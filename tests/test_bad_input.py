@@ -452,6 +452,13 @@ def test_demand_above_the_cluster_is_said_beside_a_met_objective(demand, tmp_pat
     assert status == 0 and "inference demand GPU-time is above the 1-GPU cluster, which no policy can serve" in err, err
 
 
+def test_tune_says_when_demand_is_above_the_cluster_beside_its_recommendation(demand, capsys):
+    """tune's objective counts only the demand the cluster can hold: on a cluster smaller than the demand it must say
+    so beside 'recommended', as simulate does, or a setting that leaves most demand unserved reads as meeting it."""
+    status, err = exits(["tune", demand, "--days", "1", "--gpus", "1"], capsys)
+    assert status == 0 and "inference demand GPU-time is above the 1-GPU cluster, which no policy can serve" in err, err
+
+
 def test_report_out_pointing_at_a_file(demand, tmp_path, capsys):
     out = tmp_path / "report.html"
     out.write_text("mine")
