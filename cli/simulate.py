@@ -14,7 +14,7 @@ from cli.config import Config
 from cli.sources import source
 from core.errors import BadRequest
 from core.settings import MAX_CLUSTER_GPUS
-from dashboards.report import above_cluster_note
+from dashboards.report import above_cluster_note, missing_note, missing_steps
 
 if TYPE_CHECKING:  # imported when used: the CLI starts without the simulator
     from controller.simulate import Scenario
@@ -287,10 +287,12 @@ def cmd_simulate(cfg: Config, args) -> int:
         say(f"timeline: {write_timeline(result.timeline, args.timeline)}")
     fields_ = {k: v for k, v in asdict(result).items() if k not in ("timeline", "detail", "events")}
     fields_["buffer_replay_seconds"] = replay_seconds  # tuning by replaying the history (0: --policy-file, a reference)
-    if note := above_cluster_note(result, cfg.simulate.gpus):
+    # what the numbers leave out, as report says it: on stderr, and in the JSON (which has no progress lines)
+    notes = [n for n in (above_cluster_note(result, cfg.simulate.gpus), missing_note(missing_steps(w.scenario))) if n]
+    for note in notes:
         say(f"note: {note}")
     if args.json:
-        print(json.dumps(fields_, sort_keys=True, default=str))
+        print(json.dumps({**fields_, "notes": notes}, sort_keys=True, default=str))
         return 0
     width = max(map(len, fields_)) + 2
     for key, value in fields_.items():

@@ -459,6 +459,24 @@ def test_tune_says_when_demand_is_above_the_cluster_beside_its_recommendation(de
     assert status == 0 and "inference demand GPU-time is above the 1-GPU cluster, which no policy can serve" in err, err
 
 
+def test_simulate_says_when_the_simulated_days_have_no_data(tmp_path, capsys):
+    """A blank value is missing data, never zero: the simulator holds the last sample seen through a gap, and its
+    numbers are then of made-up demand. report said so; simulate said nothing (with --json, not even in the JSON)."""
+    import json
+
+    demand = synthetic_demand(days=6, step="10min")
+    demand.iloc[-100:-10] = np.nan  # an outage in the last, simulated day
+    path = tmp_path / "gap.csv"
+    write_csv(demand, path)
+    policy = _policy_file(tmp_path / "p.yaml")
+    status, err = exits(["simulate", path, "--days", "1", "--policy-file", policy], capsys)
+    assert status == 0 and "no data in the trace for 90 steps: demand taken as the last sample seen" in err, err
+    capsys.readouterr()
+    assert main(["simulate", str(path), "--days", "1", "--policy-file", str(policy), "--json"]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert notes == ["no data in the trace for 90 steps: demand taken as the last sample seen"]
+
+
 def test_report_out_pointing_at_a_file(demand, tmp_path, capsys):
     out = tmp_path / "report.html"
     out.write_text("mine")
