@@ -227,9 +227,10 @@ def cmd_run(cfg: Config, args) -> int:
     return 0
 
 
-def _clock(r: RunConfig, now: str | None, hours: int) -> pd.DatetimeIndex:
+def _clock(r: RunConfig, now: str | None, hours: int, moment: bool = False) -> pd.DatetimeIndex:
     """The embedded clock: the histories' own step, from `now` (default: `hours` before the earliest end) for
-    `hours`. Every policy's history must share one step."""
+    `hours`. Every policy's history must share one step. `moment`: the one moment `now` (default: the earliest end)
+    that `plan` decides at, any time the histories cover."""
     from controller.demand import FileDemand
     from core.units import parse_time
     from forecast.history import sampling_step
@@ -251,9 +252,11 @@ def _clock(r: RunConfig, now: str | None, hours: int) -> pd.DatetimeIndex:
     span_hours = (last - first) / pd.Timedelta(hours=1)
     if hours > span_hours + 1:  # checked before `hours` becomes a Timedelta, which a huge one would overflow
         raise BadRequest(f"--hours {hours} is longer than the histories ({first} .. {last}: {span_hours:.4g} hours)")
-    start = parse_time(now, "--now") if now is not None else end - pd.Timedelta(hours=hours) + step
+    start = parse_time(now, "--now") if now is not None else end if moment else end - pd.Timedelta(hours=hours) + step
     if start < first or start > last:
         raise BadRequest(f"--now {start} is outside the histories ({first} .. {last})")
+    if moment:
+        return pd.DatetimeIndex([start])
     times = pd.date_range(start, periods=int(pd.Timedelta(hours=hours) / step), freq=step)
     if times[-1] > last:  # past the end no policy has data: its demand would be made up
         room = int((last + step - start) / pd.Timedelta(hours=1))
@@ -321,7 +324,7 @@ def cmd_plan(cfg: Config, args) -> int:
         raise BadRequest(f"--hours {args.hours}: the plan covers run.horizon_hours ({r.horizon_hours}) hours")
     r = r.model_copy(update={"cluster": "simulated", "prometheus": None})
     cfg = cfg.model_copy(update={"run": r})
-    (now,) = _clock(r, args.now, 1)[:1]
+    (now,) = _clock(r, args.now, 1, moment=True)
     cluster, demand = embedded(cfg, r, now)
     uri = r.tracking_uri or cfg.training.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
     state = Reconciler(cluster, demand, r, models=Models(uri), dry_run=True).reconcile(now)

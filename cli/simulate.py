@@ -14,7 +14,7 @@ from cli.config import Config
 from cli.sources import source
 from core.errors import BadRequest
 from core.settings import MAX_CLUSTER_GPUS
-from dashboards.report import above_cluster_note
+from dashboards.report import above_cluster_note, missing_note, missing_steps
 
 if TYPE_CHECKING:  # imported when used: the CLI starts without the simulator
     from controller.simulate import Scenario
@@ -28,8 +28,19 @@ def native_series(cfg: Config):
     return at_own_step(source(cfg, datetime.now(UTC)).fetch())
 
 
+def _own_output(flag: str) -> tuple[str, bytes] | None:
+    """What an output flag writes, and how its file begins: it replaces such a file (a re-run), never another one."""
+    if flag == "--timeline":
+        from controller.simulate import TIMELINE_COLUMNS
+
+        return "a timeline", ",".join(TIMELINE_COLUMNS).encode()
+    return ("a PNG plot", b"\x89PNG") if flag == "--plot" else None
+
+
 def check_output_folders(*flags: tuple[str | None, str]) -> None:
-    """Each (path, flag) given must name a file in an existing folder: checked before any work, not after it."""
+    """Each (path, flag) given must name a file in an existing folder, and not an existing file of another kind than
+    the flag writes (the command's own demand or policy file, an SRE's notes): checked before any work, not after
+    it."""
     for path, flag in flags:
         if path is None:
             continue
@@ -38,6 +49,17 @@ def check_output_folders(*flags: tuple[str | None, str]) -> None:
             raise BadRequest(f"{flag} {path}: is a directory; give a file name")
         if not target.resolve().parent.is_dir():
             raise BadRequest(f"{flag} {path}: the folder {target.resolve().parent} does not exist")
+        own = _own_output(flag)
+        if own is not None and target.exists():
+            what, head = own
+            try:
+                with target.open("rb") as handle:
+                    ours = handle.read(len(head)) == head
+            except OSError:
+                ours = False
+            if not ours:
+                raise BadRequest(f"{flag} {path}: the file exists and is not {what} headroom wrote; it is not "
+                                 "overwritten (it may be your data): remove it or name a new file")
 
 
 def check_output_dir(path: str | Path, flag: str) -> Path:
@@ -265,10 +287,12 @@ def cmd_simulate(cfg: Config, args) -> int:
         say(f"timeline: {write_timeline(result.timeline, args.timeline)}")
     fields_ = {k: v for k, v in asdict(result).items() if k not in ("timeline", "detail", "events")}
     fields_["buffer_replay_seconds"] = replay_seconds  # tuning by replaying the history (0: --policy-file, a reference)
-    if note := above_cluster_note(result, cfg.simulate.gpus):
+    # what the numbers leave out, as report says it: on stderr, and in the JSON (which has no progress lines)
+    notes = [n for n in (above_cluster_note(result, cfg.simulate.gpus), missing_note(missing_steps(w.scenario))) if n]
+    for note in notes:
         say(f"note: {note}")
     if args.json:
-        print(json.dumps(fields_, sort_keys=True, default=str))
+        print(json.dumps({**fields_, "notes": notes}, sort_keys=True, default=str))
         return 0
     width = max(map(len, fields_)) + 2
     for key, value in fields_.items():
@@ -280,8 +304,13 @@ def cmd_simulate(cfg: Config, args) -> int:
 
 def cmd_tune(cfg: Config, args) -> int:
     from cli.progress import stage_printer
+    from controller.simulate import REFERENCES
     from controller.tune import plot_tradeoff, tune, write_policy
 
+    if cfg.simulate.policy in REFERENCES:
+        raise BadRequest(f"--policy {cfg.simulate.policy} (simulate.policy): a reference that knows the future has "
+                         "nothing to tune; tune the forecast policy (the default) or a baseline's margin (static, "
+                         "reactive, seasonal-naive)")
     check_output_folders((args.plot, "--plot"), (args.write_policy, "--write-policy"))
     if args.write_policy and Path(args.write_policy).exists():  # an SRE's manifest: its query and target are theirs
         raise BadRequest(f"--write-policy {args.write_policy}: the file exists and tune does not overwrite it (a "
@@ -298,6 +327,8 @@ def cmd_tune(cfg: Config, args) -> int:
     verdict = "recommended" if result.met else \
         "closest (does not meet the objective)" if replayed else "the stated defaults (nothing replayed)"
     print(f"{verdict}: {_fields(result.recommended)}\n  {result.reason}")
+    if result.recheck is not None and (note := above_cluster_note(result.recheck, cfg.simulate.gpus)):
+        say(f"note: on the replayed days {note}")
     if args.plot:
         print(f"trade-off plot: {plot_tradeoff(result, args.plot)}")
     if args.write_policy:

@@ -23,6 +23,11 @@ from core.units import check_statistic, duration
 
 API_VERSION, KIND = "headroom.dev/v1alpha1", "ReservationPolicy"
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"  # a policy's name and namespace, as Kubernetes takes them (DNS label)
+# what the CRD's schema takes (deploy/crds, tests/test_sameness_real.py holds the two alike): a spec headroom runs is
+# one `kubectl apply` takes. Go durations (no d or w, which a configuration's Prometheus durations take), and pNN
+# percentiles written plainly from p1 to p100.
+DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
+STATISTIC_PATTERN = r"^(mean|max|sum|p(100|[1-9][0-9]?(\.[0-9]+)?))$"
 Forecaster = Literal["auto", "seasonal-naive", "reactive", "static"]
 FORECASTERS: tuple[str, ...] = get_args(Forecaster)
 
@@ -100,14 +105,16 @@ class PolicySpec(Camel):
     @field_validator("statistic")
     @classmethod
     def _statistic(cls, value: str) -> str:
-        return check_statistic(value)
+        check_statistic(value)
+        if not re.fullmatch(STATISTIC_PATTERN, value):
+            raise ValueError(f"{value!r}: a percentile is written pNN from p1 to p100, e.g. p95 or p99.9 (the CRD's "
+                             "pattern)")
+        return value
 
     @field_validator("lead_time", "scale_in_delay", "reclaim_deadline")
     @classmethod
     def _duration(cls, value: str) -> str:
-        if duration(value) > duration("24h"):
-            raise ValueError(f"{value} is longer than a day")
-        return value
+        return policy_duration(value)
 
     @field_validator("training_cluster_queues")
     @classmethod
@@ -162,6 +169,16 @@ class PolicySpec(Camel):
     @property
     def reclaim_deadline_seconds(self) -> float:
         return float(duration(self.reclaim_deadline).total_seconds())
+
+
+def policy_duration(value: str) -> str:
+    """A policy's duration: a Go duration the CRD takes (90s, 10m, 1h30m; not 1d), at most a day."""
+    if not (isinstance(value, str) and re.fullmatch(DURATION_PATTERN, value)):
+        raise ValueError(f"{value!r} is not a Go duration like 90s, 10m or 1h30m (units ms, s, m, h, as the CRD takes "
+                         "them: a day is 24h)")
+    if duration(value) > duration("24h"):
+        raise ValueError(f"{value} is longer than a day")
+    return value
 
 
 def field_errors(exc: ValidationError, prefix: str = "") -> list[str]:

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationError, field_validator, model_validator
 from pydantic import Strict as StrictTypes
 
-from core.policy import NAME_PATTERN, Forecaster, ObjectiveSpec, PolicySpec
+from core.policy import NAME_PATTERN, Forecaster, ObjectiveSpec, PolicySpec, policy_duration
 from core.units import check_statistic, duration
 
 # Numbers and booleans are strict (a YAML `true` is no horizon, a quoted "0.9" no quantile): these are read from the
@@ -283,10 +283,7 @@ class TuneConfig(Strict):
     @field_validator("scale_in_delays", "lead_times")
     @classmethod
     def _durations(cls, values: list[str]) -> list[str]:
-        for v in values:
-            if duration(v) > duration("24h"):
-                raise ValueError(f"{v} is longer than a day")
-        return values
+        return [policy_duration(v) for v in values]  # each is written into the manifest tune writes
 
 
 SERIES_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"  # an MLflow model name and a file name alike

@@ -5,6 +5,7 @@ import math
 import os
 import socket
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -343,6 +344,9 @@ def test_forecast_of_ten_hours_is_refused_not_collapsed(tmp_path, capsys):
     (["simulate", "{demand}", "--timeline", "{tmp}/missing/t.csv"], "--timeline {tmp}/missing/t.csv: the folder"),
     (["simulate", "{demand}", "--timeline", "{tmp}"], "is a directory"),
     (["tune", "{demand}", "--write-policy", "{tmp}/missing/p.yaml"], "--write-policy"),
+    # a reference knows the future: nothing to tune (a traceback before)
+    (["tune", "{demand}", "--policy", "oracle"], "--policy oracle (simulate.policy): a reference"),
+    (["tune", "{demand}", "--policy", "hourly-oracle"], "--policy hourly-oracle (simulate.policy): a reference"),
     (["demo", "--quick", "--out", "{demand}"], "exists and is not a directory"),
     (["forecast", "{demand}", "--quantiles", "nan"], "forecast.quantiles"),
     (["forecast", "{demand}", "--statistic", "pnan"], "history.statistic"),
@@ -404,10 +408,73 @@ def test_flags_a_policy_file_holds_are_refused_beside_it_not_dropped(demand, tmp
     assert status == 2 and f"{flags[0]}" in err and f"{path} is run exactly" in err, err
 
 
+@pytest.mark.parametrize("argv, victim", [
+    (["simulate", "{copy}", "--days", "1", "--policy-file", "{policy}", "--timeline", "{policy}"], "{policy}"),
+    (["simulate", "{copy}", "--days", "1", "--policy-file", "{policy}", "--timeline", "{copy}"], "{copy}"),
+    (["report", "{copy}", "--days", "1", "--out", "{tmp}/r", "--timeline", "{copy}"], "{copy}"),
+    (["tune", "{copy}", "--days", "1", "--plot", "{copy}"], "{copy}"),
+    (["tune", "{copy}", "--days", "1", "--plot", "{notes}"], "{notes}"),
+    (["run", "--policy-file", "{policy}", "--history", "{copy}", "--hours", "1", "--timeline", "{copy}"], "{copy}"),
+    (["run", "--policy-file", "{policy}", "--history", "{copy}", "--hours", "1", "--timeline", "{notes}"], "{notes}"),
+], ids=["simulate-timeline-over-its-policy", "simulate-timeline-over-its-demand", "report-timeline-over-its-demand",
+        "tune-plot-over-its-demand", "tune-plot-over-a-text-file", "run-timeline-over-its-history",
+        "run-timeline-over-a-text-file"])
+def test_an_output_never_replaces_a_file_that_is_not_one_it_wrote(demand, tmp_path, capsys, monkeypatch, argv, victim):
+    """--timeline and --plot replace a timeline or a plot written before (a re-run), never a user's other file: not the
+    command's own demand or policy file (a slip of the tab key), not any other."""
+    import shutil
+
+    monkeypatch.chdir(tmp_path)  # run keeps its MLflow store in the working directory
+    copy = tmp_path / "demand.csv"
+    shutil.copy(demand, copy)
+    notes = tmp_path / "notes.txt"
+    notes.write_text("an SRE's notes\n")
+    fill = {"copy": copy, "policy": _policy_file(tmp_path / "p.yaml"), "notes": notes, "tmp": tmp_path}
+    victim_path = Path(victim.format(**fill))
+    before = victim_path.read_bytes()
+    status, err = exits([a.format(**fill) for a in argv], capsys)
+    assert status == 2 and "exists and is not" in err and str(victim_path) in err, err
+    assert victim_path.read_bytes() == before
+
+
+def test_a_timeline_written_before_is_replaced_by_a_rerun(demand, tmp_path, capsys):
+    timeline = tmp_path / "t.csv"
+    argv = ["simulate", demand, "--days", "1", "--policy-file", _policy_file(tmp_path / "p.yaml"), "--timeline",
+            timeline, "--json"]
+    assert exits(argv, capsys)[0] == 0
+    first = timeline.read_bytes()
+    assert exits(argv, capsys)[0] == 0 and timeline.read_bytes() == first
+
+
 def test_demand_above_the_cluster_is_said_beside_a_met_objective(demand, tmp_path, capsys):
     status, err = exits(["simulate", demand, "--days", "1", "--policy-file", _policy_file(tmp_path / "p.yaml"),
                          "--gpus", "1"], capsys)
     assert status == 0 and "inference demand GPU-time is above the 1-GPU cluster, which no policy can serve" in err, err
+
+
+def test_tune_says_when_demand_is_above_the_cluster_beside_its_recommendation(demand, capsys):
+    """tune's objective counts only the demand the cluster can hold: on a cluster smaller than the demand it must say
+    so beside 'recommended', as simulate does, or a setting that leaves most demand unserved reads as meeting it."""
+    status, err = exits(["tune", demand, "--days", "1", "--gpus", "1"], capsys)
+    assert status == 0 and "inference demand GPU-time is above the 1-GPU cluster, which no policy can serve" in err, err
+
+
+def test_simulate_says_when_the_simulated_days_have_no_data(tmp_path, capsys):
+    """A blank value is missing data, never zero: the simulator holds the last sample seen through a gap, and its
+    numbers are then of made-up demand. report said so; simulate said nothing (with --json, not even in the JSON)."""
+    import json
+
+    demand = synthetic_demand(days=6, step="10min")
+    demand.iloc[-100:-10] = np.nan  # an outage in the last, simulated day
+    path = tmp_path / "gap.csv"
+    write_csv(demand, path)
+    policy = _policy_file(tmp_path / "p.yaml")
+    status, err = exits(["simulate", path, "--days", "1", "--policy-file", policy], capsys)
+    assert status == 0 and "no data in the trace for 90 steps: demand taken as the last sample seen" in err, err
+    capsys.readouterr()
+    assert main(["simulate", str(path), "--days", "1", "--policy-file", str(policy), "--json"]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert notes == ["no data in the trace for 90 steps: demand taken as the last sample seen"]
 
 
 def test_report_out_pointing_at_a_file(demand, tmp_path, capsys):
@@ -520,8 +587,11 @@ def test_cross_field_checks_are_listed_alongside_field_errors(tmp_path):
       "simulate.world.hpa_scale_down_seconds: Input should be a finite number"]),
     ("training: {candidates: [profile, prophet]}\nforecast: {horizon: 0}",
      ["training.candidates: unknown model(s) ['prophet']", "forecast.horizon"]),
+    # tune writes its grid's durations into a ReservationPolicy: a Go duration the CRD takes, not a day as 1d
+    ("tune: {scale_in_delays: [10m, 1d], lead_times: [0w]}",
+     ["tune.scale_in_delays: '1d' is not a Go duration", "tune.lead_times: '0w' is not a Go duration"]),
 ], ids=["binary", "step-not-a-duration", "step-not-hourly", "prometheus", "infinite-seconds", "infinite-world",
-        "candidates"])
+        "candidates", "tune-durations-the-crd-refuses"])
 def test_configuration_errors_name_every_field(tmp_path, text, errors):
     path = tmp_path / "c.yaml"
     path.write_bytes(text) if isinstance(text, bytes) else path.write_text(text)

@@ -110,3 +110,24 @@ def test_plan_shows_the_hours_ahead_with_reasons_and_writes_nothing(tmp_path, mo
     assert "\n  08:00 " in text  # one day: the hour alone
     assert main(["plan", "--config", "examples/headroom.yaml", "--now", "2026-02-11T22:00:00Z", "--hours", "3"]) == 0
     assert "\n  02-12 00:00 " in capsys.readouterr().out  # past midnight: which day it is
+
+
+def test_plan_is_at_the_histories_end_by_default_and_may_be_asked_there(tmp_path, monkeypatch, capsys):
+    import pandas as pd
+    """plan --help: '--now: default: where the histories end'. It planned an hour before the end (the last hour's
+    samples unread), and a --now at the end, or within the last hour, was refused as '--hours 1 ... runs past the
+    histories' end' (plan's --hours is the rows shown, and one reconcile needs one step)."""
+    import shutil
+    from pathlib import Path
+
+    shutil.copytree(Path(__file__).resolve().parents[1] / "examples", tmp_path / "examples")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    config = ["--config", "examples/headroom.yaml", "--json"]
+    assert main(["plan", *config]) == 0
+    assert json.loads(capsys.readouterr().out)["now"] == "2026-02-15T23:55:00+00:00"  # the last sample's time
+    for now in ("2026-02-15T23:55:00Z", "2026-02-15T23:30:00Z"):
+        assert main(["plan", *config, "--now", now]) == 0
+        assert json.loads(capsys.readouterr().out)["now"] == pd.Timestamp(now).isoformat()
+    assert main(["plan", *config, "--now", "2026-02-16T00:00:00Z"]) == 2
+    assert "is outside the histories" in capsys.readouterr().err

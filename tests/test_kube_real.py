@@ -544,3 +544,49 @@ def test_apiserver_restart_mid_run_adapter_and_watch_recover(cluster, kube_serve
     eventually(lambda: watching.cluster_queue_quotas()["outage"] == 6, "a change after the restart", 30)
     patient.close()
     watching.close()
+
+
+# --------------------------------------------------------------------------- what headroom takes, the server takes
+@pytest.mark.parametrize("spec", [
+    *({field: value} for field in ("leadTime", "scaleInDelay", "reclaimDeadline")
+      for value in ("1d", "0d", "0w", "90s", "1h30m", "1.5h", "500ms", "0s")),
+    *({"statistic": value} for value in ("p0.5", "p5_0", "p 50", "p100.0", "p50", "p99.9", "p100", "mean")),
+])
+def test_a_policy_headroom_takes_is_one_the_api_server_takes(cluster, spec):
+    """`simulate --policy-file P` and `headroom run --policy-file P` must not run a manifest that `kubectl apply -f P`
+    refuses (nor tune write one): core.policy accepts a field's value exactly when the CRD's schema does."""
+    from pydantic import ValidationError
+
+    from core.policy import PolicySpec
+
+    body = policy("same-rules", **spec)
+    try:
+        PolicySpec.model_validate(body["spec"])
+        ours = "accepted"
+    except ValidationError as exc:
+        ours = f"refused: {exc}"
+    try:
+        cluster.create(RP, body, dry_run=True)
+        theirs = "accepted"
+    except Invalid as exc:
+        theirs = f"refused: {exc}"
+    assert ours.split(":")[0] == theirs.split(":")[0], (spec, ours, theirs)
+
+
+def test_the_manifest_tune_writes_is_applied_unchanged(cluster, shared_data, tmp_path, capsys):
+    """`headroom tune DEMAND --write-policy P`, then `kubectl apply -f P`: the API server takes it as written, every
+    field kept (nothing pruned, nothing defaulted otherwise)."""
+    import pandas as pd
+    import yaml
+
+    from cli.main import main
+
+    demand = tmp_path / "nasa4.csv"
+    pd.read_csv(shared_data / "traces" / "nasa_http_1995_5min.csv").iloc[:4 * 288].to_csv(demand, index=False)
+    policy_path = tmp_path / "p.yaml"
+    assert main(["tune", str(demand), "--days", "1", "--write-policy", str(policy_path)]) in (0, 1)
+    capsys.readouterr()
+    written = yaml.safe_load(policy_path.read_text())
+    written["metadata"]["namespace"] = NS
+    stored = cluster.create(RP, written, dry_run=True)
+    assert stored["spec"] == written["spec"]

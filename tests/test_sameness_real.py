@@ -152,3 +152,15 @@ def test_the_crd_keeps_every_policy_field_and_core_policy_s_defaults(crd_dir):
     (version,) = crd["spec"]["versions"]
     spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
     assert _undeclared_or_defaulted_otherwise(PolicySpec, spec, "spec") == []
+
+
+def test_the_crd_s_patterns_are_core_policy_s(crd_dir):
+    """core.policy checks a duration and a statistic by the CRD's own patterns (one definition each, held alike here):
+    a file `simulate` runs is one `kubectl apply` takes (tests/test_kube_real.py asks the API server itself)."""
+    from core.policy import DURATION_PATTERN, STATISTIC_PATTERN
+
+    (crd,) = [d for d in crd_documents(crd_dir) if d["spec"]["names"]["kind"] == KIND]
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    assert {k: spec[k]["pattern"] for k in ("leadTime", "scaleInDelay", "reclaimDeadline", "statistic")} == {
+        "leadTime": DURATION_PATTERN, "scaleInDelay": DURATION_PATTERN, "reclaimDeadline": DURATION_PATTERN,
+        "statistic": STATISTIC_PATTERN}
