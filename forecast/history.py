@@ -149,8 +149,31 @@ def _one_unit(path: Path, units: set[str], where: str) -> None:
                            f"{' and '.join(_unit_name(u) for u in sorted(units))}: give one unit")
 
 
+def _one_series(path: Path, stamps: pd.DatetimeIndex, extra: pd.DataFrame, where: list[str]) -> None:
+    """A file holds one series: rows that share a timestamp but differ in another column (`workload`, `model`, a
+    label) are several series in one file, and keeping the later of each would silently drop all but one of them.
+    `where[k]` names row k ("line 7" of a CSV, "row 6" of a Parquet file)."""
+    if extra.empty or not stamps.has_duplicates:
+        return
+    extra = extra.reset_index(drop=True)
+    first = pd.Series(np.arange(len(stamps)), index=stamps).groupby(level=0).transform("first").to_numpy()
+    for column in extra.columns:
+        cells = extra[column].astype(str).to_numpy()
+        differs = np.flatnonzero(cells != cells[first])
+        if len(differs):
+            k = int(differs[0])
+            shown = sorted(set(cells[:100_000].tolist()))
+            raise HistoryError(f"{path}: {where[k]}: timestamp {stamps[k].isoformat()} again, with {column} "
+                               f"{cells[k]!r} ({where[first[k]]} has {cells[first[k]]!r}): column {column!r} tells "
+                               f"several series apart ({', '.join(map(repr, shown[:5]))}"
+                               f"{', ...' if len(shown) > 5 else ''}); headroom reads one series per file: give "
+                               f"each {column} a file of its own, or the total per timestamp")
+
+
 def _read_csv(path: Path) -> pd.Series:
     stamps, values, units = [], [], set[str]()
+    extras: list[list[str]] = []
+    lines: list[int] = []
     try:
         # utf-8-sig: a byte-order mark (as spreadsheets export CSV) is not part of the first column's name
         with path.open(newline="", encoding="utf-8-sig") as handle:
@@ -164,6 +187,7 @@ def _read_csv(path: Path) -> pd.Series:
             if len(set(names)) != len(names):
                 raise HistoryError(f"{path}:1: header names a column twice: {header}")
             t_col, v_col = names.index("timestamp"), names.index("value")
+            other = [k for k in range(len(names)) if k not in (t_col, v_col)]
             for row in reader:
                 line = reader.line_num
                 if not row or all(not cell.strip() for cell in row):
@@ -176,6 +200,9 @@ def _read_csv(path: Path) -> pd.Series:
                 except ValueError as exc:
                     raise HistoryError(f"{path}:{line}: {exc}") from None
                 _one_unit(path, units, f":{line}")
+                if other:
+                    extras.append([row[k].strip() for k in other])
+                    lines.append(line)
     except UnicodeDecodeError as exc:
         raise HistoryError(f"{path}: not a UTF-8 text file (byte {exc.start}): a CSV with columns timestamp,value "
                            "is expected") from None
@@ -185,8 +212,11 @@ def _read_csv(path: Path) -> pd.Series:
         raise HistoryError(f"{path}: cannot read: {exc.strerror or exc}") from None
     if not stamps:
         raise HistoryError(f"{path}: no data rows")
-    series = pd.Series(values, index=pd.DatetimeIndex(stamps, name="timestamp").as_unit("ns"), name="value",
-                       dtype=float)
+    index = pd.DatetimeIndex(stamps, name="timestamp").as_unit("ns")
+    if other:
+        _one_series(path, index, pd.DataFrame(extras, columns=[header[k].strip() for k in other]),
+                    [f"line {line}" for line in lines])
+    series = pd.Series(values, index=index, name="value", dtype=float)
     series.attrs["timestamps"] = _read_as(units)
     return series
 
@@ -298,6 +328,8 @@ def _read_parquet(path: Path) -> pd.Series:
     if frame.empty:
         raise HistoryError(f"{path}: no data rows")
     index, how = _parquet_timestamps(path, frame["timestamp"])
+    _one_series(path, index, frame.drop(columns=["timestamp", "value"]),
+                [f"row {k}" for k in range(1, len(frame) + 1)] if index.has_duplicates else [])
     series = pd.Series(_parquet_values(path, frame["value"]), index=pd.DatetimeIndex(index, name="timestamp"),
                        name="value")
     series.attrs["timestamps"] = how

@@ -129,3 +129,33 @@ def test_an_hourly_history_missing_every_third_hour_is_prepared_at_the_hour():
     raw = pd.Series(np.arange(199.0), index)[np.arange(199) % 3 != 2]
     series, report = prepare(raw, step="1h")
     assert report.input_step == "0 days 01:00:00" and len(series) == 199 and series.isna().sum() == 66
+
+
+# ---------------------------------------------------------------------------- several series in one file
+@given(workloads=st.lists(st.text(alphabet="abcxyz-", min_size=1, max_size=6), min_size=2, max_size=4, unique=True),
+       hours=st.integers(2, 30), parquet=st.booleans(), column=st.sampled_from(["workload", "Model", "pod"]))
+def test_a_file_of_several_series_is_refused_naming_the_column(tmp_path_factory, workloads, hours, parquet, column):
+    """One row per workload and timestamp (a long-format export) once read as duplicates of one series: the later
+    workload's row won at every timestamp and the others vanished without a word. It is refused, naming the
+    column that tells the series apart."""
+    index = pd.date_range("2026-01-05", periods=hours, freq="h", tz="UTC")
+    frame = pd.concat([pd.DataFrame({"timestamp": index, "value": float(k + 1), column: name})
+                       for k, name in enumerate(workloads)]).sort_values("timestamp", kind="stable")
+    path = tmp_path_factory.mktemp("multi") / ("h.parquet" if parquet else "h.csv")
+    if parquet:
+        frame.to_parquet(path, index=False)
+    else:
+        frame.assign(timestamp=frame["timestamp"].map(pd.Timestamp.isoformat)).to_csv(path, index=False)
+    with pytest.raises(HistoryError) as err:
+        load_history(path)
+    message = str(err.value)
+    assert str(path) in message and repr(column.lower() if parquet else column) in message
+    assert "one series per file" in message
+
+
+def test_an_extra_column_that_does_not_tell_series_apart_is_ignored(tmp_path):
+    """Extra columns are allowed; a duplicate timestamp with the same labels is a correction (the later wins)."""
+    raw = load_history(write(tmp_path, "timestamp,value,workload\n2026-01-01T00:00:00Z,5,chat\n"
+                                       "2026-01-01T01:00:00Z,6,chat\n2026-01-01T01:00:00Z,7,chat\n"))
+    series, report = prepare(raw, outlier_factor=None)
+    assert report.duplicates == 1 and series.tolist() == [5.0, 7.0]
