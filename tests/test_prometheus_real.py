@@ -214,3 +214,21 @@ def test_many_reads_from_an_unreachable_server_fail_each_as_alone_without_asking
     for (_, query, start, _), answer in zip(reads, got):
         assert isinstance(answer, PrometheusError)
         assert str(answer).startswith(f"Prometheus at http://127.0.0.1:1 failed for {query!r} [{start.isoformat()}")
+
+
+@pytest.mark.parametrize("query, what", [("headroom_no_such_metric", "fewer than two real values"),
+                                         (f"{METRIC} offset 3650d", "fewer than two real values")])
+def test_a_query_with_no_samples_is_an_error_naming_the_query(prometheus_server, tmp_path, capsys, query, what):
+    """A query that matched no series (a typo in the metric, a window the server does not hold) once failed as
+    'history has fewer than two real values', naming neither the server, nor the query, nor the window."""
+    import yaml
+
+    from cli.main import main
+
+    config = tmp_path / "prom.yaml"
+    config.write_text(yaml.safe_dump({"history": {"prometheus": {
+        "url": prometheus_server.url, "query": query, "lookback": "3d", "end": "1995-07-10T00:00:00Z"}}}))
+    assert main(["forecast", "--config", str(config)]) == 1
+    err = capsys.readouterr().err
+    assert what in err and prometheus_server.url in err and repr(query) in err
+    assert "1995-07-07T00:00:00+00:00 .. 1995-07-10T00:00:00+00:00" in err
