@@ -362,6 +362,7 @@ class CleaningReport:
     counter_resets: int = 0
     outliers: list[str] = field(default_factory=list)
     missing_steps: int = 0
+    partial_sums: int = 0  # steps summed (statistic sum) from fewer samples than they hold: scaled to the whole step
     output_points: int = 0
     timestamps: str = ""  # how the timestamps were read (e.g. "epoch milliseconds (told by magnitude)")
 
@@ -371,10 +372,13 @@ class CleaningReport:
             f"{self.out_of_order} out-of-order, {self.duplicates} duplicate timestamps",
             f"{self.counter_resets} counter resets, {len(self.outliers)} outliers clipped",
             f"{self.missing_steps} missing points (kept missing, never scored)",
-        ] + ([f"timestamps read as {self.timestamps}"] if self.timestamps.startswith("epoch") else [])
+        ] + ([f"{self.partial_sums} sums over a step with samples missing, taken at its samples' mean for the "
+              "missing ones (never as zero demand)"] if self.partial_sums else []) \
+          + ([f"timestamps read as {self.timestamps}"] if self.timestamps.startswith("epoch") else [])
 
 
-def _aggregate(series: pd.Series, step: pd.Timedelta, statistic: str) -> pd.Series:
+def _aggregate(series: pd.Series, step: pd.Timedelta, statistic: str, input_step: pd.Timedelta,
+               report: CleaningReport) -> pd.Series:
     bins = series.resample(step, origin="epoch")
     if statistic == "mean":
         out = bins.mean()
@@ -382,6 +386,14 @@ def _aggregate(series: pd.Series, step: pd.Timedelta, statistic: str) -> pd.Seri
         out = bins.max()
     elif statistic == "sum":
         out = bins.sum(min_count=1)  # an empty bin is missing, not zero
+        # A step with some samples missing (a gap, a missed scrape, the history's first or last hour) summed as it
+        # is would count the missing samples as zero demand: it is the mean of the samples it has times the samples
+        # the step holds at the history's own step
+        expected = step / input_step
+        count = bins.count()
+        partial = (count > 0) & (count < expected)
+        report.partial_sums = int(partial.sum())
+        out = out.where(~partial, bins.mean() * expected)
     else:
         out = bins.quantile(float(statistic[1:]) / 100.0)
     return out.asfreq(step)
@@ -456,7 +468,7 @@ def _prepare(raw: pd.Series, step: str, statistic: str, counter: bool,
                            f"{target}, over the {MAX_POINTS:g} a history may have (a wrong timestamp?)")
     if counter:
         series = _undo_counter_resets(series, report)
-    series = _aggregate(series, target, statistic)
+    series = _aggregate(series, target, statistic, input_step, report)
     if not np.isfinite(series.dropna().to_numpy()).all():
         raise HistoryError(f"aggregating to {target} with {statistic} overflows: values too large")
     if outlier_factor is not None:

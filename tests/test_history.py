@@ -69,8 +69,9 @@ def test_duplicates_out_of_order_and_resets_are_repaired_and_reported():
     raw = pd.Series([100.0, 999.0, 110.0, 120.0, 5.0, 15.0], index=index)
     series, report = prepare(raw, step="1h", statistic="sum", counter=True, outlier_factor=None)
     assert report.out_of_order == 1 and report.duplicates == 1 and report.counter_resets == 1
-    # increments: 10, 10, 5 (after the reset the new value counts), 10
-    assert series.iloc[0] == pytest.approx(35.0)
+    # increments: 10, 10, 5 (after the reset the new value counts), 10; four of the hour's six 10-min steps, so the
+    # hour's sum is theirs scaled to six (the two missing are not zero demand)
+    assert series.iloc[0] == pytest.approx(35.0 * 6 / 4) and report.partial_sums == 1
 
 
 def test_outliers_are_clipped_and_reported_but_real_peaks_are_kept():
@@ -159,3 +160,23 @@ def test_an_extra_column_that_does_not_tell_series_apart_is_ignored(tmp_path):
                                        "2026-01-01T01:00:00Z,6,chat\n2026-01-01T01:00:00Z,7,chat\n"))
     series, report = prepare(raw, outlier_factor=None)
     assert report.duplicates == 1 and series.tolist() == [5.0, 7.0]
+
+
+# ---------------------------------------------------------------------------- sums over a step with samples missing
+@given(step_minutes=st.sampled_from([1, 5, 10, 15]), level=st.floats(0.5, 1e6),
+       kept=st.lists(st.booleans(), min_size=130, max_size=300))
+def test_a_sum_over_an_hour_with_samples_missing_is_not_a_smaller_demand(step_minutes, level, kept):
+    """`--statistic sum` of a steady demand: an hour with samples missing (a missed scrape, a gap, a history
+    starting mid-hour) once summed only the samples it had, as if the missing ones were zero demand, and the
+    forecast reserved for less. Every hour with a sample sums to the steady hourly total, and the report says how
+    many were made whole."""
+    kept = [True, True, *kept]
+    index = pd.date_range("2026-01-05T00:00Z", periods=len(kept), freq=f"{step_minutes}min")[np.array(kept)]
+    raw = pd.Series(level, index=index)
+    series, report = prepare(raw, statistic="sum", outlier_factor=None)
+    per_hour = 60 // step_minutes
+    real = series.dropna()
+    np.testing.assert_allclose(real.to_numpy(), level * per_hour, rtol=1e-9)
+    counts = raw.resample("1h").count()
+    assert report.partial_sums == int(((counts > 0) & (counts < per_hour)).sum())
+    assert (report.partial_sums > 0) == any("sums over a step with samples missing" in line for line in report.lines())
