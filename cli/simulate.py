@@ -10,8 +10,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from cli import sources
 from cli.config import Config
-from cli.sources import source
 from core.errors import BadRequest
 from core.settings import MAX_CLUSTER_GPUS
 from dashboards.report import above_cluster_note
@@ -23,9 +23,7 @@ if TYPE_CHECKING:  # imported when used: the CLI starts without the simulator
 
 def native_series(cfg: Config):
     """The history at its own step (the simulator replays every sample), gaps kept."""
-    from forecast.history import at_own_step
-
-    return at_own_step(source(cfg, datetime.now(UTC)).fetch())
+    return sources.native_series(cfg, datetime.now(UTC))
 
 
 def check_output_folders(*flags: tuple[str | None, str]) -> None:

@@ -377,6 +377,18 @@ class CleaningReport:
           + ([f"timestamps read as {self.timestamps}"] if self.timestamps.startswith("epoch") else [])
 
 
+    def repairs(self) -> list[str]:
+        """What cleaning changed, and the points it kept missing, one phrase each: empty when the history was used as
+        it was read (what a command that prints no cleaning report says on stderr)."""
+        said = [(self.out_of_order, "samples out of order (sorted)"),
+                (self.duplicates, "duplicate timestamps (the later sample of each kept)"),
+                (self.counter_resets, "counter resets"), (len(self.outliers), "outliers clipped"),
+                (self.partial_sums, "sums over a step with samples missing (taken at its samples' mean)"),
+                (self.missing_steps, "missing points (kept missing, never scored)")]
+        return [f"{n} {what}" for n, what in said if n] + \
+            ([f"timestamps read as {self.timestamps}"] if self.timestamps.startswith("epoch") else [])
+
+
 def _aggregate(series: pd.Series, step: pd.Timedelta, statistic: str, input_step: pd.Timedelta,
                report: CleaningReport) -> pd.Series:
     bins = series.resample(step, origin="epoch")
@@ -492,5 +504,10 @@ def sampling_step(index: pd.DatetimeIndex) -> pd.Timedelta:
 
 def at_own_step(raw: pd.Series) -> pd.Series:
     """Sorted, deduplicated samples on a regular index at the history's own step, gaps kept (for replay)."""
+    return at_own_step_reported(raw)[0]
+
+
+def at_own_step_reported(raw: pd.Series) -> tuple[pd.Series, CleaningReport]:
+    """at_own_step, with what its cleaning repaired."""
     step = sampling_step(raw.sort_index().index)
-    return prepare(raw, step=str(step), statistic="mean", outlier_factor=None)[0]
+    return prepare(raw, step=str(step), statistic="mean", outlier_factor=None)

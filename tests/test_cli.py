@@ -110,3 +110,43 @@ def test_plan_shows_the_hours_ahead_with_reasons_and_writes_nothing(tmp_path, mo
     assert "\n  08:00 " in text  # one day: the hour alone
     assert main(["plan", "--config", "examples/headroom.yaml", "--now", "2026-02-11T22:00:00Z", "--hours", "3"]) == 0
     assert "\n  02-12 00:00 " in capsys.readouterr().out  # past midnight: which day it is
+
+
+@pytest.fixture(scope="module")
+def repaired_history(tmp_path_factory):
+    """Four days at 10 min with a sample given twice (a correction) and two rows swapped: read, but repaired."""
+    import pandas as pd
+
+    series = synthetic_demand(days=4, step="10min")
+    lines = [f"{t.isoformat()},{v:.4f}" for t, v in series.items()]
+    lines.insert(300, f"{series.index[299].isoformat()},{series.iloc[299] * 1.5:.4f}")  # 299 again: the later wins
+    lines[400], lines[401] = lines[401], lines[400]
+    path = tmp_path_factory.mktemp("repaired") / "demand.csv"
+    path.write_text("timestamp,value\n" + "\n".join(lines) + "\n")
+    assert pd.read_csv(path)["timestamp"].duplicated().sum() == 1
+    return path
+
+
+@pytest.mark.parametrize("argv", [
+    ["backtest", "{h}", "--folds", "1", "--horizon", "2", "--json"],
+    ["simulate", "{h}", "--policy", "oracle", "--days", "1", "--json"],
+    ["plan", "--policy-file", "{p}", "--history", "{h}", "--now", "2026-01-08T00:00:00Z", "--json"],
+    ["run", "--policy-file", "{p}", "--history", "{h}", "--now", "2026-01-08T00:00:00Z", "--hours", "1"],
+])
+def test_every_command_says_what_cleaning_repaired_in_its_history(repaired_history, tmp_path, monkeypatch, capsys,
+                                                                  argv):
+    """Only forecast and demo printed the cleaning report: backtest, simulate, tune, report, train, plan and run
+    sorted out-of-order samples and dropped a duplicate timestamp's earlier sample without a word."""
+    import yaml
+
+    policy = tmp_path / "p.yaml"
+    policy.write_text(yaml.safe_dump({"apiVersion": "headroom.dev/v1alpha1", "kind": "ReservationPolicy",
+                                      "metadata": {"name": "chat", "namespace": "inference"}, "spec": {
+                                          "query": "up", "capacity": {"demandPerGpu": 10},
+                                          "target": {"kind": "Deployment", "name": "chat"}}}))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert main([a.format(h=repaired_history, p=policy) for a in argv]) == 0
+    err = capsys.readouterr().err
+    assert f"history {repaired_history}: " in err
+    assert "1 duplicate timestamps (the later sample of each kept)" in err and "out of order (sorted)" in err
