@@ -55,6 +55,6 @@ def native_series(cfg: Config, now: datetime):
     """The history at its own step (the simulator replays every sample), gaps kept; its repairs said on stderr."""
     from forecast.history import at_own_step_reported
 
-    series, report = at_own_step_reported(source(cfg, now).fetch())
+    series, report = at_own_step_reported(source(cfg, now).fetch(), counter=cfg.history.counter)
     say_repairs(cfg, report)
     return series

@@ -422,6 +422,28 @@ def _undo_counter_resets(series: pd.Series, report: CleaningReport) -> pd.Series
     return pd.Series(delta, index=series.index).iloc[1:]
 
 
+# A history whose values only rise, over this long and this many changes, is a cumulative counter read as demand
+COUNTER_SPAN = pd.Timedelta("2D")
+COUNTER_CHANGES = 24
+COUNTER_FALLS = (0.01, 2)  # changes that fall (counter resets): at most this share of them, or this many
+
+
+def _cumulative(series: pd.Series) -> str | None:
+    """Why `series` looks like a cumulative counter (requests_total): its values rise at (nearly) every change for
+    days, which no demand gauge does (its daily cycle falls every night). None when it does not."""
+    real = series.dropna()
+    if len(real) < 2 or real.index[-1] - real.index[0] < COUNTER_SPAN:
+        return None
+    changes = np.diff(real.to_numpy())
+    changes = changes[changes != 0]
+    rises = int((changes > 0).sum())
+    if len(changes) < COUNTER_CHANGES or len(changes) - rises > max(COUNTER_FALLS[0] * len(changes), COUNTER_FALLS[1]):
+        return None
+    return (f"values rise at {rises} of their {len(changes)} changes over {real.index[-1] - real.index[0]}: a "
+            "cumulative counter (e.g. requests_total), not demand; set history.counter: true to read its "
+            "increments, or give its rate (PromQL rate(...[5m]))")
+
+
 def _clip_outliers(series: pd.Series, factor: float, report: CleaningReport) -> pd.Series:
     """Clip glitches: values over `factor` x the series' own 99th percentile.
 
@@ -480,6 +502,8 @@ def _prepare(raw: pd.Series, step: str, statistic: str, counter: bool,
                            f"{target}, over the {MAX_POINTS:g} a history may have (a wrong timestamp?)")
     if counter:
         series = _undo_counter_resets(series, report)
+    elif why := _cumulative(series):
+        raise HistoryError(why)
     series = _aggregate(series, target, statistic, input_step, report)
     if not np.isfinite(series.dropna().to_numpy()).all():
         raise HistoryError(f"aggregating to {target} with {statistic} overflows: values too large")
@@ -507,7 +531,7 @@ def at_own_step(raw: pd.Series) -> pd.Series:
     return at_own_step_reported(raw)[0]
 
 
-def at_own_step_reported(raw: pd.Series) -> tuple[pd.Series, CleaningReport]:
-    """at_own_step, with what its cleaning repaired."""
+def at_own_step_reported(raw: pd.Series, counter: bool = False) -> tuple[pd.Series, CleaningReport]:
+    """at_own_step, with what its cleaning repaired; a cumulative `counter` as its increments per step."""
     step = sampling_step(raw.sort_index().index)
-    return prepare(raw, step=str(step), statistic="mean", outlier_factor=None)
+    return prepare(raw, step=str(step), statistic="mean", counter=counter, outlier_factor=None)

@@ -150,3 +150,24 @@ def test_every_command_says_what_cleaning_repaired_in_its_history(repaired_histo
     err = capsys.readouterr().err
     assert f"history {repaired_history}: " in err
     assert "1 duplicate timestamps (the later sample of each kept)" in err and "out of order (sorted)" in err
+
+
+def test_simulate_reads_a_counter_history_as_its_increments(tmp_path, capsys):
+    """history.counter: true was applied by forecast, backtest and train but not by simulate, tune and report,
+    which replayed the counter's running total as demand."""
+    import numpy as np
+    import pandas as pd
+
+    from cli.config import load_config
+    from cli.sources import native_series
+
+    gauge = synthetic_demand(days=5, step="10min").fillna(0.0)
+    path = tmp_path / "requests_total.csv"
+    write_csv(gauge.cumsum(), path)
+    config = tmp_path / "c.yaml"
+    config.write_text(f"history: {{file: {path}, counter: true}}\n")
+    replayed = native_series(load_config(config), pd.Timestamp.now("UTC"))
+    np.testing.assert_allclose(replayed.to_numpy(), gauge.iloc[1:].to_numpy(), rtol=1e-6, atol=1e-6)
+    assert main(["simulate", str(path), "--policy", "oracle", "--days", "1"]) == 1
+    assert "history.counter: true" in capsys.readouterr().err
+    assert main(["simulate", "--config", str(config), "--policy", "oracle", "--days", "1", "--json"]) == 0

@@ -127,7 +127,7 @@ def test_the_step_of_a_sampler_with_gaps_is_its_step(step_minutes, kept, pattern
 
 def test_an_hourly_history_missing_every_third_hour_is_prepared_at_the_hour():
     index = pd.date_range("2026-01-05", periods=199, freq="h", tz="UTC")
-    raw = pd.Series(np.arange(199.0), index)[np.arange(199) % 3 != 2]
+    raw = pd.Series(np.arange(199.0) % 24, index)[np.arange(199) % 3 != 2]  # a daily cycle (only rising: a counter)
     series, report = prepare(raw, step="1h")
     assert report.input_step == "0 days 01:00:00" and len(series) == 199 and series.isna().sum() == 66
 
@@ -180,3 +180,34 @@ def test_a_sum_over_an_hour_with_samples_missing_is_not_a_smaller_demand(step_mi
     counts = raw.resample("1h").count()
     assert report.partial_sums == int(((counts > 0) & (counts < per_hour)).sum())
     assert (report.partial_sums > 0) == any("sums over a step with samples missing" in line for line in report.lines())
+
+
+# ---------------------------------------------------------------------------- a cumulative counter read as demand
+@given(step_minutes=st.sampled_from([1, 5, 15, 60]), days=st.floats(2.1, 6),
+       increments=st.lists(st.floats(0.0, 1e4), min_size=8, max_size=8), resets=st.integers(0, 2))
+def test_a_cumulative_counter_is_refused_unless_history_counter_says_so(step_minutes, days, increments, resets):
+    """A requests_total counter given where demand is expected (a Prometheus query without rate(), an exporter's raw
+    column) was forecast as ever-growing demand: the forecast reserved for the total since the counter started.
+    It is refused, naming history.counter; with counter: true its increments are the demand."""
+    index = pd.date_range("2026-01-05", periods=int(days * 1440 / step_minutes), freq=f"{step_minutes}min", tz="UTC")
+    steps = np.resize(np.array(increments) + 1.0, len(index))  # every step counts something
+    total = np.cumsum(steps)
+    for k in range(1, resets + 1):  # a restart: the counter starts again from zero
+        at = k * len(index) // (resets + 2)
+        total[at:] -= total[at - 1]
+    raw = pd.Series(total, index=index)
+    with pytest.raises(HistoryError, match="history.counter: true"):
+        prepare(raw)
+    series, report = prepare(raw, counter=True, outlier_factor=None)
+    assert report.counter_resets == resets and (series.dropna() > 0).all()
+
+
+@given(level=st.floats(1, 1e6), trend=st.floats(0, 0.5), noise=st.floats(0, 0.2), seed=st.integers(0, 100))
+def test_a_growing_demand_gauge_is_not_taken_for_a_counter(level, trend, noise, seed):
+    """A gauge of demand growing fast, with its daily cycle, is read as it is."""
+    index = pd.date_range("2026-01-05", periods=14 * 288, freq="5min", tz="UTC")
+    t = np.arange(len(index)) / 288
+    rng = np.random.default_rng(seed)
+    values = level * (1 + trend * t) * (1.2 + np.sin(2 * np.pi * t)) * (1 + noise * rng.random(len(t)))
+    series, _ = prepare(pd.Series(values, index=index))
+    assert series.notna().sum() == 14 * 24

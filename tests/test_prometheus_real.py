@@ -232,3 +232,26 @@ def test_a_query_with_no_samples_is_an_error_naming_the_query(prometheus_server,
     err = capsys.readouterr().err
     assert what in err and prometheus_server.url in err and repr(query) in err
     assert "1995-07-07T00:00:00+00:00 .. 1995-07-10T00:00:00+00:00" in err
+
+
+def test_a_counter_query_is_refused_and_read_as_increments_with_history_counter(prometheus_server, tmp_path, capsys):
+    """A query whose values only rise (here each sample's own timestamp, as a requests_total does) was forecast as
+    ever-growing demand. It is an error naming history.counter; with counter: true its increments are read."""
+    import yaml
+
+    from cli.main import main
+
+    def config(**history):
+        path = tmp_path / f"prom{len(history)}.yaml"
+        path.write_text(yaml.safe_dump({"history": {"prometheus": {
+            "url": prometheus_server.url, "query": f"timestamp({METRIC})", "lookback": "4d",
+            "end": "1995-07-10T00:00:00Z"}, **history}}))
+        return str(path)
+
+    assert main(["forecast", "--config", config(), "--json"]) == 1
+    err = capsys.readouterr().err
+    assert "a cumulative counter" in err and "history.counter: true" in err and f"timestamp({METRIC})" in err
+    assert main(["forecast", "--config", config(counter=True, statistic="sum"), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    # the increments: 300 s per 5-min sample, 12 to the hour, as the forecast of the hourly sum
+    assert all(row["q0.5"] == pytest.approx(3600, rel=0.01) for row in out["forecast"])
