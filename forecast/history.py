@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import math
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Protocol
 
@@ -304,7 +305,7 @@ def _parquet_values(path: Path, column: pd.Series) -> np.ndarray:
                 raise ValueError(f"value {item!r} is a boolean, not a number")
             elif isinstance(item, str):
                 out[row - 1] = _parse_value(item)
-            elif isinstance(item, int | float | np.integer | np.floating):
+            elif isinstance(item, int | float | np.integer | np.floating | Decimal):  # Decimal: a decimal(p, s) column
                 out[row - 1] = check_value(float(item), item)
             else:
                 raise ValueError(f"value {item!r} ({type(item).__name__}) is not a number")
@@ -318,6 +319,8 @@ def _read_parquet(path: Path) -> pd.Series:
         frame = pd.read_parquet(path)
     except Exception as exc:  # pyarrow raises many kinds (ArrowInvalid, OSError, ...): all mean "not readable"
         raise HistoryError(f"{path}: not a readable Parquet file: {type(exc).__name__}: {exc}") from None
+    if not isinstance(frame.index, pd.RangeIndex):  # a frame written with its timestamps as the index (pandas keeps
+        frame = frame.reset_index()                 # the index in the file's metadata and restores it here)
     names = [str(c).strip().lower() for c in frame.columns]
     missing = {"timestamp", "value"} - set(names)
     if missing:

@@ -211,3 +211,31 @@ def test_a_growing_demand_gauge_is_not_taken_for_a_counter(level, trend, noise, 
     values = level * (1 + trend * t) * (1.2 + np.sin(2 * np.pi * t)) * (1 + noise * rng.random(len(t)))
     series, _ = prepare(pd.Series(values, index=index))
     assert series.notna().sum() == 14 * 24
+
+
+# ---------------------------------------------------------------------- Parquet as pandas and SQL engines write it
+@given(index_written=st.booleans(), decimal=st.booleans(), hours=st.integers(2, 60))
+def test_parquet_with_timestamps_as_index_or_decimal_values_reads_as_written(tmp_path_factory, index_written, decimal,
+                                                                             hours):
+    """`series.to_frame("value").to_parquet()` (the timestamps as the index) was refused as 'missing columns
+    ['timestamp']', and a decimal(p, s) value column (as SQL engines export) as 'Decimal is not a number'."""
+    from decimal import Decimal
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    index = pd.date_range("2026-01-05", periods=hours, freq="h", tz="UTC", name="timestamp")
+    values = np.round(np.random.default_rng(hours).uniform(0, 1000, hours), 2)
+    path = tmp_path_factory.mktemp("pq") / "h.parquet"
+    if decimal:
+        pq.write_table(pa.table({"timestamp": pa.array(index.to_pydatetime(), pa.timestamp("us", tz="UTC")),
+                                 "value": pa.array([Decimal(f"{v:.2f}") for v in values], pa.decimal128(12, 2))}),
+                       path)
+    frame = pd.DataFrame({"value": values}, index=index)
+    if index_written:
+        frame.to_parquet(path)
+    elif not decimal:
+        frame.reset_index().to_parquet(path, index=False)
+    raw = load_history(path)
+    assert raw.index.equals(index.as_unit("ns").rename("timestamp"))
+    np.testing.assert_allclose(raw.to_numpy(), values)
