@@ -252,7 +252,9 @@ def cmd_simulate(cfg: Config, args) -> int:
     say = stage_printer("simulate", quiet=args.json)
     w = whatif(cfg)
     started = time.perf_counter()
-    spec, tuned = resolved(cfg, w, cfg.simulate.policy, progress=None)
+    if not w.from_file and cfg.simulate.policy not in ("oracle", "hourly-oracle"):
+        say(f"tuning the {cfg.simulate.policy} policy on the history: each setting replayed, as tune does")
+    spec, tuned = resolved(cfg, w, cfg.simulate.policy, progress=say)
     replay_seconds = time.perf_counter() - started if tuned is not None else 0.0
     if tuned is not None:
         say(f"policy tuned on the history: {tuned.reason}")

@@ -171,3 +171,13 @@ def test_simulate_reads_a_counter_history_as_its_increments(tmp_path, capsys):
     assert main(["simulate", str(path), "--policy", "oracle", "--days", "1"]) == 1
     assert "history.counter: true" in capsys.readouterr().err
     assert main(["simulate", "--config", str(config), "--policy", "oracle", "--days", "1", "--json"]) == 0
+
+
+def test_simulate_shows_progress_while_it_tunes_on_the_history(history, capsys):
+    """simulate tuned its policy on the history (a minute on a year of 1-min samples) without a line: the first
+    output came when everything was done."""
+    assert main(["simulate", str(history), "--days", "1"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    tuned = next(k for k, line in enumerate(err) if "policy tuned on the history" in line)
+    assert any("tuning the forecast policy on the history" in line for line in err[:tuned])
+    assert any("utilization" in line and "short steps" in line for line in err[:tuned]), err
