@@ -520,8 +520,15 @@ def test_cross_field_checks_are_listed_alongside_field_errors(tmp_path):
       "simulate.world.hpa_scale_down_seconds: Input should be a finite number"]),
     ("training: {candidates: [profile, prophet]}\nforecast: {horizon: 0}",
      ["training.candidates: unknown model(s) ['prophet']", "forecast.horizon"]),
+    # sent as 1s, its chunks sized for 1.5 s held more points than the server allows (an HTTP 400 naming no field);
+    # 500ms went as 0s; 2h was refused only after the read, as a history coarser than the hour
+    ("history: {prometheus: {url: 'http://x', query: up, step: 1500ms}}\nrun: {prometheus: {url: 'http://x', "
+     "step: 500ms}}", ["history.prometheus.step: 1500ms: the step of a range query is whole seconds from 1s to 1h",
+                       "run.prometheus.step: 500ms: the step of a range query is whole seconds"]),
+    ("history: {prometheus: {url: 'http://x', query: up, step: 2h}}",
+     ["history.prometheus.step: 2h: the step of a range query is whole seconds from 1s to 1h"]),
 ], ids=["binary", "step-not-a-duration", "step-not-hourly", "prometheus", "infinite-seconds", "infinite-world",
-        "candidates"])
+        "candidates", "prometheus-step-fraction", "prometheus-step-over-an-hour"])
 def test_configuration_errors_name_every_field(tmp_path, text, errors):
     path = tmp_path / "c.yaml"
     path.write_bytes(text) if isinstance(text, bytes) else path.write_text(text)
