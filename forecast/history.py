@@ -348,7 +348,7 @@ def load_history(path: str | Path) -> pd.Series:
     path = Path(path)
     if path.is_dir():
         raise HistoryError(f"{path}: is a directory, not a history file")
-    if not path.is_file():
+    if not path.exists():  # a pipe (bash's <(...), /dev/stdin) is no regular file, but a CSV streams from it
         raise HistoryError(f"{path}: no such file")
     series = _read_parquet(path) if path.suffix.lower() in {".parquet", ".pq"} else _read_csv(path)
     series.attrs["source"] = str(path)  # prepare's errors name the file too

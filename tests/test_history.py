@@ -239,3 +239,23 @@ def test_parquet_with_timestamps_as_index_or_decimal_values_reads_as_written(tmp
     raw = load_history(path)
     assert raw.index.equals(index.as_unit("ns").rename("timestamp"))
     np.testing.assert_allclose(raw.to_numpy(), values)
+
+
+def test_a_history_from_a_pipe_is_read(tmp_path):
+    """`headroom forecast <(zcat demand.csv.gz)` names a pipe, which exists but is no regular file: it was refused
+    as 'no such file'."""
+    import os
+    import threading
+
+    text = "timestamp,value\n2026-01-01T00:00:00Z,5\n2026-01-01T01:00:00Z,7\n"
+    read_end, write_end = os.pipe()
+    writer = threading.Thread(target=lambda: (os.write(write_end, text.encode()), os.close(write_end)))
+    writer.start()
+    try:
+        raw = load_history(f"/dev/fd/{read_end}")
+    finally:
+        writer.join()
+        os.close(read_end)
+    assert raw.tolist() == [5.0, 7.0]
+    with pytest.raises(HistoryError, match="no such file"):
+        load_history(tmp_path / "missing.csv")
