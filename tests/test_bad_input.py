@@ -307,6 +307,9 @@ def exits(argv, capsys):
     (["run", "--metrics-port", "70000", "--once"], "run.metrics_port"),
     (["run", "--now", "1990-01-01T00:00:00Z", "--once"], "--now 1990-01-01 00:00:00+00:00 is outside the histories"),
     (["run", "--now", "", "--once"], "--now: '' is not a time"),  # not silently the default
+    # a local time was taken as UTC: the plan and replay shifted by the user's offset, as a history's is refused
+    (["plan", "--now", "2026-02-11T08:00:00"], "--now: '2026-02-11T08:00:00' has no time zone"),
+    (["run", "--now", "2026-02-11T08:00", "--hours", "1"], "--now: '2026-02-11T08:00' has no time zone"),
     (["run", "--hours", "100000000"], "--hours 100000000 is longer than the histories"),  # no Timedelta overflow
     (["run", "--now", "2026-02-15T00:00:00Z", "--hours", "72"], "runs past the histories' end"),
     # the last hour of the history holds 23:00-23:55: a second hour would repeat the last sample as demand
