@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -171,10 +172,38 @@ def _one_series(path: Path, stamps: pd.DatetimeIndex, extra: pd.DataFrame, where
                                f"each {column} a file of its own, or the total per timestamp")
 
 
+# Timestamps read a column at once when every row is one of these (else row by row, which names the bad row): an
+# ISO-8601 time with its zone, or an epoch integer. Row by row, a year of 10-second samples took a minute to read.
+_ISO_ZONED = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:\d{2})")
+_EPOCH_INTEGER = re.compile(r"\d{1,19}")
+
+
+def _stamps_at_once(texts: list[str]) -> tuple[pd.DatetimeIndex, set[str]] | None:
+    """The timestamps of clean rows read as a column, as the row-by-row reader reads them; None when any row is not
+    plainly one kind or is out of range (the row-by-row reader then finds and names it)."""
+    column = pd.Series(texts, dtype=object)
+    try:
+        if column.str.fullmatch(_ISO_ZONED).all():
+            index = pd.DatetimeIndex(pd.to_datetime(column, format="ISO8601", utc=True)).as_unit("ns")
+            if ((index < ISO_RANGE[0]) | (index >= ISO_RANGE[1])).any():
+                return None
+            return index, set()
+        if column.str.fullmatch(_EPOCH_INTEGER).all():
+            numbers = column.astype("int64").to_numpy()
+            unit = epoch_unit(float(numbers[0]))
+            scale = int(_NS_PER_UNIT[unit])
+            lo, hi = (t.value // scale for t in EPOCH_RANGE)
+            if not ((numbers >= lo) & (numbers < hi)).all():  # another unit (refused), or out of range
+                return None
+            return pd.DatetimeIndex(pd.to_datetime(numbers, unit=unit, utc=True)).as_unit("ns"), {unit}
+    except (ValueError, OverflowError, TypeError):
+        return None
+    return None
+
+
 def _read_csv(path: Path) -> pd.Series:
-    stamps, values, units = [], [], set[str]()
-    extras: list[list[str]] = []
-    lines: list[int] = []
+    rows: list[tuple[int, list[str]]] = []  # (line, fields) of each non-blank row
+    broken: HistoryError | None = None  # the file stops being readable after `rows`
     try:
         # utf-8-sig: a byte-order mark (as spreadsheets export CSV) is not part of the first column's name
         with path.open(newline="", encoding="utf-8-sig") as handle:
@@ -187,39 +216,70 @@ def _read_csv(path: Path) -> pd.Series:
                 raise HistoryError(f"{path}:1: header must name columns 'timestamp' and 'value', got {header}")
             if len(set(names)) != len(names):
                 raise HistoryError(f"{path}:1: header names a column twice: {header}")
-            t_col, v_col = names.index("timestamp"), names.index("value")
-            other = [k for k in range(len(names)) if k not in (t_col, v_col)]
-            for row in reader:
-                line = reader.line_num
-                if not row or all(not cell.strip() for cell in row):
-                    continue
-                if len(row) != len(names):
-                    raise HistoryError(f"{path}:{line}: expected {len(names)} fields, got {len(row)}: {row[:5]}")
-                try:
-                    stamps.append(_parse_timestamp(row[t_col], units))
-                    values.append(_parse_value(row[v_col]))
-                except ValueError as exc:
-                    raise HistoryError(f"{path}:{line}: {exc}") from None
-                _one_unit(path, units, f":{line}")
-                if other:
-                    extras.append([row[k].strip() for k in other])
-                    lines.append(line)
+            try:
+                for row in reader:
+                    if row and any(cell.strip() for cell in row):
+                        rows.append((reader.line_num, row))
+            except UnicodeDecodeError as exc:
+                broken = _not_utf8(path, exc)
+            except csv.Error as exc:
+                broken = HistoryError(f"{path}: not a readable CSV: {exc}")
     except UnicodeDecodeError as exc:
-        raise HistoryError(f"{path}: not a UTF-8 text file (byte {exc.start}): a CSV with columns timestamp,value "
-                           "is expected") from None
+        raise _not_utf8(path, exc) from None
     except csv.Error as exc:
         raise HistoryError(f"{path}: not a readable CSV: {exc}") from None
     except OSError as exc:
         raise HistoryError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    if not stamps:
+    t_col, v_col = names.index("timestamp"), names.index("value")
+    other = [k for k in range(len(names)) if k not in (t_col, v_col)]
+    read = _rows_at_once(rows, len(names), t_col, v_col) if broken is None else None
+    index, values, units = read if read is not None else _rows_one_by_one(path, rows, len(names), t_col, v_col)
+    if broken is not None:  # every row before it read: the file's own fault comes next
+        raise broken
+    if not len(values):
         raise HistoryError(f"{path}: no data rows")
-    index = pd.DatetimeIndex(stamps, name="timestamp").as_unit("ns")
+    index = index.rename("timestamp")
     if other:
-        _one_series(path, index, pd.DataFrame(extras, columns=[header[k].strip() for k in other]),
-                    [f"line {line}" for line in lines])
+        _one_series(path, index, pd.DataFrame([[row[k].strip() for k in other] for _, row in rows],
+                                              columns=[header[k].strip() for k in other]),
+                    [f"line {line}" for line, _ in rows])
     series = pd.Series(values, index=index, name="value", dtype=float)
     series.attrs["timestamps"] = _read_as(units)
     return series
+
+
+def _not_utf8(path: Path, exc: UnicodeDecodeError) -> HistoryError:
+    return HistoryError(f"{path}: not a UTF-8 text file (byte {exc.start}): a CSV with columns timestamp,value is "
+                        "expected")
+
+
+def _rows_at_once(rows: list[tuple[int, list[str]]], width: int, t_col: int,
+                  v_col: int) -> tuple[pd.DatetimeIndex, list[float], set[str]] | None:
+    """The rows read with their timestamps as a column: None when a row is not clean (then read one by one)."""
+    if any(len(row) != width for _, row in rows):
+        return None
+    try:
+        values = [_parse_value(row[v_col]) for _, row in rows]
+    except ValueError:
+        return None
+    stamps = _stamps_at_once([row[t_col].strip() for _, row in rows])
+    return None if stamps is None else (stamps[0], values, stamps[1])
+
+
+def _rows_one_by_one(path: Path, rows: list[tuple[int, list[str]]], width: int, t_col: int,
+                     v_col: int) -> tuple[pd.DatetimeIndex, list[float], set[str]]:
+    """The rows read one by one: the first bad one is an error naming its line."""
+    stamps, values, units = [], [], set[str]()
+    for line, row in rows:
+        if len(row) != width:
+            raise HistoryError(f"{path}:{line}: expected {width} fields, got {len(row)}: {row[:5]}")
+        try:
+            stamps.append(_parse_timestamp(row[t_col], units))
+            values.append(_parse_value(row[v_col]))
+        except ValueError as exc:
+            raise HistoryError(f"{path}:{line}: {exc}") from None
+        _one_unit(path, units, f":{line}")
+    return pd.DatetimeIndex(stamps).as_unit("ns"), values, units
 
 
 def _parquet_timestamps(path: Path, column: pd.Series) -> tuple[pd.DatetimeIndex, str]:

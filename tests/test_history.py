@@ -1,4 +1,5 @@
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -259,3 +260,37 @@ def test_a_history_from_a_pipe_is_read(tmp_path):
     assert raw.tolist() == [5.0, 7.0]
     with pytest.raises(HistoryError, match="no such file"):
         load_history(tmp_path / "missing.csv")
+
+
+# ---------------------------------------------------------------------------- a long history, read at once
+ZONES = st.sampled_from(["Z", "+00:00", "+05:30", "-08:00", "+14:00", "-12:00"])
+
+
+@given(st.lists(st.tuples(st.datetimes(min_value=pd.Timestamp("1901-01-01").to_pydatetime(),
+                                       max_value=pd.Timestamp("2199-12-30").to_pydatetime()),
+                          ZONES, st.sampled_from(["T", " "]), st.sampled_from([0, 3, 6, 9])), min_size=1, max_size=30),
+       st.sampled_from([None, 1, 10**3, 10**6, 10**9]))
+def test_timestamps_read_at_once_are_those_read_row_by_row(moments, epoch_ns):
+    """A CSV's timestamps are read as a column when every row is plain ISO-8601 with a zone or an epoch integer (a
+    year of 10-second samples took a minute row by row, without a word): the times are exactly those the
+    row-by-row reader gives, which also stays the reader of anything else and names a bad row."""
+    from forecast.history import _rows_one_by_one, _stamps_at_once
+
+    def iso(moment, zone, sep, digits):
+        text = pd.Timestamp(moment).strftime(f"%Y-%m-%d{sep}%H:%M:%S")
+        fraction = f"{pd.Timestamp(moment).microsecond:06d}{'000'}"[:digits]
+        return text + (f".{fraction}" if digits else "") + zone
+
+    if epoch_ns is None:
+        texts = [iso(*m) for m in moments]
+    else:
+        texts = [str(int(pd.Timestamp(m[0], tz="UTC").value // epoch_ns)) for m in moments
+                 if pd.Timestamp("1990-01-01") <= pd.Timestamp(m[0]) < pd.Timestamp("2200-01-01")] or ["1767225600"]
+    rows = [(k + 2, [text, "1"]) for k, text in enumerate(texts)]
+    try:
+        expected, _, units = _rows_one_by_one(Path("h.csv"), rows, 2, 0, 1)
+    except HistoryError:
+        assert _stamps_at_once(texts) is None  # out of range after the offset: left to the row-by-row reader
+        return
+    at_once = _stamps_at_once(texts)
+    assert at_once is not None and at_once[0].equals(expected) and at_once[1] == units
