@@ -239,7 +239,7 @@ def _read_csv(path: Path) -> pd.Series:
     if not len(values):
         raise HistoryError(f"{path}: no data rows")
     index = index.rename("timestamp")
-    if other:
+    if other and index.has_duplicates:  # else no rows to tell apart (and no frame of the other columns to build)
         _one_series(path, index, pd.DataFrame([[row[k].strip() for k in other] for _, row in rows],
                                               columns=[header[k].strip() for k in other]),
                     [f"line {line}" for line, _ in rows])
