@@ -161,7 +161,7 @@ def whatif(cfg: Config, progress=None) -> WhatIf:
     demand = native_series(cfg)
     span_days = (demand.index[-1] - demand.index[0]).total_seconds() / 86400
     if c.days >= span_days:
-        raise BadRequest(f"simulate.days {c.days:g} leaves no history: the trace {cfg.history.file or ''} covers "
+        raise BadRequest(f"simulate.days {c.days:g} leaves no history: the trace {sources.history_name(cfg)} covers "
                          f"{span_days:.2f} days (give --days below that; at least a day of history is needed before "
                          "them)")
     step = sampling_step(demand.index)
@@ -194,7 +194,7 @@ def whatif(cfg: Config, progress=None) -> WhatIf:
     try:
         per_gpu = demand_per_gpu(demand, None if c.per_gpu else c.peak_gpus, c.per_gpu)
     except ValueError as exc:  # an all-zero (or all-missing) trace has no peak to scale to GPUs
-        raise BadRequest(f"{cfg.history.file}: {exc} (--per-gpu)") from None
+        raise BadRequest(f"{sources.history_name(cfg)}: {exc} (--per-gpu)") from None
     _check_scale(demand, per_gpu, "--per-gpu")
     return WhatIf(scenario, default_spec(scenario, per_gpu), False)
 
@@ -302,7 +302,7 @@ def cmd_tune(cfg: Config, args) -> int:
         print(f"trade-off plot: {plot_tradeoff(result, args.plot)}")
     if args.write_policy:
         namespace, name = w.scenario.name.split("/", 1)
-        comment = (f"headroom tune {cfg.history.file}: {result.reason}\n"
+        comment = (f"headroom tune {sources.history_name(cfg)}: {result.reason}\n"
                    "Set spec.query to the PromQL of this demand and spec.target to the inference workload before "
                    "applying it to a cluster.")
         print(f"policy: {write_policy(result.recommended, args.write_policy, name, namespace, comment)} "

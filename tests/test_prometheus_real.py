@@ -255,3 +255,25 @@ def test_a_counter_query_is_refused_and_read_as_increments_with_history_counter(
     out = json.loads(capsys.readouterr().out)
     # the increments: 300 s per 5-min sample, 12 to the hour, as the forecast of the hourly sum
     assert all(row["q0.5"] == pytest.approx(3600, rel=0.01) for row in out["forecast"])
+
+
+def test_report_and_tune_name_the_prometheus_query_not_none(prometheus_server, tmp_path, capsys):
+    """With the history in Prometheus, report's page and progress said 'demand trace None' / 'simulating None', and
+    the manifest tune writes began '# headroom tune None:'."""
+    import yaml
+
+    from cli.main import main
+
+    query = f"{METRIC} * 1"
+    config = tmp_path / "prom.yaml"
+    config.write_text(yaml.safe_dump({"history": {"prometheus": {
+        "url": prometheus_server.url, "query": query, "lookback": "5d", "end": "1995-07-10T00:00:00Z"}}}))
+    out = tmp_path / "report"
+    assert main(["report", "--config", str(config), "--days", "1", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    page = (out / "index.html").read_text()
+    assert "None" not in err and f"simulating query {query!r}" in err
+    assert ">None<" not in page and query in page
+    policy = tmp_path / "policy.yaml"
+    main(["tune", "--config", str(config), "--days", "1", "--write-policy", str(policy)])
+    assert policy.read_text().startswith(f"# headroom tune query {query!r}: ")
