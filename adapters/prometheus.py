@@ -213,7 +213,11 @@ class PrometheusSource:
     end: datetime
 
     def fetch(self) -> pd.Series:
-        return read_range(connect(self.server), self.query, self.start, self.end, self.server.step)
+        raw = read_range(connect(self.server), self.query, self.start, self.end, self.server.step)
+        # what prepare's errors name, as a file's path names a file (e.g. a query that returned no series)
+        raw.attrs["source"] = (f"Prometheus at {self.server.url}, query {self.query!r} over "
+                               f"[{pd.Timestamp(self.start).isoformat()} .. {pd.Timestamp(self.end).isoformat()}]")
+        return raw
 
 
 class PrometheusDemand:

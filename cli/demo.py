@@ -58,7 +58,7 @@ def run_demo(out: Path, quick: bool, cfg, say) -> dict:
     # the forecaster sees the hourly peak of the history before the simulated days, as the controller would
     load_cfg = load_config(None, {"history.file": str(history_file), "history.statistic": spec.statistic})
     end = scenario.evaluated[0]
-    hourly, cleaning = load_series(load_cfg, end.to_pydatetime())
+    hourly, cleaning = load_series(load_cfg, end.to_pydatetime(), say=False)
     hourly = hourly[hourly.index < end.floor("h")]
     say(f"cleaned: {'; '.join(cleaning.lines())}")
 

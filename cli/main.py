@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from cli.config import Config, load_config
 from cli.progress import counter
 from cli.simulate import cmd_simulate, cmd_tune
-from cli.sources import load_series
+from cli.sources import history_name, load_series
 from controller.simulate import POLICIES
 from core.errors import ConfigError
 
@@ -47,10 +47,10 @@ def cmd_forecast(cfg: Config, args) -> int:
     from forecast.backtest import AutoForecaster
     from forecast.history import HistoryError
 
-    series, report = load_series(cfg, datetime.now(UTC))
+    series, report = load_series(cfg, datetime.now(UTC), say=False)  # the report is printed with the forecast
     real = int(series.notna().sum())
     if real < MIN_FORECAST_POINTS:
-        raise HistoryError(f"{cfg.history.file or 'the history'}: {real} {cfg.history.step} points with data; a "
+        raise HistoryError(f"{history_name(cfg)}: {real} {cfg.history.step} points with data; a "
                            f"forecast needs at least {MIN_FORECAST_POINTS} (two days): its quantiles come from "
                            "day-over-day errors, and fewer would give q0.5 = q0.99")
     model = AutoForecaster().fit(series)
@@ -83,7 +83,7 @@ def cmd_backtest(cfg: Config, args) -> int:
     series, _ = load_series(cfg, datetime.now(UTC))
     b = cfg.backtest
     if not origins(len(series), b.horizon, b.folds, b.step):
-        raise HistoryError(f"{cfg.history.file or 'the history'}: {len(series)} hourly points; a backtest needs two "
+        raise HistoryError(f"{history_name(cfg)}: {len(series)} hourly points; a backtest needs two "
                            f"days to fit plus --horizon {b.horizon} h to score ({48 + b.horizon} points at least)")
     result = backtest(series, horizon=b.horizon, folds=b.folds, step=b.step, progress=counter("backtest"))
     payload = result.to_json()

@@ -5,6 +5,7 @@ import json
 
 from cli.progress import stage_printer
 from cli.simulate import check_output_dir, check_output_folders, every_policy, refuse_flags_the_file_holds, whatif
+from cli.sources import history_name
 from controller.simulate import write_timeline
 from dashboards.report import (
     above_cluster_note,
@@ -29,11 +30,11 @@ def cmd_report(cfg, args) -> int:
     say = stage_printer("report", quiet=args.json)
     w = whatif(cfg)
     specs, tuned = every_policy(cfg, w, progress=say)
-    say(f"simulating {cfg.history.file} under {len(specs)} policies")
+    say(f"simulating {history_name(cfg)} under {len(specs)} policies")
     results = compare_policies(w.scenario, specs, timeline_policy=cfg.simulate.policy, progress=say)
     c = cfg.simulate
     f = specs["forecast"]
-    facts = {"demand trace": str(cfg.history.file), "cluster": f"{c.gpus} GPUs",
+    facts = {"demand trace": history_name(cfg), "cluster": f"{c.gpus} GPUs",
              "scaling": f"{c.per_gpu} demand per GPU" if c.per_gpu else f"99.9th percentile = {c.peak_gpus:g} GPUs",
              "simulated": f"last {c.days:g} days (everything before is history)",
              "training": f"job trace {c.jobs}" if c.jobs else "saturated backlog",

@@ -239,6 +239,9 @@ def _clock(r: RunConfig, now: str | None, hours: int, moment: bool = False) -> p
     loaded = _loadable(demand)
     if not loaded:
         demand.series(next(iter(demand.files)))  # raises the first policy's HistoryError: nothing can run
+    for key, repairs in demand.repairs.items():  # said once, here: the clock reads every history first
+        if repairs:
+            print(f"note: policy {key}: history {demand.files[key]}: {'; '.join(repairs)}", file=sys.stderr)
     series = list(loaded.values())
     step_of = {key: sampling_step(s.index) for key, s in loaded.items()}
     steps = set(step_of.values())

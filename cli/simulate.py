@@ -10,8 +10,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from cli import sources
 from cli.config import Config
-from cli.sources import source
 from core.errors import BadRequest
 from core.settings import MAX_CLUSTER_GPUS
 from dashboards.report import above_cluster_note, missing_note, missing_steps
@@ -23,9 +23,7 @@ if TYPE_CHECKING:  # imported when used: the CLI starts without the simulator
 
 def native_series(cfg: Config):
     """The history at its own step (the simulator replays every sample), gaps kept."""
-    from forecast.history import at_own_step
-
-    return at_own_step(source(cfg, datetime.now(UTC)).fetch())
+    return sources.native_series(cfg, datetime.now(UTC))
 
 
 def _own_output(flag: str) -> tuple[str, bytes] | None:
@@ -185,7 +183,7 @@ def whatif(cfg: Config, progress=None) -> WhatIf:
     demand = native_series(cfg)
     span_days = (demand.index[-1] - demand.index[0]).total_seconds() / 86400
     if c.days >= span_days:
-        raise BadRequest(f"simulate.days {c.days:g} leaves no history: the trace {cfg.history.file or ''} covers "
+        raise BadRequest(f"simulate.days {c.days:g} leaves no history: the trace {sources.history_name(cfg)} covers "
                          f"{span_days:.2f} days (give --days below that; at least a day of history is needed before "
                          "them)")
     step = sampling_step(demand.index)
@@ -218,7 +216,7 @@ def whatif(cfg: Config, progress=None) -> WhatIf:
     try:
         per_gpu = demand_per_gpu(demand, None if c.per_gpu else c.peak_gpus, c.per_gpu)
     except ValueError as exc:  # an all-zero (or all-missing) trace has no peak to scale to GPUs
-        raise BadRequest(f"{cfg.history.file}: {exc} (--per-gpu)") from None
+        raise BadRequest(f"{sources.history_name(cfg)}: {exc} (--per-gpu)") from None
     _check_scale(demand, per_gpu, "--per-gpu")
     return WhatIf(scenario, default_spec(scenario, per_gpu), False)
 
@@ -276,7 +274,9 @@ def cmd_simulate(cfg: Config, args) -> int:
     say = stage_printer("simulate", quiet=args.json)
     w = whatif(cfg)
     started = time.perf_counter()
-    spec, tuned = resolved(cfg, w, cfg.simulate.policy, progress=None)
+    if not w.from_file and cfg.simulate.policy not in ("oracle", "hourly-oracle"):
+        say(f"tuning the {cfg.simulate.policy} policy on the history: each setting replayed, as tune does")
+    spec, tuned = resolved(cfg, w, cfg.simulate.policy, progress=say)
     replay_seconds = time.perf_counter() - started if tuned is not None else 0.0
     if tuned is not None:
         say(f"policy tuned on the history: {tuned.reason}")
@@ -333,7 +333,7 @@ def cmd_tune(cfg: Config, args) -> int:
         print(f"trade-off plot: {plot_tradeoff(result, args.plot)}")
     if args.write_policy:
         namespace, name = w.scenario.name.split("/", 1)
-        comment = (f"headroom tune {cfg.history.file}: {result.reason}\n"
+        comment = (f"headroom tune {sources.history_name(cfg)}: {result.reason}\n"
                    "Set spec.query to the PromQL of this demand and spec.target to the inference workload before "
                    "applying it to a cluster.")
         print(f"policy: {write_policy(result.recommended, args.write_policy, name, namespace, comment)} "

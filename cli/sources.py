@@ -1,6 +1,7 @@
 """The configured history: a file, or Prometheus over its lookback."""
 from __future__ import annotations
 
+import sys
 from datetime import datetime
 
 from cli.config import Config
@@ -23,10 +24,37 @@ def source(cfg: Config, now: datetime):
     raise BadRequest("no history: give a HISTORY file, or history.file / history.prometheus in --config")
 
 
-def load_series(cfg: Config, now: datetime):
-    """The configured history, cleaned and aggregated, with its cleaning report."""
+def history_name(cfg: Config) -> str:
+    """The configured history as a user would name it: its file, or its Prometheus query."""
+    h = cfg.history
+    return str(h.file) if h.file is not None else \
+        f"query {h.prometheus.query!r}" if h.prometheus is not None else "the history"
+
+
+def say_repairs(cfg: Config, report) -> None:
+    """What cleaning changed in the history (sorted, deduplicated, clipped, kept missing), on stderr: no command
+    drops or changes a sample without a word (forecast and demo print the whole cleaning report instead)."""
+    if repairs := report.repairs():
+        print(f"note: history {history_name(cfg)}: {'; '.join(repairs)}", file=sys.stderr)
+
+
+def load_series(cfg: Config, now: datetime, say: bool = True):
+    """The configured history, cleaned and aggregated, with its cleaning report (its repairs said on stderr unless
+    `say` is false: the caller prints the report)."""
     from forecast.history import prepare
 
     h = cfg.history
-    return prepare(source(cfg, now).fetch(), step=h.step, statistic=h.statistic, counter=h.counter,
-                   outlier_factor=h.outlier_factor)
+    series, report = prepare(source(cfg, now).fetch(), step=h.step, statistic=h.statistic, counter=h.counter,
+                             outlier_factor=h.outlier_factor)
+    if say:
+        say_repairs(cfg, report)
+    return series, report
+
+
+def native_series(cfg: Config, now: datetime):
+    """The history at its own step (the simulator replays every sample), gaps kept; its repairs said on stderr."""
+    from forecast.history import at_own_step_reported
+
+    series, report = at_own_step_reported(source(cfg, now).fetch(), counter=cfg.history.counter)
+    say_repairs(cfg, report)
+    return series

@@ -10,7 +10,7 @@ from typing import Protocol
 
 import pandas as pd
 
-from forecast.history import HistoryError, at_own_step, load_history
+from forecast.history import HistoryError, at_own_step_reported, load_history
 
 DemandRead = tuple[str, str, pd.Timestamp, pd.Timestamp]  # a policy's key, its query, the range (start, end]
 
@@ -36,13 +36,15 @@ class FileDemand(DemandReader):
     NaN, as Prometheus returns it), never past `end` (no look-ahead)."""
     files: Mapping[str, Path]  # policy key -> file
     _loaded: dict[str, pd.Series] = field(default_factory=dict, repr=False)
+    repairs: dict[str, list[str]] = field(default_factory=dict, repr=False)  # what cleaning changed, per policy
 
     def series(self, key: str) -> pd.Series:
         """The whole history of policy `key`."""
         if key not in self.files:
             raise HistoryError(f"no history file for policy {key}")
         if key not in self._loaded:
-            self._loaded[key] = at_own_step(load_history(self.files[key]))
+            self._loaded[key], report = at_own_step_reported(load_history(self.files[key]))
+            self.repairs[key] = report.repairs()
         return self._loaded[key]
 
     def read(self, key: str, query: str, start: pd.Timestamp, end: pd.Timestamp) -> pd.Series:

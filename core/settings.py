@@ -132,6 +132,16 @@ class PrometheusServer(Strict):
             raise ValueError(f"{value} is not a positive duration")
         return value
 
+    @field_validator("step")
+    @classmethod
+    def _step(cls, value: str) -> str:
+        # a range query's step is sent in whole seconds (1500ms went as 1s: chunks sized for 1.5 s held more points
+        # than the server allows; 500ms as 0s, refused), and a step over the forecast's hour has nothing to aggregate
+        step = duration(value)
+        if step > duration("0s") and (step % duration("1s") or not duration("1s") <= step <= duration("1h")):
+            raise ValueError(f"{value}: the step of a range query is whole seconds from 1s to 1h")
+        return value
+
 
 class PrometheusConfig(PrometheusServer):
     query: str

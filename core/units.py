@@ -55,7 +55,8 @@ def epoch_seconds(index: pd.Index | pd.Series | list[pd.Timestamp]) -> np.ndarra
 
 
 def parse_time(text: str, what: str) -> pd.Timestamp:
-    """An ISO-8601 moment given on the command line, in UTC (one without a zone is taken as UTC)."""
+    """An ISO-8601 moment with its zone given on the command line, in UTC (one without a zone is refused, as a
+    history's timestamps are: taken as UTC, a local time would shift the plan by the user's offset)."""
     from core.errors import BadRequest
 
     try:
@@ -64,4 +65,6 @@ def parse_time(text: str, what: str) -> pd.Timestamp:
         raise BadRequest(f"{what}: {text!r} is not an ISO-8601 time like 2026-05-04T09:00:00Z") from None
     if pd.isna(moment):
         raise BadRequest(f"{what}: {text!r} is not a time")
-    return moment.tz_convert("UTC") if moment.tzinfo else moment.tz_localize("UTC")
+    if moment.tzinfo is None:
+        raise BadRequest(f"{what}: {text!r} has no time zone: give Z or an offset, e.g. 2026-05-04T09:00:00Z")
+    return moment.tz_convert("UTC")

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Protocol
 
@@ -149,8 +151,59 @@ def _one_unit(path: Path, units: set[str], where: str) -> None:
                            f"{' and '.join(_unit_name(u) for u in sorted(units))}: give one unit")
 
 
+def _one_series(path: Path, stamps: pd.DatetimeIndex, extra: pd.DataFrame, where: list[str]) -> None:
+    """A file holds one series: rows that share a timestamp but differ in another column (`workload`, `model`, a
+    label) are several series in one file, and keeping the later of each would silently drop all but one of them.
+    `where[k]` names row k ("line 7" of a CSV, "row 6" of a Parquet file)."""
+    if extra.empty or not stamps.has_duplicates:
+        return
+    extra = extra.reset_index(drop=True)
+    first = pd.Series(np.arange(len(stamps)), index=stamps).groupby(level=0).transform("first").to_numpy()
+    for column in extra.columns:
+        cells = extra[column].astype(str).to_numpy()
+        differs = np.flatnonzero(cells != cells[first])
+        if len(differs):
+            k = int(differs[0])
+            shown = sorted(set(cells[:100_000].tolist()))
+            raise HistoryError(f"{path}: {where[k]}: timestamp {stamps[k].isoformat()} again, with {column} "
+                               f"{cells[k]!r} ({where[first[k]]} has {cells[first[k]]!r}): column {column!r} tells "
+                               f"several series apart ({', '.join(map(repr, shown[:5]))}"
+                               f"{', ...' if len(shown) > 5 else ''}); headroom reads one series per file: give "
+                               f"each {column} a file of its own, or the total per timestamp")
+
+
+# Timestamps read a column at once when every row is one of these (else row by row, which names the bad row): an
+# ISO-8601 time with its zone, or an epoch integer. Row by row, a year of 10-second samples took a minute to read.
+_ISO_ZONED = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:\d{2})")
+_EPOCH_INTEGER = re.compile(r"\d{1,19}")
+
+
+def _stamps_at_once(texts: list[str]) -> tuple[pd.DatetimeIndex, set[str]] | None:
+    """The timestamps of clean rows read as a column, as the row-by-row reader reads them; None when any row is not
+    plainly one kind or is out of range (the row-by-row reader then finds and names it)."""
+    column = pd.Series(texts, dtype=object)
+    try:
+        if column.str.fullmatch(_ISO_ZONED).all():
+            index = pd.DatetimeIndex(pd.to_datetime(column, format="ISO8601", utc=True)).as_unit("ns")
+            if ((index < ISO_RANGE[0]) | (index >= ISO_RANGE[1])).any():
+                return None
+            return index, set()
+        if column.str.fullmatch(_EPOCH_INTEGER).all():
+            numbers = column.astype("int64").to_numpy()
+            unit = epoch_unit(float(numbers[0]))
+            scale = int(_NS_PER_UNIT[unit])
+            lo, hi = (t.value // scale for t in EPOCH_RANGE)
+            if not ((numbers >= lo) & (numbers < hi)).all():  # another unit (refused), or out of range
+                return None
+            return pd.DatetimeIndex(pd.to_datetime(numbers, unit=unit, utc=True)).as_unit("ns"), {unit}
+    except (ValueError, OverflowError, TypeError):
+        return None
+    return None
+
+
 def _read_csv(path: Path) -> pd.Series:
-    stamps, values, units = [], [], set[str]()
+    rows: list[tuple[int, list[str]]] = []  # (line, fields) of each non-blank row
+    broken: HistoryError | None = None  # the file stops being readable after `rows`
     try:
         # utf-8-sig: a byte-order mark (as spreadsheets export CSV) is not part of the first column's name
         with path.open(newline="", encoding="utf-8-sig") as handle:
@@ -163,32 +216,70 @@ def _read_csv(path: Path) -> pd.Series:
                 raise HistoryError(f"{path}:1: header must name columns 'timestamp' and 'value', got {header}")
             if len(set(names)) != len(names):
                 raise HistoryError(f"{path}:1: header names a column twice: {header}")
-            t_col, v_col = names.index("timestamp"), names.index("value")
-            for row in reader:
-                line = reader.line_num
-                if not row or all(not cell.strip() for cell in row):
-                    continue
-                if len(row) != len(names):
-                    raise HistoryError(f"{path}:{line}: expected {len(names)} fields, got {len(row)}: {row[:5]}")
-                try:
-                    stamps.append(_parse_timestamp(row[t_col], units))
-                    values.append(_parse_value(row[v_col]))
-                except ValueError as exc:
-                    raise HistoryError(f"{path}:{line}: {exc}") from None
-                _one_unit(path, units, f":{line}")
+            try:
+                for row in reader:
+                    if row and any(cell.strip() for cell in row):
+                        rows.append((reader.line_num, row))
+            except UnicodeDecodeError as exc:
+                broken = _not_utf8(path, exc)
+            except csv.Error as exc:
+                broken = HistoryError(f"{path}: not a readable CSV: {exc}")
     except UnicodeDecodeError as exc:
-        raise HistoryError(f"{path}: not a UTF-8 text file (byte {exc.start}): a CSV with columns timestamp,value "
-                           "is expected") from None
+        raise _not_utf8(path, exc) from None
     except csv.Error as exc:
         raise HistoryError(f"{path}: not a readable CSV: {exc}") from None
     except OSError as exc:
         raise HistoryError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    if not stamps:
+    t_col, v_col = names.index("timestamp"), names.index("value")
+    other = [k for k in range(len(names)) if k not in (t_col, v_col)]
+    read = _rows_at_once(rows, len(names), t_col, v_col) if broken is None else None
+    index, values, units = read if read is not None else _rows_one_by_one(path, rows, len(names), t_col, v_col)
+    if broken is not None:  # every row before it read: the file's own fault comes next
+        raise broken
+    if not len(values):
         raise HistoryError(f"{path}: no data rows")
-    series = pd.Series(values, index=pd.DatetimeIndex(stamps, name="timestamp").as_unit("ns"), name="value",
-                       dtype=float)
+    index = index.rename("timestamp")
+    if other and index.has_duplicates:  # else no rows to tell apart (and no frame of the other columns to build)
+        _one_series(path, index, pd.DataFrame([[row[k].strip() for k in other] for _, row in rows],
+                                              columns=[header[k].strip() for k in other]),
+                    [f"line {line}" for line, _ in rows])
+    series = pd.Series(values, index=index, name="value", dtype=float)
     series.attrs["timestamps"] = _read_as(units)
     return series
+
+
+def _not_utf8(path: Path, exc: UnicodeDecodeError) -> HistoryError:
+    return HistoryError(f"{path}: not a UTF-8 text file (byte {exc.start}): a CSV with columns timestamp,value is "
+                        "expected")
+
+
+def _rows_at_once(rows: list[tuple[int, list[str]]], width: int, t_col: int,
+                  v_col: int) -> tuple[pd.DatetimeIndex, list[float], set[str]] | None:
+    """The rows read with their timestamps as a column: None when a row is not clean (then read one by one)."""
+    if any(len(row) != width for _, row in rows):
+        return None
+    try:
+        values = [_parse_value(row[v_col]) for _, row in rows]
+    except ValueError:
+        return None
+    stamps = _stamps_at_once([row[t_col].strip() for _, row in rows])
+    return None if stamps is None else (stamps[0], values, stamps[1])
+
+
+def _rows_one_by_one(path: Path, rows: list[tuple[int, list[str]]], width: int, t_col: int,
+                     v_col: int) -> tuple[pd.DatetimeIndex, list[float], set[str]]:
+    """The rows read one by one: the first bad one is an error naming its line."""
+    stamps, values, units = [], [], set[str]()
+    for line, row in rows:
+        if len(row) != width:
+            raise HistoryError(f"{path}:{line}: expected {width} fields, got {len(row)}: {row[:5]}")
+        try:
+            stamps.append(_parse_timestamp(row[t_col], units))
+            values.append(_parse_value(row[v_col]))
+        except ValueError as exc:
+            raise HistoryError(f"{path}:{line}: {exc}") from None
+        _one_unit(path, units, f":{line}")
+    return pd.DatetimeIndex(stamps).as_unit("ns"), values, units
 
 
 def _parquet_timestamps(path: Path, column: pd.Series) -> tuple[pd.DatetimeIndex, str]:
@@ -274,7 +365,7 @@ def _parquet_values(path: Path, column: pd.Series) -> np.ndarray:
                 raise ValueError(f"value {item!r} is a boolean, not a number")
             elif isinstance(item, str):
                 out[row - 1] = _parse_value(item)
-            elif isinstance(item, int | float | np.integer | np.floating):
+            elif isinstance(item, int | float | np.integer | np.floating | Decimal):  # Decimal: a decimal(p, s) column
                 out[row - 1] = check_value(float(item), item)
             else:
                 raise ValueError(f"value {item!r} ({type(item).__name__}) is not a number")
@@ -288,6 +379,8 @@ def _read_parquet(path: Path) -> pd.Series:
         frame = pd.read_parquet(path)
     except Exception as exc:  # pyarrow raises many kinds (ArrowInvalid, OSError, ...): all mean "not readable"
         raise HistoryError(f"{path}: not a readable Parquet file: {type(exc).__name__}: {exc}") from None
+    if not isinstance(frame.index, pd.RangeIndex):  # a frame written with its timestamps as the index (pandas keeps
+        frame = frame.reset_index()                 # the index in the file's metadata and restores it here)
     names = [str(c).strip().lower() for c in frame.columns]
     missing = {"timestamp", "value"} - set(names)
     if missing:
@@ -298,6 +391,8 @@ def _read_parquet(path: Path) -> pd.Series:
     if frame.empty:
         raise HistoryError(f"{path}: no data rows")
     index, how = _parquet_timestamps(path, frame["timestamp"])
+    _one_series(path, index, frame.drop(columns=["timestamp", "value"]),
+                [f"row {k}" for k in range(1, len(frame) + 1)] if index.has_duplicates else [])
     series = pd.Series(_parquet_values(path, frame["value"]), index=pd.DatetimeIndex(index, name="timestamp"),
                        name="value")
     series.attrs["timestamps"] = how
@@ -313,7 +408,7 @@ def load_history(path: str | Path) -> pd.Series:
     path = Path(path)
     if path.is_dir():
         raise HistoryError(f"{path}: is a directory, not a history file")
-    if not path.is_file():
+    if not path.exists():  # a pipe (bash's <(...), /dev/stdin) is no regular file, but a CSV streams from it
         raise HistoryError(f"{path}: no such file")
     series = _read_parquet(path) if path.suffix.lower() in {".parquet", ".pq"} else _read_csv(path)
     series.attrs["source"] = str(path)  # prepare's errors name the file too
@@ -330,6 +425,7 @@ class CleaningReport:
     counter_resets: int = 0
     outliers: list[str] = field(default_factory=list)
     missing_steps: int = 0
+    partial_sums: int = 0  # steps summed (statistic sum) from fewer samples than they hold: scaled to the whole step
     output_points: int = 0
     timestamps: str = ""  # how the timestamps were read (e.g. "epoch milliseconds (told by magnitude)")
 
@@ -339,10 +435,25 @@ class CleaningReport:
             f"{self.out_of_order} out-of-order, {self.duplicates} duplicate timestamps",
             f"{self.counter_resets} counter resets, {len(self.outliers)} outliers clipped",
             f"{self.missing_steps} missing points (kept missing, never scored)",
-        ] + ([f"timestamps read as {self.timestamps}"] if self.timestamps.startswith("epoch") else [])
+        ] + ([f"{self.partial_sums} sums over a step with samples missing, taken at its samples' mean for the "
+              "missing ones (never as zero demand)"] if self.partial_sums else []) \
+          + ([f"timestamps read as {self.timestamps}"] if self.timestamps.startswith("epoch") else [])
 
 
-def _aggregate(series: pd.Series, step: pd.Timedelta, statistic: str) -> pd.Series:
+    def repairs(self) -> list[str]:
+        """What cleaning changed, and the points it kept missing, one phrase each: empty when the history was used as
+        it was read (what a command that prints no cleaning report says on stderr)."""
+        said = [(self.out_of_order, "samples out of order (sorted)"),
+                (self.duplicates, "duplicate timestamps (the later sample of each kept)"),
+                (self.counter_resets, "counter resets"), (len(self.outliers), "outliers clipped"),
+                (self.partial_sums, "sums over a step with samples missing (taken at its samples' mean)"),
+                (self.missing_steps, "missing points (kept missing, never scored)")]
+        return [f"{n} {what}" for n, what in said if n] + \
+            ([f"timestamps read as {self.timestamps}"] if self.timestamps.startswith("epoch") else [])
+
+
+def _aggregate(series: pd.Series, step: pd.Timedelta, statistic: str, input_step: pd.Timedelta,
+               report: CleaningReport) -> pd.Series:
     bins = series.resample(step, origin="epoch")
     if statistic == "mean":
         out = bins.mean()
@@ -350,6 +461,14 @@ def _aggregate(series: pd.Series, step: pd.Timedelta, statistic: str) -> pd.Seri
         out = bins.max()
     elif statistic == "sum":
         out = bins.sum(min_count=1)  # an empty bin is missing, not zero
+        # A step with some samples missing (a gap, a missed scrape, the history's first or last hour) summed as it
+        # is would count the missing samples as zero demand: it is the mean of the samples it has times the samples
+        # the step holds at the history's own step
+        expected = step / input_step
+        count = bins.count()
+        partial = (count > 0) & (count < expected)
+        report.partial_sums = int(partial.sum())
+        out = out.where(~partial, bins.mean() * expected)
     else:
         out = bins.quantile(float(statistic[1:]) / 100.0)
     return out.asfreq(step)
@@ -364,6 +483,28 @@ def _undo_counter_resets(series: pd.Series, report: CleaningReport) -> pd.Series
     report.counter_resets = int(resets.sum())
     delta[resets] = values[resets]
     return pd.Series(delta, index=series.index).iloc[1:]
+
+
+# A history whose values only rise, over this long and this many changes, is a cumulative counter read as demand
+COUNTER_SPAN = pd.Timedelta("2D")
+COUNTER_CHANGES = 24
+COUNTER_FALLS = (0.01, 2)  # changes that fall (counter resets): at most this share of them, or this many
+
+
+def _cumulative(series: pd.Series) -> str | None:
+    """Why `series` looks like a cumulative counter (requests_total): its values rise at (nearly) every change for
+    days, which no demand gauge does (its daily cycle falls every night). None when it does not."""
+    real = series.dropna()
+    if len(real) < 2 or real.index[-1] - real.index[0] < COUNTER_SPAN:
+        return None
+    changes = np.diff(real.to_numpy())
+    changes = changes[changes != 0]
+    rises = int((changes > 0).sum())
+    if len(changes) < COUNTER_CHANGES or len(changes) - rises > max(COUNTER_FALLS[0] * len(changes), COUNTER_FALLS[1]):
+        return None
+    return (f"values rise at {rises} of their {len(changes)} changes over {real.index[-1] - real.index[0]}: a "
+            "cumulative counter (e.g. requests_total), not demand; set history.counter: true to read its "
+            "increments, or give its rate (PromQL rate(...[5m]))")
 
 
 def _clip_outliers(series: pd.Series, factor: float, report: CleaningReport) -> pd.Series:
@@ -424,7 +565,9 @@ def _prepare(raw: pd.Series, step: str, statistic: str, counter: bool,
                            f"{target}, over the {MAX_POINTS:g} a history may have (a wrong timestamp?)")
     if counter:
         series = _undo_counter_resets(series, report)
-    series = _aggregate(series, target, statistic)
+    elif why := _cumulative(series):
+        raise HistoryError(why)
+    series = _aggregate(series, target, statistic, input_step, report)
     if not np.isfinite(series.dropna().to_numpy()).all():
         raise HistoryError(f"aggregating to {target} with {statistic} overflows: values too large")
     if outlier_factor is not None:
@@ -448,5 +591,10 @@ def sampling_step(index: pd.DatetimeIndex) -> pd.Timedelta:
 
 def at_own_step(raw: pd.Series) -> pd.Series:
     """Sorted, deduplicated samples on a regular index at the history's own step, gaps kept (for replay)."""
+    return at_own_step_reported(raw)[0]
+
+
+def at_own_step_reported(raw: pd.Series, counter: bool = False) -> tuple[pd.Series, CleaningReport]:
+    """at_own_step, with what its cleaning repaired; a cumulative `counter` as its increments per step."""
     step = sampling_step(raw.sort_index().index)
-    return prepare(raw, step=str(step), statistic="mean", outlier_factor=None)[0]
+    return prepare(raw, step=str(step), statistic="mean", counter=counter, outlier_factor=None)

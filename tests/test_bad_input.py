@@ -308,6 +308,9 @@ def exits(argv, capsys):
     (["run", "--metrics-port", "70000", "--once"], "run.metrics_port"),
     (["run", "--now", "1990-01-01T00:00:00Z", "--once"], "--now 1990-01-01 00:00:00+00:00 is outside the histories"),
     (["run", "--now", "", "--once"], "--now: '' is not a time"),  # not silently the default
+    # a local time was taken as UTC: the plan and replay shifted by the user's offset, as a history's is refused
+    (["plan", "--now", "2026-02-11T08:00:00"], "--now: '2026-02-11T08:00:00' has no time zone"),
+    (["run", "--now", "2026-02-11T08:00", "--hours", "1"], "--now: '2026-02-11T08:00' has no time zone"),
     (["run", "--hours", "100000000"], "--hours 100000000 is longer than the histories"),  # no Timedelta overflow
     (["run", "--now", "2026-02-15T00:00:00Z", "--hours", "72"], "runs past the histories' end"),
     # the last hour of the history holds 23:00-23:55: a second hour would repeat the last sample as demand
@@ -590,8 +593,15 @@ def test_cross_field_checks_are_listed_alongside_field_errors(tmp_path):
     # tune writes its grid's durations into a ReservationPolicy: a Go duration the CRD takes, not a day as 1d
     ("tune: {scale_in_delays: [10m, 1d], lead_times: [0w]}",
      ["tune.scale_in_delays: '1d' is not a Go duration", "tune.lead_times: '0w' is not a Go duration"]),
+    # sent as 1s, its chunks sized for 1.5 s held more points than the server allows (an HTTP 400 naming no field);
+    # 500ms went as 0s; 2h was refused only after the read, as a history coarser than the hour
+    ("history: {prometheus: {url: 'http://x', query: up, step: 1500ms}}\nrun: {prometheus: {url: 'http://x', "
+     "step: 500ms}}", ["history.prometheus.step: 1500ms: the step of a range query is whole seconds from 1s to 1h",
+                       "run.prometheus.step: 500ms: the step of a range query is whole seconds"]),
+    ("history: {prometheus: {url: 'http://x', query: up, step: 2h}}",
+     ["history.prometheus.step: 2h: the step of a range query is whole seconds from 1s to 1h"]),
 ], ids=["binary", "step-not-a-duration", "step-not-hourly", "prometheus", "infinite-seconds", "infinite-world",
-        "candidates", "tune-durations-the-crd-refuses"])
+        "candidates", "tune-durations-the-crd-refuses", "prometheus-step-fraction", "prometheus-step-over-an-hour"])
 def test_configuration_errors_name_every_field(tmp_path, text, errors):
     path = tmp_path / "c.yaml"
     path.write_bytes(text) if isinstance(text, bytes) else path.write_text(text)

@@ -1,4 +1,5 @@
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -69,8 +70,9 @@ def test_duplicates_out_of_order_and_resets_are_repaired_and_reported():
     raw = pd.Series([100.0, 999.0, 110.0, 120.0, 5.0, 15.0], index=index)
     series, report = prepare(raw, step="1h", statistic="sum", counter=True, outlier_factor=None)
     assert report.out_of_order == 1 and report.duplicates == 1 and report.counter_resets == 1
-    # increments: 10, 10, 5 (after the reset the new value counts), 10
-    assert series.iloc[0] == pytest.approx(35.0)
+    # increments: 10, 10, 5 (after the reset the new value counts), 10; four of the hour's six 10-min steps, so the
+    # hour's sum is theirs scaled to six (the two missing are not zero demand)
+    assert series.iloc[0] == pytest.approx(35.0 * 6 / 4) and report.partial_sums == 1
 
 
 def test_outliers_are_clipped_and_reported_but_real_peaks_are_kept():
@@ -126,6 +128,169 @@ def test_the_step_of_a_sampler_with_gaps_is_its_step(step_minutes, kept, pattern
 
 def test_an_hourly_history_missing_every_third_hour_is_prepared_at_the_hour():
     index = pd.date_range("2026-01-05", periods=199, freq="h", tz="UTC")
-    raw = pd.Series(np.arange(199.0), index)[np.arange(199) % 3 != 2]
+    raw = pd.Series(np.arange(199.0) % 24, index)[np.arange(199) % 3 != 2]  # a daily cycle (only rising: a counter)
     series, report = prepare(raw, step="1h")
     assert report.input_step == "0 days 01:00:00" and len(series) == 199 and series.isna().sum() == 66
+
+
+# ---------------------------------------------------------------------------- several series in one file
+@given(workloads=st.lists(st.text(alphabet="abcxyz-", min_size=1, max_size=6), min_size=2, max_size=4, unique=True),
+       hours=st.integers(2, 30), parquet=st.booleans(), column=st.sampled_from(["workload", "Model", "pod"]))
+def test_a_file_of_several_series_is_refused_naming_the_column(tmp_path_factory, workloads, hours, parquet, column):
+    """One row per workload and timestamp (a long-format export) once read as duplicates of one series: the later
+    workload's row won at every timestamp and the others vanished without a word. It is refused, naming the
+    column that tells the series apart."""
+    index = pd.date_range("2026-01-05", periods=hours, freq="h", tz="UTC")
+    frame = pd.concat([pd.DataFrame({"timestamp": index, "value": float(k + 1), column: name})
+                       for k, name in enumerate(workloads)]).sort_values("timestamp", kind="stable")
+    path = tmp_path_factory.mktemp("multi") / ("h.parquet" if parquet else "h.csv")
+    if parquet:
+        frame.to_parquet(path, index=False)
+    else:
+        frame.assign(timestamp=frame["timestamp"].map(pd.Timestamp.isoformat)).to_csv(path, index=False)
+    with pytest.raises(HistoryError) as err:
+        load_history(path)
+    message = str(err.value)
+    assert str(path) in message and repr(column.lower() if parquet else column) in message
+    assert "one series per file" in message
+
+
+def test_an_extra_column_that_does_not_tell_series_apart_is_ignored(tmp_path):
+    """Extra columns are allowed; a duplicate timestamp with the same labels is a correction (the later wins)."""
+    raw = load_history(write(tmp_path, "timestamp,value,workload\n2026-01-01T00:00:00Z,5,chat\n"
+                                       "2026-01-01T01:00:00Z,6,chat\n2026-01-01T01:00:00Z,7,chat\n"))
+    series, report = prepare(raw, outlier_factor=None)
+    assert report.duplicates == 1 and series.tolist() == [5.0, 7.0]
+
+
+# ---------------------------------------------------------------------------- sums over a step with samples missing
+@given(step_minutes=st.sampled_from([1, 5, 10, 15]), level=st.floats(0.5, 1e6),
+       kept=st.lists(st.booleans(), min_size=130, max_size=300))
+def test_a_sum_over_an_hour_with_samples_missing_is_not_a_smaller_demand(step_minutes, level, kept):
+    """`--statistic sum` of a steady demand: an hour with samples missing (a missed scrape, a gap, a history
+    starting mid-hour) once summed only the samples it had, as if the missing ones were zero demand, and the
+    forecast reserved for less. Every hour with a sample sums to the steady hourly total, and the report says how
+    many were made whole."""
+    kept = [True, True, *kept]
+    index = pd.date_range("2026-01-05T00:00Z", periods=len(kept), freq=f"{step_minutes}min")[np.array(kept)]
+    raw = pd.Series(level, index=index)
+    series, report = prepare(raw, statistic="sum", outlier_factor=None)
+    per_hour = 60 // step_minutes
+    real = series.dropna()
+    np.testing.assert_allclose(real.to_numpy(), level * per_hour, rtol=1e-9)
+    counts = raw.resample("1h").count()
+    assert report.partial_sums == int(((counts > 0) & (counts < per_hour)).sum())
+    assert (report.partial_sums > 0) == any("sums over a step with samples missing" in line for line in report.lines())
+
+
+# ---------------------------------------------------------------------------- a cumulative counter read as demand
+@given(step_minutes=st.sampled_from([1, 5, 15, 60]), days=st.floats(2.1, 6),
+       increments=st.lists(st.floats(0.0, 1e4), min_size=8, max_size=8), resets=st.integers(0, 2))
+def test_a_cumulative_counter_is_refused_unless_history_counter_says_so(step_minutes, days, increments, resets):
+    """A requests_total counter given where demand is expected (a Prometheus query without rate(), an exporter's raw
+    column) was forecast as ever-growing demand: the forecast reserved for the total since the counter started.
+    It is refused, naming history.counter; with counter: true its increments are the demand."""
+    index = pd.date_range("2026-01-05", periods=int(days * 1440 / step_minutes), freq=f"{step_minutes}min", tz="UTC")
+    steps = np.resize(np.array(increments) + 1.0, len(index))  # every step counts something
+    total = np.cumsum(steps)
+    for k in range(1, resets + 1):  # a restart: the counter starts again from zero
+        at = k * len(index) // (resets + 2)
+        total[at:] -= total[at - 1]
+    raw = pd.Series(total, index=index)
+    with pytest.raises(HistoryError, match="history.counter: true"):
+        prepare(raw)
+    series, report = prepare(raw, counter=True, outlier_factor=None)
+    assert report.counter_resets == resets and (series.dropna() > 0).all()
+
+
+@given(level=st.floats(1, 1e6), trend=st.floats(0, 0.5), noise=st.floats(0, 0.2), seed=st.integers(0, 100))
+def test_a_growing_demand_gauge_is_not_taken_for_a_counter(level, trend, noise, seed):
+    """A gauge of demand growing fast, with its daily cycle, is read as it is."""
+    index = pd.date_range("2026-01-05", periods=14 * 288, freq="5min", tz="UTC")
+    t = np.arange(len(index)) / 288
+    rng = np.random.default_rng(seed)
+    values = level * (1 + trend * t) * (1.2 + np.sin(2 * np.pi * t)) * (1 + noise * rng.random(len(t)))
+    series, _ = prepare(pd.Series(values, index=index))
+    assert series.notna().sum() == 14 * 24
+
+
+# ---------------------------------------------------------------------- Parquet as pandas and SQL engines write it
+@given(index_written=st.booleans(), decimal=st.booleans(), hours=st.integers(2, 60))
+def test_parquet_with_timestamps_as_index_or_decimal_values_reads_as_written(tmp_path_factory, index_written, decimal,
+                                                                             hours):
+    """`series.to_frame("value").to_parquet()` (the timestamps as the index) was refused as 'missing columns
+    ['timestamp']', and a decimal(p, s) value column (as SQL engines export) as 'Decimal is not a number'."""
+    from decimal import Decimal
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    index = pd.date_range("2026-01-05", periods=hours, freq="h", tz="UTC", name="timestamp")
+    values = np.round(np.random.default_rng(hours).uniform(0, 1000, hours), 2)
+    path = tmp_path_factory.mktemp("pq") / "h.parquet"
+    if decimal:
+        pq.write_table(pa.table({"timestamp": pa.array(index.to_pydatetime(), pa.timestamp("us", tz="UTC")),
+                                 "value": pa.array([Decimal(f"{v:.2f}") for v in values], pa.decimal128(12, 2))}),
+                       path)
+    frame = pd.DataFrame({"value": values}, index=index)
+    if index_written:
+        frame.to_parquet(path)
+    elif not decimal:
+        frame.reset_index().to_parquet(path, index=False)
+    raw = load_history(path)
+    assert raw.index.equals(index.as_unit("ns").rename("timestamp"))
+    np.testing.assert_allclose(raw.to_numpy(), values)
+
+
+def test_a_history_from_a_pipe_is_read(tmp_path):
+    """`headroom forecast <(zcat demand.csv.gz)` names a pipe, which exists but is no regular file: it was refused
+    as 'no such file'."""
+    import os
+    import threading
+
+    text = "timestamp,value\n2026-01-01T00:00:00Z,5\n2026-01-01T01:00:00Z,7\n"
+    read_end, write_end = os.pipe()
+    writer = threading.Thread(target=lambda: (os.write(write_end, text.encode()), os.close(write_end)))
+    writer.start()
+    try:
+        raw = load_history(f"/dev/fd/{read_end}")
+    finally:
+        writer.join()
+        os.close(read_end)
+    assert raw.tolist() == [5.0, 7.0]
+    with pytest.raises(HistoryError, match="no such file"):
+        load_history(tmp_path / "missing.csv")
+
+
+# ---------------------------------------------------------------------------- a long history, read at once
+ZONES = st.sampled_from(["Z", "+00:00", "+05:30", "-08:00", "+14:00", "-12:00"])
+
+
+@given(st.lists(st.tuples(st.datetimes(min_value=pd.Timestamp("1901-01-01").to_pydatetime(),
+                                       max_value=pd.Timestamp("2199-12-30").to_pydatetime()),
+                          ZONES, st.sampled_from(["T", " "]), st.sampled_from([0, 3, 6, 9])), min_size=1, max_size=30),
+       st.sampled_from([None, 1, 10**3, 10**6, 10**9]))
+def test_timestamps_read_at_once_are_those_read_row_by_row(moments, epoch_ns):
+    """A CSV's timestamps are read as a column when every row is plain ISO-8601 with a zone or an epoch integer (a
+    year of 10-second samples took a minute row by row, without a word): the times are exactly those the
+    row-by-row reader gives, which also stays the reader of anything else and names a bad row."""
+    from forecast.history import _rows_one_by_one, _stamps_at_once
+
+    def iso(moment, zone, sep, digits):
+        text = pd.Timestamp(moment).strftime(f"%Y-%m-%d{sep}%H:%M:%S")
+        fraction = f"{pd.Timestamp(moment).microsecond:06d}{'000'}"[:digits]
+        return text + (f".{fraction}" if digits else "") + zone
+
+    if epoch_ns is None:
+        texts = [iso(*m) for m in moments]
+    else:
+        texts = [str(int(pd.Timestamp(m[0], tz="UTC").value // epoch_ns)) for m in moments
+                 if pd.Timestamp("1990-01-01") <= pd.Timestamp(m[0]) < pd.Timestamp("2200-01-01")] or ["1767225600"]
+    rows = [(k + 2, [text, "1"]) for k, text in enumerate(texts)]
+    try:
+        expected, _, units = _rows_one_by_one(Path("h.csv"), rows, 2, 0, 1)
+    except HistoryError:
+        assert _stamps_at_once(texts) is None  # out of range after the offset: left to the row-by-row reader
+        return
+    at_once = _stamps_at_once(texts)
+    assert at_once is not None and at_once[0].equals(expected) and at_once[1] == units

@@ -214,3 +214,66 @@ def test_many_reads_from_an_unreachable_server_fail_each_as_alone_without_asking
     for (_, query, start, _), answer in zip(reads, got):
         assert isinstance(answer, PrometheusError)
         assert str(answer).startswith(f"Prometheus at http://127.0.0.1:1 failed for {query!r} [{start.isoformat()}")
+
+
+@pytest.mark.parametrize("query, what", [("headroom_no_such_metric", "fewer than two real values"),
+                                         (f"{METRIC} offset 3650d", "fewer than two real values")])
+def test_a_query_with_no_samples_is_an_error_naming_the_query(prometheus_server, tmp_path, capsys, query, what):
+    """A query that matched no series (a typo in the metric, a window the server does not hold) once failed as
+    'history has fewer than two real values', naming neither the server, nor the query, nor the window."""
+    import yaml
+
+    from cli.main import main
+
+    config = tmp_path / "prom.yaml"
+    config.write_text(yaml.safe_dump({"history": {"prometheus": {
+        "url": prometheus_server.url, "query": query, "lookback": "3d", "end": "1995-07-10T00:00:00Z"}}}))
+    assert main(["forecast", "--config", str(config)]) == 1
+    err = capsys.readouterr().err
+    assert what in err and prometheus_server.url in err and repr(query) in err
+    assert "1995-07-07T00:00:00+00:00 .. 1995-07-10T00:00:00+00:00" in err
+
+
+def test_a_counter_query_is_refused_and_read_as_increments_with_history_counter(prometheus_server, tmp_path, capsys):
+    """A query whose values only rise (here each sample's own timestamp, as a requests_total does) was forecast as
+    ever-growing demand. It is an error naming history.counter; with counter: true its increments are read."""
+    import yaml
+
+    from cli.main import main
+
+    def config(**history):
+        path = tmp_path / f"prom{len(history)}.yaml"
+        path.write_text(yaml.safe_dump({"history": {"prometheus": {
+            "url": prometheus_server.url, "query": f"timestamp({METRIC})", "lookback": "4d",
+            "end": "1995-07-10T00:00:00Z"}, **history}}))
+        return str(path)
+
+    assert main(["forecast", "--config", config(), "--json"]) == 1
+    err = capsys.readouterr().err
+    assert "a cumulative counter" in err and "history.counter: true" in err and f"timestamp({METRIC})" in err
+    assert main(["forecast", "--config", config(counter=True, statistic="sum"), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    # the increments: 300 s per 5-min sample, 12 to the hour, as the forecast of the hourly sum
+    assert all(row["q0.5"] == pytest.approx(3600, rel=0.01) for row in out["forecast"])
+
+
+def test_report_and_tune_name_the_prometheus_query_not_none(prometheus_server, tmp_path, capsys):
+    """With the history in Prometheus, report's page and progress said 'demand trace None' / 'simulating None', and
+    the manifest tune writes began '# headroom tune None:'."""
+    import yaml
+
+    from cli.main import main
+
+    query = f"{METRIC} * 1"
+    config = tmp_path / "prom.yaml"
+    config.write_text(yaml.safe_dump({"history": {"prometheus": {
+        "url": prometheus_server.url, "query": query, "lookback": "5d", "end": "1995-07-10T00:00:00Z"}}}))
+    out = tmp_path / "report"
+    assert main(["report", "--config", str(config), "--days", "1", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    page = (out / "index.html").read_text()
+    assert "None" not in err and f"simulating query {query!r}" in err
+    assert ">None<" not in page and query in page
+    policy = tmp_path / "policy.yaml"
+    main(["tune", "--config", str(config), "--days", "1", "--write-policy", str(policy)])
+    assert policy.read_text().startswith(f"# headroom tune query {query!r}: ")
