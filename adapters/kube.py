@@ -25,6 +25,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import math
 import random
 import secrets
 import threading
@@ -71,11 +72,23 @@ def _parse_time(text: str | None) -> datetime | None:
 
 
 def _float(text: str | None) -> float | None:
-    """An annotation's number; a malformed one counts as not given (the job then gets the defaults)."""
+    """An annotation's number of seconds; a malformed one (not a number, or NaN, infinite or negative, which float()
+    takes) counts as not given (the job then gets the defaults)."""
     try:
-        return float(text) if text is not None else None
+        value = float(text) if text is not None else None
     except ValueError:
         return None
+    return value if value is not None and math.isfinite(value) and value >= 0 else None
+
+
+def _annotation_time(text: str | None) -> datetime | None:
+    """An annotation's RFC 3339 time; a malformed one counts as not given (any team annotates its own Workloads: one
+    bad value must not fail the read of every Workload); one without a zone is taken as UTC."""
+    try:
+        moment = _parse_time(text)
+    except ValueError:
+        return None
+    return moment.replace(tzinfo=UTC) if moment is not None and moment.tzinfo is None else moment
 
 
 def _quantity(value: Any) -> Decimal:
@@ -139,7 +152,7 @@ def workload_info(obj: dict, local_queues: Mapping[tuple[str, str], str] | None 
                         evicted_by_plan=annotations.get(EVICTED_BY_PLAN),
                         preemption_seconds=_float(annotations.get(PREEMPTION_SECONDS)),
                         checkpoint_interval_seconds=_float(annotations.get(CHECKPOINT_INTERVAL)),
-                        last_checkpoint=_parse_time(annotations.get(LAST_CHECKPOINT)))
+                        last_checkpoint=_annotation_time(annotations.get(LAST_CHECKPOINT)))
 
 
 def _quotas_of(cq: Mapping, resource: str) -> list[Mapping]:

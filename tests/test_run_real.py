@@ -591,3 +591,28 @@ def test_leader_killed_mid_day_the_new_leader_s_realized_error_continues(kube_se
     finally:
         for cluster, _, _ in replicas_.values():
             cluster.close()
+
+
+# ---------------------------------------------------------------------------- faults an SRE meets (sweep-kube)
+@pytest.mark.parametrize("annotations", [
+    {"headroom.dev/last-checkpoint": "yesterday"},          # not RFC 3339
+    {"headroom.dev/preemption-seconds": "nan"},             # float() takes these: not a duration
+    {"headroom.dev/preemption-seconds": "-30", "headroom.dev/checkpoint-interval-seconds": "inf"}])
+def test_a_tenant_s_malformed_workload_annotation_stops_no_policy(kube, controller, prometheus_server, tmp_path,
+                                                                  annotations):
+    """Any team can annotate its own Workloads. A last-checkpoint that was not a timestamp raised ValueError out of
+    the Workload read: every reconcile failed ('internal') and no policy acted; 'nan' or a negative preemption time
+    was taken as given (a job that stops in -30 s counted as reclaimable at once). A malformed annotation counts as
+    not given, as the adapter's docstring says."""
+    admit(kube, "tidy", 10)
+    kube.create(WL, kueue.workload(TRAIN_NS, "odd", QUEUE, gpus_per_pod=10, annotations=annotations))
+    kueue.admit(kube, TRAIN_NS, "odd", QUEUE)
+    controller.sync()
+    r = reconciler(controller, prometheus_server.url, tmp_path)
+    state = r.reconcile(MONDAY_7AM)
+    assert not any(state.reconcile_errors_total.values()), state.reconcile_errors_total
+    assert state.policies[f"{NS}/chat"].valid and replicas(kube) == state.policies[f"{NS}/chat"].reserved_gpus
+    assert state.training_gpus == 20
+    odd = training(controller)["odd"]
+    assert odd.last_checkpoint is None or odd.last_checkpoint.year > 1900
+    assert odd.preemption_seconds is None and odd.checkpoint_interval_seconds is None
