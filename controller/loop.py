@@ -67,11 +67,16 @@ class Loop:
     _reconciled: bool = False
     _leading: bool = False
     _settled: bool = False  # one election round done: leading with a reconcile behind it, or standing by
+    election_error: str | None = None  # why the last election round failed (None: it did not)
 
     def healthy(self) -> bool:
         return time.monotonic() - self._beat < 3 * max(self.interval, self.lease_seconds)
 
     def ready(self) -> bool:
+        """Leading with a reconcile behind it, or a standby that could read the Lease; a replica whose election rounds
+        fail (the Lease forbidden, its namespace missing, the API server down) is no standby: not ready, and why."""
+        if self.election_error is not None and not self._leading:
+            raise ClusterError(f"leader election: {self.election_error}")
         return self._settled
 
     def run(self, once: bool = False) -> ControllerState | None:
@@ -83,9 +88,10 @@ class Loop:
             self._beat = time.monotonic()
             try:
                 self._leading = self.elector.try_acquire_or_renew()
+                self.election_error = None
             except ClusterError as exc:
                 log.warning("leader election: %s", exc)
-                self._leading = False
+                self._leading, self.election_error = False, str(exc)
             if self._leading and time.monotonic() >= next_reconcile:
                 state = self.reconciler.reconcile(self.clock())
                 self._reconciled = True

@@ -616,3 +616,43 @@ def test_a_tenant_s_malformed_workload_annotation_stops_no_policy(kube, controll
     odd = training(controller)["odd"]
     assert odd.last_checkpoint is None or odd.last_checkpoint.year > 1900
     assert odd.preemption_seconds is None and odd.checkpoint_interval_seconds is None
+
+
+def test_run_once_that_cannot_take_the_lease_says_why_and_exits_1(kube_server, kube, prometheus_server, tmp_path,
+                                                                   capsys):
+    """run.lease.namespace misspelt (the same as a Role without `create` on leases): the Lease can be neither read
+    nor created. `headroom run --once` printed 'another replica holds the lease ...: nothing reconciled' and exited
+    0: a script saw success, and the SRE was told of a replica that does not exist."""
+    import yaml
+
+    from cli.main import main
+
+    config = tmp_path / "headroom.yaml"
+    config.write_text(yaml.safe_dump({"run": {
+        "cluster": "kubernetes", "namespace": NS, "capacity_gpus": 64,
+        "lease": {"namespace": "headroom-sytem", "name": "headroom"},
+        "prometheus": {"url": prometheus_server.url, "retries": 0}, "retrain_every_seconds": 0,
+        "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"}}))
+    kubeconfig = kube_server.apiserver.kubeconfig(tmp_path / "kubeconfig")
+    status = main(["run", "--once", "--config", str(config), "--kubeconfig", str(kubeconfig),
+                   "--metrics-port", str(free_port())])
+    out, err = capsys.readouterr()
+    assert "another replica holds the lease" not in out
+    assert status == 1 and "leader election" in err and "headroom-sytem" in err, (status, out, err)
+
+
+def test_a_replica_that_cannot_reach_its_lease_is_not_a_ready_standby(kube, prometheus_server, tmp_path):
+    """The Lease's namespace missing (or the Lease forbidden): each election round fails. The replica once reported
+    itself a ready standby (/readyz 200) while no replica could ever lead; /readyz now fails with the reason, and
+    is ready again once the Lease can be taken."""
+    from controller.metrics import _probe
+
+    r = reconciler(kube, prometheus_server.url, tmp_path)
+    loop = Loop(r, kube.leader_elector("no-such-namespace", "headroom", "replica-a", lease_seconds=30), interval=1,
+                lease_seconds=30, clock=lambda: MONDAY_7AM)
+    loop.run(once=True)
+    code, text = _probe(loop.ready, "not ready")
+    assert code == 503 and "no-such-namespace" in text and "leader election" in text, text
+    loop.elector = kube.leader_elector(NS, "headroom-ready", "replica-a", lease_seconds=30)
+    loop.run(once=True)
+    assert _probe(loop.ready, "not ready") == (200, "ok\n")
