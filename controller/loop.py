@@ -68,6 +68,23 @@ class Loop:
     _leading: bool = False
     _settled: bool = False  # one election round done: leading with a reconcile behind it, or standing by
     election_error: str | None = None  # why the last election round failed (None: it did not)
+    _fence_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __post_init__(self) -> None:
+        self.reconciler.leading = self.still_leading
+
+    def still_leading(self) -> bool:
+        """Whether this replica may write now: its Lease unexpired by its own clock, or renewed now (a reconcile longer
+        than the Lease, e.g. on a slow server: a renewal that succeeds proves no other replica took over). Asked before
+        each write of a reconcile, from its writer threads."""
+        with self._fence_lock:
+            if self.elector.is_leader:
+                return True
+            try:
+                return self.elector.try_acquire_or_renew()
+            except ClusterError as exc:
+                log.warning("leader election (renewing mid-reconcile): %s", exc)
+                return False
 
     def healthy(self) -> bool:
         return time.monotonic() - self._beat < 3 * max(self.interval, self.lease_seconds)

@@ -55,7 +55,7 @@ from controller.actions import (
     training_columns,
 )
 from controller.demand import DemandReader
-from controller.executor import EventsBeside, Outcome, StatusesBeside, execute
+from controller.executor import NOT_LEADER, EventsBeside, Outcome, StatusesBeside, execute
 from controller.forecasts import Models
 from controller.observe import (
     MIN_FIT_HOURS,
@@ -425,7 +425,12 @@ class Reconciler:
         # from a demand change to the writes it needs
         self._events = EventsBeside(cluster, lambda what, error: self._error("events", what, error)) \
             if events_beside else None
-        self._statuses = StatusesBeside(cluster, self._status_written) if statuses_beside else None
+        self._statuses = StatusesBeside(cluster, self._status_written, fence=self._may_write) \
+            if statuses_beside else None
+        # whether this replica still leads (controller.loop sets it: its Lease unexpired, or renewed now); asked before
+        # each write, so a replica whose Lease lapsed mid-reconcile writes nothing more (None: always leads)
+        self.leading: Callable[[], bool] | None = None
+        self._fenced = False  # this reconcile met the fence (said once)
 
     # -- bookkeeping
     def _error(self, stage: str, what: str, exc: Exception | str) -> None:
@@ -434,10 +439,22 @@ class Reconciler:
             self._errors[stage] = self._errors.get(stage, 0) + 1
         log.warning("%s: %s: %s", stage, what, exc)
 
+    def _may_write(self) -> bool:
+        """This replica may still write (it leads); the first refusal of a reconcile is counted and logged."""
+        if self.leading is None or self.leading():
+            return True
+        with self._errors_lock:
+            said, self._fenced = self._fenced, True
+        if not said:
+            self._error("cluster", "leader election", "the Lease lapsed mid-reconcile and could not be renewed: "
+                                                      "nothing more is written")
+        return False
+
     # -- the whole reconcile
     def reconcile(self, now) -> ControllerState:
         now = _utc(now)
         started = time.monotonic()
+        self._fenced = False
         try:
             state = self._reconcile(now)
         except ClusterError as exc:  # the API server is down or refusing: nothing was half-applied we cannot redo
@@ -524,7 +541,7 @@ class Reconciler:
             plan_id=plan_id, slack_by_hour=tuple((pd.Timestamp(t, unit="s", tz="UTC"), int(g)) for t, g in zip(
                 hours.workloads[0].starts, hours.slack)),
             actions=tuple(actions), notes=hours.notes)
-        if self.summary is not None and not self.dry_run:
+        if self.summary is not None and not self.dry_run and self._may_write():
             try:
                 self.summary(plan_summary(state))
             except ClusterError as exc:
@@ -874,7 +891,7 @@ class Reconciler:
 
     def _run(self, actions: list, still_wanted: Callable[[list[Evict]], set[str]] | None = None) -> list[Outcome]:
         """`actions` one after another, their Events beside when they are (execute)."""
-        return execute(actions, self.cluster, still_wanted=still_wanted, record=self._events)
+        return execute(actions, self.cluster, still_wanted=still_wanted, record=self._events, fence=self._may_write)
 
     def _in_parallel(self, actions: list, still_wanted: Callable[[list[Evict]], set[str]] | None = None
                      ) -> list[Outcome]:
@@ -925,6 +942,8 @@ class Reconciler:
             statuses = []
         outcomes = self._in_parallel(statuses) + self._run([a for a in actions if not isinstance(a, PatchStatus)])
         for o in outcomes:
+            if o.skipped == NOT_LEADER:  # not written: counted once by the fence
+                continue
             if isinstance(o.action, PatchStatus):
                 self._status_written(o.action, o.error)
             elif o.error:

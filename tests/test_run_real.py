@@ -656,3 +656,47 @@ def test_a_replica_that_cannot_reach_its_lease_is_not_a_ready_standby(kube, prom
     loop.elector = kube.leader_elector(NS, "headroom-ready", "replica-a", lease_seconds=30)
     loop.run(once=True)
     assert _probe(loop.ready, "not ready") == (200, "ok\n")
+
+
+def test_a_leader_that_loses_the_lease_mid_reconcile_writes_nothing_after(kube, controller, private_prometheus,
+                                                                          tmp_path):
+    """Replica a takes the Lease and reconciles; Prometheus hangs (SIGSTOP), so a's reconcile waits on the demand
+    read longer than the Lease lasts, and replica b takes over. a's reconcile once went on to scale, set quotas and
+    write statuses after b led: two controllers acting at once. Past its Lease's expiry (by its own clock) a replica
+    writes nothing, and says so."""
+    import signal
+
+    server = PrometheusServer(url=private_prometheus.url, step="5m", timeout_seconds=4, retries=0)
+    cfg = RunConfig(cluster="kubernetes", prometheus=server, capacity_gpus=128, namespace=NS)
+    r = Reconciler(controller, PrometheusDemand(server), cfg, forecast_log=ForecastLog(tmp_path / "log"),
+                   summary=controller.plan_summary(NS).write)
+    lease = "mid-reconcile"
+    kube.delete(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{lease}")
+    a = Loop(r, controller.leader_elector(NS, lease, "replica-a", lease_seconds=2), interval=1, lease_seconds=2,
+             clock=lambda: MONDAY_7AM)
+    b = kube.leader_elector(NS, lease, "replica-b", lease_seconds=2)
+    assert a.elector.try_acquire_or_renew() and not b.try_acquire_or_renew()
+    taken = threading.Event()
+
+    def take_over():
+        deadline = time.monotonic() + 20
+        while not b.try_acquire_or_renew() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        taken.set()
+
+    before = {"replicas": replicas(kube), "quota": kube.get_cluster_queue_quota(QUEUE),
+              "status": kube.get_reservation_policy(NS, "chat").get("status")}
+    private_prometheus.process.signal_group(signal.SIGSTOP)
+    thread = threading.Thread(target=take_over, daemon=True)
+    try:
+        thread.start()
+        a.run(once=True)  # renews, then hangs in the demand read while b takes over
+    finally:
+        private_prometheus.process.signal_group(signal.SIGCONT)
+        thread.join(30)
+    assert taken.is_set() and b.holder() == "replica-b"
+    after = {"replicas": replicas(kube), "quota": kube.get_cluster_queue_quota(QUEUE),
+             "status": kube.get_reservation_policy(NS, "chat").get("status")}
+    assert after == before, "a replica past its Lease wrote to the cluster"
+    state = r.holder.get()
+    assert state.reconcile_errors_total.get("cluster", 0) >= 1  # said, not silent
