@@ -186,7 +186,8 @@ class Informer:
     listed again when the server says that version is gone (410) or the connection fails (an API server
     restart), with back-off. Events not newer than the last LIST, or than the object already held (one our
     own write put there), are ignored, so a late event never takes an object back in time. Until the first
-    LIST has succeeded, `items()` is None and readers fall back to a LIST of their own."""
+    LIST has succeeded, `items()` is None and readers fall back to a LIST of their own. While the watch is broken,
+    readers first `catch_up()`: the server may be back long before the thread's next try."""
 
     def __init__(self, cluster: KubeCluster, path: str, watch_seconds: int = 240, resync_seconds: float = 600.0):
         self.cluster, self.path = cluster, path
@@ -201,6 +202,7 @@ class Informer:
         self._response = None
         self.lists = 0                     # LISTs made (tests and logs: one at start, one per resync)
         self.connected = False
+        self._caught_up = 0.0              # when a reader last listed while the watch was broken (catch_up)
 
     @staticmethod
     def key(obj: Mapping) -> tuple[str, str]:
@@ -221,6 +223,25 @@ class Informer:
     def synced(self) -> bool:
         return self._synced
 
+    def catch_up(self, every: float = 1.0) -> None:
+        """While the watch is broken (an API server restart: the thread lists again only after its back-off, up to
+        30 s): LIST now, one attempt, at most once every `every` seconds, so a reconcile reads what the server holds
+        and not what it held before the outage. If the server cannot answer yet, what is held stays (nothing can be
+        written either: the writes say so). Nothing while the watch streams."""
+        if self.connected or not self._synced:
+            return
+        now = time.monotonic()
+        with self._lock:
+            if now - self._caught_up < every:
+                return
+            self._caught_up = now
+        try:
+            self.relist(retries=0)
+        except NotFound:
+            raise
+        except ClusterError as exc:
+            log.info("%s: its watch is broken and a LIST failed too (%s); serving what was held", self.path, exc)
+
     # -- feeding
     def put(self, obj: Mapping, deleted: bool = False) -> None:
         """An object seen in an event or returned by a write: kept unless what is held is newer."""
@@ -238,20 +259,20 @@ class Informer:
             else:
                 self._items[key] = dict(obj)
 
-    def relist(self) -> str:
-        """LIST now and replace what is held (synchronously; the watch goes on from where it was); returns the
-        list's resourceVersion."""
+    def relist(self, retries: int | None = None) -> str:
+        """LIST now and replace what is held (synchronously; the watch goes on from where it was), unless what is
+        held was listed later (a reader's LIST and the thread's crossed); returns the list's resourceVersion."""
         try:
-            listing = self.cluster._request("GET", self.path)
+            listing = self.cluster._request("GET", self.path, retries=retries)
         except NotFound:  # its CRD deleted (Kueue uninstalled): nothing held is true any more; reads LIST, and say so
             with self._lock:
                 self._items, self._floor, self._synced = {}, None, False
             raise
         version = (listing.get("metadata") or {}).get("resourceVersion") or ""
         with self._lock:
-            self._items = {self.key(o): o for o in listing.get("items", [])}
-            self._floor = int(version) if version.isdigit() else None
-            self._synced = True
+            floor = int(version) if version.isdigit() else None
+            if not (self._synced and floor is not None and self._floor is not None and floor < self._floor):
+                self._items, self._floor, self._synced = {self.key(o): o for o in listing.get("items", [])}, floor, True
         self.lists += 1
         return version
 
@@ -508,6 +529,11 @@ class KubeCluster:
 
     def _objects(self, name: str) -> list[dict]:
         informer = self.informers.get(name)
+        if informer is not None:
+            try:
+                informer.catch_up()  # its watch broken: the server's state, not the one before the outage
+            except NotFound as exc:
+                raise NotInstalled(_not_installed([WATCHED[name]]), status=404) from exc
         cached = informer.items() if informer is not None else None
         if cached is not None:
             return cached
@@ -560,7 +586,7 @@ class KubeCluster:
         return made[1], made[2]
 
     def _request(self, method: str, path: str, body: Any = None, query: dict | None = None,
-                 content_type: str = "application/json") -> dict:
+                 content_type: str = "application/json", retries: int | None = None) -> dict:
         import urllib3
         from kubernetes.client.exceptions import ApiException
 
@@ -595,7 +621,7 @@ class KubeCluster:
             except ValueError:
                 payload = None
             message = payload.get("message", text) if isinstance(payload, dict) else text
-            if status in RETRYABLE_STATUS and attempt < self.retries:
+            if status in RETRYABLE_STATUS and attempt < (self.retries if retries is None else retries):
                 delay = min(self.backoff_max, self.backoff_base * 2 ** attempt) * (0.5 + random.random() / 2)
                 log.warning("%s %s: %s %s; retry %d/%d in %.1f s", method, path, status or "unreachable",
                             message[:200], attempt + 1, self.retries, delay)
@@ -703,6 +729,11 @@ class KubeCluster:
         """A Deployment or HPA: from its namespace's watch cache (watching; NotFound if the cache has it not),
         else one GET."""
         informer = self._target_informer(kind, namespace)
+        if informer is not None:
+            try:
+                informer.catch_up()
+            except NotFound:
+                pass  # its namespace gone: the cache is emptied, and the GET below says what is missing
         if informer is not None and informer.synced():
             held = informer.get((namespace, name))
             if held is None:
