@@ -865,12 +865,15 @@ class KubeCluster:
     def evict_workload(self, namespace: str, name: str, uid: str | None, reason: str, plan_id: str) -> bool:
         """Deactivate a Workload (spec.active=false: Kueue evicts it and does not requeue it) and record why in
         its annotations. True if this call deactivated it; False if it is already inactive (by this plan, a
-        restarted controller's or anyone's: the first record stays), finished, or no longer the object `uid`
-        names. The write carries the resourceVersion read, so a Workload replaced in between is not touched."""
+        restarted controller's or anyone's: the first record stays), finished, holds no quota any more (Kueue
+        preempted or requeued it since the plan's view: it frees no GPU), or no longer the object `uid` names. The
+        write carries the resourceVersion read, so a Workload replaced in between is not touched."""
         def mutate(wl: dict) -> dict | None:
             if uid is not None and wl["metadata"].get("uid") != uid:
                 return None
             if (wl.get("spec") or {}).get("active", True) is False or _condition(wl, "Finished"):
+                return None
+            if not (wl.get("status") or {}).get("admission"):
                 return None
             return {"metadata": {"annotations": {EVICTED_BY_PLAN: plan_id, EVICTION_REASON: reason[:1024]}},
                     "spec": {"active": False}}
