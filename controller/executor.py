@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from controller.actions import Action, EventNote, Evict, PatchStatus, RecordEvent, Requeue, Scale, SetQuota
 from core.cluster import Cluster
-from core.errors import ClusterError
+from core.errors import ClusterError, NotFound
 from core.objects import ObjectRef, WorkloadInfo
 
 log = logging.getLogger(__name__)
@@ -255,6 +255,12 @@ def execute(actions: Sequence[Action], cluster: Cluster,
             applied = apply(a, cluster)
             if isinstance(a, Evict) and running is not None:
                 running.pop(a.workload, None)  # never twice, even if the list asks twice
+        except NotFound as exc:
+            if isinstance(a, Evict | Requeue):  # deleted since the view (finished, its Job gone): nothing to stop
+                out.append(Outcome(a, False, skipped="it no longer exists"))
+                continue
+            out.append(Outcome(a, False, error=str(exc)))
+            continue
         except ClusterError as exc:
             out.append(Outcome(a, False, error=str(exc)))
             continue

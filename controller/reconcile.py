@@ -950,7 +950,8 @@ class Reconciler:
                 self._error("events", o.action.reason, o.error)
 
     def _count(self, outcomes: list[Outcome], step: StepPlan, policies: list[PolicyObject]) -> dict[str, str]:
-        """Preemption counters, and each policy's actuation failure: its target's, or a ClusterQueue's it names."""
+        """Preemption counters, and each policy's actuation failure: its target's, a ClusterQueue's it names, or an
+        eviction made on its behalf."""
         failures: dict[str, str] = {}
         for o in outcomes:
             a = o.action
@@ -964,6 +965,8 @@ class Reconciler:
                     for p in policies:
                         if a.queue in (*p.spec.training_cluster_queues, p.spec.inference_cluster_queue):
                             failures.setdefault(p.key, why)
+                if isinstance(a, Evict):  # the GPUs its reservation needs stay with training: said on that policy
+                    failures.setdefault(a.policy, f"PreemptFailed: Workload {a.workload}: {error}")
             elif o.error:
                 self._error("events", a.reason, o.error)
             if isinstance(a, Evict) and o.applied:

@@ -719,3 +719,70 @@ def test_after_a_long_api_server_outage_the_first_reconcile_reads_fresh_state(ku
     state = r.reconcile(MONDAY_7AM + pd.Timedelta(minutes=5))
     assert state.training_gpus == 40, "planned on the watch cache as it was before the outage"
     assert not any(state.reconcile_errors_total.values()), state.reconcile_errors_total
+
+
+@pytest.fixture
+def without_evict(kube_server, kube):
+    """The shipped ClusterRole minus `patch` on Workloads, bound (test-only) to the unprivileged user: a controller
+    that can do everything but evict. Unbound afterwards."""
+    import yaml
+
+    from tests.servers import ROOT
+
+    (role,) = [d for d in yaml.safe_load_all((ROOT / "deploy" / "base" / "rbac.yaml").read_text())
+               if d and d["kind"] == "ClusterRole"]
+    for rule in role["rules"]:
+        if rule["resources"] == ["workloads"]:
+            rule["verbs"] = [v for v in rule["verbs"] if v != "patch"]
+    name = "headroom-test-no-evict"
+    role["metadata"] = {"name": name}
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+               "subjects": [{"kind": "User", "name": "headroom-viewer", "apiGroup": "rbac.authorization.k8s.io"}]}
+    rbac = "/apis/rbac.authorization.k8s.io/v1"
+    kube.apply(f"{rbac}/clusterroles/{name}", role)
+    kube.apply(f"{rbac}/clusterrolebindings/{name}", binding)
+    api = kube_server.apiserver
+    viewer = KubeCluster.from_token(api.host, api.viewer_token, ca_file=str(api.ca_file), request_timeout=5)
+    review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+              "spec": {"resourceAttributes": {"verb": "list", "group": "kueue.x-k8s.io", "resource": "workloads"}}}
+    path = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+
+    def allowed() -> bool:
+        return viewer.create(path, review)["status"].get("allowed", False)
+
+    deadline = time.monotonic() + 15
+    while not allowed():
+        assert time.monotonic() < deadline, "the test role never reached the authorizer"
+        time.sleep(0.2)
+    yield viewer
+    viewer.close()
+    kube.delete(f"{rbac}/clusterrolebindings/{name}")
+    kube.delete(f"{rbac}/clusterroles/{name}")
+    probe = KubeCluster.from_token(api.host, api.viewer_token, ca_file=str(api.ca_file), request_timeout=5)
+    deadline = time.monotonic() + 15
+    while probe.create(path, review)["status"].get("allowed", False):  # other tests meet an unprivileged user again
+        assert time.monotonic() < deadline, "the test role never left the authorizer"
+        time.sleep(0.2)
+    probe.close()
+
+
+def test_evictions_the_api_server_refuses_are_said_on_the_policy(without_evict, kube, prometheus_server, tmp_path):
+    """RBAC without `patch` on Workloads: the morning ramp's evictions are refused (403). Only the controller's log
+    and the preempt error counter said so; the policy said Ready=True while the GPUs its reservation needs stayed
+    with training. The policy on whose behalf an eviction failed says Ready=False, PreemptFailed, naming the
+    Workload and the error, with a Warning event."""
+    for i in range(12):
+        admit(kube, f"rbac-{i}", 10)
+    watching = without_evict.watch()
+    server = PrometheusServer(url=prometheus_server.url, step="5m", timeout_seconds=10, retries=0)
+    cfg = RunConfig(cluster="kubernetes", prometheus=server, capacity_gpus=128, namespace=NS)
+    r = Reconciler(watching, PrometheusDemand(server), cfg, forecast_log=ForecastLog(tmp_path / "log"))
+    state = r.reconcile(MONDAY_7AM + pd.Timedelta(hours=3))
+    assert state.reconcile_errors_total.get("preempt", 0) >= 1
+    assert all(w.active for w in training(kube).values())  # nothing was evicted
+    _, conditions = rp_status(kube)
+    ready = conditions["Ready"]
+    assert (ready["status"], ready["reason"]) == ("False", "PreemptFailed"), ready
+    assert f"Workload {TRAIN_NS}/rbac-" in ready["message"] and "HTTP 403" in ready["message"]
+    assert "PreemptFailed" in events(kube, "ReservationPolicy", "chat", NS)
