@@ -785,7 +785,10 @@ class KubeCluster:
             raise ClusterError(f"ClusterQueue {name} has no {resource} quota"
                                + (f" in flavor {flavor}" if flavor else ""))
         if len(found) > 1:
-            raise ClusterError(f"ClusterQueue {name} has {resource} in {len(found)} flavors: name one (flavor=...)")
+            flavors = ", ".join(str(cq["spec"]["resourceGroups"][g]["flavors"][f].get("name")) for g, f, _ in found)
+            raise ClusterError(f"ClusterQueue {name} has {resource} in {len(found)} flavors ({flavors}): headroom sets "
+                               f"the quota of a queue with one {resource} flavor; give it one (a ClusterQueue per "
+                               "flavor)")
         return found[0]
 
     def get_cluster_queue_quota(self, name: str, resource: str | None = None, flavor: str | None = None) -> int:

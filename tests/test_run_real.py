@@ -786,3 +786,28 @@ def test_evictions_the_api_server_refuses_are_said_on_the_policy(without_evict, 
     assert (ready["status"], ready["reason"]) == ("False", "PreemptFailed"), ready
     assert f"Workload {TRAIN_NS}/rbac-" in ready["message"] and "HTTP 403" in ready["message"]
     assert "PreemptFailed" in events(kube, "ReservationPolicy", "chat", NS)
+
+
+def test_a_training_queue_with_two_gpu_flavors_is_named_with_what_to_do(kube, controller, prometheus_server,
+                                                                        tmp_path):
+    """A ClusterQueue whose GPUs come in two flavors (a100 and h100): headroom cannot tell which flavor's quota to
+    lend. The policy's status said 'name one (flavor=...)', an argument of a Python method no user can give. It
+    names the flavors and what the ClusterQueue needs; the other policy goes on."""
+    kube.apply(kueue.path("resourceflavors", "h100"), kueue.resource_flavor("h100"))
+    cq = kueue.cluster_queue("two-flavors", gpus=4, cohort="two-flavors-pool")
+    group = cq["spec"]["resourceGroups"][0]
+    group["flavors"].append({"name": "h100", "resources": [{"name": kueue.GPU, "nominalQuota": 4}]})
+    kube.apply(kueue.path("clusterqueues", "two-flavors"), cq)
+    try:
+        kube.create(f"/apis/apps/v1/namespaces/{NS}/deployments", deployment("mixed"))
+        kube.create(RP, policy("mixed", trainingClusterQueues=["two-flavors"], inferenceClusterQueue=None))
+        controller.sync()
+        state = reconciler(controller, prometheus_server.url, tmp_path).reconcile(MONDAY_7AM)
+        _, conditions = rp_status(kube, "mixed")
+        ready = conditions["Ready"]
+        assert (ready["status"], ready["reason"]) == ("False", "QuotaFailed"), ready
+        assert "flavor=" not in ready["message"], ready["message"]
+        assert "ClusterQueue two-flavors" in ready["message"] and "a100, h100" in ready["message"]
+        assert state.policies[f"{NS}/chat"].valid and rp_status(kube)[1]["Ready"]["status"] == "True"
+    finally:
+        kube.delete(kueue.path("clusterqueues", "two-flavors"))
