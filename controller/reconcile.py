@@ -164,7 +164,9 @@ def parse_policies(objects: list[dict], specs: ParsedSpecs | None = None
                    ) -> tuple[list[PolicyObject], dict[ObjectRef, str]]:
     """Valid policies, and the invalid ones with every error (field paths) in one message. A policy whose target an
     older valid policy already scales is refused (the two would undo each other's decisions): the one created first
-    goes on (in a file, the one written first), so a newcomer never takes a working policy's target."""
+    goes on (in a file, the one written first), so a newcomer never takes a working policy's target. So too a
+    ClusterQueue one policy holds inference in (its inferenceClusterQueue or ClusterQueue target) and another lends
+    training slack into: the one that named it first keeps it."""
     specs = specs or ParsedSpecs()
     parsed, invalid = [], {}
     for obj in objects:
@@ -177,13 +179,29 @@ def parse_policies(objects: list[dict], specs: ParsedSpecs | None = None
             continue
         parsed.append((obj, PolicyObject(ref, generation, spec, obj.get("status") or {})))
     owner: dict = {}  # target -> the policy that scales it
+    role: dict[str, tuple[str, str]] = {}  # ClusterQueue -> ("inference" | "training", the policy that named it so)
     for _, p in sorted(parsed, key=lambda op: str(op[0]["metadata"].get("creationTimestamp") or "")):
         target = p.spec.target.ref(p.ref.namespace or "default")
         if target in owner:
             invalid[p.ref] = (f"spec.target: {target.kind} {target.name} is already the target of ReservationPolicy "
                               f"{owner[target]}; two policies on one target would undo each other's decisions")
-        else:
-            owner[target] = p.key
+            continue
+        # a ClusterQueue holds inference (its quota the reservation) or training (its quota lent slack, its Workloads
+        # preemptible), never both: lending into an inference queue overwrites its quota and evicts inference as
+        # training. The policy that claims a queue otherwise after another did is refused.
+        claims = [("spec.inferenceClusterQueue", q, "inference") for q in (p.spec.inference_cluster_queue,) if q]
+        if target.kind == "ClusterQueue":
+            claims.append(("spec.target", target.name, "inference"))
+        claims += [("spec.trainingClusterQueues", q, "training") for q in p.spec.training_cluster_queues]
+        clashes = [f"{field}: ClusterQueue {q} is the {role[q][0]} queue of ReservationPolicy {role[q][1]}; one "
+                   f"queue cannot hold both inference and training" for field, q, kind in claims
+                   if q in role and role[q][0] != kind]
+        if clashes:
+            invalid[p.ref] = "; ".join(clashes)
+            continue
+        owner[target] = p.key
+        for _, q, kind in claims:
+            role.setdefault(q, (kind, p.key))
     return [p for _, p in parsed if p.ref not in invalid], invalid
 
 

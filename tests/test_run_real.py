@@ -811,3 +811,35 @@ def test_a_training_queue_with_two_gpu_flavors_is_named_with_what_to_do(kube, co
         assert state.policies[f"{NS}/chat"].valid and rp_status(kube)[1]["Ready"]["status"] == "True"
     finally:
         kube.delete(kueue.path("clusterqueues", "two-flavors"))
+
+
+def test_a_policy_lending_into_another_s_inference_queue_is_refused_and_inference_keeps_its_gpus(
+        kube, controller, prometheus_server, tmp_path):
+    """A second policy names the first's inferenceClusterQueue among its trainingClusterQueues (each spec is valid on
+    its own). The inference queue's quota was written twice a reconcile, the slack share winning over the
+    reservation, and the inference Workload running in it was counted as training and evicted at the morning ramp;
+    both policies said Ready=True. A queue is an inference queue or a training queue: the policy that claims it
+    otherwise after another did is refused, naming the other; the first goes on."""
+    time.sleep(1.1)  # creation times have whole seconds: "other" comes after "chat"
+    kube.apply(kueue.path("localqueues", INFERENCE_QUEUE, NS), kueue.local_queue(NS, INFERENCE_QUEUE))
+    inference_wl = kueue.path("workloads", namespace=NS)
+    kube.create(inference_wl, kueue.workload(NS, "chat-pods", INFERENCE_QUEUE, gpus_per_pod=1, count=4))
+    kube.create(f"/apis/apps/v1/namespaces/{NS}/deployments", deployment("other"))
+    kube.create(RP, policy("other", trainingClusterQueues=[INFERENCE_QUEUE], inferenceClusterQueue=None))
+    try:
+        for i in range(12):
+            admit(kube, f"train-{i}", 10)
+        kueue.admit(kube, NS, "chat-pods", INFERENCE_QUEUE)
+        controller.sync()
+        r = reconciler(controller, prometheus_server.url, tmp_path)
+        for hour in range(6):  # 07:00 .. 12:00: the morning ramp takes GPUs back
+            state = r.reconcile(MONDAY_7AM + pd.Timedelta(hours=hour))
+            chat, other = state.policies[f"{NS}/chat"], state.policies[f"{NS}/other"]
+            assert chat.valid and not other.valid
+            assert kube.get_cluster_queue_quota(INFERENCE_QUEUE) == chat.reserved_gpus  # the reservation, not slack
+            assert {w.name: w for w in controller.workloads()}["chat-pods"].active, "inference was evicted"
+        assert f"ReservationPolicy {NS}/chat" in other.error and "spec.trainingClusterQueues" in other.error
+        _, conditions = rp_status(kube, "other")
+        assert (conditions["Ready"]["status"], conditions["Ready"]["reason"]) == ("False", "InvalidSpec")
+    finally:
+        kube.delete(kueue.path("workloads", "chat-pods", NS))
