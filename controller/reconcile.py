@@ -189,19 +189,23 @@ def parse_policies(objects: list[dict], specs: ParsedSpecs | None = None
         # a ClusterQueue holds inference (its quota the reservation) or training (its quota lent slack, its Workloads
         # preemptible), never both: lending into an inference queue overwrites its quota and evicts inference as
         # training. The policy that claims a queue otherwise after another did is refused.
+        # A ClusterQueue target's quota is its own policy's reservation alone: no other policy runs inference in it.
         claims = [("spec.inferenceClusterQueue", q, "inference") for q in (p.spec.inference_cluster_queue,) if q]
         if target.kind == "ClusterQueue":
-            claims.append(("spec.target", target.name, "inference"))
+            claims.append(("spec.target", target.name, "target"))
         claims += [("spec.trainingClusterQueues", q, "training") for q in p.spec.training_cluster_queues]
-        clashes = [f"{field}: ClusterQueue {q} is the {role[q][0]} queue of ReservationPolicy {role[q][1]}; one "
-                   f"queue cannot hold both inference and training" for field, q, kind in claims
-                   if q in role and role[q][0] != kind]
+        clashes = [f"{field}: ClusterQueue {q} is the {role[q][0]} queue of ReservationPolicy {role[q][1]}; "
+                   + ("one queue cannot hold both inference and training" if "training" in (kind, role[q][0]) else
+                      "a ClusterQueue target's quota is its own policy's reservation alone")
+                   for field, q, kind in claims
+                   if q in role and role[q][0] != kind and role[q][1] != p.key]
         if clashes:
             invalid[p.ref] = "; ".join(clashes)
             continue
         owner[target] = p.key
         for _, q, kind in claims:
-            role.setdefault(q, (kind, p.key))
+            if role.get(q, ("", ""))[0] != "target":  # a policy's own target and inference queue: the target says
+                role[q] = (kind, p.key) if kind == "target" or q not in role else role[q]
     return [p for _, p in parsed if p.ref not in invalid], invalid
 
 

@@ -843,3 +843,29 @@ def test_a_policy_lending_into_another_s_inference_queue_is_refused_and_inferenc
         assert (conditions["Ready"]["status"], conditions["Ready"]["reason"]) == ("False", "InvalidSpec")
     finally:
         kube.delete(kueue.path("workloads", "chat-pods", NS))
+
+
+def test_a_policy_whose_inference_queue_is_another_s_clusterqueue_target_is_refused(kube, controller,
+                                                                                   prometheus_server, tmp_path):
+    """Policy "queue-target" reserves by a ClusterQueue target (its quota is that policy's reservation); "chat" runs
+    its inference in that same queue. Each reconcile wrote the queue twice, each policy's reservation in turn, and it
+    held neither. The policy that names it second is refused."""
+    kube.apply(kueue.path("clusterqueues", "target-run"),
+               kueue.cluster_queue("target-run", gpus=0, cohort=COHORT, lending_limit=0))
+    try:
+        kube.create(RP, policy("queue-target", target={"kind": "ClusterQueue", "name": "target-run"},
+                               inferenceClusterQueue=None, trainingClusterQueues=[]))
+        time.sleep(1.1)  # creation times have whole seconds
+        kube.delete(f"{RP}/chat")  # chat again, now after "queue-target", in the target's queue
+        kube.create(RP, policy("chat", inferenceClusterQueue="target-run"))
+        controller.sync()
+        r = reconciler(controller, prometheus_server.url, tmp_path)
+        for minutes in (0, 5):
+            state = r.reconcile(MONDAY_7AM + pd.Timedelta(minutes=minutes))
+            target = state.policies[f"{NS}/queue-target"]
+            assert target.valid and not state.policies[f"{NS}/chat"].valid
+            assert kube.get_cluster_queue_quota("target-run") == target.reserved_gpus
+            assert not [a for a in state.actions if getattr(a, "queue", None) == "target-run"]
+        assert f"ReservationPolicy {NS}/queue-target" in state.policies[f"{NS}/chat"].error
+    finally:
+        kube.delete(kueue.path("clusterqueues", "target-run"))
