@@ -895,7 +895,7 @@ class Reconciler:
         quotas that go down, the evictions; then the other reservations, the quotas that go up and the requeues.
         Each kind's writes go a few at a time (a thousand reservations moving at once take seconds, and must not
         hold the evictions up). Evictions go only where a plan on a fresh view, made before anything changes,
-        still makes them."""
+        still makes them, and only for a policy whose reservation was applied."""
         first: dict[str, Evict] = {}
         for a in actions:
             if isinstance(a, Evict):  # each Workload once (parallel writers cannot tell a repeat)
@@ -906,7 +906,13 @@ class Reconciler:
         quotas = [a for a in actions if isinstance(a, SetQuota)]
         down = [a for a in quotas if a.gpus < view.quotas.get(a.queue, 0)]
         out = self._in_parallel([a for a in scales if a.policy in for_whom]) + self._in_parallel(down)
-        out += self._in_parallel(list(first.values()), still_wanted=lambda _: wanted)
+        # an eviction makes room for its policy's reservation: where that could not be applied (its target missing,
+        # the scale refused), the GPUs would go to no inference replica, and the training work is lost for nothing
+        unapplied = {o.action.policy for o in out if isinstance(o.action, Scale) and o.failure}
+        out += [Outcome(a, False, skipped="the reservation it makes room for could not be applied")
+                for a in first.values() if a.policy in unapplied]
+        out += self._in_parallel([a for a in first.values() if a.policy not in unapplied],
+                                 still_wanted=lambda _: wanted)
         out += self._in_parallel([a for a in scales if a.policy not in for_whom])
         out += self._in_parallel([a for a in quotas if a not in down])
         return out + self._in_parallel([a for a in actions if isinstance(a, Requeue)])

@@ -869,3 +869,23 @@ def test_a_policy_whose_inference_queue_is_another_s_clusterqueue_target_is_refu
         assert f"ReservationPolicy {NS}/queue-target" in state.policies[f"{NS}/chat"].error
     finally:
         kube.delete(kueue.path("clusterqueues", "target-run"))
+
+
+def test_no_training_is_evicted_for_a_reservation_that_could_not_be_applied(kube, controller, prometheus_server,
+                                                                            tmp_path):
+    """A policy whose Deployment was deleted (TargetMissing): its scale fails every reconcile, yet the morning
+    ramp's evictions made on its behalf went ahead, freeing GPUs that no inference replica would take: training work
+    lost for nothing. Evictions on behalf of a policy whose reservation could not be applied are dropped."""
+    kube.delete(f"{RP}/chat")
+    kube.create(RP, policy("gone", target={"kind": "Deployment", "name": "deleted-deployment"}))
+    for i in range(12):
+        admit(kube, f"train-{i}", 10)
+    controller.sync()
+    r = reconciler(controller, prometheus_server.url, tmp_path)
+    for hour in range(6):  # 07:00 .. 12:00: the ramp would take GPUs back for its reservation
+        state = r.reconcile(MONDAY_7AM + pd.Timedelta(hours=hour))
+        assert not state.policies[f"{NS}/gone"].reserved_gpus < 2
+    assert all(w.active for w in training(kube).values()), "training evicted for a target that does not exist"
+    assert sum(state.preemptions_total.values()) == 0
+    _, conditions = rp_status(kube, "gone")
+    assert conditions["Ready"]["reason"] == "TargetMissing"
