@@ -1259,5 +1259,10 @@ class PlanSummary:
         self._written = (said, time.monotonic())
         return True
 
+    def forget(self) -> None:
+        """What was last written is forgotten, so the next write goes out: a replica that takes the Lease again does
+        not know what the other leader wrote meanwhile."""
+        self._written = None
+
     def read(self) -> dict[str, str]:
         return self.cluster.get(f"/api/v1/namespaces/{self.namespace}/configmaps/{self.name}").get("data") or {}

@@ -103,9 +103,12 @@ class Loop:
         heap.full_collections_between_reconciles()
         while not self.stop.is_set():
             self._beat = time.monotonic()
+            was_leading = self._leading
             try:
                 self._leading = self.elector.try_acquire_or_renew()
                 self.election_error = None
+                if self._leading and not was_leading:
+                    self.reconciler.took_lead()
             except ClusterError as exc:
                 log.warning("leader election: %s", exc)
                 self._leading, self.election_error = False, str(exc)
@@ -121,5 +124,6 @@ class Loop:
                 break
             self.stop.wait(min(self.interval, self.lease_seconds / 3))
         self.reconciler.flush()  # its statuses written while it still leads
+        self._leading = False  # it lets go: leading again later is taking the Lease anew
         self.elector.release()
         return state

@@ -461,6 +461,13 @@ class Reconciler:
             self._errors[stage] = self._errors.get(stage, 0) + 1
         log.warning("%s: %s: %s", stage, what, exc)
 
+    def took_lead(self) -> None:
+        """This replica has just taken the Lease (controller.loop): what it wrote when it led before may have been
+        overwritten by the leader since, so the plan summary goes out on the next reconcile whatever it last wrote."""
+        forget = getattr(getattr(self.summary, "__self__", None), "forget", None)
+        if callable(forget):
+            forget()
+
     def _may_write(self) -> bool:
         """This replica may still write (it leads); the first refusal of a reconcile is counted and logged."""
         if self.leading is None or self.leading():

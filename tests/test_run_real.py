@@ -889,3 +889,23 @@ def test_no_training_is_evicted_for_a_reservation_that_could_not_be_applied(kube
     assert sum(state.preemptions_total.values()) == 0
     _, conditions = rp_status(kube, "gone")
     assert conditions["Ready"]["reason"] == "TargetMissing"
+
+
+def test_a_replica_that_leads_again_rewrites_the_plan_summary_the_other_changed(kube, prometheus_server, tmp_path):
+    """a leads and writes the plan summary; b takes over and writes its own; a leads again with the same plan as
+    before. a skipped the write (the same as what it last wrote, under an hour ago), so the summary went on showing
+    b's numbers, not the plan in force, for up to an hour. A replica that takes the Lease writes it on its first
+    reconcile, as the summary's docstring says."""
+    loops = {}
+    for identity, clock in (("replica-a", MONDAY_7AM), ("replica-b", MONDAY_7AM + pd.Timedelta(hours=5))):
+        r = reconciler(kube, prometheus_server.url, tmp_path / identity)
+        elector = kube.leader_elector(NS, "summary-handover", identity, lease_seconds=30)
+        loops[identity] = Loop(r, elector, interval=1, lease_seconds=30, clock=lambda c=clock: c)
+    a, b = loops["replica-a"], loops["replica-b"]
+    a.run(once=True)  # leads, writes, releases
+    ours = kube.plan_summary(NS).read()
+    b.run(once=True)  # takes over at once, writes its own (another moment: other numbers)
+    assert kube.plan_summary(NS).read()["nextHours"] != ours["nextHours"]
+    a.run(once=True)  # a again, the same plan as its first
+    summary = kube.plan_summary(NS).read()
+    assert summary["nextHours"] == ours["nextHours"] and summary["planId"] == a.reconciler.holder.get().plan_id
