@@ -29,6 +29,9 @@ class Counting:
     def flush(self) -> None:
         pass
 
+    def took_lead(self) -> None:
+        pass
+
 
 class Leading:
     def try_acquire_or_renew(self) -> bool:
