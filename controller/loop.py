@@ -69,6 +69,7 @@ class Loop:
     _settled: bool = False  # one election round done: leading with a reconcile behind it, or standing by
     election_error: str | None = None  # why the last election round failed (None: it did not)
     _fence_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _running: bool = False  # inside run(), before it lets the Lease go
 
     def __post_init__(self) -> None:
         self.reconciler.leading = self.still_leading
@@ -80,6 +81,8 @@ class Loop:
         with self._fence_lock:
             if self.elector.is_leader:
                 return True
+            if not self._running:  # let go on the way out: never taken again by a late write
+                return False
             try:
                 return self.elector.try_acquire_or_renew()
             except ClusterError as exc:
@@ -100,12 +103,14 @@ class Loop:
         """Reconcile every interval while leading, until stopped (`once`: one pass); the last reconcile's state
         (None: it never led)."""
         next_reconcile, state = 0.0, None
+        self._running = True
         heap.full_collections_between_reconciles()
         while not self.stop.is_set():
             self._beat = time.monotonic()
             was_leading = self._leading
             try:
-                self._leading = self.elector.try_acquire_or_renew()
+                with self._fence_lock:  # not beside a renewal a write asked for (still_leading)
+                    self._leading = self.elector.try_acquire_or_renew()
                 self.election_error = None
                 if self._leading and not was_leading:
                     self.reconciler.took_lead()
@@ -124,6 +129,7 @@ class Loop:
                 break
             self.stop.wait(min(self.interval, self.lease_seconds / 3))
         self.reconciler.flush()  # its statuses written while it still leads
-        self._leading = False  # it lets go: leading again later is taking the Lease anew
+        with self._fence_lock:
+            self._leading = self._running = False  # it lets go: leading again later is taking the Lease anew
         self.elector.release()
         return state

@@ -909,3 +909,20 @@ def test_a_replica_that_leads_again_rewrites_the_plan_summary_the_other_changed(
     a.run(once=True)  # a again, the same plan as its first
     summary = kube.plan_summary(NS).read()
     assert summary["nextHours"] == ours["nextHours"] and summary["planId"] == a.reconciler.holder.get().plan_id
+
+
+def test_a_controller_that_let_its_lease_go_never_takes_it_back_to_write_late_statuses(kube, prometheus_server,
+                                                                                       tmp_path):
+    """Statuses are written beside the reconciles; a write asks whether this replica still leads. Once it has let
+    the Lease go on its way out, a status still queued must not renew it (it would hold the Lease it just handed
+    over, and no other replica could take it for a whole Lease)."""
+    r = reconciler(kube, prometheus_server.url, tmp_path, beside=True)
+    lease = "let-go"
+    kube.delete(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{lease}")
+    loop = Loop(r, kube.leader_elector(NS, lease, "replica-a", lease_seconds=30), interval=1, lease_seconds=30,
+                clock=lambda: MONDAY_7AM)
+    loop.run(once=True)
+    assert not loop.still_leading()  # what a late status write asks
+    r.close()
+    holder = kube.get(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{lease}")["spec"].get("holderIdentity")
+    assert holder is None
