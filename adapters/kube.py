@@ -760,7 +760,11 @@ class KubeCluster:
             ref = spec.get("scaleTargetRef") or {}
             desired, ready = int(status.get("desiredReplicas", 0) or 0), int(status.get("currentReplicas", 0) or 0)
             if ref.get("kind") == "Deployment":
-                d = self._target("Deployment", target.namespace, ref["name"])
+                try:
+                    d = self._target("Deployment", target.namespace, ref["name"])
+                except NotFound as exc:  # the HPA is there: what is missing is what it scales
+                    raise NotFound(f"HorizontalPodAutoscaler {target.namespace}/{target.name} scales Deployment "
+                                   f"{ref['name']}, which is not found", status=404) from exc
                 desired = int((d.get("spec") or {}).get("replicas", 1) or 0)
                 ready = int((d.get("status") or {}).get("readyReplicas", 0) or 0)
             return TargetState(desired, ready, spec.get("minReplicas", 1), spec.get("maxReplicas"))

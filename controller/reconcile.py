@@ -417,6 +417,7 @@ class Reconciler:
         self._reported: dict[ObjectRef, str] = {}   # the refusal last reported per policy (one event per change)
         self._faults: dict[str, str] = {}           # the fault last reported per policy
         self._failed: dict[str, str | None] = {}    # the failure to act last reported per policy
+        self._missing: dict[str, str] = {}          # policy -> why its target was not found (the last view's)
         self._hours: tuple | None = None            # (key, HourPlan): the hourly plan, kept until its inputs change
         self._last_trained: dict[str, pd.Timestamp] = {}  # the schedule's clock (from start-up)
         self._retrained_at: dict[str, pd.Timestamp] = {}  # the last retraining asked for
@@ -874,8 +875,10 @@ class Reconciler:
         for p in policies:
             try:
                 targets[p.key] = self.cluster.target_state(p.target().target)
-            except NotFound:
+                self._missing.pop(p.key, None)
+            except NotFound as exc:
                 targets[p.key] = None
+                self._missing[p.key] = str(exc)  # what is missing: the target, or the Deployment its HPA scales
         queues = {q for p in policies for q in p.spec.training_cluster_queues}
         training, uids, stopped = training_view(self.cluster.workloads(), queues, now.timestamp())
         return View(targets, self.cluster.cluster_queue_quotas(), training, uids, stopped)
@@ -916,6 +919,7 @@ class Reconciler:
         # an eviction makes room for its policy's reservation: where that could not be applied (its target missing,
         # the scale refused), the GPUs would go to no inference replica, and the training work is lost for nothing
         unapplied = {o.action.policy for o in out if isinstance(o.action, Scale) and o.failure}
+        unapplied |= {key for key, state in view.targets.items() if state is None}  # e.g. an HPA's Deployment gone
         out += [Outcome(a, False, skipped="the reservation it makes room for could not be applied")
                 for a in first.values() if a.policy in unapplied]
         out += self._in_parallel([a for a in first.values() if a.policy not in unapplied],
@@ -1037,7 +1041,8 @@ class Reconciler:
         actions: list[RecordEvent | PatchStatus] = []
         for i, ws, wh in zip(inputs, step.workloads, hours.workloads):
             p = i.policy
-            failure = failures.get(p.key) or (f"TargetMissing: {p.spec.target.kind} {p.spec.target.name} not found"
+            missing = self._missing.get(p.key) or f"{p.spec.target.kind} {p.spec.target.name} not found"
+            failure = failures.get(p.key) or (f"TargetMissing: {missing}"
                                               if p.active and view.targets.get(p.key) is None
                                               and p.spec.target.kind != "ClusterQueue" else None)
             errors, coverage = self._realized(i, now)

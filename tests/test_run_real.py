@@ -926,3 +926,31 @@ def test_a_controller_that_let_its_lease_go_never_takes_it_back_to_write_late_st
     r.close()
     holder = kube.get(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{lease}")["spec"].get("holderIdentity")
     assert holder is None
+
+
+def test_an_hpa_whose_deployment_is_missing_is_named_and_takes_no_training(kube, controller, prometheus_server,
+                                                                            tmp_path):
+    """The HPA exists, the Deployment it scales does not. The status said 'HorizontalPodAutoscaler front not found'
+    (the SRE finds it there), and the morning ramp evicted training for replicas that could not exist. The status
+    names the missing Deployment, and no training is evicted on the policy's behalf."""
+    kube.delete(f"{RP}/chat")
+    kube.create(f"/apis/autoscaling/v1/namespaces/{NS}/horizontalpodautoscalers", {
+        "apiVersion": "autoscaling/v1", "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "front", "namespace": NS},
+        "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "front-deleted"},
+                 "minReplicas": 1, "maxReplicas": 100}})
+    try:
+        kube.create(RP, policy("front", target={"kind": "HorizontalPodAutoscaler", "name": "front"}))
+        for i in range(12):
+            admit(kube, f"train-{i}", 10)
+        controller.sync()
+        r = reconciler(controller, prometheus_server.url, tmp_path)
+        for hour in range(6):
+            r.reconcile(MONDAY_7AM + pd.Timedelta(hours=hour))
+        _, conditions = rp_status(kube, "front")
+        ready = conditions["Ready"]
+        assert (ready["status"], ready["reason"]) == ("False", "TargetMissing"), ready
+        assert "Deployment front-deleted" in ready["message"], ready["message"]
+        assert all(w.active for w in training(kube).values()), "training evicted for replicas that cannot exist"
+    finally:
+        kube.delete(f"/apis/autoscaling/v1/namespaces/{NS}/horizontalpodautoscalers/front")
