@@ -25,6 +25,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import math
 import random
 import secrets
 import threading
@@ -71,11 +72,23 @@ def _parse_time(text: str | None) -> datetime | None:
 
 
 def _float(text: str | None) -> float | None:
-    """An annotation's number; a malformed one counts as not given (the job then gets the defaults)."""
+    """An annotation's number of seconds; a malformed one (not a number, or NaN, infinite or negative, which float()
+    takes) counts as not given (the job then gets the defaults)."""
     try:
-        return float(text) if text is not None else None
+        value = float(text) if text is not None else None
     except ValueError:
         return None
+    return value if value is not None and math.isfinite(value) and value >= 0 else None
+
+
+def _annotation_time(text: str | None) -> datetime | None:
+    """An annotation's RFC 3339 time; a malformed one counts as not given (any team annotates its own Workloads: one
+    bad value must not fail the read of every Workload); one without a zone is taken as UTC."""
+    try:
+        moment = _parse_time(text)
+    except ValueError:
+        return None
+    return moment.replace(tzinfo=UTC) if moment is not None and moment.tzinfo is None else moment
 
 
 def _quantity(value: Any) -> Decimal:
@@ -139,7 +152,7 @@ def workload_info(obj: dict, local_queues: Mapping[tuple[str, str], str] | None 
                         evicted_by_plan=annotations.get(EVICTED_BY_PLAN),
                         preemption_seconds=_float(annotations.get(PREEMPTION_SECONDS)),
                         checkpoint_interval_seconds=_float(annotations.get(CHECKPOINT_INTERVAL)),
-                        last_checkpoint=_parse_time(annotations.get(LAST_CHECKPOINT)))
+                        last_checkpoint=_annotation_time(annotations.get(LAST_CHECKPOINT)))
 
 
 def _quotas_of(cq: Mapping, resource: str) -> list[Mapping]:
@@ -173,7 +186,8 @@ class Informer:
     listed again when the server says that version is gone (410) or the connection fails (an API server
     restart), with back-off. Events not newer than the last LIST, or than the object already held (one our
     own write put there), are ignored, so a late event never takes an object back in time. Until the first
-    LIST has succeeded, `items()` is None and readers fall back to a LIST of their own."""
+    LIST has succeeded, `items()` is None and readers fall back to a LIST of their own. While the watch is broken,
+    readers first `catch_up()`: the server may be back long before the thread's next try."""
 
     def __init__(self, cluster: KubeCluster, path: str, watch_seconds: int = 240, resync_seconds: float = 600.0):
         self.cluster, self.path = cluster, path
@@ -188,6 +202,7 @@ class Informer:
         self._response = None
         self.lists = 0                     # LISTs made (tests and logs: one at start, one per resync)
         self.connected = False
+        self._caught_up = 0.0              # when a reader last listed while the watch was broken (catch_up)
 
     @staticmethod
     def key(obj: Mapping) -> tuple[str, str]:
@@ -208,6 +223,25 @@ class Informer:
     def synced(self) -> bool:
         return self._synced
 
+    def catch_up(self, every: float = 1.0) -> None:
+        """While the watch is broken (an API server restart: the thread lists again only after its back-off, up to
+        30 s): LIST now, one attempt, at most once every `every` seconds, so a reconcile reads what the server holds
+        and not what it held before the outage. If the server cannot answer yet, what is held stays (nothing can be
+        written either: the writes say so). Nothing while the watch streams."""
+        if self.connected or not self._synced:
+            return
+        now = time.monotonic()
+        with self._lock:
+            if now - self._caught_up < every:
+                return
+            self._caught_up = now
+        try:
+            self.relist(retries=0)
+        except NotFound:
+            raise
+        except ClusterError as exc:
+            log.info("%s: its watch is broken and a LIST failed too (%s); serving what was held", self.path, exc)
+
     # -- feeding
     def put(self, obj: Mapping, deleted: bool = False) -> None:
         """An object seen in an event or returned by a write: kept unless what is held is newer."""
@@ -225,20 +259,20 @@ class Informer:
             else:
                 self._items[key] = dict(obj)
 
-    def relist(self) -> str:
-        """LIST now and replace what is held (synchronously; the watch goes on from where it was); returns the
-        list's resourceVersion."""
+    def relist(self, retries: int | None = None) -> str:
+        """LIST now and replace what is held (synchronously; the watch goes on from where it was), unless what is
+        held was listed later (a reader's LIST and the thread's crossed); returns the list's resourceVersion."""
         try:
-            listing = self.cluster._request("GET", self.path)
+            listing = self.cluster._request("GET", self.path, retries=retries)
         except NotFound:  # its CRD deleted (Kueue uninstalled): nothing held is true any more; reads LIST, and say so
             with self._lock:
                 self._items, self._floor, self._synced = {}, None, False
             raise
         version = (listing.get("metadata") or {}).get("resourceVersion") or ""
         with self._lock:
-            self._items = {self.key(o): o for o in listing.get("items", [])}
-            self._floor = int(version) if version.isdigit() else None
-            self._synced = True
+            floor = int(version) if version.isdigit() else None
+            if not (self._synced and floor is not None and self._floor is not None and floor < self._floor):
+                self._items, self._floor, self._synced = {self.key(o): o for o in listing.get("items", [])}, floor, True
         self.lists += 1
         return version
 
@@ -495,6 +529,11 @@ class KubeCluster:
 
     def _objects(self, name: str) -> list[dict]:
         informer = self.informers.get(name)
+        if informer is not None:
+            try:
+                informer.catch_up()  # its watch broken: the server's state, not the one before the outage
+            except NotFound as exc:
+                raise NotInstalled(_not_installed([WATCHED[name]]), status=404) from exc
         cached = informer.items() if informer is not None else None
         if cached is not None:
             return cached
@@ -547,7 +586,7 @@ class KubeCluster:
         return made[1], made[2]
 
     def _request(self, method: str, path: str, body: Any = None, query: dict | None = None,
-                 content_type: str = "application/json") -> dict:
+                 content_type: str = "application/json", retries: int | None = None) -> dict:
         import urllib3
         from kubernetes.client.exceptions import ApiException
 
@@ -582,7 +621,7 @@ class KubeCluster:
             except ValueError:
                 payload = None
             message = payload.get("message", text) if isinstance(payload, dict) else text
-            if status in RETRYABLE_STATUS and attempt < self.retries:
+            if status in RETRYABLE_STATUS and attempt < (self.retries if retries is None else retries):
                 delay = min(self.backoff_max, self.backoff_base * 2 ** attempt) * (0.5 + random.random() / 2)
                 log.warning("%s %s: %s %s; retry %d/%d in %.1f s", method, path, status or "unreachable",
                             message[:200], attempt + 1, self.retries, delay)
@@ -690,6 +729,11 @@ class KubeCluster:
         """A Deployment or HPA: from its namespace's watch cache (watching; NotFound if the cache has it not),
         else one GET."""
         informer = self._target_informer(kind, namespace)
+        if informer is not None:
+            try:
+                informer.catch_up()
+            except NotFound:
+                pass  # its namespace gone: the cache is emptied, and the GET below says what is missing
         if informer is not None and informer.synced():
             held = informer.get((namespace, name))
             if held is None:
@@ -716,7 +760,11 @@ class KubeCluster:
             ref = spec.get("scaleTargetRef") or {}
             desired, ready = int(status.get("desiredReplicas", 0) or 0), int(status.get("currentReplicas", 0) or 0)
             if ref.get("kind") == "Deployment":
-                d = self._target("Deployment", target.namespace, ref["name"])
+                try:
+                    d = self._target("Deployment", target.namespace, ref["name"])
+                except NotFound as exc:  # the HPA is there: what is missing is what it scales
+                    raise NotFound(f"HorizontalPodAutoscaler {target.namespace}/{target.name} scales Deployment "
+                                   f"{ref['name']}, which is not found", status=404) from exc
                 desired = int((d.get("spec") or {}).get("replicas", 1) or 0)
                 ready = int((d.get("status") or {}).get("readyReplicas", 0) or 0)
             return TargetState(desired, ready, spec.get("minReplicas", 1), spec.get("maxReplicas"))
@@ -741,7 +789,10 @@ class KubeCluster:
             raise ClusterError(f"ClusterQueue {name} has no {resource} quota"
                                + (f" in flavor {flavor}" if flavor else ""))
         if len(found) > 1:
-            raise ClusterError(f"ClusterQueue {name} has {resource} in {len(found)} flavors: name one (flavor=...)")
+            flavors = ", ".join(str(cq["spec"]["resourceGroups"][g]["flavors"][f].get("name")) for g, f, _ in found)
+            raise ClusterError(f"ClusterQueue {name} has {resource} in {len(found)} flavors ({flavors}): headroom sets "
+                               f"the quota of a queue with one {resource} flavor; give it one (a ClusterQueue per "
+                               "flavor)")
         return found[0]
 
     def get_cluster_queue_quota(self, name: str, resource: str | None = None, flavor: str | None = None) -> int:
@@ -821,12 +872,15 @@ class KubeCluster:
     def evict_workload(self, namespace: str, name: str, uid: str | None, reason: str, plan_id: str) -> bool:
         """Deactivate a Workload (spec.active=false: Kueue evicts it and does not requeue it) and record why in
         its annotations. True if this call deactivated it; False if it is already inactive (by this plan, a
-        restarted controller's or anyone's: the first record stays), finished, or no longer the object `uid`
-        names. The write carries the resourceVersion read, so a Workload replaced in between is not touched."""
+        restarted controller's or anyone's: the first record stays), finished, holds no quota any more (Kueue
+        preempted or requeued it since the plan's view: it frees no GPU), or no longer the object `uid` names. The
+        write carries the resourceVersion read, so a Workload replaced in between is not touched."""
         def mutate(wl: dict) -> dict | None:
             if uid is not None and wl["metadata"].get("uid") != uid:
                 return None
             if (wl.get("spec") or {}).get("active", True) is False or _condition(wl, "Finished"):
+                return None
+            if not (wl.get("status") or {}).get("admission"):
                 return None
             return {"metadata": {"annotations": {EVICTED_BY_PLAN: plan_id, EVICTION_REASON: reason[:1024]}},
                     "spec": {"active": False}}
@@ -1208,6 +1262,11 @@ class PlanSummary:
         self.cluster.apply(f"/api/v1/namespaces/{self.namespace}/configmaps/{self.name}", body)
         self._written = (said, time.monotonic())
         return True
+
+    def forget(self) -> None:
+        """What was last written is forgotten, so the next write goes out: a replica that takes the Lease again does
+        not know what the other leader wrote meanwhile."""
+        self._written = None
 
     def read(self) -> dict[str, str]:
         return self.cluster.get(f"/api/v1/namespaces/{self.namespace}/configmaps/{self.name}").get("data") or {}

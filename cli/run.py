@@ -215,6 +215,10 @@ def cmd_run(cfg: Config, args) -> int:
         cluster.close()  # its watches too: nothing reads the API server after the last reconcile
     if not args.once:
         return 0
+    if state is None and loop.election_error is not None:  # no other replica leads: this one could not take part
+        print(f"headroom: error: leader election: the Lease {r.lease.namespace}/{r.lease.name} could not be read or "
+              f"taken: {loop.election_error}; nothing reconciled", file=sys.stderr)
+        return 1
     if state is None:
         print(f"another replica holds the lease {r.lease.namespace}/{r.lease.name}: nothing reconciled")
         return 0

@@ -7,8 +7,10 @@ disruption command again before it acts; Kueue's IssuePreemptions checks each ta
     on a fresh view still stops it (`still_wanted`); never twice;
   * Requeue, PatchStatus, RecordEvent: the adapters' writes are idempotent.
 A write that conflicts is retried by the adapter on a fresh read; one that fails is reported in its
-Outcome and does not stop the others. An action's Event is recorded once the action has changed something:
-at once, or handed to an EventsBeside that sends it off the reconcile's path.
+Outcome and does not stop the others. A `fence` (the controller's: this replica still holds its Lease) is asked
+before each write: once it says no, nothing more is written (NOT_LEADER), as another replica may lead. An
+action's Event is recorded once the action has changed something: at once, or handed to an EventsBeside that sends
+it off the reconcile's path.
 """
 from __future__ import annotations
 
@@ -23,10 +25,12 @@ from dataclasses import dataclass
 
 from controller.actions import Action, EventNote, Evict, PatchStatus, RecordEvent, Requeue, Scale, SetQuota
 from core.cluster import Cluster
-from core.errors import ClusterError
+from core.errors import ClusterError, NotFound
 from core.objects import ObjectRef, WorkloadInfo
 
 log = logging.getLogger(__name__)
+
+NOT_LEADER = "not written: this replica no longer holds its Lease (another may lead)"
 
 
 @dataclass(frozen=True)
@@ -141,8 +145,8 @@ class StatusesBeside:
     writes it, then stops."""
 
     def __init__(self, cluster: Cluster, written: Callable[[PatchStatus, str | None, float | None], None],
-                 workers: int = 8):
-        self.cluster, self.written = cluster, written
+                 workers: int = 8, fence: Callable[[], bool] | None = None):
+        self.cluster, self.written, self.fence = cluster, written, fence
         self._latest: dict[ObjectRef, tuple[PatchStatus, float]] = {}  # policy -> (its newest status, handed over at)
         self._queue: deque[ObjectRef] = deque()   # policies with a status to write, in the order they came
         self._queued: set[ObjectRef] = set()
@@ -177,7 +181,10 @@ class StatusesBeside:
                 action, since = self._latest.pop(policy)
             error, wrote = None, True
             try:
-                wrote = apply(action, self.cluster)
+                if self.fence is not None and not self.fence():
+                    error, wrote = NOT_LEADER, False
+                else:
+                    wrote = apply(action, self.cluster)
             except ClusterError as exc:
                 error = str(exc)
             self.written(action, error, time.monotonic() - since if wrote else None)
@@ -214,16 +221,21 @@ class StatusesBeside:
 
 def execute(actions: Sequence[Action], cluster: Cluster,
             still_wanted: Callable[[list[Evict]], set[str]] | None = None,
-            record: Callable[[EventNote], str | None] | None = None) -> list[Outcome]:
+            record: Callable[[EventNote], str | None] | None = None,
+            fence: Callable[[], bool] | None = None) -> list[Outcome]:
     """Apply `actions` in order (inference first: it must never wait for training); `still_wanted` re-plans
     on a fresh view and returns the Workloads a fresh plan still evicts (None: trust the plan as made); `record`
-    records an Event and returns its error (None: at once, on `cluster`)."""
+    records an Event and returns its error (None: at once, on `cluster`); `fence` says whether this replica may
+    still write (None: always): once it says no, the rest are skipped as NOT_LEADER."""
     record = record or (lambda event: _record(event, cluster))
     evictions = [a for a in actions if isinstance(a, Evict)]
     wanted = still_wanted(evictions) if evictions and still_wanted is not None else None
     running: dict[str, WorkloadInfo] | None = None
-    out = []
+    out: list[Outcome] = []
     for a in actions:
+        if fence is not None and not fence():
+            out.append(Outcome(a, False, skipped=NOT_LEADER))
+            continue
         if isinstance(a, RecordEvent):
             error = record(a.event)
             out.append(Outcome(a, error is None, error=error))
@@ -243,6 +255,12 @@ def execute(actions: Sequence[Action], cluster: Cluster,
             applied = apply(a, cluster)
             if isinstance(a, Evict) and running is not None:
                 running.pop(a.workload, None)  # never twice, even if the list asks twice
+        except NotFound as exc:
+            if isinstance(a, Evict | Requeue):  # deleted since the view (finished, its Job gone): nothing to stop
+                out.append(Outcome(a, False, skipped="it no longer exists"))
+                continue
+            out.append(Outcome(a, False, error=str(exc)))
+            continue
         except ClusterError as exc:
             out.append(Outcome(a, False, error=str(exc)))
             continue

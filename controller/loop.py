@@ -67,25 +67,56 @@ class Loop:
     _reconciled: bool = False
     _leading: bool = False
     _settled: bool = False  # one election round done: leading with a reconcile behind it, or standing by
+    election_error: str | None = None  # why the last election round failed (None: it did not)
+    _fence_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _running: bool = False  # inside run(), before it lets the Lease go
+
+    def __post_init__(self) -> None:
+        self.reconciler.leading = self.still_leading
+
+    def still_leading(self) -> bool:
+        """Whether this replica may write now: its Lease unexpired by its own clock, or renewed now (a reconcile longer
+        than the Lease, e.g. on a slow server: a renewal that succeeds proves no other replica took over). Asked before
+        each write of a reconcile, from its writer threads."""
+        with self._fence_lock:
+            if self.elector.is_leader:
+                return True
+            if not self._running:  # let go on the way out: never taken again by a late write
+                return False
+            try:
+                return self.elector.try_acquire_or_renew()
+            except ClusterError as exc:
+                log.warning("leader election (renewing mid-reconcile): %s", exc)
+                return False
 
     def healthy(self) -> bool:
         return time.monotonic() - self._beat < 3 * max(self.interval, self.lease_seconds)
 
     def ready(self) -> bool:
+        """Leading with a reconcile behind it, or a standby that could read the Lease; a replica whose election rounds
+        fail (the Lease forbidden, its namespace missing, the API server down) is no standby: not ready, and why."""
+        if self.election_error is not None and not self._leading:
+            raise ClusterError(f"leader election: {self.election_error}")
         return self._settled
 
     def run(self, once: bool = False) -> ControllerState | None:
         """Reconcile every interval while leading, until stopped (`once`: one pass); the last reconcile's state
         (None: it never led)."""
         next_reconcile, state = 0.0, None
+        self._running = True
         heap.full_collections_between_reconciles()
         while not self.stop.is_set():
             self._beat = time.monotonic()
+            was_leading = self._leading
             try:
-                self._leading = self.elector.try_acquire_or_renew()
+                with self._fence_lock:  # not beside a renewal a write asked for (still_leading)
+                    self._leading = self.elector.try_acquire_or_renew()
+                self.election_error = None
+                if self._leading and not was_leading:
+                    self.reconciler.took_lead()
             except ClusterError as exc:
                 log.warning("leader election: %s", exc)
-                self._leading = False
+                self._leading, self.election_error = False, str(exc)
             if self._leading and time.monotonic() >= next_reconcile:
                 state = self.reconciler.reconcile(self.clock())
                 self._reconciled = True
@@ -98,5 +129,7 @@ class Loop:
                 break
             self.stop.wait(min(self.interval, self.lease_seconds / 3))
         self.reconciler.flush()  # its statuses written while it still leads
+        with self._fence_lock:
+            self._leading = self._running = False  # it lets go: leading again later is taking the Lease anew
         self.elector.release()
         return state

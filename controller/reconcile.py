@@ -55,7 +55,7 @@ from controller.actions import (
     training_columns,
 )
 from controller.demand import DemandReader
-from controller.executor import EventsBeside, Outcome, StatusesBeside, execute
+from controller.executor import NOT_LEADER, EventsBeside, Outcome, StatusesBeside, execute
 from controller.forecasts import Models
 from controller.observe import (
     MIN_FIT_HOURS,
@@ -164,7 +164,9 @@ def parse_policies(objects: list[dict], specs: ParsedSpecs | None = None
                    ) -> tuple[list[PolicyObject], dict[ObjectRef, str]]:
     """Valid policies, and the invalid ones with every error (field paths) in one message. A policy whose target an
     older valid policy already scales is refused (the two would undo each other's decisions): the one created first
-    goes on (in a file, the one written first), so a newcomer never takes a working policy's target."""
+    goes on (in a file, the one written first), so a newcomer never takes a working policy's target. So too a
+    ClusterQueue one policy holds inference in (its inferenceClusterQueue or ClusterQueue target) and another lends
+    training slack into: the one that named it first keeps it."""
     specs = specs or ParsedSpecs()
     parsed, invalid = [], {}
     for obj in objects:
@@ -177,13 +179,33 @@ def parse_policies(objects: list[dict], specs: ParsedSpecs | None = None
             continue
         parsed.append((obj, PolicyObject(ref, generation, spec, obj.get("status") or {})))
     owner: dict = {}  # target -> the policy that scales it
+    role: dict[str, tuple[str, str]] = {}  # ClusterQueue -> ("inference" | "training", the policy that named it so)
     for _, p in sorted(parsed, key=lambda op: str(op[0]["metadata"].get("creationTimestamp") or "")):
         target = p.spec.target.ref(p.ref.namespace or "default")
         if target in owner:
             invalid[p.ref] = (f"spec.target: {target.kind} {target.name} is already the target of ReservationPolicy "
                               f"{owner[target]}; two policies on one target would undo each other's decisions")
-        else:
-            owner[target] = p.key
+            continue
+        # a ClusterQueue holds inference (its quota the reservation) or training (its quota lent slack, its Workloads
+        # preemptible), never both: lending into an inference queue overwrites its quota and evicts inference as
+        # training. The policy that claims a queue otherwise after another did is refused.
+        # A ClusterQueue target's quota is its own policy's reservation alone: no other policy runs inference in it.
+        claims = [("spec.inferenceClusterQueue", q, "inference") for q in (p.spec.inference_cluster_queue,) if q]
+        if target.kind == "ClusterQueue":
+            claims.append(("spec.target", target.name, "target"))
+        claims += [("spec.trainingClusterQueues", q, "training") for q in p.spec.training_cluster_queues]
+        clashes = [f"{field}: ClusterQueue {q} is the {role[q][0]} queue of ReservationPolicy {role[q][1]}; "
+                   + ("one queue cannot hold both inference and training" if "training" in (kind, role[q][0]) else
+                      "a ClusterQueue target's quota is its own policy's reservation alone")
+                   for field, q, kind in claims
+                   if q in role and role[q][0] != kind and role[q][1] != p.key]
+        if clashes:
+            invalid[p.ref] = "; ".join(clashes)
+            continue
+        owner[target] = p.key
+        for _, q, kind in claims:
+            if role.get(q, ("", ""))[0] != "target":  # a policy's own target and inference queue: the target says
+                role[q] = (kind, p.key) if kind == "target" or q not in role else role[q]
     return [p for _, p in parsed if p.ref not in invalid], invalid
 
 
@@ -395,6 +417,7 @@ class Reconciler:
         self._reported: dict[ObjectRef, str] = {}   # the refusal last reported per policy (one event per change)
         self._faults: dict[str, str] = {}           # the fault last reported per policy
         self._failed: dict[str, str | None] = {}    # the failure to act last reported per policy
+        self._missing: dict[str, str] = {}          # policy -> why its target was not found (the last view's)
         self._hours: tuple | None = None            # (key, HourPlan): the hourly plan, kept until its inputs change
         self._last_trained: dict[str, pd.Timestamp] = {}  # the schedule's clock (from start-up)
         self._retrained_at: dict[str, pd.Timestamp] = {}  # the last retraining asked for
@@ -425,7 +448,12 @@ class Reconciler:
         # from a demand change to the writes it needs
         self._events = EventsBeside(cluster, lambda what, error: self._error("events", what, error)) \
             if events_beside else None
-        self._statuses = StatusesBeside(cluster, self._status_written) if statuses_beside else None
+        self._statuses = StatusesBeside(cluster, self._status_written, fence=self._may_write) \
+            if statuses_beside else None
+        # whether this replica still leads (controller.loop sets it: its Lease unexpired, or renewed now); asked before
+        # each write, so a replica whose Lease lapsed mid-reconcile writes nothing more (None: always leads)
+        self.leading: Callable[[], bool] | None = None
+        self._fenced = False  # this reconcile met the fence (said once)
 
     # -- bookkeeping
     def _error(self, stage: str, what: str, exc: Exception | str) -> None:
@@ -434,10 +462,29 @@ class Reconciler:
             self._errors[stage] = self._errors.get(stage, 0) + 1
         log.warning("%s: %s: %s", stage, what, exc)
 
+    def took_lead(self) -> None:
+        """This replica has just taken the Lease (controller.loop): what it wrote when it led before may have been
+        overwritten by the leader since, so the plan summary goes out on the next reconcile whatever it last wrote."""
+        forget = getattr(getattr(self.summary, "__self__", None), "forget", None)
+        if callable(forget):
+            forget()
+
+    def _may_write(self) -> bool:
+        """This replica may still write (it leads); the first refusal of a reconcile is counted and logged."""
+        if self.leading is None or self.leading():
+            return True
+        with self._errors_lock:
+            said, self._fenced = self._fenced, True
+        if not said:
+            self._error("cluster", "leader election", "the Lease lapsed mid-reconcile and could not be renewed: "
+                                                      "nothing more is written")
+        return False
+
     # -- the whole reconcile
     def reconcile(self, now) -> ControllerState:
         now = _utc(now)
         started = time.monotonic()
+        self._fenced = False
         try:
             state = self._reconcile(now)
         except ClusterError as exc:  # the API server is down or refusing: nothing was half-applied we cannot redo
@@ -524,7 +571,7 @@ class Reconciler:
             plan_id=plan_id, slack_by_hour=tuple((pd.Timestamp(t, unit="s", tz="UTC"), int(g)) for t, g in zip(
                 hours.workloads[0].starts, hours.slack)),
             actions=tuple(actions), notes=hours.notes)
-        if self.summary is not None and not self.dry_run:
+        if self.summary is not None and not self.dry_run and self._may_write():
             try:
                 self.summary(plan_summary(state))
             except ClusterError as exc:
@@ -828,8 +875,10 @@ class Reconciler:
         for p in policies:
             try:
                 targets[p.key] = self.cluster.target_state(p.target().target)
-            except NotFound:
+                self._missing.pop(p.key, None)
+            except NotFound as exc:
                 targets[p.key] = None
+                self._missing[p.key] = str(exc)  # what is missing: the target, or the Deployment its HPA scales
         queues = {q for p in policies for q in p.spec.training_cluster_queues}
         training, uids, stopped = training_view(self.cluster.workloads(), queues, now.timestamp())
         return View(targets, self.cluster.cluster_queue_quotas(), training, uids, stopped)
@@ -856,7 +905,7 @@ class Reconciler:
         quotas that go down, the evictions; then the other reservations, the quotas that go up and the requeues.
         Each kind's writes go a few at a time (a thousand reservations moving at once take seconds, and must not
         hold the evictions up). Evictions go only where a plan on a fresh view, made before anything changes,
-        still makes them."""
+        still makes them, and only for a policy whose reservation was applied."""
         first: dict[str, Evict] = {}
         for a in actions:
             if isinstance(a, Evict):  # each Workload once (parallel writers cannot tell a repeat)
@@ -867,14 +916,21 @@ class Reconciler:
         quotas = [a for a in actions if isinstance(a, SetQuota)]
         down = [a for a in quotas if a.gpus < view.quotas.get(a.queue, 0)]
         out = self._in_parallel([a for a in scales if a.policy in for_whom]) + self._in_parallel(down)
-        out += self._in_parallel(list(first.values()), still_wanted=lambda _: wanted)
+        # an eviction makes room for its policy's reservation: where that could not be applied (its target missing,
+        # the scale refused), the GPUs would go to no inference replica, and the training work is lost for nothing
+        unapplied = {o.action.policy for o in out if isinstance(o.action, Scale) and o.failure}
+        unapplied |= {key for key, state in view.targets.items() if state is None}  # e.g. an HPA's Deployment gone
+        out += [Outcome(a, False, skipped="the reservation it makes room for could not be applied")
+                for a in first.values() if a.policy in unapplied]
+        out += self._in_parallel([a for a in first.values() if a.policy not in unapplied],
+                                 still_wanted=lambda _: wanted)
         out += self._in_parallel([a for a in scales if a.policy not in for_whom])
         out += self._in_parallel([a for a in quotas if a not in down])
         return out + self._in_parallel([a for a in actions if isinstance(a, Requeue)])
 
     def _run(self, actions: list, still_wanted: Callable[[list[Evict]], set[str]] | None = None) -> list[Outcome]:
         """`actions` one after another, their Events beside when they are (execute)."""
-        return execute(actions, self.cluster, still_wanted=still_wanted, record=self._events)
+        return execute(actions, self.cluster, still_wanted=still_wanted, record=self._events, fence=self._may_write)
 
     def _in_parallel(self, actions: list, still_wanted: Callable[[list[Evict]], set[str]] | None = None
                      ) -> list[Outcome]:
@@ -925,13 +981,16 @@ class Reconciler:
             statuses = []
         outcomes = self._in_parallel(statuses) + self._run([a for a in actions if not isinstance(a, PatchStatus)])
         for o in outcomes:
+            if o.skipped == NOT_LEADER:  # not written: counted once by the fence
+                continue
             if isinstance(o.action, PatchStatus):
                 self._status_written(o.action, o.error)
             elif o.error:
                 self._error("events", o.action.reason, o.error)
 
     def _count(self, outcomes: list[Outcome], step: StepPlan, policies: list[PolicyObject]) -> dict[str, str]:
-        """Preemption counters, and each policy's actuation failure: its target's, or a ClusterQueue's it names."""
+        """Preemption counters, and each policy's actuation failure: its target's, a ClusterQueue's it names, or an
+        eviction made on its behalf."""
         failures: dict[str, str] = {}
         for o in outcomes:
             a = o.action
@@ -945,6 +1004,8 @@ class Reconciler:
                     for p in policies:
                         if a.queue in (*p.spec.training_cluster_queues, p.spec.inference_cluster_queue):
                             failures.setdefault(p.key, why)
+                if isinstance(a, Evict):  # the GPUs its reservation needs stay with training: said on that policy
+                    failures.setdefault(a.policy, f"PreemptFailed: Workload {a.workload}: {error}")
             elif o.error:
                 self._error("events", a.reason, o.error)
             if isinstance(a, Evict) and o.applied:
@@ -980,7 +1041,8 @@ class Reconciler:
         actions: list[RecordEvent | PatchStatus] = []
         for i, ws, wh in zip(inputs, step.workloads, hours.workloads):
             p = i.policy
-            failure = failures.get(p.key) or (f"TargetMissing: {p.spec.target.kind} {p.spec.target.name} not found"
+            missing = self._missing.get(p.key) or f"{p.spec.target.kind} {p.spec.target.name} not found"
+            failure = failures.get(p.key) or (f"TargetMissing: {missing}"
                                               if p.active and view.targets.get(p.key) is None
                                               and p.spec.target.kind != "ClusterQueue" else None)
             errors, coverage = self._realized(i, now)

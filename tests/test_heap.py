@@ -29,6 +29,9 @@ class Counting:
     def flush(self) -> None:
         pass
 
+    def took_lead(self) -> None:
+        pass
+
 
 class Leading:
     def try_acquire_or_renew(self) -> bool:
@@ -44,7 +47,7 @@ class Node:
 
 def test_the_loop_makes_the_full_collection_after_each_reconcile(thresholds):
     r = Counting()
-    loop = Loop(r, Leading(), interval=0.0)  # type: ignore[arg-type]  # only reconcile and flush are called
+    loop = Loop(r, Leading(), interval=0.0)  # type: ignore[arg-type]  # only reconcile, flush and took_lead are called
     loop.run(once=True)
     assert gc.get_threshold()[2] == heap.FULL_COLLECTION_EVERY  # the interpreter's own ones made rare
     assert gc.get_stats()[2]["collections"] == r.seen[0] + 1  # one, after the reconcile

@@ -318,6 +318,22 @@ def test_evict_and_requeue_a_workload(cluster):
         cluster.evict_workload(NS, "gone", None, "x", "plan-3")
 
 
+def test_an_eviction_is_revalidated_on_the_object_it_writes(cluster):
+    """The plan evicts what its view showed running; the write re-reads the Workload (a stale cached copy costs a
+    409 and a fresh read) and re-checks uid, active and Finished, but not whether it still holds quota. A Workload
+    Kueue had meanwhile preempted or requeued itself (pending, no admission) was deactivated anyway, counted as a
+    preemption with its work lost, and later reactivated by headroom: one that held no GPU."""
+    cluster.create(CQ, kueue.cluster_queue("ev-pending", gpus=8))
+    cluster.create(LQ, kueue.local_queue(NS, "ev-pending"))
+    cluster.create(WL, kueue.workload(NS, "queued", "ev-pending", gpus_per_pod=2))
+    uid = cluster.get(f"{WL}/queued")["metadata"]["uid"]
+    before = cluster.get(f"{WL}/queued")["metadata"]["resourceVersion"]
+    assert cluster.evict_workload(NS, "queued", uid, "reclaim", "plan-p") is False
+    assert cluster.get(f"{WL}/queued")["metadata"]["resourceVersion"] == before  # untouched
+    kueue.admit(cluster, NS, "queued", "ev-pending")
+    assert cluster.evict_workload(NS, "queued", uid, "reclaim", "plan-p") is True  # admitted: evicted
+
+
 # --------------------------------------------------------------------------- status and events
 def test_policy_status_conditions_and_events(cluster, kube_server):
     cluster.create(RP, policy("chat"))

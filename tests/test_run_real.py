@@ -591,3 +591,366 @@ def test_leader_killed_mid_day_the_new_leader_s_realized_error_continues(kube_se
     finally:
         for cluster, _, _ in replicas_.values():
             cluster.close()
+
+
+# ---------------------------------------------------------------------------- faults an SRE meets (sweep-kube)
+@pytest.mark.parametrize("annotations", [
+    {"headroom.dev/last-checkpoint": "yesterday"},          # not RFC 3339
+    {"headroom.dev/preemption-seconds": "nan"},             # float() takes these: not a duration
+    {"headroom.dev/preemption-seconds": "-30", "headroom.dev/checkpoint-interval-seconds": "inf"}])
+def test_a_tenant_s_malformed_workload_annotation_stops_no_policy(kube, controller, prometheus_server, tmp_path,
+                                                                  annotations):
+    """Any team can annotate its own Workloads. A last-checkpoint that was not a timestamp raised ValueError out of
+    the Workload read: every reconcile failed ('internal') and no policy acted; 'nan' or a negative preemption time
+    was taken as given (a job that stops in -30 s counted as reclaimable at once). A malformed annotation counts as
+    not given, as the adapter's docstring says."""
+    admit(kube, "tidy", 10)
+    kube.create(WL, kueue.workload(TRAIN_NS, "odd", QUEUE, gpus_per_pod=10, annotations=annotations))
+    kueue.admit(kube, TRAIN_NS, "odd", QUEUE)
+    controller.sync()
+    r = reconciler(controller, prometheus_server.url, tmp_path)
+    state = r.reconcile(MONDAY_7AM)
+    assert not any(state.reconcile_errors_total.values()), state.reconcile_errors_total
+    assert state.policies[f"{NS}/chat"].valid and replicas(kube) == state.policies[f"{NS}/chat"].reserved_gpus
+    assert state.training_gpus == 20
+    odd = training(controller)["odd"]
+    assert odd.last_checkpoint is None or odd.last_checkpoint.year > 1900
+    assert odd.preemption_seconds is None and odd.checkpoint_interval_seconds is None
+
+
+def test_run_once_that_cannot_take_the_lease_says_why_and_exits_1(kube_server, kube, prometheus_server, tmp_path,
+                                                                   capsys):
+    """run.lease.namespace misspelt (the same as a Role without `create` on leases): the Lease can be neither read
+    nor created. `headroom run --once` printed 'another replica holds the lease ...: nothing reconciled' and exited
+    0: a script saw success, and the SRE was told of a replica that does not exist."""
+    import yaml
+
+    from cli.main import main
+
+    config = tmp_path / "headroom.yaml"
+    config.write_text(yaml.safe_dump({"run": {
+        "cluster": "kubernetes", "namespace": NS, "capacity_gpus": 64,
+        "lease": {"namespace": "headroom-sytem", "name": "headroom"},
+        "prometheus": {"url": prometheus_server.url, "retries": 0}, "retrain_every_seconds": 0,
+        "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"}}))
+    kubeconfig = kube_server.apiserver.kubeconfig(tmp_path / "kubeconfig")
+    status = main(["run", "--once", "--config", str(config), "--kubeconfig", str(kubeconfig),
+                   "--metrics-port", str(free_port())])
+    out, err = capsys.readouterr()
+    assert "another replica holds the lease" not in out
+    assert status == 1 and "leader election" in err and "headroom-sytem" in err, (status, out, err)
+
+
+def test_a_replica_that_cannot_reach_its_lease_is_not_a_ready_standby(kube, prometheus_server, tmp_path):
+    """The Lease's namespace missing (or the Lease forbidden): each election round fails. The replica once reported
+    itself a ready standby (/readyz 200) while no replica could ever lead; /readyz now fails with the reason, and
+    is ready again once the Lease can be taken."""
+    from controller.metrics import _probe
+
+    r = reconciler(kube, prometheus_server.url, tmp_path)
+    loop = Loop(r, kube.leader_elector("no-such-namespace", "headroom", "replica-a", lease_seconds=30), interval=1,
+                lease_seconds=30, clock=lambda: MONDAY_7AM)
+    loop.run(once=True)
+    code, text = _probe(loop.ready, "not ready")
+    assert code == 503 and "no-such-namespace" in text and "leader election" in text, text
+    loop.elector = kube.leader_elector(NS, "headroom-ready", "replica-a", lease_seconds=30)
+    loop.run(once=True)
+    assert _probe(loop.ready, "not ready") == (200, "ok\n")
+
+
+def test_a_leader_that_loses_the_lease_mid_reconcile_writes_nothing_after(kube, controller, private_prometheus,
+                                                                          tmp_path):
+    """Replica a takes the Lease and reconciles; Prometheus hangs (SIGSTOP), so a's reconcile waits on the demand
+    read longer than the Lease lasts, and replica b takes over. a's reconcile once went on to scale, set quotas and
+    write statuses after b led: two controllers acting at once. Past its Lease's expiry (by its own clock) a replica
+    writes nothing, and says so."""
+    import signal
+
+    server = PrometheusServer(url=private_prometheus.url, step="5m", timeout_seconds=4, retries=0)
+    cfg = RunConfig(cluster="kubernetes", prometheus=server, capacity_gpus=128, namespace=NS)
+    r = Reconciler(controller, PrometheusDemand(server), cfg, forecast_log=ForecastLog(tmp_path / "log"),
+                   summary=controller.plan_summary(NS).write)
+    lease = "mid-reconcile"
+    kube.delete(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{lease}")
+    a = Loop(r, controller.leader_elector(NS, lease, "replica-a", lease_seconds=2), interval=1, lease_seconds=2,
+             clock=lambda: MONDAY_7AM)
+    b = kube.leader_elector(NS, lease, "replica-b", lease_seconds=2)
+    assert a.elector.try_acquire_or_renew() and not b.try_acquire_or_renew()
+    taken = threading.Event()
+
+    def take_over():
+        deadline = time.monotonic() + 20
+        while not b.try_acquire_or_renew() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        taken.set()
+
+    before = {"replicas": replicas(kube), "quota": kube.get_cluster_queue_quota(QUEUE),
+              "status": kube.get_reservation_policy(NS, "chat").get("status")}
+    private_prometheus.process.signal_group(signal.SIGSTOP)
+    thread = threading.Thread(target=take_over, daemon=True)
+    try:
+        thread.start()
+        a.run(once=True)  # renews, then hangs in the demand read while b takes over
+    finally:
+        private_prometheus.process.signal_group(signal.SIGCONT)
+        thread.join(30)
+    assert taken.is_set() and b.holder() == "replica-b"
+    after = {"replicas": replicas(kube), "quota": kube.get_cluster_queue_quota(QUEUE),
+             "status": kube.get_reservation_policy(NS, "chat").get("status")}
+    assert after == before, "a replica past its Lease wrote to the cluster"
+    state = r.holder.get()
+    assert state.reconcile_errors_total.get("cluster", 0) >= 1  # said, not silent
+
+
+def test_after_a_long_api_server_outage_the_first_reconcile_reads_fresh_state(kube_server, kube, controller,
+                                                                              prometheus_server, tmp_path):
+    """An outage long enough that the watch caches back off (seconds between tries): once the API server is back,
+    they went on serving what they held before the outage until their next try (up to 30 s), so the reconciles
+    in between planned on stale state: here a 40-GPU Workload Kueue admitted right after the restart was not seen,
+    its GPUs counted as free. A cache whose watch is not connected is not read: the reconcile lists."""
+    r = reconciler(controller, prometheus_server.url, tmp_path)
+    assert r.reconcile(MONDAY_7AM).training_gpus == 0
+    kube_server.apiserver.stop()
+    try:
+        time.sleep(12)  # the caches retry at 0.2, 0.4, ... 6.4 s: their next try is seconds away
+    finally:
+        kube_server.apiserver.start()
+    admit(kube, "after-outage", 40)
+    state = r.reconcile(MONDAY_7AM + pd.Timedelta(minutes=5))
+    assert state.training_gpus == 40, "planned on the watch cache as it was before the outage"
+    assert not any(state.reconcile_errors_total.values()), state.reconcile_errors_total
+
+
+@pytest.fixture
+def without_evict(kube_server, kube):
+    """The shipped ClusterRole minus `patch` on Workloads, bound (test-only) to the unprivileged user: a controller
+    that can do everything but evict. Unbound afterwards."""
+    import yaml
+
+    from tests.servers import ROOT
+
+    (role,) = [d for d in yaml.safe_load_all((ROOT / "deploy" / "base" / "rbac.yaml").read_text())
+               if d and d["kind"] == "ClusterRole"]
+    for rule in role["rules"]:
+        if rule["resources"] == ["workloads"]:
+            rule["verbs"] = [v for v in rule["verbs"] if v != "patch"]
+    name = "headroom-test-no-evict"
+    role["metadata"] = {"name": name}
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+               "subjects": [{"kind": "User", "name": "headroom-viewer", "apiGroup": "rbac.authorization.k8s.io"}]}
+    rbac = "/apis/rbac.authorization.k8s.io/v1"
+    kube.apply(f"{rbac}/clusterroles/{name}", role)
+    kube.apply(f"{rbac}/clusterrolebindings/{name}", binding)
+    api = kube_server.apiserver
+    viewer = KubeCluster.from_token(api.host, api.viewer_token, ca_file=str(api.ca_file), request_timeout=5)
+    review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+              "spec": {"resourceAttributes": {"verb": "list", "group": "kueue.x-k8s.io", "resource": "workloads"}}}
+    path = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+
+    def allowed() -> bool:
+        return viewer.create(path, review)["status"].get("allowed", False)
+
+    deadline = time.monotonic() + 15
+    while not allowed():
+        assert time.monotonic() < deadline, "the test role never reached the authorizer"
+        time.sleep(0.2)
+    yield viewer
+    viewer.close()
+    kube.delete(f"{rbac}/clusterrolebindings/{name}")
+    kube.delete(f"{rbac}/clusterroles/{name}")
+    probe = KubeCluster.from_token(api.host, api.viewer_token, ca_file=str(api.ca_file), request_timeout=5)
+    deadline = time.monotonic() + 15
+    while probe.create(path, review)["status"].get("allowed", False):  # other tests meet an unprivileged user again
+        assert time.monotonic() < deadline, "the test role never left the authorizer"
+        time.sleep(0.2)
+    probe.close()
+
+
+def test_evictions_the_api_server_refuses_are_said_on_the_policy(without_evict, kube, prometheus_server, tmp_path):
+    """RBAC without `patch` on Workloads: the morning ramp's evictions are refused (403). Only the controller's log
+    and the preempt error counter said so; the policy said Ready=True while the GPUs its reservation needs stayed
+    with training. The policy on whose behalf an eviction failed says Ready=False, PreemptFailed, naming the
+    Workload and the error, with a Warning event."""
+    for i in range(12):
+        admit(kube, f"rbac-{i}", 10)
+    watching = without_evict.watch()
+    server = PrometheusServer(url=prometheus_server.url, step="5m", timeout_seconds=10, retries=0)
+    cfg = RunConfig(cluster="kubernetes", prometheus=server, capacity_gpus=128, namespace=NS)
+    r = Reconciler(watching, PrometheusDemand(server), cfg, forecast_log=ForecastLog(tmp_path / "log"))
+    state = r.reconcile(MONDAY_7AM + pd.Timedelta(hours=3))
+    assert state.reconcile_errors_total.get("preempt", 0) >= 1
+    assert all(w.active for w in training(kube).values())  # nothing was evicted
+    _, conditions = rp_status(kube)
+    ready = conditions["Ready"]
+    assert (ready["status"], ready["reason"]) == ("False", "PreemptFailed"), ready
+    assert f"Workload {TRAIN_NS}/rbac-" in ready["message"] and "HTTP 403" in ready["message"]
+    assert "PreemptFailed" in events(kube, "ReservationPolicy", "chat", NS)
+
+
+def test_a_training_queue_with_two_gpu_flavors_is_named_with_what_to_do(kube, controller, prometheus_server,
+                                                                        tmp_path):
+    """A ClusterQueue whose GPUs come in two flavors (a100 and h100): headroom cannot tell which flavor's quota to
+    lend. The policy's status said 'name one (flavor=...)', an argument of a Python method no user can give. It
+    names the flavors and what the ClusterQueue needs; the other policy goes on."""
+    kube.apply(kueue.path("resourceflavors", "h100"), kueue.resource_flavor("h100"))
+    cq = kueue.cluster_queue("two-flavors", gpus=4, cohort="two-flavors-pool")
+    group = cq["spec"]["resourceGroups"][0]
+    group["flavors"].append({"name": "h100", "resources": [{"name": kueue.GPU, "nominalQuota": 4}]})
+    kube.apply(kueue.path("clusterqueues", "two-flavors"), cq)
+    try:
+        kube.create(f"/apis/apps/v1/namespaces/{NS}/deployments", deployment("mixed"))
+        kube.create(RP, policy("mixed", trainingClusterQueues=["two-flavors"], inferenceClusterQueue=None))
+        controller.sync()
+        state = reconciler(controller, prometheus_server.url, tmp_path).reconcile(MONDAY_7AM)
+        _, conditions = rp_status(kube, "mixed")
+        ready = conditions["Ready"]
+        assert (ready["status"], ready["reason"]) == ("False", "QuotaFailed"), ready
+        assert "flavor=" not in ready["message"], ready["message"]
+        assert "ClusterQueue two-flavors" in ready["message"] and "a100, h100" in ready["message"]
+        assert state.policies[f"{NS}/chat"].valid and rp_status(kube)[1]["Ready"]["status"] == "True"
+    finally:
+        kube.delete(kueue.path("clusterqueues", "two-flavors"))
+
+
+def test_a_policy_lending_into_another_s_inference_queue_is_refused_and_inference_keeps_its_gpus(
+        kube, controller, prometheus_server, tmp_path):
+    """A second policy names the first's inferenceClusterQueue among its trainingClusterQueues (each spec is valid on
+    its own). The inference queue's quota was written twice a reconcile, the slack share winning over the
+    reservation, and the inference Workload running in it was counted as training and evicted at the morning ramp;
+    both policies said Ready=True. A queue is an inference queue or a training queue: the policy that claims it
+    otherwise after another did is refused, naming the other; the first goes on."""
+    time.sleep(1.1)  # creation times have whole seconds: "other" comes after "chat"
+    kube.apply(kueue.path("localqueues", INFERENCE_QUEUE, NS), kueue.local_queue(NS, INFERENCE_QUEUE))
+    inference_wl = kueue.path("workloads", namespace=NS)
+    kube.create(inference_wl, kueue.workload(NS, "chat-pods", INFERENCE_QUEUE, gpus_per_pod=1, count=4))
+    kube.create(f"/apis/apps/v1/namespaces/{NS}/deployments", deployment("other"))
+    kube.create(RP, policy("other", trainingClusterQueues=[INFERENCE_QUEUE], inferenceClusterQueue=None))
+    try:
+        for i in range(12):
+            admit(kube, f"train-{i}", 10)
+        kueue.admit(kube, NS, "chat-pods", INFERENCE_QUEUE)
+        controller.sync()
+        r = reconciler(controller, prometheus_server.url, tmp_path)
+        for hour in range(6):  # 07:00 .. 12:00: the morning ramp takes GPUs back
+            state = r.reconcile(MONDAY_7AM + pd.Timedelta(hours=hour))
+            chat, other = state.policies[f"{NS}/chat"], state.policies[f"{NS}/other"]
+            assert chat.valid and not other.valid
+            assert kube.get_cluster_queue_quota(INFERENCE_QUEUE) == chat.reserved_gpus  # the reservation, not slack
+            assert {w.name: w for w in controller.workloads()}["chat-pods"].active, "inference was evicted"
+        assert f"ReservationPolicy {NS}/chat" in other.error and "spec.trainingClusterQueues" in other.error
+        _, conditions = rp_status(kube, "other")
+        assert (conditions["Ready"]["status"], conditions["Ready"]["reason"]) == ("False", "InvalidSpec")
+    finally:
+        kube.delete(kueue.path("workloads", "chat-pods", NS))
+
+
+def test_a_policy_whose_inference_queue_is_another_s_clusterqueue_target_is_refused(kube, controller,
+                                                                                   prometheus_server, tmp_path):
+    """Policy "queue-target" reserves by a ClusterQueue target (its quota is that policy's reservation); "chat" runs
+    its inference in that same queue. Each reconcile wrote the queue twice, each policy's reservation in turn, and it
+    held neither. The policy that names it second is refused."""
+    kube.apply(kueue.path("clusterqueues", "target-run"),
+               kueue.cluster_queue("target-run", gpus=0, cohort=COHORT, lending_limit=0))
+    try:
+        kube.create(RP, policy("queue-target", target={"kind": "ClusterQueue", "name": "target-run"},
+                               inferenceClusterQueue=None, trainingClusterQueues=[]))
+        time.sleep(1.1)  # creation times have whole seconds
+        kube.delete(f"{RP}/chat")  # chat again, now after "queue-target", in the target's queue
+        kube.create(RP, policy("chat", inferenceClusterQueue="target-run"))
+        controller.sync()
+        r = reconciler(controller, prometheus_server.url, tmp_path)
+        for minutes in (0, 5):
+            state = r.reconcile(MONDAY_7AM + pd.Timedelta(minutes=minutes))
+            target = state.policies[f"{NS}/queue-target"]
+            assert target.valid and not state.policies[f"{NS}/chat"].valid
+            assert kube.get_cluster_queue_quota("target-run") == target.reserved_gpus
+            assert not [a for a in state.actions if getattr(a, "queue", None) == "target-run"]
+        assert f"ReservationPolicy {NS}/queue-target" in state.policies[f"{NS}/chat"].error
+    finally:
+        kube.delete(kueue.path("clusterqueues", "target-run"))
+
+
+def test_no_training_is_evicted_for_a_reservation_that_could_not_be_applied(kube, controller, prometheus_server,
+                                                                            tmp_path):
+    """A policy whose Deployment was deleted (TargetMissing): its scale fails every reconcile, yet the morning
+    ramp's evictions made on its behalf went ahead, freeing GPUs that no inference replica would take: training work
+    lost for nothing. Evictions on behalf of a policy whose reservation could not be applied are dropped."""
+    kube.delete(f"{RP}/chat")
+    kube.create(RP, policy("gone", target={"kind": "Deployment", "name": "deleted-deployment"}))
+    for i in range(12):
+        admit(kube, f"train-{i}", 10)
+    controller.sync()
+    r = reconciler(controller, prometheus_server.url, tmp_path)
+    for hour in range(6):  # 07:00 .. 12:00: the ramp would take GPUs back for its reservation
+        state = r.reconcile(MONDAY_7AM + pd.Timedelta(hours=hour))
+        assert not state.policies[f"{NS}/gone"].reserved_gpus < 2
+    assert all(w.active for w in training(kube).values()), "training evicted for a target that does not exist"
+    assert sum(state.preemptions_total.values()) == 0
+    _, conditions = rp_status(kube, "gone")
+    assert conditions["Ready"]["reason"] == "TargetMissing"
+
+
+def test_a_replica_that_leads_again_rewrites_the_plan_summary_the_other_changed(kube, prometheus_server, tmp_path):
+    """a leads and writes the plan summary; b takes over and writes its own; a leads again with the same plan as
+    before. a skipped the write (the same as what it last wrote, under an hour ago), so the summary went on showing
+    b's numbers, not the plan in force, for up to an hour. A replica that takes the Lease writes it on its first
+    reconcile, as the summary's docstring says."""
+    loops = {}
+    for identity, clock in (("replica-a", MONDAY_7AM), ("replica-b", MONDAY_7AM + pd.Timedelta(hours=5))):
+        r = reconciler(kube, prometheus_server.url, tmp_path / identity)
+        elector = kube.leader_elector(NS, "summary-handover", identity, lease_seconds=30)
+        loops[identity] = Loop(r, elector, interval=1, lease_seconds=30, clock=lambda c=clock: c)
+    a, b = loops["replica-a"], loops["replica-b"]
+    a.run(once=True)  # leads, writes, releases
+    ours = kube.plan_summary(NS).read()
+    b.run(once=True)  # takes over at once, writes its own (another moment: other numbers)
+    assert kube.plan_summary(NS).read()["nextHours"] != ours["nextHours"]
+    a.run(once=True)  # a again, the same plan as its first
+    summary = kube.plan_summary(NS).read()
+    assert summary["nextHours"] == ours["nextHours"] and summary["planId"] == a.reconciler.holder.get().plan_id
+
+
+def test_a_controller_that_let_its_lease_go_never_takes_it_back_to_write_late_statuses(kube, prometheus_server,
+                                                                                       tmp_path):
+    """Statuses are written beside the reconciles; a write asks whether this replica still leads. Once it has let
+    the Lease go on its way out, a status still queued must not renew it (it would hold the Lease it just handed
+    over, and no other replica could take it for a whole Lease)."""
+    r = reconciler(kube, prometheus_server.url, tmp_path, beside=True)
+    lease = "let-go"
+    kube.delete(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{lease}")
+    loop = Loop(r, kube.leader_elector(NS, lease, "replica-a", lease_seconds=30), interval=1, lease_seconds=30,
+                clock=lambda: MONDAY_7AM)
+    loop.run(once=True)
+    assert not loop.still_leading()  # what a late status write asks
+    r.close()
+    holder = kube.get(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{lease}")["spec"].get("holderIdentity")
+    assert holder is None
+
+
+def test_an_hpa_whose_deployment_is_missing_is_named_and_takes_no_training(kube, controller, prometheus_server,
+                                                                            tmp_path):
+    """The HPA exists, the Deployment it scales does not. The status said 'HorizontalPodAutoscaler front not found'
+    (the SRE finds it there), and the morning ramp evicted training for replicas that could not exist. The status
+    names the missing Deployment, and no training is evicted on the policy's behalf."""
+    kube.delete(f"{RP}/chat")
+    kube.create(f"/apis/autoscaling/v1/namespaces/{NS}/horizontalpodautoscalers", {
+        "apiVersion": "autoscaling/v1", "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "front", "namespace": NS},
+        "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "front-deleted"},
+                 "minReplicas": 1, "maxReplicas": 100}})
+    try:
+        kube.create(RP, policy("front", target={"kind": "HorizontalPodAutoscaler", "name": "front"}))
+        for i in range(12):
+            admit(kube, f"train-{i}", 10)
+        controller.sync()
+        r = reconciler(controller, prometheus_server.url, tmp_path)
+        for hour in range(6):
+            r.reconcile(MONDAY_7AM + pd.Timedelta(hours=hour))
+        _, conditions = rp_status(kube, "front")
+        ready = conditions["Ready"]
+        assert (ready["status"], ready["reason"]) == ("False", "TargetMissing"), ready
+        assert "Deployment front-deleted" in ready["message"], ready["message"]
+        assert all(w.active for w in training(kube).values()), "training evicted for replicas that cannot exist"
+    finally:
+        kube.delete(f"/apis/autoscaling/v1/namespaces/{NS}/horizontalpodautoscalers/front")
