@@ -81,8 +81,10 @@ def connect(server: PrometheusServer) -> PrometheusConnect:
     """A client for `server` whose one session keeps up to CONNECTIONS connections open for reuse, each request
     retried with back-off on a refused connection or a server error, the bearer token file read at each request."""
     token_file = server.bearer_token_file
+    # raise_on_status=False: the last answer of a failing status comes back, so its error ("query timed out in
+    # expression evaluation") is told, and a query too slow for the server is told from one that fails otherwise
     retry = Retry(total=server.retries, backoff_factor=0.5, status_forcelist=(500, 502, 503, 504),
-                  allowed_methods=("GET",))
+                  allowed_methods=("GET",), raise_on_status=False)
     session = requests.Session()
     session.verify = False if server.insecure_skip_verify else (str(server.ca_file) if server.ca_file else True)
     client = PrometheusConnect(url=server.url, auth=_bearer(lambda: token_file.read_text().strip()) if token_file
@@ -110,6 +112,15 @@ def _refused(exc: PrometheusError) -> bool:
     """The server answered that it cannot run the query (HTTP 4xx: it does not parse, or fails to evaluate)."""
     cause = exc.__cause__
     return isinstance(cause, PrometheusApiClientException) and str(cause).startswith("HTTP Status Code 4")
+
+
+def _too_slow(exc: PrometheusError) -> bool:
+    """The query ran out of time: the server's --query.timeout (503, errorType timeout) or the client's read
+    timeout."""
+    cause = exc.__cause__
+    if isinstance(cause, PrometheusApiClientException):
+        return str(cause).startswith("HTTP Status Code 503") and '"errorType":"timeout"' in str(cause)
+    return isinstance(cause, requests.ReadTimeout) or "Read timed out" in str(cause)
 
 
 def on_step_grid(start: datetime, end: datetime, step: pd.Timedelta) -> tuple[pd.Timestamp, pd.Timestamp]:
@@ -159,25 +170,34 @@ def _batches(queries: Sequence[str], points: int) -> list[list[int]]:
 
 
 def read_together(client: PrometheusConnect, queries: Sequence[str], start: datetime, end: datetime,
-                  step: str) -> list[pd.Series | PrometheusError]:
+                  step: str, slow: set[str] | None = None) -> list[pd.Series | PrometheusError]:
     """read_range of each of `queries` over one [start, end], several in a request: joined by `or`, each tagged by
     label_replace with its place, the result split by the tag (a thousand policies' reads a minute in tens of
     requests, not a thousand). A batch the server refuses (a query in it does not parse, or cannot be tagged) is
-    halved until the query fails alone; a batch that fails otherwise (the server unreachable or failing) fails each
-    read as it would fail alone, without asking again; a range over MAX_POINTS is read alone, in chunks."""
+    halved until the query fails alone. A batch too slow for the server is halved, one request a half, down the
+    half that is still too slow, so the query that is fails alone (when both halves are, the server is slow for
+    every query: each fails); it is added to `slow`, whose queries are read alone. A batch that fails otherwise
+    (the server unreachable or failing) fails each read as it would fail alone, without asking again; a range over
+    MAX_POINTS is read alone, in chunks."""
     step_delta = pd.Timedelta(step)
+    slow = set() if slow is None else slow
     out: list[pd.Series | PrometheusError] = [PrometheusError("not read")] * len(queries)
     lo, hi = on_step_grid(start, end, step_delta)  # one chunk: a batch holds at most MAX_POINTS (_batches)
     if hi < lo:  # no step of the grid inside: nothing to read
         return [parse_matrix([], q) for q in queries]
 
-    def read(batch: list[int]) -> None:
+    def read(batch: list[int], after_slow: bool = False) -> bool:
+        """Read `batch` into `out`; whether it was too slow. `after_slow`: its whole was, so a slow half is not
+        asked again whole but narrowed, and two slow halves fail."""
         if len(batch) == 1:  # alone (a range over MAX_POINTS: in chunks)
             try:
                 out[batch[0]] = read_range(client, queries[batch[0]], start, end, step)
             except PrometheusError as exc:
                 out[batch[0]] = exc
-            return
+                if _too_slow(exc):
+                    slow.add(queries[batch[0]])
+                    return True
+            return False
         joined = " or ".join(f'label_replace(({queries[i]}), "{TAG}", "{i}", "", "")' for i in batch)
         try:
             result = _query_range(client, joined, lo, hi, step_delta)
@@ -185,10 +205,13 @@ def read_together(client: PrometheusConnect, queries: Sequence[str], start: date
             if _refused(exc):
                 read(batch[:len(batch) // 2])
                 read(batch[len(batch) // 2:])
-            else:
-                for i in batch:
-                    out[i] = _failure(client, queries[i], lo, hi, exc.__cause__)
-            return
+                return False
+            if _too_slow(exc) and not after_slow:
+                narrow(batch)
+                return True
+            for i in batch:
+                out[i] = _failure(client, queries[i], lo, hi, exc.__cause__)
+            return _too_slow(exc)
         tagged: dict[str, list[dict]] = {}
         for r in result:
             metric = dict(r.get("metric", {}))
@@ -198,8 +221,21 @@ def read_together(client: PrometheusConnect, queries: Sequence[str], start: date
                 out[i] = _on_grid(parse_matrix(tagged.get(str(i), []), queries[i]), lo, hi, step_delta)
             except PrometheusError as exc:
                 out[i] = exc
+        return False
 
-    for batch in _batches(queries, int((hi - lo) / step_delta) + 1):
+    def narrow(batch: list[int]) -> None:
+        """`batch` was too slow: read its halves, one request each, and narrow the one still too slow (both: the
+        server is slow for all of them, and each has failed)."""
+        if len(batch) > 1:
+            halves = batch[:len(batch) // 2], batch[len(batch) // 2:]
+            slow_halves = [half for half in halves if read(half, after_slow=True)]
+            if len(slow_halves) == 1:
+                narrow(slow_halves[0])
+
+    alone = [[i] for i, q in enumerate(queries) if q in slow]
+    together = [i for i, q in enumerate(queries) if q not in slow]
+    for batch in alone + [[together[k] for k in b] for b in _batches([queries[i] for i in together],
+                                                                       int((hi - lo) / step_delta) + 1)]:
         read(batch)
     return out
 
@@ -229,6 +265,7 @@ class PrometheusDemand:
     def __init__(self, server: PrometheusServer):
         self.server = server
         self.client = connect(server)
+        self.slow: set[str] = set()  # queries found too slow for the server: read alone, so they fail alone
 
     def read(self, key: str, query: str, start: pd.Timestamp, end: pd.Timestamp) -> pd.Series:
         raw = read_range(self.client, query, start.to_pydatetime(), end.to_pydatetime(), self.server.step)
@@ -244,7 +281,7 @@ class PrometheusDemand:
             ranges.setdefault((start, end), []).append(k)
         for (start, end), places in ranges.items():
             got = read_together(self.client, [reads[k][1] for k in places], start.to_pydatetime(),
-                                end.to_pydatetime(), self.server.step)
+                                end.to_pydatetime(), self.server.step, self.slow)
             for k, raw in zip(places, got):
                 out[k] = raw if isinstance(raw, Exception) else raw[raw.index > start]
         return out

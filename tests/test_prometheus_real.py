@@ -13,6 +13,7 @@ import pytest
 import adapters.prometheus as promsrc
 from adapters.prometheus import PrometheusDemand, PrometheusError, PrometheusSource
 from core.settings import PrometheusServer
+from tests.servers import prometheus as prom_servers
 from tests.servers.prometheus import METRIC, connections_accepted
 
 START = pd.Timestamp("1995-07-01T04:00:00Z")
@@ -214,6 +215,37 @@ def test_many_reads_from_an_unreachable_server_fail_each_as_alone_without_asking
     for (_, query, start, _), answer in zip(reads, got):
         assert isinstance(answer, PrometheusError)
         assert str(answer).startswith(f"Prometheus at http://127.0.0.1:1 failed for {query!r} [{start.isoformat()}")
+
+
+def test_a_query_too_slow_for_the_server_fails_alone_and_is_read_alone_after(prometheus_blocks, tmp_path, monkeypatch):
+    """A fault stays inside the policy it hits: one policy's query that runs past the server's --query.timeout failed
+    the whole request it shared, so every policy read beside it was degraded, at every reconcile. Now the request is
+    halved down to the slow query (the other halves read), and that query is read alone from then on."""
+    server = prom_servers.start_prometheus(prometheus_blocks, tmp_path / "prom", flags=("--query.timeout=200ms",))
+    try:
+        demand = PrometheusDemand(PrometheusServer(url=server.url, step="5m", retries=0, timeout_seconds=20))
+        end = pd.Timestamp("1995-07-10T12:00:00Z")
+        slow = f"max_over_time({METRIC}[2d:100ms])"  # 1.7 million points a step: never within 200 ms
+        queries = [slow if i == 5 else f"{METRIC} * {i + 1}" for i in range(8)]
+        reads = [(f"p{i}", q, end - pd.Timedelta(hours=1), end) for i, q in enumerate(queries)]
+        sent = []
+        ask = demand.client.custom_query_range
+        monkeypatch.setattr(demand.client, "custom_query_range",
+                            lambda query, **kw: sent.append(query) or ask(query, **kw))
+        got = demand.read_many(reads)
+        assert len(sent) <= 1 + 2 * 3  # the request, then two halves a level down to the slow query
+        assert isinstance(got[5], PrometheusError) and slow in str(got[5]) and "timed out" in str(got[5])
+        sent.clear()
+        again = demand.read_many(reads)  # the next reconcile: the slow query alone, the others together
+        assert isinstance(again[5], PrometheusError) and len(sent) == 2 and slow in sent
+        for i in range(8):
+            if i != 5:
+                assert not isinstance(got[i], Exception), (i, got[i])
+                alone = demand.read("p", queries[i], *reads[i][2:])
+                pd.testing.assert_series_equal(got[i], alone)
+                pd.testing.assert_series_equal(again[i], alone)
+    finally:
+        server.stop()
 
 
 @pytest.mark.parametrize("query, what", [("headroom_no_such_metric", "fewer than two real values"),

@@ -67,6 +67,7 @@ class PrometheusServer:
     workdir: Path
     port: int = 0
     process: ServerProcess | None = field(default=None, repr=False)
+    flags: tuple[str, ...] = ()  # more command-line flags (e.g. a short --query.timeout)
 
     @property
     def url(self) -> str:
@@ -83,7 +84,7 @@ class PrometheusServer:
             [binary, f"--config.file={config}", f"--storage.tsdb.path={self.data_dir}",
              f"--web.listen-address=127.0.0.1:{self.port}",
              "--storage.tsdb.retention.time=3650d",  # backfilled history must survive start-up
-             "--log.level=warn"],
+             "--log.level=warn", *self.flags],
             self.workdir / "prometheus.log")
         wait_until(self._ready, timeout, f"prometheus on :{self.port}", self.process)
         return self
@@ -102,12 +103,12 @@ class PrometheusServer:
         self.start()
 
 
-def start_prometheus(blocks: Path, workdir: Path | None = None) -> PrometheusServer:
-    """Start a Prometheus on a private copy of backfilled `blocks`."""
+def start_prometheus(blocks: Path, workdir: Path | None = None, flags: tuple[str, ...] = ()) -> PrometheusServer:
+    """Start a Prometheus on a private copy of backfilled `blocks`, with more command-line `flags`."""
     workdir = Path(workdir or tempfile.mkdtemp(prefix="headroom-prom-"))
     data_dir = workdir / "data"
     shutil.copytree(blocks, data_dir)
-    return PrometheusServer(data_dir=data_dir, workdir=workdir).start()
+    return PrometheusServer(data_dir=data_dir, workdir=workdir, flags=flags).start()
 
 
 def connections_accepted(url: str) -> int:
