@@ -125,16 +125,22 @@ def tune(scenario: Scenario, base: PolicySpec, grid: TuneConfig = TuneConfig(),
         fields_, spec, best = max(met, key=lambda x: (x[2].utilization, -x[2].shortage_within_cluster))
         reason = (f"highest utilization {best.utilization:.3f} of {len(met)} setting(s) meeting shortage <= "
                   f"{objective.max_shortage:.3%} and short steps <= {objective.max_short_steps:.2%} on the "
-                  f"history's last {replay.days:g} days, with a day-to-day standard error to spare (short "
+                  f"history's last {_replayed(replay)}, with a day-to-day standard error to spare (short "
                   f"{best.shortage_within_cluster:.3%} ± {best.shortage_within_cluster_se:.3%} of demand, in "
                   f"{best.short_steps:.2%} ± {best.short_steps_se:.2%} of steps)" + _thin(best, replay.days))
     else:
         fields_, spec, best = min(rows, key=lambda x: (_excess(x[2], objective), -x[2].utilization))
         reason = (f"no setting meets the objective with a day-to-day standard error to spare on the history's "
-                  f"last {replay.days:g} days; the closest, "
+                  f"last {_replayed(replay)}; the closest, "
                   f"{_describe(fields_)}, is short {best.shortage_within_cluster:.3%} of demand in "
                   f"{best.short_steps:.2%} of steps. " + _in_the_way(best, replay, spec))
     return TuneResult(table, spec, bool(met), reason, replay.days, recheck(replay, spec, fits, best))
+
+
+def _replayed(replay: Scenario) -> str:
+    """The replayed days, and when they were: an SRE checks which days a setting was chosen on."""
+    steps = replay.evaluated
+    return f"{replay.days:g} days ({steps[0]:%Y-%m-%d %H:%M} .. {steps[-1]:%Y-%m-%d %H:%M} UTC)"
 
 
 def _thin(r: SimResult, days: float) -> str:

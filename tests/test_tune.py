@@ -60,6 +60,10 @@ def test_recommends_the_highest_utilization_meeting_the_objective(tmp_path):
     assert (rec.target_quantile, rec.warm_buffer) == (best.target_quantile, best.warm_buffer)
     assert t.recheck.utilization == best.utilization and t.recheck.objective_met
     assert "highest utilization" in t.reason
+    # which days: the replay's first and last steps, before the evaluated days (the history only)
+    replayed = s.history.index[s.history.index > s.history.index[-1] - pd.Timedelta(days=t.replay_days)]
+    assert f"({replayed[0]:%Y-%m-%d %H:%M} .. {replayed[-1]:%Y-%m-%d %H:%M} UTC)" in t.reason
+    assert replayed[-1] < s.evaluated[0]
     # a replay under a week (or with no short step) says what it cannot show
     assert ("the evidence is thin" in t.reason) == (t.replay_days < 7 or t.recheck.short_steps == 0)
     assert t.replay_days < 7 and f"rarer than once in {t.replay_days:g} days" in t.reason
