@@ -389,7 +389,9 @@ def test_a_training_stopped_by_sigterm_releases_its_lease_and_ends_its_runs(mlfl
 
     from forecast.synthetic import write_csv
 
-    write_csv(demand(days=60), tmp_path / "long.csv")
+    # long enough that the signal comes inside the backtests however late the lease is seen (MLflow's search is
+    # slow under load, and a candidate that falls back finishes at once)
+    write_csv(demand(days=120), tmp_path / "long.csv")
     (tmp_path / "slow.yaml").write_text("training:\n  candidates: [auto, gbm, mstl, ets, theta]\n")
     env = {**{k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([sys.executable, "-m", "cli.main", "train", "--config", str(tmp_path / "slow.yaml"),
