@@ -8,15 +8,14 @@ from cli.simulate import check_output_dir, check_output_folders, every_policy, r
 from cli.sources import history_name
 from controller.simulate import write_timeline
 from dashboards.report import (
-    above_cluster_note,
     compare_policies,
     comparison_table,
     format_table,
-    missing_note,
     missing_steps,
     render_report,
     timeline_of,
 )
+from dashboards.report import notes as report_notes
 
 
 def cmd_report(cfg, args) -> int:
@@ -48,7 +47,7 @@ def cmd_report(cfg, args) -> int:
     if args.timeline:
         say(f"timeline: {write_timeline(timeline_of(results[cfg.simulate.policy]), args.timeline)}")
     # what the table leaves out (as simulate says it): said on stderr, and in the JSON, which has no progress lines
-    notes = [n for n in (above_cluster_note(results[cfg.simulate.policy], c.gpus), missing_note(missing)) if n]
+    notes = report_notes(results[cfg.simulate.policy], c.gpus, missing)
     for note in notes:
         say(f"note: {note}")
     table = comparison_table(results)

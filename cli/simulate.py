@@ -14,16 +14,12 @@ from cli import sources
 from cli.config import Config
 from core.errors import BadRequest
 from core.settings import MAX_CLUSTER_GPUS
-from dashboards.report import above_cluster_note, missing_note, missing_steps
+from dashboards.report import above_cluster_note, missing_steps
+from dashboards.report import notes as report_notes
 
 if TYPE_CHECKING:  # imported when used: the CLI starts without the simulator
     from controller.simulate import Scenario
     from core.policy import PolicySpec
-
-
-def native_series(cfg: Config):
-    """The history at its own step (the simulator replays every sample), gaps kept."""
-    return sources.native_series(cfg, datetime.now(UTC))
 
 
 def _own_output(flag: str) -> tuple[str, bytes] | None:
@@ -180,7 +176,7 @@ def whatif(cfg: Config, progress=None) -> WhatIf:
     from forecast.history import sampling_step
 
     c = cfg.simulate
-    demand = native_series(cfg)
+    demand = sources.native_series(cfg, datetime.now(UTC))
     span_days = (demand.index[-1] - demand.index[0]).total_seconds() / 86400
     if c.days >= span_days:
         raise BadRequest(f"simulate.days {c.days:g} leaves no history: the trace {sources.history_name(cfg)} covers "
@@ -264,7 +260,7 @@ def refuse_flags_the_file_holds(cfg: Config, args) -> None:
 
 def cmd_simulate(cfg: Config, args) -> int:
     from cli.progress import stage_printer
-    from controller.simulate import TimedResult, simulate, write_timeline
+    from controller.simulate import REFERENCES, TimedResult, simulate, write_timeline
 
     if cfg.simulate.policy_file is not None and cfg.simulate.policy not in ("forecast", "oracle", "hourly-oracle"):
         raise BadRequest("--policy-file runs exactly the file's policy: --policy may only be forecast (the default), "
@@ -274,7 +270,7 @@ def cmd_simulate(cfg: Config, args) -> int:
     say = stage_printer("simulate", quiet=args.json)
     w = whatif(cfg)
     started = time.perf_counter()
-    if not w.from_file and cfg.simulate.policy not in ("oracle", "hourly-oracle"):
+    if not w.from_file and cfg.simulate.policy not in REFERENCES:
         say(f"tuning the {cfg.simulate.policy} policy on the history: each setting replayed, as tune does")
     spec, tuned = resolved(cfg, w, cfg.simulate.policy, progress=say)
     replay_seconds = time.perf_counter() - started if tuned is not None else 0.0
@@ -288,7 +284,7 @@ def cmd_simulate(cfg: Config, args) -> int:
     fields_ = {k: v for k, v in asdict(result).items() if k not in ("timeline", "detail", "events")}
     fields_["buffer_replay_seconds"] = replay_seconds  # tuning by replaying the history (0: --policy-file, a reference)
     # what the numbers leave out, as report says it: on stderr, and in the JSON (which has no progress lines)
-    notes = [n for n in (above_cluster_note(result, cfg.simulate.gpus), missing_note(missing_steps(w.scenario))) if n]
+    notes = report_notes(result, cfg.simulate.gpus, missing_steps(w.scenario))
     for note in notes:
         say(f"note: {note}")
     if args.json:

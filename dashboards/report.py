@@ -137,6 +137,11 @@ def missing_note(missing: pd.DatetimeIndex | None) -> str:
     return f"no data in the trace for {len(missing)} steps: demand taken as the last sample seen"
 
 
+def notes(result: SimResult, gpus: int, missing: pd.DatetimeIndex | None) -> list[str]:
+    """What a result's figures leave out: demand above the cluster, and the steps the trace has no sample for."""
+    return [n for n in (above_cluster_note(result, gpus), missing_note(missing)) if n]
+
+
 def plot_demand(result: SimResult, path: Path, gpus: int | None = None,
                 missing: pd.DatetimeIndex | None = None) -> Figure:
     """Demand vs the forecast band vs the reservation, shortages marked (and the cluster's size, when `gpus` is
@@ -294,9 +299,8 @@ def render_report(out_dir: Path, results: Mapping[str, SimResult], timeline_poli
                     f"(objective {verdict}), lent {f.training_gpu_hours:,.0f} GPU-hours to training at "
                     f"{f.training_goodput:.1%} goodput, and broke the headroom guarantee {f.headroom_violations} "
                     f"time(s).</p>")
-    for note in (above_cluster_note(timed, gpus), missing_note(missing)):
-        if note:
-            headline += f"<p><b>Note:</b> {html.escape(note)}.</p>"
+    for note in notes(timed, gpus, missing):
+        headline += f"<p><b>Note:</b> {html.escape(note)}.</p>"
     facts_html = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in facts.items())
     figs_html = "".join(
         f'<figure><h2>{html.escape(fig.title)}</h2><img src="{_data_uri(fig.path)}" alt="{html.escape(fig.title)}">'
