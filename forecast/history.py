@@ -437,8 +437,7 @@ class CleaningReport:
             f"{self.missing_steps} missing points (kept missing, never scored)",
         ] + ([f"{self.partial_sums} sums over a step with samples missing, taken at its samples' mean for the "
               "missing ones (never as zero demand)"] if self.partial_sums else []) \
-          + ([f"timestamps read as {self.timestamps}"] if self.timestamps.startswith("epoch") else [])
-
+          + self._epoch_note()
 
     def repairs(self) -> list[str]:
         """What cleaning changed, and the points it kept missing, one phrase each: empty when the history was used as
@@ -448,8 +447,11 @@ class CleaningReport:
                 (self.counter_resets, "counter resets"), (len(self.outliers), "outliers clipped"),
                 (self.partial_sums, "sums over a step with samples missing (taken at its samples' mean)"),
                 (self.missing_steps, "missing points (kept missing, never scored)")]
-        return [f"{n} {what}" for n, what in said if n] + \
-            ([f"timestamps read as {self.timestamps}"] if self.timestamps.startswith("epoch") else [])
+        return [f"{n} {what}" for n, what in said if n] + self._epoch_note()
+
+    def _epoch_note(self) -> list[str]:
+        """How epoch timestamps were read (their unit, told by magnitude): said wherever the report is."""
+        return [f"timestamps read as {self.timestamps}"] if self.timestamps.startswith("epoch") else []
 
 
 def _aggregate(series: pd.Series, step: pd.Timedelta, statistic: str, input_step: pd.Timedelta,
