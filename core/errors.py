@@ -52,3 +52,21 @@ class Conflict(ClusterError):
 
 class Invalid(ClusterError):
     """422: the object failed the server's (schema) validation."""
+
+
+def interrupt_inside(exc: BaseException) -> BaseException | None:
+    """The interrupt (Ctrl-C, or SIGTERM as `headroom train` raises it) that `exc` is or wraps, if any.
+
+    A library may turn an exception raised inside it into its own error: numpy reports a KeyboardInterrupt
+    that lands while it parses a buffer's format (scikit-learn's boosting has it do so on every fit) as
+    ValueError "... is not a valid PEP 3118 buffer format string", the interrupt as its cause. Caught where a
+    model's failure is caught, the stop would be lost and the work would go on: raise this instead.
+    """
+    seen: set[int] = set()
+    inner: BaseException | None = exc
+    while inner is not None and id(inner) not in seen:
+        if not isinstance(inner, Exception):
+            return inner
+        seen.add(id(inner))
+        inner = inner.__cause__ or inner.__context__
+    return None

@@ -1,5 +1,8 @@
 """The cheap pool's models on the histories they exist for, and the one-pass backtest that keeps them cheap."""
+import sys
+
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -61,3 +64,41 @@ def test_the_daily_cycle_is_assumed_where_the_m4_test_cannot_see_a_perfect_one()
     three_days = daily_cycle(3)
     path = Theta().fit_values(three_days).point(DAY)
     assert np.corrcoef(path, three_days[-DAY:])[0, 1] > 0.9  # a daily shape, not a flat line
+
+
+def _interrupted_inside_numpy(frame, event, arg):
+    """A trace function: Ctrl-C (or SIGTERM, which `headroom train` raises as KeyboardInterrupt) landing while
+    numpy parses a buffer's format, as scikit-learn's boosting has it do on every fit."""
+    if event == "call" and frame.f_code.co_name == "__dtype_from_pep3118":
+        raise KeyboardInterrupt("SIGTERM")
+    return None
+
+
+class _BuffersLikeBoosting(SeasonalNaive):
+    def _fit(self, values):
+        records = np.zeros(4, dtype=[("sum_gradients", "f8"), ("sum_hessians", "f8"), ("count", "u4")])
+        sys.settrace(_interrupted_inside_numpy)
+        try:
+            np.asarray(memoryview(records))
+        finally:
+            sys.settrace(None)
+        super()._fit(values)
+
+
+def test_numpy_reports_an_interrupt_inside_it_as_its_own_error():
+    """Why the test below exists: numpy raises ValueError ("... not a valid PEP 3118 buffer format string") with
+    the interrupt as its cause. Seen in CI: a SIGTERM to `headroom train` read as gbm failing, training went on."""
+    records = np.zeros(2, dtype=[("sum_gradients", "f8"), ("count", "u4")])
+    sys.settrace(_interrupted_inside_numpy)
+    try:
+        with pytest.raises(ValueError, match="PEP 3118") as caught:
+            np.asarray(memoryview(records))
+    finally:
+        sys.settrace(None)
+    assert isinstance(caught.value.__cause__, KeyboardInterrupt)
+
+
+def test_an_interrupt_a_library_wraps_stops_a_fit_instead_of_a_fallback():
+    history = np.tile(np.arange(DAY, dtype=float), 14)
+    with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+        _BuffersLikeBoosting(DAY).fit_values(history)

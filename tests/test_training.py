@@ -51,7 +51,17 @@ class Broken(Flat):
         raise RuntimeError("numerical disaster")
 
 
-FACTORIES = {**MODELS, "flat": Flat, "broken": Broken}
+class StoppedInsideALibrary(Flat):
+    """SIGTERM, raised as KeyboardInterrupt, landing inside a library that reports it as its own error (numpy
+    does: tests/test_models.py shows it)."""
+    name = "stopped"
+
+    def fit(self, history):
+        raise ValueError("'T{=d:sum_gradients:}' is not a valid PEP 3118 buffer format string") \
+            from KeyboardInterrupt("SIGTERM")
+
+
+FACTORIES = {**MODELS, "flat": Flat, "broken": Broken, "stopped": StoppedInsideALibrary}
 
 
 def settings(**kw) -> TrainSettings:
@@ -140,6 +150,17 @@ def test_failed_training_keeps_champion(sqlite_uri):
                                             "attributes.status = 'FAILED' and tags.`headroom.kind` = 'training'")
     assert len(failed) == 1 and "every candidate failed" in failed[0].data.tags["headroom.error"]
     assert load_champion("keep", sqlite_uri).make().fit(demand()).predict(24, [0.5]).shape == (24, 1)
+
+
+def test_a_stop_a_library_wrapped_stops_the_training_not_just_its_candidate(sqlite_uri):
+    """Seen in CI: a SIGTERM read as the candidate failing, and the training went on to the next one."""
+    with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+        train_series("halt", demand(), settings(candidates=("stopped", "snaive24")), Tracker(sqlite_uri),
+                     factories=FACTORIES)
+    c = client(sqlite_uri)
+    runs = c.search_runs([c.get_experiment_by_name("headroom/halt").experiment_id])
+    statuses = {r.info.run_name.split("-")[0]: r.info.status for r in runs}
+    assert statuses == {"train": "KILLED", "stopped": "KILLED"}  # snaive24 never started
 
 
 def test_lock_prevents_concurrent_training(sqlite_uri):

@@ -24,6 +24,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from adapters.mlflow import Tracker, TrackingError, experiment_name, registered_name
+from core.errors import interrupt_inside
 from core.settings import MAX_HORIZON_HOURS, SERIES_NAME_PATTERN, TrainingConfig
 from forecast.backtest import SCORED_QUANTILES, AutoForecaster, pinball_key, score_folds, summarize
 from forecast.base import Forecaster, check_quantile_frame
@@ -291,15 +292,15 @@ def _train(name, series, settings, tracker, now, makers, origins, exp, parent) -
         child = tracker.start_run(exp, cand, parent=parent, tags={"headroom.kind": "candidate"})
         try:
             rows = _score(make, series, origins, settings)
-        except Exception as exc:  # noqa: BLE001 - one bad candidate is not a failed training
+        except BaseException as exc:  # noqa: BLE001 - one bad candidate is not a failed training
+            if (stop := interrupt_inside(exc)) is not None:  # SIGINT, SIGTERM: the run does not stay RUNNING
+                with contextlib.suppress(Exception):
+                    tracker.end_run(child, "KILLED")
+                raise stop from None
             failed[cand] = f"{type(exc).__name__}: {exc}"
             tracker.set_tags(child, {"headroom.error": failed[cand]})
             tracker.end_run(child, "FAILED")
             continue
-        except BaseException:  # stopped (SIGINT, SIGTERM): the candidate's run does not stay RUNNING
-            with contextlib.suppress(Exception):
-                tracker.end_run(child, "KILLED")
-            raise
         per_fold[cand] = rows
         summary = summarize(rows)
         tracker.log_params(child, {"model": cand, **_hyperparameters(make())})
@@ -382,6 +383,8 @@ def _train(name, series, settings, tracker, now, makers, origins, exp, parent) -
         except TrackingError:
             raise
         except Exception as exc:  # noqa: BLE001 - an unscorable champion is beaten by a scorable one
+            if (stop := interrupt_inside(exc)) is not None:
+                raise stop from None
             champ_score = float("nan")
             reason_fail = f"champion v{champ_version} could not be re-scored: {type(exc).__name__}: {exc}"
         else:
