@@ -12,6 +12,8 @@ from pydantic import BaseModel, ValidationError
 from core.errors import ConfigError
 from core.policy import field_errors
 from core.settings import Config
+from core.yamlfile import RepeatedKeys
+from core.yamlfile import documents as yaml_documents
 
 
 def _set(tree: dict, dotted: str, value: Any) -> None:
@@ -46,13 +48,18 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
     tree: Any = {}
     if path is not None:
         try:
-            tree = yaml.safe_load(Path(path).read_text(encoding="utf-8-sig")) or {}
+            documents = yaml_documents(Path(path).read_text(encoding="utf-8-sig"))
         except OSError as exc:
             raise ConfigError(source, [f"cannot read file: {exc.strerror}"]) from None
+        except RepeatedKeys as exc:
+            raise ConfigError(source, exc.errors) from None
         except UnicodeDecodeError as exc:
             raise ConfigError(source, [f"not a UTF-8 text file (byte {exc.start}): a YAML file is expected"]) from None
         except yaml.YAMLError as exc:
             raise ConfigError(source, [f"not valid YAML: {exc}"]) from None
+        if len(documents) > 1:
+            raise ConfigError(source, [f"(top level): one YAML document expected, found {len(documents)}"])
+        tree = (documents or [None])[0] or {}
         if not isinstance(tree, dict):
             raise ConfigError(source, ["(top level): must be a mapping of sections"])
         # a section written with every key commented out reads as null: it is empty, its defaults apply

@@ -20,6 +20,8 @@ from pydantic.alias_generators import to_camel
 from core.errors import ConfigError
 from core.objects import TargetRef
 from core.units import check_statistic, duration
+from core.yamlfile import RepeatedKeys
+from core.yamlfile import documents as yaml_documents
 
 API_VERSION, KIND = "headroom.dev/v1alpha1", "ReservationPolicy"
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"  # a policy's name and namespace, as Kubernetes takes them (DNS label)
@@ -220,9 +222,11 @@ def load_manifests(path: str | Path) -> list[dict[str, Any]]:
     file, the document and the field path."""
     source = str(path)
     try:
-        documents = [d for d in yaml.safe_load_all(Path(path).read_text(encoding="utf-8-sig")) if d is not None]
+        documents = [d for d in yaml_documents(Path(path).read_text(encoding="utf-8-sig")) if d is not None]
     except OSError as exc:
         raise ConfigError(source, [f"cannot read file: {exc.strerror or exc}"]) from None
+    except RepeatedKeys as exc:
+        raise ConfigError(source, exc.errors) from None
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise ConfigError(source, [f"not valid YAML: {exc}"]) from None
     if not documents:

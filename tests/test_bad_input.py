@@ -400,6 +400,14 @@ def test_a_policy_file_that_cannot_fit_the_cluster_is_refused(demand, tmp_path, 
     assert status == 2 and f"{path}: spec.{field} does not fit the 16-GPU cluster" in err, err
 
 
+def test_a_policy_file_with_a_key_given_twice_is_refused_not_run_with_the_last(demand, tmp_path, capsys):
+    """kubectl apply refuses the manifest; headroom ran it with the later value (minGpus 40 here), exit 0."""
+    path = _policy_file(tmp_path / "p.yaml", minGpus=4)
+    path.write_text(path.read_text().replace("  minGpus: 4\n", "  minGpus: 4\n  minGpus: 40\n"))
+    status, err = exits(["simulate", demand, "--days", "1", "--policy-file", path], capsys)
+    assert status == 2 and f"{path}" in err and "spec.minGpus: given twice (lines" in err, err
+
+
 @pytest.mark.parametrize("command", ["simulate", "report"])
 @pytest.mark.parametrize("flags", [["--per-gpu", "1"], ["--peak-gpus", "5"], ["--max-shortage", "0"],
                                    ["--max-short-steps", "0", "--max-shortage", "0.5"]])

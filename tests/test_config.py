@@ -36,6 +36,22 @@ def test_malformed_yaml(tmp_path, text, message):
         load_config(path)
 
 
+def test_a_key_given_twice_is_refused_naming_its_path_and_lines(tmp_path):
+    """PyYAML keeps the last of two values silently: the run would use a value nobody may have meant."""
+    path = tmp_path / "c.yaml"
+    path.write_text("forecast:\n  horizon: 12\n  quantiles: [0.5, 0.9]\n  horizon: 48\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert err.value.errors == ["forecast.horizon: given twice (lines 2 and 4); give it once"]
+
+
+def test_one_document_is_a_configuration(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("forecast:\n  horizon: 12\n---\nforecast:\n  horizon: 48\n")
+    with pytest.raises(ConfigError, match="one YAML document expected, found 2"):
+        load_config(path)
+
+
 def test_missing_file():
     with pytest.raises(ConfigError, match="cannot read"):
         load_config("/nonexistent/headroom.yaml")

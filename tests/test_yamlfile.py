@@ -1,0 +1,43 @@
+"""YAML as headroom reads a configuration or a manifest: the data as written, and never a key given twice."""
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from core.yamlfile import RepeatedKeys, documents
+
+KEYS = st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), min_size=1, max_size=6)
+SCALARS = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8)
+TREES = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(KEYS, inner, max_size=4),
+                     max_leaves=20)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(TREES, min_size=1, max_size=3), st.sampled_from([dict(), dict(default_flow_style=True)]))
+def test_what_yaml_writes_is_read_back_unchanged(trees, style):
+    assert documents(yaml.safe_dump_all(trees, **style)) == trees
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.dictionaries(KEYS, SCALARS, min_size=1, max_size=5), st.data())
+def test_any_key_written_twice_is_named_with_its_path(mapping, data):
+    key = data.draw(st.sampled_from(sorted(mapping)))
+    text = yaml.safe_dump({"spec": mapping}) + "  " + yaml.safe_dump({key: "again"}, width=10**6)
+    with pytest.raises(RepeatedKeys) as err:
+        documents(text)
+    assert [line.split(": given twice")[0] for line in err.value.errors] == [f"spec.{key}"]
+
+
+def test_paths_through_lists_documents_and_the_lines_of_both():
+    with pytest.raises(RepeatedKeys) as err:
+        documents("a: 1\n---\nrun:\n  policies:\n  - name: x\n    name: y\n")
+    assert err.value.errors == ["document 2: run.policies.0.name: given twice (lines 5 and 6); give it once"]
+
+
+def test_keys_written_beside_a_merge_override_it_as_yaml_means():
+    assert documents("base: &b {k: 1, j: 2}\nd:\n  <<: *b\n  k: 3\n") == [{"base": {"k": 1, "j": 2},
+                                                                          "d": {"k": 3, "j": 2}}]
+
+
+def test_an_integer_key_and_the_string_of_it_are_two_keys():
+    assert documents("1: x\n'1': y\n") == [{1: "x", "1": "y"}]
