@@ -171,7 +171,8 @@ class SimResult:
     headroom_violations: int
     cost_vs_dedicated: float
     forecast_fallback_hours: int
-    warm_buffer: float
+    warm_buffer: float                # the policy's warmBuffer: the least factor; the last week's rises may ask more
+    mean_warm_buffer_gpus: float      # the warm buffer's GPUs the plan held above the recent peak, on the mean step
     steps: int
     sim_seconds: float                # the step loop, refits apart
     refit_seconds: float
@@ -326,6 +327,7 @@ def _run(scenario: Scenario, spec: PolicySpec, make_forecaster, reference: str, 
     refit_seconds = loop_seconds = 0.0
     fallback_hours: set[int] = set()
     violations = 0
+    buffer_gpu_steps = 0  # the warm buffer the plan held, summed over the steps
     deadline = wp.reclaim_deadline_seconds
     keep_seconds = data.keep_forecast_seconds
     # each step's time, clock hour (now.floor("h")) and ns, and where its lookback and its last hour start in the
@@ -396,6 +398,7 @@ def _run(scenario: Scenario, spec: PolicySpec, make_forecaster, reference: str, 
         ws = plan.workloads[0]
         if not ws.from_forecast:
             fallback_hours.add(int(t_now // 3600))
+        buffer_gpu_steps += ws.buffer_gpus
         need = min((filled[hi - 1] if hi else 0.0) / wp.demand_per_gpu, scenario.gpus)  # world.demand_at
         if need > warm + 1e-9 and need <= ws.reserved_gpus + ws.headroom_gpus:
             # inside the band, what inference lacks must come from idle GPUs or training preemptible in time
@@ -420,7 +423,7 @@ def _run(scenario: Scenario, spec: PolicySpec, make_forecaster, reference: str, 
             progress(k + 1, len(evaluated))
     loop_seconds = time.perf_counter() - started - refit_seconds
     return _result(scenario, spec, reference, world, len(evaluated), step, rows, extra, events, timeline, detail,
-                   violations, len(fallback_hours), loop_seconds, refit_seconds)
+                   violations, len(fallback_hours), buffer_gpu_steps, loop_seconds, refit_seconds)
 
 
 def _degraded(newest: float, times: np.ndarray, missing: list[int], lo: int, hi: int, h0: int, now: float,
@@ -474,7 +477,7 @@ def day_to_day_errors(days: Mapping[int, Sequence[float]]) -> tuple[float, float
 
 
 def _result(scenario, spec, reference, world, steps, step, rows, extra, events, timeline, detail, violations,
-            fallback_hours, loop_seconds, refit_seconds) -> SimResult:
+            fallback_hours, buffer_gpu_steps, loop_seconds, refit_seconds) -> SimResult:
     a = world.accounting
     key = scenario.name
     demand_s = max(a.demand.get(key, 0.0), 1e-12)
@@ -504,7 +507,8 @@ def _result(scenario, spec, reference, world, steps, step, rows, extra, events, 
         reclaim_p99_seconds=float(np.quantile(a.reclaim_seconds, 0.99)) if a.reclaim_seconds else 0.0,
         headroom_violations=violations,
         cost_vs_dedicated=scenario.gpus / max(static_need + a.training_alloc / 3600 / span_h, 1e-12),
-        forecast_fallback_hours=fallback_hours, warm_buffer=spec.warm_buffer, steps=steps,
+        forecast_fallback_hours=fallback_hours, warm_buffer=spec.warm_buffer,
+        mean_warm_buffer_gpus=buffer_gpu_steps / max(steps, 1), steps=steps,
         sim_seconds=loop_seconds, refit_seconds=refit_seconds)
     metrics["shortage_hours_share"] = metrics["shortage_hours"] / max(math.ceil(span_h), 1)
     if not timeline:

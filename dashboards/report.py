@@ -30,6 +30,7 @@ COLUMNS = {
     "training_goodput": ("training goodput", "{:.1%}"),
     "cost_vs_dedicated": ("cost vs dedicated", "{:.3f}"),
     "mean_reserved_gpus": ("mean inference GPUs", "{:.1f}"),
+    "mean_warm_buffer_gpus": ("mean warm buffer GPUs", "{:.1f}"),
     "training_gpu_hours": ("training GPU-hours", "{:,.0f}"),
     "preemptions": ("preemptions", "{:d}"),
     "headroom_violations": ("headroom violations", "{:d}"),

@@ -36,12 +36,13 @@ TRACES = {"nasa": "nasa_http_1995_5min.csv", "alibaba": "alibaba_genai_sd_reques
           "servegen": "servegen_m_large_10min.csv"}
 JOBS = SHARED_DATA / "jobs" / "alibaba_openb_pods.csv"
 # SimResult's fields before issue 11 (buffer_replay_seconds went with the buffer replay; `policy` is now the spec,
-# the policy's name is `reference`), and the ones issue 11 adds
+# the policy's name is `reference`), and the ones added since
 OLD_FIELDS = {"utilization", "inference_shortage", "shortage_hours", "mean_reserved_gpus", "training_gpu_hours",
               "training_goodput", "preemptions", "planned_preemptions", "reclaim_p99_seconds", "headroom_violations",
               "cost_vs_dedicated", "forecast_fallback_hours", "shortage_over_capacity", "warm_buffer", "sim_seconds",
               "refit_seconds"}
-NEW_FIELDS = {"shortage_within_cluster", "short_steps", "longest_shortage_minutes", "objective_met", "policy"}
+NEW_FIELDS = {"shortage_within_cluster", "short_steps", "longest_shortage_minutes", "objective_met", "policy",
+              "mean_warm_buffer_gpus"}
 
 
 def need(path):
@@ -92,6 +93,17 @@ class Broken(Recording):
 class Raising(Recording):
     def fit(self, history):
         raise ValueError("cannot fit")
+
+
+def test_the_warm_buffer_held_is_reported_beside_the_policys_least_factor():
+    """`warm_buffer` is the policy's warmBuffer; the last week's rises may ask more, which only
+    `mean_warm_buffer_gpus` shows (an SRE read warm_buffer 0 as no buffer held)."""
+    s, spec = scenario(trace("nasa"))
+    none = simulate(s, spec.model_copy(update={"warm_buffer": 0.0, "warm_buffer_quantile": 0.0}))
+    fixed = simulate(s, spec.model_copy(update={"warm_buffer": 2.0, "warm_buffer_quantile": 0.0}))
+    rises = simulate(s, spec.model_copy(update={"warm_buffer": 0.0}))
+    assert none.mean_warm_buffer_gpus == 0 and fixed.mean_warm_buffer_gpus >= 2.0
+    assert rises.warm_buffer == 0 and rises.mean_warm_buffer_gpus > 0
 
 
 def test_result_json_has_issue_11_fields_and_the_old_ones():
