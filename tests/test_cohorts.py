@@ -131,7 +131,8 @@ def test_at_risk_exactly_when_something_besides_headroom_reaches_a_training_queu
     bare = without_headroom(nodes, training)
     reach = {(q.name, f): Kueue(bare, f).potential(bare[nodes.index(q)]) for q in trained if q not in looping
              for f in q.gpus}
-    assert bool(check.lenders) == any(gpus > 0 for gpus in reach.values()), (reach, said(check))
+    reached = {q.parent for q in trained if q not in looping and any(reach[q.name, f] > 0 for f in q.gpus)}
+    assert {lender.cohort for lender in check.lenders} == reached, (reach, said(check))
     # the GPUs named are never fewer than Kueue would let a training queue borrow
     named: dict[str, int] = {}
     for lender in check.lenders:
