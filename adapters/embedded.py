@@ -32,7 +32,7 @@ import pandas as pd
 
 from core.cluster import Elector
 from core.errors import ConfigError, NotFound
-from core.objects import ObjectRef, PolicyStatus, TargetRef, TargetState, WorkloadInfo
+from core.objects import ObjectRef, PolicyStatus, QuotaNode, TargetRef, TargetState, WorkloadInfo
 from core.policy import PolicySpec, parse_policy_spec
 from core.settings import WorldSettings
 from core.units import epoch_seconds
@@ -266,8 +266,8 @@ class EmbeddedCluster:
     def cluster_queue_quotas(self) -> Mapping[str, int]:
         return dict(self.quotas)
 
-    def cohort_lending(self) -> Mapping[str, tuple[str, int]]:
-        return {}  # the training queues borrow from one another alone (planning.kueue): no queue lends them more
+    def cohort_tree(self) -> list[QuotaNode]:
+        return []  # the training queues borrow from one another alone (planning.kueue): no queue lends them more
 
     def target_state(self, target: TargetRef) -> TargetState:
         inf = self._target(target)

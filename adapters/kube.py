@@ -1,13 +1,13 @@
 """Kubernetes, thinly: the only module that imports `kubernetes`.
 
 `KubeCluster` is core.cluster.Cluster on a real API server with Kueue (kueue.x-k8s.io/v1beta2, Kueue
->= v0.15): it reads ReservationPolicies, Kueue Workloads, LocalQueues and ClusterQueues, and the
+>= v0.15): it reads ReservationPolicies, Kueue Workloads, LocalQueues, ClusterQueues and Cohorts, and the
 policies' targets (Deployments, HPAs, ClusterQueues), and writes the few things headroom acts through:
 ClusterQueue GPU quotas, Deployment scale / HPA minReplicas, Workload deactivation and reactivation,
 ReservationPolicy status and Events. `LeaseElector` elects one active controller. No planning here.
 
-Reads: with `watch()` started (what `headroom run` does), policies, Workloads, LocalQueues and
-ClusterQueues are served from a watch cache (`Informer`: one LIST, then a WATCH from its
+Reads: with `watch()` started (what `headroom run` does), policies, Workloads, LocalQueues,
+ClusterQueues and Cohorts are served from a watch cache (`Informer`: one LIST, then a WATCH from its
 resourceVersion; re-LIST when the watch is too old (410) or the connection drops, e.g. an API server
 restart; the cache also takes in the objects our own writes return, so a reconcile reads what it just
 wrote). Without it every read is one LIST per resource. A policy's target is one GET per read.
@@ -38,7 +38,16 @@ from decimal import Decimal
 from typing import Any
 
 from core.errors import ClusterError, Conflict, Invalid, NotFound, NotInstalled
-from core.objects import CONDITION_TYPES, ObjectRef, PolicyStatus, TargetRef, TargetState, WorkloadInfo
+from core.objects import (
+    CONDITION_TYPES,
+    GpuQuota,
+    ObjectRef,
+    PolicyStatus,
+    QuotaNode,
+    TargetRef,
+    TargetState,
+    WorkloadInfo,
+)
 
 log = logging.getLogger(__name__)
 
@@ -155,24 +164,34 @@ def workload_info(obj: dict, local_queues: Mapping[tuple[str, str], str] | None 
                         last_checkpoint=_annotation_time(annotations.get(LAST_CHECKPOINT)))
 
 
-def _quotas_of(cq: Mapping, resource: str) -> list[Mapping]:
-    """A ClusterQueue's quota entries for `resource`, one per flavor that covers it."""
-    return [r for group in (cq.get("spec") or {}).get("resourceGroups") or []
+def _quotas_of(cq: Mapping, resource: str) -> list[tuple[str, Mapping]]:
+    """A ClusterQueue's (or Cohort's) quota entries for `resource`, one per flavor that covers it: (flavor, entry)."""
+    return [(str(flavor.get("name")), r) for group in (cq.get("spec") or {}).get("resourceGroups") or []
             for flavor in group.get("flavors") or [] for r in flavor.get("resources") or []
             if r.get("name") == resource]
 
 
 def gpu_quota(cq: Mapping, resource: str = GPU_RESOURCE) -> int | None:
     """A ClusterQueue's nominalQuota of `resource`, summed over its flavors; None if it covers none."""
-    found = [r.get("nominalQuota", 0) for r in _quotas_of(cq, resource)]
+    found = [r.get("nominalQuota", 0) for _, r in _quotas_of(cq, resource)]
     return int(sum((_quantity(q) for q in found), Decimal(0))) if found else None
 
 
-def gpu_lent_to_cohort(cq: Mapping, resource: str = GPU_RESOURCE) -> int:
-    """The GPUs a ClusterQueue lets the other queues of its cohort borrow while it does not use them: each flavor's
-    lendingLimit, or its whole nominalQuota where none is set (Kueue's rule)."""
-    return int(sum((_quantity(r.get("lendingLimit", r.get("nominalQuota", 0))) for r in _quotas_of(cq, resource)),
-                   Decimal(0)))
+def quota_node(obj: Mapping, kind: str, resource: str = GPU_RESOURCE) -> QuotaNode:
+    """A Kueue v1beta2 ClusterQueue or Cohort (`kind`) as a node of its cohort tree, its quota of `resource` by
+    flavor. A fraction of a GPU counts as a whole one: any part of one lent is lending."""
+    def gpus(value: Any) -> int:
+        return math.ceil(_quantity(value))
+
+    def limit(value: Any) -> int | None:
+        return None if value is None else gpus(value)
+
+    spec = obj.get("spec") or {}
+    parent = spec.get("cohortName") if kind == "ClusterQueue" else spec.get("parentName")
+    return QuotaNode(kind, obj["metadata"]["name"], str(parent) if parent else None,
+                     {flavor: GpuQuota(gpus(r.get("nominalQuota", 0)), limit(r.get("borrowingLimit")),
+                                       limit(r.get("lendingLimit")))
+                      for flavor, r in _quotas_of(obj, resource)})
 
 
 class _Gone(Exception):
@@ -363,7 +382,7 @@ def _kueue(plural: str) -> str:
 
 WATCHED = {"reservationpolicies": f"/apis/{HEADROOM_GROUP}/{HEADROOM_VERSION}/reservationpolicies",
            "workloads": _kueue("workloads"), "localqueues": _kueue("localqueues"),
-           "clusterqueues": _kueue("clusterqueues")}
+           "clusterqueues": _kueue("clusterqueues"), "cohorts": _kueue("cohorts")}
 # Who serves them, and how to install it: what a 404 on one of them names.
 _INSTALL = {
     HEADROOM_GROUP: f"headroom's CRD ({HEADROOM_GROUP}/{HEADROOM_VERSION} ReservationPolicy) is not installed: "
@@ -482,10 +501,10 @@ class KubeCluster:
 
     # ------------------------------------------------------------------ the watch cache
     def watch(self, timeout: float = 30.0, **informer_settings) -> KubeCluster:
-        """Serve the policies, Workloads, LocalQueues and ClusterQueues from watch caches (started here; waits up
-        to `timeout` for their first LIST, then reads fall back to LISTs until it arrives). NotInstalled first, and
-        nothing started, if the API server does not serve one of them (Kueue's API or headroom's CRD missing: a watch
-        cache that could never fill)."""
+        """Serve the policies, Workloads, LocalQueues, ClusterQueues and Cohorts from watch caches (started here;
+        waits up to `timeout` for their first LIST, then reads fall back to LISTs until it arrives). NotInstalled
+        first, and nothing started, if the API server does not serve one of them (Kueue's API or headroom's CRD
+        missing: a watch cache that could never fill)."""
         self.check_served()
         self._watching, self._informer_settings = True, dict(informer_settings)
         for name, path in WATCHED.items():
@@ -716,14 +735,11 @@ class KubeCluster:
                 out[cq["metadata"]["name"]] = quota
         return out
 
-    def cohort_lending(self) -> Mapping[str, tuple[str, int]]:
-        """Each ClusterQueue in a cohort: (its cohortName, the GPUs it lends the cohort's other queues)."""
-        out = {}
-        for cq in self._objects("clusterqueues"):
-            cohort = (cq.get("spec") or {}).get("cohortName")
-            if cohort:
-                out[cq["metadata"]["name"]] = (str(cohort), gpu_lent_to_cohort(cq, self.resource))
-        return out
+    def cohort_tree(self) -> list[QuotaNode]:
+        """Each ClusterQueue in a cohort (spec.cohortName) and each Cohort object, with their GPU quotas."""
+        queues = [quota_node(cq, "ClusterQueue", self.resource) for cq in self._objects("clusterqueues")]
+        return [q for q in queues if q.parent is not None] + [
+            quota_node(c, "Cohort", self.resource) for c in self._objects("cohorts")]
 
     def _target(self, kind: str, namespace: str, name: str) -> dict:
         """A Deployment or HPA: from its namespace's watch cache (watching; NotFound if the cache has it not),

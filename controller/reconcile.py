@@ -54,6 +54,7 @@ from controller.actions import (
     evicted_gpus,
     training_columns,
 )
+from controller.cohorts import CohortCheck, cohort_lenders
 from controller.demand import DemandReader
 from controller.executor import NOT_LEADER, EventsBeside, Outcome, StatusesBeside, execute
 from controller.forecasts import Models
@@ -251,32 +252,26 @@ def timeless(text: str) -> str:
     return READ_RANGE.sub("", text)
 
 
-def cohort_lenders(lending: Mapping[str, tuple[str, int]], training: set[str]) -> dict[str, tuple[str, int]]:
-    """The ClusterQueues, other than the training queues, that lend GPUs into a training queue's cohort: Kueue lets
-    training borrow them whenever they are not in use, beside the slack headroom lends (queue -> (cohort, GPUs))."""
-    cohorts = {lending[q][0] for q in training if q in lending}
-    return {q: (cohort, gpus) for q, (cohort, gpus) in sorted(lending.items())
-            if cohort in cohorts and q not in training and gpus > 0}
-
-
-def headroom_condition(reclaimable: int, band: int, wanted: int, lent: int,
-                       lenders: Mapping[str, tuple[str, int]]) -> Condition:
+def headroom_condition(reclaimable: int, band: int, wanted: int, lent: int, cohorts: CohortCheck) -> Condition:
     """HeadroomAtRisk: the lent GPUs of the headroom band (`band`, the policies' headroom to their headroom quantile,
     `wanted`, within what is lent) cannot all come back within the deadline; or the headroom quantile asks for more
-    than the cluster has left to lend, so demand up to it cannot be served whatever comes back; or another
-    ClusterQueue lends into the training queues' cohort, so Kueue may admit training beyond what is lent."""
+    than the cluster has left to lend, so demand up to it cannot be served whatever comes back; or something else
+    lends GPUs to the training queues (controller.cohorts), so Kueue may admit training beyond what is lent; or a
+    training cohort's parentName chain loops, so headroom cannot tell what its tree lends."""
     said = f"{reclaimable} GPUs reclaimable within the deadline; the headroom band is {band}"
     if reclaimable < band:
         return Condition("HeadroomAtRisk", "True", "ReclaimableBelowHeadroom", said)
     if wanted > band:
         return Condition("HeadroomAtRisk", "True", "HeadroomAboveCapacity",
                          f"{said}; the headroom quantile asks for {wanted} but only {lent} GPUs are lent")
-    if lenders:
-        named = ", ".join(f"ClusterQueue {q} lends up to {gpus} GPUs into cohort {cohort}"
-                          for q, (cohort, gpus) in lenders.items())
+    if cohorts.lenders:
         return Condition("HeadroomAtRisk", "True", "CohortLends",
-                         f"{said}; {named}: Kueue admits training into what it does not use, beside the {lent} GPUs "
-                         "headroom lends; set its GPU lendingLimit to 0")
+                         f"{said}; {cohorts.lenders_said()}: Kueue admits training into what they do not use, beside "
+                         f"the {lent} GPUs headroom lends")
+    if cohorts.loops:
+        return Condition("HeadroomAtRisk", "True", "CohortCycle",
+                         f"{said}; {cohorts.loops_said()}: Kueue admits nothing to the ClusterQueues of that tree "
+                         "until the loop is removed, and headroom cannot tell what the tree would lend; remove it")
     return Condition("HeadroomAtRisk", "False", "HeadroomCovered", said)
 
 
@@ -554,7 +549,7 @@ class Reconciler:
                 hours, inputs, cluster_policy, policies, now))
         failures = self._count(outcomes, step, policies)
         after = self._view(policies, now)  # after evictions and scaling
-        lenders = cohort_lenders(self.cluster.cohort_lending(),
+        lenders = cohort_lenders(self.cluster.cohort_tree(),
                                  {q for p in policies for q in p.spec.training_cluster_queues})
         reclaimable, wanted, risk = self._headroom(step, after, cluster_policy, lenders)
         report += self._reports(inputs, hours, step, after, failures, plan_id, now, states, cluster_policy,
@@ -1025,7 +1020,7 @@ class Reconciler:
 
     @staticmethod
     def _headroom(step: StepPlan, view: View, policy: ClusterPolicy,
-                  lenders: Mapping[str, tuple[str, int]]) -> tuple[int, int, Condition]:
+                  lenders: CohortCheck) -> tuple[int, int, Condition]:
         """The cluster's headroom now: (GPUs reclaimable within the deadline, GPUs the headroom quantile asks for,
         HeadroomAtRisk)."""
         t = view.training

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from core.objects import ObjectRef, PolicyStatus, TargetRef, TargetState, WorkloadInfo
+from core.objects import ObjectRef, PolicyStatus, QuotaNode, TargetRef, TargetState, WorkloadInfo
 
 
 class Elector(Protocol):
@@ -47,9 +47,8 @@ class Cluster(Protocol):
         """Each ClusterQueue's GPU nominalQuota (a queue that does not exist is absent)."""
         ...
 
-    def cohort_lending(self) -> Mapping[str, tuple[str, int]]:
-        """Each ClusterQueue in a cohort: (its cohort, the GPUs it lets the cohort's other queues borrow while it
-        does not use them)."""
+    def cohort_tree(self) -> list[QuotaNode]:
+        """Each ClusterQueue in a cohort and each Kueue Cohort object, with their GPU quotas (controller.cohorts)."""
         ...
 
     def target_state(self, target: TargetRef) -> TargetState:

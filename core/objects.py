@@ -2,6 +2,7 @@
 Workloads as the controller sees them, and what it reports on a ReservationPolicy."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -68,6 +69,23 @@ class TargetState:
     ready_replicas: int            # Deployment status.readyReplicas (an HPA: its scale target's)
     min_replicas: int | None = None   # HPA spec.minReplicas
     max_replicas: int | None = None   # HPA spec.maxReplicas
+
+
+@dataclass(frozen=True)
+class GpuQuota:
+    """A Kueue ClusterQueue's or Cohort's quota of GPUs in one flavor (a limit of None: not set, no limit)."""
+    nominal: int
+    borrowing_limit: int | None = None
+    lending_limit: int | None = None
+
+
+@dataclass(frozen=True)
+class QuotaNode:
+    """A node of a Kueue cohort tree: a ClusterQueue in a cohort, or a Cohort object."""
+    kind: str                      # "ClusterQueue" | "Cohort"
+    name: str
+    parent: str | None             # a ClusterQueue's spec.cohortName; a Cohort's spec.parentName (None: a root)
+    gpus: Mapping[str, GpuQuota]   # by flavor; a flavor not listed has no quota and no limits
 
 
 @dataclass(frozen=True)

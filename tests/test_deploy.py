@@ -23,10 +23,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from adapters.kube import KubeCluster, gpu_lent_to_cohort
+from adapters.kube import KubeCluster, quota_node
 from cli.config import Config, load_config
 from cli.main import build_parser
-from controller.reconcile import cohort_lenders
+from controller.cohorts import cohort_lenders
 from core.errors import NotFound
 from tests.test_run_real import kube  # noqa: F401 -- a fixture: namespaces, ClusterQueue, Deployment, policy
 
@@ -212,8 +212,10 @@ def test_examples_fit_together(base, examples):
     assert set(queues) - set(training) == {policy["spec"]["inferenceClusterQueue"]}, \
         "the policy names the inference ClusterQueue beside the training ones"
     assert len({q["spec"]["cohortName"] for q in queues.values()}) == 1, "all ClusterQueues share one cohort"
-    lending = {name: (q["spec"]["cohortName"], gpu_lent_to_cohort(q)) for name, q in queues.items()}
-    assert cohort_lenders(lending, set(training)) == {}, "only headroom lends into the training queues' cohort"
+    nodes = [quota_node(q, "ClusterQueue") for q in queues.values()]
+    nodes += [quota_node(c, "Cohort") for c in all_of(examples, "Cohort")]
+    check = cohort_lenders(nodes, set(training))
+    assert not check.lenders and not check.loops, "only headroom lends into the training queues' cohort"
     quota = 0
     for queue in queues.values():
         for group in queue["spec"]["resourceGroups"]:
@@ -251,6 +253,8 @@ def needed(lease_namespace: str, lease_name: str) -> list[dict]:
         attrs("patch", kueue, "workloads", namespace="research", name="job-1"),
         attrs("list", kueue, "localqueues"),
         attrs("watch", kueue, "localqueues"),
+        attrs("list", kueue, "cohorts"),
+        attrs("watch", kueue, "cohorts"),
         attrs("list", rp, "reservationpolicies"),
         attrs("watch", rp, "reservationpolicies"),
         attrs("get", rp, "reservationpolicies", namespace="inference", name="llm-inference"),
@@ -286,6 +290,7 @@ def forbidden(lease_namespace: str, lease_name: str) -> list[dict]:
         attrs("update", kueue, "workloads", namespace="research", name="job-1"),
         attrs("patch", kueue, "workloads", "status", namespace="research", name="job-1"),  # Kueue's, not ours
         attrs("patch", kueue, "localqueues", namespace="research", name="training-research"),
+        attrs("patch", kueue, "cohorts", name="training"),  # read only
         attrs("create", kueue, "clusterqueues"),
         attrs("delete", kueue, "clusterqueues", name="training-research"),
         attrs("patch", rp, "reservationpolicies", namespace="inference", name="llm-inference"),  # the user's spec

@@ -517,6 +517,52 @@ def test_watch_cache_serves_reads_without_requests_and_follows_changes(cluster, 
         watching.close()
 
 
+def test_the_cohort_tree_is_read_from_the_watch_cache_and_follows_changes(cluster, kube_server):
+    """Cohorts (kueue.x-k8s.io/v1beta2, genuine CRD) and the ClusterQueues in a cohort, as controller.cohorts
+    reads them: parents, GPU quotas and limits by flavor (a fraction of a GPU lent counts as lending)."""
+    from core.objects import GpuQuota, QuotaNode
+
+    watching = KubeCluster.from_kubeconfig(str(kube_server.apiserver.kubeconfig()), request_timeout=5).watch()
+    cohorts = kueue.path("cohorts")
+    try:
+        cluster.create(cohorts, kueue.cohort("tree-org", gpus=16))
+        cluster.create(cohorts, kueue.cohort("tree-pool", parent="tree-org", gpus=0, lending_limit="500m",
+                                             borrowing_limit=4))
+        cluster.create(CQ, kueue.cluster_queue("tree-queue", gpus=3, cohort="tree-pool", lending_limit=1))
+        alone = kueue.cluster_queue("tree-alone", gpus=3)
+        del alone["spec"]["cohortName"]  # in no cohort: no node of a tree
+        cluster.create(CQ, alone)
+
+        def tree() -> dict[str, QuotaNode]:
+            return {n.name: n for n in watching.cohort_tree() if n.name.startswith("tree-")}
+
+        eventually(lambda: tree().keys() == {"tree-org", "tree-pool", "tree-queue"}, "the Cohorts and the queue")
+        seen = counting(watching)
+        try:
+            nodes = tree()
+        finally:
+            del watching._request
+        assert seen == [], "in steady state the reads cost no request"
+        assert nodes["tree-org"] == QuotaNode("Cohort", "tree-org", None, {kueue.FLAVOR: GpuQuota(16)})
+        assert nodes["tree-pool"] == QuotaNode("Cohort", "tree-pool", "tree-org", {kueue.FLAVOR: GpuQuota(0, 4, 1)})
+        assert nodes["tree-queue"] == QuotaNode("ClusterQueue", "tree-queue", "tree-pool",
+                                                {kueue.FLAVOR: GpuQuota(3, None, 1)})
+        cluster.delete(kueue.path("cohorts", "tree-pool"))  # made again, detached and without a quota
+        cluster.create(cohorts, kueue.cohort("tree-pool"))
+        eventually(lambda: tree()["tree-pool"] == QuotaNode("Cohort", "tree-pool", None, {}), "the change")
+        cluster.delete(kueue.path("cohorts", "tree-org"))
+        eventually(lambda: "tree-org" not in tree(), "the deletion")
+    finally:
+        watching.close()
+        for name in ("tree-org", "tree-pool"):
+            try:
+                cluster.delete(kueue.path("cohorts", name))
+            except NotFound:
+                pass
+        for name in ("tree-queue", "tree-alone"):
+            cluster.delete(f"{CQ}/{name}")
+
+
 def test_a_watch_from_a_version_the_server_no_longer_has_is_gone(cluster):
     """The API server answers a watch from a resourceVersion it no longer keeps with 410 Gone, which the cache
     takes as "list again" (never as the end of the changes)."""

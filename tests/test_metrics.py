@@ -254,7 +254,8 @@ def test_names_units_and_bounded_labels(day):
     assert values["kind"] == set(PREEMPTION_KINDS) and values["stage"] == set(ERROR_STAGES)
     assert values["mode"] == {"active"}
     assert all(v == "fallback" or v.startswith("auto") for v in values["model"]) and len(values["model"]) <= 5
-    assert values["reason"] <= {"HeadroomCovered", "ReclaimableBelowHeadroom", "HeadroomAboveCapacity", "CohortLends"}
+    assert values["reason"] <= {"HeadroomCovered", "ReclaimableBelowHeadroom", "HeadroomAboveCapacity", "CohortLends",
+                                "CohortCycle"}
     assert set(values) == {"policy", "team", "quantile", "horizon", "kind", "stage", "mode", "model", "le", "reason"}
 
 

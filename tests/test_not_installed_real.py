@@ -29,7 +29,7 @@ HEADROOM_MESSAGE = ("the API server does not serve reservationpolicies: headroom
                     "deploy/crds/headroom.dev_reservationpolicies.yaml")
 
 
-def kueue_message(plurals: str = "workloads, localqueues, clusterqueues") -> str:
+def kueue_message(plurals: str = "workloads, localqueues, clusterqueues, cohorts") -> str:
     return (f"the API server does not serve {plurals}: Kueue's v1beta2 API (kueue.x-k8s.io/v1beta2) is not "
             "installed: install Kueue v0.15 or later with its CRDs (https://kueue.sigs.k8s.io/docs/installation/)")
 

@@ -268,24 +268,31 @@ def test_a_headroom_band_wider_than_the_slack_is_at_risk_and_the_status_says_so_
 
 
 def test_headroom_at_risk_says_whether_reclaim_capacity_or_the_cohort_falls_short():
-    from controller.reconcile import cohort_lenders, headroom_condition
+    from controller.cohorts import CohortCheck, cohort_lenders
+    from controller.reconcile import headroom_condition
+    from core.objects import GpuQuota, QuotaNode
 
-    assert headroom_condition(40, 30, 30, 50, {}).reason == "HeadroomCovered"
-    assert headroom_condition(40, 30, 30, 50, {}).status == "False"
-    slow = headroom_condition(20, 30, 30, 50, {})  # slow jobs hold part of the band
+    none = CohortCheck()
+    assert headroom_condition(40, 30, 30, 50, none).reason == "HeadroomCovered"
+    assert headroom_condition(40, 30, 30, 50, none).status == "False"
+    slow = headroom_condition(20, 30, 30, 50, none)  # slow jobs hold part of the band
     assert (slow.status, slow.reason) == ("True", "ReclaimableBelowHeadroom")
-    short = headroom_condition(36, 36, 70, 36, {})  # everything lent comes back, but q0.99 needs more than that
+    short = headroom_condition(36, 36, 70, 36, none)  # everything lent comes back, but q0.99 needs more than that
     assert (short.status, short.reason) == ("True", "HeadroomAboveCapacity") and "asks for 70" in short.message
+
+    def queue(name, cohort, gpus, lending=None):
+        return QuotaNode("ClusterQueue", name, cohort, {"a100": GpuQuota(gpus, lending_limit=lending)})
+
     # the inference queue lends into the training queues' cohort; one elsewhere or with lendingLimit 0 does not
-    lending = {"inference": ("pool", 48), "research": ("pool", 8), "batch": ("pool", 8), "capped": ("pool", 0),
-               "other-team": ("elsewhere", 16)}
-    lenders = cohort_lenders(lending, {"research", "batch", "not-a-queue"})
-    assert lenders == {"inference": ("pool", 48)}
+    tree = [queue("inference", "pool", 48), queue("research", "pool", 8), queue("batch", "pool", 8),
+            queue("capped", "pool", 8, lending=0), queue("other-team", "elsewhere", 16)]
+    lenders = cohort_lenders(tree, {"research", "batch", "not-a-queue"})
+    assert [(x.kind, x.name, x.gpus, x.cohort) for x in lenders.lenders] == [("ClusterQueue", "inference", 48, "pool")]
     lends = headroom_condition(40, 30, 30, 50, lenders)
     assert (lends.status, lends.reason) == ("True", "CohortLends")
-    assert "ClusterQueue inference lends up to 48 GPUs into cohort pool" in lends.message
-    assert "lendingLimit to 0" in lends.message
-    assert cohort_lenders(lending, {"not-a-queue"}) == {}  # training queues in no cohort borrow from nothing
+    assert "ClusterQueue inference lends up to 48 GPUs into cohort pool (set its GPU lendingLimit to 0)" \
+        in lends.message
+    assert cohort_lenders(tree, {"not-a-queue"}) == CohortCheck()  # training queues in no cohort borrow from nothing
 
 
 def _workload_policy(name="chat", **spec):

@@ -31,6 +31,7 @@ QUEUE, INFERENCE_QUEUE, COHORT = "research-run", "inference-run", "run-pool"
 MONDAY_7AM = pd.Timestamp("1995-07-17T07:00:00Z")  # the trace's third week: a weekday morning ramp
 RP = KubeCluster.custom_path("headroom.dev", "v1alpha1", "reservationpolicies", namespace=NS)
 WL = kueue.path("workloads", namespace=TRAIN_NS)
+COHORTS = kueue.path("cohorts")
 
 
 def policy(name: str, **spec) -> dict:
@@ -79,7 +80,7 @@ def controller(kube_server, kube):
 
 
 def clean(kube: KubeCluster) -> None:
-    for path in (RP, WL, f"/apis/apps/v1/namespaces/{NS}/deployments"):
+    for path in (RP, WL, f"/apis/apps/v1/namespaces/{NS}/deployments", COHORTS):
         for item in kube.get(path).get("items", []):
             kube.delete(f"{path}/{item['metadata']['name']}")
 
@@ -269,6 +270,78 @@ def test_a_queue_lending_into_the_training_cohort_puts_the_headroom_at_risk(kube
         assert f"headroom at risk (CohortLends): {message}" in capsys.readouterr().out
     finally:
         kube.delete(lender)
+
+
+class CohortRisk:
+    """Kueue Cohorts applied around the training queue's cohort, then one reconcile: the HeadroomAtRisk it says."""
+
+    def __init__(self, kube, controller, prometheus_url, tmp_path):
+        self.kube, self.controller = kube, controller
+        self.r = reconciler(controller, prometheus_url, tmp_path)
+        self.now = MONDAY_7AM
+
+    def after(self, *cohorts: dict):
+        held = {c["metadata"]["name"] for c in self.kube.get(COHORTS)["items"]}
+        for c in cohorts:  # made again whole: a field left out is gone
+            if c["metadata"]["name"] in held:
+                self.kube.delete(f"{COHORTS}/{c['metadata']['name']}")
+            self.kube.create(COHORTS, c)
+        self.controller.sync()
+        self.now += pd.Timedelta(minutes=5)
+        risk = self.r.reconcile(self.now).headroom_at_risk
+        _, conditions = rp_status(self.kube)
+        assert (conditions["HeadroomAtRisk"]["status"], conditions["HeadroomAtRisk"]["reason"]) == (
+            risk.status, risk.reason)  # the policy's status says it too
+        assert self.kube.plan_summary(NS).read()["headroomAtRiskMessage"] == risk.message
+        return risk
+
+
+def test_a_parent_cohort_with_quota_lends_into_the_training_cohort(kube, controller, prometheus_server, tmp_path):
+    """A Kueue Cohort's own nominalQuota is a pool for its whole subtree: the training cohort's parent's quota is
+    borrowed by training beside the slack, whatever the lendingLimits (they cap what a subtree lends up)."""
+    check = CohortRisk(kube, controller, prometheus_server.url, tmp_path)
+    assert check.after().reason == "HeadroomCovered"  # no Cohort object at all: as before Cohorts were read
+    risk = check.after(kueue.cohort(COHORT, parent="org-run"), kueue.cohort("org-run", gpus=16))
+    assert (risk.status, risk.reason) == ("True", "CohortLends")
+    assert (f"Cohort org-run's own nominalQuota lends up to 16 GPUs into cohort {COHORT} through cohorts org-run -> "
+            f"{COHORT} (remove Cohort {COHORT}'s parentName or set its GPU borrowingLimit to 0)") in risk.message
+    # a lendingLimit of 0 on the training cohort does not keep its parent's quota out of it
+    assert check.after(kueue.cohort(COHORT, parent="org-run", gpus=0, lending_limit=0)).reason == "CohortLends"
+    assert check.after(kueue.cohort(COHORT, parent="org-run", gpus=0, borrowing_limit=0)).reason == "HeadroomCovered"
+    assert check.after(kueue.cohort(COHORT)).reason == "HeadroomCovered"  # no parent
+    # its own nominalQuota is its queues' to share
+    risk = check.after(kueue.cohort(COHORT, gpus=8))
+    assert risk.reason == "CohortLends" and (
+        f"Cohort {COHORT}'s own nominalQuota lends up to 8 GPUs into cohort {COHORT} (remove its GPU nominalQuota"
+        in risk.message)
+
+
+def test_a_sibling_subtree_lends_through_the_parent_until_its_cohort_lends_nothing(kube, controller,
+                                                                                  prometheus_server, tmp_path):
+    check = CohortRisk(kube, controller, prometheus_server.url, tmp_path)
+    sibling = kueue.path("clusterqueues", "side-run")
+    kube.apply(sibling, kueue.cluster_queue("side-run", gpus=8, cohort="side-cohort-run"))
+    try:
+        assert check.after().reason == "HeadroomCovered"  # a queue of another cohort, no tree: nothing reaches
+        risk = check.after(kueue.cohort(COHORT, parent="org-run"), kueue.cohort("side-cohort-run", parent="org-run"))
+        assert risk.reason == "CohortLends"
+        assert (f"ClusterQueue side-run lends up to 8 GPUs into cohort {COHORT} through cohorts side-cohort-run -> "
+                f"org-run (no Cohort object) -> {COHORT} (set Cohort side-cohort-run's GPU lendingLimit to 0 or "
+                "remove Cohort side-cohort-run's parentName") in risk.message
+        risk = check.after(kueue.cohort("side-cohort-run", parent="org-run", gpus=0, lending_limit=0))
+        assert (risk.status, risk.reason) == ("False", "HeadroomCovered")
+    finally:
+        kube.delete(sibling)
+
+
+def test_a_parent_cohort_loop_is_named_and_the_controller_goes_on(kube, controller, prometheus_server, tmp_path):
+    """Kueue disables every ClusterQueue of a tree whose parentName chain loops: headroom cannot tell what the tree
+    would lend, says so, and keeps reconciling."""
+    check = CohortRisk(kube, controller, prometheus_server.url, tmp_path)
+    risk = check.after(kueue.cohort(COHORT, parent="loop-run"), kueue.cohort("loop-run", parent=COHORT, gpus=8))
+    assert (risk.status, risk.reason) == ("True", "CohortCycle")
+    assert f"cohort {COHORT}'s parentName chain loops: {COHORT} -> loop-run -> {COHORT}" in risk.message
+    assert check.after(kueue.cohort("loop-run", gpus=8)).reason == "CohortLends"  # the loop broken: it lends
 
 
 def test_a_newcomer_on_a_taken_target_never_takes_it_from_the_working_policy(kube, controller, prometheus_server,

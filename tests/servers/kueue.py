@@ -37,6 +37,18 @@ def cluster_queue(name: str, gpus: int = 8, cohort: str = "gpus", cpu: str | Non
                                          "flavors": [{"name": FLAVOR, "resources": resources}]}]}}
 
 
+def cohort(name: str, parent: str | None = None, gpus: int | None = None, lending_limit: int | str | None = None,
+           borrowing_limit: int | None = None) -> dict:
+    """A Kueue Cohort: its parentName, and its own GPU quota (`gpus`: nominalQuota) and limits, if given."""
+    spec: dict = {} if parent is None else {"parentName": parent}
+    if gpus is not None:
+        quota = {"name": GPU, "nominalQuota": gpus}
+        quota.update({k: v for k, v in (("lendingLimit", lending_limit), ("borrowingLimit", borrowing_limit))
+                      if v is not None})
+        spec["resourceGroups"] = [{"coveredResources": [GPU], "flavors": [{"name": FLAVOR, "resources": [quota]}]}]
+    return {"apiVersion": API_VERSION, "kind": "Cohort", "metadata": {"name": name}, "spec": spec}
+
+
 def local_queue(namespace: str, name: str, cluster_queue_name: str | None = None) -> dict:
     return {"apiVersion": API_VERSION, "kind": "LocalQueue", "metadata": {"name": name, "namespace": namespace},
             "spec": {"clusterQueue": cluster_queue_name or name}}

@@ -1,0 +1,154 @@
+"""Who else lends GPUs to the training ClusterQueues: their cohort trees, read as Kueue reads them.
+
+headroom lends the slack as the training queues' nominalQuota and must be their only lender: any other GPUs a
+training queue can borrow let Kueue admit training beyond the slack, into the inference reservation. Kueue's rules
+(../shared/kueue/docs/cohort.md, cluster_queue.md, and the Cohort and ClusterQueue CRDs' field docs, v1beta2):
+  * a ClusterQueue lends its cohort what it does not use of its nominalQuota, up to its lendingLimit (unset: all);
+  * a Cohort's own nominalQuota is a pool shared by everything under it, on top of its ClusterQueues' quotas;
+  * a Cohort lends its parent what its subtree does not use, up to its lendingLimit (unset: no limit), and its
+    subtree borrows from the parent's up to its borrowingLimit (unset: no limit); a ClusterQueue borrows from its
+    cohort up to its borrowingLimit;
+  * quotas and limits are per flavor (a flavor a node does not list: no quota, no limits), and a ClusterQueue
+    borrows only in the flavors it lists;
+  * a cohort without a Cohort object (only named, by a cohortName or a parentName) is a root with no quota and no
+    limits: Kueue's "default Cohort";
+  * a parentName chain that loops disables every ClusterQueue of its tree: Kueue admits nothing there until the
+    loop is removed.
+So GPUs held by a node reach a training queue when the way from the node up to the first cohort they share and
+down to the queue has no limit of 0 on it: each lendingLimit going up, each borrowingLimit coming down."""
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+
+from core.objects import QuotaNode
+
+
+@dataclass(frozen=True)
+class Lender:
+    """GPUs beside headroom's that the training queues of `cohort` can borrow."""
+    kind: str              # "ClusterQueue", or "Cohort": that cohort's own nominalQuota
+    name: str
+    gpus: int              # at most this many: its quota, within the lendingLimits on the way, over its flavors
+    cohort: str            # the training queues' cohort
+    path: tuple[str, ...]  # the cohorts they pass, the lender's first, `cohort` last (one: straight into it)
+    fix: str               # how to stop it
+
+    def describe(self, objects: Iterable[str]) -> str:
+        """The lender, the way its GPUs come (a cohort without a Cohort object named as such) and the fix."""
+        what = f"ClusterQueue {self.name}" if self.kind == "ClusterQueue" else f"Cohort {self.name}'s own nominalQuota"
+        known = set(objects)
+        way = " -> ".join(c if c in known else f"{c} (no Cohort object)" for c in self.path)
+        through = f" through cohorts {way}" if len(self.path) > 1 else ""
+        return f"{what} lends up to {self.gpus} GPUs into cohort {self.cohort}{through} ({self.fix})"
+
+
+@dataclass(frozen=True)
+class CohortCheck:
+    """What the training queues can borrow beside headroom's lending."""
+    lenders: tuple[Lender, ...] = ()
+    loops: tuple[tuple[str, ...], ...] = ()  # a training cohort's parentName chain that loops (the repeated one last)
+    cohorts: frozenset[str] = frozenset()    # the Cohort objects (the others are only named)
+
+    def lenders_said(self) -> str:
+        return "; ".join(lender.describe(self.cohorts) for lender in self.lenders)
+
+    def loops_said(self) -> str:
+        return "; ".join(f"cohort {chain[0]}'s parentName chain loops: {' -> '.join(chain)}" for chain in self.loops)
+
+
+def _cap(gpus: int, limit: int | None) -> int:
+    return gpus if limit is None else min(gpus, limit)
+
+
+def _lent_up(node: QuotaNode, flavor: str, children: Mapping[str, list[QuotaNode]],
+             training: set[str]) -> Iterator[tuple[QuotaNode, int, tuple[str, ...]]]:
+    """What `node` (not a training queue) lends its parent in `flavor`, by source: (the ClusterQueue or Cohort whose
+    quota it is, at most how many GPUs, the cohorts passed from the source's up to `node`)."""
+    if node.kind == "ClusterQueue" and node.name in training:
+        return  # headroom's own lending
+    quota = node.gpus.get(flavor)
+    limit = quota.lending_limit if quota is not None else None
+    if limit == 0:
+        return
+    if quota is not None and quota.nominal > 0:
+        yield node, _cap(quota.nominal, limit), (node.name,) if node.kind == "Cohort" else ()
+    if node.kind == "Cohort":
+        for child in children.get(node.name, []):
+            for source, gpus, up in _lent_up(child, flavor, children, training):
+                yield source, _cap(gpus, limit), (*up, node.name)
+
+
+def _chain(cohort: str, cohorts: Mapping[str, QuotaNode]) -> tuple[list[str], bool]:
+    """The cohort and its ancestors, up to a root or until one repeats (then that one last, and True)."""
+    chain = [cohort]
+    while (node := cohorts.get(chain[-1])) is not None and node.parent is not None:
+        chain.append(node.parent)
+        if node.parent in chain[:-1]:
+            return chain, True
+    return chain, False
+
+
+def _fix(source: QuotaNode, gate: QuotaNode | None, cohort: str, above: bool) -> str:
+    """How to stop a lender: close the gate by which it enters the training cohort's chain (a node just under one of
+    its cohorts: its lendingLimit 0, or no parent), or, its GPUs coming from above the training cohort, cut that
+    cohort off from its parent (no parent, or borrowingLimit 0). A lendingLimit on the training cohort or its
+    ancestors does not do it: it caps what a subtree lends up, not what it borrows."""
+    if gate is None and not above:
+        return "remove its GPU nominalQuota: every ClusterQueue of the cohort shares it, whatever its lendingLimit"
+    ways = []
+    if gate is not None:
+        whose = "its" if gate is source else f"{gate.kind} {gate.name}'s"
+        ways.append(f"set {whose} GPU lendingLimit to 0")
+        if gate.kind == "Cohort":
+            ways.append(f"remove {whose} parentName")
+    if above:
+        ways.append(f"remove Cohort {cohort}'s parentName or set its GPU borrowingLimit to 0")
+    return " or ".join(ways)
+
+
+def cohort_lenders(nodes: Iterable[QuotaNode], training: set[str]) -> CohortCheck:
+    """Every source of GPUs other than headroom's lending (the training queues' quotas) that a training queue can
+    borrow from: ClusterQueues of its cohort, the cohort's own quota, and up its parentName chain each ancestor's
+    quota and all that the ancestor's other subtrees lend it; and the training cohorts whose chain loops."""
+    nodes = list(nodes)
+    cohorts = {n.name: n for n in nodes if n.kind == "Cohort"}
+    queues = {n.name: n for n in nodes if n.kind == "ClusterQueue"}
+    children: dict[str, list[QuotaNode]] = {}
+    for n in nodes:
+        if n.parent is not None:
+            children.setdefault(n.parent, []).append(n)
+    found: dict[tuple[str, str, str], tuple[tuple[str, ...], str]] = {}  # (kind, name, cohort) -> (path, fix)
+    amounts: dict[tuple[str, str, str], dict[str, int]] = {}             # ... -> GPUs by flavor
+    loops: dict[str, tuple[str, ...]] = {}
+    for queue in (queues[q] for q in sorted(training & queues.keys())):
+        if queue.parent is None:
+            continue  # in no cohort: it borrows nothing
+        chain, loop = _chain(queue.parent, cohorts)
+        if loop:
+            loops[chain[0]] = tuple(chain)
+            continue
+        for flavor, own in queue.gpus.items():
+            below: QuotaNode | None
+            borrows, below = own.borrowing_limit != 0, queue  # below: the chain's node under the cohort at hand
+            for level, name in enumerate(chain):
+                if not borrows:
+                    break
+                path, cohort = tuple(reversed(chain[:level + 1])), cohorts.get(name)
+                entering: list[tuple[QuotaNode, int, tuple[str, ...], QuotaNode | None]] = []
+                quota = cohort.gpus.get(flavor) if cohort is not None else None
+                if cohort is not None and quota is not None and quota.nominal > 0:
+                    entering.append((cohort, quota.nominal, (), None))  # its own pool, under no gate
+                for child in children.get(name, []):
+                    if child is not below:
+                        entering += [(s, g, up, child) for s, g, up in _lent_up(child, flavor, children, training)]
+                for source, gpus, up, gate in entering:
+                    key = (source.kind, source.name, chain[0])
+                    found[key] = ((*up, *path), _fix(source, gate, chain[0], level > 0))
+                    amounts.setdefault(key, {})[flavor] = gpus
+                borrows, below = quota is None or quota.borrowing_limit != 0, cohort
+    lenders = []
+    for key in sorted(found):
+        kind, name, cohort_name = key
+        lenders.append(Lender(kind, name, sum(amounts[key].values()), cohort_name, *found[key]))
+    return CohortCheck(tuple(lenders), tuple(loops[c] for c in sorted(loops)), frozenset(cohorts))

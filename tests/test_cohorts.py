@@ -1,0 +1,253 @@
+"""controller.cohorts: who lends the training ClusterQueues GPUs beside headroom, over Kueue's cohort trees.
+
+The invariant is checked against Kueue's own arithmetic, written here independently of controller.cohorts: a
+node's SubtreeQuota, guaranteedQuota and potentialAvailable (the capacity a ClusterQueue can reach with nothing in
+use), as Kueue's scheduler cache computes them. headroom's lending is the training queues' nominalQuota; with it
+taken away, a training queue can still reach GPUs exactly when something else lends them."""
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from adapters.kube import quota_node
+from controller.cohorts import CohortCheck, cohort_lenders
+from controller.reconcile import headroom_condition
+from core.objects import GpuQuota, QuotaNode
+
+FLAVORS = ("a100", "h100")
+COHORTS = ("c0", "c1", "c2", "c3")
+MISSING = "gone"  # a cohort named as a parent or a cohortName, with no Cohort object
+
+
+def cq(name: str, cohort: str | None, gpus: int = 8, borrowing: int | None = None, lending: int | None = None,
+       flavor: str = "a100") -> QuotaNode:
+    return QuotaNode("ClusterQueue", name, cohort, {flavor: GpuQuota(gpus, borrowing, lending)})
+
+
+def cohort(name: str, parent: str | None = None, gpus: int | None = None, borrowing: int | None = None,
+           lending: int | None = None) -> QuotaNode:
+    quota = {} if gpus is None else {"a100": GpuQuota(gpus, borrowing, lending)}
+    return QuotaNode("Cohort", name, parent, quota)
+
+
+def said(check: CohortCheck) -> list[tuple[str, str, int, str, tuple[str, ...]]]:
+    return [(x.kind, x.name, x.gpus, x.cohort, x.path) for x in check.lenders]
+
+
+# ---------------------------------------------------------------------------- Kueue's arithmetic (pkg/cache)
+class Kueue:
+    """Kueue's resource tree arithmetic with no usage, for one flavor: SubtreeQuota, guaranteedQuota and
+    potentialAvailable, over ClusterQueues and Cohorts (a cohort only named is an empty root)."""
+
+    def __init__(self, nodes: list[QuotaNode], flavor: str):
+        self.flavor = flavor
+        self.cohorts = {n.name: n for n in nodes if n.kind == "Cohort"}
+        for n in nodes:
+            if n.parent is not None and n.parent not in self.cohorts:
+                self.cohorts[n.parent] = QuotaNode("Cohort", n.parent, None, {})  # Kueue's default Cohort
+        self.children: dict[str, list[QuotaNode]] = {}
+        for n in [*nodes, *self.cohorts.values()]:
+            if n.parent is not None and n not in self.children.get(n.parent, []):
+                self.children.setdefault(n.parent, []).append(n)
+
+    def quota(self, node: QuotaNode) -> GpuQuota | None:
+        return node.gpus.get(self.flavor)
+
+    def subtree(self, node: QuotaNode) -> int:
+        q = self.quota(node)
+        total = q.nominal if q else 0
+        if node.kind == "Cohort":
+            total += sum(self.subtree(c) - self.guaranteed(c) for c in self.children.get(node.name, []))
+        return total
+
+    def guaranteed(self, node: QuotaNode) -> int:
+        q = self.quota(node)
+        return max(0, self.subtree(node) - q.lending_limit) if q and q.lending_limit is not None else 0
+
+    def potential(self, node: QuotaNode) -> int:
+        if node.parent is None:
+            return self.subtree(node)
+        available = self.guaranteed(node) + self.potential(self.cohorts[node.parent])
+        q = self.quota(node)
+        if q and q.borrowing_limit is not None:
+            available = min(self.subtree(node) + q.borrowing_limit, available)
+        return available
+
+
+def loops(nodes: list[QuotaNode], queue: QuotaNode) -> bool:
+    """The queue's parent chain never reaches a root: after as many steps as there are cohorts, it still goes on."""
+    parents = {n.name: n.parent for n in nodes if n.kind == "Cohort"}
+    at = queue.parent
+    for _ in range(len(parents) + 1):
+        if at is None:
+            return False
+        at = parents.get(at)
+    return at is not None
+
+
+# ---------------------------------------------------------------------------- random small trees
+limits = st.sampled_from([None, None, 0, 0, 1, 3])  # 0 often: the limit that closes a way is the one that matters
+nominals = st.sampled_from([0, 0, 1, 4])
+
+
+@st.composite
+def quotas(draw) -> dict[str, GpuQuota]:
+    flavors = draw(st.sampled_from([("a100",), ("a100",), FLAVORS, ("h100",), ()]))
+    return {f: GpuQuota(draw(nominals), draw(limits), draw(limits)) for f in flavors}
+
+
+@st.composite
+def trees(draw) -> tuple[list[QuotaNode], set[str]]:
+    objects = [c for c in COHORTS if draw(st.sampled_from([True, True, True, False]))]
+    nodes = []
+    for c in objects:  # mostly a tree, its roots at the end; sometimes any parent (a loop, a missing one)
+        above = st.sampled_from([None, *COHORTS[COHORTS.index(c) + 1:]])
+        parent = draw(st.one_of(above, above, st.sampled_from([None, *COHORTS, MISSING])))
+        nodes.append(QuotaNode("Cohort", c, parent, draw(quotas())))
+    queues = [f"q{i}" for i in range(draw(st.integers(1, 5)))]
+    nodes += [QuotaNode("ClusterQueue", q, draw(st.sampled_from([*COHORTS, MISSING])), draw(quotas()))
+              for q in queues]
+    training = set(draw(st.lists(st.sampled_from(queues), min_size=1, unique=True)))
+    return nodes, training
+
+
+def without_headroom(nodes: list[QuotaNode], training: set[str]) -> list[QuotaNode]:
+    """The tree with headroom's lending taken away: the training queues' nominalQuota 0 (their limits kept)."""
+    return [QuotaNode(n.kind, n.name, n.parent, {f: GpuQuota(0, q.borrowing_limit, q.lending_limit)
+                                                  for f, q in n.gpus.items()})
+            if n.kind == "ClusterQueue" and n.name in training else n for n in nodes]
+
+
+@settings(max_examples=400, deadline=None)
+@given(trees())
+def test_at_risk_exactly_when_something_besides_headroom_reaches_a_training_queue(tree):
+    nodes, training = tree
+    check = cohort_lenders(nodes, training)
+    trained = [n for n in nodes if n.kind == "ClusterQueue" and n.name in training and n.parent is not None]
+    looping = [q for q in trained if loops(nodes, q)]
+    assert {chain[0] for chain in check.loops} == {q.parent for q in looping}
+    for chain in check.loops:  # each named from the training cohort round to the cohort it comes back to
+        assert chain[-1] in chain[:-1]
+    bare = without_headroom(nodes, training)
+    reach = {(q.name, f): Kueue(bare, f).potential(bare[nodes.index(q)]) for q in trained if q not in looping
+             for f in q.gpus}
+    reached = {q.parent for q in trained if q not in looping and any(reach[q.name, f] > 0 for f in q.gpus)}
+    assert {lender.cohort for lender in check.lenders} == reached, (reach, said(check))
+    # the GPUs named are never fewer than Kueue would let a training queue borrow
+    named: dict[str, int] = {}
+    for lender in check.lenders:
+        named[lender.cohort] = named.get(lender.cohort, 0) + lender.gpus
+        assert lender.gpus > 0 and lender.path[-1] == lender.cohort and lender.fix
+        assert len(set(lender.path)) == len(lender.path)  # up to the first cohort shared, then down: none twice
+        assert lender.kind == "Cohort" or lender.name not in training  # headroom's own lending is never named
+    for q in trained:
+        if q not in looping:
+            assert all(reach[q.name, f] <= named.get(q.parent, 0) for f in q.gpus)
+    # a cohort that loops is named, not walked for ever; the condition says which, and never crashes
+    condition = headroom_condition(40, 30, 30, 50, check)
+    assert condition.reason == ("CohortLends" if check.lenders else "CohortCycle" if check.loops
+                                else "HeadroomCovered")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(COHORTS), st.integers(0, 4), limits), min_size=1, max_size=6),
+       st.data())
+def test_without_cohort_objects_the_lenders_are_the_queues_of_the_training_cohorts(queues, data):
+    """No Cohort object, one flavor, no borrowingLimit: exactly the ClusterQueues that share a training queue's
+    cohortName and lend it something (lendingLimit, else nominalQuota, above 0), as before Cohorts were read."""
+    nodes = [cq(f"q{i}", c, gpus, lending=lending if lending is None else min(lending, gpus))  # Kueue's webhook
+             for i, (c, gpus, lending) in enumerate(queues)]                                    # refuses more
+    training = set(data.draw(st.lists(st.sampled_from([n.name for n in nodes]), min_size=1, unique=True)))
+    cohorts = {n.parent for n in nodes if n.name in training}
+    lent = {n.name: n.gpus["a100"].lending_limit if n.gpus["a100"].lending_limit is not None
+            else n.gpus["a100"].nominal for n in nodes}
+    before = sorted(("ClusterQueue", n.name, lent[n.name], n.parent, (n.parent,))
+                    for n in nodes if n.parent in cohorts and n.name not in training and lent[n.name] > 0)
+    assert said(cohort_lenders(nodes, training)) == before
+
+
+# ---------------------------------------------------------------------------- the cases, by name
+def test_a_parent_with_quota_lends_into_the_training_cohort_and_is_named_with_the_chain():
+    tree = [cq("train", "pool"), cq("serve", "pool", lending=0), cohort("pool", parent="org"),
+            cohort("org", gpus=32), cq("batch", "pool", gpus=4)]
+    check = cohort_lenders(tree, {"train"})
+    assert said(check) == [("ClusterQueue", "batch", 4, "pool", ("pool",)),
+                           ("Cohort", "org", 32, "pool", ("org", "pool"))]
+    message = headroom_condition(40, 30, 30, 50, check).message
+    assert ("Cohort org's own nominalQuota lends up to 32 GPUs into cohort pool through cohorts org -> pool "
+            "(remove Cohort pool's parentName or set its GPU borrowingLimit to 0)") in message
+    assert "ClusterQueue batch lends up to 4 GPUs into cohort pool (set its GPU lendingLimit to 0)" in message
+
+
+def test_a_sibling_subtree_lends_up_through_its_cohort_and_down_to_the_training_cohort():
+    tree = [cq("train", "pool"), cohort("pool", parent="org"), cohort("org"), cohort("side", parent="org"),
+            cq("other", "side", gpus=16, lending=6)]
+    check = cohort_lenders(tree, {"train"})
+    assert said(check) == [("ClusterQueue", "other", 6, "pool", ("side", "org", "pool"))]
+    assert check.lenders[0].fix == ("set Cohort side's GPU lendingLimit to 0 or remove Cohort side's parentName or "
+                                    "remove Cohort pool's parentName or set its GPU borrowingLimit to 0")
+    # lendingLimit 0 on the sibling cohort, or a cap on what it lends, is what reaches the training cohort
+    closed = [n if n.name != "side" else cohort("side", parent="org", gpus=0, lending=0) for n in tree]
+    assert cohort_lenders(closed, {"train"}) == CohortCheck(cohorts=frozenset({"pool", "org", "side"}))
+    capped = [n if n.name != "side" else cohort("side", parent="org", gpus=0, lending=2) for n in tree]
+    assert said(cohort_lenders(capped, {"train"}))[0][2] == 2
+
+
+def test_lending_limit_0_on_the_training_cohort_does_not_stop_its_parent_lending_down():
+    """A Cohort's lendingLimit caps what its subtree lends its parent, not what it borrows: the fix for an
+    ancestor's quota is no parent (or a borrowingLimit of 0), and for a sibling's, its lendingLimit 0."""
+    tree = [cq("train", "pool"), cohort("pool", parent="org", gpus=0, lending=0), cohort("org", gpus=32)]
+    assert said(cohort_lenders(tree, {"train"})) == [("Cohort", "org", 32, "pool", ("org", "pool"))]
+    no_borrowing = [cq("train", "pool"), cohort("pool", parent="org", gpus=0, borrowing=0), cohort("org", gpus=32)]
+    assert not cohort_lenders(no_borrowing, {"train"}).lenders
+    # the training cohort's lendingLimit 0 keeps its queues' quota from a parent shared with others, as headroom wants
+    lent_out = [cq("train", "pool"), cohort("pool", parent="org", gpus=0, lending=0), cohort("org"),
+                cq("team", "org", gpus=0)]
+    assert not cohort_lenders(lent_out, {"train"}).lenders
+
+
+def test_a_cohort_with_its_own_nominal_quota_lends_to_its_queues_whatever_its_lending_limit():
+    check = cohort_lenders([cq("train", "pool"), cohort("pool", gpus=12)], {"train"})
+    assert said(check) == [("Cohort", "pool", 12, "pool", ("pool",))]
+    assert "Cohort pool's own nominalQuota lends up to 12 GPUs into cohort pool (remove its GPU nominalQuota" \
+        in check.lenders_said()
+
+
+def test_only_the_flavors_a_training_queue_lists_and_a_borrowing_limit_of_0_borrow_nothing():
+    elsewhere = [cq("train", "pool"), cq("h100s", "pool", flavor="h100")]
+    assert not cohort_lenders(elsewhere, {"train"}).lenders  # Kueue borrows only in the queue's own flavors
+    assert not cohort_lenders([cq("train", "pool", borrowing=0), cq("serve", "pool")], {"train"}).lenders
+
+
+def test_a_parent_chain_that_loops_is_named_not_walked_for_ever():
+    tree = [cq("train", "pool"), cohort("pool", parent="a"), cohort("a", parent="b", gpus=8), cohort("b", parent="a")]
+    check = cohort_lenders(tree, {"train"})
+    assert check.loops == (("pool", "a", "b", "a"),) and not check.lenders
+    condition = headroom_condition(40, 30, 30, 50, check)
+    assert (condition.status, condition.reason) == ("True", "CohortCycle")
+    assert "cohort pool's parentName chain loops: pool -> a -> b -> a" in condition.message
+    assert cohort_lenders([cq("train", "self"), cohort("self", parent="self")], {"train"}).loops == (("self", "self"),)
+
+
+def test_a_parent_without_a_cohort_object_is_kueue_s_default_cohort():
+    """Kueue: a parentName naming no Cohort means a cohort with no quota and no limits, which still joins
+    everything that names it."""
+    alone = [cq("train", "pool"), cohort("pool", parent=MISSING)]
+    assert cohort_lenders(alone, {"train"}) == CohortCheck(cohorts=frozenset({"pool"}))
+    shared = [*alone, cq("stray", MISSING, gpus=4)]
+    check = cohort_lenders(shared, {"train"})
+    assert said(check) == [("ClusterQueue", "stray", 4, "pool", (MISSING, "pool"))]
+    assert f"through cohorts {MISSING} (no Cohort object) -> pool" in check.lenders_said()
+
+
+def test_the_adapter_reads_cohorts_and_cluster_queues_as_tree_nodes():
+    obj = {"metadata": {"name": "org"},
+           "spec": {"parentName": "root", "resourceGroups": [{"coveredResources": ["cpu", "nvidia.com/gpu"],
+                                                              "flavors": [{"name": "a100", "resources": [
+                                                                  {"name": "cpu", "nominalQuota": "64"},
+                                                                  {"name": "nvidia.com/gpu", "nominalQuota": "8",
+                                                                   "lendingLimit": "500m"}]}]}]}}
+    assert quota_node(obj, "Cohort") == QuotaNode("Cohort", "org", "root", {"a100": GpuQuota(8, None, 1)})
+    assert quota_node({"metadata": {"name": "q"}, "spec": {"cohortName": "org"}}, "ClusterQueue") == \
+        QuotaNode("ClusterQueue", "q", "org", {})
+    assert quota_node({"metadata": {"name": "root"}}, "Cohort").parent is None
