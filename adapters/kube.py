@@ -62,6 +62,9 @@ ADDRESS_SECONDS = 1.0  # how long the request headers (the token) are used befor
 # halted host sends no reset): the read times out and the cache is stale (StaleCache) until a LIST succeeds.
 WATCH_SECONDS = 60
 WATCH_GRACE_SECONDS = 15
+# Letting the Lease go on the way out: one attempt per request, this long each (two requests), so a controller asked
+# to stop while the API server cannot answer ends well inside the pod's 30 s grace period; the Lease expires by itself.
+RELEASE_TIMEOUT_SECONDS = 3.0
 
 
 def _now() -> datetime:
@@ -463,6 +466,8 @@ class KubeCluster:
     conflict_retries: int = 5
     resource: str = GPU_RESOURCE
     sleep: Callable[[float], None] = field(default=time.sleep, repr=False)
+    # set once the controller is asked to stop: no request is retried from then on, so it ends within seconds
+    stopping: threading.Event = field(default_factory=threading.Event, repr=False)
     informers: dict[str, Informer] = field(default_factory=dict, repr=False)
     _watching: bool = field(default=False, repr=False)
     _informer_settings: dict = field(default_factory=dict, repr=False)
@@ -626,7 +631,8 @@ class KubeCluster:
         return made[1], made[2]
 
     def _request(self, method: str, path: str, body: Any = None, query: dict | None = None,
-                 content_type: str = "application/json", retries: int | None = None) -> dict:
+                 content_type: str = "application/json", retries: int | None = None,
+                 timeout: float | None = None) -> dict:
         import urllib3
         from kubernetes.client.exceptions import ApiException
 
@@ -643,7 +649,7 @@ class KubeCluster:
                 response = self.api_client.call_api(method, host + url_path,
                                                     body=self.api_client.sanitize_for_serialization(body),
                                                     header_params={**headers, "Content-Type": content_type},
-                                                    _request_timeout=self.request_timeout)
+                                                    _request_timeout=timeout or self.request_timeout)
                 response.read()
                 status, data = response.status, response.data
             except ApiException as exc:  # the REST layer raises these for TLS and protocol errors
@@ -661,7 +667,8 @@ class KubeCluster:
             except ValueError:
                 payload = None
             message = payload.get("message", text) if isinstance(payload, dict) else text
-            if status in RETRYABLE_STATUS and attempt < (self.retries if retries is None else retries):
+            if (status in RETRYABLE_STATUS and attempt < (self.retries if retries is None else retries)
+                    and not self.stopping.is_set()):
                 delay = min(self.backoff_max, self.backoff_base * 2 ** attempt) * (0.5 + random.random() / 2)
                 log.warning("%s %s: %s %s; retry %d/%d in %.1f s", method, path, status or "unreachable",
                             message[:200], attempt + 1, self.retries, delay)
@@ -1127,10 +1134,11 @@ class LeaseElector:
             return None
 
     def release(self) -> bool:
-        """Give the lease up (others may take it at once); True if this elector held it."""
+        """Give the lease up (others may take it at once); True if this elector held it. One quick attempt
+        (RELEASE_TIMEOUT_SECONDS): a ClusterError if the server cannot answer at once (the Lease expires by itself)."""
         self._leader = False
         try:
-            lease = self.cluster.get(self.path)
+            lease = self.cluster._request("GET", self.path, retries=0, timeout=RELEASE_TIMEOUT_SECONDS)
         except NotFound:
             return False
         spec = lease.get("spec", {}) or {}
@@ -1139,7 +1147,7 @@ class LeaseElector:
         lease["spec"] = {**spec, "holderIdentity": None, "leaseDurationSeconds": 1,
                          "renewTime": _rfc3339(_now(), micro=True)}
         try:
-            self.cluster._request("PUT", self.path, lease)
+            self.cluster._request("PUT", self.path, lease, retries=0, timeout=RELEASE_TIMEOUT_SECONDS)
         except Conflict:
             return False
         return True

@@ -201,7 +201,8 @@ def cmd_run(cfg: Config, args) -> int:
         return 1
     identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
     elector = cluster.leader_elector(r.lease.namespace, r.lease.name, identity, r.lease.duration_seconds)
-    loop = Loop(reconciler, elector, r.interval_seconds, r.lease.duration_seconds)
+    # one event: SIGTERM stops the loop and the client's retries, so the way out takes seconds (docs/deploy.md)
+    loop = Loop(reconciler, elector, r.interval_seconds, r.lease.duration_seconds, stop=cluster.stopping)
     server = serve(reconciler.holder, r.metrics_port, loop.healthy, loop.ready, host=r.metrics_address)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: loop.stop.set())
