@@ -143,7 +143,7 @@ def build(cfg: Config, in_cluster: bool = False, timeline: list | None = None, s
         # Kept: what realized error and drift read, the longest horizon plus the drift window, and a margin.
         keep = (max(HORIZONS) + cfg.training.drift_window + 2) * 3600.0
         forecasts = cluster.forecast_store(r.lease.namespace, keep_seconds=keep, rows=max(HORIZONS))
-        summary = cluster.plan_summary(r.lease.namespace).write  # the cluster-wide numbers, beside the Lease
+        summary = cluster.plan_summary(r.lease.namespace)  # the cluster-wide numbers, beside the Lease
     else:
         cluster, demand = embedded(cfg, r, start)
         forecasts, summary = ForecastLog(r.forecast_log_dir), None

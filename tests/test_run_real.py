@@ -98,7 +98,7 @@ def reconciler(kube, prometheus_url, tmp_path, step="5m", beside=False, **run) -
     server = PrometheusServer(url=prometheus_url, step=step, timeout_seconds=10, retries=0)
     cfg = RunConfig(cluster="kubernetes", prometheus=server, capacity_gpus=128, namespace=NS, **run)
     return Reconciler(kube, PrometheusDemand(cfg.prometheus), cfg, forecast_log=ForecastLog(tmp_path / "log"),
-                      summary=kube.plan_summary(NS).write, events_beside=beside, statuses_beside=beside)
+                      summary=kube.plan_summary(NS), events_beside=beside, statuses_beside=beside)
 
 
 def replicas(kube) -> int:
@@ -711,7 +711,7 @@ def test_a_leader_that_loses_the_lease_mid_reconcile_writes_nothing_after(kube, 
     server = PrometheusServer(url=private_prometheus.url, step="5m", timeout_seconds=4, retries=0)
     cfg = RunConfig(cluster="kubernetes", prometheus=server, capacity_gpus=128, namespace=NS)
     r = Reconciler(controller, PrometheusDemand(server), cfg, forecast_log=ForecastLog(tmp_path / "log"),
-                   summary=controller.plan_summary(NS).write)
+                   summary=controller.plan_summary(NS))
     lease = "mid-reconcile"
     kube.delete(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{lease}")
     a = Loop(r, controller.leader_elector(NS, lease, "replica-a", lease_seconds=2), interval=1, lease_seconds=2,
