@@ -204,8 +204,10 @@ def parse_policies(objects: list[dict], specs: ParsedSpecs | None = None
             continue
         owner[target] = p.key
         for _, q, kind in claims:
-            if role.get(q, ("", ""))[0] != "target":  # a policy's own target and inference queue: the target says
-                role[q] = (kind, p.key) if kind == "target" or q not in role else role[q]
+            # the first policy to name a queue says its role; a queue that is a policy's target is "target", even
+            # when that policy named it its inference queue too
+            if q not in role or (kind == "target" and role[q][0] != "target"):
+                role[q] = (kind, p.key)
     return [p for _, p in parsed if p.ref not in invalid], invalid
 
 
