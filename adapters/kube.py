@@ -57,9 +57,10 @@ RETRYABLE_STATUS = {0, 429, 500, 502, 503, 504}
 MERGE_PATCH = "application/merge-patch+json"
 ADDRESS_SECONDS = 1.0  # how long the request headers (the token) are used before the client library makes them again
 # The server ends each watch after WATCH_SECONDS (timeoutSeconds) and the cache opens it again, so a healthy watch is
-# heard from (an event, a bookmark, its end, the next one opened) at least that often, and every re-watch is
-# authorized anew (a revoked RBAC role is met there). Silent for WATCH_GRACE_SECONDS longer, the server is gone (a
-# halted host sends no reset): the read times out and the cache is stale (StaleCache) until a LIST succeeds.
+# heard from (an event, a bookmark, its end, the next one opened; kube-apiserver 1.20 sends no bookmark on an idle
+# watch, so its end is what is heard) at least that often, and every re-watch is authorized anew (a revoked RBAC
+# role is met there). Silent for WATCH_GRACE_SECONDS longer, the server is gone (a halted host sends no reset): the
+# read times out and the cache is stale (StaleCache) until a LIST succeeds.
 WATCH_SECONDS = 60
 WATCH_GRACE_SECONDS = 15
 # Letting the Lease go on the way out: one attempt per request, this long each (two requests), so a controller asked
