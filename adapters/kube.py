@@ -220,7 +220,7 @@ class Informer:
         self.lists = 0                     # LISTs made (tests and logs: one at start, one per resync)
         self.connected = False
         self._caught_up = 0.0              # when a reader last listed while the watch was broken (catch_up)
-        self.refused: ClusterError | None = None  # the last LIST's refusal (403, 404), until a LIST succeeds
+        self.refused: ClusterError | None = None  # a LIST refused (403: RBAC revoked), until a LIST succeeds
 
     @staticmethod
     def key(obj: Mapping) -> tuple[str, str]:
