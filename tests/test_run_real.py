@@ -850,7 +850,7 @@ def test_a_controller_whose_rbac_is_revoked_is_refused_within_the_watch_bound(wi
         time.sleep(2 + 1)  # every watch ended by the server since, and refused when opened again
         with pytest.raises(ClusterError) as info:
             watching.reservation_policies(NS)
-        assert info.value.status == 403 and "forbidden" in str(info.value), info.value
+        assert (info.value.status, info.value.reason) == (403, "Forbidden"), info.value
         state = r.reconcile(MONDAY_7AM + pd.Timedelta(minutes=5))
         assert state.reconcile_errors_total.get("cluster", 0) == 1
     finally:
