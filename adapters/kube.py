@@ -10,7 +10,9 @@ Reads: with `watch()` started (what `headroom run` does), policies, Workloads, L
 ClusterQueues and Cohorts are served from a watch cache (`Informer`: one LIST, then a WATCH from its
 resourceVersion; re-LIST when the watch is too old (410) or the connection drops, e.g. an API server
 restart; the cache also takes in the objects our own writes return, so a reconcile reads what it just
-wrote). Without it every read is one LIST per resource. A policy's target is one GET per read.
+wrote). A cache that has heard nothing from the server for WATCH_SECONDS + WATCH_GRACE_SECONDS is stale: it is
+not read (StaleCache) until a LIST succeeds. Without it every read is one LIST per resource. A policy's target is
+one GET per read.
 
 All requests go through one path (`_request`): JSON in, JSON out, over the `kubernetes` client's
 configuration (kubeconfig / token / CA / TLS), with
@@ -37,7 +39,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from core.errors import ClusterError, Conflict, Invalid, NotFound, NotInstalled
+from core.errors import ClusterError, Conflict, Invalid, NotFound, NotInstalled, StaleCache
 from core.objects import (
     CONDITION_TYPES,
     GpuQuota,
@@ -63,6 +65,16 @@ LAST_CHECKPOINT = "headroom.dev/last-checkpoint"              # RFC 3339
 RETRYABLE_STATUS = {0, 429, 500, 502, 503, 504}
 MERGE_PATCH = "application/merge-patch+json"
 ADDRESS_SECONDS = 1.0  # how long the request headers (the token) are used before the client library makes them again
+# The server ends each watch after WATCH_SECONDS (timeoutSeconds) and the cache opens it again, so a healthy watch is
+# heard from (an event, a bookmark, its end, the next one opened; kube-apiserver 1.20 sends no bookmark on an idle
+# watch, so its end is what is heard) at least that often, and every re-watch is authorized anew (a revoked RBAC
+# role is met there). Silent for WATCH_GRACE_SECONDS longer, the server is gone (a halted host sends no reset): the
+# read times out and the cache is stale (StaleCache) until a LIST succeeds.
+WATCH_SECONDS = 60
+WATCH_GRACE_SECONDS = 15
+# Letting the Lease go on the way out: one attempt per request, this long each (two requests), so a controller asked
+# to stop while the API server cannot answer ends well inside the pod's 30 s grace period; the Lease expires by itself.
+RELEASE_TIMEOUT_SECONDS = 3.0
 
 
 def _now() -> datetime:
@@ -203,14 +215,19 @@ class Informer:
 
     The watch is re-opened from the last resourceVersion seen when the server ends it; the resource is
     listed again when the server says that version is gone (410) or the connection fails (an API server
-    restart), with back-off. Events not newer than the last LIST, or than the object already held (one our
-    own write put there), are ignored, so a late event never takes an object back in time. Until the first
-    LIST has succeeded, `items()` is None and readers fall back to a LIST of their own. While the watch is broken,
-    readers first `catch_up()`: the server may be back long before the thread's next try."""
+    restart), with back-off. A cache that has heard nothing from the server for `watch_seconds + grace_seconds` is
+    stale: readers list again, and are refused (StaleCache) if that fails too. Events not newer than the last LIST,
+    or than the object already held (one our own write put there), are ignored, so a late event never takes an
+    object back in time. Until the first LIST has succeeded, `items()` is None and readers fall back to a LIST of
+    their own. While the watch is broken or stale, readers first `catch_up()`: the server may be back long before the
+    thread's next try."""
 
-    def __init__(self, cluster: KubeCluster, path: str, watch_seconds: int = 240, resync_seconds: float = 600.0):
+    def __init__(self, cluster: KubeCluster, path: str, watch_seconds: int = WATCH_SECONDS,
+                 grace_seconds: float = WATCH_GRACE_SECONDS, resync_seconds: float = 600.0):
         self.cluster, self.path = cluster, path
         self.watch_seconds, self.resync_seconds = watch_seconds, resync_seconds
+        self.stale_after = watch_seconds + grace_seconds  # silent this long: the server is gone (WATCH_SECONDS)
+        self._heard = time.monotonic()     # when the server last answered: a LIST, a watch opened, a line, its end
         self._items: dict[tuple[str, str], dict] = {}
         self._floor: int | None = None     # resourceVersion of the last LIST
         self._version = ""                 # where the watch resumes
@@ -222,6 +239,7 @@ class Informer:
         self.lists = 0                     # LISTs made (tests and logs: one at start, one per resync)
         self.connected = False
         self._caught_up = 0.0              # when a reader last listed while the watch was broken (catch_up)
+        self.refused: ClusterError | None = None  # a LIST refused (403: RBAC revoked), until a LIST succeeds
 
     @staticmethod
     def key(obj: Mapping) -> tuple[str, str]:
@@ -242,24 +260,43 @@ class Informer:
     def synced(self) -> bool:
         return self._synced
 
+    def silent_for(self) -> float:
+        """Seconds since the server was last heard from."""
+        return time.monotonic() - self._heard
+
     def catch_up(self, every: float = 1.0) -> None:
         """While the watch is broken (an API server restart: the thread lists again only after its back-off, up to
-        30 s): LIST now, one attempt, at most once every `every` seconds, so a reconcile reads what the server holds
-        and not what it held before the outage. If the server cannot answer yet, what is held stays (nothing can be
-        written either: the writes say so). Nothing while the watch streams."""
-        if self.connected or not self._synced:
+        30 s) or silent past `stale_after` (a halted host): LIST now, one attempt, at most once every `every` seconds,
+        so a reconcile reads what the server holds and not what it held before the outage. A refusal (403 once the
+        controller's RBAC is revoked, 404) is raised, and again until a LIST succeeds. If the server cannot answer,
+        what is held is served while it is fresh (nothing can be written either: the writes say so) and refused once
+        it is stale (StaleCache). Nothing while the watch streams."""
+        if (self.connected and self.silent_for() <= self.stale_after) or not self._synced:
             return
         now = time.monotonic()
         with self._lock:
-            if now - self._caught_up < every:
+            listed_just_now = now - self._caught_up < every
+            if not listed_just_now:
+                self._caught_up = now
+        if listed_just_now:
+            failure = "a LIST a moment ago failed"
+        else:
+            try:
+                self.relist(retries=0)
                 return
-            self._caught_up = now
-        try:
-            self.relist(retries=0)
-        except NotFound:
-            raise
-        except ClusterError as exc:
-            log.info("%s: its watch is broken and a LIST failed too (%s); serving what was held", self.path, exc)
+            except ClusterError as exc:
+                if exc.status not in RETRYABLE_STATUS:  # the server's answer, which no waiting changes
+                    raise
+                failure = f"a LIST failed too: {exc}"
+        refused = self.refused
+        if refused is not None:  # a fresh exception: one raised again and again keeps every traceback
+            raise ClusterError(str(refused), status=refused.status, reason=refused.reason, body=refused.body)
+        silent = self.silent_for()
+        if silent > self.stale_after:
+            raise StaleCache(f"watch cache {self.path}: nothing heard from the API server for {silent:.0f} s "
+                             f"(stale after {self.stale_after:.0f} s) and {failure}; not read")
+        if not listed_just_now:
+            log.info("%s: its watch is broken and %s; serving what was held", self.path, failure)
 
     # -- feeding
     def put(self, obj: Mapping, deleted: bool = False) -> None:
@@ -287,7 +324,12 @@ class Informer:
             with self._lock:
                 self._items, self._floor, self._synced = {}, None, False
             raise
+        except ClusterError as exc:
+            if exc.status not in RETRYABLE_STATUS:
+                self.refused = exc
+            raise
         version = (listing.get("metadata") or {}).get("resourceVersion") or ""
+        self._heard, self.refused = time.monotonic(), None
         with self._lock:
             floor = int(version) if version.isdigit() else None
             if not (self._synced and floor is not None and self._floor is not None and floor < self._floor):
@@ -340,24 +382,26 @@ class Informer:
         host, headers = self.cluster._address()
         response = self.cluster.api_client.call_api(
             "GET", f"{host}{self.path}?{urllib.parse.urlencode(query)}", header_params=dict(headers),
-            _request_timeout=(self.cluster.request_timeout, self.watch_seconds + 30))
+            _request_timeout=(self.cluster.request_timeout, self.stale_after))
         if response.status == 410:
             raise _Gone()
         if response.status != 200:
             raise ClusterError(f"WATCH {self.path}: HTTP {response.status}: {response.response.data[:200]!r}",
                                status=response.status)
         self._response = response
-        self.connected = True
+        self.connected, self._heard = True, time.monotonic()
         try:
             buffer = b""
             for chunk in response.response.stream(65536, decode_content=True):
                 if self._stop.is_set():
                     return
+                self._heard = time.monotonic()
                 buffer += chunk
                 while b"\n" in buffer:
                     line, buffer = buffer.split(b"\n", 1)
                     if line.strip():
                         self._event(json.loads(line))
+            self._heard = time.monotonic()  # the server ended it (timeoutSeconds): it is there
         finally:
             self._response = None
             response.response.release_conn()
@@ -442,6 +486,8 @@ class KubeCluster:
     conflict_retries: int = 5
     resource: str = GPU_RESOURCE
     sleep: Callable[[float], None] = field(default=time.sleep, repr=False)
+    # set once the controller is asked to stop: no request is retried from then on, so it ends within seconds
+    stopping: threading.Event = field(default_factory=threading.Event, repr=False)
     informers: dict[str, Informer] = field(default_factory=dict, repr=False)
     _watching: bool = field(default=False, repr=False)
     _informer_settings: dict = field(default_factory=dict, repr=False)
@@ -605,7 +651,8 @@ class KubeCluster:
         return made[1], made[2]
 
     def _request(self, method: str, path: str, body: Any = None, query: dict | None = None,
-                 content_type: str = "application/json", retries: int | None = None) -> dict:
+                 content_type: str = "application/json", retries: int | None = None,
+                 timeout: float | None = None) -> dict:
         import urllib3
         from kubernetes.client.exceptions import ApiException
 
@@ -622,7 +669,7 @@ class KubeCluster:
                 response = self.api_client.call_api(method, host + url_path,
                                                     body=self.api_client.sanitize_for_serialization(body),
                                                     header_params={**headers, "Content-Type": content_type},
-                                                    _request_timeout=self.request_timeout)
+                                                    _request_timeout=timeout or self.request_timeout)
                 response.read()
                 status, data = response.status, response.data
             except ApiException as exc:  # the REST layer raises these for TLS and protocol errors
@@ -640,7 +687,8 @@ class KubeCluster:
             except ValueError:
                 payload = None
             message = payload.get("message", text) if isinstance(payload, dict) else text
-            if status in RETRYABLE_STATUS and attempt < (self.retries if retries is None else retries):
+            if (status in RETRYABLE_STATUS and attempt < (self.retries if retries is None else retries)
+                    and not self.stopping.is_set()):
                 delay = min(self.backoff_max, self.backoff_base * 2 ** attempt) * (0.5 + random.random() / 2)
                 log.warning("%s %s: %s %s; retry %d/%d in %.1f s", method, path, status or "unreachable",
                             message[:200], attempt + 1, self.retries, delay)
@@ -1103,10 +1151,11 @@ class LeaseElector:
             return None
 
     def release(self) -> bool:
-        """Give the lease up (others may take it at once); True if this elector held it."""
+        """Give the lease up (others may take it at once); True if this elector held it. One quick attempt
+        (RELEASE_TIMEOUT_SECONDS): a ClusterError if the server cannot answer at once (the Lease expires by itself)."""
         self._leader = False
         try:
-            lease = self.cluster.get(self.path)
+            lease = self.cluster._request("GET", self.path, retries=0, timeout=RELEASE_TIMEOUT_SECONDS)
         except NotFound:
             return False
         spec = lease.get("spec", {}) or {}
@@ -1115,7 +1164,7 @@ class LeaseElector:
         lease["spec"] = {**spec, "holderIdentity": None, "leaseDurationSeconds": 1,
                          "renewTime": _rfc3339(_now(), micro=True)}
         try:
-            self.cluster._request("PUT", self.path, lease)
+            self.cluster._request("PUT", self.path, lease, retries=0, timeout=RELEASE_TIMEOUT_SECONDS)
         except Conflict:
             return False
         return True

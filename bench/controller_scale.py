@@ -258,7 +258,7 @@ def controller(args: dict) -> dict:
     beside = KubeCluster.from_kubeconfig(args["kubeconfig"], request_timeout=30)
     store = beside.forecast_store(STORE_NAMESPACE, keep_seconds=50 * 3600, rows=24)
     r = Reconciler(cluster, PrometheusDemand(server), cfg, forecast_log=store, refit_beside=True,  # as `headroom run`
-                   events_beside=True, statuses_beside=True, summary=cluster.plan_summary(STORE_NAMESPACE).write)
+                   events_beside=True, statuses_beside=True, summary=cluster.plan_summary(STORE_NAMESPACE))
 
     profiles = os.environ.get("HEADROOM_SCALE_PROFILE")  # a directory: each reconcile's cProfile, for a closer look
     collecting = {"since": 0.0, "seconds": 0.0}  # the interpreter's garbage collections, every thread's

@@ -143,7 +143,7 @@ def build(cfg: Config, in_cluster: bool = False, timeline: list | None = None, s
         # Kept: what realized error and drift read, the longest horizon plus the drift window, and a margin.
         keep = (max(HORIZONS) + cfg.training.drift_window + 2) * 3600.0
         forecasts = cluster.forecast_store(r.lease.namespace, keep_seconds=keep, rows=max(HORIZONS))
-        summary = cluster.plan_summary(r.lease.namespace).write  # the cluster-wide numbers, beside the Lease
+        summary = cluster.plan_summary(r.lease.namespace)  # the cluster-wide numbers, beside the Lease
     else:
         cluster, demand = embedded(cfg, r, start)
         forecasts, summary = ForecastLog(r.forecast_log_dir), None
@@ -201,7 +201,8 @@ def cmd_run(cfg: Config, args) -> int:
         return 1
     identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
     elector = cluster.leader_elector(r.lease.namespace, r.lease.name, identity, r.lease.duration_seconds)
-    loop = Loop(reconciler, elector, r.interval_seconds, r.lease.duration_seconds)
+    # one event: SIGTERM stops the loop and the client's retries, so the way out takes seconds (docs/deploy.md)
+    loop = Loop(reconciler, elector, r.interval_seconds, r.lease.duration_seconds, stop=cluster.stopping)
     server = serve(reconciler.holder, r.metrics_port, loop.healthy, loop.ready, host=r.metrics_address)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: loop.stop.set())

@@ -131,5 +131,9 @@ class Loop:
         self.reconciler.flush()  # its statuses written while it still leads
         with self._fence_lock:
             self._leading = self._running = False  # it lets go: leading again later is taking the Lease anew
-        self.elector.release()
+        try:
+            self.elector.release()
+        except ClusterError as exc:  # stopped as asked all the same: the standby takes the Lease once it expires
+            log.warning("the Lease could not be released (%s): it expires by itself within %.0f s", exc,
+                        self.lease_seconds)
         return state

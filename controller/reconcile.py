@@ -71,7 +71,7 @@ from controller.observe import (
     window_facts,
 )
 from controller.state import ERROR_STAGES, ControllerState, Histogram, PolicyState, StateHolder, TeamState
-from core.cluster import Cluster, ForecastStore
+from core.cluster import Cluster, ForecastStore, PlanSummaryWriter
 from core.errors import ClusterError, ConfigError, NotFound
 from core.objects import Condition, ObjectRef, PolicyStatus, TargetState, WorkloadInfo
 from core.policy import API_VERSION, KIND, PolicySpec, parse_policy_spec
@@ -205,8 +205,10 @@ def parse_policies(objects: list[dict], specs: ParsedSpecs | None = None
             continue
         owner[target] = p.key
         for _, q, kind in claims:
-            if role.get(q, ("", ""))[0] != "target":  # a policy's own target and inference queue: the target says
-                role[q] = (kind, p.key) if kind == "target" or q not in role else role[q]
+            # the first policy to name a queue says its role; a queue that is a policy's target is "target", even
+            # when that policy named it its inference queue too
+            if q not in role or (kind == "target" and role[q][0] != "target"):
+                role[q] = (kind, p.key)
     return [p for _, p in parsed if p.ref not in invalid], invalid
 
 
@@ -395,7 +397,7 @@ class Reconciler:
                  drift_factor: float = 1.5, drift_window: int = 24, timeline: list | None = None,
                  dry_run: bool = False, refit_beside: bool = False, events_beside: bool = False,
                  statuses_beside: bool = False,
-                 summary: Callable[[dict[str, str]], object] | None = None):
+                 summary: PlanSummaryWriter | None = None):
         self.cluster, self.demand, self.cfg = cluster, demand, cfg
         self.data = DataSettings.of(cfg)
         self.holder = holder or StateHolder()
@@ -404,7 +406,7 @@ class Reconciler:
         self.drift_factor, self.drift_window = drift_factor, drift_window
         self.timeline = timeline  # a list the reconciler appends one row per policy to (TIMELINE_COLUMNS)
         self.dry_run = dry_run    # decide as if every policy were active, change nothing (`headroom plan`)
-        self.summary = summary    # writes plan_summary(...) where the cluster keeps it (a ConfigMap on Kubernetes)
+        self.summary = summary    # keeps plan_summary(...) where the cluster keeps it (a ConfigMap on Kubernetes)
         self._forecasts: dict[str, IssuedForecast] = {}
         self._raw: dict[str, pd.Series] = {}
         self._converted: dict[str, _Samples] = {}   # each policy's samples as arrays (_samples)
@@ -460,9 +462,8 @@ class Reconciler:
     def took_lead(self) -> None:
         """This replica has just taken the Lease (controller.loop): what it wrote when it led before may have been
         overwritten by the leader since, so the plan summary goes out on the next reconcile whatever it last wrote."""
-        forget = getattr(getattr(self.summary, "__self__", None), "forget", None)
-        if callable(forget):
-            forget()
+        if self.summary is not None:
+            self.summary.forget()
 
     def _may_write(self) -> bool:
         """This replica may still write (it leads); the first refusal of a reconcile is counted and logged."""
@@ -568,7 +569,7 @@ class Reconciler:
             actions=tuple(actions), notes=hours.notes)
         if self.summary is not None and not self.dry_run and self._may_write():
             try:
-                self.summary(plan_summary(state))
+                self.summary.write(plan_summary(state))
             except ClusterError as exc:
                 self._error("status", "the plan summary", exc)
         return state

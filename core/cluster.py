@@ -23,6 +23,18 @@ class Elector(Protocol):
     def release(self) -> bool: ...
 
 
+class PlanSummaryWriter(Protocol):
+    """Where the plan's cluster-wide numbers are kept (a ConfigMap on Kubernetes: adapters.kube.PlanSummary)."""
+
+    def write(self, data: Mapping[str, str]) -> bool:
+        """True if written (a summary that says nothing new is not)."""
+        ...
+
+    def forget(self) -> None:
+        """What was last written is forgotten: the next write goes out (a replica that leads again)."""
+        ...
+
+
 class ForecastStore(Protocol):
     """Forecasts by issue time, per series, shared by every replica (realized error survives failover)."""
 

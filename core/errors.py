@@ -46,6 +46,11 @@ class NotInstalled(ClusterError):
     to install."""
 
 
+class StaleCache(ClusterError):
+    """A watch cache has heard nothing from the API server for longer than its bound (a halted host: no reset, the
+    packets just stop) and could not list again: what it holds may be minutes old, so nothing is read from it."""
+
+
 class Conflict(ClusterError):
     pass
 

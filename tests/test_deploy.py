@@ -573,7 +573,7 @@ def test_the_controller_loop_runs_on_exactly_these_permissions(granted, kube_adm
         time.sleep(0.1)
     cfg = RunConfig(cluster="kubernetes", prometheus=PrometheusServer(url=prometheus_server.url), capacity_gpus=128)
     reconciler = Reconciler(granted, PrometheusDemand(cfg.prometheus), cfg,
-                            summary=granted.plan_summary(lease["namespace"]).write)
+                            summary=granted.plan_summary(lease["namespace"]))
     loop = Loop(reconciler, granted.leader_elector(lease["namespace"], lease["name"], "rbac-test"),
                 interval=1, clock=lambda: MONDAY_7AM + pd.Timedelta(hours=3))
     loop.run(once=True)

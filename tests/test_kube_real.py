@@ -608,6 +608,39 @@ def test_apiserver_restart_mid_run_adapter_and_watch_recover(cluster, kube_serve
     watching.close()
 
 
+def test_a_halted_api_server_makes_the_watch_cache_stale_within_its_bound(cluster, kube_server):
+    """A halted API-server host (SIGSTOP: no connection reset, the packets just stop): the watch waited out its 270 s
+    read timeout while reads served the cache as if it were fresh. A cache that has heard nothing from the server
+    (an event, a bookmark, a watch opened or ended, a LIST) for watch_seconds + grace_seconds is stale: a read lists
+    again and, when that fails too, refuses with StaleCache naming the resource; the server back, reads are fresh."""
+    import signal
+
+    from core.errors import StaleCache
+
+    cluster.create(CQ, kueue.cluster_queue("halted", gpus=2))
+    api = kube_server.apiserver
+    watching = KubeCluster.from_kubeconfig(str(api.kubeconfig()), request_timeout=2).watch(watch_seconds=2,
+                                                                                           grace_seconds=2)
+    try:
+        assert watching.cluster_queue_quotas()["halted"] == 2
+        time.sleep(5)  # a healthy idle watch: ended by the server and opened again, never stale
+        assert watching.cluster_queue_quotas()["halted"] == 2
+        api.process.signal_group(signal.SIGSTOP)
+        try:
+            time.sleep(5)  # past the bound (2 + 2 s)
+            began = time.monotonic()
+            with pytest.raises(StaleCache) as info:
+                watching.cluster_queue_quotas()
+            assert time.monotonic() - began < 4, "one LIST's request timeout, not a retry loop"
+        finally:
+            api.process.signal_group(signal.SIGCONT)
+        assert "clusterqueues" in str(info.value) and "nothing heard from the API server" in str(info.value)
+        cluster.set_cluster_queue_quota("halted", 3)
+        eventually(lambda: watching.cluster_queue_quotas()["halted"] == 3, "fresh reads once the server is back", 30)
+    finally:
+        watching.close()
+
+
 # --------------------------------------------------------------------------- what headroom takes, the server takes
 @pytest.mark.parametrize("spec", [
     *({field: value} for field in ("leadTime", "scaleInDelay", "reclaimDeadline")

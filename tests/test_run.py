@@ -15,6 +15,8 @@ import time
 
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from adapters.embedded import EmbeddedCluster
 from adapters.prometheus import PrometheusError
@@ -143,6 +145,39 @@ def test_parse_policies_names_every_bad_field():
     by_name = {ref.name: message for ref, message in invalid.items()}
     assert "spec.mode: Input should be 'forecast-only' or 'active'" in by_name["x"] and "spec.leadTime" in by_name["x"]
     assert by_name["y"] == "spec: headroomQuantile must be at least targetQuantile"
+
+
+QUEUES = ("q0", "q1", "q2", "q3")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(QUEUES + (None,)), st.booleans(),
+                          st.lists(st.sampled_from(QUEUES), max_size=2, unique=True)), max_size=5))
+def test_every_queue_the_accepted_policies_name_has_one_role(claims):
+    """Whatever the policies name, among those accepted no ClusterQueue holds inference (an inferenceClusterQueue or
+    a ClusterQueue target) for one and training for another, and a ClusterQueue target is no other policy's
+    inference queue; the first policy to name a queue is never the one refused for it."""
+    objects = []
+    for k, (inference, target_is_queue, training) in enumerate(claims):
+        target = {"kind": "ClusterQueue", "name": f"t{k % 2}"} if target_is_queue else \
+            {"kind": "Deployment", "name": f"d{k}"}
+        objects.append(policy(f"p{k}", target=target, trainingClusterQueues=training, inferenceClusterQueue=inference))
+    accepted, _ = parse_policies(objects)
+    holds, trains, targets = {}, {}, {}
+    for p in accepted:
+        queue_target = [p.spec.target.name] if p.spec.target.kind == "ClusterQueue" else []
+        for q in [p.spec.inference_cluster_queue, *queue_target]:
+            if q:
+                holds.setdefault(q, set()).add(p.key)
+        for q in queue_target:
+            targets[q] = p.key
+        for q in p.spec.training_cluster_queues:
+            trains.setdefault(q, set()).add(p.key)
+    assert not holds.keys() & trains.keys(), (holds, trains)
+    assert all(holds[q] == {key} for q, key in targets.items()), (holds, targets)
+    if objects:
+        first = objects[0]["metadata"]["name"]
+        assert first in {p.ref.name for p in accepted} or parse_policies(objects[:1])[0] == []
 
 
 def test_a_spec_is_parsed_once_per_generation_and_forgotten_with_its_policy(monkeypatch):

@@ -19,6 +19,7 @@ from adapters.kube import EVICTED_BY_PLAN, EVICTION_REASON, KubeCluster
 from adapters.prometheus import PrometheusDemand
 from controller.loop import Loop
 from controller.reconcile import Reconciler
+from core.errors import ClusterError
 from core.objects import ObjectRef
 from core.settings import PrometheusServer, RunConfig
 from tests.servers import free_port, kueue
@@ -98,7 +99,7 @@ def reconciler(kube, prometheus_url, tmp_path, step="5m", beside=False, **run) -
     server = PrometheusServer(url=prometheus_url, step=step, timeout_seconds=10, retries=0)
     cfg = RunConfig(cluster="kubernetes", prometheus=server, capacity_gpus=128, namespace=NS, **run)
     return Reconciler(kube, PrometheusDemand(cfg.prometheus), cfg, forecast_log=ForecastLog(tmp_path / "log"),
-                      summary=kube.plan_summary(NS).write, events_beside=beside, statuses_beside=beside)
+                      summary=kube.plan_summary(NS), events_beside=beside, statuses_beside=beside)
 
 
 def replicas(kube) -> int:
@@ -449,11 +450,9 @@ def test_run_once_on_kubernetes_prints_its_decisions_and_exits_1_when_a_read_fai
     assert (status, "the reconcile failed in part (demand: 1)" in err) == ((0, False) if reachable else (1, True))
 
 
-def test_headroom_run_command_serves_probes_and_metrics_and_stops_cleanly(kube_server, kube, prometheus_server,
-                                                                            tmp_path):
-    """`headroom run` as an SRE starts it: the real CLI process, kubeconfig, /readyz, /metrics, SIGTERM.
-    Its wall clock is 2026 and Prometheus holds 1995: no recent demand, so the safe fallback must show."""
-    import signal
+def start_headroom_run(kube_server, prometheus_url: str, tmp_path, lease: str):
+    """`headroom run` as an SRE starts it (the real CLI process, a kubeconfig), once /readyz answers 200: the process
+    and a GET of its metrics port ((status, body); (None, "") if it does not answer)."""
     import subprocess
     import sys
     import urllib.request
@@ -466,7 +465,7 @@ def test_headroom_run_command_serves_probes_and_metrics_and_stops_cleanly(kube_s
     config = tmp_path / "headroom.yaml"
     config.write_text(yaml.safe_dump({"run": {
         "cluster": "kubernetes", "namespace": NS, "capacity_gpus": 64, "interval_seconds": 2,
-        "prometheus": {"url": prometheus_server.url, "lookback": "2d"}, "lease": {"namespace": NS, "name": "cli"},
+        "prometheus": {"url": prometheus_url, "lookback": "2d"}, "lease": {"namespace": NS, "name": lease},
         "forecast_log_dir": str(tmp_path / "log"), "retrain_every_seconds": 0,
         "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"}}))
     kubeconfig = kube_server.apiserver.kubeconfig(tmp_path / "kubeconfig")
@@ -482,11 +481,23 @@ def test_headroom_run_command_serves_probes_and_metrics_and_stops_cleanly(kube_s
             return None, ""
 
     try:
-        try:
-            wait_until(lambda: get("/readyz")[0] == 200 or proc.poll() is not None, timeout=90, what="ready")
-        except Exception:
-            proc.kill()
-            raise AssertionError(f"headroom run never became ready:\n{proc.stdout.read()}") from None
+        wait_until(lambda: get("/readyz")[0] == 200 or proc.poll() is not None, timeout=90, what="ready")
+    except Exception:
+        proc.kill()
+        raise AssertionError(f"headroom run never became ready:\n{proc.stdout.read()}") from None
+    return proc, get
+
+
+def test_headroom_run_command_serves_probes_and_metrics_and_stops_cleanly(kube_server, kube, prometheus_server,
+                                                                            tmp_path):
+    """`headroom run` as an SRE starts it: the real CLI process, kubeconfig, /readyz, /metrics, SIGTERM.
+    Its wall clock is 2026 and Prometheus holds 1995: no recent demand, so the safe fallback must show."""
+    import signal
+
+    from tests.servers import wait_until
+
+    proc, get = start_headroom_run(kube_server, prometheus_server.url, tmp_path, "cli")
+    try:
         assert proc.poll() is None, f"headroom run exited with {proc.returncode}:\n{proc.stdout.read()}"
         assert get("/healthz")[0] == 200
         metrics = get("/metrics")[1]
@@ -509,6 +520,43 @@ def test_headroom_run_command_serves_probes_and_metrics_and_stops_cleanly(kube_s
     assert "Traceback" not in output, output
     lease = kube.get(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/cli")
     assert lease["spec"].get("holderIdentity") is None, "a stopped controller hands its Lease over at once"
+
+
+@pytest.mark.parametrize("outage", ["down", "halted"])
+def test_sigterm_during_an_api_server_outage_stops_cleanly_well_inside_the_grace_period(kube_server, kube,
+                                                                                         prometheus_server, tmp_path,
+                                                                                         outage):
+    """SIGTERM while the API server is down: `headroom run` retried the Lease's release for 20-26 s and exited 1
+    with a ClusterError. The stop asked for happened; the Lease it could not hand over expires by itself (the
+    standby takes it after lease.duration_seconds). Once stopping it retries no request, tries the release once,
+    briefly (RELEASE_TIMEOUT_SECONDS per request), says the Lease is left to expire, and exits 0 within seconds: the
+    API server down (connections refused) or halted (SIGSTOP: the packets just stop)."""
+    import signal
+
+    from adapters.kube import RELEASE_TIMEOUT_SECONDS
+
+    proc, _ = start_headroom_run(kube_server, prometheus_server.url, tmp_path, "cli-outage")
+    api = kube_server.apiserver
+    try:
+        api.stop() if outage == "down" else api.process.signal_group(signal.SIGSTOP)
+        try:
+            time.sleep(3)  # the controller meets the outage mid-round
+            began = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            status = proc.wait(timeout=60)  # the kubelet's grace period
+            took = time.monotonic() - began
+        finally:
+            api.start() if outage == "down" else api.process.signal_group(signal.SIGCONT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        output = proc.stdout.read()
+    assert "Traceback" not in output, output
+    assert status == 0, output
+    # a halted host (SIGSTOP: requests time out rather than fail) adds the request in flight's own timeout
+    in_flight = KubeCluster.request_timeout if outage == "halted" else 0
+    assert took < in_flight + 2 * RELEASE_TIMEOUT_SECONDS + 5, (took, output)
+    assert "expires by itself" in output, output
 
 
 def test_the_trace_s_own_outage_is_stale_data_then_recovers_and_queries_are_chunked(kube, controller, prometheus_server,
@@ -742,7 +790,7 @@ def test_a_leader_that_loses_the_lease_mid_reconcile_writes_nothing_after(kube, 
     server = PrometheusServer(url=private_prometheus.url, step="5m", timeout_seconds=4, retries=0)
     cfg = RunConfig(cluster="kubernetes", prometheus=server, capacity_gpus=128, namespace=NS)
     r = Reconciler(controller, PrometheusDemand(server), cfg, forecast_log=ForecastLog(tmp_path / "log"),
-                   summary=controller.plan_summary(NS).write)
+                   summary=controller.plan_summary(NS))
     lease = "mid-reconcile"
     kube.delete(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{lease}")
     a = Loop(r, controller.leader_elector(NS, lease, "replica-a", lease_seconds=2), interval=1, lease_seconds=2,
@@ -794,50 +842,98 @@ def test_after_a_long_api_server_outage_the_first_reconcile_reads_fresh_state(ku
     assert not any(state.reconcile_errors_total.values()), state.reconcile_errors_total
 
 
-@pytest.fixture
-def without_evict(kube_server, kube):
-    """The shipped ClusterRole minus `patch` on Workloads, bound (test-only) to the unprivileged user: a controller
-    that can do everything but evict. Unbound afterwards."""
+RBAC = "/apis/rbac.authorization.k8s.io/v1"
+
+
+def shipped_cluster_role(name: str) -> dict:
+    """The controller's ClusterRole as deploy/base ships it, renamed (test-only)."""
     import yaml
 
     from tests.servers import ROOT
 
     (role,) = [d for d in yaml.safe_load_all((ROOT / "deploy" / "base" / "rbac.yaml").read_text())
                if d and d["kind"] == "ClusterRole"]
-    for rule in role["rules"]:
-        if rule["resources"] == ["workloads"]:
-            rule["verbs"] = [v for v in rule["verbs"] if v != "patch"]
-    name = "headroom-test-no-evict"
     role["metadata"] = {"name": name}
+    return role
+
+
+def viewer_may_list(kube_server, allowed: bool) -> None:
+    """Wait until the API server's authorizer lets the unprivileged user list Workloads (`allowed`) or not."""
+    api = kube_server.apiserver
+    probe = KubeCluster.from_token(api.host, api.viewer_token, ca_file=str(api.ca_file), request_timeout=5)
+    review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+              "spec": {"resourceAttributes": {"verb": "list", "group": "kueue.x-k8s.io", "resource": "workloads"}}}
+    deadline = time.monotonic() + 15
+    while probe.create("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", review)["status"].get(
+            "allowed", False) != allowed:
+        assert time.monotonic() < deadline, f"the test role never {'reached' if allowed else 'left'} the authorizer"
+        time.sleep(0.2)
+    probe.close()
+
+
+def unbind(kube_server, kube, name: str) -> None:
+    kube.delete(f"{RBAC}/clusterrolebindings/{name}")
+    kube.delete(f"{RBAC}/clusterroles/{name}")
+    viewer_may_list(kube_server, False)  # other tests meet an unprivileged user again
+
+
+def bound_to_the_viewer(kube_server, kube, role: dict):
+    """`role` bound (test-only) to the unprivileged user while the fixture lasts; yields that user's client."""
+    name = role["metadata"]["name"]
     binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
                "subjects": [{"kind": "User", "name": "headroom-viewer", "apiGroup": "rbac.authorization.k8s.io"}]}
-    rbac = "/apis/rbac.authorization.k8s.io/v1"
-    kube.apply(f"{rbac}/clusterroles/{name}", role)
-    kube.apply(f"{rbac}/clusterrolebindings/{name}", binding)
+    kube.apply(f"{RBAC}/clusterroles/{name}", role)
+    kube.apply(f"{RBAC}/clusterrolebindings/{name}", binding)
+    viewer_may_list(kube_server, True)
     api = kube_server.apiserver
     viewer = KubeCluster.from_token(api.host, api.viewer_token, ca_file=str(api.ca_file), request_timeout=5)
-    review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
-              "spec": {"resourceAttributes": {"verb": "list", "group": "kueue.x-k8s.io", "resource": "workloads"}}}
-    path = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
-
-    def allowed() -> bool:
-        return viewer.create(path, review)["status"].get("allowed", False)
-
-    deadline = time.monotonic() + 15
-    while not allowed():
-        assert time.monotonic() < deadline, "the test role never reached the authorizer"
-        time.sleep(0.2)
     yield viewer
     viewer.close()
-    kube.delete(f"{rbac}/clusterrolebindings/{name}")
-    kube.delete(f"{rbac}/clusterroles/{name}")
-    probe = KubeCluster.from_token(api.host, api.viewer_token, ca_file=str(api.ca_file), request_timeout=5)
-    deadline = time.monotonic() + 15
-    while probe.create(path, review)["status"].get("allowed", False):  # other tests meet an unprivileged user again
-        assert time.monotonic() < deadline, "the test role never left the authorizer"
-        time.sleep(0.2)
-    probe.close()
+    unbind(kube_server, kube, name)
+
+
+@pytest.fixture
+def without_evict(kube_server, kube):
+    """The shipped ClusterRole minus `patch` on Workloads, bound (test-only) to the unprivileged user: a controller
+    that can do everything but evict. Unbound afterwards."""
+    role = shipped_cluster_role("headroom-test-no-evict")
+    for rule in role["rules"]:
+        if rule["resources"] == ["workloads"]:
+            rule["verbs"] = [v for v in rule["verbs"] if v != "patch"]
+    yield from bound_to_the_viewer(kube_server, kube, role)
+
+
+@pytest.fixture
+def with_the_shipped_role(kube_server, kube):
+    """The shipped ClusterRole bound (test-only) to the unprivileged user; its name (revoked by `unbind`)."""
+    name = "headroom-test-shipped"
+    for _ in bound_to_the_viewer(kube_server, kube, shipped_cluster_role(name)):
+        yield name
+
+
+def test_a_controller_whose_rbac_is_revoked_is_refused_within_the_watch_bound(with_the_shipped_role, kube_server,
+                                                                             kube, prometheus_server, tmp_path):
+    """The API server authorizes a watch once, at its start: a controller whose ClusterRoleBinding was deleted kept
+    its watches, and once they broke, its reads served what the caches held (the LIST's 403 was logged and dropped)
+    and the thread listed again forever: it went on planning on a cache nothing refreshed. Each watch ends after
+    watch_seconds and is opened again; the 403 on that re-watch and re-list now comes out of the reads as the
+    server's refusal (HTTP 403, not retried), and the reconcile counts a `cluster` error instead of acting."""
+    api = kube_server.apiserver
+    watching = KubeCluster.from_token(api.host, api.viewer_token, ca_file=str(api.ca_file), request_timeout=5
+                                      ).watch(watch_seconds=2, grace_seconds=2)
+    try:
+        r = reconciler(watching, prometheus_server.url, tmp_path)
+        assert r.reconcile(MONDAY_7AM).reconcile_errors_total.get("cluster", 0) == 0
+        unbind(kube_server, kube, with_the_shipped_role)
+        time.sleep(2 + 1)  # every watch ended by the server since, and refused when opened again
+        with pytest.raises(ClusterError) as info:
+            watching.reservation_policies(NS)
+        assert (info.value.status, info.value.reason) == (403, "Forbidden"), info.value
+        state = r.reconcile(MONDAY_7AM + pd.Timedelta(minutes=5))
+        assert state.reconcile_errors_total.get("cluster", 0) == 1
+    finally:
+        watching.close()
 
 
 def test_evictions_the_api_server_refuses_are_said_on_the_policy(without_evict, kube, prometheus_server, tmp_path):
