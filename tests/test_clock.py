@@ -1,11 +1,17 @@
 """The seasonal clock (forecast.clock, a policy's spec.timezone): forecasts on local wall-clock hours across daylight
 saving changes, handed back on UTC hours; UTC, the default, is today's forecast bit for bit."""
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import assume, given, settings
+import yaml
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from controller.observe import issue
+from core.errors import ConfigError
+from core.policy import PolicySpec, parse_policy_spec
 from forecast.backtest import AutoForecaster
 from forecast.baselines import BASELINES
 from forecast.clock import local_hours, on_clock, on_utc, wall_clock
@@ -15,6 +21,7 @@ from forecast.models import MODELS
 BERLIN = "Europe/Berlin"
 # Monday 2026-03-30 00:00 in Berlin, the day after the clocks went forward (Sunday 2026-03-29 02:00 -> 03:00)
 WEEK_AFTER = pd.Timestamp("2026-03-29 22:00", tz="UTC")
+SPEC = {"query": "demand", "capacity": {"demandPerGpu": 1.0}, "target": {"kind": "Deployment", "name": "chat"}}
 
 
 def business_hours(start: str, end: str, zone: str, step: str = "h", seed: int = 0) -> pd.Series:
@@ -35,6 +42,25 @@ def hourly_series(draw, zones=("Europe/Berlin", "America/New_York", "Australia/S
     start = pd.Timestamp(change, tz="UTC") + pd.Timedelta(hours=draw(st.integers(-200, 48)))
     values = draw(st.lists(st.one_of(st.floats(0, 1e6), st.just(float("nan"))), min_size=1, max_size=400))
     return zone, pd.Series(values, index=pd.date_range(start, periods=len(values), freq="h"), dtype=float)
+
+
+# ------------------------------------------------------------------------------------------- (a) UTC is today's
+@given(series=hourly_series(zones=("UTC",)), model=st.sampled_from(["snaive24", "snaive168", "profile", "profile24"]))
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_utc_is_todays_forecast_bit_for_bit(series, model):
+    """The default clock hands the model over untouched, and issue() with a policy that leaves timezone out forecasts
+    exactly what the bare model does."""
+    _, history = series
+    bare = MODELS[model]()
+    assert on_clock(bare) is bare and local_hours(history, "UTC") is history
+    if history.notna().sum() < 2:
+        return
+    now = history.index[-1] + pd.Timedelta(hours=1)
+    spec = PolicySpec.model_validate(SPEC)
+    assert spec.timezone == "UTC"
+    issued = issue(MODELS[model](), model, history, now, spec, 0, 24)
+    expected = MODELS[model]().fit(history).predict(24, sorted(issued.frame.columns))
+    pd.testing.assert_frame_equal(issued.frame, expected, check_exact=True)
 
 
 @given(series=hourly_series(zones=("Etc/GMT-3",)), model=st.sampled_from(["snaive24", "snaive168", "profile"]))
@@ -126,3 +152,61 @@ def test_a_business_hours_peak_is_forecast_at_its_local_hours_after_the_spring_c
     assert peaks[BERLIN] == list(range(9, 17))
     assert peaks["UTC"] == list(range(10, 18))  # an hour late: the morning ramp is short
     assert scores[BERLIN] < scores["UTC"] / 2.5, scores
+
+
+# -------------------------------------------------------------------- (c) the simulator: shortage at the ramps
+def test_simulate_with_the_policy_s_timezone_is_short_far_less_in_the_week_after_the_change(tmp_path, capsys):
+    """`headroom simulate --policy-file P` over the week after the spring change of a Berlin business-hours trace
+    (5-minute samples): with spec.timezone Europe/Berlin the reservation is up before 09:00 local; on UTC hours the
+    forecast ramps an hour late and the morning ramps go short."""
+    from cli.main import main
+
+    trace = business_hours("2026-02-23", "2026-04-05 22:00", BERLIN, step="5min")
+    demand = tmp_path / "berlin.csv"
+    pd.DataFrame({"timestamp": trace.index.strftime("%Y-%m-%dT%H:%M:%SZ"), "value": trace.round(2)}).to_csv(
+        demand, index=False)
+    results = {}
+    for zone in ("UTC", BERLIN):
+        policy = tmp_path / "p.yaml"
+        policy.write_text(yaml.safe_dump({"apiVersion": "headroom.dev/v1alpha1", "kind": "ReservationPolicy",
+                                          "metadata": {"name": "chat", "namespace": "inference"},
+                                          "spec": {**SPEC, "mode": "active", "timezone": zone}}))
+        assert main(["simulate", str(demand), "--policy-file", str(policy), "--days", "7", "--json"]) == 0
+        results[zone] = json.loads(capsys.readouterr().out)
+        assert results[zone]["policy"]["timezone"] == zone
+    utc, local = results["UTC"], results[BERLIN]
+    assert not utc["objective_met"] and local["objective_met"]
+    assert local["shortage_within_cluster"] < utc["shortage_within_cluster"] / 100
+    assert local["shortage_hours"] < utc["shortage_hours"]
+    assert local["mean_reserved_gpus"] <= utc["mean_reserved_gpus"]
+
+
+# ----------------------------------------------------------------------------------------------- bad input
+@pytest.mark.parametrize("zone", ["Europe/Berln", "CEST", "../../etc/passwd", "", "europe/berlin", "localtime", 3])
+def test_a_zone_that_is_not_an_iana_time_zone_is_an_error_naming_spec_timezone(zone):
+    with pytest.raises(ConfigError) as caught:
+        parse_policy_spec({**SPEC, "timezone": zone}, "p.yaml")
+    assert "spec.timezone:" in str(caught.value)
+
+
+def test_the_embedded_controller_forecasts_on_the_policy_s_clock_as_simulate_does(tmp_path, monkeypatch, capsys):
+    """`headroom run --policy-file P` (the controller's path: controller.observe.issue) and `headroom simulate` with
+    spec.timezone Europe/Berlin decide the same at every step of the Monday after the change, and the reservation
+    is up leadTime (15m) ahead of the 09:00 local ramp (07:00 UTC); on UTC hours it waits for the demand to arrive."""
+    from tests.test_sameness import _both
+
+    monkeypatch.chdir(tmp_path)  # the embedded controller keeps its MLflow store and forecast log here
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    trace = business_hours("2026-02-23", "2026-03-30 22:00", BERLIN, step="5min")
+    demand = tmp_path / "berlin.csv"
+    pd.DataFrame({"timestamp": trace.index.strftime("%Y-%m-%dT%H:%M:%SZ"), "value": trace.round(2)}).to_csv(
+        demand, index=False)
+    policy = tmp_path / "p.yaml"
+    policy.write_text(yaml.safe_dump({"apiVersion": "headroom.dev/v1alpha1", "kind": "ReservationPolicy",
+                                      "metadata": {"name": "inference", "namespace": "default"},
+                                      "spec": {**SPEC, "mode": "active", "timezone": BERLIN,
+                                               "trainingClusterQueues": ["training"]}}))
+    simulated, ran = _both(tmp_path, demand, str(policy), days=1)
+    assert simulated == ran
+    frame = pd.read_csv(tmp_path / "simulate.csv", parse_dates=["timestamp"]).set_index("timestamp")
+    assert (frame.loc["2026-03-30T06:45Z":"2026-03-30T14:55Z", "reserved_gpus"] >= 100).all()
