@@ -189,6 +189,31 @@ def test_a_zone_that_is_not_an_iana_time_zone_is_an_error_naming_spec_timezone(z
     assert "spec.timezone:" in str(caught.value)
 
 
+@pytest.mark.parametrize("command", [["forecast"], ["backtest"], ["train", "--name", "x"], ["simulate"], ["tune"]])
+def test_a_bad_timezone_flag_is_a_usage_error_naming_forecast_timezone(command, tmp_path, capsys):
+    from cli.main import main
+
+    demand = tmp_path / "d.csv"
+    demand.write_text("timestamp,value\n2026-01-01T00:00:00Z,1\n")
+    where = ["--history", str(demand)] if command[0] == "train" else [str(demand)]
+    assert main([*command, *where, "--timezone", "Europe/Berln"]) == 2
+    err = capsys.readouterr().err
+    assert "forecast.timezone: 'Europe/Berln' is not an IANA time zone" in err and "command line" in err
+
+
+def test_timezone_beside_a_policy_file_is_refused(tmp_path, capsys):
+    """The file is run exactly: its spec.timezone is the clock, a flag beside it would be silently dropped."""
+    from cli.main import main
+
+    policy = tmp_path / "p.yaml"
+    policy.write_text(yaml.safe_dump({"apiVersion": "headroom.dev/v1alpha1", "kind": "ReservationPolicy",
+                                      "metadata": {"name": "chat"}, "spec": SPEC}))
+    demand = tmp_path / "d.csv"
+    business_hours("2026-03-01", "2026-03-05", BERLIN).to_frame().rename_axis("timestamp").to_csv(demand)
+    assert main(["simulate", str(demand), "--policy-file", str(policy), "--timezone", BERLIN]) == 2
+    assert "--timezone" in capsys.readouterr().err
+
+
 def test_the_embedded_controller_forecasts_on_the_policy_s_clock_as_simulate_does(tmp_path, monkeypatch, capsys):
     """`headroom run --policy-file P` (the controller's path: controller.observe.issue) and `headroom simulate` with
     spec.timezone Europe/Berlin decide the same at every step of the Monday after the change, and the reservation
@@ -210,3 +235,25 @@ def test_the_embedded_controller_forecasts_on_the_policy_s_clock_as_simulate_doe
     assert simulated == ran
     frame = pd.read_csv(tmp_path / "simulate.csv", parse_dates=["timestamp"]).set_index("timestamp")
     assert (frame.loc["2026-03-30T06:45Z":"2026-03-30T14:55Z", "reserved_gpus"] >= 100).all()
+
+
+def test_the_commands_without_a_policy_file_take_the_timezone_flag(tmp_path, capsys, monkeypatch):
+    """`forecast --timezone` puts the peak of the Monday after the spring change at 09:00-17:00 Berlin time
+    (07:00-15:00 UTC), UTC an hour late; `backtest`, `simulate` (its policy) and `train` take it too."""
+    from cli.main import main
+
+    demand = tmp_path / "berlin.csv"
+    business_hours("2026-02-23", "2026-03-29 22:00", BERLIN).rename_axis("timestamp").to_csv(demand)
+    peaks = {}
+    for zone in ("UTC", BERLIN):
+        assert main(["forecast", str(demand), "--timezone", zone, "--horizon", "24", "--json"]) == 0
+        rows = json.loads(capsys.readouterr().out)["forecast"]
+        peaks[zone] = [pd.Timestamp(r["timestamp"]).hour for r in rows if r["q0.5"] > 60]
+    assert peaks == {"UTC": list(range(8, 16)), BERLIN: list(range(7, 15))}
+    assert main(["backtest", str(demand), "--timezone", BERLIN, "--folds", "2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["timezone"] == BERLIN
+    # simulate (and tune) without a policy file: the policy they run and tune is on the flag's clock
+    assert main(["simulate", str(demand), "--timezone", BERLIN, "--policy", "oracle", "--days", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["policy"]["timezone"] == BERLIN
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert main(["train", "--history", str(demand), "--name", "berlin", "--timezone", BERLIN]) == 0
