@@ -129,9 +129,8 @@ def issue(model, name: str, hourly: pd.Series, now: pd.Timestamp, spec: PolicySp
           horizon_hours: int) -> IssuedForecast:
     """Fit `model` on the complete hours and forecast from the current hour over the horizon, on the wall-clock hours
     of the policy's timezone (forecast.clock: every forecaster the controller and the simulator serve passes here,
-    and gets its seasonal clock here only). Raises ValueError
-    (or ArithmeticError) for a model that cannot fit or a forecast of the wrong shape; NaN or negative values are
-    left for the planner, which falls back in those periods."""
+    and gets its seasonal clock here only). Raises ValueError (or ArithmeticError) for a model that cannot fit or a
+    forecast of the wrong shape; NaN or negative values are left for the planner, which falls back in those periods."""
     quantiles = quantiles_for(spec)
     missing = max(int((now.floor("h") - hourly.index[-1]) / pd.Timedelta(hours=1)) - 1, 0)
     horizon = horizon_hours + missing

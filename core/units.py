@@ -46,6 +46,8 @@ def _zones() -> frozenset[str]:
 
 def check_timezone(zone: str) -> str:
     """An IANA time zone this machine's time zone database knows (Europe/Berlin, America/New_York, UTC)."""
+    if zone == "UTC":  # the default needs no zone database (pandas brings the tzdata package for the others)
+        return zone
     if not (isinstance(zone, str) and re.fullmatch(TIMEZONE_PATTERN, zone) and zone in _zones()):
         raise ValueError(f"{zone!r} is not an IANA time zone, e.g. Europe/Berlin, America/New_York or UTC")
     return zone
