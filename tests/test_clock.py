@@ -201,19 +201,6 @@ def test_a_bad_timezone_flag_is_a_usage_error_naming_forecast_timezone(command, 
     assert "forecast.timezone: 'Europe/Berln' is not an IANA time zone" in err and "command line" in err
 
 
-def test_timezone_beside_a_policy_file_is_refused(tmp_path, capsys):
-    """The file is run exactly: its spec.timezone is the clock, a flag beside it would be silently dropped."""
-    from cli.main import main
-
-    policy = tmp_path / "p.yaml"
-    policy.write_text(yaml.safe_dump({"apiVersion": "headroom.dev/v1alpha1", "kind": "ReservationPolicy",
-                                      "metadata": {"name": "chat"}, "spec": SPEC}))
-    demand = tmp_path / "d.csv"
-    business_hours("2026-03-01", "2026-03-05", BERLIN).to_frame().rename_axis("timestamp").to_csv(demand)
-    assert main(["simulate", str(demand), "--policy-file", str(policy), "--timezone", BERLIN]) == 2
-    assert "--timezone" in capsys.readouterr().err
-
-
 def test_the_embedded_controller_forecasts_on_the_policy_s_clock_as_simulate_does(tmp_path, monkeypatch, capsys):
     """`headroom run --policy-file P` (the controller's path: controller.observe.issue) and `headroom simulate` with
     spec.timezone Europe/Berlin decide the same at every step of the Monday after the change, and the reservation
