@@ -45,6 +45,7 @@ def _capped_quantiles(frame, model) -> list[str]:
 
 def cmd_forecast(cfg: Config, args) -> int:
     from forecast.backtest import AutoForecaster
+    from forecast.clock import on_clock
     from forecast.history import HistoryError
 
     series, report = load_series(cfg, datetime.now(UTC), say=False)  # the report is printed with the forecast
@@ -53,8 +54,8 @@ def cmd_forecast(cfg: Config, args) -> int:
         raise HistoryError(f"{history_name(cfg)}: {real} {cfg.history.step} points with data; a "
                            f"forecast needs at least {MIN_FORECAST_POINTS} (two days): its quantiles come from "
                            "day-over-day errors, and fewer would give q0.5 = q0.99")
-    model = AutoForecaster().fit(series)
-    frame = model.predict(cfg.forecast.horizon, cfg.forecast.quantiles)
+    model = AutoForecaster()
+    frame = on_clock(model, cfg.forecast.timezone).fit(series).predict(cfg.forecast.horizon, cfg.forecast.quantiles)
     notes = _capped_quantiles(frame, model)
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
@@ -78,9 +79,11 @@ def cmd_forecast(cfg: Config, args) -> int:
 def cmd_backtest(cfg: Config, args) -> int:
     from forecast.backtest import backtest
     from forecast.calibrate import origins
+    from forecast.clock import local_hours
     from forecast.history import HistoryError
 
-    series, _ = load_series(cfg, datetime.now(UTC))
+    # on the wall-clock hours of forecast.timezone: the models fit, and are scored, as the seasonal clock serves them
+    series = local_hours(load_series(cfg, datetime.now(UTC))[0], cfg.forecast.timezone)
     b = cfg.backtest
     if not origins(len(series), b.horizon, b.folds, b.step):
         raise HistoryError(f"{history_name(cfg)}: {len(series)} hourly points; a backtest needs two "
@@ -89,10 +92,12 @@ def cmd_backtest(cfg: Config, args) -> int:
     payload = result.to_json()
     h = cfg.history
     payload["history"] = str(h.file or (h.prometheus.query if h.prometheus is not None else None))
+    payload["timezone"] = cfg.forecast.timezone
     if args.json:
         print(json.dumps(payload))
         return 0
-    print(f"history {payload['history']}: horizon {b.horizon} h, {payload['folds']} folds {b.step} h apart "
+    print(f"history {payload['history']} ({cfg.forecast.timezone} hours): horizon {b.horizon} h, "
+          f"{payload['folds']} folds {b.step} h apart "
           f"({'as asked' if payload['folds'] == b.folds else f'{b.folds} asked: the history holds fewer'}); "
           f"selected: {payload['selected']}" + (f" ({result.selected_why})" if result.selected_why else ""))
     cols = ["mase", "smape", "pinball_50", "pinball_90", "pinball_95", "coverage_80", "coverage_90", "fit_seconds"]
@@ -113,6 +118,12 @@ def cmd_train(cfg: Config, args) -> int:
 def _history_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("history", nargs="?", help="CSV or Parquet file with timestamp,value (overrides history.file)")
     p.add_argument("--statistic", help="aggregation to the forecast step: mean, max, sum or pNN (history.statistic)")
+    _timezone_arg(p)
+
+
+def _timezone_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--timezone", help="IANA time zone whose wall-clock hours the daily and weekly seasons follow, "
+                                      "e.g. Europe/Berlin (forecast.timezone, default UTC)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -159,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                           "GPU-time (tune.max_shortage, default 0.001)")
         p.add_argument("--max-short-steps", type=float, help="objective: share of steps with any unmet demand "
                                                              "(tune.max_short_steps, default 0.01)")
+        _timezone_arg(p)
         p.set_defaults(run=run, overrides=lambda a: {
             "simulate.gpus": a.gpus, "simulate.peak_gpus": a.peak_gpus, "simulate.per_gpu": a.per_gpu,
             "simulate.days": a.days, "simulate.jobs": a.jobs, "simulate.policy": a.policy,
@@ -178,6 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--history", help="train one series from this file (with --name) instead of training.series")
     p.add_argument("--name", help="series name for --history (training.name)")
     p.add_argument("--tracking-uri", dest="tracking_uri", help="MLflow tracking URI (training.tracking_uri)")
+    _timezone_arg(p)
     p.set_defaults(run=cmd_train,
                    overrides=lambda a: {"training.name": a.name, "training.tracking_uri": a.tracking_uri})
 
@@ -216,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     overrides = args.overrides(args)
     overrides["history.file"] = getattr(args, "history", None)
     overrides["history.statistic"] = getattr(args, "statistic", None)
+    overrides["forecast.timezone"] = getattr(args, "timezone", None)
     try:
         cfg = load_config(args.sub_config or args.config, overrides)
     except ConfigError as exc:

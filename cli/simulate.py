@@ -214,7 +214,7 @@ def whatif(cfg: Config, progress=None) -> WhatIf:
     except ValueError as exc:  # an all-zero (or all-missing) trace has no peak to scale to GPUs
         raise BadRequest(f"{sources.history_name(cfg)}: {exc} (--per-gpu)") from None
     _check_scale(demand, per_gpu, "--per-gpu")
-    return WhatIf(scenario, default_spec(scenario, per_gpu), False)
+    return WhatIf(scenario, default_spec(scenario, per_gpu, timezone=cfg.forecast.timezone), False)
 
 
 def resolved(cfg: Config, w: WhatIf, policy: str, progress=None, make_forecaster=None):
@@ -244,9 +244,10 @@ def every_policy(cfg: Config, w: WhatIf, progress=None, make_forecaster=None):
     return specs, forecast_tune
 
 
-# what a policy file holds itself (spec.capacity.demandPerGpu, spec.objective): these flags beside it are refused
+# what a policy file holds itself (spec.capacity.demandPerGpu, spec.objective, spec.timezone): these flags beside it
+# are refused
 FILE_HOLDS = {"peak_gpus": "--peak-gpus", "per_gpu": "--per-gpu", "max_shortage": "--max-shortage",
-              "max_short_steps": "--max-short-steps"}
+              "max_short_steps": "--max-short-steps", "timezone": "--timezone"}
 
 
 def refuse_flags_the_file_holds(cfg: Config, args) -> None:
@@ -254,8 +255,8 @@ def refuse_flags_the_file_holds(cfg: Config, args) -> None:
     given = [flag for dest, flag in FILE_HOLDS.items() if getattr(args, dest, None) is not None]
     if cfg.simulate.policy_file is not None and given:
         raise BadRequest(f"{', '.join(given)}: {cfg.simulate.policy_file} is run exactly, with its own "
-                         "spec.capacity.demandPerGpu and spec.objective; edit the file, or drop --policy-file to have "
-                         "the policy tuned on the history")
+                         "spec.capacity.demandPerGpu, spec.objective and spec.timezone; edit the file, or drop "
+                         "--policy-file to have the policy tuned on the history")
 
 
 def cmd_simulate(cfg: Config, args) -> int:

@@ -15,6 +15,7 @@ import pandas as pd
 
 from adapters.mlflow import Tracker, TrackingError, TrainingLocked
 from cli.sources import load_series
+from forecast.clock import local_hours
 from forecast.global_model import GlobalPool, GlobalSettings
 from forecast.history import HistoryError
 from training.pipeline import TrainingError, TrainSettings, train_series
@@ -56,10 +57,15 @@ def cmd_train(cfg, args) -> int:
     jobs: list[tuple[str, str, Callable[[], pd.Series]]] = []  # series name, where its history is, its loader
     h = cfg.history
 
+    def on_the_clock(config) -> pd.Series:
+        """The history on forecast.timezone's wall-clock hours: candidates are backtested and fitted on the hours the
+        controller's seasonal clock (forecast.clock) serves them on."""
+        return local_hours(load_series(config, now)[0], cfg.forecast.timezone)
+
     def from_file(path):
         # The configured cleaning, applied to this file instead of history.file.
         one = cfg.model_copy(update={"history": h.model_copy(update={"file": Path(path), "prometheus": None})})
-        return lambda: load_series(one, now)[0]
+        return lambda: on_the_clock(one)
 
     if getattr(args, "history", None):
         jobs.append((getattr(args, "name", None) or Path(args.history).stem, args.history, from_file(args.history)))
@@ -69,7 +75,7 @@ def cmd_train(cfg, args) -> int:
     else:
         where = str(h.file or (h.prometheus.query if h.prometheus is not None else "no history"))
         jobs.append((getattr(args, "name", None) or getattr(t, "name", None) or "demand", where,
-                     lambda: load_series(cfg, now)[0]))
+                     lambda: on_the_clock(cfg)))
     tracker = Tracker(uri)
     print(f"MLflow store: {tracker.uri}", file=sys.stderr)  # where to look (a flag, the file, the env or ./mlflow.db)
     status, out = 0, []

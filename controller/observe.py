@@ -14,6 +14,7 @@ from core.policy import PolicySpec
 from core.settings import LOOKBACK, RunConfig
 from core.units import duration
 from forecast.base import Forecaster, ForecastError
+from forecast.clock import on_clock
 from forecast.history import prepare
 from forecast.metrics import seasonal_scale
 
@@ -126,13 +127,14 @@ def fit_hourly(model, name: str, raw: pd.Series, now: pd.Timestamp, spec: Policy
 
 def issue(model, name: str, hourly: pd.Series, now: pd.Timestamp, spec: PolicySpec, generation: int,
           horizon_hours: int) -> IssuedForecast:
-    """Fit `model` on the complete hours and forecast from the current hour over the horizon. Raises ValueError
-    (or ArithmeticError) for a model that cannot fit or a forecast of the wrong shape; NaN or negative values are
-    left for the planner, which falls back in those periods."""
+    """Fit `model` on the complete hours and forecast from the current hour over the horizon, on the wall-clock hours
+    of the policy's timezone (forecast.clock: every forecaster the controller and the simulator serve passes here,
+    and gets its seasonal clock here only). Raises ValueError (or ArithmeticError) for a model that cannot fit or a
+    forecast of the wrong shape; NaN or negative values are left for the planner, which falls back in those periods."""
     quantiles = quantiles_for(spec)
     missing = max(int((now.floor("h") - hourly.index[-1]) / pd.Timedelta(hours=1)) - 1, 0)
     horizon = horizon_hours + missing
-    frame = model.fit(hourly).predict(horizon, quantiles)
+    frame = on_clock(model, spec.timezone).fit(hourly).predict(horizon, quantiles)
     if frame.shape != (horizon, len(quantiles)) or [float(c) for c in frame.columns] != quantiles:
         raise ForecastError(f"{name}: expected a {horizon} x {quantiles} forecast, "
                             f"got {frame.shape} {list(frame.columns)}")

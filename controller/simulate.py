@@ -43,6 +43,7 @@ from core.settings import SIMULATED_POLICIES, WorldSettings
 from core.units import epoch_seconds
 from forecast.base import Forecaster
 from forecast.baselines import BASELINES
+from forecast.clock import local_hours
 from planning.planner import (
     ClusterPolicy,
     Forecast,
@@ -124,10 +125,12 @@ class SharedFits:
             self.hourly[key] = hourly_history(raw, statistic, now)
         return self.hourly[key]
 
-    def model(self, hourly: pd.Series) -> _Fitted:
-        key = (len(hourly), hourly.index[-1])
+    def model(self, hourly: pd.Series, zone: str) -> _Fitted:
+        """The model fitted on `hourly` as controller.observe.issue's seasonal clock hands it over: on the wall-clock
+        hours of `zone` (its fit is then a no-op)."""
+        key = (zone, len(hourly), hourly.index[-1])
         if key not in self.fits:
-            self.fits[key] = self.make_forecaster().fit(hourly)
+            self.fits[key] = self.make_forecaster().fit(local_hours(hourly, zone))
         return _Fitted(self.fits[key])
 
 
@@ -442,7 +445,7 @@ def _refit(fits, future: _Future | None, raw: pd.Series, spec: PolicySpec, now: 
         hourly_history(raw, spec.statistic, now)
     if hourly.notna().sum() < MIN_FIT_HOURS:
         return None
-    model = fits.model(hourly) if isinstance(fits, SharedFits) else fits()
+    model = fits.model(hourly, spec.timezone) if isinstance(fits, SharedFits) else fits()
     try:
         return issue(model, spec.forecaster, hourly, now, spec, 0, data.horizon_hours)
     except (ValueError, ArithmeticError, RuntimeError):

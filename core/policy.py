@@ -19,7 +19,7 @@ from pydantic.alias_generators import to_camel
 
 from core.errors import ConfigError
 from core.objects import TargetRef
-from core.units import check_statistic, duration
+from core.units import check_statistic, check_timezone, duration
 from core.yamlfile import RepeatedKeys
 from core.yamlfile import documents as yaml_documents
 
@@ -75,6 +75,9 @@ class PolicySpec(Camel):
     forecaster: Forecaster = Field(
         "auto", description="auto: the MLflow champion, else automatic selection; seasonal-naive: the same hour "
                             "last week; reactive: the last complete hour's peak; static: the lookback's peak.")
+    timezone: str = Field("UTC", description="IANA time zone (e.g. Europe/Berlin) whose wall-clock hours the "
+                                             "forecast's daily and weekly seasons follow: a business-hours peak stays "
+                                             "at its local hours across daylight saving changes. UTC: UTC hours.")
     target_quantile: float = Field(0.9, gt=0, lt=1, description="Forecast quantile of each hour's demand reserved "
                                                                 "ahead of it.")
     headroom_quantile: float = Field(0.99, gt=0, lt=1, description="Forecast quantile up to which lent GPUs must come "
@@ -112,6 +115,11 @@ class PolicySpec(Camel):
             raise ValueError(f"{value!r}: a percentile is written pNN from p1 to p100, e.g. p95 or p99.9 (the CRD's "
                              "pattern)")
         return value
+
+    @field_validator("timezone")
+    @classmethod
+    def _timezone(cls, value: str) -> str:
+        return check_timezone(value)
 
     @field_validator("lead_time", "scale_in_delay", "reclaim_deadline")
     @classmethod

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationErro
 from pydantic import Strict as StrictTypes
 
 from core.policy import NAME_PATTERN, Forecaster, ObjectiveSpec, PolicySpec, policy_duration
-from core.units import check_statistic, duration
+from core.units import check_statistic, check_timezone, duration
 
 # Numbers and booleans are strict (a YAML `true` is no horizon, a quoted "0.9" no quantile): these are read from the
 # text a file or flag gives (paths, times) and the lists YAML writes for pairs.
@@ -184,6 +184,13 @@ class HistoryConfig(CrossChecked):
 class ForecastConfig(Strict):
     horizon: int = Field(48, ge=1, le=MAX_HORIZON_HOURS)
     quantiles: list[float] = Field(default_factory=lambda: [0.5, 0.9, 0.99], min_length=1)
+    # the wall-clock hours `forecast`, `backtest` and `train` count seasons in (a policy's spec.timezone)
+    timezone: str = PolicySpec.model_fields["timezone"].default
+
+    @field_validator("timezone")
+    @classmethod
+    def _timezone(cls, value: str) -> str:
+        return check_timezone(value)
 
     @field_validator("quantiles")
     @classmethod

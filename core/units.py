@@ -1,7 +1,9 @@
-"""Units every layer parses the same way: durations and aggregation statistics."""
+"""Units every layer parses the same way: durations, aggregation statistics and time zones."""
 from __future__ import annotations
 
 import re
+from functools import cache
+from zoneinfo import available_timezones
 
 import numpy as np
 import pandas as pd
@@ -31,6 +33,24 @@ def go_duration(total_seconds: float) -> str:
         if total_seconds % size == 0:
             return f"{int(total_seconds // size)}{unit}"
     return f"{total_seconds:g}s"
+
+
+# an IANA time zone's shape (Region/City, UTC, Etc/GMT+5), the CRD's schema's too (tests/test_sameness_real.py)
+TIMEZONE_PATTERN = r"^[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+)*$"
+
+
+@cache
+def _zones() -> frozenset[str]:
+    return frozenset(available_timezones()) - {"localtime"}  # the machine's own zone, whichever it is: no IANA name
+
+
+def check_timezone(zone: str) -> str:
+    """An IANA time zone this machine's time zone database knows (Europe/Berlin, America/New_York, UTC)."""
+    if zone == "UTC":  # the default needs no zone database (pandas brings the tzdata package for the others)
+        return zone
+    if not (isinstance(zone, str) and re.fullmatch(TIMEZONE_PATTERN, zone) and zone in _zones()):
+        raise ValueError(f"{zone!r} is not an IANA time zone, e.g. Europe/Berlin, America/New_York or UTC")
+    return zone
 
 
 def check_statistic(statistic: str) -> str:

@@ -410,7 +410,8 @@ def test_a_policy_file_with_a_key_given_twice_is_refused_not_run_with_the_last(d
 
 @pytest.mark.parametrize("command", ["simulate", "report"])
 @pytest.mark.parametrize("flags", [["--per-gpu", "1"], ["--peak-gpus", "5"], ["--max-shortage", "0"],
-                                   ["--max-short-steps", "0", "--max-shortage", "0.5"]])
+                                   ["--max-short-steps", "0", "--max-shortage", "0.5"],
+                                   ["--timezone", "Europe/Berlin"]])
 def test_flags_a_policy_file_holds_are_refused_beside_it_not_dropped(demand, tmp_path, capsys, command, flags):
     path = _policy_file(tmp_path / "p.yaml")
     status, err = exits([command, demand, "--days", "1", "--policy-file", path, *flags, "--out", tmp_path / "r"]

@@ -202,16 +202,22 @@ def test_prometheus_down_keeps_the_forecast_then_falls_back_never_lowering(kube,
         conditions["ForecastDegraded"]["message"]
 
 
-def test_invalid_policy_is_reported_and_the_valid_one_still_acts(kube, controller, prometheus_server, tmp_path):
-    # The CRD's schema admits it; headroom's validation does not (headroom below target quantile).
-    kube.create(RP, policy("bad", targetQuantile=0.99, headroomQuantile=0.9))
+@pytest.mark.parametrize("bad, why", [
+    ({"targetQuantile": 0.99, "headroomQuantile": 0.9}, "headroomQuantile must be at least targetQuantile"),
+    ({"timezone": "Europe/Berln"}, "spec.timezone: 'Europe/Berln' is not an IANA time zone"),
+])
+def test_invalid_policy_is_reported_and_the_valid_one_still_acts(kube, controller, prometheus_server, tmp_path, bad,
+                                                                 why):
+    # The CRD's schema admits it; headroom's validation does not (headroom below target quantile; a time zone of
+    # the right shape that the zone database does not know).
+    kube.create(RP, policy("bad", **bad))
     controller.sync()
     r = reconciler(controller, prometheus_server.url, tmp_path)
     state = r.reconcile(MONDAY_7AM)
     assert not state.policies[f"{NS}/bad"].valid and state.policies[f"{NS}/chat"].valid
     _, conditions = rp_status(kube, "bad")
     assert conditions["Ready"]["status"] == "False" and conditions["Ready"]["reason"] == "InvalidSpec"
-    assert "headroomQuantile must be at least targetQuantile" in conditions["Ready"]["message"]
+    assert why in conditions["Ready"]["message"]
     assert "InvalidSpec" in events(kube, "ReservationPolicy", "bad", NS)
     assert replicas(kube) == state.policies[f"{NS}/chat"].reserved_gpus
 

@@ -158,9 +158,10 @@ def test_the_crd_s_patterns_are_core_policy_s(crd_dir):
     """core.policy checks a duration and a statistic by the CRD's own patterns (one definition each, held alike here):
     a file `simulate` runs is one `kubectl apply` takes (tests/test_kube_real.py asks the API server itself)."""
     from core.policy import DURATION_PATTERN, STATISTIC_PATTERN
+    from core.units import TIMEZONE_PATTERN
 
     (crd,) = [d for d in crd_documents(crd_dir) if d["spec"]["names"]["kind"] == KIND]
     spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
-    assert {k: spec[k]["pattern"] for k in ("leadTime", "scaleInDelay", "reclaimDeadline", "statistic")} == {
-        "leadTime": DURATION_PATTERN, "scaleInDelay": DURATION_PATTERN, "reclaimDeadline": DURATION_PATTERN,
-        "statistic": STATISTIC_PATTERN}
+    assert {k: spec[k]["pattern"] for k in ("leadTime", "scaleInDelay", "reclaimDeadline", "statistic", "timezone")} \
+        == {"leadTime": DURATION_PATTERN, "scaleInDelay": DURATION_PATTERN, "reclaimDeadline": DURATION_PATTERN,
+            "statistic": STATISTIC_PATTERN, "timezone": TIMEZONE_PATTERN}
