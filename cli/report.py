@@ -24,10 +24,10 @@ def cmd_report(cfg, args) -> int:
     --policy is the policy whose timeline is plotted (and written to --timeline); the table always compares all
     of them."""
     refuse_flags_the_file_holds(cfg, args)
-    out = check_output_dir(args.out, "--out")
     check_output_folders((args.timeline, "--timeline"))
     say = stage_printer("report", quiet=args.json)
     w = whatif(cfg)
+    out = check_output_dir(args.out, "--out")  # once the inputs are good: a refused request leaves no empty folder
     specs, tuned = every_policy(cfg, w, progress=say)
     say(f"simulating {history_name(cfg)} under {len(specs)} policies")
     results = compare_policies(w.scenario, specs, timeline_policy=cfg.simulate.policy, progress=say)

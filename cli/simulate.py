@@ -69,8 +69,6 @@ def check_output_dir(path: str | Path, flag: str) -> Path:
     return target
 
 
-
-
 JOB_COLUMNS = ("num_gpu", "creation_time", "scheduled_time", "deletion_time")
 
 

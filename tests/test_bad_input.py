@@ -363,7 +363,7 @@ def test_more_bad_requests_exit_2_before_any_work(demand, tmp_path, capsys, argv
     assert status == 2 and message.format(**fill) in err, err
 
 
-@pytest.mark.parametrize("command", [["report", "{demand}"], ["demo", "--quick"]])
+@pytest.mark.parametrize("command", [["report", "{demand}", "--days", "1"], ["demo", "--quick"]])
 @pytest.mark.parametrize("out, what", [("{demand}/sub", "Not a directory"), ("/proc/headroom/x", "cannot make")])
 def test_an_out_folder_that_cannot_be_made_fails_before_the_work(demand, capsys, command, out, what):
     started = time.perf_counter()

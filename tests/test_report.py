@@ -145,9 +145,11 @@ def test_report_command_writes_the_page(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("command", ["report", "forecast", "simulate"])
-def test_a_command_without_history_is_an_invalid_request(command, capsys):
+def test_a_command_without_history_is_an_invalid_request(command, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     assert main([command]) == 2  # a missing argument (README: 2 invalid request), not failed work
     assert "no history" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir()), "a refused request leaves nothing behind (report's empty --out folder did)"
 
 
 def test_demand_plot_marks_the_short_steps_the_table_counts(tmp_path, monkeypatch):
