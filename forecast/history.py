@@ -426,6 +426,8 @@ class CleaningReport:
     outliers: list[str] = field(default_factory=list)
     missing_steps: int = 0
     partial_sums: int = 0  # steps summed (statistic sum) from fewer samples than they hold: scaled to the whole step
+    step_changes: list[str] = field(default_factory=list)  # where the sampling step changes: "5 min to 1 min at T"
+    output_step: str = ""
     output_points: int = 0
     timestamps: str = ""  # how the timestamps were read (e.g. "epoch milliseconds (told by magnitude)")
 
@@ -435,7 +437,8 @@ class CleaningReport:
             f"{self.out_of_order} out-of-order, {self.duplicates} duplicate timestamps",
             f"{self.counter_resets} counter resets, {len(self.outliers)} outliers clipped",
             f"{self.missing_steps} missing points (kept missing, never scored)",
-        ] + ([f"{self.partial_sums} sums over a step with samples missing, taken at its samples' mean for the "
+        ] + self._step_note() \
+          + ([f"{self.partial_sums} sums over a step with samples missing, taken at its samples' mean for the "
               "missing ones (never as zero demand)"] if self.partial_sums else []) \
           + self._epoch_note()
 
@@ -447,33 +450,55 @@ class CleaningReport:
                 (self.counter_resets, "counter resets"), (len(self.outliers), "outliers clipped"),
                 (self.partial_sums, "sums over a step with samples missing (taken at its samples' mean)"),
                 (self.missing_steps, "missing points (kept missing, never scored)")]
-        return [f"{n} {what}" for n, what in said if n] + self._epoch_note()
+        return self._step_note() + [f"{n} {what}" for n, what in said if n] + self._epoch_note()
+
+    def _step_note(self) -> list[str]:
+        """Where the sampling step changes, said wherever the report is: each stretch is read at its own step."""
+        if not self.step_changes:
+            return []
+        shown = self.step_changes[:MAX_CHANGES_SAID]
+        more = len(self.step_changes) - len(shown)
+        return [f"sampling step changes from {', then from '.join(shown)}{f' and {more} more times' if more else ''}"
+                f" (each sample weighed by its own stretch's step, aggregated to {self.output_step})"]
 
     def _epoch_note(self) -> list[str]:
         """How epoch timestamps were read (their unit, told by magnitude): said wherever the report is."""
         return [f"timestamps read as {self.timestamps}"] if self.timestamps.startswith("epoch") else []
 
 
-def _aggregate(series: pd.Series, step: pd.Timedelta, statistic: str, input_step: pd.Timedelta,
+def _aggregate(series: pd.Series, step: pd.Timedelta, statistic: str, stretches: list[Stretch],
                report: CleaningReport) -> pd.Series:
-    bins = series.resample(step, origin="epoch")
+    def by_step(values: pd.Series):
+        return values.resample(step, origin="epoch")
+
+    bins = by_step(series)
+    # A history whose step changes: each sample stands for its own stretch's step, so a mean is weighed by it and a
+    # sum is whole when its samples stand for the whole step (else each sample stands for the history's one step)
+    seconds = _sample_seconds(series, stretches) if len(stretches) > 1 else None
     if statistic == "mean":
-        out = bins.mean()
+        out = bins.mean() if seconds is None else by_step(series * seconds).sum(min_count=1) / by_step(seconds).sum()
     elif statistic == "max":
         out = bins.max()
     elif statistic == "sum":
         out = bins.sum(min_count=1)  # an empty bin is missing, not zero
         # A step with some samples missing (a gap, a missed scrape, the history's first or last hour) summed as it
-        # is would count the missing samples as zero demand: it is the mean of the samples it has times the samples
-        # the step holds at the history's own step
-        expected = step / input_step
-        count = bins.count()
-        partial = (count > 0) & (count < expected)
+        # is would count the missing samples as zero demand: its sum is scaled to the whole step by the time its
+        # samples stand for (the mean of the samples it has times the samples it holds at their stretch's step)
+        covered = bins.count() * stretches[0].step.total_seconds() if seconds is None else by_step(seconds).sum()
+        partial = (covered > 0) & (covered < step.total_seconds())
         report.partial_sums = int(partial.sum())
-        out = out.where(~partial, bins.mean() * expected)
-    else:
+        out = out.where(~partial, out * (step.total_seconds() / covered))
+    else:  # a percentile of the samples, each counted once (a step of one stretch: its samples at their step)
         out = bins.quantile(float(statistic[1:]) / 100.0)
     return out.asfreq(step)
+
+
+def _sample_seconds(series: pd.Series, stretches: list[Stretch]) -> pd.Series:
+    """The seconds each real sample stands for: its stretch's step (NaN where the value is missing)."""
+    starts = pd.DatetimeIndex([s.start for s in stretches])
+    seconds = np.array([s.step.total_seconds() for s in stretches])
+    own = seconds[starts.searchsorted(series.index, side="right") - 1]
+    return pd.Series(own, index=series.index).where(series.notna())
 
 
 def _undo_counter_resets(series: pd.Series, report: CleaningReport) -> pd.Series:
@@ -522,10 +547,11 @@ def _clip_outliers(series: pd.Series, factor: float, report: CleaningReport) -> 
     return series.clip(upper=limit) if limit > 0 else series
 
 
-def prepare(raw: pd.Series, step: str = "1h", statistic: str = "mean",
+def prepare(raw: pd.Series, step: str | None = "1h", statistic: str = "mean",
             counter: bool = False, outlier_factor: float | None = 3.0) -> tuple[pd.Series, CleaningReport]:
-    """Raw samples -> a regular series at `step` (tz-aware UTC, freq set, NaN = missing). An error names the file
-    the samples were read from (`raw.attrs["source"]`, set by load_history)."""
+    """Raw samples -> a regular series at `step` (tz-aware UTC, freq set, NaN = missing); `step` None: the history's
+    own (its coarsest stretch's, sampling_stretches). An error names the file the samples were read from
+    (`raw.attrs["source"]`, set by load_history)."""
     try:
         return _prepare(raw, step, statistic, counter, outlier_factor)
     except HistoryError as exc:
@@ -533,7 +559,7 @@ def prepare(raw: pd.Series, step: str = "1h", statistic: str = "mean",
         raise HistoryError(f"{where}: {exc}" if where else str(exc)) from None
 
 
-def _prepare(raw: pd.Series, step: str, statistic: str, counter: bool,
+def _prepare(raw: pd.Series, step: str | None, statistic: str, counter: bool,
              outlier_factor: float | None) -> tuple[pd.Series, CleaningReport]:
     check_statistic(statistic)
     report = CleaningReport(input_points=len(raw), timestamps=str(raw.attrs.get("timestamps", "")))
@@ -554,13 +580,19 @@ def _prepare(raw: pd.Series, step: str, statistic: str, counter: bool,
     series = series[~dup]  # the later sample of a timestamp is the correction
     if series.notna().sum() < 2:
         raise HistoryError("history has fewer than two real values")
-    target = pd.Timedelta(step)
-    input_step = sampling_step(series.index)
-    report.input_step = str(input_step)
-    if input_step > target:
-        raise HistoryError(f"history step {input_step} is coarser than the forecast step {target}")
-    if not pd.Timedelta("1s") <= input_step <= pd.Timedelta("1h"):
-        raise HistoryError(f"history step {input_step} is outside 1 s .. 1 h")
+    stretches = sampling_stretches(series.index)
+    steps = [s.step for s in stretches]
+    target = pd.Timedelta(step) if step is not None else max(steps)
+    report.input_step = str(steps[0]) if len(steps) == 1 else f"{min(steps)} to {max(steps)} (it changes)"
+    report.step_changes = [f"{before.step} to {after.step} at {after.start.isoformat()}"
+                           for before, after in zip(stretches, stretches[1:])]
+    report.output_step = str(target)
+    for stretch in stretches:
+        since = f" (from {stretch.start.isoformat()})" if len(stretches) > 1 else ""
+        if stretch.step > target:
+            raise HistoryError(f"history step {stretch.step}{since} is coarser than the forecast step {target}")
+        if not pd.Timedelta("1s") <= stretch.step <= pd.Timedelta("1h"):
+            raise HistoryError(f"history step {stretch.step}{since} is outside 1 s .. 1 h")
     points = (series.index[-1] - series.index[0]) / target + 1
     if points > MAX_POINTS:
         raise HistoryError(f"history spans {series.index[0]} .. {series.index[-1]}: {points:.3g} points at step "
@@ -569,7 +601,7 @@ def _prepare(raw: pd.Series, step: str, statistic: str, counter: bool,
         series = _undo_counter_resets(series, report)
     elif why := _cumulative(series):
         raise HistoryError(why)
-    series = _aggregate(series, target, statistic, input_step, report)
+    series = _aggregate(series, target, statistic, stretches, report)
     if not np.isfinite(series.dropna().to_numpy()).all():
         raise HistoryError(f"aggregating to {target} with {statistic} overflows: values too large")
     if outlier_factor is not None:
@@ -591,12 +623,51 @@ def sampling_step(index: pd.DatetimeIndex) -> pd.Timedelta:
     return min(counts.index[counts == counts.iloc[0]])
 
 
+# A stretch of one sampling step holds at least this many consecutive intervals of that step: a gap (one longer
+# interval), a missed scrape or a stray timestamp never starts one
+MIN_STRETCH = 12
+MAX_CHANGES_SAID = 3  # step changes a report names (a history whose step changes more often is named by its first)
+
+
+@dataclass(frozen=True)
+class Stretch:
+    start: pd.Timestamp  # its first sample
+    step: pd.Timedelta
+
+
+def sampling_stretches(index: pd.DatetimeIndex) -> list[Stretch]:
+    """The history's stretches of one sampling step, in time order, each from its first sample, consecutive ones at
+    different steps: a history whose step changes partway (a scrape interval changed, two exports concatenated) is
+    read at each stretch's own step, never at one step for the whole file.
+
+    `index`: sorted, no duplicates. A stretch starts at a run of at least MIN_STRETCH consecutive intervals of its
+    step (the run's first sample); the samples between runs (after a gap, a stray timestamp) belong to the stretch
+    before them, and the first stretch starts at the first sample. One stretch at `sampling_step` when the step
+    never changes, and when such runs hold less than half the intervals (timestamps with jitter, which have no
+    stretch of one step)."""
+    whole = [Stretch(index[0], sampling_step(index))]
+    intervals = np.diff(index.as_unit("ns").asi8)
+    firsts = np.flatnonzero(np.r_[True, intervals[1:] != intervals[:-1]])  # where each run of one interval starts
+    lengths = np.diff(np.r_[firsts, len(intervals)])
+    long = lengths >= MIN_STRETCH
+    if 2 * lengths[long].sum() < len(intervals):
+        return whole
+    firsts = firsts[long]
+    steps = intervals[firsts]
+    changes = np.flatnonzero(steps[1:] != steps[:-1]) + 1
+    if not len(changes):
+        return whole
+    firsts, steps = np.r_[0, firsts[changes]], np.r_[steps[0], steps[changes]]
+    return [Stretch(index[k], pd.Timedelta(int(ns), unit="ns")) for k, ns in zip(firsts, steps, strict=True)]
+
+
 def at_own_step(raw: pd.Series) -> pd.Series:
     """Sorted, deduplicated samples on a regular index at the history's own step, gaps kept (for replay)."""
     return at_own_step_reported(raw)[0]
 
 
 def at_own_step_reported(raw: pd.Series, counter: bool = False) -> tuple[pd.Series, CleaningReport]:
-    """at_own_step, with what its cleaning repaired; a cumulative `counter` as its increments per step."""
-    step = sampling_step(raw.sort_index().index)
-    return prepare(raw, step=str(step), statistic="mean", counter=counter, outlier_factor=None)
+    """at_own_step, with what its cleaning repaired; a cumulative `counter` as its increments per step. A history
+    whose step changes is read at its coarsest stretch's step (a finer stretch averaged into it, time-weighted):
+    one regular step to replay, never the finer step with gaps between a coarser stretch's samples."""
+    return prepare(raw, step=None, statistic="mean", counter=counter, outlier_factor=None)

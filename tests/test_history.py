@@ -7,7 +7,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from forecast.history import HistoryError, load_history, prepare, sampling_step
+from forecast.history import (
+    MIN_STRETCH,
+    HistoryError,
+    Stretch,
+    at_own_step_reported,
+    load_history,
+    prepare,
+    sampling_step,
+    sampling_stretches,
+)
 from forecast.synthetic import synthetic_demand, write_csv
 
 
@@ -294,3 +303,76 @@ def test_timestamps_read_at_once_are_those_read_row_by_row(moments, epoch_ns):
         return
     at_once = _stamps_at_once(texts)
     assert at_once is not None and at_once[0].equals(expected) and at_once[1] == units
+
+
+# ---------------------------------------------------------------------------- a sampling step that changes partway
+def _sampled(demand: pd.Series, window: str, statistic: str) -> pd.Series:
+    """`demand` as a sampler at `window` reports it: each sample at its window's start, the window's statistic."""
+    return getattr(demand.resample(window, origin="epoch"), statistic)()
+
+
+@given(fine_seconds=st.sampled_from([30, 60, 120, 300]), ratio=st.sampled_from([2, 3, 4, 5, 6, 10]),
+       coarse_windows=st.integers(MIN_STRETCH + 1, 60), fine_windows=st.integers(MIN_STRETCH + 1, 200),
+       offset=st.integers(0, 11), coarse_first=st.booleans(), statistic=st.sampled_from(["sum", "mean", "max"]),
+       seed=st.integers(0, 2 ** 16))
+def test_a_history_whose_step_changes_reads_as_the_same_demand_sampled_uniformly(
+        fine_seconds, ratio, coarse_windows, fine_windows, offset, coarse_first, statistic, seed):
+    """A scrape interval changed (or two exports concatenated): the file at 5 min then 1 min was read at one step,
+    the finer, for the whole file: the 5-minute part read as 4 samples in 5 missing, and `--statistic sum` scaled
+    each of its hours by 5 (five times the demand, exit 0). Each stretch is now read at its own step: the hourly
+    series is the one of the same demand sampled at the finer step throughout, and the report says where the step
+    changed, and to what."""
+    fine, coarse = pd.Timedelta(seconds=fine_seconds), pd.Timedelta(seconds=fine_seconds * ratio)
+    if pd.Timedelta("1h") % coarse:  # a coarse window inside one hour: its statistic is the hour's part of it
+        return
+    start = pd.Timestamp("2026-01-05T00:00Z") + offset * coarse
+    parts = [coarse_windows * coarse, fine_windows * fine]
+    spans = parts if coarse_first else parts[::-1]
+    change = start + spans[0]
+    change = change.ceil(coarse)  # a coarse window is whole on its side of the change
+    end = change + spans[1]
+    rng = np.random.default_rng(seed)
+    index = pd.date_range(start, end, freq=fine, inclusive="left")
+    demand = pd.Series(np.round(rng.gamma(2.0, 50.0, len(index)), 3), index=index)  # the underlying demand
+    before, after = demand[demand.index < change], demand[demand.index >= change]
+    first, second = (coarse, fine) if coarse_first else (fine, coarse)
+    changed = pd.concat([_sampled(before, first, statistic), _sampled(after, second, statistic)])
+    uniform = _sampled(demand, fine, statistic)
+
+    series, report = prepare(changed, statistic=statistic, outlier_factor=None)
+    expected, expected_report = prepare(uniform, statistic=statistic, outlier_factor=None)
+    assert series.index.equals(expected.index)
+    np.testing.assert_allclose(series.to_numpy(), expected.to_numpy(), rtol=1e-9)
+    assert (report.partial_sums, report.missing_steps) == (expected_report.partial_sums, expected_report.missing_steps)
+    assert report.step_changes == [f"{first} to {second} at {change.isoformat()}"]
+    assert any(f"sampling step changes from {first} to {second} at {change.isoformat()}" in line
+               for line in report.repairs())
+    if statistic == "mean":  # replayed at the coarser step: the finer stretch's mean over each coarse window
+        own, own_report = at_own_step_reported(changed)
+        pd.testing.assert_series_equal(own, prepare(uniform, step=str(coarse), outlier_factor=None)[0], rtol=1e-9)
+        assert own_report.missing_steps == 0
+
+
+def test_a_history_without_a_stretch_of_one_step_keeps_its_one_step():
+    """Timestamps with jitter (59-61 s apart) have no stretch of one step: read at their median step as before."""
+    rng = np.random.default_rng(1)
+    index = pd.DatetimeIndex(pd.Timestamp("2026-01-05T00:00Z") + pd.to_timedelta(
+        np.cumsum(rng.integers(59, 62, 2000)), unit="s"))
+    assert sampling_stretches(index) == [Stretch(index[0], sampling_step(index))]
+    _, report = prepare(pd.Series(1.0, index=index), statistic="sum")
+    assert report.step_changes == [] and report.input_step == str(sampling_step(index))
+
+
+def test_a_gap_is_not_a_step_change():
+    """A 5-minute sampler with gaps (a missed scrape, an hour down) stays one stretch at 5 minutes."""
+    index = pd.date_range("2026-01-05", periods=600, freq="5min", tz="UTC")
+    index = index.delete(list(range(100, 112)) + [300, 301, 450])
+    assert sampling_stretches(index) == [Stretch(index[0], pd.Timedelta("5min"))]
+
+
+def test_a_stretch_coarser_than_the_forecast_step_is_refused_naming_where():
+    index = pd.date_range("2026-01-05", periods=40, freq="30min", tz="UTC").append(
+        pd.date_range("2026-01-06", periods=40, freq="2h", tz="UTC"))
+    with pytest.raises(HistoryError, match=r"history step 0 days 02:00:00 \(from 2026-01-06T00:00:00\+00:00\) is "
+                                           "coarser than the forecast step"):
+        prepare(pd.Series(1.0, index=index))
