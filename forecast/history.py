@@ -422,6 +422,7 @@ class CleaningReport:
     input_step: str = ""
     out_of_order: int = 0
     duplicates: int = 0
+    duplicates_at_step: int = 0  # of them, timestamps whose kept sample is not the later: the one at the local step
     counter_resets: int = 0
     outliers: list[str] = field(default_factory=list)
     missing_steps: int = 0
@@ -434,7 +435,7 @@ class CleaningReport:
     def lines(self) -> list[str]:
         return [
             f"{self.input_points} samples at step {self.input_step} -> {self.output_points} points",
-            f"{self.out_of_order} out-of-order, {self.duplicates} duplicate timestamps",
+            f"{self.out_of_order} out-of-order, {self.duplicates} duplicate timestamps{self._at_step_note()}",
             f"{self.counter_resets} counter resets, {len(self.outliers)} outliers clipped",
             f"{self.missing_steps} missing points (kept missing, never scored)",
         ] + self._step_note() \
@@ -446,11 +447,15 @@ class CleaningReport:
         """What cleaning changed, and the points it kept missing, one phrase each: empty when the history was used as
         it was read (what a command that prints no cleaning report says on stderr)."""
         said = [(self.out_of_order, "samples out of order (sorted)"),
-                (self.duplicates, "duplicate timestamps (the later sample of each kept)"),
+                (self.duplicates, f"duplicate timestamps (the later sample of each kept{self._at_step_note()})"),
                 (self.counter_resets, "counter resets"), (len(self.outliers), "outliers clipped"),
                 (self.partial_sums, "sums over a step with samples missing (taken at its samples' mean)"),
                 (self.missing_steps, "missing points (kept missing, never scored)")]
         return self._step_note() + [f"{n} {what}" for n, what in said if n] + self._epoch_note()
+
+    def _at_step_note(self) -> str:
+        return (f"; at {self.duplicates_at_step}, given by stretches at two steps, the sample at its stretch's step"
+                if self.duplicates_at_step else "")
 
     def _step_note(self) -> list[str]:
         """Where the sampling step changes, said wherever the report is: each stretch is read at its own step."""
@@ -493,12 +498,15 @@ def _aggregate(series: pd.Series, step: pd.Timedelta, statistic: str, stretches:
     return out.asfreq(step)
 
 
+def _step_of(stretches: list[Stretch], times: pd.DatetimeIndex) -> pd.TimedeltaIndex:
+    """The step of the stretch each of `times` falls in."""
+    starts = pd.DatetimeIndex([s.start for s in stretches])
+    return pd.TimedeltaIndex([s.step for s in stretches])[np.maximum(starts.searchsorted(times, side="right") - 1, 0)]
+
+
 def _sample_seconds(series: pd.Series, stretches: list[Stretch]) -> pd.Series:
     """The seconds each real sample stands for: its stretch's step (NaN where the value is missing)."""
-    starts = pd.DatetimeIndex([s.start for s in stretches])
-    seconds = np.array([s.step.total_seconds() for s in stretches])
-    own = seconds[starts.searchsorted(series.index, side="right") - 1]
-    return pd.Series(own, index=series.index).where(series.notna())
+    return pd.Series(_step_of(stretches, series.index).total_seconds(), index=series.index).where(series.notna())
 
 
 def _undo_counter_resets(series: pd.Series, report: CleaningReport) -> pd.Series:
@@ -572,12 +580,16 @@ def _prepare(raw: pd.Series, step: str | None, statistic: str, counter: bool,
         raise HistoryError(f"{int(bad.sum())} demand values are infinite, negative or over {MAX_VALUE:g} (first: "
                            f"{series.iloc[k]!r} at {series.index[k]}; is this a counter? use counter: true)")
     series.index = series.index.tz_convert("UTC")
+    run_steps = _run_steps(series.index) if series.index.has_duplicates else None  # in file order: before sorting
     if not series.index.is_monotonic_increasing:
         report.out_of_order = int((series.index.to_series().diff() < pd.Timedelta(0)).sum())
-        series = series.sort_index(kind="stable")
-    dup = series.index.duplicated(keep="last")
+        order = np.argsort(series.index.as_unit("ns").asi8, kind="stable")
+        series = series.iloc[order]
+        run_steps = run_steps[order] if run_steps is not None else None
+    dup, report.duplicates_at_step = (series.index.duplicated(), 0) if run_steps is None else \
+        _superseded(series.index, run_steps)
     report.duplicates = int(dup.sum())
-    series = series[~dup]  # the later sample of a timestamp is the correction
+    series = series[~dup]
     if series.notna().sum() < 2:
         raise HistoryError("history has fewer than two real values")
     stretches = sampling_stretches(series.index)
@@ -647,8 +659,7 @@ def sampling_stretches(index: pd.DatetimeIndex) -> list[Stretch]:
     stretch of one step)."""
     whole = [Stretch(index[0], sampling_step(index))]
     intervals = np.diff(index.as_unit("ns").asi8)
-    firsts = np.flatnonzero(np.r_[True, intervals[1:] != intervals[:-1]])  # where each run of one interval starts
-    lengths = np.diff(np.r_[firsts, len(intervals)])
+    firsts, lengths = _runs(intervals)
     long = lengths >= MIN_STRETCH
     if 2 * lengths[long].sum() < len(intervals):
         return whole
@@ -659,6 +670,42 @@ def sampling_stretches(index: pd.DatetimeIndex) -> list[Stretch]:
         return whole
     firsts, steps = np.r_[0, firsts[changes]], np.r_[steps[0], steps[changes]]
     return [Stretch(index[k], pd.Timedelta(int(ns), unit="ns")) for k, ns in zip(firsts, steps, strict=True)]
+
+
+def _runs(intervals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where each run of one interval starts in `intervals`, and how many intervals it holds."""
+    firsts = np.flatnonzero(np.r_[True, intervals[1:] != intervals[:-1]])
+    return firsts, np.diff(np.r_[firsts, len(intervals)])
+
+
+def _run_steps(index: pd.DatetimeIndex) -> np.ndarray:
+    """The step (ns) of the run of at least MIN_STRETCH equal intervals each sample of `index`, in its order, starts,
+    ends or is inside (the larger of two it joins); 0 for a sample in none (a correction appended, a stray one)."""
+    intervals = np.diff(index.as_unit("ns").asi8)
+    firsts, lengths = _runs(intervals)
+    run_step = np.repeat(np.where((lengths >= MIN_STRETCH) & (intervals[firsts] > 0), intervals[firsts], 0), lengths)
+    return np.maximum(np.r_[0, run_step], np.r_[run_step, 0])
+
+
+def _superseded(index: pd.DatetimeIndex, run_steps: np.ndarray) -> tuple[np.ndarray, int]:
+    """Which samples of the sorted `index` (given by file runs at `run_steps`, _run_steps in file order) are dropped,
+    and at how many timestamps that was not the later sample. Of a timestamp given twice the later sample is kept
+    (a correction), unless the samples come from stretches of the file at different steps (two exports overlapping,
+    or meeting at one timestamp): then the later of those at the step of the stretch the time falls in, since a
+    5-minute sum kept among 1-minute samples would count as one of them."""
+    dropped = index.duplicated(keep="last")
+    given = np.flatnonzero(index.duplicated(keep=False))
+    times = index[given].as_unit("ns").asi8
+    local = _step_of(sampling_stretches(index[~index.duplicated()]), index[given]).as_unit("ns").asi8
+    fits = (run_steps[given] == 0) | (run_steps[given] == local)  # a sample in no run (a correction) fits any step
+    # per timestamp, the last row after ordering by (time, fits, row): the later of those that fit, else the later
+    last = pd.DataFrame({"time": times, "fits": fits, "row": given}).sort_values(["time", "fits", "row"]) \
+        .groupby("time")["row"].last().to_numpy()
+    kept = np.zeros(len(index), dtype=bool)
+    kept[last] = True
+    not_later = int((dropped & kept).sum())
+    dropped[given] = ~kept[given]
+    return dropped, not_later
 
 
 def at_own_step(raw: pd.Series) -> pd.Series:

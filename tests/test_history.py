@@ -376,3 +376,34 @@ def test_a_stretch_coarser_than_the_forecast_step_is_refused_naming_where():
     with pytest.raises(HistoryError, match=r"history step 0 days 02:00:00 \(from 2026-01-06T00:00:00\+00:00\) is "
                                            "coarser than the forecast step"):
         prepare(pd.Series(1.0, index=index))
+
+
+@given(fine_seconds=st.sampled_from([60, 120, 300]), ratio=st.sampled_from([2, 5, 6]), coarse_first=st.booleans(),
+       overlap=st.integers(0, 6), meet=st.booleans(), early_first=st.booleans(),
+       statistic=st.sampled_from(["sum", "mean", "max"]), seed=st.integers(0, 2 ** 16))
+def test_two_exports_at_different_steps_overlapping_read_as_the_demand_they_both_sampled(
+        fine_seconds, ratio, coarse_first, overlap, meet, early_first, statistic, seed):
+    """Two exports concatenated, at 5 and 1 minutes, overlapping (or meeting at one timestamp, an inclusive end):
+    a timestamp given by both kept the later sample in the file, and a 5-minute sum kept among 1-minute samples
+    counted as one of them (`--statistic sum` 5x that minute, exit 0). The sample at the step of the stretch the
+    time falls in is kept: the hourly series is that of the demand sampled at the finer step throughout."""
+    fine, coarse = pd.Timedelta(seconds=fine_seconds), pd.Timedelta(seconds=fine_seconds * ratio)
+    if pd.Timedelta("1h") % coarse:
+        return
+    start = pd.Timestamp("2026-01-05T00:00Z")
+    first, second = (coarse, fine) if coarse_first else (fine, coarse)
+    change = (start + 20 * first).ceil(coarse)
+    end = (change + 20 * max(coarse, MIN_STRETCH * fine)).ceil("1h")
+    index = pd.date_range(start, end, freq=fine, inclusive="left")
+    demand = pd.Series(np.round(np.random.default_rng(seed).gamma(2.0, 50.0, len(index)), 3), index=index)
+    early_end = change + overlap * coarse  # the early export goes on into the late one's time (meet: to a sample)
+    early = _sampled(demand[demand.index < early_end + (first if meet else pd.Timedelta(0))], first, statistic)
+    late = _sampled(demand[demand.index >= change], second, statistic)
+    exports = [early, late] if early_first else [late, early]
+
+    series, report = prepare(pd.concat(exports), statistic=statistic, outlier_factor=None)
+    expected, _ = prepare(_sampled(demand, fine, statistic), statistic=statistic, outlier_factor=None)
+    pd.testing.assert_series_equal(series, expected, rtol=1e-9)
+    assert report.duplicates == overlap + meet
+    at = change if coarse_first else early_end
+    assert report.step_changes == [f"{first} to {second} at {at.isoformat()}"]
