@@ -480,8 +480,11 @@ def _aggregate(series: pd.Series, step: pd.Timedelta, statistic: str, stretches:
     # A history whose step changes: each sample stands for its own stretch's step, so a mean is weighed by it and a
     # sum is whole when its samples stand for the whole step (else each sample stands for the history's one step)
     seconds = _sample_seconds(series, stretches) if len(stretches) > 1 else None
+    count = bins.count()
+    covered = count * stretches[0].step.total_seconds() if seconds is None else by_step(seconds).sum()
+    _no_overlap(covered, step, count, stretches)
     if statistic == "mean":
-        out = bins.mean() if seconds is None else by_step(series * seconds).sum(min_count=1) / by_step(seconds).sum()
+        out = bins.mean() if seconds is None else by_step(series * seconds).sum(min_count=1) / covered
     elif statistic == "max":
         out = bins.max()
     elif statistic == "sum":
@@ -489,13 +492,30 @@ def _aggregate(series: pd.Series, step: pd.Timedelta, statistic: str, stretches:
         # A step with some samples missing (a gap, a missed scrape, the history's first or last hour) summed as it
         # is would count the missing samples as zero demand: its sum is scaled to the whole step by the time its
         # samples stand for (the mean of the samples it has times the samples it holds at their stretch's step)
-        covered = bins.count() * stretches[0].step.total_seconds() if seconds is None else by_step(seconds).sum()
         partial = (covered > 0) & (covered < step.total_seconds())
         report.partial_sums = int(partial.sum())
         out = out.where(~partial, out * (step.total_seconds() / covered))
     else:  # a percentile of the samples, each counted once (a step of one stretch: its samples at their step)
         out = bins.quantile(float(statistic[1:]) / 100.0)
     return out.asfreq(step)
+
+
+# A step whose samples stand for more than this times its length, and one sample more, holds the same time twice
+# (timestamps with jitter come within a few percent of it, or one sample over where a step holds one or two)
+OVERLAP = 1.25
+
+
+def _no_overlap(covered: pd.Series, step: pd.Timedelta, count: pd.Series, stretches: list[Stretch]) -> None:
+    """Refuses samples that stand for more time than their step has: two exports of the same times on grids apart
+    (:00, :05, ... and :02, :07, ...) interleaved, or a burst of finer samples too short to be a stretch of its own,
+    which a sum would count twice and a mean would weigh as much as the rest of the step."""
+    over = covered > OVERLAP * step.total_seconds() + max(s.step for s in stretches).total_seconds()
+    if over.any():
+        at = covered.index[over][0]
+        raise HistoryError(f"{int(over.sum())} steps of {step} hold samples standing for over {OVERLAP:g} times the "
+                           f"step and a sample (the first, {at.isoformat()}: {int(count[at])} samples standing for "
+                           f"{pd.Timedelta(seconds=covered[at])}): two exports of the same times overlapping, or a "
+                           "burst of finer samples? give each time once")
 
 
 def _step_of(stretches: list[Stretch], times: pd.DatetimeIndex) -> pd.TimedeltaIndex:
@@ -580,19 +600,23 @@ def _prepare(raw: pd.Series, step: str | None, statistic: str, counter: bool,
         raise HistoryError(f"{int(bad.sum())} demand values are infinite, negative or over {MAX_VALUE:g} (first: "
                            f"{series.iloc[k]!r} at {series.index[k]}; is this a counter? use counter: true)")
     series.index = series.index.tz_convert("UTC")
-    run_steps = _run_steps(series.index) if series.index.has_duplicates else None  # in file order: before sorting
+    # the file's own runs, in its order: where it gives a time twice or goes back in time (two exports concatenated)
+    runs = _run_steps(series.index) if series.index.has_duplicates or not series.index.is_monotonic_increasing \
+        else None
     if not series.index.is_monotonic_increasing:
         report.out_of_order = int((series.index.to_series().diff() < pd.Timedelta(0)).sum())
         order = np.argsort(series.index.as_unit("ns").asi8, kind="stable")
         series = series.iloc[order]
-        run_steps = run_steps[order] if run_steps is not None else None
-    dup, report.duplicates_at_step = (series.index.duplicated(), 0) if run_steps is None else \
-        _superseded(series.index, run_steps)
+        runs = (runs[0][order], runs[1][order]) if runs is not None else None
+    dup, report.duplicates_at_step = (series.index.duplicated(), 0) if runs is None else \
+        _superseded(series.index, runs[0])
     report.duplicates = int(dup.sum())
     series = series[~dup]
     if series.notna().sum() < 2:
         raise HistoryError("history has fewer than two real values")
     stretches = sampling_stretches(series.index)
+    if runs is not None:
+        _not_interleaved(series.index, runs[0][~dup], runs[1][~dup], stretches)
     steps = [s.step for s in stretches]
     target = pd.Timedelta(step) if step is not None else max(steps)
     report.input_step = str(steps[0]) if len(steps) == 1 else f"{min(steps)} to {max(steps)} (it changes)"
@@ -678,13 +702,17 @@ def _runs(intervals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return firsts, np.diff(np.r_[firsts, len(intervals)])
 
 
-def _run_steps(index: pd.DatetimeIndex) -> np.ndarray:
+def _run_steps(index: pd.DatetimeIndex) -> tuple[np.ndarray, np.ndarray]:
     """The step (ns) of the run of at least MIN_STRETCH equal intervals each sample of `index`, in its order, starts,
-    ends or is inside (the larger of two it joins); 0 for a sample in none (a correction appended, a stray one)."""
+    ends or is inside (the larger of two it joins), 0 for a sample in none (a correction appended, a stray one); and
+    whether it is inside one (not at its ends)."""
     intervals = np.diff(index.as_unit("ns").asi8)
     firsts, lengths = _runs(intervals)
-    run_step = np.repeat(np.where((lengths >= MIN_STRETCH) & (intervals[firsts] > 0), intervals[firsts], 0), lengths)
-    return np.maximum(np.r_[0, run_step], np.r_[run_step, 0])
+    long = (lengths >= MIN_STRETCH) & (intervals[firsts] > 0)
+    run_step = np.repeat(np.where(long, intervals[firsts], 0), lengths)
+    run_id = np.repeat(np.arange(len(firsts)), lengths)
+    inside = np.r_[False, (run_id[1:] == run_id[:-1]) & (run_step[1:] > 0), False]
+    return np.maximum(np.r_[0, run_step], np.r_[run_step, 0]), inside
 
 
 def _superseded(index: pd.DatetimeIndex, run_steps: np.ndarray) -> tuple[np.ndarray, int]:
@@ -706,6 +734,21 @@ def _superseded(index: pd.DatetimeIndex, run_steps: np.ndarray) -> tuple[np.ndar
     not_later = int((dropped & kept).sum())
     dropped[given] = ~kept[given]
     return dropped, not_later
+
+
+def _not_interleaved(index: pd.DatetimeIndex, run_steps: np.ndarray, inside: np.ndarray,
+                     stretches: list[Stretch]) -> None:
+    """Refuses samples inside a run of the file at one step that, sorted, fall in a stretch at another: two exports
+    of the same times on grids apart (:00, :01, ... and :00:30, :01:30, ...) interleave into what reads as a finer
+    sampler, and every statistic would mix the two (a sum would count their demand twice)."""
+    local = _step_of(stretches, index).as_unit("ns").asi8
+    apart = np.flatnonzero(inside & (run_steps != local))
+    if len(apart):
+        k = apart[0]
+        raise HistoryError(f"{len(apart)} samples (the first at {index[k].isoformat()}) are inside a stretch of the "
+                           f"file {pd.Timedelta(int(run_steps[k]))} apart, but sorted among samples "
+                           f"{pd.Timedelta(int(local[k]))} apart: two exports of the same times on grids apart, "
+                           "interleaved? give each time once")
 
 
 def at_own_step(raw: pd.Series) -> pd.Series:

@@ -1,4 +1,5 @@
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -407,3 +408,23 @@ def test_two_exports_at_different_steps_overlapping_read_as_the_demand_they_both
     assert report.duplicates == overlap + meet
     at = change if coarse_first else early_end
     assert report.step_changes == [f"{first} to {second} at {at.isoformat()}"]
+
+
+@given(step_minutes=st.sampled_from([1, 5, 10, 15]), offset=st.floats(0.1, 0.9), hours=st.integers(2, 30),
+       later_first=st.booleans(), statistic=st.sampled_from(["sum", "mean", "max", "p90"]),
+       seed=st.integers(0, 2 ** 16))
+def test_two_exports_of_the_same_times_on_grids_apart_are_refused_not_mixed(step_minutes, offset, hours, later_first,
+                                                                           statistic, seed):
+    """Two exports at one step on grids apart (:00, :05, ... and :02, :07, ...) concatenated, overlapping: their
+    samples interleave, no timestamp given twice, and `--statistic sum` counted the overlap's demand twice (exit 0;
+    at a half-step apart they read as one sampler at half the step). Refused, naming a time in the overlap."""
+    step = pd.Timedelta(minutes=step_minutes)
+    shift = pd.Timedelta(seconds=round(offset * step.total_seconds()))
+    rng = np.random.default_rng(seed)
+    first = pd.date_range("2026-01-05T00:00Z", "2026-01-07T00:00Z", freq=step, inclusive="left")
+    second = pd.date_range(first[-1] - pd.Timedelta(hours=hours) + shift, periods=len(first), freq=step)
+    exports = [pd.Series(rng.gamma(2.0, 5.0, len(times)), index=times) for times in (first, second)]
+    with pytest.raises(HistoryError, match="give each time once") as refused:
+        prepare(pd.concat(exports[::-1] if later_first else exports), statistic=statistic)
+    named = pd.Timestamp(re.search(r"the first,? (?:at )?(\S+?)[:)]? ", str(refused.value)).group(1))
+    assert second[0].floor("1h") <= named <= first[-1], str(refused.value)
