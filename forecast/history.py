@@ -686,6 +686,7 @@ def sampling_stretches(index: pd.DatetimeIndex) -> list[Stretch]:
     firsts, lengths = _runs(intervals)
     long = lengths >= MIN_STRETCH
     if 2 * lengths[long].sum() < len(intervals):
+        _no_regular_stretch_apart(index, firsts[long], intervals[firsts[long]], whole[0].step)
         return whole
     firsts = firsts[long]
     steps = intervals[firsts]
@@ -694,6 +695,19 @@ def sampling_stretches(index: pd.DatetimeIndex) -> list[Stretch]:
         return whole
     firsts, steps = np.r_[0, firsts[changes]], np.r_[steps[0], steps[changes]]
     return [Stretch(index[k], pd.Timedelta(int(ns), unit="ns")) for k, ns in zip(firsts, steps, strict=True)]
+
+
+def _no_regular_stretch_apart(index: pd.DatetimeIndex, firsts: np.ndarray, steps: np.ndarray,
+                              step: pd.Timedelta) -> None:
+    """Refuses timestamps with jitter (read at their one `step`) beside a regular stretch at a step far from it, such
+    as a 5-minute export concatenated with a 1-minute one with jitter: at one step, the other would read as gaps or
+    (summed) as several times its demand."""
+    apart = np.flatnonzero((steps > 1.5 * step.value) | (1.5 * steps < step.value))
+    if len(apart):
+        k = apart[0]
+        raise HistoryError(f"the samples are {pd.Timedelta(int(steps[k]))} apart in a stretch from "
+                           f"{index[firsts[k]].isoformat()}, and elsewhere irregular, most often {step} apart: no one "
+                           "step reads both; give the file at one regular step (resample the irregular part)")
 
 
 def _runs(intervals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

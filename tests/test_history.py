@@ -364,6 +364,21 @@ def test_a_history_without_a_stretch_of_one_step_keeps_its_one_step():
     assert report.step_changes == [] and report.input_step == str(sampling_step(index))
 
 
+@given(regular_minutes=st.sampled_from([5, 10, 15]), jitter=st.integers(1, 5), first=st.booleans(),
+       seed=st.integers(0, 2 ** 16))
+def test_a_regular_stretch_beside_timestamps_with_jitter_at_another_step_is_refused(regular_minutes, jitter, first,
+                                                                                    seed):
+    """A 5-minute export beside a longer 1-minute one whose timestamps jitter (no stretch of one step in it): read at
+    the jitter's step, the regular part read as 4 samples in 5 missing, and summed 5 times its demand (exit 0)."""
+    rng = np.random.default_rng(seed)
+    regular = pd.date_range("2026-01-05", periods=288, freq=f"{regular_minutes}min", tz="UTC")
+    jittery = pd.to_timedelta(np.cumsum(rng.integers(60 - jitter, 61 + jitter, 3000)), unit="s")
+    index = regular.append(regular[-1] + jittery) if first else (regular[0] - jittery[::-1]).append(regular)
+    with pytest.raises(HistoryError, match=rf"apart in a stretch from {re.escape(regular[0].isoformat())}, and "
+                                           "elsewhere irregular"):
+        prepare(pd.Series(1.0, index=index), statistic="sum")
+
+
 def test_a_gap_is_not_a_step_change():
     """A 5-minute sampler with gaps (a missed scrape, an hour down) stays one stretch at 5 minutes."""
     index = pd.date_range("2026-01-05", periods=600, freq="5min", tz="UTC")
