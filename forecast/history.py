@@ -702,12 +702,17 @@ def _no_regular_stretch_apart(index: pd.DatetimeIndex, firsts: np.ndarray, steps
     """Refuses timestamps with jitter (read at their one `step`) beside a regular stretch at a step far from it, such
     as a 5-minute export concatenated with a 1-minute one with jitter: at one step, the other would read as gaps or
     (summed) as several times its demand."""
-    apart = np.flatnonzero((steps > 1.5 * step.value) | (1.5 * steps < step.value))
+    apart = np.flatnonzero(_far_apart(steps, step.value))
     if len(apart):
         k = apart[0]
         raise HistoryError(f"the samples are {pd.Timedelta(int(steps[k]))} apart in a stretch from "
                            f"{index[firsts[k]].isoformat()}, and elsewhere irregular, most often {step} apart: no one "
                            "step reads both; give the file at one regular step (resample the irregular part)")
+
+
+def _far_apart(steps: np.ndarray, others: np.ndarray | int) -> np.ndarray:
+    """Whether steps (ns) are more than 1.5 times apart: different samplers, not one sampler's jitter."""
+    return (steps > 1.5 * others) | (1.5 * steps < others)
 
 
 def _runs(intervals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -756,7 +761,7 @@ def _not_interleaved(index: pd.DatetimeIndex, run_steps: np.ndarray, inside: np.
     of the same times on grids apart (:00, :01, ... and :00:30, :01:30, ...) interleave into what reads as a finer
     sampler, and every statistic would mix the two (a sum would count their demand twice)."""
     local = _step_of(stretches, index).as_unit("ns").asi8
-    apart = np.flatnonzero(inside & (run_steps != local))
+    apart = np.flatnonzero(inside & _far_apart(run_steps, local))
     if len(apart):
         k = apart[0]
         raise HistoryError(f"{len(apart)} samples (the first at {index[k].isoformat()}) are inside a stretch of the "

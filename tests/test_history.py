@@ -379,6 +379,17 @@ def test_a_regular_stretch_beside_timestamps_with_jitter_at_another_step_is_refu
         prepare(pd.Series(1.0, index=index), statistic="sum")
 
 
+def test_timestamps_with_jitter_out_of_order_are_not_taken_for_interleaved_exports():
+    """A run of equal intervals inside a jittery history (61 s among 59-61 s, most often 60 s) is the one sampler's,
+    not a second export: with two rows swapped (the file then read in its own order too) it is still read."""
+    intervals = np.r_[np.resize([59, 60, 60, 61], 400), np.full(13, 61), np.resize([59, 60, 60, 61], 400)]
+    index = pd.Timestamp("2026-01-05T00:00Z") + pd.to_timedelta(np.r_[0, np.cumsum(intervals)], unit="s")
+    raw = pd.Series(1.0, index=index)
+    raw = pd.concat([raw.iloc[:100], raw.iloc[[101, 100]], raw.iloc[102:]])
+    series, report = prepare(raw, statistic="sum")
+    assert report.out_of_order == 1 and report.input_step == "0 days 00:01:00" and series.notna().all()
+
+
 def test_a_gap_is_not_a_step_change():
     """A 5-minute sampler with gaps (a missed scrape, an hour down) stays one stretch at 5 minutes."""
     index = pd.date_range("2026-01-05", periods=600, freq="5min", tz="UTC")
