@@ -686,7 +686,7 @@ def sampling_stretches(index: pd.DatetimeIndex) -> list[Stretch]:
     firsts, lengths = _runs(intervals)
     long = lengths >= MIN_STRETCH
     if 2 * lengths[long].sum() < len(intervals):
-        _no_regular_stretch_apart(index, firsts[long], intervals[firsts[long]], whole[0].step)
+        _no_regular_stretch_apart(index, firsts[long], intervals[firsts[long]], intervals[~np.repeat(long, lengths)])
         return whole
     firsts = firsts[long]
     steps = intervals[firsts]
@@ -698,16 +698,18 @@ def sampling_stretches(index: pd.DatetimeIndex) -> list[Stretch]:
 
 
 def _no_regular_stretch_apart(index: pd.DatetimeIndex, firsts: np.ndarray, steps: np.ndarray,
-                              step: pd.Timedelta) -> None:
-    """Refuses timestamps with jitter (read at their one `step`) beside a regular stretch at a step far from it, such
-    as a 5-minute export concatenated with a 1-minute one with jitter: at one step, the other would read as gaps or
-    (summed) as several times its demand."""
-    apart = np.flatnonzero(_far_apart(steps, step.value))
+                              irregular: np.ndarray) -> None:
+    """Refuses timestamps with jitter (`irregular`: the intervals in no run of one step) beside a regular stretch at
+    a step far from theirs, such as a 5-minute export concatenated with a 1-minute one with jitter: at one step, the
+    other would read as gaps or (summed) as several times its demand."""
+    typical = int(np.median(irregular))
+    apart = np.flatnonzero(_far_apart(steps, typical))
     if len(apart):
         k = apart[0]
         raise HistoryError(f"the samples are {pd.Timedelta(int(steps[k]))} apart in a stretch from "
-                           f"{index[firsts[k]].isoformat()}, and elsewhere irregular, most often {step} apart: no one "
-                           "step reads both; give the file at one regular step (resample the irregular part)")
+                           f"{index[firsts[k]].isoformat()}, and elsewhere irregular, {pd.Timedelta(typical)} apart "
+                           "at the median: no one step reads both; give the file at one regular step (resample the "
+                           "irregular part)")
 
 
 def _far_apart(steps: np.ndarray, others: np.ndarray | int) -> np.ndarray:
