@@ -422,20 +422,24 @@ class CleaningReport:
     input_step: str = ""
     out_of_order: int = 0
     duplicates: int = 0
+    duplicates_at_step: int = 0  # of them, timestamps whose kept sample is not the later: the one at the local step
     counter_resets: int = 0
     outliers: list[str] = field(default_factory=list)
     missing_steps: int = 0
     partial_sums: int = 0  # steps summed (statistic sum) from fewer samples than they hold: scaled to the whole step
+    step_changes: list[str] = field(default_factory=list)  # where the sampling step changes: "5 min to 1 min at T"
+    output_step: str = ""
     output_points: int = 0
     timestamps: str = ""  # how the timestamps were read (e.g. "epoch milliseconds (told by magnitude)")
 
     def lines(self) -> list[str]:
         return [
             f"{self.input_points} samples at step {self.input_step} -> {self.output_points} points",
-            f"{self.out_of_order} out-of-order, {self.duplicates} duplicate timestamps",
+            f"{self.out_of_order} out-of-order, {self.duplicates} duplicate timestamps{self._at_step_note()}",
             f"{self.counter_resets} counter resets, {len(self.outliers)} outliers clipped",
             f"{self.missing_steps} missing points (kept missing, never scored)",
-        ] + ([f"{self.partial_sums} sums over a step with samples missing, taken at its samples' mean for the "
+        ] + self._step_note() \
+          + ([f"{self.partial_sums} sums over a step with samples missing, taken at its samples' mean for the "
               "missing ones (never as zero demand)"] if self.partial_sums else []) \
           + self._epoch_note()
 
@@ -443,37 +447,86 @@ class CleaningReport:
         """What cleaning changed, and the points it kept missing, one phrase each: empty when the history was used as
         it was read (what a command that prints no cleaning report says on stderr)."""
         said = [(self.out_of_order, "samples out of order (sorted)"),
-                (self.duplicates, "duplicate timestamps (the later sample of each kept)"),
+                (self.duplicates, f"duplicate timestamps (the later sample of each kept{self._at_step_note()})"),
                 (self.counter_resets, "counter resets"), (len(self.outliers), "outliers clipped"),
                 (self.partial_sums, "sums over a step with samples missing (taken at its samples' mean)"),
                 (self.missing_steps, "missing points (kept missing, never scored)")]
-        return [f"{n} {what}" for n, what in said if n] + self._epoch_note()
+        return self._step_note() + [f"{n} {what}" for n, what in said if n] + self._epoch_note()
+
+    def _at_step_note(self) -> str:
+        return (f"; at {self.duplicates_at_step}, given by stretches at two steps, the sample at its stretch's step"
+                if self.duplicates_at_step else "")
+
+    def _step_note(self) -> list[str]:
+        """Where the sampling step changes, said wherever the report is: each stretch is read at its own step."""
+        if not self.step_changes:
+            return []
+        shown = self.step_changes[:MAX_CHANGES_SAID]
+        more = len(self.step_changes) - len(shown)
+        return [f"sampling step changes from {', then from '.join(shown)}{f' and {more} more times' if more else ''}"
+                f" (each sample weighed by its own stretch's step, aggregated to {self.output_step})"]
 
     def _epoch_note(self) -> list[str]:
         """How epoch timestamps were read (their unit, told by magnitude): said wherever the report is."""
         return [f"timestamps read as {self.timestamps}"] if self.timestamps.startswith("epoch") else []
 
 
-def _aggregate(series: pd.Series, step: pd.Timedelta, statistic: str, input_step: pd.Timedelta,
+def _aggregate(series: pd.Series, step: pd.Timedelta, statistic: str, stretches: list[Stretch],
                report: CleaningReport) -> pd.Series:
-    bins = series.resample(step, origin="epoch")
+    def by_step(values: pd.Series):
+        return values.resample(step, origin="epoch")
+
+    bins = by_step(series)
+    # A history whose step changes: each sample stands for its own stretch's step, so a mean is weighed by it and a
+    # sum is whole when its samples stand for the whole step (else each sample stands for the history's one step)
+    seconds = _sample_seconds(series, stretches) if len(stretches) > 1 else None
+    count = bins.count()
+    covered = count * stretches[0].step.total_seconds() if seconds is None else by_step(seconds).sum()
+    _no_overlap(covered, step, count, stretches)
     if statistic == "mean":
-        out = bins.mean()
+        out = bins.mean() if seconds is None else by_step(series * seconds).sum(min_count=1) / covered
     elif statistic == "max":
         out = bins.max()
     elif statistic == "sum":
         out = bins.sum(min_count=1)  # an empty bin is missing, not zero
         # A step with some samples missing (a gap, a missed scrape, the history's first or last hour) summed as it
-        # is would count the missing samples as zero demand: it is the mean of the samples it has times the samples
-        # the step holds at the history's own step
-        expected = step / input_step
-        count = bins.count()
-        partial = (count > 0) & (count < expected)
+        # is would count the missing samples as zero demand: its sum is scaled to the whole step by the time its
+        # samples stand for (the mean of the samples it has times the samples it holds at their stretch's step)
+        partial = (covered > 0) & (covered < step.total_seconds())
         report.partial_sums = int(partial.sum())
-        out = out.where(~partial, bins.mean() * expected)
-    else:
+        out = out.where(~partial, out * (step.total_seconds() / covered))
+    else:  # a percentile of the samples, each counted once (a step of one stretch: its samples at their step)
         out = bins.quantile(float(statistic[1:]) / 100.0)
     return out.asfreq(step)
+
+
+# A step whose samples stand for more than this times its length, and one sample more, holds the same time twice
+# (timestamps with jitter come within a few percent of it, or one sample over where a step holds one or two)
+OVERLAP = 1.25
+
+
+def _no_overlap(covered: pd.Series, step: pd.Timedelta, count: pd.Series, stretches: list[Stretch]) -> None:
+    """Refuses samples that stand for more time than their step has: two exports of the same times on grids apart
+    (:00, :05, ... and :02, :07, ...) interleaved, or a burst of finer samples too short to be a stretch of its own,
+    which a sum would count twice and a mean would weigh as much as the rest of the step."""
+    over = covered > OVERLAP * step.total_seconds() + max(s.step for s in stretches).total_seconds()
+    if over.any():
+        at = covered.index[over][0]
+        raise HistoryError(f"{int(over.sum())} steps of {step} hold samples standing for over {OVERLAP:g} times the "
+                           f"step and a sample (the first, {at.isoformat()}: {int(count[at])} samples standing for "
+                           f"{pd.Timedelta(seconds=covered[at])}): two exports of the same times overlapping, or a "
+                           "burst of finer samples? give each time once")
+
+
+def _step_of(stretches: list[Stretch], times: pd.DatetimeIndex) -> pd.TimedeltaIndex:
+    """The step of the stretch each of `times` falls in."""
+    starts = pd.DatetimeIndex([s.start for s in stretches])
+    return pd.TimedeltaIndex([s.step for s in stretches])[np.maximum(starts.searchsorted(times, side="right") - 1, 0)]
+
+
+def _sample_seconds(series: pd.Series, stretches: list[Stretch]) -> pd.Series:
+    """The seconds each real sample stands for: its stretch's step (NaN where the value is missing)."""
+    return pd.Series(_step_of(stretches, series.index).total_seconds(), index=series.index).where(series.notna())
 
 
 def _undo_counter_resets(series: pd.Series, report: CleaningReport) -> pd.Series:
@@ -522,10 +575,11 @@ def _clip_outliers(series: pd.Series, factor: float, report: CleaningReport) -> 
     return series.clip(upper=limit) if limit > 0 else series
 
 
-def prepare(raw: pd.Series, step: str = "1h", statistic: str = "mean",
+def prepare(raw: pd.Series, step: str | None = "1h", statistic: str = "mean",
             counter: bool = False, outlier_factor: float | None = 3.0) -> tuple[pd.Series, CleaningReport]:
-    """Raw samples -> a regular series at `step` (tz-aware UTC, freq set, NaN = missing). An error names the file
-    the samples were read from (`raw.attrs["source"]`, set by load_history)."""
+    """Raw samples -> a regular series at `step` (tz-aware UTC, freq set, NaN = missing); `step` None: the history's
+    own (its coarsest stretch's, sampling_stretches). An error names the file the samples were read from
+    (`raw.attrs["source"]`, set by load_history)."""
     try:
         return _prepare(raw, step, statistic, counter, outlier_factor)
     except HistoryError as exc:
@@ -533,7 +587,7 @@ def prepare(raw: pd.Series, step: str = "1h", statistic: str = "mean",
         raise HistoryError(f"{where}: {exc}" if where else str(exc)) from None
 
 
-def _prepare(raw: pd.Series, step: str, statistic: str, counter: bool,
+def _prepare(raw: pd.Series, step: str | None, statistic: str, counter: bool,
              outlier_factor: float | None) -> tuple[pd.Series, CleaningReport]:
     check_statistic(statistic)
     report = CleaningReport(input_points=len(raw), timestamps=str(raw.attrs.get("timestamps", "")))
@@ -546,21 +600,35 @@ def _prepare(raw: pd.Series, step: str, statistic: str, counter: bool,
         raise HistoryError(f"{int(bad.sum())} demand values are infinite, negative or over {MAX_VALUE:g} (first: "
                            f"{series.iloc[k]!r} at {series.index[k]}; is this a counter? use counter: true)")
     series.index = series.index.tz_convert("UTC")
+    # the file's own runs, in its order: where it gives a time twice or goes back in time (two exports concatenated)
+    runs = _run_steps(series.index) if series.index.has_duplicates or not series.index.is_monotonic_increasing \
+        else None
     if not series.index.is_monotonic_increasing:
         report.out_of_order = int((series.index.to_series().diff() < pd.Timedelta(0)).sum())
-        series = series.sort_index(kind="stable")
-    dup = series.index.duplicated(keep="last")
+        order = np.argsort(series.index.as_unit("ns").asi8, kind="stable")
+        series = series.iloc[order]
+        runs = (runs[0][order], runs[1][order]) if runs is not None else None
+    dup, report.duplicates_at_step = (series.index.duplicated(), 0) if runs is None else \
+        _superseded(series.index, runs[0])
     report.duplicates = int(dup.sum())
-    series = series[~dup]  # the later sample of a timestamp is the correction
+    series = series[~dup]
     if series.notna().sum() < 2:
         raise HistoryError("history has fewer than two real values")
-    target = pd.Timedelta(step)
-    input_step = sampling_step(series.index)
-    report.input_step = str(input_step)
-    if input_step > target:
-        raise HistoryError(f"history step {input_step} is coarser than the forecast step {target}")
-    if not pd.Timedelta("1s") <= input_step <= pd.Timedelta("1h"):
-        raise HistoryError(f"history step {input_step} is outside 1 s .. 1 h")
+    stretches = sampling_stretches(series.index)
+    if runs is not None:
+        _not_interleaved(series.index, runs[0][~dup], runs[1][~dup], stretches)
+    steps = [s.step for s in stretches]
+    target = pd.Timedelta(step) if step is not None else max(steps)
+    report.input_step = str(steps[0]) if len(steps) == 1 else f"{min(steps)} to {max(steps)} (it changes)"
+    report.step_changes = [f"{before.step} to {after.step} at {after.start.isoformat()}"
+                           for before, after in zip(stretches, stretches[1:])]
+    report.output_step = str(target)
+    for stretch in stretches:
+        since = f" (from {stretch.start.isoformat()})" if len(stretches) > 1 else ""
+        if stretch.step > target:
+            raise HistoryError(f"history step {stretch.step}{since} is coarser than the forecast step {target}")
+        if not pd.Timedelta("1s") <= stretch.step <= pd.Timedelta("1h"):
+            raise HistoryError(f"history step {stretch.step}{since} is outside 1 s .. 1 h")
     points = (series.index[-1] - series.index[0]) / target + 1
     if points > MAX_POINTS:
         raise HistoryError(f"history spans {series.index[0]} .. {series.index[-1]}: {points:.3g} points at step "
@@ -569,7 +637,7 @@ def _prepare(raw: pd.Series, step: str, statistic: str, counter: bool,
         series = _undo_counter_resets(series, report)
     elif why := _cumulative(series):
         raise HistoryError(why)
-    series = _aggregate(series, target, statistic, input_step, report)
+    series = _aggregate(series, target, statistic, stretches, report)
     if not np.isfinite(series.dropna().to_numpy()).all():
         raise HistoryError(f"aggregating to {target} with {statistic} overflows: values too large")
     if outlier_factor is not None:
@@ -591,12 +659,126 @@ def sampling_step(index: pd.DatetimeIndex) -> pd.Timedelta:
     return min(counts.index[counts == counts.iloc[0]])
 
 
+# A stretch of one sampling step holds at least this many consecutive intervals of that step: a gap (one longer
+# interval), a missed scrape or a stray timestamp never starts one
+MIN_STRETCH = 12
+MAX_CHANGES_SAID = 3  # step changes a report names (a history whose step changes more often is named by its first)
+
+
+@dataclass(frozen=True)
+class Stretch:
+    start: pd.Timestamp  # its first sample
+    step: pd.Timedelta
+
+
+def sampling_stretches(index: pd.DatetimeIndex) -> list[Stretch]:
+    """The history's stretches of one sampling step, in time order, each from its first sample, consecutive ones at
+    different steps: a history whose step changes partway (a scrape interval changed, two exports concatenated) is
+    read at each stretch's own step, never at one step for the whole file.
+
+    `index`: sorted, no duplicates. A stretch starts at a run of at least MIN_STRETCH consecutive intervals of its
+    step (the run's first sample); the samples between runs (after a gap, a stray timestamp) belong to the stretch
+    before them, and the first stretch starts at the first sample. One stretch at `sampling_step` when the step
+    never changes, and when such runs hold less than half the intervals (timestamps with jitter, which have no
+    stretch of one step)."""
+    whole = [Stretch(index[0], sampling_step(index))]
+    intervals = np.diff(index.as_unit("ns").asi8)
+    firsts, lengths = _runs(intervals)
+    long = lengths >= MIN_STRETCH
+    if 2 * lengths[long].sum() < len(intervals):
+        _no_regular_stretch_apart(index, firsts[long], intervals[firsts[long]], intervals[~np.repeat(long, lengths)])
+        return whole
+    firsts = firsts[long]
+    steps = intervals[firsts]
+    changes = np.flatnonzero(steps[1:] != steps[:-1]) + 1
+    if not len(changes):
+        return whole
+    firsts, steps = np.r_[0, firsts[changes]], np.r_[steps[0], steps[changes]]
+    return [Stretch(index[k], pd.Timedelta(int(ns), unit="ns")) for k, ns in zip(firsts, steps, strict=True)]
+
+
+def _no_regular_stretch_apart(index: pd.DatetimeIndex, firsts: np.ndarray, steps: np.ndarray,
+                              irregular: np.ndarray) -> None:
+    """Refuses timestamps with jitter (`irregular`: the intervals in no run of one step) beside a regular stretch at
+    a step far from theirs, such as a 5-minute export concatenated with a 1-minute one with jitter: at one step, the
+    other would read as gaps or (summed) as several times its demand."""
+    typical = int(np.median(irregular))
+    apart = np.flatnonzero(_far_apart(steps, typical))
+    if len(apart):
+        k = apart[0]
+        raise HistoryError(f"the samples are {pd.Timedelta(int(steps[k]))} apart in a stretch from "
+                           f"{index[firsts[k]].isoformat()}, and elsewhere irregular, {pd.Timedelta(typical)} apart "
+                           "at the median: no one step reads both; give the file at one regular step (resample the "
+                           "irregular part)")
+
+
+def _far_apart(steps: np.ndarray, others: np.ndarray | int) -> np.ndarray:
+    """Whether steps (ns) are more than 1.5 times apart: different samplers, not one sampler's jitter."""
+    return (steps > 1.5 * others) | (1.5 * steps < others)
+
+
+def _runs(intervals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where each run of one interval starts in `intervals`, and how many intervals it holds."""
+    firsts = np.flatnonzero(np.r_[True, intervals[1:] != intervals[:-1]])
+    return firsts, np.diff(np.r_[firsts, len(intervals)])
+
+
+def _run_steps(index: pd.DatetimeIndex) -> tuple[np.ndarray, np.ndarray]:
+    """The step (ns) of the run of at least MIN_STRETCH equal intervals each sample of `index`, in its order, starts,
+    ends or is inside (the larger of two it joins), 0 for a sample in none (a correction appended, a stray one); and
+    whether it is inside one (not at its ends)."""
+    intervals = np.diff(index.as_unit("ns").asi8)
+    firsts, lengths = _runs(intervals)
+    long = (lengths >= MIN_STRETCH) & (intervals[firsts] > 0)
+    run_step = np.repeat(np.where(long, intervals[firsts], 0), lengths)
+    run_id = np.repeat(np.arange(len(firsts)), lengths)
+    inside = np.r_[False, (run_id[1:] == run_id[:-1]) & (run_step[1:] > 0), False]
+    return np.maximum(np.r_[0, run_step], np.r_[run_step, 0]), inside
+
+
+def _superseded(index: pd.DatetimeIndex, run_steps: np.ndarray) -> tuple[np.ndarray, int]:
+    """Which samples of the sorted `index` (given by file runs at `run_steps`, _run_steps in file order) are dropped,
+    and at how many timestamps that was not the later sample. Of a timestamp given twice the later sample is kept
+    (a correction), unless the samples come from stretches of the file at different steps (two exports overlapping,
+    or meeting at one timestamp): then the later of those at the step of the stretch the time falls in, since a
+    5-minute sum kept among 1-minute samples would count as one of them."""
+    dropped = index.duplicated(keep="last")
+    given = np.flatnonzero(index.duplicated(keep=False))
+    times = index[given].as_unit("ns").asi8
+    local = _step_of(sampling_stretches(index[~index.duplicated()]), index[given]).as_unit("ns").asi8
+    fits = (run_steps[given] == 0) | (run_steps[given] == local)  # a sample in no run (a correction) fits any step
+    # per timestamp, the last row after ordering by (time, fits, row): the later of those that fit, else the later
+    last = pd.DataFrame({"time": times, "fits": fits, "row": given}).sort_values(["time", "fits", "row"]) \
+        .groupby("time")["row"].last().to_numpy()
+    kept = np.zeros(len(index), dtype=bool)
+    kept[last] = True
+    not_later = int((dropped & kept).sum())
+    dropped[given] = ~kept[given]
+    return dropped, not_later
+
+
+def _not_interleaved(index: pd.DatetimeIndex, run_steps: np.ndarray, inside: np.ndarray,
+                     stretches: list[Stretch]) -> None:
+    """Refuses samples inside a run of the file at one step that, sorted, fall in a stretch at another: two exports
+    of the same times on grids apart (:00, :01, ... and :00:30, :01:30, ...) interleave into what reads as a finer
+    sampler, and every statistic would mix the two (a sum would count their demand twice)."""
+    local = _step_of(stretches, index).as_unit("ns").asi8
+    apart = np.flatnonzero(inside & _far_apart(run_steps, local))
+    if len(apart):
+        k = apart[0]
+        raise HistoryError(f"{len(apart)} samples (the first at {index[k].isoformat()}) are inside a stretch of the "
+                           f"file {pd.Timedelta(int(run_steps[k]))} apart, but sorted among samples "
+                           f"{pd.Timedelta(int(local[k]))} apart: two exports of the same times on grids apart, "
+                           "interleaved? give each time once")
+
+
 def at_own_step(raw: pd.Series) -> pd.Series:
     """Sorted, deduplicated samples on a regular index at the history's own step, gaps kept (for replay)."""
     return at_own_step_reported(raw)[0]
 
 
 def at_own_step_reported(raw: pd.Series, counter: bool = False) -> tuple[pd.Series, CleaningReport]:
-    """at_own_step, with what its cleaning repaired; a cumulative `counter` as its increments per step."""
-    step = sampling_step(raw.sort_index().index)
-    return prepare(raw, step=str(step), statistic="mean", counter=counter, outlier_factor=None)
+    """at_own_step, with what its cleaning repaired; a cumulative `counter` as its increments per step. A history
+    whose step changes is read at its coarsest stretch's step (a finer stretch averaged into it, time-weighted):
+    one regular step to replay, never the finer step with gaps between a coarser stretch's samples."""
+    return prepare(raw, step=None, statistic="mean", counter=counter, outlier_factor=None)

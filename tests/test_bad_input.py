@@ -24,6 +24,11 @@ HOURS = pd.date_range("2026-01-05", periods=24 * 4, freq="h", tz="UTC").as_unit(
 VALUES = 10 + 5 * np.sin(np.arange(len(HOURS)) * 2 * np.pi / 24)
 
 
+# two 5-minute exports concatenated, the second on a grid 2 minutes apart and over the first's last 3 hours
+INTERLEAVED = pd.date_range("2026-01-05", periods=24 * 12, freq="5min", tz="UTC").append(
+    pd.date_range("2026-01-05T21:02Z", periods=24 * 12, freq="5min"))
+
+
 def csv_of(path, stamps, values, encoding="utf-8"):
     path.write_text("timestamp,value\n" + "".join(f"{t},{v}\n" for t, v in zip(stamps, values)), encoding=encoding)
     return path
@@ -90,7 +95,8 @@ def test_prepare_refuses_what_no_source_may_give():
     (HOURS[:20], [math.nan] * 20, "fewer than two real values"),                # every value missing
     ([HOURS[0]] * 20, VALUES[:20], "fewer than two real values"),               # one timestamp, twenty times
     (pd.date_range("2025-01-01", periods=20, freq="D", tz="UTC"), VALUES[:20], "coarser than the forecast step"),
-], ids=["all-missing", "one-timestamp", "daily"])
+    (INTERLEAVED, np.ones(len(INTERLEAVED)), "give each time once"),            # two exports on grids apart
+], ids=["all-missing", "one-timestamp", "daily", "interleaved"])
 def test_cleaning_refusals_name_the_file(tmp_path, stamps, values, what):
     path = csv_of(tmp_path / "h.csv", [t.isoformat() for t in stamps], values)
     message = error_of(lambda: prepare(load_history(path)))

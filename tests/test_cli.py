@@ -202,3 +202,39 @@ def test_simulate_shows_progress_while_it_tunes_on_the_history(history, capsys):
     tuned = next(k for k, line in enumerate(err) if "policy tuned on the history" in line)
     assert any("tuning the forecast policy on the history" in line for line in err[:tuned])
     assert any("utilization" in line and "short steps" in line for line in err[:tuned]), err
+
+
+def test_a_history_whose_step_changes_gives_the_numbers_of_its_demand_sampled_uniformly(tmp_path, capsys):
+    """A file at 5 minutes for five days, then at 1 minute (the scrape interval changed): backtest `--statistic sum`
+    read its first five days at five times their demand and simulate replayed them at 1 minute with four samples
+    in five missing, both with exit 0. Each now gives the numbers of the same demand sampled at one step, and says
+    where the step changed."""
+    import pandas as pd
+
+    demand = synthetic_demand(days=9, step="1min")  # requests per minute, with a 3-hour gap on day 4
+    change = demand.index[0] + pd.Timedelta(days=5)
+    before, after = demand[demand.index < change], demand[demand.index >= change]
+    said = "sampling step changes from 0 days 00:05:00 to 0 days 00:01:00 at 2026-01-10T00:00:00+00:00"
+
+    def flat(tree, at=""):
+        """A JSON answer as {path: leaf}, without what names the file or times the run."""
+        items = tree.items() if isinstance(tree, dict) else enumerate(tree) if isinstance(tree, list) else None
+        if items is None:
+            return {} if at.endswith(("/history", "/fit_seconds", "seconds")) else {at: tree}
+        return {path: leaf for key, value in items for path, leaf in flat(value, f"{at}/{key}").items()}
+
+    def output(argv, series, name):
+        write_csv(series, tmp_path / name)
+        assert main([argv[0], str(tmp_path / name), *argv[1:], "--json"]) == 0
+        captured = capsys.readouterr()
+        return flat(json.loads(captured.out)), captured.err
+
+    backtest = ["backtest", "--statistic", "sum", "--folds", "2", "--horizon", "12"]
+    changed, err = output(backtest, pd.concat([before.resample("5min").sum(min_count=1), after]), "sums.csv")
+    uniform, _ = output(backtest, demand, "uniform_sums.csv")
+    assert said in err and changed == pytest.approx(uniform)
+
+    simulate = ["simulate", "--policy", "oracle", "--days", "2"]
+    changed, err = output(simulate, pd.concat([before.resample("5min").mean(), after]), "means.csv")
+    uniform, _ = output(simulate, demand.resample("5min").mean(), "uniform_means.csv")
+    assert said in err and changed == pytest.approx(uniform)

@@ -1,4 +1,5 @@
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -7,7 +8,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from forecast.history import HistoryError, load_history, prepare, sampling_step
+from forecast.history import (
+    MIN_STRETCH,
+    HistoryError,
+    Stretch,
+    at_own_step_reported,
+    load_history,
+    prepare,
+    sampling_step,
+    sampling_stretches,
+)
 from forecast.synthetic import synthetic_demand, write_csv
 
 
@@ -294,3 +304,155 @@ def test_timestamps_read_at_once_are_those_read_row_by_row(moments, epoch_ns):
         return
     at_once = _stamps_at_once(texts)
     assert at_once is not None and at_once[0].equals(expected) and at_once[1] == units
+
+
+# ---------------------------------------------------------------------------- a sampling step that changes partway
+def _sampled(demand: pd.Series, window: str, statistic: str) -> pd.Series:
+    """`demand` as a sampler at `window` reports it: each sample at its window's start, the window's statistic."""
+    return getattr(demand.resample(window, origin="epoch"), statistic)()
+
+
+@given(fine_seconds=st.sampled_from([30, 60, 120, 300]), ratio=st.sampled_from([2, 3, 4, 5, 6, 10]),
+       coarse_windows=st.integers(MIN_STRETCH + 1, 60), fine_windows=st.integers(MIN_STRETCH + 1, 200),
+       offset=st.integers(0, 11), coarse_first=st.booleans(), statistic=st.sampled_from(["sum", "mean", "max"]),
+       seed=st.integers(0, 2 ** 16))
+def test_a_history_whose_step_changes_reads_as_the_same_demand_sampled_uniformly(
+        fine_seconds, ratio, coarse_windows, fine_windows, offset, coarse_first, statistic, seed):
+    """A scrape interval changed (or two exports concatenated): the file at 5 min then 1 min was read at one step,
+    the finer, for the whole file: the 5-minute part read as 4 samples in 5 missing, and `--statistic sum` scaled
+    each of its hours by 5 (five times the demand, exit 0). Each stretch is now read at its own step: the hourly
+    series is the one of the same demand sampled at the finer step throughout, and the report says where the step
+    changed, and to what."""
+    fine, coarse = pd.Timedelta(seconds=fine_seconds), pd.Timedelta(seconds=fine_seconds * ratio)
+    if pd.Timedelta("1h") % coarse:  # a coarse window inside one hour: its statistic is the hour's part of it
+        return
+    start = pd.Timestamp("2026-01-05T00:00Z") + offset * coarse
+    parts = [coarse_windows * coarse, fine_windows * fine]
+    spans = parts if coarse_first else parts[::-1]
+    change = start + spans[0]
+    change = change.ceil(coarse)  # a coarse window is whole on its side of the change
+    end = change + spans[1]
+    rng = np.random.default_rng(seed)
+    index = pd.date_range(start, end, freq=fine, inclusive="left")
+    demand = pd.Series(np.round(rng.gamma(2.0, 50.0, len(index)), 3), index=index)  # the underlying demand
+    before, after = demand[demand.index < change], demand[demand.index >= change]
+    first, second = (coarse, fine) if coarse_first else (fine, coarse)
+    changed = pd.concat([_sampled(before, first, statistic), _sampled(after, second, statistic)])
+    uniform = _sampled(demand, fine, statistic)
+
+    series, report = prepare(changed, statistic=statistic, outlier_factor=None)
+    expected, expected_report = prepare(uniform, statistic=statistic, outlier_factor=None)
+    assert series.index.equals(expected.index)
+    np.testing.assert_allclose(series.to_numpy(), expected.to_numpy(), rtol=1e-9)
+    assert (report.partial_sums, report.missing_steps) == (expected_report.partial_sums, expected_report.missing_steps)
+    assert report.step_changes == [f"{first} to {second} at {change.isoformat()}"]
+    assert any(f"sampling step changes from {first} to {second} at {change.isoformat()}" in line
+               for line in report.repairs())
+    if statistic == "mean":  # replayed at the coarser step: the finer stretch's mean over each coarse window
+        own, own_report = at_own_step_reported(changed)
+        pd.testing.assert_series_equal(own, prepare(uniform, step=str(coarse), outlier_factor=None)[0], rtol=1e-9)
+        assert own_report.missing_steps == 0
+
+
+def test_a_history_without_a_stretch_of_one_step_keeps_its_one_step():
+    """Timestamps with jitter (59-61 s apart) have no stretch of one step: read at their median step as before."""
+    rng = np.random.default_rng(1)
+    index = pd.DatetimeIndex(pd.Timestamp("2026-01-05T00:00Z") + pd.to_timedelta(
+        np.cumsum(rng.integers(59, 62, 2000)), unit="s"))
+    assert sampling_stretches(index) == [Stretch(index[0], sampling_step(index))]
+    _, report = prepare(pd.Series(1.0, index=index), statistic="sum")
+    assert report.step_changes == [] and report.input_step == str(sampling_step(index))
+
+
+@given(regular_minutes=st.sampled_from([5, 10, 15]), jitter=st.integers(1, 5), first=st.booleans(),
+       seed=st.integers(0, 2 ** 16))
+def test_a_regular_stretch_beside_timestamps_with_jitter_at_another_step_is_refused(regular_minutes, jitter, first,
+                                                                                    seed):
+    """A 5-minute export beside a longer 1-minute one whose timestamps jitter (no stretch of one step in it): read at
+    the jitter's step, the regular part read as 4 samples in 5 missing, and summed 5 times its demand (exit 0)."""
+    rng = np.random.default_rng(seed)
+    regular = pd.date_range("2026-01-05", periods=288, freq=f"{regular_minutes}min", tz="UTC")
+    jittery = pd.to_timedelta(np.cumsum(rng.integers(60 - jitter, 61 + jitter, 3000)), unit="s")
+    index = regular.append(regular[-1] + jittery) if first else (regular[0] - jittery[::-1]).append(regular)
+    with pytest.raises(HistoryError, match=rf"apart in a stretch from {re.escape(regular[0].isoformat())}, and "
+                                           "elsewhere irregular"):
+        prepare(pd.Series(1.0, index=index), statistic="sum")
+
+
+def test_timestamps_with_jitter_out_of_order_are_not_taken_for_interleaved_exports():
+    """A run of equal intervals inside a jittery history (61 s among 59-61 s, most often 60 s) is the one sampler's,
+    not a second export: with two rows swapped (the file then read in its own order too) it is still read."""
+    intervals = np.r_[np.resize([59, 60, 60, 61], 400), np.full(13, 61), np.resize([59, 60, 60, 61], 400)]
+    index = pd.Timestamp("2026-01-05T00:00Z") + pd.to_timedelta(np.r_[0, np.cumsum(intervals)], unit="s")
+    raw = pd.Series(1.0, index=index)
+    raw = pd.concat([raw.iloc[:100], raw.iloc[[101, 100]], raw.iloc[102:]])
+    series, report = prepare(raw, statistic="sum")
+    assert report.out_of_order == 1 and report.input_step == "0 days 00:01:00" and series.notna().all()
+
+
+def test_a_gap_is_not_a_step_change():
+    """A 5-minute sampler with gaps (a missed scrape, an hour down) stays one stretch at 5 minutes."""
+    index = pd.date_range("2026-01-05", periods=600, freq="5min", tz="UTC")
+    index = index.delete(list(range(100, 112)) + [300, 301, 450])
+    assert sampling_stretches(index) == [Stretch(index[0], pd.Timedelta("5min"))]
+
+
+def test_a_stretch_coarser_than_the_forecast_step_is_refused_naming_where():
+    index = pd.date_range("2026-01-05", periods=40, freq="30min", tz="UTC").append(
+        pd.date_range("2026-01-06", periods=40, freq="2h", tz="UTC"))
+    with pytest.raises(HistoryError, match=r"history step 0 days 02:00:00 \(from 2026-01-06T00:00:00\+00:00\) is "
+                                           "coarser than the forecast step"):
+        prepare(pd.Series(1.0, index=index))
+
+
+@given(fine_seconds=st.sampled_from([60, 120, 300]), ratio=st.sampled_from([2, 5, 6]), coarse_first=st.booleans(),
+       overlap=st.integers(0, 6), meet=st.booleans(), early_first=st.booleans(),
+       statistic=st.sampled_from(["sum", "mean", "max"]), seed=st.integers(0, 2 ** 16))
+def test_two_exports_at_different_steps_overlapping_read_as_the_demand_they_both_sampled(
+        fine_seconds, ratio, coarse_first, overlap, meet, early_first, statistic, seed):
+    """Two exports concatenated, at 5 and 1 minutes, overlapping (or meeting at one timestamp, an inclusive end):
+    a timestamp given by both kept the later sample in the file, and a 5-minute sum kept among 1-minute samples
+    counted as one of them (`--statistic sum` 5x that minute, exit 0). The sample at the step of the stretch the
+    time falls in is kept: the hourly series is that of the demand sampled at the finer step throughout."""
+    fine, coarse = pd.Timedelta(seconds=fine_seconds), pd.Timedelta(seconds=fine_seconds * ratio)
+    if pd.Timedelta("1h") % coarse:
+        return
+    start = pd.Timestamp("2026-01-05T00:00Z")
+    first, second = (coarse, fine) if coarse_first else (fine, coarse)
+    change = (start + 20 * first).ceil(coarse)
+    end = (change + 20 * max(coarse, MIN_STRETCH * fine)).ceil("1h")
+    index = pd.date_range(start, end, freq=fine, inclusive="left")
+    demand = pd.Series(np.round(np.random.default_rng(seed).gamma(2.0, 50.0, len(index)), 3), index=index)
+    early_end = change + overlap * coarse  # the early export goes on into the late one's time (meet: to a sample)
+    early = _sampled(demand[demand.index < early_end + (first if meet else pd.Timedelta(0))], first, statistic)
+    late = _sampled(demand[demand.index >= change], second, statistic)
+    exports = [early, late] if early_first else [late, early]
+
+    series, report = prepare(pd.concat(exports), statistic=statistic, outlier_factor=None)
+    expected, _ = prepare(_sampled(demand, fine, statistic), statistic=statistic, outlier_factor=None)
+    pd.testing.assert_series_equal(series, expected, rtol=1e-9)
+    assert report.duplicates == overlap + meet
+    at = change if coarse_first else early_end
+    assert report.step_changes == [f"{first} to {second} at {at.isoformat()}"]
+
+
+@given(step_minutes=st.sampled_from([1, 5, 10, 15]), offset=st.floats(0.1, 0.9), hours=st.integers(2, 30),
+       later_first=st.booleans(), statistic=st.sampled_from(["sum", "mean", "max", "p90"]),
+       seed=st.integers(0, 2 ** 16))
+def test_two_exports_of_the_same_times_on_grids_apart_are_refused_not_mixed(step_minutes, offset, hours, later_first,
+                                                                           statistic, seed):
+    """Two exports at one step on grids apart (:00, :05, ... and :02, :07, ...) concatenated, overlapping: their
+    samples interleave, no timestamp given twice, and `--statistic sum` counted the overlap's demand twice (exit 0;
+    at a half-step apart they read as one sampler at half the step). Refused, naming a time in the overlap (or,
+    where the overlap is most of the file, as irregular beside the regular stretches)."""
+    step = pd.Timedelta(minutes=step_minutes)
+    shift = pd.Timedelta(seconds=round(offset * step.total_seconds()))
+    rng = np.random.default_rng(seed)
+    first = pd.date_range("2026-01-05T00:00Z", "2026-01-07T00:00Z", freq=step, inclusive="left")
+    second = pd.date_range(first[-1] - pd.Timedelta(hours=hours) + shift, periods=len(first), freq=step)
+    exports = [pd.Series(rng.gamma(2.0, 5.0, len(times)), index=times) for times in (first, second)]
+    with pytest.raises(HistoryError, match="give each time once|no one step reads both") as refused:
+        prepare(pd.concat(exports[::-1] if later_first else exports), statistic=statistic)
+    if "give each time once" in str(refused.value):
+        named = pd.Timestamp(re.search(r"the first,? (?:at )?(\S+?)[:)]? ", str(refused.value)).group(1))
+        assert second[0].floor("1h") <= named <= first[-1], str(refused.value)
