@@ -498,7 +498,7 @@ def test_simulate_says_when_the_simulated_days_have_no_data(tmp_path, capsys):
 def test_report_out_pointing_at_a_file(demand, tmp_path, capsys):
     out = tmp_path / "report.html"
     out.write_text("mine")
-    status, err = exits(["report", demand, "--out", out], capsys)
+    status, err = exits(["report", demand, "--days", "1", "--out", out], capsys)
     assert status == 2 and "--out" in err and "not a directory" in err and out.read_text() == "mine"
 
 
