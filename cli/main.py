@@ -47,7 +47,8 @@ def cmd_forecast(cfg: Config, args) -> int:
     from forecast.backtest import AutoForecaster
     from forecast.history import HistoryError
 
-    series, report = load_series(cfg, datetime.now(UTC), say=False)  # the report is printed with the forecast
+    # the cleaning report is printed with the forecast (the table's header, the JSON's "cleaning"); a CSV has no room
+    series, report = load_series(cfg, datetime.now(UTC), say=args.csv)
     real = int(series.notna().sum())
     if real < MIN_FORECAST_POINTS:
         raise HistoryError(f"{history_name(cfg)}: {real} {cfg.history.step} points with data; a "
@@ -112,7 +113,8 @@ def cmd_train(cfg: Config, args) -> int:
 
 def _history_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("history", nargs="?", help="CSV or Parquet file with timestamp,value (overrides history.file)")
-    p.add_argument("--statistic", help="aggregation to the forecast step: mean, max, sum or pNN (history.statistic)")
+    p.add_argument("--statistic", help="aggregation to the forecast step: mean, max, sum or pNN "
+                                                 "(history.statistic, default mean)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -149,12 +151,15 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--gpus", type=int, help="cluster size (simulate.gpus, default 128)")
         scale = p.add_mutually_exclusive_group()
         scale.add_argument("--peak-gpus", type=float,
-                           help="scale the trace's 99.9th percentile to N GPUs (default 100)")
+                           help="scale the trace's 99.9th percentile to N GPUs (simulate.peak_gpus, default 100)")
         scale.add_argument("--per-gpu", type=float, help="demand one GPU serves (simulate.per_gpu)")
-        p.add_argument("--days", type=float, help="evaluated days at the end; before is history (default 7)")
-        p.add_argument("--jobs", help="training job trace CSV (num_gpu, creation_time, scheduled_time, deletion_time)")
+        p.add_argument("--days", type=float, help="evaluated days at the end; before is history (simulate.days, "
+                                                  "default 7)")
+        p.add_argument("--jobs", help="training job trace CSV (num_gpu, creation_time, scheduled_time, deletion_time; "
+                                          "simulate.jobs)")
         p.add_argument("--policy", choices=POLICIES, help="forecast (default), a baseline (static, reactive, "
-                       "seasonal-naive: its margin tuned) or a reference that knows the future (oracle, hourly-oracle)")
+                       "seasonal-naive: its margin tuned) or a reference that knows the future (oracle, hourly-oracle; "
+                       "simulate.policy)")
         p.add_argument("--max-shortage", type=float, help="objective: unmet demand within the cluster, share of demand "
                                                           "GPU-time (tune.max_shortage, default 0.001)")
         p.add_argument("--max-short-steps", type=float, help="objective: share of steps with any unmet demand "
@@ -194,10 +199,12 @@ def build_parser() -> argparse.ArgumentParser:
     # report takes simulate's options: the same parser, plus where to write and whether to sweep
     p = sub.add_parser("report", help="HTML report with plots: DEMAND simulated under every policy",
                        parents=[sub.choices["simulate"]], add_help=False, conflict_handler="resolve")
-    p.add_argument("--out", default="headroom-report", help="directory for index.html and the PNGs")
+    p.add_argument("--out", default="headroom-report", help="directory for index.html and the PNGs (default "
+                                                              "headroom-report)")
     p.set_defaults(run=cmd_report)
     p = sub.add_parser("demo", help="the whole product on embedded defaults, no servers: train, plan, simulate, report")
-    p.add_argument("--out", default="headroom-demo", help="directory for the history, MLflow store and report")
+    p.add_argument("--out", default="headroom-demo", help="directory for the history, MLflow store and report "
+                                                            "(default headroom-demo)")
     p.add_argument("--quick", action="store_true", help="shorter history and simulation, every stage still runs")
     p.set_defaults(run=cmd_demo, overrides=lambda a: {})
     from cli import run as run_command

@@ -22,6 +22,23 @@ def test_help_is_fast_and_lists_commands():
         assert command in out.stdout
 
 
+def test_every_flag_names_the_configuration_field_it_sets():
+    """A bad flag value is reported by its field, "given on the command line: --help names each flag's field": so
+    --help must name it (--peak-gpus, --days, --jobs and --policy did not)."""
+    import argparse
+
+    from cli.main import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for command, parser in sub.choices.items():
+        flags = {a.dest: a for a in parser._actions if a.option_strings}
+        given = argparse.Namespace(**{dest: f"<{dest}>" for dest in flags})
+        for field, value in parser.get_default("overrides")(given).items():
+            if isinstance(value, str) and value.startswith("<"):
+                flag = flags[value[1:-1]]
+                assert field in (flag.help or ""), f"headroom {command} {flag.option_strings[0]}: --help omits {field}"
+
+
 def test_forecast_json(history, capsys):
     assert main(["forecast", str(history), "--horizon", "12", "--quantiles", "0.5,0.9", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -150,6 +167,7 @@ def repaired_history(tmp_path_factory):
 
 @pytest.mark.parametrize("argv", [
     ["backtest", "{h}", "--folds", "1", "--horizon", "2", "--json"],
+    ["forecast", "{h}", "--horizon", "2", "--csv"],  # --json has it under "cleaning", the table in its header
     ["simulate", "{h}", "--policy", "oracle", "--days", "1", "--json"],
     ["plan", "--policy-file", "{p}", "--history", "{h}", "--now", "2026-01-08T00:00:00Z", "--json"],
     ["run", "--policy-file", "{p}", "--history", "{h}", "--now", "2026-01-08T00:00:00Z", "--hours", "1"],
