@@ -144,6 +144,14 @@ def test_report_command_writes_the_page(tmp_path, capsys):
     assert timeline.read_text() == (tmp_path / "simulate-timeline.csv").read_text()
 
 
+def test_report_help_says_what_its_policy_flag_picks(capsys):
+    """report's --policy picks the policy the plots follow (every policy is simulated); its help was simulate's."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["report", "--help"])
+    assert exit_.value.code == 0
+    assert "the policy the plots and --timeline follow" in " ".join(capsys.readouterr().out.split())
+
+
 def test_report_of_a_policy_file_does_not_say_it_tuned(tmp_path, capsys):
     """--policy-file runs every policy with the file's fields, nothing tuned: the progress lines said "tuning on
     the history" for each and the page that every policy's parameters were tuned on the history."""
