@@ -48,7 +48,8 @@ def cmd_forecast(cfg: Config, args) -> int:
     from forecast.clock import on_clock
     from forecast.history import HistoryError
 
-    series, report = load_series(cfg, datetime.now(UTC), say=False)  # the report is printed with the forecast
+    # the cleaning report is printed with the forecast (the table's header, the JSON's "cleaning"); a CSV has no room
+    series, report = load_series(cfg, datetime.now(UTC), say=args.csv)
     real = int(series.notna().sum())
     if real < MIN_FORECAST_POINTS:
         raise HistoryError(f"{history_name(cfg)}: {real} {cfg.history.step} points with data; a "
@@ -117,7 +118,8 @@ def cmd_train(cfg: Config, args) -> int:
 
 def _history_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("history", nargs="?", help="CSV or Parquet file with timestamp,value (overrides history.file)")
-    p.add_argument("--statistic", help="aggregation to the forecast step: mean, max, sum or pNN (history.statistic)")
+    p.add_argument("--statistic", help="aggregation to the forecast step: mean, max, sum or pNN "
+                                       "(history.statistic, default mean)")
     _timezone_arg(p)
 
 
@@ -151,21 +153,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="one JSON object")
     p.set_defaults(run=cmd_backtest, overrides=lambda a: {"backtest.horizon": a.horizon, "backtest.folds": a.folds,
                                                           "backtest.step": a.step})
+    def cmd_report(cfg: Config, args) -> int:
+        from cli.report import cmd_report as report
+
+        return report(cfg, args)
+
+    policy_help = {
+        "simulate": "forecast (default), a baseline (static, reactive, seasonal-naive: its margin tuned) or a "
+                    "reference that knows the future (oracle, hourly-oracle; simulate.policy)",
+        "tune": "what to tune: the forecast policy (default) or a baseline's margin (static, reactive, seasonal-naive; "
+                "simulate.policy)",
+        "report": "the policy the plots and --timeline follow (default forecast; the table compares every policy; "
+                  "simulate.policy)"}
+    # simulate, tune and report take the same scenario and objective options
     for command, run, what in (("simulate", cmd_simulate, "replay a demand trace on the simulated cluster under a "
                                                           "policy (tuned on the history unless --policy-file)"),
                                ("tune", cmd_tune, "sweep the policy's own fields on the history against the "
-                                                  "objective; recommend, re-check and write the setting")):
+                                                  "objective; recommend, re-check and write the setting"),
+                               ("report", cmd_report, "HTML report with plots: DEMAND simulated under every policy")):
         p = sub.add_parser(command, help=what)
         p.add_argument("history", nargs="?", metavar="DEMAND", help="demand trace, CSV or Parquet (history.file)")
         p.add_argument("--gpus", type=int, help="cluster size (simulate.gpus, default 128)")
         scale = p.add_mutually_exclusive_group()
         scale.add_argument("--peak-gpus", type=float,
-                           help="scale the trace's 99.9th percentile to N GPUs (default 100)")
+                           help="scale the trace's 99.9th percentile to N GPUs (simulate.peak_gpus, default 100)")
         scale.add_argument("--per-gpu", type=float, help="demand one GPU serves (simulate.per_gpu)")
-        p.add_argument("--days", type=float, help="evaluated days at the end; before is history (default 7)")
-        p.add_argument("--jobs", help="training job trace CSV (num_gpu, creation_time, scheduled_time, deletion_time)")
-        p.add_argument("--policy", choices=POLICIES, help="forecast (default), a baseline (static, reactive, "
-                       "seasonal-naive: its margin tuned) or a reference that knows the future (oracle, hourly-oracle)")
+        p.add_argument("--days", type=float, help="evaluated days at the end; before is history (simulate.days, "
+                                                  "default 7)")
+        p.add_argument("--jobs", help="training job trace CSV (num_gpu, creation_time, scheduled_time, deletion_time; "
+                                          "simulate.jobs)")
+        p.add_argument("--policy", choices=POLICIES, help=policy_help[command])
         p.add_argument("--max-shortage", type=float, help="objective: unmet demand within the cluster, share of demand "
                                                           "GPU-time (tune.max_shortage, default 0.001)")
         p.add_argument("--max-short-steps", type=float, help="objective: share of steps with any unmet demand "
@@ -176,41 +193,35 @@ def build_parser() -> argparse.ArgumentParser:
             "simulate.days": a.days, "simulate.jobs": a.jobs, "simulate.policy": a.policy,
             "simulate.policy_file": getattr(a, "policy_file", None), "tune.max_shortage": a.max_shortage,
             "tune.max_short_steps": a.max_short_steps})
-        if command == "simulate":
-            p.add_argument("--policy-file", metavar="P.yaml", help="a ReservationPolicy manifest, run exactly "
-                                                                   "(simulate.policy_file)")
-            p.add_argument("--timeline", metavar="FILE.csv", help="write one row per step (the columns "
-                                                                  "`headroom run --timeline` writes)")
-            p.add_argument("--json", action="store_true", help="one JSON object")
-        else:
+        if command == "tune":
             p.add_argument("--write-policy", metavar="FILE.yaml", help="write the recommendation as a "
                                                                        "ReservationPolicy manifest")
             p.add_argument("--plot", metavar="FILE.png", help="write the trade-off plot")
+            continue
+        p.add_argument("--policy-file", metavar="P.yaml", help="a ReservationPolicy manifest, run exactly "
+                                                               "(simulate.policy_file)")
+        p.add_argument("--timeline", metavar="FILE.csv", help="write one row per step (the columns "
+                                                              "`headroom run --timeline` writes)")
+        p.add_argument("--json", action="store_true", help="one JSON object")
+        if command == "report":
+            p.add_argument("--out", default="headroom-report", help="directory for index.html and the PNGs (default "
+                                                                  "headroom-report)")
     p = sub.add_parser("train", help="backtest candidates, track them in MLflow, promote the champion by margin")
     p.add_argument("--history", help="train one series from this file (with --name) instead of training.series")
-    p.add_argument("--name", help="series name for --history (training.name)")
+    p.add_argument("--name", help="series name (training.name; with --history, default: that file's name)")
     p.add_argument("--tracking-uri", dest="tracking_uri", help="MLflow tracking URI (training.tracking_uri)")
     _timezone_arg(p)
     p.set_defaults(run=cmd_train,
                    overrides=lambda a: {"training.name": a.name, "training.tracking_uri": a.tracking_uri})
-
-    def cmd_report(cfg: Config, args) -> int:
-        from cli.report import cmd_report as report
-
-        return report(cfg, args)
 
     def cmd_demo(cfg: Config, args) -> int:
         from cli.demo import cmd_demo as demo
 
         return demo(cfg, args)
 
-    # report takes simulate's options: the same parser, plus where to write and whether to sweep
-    p = sub.add_parser("report", help="HTML report with plots: DEMAND simulated under every policy",
-                       parents=[sub.choices["simulate"]], add_help=False, conflict_handler="resolve")
-    p.add_argument("--out", default="headroom-report", help="directory for index.html and the PNGs")
-    p.set_defaults(run=cmd_report)
     p = sub.add_parser("demo", help="the whole product on embedded defaults, no servers: train, plan, simulate, report")
-    p.add_argument("--out", default="headroom-demo", help="directory for the history, MLflow store and report")
+    p.add_argument("--out", default="headroom-demo", help="directory for the history, MLflow store and report "
+                                                            "(default headroom-demo)")
     p.add_argument("--quick", action="store_true", help="shorter history and simulation, every stage still runs")
     p.set_defaults(run=cmd_demo, overrides=lambda a: {})
     from cli import run as run_command

@@ -334,7 +334,9 @@ def cmd_plan(cfg: Config, args) -> int:
     cfg = cfg.model_copy(update={"run": r})
     (now,) = _clock(r, args.now, 1, moment=True)
     cluster, demand = embedded(cfg, r, now)
-    uri = r.tracking_uri or cfg.training.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+    # run's store; plan writes nothing, and a sqlite store that is not there holds no champion: not created
+    store = _tracking_uri(cfg)
+    uri = None if store.startswith("sqlite:///") and not Path(store.removeprefix("sqlite:///")).exists() else store
     state = Reconciler(cluster, demand, r, models=Models(uri), dry_run=True).reconcile(now)
     out = {"now": now.isoformat(), "policies": {}, "actions": [describe(a) for a in state.actions],
            "notes": list(state.notes)}

@@ -230,12 +230,13 @@ def resolved(cfg: Config, w: WhatIf, policy: str, progress=None, make_forecaster
 def every_policy(cfg: Config, w: WhatIf, progress=None, make_forecaster=None):
     """The spec each simulated policy runs, each tuned on the history for the objective (references as they are),
     and the forecast policy's TuneResult (None when it came from a file)."""
-    from controller.simulate import POLICIES
+    from controller.simulate import POLICIES, REFERENCES
 
     specs, forecast_tune = {}, None
     for policy in POLICIES:
         if progress:
-            progress(f"{policy}: {'tuning on the history' if policy not in ('oracle', 'hourly-oracle') else 'as is'}")
+            progress(f"{policy}: " + ("as is" if policy in REFERENCES else f"{cfg.simulate.policy_file}, as is"
+                                      if w.from_file else "tuning on the history"))
         specs[policy], tuned = resolved(cfg, w, policy, make_forecaster=make_forecaster)
         if policy == "forecast":
             forecast_tune = tuned

@@ -15,6 +15,7 @@ import pandas as pd
 
 from adapters.mlflow import Tracker, TrackingError, TrainingLocked
 from cli.sources import load_series
+from core.errors import BadRequest
 from forecast.clock import local_hours
 from forecast.global_model import GlobalPool, GlobalSettings
 from forecast.history import HistoryError
@@ -45,9 +46,9 @@ def _load_all(jobs: list[tuple[str, str, Callable[[], pd.Series]]]) -> dict[str,
 
 
 def cmd_train(cfg, args) -> int:
-    """`headroom train [--config FILE] [--history FILE --name SERIES] [--tracking-uri URI] [--json]`.
+    """`headroom train [--config FILE] [--history FILE --name SERIES] [--tracking-uri URI]`: one JSON result on stdout.
 
-    Exit 0 all trained, 1 a training failed (store down, unusable data, locked);
+    Exit 0 all trained, 1 a training failed (store down, unusable data, locked), 2 no history to train on;
     the champion of a failed series is untouched.
     """
     now = datetime.now(UTC)
@@ -72,8 +73,11 @@ def cmd_train(cfg, args) -> int:
     elif t is not None and t.series:
         for s in t.series:
             jobs.append((s.name, str(s.file), from_file(s.file)))
+    elif h.file is None and h.prometheus is None:
+        raise BadRequest("no history: give --history FILE (with --name), or training.series, history.file or "
+                         "history.prometheus in --config")
     else:
-        where = str(h.file or (h.prometheus.query if h.prometheus is not None else "no history"))
+        where = str(h.file or h.prometheus.query)
         jobs.append((getattr(args, "name", None) or getattr(t, "name", None) or "demand", where,
                      lambda: on_the_clock(cfg)))
     tracker = Tracker(uri)

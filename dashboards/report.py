@@ -37,10 +37,10 @@ COLUMNS = {
 }
 
 POLICY_NOTES = {
-    "forecast": "headroom: forecast quantile reserved ahead of demand plus a warm buffer, tuned on the history",
-    "static": "the lookback's peak all the time, plus a margin tuned on the history",
-    "reactive": "the last hour's peak, an hour late, plus a tuned margin",
-    "seasonal-naive": "the same hour last week, plus a tuned margin",
+    "forecast": "headroom: forecast quantile reserved ahead of demand plus a warm buffer",
+    "static": "the lookback's peak all the time, plus a margin",
+    "reactive": "the last hour's peak, an hour late, plus a margin",
+    "seasonal-naive": "the same hour last week, plus a margin",
     "oracle": "knows every step's demand: the physical limit",
     "hourly-oracle": "knows each hour's demand: the least constant level per hour meeting the objective",
 }
@@ -300,6 +300,8 @@ def render_report(out_dir: Path, results: Mapping[str, SimResult], timeline_poli
                     f"(objective {verdict}), lent {f.training_gpu_hours:,.0f} GPU-hours to training at "
                     f"{f.training_goodput:.1%} goodput, and broke the headroom guarantee {f.headroom_violations} "
                     f"time(s).</p>")
+    tuning = ("every policy's free parameters were tuned on the history before the simulated days, to the same "
+              "objective" if tuned is not None else "every policy ran with the fields it was given, nothing tuned")
     for note in notes(timed, gpus, missing):
         headline += f"<p><b>Note:</b> {html.escape(note)}.</p>"
     facts_html = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in facts.items())
@@ -313,8 +315,8 @@ def render_report(out_dir: Path, results: Mapping[str, SimResult], timeline_poli
 <body><h1>{html.escape(title)}</h1>
 <p>headroom reserves GPUs for inference ahead of forecast demand and lends the rest to a training queue, keeping
 enough fast-preemptible training to take GPUs back within the reclaim deadline. This page replays a demand trace on
-a simulated cluster under headroom's forecast policy, three baselines and two references that know the future; every
-policy's free parameters were tuned on the history before the simulated days, to the same objective.</p>
+a simulated cluster under headroom's forecast policy, three baselines and two references that know the future;
+{tuning}.</p>
 {headline}<dl>{facts_html}</dl>
 <h2>Policies compared</h2>
 <p>Utilization is (inference served + training allocated) GPU-time over capacity; shortage is unmet demand within

@@ -22,6 +22,23 @@ def test_help_is_fast_and_lists_commands():
         assert command in out.stdout
 
 
+def test_every_flag_names_the_configuration_field_it_sets():
+    """A bad flag value is reported by its field, "given on the command line: --help names each flag's field": so
+    --help must name it (--peak-gpus, --days, --jobs and --policy did not)."""
+    import argparse
+
+    from cli.main import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for command, parser in sub.choices.items():
+        flags = {a.dest: a for a in parser._actions if a.option_strings}
+        given = argparse.Namespace(**{dest: f"<{dest}>" for dest in flags})
+        for field, value in parser.get_default("overrides")(given).items():
+            if isinstance(value, str) and value.startswith("<"):
+                flag = flags[value[1:-1]]
+                assert field in (flag.help or ""), f"headroom {command} {flag.option_strings[0]}: --help omits {field}"
+
+
 def test_forecast_json(history, capsys):
     assert main(["forecast", str(history), "--horizon", "12", "--quantiles", "0.5,0.9", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -112,6 +129,30 @@ def test_plan_shows_the_hours_ahead_with_reasons_and_writes_nothing(tmp_path, mo
     assert "\n  02-12 00:00 " in capsys.readouterr().out  # past midnight: which day it is
 
 
+def test_plan_forecasts_with_the_champion_run_serves_and_creates_no_store(tmp_path, monkeypatch, capsys):
+    """plan is what `run` would do: run serves the champion of ./mlflow.db (its default store) but plan read champions
+    only from a URI given explicitly, so it showed automatic selection instead; and given a URI of a sqlite store that
+    did not exist, plan created it ("changes and writes nothing")."""
+    import shutil
+    from pathlib import Path
+
+    shutil.copytree(Path(__file__).resolve().parents[1] / "examples", tmp_path / "examples")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    plan = ["plan", "--config", "examples/headroom.yaml", "--now", "2026-02-11T08:00:00Z", "--hours", "1", "--json"]
+    missing = tmp_path / "elsewhere" / "mlflow.db"
+    missing.parent.mkdir()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{missing}")
+    assert main(plan) == 0
+    assert json.loads(capsys.readouterr().out)["policies"]["inference/chat"]["model"].startswith("auto")
+    assert list(missing.parent.iterdir()) == []  # no store created, no lock folder beside it
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    assert main(["train", "--config", "examples/headroom.yaml"]) == 0  # registers ./mlflow.db's champion
+    capsys.readouterr()
+    assert main(plan) == 0
+    assert json.loads(capsys.readouterr().out)["policies"]["inference/chat"]["model"].startswith("champion v1")
+
+
 def test_plan_is_at_the_histories_end_by_default_and_may_be_asked_there(tmp_path, monkeypatch, capsys):
     import pandas as pd
     """plan --help: '--now: default: where the histories end'. It planned an hour before the end (the last hour's
@@ -150,6 +191,7 @@ def repaired_history(tmp_path_factory):
 
 @pytest.mark.parametrize("argv", [
     ["backtest", "{h}", "--folds", "1", "--horizon", "2", "--json"],
+    ["forecast", "{h}", "--horizon", "2", "--csv"],  # --json has it under "cleaning", the table in its header
     ["simulate", "{h}", "--policy", "oracle", "--days", "1", "--json"],
     ["plan", "--policy-file", "{p}", "--history", "{h}", "--now", "2026-01-08T00:00:00Z", "--json"],
     ["run", "--policy-file", "{p}", "--history", "{h}", "--now", "2026-01-08T00:00:00Z", "--hours", "1"],

@@ -144,6 +144,35 @@ def test_report_command_writes_the_page(tmp_path, capsys):
     assert timeline.read_text() == (tmp_path / "simulate-timeline.csv").read_text()
 
 
+def test_report_help_says_what_its_policy_flag_picks(capsys):
+    """report's --policy picks the policy the plots follow (every policy is simulated); its help was simulate's."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["report", "--help"])
+    assert exit_.value.code == 0
+    assert "the policy the plots and --timeline follow" in " ".join(capsys.readouterr().out.split())
+
+
+def test_report_of_a_policy_file_does_not_say_it_tuned(tmp_path, capsys):
+    """--policy-file runs every policy with the file's fields, nothing tuned: the progress lines said "tuning on
+    the history" for each and the page that every policy's parameters were tuned on the history."""
+    import yaml
+
+    trace = tmp_path / "demand.csv"
+    write_csv(synthetic_demand(days=4), trace)
+    policy = tmp_path / "p.yaml"
+    policy.write_text(yaml.safe_dump({"apiVersion": "headroom.dev/v1alpha1", "kind": "ReservationPolicy",
+                                      "metadata": {"name": "chat", "namespace": "inference"}, "spec": {
+                                          "query": "up", "capacity": {"demandPerGpu": 10},
+                                          "target": {"kind": "Deployment", "name": "chat"}}}))
+    out = tmp_path / "out"
+    assert main(["report", str(trace), "--policy-file", str(policy), "--days", "1", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "tuning" not in err and f"static: {policy}, as is" in err, err
+    page = " ".join((out / "index.html").read_text().split())
+    assert "tuned on the history" not in page and "nothing tuned" in page
+    assert not (out / "tradeoff.png").exists()
+
+
 @pytest.mark.parametrize("command", ["report", "forecast", "simulate"])
 def test_a_command_without_history_is_an_invalid_request(command, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

@@ -400,6 +400,18 @@ def test_two_series_of_one_name_are_an_invalid_configuration(tmp_path, monkeypat
     assert not (tmp_path / "mlflow.db").exists()
 
 
+def test_train_without_history_names_its_own_flag(tmp_path, monkeypatch, capsys):
+    """`headroom train` with no history said "give a HISTORY file": train takes no such argument, --history FILE."""
+    from cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert main(["train"]) == 2
+    err = capsys.readouterr().err
+    assert "--history FILE" in err and "training.series" in err and "HISTORY file" not in err, err
+    assert not (tmp_path / "mlflow.db").exists()
+
+
 def test_a_training_stopped_by_sigterm_releases_its_lease_and_ends_its_runs(mlflow_server, tmp_path):
     """Kubernetes stops the training CronJob's pod with SIGTERM (activeDeadlineSeconds, eviction, a drain):
     Python's default is to die on the spot, leaving the lease on the MLflow server until its expiry (so the Job's
