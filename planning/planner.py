@@ -738,8 +738,9 @@ def _preemptions(hours: HourPlan, steps: list[WorkloadStep], t: Training, policy
             ready_by = need_at - float(t.preempt_seconds[i])
             interval, last = float(t.checkpoint_interval[i]), float(t.last_checkpoint[i])
             ckpt = last + interval * max(math.floor((ready_by - last) / interval), 0)
-            # a checkpoint still to come before ready_by, or the one taken just now: stopping there loses nothing
-            if ckpt >= now:
+            # a checkpoint still to come before ready_by, or the one taken just now: stopping there loses nothing (a
+            # newest checkpoint said to be after ready_by, from a clock ahead of ours, is no checkpoint in time)
+            if now <= ckpt <= max(ready_by, now):
                 stop(np.array([i]), "planned", ckpt, first,
                      why + f"; stops at its checkpoint {_clock(ckpt)}", lost=0.0)
             else:  # no checkpoint fits before then: run as long as possible, lose the partial interval

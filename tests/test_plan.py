@@ -340,6 +340,10 @@ def test_ramp_up_preemption_is_planned_at_the_last_checkpoint_before_the_gpus_ar
     s = plan_step(ramp, {}, training({**job, "interval": 3600.0, "last": at("10:00")}), cluster(), at("10:07"))
     (x,) = s.preemptions
     assert (x.at, x.work_lost_seconds) == (at("10:44"), 44 * 60.0) and "no checkpoint before then" in x.reason
+    # a newest checkpoint said to be after then (a clock ahead of ours) is no checkpoint in time: it stops by then
+    s = plan_step(ramp, {}, training({**job, "interval": 3600.0, "last": at("11:30")}), cluster(), at("10:07"))
+    (x,) = s.preemptions
+    assert x.at == at("10:44") and "no checkpoint before then" in x.reason
     # slower to stop (within a 20-minute reclaim deadline): ready earlier, so an earlier checkpoint
     patient = cluster(workload(reclaim_deadline_seconds=1200.0))
     s = plan_step(ramp, {}, training({**job, "preempt": 900.0, "last": at("10:20")}), patient, at("10:25"))
