@@ -732,7 +732,7 @@ def _preemptions(hours: HourPlan, steps: list[WorkloadStep], t: Training, policy
         need_at = float(starts[p]) - lead
         why = f"forecast ramp-up at {_clock(starts[p])} leaves {int(hours.slack[p])} GPUs of slack; GPUs needed by " \
               f"{_clock(need_at)}"
-        for i in _victim_order(t, running, need_at):
+        for i in _victim_order(t, running[t.gpus[running] > 0], need_at):  # a Workload asking no GPUs frees none
             if over <= 0:
                 break
             ready_by = need_at - float(t.preempt_seconds[i])

@@ -354,6 +354,9 @@ def test_ramp_up_preemption_is_planned_at_the_last_checkpoint_before_the_gpus_ar
                      {"id": "z", "gpus": 20, "interval": 1800.0, "last": at("10:20")})
     s = plan_step(ramp, {}, three, cluster(), at("10:35"))
     assert [(p.job, p.at, p.work_lost_seconds) for p in s.preemptions] == [("y", at("10:42"), 0.0)]
+    # a Workload asking no GPUs (CPU only, in the same queue) frees none: never stopped for a ramp
+    cpu = training({**job, "id": "cpu", "gpus": 0, "last": at("10:35")}, {**job, "last": at("10:30")})
+    assert [p.job for p in plan_step(ramp, {}, cpu, cluster(), at("10:35")).preemptions] == ["j"]
     # a ramp beyond a checkpoint interval (plus lead and stop time) is decided later
     later = hours_of([4, 4, 40, 40])
     assert plan_step(later, {}, training({**job, "last": at("10:00")}), cluster(), at("10:07")).preemptions == ()
