@@ -56,7 +56,7 @@ def edge_scenario(draw, forecast_for_all=False):
             histories[name] = pd.Series(level * (1 + np.sin(np.arange(len(idx)) / 3)), index=idx)
         samples = draw(st.lists(st.one_of(st.floats(0, 1e4), st.just(float("nan"))), max_size=5))
         observed[name] = (t_now - 300.0 * np.arange(len(samples))[::-1], np.array(samples, float))
-    jobs = draw(st.lists(st.tuples(st.integers(1, 16), st.integers(0, 2),
+    jobs = draw(st.lists(st.tuples(st.integers(0, 16), st.integers(0, 2),  # 0: a Workload asking no GPUs
                                    st.sampled_from([0.0, 1.0, 299.0, 300.0, 600.0, 7200.0]),
                                    st.sampled_from([1.0, 60.0, 1800.0, 86400.0]),
                                    st.one_of(st.floats(0, 1), st.sampled_from([-0.5, -2.0]))), max_size=6))
@@ -127,8 +127,9 @@ def test_the_headroom_band_is_reclaimable_within_the_deadline_once_the_due_preem
     fast = left & (training.preempt_seconds <= policy.reclaim_deadline_seconds) if len(training.ids) else left
     reclaimable = step.lent_gpus - held + (int(training.gpus[fast].sum()) if len(training.ids) else 0)
     assert reclaimable >= step.headroom_gpus
-    # a preemption stops the job at a checkpoint or loses only the work since its newest one
+    # a preemption frees GPUs, and stops the job at a checkpoint or loses only the work since its newest one
     for p in step.preemptions:
+        assert p.gpus > 0, p
         i = training.ids.index(p.job)
         assert p.work_lost_seconds <= max(p.at - float(training.last_checkpoint[i]), 0.0) + 1e-6
 
@@ -282,3 +283,36 @@ def assert_ramps_get_their_gpus_back_in_time(s):
 def test_a_forecast_ramp_gets_its_gpus_back_by_the_time_they_are_needed(s):
     assert_ramps_get_their_gpus_back_in_time(s)
 
+
+
+def with_every_workload(policy, **fields):
+    return replace(policy, workloads=tuple(replace(w, **fields) for w in policy.workloads))
+
+
+@settings(max_examples=100, deadline=None)
+@given(any_scenario, st.sampled_from([(0.9, 0.99), (0.5, 0.99), (0.5, 0.9)]))
+def test_a_higher_headroom_quantile_never_narrows_the_band(s, quantiles):
+    """The band the lent GPUs must come back within the deadline for grows with headroomQuantile (the reservation, at
+    the target quantile, is the same)."""
+    forecasts, histories, observed, training, policy, now = s
+    target, (low, high) = 0.5, quantiles
+    bands = []
+    for q in (low, high):
+        fs = {k: Forecast.of(f, target, q) for k, f in forecasts.items()}
+        hs = {k: History.of(h, now) for k, h in histories.items()}
+        hours = plan_hours(fs, hs, policy, now)
+        bands.append([wh.headroom + wh.reserved for wh in hours.workloads])
+    for lo, hi in zip(*bands):
+        assert (hi >= lo).all()
+
+
+@settings(max_examples=100, deadline=None)
+@given(any_scenario, st.sampled_from([1.0, 300.0, 3600.0]), st.sampled_from([300.0, 3600.0, 86400.0]))
+def test_a_longer_reclaim_deadline_never_admits_less_training(s, short, extra):
+    """Jobs that stop within a longer deadline are fast jobs: the quota never shrinks as the deadline grows."""
+    forecasts, histories, observed, training, policy, now = s
+    tight, loose = (plan(forecasts, histories, observed, training,
+                         with_every_workload(policy, reclaim_deadline_seconds=deadline), now)[1]
+                    for deadline in (short, short + extra))
+    assert loose.lent_gpus == tight.lent_gpus
+    assert sum(loose.quotas.values()) >= sum(tight.quotas.values())
