@@ -8,8 +8,13 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from adapters.embedded import EmbeddedCluster
-from core.policy import PolicySpec, manifest
+from controller.actions import Evict, PolicyTarget, View, cluster_actions
+from controller.executor import execute
+from controller.reconcile import training_view
+from core.objects import ObjectRef, TargetRef
+from core.policy import API_VERSION, KIND, PolicySpec, manifest
 from core.settings import WorldSettings
+from planning.planner import Preemption, StepPlan, WorkloadStep
 
 START = pd.Timestamp("2026-01-08 10:00", tz="UTC")
 SPEC = PolicySpec.model_validate({"query": "q", "capacity": {"demandPerGpu": 10.0, "gpusPerReplica": 2},
@@ -70,3 +75,59 @@ def test_capacity_quotas_and_lost_work_hold_over_any_sequence(capacity, steps, s
         assert w.inference_gpus + w.training_gpus <= capacity and w.idle_gpus >= 0
         t = w.training()
         assert (t.last_checkpoint <= w.now).all() and (np.asarray(t.gpus) > 0).all()
+
+
+CHAT = PolicyTarget("default/chat", ObjectRef(API_VERSION, KIND, "chat", "default"),
+                    TargetRef("Deployment", "chat", "default"), 2, True, None, ("train-a", "train-b"))
+
+
+def observe(w: EmbeddedCluster) -> View:
+    training, uids, stopped = training_view(w.workloads(), {"train-a", "train-b"}, w.now)
+    return View({CHAT.key: w.target_state(CHAT.target)}, w.cluster_queue_quotas(), training, uids, stopped)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 5), st.lists(st.integers(0, 1000), min_size=1, max_size=6),
+       st.lists(st.sampled_from(["evict", "finish", "requeue", "nothing"]), min_size=1, max_size=6),
+       st.sampled_from([None, "none", "all"]))
+def test_an_eviction_is_applied_only_to_a_workload_still_running_as_planned(seed, picks, changes, fresh_plan):
+    """Evictions planned on one snapshot, then the cluster moves (the victim evicted by another writer, finished, or
+    evicted and requeued under the same name): each is applied only where the Workload still runs as the snapshot saw
+    it and a fresh plan still wants it, never twice."""
+    index = pd.date_range(START - pd.Timedelta(days=1), START + pd.Timedelta(days=3), freq="5min")
+    w = EmbeddedCluster(32, [manifest("chat", "default", SPEC)], {"default/chat": pd.Series(30.0, index=index)},
+                        start=START.timestamp(), settings=WorldSettings(seed=seed, backlog_job_hours=(0.01, 8.0)))
+    w.set_cluster_queue_quota("train-a", 20)
+    w.set_cluster_queue_quota("train-b", 10)
+    w.admit()
+    before = observe(w)
+    ids = list(before.training.ids)
+    chosen = list(dict.fromkeys(ids[k % len(ids)] for k in picks))
+    gpus = dict(zip(ids, before.training.gpus.tolist()))
+    due = tuple(Preemption(j, int(gpus[j]), "planned", w.now, 0.0, CHAT.key, "test") for j in chosen)
+    plan = StepPlan(w.now, (WorkloadStep(CHAT.key, 0, 0, 0, 0, 0, True, False),), 30, {"train-a": 20, "train-b": 10},
+                    0, due)
+    evictions = [a for a in cluster_actions(plan, before, [CHAT], "plan-1") if isinstance(a, Evict)]
+    evictions += evictions[:1]  # a list that asks twice
+    for job, change in zip(chosen, changes):
+        name = job.split("/", 1)[1]
+        if change in ("evict", "requeue"):
+            w.evict_workload("training", name, before.uids[job], "someone else", "other-plan")
+        if change == "requeue":
+            w.advance(w.now + 600.0)  # stopped by then
+            w.requeue_workload("training", name, None)
+            w.admit()
+        if change == "finish":
+            w.advance(w.now + 0.01 * 3600)  # the shortest backlog jobs are done
+    fresh = {x.key: x for x in w.workloads() if x.admitted and x.active}
+    wanted = {"none": set(), "all": set(chosen)}.get(fresh_plan or "")
+    out = execute(evictions, w, still_wanted=None if fresh_plan is None else lambda _: wanted)
+    applied = [o.action.workload for o in out if o.applied]
+    assert len(applied) == len(set(applied))
+    for o in out:
+        x = fresh.get(o.action.workload)
+        as_planned = x is not None and x.uid == o.action.uid and x.cluster_queue == o.action.queue
+        if o.applied:
+            assert as_planned and (wanted is None or o.action.workload in wanted)
+        else:
+            assert o.skipped and o.error is None
