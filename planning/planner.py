@@ -255,9 +255,12 @@ def stale(newest: float | None, now: float, policy: ClusterPolicy) -> bool:
     return newest is None or now - newest > policy.stale_after_seconds
 
 
-def _periods(now: float, period: float, horizon_hours: int) -> np.ndarray:
+def _periods(now: float, period: float, horizon_hours: int, lead_seconds: float) -> np.ndarray:
+    """The horizon's periods from the one holding `now`, and on to the one `lead_seconds` after this period's end: a
+    step in it reserves for the period its lead time ahead, which a horizon shorter than the lead would not hold."""
     first = math.floor(now / period) * period
-    return first + period * np.arange(max(int(round(horizon_hours * 3600 / period)), 1))
+    reach = math.floor(lead_seconds / period) + 2
+    return first + period * np.arange(max(int(round(horizon_hours * 3600 / period)), reach))
 
 
 def plan_hours(forecasts: Mapping[str, Forecast | None], histories: Mapping[str, History], policy: ClusterPolicy,
@@ -269,7 +272,7 @@ def plan_hours(forecasts: Mapping[str, Forecast | None], histories: Mapping[str,
     if len(periods) > 1:
         raise ValueError(f"forecasts of one plan must share one period, got {sorted(periods)} s")
     period = periods.pop() if periods else 3600.0
-    starts = _periods(t_now, period, policy.horizon_hours)
+    starts = _periods(t_now, period, policy.horizon_hours, policy.longest_lead_seconds)
     notes: list[str] = []
     rows = []
     for w in policy.workloads:

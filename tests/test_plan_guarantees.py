@@ -316,3 +316,27 @@ def test_a_longer_reclaim_deadline_never_admits_less_training(s, short, extra):
                     for deadline in (short, short + extra))
     assert loose.lent_gpus == tight.lent_gpus
     assert sum(loose.quotas.values()) >= sum(tight.quotas.values())
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(2, 26), st.sampled_from([0.0, 900.0, 3600.0, 4 * 3600.0, 23 * 3600.0, 86400.0]),
+       st.integers(0, 3599), st.integers(0, 3599))
+def test_the_reservation_in_force_is_the_one_lead_time_ahead_whatever_the_horizon(horizon, lead, planned_at, now_at):
+    """run.horizon_hours (2 h and up) and leadTime (up to a day) are set apart: the reservation in force now is still
+    the hour's leadTime ahead (its forecast, or with none there, last week's peak at that hour), never the highest of
+    a horizon that stops short of it."""
+    w = WorkloadPolicy("w", 1.0, lead_time_seconds=lead)
+    policy = ClusterPolicy(10**4, (w,), horizon_hours=horizon)
+    hour = BASE + pd.Timedelta(hours=5)
+    t = (hour + pd.Timedelta(seconds=max(now_at, planned_at))).timestamp()
+    ahead = int((t + lead - hour.timestamp()) // 3600)  # the period leadTime ahead: demand peaks there
+    idx = pd.date_range(hour, periods=horizon, freq="h")  # the forecast covers the horizon, as the controller's does
+    values = np.where(np.arange(horizon) == ahead, 1000.0, 10.0)
+    frame = pd.DataFrame({q: values for q in QUANTILES}, index=idx)
+    week = pd.date_range(hour - pd.Timedelta(days=8), hour, freq="h")
+    peak_hour = (hour + pd.Timedelta(hours=ahead)).hour
+    history = pd.Series(np.where(week.hour == peak_hour, 500.0, 10.0), index=week)
+    hours, _ = plan({"w": frame}, {"w": history}, {}, Training(), policy, hour + pd.Timedelta(seconds=planned_at))
+    step = plan_step(hours, {}, Training(), policy, t)
+    # inside the forecast: its peak; past it, last week's peak at that hour of day
+    assert step.workloads[0].forecast_gpus >= (1000 if ahead < horizon else 500)
