@@ -496,8 +496,12 @@ def shares(total: int, weights: Sequence[tuple[str, float]]) -> dict[str, int]:
         return {}
     if len(weights) == 1 and 0 < weights[0][1] < math.inf:  # one queue: all of it (what the general case gives)
         return {weights[0][0]: int(total)}
-    s = sum(w for _, w in weights)
-    exact = {k: total * w / s for k, w in weights}
+    # scaled by a power of two, which is exact: the largest in [0.5, 1), so huge weights neither sum nor multiply to
+    # infinity, and any other weights split exactly as unscaled
+    power = math.frexp(max(w for _, w in weights))[1]
+    scaled = [(k, math.ldexp(w, -power)) for k, w in weights]
+    s = sum(w for _, w in scaled)
+    exact = {k: total * w / s for k, w in scaled}
     out = {k: int(math.floor(v)) for k, v in exact.items()}
     for k in sorted(exact, key=lambda k: (out[k] - exact[k], k))[: total - sum(out.values())]:
         out[k] += 1

@@ -4,13 +4,24 @@ edges: policies at their bounds, lead times up to a day, several workloads on a 
 forecasts with missing hours, flat or huge values, observed demand far above the forecast, odd job annotations,
 the clock on and off hour boundaries."""
 from dataclasses import replace
+from fractions import Fraction
 
 import numpy as np
 import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planning.planner import ClusterPolicy, Forecast, History, Observed, Training, WorkloadPolicy, plan_hours, plan_step
+from planning.planner import (
+    ClusterPolicy,
+    Forecast,
+    History,
+    Observed,
+    Training,
+    WorkloadPolicy,
+    plan_hours,
+    plan_step,
+    shares,
+)
 
 BASE = pd.Timestamp("2026-03-02 00:00", tz="UTC")
 H = 24
@@ -340,3 +351,17 @@ def test_the_reservation_in_force_is_the_one_lead_time_ahead_whatever_the_horizo
     step = plan_step(hours, {}, Training(), policy, t)
     # inside the forecast: its peak; past it, last week's peak at that hour of day
     assert step.workloads[0].forecast_gpus >= (1000 if ahead < horizon else 500)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 10**6), st.lists(st.one_of(st.floats(5e-324, 1e308), st.sampled_from([1e308, 5e-324, 1.0])),
+                                       min_size=1, max_size=5))
+def test_the_slack_is_split_by_any_positive_team_weights_in_whole_gpus(total, weights):
+    """run.team_weights takes any positive finite number: each queue gets its share of the slack within a GPU, and
+    the shares add up to the slack."""
+    named = tuple((f"q{k}", w) for k, w in enumerate(weights))
+    got = shares(total, named)
+    assert sum(got.values()) == total and all(isinstance(g, int) and g >= 0 for g in got.values())
+    whole = sum(Fraction(w) for w in weights)
+    for k, w in named:
+        assert abs(got[k] - total * Fraction(w) / whole) < 1
