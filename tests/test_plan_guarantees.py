@@ -122,6 +122,13 @@ def test_reservations_and_lending_fit_the_cluster_in_whole_gpus(s):
     assert sum(reserved) + step.lent_gpus <= policy.lendable and step.lent_gpus >= 0
     assert all(isinstance(q, int) and q >= 0 for q in step.quotas.values())
     assert sum(step.quotas.values()) <= step.lent_gpus
+    # demand observed above the forecast is reserved for at once (unless the cluster cut it)
+    t_now = s[5].timestamp()
+    for w, ws in zip(policy.workloads, step.workloads):
+        times, values = s[2][w.name]
+        recent = values[(times >= t_now - w.scale_in_delay_seconds) & (times <= t_now) & np.isfinite(values)]
+        if len(recent):
+            assert ws.reserved_gpus + ws.cut_gpus >= min(w.gpus(float(recent.max())), w.top(policy.lendable))
 
 
 @settings(max_examples=150, deadline=None)
