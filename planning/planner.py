@@ -256,10 +256,10 @@ def stale(newest: float | None, now: float, policy: ClusterPolicy) -> bool:
 
 
 def _periods(now: float, period: float, horizon_hours: int, lead_seconds: float) -> np.ndarray:
-    """The horizon's periods from the one holding `now`, and on to the one `lead_seconds` after this period's end: a
+    """The horizon's periods from the one holding `now`, and on to any `lead_seconds` after a moment of that period: a
     step in it reserves for the period its lead time ahead, which a horizon shorter than the lead would not hold."""
     first = math.floor(now / period) * period
-    reach = math.floor(lead_seconds / period) + 2
+    reach = math.ceil(lead_seconds / period) + 1
     return first + period * np.arange(max(int(round(horizon_hours * 3600 / period)), reach))
 
 

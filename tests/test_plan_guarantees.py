@@ -8,7 +8,7 @@ from fractions import Fraction
 
 import numpy as np
 import pandas as pd
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from planning.planner import (
@@ -339,6 +339,8 @@ def test_a_longer_reclaim_deadline_never_admits_less_training(s, short, extra):
 @settings(max_examples=100, deadline=None)
 @given(st.integers(2, 26), st.sampled_from([0.0, 900.0, 3600.0, 4 * 3600.0, 23 * 3600.0, 86400.0]),
        st.integers(0, 3599), st.integers(0, 3599))
+@example(24, 86400.0, 0, 3599)  # the defaults' horizon, the longest leadTime, the last second of the hour
+@example(2, 3600.0, 0, 3599)
 def test_the_reservation_in_force_is_the_one_lead_time_ahead_whatever_the_horizon(horizon, lead, planned_at, now_at):
     """run.horizon_hours (2 h and up) and leadTime (up to a day) are set apart: the reservation in force now is still
     the hour's leadTime ahead (its forecast, or with none there, last week's peak at that hour), never the highest of
