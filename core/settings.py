@@ -377,6 +377,7 @@ class RunConfig(CrossChecked):
     capacity_gpus: int = Field(128, ge=1, le=MAX_CLUSTER_GPUS)
     non_lendable_gpus: int = Field(0, ge=0)
     interval_seconds: float = Field(60, gt=0)
+    # the forecast's and the plan's hours; a leadTime beyond them is planned on last week's same-hour peaks
     horizon_hours: int = Field(24, ge=2, le=MAX_HORIZON_HOURS)
     prometheus: PrometheusServer | None = None
     stale_after_seconds: float = Field(1800, gt=0)     # demand older than this is stale: fall back

@@ -255,9 +255,12 @@ def stale(newest: float | None, now: float, policy: ClusterPolicy) -> bool:
     return newest is None or now - newest > policy.stale_after_seconds
 
 
-def _periods(now: float, period: float, horizon_hours: int) -> np.ndarray:
+def _periods(now: float, period: float, horizon_hours: int, lead_seconds: float) -> np.ndarray:
+    """The horizon's periods from the one holding `now`, and on to any `lead_seconds` after a moment of that period: a
+    step in it reserves for the period its lead time ahead, which a horizon shorter than the lead would not hold."""
     first = math.floor(now / period) * period
-    return first + period * np.arange(max(int(round(horizon_hours * 3600 / period)), 1))
+    reach = math.ceil(lead_seconds / period) + 1
+    return first + period * np.arange(max(int(round(horizon_hours * 3600 / period)), reach))
 
 
 def plan_hours(forecasts: Mapping[str, Forecast | None], histories: Mapping[str, History], policy: ClusterPolicy,
@@ -269,7 +272,7 @@ def plan_hours(forecasts: Mapping[str, Forecast | None], histories: Mapping[str,
     if len(periods) > 1:
         raise ValueError(f"forecasts of one plan must share one period, got {sorted(periods)} s")
     period = periods.pop() if periods else 3600.0
-    starts = _periods(t_now, period, policy.horizon_hours)
+    starts = _periods(t_now, period, policy.horizon_hours, policy.longest_lead_seconds)
     notes: list[str] = []
     rows = []
     for w in policy.workloads:
@@ -493,8 +496,12 @@ def shares(total: int, weights: Sequence[tuple[str, float]]) -> dict[str, int]:
         return {}
     if len(weights) == 1 and 0 < weights[0][1] < math.inf:  # one queue: all of it (what the general case gives)
         return {weights[0][0]: int(total)}
-    s = sum(w for _, w in weights)
-    exact = {k: total * w / s for k, w in weights}
+    # scaled by a power of two, which is exact: the largest in [0.5, 1), so huge weights neither sum nor multiply to
+    # infinity, and any other weights split exactly as unscaled
+    power = math.frexp(max(w for _, w in weights))[1]
+    scaled = [(k, math.ldexp(w, -power)) for k, w in weights]
+    s = sum(w for _, w in scaled)
+    exact = {k: total * w / s for k, w in scaled}
     out = {k: int(math.floor(v)) for k, v in exact.items()}
     for k in sorted(exact, key=lambda k: (out[k] - exact[k], k))[: total - sum(out.values())]:
         out[k] += 1
@@ -732,14 +739,15 @@ def _preemptions(hours: HourPlan, steps: list[WorkloadStep], t: Training, policy
         need_at = float(starts[p]) - lead
         why = f"forecast ramp-up at {_clock(starts[p])} leaves {int(hours.slack[p])} GPUs of slack; GPUs needed by " \
               f"{_clock(need_at)}"
-        for i in _victim_order(t, running, need_at):
+        for i in _victim_order(t, running[t.gpus[running] > 0], need_at):  # a Workload asking no GPUs frees none
             if over <= 0:
                 break
             ready_by = need_at - float(t.preempt_seconds[i])
             interval, last = float(t.checkpoint_interval[i]), float(t.last_checkpoint[i])
             ckpt = last + interval * max(math.floor((ready_by - last) / interval), 0)
-            # a checkpoint still to come before ready_by, or the one taken just now: stopping there loses nothing
-            if ckpt >= now:
+            # a checkpoint still to come before ready_by, or the one taken just now: stopping there loses nothing (a
+            # newest checkpoint said to be after ready_by, from a clock ahead of ours, is no checkpoint in time)
+            if now <= ckpt <= max(ready_by, now):
                 stop(np.array([i]), "planned", ckpt, first,
                      why + f"; stops at its checkpoint {_clock(ckpt)}", lost=0.0)
             else:  # no checkpoint fits before then: run as long as possible, lose the partial interval

@@ -340,6 +340,10 @@ def test_ramp_up_preemption_is_planned_at_the_last_checkpoint_before_the_gpus_ar
     s = plan_step(ramp, {}, training({**job, "interval": 3600.0, "last": at("10:00")}), cluster(), at("10:07"))
     (x,) = s.preemptions
     assert (x.at, x.work_lost_seconds) == (at("10:44"), 44 * 60.0) and "no checkpoint before then" in x.reason
+    # a newest checkpoint said to be after then (a clock ahead of ours) is no checkpoint in time: it stops by then
+    s = plan_step(ramp, {}, training({**job, "interval": 3600.0, "last": at("11:30")}), cluster(), at("10:07"))
+    (x,) = s.preemptions
+    assert x.at == at("10:44") and "no checkpoint before then" in x.reason
     # slower to stop (within a 20-minute reclaim deadline): ready earlier, so an earlier checkpoint
     patient = cluster(workload(reclaim_deadline_seconds=1200.0))
     s = plan_step(ramp, {}, training({**job, "preempt": 900.0, "last": at("10:20")}), patient, at("10:25"))
@@ -350,6 +354,9 @@ def test_ramp_up_preemption_is_planned_at_the_last_checkpoint_before_the_gpus_ar
                      {"id": "z", "gpus": 20, "interval": 1800.0, "last": at("10:20")})
     s = plan_step(ramp, {}, three, cluster(), at("10:35"))
     assert [(p.job, p.at, p.work_lost_seconds) for p in s.preemptions] == [("y", at("10:42"), 0.0)]
+    # a Workload asking no GPUs (CPU only, in the same queue) frees none: never stopped for a ramp
+    cpu = training({**job, "id": "cpu", "gpus": 0, "last": at("10:35")}, {**job, "last": at("10:30")})
+    assert [p.job for p in plan_step(ramp, {}, cpu, cluster(), at("10:35")).preemptions] == ["j"]
     # a ramp beyond a checkpoint interval (plus lead and stop time) is decided later
     later = hours_of([4, 4, 40, 40])
     assert plan_step(later, {}, training({**job, "last": at("10:00")}), cluster(), at("10:07")).preemptions == ()

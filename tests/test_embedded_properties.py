@@ -1,0 +1,134 @@
+"""The embedded cluster (adapters.embedded) over random sequences of what a controller does to it: time passing,
+quotas and reservations moving, Workloads evicted and requeued. It must never hold more GPUs than it has, Kueue must
+admit nothing beyond the cohort's quota, and an evicted job must lose exactly the work since the newest checkpoint
+the planner was shown (planning.planner.Training), never more."""
+import numpy as np
+import pandas as pd
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
+from adapters.embedded import EmbeddedCluster
+from controller.actions import Evict, PolicyTarget, View, cluster_actions
+from controller.executor import execute
+from controller.reconcile import training_view
+from core.objects import ObjectRef, TargetRef
+from core.policy import API_VERSION, KIND, PolicySpec, manifest
+from core.settings import WorldSettings
+from planning.planner import Preemption, StepPlan, WorkloadStep
+
+START = pd.Timestamp("2026-01-08 10:00", tz="UTC")
+SPEC = PolicySpec.model_validate({"query": "q", "capacity": {"demandPerGpu": 10.0, "gpusPerReplica": 2},
+                                  "mode": "active", "target": {"kind": "Deployment", "name": "chat"},
+                                  "trainingClusterQueues": ["train-a", "train-b"]})
+step = st.one_of(
+    st.tuples(st.just("advance"), st.sampled_from([1.0, 59.0, 300.0, 1799.0, 1800.0, 3600.0])),
+    st.tuples(st.just("quota"), st.sampled_from(["train-a", "train-b"]), st.integers(0, 40)),
+    st.tuples(st.just("scale"), st.integers(0, 20)),
+    st.tuples(st.just("evict"), st.integers(0, 1000)),
+    st.tuples(st.just("requeue"), st.integers(0, 1000)),
+    st.tuples(st.just("admit")))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(4, 48), st.lists(step, min_size=1, max_size=40), st.integers(0, 5),
+       st.sampled_from([60.0, 1800.0, 3600.0]))
+def test_capacity_quotas_and_lost_work_hold_over_any_sequence(capacity, steps, seed, interval):
+    index = pd.date_range(START - pd.Timedelta(days=1), START + pd.Timedelta(days=3), freq="5min")
+    w = EmbeddedCluster(capacity, [manifest("chat", "default", SPEC)], {"default/chat": pd.Series(30.0, index=index)},
+                        start=START.timestamp(),
+                        settings=WorldSettings(seed=seed, checkpoint_interval_seconds=interval,
+                                               preemption_seconds=(0.0, 300.0)))
+    w.set_cluster_queue_quota("train-a", capacity // 2)  # training running from the start
+    w.admit()
+    for s in steps:
+        match s:
+            case ("advance", dt):
+                w.advance(w.now + dt)
+            case ("quota", q, gpus):
+                w.set_cluster_queue_quota(q, gpus)
+            case ("scale", replicas):
+                w.scale_deployment("default", "chat", replicas)
+            case ("evict", k):
+                running = [x for x in w.workloads() if x.admitted and x.active]
+                if running:
+                    x = running[k % len(running)]
+                    view = w.training()
+                    i = view.ids.index(x.key)
+                    expected = w.now - float(view.last_checkpoint[i])  # what the planner counts as lost
+                    before = w.accounting.training_lost
+                    assert w.evict_workload(x.namespace, x.name, x.uid, "test", "plan")
+                    event("evicted")
+                    lost = (w.accounting.training_lost - before) / x.gpus - float(view.preempt_seconds[i])
+                    assert 0.0 <= expected < interval + 1e-6
+                    assert abs(lost - expected) < 1e-6, (lost, expected)
+            case ("requeue", k):
+                stopped = w.stopped_by_plan()
+                if stopped:
+                    name = stopped[k % len(stopped)][0].split("/", 1)[1]
+                    assert w.requeue_workload("training", name, None)
+            case ("admit",):
+                usage = sum(x.gpus for x in w.workloads() if x.admitted)  # running and stopping: what Kueue counts
+                quota = sum(w.cluster_queue_quotas()[q] for q in ("train-a", "train-b"))
+                admitted = w.admit()
+                gpus = int(w.jobs.gpus[admitted].sum()) if admitted else 0
+                assert gpus <= max(quota - usage, 0)
+        assert w.inference_gpus + w.training_gpus <= capacity and w.idle_gpus >= 0
+        t = w.training()
+        assert (t.last_checkpoint <= w.now).all() and (np.asarray(t.gpus) > 0).all()
+
+
+CHAT = PolicyTarget("default/chat", ObjectRef(API_VERSION, KIND, "chat", "default"),
+                    TargetRef("Deployment", "chat", "default"), 2, True, None, ("train-a", "train-b"))
+
+
+def observe(w: EmbeddedCluster) -> View:
+    training, uids, stopped = training_view(w.workloads(), {"train-a", "train-b"}, w.now)
+    return View({CHAT.key: w.target_state(CHAT.target)}, w.cluster_queue_quotas(), training, uids, stopped)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 5), st.lists(st.integers(0, 1000), min_size=1, max_size=6),
+       st.lists(st.sampled_from(["evict", "finish", "requeue", "nothing"]), min_size=1, max_size=6),
+       st.sampled_from([None, "none", "all"]))
+def test_an_eviction_is_applied_only_to_a_workload_still_running_as_planned(seed, picks, changes, fresh_plan):
+    """Evictions planned on one snapshot, then the cluster moves (the victim evicted by another writer, finished, or
+    evicted and requeued under the same name): each is applied only where the Workload still runs as the snapshot saw
+    it and a fresh plan still wants it, never twice."""
+    index = pd.date_range(START - pd.Timedelta(days=1), START + pd.Timedelta(days=3), freq="5min")
+    w = EmbeddedCluster(32, [manifest("chat", "default", SPEC)], {"default/chat": pd.Series(30.0, index=index)},
+                        start=START.timestamp(), settings=WorldSettings(seed=seed, backlog_job_hours=(0.01, 8.0)))
+    w.set_cluster_queue_quota("train-a", 20)
+    w.set_cluster_queue_quota("train-b", 10)
+    w.admit()
+    before = observe(w)
+    ids = list(before.training.ids)
+    chosen = list(dict.fromkeys(ids[k % len(ids)] for k in picks))
+    gpus = dict(zip(ids, before.training.gpus.tolist()))
+    due = tuple(Preemption(j, int(gpus[j]), "planned", w.now, 0.0, CHAT.key, "test") for j in chosen)
+    plan = StepPlan(w.now, (WorkloadStep(CHAT.key, 0, 0, 0, 0, 0, True, False),), 30, {"train-a": 20, "train-b": 10},
+                    0, due)
+    evictions = [a for a in cluster_actions(plan, before, [CHAT], "plan-1") if isinstance(a, Evict)]
+    evictions += evictions[:1]  # a list that asks twice
+    for job, change in zip(chosen, changes):
+        name = job.split("/", 1)[1]
+        if change in ("evict", "requeue"):
+            w.evict_workload("training", name, before.uids[job], "someone else", "other-plan")
+        if change == "requeue":
+            w.advance(w.now + 600.0)  # stopped by then
+            w.requeue_workload("training", name, None)
+            w.admit()
+        if change == "finish":
+            w.advance(w.now + 0.01 * 3600)  # the shortest backlog jobs are done
+    fresh = {x.key: x for x in w.workloads() if x.admitted and x.active}
+    wanted = {"none": set(), "all": set(chosen)}.get(fresh_plan or "")
+    out = execute(evictions, w, still_wanted=None if fresh_plan is None else lambda _: wanted)
+    applied = [o.action.workload for o in out if o.applied]
+    event(f"applied {min(len(applied), 2)}")
+    assert len(applied) == len(set(applied))
+    for o in out:
+        x = fresh.get(o.action.workload)
+        as_planned = x is not None and x.uid == o.action.uid and x.cluster_queue == o.action.queue
+        if o.applied:
+            assert as_planned and (wanted is None or o.action.workload in wanted)
+        else:
+            assert o.skipped and o.error is None

@@ -1,0 +1,376 @@
+"""What the planner promises (README: reservations ahead of demand, slack lent to training, guaranteed preemption
+headroom, a fallback that never starves inference, a pure plan), as properties over random valid inputs at the
+edges: policies at their bounds, lead times up to a day, several workloads on a cluster smaller than their sum,
+forecasts with missing hours, flat or huge values, observed demand far above the forecast, odd job annotations,
+the clock on and off hour boundaries."""
+from dataclasses import replace
+from fractions import Fraction
+
+import numpy as np
+import pandas as pd
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from planning.planner import (
+    ClusterPolicy,
+    Forecast,
+    History,
+    Observed,
+    Training,
+    WorkloadPolicy,
+    plan_hours,
+    plan_step,
+    shares,
+)
+
+BASE = pd.Timestamp("2026-03-02 00:00", tz="UTC")
+H = 24
+QUANTILES = (0.5, 0.9, 0.99)
+demand_value = st.one_of(st.floats(0, 1e3), st.just(float("nan")), st.sampled_from([0.0, 1e6, 1e12]))
+
+
+@st.composite
+def edge_scenario(draw, forecast_for_all=False):
+    now = BASE + pd.Timedelta(seconds=draw(st.one_of(st.just(0), st.just(86400 - 1), st.integers(0, 2 * 86400))))
+    n = draw(st.integers(1, 3))
+    capacity = draw(st.integers(1, 64))
+    mins = draw(st.lists(st.integers(0, capacity // n), min_size=n, max_size=n))
+    workloads, forecasts, histories, observed = [], {}, {}, {}
+    t_now = now.timestamp()
+    for k in range(n):
+        name = f"ns/w{k}"
+        workloads.append(WorkloadPolicy(
+            name, demand_per_gpu=draw(st.sampled_from([0.5, 1.0, 7.0, 100.0])),
+            gpus_per_replica=draw(st.integers(1, 8)),
+            target_quantile=0.9, headroom_quantile=0.99,
+            lead_time_seconds=draw(st.sampled_from([0.0, 1.0, 3599.0, 3600.0, 43200.0, 86400.0])),
+            warm_buffer=draw(st.sampled_from([0.0, 1.0])),
+            scale_in_delay_seconds=draw(st.sampled_from([0.0, 3600.0])),
+            min_gpus=mins[k], max_gpus=draw(st.one_of(st.none(), st.integers(max(mins[k], 1), capacity + 8))),
+            margin_gpus=draw(st.integers(0, 2)), headroom_floor_gpus=draw(st.integers(0, 3)),
+            reclaim_deadline_seconds=draw(st.sampled_from([1.0, 300.0, 3600.0]))))
+        if forecast_for_all or draw(st.booleans()):
+            kind = draw(st.sampled_from(["nan-hours", "flat", "huge"]))
+            if kind == "flat":
+                lo = np.full(H + 1, draw(st.floats(0, 1e3)))
+            elif kind == "huge":
+                lo = np.full(H + 1, 1e15)
+            else:
+                lo = np.array(draw(st.lists(demand_value, min_size=H + 1, max_size=H + 1)))
+            mid = lo + np.array(draw(st.lists(st.floats(0, 50), min_size=H + 1, max_size=H + 1)))
+            hi = mid + np.array(draw(st.lists(st.floats(0, 50), min_size=H + 1, max_size=H + 1)))
+            idx = pd.date_range(now.floor("h"), periods=H + 1, freq="h")
+            forecasts[name] = pd.DataFrame(dict(zip(QUANTILES, (lo, mid, hi))), index=idx)
+        if forecast_for_all or draw(st.booleans()):
+            idx = pd.date_range(now.floor("h") - pd.Timedelta(days=8), now.floor("h"), freq="h")
+            level = draw(st.floats(0, 500))
+            histories[name] = pd.Series(level * (1 + np.sin(np.arange(len(idx)) / 3)), index=idx)
+        samples = draw(st.lists(st.one_of(st.floats(0, 1e4), st.just(float("nan"))), max_size=5))
+        observed[name] = (t_now - 300.0 * np.arange(len(samples))[::-1], np.array(samples, float))
+    jobs = draw(st.lists(st.tuples(st.integers(0, 16), st.integers(0, 2),  # 0: a Workload asking no GPUs
+                                   st.sampled_from([0.0, 1.0, 299.0, 300.0, 600.0, 7200.0]),
+                                   st.sampled_from([1.0, 60.0, 1800.0, 86400.0]),
+                                   st.one_of(st.floats(0, 1), st.sampled_from([-0.5, -2.0]))), max_size=6))
+    # a job's newest checkpoint up to an interval back; or ahead of now (an annotation from a clock ahead of ours)
+    training = Training(
+        tuple(f"training/j{i}" for i in range(len(jobs))), tuple("team-a" for _ in jobs),
+        np.array([j[0] for j in jobs], np.int64), np.array([j[1] for j in jobs], np.int64),
+        np.array([j[2] for j in jobs], float), np.array([j[3] for j in jobs], float),
+        np.array([t_now - j[4] * j[3] for j in jobs], float), draw(st.integers(0, 4)))
+    policy = ClusterPolicy(capacity, tuple(workloads), (("team-a", 1.0), ("team-b", 2.0)), horizon_hours=H)
+    return forecasts, histories, observed, training, policy, now
+
+
+@st.composite
+def ramp_scenario(draw):
+    """One workload whose forecast steps up at a coming hour, training filling the slack before it."""
+    s = draw(edge_scenario(forecast_for_all=True))
+    forecasts, histories, observed, training, policy, now = s
+    w = replace(policy.workloads[0], demand_per_gpu=1.0, gpus_per_replica=1, margin_gpus=0, min_gpus=0, max_gpus=None,
+                warm_buffer=0.0)
+    capacity = max(policy.capacity_gpus, training.running_gpus + draw(st.integers(0, 8)))
+    low, high = draw(st.integers(0, capacity - training.running_gpus)), draw(st.integers(0, capacity))
+    at = draw(st.integers(1, 4))
+    values = np.array([low] * at + [high] * (H + 1 - at), float)
+    frame = pd.DataFrame({q: values for q in QUANTILES}, index=pd.date_range(now.floor("h"), periods=H + 1, freq="h"))
+    return ({w.name: frame}, {w.name: histories[w.name]}, {w.name: (np.zeros(0), np.zeros(0))}, training,
+            replace(policy, capacity_gpus=capacity, workloads=(w,)), now)
+
+
+any_scenario = st.one_of(edge_scenario(), ramp_scenario())
+
+
+def plan(forecasts, histories, observed, training, policy, now, target_quantile=0.9, scale=1.0):
+    """The hourly plan and the step now; `scale` multiplies the observed samples."""
+    fs = {k: Forecast.of(f, target_quantile, 0.99) for k, f in forecasts.items()}
+    hs = {k: History.of(h, now) for k, h in histories.items()}
+    obs = {k: Observed(t, v * scale, 0) for k, (t, v) in observed.items()}
+    hours = plan_hours(fs, hs, policy, now)
+    return hours, plan_step(hours, obs, training, policy, now.timestamp())
+
+
+@settings(max_examples=150, deadline=None)
+@given(any_scenario)
+def test_reservations_and_lending_fit_the_cluster_in_whole_gpus(s):
+    hours, step = plan(*s)
+    policy = s[4]
+    for wh in hours.workloads:
+        assert wh.reserved.dtype.kind == "i" and (wh.reserved >= 0).all() and (wh.headroom >= 0).all()
+    assert (hours.slack >= 0).all()
+    reserved = [ws.reserved_gpus for ws in step.workloads]
+    assert all(isinstance(r, int) and r >= 0 for r in reserved)
+    assert sum(reserved) + step.lent_gpus <= policy.lendable and step.lent_gpus >= 0
+    assert all(isinstance(q, int) and q >= 0 for q in step.quotas.values())
+    assert sum(step.quotas.values()) <= step.lent_gpus
+    # demand observed above the forecast is reserved for at once (unless the cluster cut it)
+    t_now = s[5].timestamp()
+    for w, ws in zip(policy.workloads, step.workloads):
+        times, values = s[2][w.name]
+        recent = values[(times >= t_now - w.scale_in_delay_seconds) & (times <= t_now) & np.isfinite(values)]
+        if len(recent):
+            assert ws.reserved_gpus + ws.cut_gpus >= min(w.gpus(float(recent.max())), w.top(policy.lendable))
+
+
+@settings(max_examples=150, deadline=None)
+@given(any_scenario)
+def test_the_headroom_band_is_reclaimable_within_the_deadline_once_the_due_preemptions_stop(s):
+    """After the due preemptions, what training still holds plus the band fits in the lent slack, and every GPU of
+    the band is idle or held by a job that stops within the reclaim deadline."""
+    training, policy = s[3], s[4]
+    hours, step = plan(*s)
+    due = {p.job for p in step.due()}
+    left = np.array([j not in due for j in training.ids], dtype=bool)
+    held = int(training.gpus[left].sum()) if len(training.ids) else 0
+    assert held <= step.lent_gpus
+    fast = left & (training.preempt_seconds <= policy.reclaim_deadline_seconds) if len(training.ids) else left
+    reclaimable = step.lent_gpus - held + (int(training.gpus[fast].sum()) if len(training.ids) else 0)
+    assert reclaimable >= step.headroom_gpus
+    # a preemption frees GPUs, and stops the job at a checkpoint or loses only the work since its newest one
+    for p in step.preemptions:
+        assert p.gpus > 0, p
+        i = training.ids.index(p.job)
+        assert p.work_lost_seconds <= max(p.at - float(training.last_checkpoint[i]), 0.0) + 1e-6
+
+
+@settings(max_examples=100, deadline=None)
+@given(any_scenario, st.floats(1.0, 100.0), st.integers(0, 2))
+def test_more_observed_demand_never_reserves_fewer_gpus(s, factor, which):
+    """More demand observed for one workload never reserves it fewer GPUs, cut to the cluster or not."""
+    forecasts, histories, observed, training, policy, now = s
+    k = which % len(policy.workloads)
+    name = policy.workloads[k].name
+    _, low = plan(*s)
+    more = {**observed, name: (observed[name][0], observed[name][1] * factor)}
+    _, high = plan(forecasts, histories, more, training, policy, now)
+    assert high.workloads[k].reserved_gpus >= low.workloads[k].reserved_gpus
+
+
+@settings(max_examples=100, deadline=None)
+@given(any_scenario, st.integers(0, 2), st.sampled_from([1.0, 900.0, 3600.0, 86400.0]))
+def test_a_longer_lead_time_never_reserves_fewer_gpus_now(s, which, longer):
+    forecasts, histories, observed, training, policy, now = s
+    k = which % len(policy.workloads)
+    w = policy.workloads[k]
+    _, short = plan(*s)
+    ahead = replace(w, lead_time_seconds=min(w.lead_time_seconds + longer, 86400.0))
+    workloads = policy.workloads[:k] + (ahead,) + policy.workloads[k + 1:]
+    _, far = plan(forecasts, histories, observed, training, replace(policy, workloads=workloads), now)
+    assert far.workloads[k].reserved_gpus >= short.workloads[k].reserved_gpus
+
+
+@settings(max_examples=100, deadline=None)
+@given(edge_scenario(forecast_for_all=True))
+def test_a_higher_target_quantile_never_reserves_fewer_gpus(s):
+    forecasts, histories, observed, training, policy, now = s
+    h_low, low = plan(*s, target_quantile=0.5)
+    h_high, high = plan(*s, target_quantile=0.9)
+    assert (sum(w.reserved for w in h_high.workloads) >= sum(w.reserved for w in h_low.workloads)).all()
+    assert sum(w.reserved_gpus for w in high.workloads) >= sum(w.reserved_gpus for w in low.workloads)
+    if len(policy.workloads) == 1:
+        assert (h_high.workloads[0].reserved >= h_low.workloads[0].reserved).all()
+        assert high.workloads[0].reserved_gpus >= low.workloads[0].reserved_gpus
+
+
+@settings(max_examples=100, deadline=None)
+@given(any_scenario, st.integers(1, 64))
+def test_a_bigger_cluster_never_lends_less_to_training(s, more):
+    forecasts, histories, observed, training, policy, now = s
+    _, small = plan(*s)
+    _, big = plan(forecasts, histories, observed, training, replace(policy, capacity_gpus=policy.capacity_gpus + more),
+                  now)
+    assert big.lent_gpus >= small.lent_gpus
+    assert sum(big.quotas.values()) >= sum(small.quotas.values())
+
+
+@settings(max_examples=100, deadline=None)
+@given(any_scenario)
+def test_the_fallback_reserves_at_least_the_recent_peak_and_last_weeks_same_hour_peak(s):
+    """With no forecast, a workload reserves at least last week's peak at each hour of day (its highest peak for an
+    hour it did not see) and the recent observed peak, clamped to [minGpus, top], unless the cluster cut it."""
+    forecasts, histories, observed, training, policy, now = s
+    hours, step = plan({}, histories, observed, training, policy, now)
+    t_now = now.timestamp()
+    for w, wh, ws in zip(policy.workloads, hours.workloads, step.workloads):
+        assert not wh.from_forecast.any()
+        top = w.top(policy.lendable)
+        if w.name in histories:
+            h = histories[w.name]
+            week = h[(h.index > now - pd.Timedelta(days=7)) & (h.index <= now)].dropna()
+            for i, start in enumerate(pd.to_datetime(wh.starts, unit="s", utc=True)):
+                same = week[week.index.hour == start.hour]
+                peak = same.max() if len(same) else week.max()
+                floor = min(max(w.gpus(float(peak)), w.min_gpus), top) if len(week) else w.min_gpus
+                assert wh.reserved[i] + wh.cut[i] >= floor
+        times, values = observed[w.name]
+        recent = values[(times >= t_now - w.scale_in_delay_seconds) & (times <= t_now) & np.isfinite(values)]
+        if len(recent):
+            assert ws.reserved_gpus + ws.cut_gpus >= min(w.gpus(float(recent.max())), top)
+
+
+@settings(max_examples=60, deadline=None)
+@given(any_scenario, st.randoms(use_true_random=False))
+def test_the_same_inputs_give_the_same_plan_whatever_order_the_jobs_come_in(s, rnd):
+    forecasts, histories, observed, training, policy, now = s
+    _, first = plan(*s)
+    order = list(range(len(training.ids)))
+    rnd.shuffle(order)
+    # equal jobs under other ids: ties in every key but the id
+    shuffled = Training(tuple(training.ids[i] for i in order), tuple(training.queue[i] for i in order),
+                        training.gpus[order], training.priority[order], training.preempt_seconds[order],
+                        training.checkpoint_interval[order], training.last_checkpoint[order],
+                        training.terminating_gpus)
+    _, again = plan(forecasts, histories, observed, shuffled, policy, now)
+    assert again == first
+
+
+@settings(max_examples=150, deadline=None)
+@given(any_scenario, st.integers(1, 16))
+def test_a_job_admitted_into_the_quota_is_not_preempted_by_the_next_plan(s, size):
+    """The quota admits no GPUs a new job could not keep: fill it with a job like the running ones (their slowest stop,
+    longest checkpoint interval; the unannotated defaults when none runs), just started, and the same plan a moment
+    later stops no job before its first checkpoint."""
+    forecasts, histories, observed, training, policy, now = s
+    hours, step = plan(*s)
+    due = {p.job for p in step.due()}
+    keep = [i for i, j in enumerate(training.ids) if j not in due]
+    quota = sum(step.quotas.values())
+    if quota <= 0:
+        return
+    gpus = min(size, quota)
+    stop = training.slowest_seconds if len(training.ids) else 600.0
+    interval = training.longest_interval if len(training.ids) else 1800.0
+    t_now = now.timestamp()
+    admitted = Training(
+        tuple(training.ids[i] for i in keep) + ("training/new",), tuple("team-a" for _ in range(len(keep) + 1)),
+        np.append(training.gpus[keep], gpus), np.append(training.priority[keep], 0),
+        np.append(training.preempt_seconds[keep], stop), np.append(training.checkpoint_interval[keep], interval),
+        np.append(training.last_checkpoint[keep], t_now),
+        training.terminating_gpus + sum(p.gpus for p in step.due()))
+    obs = {k: Observed(t, v, 0) for k, (t, v) in observed.items()}
+    after = plan_step(hours, obs, admitted, policy, t_now)
+    for p in after.preemptions:
+        if p.job == "training/new":
+            assert p.at >= t_now + interval or p.work_lost_seconds == 0.0, p
+
+
+def assert_ramps_get_their_gpus_back_in_time(s):
+    """For each coming period the plan decides on now (within the longest checkpoint interval, lead and stop times),
+    what training still holds when the period's reservation comes in force fits in its slack: every job left on its
+    GPUs then could not have stopped in time even if stopped now."""
+    forecasts, histories, observed, training, policy, now = s
+    if not len(training.ids):
+        return
+    hours, step = plan(*s)
+    t_now = now.timestamp()
+    lead = policy.longest_lead_seconds
+    window = t_now + training.longest_interval + lead + training.slowest_seconds
+    stops = {p.job: p.at for p in step.preemptions}
+    wh = hours.workloads[0]
+    for p in range(wh.after(t_now), wh.after(window)):
+        need_at = float(wh.starts[p]) - lead
+        held = 0
+        for i, job in enumerate(training.ids):
+            gone_by = stops.get(job, float("inf")) + float(training.preempt_seconds[i])
+            could = t_now + float(training.preempt_seconds[i]) <= need_at
+            held += int(training.gpus[i]) if gone_by > need_at and could else 0
+        assert held <= max(int(hours.slack[p]), 0), (p, need_at, stops)
+
+
+@settings(max_examples=150, deadline=None)
+@given(any_scenario)
+def test_a_forecast_ramp_gets_its_gpus_back_by_the_time_they_are_needed(s):
+    assert_ramps_get_their_gpus_back_in_time(s)
+
+
+
+def with_every_workload(policy, **fields):
+    return replace(policy, workloads=tuple(replace(w, **fields) for w in policy.workloads))
+
+
+@settings(max_examples=100, deadline=None)
+@given(any_scenario, st.sampled_from([(0.9, 0.99), (0.5, 0.99), (0.5, 0.9)]))
+def test_a_higher_headroom_quantile_never_narrows_the_band(s, quantiles):
+    """The band the lent GPUs must come back within the deadline for grows with headroomQuantile (the reservation, at
+    the target quantile, is the same)."""
+    forecasts, histories, observed, training, policy, now = s
+    target, (low, high) = 0.5, quantiles
+    bands = []
+    for q in (low, high):
+        fs = {k: Forecast.of(f, target, q) for k, f in forecasts.items()}
+        hs = {k: History.of(h, now) for k, h in histories.items()}
+        hours = plan_hours(fs, hs, policy, now)
+        bands.append([wh.headroom + wh.reserved for wh in hours.workloads])
+    for lo, hi in zip(*bands):
+        assert (hi >= lo).all()
+
+
+@settings(max_examples=100, deadline=None)
+@given(any_scenario, st.sampled_from([1.0, 300.0, 3600.0]), st.sampled_from([300.0, 3600.0, 86400.0]))
+def test_a_longer_reclaim_deadline_never_admits_less_training(s, short, extra):
+    """Jobs that stop within a longer deadline are fast jobs: the quota never shrinks as the deadline grows."""
+    forecasts, histories, observed, training, policy, now = s
+    tight, loose = (plan(forecasts, histories, observed, training,
+                         with_every_workload(policy, reclaim_deadline_seconds=deadline), now)[1]
+                    for deadline in (short, short + extra))
+    assert loose.lent_gpus == tight.lent_gpus
+    assert sum(loose.quotas.values()) >= sum(tight.quotas.values())
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(2, 26), st.sampled_from([0.0, 900.0, 3600.0, 4 * 3600.0, 23 * 3600.0, 86400.0]),
+       st.integers(0, 3599), st.integers(0, 3599))
+@example(24, 86400.0, 0, 3599)  # the defaults' horizon, the longest leadTime, the last second of the hour
+@example(2, 3600.0, 0, 3599)
+def test_the_reservation_in_force_is_the_one_lead_time_ahead_whatever_the_horizon(horizon, lead, planned_at, now_at):
+    """run.horizon_hours (2 h and up) and leadTime (up to a day) are set apart: the reservation in force now is still
+    the hour's leadTime ahead (its forecast, or with none there, last week's peak at that hour), never the highest of
+    a horizon that stops short of it."""
+    w = WorkloadPolicy("w", 1.0, lead_time_seconds=lead)
+    policy = ClusterPolicy(10**4, (w,), horizon_hours=horizon)
+    hour = BASE + pd.Timedelta(hours=5)
+    t = (hour + pd.Timedelta(seconds=max(now_at, planned_at))).timestamp()
+    ahead = int((t + lead - hour.timestamp()) // 3600)  # the period leadTime ahead: demand peaks there
+    idx = pd.date_range(hour, periods=horizon, freq="h")  # the forecast covers the horizon, as the controller's does
+    values = np.where(np.arange(horizon) == ahead, 1000.0, 10.0)
+    frame = pd.DataFrame({q: values for q in QUANTILES}, index=idx)
+    week = pd.date_range(hour - pd.Timedelta(days=8), hour, freq="h")
+    peak_hour = (hour + pd.Timedelta(hours=ahead)).hour
+    history = pd.Series(np.where(week.hour == peak_hour, 500.0, 10.0), index=week)
+    hours, _ = plan({"w": frame}, {"w": history}, {}, Training(), policy, hour + pd.Timedelta(seconds=planned_at))
+    step = plan_step(hours, {}, Training(), policy, t)
+    # inside the forecast: its peak; past it, last week's peak at that hour of day
+    assert step.workloads[0].forecast_gpus >= (1000 if ahead < horizon else 500)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 10**6), st.lists(st.one_of(st.floats(5e-324, 1e308), st.sampled_from([1e308, 5e-324, 1.0])),
+                                       min_size=1, max_size=5))
+def test_the_slack_is_split_by_any_positive_team_weights_in_whole_gpus(total, weights):
+    """run.team_weights takes any positive finite number: each queue gets its share of the slack within a GPU, and
+    the shares add up to the slack."""
+    named = tuple((f"q{k}", w) for k, w in enumerate(weights))
+    got = shares(total, named)
+    assert sum(got.values()) == total and all(isinstance(g, int) and g >= 0 for g in got.values())
+    whole = sum(Fraction(w) for w in weights)
+    for k, w in named:
+        assert abs(got[k] - total * Fraction(w) / whole) < 1
