@@ -171,7 +171,8 @@ class SimResult:
     preemptions: int
     planned_preemptions: int          # stopped at a checkpoint ahead of a known ramp-up, or for the band
     reclaim_p99_seconds: float
-    headroom_violations: int
+    headroom_violations: int          # steps where demand inside the band planned before it lacked GPUs idle or
+                                      # preemptible within the reclaim deadline
     cost_vs_dedicated: float
     forecast_fallback_hours: int
     warm_buffer: float                # the policy's warmBuffer: the least factor; the last week's rises may ask more
@@ -330,6 +331,7 @@ def _run(scenario: Scenario, spec: PolicySpec, make_forecaster, reference: str, 
     refit_seconds = loop_seconds = 0.0
     fallback_hours: set[int] = set()
     violations = 0
+    band_before = math.inf  # the band (reservation + headroom) the plan held before the step's newest sample
     buffer_gpu_steps = 0  # the warm buffer the plan held, summed over the steps
     deadline = wp.reclaim_deadline_seconds
     keep_seconds = data.keep_forecast_seconds
@@ -403,10 +405,13 @@ def _run(scenario: Scenario, spec: PolicySpec, make_forecaster, reference: str, 
             fallback_hours.add(int(t_now // 3600))
         buffer_gpu_steps += ws.buffer_gpus
         need = min((filled[hi - 1] if hi else 0.0) / wp.demand_per_gpu, scenario.gpus)  # world.demand_at
-        if need > warm + 1e-9 and need <= ws.reserved_gpus + ws.headroom_gpus:
-            # inside the band, what inference lacks must come from idle GPUs or training preemptible in time
+        if need > warm + 1e-9 and need <= min(band_before, ws.reserved_gpus + ws.headroom_gpus):
+            # inside the band planned before this demand was seen, what inference lacks must come from idle GPUs or
+            # training preemptible in time (demand above it is a forecast miss, counted as shortage: the plan now
+            # made reserves for it at once, and no guarantee covers GPUs nobody planned for)
             if math.ceil(need - warm - 1e-9) > max(world.idle_gpus, 0) + world.fast_preemptible_gpus(deadline):
                 violations += 1
+        band_before = ws.reserved_gpus + ws.headroom_gpus
         applied = [a for a in actions if apply(a, world)] if actions else actions
         for a in applied:
             if isinstance(a, Evict):
