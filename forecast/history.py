@@ -482,7 +482,7 @@ def _aggregate(series: pd.Series, step: pd.Timedelta, statistic: str, stretches:
     seconds = _sample_seconds(series, stretches) if len(stretches) > 1 else None
     count = bins.count()
     covered = count * stretches[0].step.total_seconds() if seconds is None else by_step(seconds).sum()
-    _no_overlap(covered, step, count, stretches)
+    _no_overlap(covered, step, count, stretches, series.index)
     if statistic == "mean":
         out = bins.mean() if seconds is None else by_step(series * seconds).sum(min_count=1) / covered
     elif statistic == "max":
@@ -505,12 +505,19 @@ def _aggregate(series: pd.Series, step: pd.Timedelta, statistic: str, stretches:
 OVERLAP = 1.25
 
 
-def _no_overlap(covered: pd.Series, step: pd.Timedelta, count: pd.Series, stretches: list[Stretch]) -> None:
+def _no_overlap(covered: pd.Series, step: pd.Timedelta, count: pd.Series, stretches: list[Stretch],
+                index: pd.DatetimeIndex) -> None:
     """Refuses samples that stand for more time than their step has: two exports of the same times on grids apart
     (:00, :05, ... and :02, :07, ...) interleaved, or a burst of finer samples too short to be a stretch of its own,
-    which a sum would count twice and a mean would weigh as much as the rest of the step."""
+    which a sum would count twice and a mean would weigh as much as the rest of the step. Only where a stretch's
+    step is known from a run of it (MIN_STRETCH intervals): a sampler that missed many samples has none, and its
+    step, read from its most common interval, can be a multiple of its own (a sparse 15-minute history's can be
+    30 minutes), so its hours would seem to hold twice the time."""
     over = covered > OVERLAP * step.total_seconds() + max(s.step for s in stretches).total_seconds()
-    if over.any():
+    intervals = np.diff(index.as_unit("ns").asi8)
+    firsts, lengths = _runs(intervals)
+    known = {pd.Timedelta(int(ns)) for ns in intervals[firsts[lengths >= MIN_STRETCH]]}
+    if over.any() and any(s.step in known for s in stretches):
         at = covered.index[over][0]
         raise HistoryError(f"{int(over.sum())} steps of {step} hold samples standing for over {OVERLAP:g} times the "
                            f"step and a sample (the first, {at.isoformat()}: {int(count[at])} samples standing for "
@@ -697,13 +704,22 @@ def sampling_stretches(index: pd.DatetimeIndex) -> list[Stretch]:
     return [Stretch(index[k], pd.Timedelta(int(ns), unit="ns")) for k, ns in zip(firsts, steps, strict=True)]
 
 
+# The share of a history's irregular intervals that are whole multiples of a regular stretch's step above which they
+# are that sampler's missed samples (timestamps with jitter are almost never whole multiples; a junction between two
+# exports is one interval)
+SAME_SAMPLER_SHARE = 0.9
+
+
 def _no_regular_stretch_apart(index: pd.DatetimeIndex, firsts: np.ndarray, steps: np.ndarray,
                               irregular: np.ndarray) -> None:
     """Refuses timestamps with jitter (`irregular`: the intervals in no run of one step) beside a regular stretch at
     a step far from theirs, such as a 5-minute export concatenated with a 1-minute one with jitter: at one step, the
-    other would read as gaps or (summed) as several times its demand."""
+    other would read as gaps or (summed) as several times its demand. Not a sampler at the stretch's step that
+    missed samples: its other intervals are whole multiples of that step (half the samples of a 1-minute history
+    missing at random leave 1-minute runs among intervals of 2, 3, ... minutes)."""
     typical = int(np.median(irregular))
-    apart = np.flatnonzero(_far_apart(steps, typical))
+    missed = np.array([np.mean(irregular % step == 0) >= SAME_SAMPLER_SHARE for step in steps], dtype=bool)
+    apart = np.flatnonzero(_far_apart(steps, typical) & ~missed)
     if len(apart):
         k = apart[0]
         raise HistoryError(f"the samples are {pd.Timedelta(int(steps[k]))} apart in a stretch from "

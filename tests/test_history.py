@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from forecast.history import (
@@ -182,6 +182,9 @@ def test_a_sum_over_an_hour_with_samples_missing_is_not_a_smaller_demand(step_mi
     forecast reserved for less. Every hour with a sample sums to the steady hourly total, and the report says how
     many were made whole."""
     kept = [True, True, *kept]
+    # most samples there, so the sampler's step is its most common interval (three samples in two hours have no
+    # step to read: refused, or before stretches were read, summed as 2 where 60 were due)
+    assume(np.mean(kept) >= 0.5)
     index = pd.date_range("2026-01-05T00:00Z", periods=len(kept), freq=f"{step_minutes}min")[np.array(kept)]
     raw = pd.Series(level, index=index)
     series, report = prepare(raw, statistic="sum", outlier_factor=None)
@@ -456,3 +459,26 @@ def test_two_exports_of_the_same_times_on_grids_apart_are_refused_not_mixed(step
     if "give each time once" in str(refused.value):
         named = pd.Timestamp(re.search(r"the first,? (?:at )?(\S+?)[:)]? ", str(refused.value)).group(1))
         assert second[0].floor("1h") <= named <= first[-1], str(refused.value)
+
+
+@given(step_minutes=st.sampled_from([1, 5, 15]), seed=st.integers(0, 2 ** 16), missing=st.sampled_from([0.4, 0.5, 0.6]))
+def test_a_sampler_that_missed_many_samples_is_read_not_taken_for_two_exports(step_minutes, seed, missing):
+    """Stretches are read from runs of one interval, and a sampler that missed half its samples or more has few: its
+    other intervals (2, 3, ... steps) read as timestamps with jitter beside a regular stretch, and its most common
+    interval can be twice its step, so its hours seemed to hold twice the time; both were refused as two exports."""
+    rng = np.random.default_rng(seed)
+    grid = pd.date_range("2026-01-05T00:00Z", periods=60 // step_minutes * 72, freq=f"{step_minutes}min")
+    kept = rng.random(len(grid)) >= missing
+    kept[:2] = True
+    assume(kept.sum() >= 12)
+    series, report = prepare(pd.Series(1.0, index=grid[kept]), statistic="max", outlier_factor=None)
+    assert (series.dropna() == 1.0).all() and len(series.dropna()) > 0
+
+
+def test_a_sparse_sampler_whose_most_common_interval_is_twice_its_step_is_not_refused():
+    """Found by the sum property: 15-minute samples, most missing, their most common interval 30 minutes; an hour
+    with all four samples seemed to hold two hours and was refused as two exports overlapping."""
+    grid = pd.date_range("2026-01-05T00:00Z", periods=132, freq="15min")
+    index = grid[[0, 1, 79, 81, 92, 94, 96, 98, 100, 101, 102, 103]]
+    series, _ = prepare(pd.Series(1.0, index=index), statistic="sum", outlier_factor=None)
+    assert series[pd.Timestamp("2026-01-06T01:00Z")] == 4.0  # the hour with all four samples, summed as they are
