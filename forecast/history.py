@@ -514,10 +514,12 @@ def _no_overlap(covered: pd.Series, step: pd.Timedelta, count: pd.Series, stretc
     step, read from its most common interval, can be a multiple of its own (a sparse 15-minute history's can be
     30 minutes), so its hours would seem to hold twice the time."""
     over = covered > OVERLAP * step.total_seconds() + max(s.step for s in stretches).total_seconds()
+    if not over.any():  # the usual case: no run is scanned for
+        return
     intervals = np.diff(index.as_unit("ns").asi8)
     firsts, lengths = _runs(intervals)
-    known = {pd.Timedelta(int(ns)) for ns in intervals[firsts[lengths >= MIN_STRETCH]]}
-    if over.any() and any(s.step in known for s in stretches):
+    run_steps = intervals[firsts[lengths >= MIN_STRETCH]]
+    if np.isin([s.step.value for s in stretches], run_steps).any():
         at = covered.index[over][0]
         raise HistoryError(f"{int(over.sum())} steps of {step} hold samples standing for over {OVERLAP:g} times the "
                            f"step and a sample (the first, {at.isoformat()}: {int(count[at])} samples standing for "
