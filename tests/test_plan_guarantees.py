@@ -22,6 +22,7 @@ from planning.planner import (
     plan_step,
     shares,
 )
+from tests.test_plan_properties import listed_in_another_order
 
 BASE = pd.Timestamp("2026-03-02 00:00", tz="UTC")
 H = 24
@@ -232,14 +233,8 @@ def test_the_fallback_reserves_at_least_the_recent_peak_and_last_weeks_same_hour
 def test_the_same_inputs_give_the_same_plan_whatever_order_the_jobs_come_in(s, rnd):
     forecasts, histories, observed, training, policy, now = s
     _, first = plan(*s)
-    order = list(range(len(training.ids)))
-    rnd.shuffle(order)
     # equal jobs under other ids: ties in every key but the id
-    shuffled = Training(tuple(training.ids[i] for i in order), tuple(training.queue[i] for i in order),
-                        training.gpus[order], training.priority[order], training.preempt_seconds[order],
-                        training.checkpoint_interval[order], training.last_checkpoint[order],
-                        training.terminating_gpus)
-    _, again = plan(forecasts, histories, observed, shuffled, policy, now)
+    _, again = plan(forecasts, histories, observed, listed_in_another_order(training, rnd), policy, now)
     assert again == first
 
 

@@ -129,14 +129,17 @@ def test_deterministic_and_independent_of_the_order_jobs_are_listed_in(s, rnd):
     h1, s1 = plan(*s)
     h2, s2 = plan(*s)
     assert _hours_key(h1) == _hours_key(h2) and s1 == s2
+    _, s3 = plan(forecasts, histories, observed, listed_in_another_order(training, rnd), policy, now)
+    assert s3 == s1
+
+
+def listed_in_another_order(training: Training, rnd) -> Training:
+    """The same running jobs listed in a random order (`rnd`: hypothesis' random)."""
     order = list(range(len(training.ids)))
     rnd.shuffle(order)
-    shuffled = Training(tuple(training.ids[i] for i in order), tuple(training.queue[i] for i in order),
-                        training.gpus[order], training.priority[order], training.preempt_seconds[order],
-                        training.checkpoint_interval[order], training.last_checkpoint[order],
-                        training.terminating_gpus)
-    _, s3 = plan(forecasts, histories, observed, shuffled, policy, now)
-    assert s3 == s1
+    return Training(tuple(training.ids[i] for i in order), tuple(training.queue[i] for i in order),
+                    training.gpus[order], training.priority[order], training.preempt_seconds[order],
+                    training.checkpoint_interval[order], training.last_checkpoint[order], training.terminating_gpus)
 
 
 @settings(max_examples=200, deadline=None)
