@@ -19,7 +19,7 @@ from pydantic.alias_generators import to_camel
 
 from core.errors import ConfigError
 from core.objects import TargetRef
-from core.units import check_statistic, check_timezone, duration
+from core.units import UTC, check_statistic, check_timezone, duration
 from core.yamlfile import RepeatedKeys
 from core.yamlfile import documents as yaml_documents
 
@@ -75,7 +75,7 @@ class PolicySpec(Camel):
     forecaster: Forecaster = Field(
         "auto", description="auto: the MLflow champion, else automatic selection; seasonal-naive: the same hour "
                             "last week; reactive: the last complete hour's peak; static: the lookback's peak.")
-    timezone: str = Field("UTC", description="IANA time zone (e.g. Europe/Berlin) whose wall-clock hours the "
+    timezone: str = Field(UTC, description="IANA time zone (e.g. Europe/Berlin) whose wall-clock hours the "
                                              "forecast's daily and weekly seasons follow: a business-hours peak stays "
                                              "at its local hours across daylight saving changes. UTC: UTC hours.")
     target_quantile: float = Field(0.9, gt=0, lt=1, description="Forecast quantile of each hour's demand reserved "

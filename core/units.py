@@ -35,6 +35,8 @@ def go_duration(total_seconds: float) -> str:
     return f"{total_seconds:g}s"
 
 
+UTC = "UTC"  # the seasonal clock's default: UTC hours, the history's own
+
 # an IANA time zone's shape (Region/City, UTC, Etc/GMT+5), the CRD's schema's too (tests/test_sameness_real.py)
 TIMEZONE_PATTERN = r"^[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+)*$"
 
@@ -46,7 +48,7 @@ def _zones() -> frozenset[str]:
 
 def check_timezone(zone: str) -> str:
     """An IANA time zone this machine's time zone database knows (Europe/Berlin, America/New_York, UTC)."""
-    if zone == "UTC":  # the default needs no zone database (pandas brings the tzdata package for the others)
+    if zone == UTC:  # the default needs no zone database (pandas brings the tzdata package for the others)
         return zone
     if not (isinstance(zone, str) and re.fullmatch(TIMEZONE_PATTERN, zone) and zone in _zones()):
         raise ValueError(f"{zone!r} is not an IANA time zone, e.g. Europe/Berlin, America/New_York or UTC")

@@ -21,9 +21,9 @@ from zoneinfo import ZoneInfo
 
 import pandas as pd
 
+from core.units import UTC
 from forecast.base import Forecaster, future_index
 
-UTC = "UTC"
 HOUR = pd.Timedelta(hours=1)
 
 
