@@ -549,7 +549,7 @@ def test_the_cohort_tree_is_read_from_the_watch_cache_and_follows_changes(cluste
                                                 {kueue.FLAVOR: GpuQuota(3, None, 1)})
         cluster.delete(kueue.path("cohorts", "tree-pool"))  # made again, detached and without a quota
         cluster.create(cohorts, kueue.cohort("tree-pool"))
-        eventually(lambda: tree()["tree-pool"] == QuotaNode("Cohort", "tree-pool", None, {}), "the change")
+        eventually(lambda: tree().get("tree-pool") == QuotaNode("Cohort", "tree-pool", None, {}), "the change")
         cluster.delete(kueue.path("cohorts", "tree-org"))
         eventually(lambda: "tree-org" not in tree(), "the deletion")
     finally:
@@ -600,10 +600,10 @@ def test_apiserver_restart_mid_run_adapter_and_watch_recover(cluster, kube_serve
     assert took >= 2.0
     assert patient.get_cluster_queue_quota("outage") == 5
     # the watch lost its connection: it lists again and follows changes made after the restart
-    eventually(lambda: watching.cluster_queue_quotas()["outage"] == 5, "the cache to resync after the restart", 30)
+    eventually(lambda: watching.cluster_queue_quotas().get("outage") == 5, "the cache to resync after the restart", 30)
     assert watching.informers["clusterqueues"].lists >= 2
     cluster.set_cluster_queue_quota("outage", 6)
-    eventually(lambda: watching.cluster_queue_quotas()["outage"] == 6, "a change after the restart", 30)
+    eventually(lambda: watching.cluster_queue_quotas().get("outage") == 6, "a change after the restart", 30)
     patient.close()
     watching.close()
 
@@ -636,7 +636,7 @@ def test_a_halted_api_server_makes_the_watch_cache_stale_within_its_bound(cluste
             api.process.signal_group(signal.SIGCONT)
         assert "clusterqueues" in str(info.value) and "nothing heard from the API server" in str(info.value)
         cluster.set_cluster_queue_quota("halted", 3)
-        eventually(lambda: watching.cluster_queue_quotas()["halted"] == 3, "fresh reads once the server is back", 30)
+        eventually(lambda: watching.cluster_queue_quotas().get("halted") == 3, "fresh reads once the server is back", 30)
     finally:
         watching.close()
 
