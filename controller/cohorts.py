@@ -49,6 +49,7 @@ class CohortCheck:
     lenders: tuple[Lender, ...] = ()
     loops: tuple[tuple[str, ...], ...] = ()  # a training cohort's parentName chain that loops (the repeated one last)
     cohorts: frozenset[str] = frozenset()    # the Cohort objects (the others are only named)
+    unreadable: str | None = None            # why the tree could not be read: nothing above is known
 
     def lenders_said(self) -> str:
         return "; ".join(lender.describe(self.cohorts) for lender in self.lenders)

@@ -78,7 +78,7 @@ FORECAST_COVERAGE = Metric("headroom_forecast_coverage_ratio", "gauge", "Realize
 CAPACITY = Metric("headroom_capacity_gpus", "gauge", "GPUs in the cluster headroom manages")
 SLACK = Metric("headroom_slack_gpus", "gauge", "GPUs lent to training now (the whole cluster's slack)")
 TRAINING = Metric("headroom_training_gpus", "gauge", "GPUs held by training now")
-HEADROOM_AT_RISK = Metric("headroom_headroom_at_risk", "gauge", "1 while the cluster's headroom is at risk (the HeadroomAtRisk condition), by its reason: ReclaimableBelowHeadroom, HeadroomAboveCapacity, CohortLends, CohortCycle; else 0, reason HeadroomCovered", ("reason",))
+HEADROOM_AT_RISK = Metric("headroom_headroom_at_risk", "gauge", "1 while the cluster's headroom is at risk or cannot be checked (the HeadroomAtRisk condition True or Unknown), by its reason: ReclaimableBelowHeadroom, HeadroomAboveCapacity, CohortLends, CohortCycle, CohortsUnreadable; else 0, reason HeadroomCovered", ("reason",))
 PREEMPTIONS = Metric("headroom_preemptions_total", "counter", "Training workloads preempted, planned (at a checkpoint, before a forecast ramp) or emergency (demand above the forecast)", ("kind",))
 LOST_WORK = Metric("headroom_preemption_lost_gpu_seconds_total", "counter", "GPU-seconds of training work lost to preemptions (since the last checkpoint)", ("kind",))
 
@@ -189,7 +189,7 @@ class HeadroomCollector(Collector):
         add(SLACK, [], state.slack_gpus)
         add(TRAINING, [], state.training_gpus)
         if state.headroom_at_risk is not None:  # a reconcile that planned says it (one series: the reason now)
-            add(HEADROOM_AT_RISK, [state.headroom_at_risk.reason], _bool(state.headroom_at_risk.status == "True"))
+            add(HEADROOM_AT_RISK, [state.headroom_at_risk.reason], _bool(state.headroom_at_risk.status != "False"))
         add(LEADER, [], _bool(state.leader))
         # Both kinds always present, so rate() over a first preemption starts from 0, not from nothing.
         for kind in sorted({*PREEMPTION_KINDS, *state.preemptions_total}):

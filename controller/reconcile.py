@@ -259,7 +259,8 @@ def headroom_condition(reclaimable: int, band: int, wanted: int, lent: int, coho
     `wanted`, within what is lent) cannot all come back within the deadline; or the headroom quantile asks for more
     than the cluster has left to lend, so demand up to it cannot be served whatever comes back; or something else
     lends GPUs to the training queues (controller.cohorts), so Kueue may admit training beyond what is lent; or a
-    training cohort's parentName chain loops, so headroom cannot tell what its tree lends."""
+    training cohort's parentName chain loops, so headroom cannot tell what its tree lends. Unknown where the Cohorts
+    and ClusterQueues could not be read at all."""
     said = f"{reclaimable} GPUs reclaimable within the deadline; the headroom band is {band}"
     if reclaimable < band:
         return Condition("HeadroomAtRisk", "True", "ReclaimableBelowHeadroom", said)
@@ -270,6 +271,10 @@ def headroom_condition(reclaimable: int, band: int, wanted: int, lent: int, coho
         return Condition("HeadroomAtRisk", "True", "CohortLends",
                          f"{said}; {cohorts.lenders_said()}: Kueue admits training into what they do not use, beside "
                          f"the {lent} GPUs headroom lends")
+    if cohorts.unreadable:
+        return Condition("HeadroomAtRisk", "Unknown", "CohortsUnreadable",
+                         f"{said}; {cohorts.unreadable}: headroom cannot tell whether anything else lends GPUs to the "
+                         "training queues")
     if cohorts.loops:
         return Condition("HeadroomAtRisk", "True", "CohortCycle",
                          f"{said}; {cohorts.loops_said()}: Kueue admits nothing to the ClusterQueues of that tree "
@@ -550,8 +555,7 @@ class Reconciler:
                 hours, inputs, cluster_policy, policies, now))
         failures = self._count(outcomes, step, policies)
         after = self._view(policies, now)  # after evictions and scaling
-        lenders = cohort_lenders(self.cluster.cohort_tree(),
-                                 {q for p in policies for q in p.spec.training_cluster_queues})
+        lenders = self._cohort_check(policies)
         reclaimable, wanted, risk = self._headroom(step, after, cluster_policy, lenders)
         report += self._reports(inputs, hours, step, after, failures, plan_id, now, states, cluster_policy,
                                 reclaimable, risk)
@@ -1018,6 +1022,19 @@ class Reconciler:
         holds what it held before (nothing, if it does not exist)."""
         failed = {o.action.queue for o in outcomes if isinstance(o.action, SetQuota) and o.failure}
         return step.lent_gpus - sum(step.quotas[q] - after.quotas.get(q, 0) for q in failed & step.quotas.keys())
+
+    def _cohort_check(self, policies: list[PolicyObject]) -> CohortCheck:
+        """What else lends GPUs to the training queues. A tree that cannot be read (a ClusterRole from before headroom
+        read Cohorts, the server gone) is said on HeadroomAtRisk and counted, not a failed reconcile: the plan was
+        applied, and every status and the plan summary are still written."""
+        try:
+            tree = self.cluster.cohort_tree()
+        except ClusterError as exc:
+            self._error("cluster", "the Cohorts and ClusterQueues", exc)
+            fix = (": the controller's ClusterRole needs list and watch on cohorts.kueue.x-k8s.io (deploy/base/rbac.yaml)"
+                   if exc.status == 403 else "")
+            return CohortCheck(unreadable=f"the Cohorts and ClusterQueues could not be read ({exc}){fix}")
+        return cohort_lenders(tree, {q for p in policies for q in p.spec.training_cluster_queues})
 
     @staticmethod
     def _headroom(step: StepPlan, view: View, policy: ClusterPolicy,

@@ -636,7 +636,8 @@ def test_a_halted_api_server_makes_the_watch_cache_stale_within_its_bound(cluste
             api.process.signal_group(signal.SIGCONT)
         assert "clusterqueues" in str(info.value) and "nothing heard from the API server" in str(info.value)
         cluster.set_cluster_queue_quota("halted", 3)
-        eventually(lambda: watching.cluster_queue_quotas().get("halted") == 3, "fresh reads once the server is back", 30)
+        eventually(lambda: watching.cluster_queue_quotas().get("halted") == 3, "fresh reads once the server is back",
+                   30)
     finally:
         watching.close()
 
