@@ -1031,8 +1031,8 @@ class Reconciler:
             tree = self.cluster.cohort_tree()
         except ClusterError as exc:
             self._error("cluster", "the Cohorts and ClusterQueues", exc)
-            fix = (": the controller's ClusterRole needs list and watch on cohorts.kueue.x-k8s.io (deploy/base/rbac.yaml)"
-                   if exc.status == 403 else "")
+            fix = (": the controller's ClusterRole needs list and watch on cohorts.kueue.x-k8s.io "
+                   "(deploy/base/rbac.yaml)" if exc.status == 403 else "")
             return CohortCheck(unreadable=f"the Cohorts and ClusterQueues could not be read ({exc}){fix}")
         return cohort_lenders(tree, {q for p in policies for q in p.spec.training_cluster_queues})
 

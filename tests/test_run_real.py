@@ -1129,3 +1129,34 @@ def test_an_hpa_whose_deployment_is_missing_is_named_and_takes_no_training(kube,
         assert all(w.active for w in training(kube).values()), "training evicted for replicas that cannot exist"
     finally:
         kube.delete(f"/apis/autoscaling/v1/namespaces/{NS}/horizontalpodautoscalers/front")
+
+
+@pytest.fixture
+def without_cohorts(kube_server, kube):
+    """The shipped ClusterRole without its rule on Cohorts (one from before headroom read them), bound (test-only) to
+    the unprivileged user: a new image run under an old ClusterRole. Unbound afterwards."""
+    role = shipped_cluster_role("headroom-test-no-cohorts")
+    role["rules"] = [rule for rule in role["rules"] if rule["resources"] != ["cohorts"]]
+    yield from bound_to_the_viewer(kube_server, kube, role)
+
+
+def test_a_cluster_role_without_cohorts_still_plans_and_says_what_it_cannot_check(without_cohorts, kube,
+                                                                                  prometheus_server, tmp_path):
+    """An image that reads Cohorts under a ClusterRole from before it did: the LIST of Cohorts is refused (403) after
+    the plan was applied, and the whole reconcile failed with it, so no status, Event or plan summary was written and
+    every reconcile counted one error, the same. The plan is applied and every status written; HeadroomAtRisk is
+    Unknown, reason CohortsUnreadable, naming the rule the ClusterRole lacks (the plan summary's ConfigMap is
+    beyond this test user's ClusterRole: a namespaced Role grants it)."""
+    watching = without_cohorts.watch(timeout=3)  # the Cohorts' watch cache never fills: do not wait the 30 s for it
+    try:
+        state = reconciler(watching, prometheus_server.url, tmp_path).reconcile(MONDAY_7AM)
+        assert state.reconcile_errors_total.get("cluster", 0) == 1
+        risk = state.headroom_at_risk
+        assert risk is not None and (risk.status, risk.reason) == ("Unknown", "CohortsUnreadable"), risk
+        assert "list and watch on cohorts.kueue.x-k8s.io" in risk.message and "403" in risk.message, risk.message
+        _, conditions = rp_status(kube)
+        assert conditions["Ready"]["status"] == "True", conditions["Ready"]
+        assert (conditions["HeadroomAtRisk"]["status"], conditions["HeadroomAtRisk"]["reason"]) == (
+            "Unknown", "CohortsUnreadable")
+    finally:
+        watching.close()
