@@ -38,6 +38,7 @@ def run_demo(out: Path, quick: bool, cfg, say) -> dict:
     from controller.reconcile import Reconciler
     from controller.simulate import Scenario, default_spec, demand_per_gpu
     from controller.tune import write_policy
+    from core.files import replace_whole
     from core.settings import EmbeddedPolicy
     from dashboards.report import compare_policies, comparison_table, format_table, render_report
     from forecast.history import FileSource, at_own_step
@@ -51,7 +52,8 @@ def run_demo(out: Path, quick: bool, cfg, say) -> dict:
     say(f"history: {size.history_days} days of 5-minute demand from forecast.synthetic (daily and weekly cycles, "
         "noise, bursts, a scrape gap)")
     history_file = out / "demand_5min.csv"
-    write_csv(synthetic_demand(days=size.history_days), history_file)
+    demand = synthetic_demand(days=size.history_days)
+    replace_whole(history_file, lambda draft: write_csv(demand, draft))
     native = at_own_step(FileSource(history_file).fetch())
     scenario = Scenario(native, c.gpus, size.simulated_days, None, c.world)
     spec = default_spec(scenario, demand_per_gpu(native, None if c.per_gpu else c.peak_gpus, c.per_gpu))

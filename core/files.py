@@ -1,0 +1,35 @@
+"""Files headroom writes: whole or not at all.
+
+Every file a command writes goes through `replace_whole`: the content is written to a new file beside the
+destination and renamed over it, so an interruption (SIGTERM, Ctrl-C, a full disk, an exception midway) leaves the
+earlier file intact, never a truncated one.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Callable
+from pathlib import Path
+
+
+def replace_whole(path: str | Path, write: Callable[[Path], object]) -> Path:
+    """Call `write(draft)` to fill a new file beside `path`, then put it in `path`'s place in one rename; returns
+    `path`. If `write` raises (it may also check what it wrote, e.g. read it back), the draft is removed and `path`
+    is as it was. A symlink stays a symlink: the file it points to is the one replaced."""
+    path = Path(path)
+    target = Path(os.path.realpath(path))
+    # same folder: a rename within one file system is atomic; the suffix kept: writers that infer a format from it
+    draft = target.with_name(f".{target.name}.{secrets.token_hex(4)}.part{target.suffix}")
+    try:
+        draft.touch(exist_ok=False)  # the umask's permissions, as a file opened for writing would have
+        if target.exists():  # an earlier file's permissions are the ones it keeps
+            os.chmod(draft, target.stat().st_mode & 0o7777)
+        write(draft)
+        with draft.open("rb") as handle:  # on disk before it takes the name: a power cut leaves the old or the new
+            os.fsync(handle.fileno())
+        os.replace(draft, target)
+    except BaseException:
+        draft.unlink(missing_ok=True)
+        raise
+    return path
+
