@@ -289,9 +289,9 @@ def _replay(cfg: Config, args) -> int:
         raise BadRequest("no policy fits the cluster: " + "; ".join(
             f"{p.namespace}/{p.name}: {p.spec.too_big_for(lendable)} > the {lendable} GPUs it lends"
             for p in r.policies))
-    from cli.simulate import check_output_folders
+    from cli.outputs import check_output_files, command_inputs
 
-    check_output_folders((args.timeline, "--timeline"))
+    check_output_files([(args.timeline, "--timeline")], command_inputs(cfg, args))
     times = _clock(r, args.now, args.hours or (1 if args.once else 24))
     if args.once:
         times = times[:1]

@@ -33,3 +33,14 @@ def replace_whole(path: str | Path, write: Callable[[Path], object]) -> Path:
         raise
     return path
 
+
+def cannot_write_in(folder: str | Path) -> str | None:
+    """Why no file can be made in `folder` (read-only, no permission, full), or None: tried, as the mode bits do not
+    tell (root, ACLs, a read-only mount)."""
+    probe = Path(folder, f".headroom-write-check-{secrets.token_hex(4)}")
+    try:
+        probe.open("xb").close()
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    probe.unlink()
+    return None

@@ -1,8 +1,11 @@
-"""No data is lost by any file headroom writes: a write that fails midway leaves the earlier file."""
+"""No data is lost by any file headroom writes: an output is never one of the command's inputs nor another of its
+outputs, a folder that cannot be written is refused before any work (exit 2, naming the flag), and a write that fails
+midway leaves the earlier file."""
 from __future__ import annotations
 
 import errno
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -10,8 +13,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cli.demo import WRITES, check_demo_folder
 from cli.main import main
-from core.files import replace_whole
+from core.errors import BadRequest
+from core.files import cannot_write_in, replace_whole
 from forecast.synthetic import synthetic_demand, write_csv
 
 
@@ -30,6 +35,20 @@ def policy(tmp_path):
                                         "query": "up", "capacity": {"demandPerGpu": 10},
                                         "target": {"kind": "Deployment", "name": "chat"}}}))
     return path
+
+
+@pytest.fixture
+def unwritable(tmp_path):
+    """A folder this process cannot make a file in: read-only by its mode, or (as root, whom modes do not stop)
+    /sys/kernel."""
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    folder.chmod(0o500)
+    if cannot_write_in(folder) is None:
+        folder = Path("/sys/kernel")
+        if not folder.is_dir() or cannot_write_in(folder) is None:
+            pytest.skip("no folder this process cannot write in")
+    return folder
 
 
 @pytest.fixture(autouse=True)
@@ -89,6 +108,99 @@ def test_a_symlinked_output_stays_a_link_and_its_file_keeps_its_permissions(tmp_
     replace_whole(link, lambda draft: draft.write_text("new\n"))
     assert link.is_symlink() and real.read_text() == "new\n"
     assert real.stat().st_mode & 0o777 == 0o640
+
+
+# ---------------------------------------------------------------------------- never an input, never another output
+@pytest.mark.parametrize("how", ["symlink", "hard link", "dot-dot path"])
+def test_an_output_that_is_the_commands_demand_by_another_name_is_refused(demand, tmp_path, capsys, how):
+    other = tmp_path / "other.csv"
+    if how == "symlink":
+        other.symlink_to(demand)
+    elif how == "hard link":
+        os.link(demand, other)
+    else:
+        other = demand.parent / ".." / demand.parent.name / demand.name
+    before = demand.read_bytes()
+    status, err = exits(["simulate", demand, "--days", "1", "--timeline", other], capsys)
+    assert status == 2 and f"--timeline {other} is the file DEMAND" in err, err
+    assert demand.read_bytes() == before
+
+
+def test_an_output_that_is_the_config_or_the_policy_is_refused(demand, policy, tmp_path, capsys):
+    config = tmp_path / "c.yaml"
+    config.write_text("simulate:\n  gpus: 64\n")
+    status, err = exits(["simulate", demand, "--days", "1", "--config", config, "--timeline", config], capsys)
+    assert status == 2 and "is the file --config names" in err, err
+    status, err = exits(["run", "--policy-file", policy, "--history", demand, "--hours", "1", "--timeline", policy],
+                        capsys)
+    assert status == 2 and "is the file --policy-file names" in err, err
+    assert config.read_text() == "simulate:\n  gpus: 64\n" and "ReservationPolicy" in policy.read_text()
+
+
+def test_tune_refuses_one_file_for_its_plot_and_its_policy(demand, tmp_path, capsys):
+    """The plot was written, then replaced by the manifest: the plot lost, exit 0."""
+    both = tmp_path / "out"
+    status, err = exits(["tune", demand, "--days", "1", "--plot", both, "--write-policy", both], capsys)
+    assert status == 2 and f"--write-policy {both} is the file --plot names" in err, err
+    assert not both.exists()
+
+
+def test_report_refuses_a_timeline_that_is_one_of_its_pages(demand, tmp_path, capsys):
+    """The timeline replaced the report's index.html, which the command then named as the report, exit 0."""
+    out = tmp_path / "r"
+    out.mkdir()
+    status, err = exits(["report", demand, "--days", "1", "--out", out, "--timeline", out / "index.html"], capsys)
+    assert status == 2 and f"--out {out}: its index.html is the file --timeline names" in err, err
+    assert list(out.iterdir()) == []
+
+
+def test_demo_refuses_a_folder_of_someone_elses_files(tmp_path, capsys):
+    """The demo wrote its policy.yaml, history and MLflow store among them (an SRE's policy.yaml replaced)."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "policy.yaml").write_text("my manifest\n")
+    (mine / "notes.txt").write_text("my notes\n")
+    before = listing(mine)
+    status, err = exits(["demo", "--quick", "--out", mine], capsys)
+    assert status == 2 and f"--out {mine}: the folder holds files the demo did not write (notes.txt)" in err, err
+    assert listing(mine) == before
+    config = tmp_path / "cfg" / "policy.yaml"  # a configuration that happens to bear the demo's policy's name
+    config.parent.mkdir()
+    config.write_text("simulate:\n  gpus: 64\n")
+    status, err = exits(["demo", "--quick", "--out", config.parent, "--config", config], capsys)
+    assert status == 2 and "its policy.yaml is the file --config names" in err, err
+    assert config.read_text() == "simulate:\n  gpus: 64\n"
+
+
+def test_demo_takes_a_new_an_empty_or_an_earlier_demos_folder(tmp_path):
+    assert check_demo_folder(str(tmp_path / "new" / "demo"), []).is_dir()
+    assert check_demo_folder(str(tmp_path / "new" / "demo"), []).is_dir()  # now empty
+    earlier = tmp_path / "earlier"
+    earlier.mkdir()
+    for name in WRITES:
+        (earlier / name).write_text("")
+    assert check_demo_folder(str(earlier), []) == earlier.resolve()
+    with pytest.raises(BadRequest, match="is the file --config names"):
+        check_demo_folder(str(earlier), [(earlier / "policy.yaml", "--config")])
+
+
+# ---------------------------------------------------------------------------- folders that cannot be written
+@pytest.mark.parametrize("argv, flag", [
+    (["simulate", "{demand}", "--days", "1", "--timeline", "{ro}/t.csv"], "--timeline"),
+    (["report", "{demand}", "--days", "1", "--timeline", "{ro}/t.csv"], "--timeline"),
+    (["report", "{demand}", "--days", "1", "--out", "{ro}"], "--out"),
+    (["tune", "{demand}", "--days", "1", "--plot", "{ro}/t.png"], "--plot"),
+    (["tune", "{demand}", "--days", "1", "--write-policy", "{ro}/p.yaml"], "--write-policy"),
+    (["run", "--policy-file", "{policy}", "--history", "{demand}", "--hours", "1", "--timeline", "{ro}/t.csv"],
+     "--timeline"),
+], ids=["simulate-timeline", "report-timeline", "report-out", "tune-plot", "tune-write-policy", "run-timeline"])
+def test_a_folder_that_cannot_be_written_is_refused_before_any_work(demand, policy, unwritable, capsys, argv, flag):
+    """simulate, tune and run did all their work first, then failed with a bare '[Errno 13] Permission denied',
+    exit 1."""
+    started = time.perf_counter()
+    status, err = exits([a.format(demand=demand, policy=policy, ro=unwritable) for a in argv], capsys)
+    assert status == 2 and f"headroom: error: {flag} {unwritable}" in err and "cannot write in the folder" in err, err
+    assert time.perf_counter() - started < 3, "refused before the simulation, not after it"
 
 
 # ---------------------------------------------------------------------------- a write that fails midway
