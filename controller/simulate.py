@@ -195,7 +195,8 @@ class TimedResult(SimResult):
 
 def timeline_csv(rows, header: bool = True) -> str:
     """The timeline (rows of TIMELINE_COLUMNS, or its frame) as CSV: ISO timestamps, numbers written exactly, so
-    `simulate --timeline` and `run --timeline` files compare byte for byte."""
+    `simulate --timeline` and `run --timeline` files compare byte for byte (run writes it a step at a time: each
+    value is written alone, so the rows read the same in any chunks)."""
     frame = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(rows, columns=list(TIMELINE_COLUMNS))
     frame = frame.copy()
     frame["timestamp"] = pd.DatetimeIndex(frame["timestamp"]).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -2,7 +2,8 @@
 
 Every file a command writes goes through `replace_whole`: the content is written to a new file beside the
 destination and renamed over it, so an interruption (SIGTERM, Ctrl-C, a full disk, an exception midway) leaves the
-earlier file intact, never a truncated one.
+earlier file intact, never a truncated one. A file that grows as a long run goes (`headroom run --timeline`) is
+appended to by `append_whole`, which adds a record completely or not at all.
 """
 from __future__ import annotations
 
@@ -32,6 +33,19 @@ def replace_whole(path: str | Path, write: Callable[[Path], object]) -> Path:
         draft.unlink(missing_ok=True)
         raise
     return path
+
+
+def append_whole(handle: int, data: bytes) -> None:
+    """Append `data` to the file open (unbuffered) as `handle`, all of it or, on an error such as a full disk, none:
+    a reader never meets half a record."""
+    end = os.lseek(handle, 0, os.SEEK_END)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(handle, view):]
+    except BaseException:
+        os.ftruncate(handle, end)
+        raise
 
 
 def cannot_write_in(folder: str | Path) -> str | None:

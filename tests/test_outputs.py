@@ -1,13 +1,17 @@
 """No data is lost by any file headroom writes: an output is never one of the command's inputs nor another of its
-outputs, a folder that cannot be written is refused before any work (exit 2, naming the flag), and a write that fails
-midway leaves the earlier file."""
+outputs, a folder that cannot be written is refused before any work (exit 2, naming the flag), a write that fails
+midway leaves the earlier file, and `headroom run --timeline` keeps every step it finished when it is stopped."""
 from __future__ import annotations
 
 import errno
 import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
@@ -15,9 +19,12 @@ from hypothesis import strategies as st
 
 from cli.demo import WRITES, check_demo_folder
 from cli.main import main
+from controller.simulate import TIMELINE_COLUMNS
 from core.errors import BadRequest
-from core.files import cannot_write_in, replace_whole
+from core.files import append_whole, cannot_write_in, replace_whole
 from forecast.synthetic import synthetic_demand, write_csv
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -108,6 +115,34 @@ def test_a_symlinked_output_stays_a_link_and_its_file_keeps_its_permissions(tmp_
     replace_whole(link, lambda draft: draft.write_text("new\n"))
     assert link.is_symlink() and real.read_text() == "new\n"
     assert real.stat().st_mode & 0o777 == 0o640
+
+
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(records=st.lists(st.binary(min_size=1, max_size=300), min_size=1, max_size=8), cut=st.integers(0, 299),
+       fail_at=st.integers(0, 7))
+def test_an_append_is_whole_or_nothing(tmp_path, monkeypatch, records, cut, fail_at):
+    """A full disk midway through a step's rows leaves the file with the steps before it, not half a row."""
+    path = tmp_path / f"t{len(os.listdir(tmp_path))}.csv"
+    path.write_bytes(b"header\n")
+    real_write = os.write
+    handle = os.open(path, os.O_WRONLY | os.O_APPEND)
+    try:
+        for k, record in enumerate(records):
+            if k == fail_at:
+                def partial(fd, data, limit=cut % len(record)):  # a part reaches the file, then the disk is full
+                    if limit:
+                        real_write(fd, bytes(data[:limit]))
+                    raise OSError(errno.ENOSPC, "No space left on device")
+
+                monkeypatch.setattr(os, "write", partial)
+                with pytest.raises(OSError):
+                    append_whole(handle, record)
+                monkeypatch.setattr(os, "write", real_write)
+                break
+            append_whole(handle, record)
+    finally:
+        os.close(handle)
+    assert path.read_bytes() == b"header\n" + b"".join(records[:fail_at])
 
 
 # ---------------------------------------------------------------------------- never an input, never another output
@@ -225,3 +260,40 @@ def test_a_full_disk_leaves_the_earlier_output(demand, policy, tmp_path, capsys,
     status, err = exits(argv, capsys)
     assert status == 1 and "No space left on device" in err, err
     assert written in before and listing(out) == before
+
+
+# ---------------------------------------------------------------------------- run --timeline, stopped partway
+def _timeline_steps(path: Path) -> pd.DataFrame:
+    frame = pd.read_csv(path)
+    assert list(frame.columns) == list(TIMELINE_COLUMNS)
+    assert frame.notna().all().all(), "no half rows"
+    return frame
+
+
+@pytest.mark.parametrize("sig, status", [(signal.SIGTERM, 128 + signal.SIGTERM), (signal.SIGINT, 128 + signal.SIGINT),
+                                         (signal.SIGKILL, -signal.SIGKILL)])
+def test_a_replay_stopped_partway_leaves_every_step_it_finished(demand, policy, tmp_path, sig, status):
+    """run --timeline wrote the file only at the end: a replay stopped by SIGTERM or Ctrl-C (or killed) left no
+    timeline at all. Now each step's rows reach the file as its reconcile ends."""
+    timeline = tmp_path / "t.csv"
+    run = subprocess.Popen([sys.executable, "-m", "cli.main", "run", "--policy-file", str(policy), "--history",
+                            str(demand), "--hours", "130", "--timeline", str(timeline)], cwd=tmp_path,
+                           env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (timeline.exists() and timeline.read_text().count("\n") > 20):
+            assert run.poll() is None and time.monotonic() < deadline, run.stderr.read() if run.stderr else ""
+            time.sleep(0.2)
+        run.send_signal(sig)
+        err = run.communicate(timeout=60)[1]
+    finally:
+        run.kill()
+    assert run.returncode == status, err
+    assert "Traceback" not in err
+    frame = _timeline_steps(timeline)
+    steps = pd.DatetimeIndex(frame["timestamp"])
+    assert (steps[1:] - steps[:-1] == pd.Timedelta("10min")).all(), "consecutive steps from the start"
+    if sig != signal.SIGKILL:
+        assert f"stopped by {sig.name} after {len(frame)} of 780 steps; the timeline {timeline} holds them" in err
+
