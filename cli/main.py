@@ -255,6 +255,9 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return args.run(cfg, args)
+    except KeyboardInterrupt:  # Ctrl-C: a file being written is left as it was (core.files), nothing to undo
+        print("headroom: interrupted (a file being written was left as it was)", file=sys.stderr)
+        return 130
     except HeadroomError as exc:
         print(f"headroom: error: {exc}", file=sys.stderr)
         return exc.exit_status

@@ -305,3 +305,22 @@ def test_a_replay_stopped_partway_leaves_every_step_it_finished(demand, policy, 
     if sig != signal.SIGKILL:
         assert f"stopped by {sig.name} after {len(frame)} of 780 steps; the timeline {timeline} holds them" in err
 
+
+
+def test_ctrl_c_midway_leaves_the_earlier_timeline_and_no_traceback(demand, tmp_path):
+    """Ctrl-C during simulate ended in a traceback; the earlier timeline is kept, whole, and exit is 130."""
+    timeline = tmp_path / "t.csv"
+    argv = [sys.executable, "-m", "cli.main", "simulate", str(demand), "--days", "1", "--timeline", str(timeline)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    subprocess.run(argv, cwd=tmp_path, env=env, check=True, capture_output=True)
+    before = timeline.read_bytes()
+    run = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        assert run.stderr is not None
+        assert any("tuning" in line for line in run.stderr), "the work is under way"  # reads up to that line
+        run.send_signal(signal.SIGINT)
+        err = run.communicate(timeout=60)[1]
+    finally:
+        run.kill()
+    assert run.returncode == 130 and "headroom: interrupted" in err and "Traceback" not in err, err
+    assert timeline.read_bytes() == before
