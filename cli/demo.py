@@ -14,6 +14,9 @@ from pathlib import Path
 import pandas as pd
 
 SERIES = "demo"
+HISTORY, STORE, POLICY, REPORT = "demand_5min.csv", "mlflow.db", "policy.yaml", "report"
+# what the demo writes into --out: its own files, and what the MLflow adapter keeps beside its sqlite store
+WRITES = (HISTORY, STORE, POLICY, REPORT, "mlartifacts", ".headroom-locks")
 
 
 @dataclass(frozen=True)
@@ -32,12 +35,13 @@ def run_demo(out: Path, quick: bool, cfg, say) -> dict:
     from adapters.mlflow import Tracker
     from cli.config import load_config
     from cli.run import describe, embedded
-    from cli.simulate import WhatIf, check_output_dir, every_policy
+    from cli.simulate import WhatIf, every_policy
     from cli.sources import load_series
     from controller.forecasts import Models
     from controller.reconcile import Reconciler
     from controller.simulate import Scenario, default_spec, demand_per_gpu
     from controller.tune import write_policy
+    from core.files import replace_whole
     from core.settings import EmbeddedPolicy
     from dashboards.report import compare_policies, comparison_table, format_table, render_report
     from forecast.history import FileSource, at_own_step
@@ -45,13 +49,13 @@ def run_demo(out: Path, quick: bool, cfg, say) -> dict:
     from training.pipeline import TrainSettings, train_series
 
     size = QUICK if quick else FULL
-    out = check_output_dir(out, "--out")
     c = cfg.simulate
 
     say(f"history: {size.history_days} days of 5-minute demand from forecast.synthetic (daily and weekly cycles, "
         "noise, bursts, a scrape gap)")
-    history_file = out / "demand_5min.csv"
-    write_csv(synthetic_demand(days=size.history_days), history_file)
+    history_file = out / HISTORY
+    demand = synthetic_demand(days=size.history_days)
+    replace_whole(history_file, lambda draft: write_csv(demand, draft))
     native = at_own_step(FileSource(history_file).fetch())
     scenario = Scenario(native, c.gpus, size.simulated_days, None, c.world)
     spec = default_spec(scenario, demand_per_gpu(native, None if c.per_gpu else c.peak_gpus, c.per_gpu))
@@ -62,7 +66,7 @@ def run_demo(out: Path, quick: bool, cfg, say) -> dict:
     hourly = hourly[hourly.index < end.floor("h")]
     say(f"cleaned: {'; '.join(cleaning.lines())}")
 
-    uri = f"sqlite:///{out / 'mlflow.db'}"
+    uri = f"sqlite:///{out / STORE}"
     say(f"training: backtest of candidates, tracked in MLflow at {uri}")
     trained = train_series(SERIES, hourly, TrainSettings(folds=size.folds, statistic=spec.statistic,
                                                          quantiles=(0.1, 0.5, 0.9, 0.99)), Tracker(uri),
@@ -81,7 +85,7 @@ def run_demo(out: Path, quick: bool, cfg, say) -> dict:
     policy = specs["forecast"]
     verdict = "recommended" if tuned.met else "closest (does not meet the objective)"
     say(f"{verdict}: targetQuantile {policy.target_quantile:g}, warmBuffer {policy.warm_buffer:g}: {tuned.reason}")
-    policy_file = write_policy(policy, out / "policy.yaml", "inference", "default",
+    policy_file = write_policy(policy, out / POLICY, "inference", "default",
                                f"headroom demo: {tuned.reason}")
 
     now = scenario.evaluated[0]
@@ -118,16 +122,33 @@ def run_demo(out: Path, quick: bool, cfg, say) -> dict:
              "forecaster": f"MLflow {model_name} of headroom-{SERIES}: {trained.selected}, refitted every hour",
              "policy": f"{policy_file}: {tuned.reason}",
              "MLflow store": uri}
-    report = render_report(out / "report", results, "forecast", c.gpus, facts, tuned, title="headroom demo")
+    report = render_report(out / REPORT, results, "forecast", c.gpus, facts, tuned, title="headroom demo")
     say("report written")
     return {"report": report, "tracking_uri": uri, "history": history_file, "table": table, "policy": policy_file,
             "trained": trained, "tuned": tuned}
 
 
+def check_demo_folder(path: str, inputs) -> Path:
+    """--out: a new or empty folder, or an earlier demo's (the demo replaces its own files there); one that holds
+    anything else is someone's folder, where the demo's policy.yaml, history and store do not belong."""
+    from cli.outputs import check_output_dir, make_output_dir
+    from core.errors import BadRequest
+
+    check_output_dir(path, "--out", WRITES, inputs)
+    folder = Path(path)
+    others = sorted(p.name for p in folder.iterdir() if p.name not in WRITES) if folder.is_dir() else []
+    if others:
+        raise BadRequest(f"--out {path}: the folder holds files the demo did not write ({', '.join(others[:5])}); "
+                         f"the demo writes {', '.join(WRITES[:4])} there: name a new or empty folder")
+    return make_output_dir(path, "--out")
+
+
 def cmd_demo(cfg, args) -> int:
+    from cli.outputs import command_inputs
     from cli.progress import stage_printer
 
-    done = run_demo(Path(args.out), args.quick, cfg, stage_printer("demo"))
+    out = check_demo_folder(args.out, command_inputs(cfg, args))
+    done = run_demo(out, args.quick, cfg, stage_printer("demo"))
     print(f"\nreport:       {done['report']}\n"
           f"  open it:    xdg-open {done['report']}   (or open that path in a browser)\n"
           f"policy:       {done['policy']}   (headroom run --policy-file {done['policy']} --history "

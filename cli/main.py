@@ -195,7 +195,8 @@ def build_parser() -> argparse.ArgumentParser:
             "tune.max_short_steps": a.max_short_steps})
         if command == "tune":
             p.add_argument("--write-policy", metavar="FILE.yaml", help="write the recommendation as a "
-                                                                       "ReservationPolicy manifest")
+                                                                       "ReservationPolicy manifest (a new file: "
+                                                                       "an existing one is never overwritten)")
             p.add_argument("--plot", metavar="FILE.png", help="write the trade-off plot")
             continue
         p.add_argument("--policy-file", metavar="P.yaml", help="a ReservationPolicy manifest, run exactly "
@@ -204,7 +205,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                               "`headroom run --timeline` writes)")
         p.add_argument("--json", action="store_true", help="one JSON object")
         if command == "report":
-            p.add_argument("--out", default="headroom-report", help="directory for index.html and the PNGs (default "
+            p.add_argument("--out", default="headroom-report", help="directory for index.html and the PNGs, made if "
+                                                                  "missing; a re-run replaces them (default "
                                                                   "headroom-report)")
     p = sub.add_parser("train", help="backtest candidates, track them in MLflow, promote the champion by margin")
     p.add_argument("--history", help="train one series from this file (with --name) instead of training.series")
@@ -220,8 +222,9 @@ def build_parser() -> argparse.ArgumentParser:
         return demo(cfg, args)
 
     p = sub.add_parser("demo", help="the whole product on embedded defaults, no servers: train, plan, simulate, report")
-    p.add_argument("--out", default="headroom-demo", help="directory for the history, MLflow store and report "
-                                                            "(default headroom-demo)")
+    p.add_argument("--out", default="headroom-demo", help="directory for the history, MLflow store and report: a "
+                                                            "new or empty one, or an earlier demo's (default "
+                                                            "headroom-demo)")
     p.add_argument("--quick", action="store_true", help="shorter history and simulation, every stage still runs")
     p.set_defaults(run=cmd_demo, overrides=lambda a: {})
     from cli import run as run_command
@@ -252,6 +255,9 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return args.run(cfg, args)
+    except KeyboardInterrupt:  # Ctrl-C: a file being written is left as it was (core.files), nothing to undo
+        print("headroom: interrupted (a file being written was left as it was)", file=sys.stderr)
+        return 130
     except HeadroomError as exc:
         print(f"headroom: error: {exc}", file=sys.stderr)
         return exc.exit_status

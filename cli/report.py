@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import json
 
+from cli.outputs import check_output_dir, check_output_files, command_inputs, make_output_dir
 from cli.progress import stage_printer
-from cli.simulate import check_output_dir, check_output_folders, every_policy, refuse_flags_the_file_holds, whatif
+from cli.simulate import every_policy, refuse_flags_the_file_holds, whatif
 from cli.sources import history_name
 from controller.simulate import write_timeline
 from dashboards.report import (
+    REPORT_FILES,
     compare_policies,
     comparison_table,
     format_table,
@@ -24,10 +26,12 @@ def cmd_report(cfg, args) -> int:
     --policy is the policy whose timeline is plotted (and written to --timeline); the table always compares all
     of them."""
     refuse_flags_the_file_holds(cfg, args)
-    check_output_folders((args.timeline, "--timeline"))
+    inputs = command_inputs(cfg, args)
+    check_output_files([(args.timeline, "--timeline")], inputs)
+    check_output_dir(args.out, "--out", REPORT_FILES, [*inputs, (args.timeline, "--timeline")])
     say = stage_printer("report", quiet=args.json)
     w = whatif(cfg)
-    out = check_output_dir(args.out, "--out")  # once the inputs are good: a refused request leaves no empty folder
+    out = make_output_dir(args.out, "--out")  # once the inputs are good: a refused request leaves no empty folder
     specs, tuned = every_policy(cfg, w, progress=say)
     say(f"simulating {history_name(cfg)} under {len(specs)} policies")
     results = compare_policies(w.scenario, specs, timeline_policy=cfg.simulate.policy, progress=say)

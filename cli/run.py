@@ -12,6 +12,7 @@ import pandas as pd
 
 from cli.config import Config
 from core.errors import BadRequest
+from core.files import append_whole, replace_whole
 from core.settings import EmbeddedPolicy, RunConfig, duplicate_policies
 
 log = logging.getLogger(__name__)
@@ -33,7 +34,9 @@ def add_parser(sub) -> None:
     embedded.add_argument("--hours", type=_positive_int, help="replay this many hours from --now (default 24)")
     embedded.add_argument("--now", help="the clock's start (ISO-8601; default: --hours before the history's end)")
     embedded.add_argument("--timeline", metavar="FILE.csv", help="write one row per step and policy "
-                                                                 "(the columns `headroom simulate --timeline` writes)")
+                                                                 "(the columns `headroom simulate --timeline` writes)"
+                                                                 ", each step as it ends: a replay stopped partway "
+                                                                 "leaves the steps it finished")
     p.set_defaults(run=cmd_run, overrides=lambda a: {
         "run.cluster": "kubernetes" if (a.kubeconfig or a.in_cluster) else None, "run.kubeconfig": a.kubeconfig,
         "run.metrics_port": a.metrics_port, "run.capacity_gpus": a.gpus})
@@ -289,29 +292,75 @@ def _replay(cfg: Config, args) -> int:
         raise BadRequest("no policy fits the cluster: " + "; ".join(
             f"{p.namespace}/{p.name}: {p.spec.too_big_for(lendable)} > the {lendable} GPUs it lends"
             for p in r.policies))
-    from cli.simulate import check_output_folders
+    from cli.outputs import check_output_files, command_inputs
 
-    check_output_folders((args.timeline, "--timeline"))
+    check_output_files([(args.timeline, "--timeline")], command_inputs(cfg, args))
     times = _clock(r, args.now, args.hours or (1 if args.once else 24))
     if args.once:
         times = times[:1]
     timeline: list | None = [] if args.timeline else None
     reconciler, cluster = build(cfg, timeline=timeline, start=times[0])
-    for k, now in enumerate(times):
-        if k:
-            cluster.advance(now.timestamp())
-        state = reconciler.reconcile(now)
-        cluster.admit()
-        if k == 0 or (now.minute == 0 and now.second == 0):
-            _print_state(now, state)
+    record = _TimelineFile(args.timeline) if args.timeline else None
+    stopped: list[int] = []  # the signal that asked the replay to stop: it ends after the step under way
+    previous = {sig: signal.signal(sig, lambda signum, _: stopped.append(signum))
+                for sig in (signal.SIGTERM, signal.SIGINT)}
+    done = 0
+    try:
+        for now in times:
+            if stopped:
+                break
+            if done:
+                cluster.advance(now.timestamp())
+            state = reconciler.reconcile(now)
+            cluster.admit()
+            if record is not None and timeline is not None:
+                record.add(timeline)
+            if done == 0 or (now.minute == 0 and now.second == 0):
+                _print_state(now, state)
+            done += 1
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if record is not None:
+            record.close()
+    if stopped:
+        name = signal.Signals(stopped[0]).name
+        kept = f"; the timeline {args.timeline} holds them" if record is not None and done else \
+            "; no timeline written" if record is not None else ""
+        print(f"headroom: stopped by {name} after {done} of {len(times)} steps{kept}", file=sys.stderr)
+        return 128 + stopped[0]  # as a shell reports a command a signal ended: the replay is not complete
     if reconciler.retrain is not None:
         reconciler.retrain.wait()
-    if args.timeline:
-        from controller.simulate import write_timeline
-
-        print(f"timeline: {write_timeline(timeline, args.timeline)}")
+    if record is not None:
+        print(f"timeline: {args.timeline}")
     print(f"events: {len(cluster.events)} ({', '.join(sorted({e['reason'] for e in cluster.events})) or 'none'})")
     return 0
+
+
+class _TimelineFile:
+    """--timeline of the embedded replay, written as the replay goes, so a run stopped by a signal, an error or a
+    kill leaves every step it finished: the first step's rows replace an earlier file whole (until then it is
+    untouched), each later step's rows are appended whole and reach the file as its reconcile ends."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.handle: int | None = None
+
+    def add(self, rows: list) -> None:
+        """Write the rows of the step just reconciled, and forget them (a long replay's timeline is not held)."""
+        from controller.simulate import timeline_csv
+
+        if self.handle is None:
+            text = timeline_csv(rows)
+            replace_whole(self.path, lambda draft: draft.write_text(text, encoding="utf-8"))
+            self.handle = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        else:
+            append_whole(self.handle, timeline_csv(rows, header=False).encode())
+        rows.clear()
+
+    def close(self) -> None:
+        if self.handle is not None:
+            os.close(self.handle)
 
 
 def cmd_plan(cfg: Config, args) -> int:

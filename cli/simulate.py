@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from cli import sources
 from cli.config import Config
+from cli.outputs import check_output_files, command_inputs
 from core.errors import BadRequest
 from core.settings import MAX_CLUSTER_GPUS
 from dashboards.report import above_cluster_note, missing_steps
@@ -20,53 +21,6 @@ from dashboards.report import notes as report_notes
 if TYPE_CHECKING:  # imported when used: the CLI starts without the simulator
     from controller.simulate import Scenario
     from core.policy import PolicySpec
-
-
-def _own_output(flag: str) -> tuple[str, bytes] | None:
-    """What an output flag writes, and how its file begins: it replaces such a file (a re-run), never another one."""
-    if flag == "--timeline":
-        from controller.simulate import TIMELINE_COLUMNS
-
-        return "a timeline", ",".join(TIMELINE_COLUMNS).encode()
-    return ("a PNG plot", b"\x89PNG") if flag == "--plot" else None
-
-
-def check_output_folders(*flags: tuple[str | None, str]) -> None:
-    """Each (path, flag) given must name a file in an existing folder, and not an existing file of another kind than
-    the flag writes (the command's own demand or policy file, an SRE's notes): checked before any work, not after
-    it."""
-    for path, flag in flags:
-        if path is None:
-            continue
-        target = Path(path)
-        if target.is_dir():
-            raise BadRequest(f"{flag} {path}: is a directory; give a file name")
-        if not target.resolve().parent.is_dir():
-            raise BadRequest(f"{flag} {path}: the folder {target.resolve().parent} does not exist")
-        own = _own_output(flag)
-        if own is not None and target.exists():
-            what, head = own
-            try:
-                with target.open("rb") as handle:
-                    ours = handle.read(len(head)) == head
-            except OSError:
-                ours = False
-            if not ours:
-                raise BadRequest(f"{flag} {path}: the file exists and is not {what} headroom wrote; it is not "
-                                 "overwritten (it may be your data): remove it or name a new file")
-
-
-def check_output_dir(path: str | Path, flag: str) -> Path:
-    """The folder to write into, made now (with its parents) so that a bad --out fails at once and not after minutes
-    of simulation."""
-    target = Path(path).resolve()
-    if target.exists() and not target.is_dir():
-        raise BadRequest(f"{flag} {path}: exists and is not a directory")
-    try:
-        target.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise BadRequest(f"{flag} {path}: cannot make the folder: {exc.strerror or exc}") from None
-    return target
 
 
 JOB_COLUMNS = ("num_gpu", "creation_time", "scheduled_time", "deletion_time")
@@ -266,7 +220,7 @@ def cmd_simulate(cfg: Config, args) -> int:
         raise BadRequest("--policy-file runs exactly the file's policy: --policy may only be forecast (the default), "
                          "oracle or hourly-oracle with it")
     refuse_flags_the_file_holds(cfg, args)
-    check_output_folders((args.timeline, "--timeline"))
+    check_output_files([(args.timeline, "--timeline")], command_inputs(cfg, args))
     say = stage_printer("simulate", quiet=args.json)
     w = whatif(cfg)
     started = time.perf_counter()
@@ -307,7 +261,7 @@ def cmd_tune(cfg: Config, args) -> int:
         raise BadRequest(f"--policy {cfg.simulate.policy} (simulate.policy): a reference that knows the future has "
                          "nothing to tune; tune the forecast policy (the default) or a baseline's margin (static, "
                          "reactive, seasonal-naive)")
-    check_output_folders((args.plot, "--plot"), (args.write_policy, "--write-policy"))
+    check_output_files([(args.plot, "--plot"), (args.write_policy, "--write-policy")], command_inputs(cfg, args))
     if args.write_policy and Path(args.write_policy).exists():  # an SRE's manifest: its query and target are theirs
         raise BadRequest(f"--write-policy {args.write_policy}: the file exists and tune does not overwrite it (a "
                          "manifest's spec.query and spec.target would be lost); remove it or name a new file")

@@ -37,6 +37,7 @@ from controller.observe import (
     hourly_history,
     issue,
 )
+from core.files import replace_whole
 from core.objects import ObjectRef
 from core.policy import API_VERSION, KIND, PolicySpec, manifest
 from core.settings import SIMULATED_POLICIES, WorldSettings
@@ -192,13 +193,19 @@ class TimedResult(SimResult):
     events: pd.DataFrame | None = None     # one row per preemption: time, gpus, kind
 
 
-def write_timeline(rows, path) -> str:
+def timeline_csv(rows, header: bool = True) -> str:
     """The timeline (rows of TIMELINE_COLUMNS, or its frame) as CSV: ISO timestamps, numbers written exactly, so
-    `simulate --timeline` and `run --timeline` files compare byte for byte."""
+    `simulate --timeline` and `run --timeline` files compare byte for byte (run writes it a step at a time: each
+    value is written alone, so the rows read the same in any chunks)."""
     frame = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(rows, columns=list(TIMELINE_COLUMNS))
     frame = frame.copy()
     frame["timestamp"] = pd.DatetimeIndex(frame["timestamp"]).strftime("%Y-%m-%dT%H:%M:%SZ")
-    frame.to_csv(path, index=False, float_format="%.12g")
+    return frame.to_csv(index=False, header=header, float_format="%.12g")
+
+
+def write_timeline(rows, path) -> str:
+    """The timeline as one CSV file, whole or not at all."""
+    replace_whole(path, lambda draft: draft.write_text(timeline_csv(rows), encoding="utf-8"))
     return str(path)
 
 

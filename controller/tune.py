@@ -22,7 +22,7 @@ import yaml
 
 from controller.observe import MIN_FIT_HOURS, default_forecaster
 from controller.simulate import FORECASTER, REFERENCES, Scenario, SharedFits, SimResult, simulate
-from core.errors import ConfigError
+from core.files import replace_whole
 from core.policy import ObjectiveSpec, PolicySpec, load_manifests, manifest
 from core.settings import TuneConfig
 from forecast.base import Forecaster
@@ -184,17 +184,14 @@ def recheck(replay: Scenario, spec: PolicySpec, fits, expected: SimResult) -> Si
 
 def write_policy(spec: PolicySpec, path: str | Path, name: str, namespace: str, comment: str) -> Path:
     """The recommendation as a ReservationPolicy manifest; read back to be sure it is one."""
-    path = Path(path)
     text = "".join(f"# {line}\n" for line in comment.splitlines()) + yaml.safe_dump(
         manifest(name, namespace, spec), sort_keys=False)
-    draft = path.with_name(f".{path.name}.draft")
-    draft.write_text(text)
-    try:
+
+    def write(draft: Path) -> None:
+        draft.write_text(text, encoding="utf-8")
         load_manifests(draft)  # only a manifest that reads back replaces what was there
-    except ConfigError:
-        draft.unlink()
-        raise
-    return draft.replace(path)
+
+    return replace_whole(path, write)
 
 
 def plot_tradeoff(result: TuneResult, path: str | Path) -> Path:
@@ -222,6 +219,6 @@ def plot_tradeoff(result: TuneResult, path: str | Path) -> Path:
     ax.set_title("headroom tune: utilization vs shortage on the history")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    replace_whole(path, lambda draft: fig.savefig(draft, dpi=120))
     plt.close(fig)
     return Path(path)

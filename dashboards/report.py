@@ -17,8 +17,13 @@ import pandas as pd
 
 from controller.simulate import Scenario, SimResult, TimedResult, simulate
 from controller.tune import TuneResult, plot_tradeoff
+from core.files import replace_whole
 from core.policy import PolicySpec
 from forecast.base import Forecaster
+
+# The files render_report writes into its folder (a re-run replaces them)
+PAGE, DEMAND_PNG, USAGE_PNG, PREEMPTIONS_PNG, TRADEOFF_PNG = REPORT_FILES = (
+    "index.html", "demand.png", "gpus_by_use.png", "preemptions.png", "tradeoff.png")
 
 # What the comparison table shows, with the header a reader sees and how to format it.
 COLUMNS = {
@@ -98,7 +103,7 @@ def _pyplot():
 def _save(fig, path: Path) -> Path:
     fig.autofmt_xdate()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    replace_whole(path, lambda draft: fig.savefig(draft, dpi=100))
     _pyplot().close(fig)
     return path
 
@@ -284,11 +289,11 @@ def render_report(out_dir: Path, results: Mapping[str, SimResult], timeline_poli
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     timed = results[timeline_policy]
-    figures = [plot_demand(timed, out_dir / "demand.png", gpus, missing),
-               plot_usage(timed, gpus, out_dir / "gpus_by_use.png"),
-               plot_preemptions(timed, out_dir / "preemptions.png")]
+    figures = [plot_demand(timed, out_dir / DEMAND_PNG, gpus, missing),
+               plot_usage(timed, gpus, out_dir / USAGE_PNG),
+               plot_preemptions(timed, out_dir / PREEMPTIONS_PNG)]
     if tuned is not None:
-        figures.append(plot_tune(tuned, out_dir / "tradeoff.png"))
+        figures.append(plot_tune(tuned, out_dir / TRADEOFF_PNG))
     table = comparison_table(results)
     f, best = results.get("forecast"), results.get("hourly-oracle")
     headline = ""
@@ -331,8 +336,6 @@ utilization.</p>
 {figs_html}
 </body></html>
 """
-    path = out_dir / "index.html"
-    path.write_text(page, encoding="utf-8")
-    return path
+    return replace_whole(out_dir / PAGE, lambda draft: draft.write_text(page, encoding="utf-8"))
 
 

@@ -1,0 +1,106 @@
+"""The files and folders a command is asked to write, checked before any work: never one of the command's own
+inputs, never another output of the same command, never a file of another kind than the flag writes, and in a
+folder that exists and can be written. Each refusal names the flag (BadRequest: exit 2)."""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from core.errors import BadRequest
+from core.files import cannot_write_in
+
+# (the path, or None when not given; how the user gave it: a flag, or a configuration field)
+Named = tuple[str | Path | None, str]
+
+
+def command_inputs(cfg, args) -> list[Named]:
+    """Every file a command reads: the configuration, the demand, the job trace and the policies (and run's
+    policies' histories)."""
+    run_policy_files = args.policy_file if isinstance(getattr(args, "policy_file", None), list) else []
+    return [(getattr(args, "sub_config", None) or getattr(args, "config", None), "--config"),
+            (cfg.history.file, "DEMAND (history.file)"), (cfg.simulate.jobs, "--jobs (simulate.jobs)"),
+            (cfg.simulate.policy_file, "--policy-file (simulate.policy_file)"),
+            *((f, "--policy-file") for f in run_policy_files),
+            *((p.history_file, f"the history of policy {p.namespace}/{p.name} (--history, run.policies)")
+              for p in cfg.run.policies)]
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """One file, however named: through a symlink, `..`, or a hard link."""
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet): only the names could be the same
+        return False
+
+
+def _clash(path: Path, label: str, others: Iterable[Named]) -> None:
+    """`path` (what `label` names) is none of `others`."""
+    for other, what in others:
+        if other is not None and _same_file(path, Path(other)):
+            raise BadRequest(f"{label} is the file {what} names ({other}); the command would write over it: name "
+                             "another file")
+
+
+def _own_output(flag: str) -> tuple[str, bytes] | None:
+    """What an output flag writes, and how its file begins: it replaces such a file (a re-run), never another one."""
+    if flag == "--timeline":
+        from controller.simulate import TIMELINE_COLUMNS
+
+        return "a timeline", ",".join(TIMELINE_COLUMNS).encode()
+    return ("a PNG plot", b"\x89PNG") if flag == "--plot" else None
+
+
+def _writable_folder(folder: Path, flag: str, path: str | Path) -> None:
+    if (why := cannot_write_in(folder)) is not None:
+        raise BadRequest(f"{flag} {path}: cannot write in the folder {folder}: {why}")
+
+
+def check_output_files(outputs: Sequence[Named], inputs: Sequence[Named] = ()) -> None:
+    """Each (path, flag) given must name a file in an existing folder this process can write in, not one of
+    `inputs`, not another of `outputs`, and not an existing file of another kind than the flag writes (an SRE's
+    notes): checked before any work, not after it."""
+    given = [(Path(path), flag) for path, flag in outputs if path is not None]
+    for k, (target, flag) in enumerate(given):
+        if target.is_dir():
+            raise BadRequest(f"{flag} {target}: is a directory; give a file name")
+        folder = target.resolve().parent
+        if not folder.is_dir():
+            raise BadRequest(f"{flag} {target}: the folder {folder} does not exist")
+        _writable_folder(folder, flag, target)
+        _clash(target, f"{flag} {target}", [*inputs, *given[:k]])
+        own = _own_output(flag)
+        if own is not None and target.exists():
+            what, head = own
+            try:
+                with target.open("rb") as handle:
+                    ours = handle.read(len(head)) == head
+            except OSError:
+                ours = False
+            if not ours:
+                raise BadRequest(f"{flag} {target}: the file exists and is not {what} headroom wrote; it is not "
+                                 "overwritten (it may be your data): remove it or name a new file")
+
+
+def check_output_dir(path: str | Path, flag: str, writes: Iterable[str], others: Sequence[Named] = ()) -> None:
+    """A folder the command writes the files `writes` into (replacing its own earlier ones): not an existing
+    file, and none of `writes` one of `others` (the command's inputs and other outputs). Nothing is made yet."""
+    target = Path(path)
+    if target.exists() and not target.is_dir():
+        raise BadRequest(f"{flag} {path}: exists and is not a directory")
+    for name in writes:
+        _clash(target / name, f"{flag} {path}: its {name}", others)
+
+
+def make_output_dir(path: str | Path, flag: str) -> Path:
+    """The folder to write into, made now (with its parents) so that a bad folder fails at once and not after
+    minutes of simulation."""
+    target = Path(path).resolve()
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BadRequest(f"{flag} {path}: cannot make the folder: {exc.strerror or exc}") from None
+    _writable_folder(target, flag, path)
+    return target

@@ -1,0 +1,60 @@
+"""Files headroom writes: whole or not at all.
+
+Every file a command writes goes through `replace_whole`: the content is written to a new file beside the
+destination and renamed over it, so an interruption (SIGTERM, Ctrl-C, a full disk, an exception midway) leaves the
+earlier file intact, never a truncated one. A file that grows as a long run goes (`headroom run --timeline`) is
+appended to by `append_whole`, which adds a record completely or not at all.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Callable
+from pathlib import Path
+
+
+def replace_whole(path: str | Path, write: Callable[[Path], object]) -> Path:
+    """Call `write(draft)` to fill a new file beside `path`, then put it in `path`'s place in one rename; returns
+    `path`. If `write` raises (it may also check what it wrote, e.g. read it back), the draft is removed and `path`
+    is as it was. A symlink stays a symlink: the file it points to is the one replaced."""
+    path = Path(path)
+    target = Path(os.path.realpath(path))
+    # same folder: a rename within one file system is atomic; the suffix kept: writers that infer a format from it
+    draft = target.with_name(f".{target.name}.{secrets.token_hex(4)}.part{target.suffix}")
+    try:
+        draft.touch(exist_ok=False)  # the umask's permissions, as a file opened for writing would have
+        if target.exists():  # an earlier file's permissions are the ones it keeps
+            os.chmod(draft, target.stat().st_mode & 0o7777)
+        write(draft)
+        with draft.open("rb") as handle:  # on disk before it takes the name: a power cut leaves the old or the new
+            os.fsync(handle.fileno())
+        os.replace(draft, target)
+    except BaseException:
+        draft.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def append_whole(handle: int, data: bytes) -> None:
+    """Append `data` to the file open (unbuffered) as `handle`, all of it or, on an error such as a full disk, none:
+    a reader never meets half a record."""
+    end = os.lseek(handle, 0, os.SEEK_END)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(handle, view):]
+    except BaseException:
+        os.ftruncate(handle, end)
+        raise
+
+
+def cannot_write_in(folder: str | Path) -> str | None:
+    """Why no file can be made in `folder` (read-only, no permission, full), or None: tried, as the mode bits do not
+    tell (root, ACLs, a read-only mount)."""
+    probe = Path(folder, f".headroom-write-check-{secrets.token_hex(4)}")
+    try:
+        probe.open("xb").close()
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    probe.unlink()
+    return None

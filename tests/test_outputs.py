@@ -1,0 +1,326 @@
+"""No data is lost by any file headroom writes: an output is never one of the command's inputs nor another of its
+outputs, a folder that cannot be written is refused before any work (exit 2, naming the flag), a write that fails
+midway leaves the earlier file, and `headroom run --timeline` keeps every step it finished when it is stopped."""
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cli.demo import WRITES, check_demo_folder
+from cli.main import main
+from controller.simulate import TIMELINE_COLUMNS
+from core.errors import BadRequest
+from core.files import append_whole, cannot_write_in, replace_whole
+from forecast.synthetic import synthetic_demand, write_csv
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def demand(tmp_path_factory):
+    path = tmp_path_factory.mktemp("d") / "demand.csv"
+    write_csv(synthetic_demand(days=6, step="10min"), path)
+    return path
+
+
+@pytest.fixture
+def policy(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump({"apiVersion": "headroom.dev/v1alpha1", "kind": "ReservationPolicy",
+                                    "metadata": {"name": "chat"}, "spec": {
+                                        "query": "up", "capacity": {"demandPerGpu": 10},
+                                        "target": {"kind": "Deployment", "name": "chat"}}}))
+    return path
+
+
+@pytest.fixture
+def unwritable(tmp_path):
+    """A folder this process cannot make a file in: read-only by its mode, or (as root, whom modes do not stop)
+    /sys/kernel."""
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    folder.chmod(0o500)
+    if cannot_write_in(folder) is None:
+        folder = Path("/sys/kernel")
+        if not folder.is_dir() or cannot_write_in(folder) is None:
+            pytest.skip("no folder this process cannot write in")
+    return folder
+
+
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path, monkeypatch):
+    """run keeps its MLflow store and forecast log in the working directory."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+
+
+def exits(argv, capsys):
+    try:
+        status = main([str(a) for a in argv])
+    except SystemExit as exc:
+        status = exc.code
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return status, err
+
+
+def listing(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+
+
+# ---------------------------------------------------------------------------- the writers' helpers
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(old=st.binary(max_size=2000), new=st.binary(max_size=2000), fail_after=st.none() | st.integers(0, 2000))
+def test_a_whole_file_or_the_earlier_one(tmp_path, old, new, fail_after):
+    """Whatever is written reads back identical; a write that fails midway (a full disk, a signal's exception)
+    leaves the earlier file as it was and nothing beside it."""
+    folder = tmp_path / f"f{len(os.listdir(tmp_path))}"
+    folder.mkdir()
+    path = folder / "out.csv"
+    path.write_bytes(old)
+
+    def write(draft: Path) -> None:
+        with draft.open("wb") as handle:
+            handle.write(new[:fail_after])
+            if fail_after is not None:
+                raise OSError(errno.ENOSPC, "No space left on device")
+
+    if fail_after is None:
+        assert replace_whole(path, write) == path
+        assert path.read_bytes() == new
+    else:
+        with pytest.raises(OSError):
+            replace_whole(path, write)
+        assert path.read_bytes() == old
+    assert os.listdir(folder) == ["out.csv"]
+
+
+def test_a_symlinked_output_stays_a_link_and_its_file_keeps_its_permissions(tmp_path):
+    real = tmp_path / "real.csv"
+    real.write_text("old\n")
+    real.chmod(0o640)
+    link = tmp_path / "link.csv"
+    link.symlink_to(real)
+    replace_whole(link, lambda draft: draft.write_text("new\n"))
+    assert link.is_symlink() and real.read_text() == "new\n"
+    assert real.stat().st_mode & 0o777 == 0o640
+
+
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(records=st.lists(st.binary(min_size=1, max_size=300), min_size=1, max_size=8), cut=st.integers(0, 299),
+       fail_at=st.integers(0, 7))
+def test_an_append_is_whole_or_nothing(tmp_path, monkeypatch, records, cut, fail_at):
+    """A full disk midway through a step's rows leaves the file with the steps before it, not half a row."""
+    path = tmp_path / f"t{len(os.listdir(tmp_path))}.csv"
+    path.write_bytes(b"header\n")
+    real_write = os.write
+    handle = os.open(path, os.O_WRONLY | os.O_APPEND)
+    try:
+        for k, record in enumerate(records):
+            if k == fail_at:
+                def partial(fd, data, limit=cut % len(record)):  # a part reaches the file, then the disk is full
+                    if limit:
+                        real_write(fd, bytes(data[:limit]))
+                    raise OSError(errno.ENOSPC, "No space left on device")
+
+                monkeypatch.setattr(os, "write", partial)
+                with pytest.raises(OSError):
+                    append_whole(handle, record)
+                monkeypatch.setattr(os, "write", real_write)
+                break
+            append_whole(handle, record)
+    finally:
+        os.close(handle)
+    assert path.read_bytes() == b"header\n" + b"".join(records[:fail_at])
+
+
+# ---------------------------------------------------------------------------- never an input, never another output
+@pytest.mark.parametrize("how", ["symlink", "hard link", "dot-dot path"])
+def test_an_output_that_is_the_commands_demand_by_another_name_is_refused(demand, tmp_path, capsys, how):
+    other = tmp_path / "other.csv"
+    if how == "symlink":
+        other.symlink_to(demand)
+    elif how == "hard link":
+        os.link(demand, other)
+    else:
+        other = demand.parent / ".." / demand.parent.name / demand.name
+    before = demand.read_bytes()
+    status, err = exits(["simulate", demand, "--days", "1", "--timeline", other], capsys)
+    assert status == 2 and f"--timeline {other} is the file DEMAND" in err, err
+    assert demand.read_bytes() == before
+
+
+def test_an_output_that_is_the_config_or_the_policy_is_refused(demand, policy, tmp_path, capsys):
+    config = tmp_path / "c.yaml"
+    config.write_text("simulate:\n  gpus: 64\n")
+    status, err = exits(["simulate", demand, "--days", "1", "--config", config, "--timeline", config], capsys)
+    assert status == 2 and "is the file --config names" in err, err
+    status, err = exits(["run", "--policy-file", policy, "--history", demand, "--hours", "1", "--timeline", policy],
+                        capsys)
+    assert status == 2 and "is the file --policy-file names" in err, err
+    assert config.read_text() == "simulate:\n  gpus: 64\n" and "ReservationPolicy" in policy.read_text()
+
+
+def test_tune_refuses_one_file_for_its_plot_and_its_policy(demand, tmp_path, capsys):
+    """The plot was written, then replaced by the manifest: the plot lost, exit 0."""
+    both = tmp_path / "out"
+    status, err = exits(["tune", demand, "--days", "1", "--plot", both, "--write-policy", both], capsys)
+    assert status == 2 and f"--write-policy {both} is the file --plot names" in err, err
+    assert not both.exists()
+
+
+def test_report_refuses_a_timeline_that_is_one_of_its_pages(demand, tmp_path, capsys):
+    """The timeline replaced the report's index.html, which the command then named as the report, exit 0."""
+    out = tmp_path / "r"
+    out.mkdir()
+    status, err = exits(["report", demand, "--days", "1", "--out", out, "--timeline", out / "index.html"], capsys)
+    assert status == 2 and f"--out {out}: its index.html is the file --timeline names" in err, err
+    assert list(out.iterdir()) == []
+
+
+def test_demo_refuses_a_folder_of_someone_elses_files(tmp_path, capsys):
+    """The demo wrote its policy.yaml, history and MLflow store among them (an SRE's policy.yaml replaced)."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "policy.yaml").write_text("my manifest\n")
+    (mine / "notes.txt").write_text("my notes\n")
+    before = listing(mine)
+    status, err = exits(["demo", "--quick", "--out", mine], capsys)
+    assert status == 2 and f"--out {mine}: the folder holds files the demo did not write (notes.txt)" in err, err
+    assert listing(mine) == before
+    config = tmp_path / "cfg" / "policy.yaml"  # a configuration that happens to bear the demo's policy's name
+    config.parent.mkdir()
+    config.write_text("simulate:\n  gpus: 64\n")
+    status, err = exits(["demo", "--quick", "--out", config.parent, "--config", config], capsys)
+    assert status == 2 and "its policy.yaml is the file --config names" in err, err
+    assert config.read_text() == "simulate:\n  gpus: 64\n"
+
+
+def test_demo_takes_a_new_an_empty_or_an_earlier_demos_folder(tmp_path):
+    assert check_demo_folder(str(tmp_path / "new" / "demo"), []).is_dir()
+    assert check_demo_folder(str(tmp_path / "new" / "demo"), []).is_dir()  # now empty
+    earlier = tmp_path / "earlier"
+    earlier.mkdir()
+    for name in WRITES:
+        (earlier / name).write_text("")
+    assert check_demo_folder(str(earlier), []) == earlier.resolve()
+    with pytest.raises(BadRequest, match="is the file --config names"):
+        check_demo_folder(str(earlier), [(earlier / "policy.yaml", "--config")])
+
+
+# ---------------------------------------------------------------------------- folders that cannot be written
+@pytest.mark.parametrize("argv, flag", [
+    (["simulate", "{demand}", "--days", "1", "--timeline", "{ro}/t.csv"], "--timeline"),
+    (["report", "{demand}", "--days", "1", "--timeline", "{ro}/t.csv"], "--timeline"),
+    (["report", "{demand}", "--days", "1", "--out", "{ro}"], "--out"),
+    (["tune", "{demand}", "--days", "1", "--plot", "{ro}/t.png"], "--plot"),
+    (["tune", "{demand}", "--days", "1", "--write-policy", "{ro}/p.yaml"], "--write-policy"),
+    (["run", "--policy-file", "{policy}", "--history", "{demand}", "--hours", "1", "--timeline", "{ro}/t.csv"],
+     "--timeline"),
+], ids=["simulate-timeline", "report-timeline", "report-out", "tune-plot", "tune-write-policy", "run-timeline"])
+def test_a_folder_that_cannot_be_written_is_refused_before_any_work(demand, policy, unwritable, capsys, monkeypatch,
+                                                                    argv, flag):
+    """simulate, tune and run did all their work first, then failed with a bare '[Errno 13] Permission denied',
+    exit 1."""
+    import cli.run
+    import controller.simulate
+    import controller.tune
+
+    def work(*_, **__):
+        raise AssertionError("the work started before the output's folder was checked")
+
+    for module, name in ((controller.simulate, "simulate"), (controller.tune, "tune"), (cli.run, "build")):
+        monkeypatch.setattr(module, name, work)
+    status, err = exits([a.format(demand=demand, policy=policy, ro=unwritable) for a in argv], capsys)
+    assert status == 2 and f"headroom: error: {flag} {unwritable}" in err and "cannot write in the folder" in err, err
+
+
+# ---------------------------------------------------------------------------- a write that fails midway
+@pytest.mark.parametrize("argv, written", [
+    (["simulate", "{demand}", "--days", "1", "--policy-file", "{policy}", "--timeline", "{out}/t.csv"], "t.csv"),
+    (["report", "{demand}", "--days", "1", "--policy-file", "{policy}", "--out", "{out}"], "index.html"),
+    (["tune", "{demand}", "--days", "1", "--plot", "{out}/t.png"], "t.png"),
+], ids=["simulate-timeline", "report-page", "tune-plot"])
+def test_a_full_disk_leaves_the_earlier_output(demand, policy, tmp_path, capsys, monkeypatch, argv, written):
+    """Each writer goes through the whole-or-nothing write: a disk that fills as a file is flushed leaves the earlier
+    run's file, not a truncated one, and no draft beside it."""
+    out = tmp_path / "out"
+    out.mkdir()
+    argv = [a.format(demand=demand, policy=policy, out=out) for a in argv]
+    assert exits(argv, capsys)[0] in (0, 1)
+    before = listing(out)
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    status, err = exits(argv, capsys)
+    assert status == 1 and "No space left on device" in err, err
+    assert written in before and listing(out) == before
+
+
+# ---------------------------------------------------------------------------- run --timeline, stopped partway
+def _timeline_steps(path: Path) -> pd.DataFrame:
+    frame = pd.read_csv(path)
+    assert list(frame.columns) == list(TIMELINE_COLUMNS)
+    assert frame.notna().all().all(), "no half rows"
+    return frame
+
+
+@pytest.mark.parametrize("sig, status", [(signal.SIGTERM, 128 + signal.SIGTERM), (signal.SIGINT, 128 + signal.SIGINT),
+                                         (signal.SIGKILL, -signal.SIGKILL)])
+def test_a_replay_stopped_partway_leaves_every_step_it_finished(demand, policy, tmp_path, sig, status):
+    """run --timeline wrote the file only at the end: a replay stopped by SIGTERM or Ctrl-C (or killed) left no
+    timeline at all. Now each step's rows reach the file as its reconcile ends."""
+    timeline = tmp_path / "t.csv"
+    run = subprocess.Popen([sys.executable, "-m", "cli.main", "run", "--policy-file", str(policy), "--history",
+                            str(demand), "--hours", "130", "--timeline", str(timeline)], cwd=tmp_path,
+                           env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (timeline.exists() and timeline.read_text().count("\n") > 20):
+            assert run.poll() is None and time.monotonic() < deadline, run.stderr.read() if run.stderr else ""
+            time.sleep(0.2)
+        run.send_signal(sig)
+        err = run.communicate(timeout=60)[1]
+    finally:
+        run.kill()
+    assert run.returncode == status, err
+    assert "Traceback" not in err
+    frame = _timeline_steps(timeline)
+    steps = pd.DatetimeIndex(frame["timestamp"])
+    assert (steps[1:] - steps[:-1] == pd.Timedelta("10min")).all(), "consecutive steps from the start"
+    if sig != signal.SIGKILL:
+        assert f"stopped by {sig.name} after {len(frame)} of 780 steps; the timeline {timeline} holds them" in err
+
+
+
+def test_ctrl_c_midway_leaves_the_earlier_timeline_and_no_traceback(demand, tmp_path):
+    """Ctrl-C during simulate ended in a traceback; the earlier timeline is kept, whole, and exit is 130."""
+    timeline = tmp_path / "t.csv"
+    argv = [sys.executable, "-m", "cli.main", "simulate", str(demand), "--days", "1", "--timeline", str(timeline)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    subprocess.run(argv, cwd=tmp_path, env=env, check=True, capture_output=True)
+    before = timeline.read_bytes()
+    run = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        assert run.stderr is not None
+        assert any("tuning" in line for line in run.stderr), "the work is under way"  # reads up to that line
+        run.send_signal(signal.SIGINT)
+        err = run.communicate(timeout=60)[1]
+    finally:
+        run.kill()
+    assert run.returncode == 130 and "headroom: interrupted" in err and "Traceback" not in err, err
+    assert timeline.read_bytes() == before
