@@ -566,6 +566,8 @@ def test_forecasts_are_logged_when_issued_and_scored_as_actuals_arrive(demand_fi
     r = Replay(tmp_path, demand_file, start=start)
     for hour in range(8):
         state = r.step(start + pd.Timedelta(hours=hour))
+    # a draft a killed write left beside them (core.files.replace_whole's name for it) is not a forecast
+    (tmp_path / "log" / "inference.chat" / f".{int(start.timestamp())}.csv.1a2b3c4d.part.csv").write_text("time")
     issued = ForecastLog(tmp_path / "log").load("inference.chat")
     assert len(issued) == 8 and min(issued) == start  # one forecast per hour, stamped with its issue time
     assert ForecastLog(tmp_path / "log").prune("inference.chat", before=start + pd.Timedelta(hours=3)) == 3

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from adapters.mlflow import Tracker, experiment_name, registered_name
+from core.files import replace_whole
 
 HORIZONS = (1, 6, 24)
 LAST_TAG = "headroom.accuracy.last_target"
@@ -43,6 +44,9 @@ class DriftEvent:
                 "retrain recommended")
 
 
+FORECAST_FILES = "[0-9]*.csv"  # not a draft core.files leaves beside them (".NAME.….part.csv") when killed
+
+
 class ForecastLog:
     """Forecasts by issue time: <root>/<series>/<issued_at epoch s>.csv quantile frames."""
 
@@ -53,14 +57,11 @@ class ForecastLog:
         folder = self.root / series
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"{int(pd.Timestamp(issued_at).timestamp())}.csv"
-        tmp = path.with_suffix(".tmp")
-        frame.to_csv(tmp, index_label="timestamp")
-        tmp.replace(path)
-        return path
+        return replace_whole(path, lambda draft: frame.to_csv(draft, index_label="timestamp"))
 
     def prune(self, series: str, before: pd.Timestamp) -> int:
         """Delete forecasts of `series` issued before `before` (a long-running controller's log stays bounded)."""
-        old = [p for p in (self.root / series).glob("*.csv") if int(p.stem) < pd.Timestamp(before).timestamp()]
+        old = [p for p in (self.root / series).glob(FORECAST_FILES) if int(p.stem) < pd.Timestamp(before).timestamp()]
         for path in old:
             path.unlink()
         return len(old)
@@ -68,7 +69,7 @@ class ForecastLog:
     def load(self, series: str, since: pd.Timestamp | None = None) -> dict[pd.Timestamp, pd.DataFrame]:
         """Forecasts of `series` by issue time (only those issued at or after `since`, if given)."""
         out = {}
-        for path in sorted((self.root / series).glob("*.csv")):
+        for path in sorted((self.root / series).glob(FORECAST_FILES)):
             if since is not None and int(path.stem) < pd.Timestamp(since).timestamp():
                 continue
             frame = pd.read_csv(path, index_col="timestamp")
