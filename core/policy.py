@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pandas.errors import OutOfBoundsTimedelta
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from core.errors import ConfigError
@@ -34,16 +35,34 @@ Forecaster = Literal["auto", "seasonal-naive", "reactive", "static"]
 FORECASTERS: tuple[str, ...] = get_args(Forecaster)
 
 
+def _whole(value: Any) -> Any:
+    """A whole float as the integer it is: the API server takes 1.0 for an integer field, and stores 1 (a float from
+    2**53 on it refuses: not every integer there is a float)."""
+    return int(value) if isinstance(value, float) and value.is_integer() and abs(value) < 2**53 else value
+
+
+INT64_MAX = 2**63 - 1  # an integer field's largest value in a Kubernetes object
+# an integer field: as the API server takes it, a whole number up to int64's largest
+Count = Annotated[int, BeforeValidator(_whole), Field(le=INT64_MAX)]
+
+
 class Camel(BaseModel):
     """A Kubernetes-style spec: camelCase keys, the same in a CRD object and in a file; unknown keys are errors."""
     # NaN and infinity are refused in every number: an object's field never means "unknown" or "unbounded"
     model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True,
                               allow_inf_nan=False, strict=True)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_absent(cls, data: Any) -> Any:
+        # the API server prunes a null field before it fills in defaults (`kubectl apply` stores `statistic:` as
+        # max, `maxGpus: null` as unset): a file reads so too
+        return {k: v for k, v in data.items() if v is not None} if isinstance(data, dict) else data
+
 
 class CapacitySpec(Camel):
     demand_per_gpu: float = Field(gt=0, description="Demand one GPU serves (in the query's unit).")
-    gpus_per_replica: int = Field(1, ge=1, le=1024, description="GPUs each inference replica holds.")
+    gpus_per_replica: Count = Field(1, ge=1, le=1024, description="GPUs each inference replica holds.")
 
 
 class TargetSpec(Camel):
@@ -94,10 +113,10 @@ class PolicySpec(Camel):
                                       "1 - objective.maxShortSteps (the rises the objective lets go short); 0: "
                                       "warmBuffer alone.")
     scale_in_delay: str = Field("10m", description="Observed demand keeps its GPUs this long (Go duration).")
-    min_gpus: int = Field(0, ge=0)
-    max_gpus: int | None = Field(None, ge=1)
-    margin_gpus: int = Field(0, ge=0, description="GPUs added to the forecast's reservation.")
-    headroom_floor_gpus: int = Field(0, ge=0, description="Preemption headroom kept at least this large.")
+    min_gpus: Count = Field(0, ge=0)
+    max_gpus: Count | None = Field(None, ge=1)
+    margin_gpus: Count = Field(0, ge=0, description="GPUs added to the forecast's reservation.")
+    headroom_floor_gpus: Count = Field(0, ge=0, description="Preemption headroom kept at least this large.")
     reclaim_deadline: str = Field("5m", description="How fast lent GPUs must come back from training (Go duration).")
     target: TargetSpec
     inference_cluster_queue: str | None = Field(None, min_length=1, description="Kueue ClusterQueue of the inference "
@@ -186,7 +205,11 @@ def policy_duration(value: str) -> str:
     if not (isinstance(value, str) and re.fullmatch(DURATION_PATTERN, value)):
         raise ValueError(f"{value!r} is not a Go duration like 90s, 10m or 1h30m (units ms, s, m, h, as the CRD takes "
                          "them: a day is 24h)")
-    if duration(value) > duration("24h"):
+    try:
+        too_long = duration(value) > duration("24h")
+    except OutOfBoundsTimedelta:  # longer than pandas holds (about 292 years)
+        too_long = True
+    if too_long:
         raise ValueError(f"{value} is longer than a day")
     return value
 
