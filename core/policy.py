@@ -21,7 +21,7 @@ from pydantic.alias_generators import to_camel
 from core.errors import ConfigError
 from core.objects import TargetRef
 from core.units import UTC, check_statistic, check_timezone, duration
-from core.yamlfile import RepeatedKeys
+from core.yamlfile import KubectlLoader, RepeatedKeys
 from core.yamlfile import documents as yaml_documents
 
 API_VERSION, KIND = "headroom.dev/v1alpha1", "ReservationPolicy"
@@ -253,7 +253,8 @@ def load_manifests(path: str | Path) -> list[dict[str, Any]]:
     file, the document and the field path."""
     source = str(path)
     try:
-        documents = [d for d in yaml_documents(Path(path).read_text(encoding="utf-8-sig")) if d is not None]
+        text = Path(path).read_text(encoding="utf-8-sig")
+        documents = [d for d in yaml_documents(text, KubectlLoader) if d is not None]
     except OSError as exc:
         raise ConfigError(source, [f"cannot read file: {exc.strerror or exc}"]) from None
     except RepeatedKeys as exc:

@@ -1,6 +1,7 @@
 """YAML read as a configuration or a manifest: every document, and no key given twice."""
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
@@ -14,22 +15,44 @@ class RepeatedKeys(ValueError):
         super().__init__("\n".join(errors))
 
 
-def documents(text: str) -> list[Any]:
+class KubectlLoader(yaml.SafeLoader):
+    """A Kubernetes manifest's plain scalars typed as kubectl types them (Go's YAML library), not as PyYAML's YAML
+    1.1: 1e3 and 5e-1 numbers, y and n booleans, 0o17 an integer, 1:30 and 2026-05-04 strings. A manifest simulate
+    runs is then the object `kubectl apply` sends, and one kubectl refuses (a target named y) simulate refuses too."""
+
+    bool_values = {**yaml.SafeLoader.bool_values, "y": True, "n": False}
+
+
+_GO_TYPED = {"tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float",
+             "tag:yaml.org,2002:timestamp", "tag:yaml.org,2002:value"}
+KubectlLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag not in _GO_TYPED]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+for _tag, _pattern, _first in (  # gopkg.in/yaml.v2's resolve.go, underscores allowed in numbers as it allows them
+        ("bool", r"y|Y|yes|Yes|YES|n|N|no|No|NO|true|True|TRUE|false|False|FALSE|on|On|ON|off|Off|OFF", "yYnNtTfFoO"),
+        ("int", r"[-+]?(0b[01_]+|0o[0-7_]+|0x[0-9a-fA-F_]+|0[0-7_]*|[1-9][0-9_]*)", "-+0123456789"),
+        ("float", r"[-+]?(\.[0-9_]+|[0-9][0-9_]*(\.[0-9_]*)?)([eE][-+]?[0-9]+)?|[-+]?\.(inf|Inf|INF)|\.(nan|NaN|NAN)",
+         "-+.0123456789")):
+    KubectlLoader.add_implicit_resolver(f"tag:yaml.org,2002:{_tag}", re.compile(f"^({_pattern})$"), list(_first))
+
+
+def documents(text: str, loader: type[yaml.SafeLoader] = yaml.SafeLoader) -> list[Any]:
     """Every document in `text` (safe: plain data only, nothing runs). A key given twice in one mapping is an
     error naming its path and lines: YAML libraries keep the last value silently (PyYAML does), so a setting
-    would run with a value nobody may have meant, where `kubectl apply` refuses such a manifest."""
-    loader = yaml.SafeLoader(text)
+    would run with a value nobody may have meant, where `kubectl apply` refuses such a manifest. `loader`:
+    KubectlLoader for a Kubernetes manifest."""
+    reader = loader(text)
     try:
         nodes: list[yaml.Node] = []
-        while loader.check_node():
-            nodes.append(loader.get_node())  # type: ignore[arg-type]  # not None after check_node
+        while reader.check_node():
+            nodes.append(reader.get_node())  # type: ignore[arg-type]  # not None after check_node
         repeated = [f"document {i + 1}: {line}" if len(nodes) > 1 else line
                     for i, node in enumerate(nodes) for line in _repeated_keys(node, "", set())]
         if repeated:
             raise RepeatedKeys(repeated)
-        return [loader.construct_document(node) for node in nodes]
+        return [reader.construct_document(node) for node in nodes]
     finally:
-        loader.dispose()
+        reader.dispose()
 
 
 def _repeated_keys(node: yaml.Node, path: str, seen: set[int]) -> list[str]:

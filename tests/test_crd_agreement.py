@@ -8,6 +8,8 @@ missing required fields, unknown fields, empty and repeated list items), created
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from typing import Any, Literal, get_args, get_origin
 
 import pytest
@@ -164,9 +166,13 @@ def policy(name: str, spec: dict) -> dict:
 
 
 def read_as_simulate(tmp_path, body: dict) -> PolicySpec | list[str]:
-    """The spec `headroom simulate --policy-file P` runs (cli/simulate.py), or its errors."""
     path = tmp_path / "policy.yaml"
     path.write_text(yaml.safe_dump(body, sort_keys=False))
+    return simulate_reads(path)
+
+
+def simulate_reads(path) -> PolicySpec | list[str]:
+    """The spec `headroom simulate --policy-file P` runs (cli/simulate.py), or its errors."""
     try:
         (obj,) = load_manifests(path)
     except ConfigError as exc:
@@ -272,3 +278,36 @@ def test_the_crd_bounds_each_field_as_core_policy_does(crd_dir):
     """One definition of each field's bounds, lengths and choices: kubectl refuses up front what the controller would
     (the property above asks the server; this names the field whose bound went astray)."""
     assert bounds_otherwise(PolicySpec, spec_schema(crd_dir), "spec") == []
+
+
+# --------------------------------------------------------------------------- the same YAML, read by kubectl
+@pytest.mark.parametrize("line", [
+    "minGpus: 1.0", "statistic:", "objective: null", "warmBuffer: .5", "warmBuffer: 1.", "marginGpus: +1",
+    "capacity: {demandPerGpu: 1e3}", "capacity: {demandPerGpu: 1.5e3}", "capacity: {demandPerGpu: 2.5E-1}",
+    "targetQuantile: 5e-1", "capacity: {demandPerGpu: 0x10}", "capacity: {demandPerGpu: .inf}",
+    "target: {kind: Deployment, name: y}", "target: {kind: Deployment, name: 0o17}",
+    "target: {kind: Deployment, name: 0b11}", "target: {kind: Deployment, name: 1_000}", "inferenceClusterQueue: n",
+    "inferenceClusterQueue: off", "inferenceClusterQueue: ~", "query: 1:30", "query: '='", "leadTime: 1:30",
+    "timezone: Etc/GMT+5", "mode: 'on'",
+])
+def test_kubectl_and_simulate_read_a_policy_file_alike(kube_server, kube_admin, tmp_path, line):
+    """`kubectl apply -f P` takes a file exactly when `simulate --policy-file P` does, and stores the spec simulate
+    runs: kubectl reads YAML as Go's YAML library does (1e3 a number, y a boolean, 0o17 an integer), not as
+    PyYAML's YAML 1.1."""
+    kubectl = shutil.which("kubectl")
+    if not kubectl:
+        pytest.skip("kubectl not installed")
+    fields = {"query": "query: q", "capacity": "capacity: {demandPerGpu: 1}",
+              "target": "target: {kind: Deployment, name: d}", line.split(":")[0]: line}
+    path = tmp_path / "policy.yaml"
+    path.write_text(f"apiVersion: {API_VERSION}\nkind: {KIND}\nmetadata: {{name: kubectl-agreement, namespace: {NS}}}\n"
+                    "spec:\n" + "".join(f"  {f}\n" for f in fields.values()))
+    ran = subprocess.run([kubectl, "--kubeconfig", str(kube_server.apiserver.kubeconfig(tmp_path / "kubeconfig")),
+                          "apply", "--dry-run=server", "-o", "json", "-f", str(path)],
+                         capture_output=True, text=True, timeout=60)
+    file = simulate_reads(path)
+    if ran.returncode != 0:
+        assert not isinstance(file, PolicySpec), f"simulate runs what kubectl refuses: {ran.stderr}"
+        return
+    assert isinstance(file, PolicySpec), f"kubectl takes what simulate refuses: {file}"
+    assert PolicySpec.model_validate(json.loads(ran.stdout)["spec"]) == file
