@@ -26,6 +26,7 @@ from core.yamlfile import documents as yaml_documents
 
 API_VERSION, KIND = "headroom.dev/v1alpha1", "ReservationPolicy"
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"  # a policy's name and namespace, as Kubernetes takes them (DNS label)
+NAME_LENGTH = {"name": 253, "namespace": 63}  # the API server's longest object name and namespace
 # what the CRD's schema takes (deploy/crds, tests/test_sameness_real.py holds the two alike): a spec headroom runs is
 # one `kubectl apply` takes. Go durations (no d or w, which a configuration's Prometheus durations take), and pNN
 # percentiles written plainly from p1 to p100.
@@ -283,9 +284,10 @@ def load_manifests(path: str | Path) -> list[dict[str, Any]]:
         if unknown:  # a misspelt key would be dropped silently (kubectl apply refuses it)
             errors += unknown
             continue
-        bad = [f"{prefix}metadata.{k}: {meta[k]!r} is not a lowercase DNS label (a-z, 0-9, '-')"
-               for k in ("name", "namespace")
-               if k in meta and not (isinstance(meta[k], str) and re.fullmatch(NAME_PATTERN, meta[k]))]
+        bad = [f"{prefix}metadata.{k}: {meta[k]!r} is not a lowercase DNS label (a-z, 0-9, '-') of at most {most} "
+               "characters" for k, most in NAME_LENGTH.items()
+               if k in meta and not (isinstance(meta[k], str) and re.fullmatch(NAME_PATTERN, meta[k])
+                                     and len(meta[k]) <= most)]
         if bad:
             errors += bad
             continue

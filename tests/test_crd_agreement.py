@@ -372,3 +372,14 @@ def test_a_manifest_s_plain_scalars_are_typed_as_kubectl_types_them(kube_server,
             list(zip(scalars, samples, theirs, strict=True))
 
     alike()
+
+
+@pytest.mark.parametrize("name", ["a", "a-b", 63 * "a", 64 * "a", 253 * "a", 254 * "a", "a.b", "A", "-a", "a_b"])
+def test_a_policy_s_name_simulate_takes_is_one_the_api_server_takes(kube_admin, tmp_path, name):
+    """metadata.name: simulate runs no manifest `kubectl apply` refuses."""
+    body = policy(name, {"query": "q", "capacity": {"demandPerGpu": 1}, "target": {"kind": "Deployment", "name": "d"}})
+    file = read_as_simulate(tmp_path, body)
+    try:
+        kube_admin.create(RP, body, dry_run=True)
+    except ClusterError as exc:
+        assert not isinstance(file, PolicySpec), f"simulate runs what the API server refuses: {exc}"
