@@ -26,7 +26,6 @@ from core.yamlfile import documents as yaml_documents
 
 API_VERSION, KIND = "headroom.dev/v1alpha1", "ReservationPolicy"
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"  # a policy's name and namespace, as Kubernetes takes them (DNS label)
-NAME_LENGTH = {"name": 253, "namespace": 63}  # the API server's longest object name and namespace
 # what the CRD's schema takes (deploy/crds, tests/test_sameness_real.py holds the two alike): a spec headroom runs is
 # one `kubectl apply` takes. Go durations (no d or w, which a configuration's Prometheus durations take), and pNN
 # percentiles written plainly from p1 to p100.
@@ -244,9 +243,47 @@ def manifest(name: str, namespace: str, spec: PolicySpec) -> dict[str, Any]:
 
 
 OBJECT_FIELDS = {"apiVersion", "kind", "metadata", "spec", "status"}
-METADATA_FIELDS = {"name", "namespace", "labels", "annotations", "uid", "resourceVersion", "generation",
-                   "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "finalizers",
-                   "ownerReferences", "managedFields", "generateName", "selfLink"}  # Kubernetes' ObjectMeta
+# a label's or an annotation's key, a finalizer: an optional DNS subdomain and '/', then a name of 1-63 characters
+QUALIFIED_NAME = (r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                  r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+QualifiedName = Annotated[str, Field(pattern=QUALIFIED_NAME)]
+LabelValue = Annotated[str, Field(max_length=63, pattern=r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")]
+Rfc3339 = Annotated[str, Field(pattern=r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?"
+                                       r"(Z|[+-][0-9]{2}:[0-9]{2})$")]
+NonEmpty = Annotated[str, Field(min_length=1)]
+
+
+class OwnerReference(Camel):
+    api_version: NonEmpty
+    kind: NonEmpty
+    name: NonEmpty
+    uid: NonEmpty
+    controller: bool | None = None
+    block_owner_deletion: bool | None = None
+
+
+class ObjectMeta(Camel):
+    """Kubernetes' ObjectMeta as the API server decodes and checks it: a file `kubectl apply` refuses for its metadata
+    (a label value with a space, a number where a string goes) simulate refuses too. name and namespace are checked
+    apart (load_manifests), as DNS labels: here, their lengths."""
+    name: str = Field(max_length=253)
+    namespace: str | None = Field(None, max_length=63)
+    labels: dict[QualifiedName, LabelValue] | None = None
+    annotations: dict[QualifiedName, str] | None = None
+    finalizers: list[QualifiedName] | None = None
+    generate_name: str | None = None
+    uid: str | None = None
+    resource_version: str | None = None
+    self_link: str | None = None
+    generation: int | None = None
+    creation_timestamp: Rfc3339 | None = None
+    deletion_timestamp: Rfc3339 | None = None
+    deletion_grace_period_seconds: int | None = None
+    owner_references: list[OwnerReference] | None = None
+    managed_fields: list[dict[str, Any]] | None = None
+
+
+METADATA_FIELDS = {f.alias for f in ObjectMeta.model_fields.values()}
 
 
 def load_manifests(path: str | Path) -> list[dict[str, Any]]:
@@ -284,17 +321,20 @@ def load_manifests(path: str | Path) -> list[dict[str, Any]]:
         if unknown:  # a misspelt key would be dropped silently (kubectl apply refuses it)
             errors += unknown
             continue
-        bad = [f"{prefix}metadata.{k}: {meta[k]!r} is not a lowercase DNS label (a-z, 0-9, '-') of at most {most} "
-               "characters" for k, most in NAME_LENGTH.items()
-               if k in meta and not (isinstance(meta[k], str) and re.fullmatch(NAME_PATTERN, meta[k])
-                                     and len(meta[k]) <= most)]
+        bad = [f"{prefix}metadata.{k}: {meta[k]!r} is not a lowercase DNS label (a-z, 0-9, '-')"
+               for k in ("name", "namespace")
+               if k in meta and not (isinstance(meta[k], str) and re.fullmatch(NAME_PATTERN, meta[k]))]
         if bad:
             errors += bad
             continue
-        try:
-            PolicySpec.model_validate(doc.get("spec"))
-        except ValidationError as exc:
-            errors += [prefix + e for e in field_errors(exc, "spec")]
+        invalid = []
+        for model, value, path in ((ObjectMeta, meta, "metadata"), (PolicySpec, doc.get("spec"), "spec")):
+            try:
+                model.model_validate(value)
+            except ValidationError as exc:
+                invalid += [prefix + e for e in field_errors(exc, path)]
+        if invalid:
+            errors += invalid
             continue
         objects.append({**doc, "metadata": {"namespace": "default", **meta}})
     keys = [(o["metadata"]["namespace"], o["metadata"]["name"]) for o in objects]

@@ -380,3 +380,22 @@ def test_a_policy_s_name_simulate_takes_is_one_the_api_server_takes(kube_admin, 
         kube_admin.create(RP, body, dry_run=True)
     except ClusterError as exc:
         assert not isinstance(file, PolicySpec), f"simulate runs what the API server refuses: {exc}"
+
+
+@pytest.mark.parametrize("metadata", [
+    {"labels": {"app": "chat"}}, {"labels": {"app": "b c"}}, {"labels": {"app": 5}}, {"labels": {"b c": "x"}},
+    {"labels": {"app": 64 * "a"}}, {"labels": None}, {"labels": []}, {"annotations": {"note": "any text: at all"}},
+    {"annotations": {"note": 5}}, {"annotations": {"b c": "x"}}, {"finalizers": ["example.com/keep"]},
+    {"finalizers": ["b c"]}, {"generateName": "x-"}, {"uid": 5}, {"creationTimestamp": "yesterday"},
+    {"resourceVersion": "1"}, {"ownerReferences": [{}]}, {"generation": "x"},
+])
+def test_a_policy_s_metadata_simulate_takes_is_one_the_api_server_takes(kube_admin, tmp_path, metadata):
+    """metadata beside the name: simulate runs no manifest `kubectl apply` refuses."""
+    body = policy("crd-agreement-meta", {"query": "q", "capacity": {"demandPerGpu": 1},
+                                         "target": {"kind": "Deployment", "name": "d"}})
+    body["metadata"].update(metadata)
+    file = read_as_simulate(tmp_path, body)
+    try:
+        kube_admin.create(RP, body, dry_run=True)
+    except ClusterError as exc:
+        assert not isinstance(file, PolicySpec), f"simulate runs what the API server refuses: {exc}"
