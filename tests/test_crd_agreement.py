@@ -399,3 +399,30 @@ def test_a_policy_s_metadata_simulate_takes_is_one_the_api_server_takes(kube_adm
         kube_admin.create(RP, body, dry_run=True)
     except ClusterError as exc:
         assert not isinstance(file, PolicySpec), f"simulate runs what the API server refuses: {exc}"
+
+
+_LABEL_TEXT = st.text("aZ09-_. /", max_size=8)
+_LABEL_KEY = st.one_of(_LABEL_TEXT, st.builds("/".join, st.tuples(_LABEL_TEXT, _LABEL_TEXT)),
+                       st.sampled_from([63 * "a", 64 * "a", "a" + 62 * "b" + "c", "example.com/" + 63 * "a"]))
+
+
+def test_labels_annotations_and_finalizers_simulate_takes_are_ones_the_api_server_takes(kube_admin, tmp_path_factory):
+    """Keys and values near Kubernetes' rules for them (prefixes, lengths, the characters allowed at each end)."""
+    tmp_path = tmp_path_factory.mktemp("labels")
+    spec = {"query": "q", "capacity": {"demandPerGpu": 1}, "target": {"kind": "Deployment", "name": "d"}}
+
+    @settings(max_examples=80, deadline=None)
+    @given(st.sampled_from(["labels", "annotations", "finalizers"]), _LABEL_KEY,
+           st.one_of(_LABEL_TEXT, st.sampled_from([63 * "a", 64 * "a"])))
+    def alike(field: str, key: str, value: str) -> None:
+        body = policy("crd-agreement-labels", spec)
+        body["metadata"][field] = [key] if field == "finalizers" else {key: value}
+        file = read_as_simulate(tmp_path, body)
+        try:
+            kube_admin.create(RP, body, dry_run=True)
+        except ClusterError as exc:
+            assert not isinstance(file, PolicySpec), f"simulate runs what the API server refuses: {exc}"
+            return
+        assert isinstance(file, PolicySpec), f"the API server takes what simulate refuses: {file}"
+
+    alike()
