@@ -247,6 +247,7 @@ OBJECT_FIELDS = {"apiVersion", "kind", "metadata", "spec", "status"}
 QUALIFIED_NAME = (r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
                   r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 QualifiedName = Annotated[str, Field(pattern=QUALIFIED_NAME)]
+AnnotationKey = Annotated[str, Field(pattern="(?i)" + QUALIFIED_NAME)]  # checked lower-cased by the API server
 LabelValue = Annotated[str, Field(max_length=63, pattern=r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")]
 Rfc3339 = Annotated[str, Field(pattern=r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?"
                                        r"(Z|[+-][0-9]{2}:[0-9]{2})$")]
@@ -269,7 +270,7 @@ class ObjectMeta(Camel):
     name: str = Field(max_length=253)
     namespace: str | None = Field(None, max_length=63)
     labels: dict[QualifiedName, LabelValue] | None = None
-    annotations: dict[QualifiedName, str] | None = None
+    annotations: dict[AnnotationKey, str] | None = None
     finalizers: list[QualifiedName] | None = None
     generate_name: str | None = None
     uid: str | None = None
