@@ -248,7 +248,9 @@ QUALIFIED_NAME = (r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9
                   r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 QualifiedName = Annotated[str, Field(pattern=QUALIFIED_NAME)]
 AnnotationKey = Annotated[str, Field(pattern="(?i)" + QUALIFIED_NAME)]  # checked lower-cased by the API server
-LabelValue = Annotated[str, Field(max_length=63, pattern=r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")]
+# a null label or annotation value is the empty string to the API server (Go's map of strings)
+MetaText = Annotated[str, BeforeValidator(lambda value: "" if value is None else value)]
+LabelValue = Annotated[MetaText, Field(max_length=63, pattern=r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")]
 Rfc3339 = Annotated[str, Field(pattern=r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?"
                                        r"(Z|[+-][0-9]{2}:[0-9]{2})$")]
 NonEmpty = Annotated[str, Field(min_length=1)]
@@ -270,16 +272,16 @@ class ObjectMeta(Camel):
     name: str = Field(max_length=253)
     namespace: str | None = Field(None, max_length=63)
     labels: dict[QualifiedName, LabelValue] | None = None
-    annotations: dict[AnnotationKey, str] | None = None
+    annotations: dict[AnnotationKey, MetaText] | None = None
     finalizers: list[QualifiedName] | None = None
     generate_name: str | None = None
     uid: str | None = None
     resource_version: str | None = None
     self_link: str | None = None
-    generation: int | None = None
+    generation: Count | None = None
     creation_timestamp: Rfc3339 | None = None
     deletion_timestamp: Rfc3339 | None = None
-    deletion_grace_period_seconds: int | None = None
+    deletion_grace_period_seconds: Count | None = None
     owner_references: list[OwnerReference] | None = None
     managed_fields: list[dict[str, Any]] | None = None
 
@@ -323,8 +325,8 @@ def load_manifests(path: str | Path) -> list[dict[str, Any]]:
             errors += unknown
             continue
         bad = [f"{prefix}metadata.{k}: {meta[k]!r} is not a lowercase DNS label (a-z, 0-9, '-')"
-               for k in ("name", "namespace")
-               if k in meta and not (isinstance(meta[k], str) and re.fullmatch(NAME_PATTERN, meta[k]))]
+               for k in ("name", "namespace")  # a null namespace is the default one, as kubectl takes it
+               if meta.get(k) is not None and not (isinstance(meta[k], str) and re.fullmatch(NAME_PATTERN, meta[k]))]
         if bad:
             errors += bad
             continue
@@ -337,7 +339,7 @@ def load_manifests(path: str | Path) -> list[dict[str, Any]]:
         if invalid:
             errors += invalid
             continue
-        objects.append({**doc, "metadata": {"namespace": "default", **meta}})
+        objects.append({**doc, "metadata": {**meta, "namespace": meta.get("namespace") or "default"}})
     keys = [(o["metadata"]["namespace"], o["metadata"]["name"]) for o in objects]
     if len(set(keys)) != len(keys):
         errors.append("metadata: two policies with the same namespace/name")
