@@ -4,6 +4,7 @@ A file `headroom simulate --policy-file P` (and `tune --write-policy`) takes is 
 unchanged, and `headroom run` reads the object the API server stored exactly as simulate reads the file. Specs are
 drawn from the CRD's own schema: valid values, and near-invalid ones (each bound and one past it, wrong types, nulls,
 missing required fields, unknown fields, empty and repeated list items), created with `dryRun=All` (nothing stored).
+Then the same file as kubectl reads it (Go's YAML typing of plain scalars), and the object's metadata.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from core.errors import ClusterError, ConfigError
 from core.objects import ObjectRef
 from core.policy import API_VERSION, DURATION_PATTERN, INT64_MAX, KIND, STATISTIC_PATTERN, PolicySpec, load_manifests
 from core.units import TIMEZONE_PATTERN
+from core.yamlfile import KubectlLoader, documents
 from tests.servers.fixtures import crd_documents
 
 NS = "default"  # a dry run needs a namespace that exists
@@ -287,7 +289,8 @@ def test_the_crd_bounds_each_field_as_core_policy_does(crd_dir):
     "inferenceClusterQueue: off", "inferenceClusterQueue: ~", "query: 1:30", "query: '='", "leadTime: 1:30",
     "timezone: Etc/GMT+5", "mode: 'on'",
 ])
-def test_kubectl_and_simulate_read_a_policy_file_alike(kube_server, kube_admin, tmp_path, line):
+@pytest.mark.usefixtures("kube_admin")  # the CRD installed
+def test_kubectl_and_simulate_read_a_policy_file_alike(kube_server, tmp_path, line):
     """`kubectl apply -f P` takes a file exactly when `simulate --policy-file P` does, and stores the spec simulate
     runs: kubectl reads YAML as Go's YAML library does (1e3 a number, y a boolean, 0o17 an integer), not as
     PyYAML's YAML 1.1."""
@@ -337,11 +340,10 @@ SCALAR = st.one_of(
     st.text("0123456789+-._:eEobxXyYnNtrufalsOo~", min_size=1, max_size=7))
 
 
-def test_a_manifest_s_plain_scalars_are_typed_as_kubectl_types_them(kube_server, kube_admin, tmp_path_factory):
+@pytest.mark.usefixtures("kube_admin")  # the CRD installed: kubectl looks its kind up
+def test_a_manifest_s_plain_scalars_are_typed_as_kubectl_types_them(kube_server, tmp_path_factory):
     """Every plain scalar of a manifest (numbers, booleans, octal and binary integers, underscores, sexagesimal and
     date-like forms) reads as kubectl's YAML library reads it: of the same kind, and the same value."""
-    from core.yamlfile import KubectlLoader, documents
-
     kubectl = shutil.which("kubectl")
     if not kubectl:
         pytest.skip("kubectl not installed")
@@ -373,13 +375,16 @@ def test_a_manifest_s_plain_scalars_are_typed_as_kubectl_types_them(kube_server,
 
 @pytest.mark.parametrize("name", ["a", "a-b", 63 * "a", 64 * "a", 253 * "a", 254 * "a", "a.b", "A", "-a", "a_b"])
 def test_a_policy_s_name_simulate_takes_is_one_the_api_server_takes(kube_admin, tmp_path, name):
-    """metadata.name: simulate runs no manifest `kubectl apply` refuses."""
+    """metadata.name: simulate runs no manifest `kubectl apply` refuses, and takes every one it takes but a name
+    with a dot: a policy's name is a DNS label to headroom, where the API server takes a subdomain."""
     body = policy(name, {"query": "q", "capacity": {"demandPerGpu": 1}, "target": {"kind": "Deployment", "name": "d"}})
     file = read_as_simulate(tmp_path, body)
     try:
         kube_admin.create(RP, body, dry_run=True)
     except ClusterError as exc:
         assert not isinstance(file, PolicySpec), f"simulate runs what the API server refuses: {exc}"
+        return
+    assert isinstance(file, PolicySpec) or ("." in name and "is not a lowercase DNS label" in file[0]), file
 
 
 @pytest.mark.parametrize("metadata", [
@@ -391,7 +396,7 @@ def test_a_policy_s_name_simulate_takes_is_one_the_api_server_takes(kube_admin, 
     {"labels": {"app": None}}, {"annotations": {"note": None}}, {"uid": None}, {"generation": 1.0},
 ])
 def test_a_policy_s_metadata_simulate_takes_is_one_the_api_server_takes(kube_admin, tmp_path, metadata):
-    """metadata beside the name: simulate runs no manifest `kubectl apply` refuses."""
+    """metadata beside the name: simulate takes a manifest exactly when `kubectl apply` does."""
     body = policy("crd-agreement-meta", {"query": "q", "capacity": {"demandPerGpu": 1},
                                          "target": {"kind": "Deployment", "name": "d"}})
     body["metadata"].update(metadata)
