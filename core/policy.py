@@ -11,16 +11,17 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pandas.errors import OutOfBoundsTimedelta
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from core.errors import ConfigError
 from core.objects import TargetRef
 from core.units import UTC, check_statistic, check_timezone, duration
-from core.yamlfile import RepeatedKeys
+from core.yamlfile import KubectlLoader, RepeatedKeys
 from core.yamlfile import documents as yaml_documents
 
 API_VERSION, KIND = "headroom.dev/v1alpha1", "ReservationPolicy"
@@ -34,16 +35,34 @@ Forecaster = Literal["auto", "seasonal-naive", "reactive", "static"]
 FORECASTERS: tuple[str, ...] = get_args(Forecaster)
 
 
+def _whole(value: Any) -> Any:
+    """A whole float as the integer it is: the API server takes 1.0 for an integer field, and stores 1 (a float from
+    2**53 on it refuses: not every integer there is a float)."""
+    return int(value) if isinstance(value, float) and value.is_integer() and abs(value) < 2**53 else value
+
+
+INT64_MAX = 2**63 - 1  # an integer field's largest value in a Kubernetes object
+# an integer field: as the API server takes it, a whole number up to int64's largest
+Count = Annotated[int, BeforeValidator(_whole), Field(le=INT64_MAX)]
+
+
 class Camel(BaseModel):
     """A Kubernetes-style spec: camelCase keys, the same in a CRD object and in a file; unknown keys are errors."""
     # NaN and infinity are refused in every number: an object's field never means "unknown" or "unbounded"
     model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True,
                               allow_inf_nan=False, strict=True)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_absent(cls, data: Any) -> Any:
+        # the API server prunes a null field before it fills in defaults (`kubectl apply` stores `statistic:` as
+        # max, `maxGpus: null` as unset): a file reads so too
+        return {k: v for k, v in data.items() if v is not None} if isinstance(data, dict) else data
+
 
 class CapacitySpec(Camel):
     demand_per_gpu: float = Field(gt=0, description="Demand one GPU serves (in the query's unit).")
-    gpus_per_replica: int = Field(1, ge=1, le=1024, description="GPUs each inference replica holds.")
+    gpus_per_replica: Count = Field(1, ge=1, le=1024, description="GPUs each inference replica holds.")
 
 
 class TargetSpec(Camel):
@@ -94,10 +113,10 @@ class PolicySpec(Camel):
                                       "1 - objective.maxShortSteps (the rises the objective lets go short); 0: "
                                       "warmBuffer alone.")
     scale_in_delay: str = Field("10m", description="Observed demand keeps its GPUs this long (Go duration).")
-    min_gpus: int = Field(0, ge=0)
-    max_gpus: int | None = Field(None, ge=1)
-    margin_gpus: int = Field(0, ge=0, description="GPUs added to the forecast's reservation.")
-    headroom_floor_gpus: int = Field(0, ge=0, description="Preemption headroom kept at least this large.")
+    min_gpus: Count = Field(0, ge=0)
+    max_gpus: Count | None = Field(None, ge=1)
+    margin_gpus: Count = Field(0, ge=0, description="GPUs added to the forecast's reservation.")
+    headroom_floor_gpus: Count = Field(0, ge=0, description="Preemption headroom kept at least this large.")
     reclaim_deadline: str = Field("5m", description="How fast lent GPUs must come back from training (Go duration).")
     target: TargetSpec
     inference_cluster_queue: str | None = Field(None, min_length=1, description="Kueue ClusterQueue of the inference "
@@ -186,7 +205,11 @@ def policy_duration(value: str) -> str:
     if not (isinstance(value, str) and re.fullmatch(DURATION_PATTERN, value)):
         raise ValueError(f"{value!r} is not a Go duration like 90s, 10m or 1h30m (units ms, s, m, h, as the CRD takes "
                          "them: a day is 24h)")
-    if duration(value) > duration("24h"):
+    try:
+        too_long = duration(value) > duration("24h")
+    except OutOfBoundsTimedelta:  # longer than pandas holds (about 292 years)
+        too_long = True
+    if too_long:
         raise ValueError(f"{value} is longer than a day")
     return value
 
@@ -220,9 +243,50 @@ def manifest(name: str, namespace: str, spec: PolicySpec) -> dict[str, Any]:
 
 
 OBJECT_FIELDS = {"apiVersion", "kind", "metadata", "spec", "status"}
-METADATA_FIELDS = {"name", "namespace", "labels", "annotations", "uid", "resourceVersion", "generation",
-                   "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "finalizers",
-                   "ownerReferences", "managedFields", "generateName", "selfLink"}  # Kubernetes' ObjectMeta
+# a label's or an annotation's key, a finalizer: an optional DNS subdomain and '/', then a name of 1-63 characters
+QUALIFIED_NAME = (r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                  r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+QualifiedName = Annotated[str, Field(pattern=QUALIFIED_NAME)]
+AnnotationKey = Annotated[str, Field(pattern="(?i)" + QUALIFIED_NAME)]  # checked lower-cased by the API server
+# a null label or annotation value is the empty string to the API server (Go's map of strings)
+MetaText = Annotated[str, BeforeValidator(lambda value: "" if value is None else value)]
+LabelValue = Annotated[MetaText, Field(max_length=63, pattern=r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")]
+Rfc3339 = Annotated[str, Field(pattern=r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?"
+                                       r"(Z|[+-][0-9]{2}:[0-9]{2})$")]
+NonEmpty = Annotated[str, Field(min_length=1)]
+
+
+class OwnerReference(Camel):
+    api_version: NonEmpty
+    kind: NonEmpty
+    name: NonEmpty
+    uid: NonEmpty
+    controller: bool | None = None
+    block_owner_deletion: bool | None = None
+
+
+class ObjectMeta(Camel):
+    """Kubernetes' ObjectMeta as the API server decodes and checks it: a file `kubectl apply` refuses for its metadata
+    (a label value with a space, a number where a string goes) simulate refuses too. name and namespace are checked
+    apart (load_manifests), as DNS labels: here, their lengths."""
+    name: str = Field(max_length=253)
+    namespace: str | None = Field(None, max_length=63)
+    labels: dict[QualifiedName, LabelValue] | None = None
+    annotations: dict[AnnotationKey, MetaText] | None = None
+    finalizers: list[QualifiedName] | None = None
+    generate_name: str | None = None
+    uid: str | None = None
+    resource_version: str | None = None
+    self_link: str | None = None
+    generation: Count | None = None
+    creation_timestamp: Rfc3339 | None = None
+    deletion_timestamp: Rfc3339 | None = None
+    deletion_grace_period_seconds: Count | None = None
+    owner_references: list[OwnerReference] | None = None
+    managed_fields: list[dict[str, Any]] | None = None
+
+
+METADATA_FIELDS = {f.alias for f in ObjectMeta.model_fields.values()}
 
 
 def load_manifests(path: str | Path) -> list[dict[str, Any]]:
@@ -230,7 +294,8 @@ def load_manifests(path: str | Path) -> list[dict[str, Any]]:
     file, the document and the field path."""
     source = str(path)
     try:
-        documents = [d for d in yaml_documents(Path(path).read_text(encoding="utf-8-sig")) if d is not None]
+        text = Path(path).read_text(encoding="utf-8-sig")
+        documents = [d for d in yaml_documents(text, KubectlLoader) if d is not None]
     except OSError as exc:
         raise ConfigError(source, [f"cannot read file: {exc.strerror or exc}"]) from None
     except RepeatedKeys as exc:
@@ -260,17 +325,21 @@ def load_manifests(path: str | Path) -> list[dict[str, Any]]:
             errors += unknown
             continue
         bad = [f"{prefix}metadata.{k}: {meta[k]!r} is not a lowercase DNS label (a-z, 0-9, '-')"
-               for k in ("name", "namespace")
-               if k in meta and not (isinstance(meta[k], str) and re.fullmatch(NAME_PATTERN, meta[k]))]
+               for k in ("name", "namespace")  # a null namespace is the default one, as kubectl takes it
+               if meta.get(k) is not None and not (isinstance(meta[k], str) and re.fullmatch(NAME_PATTERN, meta[k]))]
         if bad:
             errors += bad
             continue
-        try:
-            PolicySpec.model_validate(doc.get("spec"))
-        except ValidationError as exc:
-            errors += [prefix + e for e in field_errors(exc, "spec")]
+        invalid = []
+        for model, value, path in ((ObjectMeta, meta, "metadata"), (PolicySpec, doc.get("spec"), "spec")):
+            try:
+                model.model_validate(value)
+            except ValidationError as exc:
+                invalid += [prefix + e for e in field_errors(exc, path)]
+        if invalid:
+            errors += invalid
             continue
-        objects.append({**doc, "metadata": {"namespace": "default", **meta}})
+        objects.append({**doc, "metadata": {**meta, "namespace": meta.get("namespace") or "default"}})
     keys = [(o["metadata"]["namespace"], o["metadata"]["name"]) for o in objects]
     if len(set(keys)) != len(keys):
         errors.append("metadata: two policies with the same namespace/name")
