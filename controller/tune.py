@@ -18,13 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
-import yaml
 
 from controller.observe import MIN_FIT_HOURS, default_forecaster
 from controller.simulate import FORECASTER, REFERENCES, Scenario, SharedFits, SimResult, simulate
 from core.files import replace_whole
 from core.policy import ObjectiveSpec, PolicySpec, load_manifests, manifest
 from core.settings import TuneConfig
+from core.yamlfile import KubectlLoader, documents, manifest_text
 from forecast.base import Forecaster
 
 MIN_REPLAY_DAYS = 1.0  # a replay day at least
@@ -172,8 +172,8 @@ def _in_the_way(r: SimResult, replay: Scenario, spec: PolicySpec) -> str:
 def recheck(replay: Scenario, spec: PolicySpec, fits, expected: SimResult) -> SimResult:
     """Replay the policy exactly as a manifest carries it; its numbers must be the sweep's."""
     namespace, name = replay.name.split("/", 1)
-    text = yaml.safe_dump(manifest(name, namespace, spec), sort_keys=False)
-    (loaded,) = [PolicySpec.model_validate(o["spec"]) for o in yaml.safe_load_all(text)]
+    text = manifest_text(manifest(name, namespace, spec))
+    (loaded,) = [PolicySpec.model_validate(o["spec"]) for o in documents(text, KubectlLoader)]
     again = simulate(replay, loaded, fits)
     for k in ("utilization", "shortage_within_cluster", "short_steps"):
         if not math.isclose(getattr(again, k), getattr(expected, k), rel_tol=1e-9, abs_tol=1e-12):
@@ -184,8 +184,7 @@ def recheck(replay: Scenario, spec: PolicySpec, fits, expected: SimResult) -> Si
 
 def write_policy(spec: PolicySpec, path: str | Path, name: str, namespace: str, comment: str) -> Path:
     """The recommendation as a ReservationPolicy manifest; read back to be sure it is one."""
-    text = "".join(f"# {line}\n" for line in comment.splitlines()) + yaml.safe_dump(
-        manifest(name, namespace, spec), sort_keys=False)
+    text = "".join(f"# {line}\n" for line in comment.splitlines()) + manifest_text(manifest(name, namespace, spec))
 
     def write(draft: Path) -> None:
         draft.write_text(text, encoding="utf-8")

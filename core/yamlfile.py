@@ -114,3 +114,21 @@ def _repeated_keys(node: yaml.Node, path: str, seen: set[int]) -> list[str]:
         for i, item in enumerate(node.value):
             out += _repeated_keys(item, f"{path}.{i}" if path else str(i), seen)
     return out
+
+
+class KubectlDumper(yaml.SafeDumper):
+    """Writes a manifest kubectl reads back as written: a string kubectl would type otherwise (y, 1e3, 0o17: Go's
+    YAML, see KubectlLoader) is quoted, where PyYAML quotes only what its own YAML 1.1 would."""
+
+    def represent_str(self, data: str) -> yaml.ScalarNode:
+        if _go_type(data) is not None:
+            return self.represent_scalar("tag:yaml.org,2002:str", data, style='"')
+        return super().represent_str(data)
+
+
+KubectlDumper.add_representer(str, KubectlDumper.represent_str)
+
+
+def manifest_text(obj: Any) -> str:
+    """`obj` as a YAML manifest that kubectl and KubectlLoader read back equal to `obj`, its keys in their order."""
+    return yaml.dump(obj, Dumper=KubectlDumper, sort_keys=False)

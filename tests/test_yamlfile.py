@@ -4,7 +4,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.yamlfile import RepeatedKeys, documents
+from core.yamlfile import KubectlLoader, RepeatedKeys, documents, manifest_text
 
 KEYS = st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), min_size=1, max_size=6)
 SCALARS = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8)
@@ -41,3 +41,21 @@ def test_keys_written_beside_a_merge_override_it_as_yaml_means():
 
 def test_an_integer_key_and_the_string_of_it_are_two_keys():
     assert documents("1: x\n'1': y\n") == [{1: "x", "1": "y"}]
+
+
+# strings Go's YAML (kubectl's) would read as something else, and near misses
+GO_LOOKING = st.sampled_from(["y", "n", "Yes", "off", "1e3", "5e-1", "0o17", "0X1F", "0777", "1_000", "1:30",
+                              "2026-05-04", ".5", "+1", "-0", ".inf", ".NaN", "0b101", "1e", "e3", "0x"]) | st.text(
+    "0123456789eExXoObB._+-:ynYN", min_size=1, max_size=6)
+MANIFEST_SCALARS = st.none() | st.booleans() | st.integers(-2**63, 2**63 - 1) | st.floats(allow_nan=False) | \
+    st.text(max_size=8) | GO_LOOKING
+MANIFESTS = st.recursive(MANIFEST_SCALARS, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
+    KEYS | GO_LOOKING, inner, max_size=4), max_leaves=20)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(KEYS | GO_LOOKING, MANIFESTS, min_size=1, max_size=4))
+def test_a_manifest_headroom_writes_is_read_back_as_written_by_kubectl_s_typing(obj):
+    """`tune --write-policy` wrote with PyYAML, which leaves a string such as y, 1e3 or 0o17 plain: kubectl reads it
+    as a boolean or a number (a policy named 1e3 was a file kubectl refused)."""
+    assert documents(manifest_text(obj), KubectlLoader) == [obj]
