@@ -25,7 +25,7 @@ from core.errors import ClusterError, ConfigError
 from core.objects import ObjectRef
 from core.policy import API_VERSION, DURATION_PATTERN, INT64_MAX, KIND, STATISTIC_PATTERN, PolicySpec, load_manifests
 from core.units import TIMEZONE_PATTERN
-from core.yamlfile import KubectlLoader, documents
+from core.yamlfile import KubectlLoader, documents, manifest_text
 from tests.servers.fixtures import crd_documents
 
 NS = "default"  # a dry run needs a namespace that exists
@@ -169,7 +169,7 @@ def policy(name: str, spec: dict) -> dict:
 
 def read_as_simulate(tmp_path, body: dict) -> PolicySpec | list[str]:
     path = tmp_path / "policy.yaml"
-    path.write_text(yaml.safe_dump(body, sort_keys=False))
+    path.write_text(manifest_text(body))  # the file kubectl reads as `body` (PyYAML left a key 09 plain: Go's 9.0)
     return simulate_reads(path)
 
 
