@@ -173,6 +173,18 @@ def read_as_simulate(tmp_path, body: dict) -> PolicySpec | list[str]:
     return simulate_reads(path)
 
 
+def where_the_server_takes(kube_admin, tmp_path, body: dict) -> PolicySpec | list[str] | None:
+    """What simulate reads from `body`'s file where the API server takes `body` (a dry run); None where both refuse
+    it (simulate running what the server refuses fails the test here)."""
+    file = read_as_simulate(tmp_path, body)
+    try:
+        kube_admin.create(RP, body, dry_run=True)
+    except ClusterError as exc:
+        assert not isinstance(file, PolicySpec), f"simulate runs what the API server refuses: {exc}"
+        return None
+    return file
+
+
 def simulate_reads(path) -> PolicySpec | list[str]:
     """The spec `headroom simulate --policy-file P` runs (cli/simulate.py), or its errors."""
     try:
@@ -378,13 +390,9 @@ def test_a_policy_s_name_simulate_takes_is_one_the_api_server_takes(kube_admin, 
     """metadata.name: simulate runs no manifest `kubectl apply` refuses, and takes every one it takes but a name
     with a dot: a policy's name is a DNS label to headroom, where the API server takes a subdomain."""
     body = policy(name, {"query": "q", "capacity": {"demandPerGpu": 1}, "target": {"kind": "Deployment", "name": "d"}})
-    file = read_as_simulate(tmp_path, body)
-    try:
-        kube_admin.create(RP, body, dry_run=True)
-    except ClusterError as exc:
-        assert not isinstance(file, PolicySpec), f"simulate runs what the API server refuses: {exc}"
-        return
-    assert isinstance(file, PolicySpec) or ("." in name and "is not a lowercase DNS label" in file[0]), file
+    file = where_the_server_takes(kube_admin, tmp_path, body)
+    assert file is None or isinstance(file, PolicySpec) or (
+        "." in name and "is not a lowercase DNS label" in file[0]), file
 
 
 @pytest.mark.parametrize("metadata", [
@@ -400,13 +408,8 @@ def test_a_policy_s_metadata_simulate_takes_is_one_the_api_server_takes(kube_adm
     body = policy("crd-agreement-meta", {"query": "q", "capacity": {"demandPerGpu": 1},
                                          "target": {"kind": "Deployment", "name": "d"}})
     body["metadata"].update(metadata)
-    file = read_as_simulate(tmp_path, body)
-    try:
-        kube_admin.create(RP, body, dry_run=True)
-    except ClusterError as exc:
-        assert not isinstance(file, PolicySpec), f"simulate runs what the API server refuses: {exc}"
-        return
-    assert isinstance(file, PolicySpec), f"the API server takes what simulate refuses: {file}"
+    file = where_the_server_takes(kube_admin, tmp_path, body)
+    assert file is None or isinstance(file, PolicySpec), f"the API server takes what simulate refuses: {file}"
 
 
 _LABEL_TEXT = st.text("aZ09-_. /", max_size=8)
@@ -427,12 +430,7 @@ def test_labels_annotations_and_finalizers_simulate_takes_are_ones_the_api_serve
     def alike(field: str, key: str, value: str) -> None:
         body = policy("crd-agreement-labels", spec)
         body["metadata"][field] = [key] if field == "finalizers" else {key: value}
-        file = read_as_simulate(tmp_path, body)
-        try:
-            kube_admin.create(RP, body, dry_run=True)
-        except ClusterError as exc:
-            assert not isinstance(file, PolicySpec), f"simulate runs what the API server refuses: {exc}"
-            return
-        assert isinstance(file, PolicySpec), f"the API server takes what simulate refuses: {file}"
+        file = where_the_server_takes(kube_admin, tmp_path, body)
+        assert file is None or isinstance(file, PolicySpec), f"the API server takes what simulate refuses: {file}"
 
     alike()
