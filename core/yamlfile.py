@@ -21,6 +21,7 @@ _GO_BOOLS = {"y": True, "Y": True, "yes": True, "Yes": True, "YES": True, "true"
 # Go's strconv.ParseInt(s, 0, 64) and gopkg.in/yaml.v2's float form, on the scalar with its underscores removed
 _GO_INT = re.compile(r"[-+]?(0[xX][0-9a-fA-F]+|0[oO][0-7]+|0[bB][01]+|0[0-7]*|[1-9][0-9]*)")
 _GO_FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?")
+_GO_DOT_FLOAT = re.compile(r"\.[0-9]+(_[0-9]+)*([eE][-+]?[0-9]+(_[0-9]+)*)?")
 _GO_INF_NAN = re.compile(r"[-+]?\.(inf|Inf|INF)|\.(nan|NaN|NAN)")
 
 
@@ -37,14 +38,48 @@ def _go_type(text: str) -> str | None:
     null, as PyYAML says."""
     if text in _GO_BOOLS:
         return "tag:yaml.org,2002:bool"
-    plain = text.replace("_", "")
+    if _GO_INF_NAN.fullmatch(text):  # its table of words, looked up as written
+        return "tag:yaml.org,2002:float"
     if not text or text[0] not in "+-.0123456789":
         return None
+    # from a dot Go's ParseFloat reads the scalar as written, an underscore only between digits (.0_1 is 0.01, .5_ a
+    # string); from a digit or a sign, yaml.v2 removes every underscore first
+    if text[0] == "." and not _GO_DOT_FLOAT.fullmatch(text):
+        return None
+    plain = text.replace("_", "")
     if _GO_INT.fullmatch(plain) and -2**63 <= _go_int(plain) < 2**64:  # int64, or uint64 unsigned
         return "tag:yaml.org,2002:int"
-    if _GO_INF_NAN.fullmatch(plain) or (_GO_FLOAT.fullmatch(plain) and abs(float(plain)) != float("inf")):
+    if _GO_FLOAT.fullmatch(plain) and abs(float(plain)) != float("inf"):
         return "tag:yaml.org,2002:float"
     return None
+
+
+def _go_key(key: Any) -> Any:
+    """A mapping key as sigs.k8s.io/yaml (kubectl) turns it into a JSON object's key: a boolean its word, an integer
+    its digits, a float Go's strconv.FormatFloat(key, 'g', -1, 32) (the shortest float32 digits; an exponent from
+    below -4 or from 6 up written as e+07); anything else as it is."""
+    if isinstance(key, bool):
+        return "true" if key else "false"
+    if isinstance(key, int):
+        return str(key)
+    if not isinstance(key, float):
+        return key
+    if key != key or key in (float("inf"), float("-inf")):
+        return {"nan": ".nan", "inf": ".inf", "-inf": "-.inf"}[str(key)]
+    import numpy as np
+
+    mantissa, exponent = np.format_float_scientific(np.float32(key), unique=True, trim="-").split("e")
+    sign, mantissa = ("-", mantissa[1:]) if mantissa.startswith("-") else ("", mantissa)
+    digits, power = mantissa.replace(".", ""), int(exponent)
+    if power < -4 or power >= 6:
+        return f"{sign}{digits[0]}{'.' + digits[1:] if len(digits) > 1 else ''}e{'-' if power < 0 else '+'}" \
+               f"{abs(power):02d}"
+    point = power + 1  # digits before the decimal point
+    if point <= 0:
+        return f"{sign}0.{'0' * -point}{digits}"
+    if point >= len(digits):
+        return f"{sign}{digits}{'0' * (point - len(digits))}"
+    return f"{sign}{digits[:point]}.{digits[point:]}"
 
 
 class KubectlLoader(yaml.SafeLoader):
@@ -62,6 +97,23 @@ class KubectlLoader(yaml.SafeLoader):
 
     def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
         return _go_int(str(self.construct_scalar(node)))
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        """A key Go types as a number or a boolean is the string kubectl makes of it (09: "9", yes: "true"), made
+        as it is read (0 and n are two keys, "0" and "false", where a dict holds 0 and False as one); a null key,
+        or one Go reads as a uint64, kubectl refuses."""
+        self.flatten_mapping(node)  # merge keys (<<), as SafeConstructor does
+        mapping: dict[Any, Any] = {}
+        for key_node, value_node in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key is None or (type(key) is int and key >= 2**63):  # Go's uint64
+                raise yaml.constructor.ConstructorError(None, None, "a null key, or an integer key past int64: "
+                                                                    "kubectl refuses it", key_node.start_mark)
+            if isinstance(key, (list, dict)):
+                raise yaml.constructor.ConstructorError(None, None, "a key that is a list or a mapping",
+                                                        key_node.start_mark)
+            mapping[_go_key(key)] = self.construct_object(value_node, deep=deep)
+        return mapping
 
 
 _GO_TYPED = {"tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float",

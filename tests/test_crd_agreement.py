@@ -348,7 +348,8 @@ SCALAR = st.one_of(
                                  st.sampled_from(["", "e3", "E-2", "e+1", "e", ":30", ":30:00"]))),
     st.sampled_from(["y", "Y", "n", "N", "yes", "No", "on", "OFF", "true", "False", "TRUE", "null", "~", ".inf",
                      "-.Inf", ".nan", "2026-05-04", "2026-05-04T09:00:00Z", "1e400", "99999999999999999999",
-                     "18446744073709551615", "9223372036854775808", "-9223372036854775809", "0777", "08", "1.e3"]),
+                     "18446744073709551615", "9223372036854775808", "-9223372036854775809", "0777", "08", "1.e3",
+                     ".5_", ".0_1", "+.in_f", "1_0.5"]),
     st.text("0123456789+-._:eEobxXyYnNtrufalsOo~", min_size=1, max_size=7))
 
 
@@ -381,6 +382,36 @@ def test_a_manifest_s_plain_scalars_are_typed_as_kubectl_types_them(kube_server,
         # a whole number past int64 kubectl sends as a float (headroom's integer fields stop at int64: both refuse it)
         assert [read_as(v) for v in samples] == [read_as(v) for v in theirs], \
             list(zip(scalars, samples, theirs, strict=True))
+
+    alike()
+
+
+@pytest.mark.usefixtures("kube_admin")  # the CRD installed: kubectl looks its kind up
+def test_a_manifest_s_keys_are_the_strings_kubectl_makes_of_them(kube_server, tmp_path_factory):
+    """A plain key Go types as a number or a boolean (a label 09, an annotation yes) is the string kubectl sends:
+    simulate refused a label kubectl takes; a null key both refuse."""
+    kubectl = shutil.which("kubectl")
+    if not kubectl:
+        pytest.skip("kubectl not installed")
+    tmp_path = tmp_path_factory.mktemp("keys")
+    kubeconfig = kube_server.apiserver.kubeconfig(tmp_path / "kubeconfig")
+
+    @settings(max_examples=30, deadline=None)
+    @example(["09", "yes", "1e3", "0x1F", "1.5", "0.1", "1e7", "-0", "0777", "0.000012", "12345678.0", ".inf", "1:30"])
+    @given(st.lists(SCALAR, min_size=1, max_size=20, unique=True))
+    def alike(keys: list[str]) -> None:
+        text = (f"apiVersion: {API_VERSION}\nkind: {KIND}\nmetadata: {{name: keys}}\nspec:\n  samples:\n"
+                + "".join(f"    {k}: v\n" for k in keys))
+        path = tmp_path / "keys.yaml"
+        path.write_text(text)
+        try:
+            (ours,) = documents(text, KubectlLoader)
+        except yaml.YAMLError:  # not a plain key, or a null one
+            with pytest.raises(subprocess.CalledProcessError):
+                kubectl_json(kubectl, kubeconfig, path)
+            return
+        theirs = kubectl_json(kubectl, kubeconfig, path)["spec"]["samples"]
+        assert sorted(ours["spec"]["samples"]) == sorted(theirs), list(zip(keys, ours["spec"]["samples"]))
 
     alike()
 
