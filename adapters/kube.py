@@ -548,7 +548,8 @@ class KubeCluster:
     # ------------------------------------------------------------------ the watch cache
     def watch(self, timeout: float = 30.0, **informer_settings) -> KubeCluster:
         """Serve the policies, Workloads, LocalQueues, ClusterQueues and Cohorts from watch caches (started here;
-        waits up to `timeout` for their first LIST, then reads fall back to LISTs until it arrives). NotInstalled
+        waits up to `timeout` for their first LIST, not for one the server refused, then reads fall back to LISTs
+        until it arrives). NotInstalled
         first, and nothing started, if the API server does not serve one of them (Kueue's API or headroom's CRD
         missing: a watch cache that could never fill)."""
         self.check_served()
@@ -557,7 +558,10 @@ class KubeCluster:
             if name not in self.informers:
                 self.informers[name] = Informer(self, path, **informer_settings).start()
         deadline = time.monotonic() + timeout
-        while any(i.items() is None for i in self.informers.values()) and time.monotonic() < deadline:
+        # a cache whose LIST the server refused (403: a ClusterRole without one of them) cannot fill by waiting; its
+        # reads say so, and the controller goes on without what it holds
+        while any(i.items() is None and i.refused is None for i in self.informers.values()) and \
+                time.monotonic() < deadline:
             time.sleep(0.05)
         return self
 
