@@ -691,9 +691,11 @@ def test_leader_killed_mid_day_the_new_leader_s_realized_error_continues(kube_se
             assert step("headroom-a", now) is not None and step("headroom-b", now) is None
         errors_a = a.holder.get().policies[f"{NS}/chat"].realized_error
         assert {1, 6} <= set(errors_a)
-        replicas_["headroom-a"][0].close()  # a is killed: its Lease is never released
         takeover = midnight + pd.Timedelta(hours=13)
-        assert step("headroom-b", takeover) is None  # the Lease is still fresh: b waits...
+        # a is killed (it renews no more, its Lease is never released): the Lease is still fresh, b waits... (asked
+        # before a's client is closed: that joins its watch threads, up to 5 s each, longer than the 2 s lease)
+        assert step("headroom-b", takeover) is None
+        replicas_["headroom-a"][0].close()
         time.sleep(lease_seconds + 0.5)
         state = step("headroom-b", takeover)  # ...until it has gone unrenewed for a full lease
         assert state is not None
