@@ -493,7 +493,9 @@ def test_watch_cache_serves_reads_without_requests_and_follows_changes(cluster, 
         cluster.create(CQ, kueue.cluster_queue("watched", gpus=3))
         cluster.create(LQ, kueue.local_queue(NS, "watched"))
         cluster.create(WL, kueue.workload(NS, "watched-job", "watched", gpus_per_pod=2))
-        eventually(lambda: "watched-job" in {w.name for w in watching.workloads()}, "the new Workload")
+        # the Workload's ClusterQueue is read through its LocalQueue: both watch events in, not only the Workload's
+        eventually(lambda: {w.name: w.cluster_queue for w in watching.workloads()}.get("watched-job") == "watched",
+                   "the new Workload, in its LocalQueue's ClusterQueue")
         eventually(lambda: watching.cluster_queue_quotas().get("watched") == 3, "the new ClusterQueue")
         seen = counting(watching)
         try:
