@@ -3,6 +3,14 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# A property's examples take what a loaded machine gives them: on a busy 2-core CI runner an example of
+# test_history.py that takes 80 ms took 350 ms, and Hypothesis' default 200 ms deadline failed the run as "flaky"
+# (and slow example generation fails its too_slow health check the same way). No property here is about time; what
+# the code under test must do in time, the tests that claim it assert themselves.
+settings.register_profile("headroom", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("headroom")
 
 # Real Prometheus, etcd + kube-apiserver, started per session by the project's own fixtures.
 pytest_plugins = ["tests.servers.fixtures"]

@@ -691,9 +691,11 @@ def test_leader_killed_mid_day_the_new_leader_s_realized_error_continues(kube_se
             assert step("headroom-a", now) is not None and step("headroom-b", now) is None
         errors_a = a.holder.get().policies[f"{NS}/chat"].realized_error
         assert {1, 6} <= set(errors_a)
-        replicas_["headroom-a"][0].close()  # a is killed: its Lease is never released
         takeover = midnight + pd.Timedelta(hours=13)
-        assert step("headroom-b", takeover) is None  # the Lease is still fresh: b waits...
+        # a is killed (it renews no more, its Lease is never released): the Lease is still fresh, b waits... (asked
+        # before a's client is closed: that joins its watch threads, up to 5 s each, longer than the 2 s lease)
+        assert step("headroom-b", takeover) is None
+        replicas_["headroom-a"][0].close()
         time.sleep(lease_seconds + 0.5)
         state = step("headroom-b", takeover)  # ...until it has gone unrenewed for a full lease
         assert state is not None
@@ -932,9 +934,15 @@ def test_a_controller_whose_rbac_is_revoked_is_refused_within_the_watch_bound(wi
         r = reconciler(watching, prometheus_server.url, tmp_path)
         assert r.reconcile(MONDAY_7AM).reconcile_errors_total.get("cluster", 0) == 0
         unbind(kube_server, kube, with_the_shipped_role)
-        time.sleep(2 + 1)  # every watch ended by the server since, and refused when opened again
+        # every watch is ended by the server within its 2 s and refused when opened again, and a cache silent past its
+        # 4 s bound lists again: the reads are refused within 6 s (2 s more for a loaded machine's threads; a fixed
+        # 3 s wait left the watch threads 1 s to meet the refusal)
+        deadline = time.monotonic() + 2 + 4 + 2
         with pytest.raises(ClusterError) as info:
-            watching.reservation_policies(NS)
+            while True:
+                watching.reservation_policies(NS)
+                assert time.monotonic() < deadline, "the revoked controller's reads are still served from its cache"
+                time.sleep(0.1)
         assert (info.value.status, info.value.reason) == (403, "Forbidden"), info.value
         state = r.reconcile(MONDAY_7AM + pd.Timedelta(minutes=5))
         assert state.reconcile_errors_total.get("cluster", 0) == 1

@@ -436,13 +436,18 @@ def test_a_training_stopped_by_sigterm_releases_its_lease_and_ends_its_runs(mlfl
     def leased() -> bool:
         return bool(c.search_registered_models("name = 'headroom-lock-sigterm'"))
 
-    deadline = time.monotonic() + 120
-    while not leased() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert leased(), "the training never took its lease"
-    time.sleep(1.0)  # inside the candidates' backtests
-    proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=120)
+    try:
+        deadline = time.monotonic() + 120
+        while not leased() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert leased(), "the training never took its lease"
+        time.sleep(1.0)  # inside the candidates' backtests
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:  # a failure above must not leave minutes of training running beside the rest of the suite
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
     assert proc.returncode == 1, err[-3000:]
     assert "Traceback" not in err and "training stopped by SIGTERM" in err, err[-3000:]
     assert not leased()
