@@ -64,11 +64,13 @@ def _go_key(key: Any) -> Any:
         return str(key)
     if not isinstance(key, float):
         return key
-    if key != key or key in (float("inf"), float("-inf")):
-        return {"nan": ".nan", "inf": ".inf", "-inf": "-.inf"}[str(key)]
     import numpy as np
 
-    mantissa, exponent = np.format_float_scientific(np.float32(key), unique=True, trim="-").split("e")
+    with np.errstate(over="ignore"):
+        single = np.float32(key)  # 1e100 is +Inf as a float32: ".inf", as Go writes it
+    if single != single or np.isinf(single):
+        return {"nan": ".nan", "inf": ".inf", "-inf": "-.inf"}[str(float(single))]
+    mantissa, exponent = np.format_float_scientific(single, unique=True, trim="-").split("e")
     sign, mantissa = ("-", mantissa[1:]) if mantissa.startswith("-") else ("", mantissa)
     digits, power = mantissa.replace(".", ""), int(exponent)
     if power < -4 or power >= 6:

@@ -397,7 +397,8 @@ def test_a_manifest_s_keys_are_the_strings_kubectl_makes_of_them(kube_server, tm
     kubeconfig = kube_server.apiserver.kubeconfig(tmp_path / "kubeconfig")
 
     @settings(max_examples=30, deadline=None)
-    @example(["09", "yes", "1e3", "0x1F", "1.5", "0.1", "1e7", "-0", "0777", "0.000012", "12345678.0", ".inf", "1:30"])
+    @example(["09", "yes", "1e3", "0x1F", "1.5", "0.1", "1e7", "-0", "0777", "0.000012", "12345678.0", ".inf", "1:30",
+              "1E100", "-1e-50"])
     @given(st.lists(SCALAR, min_size=1, max_size=20, unique=True))
     def alike(keys: list[str]) -> None:
         text = (f"apiVersion: {API_VERSION}\nkind: {KIND}\nmetadata: {{name: keys}}\nspec:\n  samples:\n"
