@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
 import pytest
@@ -353,15 +354,20 @@ SCALAR = st.one_of(
     st.text("0123456789+-._:eEobxXyYnNtrufalsOo~", min_size=1, max_size=7))
 
 
-@pytest.mark.usefixtures("kube_admin")  # the CRD installed: kubectl looks its kind up
-def test_a_manifest_s_plain_scalars_are_typed_as_kubectl_types_them(kube_server, tmp_path_factory):
-    """Every plain scalar of a manifest (numbers, booleans, octal and binary integers, underscores, sexagesimal and
-    date-like forms) reads as kubectl's YAML library reads it: of the same kind, and the same value."""
+@pytest.fixture
+def kubectl_on_the_server(kube_admin, kube_server, tmp_path_factory) -> tuple[str, Path, Path]:
+    """(kubectl, a kubeconfig for the test API server, a folder): the CRD installed, since kubectl looks its kind up."""
     kubectl = shutil.which("kubectl")
     if not kubectl:
         pytest.skip("kubectl not installed")
-    tmp_path = tmp_path_factory.mktemp("scalars")
-    kubeconfig = kube_server.apiserver.kubeconfig(tmp_path / "kubeconfig")
+    folder = tmp_path_factory.mktemp("kubectl")
+    return kubectl, kube_server.apiserver.kubeconfig(folder / "kubeconfig"), folder
+
+
+def test_a_manifest_s_plain_scalars_are_typed_as_kubectl_types_them(kubectl_on_the_server):
+    """Every plain scalar of a manifest (numbers, booleans, octal and binary integers, underscores, sexagesimal and
+    date-like forms) reads as kubectl's YAML library reads it: of the same kind, and the same value."""
+    kubectl, kubeconfig, tmp_path = kubectl_on_the_server
 
     @settings(max_examples=30, deadline=None)
     @given(st.lists(SCALAR, min_size=1, max_size=40))
@@ -386,15 +392,10 @@ def test_a_manifest_s_plain_scalars_are_typed_as_kubectl_types_them(kube_server,
     alike()
 
 
-@pytest.mark.usefixtures("kube_admin")  # the CRD installed: kubectl looks its kind up
-def test_a_manifest_s_keys_are_the_strings_kubectl_makes_of_them(kube_server, tmp_path_factory):
+def test_a_manifest_s_keys_are_the_strings_kubectl_makes_of_them(kubectl_on_the_server):
     """A plain key Go types as a number or a boolean (a label 09, an annotation yes) is the string kubectl sends:
     simulate refused a label kubectl takes; a null key both refuse."""
-    kubectl = shutil.which("kubectl")
-    if not kubectl:
-        pytest.skip("kubectl not installed")
-    tmp_path = tmp_path_factory.mktemp("keys")
-    kubeconfig = kube_server.apiserver.kubeconfig(tmp_path / "kubeconfig")
+    kubectl, kubeconfig, tmp_path = kubectl_on_the_server
 
     @settings(max_examples=30, deadline=None)
     @example(["09", "yes", "1e3", "0x1F", "1.5", "0.1", "1e7", "-0", "0777", "0.000012", "12345678.0", ".inf", "1:30",
