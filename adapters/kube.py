@@ -549,9 +549,8 @@ class KubeCluster:
     def watch(self, timeout: float = 30.0, **informer_settings) -> KubeCluster:
         """Serve the policies, Workloads, LocalQueues, ClusterQueues and Cohorts from watch caches (started here;
         waits up to `timeout` for their first LIST, not for one the server refused, then reads fall back to LISTs
-        until it arrives). NotInstalled
-        first, and nothing started, if the API server does not serve one of them (Kueue's API or headroom's CRD
-        missing: a watch cache that could never fill)."""
+        until it arrives). NotInstalled first, and nothing started, if the API server does not serve one of them
+        (Kueue's API or headroom's CRD missing: a watch cache that could never fill)."""
         self.check_served()
         self._watching, self._informer_settings = True, dict(informer_settings)
         for name, path in WATCHED.items():

@@ -331,11 +331,11 @@ def load_manifests(path: str | Path) -> list[dict[str, Any]]:
             errors += bad
             continue
         invalid = []
-        for model, value, path in ((ObjectMeta, meta, "metadata"), (PolicySpec, doc.get("spec"), "spec")):
+        for model, value, field in ((ObjectMeta, meta, "metadata"), (PolicySpec, doc.get("spec"), "spec")):
             try:
                 model.model_validate(value)
             except ValidationError as exc:
-                invalid += [prefix + e for e in field_errors(exc, path)]
+                invalid += [prefix + e for e in field_errors(exc, field)]
         if invalid:
             errors += invalid
             continue

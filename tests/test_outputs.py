@@ -13,16 +13,15 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cli.demo import WRITES, check_demo_folder
-from cli.main import main
 from controller.simulate import TIMELINE_COLUMNS
 from core.errors import BadRequest
 from core.files import append_whole, cannot_write_in, replace_whole
 from forecast.synthetic import synthetic_demand, write_csv
+from tests.test_bad_input import _policy_file, exits
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,12 +35,7 @@ def demand(tmp_path_factory):
 
 @pytest.fixture
 def policy(tmp_path):
-    path = tmp_path / "p.yaml"
-    path.write_text(yaml.safe_dump({"apiVersion": "headroom.dev/v1alpha1", "kind": "ReservationPolicy",
-                                    "metadata": {"name": "chat"}, "spec": {
-                                        "query": "up", "capacity": {"demandPerGpu": 10},
-                                        "target": {"kind": "Deployment", "name": "chat"}}}))
-    return path
+    return _policy_file(tmp_path / "p.yaml")
 
 
 @pytest.fixture
@@ -63,16 +57,6 @@ def _in_tmp(tmp_path, monkeypatch):
     """run keeps its MLflow store and forecast log in the working directory."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-
-
-def exits(argv, capsys):
-    try:
-        status = main([str(a) for a in argv])
-    except SystemExit as exc:
-        status = exc.code
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    return status, err
 
 
 def listing(folder: Path) -> dict[str, bytes]:
