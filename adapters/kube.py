@@ -1118,7 +1118,10 @@ class LeaseElector:
     Every write carries the resourceVersion it read, so of two electors racing
     for the same Lease only one write succeeds. A holder's lease is taken over
     only after this elector has watched it go unrenewed for a full
-    `lease_seconds` by its own monotonic clock (immune to clock skew).
+    `lease_seconds` by its own monotonic clock (immune to clock skew). Its own
+    lease it counts from the start of the round that renewed it, not from the
+    answer: the others count from when they saw the renewal, as early as when it
+    landed, and a renewal whose answer was lost is recognised only after a retry.
     """
     cluster: KubeCluster
     namespace: str
@@ -1146,6 +1149,7 @@ class LeaseElector:
 
     def try_acquire_or_renew(self) -> bool:
         """One round: returns True if this elector holds the lease afterwards."""
+        began = self.monotonic()
         try:
             lease = self.cluster.get(self.path)
         except NotFound:
@@ -1156,7 +1160,7 @@ class LeaseElector:
                 self.cluster._request("POST", f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases", body)
             except Conflict:  # someone else created it first
                 return self._lost()
-            return self._won(spec0)
+            return self._won(spec0, began)
         spec = lease.get("spec", {}) or {}
         holder = spec.get("holderIdentity") or ""
         record = (holder, spec.get("renewTime"), spec.get("leaseTransitions"))
@@ -1177,11 +1181,11 @@ class LeaseElector:
             self.cluster._request("PUT", self.path, lease)  # carries the read resourceVersion
         except Conflict:
             return self._lost()
-        return self._won(lease["spec"])
+        return self._won(lease["spec"], began)
 
-    def _won(self, spec: dict) -> bool:
+    def _won(self, spec: dict, began: float) -> bool:
         self._observed = (spec["holderIdentity"], spec["renewTime"], spec["leaseTransitions"])
-        self._observed_at = self.monotonic()
+        self._observed_at = began
         self._leader = True
         return True
 

@@ -3,6 +3,8 @@ sent, a 504 from a proxy) are retried by KubeCluster._request; the retry then me
 real kube-apiserver 1.20, behind tests/servers/proxy.py, which loses the answers a test picks."""
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from adapters.kube import KubeCluster
@@ -65,6 +67,21 @@ def test_a_renewal_whose_answer_is_lost_keeps_the_lease(cluster, proxy, lossy, h
     assert [m for m, _, _ in proxy.lost] == ["PUT"]
     lease = cluster.get(f"{LEASES}/{name}")["spec"]
     assert (lease["holderIdentity"], lease["leaseTransitions"]) == ("pod-a", 0)
+
+
+def test_a_renewal_recognised_late_counts_the_lease_from_when_it_was_sent(cluster, proxy, lossy):
+    """The Lease says it was renewed when the renewal was sent (renewTime), and another replica times its expiry from
+    when it saw that renewal, as early as when it landed; the elector timed its own lease from when the answer came,
+    here a request timeout and a retry later: it would have gone on writing after the other could have taken over."""
+    name = "renew-late"
+    elector = lossy.leader_elector(NS, name, "pod-a", lease_seconds=3)
+    assert elector.try_acquire_or_renew() is True
+    proxy.lose("PUT", f"/leases/{name}", "hold")
+    sent = time.monotonic()
+    assert elector.try_acquire_or_renew() is True
+    assert time.monotonic() - sent > TIMEOUT  # recognised after the held answer's timeout
+    time.sleep(max(sent + 3.1 - time.monotonic(), 0))
+    assert not elector.is_leader, "the lease counted from the answer, not from the renewal sent"
 
 
 def test_a_lease_someone_else_created_meanwhile_is_not_taken_for_ours(cluster, proxy, lossy):
