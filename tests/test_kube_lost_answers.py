@@ -6,8 +6,10 @@ from __future__ import annotations
 import time
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from adapters.kube import KubeCluster
+from adapters.kube import KubeCluster, _holds
 from core.errors import Conflict
 from core.objects import ObjectRef
 from tests.servers import kueue
@@ -153,3 +155,28 @@ def test_a_configmap_created_meanwhile_with_other_data_is_a_conflict(cluster, pr
     with pytest.raises(Conflict):
         lossy.create(path, mine)
     assert cluster.get(f"{path}/contested")["data"] == {"who": "them"}
+
+
+# --------------------------------------------------------------------------- what "holds what was sent" means
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+                    max_leaves=12)
+
+
+def _part(data, doc):
+    """Some of `doc`'s fields, to any depth (a list whole): what a write sends of what the server stores."""
+    if not isinstance(doc, dict) or not doc:
+        return doc
+    keys = data.draw(st.sets(st.sampled_from(sorted(doc))))
+    return {k: _part(data, doc[k]) for k in keys}
+
+
+@given(st.dictionaries(st.text(max_size=3), JSON, min_size=1, max_size=4), st.data())
+def test_a_stored_object_holds_any_part_of_itself_and_nothing_changed(stored, data):
+    sent = _part(data, stored)
+    assert _holds(stored, sent)
+    assert _holds(stored, {**sent, "__absent__": None}), "a merge patch's deletion of a field not stored"
+    key = data.draw(st.sampled_from(sorted(stored)))
+    assert not _holds(stored, {**sent, key: "__changed__"})
+    if isinstance(stored[key], list) and stored[key]:
+        assert not _holds(stored, {**sent, key: stored[key][:-1]}), "a list is compared whole"
