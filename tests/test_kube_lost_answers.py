@@ -145,6 +145,26 @@ def test_an_eviction_whose_answer_is_lost_is_counted_as_this_call_s(cluster, pro
     assert cluster.get(f"{WL}/victim-{how}")["spec"]["active"] is False
 
 
+@pytest.mark.parametrize("how", ["close", "unsent"])
+def test_a_forecast_whose_answer_is_lost_is_recorded_once(cluster, proxy, lossy, how):
+    """The shared forecast log: the first forecast of a series creates its ConfigMap (labels, annotation, data: all
+    recognised as ours after a lost answer), the next merge-patches it (its re-read after a 409 re-applies the same
+    key, nothing twice); a POST that never arrived is simply retried."""
+    import pandas as pd
+
+    store = lossy.forecast_store(NS)
+    series = f"lost.{how}"
+    frame = pd.DataFrame([[1.0, 2.0, 3.0]] * 2, columns=[0.1, 0.5, 0.9],
+                         index=pd.date_range("2026-12-01", periods=2, freq="h", tz="UTC"))
+    first, second = pd.Timestamp("2026-12-01T00:00Z"), pd.Timestamp("2026-12-01T01:00Z")
+    proxy.lose("POST", "/configmaps", how)
+    store.record(series, first, frame)
+    proxy.lose("PATCH", f"/configmaps/{store.name(series)}", "close" if how == "close" else "hold")
+    store.record(series, second, frame)
+    assert [m for m, _, _ in proxy.lost] == ["POST", "PATCH"]
+    assert sorted(cluster.forecast_store(NS).load(series)) == [first, second]
+
+
 def test_a_configmap_created_meanwhile_with_other_data_is_a_conflict(cluster, proxy, lossy):
     """create(): a 409 after a retry is ours only if the object holds everything sent."""
     path = f"/api/v1/namespaces/{NS}/configmaps"
