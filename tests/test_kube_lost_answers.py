@@ -177,6 +177,29 @@ def test_a_configmap_created_meanwhile_with_other_data_is_a_conflict(cluster, pr
     assert cluster.get(f"{path}/contested")["data"] == {"who": "them"}
 
 
+# --------------------------------------------------------------------------- a server that does not answer
+def test_writes_past_a_lapsed_lease_wait_for_one_failed_renewal_not_one_each(cluster, proxy, lossy):
+    """Each write of a reconcile asks whether this replica still leads; past its Lease (by its own clock) that is a
+    renewal. With the API server not answering (a halted host) a renewal waits out every retry (7 x the request
+    timeout: about 80 s at the defaults) and each write asked again: a reconcile of k writes, or k statuses queued
+    beside it, took k times that to skip them, the fence lock held, the loop stuck past its liveness bound. A
+    renewal that failed is not tried again by a write: the next election round tries."""
+    from types import SimpleNamespace
+
+    from controller.loop import Loop
+
+    lossy.request_timeout = 0.5  # each renewal: 7 attempts
+    name = "unanswered"
+    elector = lossy.leader_elector(NS, name, "pod-a", lease_seconds=2)
+    loop = Loop(SimpleNamespace(), elector, interval=1, lease_seconds=2)  # type: ignore[arg-type]  # no reconcile
+    loop._running = True  # inside run(): a write may renew
+    assert elector.try_acquire_or_renew() is True and loop.still_leading()
+    time.sleep(2.1)  # lapsed by its own clock
+    proxy.lose("GET", f"/leases/{name}", "hold", times=100)
+    assert [loop.still_leading() for _ in range(3)] == [False, False, False]
+    assert len(proxy.lost) == 1 + lossy.retries, "one renewal's attempts, not one renewal per write"
+
+
 # --------------------------------------------------------------------------- what "holds what was sent" means
 JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
