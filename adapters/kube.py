@@ -673,6 +673,7 @@ class KubeCluster:
         query = dict(query or {})
         if method in ("POST", "PUT", "PATCH"):
             query.setdefault("fieldManager", self.field_manager)
+        lands = method in ("POST", "PUT", "PATCH") and query.get("dryRun") != "All"  # a write that changes the object
         url_path = path + ("?" + urllib.parse.urlencode(query) if query else "")
         attempt = 0
         while True:
@@ -692,7 +693,7 @@ class KubeCluster:
                 status, data = 0, f"{type(exc).__name__}: {exc}".encode()
             if 200 <= status < 300:
                 result = json.loads(data) if data else {}
-                if method in ("POST", "PUT", "PATCH") and query.get("dryRun") != "All":
+                if lands:
                     self._written(result)
                 return result
             text = data.decode(errors="replace") if isinstance(data, bytes) else str(data)
@@ -709,7 +710,7 @@ class KubeCluster:
                 attempt += 1
                 self.sleep(delay)
                 continue
-            if status == 409 and attempt and method in ("POST", "PUT", "PATCH"):
+            if status == 409 and attempt and lands:
                 landed = self._landed(method, path, body)
                 if landed is not None:
                     return landed

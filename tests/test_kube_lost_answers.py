@@ -177,6 +177,18 @@ def test_a_configmap_created_meanwhile_with_other_data_is_a_conflict(cluster, pr
     assert cluster.get(f"{path}/contested")["data"] == {"who": "them"}
 
 
+def test_a_dry_run_retried_still_says_the_object_exists(cluster, proxy, lossy):
+    """A dry run never lands: a 409 after its retry is the server's answer about an object already there, even one
+    that holds everything sent (it was not recognised as a write of ours: the dry run said it could be created)."""
+    path = f"/api/v1/namespaces/{NS}/configmaps"
+    body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "dry", "namespace": NS}, "data": {"a": "1"}}
+    cluster.create(path, body)
+    proxy.lose("POST", "/configmaps", "close")
+    with pytest.raises(Conflict):
+        lossy.create(path, body, dry_run=True)
+    assert proxy.lost
+
+
 # --------------------------------------------------------------------------- a server that does not answer
 def test_writes_past_a_lapsed_lease_wait_for_one_failed_renewal_not_one_each(cluster, proxy, lossy):
     """Each write of a reconcile asks whether this replica still leads; past its Lease (by its own clock) that is a
