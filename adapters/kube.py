@@ -17,7 +17,8 @@ one GET per read.
 All requests go through one path (`_request`): JSON in, JSON out, over the `kubernetes` client's
 configuration (kubeconfig / token / CA / TLS), with
   * a per-request timeout,
-  * back-off and retry on 429, 5xx, timeouts and connection errors,
+  * back-off and retry on 429, 5xx, timeouts and connection errors; a write retried after its answer was lost
+    (it may have landed) that meets 409 is our own write if the object holds every field it sent (`_landed`),
   * read-modify-write with the object's resourceVersion, re-read on 409,
   * no write when the object already has the wanted value (idempotent).
 Errors surface as `ClusterError` with the HTTP status and the server's message.
@@ -121,6 +122,16 @@ def _rv(obj: Mapping) -> int | None:
     """An object's resourceVersion as a number (etcd's revision), None if it is not one."""
     text = (obj.get("metadata") or {}).get("resourceVersion") or ""
     return int(text) if text.isdigit() else None
+
+
+def _holds(stored: Any, sent: Any) -> bool:
+    """`stored` says everything `sent` says: each field sent is stored with the value sent (None, what a merge patch
+    deletes a field with: absent); what the server added is not compared."""
+    if isinstance(sent, dict):
+        return isinstance(stored, dict) and all(
+            stored.get(key) is None if value is None else key in stored and _holds(stored[key], value)
+            for key, value in sent.items())
+    return bool(stored == sent)
 
 
 def _condition(obj: Mapping, type_: str) -> bool:
@@ -662,6 +673,7 @@ class KubeCluster:
         query = dict(query or {})
         if method in ("POST", "PUT", "PATCH"):
             query.setdefault("fieldManager", self.field_manager)
+        lands = method in ("POST", "PUT", "PATCH") and query.get("dryRun") != "All"  # a write that changes the object
         url_path = path + ("?" + urllib.parse.urlencode(query) if query else "")
         attempt = 0
         while True:
@@ -681,7 +693,7 @@ class KubeCluster:
                 status, data = 0, f"{type(exc).__name__}: {exc}".encode()
             if 200 <= status < 300:
                 result = json.loads(data) if data else {}
-                if method in ("POST", "PUT", "PATCH") and query.get("dryRun") != "All":
+                if lands:
                     self._written(result)
                 return result
             text = data.decode(errors="replace") if isinstance(data, bytes) else str(data)
@@ -698,10 +710,41 @@ class KubeCluster:
                 attempt += 1
                 self.sleep(delay)
                 continue
+            if status == 409 and attempt and lands:
+                landed = self._landed(method, path, body)
+                if landed is not None:
+                    return landed
             reason = payload.get("reason", "") if isinstance(payload, dict) else ""
             error = {404: NotFound, 409: Conflict, 422: Invalid}.get(status, ClusterError)
             where = "unreachable" if status == 0 else f"HTTP {status}"
             raise error(f"{method} {path}: {where}: {message}", status=status, reason=reason, body=payload)
+
+    def _landed(self, method: str, path: str, body: Any) -> dict | None:
+        """A write answered 409 after a retry: an earlier attempt whose answer was lost (a timeout, a connection reset
+        after it was sent, a 504) may have landed, and the retry met it (a create's AlreadyExists; the resourceVersion
+        a PUT or patch carried moved: by that write). The object as stored if it holds every field sent (metadata:
+        its name, namespace, labels and annotations; a field a merge patch deletes, None: absent): the write
+        landed, and a Lease's renewTime or an Event's random name says whose; None if it does not (someone else's
+        write: the 409 stands) or cannot be read."""
+        if not isinstance(body, dict):
+            return None
+        metadata = body.get("metadata") or {}
+        if method == "POST":
+            if not metadata.get("name"):
+                return None
+            path = f"{path}/{metadata['name']}"
+        sent = {**body, "metadata": {k: v for k, v in metadata.items() if k in ("name", "namespace", "labels",
+                                                                                  "annotations")}}
+        try:
+            stored = self._request("GET", path)
+        except ClusterError:
+            return None
+        if not _holds(stored, sent):
+            return None
+        log.info("%s %s: 409 after a retry, and the object holds what was sent: an earlier attempt landed (its "
+                 "answer was lost)", method, path)
+        self._written(stored)
+        return stored
 
     def _update(self, path: str, mutate: Callable[[dict], dict | None], subresource: str = "",
                 cached: dict | None = None) -> tuple[dict, bool]:
@@ -1076,7 +1119,10 @@ class LeaseElector:
     Every write carries the resourceVersion it read, so of two electors racing
     for the same Lease only one write succeeds. A holder's lease is taken over
     only after this elector has watched it go unrenewed for a full
-    `lease_seconds` by its own monotonic clock (immune to clock skew).
+    `lease_seconds` by its own monotonic clock (immune to clock skew). Its own
+    lease it counts from the start of the round that renewed it, not from the
+    answer: the others count from when they saw the renewal, as early as when it
+    landed, and a renewal whose answer was lost is recognised only after a retry.
     """
     cluster: KubeCluster
     namespace: str
@@ -1104,6 +1150,7 @@ class LeaseElector:
 
     def try_acquire_or_renew(self) -> bool:
         """One round: returns True if this elector holds the lease afterwards."""
+        began = self.monotonic()
         try:
             lease = self.cluster.get(self.path)
         except NotFound:
@@ -1114,7 +1161,7 @@ class LeaseElector:
                 self.cluster._request("POST", f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases", body)
             except Conflict:  # someone else created it first
                 return self._lost()
-            return self._won(spec0)
+            return self._won(spec0, began)
         spec = lease.get("spec", {}) or {}
         holder = spec.get("holderIdentity") or ""
         record = (holder, spec.get("renewTime"), spec.get("leaseTransitions"))
@@ -1135,11 +1182,11 @@ class LeaseElector:
             self.cluster._request("PUT", self.path, lease)  # carries the read resourceVersion
         except Conflict:
             return self._lost()
-        return self._won(lease["spec"])
+        return self._won(lease["spec"], began)
 
-    def _won(self, spec: dict) -> bool:
+    def _won(self, spec: dict, began: float) -> bool:
         self._observed = (spec["holderIdentity"], spec["renewTime"], spec["leaseTransitions"])
-        self._observed_at = self.monotonic()
+        self._observed_at = began
         self._leader = True
         return True
 

@@ -70,6 +70,9 @@ class Loop:
     election_error: str | None = None  # why the last election round failed (None: it did not)
     _fence_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _running: bool = False  # inside run(), before it lets the Lease go
+    # a renewal a write asked for failed: the writes after it do not ask again (on a server that does not answer each
+    # would wait out every retry, minutes, holding the fence lock); the next election round tries again
+    _renewal_failed: bool = False
 
     def __post_init__(self) -> None:
         self.reconciler.leading = self.still_leading
@@ -77,17 +80,21 @@ class Loop:
     def still_leading(self) -> bool:
         """Whether this replica may write now: its Lease unexpired by its own clock, or renewed now (a reconcile longer
         than the Lease, e.g. on a slow server: a renewal that succeeds proves no other replica took over). Asked before
-        each write of a reconcile, from its writer threads."""
+        each write of a reconcile, from its writer threads; once such a renewal has failed, not again until the next
+        election round."""
         with self._fence_lock:
             if self.elector.is_leader:
                 return True
-            if not self._running:  # let go on the way out: never taken again by a late write
+            # let go on the way out (a late write never takes it back), or a renewal already failed this round
+            if not self._running or self._renewal_failed:
                 return False
             try:
-                return self.elector.try_acquire_or_renew()
+                leading = self.elector.try_acquire_or_renew()
             except ClusterError as exc:
                 log.warning("leader election (renewing mid-reconcile): %s", exc)
-                return False
+                leading = False
+            self._renewal_failed = not leading
+            return leading
 
     def healthy(self) -> bool:
         return time.monotonic() - self._beat < 3 * max(self.interval, self.lease_seconds)
@@ -110,6 +117,7 @@ class Loop:
             was_leading = self._leading
             try:
                 with self._fence_lock:  # not beside a renewal a write asked for (still_leading)
+                    self._renewal_failed = False
                     self._leading = self.elector.try_acquire_or_renew()
                 self.election_error = None
                 if self._leading and not was_leading:

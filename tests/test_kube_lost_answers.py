@@ -1,0 +1,237 @@
+"""Writes whose answer is lost after the API server acted (a read timeout, a connection reset after the request was
+sent, a 504 from a proxy) are retried by KubeCluster._request; the retry then meets its own first write (409). On the
+real kube-apiserver 1.20, behind tests/servers/proxy.py, which loses the answers a test picks."""
+from __future__ import annotations
+
+import time
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from adapters.kube import KubeCluster, _holds
+from core.errors import Conflict
+from core.objects import ObjectRef
+from tests.servers import kueue
+from tests.servers.proxy import AnswerLosingProxy
+
+NS = "headroom-lost"
+LEASES = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases"
+WL = kueue.path("workloads", namespace=NS)
+TIMEOUT = 1.5  # the client's request timeout: a held answer is lost after this long
+
+
+@pytest.fixture(scope="module")
+def cluster(kube_admin) -> KubeCluster:
+    kube_admin.apply(f"/api/v1/namespaces/{NS}", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    return kube_admin
+
+
+@pytest.fixture
+def proxy(kube_server):
+    proxy = AnswerLosingProxy(kube_server.apiserver, hold_seconds=TIMEOUT + 1).start()
+    yield proxy
+    proxy.stop()
+
+
+@pytest.fixture
+def lossy(proxy, kube_server):
+    """A KubeCluster that reaches the API server through the proxy (quick back-off: the test waits for it)."""
+    api = kube_server.apiserver
+    lossy = KubeCluster.from_token(proxy.host, api.token, ca_file=str(api.ca_file), request_timeout=TIMEOUT,
+                                   backoff_base=0.05, backoff_max=0.2)
+    yield lossy
+    lossy.close()
+
+
+@pytest.mark.parametrize("how", ["hold", "close", "504"])
+def test_an_elector_whose_lease_creation_answer_is_lost_wins_its_first_round(cluster, proxy, lossy, how):
+    """A lone controller's first round creates the Lease; its answer lost, the retry met the Lease it had just created
+    (409 AlreadyExists) and the elector concluded someone else had: it lost the round."""
+    name = f"first-{how}"
+    proxy.lose("POST", "/leases", how)
+    elector = lossy.leader_elector(NS, name, "pod-a", lease_seconds=30)
+    assert elector.try_acquire_or_renew() is True and elector.is_leader
+    assert proxy.lost == [("POST", f"{LEASES}?fieldManager=headroom", how)]
+    assert elector.holder() == "pod-a"
+    assert cluster.get(f"{LEASES}/{name}")["spec"]["leaseTransitions"] == 0
+
+
+@pytest.mark.parametrize("how", ["hold", "close", "504"])
+def test_a_renewal_whose_answer_is_lost_keeps_the_lease(cluster, proxy, lossy, how):
+    """The renewal carries the resourceVersion it read; its answer lost, the retry met 409 Conflict (the version had
+    moved: by this very write) and the leader stood down for a round."""
+    name = f"renew-{how}"
+    elector = lossy.leader_elector(NS, name, "pod-a", lease_seconds=30)
+    assert elector.try_acquire_or_renew() is True
+    proxy.lose("PUT", f"/leases/{name}", how)
+    assert elector.try_acquire_or_renew() is True and elector.is_leader
+    assert [m for m, _, _ in proxy.lost] == ["PUT"]
+    lease = cluster.get(f"{LEASES}/{name}")["spec"]
+    assert (lease["holderIdentity"], lease["leaseTransitions"]) == ("pod-a", 0)
+
+
+def test_a_renewal_recognised_late_counts_the_lease_from_when_it_was_sent(cluster, proxy, lossy):
+    """The Lease says it was renewed when the renewal was sent (renewTime), and another replica times its expiry from
+    when it saw that renewal, as early as when it landed; the elector timed its own lease from when the answer came,
+    here a request timeout and a retry later: it would have gone on writing after the other could have taken over."""
+    name = "renew-late"
+    elector = lossy.leader_elector(NS, name, "pod-a", lease_seconds=3)
+    assert elector.try_acquire_or_renew() is True
+    proxy.lose("PUT", f"/leases/{name}", "hold")
+    sent = time.monotonic()
+    assert elector.try_acquire_or_renew() is True
+    assert time.monotonic() - sent > TIMEOUT  # recognised after the held answer's timeout
+    time.sleep(max(sent + 3.1 - time.monotonic(), 0))
+    assert not elector.is_leader, "the lease counted from the answer, not from the renewal sent"
+
+
+def test_a_lease_someone_else_created_meanwhile_is_not_taken_for_ours(cluster, proxy, lossy):
+    """The other side of recognising our own write: the first POST never reached the server (the connection closed
+    first: to the client as unknown as a lost answer) and another replica created the Lease meanwhile; the retry's
+    409 is theirs, and this elector loses the round."""
+    name = "raced"
+    other = cluster.leader_elector(NS, name, "pod-b", lease_seconds=30)
+    proxy.lose("POST", "/leases", "unsent", meanwhile=other.try_acquire_or_renew)
+    elector = lossy.leader_elector(NS, name, "pod-a", lease_seconds=30)
+    assert elector.try_acquire_or_renew() is False and not elector.is_leader
+    assert other.is_leader and elector.holder() == "pod-b"
+
+
+def test_a_renewal_that_lost_the_lease_meanwhile_is_not_taken_for_ours(cluster, proxy, lossy):
+    """A renewal that never arrived while the Lease changed hands (released, and taken by another replica): the
+    retry's 409 is theirs; the elector is not the leader."""
+    name = "renew-raced"
+    elector = lossy.leader_elector(NS, name, "pod-a", lease_seconds=30)
+    assert elector.try_acquire_or_renew() is True
+    other = cluster.leader_elector(NS, name, "pod-b", lease_seconds=30)
+
+    def taken_over() -> None:
+        lease = cluster.get(f"{LEASES}/{name}")
+        lease["spec"]["holderIdentity"] = None  # as release() leaves it
+        cluster._request("PUT", f"{LEASES}/{name}", lease)
+        assert other.try_acquire_or_renew() is True
+
+    proxy.lose("PUT", f"/leases/{name}", "unsent", meanwhile=taken_over)
+    assert elector.try_acquire_or_renew() is False and not elector.is_leader
+    assert elector.holder() == "pod-b"
+
+
+@pytest.mark.parametrize("how", ["hold", "close", "504"])
+def test_an_event_whose_answer_is_lost_counts_no_error(cluster, proxy, lossy, how):
+    """An Event's name is random: its answer lost, the retry met the Event it had just created (409 AlreadyExists)
+    and the caller counted an error (headroom_reconcile_errors_total{kind="events"}) for an Event that was
+    recorded."""
+    about = ObjectRef("v1", "ConfigMap", f"about-{how}", NS)
+    proxy.lose("POST", "/events", how)
+    event = lossy.emit_event(about, "Reserved", "reserved 4 GPUs")
+    assert event["reason"] == "Reserved" and proxy.lost
+    assert [(e["reason"], e["message"], e["count"]) for e in cluster.list_events(about)] == \
+        [("Reserved", "reserved 4 GPUs", 1)]
+
+
+@pytest.mark.parametrize("how", ["hold", "close", "504"])
+def test_an_eviction_whose_answer_is_lost_is_counted_as_this_call_s(cluster, proxy, lossy, how):
+    """The read-modify-write merge patch carries the resourceVersion read: its answer lost, the retry met 409, the
+    re-read found the Workload already inactive and evict_workload said False (not evicted by this call): the
+    preemption went uncounted."""
+    cluster.create(kueue.path("clusterqueues"), kueue.cluster_queue(f"lost-{how}", gpus=8))
+    cluster.create(kueue.path("localqueues", namespace=NS), kueue.local_queue(NS, f"lost-{how}"))
+    cluster.create(WL, kueue.workload(NS, f"victim-{how}", f"lost-{how}", gpus_per_pod=2))
+    kueue.admit(cluster, NS, f"victim-{how}", f"lost-{how}")
+    proxy.lose("PATCH", f"/workloads/victim-{how}", how)
+    assert lossy.evict_workload(NS, f"victim-{how}", None, "reclaim", "plan-lost") is True
+    assert [m for m, _, _ in proxy.lost] == ["PATCH"]
+    assert cluster.get(f"{WL}/victim-{how}")["spec"]["active"] is False
+
+
+@pytest.mark.parametrize("how", ["close", "unsent"])
+def test_a_forecast_whose_answer_is_lost_is_recorded_once(cluster, proxy, lossy, how):
+    """The shared forecast log: the first forecast of a series creates its ConfigMap (labels, annotation, data: all
+    recognised as ours after a lost answer), the next merge-patches it (its re-read after a 409 re-applies the same
+    key, nothing twice); a POST that never arrived is simply retried."""
+    import pandas as pd
+
+    store = lossy.forecast_store(NS)
+    series = f"lost.{how}"
+    frame = pd.DataFrame([[1.0, 2.0, 3.0]] * 2, columns=[0.1, 0.5, 0.9],
+                         index=pd.date_range("2026-12-01", periods=2, freq="h", tz="UTC"))
+    first, second = pd.Timestamp("2026-12-01T00:00Z"), pd.Timestamp("2026-12-01T01:00Z")
+    proxy.lose("POST", "/configmaps", how)
+    store.record(series, first, frame)
+    proxy.lose("PATCH", f"/configmaps/{store.name(series)}", "close" if how == "close" else "hold")
+    store.record(series, second, frame)
+    assert [m for m, _, _ in proxy.lost] == ["POST", "PATCH"]
+    assert sorted(cluster.forecast_store(NS).load(series)) == [first, second]
+
+
+def test_a_configmap_created_meanwhile_with_other_data_is_a_conflict(cluster, proxy, lossy):
+    """create(): a 409 after a retry is ours only if the object holds everything sent."""
+    path = f"/api/v1/namespaces/{NS}/configmaps"
+    mine = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "contested", "namespace": NS},
+            "data": {"who": "me"}}
+    theirs = {**mine, "data": {"who": "them"}}
+    proxy.lose("POST", "/configmaps", "unsent", meanwhile=lambda: cluster.create(path, theirs))
+    with pytest.raises(Conflict):
+        lossy.create(path, mine)
+    assert cluster.get(f"{path}/contested")["data"] == {"who": "them"}
+
+
+def test_a_dry_run_retried_still_says_the_object_exists(cluster, proxy, lossy):
+    """A dry run never lands: a 409 after its retry is the server's answer about an object already there, even one
+    that holds everything sent (it was not recognised as a write of ours: the dry run said it could be created)."""
+    path = f"/api/v1/namespaces/{NS}/configmaps"
+    body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "dry", "namespace": NS}, "data": {"a": "1"}}
+    cluster.create(path, body)
+    proxy.lose("POST", "/configmaps", "close")
+    with pytest.raises(Conflict):
+        lossy.create(path, body, dry_run=True)
+    assert proxy.lost
+
+
+# --------------------------------------------------------------------------- a server that does not answer
+def test_writes_past_a_lapsed_lease_wait_for_one_failed_renewal_not_one_each(cluster, proxy, lossy):
+    """Each write of a reconcile asks whether this replica still leads; past its Lease (by its own clock) that is a
+    renewal. With the API server not answering (a halted host) a renewal waits out every retry (7 x the request
+    timeout: about 80 s at the defaults) and each write asked again: a reconcile of k writes, or k statuses queued
+    beside it, took k times that to skip them, the fence lock held, the loop stuck past its liveness bound. A
+    renewal that failed is not tried again by a write: the next election round tries."""
+    from types import SimpleNamespace
+
+    from controller.loop import Loop
+
+    lossy.request_timeout = 0.5  # each renewal: 7 attempts
+    name = "unanswered"
+    elector = lossy.leader_elector(NS, name, "pod-a", lease_seconds=2)
+    loop = Loop(SimpleNamespace(), elector, interval=1, lease_seconds=2)  # type: ignore[arg-type]  # no reconcile
+    loop._running = True  # inside run(): a write may renew
+    assert elector.try_acquire_or_renew() is True and loop.still_leading()
+    time.sleep(2.1)  # lapsed by its own clock
+    proxy.lose("GET", f"/leases/{name}", "hold", times=100)
+    assert [loop.still_leading() for _ in range(3)] == [False, False, False]
+    assert len(proxy.lost) == 1 + lossy.retries, "one renewal's attempts, not one renewal per write"
+
+
+# --------------------------------------------------------------------------- what "holds what was sent" means
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+                    max_leaves=12)
+
+
+def _part(data, doc):
+    """Some of `doc`'s fields, to any depth (a list whole): what a write sends of what the server stores."""
+    if not isinstance(doc, dict) or not doc:
+        return doc
+    keys = data.draw(st.sets(st.sampled_from(sorted(doc))))
+    return {k: _part(data, doc[k]) for k in keys}
+
+
+@given(st.dictionaries(st.text(max_size=3), JSON, min_size=1, max_size=4), st.data())
+def test_a_stored_object_holds_any_part_of_itself_and_nothing_changed(stored, data):
+    sent = _part(data, stored)
+    assert _holds(stored, sent)
+    assert _holds(stored, {**sent, "__absent__": None}), "a merge patch's deletion of a field not stored"
+    key = data.draw(st.sampled_from(sorted(stored)))
+    assert not _holds(stored, {**sent, key: "__changed__"})
+    if isinstance(stored[key], list) and stored[key]:
+        assert not _holds(stored, {**sent, key: stored[key][:-1]}), "a list is compared whole"
