@@ -12,7 +12,7 @@ from pydantic import BaseModel, ValidationError
 from core.errors import ConfigError
 from core.policy import field_errors
 from core.settings import Config
-from core.yamlfile import RepeatedKeys
+from core.yamlfile import ConfigLoader, RepeatedKeys
 from core.yamlfile import documents as yaml_documents
 
 
@@ -48,7 +48,7 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
     tree: Any = {}
     if path is not None:
         try:
-            documents = yaml_documents(Path(path).read_text(encoding="utf-8-sig"))
+            documents = yaml_documents(Path(path).read_text(encoding="utf-8-sig"), ConfigLoader)
         except OSError as exc:
             raise ConfigError(source, [f"cannot read file: {exc.strerror}"]) from None
         except RepeatedKeys as exc:

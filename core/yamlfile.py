@@ -127,6 +127,32 @@ KubectlLoader.yaml_implicit_resolvers = {
 KubectlLoader.add_constructor("tag:yaml.org,2002:int", KubectlLoader.construct_yaml_int)
 
 
+class ConfigLoader(yaml.SafeLoader):
+    """A configuration's plain scalars as PyYAML types them, but numbers as YAML 1.2 writes them: YAML 1.1 read
+    `folds: 010` as 8 (octal) and `days: 1:30` as 90 (base 60), a value other than the one written, and `1e3` as
+    text. Here 010 is 10, 0o17 is 15, 1e3 is 1000.0 and 1:30 is the text "1:30" (refused where a number is meant)."""
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        text = str(self.construct_scalar(node)).replace("_", "")
+        sign, digits = (-1, text[1:]) if text[0] == "-" else (1, text.removeprefix("+"))
+        return sign * int(digits, 0 if digits[:2] in ("0b", "0o", "0x") else 10)
+
+
+_NUMBERS = {"tag:yaml.org,2002:int", "tag:yaml.org,2002:float"}
+ConfigLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag not in _NUMBERS]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+ConfigLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:int",
+    re.compile(r"^[-+]?(0b[01][01_]*|0o[0-7][0-7_]*|0x[0-9a-fA-F][0-9a-fA-F_]*|[0-9][0-9_]*)$"),
+    list("-+0123456789"))
+ConfigLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^([-+]?([0-9][0-9_]*\.[0-9_]*|\.[0-9][0-9_]*)([eE][-+]?[0-9]+)?"
+                                          r"|[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+|[-+]?\.(inf|Inf|INF)|\.(nan|NaN|NAN))$"),
+    list("-+.0123456789"))
+ConfigLoader.add_constructor("tag:yaml.org,2002:int", ConfigLoader.construct_yaml_int)
+
+
 def documents(text: str, loader: type[yaml.SafeLoader] = yaml.SafeLoader) -> list[Any]:
     """Every document in `text` (safe: plain data only, nothing runs). A key given twice in one mapping is an
     error naming its path and lines: YAML libraries keep the last value silently (PyYAML does), so a setting

@@ -122,3 +122,21 @@ def test_a_maximum_below_one_replica_is_refused():
 def test_a_kubeconfig_that_is_not_a_file_is_a_bad_request(tmp_path):
     with pytest.raises(ConfigError, match=r"run.kubeconfig: .*nowhere is not a file \(given on the command line"):
         load_config(None, {"run.kubeconfig": str(tmp_path / "nowhere")})
+
+
+
+@pytest.mark.parametrize("text, value", [
+    ("backtest: {folds: 010}", 10),  # YAML 1.1's octal: read as 8, a week of folds quietly one day short
+    ("backtest: {folds: 0o10}", 8),
+    ("backtest: {folds: 1e1}", None),  # a float where a count is meant: refused, not rounded
+    ("backtest: {folds: '10'}", None),
+    ("backtest: {folds: 1:30}", None),  # YAML 1.1's base 60: read as 90
+])
+def test_numbers_are_read_as_written_not_as_yaml_1_1_octal_or_base_60(tmp_path, text, value):
+    path = tmp_path / "c.yaml"
+    path.write_text(text + "\n")
+    if value is None:
+        with pytest.raises(ConfigError, match="backtest.folds: Input should be a valid integer"):
+            load_config(path)
+    else:
+        assert load_config(path).backtest.folds == value
