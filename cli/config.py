@@ -19,8 +19,10 @@ from core.yamlfile import documents as yaml_documents
 def _set(tree: dict, dotted: str, value: Any) -> None:
     *parents, leaf = dotted.split(".")
     for key in parents:
-        node = tree.get(key)
-        tree[key] = node = dict(node) if isinstance(node, dict) else {}
+        node = tree.get(key, {})
+        if not isinstance(node, dict):  # the file's section is no mapping: its error is listed, not replaced
+            return
+        tree[key] = node = dict(node)
         tree = node
     tree[leaf] = value
 
@@ -40,6 +42,19 @@ def _paths_relative_to(tree: Any, model: Any, base: Path) -> None:
             tree[name] = str(base / value)
         elif isinstance(inner[0], type) and issubclass(inner[0], BaseModel):
             _paths_relative_to(value, inner[0], base)
+
+
+def _sections_defaulted(tree: dict, model: type[BaseModel]) -> dict:
+    """A section written with every key commented out reads as null: it is empty, its defaults apply, at any depth
+    (simulate.world, run.lease). A null where the field may be None (history.prometheus) says "none": kept."""
+    out = dict(tree)
+    for name, field in model.model_fields.items():
+        section = field.annotation
+        if name in out and isinstance(section, type) and issubclass(section, BaseModel):
+            value = out[name]
+            out[name] = {} if value is None else _sections_defaulted(value, section) if isinstance(value, dict) \
+                else value
+    return out
 
 
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> Config:
@@ -62,8 +77,7 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
         tree = (documents or [None])[0] or {}
         if not isinstance(tree, dict):
             raise ConfigError(source, ["(top level): must be a mapping of sections"])
-        # a section written with every key commented out reads as null: it is empty, its defaults apply
-        tree = {section: {} if value is None else value for section, value in tree.items()}
+        tree = _sections_defaulted(tree, Config)
         _paths_relative_to(tree, Config, Path(path).parent)
     for dotted, value in (overrides or {}).items():
         if value is not None:
