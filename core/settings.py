@@ -13,15 +13,33 @@ from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PositiveFloat,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic import Strict as StrictTypes
 
 from core.policy import NAME_PATTERN, Forecaster, ObjectiveSpec, PolicySpec, policy_duration
 from core.units import check_statistic, check_timezone, duration
 
+
+def _path_text(value: Any) -> Any:
+    if value == "":  # Path("") is ".", the working directory: never a file anyone named
+        raise ValueError("an empty path")
+    return value
+
+
 # Numbers and booleans are strict (a YAML `true` is no horizon, a quoted "0.9" no quantile): these are read from the
-# text a file or flag gives (paths, times) and the lists YAML writes for pairs.
-FilePath = Annotated[Path, StrictTypes(False)]
+# text a file or flag gives (paths, times) and the lists YAML writes for pairs. `~` is the user's home, as a shell
+# would read it (a config file or `--flag=~/x` is not expanded by one).
+FilePath = Annotated[Path, StrictTypes(False), BeforeValidator(_path_text), AfterValidator(Path.expanduser)]
 Time = Annotated[datetime, StrictTypes(False)]
 
 LOOKBACK = "28d"  # the history a forecast is fitted on

@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from cli.config import load_config
@@ -155,3 +157,23 @@ def test_a_flag_beside_a_section_that_is_not_a_mapping_does_not_hide_it(tmp_path
     path.write_text("forecast: [48]\n")  # was replaced by {horizon: 6} and accepted
     with pytest.raises(ConfigError, match="forecast: Input should be a valid dictionary"):
         load_config(path, {"forecast.horizon": 6})
+
+
+@pytest.mark.parametrize("text, error", [
+    ("history: {file: ''}", "history.file: an empty path"),  # was the working directory, '.'
+    ("run: {forecast_log_dir: ''}", "run.forecast_log_dir: an empty path"),  # logs written into the working dir
+    ("run: {kubeconfig: ~/no-such-kubeconfig}", f"run.kubeconfig: {Path.home()}/no-such-kubeconfig is not a file"),
+])
+def test_an_empty_path_is_refused_and_a_home_path_is_the_users_home(tmp_path, text, error):
+    path = tmp_path / "c.yaml"
+    path.write_text(text + "\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert err.value.errors == [error]
+
+
+def test_a_path_under_home_in_the_file_or_a_flag_is_under_home(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("history: {file: ~/demand.csv}\n")
+    assert load_config(path).history.file == Path.home() / "demand.csv"  # was tmp_path/'~/demand.csv', unexpanded
+    assert load_config(None, {"simulate.jobs": "~/jobs.csv"}).simulate.jobs == Path.home() / "jobs.csv"
