@@ -228,19 +228,19 @@ class BacktestConfig(Strict):
 class WorldSettings(Strict):
     """The simulated cluster around the controller (adapters.embedded): what real clusters take time for."""
     warmup_seconds: float = Field(180.0, ge=0, le=3600)  # a new replica serves this long after it gets GPUs
-    # a training job's checkpoint + termination, uniform
+    # a training job's checkpoint + termination, uniform; at most an hour, as warm-up (the oracle's lead covers both)
     preemption_seconds: Annotated[tuple[float, float], StrictTypes(False)] = (30.0, 120.0)
     checkpoint_interval_seconds: float = Field(1800.0, gt=0)
     backlog_job_gpus: Annotated[tuple[int, ...], StrictTypes(False)] = (1, 1, 2, 4, 8)
     backlog_job_hours: Annotated[tuple[float, float], StrictTypes(False)] = (1.0, 8.0)
     hpa_scale_down_seconds: float = Field(300.0, ge=0)   # the HPA's scale-down stabilization window
-    seed: int = 0
+    seed: int = Field(0, ge=0)  # numpy's generators take no negative seed
 
     @field_validator("preemption_seconds")
     @classmethod
     def _preemption(cls, pair: tuple[float, float]) -> tuple[float, float]:
-        if not 0 <= pair[0] <= pair[1]:
-            raise ValueError("preemption_seconds must be [low, high] with 0 <= low <= high")
+        if not 0 <= pair[0] <= pair[1] <= 3600:
+            raise ValueError("preemption_seconds must be [low, high] with 0 <= low <= high <= 3600")
         return pair
 
     @field_validator("backlog_job_gpus")

@@ -1,3 +1,4 @@
+import re
 from pathlib import Path
 
 import pytest
@@ -177,3 +178,20 @@ def test_a_path_under_home_in_the_file_or_a_flag_is_under_home(tmp_path):
     path.write_text("history: {file: ~/demand.csv}\n")
     assert load_config(path).history.file == Path.home() / "demand.csv"  # was tmp_path/'~/demand.csv', unexpanded
     assert load_config(None, {"simulate.jobs": "~/jobs.csv"}).simulate.jobs == Path.home() / "jobs.csv"
+
+
+@pytest.mark.parametrize("world, error", [
+    ("{seed: -1}", "simulate.world.seed: Input should be greater than or equal to 0"),  # numpy's traceback before
+    ("{preemption_seconds: [100000, 100000]}", "preemption_seconds must be [low, high] with 0 <= low <= high <= 3600"),
+])
+def test_a_simulated_world_the_simulator_cannot_run_is_refused(tmp_path, world, error):
+    from cli.main import main
+    from forecast.synthetic import synthetic_demand, write_csv
+
+    path = tmp_path / "c.yaml"
+    path.write_text(f"simulate: {{world: {world}}}\n")
+    with pytest.raises(ConfigError, match=re.escape(error)):
+        load_config(path)
+    demand = tmp_path / "d.csv"
+    write_csv(synthetic_demand(days=3, step="1h"), demand)
+    assert main(["--config", str(path), "simulate", str(demand), "--policy", "oracle", "--days", "1"]) == 2
