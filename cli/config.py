@@ -15,6 +15,9 @@ from core.settings import Config
 from core.yamlfile import ConfigLoader, RepeatedKeys
 from core.yamlfile import documents as yaml_documents
 
+# the trace's scale is one of two settings: a flag giving one replaces whichever the file gives
+EITHER = {"simulate.peak_gpus": "simulate.per_gpu", "simulate.per_gpu": "simulate.peak_gpus"}
+
 
 def _set(tree: dict, dotted: str, value: Any) -> None:
     *parents, leaf = dotted.split(".")
@@ -82,6 +85,10 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
     for dotted, value in (overrides or {}).items():
         if value is not None:
             _set(tree, dotted, value)
+            if dotted in EITHER:  # the flag says which of the two applies: the file's other one is set aside
+                section, key = EITHER[dotted].split(".")
+                if isinstance(tree.get(section), dict):
+                    tree[section].pop(key, None)
     try:
         config = Config.model_validate(tree)
     except ValidationError as exc:

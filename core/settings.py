@@ -261,13 +261,20 @@ class WorldSettings(Strict):
 class SimulateConfig(Strict):
     """`simulate`, `tune`, `report`: the simulated cluster and what it replays."""
     gpus: int = Field(128, ge=1, le=MAX_CLUSTER_GPUS)
-    peak_gpus: float | None = Field(100, gt=0)
+    # the trace's scale: its 99.9th percentile is peak_gpus GPUs, unless per_gpu (the demand one GPU serves) is given
+    peak_gpus: float = Field(100, gt=0)
     per_gpu: float | None = Field(None, gt=0)
     policy: SimulatedPolicy = "forecast"
     policy_file: FilePath | None = None   # a ReservationPolicy manifest to run exactly (default: tuned on the history)
     days: float = Field(7, gt=0, le=3660)
     jobs: FilePath | None = None
     world: WorldSettings = WorldSettings()
+
+    @model_validator(mode="after")
+    def _one_scale(self) -> SimulateConfig:
+        if self.per_gpu is not None and "peak_gpus" in self.model_fields_set:
+            raise ValueError("give peak_gpus or per_gpu, not both (per_gpu would win)")
+        return self
 
 
 class TuneConfig(Strict):

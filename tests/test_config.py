@@ -195,3 +195,21 @@ def test_a_simulated_world_the_simulator_cannot_run_is_refused(tmp_path, world, 
     demand = tmp_path / "d.csv"
     write_csv(synthetic_demand(days=3, step="1h"), demand)
     assert main(["--config", str(path), "simulate", str(demand), "--policy", "oracle", "--days", "1"]) == 2
+
+
+def test_the_traces_scale_is_one_setting_and_a_flag_replaces_the_files(tmp_path):
+    """simulate.per_gpu in the file silently beat --peak-gpus (the flag had no effect, exit 0); the file may give
+    one of the two."""
+    path = tmp_path / "c.yaml"
+    path.write_text("simulate: {per_gpu: 1000}\n")
+    cfg = load_config(path, {"simulate.peak_gpus": 50})
+    assert (cfg.simulate.peak_gpus, cfg.simulate.per_gpu) == (50, None)
+    path.write_text("simulate: {peak_gpus: 20}\n")
+    cfg = load_config(path, {"simulate.per_gpu": 5})
+    assert cfg.simulate.per_gpu == 5
+    path.write_text("simulate: {peak_gpus: 20, per_gpu: 3}\n")
+    with pytest.raises(ConfigError, match="simulate: give peak_gpus or per_gpu, not both"):
+        load_config(path)
+    path.write_text("simulate: {peak_gpus: null}\n")  # report's header formatted None: a traceback after the work
+    with pytest.raises(ConfigError, match="simulate.peak_gpus"):
+        load_config(path)
