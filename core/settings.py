@@ -337,7 +337,8 @@ class TrainingSeries(Strict):
 
 
 class TrainingConfig(Strict):
-    tracking_uri: str | None = None  # else MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db
+    # else MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db; never "" (an unset variable's expansion: not a default)
+    tracking_uri: str | None = Field(None, min_length=1)
     name: str | None = Field(None, pattern=SERIES_NAME_PATTERN)  # series name when training from history.*
     series: list[TrainingSeries] = []
     # `auto` alone: the champion is the forecaster the benchmarks measure and `headroom simulate` replays, so a
@@ -389,7 +390,7 @@ def _ip_address(value: str) -> str:
 
 
 class LeaseConfig(Strict):
-    namespace: str = "headroom-system"
+    namespace: str = Field("headroom-system", pattern=NAME_PATTERN)
     name: str = "headroom"
     duration_seconds: int = Field(15, ge=2)
 
@@ -398,7 +399,7 @@ class RunConfig(CrossChecked):
     """`headroom run`: the long-running controller."""
     cluster: Literal["simulated", "kubernetes"] = "simulated"
     kubeconfig: FilePath | None = None   # kubernetes: this file, else in-cluster credentials
-    namespace: str | None = None     # watch policies in one namespace (default: all)
+    namespace: str | None = Field(None, pattern=NAME_PATTERN)  # watch policies in one namespace (default: all)
     capacity_gpus: int = Field(128, ge=1, le=MAX_CLUSTER_GPUS)
     non_lendable_gpus: int = Field(0, ge=0)
     interval_seconds: float = Field(60, gt=0)
@@ -414,7 +415,7 @@ class RunConfig(CrossChecked):
     lease: LeaseConfig = LeaseConfig()
     forecast_log_dir: FilePath = Path("headroom-forecasts")
     # MLflow: champion models, realized error, retraining (default: training.tracking_uri)
-    tracking_uri: str | None = None
+    tracking_uri: str | None = Field(None, min_length=1)
     retrain_every_seconds: float = Field(86400, ge=0)  # 0: never on a schedule (drift still recommends)
     team_weights: dict[str, PositiveFloat] = {}   # training ClusterQueue -> share of the slack (default equal)
     policies: list[EmbeddedPolicy] = []

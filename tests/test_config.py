@@ -213,3 +213,16 @@ def test_the_traces_scale_is_one_setting_and_a_flag_replaces_the_files(tmp_path)
     path.write_text("simulate: {peak_gpus: null}\n")  # report's header formatted None: a traceback after the work
     with pytest.raises(ConfigError, match="simulate.peak_gpus"):
         load_config(path)
+
+
+@pytest.mark.parametrize("overrides, field", [
+    ({"training.tracking_uri": ""}, "training.tracking_uri"),  # `--tracking-uri "$UNSET"` trained into the default
+    ({"run.tracking_uri": ""}, "run.tracking_uri"),
+    ({"run.namespace": ""}, "run.namespace"),  # matched no policy: the controller watched nothing, silently
+    ({"run.namespace": "Inference"}, "run.namespace"),
+    ({"run.lease": {"namespace": "headroom system"}}, "run.lease.namespace"),
+])
+def test_a_value_that_would_silently_mean_something_else_is_refused(overrides, field):
+    with pytest.raises(ConfigError) as err:
+        load_config(None, overrides)
+    assert [line.split(":")[0] for line in err.value.errors] == [field]
