@@ -226,3 +226,13 @@ def test_a_value_that_would_silently_mean_something_else_is_refused(overrides, f
     with pytest.raises(ConfigError) as err:
         load_config(None, overrides)
     assert [line.split(":")[0] for line in err.value.errors] == [field]
+
+
+@pytest.mark.parametrize("text", ["0.5,,0.9", "0.5,0.9,", ""])
+def test_quantiles_with_a_value_left_out_are_refused_naming_the_flag(text, capsys):
+    from cli.main import main
+
+    with pytest.raises(SystemExit) as exit_:  # 0.5,,0.9 ran as 0.5,0.9, exit 0
+        main(["forecast", "h.csv", "--quantiles", text])
+    assert exit_.value.code == 2 and f"--quantiles: not a comma-separated list of numbers: {text!r}" in \
+        capsys.readouterr().err
