@@ -62,11 +62,14 @@ def _sections_defaulted(tree: dict, model: type[BaseModel]) -> dict:
 
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> Config:
     """Parse YAML (if any), apply `{"section.key": value}` overrides, validate once."""
-    source = str(path) if path else "defaults"
+    source = str(path) if path is not None else "defaults"
     tree: Any = {}
     if path is not None:
+        if source == "":  # `--config "$UNSET"`: not the working directory, and not the defaults either
+            raise ConfigError("--config", ["an empty path: give the configuration file"])
+        path = Path(path).expanduser()  # --config=~/headroom.yaml: no shell expands it
         try:
-            documents = yaml_documents(Path(path).read_text(encoding="utf-8-sig"), ConfigLoader)
+            documents = yaml_documents(path.read_text(encoding="utf-8-sig"), ConfigLoader)
         except OSError as exc:
             raise ConfigError(source, [f"cannot read file: {exc.strerror}"]) from None
         except RepeatedKeys as exc:
@@ -81,7 +84,7 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
         if not isinstance(tree, dict):
             raise ConfigError(source, ["(top level): must be a mapping of sections"])
         tree = _sections_defaulted(tree, Config)
-        _paths_relative_to(tree, Config, Path(path).parent)
+        _paths_relative_to(tree, Config, path.parent)
     for dotted, value in (overrides or {}).items():
         if value is not None:
             _set(tree, dotted, value)

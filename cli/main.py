@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     overrides["history.statistic"] = getattr(args, "statistic", None)
     overrides["forecast.timezone"] = getattr(args, "timezone", None)
     try:
-        cfg = load_config(args.sub_config or args.config, overrides)
+        cfg = load_config(args.sub_config if args.sub_config is not None else args.config, overrides)
     except ConfigError as exc:
         print(f"headroom: {exc}", file=sys.stderr)
         return 2

@@ -236,3 +236,17 @@ def test_quantiles_with_a_value_left_out_are_refused_naming_the_flag(text, capsy
         main(["forecast", "h.csv", "--quantiles", text])
     assert exit_.value.code == 2 and f"--quantiles: not a comma-separated list of numbers: {text!r}" in \
         capsys.readouterr().err
+
+
+def test_an_empty_config_path_is_refused_and_a_home_one_read(tmp_path, monkeypatch, capsys):
+    """`--config ""` was read as the working directory ("invalid configuration (defaults): cannot read file: Is a
+    directory"), or ignored beside a --config before the command; --config=~/x.yaml was not found."""
+    from cli.main import main
+
+    for argv in (["--config", "", "forecast", "h.csv"], ["--config", "x.yaml", "forecast", "--config", "", "h.csv"]):
+        assert main(argv) == 2
+        assert "invalid configuration (--config):\n  an empty path: give the configuration file" in \
+            capsys.readouterr().err
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "headroom.yaml").write_text("forecast: {horizon: 7}\n")
+    assert load_config("~/headroom.yaml").forecast.horizon == 7
