@@ -15,8 +15,10 @@ from core.settings import Config
 from core.yamlfile import ConfigLoader, RepeatedKeys
 from core.yamlfile import documents as yaml_documents
 
-# the trace's scale is one of two settings: a flag giving one replaces whichever the file gives
-EITHER = {"simulate.peak_gpus": "simulate.per_gpu", "simulate.per_gpu": "simulate.peak_gpus"}
+# a flag giving one of two settings that exclude each other replaces whichever the file gives: the trace's scale, and
+# the history's source (a HISTORY file argument beside history.prometheus)
+EITHER = {"simulate.peak_gpus": "simulate.per_gpu", "simulate.per_gpu": "simulate.peak_gpus",
+          "history.file": "history.prometheus"}
 
 
 def _set(tree: dict, dotted: str, value: Any) -> None:

@@ -250,3 +250,20 @@ def test_an_empty_config_path_is_refused_and_a_home_one_read(tmp_path, monkeypat
     monkeypatch.setenv("HOME", str(tmp_path))
     (tmp_path / "headroom.yaml").write_text("forecast: {horizon: 7}\n")
     assert load_config("~/headroom.yaml").forecast.horizon == 7
+
+
+def test_a_history_file_argument_replaces_the_files_prometheus_and_run_s_demand_is_no_history(tmp_path, monkeypatch):
+    """`headroom forecast FILE` (or train --history FILE) beside a config holding history.prometheus was refused
+    ("history: give either file or prometheus, not both"); so was `plan --policy-file P --history DEMAND`, whose
+    --history is the policies' demand and was read as history.file."""
+    import cli.run
+    from cli.main import main
+
+    config = tmp_path / "headroom.yaml"
+    config.write_text("history: {prometheus: {url: 'http://127.0.0.1:9', query: up}}\n")
+    cfg = load_config(config, {"history.file": "d.csv"})
+    assert cfg.history.file == Path("d.csv") and cfg.history.prometheus is None
+    seen = {}
+    monkeypatch.setattr(cli.run, "cmd_plan", lambda cfg, args: seen.update(cfg=cfg, args=args) or 0)
+    assert main(["--config", str(config), "plan", "--policy-file", "p.yaml", "--history", "d.csv"]) == 0
+    assert seen["args"].demand == "d.csv" and seen["cfg"].history.prometheus is not None
