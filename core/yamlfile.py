@@ -128,14 +128,21 @@ KubectlLoader.add_constructor("tag:yaml.org,2002:int", KubectlLoader.construct_y
 
 
 class ConfigLoader(yaml.SafeLoader):
-    """A configuration's plain scalars as PyYAML types them, but numbers as YAML 1.2 writes them: YAML 1.1 read
-    `folds: 010` as 8 (octal) and `days: 1:30` as 90 (base 60), a value other than the one written, and `1e3` as
-    text. Here 010 is 10, 0o17 is 15, 1e3 is 1000.0 and 1:30 is the text "1:30" (refused where a number is meant)."""
+    """A configuration's plain scalars as PyYAML types them, but numbers as YAML 1.2 and kubectl write them: YAML 1.1
+    read `days: 1:30` as 90 (base 60), a value other than the one written, and `1e3` as text. Here 0o17 is 15, 1e3 is
+    1000.0 and 1:30 the text "1:30" (refused where a number is meant); 010, octal 8 to YAML 1.1 and kubectl and ten to
+    YAML 1.2, is refused naming its line, never read as either."""
 
     def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
         text = str(self.construct_scalar(node)).replace("_", "")
         sign, digits = (-1, text[1:]) if text[0] == "-" else (1, text.removeprefix("+"))
-        return sign * int(digits, 0 if digits[:2] in ("0b", "0o", "0x") else 10)
+        if digits[:2] in ("0b", "0o", "0x"):
+            return sign * int(digits, 0)
+        if len(digits) > 1 and digits[0] == "0":
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{node.value}: a number with a leading zero is octal to kubectl and YAML 1.1, decimal "
+                "to YAML 1.2: write it without the zero (0o17 for octal)", node.start_mark)
+        return sign * int(digits)
 
 
 _NUMBERS = {"tag:yaml.org,2002:int", "tag:yaml.org,2002:float"}
