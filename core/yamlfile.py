@@ -142,6 +142,8 @@ class ConfigLoader(yaml.SafeLoader):
             raise yaml.constructor.ConstructorError(
                 None, None, f"{node.value}: a number with a leading zero is octal to kubectl and YAML 1.1, decimal "
                 "to YAML 1.2: write it without the zero (0o17 for octal)", node.start_mark)
+        if len(digits) > 4300:  # Python's limit for int(text): its ValueError was a traceback
+            raise yaml.constructor.ConstructorError(None, None, f"a number of {len(digits)} digits", node.start_mark)
         return sign * int(digits)
 
 

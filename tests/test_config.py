@@ -136,6 +136,7 @@ def test_a_kubeconfig_that_is_not_a_file_is_a_bad_request(tmp_path):
     ("backtest: {folds: 1e1}", "backtest.folds: Input should be a valid integer"),  # a float for a count: not rounded
     ("backtest: {folds: '10'}", "backtest.folds: Input should be a valid integer"),
     ("backtest: {folds: 1:30}", "backtest.folds: Input should be a valid integer"),  # YAML 1.1's base 60: read as 90
+    (f"backtest: {{folds: 1{'0' * 5000}}}", "a number of 5001 digits"),  # past int()'s limit: a traceback before
 ])
 def test_numbers_are_read_as_written_not_as_yaml_1_1_octal_or_base_60(tmp_path, text, value):
     path = tmp_path / "c.yaml"
