@@ -47,7 +47,8 @@ def _go_type(text: str) -> str | None:
     if text[0] == "." and not _GO_DOT_FLOAT.fullmatch(text):
         return None
     plain = text.replace("_", "")
-    if _GO_INT.fullmatch(plain) and -2**63 <= _go_int(plain) < 2**64:  # int64, or uint64 unsigned
+    # int64, or uint64 unsigned (at most 67 characters, 0b and 64 binary digits: longer, int() may refuse the text)
+    if _GO_INT.fullmatch(plain) and len(plain) <= 67 and -2**63 <= _go_int(plain) < 2**64:
         return "tag:yaml.org,2002:int"
     if _GO_FLOAT.fullmatch(plain) and abs(float(plain)) != float("inf"):
         return "tag:yaml.org,2002:float"
