@@ -270,3 +270,16 @@ def test_a_history_file_argument_replaces_the_files_prometheus_and_run_s_demand_
     monkeypatch.setattr(cli.run, "cmd_plan", lambda cfg, args: seen.update(cfg=cfg, args=args) or 0)
     assert main(["--config", str(config), "plan", "--policy-file", "p.yaml", "--history", "d.csv"]) == 0
     assert seen["args"].demand == "d.csv" and seen["cfg"].history.prometheus is not None
+
+
+def test_train_name_beside_training_series_is_refused_not_ignored(tmp_path, capsys):
+    """`train --name chat` with training.series in the file trained every series under its own name, the flag
+    dropped with exit 0."""
+    from cli.main import main
+
+    config = tmp_path / "headroom.yaml"
+    config.write_text("training: {series: [{name: a, file: a.csv}]}\n")
+    assert main(["train", "--config", str(config), "--name", "chat", "--tracking-uri", f"sqlite:///{tmp_path}/m.db"]) \
+        == 2
+    assert "--name chat: training.series names each series it trains" in capsys.readouterr().err
+    assert not (tmp_path / "m.db").exists()
