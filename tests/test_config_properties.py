@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 import cli.main
+import cli.report
 import cli.run
 from cli.config import load_config
 from cli.main import main
@@ -242,14 +243,19 @@ FLAGS = [
                                                                       "", "on", "1e3"])),
     ("forecast", "--timezone", "forecast.timezone", st.sampled_from(["UTC", "Europe/Berlin", "Mars/Olympus",
                                                                      "localtime", "", "utc", "2026-01-01"])),
+    ("backtest", "--horizon", "backtest.horizon", st.integers(-1, 400)),
     ("backtest", "--folds", "backtest.folds", st.integers(-2, 400)),
     ("backtest", "--step", "backtest.step", st.integers(-2, 50) | st.integers(10**12, 10**30)),
     ("simulate", "--gpus", "simulate.gpus", st.integers(-1, 2 * 10**6)),
     ("simulate", "--days", "simulate.days", st.floats(-1, 4000) | st.sampled_from([math.nan, math.inf, 1e-300])),
     ("simulate", "--peak-gpus", "simulate.peak_gpus", st.floats(-1, 1e9) | st.sampled_from([math.nan, -math.inf])),
+    ("simulate", "--per-gpu", "simulate.per_gpu", st.floats(-1, 1e9) | st.sampled_from([0.0, math.inf])),
     ("tune", "--max-shortage", "tune.max_shortage", st.floats(-0.5, 1.5) | st.sampled_from([math.nan])),
+    ("report", "--max-short-steps", "tune.max_short_steps", st.floats(-0.5, 1.5)),
     ("train", "--name", "training.name", st.sampled_from(["chat", "a b", "", "-x", "x" * 101, "on"])),
+    ("train", "--tracking-uri", "training.tracking_uri", st.sampled_from(["sqlite:///m.db", "", "http://x:5000"])),
     ("run", "--gpus", "run.capacity_gpus", st.integers(-1, 2 * 10**6)),
+    ("run", "--metrics-port", "run.metrics_port", st.integers(-1, 70000)),
 ]
 
 
@@ -278,6 +284,7 @@ def parsed(argv, monkeypatch, capsys):
     for name in ("cmd_forecast", "cmd_backtest", "cmd_simulate", "cmd_tune", "cmd_train"):
         monkeypatch.setattr(cli.main, name, command)
     monkeypatch.setattr(cli.run, "cmd_run", command)
+    monkeypatch.setattr(cli.report, "cmd_report", command)
     try:
         status = main([str(a) for a in argv])
     except SystemExit as exc:  # argparse's own refusal, naming the flag
