@@ -11,7 +11,7 @@ from pydantic import BaseModel, ValidationError
 
 from core.errors import ConfigError
 from core.policy import field_errors
-from core.settings import Config
+from core.settings import Config, home_expanded
 from core.yamlfile import ConfigLoader, RepeatedKeys
 from core.yamlfile import documents as yaml_documents
 
@@ -43,7 +43,8 @@ def _paths_relative_to(tree: Any, model: Any, base: Path) -> None:
         if get_origin(kind) is list:
             for element in value if isinstance(value, list) else []:
                 _paths_relative_to(element, inner[0], base)
-        elif Path in inner and isinstance(value, str) and value and not Path(value).expanduser().is_absolute():
+        elif Path in inner and isinstance(value, str) and value and not value.startswith("~") and \
+                not Path(value).is_absolute():  # ~ is a home directory: expanded as the field is validated
             tree[name] = str(base / value)
         elif isinstance(inner[0], type) and issubclass(inner[0], BaseModel):
             _paths_relative_to(value, inner[0], base)
@@ -69,8 +70,8 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
     if path is not None:
         if source == "":  # `--config "$UNSET"`: not the working directory, and not the defaults either
             raise ConfigError("--config", ["an empty path: give the configuration file"])
-        path = Path(path).expanduser()  # --config=~/headroom.yaml: no shell expands it
         try:
+            path = home_expanded(Path(path))  # --config=~/headroom.yaml: no shell expands it
             documents = yaml_documents(path.read_text(encoding="utf-8-sig"), ConfigLoader)
         except OSError as exc:
             raise ConfigError(source, [f"cannot read file: {exc.strerror}"]) from None
@@ -80,6 +81,8 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
             raise ConfigError(source, [f"not a UTF-8 text file (byte {exc.start}): a YAML file is expected"]) from None
         except yaml.YAMLError as exc:
             raise ConfigError(source, [f"not valid YAML: {exc}"]) from None
+        except ValueError as exc:  # home_expanded: a ~user of no home directory
+            raise ConfigError(source, [str(exc)]) from None
         if len(documents) > 1:
             raise ConfigError(source, [f"(top level): one YAML document expected, found {len(documents)}"])
         tree = (documents or [None])[0] or {}

@@ -30,6 +30,14 @@ from core.policy import NAME_PATTERN, Forecaster, ObjectiveSpec, PolicySpec, pol
 from core.units import check_statistic, check_timezone, duration
 
 
+def home_expanded(path: Path) -> Path:
+    """`~` and `~user` as a shell reads them."""
+    try:
+        return path.expanduser()
+    except RuntimeError:  # pathlib's word for a ~user this machine has no home directory for
+        raise ValueError(f"{path}: {path.parts[0]} is no user's home directory on this machine") from None
+
+
 def _path_text(value: Any) -> Any:
     if value == "":  # Path("") is ".", the working directory: never a file anyone named
         raise ValueError("an empty path")
@@ -39,7 +47,7 @@ def _path_text(value: Any) -> Any:
 # Numbers and booleans are strict (a YAML `true` is no horizon, a quoted "0.9" no quantile): these are read from the
 # text a file or flag gives (paths, times) and the lists YAML writes for pairs. `~` is the user's home, as a shell
 # would read it (a config file or `--flag=~/x` is not expanded by one).
-FilePath = Annotated[Path, StrictTypes(False), BeforeValidator(_path_text), AfterValidator(Path.expanduser)]
+FilePath = Annotated[Path, StrictTypes(False), BeforeValidator(_path_text), AfterValidator(home_expanded)]
 Time = Annotated[datetime, StrictTypes(False)]
 
 LOOKBACK = "28d"  # the history a forecast is fitted on

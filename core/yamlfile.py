@@ -147,6 +147,13 @@ class ConfigLoader(yaml.SafeLoader):
             raise yaml.constructor.ConstructorError(None, None, f"a number of {len(digits)} digits", node.start_mark)
         return sign * int(digits)
 
+    def construct_yaml_timestamp(self, node: yaml.ScalarNode) -> Any:
+        try:  # 2026-02-30 has a date's shape: datetime's ValueError was a traceback
+            return super().construct_yaml_timestamp(node)
+        except ValueError as exc:
+            raise yaml.constructor.ConstructorError(None, None, f"{node.value}: not a date ({exc})",
+                                                    node.start_mark) from None
+
 
 _NUMBERS = {"tag:yaml.org,2002:int", "tag:yaml.org,2002:float"}
 ConfigLoader.yaml_implicit_resolvers = {
@@ -161,6 +168,7 @@ ConfigLoader.add_implicit_resolver(
                                           r"|[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+|[-+]?\.(inf|Inf|INF)|\.(nan|NaN|NAN))$"),
     list("-+.0123456789"))
 ConfigLoader.add_constructor("tag:yaml.org,2002:int", ConfigLoader.construct_yaml_int)
+ConfigLoader.add_constructor("tag:yaml.org,2002:timestamp", ConfigLoader.construct_yaml_timestamp)
 
 
 def documents(text: str, loader: type[yaml.SafeLoader] = yaml.SafeLoader) -> list[Any]:

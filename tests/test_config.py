@@ -283,3 +283,17 @@ def test_train_name_beside_training_series_is_refused_not_ignored(tmp_path, caps
         == 2
     assert "--name chat: training.series names each series it trains" in capsys.readouterr().err
     assert not (tmp_path / "m.db").exists()
+
+
+@pytest.mark.parametrize("text, error", [
+    ("history: {file: ~nobody-here/d.csv}", "history.file: ~nobody-here/d.csv: ~nobody-here is no user's home"),
+    ("forecast: {timezone: 2026-02-30}", "2026-02-30: not a date (day is out of range for month)"),  # a traceback
+])
+def test_text_no_home_or_date_can_be_made_of_is_an_error_not_a_traceback(tmp_path, text, error):
+    path = tmp_path / "c.yaml"
+    path.write_text(text + "\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert error in err.value.errors[0]
+    with pytest.raises(ConfigError, match="~nobody-here is no user's home directory on this machine"):
+        load_config("~nobody-here/headroom.yaml")
