@@ -85,7 +85,21 @@ def _go_key(key: Any) -> Any:
     return f"{sign}{digits[:point]}.{digits[point:]}"
 
 
-class KubectlLoader(yaml.SafeLoader):
+class ScalarsChecked(yaml.SafeLoader):
+    """A scalar that cannot be what its tag says (2026-02-30 typed a date, !!int abc, !!float with no value, !!bool
+    maybe) is an error naming its line, where PyYAML's constructors raise ValueError, IndexError, KeyError or
+    AttributeError: a traceback."""
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep)
+        except (ValueError, IndexError, KeyError, AttributeError) as exc:
+            tag = node.tag.removeprefix("tag:yaml.org,2002:")
+            raise yaml.constructor.ConstructorError(None, None, f"{node.value!r} cannot be read as {tag} ({exc})",
+                                                    node.start_mark) from None
+
+
+class KubectlLoader(ScalarsChecked):
     """A Kubernetes manifest's plain scalars typed as kubectl types them (Go's YAML library), not as PyYAML's YAML
     1.1: 1e3 and 5e-1 numbers, y and n booleans, 0o17 and 0X1F integers, 1:30 and 2026-05-04 strings. A manifest
     simulate runs is then the object `kubectl apply` sends, and one kubectl refuses (a target named y) simulate
@@ -128,7 +142,7 @@ KubectlLoader.yaml_implicit_resolvers = {
 KubectlLoader.add_constructor("tag:yaml.org,2002:int", KubectlLoader.construct_yaml_int)
 
 
-class ConfigLoader(yaml.SafeLoader):
+class ConfigLoader(ScalarsChecked):
     """A configuration's plain scalars as PyYAML types them, but numbers as YAML 1.2 and kubectl write them: YAML 1.1
     read `days: 1:30` as 90 (base 60), a value other than the one written, and `1e3` as text. Here 0o17 is 15, 1e3 is
     1000.0 and 1:30 the text "1:30" (refused where a number is meant); 010, octal 8 to YAML 1.1 and kubectl and ten to
@@ -147,13 +161,6 @@ class ConfigLoader(yaml.SafeLoader):
             raise yaml.constructor.ConstructorError(None, None, f"a number of {len(digits)} digits", node.start_mark)
         return sign * int(digits)
 
-    def construct_yaml_timestamp(self, node: yaml.ScalarNode) -> Any:
-        try:  # 2026-02-30 has a date's shape: datetime's ValueError was a traceback
-            return super().construct_yaml_timestamp(node)
-        except ValueError as exc:
-            raise yaml.constructor.ConstructorError(None, None, f"{node.value}: not a date ({exc})",
-                                                    node.start_mark) from None
-
 
 _NUMBERS = {"tag:yaml.org,2002:int", "tag:yaml.org,2002:float"}
 ConfigLoader.yaml_implicit_resolvers = {
@@ -168,7 +175,6 @@ ConfigLoader.add_implicit_resolver(
                                           r"|[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+|[-+]?\.(inf|Inf|INF)|\.(nan|NaN|NAN))$"),
     list("-+.0123456789"))
 ConfigLoader.add_constructor("tag:yaml.org,2002:int", ConfigLoader.construct_yaml_int)
-ConfigLoader.add_constructor("tag:yaml.org,2002:timestamp", ConfigLoader.construct_yaml_timestamp)
 
 
 def documents(text: str, loader: type[yaml.SafeLoader] = yaml.SafeLoader) -> list[Any]:

@@ -287,9 +287,11 @@ def test_train_name_beside_training_series_is_refused_not_ignored(tmp_path, caps
 
 @pytest.mark.parametrize("text, error", [
     ("history: {file: ~nobody-here/d.csv}", "history.file: ~nobody-here/d.csv: ~nobody-here is no user's home"),
-    ("forecast: {timezone: 2026-02-30}", "2026-02-30: not a date (day is out of range for month)"),  # a traceback
+    ("forecast: {timezone: 2026-02-30}", "'2026-02-30' cannot be read as timestamp (day is out of range for month)"),
+    ("forecast: {horizon: !!int abc}", "'abc' cannot be read as int"),  # ValueError, IndexError, ...: tracebacks
+    ("forecast: {horizon: !!float }", "'' cannot be read as float"),
 ])
-def test_text_no_home_or_date_can_be_made_of_is_an_error_not_a_traceback(tmp_path, text, error):
+def test_text_no_home_date_or_number_can_be_made_of_is_an_error_not_a_traceback(tmp_path, text, error):
     path = tmp_path / "c.yaml"
     path.write_text(text + "\n")
     with pytest.raises(ConfigError) as err:

@@ -326,3 +326,21 @@ def test_a_flag_reads_a_value_as_the_file_does_and_wins_beside_it(tmp_path_facto
         status, cfg, _, err = parsed([command, *positional(command), "--config", other, given_flag], monkeypatch,
                                      capsys)
         assert status == 0 and read_back(cfg, field) == value, err
+
+
+YAML_TOKENS = st.sampled_from(["forecast", "run", "history", "simulate", "world", "policies", "horizon", "file", ":",
+                               ": ", "\n", "  ", "- ", "[", "]", "{", "}", ",", "'", '"', "~", "~x/", "!!int ",
+                               "!!float ", "!!timestamp ", "!!binary ", "!!set ", "&a ", "*a", "<<: ", "? ", "#", "010",
+                               "0o7", "1e3", "1:30", "2026-02-30", "2026-01-01T00:00:00Z", ".nan", "-.inf", "yes",
+                               "null", "\t", "\ufeff", "\x00", "é", "9" * 5000])
+
+
+@PROPERTY
+@given(st.lists(YAML_TOKENS | st.text(max_size=3), max_size=40).map("".join))
+def test_any_text_is_a_configuration_or_an_error_naming_what_is_wrong(tmp_path_factory, text):
+    path = tmp_path_factory.mktemp("cfg") / "headroom.yaml"
+    path.write_text(text, encoding="utf-8", errors="surrogatepass")
+    try:
+        load_config(path)
+    except ConfigError as exc:
+        assert exc.errors and all(line.strip() for line in exc.errors)

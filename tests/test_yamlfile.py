@@ -66,3 +66,12 @@ def test_an_integer_past_uint64_in_a_manifest_is_text_as_kubectl_reads_it_not_a_
     digits = "1" + "0" * 5000
     assert documents(f"minGpus: {digits}\n", KubectlLoader) == [{"minGpus": digits}]
     assert documents("minGpus: 18446744073709551616\n", KubectlLoader) == [{"minGpus": 18446744073709551616.0}]
+
+
+@pytest.mark.parametrize("text", ["a: !!int abc", "a: !!float", "a: !!timestamp x", "a: !!bool maybe",
+                                  "b: [{c: !!int x}]"])
+def test_a_scalar_its_tag_cannot_read_is_a_yaml_error_naming_its_line(text):
+    """PyYAML's constructors raised ValueError, IndexError, AttributeError or KeyError: a traceback from --config or
+    --policy-file."""
+    with pytest.raises(yaml.YAMLError, match=r"(?s)cannot be read as .* line 1"):
+        documents(text, KubectlLoader)
