@@ -119,9 +119,17 @@ class CrossChecked(Strict):
         return model
 
 
+# items checked one by one, so each error names its item's index (forecast.quantiles.1), then the list's order
+Quantile = Annotated[float, Field(gt=0, lt=1)]
+WarmBuffer = Annotated[float, Field(ge=0, le=100)]
+BufferQuantile = Annotated[float, Field(ge=0, lt=1)]  # 0: the fixed warm buffer alone
+MarginGpus = Annotated[int, Field(ge=0)]
+
+
 def _increasing(values: list[float]) -> list[float]:
-    if sorted(set(values)) != list(values):
-        raise ValueError("must be strictly increasing")
+    for before, after in zip(values, values[1:]):
+        if not before < after:
+            raise ValueError(f"must be strictly increasing ({before:g} then {after:g})")
     return values
 
 
@@ -209,7 +217,7 @@ class HistoryConfig(CrossChecked):
 
 class ForecastConfig(Strict):
     horizon: int = Field(48, ge=1, le=MAX_HORIZON_HOURS)
-    quantiles: list[float] = Field(default_factory=lambda: [0.5, 0.9, 0.99], min_length=1)
+    quantiles: list[Quantile] = Field(default_factory=lambda: [0.5, 0.9, 0.99], min_length=1)
     # the wall-clock hours `forecast`, `backtest` and `train` count seasons in (a policy's spec.timezone)
     timezone: str = PolicySpec.model_fields["timezone"].default
 
@@ -221,9 +229,6 @@ class ForecastConfig(Strict):
     @field_validator("quantiles")
     @classmethod
     def _q(cls, values: list[float]) -> list[float]:
-        for q in values:
-            if not 0 < q < 1:
-                raise ValueError(f"quantile {q} is not strictly between 0 and 1")
         return _increasing(values)
 
 
@@ -289,46 +294,22 @@ class TuneConfig(Strict):
     """`tune`: the objective and the grid of the policy's own fields it sweeps on the history."""
     max_shortage: float = Field(_OBJECTIVE.max_shortage, ge=0, le=1)
     max_short_steps: float = Field(_OBJECTIVE.max_short_steps, ge=0, le=1)
-    target_quantiles: list[float] = Field(default_factory=lambda: [0.5, 0.7, 0.8, 0.9, 0.95], min_length=1)
-    warm_buffers: list[float] = Field(default_factory=lambda: [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0],
-                                      min_length=1)
+    target_quantiles: list[Quantile] = Field(default_factory=lambda: [0.5, 0.7, 0.8, 0.9, 0.95], min_length=1)
+    warm_buffers: list[WarmBuffer] = Field(
+        default_factory=lambda: [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0], min_length=1)
     # None: the objective's level (1 - max_short_steps); 0: the fixed warm buffer alone
-    warm_buffer_quantiles: list[float | None] = Field(default_factory=lambda: list[float | None]([None]),
-                                                      min_length=1)
+    warm_buffer_quantiles: list[BufferQuantile | None] = Field(default_factory=lambda: list[float | None]([None]),
+                                                               min_length=1)
     scale_in_delays: list[str] = Field(default_factory=lambda: ["10m"], min_length=1)
     lead_times: list[str] = Field(default_factory=lambda: ["15m"], min_length=1)
-    margins_gpus: list[int] = Field(default_factory=lambda: [0, 1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64], min_length=1)
+    margins_gpus: list[MarginGpus] = Field(default_factory=lambda: [0, 1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64],
+                                           min_length=1)
     forecasters: list[Forecaster] = Field(default_factory=lambda: list[Forecaster](["auto"]), min_length=1)
 
-    @field_validator("target_quantiles")
+    @field_validator("target_quantiles", "warm_buffers", "margins_gpus")
     @classmethod
-    def _quantiles(cls, values: list[float]) -> list[float]:
-        for q in values:
-            if not 0 < q < 1:
-                raise ValueError(f"quantile {q} is not strictly between 0 and 1")
+    def _sorted(cls, values: list[float]) -> list[float]:
         return _increasing(values)
-
-    @field_validator("warm_buffers")
-    @classmethod
-    def _buffers(cls, values: list[float]) -> list[float]:
-        if any(b < 0 or b > 100 for b in values):
-            raise ValueError("warm buffers must be between 0 and 100")
-        return _increasing(values)
-
-    @field_validator("warm_buffer_quantiles")
-    @classmethod
-    def _buffer_quantiles(cls, values: list[float | None]) -> list[float | None]:
-        for q in values:
-            if q is not None and not 0 <= q < 1:
-                raise ValueError(f"quantile {q} is not in [0, 1)")
-        return values
-
-    @field_validator("margins_gpus")
-    @classmethod
-    def _margins(cls, values: list[int]) -> list[int]:
-        if any(m < 0 for m in values):
-            raise ValueError("margins cannot be negative")
-        return [int(v) for v in _increasing([float(v) for v in values])]
 
     @field_validator("scale_in_delays", "lead_times")
     @classmethod

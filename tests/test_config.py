@@ -299,3 +299,17 @@ def test_text_no_home_date_or_number_can_be_made_of_is_an_error_not_a_traceback(
     assert error in err.value.errors[0]
     with pytest.raises(ConfigError, match="~nobody-here is no user's home directory on this machine"):
         load_config("~nobody-here/headroom.yaml")
+
+
+def test_each_item_out_of_range_is_named_by_its_index_and_an_order_by_its_pair(tmp_path):
+    """An item's error named its list only ("forecast.quantiles: quantile 1.5 is not strictly between 0 and 1"), and
+    an unsorted list none of its items."""
+    path = tmp_path / "c.yaml"
+    path.write_text("forecast: {quantiles: [0.5, 1.5, 0.2]}\ntune: {margins_gpus: [0, -1], warm_buffers: [1, 200], "
+                    "warm_buffer_quantiles: [null, 1], target_quantiles: [0.9, 0.5]}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert [line.split(": ")[0] for line in err.value.errors] == [
+        "forecast.quantiles.1", "tune.target_quantiles", "tune.warm_buffers.1", "tune.warm_buffer_quantiles.1",
+        "tune.margins_gpus.1"]
+    assert "tune.target_quantiles: must be strictly increasing (0.9 then 0.5)" in err.value.errors
