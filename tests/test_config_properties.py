@@ -4,7 +4,9 @@ field path; a flag reads a value as its key in the file does, and wins beside it
 import json
 import math
 import os
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import get_args
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -25,12 +27,15 @@ FLAGGED = " (given on the command line: --help names each flag's field)"
 
 
 def leaves(model: type[BaseModel], prefix: str = "") -> dict[str, object]:
-    """Every key of the configuration that holds a value (a section's keys, not the section), by its dotted path."""
+    """Every key of the configuration that holds a value (a section's keys, not the section, also of an optional
+    section such as history.prometheus), by its dotted path."""
     out: dict[str, object] = {}
     for name, field in model.model_fields.items():
         kind = field.annotation
-        if isinstance(kind, type) and issubclass(kind, BaseModel):
-            out |= leaves(kind, f"{prefix}{name}.")
+        optional = get_args(kind) if type(None) in get_args(kind) else ()
+        section = next((k for k in (kind, *optional) if isinstance(k, type) and issubclass(k, BaseModel)), None)
+        if section is not None:
+            out |= leaves(section, f"{prefix}{name}.")
         else:
             out[f"{prefix}{name}"] = kind
     return out
@@ -94,12 +99,22 @@ VALID = {
     "run.forecast_log_dir": st.sampled_from(["logs", "a/b", "/tmp/headroom-forecasts"]),
     "run.tracking_uri": st.sampled_from(["http://mlflow:5000", "sqlite:///mlflow.db"]),
     "run.retrain_every_seconds": st.floats(0, 1e9),
+    "history.prometheus.url": st.sampled_from(["http://prometheus:9090", "https://p.example/prometheus"]),
+    "history.prometheus.query": st.sampled_from(["sum(rate(requests_total[5m]))", "up", "1e3"]),
+    "history.prometheus.lookback": st.sampled_from(["28d", "2w", "36h", "1.5d", "90m", "1h30m", "3600s", "1d12h"]),
+    "history.prometheus.step": st.sampled_from(["5m", "1s", "1h", "90s", "1m30s", "0.5m", "1000ms", "2.5s2.5s"]),
+    "history.prometheus.end": st.datetimes(timezones=st.just(UTC)),
+    "history.prometheus.insecure_skip_verify": st.booleans(),
+    "history.prometheus.timeout_seconds": st.floats(1e-3, 1e4),
+    "history.prometheus.retries": st.integers(0, 10),
     "run.team_weights": st.dictionaries(st.from_regex(r"[a-z][a-z0-9-]{0,10}", fullmatch=True),
                                         st.floats(1e-3, 1e3), max_size=3),
 }
 BY_EXAMPLE = {  # their values name files that must exist, servers, or each other (test_config.py, test_bad_input.py)
-    "history.file", "history.prometheus", "simulate.per_gpu", "simulate.policy_file", "simulate.jobs",
-    "training.series", "run.cluster", "run.kubeconfig", "run.prometheus", "run.non_lendable_gpus", "run.policies"}
+    "history.file", "history.prometheus.bearer_token_file", "history.prometheus.ca_file", "simulate.per_gpu",
+    "simulate.policy_file", "simulate.jobs", "training.series", "run.cluster", "run.kubeconfig",
+    "run.non_lendable_gpus", "run.policies", *(k for k in leaves(Config) if k.startswith("run.prometheus."))}
+NEEDED = {"history.prometheus": ("history.prometheus.url", "history.prometheus.query")}  # keys a section requires
 
 
 def test_every_key_of_the_settings_is_drawn_or_tested_by_example():
@@ -123,6 +138,8 @@ def spell(value, data) -> str:
         return data.draw(st.sampled_from(["null", "~"]))
     if isinstance(value, str):
         return json.dumps(value)  # quoted: the text as written
+    if isinstance(value, datetime):
+        return data.draw(st.sampled_from([value.isoformat(), json.dumps(value.isoformat())]))
     if isinstance(value, list | tuple):
         return "[" + ", ".join(spell(v, data) for v in value) + "]"
     return "{" + ", ".join(f"{json.dumps(k)}: {spell(v, data)}" for k, v in value.items()) + "}"
@@ -139,7 +156,7 @@ def nest(pairs: dict[str, object]) -> dict:
     return tree
 
 
-SECTIONS = {"world", "lease", *Config.model_fields}
+SECTIONS = {"world", "lease", "prometheus", *Config.model_fields}
 
 
 def document(tree: dict, data, indent: str = "") -> str:
@@ -169,6 +186,7 @@ def as_written(path: str, value, folder: Path):
 def test_what_the_file_says_is_what_the_settings_hold(tmp_path_factory, monkeypatch, keys, data):
     """Every valid value, in any spelling YAML gives it (0o17 is fifteen, 1e3 a thousand, yes true), reads back
     exactly; the same file gives the same settings every time, from any working directory."""
+    keys |= {k for section, needed in NEEDED.items() if any(key.startswith(section) for key in keys) for k in needed}
     pairs = {k: data.draw(VALID[k], label=k) for k in sorted(keys)}
     folder = tmp_path_factory.mktemp("cfg")
     path = folder / "headroom.yaml"
