@@ -7,6 +7,7 @@ reservation policy itself is core.policy.PolicySpec (a ReservationPolicy's spec)
 """
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Callable
 from datetime import datetime
@@ -48,7 +49,16 @@ def _path_text(value: Any) -> Any:
 # text a file or flag gives (paths, times) and the lists YAML writes for pairs. `~` is the user's home, as a shell
 # would read it (a config file or `--flag=~/x` is not expanded by one).
 FilePath = Annotated[Path, StrictTypes(False), BeforeValidator(_path_text), AfterValidator(home_expanded)]
-Time = Annotated[datetime, StrictTypes(False)]
+
+
+def _no_number(value: Any) -> Any:
+    # pydantic reads a number, or numeric text, as epoch seconds or milliseconds by its size: 20260504 is 1970-08-23
+    if isinstance(value, int | float) or isinstance(value, str) and re.fullmatch(r"[-+]?[0-9._eE]+", value.strip()):
+        raise ValueError(f"{value!r} is not a time: give it as ISO-8601 with its zone, e.g. 2026-05-04T00:00:00Z")
+    return value
+
+
+Time = Annotated[datetime, StrictTypes(False), BeforeValidator(_no_number)]
 
 LOOKBACK = "28d"  # the history a forecast is fitted on
 SimulatedPolicy = Literal["forecast", "static", "reactive", "seasonal-naive", "oracle", "hourly-oracle"]

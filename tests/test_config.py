@@ -313,3 +313,12 @@ def test_each_item_out_of_range_is_named_by_its_index_and_an_order_by_its_pair(t
         "forecast.quantiles.1", "tune.target_quantiles", "tune.warm_buffers.1", "tune.warm_buffer_quantiles.1",
         "tune.margins_gpus.1"]
     assert "tune.target_quantiles: must be strictly increasing (0.9 then 0.5)" in err.value.errors
+
+
+@pytest.mark.parametrize("end", ["20260504", "'1700000000'", "1.7e9"])
+def test_a_number_where_a_time_is_meant_is_refused_not_read_as_an_epoch(tmp_path, end):
+    """`end: 20260504` was epoch seconds, 1970-08-23: a replay of a window nobody asked for."""
+    path = tmp_path / "c.yaml"
+    path.write_text(f"history: {{prometheus: {{url: 'http://x', query: up, end: {end}}}}}\n")
+    with pytest.raises(ConfigError, match=r"history.prometheus.end: .* is not a time: give it as ISO-8601"):
+        load_config(path)
