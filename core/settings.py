@@ -45,12 +45,6 @@ def _path_text(value: Any) -> Any:
     return value
 
 
-# Numbers and booleans are strict (a YAML `true` is no horizon, a quoted "0.9" no quantile): these are read from the
-# text a file or flag gives (paths, times) and the lists YAML writes for pairs. `~` is the user's home, as a shell
-# would read it (a config file or `--flag=~/x` is not expanded by one).
-FilePath = Annotated[Path, StrictTypes(False), BeforeValidator(_path_text), AfterValidator(home_expanded)]
-
-
 def _no_number(value: Any) -> Any:
     # pydantic reads a number, or numeric text, as epoch seconds or milliseconds by its size: 20260504 is 1970-08-23
     if isinstance(value, int | float) or isinstance(value, str) and re.fullmatch(r"[-+]?[0-9._eE]+", value.strip()):
@@ -58,6 +52,10 @@ def _no_number(value: Any) -> Any:
     return value
 
 
+# Numbers and booleans are strict (a YAML `true` is no horizon, a quoted "0.9" no quantile): these are read from the
+# text a file or flag gives (paths, times) and the lists YAML writes for pairs. `~` is the user's home, as a shell
+# would read it (a config file or `--flag=~/x` is not expanded by one).
+FilePath = Annotated[Path, StrictTypes(False), BeforeValidator(_path_text), AfterValidator(home_expanded)]
 Time = Annotated[datetime, StrictTypes(False), BeforeValidator(_no_number)]
 
 LOOKBACK = "28d"  # the history a forecast is fitted on
