@@ -11,16 +11,23 @@ from pydantic import BaseModel, ValidationError
 
 from core.errors import ConfigError
 from core.policy import field_errors
-from core.settings import Config
-from core.yamlfile import RepeatedKeys
+from core.settings import Config, home_expanded
+from core.yamlfile import ConfigLoader, RepeatedKeys
 from core.yamlfile import documents as yaml_documents
+
+# a flag giving one of two settings that exclude each other replaces whichever the file gives: the trace's scale, and
+# the history's source (a HISTORY file argument beside history.prometheus)
+EITHER = {"simulate.peak_gpus": "simulate.per_gpu", "simulate.per_gpu": "simulate.peak_gpus",
+          "history.file": "history.prometheus"}
 
 
 def _set(tree: dict, dotted: str, value: Any) -> None:
     *parents, leaf = dotted.split(".")
     for key in parents:
-        node = tree.get(key)
-        tree[key] = node = dict(node) if isinstance(node, dict) else {}
+        node = tree.get(key, {})
+        if not isinstance(node, dict):  # the file's section is no mapping: its error is listed, not replaced
+            return
+        tree[key] = node = dict(node)
         tree = node
     tree[leaf] = value
 
@@ -36,19 +43,36 @@ def _paths_relative_to(tree: Any, model: Any, base: Path) -> None:
         if get_origin(kind) is list:
             for element in value if isinstance(value, list) else []:
                 _paths_relative_to(element, inner[0], base)
-        elif Path in inner and isinstance(value, str) and value and not Path(value).expanduser().is_absolute():
+        elif Path in inner and isinstance(value, str) and value and not value.startswith("~") and \
+                not Path(value).is_absolute():  # ~ is a home directory: expanded as the field is validated
             tree[name] = str(base / value)
         elif isinstance(inner[0], type) and issubclass(inner[0], BaseModel):
             _paths_relative_to(value, inner[0], base)
 
 
+def _sections_defaulted(tree: dict, model: type[BaseModel]) -> dict:
+    """A section written with every key commented out reads as null: it is empty, its defaults apply, at any depth
+    (simulate.world, run.lease). A null where the field may be None (history.prometheus) says "none": kept."""
+    out = dict(tree)
+    for name, field in model.model_fields.items():
+        section = field.annotation
+        if name in out and isinstance(section, type) and issubclass(section, BaseModel):
+            value = out[name]
+            out[name] = {} if value is None else _sections_defaulted(value, section) if isinstance(value, dict) \
+                else value
+    return out
+
+
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> Config:
     """Parse YAML (if any), apply `{"section.key": value}` overrides, validate once."""
-    source = str(path) if path else "defaults"
+    source = str(path) if path is not None else "defaults"
     tree: Any = {}
     if path is not None:
+        if source == "":  # `--config "$UNSET"`: not the working directory, and not the defaults either
+            raise ConfigError("--config", ["an empty path: give the configuration file"])
         try:
-            documents = yaml_documents(Path(path).read_text(encoding="utf-8-sig"))
+            path = home_expanded(Path(path))  # --config=~/headroom.yaml: no shell expands it
+            documents = yaml_documents(path.read_text(encoding="utf-8-sig"), ConfigLoader)
         except OSError as exc:
             raise ConfigError(source, [f"cannot read file: {exc.strerror}"]) from None
         except RepeatedKeys as exc:
@@ -57,17 +81,22 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
             raise ConfigError(source, [f"not a UTF-8 text file (byte {exc.start}): a YAML file is expected"]) from None
         except yaml.YAMLError as exc:
             raise ConfigError(source, [f"not valid YAML: {exc}"]) from None
+        except ValueError as exc:  # home_expanded: a ~user of no home directory
+            raise ConfigError(source, [str(exc)]) from None
         if len(documents) > 1:
             raise ConfigError(source, [f"(top level): one YAML document expected, found {len(documents)}"])
         tree = (documents or [None])[0] or {}
         if not isinstance(tree, dict):
             raise ConfigError(source, ["(top level): must be a mapping of sections"])
-        # a section written with every key commented out reads as null: it is empty, its defaults apply
-        tree = {section: {} if value is None else value for section, value in tree.items()}
-        _paths_relative_to(tree, Config, Path(path).parent)
+        tree = _sections_defaulted(tree, Config)
+        _paths_relative_to(tree, Config, path.parent)
     for dotted, value in (overrides or {}).items():
         if value is not None:
             _set(tree, dotted, value)
+            if dotted in EITHER:  # the flag says which of the two applies: the file's other one is set aside
+                section, key = EITHER[dotted].split(".")
+                if isinstance(tree.get(section), dict):
+                    tree[section].pop(key, None)
     try:
         config = Config.model_validate(tree)
     except ValidationError as exc:

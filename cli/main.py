@@ -21,7 +21,7 @@ from core.errors import ConfigError
 
 def _quantile_list(text: str) -> list[float]:
     try:
-        return [float(q) for q in text.split(",") if q.strip()]
+        return [float(q) for q in text.split(",")]  # 0.5,,0.9 is a value left out, not two quantiles
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a comma-separated list of numbers: {text!r}") from None
 
@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     overrides["history.statistic"] = getattr(args, "statistic", None)
     overrides["forecast.timezone"] = getattr(args, "timezone", None)
     try:
-        cfg = load_config(args.sub_config or args.config, overrides)
+        cfg = load_config(args.sub_config if args.sub_config is not None else args.config, overrides)
     except ConfigError as exc:
         print(f"headroom: {exc}", file=sys.stderr)
         return 2

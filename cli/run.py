@@ -29,7 +29,8 @@ def add_parser(sub) -> None:
     embedded = p.add_argument_group("the embedded cluster (no Kubernetes)")
     embedded.add_argument("--policy-file", action="append", metavar="P.yaml",
                           help="ReservationPolicy manifest(s) to run (with --history; adds to run.policies)")
-    embedded.add_argument("--history", metavar="DEMAND", help="the demand --policy-file's policies are replayed from")
+    embedded.add_argument("--history", dest="demand", metavar="DEMAND",
+                          help="the demand --policy-file's policies are replayed from")
     embedded.add_argument("--gpus", type=int, help="cluster size (run.capacity_gpus, default 128)")
     embedded.add_argument("--hours", type=_positive_int, help="replay this many hours from --now (default 24)")
     embedded.add_argument("--now", help="the clock's start (ISO-8601; default: --hours before the history's end)")
@@ -49,7 +50,8 @@ def add_plan_parser(sub) -> None:
     p.add_argument("--hours", type=_positive_int, default=6, help="hours of the plan to show (default 6)")
     p.add_argument("--policy-file", action="append", metavar="P.yaml",
                    help="ReservationPolicy manifest(s), with --history")
-    p.add_argument("--history", metavar="DEMAND", help="the demand --policy-file's policies are read from")
+    p.add_argument("--history", dest="demand", metavar="DEMAND", help="the demand --policy-file's policies are read "
+                                                                      "from")
     p.add_argument("--json", action="store_true", help="one JSON object")
     p.set_defaults(run=cmd_plan, overrides=lambda a: {})
 
@@ -181,7 +183,7 @@ def _print_state(now: pd.Timestamp, state) -> None:
 
 def cmd_run(cfg: Config, args) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    r = with_policy_files(cfg.run, args.policy_file, args.history)
+    r = with_policy_files(cfg.run, args.policy_file, args.demand)
     cfg = cfg.model_copy(update={"run": r})
     if r.cluster == "simulated":
         if args.metrics_port is not None:
@@ -370,7 +372,7 @@ def cmd_plan(cfg: Config, args) -> int:
     from controller.forecasts import Models
     from controller.reconcile import Reconciler
 
-    r = with_policy_files(cfg.run, args.policy_file, args.history)
+    r = with_policy_files(cfg.run, args.policy_file, args.demand)
     if not r.policies and r.cluster == "kubernetes":
         raise BadRequest("plan decides for run.policies or --policy-file P.yaml --history DEMAND; it does not read a "
                          "cluster's ReservationPolicies (their status holds the plan: kubectl get reservationpolicies, "

@@ -71,6 +71,9 @@ def cmd_train(cfg, args) -> int:
     if getattr(args, "history", None):
         jobs.append((getattr(args, "name", None) or Path(args.history).stem, args.history, from_file(args.history)))
     elif t is not None and t.series:
+        if getattr(args, "name", None):  # it would name nothing: each entry of training.series has its own name
+            raise BadRequest(f"--name {args.name}: training.series names each series it trains; --name names the one "
+                             "of --history FILE (or of history.file / history.prometheus without training.series)")
         for s in t.series:
             jobs.append((s.name, str(s.file), from_file(s.file)))
     elif h.file is None and h.prometheus is None:

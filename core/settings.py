@@ -7,22 +7,56 @@ reservation policy itself is core.policy.PolicySpec (a ReservationPolicy's spec)
 """
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PositiveFloat,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic import Strict as StrictTypes
 
 from core.policy import NAME_PATTERN, Forecaster, ObjectiveSpec, PolicySpec, policy_duration
 from core.units import check_statistic, check_timezone, duration
 
+
+def home_expanded(path: Path) -> Path:
+    """`~` and `~user` as a shell reads them."""
+    try:
+        return path.expanduser()
+    except RuntimeError:  # pathlib's word for a ~user this machine has no home directory for
+        raise ValueError(f"{path}: {path.parts[0]} is no user's home directory on this machine") from None
+
+
+def _path_text(value: Any) -> Any:
+    if value == "":  # Path("") is ".", the working directory: never a file anyone named
+        raise ValueError("an empty path")
+    return value
+
+
+def _no_number(value: Any) -> Any:
+    # pydantic reads a number, or numeric text, as epoch seconds or milliseconds by its size: 20260504 is 1970-08-23
+    if isinstance(value, int | float) or isinstance(value, str) and re.fullmatch(r"[-+]?[0-9._eE]+", value.strip()):
+        raise ValueError(f"{value!r} is not a time: give it as ISO-8601 with its zone, e.g. 2026-05-04T00:00:00Z")
+    return value
+
+
 # Numbers and booleans are strict (a YAML `true` is no horizon, a quoted "0.9" no quantile): these are read from the
-# text a file or flag gives (paths, times) and the lists YAML writes for pairs.
-FilePath = Annotated[Path, StrictTypes(False)]
-Time = Annotated[datetime, StrictTypes(False)]
+# text a file or flag gives (paths, times) and the lists YAML writes for pairs. `~` is the user's home, as a shell
+# would read it (a config file or `--flag=~/x` is not expanded by one).
+FilePath = Annotated[Path, StrictTypes(False), BeforeValidator(_path_text), AfterValidator(home_expanded)]
+Time = Annotated[datetime, StrictTypes(False), BeforeValidator(_no_number)]
 
 LOOKBACK = "28d"  # the history a forecast is fitted on
 SimulatedPolicy = Literal["forecast", "static", "reactive", "seasonal-naive", "oracle", "hourly-oracle"]
@@ -93,9 +127,17 @@ class CrossChecked(Strict):
         return model
 
 
+# items checked one by one, so each error names its item's index (forecast.quantiles.1), then the list's order
+Quantile = Annotated[float, Field(gt=0, lt=1)]
+WarmBuffer = Annotated[float, Field(ge=0, le=100)]
+BufferQuantile = Annotated[float, Field(ge=0, lt=1)]  # 0: the fixed warm buffer alone
+MarginGpus = Annotated[int, Field(ge=0)]
+
+
 def _increasing(values: list[float]) -> list[float]:
-    if sorted(set(values)) != list(values):
-        raise ValueError("must be strictly increasing")
+    for before, after in zip(values, values[1:]):
+        if not before < after:
+            raise ValueError(f"must be strictly increasing ({before:g} then {after:g})")
     return values
 
 
@@ -183,7 +225,7 @@ class HistoryConfig(CrossChecked):
 
 class ForecastConfig(Strict):
     horizon: int = Field(48, ge=1, le=MAX_HORIZON_HOURS)
-    quantiles: list[float] = Field(default_factory=lambda: [0.5, 0.9, 0.99], min_length=1)
+    quantiles: list[Quantile] = Field(default_factory=lambda: [0.5, 0.9, 0.99], min_length=1)
     # the wall-clock hours `forecast`, `backtest` and `train` count seasons in (a policy's spec.timezone)
     timezone: str = PolicySpec.model_fields["timezone"].default
 
@@ -195,9 +237,6 @@ class ForecastConfig(Strict):
     @field_validator("quantiles")
     @classmethod
     def _q(cls, values: list[float]) -> list[float]:
-        for q in values:
-            if not 0 < q < 1:
-                raise ValueError(f"quantile {q} is not strictly between 0 and 1")
         return _increasing(values)
 
 
@@ -210,19 +249,19 @@ class BacktestConfig(Strict):
 class WorldSettings(Strict):
     """The simulated cluster around the controller (adapters.embedded): what real clusters take time for."""
     warmup_seconds: float = Field(180.0, ge=0, le=3600)  # a new replica serves this long after it gets GPUs
-    # a training job's checkpoint + termination, uniform
+    # a training job's checkpoint + termination, uniform; at most an hour, as warm-up (the oracle's lead covers both)
     preemption_seconds: Annotated[tuple[float, float], StrictTypes(False)] = (30.0, 120.0)
     checkpoint_interval_seconds: float = Field(1800.0, gt=0)
     backlog_job_gpus: Annotated[tuple[int, ...], StrictTypes(False)] = (1, 1, 2, 4, 8)
     backlog_job_hours: Annotated[tuple[float, float], StrictTypes(False)] = (1.0, 8.0)
     hpa_scale_down_seconds: float = Field(300.0, ge=0)   # the HPA's scale-down stabilization window
-    seed: int = 0
+    seed: int = Field(0, ge=0)  # numpy's generators take no negative seed
 
     @field_validator("preemption_seconds")
     @classmethod
     def _preemption(cls, pair: tuple[float, float]) -> tuple[float, float]:
-        if not 0 <= pair[0] <= pair[1]:
-            raise ValueError("preemption_seconds must be [low, high] with 0 <= low <= high")
+        if not 0 <= pair[0] <= pair[1] <= 3600:
+            raise ValueError("preemption_seconds must be [low, high] with 0 <= low <= high <= 3600")
         return pair
 
     @field_validator("backlog_job_gpus")
@@ -243,7 +282,8 @@ class WorldSettings(Strict):
 class SimulateConfig(Strict):
     """`simulate`, `tune`, `report`: the simulated cluster and what it replays."""
     gpus: int = Field(128, ge=1, le=MAX_CLUSTER_GPUS)
-    peak_gpus: float | None = Field(100, gt=0)
+    # the trace's scale: its 99.9th percentile is peak_gpus GPUs, unless per_gpu (the demand one GPU serves) is given
+    peak_gpus: float = Field(100, gt=0)
     per_gpu: float | None = Field(None, gt=0)
     policy: SimulatedPolicy = "forecast"
     policy_file: FilePath | None = None   # a ReservationPolicy manifest to run exactly (default: tuned on the history)
@@ -251,51 +291,33 @@ class SimulateConfig(Strict):
     jobs: FilePath | None = None
     world: WorldSettings = WorldSettings()
 
+    @model_validator(mode="after")
+    def _one_scale(self) -> SimulateConfig:
+        if self.per_gpu is not None and "peak_gpus" in self.model_fields_set:
+            raise ValueError("give peak_gpus or per_gpu, not both (per_gpu would win)")
+        return self
+
 
 class TuneConfig(Strict):
     """`tune`: the objective and the grid of the policy's own fields it sweeps on the history."""
     max_shortage: float = Field(_OBJECTIVE.max_shortage, ge=0, le=1)
     max_short_steps: float = Field(_OBJECTIVE.max_short_steps, ge=0, le=1)
-    target_quantiles: list[float] = Field(default_factory=lambda: [0.5, 0.7, 0.8, 0.9, 0.95], min_length=1)
-    warm_buffers: list[float] = Field(default_factory=lambda: [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0],
-                                      min_length=1)
+    target_quantiles: list[Quantile] = Field(default_factory=lambda: [0.5, 0.7, 0.8, 0.9, 0.95], min_length=1)
+    warm_buffers: list[WarmBuffer] = Field(
+        default_factory=lambda: [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0], min_length=1)
     # None: the objective's level (1 - max_short_steps); 0: the fixed warm buffer alone
-    warm_buffer_quantiles: list[float | None] = Field(default_factory=lambda: list[float | None]([None]),
-                                                      min_length=1)
+    warm_buffer_quantiles: list[BufferQuantile | None] = Field(default_factory=lambda: list[float | None]([None]),
+                                                               min_length=1)
     scale_in_delays: list[str] = Field(default_factory=lambda: ["10m"], min_length=1)
     lead_times: list[str] = Field(default_factory=lambda: ["15m"], min_length=1)
-    margins_gpus: list[int] = Field(default_factory=lambda: [0, 1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64], min_length=1)
+    margins_gpus: list[MarginGpus] = Field(default_factory=lambda: [0, 1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64],
+                                           min_length=1)
     forecasters: list[Forecaster] = Field(default_factory=lambda: list[Forecaster](["auto"]), min_length=1)
 
-    @field_validator("target_quantiles")
+    @field_validator("target_quantiles", "warm_buffers", "margins_gpus")
     @classmethod
-    def _quantiles(cls, values: list[float]) -> list[float]:
-        for q in values:
-            if not 0 < q < 1:
-                raise ValueError(f"quantile {q} is not strictly between 0 and 1")
+    def _sorted(cls, values: list[float]) -> list[float]:
         return _increasing(values)
-
-    @field_validator("warm_buffers")
-    @classmethod
-    def _buffers(cls, values: list[float]) -> list[float]:
-        if any(b < 0 or b > 100 for b in values):
-            raise ValueError("warm buffers must be between 0 and 100")
-        return _increasing(values)
-
-    @field_validator("warm_buffer_quantiles")
-    @classmethod
-    def _buffer_quantiles(cls, values: list[float | None]) -> list[float | None]:
-        for q in values:
-            if q is not None and not 0 <= q < 1:
-                raise ValueError(f"quantile {q} is not in [0, 1)")
-        return values
-
-    @field_validator("margins_gpus")
-    @classmethod
-    def _margins(cls, values: list[int]) -> list[int]:
-        if any(m < 0 for m in values):
-            raise ValueError("margins cannot be negative")
-        return [int(v) for v in _increasing([float(v) for v in values])]
 
     @field_validator("scale_in_delays", "lead_times")
     @classmethod
@@ -312,7 +334,8 @@ class TrainingSeries(Strict):
 
 
 class TrainingConfig(Strict):
-    tracking_uri: str | None = None  # else MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db
+    # else MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db; never "" (an unset variable's expansion: not a default)
+    tracking_uri: str | None = Field(None, min_length=1)
     name: str | None = Field(None, pattern=SERIES_NAME_PATTERN)  # series name when training from history.*
     series: list[TrainingSeries] = []
     # `auto` alone: the champion is the forecaster the benchmarks measure and `headroom simulate` replays, so a
@@ -364,7 +387,7 @@ def _ip_address(value: str) -> str:
 
 
 class LeaseConfig(Strict):
-    namespace: str = "headroom-system"
+    namespace: str = Field("headroom-system", pattern=NAME_PATTERN)
     name: str = "headroom"
     duration_seconds: int = Field(15, ge=2)
 
@@ -373,7 +396,7 @@ class RunConfig(CrossChecked):
     """`headroom run`: the long-running controller."""
     cluster: Literal["simulated", "kubernetes"] = "simulated"
     kubeconfig: FilePath | None = None   # kubernetes: this file, else in-cluster credentials
-    namespace: str | None = None     # watch policies in one namespace (default: all)
+    namespace: str | None = Field(None, pattern=NAME_PATTERN)  # watch policies in one namespace (default: all)
     capacity_gpus: int = Field(128, ge=1, le=MAX_CLUSTER_GPUS)
     non_lendable_gpus: int = Field(0, ge=0)
     interval_seconds: float = Field(60, gt=0)
@@ -389,7 +412,7 @@ class RunConfig(CrossChecked):
     lease: LeaseConfig = LeaseConfig()
     forecast_log_dir: FilePath = Path("headroom-forecasts")
     # MLflow: champion models, realized error, retraining (default: training.tracking_uri)
-    tracking_uri: str | None = None
+    tracking_uri: str | None = Field(None, min_length=1)
     retrain_every_seconds: float = Field(86400, ge=0)  # 0: never on a schedule (drift still recommends)
     team_weights: dict[str, PositiveFloat] = {}   # training ClusterQueue -> share of the slack (default equal)
     policies: list[EmbeddedPolicy] = []

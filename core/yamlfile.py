@@ -47,7 +47,8 @@ def _go_type(text: str) -> str | None:
     if text[0] == "." and not _GO_DOT_FLOAT.fullmatch(text):
         return None
     plain = text.replace("_", "")
-    if _GO_INT.fullmatch(plain) and -2**63 <= _go_int(plain) < 2**64:  # int64, or uint64 unsigned
+    # int64, or uint64 unsigned (at most 67 characters, 0b and 64 binary digits: longer, int() may refuse the text)
+    if _GO_INT.fullmatch(plain) and len(plain) <= 67 and -2**63 <= _go_int(plain) < 2**64:
         return "tag:yaml.org,2002:int"
     if _GO_FLOAT.fullmatch(plain) and abs(float(plain)) != float("inf"):
         return "tag:yaml.org,2002:float"
@@ -84,7 +85,21 @@ def _go_key(key: Any) -> Any:
     return f"{sign}{digits[:point]}.{digits[point:]}"
 
 
-class KubectlLoader(yaml.SafeLoader):
+class ScalarsChecked(yaml.SafeLoader):
+    """A scalar that cannot be what its tag says (2026-02-30 typed a date, !!int abc, !!float with no value, !!bool
+    maybe) is an error naming its line, where PyYAML's constructors raise ValueError, IndexError, KeyError or
+    AttributeError: a traceback."""
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep)
+        except (ValueError, IndexError, KeyError, AttributeError) as exc:
+            tag = node.tag.removeprefix("tag:yaml.org,2002:")
+            raise yaml.constructor.ConstructorError(None, None, f"{node.value!r} cannot be read as {tag} ({exc})",
+                                                    node.start_mark) from None
+
+
+class KubectlLoader(ScalarsChecked):
     """A Kubernetes manifest's plain scalars typed as kubectl types them (Go's YAML library), not as PyYAML's YAML
     1.1: 1e3 and 5e-1 numbers, y and n booleans, 0o17 and 0X1F integers, 1:30 and 2026-05-04 strings. A manifest
     simulate runs is then the object `kubectl apply` sends, and one kubectl refuses (a target named y) simulate
@@ -125,6 +140,41 @@ KubectlLoader.yaml_implicit_resolvers = {
     first: [(tag, regexp) for tag, regexp in resolvers if tag not in _GO_TYPED]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
 KubectlLoader.add_constructor("tag:yaml.org,2002:int", KubectlLoader.construct_yaml_int)
+
+
+class ConfigLoader(ScalarsChecked):
+    """A configuration's plain scalars as PyYAML types them, but numbers as YAML 1.2 and kubectl write them: YAML 1.1
+    read `days: 1:30` as 90 (base 60), a value other than the one written, and `1e3` as text. Here 0o17 is 15, 1e3 is
+    1000.0 and 1:30 the text "1:30" (refused where a number is meant); 010, octal 8 to YAML 1.1 and kubectl and ten to
+    YAML 1.2, is refused naming its line, never read as either."""
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        text = str(self.construct_scalar(node)).replace("_", "")
+        sign, digits = (-1, text[1:]) if text[0] == "-" else (1, text.removeprefix("+"))
+        if digits[:2] in ("0b", "0o", "0x"):
+            return sign * int(digits, 0)
+        if len(digits) > 1 and digits[0] == "0":
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{node.value}: a number with a leading zero is octal to kubectl and YAML 1.1, decimal "
+                "to YAML 1.2: write it without the zero (0o17 for octal)", node.start_mark)
+        if len(digits) > 4300:  # Python's limit for int(text): its ValueError was a traceback
+            raise yaml.constructor.ConstructorError(None, None, f"a number of {len(digits)} digits", node.start_mark)
+        return sign * int(digits)
+
+
+_NUMBERS = {"tag:yaml.org,2002:int", "tag:yaml.org,2002:float"}
+ConfigLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag not in _NUMBERS]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+ConfigLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:int",
+    re.compile(r"^[-+]?(0b[01][01_]*|0o[0-7][0-7_]*|0x[0-9a-fA-F][0-9a-fA-F_]*|[0-9][0-9_]*)$"),
+    list("-+0123456789"))
+ConfigLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^([-+]?([0-9][0-9_]*\.[0-9_]*|\.[0-9][0-9_]*)([eE][-+]?[0-9]+)?"
+                                          r"|[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+|[-+]?\.(inf|Inf|INF)|\.(nan|NaN|NAN))$"),
+    list("-+.0123456789"))
+ConfigLoader.add_constructor("tag:yaml.org,2002:int", ConfigLoader.construct_yaml_int)
 
 
 def documents(text: str, loader: type[yaml.SafeLoader] = yaml.SafeLoader) -> list[Any]:

@@ -575,7 +575,7 @@ def test_the_tune_section_is_validated_and_every_error_listed(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_config(path)
     paths = {line.split(":")[0] for line in err.value.errors}
-    assert {"tune.target_quantiles", "tune.lead_times", "tune.margins_gpus", "tune.warm_buffers.0",
+    assert {"tune.target_quantiles.1", "tune.lead_times", "tune.margins_gpus.0", "tune.warm_buffers.0",
             "tune.forecasters.0", "tune.scale_in_delays", "tune.max_shortage", "run.metrics_address"} <= paths, paths
 
 

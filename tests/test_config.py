@@ -1,3 +1,6 @@
+import re
+from pathlib import Path
+
 import pytest
 
 from cli.config import load_config
@@ -122,3 +125,200 @@ def test_a_maximum_below_one_replica_is_refused():
 def test_a_kubeconfig_that_is_not_a_file_is_a_bad_request(tmp_path):
     with pytest.raises(ConfigError, match=r"run.kubeconfig: .*nowhere is not a file \(given on the command line"):
         load_config(None, {"run.kubeconfig": str(tmp_path / "nowhere")})
+
+
+
+@pytest.mark.parametrize("text, value", [
+    # YAML 1.1's octal: read as 8, a week of folds quietly one day short (YAML 1.2 reads ten, kubectl 8: neither)
+    ("backtest: {folds: 010}", "010: a number with a leading zero is octal to kubectl and YAML 1.1, decimal to YAML"),
+    ("backtest: {folds: 0o10}", 8),
+    ("backtest: {folds: 1_0}", 10),
+    ("backtest: {folds: 1e1}", "backtest.folds: Input should be a valid integer"),  # a float for a count: not rounded
+    ("backtest: {folds: '10'}", "backtest.folds: Input should be a valid integer"),
+    ("backtest: {folds: 1:30}", "backtest.folds: Input should be a valid integer"),  # YAML 1.1's base 60: read as 90
+    (f"backtest: {{folds: 1{'0' * 5000}}}", "a number of 5001 digits"),  # past int()'s limit: a traceback before
+])
+def test_numbers_are_read_as_written_not_as_yaml_1_1_octal_or_base_60(tmp_path, text, value):
+    path = tmp_path / "c.yaml"
+    path.write_text(text + "\n")
+    if isinstance(value, str):
+        with pytest.raises(ConfigError, match=re.escape(value)):
+            load_config(path)
+    else:
+        assert load_config(path).backtest.folds == value
+
+
+def test_a_nested_section_with_every_key_commented_out_takes_its_defaults(tmp_path):
+    """README: such a section takes its defaults; simulate.world and run.lease were refused as 'not a dictionary'."""
+    path = tmp_path / "c.yaml"
+    path.write_text("simulate:\n  world:\n    # seed: 3\nrun:\n  lease:\n  # name: other\nhistory:\n  prometheus:\n")
+    cfg = load_config(path)
+    assert cfg.simulate.world.seed == 0 and cfg.run.lease.name == "headroom" and cfg.history.prometheus is None
+
+
+def test_a_flag_beside_a_section_that_is_not_a_mapping_does_not_hide_it(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("forecast: [48]\n")  # was replaced by {horizon: 6} and accepted
+    with pytest.raises(ConfigError, match="forecast: Input should be a valid dictionary"):
+        load_config(path, {"forecast.horizon": 6})
+
+
+@pytest.mark.parametrize("text, error", [
+    ("history: {file: ''}", "history.file: an empty path"),  # was the working directory, '.'
+    ("run: {forecast_log_dir: ''}", "run.forecast_log_dir: an empty path"),  # logs written into the working dir
+    ("run: {kubeconfig: ~/no-such-kubeconfig}", f"run.kubeconfig: {Path.home()}/no-such-kubeconfig is not a file"),
+])
+def test_an_empty_path_is_refused_and_a_home_path_is_the_users_home(tmp_path, text, error):
+    path = tmp_path / "c.yaml"
+    path.write_text(text + "\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert err.value.errors == [error]
+
+
+def test_a_path_under_home_in_the_file_or_a_flag_is_under_home(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("history: {file: ~/demand.csv}\n")
+    assert load_config(path).history.file == Path.home() / "demand.csv"  # was tmp_path/'~/demand.csv', unexpanded
+    assert load_config(None, {"simulate.jobs": "~/jobs.csv"}).simulate.jobs == Path.home() / "jobs.csv"
+
+
+@pytest.mark.parametrize("world, error", [
+    ("{seed: -1}", "simulate.world.seed: Input should be greater than or equal to 0"),  # numpy's traceback before
+    ("{preemption_seconds: [100000, 100000]}", "preemption_seconds must be [low, high] with 0 <= low <= high <= 3600"),
+])
+def test_a_simulated_world_the_simulator_cannot_run_is_refused(tmp_path, world, error):
+    from cli.main import main
+    from forecast.synthetic import synthetic_demand, write_csv
+
+    path = tmp_path / "c.yaml"
+    path.write_text(f"simulate: {{world: {world}}}\n")
+    with pytest.raises(ConfigError, match=re.escape(error)):
+        load_config(path)
+    demand = tmp_path / "d.csv"
+    write_csv(synthetic_demand(days=3, step="1h"), demand)
+    assert main(["--config", str(path), "simulate", str(demand), "--policy", "oracle", "--days", "1"]) == 2
+
+
+def test_the_traces_scale_is_one_setting_and_a_flag_replaces_the_files(tmp_path):
+    """simulate.per_gpu in the file silently beat --peak-gpus (the flag had no effect, exit 0); the file may give
+    one of the two."""
+    path = tmp_path / "c.yaml"
+    path.write_text("simulate: {per_gpu: 1000}\n")
+    cfg = load_config(path, {"simulate.peak_gpus": 50})
+    assert (cfg.simulate.peak_gpus, cfg.simulate.per_gpu) == (50, None)
+    path.write_text("simulate: {peak_gpus: 20}\n")
+    cfg = load_config(path, {"simulate.per_gpu": 5})
+    assert cfg.simulate.per_gpu == 5
+    path.write_text("simulate: {peak_gpus: 20, per_gpu: 3}\n")
+    with pytest.raises(ConfigError, match="simulate: give peak_gpus or per_gpu, not both"):
+        load_config(path)
+    path.write_text("simulate: {peak_gpus: null}\n")  # report's header formatted None: a traceback after the work
+    with pytest.raises(ConfigError, match="simulate.peak_gpus"):
+        load_config(path)
+
+
+@pytest.mark.parametrize("overrides, field", [
+    ({"training.tracking_uri": ""}, "training.tracking_uri"),  # `--tracking-uri "$UNSET"` trained into the default
+    ({"run.tracking_uri": ""}, "run.tracking_uri"),
+    ({"run.namespace": ""}, "run.namespace"),  # matched no policy: the controller watched nothing, silently
+    ({"run.namespace": "Inference"}, "run.namespace"),
+    ({"run.lease": {"namespace": "headroom system"}}, "run.lease.namespace"),
+])
+def test_a_value_that_would_silently_mean_something_else_is_refused(overrides, field):
+    with pytest.raises(ConfigError) as err:
+        load_config(None, overrides)
+    assert [line.split(":")[0] for line in err.value.errors] == [field]
+
+
+@pytest.mark.parametrize("text", ["0.5,,0.9", "0.5,0.9,", ""])
+def test_quantiles_with_a_value_left_out_are_refused_naming_the_flag(text, capsys):
+    from cli.main import main
+
+    with pytest.raises(SystemExit) as exit_:  # 0.5,,0.9 ran as 0.5,0.9, exit 0
+        main(["forecast", "h.csv", "--quantiles", text])
+    assert exit_.value.code == 2 and f"--quantiles: not a comma-separated list of numbers: {text!r}" in \
+        capsys.readouterr().err
+
+
+def test_an_empty_config_path_is_refused_and_a_home_one_read(tmp_path, monkeypatch, capsys):
+    """`--config ""` was read as the working directory ("invalid configuration (defaults): cannot read file: Is a
+    directory"), or ignored beside a --config before the command; --config=~/x.yaml was not found."""
+    from cli.main import main
+
+    for argv in (["--config", "", "forecast", "h.csv"], ["--config", "x.yaml", "forecast", "--config", "", "h.csv"]):
+        assert main(argv) == 2
+        assert "invalid configuration (--config):\n  an empty path: give the configuration file" in \
+            capsys.readouterr().err
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "headroom.yaml").write_text("forecast: {horizon: 7}\n")
+    assert load_config("~/headroom.yaml").forecast.horizon == 7
+
+
+def test_a_history_file_argument_replaces_the_files_prometheus_and_run_s_demand_is_no_history(tmp_path, monkeypatch):
+    """`headroom forecast FILE` (or train --history FILE) beside a config holding history.prometheus was refused
+    ("history: give either file or prometheus, not both"); so was `plan --policy-file P --history DEMAND`, whose
+    --history is the policies' demand and was read as history.file."""
+    import cli.run
+    from cli.main import main
+
+    config = tmp_path / "headroom.yaml"
+    config.write_text("history: {prometheus: {url: 'http://127.0.0.1:9', query: up}}\n")
+    cfg = load_config(config, {"history.file": "d.csv"})
+    assert cfg.history.file == Path("d.csv") and cfg.history.prometheus is None
+    seen = {}
+    monkeypatch.setattr(cli.run, "cmd_plan", lambda cfg, args: seen.update(cfg=cfg, args=args) or 0)
+    assert main(["--config", str(config), "plan", "--policy-file", "p.yaml", "--history", "d.csv"]) == 0
+    assert seen["args"].demand == "d.csv" and seen["cfg"].history.prometheus is not None
+
+
+def test_train_name_beside_training_series_is_refused_not_ignored(tmp_path, capsys):
+    """`train --name chat` with training.series in the file trained every series under its own name, the flag
+    dropped with exit 0."""
+    from cli.main import main
+
+    config = tmp_path / "headroom.yaml"
+    config.write_text("training: {series: [{name: a, file: a.csv}]}\n")
+    assert main(["train", "--config", str(config), "--name", "chat", "--tracking-uri", f"sqlite:///{tmp_path}/m.db"]) \
+        == 2
+    assert "--name chat: training.series names each series it trains" in capsys.readouterr().err
+    assert not (tmp_path / "m.db").exists()
+
+
+@pytest.mark.parametrize("text, error", [
+    ("history: {file: ~nobody-here/d.csv}", "history.file: ~nobody-here/d.csv: ~nobody-here is no user's home"),
+    ("forecast: {timezone: 2026-02-30}", "'2026-02-30' cannot be read as timestamp (day is out of range for month)"),
+    ("forecast: {horizon: !!int abc}", "'abc' cannot be read as int"),  # ValueError, IndexError, ...: tracebacks
+    ("forecast: {horizon: !!float }", "'' cannot be read as float"),
+])
+def test_text_no_home_date_or_number_can_be_made_of_is_an_error_not_a_traceback(tmp_path, text, error):
+    path = tmp_path / "c.yaml"
+    path.write_text(text + "\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert error in err.value.errors[0]
+    with pytest.raises(ConfigError, match="~nobody-here is no user's home directory on this machine"):
+        load_config("~nobody-here/headroom.yaml")
+
+
+def test_each_item_out_of_range_is_named_by_its_index_and_an_order_by_its_pair(tmp_path):
+    """An item's error named its list only ("forecast.quantiles: quantile 1.5 is not strictly between 0 and 1"), and
+    an unsorted list none of its items."""
+    path = tmp_path / "c.yaml"
+    path.write_text("forecast: {quantiles: [0.5, 1.5, 0.2]}\ntune: {margins_gpus: [0, -1], warm_buffers: [1, 200], "
+                    "warm_buffer_quantiles: [null, 1], target_quantiles: [0.9, 0.5]}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert [line.split(": ")[0] for line in err.value.errors] == [
+        "forecast.quantiles.1", "tune.target_quantiles", "tune.warm_buffers.1", "tune.warm_buffer_quantiles.1",
+        "tune.margins_gpus.1"]
+    assert "tune.target_quantiles: must be strictly increasing (0.9 then 0.5)" in err.value.errors
+
+
+@pytest.mark.parametrize("end", ["20260504", "'1700000000'", "1.7e9"])
+def test_a_number_where_a_time_is_meant_is_refused_not_read_as_an_epoch(tmp_path, end):
+    """`end: 20260504` was epoch seconds, 1970-08-23: a replay of a window nobody asked for."""
+    path = tmp_path / "c.yaml"
+    path.write_text(f"history: {{prometheus: {{url: 'http://x', query: up, end: {end}}}}}\n")
+    with pytest.raises(ConfigError, match=r"history.prometheus.end: .* is not a time: give it as ISO-8601"):
+        load_config(path)

@@ -59,3 +59,19 @@ def test_a_manifest_headroom_writes_is_read_back_as_written_by_kubectl_s_typing(
     """`tune --write-policy` wrote with PyYAML, which leaves a string such as y, 1e3 or 0o17 plain: kubectl reads it
     as a boolean or a number (a policy named 1e3 was a file kubectl refused)."""
     assert documents(manifest_text(obj), KubectlLoader) == [obj]
+
+
+def test_an_integer_past_uint64_in_a_manifest_is_text_as_kubectl_reads_it_not_a_traceback():
+    """Past Python's 4,300 digits int(text) raised while typing the scalar: a traceback from --policy-file."""
+    digits = "1" + "0" * 5000
+    assert documents(f"minGpus: {digits}\n", KubectlLoader) == [{"minGpus": digits}]
+    assert documents("minGpus: 18446744073709551616\n", KubectlLoader) == [{"minGpus": 18446744073709551616.0}]
+
+
+@pytest.mark.parametrize("text", ["a: !!int abc", "a: !!float", "a: !!timestamp x", "a: !!bool maybe",
+                                  "b: [{c: !!int x}]"])
+def test_a_scalar_its_tag_cannot_read_is_a_yaml_error_naming_its_line(text):
+    """PyYAML's constructors raised ValueError, IndexError, AttributeError or KeyError: a traceback from --config or
+    --policy-file."""
+    with pytest.raises(yaml.YAMLError, match=r"(?s)cannot be read as .* line 1"):
+        documents(text, KubectlLoader)
