@@ -421,6 +421,7 @@ class Reconciler:
         self._failed: dict[str, str | None] = {}    # the failure to act last reported per policy
         self._missing: dict[str, str] = {}          # policy -> why its target was not found (the last view's)
         self._hours: tuple | None = None            # (key, HourPlan): the hourly plan, kept until its inputs change
+        self._unweighed: set[str] = set()           # run.team_weights keys no policy's training queue has: said once
         self._last_trained: dict[str, pd.Timestamp] = {}  # the schedule's clock (from start-up)
         self._retrained_at: dict[str, pd.Timestamp] = {}  # the last retraining asked for
         self._accuracy: dict[str, tuple[pd.Timestamp, dict, dict]] = {}
@@ -847,6 +848,13 @@ class Reconciler:
     # -- 3. plan
     def _weights(self, policies: list[PolicyObject]) -> tuple[tuple[str, float], ...]:
         queues = sorted({q for p in policies if p.active for q in p.spec.training_cluster_queues})
+        # a weight for a queue no policy lends to (a typo) would leave the teams equal without a word
+        named = {q for p in policies for q in p.spec.training_cluster_queues}
+        for queue in sorted(set(self.cfg.team_weights) - named - self._unweighed):
+            log.warning("run.team_weights.%s: no ReservationPolicy lends to a training ClusterQueue of that name "
+                        "(its trainingClusterQueues: %s); the weight is unused", queue, ", ".join(sorted(named)) or
+                        "none")
+            self._unweighed.add(queue)
         return tuple((q, self.cfg.team_weights.get(q, 1.0)) for q in queues)
 
     def _hour_plan(self, inputs: list[_Input], policy: ClusterPolicy, now: pd.Timestamp) -> HourPlan:

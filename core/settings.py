@@ -389,7 +389,7 @@ def _ip_address(value: str) -> str:
 class LeaseConfig(Strict):
     namespace: str = Field("headroom-system", pattern=NAME_PATTERN)
     name: str = "headroom"
-    duration_seconds: int = Field(15, ge=2)
+    duration_seconds: int = Field(15, ge=2, le=2**31 - 1)  # the Lease stores it as an int32
 
 
 class RunConfig(CrossChecked):

@@ -209,7 +209,8 @@ OUT_OF_RANGE = {"forecast.horizon": ["0", "-1", "337", "10000000000000000000000"
                 "backtest.step": ["0", "-24"], "simulate.gpus": ["0", "1000001"], "simulate.days": ["0", "-1", "1e9"],
                 "simulate.world.seed": ["-1"], "simulate.world.preemption_seconds": ["[120, 30]", "[0, 1e6]", "[1]"],
                 "forecast.quantiles": ["[]", "[0.9, 0.5]", "[0.5, 0.5]", "[0, 0.5]", "[0.5, 1]", "[1e3]"],
-                "run.lease.duration_seconds": ["1"], "tune.margins_gpus": ["[-1]"], "run.metrics_port": ["65536"],
+                "run.lease.duration_seconds": ["1", "2147483648"], "tune.margins_gpus": ["[-1]"],
+                "run.metrics_port": ["65536"],
                 "history.outlier_factor": ["1", "0.5"], "training.drift_factor": ["1"], "run.horizon_hours": ["1"]}
 
 

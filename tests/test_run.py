@@ -537,6 +537,19 @@ def reconciled_day(tmp_path, states: list | None = None) -> Replay:
     return r
 
 
+def test_a_team_weight_for_a_queue_no_policy_lends_to_is_said_once(tmp_path, caplog):
+    """run.team_weights with a typo ('reserch') left the teams equal without a word: the key is named once."""
+    path = tmp_path / "demand.csv"
+    write_csv(DEMAND, path)
+    r = Replay(tmp_path, path, policy(trainingClusterQueues=["research", "product"]),
+               run={"team_weights": {"research": 2.0, "reserch": 1.0}})
+    with caplog.at_level("WARNING", logger="controller.reconcile"):
+        for minutes in (0, 5):
+            r.step(MONDAY_6AM + pd.Timedelta(minutes=minutes))
+    said = [m for m in caplog.messages if "run.team_weights" in m]
+    assert len(said) == 1 and "run.team_weights.reserch" in said[0] and "product, research" in said[0], said
+
+
 def reconciled_state(tmp_path):
     """The state the last reconcile of `reconciled_day` published."""
     return reconciled_day(tmp_path).reconciler.holder.get()
