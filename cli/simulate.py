@@ -204,12 +204,22 @@ FILE_HOLDS = {"peak_gpus": "--peak-gpus", "per_gpu": "--per-gpu", "max_shortage"
 
 
 def refuse_flags_the_file_holds(cfg: Config, args) -> None:
-    """A policy file is run exactly: a flag that would change what it holds is an error, not silently dropped."""
+    """A policy file is run exactly: a flag that would change what it holds is an error, not silently dropped. The
+    configuration file's keys for the same things are standing defaults a shared file may hold: said unused."""
+    if cfg.simulate.policy_file is None:
+        return
     given = [flag for dest, flag in FILE_HOLDS.items() if getattr(args, dest, None) is not None]
-    if cfg.simulate.policy_file is not None and given:
-        raise BadRequest(f"{', '.join(given)}: {cfg.simulate.policy_file} is run exactly, with its own "
-                         "spec.capacity.demandPerGpu, spec.objective and spec.timezone; edit the file, or drop "
-                         "--policy-file to have the policy tuned on the history")
+    holds = "spec.capacity.demandPerGpu, spec.objective and spec.timezone"
+    if given:
+        raise BadRequest(f"{', '.join(given)}: {cfg.simulate.policy_file} is run exactly, with its own {holds}; edit "
+                         "the file, or drop --policy-file to have the policy tuned on the history")
+    configured = [f"{section}.{key}" for section, keys in (("simulate", ("peak_gpus", "per_gpu")),
+                                                           ("tune", ("max_shortage", "max_short_steps")),
+                                                           ("forecast", ("timezone",)))
+                  for key in keys if key in getattr(cfg, section).model_fields_set]
+    if configured:
+        print(f"headroom: note: {', '.join(configured)} of the configuration not used: {cfg.simulate.policy_file} "
+              f"is run exactly, with its own {holds}", file=sys.stderr)
 
 
 def cmd_simulate(cfg: Config, args) -> int:

@@ -426,6 +426,18 @@ def test_flags_a_policy_file_holds_are_refused_beside_it_not_dropped(demand, tmp
     assert status == 2 and f"{flags[0]}" in err and f"{path} is run exactly" in err, err
 
 
+def test_configuration_keys_a_policy_file_holds_are_said_unused_beside_it(demand, tmp_path, capsys):
+    """A shared configuration's standing simulate.per_gpu and tune.max_shortage were dropped without a word beside a
+    policy file (its flags are refused): the run goes on, and says which keys it did not use."""
+    path = _policy_file(tmp_path / "p.yaml")
+    config = tmp_path / "headroom.yaml"
+    config.write_text("simulate: {per_gpu: 3}\ntune: {max_shortage: 0.01}\n")
+    status, err = exits(["simulate", demand, "--days", "1", "--policy-file", path, "--config", config, "--json"],
+                        capsys)
+    assert status == 0, err
+    assert f"simulate.per_gpu, tune.max_shortage of the configuration not used: {path} is run exactly" in err, err
+
+
 @pytest.mark.parametrize("argv, victim", [
     (["simulate", "{copy}", "--days", "1", "--policy-file", "{policy}", "--timeline", "{policy}"], "{policy}"),
     (["simulate", "{copy}", "--days", "1", "--policy-file", "{policy}", "--timeline", "{copy}"], "{copy}"),
