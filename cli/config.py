@@ -52,14 +52,19 @@ def _paths_relative_to(tree: Any, model: Any, base: Path) -> None:
 
 def _sections_defaulted(tree: dict, model: type[BaseModel]) -> dict:
     """A section written with every key commented out reads as null: it is empty, its defaults apply, at any depth
-    (simulate.world, run.lease). A null where the field may be None (history.prometheus) says "none": kept."""
+    (simulate.world, run.lease), and so for a list or mapping empty by default (run.policies, run.team_weights). A
+    null where the field may be None (history.prometheus) says "none": kept."""
     out = dict(tree)
     for name, field in model.model_fields.items():
         section = field.annotation
-        if name in out and isinstance(section, type) and issubclass(section, BaseModel):
-            value = out[name]
+        if name not in out:
+            continue
+        value = out[name]
+        if isinstance(section, type) and issubclass(section, BaseModel):
             out[name] = {} if value is None else _sections_defaulted(value, section) if isinstance(value, dict) \
                 else value
+        elif value is None and field.default in ([], {}):
+            out[name] = type(field.default)()
     return out
 
 

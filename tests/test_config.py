@@ -151,9 +151,11 @@ def test_numbers_are_read_as_written_not_as_yaml_1_1_octal_or_base_60(tmp_path, 
 def test_a_nested_section_with_every_key_commented_out_takes_its_defaults(tmp_path):
     """README: such a section takes its defaults; simulate.world and run.lease were refused as 'not a dictionary'."""
     path = tmp_path / "c.yaml"
-    path.write_text("simulate:\n  world:\n    # seed: 3\nrun:\n  lease:\n  # name: other\nhistory:\n  prometheus:\n")
+    path.write_text("simulate:\n  world:\n    # seed: 3\nrun:\n  lease:\n  # name: other\n  team_weights:\n"
+                    "  # research: 2\n  policies:\n  # - {name: chat}\nhistory:\n  prometheus:\n")
     cfg = load_config(path)
     assert cfg.simulate.world.seed == 0 and cfg.run.lease.name == "headroom" and cfg.history.prometheus is None
+    assert cfg.run.team_weights == {} and cfg.run.policies == []  # were 'Input should be a valid dictionary/list'
 
 
 def test_a_flag_beside_a_section_that_is_not_a_mapping_does_not_hide_it(tmp_path):
