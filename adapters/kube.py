@@ -76,6 +76,10 @@ WATCH_GRACE_SECONDS = 15
 # Letting the Lease go on the way out: one attempt per request, this long each (two requests), so a controller asked
 # to stop while the API server cannot answer ends well inside the pod's 30 s grace period; the Lease expires by itself.
 RELEASE_TIMEOUT_SECONDS = 3.0
+# An election round gives up after this share of the lease (client-go's RenewDeadline, 10 s of 15): a renewal that
+# lands later is one the other replicas may already have taken over from, and a round waiting out every retry on a
+# halted host (7 x the request timeout) would hold the writes fenced behind it.
+RENEW_DEADLINE_SHARE = 2 / 3
 
 
 def _now() -> datetime:
@@ -666,7 +670,8 @@ class KubeCluster:
 
     def _request(self, method: str, path: str, body: Any = None, query: dict | None = None,
                  content_type: str = "application/json", retries: int | None = None,
-                 timeout: float | None = None) -> dict:
+                 timeout: float | None = None, deadline: float | None = None) -> dict:
+        """One request with its retries; `deadline` (time.monotonic()): no attempt waits past it, none starts after."""
         import urllib3
         from kubernetes.client.exceptions import ApiException
 
@@ -677,14 +682,19 @@ class KubeCluster:
         url_path = path + ("?" + urllib.parse.urlencode(query) if query else "")
         attempt = 0
         while True:
-            with self._informers_lock:
-                self.requests[method] = self.requests.get(method, 0) + 1
+            wait = timeout or self.request_timeout
+            if deadline is not None:
+                wait = min(wait, deadline - time.monotonic())
             try:
+                if wait <= 0:
+                    raise TimeoutError("its deadline passed before it was sent")
+                with self._informers_lock:
+                    self.requests[method] = self.requests.get(method, 0) + 1
                 host, headers = self._address()
                 response = self.api_client.call_api(method, host + url_path,
                                                     body=self.api_client.sanitize_for_serialization(body),
                                                     header_params={**headers, "Content-Type": content_type},
-                                                    _request_timeout=timeout or self.request_timeout)
+                                                    _request_timeout=wait)
                 response.read()
                 status, data = response.status, response.data
             except ApiException as exc:  # the REST layer raises these for TLS and protocol errors
@@ -702,16 +712,16 @@ class KubeCluster:
             except ValueError:
                 payload = None
             message = payload.get("message", text) if isinstance(payload, dict) else text
+            delay = min(self.backoff_max, self.backoff_base * 2 ** attempt) * (0.5 + random.random() / 2)
             if (status in RETRYABLE_STATUS and attempt < (self.retries if retries is None else retries)
-                    and not self.stopping.is_set()):
-                delay = min(self.backoff_max, self.backoff_base * 2 ** attempt) * (0.5 + random.random() / 2)
+                    and not self.stopping.is_set() and (deadline is None or time.monotonic() + delay < deadline)):
                 log.warning("%s %s: %s %s; retry %d/%d in %.1f s", method, path, status or "unreachable",
                             message[:200], attempt + 1, self.retries, delay)
                 attempt += 1
                 self.sleep(delay)
                 continue
             if status == 409 and attempt and lands:
-                landed = self._landed(method, path, body)
+                landed = self._landed(method, path, body, deadline)
                 if landed is not None:
                     return landed
             reason = payload.get("reason", "") if isinstance(payload, dict) else ""
@@ -719,7 +729,7 @@ class KubeCluster:
             where = "unreachable" if status == 0 else f"HTTP {status}"
             raise error(f"{method} {path}: {where}: {message}", status=status, reason=reason, body=payload)
 
-    def _landed(self, method: str, path: str, body: Any) -> dict | None:
+    def _landed(self, method: str, path: str, body: Any, deadline: float | None) -> dict | None:
         """A write answered 409 after a retry: an earlier attempt whose answer was lost (a timeout, a connection reset
         after it was sent, a 504) may have landed, and the retry met it (a create's AlreadyExists; the resourceVersion
         a PUT or patch carried moved: by that write). The object as stored if it holds every field sent (metadata:
@@ -736,7 +746,7 @@ class KubeCluster:
         sent = {**body, "metadata": {k: v for k, v in metadata.items() if k in ("name", "namespace", "labels",
                                                                                   "annotations")}}
         try:
-            stored = self._request("GET", path)
+            stored = self._request("GET", path, deadline=deadline)
         except ClusterError:
             return None
         if not _holds(stored, sent):
@@ -1149,16 +1159,19 @@ class LeaseElector:
                 "acquireTime": acquire_time or now, "renewTime": now, "leaseTransitions": transitions}
 
     def try_acquire_or_renew(self) -> bool:
-        """One round: returns True if this elector holds the lease afterwards."""
+        """One round: returns True if this elector holds the lease afterwards; a ClusterError if the server did not
+        answer within the round's deadline (RENEW_DEADLINE_SHARE of the lease)."""
         began = self.monotonic()
+        deadline = time.monotonic() + RENEW_DEADLINE_SHARE * self.lease_seconds
         try:
-            lease = self.cluster.get(self.path)
+            lease = self.cluster._request("GET", self.path, deadline=deadline)
         except NotFound:
             spec0 = self._spec(0, "")
             body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                     "metadata": {"name": self.name, "namespace": self.namespace}, "spec": spec0}
             try:
-                self.cluster._request("POST", f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases", body)
+                self.cluster._request("POST", f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases", body,
+                                      deadline=deadline)
             except Conflict:  # someone else created it first
                 return self._lost()
             return self._won(spec0, began)
@@ -1179,7 +1192,7 @@ class LeaseElector:
             acquire = spec.get("acquireTime") or ""
         lease["spec"] = self._spec(transitions, acquire)
         try:
-            self.cluster._request("PUT", self.path, lease)  # carries the read resourceVersion
+            self.cluster._request("PUT", self.path, lease, deadline=deadline)  # carries the read resourceVersion
         except Conflict:
             return self._lost()
         return self._won(lease["spec"], began)

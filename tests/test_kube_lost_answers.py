@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from adapters.kube import KubeCluster, _holds
+from adapters.kube import RENEW_DEADLINE_SHARE, KubeCluster, _holds
 from core.errors import Conflict
 from core.objects import ObjectRef
 from tests.servers import kueue
@@ -208,8 +208,29 @@ def test_writes_past_a_lapsed_lease_wait_for_one_failed_renewal_not_one_each(clu
     assert elector.try_acquire_or_renew() is True and loop.still_leading()
     time.sleep(2.1)  # lapsed by its own clock
     proxy.lose("GET", f"/leases/{name}", "hold", times=100)
+    began = time.monotonic()
     assert [loop.still_leading() for _ in range(3)] == [False, False, False]
-    assert len(proxy.lost) == 1 + lossy.retries, "one renewal's attempts, not one renewal per write"
+    took = time.monotonic() - began
+    # one renewal, given up at its round's deadline: not one per write, nor every retry of one
+    assert took < RENEW_DEADLINE_SHARE * 2 + lossy.request_timeout, took
+    assert 1 <= len(proxy.lost) < 1 + lossy.retries, proxy.lost
+
+
+def test_an_election_round_on_a_server_that_does_not_answer_gives_up_at_its_deadline(cluster, proxy, lossy):
+    """A halted host answers nothing: a round waited out every retry (7 x the request timeout: about 80 s at the
+    defaults), the writes fenced behind it, and a renewal landing that late is one the other replicas may already
+    have taken over from. It gives up at RENEW_DEADLINE_SHARE of the lease (client-go's RenewDeadline) and says so."""
+    from core.errors import ClusterError
+
+    lossy.request_timeout = 1.0  # every retry: 7 s and more
+    elector = lossy.leader_elector(NS, "halted", "pod-a", lease_seconds=3)
+    proxy.lose("GET", "/leases/halted", "hold", times=100)
+    began = time.monotonic()
+    with pytest.raises(ClusterError, match="leases/halted"):
+        elector.try_acquire_or_renew()
+    took = time.monotonic() - began
+    assert RENEW_DEADLINE_SHARE * 3 - 0.1 <= took < RENEW_DEADLINE_SHARE * 3 + 0.5, took
+    assert not elector.is_leader
 
 
 # --------------------------------------------------------------------------- what "holds what was sent" means
