@@ -58,8 +58,8 @@ def parse_matrix(result: list[dict], query: str) -> pd.Series:
         return pd.Series([], index=pd.DatetimeIndex([], tz="UTC", name="timestamp"), dtype=float, name="value")
     if len(result) > 1:
         labels = [r.get("metric", {}) for r in result[:3]]
-        raise PrometheusError(f"query {query!r} returned {len(result)} series (e.g. {labels}); "
-                              "aggregate it to one, e.g. sum(...)")
+        raise PrometheusError(f"query {query!r} returned {len(result)} series (e.g. {labels}; a series whose labels "
+                              "change, e.g. a restarted pod's, is two): refused, aggregate it to one, e.g. sum(...)")
     values = result[0].get("values", [])
     stamps = pd.to_datetime([float(ts) for ts, _ in values], unit="s", utc=True)
     # Prometheus encodes values as strings, including "NaN" and "+Inf".
@@ -144,14 +144,15 @@ def read_range(client: PrometheusConnect, query: str, start: datetime, end: date
     start, end = on_step_grid(start, end, step_delta)
     if end < start:  # no step of the grid inside: nothing to read
         return parse_matrix([], query)
-    parts = [parse_matrix(_query_range(client, query, lo, hi, step_delta), query)
-             for lo, hi in chunk_ranges(start, end, step_delta)]
-    if len(parts) == 1:  # a reconcile's read: one chunk, its timestamps unique
-        series = parts[0]
-    else:
-        series = pd.concat(parts) if parts else parse_matrix([], query)
-        series = series[~series.index.duplicated(keep="last")]
-    return _on_grid(series, start, end, step_delta)
+    # each series' samples from every chunk joined before parse_matrix counts the series: a series in one chunk
+    # and another in the next (a pod restarted under a new name) are two, as they are read in one request
+    series: dict[tuple[tuple[str, str], ...], dict] = {}
+    for lo, hi in chunk_ranges(start, end, step_delta):  # consecutive, not overlapping: no sample twice
+        for found in _query_range(client, query, lo, hi, step_delta):
+            labels = found.get("metric", {})
+            series.setdefault(tuple(sorted(labels.items())), {"metric": labels, "values": []})["values"] += \
+                found.get("values", [])
+    return _on_grid(parse_matrix(list(series.values()), query), start, end, step_delta)
 
 
 def _batches(queries: Sequence[str], points: int) -> list[list[int]]:

@@ -309,3 +309,39 @@ def test_report_and_tune_name_the_prometheus_query_not_none(prometheus_server, t
     policy = tmp_path / "policy.yaml"
     main(["tune", "--config", str(config), "--days", "1", "--write-policy", str(policy)])
     assert policy.read_text().startswith(f"# headroom tune query {query!r}: ")
+
+
+@pytest.fixture(scope="module")
+def restarted_pod(nasa_trace, prometheus_blocks, tmp_path_factory):
+    """A Prometheus holding `churn`: the trace under pod="a" until SWITCH, then (a restart, 10 minutes later) under
+    pod="b", as a series a pod name labels changes its labels when the pod is replaced."""
+    _, csv = nasa_trace
+    work = tmp_path_factory.mktemp("churn")
+    blocks = work / "blocks"
+    for pod, part in (("a", csv[csv.index < SWITCH]), ("b", csv[csv.index > SWITCH + pd.Timedelta("5min")])):
+        text = work / f"{pod}.om"
+        prom_servers.write_openmetrics(part, text, metric="churn", labels={"pod": pod})
+        prom_servers.backfill(text, blocks)  # a second run adds its own blocks beside the first's
+    server = prom_servers.start_prometheus(blocks, work / "prom")
+    yield server
+    server.stop()
+
+
+SWITCH = pd.Timestamp("1995-07-12T00:00:00Z")
+
+
+def test_a_series_whose_labels_change_mid_range_is_refused_however_the_range_is_chunked(restarted_pod):
+    """A pod restarted under a new name is a second series. Read in one request it was refused (two series: sum
+    them); read in chunks of which one held only the old pod and the next only the new one, the two were stitched
+    into one series without a word: the same query's answer depended on where the chunks fell."""
+    step = pd.Timedelta("60s")
+    start = SWITCH - step * (promsrc.MAX_POINTS - 1)  # the first chunk ends at SWITCH: pod "a" only, the next "b" only
+    end = SWITCH + pd.Timedelta(days=2)
+    assert promsrc.chunk_ranges(start, end, step)[0][1] == SWITCH
+    for step_text in ("60s", "5m"):  # in two chunks, and in one
+        source = PrometheusSource(PrometheusServer(url=restarted_pod.url, step=step_text), "churn", start, end)
+        with pytest.raises(PrometheusError, match="2 series") as info:
+            source.fetch()
+        assert "'pod': 'a'" in str(info.value) and "'pod': 'b'" in str(info.value) and "sum(" in str(info.value)
+    summed = PrometheusSource(PrometheusServer(url=restarted_pod.url, step="60s"), "sum(churn)", start, end).fetch()
+    assert summed.notna().sum() > 2000
