@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 import pandas as pd
@@ -93,10 +94,19 @@ def connect(server: PrometheusServer) -> PrometheusConnect:
     return client
 
 
+def shown_url(url: str) -> str:
+    """`url` as a message shows it: its password (basic auth, user:password@host) as ***, since messages reach logs,
+    Events and policies' status."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{parts.netloc.rpartition('@')[2]}"))
+
+
 def _failure(client: PrometheusConnect, query: str, lo: pd.Timestamp, hi: pd.Timestamp,
              exc: BaseException | None) -> PrometheusError:
-    return PrometheusError(f"Prometheus at {client.url} failed for {query!r} [{lo.isoformat()} .. {hi.isoformat()}]: "
-                           f"{exc}")
+    return PrometheusError(f"Prometheus at {shown_url(client.url)} failed for {query!r} "
+                           f"[{lo.isoformat()} .. {hi.isoformat()}]: {exc}")
 
 
 def _query_range(client: PrometheusConnect, query: str, lo: pd.Timestamp, hi: pd.Timestamp,
@@ -109,9 +119,12 @@ def _query_range(client: PrometheusConnect, query: str, lo: pd.Timestamp, hi: pd
 
 
 def _refused(exc: PrometheusError) -> bool:
-    """The server answered that it cannot run the query (HTTP 4xx: it does not parse, or fails to evaluate)."""
+    """The server answered that it cannot run the query: HTTP 400 (it does not parse) or 422 (it fails to evaluate,
+    or loads more than --query.max-samples). Not 401, 403 or 404 (a wrong credential or path prefix), which every
+    query gets alike: asking again for each half of a batch would only ask again."""
     cause = exc.__cause__
-    return isinstance(cause, PrometheusApiClientException) and str(cause).startswith("HTTP Status Code 4")
+    return isinstance(cause, PrometheusApiClientException) and \
+        str(cause).startswith(("HTTP Status Code 400", "HTTP Status Code 422"))
 
 
 def _too_slow(exc: PrometheusError) -> bool:
@@ -252,7 +265,7 @@ class PrometheusSource:
     def fetch(self) -> pd.Series:
         raw = read_range(connect(self.server), self.query, self.start, self.end, self.server.step)
         # what prepare's errors name, as a file's path names a file (e.g. a query that returned no series)
-        raw.attrs["source"] = (f"Prometheus at {self.server.url}, query {self.query!r} over "
+        raw.attrs["source"] = (f"Prometheus at {shown_url(self.server.url)}, query {self.query!r} over "
                                f"[{pd.Timestamp(self.start).isoformat()} .. {pd.Timestamp(self.end).isoformat()}]")
         return raw
 

@@ -68,10 +68,12 @@ class PrometheusServer:
     port: int = 0
     process: ServerProcess | None = field(default=None, repr=False)
     flags: tuple[str, ...] = ()  # more command-line flags (e.g. a short --query.timeout)
+    route_prefix: str = ""  # --web.route-prefix: every path, the API's too, under it (e.g. "/prometheus")
+    userinfo: str = ""  # "user:password" the server's --web.config.file asks for (basic auth)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.userinfo + '@' if self.userinfo else ''}127.0.0.1:{self.port}{self.route_prefix}"
 
     def start(self, timeout: float = 60.0) -> PrometheusServer:
         binary = binaries()["prometheus"]
@@ -84,9 +86,14 @@ class PrometheusServer:
             [binary, f"--config.file={config}", f"--storage.tsdb.path={self.data_dir}",
              f"--web.listen-address=127.0.0.1:{self.port}",
              "--storage.tsdb.retention.time=3650d",  # backfilled history must survive start-up
-             "--log.level=warn", *self.flags],
+             "--log.level=warn", *([f"--web.route-prefix={self.route_prefix}"] if self.route_prefix else []),
+             *self.flags],
             self.workdir / "prometheus.log")
-        wait_until(self._ready, timeout, f"prometheus on :{self.port}", self.process)
+        try:
+            wait_until(self._ready, timeout, f"prometheus on :{self.port}", self.process)
+        except ServerError:
+            self.stop()  # not left running behind a failed test
+            raise
         return self
 
     def _ready(self) -> bool:
@@ -103,12 +110,15 @@ class PrometheusServer:
         self.start()
 
 
-def start_prometheus(blocks: Path, workdir: Path | None = None, flags: tuple[str, ...] = ()) -> PrometheusServer:
-    """Start a Prometheus on a private copy of backfilled `blocks`, with more command-line `flags`."""
+def start_prometheus(blocks: Path, workdir: Path | None = None, flags: tuple[str, ...] = (),
+                     route_prefix: str = "", userinfo: str = "") -> PrometheusServer:
+    """Start a Prometheus on a private copy of backfilled `blocks`, with more command-line `flags`, its paths under
+    `route_prefix`, its `url` holding `userinfo`."""
     workdir = Path(workdir or tempfile.mkdtemp(prefix="headroom-prom-"))
     data_dir = workdir / "data"
     shutil.copytree(blocks, data_dir)
-    return PrometheusServer(data_dir=data_dir, workdir=workdir, flags=flags).start()
+    return PrometheusServer(data_dir=data_dir, workdir=workdir, flags=flags, route_prefix=route_prefix,
+                            userinfo=userinfo).start()
 
 
 def connections_accepted(url: str) -> int:
