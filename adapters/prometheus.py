@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 import pandas as pd
@@ -18,7 +17,7 @@ from prometheus_api_client import PrometheusApiClientException, PrometheusConnec
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
-from core.settings import PrometheusServer
+from core.settings import PrometheusServer, shown_url
 
 MAX_POINTS = 11_000
 # Connections a client keeps open for reuse: more than the controller's concurrent reads (the reconcile's 8 readers
@@ -92,15 +91,6 @@ def connect(server: PrometheusServer) -> PrometheusConnect:
                                else None, retry=retry, session=session, timeout=server.timeout_seconds)
     session.mount(server.url, HTTPAdapter(max_retries=retry, pool_maxsize=CONNECTIONS))  # replaces the client's (10)
     return client
-
-
-def shown_url(url: str) -> str:
-    """`url` as a message shows it: its password (basic auth, user:password@host) as ***, since messages reach logs,
-    Events and policies' status."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{parts.netloc.rpartition('@')[2]}"))
 
 
 def _failure(client: PrometheusConnect, query: str, lo: pd.Timestamp, hi: pd.Timestamp,

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationError, field_validator, model_validator
 from pydantic import Strict as StrictTypes
@@ -99,6 +100,15 @@ def _increasing(values: list[float]) -> list[float]:
     return values
 
 
+def shown_url(url: str) -> str:
+    """`url` as a message shows it: its password (basic auth, user:password@host) as ***, since messages reach logs,
+    Events and policies' status."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{parts.netloc.rpartition('@')[2]}"))
+
+
 class PrometheusServer(Strict):
     """How to reach Prometheus (the query comes from the history section or from each policy)."""
     url: str
@@ -113,11 +123,16 @@ class PrometheusServer(Strict):
     @field_validator("url")
     @classmethod
     def _url(cls, value: str) -> str:
-        from urllib.parse import urlsplit
-
         parts = urlsplit(value)
         if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ValueError(f"{value!r} is not an http:// or https:// URL")
+            raise ValueError(f"{shown_url(value)!r} is not an http:// or https:// URL")
+        try:
+            parts.port  # noqa: B018 -- reading it checks it
+        except ValueError:  # http://host:9O90 failed at the first read, exit 1, as a server that failed
+            raise ValueError(f"{shown_url(value)!r}: the port is not a number from 0 to 65535") from None
+        if parts.query or parts.fragment:  # the API's path was appended to them: HTML came back, "Expecting value"
+            raise ValueError(f"{shown_url(value)!r}: the server's URL (a path prefix, if any) takes no ?query or "
+                             "#fragment")
         return value
 
     @field_validator("bearer_token_file", "ca_file")
