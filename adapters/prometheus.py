@@ -130,8 +130,9 @@ def on_step_grid(start: datetime, end: datetime, step: pd.Timedelta) -> tuple[pd
     """[start, end] narrowed to whole multiples of `step` since the epoch. The server evaluates a range query at
     start, start + step, ...; the client sends whole seconds; a controller reads at wall-clock times with fractions
     of a second. On this grid every read's samples fall where every other read's do, and where the server put them
-    (a grid laid from the unrounded start had an empty twin beside each sample: half the samples 'missing')."""
-    return pd.Timestamp(start).ceil(step), pd.Timestamp(end).floor(step)
+    (a grid laid from the unrounded start had an empty twin beside each sample: half the samples 'missing'). In UTC:
+    a time given with an offset (+05:45) was rounded on its own wall clock, off the grid by the offset."""
+    return pd.Timestamp(start).tz_convert("UTC").ceil(step), pd.Timestamp(end).tz_convert("UTC").floor(step)
 
 
 def _on_grid(series: pd.Series, start: datetime, end: datetime, step: pd.Timedelta) -> pd.Series:
