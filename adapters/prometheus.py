@@ -18,6 +18,7 @@ from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
 from core.settings import PrometheusServer, shown_url
+from forecast.history import MAX_POINTS as HISTORY_POINTS
 
 MAX_POINTS = 11_000
 # Connections a client keeps open for reuse: more than the controller's concurrent reads (the reconcile's 8 readers
@@ -148,6 +149,11 @@ def read_range(client: PrometheusConnect, query: str, start: datetime, end: date
     start, end = on_step_grid(start, end, step_delta)
     if end < start:  # no step of the grid inside: nothing to read
         return parse_matrix([], query)
+    points = (end - start) / step_delta + 1
+    if points > HISTORY_POINTS:  # a lookback typo (2000d for 20d): hours of requests, then a grid past memory
+        raise PrometheusError(f"{query!r} over [{start.isoformat()} .. {end.isoformat()}] at step {step} is "
+                              f"{points:.3g} points, over the {HISTORY_POINTS:g} a history may have: a shorter "
+                              "lookback or a longer step")
     # each series' samples from every chunk joined before parse_matrix counts the series: a series in one chunk
     # and another in the next (a pod restarted under a new name) are two, as they are read in one request
     series: dict[tuple[tuple[str, str], ...], dict] = {}

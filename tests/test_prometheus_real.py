@@ -426,3 +426,23 @@ def test_a_window_given_with_a_utc_offset_reads_the_utc_grid(prometheus_server, 
         got = PrometheusSource(server, METRIC, end - timedelta(days=2), end).fetch()
         assert (got.index == got.index.floor(pd.Timedelta(step))).all() and str(got.index.tz) == "UTC"
         pd.testing.assert_series_equal(got, utc)
+
+
+def test_a_window_too_long_for_its_step_is_refused_before_it_is_read(prometheus_server, tmp_path, capsys):
+    """`lookback: 2000d` at `step: 1s` (a typo for 20d) is 173 million points: headroom asked for them 11,000 at a
+    time, 15,700 requests (still asking after a minute), then laid them on one grid in memory. Now refused at once,
+    naming the query, the window and the step."""
+    import yaml
+
+    from cli.main import main
+
+    config = tmp_path / "prom.yaml"
+    config.write_text(yaml.safe_dump({"history": {"prometheus": {
+        "url": prometheus_server.url, "query": METRIC, "lookback": "2000d", "step": "1s",
+        "end": "1995-07-10T00:00:00Z"}}}))
+    began = time.monotonic()
+    assert main(["forecast", "--config", str(config)]) == 1
+    assert time.monotonic() - began < 10
+    err = capsys.readouterr().err
+    assert f"{METRIC!r} over [1990-01-17T00:00:00+00:00 .. 1995-07-10T00:00:00+00:00] at step 1s" in err
+    assert "1.73e+08 points, over the 5e+06 a history may have" in err
