@@ -6,6 +6,7 @@ series. A chunk that returns no samples is a gap (NaN), never zero.
 """
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -32,6 +33,16 @@ TAG = "headroom_read"  # the label that tells a batched request's series apart
 
 class PrometheusError(RuntimeError):
     """Prometheus is unreachable, refused the query, or returned something unusable."""
+
+
+_answer = threading.local()  # `warnings`: those of this thread's last answer (_keep_warnings)
+
+
+def _keep_warnings(response: requests.Response, *args: object, **kwargs: object) -> None:
+    """Keep a 200 answer's `warnings`, which the client drops with all but the result: Prometheus' word that the
+    answer is partial (a remote-read store, or a store behind Thanos, that failed)."""
+    if response.status_code == 200 and b'"warnings"' in response.content:
+        _answer.warnings = response.json().get("warnings") or []
 
 
 def chunk_ranges(start: datetime, end: datetime, step: pd.Timedelta,
@@ -91,6 +102,7 @@ def connect(server: PrometheusServer) -> PrometheusConnect:
     client = PrometheusConnect(url=server.url, auth=_bearer(lambda: token_file.read_text().strip()) if token_file
                                else None, retry=retry, session=session, timeout=server.timeout_seconds)
     session.mount(server.url, HTTPAdapter(max_retries=retry, pool_maxsize=CONNECTIONS))  # replaces the client's (10)
+    session.hooks["response"].append(_keep_warnings)
     return client
 
 
@@ -101,12 +113,15 @@ def _failure(client: PrometheusConnect, query: str, lo: pd.Timestamp, hi: pd.Tim
 
 
 def _query_range(client: PrometheusConnect, query: str, lo: pd.Timestamp, hi: pd.Timestamp,
-                 step: pd.Timedelta) -> list[dict]:
+                 step: pd.Timedelta) -> tuple[list[dict], list[str]]:
+    """The answer's result and its warnings."""
+    _answer.warnings = []
     try:
-        return client.custom_query_range(query, start_time=lo.to_pydatetime(), end_time=hi.to_pydatetime(),
-                                         step=f"{int(step.total_seconds())}s")
+        result = client.custom_query_range(query, start_time=lo.to_pydatetime(), end_time=hi.to_pydatetime(),
+                                           step=f"{int(step.total_seconds())}s")
     except Exception as exc:  # the client raises requests, urllib3 and its own errors
         raise _failure(client, query, lo, hi, exc) from exc
+    return result, _answer.warnings
 
 
 def _refused(exc: PrometheusError) -> bool:
@@ -144,7 +159,7 @@ def _on_grid(series: pd.Series, start: datetime, end: datetime, step: pd.Timedel
 
 def read_range(client: PrometheusConnect, query: str, start: datetime, end: datetime, step: str) -> pd.Series:
     """`query` over [start, end] at `step` on `client`'s server (on_step_grid), in chunks under MAX_POINTS; steps
-    without a sample are NaN."""
+    without a sample are NaN; the server's warnings that its answer is partial in attrs["warnings"], each once."""
     step_delta = pd.Timedelta(step)
     start, end = on_step_grid(start, end, step_delta)
     if end < start:  # no step of the grid inside: nothing to read
@@ -157,12 +172,17 @@ def read_range(client: PrometheusConnect, query: str, start: datetime, end: date
     # each series' samples from every chunk joined before parse_matrix counts the series: a series in one chunk
     # and another in the next (a pod restarted under a new name) are two, as they are read in one request
     series: dict[tuple[tuple[str, str], ...], dict] = {}
+    warnings: dict[str, None] = {}  # each chunk's answer repeats a store's failure: said once
     for lo, hi in chunk_ranges(start, end, step_delta):  # consecutive, not overlapping: no sample twice
-        for found in _query_range(client, query, lo, hi, step_delta):
+        result, warned = _query_range(client, query, lo, hi, step_delta)
+        warnings.update(dict.fromkeys(warned))
+        for found in result:
             labels = found.get("metric", {})
             series.setdefault(tuple(sorted(labels.items())), {"metric": labels, "values": []})["values"] += \
                 found.get("values", [])
-    return _on_grid(parse_matrix(list(series.values()), query), start, end, step_delta)
+    read = _on_grid(parse_matrix(list(series.values()), query), start, end, step_delta)
+    read.attrs["warnings"] = list(warnings)
+    return read
 
 
 def _batches(queries: Sequence[str], points: int) -> list[list[int]]:
@@ -211,7 +231,7 @@ def read_together(client: PrometheusConnect, queries: Sequence[str], start: date
             return False
         joined = " or ".join(f'label_replace(({queries[i]}), "{TAG}", "{i}", "", "")' for i in batch)
         try:
-            result = _query_range(client, joined, lo, hi, step_delta)
+            result, _ = _query_range(client, joined, lo, hi, step_delta)  # warnings: the controller's reads keep none
         except PrometheusError as exc:
             if _refused(exc):
                 read(batch[:len(batch) // 2])

@@ -31,6 +31,15 @@ def history_name(cfg: Config) -> str:
         f"query {h.prometheus.query!r}" if h.prometheus is not None else "the history"
 
 
+def fetched(cfg: Config, now: datetime):
+    """The configured history as read, Prometheus' warnings that its answer is partial said on stderr."""
+    raw = source(cfg, now).fetch()
+    if warnings := raw.attrs.get("warnings"):
+        print(f"note: history {history_name(cfg)}: Prometheus warned the answer may be partial: {'; '.join(warnings)}",
+              file=sys.stderr)
+    return raw
+
+
 def say_repairs(cfg: Config, report) -> None:
     """What cleaning changed in the history (sorted, deduplicated, clipped, kept missing), on stderr: no command
     drops or changes a sample without a word (forecast and demo print the whole cleaning report instead)."""
@@ -44,7 +53,7 @@ def load_series(cfg: Config, now: datetime, say: bool = True):
     from forecast.history import prepare
 
     h = cfg.history
-    series, report = prepare(source(cfg, now).fetch(), step=h.step, statistic=h.statistic, counter=h.counter,
+    series, report = prepare(fetched(cfg, now), step=h.step, statistic=h.statistic, counter=h.counter,
                              outlier_factor=h.outlier_factor)
     if say:
         say_repairs(cfg, report)
@@ -55,6 +64,6 @@ def native_series(cfg: Config, now: datetime):
     """The history at its own step (the simulator replays every sample), gaps kept; its repairs said on stderr."""
     from forecast.history import at_own_step_reported
 
-    series, report = at_own_step_reported(source(cfg, now).fetch(), counter=cfg.history.counter)
+    series, report = at_own_step_reported(fetched(cfg, now), counter=cfg.history.counter)
     say_repairs(cfg, report)
     return series

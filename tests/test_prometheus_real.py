@@ -446,3 +446,28 @@ def test_a_window_too_long_for_its_step_is_refused_before_it_is_read(prometheus_
     err = capsys.readouterr().err
     assert f"{METRIC!r} over [1990-01-17T00:00:00+00:00 .. 1995-07-10T00:00:00+00:00] at step 1s" in err
     assert "1.73e+08 points, over the 5e+06 a history may have" in err
+
+
+def test_an_answer_prometheus_warns_is_partial_is_said(prometheus_blocks, tmp_path, capsys):
+    """A 200 answer with `warnings` is a partial one: here the window reaches before the server's oldest sample, into
+    what its long-term store (remote_read) holds, and that store is down (as Thanos warns of a store it could not
+    reach): the part of the window only it holds is missing. The client dropped the warnings: the forecast was made
+    on what was left without a word. Now every command that reads the history says them (the read itself, as
+    Prometheus answered it, is kept)."""
+    import yaml
+
+    from cli.main import main
+
+    server = prom_servers.start_prometheus(prometheus_blocks, tmp_path / "prom",
+                                           more_config="remote_read:\n  - url: http://127.0.0.1:1/read\n")
+    try:
+        config = tmp_path / "prom.yaml"
+        config.write_text(yaml.safe_dump({"history": {"prometheus": {
+            "url": server.url, "query": METRIC, "lookback": "12d", "end": "1995-07-10T00:00:00Z"}}}))  # from 06-28
+        for command in (["forecast", "--json"], ["simulate", "--days", "1", "--policy", "oracle", "--json"]):
+            assert main([command[0], "--config", str(config), *command[1:]]) == 0
+            err = capsys.readouterr().err
+            assert f"history query {METRIC!r}: Prometheus warned the answer may be partial:" in err
+            assert "remote_read: error sending request" in err and err.count("remote_read") == 1
+    finally:
+        server.stop()

@@ -70,6 +70,7 @@ class PrometheusServer:
     flags: tuple[str, ...] = ()  # more command-line flags (e.g. a short --query.timeout)
     route_prefix: str = ""  # --web.route-prefix: every path, the API's too, under it (e.g. "/prometheus")
     userinfo: str = ""  # "user:password" the server's --web.config.file asks for (basic auth)
+    more_config: str = ""  # more of prometheus.yml (e.g. a remote_read section)
 
     @property
     def url(self) -> str:
@@ -81,7 +82,7 @@ class PrometheusServer:
             raise ServerError("prometheus not found: run scripts/install-servers.sh")
         self.port = self.port or free_port()
         config = self.workdir / "prometheus.yml"
-        config.write_text("global:\n  scrape_interval: 1h\nscrape_configs: []\n")
+        config.write_text("global:\n  scrape_interval: 1h\nscrape_configs: []\n" + self.more_config)
         self.process = ServerProcess(
             [binary, f"--config.file={config}", f"--storage.tsdb.path={self.data_dir}",
              f"--web.listen-address=127.0.0.1:{self.port}",
@@ -111,14 +112,14 @@ class PrometheusServer:
 
 
 def start_prometheus(blocks: Path, workdir: Path | None = None, flags: tuple[str, ...] = (),
-                     route_prefix: str = "", userinfo: str = "") -> PrometheusServer:
+                     route_prefix: str = "", userinfo: str = "", more_config: str = "") -> PrometheusServer:
     """Start a Prometheus on a private copy of backfilled `blocks`, with more command-line `flags`, its paths under
-    `route_prefix`, its `url` holding `userinfo`."""
+    `route_prefix`, its `url` holding `userinfo`, `more_config` in its prometheus.yml."""
     workdir = Path(workdir or tempfile.mkdtemp(prefix="headroom-prom-"))
     data_dir = workdir / "data"
     shutil.copytree(blocks, data_dir)
     return PrometheusServer(data_dir=data_dir, workdir=workdir, flags=flags, route_prefix=route_prefix,
-                            userinfo=userinfo).start()
+                            userinfo=userinfo, more_config=more_config).start()
 
 
 def connections_accepted(url: str) -> int:
