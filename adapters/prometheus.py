@@ -74,10 +74,14 @@ def parse_matrix(result: list[dict], query: str) -> pd.Series:
                               "change, e.g. a restarted pod's, is two): refused, aggregate it to one, e.g. sum(...)")
     values = result[0].get("values", [])
     stamps = pd.to_datetime([float(ts) for ts, _ in values], unit="s", utc=True)
-    # Prometheus encodes values as strings, including "NaN" and "+Inf".
+    # Prometheus encodes values as strings, including "NaN" and "+Inf". An infinity (a division by zero) is no
+    # demand: a gap, as NaN is, never a policy failed for one sample; counted, for the CLI to say
     numbers = np.array([float(v) for _, v in values], dtype=float)
-    numbers[~np.isfinite(numbers)] = np.nan
-    return pd.Series(numbers, index=pd.DatetimeIndex(stamps, name="timestamp"), name="value")
+    infinite = np.isinf(numbers)
+    numbers[infinite] = np.nan
+    series = pd.Series(numbers, index=pd.DatetimeIndex(stamps, name="timestamp"), name="value")
+    series.attrs["infinite"] = int(infinite.sum())
+    return series
 
 
 def _bearer(token: Callable[[], str]) -> Callable[[requests.PreparedRequest], requests.PreparedRequest]:
@@ -159,7 +163,8 @@ def _on_grid(series: pd.Series, start: datetime, end: datetime, step: pd.Timedel
 
 def read_range(client: PrometheusConnect, query: str, start: datetime, end: datetime, step: str) -> pd.Series:
     """`query` over [start, end] at `step` on `client`'s server (on_step_grid), in chunks under MAX_POINTS; steps
-    without a sample are NaN; the server's warnings that its answer is partial in attrs["warnings"], each once."""
+    without a sample are NaN; the server's warnings that its answer is partial in attrs["warnings"], each once, and
+    how many infinite values were read as NaN in attrs["infinite"]."""
     step_delta = pd.Timedelta(step)
     start, end = on_step_grid(start, end, step_delta)
     if end < start:  # no step of the grid inside: nothing to read

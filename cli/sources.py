@@ -32,10 +32,14 @@ def history_name(cfg: Config) -> str:
 
 
 def fetched(cfg: Config, now: datetime):
-    """The configured history as read, Prometheus' warnings that its answer is partial said on stderr."""
+    """The configured history as read; on stderr, Prometheus' warnings that its answer is partial and the infinite
+    values it answered (read as gaps)."""
     raw = source(cfg, now).fetch()
     if warnings := raw.attrs.get("warnings"):
         print(f"note: history {history_name(cfg)}: Prometheus warned the answer may be partial: {'; '.join(warnings)}",
+              file=sys.stderr)
+    if infinite := raw.attrs.get("infinite"):
+        print(f"note: history {history_name(cfg)}: {infinite} infinite values (a division by zero?) read as gaps",
               file=sys.stderr)
     return raw
 

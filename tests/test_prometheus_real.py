@@ -471,3 +471,22 @@ def test_an_answer_prometheus_warns_is_partial_is_said(prometheus_blocks, tmp_pa
             assert "remote_read: error sending request" in err and err.count("remote_read") == 1
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("query, status", [(f"{METRIC} / ({METRIC} % 2)", 0), (f"{METRIC} / 0", 1)])
+def test_infinite_values_are_read_as_gaps_and_said(prometheus_server, tmp_path, capsys, query, status):
+    """A division by zero in the query answers +Inf: read as a gap (never a demand, never a policy failed for one
+    sample), silently; a query that answered nothing but +Inf failed as 'fewer than two real values', as though it
+    had matched nothing. Now the gaps are said, with how many."""
+    import yaml
+
+    from cli.main import main
+
+    config = tmp_path / "prom.yaml"
+    config.write_text(yaml.safe_dump({"history": {"prometheus": {
+        "url": prometheus_server.url, "query": query, "lookback": "5d", "end": "1995-07-10T00:00:00Z"}}}))
+    assert main(["forecast", "--config", str(config), "--json"]) == status
+    err = capsys.readouterr().err
+    assert f"note: history query {query!r}: " in err and " infinite values (a division by zero?) read as gaps" in err
+    if status:
+        assert "1441 infinite values" in err and "fewer than two real values" in err
