@@ -110,10 +110,18 @@ def connect(server: PrometheusServer) -> PrometheusConnect:
     return client
 
 
+# What an answer every query gets alike means (the status is all a proxy's or the server's plain-text page says)
+CREDENTIALS_REFUSED = "the server refused the credentials (bearer_token_file, or user:password in the URL)"
+REFUSALS = {"401": CREDENTIALS_REFUSED, "403": CREDENTIALS_REFUSED,
+            "404": "no Prometheus API under this URL: is the server's path prefix (--web.route-prefix) in it?"}
+
+
 def _failure(client: PrometheusConnect, query: str, lo: pd.Timestamp, hi: pd.Timestamp,
              exc: BaseException | None) -> PrometheusError:
+    status = str(exc).removeprefix("HTTP Status Code ")[:3] if isinstance(exc, PrometheusApiClientException) else ""
+    meaning = f" ({REFUSALS[status]})" if status in REFUSALS else ""
     return PrometheusError(f"Prometheus at {shown_url(client.url)} failed for {query!r} "
-                           f"[{lo.isoformat()} .. {hi.isoformat()}]: {exc}")
+                           f"[{lo.isoformat()} .. {hi.isoformat()}]: {exc}{meaning}")
 
 
 def _query_range(client: PrometheusConnect, query: str, lo: pd.Timestamp, hi: pd.Timestamp,

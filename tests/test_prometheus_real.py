@@ -375,18 +375,20 @@ def _read_50(url: str, monkeypatch) -> tuple[list, list]:
     return demand.read_many([(f"p{i}", f"{METRIC} * {i}", end - pd.Timedelta(hours=1), end) for i in range(50)]), sent
 
 
-@pytest.mark.parametrize("wrong, status", [("http://alice:s3cret@127.0.0.1:{port}", "404"),
-                                           ("http://alice:guess@127.0.0.1:{port}/prom", "401")])
+@pytest.mark.parametrize("wrong, status, meaning", [
+    ("http://alice:s3cret@127.0.0.1:{port}", "404", "is the server's path prefix (--web.route-prefix) in it?"),
+    ("http://alice:guess@127.0.0.1:{port}/prom", "401", "the server refused the credentials")])
 def test_a_server_that_refuses_every_query_is_asked_once_not_once_per_query(guarded_prometheus, monkeypatch,
-                                                                            wrong, status):
+                                                                            wrong, status, meaning):
     """A URL without the server's path prefix (404) or with a wrong password (401) fails every query alike. Such a
     refusal was taken for a query the server cannot run and the batch halved down to single queries: 50 policies'
-    reads cost 99 requests every reconcile (2,000 at 1,000 policies). Now one; each read fails with the status,
-    the password never shown."""
+    reads cost 99 requests every reconcile (2,000 at 1,000 policies). Now one; each read fails with the status and
+    what it means (a bare '404 page not found' named neither), the password never shown."""
     got, sent = _read_50(wrong.format(port=guarded_prometheus.port), monkeypatch)
     assert len(sent) == 1
     for answer in got:
         assert isinstance(answer, PrometheusError) and f"HTTP Status Code {status}" in str(answer)
+        assert meaning in str(answer)
         assert "guess" not in str(answer) and "s3cret" not in str(answer)
     right, sent = _read_50(guarded_prometheus.url, monkeypatch)
     assert len(sent) == 1 and all(not isinstance(r, Exception) and r.notna().sum() == 12 for r in right)
