@@ -151,10 +151,14 @@ class PrometheusServer(Strict):
     @classmethod
     def _step(cls, value: str) -> str:
         # a range query's step is sent in whole seconds (1500ms went as 1s: chunks sized for 1.5 s held more points
-        # than the server allows; 500ms as 0s, refused), and a step over the forecast's hour has nothing to aggregate
+        # than the server allows; 500ms as 0s, refused), a step over the forecast's hour has nothing to aggregate,
+        # and one that does not divide the hour puts 1 or 2 steps (45m), 8 or 9 (7m), in an hour: an hourly sum of
+        # them read 16 % (45m), 3 % (7m) over the real one
         step = duration(value)
-        if step > duration("0s") and (step % duration("1s") or not duration("1s") <= step <= duration("1h")):
-            raise ValueError(f"{value}: the step of a range query is whole seconds from 1s to 1h")
+        if step > duration("0s") and (step % duration("1s") or not duration("1s") <= step <= duration("1h")
+                                      or duration("1h") % step):
+            raise ValueError(f"{value}: the step of a range query is whole seconds from 1s to 1h that divide the hour "
+                             "(e.g. 30s, 1m, 5m, 15m)")
         return value
 
 
