@@ -6,16 +6,20 @@ series. A chunk that returns no samples is a gap (NaN), never zero.
 """
 from __future__ import annotations
 
+import re
 import threading
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from urllib.parse import urlsplit
 
 import numpy as np
 import pandas as pd
 import requests
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
 from requests.adapters import HTTPAdapter
+from urllib3.exceptions import InsecureRequestWarning
 from urllib3.util.retry import Retry
 
 from core.settings import PrometheusServer, shown_url
@@ -103,6 +107,9 @@ def connect(server: PrometheusServer) -> PrometheusConnect:
                   allowed_methods=("GET",), raise_on_status=False)
     session = requests.Session()
     session.verify = False if server.insecure_skip_verify else (str(server.ca_file) if server.ca_file else True)
+    if server.insecure_skip_verify:  # chosen in the configuration: urllib3 warned at every request, for this host only
+        warnings.filterwarnings("ignore", f"Unverified HTTPS request is being made to host "
+                                f"'{re.escape(str(urlsplit(server.url).hostname))}'", InsecureRequestWarning)
     client = PrometheusConnect(url=server.url, auth=_bearer(lambda: token_file.read_text().strip()) if token_file
                                else None, retry=retry, session=session, timeout=server.timeout_seconds)
     session.mount(server.url, HTTPAdapter(max_retries=retry, pool_maxsize=CONNECTIONS))  # replaces the client's (10)

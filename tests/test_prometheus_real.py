@@ -492,3 +492,39 @@ def test_infinite_values_are_read_as_gaps_and_said(prometheus_server, tmp_path, 
     assert f"note: history query {query!r}: " in err and " infinite values (a division by zero?) read as gaps" in err
     if status:
         assert "1441 infinite values" in err and "fewer than two real values" in err
+
+
+@pytest.fixture(scope="module")
+def tls_prometheus(prometheus_blocks, tmp_path_factory):
+    """A Prometheus serving HTTPS with a certificate of a private CA; yields (server, the CA's certificate)."""
+    work = tmp_path_factory.mktemp("tls")
+    ca, cert, key = prom_servers.tls_files(work)
+    web = work / "web.yml"
+    web.write_text(f"tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n")
+    server = prom_servers.start_prometheus(prometheus_blocks, work / "prom", flags=(f"--web.config.file={web}",),
+                                           scheme="https")
+    yield server, ca
+    server.stop()
+
+
+def test_https_with_a_private_ca_and_with_verification_off(tls_prometheus):
+    """`ca_file` verifies the server's certificate; without it the read fails naming the certificate. With
+    `insecure_skip_verify: true` urllib3 warned at every request (a controller's log took two lines a request,
+    tens a reconcile, for as long as it ran, for a setting chosen in its configuration): now it is quiet."""
+    import warnings
+
+    server, ca = tls_prometheus
+    end = pd.Timestamp("1995-07-25T00:00:00Z")
+
+    def fetch(**tls) -> pd.Series:
+        return PrometheusSource(PrometheusServer(url=server.url, step="60s", retries=0, **tls), METRIC,
+                                end - pd.Timedelta(days=20), end).fetch()  # 3 chunks: 3 requests
+
+    trusted = fetch(ca_file=ca)
+    assert trusted.notna().sum() > 20_000
+    with pytest.raises(PrometheusError, match="CERTIFICATE_VERIFY_FAILED"):
+        fetch()
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        pd.testing.assert_series_equal(fetch(insecure_skip_verify=True), trusted)
+    assert not [w for w in said if "Unverified HTTPS request" in str(w.message)], [str(w.message) for w in said]

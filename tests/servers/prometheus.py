@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import tempfile
 import urllib.request
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -71,10 +72,11 @@ class PrometheusServer:
     route_prefix: str = ""  # --web.route-prefix: every path, the API's too, under it (e.g. "/prometheus")
     userinfo: str = ""  # "user:password" the server's --web.config.file asks for (basic auth)
     more_config: str = ""  # more of prometheus.yml (e.g. a remote_read section)
+    scheme: str = "http"  # "https" with a tls_server_config in its --web.config.file
 
     @property
     def url(self) -> str:
-        return f"http://{self.userinfo + '@' if self.userinfo else ''}127.0.0.1:{self.port}{self.route_prefix}"
+        return f"{self.scheme}://{self.userinfo + '@' if self.userinfo else ''}127.0.0.1:{self.port}{self.route_prefix}"
 
     def start(self, timeout: float = 60.0) -> PrometheusServer:
         binary = binaries()["prometheus"]
@@ -99,7 +101,11 @@ class PrometheusServer:
 
     def _ready(self) -> bool:
         import requests
-        return requests.get(f"{self.url}/-/ready", timeout=1).status_code == 200
+        from urllib3.exceptions import InsecureRequestWarning
+
+        with warnings.catch_warnings():  # whether it is up, not whether it is trusted: the tests' business
+            warnings.simplefilter("ignore", InsecureRequestWarning)
+            return requests.get(f"{self.url}/-/ready", timeout=1, verify=False).status_code == 200
 
     def stop(self) -> None:
         if self.process is not None:
@@ -112,14 +118,15 @@ class PrometheusServer:
 
 
 def start_prometheus(blocks: Path, workdir: Path | None = None, flags: tuple[str, ...] = (),
-                     route_prefix: str = "", userinfo: str = "", more_config: str = "") -> PrometheusServer:
+                     route_prefix: str = "", userinfo: str = "", more_config: str = "",
+                     scheme: str = "http") -> PrometheusServer:
     """Start a Prometheus on a private copy of backfilled `blocks`, with more command-line `flags`, its paths under
-    `route_prefix`, its `url` holding `userinfo`, `more_config` in its prometheus.yml."""
+    `route_prefix`, its `url` holding `userinfo` and `scheme`, `more_config` in its prometheus.yml."""
     workdir = Path(workdir or tempfile.mkdtemp(prefix="headroom-prom-"))
     data_dir = workdir / "data"
     shutil.copytree(blocks, data_dir)
     return PrometheusServer(data_dir=data_dir, workdir=workdir, flags=flags, route_prefix=route_prefix,
-                            userinfo=userinfo, more_config=more_config).start()
+                            userinfo=userinfo, more_config=more_config, scheme=scheme).start()
 
 
 def connections_accepted(url: str) -> int:
@@ -127,3 +134,17 @@ def connections_accepted(url: str) -> int:
     text = urllib.request.urlopen(f"{url}/metrics", timeout=10).read().decode()
     return int(float(re.search(r'net_conntrack_listener_conn_accepted_total\{listener_name="http"\} (\S+)',
                                text).group(1)))
+
+
+def tls_files(directory: Path) -> tuple[Path, Path, Path]:
+    """(CA certificate, server certificate for 127.0.0.1 signed by it, the server's key), made with openssl."""
+    ca_key, ca, key, request, cert, names = (directory / n for n in ("ca.key", "ca.crt", "server.key", "server.csr",
+                                                                     "server.crt", "names.ext"))
+    names.write_text("subjectAltName=IP:127.0.0.1\n")
+    for argv in (["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", ca_key, "-out", ca, "-days", "2",
+                  "-subj", "/CN=headroom-test-ca"],
+                 ["req", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", request, "-subj", "/CN=127.0.0.1"],
+                 ["x509", "-req", "-in", request, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial", "-out", cert,
+                  "-days", "2", "-extfile", names]):
+        subprocess.run(["openssl", *map(str, argv)], check=True, capture_output=True)
+    return ca, cert, key
