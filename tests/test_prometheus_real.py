@@ -528,3 +528,19 @@ def test_https_with_a_private_ca_and_with_verification_off(tls_prometheus):
         warnings.simplefilter("always")
         pd.testing.assert_series_equal(fetch(insecure_skip_verify=True), trusted)
     assert not [w for w in said if "Unverified HTTPS request" in str(w.message)], [str(w.message) for w in said]
+
+
+def test_negative_values_from_prometheus_are_refused_naming_the_value_plainly(prometheus_server, tmp_path, capsys):
+    """A gauge of demand that answers negative values is refused, as a file's are; the message named the first one
+    as 'np.float64(-123.0)'."""
+    import yaml
+
+    from cli.main import main
+
+    config = tmp_path / "prom.yaml"
+    config.write_text(yaml.safe_dump({"history": {"prometheus": {
+        "url": prometheus_server.url, "query": f"-{METRIC}", "lookback": "3d", "end": "1995-07-10T00:00:00Z"}}}))
+    assert main(["forecast", "--config", str(config)]) == 1
+    err = capsys.readouterr().err
+    assert f"query '-{METRIC}'" in err and "demand values are infinite, negative or over 1e+15 (first: -" in err
+    assert "np." not in err
