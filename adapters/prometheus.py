@@ -293,17 +293,19 @@ def read_together(client: PrometheusConnect, queries: Sequence[str], start: date
 
 @dataclass(frozen=True)
 class PrometheusSource:
-    """History from a PromQL expression over [start, end] on `server`, at its step."""
+    """History from a PromQL expression over [start, end) on `server`, at its step."""
     server: PrometheusServer
     query: str
     start: datetime
     end: datetime
 
     def fetch(self) -> pd.Series:
-        raw = read_range(connect(self.server), self.query, self.start, self.end, self.server.step)
+        # a range query's end is inclusive: the sample at `end` would begin an hour of its own, one sample long
+        raw = read_range(connect(self.server), self.query, self.start, pd.Timestamp(self.end) - pd.Timedelta(1, "ns"),
+                         self.server.step)
         # what prepare's errors name, as a file's path names a file (e.g. a query that returned no series)
         raw.attrs["source"] = (f"Prometheus at {shown_url(self.server.url)}, query {self.query!r} over "
-                               f"[{pd.Timestamp(self.start).isoformat()} .. {pd.Timestamp(self.end).isoformat()}]")
+                               f"[{pd.Timestamp(self.start).isoformat()} .. {pd.Timestamp(self.end).isoformat()})")
         return raw
 
 

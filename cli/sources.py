@@ -9,15 +9,20 @@ from core.errors import BadRequest
 
 
 def source(cfg: Config, now: datetime):
-    """Where the configured history comes from: a file, or Prometheus over its lookback up to `end` (or now)."""
+    """Where the configured history comes from: a file, or Prometheus over its lookback up to `end` (or now), in
+    whole hours."""
     from forecast.history import FileSource
 
     h = cfg.history
     if h.prometheus is not None:
+        import pandas as pd
+
         from adapters.prometheus import PrometheusSource
         from core.units import duration
 
-        end = h.prometheus.end or now
+        # the whole hours before `end`, as the controller fits on: the hour `end` falls in, partly read, was fitted
+        # as a whole one (a sum scaled up from its first samples, a max of a few), and the forecast began after it
+        end = pd.Timestamp(h.prometheus.end or now).tz_convert("UTC").floor("h")
         return PrometheusSource(h.prometheus, h.prometheus.query, end - duration(h.prometheus.lookback), end)
     if h.file is not None:
         return FileSource(h.file)

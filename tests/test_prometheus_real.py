@@ -34,15 +34,15 @@ def test_backfilled_series_round_trips_in_several_chunks(prometheus_server, nasa
     got = PrometheusSource(server, METRIC, START, end).fetch()
 
     assert calls
-    assert len(got) == len(pd.date_range(START, end, freq=step))
+    assert len(got) == len(pd.date_range(START, end, freq=step, inclusive="left"))  # [START, end)
     assert got.index.is_monotonic_increasing and not got.index.duplicated().any()
-    expected = csv[(csv.index >= START) & (csv.index <= end)]
+    expected = csv[(csv.index >= START) & (csv.index < end)]
     real = expected.dropna()
     # Every real 5-min sample comes back exactly, at its own timestamp...
     np.testing.assert_array_equal(got.reindex(real.index).to_numpy(), real.to_numpy())
     # ...and the minutes between samples read the latest sample (Prometheus' 5 min look-back).
     between = real.index + pd.Timedelta("2min")
-    between = between[between <= end]
+    between = between[between < end]
     np.testing.assert_array_equal(got.reindex(between).to_numpy(),
                                   real.reindex(between - pd.Timedelta("2min")).to_numpy())
 
@@ -446,7 +446,7 @@ def test_a_window_too_long_for_its_step_is_refused_before_it_is_read(prometheus_
     assert main(["forecast", "--config", str(config)]) == 1
     assert time.monotonic() - began < 10
     err = capsys.readouterr().err
-    assert f"{METRIC!r} over [1990-01-17T00:00:00+00:00 .. 1995-07-10T00:00:00+00:00] at step 1s" in err
+    assert f"{METRIC!r} over [1990-01-17T00:00:00+00:00 .. 1995-07-09T23:59:59+00:00] at step 1s" in err
     assert "1.73e+08 points, over the 5e+06 a history may have" in err
 
 
@@ -491,7 +491,7 @@ def test_infinite_values_are_read_as_gaps_and_said(prometheus_server, tmp_path, 
     err = capsys.readouterr().err
     assert f"note: history query {query!r}: " in err and " infinite values (a division by zero?) read as gaps" in err
     if status:
-        assert "1441 infinite values" in err and "fewer than two real values" in err
+        assert "1440 infinite values" in err and "fewer than two real values" in err
 
 
 @pytest.fixture(scope="module")
@@ -544,3 +544,31 @@ def test_negative_values_from_prometheus_are_refused_naming_the_value_plainly(pr
     err = capsys.readouterr().err
     assert f"query '-{METRIC}'" in err and "demand values are infinite, negative or over 1e+15 (first: -" in err
     assert "np." not in err
+
+
+@pytest.mark.parametrize("end, now", [("1995-07-10T00:00:00Z", None), (None, "1995-07-10T00:42:10Z")])
+def test_the_history_is_whole_hours_before_its_end_and_the_forecast_begins_there(prometheus_server, nasa_trace,
+                                                                                tmp_path, capsys, end, now):
+    """The range query's end is inclusive: `end: ...T00:00Z` read the sample at 00:00, which began an hour of its
+    own, one sample long (its sum twelve times that sample, its max the lowest of the hour's), fitted as a whole
+    hour, and the forecast began an hour after `end`; with the default end (now) the hour now falls in was as
+    partly read. Now the history is the whole hours before its end (as the controller fits on), and the forecast
+    begins at the hour `end` falls in."""
+    import yaml
+
+    from cli.config import load_config
+    from cli.main import main
+    from cli.sources import load_series
+
+    _, csv = nasa_trace
+    config = tmp_path / "prom.yaml"
+    config.write_text(yaml.safe_dump({"history": {"statistic": "sum", "prometheus": {
+        "url": prometheus_server.url, "query": METRIC, "lookback": "5d", **({"end": end} if end else {})}}}))
+    moment = pd.Timestamp(now or end)
+    hour = moment.floor("h")
+    series, _ = load_series(load_config(config), moment.to_pydatetime())
+    assert series.index[-1] == hour - pd.Timedelta("1h") and series.index[0] == hour - pd.Timedelta("5D")
+    assert series.iloc[-1] == csv[(csv.index >= hour - pd.Timedelta("1h")) & (csv.index < hour)].sum()
+    if end:
+        assert main(["forecast", "--config", str(config), "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["forecast"][0]["timestamp"] == hour.isoformat()
