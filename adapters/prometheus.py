@@ -211,7 +211,7 @@ def _batches(queries: Sequence[str], points: int) -> list[list[int]]:
     out: list[list[int]] = []
     size, most = BATCH_CHARACTERS, max(MAX_POINTS // max(points, 1), 1)
     for i, q in enumerate(queries):
-        cost = len(q) + 48  # the label_replace and "or" around it
+        cost = len(q) + 50  # the label_replace, the line breaks and "or" around it
         if size + cost > BATCH_CHARACTERS or len(out[-1]) >= most:
             out.append([])
             size = 0
@@ -249,7 +249,8 @@ def read_together(client: PrometheusConnect, queries: Sequence[str], start: date
                     slow.add(queries[batch[0]])
                     return True
             return False
-        joined = " or ".join(f'label_replace(({queries[i]}), "{TAG}", "{i}", "", "")' for i in batch)
+        # each query on lines of its own: a comment in it (# to the end of the line) ends there
+        joined = " or ".join(f'label_replace((\n{queries[i]}\n), "{TAG}", "{i}", "", "")' for i in batch)
         try:
             result, _ = _query_range(client, joined, lo, hi, step_delta)  # warnings: the controller's reads keep none
         except PrometheusError as exc:

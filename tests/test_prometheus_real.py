@@ -572,3 +572,20 @@ def test_the_history_is_whole_hours_before_its_end_and_the_forecast_begins_there
     if end:
         assert main(["forecast", "--config", str(config), "--json"]) == 0
         assert json.loads(capsys.readouterr().out)["forecast"][0]["timestamp"] == hour.isoformat()
+
+
+def test_a_query_ending_in_a_comment_is_read_in_its_batch(prometheus_server, monkeypatch):
+    """PromQL comments run to the end of the line: in a batch, `q # doubled` swallowed the parenthesis and the tag
+    after it, the request did not parse, and it was halved down to that query at every reconcile (13 requests for
+    50 reads, not one)."""
+    demand = PrometheusDemand(PrometheusServer(url=prometheus_server.url, step="5m", retries=0))
+    end = pd.Timestamp("1995-07-10T12:00:00Z")
+    queries = [f"{METRIC} * 2  # doubled" if i == 17 else f"{METRIC} * {i}" for i in range(50)]
+    reads = [(f"p{i}", q, end - pd.Timedelta(hours=1), end) for i, q in enumerate(queries)]
+    sent: list[str] = []
+    ask = demand.client.custom_query_range
+    monkeypatch.setattr(demand.client, "custom_query_range", lambda query, **kw: sent.append(query) or ask(query, **kw))
+    got = demand.read_many(reads)
+    assert len(sent) == 1
+    pd.testing.assert_series_equal(got[17], demand.read("p17", queries[17], *reads[17][2:]))
+    pd.testing.assert_series_equal(got[17], got[2])
