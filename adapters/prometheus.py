@@ -68,14 +68,18 @@ def chunk_ranges(start: datetime, end: datetime, step: pd.Timedelta,
     return ranges
 
 
+def _many_series(result: list[dict], query: str) -> PrometheusError:
+    labels = [r.get("metric", {}) for r in result[:3]]
+    return PrometheusError(f"query {query!r} returned {len(result)} series (e.g. {labels}; a series whose labels "
+                           "change, e.g. a restarted pod's, is two): refused, aggregate it to one, e.g. sum(...)")
+
+
 def parse_matrix(result: list[dict], query: str) -> pd.Series:
     """A range-query result (one series) -> float series on a UTC index."""
     if not result:
         return pd.Series([], index=pd.DatetimeIndex([], tz="UTC", name="timestamp"), dtype=float, name="value")
     if len(result) > 1:
-        labels = [r.get("metric", {}) for r in result[:3]]
-        raise PrometheusError(f"query {query!r} returned {len(result)} series (e.g. {labels}; a series whose labels "
-                              "change, e.g. a restarted pod's, is two): refused, aggregate it to one, e.g. sum(...)")
+        raise _many_series(result, query)
     values = result[0].get("values", [])
     stamps = pd.to_datetime([float(ts) for ts, _ in values], unit="s", utc=True)
     # Prometheus encodes values as strings, including "NaN" and "+Inf". An infinity (a division by zero) is no
@@ -192,16 +196,18 @@ def read_range(client: PrometheusConnect, query: str, start: datetime, end: date
     # each series' samples from every chunk joined before parse_matrix counts the series: a series in one chunk
     # and another in the next (a pod restarted under a new name) are two, as they are read in one request
     series: dict[tuple[tuple[str, str], ...], dict] = {}
-    warnings: dict[str, None] = {}  # each chunk's answer repeats a store's failure: said once
+    warned: dict[str, None] = {}  # each chunk's answer repeats a store's failure: said once
     for lo, hi in chunk_ranges(start, end, step_delta):  # consecutive, not overlapping: no sample twice
-        result, warned = _query_range(client, query, lo, hi, step_delta)
-        warnings.update(dict.fromkeys(warned))
+        result, said = _query_range(client, query, lo, hi, step_delta)
+        warned.update(dict.fromkeys(said))
         for found in result:
             labels = found.get("metric", {})
             series.setdefault(tuple(sorted(labels.items())), {"metric": labels, "values": []})["values"] += \
                 found.get("values", [])
+        if len(series) > 1:  # refused now: the chunks after it (a thousand pods' series, each) would only add to it
+            raise _many_series(list(series.values()), query)
     read = _on_grid(parse_matrix(list(series.values()), query), start, end, step_delta)
-    read.attrs["warnings"] = list(warnings)
+    read.attrs["warnings"] = list(warned)
     return read
 
 

@@ -589,3 +589,20 @@ def test_a_query_ending_in_a_comment_is_read_in_its_batch(prometheus_server, mon
     assert len(sent) == 1
     pd.testing.assert_series_equal(got[17], demand.read("p17", queries[17], *reads[17][2:]))
     pd.testing.assert_series_equal(got[17], got[2])
+
+
+def test_a_query_of_many_series_is_refused_at_its_first_chunk(prometheus_server, monkeypatch):
+    """Refused when its first chunk shows two series: the chunks after it, a thousand pods' series each for a query
+    that forgot its sum(), would only add to what is refused."""
+    import prometheus_api_client
+
+    two = f'label_replace({METRIC}, "copy", "a", "", "") or label_replace({METRIC}, "copy", "b", "", "")'
+    sent = []
+    ask = prometheus_api_client.PrometheusConnect.custom_query_range
+    monkeypatch.setattr(prometheus_api_client.PrometheusConnect, "custom_query_range",
+                        lambda self, query, **kw: sent.append(query) or ask(self, query, **kw))
+    source = PrometheusSource(PrometheusServer(url=prometheus_server.url, step="60s"), two, START,
+                              START + pd.Timedelta(days=30))  # 4 chunks
+    with pytest.raises(PrometheusError, match="returned 2 series"):
+        source.fetch()
+    assert len(sent) == 1
