@@ -114,9 +114,10 @@ def connect(server: PrometheusServer) -> PrometheusConnect:
     if server.insecure_skip_verify:  # chosen in the configuration: urllib3 warned at every request, for this host only
         warnings.filterwarnings("ignore", f"Unverified HTTPS request is being made to host "
                                 f"'{re.escape(str(urlsplit(server.url).hostname))}'", InsecureRequestWarning)
-    client = PrometheusConnect(url=server.url, auth=_bearer(lambda: token_file.read_text().strip()) if token_file
+    url = server.url.rstrip("/")  # the client appends "/api/v1/...": a doubled slash is a redirect each request
+    client = PrometheusConnect(url=url, auth=_bearer(lambda: token_file.read_text().strip()) if token_file
                                else None, retry=retry, session=session, timeout=server.timeout_seconds)
-    session.mount(server.url, HTTPAdapter(max_retries=retry, pool_maxsize=CONNECTIONS))  # replaces the client's (10)
+    session.mount(url, HTTPAdapter(max_retries=retry, pool_maxsize=CONNECTIONS))  # replaces the client's (10)
     session.hooks["response"].append(_keep_warnings)
     return client
 

@@ -412,7 +412,7 @@ def test_a_password_in_the_url_is_used_and_never_shown(guarded_prometheus, tmp_p
     err = capsys.readouterr().err
     assert userinfo.split(":")[1] not in err
     if status:
-        assert f"Prometheus at http://alice:***@127.0.0.1:{guarded_prometheus.port}/prom/" in err
+        assert f"Prometheus at http://alice:***@127.0.0.1:{guarded_prometheus.port}/prom" in err
 
 
 @pytest.mark.parametrize("step", ["1h", "10m", "20m"])
@@ -606,3 +606,14 @@ def test_a_query_of_many_series_is_refused_at_its_first_chunk(prometheus_server,
     with pytest.raises(PrometheusError, match="returned 2 series"):
         source.fetch()
     assert len(sent) == 1
+
+
+def test_a_url_ending_in_a_slash_costs_one_request_a_read(prometheus_server):
+    """`url: http://prometheus:9090/` asked for //api/v1/query_range, which Prometheus answers with a redirect:
+    every read of every reconcile cost two requests (and a proxy that does not redirect a doubled slash fails it)."""
+    demand = PrometheusDemand(PrometheusServer(url=prometheus_server.url + "/", step="5m"))
+    answers: list[int] = []
+    demand.client._session.hooks["response"].insert(0, lambda response, *a, **k: answers.append(response.status_code))
+    end = pd.Timestamp("1995-07-10T12:00:00Z")
+    got = demand.read("p", METRIC, end - pd.Timedelta(hours=1), end)
+    assert answers == [200] and got.notna().sum() == 12
