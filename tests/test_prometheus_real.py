@@ -617,3 +617,29 @@ def test_a_url_ending_in_a_slash_costs_one_request_a_read(prometheus_server):
     end = pd.Timestamp("1995-07-10T12:00:00Z")
     got = demand.read("p", METRIC, end - pd.Timedelta(hours=1), end)
     assert answers == [200] and got.notna().sum() == 12
+
+
+def test_a_server_s_sample_limit_fails_a_long_read_once_and_splits_a_batch(prometheus_blocks, tmp_path, monkeypatch):
+    """--query.max-samples: a read over it is an error naming the query and the limit at the first chunk, asked once
+    (a 422, never retried); a batch of reads over it together is split until each part fits, every read answered."""
+    server = prom_servers.start_prometheus(prometheus_blocks, tmp_path / "prom", flags=("--query.max-samples=500",))
+    try:
+        sent: list[str] = []
+        ask = promsrc.PrometheusConnect.custom_query_range
+        monkeypatch.setattr(promsrc.PrometheusConnect, "custom_query_range",
+                            lambda self, query, **kw: sent.append(query) or ask(self, query, **kw))
+        with pytest.raises(PrometheusError, match="too many samples") as info:
+            PrometheusSource(PrometheusServer(url=server.url, step="60s"), METRIC, START,
+                             START + pd.Timedelta(days=30)).fetch()
+        assert repr(METRIC) in str(info.value) and len(sent) == 1
+        demand = PrometheusDemand(PrometheusServer(url=server.url, step="5m"))
+        end = pd.Timestamp("1995-07-10T12:00:00Z")
+        reads = [(f"p{i}", f"{METRIC} * {i}", end - pd.Timedelta(hours=1), end) for i in range(80)]
+        sent.clear()
+        got = demand.read_many(reads)  # 80 x 12 samples together: over 500
+        assert 1 < len(sent) < 20
+        for (key, query, lo, hi), answer in zip(reads, got):
+            assert not isinstance(answer, Exception), answer
+            pd.testing.assert_series_equal(answer, demand.read(key, query, lo, hi))
+    finally:
+        server.stop()
