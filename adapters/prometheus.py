@@ -12,6 +12,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from types import TracebackType
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -19,7 +20,9 @@ import pandas as pd
 import requests
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
 from requests.adapters import HTTPAdapter
-from urllib3.exceptions import InsecureRequestWarning
+from urllib3 import BaseHTTPResponse
+from urllib3.connectionpool import ConnectionPool
+from urllib3.exceptions import InsecureRequestWarning, MaxRetryError, ReadTimeoutError
 from urllib3.util.retry import Retry
 
 from core.settings import PrometheusServer, shown_url
@@ -101,13 +104,29 @@ def _bearer(token: Callable[[], str]) -> Callable[[requests.PreparedRequest], re
     return auth
 
 
+class _Retry(Retry):
+    """Retry, but not a query that ran out of time: asked again, it would again, each time as long, on a server
+    already too slow (the defaults' 3 retries of a 30 s read timeout: two minutes to fail a read). Out of time: the
+    client's read timeout, or the server's --query.timeout, a 503 with a JSON error (a server not ready yet answers
+    503 in plain text, and is asked again)."""
+
+    def increment(self, method: str | None = None, url: str | None = None, response: BaseHTTPResponse | None = None,
+                  error: Exception | None = None, _pool: ConnectionPool | None = None,
+                  _stacktrace: TracebackType | None = None) -> _Retry:
+        out_of_time = isinstance(error, ReadTimeoutError) or (
+            response is not None and response.status == 503 and "json" in response.headers.get("Content-Type", ""))
+        if out_of_time and _pool is not None:  # (urllib3 always gives the pool)
+            raise MaxRetryError(_pool, url, error)  # with raise_on_status=False, a response comes back as it is
+        return super().increment(method, url, response, error, _pool, _stacktrace)
+
+
 def connect(server: PrometheusServer) -> PrometheusConnect:
     """A client for `server` whose one session keeps up to CONNECTIONS connections open for reuse, each request
     retried with back-off on a refused connection or a server error, the bearer token file read at each request."""
     token_file = server.bearer_token_file
     # raise_on_status=False: the last answer of a failing status comes back, so its error ("query timed out in
     # expression evaluation") is told, and a query too slow for the server is told from one that fails otherwise
-    retry = Retry(total=server.retries, backoff_factor=0.5, status_forcelist=(500, 502, 503, 504),
+    retry = _Retry(total=server.retries, backoff_factor=0.5, status_forcelist=(500, 502, 503, 504),
                   allowed_methods=("GET",), raise_on_status=False)
     session = requests.Session()
     session.verify = False if server.insecure_skip_verify else (str(server.ca_file) if server.ca_file else True)

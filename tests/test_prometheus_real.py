@@ -15,7 +15,7 @@ import adapters.prometheus as promsrc
 from adapters.prometheus import PrometheusDemand, PrometheusError, PrometheusSource
 from core.settings import PrometheusServer
 from tests.servers import prometheus as prom_servers
-from tests.servers.prometheus import METRIC, connections_accepted
+from tests.servers.prometheus import METRIC, connections_accepted, range_queries_answered
 
 START = pd.Timestamp("1995-07-01T04:00:00Z")
 
@@ -641,5 +641,33 @@ def test_a_server_s_sample_limit_fails_a_long_read_once_and_splits_a_batch(prome
         for (key, query, lo, hi), answer in zip(reads, got):
             assert not isinstance(answer, Exception), answer
             pd.testing.assert_series_equal(answer, demand.read(key, query, lo, hi))
+    finally:
+        server.stop()
+
+
+def test_a_query_that_ran_out_of_time_is_not_asked_again(prometheus_blocks, tmp_path):
+    """A query past the server's --query.timeout (a 503 with a JSON error) or the client's timeout_seconds was
+    retried `retries` times, each running as long again on a server already too slow: with the defaults (3 retries,
+    30 s) a read took two minutes to fail, with Prometheus' own 2-minute timeout eight. Asked once now (a 503 in
+    plain text, a server not ready yet, is still asked again)."""
+    server = prom_servers.start_prometheus(prometheus_blocks, tmp_path / "prom", flags=("--query.timeout=200ms",))
+    try:
+        end = pd.Timestamp("1995-07-10T12:00:00Z")
+        slow = PrometheusSource(PrometheusServer(url=server.url, step="5m", retries=3),
+                                f"max_over_time({METRIC}[2d:100ms])", end - pd.Timedelta(hours=1), end)
+        before = range_queries_answered(server.url, "503")
+        with pytest.raises(PrometheusError, match="timed out"):
+            slow.fetch()
+        assert range_queries_answered(server.url, "503") == before + 1
+        server.process.signal_group(signal.SIGSTOP)  # accepts connections, never answers: the client times out
+        try:
+            frozen = PrometheusSource(PrometheusServer(url=server.url, step="5m", retries=3, timeout_seconds=1),
+                                      METRIC, end - pd.Timedelta(hours=1), end)
+            began = time.monotonic()
+            with pytest.raises(PrometheusError, match="Read timed out"):
+                frozen.fetch()
+            assert time.monotonic() - began < 2.5  # once: 1 s (four times and the back-off between: 7 s)
+        finally:
+            server.process.signal_group(signal.SIGCONT)
     finally:
         server.stop()

@@ -148,3 +148,10 @@ def tls_files(directory: Path) -> tuple[Path, Path, Path]:
                   "-days", "2", "-extfile", names]):
         subprocess.run(["openssl", *map(str, argv)], check=True, capture_output=True)
     return ca, cert, key
+
+
+def range_queries_answered(url: str, code: str) -> float:
+    """Range queries the Prometheus at `url` has answered with HTTP status `code` (its own metric)."""
+    text = urllib.request.urlopen(f"{url}/metrics", timeout=10).read().decode()
+    found = re.search(rf'prometheus_http_requests_total\{{code="{code}",handler="/api/v1/query_range"\}} (\S+)', text)
+    return float(found.group(1)) if found else 0.0
