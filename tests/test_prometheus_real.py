@@ -13,11 +13,24 @@ import pytest
 
 import adapters.prometheus as promsrc
 from adapters.prometheus import PrometheusDemand, PrometheusError, PrometheusSource
+from cli.config import load_config
+from cli.main import main
+from cli.sources import load_series
 from core.settings import PrometheusServer
 from tests.servers import prometheus as prom_servers
 from tests.servers.prometheus import METRIC, connections_accepted, range_queries_answered
 
 START = pd.Timestamp("1995-07-01T04:00:00Z")
+
+
+def history_config(tmp_path, prometheus: dict, **history) -> str:
+    """A configuration file whose history is read from Prometheus (`prometheus`: url, query, ...), with the other
+    `history` keys; its path (each call a new file)."""
+    import yaml
+
+    path = tmp_path / f"prom{len(list(tmp_path.glob('prom*.yaml')))}.yaml"
+    path.write_text(yaml.safe_dump({"history": {**history, "prometheus": prometheus}}))
+    return str(path)
 
 
 def test_backfilled_series_round_trips_in_several_chunks(prometheus_server, nasa_trace, monkeypatch):
@@ -148,19 +161,14 @@ def test_frozen_server_times_out_instead_of_hanging(private_prometheus):
 
 def test_report_and_simulate_read_live_history_from_prometheus(prometheus_server, tmp_path, capsys):
     """`headroom report` on a live history: the demand query answered by a real Prometheus over a past window."""
-    import yaml
-
-    from cli.main import main
-
-    config = tmp_path / "prom.yaml"
-    config.write_text(yaml.safe_dump({"history": {"prometheus": {
-        "url": prometheus_server.url, "query": METRIC, "lookback": "16d", "end": "1995-07-24T00:00:00Z"}}}))
+    config = history_config(tmp_path, {"url": prometheus_server.url, "query": METRIC, "lookback": "16d",
+                                       "end": "1995-07-24T00:00:00Z"})
     out = tmp_path / "report"
-    assert main(["report", "--config", str(config), "--days", "2", "--out", str(out)]) == 0
+    assert main(["report", "--config", config, "--days", "2", "--out", str(out)]) == 0
     page = (out / "index.html").read_text()
     assert page.count("<img") >= 3 and "data:image/png;base64," in page
     capsys.readouterr()
-    assert main(["simulate", "--config", str(config), "--days", "2", "--policy", "oracle", "--json"]) == 0
+    assert main(["simulate", "--config", config, "--days", "2", "--policy", "oracle", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["headroom_violations"] == 0 and 0 < result["utilization"] <= 1
 
@@ -254,14 +262,9 @@ def test_a_query_too_slow_for_the_server_fails_alone_and_is_read_alone_after(pro
 def test_a_query_with_no_samples_is_an_error_naming_the_query(prometheus_server, tmp_path, capsys, query, what):
     """A query that matched no series (a typo in the metric, a window the server does not hold) once failed as
     'history has fewer than two real values', naming neither the server, nor the query, nor the window."""
-    import yaml
-
-    from cli.main import main
-
-    config = tmp_path / "prom.yaml"
-    config.write_text(yaml.safe_dump({"history": {"prometheus": {
-        "url": prometheus_server.url, "query": query, "lookback": "3d", "end": "1995-07-10T00:00:00Z"}}}))
-    assert main(["forecast", "--config", str(config)]) == 1
+    config = history_config(tmp_path, {"url": prometheus_server.url, "query": query, "lookback": "3d",
+                                       "end": "1995-07-10T00:00:00Z"})
+    assert main(["forecast", "--config", config]) == 1
     err = capsys.readouterr().err
     assert what in err and prometheus_server.url in err and repr(query) in err
     assert "1995-07-07T00:00:00+00:00 .. 1995-07-10T00:00:00+00:00" in err
@@ -270,16 +273,9 @@ def test_a_query_with_no_samples_is_an_error_naming_the_query(prometheus_server,
 def test_a_counter_query_is_refused_and_read_as_increments_with_history_counter(prometheus_server, tmp_path, capsys):
     """A query whose values only rise (here each sample's own timestamp, as a requests_total does) was forecast as
     ever-growing demand. It is an error naming history.counter; with counter: true its increments are read."""
-    import yaml
-
-    from cli.main import main
-
     def config(**history):
-        path = tmp_path / f"prom{len(history)}.yaml"
-        path.write_text(yaml.safe_dump({"history": {"prometheus": {
-            "url": prometheus_server.url, "query": f"timestamp({METRIC})", "lookback": "4d",
-            "end": "1995-07-10T00:00:00Z"}, **history}}))
-        return str(path)
+        return history_config(tmp_path, {"url": prometheus_server.url, "query": f"timestamp({METRIC})",
+                                         "lookback": "4d", "end": "1995-07-10T00:00:00Z"}, **history)
 
     assert main(["forecast", "--config", config(), "--json"]) == 1
     err = capsys.readouterr().err
@@ -293,22 +289,17 @@ def test_a_counter_query_is_refused_and_read_as_increments_with_history_counter(
 def test_report_and_tune_name_the_prometheus_query_not_none(prometheus_server, tmp_path, capsys):
     """With the history in Prometheus, report's page and progress said 'demand trace None' / 'simulating None', and
     the manifest tune writes began '# headroom tune None:'."""
-    import yaml
-
-    from cli.main import main
-
     query = f"{METRIC} * 1"
-    config = tmp_path / "prom.yaml"
-    config.write_text(yaml.safe_dump({"history": {"prometheus": {
-        "url": prometheus_server.url, "query": query, "lookback": "5d", "end": "1995-07-10T00:00:00Z"}}}))
+    config = history_config(tmp_path, {"url": prometheus_server.url, "query": query, "lookback": "5d",
+                                       "end": "1995-07-10T00:00:00Z"})
     out = tmp_path / "report"
-    assert main(["report", "--config", str(config), "--days", "1", "--out", str(out)]) == 0
+    assert main(["report", "--config", config, "--days", "1", "--out", str(out)]) == 0
     err = capsys.readouterr().err
     page = (out / "index.html").read_text()
     assert "None" not in err and f"simulating query {query!r}" in err
     assert ">None<" not in page and query in page
     policy = tmp_path / "policy.yaml"
-    main(["tune", "--config", str(config), "--days", "1", "--write-policy", str(policy)])
+    main(["tune", "--config", config, "--days", "1", "--write-policy", str(policy)])
     assert policy.read_text().startswith(f"# headroom tune query {query!r}: ")
 
 
@@ -400,15 +391,10 @@ def test_a_password_in_the_url_is_used_and_never_shown(guarded_prometheus, tmp_p
     """Basic auth in the URL (user:password@host) reaches a Prometheus behind it, under its path prefix (with or
     without a trailing slash); the errors that name the server (a refused password, a query with no samples)
     showed the password on stderr, in logs and in policies' status."""
-    import yaml
-
-    from cli.main import main
-
     url = f"http://{userinfo}@127.0.0.1:{guarded_prometheus.port}/prom/"
-    config = tmp_path / "prom.yaml"
-    config.write_text(yaml.safe_dump({"history": {"prometheus": {
-        "url": url, "query": query, "lookback": "3d", "end": "1995-07-10T00:00:00Z", "retries": 0}}}))
-    assert main(["forecast", "--config", str(config), "--json"]) == status
+    config = history_config(tmp_path, {"url": url, "query": query, "lookback": "3d", "end": "1995-07-10T00:00:00Z",
+                                       "retries": 0})
+    assert main(["forecast", "--config", config, "--json"]) == status
     err = capsys.readouterr().err
     assert userinfo.split(":")[1] not in err
     if status:
@@ -434,16 +420,10 @@ def test_a_window_too_long_for_its_step_is_refused_before_it_is_read(prometheus_
     """`lookback: 2000d` at `step: 1s` (a typo for 20d) is 173 million points: headroom asked for them 11,000 at a
     time, 15,700 requests (still asking after a minute), then laid them on one grid in memory. Now refused at once,
     naming the query, the window and the step."""
-    import yaml
-
-    from cli.main import main
-
-    config = tmp_path / "prom.yaml"
-    config.write_text(yaml.safe_dump({"history": {"prometheus": {
-        "url": prometheus_server.url, "query": METRIC, "lookback": "2000d", "step": "1s",
-        "end": "1995-07-10T00:00:00Z"}}}))
+    config = history_config(tmp_path, {"url": prometheus_server.url, "query": METRIC, "lookback": "2000d",
+                                       "step": "1s", "end": "1995-07-10T00:00:00Z"})
     began = time.monotonic()
-    assert main(["forecast", "--config", str(config)]) == 1
+    assert main(["forecast", "--config", config]) == 1
     assert time.monotonic() - began < 10
     err = capsys.readouterr().err
     assert f"{METRIC!r} over [1990-01-17T00:00:00+00:00 .. 1995-07-09T23:59:59+00:00] at step 1s" in err
@@ -456,18 +436,13 @@ def test_an_answer_prometheus_warns_is_partial_is_said(prometheus_blocks, tmp_pa
     reach): the part of the window only it holds is missing. The client dropped the warnings: the forecast was made
     on what was left without a word. Now every command that reads the history says them (the read itself, as
     Prometheus answered it, is kept)."""
-    import yaml
-
-    from cli.main import main
-
     server = prom_servers.start_prometheus(prometheus_blocks, tmp_path / "prom",
                                            more_config="remote_read:\n  - url: http://127.0.0.1:1/read\n")
     try:
-        config = tmp_path / "prom.yaml"
-        config.write_text(yaml.safe_dump({"history": {"prometheus": {
-            "url": server.url, "query": METRIC, "lookback": "12d", "end": "1995-07-10T00:00:00Z"}}}))  # from 06-28
+        config = history_config(tmp_path, {"url": server.url, "query": METRIC, "lookback": "12d",
+                                           "end": "1995-07-10T00:00:00Z"})  # from 06-28
         for command in (["forecast", "--json"], ["simulate", "--days", "1", "--policy", "oracle", "--json"]):
-            assert main([command[0], "--config", str(config), *command[1:]]) == 0
+            assert main([command[0], "--config", config, *command[1:]]) == 0
             err = capsys.readouterr().err
             assert f"history query {METRIC!r}: Prometheus warned the answer may be partial:" in err
             assert "remote_read: error sending request" in err and err.count("remote_read") == 1
@@ -480,14 +455,9 @@ def test_infinite_values_are_read_as_gaps_and_said(prometheus_server, tmp_path, 
     """A division by zero in the query answers +Inf: read as a gap (never a demand, never a policy failed for one
     sample), silently; a query that answered nothing but +Inf failed as 'fewer than two real values', as though it
     had matched nothing. Now the gaps are said, with how many."""
-    import yaml
-
-    from cli.main import main
-
-    config = tmp_path / "prom.yaml"
-    config.write_text(yaml.safe_dump({"history": {"prometheus": {
-        "url": prometheus_server.url, "query": query, "lookback": "5d", "end": "1995-07-10T00:00:00Z"}}}))
-    assert main(["forecast", "--config", str(config), "--json"]) == status
+    config = history_config(tmp_path, {"url": prometheus_server.url, "query": query, "lookback": "5d",
+                                       "end": "1995-07-10T00:00:00Z"})
+    assert main(["forecast", "--config", config, "--json"]) == status
     err = capsys.readouterr().err
     assert f"note: history query {query!r}: " in err and " infinite values (a division by zero?) read as gaps" in err
     if status:
@@ -533,14 +503,9 @@ def test_https_with_a_private_ca_and_with_verification_off(tls_prometheus):
 def test_negative_values_from_prometheus_are_refused_naming_the_value_plainly(prometheus_server, tmp_path, capsys):
     """A gauge of demand that answers negative values is refused, as a file's are; the message named the first one
     as 'np.float64(-123.0)'."""
-    import yaml
-
-    from cli.main import main
-
-    config = tmp_path / "prom.yaml"
-    config.write_text(yaml.safe_dump({"history": {"prometheus": {
-        "url": prometheus_server.url, "query": f"-{METRIC}", "lookback": "3d", "end": "1995-07-10T00:00:00Z"}}}))
-    assert main(["forecast", "--config", str(config)]) == 1
+    config = history_config(tmp_path, {"url": prometheus_server.url, "query": f"-{METRIC}", "lookback": "3d",
+                                       "end": "1995-07-10T00:00:00Z"})
+    assert main(["forecast", "--config", config]) == 1
     err = capsys.readouterr().err
     assert f"query '-{METRIC}'" in err and "demand values are infinite, negative or over 1e+15 (first: -" in err
     assert "np." not in err
@@ -554,23 +519,16 @@ def test_the_history_is_whole_hours_before_its_end_and_the_forecast_begins_there
     hour, and the forecast began an hour after `end`; with the default end (now) the hour now falls in was as
     partly read. Now the history is the whole hours before its end (as the controller fits on), and the forecast
     begins at the hour `end` falls in."""
-    import yaml
-
-    from cli.config import load_config
-    from cli.main import main
-    from cli.sources import load_series
-
     _, csv = nasa_trace
-    config = tmp_path / "prom.yaml"
-    config.write_text(yaml.safe_dump({"history": {"statistic": "sum", "prometheus": {
-        "url": prometheus_server.url, "query": METRIC, "lookback": "5d", **({"end": end} if end else {})}}}))
+    config = history_config(tmp_path, {"url": prometheus_server.url, "query": METRIC, "lookback": "5d",
+                                       **({"end": end} if end else {})}, statistic="sum")
     moment = pd.Timestamp(now or end)
     hour = moment.floor("h")
     series, _ = load_series(load_config(config), moment.to_pydatetime())
     assert series.index[-1] == hour - pd.Timedelta("1h") and series.index[0] == hour - pd.Timedelta("5D")
     assert series.iloc[-1] == csv[(csv.index >= hour - pd.Timedelta("1h")) & (csv.index < hour)].sum()
     if end:
-        assert main(["forecast", "--config", str(config), "--json"]) == 0
+        assert main(["forecast", "--config", config, "--json"]) == 0
         assert json.loads(capsys.readouterr().out)["forecast"][0]["timestamp"] == hour.isoformat()
 
 
