@@ -33,6 +33,15 @@ def history_config(tmp_path, prometheus: dict, **history) -> str:
     return str(path)
 
 
+def queries_sent(monkeypatch) -> list[tuple[str, dict]]:
+    """(PromQL, its other arguments) of each range query every client sends from now on."""
+    sent: list[tuple[str, dict]] = []
+    ask = promsrc.PrometheusConnect.custom_query_range
+    monkeypatch.setattr(promsrc.PrometheusConnect, "custom_query_range",
+                        lambda self, query, **kw: sent.append((query, kw)) or ask(self, query, **kw))
+    return sent
+
+
 def test_backfilled_series_round_trips_in_several_chunks(prometheus_server, nasa_trace, monkeypatch):
     _, csv = nasa_trace
     end = START + pd.Timedelta(days=31)
@@ -185,10 +194,7 @@ def test_many_reads_go_in_few_requests_and_give_what_each_read_gives(prometheus_
                290: f"max_over_time({METRIC}[15m])"}
     queries = [special.get(i, f"{METRIC} * {i % 7 + 1}") for i in range(300)]
     reads = [(f"p{i}", q, {7: earlier, 13: lookback}.get(i % 50, start), end) for i, q in enumerate(queries)]
-    sent = []
-    ask = demand.client.custom_query_range
-    monkeypatch.setattr(demand.client, "custom_query_range",
-                        lambda query, **kw: sent.append((query, kw)) or ask(query, **kw))
+    sent = queries_sent(monkeypatch)
     got = demand.read_many(reads)
     batched = len(sent)
     for query, kw in sent:
@@ -216,9 +222,7 @@ def test_many_reads_from_an_unreachable_server_fail_each_as_alone_without_asking
     demand = PrometheusDemand(PrometheusServer(url="http://127.0.0.1:1", step="5m", retries=0, timeout_seconds=2))
     end = pd.Timestamp("1995-07-10T12:00:00Z")
     reads = [(f"p{i}", f"{METRIC} * {i}", end - pd.Timedelta(hours=1), end) for i in range(50)]
-    sent = []
-    ask = demand.client.custom_query_range
-    monkeypatch.setattr(demand.client, "custom_query_range", lambda query, **kw: sent.append(query) or ask(query, **kw))
+    sent = queries_sent(monkeypatch)
     got = demand.read_many(reads)
     assert len(sent) == 1
     for (_, query, start, _), answer in zip(reads, got):
@@ -237,16 +241,13 @@ def test_a_query_too_slow_for_the_server_fails_alone_and_is_read_alone_after(pro
         slow = f"max_over_time({METRIC}[2d:100ms])"  # 1.7 million points a step: never within 200 ms
         queries = [slow if i == 5 else f"{METRIC} * {i + 1}" for i in range(8)]
         reads = [(f"p{i}", q, end - pd.Timedelta(hours=1), end) for i, q in enumerate(queries)]
-        sent = []
-        ask = demand.client.custom_query_range
-        monkeypatch.setattr(demand.client, "custom_query_range",
-                            lambda query, **kw: sent.append(query) or ask(query, **kw))
+        sent = queries_sent(monkeypatch)
         got = demand.read_many(reads)
         assert len(sent) <= 1 + 2 * 3  # the request, then two halves a level down to the slow query
         assert isinstance(got[5], PrometheusError) and slow in str(got[5]) and "timed out" in str(got[5])
         sent.clear()
         again = demand.read_many(reads)  # the next reconcile: the slow query alone, the others together
-        assert isinstance(again[5], PrometheusError) and len(sent) == 2 and slow in sent
+        assert isinstance(again[5], PrometheusError) and len(sent) == 2 and slow in [q for q, _ in sent]
         for i in range(8):
             if i != 5:
                 assert not isinstance(got[i], Exception), (i, got[i])
@@ -360,9 +361,7 @@ def guarded_prometheus(prometheus_blocks, tmp_path_factory):
 def _read_50(url: str, monkeypatch) -> tuple[list, list]:
     demand = PrometheusDemand(PrometheusServer(url=url, step="5m", retries=0))
     end = pd.Timestamp("1995-07-10T12:00:00Z")
-    sent: list[str] = []
-    ask = demand.client.custom_query_range
-    monkeypatch.setattr(demand.client, "custom_query_range", lambda query, **kw: sent.append(query) or ask(query, **kw))
+    sent = queries_sent(monkeypatch)
     return demand.read_many([(f"p{i}", f"{METRIC} * {i}", end - pd.Timedelta(hours=1), end) for i in range(50)]), sent
 
 
@@ -540,9 +539,7 @@ def test_a_query_ending_in_a_comment_is_read_in_its_batch(prometheus_server, mon
     end = pd.Timestamp("1995-07-10T12:00:00Z")
     queries = [f"{METRIC} * 2  # doubled" if i == 17 else f"{METRIC} * {i}" for i in range(50)]
     reads = [(f"p{i}", q, end - pd.Timedelta(hours=1), end) for i, q in enumerate(queries)]
-    sent: list[str] = []
-    ask = demand.client.custom_query_range
-    monkeypatch.setattr(demand.client, "custom_query_range", lambda query, **kw: sent.append(query) or ask(query, **kw))
+    sent = queries_sent(monkeypatch)
     got = demand.read_many(reads)
     assert len(sent) == 1
     pd.testing.assert_series_equal(got[17], demand.read("p17", queries[17], *reads[17][2:]))
@@ -552,13 +549,8 @@ def test_a_query_ending_in_a_comment_is_read_in_its_batch(prometheus_server, mon
 def test_a_query_of_many_series_is_refused_at_its_first_chunk(prometheus_server, monkeypatch):
     """Refused when its first chunk shows two series: the chunks after it, a thousand pods' series each for a query
     that forgot its sum(), would only add to what is refused."""
-    import prometheus_api_client
-
     two = f'label_replace({METRIC}, "copy", "a", "", "") or label_replace({METRIC}, "copy", "b", "", "")'
-    sent = []
-    ask = prometheus_api_client.PrometheusConnect.custom_query_range
-    monkeypatch.setattr(prometheus_api_client.PrometheusConnect, "custom_query_range",
-                        lambda self, query, **kw: sent.append(query) or ask(self, query, **kw))
+    sent = queries_sent(monkeypatch)
     source = PrometheusSource(PrometheusServer(url=prometheus_server.url, step="60s"), two, START,
                               START + pd.Timedelta(days=30))  # 4 chunks
     with pytest.raises(PrometheusError, match="returned 2 series"):
@@ -582,10 +574,7 @@ def test_a_server_s_sample_limit_fails_a_long_read_once_and_splits_a_batch(prome
     (a 422, never retried); a batch of reads over it together is split until each part fits, every read answered."""
     server = prom_servers.start_prometheus(prometheus_blocks, tmp_path / "prom", flags=("--query.max-samples=500",))
     try:
-        sent: list[str] = []
-        ask = promsrc.PrometheusConnect.custom_query_range
-        monkeypatch.setattr(promsrc.PrometheusConnect, "custom_query_range",
-                            lambda self, query, **kw: sent.append(query) or ask(self, query, **kw))
+        sent = queries_sent(monkeypatch)
         with pytest.raises(PrometheusError, match="too many samples") as info:
             PrometheusSource(PrometheusServer(url=server.url, step="60s"), METRIC, START,
                              START + pd.Timedelta(days=30)).fetch()
@@ -608,7 +597,8 @@ def test_a_query_that_ran_out_of_time_is_not_asked_again(prometheus_blocks, tmp_
     retried `retries` times, each running as long again on a server already too slow: with the defaults (3 retries,
     30 s) a read took two minutes to fail, with Prometheus' own 2-minute timeout eight. Asked once now (a 503 in
     plain text, a server not ready yet, is still asked again)."""
-    server = prom_servers.start_prometheus(prometheus_blocks, tmp_path / "prom", flags=("--query.timeout=200ms",))
+    # 1 ms: a query that evaluates long enough for the server to look at its clock (1.7 million points) is past it
+    server = prom_servers.start_prometheus(prometheus_blocks, tmp_path / "prom", flags=("--query.timeout=1ms",))
     try:
         end = pd.Timestamp("1995-07-10T12:00:00Z")
         slow = PrometheusSource(PrometheusServer(url=server.url, step="5m", retries=3),
