@@ -6,18 +6,27 @@ series. A chunk that returns no samples is a gap (NaN), never zero.
 """
 from __future__ import annotations
 
+import re
+import threading
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from types import TracebackType
+from urllib.parse import urlsplit
 
 import numpy as np
 import pandas as pd
 import requests
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
 from requests.adapters import HTTPAdapter
+from urllib3 import BaseHTTPResponse
+from urllib3.connectionpool import ConnectionPool
+from urllib3.exceptions import InsecureRequestWarning, MaxRetryError, ReadTimeoutError
 from urllib3.util.retry import Retry
 
-from core.settings import PrometheusServer
+from core.settings import PrometheusServer, shown_url
+from forecast.history import MAX_POINTS as HISTORY_POINTS
 
 MAX_POINTS = 11_000
 # Connections a client keeps open for reuse: more than the controller's concurrent reads (the reconcile's 8 readers
@@ -31,6 +40,16 @@ TAG = "headroom_read"  # the label that tells a batched request's series apart
 
 class PrometheusError(RuntimeError):
     """Prometheus is unreachable, refused the query, or returned something unusable."""
+
+
+_answer = threading.local()  # `warnings`: those of this thread's last answer (_keep_warnings)
+
+
+def _keep_warnings(response: requests.Response, *args: object, **kwargs: object) -> None:
+    """Keep a 200 answer's `warnings`, which the client drops with all but the result: Prometheus' word that the
+    answer is partial (a remote-read store, or a store behind Thanos, that failed)."""
+    if response.status_code == 200 and b'"warnings"' in response.content:
+        _answer.warnings = response.json().get("warnings") or []
 
 
 def chunk_ranges(start: datetime, end: datetime, step: pd.Timedelta,
@@ -52,20 +71,28 @@ def chunk_ranges(start: datetime, end: datetime, step: pd.Timedelta,
     return ranges
 
 
+def _many_series(result: list[dict], query: str) -> PrometheusError:
+    labels = [r.get("metric", {}) for r in result[:3]]
+    return PrometheusError(f"query {query!r} returned {len(result)} series (e.g. {labels}; a series whose labels "
+                           "change, e.g. a restarted pod's, is two): refused, aggregate it to one, e.g. sum(...)")
+
+
 def parse_matrix(result: list[dict], query: str) -> pd.Series:
     """A range-query result (one series) -> float series on a UTC index."""
     if not result:
         return pd.Series([], index=pd.DatetimeIndex([], tz="UTC", name="timestamp"), dtype=float, name="value")
     if len(result) > 1:
-        labels = [r.get("metric", {}) for r in result[:3]]
-        raise PrometheusError(f"query {query!r} returned {len(result)} series (e.g. {labels}); "
-                              "aggregate it to one, e.g. sum(...)")
+        raise _many_series(result, query)
     values = result[0].get("values", [])
     stamps = pd.to_datetime([float(ts) for ts, _ in values], unit="s", utc=True)
-    # Prometheus encodes values as strings, including "NaN" and "+Inf".
+    # Prometheus encodes values as strings, including "NaN" and "+Inf". An infinity (a division by zero) is no
+    # demand: a gap, as NaN is, never a policy failed for one sample; counted, for the CLI to say
     numbers = np.array([float(v) for _, v in values], dtype=float)
-    numbers[~np.isfinite(numbers)] = np.nan
-    return pd.Series(numbers, index=pd.DatetimeIndex(stamps, name="timestamp"), name="value")
+    infinite = np.isinf(numbers)
+    numbers[infinite] = np.nan
+    series = pd.Series(numbers, index=pd.DatetimeIndex(stamps, name="timestamp"), name="value")
+    series.attrs["infinite"] = int(infinite.sum())
+    return series
 
 
 def _bearer(token: Callable[[], str]) -> Callable[[requests.PreparedRequest], requests.PreparedRequest]:
@@ -77,41 +104,76 @@ def _bearer(token: Callable[[], str]) -> Callable[[requests.PreparedRequest], re
     return auth
 
 
+class _Retry(Retry):
+    """Retry, but not a query that ran out of time: asked again, it would again, each time as long, on a server
+    already too slow (the defaults' 3 retries of a 30 s read timeout: two minutes to fail a read). Out of time: the
+    client's read timeout, or the server's --query.timeout, a 503 with a JSON error (a server not ready yet answers
+    503 in plain text, and is asked again)."""
+
+    def increment(self, method: str | None = None, url: str | None = None, response: BaseHTTPResponse | None = None,
+                  error: Exception | None = None, _pool: ConnectionPool | None = None,
+                  _stacktrace: TracebackType | None = None) -> _Retry:
+        out_of_time = isinstance(error, ReadTimeoutError) or (
+            response is not None and response.status == 503 and "json" in response.headers.get("Content-Type", ""))
+        if out_of_time and _pool is not None:  # (urllib3 always gives the pool)
+            raise MaxRetryError(_pool, url, error)  # with raise_on_status=False, a response comes back as it is
+        return super().increment(method, url, response, error, _pool, _stacktrace)
+
+
 def connect(server: PrometheusServer) -> PrometheusConnect:
     """A client for `server` whose one session keeps up to CONNECTIONS connections open for reuse, each request
     retried with back-off on a refused connection or a server error, the bearer token file read at each request."""
     token_file = server.bearer_token_file
     # raise_on_status=False: the last answer of a failing status comes back, so its error ("query timed out in
     # expression evaluation") is told, and a query too slow for the server is told from one that fails otherwise
-    retry = Retry(total=server.retries, backoff_factor=0.5, status_forcelist=(500, 502, 503, 504),
+    retry = _Retry(total=server.retries, backoff_factor=0.5, status_forcelist=(500, 502, 503, 504),
                   allowed_methods=("GET",), raise_on_status=False)
     session = requests.Session()
     session.verify = False if server.insecure_skip_verify else (str(server.ca_file) if server.ca_file else True)
-    client = PrometheusConnect(url=server.url, auth=_bearer(lambda: token_file.read_text().strip()) if token_file
+    if server.insecure_skip_verify:  # chosen in the configuration: urllib3 warned at every request, for this host only
+        warnings.filterwarnings("ignore", f"Unverified HTTPS request is being made to host "
+                                f"'{re.escape(str(urlsplit(server.url).hostname))}'", InsecureRequestWarning)
+    url = server.url.rstrip("/")  # the client appends "/api/v1/...": a doubled slash is a redirect each request
+    client = PrometheusConnect(url=url, auth=_bearer(lambda: token_file.read_text().strip()) if token_file
                                else None, retry=retry, session=session, timeout=server.timeout_seconds)
-    session.mount(server.url, HTTPAdapter(max_retries=retry, pool_maxsize=CONNECTIONS))  # replaces the client's (10)
+    session.mount(url, HTTPAdapter(max_retries=retry, pool_maxsize=CONNECTIONS))  # replaces the client's (10)
+    session.hooks["response"].append(_keep_warnings)
     return client
+
+
+# What an answer every query gets alike means (the status is all a proxy's or the server's plain-text page says)
+CREDENTIALS_REFUSED = "the server refused the credentials (bearer_token_file, or user:password in the URL)"
+REFUSALS = {"401": CREDENTIALS_REFUSED, "403": CREDENTIALS_REFUSED,
+            "404": "no Prometheus API under this URL: is the server's path prefix (--web.route-prefix) in it?"}
 
 
 def _failure(client: PrometheusConnect, query: str, lo: pd.Timestamp, hi: pd.Timestamp,
              exc: BaseException | None) -> PrometheusError:
-    return PrometheusError(f"Prometheus at {client.url} failed for {query!r} [{lo.isoformat()} .. {hi.isoformat()}]: "
-                           f"{exc}")
+    status = str(exc).removeprefix("HTTP Status Code ")[:3] if isinstance(exc, PrometheusApiClientException) else ""
+    meaning = f" ({REFUSALS[status]})" if status in REFUSALS else ""
+    return PrometheusError(f"Prometheus at {shown_url(client.url)} failed for {query!r} "
+                           f"[{lo.isoformat()} .. {hi.isoformat()}]: {exc}{meaning}")
 
 
 def _query_range(client: PrometheusConnect, query: str, lo: pd.Timestamp, hi: pd.Timestamp,
-                 step: pd.Timedelta) -> list[dict]:
+                 step: pd.Timedelta) -> tuple[list[dict], list[str]]:
+    """The answer's result and its warnings."""
+    _answer.warnings = []
     try:
-        return client.custom_query_range(query, start_time=lo.to_pydatetime(), end_time=hi.to_pydatetime(),
-                                         step=f"{int(step.total_seconds())}s")
+        result = client.custom_query_range(query, start_time=lo.to_pydatetime(), end_time=hi.to_pydatetime(),
+                                           step=f"{int(step.total_seconds())}s")
     except Exception as exc:  # the client raises requests, urllib3 and its own errors
         raise _failure(client, query, lo, hi, exc) from exc
+    return result, _answer.warnings
 
 
 def _refused(exc: PrometheusError) -> bool:
-    """The server answered that it cannot run the query (HTTP 4xx: it does not parse, or fails to evaluate)."""
+    """The server answered that it cannot run the query: HTTP 400 (it does not parse) or 422 (it fails to evaluate,
+    or loads more than --query.max-samples). Not 401, 403 or 404 (a wrong credential or path prefix), which every
+    query gets alike: asking again for each half of a batch would only ask again."""
     cause = exc.__cause__
-    return isinstance(cause, PrometheusApiClientException) and str(cause).startswith("HTTP Status Code 4")
+    return isinstance(cause, PrometheusApiClientException) and \
+        str(cause).startswith(("HTTP Status Code 400", "HTTP Status Code 422"))
 
 
 def _too_slow(exc: PrometheusError) -> bool:
@@ -127,8 +189,9 @@ def on_step_grid(start: datetime, end: datetime, step: pd.Timedelta) -> tuple[pd
     """[start, end] narrowed to whole multiples of `step` since the epoch. The server evaluates a range query at
     start, start + step, ...; the client sends whole seconds; a controller reads at wall-clock times with fractions
     of a second. On this grid every read's samples fall where every other read's do, and where the server put them
-    (a grid laid from the unrounded start had an empty twin beside each sample: half the samples 'missing')."""
-    return pd.Timestamp(start).ceil(step), pd.Timestamp(end).floor(step)
+    (a grid laid from the unrounded start had an empty twin beside each sample: half the samples 'missing'). In UTC:
+    a time given with an offset (+05:45) was rounded on its own wall clock, off the grid by the offset."""
+    return pd.Timestamp(start).tz_convert("UTC").ceil(step), pd.Timestamp(end).tz_convert("UTC").floor(step)
 
 
 def _on_grid(series: pd.Series, start: datetime, end: datetime, step: pd.Timedelta) -> pd.Series:
@@ -139,19 +202,33 @@ def _on_grid(series: pd.Series, start: datetime, end: datetime, step: pd.Timedel
 
 def read_range(client: PrometheusConnect, query: str, start: datetime, end: datetime, step: str) -> pd.Series:
     """`query` over [start, end] at `step` on `client`'s server (on_step_grid), in chunks under MAX_POINTS; steps
-    without a sample are NaN."""
+    without a sample are NaN; the server's warnings that its answer is partial in attrs["warnings"], each once, and
+    how many infinite values were read as NaN in attrs["infinite"]."""
     step_delta = pd.Timedelta(step)
     start, end = on_step_grid(start, end, step_delta)
     if end < start:  # no step of the grid inside: nothing to read
         return parse_matrix([], query)
-    parts = [parse_matrix(_query_range(client, query, lo, hi, step_delta), query)
-             for lo, hi in chunk_ranges(start, end, step_delta)]
-    if len(parts) == 1:  # a reconcile's read: one chunk, its timestamps unique
-        series = parts[0]
-    else:
-        series = pd.concat(parts) if parts else parse_matrix([], query)
-        series = series[~series.index.duplicated(keep="last")]
-    return _on_grid(series, start, end, step_delta)
+    points = (end - start) / step_delta + 1
+    if points > HISTORY_POINTS:  # a lookback typo (2000d for 20d): hours of requests, then a grid past memory
+        raise PrometheusError(f"{query!r} over [{start.isoformat()} .. {end.isoformat()}] at step {step} is "
+                              f"{points:.3g} points, over the {HISTORY_POINTS:g} a history may have: a shorter "
+                              "lookback or a longer step")
+    # each series' samples from every chunk joined before parse_matrix counts the series: a series in one chunk
+    # and another in the next (a pod restarted under a new name) are two, as they are read in one request
+    series: dict[tuple[tuple[str, str], ...], dict] = {}
+    warned: dict[str, None] = {}  # each chunk's answer repeats a store's failure: said once
+    for lo, hi in chunk_ranges(start, end, step_delta):  # consecutive, not overlapping: no sample twice
+        result, said = _query_range(client, query, lo, hi, step_delta)
+        warned.update(dict.fromkeys(said))
+        for found in result:
+            labels = found.get("metric", {})
+            series.setdefault(tuple(sorted(labels.items())), {"metric": labels, "values": []})["values"] += \
+                found.get("values", [])
+        if len(series) > 1:  # refused now: the chunks after it (a thousand pods' series, each) would only add to it
+            raise _many_series(list(series.values()), query)
+    read = _on_grid(parse_matrix(list(series.values()), query), start, end, step_delta)
+    read.attrs["warnings"] = list(warned)
+    return read
 
 
 def _batches(queries: Sequence[str], points: int) -> list[list[int]]:
@@ -160,7 +237,7 @@ def _batches(queries: Sequence[str], points: int) -> list[list[int]]:
     out: list[list[int]] = []
     size, most = BATCH_CHARACTERS, max(MAX_POINTS // max(points, 1), 1)
     for i, q in enumerate(queries):
-        cost = len(q) + 48  # the label_replace and "or" around it
+        cost = len(q) + 50  # the label_replace, the line breaks and "or" around it
         if size + cost > BATCH_CHARACTERS or len(out[-1]) >= most:
             out.append([])
             size = 0
@@ -198,9 +275,10 @@ def read_together(client: PrometheusConnect, queries: Sequence[str], start: date
                     slow.add(queries[batch[0]])
                     return True
             return False
-        joined = " or ".join(f'label_replace(({queries[i]}), "{TAG}", "{i}", "", "")' for i in batch)
+        # each query on lines of its own: a comment in it (# to the end of the line) ends there
+        joined = " or ".join(f'label_replace((\n{queries[i]}\n), "{TAG}", "{i}", "", "")' for i in batch)
         try:
-            result = _query_range(client, joined, lo, hi, step_delta)
+            result, _ = _query_range(client, joined, lo, hi, step_delta)  # warnings: the controller's reads keep none
         except PrometheusError as exc:
             if _refused(exc):
                 read(batch[:len(batch) // 2])
@@ -242,17 +320,19 @@ def read_together(client: PrometheusConnect, queries: Sequence[str], start: date
 
 @dataclass(frozen=True)
 class PrometheusSource:
-    """History from a PromQL expression over [start, end] on `server`, at its step."""
+    """History from a PromQL expression over [start, end) on `server`, at its step."""
     server: PrometheusServer
     query: str
     start: datetime
     end: datetime
 
     def fetch(self) -> pd.Series:
-        raw = read_range(connect(self.server), self.query, self.start, self.end, self.server.step)
+        # a range query's end is inclusive: the sample at `end` would begin an hour of its own, one sample long
+        raw = read_range(connect(self.server), self.query, self.start, pd.Timestamp(self.end) - pd.Timedelta(1, "ns"),
+                         self.server.step)
         # what prepare's errors name, as a file's path names a file (e.g. a query that returned no series)
-        raw.attrs["source"] = (f"Prometheus at {self.server.url}, query {self.query!r} over "
-                               f"[{pd.Timestamp(self.start).isoformat()} .. {pd.Timestamp(self.end).isoformat()}]")
+        raw.attrs["source"] = (f"Prometheus at {shown_url(self.server.url)}, query {self.query!r} over "
+                               f"[{pd.Timestamp(self.start).isoformat()} .. {pd.Timestamp(self.end).isoformat()})")
         return raw
 
 

@@ -9,15 +9,20 @@ from core.errors import BadRequest
 
 
 def source(cfg: Config, now: datetime):
-    """Where the configured history comes from: a file, or Prometheus over its lookback up to `end` (or now)."""
+    """Where the configured history comes from: a file, or Prometheus over its lookback up to `end` (or now), in
+    whole hours."""
     from forecast.history import FileSource
 
     h = cfg.history
     if h.prometheus is not None:
+        import pandas as pd
+
         from adapters.prometheus import PrometheusSource
         from core.units import duration
 
-        end = h.prometheus.end or now
+        # the whole hours before `end`, as the controller fits on: the hour `end` falls in, partly read, was fitted
+        # as a whole one (a sum scaled up from its first samples, a max of a few), and the forecast began after it
+        end = pd.Timestamp(h.prometheus.end or now).tz_convert("UTC").floor("h")
         return PrometheusSource(h.prometheus, h.prometheus.query, end - duration(h.prometheus.lookback), end)
     if h.file is not None:
         return FileSource(h.file)
@@ -29,6 +34,19 @@ def history_name(cfg: Config) -> str:
     h = cfg.history
     return str(h.file) if h.file is not None else \
         f"query {h.prometheus.query!r}" if h.prometheus is not None else "the history"
+
+
+def fetched(cfg: Config, now: datetime):
+    """The configured history as read; on stderr, Prometheus' warnings that its answer is partial and the infinite
+    values it answered (read as gaps)."""
+    raw = source(cfg, now).fetch()
+    if warnings := raw.attrs.get("warnings"):
+        print(f"note: history {history_name(cfg)}: Prometheus warned the answer may be partial: {'; '.join(warnings)}",
+              file=sys.stderr)
+    if infinite := raw.attrs.get("infinite"):
+        print(f"note: history {history_name(cfg)}: {infinite} infinite values (a division by zero?) read as gaps",
+              file=sys.stderr)
+    return raw
 
 
 def say_repairs(cfg: Config, report) -> None:
@@ -44,7 +62,7 @@ def load_series(cfg: Config, now: datetime, say: bool = True):
     from forecast.history import prepare
 
     h = cfg.history
-    series, report = prepare(source(cfg, now).fetch(), step=h.step, statistic=h.statistic, counter=h.counter,
+    series, report = prepare(fetched(cfg, now), step=h.step, statistic=h.statistic, counter=h.counter,
                              outlier_factor=h.outlier_factor)
     if say:
         say_repairs(cfg, report)
@@ -55,6 +73,6 @@ def native_series(cfg: Config, now: datetime):
     """The history at its own step (the simulator replays every sample), gaps kept; its repairs said on stderr."""
     from forecast.history import at_own_step_reported
 
-    series, report = at_own_step_reported(source(cfg, now).fetch(), counter=cfg.history.counter)
+    series, report = at_own_step_reported(fetched(cfg, now), counter=cfg.history.counter)
     say_repairs(cfg, report)
     return series

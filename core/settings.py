@@ -13,6 +13,7 @@ from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import (
     AfterValidator,
@@ -141,6 +142,15 @@ def _increasing(values: list[float]) -> list[float]:
     return values
 
 
+def shown_url(url: str) -> str:
+    """`url` as a message shows it: its password (basic auth, user:password@host) as ***, since messages reach logs,
+    Events and policies' status."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{parts.netloc.rpartition('@')[2]}"))
+
+
 class PrometheusServer(Strict):
     """How to reach Prometheus (the query comes from the history section or from each policy)."""
     url: str
@@ -155,11 +165,16 @@ class PrometheusServer(Strict):
     @field_validator("url")
     @classmethod
     def _url(cls, value: str) -> str:
-        from urllib.parse import urlsplit
-
         parts = urlsplit(value)
         if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ValueError(f"{value!r} is not an http:// or https:// URL")
+            raise ValueError(f"{shown_url(value)!r} is not an http:// or https:// URL")
+        try:
+            parts.port  # noqa: B018 -- reading it checks it
+        except ValueError:  # http://host:9O90 failed at the first read, exit 1, as a server that failed
+            raise ValueError(f"{shown_url(value)!r}: the port is not a number from 0 to 65535") from None
+        if parts.query or parts.fragment:  # the API's path was appended to them: HTML came back, "Expecting value"
+            raise ValueError(f"{shown_url(value)!r}: the server's URL (a path prefix, if any) takes no ?query or "
+                             "#fragment")
         return value
 
     @field_validator("bearer_token_file", "ca_file")
@@ -178,10 +193,14 @@ class PrometheusServer(Strict):
     @classmethod
     def _step(cls, value: str) -> str:
         # a range query's step is sent in whole seconds (1500ms went as 1s: chunks sized for 1.5 s held more points
-        # than the server allows; 500ms as 0s, refused), and a step over the forecast's hour has nothing to aggregate
+        # than the server allows; 500ms as 0s, refused), a step over the forecast's hour has nothing to aggregate,
+        # and one that does not divide the hour puts 1 or 2 steps (45m), 8 or 9 (7m), in an hour: an hourly sum of
+        # them read 16 % (45m), 3 % (7m) over the real one
         step = duration(value)
-        if step > duration("0s") and (step % duration("1s") or not duration("1s") <= step <= duration("1h")):
-            raise ValueError(f"{value}: the step of a range query is whole seconds from 1s to 1h")
+        if step > duration("0s") and (step % duration("1s") or not duration("1s") <= step <= duration("1h")
+                                      or duration("1h") % step):
+            raise ValueError(f"{value}: the step of a range query is whole seconds from 1s to 1h that divide the hour "
+                             "(e.g. 30s, 1m, 5m, 15m)")
         return value
 
 

@@ -607,7 +607,7 @@ def _prepare(raw: pd.Series, step: str | None, statistic: str, counter: bool,
     if bad.any():
         k = int(np.flatnonzero(bad)[0])
         raise HistoryError(f"{int(bad.sum())} demand values are infinite, negative or over {MAX_VALUE:g} (first: "
-                           f"{series.iloc[k]!r} at {series.index[k]}; is this a counter? use counter: true)")
+                           f"{float(series.iloc[k])!r} at {series.index[k]}; is this a counter? use counter: true)")
     series.index = series.index.tz_convert("UTC")
     # the file's own runs, in its order: where it gives a time twice or goes back in time (two exports concatenated)
     runs = _run_steps(series.index) if series.index.has_duplicates or not series.index.is_monotonic_increasing \

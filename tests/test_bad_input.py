@@ -629,8 +629,21 @@ def test_cross_field_checks_are_listed_alongside_field_errors(tmp_path):
                        "run.prometheus.step: 500ms: the step of a range query is whole seconds"]),
     ("history: {prometheus: {url: 'http://x', query: up, step: 2h}}",
      ["history.prometheus.step: 2h: the step of a range query is whole seconds from 1s to 1h"]),
+    # a port that is no number failed at the first read, exit 1; a ?query or #fragment had the API's path appended
+    # to it (an HTML page came back: "Expecting value: line 1 column 1"); a password was shown
+    ("history: {prometheus: {url: 'http://prom:9O90', query: up}}\nrun: {prometheus: {url: 'http://prom/?org=1'}}",
+     ["history.prometheus.url: 'http://prom:9O90': the port is not a number from 0 to 65535",
+      "run.prometheus.url: 'http://prom/?org=1': the server's URL (a path prefix, if any) takes no ?query"]),
+    ("history: {prometheus: {url: 'prometheus://alice:s3cret@prom:9090', query: up}}",
+     ["history.prometheus.url: 'prometheus://alice:***@prom:9090' is not an http:// or https:// URL"]),
+    # 1 or 2 steps of 45m in an hour, 8 or 9 of 7m: on a real Prometheus, hourly sums of a counter's increments read
+    # 16 % and 3 % over the real ones, exit 0
+    ("history: {prometheus: {url: 'http://x', query: up, step: 45m}}\nrun: {prometheus: {url: 'http://x', step: 7m}}",
+     ["history.prometheus.step: 45m: the step of a range query is whole seconds from 1s to 1h that divide the hour",
+      "run.prometheus.step: 7m: the step of a range query is whole seconds from 1s to 1h that divide the hour"]),
 ], ids=["binary", "step-not-a-duration", "step-not-hourly", "prometheus", "infinite-seconds", "infinite-world",
-        "candidates", "tune-durations-the-crd-refuses", "prometheus-step-fraction", "prometheus-step-over-an-hour"])
+        "candidates", "tune-durations-the-crd-refuses", "prometheus-step-fraction", "prometheus-step-over-an-hour",
+        "prometheus-url", "prometheus-url-password", "prometheus-step-not-dividing-the-hour"])
 def test_configuration_errors_name_every_field(tmp_path, text, errors):
     path = tmp_path / "c.yaml"
     path.write_bytes(text) if isinstance(text, bytes) else path.write_text(text)

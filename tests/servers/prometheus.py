@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import tempfile
 import urllib.request
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -68,10 +69,14 @@ class PrometheusServer:
     port: int = 0
     process: ServerProcess | None = field(default=None, repr=False)
     flags: tuple[str, ...] = ()  # more command-line flags (e.g. a short --query.timeout)
+    route_prefix: str = ""  # --web.route-prefix: every path, the API's too, under it (e.g. "/prometheus")
+    userinfo: str = ""  # "user:password" the server's --web.config.file asks for (basic auth)
+    more_config: str = ""  # more of prometheus.yml (e.g. a remote_read section)
+    scheme: str = "http"  # "https" with a tls_server_config in its --web.config.file
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://{self.userinfo + '@' if self.userinfo else ''}127.0.0.1:{self.port}{self.route_prefix}"
 
     def start(self, timeout: float = 60.0) -> PrometheusServer:
         binary = binaries()["prometheus"]
@@ -79,19 +84,28 @@ class PrometheusServer:
             raise ServerError("prometheus not found: run scripts/install-servers.sh")
         self.port = self.port or free_port()
         config = self.workdir / "prometheus.yml"
-        config.write_text("global:\n  scrape_interval: 1h\nscrape_configs: []\n")
+        config.write_text("global:\n  scrape_interval: 1h\nscrape_configs: []\n" + self.more_config)
         self.process = ServerProcess(
             [binary, f"--config.file={config}", f"--storage.tsdb.path={self.data_dir}",
              f"--web.listen-address=127.0.0.1:{self.port}",
              "--storage.tsdb.retention.time=3650d",  # backfilled history must survive start-up
-             "--log.level=warn", *self.flags],
+             "--log.level=warn", *([f"--web.route-prefix={self.route_prefix}"] if self.route_prefix else []),
+             *self.flags],
             self.workdir / "prometheus.log")
-        wait_until(self._ready, timeout, f"prometheus on :{self.port}", self.process)
+        try:
+            wait_until(self._ready, timeout, f"prometheus on :{self.port}", self.process)
+        except ServerError:
+            self.stop()  # not left running behind a failed test
+            raise
         return self
 
     def _ready(self) -> bool:
         import requests
-        return requests.get(f"{self.url}/-/ready", timeout=1).status_code == 200
+        from urllib3.exceptions import InsecureRequestWarning
+
+        with warnings.catch_warnings():  # whether it is up, not whether it is trusted: the tests' business
+            warnings.simplefilter("ignore", InsecureRequestWarning)
+            return requests.get(f"{self.url}/-/ready", timeout=1, verify=False).status_code == 200
 
     def stop(self) -> None:
         if self.process is not None:
@@ -103,12 +117,16 @@ class PrometheusServer:
         self.start()
 
 
-def start_prometheus(blocks: Path, workdir: Path | None = None, flags: tuple[str, ...] = ()) -> PrometheusServer:
-    """Start a Prometheus on a private copy of backfilled `blocks`, with more command-line `flags`."""
+def start_prometheus(blocks: Path, workdir: Path | None = None, flags: tuple[str, ...] = (),
+                     route_prefix: str = "", userinfo: str = "", more_config: str = "",
+                     scheme: str = "http") -> PrometheusServer:
+    """Start a Prometheus on a private copy of backfilled `blocks`, with more command-line `flags`, its paths under
+    `route_prefix`, its `url` holding `userinfo` and `scheme`, `more_config` in its prometheus.yml."""
     workdir = Path(workdir or tempfile.mkdtemp(prefix="headroom-prom-"))
     data_dir = workdir / "data"
     shutil.copytree(blocks, data_dir)
-    return PrometheusServer(data_dir=data_dir, workdir=workdir, flags=flags).start()
+    return PrometheusServer(data_dir=data_dir, workdir=workdir, flags=flags, route_prefix=route_prefix,
+                            userinfo=userinfo, more_config=more_config, scheme=scheme).start()
 
 
 def connections_accepted(url: str) -> int:
@@ -116,3 +134,24 @@ def connections_accepted(url: str) -> int:
     text = urllib.request.urlopen(f"{url}/metrics", timeout=10).read().decode()
     return int(float(re.search(r'net_conntrack_listener_conn_accepted_total\{listener_name="http"\} (\S+)',
                                text).group(1)))
+
+
+def tls_files(directory: Path) -> tuple[Path, Path, Path]:
+    """(CA certificate, server certificate for 127.0.0.1 signed by it, the server's key), made with openssl."""
+    ca_key, ca, key, request, cert, names = (directory / n for n in ("ca.key", "ca.crt", "server.key", "server.csr",
+                                                                     "server.crt", "names.ext"))
+    names.write_text("subjectAltName=IP:127.0.0.1\n")
+    for argv in (["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", ca_key, "-out", ca, "-days", "2",
+                  "-subj", "/CN=headroom-test-ca"],
+                 ["req", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", request, "-subj", "/CN=127.0.0.1"],
+                 ["x509", "-req", "-in", request, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial", "-out", cert,
+                  "-days", "2", "-extfile", names]):
+        subprocess.run(["openssl", *map(str, argv)], check=True, capture_output=True)
+    return ca, cert, key
+
+
+def range_queries_answered(url: str, code: str) -> float:
+    """Range queries the Prometheus at `url` has answered with HTTP status `code` (its own metric)."""
+    text = urllib.request.urlopen(f"{url}/metrics", timeout=10).read().decode()
+    found = re.search(rf'prometheus_http_requests_total\{{code="{code}",handler="/api/v1/query_range"\}} (\S+)', text)
+    return float(found.group(1)) if found else 0.0
