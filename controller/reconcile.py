@@ -78,7 +78,7 @@ from core.policy import API_VERSION, KIND, PolicySpec, parse_policy_spec
 from core.settings import RunConfig
 from core.units import epoch_seconds
 from forecast.baselines import BASELINES
-from forecast.history import HistoryError
+from forecast.history import HistoryError, check_values
 from planning.planner import (
     UNANNOTATED_CHECKPOINT_SECONDS,
     UNANNOTATED_PREEMPTION_SECONDS,
@@ -596,6 +596,7 @@ class Reconciler:
             if isinstance(got, Exception):
                 raise got
             raw = got if got is not None else self._read(p, now)
+            check_values(raw)  # a query answering negative values: this policy's demand unavailable, said so
             self._raw[p.key] = raw
         except (PrometheusError, HistoryError, OSError) as exc:
             self._error("demand", p.key, exc)
@@ -697,7 +698,9 @@ class Reconciler:
         if whole is None:
             lookback = pd.Timedelta(seconds=self.data.lookback_seconds)
             try:
-                whole = self.demand.read(p.key, p.spec.query, now - lookback, now).astype(float)
+                read = self.demand.read(p.key, p.spec.query, now - lookback, now).astype(float)
+                check_values(read)
+                whole = read
             except (PrometheusError, HistoryError, OSError) as exc:
                 self._error("demand", p.key, exc)
         raw = whole if whole is not None else self._raw.get(p.key, pd.Series(dtype=float, index=pd.DatetimeIndex(

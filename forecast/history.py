@@ -584,6 +584,16 @@ def _clip_outliers(series: pd.Series, factor: float, report: CleaningReport) -> 
     return series.clip(upper=limit) if limit > 0 else series
 
 
+def check_values(series: pd.Series) -> None:
+    """Demand is finite, >= 0 and <= MAX_VALUE where it is not missing (NaN); a HistoryError names the first other."""
+    values = series.to_numpy(dtype=float)
+    bad = ~np.isnan(values) & ~((values >= 0) & (values <= MAX_VALUE))
+    if bad.any():
+        k = int(np.flatnonzero(bad)[0])
+        raise HistoryError(f"{int(bad.sum())} demand values are infinite, negative or over {MAX_VALUE:g} (first: "
+                           f"{float(values[k])!r} at {series.index[k]}; is this a counter? use counter: true)")
+
+
 def prepare(raw: pd.Series, step: str | None = "1h", statistic: str = "mean",
             counter: bool = False, outlier_factor: float | None = 3.0) -> tuple[pd.Series, CleaningReport]:
     """Raw samples -> a regular series at `step` (tz-aware UTC, freq set, NaN = missing); `step` None: the history's
@@ -603,11 +613,7 @@ def _prepare(raw: pd.Series, step: str | None, statistic: str, counter: bool,
     if not isinstance(raw.index, pd.DatetimeIndex) or raw.index.tz is None:
         raise HistoryError("timestamps must be time-zone aware")
     series = raw.astype(float)
-    bad = ~np.isnan(series.to_numpy()) & ~((series >= 0) & (series <= MAX_VALUE)).to_numpy()
-    if bad.any():
-        k = int(np.flatnonzero(bad)[0])
-        raise HistoryError(f"{int(bad.sum())} demand values are infinite, negative or over {MAX_VALUE:g} (first: "
-                           f"{float(series.iloc[k])!r} at {series.index[k]}; is this a counter? use counter: true)")
+    check_values(series)
     series.index = series.index.tz_convert("UTC")
     # the file's own runs, in its order: where it gives a time twice or goes back in time (two exports concatenated)
     runs = _run_steps(series.index) if series.index.has_duplicates or not series.index.is_monotonic_increasing \

@@ -427,6 +427,33 @@ class FailingDemand(DemandReader):
         return self.inner.read(key, query, start, end)
 
 
+class NegativeDemand(FailingDemand):
+    """A query answering negative values (a gauge's delta, a subtraction in the PromQL) at 3 am."""
+
+    def read(self, key, query, start, end):
+        raw = self.inner.read(key, query, start, end)
+        return raw.where(raw.index.hour != 3, -5.0) if self.fail else raw
+
+
+def test_a_query_answering_negative_demand_is_demand_unavailable_not_an_internal_error(demand_file, tmp_path, caplog):
+    """Negative values reached the hourly fit unchecked: its HistoryError escaped the demand's own handling, the
+    policy counted an `internal` error and the log a traceback every reconcile. Now the read is refused as the file
+    and CLI readers refuse it: DemandUnavailable naming the first value, the last good forecast kept meanwhile."""
+    demand = NegativeDemand(FileDemand({"inference/chat": demand_file}))
+    r = Replay(tmp_path, demand_file, demand=demand)
+    good = r.step(MONDAY_6AM).policies["inference/chat"]
+    demand.fail = True
+    with caplog.at_level("WARNING", logger="controller.reconcile"):
+        state = r.step(MONDAY_6AM + pd.Timedelta(hours=1))
+    kept = state.policies["inference/chat"]
+    assert kept.degraded and not kept.fallback and kept.model == good.model
+    _, conditions = r.status()
+    assert conditions["ForecastDegraded"]["reason"] == "DemandUnavailable"
+    assert "-5.0" in conditions["ForecastDegraded"]["message"], conditions["ForecastDegraded"]
+    assert state.reconcile_errors_total.get("internal", 0) == 0 and state.reconcile_errors_total.get("demand", 0) >= 1
+    assert "Traceback" not in caplog.text
+
+
 def test_demand_outage_keeps_the_forecast_then_falls_back_and_never_lowers_the_reservation(demand_file, tmp_path):
     demand = FailingDemand(FileDemand({"inference/chat": demand_file}))
     r = Replay(tmp_path, demand_file, demand=demand, run={"keep_forecast_seconds": 3600})
