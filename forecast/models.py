@@ -80,6 +80,10 @@ class PointModel:
     def point(self, horizon: int) -> np.ndarray:
         if getattr(self, "_fit_failed", False):
             return _repeat_last(self.values_, DAY, horizon)
+        if len(self.values_) and np.ptp(self.values_) == 0:
+            # a constant history's forecast is the constant: a model's own fit of it (ets, mstl) is that value plus
+            # rounding noise, and the noise alone put it outside the zero-width band day-over-day errors give
+            return np.full(horizon, self.values_[-1])
         try:
             with warnings.catch_warnings():  # a model's numeric warnings (log of a zero error): the path is checked
                 warnings.simplefilter("ignore", RuntimeWarning)
