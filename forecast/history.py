@@ -576,12 +576,15 @@ def _clip_outliers(series: pd.Series, factor: float, report: CleaningReport) -> 
 
     A global bound on purpose: demand with near-zero night hours makes any
     local rule clip real morning ramps. Clipping (not deleting) keeps the point
-    as demand, only less extreme.
+    as demand, only less extreme. A 99th percentile of zero (a trace idle nearly every hour) gives no bound: its
+    bursts are its demand, kept and not reported.
     """
     limit = factor * float(series.quantile(0.99))
+    if not limit > 0:
+        return series
     over = (series > limit).to_numpy()
     report.outliers = [ts.isoformat() for ts in series.index[over]]
-    return series.clip(upper=limit) if limit > 0 else series
+    return series.clip(upper=limit)
 
 
 def prepare(raw: pd.Series, step: str | None = "1h", statistic: str = "mean",

@@ -96,6 +96,17 @@ def test_outliers_are_clipped_and_reported_but_real_peaks_are_kept():
     assert report.outliers == []
 
 
+def test_a_mostly_zero_history_keeps_its_bursts_and_does_not_report_them_clipped():
+    """A token trace idle 99 % of hours has a 99th percentile of 0: no bound to clip at, so its bursts are kept as
+    demand, and the report said "N outliers clipped" for values it left as they were."""
+    index = pd.date_range("2026-01-05", periods=14 * 24, freq="h", tz="UTC")
+    raw = pd.Series(0.0, index=index)
+    raw.iloc[[40, 200]] = [5.0, 9.0]
+    cleaned, report = prepare(raw, outlier_factor=3.0)
+    assert cleaned.equals(raw.rename("demand").set_axis(cleaned.index)) and report.outliers == []
+    assert "0 outliers clipped" in " ".join(report.lines())
+
+
 def test_coarser_history_than_step_is_refused():
     raw = pd.Series([1.0, 2.0, 3.0], index=pd.date_range("2026-01-01", periods=3, freq="2h", tz="UTC"))
     with pytest.raises(HistoryError, match="coarser"):
