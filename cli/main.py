@@ -58,6 +58,8 @@ def cmd_forecast(cfg: Config, args) -> int:
     model = AutoForecaster()
     frame = on_clock(model, cfg.forecast.timezone).fit(series).predict(cfg.forecast.horizon, cfg.forecast.quantiles)
     notes = _capped_quantiles(frame, model)
+    if model.fallback_reason:
+        notes.append(f"{model.name}: fallback to seasonal naive ({model.fallback_reason})")
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     if args.json:
@@ -94,6 +96,8 @@ def cmd_backtest(cfg: Config, args) -> int:
     h = cfg.history
     payload["history"] = str(h.file or (h.prometheus.query if h.prometheus is not None else None))
     payload["timezone"] = cfg.forecast.timezone
+    for note in result.notes:
+        print(f"note: {note}", file=sys.stderr)
     if args.json:
         print(json.dumps(payload))
         return 0

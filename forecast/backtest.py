@@ -237,10 +237,12 @@ class BacktestResult:
     models: dict[str, dict[str, float]]
     per_fold: list[dict] = field(default_factory=list)  # one row per (model, origin), the metrics of that fold
     selected_why: str | None = None  # why `selected` is not a pick (AutoForecaster.why_chosen); not in the JSON
+    notes: list[str] = field(default_factory=list)  # why a score is null, which model fell back in which folds
 
     def to_json(self) -> dict:
         return {"history": self.history, "horizon": self.horizon, "folds": self.folds, "selected": self.selected,
-                "models": {m: {k: finite_or_none(v) for k, v in metrics.items()} for m, metrics in self.models.items()}}
+                "models": {m: {k: finite_or_none(v) for k, v in metrics.items()} for m, metrics in self.models.items()},
+                "notes": self.notes}
 
 
 def score_fold(actual: np.ndarray, frame: pd.DataFrame, scale: float,
@@ -273,13 +275,15 @@ def score_folds(make: Callable[[], Forecaster], history: pd.Series, fold_origins
     rows = []
     for i, origin in enumerate(fold_origins):
         started = time.perf_counter()
-        frame = make().fit(history.iloc[:origin]).predict(horizon, quantiles)
+        model = make().fit(history.iloc[:origin])
+        frame = model.predict(horizon, quantiles)
         seconds = time.perf_counter() - started
         check_quantile_frame(frame, horizon, quantiles)
         actual = values[origin:origin + horizon]
         rows.append({"fold": i, "origin": history.index[origin].isoformat(),
                      **score_fold(actual, frame, seasonal_scale(values[:origin], DAY), target_quantile),
-                     "fit_seconds": seconds, "scored_points": int(np.isfinite(actual).sum())})
+                     "fit_seconds": seconds, "scored_points": int(np.isfinite(actual).sum()),
+                     "fallback": getattr(model, "fallback_reason", None)})
         if progress:
             progress(i + 1)
     return rows
@@ -289,7 +293,7 @@ def summarize(rows: Sequence[dict]) -> dict[str, float]:
     """Mean of each metric over folds; coverage and the shares below the planner's quantiles pooled over every
     scored point instead (a fold with few real actuals weighs little)."""
     table = pd.DataFrame(list(rows))
-    metrics = [k for k in table.columns if k not in ("fold", "origin", "scored_points")]
+    metrics = [k for k in table.columns if k not in ("fold", "origin", "scored_points", "fallback")]
     n = table["scored_points"].to_numpy()
     out = {m: float(np.nanmean(table[m])) if np.isfinite(table[m].to_numpy(dtype=float)).any() else float("nan")
            for m in metrics}
@@ -315,7 +319,7 @@ def backtest(history: pd.Series, horizon: int = DAY, folds: int = 14, step: int 
     makers: dict[str, Callable[[], Forecaster]] = {n: MODELS[n] for n in names}
     candidates = [n for n in names if n in FAST] or list(FAST)
     makers["auto"] = lambda: AutoForecaster(candidates=candidates, horizon=horizon)
-    summary, per_fold = {}, []
+    summary, per_fold, notes = {}, [], _null_scores(history.to_numpy(dtype=float), fold_origins, horizon)
     for j, (name, make) in enumerate(makers.items()):
         tick = (lambda i, j=j, name=name: progress(j * len(fold_origins) + i, len(fold_origins) * len(makers), name)
                 ) if progress else None
@@ -323,6 +327,23 @@ def backtest(history: pd.Series, horizon: int = DAY, folds: int = 14, step: int 
         summary[name] = {m: v for m, v in summarize(rows).items() if m in METRICS}
         per_fold += [{"model": name, **{k: v for k, v in r.items() if k not in ("fold", "scored_points")}}
                      for r in rows]
+        if fallbacks := [r["fallback"] for r in rows if r["fallback"]]:
+            notes.append(f"{name}: fallback to seasonal naive in {len(fallbacks)} of {len(rows)} folds (the last: "
+                         f"{fallbacks[-1]})")
     auto = AutoForecaster(candidates=candidates, horizon=horizon).fit(history)
     return BacktestResult(history=str(history.name), horizon=horizon, folds=len(fold_origins),
-                          selected=auto.chosen, models=summary, per_fold=per_fold, selected_why=auto.why_chosen)
+                          selected=auto.chosen, models=summary, per_fold=per_fold, selected_why=auto.why_chosen,
+                          notes=notes)
+
+
+def _null_scores(values: np.ndarray, fold_origins: Sequence[int], horizon: int) -> list[str]:
+    """Why every model's scores are null where they are: no fold with a known actual, or (MASE and pinball) no fold
+    whose history changes from one day to the next, the unit those errors are scaled by."""
+    scored = [o for o in fold_origins if np.isfinite(values[o:o + horizon]).any()]
+    if not scored:
+        return ["every score is null: no fold has a known actual in its horizon (those hours are all missing)"]
+    if not any(np.isfinite(seasonal_scale(values[:o], DAY)) for o in scored):
+        return ["mase and pinball_* are null: they divide errors by the history's mean change from one day to the "
+                "next, and before every origin the history repeats its previous day exactly (constant, or one "
+                "day's shape)"]
+    return []

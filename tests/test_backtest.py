@@ -66,7 +66,7 @@ def test_missing_actuals_are_not_scored():
 def test_json_shape():
     payload = backtest(demand(), folds=2, models=FAST).to_json()
     json.dumps(payload)
-    assert set(payload) == {"history", "horizon", "folds", "selected", "models"}
+    assert set(payload) == {"history", "horizon", "folds", "selected", "models", "notes"}
     assert payload["horizon"] == 24 and payload["folds"] == 2 and payload["history"] == "synthetic"
     assert set(payload["models"]) == {*FAST, "auto"}
     assert all(set(m) == set(METRICS) for m in payload["models"].values())

@@ -190,3 +190,23 @@ def test_the_backtest_command_answers_an_odd_history_or_says_why(history, tmp_pa
     assert set(out["models"]) == {*MODELS, "auto"}
     for scores in out["models"].values():
         assert all(v is None or np.isfinite(v) for v in scores.values())
+
+
+def test_the_commands_say_which_model_fell_back_and_why_a_score_is_null(tmp_path, capsys):
+    """Three days of a constant gauge: the weekly seasonal naive is seasonal naive there, mstl and gbm are in the
+    first fold, and MASE has no scale. `forecast` named auto's pick as if it all fit and `backtest` printed null
+    scores and fallen-back models under their own names, with no word of either."""
+    path = tmp_path / "gauge.csv"
+    write_csv(pd.Series(7.0, index=pd.date_range("2026-01-05", periods=3 * DAY, freq="h", tz="UTC")), path)
+    assert main(["forecast", str(path), "--horizon", "24", "--json"]) == 0
+    captured = capsys.readouterr()
+    said = [n for n in json.loads(captured.out)["notes"] if "fallback to seasonal naive" in n]
+    assert len(said) == 1 and "snaive168: too short: needs 168 points, has 72" in said[0] and said[0] in captured.err
+    assert main(["backtest", str(path), "--horizon", "24", "--json"]) == 0
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    assert out["models"]["snaive24"]["mase"] is None and out["models"]["snaive24"]["coverage_90"] == 1.0
+    assert any(n.startswith("mase and pinball_* are null") for n in out["notes"])
+    fell_back = {n.split(":")[0] for n in out["notes"] if "fallback to seasonal naive" in n}
+    assert fell_back == {"snaive168", "mstl", "gbm", "ensemble", "auto"}
+    assert all(n in captured.err for n in out["notes"])
