@@ -490,6 +490,9 @@ def test_unusable_histories_say_why(sqlite_uri):
     tracker, idx = Tracker(sqlite_uri), demand().index
     with pytest.raises(TrainingError, match="does not change from one day to the next"):
         train_series("idle", pd.Series(5.0, index=idx), settings(), tracker, factories=FACTORIES)
+    bursts = pd.Series(np.where(np.arange(len(idx)) % 2 == 0, 60.0, 5.0), index=idx)  # every two hours, on the hour
+    with pytest.raises(TrainingError, match=r"where it is known \(constant, or one day's shape repeated exactly\)"):
+        train_series("bursts", bursts, settings(), tracker, factories=FACTORIES)  # it said "constant where it is known"
     with pytest.raises(TrainingError, match=r"60 hourly points.*72 points at least"):
         train_series("new", demand().iloc[:60], settings(), tracker, factories=FACTORIES)
     assert Tracker(sqlite_uri).connect().champion("headroom-idle") is None

@@ -318,7 +318,8 @@ def _train(name, series, settings, tracker, now, makers, origins, exp, parent) -
         if not np.isfinite(seasonal_scale(series.to_numpy(dtype=float), DAY)):
             raise TrainingError(f"{name}: no candidate has a finite {key}: errors are scaled by the history's change "
                                 "from one day to the next, and this history does not change from one day to the next "
-                                "(constant where it is known): there is nothing to train")
+                                "where it is known (constant, or one day's shape repeated exactly): there is nothing "
+                                "to train")
         raise TrainingError(f"{name}: no candidate has a finite {key}")
 
     model = makers[winner]().fit(series)
