@@ -64,7 +64,7 @@ def cmd_forecast(cfg: Config, args) -> int:
         print(f"note: {note}", file=sys.stderr)
     if args.json:
         print(json.dumps({"model": model.name, "cleaning": report.lines(), "notes": notes,
-                          "forecast": [{"timestamp": ts.isoformat(), **{f"q{q:g}": round(v, 4) for q, v in row.items()}}
+                          "forecast": [{"timestamp": ts.isoformat(), **{f"q{q:g}": v for q, v in row.items()}}
                                        for ts, row in frame.iterrows()]}))
         return 0
     table = frame.rename(columns=lambda q: f"q{q:g}")
@@ -72,7 +72,8 @@ def cmd_forecast(cfg: Config, args) -> int:
     table.index = table.index.strftime("%Y-%m-%dT%H:%M:%SZ")
     table.index.name = "timestamp"
     if args.csv:
-        sys.stdout.write(table.to_csv(float_format="%.4f"))
+        # significant digits, not decimals: demand in large units (1e-6 per hour) must not print as 0
+        sys.stdout.write(table.to_csv(float_format="%.10g"))
     else:
         print(f"# model: {model.name}; " + "; ".join(report.lines()))
         print(table.to_string(float_format=lambda v: f"{v:.2f}"))

@@ -114,7 +114,7 @@ def assert_fallbacks_are_stated(fitted) -> None:
 
 
 @pytest.mark.parametrize("model", FACTORIES, ids=str)
-@pytest.mark.parametrize("level", [0.0, 1e-9, 0.3, 7.0, 1e9])
+@pytest.mark.parametrize("level", [0.0, 1e-9, 3e-6, 0.3, 7.0, 1e9])
 @pytest.mark.parametrize("days", [3, 7, 17])
 def test_the_band_of_a_constant_history_holds_the_constant(model, level, days):
     """ets and mstl fit a constant as the constant plus rounding noise (7 + 2e-15), outside the zero-width band the
@@ -210,3 +210,16 @@ def test_the_commands_say_which_model_fell_back_and_why_a_score_is_null(tmp_path
     fell_back = {n.split(":")[0] for n in out["notes"] if "fallback to seasonal naive" in n}
     assert fell_back == {"snaive168", "mstl", "gbm", "ensemble", "auto"}
     assert all(n in captured.err for n in out["notes"])
+
+
+@pytest.mark.parametrize("output", ["--json", "--csv"])
+def test_the_forecast_of_demand_in_large_units_is_not_printed_as_zero(output, tmp_path, capsys):
+    """Demand counted in large units (1e-6 of one per hour) printed as 0.0 to four decimals: a band that holds
+    nothing of a constant history, and a zero forecast for a planner reading it."""
+    path = tmp_path / "tiny.csv"
+    write_csv(pd.Series(3e-6, index=pd.date_range("2026-01-05", periods=7 * DAY, freq="h", tz="UTC")), path)
+    assert main(["forecast", str(path), "--horizon", "3", output]) == 0
+    out = capsys.readouterr().out
+    rows = ([[row[k] for k in ("q0.5", "q0.9", "q0.99")] for row in json.loads(out)["forecast"]] if output == "--json"
+            else [[float(v) for v in line.split(",")[2:]] for line in out.splitlines()[1:]])
+    assert rows == [[3e-6] * 3] * 3
