@@ -327,13 +327,19 @@ def backtest(history: pd.Series, horizon: int = DAY, folds: int = 14, step: int 
         summary[name] = {m: v for m, v in summarize(rows).items() if m in METRICS}
         per_fold += [{"model": name, **{k: v for k, v in r.items() if k not in ("fold", "scored_points")}}
                      for r in rows]
-        if fallbacks := [r["fallback"] for r in rows if r["fallback"]]:
-            notes.append(f"{name}: fallback to seasonal naive in {len(fallbacks)} of {len(rows)} folds (the last: "
-                         f"{fallbacks[-1]})")
+        if note := fallback_note(name, rows):
+            notes.append(note)
     auto = AutoForecaster(candidates=candidates, horizon=horizon).fit(history)
     return BacktestResult(history=str(history.name), horizon=horizon, folds=len(fold_origins),
                           selected=auto.chosen, models=summary, per_fold=per_fold, selected_why=auto.why_chosen,
                           notes=notes)
+
+
+def fallback_note(name: str, rows: Sequence[dict]) -> str | None:
+    """In how many of its folds (`score_folds` rows) a model fell back to seasonal naive, and the last one's reason."""
+    fallbacks = [r["fallback"] for r in rows if r["fallback"]]
+    return (f"{name}: fallback to seasonal naive in {len(fallbacks)} of {len(rows)} folds (the last: {fallbacks[-1]})"
+            if fallbacks else None)
 
 
 def _null_scores(values: np.ndarray, fold_origins: Sequence[int], horizon: int) -> list[str]:

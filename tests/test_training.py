@@ -498,6 +498,15 @@ def test_unusable_histories_say_why(sqlite_uri):
     assert Tracker(sqlite_uri).connect().champion("headroom-idle") is None
 
 
+def test_a_candidate_that_fell_back_is_said_with_its_reason(sqlite_uri):
+    """Five days: the weekly seasonal naive is the daily one in every fold and in the model trained, and the result
+    said nothing of it, only "snaive168" and its score."""
+    result = train_series("five-days", demand(days=5), settings(candidates=("snaive168",)), Tracker(sqlite_uri))
+    assert result.selected == "snaive168" and result.to_json()["notes"] == [
+        "snaive168: fallback to seasonal naive in 2 of 2 folds (the last: too short: needs 168 points, has 96)",
+        "snaive168 fitted on the whole history: fallback to seasonal naive (too short: needs 168 points, has 120)"]
+
+
 def test_a_deleted_experiment_is_named_with_the_way_out(tmp_path):
     """An operator deleting a series' experiment in the MLflow UI (MLflow keeps it, deleted, under its name) made
     every later training fail with 'The experiment 1 must be in the active state': say which experiment and how

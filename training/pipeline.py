@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from adapters.mlflow import Tracker, TrackingError, experiment_name, registered_name
 from core.errors import interrupt_inside
 from core.settings import MAX_HORIZON_HOURS, SERIES_NAME_PATTERN, TrainingConfig
-from forecast.backtest import SCORED_QUANTILES, AutoForecaster, pinball_key, score_folds, summarize
+from forecast.backtest import SCORED_QUANTILES, AutoForecaster, fallback_note, pinball_key, score_folds, summarize
 from forecast.base import Forecaster, check_quantile_frame
 from forecast.calibrate import Calibrated
 from forecast.calibrate import origins as fold_origins
@@ -168,6 +168,7 @@ class TrainResult:
     champion_score: float | None = None
     origins: list[str] = field(default_factory=list)
     failed_candidates: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # which candidate fell back to seasonal naive where, and why
     model: Any = None
 
     def to_json(self) -> dict:
@@ -324,6 +325,9 @@ def _train(name, series, settings, tracker, now, makers, origins, exp, parent) -
 
     model = makers[winner]().fit(series)
     future = model.predict(settings.horizon, list(settings.quantiles))
+    notes = [note for cand, rows in per_fold.items() if (note := fallback_note(cand, rows))]
+    if reason := getattr(model, "fallback_reason", None):
+        notes.append(f"{winner} fitted on the whole history: fallback to seasonal naive ({reason})")
     check_quantile_frame(future, settings.horizon, list(settings.quantiles))
     scale = seasonal_scale(series.to_numpy(dtype=float), DAY)
 
@@ -415,7 +419,8 @@ def _train(name, series, settings, tracker, now, makers, origins, exp, parent) -
     return TrainResult(name=name, run_id=parent, experiment_id=exp, selected=winner, objective=key,
                        score=scores[winner][key], scores=scores, version=version, promoted=promote, reason=reason,
                        champion_version=champ_version, champion_score=champ_score,
-                       origins=[series.index[o].isoformat() for o in origins], failed_candidates=failed, model=model)
+                       origins=[series.index[o].isoformat() for o in origins], failed_candidates=failed, notes=notes,
+                       model=model)
 
 
 def load_champion(name: str, tracking_uri: str | None = None) -> Champion:
