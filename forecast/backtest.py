@@ -112,7 +112,6 @@ class AutoForecaster:
         self.model_ = (Ensemble(pick.members, pick.how, pick.weights) if len(pick.members) > 1
                        else MODELS[pick.members[0]]())
         self.model_.fit(history)
-        self.fallback_reason = getattr(self.model_, "fallback_reason", None)
         honest = np.full((len(fold_origins), self.horizon), np.nan)
         for j in range(1, len(fold_origins)):
             honest[j] = self._select(points, errors, actuals, scales, window(j)).points[j]
@@ -185,6 +184,11 @@ class AutoForecaster:
             weights = inverse / inverse.sum() if inverse.sum() > 0 else np.full(len(top), 1.0 / len(top))
         return _Pick(combination_name(top, self.combine), top, self.combine, weights,
                      combine(stacked, self.combine, weights), scores)
+
+    @property
+    def fallback_reason(self) -> str | None:
+        """Why the picked model's fit, or its last forecast, fell back to seasonal naive."""
+        return getattr(self.model_, "fallback_reason", None)
 
     def predict(self, horizon: int, quantiles: Sequence[float]) -> pd.DataFrame:
         return calibrated_predict(self.model_, self.residuals_, self.history_, horizon, quantiles, self.origins_,

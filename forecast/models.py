@@ -73,13 +73,20 @@ class PointModel:
         return self
 
     def _fall_back(self, reason: str, severity: int = logging.WARNING) -> None:
+        """The fit failed: every forecast is seasonal naive's."""
         log.log(severity, "%s failed to fit (%s); falling back to seasonal naive", self.name, reason)
         self.fallback_reason = reason
         self._fit_failed = True
 
+    def _forecast_falls_back(self, reason: str, severity: int = logging.WARNING) -> None:
+        """This forecast (its horizon) is seasonal naive's; the fitted model still serves the next one."""
+        log.log(severity, "%s failed to forecast (%s); falling back to seasonal naive", self.name, reason)
+        self.fallback_reason = reason
+
     def point(self, horizon: int) -> np.ndarray:
         if getattr(self, "_fit_failed", False):
             return _repeat_last(self.values_, DAY, horizon)
+        self.fallback_reason = None  # says why the last forecast fell back, not an earlier (longer) one
         if len(self.values_) and np.ptp(self.values_) == 0:
             # a constant history's forecast is the constant: a model's own fit of it (ets, mstl) is that value plus
             # rounding noise, and the noise alone put it outside the zero-width band day-over-day errors give
@@ -94,7 +101,7 @@ class PointModel:
         except Exception as exc:
             if (stop := interrupt_inside(exc)) is not None:
                 raise stop from None
-            self._fall_back(f"{type(exc).__name__}: {exc}")
+            self._forecast_falls_back(f"{type(exc).__name__}: {exc}")
             return _repeat_last(self.values_, DAY, horizon)
 
     def predict(self, horizon: int, quantiles: Sequence[float]) -> pd.DataFrame:
@@ -329,7 +336,7 @@ class GradientBoosting(PointModel):
         try:
             lags = self.lags(horizon)
         except TooShort as exc:
-            self._fall_back(f"too short: {exc}", logging.DEBUG)
+            self._forecast_falls_back(f"too short: {exc}", logging.DEBUG)
             return _repeat_last(self.values_, DAY, horizon)
         values = self.values_
         recent = values[-WEEK:]
@@ -446,9 +453,13 @@ class Ensemble:
     def fit(self, history: pd.Series) -> Self:
         self.history_ = history
         self.fitted_ = [MODELS[m]().fit(history) for m in self.members]
-        reasons = [f"{m.name}: {m.fallback_reason}" for m in self.fitted_ if getattr(m, "fallback_reason", None)]
-        self.fallback_reason = "; ".join(reasons) or None
         return self
+
+    @property
+    def fallback_reason(self) -> str | None:
+        """Why a member's fit, or its last forecast, fell back to seasonal naive (None: none did)."""
+        reasons = [f"{m.name}: {m.fallback_reason}" for m in self.fitted_ if getattr(m, "fallback_reason", None)]
+        return "; ".join(reasons) or None
 
     def combine(self, paths: np.ndarray) -> np.ndarray:
         """Combine stacked paths (members first) the ensemble's way."""

@@ -223,3 +223,17 @@ def test_the_forecast_of_demand_in_large_units_is_not_printed_as_zero(output, tm
     rows = ([[row[k] for k in ("q0.5", "q0.9", "q0.99")] for row in json.loads(out)["forecast"]] if output == "--json"
             else [[float(v) for v in line.split(",")[2:]] for line in out.splitlines()[1:]])
     assert rows == [[3e-6] * 3] * 3
+
+
+def test_a_forecast_too_long_for_the_history_leaves_the_next_one_as_it_was():
+    """gbm's lags at 300 h ahead need more than ten days: that forecast falls back, with its reason. It also marked
+    the fitted model failed, so every later forecast, 24 h ahead as before, was seasonal naive's."""
+    history = pd.Series(100 + 40 * np.sin(2 * np.pi * np.arange(10 * DAY) / DAY),
+                        index=pd.date_range("2026-01-05", periods=10 * DAY, freq="h", tz="UTC"))
+    model = MODELS["gbm"]().fit(history)
+    before = model.predict(DAY, QUANTILES)
+    assert model.fallback_reason is None
+    model.predict(300, QUANTILES)
+    assert model.fallback_reason == "too short: gbm at horizon 300 needs 360 points, has 240"
+    pd.testing.assert_frame_equal(model.predict(DAY, QUANTILES), before)
+    assert model.fallback_reason is None
