@@ -30,17 +30,22 @@ MIN_FORECAST_POINTS = 48  # two days at the hourly step: the forecast's interval
 
 
 def _capped_quantiles(frame, model) -> list[str]:
-    """Upper quantiles equal to the one below them in every hour: the calibration folds showed no larger error, and
-    split conformal places no bound above the largest error n folds showed beyond level n / (n + 1)."""
-    from forecast.calibrate import scored_folds
+    """Upper quantiles equal to the one below them in every hour: the calibration folds (on a short history, the
+    refits that stand in for them) showed no larger error, and split conformal places no bound above the largest
+    error n of them showed beyond level n / (n + 1)."""
+    from forecast.calibrate import INTERVALS, scored_folds
 
     upper = [q for q in frame.columns if q > 0.5]
     capped = [q for below, q in zip(upper, upper[1:]) if frame[q].equals(frame[below])]
     if not capped:
         return []
-    return [f"{', '.join(f'q{q:g}' for q in capped)} equal the quantile below in every hour: the largest error "
-            f"{scored_folds(model.residuals_)} calibration folds showed (with n folds nothing above level n/(n+1) "
-            "can be told from it); more history gives room above it"]
+    folds = scored_folds(model.residuals_)
+    shown_by = (f"{folds} calibration folds" if folds >= INTERVALS.min_folds else
+                f"the model's refits every {INTERVALS.refit_step} h (a history with {folds} daily calibration folds, "
+                f"under {INTERVALS.min_folds}, has its bands from them)")
+    return [f"{', '.join(f'q{q:g}' for q in capped)} equal the quantile below in every hour: the largest error shown "
+            f"by {shown_by} (with n of them nothing above level n/(n+1) can be told from it); more history gives room "
+            "above it"]
 
 
 def cmd_forecast(cfg: Config, args) -> int:

@@ -237,3 +237,14 @@ def test_a_forecast_too_long_for_the_history_leaves_the_next_one_as_it_was():
     assert model.fallback_reason == "too short: gbm at horizon 300 needs 360 points, has 240"
     pd.testing.assert_frame_equal(model.predict(DAY, QUANTILES), before)
     assert model.fallback_reason is None
+
+
+def test_a_short_historys_capped_quantiles_are_said_to_come_from_its_refits(tmp_path, capsys):
+    """Under five daily folds the bands come from refits every 6 h, but the note credited "the largest error 4
+    calibration folds showed" (0 folds on three days)."""
+    path = tmp_path / "week.csv"
+    write_csv(pd.Series(7.0, index=pd.date_range("2026-01-05", periods=7 * DAY, freq="h", tz="UTC")), path)
+    assert main(["forecast", str(path), "--horizon", "24", "--json"]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert len(notes) == 1 and "the largest error shown by the model's refits every 6 h (a history with 4 daily " \
+        "calibration folds, under 5, has its bands from them)" in notes[0]
