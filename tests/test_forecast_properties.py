@@ -248,3 +248,15 @@ def test_a_short_historys_capped_quantiles_are_said_to_come_from_its_refits(tmp_
     notes = json.loads(capsys.readouterr().out)["notes"]
     assert len(notes) == 1 and "the largest error shown by the model's refits every 6 h (a history with 4 daily " \
         "calibration folds, under 5, has its bands from them)" in notes[0]
+
+
+def test_a_noise_free_daily_cycle_scores_null_with_its_reason_not_a_mase_of_1e15():
+    """A load generator's exact daily cycle differs from one day to the next only by rounding (1e-14): MASE divided
+    by that, and the last value held scored 1.5e15, auto 1.6e14, promoted by `headroom train` as a real score."""
+    from forecast.backtest import backtest
+
+    history = pd.Series(100 + 40 * np.sin(2 * np.pi * np.arange(7 * DAY) / DAY),
+                        index=pd.date_range("2026-01-05", periods=7 * DAY, freq="h", tz="UTC"))
+    result = backtest(history, folds=3, models=["snaive24", "naive"])
+    assert all(np.isnan(result.models[m]["mase"]) for m in ("snaive24", "naive", "auto"))
+    assert np.isfinite(result.models["naive"]["smape"]) and result.notes[0].startswith("mase and pinball_* are null")
