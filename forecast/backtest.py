@@ -153,6 +153,8 @@ class AutoForecaster:
         why = (f"{len(folds)} inner fold(s), under the {enough} a pick needs: "
                + (f"the pick weighs {len(folds)}/{enough}, {rest} of the rest" if share
                   else "the mean of every candidate"))
+        # a candidate with no weight is not in the pick: not in its name, not fitted, no fallback of its said
+        members, weights = tuple(m for m, w in zip(members, weights) if w > 0), weights[weights > 0]
         if len(members) == 1:
             return _Pick(members[0], members, "mean", None, points[members[0]], scores, why)
         how = "weighted" if share else "mean"

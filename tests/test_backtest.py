@@ -360,8 +360,8 @@ def test_with_too_few_inner_folds_the_unrefuted_rule_shares_the_rest_among_candi
     picking = AutoForecaster(pool, min_selection_folds=0).fit(nights)
     auto = AutoForecaster(pool, min_selection_folds=7, weak_evidence="shrink-unrefuted").fit(nights)
     best = min(pool, key=lambda c: picking.scores_[c])
-    weights = dict(zip(pool, auto.model_.weights))
-    assert weights["naive"] == 0 < weights[best]
+    weights = dict(zip(auto.model_.members, auto.model_.weights))
+    assert "naive" not in weights and "naive" not in auto.chosen and weights[best] > 0  # no weight: not in the pick
     assert sum(weights.values()) == pytest.approx(1.0)
     assert auto.why_chosen == ("5 inner fold(s), under the 7 a pick needs: the pick weighs 5/7, every candidate not "
                                "worse than the best on each of them an equal share of the rest")

@@ -134,6 +134,8 @@ def test_autos_name_candidates_and_model_are_what_it_predicts_with(history):
     assert auto.name == f"auto({auto.chosen})" and auto.model_.name == auto.chosen
     members = auto.model_.members if isinstance(auto.model_, Ensemble) else (auto.chosen,)
     assert set(members) <= set(auto.candidates)
+    if isinstance(auto.model_, Ensemble) and auto.model_.weights is not None:
+        assert (auto.model_.weights > 0).all()  # a member named is a member that counts
     point = auto.model_.point(DAY)
     median = auto.predict(DAY, [0.5])[0.5].to_numpy()
     busy = point > 1e-9 * max(point.max(), 1e-300)
