@@ -1,6 +1,7 @@
 """Training pipeline against REAL MLflow stores: a sqlite store in tmp, and a real `mlflow server`."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -372,6 +373,8 @@ def test_a_champion_whose_card_cannot_be_read_is_replaced_by_the_next_training(t
         load_champion("gone", uri)
     healed = train_series("gone", demand(), settings(), tracker, factories=FACTORIES)
     assert healed.promoted and "champion v1 could not be re-scored" in healed.reason, healed.reason
+    assert healed.to_json()["champion_score"] is None  # `headroom train` printed "champion_score": NaN, not JSON
+    json.dumps(healed.to_json(), allow_nan=False)
     assert load_champion("gone", uri).version == healed.version == "2"
     c = client(uri)  # a version of another tool's, without a run (so without a card)
     c.create_model_version("headroom-gone", (tmp_path / "elsewhere").as_uri(), run_id=None)

@@ -174,7 +174,8 @@ class TrainResult:
     def to_json(self) -> dict:
         out = asdict(self)
         out.pop("model")
-        return json.loads(json.dumps(out, default=lambda v: None))
+        # a score that is not finite (a champion that could not be re-scored) is null: NaN is not JSON
+        return json.loads(json.dumps(out, default=lambda v: None), parse_constant=lambda _: None)
 
 
 def _score(make: Callable[[], Forecaster], series: pd.Series, origins: Sequence[int],
