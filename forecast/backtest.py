@@ -325,7 +325,7 @@ def backtest(history: pd.Series, horizon: int = DAY, folds: int = 14, step: int 
     makers: dict[str, Callable[[], Forecaster]] = {n: MODELS[n] for n in names}
     candidates = [n for n in names if n in FAST] or list(FAST)
     makers["auto"] = lambda: AutoForecaster(candidates=candidates, horizon=horizon)
-    summary, per_fold, notes = {}, [], _null_scores(history.to_numpy(dtype=float), fold_origins, horizon)
+    summary, per_fold, notes = {}, [], null_scores(history.to_numpy(dtype=float), fold_origins, horizon)
     for j, (name, make) in enumerate(makers.items()):
         tick = (lambda i, j=j, name=name: progress(j * len(fold_origins) + i, len(fold_origins) * len(makers), name)
                 ) if progress else None
@@ -348,14 +348,14 @@ def fallback_note(name: str, rows: Sequence[dict]) -> str | None:
             if fallbacks else None)
 
 
-def _null_scores(values: np.ndarray, fold_origins: Sequence[int], horizon: int) -> list[str]:
+def null_scores(values: np.ndarray, fold_origins: Sequence[int], horizon: int) -> list[str]:
     """Why every model's scores are null where they are: no fold with a known actual, or (MASE and pinball) no fold
     whose history changes from one day to the next, the unit those errors are scaled by."""
     scored = [o for o in fold_origins if np.isfinite(values[o:o + horizon]).any()]
     if not scored:
         return ["every score is null: no fold has a known actual in its horizon (those hours are all missing)"]
     if not any(np.isfinite(seasonal_scale(values[:o], DAY)) for o in scored):
-        return ["mase and pinball_* are null: they divide errors by the history's mean change from one day to the "
-                "next, and before every origin the history repeats its previous day exactly (constant, or one "
-                "day's shape)"]
+        return ["mase and pinball_* are null: they divide errors by the history's change from one day to the next, "
+                "and before every origin the history does not change from one day to the next where it is known "
+                "(constant, or one day's shape repeated exactly)"]
     return []

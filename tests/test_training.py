@@ -496,6 +496,10 @@ def test_unusable_histories_say_why(sqlite_uri):
     bursts = pd.Series(np.where(np.arange(len(idx)) % 2 == 0, 60.0, 5.0), index=idx)  # every two hours, on the hour
     with pytest.raises(TrainingError, match=r"where it is known \(constant, or one day's shape repeated exactly\)"):
         train_series("bursts", bursts, settings(), tracker, factories=FACTORIES)  # it said "constant where it is known"
+    woke = pd.Series(0.0, index=idx)
+    woke.iloc[-5:] = 3.0  # idle until its last hours: every fold's history is, so no score has a scale (said no reason)
+    with pytest.raises(TrainingError, match="before every origin the history does not change from one day to the next"):
+        train_series("woke", woke, settings(), tracker, factories=FACTORIES)
     with pytest.raises(TrainingError, match=r"60 hourly points.*72 points at least"):
         train_series("new", demand().iloc[:60], settings(), tracker, factories=FACTORIES)
     assert Tracker(sqlite_uri).connect().champion("headroom-idle") is None

@@ -26,7 +26,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from adapters.mlflow import Tracker, TrackingError, experiment_name, registered_name
 from core.errors import interrupt_inside
 from core.settings import MAX_HORIZON_HOURS, SERIES_NAME_PATTERN, TrainingConfig
-from forecast.backtest import SCORED_QUANTILES, AutoForecaster, fallback_note, pinball_key, score_folds, summarize
+from forecast.backtest import (
+    SCORED_QUANTILES,
+    AutoForecaster,
+    fallback_note,
+    null_scores,
+    pinball_key,
+    score_folds,
+    summarize,
+)
 from forecast.base import Forecaster, check_quantile_frame
 from forecast.calibrate import Calibrated
 from forecast.calibrate import origins as fold_origins
@@ -317,12 +325,10 @@ def _train(name, series, settings, tracker, now, makers, origins, exp, parent) -
         raise TrainingError(f"{name}: every candidate the controller can serve failed: {failed}")
     winner = min(servable, key=lambda c: scores[c][key] if np.isfinite(scores[c][key]) else float("inf"))
     if not np.isfinite(scores[winner][key]):
-        if not np.isfinite(seasonal_scale(series.to_numpy(dtype=float), DAY)):
-            raise TrainingError(f"{name}: no candidate has a finite {key}: errors are scaled by the history's change "
-                                "from one day to the next, and this history does not change from one day to the next "
-                                "where it is known (constant, or one day's shape repeated exactly): there is nothing "
-                                "to train")
-        raise TrainingError(f"{name}: no candidate has a finite {key}")
+        # the scores' own reason, before each fold's origin (a history idle until its last day has none either)
+        why = null_scores(series.to_numpy(dtype=float), origins, settings.horizon)
+        raise TrainingError(f"{name}: no candidate has a finite {key}" + (f": {why[0]}: there is nothing to train"
+                                                                          if why else ""))
 
     model = makers[winner]().fit(series)
     future = model.predict(settings.horizon, list(settings.quantiles))
