@@ -72,16 +72,14 @@ class PointModel:
             self._fall_back(f"{type(exc).__name__}: {exc}")
         return self
 
-    def _fall_back(self, reason: str, severity: int = logging.WARNING) -> None:
-        """The fit failed: every forecast is seasonal naive's."""
-        log.log(severity, "%s failed to fit (%s); falling back to seasonal naive", self.name, reason)
+    def _fall_back(self, reason: str, severity: int = logging.WARNING, fit: bool = True) -> None:
+        """Seasonal naive's forecast instead, for `reason`: every forecast's when the fit failed, else (`fit` false)
+        this one's alone (a horizon the fitted model cannot reach; it still serves the next forecast)."""
+        log.log(severity, "%s failed to %s (%s); falling back to seasonal naive", self.name,
+                "fit" if fit else "forecast", reason)
         self.fallback_reason = reason
-        self._fit_failed = True
-
-    def _forecast_falls_back(self, reason: str, severity: int = logging.WARNING) -> None:
-        """This forecast (its horizon) is seasonal naive's; the fitted model still serves the next one."""
-        log.log(severity, "%s failed to forecast (%s); falling back to seasonal naive", self.name, reason)
-        self.fallback_reason = reason
+        if fit:
+            self._fit_failed = True
 
     def point(self, horizon: int) -> np.ndarray:
         if getattr(self, "_fit_failed", False):
@@ -101,7 +99,7 @@ class PointModel:
         except Exception as exc:
             if (stop := interrupt_inside(exc)) is not None:
                 raise stop from None
-            self._forecast_falls_back(f"{type(exc).__name__}: {exc}")
+            self._fall_back(f"{type(exc).__name__}: {exc}", fit=False)
             return _repeat_last(self.values_, DAY, horizon)
 
     def predict(self, horizon: int, quantiles: Sequence[float]) -> pd.DataFrame:
@@ -336,7 +334,7 @@ class GradientBoosting(PointModel):
         try:
             lags = self.lags(horizon)
         except TooShort as exc:
-            self._forecast_falls_back(f"too short: {exc}", logging.DEBUG)
+            self._fall_back(f"too short: {exc}", logging.DEBUG, fit=False)
             return _repeat_last(self.values_, DAY, horizon)
         values = self.values_
         recent = values[-WEEK:]

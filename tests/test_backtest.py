@@ -294,7 +294,7 @@ def test_a_one_week_real_trace_backtests_every_model_without_an_unexplained_fall
     with caplog.at_level(logging.WARNING, logger="forecast.models"):
         result = backtest(week, folds=7, models=["snaive24", "profile", "naive", "theta", "mstl", "gbm", "ets"])
     assert result.folds == 5
-    assert "failed to fit" not in caplog.text, caplog.text
+    assert "failed to" not in caplog.text, caplog.text  # to fit, or to forecast
     assert all(np.isfinite(m["mase"]) for m in result.models.values())
 
 
