@@ -188,10 +188,12 @@ def test_the_backtest_command_answers_an_odd_history_or_says_why(history, tmp_pa
         assert status in (1, 2) and str(path) in captured.err, captured.err
         return
     out = json.loads(captured.out)
-    assert {"history", "horizon", "folds", "selected", "models", "timezone"} <= set(out)
+    assert {"history", "horizon", "folds", "selected", "models", "timezone", "notes"} <= set(out)
     assert set(out["models"]) == {*MODELS, "auto"}
     for scores in out["models"].values():
         assert all(v is None or np.isfinite(v) for v in scores.values())
+        if scores["mase"] is None:  # a null with its reason
+            assert any(n.startswith(("mase and pinball_* are null", "every score is null")) for n in out["notes"])
 
 
 def test_the_commands_say_which_model_fell_back_and_why_a_score_is_null(tmp_path, capsys):
