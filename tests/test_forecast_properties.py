@@ -103,14 +103,22 @@ def test_every_forecaster_honours_the_contract_on_odd_histories(model):
     check()
 
 
+def inner_models(fitted) -> list:
+    """The fitted models a wrapper forecasts with: an ensemble's members, auto's pick (its members when an ensemble),
+    calibrated's model; none for a model of its own."""
+    if isinstance(fitted, Ensemble):
+        return list(fitted.fitted_)
+    if isinstance(fitted, AutoForecaster | Calibrated):
+        inner = fitted.model_ if isinstance(fitted, AutoForecaster) else fitted.fitted_
+        return inner_models(inner) if isinstance(inner, Ensemble) else [inner]
+    return []
+
+
 def assert_fallbacks_are_stated(fitted) -> None:
-    """Every member that fell back is named in the wrapper's fallback_reason (auto, calibrated, an ensemble)."""
-    inner = getattr(fitted, "model_", None) or getattr(fitted, "fitted_", None)
-    members = inner if isinstance(inner, list) else getattr(inner, "fitted_", [inner] if inner is not None else [])
-    members = members if isinstance(members, list) else [members]
-    for member in members:
-        if getattr(member, "fallback_reason", None):
-            assert fitted.fallback_reason and member.fallback_reason in fitted.fallback_reason
+    """Every inner model that fell back is named in the wrapper's fallback_reason (auto, calibrated, an ensemble)."""
+    for inner in inner_models(fitted):
+        if inner.fallback_reason:
+            assert fitted.fallback_reason and inner.fallback_reason in fitted.fallback_reason
 
 
 @pytest.mark.parametrize("model", FACTORIES, ids=str)
