@@ -272,3 +272,17 @@ def test_a_noise_free_daily_cycle_scores_null_with_its_reason_not_a_mase_of_1e15
     result = backtest(history, folds=3, models=["snaive24", "naive"])
     assert all(np.isnan(result.models[m]["mase"]) for m in ("snaive24", "naive", "auto"))
     assert np.isfinite(result.models["naive"]["smape"]) and result.notes[0].startswith("mase and pinball_* are null")
+
+
+@pytest.mark.xfail(strict=True, reason="a quantile depends on which others are asked (README, Known defects)")
+def test_a_quantile_does_not_depend_on_which_others_are_asked():
+    """Each quantile's adaptive conformal level moves on its own, so two levels can cross; quantile_frame then sorts the
+    values among the quantiles asked. Here q0.05 asked alone is 0.55 higher, in 11 hours, than asked with q0.1."""
+    hours = np.arange(276)
+    history = pd.Series(np.where(hours % DAY > 12, 2.0, 1.0),
+                        index=pd.date_range("2026-01-05", periods=len(hours), freq="h", tz="UTC"))
+    history.iloc[:68] = np.nan  # collection started three days late
+    auto = AutoForecaster().fit(history)
+    every = auto.predict(DAY, QUANTILES)
+    for q in QUANTILES:
+        pd.testing.assert_series_equal(auto.predict(DAY, [q])[q], every[q])
