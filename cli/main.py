@@ -30,17 +30,22 @@ MIN_FORECAST_POINTS = 48  # two days at the hourly step: the forecast's interval
 
 
 def _capped_quantiles(frame, model) -> list[str]:
-    """Upper quantiles equal to the one below them in every hour: the calibration folds showed no larger error, and
-    split conformal places no bound above the largest error n folds showed beyond level n / (n + 1)."""
-    from forecast.calibrate import scored_folds
+    """Upper quantiles equal to the one below them in every hour: the calibration folds (on a short history, the
+    refits that stand in for them) showed no larger error, and split conformal places no bound above the largest
+    error n of them showed beyond level n / (n + 1)."""
+    from forecast.calibrate import INTERVALS, scored_folds
 
     upper = [q for q in frame.columns if q > 0.5]
     capped = [q for below, q in zip(upper, upper[1:]) if frame[q].equals(frame[below])]
     if not capped:
         return []
-    return [f"{', '.join(f'q{q:g}' for q in capped)} equal the quantile below in every hour: the largest error "
-            f"{scored_folds(model.residuals_)} calibration folds showed (with n folds nothing above level n/(n+1) "
-            "can be told from it); more history gives room above it"]
+    folds = scored_folds(model.residuals_)
+    shown_by = (f"{folds} calibration folds" if folds >= INTERVALS.min_folds else
+                f"the model's refits every {INTERVALS.refit_step} h (a history with {folds} daily calibration folds, "
+                f"under {INTERVALS.min_folds}, has its bands from them)")
+    return [f"{', '.join(f'q{q:g}' for q in capped)} equal the quantile below in every hour: the largest error shown "
+            f"by {shown_by} (with n of them nothing above level n/(n+1) can be told from it); more history gives room "
+            "above it"]
 
 
 def cmd_forecast(cfg: Config, args) -> int:
@@ -58,11 +63,13 @@ def cmd_forecast(cfg: Config, args) -> int:
     model = AutoForecaster()
     frame = on_clock(model, cfg.forecast.timezone).fit(series).predict(cfg.forecast.horizon, cfg.forecast.quantiles)
     notes = _capped_quantiles(frame, model)
+    if model.fallback_reason:
+        notes.append(f"{model.name}: fallback to seasonal naive ({model.fallback_reason})")
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     if args.json:
         print(json.dumps({"model": model.name, "cleaning": report.lines(), "notes": notes,
-                          "forecast": [{"timestamp": ts.isoformat(), **{f"q{q:g}": round(v, 4) for q, v in row.items()}}
+                          "forecast": [{"timestamp": ts.isoformat(), **{f"q{q:g}": v for q, v in row.items()}}
                                        for ts, row in frame.iterrows()]}))
         return 0
     table = frame.rename(columns=lambda q: f"q{q:g}")
@@ -70,7 +77,8 @@ def cmd_forecast(cfg: Config, args) -> int:
     table.index = table.index.strftime("%Y-%m-%dT%H:%M:%SZ")
     table.index.name = "timestamp"
     if args.csv:
-        sys.stdout.write(table.to_csv(float_format="%.4f"))
+        # significant digits, not decimals: demand in large units (1e-6 per hour) must not print as 0
+        sys.stdout.write(table.to_csv(float_format="%.10g"))
     else:
         print(f"# model: {model.name}; " + "; ".join(report.lines()))
         print(table.to_string(float_format=lambda v: f"{v:.2f}"))
@@ -94,6 +102,8 @@ def cmd_backtest(cfg: Config, args) -> int:
     h = cfg.history
     payload["history"] = str(h.file or (h.prometheus.query if h.prometheus is not None else None))
     payload["timezone"] = cfg.forecast.timezone
+    for note in result.notes:
+        print(f"note: {note}", file=sys.stderr)
     if args.json:
         print(json.dumps(payload))
         return 0

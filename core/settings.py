@@ -221,7 +221,7 @@ class HistoryConfig(CrossChecked):
     prometheus: PrometheusConfig | None = None
     statistic: str = "mean"
     step: str = "1h"
-    counter: bool = False
+    counter: bool | None = None  # None: a gauge unless its values only rise (refused as a counter: say which it is)
     outlier_factor: float | None = Field(3.0, gt=1)
 
     @field_validator("statistic")

@@ -112,7 +112,6 @@ class AutoForecaster:
         self.model_ = (Ensemble(pick.members, pick.how, pick.weights) if len(pick.members) > 1
                        else MODELS[pick.members[0]]())
         self.model_.fit(history)
-        self.fallback_reason = getattr(self.model_, "fallback_reason", None)
         honest = np.full((len(fold_origins), self.horizon), np.nan)
         for j in range(1, len(fold_origins)):
             honest[j] = self._select(points, errors, actuals, scales, window(j)).points[j]
@@ -154,6 +153,8 @@ class AutoForecaster:
         why = (f"{len(folds)} inner fold(s), under the {enough} a pick needs: "
                + (f"the pick weighs {len(folds)}/{enough}, {rest} of the rest" if share
                   else "the mean of every candidate"))
+        # a candidate with no weight is not in the pick: not in its name, not fitted, no fallback of its said
+        members, weights = tuple(m for m, w in zip(members, weights) if w > 0), weights[weights > 0]
         if len(members) == 1:
             return _Pick(members[0], members, "mean", None, points[members[0]], scores, why)
         how = "weighted" if share else "mean"
@@ -185,6 +186,11 @@ class AutoForecaster:
             weights = inverse / inverse.sum() if inverse.sum() > 0 else np.full(len(top), 1.0 / len(top))
         return _Pick(combination_name(top, self.combine), top, self.combine, weights,
                      combine(stacked, self.combine, weights), scores)
+
+    @property
+    def fallback_reason(self) -> str | None:
+        """Why the picked model's fit, or its last forecast, fell back to seasonal naive."""
+        return getattr(self.model_, "fallback_reason", None)
 
     def predict(self, horizon: int, quantiles: Sequence[float]) -> pd.DataFrame:
         return calibrated_predict(self.model_, self.residuals_, self.history_, horizon, quantiles, self.origins_,
@@ -237,10 +243,12 @@ class BacktestResult:
     models: dict[str, dict[str, float]]
     per_fold: list[dict] = field(default_factory=list)  # one row per (model, origin), the metrics of that fold
     selected_why: str | None = None  # why `selected` is not a pick (AutoForecaster.why_chosen); not in the JSON
+    notes: list[str] = field(default_factory=list)  # why a score is null, which model fell back in which folds
 
     def to_json(self) -> dict:
         return {"history": self.history, "horizon": self.horizon, "folds": self.folds, "selected": self.selected,
-                "models": {m: {k: finite_or_none(v) for k, v in metrics.items()} for m, metrics in self.models.items()}}
+                "models": {m: {k: finite_or_none(v) for k, v in metrics.items()} for m, metrics in self.models.items()},
+                "notes": self.notes}
 
 
 def score_fold(actual: np.ndarray, frame: pd.DataFrame, scale: float,
@@ -273,13 +281,15 @@ def score_folds(make: Callable[[], Forecaster], history: pd.Series, fold_origins
     rows = []
     for i, origin in enumerate(fold_origins):
         started = time.perf_counter()
-        frame = make().fit(history.iloc[:origin]).predict(horizon, quantiles)
+        model = make().fit(history.iloc[:origin])
+        frame = model.predict(horizon, quantiles)
         seconds = time.perf_counter() - started
         check_quantile_frame(frame, horizon, quantiles)
         actual = values[origin:origin + horizon]
         rows.append({"fold": i, "origin": history.index[origin].isoformat(),
                      **score_fold(actual, frame, seasonal_scale(values[:origin], DAY), target_quantile),
-                     "fit_seconds": seconds, "scored_points": int(np.isfinite(actual).sum())})
+                     "fit_seconds": seconds, "scored_points": int(np.isfinite(actual).sum()),
+                     "fallback": getattr(model, "fallback_reason", None)})
         if progress:
             progress(i + 1)
     return rows
@@ -289,7 +299,7 @@ def summarize(rows: Sequence[dict]) -> dict[str, float]:
     """Mean of each metric over folds; coverage and the shares below the planner's quantiles pooled over every
     scored point instead (a fold with few real actuals weighs little)."""
     table = pd.DataFrame(list(rows))
-    metrics = [k for k in table.columns if k not in ("fold", "origin", "scored_points")]
+    metrics = [k for k in table.columns if k not in ("fold", "origin", "scored_points", "fallback")]
     n = table["scored_points"].to_numpy()
     out = {m: float(np.nanmean(table[m])) if np.isfinite(table[m].to_numpy(dtype=float)).any() else float("nan")
            for m in metrics}
@@ -315,7 +325,7 @@ def backtest(history: pd.Series, horizon: int = DAY, folds: int = 14, step: int 
     makers: dict[str, Callable[[], Forecaster]] = {n: MODELS[n] for n in names}
     candidates = [n for n in names if n in FAST] or list(FAST)
     makers["auto"] = lambda: AutoForecaster(candidates=candidates, horizon=horizon)
-    summary, per_fold = {}, []
+    summary, per_fold, notes = {}, [], null_scores(history.to_numpy(dtype=float), fold_origins, horizon)
     for j, (name, make) in enumerate(makers.items()):
         tick = (lambda i, j=j, name=name: progress(j * len(fold_origins) + i, len(fold_origins) * len(makers), name)
                 ) if progress else None
@@ -323,6 +333,29 @@ def backtest(history: pd.Series, horizon: int = DAY, folds: int = 14, step: int 
         summary[name] = {m: v for m, v in summarize(rows).items() if m in METRICS}
         per_fold += [{"model": name, **{k: v for k, v in r.items() if k not in ("fold", "scored_points")}}
                      for r in rows]
+        if note := fallback_note(name, rows):
+            notes.append(note)
     auto = AutoForecaster(candidates=candidates, horizon=horizon).fit(history)
     return BacktestResult(history=str(history.name), horizon=horizon, folds=len(fold_origins),
-                          selected=auto.chosen, models=summary, per_fold=per_fold, selected_why=auto.why_chosen)
+                          selected=auto.chosen, models=summary, per_fold=per_fold, selected_why=auto.why_chosen,
+                          notes=notes)
+
+
+def fallback_note(name: str, rows: Sequence[dict]) -> str | None:
+    """In how many of its folds (`score_folds` rows) a model fell back to seasonal naive, and the last one's reason."""
+    fallbacks = [r["fallback"] for r in rows if r["fallback"]]
+    return (f"{name}: fallback to seasonal naive in {len(fallbacks)} of {len(rows)} folds (the last: {fallbacks[-1]})"
+            if fallbacks else None)
+
+
+def null_scores(values: np.ndarray, fold_origins: Sequence[int], horizon: int) -> list[str]:
+    """Why every model's scores are null where they are: no fold with a known actual, or (MASE and pinball) no fold
+    whose history changes from one day to the next, the unit those errors are scaled by."""
+    scored = [o for o in fold_origins if np.isfinite(values[o:o + horizon]).any()]
+    if not scored:
+        return ["every score is null: no fold has a known actual in its horizon (those hours are all missing)"]
+    if not any(np.isfinite(seasonal_scale(values[:o], DAY)) for o in scored):
+        return ["mase and pinball_* are null: they divide errors by the history's change from one day to the next, "
+                "and before every origin the history does not change from one day to the next where it is known "
+                "(constant, or one day's shape repeated exactly)"]
+    return []

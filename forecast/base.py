@@ -27,7 +27,10 @@ class Forecaster(Protocol):
 
 class PointForecaster(Forecaster, Protocol):
     """A forecaster that also gives its bare point path (what an ensemble combines)."""
-    fallback_reason: str | None
+    @property
+    def fallback_reason(self) -> str | None:
+        """Why its fit, or its last forecast, fell back to seasonal naive (None: neither did)."""
+        ...
 
     def point(self, horizon: int) -> np.ndarray: ...
 

@@ -337,8 +337,12 @@ class Calibrated:
         self.origins_ = fold_origins
         self.history_ = history
         self.fitted_ = make().fit(history)
-        self.fallback_reason = getattr(self.fitted_, "fallback_reason", None)
         return self
+
+    @property
+    def fallback_reason(self) -> str | None:
+        """Why the model's fit, or its last forecast, fell back to seasonal naive."""
+        return getattr(self.fitted_, "fallback_reason", None)
 
     def predict(self, horizon: int, quantiles: Sequence[float]) -> pd.DataFrame:
         return calibrated_predict(self.fitted_, self.residuals_, self.history_, horizon, quantiles, self.origins_,

@@ -568,7 +568,8 @@ def _cumulative(series: pd.Series) -> str | None:
         return None
     return (f"values rise at {rises} of their {len(changes)} changes over {real.index[-1] - real.index[0]}: a "
             "cumulative counter (e.g. requests_total), not demand; set history.counter: true to read its "
-            "increments, or give its rate (PromQL rate(...[5m]))")
+            "increments, or give its rate (PromQL rate(...[5m])); history.counter: false if it is a gauge that only "
+            "rose (GPUs in use over a ramp-up)")
 
 
 def _clip_outliers(series: pd.Series, factor: float, report: CleaningReport) -> pd.Series:
@@ -576,12 +577,15 @@ def _clip_outliers(series: pd.Series, factor: float, report: CleaningReport) -> 
 
     A global bound on purpose: demand with near-zero night hours makes any
     local rule clip real morning ramps. Clipping (not deleting) keeps the point
-    as demand, only less extreme.
+    as demand, only less extreme. A 99th percentile of zero (a trace idle nearly every hour) gives no bound: its
+    bursts are its demand, kept and not reported.
     """
     limit = factor * float(series.quantile(0.99))
+    if not limit > 0:
+        return series
     over = (series > limit).to_numpy()
     report.outliers = [ts.isoformat() for ts in series.index[over]]
-    return series.clip(upper=limit) if limit > 0 else series
+    return series.clip(upper=limit)
 
 
 def check_values(series: pd.Series) -> None:
@@ -595,10 +599,11 @@ def check_values(series: pd.Series) -> None:
 
 
 def prepare(raw: pd.Series, step: str | None = "1h", statistic: str = "mean",
-            counter: bool = False, outlier_factor: float | None = 3.0) -> tuple[pd.Series, CleaningReport]:
+            counter: bool | None = None, outlier_factor: float | None = 3.0) -> tuple[pd.Series, CleaningReport]:
     """Raw samples -> a regular series at `step` (tz-aware UTC, freq set, NaN = missing); `step` None: the history's
-    own (its coarsest stretch's, sampling_stretches). An error names the file the samples were read from
-    (`raw.attrs["source"]`, set by load_history)."""
+    own (its coarsest stretch's, sampling_stretches). `counter`: True, a cumulative counter read as its increments;
+    False, a gauge read as it is; None, a gauge unless its values only rise (refused as a counter: `_cumulative`). An
+    error names the file the samples were read from (`raw.attrs["source"]`, set by load_history)."""
     try:
         return _prepare(raw, step, statistic, counter, outlier_factor)
     except HistoryError as exc:
@@ -606,7 +611,7 @@ def prepare(raw: pd.Series, step: str | None = "1h", statistic: str = "mean",
         raise HistoryError(f"{where}: {exc}" if where else str(exc)) from None
 
 
-def _prepare(raw: pd.Series, step: str | None, statistic: str, counter: bool,
+def _prepare(raw: pd.Series, step: str | None, statistic: str, counter: bool | None,
              outlier_factor: float | None) -> tuple[pd.Series, CleaningReport]:
     check_statistic(statistic)
     report = CleaningReport(input_points=len(raw), timestamps=str(raw.attrs.get("timestamps", "")))
@@ -650,7 +655,7 @@ def _prepare(raw: pd.Series, step: str | None, statistic: str, counter: bool,
                            f"{target}, over the {MAX_POINTS:g} a history may have (a wrong timestamp?)")
     if counter:
         series = _undo_counter_resets(series, report)
-    elif why := _cumulative(series):
+    elif counter is None and (why := _cumulative(series)):
         raise HistoryError(why)
     series = _aggregate(series, target, statistic, stretches, report)
     if not np.isfinite(series.dropna().to_numpy()).all():
@@ -801,7 +806,7 @@ def at_own_step(raw: pd.Series) -> pd.Series:
     return at_own_step_reported(raw)[0]
 
 
-def at_own_step_reported(raw: pd.Series, counter: bool = False) -> tuple[pd.Series, CleaningReport]:
+def at_own_step_reported(raw: pd.Series, counter: bool | None = None) -> tuple[pd.Series, CleaningReport]:
     """at_own_step, with what its cleaning repaired; a cumulative `counter` as its increments per step. A history
     whose step changes is read at its coarsest stretch's step (a finer stretch averaged into it, time-weighted):
     one regular step to replay, never the finer step with gaps between a coarser stretch's samples."""

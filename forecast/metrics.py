@@ -15,8 +15,14 @@ def _real(actual, *others):
     return (actual[mask], *(np.asarray(o, dtype=float)[mask] for o in others))
 
 
+# Seasonal changes this small relative to the window's largest value are rounding, not change: a load generator's
+# exact daily repeat, read through float arithmetic (a rate, a mean), differs from day to day by ~1e-16 of its level
+ROUNDING = 1e-9
+
+
 def seasonal_scale(train, season: int = 24) -> float:
-    """Mean absolute seasonal difference of the fitting window (NaN pairs skipped)."""
+    """Mean absolute seasonal difference of the fitting window (NaN pairs skipped); NaN where it is 0 or rounding
+    (ROUNDING): dividing by a rounding error scored a noise-free daily cycle's errors as MASEs of 1e15."""
     train = np.asarray(train, dtype=float)
     if len(train) <= season:
         diffs = np.diff(train)
@@ -24,7 +30,7 @@ def seasonal_scale(train, season: int = 24) -> float:
         diffs = train[season:] - train[:-season]
     diffs = np.abs(diffs[np.isfinite(diffs)])
     scale = float(diffs.mean()) if len(diffs) else float("nan")
-    return scale if scale > 0 else float("nan")
+    return scale if scale > ROUNDING * float(np.nanmax(np.abs(train), initial=0.0)) else float("nan")
 
 
 def mase(actual, point, scale: float) -> float:

@@ -72,14 +72,23 @@ class PointModel:
             self._fall_back(f"{type(exc).__name__}: {exc}")
         return self
 
-    def _fall_back(self, reason: str, severity: int = logging.WARNING) -> None:
-        log.log(severity, "%s failed to fit (%s); falling back to seasonal naive", self.name, reason)
+    def _fall_back(self, reason: str, severity: int = logging.WARNING, fit: bool = True) -> None:
+        """Seasonal naive's forecast instead, for `reason`: every forecast's when the fit failed, else (`fit` false)
+        this one's alone (a horizon the fitted model cannot reach; it still serves the next forecast)."""
+        log.log(severity, "%s failed to %s (%s); falling back to seasonal naive", self.name,
+                "fit" if fit else "forecast", reason)
         self.fallback_reason = reason
-        self._fit_failed = True
+        if fit:
+            self._fit_failed = True
 
     def point(self, horizon: int) -> np.ndarray:
         if getattr(self, "_fit_failed", False):
             return _repeat_last(self.values_, DAY, horizon)
+        self.fallback_reason = None  # says why the last forecast fell back, not an earlier (longer) one
+        if len(self.values_) and np.ptp(self.values_) == 0:
+            # a constant history's forecast is the constant: a model's own fit of it (ets, mstl) is that value plus
+            # rounding noise, and the noise alone put it outside the zero-width band day-over-day errors give
+            return np.full(horizon, self.values_[-1])
         try:
             with warnings.catch_warnings():  # a model's numeric warnings (log of a zero error): the path is checked
                 warnings.simplefilter("ignore", RuntimeWarning)
@@ -90,7 +99,7 @@ class PointModel:
         except Exception as exc:
             if (stop := interrupt_inside(exc)) is not None:
                 raise stop from None
-            self._fall_back(f"{type(exc).__name__}: {exc}")
+            self._fall_back(f"{type(exc).__name__}: {exc}", fit=False)
             return _repeat_last(self.values_, DAY, horizon)
 
     def predict(self, horizon: int, quantiles: Sequence[float]) -> pd.DataFrame:
@@ -325,7 +334,7 @@ class GradientBoosting(PointModel):
         try:
             lags = self.lags(horizon)
         except TooShort as exc:
-            self._fall_back(f"too short: {exc}", logging.DEBUG)
+            self._fall_back(f"too short: {exc}", logging.DEBUG, fit=False)
             return _repeat_last(self.values_, DAY, horizon)
         values = self.values_
         recent = values[-WEEK:]
@@ -442,9 +451,13 @@ class Ensemble:
     def fit(self, history: pd.Series) -> Self:
         self.history_ = history
         self.fitted_ = [MODELS[m]().fit(history) for m in self.members]
-        reasons = [f"{m.name}: {m.fallback_reason}" for m in self.fitted_ if getattr(m, "fallback_reason", None)]
-        self.fallback_reason = "; ".join(reasons) or None
         return self
+
+    @property
+    def fallback_reason(self) -> str | None:
+        """Why a member's fit, or its last forecast, fell back to seasonal naive (None: none did)."""
+        reasons = [f"{m.name}: {m.fallback_reason}" for m in self.fitted_ if getattr(m, "fallback_reason", None)]
+        return "; ".join(reasons) or None
 
     def combine(self, paths: np.ndarray) -> np.ndarray:
         """Combine stacked paths (members first) the ensemble's way."""
@@ -464,11 +477,15 @@ def combination_name(members: Sequence[str], how: str) -> str:
 
 
 def combine(paths: np.ndarray, how: str, weights: np.ndarray | None = None) -> np.ndarray:
+    """The members' (first axis) median, weighted mean or mean. A mean lies between its members, which rounding alone
+    broke: five equal paths of a constant 3e-6, weighted, came out a rounding under it, outside the band they give."""
     if how == "median":
         return np.median(paths, axis=0)
     if how == "weighted" and weights is not None:
-        return np.tensordot(weights, paths, axes=1)
-    return np.mean(paths, axis=0)
+        mixed = np.tensordot(weights, paths, axes=1)
+    else:
+        mixed = np.mean(paths, axis=0)
+    return np.clip(mixed, paths.min(axis=0), paths.max(axis=0))
 
 
 MODELS: dict[str, Callable[[], PointForecaster]] = {

@@ -1,3 +1,4 @@
+import json
 import math
 import re
 from pathlib import Path
@@ -94,6 +95,17 @@ def test_outliers_are_clipped_and_reported_but_real_peaks_are_kept():
     assert cleaned.iloc[100] < series.max() * 4
     untouched, report = prepare(series, outlier_factor=3.0)
     assert report.outliers == []
+
+
+def test_a_mostly_zero_history_keeps_its_bursts_and_does_not_report_them_clipped():
+    """A token trace idle 99 % of hours has a 99th percentile of 0: no bound to clip at, so its bursts are kept as
+    demand, and the report said "N outliers clipped" for values it left as they were."""
+    index = pd.date_range("2026-01-05", periods=14 * 24, freq="h", tz="UTC")
+    raw = pd.Series(0.0, index=index)
+    raw.iloc[[40, 200]] = [5.0, 9.0]
+    cleaned, report = prepare(raw, outlier_factor=3.0)
+    assert cleaned.equals(raw.rename("demand").set_axis(cleaned.index)) and report.outliers == []
+    assert "0 outliers clipped" in " ".join(report.lines())
 
 
 def test_coarser_history_than_step_is_refused():
@@ -214,6 +226,24 @@ def test_a_cumulative_counter_is_refused_unless_history_counter_says_so(step_min
         prepare(raw)
     series, report = prepare(raw, counter=True, outlier_factor=None)
     assert report.counter_resets == resets and (series.dropna() > 0).all()
+
+
+def test_a_gauge_that_only_rose_is_read_as_it_is_when_history_counter_is_false(tmp_path, capsys):
+    """GPUs in use over a ramp-up week, one more every four hours and none released, only rise: refused as a
+    counter, and neither way out it named (counter: true, a rate) reads a gauge. history.counter: false does."""
+    from cli.main import main
+
+    index = pd.date_range("2026-01-05", periods=7 * 24, freq="h", tz="UTC")
+    ramp = pd.Series(np.minimum(10 + np.maximum(np.arange(len(index)) - 48, 0) // 4, 40).astype(float), index)
+    with pytest.raises(HistoryError, match="history.counter: false if it is a gauge that only rose"):
+        prepare(ramp)
+    series, _ = prepare(ramp, counter=False)
+    assert series.equals(ramp.rename("demand").set_axis(series.index))
+    pd.DataFrame({"timestamp": index.strftime("%Y-%m-%dT%H:%M:%SZ"), "value": ramp}).to_csv(tmp_path / "gpus.csv",
+                                                                                          index=False)
+    (tmp_path / "gauge.yaml").write_text("history:\n  counter: false\n")
+    assert main(["forecast", str(tmp_path / "gpus.csv"), "--config", str(tmp_path / "gauge.yaml"), "--json"]) == 0
+    assert 35 <= json.loads(capsys.readouterr().out)["forecast"][0]["q0.5"] <= 45
 
 
 @given(level=st.floats(1, 1e6), trend=st.floats(0, 0.5), noise=st.floats(0, 0.2), seed=st.integers(0, 100))

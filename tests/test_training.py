@@ -1,6 +1,7 @@
 """Training pipeline against REAL MLflow stores: a sqlite store in tmp, and a real `mlflow server`."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -372,6 +373,8 @@ def test_a_champion_whose_card_cannot_be_read_is_replaced_by_the_next_training(t
         load_champion("gone", uri)
     healed = train_series("gone", demand(), settings(), tracker, factories=FACTORIES)
     assert healed.promoted and "champion v1 could not be re-scored" in healed.reason, healed.reason
+    assert healed.to_json()["champion_score"] is None  # `headroom train` printed "champion_score": NaN, not JSON
+    json.dumps(healed.to_json(), allow_nan=False)
     assert load_champion("gone", uri).version == healed.version == "2"
     c = client(uri)  # a version of another tool's, without a run (so without a card)
     c.create_model_version("headroom-gone", (tmp_path / "elsewhere").as_uri(), run_id=None)
@@ -490,9 +493,25 @@ def test_unusable_histories_say_why(sqlite_uri):
     tracker, idx = Tracker(sqlite_uri), demand().index
     with pytest.raises(TrainingError, match="does not change from one day to the next"):
         train_series("idle", pd.Series(5.0, index=idx), settings(), tracker, factories=FACTORIES)
+    bursts = pd.Series(np.where(np.arange(len(idx)) % 2 == 0, 60.0, 5.0), index=idx)  # every two hours, on the hour
+    with pytest.raises(TrainingError, match=r"where it is known \(constant, or one day's shape repeated exactly\)"):
+        train_series("bursts", bursts, settings(), tracker, factories=FACTORIES)  # it said "constant where it is known"
+    woke = pd.Series(0.0, index=idx)
+    woke.iloc[-5:] = 3.0  # idle until its last hours: every fold's history is, so no score has a scale (said no reason)
+    with pytest.raises(TrainingError, match="before every origin the history does not change from one day to the next"):
+        train_series("woke", woke, settings(), tracker, factories=FACTORIES)
     with pytest.raises(TrainingError, match=r"60 hourly points.*72 points at least"):
         train_series("new", demand().iloc[:60], settings(), tracker, factories=FACTORIES)
     assert Tracker(sqlite_uri).connect().champion("headroom-idle") is None
+
+
+def test_a_candidate_that_fell_back_is_said_with_its_reason(sqlite_uri):
+    """Five days: the weekly seasonal naive is the daily one in every fold and in the model trained, and the result
+    said nothing of it, only "snaive168" and its score."""
+    result = train_series("five-days", demand(days=5), settings(candidates=("snaive168",)), Tracker(sqlite_uri))
+    assert result.selected == "snaive168" and result.to_json()["notes"] == [
+        "snaive168: fallback to seasonal naive in 2 of 2 folds (the last: too short: needs 168 points, has 96)",
+        "snaive168 fitted on the whole history: fallback to seasonal naive (too short: needs 168 points, has 120)"]
 
 
 def test_a_deleted_experiment_is_named_with_the_way_out(tmp_path):

@@ -26,7 +26,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from adapters.mlflow import Tracker, TrackingError, experiment_name, registered_name
 from core.errors import interrupt_inside
 from core.settings import MAX_HORIZON_HOURS, SERIES_NAME_PATTERN, TrainingConfig
-from forecast.backtest import SCORED_QUANTILES, AutoForecaster, pinball_key, score_folds, summarize
+from forecast.backtest import (
+    SCORED_QUANTILES,
+    AutoForecaster,
+    fallback_note,
+    null_scores,
+    pinball_key,
+    score_folds,
+    summarize,
+)
 from forecast.base import Forecaster, check_quantile_frame
 from forecast.calibrate import Calibrated
 from forecast.calibrate import origins as fold_origins
@@ -168,12 +176,14 @@ class TrainResult:
     champion_score: float | None = None
     origins: list[str] = field(default_factory=list)
     failed_candidates: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # which candidate fell back to seasonal naive where, and why
     model: Any = None
 
     def to_json(self) -> dict:
         out = asdict(self)
         out.pop("model")
-        return json.loads(json.dumps(out, default=lambda v: None))
+        # a score that is not finite (a champion that could not be re-scored) is null: NaN is not JSON
+        return json.loads(json.dumps(out, default=lambda v: None), parse_constant=lambda _: None)
 
 
 def _score(make: Callable[[], Forecaster], series: pd.Series, origins: Sequence[int],
@@ -315,14 +325,16 @@ def _train(name, series, settings, tracker, now, makers, origins, exp, parent) -
         raise TrainingError(f"{name}: every candidate the controller can serve failed: {failed}")
     winner = min(servable, key=lambda c: scores[c][key] if np.isfinite(scores[c][key]) else float("inf"))
     if not np.isfinite(scores[winner][key]):
-        if not np.isfinite(seasonal_scale(series.to_numpy(dtype=float), DAY)):
-            raise TrainingError(f"{name}: no candidate has a finite {key}: errors are scaled by the history's change "
-                                "from one day to the next, and this history does not change from one day to the next "
-                                "(constant where it is known): there is nothing to train")
-        raise TrainingError(f"{name}: no candidate has a finite {key}")
+        # the scores' own reason, before each fold's origin (a history idle until its last day has none either)
+        why = null_scores(series.to_numpy(dtype=float), origins, settings.horizon)
+        raise TrainingError(f"{name}: no candidate has a finite {key}" + (f": {why[0]}: there is nothing to train"
+                                                                          if why else ""))
 
     model = makers[winner]().fit(series)
     future = model.predict(settings.horizon, list(settings.quantiles))
+    notes = [note for cand, rows in per_fold.items() if (note := fallback_note(cand, rows))]
+    if reason := getattr(model, "fallback_reason", None):
+        notes.append(f"{winner} fitted on the whole history: fallback to seasonal naive ({reason})")
     check_quantile_frame(future, settings.horizon, list(settings.quantiles))
     scale = seasonal_scale(series.to_numpy(dtype=float), DAY)
 
@@ -414,7 +426,8 @@ def _train(name, series, settings, tracker, now, makers, origins, exp, parent) -
     return TrainResult(name=name, run_id=parent, experiment_id=exp, selected=winner, objective=key,
                        score=scores[winner][key], scores=scores, version=version, promoted=promote, reason=reason,
                        champion_version=champ_version, champion_score=champ_score,
-                       origins=[series.index[o].isoformat() for o in origins], failed_candidates=failed, model=model)
+                       origins=[series.index[o].isoformat() for o in origins], failed_candidates=failed, notes=notes,
+                       model=model)
 
 
 def load_champion(name: str, tracking_uri: str | None = None) -> Champion:
