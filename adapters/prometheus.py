@@ -145,12 +145,15 @@ def connect(server: PrometheusServer) -> PrometheusConnect:
 CREDENTIALS_REFUSED = "the server refused the credentials (bearer_token_file, or user:password in the URL)"
 REFUSALS = {"401": CREDENTIALS_REFUSED, "403": CREDENTIALS_REFUSED,
             "404": "no Prometheus API under this URL: is the server's path prefix (--web.route-prefix) in it?"}
+# a 200 answer that is no JSON ("Expecting value: line 1 column 1"): not Prometheus that answered
+NOT_JSON = "the answer is not Prometheus' JSON: another service at this URL, or a proxy's login page?"
 
 
 def _failure(client: PrometheusConnect, query: str, lo: pd.Timestamp, hi: pd.Timestamp,
              exc: BaseException | None) -> PrometheusError:
     status = str(exc).removeprefix("HTTP Status Code ")[:3] if isinstance(exc, PrometheusApiClientException) else ""
-    meaning = f" ({REFUSALS[status]})" if status in REFUSALS else ""
+    meaning = REFUSALS.get(status) or (NOT_JSON if isinstance(exc, ValueError) else "")
+    meaning = f" ({meaning})" if meaning else ""
     return PrometheusError(f"Prometheus at {shown_url(client.url)} failed for {query!r} "
                            f"[{lo.isoformat()} .. {hi.isoformat()}]: {exc}{meaning}")
 

@@ -40,3 +40,34 @@ def test_unreachable_prometheus_is_a_clear_error():
                               T0 + pd.Timedelta(hours=1))
     with pytest.raises(PrometheusError, match="127.0.0.1:9"):
         source.fetch()
+
+
+def test_a_url_where_something_else_answers_200_says_it_is_not_prometheus():
+    """An auth proxy's login page (or another service) answering 200 with HTML said only 'Expecting value: line 1
+    column 1 (char 0)'."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class LoginPage(BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = b"<html><body>Sign in</body></html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), LoginPage)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        source = PrometheusSource(PrometheusServer(url=url, retries=0, timeout_seconds=2), "up", T0,
+                                  T0 + pd.Timedelta(hours=1))
+        with pytest.raises(PrometheusError, match="not Prometheus' JSON") as info:
+            source.fetch()
+        assert url in str(info.value) and "'up'" in str(info.value)
+    finally:
+        server.shutdown()
