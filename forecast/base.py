@@ -41,12 +41,16 @@ class ForecastError(ValueError):
 
 def future_index(history: pd.Series, horizon: int) -> pd.DatetimeIndex:
     """The `horizon` timestamps right after the history, at its step."""
-    freq = history.index.freq or pd.infer_freq(history.index)
-    if freq is None:
-        raise ValueError(f"the history's timestamps have no regular step ({history.index[0]} .. "
-                         f"{history.index[-1]}, {len(history)} samples); resample it to one step first")
-    step = pd.Timedelta(to_offset(freq))  # infer_freq says "h", which Timedelta cannot read alone
-    return pd.date_range(history.index[-1] + step, periods=horizon, freq=step)
+    index = history.index
+    if index.freq is not None:
+        step = pd.Timedelta(to_offset(index.freq))
+    else:  # read from a file: no freq, one step between every two timestamps (infer_freq's answer changes in pandas 4)
+        steps = (index[1:] - index[:-1]).unique()
+        if len(steps) != 1 or steps[0] <= pd.Timedelta(0):
+            raise ValueError(f"the history's timestamps have no regular step ({index[0]} .. {index[-1]}, "
+                             f"{len(history)} samples); resample it to one step first")
+        step = pd.Timedelta(steps[0])
+    return pd.date_range(index[-1] + step, periods=horizon, freq=step)
 
 
 def quantile_frame(index: pd.DatetimeIndex, values: np.ndarray, quantiles: Sequence[float]) -> pd.DataFrame:
