@@ -96,7 +96,8 @@ def cmd_backtest(cfg: Config, args) -> int:
     b = cfg.backtest
     if not origins(len(series), b.horizon, b.folds, b.step):
         raise HistoryError(f"{history_name(cfg)}: {len(series)} hourly points; a backtest needs two "
-                           f"days to fit plus --horizon {b.horizon} h to score ({48 + b.horizon} points at least)")
+                           f"days to fit plus --horizon (backtest.horizon) {b.horizon} h to score "
+                           f"({48 + b.horizon} points at least)")
     result = backtest(series, horizon=b.horizon, folds=b.folds, step=b.step, progress=counter("backtest"))
     payload = result.to_json()
     h = cfg.history

@@ -54,7 +54,7 @@ def load_jobs(path):
     import pandas as pd
 
     rows: dict[str, list[float]] = {c: [] for c in JOB_COLUMNS}
-    where = f"--jobs {path}"
+    where = f"--jobs (simulate.jobs) {path}"
     try:
         with open(path, newline="", encoding="utf-8-sig") as handle:
             reader = csv.reader(handle)

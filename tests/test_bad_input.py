@@ -336,7 +336,7 @@ def test_simulate_days_longer_than_the_history(demand, capsys):
 
 def test_backtest_and_tune_on_two_days(short, capsys):
     status, err = exits(["backtest", short], capsys)
-    assert status == 1 and "a backtest needs two days to fit plus --horizon 24 h to score" in err
+    assert status == 1 and "a backtest needs two days to fit plus --horizon (backtest.horizon) 24 h to score" in err
     status, err = exits(["tune", short], capsys)
     assert status == 2 and "simulate.days 7 leaves no history" in err
 
@@ -561,7 +561,7 @@ def test_bad_job_traces_name_file_and_line(tmp_path, body, where, what):
     path.write_text(body)
     with pytest.raises(BadRequest) as err:
         load_jobs(path)
-    assert f"--jobs {path}{where}" in str(err.value) and what in str(err.value), str(err.value)
+    assert f"--jobs (simulate.jobs) {path}{where}" in str(err.value) and what in str(err.value), str(err.value)
 
 
 def test_job_trace_with_bom_and_spaces_reads(tmp_path):
@@ -901,7 +901,7 @@ def test_fuzz_job_trace(tmp_path_factory, rows):
     try:
         jobs = load_jobs(path)
     except BadRequest as exc:
-        assert f"--jobs {path}" in str(exc)
+        assert f"--jobs (simulate.jobs) {path}" in str(exc)
         return
     assert (jobs["num_gpu"] >= 0).all() and np.isfinite(jobs[["creation_time", "deletion_time"]].to_numpy()).all()
     assert (jobs["creation_time"] <= jobs["deletion_time"]).all()
