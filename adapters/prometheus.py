@@ -6,6 +6,7 @@ series. A chunk that returns no samples is a gap (NaN), never zero.
 """
 from __future__ import annotations
 
+import logging
 import re
 import threading
 import warnings
@@ -27,6 +28,8 @@ from urllib3.util.retry import Retry
 
 from core.settings import PrometheusServer, shown_url
 from forecast.history import MAX_POINTS as HISTORY_POINTS
+
+log = logging.getLogger(__name__)
 
 MAX_POINTS = 11_000
 # Connections a client keeps open for reuse: more than the controller's concurrent reads (the reconcile's 8 readers
@@ -281,7 +284,7 @@ def read_together(client: PrometheusConnect, queries: Sequence[str], start: date
         # each query on lines of its own: a comment in it (# to the end of the line) ends there
         joined = " or ".join(f'label_replace((\n{queries[i]}\n), "{TAG}", "{i}", "", "")' for i in batch)
         try:
-            result, _ = _query_range(client, joined, lo, hi, step_delta)  # warnings: the controller's reads keep none
+            result, said = _query_range(client, joined, lo, hi, step_delta)
         except PrometheusError as exc:
             if _refused(exc):
                 read(batch[:len(batch) // 2])
@@ -299,7 +302,9 @@ def read_together(client: PrometheusConnect, queries: Sequence[str], start: date
             tagged.setdefault(metric.pop(TAG, ""), []).append({**r, "metric": metric})
         for i in batch:
             try:
-                out[i] = _on_grid(parse_matrix(tagged.get(str(i), []), queries[i]), lo, hi, step_delta)
+                got = _on_grid(parse_matrix(tagged.get(str(i), []), queries[i]), lo, hi, step_delta)
+                got.attrs["warnings"] = said  # the request's: which of its queries the failed store held is unsaid
+                out[i] = got
             except PrometheusError as exc:
                 out[i] = exc
         return False
@@ -349,10 +354,20 @@ class PrometheusDemand:
         self.server = server
         self.client = connect(server)
         self.slow: set[str] = set()  # queries found too slow for the server: read alone, so they fail alone
+        self.warned: set[tuple[str, str]] = set()  # (policy, warning) said: a failing store warns every read
+
+    def _said(self, key: str, raw: pd.Series) -> pd.Series:
+        """Log, once per policy, each warning Prometheus gave that its answer may be partial (a remote-read store,
+        or one behind Thanos, that failed): the policy's forecast is fitted on what the answer held."""
+        for text in raw.attrs.get("warnings", ()):
+            if (key, text) not in self.warned:
+                self.warned.add((key, text))
+                log.warning("%s: Prometheus warned its answer may be partial: %s", key, text)
+        return raw
 
     def read(self, key: str, query: str, start: pd.Timestamp, end: pd.Timestamp) -> pd.Series:
         raw = read_range(self.client, query, start.to_pydatetime(), end.to_pydatetime(), self.server.step)
-        return raw[raw.index > start]
+        return self._said(key, raw[raw.index > start])
 
     def read_many(self, reads: Sequence[tuple[str, str, pd.Timestamp, pd.Timestamp]]
                   ) -> list[pd.Series | Exception]:
@@ -366,5 +381,5 @@ class PrometheusDemand:
             got = read_together(self.client, [reads[k][1] for k in places], start.to_pydatetime(),
                                 end.to_pydatetime(), self.server.step, self.slow)
             for k, raw in zip(places, got):
-                out[k] = raw if isinstance(raw, Exception) else raw[raw.index > start]
+                out[k] = raw if isinstance(raw, Exception) else self._said(reads[k][0], raw[raw.index > start])
         return out

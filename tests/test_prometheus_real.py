@@ -449,6 +449,29 @@ def test_an_answer_prometheus_warns_is_partial_is_said(prometheus_blocks, tmp_pa
         server.stop()
 
 
+def test_the_controller_says_once_per_policy_that_prometheus_warned_its_answer_partial(prometheus_blocks, tmp_path,
+                                                                                      caplog):
+    """The controller's reads (several policies' in one request) dropped the warnings of a partial answer: a policy
+    was fitted on a window a failed long-term store left half empty without a word. Each policy's log says it once
+    (the store warns at every read, every reconcile)."""
+    server = prom_servers.start_prometheus(prometheus_blocks, tmp_path / "prom",
+                                           more_config="remote_read:\n  - url: http://127.0.0.1:1/read\n")
+    try:
+        demand = PrometheusDemand(PrometheusServer(url=server.url, step="5m"))
+        end = pd.Timestamp("1995-07-10T00:00:00Z")
+        reads = [(f"p{i}", f"{METRIC} * {i + 1}", end - pd.Timedelta(days=12), end) for i in range(3)]
+        with caplog.at_level("WARNING", logger="adapters.prometheus"):
+            for _ in range(2):
+                got = demand.read_many(reads)
+                assert all(isinstance(series, pd.Series) and series.notna().any() for series in got), got
+            demand.read("p0", reads[0][1], reads[0][2], end)
+    finally:
+        server.stop()
+    said = [m for m in caplog.messages if "Prometheus warned its answer may be partial" in m]
+    assert sorted(m.split(":")[0] for m in said) == ["p0", "p1", "p2"], said
+    assert all("remote_read" in m for m in said), said
+
+
 @pytest.mark.parametrize("query, status", [(f"{METRIC} / ({METRIC} % 2)", 0), (f"{METRIC} / 0", 1)])
 def test_infinite_values_are_read_as_gaps_and_said(prometheus_server, tmp_path, capsys, query, status):
     """A division by zero in the query answers +Inf: read as a gap (never a demand, never a policy failed for one
