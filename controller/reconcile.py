@@ -596,7 +596,6 @@ class Reconciler:
             if isinstance(got, Exception):
                 raise got
             raw = got if got is not None else self._read(p, now)
-            check_values(raw)  # a query answering negative values: this policy's demand unavailable, said so
             self._raw[p.key] = raw
         except (PrometheusError, HistoryError, OSError) as exc:
             self._error("demand", p.key, exc)
@@ -789,7 +788,10 @@ class Reconciler:
         parts = [reads[k::SIDE_BY_SIDE] for k in range(min(SIDE_BY_SIDE, len(reads)))]
         for part, got in zip(parts, self._side_by_side().map(read, parts)):
             for (p, (_, whole)), raw in zip(part, got):
-                out[p.key] = raw if isinstance(raw, Exception) else self._joined(p, now, whole, raw)
+                try:
+                    out[p.key] = raw if isinstance(raw, Exception) else self._joined(p, now, whole, raw)
+                except HistoryError as exc:  # raised again in that policy's own observe
+                    out[p.key] = exc
         return out
 
     def _side_by_side(self) -> ThreadPoolExecutor:
@@ -829,8 +831,11 @@ class Reconciler:
         return now - pd.Timedelta(seconds=self.data.lookback_seconds), False
 
     def _joined(self, p: PolicyObject, now: pd.Timestamp, whole: bool, fresh: pd.Series) -> pd.Series:
-        """The policy's samples in the lookback with `fresh`, read from _since."""
+        """The policy's samples in the lookback with `fresh`, read from _since; a HistoryError if `fresh` holds what
+        is no demand (a query answering negative values: this policy's demand unavailable, said so). Only the fresh
+        samples are checked: those held were, as they came."""
         fresh = fresh.astype(float)
+        check_values(fresh)
         if whole:
             self._full_read[p.key] = now.floor("h")
             return fresh

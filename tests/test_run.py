@@ -435,22 +435,27 @@ class NegativeDemand(FailingDemand):
         return raw.where(raw.index.hour != 3, -5.0) if self.fail else raw
 
 
-def test_a_query_answering_negative_demand_is_demand_unavailable_not_an_internal_error(demand_file, tmp_path, caplog):
+@pytest.mark.parametrize("names", [["chat"], ["chat", "a", "b", "c"]])  # four and more: the reads prefetched together
+def test_a_query_answering_negative_demand_is_demand_unavailable_not_an_internal_error(demand_file, tmp_path, caplog,
+                                                                                       names):
     """Negative values reached the hourly fit unchecked: its HistoryError escaped the demand's own handling, the
     policy counted an `internal` error and the log a traceback every reconcile. Now the read is refused as the file
     and CLI readers refuse it: DemandUnavailable naming the first value, the last good forecast kept meanwhile."""
-    demand = NegativeDemand(FileDemand({"inference/chat": demand_file}))
-    r = Replay(tmp_path, demand_file, demand=demand)
-    good = r.step(MONDAY_6AM).policies["inference/chat"]
+    keys = [f"inference/{name}" for name in names]
+    demand = NegativeDemand(FileDemand(dict.fromkeys(keys, demand_file)))
+    r = Replay(tmp_path, demand_file, *(policy(name) for name in names), demand=demand)
+    good = r.step(MONDAY_6AM).policies
     demand.fail = True
     with caplog.at_level("WARNING", logger="controller.reconcile"):
         state = r.step(MONDAY_6AM + pd.Timedelta(hours=1))
-    kept = state.policies["inference/chat"]
-    assert kept.degraded and not kept.fallback and kept.model == good.model
+    for key in keys:
+        kept = state.policies[key]
+        assert kept.degraded and not kept.fallback and kept.model == good[key].model
     _, conditions = r.status()
     assert conditions["ForecastDegraded"]["reason"] == "DemandUnavailable"
     assert "-5.0" in conditions["ForecastDegraded"]["message"], conditions["ForecastDegraded"]
-    assert state.reconcile_errors_total.get("internal", 0) == 0 and state.reconcile_errors_total.get("demand", 0) >= 1
+    assert state.reconcile_errors_total.get("internal", 0) == 0
+    assert state.reconcile_errors_total.get("demand", 0) >= len(keys)
     assert "Traceback" not in caplog.text
 
 
