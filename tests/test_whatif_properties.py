@@ -133,7 +133,7 @@ def _agrees(r: dict, t: pd.DataFrame, gpus: int) -> None:
         unmet_time = r["shortage_within_cluster"] * demand_time
         slack = 1e-9 * demand_time  # the CSV's 12 digits, where demand and warm GPUs nearly cancel
         assert (lacking * seconds).sum() - slack <= unmet_time <= (at_most * seconds).sum() + slack
-    hours = (pd.to_datetime(t["timestamp"]).iloc[:-1].astype("int64") // 3600 * 10**-9).to_numpy()  # each start's
+    hours = (pd.to_datetime(t["timestamp"]).iloc[:-1].astype("int64") // (3600 * 10**9)).to_numpy()  # each start's
     assert len(set(hours[lacking > 1e-9])) <= r["shortage_hours"] <= len(set(hours[at_most > 1e-9]))
     longest = r["longest_shortage_minutes"] / step_minutes
     assert math.isclose(longest, round(longest), abs_tol=1e-6)
