@@ -22,6 +22,7 @@ from cli.main import main
 from controller.simulate import REFERENCES, Scenario, default_spec, demand_per_gpu
 from core.policy import manifest
 from core.settings import SIMULATED_POLICIES
+from core.units import epoch_seconds
 from core.yamlfile import manifest_text
 from tests.conftest import bench_module
 
@@ -133,7 +134,7 @@ def _agrees(r: dict, t: pd.DataFrame, gpus: int) -> None:
         unmet_time = r["shortage_within_cluster"] * demand_time
         slack = 1e-9 * demand_time  # the CSV's 12 digits, where demand and warm GPUs nearly cancel
         assert (lacking * seconds).sum() - slack <= unmet_time <= (at_most * seconds).sum() + slack
-    hours = (pd.to_datetime(t["timestamp"]).iloc[:-1].astype("int64") // (3600 * 10**9)).to_numpy()  # each start's
+    hours = epoch_seconds(pd.DatetimeIndex(t["timestamp"].iloc[:-1])) // 3600  # each accounted interval's start
     assert len(set(hours[lacking > 1e-9])) <= r["shortage_hours"] <= len(set(hours[at_most > 1e-9]))
     longest = r["longest_shortage_minutes"] / step_minutes
     assert math.isclose(longest, round(longest), abs_tol=1e-6)
