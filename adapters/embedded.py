@@ -89,6 +89,7 @@ class Accounting:
     short_steps: dict[str, int] = field(default_factory=dict)
     longest_short: dict[str, int] = field(default_factory=dict)    # steps in the longest run of short steps
     short_hours: dict[str, set[int]] = field(default_factory=dict)  # clock hours (epoch hours) with a short step
+    hours: set[int] = field(default_factory=set)  # clock hours any accounted interval starts in (short_hours' whole)
     # per policy and epoch day: [demand GPU-seconds, unmet within the cluster, short steps, steps] (how much the
     # shortage figures vary from day to day: SimResult's standard errors)
     days: dict[str, dict[int, list[float]]] = field(default_factory=dict)
@@ -590,6 +591,7 @@ class EmbeddedCluster:
         a.inference_held += held * dt
         a.steps += 1
         a.seconds += dt
+        a.hours.add(int((to - dt) // 3600))
 
     def _serve(self, key: str, inf: _Inference, t: float, serving_gpus: float, dt: float) -> None:
         """Account the interval ending at `t`: its demand, what was served, what was short."""

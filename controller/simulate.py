@@ -525,7 +525,9 @@ def _result(scenario, spec, reference, world, steps, step, rows, extra, events, 
         forecast_fallback_hours=fallback_hours, warm_buffer=spec.warm_buffer,
         mean_warm_buffer_gpus=buffer_gpu_steps / max(steps, 1), steps=steps,
         sim_seconds=loop_seconds, refit_seconds=refit_seconds)
-    metrics["shortage_hours_share"] = metrics["shortage_hours"] / max(math.ceil(span_h), 1)
+    # over the clock hours the intervals fall in, as shortage_hours counts them (a span of 0.3 days at a 10-minute
+    # step touches 8 hours: over ceil(7.2), every hour short was a share of 8/7)
+    metrics["shortage_hours_share"] = metrics["shortage_hours"] / max(len(a.hours), 1)
     if not timeline:
         return SimResult(**metrics)
     frame = pd.DataFrame(rows, columns=list(TIMELINE_COLUMNS))

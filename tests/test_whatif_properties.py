@@ -15,7 +15,7 @@ import re
 
 import numpy as np
 import pandas as pd
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from cli.main import main
@@ -59,6 +59,8 @@ def traces(draw) -> pd.Series:
         s = s.drop(s.index[where:where + draw(st.integers(1, per_day // 2))])
     elif trouble == "zero day":
         s.iloc[where:where + per_day] = 0.0
+    if draw(st.booleans()):  # ending inside an hour (an export taken at 23:10)
+        s = s.iloc[:-draw(st.integers(1, per_day // 24 - 1))]
     if draw(st.booleans()):  # sampled off the clock's minutes
         s.index = s.index + pd.Timedelta(seconds=draw(st.integers(1, 299)))
     return s
@@ -85,8 +87,10 @@ def _runs(flags: np.ndarray) -> int:
 
 
 @settings(max_examples=12, suppress_health_check=[HealthCheck.function_scoped_fixture])  # capsys: read per run
-@given(trace=traces(), gpus=st.sampled_from([8, 16, 64]), policy=st.sampled_from(SIMULATED_POLICIES))
-def test_simulate_json_agrees_with_its_timeline(trace, gpus, policy, tmp_path_factory, capsys):
+@given(trace=traces(), gpus=st.sampled_from([8, 16, 64]), policy=st.sampled_from(SIMULATED_POLICIES),
+       days=st.sampled_from(["1", "0.3", "0.7"]))  # a span of whole hours or not
+@example(trace=_gauge(1, 3).iloc[:-9], gpus=8, policy="static", days="0.3")  # 7.2 h to 23:10 touch 9 clock hours
+def test_simulate_json_agrees_with_its_timeline(trace, gpus, policy, days, tmp_path_factory, capsys):
     """Definitions checked (controller/simulate.py _result, adapters/embedded.py _serve): the timeline's row k holds
     the demand of the interval ending at its timestamp and the GPUs warm at its end; the first row's interval is
     before the replay starts and is not accounted, so the shares are over the other rows, GPU-time weighted by each
@@ -107,7 +111,7 @@ def test_simulate_json_agrees_with_its_timeline(trace, gpus, policy, tmp_path_fa
     tmp = tmp_path_factory.mktemp("whatif")
     path = _write(trace, tmp / "demand.csv")
     timeline = tmp / "timeline.csv"
-    r = _json(capsys, ["simulate", path, "--days", "1", "--gpus", str(gpus), "--peak-gpus", "12", "--policy", policy,
+    r = _json(capsys, ["simulate", path, "--days", days, "--gpus", str(gpus), "--peak-gpus", "12", "--policy", policy,
                        "--json", "--timeline", str(timeline)])
     _agrees(r, pd.read_csv(timeline), gpus)
 
@@ -136,6 +140,9 @@ def _agrees(r: dict, t: pd.DataFrame, gpus: int) -> None:
         assert (lacking * seconds).sum() - slack <= unmet_time <= (at_most * seconds).sum() + slack
     hours = epoch_seconds(pd.DatetimeIndex(t["timestamp"].iloc[:-1])) // 3600  # each accounted interval's start
     assert len(set(hours[lacking > 1e-9])) <= r["shortage_hours"] <= len(set(hours[at_most > 1e-9]))
+    # its share is of the hours the intervals fall in (it was over ceil(span in hours), one fewer when the span is
+    # not whole hours: above 1 with every hour short)
+    assert math.isclose(r["shortage_hours_share"], r["shortage_hours"] / len(set(hours)))
     longest = r["longest_shortage_minutes"] / step_minutes
     assert math.isclose(longest, round(longest), abs_tol=1e-6)
     assert _runs(lacking > 1e-9) <= round(longest) <= min(round(short), _runs(at_most > 1e-9))
