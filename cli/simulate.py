@@ -197,10 +197,11 @@ def every_policy(cfg: Config, w: WhatIf, progress=None, make_forecaster=None):
     return specs, forecast_tune
 
 
-# what a policy file holds itself (spec.capacity.demandPerGpu, spec.objective, spec.timezone): these flags beside it
-# are refused
-FILE_HOLDS = {"peak_gpus": "--peak-gpus", "per_gpu": "--per-gpu", "max_shortage": "--max-shortage",
-              "max_short_steps": "--max-short-steps", "timezone": "--timezone"}
+# what a policy file holds itself (spec.capacity.demandPerGpu, spec.objective, spec.timezone), by the configuration
+# key and the flag that set it elsewhere: these flags beside it are refused, these keys said unused
+FILE_HOLDS = {"simulate.peak_gpus": "--peak-gpus", "simulate.per_gpu": "--per-gpu",
+              "tune.max_shortage": "--max-shortage", "tune.max_short_steps": "--max-short-steps",
+              "forecast.timezone": "--timezone"}
 
 
 def refuse_flags_the_file_holds(cfg: Config, args) -> None:
@@ -208,15 +209,13 @@ def refuse_flags_the_file_holds(cfg: Config, args) -> None:
     configuration file's keys for the same things are standing defaults a shared file may hold: said unused."""
     if cfg.simulate.policy_file is None:
         return
-    given = [flag for dest, flag in FILE_HOLDS.items() if getattr(args, dest, None) is not None]
+    keys = {key: key.split(".") for key in FILE_HOLDS}
+    given = [flag for key, flag in FILE_HOLDS.items() if getattr(args, keys[key][1], None) is not None]
     holds = "spec.capacity.demandPerGpu, spec.objective and spec.timezone"
     if given:
         raise BadRequest(f"{', '.join(given)}: {cfg.simulate.policy_file} is run exactly, with its own {holds}; edit "
                          "the file, or drop --policy-file to have the policy tuned on the history")
-    configured = [f"{section}.{key}" for section, keys in (("simulate", ("peak_gpus", "per_gpu")),
-                                                           ("tune", ("max_shortage", "max_short_steps")),
-                                                           ("forecast", ("timezone",)))
-                  for key in keys if key in getattr(cfg, section).model_fields_set]
+    configured = [key for key, (section, leaf) in keys.items() if leaf in getattr(cfg, section).model_fields_set]
     if configured:
         print(f"headroom: note: {', '.join(configured)} of the configuration not used: {cfg.simulate.policy_file} "
               f"is run exactly, with its own {holds}", file=sys.stderr)
