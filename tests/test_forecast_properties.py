@@ -158,22 +158,31 @@ def write_csv(history: pd.Series, path) -> None:
         .to_csv(path, index=False)
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(history=histories(min_hours=2 * DAY, max_hours=10 * DAY, zoned=True))
-def test_the_forecast_command_answers_an_odd_history_or_says_why(history, tmp_path, capsys):
+def _answer_or_why(command: list[str], history: pd.Series, tmp_path, capsys) -> dict | None:
+    """`headroom COMMAND HISTORY.csv FLAGS --json` on `history`: its JSON, or None when it refused with exit 1 or 2
+    naming the file; never a traceback."""
+    name, *flags = command
+    path = tmp_path / "history.csv"
+    write_csv(history, path)
     logging.disable(logging.WARNING)  # models' own fallbacks log; the command's output is what is checked
     try:
-        path = tmp_path / "history.csv"
-        write_csv(history, path)
-        status = main(["forecast", str(path), "--horizon", "24", "--json"])
+        status = main([name, str(path), *flags])
     finally:
         logging.disable(logging.NOTSET)
     captured = capsys.readouterr()
     assert "Traceback" not in captured.err
     if status != 0:
         assert status in (1, 2) and str(path) in captured.err, captured.err
+        return None
+    return json.loads(captured.out)
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(history=histories(min_hours=2 * DAY, max_hours=10 * DAY, zoned=True))
+def test_the_forecast_command_answers_an_odd_history_or_says_why(history, tmp_path, capsys):
+    out = _answer_or_why(["forecast", "--horizon", "24", "--json"], history, tmp_path, capsys)
+    if out is None:
         return
-    out = json.loads(captured.out)
     assert {"model", "cleaning", "notes", "forecast"} <= set(out) and out["model"].startswith("auto(")
     rows = [[row[f"q{q:g}"] for q in (0.5, 0.9, 0.99)] for row in out["forecast"]]
     assert len(rows) == 24 and np.isfinite(rows).all() and (np.diff(rows, axis=1) >= 0).all()
@@ -183,19 +192,10 @@ def test_the_forecast_command_answers_an_odd_history_or_says_why(history, tmp_pa
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(history=histories(min_hours=3 * DAY, max_hours=9 * DAY, zoned=True))
 def test_the_backtest_command_answers_an_odd_history_or_says_why(history, tmp_path, capsys):
-    logging.disable(logging.WARNING)
-    try:
-        path = tmp_path / "history.csv"
-        write_csv(history, path)
-        status = main(["backtest", str(path), "--horizon", "24", "--folds", "7", "--step", "24", "--json"])
-    finally:
-        logging.disable(logging.NOTSET)
-    captured = capsys.readouterr()
-    assert "Traceback" not in captured.err
-    if status != 0:
-        assert status in (1, 2) and str(path) in captured.err, captured.err
+    out = _answer_or_why(["backtest", "--horizon", "24", "--folds", "7", "--step", "24", "--json"], history, tmp_path,
+                         capsys)
+    if out is None:
         return
-    out = json.loads(captured.out)
     assert {"history", "horizon", "folds", "selected", "models", "timezone", "notes"} <= set(out)
     assert set(out["models"]) == {*MODELS, "auto"}
     for scores in out["models"].values():
