@@ -415,6 +415,10 @@ def load_history(path: str | Path) -> pd.Series:
     return series
 
 
+UNEVEN_SUMS = ("sums over a step the sampling step does not divide, scaled to the whole step by the time its samples "
+               "stand for")
+
+
 @dataclass
 class CleaningReport:
     """What `prepare` repaired, so nothing happens silently."""
@@ -427,6 +431,8 @@ class CleaningReport:
     outliers: list[str] = field(default_factory=list)
     missing_steps: int = 0
     partial_sums: int = 0  # steps summed (statistic sum) from fewer samples than they hold: scaled to the whole step
+    uneven_sums: int = 0  # steps summed from samples standing for a little more or less than the step (a sampling
+    #                       step that does not divide it): scaled to the whole step
     step_changes: list[str] = field(default_factory=list)  # where the sampling step changes: "5 min to 1 min at T"
     output_step: str = ""
     output_points: int = 0
@@ -441,6 +447,7 @@ class CleaningReport:
         ] + self._step_note() \
           + ([f"{self.partial_sums} sums over a step with samples missing, taken at its samples' mean for the "
               "missing ones (never as zero demand)"] if self.partial_sums else []) \
+          + ([f"{self.uneven_sums} {UNEVEN_SUMS}"] if self.uneven_sums else []) \
           + self._epoch_note()
 
     def repairs(self) -> list[str]:
@@ -450,6 +457,7 @@ class CleaningReport:
                 (self.duplicates, f"duplicate timestamps (the later sample of each kept{self._at_step_note()})"),
                 (self.counter_resets, "counter resets"), (len(self.outliers), "outliers clipped"),
                 (self.partial_sums, "sums over a step with samples missing (taken at its samples' mean)"),
+                (self.uneven_sums, UNEVEN_SUMS),
                 (self.missing_steps, "missing points (kept missing, never scored)")]
         return self._step_note() + [f"{n} {what}" for n, what in said if n] + self._epoch_note()
 
@@ -489,12 +497,18 @@ def _aggregate(series: pd.Series, step: pd.Timedelta, statistic: str, stretches:
         out = bins.max()
     elif statistic == "sum":
         out = bins.sum(min_count=1)  # an empty bin is missing, not zero
-        # A step with some samples missing (a gap, a missed scrape, the history's first or last hour) summed as it
-        # is would count the missing samples as zero demand: its sum is scaled to the whole step by the time its
-        # samples stand for (the mean of the samples it has times the samples it holds at their stretch's step)
-        partial = (covered > 0) & (covered < step.total_seconds())
-        report.partial_sums = int(partial.sum())
-        out = out.where(~partial, out * (step.total_seconds() / covered))
+        # A step's sum is scaled to the whole step by the time its samples stand for (each at its stretch's step):
+        # a step with samples missing (a gap, a missed scrape, the history's first or last hour) does not count them
+        # as zero demand, and where the sampling step does not divide it (7-minute samples: hours of 8 and 9) an
+        # hour holding 63 minutes of samples is not 5 % more demand than one holding 60. A step holding a whole
+        # sample more than it has room for is summed as it is: its samples' step was read as a multiple of their own
+        # (a sparse sampler, _no_overlap), so the time they seem to stand for is not theirs
+        whole, sample = step.total_seconds(), min(s.step for s in stretches).total_seconds()
+        scaled = (covered > 0) & (covered != whole) & (covered < whole + sample)
+        out = out.where(~scaled, out * (whole / covered))
+        missing = scaled & (covered <= whole - sample)
+        report.partial_sums = int(missing.sum())
+        report.uneven_sums = int((scaled & ~missing).sum())
     else:  # a percentile of the samples, each counted once (a step of one stretch: its samples at their step)
         out = bins.quantile(float(statistic[1:]) / 100.0)
     return out.asfreq(step)

@@ -186,13 +186,14 @@ def test_an_extra_column_that_does_not_tell_series_apart_is_ignored(tmp_path):
 
 
 # ---------------------------------------------------------------------------- sums over a step with samples missing
-@given(step_minutes=st.sampled_from([1, 5, 10, 15]), level=st.floats(0.5, 1e6),
+@given(step_minutes=st.sampled_from([1, 5, 7, 10, 13, 15, 25]), level=st.floats(0.5, 1e6),
        kept=st.lists(st.booleans(), min_size=130, max_size=300))
 def test_a_sum_over_an_hour_with_samples_missing_is_not_a_smaller_demand(step_minutes, level, kept):
     """`--statistic sum` of a steady demand: an hour with samples missing (a missed scrape, a gap, a history
     starting mid-hour) once summed only the samples it had, as if the missing ones were zero demand, and the
-    forecast reserved for less. Every hour with a sample sums to the steady hourly total, and the report says how
-    many were made whole."""
+    forecast reserved for less; at a sampling step that does not divide the hour (7 minutes: hours of 8 and 9
+    samples) an hour of 9 was summed whole, 5 % over. Every hour with a sample sums to the steady hourly total, and
+    the report says how many were made whole."""
     kept = [True, True, *kept]
     # most samples there, so the sampler's step is its most common interval (three samples in two hours have no
     # step to read: refused, or before stretches were read, summed as 2 where 60 were due)
@@ -200,12 +201,15 @@ def test_a_sum_over_an_hour_with_samples_missing_is_not_a_smaller_demand(step_mi
     index = pd.date_range("2026-01-05T00:00Z", periods=len(kept), freq=f"{step_minutes}min")[np.array(kept)]
     raw = pd.Series(level, index=index)
     series, report = prepare(raw, statistic="sum", outlier_factor=None)
-    per_hour = 60 // step_minutes
     real = series.dropna()
-    np.testing.assert_allclose(real.to_numpy(), level * per_hour, rtol=1e-9)
+    np.testing.assert_allclose(real.to_numpy(), level * 60 / step_minutes, rtol=1e-9)
     counts = raw.resample("1h").count()
-    assert report.partial_sums == int(((counts > 0) & (counts < per_hour)).sum())
+    # samples missing: a whole sample's time absent (under 8 of 7-minute samples, under 12 of 5-minute ones)
+    assert report.partial_sums == int(((counts > 0) & (counts < 60 // step_minutes)).sum())
     assert (report.partial_sums > 0) == any("sums over a step with samples missing" in line for line in report.lines())
+    uneven = (counts >= 60 // step_minutes) & (counts * step_minutes != 60)
+    assert report.uneven_sums == int(uneven.sum())
+    assert (report.uneven_sums > 0) == any("the sampling step does not divide" in line for line in report.repairs())
 
 
 # ---------------------------------------------------------------------------- a cumulative counter read as demand
