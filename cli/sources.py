@@ -21,9 +21,11 @@ def source(cfg: Config, now: datetime):
         from core.units import duration
 
         # the whole hours before `end`, as the controller fits on: the hour `end` falls in, partly read, was fitted
-        # as a whole one (a sum scaled up from its first samples, a max of a few), and the forecast began after it
+        # as a whole one (a sum scaled up from its first samples, a max of a few), and the forecast began after it;
+        # and the whole hours in the lookback (`90m`: one), its first hour as partly read as that
         end = pd.Timestamp(h.prometheus.end or now).tz_convert("UTC").floor("h")
-        return PrometheusSource(h.prometheus, h.prometheus.query, end - duration(h.prometheus.lookback), end)
+        return PrometheusSource(h.prometheus, h.prometheus.query, (end - duration(h.prometheus.lookback)).ceil("h"),
+                                end)
     if h.file is not None:
         return FileSource(h.file)
     raise BadRequest("no history: give a HISTORY file, or history.file / history.prometheus in --config")

@@ -533,22 +533,27 @@ def test_negative_values_from_prometheus_are_refused_naming_the_value_plainly(pr
     assert "np." not in err
 
 
-@pytest.mark.parametrize("end, now", [("1995-07-10T00:00:00Z", None), (None, "1995-07-10T00:42:10Z")])
+@pytest.mark.parametrize("end, now, lookback, hours", [("1995-07-10T00:00:00Z", None, "5d", 120),
+                                                      (None, "1995-07-10T00:42:10Z", "5d", 120),
+                                                      ("1995-07-10T00:00:00Z", None, "4d23h30m", 119)])
 def test_the_history_is_whole_hours_before_its_end_and_the_forecast_begins_there(prometheus_server, nasa_trace,
-                                                                                tmp_path, capsys, end, now):
+                                                                                tmp_path, capsys, end, now, lookback,
+                                                                                hours):
     """The range query's end is inclusive: `end: ...T00:00Z` read the sample at 00:00, which began an hour of its
     own, one sample long (its sum twelve times that sample, its max the lowest of the hour's), fitted as a whole
     hour, and the forecast began an hour after `end`; with the default end (now) the hour now falls in was as
     partly read. Now the history is the whole hours before its end (as the controller fits on), and the forecast
-    begins at the hour `end` falls in."""
+    begins at the hour `end` falls in. A lookback of whole hours and a half began with half an hour, fitted as a
+    whole one: now the whole hours in it."""
     _, csv = nasa_trace
-    config = history_config(tmp_path, {"url": prometheus_server.url, "query": METRIC, "lookback": "5d",
+    config = history_config(tmp_path, {"url": prometheus_server.url, "query": METRIC, "lookback": lookback,
                                        **({"end": end} if end else {})}, statistic="sum")
     moment = pd.Timestamp(now or end)
     hour = moment.floor("h")
     series, _ = load_series(load_config(config), moment.to_pydatetime())
-    assert series.index[-1] == hour - pd.Timedelta("1h") and series.index[0] == hour - pd.Timedelta("5D")
-    assert series.iloc[-1] == csv[(csv.index >= hour - pd.Timedelta("1h")) & (csv.index < hour)].sum()
+    assert series.index[-1] == hour - pd.Timedelta("1h") and series.index[0] == hour - pd.Timedelta(hours=hours)
+    for at in (series.index[0], series.index[-1]):
+        assert series[at] == csv[(csv.index >= at) & (csv.index < at + pd.Timedelta("1h"))].sum()
     if end:
         assert main(["forecast", "--config", config, "--json"]) == 0
         assert json.loads(capsys.readouterr().out)["forecast"][0]["timestamp"] == hour.isoformat()
