@@ -15,6 +15,7 @@ Locks (one training per series at a time):
 """
 from __future__ import annotations
 
+import base64
 import contextlib
 import os
 import socket
@@ -49,6 +50,15 @@ def resolve_uri(uri: str | None = None) -> str:
     return uri or os.environ.get("MLFLOW_TRACKING_URI") or default_uri()
 
 
+def shown_uri(uri: str) -> str:
+    """`uri` with the password of its user info masked: it is printed and logged (http://user:pass@host/)."""
+    parts = urllib.parse.urlsplit(uri)
+    if parts.password is None:
+        return uri
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))
+
+
 def registered_name(series: str) -> str:
     return f"headroom-{series}"
 
@@ -60,6 +70,7 @@ def experiment_name(series: str) -> str:
 class Tracker:
     def __init__(self, tracking_uri: str | None = None):
         self.uri = resolve_uri(tracking_uri)
+        self.shown = shown_uri(self.uri)  # what messages say: never a password
         self._client: MlflowClient | None = None
 
     # -- connection ---------------------------------------------------------------------------
@@ -79,7 +90,10 @@ class Tracker:
         return self._client
 
     def _fail(self, what: str, exc: BaseException) -> TrackingError:
-        return TrackingError(f"MLflow tracking store {self.uri}: {what}: {type(exc).__name__}: {exc}"[:2000])
+        # MLflow's own message may carry the URL it requested, password and all
+        password = urllib.parse.urlsplit(self.uri).password
+        cause = str(exc).replace(f":{password}@", ":***@") if password else str(exc)
+        return TrackingError(f"MLflow tracking store {self.shown}: {what}: {type(exc).__name__}: {cause}"[:2000])
 
     def connect(self) -> Tracker:
         """Import mlflow, check the store answers; TrackingError (naming the URI) if not."""
@@ -91,11 +105,11 @@ class Tracker:
             # A REST store prints "View run ... at: URL" to stdout as each run ends: stdout is the command's output.
             os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
             try:
-                with urllib.request.urlopen(self.uri.rstrip("/") + "/health", timeout=10) as r:
+                with urllib.request.urlopen(self._health_request(), timeout=10) as r:
                     if r.status != 200:
-                        raise TrackingError(f"MLflow tracking server {self.uri} unhealthy: HTTP {r.status}")
+                        raise TrackingError(f"MLflow tracking server {self.shown} unhealthy: HTTP {r.status}")
             except (TimeoutError, urllib.error.URLError, ConnectionError, OSError) as exc:
-                raise TrackingError(f"MLflow tracking server {self.uri} is unreachable: {exc}") from None
+                raise TrackingError(f"MLflow tracking server {self.shown} is unreachable: {exc}") from None
         elif self.is_sqlite:
             self._check_writable()
         try:
@@ -111,6 +125,16 @@ class Tracker:
         self._client = client
         return self
 
+    def _health_request(self) -> urllib.request.Request:
+        """GET <uri>/health; credentials in the URI (as MLflow's requests takes them) go as basic auth, since urllib
+        would read `user:pass@host` as a host name."""
+        parts = urllib.parse.urlsplit(self.uri.rstrip("/") + "/health")
+        if parts.username is None:
+            return urllib.request.Request(parts.geturl())
+        plain = urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+        token = base64.b64encode(urllib.parse.unquote(f"{parts.username}:{parts.password or ''}").encode()).decode()
+        return urllib.request.Request(plain, headers={"Authorization": f"Basic {token}"})
+
     def _check_writable(self) -> None:
         """A sqlite store's folder and file must be writable: fail at once, not after mlflow's minutes of retries."""
         folder = self.sqlite_dir
@@ -123,7 +147,7 @@ class Tracker:
                 with db.open("r+b"):
                     pass
         except OSError as exc:
-            raise TrackingError(f"MLflow tracking store {self.uri}: {folder} is not writable: "
+            raise TrackingError(f"MLflow tracking store {self.shown}: {folder} is not writable: "
                                 f"{exc.strerror or exc}") from None
 
     @contextlib.contextmanager
@@ -161,8 +185,8 @@ class Tracker:
             exp = self.client.get_experiment_by_name(name)
             if exp is not None and exp.lifecycle_stage == "deleted":  # MLflow keeps a deleted one under its name
                 raise TrackingError(
-                    f"MLflow tracking store {self.uri}: experiment {name!r} (id {exp.experiment_id}) is deleted: "
-                    f"to track this series again, with MLFLOW_TRACKING_URI={self.uri} restore it (mlflow experiments "
+                    f"MLflow tracking store {self.shown}: experiment {name!r} (id {exp.experiment_id}) is deleted: "
+                    f"to track this series again, with MLFLOW_TRACKING_URI={self.shown} restore it (mlflow experiments "
                     f"restore --experiment-id {exp.experiment_id}) or delete it for good (mlflow gc --experiment-ids "
                     f"{exp.experiment_id})")
             if exp is not None:

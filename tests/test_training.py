@@ -361,6 +361,34 @@ def test_cmd_train_stdout_is_json_against_a_tracking_server(mlflow_server, tmp_p
     assert out["name"] == "stdout" and out["version"] == "1"
 
 
+def test_a_tracking_uri_with_credentials_works_and_its_password_is_never_shown(mlflow_server, tmp_path, capsys):
+    """http://user:password@host (credentials MLflow's client sends as basic auth): the store's health check read
+    `user:password@127.0.0.1` as a host name ("unreachable: Name or service not known"), and every message printed
+    the password."""
+    import argparse
+
+    from cli.config import load_config
+    from cli.train import cmd_train
+    from forecast.synthetic import write_csv
+
+    write_csv(demand(), tmp_path / "gpu.csv")
+    cfg = load_config(None, {"backtest.folds": 2})
+    secret_uri = mlflow_server.uri.replace("http://", "http://alice:s3cret@")
+    args = argparse.Namespace(history=str(tmp_path / "gpu.csv"), name="creds", tracking_uri=secret_uri)
+    assert cmd_train(cfg, args) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["version"] == "1"
+    assert "s3cret" not in out.out + out.err and "alice:***@127.0.0.1" in out.err
+    down = argparse.Namespace(history=str(tmp_path / "gpu.csv"), name="creds",
+                              tracking_uri=f"http://alice:s3cret@127.0.0.1:{free_port()}")
+    assert cmd_train(cfg, down) == 1
+    out = capsys.readouterr()
+    assert "s3cret" not in out.out + out.err and "alice:***@" in json.loads(out.out)["error"]
+    with pytest.raises(TrainingError) as refused:
+        load_champion("nothing-here", secret_uri)
+    assert "s3cret" not in str(refused.value) and "alice:***@" in str(refused.value)
+
+
 def test_a_champion_whose_card_cannot_be_read_is_replaced_by_the_next_training(tmp_path):
     """The controller refuses a champion whose card is gone (deleted artifact, or a version registered by another
     tool: a pickled pyfunc, no run at all), so the next training must be able to replace it: such a champion

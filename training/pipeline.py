@@ -436,7 +436,7 @@ def load_champion(name: str, tracking_uri: str | None = None) -> Champion:
     tracker = Tracker(tracking_uri).connect()
     mv = tracker.champion(registered_name(name))
     if mv is None:
-        raise TrainingError(f"no champion for series {name!r} in {tracker.uri} "
+        raise TrainingError(f"no champion for series {name!r} in {tracker.shown} "
                             f"(registered model {registered_name(name)})")
     tags = dict(mv.tags)
     try:
