@@ -219,8 +219,8 @@ class Tracker:
             for i in range(0, len(items), 100):
                 self.client.log_batch(run_id, params=items[i:i + 100])
 
-    def log_metrics(self, run_id: str, metrics: Sequence[tuple[str, float, int, int | None]]) -> None:
-        """(key, value, step, timestamp_ms or None) rows; non-finite values are skipped."""
+    def log_metrics(self, run_id: str, metrics: Sequence[tuple[str, float | None, int, int | None]]) -> None:
+        """(key, value, step, timestamp_ms or None) rows; missing (None) and non-finite values are skipped."""
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)

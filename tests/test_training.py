@@ -219,6 +219,54 @@ def test_realized_accuracy_history_and_drift(sqlite_uri, tmp_path):
     assert len(client(sqlite_uri).get_metric_history(run_id, "scaled_error_24h")) == n24
 
 
+def test_accuracy_over_time_is_one_time_axis_across_retrains_and_restarts(mlflow_server, tmp_path):
+    """What an SRE charts in MLflow weeks later: in the series' accuracy run, each training's backtest scores at its
+    hour and the live error, coverage and shares below q0.9/q0.99 at each target hour, beside the served champion's
+    backtest MASE; a training's own metrics at its hour too, not at step 0 in every run."""
+    def time_axis(at):  # the step: hours since the epoch; the timestamp: that hour, in ms
+        return int(at.timestamp() // 3600), int(at.timestamp() * 1000)
+
+    uri, truth = mlflow_server.uri, demand(days=12)
+    day8, day9 = (pd.Timestamp("2026-03-02", tz="UTC") + pd.Timedelta(days=d) for d in (8, 9))
+    first = train_series("axis", truth[truth.index < day8], settings(), Tracker(uri), now=day8.to_pydatetime(),
+                         factories=FACTORIES)
+    log = ForecastLog(tmp_path / "forecasts")
+    model = load_champion("axis", uri).make()
+    for issued in pd.date_range(day8, periods=12, freq="2h"):
+        log.record("axis", issued, model.fit(truth[truth.index < issued]).predict(24, [0.1, 0.5, 0.9, 0.99]))
+    # the controller scores what has arrived, restarts (a new Tracker), later scores the rest
+    log_realized("axis", log.load("axis"), truth[truth.index < day9], Tracker(uri))
+    second = train_series("axis", truth[truth.index < day9], settings(), Tracker(uri), now=day9.to_pydatetime(),
+                          factories=FACTORIES)
+    errors, _ = log_realized("axis", log.load("axis"), truth[truth.index < day9 + pd.Timedelta(days=1)], Tracker(uri))
+
+    mlflow = client(uri)
+    experiment = mlflow.get_experiment_by_name("headroom/axis").experiment_id
+    (accuracy,) = mlflow.search_runs([experiment], "tags.`headroom.kind` = 'accuracy'")
+    history = {key: mlflow.get_metric_history(accuracy.info.run_id, key) for key in accuracy.data.metrics}
+
+    def steps(key):
+        return [(m.step, m.timestamp) for m in sorted(history[key], key=lambda m: m.step)]
+
+    assert steps("backtest_mase") == [time_axis(day8), time_axis(day9)]
+    assert [m.value for m in sorted(history["backtest_mase"], key=lambda m: m.step)] == pytest.approx(
+        [first.scores["snaive24"]["mase"], second.scores["snaive24"]["mase"]])
+    for key in ("backtest_coverage_80", "backtest_coverage_90", "backtest_below_q0.9", "backtest_below_q0.99",
+                "promoted"):
+        assert len(history[key]) == 2, key
+    assert len(history["champion_rescored_mase"]) == 1  # the first training had no champion to re-score
+    one_ahead = errors[errors["horizon"] == 1].sort_values("target")
+    targets = [time_axis(t) for t in one_ahead["target"]]
+    assert steps("scaled_error_1h") == steps("inside_80_1h") == steps("below_q0.99_1h") == targets
+    assert [m.value for m in sorted(history["below_q0.9_1h"], key=lambda m: m.step)] == list(one_ahead["below_q0.9"])
+    assert {m.value for m in history["below_q0.9_1h"]} <= {0.0, 1.0}
+    assert len(steps("champion_backtest_mase")) == errors["target"].nunique()
+    assert all(np.isfinite(m.value) for ms in history.values() for m in ms)
+    run = mlflow.get_run(second.run_id)
+    assert [(m.step, m.timestamp) for m in mlflow.get_metric_history(second.run_id, "mase")] == [time_axis(day9)]
+    assert run.data.metrics["mase"] == pytest.approx(second.scores["snaive24"]["mase"])
+
+
 def test_unreachable_server_is_a_tracking_error():
     uri = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(TrackingError, match=uri.replace(".", r"\.")):

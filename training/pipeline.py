@@ -27,6 +27,7 @@ from adapters.mlflow import Tracker, TrackingError, experiment_name, registered_
 from core.errors import interrupt_inside
 from core.settings import MAX_HORIZON_HOURS, SERIES_NAME_PATTERN, TrainingConfig
 from forecast.backtest import (
+    POOLED,
     SCORED_QUANTILES,
     AutoForecaster,
     fallback_note,
@@ -41,6 +42,7 @@ from forecast.calibrate import origins as fold_origins
 from forecast.global_model import GlobalForecaster, GlobalPool
 from forecast.metrics import finite_or_none, seasonal_scale
 from forecast.models import MODELS
+from training.realized import accuracy_run, time_axis
 
 DAY = 24
 _DEFAULTS = TrainingConfig()  # the configuration's defaults are the library's (one definition of each)
@@ -314,7 +316,7 @@ def _train(name, series, settings, tracker, now, makers, origins, exp, parent) -
         per_fold[cand] = rows
         summary = summarize(rows)
         tracker.log_params(child, {"model": cand, **_hyperparameters(make())})
-        tracker.log_metrics(child, [(k, v, 0, None) for k, v in summary.items()]
+        tracker.log_metrics(child, [(k, v, *time_axis(now)) for k, v in summary.items()]
                             + [(f"fold_{k}", r[k], r["fold"], None) for r in rows for k in summary])
         tracker.end_run(child)
     if not per_fold:
@@ -347,9 +349,9 @@ def _train(name, series, settings, tracker, now, makers, origins, exp, parent) -
                                 "candidates": ",".join(makers), **span})
     metrics: list[tuple[str, float, int, int | None]] = []
     for cand, s in scores.items():
-        metrics += [(f"{cand}.{k}", v, 0, None) for k, v in s.items()]
+        metrics += [(f"{cand}.{k}", v, *time_axis(now)) for k, v in s.items()]
     metrics += [(f"fold_{k}", r[k], int(r["fold"]), None) for r in per_fold[winner] for k in scores[winner]]
-    metrics += [(k, scores[winner][k], 0, None) for k in scores[winner]]
+    metrics += [(k, scores[winner][k], *time_axis(now)) for k in scores[winner]]
     tracker.log_metrics(parent, metrics)
 
     champ_name = registered_name(name)
@@ -421,6 +423,10 @@ def _train(name, series, settings, tracker, now, makers, origins, exp, parent) -
         "headroom.champion_version": champ_version or ""})
     if promote:
         tracker.promote(champ_name, version)
+    # on the series' time axis beside the live accuracy: each training's backtest, and whether it now serves
+    tracker.log_metrics(accuracy_run(tracker, name), [
+        *((f"backtest_{k}", scores[winner][k], *time_axis(now)) for k in ("mase", *POOLED)),
+        (f"champion_rescored_{key}", champ_score, *time_axis(now)), ("promoted", float(promote), *time_axis(now))])
     tracker.set_tags(parent, {"headroom.version": version, "headroom.promoted": str(promote).lower(),
                               "headroom.reason": reason})
     return TrainResult(name=name, run_id=parent, experiment_id=exp, selected=winner, objective=key,

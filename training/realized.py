@@ -5,8 +5,11 @@ target is issued_at + h steps; once its actual is known we record the absolute
 error of the median, that error scaled by a seasonal-24 scale (so it is
 comparable with the backtest MASE: the controller passes its fitting window's,
 as the backtest uses each fold's; by default the champion's training scale),
-and whether the actual fell inside the 80% interval (q0.1..q0.9). They go to a long-lived "accuracy" run per series as
-metric history, step = hour index since the epoch of the target time.
+whether the actual fell inside the 80% interval (q0.1..q0.9), and whether it was at or below the forecast's q0.9 and
+q0.99 (the planner's quantiles, where the forecast has them). They go to a long-lived "accuracy" run per series as
+metric history on one time axis (`time_axis`: step = hours since the epoch, timestamp = the target hour), beside
+the served champion's backtest MASE at each scored hour and each training's backtest scores at its hour, so MLflow
+charts live accuracy against the backtest across retrains and controller restarts.
 
 Drift: when the mean scaled error over the last `window` targets of a horizon
 exceeds `factor` x the backtest MASE, a DriftEvent is returned and logged.
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
@@ -22,8 +26,10 @@ import pandas as pd
 
 from adapters.mlflow import Tracker, experiment_name, registered_name
 from core.files import replace_whole
+from forecast.backtest import PLANNER_QUANTILES
 
 HORIZONS = (1, 6, 24)
+BELOW = tuple(f"below_q{q}" for q in PLANNER_QUANTILES)  # share of actuals at or below the planner's quantiles
 LAST_TAG = "headroom.accuracy.last_target"
 
 
@@ -79,6 +85,13 @@ class ForecastLog:
         return out
 
 
+def time_axis(at: pd.Timestamp | datetime) -> tuple[int, int]:
+    """(step, timestamp in ms) of `at` in MLflow: the step counts hours since the epoch, so every run and every
+    restart of a series logs on one axis, never from step 0 again."""
+    seconds = pd.Timestamp(at).timestamp()
+    return int(seconds // 3600), int(seconds * 1000)
+
+
 def _col(frame: pd.DataFrame, q: float) -> float | None:
     cols = [float(c) for c in frame.columns]
     return min(cols, key=lambda c: abs(c - q)) if cols else None
@@ -104,9 +117,12 @@ def realized_errors(forecasts: Mapping[pd.Timestamp, pd.DataFrame], actuals: pd.
             err = abs(actual - point)
             rows.append({"issued_at": issued, "target": target, "horizon": h, "forecast": point, "actual": actual,
                          "abs_error": err, "scaled_error": err / scale if scale and np.isfinite(scale) else np.nan,
-                         "inside_80": float(frame.iloc[h - 1][lo] <= actual <= frame.iloc[h - 1][hi])})
+                         "inside_80": float(frame.iloc[h - 1][lo] <= actual <= frame.iloc[h - 1][hi]),
+                         # only a quantile the forecast has: the nearest other one would be a wrong answer
+                         **{f"below_q{q}": float(actual <= frame.iloc[h - 1][q]) if q in frame.columns else np.nan
+                            for q in PLANNER_QUANTILES}})
     return pd.DataFrame(rows, columns=["issued_at", "target", "horizon", "forecast", "actual", "abs_error",
-                                       "scaled_error", "inside_80"])
+                                       "scaled_error", "inside_80", *BELOW])
 
 
 def detect_drift(series: str, errors: pd.DataFrame, baseline: float, factor: float, window: int) -> list[DriftEvent]:
@@ -154,15 +170,14 @@ def log_realized(series: str, forecasts: Mapping[pd.Timestamp, pd.DataFrame], ac
     last = tracker.run_tags(run).get(LAST_TAG)
     new = errors if last is None else errors[errors["target"] > pd.Timestamp(last)]
     rows = []
-    for r in new.itertuples():
-        step, ts = int(r.target.timestamp() // 3600), int(r.target.timestamp() * 1000)
-        rows += [(f"abs_error_{r.horizon}h", r.abs_error, step, ts),
-                 (f"scaled_error_{r.horizon}h", r.scaled_error, step, ts),
-                 (f"inside_80_{r.horizon}h", r.inside_80, step, ts)]
+    for r in new.to_dict("records"):
+        step, ts = time_axis(r["target"])
+        rows += [(f"{k}_{r['horizon']}h", r[k], step, ts) for k in ("abs_error", "scaled_error", "inside_80", *BELOW)]
+    # the baseline beside the live error at each hour: one chart shows the champion's live accuracy vs its backtest
+    rows += [("champion_backtest_mase", baseline, *time_axis(t)) for t in new["target"].unique()]
     events = detect_drift(series, errors, baseline, factor, window)
     for e in events:
-        step = int(pd.Timestamp(e.at).timestamp() // 3600)
-        rows.append((f"drift_{e.horizon}h", e.realized / e.baseline, step, int(pd.Timestamp(e.at).timestamp() * 1000)))
+        rows.append((f"drift_{e.horizon}h", e.realized / e.baseline, *time_axis(pd.Timestamp(e.at))))
     tracker.log_metrics(run, rows)
     tags = {}
     if len(new):
