@@ -250,6 +250,18 @@ class Tracker:
                                            max_results=1, order_by=["attributes.start_time ASC"])
         return runs[0].info.run_id if runs else None
 
+    def fail_abandoned(self, experiment_id: str, kinds: Sequence[str], why: str) -> list[str]:
+        """End the RUNNING runs tagged `headroom.kind` in `kinds` as FAILED, tagged `headroom.error` `why`: runs whose
+        process lost the store, or died, before it could end them. Their ids."""
+        with self.guard("end abandoned runs"):
+            running = self.client.search_runs([experiment_id], filter_string="attributes.status = 'RUNNING'",
+                                              max_results=1000)
+            abandoned = [r.info.run_id for r in running if r.data.tags.get("headroom.kind") in kinds]
+            for run_id in abandoned:
+                self.client.set_tag(run_id, "headroom.error", why)
+                self.client.set_terminated(run_id, "FAILED")
+        return abandoned
+
     def run_tags(self, run_id: str) -> dict[str, str]:
         with self.guard("get run"):
             return dict(self.client.get_run(run_id).data.tags)

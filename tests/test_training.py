@@ -437,6 +437,46 @@ def test_a_tracking_uri_with_credentials_works_and_its_password_is_never_shown(m
     assert "s3cret" not in str(refused.value) and "alice:***@" in str(refused.value)
 
 
+def test_a_store_lost_mid_training_keeps_the_champion_and_the_next_training_ends_the_abandoned_runs(tmp_path):
+    """The tracking server goes away while a training runs: a TrackingError naming the store, the champion as it
+    was; the runs it could not end stayed RUNNING for good (in the UI, trainings forever in progress): the next
+    training of the series, holding its lock, ends them FAILED with the reason."""
+    server = MlflowServer(tmp_path / "server")
+    try:
+        server.start()
+    except RuntimeError as exc:
+        pytest.skip(f"no mlflow server: {exc}")
+
+    class Outage(Flat):
+        def fit(self, history):
+            server.stop()
+            return super().fit(history)
+
+    try:
+        uri = server.uri
+        train_series("outage", demand(), settings(), Tracker(uri), factories=FACTORIES)
+        with pytest.raises(TrackingError, match=re.escape(uri)):
+            train_series("outage", demand(), settings(candidates=("outage",), lock_ttl_seconds=1), Tracker(uri),
+                         factories={**FACTORIES, "outage": Outage})
+        server.start()
+        mlflow = client(uri)
+        experiment = mlflow.get_experiment_by_name("headroom/outage").experiment_id
+
+        def running():
+            return {r.info.run_id for r in mlflow.search_runs([experiment], "attributes.status = 'RUNNING'")
+                    if r.data.tags.get("headroom.kind") != "accuracy"}
+
+        left = running()
+        assert left and champion_version(uri, "outage") == "1"
+        assert train_series("outage", demand(), settings(), Tracker(uri), factories=FACTORIES).version == "2"
+        assert not running()
+        for run_id in left:
+            run = mlflow.get_run(run_id)
+            assert run.info.status == "FAILED" and "abandoned" in run.data.tags["headroom.error"]
+    finally:
+        server.stop()
+
+
 def test_a_champion_whose_card_cannot_be_read_is_replaced_by_the_next_training(tmp_path):
     """The controller refuses a champion whose card is gone (deleted artifact, or a version registered by another
     tool: a pickled pyfunc, no run at all), so the next training must be able to replace it: such a champion

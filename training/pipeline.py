@@ -281,6 +281,10 @@ def train_series(name: str, series: pd.Series, settings: TrainSettings, tracker:
     tracker.connect()  # TrackingError before any work
     with tracker.lock(name, settings.lock_ttl_seconds):
         exp = tracker.experiment(experiment_name(name))
+        # under the lock no other training of the series runs: one still RUNNING lost the store or its process
+        if abandoned := tracker.fail_abandoned(exp, ("training", "candidate"), "abandoned: its training lost the "
+                                               "tracking store or was killed before it could end the run"):
+            log.warning("%s: marked %d abandoned run(s) FAILED: %s", name, len(abandoned), ", ".join(abandoned))
         parent = tracker.start_run(exp, f"train-{now:%Y%m%dT%H%M%SZ}",
                                    tags={"headroom.kind": "training", "headroom.series": name})
         try:
