@@ -425,12 +425,12 @@ def _train(name, series, settings, tracker, now, makers, origins, exp, parent) -
         "headroom.promoted": str(promote).lower(), "headroom.reason": reason,
         "headroom.champion_score": "" if champ_score is None else f"{champ_score:.6g}",
         "headroom.champion_version": champ_version or ""})
-    if promote:
-        tracker.promote(champ_name, version)
-    # on the series' time axis beside the live accuracy: each training's backtest, and whether it now serves
+    # on the series' time axis beside the live accuracy: each training's backtest, and whether it is to serve
     tracker.log_metrics(accuracy_run(tracker, name), [
         *((f"backtest_{k}", scores[winner][k], *time_axis(now)) for k in ("mase", *POOLED)),
         (f"champion_rescored_{key}", champ_score, *time_axis(now)), ("promoted", float(promote), *time_axis(now))])
+    if promote:  # last: a training that failed before this changed no champion
+        tracker.promote(champ_name, version)
     tracker.set_tags(parent, {"headroom.version": version, "headroom.promoted": str(promote).lower(),
                               "headroom.reason": reason})
     return TrainResult(name=name, run_id=parent, experiment_id=exp, selected=winner, objective=key,
