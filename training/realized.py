@@ -119,8 +119,8 @@ def realized_errors(forecasts: Mapping[pd.Timestamp, pd.DataFrame], actuals: pd.
                          "abs_error": err, "scaled_error": err / scale if scale and np.isfinite(scale) else np.nan,
                          "inside_80": float(frame.iloc[h - 1][lo] <= actual <= frame.iloc[h - 1][hi]),
                          # only a quantile the forecast has: the nearest other one would be a wrong answer
-                         **{f"below_q{q}": float(actual <= frame.iloc[h - 1][q]) if q in frame.columns else np.nan
-                            for q in PLANNER_QUANTILES}})
+                         **{below: float(actual <= frame.iloc[h - 1][q]) if q in frame.columns else np.nan
+                            for below, q in zip(BELOW, PLANNER_QUANTILES)}})
     return pd.DataFrame(rows, columns=["issued_at", "target", "horizon", "forecast", "actual", "abs_error",
                                        "scaled_error", "inside_80", *BELOW])
 
