@@ -5,11 +5,13 @@ target is issued_at + h steps; once its actual is known we record the absolute
 error of the median, that error scaled by a seasonal-24 scale (so it is
 comparable with the backtest MASE: the controller passes its fitting window's,
 as the backtest uses each fold's; by default the champion's training scale),
-whether the actual fell inside the 80% interval (q0.1..q0.9), and whether it was at or below the forecast's q0.9 and
-q0.99 (the planner's quantiles, where the forecast has them). They go to a long-lived "accuracy" run per series as
-metric history on one time axis (`time_axis`: step = hours since the epoch, timestamp = the target hour), beside
-the served champion's backtest MASE at each scored hour and each training's backtest scores at its hour, so MLflow
-charts live accuracy against the backtest across retrains and controller restarts.
+whether the actual fell inside the 80% interval (q0.1..q0.9), and whether it was
+at or below each quantile the forecast has (the policy's target and headroom
+quantiles among them: what is reserved). They go to a long-lived "accuracy" run
+per series as metric history on one time axis (`time_axis`: step = hours since
+the epoch, timestamp = the target hour), beside the served champion's backtest
+MASE at each scored hour and each training's backtest scores at its hour, so
+MLflow charts live accuracy against the backtest across retrains and restarts.
 
 Drift: when the mean scaled error over the last `window` targets of a horizon
 exceeds `factor` x the backtest MASE, a DriftEvent is returned and logged.
@@ -26,10 +28,9 @@ import pandas as pd
 
 from adapters.mlflow import Tracker, experiment_name, registered_name
 from core.files import replace_whole
-from forecast.backtest import PLANNER_QUANTILES
+from forecast.backtest import below_key
 
 HORIZONS = (1, 6, 24)
-BELOW = tuple(f"below_q{q}" for q in PLANNER_QUANTILES)  # share of actuals at or below the planner's quantiles
 LAST_TAG = "headroom.accuracy.last_target"
 
 
@@ -118,11 +119,10 @@ def realized_errors(forecasts: Mapping[pd.Timestamp, pd.DataFrame], actuals: pd.
             rows.append({"issued_at": issued, "target": target, "horizon": h, "forecast": point, "actual": actual,
                          "abs_error": err, "scaled_error": err / scale if scale and np.isfinite(scale) else np.nan,
                          "inside_80": float(frame.iloc[h - 1][lo] <= actual <= frame.iloc[h - 1][hi]),
-                         # only a quantile the forecast has: the nearest other one would be a wrong answer
-                         **{below: float(actual <= frame.iloc[h - 1][q]) if q in frame.columns else np.nan
-                            for below, q in zip(BELOW, PLANNER_QUANTILES)}})
+                         **{below_key(q): float(actual <= frame.iloc[h - 1][q]) for q in frame.columns}})
+    below = sorted({k for row in rows for k in row if k.startswith("below_q")})  # NaN where a forecast lacks one
     return pd.DataFrame(rows, columns=["issued_at", "target", "horizon", "forecast", "actual", "abs_error",
-                                       "scaled_error", "inside_80", *BELOW])
+                                       "scaled_error", "inside_80", *below])
 
 
 def detect_drift(series: str, errors: pd.DataFrame, baseline: float, factor: float, window: int) -> list[DriftEvent]:
@@ -170,9 +170,10 @@ def log_realized(series: str, forecasts: Mapping[pd.Timestamp, pd.DataFrame], ac
     last = tracker.run_tags(run).get(LAST_TAG)
     new = errors if last is None else errors[errors["target"] > pd.Timestamp(last)]
     rows = []
+    below = [k for k in new.columns if k.startswith("below_q")]
     for r in new.to_dict("records"):
         step, ts = time_axis(r["target"])
-        rows += [(f"{k}_{r['horizon']}h", r[k], step, ts) for k in ("abs_error", "scaled_error", "inside_80", *BELOW)]
+        rows += [(f"{k}_{r['horizon']}h", r[k], step, ts) for k in ("abs_error", "scaled_error", "inside_80", *below)]
     # the baseline beside the live error at each hour: one chart shows the champion's live accuracy vs its backtest
     rows += [("champion_backtest_mase", baseline, *time_axis(t)) for t in new["target"].unique()]
     events = detect_drift(series, errors, baseline, factor, window)
