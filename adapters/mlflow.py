@@ -50,6 +50,11 @@ def resolve_uri(uri: str | None = None) -> str:
     return uri or os.environ.get("MLFLOW_TRACKING_URI") or default_uri()
 
 
+def _not_found(exc: BaseException) -> bool:
+    """Whether MLflow answered that the thing asked for does not exist."""
+    return "RESOURCE_DOES_NOT_EXIST" in str(getattr(exc, "error_code", "")) + str(exc)
+
+
 def shown_uri(uri: str) -> str:
     """`uri` with the password of its user info masked: it is printed and logged (http://user:pass@host/)."""
     parts = urllib.parse.urlsplit(uri)
@@ -292,7 +297,7 @@ class Tracker:
             try:
                 self.client.get_registered_model(name)
             except Exception as exc:  # noqa: BLE001
-                if "RESOURCE_DOES_NOT_EXIST" not in str(getattr(exc, "error_code", "")) + str(exc):
+                if not _not_found(exc):
                     raise
                 try:
                     self.client.create_registered_model(name, description="headroom demand forecaster")
@@ -379,7 +384,12 @@ class Tracker:
                         if attempt:
                             raise TrainingLocked(f"series {series!r} lease {name} was taken concurrently") from None
                         raise
-                    held = self.client.get_registered_model(name).tags
+                    try:
+                        held = self.client.get_registered_model(name).tags
+                    except Exception as read:  # noqa: BLE001
+                        if not _not_found(read):
+                            raise
+                        continue  # its trainer let it go between the two requests: take it
                     try:
                         until = float(held.get("expires", "0"))
                     except ValueError:  # not written by a trainer (it writes a number): no lease to honour
@@ -389,7 +399,11 @@ class Tracker:
                             f"series {series!r} is being trained by {held.get('owner')} (lease {name} until "
                             f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(until))}; if that trainer is gone, "
                             f"delete the registered model {name} to break it)") from None
-                    self.client.delete_registered_model(name)  # stale: its trainer died
+                    try:
+                        self.client.delete_registered_model(name)  # stale: its trainer died
+                    except Exception as deleted:  # noqa: BLE001
+                        if not _not_found(deleted):  # else another trainer broke it first: race it to take it
+                            raise
         try:
             yield
         finally:

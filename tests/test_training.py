@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -653,6 +654,48 @@ def test_a_held_lease_says_until_when_and_how_to_break_it(mlflow_server):
     message = str(refused.value)
     assert re.search(r"until \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", message), message
     assert "delete the registered model headroom-lock-held" in message, message
+
+
+class _Racing:
+    """The real client of a real server, with another trainer acting on the lease `name` between two of this one's
+    requests: `releasing`, its holder lets it go just after this trainer's create found it held; `breaking`, another
+    trainer breaks the same stale lease just before this one deletes it."""
+
+    def __init__(self, real, name: str, race: str):
+        self.real, self.name, self.race, self.raced = real, name, race, False
+
+    def __getattr__(self, attribute):
+        return getattr(self.real, attribute)
+
+    def create_registered_model(self, name, **kw):
+        try:
+            return self.real.create_registered_model(name, **kw)
+        except Exception:
+            if self.race == "releasing" and name == self.name and not self.raced:
+                self.raced = True
+                self.real.delete_registered_model(name)
+            raise
+
+    def delete_registered_model(self, name):
+        if self.race == "breaking" and name == self.name and not self.raced:
+            self.raced = True
+            self.real.delete_registered_model(name)
+        return self.real.delete_registered_model(name)
+
+
+@pytest.mark.parametrize("race, expires", [("releasing", "9999999999"), ("breaking", "0")])
+def test_a_lease_another_trainer_lets_go_of_meanwhile_is_taken_not_a_store_error(mlflow_server, race, expires):
+    """Two trainers of one series a moment apart: the lease this one found held (or stale) is gone by its next
+    request. That was a TrackingError ("RESOURCE_DOES_NOT_EXIST", `headroom train` exit 1) for a lease free to take."""
+    name = f"race-{race}"
+    client(mlflow_server.uri).create_registered_model(f"headroom-lock-{name}", tags={"owner": "other",
+                                                                                     "expires": expires})
+    tracker = Tracker(mlflow_server.uri).connect()
+    tracker._client = _Racing(tracker.client, f"headroom-lock-{name}", race)
+    with tracker.lock(name, ttl_seconds=600):
+        owner = client(mlflow_server.uri).get_registered_model(f"headroom-lock-{name}").tags["owner"]
+        assert owner.startswith(f"{socket.gethostname()}:{os.getpid()}:")
+    assert tracker._client.raced
 
 
 def test_the_tracking_uri_is_the_flag_else_the_file_else_the_environment(tmp_path, monkeypatch, capsys):
