@@ -10,16 +10,18 @@ import sys
 import threading
 from pathlib import Path
 
+import hypothesis
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import strategies as st
 
 from adapters.mlflow import Tracker, TrackingError, TrainingLocked
 from forecast.base import future_index, quantile_frame
 from forecast.models import MODELS
 from tests.mlflow_server import MlflowServer, free_port
 from training.pipeline import CARD_SHA_TAG, ModelRefused, TrainingError, TrainSettings, load_champion, train_series
-from training.realized import ForecastLog, log_realized
+from training.realized import ForecastLog, log_realized, realized_errors
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = TrainSettings(horizon=24, folds=2, step=24, candidates=("snaive24",), quantiles=(0.1, 0.5, 0.9),
@@ -266,6 +268,28 @@ def test_accuracy_over_time_is_one_time_axis_across_retrains_and_restarts(mlflow
     run = mlflow.get_run(second.run_id)
     assert [(m.step, m.timestamp) for m in mlflow.get_metric_history(second.run_id, "mase")] == [time_axis(day9)]
     assert run.data.metrics["mase"] == pytest.approx(second.scores["snaive24"]["mase"])
+
+
+@hypothesis.settings(max_examples=60, deadline=None)
+@hypothesis.given(st.lists(st.sampled_from([0.05, 0.1, 0.5, 0.9, 0.95, 0.99]), min_size=1, unique=True),
+                  st.lists(st.floats(0, 1e6), min_size=24, max_size=24), st.floats(0, 1e6), st.data())
+def test_realized_shares_below_are_each_quantile_s_own_and_agree_with_the_band(quantiles, base, spread, data):
+    """Each forecast quantile gets its own `below_q<q>` (never a neighbour's), 0 or 1, never falling as q rises,
+    and the 80% band's hit implies the actual is at or below its top."""
+    quantiles = sorted(quantiles)
+    index = pd.date_range("2026-03-02", periods=24, freq="h", tz="UTC")
+    values = np.array([[b + spread * i for i in range(len(quantiles))] for b in base])
+    frame = pd.DataFrame(values, index=index, columns=quantiles)
+    actuals = pd.Series(data.draw(st.lists(st.floats(0, 2e6), min_size=24, max_size=24)), index=index)
+    errors = realized_errors({index[0] - pd.Timedelta(hours=1): frame}, actuals, scale=1.0)
+    below = [f"below_q{q}" for q in quantiles]
+    assert [c for c in errors.columns if c.startswith("below_q")] == below
+    for row in errors.to_dict("records"):
+        target = frame.loc[row["target"]]
+        assert [row[k] for k in below] == [float(row["actual"] <= target[q]) for q in quantiles]
+        assert all(a <= b for a, b in zip([row[k] for k in below], [row[k] for k in below][1:]))
+        if {0.1, 0.9} <= set(quantiles):
+            assert row["inside_80"] <= row["below_q0.9"]
 
 
 def test_unreachable_server_is_a_tracking_error():
