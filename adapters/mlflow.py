@@ -249,10 +249,16 @@ class Tracker:
         with self.guard("end run"):
             self.client.set_terminated(run_id, status)
 
+    def delete_run(self, run_id: str) -> None:
+        with self.guard("delete run"):
+            self.client.delete_run(run_id)
+
     def find_run(self, experiment_id: str, tag: str, value: str) -> str | None:
+        """The first run created with this tag (by start time, then id: every process finds the same one)."""
         with self.guard("search runs"):
             runs = self.client.search_runs([experiment_id], filter_string=f"tags.`{tag}` = '{value}'",
-                                           max_results=1, order_by=["attributes.start_time ASC"])
+                                           max_results=1, order_by=["attributes.start_time ASC",
+                                                                    "attributes.run_id ASC"])
         return runs[0].info.run_id if runs else None
 
     def fail_abandoned(self, experiment_id: str, kinds: Sequence[str], why: str) -> list[str]:

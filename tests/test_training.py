@@ -292,6 +292,25 @@ def test_realized_shares_below_are_each_quantile_s_own_and_agree_with_the_band(q
             assert row["inside_80"] <= row["below_q0.9"]
 
 
+def test_two_processes_creating_the_accuracy_run_at_once_leave_one(mlflow_server):
+    """The controller and a training create a series' accuracy run at the same moment (neither found one): the
+    series had two, each process logging into its own, and later every process into the first: accuracy over time
+    split between two runs, the other left RUNNING for good."""
+    from training.realized import accuracy_run
+
+    class Racing(Tracker):
+        def start_run(self, experiment_id, run_name, parent=None, tags=None):
+            if run_name == "accuracy":  # the other process created one just before this one does
+                Tracker.start_run(self, experiment_id, run_name, parent, tags)
+            return super().start_run(experiment_id, run_name, parent, tags)
+
+    mine = accuracy_run(Racing(mlflow_server.uri), "race-accuracy")
+    mlflow = client(mlflow_server.uri)
+    experiment = mlflow.get_experiment_by_name("headroom/race-accuracy").experiment_id
+    (only,) = mlflow.search_runs([experiment], "tags.`headroom.kind` = 'accuracy'")
+    assert mine == only.info.run_id == accuracy_run(Tracker(mlflow_server.uri), "race-accuracy")
+
+
 def test_unreachable_server_is_a_tracking_error():
     uri = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(TrackingError, match=uri.replace(".", r"\.")):

@@ -141,10 +141,18 @@ def detect_drift(series: str, errors: pd.DataFrame, baseline: float, factor: flo
 
 
 def accuracy_run(tracker: Tracker, series: str) -> str:
-    """The long-lived accuracy run of a series (created on first use, left RUNNING)."""
+    """The long-lived accuracy run of a series (created on first use, left RUNNING). Two processes may create it at
+    once (the controller and a training): the first created is the series' one, and the other, still empty, is
+    deleted, so accuracy over time is never split between two runs."""
     exp = tracker.experiment(experiment_name(series))
     run = tracker.find_run(exp, "headroom.kind", "accuracy")
-    return run or tracker.start_run(exp, "accuracy", tags={"headroom.kind": "accuracy", "headroom.series": series})
+    if run is not None:
+        return run
+    mine = tracker.start_run(exp, "accuracy", tags={"headroom.kind": "accuracy", "headroom.series": series})
+    first = tracker.find_run(exp, "headroom.kind", "accuracy") or mine
+    if first != mine:
+        tracker.delete_run(mine)
+    return first
 
 
 def log_realized(series: str, forecasts: Mapping[pd.Timestamp, pd.DataFrame], actuals: pd.Series,
