@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import logging
 import os
 import socket
 import tempfile
@@ -32,6 +33,7 @@ if TYPE_CHECKING:  # imported when used: mlflow is slow to import
     from mlflow.tracking import MlflowClient
 
 CHAMPION = "champion"
+log = logging.getLogger(__name__)
 
 
 class TrackingError(RuntimeError):
@@ -413,6 +415,10 @@ class Tracker:
         try:
             yield
         finally:
-            with contextlib.suppress(Exception):
+            try:
                 if self.client.get_registered_model(name).tags.get("owner") == owner:
                     self.client.delete_registered_model(name)
+            except Exception as exc:  # noqa: BLE001 - the training's own outcome is what it reports
+                log.warning("%s: it holds off trainings of %r until %s; to train sooner, delete registered model %s",
+                            self._fail(f"the training lease {name} could not be released", exc), series,
+                            time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(expires)), name)

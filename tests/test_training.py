@@ -481,10 +481,11 @@ def test_a_tracking_uri_with_credentials_works_and_its_password_is_never_shown(m
     assert "s3cret" not in str(refused.value) and "alice:***@" in str(refused.value)
 
 
-def test_a_store_lost_mid_training_keeps_the_champion_and_the_next_training_ends_the_abandoned_runs(tmp_path):
+def test_a_store_lost_mid_training_keeps_the_champion_and_the_next_training_ends_the_abandoned_runs(tmp_path, caplog):
     """The tracking server goes away while a training runs: a TrackingError naming the store, the champion as it
     was; the runs it could not end stayed RUNNING for good (in the UI, trainings forever in progress): the next
-    training of the series, holding its lock, ends them FAILED with the reason."""
+    training of the series, holding its lock, ends them FAILED with the reason. The lease it could not release is
+    said, with until when it holds off the next trainings and how to break it (it was silent)."""
     server = MlflowServer(tmp_path / "server")
     try:
         server.start()
@@ -502,6 +503,8 @@ def test_a_store_lost_mid_training_keeps_the_champion_and_the_next_training_ends
         with pytest.raises(TrackingError, match=re.escape(uri)):
             train_series("outage", demand(), settings(candidates=("outage",), lock_ttl_seconds=1), Tracker(uri),
                          factories={**FACTORIES, "outage": Outage})
+        assert "training lease headroom-lock-outage could not be released" in caplog.text
+        assert "delete registered model headroom-lock-outage" in caplog.text
         server.start()
         mlflow = client(uri)
         experiment = mlflow.get_experiment_by_name("headroom/outage").experiment_id
