@@ -220,6 +220,11 @@ def test_realized_accuracy_history_and_drift(sqlite_uri, tmp_path):
     assert len(client(sqlite_uri).get_metric_history(run_id, "scaled_error_24h")) == n24
     log_realized("acc", forecasts, shifted, tracker, factor=3.0, window=4)  # idempotent
     assert len(client(sqlite_uri).get_metric_history(run_id, "scaled_error_24h")) == n24
+    # The drift is over (here: a champion whose backtest MASE the window's error is within): the run says so, where
+    # "retrain recommended" stayed "true" for as long as the store lived.
+    assert not log_realized("acc", forecasts, shifted, tracker, baseline=1e6, factor=3.0, window=4)[1]
+    tags = client(sqlite_uri).get_run(run_id).data.tags
+    assert tags["headroom.retrain_recommended"] == "false" and tags["headroom.drift"] == "none"
 
 
 def test_accuracy_over_time_is_one_time_axis_across_retrains_and_restarts(mlflow_server, tmp_path):

@@ -32,6 +32,7 @@ from forecast.backtest import below_key
 
 HORIZONS = (1, 6, 24)
 LAST_TAG = "headroom.accuracy.last_target"
+RECOMMENDED_TAG = "headroom.retrain_recommended"  # "true" while the last window drifts
 
 
 @dataclass(frozen=True)
@@ -175,7 +176,8 @@ def log_realized(series: str, forecasts: Mapping[pd.Timestamp, pd.DataFrame], ac
         baseline = baseline if baseline is not None else float(tags.get("headroom.backtest_mase", "nan"))
     errors = realized_errors(forecasts, actuals, scale, horizons)
     run = accuracy_run(tracker, series)
-    last = tracker.run_tags(run).get(LAST_TAG)
+    current = tracker.run_tags(run)
+    last = current.get(LAST_TAG)
     new = errors if last is None else errors[errors["target"] > pd.Timestamp(last)]
     rows = []
     below = [k for k in new.columns if k.startswith("below_q")]
@@ -191,9 +193,9 @@ def log_realized(series: str, forecasts: Mapping[pd.Timestamp, pd.DataFrame], ac
     tags = {}
     if len(new):
         tags[LAST_TAG] = new["target"].max().isoformat()
-    if events:
-        tags["headroom.drift"] = "; ".join(e.message for e in events)
-        tags["headroom.retrain_recommended"] = "true"
+    if events or current.get(RECOMMENDED_TAG) == "true":  # a drift that is over is said over, not left "true"
+        tags["headroom.drift"] = "; ".join(e.message for e in events) or "none"
+        tags[RECOMMENDED_TAG] = str(bool(events)).lower()
     if tags:
         tracker.set_tags(run, tags)
     if events and on_drift is not None:
