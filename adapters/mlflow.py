@@ -15,7 +15,9 @@ Locks (one training per series at a time):
 """
 from __future__ import annotations
 
+import base64
 import contextlib
+import logging
 import os
 import socket
 import tempfile
@@ -31,6 +33,7 @@ if TYPE_CHECKING:  # imported when used: mlflow is slow to import
     from mlflow.tracking import MlflowClient
 
 CHAMPION = "champion"
+log = logging.getLogger(__name__)
 
 
 class TrackingError(RuntimeError):
@@ -49,6 +52,20 @@ def resolve_uri(uri: str | None = None) -> str:
     return uri or os.environ.get("MLFLOW_TRACKING_URI") or default_uri()
 
 
+def _not_found(exc: BaseException) -> bool:
+    """Whether MLflow answered that the thing asked for does not exist."""
+    return "RESOURCE_DOES_NOT_EXIST" in str(getattr(exc, "error_code", "")) + str(exc)
+
+
+def shown_uri(uri: str) -> str:
+    """`uri` with the password of its user info masked: it is printed and logged (http://user:pass@host/)."""
+    parts = urllib.parse.urlsplit(uri)
+    if parts.password is None:
+        return uri
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))
+
+
 def registered_name(series: str) -> str:
     return f"headroom-{series}"
 
@@ -60,6 +77,7 @@ def experiment_name(series: str) -> str:
 class Tracker:
     def __init__(self, tracking_uri: str | None = None):
         self.uri = resolve_uri(tracking_uri)
+        self.shown = shown_uri(self.uri)  # what messages say: never a password
         self._client: MlflowClient | None = None
 
     # -- connection ---------------------------------------------------------------------------
@@ -79,7 +97,10 @@ class Tracker:
         return self._client
 
     def _fail(self, what: str, exc: BaseException) -> TrackingError:
-        return TrackingError(f"MLflow tracking store {self.uri}: {what}: {type(exc).__name__}: {exc}"[:2000])
+        # MLflow's own message may carry the URL it requested, password and all
+        password = urllib.parse.urlsplit(self.uri).password
+        cause = str(exc).replace(f":{password}@", ":***@") if password else str(exc)
+        return TrackingError(f"MLflow tracking store {self.shown}: {what}: {type(exc).__name__}: {cause}"[:2000])
 
     def connect(self) -> Tracker:
         """Import mlflow, check the store answers; TrackingError (naming the URI) if not."""
@@ -91,11 +112,11 @@ class Tracker:
             # A REST store prints "View run ... at: URL" to stdout as each run ends: stdout is the command's output.
             os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
             try:
-                with urllib.request.urlopen(self.uri.rstrip("/") + "/health", timeout=10) as r:
+                with urllib.request.urlopen(self._health_request(), timeout=10) as r:
                     if r.status != 200:
-                        raise TrackingError(f"MLflow tracking server {self.uri} unhealthy: HTTP {r.status}")
+                        raise TrackingError(f"MLflow tracking server {self.shown} unhealthy: HTTP {r.status}")
             except (TimeoutError, urllib.error.URLError, ConnectionError, OSError) as exc:
-                raise TrackingError(f"MLflow tracking server {self.uri} is unreachable: {exc}") from None
+                raise TrackingError(f"MLflow tracking server {self.shown} is unreachable: {exc}") from None
         elif self.is_sqlite:
             self._check_writable()
         try:
@@ -111,6 +132,16 @@ class Tracker:
         self._client = client
         return self
 
+    def _health_request(self) -> urllib.request.Request:
+        """GET <uri>/health; credentials in the URI (as MLflow's requests takes them) go as basic auth, since urllib
+        would read `user:pass@host` as a host name."""
+        parts = urllib.parse.urlsplit(self.uri.rstrip("/") + "/health")
+        if parts.username is None:
+            return urllib.request.Request(parts.geturl())
+        plain = urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+        token = base64.b64encode(urllib.parse.unquote(f"{parts.username}:{parts.password or ''}").encode()).decode()
+        return urllib.request.Request(plain, headers={"Authorization": f"Basic {token}"})
+
     def _check_writable(self) -> None:
         """A sqlite store's folder and file must be writable: fail at once, not after mlflow's minutes of retries."""
         folder = self.sqlite_dir
@@ -123,7 +154,7 @@ class Tracker:
                 with db.open("r+b"):
                     pass
         except OSError as exc:
-            raise TrackingError(f"MLflow tracking store {self.uri}: {folder} is not writable: "
+            raise TrackingError(f"MLflow tracking store {self.shown}: {folder} is not writable: "
                                 f"{exc.strerror or exc}") from None
 
     @contextlib.contextmanager
@@ -161,8 +192,8 @@ class Tracker:
             exp = self.client.get_experiment_by_name(name)
             if exp is not None and exp.lifecycle_stage == "deleted":  # MLflow keeps a deleted one under its name
                 raise TrackingError(
-                    f"MLflow tracking store {self.uri}: experiment {name!r} (id {exp.experiment_id}) is deleted: "
-                    f"to track this series again, with MLFLOW_TRACKING_URI={self.uri} restore it (mlflow experiments "
+                    f"MLflow tracking store {self.shown}: experiment {name!r} (id {exp.experiment_id}) is deleted: "
+                    f"to track this series again, with MLFLOW_TRACKING_URI={self.shown} restore it (mlflow experiments "
                     f"restore --experiment-id {exp.experiment_id}) or delete it for good (mlflow gc --experiment-ids "
                     f"{exp.experiment_id})")
             if exp is not None:
@@ -195,8 +226,8 @@ class Tracker:
             for i in range(0, len(items), 100):
                 self.client.log_batch(run_id, params=items[i:i + 100])
 
-    def log_metrics(self, run_id: str, metrics: Sequence[tuple[str, float, int, int | None]]) -> None:
-        """(key, value, step, timestamp_ms or None) rows; non-finite values are skipped."""
+    def log_metrics(self, run_id: str, metrics: Sequence[tuple[str, float | None, int, int | None]]) -> None:
+        """(key, value, step, timestamp_ms or None) rows; missing (None) and non-finite values are skipped."""
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
@@ -220,11 +251,29 @@ class Tracker:
         with self.guard("end run"):
             self.client.set_terminated(run_id, status)
 
+    def delete_run(self, run_id: str) -> None:
+        with self.guard("delete run"):
+            self.client.delete_run(run_id)
+
     def find_run(self, experiment_id: str, tag: str, value: str) -> str | None:
+        """The first run created with this tag (by start time, then id: every process finds the same one)."""
         with self.guard("search runs"):
             runs = self.client.search_runs([experiment_id], filter_string=f"tags.`{tag}` = '{value}'",
-                                           max_results=1, order_by=["attributes.start_time ASC"])
+                                           max_results=1, order_by=["attributes.start_time ASC",
+                                                                    "attributes.run_id ASC"])
         return runs[0].info.run_id if runs else None
+
+    def fail_abandoned(self, experiment_id: str, kinds: Sequence[str], why: str) -> list[str]:
+        """End the RUNNING runs tagged `headroom.kind` in `kinds` as FAILED, tagged `headroom.error` `why`: runs whose
+        process lost the store, or died, before it could end them. Their ids."""
+        with self.guard("end abandoned runs"):
+            running = self.client.search_runs([experiment_id], filter_string="attributes.status = 'RUNNING'",
+                                              max_results=1000)
+            abandoned = [r.info.run_id for r in running if r.data.tags.get("headroom.kind") in kinds]
+            for run_id in abandoned:
+                self.client.set_tag(run_id, "headroom.error", why)
+                self.client.set_terminated(run_id, "FAILED")
+        return abandoned
 
     def run_tags(self, run_id: str) -> dict[str, str]:
         with self.guard("get run"):
@@ -256,7 +305,7 @@ class Tracker:
             try:
                 self.client.get_registered_model(name)
             except Exception as exc:  # noqa: BLE001
-                if "RESOURCE_DOES_NOT_EXIST" not in str(getattr(exc, "error_code", "")) + str(exc):
+                if not _not_found(exc):
                     raise
                 try:
                     self.client.create_registered_model(name, description="headroom demand forecaster")
@@ -343,7 +392,12 @@ class Tracker:
                         if attempt:
                             raise TrainingLocked(f"series {series!r} lease {name} was taken concurrently") from None
                         raise
-                    held = self.client.get_registered_model(name).tags
+                    try:
+                        held = self.client.get_registered_model(name).tags
+                    except Exception as read:  # noqa: BLE001
+                        if not _not_found(read):
+                            raise
+                        continue  # its trainer let it go between the two requests: take it
                     try:
                         until = float(held.get("expires", "0"))
                     except ValueError:  # not written by a trainer (it writes a number): no lease to honour
@@ -353,10 +407,18 @@ class Tracker:
                             f"series {series!r} is being trained by {held.get('owner')} (lease {name} until "
                             f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(until))}; if that trainer is gone, "
                             f"delete the registered model {name} to break it)") from None
-                    self.client.delete_registered_model(name)  # stale: its trainer died
+                    try:
+                        self.client.delete_registered_model(name)  # stale: its trainer died
+                    except Exception as deleted:  # noqa: BLE001
+                        if not _not_found(deleted):  # else another trainer broke it first: race it to take it
+                            raise
         try:
             yield
         finally:
-            with contextlib.suppress(Exception):
+            try:
                 if self.client.get_registered_model(name).tags.get("owner") == owner:
                     self.client.delete_registered_model(name)
+            except Exception as exc:  # noqa: BLE001 - the training's own outcome is what it reports
+                log.warning("%s: it holds off trainings of %r until %s; to train sooner, delete registered model %s",
+                            self._fail(f"the training lease {name} could not be released", exc), series,
+                            time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(expires)), name)

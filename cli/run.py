@@ -101,6 +101,17 @@ def _tracking_uri(cfg: Config) -> str:
     return resolve_uri(cfg.run.tracking_uri or cfg.training.tracking_uri)
 
 
+def shared_forecast_store(cluster, namespace: str, drift_window: int):
+    """The forecasts a Kubernetes controller issues, shared by every replica (a ConfigMap per series beside the
+    Lease): realized error survives failover. Kept: what realized error and drift read, the longest horizon plus
+    the drift window and a margin, and every quantile the policy forecasts (the share of actuals at or below each is
+    scored, the reserved ones among them)."""
+    from training.realized import HORIZONS
+
+    keep = (max(HORIZONS) + drift_window + 2) * 3600.0
+    return cluster.forecast_store(namespace, keep_seconds=keep, rows=max(HORIZONS), quantiles=None)
+
+
 def _loadable(demand) -> dict:
     """The policies' histories that can be read; one that cannot is that policy's fault only (logged here, and the
     reconcile marks that policy), never the other policies'."""
@@ -138,16 +149,13 @@ def build(cfg: Config, in_cluster: bool = False, timeline: list | None = None, s
     from controller.forecasts import Models
     from controller.loop import BackgroundTrainer
     from controller.reconcile import Reconciler
-    from training.realized import HORIZONS, ForecastLog
+    from training.realized import ForecastLog
 
     r = cfg.run
     if r.cluster == "kubernetes":
         assert r.prometheus is not None  # RunConfig requires it for a kubernetes controller
         cluster, demand = _kube(r, in_cluster), PrometheusDemand(r.prometheus)
-        # shared by every replica (a ConfigMap per series beside the Lease): realized error survives failover.
-        # Kept: what realized error and drift read, the longest horizon plus the drift window, and a margin.
-        keep = (max(HORIZONS) + cfg.training.drift_window + 2) * 3600.0
-        forecasts = cluster.forecast_store(r.lease.namespace, keep_seconds=keep, rows=max(HORIZONS))
+        forecasts = shared_forecast_store(cluster, r.lease.namespace, cfg.training.drift_window)
         summary = cluster.plan_summary(r.lease.namespace)  # the cluster-wide numbers, beside the Lease
     else:
         cluster, demand = embedded(cfg, r, start)

@@ -84,7 +84,7 @@ def cmd_train(cfg, args) -> int:
         jobs.append((getattr(args, "name", None) or getattr(t, "name", None) or "demand", where,
                      lambda: on_the_clock(cfg)))
     tracker = Tracker(uri)
-    print(f"MLflow store: {tracker.uri}", file=sys.stderr)  # where to look (a flag, the file, the env or ./mlflow.db)
+    print(f"MLflow store: {tracker.shown}", file=sys.stderr)  # where to look (a flag, the file, the env or ./mlflow.db)
     status, out = 0, []
     with _stopped_by_sigterm():
         try:

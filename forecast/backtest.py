@@ -32,7 +32,14 @@ SCORED_QUANTILES = (0.05, 0.1, 0.5, 0.9, 0.95, 0.99)
 # The planner's quantiles (ReservationPolicy q0.9 / q0.99): the share of actuals at or below each, per model,
 # pooled over every scored hour. Calibrated means 0.9 and 0.99.
 PLANNER_QUANTILES = (0.9, 0.99)
-POOLED = ("coverage_80", "coverage_90", *(f"below_q{q}" for q in PLANNER_QUANTILES))
+
+
+def below_key(quantile: float) -> str:
+    """The metric of the share of actuals at or below a forecast's `quantile` (here and in MLflow's live history)."""
+    return f"below_q{float(quantile)}"
+
+
+POOLED = ("coverage_80", "coverage_90", *map(below_key, PLANNER_QUANTILES))
 # How AutoForecaster turns inner-backtest scores into a forecast, and whether the median gets the recent level
 # correction (forecast.calibrate.level_correction): chosen on the choose-on part only (docs/bench-forecast.md).
 COMBINES = ("best", "best-or-mean", "median", "mean", "weighted")
@@ -50,7 +57,7 @@ MIN_SELECTION_FOLDS = 7
 WEAK_EVIDENCE = "shrink-unrefuted"
 WEAK_EVIDENCE_RULES = ("shrink", "mean", "shrink-inverse", "shrink-unrefuted")
 METRICS = ("mase", "smape", "pinball_50", "pinball_90", "pinball_95", "coverage_80", "coverage_90",
-           *(f"below_q{q}" for q in PLANNER_QUANTILES), "fit_seconds")
+           *map(below_key, PLANNER_QUANTILES), "fit_seconds")
 
 
 class _Pick(NamedTuple):
@@ -259,7 +266,7 @@ def score_fold(actual: np.ndarray, frame: pd.DataFrame, scale: float,
            "pinball_50": pinball(actual, q[0.5], 0.5, scale), "pinball_90": pinball(actual, q[0.9], 0.9, scale),
            "pinball_95": pinball(actual, q[0.95], 0.95, scale),
            "coverage_80": coverage(actual, q[0.1], q[0.9]), "coverage_90": coverage(actual, q[0.05], q[0.95]),
-           **{f"below_q{p}": share_below(actual, q[p]) for p in PLANNER_QUANTILES if p in q}}
+           **{below_key(p): share_below(actual, q[p]) for p in PLANNER_QUANTILES if p in q}}
     if target_quantile is not None:
         out.setdefault(pinball_key(target_quantile),
                        pinball(actual, q[round(float(target_quantile), 6)], target_quantile, scale))

@@ -37,7 +37,7 @@ class MlflowServer:
         if not exe:
             raise RuntimeError("mlflow executable not found (pip install mlflow==3.17.2)")
         self.root.mkdir(parents=True, exist_ok=True)
-        self.port = free_port()
+        self.port = self.port or free_port()  # a restart keeps its port
         env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
         env.pop("MLFLOW_TRACKING_URI", None)
         self.log = (self.root / "server.log").open("wb")

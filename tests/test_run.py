@@ -802,6 +802,12 @@ def test_the_loop_serves_the_champion_logs_realized_error_and_retrains_on_drift(
     (scaled,) = [m for m in c.get_metric_history(accuracy.info.run_id, "scaled_error_1h") if m.step == last.step]
     assert last.value / scaled.value == pytest.approx(r.reconciler._forecasts["inference/chat"].scale)
     assert accuracy.data.tags["headroom.retrain_recommended"] == "true"
+    # on the same time axis: the shares below the reserved quantiles as each hour's actual arrived, the champion's
+    # backtest beside them, and each training's backtest at its hour (the first, and the retraining on drift)
+    for key in ("below_q0.9_1h", "below_q0.99_1h", "champion_backtest_mase"):
+        assert [m.step for m in c.get_metric_history(accuracy.info.run_id, key)] == [m.step for m in history], key
+    trainings = c.get_metric_history(accuracy.info.run_id, "backtest_mase")
+    assert len(trainings) == len(versions) and max(m.step for m in trainings) > min(m.step for m in history)
 
 
 def test_drift_that_retraining_cannot_end_retrains_once_a_window_not_every_hour(tmp_path):

@@ -660,6 +660,7 @@ def test_leader_killed_mid_day_the_new_leader_s_realized_error_continues(kube_se
     ConfigMap, so b's first status already carries the 6-hour-ahead error of a forecast a made at 07:00, and MLflow's
     metric history has one point per hour across the failover."""
     from adapters.mlflow import Tracker
+    from cli.run import shared_forecast_store
     from controller.forecasts import Models
     from tests.test_training import client
 
@@ -669,7 +670,7 @@ def test_leader_killed_mid_day_the_new_leader_s_realized_error_continues(kube_se
     replicas_ = {}
     for identity in ("headroom-a", "headroom-b"):
         cluster = KubeCluster.from_kubeconfig(str(kube_server.apiserver.kubeconfig()), request_timeout=5).watch()
-        store = cluster.forecast_store(NS, keep_seconds=50 * 3600, rows=24)
+        store = shared_forecast_store(cluster, NS, drift_window=24)  # as `headroom run` keeps them
         server = PrometheusServer(url=prometheus_server.url, step="5m", timeout_seconds=10, retries=0)
         cfg = RunConfig(cluster="kubernetes", prometheus=server, capacity_gpus=128, namespace=NS,
                         retrain_every_seconds=0)
@@ -717,6 +718,10 @@ def test_leader_killed_mid_day_the_new_leader_s_realized_error_continues(kube_se
             steps = sorted(m.step for m in c.get_metric_history(accuracy.info.run_id, f"abs_error_{h}h"))
             # targets up to 17:00 (the last complete hour at 18:00), one point each, none missing across 12:00-13:00
             assert steps == list(range(first, first_target + 18)), (h, steps)
+            # the share below the reserved quantiles too (target q0.9, headroom q0.99), at the same hours: the
+            # shared store kept only q0.1/0.5/0.9, so below q0.99 was never scored on Kubernetes
+            for below in ("below_q0.9", "below_q0.99"):
+                assert sorted(m.step for m in c.get_metric_history(accuracy.info.run_id, f"{below}_{h}h")) == steps
     finally:
         for cluster, _, _ in replicas_.values():
             cluster.close()

@@ -4,21 +4,24 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import threading
 from pathlib import Path
 
+import hypothesis
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import strategies as st
 
 from adapters.mlflow import Tracker, TrackingError, TrainingLocked
 from forecast.base import future_index, quantile_frame
 from forecast.models import MODELS
 from tests.mlflow_server import MlflowServer, free_port
 from training.pipeline import CARD_SHA_TAG, ModelRefused, TrainingError, TrainSettings, load_champion, train_series
-from training.realized import ForecastLog, log_realized
+from training.realized import ForecastLog, log_realized, realized_errors
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = TrainSettings(horizon=24, folds=2, step=24, candidates=("snaive24",), quantiles=(0.1, 0.5, 0.9),
@@ -217,6 +220,100 @@ def test_realized_accuracy_history_and_drift(sqlite_uri, tmp_path):
     assert len(client(sqlite_uri).get_metric_history(run_id, "scaled_error_24h")) == n24
     log_realized("acc", forecasts, shifted, tracker, factor=3.0, window=4)  # idempotent
     assert len(client(sqlite_uri).get_metric_history(run_id, "scaled_error_24h")) == n24
+    # The drift is over (here: a champion whose backtest MASE the window's error is within): the run says so, where
+    # "retrain recommended" stayed "true" for as long as the store lived.
+    assert not log_realized("acc", forecasts, shifted, tracker, baseline=1e6, factor=3.0, window=4)[1]
+    tags = client(sqlite_uri).get_run(run_id).data.tags
+    assert tags["headroom.retrain_recommended"] == "false" and tags["headroom.drift"] == "none"
+
+
+def test_accuracy_over_time_is_one_time_axis_across_retrains_and_restarts(mlflow_server, tmp_path):
+    """What an SRE charts in MLflow weeks later: in the series' accuracy run, each training's backtest scores at its
+    hour and the live error, coverage and shares below q0.9/q0.99 at each target hour, beside the served champion's
+    backtest MASE; a training's own metrics at its hour too, not at step 0 in every run."""
+    def time_axis(at):  # the step: hours since the epoch; the timestamp: that hour, in ms
+        return int(at.timestamp() // 3600), int(at.timestamp() * 1000)
+
+    uri, truth = mlflow_server.uri, demand(days=12)
+    day8, day9 = (pd.Timestamp("2026-03-02", tz="UTC") + pd.Timedelta(days=d) for d in (8, 9))
+    first = train_series("axis", truth[truth.index < day8], settings(), Tracker(uri), now=day8.to_pydatetime(),
+                         factories=FACTORIES)
+    log = ForecastLog(tmp_path / "forecasts")
+    model = load_champion("axis", uri).make()
+    for issued in pd.date_range(day8, periods=12, freq="2h"):
+        log.record("axis", issued, model.fit(truth[truth.index < issued]).predict(24, [0.1, 0.5, 0.9, 0.99]))
+    # the controller scores what has arrived, restarts (a new Tracker), later scores the rest
+    log_realized("axis", log.load("axis"), truth[truth.index < day9], Tracker(uri))
+    second = train_series("axis", truth[truth.index < day9], settings(), Tracker(uri), now=day9.to_pydatetime(),
+                          factories=FACTORIES)
+    errors, _ = log_realized("axis", log.load("axis"), truth[truth.index < day9 + pd.Timedelta(days=1)], Tracker(uri))
+
+    mlflow = client(uri)
+    experiment = mlflow.get_experiment_by_name("headroom/axis").experiment_id
+    (accuracy,) = mlflow.search_runs([experiment], "tags.`headroom.kind` = 'accuracy'")
+    history = {key: mlflow.get_metric_history(accuracy.info.run_id, key) for key in accuracy.data.metrics}
+
+    def steps(key):
+        return [(m.step, m.timestamp) for m in sorted(history[key], key=lambda m: m.step)]
+
+    assert steps("backtest_mase") == [time_axis(day8), time_axis(day9)]
+    assert [m.value for m in sorted(history["backtest_mase"], key=lambda m: m.step)] == pytest.approx(
+        [first.scores["snaive24"]["mase"], second.scores["snaive24"]["mase"]])
+    for key in ("backtest_coverage_80", "backtest_coverage_90", "backtest_below_q0.9", "backtest_below_q0.99",
+                "promoted"):
+        assert len(history[key]) == 2, key
+    assert len(history["champion_rescored_mase"]) == 1  # the first training had no champion to re-score
+    one_ahead = errors[errors["horizon"] == 1].sort_values("target")
+    targets = [time_axis(t) for t in one_ahead["target"]]
+    assert steps("scaled_error_1h") == steps("inside_80_1h") == steps("below_q0.99_1h") == targets
+    assert [m.value for m in sorted(history["below_q0.9_1h"], key=lambda m: m.step)] == list(one_ahead["below_q0.9"])
+    assert {m.value for m in history["below_q0.9_1h"]} <= {0.0, 1.0}
+    assert len(steps("champion_backtest_mase")) == errors["target"].nunique()
+    assert all(np.isfinite(m.value) for ms in history.values() for m in ms)
+    run = mlflow.get_run(second.run_id)
+    assert [(m.step, m.timestamp) for m in mlflow.get_metric_history(second.run_id, "mase")] == [time_axis(day9)]
+    assert run.data.metrics["mase"] == pytest.approx(second.scores["snaive24"]["mase"])
+
+
+@hypothesis.settings(max_examples=60, deadline=None)
+@hypothesis.given(st.lists(st.sampled_from([0.05, 0.1, 0.5, 0.9, 0.95, 0.99]), min_size=1, unique=True),
+                  st.lists(st.floats(0, 1e6), min_size=24, max_size=24), st.floats(0, 1e6), st.data())
+def test_realized_shares_below_are_each_quantile_s_own_and_agree_with_the_band(quantiles, base, spread, data):
+    """Each forecast quantile gets its own `below_q<q>` (never a neighbour's), 0 or 1, never falling as q rises,
+    and the 80% band's hit implies the actual is at or below its top."""
+    quantiles = sorted(quantiles)
+    index = pd.date_range("2026-03-02", periods=24, freq="h", tz="UTC")
+    values = np.array([[b + spread * i for i in range(len(quantiles))] for b in base])
+    frame = pd.DataFrame(values, index=index, columns=quantiles)
+    actuals = pd.Series(data.draw(st.lists(st.floats(0, 2e6), min_size=24, max_size=24)), index=index)
+    errors = realized_errors({index[0] - pd.Timedelta(hours=1): frame}, actuals, scale=1.0)
+    below = [f"below_q{q}" for q in quantiles]
+    assert [c for c in errors.columns if c.startswith("below_q")] == below
+    for row in errors.to_dict("records"):
+        target = frame.loc[row["target"]]
+        assert [row[k] for k in below] == [float(row["actual"] <= target[q]) for q in quantiles]
+        assert all(a <= b for a, b in zip([row[k] for k in below], [row[k] for k in below][1:]))
+        if {0.1, 0.9} <= set(quantiles):
+            assert row["inside_80"] <= row["below_q0.9"]
+
+
+def test_two_processes_creating_the_accuracy_run_at_once_leave_one(mlflow_server):
+    """The controller and a training create a series' accuracy run at the same moment (neither found one): the
+    series had two, each process logging into its own, and later every process into the first: accuracy over time
+    split between two runs, the other left RUNNING for good."""
+    from training.realized import accuracy_run
+
+    class Racing(Tracker):
+        def start_run(self, experiment_id, run_name, parent=None, tags=None):
+            if run_name == "accuracy":  # the other process created one just before this one does
+                Tracker.start_run(self, experiment_id, run_name, parent, tags)
+            return super().start_run(experiment_id, run_name, parent, tags)
+
+    mine = accuracy_run(Racing(mlflow_server.uri), "race-accuracy")
+    mlflow = client(mlflow_server.uri)
+    experiment = mlflow.get_experiment_by_name("headroom/race-accuracy").experiment_id
+    (only,) = mlflow.search_runs([experiment], "tags.`headroom.kind` = 'accuracy'")
+    assert mine == only.info.run_id == accuracy_run(Tracker(mlflow_server.uri), "race-accuracy")
 
 
 def test_unreachable_server_is_a_tracking_error():
@@ -359,6 +456,77 @@ def test_cmd_train_stdout_is_json_against_a_tracking_server(mlflow_server, tmp_p
     assert cmd_train(cfg, args) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["name"] == "stdout" and out["version"] == "1"
+
+
+def test_a_tracking_uri_with_credentials_works_and_its_password_is_never_shown(mlflow_server, tmp_path, capsys):
+    """http://user:password@host (credentials MLflow's client sends as basic auth): the store's health check read
+    `user:password@127.0.0.1` as a host name ("unreachable: Name or service not known"), and every message printed
+    the password."""
+    import argparse
+
+    from cli.config import load_config
+    from cli.train import cmd_train
+    from forecast.synthetic import write_csv
+
+    write_csv(demand(), tmp_path / "gpu.csv")
+    cfg = load_config(None, {"backtest.folds": 2})
+    secret_uri = mlflow_server.uri.replace("http://", "http://alice:s3cret@")
+    args = argparse.Namespace(history=str(tmp_path / "gpu.csv"), name="creds", tracking_uri=secret_uri)
+    assert cmd_train(cfg, args) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["version"] == "1"
+    assert "s3cret" not in out.out + out.err and "alice:***@127.0.0.1" in out.err
+    down = argparse.Namespace(history=str(tmp_path / "gpu.csv"), name="creds",
+                              tracking_uri=f"http://alice:s3cret@127.0.0.1:{free_port()}")
+    assert cmd_train(cfg, down) == 1
+    out = capsys.readouterr()
+    assert "s3cret" not in out.out + out.err and "alice:***@" in json.loads(out.out)["error"]
+    with pytest.raises(TrainingError) as refused:
+        load_champion("nothing-here", secret_uri)
+    assert "s3cret" not in str(refused.value) and "alice:***@" in str(refused.value)
+
+
+def test_a_store_lost_mid_training_keeps_the_champion_and_the_next_training_ends_the_abandoned_runs(tmp_path, caplog):
+    """The tracking server goes away while a training runs: a TrackingError naming the store, the champion as it
+    was; the runs it could not end stayed RUNNING for good (in the UI, trainings forever in progress): the next
+    training of the series, holding its lock, ends them FAILED with the reason. The lease it could not release is
+    said, with until when it holds off the next trainings and how to break it (it was silent)."""
+    server = MlflowServer(tmp_path / "server")
+    try:
+        server.start()
+    except RuntimeError as exc:
+        pytest.skip(f"no mlflow server: {exc}")
+
+    class Outage(Flat):
+        def fit(self, history):
+            server.stop()
+            return super().fit(history)
+
+    try:
+        uri = server.uri
+        train_series("outage", demand(), settings(), Tracker(uri), factories=FACTORIES)
+        with pytest.raises(TrackingError, match=re.escape(uri)):
+            train_series("outage", demand(), settings(candidates=("outage",), lock_ttl_seconds=1), Tracker(uri),
+                         factories={**FACTORIES, "outage": Outage})
+        assert "training lease headroom-lock-outage could not be released" in caplog.text
+        assert "delete registered model headroom-lock-outage" in caplog.text
+        server.start()
+        mlflow = client(uri)
+        experiment = mlflow.get_experiment_by_name("headroom/outage").experiment_id
+
+        def running():
+            return {r.info.run_id for r in mlflow.search_runs([experiment], "attributes.status = 'RUNNING'")
+                    if r.data.tags.get("headroom.kind") != "accuracy"}
+
+        left = running()
+        assert left and champion_version(uri, "outage") == "1"
+        assert train_series("outage", demand(), settings(), Tracker(uri), factories=FACTORIES).version == "2"
+        assert not running()
+        for run_id in left:
+            run = mlflow.get_run(run_id)
+            assert run.info.status == "FAILED" and "abandoned" in run.data.tags["headroom.error"]
+    finally:
+        server.stop()
 
 
 def test_a_champion_whose_card_cannot_be_read_is_replaced_by_the_next_training(tmp_path):
@@ -537,6 +705,48 @@ def test_a_held_lease_says_until_when_and_how_to_break_it(mlflow_server):
     message = str(refused.value)
     assert re.search(r"until \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", message), message
     assert "delete the registered model headroom-lock-held" in message, message
+
+
+class _Racing:
+    """The real client of a real server, with another trainer acting on the lease `name` between two of this one's
+    requests: `releasing`, its holder lets it go just after this trainer's create found it held; `breaking`, another
+    trainer breaks the same stale lease just before this one deletes it."""
+
+    def __init__(self, real, name: str, race: str):
+        self.real, self.name, self.race, self.raced = real, name, race, False
+
+    def __getattr__(self, attribute):
+        return getattr(self.real, attribute)
+
+    def create_registered_model(self, name, **kw):
+        try:
+            return self.real.create_registered_model(name, **kw)
+        except Exception:
+            if self.race == "releasing" and name == self.name and not self.raced:
+                self.raced = True
+                self.real.delete_registered_model(name)
+            raise
+
+    def delete_registered_model(self, name):
+        if self.race == "breaking" and name == self.name and not self.raced:
+            self.raced = True
+            self.real.delete_registered_model(name)
+        return self.real.delete_registered_model(name)
+
+
+@pytest.mark.parametrize("race, expires", [("releasing", "9999999999"), ("breaking", "0")])
+def test_a_lease_another_trainer_lets_go_of_meanwhile_is_taken_not_a_store_error(mlflow_server, race, expires):
+    """Two trainers of one series a moment apart: the lease this one found held (or stale) is gone by its next
+    request. That was a TrackingError ("RESOURCE_DOES_NOT_EXIST", `headroom train` exit 1) for a lease free to take."""
+    name = f"race-{race}"
+    client(mlflow_server.uri).create_registered_model(f"headroom-lock-{name}", tags={"owner": "other",
+                                                                                     "expires": expires})
+    tracker = Tracker(mlflow_server.uri).connect()
+    tracker._client = _Racing(tracker.client, f"headroom-lock-{name}", race)
+    with tracker.lock(name, ttl_seconds=600):
+        owner = client(mlflow_server.uri).get_registered_model(f"headroom-lock-{name}").tags["owner"]
+        assert owner.startswith(f"{socket.gethostname()}:{os.getpid()}:")
+    assert tracker._client.raced
 
 
 def test_the_tracking_uri_is_the_flag_else_the_file_else_the_environment(tmp_path, monkeypatch, capsys):

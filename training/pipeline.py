@@ -27,6 +27,7 @@ from adapters.mlflow import Tracker, TrackingError, experiment_name, registered_
 from core.errors import interrupt_inside
 from core.settings import MAX_HORIZON_HOURS, SERIES_NAME_PATTERN, TrainingConfig
 from forecast.backtest import (
+    POOLED,
     SCORED_QUANTILES,
     AutoForecaster,
     fallback_note,
@@ -41,6 +42,7 @@ from forecast.calibrate import origins as fold_origins
 from forecast.global_model import GlobalForecaster, GlobalPool
 from forecast.metrics import finite_or_none, seasonal_scale
 from forecast.models import MODELS
+from training.realized import accuracy_run, time_axis
 
 DAY = 24
 _DEFAULTS = TrainingConfig()  # the configuration's defaults are the library's (one definition of each)
@@ -279,6 +281,10 @@ def train_series(name: str, series: pd.Series, settings: TrainSettings, tracker:
     tracker.connect()  # TrackingError before any work
     with tracker.lock(name, settings.lock_ttl_seconds):
         exp = tracker.experiment(experiment_name(name))
+        # under the lock no other training of the series runs: one still RUNNING lost the store or its process
+        if abandoned := tracker.fail_abandoned(exp, ("training", "candidate"), "abandoned: its training lost the "
+                                               "tracking store or was killed before it could end the run"):
+            log.warning("%s: marked %d abandoned run(s) FAILED: %s", name, len(abandoned), ", ".join(abandoned))
         parent = tracker.start_run(exp, f"train-{now:%Y%m%dT%H%M%SZ}",
                                    tags={"headroom.kind": "training", "headroom.series": name})
         try:
@@ -314,7 +320,7 @@ def _train(name, series, settings, tracker, now, makers, origins, exp, parent) -
         per_fold[cand] = rows
         summary = summarize(rows)
         tracker.log_params(child, {"model": cand, **_hyperparameters(make())})
-        tracker.log_metrics(child, [(k, v, 0, None) for k, v in summary.items()]
+        tracker.log_metrics(child, [(k, v, *time_axis(now)) for k, v in summary.items()]
                             + [(f"fold_{k}", r[k], r["fold"], None) for r in rows for k in summary])
         tracker.end_run(child)
     if not per_fold:
@@ -347,9 +353,9 @@ def _train(name, series, settings, tracker, now, makers, origins, exp, parent) -
                                 "candidates": ",".join(makers), **span})
     metrics: list[tuple[str, float, int, int | None]] = []
     for cand, s in scores.items():
-        metrics += [(f"{cand}.{k}", v, 0, None) for k, v in s.items()]
+        metrics += [(f"{cand}.{k}", v, *time_axis(now)) for k, v in s.items()]
     metrics += [(f"fold_{k}", r[k], int(r["fold"]), None) for r in per_fold[winner] for k in scores[winner]]
-    metrics += [(k, scores[winner][k], 0, None) for k in scores[winner]]
+    metrics += [(k, scores[winner][k], *time_axis(now)) for k in scores[winner]]
     tracker.log_metrics(parent, metrics)
 
     champ_name = registered_name(name)
@@ -419,7 +425,11 @@ def _train(name, series, settings, tracker, now, makers, origins, exp, parent) -
         "headroom.promoted": str(promote).lower(), "headroom.reason": reason,
         "headroom.champion_score": "" if champ_score is None else f"{champ_score:.6g}",
         "headroom.champion_version": champ_version or ""})
-    if promote:
+    # on the series' time axis beside the live accuracy: each training's backtest, and whether it is to serve
+    tracker.log_metrics(accuracy_run(tracker, name), [
+        *((f"backtest_{k}", scores[winner][k], *time_axis(now)) for k in ("mase", *POOLED)),
+        (f"champion_rescored_{key}", champ_score, *time_axis(now)), ("promoted", float(promote), *time_axis(now))])
+    if promote:  # last: a training that failed before this changed no champion
         tracker.promote(champ_name, version)
     tracker.set_tags(parent, {"headroom.version": version, "headroom.promoted": str(promote).lower(),
                               "headroom.reason": reason})
@@ -436,7 +446,7 @@ def load_champion(name: str, tracking_uri: str | None = None) -> Champion:
     tracker = Tracker(tracking_uri).connect()
     mv = tracker.champion(registered_name(name))
     if mv is None:
-        raise TrainingError(f"no champion for series {name!r} in {tracker.uri} "
+        raise TrainingError(f"no champion for series {name!r} in {tracker.shown} "
                             f"(registered model {registered_name(name)})")
     tags = dict(mv.tags)
     try:

@@ -5,8 +5,13 @@ target is issued_at + h steps; once its actual is known we record the absolute
 error of the median, that error scaled by a seasonal-24 scale (so it is
 comparable with the backtest MASE: the controller passes its fitting window's,
 as the backtest uses each fold's; by default the champion's training scale),
-and whether the actual fell inside the 80% interval (q0.1..q0.9). They go to a long-lived "accuracy" run per series as
-metric history, step = hour index since the epoch of the target time.
+whether the actual fell inside the 80% interval (q0.1..q0.9), and whether it was
+at or below each quantile the forecast has (the policy's target and headroom
+quantiles among them: what is reserved). They go to a long-lived "accuracy" run
+per series as metric history on one time axis (`time_axis`: step = hours since
+the epoch, timestamp = the target hour), beside the served champion's backtest
+MASE at each scored hour and each training's backtest scores at its hour, so
+MLflow charts live accuracy against the backtest across retrains and restarts.
 
 Drift: when the mean scaled error over the last `window` targets of a horizon
 exceeds `factor` x the backtest MASE, a DriftEvent is returned and logged.
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
@@ -22,9 +28,11 @@ import pandas as pd
 
 from adapters.mlflow import Tracker, experiment_name, registered_name
 from core.files import replace_whole
+from forecast.backtest import below_key
 
 HORIZONS = (1, 6, 24)
 LAST_TAG = "headroom.accuracy.last_target"
+RECOMMENDED_TAG = "headroom.retrain_recommended"  # "true" while the last window drifts
 
 
 @dataclass(frozen=True)
@@ -79,6 +87,13 @@ class ForecastLog:
         return out
 
 
+def time_axis(at: pd.Timestamp | datetime) -> tuple[int, int]:
+    """(step, timestamp in ms) of `at` in MLflow: the step counts hours since the epoch, so every run and every
+    restart of a series logs on one axis, never from step 0 again."""
+    seconds = pd.Timestamp(at).timestamp()
+    return int(seconds // 3600), int(seconds * 1000)
+
+
 def _col(frame: pd.DataFrame, q: float) -> float | None:
     cols = [float(c) for c in frame.columns]
     return min(cols, key=lambda c: abs(c - q)) if cols else None
@@ -104,9 +119,11 @@ def realized_errors(forecasts: Mapping[pd.Timestamp, pd.DataFrame], actuals: pd.
             err = abs(actual - point)
             rows.append({"issued_at": issued, "target": target, "horizon": h, "forecast": point, "actual": actual,
                          "abs_error": err, "scaled_error": err / scale if scale and np.isfinite(scale) else np.nan,
-                         "inside_80": float(frame.iloc[h - 1][lo] <= actual <= frame.iloc[h - 1][hi])})
+                         "inside_80": float(frame.iloc[h - 1][lo] <= actual <= frame.iloc[h - 1][hi]),
+                         **{below_key(q): float(actual <= frame.iloc[h - 1][q]) for q in frame.columns}})
+    below = sorted({k for row in rows for k in row if k.startswith("below_q")})  # NaN where a forecast lacks one
     return pd.DataFrame(rows, columns=["issued_at", "target", "horizon", "forecast", "actual", "abs_error",
-                                       "scaled_error", "inside_80"])
+                                       "scaled_error", "inside_80", *below])
 
 
 def detect_drift(series: str, errors: pd.DataFrame, baseline: float, factor: float, window: int) -> list[DriftEvent]:
@@ -125,10 +142,18 @@ def detect_drift(series: str, errors: pd.DataFrame, baseline: float, factor: flo
 
 
 def accuracy_run(tracker: Tracker, series: str) -> str:
-    """The long-lived accuracy run of a series (created on first use, left RUNNING)."""
+    """The long-lived accuracy run of a series (created on first use, left RUNNING). Two processes may create it at
+    once (the controller and a training): the first created is the series' one, and the other, still empty, is
+    deleted, so accuracy over time is never split between two runs."""
     exp = tracker.experiment(experiment_name(series))
     run = tracker.find_run(exp, "headroom.kind", "accuracy")
-    return run or tracker.start_run(exp, "accuracy", tags={"headroom.kind": "accuracy", "headroom.series": series})
+    if run is not None:
+        return run
+    mine = tracker.start_run(exp, "accuracy", tags={"headroom.kind": "accuracy", "headroom.series": series})
+    first = tracker.find_run(exp, "headroom.kind", "accuracy") or mine
+    if first != mine:
+        tracker.delete_run(mine)
+    return first
 
 
 def log_realized(series: str, forecasts: Mapping[pd.Timestamp, pd.DataFrame], actuals: pd.Series,
@@ -151,25 +176,26 @@ def log_realized(series: str, forecasts: Mapping[pd.Timestamp, pd.DataFrame], ac
         baseline = baseline if baseline is not None else float(tags.get("headroom.backtest_mase", "nan"))
     errors = realized_errors(forecasts, actuals, scale, horizons)
     run = accuracy_run(tracker, series)
-    last = tracker.run_tags(run).get(LAST_TAG)
+    current = tracker.run_tags(run)
+    last = current.get(LAST_TAG)
     new = errors if last is None else errors[errors["target"] > pd.Timestamp(last)]
     rows = []
-    for r in new.itertuples():
-        step, ts = int(r.target.timestamp() // 3600), int(r.target.timestamp() * 1000)
-        rows += [(f"abs_error_{r.horizon}h", r.abs_error, step, ts),
-                 (f"scaled_error_{r.horizon}h", r.scaled_error, step, ts),
-                 (f"inside_80_{r.horizon}h", r.inside_80, step, ts)]
+    below = [k for k in new.columns if k.startswith("below_q")]
+    for r in new.to_dict("records"):
+        step, ts = time_axis(r["target"])
+        rows += [(f"{k}_{r['horizon']}h", r[k], step, ts) for k in ("abs_error", "scaled_error", "inside_80", *below)]
+    # the baseline beside the live error at each hour: one chart shows the champion's live accuracy vs its backtest
+    rows += [("champion_backtest_mase", baseline, *time_axis(t)) for t in new["target"].unique()]
     events = detect_drift(series, errors, baseline, factor, window)
     for e in events:
-        step = int(pd.Timestamp(e.at).timestamp() // 3600)
-        rows.append((f"drift_{e.horizon}h", e.realized / e.baseline, step, int(pd.Timestamp(e.at).timestamp() * 1000)))
+        rows.append((f"drift_{e.horizon}h", e.realized / e.baseline, *time_axis(pd.Timestamp(e.at))))
     tracker.log_metrics(run, rows)
     tags = {}
     if len(new):
         tags[LAST_TAG] = new["target"].max().isoformat()
-    if events:
-        tags["headroom.drift"] = "; ".join(e.message for e in events)
-        tags["headroom.retrain_recommended"] = "true"
+    if events or current.get(RECOMMENDED_TAG) == "true":  # a drift that is over is said over, not left "true"
+        tags["headroom.drift"] = "; ".join(e.message for e in events) or "none"
+        tags[RECOMMENDED_TAG] = str(bool(events)).lower()
     if tags:
         tracker.set_tags(run, tags)
     if events and on_drift is not None:
