@@ -96,7 +96,9 @@ class Accounting:
     run: dict[str, int] = field(default_factory=dict)
     inference_held: float = 0.0     # GPU-seconds held by inference (warm or warming)
     training_alloc: float = 0.0     # GPU-seconds allocated to training (running or stopping)
-    training_lost: float = 0.0      # ...of it wasted: work after the last checkpoint, and stopping time
+    # ...of it wasted: work after the last checkpoint, and stopping time (so training_alloc - training_lost is the
+    # progress the jobs hold, in GPU-seconds)
+    training_lost: float = 0.0
     preemptions: dict[str, int] = field(default_factory=dict)      # by kind
     reclaim_seconds: list[float] = field(default_factory=list)
 
@@ -331,7 +333,7 @@ class EmbeddedCluster:
         self._stopping.append(i)
         self._held_version += 1
         a = self.accounting
-        a.training_lost += (lost + float(j.preempt[i])) * float(j.gpus[i])
+        a.training_lost += lost * float(j.gpus[i])  # its stopping time is lost as it passes (advance)
         a.reclaim_seconds.append(float(j.preempt[i]))
         return True
 
@@ -556,7 +558,9 @@ class EmbeddedCluster:
         if self._stopping:
             self._held_version += 1  # some may stop
         for i in self._stopping:
-            a.training_alloc += (min(float(j.stop_at[i]), to) - t0) * float(j.gpus[i])
+            stopping = (min(float(j.stop_at[i]), to) - t0) * float(j.gpus[i])
+            a.training_alloc += stopping
+            a.training_lost += stopping  # lost as it is held, so a job still stopping at the end is not over-counted
             if j.stop_at[i] <= to:
                 j.state[i] = STOPPED
                 self._stopped.append(i)
