@@ -197,6 +197,8 @@ class EmbeddedCluster:
         self._idle_admission: tuple | None = None  # the inputs of the last admission pass that admitted nothing
         self._topped_up = -1              # the version at the backlog's last top-up
         if jobs is not None:  # a job trace: (gpus, work seconds, arrival offset seconds from `start`)
+            if len(jobs[0]) and int(np.max(jobs[0])) > capacity_gpus:  # Kueue would never admit it
+                raise ValueError(f"a job of {int(np.max(jobs[0]))} GPUs can never fit the {capacity_gpus}-GPU cluster")
             # as lists: admit reads them one at a time
             self._arrivals = (np.asarray(jobs[0]).tolist(), np.asarray(jobs[1]).tolist(),
                               (start + np.asarray(jobs[2], float)).tolist(), 0)
@@ -476,8 +478,8 @@ class EmbeddedCluster:
         if self._arrivals is not None:
             gpus, work, at, nxt = self._arrivals
             while nxt < len(at) and at[nxt] <= self.now:
-                self._new_job(nxt % max(len(self.training_queues), 1), int(min(gpus[nxt], self.capacity_gpus)),
-                              float(work[nxt]), float(at[nxt]))
+                self._new_job(nxt % max(len(self.training_queues), 1), int(gpus[nxt]), float(work[nxt]),
+                              float(at[nxt]))
                 nxt += 1
             self._arrivals = (gpus, work, at, nxt)
         elif self.training_queues and self._topped_up != self._pending_version:  # the pending line changed: top it up

@@ -44,7 +44,8 @@ def _job_number(text: str, column: str, blank_ok: bool = False) -> float:
 
 
 def load_jobs(path):
-    """A training job trace: CSV with JOB_COLUMNS (seconds from the trace's start; scheduled_time may be blank).
+    """A training job trace: CSV with JOB_COLUMNS, rows in any order (seconds on one clock, from the trace's start or
+    the epoch; scheduled_time blank for a pod never scheduled). What of it is replayed: controller.simulate.trace_jobs.
 
     Every row is checked: num_gpu a whole number >= 0 (0-GPU pods are skipped by the simulator), the times
     finite seconds >= 0 with creation_time <= deletion_time and scheduled_time (when given) between them. An error
@@ -139,7 +140,13 @@ def whatif(cfg: Config, progress=None) -> WhatIf:
         raise BadRequest(f"simulate.days {c.days:g} covers fewer than two steps of the trace ({step}): give more days")
     jobs = None
     if c.jobs is not None:
-        jobs = trace_jobs(load_jobs(c.jobs), c.days * 86400, c.gpus)
+        notes: list[str] = []
+        try:
+            jobs = trace_jobs(load_jobs(c.jobs), c.days * 86400, c.gpus, notes)
+        except ValueError as exc:
+            raise BadRequest(f"--jobs (simulate.jobs) {c.jobs}: {exc} (--days, --gpus)") from None
+        for note in notes:
+            print(f"note: --jobs (simulate.jobs) {c.jobs}: {note}", file=sys.stderr)
     if c.policy_file is not None:
         objects = load_manifests(c.policy_file)
         if len(objects) != 1:

@@ -573,6 +573,23 @@ def test_job_trace_with_bom_and_spaces_reads(tmp_path):
     assert jobs["deletion_time"].tolist() == [60.0, 9.0]
 
 
+def test_simulate_says_what_of_a_job_trace_it_leaves_out(demand, tmp_path, capsys):
+    """A 16-GPU job on an 8-GPU cluster was shrunk to 8 GPUs and a pod never scheduled replayed its time in the queue
+    as work, both silently; a trace of two hours filled a day without a word. Now they are left out and said; a trace
+    leaving no job to replay is an error naming the file (it gave no training at all, with goodput 1)."""
+    path = tmp_path / "jobs.csv"
+    path.write_text(JOB_HEADER + "16,0,0,3000\n1,100,,700\n2,3600,3700,9000\n")
+    status, err = exits(["simulate", demand, "--days", "1", "--gpus", "8", "--policy", "oracle", "--jobs", path,
+                         "--json"], capsys)
+    assert status == 0, err
+    assert f"note: --jobs (simulate.jobs) {path}: 1 job(s) of more than 8 GPUs (up to 16)" in err
+    assert "1 pod(s) of the window never scheduled" in err and "created over 0.0417 days, fewer than the 1" in err
+    path.write_text(JOB_HEADER + "0,0,0,3000\n1,100,,700\n")
+    status, err = exits(["simulate", demand, "--days", "1", "--policy", "oracle", "--jobs", path], capsys)
+    assert status == 2 and f"--jobs (simulate.jobs) {path}: no job of 1 to 128 GPUs ran in the trace's last 1 days" \
+        in err, err
+
+
 def test_the_real_job_trace_reads(shared_data):
     jobs = load_jobs(shared_data / "jobs" / "alibaba_openb_pods.csv")
     assert len(jobs) > 1000 and (jobs["num_gpu"] >= 0).all() and jobs["scheduled_time"].isna().any()

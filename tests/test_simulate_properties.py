@@ -4,12 +4,17 @@ plan held before that demand was seen lacks GPUs that are idle or preemptible wi
 the reservation's reference, wherever the training jobs can stop within the deadline: that is the guarantee's
 premise (a job that stops slower cannot give its GPUs back in time, which the controller reports as HeadroomAtRisk,
 ReclaimableBelowHeadroom)."""
+import random
+from pathlib import Path
+from tempfile import TemporaryDirectory
+
 import numpy as np
 import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.simulate import Scenario, default_spec, demand_per_gpu, simulate
+from cli.simulate import JOB_COLUMNS, load_jobs
+from controller.simulate import Scenario, default_spec, demand_per_gpu, simulate, trace_jobs
 from core.settings import SIMULATED_POLICIES, WorldSettings
 
 # a reclaim deadline and the preemption seconds (the least and most a job takes to stop) that fit in it
@@ -43,3 +48,47 @@ def _simulated(seed, gpus, preempt, interval, reference, bursts, lead, deadline)
                                                         checkpoint_interval_seconds=interval))
     spec = default_spec(s, demand_per_gpu(demand, peak_gpus=gpus * 0.6), leadTime=lead, reclaimDeadline=deadline)
     return simulate(s, spec, reference=reference)
+
+
+# a row of a job trace as the reader's rules allow it: (num_gpu, creation_time, scheduled_time or None, deletion_time)
+JOB_ROW = st.tuples(st.integers(0, 12), st.integers(0, 20 * 86400), st.one_of(st.none(), st.integers(0, 86400)),
+                    st.integers(0, 3 * 86400)).map(
+    lambda r: (r[0], r[1], None if r[2] is None else r[1] + min(r[2], r[3]), r[1] + r[3]))
+
+
+def _arrivals(rows, span, capacity, tmp: Path, name: str):
+    path = tmp / name
+    cells = [(str(g), str(c), "" if s is None else str(s), str(d)) for g, c, s, d in rows]
+    path.write_text("gpu_milli," + ",".join(JOB_COLUMNS) + "\n" +
+                    "".join(f"460,{g},{c},{s},{d}\n" for g, c, s, d in cells))
+    gpus, work, at = trace_jobs(load_jobs(path), span, capacity)
+    return sorted(zip(gpus.tolist(), work.tolist(), at.tolist()))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(JOB_ROW, min_size=1, max_size=30), st.integers(1, 10), st.floats(0.1, 25.0), st.integers(0, 10**6),
+       st.lists(JOB_ROW, max_size=5), st.randoms(use_true_random=False))
+def test_a_job_trace_replays_the_runs_it_holds_whatever_its_order_clock_and_pods_that_never_ran(
+        rows, capacity, days, shift, extra, rnd: random.Random):
+    """Arrivals are the trace's jobs that ran and fit the cluster, each at its own size (never shrunk to fit), with
+    work > 0 inside the window: the same for the rows in any order, on a shifted clock (epoch seconds), and with pods
+    added that never ran (no scheduled_time) or could never be admitted (more GPUs than the cluster)."""
+    span = days * 86400
+    end = max(c for _, c, _, _ in rows)
+    # the added pods come no later than the trace's newest creation: the window stays where it was
+    added = [(g, min(c, end), None, max(min(c, end), d - c + min(c, end))) for g, c, _, d in extra]
+    added += [(capacity + 1 + g % 3, min(c, end), min(c, end), d) for g, c, _, d in extra if d >= min(c, end)]
+    shuffled = rows + added
+    rnd.shuffle(shuffled)
+    moved = [(g, c + shift, None if s is None else s + shift, d + shift) for g, c, s, d in shuffled]
+    with TemporaryDirectory() as tmp:
+        try:
+            base = _arrivals(rows, span, capacity, Path(tmp), "a.csv")
+        except ValueError as exc:
+            assert "no job of 1 to" in str(exc)
+            assert all(s is None or g < 1 or g > capacity or d <= max(s, end - span) for g, c, s, d in rows)
+            return
+        assert _arrivals(moved, span, capacity, Path(tmp), "b.csv") == base
+    sizes = {g for g, _, s, _ in rows if s is not None}
+    for gpus, work, at in base:
+        assert 1 <= gpus <= capacity and gpus in sizes and work > 0 and 0 <= at <= span
