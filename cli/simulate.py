@@ -49,7 +49,8 @@ def load_jobs(path):
 
     Every row is checked: num_gpu a whole number >= 0 (0-GPU pods are skipped by the simulator), the times
     finite seconds >= 0 with creation_time <= deletion_time and scheduled_time (when given) between them. An error
-    names the file and line (BadRequest: exit 2). Other columns are ignored."""
+    names the file and line (BadRequest: exit 2). A `name` column, when there is one, names each pod once. Other
+    columns are not read."""
     import csv
 
     import pandas as pd
@@ -67,7 +68,12 @@ def load_jobs(path):
             if missing:
                 raise BadRequest(f"{where}:1: missing column(s) {', '.join(missing)} (needs {', '.join(JOB_COLUMNS)};"
                                  f" the header has {', '.join(header[:12])})")
+            twice = [c for c in (*JOB_COLUMNS, "name") if names.count(c) > 1]
+            if twice:
+                raise BadRequest(f"{where}:1: column(s) {', '.join(twice)} named more than once")
             col = {c: names.index(c) for c in JOB_COLUMNS}
+            named = names.index("name") if "name" in names else None
+            first_line: dict[str, int] = {}  # each pod name's line: a pod listed twice would be replayed twice
             for row in reader:
                 if not row or all(not cell.strip() for cell in row):
                     continue
@@ -89,6 +95,12 @@ def load_jobs(path):
                                          f"and deletion_time {deleted:g}")
                 except ValueError as exc:
                     raise BadRequest(f"{where}:{line}: {exc}") from None
+                if named is not None:
+                    pod = row[named].strip()
+                    if pod in first_line:
+                        raise BadRequest(f"{where}:{line}: name {pod!r} repeats line {first_line[pod]} (a pod listed "
+                                         "twice would be replayed twice)")
+                    first_line[pod] = line
                 for c, v in zip(JOB_COLUMNS, (int(gpus), created, scheduled, deleted)):
                     rows[c].append(v)
     except OSError as exc:

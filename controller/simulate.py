@@ -244,8 +244,8 @@ def trace_jobs(jobs: pd.DataFrame, span_seconds: float, capacity: int,
         covered = end - float(jobs["creation_time"].min())
         if covered < span_seconds:
             notes.append(f"the trace's jobs are created over {covered / 86400:.3g} days, fewer than the "
-                         f"{span_seconds / 86400:g} simulated: they arrive in the last {covered / 86400:.3g} days, "
-                         "no training before")
+                         f"{span_seconds / 86400:g} simulated: the first arrives "
+                         f"{(span_seconds - covered) / 86400:.3g} days in, with no training before")
     if not keep.any():
         raise ValueError(f"no job of 1 to {capacity} GPUs ran in the trace's last {span_seconds / 86400:g} days")
     order = np.argsort(arrival[keep], kind="stable")

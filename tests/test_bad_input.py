@@ -554,6 +554,8 @@ JOB_HEADER = "num_gpu,creation_time,scheduled_time,deletion_time\n"
     (JOB_HEADER + "1,,0,100\n", ":2:", "creation_time is blank"),
     (JOB_HEADER + "1,0,0\n", ":2:", "expected 4 fields"),
     (JOB_HEADER, "", "no job rows"),
+    ("name," + JOB_HEADER + "a,1,0,0,9\nb,1,0,0,9\n a ,2,5,5,9\n", ":4:", "name 'a' repeats line 2"),
+    ("num_gpu,num_gpu,creation_time,scheduled_time,deletion_time\n1,1,0,0,9\n", ":1:", "num_gpu named more than once"),
     ("", "", "file is empty"),
 ])
 def test_bad_job_traces_name_file_and_line(tmp_path, body, where, what):
@@ -583,7 +585,8 @@ def test_simulate_says_what_of_a_job_trace_it_leaves_out(demand, tmp_path, capsy
                          "--json"], capsys)
     assert status == 0, err
     assert f"note: --jobs (simulate.jobs) {path}: 1 job(s) of more than 8 GPUs (up to 16)" in err
-    assert "1 pod(s) of the window never scheduled" in err and "created over 0.0417 days, fewer than the 1" in err
+    assert "1 pod(s) of the window never scheduled" in err
+    assert "created over 0.0417 days, fewer than the 1 simulated: the first arrives 0.958 days in" in err
     path.write_text(JOB_HEADER + "0,0,0,3000\n1,100,,700\n")
     status, err = exits(["simulate", demand, "--days", "1", "--policy", "oracle", "--jobs", path], capsys)
     assert status == 2 and f"--jobs (simulate.jobs) {path}: no job of 1 to 128 GPUs ran in the trace's last 1 days" \
