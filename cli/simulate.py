@@ -115,6 +115,22 @@ def load_jobs(path):
                          **{c: pd.Series(rows[c], dtype=float) for c in JOB_COLUMNS[1:]}})
 
 
+def job_arrivals(path, span_seconds: float, gpus: int, span_flag: str):
+    """The job trace at `path` as the embedded cluster's arrivals over `span_seconds` on `gpus` GPUs
+    (controller.simulate.trace_jobs), what it leaves out said on stderr; `simulate` and the embedded `run` replay the
+    same arrivals."""
+    from controller.simulate import trace_jobs
+
+    notes: list[str] = []
+    try:
+        arrivals = trace_jobs(load_jobs(path), span_seconds, gpus, notes)
+    except ValueError as exc:  # no job left to replay
+        raise BadRequest(f"--jobs (simulate.jobs) {path}: {exc} ({span_flag}, --gpus)") from None
+    for note in notes:
+        print(f"note: --jobs (simulate.jobs) {path}: {note}", file=sys.stderr)
+    return arrivals
+
+
 def _check_scale(demand, per_gpu: float, what: str) -> None:
     peak = float(demand.max()) / per_gpu
     if not peak <= MAX_CLUSTER_GPUS:
@@ -136,7 +152,7 @@ def whatif(cfg: Config, progress=None) -> WhatIf:
     """The scenario of the configured trace and cluster, and the policy to run on it."""
     import pandas as pd
 
-    from controller.simulate import Scenario, default_spec, demand_per_gpu, trace_jobs
+    from controller.simulate import Scenario, default_spec, demand_per_gpu
     from core.policy import PolicySpec, load_manifests
     from forecast.history import sampling_step
 
@@ -150,15 +166,7 @@ def whatif(cfg: Config, progress=None) -> WhatIf:
     step = sampling_step(demand.index)
     if pd.Timedelta(seconds=round(c.days * 86400)) < 2 * step:
         raise BadRequest(f"simulate.days {c.days:g} covers fewer than two steps of the trace ({step}): give more days")
-    jobs = None
-    if c.jobs is not None:
-        notes: list[str] = []
-        try:
-            jobs = trace_jobs(load_jobs(c.jobs), c.days * 86400, c.gpus, notes)
-        except ValueError as exc:
-            raise BadRequest(f"--jobs (simulate.jobs) {c.jobs}: {exc} (--days, --gpus)") from None
-        for note in notes:
-            print(f"note: --jobs (simulate.jobs) {c.jobs}: {note}", file=sys.stderr)
+    jobs = None if c.jobs is None else job_arrivals(c.jobs, c.days * 86400, c.gpus, "--days")
     if c.policy_file is not None:
         objects = load_manifests(c.policy_file)
         if len(objects) != 1:
