@@ -184,7 +184,7 @@ class EmbeddedCluster:
             values = pd.Series(series.to_numpy(float)).ffill().fillna(0.0).tolist()  # a gap: demand as last seen
             self.demand[key] = (epoch_seconds(series.index).tolist(), values)
         self.jobs = _Jobs()
-        self._pending: list[int] = []     # job numbers waiting for admission, in Kueue's order
+        self._pending: list[int] = []     # job numbers waiting for admission (planning.kueue.admit orders them)
         self._running = np.zeros(0, np.int64)
         self._stopping: list[int] = []
         self._stopped: list[int] = []     # evicted by headroom and stopped: waiting to be requeued
@@ -347,7 +347,7 @@ class EmbeddedCluster:
         j.state[i] = PENDING
         j.evicted_by[i] = None
         self._stopped.remove(i)
-        self._queue(i)
+        self._pending.append(i)  # back at its place in Kueue's order (its creation time): admission sorts the line
         self._pending_version += 1
         return True
 
@@ -455,20 +455,13 @@ class EmbeddedCluster:
         top = inf.max_replicas if inf.max_replicas is not None else best
         return min(max(best, inf.min_replicas), max(top, inf.min_replicas))
 
-    def _queue(self, i: int) -> None:
-        """Into the pending line, in Kueue's order: priority (high first), creation time, name."""
-        j = self.jobs
-        key = (-int(j.priority[i]), float(j.created[i]), j.names[i])
-        keys = [(-int(j.priority[k]), float(j.created[k]), j.names[k]) for k in self._pending]
-        self._pending.insert(bisect.bisect(keys, key), i)
-
     def _new_job(self, queue: int, gpus: int, work: float, created: float) -> None:
         self._serial += 1
         lo, hi = self.settings.preemption_seconds
         name = f"{self.training_queues[queue]}-job-{self._serial}"
         i = self.jobs.add(name, queue, gpus, work, float(self.rng.uniform(lo, hi)),
                           self.settings.checkpoint_interval_seconds, created, queue_name=self.training_queues[queue])
-        self._pending.append(i)  # newest, lowest priority: last in line
+        self._pending.append(i)
         self._pending_version += 1
 
     def admit(self) -> list[int]:
@@ -511,11 +504,11 @@ class EmbeddedCluster:
         chosen = admit(j.queue_names[p], j.gpus[p], j.priority[p], j.created[p],
                        [j.names[i] for i in p], usage, quotas, free)
         admitted = [int(p[k]) for k in chosen]
-        for i in admitted:
-            self._pending.remove(i)
-            j.state[i] = RUNNING
-            j.admitted_at[i] = self.now
-        if admitted:
+        if admitted:  # out of the line in one pass: removing them one by one is quadratic in a long line
+            taken = set(admitted)
+            self._pending = [i for i in self._pending if i not in taken]
+            j.state[admitted] = RUNNING
+            j.admitted_at[admitted] = self.now
             self._running = np.concatenate([self._running, np.array(admitted, np.int64)])
             self._pending_version += 1
             self._held_version += 1
