@@ -301,6 +301,10 @@ def cmd_tune(cfg: Config, args) -> int:
     if args.write_policy and Path(args.write_policy).exists():  # an SRE's manifest: its query and target are theirs
         raise BadRequest(f"--write-policy {args.write_policy}: the file exists and tune does not overwrite it (a "
                          "manifest's spec.query and spec.target would be lost); remove it or name a new file")
+    if cfg.simulate.jobs is not None:  # the configuration's, for simulate and report: the flag is theirs alone
+        print("headroom: note: simulate.jobs of the configuration not used: tune replays the history with a "
+              "saturated training backlog", file=sys.stderr)
+        cfg = cfg.model_copy(update={"simulate": cfg.simulate.model_copy(update={"jobs": None})})
     w = whatif(cfg)
     if w.from_file:
         raise BadRequest("tune sweeps the policy's fields itself: give DEMAND and the scenario flags, "

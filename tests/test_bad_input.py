@@ -593,6 +593,20 @@ def test_simulate_says_what_of_a_job_trace_it_leaves_out(demand, tmp_path, capsy
         in err, err
 
 
+def test_tune_neither_takes_nor_reads_a_job_trace_it_does_not_replay(short, tmp_path, capsys):
+    """tune replays the history with a saturated backlog, yet took --jobs, read the file (refusing a bad one) and
+    never used it: the flag is simulate's and report's, the configuration's key said unused."""
+    jobs = tmp_path / "jobs.csv"
+    jobs.write_text("not,a,job,trace\n")
+    status, err = exits(["tune", short, "--jobs", jobs], capsys)
+    assert status == 2 and "unrecognized arguments: --jobs" in err, err
+    config = tmp_path / "c.yaml"
+    config.write_text(f"simulate:\n  jobs: {jobs}\n")
+    status, err = exits(["tune", short, "--config", config], capsys)
+    assert "note: simulate.jobs of the configuration not used: tune replays the history with a saturated" in err
+    assert status == 2 and "simulate.days 7 leaves no history" in err and "missing column" not in err, err
+
+
 def test_the_real_job_trace_reads(shared_data):
     jobs = load_jobs(shared_data / "jobs" / "alibaba_openb_pods.csv")
     assert len(jobs) > 1000 and (jobs["num_gpu"] >= 0).all() and jobs["scheduled_time"].isna().any()
