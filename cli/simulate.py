@@ -43,14 +43,25 @@ def _job_number(text: str, column: str, blank_ok: bool = False) -> float:
     return value
 
 
+MAX_JOB_SECONDS = 1e11  # the year 5138 as epoch seconds: a time above it is milliseconds (or not a time)
+
+
+def _job_time(text: str, column: str, blank_ok: bool = False) -> float:
+    value = _job_number(text, column, blank_ok)
+    if value > MAX_JOB_SECONDS:
+        raise ValueError(f"{column} {text.strip()!r} is over {MAX_JOB_SECONDS:g} seconds (the year 5138 as epoch "
+                         "seconds): the times must be seconds (are they milliseconds?)")
+    return value
+
+
 def load_jobs(path):
     """A training job trace: CSV with JOB_COLUMNS, rows in any order (seconds on one clock, from the trace's start or
     the epoch; scheduled_time blank for a pod never scheduled). What of it is replayed: controller.simulate.trace_jobs.
 
     Every row is checked: num_gpu a whole number >= 0 (0-GPU pods are skipped by the simulator), the times
-    finite seconds >= 0 with creation_time <= deletion_time and scheduled_time (when given) between them. An error
-    names the file and line (BadRequest: exit 2). A `name` column, when there is one, names each pod once. Other
-    columns are not read."""
+    seconds from 0 to MAX_JOB_SECONDS with creation_time <= deletion_time and scheduled_time (when given) between
+    them. An error names the file and line (BadRequest: exit 2). A `name` column, when there is one, names each pod
+    once. Other columns are not read."""
     import csv
 
     import pandas as pd
@@ -85,9 +96,9 @@ def load_jobs(path):
                     if gpus != int(gpus) or gpus > MAX_CLUSTER_GPUS:
                         raise ValueError(f"num_gpu {row[col['num_gpu']].strip()!r} is not a whole number of GPUs "
                                          "up to 1,000,000")
-                    created = _job_number(row[col["creation_time"]], "creation_time")
-                    deleted = _job_number(row[col["deletion_time"]], "deletion_time")
-                    scheduled = _job_number(row[col["scheduled_time"]], "scheduled_time", blank_ok=True)
+                    created = _job_time(row[col["creation_time"]], "creation_time")
+                    deleted = _job_time(row[col["deletion_time"]], "deletion_time")
+                    scheduled = _job_time(row[col["scheduled_time"]], "scheduled_time", blank_ok=True)
                     if deleted < created:
                         raise ValueError(f"deletion_time {deleted:g} is before creation_time {created:g}")
                     if not math.isnan(scheduled) and not created <= scheduled <= deleted:

@@ -549,6 +549,10 @@ JOB_HEADER = "num_gpu,creation_time,scheduled_time,deletion_time\n"
     (JOB_HEADER + "-2,0,,100\n", ":2:", "num_gpu '-2' is negative"),
     (JOB_HEADER + "1.5,0,1,100\n", ":2:", "not a whole number"),
     (JOB_HEADER + "1,0,1,1e400\n", ":2:", "deletion_time '1e400' is not a finite number"),
+    # epoch milliseconds were read as seconds: every job 1,000 times longer, a week of trace some 19 years
+    (JOB_HEADER + "1,1700000000000,1700000000000,1700000060000\n", ":2:",
+     "creation_time '1700000000000' is over 1e+11 seconds (the year 5138 as epoch seconds): the times must be "
+     "seconds (are they milliseconds?)"),
     (JOB_HEADER + "1,50,,10\n", ":2:", "deletion_time 10 is before creation_time 50"),
     (JOB_HEADER + "1,0,200,100\n", ":2:", "scheduled_time 200 is not between"),
     (JOB_HEADER + "1,,0,100\n", ":2:", "creation_time is blank"),
