@@ -66,14 +66,14 @@ def _arrivals(rows, span, capacity, tmp: Path, name: str):
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(JOB_ROW, min_size=1, max_size=30), st.integers(1, 10), st.floats(0.1, 25.0), st.integers(0, 10**6),
-       st.lists(JOB_ROW, max_size=5), st.randoms(use_true_random=False))
+@given(st.lists(JOB_ROW, min_size=1, max_size=30), st.integers(1, 10), st.integers(3600, 25 * 86400),
+       st.integers(0, 2 * 10**9), st.lists(JOB_ROW, max_size=5), st.randoms(use_true_random=False))
 def test_a_job_trace_replays_the_runs_it_holds_whatever_its_order_clock_and_pods_that_never_ran(
-        rows, capacity, days, shift, extra, rnd: random.Random):
+        rows, capacity, span, shift, extra, rnd: random.Random):
     """Arrivals are the trace's jobs that ran and fit the cluster, each at its own size (never shrunk to fit), with
     work > 0 inside the window: the same for the rows in any order, on a shifted clock (epoch seconds), and with pods
-    added that never ran (no scheduled_time) or could never be admitted (more GPUs than the cluster)."""
-    span = days * 86400
+    added that never ran (no scheduled_time) or could never be admitted (more GPUs than the cluster). Whole seconds:
+    on a shifted clock a fraction of a second rounds otherwise."""
     end = max(c for _, c, _, _ in rows)
     # the added pods come no later than the trace's newest creation: the window stays where it was
     added = [(g, min(c, end), None, max(min(c, end), d - c + min(c, end))) for g, c, _, d in extra]
