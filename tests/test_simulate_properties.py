@@ -37,17 +37,33 @@ def test_demand_above_the_band_planned_before_it_is_a_forecast_miss_not_a_violat
     assert r.headroom_violations == 0 and r.shortage_within_cluster > 0
 
 
-def _simulated(seed, gpus, preempt, interval, reference, bursts, lead, deadline):
+@settings(max_examples=20, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(8, 96), st.sampled_from(WORLDS), st.sampled_from([60.0, 1800.0]),
+       st.sampled_from(SIMULATED_POLICIES),
+       st.lists(st.tuples(st.integers(1, 16), st.floats(60.0, 3 * 86400.0), st.floats(0.0, 86400.0)), min_size=1,
+                max_size=60))
+def test_a_job_trace_keeps_the_guarantee_and_the_cluster_whole(seed, gpus, world, interval, reference, trace):
+    """With a job trace's jobs of any size instead of the backlog: the guarantee holds, inference and training never
+    hold more than the cluster, and goodput is a share."""
+    deadline, preempt = world
+    trace = sorted(((min(g, gpus), work, at) for g, work, at in trace), key=lambda job: job[2])
+    jobs = tuple(np.array(column) for column in zip(*trace))
+    r = _simulated(seed, gpus, preempt, interval, reference, 1.0, "15m", deadline, jobs)
+    assert r.headroom_violations == 0 and 0 <= r.training_goodput <= 1
+    assert (r.detail["inference_gpus"] + r.detail["training_gpus"] <= gpus).all()
+
+
+def _simulated(seed, gpus, preempt, interval, reference, bursts, lead, deadline, jobs=None):
     rng = np.random.default_rng(seed)
     index = pd.date_range("2026-03-01", periods=288 * 3, freq="5min", tz="UTC")
     daily = 100 + 50 * np.sin(np.arange(len(index)) / 288 * 2 * np.pi)
     values = daily + rng.gamma(1.0, 10.0, len(index)) * (1 + bursts * (rng.random(len(index)) < 0.02))
     values[rng.random(len(index)) < 0.01] = np.nan  # missing samples
     demand = pd.Series(values, index=index)
-    s = Scenario(demand, gpus, 1.0, world=WorldSettings(seed=seed % 100, preemption_seconds=preempt,
-                                                        checkpoint_interval_seconds=interval))
+    s = Scenario(demand, gpus, 1.0, jobs, world=WorldSettings(seed=seed % 100, preemption_seconds=preempt,
+                                                              checkpoint_interval_seconds=interval))
     spec = default_spec(s, demand_per_gpu(demand, peak_gpus=gpus * 0.6), leadTime=lead, reclaimDeadline=deadline)
-    return simulate(s, spec, reference=reference)
+    return simulate(s, spec, reference=reference, timeline=jobs is not None, detail=jobs is not None)
 
 
 # a row of a job trace as the reader's rules allow it: (num_gpu, creation_time, scheduled_time or None, deletion_time)
