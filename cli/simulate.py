@@ -106,8 +106,7 @@ def load_jobs(path):
                                          f"and deletion_time {deleted:g}")
                 except ValueError as exc:
                     raise BadRequest(f"{where}:{line}: {exc}") from None
-                if named is not None:
-                    pod = row[named].strip()
+                if named is not None and (pod := row[named].strip()):  # a blank name names no pod
                     if pod in first_line:
                         raise BadRequest(f"{where}:{line}: name {pod!r} repeats line {first_line[pod]} (a pod listed "
                                          "twice would be replayed twice)")

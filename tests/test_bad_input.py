@@ -572,9 +572,9 @@ def test_bad_job_traces_name_file_and_line(tmp_path, body, where, what):
 
 def test_job_trace_with_bom_and_spaces_reads(tmp_path):
     path = tmp_path / "jobs.csv"
-    path.write_text(" Num_GPU , creation_time,scheduled_time,deletion_time,extra\n2,0,,60,x\n\n1,5,6,9,y\n",
+    path.write_text(" Num_GPU , creation_time,scheduled_time,deletion_time,extra,name\n2,0,,60,x,\n\n1,5,6,9,y, \n",
                     encoding="utf-8-sig")
-    jobs = load_jobs(path)
+    jobs = load_jobs(path)  # blank names name no pod: not a repeat
     assert jobs["num_gpu"].tolist() == [2, 1] and math.isnan(jobs["scheduled_time"].iloc[0])
     assert jobs["deletion_time"].tolist() == [60.0, 9.0]
 
