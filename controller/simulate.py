@@ -246,8 +246,11 @@ def trace_jobs(jobs: pd.DataFrame, span_seconds: float, capacity: int,
             notes.append(f"the trace's jobs are created over {covered / 86400:.3g} days, fewer than the "
                          f"{span_seconds / 86400:g} simulated: the first arrives "
                          f"{(span_seconds - covered) / 86400:.3g} days in, with no training before")
-    if not keep.any():
-        raise ValueError(f"no job of 1 to {capacity} GPUs ran in the trace's last {span_seconds / 86400:g} days")
+    if not keep.any():  # a trace with no scheduled_time at all reads as pods that never ran: say so
+        unscheduled = f" ({int(never_ran.sum())} pod(s) there were never scheduled: a blank scheduled_time)" \
+            if never_ran.any() else ""
+        raise ValueError(f"no job of 1 to {capacity} GPUs ran in the trace's last {span_seconds / 86400:g} days"
+                         f"{unscheduled}")
     order = np.argsort(arrival[keep], kind="stable")
     return gpus[keep][order], work[keep][order], arrival[keep][order]
 
