@@ -96,7 +96,9 @@ class Accounting:
     run: dict[str, int] = field(default_factory=dict)
     inference_held: float = 0.0     # GPU-seconds held by inference (warm or warming)
     training_alloc: float = 0.0     # GPU-seconds allocated to training (running or stopping)
-    training_lost: float = 0.0      # ...of it wasted: work after the last checkpoint, and stopping time
+    # ...of it wasted: work after the last checkpoint, and stopping time (so training_alloc - training_lost is the
+    # progress the jobs hold, in GPU-seconds)
+    training_lost: float = 0.0
     preemptions: dict[str, int] = field(default_factory=dict)      # by kind
     reclaim_seconds: list[float] = field(default_factory=list)
 
@@ -182,7 +184,7 @@ class EmbeddedCluster:
             values = pd.Series(series.to_numpy(float)).ffill().fillna(0.0).tolist()  # a gap: demand as last seen
             self.demand[key] = (epoch_seconds(series.index).tolist(), values)
         self.jobs = _Jobs()
-        self._pending: list[int] = []     # job numbers waiting for admission, in Kueue's order
+        self._pending: list[int] = []     # job numbers waiting for admission (planning.kueue.admit orders them)
         self._running = np.zeros(0, np.int64)
         self._stopping: list[int] = []
         self._stopped: list[int] = []     # evicted by headroom and stopped: waiting to be requeued
@@ -195,6 +197,8 @@ class EmbeddedCluster:
         self._idle_admission: tuple | None = None  # the inputs of the last admission pass that admitted nothing
         self._topped_up = -1              # the version at the backlog's last top-up
         if jobs is not None:  # a job trace: (gpus, work seconds, arrival offset seconds from `start`)
+            if len(jobs[0]) and int(np.max(jobs[0])) > capacity_gpus:  # Kueue would never admit it
+                raise ValueError(f"a job of {int(np.max(jobs[0]))} GPUs can never fit the {capacity_gpus}-GPU cluster")
             # as lists: admit reads them one at a time
             self._arrivals = (np.asarray(jobs[0]).tolist(), np.asarray(jobs[1]).tolist(),
                               (start + np.asarray(jobs[2], float)).tolist(), 0)
@@ -331,7 +335,7 @@ class EmbeddedCluster:
         self._stopping.append(i)
         self._held_version += 1
         a = self.accounting
-        a.training_lost += (lost + float(j.preempt[i])) * float(j.gpus[i])
+        a.training_lost += lost * float(j.gpus[i])  # its stopping time is lost as it passes (advance)
         a.reclaim_seconds.append(float(j.preempt[i]))
         return True
 
@@ -343,7 +347,7 @@ class EmbeddedCluster:
         j.state[i] = PENDING
         j.evicted_by[i] = None
         self._stopped.remove(i)
-        self._queue(i)
+        self._pending.append(i)  # back at its place in Kueue's order (its creation time): admission sorts the line
         self._pending_version += 1
         return True
 
@@ -451,20 +455,13 @@ class EmbeddedCluster:
         top = inf.max_replicas if inf.max_replicas is not None else best
         return min(max(best, inf.min_replicas), max(top, inf.min_replicas))
 
-    def _queue(self, i: int) -> None:
-        """Into the pending line, in Kueue's order: priority (high first), creation time, name."""
-        j = self.jobs
-        key = (-int(j.priority[i]), float(j.created[i]), j.names[i])
-        keys = [(-int(j.priority[k]), float(j.created[k]), j.names[k]) for k in self._pending]
-        self._pending.insert(bisect.bisect(keys, key), i)
-
     def _new_job(self, queue: int, gpus: int, work: float, created: float) -> None:
         self._serial += 1
         lo, hi = self.settings.preemption_seconds
         name = f"{self.training_queues[queue]}-job-{self._serial}"
         i = self.jobs.add(name, queue, gpus, work, float(self.rng.uniform(lo, hi)),
                           self.settings.checkpoint_interval_seconds, created, queue_name=self.training_queues[queue])
-        self._pending.append(i)  # newest, lowest priority: last in line
+        self._pending.append(i)
         self._pending_version += 1
 
     def admit(self) -> list[int]:
@@ -474,8 +471,8 @@ class EmbeddedCluster:
         if self._arrivals is not None:
             gpus, work, at, nxt = self._arrivals
             while nxt < len(at) and at[nxt] <= self.now:
-                self._new_job(nxt % max(len(self.training_queues), 1), int(min(gpus[nxt], self.capacity_gpus)),
-                              float(work[nxt]), float(at[nxt]))
+                self._new_job(nxt % max(len(self.training_queues), 1), int(gpus[nxt]), float(work[nxt]),
+                              float(at[nxt]))
                 nxt += 1
             self._arrivals = (gpus, work, at, nxt)
         elif self.training_queues and self._topped_up != self._pending_version:  # the pending line changed: top it up
@@ -507,11 +504,11 @@ class EmbeddedCluster:
         chosen = admit(j.queue_names[p], j.gpus[p], j.priority[p], j.created[p],
                        [j.names[i] for i in p], usage, quotas, free)
         admitted = [int(p[k]) for k in chosen]
-        for i in admitted:
-            self._pending.remove(i)
-            j.state[i] = RUNNING
-            j.admitted_at[i] = self.now
-        if admitted:
+        if admitted:  # out of the line in one pass: removing them one by one is quadratic in a long line
+            taken = set(admitted)
+            self._pending = [i for i in self._pending if i not in taken]
+            j.state[admitted] = RUNNING
+            j.admitted_at[admitted] = self.now
             self._running = np.concatenate([self._running, np.array(admitted, np.int64)])
             self._pending_version += 1
             self._held_version += 1
@@ -556,7 +553,9 @@ class EmbeddedCluster:
         if self._stopping:
             self._held_version += 1  # some may stop
         for i in self._stopping:
-            a.training_alloc += (min(float(j.stop_at[i]), to) - t0) * float(j.gpus[i])
+            stopping = (min(float(j.stop_at[i]), to) - t0) * float(j.gpus[i])
+            a.training_alloc += stopping
+            a.training_lost += stopping  # lost as it is held, so a job still stopping at the end is not over-counted
             if j.stop_at[i] <= to:
                 j.state[i] = STOPPED
                 self._stopped.append(i)

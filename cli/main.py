@@ -191,8 +191,6 @@ def build_parser() -> argparse.ArgumentParser:
         scale.add_argument("--per-gpu", type=float, help="demand one GPU serves (simulate.per_gpu)")
         p.add_argument("--days", type=float, help="evaluated days at the end; before is history (simulate.days, "
                                                   "default 7)")
-        p.add_argument("--jobs", help="training job trace CSV (num_gpu, creation_time, scheduled_time, deletion_time; "
-                                          "simulate.jobs)")
         p.add_argument("--policy", choices=POLICIES, help=policy_help[command])
         p.add_argument("--max-shortage", type=float, help="objective: unmet demand within the cluster, share of demand "
                                                           "GPU-time (tune.max_shortage, default 0.001)")
@@ -201,7 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
         _timezone_arg(p)
         p.set_defaults(run=run, overrides=lambda a: {
             "simulate.gpus": a.gpus, "simulate.peak_gpus": a.peak_gpus, "simulate.per_gpu": a.per_gpu,
-            "simulate.days": a.days, "simulate.jobs": a.jobs, "simulate.policy": a.policy,
+            "simulate.days": a.days, "simulate.jobs": getattr(a, "jobs", None), "simulate.policy": a.policy,
             "simulate.policy_file": getattr(a, "policy_file", None), "tune.max_shortage": a.max_shortage,
             "tune.max_short_steps": a.max_short_steps})
         if command == "tune":
@@ -210,6 +208,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                                        "an existing one is never overwritten)")
             p.add_argument("--plot", metavar="FILE.png", help="write the trade-off plot")
             continue
+        # tune replays the history with a saturated backlog: a job trace is replayed on the evaluated days only
+        p.add_argument("--jobs", help="training job trace CSV (num_gpu, creation_time, scheduled_time, deletion_time; "
+                                      "simulate.jobs)")
         p.add_argument("--policy-file", metavar="P.yaml", help="a ReservationPolicy manifest, run exactly "
                                                                "(simulate.policy_file)")
         p.add_argument("--timeline", metavar="FILE.csv", help="write one row per step (the columns "

@@ -34,13 +34,16 @@ def add_parser(sub) -> None:
     embedded.add_argument("--gpus", type=int, help="cluster size (run.capacity_gpus, default 128)")
     embedded.add_argument("--hours", type=_positive_int, help="replay this many hours from --now (default 24)")
     embedded.add_argument("--now", help="the clock's start (ISO-8601; default: --hours before the history's end)")
+    embedded.add_argument("--jobs", metavar="JOBS.csv", help="replay this training job trace's last --hours instead "
+                                                            "of a saturated backlog, as simulate --jobs does "
+                                                            "(simulate.jobs)")
     embedded.add_argument("--timeline", metavar="FILE.csv", help="write one row per step and policy "
                                                                  "(the columns `headroom simulate --timeline` writes)"
                                                                  ", each step as it ends: a replay stopped partway "
                                                                  "leaves the steps it finished")
     p.set_defaults(run=cmd_run, overrides=lambda a: {
         "run.cluster": "kubernetes" if (a.kubeconfig or a.in_cluster) else None, "run.kubeconfig": a.kubeconfig,
-        "run.metrics_port": a.metrics_port, "run.capacity_gpus": a.gpus})
+        "run.metrics_port": a.metrics_port, "run.capacity_gpus": a.gpus, "simulate.jobs": a.jobs})
 
 
 def add_plan_parser(sub) -> None:
@@ -126,9 +129,9 @@ def _loadable(demand) -> dict:
     return out
 
 
-def embedded(cfg: Config, r: RunConfig, start: pd.Timestamp):
+def embedded(cfg: Config, r: RunConfig, start: pd.Timestamp, jobs=None):
     """The embedded cluster holding `r.policies` (every ClusterQueue they name, and a saturated training
-    backlog), and their demand replayed from their history files."""
+    backlog or the arrivals `jobs` of a job trace), and their demand replayed from their history files."""
     from adapters.embedded import EmbeddedCluster
     from controller.demand import FileDemand
     from core.policy import manifest
@@ -136,13 +139,14 @@ def embedded(cfg: Config, r: RunConfig, start: pd.Timestamp):
     demand = FileDemand({f"{p.namespace}/{p.name}": p.history_file for p in r.policies})
     series = _loadable(demand)  # a policy whose history cannot be read has no demand; the reconcile says so
     cluster = EmbeddedCluster(r.capacity_gpus, [manifest(p.name, p.namespace, p.spec) for p in r.policies], series,
-                              start.timestamp(), settings=cfg.simulate.world)
+                              start.timestamp(), settings=cfg.simulate.world, jobs=jobs)
     return cluster, demand
 
 
 def build(cfg: Config, in_cluster: bool = False, timeline: list | None = None, start: pd.Timestamp | None = None,
-          once: bool = False):
-    """The reconciler for this configuration, on the real cluster or the embedded one."""
+          once: bool = False, jobs=None):
+    """The reconciler for this configuration, on the real cluster or the embedded one (with the arrivals `jobs` of a
+    job trace, if given)."""
     from adapters.mlflow import Tracker
     from adapters.prometheus import PrometheusDemand
     from cli.train import settings_from_config
@@ -158,7 +162,7 @@ def build(cfg: Config, in_cluster: bool = False, timeline: list | None = None, s
         forecasts = shared_forecast_store(cluster, r.lease.namespace, cfg.training.drift_window)
         summary = cluster.plan_summary(r.lease.namespace)  # the cluster-wide numbers, beside the Lease
     else:
-        cluster, demand = embedded(cfg, r, start)
+        cluster, demand = embedded(cfg, r, start, jobs)
         forecasts, summary = ForecastLog(r.forecast_log_dir), None
     uri = _tracking_uri(cfg)
     trainer = BackgroundTrainer(uri, settings_from_config(cfg), beside=r.cluster == "kubernetes") \
@@ -199,9 +203,10 @@ def cmd_run(cfg: Config, args) -> int:
                              "is for a Kubernetes controller (--kubeconfig or --in-cluster). Use --timeline to "
                              "record a replay")
         return _replay(cfg, args)
-    if args.policy_file or args.timeline or args.hours or args.now:
-        raise BadRequest("--policy-file, --history, --timeline, --hours and --now are for the embedded cluster; "
-                         "on Kubernetes the policies are ReservationPolicy objects and the clock is the wall clock")
+    if args.policy_file or args.timeline or args.hours or args.now or args.jobs:
+        raise BadRequest("--policy-file, --history, --timeline, --hours, --now and --jobs are for the embedded "
+                         "cluster; on Kubernetes the policies are ReservationPolicy objects and the clock is the "
+                         "wall clock")
     from controller.loop import Loop
     from controller.metrics import serve
     from core.errors import ClusterError, NotInstalled
@@ -305,11 +310,17 @@ def _replay(cfg: Config, args) -> int:
     from cli.outputs import check_output_files, command_inputs
 
     check_output_files([(args.timeline, "--timeline")], command_inputs(cfg, args))
-    times = _clock(r, args.now, args.hours or (1 if args.once else 24))
+    hours = args.hours or (1 if args.once else 24)
+    times = _clock(r, args.now, hours)
     if args.once:
         times = times[:1]
+    jobs = None  # the job trace's last `hours` arrive from the clock's start, as simulate's last days do
+    if cfg.simulate.jobs is not None:
+        from cli.simulate import job_arrivals
+
+        jobs = job_arrivals(cfg.simulate.jobs, hours * 3600, r.capacity_gpus, "--hours")
     timeline: list | None = [] if args.timeline else None
-    reconciler, cluster = build(cfg, timeline=timeline, start=times[0])
+    reconciler, cluster = build(cfg, timeline=timeline, start=times[0], jobs=jobs)
     record = _TimelineFile(args.timeline) if args.timeline else None
     stopped: list[int] = []  # the signal that asked the replay to stop: it ends after the step under way
     previous = {sig: signal.signal(sig, lambda signum, _: stopped.append(signum))

@@ -43,12 +43,25 @@ def _job_number(text: str, column: str, blank_ok: bool = False) -> float:
     return value
 
 
+MAX_JOB_SECONDS = 1e11  # the year 5138 as epoch seconds: a time above it is milliseconds (or not a time)
+
+
+def _job_time(text: str, column: str, blank_ok: bool = False) -> float:
+    value = _job_number(text, column, blank_ok)
+    if value > MAX_JOB_SECONDS:
+        raise ValueError(f"{column} {text.strip()!r} is over {MAX_JOB_SECONDS:g} seconds (the year 5138 as epoch "
+                         "seconds): the times must be seconds (are they milliseconds?)")
+    return value
+
+
 def load_jobs(path):
-    """A training job trace: CSV with JOB_COLUMNS (seconds from the trace's start; scheduled_time may be blank).
+    """A training job trace: CSV with JOB_COLUMNS, rows in any order (seconds on one clock, from the trace's start or
+    the epoch; scheduled_time blank for a pod never scheduled). What of it is replayed: controller.simulate.trace_jobs.
 
     Every row is checked: num_gpu a whole number >= 0 (0-GPU pods are skipped by the simulator), the times
-    finite seconds >= 0 with creation_time <= deletion_time and scheduled_time (when given) between them. An error
-    names the file and line (BadRequest: exit 2). Other columns are ignored."""
+    seconds from 0 to MAX_JOB_SECONDS with creation_time <= deletion_time and scheduled_time (when given) between
+    them. An error names the file and line (BadRequest: exit 2). A `name` column, when there is one, names each pod
+    once. Other columns are not read."""
     import csv
 
     import pandas as pd
@@ -66,7 +79,12 @@ def load_jobs(path):
             if missing:
                 raise BadRequest(f"{where}:1: missing column(s) {', '.join(missing)} (needs {', '.join(JOB_COLUMNS)};"
                                  f" the header has {', '.join(header[:12])})")
+            twice = [c for c in (*JOB_COLUMNS, "name") if names.count(c) > 1]
+            if twice:
+                raise BadRequest(f"{where}:1: column(s) {', '.join(twice)} named more than once")
             col = {c: names.index(c) for c in JOB_COLUMNS}
+            named = names.index("name") if "name" in names else None
+            first_line: dict[str, int] = {}  # each pod name's line: a pod listed twice would be replayed twice
             for row in reader:
                 if not row or all(not cell.strip() for cell in row):
                     continue
@@ -78,9 +96,9 @@ def load_jobs(path):
                     if gpus != int(gpus) or gpus > MAX_CLUSTER_GPUS:
                         raise ValueError(f"num_gpu {row[col['num_gpu']].strip()!r} is not a whole number of GPUs "
                                          "up to 1,000,000")
-                    created = _job_number(row[col["creation_time"]], "creation_time")
-                    deleted = _job_number(row[col["deletion_time"]], "deletion_time")
-                    scheduled = _job_number(row[col["scheduled_time"]], "scheduled_time", blank_ok=True)
+                    created = _job_time(row[col["creation_time"]], "creation_time")
+                    deleted = _job_time(row[col["deletion_time"]], "deletion_time")
+                    scheduled = _job_time(row[col["scheduled_time"]], "scheduled_time", blank_ok=True)
                     if deleted < created:
                         raise ValueError(f"deletion_time {deleted:g} is before creation_time {created:g}")
                     if not math.isnan(scheduled) and not created <= scheduled <= deleted:
@@ -88,6 +106,11 @@ def load_jobs(path):
                                          f"and deletion_time {deleted:g}")
                 except ValueError as exc:
                     raise BadRequest(f"{where}:{line}: {exc}") from None
+                if named is not None and (pod := row[named].strip()):  # a blank name names no pod
+                    if pod in first_line:
+                        raise BadRequest(f"{where}:{line}: name {pod!r} repeats line {first_line[pod]} (a pod listed "
+                                         "twice would be replayed twice)")
+                    first_line[pod] = line
                 for c, v in zip(JOB_COLUMNS, (int(gpus), created, scheduled, deleted)):
                     rows[c].append(v)
     except OSError as exc:
@@ -100,6 +123,22 @@ def load_jobs(path):
         raise BadRequest(f"{where}: no job rows")
     return pd.DataFrame({"num_gpu": pd.Series(rows["num_gpu"], dtype="int64"),
                          **{c: pd.Series(rows[c], dtype=float) for c in JOB_COLUMNS[1:]}})
+
+
+def job_arrivals(path, span_seconds: float, gpus: int, span_flag: str):
+    """The job trace at `path` as the embedded cluster's arrivals over `span_seconds` on `gpus` GPUs
+    (controller.simulate.trace_jobs), what it leaves out said on stderr; `simulate` and the embedded `run` replay the
+    same arrivals."""
+    from controller.simulate import trace_jobs
+
+    notes: list[str] = []
+    try:
+        arrivals = trace_jobs(load_jobs(path), span_seconds, gpus, notes)
+    except ValueError as exc:  # no job left to replay
+        raise BadRequest(f"--jobs (simulate.jobs) {path}: {exc} ({span_flag}, --gpus)") from None
+    for note in notes:
+        print(f"note: --jobs (simulate.jobs) {path}: {note}", file=sys.stderr)
+    return arrivals
 
 
 def _check_scale(demand, per_gpu: float, what: str) -> None:
@@ -123,7 +162,7 @@ def whatif(cfg: Config, progress=None) -> WhatIf:
     """The scenario of the configured trace and cluster, and the policy to run on it."""
     import pandas as pd
 
-    from controller.simulate import Scenario, default_spec, demand_per_gpu, trace_jobs
+    from controller.simulate import Scenario, default_spec, demand_per_gpu
     from core.policy import PolicySpec, load_manifests
     from forecast.history import sampling_step
 
@@ -137,9 +176,7 @@ def whatif(cfg: Config, progress=None) -> WhatIf:
     step = sampling_step(demand.index)
     if pd.Timedelta(seconds=round(c.days * 86400)) < 2 * step:
         raise BadRequest(f"simulate.days {c.days:g} covers fewer than two steps of the trace ({step}): give more days")
-    jobs = None
-    if c.jobs is not None:
-        jobs = trace_jobs(load_jobs(c.jobs), c.days * 86400, c.gpus)
+    jobs = None if c.jobs is None else job_arrivals(c.jobs, c.days * 86400, c.gpus, "--days")
     if c.policy_file is not None:
         objects = load_manifests(c.policy_file)
         if len(objects) != 1:
@@ -274,6 +311,10 @@ def cmd_tune(cfg: Config, args) -> int:
     if args.write_policy and Path(args.write_policy).exists():  # an SRE's manifest: its query and target are theirs
         raise BadRequest(f"--write-policy {args.write_policy}: the file exists and tune does not overwrite it (a "
                          "manifest's spec.query and spec.target would be lost); remove it or name a new file")
+    if cfg.simulate.jobs is not None:  # the configuration's, for simulate and report: the flag is theirs alone
+        print("headroom: note: simulate.jobs of the configuration not used: tune replays the history with a "
+              "saturated training backlog", file=sys.stderr)
+        cfg = cfg.model_copy(update={"simulate": cfg.simulate.model_copy(update={"jobs": None})})
     w = whatif(cfg)
     if w.from_file:
         raise BadRequest("tune sweeps the policy's fields itself: give DEMAND and the scenario flags, "

@@ -213,17 +213,44 @@ def objective_met(spec: PolicySpec, shortage: float, short_steps: float) -> bool
     return shortage <= spec.objective.max_shortage + 1e-12 and short_steps <= spec.objective.max_short_steps + 1e-12
 
 
-def trace_jobs(jobs: pd.DataFrame, span_seconds: float, capacity: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The job trace's last `span_seconds` as arrivals: (gpus, work seconds, arrival offset seconds)."""
-    j = jobs[jobs["num_gpu"] >= 1].copy()
-    start = j["scheduled_time"].fillna(j["creation_time"])
-    window0 = float(j["creation_time"].max()) - span_seconds
-    j = j[j["deletion_time"] > window0]
-    start = start.loc[j.index]
+def trace_jobs(jobs: pd.DataFrame, span_seconds: float, capacity: int,
+               notes: list[str] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The job trace's last `span_seconds` (up to its newest creation_time; the times on any one clock) as arrivals
+    on a `capacity`-GPU cluster: (gpus, work seconds, arrival offset seconds), by arrival.
+
+    A job's work is the time it ran in the trace, scheduled_time to deletion_time (its queueing before is not work);
+    one already running or queued at the window's start arrives at its start with the work left. Left out: pods of 0
+    GPUs, pods never scheduled (no run to replay: a blank scheduled_time) and jobs larger than the cluster (Kueue never
+    admits them; shrunk they would be other jobs). `notes` is told what was left out, and where the trace is shorter
+    than the span. ValueError when no job is left to arrive."""
+    end = float(jobs["creation_time"].max())
+    window0 = end - span_seconds
+    in_window = (jobs["deletion_time"] > window0) & (jobs["num_gpu"] >= 1)
+    never_ran = in_window & jobs["scheduled_time"].isna()
+    too_big = in_window & ~never_ran & (jobs["num_gpu"] > capacity)
+    j = jobs[in_window & ~never_ran & ~too_big]
     arrival = np.maximum(j["creation_time"].to_numpy(float) - window0, 0.0)
-    work = j["deletion_time"].to_numpy(float) - np.maximum(start.to_numpy(float), window0)
+    work = j["deletion_time"].to_numpy(float) - np.maximum(j["scheduled_time"].to_numpy(float), window0)
     keep = work > 0
-    gpus = np.minimum(j["num_gpu"].to_numpy(int), capacity)
+    gpus = j["num_gpu"].to_numpy(np.int64)
+    if notes is not None:
+        if never_ran.any():
+            notes.append(f"{int(never_ran.sum())} pod(s) of the window never scheduled (blank scheduled_time): left "
+                         "out, they ran no work to replay")
+        if too_big.any():
+            notes.append(f"{int(too_big.sum())} job(s) of more than {capacity} GPUs (up to "
+                         f"{int(jobs.loc[too_big, 'num_gpu'].max())}) can never be admitted on the {capacity}-GPU "
+                         "cluster: left out")
+        covered = end - float(jobs["creation_time"].min())
+        if covered < span_seconds:
+            notes.append(f"the trace's jobs are created over {covered / 86400:.3g} days, fewer than the "
+                         f"{span_seconds / 86400:g} simulated: the first arrives "
+                         f"{(span_seconds - covered) / 86400:.3g} days in, with no training before")
+    if not keep.any():  # a trace with no scheduled_time at all reads as pods that never ran: say so
+        unscheduled = f" ({int(never_ran.sum())} pod(s) there were never scheduled: a blank scheduled_time)" \
+            if never_ran.any() else ""
+        raise ValueError(f"no job of 1 to {capacity} GPUs ran in the trace's last {span_seconds / 86400:g} days"
+                         f"{unscheduled}")
     order = np.argsort(arrival[keep], kind="stable")
     return gpus[keep][order], work[keep][order], arrival[keep][order]
 

@@ -307,7 +307,7 @@ class SimulateConfig(Strict):
     policy: SimulatedPolicy = "forecast"
     policy_file: FilePath | None = None   # a ReservationPolicy manifest to run exactly (default: tuned on the history)
     days: float = Field(7, gt=0, le=3660)
-    jobs: FilePath | None = None
+    jobs: FilePath | None = None  # a training job trace, replayed instead of the backlog (and by the embedded run)
     world: WorldSettings = WorldSettings()
 
     @model_validator(mode="after")

@@ -22,12 +22,13 @@ import numpy as np
 
 
 def admit(queue: np.ndarray, gpus: np.ndarray, priority: np.ndarray, created: np.ndarray, ids: Sequence[str],
-          usage: Mapping[str, int], quotas: Mapping[str, int], free_gpus: int, scan: int = 64) -> list[int]:
+          usage: Mapping[str, int], quotas: Mapping[str, int], free_gpus: int) -> list[int]:
     """Indices (into the pending columns) Kueue admits now, in admission order.
 
     `queue` is each pending Workload's ClusterQueue name; `usage` the GPUs each queue's admitted Workloads
-    hold; `quotas` every ClusterQueue's nominal quota (queues in it form the cohort). At most `scan`
-    Workloads per queue are looked at, as a scheduler cycle would."""
+    hold; `quotas` every ClusterQueue's nominal quota (queues in it form the cohort). Every pending Workload is
+    looked at, as Kueue's back-to-back scheduling cycles do between two steps: however many heads do not fit, they
+    block none behind them."""
     used = {q: int(usage.get(q, 0)) for q in quotas}
     unused = sum(int(quotas[q]) for q in quotas) - sum(used.values())  # the cohort's available quota
     # the passes below read single items: from lists, which index faster than arrays
@@ -37,28 +38,27 @@ def admit(queue: np.ndarray, gpus: np.ndarray, priority: np.ndarray, created: np
     for i in sorted(range(len(sizes)), key=lambda i: (ranks[i], times[i], ids[i])):  # Kueue's order; stable
         q = queues[i]
         if q in quotas:
-            line = heads.setdefault(q, [])
-            if len(line) < scan:
-                line.append(i)
+            heads.setdefault(q, []).append(i)
+    # each line's first Workload neither admitted nor passed over: free GPUs and unused quota only shrink in a pass,
+    # so one that does not fit now never will (each is looked at once a pass, however long the line)
+    first = dict.fromkeys(heads, 0)
     admitted: list[int] = []
     while True:
         best = None
         for q, line in heads.items():
-            room = quotas[q] - used[q]
-            for i in line:
-                g = sizes[i]
-                if g > free_gpus:
-                    continue
-                within = g <= room
-                if g <= unused:
-                    key = (not within, ranks[i], times[i], ids[i])
-                    if best is None or key < best[0]:
-                        best = (key, q, i, g, within)
-                    break  # the queue's first Workload that fits is its candidate
+            k = first[q]
+            while k < len(line) and not sizes[line[k]] <= min(free_gpus, unused):
+                k += 1
+            first[q] = k
+            if k < len(line):  # the queue's first Workload that fits is its candidate
+                i = line[k]
+                key = (not sizes[i] <= quotas[q] - used[q], ranks[i], times[i], ids[i])
+                if best is None or key < best[0]:
+                    best = (key, q, i, sizes[i])
         if best is None:
             return admitted
-        _, q, i, g, _ = best
-        heads[q].remove(i)
+        _, q, i, g = best
+        first[q] += 1
         unused -= g  # from its own unused nominal quota first, then borrowed from the cohort's
         used[q] += g
         free_gpus -= g

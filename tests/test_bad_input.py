@@ -549,11 +549,17 @@ JOB_HEADER = "num_gpu,creation_time,scheduled_time,deletion_time\n"
     (JOB_HEADER + "-2,0,,100\n", ":2:", "num_gpu '-2' is negative"),
     (JOB_HEADER + "1.5,0,1,100\n", ":2:", "not a whole number"),
     (JOB_HEADER + "1,0,1,1e400\n", ":2:", "deletion_time '1e400' is not a finite number"),
+    # epoch milliseconds were read as seconds: every job 1,000 times longer, a week of trace some 19 years
+    (JOB_HEADER + "1,1700000000000,1700000000000,1700000060000\n", ":2:",
+     "creation_time '1700000000000' is over 1e+11 seconds (the year 5138 as epoch seconds): the times must be "
+     "seconds (are they milliseconds?)"),
     (JOB_HEADER + "1,50,,10\n", ":2:", "deletion_time 10 is before creation_time 50"),
     (JOB_HEADER + "1,0,200,100\n", ":2:", "scheduled_time 200 is not between"),
     (JOB_HEADER + "1,,0,100\n", ":2:", "creation_time is blank"),
     (JOB_HEADER + "1,0,0\n", ":2:", "expected 4 fields"),
     (JOB_HEADER, "", "no job rows"),
+    ("name," + JOB_HEADER + "a,1,0,0,9\nb,1,0,0,9\n a ,2,5,5,9\n", ":4:", "name 'a' repeats line 2"),
+    ("num_gpu,num_gpu,creation_time,scheduled_time,deletion_time\n1,1,0,0,9\n", ":1:", "num_gpu named more than once"),
     ("", "", "file is empty"),
 ])
 def test_bad_job_traces_name_file_and_line(tmp_path, body, where, what):
@@ -566,11 +572,43 @@ def test_bad_job_traces_name_file_and_line(tmp_path, body, where, what):
 
 def test_job_trace_with_bom_and_spaces_reads(tmp_path):
     path = tmp_path / "jobs.csv"
-    path.write_text(" Num_GPU , creation_time,scheduled_time,deletion_time,extra\n2,0,,60,x\n\n1,5,6,9,y\n",
+    path.write_text(" Num_GPU , creation_time,scheduled_time,deletion_time,extra,name\n2,0,,60,x,\n\n1,5,6,9,y, \n",
                     encoding="utf-8-sig")
-    jobs = load_jobs(path)
+    jobs = load_jobs(path)  # blank names name no pod: not a repeat
     assert jobs["num_gpu"].tolist() == [2, 1] and math.isnan(jobs["scheduled_time"].iloc[0])
     assert jobs["deletion_time"].tolist() == [60.0, 9.0]
+
+
+def test_simulate_says_what_of_a_job_trace_it_leaves_out(demand, tmp_path, capsys):
+    """A 16-GPU job on an 8-GPU cluster was shrunk to 8 GPUs and a pod never scheduled replayed its time in the queue
+    as work, both silently; a trace of two hours filled a day without a word. Now they are left out and said; a trace
+    leaving no job to replay is an error naming the file (it gave no training at all, with goodput 1)."""
+    path = tmp_path / "jobs.csv"
+    path.write_text(JOB_HEADER + "16,0,0,3000\n1,100,,700\n2,3600,3700,9000\n")
+    status, err = exits(["simulate", demand, "--days", "1", "--gpus", "8", "--policy", "oracle", "--jobs", path,
+                         "--json"], capsys)
+    assert status == 0, err
+    assert f"note: --jobs (simulate.jobs) {path}: 1 job(s) of more than 8 GPUs (up to 16)" in err
+    assert "1 pod(s) of the window never scheduled" in err
+    assert "created over 0.0417 days, fewer than the 1 simulated: the first arrives 0.958 days in" in err
+    path.write_text(JOB_HEADER + "0,0,0,3000\n1,100,,700\n")
+    status, err = exits(["simulate", demand, "--days", "1", "--policy", "oracle", "--jobs", path], capsys)
+    assert status == 2 and f"--jobs (simulate.jobs) {path}: no job of 1 to 128 GPUs ran in the trace's last 1 days" \
+        " (1 pod(s) there were never scheduled: a blank scheduled_time) (--days, --gpus)" in err, err
+
+
+def test_tune_neither_takes_nor_reads_a_job_trace_it_does_not_replay(short, tmp_path, capsys):
+    """tune replays the history with a saturated backlog, yet took --jobs, read the file (refusing a bad one) and
+    never used it: the flag is simulate's and report's, the configuration's key said unused."""
+    jobs = tmp_path / "jobs.csv"
+    jobs.write_text("not,a,job,trace\n")
+    status, err = exits(["tune", short, "--jobs", jobs], capsys)
+    assert status == 2 and "unrecognized arguments: --jobs" in err, err
+    config = tmp_path / "c.yaml"
+    config.write_text(f"simulate:\n  jobs: {jobs}\n")
+    status, err = exits(["tune", short, "--config", config], capsys)
+    assert "note: simulate.jobs of the configuration not used: tune replays the history with a saturated" in err
+    assert status == 2 and "simulate.days 7 leaves no history" in err and "missing column" not in err, err
 
 
 def test_the_real_job_trace_reads(shared_data):

@@ -8,12 +8,12 @@ from hypothesis import strategies as st
 from planning.kueue import admit
 
 
-def run(pending, usage=None, quotas=None, free=1000, scan=64):
+def run(pending, usage=None, quotas=None, free=1000):
     """pending: (id, queue, gpus, priority, created) rows; returns the admitted ids in admission order."""
     ids = [p[0] for p in pending]
     chosen = admit(np.array([p[1] for p in pending], dtype=object), np.array([p[2] for p in pending], np.int64),
                    np.array([p[3] for p in pending], np.int64), np.array([p[4] for p in pending], float), ids,
-                   usage or {}, quotas, free, scan)
+                   usage or {}, quotas, free)
     return [ids[i] for i in chosen]
 
 
@@ -78,10 +78,12 @@ def test_physically_free_gpus_bound_admission():
     assert run(pending, quotas={"a": 100}, free=0) == []
 
 
-def test_a_scheduling_cycle_looks_at_scan_workloads_per_queue():
-    pending = [(f"big{i}", "a", 50, 0, float(i)) for i in range(3)] + [("small", "a", 1, 0, 9.0)]
-    assert run(pending, quotas={"a": 10}, scan=3) == []
-    assert run(pending, quotas={"a": 10}, scan=4) == ["small"]
+def test_no_number_of_heads_that_do_not_fit_blocks_a_workload_behind_them():
+    """Only the first 64 Workloads of a queue were looked at, so 64 older ones too big for the free GPUs kept every
+    smaller one behind them out (a job trace with many 8-GPU jobs on a small cluster ran no training at all), where
+    Kueue's scheduling cycles, back to back between two steps, try them all."""
+    pending = [(f"big{i}", "a", 50, 0, float(i)) for i in range(100)] + [("small", "a", 1, 0, 999.0)]
+    assert run(pending, quotas={"a": 10}) == ["small"]
 
 
 @settings(max_examples=150, deadline=None)

@@ -28,14 +28,30 @@ def _in_tmp(tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
 
 
-def _both(tmp_path, trace, policy, days: float, gpus: int = 128) -> tuple[str, str]:
+def _both(tmp_path, trace, policy, days: float, gpus: int = 128, jobs: list[str] | None = None) -> tuple[str, str]:
     sim, run = tmp_path / "simulate.csv", tmp_path / "run.csv"
+    jobs = jobs or []
     assert main(["simulate", str(trace), "--policy-file", policy, "--days", f"{days:g}", "--gpus", str(gpus),
-                 "--timeline", str(sim), "--json"]) == 0
+                 "--timeline", str(sim), "--json", *jobs]) == 0
     start = pd.read_csv(sim)["timestamp"].iloc[0]
     assert main(["run", "--policy-file", policy, "--history", str(trace), "--gpus", str(gpus), "--now", start,
-                 "--hours", f"{days * 24:g}", "--timeline", str(run)]) == 0
+                 "--hours", f"{days * 24:g}", "--timeline", str(run), *jobs]) == 0
     return sim.read_text(), run.read_text()
+
+
+def test_the_same_with_a_job_trace(tmp_path, shared_data, capsys):
+    """`simulate --jobs` replayed the trace's jobs while the embedded controller, which had no --jobs, replayed a
+    saturated backlog: the timelines parted at the first step that lent GPUs. Both now replay the same arrivals."""
+    trace = shared_data / "traces" / "nasa_http_1995_5min.csv"
+    jobs = shared_data / "jobs" / "alibaba_openb_pods.csv"
+    policy = _policy_file(tmp_path / "policy.yaml", trace, targetQuantile=0.5, warmBuffer=0.5)
+    (tmp_path / "trace").mkdir()
+    (tmp_path / "backlog").mkdir()
+    simulated, ran = _both(tmp_path / "trace", trace, policy, days=0.5, gpus=40, jobs=["--jobs", str(jobs)])
+    backlog, _ = _both(tmp_path / "backlog", trace, policy, days=0.5, gpus=40)
+    assert simulated == ran and simulated != backlog
+    assert pd.read_csv(tmp_path / "trace" / "simulate.csv")["preempted_gpus"].sum() > 0  # jobs taken back, requeued
+    assert "pod(s) of the window never scheduled" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("trace_name, fields", [

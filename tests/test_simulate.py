@@ -273,6 +273,18 @@ def test_job_trace_and_slow_checkpoints():
     assert simulate(Scenario(s.demand, 128, 1.0, world=slow_world), fixed).training_goodput >= 0.9
 
 
+def test_jobs_too_big_for_the_lent_gpus_do_not_keep_smaller_ones_waiting():
+    """Kueue's model looked at 64 Workloads of a queue only: 70 8-GPU jobs ahead of 50 1-GPU ones, on a 16-GPU
+    cluster reserving 10 for inference, ran 42 training GPU-hours in a day; Kueue tries every Workload, so each
+    1-GPU job runs its 2 hours in the 6 GPUs lent."""
+    index = pd.date_range("2026-03-01", periods=288 * 3, freq="5min", tz="UTC")
+    demand = pd.Series(100.0, index=index)  # 10 GPUs at 10 a GPU
+    jobs = (np.array([8] * 70 + [1] * 50), np.full(120, 7200.0), np.zeros(120))
+    s = Scenario(demand, 16, 1.0, jobs)
+    r = simulate(s, default_spec(s, 10.0), reference="oracle")
+    assert r.training_gpu_hours == pytest.approx(100.0) and r.headroom_violations == 0
+
+
 def test_timeline_columns_and_file(tmp_path):
     s, spec = scenario(trace("nasa"))
     r = simulate(s, spec, timeline=True)
