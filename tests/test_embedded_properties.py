@@ -2,7 +2,6 @@
 quotas and reservations moving, Workloads evicted and requeued. It must never hold more GPUs than it has, Kueue must
 admit nothing beyond the cohort's quota, and an evicted job must lose exactly the work since the newest checkpoint
 the planner was shown (planning.planner.Training), never more."""
-import time
 
 import numpy as np
 import pandas as pd
@@ -181,12 +180,11 @@ def test_a_job_traces_work_is_conserved_over_any_sequence(capacity, trace, steps
         assert w.inference_gpus + w.training_gpus <= capacity
 
 
-def test_requeueing_takes_no_time_of_the_pending_line():
-    """Each requeue rebuilt the sort key of every pending Workload to insert one (admission sorts the line anyway):
-    quadratic, so a dense job trace (the shared one twenty times over) spent most of its simulation there. 3,000
-    requeues into a line of 30,000 took 25 s; now well under a second (the bound leaves room for a busy
-    machine)."""
-    n = 30000
+def test_requeued_workloads_rejoin_the_pending_line():
+    """Each requeue once rebuilt the sort key of every pending Workload to insert one (admission sorts the line
+    anyway): quadratic in the line, now constant (its speed is the simulator benchmark's: a dense job trace). Every
+    Workload taken out and requeued is pending again, once."""
+    n = 3000
     index = pd.date_range(START - pd.Timedelta(days=1), START + pd.Timedelta(days=1), freq="5min")
     w = EmbeddedCluster(8, [manifest("chat", "default", SPEC)], {"default/chat": pd.Series(30.0, index=index)},
                         start=START.timestamp(), jobs=(np.ones(n, np.int64), np.full(n, 3600.0), np.zeros(n)))
@@ -194,8 +192,7 @@ def test_requeueing_takes_no_time_of_the_pending_line():
     names = [x.name for x in w.workloads()][::10]
     for name in names:
         assert w.evict_workload("training", name, None, "test", "plan")
-    started = time.perf_counter()
+    assert sum(x.active and not x.admitted for x in w.workloads()) == n - len(names)
     for name in names:
         assert w.requeue_workload("training", name, None)
-    assert time.perf_counter() - started < 5.0
     assert sum(x.active and not x.admitted for x in w.workloads()) == n
