@@ -209,6 +209,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                                        "ReservationPolicy manifest (a new file: "
                                                                        "an existing one is never overwritten)")
             p.add_argument("--plot", metavar="FILE.png", help="write the trade-off plot")
+            p.add_argument("--json", action="store_true", help="one JSON object: the sweep, the recommendation and its "
+                                                               "re-check, the notes")
             continue
         p.add_argument("--policy-file", metavar="P.yaml", help="a ReservationPolicy manifest, run exactly "
                                                                "(simulate.policy_file)")

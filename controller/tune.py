@@ -39,8 +39,13 @@ class TuneResult:
     recommended: PolicySpec    # what to run: the best setting, else the closest (see `met`), else the defaults
     met: bool                  # the recommendation meets the objective on the replay, a standard error to spare
     reason: str
-    replay_days: float
+    in_the_way: str            # when nothing meets the objective: what stands in the way (in `reason` too), else ""
+    replay: Scenario | None    # the history's last days the settings were replayed on (None: too little history)
     recheck: SimResult | None  # the written policy, replayed again
+
+    @property
+    def replay_days(self) -> float:
+        return 0.0 if self.replay is None else self.replay.days
 
 
 def replay_scenario(scenario: Scenario) -> Scenario | None:
@@ -101,7 +106,7 @@ def tune(scenario: Scenario, base: PolicySpec, grid: TuneConfig = TuneConfig(),
                           f"evaluated days; tuning needs {FORECASTER_DAYS + MIN_REPLAY_DAYS:g} days: a day to replay "
                           f"after the {MIN_FIT_HOURS} hours the forecaster needs): the policy's stated defaults are "
                           f"used (the forecast falls back to the last day's same-hour peak until {MIN_FIT_HOURS} "
-                          "hours are seen)", 0.0, None)
+                          "hours are seen)", "", None, None)
     fits = make_forecaster if isinstance(make_forecaster, SharedFits) else \
         SharedFits(make_forecaster or default_forecaster)  # a caller's SharedFits: its fits serve its runs too
     rows = []
@@ -121,6 +126,7 @@ def tune(scenario: Scenario, base: PolicySpec, grid: TuneConfig = TuneConfig(),
                                                                   "training_goodput", "objective_met")},
                            "meets_with_margin": meets(r, objective)} for f, _, r in rows])
     met = [(f, s, r) for f, s, r in rows if meets(r, objective)]
+    in_the_way = ""
     if met:
         fields_, spec, best = max(met, key=lambda x: (x[2].utilization, -x[2].shortage_within_cluster))
         reason = (f"highest utilization {best.utilization:.3f} of {len(met)} setting(s) meeting shortage <= "
@@ -130,11 +136,12 @@ def tune(scenario: Scenario, base: PolicySpec, grid: TuneConfig = TuneConfig(),
                   f"{best.short_steps:.2%} ± {best.short_steps_se:.2%} of steps)" + _thin(best, replay.days))
     else:
         fields_, spec, best = min(rows, key=lambda x: (_excess(x[2], objective), -x[2].utilization))
+        in_the_way = _in_the_way(best, replay)
         reason = (f"no setting meets the objective with a day-to-day standard error to spare on the history's "
                   f"last {_replayed(replay)}; the closest, "
                   f"{_describe(fields_)}, is short {best.shortage_within_cluster:.3%} of demand in "
-                  f"{best.short_steps:.2%} of steps. " + _in_the_way(best, replay, spec))
-    return TuneResult(table, spec, bool(met), reason, replay.days, recheck(replay, spec, fits, best))
+                  f"{best.short_steps:.2%} of steps. " + in_the_way)
+    return TuneResult(table, spec, bool(met), reason, in_the_way, replay, recheck(replay, spec, fits, best))
 
 
 def _replayed(replay: Scenario) -> str:
@@ -158,7 +165,7 @@ def _describe(fields_: dict) -> str:
     return ", ".join(f"{k} {v}" for k, v in fields_.items())
 
 
-def _in_the_way(r: SimResult, replay: Scenario, spec: PolicySpec) -> str:
+def _in_the_way(r: SimResult, replay: Scenario) -> str:
     if r.shortage_over_capacity > 0:
         return (f"{r.shortage_over_capacity:.3%} of demand is above the cluster's {replay.gpus} GPUs (no policy serves "
                 "it; it is not counted in the objective), and the steps around it leave too little to grow into")

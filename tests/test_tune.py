@@ -208,6 +208,83 @@ def test_cli_tune_never_overwrites_a_manifest(nasa_csv, tmp_path, capsys):
     assert policy.read_text() == "# the SRE's own, with spec.query and spec.target set\n"
 
 
+def _tune(capsys, args) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = main(["tune", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _table_text(settings_: list[dict]) -> str:
+    """The sweep as the text output prints it, from the JSON's rows."""
+    table = pd.DataFrame(settings_)
+    return table.to_string(index=False, float_format=lambda v: f"{v:.4g}")
+
+
+def test_cli_tune_json_is_the_text_runs_recommendation_as_written(nasa_csv, tmp_path, capsys):
+    """`tune --json`: one JSON document on stdout and nothing else; its spec is what --write-policy writes, its
+    sweep and figures the text output's, its notes what the text run says on stderr."""
+    args = [str(nasa_csv), "--days", "1", "--gpus", "90"]  # a cluster below the peak: a note on the replayed days
+    code, text, text_err = _tune(capsys, [*args, "--write-policy", str(tmp_path / "text.yaml")])
+    json_code, out, err = _tune(capsys, [*args, "--json", "--write-policy", str(tmp_path / "json.yaml"),
+                                         "--plot", str(tmp_path / "t.png")])
+    assert code == json_code == 0 and err == ""  # no progress lines beside the JSON
+    doc = json.loads(out)  # the whole of stdout
+    (written,) = load_manifests(tmp_path / "text.yaml")
+    assert doc["spec"] == written["spec"] == load_manifests(tmp_path / "json.yaml")[0]["spec"]
+    assert doc["figures"]["policy"] == doc["spec"]  # the re-check replayed the policy as written
+    assert doc["write_policy"] == str(tmp_path / "json.yaml") and doc["plot"] == str(tmp_path / "t.png")
+    assert (doc["verdict"], doc["met"], doc["in_the_way"]) == ("recommended", True, None)
+    assert doc["objective"] == {"max_shortage": 0.001, "max_short_steps": 0.01}
+    assert doc["replayed"]["days"] == 1 and f"({doc['replayed']['first_step'][:10]} " in doc["reason"]
+    # the text run's sweep, verdict and reason, figure for figure
+    assert _table_text(doc["settings"]) in text
+    assert "recommended: " in text and f"\n  {doc['reason']}\n" in text
+    f = doc["figures"]
+    assert (f"highest utilization {f['utilization']:.3f} " in doc["reason"]
+            and f"short {f['shortage_within_cluster']:.3%} ± {f['shortage_within_cluster_se']:.3%} of demand, in "
+                f"{f['short_steps']:.2%} ± {f['short_steps_se']:.2%} of steps" in doc["reason"])
+    assert doc["notes"] and all(f"note: {note}" in text_err for note in doc["notes"])
+    assert "above the 90-GPU cluster" in doc["notes"][0]
+    keys = {"utilization", "shortage_within_cluster", "short_steps", "longest_shortage_minutes", "objective_met",
+            "training_goodput"}
+    assert all(keys <= set(row) for row in doc["settings"])
+
+
+def test_cli_tune_json_when_nothing_meets_the_objective(nasa_csv, tmp_path, capsys):
+    """No setting meets an objective of no shortage at all: exit 1 as the text run, the closest setting written and
+    given with what stands in the way, in the text output's words."""
+    config = tmp_path / "grid.yaml"
+    config.write_text("tune:\n  target_quantiles: [0.5]\n  warm_buffers: [0.0]\n  warm_buffer_quantiles: [0.0]\n")
+    args = [str(nasa_csv), "--days", "1", "--max-shortage", "0", "--max-short-steps", "0", "--config", str(config)]
+    code, text, _ = _tune(capsys, args)
+    json_code, out, _ = _tune(capsys, [*args, "--json", "--write-policy", str(tmp_path / "p.yaml")])
+    doc = json.loads(out)
+    assert code == json_code == 1
+    assert (doc["verdict"], doc["met"]) == ("closest", False) and len(doc["settings"]) == 1
+    assert doc["in_the_way"] == "demand moves faster within a step than any warm buffer on the grid covers: widen " \
+                                "tune.warm_buffers, or relax the objective"
+    assert doc["reason"].endswith(doc["in_the_way"]) and "closest (does not meet the objective): " in text
+    assert f"\n  {doc['reason']}\n" in text
+    assert doc["spec"] == load_manifests(tmp_path / "p.yaml")[0]["spec"] == doc["figures"]["policy"]
+    row = doc["settings"][0]
+    assert f"is short {row['shortage_within_cluster']:.3%} of demand in {row['short_steps']:.2%} of steps" \
+        in doc["reason"]
+    assert doc["figures"]["shortage_within_cluster"] == row["shortage_within_cluster"]
+
+
+def test_cli_tune_json_on_too_little_history_gives_the_stated_defaults(tmp_path, capsys):
+    path = need(SHARED_DATA / "traces" / "nasa_http_1995_5min.csv")
+    two = tmp_path / "nasa2.csv"
+    pd.read_csv(path).iloc[:2 * 288].to_csv(two, index=False)
+    code, out, err = _tune(capsys, [str(two), "--days", "1", "--json", "--write-policy", str(tmp_path / "p.yaml")])
+    doc = json.loads(out)
+    assert code == 0 and err == "" and doc["verdict"] == "stated defaults" and not doc["met"]
+    assert doc["replayed"] is None and doc["settings"] == [] and doc["figures"] is None
+    assert "too little history" in doc["reason"]
+    assert doc["spec"] == load_manifests(tmp_path / "p.yaml")[0]["spec"]
+
+
 def test_cli_simulate_with_a_job_trace(nasa_csv, capsys):
     jobs = need(SHARED_DATA / "jobs" / "alibaba_openb_pods.csv")
     out = _json(capsys, ["simulate", str(nasa_csv), "--days", "1", "--policy", "oracle", "--jobs", str(jobs),
