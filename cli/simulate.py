@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from cli import sources
 from cli.config import Config
 from cli.outputs import check_output_files, command_inputs
-from core.errors import BadRequest
+from core.errors import BadRequest, HeadroomError
 from core.settings import MAX_CLUSTER_GPUS
 from dashboards.report import missing_steps
 from dashboards.report import notes as report_notes
@@ -311,7 +311,12 @@ def cmd_tune(cfg: Config, args) -> int:
         comment = (f"headroom tune {sources.history_name(cfg)}: {result.reason}\n"
                    "Set spec.query to the PromQL of this demand and spec.target to the inference workload before "
                    "applying it to a cluster.")
-        policy_file = str(write_policy(result.recommended, args.write_policy, name, namespace, comment))
+        try:
+            policy_file = str(write_policy(result.recommended, args.write_policy, name, namespace, comment))
+        except FileExistsError:  # made while tune ran (checked before it): someone's manifest, left as it is
+            raise HeadroomError(f"--write-policy {args.write_policy}: a file of that name was made while tune ran; "
+                                "it is not overwritten (a manifest's spec.query and spec.target would be lost): "
+                                "run again with a new name") from None
     if args.json:
         table = result.table.astype(object).where(result.table.notna(), None)  # NaN is not JSON: null
         print(json.dumps({

@@ -21,7 +21,7 @@ import pandas as pd
 
 from controller.observe import MIN_FIT_HOURS, default_forecaster
 from controller.simulate import FORECASTER, REFERENCES, Scenario, SharedFits, SimResult, simulate
-from core.files import replace_whole
+from core.files import create_whole, replace_whole
 from core.policy import ObjectiveSpec, PolicySpec, load_manifests, manifest
 from core.settings import TuneConfig
 from core.yamlfile import KubectlLoader, documents, manifest_text
@@ -190,14 +190,15 @@ def recheck(replay: Scenario, spec: PolicySpec, fits, expected: SimResult) -> Si
 
 
 def write_policy(spec: PolicySpec, path: str | Path, name: str, namespace: str, comment: str) -> Path:
-    """The recommendation as a ReservationPolicy manifest; read back to be sure it is one."""
+    """The recommendation as a new ReservationPolicy manifest, read back to be sure it is one; FileExistsError if
+    `path` exists, which is left as it is (an SRE's manifest: its spec.query and spec.target are theirs)."""
     text = "".join(f"# {line}\n" for line in comment.splitlines()) + manifest_text(manifest(name, namespace, spec))
 
     def write(draft: Path) -> None:
         draft.write_text(text, encoding="utf-8")
         load_manifests(draft)  # only a manifest that reads back replaces what was there
 
-    return replace_whole(path, write)
+    return create_whole(path, write)
 
 
 def plot_tradeoff(result: TuneResult, path: str | Path) -> Path:

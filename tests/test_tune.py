@@ -285,6 +285,27 @@ def test_cli_tune_json_on_too_little_history_gives_the_stated_defaults(tmp_path,
     assert doc["spec"] == load_manifests(tmp_path / "p.yaml")[0]["spec"]
 
 
+def test_cli_tune_never_overwrites_a_manifest_made_while_it_ran(nasa_csv, tmp_path, capsys, monkeypatch):
+    """The file is checked before the sweep, which may take minutes; a manifest written to that name meanwhile was
+    replaced by the recommendation (exit 0). It is kept, and tune says so (exit 1: the policy was not written)."""
+    import controller.tune as tune_module
+
+    policy = tmp_path / "policy.yaml"
+    theirs = "# the SRE's own, with spec.query and spec.target set\n"
+    sweep = tune_module.tune
+
+    def sweep_then_a_manifest_appears(*args, **kwargs):
+        result = sweep(*args, **kwargs)
+        policy.write_text(theirs)
+        return result
+
+    monkeypatch.setattr(tune_module, "tune", sweep_then_a_manifest_appears)
+    assert main(["tune", str(nasa_csv), "--days", "1", "--write-policy", str(policy)]) == 1
+    out, err = capsys.readouterr()
+    assert "recommended:" in out and "a file of that name was made while tune ran; it is not overwritten" in err
+    assert policy.read_text() == theirs and sorted(p.name for p in tmp_path.iterdir()) == ["nasa4.csv", "policy.yaml"]
+
+
 def test_cli_simulate_with_a_job_trace(nasa_csv, capsys):
     jobs = need(SHARED_DATA / "jobs" / "alibaba_openb_pods.csv")
     out = _json(capsys, ["simulate", str(nasa_csv), "--days", "1", "--policy", "oracle", "--jobs", str(jobs),
