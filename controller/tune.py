@@ -102,11 +102,15 @@ def tune(scenario: Scenario, base: PolicySpec, grid: TuneConfig = TuneConfig(),
     replay = replay_scenario(scenario)
     if replay is None:
         hours = len(scenario.history) * scenario.step_seconds / 3600
-        return TuneResult(pd.DataFrame(), base, False, f"too little history to tune on ({hours:.0f} h before the "
-                          f"evaluated days; tuning needs {FORECASTER_DAYS + MIN_REPLAY_DAYS:g} days: a day to replay "
-                          f"after the {MIN_FIT_HOURS} hours the forecaster needs): the policy's stated defaults are "
-                          f"used (the forecast falls back to the last day's same-hour peak until {MIN_FIT_HOURS} "
-                          "hours are seen)", "", None, None)
+        # the replay is no longer than the evaluated days: under a day of them, no history is long enough
+        why = f"the evaluated days ({scenario.days:g}, simulate.days) are under the day a replay needs, and tune " \
+            "replays no more of the history than them (give --days 1 or more)" if scenario.days < MIN_REPLAY_DAYS \
+            else f"too little history to tune on ({hours:.0f} h before the evaluated days; tuning needs " \
+            f"{FORECASTER_DAYS + MIN_REPLAY_DAYS:g} days: a day to replay after the {MIN_FIT_HOURS} hours the " \
+            "forecaster needs)"
+        return TuneResult(pd.DataFrame(), base, False, f"{why}: the policy's stated defaults are used (the forecast "
+                          f"falls back to the last day's same-hour peak until {MIN_FIT_HOURS} hours are seen)", "",
+                          None, None)
     fits = make_forecaster if isinstance(make_forecaster, SharedFits) else \
         SharedFits(make_forecaster or default_forecaster)  # a caller's SharedFits: its fits serve its runs too
     rows = []

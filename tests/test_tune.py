@@ -130,6 +130,17 @@ def test_one_day_of_history_gets_the_stated_defaults_not_an_error():
     assert simulate(s, t.recommended).forecast_fallback_hours == 24  # and it runs
 
 
+def test_under_a_day_evaluated_the_defaults_are_said_to_be_for_that_not_for_a_short_history():
+    """tune replays no more of the history than the evaluated days: with --days 0.5 on 3.5 days of history it said
+    "too little history to tune on (84 h ...; tuning needs 3 days)", contradicting itself."""
+    s, spec = scenario(trace("nasa", days=4), days=0.5)
+    t = tune(s, spec, GRID)
+    assert t.table.empty and t.replay is None and not t.met
+    assert "too little history" not in t.reason and "needs 3 days" not in t.reason
+    assert t.reason.startswith("the evaluated days (0.5, simulate.days) are under the day a replay needs")
+    assert "(give --days 1 or more): the policy's stated defaults are used" in t.reason
+
+
 def test_baselines_get_a_tuned_margin_and_references_are_not_tuned():
     s, spec = scenario(trace("nasa"))
     t = tune(s, spec, TuneConfig(margins_gpus=[0, 4, 8, 16, 32]), reference="reactive")
