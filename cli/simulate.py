@@ -302,6 +302,10 @@ def cmd_tune(cfg: Config, args) -> int:
     notes = [] if result.recheck is None or replay is None else \
         [f"on the replayed days {note}" for note in report_notes(result.recheck, cfg.simulate.gpus,
                                                                  missing_steps(replay))]
+    if cfg.simulate.jobs is not None and replay is not None:  # its arrivals are laid on the evaluated days only
+        notes.append(f"training on the replayed days is a saturated backlog, not the job trace {cfg.simulate.jobs} "
+                     "(--jobs, simulate.jobs): the job trace is laid on the evaluated days, which tune does not "
+                     "replay; its figures for training (utilization, training_goodput) are the backlog's")
     for note in notes:
         say(f"note: {note}")
     plot = str(plot_tradeoff(result, args.plot)) if args.plot else None

@@ -317,6 +317,19 @@ def test_cli_tune_never_overwrites_a_manifest_made_while_it_ran(nasa_csv, tmp_pa
     assert policy.read_text() == theirs and sorted(p.name for p in tmp_path.iterdir()) == ["nasa4.csv", "policy.yaml"]
 
 
+def test_cli_tune_with_a_job_trace_says_the_replay_trains_a_backlog(nasa_csv, capsys):
+    """The job trace is laid on the evaluated days; tune replays the days before them, with a saturated backlog:
+    its training figures were the backlog's, with nothing said."""
+    jobs = need(SHARED_DATA / "jobs" / "alibaba_openb_pods.csv")
+    code, out, _ = _tune(capsys, [str(nasa_csv), "--days", "1", "--jobs", str(jobs), "--json"])
+    with_jobs, without = json.loads(out), _tune(capsys, [str(nasa_csv), "--days", "1", "--json"])[1]
+    assert code == 0 and with_jobs["settings"] == json.loads(without)["settings"]  # the same replay
+    (note,) = [n for n in with_jobs["notes"] if "saturated backlog" in n]
+    assert f"not the job trace {jobs} (--jobs, simulate.jobs)" in note
+    code, _, err = _tune(capsys, [str(nasa_csv), "--days", "1", "--jobs", str(jobs)])
+    assert code == 0 and f"note: {note}" in err
+
+
 def test_cli_simulate_with_a_job_trace(nasa_csv, capsys):
     jobs = need(SHARED_DATA / "jobs" / "alibaba_openb_pods.csv")
     out = _json(capsys, ["simulate", str(nasa_csv), "--days", "1", "--policy", "oracle", "--jobs", str(jobs),
