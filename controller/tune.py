@@ -140,7 +140,7 @@ def tune(scenario: Scenario, base: PolicySpec, grid: TuneConfig = TuneConfig(),
                   f"{best.short_steps:.2%} ± {best.short_steps_se:.2%} of steps)" + _thin(best, replay.days))
     else:
         fields_, spec, best = min(rows, key=lambda x: (_excess(x[2], objective), -x[2].utilization))
-        in_the_way = _in_the_way(best, replay)
+        in_the_way = _in_the_way(best, replay, reference)
         reason = (f"no setting meets the objective with a day-to-day standard error to spare on the history's "
                   f"last {_replayed(replay)}; the closest, "
                   f"{_describe(fields_)}, is short {best.shortage_within_cluster:.3%} of demand in "
@@ -169,15 +169,17 @@ def _describe(fields_: dict) -> str:
     return ", ".join(f"{k} {v}" for k, v in fields_.items())
 
 
-def _in_the_way(r: SimResult, replay: Scenario) -> str:
+def _in_the_way(r: SimResult, replay: Scenario, reference: str) -> str:
     if r.shortage_over_capacity > 0:
         return (f"{r.shortage_over_capacity:.3%} of demand is above the cluster's {replay.gpus} GPUs (no policy serves "
                 "it; it is not counted in the objective), and the steps around it leave too little to grow into")
     if r.forecast_fallback_hours:
         return (f"the forecast fell back in {r.forecast_fallback_hours} replayed hours (too little or stale history); "
                 "more history would help")
-    return ("demand moves faster within a step than any warm buffer on the grid covers: widen tune.warm_buffers, "
-            "or relax the objective")
+    # what the sweep grows to cover a rise: the forecast policy's warm buffer, a baseline's margin (setting_lines)
+    field, grid = ("warm buffer", "tune.warm_buffers") if reference == "forecast" else ("margin", "tune.margins_gpus")
+    return (f"demand moves faster within a step than any {field} on the grid covers: widen {grid}, or relax the "
+            "objective")
 
 
 def recheck(replay: Scenario, spec: PolicySpec, fits, expected: SimResult) -> SimResult:

@@ -150,6 +150,11 @@ def test_baselines_get_a_tuned_margin_and_references_are_not_tuned():
     assert t.table.utilization.is_monotonic_decreasing
     r = simulate(s, t.recommended, reference="reactive")
     assert r.policy["marginGpus"] == t.recommended.margin_gpus and r.policy["forecaster"] == "reactive"
+    # nothing meets an objective of no shortage: what to widen is the grid a baseline sweeps, its margins (the
+    # advice named tune.warm_buffers, which a baseline never sweeps)
+    strict = tune(s, spec, TuneConfig(margins_gpus=[0, 1], max_shortage=0, max_short_steps=0), reference="reactive")
+    assert not strict.met and strict.in_the_way == ("demand moves faster within a step than any margin on the grid "
+                                                    "covers: widen tune.margins_gpus, or relax the objective")
     for reference in ("oracle", "hourly-oracle"):
         with pytest.raises(ValueError, match="knows the future"):
             tune(s, spec, reference=reference)
