@@ -102,14 +102,16 @@ def load_jobs(path):
                          **{c: pd.Series(rows[c], dtype=float) for c in JOB_COLUMNS[1:]}})
 
 
-def _check_scale(demand, per_gpu: float, what: str) -> None:
+def _check_scale(demand, per_gpu: float, what: str, slip: str = "is the demand per GPU in the trace's unit?") -> None:
+    """The trace's peak in GPUs fits the largest cluster (else BadRequest naming `what`, the setting that gave
+    `per_gpu`) and, said when not, one GPU; `slip` asks after the likely mistake."""
     peak = float(demand.max()) / per_gpu
     if not peak <= MAX_CLUSTER_GPUS:
-        raise BadRequest(f"{what} {per_gpu:g}: the trace's peak {float(demand.max()):g} would need {peak:.3g} GPUs, "
-                         f"over {MAX_CLUSTER_GPUS:,} (is the demand per GPU in the trace's unit?)")
+        raise BadRequest(f"{what}: the trace's peak {float(demand.max()):g} would need {peak:.3g} GPUs, "
+                         f"over {MAX_CLUSTER_GPUS:,} ({slip})")
     if 0 < peak < 1:  # possible for a tiny service, but more often a unit slip: said, and run
-        print(f"note: {what} {per_gpu:g}: the trace's peak {float(demand.max()):g} needs {peak:.3g} of one GPU, so "
-              "every policy holds its minimum (is the demand per GPU in the trace's unit?)", file=sys.stderr)
+        print(f"note: {what}: the trace's peak {float(demand.max()):g} needs {peak:.3g} of one GPU, so "
+              f"every policy holds its minimum ({slip})", file=sys.stderr)
 
 
 @dataclass(frozen=True)
@@ -146,7 +148,8 @@ def whatif(cfg: Config, progress=None) -> WhatIf:
             raise BadRequest(f"{c.policy_file}: holds {len(objects)} ReservationPolicies; simulate runs one")
         meta = objects[0]["metadata"]
         spec = PolicySpec.model_validate(objects[0]["spec"])
-        _check_scale(demand, spec.capacity.demand_per_gpu, f"{c.policy_file}: spec.capacity.demandPerGpu")
+        _check_scale(demand, spec.capacity.demand_per_gpu,
+                     f"{c.policy_file}: spec.capacity.demandPerGpu {spec.capacity.demand_per_gpu:g}")
         if too_big := spec.too_big_for(c.gpus):
             raise BadRequest(f"{c.policy_file}: spec.{too_big} does not fit the {c.gpus}-GPU cluster "
                              "(simulate.gpus, --gpus)")
@@ -165,7 +168,11 @@ def whatif(cfg: Config, progress=None) -> WhatIf:
         per_gpu = demand_per_gpu(demand, None if c.per_gpu else c.peak_gpus, c.per_gpu)
     except ValueError as exc:  # an all-zero (or all-missing) trace has no peak to scale to GPUs
         raise BadRequest(f"{sources.history_name(cfg)}: {exc} (--per-gpu)") from None
-    _check_scale(demand, per_gpu, "--per-gpu")
+    if c.per_gpu:
+        _check_scale(demand, per_gpu, f"--per-gpu {per_gpu:g}")
+    else:  # the trace's 99.9th percentile scaled to --peak-gpus: the peak above it is the trace's own
+        _check_scale(demand, per_gpu, f"--peak-gpus {c.peak_gpus:g} (simulate.peak_gpus; {per_gpu:g} demand per GPU)",
+                     "give the GPUs the trace's 99.9th percentile needs")
     return WhatIf(scenario, default_spec(scenario, per_gpu, timezone=cfg.forecast.timezone), False)
 
 

@@ -362,6 +362,9 @@ def test_forecast_of_ten_hours_is_refused_not_collapsed(tmp_path, capsys):
     (["simulate", "{demand}", "--peak-gpus", "inf"], "simulate.peak_gpus"),
     (["simulate", "{demand}", "--days", "1", "--per-gpu", "1e-12"],
      "GPUs, over 1,000,000 (is the demand per GPU in the trace's unit"),
+    # the scale came from --peak-gpus: that flag is named, not --per-gpu, which was not given
+    (["tune", "{demand}", "--days", "1", "--peak-gpus", "2e6"],
+     "headroom: error: --peak-gpus 2e+06 (simulate.peak_gpus;"),
 ])
 def test_more_bad_requests_exit_2_before_any_work(demand, tmp_path, capsys, argv, message):
     fill = {"demand": demand, "tmp": tmp_path}
