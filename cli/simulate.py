@@ -292,10 +292,11 @@ def cmd_tune(cfg: Config, args) -> int:
     if args.write_policy and Path(args.write_policy).exists():  # an SRE's manifest: its query and target are theirs
         raise BadRequest(f"--write-policy {args.write_policy}: the file exists and tune does not overwrite it (a "
                          "manifest's spec.query and spec.target would be lost); remove it or name a new file")
+    if cfg.simulate.policy_file is not None:  # tune has no --policy-file: the configuration set it, for simulate
+        raise BadRequest(f"simulate.policy_file {cfg.simulate.policy_file} (the configuration): tune sweeps the "
+                         "policy's fields itself; remove it from the configuration given to tune (simulate "
+                         "--policy-file runs a policy file)")
     w = whatif(cfg)
-    if w.from_file:
-        raise BadRequest("tune sweeps the policy's fields itself: give DEMAND and the scenario flags, "
-                         "not --policy-file")
     say = stage_printer("tune", quiet=args.json)
     result = tune(w.scenario, w.spec, cfg.tune, reference=cfg.simulate.policy, progress=say)
     # the table empty: too little history to replay, the stated defaults (not a verdict)

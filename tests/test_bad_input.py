@@ -921,6 +921,17 @@ def test_a_series_name_train_cannot_register_is_an_invalid_request(demand, tmp_p
     assert not (tmp_path / "ml.db").exists()
 
 
+def test_tune_with_a_configured_policy_file_names_the_configuration_key(demand, tmp_path, capsys):
+    """tune has no --policy-file; a configuration shared with simulate may set simulate.policy_file. The refusal
+    named --policy-file, a flag tune does not take."""
+    policy_file = _policy_file(tmp_path / "p.yaml")
+    config = tmp_path / "headroom.yaml"
+    config.write_text(f"simulate:\n  policy_file: {policy_file}\n")
+    status, err = exits(["tune", demand, "--days", "1", "--config", config], capsys)
+    assert status == 2 and f"simulate.policy_file {policy_file} (the configuration): tune sweeps" in err, err
+    assert "--policy-file," not in err and "not --policy-file" not in err
+
+
 def test_a_demand_per_gpu_that_leaves_the_peak_under_one_gpu_is_said(demand, capsys):
     """The other side of the 'would need N GPUs' refusal: run (a tiny service is possible), but said."""
     status, err = exits(["simulate", demand, "--days", "1", "--per-gpu", "1e300", "--policy", "oracle"], capsys)
