@@ -331,3 +331,21 @@ def test_ctrl_c_midway_leaves_the_earlier_timeline_and_no_traceback(demand, tmp_
         run.kill()
     assert run.returncode == 130 and "headroom: interrupted" in err and "Traceback" not in err, err
     assert timeline.read_bytes() == before
+
+
+def test_ctrl_c_mid_sweep_leaves_no_policy_file_and_no_traceback(demand, tmp_path):
+    """tune stopped by Ctrl-C while it sweeps: exit 130, no policy file (not half of one), nothing beside it."""
+    policy = tmp_path / "policy.yaml"
+    argv = [sys.executable, "-m", "cli.main", "tune", str(demand), "--days", "1", "--write-policy", str(policy),
+            "--plot", str(tmp_path / "tune.png")]
+    run = subprocess.Popen(argv, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        assert run.stderr is not None
+        assert any("utilization" in line for line in run.stderr), "the sweep is under way"  # reads up to that line
+        run.send_signal(signal.SIGINT)
+        err = run.communicate(timeout=60)[1]
+    finally:
+        run.kill()
+    assert run.returncode == 130 and "headroom: interrupted" in err and "Traceback" not in err, err
+    assert os.listdir(tmp_path) == [], os.listdir(tmp_path)
