@@ -299,7 +299,7 @@ def cmd_tune(cfg: Config, args) -> int:
     w = whatif(cfg)
     say = stage_printer("tune", quiet=args.json)
     result = tune(w.scenario, w.spec, cfg.tune, reference=cfg.simulate.policy, progress=say)
-    # the table empty: too little history to replay, the stated defaults (not a verdict)
+    # nothing replayed (too little history, or --days under 1): the stated defaults, not a verdict
     verdict = "recommended" if result.met else "closest" if result.replay is not None else "stated defaults"
     if not args.json:
         if not result.table.empty:

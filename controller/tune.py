@@ -202,7 +202,7 @@ def write_policy(spec: PolicySpec, path: str | Path, name: str, namespace: str, 
 
     def write(draft: Path) -> None:
         draft.write_text(text, encoding="utf-8")
-        load_manifests(draft)  # only a manifest that reads back replaces what was there
+        load_manifests(draft)  # only a manifest that reads back takes the name
 
     return create_whole(path, write)
 
