@@ -195,16 +195,18 @@ def recheck(replay: Scenario, spec: PolicySpec, fits, expected: SimResult) -> Si
     return again
 
 
-def write_policy(spec: PolicySpec, path: str | Path, name: str, namespace: str, comment: str) -> Path:
-    """The recommendation as a new ReservationPolicy manifest, read back to be sure it is one; FileExistsError if
-    `path` exists, which is left as it is (an SRE's manifest: its spec.query and spec.target are theirs)."""
+def write_policy(spec: PolicySpec, path: str | Path, name: str, namespace: str, comment: str,
+                 replace: bool = False) -> Path:
+    """The recommendation as a ReservationPolicy manifest, read back to be sure it is one. A new file unless
+    `replace` (the demo's own): FileExistsError if `path` exists, which is left as it is (an SRE's manifest: its
+    spec.query and spec.target are theirs)."""
     text = "".join(f"# {line}\n" for line in comment.splitlines()) + manifest_text(manifest(name, namespace, spec))
 
     def write(draft: Path) -> None:
         draft.write_text(text, encoding="utf-8")
         load_manifests(draft)  # only a manifest that reads back takes the name
 
-    return create_whole(path, write)
+    return (replace_whole if replace else create_whole)(path, write)
 
 
 def plot_tradeoff(result: TuneResult, path: str | Path) -> Path:
