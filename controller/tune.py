@@ -137,7 +137,8 @@ def tune(scenario: Scenario, base: PolicySpec, grid: TuneConfig = TuneConfig(),
                   f"{objective.max_shortage:.3%} and short steps <= {objective.max_short_steps:.2%} on the "
                   f"history's last {_replayed(replay)}, with a day-to-day standard error to spare (short "
                   f"{best.shortage_within_cluster:.3%} ± {best.shortage_within_cluster_se:.3%} of demand, in "
-                  f"{best.short_steps:.2%} ± {best.short_steps_se:.2%} of steps)" + _thin(best, replay.days))
+                  f"{best.short_steps:.2%} ± {best.short_steps_se:.2%} of steps)" + _thin(best, replay.days)
+                  + _fell_back(best))
     else:
         fields_, spec, best = min(rows, key=lambda x: (_excess(x[2], objective), -x[2].utilization))
         in_the_way = _in_the_way(best, replay, reference)
@@ -163,6 +164,15 @@ def _thin(r: SimResult, days: float) -> str:
         "it is under a week"
     return (f"; the evidence is thin ({why}): a spike rarer than once in {days:g} days is not in the replay, "
             "and one such step can hold most of a week's shortage")
+
+
+def _fell_back(r: SimResult) -> str:
+    """Hours the replay planned on the planner's fallback (no data, stale data): there the setting was measured on a
+    policy other than the one that runs on its forecast."""
+    if not r.forecast_fallback_hours:
+        return ""
+    return (f"; the forecast fell back in {r.forecast_fallback_hours} replayed hours (no data or stale data there), "
+            "and in those the setting was measured on the fallback, not on its forecast")
 
 
 def _describe(fields_: dict) -> str:

@@ -121,6 +121,21 @@ def test_when_nothing_meets_the_objective_it_names_the_closest_setting_and_why()
     assert rises.table.short_steps.iloc[0] < t.table.short_steps.iloc[0]
 
 
+def test_a_recommendation_measured_where_the_forecast_fell_back_says_so():
+    """The replayed day's last 12 hours have no data: the planner falls back there, so the setting recommended was
+    measured on the fallback, not on its forecast. The reason said only that it met the objective."""
+    demand = trace("nasa")
+    s, spec = scenario(demand)
+    replayed = replay_scenario(s).evaluated
+    demand[replayed[-144:]] = float("nan")
+    s, spec = scenario(demand)
+    t = tune(s, spec, GRID)
+    fell_back = t.recheck.forecast_fallback_hours
+    assert t.met and fell_back > 0
+    assert f"; the forecast fell back in {fell_back} replayed hours (no data or stale data there)" in t.reason
+    assert "the forecast fell back" not in tune(*scenario(trace("nasa")), GRID).reason  # data throughout: not said
+
+
 def test_one_day_of_history_gets_the_stated_defaults_not_an_error():
     s, spec = scenario(trace("nasa", days=2))
     t = tune(s, spec, GRID)
