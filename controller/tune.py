@@ -233,7 +233,9 @@ def plot_tradeoff(result: TuneResult, path: str | Path) -> Path:
         for value, g in t.groupby(group):
             ax.scatter(g["shortage_within_cluster"] * 100, g["utilization"] * 100, label=f"{group} {value}")
         r = result.recommended
-        mine = t[t["utilization"] == t["utilization"][t["meets_with_margin"]].max()] if result.met else t.iloc[:0]
+        # the recommended row alone, chosen as tune chose it (settings of the same utilization are not it)
+        mine = t[t["meets_with_margin"]].sort_values(["utilization", "shortage_within_cluster"],
+                                                     ascending=[False, True]).iloc[:1 if result.met else 0]
         if len(mine):
             ax.scatter(mine["shortage_within_cluster"] * 100, mine["utilization"] * 100, s=200, facecolors="none",
                        edgecolors="k", label=f"recommended (buffer {r.warm_buffer:g}, margin {r.margin_gpus})")

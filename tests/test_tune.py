@@ -75,6 +75,23 @@ def test_recommends_the_highest_utilization_meeting_the_objective(tmp_path):
     assert png.read_bytes()[:4] == b"\x89PNG" and png.stat().st_size > 10_000
 
 
+def test_the_plot_circles_the_recommended_setting_alone(tmp_path, monkeypatch):
+    """Settings of the recommendation's utilization that do not meet the objective, or meet it with more shortage,
+    were circled as recommended too."""
+    import matplotlib.pyplot as plt
+
+    s, spec = scenario(trace("nasa"))
+    t = tune(s, spec, GRID)
+    chosen = t.table[t.table.meets_with_margin].sort_values("utilization").iloc[-1]
+    twins = pd.DataFrame([{**chosen, "meets_with_margin": False}, {**chosen, "shortage_within_cluster":
+                                                                  chosen.shortage_within_cluster + 1e-4}])
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    plot_tradeoff(dataclasses.replace(t, table=pd.concat([t.table, twins], ignore_index=True)), tmp_path / "t.png")
+    (circled,) = [c for c in figures[0].axes[0].collections if str(c.get_label()).startswith("recommended")]
+    assert circled.get_offsets().tolist() == [[chosen.shortage_within_cluster * 100, chosen.utilization * 100]]
+
+
 def test_a_setting_must_meet_the_objective_with_its_day_to_day_error_to_spare():
     s, spec = scenario(trace("nasa"))
     r = simulate(s, spec)
