@@ -141,7 +141,7 @@ def tune(scenario: Scenario, base: PolicySpec, grid: TuneConfig = TuneConfig(),
                   + _fell_back(best))
     else:
         fields_, spec, best = min(rows, key=lambda x: (_excess(x[2], objective), -x[2].utilization))
-        in_the_way = _in_the_way(best, replay, reference)
+        in_the_way = _in_the_way(best, replay, reference, spec)
         reason = (f"no setting meets the objective with a day-to-day standard error to spare on the history's "
                   f"last {_replayed(replay)}; the closest, "
                   f"{_describe(fields_)}, is short {best.shortage_within_cluster:.3%} of demand in "
@@ -179,7 +179,13 @@ def _describe(fields_: dict) -> str:
     return ", ".join(f"{k} {v}" for k, v in fields_.items())
 
 
-def _in_the_way(r: SimResult, replay: Scenario, reference: str) -> str:
+def _in_the_way(r: SimResult, replay: Scenario, reference: str, spec: PolicySpec) -> str:
+    if _excess(r, spec.objective) <= 1 + 1e-9:  # the objective is met: the headroom guarantee is what failed
+        return (f"the headroom guarantee failed in {r.headroom_violations} replayed steps: demand inside the band "
+                "planned before it found too few GPUs idle or lent to training that comes back within "
+                f"reclaimDeadline {spec.reclaim_deadline} (training's checkpoint and termination take longer: "
+                "simulate.world.preemption_seconds); keep idle GPUs with headroomFloorGpus, or allow a longer "
+                "reclaimDeadline")
     if r.shortage_over_capacity > 0:
         return (f"{r.shortage_over_capacity:.3%} of demand is above the cluster's {replay.gpus} GPUs (no policy serves "
                 "it; it is not counted in the objective), and the steps around it leave too little to grow into")

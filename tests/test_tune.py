@@ -24,7 +24,7 @@ from controller.simulate import (
 )
 from controller.tune import meets, plot_tradeoff, replay_scenario, tune
 from core.policy import PolicySpec, load_manifests
-from core.settings import TuneConfig
+from core.settings import TuneConfig, WorldSettings
 from forecast.history import at_own_step, load_history
 from tests.conftest import SHARED_DATA
 from tests.test_simulate import Recording, need, scenario, trace
@@ -151,6 +151,19 @@ def test_a_recommendation_measured_where_the_forecast_fell_back_says_so():
     assert t.met and fell_back > 0
     assert f"; the forecast fell back in {fell_back} replayed hours (no data or stale data there)" in t.reason
     assert "the forecast fell back" not in tune(*scenario(trace("nasa")), GRID).reason  # data throughout: not said
+
+
+def test_when_only_the_headroom_guarantee_fails_that_is_what_stands_in_the_way():
+    """Training that takes half an hour or more to stop cannot give GPUs back within the 5-minute reclaimDeadline: every
+    setting meets the shortage objective with room to spare but has a headroom violation, and the advice was to widen
+    the warm buffers or relax the objective, neither of which is in the way."""
+    slow = WorldSettings(preemption_seconds=(1800.0, 3600.0))
+    s, spec = scenario(trace("nasa", days=4), world=slow)
+    loose = TuneConfig(target_quantiles=[0.5], warm_buffers=[0.0, 0.5, 1.0], max_shortage=0.005, max_short_steps=0.05)
+    t = tune(s, spec, loose)
+    assert not t.met and (t.table.headroom_violations > 0).all() and t.table.objective_met.all()
+    assert t.in_the_way.startswith(f"the headroom guarantee failed in {t.recheck.headroom_violations} replayed steps")
+    assert "reclaimDeadline 5m" in t.in_the_way and "relax the objective" not in t.in_the_way
 
 
 def test_one_day_of_history_gets_the_stated_defaults_not_an_error():
