@@ -142,7 +142,8 @@ def tune(scenario: Scenario, base: PolicySpec, grid: TuneConfig = TuneConfig(),
     else:
         fields_, spec, best = min(rows, key=lambda x: (_excess(x[2], objective), -x[2].utilization))
         in_the_way = _in_the_way(best, replay, reference, spec)
-        reason = (f"no setting meets the objective with a day-to-day standard error to spare on the history's "
+        broke = " and without a headroom violation" if best.headroom_violations else ""  # meets() asks both
+        reason = (f"no setting meets the objective with a day-to-day standard error to spare{broke} on the history's "
                   f"last {_replayed(replay)}; the closest, "
                   f"{_describe(fields_)}, is short {best.shortage_within_cluster:.3%} of demand in "
                   f"{best.short_steps:.2%} of steps. " + in_the_way)

@@ -164,6 +164,8 @@ def test_when_only_the_headroom_guarantee_fails_that_is_what_stands_in_the_way()
     assert not t.met and (t.table.headroom_violations > 0).all() and t.table.objective_met.all()
     assert t.in_the_way.startswith(f"the headroom guarantee failed in {t.recheck.headroom_violations} replayed steps")
     assert "reclaimDeadline 5m" in t.in_the_way and "relax the objective" not in t.in_the_way
+    assert t.reason.startswith("no setting meets the objective with a day-to-day standard error to spare and without "
+                               "a headroom violation on the history's last 1 days")
 
 
 def test_one_day_of_history_gets_the_stated_defaults_not_an_error():
