@@ -86,7 +86,7 @@ def run_demo(out: Path, quick: bool, cfg, say) -> dict:
     verdict = "recommended" if tuned.met else "closest (does not meet the objective)"
     say(f"{verdict}: targetQuantile {policy.target_quantile:g}, warmBuffer {policy.warm_buffer:g}: {tuned.reason}")
     policy_file = write_policy(policy, out / POLICY, "inference", "default",
-                               f"headroom demo: {tuned.reason}")
+                               f"headroom demo: {tuned.reason}", replace=True)  # an earlier demo's, if any
 
     now = scenario.evaluated[0]
     r = cfg.run.model_copy(update={"capacity_gpus": c.gpus, "policies": [

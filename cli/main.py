@@ -207,6 +207,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                                        "ReservationPolicy manifest (a new file: "
                                                                        "an existing one is never overwritten)")
             p.add_argument("--plot", metavar="FILE.png", help="write the trade-off plot")
+            p.add_argument("--json", action="store_true", help="one JSON object: the sweep, the recommendation and its "
+                                                               "re-check, the notes")
             continue
         # tune replays the history with a saturated backlog: a job trace is replayed on the evaluated days only
         p.add_argument("--jobs", help="training job trace CSV (num_gpu, creation_time, scheduled_time, deletion_time; "

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 from cli import sources
 from cli.config import Config
 from cli.outputs import check_output_files, command_inputs
-from core.errors import BadRequest
+from core.errors import BadRequest, HeadroomError
 from core.settings import MAX_CLUSTER_GPUS
-from dashboards.report import above_cluster_note, missing_steps
+from dashboards.report import missing_steps
 from dashboards.report import notes as report_notes
 
 if TYPE_CHECKING:  # imported when used: the CLI starts without the simulator
@@ -141,14 +141,16 @@ def job_arrivals(path, span_seconds: float, gpus: int, span_flag: str):
     return arrivals
 
 
-def _check_scale(demand, per_gpu: float, what: str) -> None:
+def _check_scale(demand, per_gpu: float, what: str, slip: str = "is the demand per GPU in the trace's unit?") -> None:
+    """The trace's peak in GPUs fits the largest cluster (else BadRequest naming `what`, the setting that gave
+    `per_gpu`) and, said when not, one GPU; `slip` asks after the likely mistake."""
     peak = float(demand.max()) / per_gpu
     if not peak <= MAX_CLUSTER_GPUS:
-        raise BadRequest(f"{what} {per_gpu:g}: the trace's peak {float(demand.max()):g} would need {peak:.3g} GPUs, "
-                         f"over {MAX_CLUSTER_GPUS:,} (is the demand per GPU in the trace's unit?)")
+        raise BadRequest(f"{what}: the trace's peak {float(demand.max()):g} would need {peak:.3g} GPUs, "
+                         f"over {MAX_CLUSTER_GPUS:,} ({slip})")
     if 0 < peak < 1:  # possible for a tiny service, but more often a unit slip: said, and run
-        print(f"note: {what} {per_gpu:g}: the trace's peak {float(demand.max()):g} needs {peak:.3g} of one GPU, so "
-              "every policy holds its minimum (is the demand per GPU in the trace's unit?)", file=sys.stderr)
+        print(f"note: {what}: the trace's peak {float(demand.max()):g} needs {peak:.3g} of one GPU, so "
+              f"every policy holds its minimum ({slip})", file=sys.stderr)
 
 
 @dataclass(frozen=True)
@@ -183,7 +185,8 @@ def whatif(cfg: Config, progress=None) -> WhatIf:
             raise BadRequest(f"{c.policy_file}: holds {len(objects)} ReservationPolicies; simulate runs one")
         meta = objects[0]["metadata"]
         spec = PolicySpec.model_validate(objects[0]["spec"])
-        _check_scale(demand, spec.capacity.demand_per_gpu, f"{c.policy_file}: spec.capacity.demandPerGpu")
+        _check_scale(demand, spec.capacity.demand_per_gpu,
+                     f"{c.policy_file}: spec.capacity.demandPerGpu {spec.capacity.demand_per_gpu:g}")
         if too_big := spec.too_big_for(c.gpus):
             raise BadRequest(f"{c.policy_file}: spec.{too_big} does not fit the {c.gpus}-GPU cluster "
                              "(simulate.gpus, --gpus)")
@@ -202,7 +205,11 @@ def whatif(cfg: Config, progress=None) -> WhatIf:
         per_gpu = demand_per_gpu(demand, None if c.per_gpu else c.peak_gpus, c.per_gpu)
     except ValueError as exc:  # an all-zero (or all-missing) trace has no peak to scale to GPUs
         raise BadRequest(f"{sources.history_name(cfg)}: {exc} (--per-gpu)") from None
-    _check_scale(demand, per_gpu, "--per-gpu")
+    if c.per_gpu:
+        _check_scale(demand, per_gpu, f"--per-gpu {per_gpu:g}")
+    else:  # the trace's 99.9th percentile scaled to --peak-gpus: the peak above it is the trace's own
+        _check_scale(demand, per_gpu, f"--peak-gpus {c.peak_gpus:g} (simulate.peak_gpus; {per_gpu:g} demand per GPU)",
+                     "give the GPUs the trace's 99.9th percentile needs")
     return WhatIf(scenario, default_spec(scenario, per_gpu, timezone=cfg.forecast.timezone), False)
 
 
@@ -258,6 +265,11 @@ def refuse_flags_the_file_holds(cfg: Config, args) -> None:
               f"is run exactly, with its own {holds}", file=sys.stderr)
 
 
+def figures(result) -> dict:
+    """A simulation's figures as `simulate --json` gives them (its timeline's frames apart)."""
+    return {k: v for k, v in asdict(result).items() if k not in ("timeline", "detail", "events")}
+
+
 def cmd_simulate(cfg: Config, args) -> int:
     from cli.progress import stage_printer
     from controller.simulate import REFERENCES, TimedResult, simulate, write_timeline
@@ -281,7 +293,7 @@ def cmd_simulate(cfg: Config, args) -> int:
         if not isinstance(result, TimedResult):
             raise TypeError("simulate(timeline=True) returns a TimedResult")
         say(f"timeline: {write_timeline(result.timeline, args.timeline)}")
-    fields_ = {k: v for k, v in asdict(result).items() if k not in ("timeline", "detail", "events")}
+    fields_ = figures(result)
     fields_["buffer_replay_seconds"] = replay_seconds  # tuning by replaying the history (0: --policy-file, a reference)
     # what the numbers leave out, as report says it: on stderr, and in the JSON (which has no progress lines)
     notes = report_notes(result, cfg.simulate.gpus, missing_steps(w.scenario))
@@ -298,10 +310,16 @@ def cmd_simulate(cfg: Config, args) -> int:
     return 0
 
 
+# what tune's recommendation is, by whether it was replayed and met the objective: a key of its JSON, and its words
+VERDICTS = {"recommended": "recommended", "closest": "closest (does not meet the objective)",
+            "stated defaults": "the stated defaults (nothing replayed)"}
+
+
 def cmd_tune(cfg: Config, args) -> int:
     from cli.progress import stage_printer
     from controller.simulate import REFERENCES
     from controller.tune import plot_tradeoff, tune, write_policy
+    from core.policy import spec_dict
 
     if cfg.simulate.policy in REFERENCES:
         raise BadRequest(f"--policy {cfg.simulate.policy} (simulate.policy): a reference that knows the future has "
@@ -311,34 +329,64 @@ def cmd_tune(cfg: Config, args) -> int:
     if args.write_policy and Path(args.write_policy).exists():  # an SRE's manifest: its query and target are theirs
         raise BadRequest(f"--write-policy {args.write_policy}: the file exists and tune does not overwrite it (a "
                          "manifest's spec.query and spec.target would be lost); remove it or name a new file")
+    if cfg.simulate.policy_file is not None:  # tune has no --policy-file: the configuration set it, for simulate
+        raise BadRequest(f"simulate.policy_file {cfg.simulate.policy_file} (the configuration): tune sweeps the "
+                         "policy's fields itself; remove it from the configuration given to tune (simulate "
+                         "--policy-file runs a policy file)")
     if cfg.simulate.jobs is not None:  # the configuration's, for simulate and report: the flag is theirs alone
         print("headroom: note: simulate.jobs of the configuration not used: tune replays the history with a "
               "saturated training backlog", file=sys.stderr)
         cfg = cfg.model_copy(update={"simulate": cfg.simulate.model_copy(update={"jobs": None})})
     w = whatif(cfg)
-    if w.from_file:
-        raise BadRequest("tune sweeps the policy's fields itself: give DEMAND and the scenario flags, "
-                         "not --policy-file")
-    say = stage_printer("tune")
+    say = stage_printer("tune", quiet=args.json)
     result = tune(w.scenario, w.spec, cfg.tune, reference=cfg.simulate.policy, progress=say)
-    if not result.table.empty:
-        print(result.table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-    replayed = not result.table.empty  # empty: too little history to replay, the stated defaults (not a verdict)
-    verdict = "recommended" if result.met else \
-        "closest (does not meet the objective)" if replayed else "the stated defaults (nothing replayed)"
-    print(f"{verdict}: {_fields(result.recommended)}\n  {result.reason}")
-    if result.recheck is not None and (note := above_cluster_note(result.recheck, cfg.simulate.gpus)):
-        say(f"note: on the replayed days {note}")
-    if args.plot:
-        print(f"trade-off plot: {plot_tradeoff(result, args.plot)}")
+    # nothing replayed (too little history, or --days under 1): the stated defaults, not a verdict
+    verdict = "recommended" if result.met else "closest" if result.replay is not None else "stated defaults"
+    if not args.json:
+        if not result.table.empty:
+            print(result.table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+        print(f"{VERDICTS[verdict]}: {_fields(result.recommended)}\n  {result.reason}")
+    replay = result.replay
+    # what the figures leave out, as simulate says it: on stderr, and in the JSON (which has no progress lines)
+    notes = [] if result.recheck is None or replay is None else \
+        [f"on the replayed days {note}" for note in report_notes(result.recheck, cfg.simulate.gpus,
+                                                                 missing_steps(replay))]
+    for note in notes:
+        say(f"note: {note}")
+    plot = str(plot_tradeoff(result, args.plot)) if args.plot else None
+    policy_file = None
     if args.write_policy:
         namespace, name = w.scenario.name.split("/", 1)
         comment = (f"headroom tune {sources.history_name(cfg)}: {result.reason}\n"
                    "Set spec.query to the PromQL of this demand and spec.target to the inference workload before "
                    "applying it to a cluster.")
-        print(f"policy: {write_policy(result.recommended, args.write_policy, name, namespace, comment)} "
-              f"(kubectl apply -f, headroom run --policy-file, headroom simulate --policy-file)")
-    return 0 if result.met or not replayed else 1  # the stated fallback is a working policy (issue 11), not a failure
+        try:
+            policy_file = str(write_policy(result.recommended, args.write_policy, name, namespace, comment))
+        except FileExistsError:  # made while tune ran (checked before it): someone's manifest, left as it is
+            raise HeadroomError(f"--write-policy {args.write_policy}: a file of that name was made while tune ran; "
+                                "it is not overwritten (a manifest's spec.query and spec.target would be lost): "
+                                "run again with a new name") from None
+    if args.json:
+        table = result.table.astype(object).where(result.table.notna(), None)  # NaN is not JSON: null
+        print(json.dumps({
+            "tuned": cfg.simulate.policy,
+            "objective": {"max_shortage": cfg.tune.max_shortage, "max_short_steps": cfg.tune.max_short_steps},
+            "replayed": None if replay is None else {"days": replay.days,
+                                                     "first_step": replay.evaluated[0].isoformat(),
+                                                     "last_step": replay.evaluated[-1].isoformat()},
+            "settings": table.to_dict(orient="records"),
+            "verdict": verdict, "met": result.met, "reason": result.reason, "in_the_way": result.in_the_way or None,
+            "spec": spec_dict(result.recommended),
+            "figures": None if result.recheck is None else figures(result.recheck),
+            "notes": notes, "plot": plot, "write_policy": policy_file}, default=str))
+    else:
+        if plot:
+            print(f"trade-off plot: {plot}")
+        if policy_file:
+            print(f"policy: {policy_file} (kubectl apply -f, headroom run --policy-file, headroom simulate "
+                  "--policy-file)")
+    # the stated defaults are a working policy (issue 11), not a failure
+    return 0 if result.met or verdict == "stated defaults" else 1
 
 
 def _fields(spec) -> str:

@@ -349,9 +349,8 @@ def _run(scenario: Scenario, spec: PolicySpec, make_forecaster, reference: str, 
     values_all = demand.to_numpy(float)
     real = np.isfinite(values_all)
     # per sample, as Python lists (the loop reads single items, which numpy makes slow): the newest real sample at
-    # each index and its value, the missing samples before each index, the world's demand (a gap as last seen)
+    # each index, the missing samples before each index, the world's demand (a gap as last seen)
     newest_real = pd.Series(np.where(real, times_all, np.nan)).ffill().tolist()
-    last_value = pd.Series(values_all).ffill().tolist()
     missing = np.concatenate([[0], np.cumsum(~real)]).tolist()
     filled = world.demand[key][1]
     rows: list[tuple] = []
@@ -438,7 +437,9 @@ def _run(scenario: Scenario, spec: PolicySpec, make_forecaster, reference: str, 
         if not ws.from_forecast:
             fallback_hours.add(int(t_now // 3600))
         buffer_gpu_steps += ws.buffer_gpus
-        need = min((filled[hi - 1] if hi else 0.0) / wp.demand_per_gpu, scenario.gpus)  # world.demand_at
+        # the demand of the interval ending now, as the world accounts it (world.demand_at): the timeline's too
+        demand_gpus = (filled[hi - 1] if hi else 0.0) / wp.demand_per_gpu
+        need = min(demand_gpus, scenario.gpus)
         if need > warm + 1e-9 and need <= min(band_before, ws.reserved_gpus + ws.headroom_gpus):
             # inside the band planned before this demand was seen, what inference lacks must come from idle GPUs or
             # training preemptible in time (demand above it is a forecast miss, counted as shortage: the plan now
@@ -451,10 +452,9 @@ def _run(scenario: Scenario, spec: PolicySpec, make_forecaster, reference: str, 
             if isinstance(a, Evict):
                 events.append((moment(k), a.gpus, a.kind))
                 world.accounting.preemptions[a.kind] = world.accounting.preemptions.get(a.kind, 0) + 1
-        if timeline:  # the demand the controller observes: the newest real sample in the lookback
-            seen = last_value[hi - 1] if reason is None or not reason.startswith("NoData") else 0.0
+        if timeline:  # the demand as the figures charge it: in a gap the last sample seen, also past the lookback
             now = moment(k)
-            rows.append((now, key, seen / wp.demand_per_gpu, ws.reserved_gpus, warm,
+            rows.append((now, key, demand_gpus, ws.reserved_gpus, warm,
                          ws.headroom_gpus, plan.lent_gpus, evicted_gpus(applied, key)))
             if detail:
                 unmet = (world.accounting.unmet_within.get(key, 0.0) - unmet_before) / step  # the step just accounted

@@ -21,7 +21,7 @@ import pandas as pd
 
 from controller.observe import MIN_FIT_HOURS, default_forecaster
 from controller.simulate import FORECASTER, REFERENCES, Scenario, SharedFits, SimResult, simulate
-from core.files import replace_whole
+from core.files import create_whole, replace_whole
 from core.policy import ObjectiveSpec, PolicySpec, load_manifests, manifest
 from core.settings import TuneConfig
 from core.yamlfile import KubectlLoader, documents, manifest_text
@@ -39,8 +39,13 @@ class TuneResult:
     recommended: PolicySpec    # what to run: the best setting, else the closest (see `met`), else the defaults
     met: bool                  # the recommendation meets the objective on the replay, a standard error to spare
     reason: str
-    replay_days: float
+    in_the_way: str            # when nothing meets the objective: what stands in the way (in `reason` too), else ""
+    replay: Scenario | None    # the history's last days the settings were replayed on (None: too little history)
     recheck: SimResult | None  # the written policy, replayed again
+
+    @property
+    def replay_days(self) -> float:
+        return 0.0 if self.replay is None else self.replay.days
 
 
 def replay_scenario(scenario: Scenario) -> Scenario | None:
@@ -97,11 +102,15 @@ def tune(scenario: Scenario, base: PolicySpec, grid: TuneConfig = TuneConfig(),
     replay = replay_scenario(scenario)
     if replay is None:
         hours = len(scenario.history) * scenario.step_seconds / 3600
-        return TuneResult(pd.DataFrame(), base, False, f"too little history to tune on ({hours:.0f} h before the "
-                          f"evaluated days; tuning needs {FORECASTER_DAYS + MIN_REPLAY_DAYS:g} days: a day to replay "
-                          f"after the {MIN_FIT_HOURS} hours the forecaster needs): the policy's stated defaults are "
-                          f"used (the forecast falls back to the last day's same-hour peak until {MIN_FIT_HOURS} "
-                          "hours are seen)", 0.0, None)
+        # the replay is no longer than the evaluated days: under a day of them, no history is long enough
+        why = f"the evaluated days ({scenario.days:g}, simulate.days) are under the day a replay needs, and tune " \
+            "replays no more of the history than them (give --days 1 or more)" if scenario.days < MIN_REPLAY_DAYS \
+            else f"too little history to tune on ({hours:.0f} h before the evaluated days; tuning needs " \
+            f"{FORECASTER_DAYS + MIN_REPLAY_DAYS:g} days: a day to replay after the {MIN_FIT_HOURS} hours the " \
+            "forecaster needs)"
+        return TuneResult(pd.DataFrame(), base, False, f"{why}: the policy's stated defaults are used (the forecast "
+                          f"falls back to the last day's same-hour peak until {MIN_FIT_HOURS} hours are seen)", "",
+                          None, None)
     fits = make_forecaster if isinstance(make_forecaster, SharedFits) else \
         SharedFits(make_forecaster or default_forecaster)  # a caller's SharedFits: its fits serve its runs too
     rows = []
@@ -121,20 +130,24 @@ def tune(scenario: Scenario, base: PolicySpec, grid: TuneConfig = TuneConfig(),
                                                                   "training_goodput", "objective_met")},
                            "meets_with_margin": meets(r, objective)} for f, _, r in rows])
     met = [(f, s, r) for f, s, r in rows if meets(r, objective)]
+    in_the_way = ""
     if met:
         fields_, spec, best = max(met, key=lambda x: (x[2].utilization, -x[2].shortage_within_cluster))
         reason = (f"highest utilization {best.utilization:.3f} of {len(met)} setting(s) meeting shortage <= "
                   f"{objective.max_shortage:.3%} and short steps <= {objective.max_short_steps:.2%} on the "
                   f"history's last {_replayed(replay)}, with a day-to-day standard error to spare (short "
                   f"{best.shortage_within_cluster:.3%} ± {best.shortage_within_cluster_se:.3%} of demand, in "
-                  f"{best.short_steps:.2%} ± {best.short_steps_se:.2%} of steps)" + _thin(best, replay.days))
+                  f"{best.short_steps:.2%} ± {best.short_steps_se:.2%} of steps)" + _thin(best, replay.days)
+                  + _fell_back(best))
     else:
         fields_, spec, best = min(rows, key=lambda x: (_excess(x[2], objective), -x[2].utilization))
-        reason = (f"no setting meets the objective with a day-to-day standard error to spare on the history's "
+        in_the_way = _in_the_way(best, replay, reference, spec)
+        broke = " and without a headroom violation" if best.headroom_violations else ""  # meets() asks both
+        reason = (f"no setting meets the objective with a day-to-day standard error to spare{broke} on the history's "
                   f"last {_replayed(replay)}; the closest, "
                   f"{_describe(fields_)}, is short {best.shortage_within_cluster:.3%} of demand in "
-                  f"{best.short_steps:.2%} of steps. " + _in_the_way(best, replay, spec))
-    return TuneResult(table, spec, bool(met), reason, replay.days, recheck(replay, spec, fits, best))
+                  f"{best.short_steps:.2%} of steps. " + in_the_way)
+    return TuneResult(table, spec, bool(met), reason, in_the_way, replay, recheck(replay, spec, fits, best))
 
 
 def _replayed(replay: Scenario) -> str:
@@ -154,19 +167,36 @@ def _thin(r: SimResult, days: float) -> str:
             "and one such step can hold most of a week's shortage")
 
 
+def _fell_back(r: SimResult) -> str:
+    """Hours the replay planned on the planner's fallback (no data, stale data): there the setting was measured on a
+    policy other than the one that runs on its forecast."""
+    if not r.forecast_fallback_hours:
+        return ""
+    return (f"; the forecast fell back in {r.forecast_fallback_hours} replayed hours (no data or stale data there), "
+            "and in those the setting was measured on the fallback, not on its forecast")
+
+
 def _describe(fields_: dict) -> str:
     return ", ".join(f"{k} {v}" for k, v in fields_.items())
 
 
-def _in_the_way(r: SimResult, replay: Scenario, spec: PolicySpec) -> str:
+def _in_the_way(r: SimResult, replay: Scenario, reference: str, spec: PolicySpec) -> str:
+    if _excess(r, spec.objective) <= 1 + 1e-9:  # the objective is met: the headroom guarantee is what failed
+        return (f"the headroom guarantee failed in {r.headroom_violations} replayed steps: demand inside the band "
+                "planned before it found too few GPUs idle or lent to training that comes back within "
+                f"reclaimDeadline {spec.reclaim_deadline} (training's checkpoint and termination take longer: "
+                "simulate.world.preemption_seconds); keep idle GPUs with headroomFloorGpus, or allow a longer "
+                "reclaimDeadline")
     if r.shortage_over_capacity > 0:
         return (f"{r.shortage_over_capacity:.3%} of demand is above the cluster's {replay.gpus} GPUs (no policy serves "
                 "it; it is not counted in the objective), and the steps around it leave too little to grow into")
     if r.forecast_fallback_hours:
         return (f"the forecast fell back in {r.forecast_fallback_hours} replayed hours (too little or stale history); "
                 "more history would help")
-    return ("demand moves faster within a step than any warm buffer on the grid covers: widen tune.warm_buffers, "
-            "or relax the objective")
+    # what the sweep grows to cover a rise: the forecast policy's warm buffer, a baseline's margin (setting_lines)
+    field, grid = ("warm buffer", "tune.warm_buffers") if reference == "forecast" else ("margin", "tune.margins_gpus")
+    return (f"demand moves faster within a step than any {field} on the grid covers: widen {grid}, or relax the "
+            "objective")
 
 
 def recheck(replay: Scenario, spec: PolicySpec, fits, expected: SimResult) -> SimResult:
@@ -182,15 +212,18 @@ def recheck(replay: Scenario, spec: PolicySpec, fits, expected: SimResult) -> Si
     return again
 
 
-def write_policy(spec: PolicySpec, path: str | Path, name: str, namespace: str, comment: str) -> Path:
-    """The recommendation as a ReservationPolicy manifest; read back to be sure it is one."""
+def write_policy(spec: PolicySpec, path: str | Path, name: str, namespace: str, comment: str,
+                 replace: bool = False) -> Path:
+    """The recommendation as a ReservationPolicy manifest, read back to be sure it is one. A new file unless
+    `replace` (the demo's own): FileExistsError if `path` exists, which is left as it is (an SRE's manifest: its
+    spec.query and spec.target are theirs)."""
     text = "".join(f"# {line}\n" for line in comment.splitlines()) + manifest_text(manifest(name, namespace, spec))
 
     def write(draft: Path) -> None:
         draft.write_text(text, encoding="utf-8")
-        load_manifests(draft)  # only a manifest that reads back replaces what was there
+        load_manifests(draft)  # only a manifest that reads back takes the name
 
-    return replace_whole(path, write)
+    return (replace_whole if replace else create_whole)(path, write)
 
 
 def plot_tradeoff(result: TuneResult, path: str | Path) -> Path:
@@ -207,7 +240,9 @@ def plot_tradeoff(result: TuneResult, path: str | Path) -> Path:
         for value, g in t.groupby(group):
             ax.scatter(g["shortage_within_cluster"] * 100, g["utilization"] * 100, label=f"{group} {value}")
         r = result.recommended
-        mine = t[t["utilization"] == t["utilization"][t["meets_with_margin"]].max()] if result.met else t.iloc[:0]
+        # the recommended row alone, chosen as tune chose it (settings of the same utilization are not it)
+        mine = t[t["meets_with_margin"]].sort_values(["utilization", "shortage_within_cluster"],
+                                                     ascending=[False, True]).iloc[:1 if result.met else 0]
         if len(mine):
             ax.scatter(mine["shortage_within_cluster"] * 100, mine["utilization"] * 100, s=200, facecolors="none",
                        edgecolors="k", label=f"recommended (buffer {r.warm_buffer:g}, margin {r.margin_gpus})")

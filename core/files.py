@@ -1,9 +1,10 @@
 """Files headroom writes: whole or not at all.
 
-Every file a command writes goes through `replace_whole`: the content is written to a new file beside the
-destination and renamed over it, so an interruption (SIGTERM, Ctrl-C, a full disk, an exception midway) leaves the
-earlier file intact, never a truncated one. A file that grows as a long run goes (`headroom run --timeline`) is
-appended to by `append_whole`, which adds a record completely or not at all.
+Every file a command writes goes through `replace_whole` (`create_whole` for one that must be new): the content is
+written to a new file beside the destination and renamed over it (linked to its name, when new), so an interruption
+(SIGTERM, Ctrl-C, a full disk, an exception midway) leaves the earlier file intact, never a truncated one. A file
+that grows as a long run goes (`headroom run --timeline`) is appended to by `append_whole`, which adds a record
+completely or not at all.
 """
 from __future__ import annotations
 
@@ -17,6 +18,21 @@ def replace_whole(path: str | Path, write: Callable[[Path], object]) -> Path:
     """Call `write(draft)` to fill a new file beside `path`, then put it in `path`'s place in one rename; returns
     `path`. If `write` raises (it may also check what it wrote, e.g. read it back), the draft is removed and `path`
     is as it was. A symlink stays a symlink: the file it points to is the one replaced."""
+    return _whole(path, write, os.replace)
+
+
+def create_whole(path: str | Path, write: Callable[[Path], object]) -> Path:
+    """As replace_whole, for a file that must be new: one at `path` when the draft is put in place (also one made
+    after the command checked, while it worked) raises FileExistsError and is left as it is."""
+    return _whole(path, write, _link_new)
+
+
+def _link_new(draft: Path, target: Path) -> None:
+    os.link(draft, target)  # refused if target exists, in one step: no moment in which another file is replaced
+    draft.unlink()
+
+
+def _whole(path: str | Path, write: Callable[[Path], object], put: Callable[[Path, Path], None]) -> Path:
     path = Path(path)
     target = Path(os.path.realpath(path))
     # same folder: a rename within one file system is atomic; the suffix kept: writers that infer a format from it
@@ -28,7 +44,7 @@ def replace_whole(path: str | Path, write: Callable[[Path], object]) -> Path:
         write(draft)
         with draft.open("rb") as handle:  # on disk before it takes the name: a power cut leaves the old or the new
             os.fsync(handle.fileno())
-        os.replace(draft, target)
+        put(draft, target)
     except BaseException:
         draft.unlink(missing_ok=True)
         raise

@@ -169,8 +169,9 @@ def plot_demand(result: SimResult, path: Path, gpus: int | None = None,
     ax.step(s.index, s["warm_gpus"], where="post", color="tab:green", lw=0.8, alpha=0.8, label="warm, serving GPUs")
     # the steps the simulator counted short (the table's "short steps"), marked at the demand observed then
     short = s[d["unmet_gpus"].reindex(s.index, fill_value=0.0) > 1e-9]  # as the simulator counts a short step
+    accounted = len(s) - 1  # the first row's interval ends as the replay starts: no figure counts it (README)
     ax.scatter(short.index, short["demand_gpus"], color="red", s=10, zorder=3,
-               label=f"unmet demand within the cluster ({len(short)} of {len(s)} steps)")
+               label=f"unmet demand within the cluster ({len(short)} of {accounted} steps)")
     if gpus is not None and (s["demand_gpus"] > gpus + 1e-9).any():
         ax.axhline(gpus, color="red", lw=0.8, linestyle="--",
                    label=f"capacity {gpus} GPUs: demand above it cannot be served ({r.shortage_over_capacity:.1%})")

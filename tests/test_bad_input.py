@@ -362,6 +362,9 @@ def test_forecast_of_ten_hours_is_refused_not_collapsed(tmp_path, capsys):
     (["simulate", "{demand}", "--peak-gpus", "inf"], "simulate.peak_gpus"),
     (["simulate", "{demand}", "--days", "1", "--per-gpu", "1e-12"],
      "GPUs, over 1,000,000 (is the demand per GPU in the trace's unit"),
+    # the scale came from --peak-gpus: that flag is named, not --per-gpu, which was not given
+    (["tune", "{demand}", "--days", "1", "--peak-gpus", "2e6"],
+     "headroom: error: --peak-gpus 2e+06 (simulate.peak_gpus;"),
 ])
 def test_more_bad_requests_exit_2_before_any_work(demand, tmp_path, capsys, argv, message):
     fill = {"demand": demand, "tmp": tmp_path}
@@ -954,6 +957,17 @@ def test_a_series_name_train_cannot_register_is_an_invalid_request(demand, tmp_p
                          f"sqlite:///{tmp_path}/ml.db"], capsys)
     assert status == 2 and "training.name: String should match pattern" in err, err
     assert not (tmp_path / "ml.db").exists()
+
+
+def test_tune_with_a_configured_policy_file_names_the_configuration_key(demand, tmp_path, capsys):
+    """tune has no --policy-file; a configuration shared with simulate may set simulate.policy_file. The refusal
+    named --policy-file, a flag tune does not take."""
+    policy_file = _policy_file(tmp_path / "p.yaml")
+    config = tmp_path / "headroom.yaml"
+    config.write_text(f"simulate:\n  policy_file: {policy_file}\n")
+    status, err = exits(["tune", demand, "--days", "1", "--config", config], capsys)
+    assert status == 2 and f"simulate.policy_file {policy_file} (the configuration): tune sweeps" in err, err
+    assert "--policy-file," not in err and "not --policy-file" not in err
 
 
 def test_a_demand_per_gpu_that_leaves_the_peak_under_one_gpu_is_said(demand, capsys):

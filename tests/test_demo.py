@@ -109,3 +109,14 @@ def test_report_has_every_plot_embedded(demo):
     text = page.read_text()
     assert len(re.findall(r'<img src="data:image/png;base64,[A-Za-z0-9+/=]{1000,}"', text)) == 4
     assert "champion v1" in text and all(f">{p}<br>" in text for p in POLICIES)
+
+
+def test_a_second_demo_into_its_own_folder_replaces_its_policy(demo):
+    """Last in this file: it runs the demo again into the folder the tests above read. An earlier demo's folder is
+    taken and its files replaced (README), policy.yaml too, which `tune --write-policy` never overwrites."""
+    out = demo[0]
+    (out / "policy.yaml").write_text("# the earlier demo's\n")
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err:
+        assert main(["demo", "--quick", "--out", str(out)]) == 0, err.getvalue()[-2000:]
+    (policy,) = load_manifests(out / "policy.yaml")
+    assert policy["kind"] == "ReservationPolicy"

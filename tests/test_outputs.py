@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from cli.demo import WRITES, check_demo_folder
 from controller.simulate import TIMELINE_COLUMNS
 from core.errors import BadRequest
-from core.files import append_whole, cannot_write_in, replace_whole
+from core.files import append_whole, cannot_write_in, create_whole, replace_whole
 from forecast.synthetic import synthetic_demand, write_csv
 from tests.test_bad_input import _policy_file, exits
 
@@ -88,6 +88,29 @@ def test_a_whole_file_or_the_earlier_one(tmp_path, old, new, fail_after):
             replace_whole(path, write)
         assert path.read_bytes() == old
     assert os.listdir(folder) == ["out.csv"]
+
+
+@settings(max_examples=30, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(old=st.none() | st.binary(max_size=2000), new=st.binary(max_size=2000))
+def test_a_new_file_is_made_whole_and_never_replaces_one(tmp_path, old, new):
+    """create_whole (tune --write-policy): a file at the name when the draft is put in place, also one made after
+    the command checked, is left as it was, with nothing beside it."""
+    folder = tmp_path / f"f{len(os.listdir(tmp_path))}"
+    folder.mkdir()
+    path = folder / "policy.yaml"
+
+    def write(draft: Path) -> None:
+        if old is not None:  # made while the command worked, after it found no file there
+            path.write_bytes(old)
+        draft.write_bytes(new)
+
+    if old is None:
+        assert create_whole(path, write) == path and path.read_bytes() == new
+    else:
+        with pytest.raises(FileExistsError):
+            create_whole(path, write)
+        assert path.read_bytes() == old
+    assert os.listdir(folder) == ["policy.yaml"]
 
 
 def test_a_symlinked_output_stays_a_link_and_its_file_keeps_its_permissions(tmp_path):
@@ -308,3 +331,21 @@ def test_ctrl_c_midway_leaves_the_earlier_timeline_and_no_traceback(demand, tmp_
         run.kill()
     assert run.returncode == 130 and "headroom: interrupted" in err and "Traceback" not in err, err
     assert timeline.read_bytes() == before
+
+
+def test_ctrl_c_mid_sweep_leaves_no_policy_file_and_no_traceback(demand, tmp_path):
+    """tune stopped by Ctrl-C while it sweeps: exit 130, no policy file (not half of one), nothing beside it."""
+    policy = tmp_path / "policy.yaml"
+    argv = [sys.executable, "-m", "cli.main", "tune", str(demand), "--days", "1", "--write-policy", str(policy),
+            "--plot", str(tmp_path / "tune.png")]
+    run = subprocess.Popen(argv, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        assert run.stderr is not None
+        assert any("utilization" in line for line in run.stderr), "the sweep is under way"  # reads up to that line
+        run.send_signal(signal.SIGINT)
+        err = run.communicate(timeout=60)[1]
+    finally:
+        run.kill()
+    assert run.returncode == 130 and "headroom: interrupted" in err and "Traceback" not in err, err
+    assert os.listdir(tmp_path) == [], os.listdir(tmp_path)

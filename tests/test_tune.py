@@ -24,7 +24,7 @@ from controller.simulate import (
 )
 from controller.tune import meets, plot_tradeoff, replay_scenario, tune
 from core.policy import PolicySpec, load_manifests
-from core.settings import TuneConfig
+from core.settings import TuneConfig, WorldSettings
 from forecast.history import at_own_step, load_history
 from tests.conftest import SHARED_DATA
 from tests.test_simulate import Recording, need, scenario, trace
@@ -75,6 +75,23 @@ def test_recommends_the_highest_utilization_meeting_the_objective(tmp_path):
     assert png.read_bytes()[:4] == b"\x89PNG" and png.stat().st_size > 10_000
 
 
+def test_the_plot_circles_the_recommended_setting_alone(tmp_path, monkeypatch):
+    """Settings of the recommendation's utilization that do not meet the objective, or meet it with more shortage,
+    were circled as recommended too."""
+    import matplotlib.pyplot as plt
+
+    s, spec = scenario(trace("nasa"))
+    t = tune(s, spec, GRID)
+    chosen = t.table[t.table.meets_with_margin].sort_values("utilization").iloc[-1]
+    twins = pd.DataFrame([{**chosen, "meets_with_margin": False}, {**chosen, "shortage_within_cluster":
+                                                                  chosen.shortage_within_cluster + 1e-4}])
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    plot_tradeoff(dataclasses.replace(t, table=pd.concat([t.table, twins], ignore_index=True)), tmp_path / "t.png")
+    (circled,) = [c for c in figures[0].axes[0].collections if str(c.get_label()).startswith("recommended")]
+    assert circled.get_offsets().tolist() == [[chosen.shortage_within_cluster * 100, chosen.utilization * 100]]
+
+
 def test_a_setting_must_meet_the_objective_with_its_day_to_day_error_to_spare():
     s, spec = scenario(trace("nasa"))
     r = simulate(s, spec)
@@ -121,6 +138,36 @@ def test_when_nothing_meets_the_objective_it_names_the_closest_setting_and_why()
     assert rises.table.short_steps.iloc[0] < t.table.short_steps.iloc[0]
 
 
+def test_a_recommendation_measured_where_the_forecast_fell_back_says_so():
+    """The replayed day's last 12 hours have no data: the planner falls back there, so the setting recommended was
+    measured on the fallback, not on its forecast. The reason said only that it met the objective."""
+    demand = trace("nasa")
+    s, spec = scenario(demand)
+    replayed = replay_scenario(s).evaluated
+    demand[replayed[-144:]] = float("nan")
+    s, spec = scenario(demand)
+    t = tune(s, spec, GRID)
+    fell_back = t.recheck.forecast_fallback_hours
+    assert t.met and fell_back > 0
+    assert f"; the forecast fell back in {fell_back} replayed hours (no data or stale data there)" in t.reason
+    assert "the forecast fell back" not in tune(*scenario(trace("nasa")), GRID).reason  # data throughout: not said
+
+
+def test_when_only_the_headroom_guarantee_fails_that_is_what_stands_in_the_way():
+    """Training that takes half an hour or more to stop cannot give GPUs back within the 5-minute reclaimDeadline: every
+    setting meets the shortage objective with room to spare but has a headroom violation, and the advice was to widen
+    the warm buffers or relax the objective, neither of which is in the way."""
+    slow = WorldSettings(preemption_seconds=(1800.0, 3600.0))
+    s, spec = scenario(trace("nasa", days=4), world=slow)
+    loose = TuneConfig(target_quantiles=[0.5], warm_buffers=[0.0, 0.5, 1.0], max_shortage=0.005, max_short_steps=0.05)
+    t = tune(s, spec, loose)
+    assert not t.met and (t.table.headroom_violations > 0).all() and t.table.objective_met.all()
+    assert t.in_the_way.startswith(f"the headroom guarantee failed in {t.recheck.headroom_violations} replayed steps")
+    assert "reclaimDeadline 5m" in t.in_the_way and "relax the objective" not in t.in_the_way
+    assert t.reason.startswith("no setting meets the objective with a day-to-day standard error to spare and without "
+                               "a headroom violation on the history's last 1 days")
+
+
 def test_one_day_of_history_gets_the_stated_defaults_not_an_error():
     s, spec = scenario(trace("nasa", days=2))
     t = tune(s, spec, GRID)
@@ -128,6 +175,17 @@ def test_one_day_of_history_gets_the_stated_defaults_not_an_error():
     assert "too little history to tune on (24 h" in t.reason and "stated defaults" in t.reason
     assert t.recommended == spec.model_copy(update={"objective": t.recommended.objective})
     assert simulate(s, t.recommended).forecast_fallback_hours == 24  # and it runs
+
+
+def test_under_a_day_evaluated_the_defaults_are_said_to_be_for_that_not_for_a_short_history():
+    """tune replays no more of the history than the evaluated days: with --days 0.5 on 3.5 days of history it said
+    "too little history to tune on (84 h ...; tuning needs 3 days)", contradicting itself."""
+    s, spec = scenario(trace("nasa", days=4), days=0.5)
+    t = tune(s, spec, GRID)
+    assert t.table.empty and t.replay is None and not t.met
+    assert "too little history" not in t.reason and "needs 3 days" not in t.reason
+    assert t.reason.startswith("the evaluated days (0.5, simulate.days) are under the day a replay needs")
+    assert "(give --days 1 or more): the policy's stated defaults are used" in t.reason
 
 
 def test_baselines_get_a_tuned_margin_and_references_are_not_tuned():
@@ -139,6 +197,11 @@ def test_baselines_get_a_tuned_margin_and_references_are_not_tuned():
     assert t.table.utilization.is_monotonic_decreasing
     r = simulate(s, t.recommended, reference="reactive")
     assert r.policy["marginGpus"] == t.recommended.margin_gpus and r.policy["forecaster"] == "reactive"
+    # nothing meets an objective of no shortage: what to widen is the grid a baseline sweeps, its margins (the
+    # advice named tune.warm_buffers, which a baseline never sweeps)
+    strict = tune(s, spec, TuneConfig(margins_gpus=[0, 1], max_shortage=0, max_short_steps=0), reference="reactive")
+    assert not strict.met and strict.in_the_way == ("demand moves faster within a step than any margin on the grid "
+                                                    "covers: widen tune.margins_gpus, or relax the objective")
     for reference in ("oracle", "hourly-oracle"):
         with pytest.raises(ValueError, match="knows the future"):
             tune(s, spec, reference=reference)
@@ -206,6 +269,104 @@ def test_cli_tune_never_overwrites_a_manifest(nasa_csv, tmp_path, capsys):
     assert main(["tune", str(nasa_csv), "--days", "1", "--write-policy", str(policy)]) == 2
     assert "the file exists" in capsys.readouterr().err
     assert policy.read_text() == "# the SRE's own, with spec.query and spec.target set\n"
+
+
+def _tune(capsys, args) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = main(["tune", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _table_text(settings_: list[dict]) -> str:
+    """The sweep as the text output prints it, from the JSON's rows."""
+    table = pd.DataFrame(settings_)
+    return table.to_string(index=False, float_format=lambda v: f"{v:.4g}")
+
+
+def test_cli_tune_json_is_the_text_runs_recommendation_as_written(nasa_csv, tmp_path, capsys):
+    """`tune --json`: one JSON document on stdout and nothing else; its spec is what --write-policy writes, its
+    sweep and figures the text output's, its notes what the text run says on stderr."""
+    args = [str(nasa_csv), "--days", "1", "--gpus", "90"]  # a cluster below the peak: a note on the replayed days
+    code, text, text_err = _tune(capsys, [*args, "--write-policy", str(tmp_path / "text.yaml")])
+    json_code, out, err = _tune(capsys, [*args, "--json", "--write-policy", str(tmp_path / "json.yaml"),
+                                         "--plot", str(tmp_path / "t.png")])
+    assert code == json_code == 0 and err == ""  # no progress lines beside the JSON
+    doc = json.loads(out)  # the whole of stdout
+    (written,) = load_manifests(tmp_path / "text.yaml")
+    assert doc["spec"] == written["spec"] == load_manifests(tmp_path / "json.yaml")[0]["spec"]
+    assert doc["figures"]["policy"] == doc["spec"]  # the re-check replayed the policy as written
+    assert doc["write_policy"] == str(tmp_path / "json.yaml") and doc["plot"] == str(tmp_path / "t.png")
+    assert (doc["verdict"], doc["met"], doc["in_the_way"]) == ("recommended", True, None)
+    assert doc["objective"] == {"max_shortage": 0.001, "max_short_steps": 0.01}
+    assert doc["replayed"]["days"] == 1 and f"({doc['replayed']['first_step'][:10]} " in doc["reason"]
+    # the text run's sweep, verdict and reason, figure for figure
+    assert _table_text(doc["settings"]) in text
+    assert "recommended: " in text and f"\n  {doc['reason']}\n" in text
+    f = doc["figures"]
+    assert (f"highest utilization {f['utilization']:.3f} " in doc["reason"]
+            and f"short {f['shortage_within_cluster']:.3%} ± {f['shortage_within_cluster_se']:.3%} of demand, in "
+                f"{f['short_steps']:.2%} ± {f['short_steps_se']:.2%} of steps" in doc["reason"])
+    assert doc["notes"] and all(f"note: {note}" in text_err for note in doc["notes"])
+    assert "above the 90-GPU cluster" in doc["notes"][0]
+    keys = {"utilization", "shortage_within_cluster", "short_steps", "longest_shortage_minutes", "objective_met",
+            "training_goodput"}
+    assert all(keys <= set(row) for row in doc["settings"])
+
+
+def test_cli_tune_json_when_nothing_meets_the_objective(nasa_csv, tmp_path, capsys):
+    """No setting meets an objective of no shortage at all: exit 1 as the text run, the closest setting written and
+    given with what stands in the way, in the text output's words."""
+    config = tmp_path / "grid.yaml"
+    config.write_text("tune:\n  target_quantiles: [0.5]\n  warm_buffers: [0.0]\n  warm_buffer_quantiles: [0.0]\n")
+    args = [str(nasa_csv), "--days", "1", "--max-shortage", "0", "--max-short-steps", "0", "--config", str(config)]
+    code, text, _ = _tune(capsys, args)
+    json_code, out, _ = _tune(capsys, [*args, "--json", "--write-policy", str(tmp_path / "p.yaml")])
+    doc = json.loads(out)
+    assert code == json_code == 1
+    assert (doc["verdict"], doc["met"]) == ("closest", False) and len(doc["settings"]) == 1
+    assert doc["in_the_way"] == "demand moves faster within a step than any warm buffer on the grid covers: widen " \
+                                "tune.warm_buffers, or relax the objective"
+    assert doc["reason"].endswith(doc["in_the_way"]) and "closest (does not meet the objective): " in text
+    assert f"\n  {doc['reason']}\n" in text
+    assert doc["spec"] == load_manifests(tmp_path / "p.yaml")[0]["spec"] == doc["figures"]["policy"]
+    row = doc["settings"][0]
+    assert f"is short {row['shortage_within_cluster']:.3%} of demand in {row['short_steps']:.2%} of steps" \
+        in doc["reason"]
+    assert doc["figures"]["shortage_within_cluster"] == row["shortage_within_cluster"]
+
+
+def test_cli_tune_json_on_too_little_history_gives_the_stated_defaults(tmp_path, capsys):
+    path = need(SHARED_DATA / "traces" / "nasa_http_1995_5min.csv")
+    two = tmp_path / "nasa2.csv"
+    pd.read_csv(path).iloc[:2 * 288].to_csv(two, index=False)
+    code, out, err = _tune(capsys, [str(two), "--days", "1", "--json", "--write-policy", str(tmp_path / "p.yaml")])
+    doc = json.loads(out)
+    assert code == 0 and err == "" and doc["verdict"] == "stated defaults" and not doc["met"]
+    assert doc["replayed"] is None and doc["settings"] == [] and doc["figures"] is None
+    assert "too little history" in doc["reason"]
+    assert doc["spec"] == load_manifests(tmp_path / "p.yaml")[0]["spec"]
+
+
+def test_cli_tune_never_overwrites_a_manifest_made_while_it_ran(nasa_csv, tmp_path, capsys, monkeypatch):
+    """The file is checked before the sweep, which may take minutes; a manifest written to that name meanwhile was
+    replaced by the recommendation (exit 0). It is kept, and tune says so (exit 1: the policy was not written)."""
+    import controller.tune as tune_module
+
+    policy = tmp_path / "policy.yaml"
+    theirs = "# the SRE's own, with spec.query and spec.target set\n"
+    sweep = tune_module.tune
+
+    def sweep_then_a_manifest_appears(*args, **kwargs):
+        result = sweep(*args, **kwargs)
+        policy.write_text(theirs)
+        return result
+
+    monkeypatch.setattr(tune_module, "tune", sweep_then_a_manifest_appears)
+    assert main(["tune", str(nasa_csv), "--days", "1", "--write-policy", str(policy)]) == 1
+    out, err = capsys.readouterr()
+    assert "recommended:" in out and "a file of that name was made while tune ran; it is not overwritten" in err
+    assert policy.read_text() == theirs and sorted(p.name for p in tmp_path.iterdir()) == ["nasa4.csv", "policy.yaml"]
 
 
 def test_cli_simulate_with_a_job_trace(nasa_csv, capsys):

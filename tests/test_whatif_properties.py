@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from cli.main import main
 from controller.simulate import REFERENCES, Scenario, default_spec, demand_per_gpu
-from core.policy import manifest
+from core.policy import load_manifests, manifest
 from core.settings import SIMULATED_POLICIES
 from core.units import epoch_seconds
 from core.yamlfile import manifest_text
@@ -168,17 +168,23 @@ REPLAYED = re.compile(r"the history's last (?P<days>[0-9.]+) days \(.* \.\. (?P<
 def test_the_policy_tune_writes_replays_to_the_figures_it_reported(trace, tmp_path_factory, capsys):
     """tune's recommendation is re-checked by replaying the written policy on the history's last days; `simulate
     --policy-file` of that file on the history alone (cut after the last replayed step tune names) over those days
-    gives the figures tune printed, whether the setting met the objective or is the closest."""
+    gives the figures tune printed, whether the setting met the objective or is the closest. `tune --json` gives the
+    same run: the spec written, the reason printed, and the re-check's figures exactly."""
     tmp = tmp_path_factory.mktemp("tune")
     path = _write(trace, tmp / "demand.csv")
     policy = tmp / "policy.yaml"
+    argv = ["tune", path, "--days", "1", "--gpus", str(GPUS), "--peak-gpus", "12"]
     capsys.readouterr()
-    code = main(["tune", path, "--days", "1", "--gpus", str(GPUS), "--peak-gpus", "12", "--write-policy", str(policy)])
+    code = main([*argv, "--write-policy", str(policy)])
     out = capsys.readouterr().out
     assert code in (0, 1) and policy.exists()
+    assert main([*argv, "--json"]) == code
+    doc = json.loads(capsys.readouterr().out)
+    (written,) = load_manifests(policy)
+    assert doc["spec"] == written["spec"] and f"\n  {doc['reason']}\n" in out
     replayed, found = REPLAYED.search(out), MET.search(out) or CLOSEST.search(out)
     if replayed is None:
-        assert "nothing replayed" in out, out[-1500:]
+        assert "nothing replayed" in out and doc["verdict"] == "stated defaults", out[-1500:]
         return
     assert found is not None, out[-1500:]
     # the replay's last step, on the grid a trace sampled off the clock's minutes is read onto (its start floored)
@@ -189,6 +195,8 @@ def test_the_policy_tune_writes_replays_to_the_figures_it_reported(trace, tmp_pa
         assert f"{again['utilization']:.3f}" == found["utilization"]
     assert f"{again['shortage_within_cluster']:.3%}" == f"{found['shortage']}%"
     assert f"{again['short_steps']:.2%}" == f"{found['short_steps']}%"
+    for key in ("utilization", "shortage_within_cluster", "short_steps", "longest_shortage_minutes", "objective_met"):
+        assert math.isclose(doc["figures"][key], again[key], rel_tol=1e-9, abs_tol=1e-12), key
 
 
 @settings(max_examples=3, suppress_health_check=[HealthCheck.function_scoped_fixture])
