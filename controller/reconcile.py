@@ -1130,8 +1130,9 @@ class Reconciler:
             p = i.policy
             state = view.targets.get(p.key)
             warm = state.ready_replicas * p.spec.capacity.gpus_per_replica if state is not None else 0
-            demand = self._samples(p.key, i.raw).latest or 0.0
-            self.timeline.append((now, p.key, demand / p.spec.capacity.demand_per_gpu, ws.reserved_gpus, warm,
+            demand = self._samples(p.key, i.raw).latest  # None: no sample in the lookback, a blank in the timeline
+            self.timeline.append((now, p.key, math.nan if demand is None else demand / p.spec.capacity.demand_per_gpu,
+                                  ws.reserved_gpus, warm,
                                   ws.headroom_gpus, step.lent_gpus, evicted_gpus(applied, p.key)))
 
     def _teams(self, view: View, policies: list[PolicyObject], now: pd.Timestamp) -> dict[str, TeamState]:

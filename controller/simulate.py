@@ -452,9 +452,9 @@ def _run(scenario: Scenario, spec: PolicySpec, make_forecaster, reference: str, 
             if isinstance(a, Evict):
                 events.append((moment(k), a.gpus, a.kind))
                 world.accounting.preemptions[a.kind] = world.accounting.preemptions.get(a.kind, 0) + 1
-        if timeline:  # the demand as the figures charge it: in a gap the last sample seen, also past the lookback
+        if timeline:  # the demand the figures charge; blank where the controller sees no sample in its lookback
             now = moment(k)
-            rows.append((now, key, demand_gpus, ws.reserved_gpus, warm,
+            rows.append((now, key, demand_gpus if seen_newest is not None else math.nan, ws.reserved_gpus, warm,
                          ws.headroom_gpus, plan.lent_gpus, evicted_gpus(applied, key)))
             if detail:
                 unmet = (world.accounting.unmet_within.get(key, 0.0) - unmet_before) / step  # the step just accounted

@@ -2,6 +2,7 @@
 `headroom run --policy-file P --history --timeline` decide the same thing at every step of a real trace."""
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
@@ -52,6 +53,30 @@ def test_the_same_with_a_job_trace(tmp_path, shared_data, capsys):
     assert simulated == ran and simulated != backlog
     assert pd.read_csv(tmp_path / "trace" / "simulate.csv")["preempted_gpus"].sum() > 0  # jobs taken back, requeued
     assert "pod(s) of the window never scheduled" in capsys.readouterr().err
+
+
+def test_the_same_past_a_month_without_samples(tmp_path, capsys):
+    """A trace with a month-long hole (an exporter down, a service paused): past the 28-day lookback the controller
+    sees no sample. The timeline wrote demand 0 there while the figures charged the last sample seen (short steps on
+    rows of no demand); a fix to simulate's rows alone made them the figures' demand, where run's controller, which
+    sees none, still wrote 0. Both now leave those rows' demand_gpus blank, and write the demand seen elsewhere."""
+    days = pd.date_range("2026-01-01", periods=4 * 288, freq="5min", tz="UTC")
+    before = pd.Series(50 + 20 * np.sin(np.arange(len(days)) * 2 * np.pi / 288), days)
+    after = pd.Series(60.0, pd.date_range(days[-1] + pd.Timedelta(days=30), periods=288, freq="5min", tz="UTC"))
+    demand = pd.concat([before, after])
+    trace = tmp_path / "hole.csv"
+    pd.DataFrame({"timestamp": demand.index.strftime("%Y-%m-%dT%H:%M:%SZ"), "value": demand}).to_csv(trace,
+                                                                                                     index=False)
+    policy = _policy_file(tmp_path / "policy.yaml", trace)
+    simulated, ran = _both(tmp_path, trace, policy, days=2)
+    assert simulated == ran
+    t = pd.read_csv(tmp_path / "simulate.csv")
+    stamps = pd.DatetimeIndex(pd.to_datetime(t["timestamp"]))
+    unseen = stamps <= after.index[0] - pd.Timedelta("5min")  # no sample in the 28 days before (the hole's last day)
+    assert unseen.sum() > 200 and t["demand_gpus"][unseen].isna().all()
+    per_gpu = demand_per_gpu(load_history(trace), peak_gpus=100)
+    seen = demand.reindex(demand.index.union(stamps)).ffill().loc[stamps[~unseen]]
+    np.testing.assert_allclose(t["demand_gpus"][~unseen], seen.to_numpy() / per_gpu, rtol=1e-9)
 
 
 @pytest.mark.parametrize("trace_name, fields", [

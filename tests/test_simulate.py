@@ -303,31 +303,6 @@ def test_timeline_columns_and_file(tmp_path):
     assert type(simulate(s, spec)) is SimResult
 
 
-def test_a_month_without_samples_is_in_the_timeline_as_the_figures_charge_it(tmp_path, capsys):
-    """A trace with a month-long hole (an exporter down, a service paused): past the controller's 28-day lookback it
-    observes no sample, and the timeline wrote demand 0 there while the figures charged the last sample seen (short
-    steps on rows of no demand). A row's demand_gpus is the demand its interval is accounted with (README)."""
-    from cli.main import main
-
-    days = pd.date_range("2026-01-01", periods=4 * 288, freq="5min", tz="UTC")
-    before = pd.Series(50 + 20 * np.sin(np.arange(len(days)) * 2 * np.pi / 288), days)
-    after = pd.Series(60.0, pd.date_range(days[-1] + pd.Timedelta(days=30), periods=288, freq="5min", tz="UTC"))
-    demand = pd.concat([before, after])
-    path, timeline = tmp_path / "hole.csv", tmp_path / "timeline.csv"
-    pd.DataFrame({"timestamp": demand.index.strftime("%Y-%m-%dT%H:%M:%SZ"), "value": demand}).to_csv(path, index=False)
-    capsys.readouterr()
-    assert main(["simulate", str(path), "--days", "2", "--policy", "static", "--timeline", str(timeline),
-                 "--json"]) == 0
-    r = json.loads(capsys.readouterr().out)
-    t = pd.read_csv(timeline)
-    stamps = pd.DatetimeIndex(pd.to_datetime(t["timestamp"]))
-    last_seen = demand.reindex(demand.index.union(stamps)).ffill().loc[stamps]
-    assert stamps[0] > before.index[-1] + pd.Timedelta(days=28)  # the case: rows with no sample in the lookback
-    np.testing.assert_allclose(t["demand_gpus"], last_seen.to_numpy() / r["policy"]["capacity"]["demandPerGpu"],
-                               rtol=1e-9)
-    assert r["short_steps"] > 0 and (t["demand_gpus"].iloc[1:] > t["warm_gpus"].iloc[1:]).any()
-
-
 def test_demand_per_gpu_and_default_spec():
     d = trace("nasa")
     per_gpu = demand_per_gpu(d, peak_gpus=100)
