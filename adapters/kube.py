@@ -40,6 +40,8 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+from core.deadline import current as current_deadline
+from core.deadline import earliest
 from core.errors import ClusterError, Conflict, Invalid, NotFound, NotInstalled, StaleCache
 from core.objects import (
     CONDITION_TYPES,
@@ -671,10 +673,12 @@ class KubeCluster:
     def _request(self, method: str, path: str, body: Any = None, query: dict | None = None,
                  content_type: str = "application/json", retries: int | None = None,
                  timeout: float | None = None, deadline: float | None = None) -> dict:
-        """One request with its retries; `deadline` (time.monotonic()): no attempt waits past it, none starts after."""
+        """One request with its retries; `deadline` (time.monotonic()), or the deadline of the work it is made for
+        (core.deadline: a reconcile's, a write's), whichever is earlier: no attempt waits past it, none starts after."""
         import urllib3
         from kubernetes.client.exceptions import ApiException
 
+        deadline = earliest(deadline, current_deadline())
         query = dict(query or {})
         if method in ("POST", "PUT", "PATCH"):
             query.setdefault("fieldManager", self.field_manager)
@@ -687,7 +691,7 @@ class KubeCluster:
                 wait = min(wait, deadline - time.monotonic())
             try:
                 if wait <= 0:
-                    raise TimeoutError("its deadline passed before it was sent")
+                    raise TimeoutError("not sent")
                 with self._informers_lock:
                     self.requests[method] = self.requests.get(method, 0) + 1
                 host, headers = self._address()
@@ -727,6 +731,8 @@ class KubeCluster:
             reason = payload.get("reason", "") if isinstance(payload, dict) else ""
             error = {404: NotFound, 409: Conflict, 422: Invalid}.get(status, ClusterError)
             where = "unreachable" if status == 0 else f"HTTP {status}"
+            if status == 0 and deadline is not None and time.monotonic() + delay >= deadline:
+                message += " (no time left before its deadline)"
             raise error(f"{method} {path}: {where}: {message}", status=status, reason=reason, body=payload)
 
     def _landed(self, method: str, path: str, body: Any, deadline: float | None) -> dict | None:
@@ -1151,7 +1157,13 @@ class LeaseElector:
     @property
     def is_leader(self) -> bool:
         """Leader as of the last successful acquire/renew, and not yet expired locally."""
-        return self._leader and self.monotonic() - self._observed_at < self.lease_seconds
+        return self.monotonic() < self.expires_at
+
+    @property
+    def expires_at(self) -> float:
+        """When (time.monotonic()) this elector's lease lapses as the other replicas may count it: a lease from the
+        start of the round that renewed it (-inf: it does not lead)."""
+        return self._observed_at + self.lease_seconds if self._leader else -math.inf
 
     def _spec(self, transitions: int, acquire_time: str) -> dict:
         now = _rfc3339(_now(), micro=True)

@@ -8,8 +8,9 @@ import pytest
 
 import controller.reconcile as reconcile
 from controller.actions import EventNote, PatchStatus, Requeue, Scale, SetQuota
-from controller.executor import EventsBeside, StatusesBeside, execute
+from controller.executor import PAST_DEADLINE, EventsBeside, StatusesBeside, execute
 from controller.reconcile import Reconciler
+from core.deadline import current as current_deadline
 from core.objects import Condition, ObjectRef, PolicyStatus, TargetRef
 from core.settings import RunConfig
 from tests.test_actions import CHAT, Flaky, busy_world, observe, victims, world
@@ -211,3 +212,34 @@ def test_a_reconciler_with_statuses_beside_notes_what_was_written_and_counts_fai
     broken._execute([_status("p0", 4)])
     broken.close()
     assert broken._errors == {"status": 1}
+
+
+class Bounded:
+    """The embedded cluster, noting the deadline (core.deadline) each write is made within."""
+
+    def __init__(self, inner):
+        self.inner, self.deadlines = inner, []
+
+    def __getattr__(self, name):
+        attr = getattr(self.inner, name)
+        if name not in ("scale_deployment", "set_cluster_queue_quota"):
+            return attr
+
+        def noted(*args):
+            self.deadlines.append(current_deadline())
+            return attr(*args)
+        return noted
+
+
+def test_each_write_is_made_within_the_fence_s_bound_and_none_once_it_has_passed():
+    """The fence says until when a write may take (its reconcile's deadline, or the Lease's end if earlier): each
+    write's requests end by then (adapters.kube reads it), and once that moment has passed nothing more is written."""
+    actions = [Scale(CHAT.key, CHAT.target, 5, 10, "up"), SetQuota("train-a", 40, "slack")]
+    cluster = Bounded(world())
+    until = time.monotonic() + 60
+    out = execute(actions, cluster, fence=lambda: until)
+    assert [o.applied for o in out] == [True, True] and cluster.deadlines == [until, until]
+    assert current_deadline() is None  # the bound is the write's, not the caller's
+    cluster = Bounded(world())
+    out = execute(actions, cluster, fence=lambda: time.monotonic() - 0.001)
+    assert [o.skipped for o in out] == [PAST_DEADLINE, PAST_DEADLINE] and cluster.deadlines == []

@@ -1,0 +1,95 @@
+"""A reconcile on an API server that stops answering: a halted host (SIGSTOP) takes requests in and answers none, and
+acts on those it had read once it runs again. Each reconcile has a deadline (controller/loop.py: its interval, or its
+Lease when longer), and each write the Lease's end besides: no request waits past them, none starts after; what is not
+done is left to the next reconcile, which reads what landed. On the real kube-apiserver 1.20 behind
+tests/servers/proxy.py (AnswerLosingProxy.halt_at), and a real Prometheus."""
+from __future__ import annotations
+
+import logging
+import time
+
+import pandas as pd
+import pytest
+
+from adapters.kube import RELEASE_TIMEOUT_SECONDS, KubeCluster
+from controller.loop import Loop
+from tests.servers.proxy import AnswerLosingProxy
+from tests.test_run_real import (
+    MONDAY_7AM,
+    NS,
+    RP,
+    admit,
+    kube,  # noqa: F401 -- a fixture: namespaces, queues, Deployment, policy
+    policy,
+    reconciler,
+    replicas,
+    training,
+)
+
+TIMEOUT = 2.0  # each attempt's request timeout: one request waited out 7 attempts, 14 s and more, on a halted host
+LEASE = 4      # the Lease (and so the reconcile's deadline: its interval is shorter)
+WRITES = ("PATCH", "PUT", "POST")
+
+
+@pytest.fixture
+def proxy(kube_server):
+    proxy = AnswerLosingProxy(kube_server.apiserver).start()
+    yield proxy
+    proxy.stop()
+
+
+@pytest.fixture
+def lossy(proxy, kube_server):
+    """The controller's client, through the proxy (no watch cache: the proxy holds a watch's answer whole, so every
+    read is a LIST, a request the deadline bounds too)."""
+    api = kube_server.apiserver
+    lossy = KubeCluster.from_token(proxy.host, api.token, ca_file=str(api.ca_file), request_timeout=TIMEOUT,
+                                   backoff_base=0.05, backoff_max=0.2)
+    yield lossy
+    lossy.close()
+
+
+def test_a_reconcile_on_a_halted_host_ends_by_its_deadline_and_the_next_reads_what_landed(
+        kube, proxy, lossy, prometheus_server, tmp_path, caplog):  # noqa: F811 -- the fixture
+    """The host halts at the reconcile's first eviction. Each write waited out every retry (7 x the request timeout) and
+    the reconcile with it, its writes going out long after its Lease could have lapsed, and landing when the host ran
+    again. It now ends by its deadline, sends nothing after it, says how much it left undone; once the host runs again
+    the next reconcile reads what landed: nothing evicted twice, the cluster as planned."""
+    kube.delete(f"{RP}/chat")
+    kube.create(RP, policy("chat", forecaster="seasonal-naive"))  # fitted in a moment, inside the deadline
+    for i in range(12):
+        admit(kube, f"train-{i}", 10)  # 120 GPUs of training: the morning's reservation takes some back
+    r = reconciler(lossy, prometheus_server.url, tmp_path)
+    now = MONDAY_7AM + pd.Timedelta(hours=3)
+    loop = Loop(r, lossy.leader_elector(NS, "halted-reconcile", "replica-a", lease_seconds=LEASE), interval=1,
+                lease_seconds=LEASE, clock=lambda: now)
+    proxy.halt_at("PATCH", "/workloads/")  # the host halts at the first eviction
+    caplog.set_level(logging.WARNING)
+    began = time.monotonic()
+    loop.run(once=True)
+    took = time.monotonic() - began
+    state = r.holder.get()
+    assert state.reconcile_seconds.sum < LEASE + 0.5, state.reconcile_seconds.sum
+    # then only the Lease's release, one quick attempt, which the halted host does not answer either
+    assert took < LEASE + RELEASE_TIMEOUT_SECONDS + 1.5, took
+    writes = [(t - began, m, p) for t, m, p in proxy.arrived if m in WRITES]
+    assert max(t for t, _, _ in writes) < LEASE + 0.2, writes  # nothing sent after the deadline
+    assert state.reconcile_errors_total.get("cluster", 0) >= 1
+    assert "actions left undone: its deadline passed" in caplog.text, caplog.text
+
+    proxy.resume()  # what it had taken in lands now: an eviction whose answer was lost
+    landed = {p.split("?")[0].rsplit("/", 1)[1] for m, p, _ in proxy.lost if m == "PATCH"}
+    stopped = {name for name, w in training(kube).items() if not w.active}
+    assert landed and landed <= stopped, (landed, stopped)
+    loop.run(once=True)
+    after = r.holder.get()
+    new_errors = {s: n - state.reconcile_errors_total.get(s, 0) for s, n in after.reconcile_errors_total.items()}
+    assert not any(new_errors.values()), (new_errors, caplog.text)
+    stopped_now = {name for name, w in training(kube).items() if not w.active}
+    assert all(training(kube)[n].evicted_by_plan for n in stopped_now)
+    ps = after.policies[f"{NS}/chat"]
+    assert replicas(kube) == ps.reserved_gpus
+    held = sum(w.gpus for w in training(kube).values() if w.active and w.admitted)
+    assert ps.reserved_gpus + held <= 128
+    loop.run(once=True)
+    assert r.holder.get().actions == (), r.holder.get().actions  # what landed is read: nothing left to do
