@@ -427,6 +427,7 @@ class Reconciler:
         self._retrained_at: dict[str, pd.Timestamp] = {}  # the last retraining asked for
         self._accuracy: dict[str, tuple[pd.Timestamp, dict, dict]] = {}
         self._preemptions: dict[str, int] = {}
+        self._unsure: dict[str, Evict] = {}  # Workload -> its eviction that failed, which may yet land (_landed_late)
         self._lost: dict[str, float] = {}
         self._errors: dict[str, int] = {}
         self._team_seconds: dict[str, tuple[float, float, int]] = {}
@@ -572,6 +573,7 @@ class Reconciler:
                                        self._weights(policies), self.cfg.non_lendable_gpus, self.cfg.horizon_hours,
                                        self.cfg.keep_forecast_seconds)
         hours = self._hour_plan(inputs, cluster_policy, now)
+        self._landed_late()
         view = self._view(policies, now)
         step = plan_step(hours, self._observed(inputs, view), view.training, cluster_policy, now)
         plan_id = hashlib.sha256(repr((now.isoformat(), [(w.name, w.reserved_gpus) for w in step.workloads],
@@ -1063,11 +1065,30 @@ class Reconciler:
             elif o.error:
                 self._error("events", a.reason, o.error)
             if isinstance(a, Evict) and o.applied:
-                self._preemptions[a.kind] = self._preemptions.get(a.kind, 0) + 1
-                self._lost[a.kind] = self._lost.get(a.kind, 0.0) + a.work_lost_seconds * a.gpus
-                seconds, borrowed, preempted = self._team_seconds.get(a.queue, (0.0, 0.0, 0))
-                self._team_seconds[a.queue] = (seconds, borrowed, preempted + 1)
+                self._preempted(a)
+            elif isinstance(a, Evict) and o.failure:  # its answer lost (the deadline came first), it may yet land
+                self._unsure[a.workload] = a
         return failures
+
+    def _preempted(self, a: Evict) -> None:
+        self._preemptions[a.kind] = self._preemptions.get(a.kind, 0) + 1
+        self._lost[a.kind] = self._lost.get(a.kind, 0.0) + a.work_lost_seconds * a.gpus
+        seconds, borrowed, preempted = self._team_seconds.get(a.queue, (0.0, 0.0, 0))
+        self._team_seconds[a.queue] = (seconds, borrowed, preempted + 1)
+
+    def _landed_late(self) -> None:
+        """Evictions that failed may have landed since (an answer lost at the deadline, the host halted: it acts on
+        the request once it runs again): one that did (the Workload carries its plan's id, which no other write
+        sets) is counted now, once; the others are forgotten (a plan on fresh state decides anew)."""
+        if not self._unsure:
+            return
+        seen = {w.key: w for w in self.cluster.workloads()}
+        for a in self._unsure.values():
+            w = seen.get(a.workload)
+            if w is not None and w.evicted_by_plan == a.plan_id and a.uid in (None, w.uid):
+                log.info("the eviction of %s, whose answer was lost, landed: counted now", a.workload)
+                self._preempted(a)
+        self._unsure = {}
 
     # -- 5. report
     @staticmethod

@@ -54,7 +54,7 @@ def test_a_reconcile_on_a_halted_host_ends_by_its_deadline_and_the_next_reads_wh
     """The host halts at the reconcile's first eviction. Each write waited out every retry (7 x the request timeout) and
     the reconcile with it, its writes going out long after its Lease could have lapsed, and landing when the host ran
     again. It now ends by its deadline, sends nothing after it, says how much it left undone; once the host runs again
-    the next reconcile reads what landed: nothing evicted twice, the cluster as planned."""
+    the next reconcile reads what landed: nothing evicted twice, nothing counted twice, the cluster as planned."""
     kube.delete(f"{RP}/chat")
     kube.create(RP, policy("chat", forecaster="seasonal-naive"))  # fitted in a moment, inside the deadline
     for i in range(12):
@@ -87,9 +87,12 @@ def test_a_reconcile_on_a_halted_host_ends_by_its_deadline_and_the_next_reads_wh
     assert not any(new_errors.values()), (new_errors, caplog.text)
     stopped_now = {name for name, w in training(kube).items() if not w.active}
     assert all(training(kube)[n].evicted_by_plan for n in stopped_now)
+    # every Workload stopped is counted once: the one whose answer was lost once it is seen to have landed
+    assert sum(after.preemptions_total.values()) == len(stopped_now), (after.preemptions_total, stopped_now)
     ps = after.policies[f"{NS}/chat"]
     assert replicas(kube) == ps.reserved_gpus
     held = sum(w.gpus for w in training(kube).values() if w.active and w.admitted)
     assert ps.reserved_gpus + held <= 128
     loop.run(once=True)
     assert r.holder.get().actions == (), r.holder.get().actions  # what landed is read: nothing left to do
+    assert sum(r.holder.get().preemptions_total.values()) == len(stopped_now)
