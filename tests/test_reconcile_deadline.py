@@ -96,3 +96,46 @@ def test_a_reconcile_on_a_halted_host_ends_by_its_deadline_and_the_next_reads_wh
     loop.run(once=True)
     assert r.holder.get().actions == (), r.holder.get().actions  # what landed is read: nothing left to do
     assert sum(r.holder.get().preemptions_total.values()) == len(stopped_now)
+
+
+@pytest.mark.usefixtures("kube")
+def test_run_once_on_a_halted_host_says_so_and_exits_1_in_seconds(kube_server, prometheus_server, tmp_path):
+    """`headroom run --once` with the API server's host halted (SIGSTOP: the packets just stop) took two and a half
+    minutes to say so: its check of the APIs served waited out every retry (76 s), then it waited 30 s for the watch
+    caches' first LIST, and its close another 5 s for each of them. Now: one attempt of the check, no wait for caches
+    that cannot fill, the election round's deadline, the Lease's quick release, 5 s for the caches together."""
+    import signal
+    import subprocess
+    import sys
+
+    import yaml
+
+    from adapters.kube import RENEW_DEADLINE_SHARE
+    from tests.servers import free_port
+
+    lease = 3
+    config = tmp_path / "headroom.yaml"
+    config.write_text(yaml.safe_dump({"run": {
+        "cluster": "kubernetes", "namespace": NS, "capacity_gpus": 64,
+        "lease": {"namespace": NS, "name": "halted", "duration_seconds": lease},
+        "prometheus": {"url": prometheus_server.url, "retries": 0}, "retrain_every_seconds": 0,
+        "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"}}))
+    kubeconfig = kube_server.apiserver.kubeconfig(tmp_path / "kubeconfig")
+    api = kube_server.apiserver
+    api.process.signal_group(signal.SIGSTOP)
+    began = time.monotonic()
+    try:
+        done = subprocess.run([sys.executable, "-m", "cli.main", "run", "--once", "--config", str(config),
+                               "--kubeconfig", str(kubeconfig), "--metrics-port", str(free_port())],
+                              capture_output=True, text=True, timeout=300)
+    finally:
+        api.process.signal_group(signal.SIGCONT)
+    took = time.monotonic() - began
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 1, (done.returncode, done.stdout, done.stderr)
+    error = done.stderr.splitlines()[-1]
+    assert error.startswith("headroom: error: leader election: the Lease inference-run/halted could not be read")
+    assert "unreachable" in error, error
+    # one check (the request timeout), the election round, the release's one attempt, the caches' close, start-up
+    bound = KubeCluster.request_timeout + RENEW_DEADLINE_SHARE * lease + RELEASE_TIMEOUT_SECONDS + 5 + 5
+    assert took < bound, (took, bound, done.stderr)
