@@ -27,7 +27,7 @@ from tests.test_run_real import (
 )
 
 TIMEOUT = 2.0  # each attempt's request timeout: one request waited out 7 attempts, 14 s and more, on a halted host
-LEASE = 4      # the Lease (and so the reconcile's deadline: its interval is shorter)
+LEASE = 6      # the Lease (and so the reconcile's deadline: its interval is shorter)
 WRITES = ("PATCH", "PUT", "POST")
 
 
@@ -63,6 +63,13 @@ def test_a_reconcile_on_a_halted_host_ends_by_its_deadline_and_the_next_reads_wh
     now = MONDAY_7AM + pd.Timedelta(hours=3)
     loop = Loop(r, lossy.leader_elector(NS, "halted-reconcile", "replica-a", lease_seconds=LEASE), interval=1,
                 lease_seconds=LEASE, clock=lambda: now)
+    deadlines: list[float] = []  # the one the loop gives the reconcile
+    reconcile = r.reconcile
+
+    def noting(now, deadline):
+        deadlines.append(deadline)
+        return reconcile(now, deadline)
+    r.reconcile = noting  # type: ignore[method-assign]
     proxy.halt_at("PATCH", "/workloads/")  # the host halts at the first eviction
     caplog.set_level(logging.WARNING)
     began = time.monotonic()
@@ -71,9 +78,9 @@ def test_a_reconcile_on_a_halted_host_ends_by_its_deadline_and_the_next_reads_wh
     state = r.holder.get()
     assert state.reconcile_seconds.sum < LEASE + 0.5, state.reconcile_seconds.sum
     # then only the Lease's release, one quick attempt, which the halted host does not answer either
-    assert took < LEASE + RELEASE_TIMEOUT_SECONDS + 1.5, took
-    writes = [(t - began, m, p) for t, m, p in proxy.arrived if m in WRITES]
-    assert max(t for t, _, _ in writes) < LEASE + 0.2, writes  # nothing sent after the deadline
+    assert took < LEASE + RELEASE_TIMEOUT_SECONDS + 3, took
+    writes = [(t - deadlines[0], m, p) for t, m, p in proxy.arrived if m in WRITES]
+    assert max(t for t, _, _ in writes) < 0.1, writes  # nothing sent after the deadline (the Lease's PUT neither)
     assert state.reconcile_errors_total.get("cluster", 0) >= 1
     assert "actions left undone: its deadline passed" in caplog.text, caplog.text
 
@@ -137,5 +144,5 @@ def test_run_once_on_a_halted_host_says_so_and_exits_1_in_seconds(kube_server, p
     assert error.startswith("headroom: error: leader election: the Lease inference-run/halted could not be read")
     assert "unreachable" in error, error
     # one check (the request timeout), the election round, the release's one attempt, the caches' close, start-up
-    bound = KubeCluster.request_timeout + RENEW_DEADLINE_SHARE * lease + RELEASE_TIMEOUT_SECONDS + 5 + 5
+    bound = KubeCluster.request_timeout + RENEW_DEADLINE_SHARE * lease + RELEASE_TIMEOUT_SECONDS + 5 + 15
     assert took < bound, (took, bound, done.stderr)
