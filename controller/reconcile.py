@@ -1078,17 +1078,20 @@ class Reconciler:
 
     def _landed_late(self) -> None:
         """Evictions that failed may have landed since (an answer lost at the deadline, the host halted: it acts on
-        the request once it runs again): one that did (the Workload carries its plan's id, which no other write
-        sets) is counted now, once; the others are forgotten (a plan on fresh state decides anew)."""
+        the request once it runs again): one that did (the Workload stopped, carrying its plan's id, which no other
+        write sets) is counted now, once; one whose Workload is gone or stopped by another plan is forgotten. A
+        Workload still running is asked about again next time (a watch cache may not have seen the write land yet)."""
         if not self._unsure:
             return
         seen = {w.key: w for w in self.cluster.workloads()}
-        for a in self._unsure.values():
-            w = seen.get(a.workload)
+        for key, a in list(self._unsure.items()):
+            w = seen.get(key)
+            if w is not None and w.active:
+                continue
             if w is not None and w.evicted_by_plan == a.plan_id and a.uid in (None, w.uid):
-                log.info("the eviction of %s, whose answer was lost, landed: counted now", a.workload)
+                log.info("the eviction of %s, whose answer was lost, landed: counted now", key)
                 self._preempted(a)
-        self._unsure = {}
+            del self._unsure[key]
 
     # -- 5. report
     @staticmethod

@@ -8,7 +8,7 @@ import pytest
 
 import controller.reconcile as reconcile
 from controller.actions import EventNote, PatchStatus, Requeue, Scale, SetQuota
-from controller.executor import PAST_DEADLINE, EventsBeside, StatusesBeside, execute
+from controller.executor import PAST_DEADLINE, EventsBeside, Outcome, StatusesBeside, execute
 from controller.reconcile import Reconciler
 from core.deadline import current as current_deadline
 from core.objects import Condition, ObjectRef, PolicyStatus, TargetRef
@@ -243,3 +243,36 @@ def test_each_write_is_made_within_the_fence_s_bound_and_none_once_it_has_passed
     cluster = Bounded(world())
     out = execute(actions, cluster, fence=lambda: time.monotonic() - 0.001)
     assert [o.skipped for o in out] == [PAST_DEADLINE, PAST_DEADLINE] and cluster.deadlines == []
+
+
+class Behind:
+    """The embedded cluster, its Workloads read as they were (a watch cache that has not yet seen a write land)."""
+
+    def __init__(self, inner, workloads):
+        self.inner, self.held = inner, workloads
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def workloads(self):
+        return self.held
+
+
+def test_an_eviction_whose_answer_was_lost_is_counted_once_when_it_is_seen_to_have_landed():
+    """The eviction's write landed but its answer was lost (the reconcile's deadline came first): the next reconcile
+    counts it once its Workload is seen stopped by that plan, not while a cache behind the server still shows it
+    running, and never twice."""
+    w = busy_world()
+    (e,) = victims(w, 1)
+    running = w.workloads()
+    r = Reconciler(w, None, RunConfig())  # type: ignore[arg-type]  # no demand is read here
+    namespace, name = e.workload.split("/")
+    assert w.evict_workload(namespace, name, e.uid, e.reason, e.plan_id)  # it landed; the reconcile never heard
+    r._count([Outcome(e, False, error="PATCH ...: unreachable: no time left before its deadline")], None, [])
+    r.cluster = Behind(w, running)
+    r._landed_late()
+    assert r._preemptions == {}
+    r.cluster = w
+    r._landed_late()
+    r._landed_late()
+    assert r._preemptions == {e.kind: 1}
