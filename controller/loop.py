@@ -131,9 +131,9 @@ class Loop:
                 log.warning("leader election: %s", exc)
                 self._leading, self.election_error = False, str(exc)
             if self._leading and time.monotonic() >= next_reconcile:
-                # A reconcile ends within one period of the loop (its interval, or its Lease when that is longer: the
-                # election round must fit beside it), well inside the liveness bound; each write ends by the Lease's
-                # end besides (the fence). What it has not done by then it leaves to the next, on fresh state.
+                # A reconcile ends within its interval, or its Lease when that is longer: with the election round it
+                # stays well inside the liveness bound (healthy). Each write ends by the Lease's end besides (the
+                # fence): no write after the other replicas could see the Lease lapse. What is left, the next does.
                 deadline = time.monotonic() + max(self.interval, self.lease_seconds)
                 state = self.reconciler.reconcile(self.clock(), deadline=deadline)
                 self._reconciled = True
