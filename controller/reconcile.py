@@ -584,7 +584,7 @@ class Reconciler:
             outcomes = [] if self.dry_run else self._apply(actions, view, lambda: self._still_wanted(
                 hours, inputs, cluster_policy, policies, now))
         self._note_left(outcomes)
-        failures = self._count(outcomes, step, policies)
+        failures = self._count(outcomes, policies)
         after = self._view(policies, now)  # after evictions and scaling
         lenders = self._cohort_check(policies)
         reclaimable, wanted, risk = self._headroom(step, after, cluster_policy, lenders)
@@ -1044,7 +1044,7 @@ class Reconciler:
             elif o.error:
                 self._error("events", o.action.reason, o.error)
 
-    def _count(self, outcomes: list[Outcome], step: StepPlan, policies: list[PolicyObject]) -> dict[str, str]:
+    def _count(self, outcomes: list[Outcome], policies: list[PolicyObject]) -> dict[str, str]:
         """Preemption counters, and each policy's actuation failure: its target's, a ClusterQueue's it names, or an
         eviction made on its behalf."""
         failures: dict[str, str] = {}

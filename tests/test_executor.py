@@ -268,7 +268,7 @@ def test_an_eviction_whose_answer_was_lost_is_counted_once_when_it_is_seen_to_ha
     r = Reconciler(w, None, RunConfig())  # type: ignore[arg-type]  # no demand is read here
     namespace, name = e.workload.split("/")
     assert w.evict_workload(namespace, name, e.uid, e.reason, e.plan_id)  # it landed; the reconcile never heard
-    r._count([Outcome(e, False, error="PATCH ...: unreachable: no time left before its deadline")], None, [])
+    r._count([Outcome(e, False, error="PATCH ...: unreachable: no time left before its deadline")], [])
     r.cluster = Behind(w, running)
     r._landed_late()
     assert r._preemptions == {}
