@@ -48,6 +48,7 @@ TRAINING_NAMESPACE = "training"
 class SoleElector:
     """The embedded cluster has one controller: it always leads."""
     is_leader: bool = True
+    expires_at: float = math.inf
 
     def try_acquire_or_renew(self) -> bool:
         return True

@@ -8,7 +8,9 @@ disruption command again before it acts; Kueue's IssuePreemptions checks each ta
   * Requeue, PatchStatus, RecordEvent: the adapters' writes are idempotent.
 A write that conflicts is retried by the adapter on a fresh read; one that fails is reported in its
 Outcome and does not stop the others. A `fence` (the controller's: this replica still holds its Lease) is asked
-before each write: once it says no, nothing more is written (NOT_LEADER), as another replica may lead. An
+before each write: once it says no, nothing more is written (NOT_LEADER), as another replica may lead. It says until
+when the write may take, too (the reconcile's deadline, or the Lease's end if earlier: core.deadline): every request
+of the write ends by then, and once that moment has passed nothing more is written (PAST_DEADLINE). An
 action's Event is recorded once the action has changed something: at once, or handed to an EventsBeside that sends
 it off the reconcile's path.
 """
@@ -25,12 +27,26 @@ from dataclasses import dataclass
 
 from controller.actions import Action, EventNote, Evict, PatchStatus, RecordEvent, Requeue, Scale, SetQuota
 from core.cluster import Cluster
+from core.deadline import within
 from core.errors import ClusterError, NotFound
 from core.objects import ObjectRef, WorkloadInfo
 
 log = logging.getLogger(__name__)
 
 NOT_LEADER = "not written: this replica no longer holds its Lease (another may lead)"
+PAST_DEADLINE = "not written: its reconcile's deadline (or its Lease's end) had passed; the next reconcile acts anew"
+# until when (time.monotonic()) this replica may write now; None: it may not (it no longer leads)
+Fence = Callable[[], float | None]
+
+
+def window(fence: Fence | None) -> tuple[float | None, str | None]:
+    """(until when the next write may take, None: no bound; why it must not be made, None: it may)."""
+    if fence is None:
+        return None, None
+    until = fence()
+    if until is None:
+        return None, NOT_LEADER
+    return until, PAST_DEADLINE if until <= time.monotonic() else None
 
 
 @dataclass(frozen=True)
@@ -87,11 +103,12 @@ class EventsBeside:
     with a bounded queue, best-effort): a thousand reservations moving at once must not hold up the evictions and
     statuses behind their Events. A full queue drops the event; drops and failures go to `failed(reason, error)`
     (the reconciler counts them as `events` errors). While `held()`, queued Events wait: the reconcile's own writes
-    (a demand jump's scales and evictions) go to the API server first. close() sends what is queued (bounded by
-    `timeout`)."""
+    (a demand jump's scales and evictions) go to the API server first. Each is sent within `deadline()` (the
+    reconcile's: core.deadline). close() sends what is queued (bounded by `timeout`)."""
 
-    def __init__(self, cluster: Cluster, failed: Callable[[str, str], None], capacity: int = 4096, workers: int = 2):
-        self.cluster, self.failed = cluster, failed
+    def __init__(self, cluster: Cluster, failed: Callable[[str, str], None], capacity: int = 4096, workers: int = 2,
+                 deadline: Callable[[], float | None] = lambda: None):
+        self.cluster, self.failed, self.deadline = cluster, failed, deadline
         self._queue: queue.Queue[EventNote | None] = queue.Queue(capacity)
         self._open = threading.Event()  # cleared while held
         self._open.set()
@@ -118,7 +135,8 @@ class EventsBeside:
     def _run(self) -> None:
         while (event := self._queue.get()) is not None:
             self._open.wait()
-            error = _record(event, self.cluster)
+            with within(self.deadline()):
+                error = _record(event, self.cluster)
             if error:
                 self.failed(event.reason, error)
 
@@ -145,7 +163,7 @@ class StatusesBeside:
     writes it, then stops."""
 
     def __init__(self, cluster: Cluster, written: Callable[[PatchStatus, str | None, float | None], None],
-                 workers: int = 8, fence: Callable[[], bool] | None = None):
+                 workers: int = 8, fence: Fence | None = None):
         self.cluster, self.written, self.fence = cluster, written, fence
         self._latest: dict[ObjectRef, tuple[PatchStatus, float]] = {}  # policy -> (its newest status, handed over at)
         self._queue: deque[ObjectRef] = deque()   # policies with a status to write, in the order they came
@@ -180,11 +198,13 @@ class StatusesBeside:
                 self._writing.add(policy)
                 action, since = self._latest.pop(policy)
             error, wrote = None, True
+            until, refused = window(self.fence)
             try:
-                if self.fence is not None and not self.fence():
-                    error, wrote = NOT_LEADER, False
+                if refused:
+                    error, wrote = refused, False
                 else:
-                    wrote = apply(action, self.cluster)
+                    with within(until):
+                        wrote = apply(action, self.cluster)
             except ClusterError as exc:
                 error = str(exc)
             self.written(action, error, time.monotonic() - since if wrote else None)
@@ -222,49 +242,52 @@ class StatusesBeside:
 def execute(actions: Sequence[Action], cluster: Cluster,
             still_wanted: Callable[[list[Evict]], set[str]] | None = None,
             record: Callable[[EventNote], str | None] | None = None,
-            fence: Callable[[], bool] | None = None) -> list[Outcome]:
+            fence: Fence | None = None) -> list[Outcome]:
     """Apply `actions` in order (inference first: it must never wait for training); `still_wanted` re-plans
     on a fresh view and returns the Workloads a fresh plan still evicts (None: trust the plan as made); `record`
-    records an Event and returns its error (None: at once, on `cluster`); `fence` says whether this replica may
-    still write (None: always): once it says no, the rest are skipped as NOT_LEADER."""
+    records an Event and returns its error (None: at once, on `cluster`); `fence` says until when this replica may
+    write (None: always, unbounded): once it says no, the rest are skipped as NOT_LEADER, once that moment has
+    passed as PAST_DEADLINE."""
     record = record or (lambda event: _record(event, cluster))
     evictions = [a for a in actions if isinstance(a, Evict)]
     wanted = still_wanted(evictions) if evictions and still_wanted is not None else None
     running: dict[str, WorkloadInfo] | None = None
     out: list[Outcome] = []
     for a in actions:
-        if fence is not None and not fence():
-            out.append(Outcome(a, False, skipped=NOT_LEADER))
+        until, refused = window(fence)
+        if refused:
+            out.append(Outcome(a, False, skipped=refused))
             continue
-        if isinstance(a, RecordEvent):
-            error = record(a.event)
-            out.append(Outcome(a, error is None, error=error))
-            continue
-        try:
-            if isinstance(a, Evict):
-                if running is None:
-                    running = {w.key: w for w in cluster.workloads() if w.admitted and w.active}
-                w = running.get(a.workload)
-                if w is None or w.uid != a.uid or w.cluster_queue != a.queue:
-                    out.append(Outcome(a, False, skipped="no longer running as planned"))
-                    continue
-                if wanted is not None and a.workload not in wanted:
-                    log.info("preemption of %s dropped: a fresh plan no longer needs it", a.workload)
-                    out.append(Outcome(a, False, skipped="a fresh plan no longer needs it"))
-                    continue
-            applied = apply(a, cluster)
-            if isinstance(a, Evict) and running is not None:
-                running.pop(a.workload, None)  # never twice, even if the list asks twice
-        except NotFound as exc:
-            if isinstance(a, Evict | Requeue):  # deleted since the view (finished, its Job gone): nothing to stop
-                out.append(Outcome(a, False, skipped="it no longer exists"))
+        with within(until):  # every request of this action ends by then
+            if isinstance(a, RecordEvent):
+                error = record(a.event)
+                out.append(Outcome(a, error is None, error=error))
                 continue
-            out.append(Outcome(a, False, error=str(exc)))
-            continue
-        except ClusterError as exc:
-            out.append(Outcome(a, False, error=str(exc)))
-            continue
-        event: EventNote | None = getattr(a, "event", None)
-        event_error = record(event) if applied and event is not None else None
-        out.append(Outcome(a, applied, error=f"event: {event_error}" if event_error else None))
+            try:
+                if isinstance(a, Evict):
+                    if running is None:
+                        running = {w.key: w for w in cluster.workloads() if w.admitted and w.active}
+                    w = running.get(a.workload)
+                    if w is None or w.uid != a.uid or w.cluster_queue != a.queue:
+                        out.append(Outcome(a, False, skipped="no longer running as planned"))
+                        continue
+                    if wanted is not None and a.workload not in wanted:
+                        log.info("preemption of %s dropped: a fresh plan no longer needs it", a.workload)
+                        out.append(Outcome(a, False, skipped="a fresh plan no longer needs it"))
+                        continue
+                applied = apply(a, cluster)
+                if isinstance(a, Evict) and running is not None:
+                    running.pop(a.workload, None)  # never twice, even if the list asks twice
+            except NotFound as exc:
+                if isinstance(a, Evict | Requeue):  # deleted since the view (finished, its Job gone): nothing to stop
+                    out.append(Outcome(a, False, skipped="it no longer exists"))
+                    continue
+                out.append(Outcome(a, False, error=str(exc)))
+                continue
+            except ClusterError as exc:
+                out.append(Outcome(a, False, error=str(exc)))
+                continue
+            event: EventNote | None = getattr(a, "event", None)
+            event_error = record(event) if applied and event is not None else None
+            out.append(Outcome(a, applied, error=f"event: {event_error}" if event_error else None))
     return out

@@ -75,7 +75,12 @@ class Loop:
     _renewal_failed: bool = False
 
     def __post_init__(self) -> None:
-        self.reconciler.leading = self.still_leading
+        self.reconciler.leading = self.leading_until
+
+    def leading_until(self) -> float | None:
+        """Until when (time.monotonic()) this replica may write now: its Lease's end as the other replicas may count
+        it (renewed first if it has lapsed: still_leading); None: it may not write."""
+        return self.elector.expires_at if self.still_leading() else None
 
     def still_leading(self) -> bool:
         """Whether this replica may write now: its Lease unexpired by its own clock, or renewed now (a reconcile longer
@@ -126,7 +131,11 @@ class Loop:
                 log.warning("leader election: %s", exc)
                 self._leading, self.election_error = False, str(exc)
             if self._leading and time.monotonic() >= next_reconcile:
-                state = self.reconciler.reconcile(self.clock())
+                # A reconcile ends within its interval, or its Lease when that is longer: with the election round it
+                # stays well inside the liveness bound (healthy). Each write ends by the Lease's end besides (the
+                # fence): no write after the other replicas could see the Lease lapse. What is left, the next does.
+                deadline = time.monotonic() + max(self.interval, self.lease_seconds)
+                state = self.reconciler.reconcile(self.clock(), deadline=deadline)
                 self._reconciled = True
                 next_reconcile = time.monotonic() + self.interval
                 heap.collect()  # in the interval, where nothing waits for it

@@ -56,7 +56,7 @@ from controller.actions import (
 )
 from controller.cohorts import CohortCheck, cohort_lenders
 from controller.demand import DemandReader
-from controller.executor import NOT_LEADER, EventsBeside, Outcome, StatusesBeside, execute
+from controller.executor import NOT_LEADER, PAST_DEADLINE, EventsBeside, Outcome, StatusesBeside, execute, window
 from controller.forecasts import Models
 from controller.observe import (
     MIN_FIT_HOURS,
@@ -72,6 +72,7 @@ from controller.observe import (
 )
 from controller.state import ERROR_STAGES, ControllerState, Histogram, PolicyState, StateHolder, TeamState
 from core.cluster import Cluster, ForecastStore, PlanSummaryWriter
+from core.deadline import within
 from core.errors import ClusterError, ConfigError, NotFound
 from core.objects import Condition, ObjectRef, PolicyStatus, TargetState, WorkloadInfo
 from core.policy import API_VERSION, KIND, PolicySpec, parse_policy_spec
@@ -426,6 +427,7 @@ class Reconciler:
         self._retrained_at: dict[str, pd.Timestamp] = {}  # the last retraining asked for
         self._accuracy: dict[str, tuple[pd.Timestamp, dict, dict]] = {}
         self._preemptions: dict[str, int] = {}
+        self._unsure: dict[str, Evict] = {}  # Workload -> its eviction that failed, which may yet land (_landed_late)
         self._lost: dict[str, float] = {}
         self._errors: dict[str, int] = {}
         self._team_seconds: dict[str, tuple[float, float, int]] = {}
@@ -449,14 +451,17 @@ class Reconciler:
         self._status_lag = Histogram()        # the same, since the start
         # Events and statuses written beside the reconciles (a Kubernetes controller's many writes): off the path
         # from a demand change to the writes it needs
-        self._events = EventsBeside(cluster, lambda what, error: self._error("events", what, error)) \
-            if events_beside else None
+        self._events = EventsBeside(cluster, lambda what, error: self._error("events", what, error),
+                                    deadline=lambda: self._deadline) if events_beside else None
         self._statuses = StatusesBeside(cluster, self._status_written, fence=self._may_write) \
             if statuses_beside else None
-        # whether this replica still leads (controller.loop sets it: its Lease unexpired, or renewed now); asked before
-        # each write, so a replica whose Lease lapsed mid-reconcile writes nothing more (None: always leads)
-        self.leading: Callable[[], bool] | None = None
+        # until when this replica may write (controller.loop sets it: its Lease's end, renewed first once it has
+        # lapsed; None: it no longer leads); asked before each write, so a replica whose Lease lapsed mid-reconcile
+        # writes nothing more, and no write outlasts the Lease (None: always leads, no bound)
+        self.leading: Callable[[], float | None] | None = None
         self._fenced = False  # this reconcile met the fence (said once)
+        self._deadline: float | None = None  # the reconcile's (time.monotonic()): see reconcile()
+        self._left = 0  # actions this reconcile left undone at its deadline
 
     # -- bookkeeping
     def _error(self, stage: str, what: str, exc: Exception | str) -> None:
@@ -471,24 +476,43 @@ class Reconciler:
         if self.summary is not None:
             self.summary.forget()
 
-    def _may_write(self) -> bool:
-        """This replica may still write (it leads); the first refusal of a reconcile is counted and logged."""
-        if self.leading is None or self.leading():
-            return True
+    def _may_write(self) -> float | None:
+        """Until when (time.monotonic()) this replica may write now: the reconcile's deadline, or its Lease's end if
+        earlier (math.inf: no bound); None: it no longer leads (the first refusal of a reconcile is counted and
+        logged). Past the deadline the Lease is not renewed for a write that will not be made."""
+        deadline = self._deadline
+        if self._past_deadline():
+            return deadline
+        if self.leading is None:
+            return math.inf if deadline is None else deadline
+        with within(deadline):  # a renewal asked for here ends by the reconcile's deadline too
+            until = self.leading()
+        if until is not None:
+            return until if deadline is None else min(until, deadline)
         with self._errors_lock:
             said, self._fenced = self._fenced, True
         if not said:
             self._error("cluster", "leader election", "the Lease lapsed mid-reconcile and could not be renewed: "
                                                       "nothing more is written")
-        return False
+        return None
+
+    def _past_deadline(self) -> bool:
+        return self._deadline is not None and time.monotonic() >= self._deadline
+
+    def _note_left(self, outcomes: list[Outcome]) -> None:
+        self._left += sum(o.skipped == PAST_DEADLINE for o in outcomes)
 
     # -- the whole reconcile
-    def reconcile(self, now) -> ControllerState:
+    def reconcile(self, now, deadline: float | None = None) -> ControllerState:
+        """One reconcile at `now`. `deadline` (time.monotonic(); controller.loop sets it): every request it makes to
+        the cluster ends by then, none starts after; what it has not done by then is left, counted and logged, to the
+        next reconcile, which acts on fresh state."""
         now = _utc(now)
         started = time.monotonic()
-        self._fenced = False
+        self._fenced, self._deadline, self._left = False, deadline, 0
         try:
-            state = self._reconcile(now)
+            with within(deadline):
+                state = self._reconcile(now)
         except ClusterError as exc:  # the API server is down or refusing: nothing was half-applied we cannot redo
             self._error("cluster", "reconcile", exc)
             state = replace(self.holder.get(), leader=True)
@@ -496,6 +520,10 @@ class Reconciler:
             log.exception("reconcile at %s failed", now)
             self._error("internal", "reconcile", exc)
             state = replace(self.holder.get(), leader=True)
+        if self._left:
+            self._error("cluster", "reconcile deadline", f"{self._left} actions left undone: its deadline passed "
+                        f"{time.monotonic() - started:.1f} s after it began (the API server answered too slowly, or "
+                        "not at all); the next reconcile acts on fresh state")
         self._durations = self._durations.observe(time.monotonic() - started)
         with self._said_lock:
             status_lag = self._status_lag
@@ -545,6 +573,7 @@ class Reconciler:
                                        self._weights(policies), self.cfg.non_lendable_gpus, self.cfg.horizon_hours,
                                        self.cfg.keep_forecast_seconds)
         hours = self._hour_plan(inputs, cluster_policy, now)
+        self._landed_late()
         view = self._view(policies, now)
         step = plan_step(hours, self._observed(inputs, view), view.training, cluster_policy, now)
         plan_id = hashlib.sha256(repr((now.isoformat(), [(w.name, w.reserved_gpus) for w in step.workloads],
@@ -554,7 +583,8 @@ class Reconciler:
         with self._events.held() if self._events is not None else nullcontext():  # the writes first, their Events after
             outcomes = [] if self.dry_run else self._apply(actions, view, lambda: self._still_wanted(
                 hours, inputs, cluster_policy, policies, now))
-        failures = self._count(outcomes, step, policies)
+        self._note_left(outcomes)
+        failures = self._count(outcomes, policies)
         after = self._view(policies, now)  # after evictions and scaling
         lenders = self._cohort_check(policies)
         reclaimable, wanted, risk = self._headroom(step, after, cluster_policy, lenders)
@@ -572,12 +602,21 @@ class Reconciler:
             plan_id=plan_id, slack_by_hour=tuple((pd.Timestamp(t, unit="s", tz="UTC"), int(g)) for t, g in zip(
                 hours.workloads[0].starts, hours.slack)),
             actions=tuple(actions), notes=hours.notes)
-        if self.summary is not None and not self.dry_run and self._may_write():
-            try:
-                self.summary.write(plan_summary(state))
-            except ClusterError as exc:
-                self._error("status", "the plan summary", exc)
+        if self.summary is not None and not self.dry_run:
+            self._write_summary(self.summary, state)
         return state
+
+    def _write_summary(self, summary: PlanSummaryWriter, state: ControllerState) -> None:
+        """The plan summary, fenced as every write is."""
+        until, refused = window(self._may_write)
+        self._left += refused == PAST_DEADLINE
+        if refused:
+            return
+        try:
+            with within(until):
+                summary.write(plan_summary(state))
+        except ClusterError as exc:
+            self._error("status", "the plan summary", exc)
 
     # -- 2. demand and forecast, each policy's faults its own
     def _input(self, p: PolicyObject, now: pd.Timestamp) -> _Input:
@@ -992,19 +1031,20 @@ class Reconciler:
 
     def _execute(self, actions) -> None:
         statuses = self._statuses_due([a for a in actions if isinstance(a, PatchStatus)])
-        if self._statuses is not None:
+        if self._statuses is not None and not self._past_deadline():  # past it: left, and counted below
             self._statuses(statuses)
             statuses = []
         outcomes = self._in_parallel(statuses) + self._run([a for a in actions if not isinstance(a, PatchStatus)])
+        self._note_left(outcomes)
         for o in outcomes:
-            if o.skipped == NOT_LEADER:  # not written: counted once by the fence
+            if o.skipped in (NOT_LEADER, PAST_DEADLINE):  # not written: counted once by the fence, or as left
                 continue
             if isinstance(o.action, PatchStatus):
                 self._status_written(o.action, o.error)
             elif o.error:
                 self._error("events", o.action.reason, o.error)
 
-    def _count(self, outcomes: list[Outcome], step: StepPlan, policies: list[PolicyObject]) -> dict[str, str]:
+    def _count(self, outcomes: list[Outcome], policies: list[PolicyObject]) -> dict[str, str]:
         """Preemption counters, and each policy's actuation failure: its target's, a ClusterQueue's it names, or an
         eviction made on its behalf."""
         failures: dict[str, str] = {}
@@ -1025,11 +1065,33 @@ class Reconciler:
             elif o.error:
                 self._error("events", a.reason, o.error)
             if isinstance(a, Evict) and o.applied:
-                self._preemptions[a.kind] = self._preemptions.get(a.kind, 0) + 1
-                self._lost[a.kind] = self._lost.get(a.kind, 0.0) + a.work_lost_seconds * a.gpus
-                seconds, borrowed, preempted = self._team_seconds.get(a.queue, (0.0, 0.0, 0))
-                self._team_seconds[a.queue] = (seconds, borrowed, preempted + 1)
+                self._preempted(a)
+            elif isinstance(a, Evict) and o.failure:  # its answer lost (the deadline came first), it may yet land
+                self._unsure[a.workload] = a
         return failures
+
+    def _preempted(self, a: Evict) -> None:
+        self._preemptions[a.kind] = self._preemptions.get(a.kind, 0) + 1
+        self._lost[a.kind] = self._lost.get(a.kind, 0.0) + a.work_lost_seconds * a.gpus
+        seconds, borrowed, preempted = self._team_seconds.get(a.queue, (0.0, 0.0, 0))
+        self._team_seconds[a.queue] = (seconds, borrowed, preempted + 1)
+
+    def _landed_late(self) -> None:
+        """Evictions that failed may have landed since (an answer lost at the deadline, the host halted: it acts on
+        the request once it runs again): one that did (the Workload stopped, carrying its plan's id, which no other
+        write sets) is counted now, once; one whose Workload is gone or stopped by another plan is forgotten. A
+        Workload still running is asked about again next time (a watch cache may not have seen the write land yet)."""
+        if not self._unsure:
+            return
+        seen = {w.key: w for w in self.cluster.workloads()}
+        for key, a in list(self._unsure.items()):
+            w = seen.get(key)
+            if w is not None and w.active:
+                continue
+            if w is not None and w.evicted_by_plan == a.plan_id and a.uid in (None, w.uid):
+                log.info("the eviction of %s, whose answer was lost, landed: counted now", key)
+                self._preempted(a)
+            del self._unsure[key]
 
     # -- 5. report
     @staticmethod

@@ -18,6 +18,11 @@ from core.objects import ObjectRef, PolicyStatus, QuotaNode, TargetRef, TargetSt
 class Elector(Protocol):
     is_leader: bool
 
+    @property
+    def expires_at(self) -> float:
+        """When (time.monotonic()) the lease held lapses as the other replicas may count it (-inf: none held)."""
+        ...
+
     def try_acquire_or_renew(self) -> bool: ...
 
     def release(self) -> bool: ...

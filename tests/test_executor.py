@@ -8,8 +8,9 @@ import pytest
 
 import controller.reconcile as reconcile
 from controller.actions import EventNote, PatchStatus, Requeue, Scale, SetQuota
-from controller.executor import EventsBeside, StatusesBeside, execute
+from controller.executor import PAST_DEADLINE, EventsBeside, Outcome, StatusesBeside, execute
 from controller.reconcile import Reconciler
+from core.deadline import current as current_deadline
 from core.objects import Condition, ObjectRef, PolicyStatus, TargetRef
 from core.settings import RunConfig
 from tests.test_actions import CHAT, Flaky, busy_world, observe, victims, world
@@ -211,3 +212,67 @@ def test_a_reconciler_with_statuses_beside_notes_what_was_written_and_counts_fai
     broken._execute([_status("p0", 4)])
     broken.close()
     assert broken._errors == {"status": 1}
+
+
+class Bounded:
+    """The embedded cluster, noting the deadline (core.deadline) each write is made within."""
+
+    def __init__(self, inner):
+        self.inner, self.deadlines = inner, []
+
+    def __getattr__(self, name):
+        attr = getattr(self.inner, name)
+        if name not in ("scale_deployment", "set_cluster_queue_quota"):
+            return attr
+
+        def noted(*args):
+            self.deadlines.append(current_deadline())
+            return attr(*args)
+        return noted
+
+
+def test_each_write_is_made_within_the_fence_s_bound_and_none_once_it_has_passed():
+    """The fence says until when a write may take (its reconcile's deadline, or the Lease's end if earlier): each
+    write's requests end by then (adapters.kube reads it), and once that moment has passed nothing more is written."""
+    actions = [Scale(CHAT.key, CHAT.target, 5, 10, "up"), SetQuota("train-a", 40, "slack")]
+    cluster = Bounded(world())
+    until = time.monotonic() + 60
+    out = execute(actions, cluster, fence=lambda: until)
+    assert [o.applied for o in out] == [True, True] and cluster.deadlines == [until, until]
+    assert current_deadline() is None  # the bound is the write's, not the caller's
+    cluster = Bounded(world())
+    out = execute(actions, cluster, fence=lambda: time.monotonic() - 0.001)
+    assert [o.skipped for o in out] == [PAST_DEADLINE, PAST_DEADLINE] and cluster.deadlines == []
+
+
+class Behind:
+    """The embedded cluster, its Workloads read as they were (a watch cache that has not yet seen a write land)."""
+
+    def __init__(self, inner, workloads):
+        self.inner, self.held = inner, workloads
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def workloads(self):
+        return self.held
+
+
+def test_an_eviction_whose_answer_was_lost_is_counted_once_when_it_is_seen_to_have_landed():
+    """The eviction's write landed but its answer was lost (the reconcile's deadline came first): the next reconcile
+    counts it once its Workload is seen stopped by that plan, not while a cache behind the server still shows it
+    running, and never twice."""
+    w = busy_world()
+    (e,) = victims(w, 1)
+    running = w.workloads()
+    r = Reconciler(w, None, RunConfig())  # type: ignore[arg-type]  # no demand is read here
+    namespace, name = e.workload.split("/")
+    assert w.evict_workload(namespace, name, e.uid, e.reason, e.plan_id)  # it landed; the reconcile never heard
+    r._count([Outcome(e, False, error="PATCH ...: unreachable: no time left before its deadline")], [])
+    r.cluster = Behind(w, running)
+    r._landed_late()
+    assert r._preemptions == {}
+    r.cluster = w
+    r._landed_late()
+    r._landed_late()
+    assert r._preemptions == {e.kind: 1}

@@ -23,7 +23,7 @@ class Counting:
     def __init__(self):
         self.seen: list[int] = []
 
-    def reconcile(self, now) -> None:
+    def reconcile(self, now, deadline=None) -> None:
         self.seen.append(gc.get_stats()[2]["collections"])
 
     def flush(self) -> None:

@@ -4,7 +4,10 @@ A write whose answer is lost (a read timeout, a connection reset after the reque
 an unknown outcome: the client cannot tell whether it landed. `AnswerLosingProxy` forwards every request and, for the
 ones a test picks (`lose`), lets the server act and keeps its answer from the client: held until the client's
 request timeout passes (`hold`), the connection closed (`close`), or a 504 in its place (`504`); `unsent` closes the
-connection without forwarding (the request never arrived, and the client cannot tell that either). It terminates TLS
+connection without forwarding (the request never arrived, and the client cannot tell that either). `halt_at` halts
+the host, as SIGSTOP does (the kernel still takes requests in; the server reads and acts on them only once it runs
+again): every request from then on is held, unanswered, until `resume()`, then forwarded (it lands) and its answer
+lost (its client gave up long before). Every request's arrival is noted (`arrived`). It terminates TLS
 with the API server's own self-signed certificate (valid for 127.0.0.1 on any port), so clients trust it as they trust
 the server, and it sees each request's method and path.
 """
@@ -14,6 +17,7 @@ import http.client
 import json
 import ssl
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -37,7 +41,12 @@ class AnswerLosingProxy:
     upstream: KubeApiserver
     hold_seconds: float = 30.0        # `hold`: how long the answer is held before the connection is closed
     lost: list[tuple[str, str, str]] = field(default_factory=list)  # (method, path, how) of each answer lost
+    arrived: list[tuple[float, str, str]] = field(default_factory=list)  # (time.monotonic(), method, path) of each
     _rules: list[_Rule] = field(default_factory=list, repr=False)
+    _halt_at: tuple[str, str] | None = field(default=None, repr=False)
+    _halted: bool = field(default=False, repr=False)
+    _resumed: threading.Event = field(default_factory=threading.Event, repr=False)
+    _held: int = field(default=0, repr=False)  # requests held while halted, not yet forwarded
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _stopped: threading.Event = field(default_factory=threading.Event, repr=False)
     _server: ThreadingHTTPServer | None = field(default=None, repr=False)
@@ -53,6 +62,33 @@ class AnswerLosingProxy:
         assert how in HOW, how
         with self._lock:
             self._rules.append(_Rule(method, path, how, times, meanwhile))
+
+    def halt_at(self, method: str, part: str) -> None:
+        """The host halts at the next request `method` whose path holds `part` ("/workloads/": any Workload's): that
+        request and every one after it are held until resume()."""
+        with self._lock:
+            self._halt_at, self._halted = (method, part), False
+            self._resumed.clear()
+
+    def resume(self, timeout: float = 30.0) -> None:
+        """The host runs again: the requests held are forwarded (they land) and their answers lost; returns once
+        they have been acted on."""
+        with self._lock:
+            self._halt_at, self._halted = None, False
+        self._resumed.set()
+        end = time.monotonic() + timeout
+        while self._held and time.monotonic() < end:
+            time.sleep(0.05)
+        assert not self._held, f"{self._held} held requests not forwarded after {timeout} s"
+
+    def _halts(self, method: str, path: str) -> bool:
+        """The host is halted (or halts at this request): the request is held."""
+        with self._lock:
+            if self._halt_at is not None and method == self._halt_at[0] and self._halt_at[1] in path.split("?")[0]:
+                self._halted = True
+            if self._halted:
+                self._held += 1
+            return self._halted
 
     def _picked(self, method: str, path: str) -> _Rule | None:
         with self._lock:
@@ -76,6 +112,18 @@ class AnswerLosingProxy:
 
             def _forward(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                proxy.arrived.append((time.monotonic(), self.command, self.path))
+                if proxy._halts(self.command, self.path):
+                    proxy._resumed.wait()
+                    try:
+                        if not proxy._stopped.is_set():
+                            self._send(body)  # it lands; the client has long given up on its answer
+                            proxy.lost.append((self.command, self.path, "halted"))
+                    finally:
+                        with proxy._lock:
+                            proxy._held -= 1
+                    self.close_connection = True
+                    return
                 rule = proxy._picked(self.command, self.path)
                 if rule is not None and rule.meanwhile is not None:
                     rule.meanwhile()
@@ -83,14 +131,7 @@ class AnswerLosingProxy:
                     proxy.lost.append((self.command, self.path, rule.how))
                     self.close_connection = True
                     return
-                connection = http.client.HTTPSConnection("127.0.0.1", upstream.port, context=client_side, timeout=30)
-                try:
-                    connection.request(self.command, self.path, body, headers={
-                        k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")})
-                    answer = connection.getresponse()
-                    data = answer.read()
-                finally:
-                    connection.close()
+                status, headers, data = self._send(body)
                 if rule is not None:
                     proxy.lost.append((self.command, self.path, rule.how))
                     if rule.how == "504":
@@ -102,7 +143,18 @@ class AnswerLosingProxy:
                         proxy._stopped.wait(proxy.hold_seconds)
                     self.close_connection = True
                     return
-                self._answer(answer.status, answer.getheaders(), data)
+                self._answer(status, headers, data)
+
+            def _send(self, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
+                """The request, to the API server: its answer."""
+                connection = http.client.HTTPSConnection("127.0.0.1", upstream.port, context=client_side, timeout=30)
+                try:
+                    connection.request(self.command, self.path, body, headers={
+                        k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")})
+                    answer = connection.getresponse()
+                    return answer.status, answer.getheaders(), answer.read()
+                finally:
+                    connection.close()
 
             def _answer(self, status: int, headers: list[tuple[str, str]], data: bytes) -> None:
                 self.send_response(status)
@@ -124,6 +176,7 @@ class AnswerLosingProxy:
 
     def stop(self) -> None:
         self._stopped.set()
+        self._resumed.set()  # what is held goes unsent
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()

@@ -1,0 +1,148 @@
+"""A reconcile on an API server that stops answering: a halted host (SIGSTOP) takes requests in and answers none, and
+acts on those it had read once it runs again. Each reconcile has a deadline (controller/loop.py: its interval, or its
+Lease when longer), and each write the Lease's end besides: no request waits past them, none starts after; what is not
+done is left to the next reconcile, which reads what landed. On the real kube-apiserver 1.20 behind
+tests/servers/proxy.py (AnswerLosingProxy.halt_at), and a real Prometheus."""
+from __future__ import annotations
+
+import logging
+import time
+
+import pandas as pd
+import pytest
+
+from adapters.kube import RELEASE_TIMEOUT_SECONDS, KubeCluster
+from controller.loop import Loop
+from tests.servers.proxy import AnswerLosingProxy
+from tests.test_run_real import (
+    MONDAY_7AM,
+    NS,
+    RP,
+    admit,
+    kube,  # noqa: F401 -- a fixture: namespaces, queues, Deployment, policy
+    policy,
+    reconciler,
+    replicas,
+    training,
+)
+
+TIMEOUT = 2.0  # each attempt's request timeout: one request waited out 7 attempts, 14 s and more, on a halted host
+LEASE = 6      # the Lease (and so the reconcile's deadline: its interval is shorter)
+WRITES = ("PATCH", "PUT", "POST")
+
+
+@pytest.fixture
+def proxy(kube_server):
+    proxy = AnswerLosingProxy(kube_server.apiserver).start()
+    yield proxy
+    proxy.stop()
+
+
+@pytest.fixture
+def lossy(proxy, kube_server):
+    """The controller's client, through the proxy (no watch cache: the proxy holds a watch's answer whole, so every
+    read is a LIST, a request the deadline bounds too)."""
+    api = kube_server.apiserver
+    lossy = KubeCluster.from_token(proxy.host, api.token, ca_file=str(api.ca_file), request_timeout=TIMEOUT,
+                                   backoff_base=0.05, backoff_max=0.2)
+    yield lossy
+    lossy.close()
+
+
+def test_a_reconcile_on_a_halted_host_ends_by_its_deadline_and_the_next_reads_what_landed(
+        kube, proxy, lossy, prometheus_server, tmp_path, caplog):  # noqa: F811 -- the fixture
+    """The host halts at the reconcile's first eviction. Each write waited out every retry (7 x the request timeout) and
+    the reconcile with it, its writes going out long after its Lease could have lapsed, and landing when the host ran
+    again. It now ends by its deadline, sends nothing after it, says how much it left undone; once the host runs again
+    the next reconcile reads what landed: nothing evicted twice, nothing counted twice, the cluster as planned."""
+    kube.delete(f"{RP}/chat")
+    kube.create(RP, policy("chat", forecaster="seasonal-naive"))  # fitted in a moment, inside the deadline
+    for i in range(12):
+        admit(kube, f"train-{i}", 10)  # 120 GPUs of training: the morning's reservation takes some back
+    r = reconciler(lossy, prometheus_server.url, tmp_path)
+    now = MONDAY_7AM + pd.Timedelta(hours=3)
+    loop = Loop(r, lossy.leader_elector(NS, "halted-reconcile", "replica-a", lease_seconds=LEASE), interval=1,
+                lease_seconds=LEASE, clock=lambda: now)
+    deadlines: list[float] = []  # the one the loop gives the reconcile
+    reconcile = r.reconcile
+
+    def noting(now, deadline):
+        deadlines.append(deadline)
+        return reconcile(now, deadline)
+    r.reconcile = noting  # type: ignore[method-assign]
+    proxy.halt_at("PATCH", "/workloads/")  # the host halts at the first eviction
+    caplog.set_level(logging.WARNING)
+    began = time.monotonic()
+    loop.run(once=True)
+    took = time.monotonic() - began
+    state = r.holder.get()
+    assert state.reconcile_seconds.sum < LEASE + 0.5, state.reconcile_seconds.sum
+    # then only the Lease's release, one quick attempt, which the halted host does not answer either
+    assert took < LEASE + RELEASE_TIMEOUT_SECONDS + 3, took
+    writes = [(t - deadlines[0], m, p) for t, m, p in proxy.arrived if m in WRITES]
+    assert max(t for t, _, _ in writes) < 0.1, writes  # nothing sent after the deadline (the Lease's PUT neither)
+    assert state.reconcile_errors_total.get("cluster", 0) >= 1
+    assert "actions left undone: its deadline passed" in caplog.text, caplog.text
+
+    proxy.resume()  # what it had taken in lands now: an eviction whose answer was lost
+    landed = {p.split("?")[0].rsplit("/", 1)[1] for m, p, _ in proxy.lost if m == "PATCH"}
+    stopped = {name for name, w in training(kube).items() if not w.active}
+    assert landed and landed <= stopped, (landed, stopped)
+    loop.run(once=True)
+    after = r.holder.get()
+    new_errors = {s: n - state.reconcile_errors_total.get(s, 0) for s, n in after.reconcile_errors_total.items()}
+    assert not any(new_errors.values()), (new_errors, caplog.text)
+    stopped_now = {name for name, w in training(kube).items() if not w.active}
+    assert all(training(kube)[n].evicted_by_plan for n in stopped_now)
+    # every Workload stopped is counted once: the one whose answer was lost once it is seen to have landed
+    assert sum(after.preemptions_total.values()) == len(stopped_now), (after.preemptions_total, stopped_now)
+    ps = after.policies[f"{NS}/chat"]
+    assert replicas(kube) == ps.reserved_gpus
+    held = sum(w.gpus for w in training(kube).values() if w.active and w.admitted)
+    assert ps.reserved_gpus + held <= 128
+    loop.run(once=True)
+    assert r.holder.get().actions == (), r.holder.get().actions  # what landed is read: nothing left to do
+    assert sum(r.holder.get().preemptions_total.values()) == len(stopped_now)
+
+
+@pytest.mark.usefixtures("kube")
+def test_run_once_on_a_halted_host_says_so_and_exits_1_in_seconds(kube_server, prometheus_server, tmp_path):
+    """`headroom run --once` with the API server's host halted (SIGSTOP: the packets just stop) took two and a half
+    minutes to say so: its check of the APIs served waited out every retry (76 s), then it waited 30 s for the watch
+    caches' first LIST, and its close another 5 s for each of them. Now: one attempt of the check, no wait for caches
+    that cannot fill, the election round's deadline, the Lease's quick release, 5 s for the caches together."""
+    import signal
+    import subprocess
+    import sys
+
+    import yaml
+
+    from adapters.kube import RENEW_DEADLINE_SHARE
+    from tests.servers import free_port
+
+    lease = 3
+    config = tmp_path / "headroom.yaml"
+    config.write_text(yaml.safe_dump({"run": {
+        "cluster": "kubernetes", "namespace": NS, "capacity_gpus": 64,
+        "lease": {"namespace": NS, "name": "halted", "duration_seconds": lease},
+        "prometheus": {"url": prometheus_server.url, "retries": 0}, "retrain_every_seconds": 0,
+        "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"}}))
+    kubeconfig = kube_server.apiserver.kubeconfig(tmp_path / "kubeconfig")
+    api = kube_server.apiserver
+    api.process.signal_group(signal.SIGSTOP)
+    began = time.monotonic()
+    try:
+        done = subprocess.run([sys.executable, "-m", "cli.main", "run", "--once", "--config", str(config),
+                               "--kubeconfig", str(kubeconfig), "--metrics-port", str(free_port())],
+                              capture_output=True, text=True, timeout=300)
+    finally:
+        api.process.signal_group(signal.SIGCONT)
+    took = time.monotonic() - began
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 1, (done.returncode, done.stdout, done.stderr)
+    error = done.stderr.splitlines()[-1]
+    assert error.startswith("headroom: error: leader election: the Lease inference-run/halted could not be read")
+    assert "unreachable" in error, error
+    # one check (the request timeout), the election round, the release's one attempt, the caches' close, start-up
+    bound = KubeCluster.request_timeout + RENEW_DEADLINE_SHARE * lease + RELEASE_TIMEOUT_SECONDS + 5 + 15
+    assert took < bound, (took, bound, done.stderr)
