@@ -321,16 +321,22 @@ def test_ctrl_c_midway_leaves_the_earlier_timeline_and_no_traceback(demand, tmp_
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     subprocess.run(argv, cwd=tmp_path, env=env, check=True, capture_output=True)
     before = timeline.read_bytes()
-    run = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    _interrupt_once(argv, tmp_path, "tuning")
+    assert timeline.read_bytes() == before
+
+
+def _interrupt_once(argv: list[str], folder, under_way: str) -> None:
+    """Run `argv` in `folder`, press Ctrl-C once stderr shows `under_way`: exit 130, said, no traceback."""
+    run = subprocess.Popen(argv, cwd=folder, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True)
     try:
         assert run.stderr is not None
-        assert any("tuning" in line for line in run.stderr), "the work is under way"  # reads up to that line
+        assert any(under_way in line for line in run.stderr), "the work is under way"  # reads up to that line
         run.send_signal(signal.SIGINT)
         err = run.communicate(timeout=60)[1]
     finally:
         run.kill()
     assert run.returncode == 130 and "headroom: interrupted" in err and "Traceback" not in err, err
-    assert timeline.read_bytes() == before
 
 
 def test_ctrl_c_mid_sweep_leaves_no_policy_file_and_no_traceback(demand, tmp_path):
@@ -338,14 +344,5 @@ def test_ctrl_c_mid_sweep_leaves_no_policy_file_and_no_traceback(demand, tmp_pat
     policy = tmp_path / "policy.yaml"
     argv = [sys.executable, "-m", "cli.main", "tune", str(demand), "--days", "1", "--write-policy", str(policy),
             "--plot", str(tmp_path / "tune.png")]
-    run = subprocess.Popen(argv, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.PIPE, text=True)
-    try:
-        assert run.stderr is not None
-        assert any("utilization" in line for line in run.stderr), "the sweep is under way"  # reads up to that line
-        run.send_signal(signal.SIGINT)
-        err = run.communicate(timeout=60)[1]
-    finally:
-        run.kill()
-    assert run.returncode == 130 and "headroom: interrupted" in err and "Traceback" not in err, err
+    _interrupt_once(argv, tmp_path, "utilization")  # the sweep is under way
     assert os.listdir(tmp_path) == [], os.listdir(tmp_path)
