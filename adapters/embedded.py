@@ -15,7 +15,7 @@ What it models (core.settings.WorldSettings has the numbers):
   * demand: each policy's trace, a sample at time t being the demand of the interval ending at t
     (what a rate over the last step reports); the interval is served by the replicas warm in it.
 A saturated backlog keeps every training queue's pending work at least the cluster's size, unless a
-job trace gives the arrivals.
+job trace gives the arrivals; above BACKLOG_SCALE_GPUS its jobs' sizes grow with the cluster.
 Times are epoch seconds.
 """
 from __future__ import annotations
@@ -42,6 +42,10 @@ from planning.planner import Training, newest_checkpoint
 PENDING, RUNNING, STOPPING, STOPPED, DONE = range(5)
 _NO_DEMAND: tuple[list[float], list[float]] = ([], [])
 TRAINING_NAMESPACE = "training"
+# Above this many GPUs the backlog's job sizes are multiplied by capacity // BACKLOG_SCALE_GPUS: its jobs stay as many
+# as on a cluster of 1,000 to 1,999 GPUs (each step's cost is in the jobs: Kueue's pass reads every pending one), and
+# a job stays as large a share of the cluster. At or below it, the sizes are backlog_job_gpus themselves.
+BACKLOG_SCALE_GPUS = 1000
 
 
 @dataclass
@@ -197,6 +201,7 @@ class EmbeddedCluster:
         self._step_alloc: tuple[tuple, float] = ((), 0.0)  # (version, step): the GPU-seconds running jobs use in it
         self._idle_admission: tuple | None = None  # the inputs of the last admission pass that admitted nothing
         self._topped_up = -1              # the version at the backlog's last top-up
+        self.backlog_scale = max(1, capacity_gpus // BACKLOG_SCALE_GPUS)  # the backlog's job sizes' multiplier
         if jobs is not None:  # a job trace: (gpus, work seconds, arrival offset seconds from `start`)
             if len(jobs[0]) and int(np.max(jobs[0])) > capacity_gpus:  # Kueue would never admit it
                 raise ValueError(f"a job of {int(np.max(jobs[0]))} GPUs can never fit the {capacity_gpus}-GPU cluster")
@@ -483,7 +488,7 @@ class EmbeddedCluster:
                 np.add.at(waiting, j.queue[p], j.gpus[p])
             for q in np.flatnonzero(waiting < self.capacity_gpus):
                 while waiting[q] < self.capacity_gpus:
-                    g = int(self.rng.choice(s.backlog_job_gpus))
+                    g = int(self.rng.choice(s.backlog_job_gpus)) * self.backlog_scale
                     self._new_job(int(q), g, float(self.rng.uniform(*s.backlog_job_hours)) * 3600, self.now)
                     waiting[q] += g
             self._topped_up = self._pending_version

@@ -5,6 +5,7 @@ the planner was shown (planning.planner.Training), never more."""
 
 import numpy as np
 import pandas as pd
+import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
@@ -168,3 +169,33 @@ def test_requeued_workloads_rejoin_the_pending_line():
     for name in names:
         assert w.requeue_workload("training", name, None)
     assert sum(x.active and not x.admitted for x in w.workloads()) == n
+
+
+def _backlog_after_hours(capacity: int, seed: int, hours: float = 4.0) -> EmbeddedCluster:
+    """A world of `capacity` GPUs, all of them training's (no demand), its backlog admitted and topped up every
+    5 minutes for `hours`."""
+    index = pd.date_range(START - pd.Timedelta(days=1), START + pd.Timedelta(days=1), freq="5min")
+    w = EmbeddedCluster(capacity, [manifest("chat", "default", SPEC)], {"default/chat": pd.Series(0.0, index=index)},
+                        start=START.timestamp(), settings=WorldSettings(seed=seed))
+    w.set_cluster_queue_quota("train-a", capacity // 2)
+    w.set_cluster_queue_quota("train-b", capacity - capacity // 2)
+    for _ in range(int(hours * 12)):
+        w.admit()
+        w.advance(w.now + 300.0)
+    return w
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.sampled_from([2, 7, 100, 1000]), st.integers(0, 3))
+def test_the_backlog_holds_as_many_jobs_at_any_size(times, seed):
+    """`simulate --gpus 1000000` ran for minutes: the backlog kept a cluster's worth of 1-8 GPU jobs pending, so a
+    million GPUs meant ~600,000 jobs, each read by every Kueue pass. Now its jobs grow with the cluster above 1,000
+    GPUs: on `times` x 1,000 GPUs it is the 1,000-GPU backlog, each job `times` as large, doing the same work scaled."""
+    small, large = _backlog_after_hours(1000, seed), _backlog_after_hours(times * 1000, seed)
+    n = small.jobs.size
+    assert set(small.jobs.gpus[:n].tolist()) <= set(WorldSettings().backlog_job_gpus)  # 1,000 GPUs: sizes as set
+    assert large.jobs.size == n
+    assert (large.jobs.gpus[:n] == times * small.jobs.gpus[:n]).all()
+    assert (large.jobs.state[:n] == small.jobs.state[:n]).all()
+    assert large.training_gpus == times * small.training_gpus > 0
+    assert large.accounting.training_alloc == pytest.approx(times * small.accounting.training_alloc)
