@@ -72,6 +72,7 @@ from controller.observe import (
 )
 from controller.state import ERROR_STAGES, ControllerState, Histogram, PolicyState, StateHolder, TeamState
 from core.cluster import Cluster, ForecastStore, PlanSummaryWriter
+from core.deadline import current as current_deadline
 from core.deadline import within
 from core.errors import ClusterError, ConfigError, NotFound
 from core.objects import Condition, ObjectRef, PolicyStatus, TargetState, WorkloadInfo
@@ -817,10 +818,12 @@ class Reconciler:
         asked = [(p, self._since(p, now)) for p in policies]
         out: dict[str, pd.Series | Exception] = {p.key: self._raw[p.key] for p, since in asked if since is None}
         reads = [(p, since) for p, since in asked if since is not None]
+        deadline = current_deadline()  # the reconcile's: a thread sees only what is set in it
 
         def read(part: list) -> list[pd.Series | Exception]:
             try:
-                return self.demand.read_many([(p.key, p.spec.query, start, now) for p, (start, _) in part])
+                with within(deadline):
+                    return self.demand.read_many([(p.key, p.spec.query, start, now) for p, (start, _) in part])
             except Exception as exc:  # noqa: BLE001 - raised again in those policies' own observe
                 return [exc] * len(part)
 

@@ -19,6 +19,7 @@ from tests.test_run_real import (
     NS,
     RP,
     admit,
+    deployment,
     kube,  # noqa: F401 -- a fixture: namespaces, queues, Deployment, policy
     policy,
     reconciler,
@@ -146,3 +147,27 @@ def test_run_once_on_a_halted_host_says_so_and_exits_1_in_seconds(kube_server, p
     # one check (the request timeout), the election round, the release's one attempt, the caches' close, start-up
     bound = KubeCluster.request_timeout + RENEW_DEADLINE_SHARE * lease + RELEASE_TIMEOUT_SECONDS + 5 + 15
     assert took < bound, (took, bound, done.stderr)
+
+
+def test_a_reconcile_s_reads_of_a_halted_prometheus_end_by_its_deadline(kube, private_prometheus, tmp_path,  # noqa: F811
+                                                                         caplog):
+    """Prometheus' host halted (SIGSTOP): a reconcile of several policies read their demand on its reader threads,
+    which did not see the reconcile's deadline (a thread sees only what is set in it), each read waiting out its
+    request timeout. They end by the deadline now, each policy's read failing as an unreachable Prometheus fails it
+    (its demand error, saying the read was cut at its deadline)."""
+    import signal
+
+    for name in ("a", "b", "c"):  # four policies: read together, on the reader threads
+        kube.create(f"/apis/apps/v1/namespaces/{NS}/deployments", deployment(name))
+        kube.create(RP, policy(name, target={"kind": "Deployment", "name": name}))
+    r = reconciler(kube, private_prometheus.url, tmp_path)  # each read's request timeout: 10 s
+    private_prometheus.process.signal_group(signal.SIGSTOP)
+    began = time.monotonic()
+    try:
+        with caplog.at_level(logging.WARNING, logger="controller.reconcile"):
+            r.reconcile(pd.Timestamp.now(tz="UTC"), deadline=began + 3)
+    finally:
+        private_prometheus.process.signal_group(signal.SIGCONT)
+    assert time.monotonic() - began < 3 + 1.5
+    cut = {m.split(":")[1].strip() for m in caplog.messages if m.startswith("demand:") and "cut at its deadline" in m}
+    assert cut == {f"{NS}/{n}" for n in ("a", "b", "c", "chat")}, caplog.messages
