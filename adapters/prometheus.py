@@ -2,13 +2,17 @@
 
 Range queries are split into chunks under the server's 11,000-points-per-series
 limit, each chunk retried with back-off, and the chunks stitched into one
-series. A chunk that returns no samples is a gap (NaN), never zero.
+series. A chunk that returns no samples is a gap (NaN), never zero. A read made
+for work with a deadline (core.deadline: a reconcile's) ends by it: no attempt
+waits past it, none starts after it, no back-off sleeps past it; a read cut
+there fails whole (DeadlinePassed), never a partial series.
 """
 from __future__ import annotations
 
 import logging
 import re
 import threading
+import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,7 +29,9 @@ from urllib3 import BaseHTTPResponse
 from urllib3.connectionpool import ConnectionPool
 from urllib3.exceptions import InsecureRequestWarning, MaxRetryError, ReadTimeoutError
 from urllib3.util.retry import Retry
+from urllib3.util.timeout import Timeout
 
+from core.deadline import current as current_deadline
 from core.settings import PrometheusServer, shown_url
 from forecast.history import MAX_POINTS as HISTORY_POINTS
 
@@ -45,7 +51,13 @@ class PrometheusError(RuntimeError):
     """Prometheus is unreachable, refused the query, or returned something unusable."""
 
 
-_answer = threading.local()  # `warnings`: those of this thread's last answer (_keep_warnings)
+class DeadlinePassed(PrometheusError):
+    """A read cut at the deadline of the work it was made for (core.deadline): Prometheus answered too slowly, or
+    not at all, in the time that work had. Not the query's fault: it is not marked too slow (read_together)."""
+
+
+# `warnings`: those of this thread's last answer (_keep_warnings); `cut`: its retries were stopped by its deadline
+_answer = threading.local()
 
 
 def _keep_warnings(response: requests.Response, *args: object, **kwargs: object) -> None:
@@ -107,11 +119,49 @@ def _bearer(token: Callable[[], str]) -> Callable[[requests.PreparedRequest], re
     return auth
 
 
+def _left(timeout: float | None, deadline: float) -> float:
+    """`timeout`, shortened to the time left before `deadline` (at least a millisecond: 0 is no timeout at all to
+    a socket)."""
+    left = max(deadline - time.monotonic(), 0.001)
+    return left if timeout is None else min(timeout, left)
+
+
+class _Until(Timeout):
+    """A request's timeout that ends each attempt by `deadline` too: urllib3 clones it for every attempt, retries
+    included, and asks for the connect and read timeouts as each begins."""
+
+    def __init__(self, timeout: float | None, deadline: float):
+        super().__init__(connect=timeout, read=timeout)
+        self.timeout, self.deadline = timeout, deadline
+
+    def clone(self) -> _Until:
+        return _Until(self.timeout, self.deadline)
+
+    @property
+    def connect_timeout(self) -> float:
+        return _left(self.timeout, self.deadline)
+
+    @property
+    def read_timeout(self) -> float:
+        return _left(self.timeout, self.deadline)
+
+
+class _Adapter(HTTPAdapter):
+    """Each request made for work with a deadline (core.deadline, read in the thread that asks) ends by it."""
+
+    def send(self, request, stream=False, timeout=None, verify=True, cert=None, proxies=None):
+        deadline = current_deadline()
+        if deadline is not None and not isinstance(timeout, tuple | Timeout):
+            timeout = _Until(timeout, deadline)
+        return super().send(request, stream=stream, timeout=timeout, verify=verify, cert=cert, proxies=proxies)
+
+
 class _Retry(Retry):
     """Retry, but not a query that ran out of time: asked again, it would again, each time as long, on a server
     already too slow (the defaults' 3 retries of a 30 s read timeout: two minutes to fail a read). Out of time: the
     client's read timeout, or the server's --query.timeout, a 503 with a JSON error (a server not ready yet answers
-    503 in plain text, and is asked again)."""
+    503 in plain text, and is asked again). Nor one whose back-off would end past the deadline of the work it is
+    made for (core.deadline)."""
 
     def increment(self, method: str | None = None, url: str | None = None, response: BaseHTTPResponse | None = None,
                   error: Exception | None = None, _pool: ConnectionPool | None = None,
@@ -120,12 +170,21 @@ class _Retry(Retry):
             response is not None and response.status == 503 and "json" in response.headers.get("Content-Type", ""))
         if out_of_time and _pool is not None:  # (urllib3 always gives the pool)
             raise MaxRetryError(_pool, url, error)  # with raise_on_status=False, a response comes back as it is
-        return super().increment(method, url, response, error, _pool, _stacktrace)
+        again = super().increment(method, url, response, error, _pool, _stacktrace)
+        deadline = current_deadline()
+        if deadline is not None and _pool is not None:
+            wait = (again.get_retry_after(response) if response is not None and again.respect_retry_after_header
+                    else None) or again.get_backoff_time()
+            if time.monotonic() + wait >= deadline:
+                _answer.cut = True
+                raise MaxRetryError(_pool, url, error)
+        return again
 
 
 def connect(server: PrometheusServer) -> PrometheusConnect:
     """A client for `server` whose one session keeps up to CONNECTIONS connections open for reuse, each request
-    retried with back-off on a refused connection or a server error, the bearer token file read at each request."""
+    retried with back-off on a refused connection or a server error, the bearer token file read at each request,
+    each request ending by the deadline of the work it is made for (core.deadline), if it has one."""
     token_file = server.bearer_token_file
     # raise_on_status=False: the last answer of a failing status comes back, so its error ("query timed out in
     # expression evaluation") is told, and a query too slow for the server is told from one that fails otherwise
@@ -139,7 +198,7 @@ def connect(server: PrometheusServer) -> PrometheusConnect:
     url = server.url.rstrip("/")  # the client appends "/api/v1/...": a doubled slash is a redirect each request
     client = PrometheusConnect(url=url, auth=_bearer(lambda: token_file.read_text().strip()) if token_file
                                else None, retry=retry, session=session, timeout=server.timeout_seconds)
-    session.mount(url, HTTPAdapter(max_retries=retry, pool_maxsize=CONNECTIONS))  # replaces the client's (10)
+    session.mount(url, _Adapter(max_retries=retry, pool_maxsize=CONNECTIONS))  # replaces the client's (10)
     session.hooks["response"].append(_keep_warnings)
     return client
 
@@ -152,24 +211,33 @@ REFUSALS = {"401": CREDENTIALS_REFUSED, "403": CREDENTIALS_REFUSED,
 NOT_JSON = "the answer is not Prometheus' JSON: another service at this URL, or a proxy's login page?"
 
 
+CUT = "cut at its deadline: Prometheus answered too slowly, or not at all, in the time the reconcile had"
+
+
 def _failure(client: PrometheusConnect, query: str, lo: pd.Timestamp, hi: pd.Timestamp,
-             exc: BaseException | None) -> PrometheusError:
+             exc: BaseException | None, cut: bool = False) -> PrometheusError:
     status = str(exc).removeprefix("HTTP Status Code ")[:3] if isinstance(exc, PrometheusApiClientException) else ""
-    meaning = REFUSALS.get(status) or (NOT_JSON if isinstance(exc, ValueError) else "")
+    meaning = CUT if cut else REFUSALS.get(status) or (NOT_JSON if isinstance(exc, ValueError) else "")
     meaning = f" ({meaning})" if meaning else ""
-    return PrometheusError(f"Prometheus at {shown_url(client.url)} failed for {query!r} "
-                           f"[{lo.isoformat()} .. {hi.isoformat()}]: {exc}{meaning}")
+    return (DeadlinePassed if cut else PrometheusError)(
+        f"Prometheus at {shown_url(client.url)} failed for {query!r} [{lo.isoformat()} .. {hi.isoformat()}]: "
+        f"{exc}{meaning}")
 
 
 def _query_range(client: PrometheusConnect, query: str, lo: pd.Timestamp, hi: pd.Timestamp,
                  step: pd.Timedelta) -> tuple[list[dict], list[str]]:
-    """The answer's result and its warnings."""
-    _answer.warnings = []
+    """The answer's result and its warnings; DeadlinePassed if the deadline of the work it is made for
+    (core.deadline) passed first, or had passed (not sent)."""
+    _answer.warnings, _answer.cut = [], False
+    deadline = current_deadline()
     try:
+        if deadline is not None and time.monotonic() >= deadline:
+            raise TimeoutError("not sent")
         result = client.custom_query_range(query, start_time=lo.to_pydatetime(), end_time=hi.to_pydatetime(),
                                            step=f"{int(step.total_seconds())}s")
     except Exception as exc:  # the client raises requests, urllib3 and its own errors
-        raise _failure(client, query, lo, hi, exc) from exc
+        cut = _answer.cut or (deadline is not None and time.monotonic() >= deadline)
+        raise _failure(client, query, lo, hi, exc, cut) from exc
     return result, _answer.warnings
 
 
@@ -184,8 +252,10 @@ def _refused(exc: PrometheusError) -> bool:
 
 def _too_slow(exc: PrometheusError) -> bool:
     """The query ran out of time: the server's --query.timeout (503, errorType timeout) or the client's read
-    timeout."""
+    timeout (not a read cut at its deadline, which says nothing of the query)."""
     cause = exc.__cause__
+    if isinstance(exc, DeadlinePassed):
+        return False
     if isinstance(cause, PrometheusApiClientException):
         return str(cause).startswith("HTTP Status Code 503") and '"errorType":"timeout"' in str(cause)
     return isinstance(cause, requests.ReadTimeout) or "Read timed out" in str(cause)
@@ -294,7 +364,7 @@ def read_together(client: PrometheusConnect, queries: Sequence[str], start: date
                 narrow(batch)
                 return True
             for i in batch:
-                out[i] = _failure(client, queries[i], lo, hi, exc.__cause__)
+                out[i] = _failure(client, queries[i], lo, hi, exc.__cause__, isinstance(exc, DeadlinePassed))
             return _too_slow(exc)
         tagged: dict[str, list[dict]] = {}
         for r in result:

@@ -72,7 +72,8 @@ from controller.observe import (
 )
 from controller.state import ERROR_STAGES, ControllerState, Histogram, PolicyState, StateHolder, TeamState
 from core.cluster import Cluster, ForecastStore, PlanSummaryWriter
-from core.deadline import within
+from core.deadline import current as current_deadline
+from core.deadline import earliest, within
 from core.errors import ClusterError, ConfigError, NotFound
 from core.objects import Condition, ObjectRef, PolicyStatus, TargetState, WorkloadInfo
 from core.policy import API_VERSION, KIND, PolicySpec, parse_policy_spec
@@ -698,12 +699,33 @@ class Reconciler:
 
     def _log_forecast(self, p: PolicyObject, fresh: IssuedForecast) -> None:
         """`fresh` into the forecast log, which realized error reads; a failed write costs only that."""
-        if self.forecast_log is None:
+        store = self.forecast_log
+        if store is None:
             return
         try:
-            self.forecast_log.record(p.series, fresh.made_at, fresh.frame)
+            self._to_store(p.series, lambda: store.record(p.series, fresh.made_at, fresh.frame))
         except (ClusterError, OSError) as exc:  # realized error will miss this one forecast
             self._error("cluster", p.series, exc)
+
+    def _to_store(self, series: str, write: Callable[[], object]) -> None:
+        """A write to the forecast store (shared by the replicas on Kubernetes), fenced as every write is: made only
+        while this replica holds its Lease, and ending by the Lease's end, or by the deadline of the work it is made
+        for if earlier (a reconcile's; the refit thread's writes have only the Lease's). The refit thread writes long
+        after the reconcile that queued its work: a replica that had lost its Lease meanwhile went on adding its
+        forecasts to the leader's, and pruning them."""
+        until, refused = window(self._lease_end)
+        if refused:
+            log.info("%s: the forecast store is %s", series, refused)
+            return
+        with within(until):
+            write()
+
+    def _lease_end(self) -> float | None:
+        """Until when (time.monotonic()) this replica may write: its Lease's end (renewed first if it has lapsed:
+        controller.loop; math.inf: no Lease), or the deadline set around the write if earlier; None: it does not
+        lead."""
+        until = math.inf if self.leading is None else self.leading()
+        return None if until is None else earliest(until, current_deadline())
 
     def _refit_beside(self, p: PolicyObject, now: pd.Timestamp,
                       cached: IssuedForecast | None) -> tuple[IssuedForecast | None, str | None]:
@@ -817,10 +839,12 @@ class Reconciler:
         asked = [(p, self._since(p, now)) for p in policies]
         out: dict[str, pd.Series | Exception] = {p.key: self._raw[p.key] for p, since in asked if since is None}
         reads = [(p, since) for p, since in asked if since is not None]
+        deadline = current_deadline()  # the reconcile's: a thread sees only what is set in it
 
         def read(part: list) -> list[pd.Series | Exception]:
             try:
-                return self.demand.read_many([(p.key, p.spec.query, start, now) for p, (start, _) in part])
+                with within(deadline):
+                    return self.demand.read_many([(p.key, p.spec.query, start, now) for p, (start, _) in part])
             except Exception as exc:  # noqa: BLE001 - raised again in those policies' own observe
                 return [exc] * len(part)
 
@@ -1241,7 +1265,8 @@ class Reconciler:
         assert self.forecast_log is not None  # realized error is computed only with a forecast log
         series = p.series
         since = now - pd.Timedelta(hours=max(HORIZONS) + self.drift_window + 1)
-        self.forecast_log.prune(series, before=now - FORECAST_LOG_KEPT)
+        store = self.forecast_log
+        self._to_store(series, lambda: store.prune(series, before=now - FORECAST_LOG_KEPT))
         issued = self.forecast_log.load(series, since=since)
         table: pd.DataFrame | None = None
         drift: tuple[DriftEvent, ...] = ()

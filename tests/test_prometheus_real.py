@@ -12,10 +12,11 @@ import pandas as pd
 import pytest
 
 import adapters.prometheus as promsrc
-from adapters.prometheus import PrometheusDemand, PrometheusError, PrometheusSource
+from adapters.prometheus import DeadlinePassed, PrometheusDemand, PrometheusError, PrometheusSource
 from cli.config import load_config
 from cli.main import main
 from cli.sources import load_series
+from core.deadline import within
 from core.settings import PrometheusServer
 from tests.servers import prometheus as prom_servers
 from tests.servers.prometheus import METRIC, connections_accepted, range_queries_answered
@@ -647,3 +648,33 @@ def test_a_query_that_ran_out_of_time_is_not_asked_again(prometheus_blocks, tmp_
             server.process.signal_group(signal.SIGCONT)
     finally:
         server.stop()
+
+
+def test_reads_under_a_deadline_end_by_it_and_say_why(private_prometheus):
+    """A reconcile's reads of a Prometheus that takes requests in and answers none (SIGSTOP) waited out the request
+    timeout (30 s by default) whatever the reconcile's deadline; one that refused connections was asked again, the
+    back-off sleeping on past it. Under a deadline (core.deadline) every read ends by it now: batched or alone, each
+    fails whole, saying it was cut at its deadline, none marked too slow (it said nothing of the query), and nothing
+    is sent after it."""
+    end = START + pd.Timedelta(days=2)
+    reads = [(f"p{i}", f"{METRIC} * {i + 1}", end - pd.Timedelta(hours=1), end) for i in range(3)]
+    reads.append(("long", METRIC, end - pd.Timedelta(days=60), end))  # over MAX_POINTS at 5m: alone, in chunks
+    demand = PrometheusDemand(PrometheusServer(url=private_prometheus.url, step="5m", timeout_seconds=30, retries=8))
+
+    def read_within(seconds: float) -> list:
+        began = time.monotonic()
+        with within(began + seconds):
+            got = demand.read_many(reads)
+        assert time.monotonic() - began < seconds + 0.5
+        return got
+
+    private_prometheus.process.signal_group(signal.SIGSTOP)
+    try:
+        frozen = read_within(2.0)
+    finally:
+        private_prometheus.process.signal_group(signal.SIGCONT)
+    private_prometheus.stop()  # connections refused: asked again after a back-off of 1, 2, 4, ... s
+    refused = read_within(2.0)
+    for got in frozen + refused:
+        assert isinstance(got, DeadlinePassed) and "cut at its deadline" in str(got), got
+    assert demand.slow == set()

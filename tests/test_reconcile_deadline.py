@@ -12,13 +12,17 @@ import pandas as pd
 import pytest
 
 from adapters.kube import RELEASE_TIMEOUT_SECONDS, KubeCluster
+from adapters.prometheus import PrometheusDemand
 from controller.loop import Loop
+from controller.reconcile import Reconciler
+from core.settings import PrometheusServer, RunConfig
 from tests.servers.proxy import AnswerLosingProxy
 from tests.test_run_real import (
     MONDAY_7AM,
     NS,
     RP,
     admit,
+    deployment,
     kube,  # noqa: F401 -- a fixture: namespaces, queues, Deployment, policy
     policy,
     reconciler,
@@ -146,3 +150,64 @@ def test_run_once_on_a_halted_host_says_so_and_exits_1_in_seconds(kube_server, p
     # one check (the request timeout), the election round, the release's one attempt, the caches' close, start-up
     bound = KubeCluster.request_timeout + RENEW_DEADLINE_SHARE * lease + RELEASE_TIMEOUT_SECONDS + 5 + 15
     assert took < bound, (took, bound, done.stderr)
+
+
+def test_a_reconcile_s_reads_of_a_halted_prometheus_end_by_its_deadline(kube, private_prometheus, tmp_path,  # noqa: F811
+                                                                         caplog):
+    """Prometheus' host halted (SIGSTOP): a reconcile of several policies read their demand on its reader threads,
+    which did not see the reconcile's deadline (a thread sees only what is set in it), each read waiting out its
+    request timeout. They end by the deadline now, each policy's read failing as an unreachable Prometheus fails it
+    (its demand error, saying the read was cut at its deadline)."""
+    import signal
+
+    for name in ("a", "b", "c"):  # four policies: read together, on the reader threads
+        kube.create(f"/apis/apps/v1/namespaces/{NS}/deployments", deployment(name))
+        kube.create(RP, policy(name, target={"kind": "Deployment", "name": name}))
+    r = reconciler(kube, private_prometheus.url, tmp_path)  # each read's request timeout: 10 s
+    private_prometheus.process.signal_group(signal.SIGSTOP)
+    began = time.monotonic()
+    try:
+        with caplog.at_level(logging.WARNING, logger="controller.reconcile"):
+            r.reconcile(pd.Timestamp.now(tz="UTC"), deadline=began + 3)
+    finally:
+        private_prometheus.process.signal_group(signal.SIGCONT)
+    assert time.monotonic() - began < 3 + 1.5
+    cut = {m.split(":")[1].strip() for m in caplog.messages if m.startswith("demand:") and "cut at its deadline" in m}
+    assert cut == {f"{NS}/{n}" for n in ("a", "b", "c", "chat")}, caplog.messages
+
+
+def test_a_refit_s_write_to_the_forecast_store_ends_by_the_lease_s_end(kube, proxy, lossy, prometheus_server,  # noqa: F811
+                                                                       tmp_path):
+    """The refit beside the reconciles records its forecast in the store the replicas share, on a thread of its own:
+    no reconcile's deadline there, and no Lease's end. With its answers lost, the write waited out every retry (7 x
+    the request timeout, 14 s here), long past the Lease, when another replica may lead. It ends by the Lease's end
+    now."""
+    from cli.run import shared_forecast_store
+
+    server = PrometheusServer(url=prometheus_server.url, step="5m", timeout_seconds=10, retries=0)
+    cfg = RunConfig(cluster="kubernetes", prometheus=server, capacity_gpus=128, namespace=NS)
+    store = shared_forecast_store(lossy, NS, drift_window=24)
+    r = Reconciler(lossy, PrometheusDemand(server), cfg, forecast_log=store, refit_beside=True)
+    series, lease = f"{NS}.chat", "refit-bounded"
+    kube.delete(f"/api/v1/namespaces/{NS}/configmaps/{store.name(series)}")
+    kube.delete(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{lease}")
+    loop = Loop(r, lossy.leader_elector(NS, lease, "replica-a", lease_seconds=LEASE), interval=1, lease_seconds=LEASE)
+    recorded: list[tuple[float, float]] = []  # (began, ended) of each record
+    record = store.record
+
+    def timed(*args):
+        began = time.monotonic()
+        try:
+            return record(*args)
+        finally:
+            recorded.append((began, time.monotonic()))
+    store.record = timed  # type: ignore[method-assign]
+    assert loop.elector.try_acquire_or_renew()
+    with r._fitter_lock:  # the refit held at its fit until the store stops answering
+        r.reconcile(MONDAY_7AM)
+        proxy.lose("GET", f"/configmaps/{store.name(series)}", how="hold", times=100)
+    for job in list(r._refits.values()):
+        job.exception(timeout=120)  # its read of the store fails too: a read, not bounded here
+    r.close()
+    assert len(recorded) == 1
+    assert recorded[0][1] <= loop.elector.expires_at + 0.5, (recorded, loop.elector.expires_at)

@@ -9,6 +9,7 @@ admits Workloads and completes their evictions by writing their status, as Kueue
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 
@@ -834,6 +835,36 @@ def test_a_leader_that_loses_the_lease_mid_reconcile_writes_nothing_after(kube, 
     assert after == before, "a replica past its Lease wrote to the cluster"
     state = r.holder.get()
     assert state.reconcile_errors_total.get("cluster", 0) >= 1  # said, not silent
+
+
+def test_a_replica_that_let_its_lease_go_adds_nothing_to_the_shared_forecast_store(kube, controller, prometheus_server,
+                                                                                  tmp_path, caplog):
+    """The hour's refit runs beside the reconciles, on a thread of its own, long after the reconcile that queued it
+    (a thousand series, one at a time). Replica a queued one, let its Lease go, and b took over; a's refit then
+    recorded a's forecast in the store the replicas share, beside b's, where realized error counts it as if it had
+    been in force (and pruned it). The store's writes are fenced by the Lease now, as every write is: a replica that
+    no longer leads writes none, and says so."""
+    from cli.run import shared_forecast_store
+
+    server = PrometheusServer(url=prometheus_server.url, step="5m", timeout_seconds=10, retries=0)
+    cfg = RunConfig(cluster="kubernetes", prometheus=server, capacity_gpus=128, namespace=NS)
+    store = shared_forecast_store(controller, NS, drift_window=24)
+    r = Reconciler(controller, PrometheusDemand(server), cfg, forecast_log=store, refit_beside=True)
+    series, lease = f"{NS}.chat", "refit-beside"
+    kube.delete(f"/api/v1/namespaces/{NS}/configmaps/{store.name(series)}")
+    kube.delete(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{lease}")
+    a = Loop(r, controller.leader_elector(NS, lease, "replica-a", lease_seconds=30), interval=1, lease_seconds=30,
+             clock=lambda: MONDAY_7AM)
+    b = kube.leader_elector(NS, lease, "replica-b", lease_seconds=30)
+    with r._fitter_lock:  # the refit held at its fit, as behind a thousand others, until b leads
+        a.run(once=True)  # a leads, reconciles (its refit queued), and lets the Lease go
+        assert b.try_acquire_or_renew()
+    with caplog.at_level(logging.INFO, logger="controller.reconcile"):
+        for job in list(r._refits.values()):
+            job.result(timeout=120)
+    r.close()
+    assert store.load(series) == {}, "a replica that no longer led recorded its forecast"
+    assert any(f"{series}: the forecast store is not written" in m for m in caplog.messages), caplog.messages
 
 
 def test_after_a_long_api_server_outage_the_first_reconcile_reads_fresh_state(kube_server, kube, controller,
