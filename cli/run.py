@@ -318,7 +318,7 @@ def _replay(cfg: Config, args) -> int:
     if cfg.simulate.jobs is not None:
         from cli.simulate import job_arrivals
 
-        jobs = job_arrivals(cfg.simulate.jobs, hours * 3600, r.capacity_gpus, "--hours")
+        jobs, _ = job_arrivals(cfg.simulate.jobs, hours * 3600, r.capacity_gpus, "--hours")  # notes said on stderr
     timeline: list | None = [] if args.timeline else None
     reconciler, cluster = build(cfg, timeline=timeline, start=times[0], jobs=jobs)
     record = _TimelineFile(args.timeline) if args.timeline else None

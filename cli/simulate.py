@@ -127,18 +127,19 @@ def load_jobs(path):
 
 def job_arrivals(path, span_seconds: float, gpus: int, span_flag: str):
     """The job trace at `path` as the embedded cluster's arrivals over `span_seconds` on `gpus` GPUs
-    (controller.simulate.trace_jobs), what it leaves out said on stderr; `simulate` and the embedded `run` replay the
-    same arrivals."""
+    (controller.simulate.trace_jobs), and what it leaves out, said on stderr and returned (for a JSON's notes);
+    `simulate` and the embedded `run` replay the same arrivals."""
     from controller.simulate import trace_jobs
 
-    notes: list[str] = []
+    found: list[str] = []
     try:
-        arrivals = trace_jobs(load_jobs(path), span_seconds, gpus, notes)
+        arrivals = trace_jobs(load_jobs(path), span_seconds, gpus, found)
     except ValueError as exc:  # no job left to replay
         raise BadRequest(f"--jobs (simulate.jobs) {path}: {exc} ({span_flag}, --gpus)") from None
+    notes = [f"--jobs (simulate.jobs) {path}: {note}" for note in found]
     for note in notes:
-        print(f"note: --jobs (simulate.jobs) {path}: {note}", file=sys.stderr)
-    return arrivals
+        print(f"note: {note}", file=sys.stderr)
+    return arrivals, notes
 
 
 def _check_scale(demand, per_gpu: float, what: str, slip: str = "is the demand per GPU in the trace's unit?") -> None:
@@ -158,6 +159,7 @@ class WhatIf:
     scenario: Scenario
     spec: PolicySpec   # the policy file's, or the defaults on this trace
     from_file: bool
+    notes: tuple[str, ...] = ()  # what the job trace leaves out (said on stderr as it is read)
 
 
 def whatif(cfg: Config, progress=None) -> WhatIf:
@@ -178,7 +180,7 @@ def whatif(cfg: Config, progress=None) -> WhatIf:
     step = sampling_step(demand.index)
     if pd.Timedelta(seconds=round(c.days * 86400)) < 2 * step:
         raise BadRequest(f"simulate.days {c.days:g} covers fewer than two steps of the trace ({step}): give more days")
-    jobs = None if c.jobs is None else job_arrivals(c.jobs, c.days * 86400, c.gpus, "--days")
+    jobs, job_notes = (None, []) if c.jobs is None else job_arrivals(c.jobs, c.days * 86400, c.gpus, "--days")
     if c.policy_file is not None:
         objects = load_manifests(c.policy_file)
         if len(objects) != 1:
@@ -196,7 +198,7 @@ def whatif(cfg: Config, progress=None) -> WhatIf:
                                 training_queues=tuple(spec.training_cluster_queues))
         except ValueError as exc:
             raise BadRequest(f"simulate.days {c.days:g}: {exc}") from None
-        return WhatIf(scenario, spec, True)
+        return WhatIf(scenario, spec, True, tuple(job_notes))
     try:
         scenario = Scenario(demand, c.gpus, c.days, jobs, c.world)
     except ValueError as exc:  # e.g. fewer than two evaluated steps
@@ -210,7 +212,7 @@ def whatif(cfg: Config, progress=None) -> WhatIf:
     else:  # the trace's 99.9th percentile scaled to --peak-gpus: the peak above it is the trace's own
         _check_scale(demand, per_gpu, f"--peak-gpus {c.peak_gpus:g} (simulate.peak_gpus; {per_gpu:g} demand per GPU)",
                      "give the GPUs the trace's 99.9th percentile needs")
-    return WhatIf(scenario, default_spec(scenario, per_gpu, timezone=cfg.forecast.timezone), False)
+    return WhatIf(scenario, default_spec(scenario, per_gpu, timezone=cfg.forecast.timezone), False, tuple(job_notes))
 
 
 def resolved(cfg: Config, w: WhatIf, policy: str, progress=None, make_forecaster=None):
@@ -300,7 +302,7 @@ def cmd_simulate(cfg: Config, args) -> int:
     for note in notes:
         say(f"note: {note}")
     if args.json:
-        print(json.dumps({**fields_, "notes": notes}, sort_keys=True, default=str))
+        print(json.dumps({**fields_, "notes": [*w.notes, *notes]}, sort_keys=True, default=str))
         return 0
     width = max(map(len, fields_)) + 2
     for key, value in fields_.items():

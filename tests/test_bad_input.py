@@ -1,6 +1,7 @@
 """Bad input never gives a wrong answer or a traceback (issue 14): every class of bad file, flag and configuration
 ends in a clear error naming the file and line, the flag or the field path (exit 2: bad request, 1: the work
 failed), or in a stated rule; an exit-0 path gives a correct answer. The history reader is fuzzed with hypothesis."""
+import json
 import math
 import os
 import socket
@@ -585,12 +586,15 @@ def test_job_trace_with_bom_and_spaces_reads(tmp_path):
 def test_simulate_says_what_of_a_job_trace_it_leaves_out(demand, tmp_path, capsys):
     """A 16-GPU job on an 8-GPU cluster was shrunk to 8 GPUs and a pod never scheduled replayed its time in the queue
     as work, both silently; a trace of two hours filled a day without a word. Now they are left out and said; a trace
-    leaving no job to replay is an error naming the file (it gave no training at all, with goodput 1)."""
+    leaving no job to replay is an error naming the file (it gave no training at all, with goodput 1). What is left
+    out is in the JSON's notes too, as stderr says it (it was said on stderr alone)."""
     path = tmp_path / "jobs.csv"
     path.write_text(JOB_HEADER + "16,0,0,3000\n1,100,,700\n2,3600,3700,9000\n")
-    status, err = exits(["simulate", demand, "--days", "1", "--gpus", "8", "--policy", "oracle", "--jobs", path,
-                         "--json"], capsys)
-    assert status == 0, err
+    assert main(["simulate", str(demand), "--days", "1", "--gpus", "8", "--policy", "oracle", "--jobs", str(path),
+                 "--json"]) == 0
+    out, err = capsys.readouterr()
+    job_notes = [n for n in json.loads(out)["notes"] if n.startswith(f"--jobs (simulate.jobs) {path}: ")]
+    assert len(job_notes) == 3 and all(f"note: {n}" in err for n in job_notes), (job_notes, err)
     assert f"note: --jobs (simulate.jobs) {path}: 1 job(s) of more than 8 GPUs (up to 16)" in err
     assert "1 pod(s) of the window never scheduled" in err
     assert "created over 0.0417 days, fewer than the 1 simulated: the first arrives 0.958 days in" in err
