@@ -29,6 +29,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from core.settings import shown_url
+
 if TYPE_CHECKING:  # imported when used: mlflow is slow to import
     from mlflow.tracking import MlflowClient
 
@@ -57,15 +59,6 @@ def _not_found(exc: BaseException) -> bool:
     return "RESOURCE_DOES_NOT_EXIST" in str(getattr(exc, "error_code", "")) + str(exc)
 
 
-def shown_uri(uri: str) -> str:
-    """`uri` with the password of its user info masked: it is printed and logged (http://user:pass@host/)."""
-    parts = urllib.parse.urlsplit(uri)
-    if parts.password is None:
-        return uri
-    host = parts.netloc.rsplit("@", 1)[1]
-    return urllib.parse.urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))
-
-
 def registered_name(series: str) -> str:
     return f"headroom-{series}"
 
@@ -77,7 +70,7 @@ def experiment_name(series: str) -> str:
 class Tracker:
     def __init__(self, tracking_uri: str | None = None):
         self.uri = resolve_uri(tracking_uri)
-        self.shown = shown_uri(self.uri)  # what messages say: never a password
+        self.shown = shown_url(self.uri)  # what messages say: never a password
         self._client: MlflowClient | None = None
 
     # -- connection ---------------------------------------------------------------------------

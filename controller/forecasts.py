@@ -4,8 +4,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from adapters.mlflow import TrackingError, shown_uri
+from adapters.mlflow import TrackingError
 from controller.observe import default_forecaster
+from core.settings import shown_url
 from forecast.base import Forecaster
 from training.pipeline import Champion, ModelRefused, TrainingError, load_champion
 
@@ -30,7 +31,7 @@ class Models:
                 log.warning("%s: %s", series, exc)
                 fault = f"ChampionRefused: {exc}"
             except (TrainingError, TrackingError) as exc:
-                log.debug("%s: no champion from %s (%s)", series, shown_uri(self.tracking_uri), exc)
+                log.debug("%s: no champion from %s (%s)", series, shown_url(self.tracking_uri), exc)
         champion = self._champions.get(series)
         if champion is not None:
             return champion.make(), f"champion v{champion.version}", fault
