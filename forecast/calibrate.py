@@ -259,7 +259,8 @@ def monotone_levels(residuals: np.ndarray, fold_origins: Sequence[int] | np.ndar
     level linear between its grid neighbours'. So a level depends on the folds and q alone, never on which other
     quantiles are asked, and does not fall as q rises: two quantiles' own adaptive levels can cross, and sorting the
     values among the quantiles asked made q0.05 alone differ from q0.05 asked with q0.1. Where no levels cross, a
-    quantile on the grid keeps its own adaptive level."""
+    quantile on the grid keeps its own adaptive level. Levels, not each hour's values, are rearranged: an hour's value
+    rises with its level, so one sort per forecast gives the bands sorting every hour's values over the grid would."""
     grid_levels = np.sort(aci_levels(residuals, fold_origins, LEVEL_GRID, gamma, groups))
     return np.interp(np.asarray(quantiles, dtype=float), LEVEL_GRID, grid_levels)
 
