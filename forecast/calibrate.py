@@ -34,7 +34,10 @@ Candès 2021): replaying the folds oldest first, each fold's residuals are
 checked against the quantiles of the folds before it, and every level moves by
 ACI_GAMMA x (nominal - observed fraction below). Calm recent days narrow the
 intervals, recent misses widen them, and on a stationary series the offset
-stays near zero.
+stays near zero. Each level adapts on its own, so two can cross; the levels
+adapt on a fixed grid of levels instead of the quantiles asked, are sorted
+there (a monotone rearrangement), and an asked quantile reads its level off the
+grid (`monotone_levels`): its value is the same whichever others are asked.
 
 The median is the point forecast, and its error is a level error that persists
 for days, not weeks: it is scaled by 1 + the recent mean residual relative to
@@ -79,6 +82,9 @@ MIN_CALIBRATION_FOLDS = 5
 # its choose-on part (docs/bench-forecast.md; 12 until round 3, where 6 and 12 tied on coverage and 6 had the lower
 # loss, by 0.05 %).
 REFIT_STEP = 6
+# The levels adapt on this grid, whatever quantiles are asked (`monotone_levels`). Every hundredth: the planner's and
+# the bench's quantiles (0.05, 0.1, 0.9, 0.95, 0.99) are on it, and i / 100 is the same float as the literal.
+LEVEL_GRID = np.arange(101) / 100
 
 
 class IntervalModel(NamedTuple):
@@ -245,6 +251,20 @@ def aci_levels(residuals: np.ndarray, fold_origins: Sequence[int] | np.ndarray, 
     return split_levels(quantiles, scored_folds(residuals)) + offset
 
 
+def monotone_levels(residuals: np.ndarray, fold_origins: Sequence[int] | np.ndarray,
+                    quantiles: Sequence[float] | np.ndarray, gamma: float = ACI_GAMMA,
+                    groups: np.ndarray | None = None) -> np.ndarray:
+    """The adaptive levels of `quantiles`, read off LEVEL_GRID's: each grid level adapts on its own (`aci_levels`),
+    the grid's levels are sorted (a monotone rearrangement, Chernozhukov et al. 2010), and an asked quantile takes the
+    level linear between its grid neighbours'. So a level depends on the folds and q alone, never on which other
+    quantiles are asked, and does not fall as q rises: two quantiles' own adaptive levels can cross, and sorting the
+    values among the quantiles asked made q0.05 alone differ from q0.05 asked with q0.1. Where no levels cross, a
+    quantile on the grid keeps its own adaptive level. Levels, not each hour's values, are rearranged: an hour's value
+    rises with its level, so one sort per forecast gives the bands sorting every hour's values over the grid would."""
+    grid_levels = np.sort(aci_levels(residuals, fold_origins, LEVEL_GRID, gamma, groups))
+    return np.interp(np.asarray(quantiles, dtype=float), LEVEL_GRID, grid_levels)
+
+
 def level_correction(residuals: np.ndarray, fold_origins: Sequence[int]) -> float:
     """Recent trimmed mean of the scaled residuals (rows = folds, oldest first): the median is point x (1 + it).
 
@@ -354,7 +374,7 @@ def calibrated_predict(model, residuals: np.ndarray, history: pd.Series, horizon
                        intervals: IntervalModel = INTERVALS) -> pd.DataFrame:
     """The fitted model's path with conformal quantiles from its backtest folds: `fold_points` (one point path per
     fold at `fold_origins`) give the interval scores, `residuals` (`scaled_residuals`) the median's recent level
-    correction (`level_correction`); folds weigh by recency and the levels adapt (`aci_levels`). With fewer than
+    correction (`level_correction`); folds weigh by recency and the levels adapt (`monotone_levels`). With fewer than
     `intervals.min_folds` folds, `intervals.fallback` (module docstring).
     """
     has_folds = bool(np.isfinite(residuals).any())
@@ -368,7 +388,7 @@ def calibrated_predict(model, residuals: np.ndarray, history: pd.Series, horizon
     scores, groups = interval_scores(values, fold_points, fold_origins, intervals)
     out = None
     if has_folds and scored_folds(scores) >= intervals.min_folds:
-        levels = aci_levels(scores, fold_origins, quantiles, intervals.aci_gamma, groups)
+        levels = monotone_levels(scores, fold_origins, quantiles, intervals.aci_gamma, groups)
         out = conformal_values(point, scores, groups, values, quantiles, fold_weights(fold_origins), levels, intervals,
                                threshold)
     elif intervals.fallback == "refit":

@@ -186,6 +186,24 @@ def test_adaptive_levels_follow_recent_misses_and_keep_the_median():
     assert before[2] == after[2] == 0.5
 
 
+@settings(max_examples=50, deadline=None)
+@given(folds=st.integers(3, 28), seed=st.integers(0, 2 ** 16), shift=st.floats(-3, 3),
+       asked=st.lists(st.floats(0.0, 1.0), min_size=1, max_size=8, unique=True))
+def test_a_quantiles_adaptive_level_does_not_depend_on_the_others_and_never_falls_as_q_rises(folds, seed, shift,
+                                                                                               asked):
+    # Each level adapts on its own (recent folds shifted, so levels move far) and can cross another: the levels asked
+    # are read off one sorted grid, the same whichever quantiles are asked with them.
+    from forecast.calibrate import monotone_levels
+    residuals = np.random.default_rng(seed).normal(size=(folds, 24))
+    residuals[-folds // 3:] += shift
+    fold_origins = np.arange(folds) * 24
+    asked = sorted(asked)
+    together = monotone_levels(residuals, fold_origins, asked)
+    alone = [monotone_levels(residuals, fold_origins, [q])[0] for q in asked]
+    np.testing.assert_array_equal(together, alone)
+    assert np.all(np.diff(together) >= 0)
+
+
 def test_calibration_spans_more_folds_than_selection_which_sees_only_the_last_ones():
     """Four weeks of residuals calibrate; the last `folds` days alone pick the model."""
     from forecast.calibrate import fold_weights
