@@ -54,7 +54,10 @@ def future_index(history: pd.Series, horizon: int) -> pd.DatetimeIndex:
 
 
 def quantile_frame(index: pd.DatetimeIndex, values: np.ndarray, quantiles: Sequence[float]) -> pd.DataFrame:
-    """Build a contract-conforming frame: sorts across quantiles, clips at zero."""
+    """Build a contract-conforming frame: sorts across quantiles, clips at zero. The quantiles must be asked in
+    non-decreasing order: the sorted values are labelled in that order, so [0.5, 0.05] would put q0.05 under 0.5."""
+    if any(b < a for a, b in zip(quantiles, quantiles[1:])):
+        raise ValueError(f"quantiles must be asked in non-decreasing order, got {list(quantiles)}")
     values = np.clip(np.sort(np.asarray(values, dtype=float), axis=1), 0.0, None)
     return pd.DataFrame(values, index=index, columns=[float(q) for q in quantiles])
 

@@ -134,3 +134,14 @@ def test_mstl_on_the_early_folds_of_a_one_week_real_trace(shared_data):
         assert fitted.fallback_reason is None, (hours, fitted.fallback_reason)
     short = MODELS["mstl"]().fit(week.iloc[:48])
     assert "more than two daily cycles" in short.fallback_reason
+
+
+@pytest.mark.parametrize("model", FACTORIES, ids=str)
+def test_quantiles_asked_out_of_order_are_refused_not_mislabelled(model):
+    """The values are sorted across the quantiles and labelled in the order asked: [0.5, 0.05] would have put the
+    q0.05 value under 0.5."""
+    fitted = FACTORIES[model]().fit(HISTORIES["gaps"])
+    with pytest.raises(ValueError, match="non-decreasing order"):
+        fitted.predict(24, [0.5, 0.05])
+    frame = fitted.predict(24, [0.5, 0.5, 0.9])  # a target and a headroom quantile may be equal
+    assert (frame[0.9].to_numpy() >= frame.iloc[:, 0].to_numpy()).all()
