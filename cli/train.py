@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 from adapters.mlflow import Tracker, TrackingError, TrainingLocked
+from cli.progress import stage_printer
 from cli.sources import load_series
 from core.errors import BadRequest
 from forecast.clock import local_hours
@@ -86,6 +87,7 @@ def cmd_train(cfg, args) -> int:
     tracker = Tracker(uri)
     print(f"MLflow store: {tracker.shown}", file=sys.stderr)  # where to look (a flag, the file, the env or ./mlflow.db)
     status, out = 0, []
+    say = stage_printer("train")  # on stderr: stdout is the JSON
     with _stopped_by_sigterm():
         try:
             loaded = _load_all(jobs) if len(jobs) > 1 else {}
@@ -93,7 +95,7 @@ def cmd_train(cfg, args) -> int:
             for name, where, load in jobs:
                 try:
                     result = train_series(name, loaded[name] if name in loaded else load(), settings, tracker, now,
-                                          pool=pool)
+                                          pool=pool, progress=say)
                     out.append(result.to_json())
                     print(f"{name}: {result.selected} {result.objective}={result.score:.4f} -> v{result.version} "
                           f"{'PROMOTED' if result.promoted else 'not promoted'}: {result.reason}", file=sys.stderr)

@@ -360,6 +360,22 @@ def test_cmd_train_cli(sqlite_uri, tmp_path, capsys):
     assert champion_version(sqlite_uri, "cli") == "1"
 
 
+def test_train_says_each_candidates_folds_as_they_are_scored(sqlite_uri, tmp_path, capsys):
+    """The global model refits across every series at each origin, minutes a series on a busy machine: train said
+    nothing between 'MLflow store' and a series' result, so a training looked hung. Each fold scored is a stage line
+    on stderr (stdout stays the JSON)."""
+    from cli.main import main
+    from forecast.synthetic import write_csv
+
+    write_csv(demand(), tmp_path / "gpu.csv")
+    assert main(["train", "--history", str(tmp_path / "gpu.csv"), "--name", "progress", "--tracking-uri",
+                 sqlite_uri]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["name"] == "progress"
+    lines = re.findall(r"\[train \+ *[0-9.]+s\] progress: auto fold (\d+)/(\d+) scored", captured.err)
+    assert lines and [int(i) for i, _ in lines] == list(range(1, int(lines[0][1]) + 1)), captured.err
+
+
 def test_the_example_configuration_trains_and_the_controller_serves_its_champion(tmp_path, monkeypatch, capsys):
     """What a new user runs from the README: `headroom train` then `headroom run` on examples/headroom.yaml,
     with the default MLflow store (sqlite under the working directory)."""

@@ -189,9 +189,10 @@ class TrainResult:
 
 
 def _score(make: Callable[[], Forecaster], series: pd.Series, origins: Sequence[int],
-           settings: TrainSettings) -> list[dict]:
+           settings: TrainSettings, progress: Callable[[int], None] | None = None) -> list[dict]:
     """forecast.backtest's per-fold evaluation, with the pinball loss at the objective's quantile."""
-    return score_folds(make, series, origins, settings.horizon, settings.quantiles, settings.target_quantile)
+    return score_folds(make, series, origins, settings.horizon, settings.quantiles, settings.target_quantile,
+                       progress=progress)
 
 
 def series_sha256(series: pd.Series) -> str:
@@ -265,9 +266,10 @@ def _global_candidate(name: str, pool: GlobalPool | None, horizon: int) -> dict[
 def train_series(name: str, series: pd.Series, settings: TrainSettings, tracker: Tracker,
                  now: datetime | None = None,
                  factories: Mapping[str, Callable[[], Forecaster]] | None = None,
-                 pool: GlobalPool | None = None) -> TrainResult:
+                 pool: GlobalPool | None = None, progress: Callable[[str], None] | None = None) -> TrainResult:
     """Backtest, select, refit, log to MLflow, register a version, maybe promote it to champion. `pool`: the series
-    trained together (this one among them), for the global candidate."""
+    trained together (this one among them), for the global candidate; `progress`: told each candidate's folds as
+    they are scored (the global model refits across every series at each origin: minutes a series)."""
     if not _NAME.match(name):
         raise TrainingError(f"series name {name!r} must match {_NAME.pattern}")
     now = now or datetime.now(UTC)
@@ -288,7 +290,7 @@ def train_series(name: str, series: pd.Series, settings: TrainSettings, tracker:
         parent = tracker.start_run(exp, f"train-{now:%Y%m%dT%H%M%SZ}",
                                    tags={"headroom.kind": "training", "headroom.series": name})
         try:
-            result = _train(name, series, settings, tracker, now, makers, origins, exp, parent)
+            result = _train(name, series, settings, tracker, now, makers, origins, exp, parent, progress)
         except BaseException as exc:
             try:
                 tracker.set_tags(parent, {"headroom.error": f"{type(exc).__name__}: {exc}"})
@@ -300,14 +302,16 @@ def train_series(name: str, series: pd.Series, settings: TrainSettings, tracker:
         return result
 
 
-def _train(name, series, settings, tracker, now, makers, origins, exp, parent) -> TrainResult:
+def _train(name, series, settings, tracker, now, makers, origins, exp, parent, progress=None) -> TrainResult:
     key = settings.objective_key
     per_fold: dict[str, list[dict]] = {}
     failed: dict[str, str] = {}
     for cand, make in makers.items():
         child = tracker.start_run(exp, cand, parent=parent, tags={"headroom.kind": "candidate"})
         try:
-            rows = _score(make, series, origins, settings)
+            tick = None if progress is None else (
+                lambda i, cand=cand: progress(f"{name}: {cand} fold {i}/{len(origins)} scored"))
+            rows = _score(make, series, origins, settings, tick)
         except BaseException as exc:  # noqa: BLE001 - one bad candidate is not a failed training
             if (stop := interrupt_inside(exc)) is not None:  # SIGINT, SIGTERM: the run does not stay RUNNING
                 with contextlib.suppress(Exception):
