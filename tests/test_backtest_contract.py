@@ -150,3 +150,28 @@ def test_the_command_backtests_a_one_week_history_on_five_folds_and_says_a_missi
     out = json.loads(capsys.readouterr().out)
     assert out["folds"] == 5
     assert any(f"(1 of 5, origin {index[-DAY].isoformat()})" in n for n in out["notes"]), out["notes"]
+
+
+def test_the_command_scores_auto_on_the_shared_traces_as_the_benchmark_quotes(shared_data):
+    """`headroom backtest --horizon 24 --folds 7 --step 24` reads each shared hourly trace as bench/forecast_bench.py
+    does (no sample clipped by the command's cleaning) and its `auto` scores the MASE docs/bench-forecast.md quotes."""
+    import re
+    from datetime import UTC, datetime
+    from pathlib import Path
+
+    from cli.config import load_config
+    from cli.sources import load_series
+    from forecast.clock import local_hours
+    from tests.conftest import bench_module
+
+    bench = bench_module("forecast_bench")
+    doc = (Path(__file__).parents[1] / "docs" / "bench-forecast.md").read_text()
+    for name in ("alibaba_genai_sd_requests_hourly", "nasa_http_1995_hourly", "servegen_m_large_hourly"):
+        path = shared_data / "traces" / f"{name}.csv"
+        cfg = load_config(None, {"history.file": str(path)})
+        series = local_hours(load_series(cfg, datetime.now(UTC), say=False)[0], cfg.forecast.timezone)
+        pd.testing.assert_series_equal(series, bench.load_trace(path), check_names=False)
+        table = doc.split(f"## {name}\n", 1)[1]
+        quoted = float(re.search(r"\| headroom auto \(selected: [^)]*\)+ \| ([0-9.]+) \|", table).group(1))
+        result = backtest(series, horizon=24, folds=7, step=24, models=list(FAST))
+        assert round(result.models["auto"]["mase"], 3) == quoted, name
