@@ -698,6 +698,18 @@ def test_a_candidate_that_fell_back_is_said_with_its_reason(sqlite_uri):
         "snaive168 fitted on the whole history: fallback to seasonal naive (too short: needs 168 points, has 120)"]
 
 
+def test_a_fold_without_a_known_actual_is_said_as_backtest_says_it(sqlite_uri):
+    """The export's last day missing: the last fold scores nothing and is left out of the means, and the result
+    said only its score (backtest's JSON says it in its notes; train's now too)."""
+    history = demand()
+    history.iloc[-24:] = np.nan
+    result = train_series("last-day-missing", history, settings(candidates=("snaive24",)), Tracker(sqlite_uri))
+    last = history.index[-24].isoformat()
+    assert [n for n in result.to_json()["notes"] if "missing" in n] == [
+        f"24 of the folds' 48 hours to score are missing: not scored; folds with no known actual (1 of 2, origin "
+        f"{last}) are scored null and left out of every mean"]
+
+
 def test_a_deleted_experiment_is_named_with_the_way_out(tmp_path):
     """An operator deleting a series' experiment in the MLflow UI (MLflow keeps it, deleted, under its name) made
     every later training fail with 'The experiment 1 must be in the active state': say which experiment and how

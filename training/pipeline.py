@@ -35,6 +35,7 @@ from forecast.backtest import (
     pinball_key,
     score_folds,
     summarize,
+    unscored_note,
 )
 from forecast.base import Forecaster, check_quantile_frame
 from forecast.calibrate import Calibrated
@@ -343,6 +344,8 @@ def _train(name, series, settings, tracker, now, makers, origins, exp, parent, p
     model = makers[winner]().fit(series)
     future = model.predict(settings.horizon, list(settings.quantiles))
     notes = [note for cand, rows in per_fold.items() if (note := fallback_note(cand, rows))]
+    if note := unscored_note(series, origins, settings.horizon):
+        notes.append(note)
     if reason := getattr(model, "fallback_reason", None):
         notes.append(f"{winner} fitted on the whole history: fallback to seasonal naive ({reason})")
     check_quantile_frame(future, settings.horizon, list(settings.quantiles))
