@@ -13,7 +13,7 @@ from adapters.mlflow import Tracker
 from forecast.base import check_quantile_frame
 from forecast.global_model import GlobalBoosting, GlobalForecaster, GlobalPool, GlobalSettings
 from tests.test_forecaster_contract import HISTORIES, QUANTILES
-from training.pipeline import TrainSettings, load_champion, train_series
+from training.pipeline import NOT_SERVED, TrainSettings, load_champion, train_series
 
 DAY = 24
 SMALL = GlobalSettings(horizon=24, max_iter=60)
@@ -107,6 +107,14 @@ def test_training_offers_the_global_model_only_with_several_series(tmp_path, cap
     assert set(together.scores) == {"snaive24", "global"}
     assert together.scores["global"]["mase"] < together.scores["snaive24"]["mase"]
     assert together.selected == "snaive24" and load_champion("s2", uri).card.model == "snaive24"
+    # and it says why the better score was not promoted, in the result and on the run (it said nothing of it)
+    assert [n for n in together.notes if n.startswith("global scored a lower mase than snaive24")] == [
+        f"global scored a lower mase than snaive24 ({together.scores['global']['mase']:.4g} against "
+        f"{together.scores['snaive24']['mase']:.4g}): {NOT_SERVED}"]
+    from mlflow.tracking import MlflowClient
+    runs = MlflowClient(uri).search_runs([together.experiment_id], "tags.`headroom.kind` = 'candidate'")
+    assert {r.info.run_name: r.data.tags.get("headroom.not_served") for r in runs} == {"snaive24": None,
+                                                                                      "global": NOT_SERVED}
 
 
 def test_headroom_train_with_several_series_scores_the_global_model_for_each(tmp_path, monkeypatch, capsys):

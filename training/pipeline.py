@@ -51,6 +51,8 @@ log = logging.getLogger(__name__)
 # Scored and logged beside the candidates, never promoted: the controller refits each series alone, so a champion
 # learned across series would serve a model other than the one scored.
 LEARNED_ACROSS = "global"
+NOT_SERVED = ("learned across series, never promoted: the controller refits each series alone, so it could not serve "
+              "the model scored")
 _NAME = re.compile(SERIES_NAME_PATTERN)
 
 
@@ -179,7 +181,7 @@ class TrainResult:
     champion_score: float | None = None
     origins: list[str] = field(default_factory=list)
     failed_candidates: dict[str, str] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)  # which candidate fell back to seasonal naive where, and why
+    notes: list[str] = field(default_factory=list)  # fallbacks, folds without actuals, a better global not served
     model: Any = None
 
     def to_json(self) -> dict:
@@ -308,7 +310,8 @@ def _train(name, series, settings, tracker, now, makers, origins, exp, parent, p
     per_fold: dict[str, list[dict]] = {}
     failed: dict[str, str] = {}
     for cand, make in makers.items():
-        child = tracker.start_run(exp, cand, parent=parent, tags={"headroom.kind": "candidate"})
+        child = tracker.start_run(exp, cand, parent=parent, tags={
+            "headroom.kind": "candidate", **({"headroom.not_served": NOT_SERVED} if cand == LEARNED_ACROSS else {})})
         try:
             tick = None if progress is None else (
                 lambda i, cand=cand: progress(f"{name}: {cand} fold {i}/{len(origins)} scored"))
@@ -346,6 +349,9 @@ def _train(name, series, settings, tracker, now, makers, origins, exp, parent, p
     notes = [note for cand, rows in per_fold.items() if (note := fallback_note(cand, rows))]
     if note := unscored_note(series, origins, settings.horizon):
         notes.append(note)
+    if scores.get(LEARNED_ACROSS, {}).get(key, np.inf) < scores[winner][key]:
+        notes.append(f"{LEARNED_ACROSS} scored a lower {key} than {winner} "
+                     f"({scores[LEARNED_ACROSS][key]:.4g} against {scores[winner][key]:.4g}): {NOT_SERVED}")
     if reason := getattr(model, "fallback_reason", None):
         notes.append(f"{winner} fitted on the whole history: fallback to seasonal naive ({reason})")
     check_quantile_frame(future, settings.horizon, list(settings.quantiles))
