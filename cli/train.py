@@ -92,10 +92,15 @@ def cmd_train(cfg, args) -> int:
         try:
             loaded = _load_all(jobs) if len(jobs) > 1 else {}
             pool = GlobalPool(loaded, GlobalSettings(horizon=settings.horizon)) if len(loaded) > 1 else None
+            # several series asked for it (README): say why it is missing rather than train without it silently
+            unpooled = (f"the model learned across series is not trained: it needs two series that load, and "
+                        f"{len(loaded)} of the {len(jobs)} did" if len(jobs) > 1 and pool is None else None)
             for name, where, load in jobs:
                 try:
                     result = train_series(name, loaded[name] if name in loaded else load(), settings, tracker, now,
                                           pool=pool, progress=say)
+                    if unpooled:
+                        result.notes.append(unpooled)
                     out.append(result.to_json())
                     print(f"{name}: {result.selected} {result.objective}={result.score:.4f} -> v{result.version} "
                           f"{'PROMOTED' if result.promoted else 'not promoted'}: {result.reason}", file=sys.stderr)
