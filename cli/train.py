@@ -47,7 +47,8 @@ def _load_all(jobs: list[tuple[str, str, Callable[[], pd.Series]]]) -> dict[str,
 
 
 def cmd_train(cfg, args) -> int:
-    """`headroom train [--config FILE] [--history FILE --name SERIES] [--tracking-uri URI]`: one JSON result on stdout.
+    """`headroom train [--config FILE] [--history FILE --name SERIES] [--tracking-uri URI]`: on stdout one JSON result,
+    or a list of them, one per entry of training.series.
 
     Exit 0 all trained, 1 a training failed (store down, unusable data, locked), 2 no history to train on;
     the champion of a failed series is untouched.
@@ -57,6 +58,7 @@ def cmd_train(cfg, args) -> int:
     uri = getattr(args, "tracking_uri", None) or getattr(t, "tracking_uri", None)
     settings = settings_from_config(cfg)
     jobs: list[tuple[str, str, Callable[[], pd.Series]]] = []  # series name, where its history is, its loader
+    listed = False  # stdout: a JSON list (training.series) or the one series' object
     h = cfg.history
 
     def on_the_clock(config) -> pd.Series:
@@ -77,6 +79,7 @@ def cmd_train(cfg, args) -> int:
                              "of --history FILE (or of history.file / history.prometheus without training.series)")
         for s in t.series:
             jobs.append((s.name, str(s.file), from_file(s.file)))
+        listed = True  # one result per entry, a list however many: a script's parsing does not turn on the count
     elif h.file is None and h.prometheus is None:
         raise BadRequest("no history: give --history FILE (with --name), or training.series, history.file or "
                          "history.prometheus in --config")
@@ -118,7 +121,7 @@ def cmd_train(cfg, args) -> int:
             print(f"training {why} before {', '.join(o['name'] for o in out if o['name'] not in done)} finished "
                   "(its runs are marked KILLED): retrain", file=sys.stderr)
             status = 1
-    print(json.dumps(out if len(out) > 1 else out[0], indent=2))
+    print(json.dumps(out if listed else out[0], indent=2))
     return status
 
 

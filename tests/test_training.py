@@ -376,6 +376,25 @@ def test_train_says_each_candidates_folds_as_they_are_scored(sqlite_uri, tmp_pat
     assert lines and [int(i) for i, _ in lines] == list(range(1, int(lines[0][1]) + 1)), captured.err
 
 
+def test_train_prints_a_list_for_training_series_however_many_it_names(tmp_path, monkeypatch, capsys):
+    """stdout was a list for two entries of training.series and the object itself for one, so a script reading it
+    broke when a series was taken out of the file; --history's one series stays an object."""
+    from cli.main import main
+    from forecast.synthetic import write_csv
+
+    write_csv(demand(), tmp_path / "gpu.csv")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    for names in (["one"], ["one", "two"]):
+        (tmp_path / "headroom.yaml").write_text(
+            "backtest: {folds: 2}\ntraining:\n  candidates: [snaive24]\n  series:\n"
+            + "".join(f"  - {{name: {n}, file: gpu.csv}}\n" for n in names))
+        assert main(["train", "--config", "headroom.yaml"]) == 0
+        assert [r["name"] for r in json.loads(capsys.readouterr().out)] == names
+    assert main(["train", "--history", "gpu.csv", "--name", "alone"]) == 0
+    assert json.loads(capsys.readouterr().out)["name"] == "alone"
+
+
 def test_the_example_configuration_trains_and_the_controller_serves_its_champion(tmp_path, monkeypatch, capsys):
     """What a new user runs from the README: `headroom train` then `headroom run` on examples/headroom.yaml,
     with the default MLflow store (sqlite under the working directory)."""
