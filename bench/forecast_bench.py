@@ -1520,8 +1520,9 @@ def notes(report: dict, peers: dict) -> list[str]:
                    "(pooled over 414 series x 48 hours).")
     out += coverage_misses(report) + mase_misses(report)
     out.append("Timings come from a shared 2-core machine under load from other jobs; compare them within one run.")
-    out.append("headroom's trace table lists the models `backtest` scores (forecast.backtest.FULL); `auto` is the "
-               "honest AutoForecaster with its default candidates, re-selected inside every fold.")
+    out.append("headroom's trace table lists forecast.backtest.FULL (BENCH_ALL_MODELS=1: every model); `headroom "
+               "backtest` scores every model, these among them, and its `auto` is this one (the same MASE on the same "
+               "folds): the honest AutoForecaster with its default candidates, re-selected inside every fold.")
     return out
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 from adapters.mlflow import Tracker, TrackingError, TrainingLocked
+from cli.progress import stage_printer
 from cli.sources import load_series
 from core.errors import BadRequest
 from forecast.clock import local_hours
@@ -46,7 +47,8 @@ def _load_all(jobs: list[tuple[str, str, Callable[[], pd.Series]]]) -> dict[str,
 
 
 def cmd_train(cfg, args) -> int:
-    """`headroom train [--config FILE] [--history FILE --name SERIES] [--tracking-uri URI]`: one JSON result on stdout.
+    """`headroom train [--config FILE] [--history FILE --name SERIES] [--tracking-uri URI]`: on stdout one JSON result,
+    or a list of them, one per entry of training.series.
 
     Exit 0 all trained, 1 a training failed (store down, unusable data, locked), 2 no history to train on;
     the champion of a failed series is untouched.
@@ -56,6 +58,7 @@ def cmd_train(cfg, args) -> int:
     uri = getattr(args, "tracking_uri", None) or getattr(t, "tracking_uri", None)
     settings = settings_from_config(cfg)
     jobs: list[tuple[str, str, Callable[[], pd.Series]]] = []  # series name, where its history is, its loader
+    listed = False  # stdout: a JSON list (training.series) or the one series' object
     h = cfg.history
 
     def on_the_clock(config) -> pd.Series:
@@ -76,6 +79,7 @@ def cmd_train(cfg, args) -> int:
                              "of --history FILE (or of history.file / history.prometheus without training.series)")
         for s in t.series:
             jobs.append((s.name, str(s.file), from_file(s.file)))
+        listed = True  # one result per entry, a list however many: a script's parsing does not turn on the count
     elif h.file is None and h.prometheus is None:
         raise BadRequest("no history: give --history FILE (with --name), or training.series, history.file or "
                          "history.prometheus in --config")
@@ -86,14 +90,20 @@ def cmd_train(cfg, args) -> int:
     tracker = Tracker(uri)
     print(f"MLflow store: {tracker.shown}", file=sys.stderr)  # where to look (a flag, the file, the env or ./mlflow.db)
     status, out = 0, []
+    say = stage_printer("train")  # on stderr: stdout is the JSON
     with _stopped_by_sigterm():
         try:
             loaded = _load_all(jobs) if len(jobs) > 1 else {}
             pool = GlobalPool(loaded, GlobalSettings(horizon=settings.horizon)) if len(loaded) > 1 else None
+            # several series asked for it (README): say why it is missing rather than train without it silently
+            unpooled = (f"the model learned across series is not trained: it needs two series that load, and "
+                        f"{len(loaded)} of the {len(jobs)} did" if len(jobs) > 1 and pool is None else None)
             for name, where, load in jobs:
                 try:
                     result = train_series(name, loaded[name] if name in loaded else load(), settings, tracker, now,
-                                          pool=pool)
+                                          pool=pool, progress=say)
+                    if unpooled:
+                        result.notes.append(unpooled)
                     out.append(result.to_json())
                     print(f"{name}: {result.selected} {result.objective}={result.score:.4f} -> v{result.version} "
                           f"{'PROMOTED' if result.promoted else 'not promoted'}: {result.reason}", file=sys.stderr)
@@ -111,7 +121,7 @@ def cmd_train(cfg, args) -> int:
             print(f"training {why} before {', '.join(o['name'] for o in out if o['name'] not in done)} finished "
                   "(its runs are marked KILLED): retrain", file=sys.stderr)
             status = 1
-    print(json.dumps(out if len(out) > 1 else out[0], indent=2))
+    print(json.dumps(out if listed else out[0], indent=2))
     return status
 
 

@@ -342,6 +342,8 @@ def backtest(history: pd.Series, horizon: int = DAY, folds: int = 14, step: int 
                      for r in rows]
         if note := fallback_note(name, rows):
             notes.append(note)
+    if note := unscored_note(history, fold_origins, horizon):
+        notes.append(note)
     auto = AutoForecaster(candidates=candidates, horizon=horizon).fit(history)
     return BacktestResult(history=str(history.name), horizon=horizon, folds=len(fold_origins),
                           selected=auto.chosen, models=summary, per_fold=per_fold, selected_why=auto.why_chosen,
@@ -353,6 +355,21 @@ def fallback_note(name: str, rows: Sequence[dict]) -> str | None:
     fallbacks = [r["fallback"] for r in rows if r["fallback"]]
     return (f"{name}: fallback to seasonal naive in {len(fallbacks)} of {len(rows)} folds (the last: {fallbacks[-1]})"
             if fallbacks else None)
+
+
+def unscored_note(history: pd.Series, fold_origins: Sequence[int], horizon: int) -> str | None:
+    """How many of the folds' hours are missing (not scored), and which folds have no known actual at all (their
+    scores null, left out of every mean): `folds` counts them, so a script must not read it as the folds scored.
+    None when every hour is known, or none is (null_scores says that)."""
+    values = history.to_numpy(dtype=float)
+    known = [int(np.isfinite(values[o:o + horizon]).sum()) for o in fold_origins]
+    missing = len(fold_origins) * horizon - sum(known)
+    if not missing or not any(known):
+        return None
+    empty = [history.index[o].isoformat() for o, k in zip(fold_origins, known) if k == 0]
+    return (f"{missing} of the folds' {len(fold_origins) * horizon} hours to score are missing: not scored"
+            + (f"; folds with no known actual ({len(empty)} of {len(fold_origins)}, origin {', '.join(empty)}) are "
+               "scored null and left out of every mean" if empty else ""))
 
 
 def null_scores(values: np.ndarray, fold_origins: Sequence[int], horizon: int) -> list[str]:

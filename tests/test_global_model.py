@@ -13,7 +13,7 @@ from adapters.mlflow import Tracker
 from forecast.base import check_quantile_frame
 from forecast.global_model import GlobalBoosting, GlobalForecaster, GlobalPool, GlobalSettings
 from tests.test_forecaster_contract import HISTORIES, QUANTILES
-from training.pipeline import TrainSettings, load_champion, train_series
+from training.pipeline import NOT_SERVED, TrainSettings, load_champion, train_series
 
 DAY = 24
 SMALL = GlobalSettings(horizon=24, max_iter=60)
@@ -107,6 +107,14 @@ def test_training_offers_the_global_model_only_with_several_series(tmp_path, cap
     assert set(together.scores) == {"snaive24", "global"}
     assert together.scores["global"]["mase"] < together.scores["snaive24"]["mase"]
     assert together.selected == "snaive24" and load_champion("s2", uri).card.model == "snaive24"
+    # and it says why the better score was not promoted, in the result and on the run (it said nothing of it)
+    assert [n for n in together.notes if n.startswith("global scored a lower mase than snaive24")] == [
+        f"global scored a lower mase than snaive24 ({together.scores['global']['mase']:.4g} against "
+        f"{together.scores['snaive24']['mase']:.4g}): {NOT_SERVED}"]
+    from mlflow.tracking import MlflowClient
+    runs = MlflowClient(uri).search_runs([together.experiment_id], "tags.`headroom.kind` = 'candidate'")
+    assert {r.info.run_name: r.data.tags.get("headroom.not_served") for r in runs} == {"snaive24": None,
+                                                                                      "global": NOT_SERVED}
 
 
 def test_headroom_train_with_several_series_scores_the_global_model_for_each(tmp_path, monkeypatch, capsys):
@@ -130,3 +138,28 @@ def test_headroom_train_with_several_series_scores_the_global_model_for_each(tmp
     assert all(set(r["scores"]) == {"snaive24", "global"} for r in results)
     assert main(["train", "--config", "headroom.yaml", "--history", "s1.csv", "--name", "one"]) == 0
     assert set(json.loads(capsys.readouterr().out)["scores"]) == {"snaive24"}
+
+
+def test_several_series_of_which_one_loads_train_it_and_say_the_global_model_is_missing(tmp_path, monkeypatch,
+                                                                                          capsys):
+    """Two series configured, one all missing: the other trained without the model learned across series and said
+    nothing of it, though the README promises it with several series."""
+    import json
+
+    from cli.main import main
+    from forecast.synthetic import write_csv
+
+    good = shared_shape(1, days=10, seed=4)["s0"].iloc[:-DAY]
+    write_csv(good, tmp_path / "good.csv")
+    write_csv(good * np.nan, tmp_path / "empty.csv")
+    (tmp_path / "headroom.yaml").write_text(
+        "backtest:\n  horizon: 24\n  folds: 2\ntraining:\n  candidates: [snaive24]\n  series:\n"
+        "  - {name: good, file: good.csv}\n  - {name: empty, file: empty.csv}\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert main(["train", "--config", "headroom.yaml"]) == 1  # the empty one failed
+    captured = capsys.readouterr()
+    good_result, empty_result = json.loads(captured.out)
+    note = "the model learned across series is not trained: it needs two series that load, and 1 of the 2 did"
+    assert set(good_result["scores"]) == {"snaive24"} and note in good_result["notes"] and "error" in empty_result
+    assert f"note: good: {note}" in captured.err

@@ -360,6 +360,41 @@ def test_cmd_train_cli(sqlite_uri, tmp_path, capsys):
     assert champion_version(sqlite_uri, "cli") == "1"
 
 
+def test_train_says_each_candidates_folds_as_they_are_scored(sqlite_uri, tmp_path, capsys):
+    """The global model refits across every series at each origin, minutes a series on a busy machine: train said
+    nothing between 'MLflow store' and a series' result, so a training looked hung. Each fold scored is a stage line
+    on stderr (stdout stays the JSON)."""
+    from cli.main import main
+    from forecast.synthetic import write_csv
+
+    write_csv(demand(), tmp_path / "gpu.csv")
+    assert main(["train", "--history", str(tmp_path / "gpu.csv"), "--name", "progress", "--tracking-uri",
+                 sqlite_uri]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["name"] == "progress"
+    lines = re.findall(r"\[train \+ *[0-9.]+s\] progress: auto fold (\d+)/(\d+) scored", captured.err)
+    assert lines and [int(i) for i, _ in lines] == list(range(1, int(lines[0][1]) + 1)), captured.err
+
+
+def test_train_prints_a_list_for_training_series_however_many_it_names(tmp_path, monkeypatch, capsys):
+    """stdout was a list for two entries of training.series and the object itself for one, so a script reading it
+    broke when a series was taken out of the file; --history's one series stays an object."""
+    from cli.main import main
+    from forecast.synthetic import write_csv
+
+    write_csv(demand(), tmp_path / "gpu.csv")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    for names in (["one"], ["one", "two"]):
+        (tmp_path / "headroom.yaml").write_text(
+            "backtest: {folds: 2}\ntraining:\n  candidates: [snaive24]\n  series:\n"
+            + "".join(f"  - {{name: {n}, file: gpu.csv}}\n" for n in names))
+        assert main(["train", "--config", "headroom.yaml"]) == 0
+        assert [r["name"] for r in json.loads(capsys.readouterr().out)] == names
+    assert main(["train", "--history", "gpu.csv", "--name", "alone"]) == 0
+    assert json.loads(capsys.readouterr().out)["name"] == "alone"
+
+
 def test_the_example_configuration_trains_and_the_controller_serves_its_champion(tmp_path, monkeypatch, capsys):
     """What a new user runs from the README: `headroom train` then `headroom run` on examples/headroom.yaml,
     with the default MLflow store (sqlite under the working directory)."""
@@ -680,6 +715,18 @@ def test_a_candidate_that_fell_back_is_said_with_its_reason(sqlite_uri):
     assert result.selected == "snaive168" and result.to_json()["notes"] == [
         "snaive168: fallback to seasonal naive in 2 of 2 folds (the last: too short: needs 168 points, has 96)",
         "snaive168 fitted on the whole history: fallback to seasonal naive (too short: needs 168 points, has 120)"]
+
+
+def test_a_fold_without_a_known_actual_is_said_as_backtest_says_it(sqlite_uri):
+    """The export's last day missing: the last fold scores nothing and is left out of the means, and the result
+    said only its score (backtest's JSON says it in its notes; train's now too)."""
+    history = demand()
+    history.iloc[-24:] = np.nan
+    result = train_series("last-day-missing", history, settings(candidates=("snaive24",)), Tracker(sqlite_uri))
+    last = history.index[-24].isoformat()
+    assert [n for n in result.to_json()["notes"] if "missing" in n] == [
+        f"24 of the folds' 48 hours to score are missing: not scored; folds with no known actual (1 of 2, origin "
+        f"{last}) are scored null and left out of every mean"]
 
 
 def test_a_deleted_experiment_is_named_with_the_way_out(tmp_path):

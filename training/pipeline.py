@@ -35,6 +35,7 @@ from forecast.backtest import (
     pinball_key,
     score_folds,
     summarize,
+    unscored_note,
 )
 from forecast.base import Forecaster, check_quantile_frame
 from forecast.calibrate import Calibrated
@@ -50,6 +51,8 @@ log = logging.getLogger(__name__)
 # Scored and logged beside the candidates, never promoted: the controller refits each series alone, so a champion
 # learned across series would serve a model other than the one scored.
 LEARNED_ACROSS = "global"
+NOT_SERVED = ("learned across series, never promoted: the controller refits each series alone, so it could not serve "
+              "the model scored")
 _NAME = re.compile(SERIES_NAME_PATTERN)
 
 
@@ -178,7 +181,7 @@ class TrainResult:
     champion_score: float | None = None
     origins: list[str] = field(default_factory=list)
     failed_candidates: dict[str, str] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)  # which candidate fell back to seasonal naive where, and why
+    notes: list[str] = field(default_factory=list)  # fallbacks, folds without actuals, a better global not served
     model: Any = None
 
     def to_json(self) -> dict:
@@ -189,9 +192,10 @@ class TrainResult:
 
 
 def _score(make: Callable[[], Forecaster], series: pd.Series, origins: Sequence[int],
-           settings: TrainSettings) -> list[dict]:
+           settings: TrainSettings, progress: Callable[[int], None] | None = None) -> list[dict]:
     """forecast.backtest's per-fold evaluation, with the pinball loss at the objective's quantile."""
-    return score_folds(make, series, origins, settings.horizon, settings.quantiles, settings.target_quantile)
+    return score_folds(make, series, origins, settings.horizon, settings.quantiles, settings.target_quantile,
+                       progress=progress)
 
 
 def series_sha256(series: pd.Series) -> str:
@@ -265,9 +269,10 @@ def _global_candidate(name: str, pool: GlobalPool | None, horizon: int) -> dict[
 def train_series(name: str, series: pd.Series, settings: TrainSettings, tracker: Tracker,
                  now: datetime | None = None,
                  factories: Mapping[str, Callable[[], Forecaster]] | None = None,
-                 pool: GlobalPool | None = None) -> TrainResult:
+                 pool: GlobalPool | None = None, progress: Callable[[str], None] | None = None) -> TrainResult:
     """Backtest, select, refit, log to MLflow, register a version, maybe promote it to champion. `pool`: the series
-    trained together (this one among them), for the global candidate."""
+    trained together (this one among them), for the global candidate; `progress`: told each candidate's folds as
+    they are scored (the global model refits across every series at each origin: minutes a series)."""
     if not _NAME.match(name):
         raise TrainingError(f"series name {name!r} must match {_NAME.pattern}")
     now = now or datetime.now(UTC)
@@ -288,7 +293,7 @@ def train_series(name: str, series: pd.Series, settings: TrainSettings, tracker:
         parent = tracker.start_run(exp, f"train-{now:%Y%m%dT%H%M%SZ}",
                                    tags={"headroom.kind": "training", "headroom.series": name})
         try:
-            result = _train(name, series, settings, tracker, now, makers, origins, exp, parent)
+            result = _train(name, series, settings, tracker, now, makers, origins, exp, parent, progress)
         except BaseException as exc:
             try:
                 tracker.set_tags(parent, {"headroom.error": f"{type(exc).__name__}: {exc}"})
@@ -300,14 +305,17 @@ def train_series(name: str, series: pd.Series, settings: TrainSettings, tracker:
         return result
 
 
-def _train(name, series, settings, tracker, now, makers, origins, exp, parent) -> TrainResult:
+def _train(name, series, settings, tracker, now, makers, origins, exp, parent, progress=None) -> TrainResult:
     key = settings.objective_key
     per_fold: dict[str, list[dict]] = {}
     failed: dict[str, str] = {}
     for cand, make in makers.items():
-        child = tracker.start_run(exp, cand, parent=parent, tags={"headroom.kind": "candidate"})
+        child = tracker.start_run(exp, cand, parent=parent, tags={
+            "headroom.kind": "candidate", **({"headroom.not_served": NOT_SERVED} if cand == LEARNED_ACROSS else {})})
         try:
-            rows = _score(make, series, origins, settings)
+            tick = None if progress is None else (
+                lambda i, cand=cand: progress(f"{name}: {cand} fold {i}/{len(origins)} scored"))
+            rows = _score(make, series, origins, settings, tick)
         except BaseException as exc:  # noqa: BLE001 - one bad candidate is not a failed training
             if (stop := interrupt_inside(exc)) is not None:  # SIGINT, SIGTERM: the run does not stay RUNNING
                 with contextlib.suppress(Exception):
@@ -339,6 +347,11 @@ def _train(name, series, settings, tracker, now, makers, origins, exp, parent) -
     model = makers[winner]().fit(series)
     future = model.predict(settings.horizon, list(settings.quantiles))
     notes = [note for cand, rows in per_fold.items() if (note := fallback_note(cand, rows))]
+    if note := unscored_note(series, origins, settings.horizon):
+        notes.append(note)
+    if scores.get(LEARNED_ACROSS, {}).get(key, np.inf) < scores[winner][key]:
+        notes.append(f"{LEARNED_ACROSS} scored a lower {key} than {winner} "
+                     f"({scores[LEARNED_ACROSS][key]:.4g} against {scores[winner][key]:.4g}): {NOT_SERVED}")
     if reason := getattr(model, "fallback_reason", None):
         notes.append(f"{winner} fitted on the whole history: fallback to seasonal naive ({reason})")
     check_quantile_frame(future, settings.horizon, list(settings.quantiles))
