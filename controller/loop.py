@@ -6,13 +6,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
 from adapters.mlflow import Tracker
 from controller import heap
+from controller.background import Background
 from controller.reconcile import Reconciler
 from controller.state import ControllerState
 from core.cluster import Elector
@@ -30,7 +31,7 @@ class BackgroundTrainer:
     tracking_uri: str
     settings: TrainSettings
     beside: bool = True
-    _pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, "headroom-train"), repr=False)
+    _pool: Background = field(default_factory=lambda: Background("headroom-train"), repr=False)
     _running: dict[str, Future] = field(default_factory=dict, repr=False)
 
     def __call__(self, series: str, history: pd.Series, now: pd.Timestamp) -> None:

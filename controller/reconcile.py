@@ -54,6 +54,7 @@ from controller.actions import (
     evicted_gpus,
     training_columns,
 )
+from controller.background import Background
 from controller.cohorts import CohortCheck, cohort_lenders
 from controller.demand import DemandReader
 from controller.executor import NOT_LEADER, PAST_DEADLINE, EventsBeside, Outcome, StatusesBeside, execute, window
@@ -438,7 +439,7 @@ class Reconciler:
         self.refit_beside = refit_beside  # hourly refits in a background thread (a Kubernetes controller's many series)
         self._refits: dict = {}                     # policy -> the background refit under way (Future)
         self._tried: dict[str, tuple[tuple, str | None]] = {}  # policy -> ((hour, generation) tried, its fault)
-        self._refit_pool: ThreadPoolExecutor | None = None
+        self._refit_pool: Background | None = None
         self._io: ThreadPoolExecutor | None = None  # the reconcile's reads and writes side by side (_side_by_side)
         self._fitter: ProcessPoolExecutor | None = None  # where the hourly work fits (_fit_apart)
         self._fitter_lock = threading.Lock()
@@ -744,7 +745,7 @@ class Reconciler:
         tried = self._tried.get(p.key)
         if p.key not in self._refits and (tried is None or tried[0] != hour) and due(cached, now, p.generation):
             if self._refit_pool is None:
-                self._refit_pool = ThreadPoolExecutor(1, "headroom-refit")
+                self._refit_pool = Background("headroom-refit")
             whole = self._raw.get(p.key) if self._full_read.get(p.key) == now.floor("h") else None
             self._refits[p.key] = self._refit_pool.submit(self._hourly, p, cached, whole, now)
             self._tried[p.key] = tried = (hour, None)
@@ -809,7 +810,7 @@ class Reconciler:
         """Hourly work not started is dropped (a controller shutting down does not wait for a thousand refits);
         the statuses and Events queued beside are written."""
         if self._refit_pool is not None:
-            self._refit_pool.shutdown(wait=False, cancel_futures=True)
+            self._refit_pool.drop()
         if self._io is not None:
             self._io.shutdown(wait=False)
         with self._fitter_lock:
