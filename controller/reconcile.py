@@ -752,10 +752,13 @@ class Reconciler:
         return cached, tried[1] if tried is not None and tried[0] == hour else None
 
     def _hourly(self, p: PolicyObject, in_force: IssuedForecast | None, whole: pd.Series | None,
-                now: pd.Timestamp) -> _Hourly:
+                now: pd.Timestamp) -> _Hourly | None:
         """One policy's hourly work, beside the reconciles: its whole lookback (unless read whole this hour
         already; a failed read leaves the samples held), a new forecast fitted on it and recorded, and the realized
-        error of the forecasts issued before."""
+        error of the forecasts issued before. None: this replica no longer leads, so it does none of it (the work
+        waits its turn behind a thousand series' while the Lease may pass to another replica, which does its own)."""
+        if self._lease_end() is None:
+            return None
         if whole is None:
             lookback = pd.Timedelta(seconds=self.data.lookback_seconds)
             try:
@@ -781,11 +784,14 @@ class Reconciler:
         """A finished _hourly: its whole lookback joins the samples read since, its forecast and realized error
         come into force, drift is reported."""
         try:
-            done: _Hourly = job.result()
+            done: _Hourly | None = job.result()
         except Exception as exc:  # noqa: BLE001 - a bug in one policy's hourly work must not stop the others
             log.error("%s: its hourly refit failed", p.key, exc_info=exc)
             self._error("internal", p.key, exc)
             self._tried[p.key] = ((now.floor("h"), p.generation), f"InternalError: {type(exc).__name__}: {exc}")
+            return cached
+        if done is None:  # dropped: this replica did not lead when its turn came; leading again, it tries anew
+            self._tried.pop(p.key, None)
             return cached
         held = self._raw.get(p.key)
         if done.whole is not None and len(done.whole) and held is not None:
@@ -1271,7 +1277,9 @@ class Reconciler:
         issued = self.forecast_log.load(series, since=since)
         table: pd.DataFrame | None = None
         drift: tuple[DriftEvent, ...] = ()
-        if self.tracker is not None:
+        # MLflow is outside the Lease: live accuracy is logged by the leader only (a refit that ends after this replica
+        # let its Lease go would log beside the new leader, whose forecast is the one in force)
+        if self.tracker is not None and self._lease_end() is not None:
             try:
                 # the status's scale, so MLflow and the status report one error (drift's baseline: the champion's)
                 table, events = log_realized(series, issued, hourly, self.tracker, scale=scale,

@@ -9,7 +9,24 @@ import sys
 import textwrap
 import time
 
+import pandas as pd
+
+from adapters.prometheus import PrometheusDemand
+from controller.loop import Loop
+from controller.reconcile import Reconciler
+from core.settings import PrometheusServer, RunConfig
 from tests.conftest import ROOT
+from tests.test_run_real import (
+    MONDAY_7AM,
+    NS,
+    RP,
+    controller,  # noqa: F401 -- a fixture: the controller's client, through its watch cache
+    deployment,
+    kube,  # noqa: F401 -- a fixture: namespaces, queues, Deployment, policy
+    policy,
+)
+from tests.test_training import mlflow_server  # noqa: F401 -- the real `mlflow server` fixture
+from training.realized import ForecastLog
 
 
 def test_a_process_with_trainings_queued_exits_without_running_them(tmp_path, shared_data):
@@ -20,6 +37,7 @@ def test_a_process_with_trainings_queued_exits_without_running_them(tmp_path, sh
     script = textwrap.dedent(f"""
         import time
         import pandas as pd
+import pytest
         from controller.loop import BackgroundTrainer
         from forecast.history import load_history
         from training.pipeline import TrainSettings
@@ -46,3 +64,57 @@ def test_a_process_with_trainings_queued_exits_without_running_them(tmp_path, sh
         if proc.poll() is None:
             proc.kill()
     assert status == 0 and took < 5, took
+
+
+def accuracy_points(uri: str, series: str) -> int:
+    """The points of live accuracy MLflow holds for `series` (its accuracy run's 1 h error history)."""
+    from tests.test_training import client
+
+    c = client(uri)
+    experiment = c.get_experiment_by_name(f"headroom/{series}")
+    if experiment is None:
+        return 0
+    runs = c.search_runs([experiment.experiment_id], "tags.`headroom.kind` = 'accuracy'")
+    return sum(len(c.get_metric_history(run.info.run_id, "abs_error_1h")) for run in runs)
+
+
+def test_a_replica_that_let_its_lease_go_logs_no_live_accuracy_and_drops_its_queued_refits(  # noqa: F811
+        kube, controller, prometheus_server, mlflow_server, tmp_path):  # noqa: F811
+    """The hour's refits run beside the reconciles, one series at a time, long after the reconcile that queued them,
+    and score the forecasts issued before (realized error, drift) into MLflow, which is outside the Lease. Replica a
+    queued two and let its Lease go, b took over; a's refit under way then logged its live accuracy beside b's (two
+    writers of one series' history, one of them a replica whose forecasts were no longer in force), and the one
+    queued behind it read the whole lookback, fitted and logged too. Only a leader logs accuracy now, and a refit
+    whose turn comes after its replica let the Lease go does nothing."""
+    from adapters.mlflow import Tracker
+
+    scored, queued = "stopping-first", "stopping-second"  # in this order: the second queued behind
+    kube.delete(f"{RP}/chat")
+    for name in (scored, queued):
+        kube.create(f"/apis/apps/v1/namespaces/{NS}/deployments", deployment(name))
+    kube.create(RP, policy(scored))
+    server = PrometheusServer(url=prometheus_server.url, step="5m", timeout_seconds=10, retries=0)
+    cfg = RunConfig(cluster="kubernetes", prometheus=server, capacity_gpus=128, namespace=NS)
+    issued, tracker = ForecastLog(tmp_path / "log"), Tracker(mlflow_server.uri)
+    before = Reconciler(controller, PrometheusDemand(server), cfg, forecast_log=issued, tracker=tracker)
+    for hours_ago in range(4, 0, -1):  # hours led before: forecasts issued, and scored into MLflow
+        before.reconcile(MONDAY_7AM - pd.Timedelta(hours=hours_ago))
+    before.close()
+    logged = accuracy_points(mlflow_server.uri, f"{NS}.{scored}")
+    assert logged > 0
+    kube.create(RP, policy(queued))
+    r = Reconciler(controller, PrometheusDemand(server), cfg, forecast_log=issued, tracker=tracker, refit_beside=True)
+    lease = "stopping-accuracy"
+    kube.delete(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{lease}")
+    a = Loop(r, controller.leader_elector(NS, lease, "replica-a", lease_seconds=30), interval=1, lease_seconds=30,
+             clock=lambda: MONDAY_7AM)
+    b = kube.leader_elector(NS, lease, "replica-b", lease_seconds=30)
+    with r._fitter_lock:  # the first refit held at its fit, as behind a thousand others, until b leads
+        a.run(once=True)  # a leads, reconciles (its refits queued), and lets the Lease go
+        assert b.try_acquire_or_renew()
+    results = {key: job.result(timeout=120) for key, job in r._refits.items()}
+    r.close()
+    assert accuracy_points(mlflow_server.uri, f"{NS}.{scored}") == logged, "a replica no longer leading logged"
+    assert results[f"{NS}/{queued}"] is None, "a refit whose turn came after the Lease was let go did its work"
+    assert accuracy_points(mlflow_server.uri, f"{NS}.{queued}") == 0
+
