@@ -6,6 +6,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 from pathlib import Path
 
 import pandas as pd
@@ -222,8 +223,7 @@ def cmd_run(cfg: Config, args) -> int:
     # one event: SIGTERM stops the loop and the client's retries, so the way out takes seconds (docs/deploy.md)
     loop = Loop(reconciler, elector, r.interval_seconds, r.lease.duration_seconds, stop=cluster.stopping)
     server = serve(reconciler.holder, r.metrics_port, loop.healthy, loop.ready, host=r.metrics_address)
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: loop.stop.set())
+    _stop_on_signals(loop.stop)
     log.info("headroom run as %s: %s policies, /metrics on %s:%s", identity, "watching", r.metrics_address,
              server.server_port)
     try:
@@ -248,6 +248,21 @@ def cmd_run(cfg: Config, args) -> int:
               + "); the log says what", file=sys.stderr)
         return 1
     return 0
+
+
+def _stop_on_signals(stop: threading.Event) -> None:
+    """SIGTERM (a rollout, a drain) and SIGINT set `stop`: the reconcile under way starts no more writes, and the
+    Lease is handed over. The default handlers come back at once, so a second signal ends the process there and
+    then (its Lease, if still held, expires by itself)."""
+    def stopping(signum, _frame) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, signal.SIG_DFL)
+        log.info("%s: stopping: no write starts from now on, the Lease is handed over; a second signal ends the "
+                 "process at once", signal.Signals(signum).name)
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, stopping)
 
 
 def _clock(r: RunConfig, now: str | None, hours: int, moment: bool = False) -> pd.DatetimeIndex:

@@ -77,6 +77,7 @@ class Loop:
 
     def __post_init__(self) -> None:
         self.reconciler.leading = self.leading_until
+        self.reconciler.stopping = self.stop
 
     def leading_until(self) -> float | None:
         """Until when (time.monotonic()) this replica may write now: its Lease's end as the other replicas may count
@@ -131,7 +132,7 @@ class Loop:
             except ClusterError as exc:
                 log.warning("leader election: %s", exc)
                 self._leading, self.election_error = False, str(exc)
-            if self._leading and time.monotonic() >= next_reconcile:
+            if self._leading and time.monotonic() >= next_reconcile and not self.stop.is_set():
                 # A reconcile ends within its interval, or its Lease when that is longer: with the election round it
                 # stays well inside the liveness bound (healthy). Each write ends by the Lease's end besides (the
                 # fence): no write after the other replicas could see the Lease lapse. What is left, the next does.
@@ -146,11 +147,13 @@ class Loop:
             if once:
                 break
             self.stop.wait(min(self.interval, self.lease_seconds / 3))
-        self.reconciler.flush()  # its statuses written while it still leads
+        if not self.stop.is_set():  # its statuses written while it still leads; asked to stop, the Lease goes first
+            self.reconciler.flush()  # (the standby writes its own within a second; a backlog would hold the Lease)
         with self._fence_lock:
             self._leading = self._running = False  # it lets go: leading again later is taking the Lease anew
         try:
-            self.elector.release()
+            if self.elector.release():
+                log.info("the Lease is released: a standby takes it over at once")
         except ClusterError as exc:  # stopped as asked all the same: the standby takes the Lease once it expires
             log.warning("the Lease could not be released (%s): it expires by itself within %.0f s", exc,
                         self.lease_seconds)

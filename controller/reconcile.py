@@ -461,6 +461,9 @@ class Reconciler:
         # lapsed; None: it no longer leads); asked before each write, so a replica whose Lease lapsed mid-reconcile
         # writes nothing more, and no write outlasts the Lease (None: always leads, no bound)
         self.leading: Callable[[], float | None] | None = None
+        # set once the controller is asked to stop (controller.loop shares its own): from then on the reconcile under
+        # way starts no write, as past its deadline
+        self.stopping = threading.Event()
         self._fenced = False  # this reconcile met the fence (said once)
         self._deadline: float | None = None  # the reconcile's (time.monotonic()): see reconcile()
         self._left = 0  # actions this reconcile left undone at its deadline
@@ -482,9 +485,9 @@ class Reconciler:
         """Until when (time.monotonic()) this replica may write now: the reconcile's deadline, or its Lease's end if
         earlier (math.inf: no bound); None: it no longer leads (the first refusal of a reconcile is counted and
         logged). Past the deadline the Lease is not renewed for a write that will not be made."""
-        deadline = self._deadline
         if self._past_deadline():
-            return deadline
+            return time.monotonic()
+        deadline = self._deadline
         if self.leading is None:
             return math.inf if deadline is None else deadline
         with within(deadline):  # a renewal asked for here ends by the reconcile's deadline too
@@ -499,7 +502,7 @@ class Reconciler:
         return None
 
     def _past_deadline(self) -> bool:
-        return self._deadline is not None and time.monotonic() >= self._deadline
+        return self.stopping.is_set() or (self._deadline is not None and time.monotonic() >= self._deadline)
 
     def _note_left(self, outcomes: list[Outcome]) -> None:
         self._left += sum(o.skipped == PAST_DEADLINE for o in outcomes)
@@ -522,7 +525,10 @@ class Reconciler:
             log.exception("reconcile at %s failed", now)
             self._error("internal", "reconcile", exc)
             state = replace(self.holder.get(), leader=True)
-        if self._left:
+        if self._left and self.stopping.is_set():
+            log.info("%d writes left undone: the controller is stopping; the next leader acts on fresh state",
+                     self._left)
+        elif self._left:
             self._error("cluster", "reconcile deadline", f"{self._left} actions left undone: its deadline passed "
                         f"{time.monotonic() - started:.1f} s after it began (the API server answered too slowly, or "
                         "not at all); the next reconcile acts on fresh state")

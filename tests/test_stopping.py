@@ -4,12 +4,15 @@ outside the Lease. On the real kube-apiserver, Prometheus and `mlflow server` (t
 tests/mlflow_server.py)."""
 from __future__ import annotations
 
+import logging
+import signal
 import subprocess
 import sys
 import textwrap
 import time
 
 import pandas as pd
+import pytest
 
 from adapters.prometheus import PrometheusDemand
 from controller.loop import Loop
@@ -24,6 +27,10 @@ from tests.test_run_real import (
     deployment,
     kube,  # noqa: F401 -- a fixture: namespaces, queues, Deployment, policy
     policy,
+    reconciler,
+    replicas,
+    rp_status,
+    start_headroom_run,
 )
 from tests.test_training import mlflow_server  # noqa: F401 -- the real `mlflow server` fixture
 from training.realized import ForecastLog
@@ -118,3 +125,80 @@ def test_a_replica_that_let_its_lease_go_logs_no_live_accuracy_and_drops_its_que
     assert results[f"{NS}/{queued}"] is None, "a refit whose turn came after the Lease was let go did its work"
     assert accuracy_points(mlflow_server.uri, f"{NS}.{queued}") == 0
 
+
+def lease_holder(api, name: str) -> str | None:
+    return api.get(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{name}")["spec"].get("holderIdentity")
+
+
+def test_a_stop_that_comes_mid_reconcile_applies_nothing_after_and_hands_the_lease_over(kube, controller,  # noqa: F811
+                                                                                       prometheus_server, tmp_path,
+                                                                                       caplog):
+    """SIGTERM (a rollout) while a reconcile is under way: it went on applying its plan, the scales, quotas and
+    evictions of a replica on its way out, then wrote every status still queued (each tried for up to its timeout,
+    the wait bounded at 30 s) before it let the Lease go. From the stop no write starts now, and the Lease goes at
+    once: the standby, which plans on fresh state, takes over within a second."""
+    r = reconciler(controller, prometheus_server.url, tmp_path, beside=True)
+    lease = "stopping-mid-reconcile"
+    kube.delete(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{lease}")
+    loop = Loop(r, controller.leader_elector(NS, lease, "replica-a", lease_seconds=30), interval=1, lease_seconds=30,
+                clock=lambda: MONDAY_7AM)
+    view = r._view
+
+    def stopped_as_it_reads(*args):  # the signal comes as the reconcile reads the cluster, before it acts
+        loop.stop.set()
+        return view(*args)
+    r._view = stopped_as_it_reads  # type: ignore[method-assign]
+    with caplog.at_level(logging.INFO):
+        loop.run()
+    r.close()
+    assert replicas(kube) == 1, "a write was applied after the stop"
+    assert rp_status(kube)[0] == {}, "a status was written after the stop"
+    assert lease_holder(kube, lease) is None
+    assert any("left undone: the controller is stopping" in m for m in caplog.messages), caplog.messages
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_headroom_run_stopped_by_a_signal_says_why_hands_the_lease_over_and_exits_0(kube_server, kube,  # noqa: F811
+                                                                                   prometheus_server, tmp_path, sig):
+    """`headroom run` stopped by the kubelet (SIGTERM) or at a terminal (SIGINT), between reconciles: it exited 0 and
+    released the Lease, but its log said nothing of why it stopped."""
+    proc, _ = start_headroom_run(kube_server, prometheus_server.url, tmp_path, "stopping-signal")
+    try:
+        began = time.monotonic()
+        proc.send_signal(sig)
+        status = proc.wait(timeout=30)
+        took = time.monotonic() - began
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        output = proc.stdout.read()
+    assert status == 0 and "Traceback" not in output, output
+    assert took < 5, (took, output)
+    assert f"{sig.name}: stopping" in output and "the Lease is released" in output, output
+    assert lease_holder(kube, "stopping-signal") is None
+
+
+def test_a_second_signal_ends_headroom_run_at_once(kube_server, kube, prometheus_server, tmp_path):  # noqa: F811
+    """Stopping takes a while on a halted API server (the request in flight waits out its timeout, the Lease's
+    release is tried): a second SIGTERM, or Ctrl-C pressed again, was taken as the first was, and the operator
+    waited. It ends the process at once now (its Lease, if still held, expires by itself)."""
+    proc, _ = start_headroom_run(kube_server, prometheus_server.url, tmp_path, "stopping-twice")
+    api = kube_server.apiserver
+    try:
+        api.process.signal_group(signal.SIGSTOP)
+        try:
+            time.sleep(2)  # the controller meets the halt mid-round
+            proc.send_signal(signal.SIGTERM)
+            time.sleep(1)
+            began = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            status = proc.wait(timeout=30)
+            took = time.monotonic() - began
+        finally:
+            api.process.signal_group(signal.SIGCONT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        output = proc.stdout.read()
+    assert status == -signal.SIGTERM and took < 2, (status, took, output)
+    assert "SIGTERM: stopping" in output, output
