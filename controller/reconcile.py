@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from adapters.prometheus import PrometheusError
+from adapters.prometheus import DeadlinePassed, PrometheusError
 from controller.actions import (
     EventNote,
     Evict,
@@ -855,7 +855,7 @@ class Reconciler:
         """Every policy's demand read at once: the reads in 8 parts side by side, each part's reads of one range in
         few requests where the source can (DemandReader.read_many; a thousand queries one by one take seconds); a
         read's error is kept for its policy."""
-        if len(policies) < 4:
+        if len(policies) < 4 or self.stopping.is_set():  # stopping: each policy's own read says it was not made
             return {}
         asked = [(p, self._since(p, now)) for p in policies]
         out: dict[str, pd.Series | Exception] = {p.key: self._raw[p.key] for p, since in asked if since is None}
@@ -898,6 +898,8 @@ class Reconciler:
         since = self._since(p, now)
         if since is None:
             return self._raw[p.key]
+        if self.stopping.is_set():  # as past the deadline: a halted Prometheus would hold each read for its timeout
+            raise DeadlinePassed("not read: the controller is stopping")
         return self._joined(p, now, since[1], self.demand.read(p.key, p.spec.query, since[0], now))
 
     def _since(self, p: PolicyObject, now: pd.Timestamp) -> tuple[pd.Timestamp, bool] | None:

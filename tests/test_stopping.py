@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pandas as pd
@@ -227,3 +228,32 @@ def test_a_process_stopped_mid_fit_exits_without_finishing_the_fit(tmp_path):
     path = tmp_path / "stop_mid_fit.py"
     path.write_text(script)
     assert leaving_takes([sys.executable, str(path)]) < 5
+
+
+def test_a_stop_during_a_halted_prometheus_starts_no_further_read(kube, controller, private_prometheus,  # noqa: F811
+                                                                  tmp_path):
+    """SIGTERM while a reconcile reads a Prometheus that answers nothing (a halted host): each policy's read after
+    the signal still started and waited out its timeout (30 s at the defaults), up to the reconcile's deadline (60 s),
+    past the pod's 30 s grace period: the kubelet killed the controller before it released its Lease. No read starts
+    after the stop now: only the one in flight is waited for."""
+    kube.create(f"/apis/apps/v1/namespaces/{NS}/deployments", deployment("second"))
+    kube.create(RP, policy("second"))
+    timeout = 4
+    server = PrometheusServer(url=private_prometheus.url, step="5m", timeout_seconds=timeout, retries=0)
+    cfg = RunConfig(cluster="kubernetes", prometheus=server, capacity_gpus=128, namespace=NS)
+    r = Reconciler(controller, PrometheusDemand(server), cfg, forecast_log=ForecastLog(tmp_path / "log"))
+    lease = "stopping-halted-prometheus"
+    kube.delete(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{lease}")
+    loop = Loop(r, controller.leader_elector(NS, lease, "replica-a", lease_seconds=30), interval=60, lease_seconds=30,
+                clock=lambda: MONDAY_7AM)
+    private_prometheus.process.signal_group(signal.SIGSTOP)
+    try:
+        threading.Timer(1, loop.stop.set).start()  # the signal, as the first read waits
+        began = time.monotonic()
+        loop.run()
+        took = time.monotonic() - began
+    finally:
+        private_prometheus.process.signal_group(signal.SIGCONT)
+    r.close()
+    assert took < timeout + 2, took  # the read in flight; not one read after another
+    assert lease_holder(kube, lease) is None
