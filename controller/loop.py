@@ -27,10 +27,14 @@ log = logging.getLogger(__name__)
 class BackgroundTrainer:
     """One training at a time, off the reconcile path; a failed one leaves the champion as it was. `beside=False`
     (the embedded cluster's replay, whose clock is not the wall clock): the training runs within the reconcile that
-    asks for it, so a champion it promotes serves from the same step in every replay."""
+    asks for it, so a champion it promotes serves from the same step in every replay. `leading` is asked as each
+    training starts (controller.loop sets it): one queued while this replica led, whose turn comes after it let the
+    Lease go, is dropped (the leader retrains on its own schedule; two replicas would register version after version
+    on the same evidence)."""
     tracking_uri: str
     settings: TrainSettings
     beside: bool = True
+    leading: Callable[[], bool] = field(default=lambda: True, repr=False)
     _pool: Background = field(default_factory=lambda: Background("headroom-train"), repr=False)
     _running: dict[str, Future] = field(default_factory=dict, repr=False)
 
@@ -43,6 +47,9 @@ class BackgroundTrainer:
         self._running[series] = self._pool.submit(self._train, series, history.copy(), now)
 
     def _train(self, series, history, now):
+        if not self.leading():
+            log.info("%s: retraining dropped: this replica no longer leads", series)
+            return
         try:
             result = train_series(series, history, self.settings, Tracker(self.tracking_uri), now.to_pydatetime())
             log.info("%s: retrained: %s v%s %s", series, result.selected, result.version,
@@ -78,6 +85,8 @@ class Loop:
     def __post_init__(self) -> None:
         self.reconciler.leading = self.leading_until
         self.reconciler.stopping = self.stop
+        if isinstance(self.reconciler.retrain, BackgroundTrainer):
+            self.reconciler.retrain.leading = self.still_leading
 
     def leading_until(self) -> float | None:
         """Until when (time.monotonic()) this replica may write now: its Lease's end as the other replicas may count

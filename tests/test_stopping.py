@@ -257,3 +257,30 @@ def test_a_stop_during_a_halted_prometheus_starts_no_further_read(kube, controll
     r.close()
     assert took < timeout + 2, took  # the read in flight; not one read after another
     assert lease_holder(kube, lease) is None
+
+
+def test_a_replica_that_let_its_lease_go_drops_the_trainings_it_had_queued(kube, controller, prometheus_server,  # noqa: F811
+                                                                          mlflow_server, shared_data, tmp_path):  # noqa: F811
+    """Retraining runs beside the reconciles, a series at a time (10 s each): the schedule queues every series at
+    once. A replica that let its Lease go (or lost it) went on training them all, registering a model version for
+    each beside the new leader's, which retrains on its own schedule. A training whose turn comes after the Lease
+    went is dropped now."""
+    from controller.loop import BackgroundTrainer
+    from forecast.history import load_history
+    from tests.test_training import client
+    from training.pipeline import TrainSettings
+
+    trainer = BackgroundTrainer(mlflow_server.uri, TrainSettings(statistic="max"))
+    r = reconciler(controller, prometheus_server.url, tmp_path)
+    r.retrain = trainer
+    lease = "stopping-trainings"
+    kube.delete(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{lease}")
+    a = Loop(r, controller.leader_elector(NS, lease, "replica-a", lease_seconds=30), interval=1, lease_seconds=30,
+             clock=lambda: MONDAY_7AM)
+    a.run(once=True)  # a leads, reconciles and lets the Lease go
+    hourly = load_history(shared_data / "traces" / "nasa_http_1995_5min.csv").resample("1h").max().dropna()
+    series = "stopping.queued"
+    trainer(series, hourly.iloc[-24 * 21:], MONDAY_7AM)  # its turn, behind the others queued, comes now
+    trainer.wait()
+    r.close()
+    assert not client(mlflow_server.uri).search_registered_models(f"name='headroom-{series}'")
