@@ -20,6 +20,7 @@ from controller.loop import Loop
 from controller.reconcile import Reconciler
 from core.settings import PrometheusServer, RunConfig
 from tests.conftest import ROOT
+from tests.servers import free_port
 from tests.test_run_real import (
     MONDAY_7AM,
     NS,
@@ -284,3 +285,40 @@ def test_a_replica_that_let_its_lease_go_drops_the_trainings_it_had_queued(kube,
     trainer.wait()
     r.close()
     assert not client(mlflow_server.uri).search_registered_models(f"name='headroom-{series}'")
+
+
+def test_run_once_stopped_mid_reconcile_says_so_and_exits_128_plus_the_signal(kube_server, kube, prometheus_server,  # noqa: F811
+                                                                              tmp_path, capsys, monkeypatch):
+    """`headroom run --once` stopped by SIGTERM or Ctrl-C as its reconcile was about to act: nothing more is written
+    from the stop, so its decisions were printed, unapplied, with exit 0, as if the reconcile had gone through. It
+    says it was stopped and exits 128 + the signal's number now, as the embedded replay does."""
+    import os
+
+    import yaml
+
+    from cli.main import main
+
+    config = tmp_path / "headroom.yaml"
+    config.write_text(yaml.safe_dump({"run": {
+        "cluster": "kubernetes", "namespace": NS, "capacity_gpus": 64,
+        "lease": {"namespace": NS, "name": "stopping-once"}, "prometheus": {"url": prometheus_server.url},
+        "forecast_log_dir": str(tmp_path / "log"), "retrain_every_seconds": 0,
+        "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"}}))
+    view, signalled = Reconciler._view, []
+
+    def signalled_as_it_reads(self, *args):  # the signal comes as the reconcile reads the cluster, before it acts
+        if not signalled:
+            signalled.append(os.kill(os.getpid(), signal.SIGTERM))
+        return view(self, *args)
+    monkeypatch.setattr(Reconciler, "_view", signalled_as_it_reads)
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        status = main(["run", "--once", "--config", str(config), "--kubeconfig",
+                       str(kube_server.apiserver.kubeconfig(tmp_path / "kubeconfig")),
+                       "--metrics-port", str(free_port())])
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    assert status == 128 + signal.SIGTERM
+    assert "stopped by SIGTERM" in capsys.readouterr().err
+    assert replicas(kube) == 1
