@@ -24,15 +24,14 @@ class Background:
         self._queue.put((future, work, args))
         return future
 
-    def drop(self) -> int:
-        """Cancel the work queued and not started; how many pieces."""
-        dropped = 0
+    def drop(self) -> None:
+        """Cancel the work queued and not started."""
         while True:
             try:
                 future, _, _ = self._queue.get_nowait()
             except queue.Empty:
-                return dropped
-            dropped += future.cancel()
+                return
+            future.cancel()
 
     def _run(self) -> None:
         while True:

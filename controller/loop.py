@@ -157,12 +157,12 @@ class Loop:
                 break
             self.stop.wait(min(self.interval, self.lease_seconds / 3))
         if not self.stop.is_set():  # its statuses written while it still leads; asked to stop, the Lease goes first
-            self.reconciler.flush()  # (the standby writes its own within a second; a backlog would hold the Lease)
+            self.reconciler.flush()  # (the new leader writes its own at once; a backlog would hold the Lease)
         with self._fence_lock:
             self._leading = self._running = False  # it lets go: leading again later is taking the Lease anew
         try:
             if self.elector.release():
-                log.info("the Lease is released: a standby takes it over at once")
+                log.info("the Lease is released: a standby takes it on its next election round")
         except ClusterError as exc:  # stopped as asked all the same: the standby takes the Lease once it expires
             log.warning("the Lease could not be released (%s): it expires by itself within %.0f s", exc,
                         self.lease_seconds)
