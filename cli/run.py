@@ -176,6 +176,8 @@ def build(cfg: Config, in_cluster: bool = False, timeline: list | None = None, s
                             events_beside=r.cluster == "kubernetes",  # Events off the reconcile's path
                             statuses_beside=r.cluster == "kubernetes",  # statuses too, newest per policy
                             summary=summary)
+    if trainer is not None:  # a training whose turn comes after this replica let its Lease go is dropped
+        trainer.leading = reconciler.leads
     return reconciler, cluster
 
 

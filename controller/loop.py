@@ -28,9 +28,9 @@ class BackgroundTrainer:
     """One training at a time, off the reconcile path; a failed one leaves the champion as it was. `beside=False`
     (the embedded cluster's replay, whose clock is not the wall clock): the training runs within the reconcile that
     asks for it, so a champion it promotes serves from the same step in every replay. `leading` is asked as each
-    training starts (controller.loop sets it): one queued while this replica led, whose turn comes after it let the
-    Lease go, is dropped (the leader retrains on its own schedule; two replicas would register version after version
-    on the same evidence)."""
+    training starts (cli.run sets it: Reconciler.leads): one queued while this replica led, whose turn comes after it
+    let the Lease go, is dropped (the leader retrains on its own schedule; two replicas would register version after
+    version on the same evidence)."""
     tracking_uri: str
     settings: TrainSettings
     beside: bool = True
@@ -85,8 +85,6 @@ class Loop:
     def __post_init__(self) -> None:
         self.reconciler.leading = self.leading_until
         self.reconciler.stopping = self.stop
-        if isinstance(self.reconciler.retrain, BackgroundTrainer):
-            self.reconciler.retrain.leading = self.still_leading
 
     def leading_until(self) -> float | None:
         """Until when (time.monotonic()) this replica may write now: its Lease's end as the other replicas may count

@@ -731,6 +731,11 @@ class Reconciler:
         with within(until):
             write()
 
+    def leads(self) -> bool:
+        """Whether this replica may write now: it holds its Lease (renewed first if it has lapsed: controller.loop),
+        or has none (the embedded cluster)."""
+        return self.leading is None or self.leading() is not None
+
     def _lease_end(self) -> float | None:
         """Until when (time.monotonic()) this replica may write: its Lease's end (renewed first if it has lapsed:
         controller.loop; math.inf: no Lease), or the deadline set around the write if earlier; None: it does not
@@ -767,7 +772,7 @@ class Reconciler:
         already; a failed read leaves the samples held), a new forecast fitted on it and recorded, and the realized
         error of the forecasts issued before. None: this replica no longer leads, so it does none of it (the work
         waits its turn behind a thousand series' while the Lease may pass to another replica, which does its own)."""
-        if self._lease_end() is None:
+        if not self.leads():
             return None
         if whole is None:
             lookback = pd.Timedelta(seconds=self.data.lookback_seconds)
@@ -1295,7 +1300,7 @@ class Reconciler:
         drift: tuple[DriftEvent, ...] = ()
         # MLflow is outside the Lease: live accuracy is logged by the leader only (a refit that ends after this replica
         # let its Lease go would log beside the new leader, whose forecast is the one in force)
-        if self.tracker is not None and self._lease_end() is not None:
+        if self.tracker is not None and self.leads():
             try:
                 # the status's scale, so MLflow and the status report one error (drift's baseline: the champion's)
                 table, events = log_realized(series, issued, hourly, self.tracker, scale=scale,

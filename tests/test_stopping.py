@@ -64,18 +64,21 @@ def test_a_process_with_trainings_queued_exits_without_running_them(tmp_path, sh
 def leaving_takes(argv: list[str]) -> float:
     """Seconds from the line `leaving` the Python process `argv` prints as its main code ends to its exit (0)."""
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    said = []
     try:
         assert proc.stdout is not None
         for line in proc.stdout:
+            said.append(line)
             if "leaving" in line:
                 break
         left = time.monotonic()
         status = proc.wait(timeout=120)
         took = time.monotonic() - left
+        said.append(proc.stdout.read())
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert status == 0, proc.stdout.read() if proc.stdout else status
+    assert status == 0 and any("leaving" in line for line in said), "".join(said)
     return took
 
 
@@ -260,32 +263,40 @@ def test_a_stop_during_a_halted_prometheus_starts_no_further_read(kube, controll
     assert lease_holder(kube, lease) is None
 
 
-def test_a_replica_that_let_its_lease_go_drops_the_trainings_it_had_queued(kube, controller, prometheus_server,  # noqa: F811
+def test_a_replica_that_let_its_lease_go_drops_the_trainings_it_had_queued(kube_server, kube, prometheus_server,  # noqa: F811
                                                                           mlflow_server, shared_data, tmp_path):  # noqa: F811
     """Retraining runs beside the reconciles, a series at a time (10 s each): the schedule queues every series at
     once. A replica that let its Lease go (or lost it) went on training them all, registering a model version for
     each beside the new leader's, which retrains on its own schedule. A training whose turn comes after the Lease
-    went is dropped now."""
-    from controller.loop import BackgroundTrainer
+    went is dropped now. The controller as `headroom run` builds it."""
+    import yaml
+
+    from cli.config import load_config
+    from cli.run import build
     from forecast.history import load_history
     from tests.test_training import client
-    from training.pipeline import TrainSettings
 
-    trainer = BackgroundTrainer(mlflow_server.uri, TrainSettings(statistic="max"))
-    r = reconciler(controller, prometheus_server.url, tmp_path)
-    r.retrain = trainer
-    lease = "stopping-trainings"
-    kube.delete(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{lease}")
-    a = Loop(r, controller.leader_elector(NS, lease, "replica-a", lease_seconds=30), interval=1, lease_seconds=30,
-             clock=lambda: MONDAY_7AM)
-    a.run(once=True)  # a leads, reconciles and lets the Lease go
-    hourly = load_history(shared_data / "traces" / "nasa_http_1995_5min.csv").resample("1h").max().dropna()
-    series = "stopping.queued"
-    trainer(series, hourly.iloc[-24 * 21:], MONDAY_7AM)  # its turn, behind the others queued, comes now
-    trainer.wait()
-    r.close()
+    config = tmp_path / "headroom.yaml"
+    config.write_text(yaml.safe_dump({"run": {
+        "cluster": "kubernetes", "kubeconfig": str(kube_server.apiserver.kubeconfig(tmp_path / "kubeconfig")),
+        "namespace": NS, "capacity_gpus": 64, "lease": {"namespace": NS, "name": "stopping-trainings"},
+        "prometheus": {"url": prometheus_server.url}, "tracking_uri": mlflow_server.uri}}))
+    r, cluster = build(load_config(config))
+    trainer = r.retrain
+    assert trainer is not None  # run.retrain_every_seconds: a day by default
+    kube.delete(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/stopping-trainings")
+    try:
+        a = Loop(r, cluster.leader_elector(NS, "stopping-trainings", "replica-a", 30), interval=1, lease_seconds=30,
+                 clock=lambda: MONDAY_7AM)
+        a.run(once=True)  # a leads, reconciles and lets the Lease go
+        hourly = load_history(shared_data / "traces" / "nasa_http_1995_5min.csv").resample("1h").max().dropna()
+        series = "stopping.queued"
+        trainer(series, hourly.iloc[-24 * 21:], MONDAY_7AM)  # its turn, behind the others queued, comes now
+        trainer.wait()  # type: ignore[attr-defined]
+    finally:
+        r.close()
+        cluster.close()
     assert not client(mlflow_server.uri).search_registered_models(f"name='headroom-{series}'")
-
 
 def test_run_once_stopped_mid_reconcile_says_so_and_exits_128_plus_the_signal(kube_server, kube, prometheus_server,  # noqa: F811
                                                                               tmp_path, capsys, monkeypatch):
