@@ -20,7 +20,7 @@ from controller.loop import Loop
 from controller.reconcile import Reconciler
 from core.settings import PrometheusServer, RunConfig
 from tests.conftest import ROOT
-from tests.servers import free_port
+from tests.servers import free_port, wait_until
 from tests.test_run_real import (
     MONDAY_7AM,
     NS,
@@ -82,6 +82,12 @@ def leaving_takes(argv: list[str]) -> float:
     return took
 
 
+def seen(cluster, *names: str) -> None:
+    """Wait until `cluster`'s watch cache holds the ReservationPolicies `names` (a reconcile before would skip them)."""
+    wait_until(lambda: set(names) <= {o["metadata"]["name"] for o in cluster.reservation_policies(NS)}, timeout=30,
+               what=f"the watch cache to see {names}")
+
+
 def accuracy_points(uri: str, series: str) -> int:
     """The points of live accuracy MLflow holds for `series` (its accuracy run's 1 h error history)."""
     from tests.test_training import client
@@ -109,6 +115,7 @@ def test_a_replica_that_let_its_lease_go_logs_no_live_accuracy_and_drops_its_que
     for name in (scored, queued):
         kube.create(f"/apis/apps/v1/namespaces/{NS}/deployments", deployment(name))
     kube.create(RP, policy(scored))
+    seen(controller, scored)
     server = PrometheusServer(url=prometheus_server.url, step="5m", timeout_seconds=10, retries=0)
     cfg = RunConfig(cluster="kubernetes", prometheus=server, capacity_gpus=128, namespace=NS)
     issued, tracker = ForecastLog(tmp_path / "log"), Tracker(mlflow_server.uri)
@@ -119,6 +126,7 @@ def test_a_replica_that_let_its_lease_go_logs_no_live_accuracy_and_drops_its_que
     logged = accuracy_points(mlflow_server.uri, f"{NS}.{scored}")
     assert logged > 0
     kube.create(RP, policy(queued))
+    seen(controller, scored, queued)
     r = Reconciler(controller, PrometheusDemand(server), cfg, forecast_log=issued, tracker=tracker, refit_beside=True)
     lease = "stopping-accuracy"
     kube.delete(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{lease}")
@@ -242,6 +250,7 @@ def test_a_stop_during_a_halted_prometheus_starts_no_further_read(kube, controll
     after the stop now: only the one in flight is waited for."""
     kube.create(f"/apis/apps/v1/namespaces/{NS}/deployments", deployment("second"))
     kube.create(RP, policy("second"))
+    seen(controller, "chat", "second")
     timeout = 4
     server = PrometheusServer(url=private_prometheus.url, step="5m", timeout_seconds=timeout, retries=0)
     cfg = RunConfig(cluster="kubernetes", prometheus=server, capacity_gpus=128, namespace=NS)
