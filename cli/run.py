@@ -6,6 +6,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 from pathlib import Path
 
 import pandas as pd
@@ -175,6 +176,8 @@ def build(cfg: Config, in_cluster: bool = False, timeline: list | None = None, s
                             events_beside=r.cluster == "kubernetes",  # Events off the reconcile's path
                             statuses_beside=r.cluster == "kubernetes",  # statuses too, newest per policy
                             summary=summary)
+    if trainer is not None:  # a training whose turn comes after this replica let its Lease go is dropped
+        trainer.leading = reconciler.leads
     return reconciler, cluster
 
 
@@ -222,8 +225,7 @@ def cmd_run(cfg: Config, args) -> int:
     # one event: SIGTERM stops the loop and the client's retries, so the way out takes seconds (docs/deploy.md)
     loop = Loop(reconciler, elector, r.interval_seconds, r.lease.duration_seconds, stop=cluster.stopping)
     server = serve(reconciler.holder, r.metrics_port, loop.healthy, loop.ready, host=r.metrics_address)
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: loop.stop.set())
+    stopped = _stop_on_signals(loop.stop)
     log.info("headroom run as %s: %s policies, /metrics on %s:%s", identity, "watching", r.metrics_address,
              server.server_port)
     try:
@@ -234,6 +236,10 @@ def cmd_run(cfg: Config, args) -> int:
         cluster.close()  # its watches too: nothing reads the API server after the last reconcile
     if not args.once:
         return 0
+    if stopped:  # the one reconcile asked for was cut short: what it decided may not all be applied
+        print(f"headroom: stopped by {signal.Signals(stopped[0]).name}: the reconcile wrote nothing from then on; "
+              "the next one acts on fresh state", file=sys.stderr)
+        return 128 + stopped[0]  # as a shell reports a command a signal ended, and the embedded replay
     if state is None and loop.election_error is not None:  # no other replica leads: this one could not take part
         print(f"headroom: error: leader election: the Lease {r.lease.namespace}/{r.lease.name} could not be read or "
               f"taken: {loop.election_error}; nothing reconciled", file=sys.stderr)
@@ -248,6 +254,25 @@ def cmd_run(cfg: Config, args) -> int:
               + "); the log says what", file=sys.stderr)
         return 1
     return 0
+
+
+def _stop_on_signals(stop: threading.Event) -> list[int]:
+    """SIGTERM (a rollout, a drain) and SIGINT set `stop`: the reconcile under way starts no more writes, and the
+    Lease is handed over. The default handlers come back at once, so a second signal ends the process there and
+    then (its Lease, if still held, expires by itself). Returns the list the signal that stopped it goes to."""
+    stopped: list[int] = []
+
+    def stopping(signum, _frame) -> None:
+        stopped.append(signum)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, signal.SIG_DFL)
+        log.info("%s: stopping: no write starts from now on, the Lease is handed over; a second signal ends the "
+                 "process at once", signal.Signals(signum).name)
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, stopping)
+    return stopped
 
 
 def _clock(r: RunConfig, now: str | None, hours: int, moment: bool = False) -> pd.DatetimeIndex:

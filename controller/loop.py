@@ -6,13 +6,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
 from adapters.mlflow import Tracker
 from controller import heap
+from controller.background import Background
 from controller.reconcile import Reconciler
 from controller.state import ControllerState
 from core.cluster import Elector
@@ -26,11 +27,15 @@ log = logging.getLogger(__name__)
 class BackgroundTrainer:
     """One training at a time, off the reconcile path; a failed one leaves the champion as it was. `beside=False`
     (the embedded cluster's replay, whose clock is not the wall clock): the training runs within the reconcile that
-    asks for it, so a champion it promotes serves from the same step in every replay."""
+    asks for it, so a champion it promotes serves from the same step in every replay. `leading` is asked as each
+    training starts (cli.run sets it: Reconciler.leads): one queued while this replica led, whose turn comes after it
+    let the Lease go, is dropped (the leader retrains on its own schedule; two replicas would register version after
+    version on the same evidence)."""
     tracking_uri: str
     settings: TrainSettings
     beside: bool = True
-    _pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, "headroom-train"), repr=False)
+    leading: Callable[[], bool] = field(default=lambda: True, repr=False)
+    _pool: Background = field(default_factory=lambda: Background("headroom-train"), repr=False)
     _running: dict[str, Future] = field(default_factory=dict, repr=False)
 
     def __call__(self, series: str, history: pd.Series, now: pd.Timestamp) -> None:
@@ -42,6 +47,9 @@ class BackgroundTrainer:
         self._running[series] = self._pool.submit(self._train, series, history.copy(), now)
 
     def _train(self, series, history, now):
+        if not self.leading():
+            log.info("%s: retraining dropped: this replica no longer leads", series)
+            return
         try:
             result = train_series(series, history, self.settings, Tracker(self.tracking_uri), now.to_pydatetime())
             log.info("%s: retrained: %s v%s %s", series, result.selected, result.version,
@@ -76,6 +84,7 @@ class Loop:
 
     def __post_init__(self) -> None:
         self.reconciler.leading = self.leading_until
+        self.reconciler.stopping = self.stop
 
     def leading_until(self) -> float | None:
         """Until when (time.monotonic()) this replica may write now: its Lease's end as the other replicas may count
@@ -130,7 +139,7 @@ class Loop:
             except ClusterError as exc:
                 log.warning("leader election: %s", exc)
                 self._leading, self.election_error = False, str(exc)
-            if self._leading and time.monotonic() >= next_reconcile:
+            if self._leading and time.monotonic() >= next_reconcile and not self.stop.is_set():
                 # A reconcile ends within its interval, or its Lease when that is longer: with the election round it
                 # stays well inside the liveness bound (healthy). Each write ends by the Lease's end besides (the
                 # fence): no write after the other replicas could see the Lease lapse. What is left, the next does.
@@ -145,11 +154,13 @@ class Loop:
             if once:
                 break
             self.stop.wait(min(self.interval, self.lease_seconds / 3))
-        self.reconciler.flush()  # its statuses written while it still leads
+        if not self.stop.is_set():  # its statuses written while it still leads; asked to stop, the Lease goes first
+            self.reconciler.flush()  # (the new leader writes its own at once; a backlog would hold the Lease)
         with self._fence_lock:
             self._leading = self._running = False  # it lets go: leading again later is taking the Lease anew
         try:
-            self.elector.release()
+            if self.elector.release():
+                log.info("the Lease is released: a standby takes it on its next election round")
         except ClusterError as exc:  # stopped as asked all the same: the standby takes the Lease once it expires
             log.warning("the Lease could not be released (%s): it expires by itself within %.0f s", exc,
                         self.lease_seconds)

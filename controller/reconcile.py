@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from adapters.prometheus import PrometheusError
+from adapters.prometheus import DeadlinePassed, PrometheusError
 from controller.actions import (
     EventNote,
     Evict,
@@ -54,6 +54,7 @@ from controller.actions import (
     evicted_gpus,
     training_columns,
 )
+from controller.background import Background
 from controller.cohorts import CohortCheck, cohort_lenders
 from controller.demand import DemandReader
 from controller.executor import NOT_LEADER, PAST_DEADLINE, EventsBeside, Outcome, StatusesBeside, execute, window
@@ -438,7 +439,7 @@ class Reconciler:
         self.refit_beside = refit_beside  # hourly refits in a background thread (a Kubernetes controller's many series)
         self._refits: dict = {}                     # policy -> the background refit under way (Future)
         self._tried: dict[str, tuple[tuple, str | None]] = {}  # policy -> ((hour, generation) tried, its fault)
-        self._refit_pool: ThreadPoolExecutor | None = None
+        self._refit_pool: Background | None = None
         self._io: ThreadPoolExecutor | None = None  # the reconcile's reads and writes side by side (_side_by_side)
         self._fitter: ProcessPoolExecutor | None = None  # where the hourly work fits (_fit_apart)
         self._fitter_lock = threading.Lock()
@@ -460,6 +461,9 @@ class Reconciler:
         # lapsed; None: it no longer leads); asked before each write, so a replica whose Lease lapsed mid-reconcile
         # writes nothing more, and no write outlasts the Lease (None: always leads, no bound)
         self.leading: Callable[[], float | None] | None = None
+        # set once the controller is asked to stop (controller.loop shares its own): from then on the reconcile under
+        # way starts no write, as past its deadline
+        self.stopping = threading.Event()
         self._fenced = False  # this reconcile met the fence (said once)
         self._deadline: float | None = None  # the reconcile's (time.monotonic()): see reconcile()
         self._left = 0  # actions this reconcile left undone at its deadline
@@ -481,9 +485,9 @@ class Reconciler:
         """Until when (time.monotonic()) this replica may write now: the reconcile's deadline, or its Lease's end if
         earlier (math.inf: no bound); None: it no longer leads (the first refusal of a reconcile is counted and
         logged). Past the deadline the Lease is not renewed for a write that will not be made."""
-        deadline = self._deadline
         if self._past_deadline():
-            return deadline
+            return time.monotonic()
+        deadline = self._deadline
         if self.leading is None:
             return math.inf if deadline is None else deadline
         with within(deadline):  # a renewal asked for here ends by the reconcile's deadline too
@@ -498,7 +502,7 @@ class Reconciler:
         return None
 
     def _past_deadline(self) -> bool:
-        return self._deadline is not None and time.monotonic() >= self._deadline
+        return self.stopping.is_set() or (self._deadline is not None and time.monotonic() >= self._deadline)
 
     def _note_left(self, outcomes: list[Outcome]) -> None:
         self._left += sum(o.skipped == PAST_DEADLINE for o in outcomes)
@@ -521,7 +525,10 @@ class Reconciler:
             log.exception("reconcile at %s failed", now)
             self._error("internal", "reconcile", exc)
             state = replace(self.holder.get(), leader=True)
-        if self._left:
+        if self._left and self.stopping.is_set():
+            log.info("%d writes left undone: the controller is stopping; the next leader acts on fresh state",
+                     self._left)
+        elif self._left:
             self._error("cluster", "reconcile deadline", f"{self._left} actions left undone: its deadline passed "
                         f"{time.monotonic() - started:.1f} s after it began (the API server answered too slowly, or "
                         "not at all); the next reconcile acts on fresh state")
@@ -677,11 +684,7 @@ class Reconciler:
         would otherwise share one interpreter with the reconciles and slow every one of them. A process that died
         (the kernel's OOM killer, a crash in compiled code) is replaced, and only this policy's fit is lost."""
         model, name, fault = self._forecaster(p)
-        with self._fitter_lock:
-            if self._fitter is None:
-                self._fitter = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
-                                                   initializer=ignore_interrupts)
-            fitter = self._fitter
+        fitter = self._fitting_process()
         try:
             hourly, fresh, failed = fitter.submit(fit_hourly, model, name, raw, now, p.spec, p.generation,
                                                   self.data.horizon_hours).result()
@@ -691,6 +694,14 @@ class Reconciler:
                     self._fitter = None
             raise RuntimeError(f"the fitting process died: {exc}") from exc
         return (hourly, *self._fitted(p, fresh, fault, failed))
+
+    def _fitting_process(self) -> ProcessPoolExecutor:
+        """Where the hourly work fits (_fit_apart), started on first use."""
+        with self._fitter_lock:
+            if self._fitter is None:
+                self._fitter = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                                                   initializer=ignore_interrupts)
+            return self._fitter
 
     def _take(self, p: PolicyObject, fresh: IssuedForecast) -> IssuedForecast:
         self._forecasts[p.key] = fresh
@@ -720,6 +731,11 @@ class Reconciler:
         with within(until):
             write()
 
+    def leads(self) -> bool:
+        """Whether this replica may write now: it holds its Lease (renewed first if it has lapsed: controller.loop),
+        or has none (the embedded cluster)."""
+        return self.leading is None or self.leading() is not None
+
     def _lease_end(self) -> float | None:
         """Until when (time.monotonic()) this replica may write: its Lease's end (renewed first if it has lapsed:
         controller.loop; math.inf: no Lease), or the deadline set around the write if earlier; None: it does not
@@ -744,17 +760,20 @@ class Reconciler:
         tried = self._tried.get(p.key)
         if p.key not in self._refits and (tried is None or tried[0] != hour) and due(cached, now, p.generation):
             if self._refit_pool is None:
-                self._refit_pool = ThreadPoolExecutor(1, "headroom-refit")
+                self._refit_pool = Background("headroom-refit")
             whole = self._raw.get(p.key) if self._full_read.get(p.key) == now.floor("h") else None
             self._refits[p.key] = self._refit_pool.submit(self._hourly, p, cached, whole, now)
             self._tried[p.key] = tried = (hour, None)
         return cached, tried[1] if tried is not None and tried[0] == hour else None
 
     def _hourly(self, p: PolicyObject, in_force: IssuedForecast | None, whole: pd.Series | None,
-                now: pd.Timestamp) -> _Hourly:
+                now: pd.Timestamp) -> _Hourly | None:
         """One policy's hourly work, beside the reconciles: its whole lookback (unless read whole this hour
         already; a failed read leaves the samples held), a new forecast fitted on it and recorded, and the realized
-        error of the forecasts issued before."""
+        error of the forecasts issued before. None: this replica no longer leads, so it does none of it (the work
+        waits its turn behind a thousand series' while the Lease may pass to another replica, which does its own)."""
+        if not self.leads():
+            return None
         if whole is None:
             lookback = pd.Timedelta(seconds=self.data.lookback_seconds)
             try:
@@ -780,11 +799,14 @@ class Reconciler:
         """A finished _hourly: its whole lookback joins the samples read since, its forecast and realized error
         come into force, drift is reported."""
         try:
-            done: _Hourly = job.result()
+            done: _Hourly | None = job.result()
         except Exception as exc:  # noqa: BLE001 - a bug in one policy's hourly work must not stop the others
             log.error("%s: its hourly refit failed", p.key, exc_info=exc)
             self._error("internal", p.key, exc)
             self._tried[p.key] = ((now.floor("h"), p.generation), f"InternalError: {type(exc).__name__}: {exc}")
+            return cached
+        if done is None:  # dropped: this replica did not lead when its turn came; leading again, it tries anew
+            self._tried.pop(p.key, None)
             return cached
         held = self._raw.get(p.key)
         if done.whole is not None and len(done.whole) and held is not None:
@@ -806,14 +828,18 @@ class Reconciler:
         return held
 
     def close(self) -> None:
-        """Hourly work not started is dropped (a controller shutting down does not wait for a thousand refits);
-        the statuses and Events queued beside are written."""
+        """Hourly work not started is dropped and the fit under way stopped (a controller shutting down does not wait
+        for a thousand refits); the statuses and Events queued beside are written."""
         if self._refit_pool is not None:
-            self._refit_pool.shutdown(wait=False, cancel_futures=True)
+            self._refit_pool.drop()
         if self._io is not None:
             self._io.shutdown(wait=False)
         with self._fitter_lock:
             if self._fitter is not None:
+                # the fit under way is of no use to a controller on its way out, and the interpreter would wait for it
+                # as it exits (a gbm champion's: 11 s on 28 days of hours); 3.11's executor cannot terminate its workers
+                for process in self._fitter._processes.values():
+                    process.terminate()
                 self._fitter.shutdown(wait=False, cancel_futures=True)
                 self._fitter = None
         if self._statuses is not None:
@@ -834,7 +860,7 @@ class Reconciler:
         """Every policy's demand read at once: the reads in 8 parts side by side, each part's reads of one range in
         few requests where the source can (DemandReader.read_many; a thousand queries one by one take seconds); a
         read's error is kept for its policy."""
-        if len(policies) < 4:
+        if len(policies) < 4 or self.stopping.is_set():  # stopping: each policy's own read says it was not made
             return {}
         asked = [(p, self._since(p, now)) for p in policies]
         out: dict[str, pd.Series | Exception] = {p.key: self._raw[p.key] for p, since in asked if since is None}
@@ -877,6 +903,8 @@ class Reconciler:
         since = self._since(p, now)
         if since is None:
             return self._raw[p.key]
+        if self.stopping.is_set():  # as past the deadline: a halted Prometheus would hold each read for its timeout
+            raise DeadlinePassed("not read: the controller is stopping")
         return self._joined(p, now, since[1], self.demand.read(p.key, p.spec.query, since[0], now))
 
     def _since(self, p: PolicyObject, now: pd.Timestamp) -> tuple[pd.Timestamp, bool] | None:
@@ -1270,7 +1298,9 @@ class Reconciler:
         issued = self.forecast_log.load(series, since=since)
         table: pd.DataFrame | None = None
         drift: tuple[DriftEvent, ...] = ()
-        if self.tracker is not None:
+        # MLflow is outside the Lease: live accuracy is logged by the leader only (a refit that ends after this replica
+        # let its Lease go would log beside the new leader, whose forecast is the one in force)
+        if self.tracker is not None and self.leads():
             try:
                 # the status's scale, so MLflow and the status report one error (drift's baseline: the champion's)
                 table, events = log_realized(series, issued, hourly, self.tracker, scale=scale,
