@@ -206,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--write-policy", metavar="FILE.yaml", help="write the recommendation as a "
                                                                        "ReservationPolicy manifest (a new file: "
                                                                        "an existing one is never overwritten)")
-            p.add_argument("--plot", metavar="FILE.png", help="write the trade-off plot")
+            p.add_argument("--plot", metavar="FILE.png", help="write the trade-off plot (a PNG: a .png name)")
             p.add_argument("--json", action="store_true", help="one JSON object: the sweep, the recommendation and its "
                                                                "re-check, the notes")
             continue

@@ -66,6 +66,8 @@ def check_output_files(outputs: Sequence[Named], inputs: Sequence[Named] = ()) -
     for k, (target, flag) in enumerate(given):
         if target.is_dir():
             raise BadRequest(f"{flag} {target}: is a directory; give a file name")
+        if flag == "--plot" and target.suffix.lower() != ".png":  # the plot's format follows the name's suffix
+            raise BadRequest(f"{flag} {target}: the plot is a PNG; name a .png file")
         folder = target.resolve().parent
         if not folder.is_dir():
             raise BadRequest(f"{flag} {target}: the folder {folder} does not exist")

@@ -181,10 +181,20 @@ def test_an_output_that_is_the_config_or_the_policy_is_refused(demand, policy, t
 
 def test_tune_refuses_one_file_for_its_plot_and_its_policy(demand, tmp_path, capsys):
     """The plot was written, then replaced by the manifest: the plot lost, exit 0."""
-    both = tmp_path / "out"
+    both = tmp_path / "out.png"
     status, err = exits(["tune", demand, "--days", "1", "--plot", both, "--write-policy", both], capsys)
     assert status == 2 and f"--write-policy {both} is the file --plot names" in err, err
     assert not both.exists()
+
+
+@pytest.mark.parametrize("name", ["plot.csv", "plot", "plot.svg"])
+def test_tune_refuses_a_plot_that_is_not_named_png_before_any_work(demand, tmp_path, capsys, name):
+    """A name matplotlib has no format for (plot.csv, or none: the draft's .part) was a traceback after the whole
+    sweep, exit 1; plot.svg wrote an SVG that the next run refused to replace as not a PNG headroom wrote."""
+    plot = tmp_path / name
+    status, err = exits(["tune", demand, "--days", "1", "--plot", plot], capsys)
+    assert status == 2 and f"--plot {plot}: the plot is a PNG; name a .png file" in err, err
+    assert "Traceback" not in err and not plot.exists() and "[tune" not in err  # refused before the sweep
 
 
 def test_report_refuses_a_timeline_that_is_one_of_its_pages(demand, tmp_path, capsys):
