@@ -48,8 +48,8 @@ def _load_all(jobs: list[tuple[str, str, Callable[[], pd.Series]]]) -> dict[str,
 def cmd_train(cfg, args) -> int:
     """`headroom train [--config FILE] [--history FILE --name SERIES] [--tracking-uri URI]`: one JSON result on stdout.
 
-    Exit 0 all trained, 1 a training failed (store down, unusable data, locked), 2 no history to train on;
-    the champion of a failed series is untouched.
+    Exit 0 all trained, 1 a training failed (store down, unusable data, locked), 2 no history to train on, 128 + the
+    signal's number when stopped (130 Ctrl-C, 143 SIGTERM); the champion of a failed series is untouched.
     """
     now = datetime.now(UTC)
     t = getattr(cfg, "training", None)
@@ -110,7 +110,7 @@ def cmd_train(cfg, args) -> int:
             out += [{"name": name, "history": where, "error": why} for name, where, _ in jobs if name not in done]
             print(f"training {why} before {', '.join(o['name'] for o in out if o['name'] not in done)} finished "
                   "(its runs are marked KILLED): retrain", file=sys.stderr)
-            status = 1
+            status = 128 + (signal.Signals[str(exc)] if str(exc) else signal.SIGINT)  # as any command stopped
     print(json.dumps(out if len(out) > 1 else out[0], indent=2))
     return status
 

@@ -360,6 +360,25 @@ def test_cmd_train_cli(sqlite_uri, tmp_path, capsys):
     assert champion_version(sqlite_uri, "cli") == "1"
 
 
+@pytest.mark.parametrize("stop, status", [(KeyboardInterrupt(), 130), (KeyboardInterrupt("SIGTERM"), 143)])
+def test_a_training_stopped_exits_128_plus_the_signal(tmp_path, monkeypatch, capsys, stop, status):
+    """README: a command stopped by Ctrl-C exits 130; train exited 1, as if the training had failed on its own."""
+    import cli.train
+    from cli.main import main
+    from forecast.synthetic import write_csv
+
+    def stopped(*_args, **_kwargs):
+        raise stop
+
+    monkeypatch.setattr(cli.train, "train_series", stopped)
+    write_csv(demand(), tmp_path / "gpu.csv")
+    assert main(["train", "--history", str(tmp_path / "gpu.csv"), "--tracking-uri",
+                 f"sqlite:///{tmp_path / 'mlflow.db'}"]) == status
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["error"] in ("interrupted", "stopped by SIGTERM")
+    assert "training interrupted" in captured.err or "training stopped by SIGTERM" in captured.err
+
+
 def test_the_example_configuration_trains_and_the_controller_serves_its_champion(tmp_path, monkeypatch, capsys):
     """What a new user runs from the README: `headroom train` then `headroom run` on examples/headroom.yaml,
     with the default MLflow store (sqlite under the working directory)."""
@@ -587,7 +606,7 @@ def test_a_training_stopped_by_sigterm_releases_its_lease_and_ends_its_runs(mlfl
     """Kubernetes stops the training CronJob's pod with SIGTERM (activeDeadlineSeconds, eviction, a drain):
     Python's default is to die on the spot, leaving the lease on the MLflow server until its expiry (so the Job's
     retry is refused as 'being trained') and the runs RUNNING for ever. Stopped, it ends its runs, releases the
-    lease, says so and exits 1, without a traceback."""
+    lease, says so and exits 143 (128 + SIGTERM), without a traceback."""
     import signal
     import time
 
@@ -619,7 +638,7 @@ def test_a_training_stopped_by_sigterm_releases_its_lease_and_ends_its_runs(mlfl
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
-    assert proc.returncode == 1, err[-3000:]
+    assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
     assert "Traceback" not in err and "training stopped by SIGTERM" in err, err[-3000:]
     assert not leased()
     experiment = c.get_experiment_by_name("headroom/sigterm").experiment_id
