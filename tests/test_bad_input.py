@@ -686,9 +686,12 @@ def test_cross_field_checks_are_listed_alongside_field_errors(tmp_path):
     ("history: {prometheus: {url: 'http://x', query: up, step: 45m}}\nrun: {prometheus: {url: 'http://x', step: 7m}}",
      ["history.prometheus.step: 45m: the step of a range query is whole seconds from 1s to 1h that divide the hour",
       "run.prometheus.step: 7m: the step of a range query is whole seconds from 1s to 1h that divide the hour"]),
+    # sent to the server as it was, exit 1 with the server's words, as if the server had failed
+    ("history: {prometheus: {url: 'http://x', query: ''}}",
+     ["history.prometheus.query: String should have at least 1 character"]),
 ], ids=["binary", "step-not-a-duration", "step-not-hourly", "prometheus", "infinite-seconds", "infinite-world",
         "candidates", "tune-durations-the-crd-refuses", "prometheus-step-fraction", "prometheus-step-over-an-hour",
-        "prometheus-url", "prometheus-url-password", "prometheus-step-not-dividing-the-hour"])
+        "prometheus-url", "prometheus-url-password", "prometheus-step-not-dividing-the-hour", "prometheus-empty-query"])
 def test_configuration_errors_name_every_field(tmp_path, text, errors):
     path = tmp_path / "c.yaml"
     path.write_bytes(text) if isinstance(text, bytes) else path.write_text(text)
