@@ -604,6 +604,19 @@ def test_simulate_says_what_of_a_job_trace_it_leaves_out(demand, tmp_path, capsy
         " (1 pod(s) there were never scheduled: a blank scheduled_time) (--days, --gpus)" in err, err
 
 
+def test_report_json_says_what_of_a_job_trace_it_leaves_out(demand, tmp_path, capsys):
+    """report --json's notes had the demand above the cluster only: what the job trace left out was said on stderr
+    alone, as simulate --json's notes once did."""
+    jobs = tmp_path / "jobs.csv"
+    jobs.write_text(JOB_HEADER + "16,0,0,3000\n1,100,,700\n2,3600,3700,9000\n")
+    policy = _policy_file(tmp_path / "p.yaml")
+    assert main(["report", str(demand), "--days", "1", "--gpus", "8", "--policy-file", str(policy), "--jobs",
+                 str(jobs), "--json", "--out", str(tmp_path / "r")]) == 0
+    out, err = capsys.readouterr()
+    job_notes = [n for n in json.loads(out)["notes"] if n.startswith(f"--jobs (simulate.jobs) {jobs}: ")]
+    assert len(job_notes) == 3 and all(err.count(f"note: {n}") == 1 for n in job_notes), (job_notes, err)
+
+
 def test_tune_neither_takes_nor_reads_a_job_trace_it_does_not_replay(short, tmp_path, capsys):
     """tune replays the history with a saturated backlog, yet took --jobs, read the file (refusing a bad one) and
     never used it: the flag is simulate's and report's, the configuration's key said unused."""
