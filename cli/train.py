@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import signal
 import sys
 import threading
@@ -16,6 +17,7 @@ import pandas as pd
 from adapters.mlflow import Tracker, TrackingError, TrainingLocked
 from cli.sources import load_series
 from core.errors import BadRequest
+from core.settings import SERIES_NAME_PATTERN
 from forecast.clock import local_hours
 from forecast.global_model import GlobalPool, GlobalSettings
 from forecast.history import HistoryError
@@ -69,7 +71,11 @@ def cmd_train(cfg, args) -> int:
         return lambda: on_the_clock(one)
 
     if getattr(args, "history", None):
-        jobs.append((getattr(args, "name", None) or Path(args.history).stem, args.history, from_file(args.history)))
+        name = getattr(args, "name", None) or Path(args.history).stem
+        if not re.match(SERIES_NAME_PATTERN, name):  # only a file's name can be one: --name is checked as configured
+            raise BadRequest(f"--history {args.history}: its file name {name!r} is no series name (a letter or digit, "
+                             "then letters, digits, '_', '.' or '-'): give one with --name")
+        jobs.append((name, args.history, from_file(args.history)))
     elif t is not None and t.series:
         if getattr(args, "name", None):  # it would name nothing: each entry of training.series has its own name
             raise BadRequest(f"--name {args.name}: training.series names each series it trains; --name names the one "

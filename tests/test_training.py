@@ -360,6 +360,20 @@ def test_cmd_train_cli(sqlite_uri, tmp_path, capsys):
     assert champion_version(sqlite_uri, "cli") == "1"
 
 
+def test_a_history_file_whose_name_is_no_series_name_asks_for_name(tmp_path, capsys):
+    """train --history 'my demand (1).csv' loaded and cleaned the file, then failed (exit 1) with "series name 'my
+    demand (1)' must match ^[A-Za-z0-9]...", not saying that the name came from the file or that --name gives one."""
+    from cli.main import main
+    from forecast.synthetic import write_csv
+
+    path = tmp_path / "my demand (1).csv"
+    write_csv(demand(), path)
+    assert main(["train", "--history", str(path), "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}"]) == 2
+    err = capsys.readouterr().err
+    assert f"--history {path}: its file name 'my demand (1)' is no series name" in err and "--name" in err, err
+    assert not (tmp_path / "mlflow.db").exists()
+
+
 @pytest.mark.parametrize("stop, status", [(KeyboardInterrupt(), 130), (KeyboardInterrupt("SIGTERM"), 143)])
 def test_a_training_stopped_exits_128_plus_the_signal(tmp_path, monkeypatch, capsys, stop, status):
     """README: a command stopped by Ctrl-C exits 130; train exited 1, as if the training had failed on its own."""
