@@ -31,7 +31,7 @@ def _job_number(text: str, column: str, blank_ok: bool = False) -> float:
     if text == "" or text.lower() in {"nan", "na", "null"}:
         if blank_ok:
             return float("nan")
-        raise ValueError(f"{column} is blank")
+        raise ValueError(f"{column} {text!r} is missing" if text else f"{column} is blank")
     try:
         value = float(text)
     except ValueError:

@@ -560,6 +560,7 @@ JOB_HEADER = "num_gpu,creation_time,scheduled_time,deletion_time\n"
     (JOB_HEADER + "1,50,,10\n", ":2:", "deletion_time 10 is before creation_time 50"),
     (JOB_HEADER + "1,0,200,100\n", ":2:", "scheduled_time 200 is not between"),
     (JOB_HEADER + "1,,0,100\n", ":2:", "creation_time is blank"),
+    (JOB_HEADER + "NaN,0,0,100\n", ":2:", "num_gpu 'NaN' is missing"),  # was "num_gpu is blank": it is not
     (JOB_HEADER + "1,0,0\n", ":2:", "expected 4 fields"),
     (JOB_HEADER, "", "no job rows"),
     ("name," + JOB_HEADER + "a,1,0,0,9\nb,1,0,0,9\n a ,2,5,5,9\n", ":4:", "name 'a' repeats line 2"),
