@@ -299,16 +299,21 @@ def _no_policies() -> int:
     return 2
 
 
+def _some_policy_fits(r: RunConfig) -> None:
+    """Nothing could act when no policy fits the cluster (one that fits runs, alone): refused, not run idle."""
+    lendable = r.capacity_gpus - r.non_lendable_gpus
+    if all(p.spec.too_big_for(lendable) for p in r.policies):
+        raise BadRequest("no policy fits the cluster: " + "; ".join(
+            f"{p.namespace}/{p.name}: {p.spec.too_big_for(lendable)} > the {lendable} GPUs it lends"
+            for p in r.policies))
+
+
 def _replay(cfg: Config, args) -> int:
     """The embedded cluster: the clock steps over the policies' histories at their own step."""
     r = cfg.run
     if not r.policies:
         return _no_policies()
-    lendable = r.capacity_gpus - r.non_lendable_gpus
-    if all(p.spec.too_big_for(lendable) for p in r.policies):  # nothing could act: one that fits runs, alone
-        raise BadRequest("no policy fits the cluster: " + "; ".join(
-            f"{p.namespace}/{p.name}: {p.spec.too_big_for(lendable)} > the {lendable} GPUs it lends"
-            for p in r.policies))
+    _some_policy_fits(r)
     from cli.outputs import check_output_files, command_inputs
 
     check_output_files([(args.timeline, "--timeline")], command_inputs(cfg, args))
@@ -400,6 +405,7 @@ def cmd_plan(cfg: Config, args) -> int:
                          "or headroom run --once)")
     if not r.policies:
         return _no_policies()
+    _some_policy_fits(r)  # as run refuses it: a plan of nothing, exit 0, was no answer
     if args.hours > r.horizon_hours:
         raise BadRequest(f"--hours {args.hours}: the plan covers run.horizon_hours ({r.horizon_hours}) hours")
     r = r.model_copy(update={"cluster": "simulated", "prometheus": None})
