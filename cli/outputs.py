@@ -78,7 +78,8 @@ def check_output_files(outputs: Sequence[Named], inputs: Sequence[Named] = ()) -
             raise BadRequest(f"{flag} {target}: the plot is a PNG; name a .png file")
         folder = target.resolve().parent
         if not folder.is_dir():
-            raise BadRequest(f"{flag} {target}: the folder {folder} does not exist")
+            raise BadRequest(f"{flag} {target}: " + (f"{folder} is a file, not a folder" if folder.exists() else
+                                                     f"the folder {folder} does not exist"))
         _writable_folder(folder, flag, target)
         _clash(target, f"{flag} {target}", [*inputs, *given[:k]])
         own = _own_output(flag)

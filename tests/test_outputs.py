@@ -251,6 +251,16 @@ def test_an_empty_path_is_refused_naming_its_flag(demand, policy, tmp_path, caps
     assert set(tmp_path.iterdir()) == before
 
 
+def test_an_output_under_a_file_says_it_is_a_file(demand, policy, tmp_path, capsys):
+    """--timeline notes.txt/t.csv said "the folder .../notes.txt does not exist" of a file that does."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    status, err = exits(["simulate", demand, "--days", "1", "--policy-file", policy, "--timeline",
+                         notes / "t.csv"], capsys)
+    assert status == 2 and f"--timeline {notes / 't.csv'}: {notes} is a file, not a folder" in err, err
+    assert notes.read_text() == "mine"
+
+
 # ---------------------------------------------------------------------------- folders that cannot be written
 @pytest.mark.parametrize("argv, flag", [
     (["simulate", "{demand}", "--days", "1", "--timeline", "{ro}/t.csv"], "--timeline"),
