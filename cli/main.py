@@ -258,6 +258,11 @@ def main(argv: list[str] | None = None) -> int:
     overrides["history.file"] = getattr(args, "history", None)
     overrides["history.statistic"] = getattr(args, "statistic", None)
     overrides["forecast.timezone"] = getattr(args, "timezone", None)
+    if args.sub_config is not None and args.config is not None and args.sub_config != args.config:
+        # one would be dropped without a word: the file after the command was read, the one before it not
+        print(f"headroom: --config given twice ({args.config} before the command, {args.sub_config} after it): give "
+              "one file", file=sys.stderr)
+        return 2
     try:
         cfg = load_config(args.sub_config if args.sub_config is not None else args.config, overrides)
     except ConfigError as exc:
