@@ -175,8 +175,7 @@ def whatif(cfg: Config, progress=None) -> WhatIf:
     span_days = (demand.index[-1] - demand.index[0]).total_seconds() / 86400
     if c.days >= span_days:
         raise BadRequest(f"simulate.days {c.days:g} leaves no history: the trace {sources.history_name(cfg)} covers "
-                         f"{span_days:.2f} days (give --days below that; at least a day of history is needed before "
-                         "them)")
+                         f"{span_days:.2f} days (give --days below that, leaving some history before them)")
     step = sampling_step(demand.index)
     if pd.Timedelta(seconds=round(c.days * 86400)) < 2 * step:
         raise BadRequest(f"simulate.days {c.days:g} covers fewer than two steps of the trace ({step}): give more days")

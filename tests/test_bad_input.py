@@ -333,6 +333,8 @@ def test_bad_flags_of_the_controller_exit_2_naming_the_flag(examples, capsys, ar
 def test_simulate_days_longer_than_the_history(demand, capsys):
     status, err = exits(["simulate", demand, "--days", "30"], capsys)
     assert status == 2 and f"simulate.days 30 leaves no history: the trace {demand} covers 5.99 days" in err
+    # it said "at least a day of history is needed", yet takes --days 5.5 of this trace, as the README says
+    assert "(give --days below that, leaving some history before them)" in err, err
 
 
 def test_backtest_and_tune_on_two_days(short, capsys):
