@@ -74,8 +74,6 @@ def check_output_files(outputs: Sequence[Named], inputs: Sequence[Named] = ()) -
     for k, (target, flag) in enumerate(given):
         if target.is_dir():
             raise BadRequest(f"{flag} {target}: is a directory; give a file name")
-        if flag == "--plot" and target.suffix.lower() != ".png":  # the plot's format follows the name's suffix
-            raise BadRequest(f"{flag} {target}: the plot is a PNG; name a .png file")
         folder = target.resolve().parent
         if not folder.is_dir():
             raise BadRequest(f"{flag} {target}: " + (f"{folder} is a file, not a folder" if folder.exists() else
@@ -93,6 +91,8 @@ def check_output_files(outputs: Sequence[Named], inputs: Sequence[Named] = ()) -
             if not ours:
                 raise BadRequest(f"{flag} {target}: the file exists and is not {what} headroom wrote; it is not "
                                  "overwritten (it may be your data): remove it or name a new file")
+        if flag == "--plot" and target.suffix.lower() != ".png":  # the plot's format follows the name's suffix
+            raise BadRequest(f"{flag} {target}: the plot is a PNG; name a .png file")
 
 
 def check_output_dir(path: str | Path, flag: str, writes: Iterable[str], others: Sequence[Named] = ()) -> None:
