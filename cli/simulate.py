@@ -188,6 +188,9 @@ def whatif(cfg: Config, progress=None) -> WhatIf:
         spec = PolicySpec.model_validate(objects[0]["spec"])
         _check_scale(demand, spec.capacity.demand_per_gpu,
                      f"{c.policy_file}: spec.capacity.demandPerGpu {spec.capacity.demand_per_gpu:g}")
+        if spec.mode != "active":  # a replay of it serves no demand and lends nothing: 100% short, exit 0
+            raise BadRequest(f"{c.policy_file}: spec.mode is {spec.mode} (the default when unset), which changes "
+                             "nothing: set spec.mode: active to simulate what the policy would do")
         if too_big := spec.too_big_for(c.gpus):
             raise BadRequest(f"{c.policy_file}: spec.{too_big} does not fit the {c.gpus}-GPU cluster "
                              "(simulate.gpus, --gpus)")

@@ -396,9 +396,20 @@ def _policy_file(path, **spec):
 
     path.write_text(yaml.safe_dump({"apiVersion": "headroom.dev/v1alpha1", "kind": "ReservationPolicy",
                                     "metadata": {"name": "chat"}, "spec": {
-                                        "query": "up", "capacity": {"demandPerGpu": 10},
+                                        "query": "up", "capacity": {"demandPerGpu": 10}, "mode": "active",
                                         "target": {"kind": "Deployment", "name": "chat"}, **spec}}))
     return path
+
+
+@pytest.mark.parametrize("command", ["simulate", "report"])
+def test_a_forecast_only_policy_file_is_refused_not_simulated_doing_nothing(demand, tmp_path, capsys, command):
+    """A manifest without spec.mode (forecast-only, the CRD's default) was replayed changing nothing: shortage 100%,
+    utilization 0, training none, exit 0, not a word."""
+    path = _policy_file(tmp_path / "p.yaml", mode="forecast-only")
+    extra = ["--out", tmp_path / "r"] if command == "report" else ["--json"]
+    status, err = exits([command, demand, "--days", "1", "--policy-file", path, *extra], capsys)
+    assert status == 2 and f"{path}: spec.mode is forecast-only (the default when unset), which changes nothing: " \
+        "set spec.mode: active" in err, err
 
 
 @pytest.mark.parametrize("command", ["simulate", "report"])
