@@ -258,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     overrides["history.file"] = getattr(args, "history", None)
     overrides["history.statistic"] = getattr(args, "statistic", None)
     overrides["forecast.timezone"] = getattr(args, "timezone", None)
-    if args.sub_config is not None and args.config is not None and args.sub_config != args.config:
+    if args.sub_config and args.config and args.sub_config != args.config:  # an empty one is refused as such below
         # one would be dropped without a word: the file after the command was read, the one before it not
         print(f"headroom: --config given twice ({args.config} before the command, {args.sub_config} after it): give "
               "one file", file=sys.stderr)
