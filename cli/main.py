@@ -206,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--write-policy", metavar="FILE.yaml", help="write the recommendation as a "
                                                                        "ReservationPolicy manifest (a new file: "
                                                                        "an existing one is never overwritten)")
-            p.add_argument("--plot", metavar="FILE.png", help="write the trade-off plot")
+            p.add_argument("--plot", metavar="FILE.png", help="write the trade-off plot (a PNG: a .png name)")
             p.add_argument("--json", action="store_true", help="one JSON object: the sweep, the recommendation and its "
                                                                "re-check, the notes")
             continue
@@ -258,6 +258,11 @@ def main(argv: list[str] | None = None) -> int:
     overrides["history.file"] = getattr(args, "history", None)
     overrides["history.statistic"] = getattr(args, "statistic", None)
     overrides["forecast.timezone"] = getattr(args, "timezone", None)
+    if args.sub_config and args.config and args.sub_config != args.config:  # an empty one is refused as such below
+        # one would be dropped without a word: the file after the command was read, the one before it not
+        print(f"headroom: --config given twice ({args.config} before the command, {args.sub_config} after it): give "
+              "one file", file=sys.stderr)
+        return 2
     try:
         cfg = load_config(args.sub_config if args.sub_config is not None else args.config, overrides)
     except ConfigError as exc:

@@ -53,6 +53,11 @@ def _own_output(flag: str) -> tuple[str, bytes] | None:
     return ("a PNG plot", b"\x89PNG") if flag == "--plot" else None
 
 
+def _not_empty(path: str | Path, flag: str) -> None:
+    if str(path) == "":  # Path("") is the working directory: a report was written among the files there
+        raise BadRequest(f"{flag}: an empty path; name a file or folder")
+
+
 def _writable_folder(folder: Path, flag: str, path: str | Path) -> None:
     if (why := cannot_write_in(folder)) is not None:
         raise BadRequest(f"{flag} {path}: cannot write in the folder {folder}: {why}")
@@ -62,13 +67,17 @@ def check_output_files(outputs: Sequence[Named], inputs: Sequence[Named] = ()) -
     """Each (path, flag) given must name a file in an existing folder this process can write in, not one of
     `inputs`, not another of `outputs`, and not an existing file of another kind than the flag writes (an SRE's
     notes): checked before any work, not after it."""
+    for path, flag in outputs:
+        if path is not None:
+            _not_empty(path, flag)
     given = [(Path(path), flag) for path, flag in outputs if path is not None]
     for k, (target, flag) in enumerate(given):
         if target.is_dir():
             raise BadRequest(f"{flag} {target}: is a directory; give a file name")
         folder = target.resolve().parent
         if not folder.is_dir():
-            raise BadRequest(f"{flag} {target}: the folder {folder} does not exist")
+            raise BadRequest(f"{flag} {target}: " + (f"{folder} is a file, not a folder" if folder.exists() else
+                                                     f"the folder {folder} does not exist"))
         _writable_folder(folder, flag, target)
         _clash(target, f"{flag} {target}", [*inputs, *given[:k]])
         own = _own_output(flag)
@@ -82,11 +91,14 @@ def check_output_files(outputs: Sequence[Named], inputs: Sequence[Named] = ()) -
             if not ours:
                 raise BadRequest(f"{flag} {target}: the file exists and is not {what} headroom wrote; it is not "
                                  "overwritten (it may be your data): remove it or name a new file")
+        if flag == "--plot" and target.suffix.lower() != ".png":  # the plot's format follows the name's suffix
+            raise BadRequest(f"{flag} {target}: the plot is a PNG; name a .png file")
 
 
 def check_output_dir(path: str | Path, flag: str, writes: Iterable[str], others: Sequence[Named] = ()) -> None:
     """A folder the command writes the files `writes` into (replacing its own earlier ones): not an existing
     file, and none of `writes` one of `others` (the command's inputs and other outputs). Nothing is made yet."""
+    _not_empty(path, flag)
     target = Path(path)
     if target.exists() and not target.is_dir():
         raise BadRequest(f"{flag} {path}: exists and is not a directory")

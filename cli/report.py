@@ -55,9 +55,9 @@ def cmd_report(cfg, args) -> int:
     for note in notes:
         say(f"note: {note}")
     table = comparison_table(results)
-    if args.json:
-        print(json.dumps({"report": str(path.resolve()), "policies": table.to_dict(orient="index"), "notes": notes},
-                         default=str))
+    if args.json:  # with what the job trace left out, said on stderr as it was read
+        print(json.dumps({"report": str(path.resolve()), "policies": table.to_dict(orient="index"),
+                          "notes": [*w.notes, *notes]}, default=str))
         return 0
     print(format_table(table))
     print(f"report: {path.resolve()} (open it with: xdg-open {path.resolve()})")

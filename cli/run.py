@@ -82,6 +82,8 @@ def with_policy_files(r: RunConfig, files: list[str] | None, history: str | None
 
     if not history:
         raise BadRequest("--policy-file needs --history DEMAND: the embedded cluster replays its demand from a file")
+    if "" in files:  # it read as the working directory: "invalid configuration (): cannot read file: Is a directory"
+        raise BadRequest("--policy-file: an empty path; name a ReservationPolicy manifest")
     added = [EmbeddedPolicy(name=o["metadata"]["name"], namespace=o["metadata"]["namespace"],
                             history_file=Path(history), spec=PolicySpec.model_validate(o["spec"]))
              for f in files for o in load_manifests(f)]
@@ -322,16 +324,21 @@ def _no_policies() -> int:
     return 2
 
 
+def _some_policy_fits(r: RunConfig) -> None:
+    """Nothing could act when no policy fits the cluster (one that fits runs, alone): refused, not run idle."""
+    lendable = r.capacity_gpus - r.non_lendable_gpus
+    if all(p.spec.too_big_for(lendable) for p in r.policies):
+        raise BadRequest("no policy fits the cluster: " + "; ".join(
+            f"{p.namespace}/{p.name}: {p.spec.too_big_for(lendable)} > the {lendable} GPUs it lends"
+            for p in r.policies))
+
+
 def _replay(cfg: Config, args) -> int:
     """The embedded cluster: the clock steps over the policies' histories at their own step."""
     r = cfg.run
     if not r.policies:
         return _no_policies()
-    lendable = r.capacity_gpus - r.non_lendable_gpus
-    if all(p.spec.too_big_for(lendable) for p in r.policies):  # nothing could act: one that fits runs, alone
-        raise BadRequest("no policy fits the cluster: " + "; ".join(
-            f"{p.namespace}/{p.name}: {p.spec.too_big_for(lendable)} > the {lendable} GPUs it lends"
-            for p in r.policies))
+    _some_policy_fits(r)
     from cli.outputs import check_output_files, command_inputs
 
     check_output_files([(args.timeline, "--timeline")], command_inputs(cfg, args))
@@ -423,6 +430,7 @@ def cmd_plan(cfg: Config, args) -> int:
                          "or headroom run --once)")
     if not r.policies:
         return _no_policies()
+    _some_policy_fits(r)  # as run refuses it: a plan of nothing, exit 0, was no answer
     if args.hours > r.horizon_hours:
         raise BadRequest(f"--hours {args.hours}: the plan covers run.horizon_hours ({r.horizon_hours}) hours")
     r = r.model_copy(update={"cluster": "simulated", "prometheus": None})

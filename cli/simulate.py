@@ -31,7 +31,7 @@ def _job_number(text: str, column: str, blank_ok: bool = False) -> float:
     if text == "" or text.lower() in {"nan", "na", "null"}:
         if blank_ok:
             return float("nan")
-        raise ValueError(f"{column} is blank")
+        raise ValueError(f"{column} {text!r} is missing" if text else f"{column} is blank")
     try:
         value = float(text)
     except ValueError:
@@ -175,8 +175,7 @@ def whatif(cfg: Config, progress=None) -> WhatIf:
     span_days = (demand.index[-1] - demand.index[0]).total_seconds() / 86400
     if c.days >= span_days:
         raise BadRequest(f"simulate.days {c.days:g} leaves no history: the trace {sources.history_name(cfg)} covers "
-                         f"{span_days:.2f} days (give --days below that; at least a day of history is needed before "
-                         "them)")
+                         f"{span_days:.2f} days (give --days below that, leaving some history before them)")
     step = sampling_step(demand.index)
     if pd.Timedelta(seconds=round(c.days * 86400)) < 2 * step:
         raise BadRequest(f"simulate.days {c.days:g} covers fewer than two steps of the trace ({step}): give more days")
@@ -189,6 +188,9 @@ def whatif(cfg: Config, progress=None) -> WhatIf:
         spec = PolicySpec.model_validate(objects[0]["spec"])
         _check_scale(demand, spec.capacity.demand_per_gpu,
                      f"{c.policy_file}: spec.capacity.demandPerGpu {spec.capacity.demand_per_gpu:g}")
+        if spec.mode != "active":  # a replay of it serves no demand and lends nothing: 100% short, exit 0
+            raise BadRequest(f"{c.policy_file}: spec.mode is {spec.mode} (the default when unset), which changes "
+                             "nothing: set spec.mode: active to simulate what the policy would do")
         if too_big := spec.too_big_for(c.gpus):
             raise BadRequest(f"{c.policy_file}: spec.{too_big} does not fit the {c.gpus}-GPU cluster "
                              "(simulate.gpus, --gpus)")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import signal
 import sys
 import threading
@@ -17,6 +18,7 @@ from adapters.mlflow import Tracker, TrackingError, TrainingLocked
 from cli.progress import stage_printer
 from cli.sources import load_series
 from core.errors import BadRequest
+from core.settings import SERIES_NAME_PATTERN
 from forecast.clock import local_hours
 from forecast.global_model import GlobalPool, GlobalSettings
 from forecast.history import HistoryError
@@ -50,8 +52,8 @@ def cmd_train(cfg, args) -> int:
     """`headroom train [--config FILE] [--history FILE --name SERIES] [--tracking-uri URI]`: on stdout one JSON result,
     or a list of them, one per entry of training.series.
 
-    Exit 0 all trained, 1 a training failed (store down, unusable data, locked), 2 no history to train on;
-    the champion of a failed series is untouched.
+    Exit 0 all trained, 1 a training failed (store down, unusable data, locked), 2 no history to train on, 128 + the
+    signal's number when stopped (130 Ctrl-C, 143 SIGTERM); the champion of a failed series is untouched.
     """
     now = datetime.now(UTC)
     t = getattr(cfg, "training", None)
@@ -72,7 +74,11 @@ def cmd_train(cfg, args) -> int:
         return lambda: on_the_clock(one)
 
     if getattr(args, "history", None):
-        jobs.append((getattr(args, "name", None) or Path(args.history).stem, args.history, from_file(args.history)))
+        name = getattr(args, "name", None) or Path(args.history).stem
+        if not re.match(SERIES_NAME_PATTERN, name):  # only a file's name can be one: --name is checked as configured
+            raise BadRequest(f"--history {args.history}: its file name {name!r} is no series name (a letter or digit, "
+                             "then letters, digits, '_', '.' or '-'): give one with --name")
+        jobs.append((name, args.history, from_file(args.history)))
     elif t is not None and t.series:
         if getattr(args, "name", None):  # it would name nothing: each entry of training.series has its own name
             raise BadRequest(f"--name {args.name}: training.series names each series it trains; --name names the one "
@@ -120,7 +126,7 @@ def cmd_train(cfg, args) -> int:
             out += [{"name": name, "history": where, "error": why} for name, where, _ in jobs if name not in done]
             print(f"training {why} before {', '.join(o['name'] for o in out if o['name'] not in done)} finished "
                   "(its runs are marked KILLED): retrain", file=sys.stderr)
-            status = 1
+            status = 128 + (signal.Signals[str(exc)] if str(exc) else signal.SIGINT)  # as any command stopped
     print(json.dumps(out if listed else out[0], indent=2))
     return status
 

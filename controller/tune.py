@@ -13,6 +13,7 @@ that meets the objective is the best of its line.
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -246,6 +247,9 @@ def plot_tradeoff(result: TuneResult, path: str | Path) -> Path:
         if len(mine):
             ax.scatter(mine["shortage_within_cluster"] * 100, mine["utilization"] * 100, s=200, facecolors="none",
                        edgecolors="k", label=f"recommended (buffer {r.warm_buffer:g}, margin {r.margin_gpus})")
+    else:  # an empty chart said nothing: say why nothing was swept
+        ax.text(0.5, 0.5, textwrap.fill(f"nothing swept: {result.reason}", 70), transform=ax.transAxes,
+                ha="center", va="center", fontsize=8)
     ax.axvline(result.recommended.objective.max_shortage * 100, color="grey", linestyle="--",
                label="shortage objective")
     ax.set_xlabel("shortage within the cluster (% of demand GPU-time)")

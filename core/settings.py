@@ -205,7 +205,7 @@ class PrometheusServer(Strict):
 
 
 class PrometheusConfig(PrometheusServer):
-    query: str
+    query: str = Field(min_length=1)  # an empty one went to the server, exit 1, as a server that failed
     end: Time | None = None  # the history ends here (e.g. to replay a past week); default: now
 
     @field_validator("end")

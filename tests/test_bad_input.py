@@ -333,6 +333,8 @@ def test_bad_flags_of_the_controller_exit_2_naming_the_flag(examples, capsys, ar
 def test_simulate_days_longer_than_the_history(demand, capsys):
     status, err = exits(["simulate", demand, "--days", "30"], capsys)
     assert status == 2 and f"simulate.days 30 leaves no history: the trace {demand} covers 5.99 days" in err
+    # it said "at least a day of history is needed", yet takes --days 5.5 of this trace, as the README says
+    assert "(give --days below that, leaving some history before them)" in err, err
 
 
 def test_backtest_and_tune_on_two_days(short, capsys):
@@ -394,9 +396,20 @@ def _policy_file(path, **spec):
 
     path.write_text(yaml.safe_dump({"apiVersion": "headroom.dev/v1alpha1", "kind": "ReservationPolicy",
                                     "metadata": {"name": "chat"}, "spec": {
-                                        "query": "up", "capacity": {"demandPerGpu": 10},
+                                        "query": "up", "capacity": {"demandPerGpu": 10}, "mode": "active",
                                         "target": {"kind": "Deployment", "name": "chat"}, **spec}}))
     return path
+
+
+@pytest.mark.parametrize("command", ["simulate", "report"])
+def test_a_forecast_only_policy_file_is_refused_not_simulated_doing_nothing(demand, tmp_path, capsys, command):
+    """A manifest without spec.mode (forecast-only, the CRD's default) was replayed changing nothing: shortage 100%,
+    utilization 0, training none, exit 0, not a word."""
+    path = _policy_file(tmp_path / "p.yaml", mode="forecast-only")
+    extra = ["--out", tmp_path / "r"] if command == "report" else ["--json"]
+    status, err = exits([command, demand, "--days", "1", "--policy-file", path, *extra], capsys)
+    assert status == 2 and f"{path}: spec.mode is forecast-only (the default when unset), which changes nothing: " \
+        "set spec.mode: active" in err, err
 
 
 @pytest.mark.parametrize("command", ["simulate", "report"])
@@ -560,6 +573,7 @@ JOB_HEADER = "num_gpu,creation_time,scheduled_time,deletion_time\n"
     (JOB_HEADER + "1,50,,10\n", ":2:", "deletion_time 10 is before creation_time 50"),
     (JOB_HEADER + "1,0,200,100\n", ":2:", "scheduled_time 200 is not between"),
     (JOB_HEADER + "1,,0,100\n", ":2:", "creation_time is blank"),
+    (JOB_HEADER + "NaN,0,0,100\n", ":2:", "num_gpu 'NaN' is missing"),  # was "num_gpu is blank": it is not
     (JOB_HEADER + "1,0,0\n", ":2:", "expected 4 fields"),
     (JOB_HEADER, "", "no job rows"),
     ("name," + JOB_HEADER + "a,1,0,0,9\nb,1,0,0,9\n a ,2,5,5,9\n", ":4:", "name 'a' repeats line 2"),
@@ -602,6 +616,19 @@ def test_simulate_says_what_of_a_job_trace_it_leaves_out(demand, tmp_path, capsy
     status, err = exits(["simulate", demand, "--days", "1", "--policy", "oracle", "--jobs", path], capsys)
     assert status == 2 and f"--jobs (simulate.jobs) {path}: no job of 1 to 128 GPUs ran in the trace's last 1 days" \
         " (1 pod(s) there were never scheduled: a blank scheduled_time) (--days, --gpus)" in err, err
+
+
+def test_report_json_says_what_of_a_job_trace_it_leaves_out(demand, tmp_path, capsys):
+    """report --json's notes had the demand above the cluster only: what the job trace left out was said on stderr
+    alone, as simulate --json's notes once did."""
+    jobs = tmp_path / "jobs.csv"
+    jobs.write_text(JOB_HEADER + "16,0,0,3000\n1,100,,700\n2,3600,3700,9000\n")
+    policy = _policy_file(tmp_path / "p.yaml")
+    assert main(["report", str(demand), "--days", "1", "--gpus", "8", "--policy-file", str(policy), "--jobs",
+                 str(jobs), "--json", "--out", str(tmp_path / "r")]) == 0
+    out, err = capsys.readouterr()
+    job_notes = [n for n in json.loads(out)["notes"] if n.startswith(f"--jobs (simulate.jobs) {jobs}: ")]
+    assert len(job_notes) == 3 and all(err.count(f"note: {n}") == 1 for n in job_notes), (job_notes, err)
 
 
 def test_tune_neither_takes_nor_reads_a_job_trace_it_does_not_replay(short, tmp_path, capsys):
@@ -686,9 +713,12 @@ def test_cross_field_checks_are_listed_alongside_field_errors(tmp_path):
     ("history: {prometheus: {url: 'http://x', query: up, step: 45m}}\nrun: {prometheus: {url: 'http://x', step: 7m}}",
      ["history.prometheus.step: 45m: the step of a range query is whole seconds from 1s to 1h that divide the hour",
       "run.prometheus.step: 7m: the step of a range query is whole seconds from 1s to 1h that divide the hour"]),
+    # sent to the server as it was, exit 1 with the server's words, as if the server had failed
+    ("history: {prometheus: {url: 'http://x', query: ''}}",
+     ["history.prometheus.query: String should have at least 1 character"]),
 ], ids=["binary", "step-not-a-duration", "step-not-hourly", "prometheus", "infinite-seconds", "infinite-world",
         "candidates", "tune-durations-the-crd-refuses", "prometheus-step-fraction", "prometheus-step-over-an-hour",
-        "prometheus-url", "prometheus-url-password", "prometheus-step-not-dividing-the-hour"])
+        "prometheus-url", "prometheus-url-password", "prometheus-step-not-dividing-the-hour", "prometheus-empty-query"])
 def test_configuration_errors_name_every_field(tmp_path, text, errors):
     path = tmp_path / "c.yaml"
     path.write_bytes(text) if isinstance(text, bytes) else path.write_text(text)
@@ -861,8 +891,10 @@ def test_a_replay_where_no_policy_fits_the_cluster_is_refused_not_run_idle(examp
     config = yaml.safe_load(examples.read_text())
     config["run"]["policies"][0]["spec"]["minGpus"] = 500
     examples.write_text(yaml.safe_dump(config))
-    status, err = exits(["run", "--config", examples, "--once"], capsys)
-    assert status == 2 and "no policy fits the cluster: inference/chat: minGpus 500 > the 128 GPUs it lends" in err, err
+    for command in (["run", "--once"], ["plan"]):  # plan printed "NOT PLANNED" and "nothing", exit 0
+        status, err = exits([*command, "--config", examples], capsys)
+        assert status == 2 and "no policy fits the cluster: inference/chat: minGpus 500 > the 128 GPUs it lends" \
+            in err, (command, err)
 
 
 def test_two_policies_of_one_name_or_one_target_are_refused_before_anything_runs(examples, capsys):

@@ -39,6 +39,18 @@ def test_every_flag_names_the_configuration_field_it_sets():
                 assert field in (flag.help or ""), f"headroom {command} {flag.option_strings[0]}: --help omits {field}"
 
 
+def test_two_config_files_one_before_and_one_after_the_command_are_refused(history, tmp_path, capsys):
+    """--config before the command and another after it: the one before was dropped without a word, exit 0."""
+    before, after = tmp_path / "before.yaml", tmp_path / "after.yaml"
+    before.write_text("forecast: {horizon: 2}\n")
+    after.write_text("forecast: {horizon: 3}\n")
+    assert main(["--config", str(before), "forecast", "--config", str(after), str(history)]) == 2
+    err = capsys.readouterr().err
+    assert f"--config given twice ({before} before the command, {after} after it)" in err, err
+    assert main(["--config", str(after), "forecast", "--config", str(after), str(history), "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["forecast"]) == 3
+
+
 def test_forecast_json(history, capsys):
     assert main(["forecast", str(history), "--horizon", "12", "--quantiles", "0.5,0.9", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)

@@ -181,10 +181,20 @@ def test_an_output_that_is_the_config_or_the_policy_is_refused(demand, policy, t
 
 def test_tune_refuses_one_file_for_its_plot_and_its_policy(demand, tmp_path, capsys):
     """The plot was written, then replaced by the manifest: the plot lost, exit 0."""
-    both = tmp_path / "out"
+    both = tmp_path / "out.png"
     status, err = exits(["tune", demand, "--days", "1", "--plot", both, "--write-policy", both], capsys)
     assert status == 2 and f"--write-policy {both} is the file --plot names" in err, err
     assert not both.exists()
+
+
+@pytest.mark.parametrize("name", ["plot.csv", "plot", "plot.svg"])
+def test_tune_refuses_a_plot_that_is_not_named_png_before_any_work(demand, tmp_path, capsys, name):
+    """A name matplotlib has no format for (plot.csv, or none: the draft's .part) was a traceback after the whole
+    sweep, exit 1; plot.svg wrote an SVG that the next run refused to replace as not a PNG headroom wrote."""
+    plot = tmp_path / name
+    status, err = exits(["tune", demand, "--days", "1", "--plot", plot], capsys)
+    assert status == 2 and f"--plot {plot}: the plot is a PNG; name a .png file" in err, err
+    assert "Traceback" not in err and not plot.exists() and "[tune" not in err  # refused before the sweep
 
 
 def test_report_refuses_a_timeline_that_is_one_of_its_pages(demand, tmp_path, capsys):
@@ -224,6 +234,31 @@ def test_demo_takes_a_new_an_empty_or_an_earlier_demos_folder(tmp_path):
     assert check_demo_folder(str(earlier), []) == earlier.resolve()
     with pytest.raises(BadRequest, match="is the file --config names"):
         check_demo_folder(str(earlier), [(earlier / "policy.yaml", "--config")])
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["report", "{demand}", "--days", "1", "--policy-file", "{policy}", "--out", ""], "--out"),
+    (["demo", "--quick", "--out", ""], "--out"),
+    (["simulate", "{demand}", "--days", "1", "--policy-file", "{policy}", "--timeline", ""], "--timeline"),
+    (["plan", "--policy-file", "", "--history", "{demand}"], "--policy-file"),
+], ids=["report-out", "demo-out", "simulate-timeline", "plan-policy-file"])
+def test_an_empty_path_is_refused_naming_its_flag(demand, policy, tmp_path, capsys, argv, flag):
+    """README: an empty path is an error. report --out '' wrote its page among the working directory's files, exit 0;
+    plan --policy-file '' said "invalid configuration (): cannot read file: Is a directory"."""
+    before = set(tmp_path.iterdir())
+    status, err = exits([a.format(demand=demand, policy=policy) for a in argv], capsys)
+    assert status == 2 and f"{flag}: an empty path" in err, err
+    assert set(tmp_path.iterdir()) == before
+
+
+def test_an_output_under_a_file_says_it_is_a_file(demand, policy, tmp_path, capsys):
+    """--timeline notes.txt/t.csv said "the folder .../notes.txt does not exist" of a file that does."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    status, err = exits(["simulate", demand, "--days", "1", "--policy-file", policy, "--timeline",
+                         notes / "t.csv"], capsys)
+    assert status == 2 and f"--timeline {notes / 't.csv'}: {notes} is a file, not a folder" in err, err
+    assert notes.read_text() == "mine"
 
 
 # ---------------------------------------------------------------------------- folders that cannot be written

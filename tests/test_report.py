@@ -163,7 +163,7 @@ def test_report_of_a_policy_file_does_not_say_it_tuned(tmp_path, capsys):
     policy = tmp_path / "p.yaml"
     policy.write_text(yaml.safe_dump({"apiVersion": "headroom.dev/v1alpha1", "kind": "ReservationPolicy",
                                       "metadata": {"name": "chat", "namespace": "inference"}, "spec": {
-                                          "query": "up", "capacity": {"demandPerGpu": 10},
+                                          "query": "up", "capacity": {"demandPerGpu": 10}, "mode": "active",
                                           "target": {"kind": "Deployment", "name": "chat"}}}))
     out = tmp_path / "out"
     assert main(["report", str(trace), "--policy-file", str(policy), "--days", "1", "--out", str(out)]) == 0

@@ -395,6 +395,39 @@ def test_train_prints_a_list_for_training_series_however_many_it_names(tmp_path,
     assert json.loads(capsys.readouterr().out)["name"] == "alone"
 
 
+def test_a_history_file_whose_name_is_no_series_name_asks_for_name(tmp_path, capsys):
+    """train --history 'my demand (1).csv' loaded and cleaned the file, then failed (exit 1) with "series name 'my
+    demand (1)' must match ^[A-Za-z0-9]...", not saying that the name came from the file or that --name gives one."""
+    from cli.main import main
+    from forecast.synthetic import write_csv
+
+    path = tmp_path / "my demand (1).csv"
+    write_csv(demand(), path)
+    assert main(["train", "--history", str(path), "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}"]) == 2
+    err = capsys.readouterr().err
+    assert f"--history {path}: its file name 'my demand (1)' is no series name" in err and "--name" in err, err
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+@pytest.mark.parametrize("stop, status", [(KeyboardInterrupt(), 130), (KeyboardInterrupt("SIGTERM"), 143)])
+def test_a_training_stopped_exits_128_plus_the_signal(tmp_path, monkeypatch, capsys, stop, status):
+    """README: a command stopped by Ctrl-C exits 130; train exited 1, as if the training had failed on its own."""
+    import cli.train
+    from cli.main import main
+    from forecast.synthetic import write_csv
+
+    def stopped(*_args, **_kwargs):
+        raise stop
+
+    monkeypatch.setattr(cli.train, "train_series", stopped)
+    write_csv(demand(), tmp_path / "gpu.csv")
+    assert main(["train", "--history", str(tmp_path / "gpu.csv"), "--tracking-uri",
+                 f"sqlite:///{tmp_path / 'mlflow.db'}"]) == status
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["error"] in ("interrupted", "stopped by SIGTERM")
+    assert "training interrupted" in captured.err or "training stopped by SIGTERM" in captured.err
+
+
 def test_the_example_configuration_trains_and_the_controller_serves_its_champion(tmp_path, monkeypatch, capsys):
     """What a new user runs from the README: `headroom train` then `headroom run` on examples/headroom.yaml,
     with the default MLflow store (sqlite under the working directory)."""
@@ -622,7 +655,7 @@ def test_a_training_stopped_by_sigterm_releases_its_lease_and_ends_its_runs(mlfl
     """Kubernetes stops the training CronJob's pod with SIGTERM (activeDeadlineSeconds, eviction, a drain):
     Python's default is to die on the spot, leaving the lease on the MLflow server until its expiry (so the Job's
     retry is refused as 'being trained') and the runs RUNNING for ever. Stopped, it ends its runs, releases the
-    lease, says so and exits 1, without a traceback."""
+    lease, says so and exits 143 (128 + SIGTERM), without a traceback."""
     import signal
     import time
 
@@ -654,7 +687,7 @@ def test_a_training_stopped_by_sigterm_releases_its_lease_and_ends_its_runs(mlfl
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
-    assert proc.returncode == 1, err[-3000:]
+    assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
     assert "Traceback" not in err and "training stopped by SIGTERM" in err, err[-3000:]
     assert not leased()
     experiment = c.get_experiment_by_name("headroom/sigterm").experiment_id

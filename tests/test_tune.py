@@ -188,6 +188,19 @@ def test_under_a_day_evaluated_the_defaults_are_said_to_be_for_that_not_for_a_sh
     assert "(give --days 1 or more): the policy's stated defaults are used" in t.reason
 
 
+def test_the_plot_of_nothing_swept_says_why(tmp_path, monkeypatch):
+    """tune --plot with the stated defaults (nothing replayed) wrote an empty chart, exit 0, that said nothing."""
+    import matplotlib.pyplot as plt
+
+    s, spec = scenario(trace("nasa", days=2))
+    t = tune(s, spec, GRID)
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    plot_tradeoff(t, tmp_path / "t.png")
+    (said,) = [text.get_text() for text in figures[0].axes[0].texts]
+    assert said.replace("\n", " ").startswith("nothing swept: too little history to tune on (24 h"), said
+
+
 def test_baselines_get_a_tuned_margin_and_references_are_not_tuned():
     s, spec = scenario(trace("nasa"))
     t = tune(s, spec, TuneConfig(margins_gpus=[0, 4, 8, 16, 32]), reference="reactive")
