@@ -586,6 +586,12 @@ def _cumulative(series: pd.Series) -> str | None:
             "rose (GPUs in use over a ramp-up)")
 
 
+def clip_outliers(series: pd.Series, factor: float) -> tuple[pd.Series, list[str]]:
+    """`series` with its outliers clipped (`_clip_outliers`), and the times of those clipped."""
+    report = CleaningReport()
+    return _clip_outliers(series, factor, report), report.outliers
+
+
 def _clip_outliers(series: pd.Series, factor: float, report: CleaningReport) -> pd.Series:
     """Clip glitches: values over `factor` x the series' own 99th percentile.
 

@@ -175,3 +175,28 @@ def test_the_command_scores_auto_on_the_shared_traces_as_the_benchmark_quotes(sh
         quoted = float(re.search(r"\| headroom auto \(selected: [^)]*\)+ \| ([0-9.]+) \|", table).group(1))
         result = backtest(series, horizon=24, folds=7, step=24, models=list(FAST))
         assert round(result.models["auto"]["mase"], 3) == quoted, name
+
+
+def test_the_command_scores_an_outlier_as_it_was_and_fits_on_it_clipped(tmp_path, capsys):
+    """Cleaning clips hours over 3x the 99th percentile, and backtest scored the clipped value: a spike in the last
+    fold, unforeseeable by every model, scored as a tenth of itself (auto's MASE 1.1 where the hours as they were give
+    3.8), flattering every model against a peer scored on the same folds. Now the models fit the cleaned hours and
+    are scored against the hours as read; with the spike after every fitting window, that is exactly what a run
+    without clipping (history.outlier_factor: null) scores."""
+    from cli.main import main
+    from tests.test_forecast_properties import write_csv
+    index = pd.date_range("2026-03-02", periods=20 * DAY, freq="h", tz="UTC")
+    demand = pd.Series(10 + 5 * np.sin(2 * np.pi * np.arange(len(index)) / DAY), index=index)
+    demand += np.random.default_rng(1).normal(0, 1, len(demand))
+    demand.iloc[-10] = 500.0
+    path, raw = tmp_path / "spike.csv", tmp_path / "raw.yaml"
+    write_csv(demand, path)
+    raw.write_text("history:\n  outlier_factor: null\n")
+    scores = []
+    for extra in ([], ["--config", str(raw)]):
+        assert main(["backtest", str(path), "--folds", "7", "--json", *extra]) == 0
+        captured = capsys.readouterr()
+        scores.append({name: m["mase"] for name, m in json.loads(captured.out)["models"].items()})
+        assert ("1 outliers clipped in what the models fit" in captured.err) == (not extra), captured.err
+    assert scores[0] == scores[1]
+    assert scores[0]["auto"] > 3
