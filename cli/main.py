@@ -107,6 +107,7 @@ def cmd_backtest(cfg: Config, args) -> int:
     result = backtest(series, horizon=b.horizon, folds=b.folds, step=b.step, progress=counter("backtest"),
                       actuals=actuals)
     payload = result.to_json()
+    payload["folds_asked"] = b.folds  # beside `folds`, the origins the history holds: a script sees it got fewer
     payload["history"] = str(h.file or (h.prometheus.query if h.prometheus is not None else None))
     payload["timezone"] = cfg.forecast.timezone
     for note in result.notes:
