@@ -82,6 +82,8 @@ def with_policy_files(r: RunConfig, files: list[str] | None, history: str | None
 
     if not history:
         raise BadRequest("--policy-file needs --history DEMAND: the embedded cluster replays its demand from a file")
+    if not Path(history).exists():  # a usage error: the flag names nothing (a policy's own history is its fault)
+        raise BadRequest(f"--history {history}: no such file")
     if "" in files:  # it read as the working directory: "invalid configuration (): cannot read file: Is a directory"
         raise BadRequest("--policy-file: an empty path; name a ReservationPolicy manifest")
     added = [EmbeddedPolicy(name=o["metadata"]["name"], namespace=o["metadata"]["namespace"],

@@ -27,6 +27,9 @@ def source(cfg: Config, now: datetime):
         return PrometheusSource(h.prometheus, h.prometheus.query, (end - duration(h.prometheus.lookback)).ceil("h"),
                                 end)
     if h.file is not None:
+        if not h.file.exists():  # a usage error, as a missing --jobs file is: nothing to read, nothing done
+            raise BadRequest(f"history.file {h.file}: no such file (the command's DEMAND or HISTORY argument, or "
+                             "history.file in --config)")
         return FileSource(h.file)
     raise BadRequest("no history: give a HISTORY file, or history.file / history.prometheus in --config")
 

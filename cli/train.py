@@ -68,8 +68,10 @@ def cmd_train(cfg, args) -> int:
         controller's seasonal clock (forecast.clock) serves them on."""
         return local_hours(load_series(config, now)[0], cfg.forecast.timezone)
 
-    def from_file(path):
+    def from_file(path, field: str):
         # The configured cleaning, applied to this file instead of history.file.
+        if not Path(path).exists():  # named by the field that gave it, not as history.file
+            raise BadRequest(f"{field} {path}: no such file")
         one = cfg.model_copy(update={"history": h.model_copy(update={"file": Path(path), "prometheus": None})})
         return lambda: on_the_clock(one)
 
@@ -78,13 +80,13 @@ def cmd_train(cfg, args) -> int:
         if not re.match(SERIES_NAME_PATTERN, name):  # only a file's name can be one: --name is checked as configured
             raise BadRequest(f"--history {args.history}: its file name {name!r} is no series name (a letter or digit, "
                              "then letters, digits, '_', '.' or '-'): give one with --name")
-        jobs.append((name, args.history, from_file(args.history)))
+        jobs.append((name, args.history, from_file(args.history, "--history")))
     elif t is not None and t.series:
         if getattr(args, "name", None):  # it would name nothing: each entry of training.series has its own name
             raise BadRequest(f"--name {args.name}: training.series names each series it trains; --name names the one "
                              "of --history FILE (or of history.file / history.prometheus without training.series)")
-        for s in t.series:
-            jobs.append((s.name, str(s.file), from_file(s.file)))
+        for k, s in enumerate(t.series):
+            jobs.append((s.name, str(s.file), from_file(s.file, f"training.series.{k}.file")))
         listed = True  # one result per entry, a list however many: a script's parsing does not turn on the count
     elif h.file is None and h.prometheus is None:
         raise BadRequest("no history: give --history FILE (with --name), or training.series, history.file or "

@@ -401,6 +401,21 @@ def _policy_file(path, **spec):
     return path
 
 
+@pytest.mark.parametrize("argv, message", [
+    *[([command, "{tmp}/nope.csv"], "history.file {tmp}/nope.csv: no such file")
+      for command in ("forecast", "backtest", "simulate", "tune", "report")],
+    (["train", "--history", "{tmp}/nope.csv"], "--history {tmp}/nope.csv: no such file"),
+    (["run", "--policy-file", "{policy}", "--history", "{tmp}/nope.csv"], "--history {tmp}/nope.csv: no such file"),
+    (["plan", "--policy-file", "{policy}", "--history", "{tmp}/nope.csv"], "--history {tmp}/nope.csv: no such file"),
+])
+def test_a_missing_demand_file_is_a_usage_error_naming_its_field(tmp_path, capsys, argv, message):
+    """A missing DEMAND exited 1 (the work failed) where a missing --jobs file exits 2 (a bad request, nothing done):
+    both name nothing that can be read."""
+    fill = {"tmp": tmp_path, "policy": _policy_file(tmp_path / "p.yaml")}
+    status, err = exits([a.format(**fill) for a in argv], capsys)
+    assert status == 2 and message.format(**fill) in err, err
+
+
 @pytest.mark.parametrize("command", ["simulate", "report"])
 def test_a_forecast_only_policy_file_is_refused_not_simulated_doing_nothing(demand, tmp_path, capsys, command):
     """A manifest without spec.mode (forecast-only, the CRD's default) was replayed changing nothing: shortage 100%,
