@@ -12,10 +12,7 @@ import pandas as pd
 import pytest
 
 from adapters.kube import RELEASE_TIMEOUT_SECONDS, KubeCluster
-from adapters.prometheus import PrometheusDemand
 from controller.loop import Loop
-from controller.reconcile import Reconciler
-from core.settings import PrometheusServer, RunConfig
 from tests.servers.proxy import AnswerLosingProxy
 from tests.test_run_real import (
     MONDAY_7AM,
@@ -26,6 +23,7 @@ from tests.test_run_real import (
     kube,  # noqa: F401 -- a fixture: namespaces, queues, Deployment, policy
     policy,
     reconciler,
+    refitting_beside,
     replicas,
     training,
 )
@@ -182,15 +180,8 @@ def test_a_refit_s_write_to_the_forecast_store_ends_by_the_lease_s_end(kube, pro
     no reconcile's deadline there, and no Lease's end. With its answers lost, the write waited out every retry (7 x
     the request timeout, 14 s here), long past the Lease, when another replica may lead. It ends by the Lease's end
     now."""
-    from cli.run import shared_forecast_store
-
-    server = PrometheusServer(url=prometheus_server.url, step="5m", timeout_seconds=10, retries=0)
-    cfg = RunConfig(cluster="kubernetes", prometheus=server, capacity_gpus=128, namespace=NS)
-    store = shared_forecast_store(lossy, NS, drift_window=24)
-    r = Reconciler(lossy, PrometheusDemand(server), cfg, forecast_log=store, refit_beside=True)
-    series, lease = f"{NS}.chat", "refit-bounded"
-    kube.delete(f"/api/v1/namespaces/{NS}/configmaps/{store.name(series)}")
-    kube.delete(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{lease}")
+    lease = "refit-bounded"
+    r, store, series = refitting_beside(lossy, kube, prometheus_server.url, lease)
     loop = Loop(r, lossy.leader_elector(NS, lease, "replica-a", lease_seconds=LEASE), interval=1, lease_seconds=LEASE)
     recorded: list[tuple[float, float]] = []  # (began, ended) of each record
     record = store.record

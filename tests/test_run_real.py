@@ -16,7 +16,7 @@ import time
 import pandas as pd
 import pytest
 
-from adapters.kube import EVICTED_BY_PLAN, EVICTION_REASON, KubeCluster
+from adapters.kube import EVICTED_BY_PLAN, EVICTION_REASON, ConfigMapForecastStore, KubeCluster
 from adapters.prometheus import PrometheusDemand
 from controller.loop import Loop
 from controller.reconcile import Reconciler
@@ -101,6 +101,22 @@ def reconciler(kube, prometheus_url, tmp_path, step="5m", beside=False, **run) -
     cfg = RunConfig(cluster="kubernetes", prometheus=server, capacity_gpus=128, namespace=NS, **run)
     return Reconciler(kube, PrometheusDemand(cfg.prometheus), cfg, forecast_log=ForecastLog(tmp_path / "log"),
                       summary=kube.plan_summary(NS), events_beside=beside, statuses_beside=beside)
+
+
+def refitting_beside(cluster, kube, prometheus_url, lease) -> tuple[Reconciler, ConfigMapForecastStore, str]:
+    """A reconciler on `cluster` whose hourly refits run beside the reconciles and record into the forecast store the
+    replicas share (headroom run's), with chat's record and the Lease `lease` deleted through `kube` first: the
+    reconciler, the store and chat's series."""
+    from cli.run import shared_forecast_store
+
+    server = PrometheusServer(url=prometheus_url, step="5m", timeout_seconds=10, retries=0)
+    cfg = RunConfig(cluster="kubernetes", prometheus=server, capacity_gpus=128, namespace=NS)
+    store = shared_forecast_store(cluster, NS, drift_window=24)
+    r = Reconciler(cluster, PrometheusDemand(server), cfg, forecast_log=store, refit_beside=True)
+    series = f"{NS}.chat"
+    kube.delete(f"/api/v1/namespaces/{NS}/configmaps/{store.name(series)}")
+    kube.delete(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{lease}")
+    return r, store, series
 
 
 def replicas(kube) -> int:
@@ -844,15 +860,8 @@ def test_a_replica_that_let_its_lease_go_adds_nothing_to_the_shared_forecast_sto
     recorded a's forecast in the store the replicas share, beside b's, where realized error counts it as if it had
     been in force (and pruned it). The store's writes are fenced by the Lease now, as every write is: a replica that
     no longer leads writes none, and says so."""
-    from cli.run import shared_forecast_store
-
-    server = PrometheusServer(url=prometheus_server.url, step="5m", timeout_seconds=10, retries=0)
-    cfg = RunConfig(cluster="kubernetes", prometheus=server, capacity_gpus=128, namespace=NS)
-    store = shared_forecast_store(controller, NS, drift_window=24)
-    r = Reconciler(controller, PrometheusDemand(server), cfg, forecast_log=store, refit_beside=True)
-    series, lease = f"{NS}.chat", "refit-beside"
-    kube.delete(f"/api/v1/namespaces/{NS}/configmaps/{store.name(series)}")
-    kube.delete(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{lease}")
+    lease = "refit-beside"
+    r, store, series = refitting_beside(controller, kube, prometheus_server.url, lease)
     a = Loop(r, controller.leader_elector(NS, lease, "replica-a", lease_seconds=30), interval=1, lease_seconds=30,
              clock=lambda: MONDAY_7AM)
     b = kube.leader_elector(NS, lease, "replica-b", lease_seconds=30)
