@@ -48,9 +48,7 @@ from training.realized import accuracy_run, time_axis
 DAY = 24
 _DEFAULTS = TrainingConfig()  # the configuration's defaults are the library's (one definition of each)
 log = logging.getLogger(__name__)
-# Scored and logged beside the candidates, never promoted: the controller refits each series alone, so a champion
-# learned across series would serve a model other than the one scored.
-LEARNED_ACROSS = "global"
+LEARNED_ACROSS = "global"  # scored and logged beside the candidates, never promoted: why is NOT_SERVED
 NOT_SERVED = ("learned across series, never promoted: the controller refits each series alone, so it could not serve "
               "the model scored")
 _NAME = re.compile(SERIES_NAME_PATTERN)
