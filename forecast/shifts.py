@@ -25,7 +25,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 DAY, WEEK = 24, 168
 WINDOW = WEEK  # an older shift is past for seasonal naive 168 and is in the level correction's residuals
@@ -49,9 +48,10 @@ class LevelShifts:
             out[start:end] *= scale
         return out
 
-    def note(self, index: pd.DatetimeIndex) -> str:
-        newest, after = self.at[-1], len(index) - self.at[-1]
-        return (f"level shift at {index[newest].isoformat()} (x{self.scales[-1]:.2g}): the history before it "
+    def note(self, hours: int) -> str:
+        """What was done, for a history of `hours` (hours before its end: the same on any clock)."""
+        after = hours - self.at[-1]
+        return (f"level shift {after} h before the history's end (x{self.scales[-1]:.2g}): the history before it "
                 f"re-levelled to the {after} hours after it")
 
 
