@@ -538,6 +538,9 @@ def plan_step(hours: HourPlan, observed: Mapping[str, Observed], training: Train
             hi = o.times.searchsorted(t_now, side="right")
             # the largest finite sample (a NaN or infinite one is no demand seen); a few, so as Python floats
             recent = [v for v in o.values[lo:hi].tolist() if math.isfinite(v)]
+            if not recent:  # none within scaleInDelay (sampled less often than that, or a gap): demand last seen,
+                # unless it is too old to trust
+                recent = _last_seen(o, t_now - policy.stale_after_seconds, hi)
             if recent:
                 peak = w.gpus(float(max(recent)))
                 factor = max(w.warm_buffer, wh.rise_buffer)
@@ -567,6 +570,13 @@ def plan_step(hours: HourPlan, observed: Mapping[str, Observed], training: Train
     preemptions = _preemptions(hours, steps, training, policy, t_now, lent, room)
     quota, why = _admission_quota(hours, steps, observed, training, policy, t_now, lent, band, preemptions, slow)
     return StepPlan(t_now, tuple(steps), lent, shares(quota, policy.queue_weights), band, preemptions, why)
+
+
+def _last_seen(o: Observed, since: float, hi: int) -> list[float]:
+    """The newest finite sample of o's samples before index `hi` taken at or after `since` ([] if none)."""
+    values = o.values[o.times.searchsorted(since, side="left"):hi]
+    seen = np.flatnonzero(np.isfinite(values))
+    return [float(values[seen[-1]])] if len(seen) else []
 
 
 def _rise(o: Observed, now: float, horizon: float, q: float) -> float:

@@ -253,6 +253,24 @@ def test_recent_observed_peak_and_warm_buffer_block_scale_in():
     assert capped.reserved_gpus == 60  # the maximum holds
 
 
+def test_demand_last_seen_counts_when_no_sample_falls_within_the_scale_in_delay():
+    """A Prometheus step (60 s) longer than scaleInDelay (0 s, 10 s), or a reconcile between two samples: the newest
+    sample is demand now until a newer one says otherwise; one older than the plan trusts (stale) is not."""
+    h = hours_of([4, 4, 4, 4])
+    now = NOW.timestamp()
+    jumped = observed((now - 90, 4.0), (now - 30, 30.0))  # demand rose to 15 GPUs at the scrape 30 s ago
+    for delay in (0.0, 10.0):
+        s = plan_step(h, {"chat": jumped}, training(), cluster(workload(scale_in_delay_seconds=delay)), now)
+        assert (s.workloads[0].peak_gpus, s.workloads[0].reserved_gpus) == (16, 16), delay
+    buffered = cluster(workload(warm_buffer=1.0))
+    assert plan_step(h, {"chat": jumped}, training(), buffered, now).workloads[0].reserved_gpus == 20
+    gap = observed((now - 120, 30.0), (now, float("nan")))  # a gap sample (an infinite value read as missing)
+    assert plan_step(h, {"chat": gap}, training(), cluster(), now).workloads[0].reserved_gpus == 16
+    pol = cluster()
+    old = observed((now - pol.stale_after_seconds - 1, 30.0))
+    assert plan_step(h, {"chat": old}, training(), pol, now).workloads[0].reserved_gpus == 2
+
+
 def test_degraded_data_never_lowers_the_reservation():
     h = hours_of([4, 4, 4, 4])
     pol, now = cluster(), NOW.timestamp()
