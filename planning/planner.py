@@ -510,8 +510,9 @@ def shares(total: int, weights: Sequence[tuple[str, float]]) -> dict[str, int]:
 
 def _victim_order(t: Training, among: np.ndarray, at: float, in_time: float | None = None) -> np.ndarray:
     """Least work wasted per GPU first (work since the last checkpoint at `at`, plus the time it takes to stop, which
-    is lost too), then lowest priority, then fastest to preempt, then id. With `in_time` (an emergency: the GPUs are
-    needed now), jobs that stop within that many seconds go before the others, which would come back too late."""
+    is lost too), then lowest priority, then fastest to preempt, then id. With `in_time` (the seconds until the GPUs
+    are needed: the reclaim deadline in an emergency, the time to a ramp), jobs that stop within that many seconds go
+    before the others, which would come back too late."""
     if not len(among):
         return among
     wasted = np.maximum(at - t.last_checkpoint[among], 0.0) + t.preempt_seconds[among]
@@ -749,7 +750,8 @@ def _preemptions(hours: HourPlan, steps: list[WorkloadStep], t: Training, policy
         need_at = float(starts[p]) - lead
         why = f"forecast ramp-up at {_clock(starts[p])} leaves {int(hours.slack[p])} GPUs of slack; GPUs needed by " \
               f"{_clock(need_at)}"
-        for i in _victim_order(t, running[t.gpus[running] > 0], need_at):  # a Workload asking no GPUs frees none
+        # a Workload asking no GPUs frees none; jobs that can stop by need_at go first (the others come back late)
+        for i in _victim_order(t, running[t.gpus[running] > 0], need_at, max(need_at - now, 0.0)):
             if over <= 0:
                 break
             ready_by = need_at - float(t.preempt_seconds[i])

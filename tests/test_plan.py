@@ -380,6 +380,23 @@ def test_ramp_up_preemption_is_planned_at_the_last_checkpoint_before_the_gpus_ar
     assert plan_step(later, {}, training({**job, "last": at("10:00")}), cluster(), at("10:07")).preemptions == ()
 
 
+def test_a_ramp_takes_jobs_that_can_stop_by_the_time_the_gpus_are_needed_first():
+    """Ramp at 11:00, GPUs needed by 10:45, planned at 10:40 (a 20-minute deadline: no job is slow): x stops in 10
+    minutes, so stopped now it holds its GPUs until 10:50 whatever it loses; y stops in 30 s. Least waste alone
+    would stop x (checkpointed just now) and leave inference 16 GPUs short from 10:45 to 10:50."""
+    ramp = hours_of([4, 40, 40, 40])  # slack 44 at 11:00
+    patient = cluster(workload(reclaim_deadline_seconds=1200.0))
+    jobs = training({"id": "x", "gpus": 20, "preempt": 600.0, "interval": 3600.0, "last": at("10:40")},
+                    {"id": "y", "gpus": 20, "preempt": 30.0, "interval": 3600.0, "last": at("10:20")},
+                    {"id": "z", "gpus": 20, "preempt": 30.0, "interval": 3600.0, "last": at("10:00")})
+    s = plan_step(ramp, {}, jobs, patient, at("10:40"))
+    assert [(p.job, p.at) for p in s.preemptions] == [("y", at("10:44:30"))]
+    # only when no job can stop in time is a late one taken (at once, as late as it is)
+    late = training({"id": "x", "gpus": 20, "preempt": 600.0, "interval": 3600.0, "last": at("10:40")},
+                    {"id": "y", "gpus": 40, "preempt": 600.0, "interval": 3600.0, "last": at("10:20")})
+    assert [(p.job, p.at) for p in plan_step(ramp, {}, late, patient, at("10:40")).preemptions] == [("x", at("10:40"))]
+
+
 def test_slow_to_preempt_jobs_are_kept_out_of_the_headroom_band():
     h = hours_of([4] * 4, hi_extra=40)  # lent 62, band 20: slow jobs may hold 42
     now = NOW.timestamp()
