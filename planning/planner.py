@@ -541,7 +541,7 @@ def plan_step(hours: HourPlan, observed: Mapping[str, Observed], training: Train
             recent = [v for v in o.values[lo:hi].tolist() if math.isfinite(v)]
             if not recent:  # none within scaleInDelay (sampled less often than that, or a gap): demand last seen,
                 # unless it is too old to trust
-                recent = _last_seen(o, t_now - policy.stale_after_seconds, hi)
+                recent = _last_seen(o, t_now - policy.stale_after_seconds, int(hi))
             if recent:
                 peak = w.gpus(float(max(recent)))
                 factor = max(w.warm_buffer, wh.rise_buffer)
