@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from core.policy import PolicySpec
-from core.units import epoch_seconds
+from core.units import epoch_seconds, whole_replicas
 
 WEEK = 7 * 86400.0
 MAX_GPUS = 2**40  # more GPUs than any cluster holds; far from int64's limit when summed
@@ -85,11 +85,19 @@ class WorkloadPolicy:
             whole = np.ceil(np.where(fits, replicas, 0.0) - 1e-9).astype(np.int64) * self.gpus_per_replica
             return np.where(demand > 0, np.where(fits, whole, MAX_GPUS), 0)
 
+    # Every reservation is whole replicas (a target runs ceil(GPUs / gpusPerReplica) of them, and a part-replica
+    # reserved would hold GPUs the plan also lends): minGpus and marginGpus round up, maxGpus and the cluster down.
+    @property
+    def least_gpus(self) -> int:
+        """minGpus in whole replicas."""
+        return whole_replicas(self.min_gpus, self.gpus_per_replica)
+
     def top(self, lendable: int) -> int:
-        return max(lendable if self.max_gpus is None else min(self.max_gpus, lendable), self.min_gpus)
+        most = lendable if self.max_gpus is None else min(self.max_gpus, lendable)
+        return max(most // self.gpus_per_replica * self.gpus_per_replica, self.least_gpus)
 
     def clamp(self, gpus: int, lendable: int) -> int:
-        return min(max(gpus, self.min_gpus), self.top(lendable))
+        return min(max(whole_replicas(gpus, self.gpus_per_replica), self.least_gpus), self.top(lendable))
 
 
 @dataclass(frozen=True)
@@ -103,8 +111,8 @@ class ClusterPolicy:
     stale_after_seconds: float = 7200.0  # a forecast is trusted until the history behind it is this old
 
     def __post_init__(self) -> None:
-        if sum(w.min_gpus for w in self.workloads) > self.lendable:
-            raise ValueError(f"workload minimums exceed the {self.lendable} usable GPUs")
+        if sum(w.least_gpus for w in self.workloads) > self.lendable:
+            raise ValueError(f"workload minimums (in whole replicas) exceed the {self.lendable} usable GPUs")
         if len({w.name for w in self.workloads}) != len(self.workloads):
             raise ValueError("workload names must be unique")
 
@@ -233,9 +241,8 @@ class WorkloadHours:
         elif not self.from_forecast[i]:
             r = f"fallback ({self.why_fallback}): last week's peak at this hour -> {self.reserved[i]} GPUs"
         else:
-            top = w.max_gpus if w.max_gpus is not None else lendable
             r = (f"q{w.target_quantile:g} forecast {self.target[i]:.4g} -> {self.reserved[i] + self.cut[i]} GPUs "
-                 f"(+{w.margin_gpus} margin, clamp [{w.min_gpus}, {top}])")
+                 f"(+{w.margin_gpus} margin, clamp [{w.least_gpus}, {w.top(lendable)}], whole replicas)")
         if self.cut[i]:
             r += f"; cut by {self.cut[i]} GPUs: cluster capacity {lendable} exceeded"
         return r + f"; headroom {self.headroom[i]} GPUs to q{w.headroom_quantile:g}"
@@ -285,13 +292,13 @@ def plan_hours(forecasts: Mapping[str, Forecast | None], histories: Mapping[str,
             target[inside], high[inside] = f.target[k[inside]], f.high[k[inside]]
         usable = np.isfinite(target) & (target >= 0) & np.isfinite(high) & (high >= target)
         why = "stale history" if old else ("no forecast" if f is None else "forecast missing, NaN or negative")
-        raw = w.gpus_each(target) + w.margin_gpus
+        raw = w.gpus_each(target) + whole_replicas(w.margin_gpus, w.gpus_per_replica)
         if not usable.all():
             # An hour of day not seen in the week: the week's highest peak. No week observed at all: minGpus, and
             # plan_step keeps what the target serves now and follows live samples; reserving everything would take
             # the cluster from training and the other policies for a fault that is this policy's own.
             week = h.weekly_peak_by_hour
-            unseen = w.min_gpus
+            unseen = w.least_gpus
             if np.isnan(week).all():
                 why = NO_DATA
             else:
@@ -300,7 +307,7 @@ def plan_hours(forecasts: Mapping[str, Forecast | None], histories: Mapping[str,
             notes.append(f"{w.name}: {why} for {int((~usable).sum())} period(s); using {source}")
             peak = week[((starts // 3600) % 24).astype(int)]  # each period's hour of day
             raw = np.where(usable, raw, np.where(np.isfinite(peak), w.gpus_each(peak), unseen))
-        reserved = np.minimum(np.maximum(raw, w.min_gpus), w.top(lendable))  # WorkloadPolicy.clamp of each (np.clip
+        reserved = np.minimum(np.maximum(raw, w.least_gpus), w.top(lendable))  # WorkloadPolicy.clamp of each (np.clip
         # costs ten times as much)
         high_gpus = np.where(usable, w.gpus_each(high), 0)
         headroom = np.maximum(np.where(usable, high_gpus - reserved, 0), w.headroom_floor_gpus)
@@ -313,7 +320,8 @@ def plan_hours(forecasts: Mapping[str, Forecast | None], histories: Mapping[str,
         for row in reversed(range(len(rows))):
             if over_by <= 0:
                 break
-            take = min(over_by, int(reserved[row, i]) - rows[row][0].min_gpus)
+            w = rows[row][0]  # whole replicas: a part of one cut would still be held
+            take = min(whole_replicas(over_by, w.gpus_per_replica), int(reserved[row, i]) - w.least_gpus)
             if take > 0:
                 reserved[row, i] -= take
                 cut[row, i] = take
@@ -550,7 +558,7 @@ def plan_step(hours: HourPlan, observed: Mapping[str, Observed], training: Train
         want = w.clamp(max(fore, peak + buffer), lendable)
         degraded = o is not None and o.degraded
         if o is not None and o.degraded:
-            want = max(want, min(o.held_gpus, w.top(lendable)))
+            want = max(want, min(whole_replicas(o.held_gpus, w.gpus_per_replica), w.top(lendable)))
         i = wh.at(t_now)
         steps.append(WorkloadStep(w.name, want, fore, peak, buffer, int(wh.headroom[i]), bool(wh.from_forecast[i]),
                                   degraded))
@@ -558,7 +566,8 @@ def plan_step(hours: HourPlan, observed: Mapping[str, Observed], training: Train
     for k in reversed(range(len(steps))):  # later workloads give way first, never below their minimum
         if excess <= 0:
             break
-        take = min(excess, steps[k].reserved_gpus - policy.workloads[k].min_gpus)
+        w = policy.workloads[k]  # whole replicas, as in plan_hours
+        take = min(whole_replicas(excess, w.gpus_per_replica), steps[k].reserved_gpus - w.least_gpus)
         if take > 0:
             s = steps[k]
             steps[k] = WorkloadStep(s.name, s.reserved_gpus - take, s.forecast_gpus, s.peak_gpus, s.buffer_gpus,

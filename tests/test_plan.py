@@ -83,6 +83,33 @@ def test_capacity_model_rounds_up_to_whole_replicas_and_carries_reasons():
     assert "q0.9" in reason and "6 GPUs" in reason and "headroom 2" in reason
 
 
+def test_every_reservation_is_whole_replicas_so_no_gpu_is_both_reserved_and_lent():
+    """A target runs ceil(reserved / gpusPerReplica) replicas: 9 GPUs reserved of 8-GPU replicas run 16, and lending
+    the cluster's other 55 would count 7 GPUs twice. So minGpus and marginGpus round up to whole replicas, maxGpus,
+    the cluster and a capacity cut down."""
+    now = NOW.timestamp()
+    for kw, demand, want in ((dict(margin_gpus=1), 8, 16), (dict(max_gpus=30), 1000, 24), (dict(min_gpus=6), 0, 8),
+                             ({}, 1000, 56)):
+        w = workload(**{**dict(demand_per_gpu=1.0, gpus_per_replica=8, min_gpus=0, max_gpus=None), **kw})
+        pol = cluster(w, capacity=60)
+        s = plan_step(hours_of([demand] * 4, pol=pol), {"chat": observed((now, demand))}, training(), pol, now)
+        assert s.workloads[0].reserved_gpus == want, kw
+        assert s.workloads[0].reserved_gpus + s.lent_gpus <= 60
+    # cut to the cluster: the later workload gives way by whole replicas
+    a, b = workload("a", demand_per_gpu=1.0, gpus_per_replica=1), workload("b", demand_per_gpu=1.0, gpus_per_replica=8,
+                                                                           min_gpus=0)
+    pol = cluster(a, b, capacity=60)
+    f = {"a": forecast([30] * 4), "b": forecast([32] * 4)}
+    hours = plan_hours(f, {"a": History.of(history(), NOW), "b": History.of(history(), NOW)}, pol, NOW)
+    assert list(hours.workloads[1].reserved) == [24] * 4 and list(hours.workloads[1].cut) == [8] * 4
+    assert list(hours.slack) == [6] * 4
+    s = plan_step(hours, {"a": observed((now, 40.0))}, training(), pol, now)  # a's peak: 4 GPUs over, a replica of b
+    assert [w.reserved_gpus for w in s.workloads] == [40, 16] and s.lent_gpus == 4
+    # a minimum that whole replicas take over the cluster is refused, naming it
+    with pytest.raises(ValueError, match="whole replicas"):
+        cluster(workload(gpus_per_replica=4, min_gpus=5), capacity=7)
+
+
 def test_hour_plan_starts_at_the_current_period_and_spans_the_horizon():
     h = hours_of([9] * 8, pol=cluster(horizon_hours=6))
     (w,) = h.workloads
@@ -92,8 +119,8 @@ def test_hour_plan_starts_at_the_current_period_and_spans_the_horizon():
 
 def test_clamps_min_max_and_margin():
     assert list(hours_of([0, 0.5, 9, 500]).workloads[0].reserved) == [2, 2, 6, 60]  # min 2, max 60
-    margin = cluster(workload(margin_gpus=3))
-    assert list(hours_of([0, 9, 9, 500], pol=margin).workloads[0].reserved) == [3 + 0, 6 + 3, 9, 60]
+    margin = cluster(workload(margin_gpus=3))  # 3 GPUs of margin are 2 replicas of 2
+    assert list(hours_of([0, 9, 9, 500], pol=margin).workloads[0].reserved) == [0 + 4, 6 + 4, 10, 60]
     unbounded = cluster(workload(max_gpus=None, min_gpus=0))
     assert list(hours_of([0, 9, 500, 500], pol=unbounded).workloads[0].reserved) == [0, 6, 64, 64]  # top: lendable
     lendable = cluster(workload(max_gpus=None), non_lendable_gpus=8)
