@@ -20,17 +20,17 @@ Times are epoch seconds (floats) inside; `pd.Timestamp` at the edges.
 from __future__ import annotations
 
 import bisect
+import datetime as dt
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from functools import cached_property
 
 import numpy as np
 import pandas as pd
 
 from core.policy import PolicySpec
-from core.units import epoch_seconds, whole_replicas
+from core.units import UTC, epoch_seconds, whole_replicas
 
 WEEK = 7 * 86400.0
 MAX_GPUS = 2**40  # more GPUs than any cluster holds; far from int64's limit when summed
@@ -58,13 +58,14 @@ class WorkloadPolicy:
     headroom_floor_gpus: int = 0
     reclaim_deadline_seconds: float = 300.0
     warm_buffer_quantile: float | None = None  # the buffer also follows the last week's rises (_rise_buffer)
+    timezone: str = UTC  # the wall clock whose hours of day the fallback's same-hour peaks follow
 
     @classmethod
     def from_spec(cls, name: str, spec: PolicySpec) -> WorkloadPolicy:
         return cls(name, spec.capacity.demand_per_gpu, spec.capacity.gpus_per_replica, spec.target_quantile,
                    spec.headroom_quantile, spec.lead_time_seconds, spec.warm_buffer, spec.scale_in_delay_seconds,
                    spec.min_gpus, spec.max_gpus, spec.margin_gpus, spec.headroom_floor_gpus,
-                   spec.reclaim_deadline_seconds, spec.rise_quantile)
+                   spec.reclaim_deadline_seconds, spec.rise_quantile, spec.timezone)
 
     def gpus(self, demand: float) -> int:
         """GPUs that serve `demand`: whole replicas, rounded up; unknown (NaN) demand needs nothing extra. Demand
@@ -182,17 +183,27 @@ class History:
         hi = self.times.searchsorted(self.now, side="right")
         return self.times[lo:hi], self.values[lo:hi]
 
-    @cached_property
-    def weekly_peak_by_hour(self) -> np.ndarray:
-        """24 values, NaN for an hour of day not seen in the last week."""
+    def weekly_peak_by_hour(self, zone: str = UTC) -> np.ndarray:
+        """24 values, NaN for an hour of day not seen in the last week (hours of day as `_hour_of_day` counts them)."""
         if self.newest is None:
             return np.full(24, np.nan)
         # numpy, not a pandas groupby: a thousand policies falling back at once ask this of every one of them
         times, values = self.last_week
         seen = ~np.isnan(values)
         peaks = np.full(24, np.nan)
-        np.fmax.at(peaks, (times[seen] // 3600 % 24).astype(np.int64), values[seen])  # the index is UTC
+        np.fmax.at(peaks, _hour_of_day(times[seen], zone, self.now), values[seen])
         return peaks
+
+
+def _hour_of_day(times: np.ndarray, zone: str, now: float) -> np.ndarray:
+    """Each time's UTC hour of day, moved by as much as `zone`'s clock changed between it and `now`: last week's 09:00
+    in Berlin is this week's 09:00 across a daylight saving change, as the forecast's seasons count it
+    (forecast/clock.py); in a zone whose offset did not change (UTC), the UTC hour itself."""
+    if zone != UTC and len(times):
+        moments = pd.to_datetime(np.append(times, now), unit="s", utc=True)
+        offsets = (moments.tz_convert(zone).tz_localize(None) - moments.tz_localize(None)).total_seconds().to_numpy()
+        times = times + (offsets[:-1] - offsets[-1])
+    return (times // 3600 % 24).astype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -297,7 +308,7 @@ def plan_hours(forecasts: Mapping[str, Forecast | None], histories: Mapping[str,
             # An hour of day not seen in the week: the week's highest peak. No week observed at all: minGpus, and
             # plan_step keeps what the target serves now and follows live samples; reserving everything would take
             # the cluster from training and the other policies for a fault that is this policy's own.
-            week = h.weekly_peak_by_hour
+            week = h.weekly_peak_by_hour(w.timezone)
             unseen = w.least_gpus
             if np.isnan(week).all():
                 why = NO_DATA
@@ -305,7 +316,7 @@ def plan_hours(forecasts: Mapping[str, Forecast | None], histories: Mapping[str,
                 unseen = w.gpus(float(np.nanmax(week)))
             source = "minGpus and what the target holds now" if why == NO_DATA else "last week's same-hour peak"
             notes.append(f"{w.name}: {why} for {int((~usable).sum())} period(s); using {source}")
-            peak = week[((starts // 3600) % 24).astype(int)]  # each period's hour of day
+            peak = week[_hour_of_day(starts, w.timezone, t_now)]  # each period's hour of day
             raw = np.where(usable, raw, np.where(np.isfinite(peak), w.gpus_each(peak), unseen))
         reserved = np.minimum(np.maximum(raw, w.least_gpus), w.top(lendable))  # WorkloadPolicy.clamp of each (np.clip
         # costs ten times as much)
@@ -495,7 +506,7 @@ def newest_checkpoint(since: np.ndarray, interval: np.ndarray, now: float) -> np
 
 def _clock(t: float) -> str:
     """HH:MM (UTC) of epoch seconds, for reasons (datetime: a third of pd.Timestamp's cost; made at many steps)."""
-    return datetime.fromtimestamp(t, UTC).strftime("%H:%M")
+    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%H:%M")
 
 
 def shares(total: int, weights: Sequence[tuple[str, float]]) -> dict[str, int]:

@@ -215,6 +215,27 @@ def test_stale_history_falls_back_and_no_observed_week_reserves_min_gpus_and_wha
     assert list(w.reserved) == [2, 10, 2, 2] and w.why_fallback == "no forecast"
 
 
+def test_the_fallback_keeps_the_same_hour_on_the_policys_wall_clock_across_a_daylight_saving_change():
+    """Berlin, busy 09:00-17:00 on weekdays; clocks go forward on Sunday 29 March and the data stopped at midnight.
+    On Monday the fallback's 'same hour last week' is the Berlin hour (07:00 UTC, was 08:00 UTC), as the forecast's
+    seasons count it under spec.timezone: on UTC hours it reserved the idle level for 09:00-10:00."""
+    idx = pd.date_range("2026-03-20", "2026-03-29 23:00", freq="h", tz="UTC")
+    local = idx.tz_convert("Europe/Berlin")
+    busy = (local.hour >= 9) & (local.hour < 17) & (local.day_of_week < 5)
+    hist = pd.Series(np.where(busy, 40.0, 4.0), index=idx)
+    now = pd.Timestamp("2026-03-30 06:30", tz="UTC")  # Monday 08:30 in Berlin
+    berlin = workload(demand_per_gpu=1.0, gpus_per_replica=1, min_gpus=0, timezone="Europe/Berlin")
+    for w, want in ((berlin, [4, 40, 40]), (replace(berlin, timezone="UTC"), [4, 4, 40])):
+        pol = cluster(w, horizon_hours=12)
+        (h,) = plan_hours({}, {"chat": History.of(hist, now)}, pol, now).workloads
+        assert list(h.reserved[:3]) == want, w.timezone  # 08:00, 09:00, 10:00 in Berlin
+        assert list(h.reserved[8:11]) == ([40, 4, 4] if w is berlin else [40, 40, 4])  # 16:00, 17:00, 18:00
+    # the spec's zone reaches the planner
+    spec = PolicySpec.model_validate({"query": "q", "capacity": {"demandPerGpu": 1}, "timezone": "Europe/Berlin",
+                                      "target": {"kind": "Deployment", "name": "d"}})
+    assert WorkloadPolicy.from_spec("ns/p", spec).timezone == "Europe/Berlin"
+
+
 def test_fallback_covers_every_sample_of_last_week_on_a_real_trace(shared_data):
     """NASA's web logs stop on 1995-08-01 (Hurricane Erin): a day later the forecast is stale, and the plan for the
     next day must cover, hour by hour, every 5-minute sample of the week before."""
