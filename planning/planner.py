@@ -527,6 +527,17 @@ def shares(total: int, weights: Sequence[tuple[str, float]]) -> dict[str, int]:
     return out
 
 
+def _above_share(t: Training, among: np.ndarray, lent: int, weights: Sequence[tuple[str, float]]) -> np.ndarray:
+    """For each job of `among`, whether its ClusterQueue's jobs among them hold more than the queue's weighted share
+    of the `lent` GPUs (a queue without a weight has no share)."""
+    share = shares(lent, weights)
+    queues = [t.queue[i] for i in among.tolist()]
+    held: dict[str, int] = {}
+    for q, g in zip(queues, t.gpus[among].tolist()):
+        held[q] = held.get(q, 0) + int(g)
+    return np.array([held[q] > share.get(q, 0) for q in queues], dtype=bool)
+
+
 def _victim_order(t: Training, among: np.ndarray, at: float, in_time: float | None = None) -> np.ndarray:
     """Least work wasted per GPU first (work since the last checkpoint at `at`, plus the time it takes to stop, which
     is lost too), then lowest priority, then fastest to preempt, then id. With `in_time` (the seconds until the GPUs
@@ -733,9 +744,16 @@ def _preemptions(hours: HourPlan, steps: list[WorkloadStep], t: Training, policy
         return np.array(chosen, dtype=np.int64)
 
     # Training may hold what is lent now; beyond it, inference needs the GPUs back: jobs that stop within the
-    # deadline first (the others come back too late to help).
+    # deadline first (the others come back too late to help), and of the ClusterQueues holding more than their
+    # weighted share of the lent slack (the GPUs they hold above it are at least as many as are over), as Kueue
+    # takes back from borrowing queues first: a team within its share keeps its jobs, unless only another team's
+    # jobs could come back in time.
     over = t.running_gpus - lent
     if over > 0:
+        borrowers = running[_above_share(t, running, lent, policy.queue_weights)]
+        fast = running[t.preempt_seconds[running] <= deadline]
+        fast_borrowed = int(t.gpus[np.intersect1d(borrowers, fast)].sum())
+        among = borrowers if fast_borrowed >= min(over, int(t.gpus[fast].sum())) else running
         above = [s for s in steps if s.peak_gpus + s.buffer_gpus > s.forecast_gpus and s.reserved_gpus > 0]
         kind = "emergency" if above else "planned"
         why = f"training holds {over} GPUs more than the {lent} lent now"
@@ -744,7 +762,7 @@ def _preemptions(hours: HourPlan, steps: list[WorkloadStep], t: Training, policy
                 f"{s.name} peak {s.peak_gpus} + buffer {s.buffer_gpus} > forecast {s.forecast_gpus}"
                 for s in above) + ")"
         workload = above[0].name if above else first
-        stop(enough(_victim_order(t, running, now, deadline), over), kind, now, workload, why)
+        stop(enough(_victim_order(t, among, now, deadline), over), kind, now, workload, why)
     # The headroom guarantee: slow-to-preempt jobs may only hold what no plausible demand needs before they are gone.
     if not t.slowest_seconds <= deadline:  # else none is slow, and nothing is over the room (never negative)
         slow = running[t.preempt_seconds[running] > deadline]

@@ -539,6 +539,25 @@ def test_quota_admits_nothing_the_plan_takes_back_before_a_new_job_could_checkpo
     assert plan_step(ramp, {}, training(), cluster(), at("10:07")).quotas == {"train-a": 44}
 
 
+def test_gpus_taken_back_come_from_the_teams_above_their_share_of_the_slack():
+    """8 GPUs lent to two teams of equal weight: 4 each. Team a borrowed 12 while b was idle; b holds its 4. Taking
+    back 8 from the jobs that lose least would stop b's job and leave a 8 (twice its share, b none); Kueue too
+    takes back from borrowing queues first."""
+    pol = cluster(weights=(("a", 1.0), ("b", 1.0)))
+    h = hours_of([112] * 4)  # 56 GPUs reserved: 8 lent
+    now = NOW.timestamp()
+    jobs = training(*({"id": f"a{k}", "gpus": 4, "queue": "a", "last": now - 600} for k in range(3)),
+                    {"id": "b0", "gpus": 4, "queue": "b", "last": now - 300})
+    s = plan_step(h, {}, jobs, pol, now)
+    assert s.lent_gpus == 8 and s.quotas == {"a": 4, "b": 4}
+    assert sorted(p.job for p in s.preemptions) == ["a0", "a1"]
+    # ...unless only the other team's jobs can stop within the deadline: inference first
+    slow_a = training(*({"id": f"a{k}", "gpus": 4, "queue": "a", "preempt": 900.0, "last": now} for k in range(3)),
+                      {"id": "b0", "gpus": 4, "queue": "b", "last": now - 300})
+    late = plan_step(h, {}, slow_a, pol, now)
+    assert [p.job for p in late.preemptions if "more than the 8 lent" in p.reason] == ["b0", "a0"]
+
+
 def test_emergency_takes_jobs_that_stop_within_the_deadline_first():
     now = NOW.timestamp()
     jobs = training({"id": "slow", "gpus": 20, "preempt": 900.0, "last": now - 60},

@@ -244,6 +244,29 @@ def test_the_fallback_reserves_at_least_the_recent_peak_and_last_weeks_same_hour
             assert ws.reserved_gpus + ws.cut_gpus >= min(w.gpus(float(recent.max())), top)
 
 
+@settings(max_examples=100, deadline=None)
+@given(any_scenario, st.data())
+def test_gpus_lent_beyond_the_slack_are_taken_from_the_teams_above_their_share(s, data):
+    """Training over the lent slack gives back GPUs from the ClusterQueues holding more than their weighted share of
+    it, when those can stop in time as well as any others could: a team within its share loses no job to another
+    team's borrowing."""
+    forecasts, histories, observed, training, policy, now = s
+    queues = tuple(data.draw(st.sampled_from(["team-a", "team-b", "team-c"])) for _ in training.ids)
+    fast = np.minimum(training.preempt_seconds, policy.reclaim_deadline_seconds)  # every job stops in time
+    training = Training(training.ids, queues, training.gpus, training.priority, fast, training.checkpoint_interval,
+                        training.last_checkpoint, training.terminating_gpus)
+    _, step = plan(forecasts, histories, observed, training, policy, now)
+    over = training.running_gpus - step.lent_gpus
+    if over <= 0:
+        return
+    share = shares(step.lent_gpus, policy.queue_weights)
+    held = {q: int(training.gpus[[k for k, x in enumerate(queues) if x == q]].sum()) for q in set(queues)}
+    taken = [p for p in step.preemptions if "more than the" in p.reason]
+    assert sum(p.gpus for p in taken) >= over
+    assert all(held[queues[training.ids.index(p.job)]] > share.get(queues[training.ids.index(p.job)], 0)
+               for p in taken), (held, share, taken)
+
+
 @settings(max_examples=60, deadline=None)
 @given(any_scenario, st.randoms(use_true_random=False))
 def test_the_same_inputs_give_the_same_plan_whatever_order_the_jobs_come_in(s, rnd):
