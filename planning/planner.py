@@ -252,8 +252,9 @@ class WorkloadHours:
         elif not self.from_forecast[i]:
             r = f"fallback ({self.why_fallback}): last week's peak at this hour -> {self.reserved[i]} GPUs"
         else:
+            margin = whole_replicas(w.margin_gpus, w.gpus_per_replica)
             r = (f"q{w.target_quantile:g} forecast {self.target[i]:.4g} -> {self.reserved[i] + self.cut[i]} GPUs "
-                 f"(+{w.margin_gpus} margin, clamp [{w.least_gpus}, {w.top(lendable)}], whole replicas)")
+                 f"(+{margin} margin, clamp [{w.least_gpus}, {w.top(lendable)}], whole replicas)")
         if self.cut[i]:
             r += f"; cut by {self.cut[i]} GPUs: cluster capacity {lendable} exceeded"
         return r + f"; headroom {self.headroom[i]} GPUs to q{w.headroom_quantile:g}"

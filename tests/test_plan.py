@@ -95,6 +95,9 @@ def test_every_reservation_is_whole_replicas_so_no_gpu_is_both_reserved_and_lent
         s = plan_step(hours_of([demand] * 4, pol=pol), {"chat": observed((now, demand))}, training(), pol, now)
         assert s.workloads[0].reserved_gpus == want, kw
         assert s.workloads[0].reserved_gpus + s.lent_gpus <= 60
+    odd = cluster(workload(demand_per_gpu=1.0, gpus_per_replica=8, min_gpus=6, margin_gpus=1), capacity=64)
+    reason = hours_of([8] * 4, pol=odd).workloads[0].reason(0, odd.workloads[0], 64)
+    assert "-> 16 GPUs (+8 margin, clamp [8, 56], whole replicas)" in reason  # the reason says what is reserved
     # cut to the cluster: the later workload gives way by whole replicas
     a, b = workload("a", demand_per_gpu=1.0, gpus_per_replica=1), workload("b", demand_per_gpu=1.0, gpus_per_replica=8,
                                                                            min_gpus=0)
