@@ -463,7 +463,7 @@ class WorkloadStep:
     reserved_gpus: int   # the reservation in force now: what the target is scaled to
     forecast_gpus: int   # the forecast's part (leadTime ahead)
     peak_gpus: int       # the recent observed peak's GPUs
-    buffer_gpus: int     # warm GPUs above it
+    buffer_gpus: int     # warm GPUs the reservation holds above it
     headroom_gpus: int
     from_forecast: bool
     degraded: bool
@@ -583,8 +583,9 @@ def plan_step(hours: HourPlan, observed: Mapping[str, Observed], training: Train
         if o is not None and o.degraded:
             want = max(want, min(whole_replicas(o.held_gpus, w.gpus_per_replica), w.top(lendable)))
         i = wh.at(t_now)
-        steps.append(WorkloadStep(w.name, want, fore, peak, buffer, int(wh.headroom[i]), bool(wh.from_forecast[i]),
-                                  degraded))
+        # the buffer the reservation holds: a maximum or the cluster may leave less of it above the peak
+        steps.append(WorkloadStep(w.name, want, fore, peak, min(buffer, max(want - peak, 0)), int(wh.headroom[i]),
+                                  bool(wh.from_forecast[i]), degraded))
     excess = sum(s.reserved_gpus for s in steps) - lendable
     for k in reversed(range(len(steps))):  # later workloads give way first, never below their minimum
         if excess <= 0:
@@ -593,7 +594,8 @@ def plan_step(hours: HourPlan, observed: Mapping[str, Observed], training: Train
         take = min(whole_replicas(excess, w.gpus_per_replica), steps[k].reserved_gpus - w.least_gpus)
         if take > 0:
             s = steps[k]
-            steps[k] = WorkloadStep(s.name, s.reserved_gpus - take, s.forecast_gpus, s.peak_gpus, s.buffer_gpus,
+            steps[k] = WorkloadStep(s.name, s.reserved_gpus - take, s.forecast_gpus, s.peak_gpus,
+                                    min(s.buffer_gpus, max(s.reserved_gpus - take - s.peak_gpus, 0)),
                                     s.headroom_gpus, s.from_forecast, s.degraded, take)
             excess -= take
     lent = max(lendable - sum(s.reserved_gpus for s in steps), 0)

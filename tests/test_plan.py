@@ -672,11 +672,15 @@ def test_warm_buffer_quantile_follows_the_demands_own_rises():
         assert s.reserved_gpus == min(30 + s.buffer_gpus, 60)
     assert factors["bursts"] > factors["calm"] + 1  # 20-GPU bursts within the lead time at 0.04 x 3 > 5% of samples
     # the fixed warmBuffer stays the floor; unset, the rises are not read; a short history asks for nothing
-    floor = workload(scale_in_delay_seconds=600.0, warm_buffer_quantile=0.95, warm_buffer=50.0)
-    h = plan_hours({"chat": forecast([4, 4, 4, 4])}, {"chat": History.of(pd.Series(bursts, idx), NOW)}, cluster(floor),
-                   NOW)
-    assert plan_step(h, {"chat": observed((NOW.timestamp(), 8.0))}, training(), cluster(floor),
+    floor = workload(scale_in_delay_seconds=600.0, warm_buffer_quantile=0.95, warm_buffer=50.0, max_gpus=None)
+    big = cluster(floor, capacity=256)
+    h = plan_hours({"chat": forecast([4, 4, 4, 4])}, {"chat": History.of(pd.Series(bursts, idx), NOW)}, big, NOW)
+    assert plan_step(h, {"chat": observed((NOW.timestamp(), 8.0))}, training(), big,
                      NOW.timestamp()).workloads[0].buffer_gpus == 100  # 50 x sqrt(4)
+    # the buffer said is the one held: maxGpus 60 leaves 56 above the peak of 4 (mean_warm_buffer_gpus sums it)
+    capped = cluster(replace(floor, max_gpus=60), capacity=256)
+    s = plan_step(h, {"chat": observed((NOW.timestamp(), 8.0))}, training(), capped, NOW.timestamp()).workloads[0]
+    assert (s.reserved_gpus, s.peak_gpus, s.buffer_gpus) == (60, 4, 56) and "recent peak 4 + warm buffer 56" in s.reason
     for pol, series in ((workload(scale_in_delay_seconds=600.0), bursts), (w, bursts[-10:])):
         h = plan_hours({"chat": forecast([4, 4, 4, 4])}, {"chat": History.of(pd.Series(series, idx[-len(series):]),
                                                                              NOW)}, cluster(pol), NOW)
