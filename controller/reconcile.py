@@ -223,11 +223,11 @@ def feasible(policies: list[PolicyObject], lendable: int) -> tuple[list[PolicyOb
         if too_big := p.spec.too_big_for(lendable):
             refused[p.ref] = f"{too_big} does not fit: the cluster lends {lendable} GPUs"
             continue
-        if taken + p.spec.min_gpus > lendable:
-            refused[p.ref] = (f"minGpus {p.spec.min_gpus} does not fit: the cluster lends {lendable} GPUs and the "
+        if taken + p.spec.least_gpus > lendable:
+            refused[p.ref] = (f"{p.spec.least_gpus_said()} does not fit: the cluster lends {lendable} GPUs and the "
                               f"policies before this one keep {taken} as their minimum")
             continue
-        taken += p.spec.min_gpus
+        taken += p.spec.least_gpus
         kept.append(p)
     return kept, refused
 

@@ -20,7 +20,7 @@ from pydantic.alias_generators import to_camel
 
 from core.errors import ConfigError
 from core.objects import TargetRef
-from core.units import UTC, check_statistic, check_timezone, duration
+from core.units import UTC, check_statistic, check_timezone, duration, whole_replicas
 from core.yamlfile import KubectlLoader, RepeatedKeys
 from core.yamlfile import documents as yaml_documents
 
@@ -154,12 +154,25 @@ class PolicySpec(Camel):
             raise ValueError("each training ClusterQueue once")
         return value
 
+    @property
+    def least_gpus(self) -> int:
+        """minGpus in whole replicas: what the policy holds at least."""
+        return whole_replicas(self.min_gpus, self.capacity.gpus_per_replica)
+
+    def least_gpus_said(self) -> str:
+        """'minGpus 6', or 'minGpus 6 (8 GPUs: whole replicas of 4)' when whole replicas hold more."""
+        said = f"minGpus {self.min_gpus}"
+        if self.least_gpus != self.min_gpus:
+            said += f" ({self.least_gpus} GPUs: whole replicas of {self.capacity.gpus_per_replica})"
+        return said
+
     def too_big_for(self, gpus: int) -> str | None:
         """What keeps this policy out of `gpus` GPUs ('minGpus 500', 'capacity.gpusPerReplica 16'), or None: its
-        minimum, or a single replica, larger than them."""
-        for field, need in (("minGpus", self.min_gpus), ("capacity.gpusPerReplica", self.capacity.gpus_per_replica)):
-            if need > gpus:
-                return f"{field} {need}"
+        minimum (in whole replicas), or a single replica, larger than them."""
+        if self.least_gpus > gpus:
+            return self.least_gpus_said()
+        if self.capacity.gpus_per_replica > gpus:
+            return f"capacity.gpusPerReplica {self.capacity.gpus_per_replica}"
         return None
 
     @model_validator(mode="after")

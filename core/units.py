@@ -35,6 +35,12 @@ def go_duration(total_seconds: float) -> str:
     return f"{total_seconds:g}s"
 
 
+def whole_replicas(gpus: int, per_replica: int) -> int:
+    """`gpus` rounded up to whole replicas of `per_replica` GPUs: a target scaled to a reservation runs
+    ceil(GPUs / per_replica) replicas, so a reservation of part of a replica holds a whole one."""
+    return -(-gpus // per_replica) * per_replica
+
+
 UTC = "UTC"  # the seasonal clock's default: UTC hours, the history's own
 
 # an IANA time zone's shape (Region/City, UTC, Etc/GMT+5), the CRD's schema's too (tests/test_sameness_real.py)

@@ -20,17 +20,17 @@ Times are epoch seconds (floats) inside; `pd.Timestamp` at the edges.
 from __future__ import annotations
 
 import bisect
+import datetime as dt
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from functools import cached_property
 
 import numpy as np
 import pandas as pd
 
 from core.policy import PolicySpec
-from core.units import epoch_seconds
+from core.units import UTC, epoch_seconds, whole_replicas
 
 WEEK = 7 * 86400.0
 MAX_GPUS = 2**40  # more GPUs than any cluster holds; far from int64's limit when summed
@@ -58,13 +58,14 @@ class WorkloadPolicy:
     headroom_floor_gpus: int = 0
     reclaim_deadline_seconds: float = 300.0
     warm_buffer_quantile: float | None = None  # the buffer also follows the last week's rises (_rise_buffer)
+    timezone: str = UTC  # the wall clock whose hours of day the fallback's same-hour peaks follow
 
     @classmethod
     def from_spec(cls, name: str, spec: PolicySpec) -> WorkloadPolicy:
         return cls(name, spec.capacity.demand_per_gpu, spec.capacity.gpus_per_replica, spec.target_quantile,
                    spec.headroom_quantile, spec.lead_time_seconds, spec.warm_buffer, spec.scale_in_delay_seconds,
                    spec.min_gpus, spec.max_gpus, spec.margin_gpus, spec.headroom_floor_gpus,
-                   spec.reclaim_deadline_seconds, spec.rise_quantile)
+                   spec.reclaim_deadline_seconds, spec.rise_quantile, spec.timezone)
 
     def gpus(self, demand: float) -> int:
         """GPUs that serve `demand`: whole replicas, rounded up; unknown (NaN) demand needs nothing extra. Demand
@@ -85,11 +86,19 @@ class WorkloadPolicy:
             whole = np.ceil(np.where(fits, replicas, 0.0) - 1e-9).astype(np.int64) * self.gpus_per_replica
             return np.where(demand > 0, np.where(fits, whole, MAX_GPUS), 0)
 
+    # Every reservation is whole replicas (a target runs ceil(GPUs / gpusPerReplica) of them, and a part-replica
+    # reserved would hold GPUs the plan also lends): minGpus and marginGpus round up, maxGpus and the cluster down.
+    @property
+    def least_gpus(self) -> int:
+        """minGpus in whole replicas."""
+        return whole_replicas(self.min_gpus, self.gpus_per_replica)
+
     def top(self, lendable: int) -> int:
-        return max(lendable if self.max_gpus is None else min(self.max_gpus, lendable), self.min_gpus)
+        most = lendable if self.max_gpus is None else min(self.max_gpus, lendable)
+        return max(most // self.gpus_per_replica * self.gpus_per_replica, self.least_gpus)
 
     def clamp(self, gpus: int, lendable: int) -> int:
-        return min(max(gpus, self.min_gpus), self.top(lendable))
+        return min(max(whole_replicas(gpus, self.gpus_per_replica), self.least_gpus), self.top(lendable))
 
 
 @dataclass(frozen=True)
@@ -103,8 +112,8 @@ class ClusterPolicy:
     stale_after_seconds: float = 7200.0  # a forecast is trusted until the history behind it is this old
 
     def __post_init__(self) -> None:
-        if sum(w.min_gpus for w in self.workloads) > self.lendable:
-            raise ValueError(f"workload minimums exceed the {self.lendable} usable GPUs")
+        if sum(w.least_gpus for w in self.workloads) > self.lendable:
+            raise ValueError(f"workload minimums (in whole replicas) exceed the {self.lendable} usable GPUs")
         if len({w.name for w in self.workloads}) != len(self.workloads):
             raise ValueError("workload names must be unique")
 
@@ -174,17 +183,27 @@ class History:
         hi = self.times.searchsorted(self.now, side="right")
         return self.times[lo:hi], self.values[lo:hi]
 
-    @cached_property
-    def weekly_peak_by_hour(self) -> np.ndarray:
-        """24 values, NaN for an hour of day not seen in the last week."""
+    def weekly_peak_by_hour(self, zone: str = UTC) -> np.ndarray:
+        """24 values, NaN for an hour of day not seen in the last week (hours of day as `_hour_of_day` counts them)."""
         if self.newest is None:
             return np.full(24, np.nan)
         # numpy, not a pandas groupby: a thousand policies falling back at once ask this of every one of them
         times, values = self.last_week
         seen = ~np.isnan(values)
         peaks = np.full(24, np.nan)
-        np.fmax.at(peaks, (times[seen] // 3600 % 24).astype(np.int64), values[seen])  # the index is UTC
+        np.fmax.at(peaks, _hour_of_day(times[seen], zone, self.now), values[seen])
         return peaks
+
+
+def _hour_of_day(times: np.ndarray, zone: str, now: float) -> np.ndarray:
+    """Each time's UTC hour of day, moved by as much as `zone`'s clock changed between it and `now`: last week's 09:00
+    in Berlin is this week's 09:00 across a daylight saving change, as the forecast's seasons count it
+    (forecast/clock.py); in a zone whose offset did not change (UTC), the UTC hour itself."""
+    if zone != UTC and len(times):
+        moments = pd.to_datetime(np.append(times, now), unit="s", utc=True)
+        offsets = (moments.tz_convert(zone).tz_localize(None) - moments.tz_localize(None)).total_seconds().to_numpy()
+        times = times + (offsets[:-1] - offsets[-1])
+    return (times // 3600 % 24).astype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -233,9 +252,9 @@ class WorkloadHours:
         elif not self.from_forecast[i]:
             r = f"fallback ({self.why_fallback}): last week's peak at this hour -> {self.reserved[i]} GPUs"
         else:
-            top = w.max_gpus if w.max_gpus is not None else lendable
+            margin = whole_replicas(w.margin_gpus, w.gpus_per_replica)
             r = (f"q{w.target_quantile:g} forecast {self.target[i]:.4g} -> {self.reserved[i] + self.cut[i]} GPUs "
-                 f"(+{w.margin_gpus} margin, clamp [{w.min_gpus}, {top}])")
+                 f"(+{margin} margin, clamp [{w.least_gpus}, {w.top(lendable)}], whole replicas)")
         if self.cut[i]:
             r += f"; cut by {self.cut[i]} GPUs: cluster capacity {lendable} exceeded"
         return r + f"; headroom {self.headroom[i]} GPUs to q{w.headroom_quantile:g}"
@@ -285,22 +304,22 @@ def plan_hours(forecasts: Mapping[str, Forecast | None], histories: Mapping[str,
             target[inside], high[inside] = f.target[k[inside]], f.high[k[inside]]
         usable = np.isfinite(target) & (target >= 0) & np.isfinite(high) & (high >= target)
         why = "stale history" if old else ("no forecast" if f is None else "forecast missing, NaN or negative")
-        raw = w.gpus_each(target) + w.margin_gpus
+        raw = w.gpus_each(target) + whole_replicas(w.margin_gpus, w.gpus_per_replica)
         if not usable.all():
             # An hour of day not seen in the week: the week's highest peak. No week observed at all: minGpus, and
             # plan_step keeps what the target serves now and follows live samples; reserving everything would take
             # the cluster from training and the other policies for a fault that is this policy's own.
-            week = h.weekly_peak_by_hour
-            unseen = w.min_gpus
+            week = h.weekly_peak_by_hour(w.timezone)
+            unseen = w.least_gpus
             if np.isnan(week).all():
                 why = NO_DATA
             else:
                 unseen = w.gpus(float(np.nanmax(week)))
             source = "minGpus and what the target holds now" if why == NO_DATA else "last week's same-hour peak"
             notes.append(f"{w.name}: {why} for {int((~usable).sum())} period(s); using {source}")
-            peak = week[((starts // 3600) % 24).astype(int)]  # each period's hour of day
+            peak = week[_hour_of_day(starts, w.timezone, t_now)]  # each period's hour of day
             raw = np.where(usable, raw, np.where(np.isfinite(peak), w.gpus_each(peak), unseen))
-        reserved = np.minimum(np.maximum(raw, w.min_gpus), w.top(lendable))  # WorkloadPolicy.clamp of each (np.clip
+        reserved = np.minimum(np.maximum(raw, w.least_gpus), w.top(lendable))  # WorkloadPolicy.clamp of each (np.clip
         # costs ten times as much)
         high_gpus = np.where(usable, w.gpus_each(high), 0)
         headroom = np.maximum(np.where(usable, high_gpus - reserved, 0), w.headroom_floor_gpus)
@@ -313,7 +332,8 @@ def plan_hours(forecasts: Mapping[str, Forecast | None], histories: Mapping[str,
         for row in reversed(range(len(rows))):
             if over_by <= 0:
                 break
-            take = min(over_by, int(reserved[row, i]) - rows[row][0].min_gpus)
+            w = rows[row][0]  # whole replicas: a part of one cut would still be held
+            take = min(whole_replicas(over_by, w.gpus_per_replica), int(reserved[row, i]) - w.least_gpus)
             if take > 0:
                 reserved[row, i] -= take
                 cut[row, i] = take
@@ -443,7 +463,7 @@ class WorkloadStep:
     reserved_gpus: int   # the reservation in force now: what the target is scaled to
     forecast_gpus: int   # the forecast's part (leadTime ahead)
     peak_gpus: int       # the recent observed peak's GPUs
-    buffer_gpus: int     # warm GPUs above it
+    buffer_gpus: int     # warm GPUs the reservation holds above it
     headroom_gpus: int
     from_forecast: bool
     degraded: bool
@@ -487,7 +507,7 @@ def newest_checkpoint(since: np.ndarray, interval: np.ndarray, now: float) -> np
 
 def _clock(t: float) -> str:
     """HH:MM (UTC) of epoch seconds, for reasons (datetime: a third of pd.Timestamp's cost; made at many steps)."""
-    return datetime.fromtimestamp(t, UTC).strftime("%H:%M")
+    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%H:%M")
 
 
 def shares(total: int, weights: Sequence[tuple[str, float]]) -> dict[str, int]:
@@ -508,10 +528,22 @@ def shares(total: int, weights: Sequence[tuple[str, float]]) -> dict[str, int]:
     return out
 
 
+def _above_share(t: Training, among: np.ndarray, lent: int, weights: Sequence[tuple[str, float]]) -> np.ndarray:
+    """For each job of `among`, whether its ClusterQueue's jobs among them hold more than the queue's weighted share
+    of the `lent` GPUs (a queue without a weight has no share)."""
+    share = shares(lent, weights)
+    queues = [t.queue[i] for i in among.tolist()]
+    held: dict[str, int] = {}
+    for q, g in zip(queues, t.gpus[among].tolist()):
+        held[q] = held.get(q, 0) + int(g)
+    return np.array([held[q] > share.get(q, 0) for q in queues], dtype=bool)
+
+
 def _victim_order(t: Training, among: np.ndarray, at: float, in_time: float | None = None) -> np.ndarray:
     """Least work wasted per GPU first (work since the last checkpoint at `at`, plus the time it takes to stop, which
-    is lost too), then lowest priority, then fastest to preempt, then id. With `in_time` (an emergency: the GPUs are
-    needed now), jobs that stop within that many seconds go before the others, which would come back too late."""
+    is lost too), then lowest priority, then fastest to preempt, then id. With `in_time` (the seconds until the GPUs
+    are needed: the reclaim deadline in an emergency, the time to a ramp), jobs that stop within that many seconds go
+    before the others, which would come back too late."""
     if not len(among):
         return among
     wasted = np.maximum(at - t.last_checkpoint[among], 0.0) + t.preempt_seconds[among]
@@ -538,6 +570,9 @@ def plan_step(hours: HourPlan, observed: Mapping[str, Observed], training: Train
             hi = o.times.searchsorted(t_now, side="right")
             # the largest finite sample (a NaN or infinite one is no demand seen); a few, so as Python floats
             recent = [v for v in o.values[lo:hi].tolist() if math.isfinite(v)]
+            if not recent:  # none within scaleInDelay (sampled less often than that, or a gap): demand last seen,
+                # unless it is too old to trust
+                recent = _last_seen(o, t_now - policy.stale_after_seconds, int(hi))
             if recent:
                 peak = w.gpus(float(max(recent)))
                 factor = max(w.warm_buffer, wh.rise_buffer)
@@ -546,18 +581,21 @@ def plan_step(hours: HourPlan, observed: Mapping[str, Observed], training: Train
         want = w.clamp(max(fore, peak + buffer), lendable)
         degraded = o is not None and o.degraded
         if o is not None and o.degraded:
-            want = max(want, min(o.held_gpus, w.top(lendable)))
+            want = max(want, min(whole_replicas(o.held_gpus, w.gpus_per_replica), w.top(lendable)))
         i = wh.at(t_now)
-        steps.append(WorkloadStep(w.name, want, fore, peak, buffer, int(wh.headroom[i]), bool(wh.from_forecast[i]),
-                                  degraded))
+        # the buffer the reservation holds: a maximum or the cluster may leave less of it above the peak
+        steps.append(WorkloadStep(w.name, want, fore, peak, min(buffer, max(want - peak, 0)), int(wh.headroom[i]),
+                                  bool(wh.from_forecast[i]), degraded))
     excess = sum(s.reserved_gpus for s in steps) - lendable
     for k in reversed(range(len(steps))):  # later workloads give way first, never below their minimum
         if excess <= 0:
             break
-        take = min(excess, steps[k].reserved_gpus - policy.workloads[k].min_gpus)
+        w = policy.workloads[k]  # whole replicas, as in plan_hours
+        take = min(whole_replicas(excess, w.gpus_per_replica), steps[k].reserved_gpus - w.least_gpus)
         if take > 0:
             s = steps[k]
-            steps[k] = WorkloadStep(s.name, s.reserved_gpus - take, s.forecast_gpus, s.peak_gpus, s.buffer_gpus,
+            steps[k] = WorkloadStep(s.name, s.reserved_gpus - take, s.forecast_gpus, s.peak_gpus,
+                                    min(s.buffer_gpus, max(s.reserved_gpus - take - s.peak_gpus, 0)),
                                     s.headroom_gpus, s.from_forecast, s.degraded, take)
             excess -= take
     lent = max(lendable - sum(s.reserved_gpus for s in steps), 0)
@@ -567,6 +605,13 @@ def plan_step(hours: HourPlan, observed: Mapping[str, Observed], training: Train
     preemptions = _preemptions(hours, steps, training, policy, t_now, lent, room)
     quota, why = _admission_quota(hours, steps, observed, training, policy, t_now, lent, band, preemptions, slow)
     return StepPlan(t_now, tuple(steps), lent, shares(quota, policy.queue_weights), band, preemptions, why)
+
+
+def _last_seen(o: Observed, since: float, hi: int) -> list[float]:
+    """The newest finite sample of o's samples before index `hi` taken at or after `since` ([] if none)."""
+    values = o.values[o.times.searchsorted(since, side="left"):hi]
+    seen = np.flatnonzero(np.isfinite(values))
+    return [float(values[seen[-1]])] if len(seen) else []
 
 
 def _rise(o: Observed, now: float, horizon: float, q: float) -> float:
@@ -702,9 +747,16 @@ def _preemptions(hours: HourPlan, steps: list[WorkloadStep], t: Training, policy
         return np.array(chosen, dtype=np.int64)
 
     # Training may hold what is lent now; beyond it, inference needs the GPUs back: jobs that stop within the
-    # deadline first (the others come back too late to help).
+    # deadline first (the others come back too late to help), and of the ClusterQueues holding more than their
+    # weighted share of the lent slack (the GPUs they hold above it are at least as many as are over), as Kueue
+    # takes back from borrowing queues first: a team within its share keeps its jobs, unless only another team's
+    # jobs could come back in time.
     over = t.running_gpus - lent
     if over > 0:
+        borrowers = running[_above_share(t, running, lent, policy.queue_weights)]
+        fast = running[t.preempt_seconds[running] <= deadline]
+        fast_borrowed = int(t.gpus[np.intersect1d(borrowers, fast)].sum())
+        among = borrowers if fast_borrowed >= min(over, int(t.gpus[fast].sum())) else running
         above = [s for s in steps if s.peak_gpus + s.buffer_gpus > s.forecast_gpus and s.reserved_gpus > 0]
         kind = "emergency" if above else "planned"
         why = f"training holds {over} GPUs more than the {lent} lent now"
@@ -713,7 +765,7 @@ def _preemptions(hours: HourPlan, steps: list[WorkloadStep], t: Training, policy
                 f"{s.name} peak {s.peak_gpus} + buffer {s.buffer_gpus} > forecast {s.forecast_gpus}"
                 for s in above) + ")"
         workload = above[0].name if above else first
-        stop(enough(_victim_order(t, running, now, deadline), over), kind, now, workload, why)
+        stop(enough(_victim_order(t, among, now, deadline), over), kind, now, workload, why)
     # The headroom guarantee: slow-to-preempt jobs may only hold what no plausible demand needs before they are gone.
     if not t.slowest_seconds <= deadline:  # else none is slow, and nothing is over the room (never negative)
         slow = running[t.preempt_seconds[running] > deadline]
@@ -739,7 +791,8 @@ def _preemptions(hours: HourPlan, steps: list[WorkloadStep], t: Training, policy
         need_at = float(starts[p]) - lead
         why = f"forecast ramp-up at {_clock(starts[p])} leaves {int(hours.slack[p])} GPUs of slack; GPUs needed by " \
               f"{_clock(need_at)}"
-        for i in _victim_order(t, running[t.gpus[running] > 0], need_at):  # a Workload asking no GPUs frees none
+        # a Workload asking no GPUs frees none; jobs that can stop by need_at go first (the others come back late)
+        for i in _victim_order(t, running[t.gpus[running] > 0], need_at, max(need_at - now, 0.0)):
             if over <= 0:
                 break
             ready_by = need_at - float(t.preempt_seconds[i])

@@ -83,6 +83,36 @@ def test_capacity_model_rounds_up_to_whole_replicas_and_carries_reasons():
     assert "q0.9" in reason and "6 GPUs" in reason and "headroom 2" in reason
 
 
+def test_every_reservation_is_whole_replicas_so_no_gpu_is_both_reserved_and_lent():
+    """A target runs ceil(reserved / gpusPerReplica) replicas: 9 GPUs reserved of 8-GPU replicas run 16, and lending
+    the cluster's other 55 would count 7 GPUs twice. So minGpus and marginGpus round up to whole replicas, maxGpus,
+    the cluster and a capacity cut down."""
+    now = NOW.timestamp()
+    for kw, demand, want in ((dict(margin_gpus=1), 8, 16), (dict(max_gpus=30), 1000, 24), (dict(min_gpus=6), 0, 8),
+                             ({}, 1000, 56)):
+        w = workload(**{**dict(demand_per_gpu=1.0, gpus_per_replica=8, min_gpus=0, max_gpus=None), **kw})
+        pol = cluster(w, capacity=60)
+        s = plan_step(hours_of([demand] * 4, pol=pol), {"chat": observed((now, demand))}, training(), pol, now)
+        assert s.workloads[0].reserved_gpus == want, kw
+        assert s.workloads[0].reserved_gpus + s.lent_gpus <= 60
+    odd = cluster(workload(demand_per_gpu=1.0, gpus_per_replica=8, min_gpus=6, margin_gpus=1), capacity=64)
+    reason = hours_of([8] * 4, pol=odd).workloads[0].reason(0, odd.workloads[0], 64)
+    assert "-> 16 GPUs (+8 margin, clamp [8, 56], whole replicas)" in reason  # the reason says what is reserved
+    # cut to the cluster: the later workload gives way by whole replicas
+    a, b = workload("a", demand_per_gpu=1.0, gpus_per_replica=1), workload("b", demand_per_gpu=1.0, gpus_per_replica=8,
+                                                                           min_gpus=0)
+    pol = cluster(a, b, capacity=60)
+    f = {"a": forecast([30] * 4), "b": forecast([32] * 4)}
+    hours = plan_hours(f, {"a": History.of(history(), NOW), "b": History.of(history(), NOW)}, pol, NOW)
+    assert list(hours.workloads[1].reserved) == [24] * 4 and list(hours.workloads[1].cut) == [8] * 4
+    assert list(hours.slack) == [6] * 4
+    s = plan_step(hours, {"a": observed((now, 40.0))}, training(), pol, now)  # a's peak: 4 GPUs over, a replica of b
+    assert [w.reserved_gpus for w in s.workloads] == [40, 16] and s.lent_gpus == 4
+    # a minimum that whole replicas take over the cluster is refused, naming it
+    with pytest.raises(ValueError, match="whole replicas"):
+        cluster(workload(gpus_per_replica=4, min_gpus=5), capacity=7)
+
+
 def test_hour_plan_starts_at_the_current_period_and_spans_the_horizon():
     h = hours_of([9] * 8, pol=cluster(horizon_hours=6))
     (w,) = h.workloads
@@ -92,8 +122,8 @@ def test_hour_plan_starts_at_the_current_period_and_spans_the_horizon():
 
 def test_clamps_min_max_and_margin():
     assert list(hours_of([0, 0.5, 9, 500]).workloads[0].reserved) == [2, 2, 6, 60]  # min 2, max 60
-    margin = cluster(workload(margin_gpus=3))
-    assert list(hours_of([0, 9, 9, 500], pol=margin).workloads[0].reserved) == [3 + 0, 6 + 3, 9, 60]
+    margin = cluster(workload(margin_gpus=3))  # 3 GPUs of margin are 2 replicas of 2
+    assert list(hours_of([0, 9, 9, 500], pol=margin).workloads[0].reserved) == [0 + 4, 6 + 4, 10, 60]
     unbounded = cluster(workload(max_gpus=None, min_gpus=0))
     assert list(hours_of([0, 9, 500, 500], pol=unbounded).workloads[0].reserved) == [0, 6, 64, 64]  # top: lendable
     lendable = cluster(workload(max_gpus=None), non_lendable_gpus=8)
@@ -188,6 +218,27 @@ def test_stale_history_falls_back_and_no_observed_week_reserves_min_gpus_and_wha
     assert list(w.reserved) == [2, 10, 2, 2] and w.why_fallback == "no forecast"
 
 
+def test_the_fallback_keeps_the_same_hour_on_the_policys_wall_clock_across_a_daylight_saving_change():
+    """Berlin, busy 09:00-17:00 on weekdays; clocks go forward on Sunday 29 March and the data stopped at midnight.
+    On Monday the fallback's 'same hour last week' is the Berlin hour (07:00 UTC, was 08:00 UTC), as the forecast's
+    seasons count it under spec.timezone: on UTC hours it reserved the idle level for 09:00-10:00."""
+    idx = pd.date_range("2026-03-20", "2026-03-29 23:00", freq="h", tz="UTC")
+    local = idx.tz_convert("Europe/Berlin")
+    busy = (local.hour >= 9) & (local.hour < 17) & (local.day_of_week < 5)
+    hist = pd.Series(np.where(busy, 40.0, 4.0), index=idx)
+    now = pd.Timestamp("2026-03-30 06:30", tz="UTC")  # Monday 08:30 in Berlin
+    berlin = workload(demand_per_gpu=1.0, gpus_per_replica=1, min_gpus=0, timezone="Europe/Berlin")
+    for w, want in ((berlin, [4, 40, 40]), (replace(berlin, timezone="UTC"), [4, 4, 40])):
+        pol = cluster(w, horizon_hours=12)
+        (h,) = plan_hours({}, {"chat": History.of(hist, now)}, pol, now).workloads
+        assert list(h.reserved[:3]) == want, w.timezone  # 08:00, 09:00, 10:00 in Berlin
+        assert list(h.reserved[8:11]) == ([40, 4, 4] if w is berlin else [40, 40, 4])  # 16:00, 17:00, 18:00
+    # the spec's zone reaches the planner
+    spec = PolicySpec.model_validate({"query": "q", "capacity": {"demandPerGpu": 1}, "timezone": "Europe/Berlin",
+                                      "target": {"kind": "Deployment", "name": "d"}})
+    assert WorkloadPolicy.from_spec("ns/p", spec).timezone == "Europe/Berlin"
+
+
 def test_fallback_covers_every_sample_of_last_week_on_a_real_trace(shared_data):
     """NASA's web logs stop on 1995-08-01 (Hurricane Erin): a day later the forecast is stale, and the plan for the
     next day must cover, hour by hour, every 5-minute sample of the week before."""
@@ -251,6 +302,24 @@ def test_recent_observed_peak_and_warm_buffer_block_scale_in():
     assert plan_step(h, {"chat": future}, training(), kept, now).workloads[0].reserved_gpus == 2
     capped = plan_step(h, {"chat": observed((now, 1000.0))}, training(), kept, now).workloads[0]
     assert capped.reserved_gpus == 60  # the maximum holds
+
+
+def test_demand_last_seen_counts_when_no_sample_falls_within_the_scale_in_delay():
+    """A Prometheus step (60 s) longer than scaleInDelay (0 s, 10 s), or a reconcile between two samples: the newest
+    sample is demand now until a newer one says otherwise; one older than the plan trusts (stale) is not."""
+    h = hours_of([4, 4, 4, 4])
+    now = NOW.timestamp()
+    jumped = observed((now - 90, 4.0), (now - 30, 30.0))  # demand rose to 15 GPUs at the scrape 30 s ago
+    for delay in (0.0, 10.0):
+        s = plan_step(h, {"chat": jumped}, training(), cluster(workload(scale_in_delay_seconds=delay)), now)
+        assert (s.workloads[0].peak_gpus, s.workloads[0].reserved_gpus) == (16, 16), delay
+    buffered = cluster(workload(warm_buffer=1.0))
+    assert plan_step(h, {"chat": jumped}, training(), buffered, now).workloads[0].reserved_gpus == 20
+    gap = observed((now - 120, 30.0), (now, float("nan")))  # a gap sample (an infinite value read as missing)
+    assert plan_step(h, {"chat": gap}, training(), cluster(), now).workloads[0].reserved_gpus == 16
+    pol = cluster()
+    old = observed((now - pol.stale_after_seconds - 1, 30.0))
+    assert plan_step(h, {"chat": old}, training(), pol, now).workloads[0].reserved_gpus == 2
 
 
 def test_degraded_data_never_lowers_the_reservation():
@@ -362,6 +431,23 @@ def test_ramp_up_preemption_is_planned_at_the_last_checkpoint_before_the_gpus_ar
     assert plan_step(later, {}, training({**job, "last": at("10:00")}), cluster(), at("10:07")).preemptions == ()
 
 
+def test_a_ramp_takes_jobs_that_can_stop_by_the_time_the_gpus_are_needed_first():
+    """Ramp at 11:00, GPUs needed by 10:45, planned at 10:40 (a 20-minute deadline: no job is slow): x stops in 10
+    minutes, so stopped now it holds its GPUs until 10:50 whatever it loses; y stops in 30 s. Least waste alone
+    would stop x (checkpointed just now) and leave inference 16 GPUs short from 10:45 to 10:50."""
+    ramp = hours_of([4, 40, 40, 40])  # slack 44 at 11:00
+    patient = cluster(workload(reclaim_deadline_seconds=1200.0))
+    jobs = training({"id": "x", "gpus": 20, "preempt": 600.0, "interval": 3600.0, "last": at("10:40")},
+                    {"id": "y", "gpus": 20, "preempt": 30.0, "interval": 3600.0, "last": at("10:20")},
+                    {"id": "z", "gpus": 20, "preempt": 30.0, "interval": 3600.0, "last": at("10:00")})
+    s = plan_step(ramp, {}, jobs, patient, at("10:40"))
+    assert [(p.job, p.at) for p in s.preemptions] == [("y", at("10:44:30"))]
+    # only when no job can stop in time is a late one taken (at once, as late as it is)
+    late = training({"id": "x", "gpus": 20, "preempt": 600.0, "interval": 3600.0, "last": at("10:40")},
+                    {"id": "y", "gpus": 40, "preempt": 600.0, "interval": 3600.0, "last": at("10:20")})
+    assert [(p.job, p.at) for p in plan_step(ramp, {}, late, patient, at("10:40")).preemptions] == [("x", at("10:40"))]
+
+
 def test_slow_to_preempt_jobs_are_kept_out_of_the_headroom_band():
     h = hours_of([4] * 4, hi_extra=40)  # lent 62, band 20: slow jobs may hold 42
     now = NOW.timestamp()
@@ -454,6 +540,25 @@ def test_quota_admits_nothing_the_plan_takes_back_before_a_new_job_could_checkpo
     # stop): admitted at 10:00 it is gone by 10:55; at 10:07 not before 11:02
     assert plan_step(ramp, {}, training(), cluster(), at("10:00")).quotas == {"train-a": 62}
     assert plan_step(ramp, {}, training(), cluster(), at("10:07")).quotas == {"train-a": 44}
+
+
+def test_gpus_taken_back_come_from_the_teams_above_their_share_of_the_slack():
+    """8 GPUs lent to two teams of equal weight: 4 each. Team a borrowed 12 while b was idle; b holds its 4. Taking
+    back 8 from the jobs that lose least would stop b's job and leave a 8 (twice its share, b none); Kueue too
+    takes back from borrowing queues first."""
+    pol = cluster(weights=(("a", 1.0), ("b", 1.0)))
+    h = hours_of([112] * 4)  # 56 GPUs reserved: 8 lent
+    now = NOW.timestamp()
+    jobs = training(*({"id": f"a{k}", "gpus": 4, "queue": "a", "last": now - 600} for k in range(3)),
+                    {"id": "b0", "gpus": 4, "queue": "b", "last": now - 300})
+    s = plan_step(h, {}, jobs, pol, now)
+    assert s.lent_gpus == 8 and s.quotas == {"a": 4, "b": 4}
+    assert sorted(p.job for p in s.preemptions) == ["a0", "a1"]
+    # ...unless only the other team's jobs can stop within the deadline: inference first
+    slow_a = training(*({"id": f"a{k}", "gpus": 4, "queue": "a", "preempt": 900.0, "last": now} for k in range(3)),
+                      {"id": "b0", "gpus": 4, "queue": "b", "last": now - 300})
+    late = plan_step(h, {}, slow_a, pol, now)
+    assert [p.job for p in late.preemptions if "more than the 8 lent" in p.reason] == ["b0", "a0"]
 
 
 def test_emergency_takes_jobs_that_stop_within_the_deadline_first():
@@ -567,11 +672,15 @@ def test_warm_buffer_quantile_follows_the_demands_own_rises():
         assert s.reserved_gpus == min(30 + s.buffer_gpus, 60)
     assert factors["bursts"] > factors["calm"] + 1  # 20-GPU bursts within the lead time at 0.04 x 3 > 5% of samples
     # the fixed warmBuffer stays the floor; unset, the rises are not read; a short history asks for nothing
-    floor = workload(scale_in_delay_seconds=600.0, warm_buffer_quantile=0.95, warm_buffer=50.0)
-    h = plan_hours({"chat": forecast([4, 4, 4, 4])}, {"chat": History.of(pd.Series(bursts, idx), NOW)}, cluster(floor),
-                   NOW)
-    assert plan_step(h, {"chat": observed((NOW.timestamp(), 8.0))}, training(), cluster(floor),
+    floor = workload(scale_in_delay_seconds=600.0, warm_buffer_quantile=0.95, warm_buffer=50.0, max_gpus=None)
+    big = cluster(floor, capacity=256)
+    h = plan_hours({"chat": forecast([4, 4, 4, 4])}, {"chat": History.of(pd.Series(bursts, idx), NOW)}, big, NOW)
+    assert plan_step(h, {"chat": observed((NOW.timestamp(), 8.0))}, training(), big,
                      NOW.timestamp()).workloads[0].buffer_gpus == 100  # 50 x sqrt(4)
+    # the buffer said is the one held: maxGpus 60 leaves 56 above the peak of 4 (mean_warm_buffer_gpus sums it)
+    capped = cluster(replace(floor, max_gpus=60), capacity=256)
+    s = plan_step(h, {"chat": observed((NOW.timestamp(), 8.0))}, training(), capped, NOW.timestamp()).workloads[0]
+    assert (s.reserved_gpus, s.peak_gpus, s.buffer_gpus) == (60, 4, 56) and "recent peak 4 + warm buffer 56" in s.reason
     for pol, series in ((workload(scale_in_delay_seconds=600.0), bursts), (w, bursts[-10:])):
         h = plan_hours({"chat": forecast([4, 4, 4, 4])}, {"chat": History.of(pd.Series(series, idx[-len(series):]),
                                                                              NOW)}, cluster(pol), NOW)

@@ -3,6 +3,7 @@ headroom, a fallback that never starves inference, a pure plan), as properties o
 edges: policies at their bounds, lead times up to a day, several workloads on a cluster smaller than their sum,
 forecasts with missing hours, flat or huge values, observed demand far above the forecast, odd job annotations,
 the clock on and off hour boundaries."""
+import math
 from dataclasses import replace
 from fractions import Fraction
 
@@ -35,14 +36,16 @@ def edge_scenario(draw, forecast_for_all=False):
     now = BASE + pd.Timedelta(seconds=draw(st.one_of(st.just(0), st.just(86400 - 1), st.integers(0, 2 * 86400))))
     n = draw(st.integers(1, 3))
     capacity = draw(st.integers(1, 64))
-    mins = draw(st.lists(st.integers(0, capacity // n), min_size=n, max_size=n))
+    per_replica = draw(st.lists(st.integers(1, 8), min_size=n, max_size=n))
+    # minimums that fit side by side in whole replicas
+    mins = [draw(st.integers(0, capacity // n // g * g)) for g in per_replica]
     workloads, forecasts, histories, observed = [], {}, {}, {}
     t_now = now.timestamp()
     for k in range(n):
         name = f"ns/w{k}"
         workloads.append(WorkloadPolicy(
             name, demand_per_gpu=draw(st.sampled_from([0.5, 1.0, 7.0, 100.0])),
-            gpus_per_replica=draw(st.integers(1, 8)),
+            gpus_per_replica=per_replica[k],
             target_quantile=0.9, headroom_quantile=0.99,
             lead_time_seconds=draw(st.sampled_from([0.0, 1.0, 3599.0, 3600.0, 43200.0, 86400.0])),
             warm_buffer=draw(st.sampled_from([0.0, 1.0])),
@@ -121,6 +124,9 @@ def test_reservations_and_lending_fit_the_cluster_in_whole_gpus(s):
     reserved = [ws.reserved_gpus for ws in step.workloads]
     assert all(isinstance(r, int) and r >= 0 for r in reserved)
     assert sum(reserved) + step.lent_gpus <= policy.lendable and step.lent_gpus >= 0
+    # a target runs whole replicas: what they hold and what is lent never count one GPU twice
+    run = sum(-(-r // w.gpus_per_replica) * w.gpus_per_replica for w, r in zip(policy.workloads, reserved))
+    assert run + step.lent_gpus <= policy.lendable
     assert all(isinstance(q, int) and q >= 0 for q in step.quotas.values())
     assert sum(step.quotas.values()) <= step.lent_gpus
     # demand observed above the forecast is reserved for at once (unless the cluster cut it)
@@ -185,8 +191,13 @@ def test_a_higher_target_quantile_never_reserves_fewer_gpus(s):
     forecasts, histories, observed, training, policy, now = s
     h_low, low = plan(*s, target_quantile=0.5)
     h_high, high = plan(*s, target_quantile=0.9)
-    assert (sum(w.reserved for w in h_high.workloads) >= sum(w.reserved for w in h_low.workloads)).all()
-    assert sum(w.reserved_gpus for w in high.workloads) >= sum(w.reserved_gpus for w in low.workloads)
+    # in all, unless cut to the cluster: a cut takes whole replicas, and leaves less than one of them unreserved
+    biggest = max(w.gpus_per_replica for w in policy.workloads)
+    cut = sum(w.cut for w in h_high.workloads) > 0
+    more = sum(w.reserved for w in h_high.workloads) >= sum(w.reserved for w in h_low.workloads)
+    assert (more | (cut & (h_high.slack < biggest))).all()
+    assert sum(w.reserved_gpus for w in high.workloads) >= sum(w.reserved_gpus for w in low.workloads) or (
+        any(w.cut_gpus for w in high.workloads) and high.lent_gpus < biggest)
     if len(policy.workloads) == 1:
         assert (h_high.workloads[0].reserved >= h_low.workloads[0].reserved).all()
         assert high.workloads[0].reserved_gpus >= low.workloads[0].reserved_gpus
@@ -195,10 +206,15 @@ def test_a_higher_target_quantile_never_reserves_fewer_gpus(s):
 @settings(max_examples=100, deadline=None)
 @given(any_scenario, st.integers(1, 64))
 def test_a_bigger_cluster_never_lends_less_to_training(s, more):
+    """...bigger by whole replicas of every workload; and unless the smaller one lent only what a cut left, less than a
+    replica: a workload that wants more takes it as one more whole replica in the bigger cluster."""
     forecasts, histories, observed, training, policy, now = s
     _, small = plan(*s)
+    more *= math.lcm(*(w.gpus_per_replica for w in policy.workloads))
     _, big = plan(forecasts, histories, observed, training, replace(policy, capacity_gpus=policy.capacity_gpus + more),
                   now)
+    if any(w.cut_gpus for w in small.workloads) and small.lent_gpus < max(w.gpus_per_replica for w in policy.workloads):
+        return
     assert big.lent_gpus >= small.lent_gpus
     assert sum(big.quotas.values()) >= sum(small.quotas.values())
 
@@ -226,6 +242,29 @@ def test_the_fallback_reserves_at_least_the_recent_peak_and_last_weeks_same_hour
         recent = values[(times >= t_now - w.scale_in_delay_seconds) & (times <= t_now) & np.isfinite(values)]
         if len(recent):
             assert ws.reserved_gpus + ws.cut_gpus >= min(w.gpus(float(recent.max())), top)
+
+
+@settings(max_examples=100, deadline=None)
+@given(any_scenario, st.data())
+def test_gpus_lent_beyond_the_slack_are_taken_from_the_teams_above_their_share(s, data):
+    """Training over the lent slack gives back GPUs from the ClusterQueues holding more than their weighted share of
+    it, when those can stop in time as well as any others could: a team within its share loses no job to another
+    team's borrowing."""
+    forecasts, histories, observed, training, policy, now = s
+    queues = tuple(data.draw(st.sampled_from(["team-a", "team-b", "team-c"])) for _ in training.ids)
+    fast = np.minimum(training.preempt_seconds, policy.reclaim_deadline_seconds)  # every job stops in time
+    training = Training(training.ids, queues, training.gpus, training.priority, fast, training.checkpoint_interval,
+                        training.last_checkpoint, training.terminating_gpus)
+    _, step = plan(forecasts, histories, observed, training, policy, now)
+    over = training.running_gpus - step.lent_gpus
+    if over <= 0:
+        return
+    share = shares(step.lent_gpus, policy.queue_weights)
+    held = {q: int(training.gpus[[k for k, x in enumerate(queues) if x == q]].sum()) for q in set(queues)}
+    taken = [p for p in step.preemptions if "more than the" in p.reason]
+    assert sum(p.gpus for p in taken) >= over
+    assert all(held[queues[training.ids.index(p.job)]] > share.get(queues[training.ids.index(p.job)], 0)
+               for p in taken), (held, share, taken)
 
 
 @settings(max_examples=60, deadline=None)

@@ -78,6 +78,7 @@ def test_invariants(s):
     total = np.zeros(H, np.int64)
     for w, wh in zip(policy.workloads, hours.workloads):
         assert len(wh.reserved) == H and (wh.reserved >= w.min_gpus).all() and (wh.reserved <= w.top(lendable)).all()
+        assert (wh.reserved % w.gpus_per_replica == 0).all()  # whole replicas: a part of one would be held whole
         assert (wh.headroom >= w.headroom_floor_gpus).all() and (wh.cut >= 0).all()
         assert all(wh.reason(i, w, lendable) for i in range(H))
         if not wh.from_forecast.all():
@@ -87,6 +88,7 @@ def test_invariants(s):
     # now: within [min, top], the lead time's reservation unless cut, degraded data not lowered unless cut
     for w, wh, ws in zip(policy.workloads, hours.workloads, step.workloads):
         assert w.min_gpus <= ws.reserved_gpus <= w.top(lendable) and ws.reason
+        assert ws.reserved_gpus % w.gpus_per_replica == 0
         assert ws.forecast_gpus >= max(wh.reserved[wh.at(t_now)], wh.reserved[wh.at(t_now + w.lead_time_seconds)])
         assert ws.reserved_gpus + ws.cut_gpus >= ws.forecast_gpus
         o = observed[w.name]

@@ -215,6 +215,16 @@ def test_a_policy_whose_replica_cannot_fit_the_cluster_is_refused_alone(demand_f
     assert r.status("huge")[1]["Ready"]["reason"] == "PlanInfeasible" and state.policies["inference/chat"].valid
 
 
+def test_a_minimum_is_held_in_whole_replicas_when_it_is_checked_against_the_cluster(demand_file, tmp_path):
+    """minGpus 27 of 8-GPU replicas holds 4 replicas, 32 GPUs: beside a minimum of 100 on 128 GPUs it does not fit."""
+    r = Replay(tmp_path, demand_file, policy("chat", minGpus=100),
+               policy("odd", minGpus=27, capacity={"demandPerGpu": 10.0, "gpusPerReplica": 8}))
+    state = r.step(AT_9)
+    odd = state.policies["inference/odd"]
+    assert not odd.valid and "minGpus 27 (32 GPUs: whole replicas of 8) does not fit" in odd.error
+    assert state.policies["inference/chat"].valid
+
+
 def test_a_policy_whose_minimum_does_not_fit_is_the_only_one_refused(demand_file, tmp_path):
     r = Replay(tmp_path, demand_file, policy("chat", minGpus=100), policy("big", minGpus=40),
                policy("small", minGpus=8))
