@@ -15,6 +15,7 @@ from cli.config import Config
 from cli.outputs import check_output_files, command_inputs
 from core.errors import BadRequest, HeadroomError
 from core.settings import MAX_CLUSTER_GPUS
+from core.units import go_duration
 from dashboards.report import missing_steps
 from dashboards.report import notes as report_notes
 
@@ -178,7 +179,8 @@ def whatif(cfg: Config, progress=None) -> WhatIf:
                          f"{span_days:.2f} days (give --days below that, leaving some history before them)")
     step = sampling_step(demand.index)
     if pd.Timedelta(seconds=round(c.days * 86400)) < 2 * step:
-        raise BadRequest(f"simulate.days {c.days:g} covers fewer than two steps of the trace ({step}): give more days")
+        raise BadRequest(f"simulate.days {c.days:g} covers fewer than two steps of the trace "
+                         f"({go_duration(step)}): give more days")
     jobs, job_notes = (None, []) if c.jobs is None else job_arrivals(c.jobs, c.days * 86400, c.gpus, "--days")
     if c.policy_file is not None:
         objects = load_manifests(c.policy_file)
