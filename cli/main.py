@@ -135,7 +135,8 @@ def cmd_train(cfg: Config, args) -> int:
 
 
 def _history_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("history", nargs="?", help="CSV or Parquet file with timestamp,value (overrides history.file)")
+    p.add_argument("history", nargs="?", metavar="HISTORY", help="CSV or Parquet file with timestamp,value (overrides "
+                                                                "history.file)")
     p.add_argument("--statistic", help="aggregation to the forecast step: mean, max, sum or pNN "
                                        "(history.statistic, default mean)")
     _timezone_arg(p)

@@ -416,6 +416,23 @@ def test_a_missing_demand_file_is_a_usage_error_naming_its_field(tmp_path, capsy
     assert status == 2 and message.format(**fill) in err, err
 
 
+@pytest.mark.parametrize("command, argument", [("forecast", "HISTORY"), ("backtest", "HISTORY"), ("simulate", "DEMAND"),
+                                               ("tune", "DEMAND"), ("report", "DEMAND")])
+def test_a_missing_history_is_named_as_the_commands_usage_names_it(tmp_path, monkeypatch, capsys, command, argument):
+    """Every command said "give a HISTORY file" and "the command's DEMAND or HISTORY argument", also simulate, tune
+    and report, whose usage calls it DEMAND (and forecast's and backtest's usage said "history")."""
+    from cli.main import build_parser
+
+    monkeypatch.chdir(tmp_path)
+    usage = next(a for a in build_parser()._actions if a.dest == "command").choices[command].format_usage()
+    assert f"[{argument}]" in usage, usage
+    other = {"HISTORY": "DEMAND", "DEMAND": "HISTORY"}[argument]
+    for argv, said in (([command], f"no history: give a {argument} file"),
+                       ([command, "nope.csv"], f"no such file (the {argument} argument, or history.file")):
+        status, err = exits(argv, capsys)
+        assert status == 2 and said in err and other not in err, err
+
+
 @pytest.mark.parametrize("command", ["simulate", "report"])
 def test_a_forecast_only_policy_file_is_refused_not_simulated_doing_nothing(demand, tmp_path, capsys, command):
     """A manifest without spec.mode (forecast-only, the CRD's default) was replayed changing nothing: shortage 100%,
