@@ -9,6 +9,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from core.units import go_duration
 from forecast.history import (
     MIN_STRETCH,
     HistoryError,
@@ -19,7 +20,6 @@ from forecast.history import (
     sampling_step,
     sampling_stretches,
 )
-from core.units import go_duration
 from forecast.synthetic import synthetic_demand, write_csv
 
 
@@ -384,8 +384,8 @@ def test_a_history_whose_step_changes_reads_as_the_same_demand_sampled_uniformly
     np.testing.assert_allclose(series.to_numpy(), expected.to_numpy(), rtol=1e-9)
     assert (report.partial_sums, report.missing_steps) == (expected_report.partial_sums, expected_report.missing_steps)
     assert report.step_changes == [f"{go_duration(first)} to {go_duration(second)} at {change.isoformat()}"]
-    assert any(f"sampling step changes from {go_duration(first)} to {go_duration(second)} at {change.isoformat()}" in line
-               for line in report.repairs())
+    said = f"sampling step changes from {go_duration(first)} to {go_duration(second)} at {change.isoformat()}"
+    assert any(said in line for line in report.repairs())
     if statistic == "mean":  # replayed at the coarser step: the finer stretch's mean over each coarse window
         own, own_report = at_own_step_reported(changed)
         pd.testing.assert_series_equal(own, prepare(uniform, step=str(coarse), outlier_factor=None)[0], rtol=1e-9)
