@@ -341,7 +341,7 @@ def _replay(cfg: Config, args) -> int:
     if not r.policies:
         return _no_policies()
     _some_policy_fits(r)
-    from cli.outputs import check_output_files, command_inputs
+    from cli.outputs import check_output_files, command_inputs, writing
 
     check_output_files([(args.timeline, "--timeline")], command_inputs(cfg, args))
     hours = args.hours or (1 if args.once else 24)
@@ -369,7 +369,8 @@ def _replay(cfg: Config, args) -> int:
             state = reconciler.reconcile(now)
             cluster.admit()
             if record is not None and timeline is not None:
-                record.add(timeline)
+                with writing("--timeline", args.timeline):
+                    record.add(timeline)
             if done == 0 or (now.minute == 0 and now.second == 0):
                 _print_state(now, state)
             done += 1

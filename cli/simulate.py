@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from cli import sources
 from cli.config import Config
-from cli.outputs import check_output_files, command_inputs
+from cli.outputs import check_output_files, command_inputs, writing
 from core.errors import BadRequest, HeadroomError
 from core.settings import MAX_CLUSTER_GPUS
 from core.units import go_duration
@@ -298,7 +298,9 @@ def cmd_simulate(cfg: Config, args) -> int:
     if args.timeline:
         if not isinstance(result, TimedResult):
             raise TypeError("simulate(timeline=True) returns a TimedResult")
-        say(f"timeline: {write_timeline(result.timeline, args.timeline)}")
+        with writing("--timeline", args.timeline):
+            written = write_timeline(result.timeline, args.timeline)
+        say(f"timeline: {written}")
     fields_ = figures(result)
     fields_["buffer_replay_seconds"] = replay_seconds  # tuning by replaying the history (0: --policy-file, a reference)
     # what the numbers leave out, as report says it: on stderr, and in the JSON (which has no progress lines)
@@ -359,7 +361,10 @@ def cmd_tune(cfg: Config, args) -> int:
                                                                  missing_steps(replay))]
     for note in notes:
         say(f"note: {note}")
-    plot = str(plot_tradeoff(result, args.plot)) if args.plot else None
+    plot = None
+    if args.plot:
+        with writing("--plot", args.plot):
+            plot = str(plot_tradeoff(result, args.plot))
     policy_file = None
     if args.write_policy:
         namespace, name = w.scenario.name.split("/", 1)
@@ -367,7 +372,8 @@ def cmd_tune(cfg: Config, args) -> int:
                    "Set spec.query to the PromQL of this demand and spec.target to the inference workload before "
                    "applying it to a cluster.")
         try:
-            policy_file = str(write_policy(result.recommended, args.write_policy, name, namespace, comment))
+            with writing("--write-policy", args.write_policy):
+                policy_file = str(write_policy(result.recommended, args.write_policy, name, namespace, comment))
         except FileExistsError:  # made while tune ran (checked before it): someone's manifest, left as it is
             raise HeadroomError(f"--write-policy {args.write_policy}: a file of that name was made while tune ran; "
                                 "it is not overwritten (a manifest's spec.query and spec.target would be lost): "
