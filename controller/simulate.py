@@ -256,7 +256,9 @@ def trace_jobs(jobs: pd.DataFrame, span_seconds: float, capacity: int,
 
 
 class _Future:
-    """The references' forecasts: what they know of the future at each refit."""
+    """The references' forecasts: what they know of the future at each refit. Past the trace's end, which no figure
+    charges but a reservation's lead time reaches into at its last steps, they hold its last level: a reference
+    never falls back to the planner's conservative reservation."""
 
     def __init__(self, scenario: Scenario, kind: str, level: float = 1.0):
         s = scenario.demand.ffill().fillna(0.0)
@@ -272,10 +274,10 @@ class _Future:
         if self.kind == "oracle":  # period [p, p + step) serves the interval ending at p + step
             starts = pd.date_range(now.floor("h"), periods=int(horizon_hours * 3600 / self.step), freq=f"{self.step}s")
             k = np.searchsorted(self.times, epoch_seconds(starts) + self.step)
-            values = np.where(k < len(self.values), self.values[np.minimum(k, len(self.values) - 1)], np.nan)
+            values = self.values[np.minimum(k, len(self.values) - 1)]
         else:
             starts = pd.date_range(now.floor("h"), periods=horizon_hours, freq="h")
-            values = self.hourly.reindex(starts).to_numpy(float)
+            values = self.hourly.reindex(starts, method="ffill").to_numpy(float)
         frame = pd.DataFrame({q: values for q in (0.1, 0.5, 0.9, 0.99)}, index=starts)
         model = f"{self.kind}" + (f" q{self.level:g}" if self.kind == "hourly-oracle" else "")
         return IssuedForecast(frame, now, model, generation, float("nan"))
