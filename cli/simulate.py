@@ -45,6 +45,9 @@ def _job_number(text: str, column: str, blank_ok: bool = False) -> float:
 
 
 MAX_JOB_SECONDS = 1e11  # the year 5138 as epoch seconds: a time above it is milliseconds (or not a time)
+# the longest a job trace may span, first creation_time to last deletion_time: milliseconds from the trace's start
+# stay under MAX_JOB_SECONDS, but read as seconds even 8.8 hours of them span a year (public GPU job traces: 1-6 months)
+MAX_JOB_TRACE_SECONDS = 366 * 86400
 
 
 def _job_time(text: str, column: str, blank_ok: bool = False) -> float:
@@ -61,10 +64,12 @@ def load_jobs(path):
 
     Every row is checked: num_gpu a whole number >= 0 (0-GPU pods are skipped by the simulator), the times
     seconds from 0 to MAX_JOB_SECONDS with creation_time <= deletion_time and scheduled_time (when given) between
-    them. An error names the file and line (BadRequest: exit 2). A `name` column, when there is one, names each pod
+    them; and the trace spans at most MAX_JOB_TRACE_SECONDS (more is milliseconds read as seconds). An error names
+    the file and line (BadRequest: exit 2). A `name` column, when there is one, names each pod
     once. Other columns are not read."""
     import csv
 
+    import numpy as np
     import pandas as pd
 
     rows: dict[str, list[float]] = {c: [] for c in JOB_COLUMNS}
@@ -86,6 +91,7 @@ def load_jobs(path):
             col = {c: names.index(c) for c in JOB_COLUMNS}
             named = names.index("name") if "name" in names else None
             first_line: dict[str, int] = {}  # each pod name's line: a pod listed twice would be replayed twice
+            lines: list[int] = []  # each row's line
             for row in reader:
                 if not row or all(not cell.strip() for cell in row):
                     continue
@@ -114,6 +120,7 @@ def load_jobs(path):
                     first_line[pod] = line
                 for c, v in zip(JOB_COLUMNS, (int(gpus), created, scheduled, deleted)):
                     rows[c].append(v)
+                lines.append(line)
     except OSError as exc:
         raise BadRequest(f"{where}: cannot read it: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
@@ -122,6 +129,14 @@ def load_jobs(path):
         raise BadRequest(f"{where}: not a readable CSV: {exc}") from None
     if not rows["num_gpu"]:
         raise BadRequest(f"{where}: no job rows")
+    first, last = int(np.argmin(rows["creation_time"])), int(np.argmax(rows["deletion_time"]))
+    span = rows["deletion_time"][last] - rows["creation_time"][first]
+    if span > MAX_JOB_TRACE_SECONDS:  # every job and gap 1,000 times too long, else
+        raise BadRequest(f"{where}: the trace spans {span / (365 * 86400):.3g} years read as seconds, from "
+                         f"creation_time {rows['creation_time'][first]:.15g} (line {lines[first]}) to deletion_time "
+                         f"{rows['deletion_time'][last]:.15g} (line {lines[last]}): the times must be seconds (are they "
+                         "milliseconds? divide creation_time, scheduled_time and deletion_time by 1000); a trace over "
+                         "a year long is refused as that slip (keep its last year)")
     return pd.DataFrame({"num_gpu": pd.Series(rows["num_gpu"], dtype="int64"),
                          **{c: pd.Series(rows[c], dtype=float) for c in JOB_COLUMNS[1:]}})
 

@@ -602,6 +602,10 @@ JOB_HEADER = "num_gpu,creation_time,scheduled_time,deletion_time\n"
     (JOB_HEADER + "1,1700000000000,1700000000000,1700000060000\n", ":2:",
      "creation_time '1700000000000' is over 1e+11 seconds (the year 5138 as epoch seconds): the times must be "
      "seconds (are they milliseconds?)"),
+    # milliseconds from the trace's start stay under that bound: read as seconds, two days spanned 5.48 years
+    (JOB_HEADER + "2,86400000,86400000,172800000\n1,0,0,60000\n", ": the trace spans 5.48 years",
+     " read as seconds, from creation_time 0 (line 3) to deletion_time 172800000 (line 2): the times must be seconds "
+     "(are they milliseconds?"),
     (JOB_HEADER + "1,50,,10\n", ":2:", "deletion_time 10 is before creation_time 50"),
     (JOB_HEADER + "1,0,200,100\n", ":2:", "scheduled_time 200 is not between"),
     (JOB_HEADER + "1,,0,100\n", ":2:", "creation_time is blank"),
@@ -618,6 +622,12 @@ def test_bad_job_traces_name_file_and_line(tmp_path, body, where, what):
     with pytest.raises(BadRequest) as err:
         load_jobs(path)
     assert f"--jobs (simulate.jobs) {path}{where}" in str(err.value) and what in str(err.value), str(err.value)
+
+
+def test_a_job_trace_of_a_year_in_seconds_reads(tmp_path):
+    path = tmp_path / "jobs.csv"
+    path.write_text(JOB_HEADER + f"1,0,0,60\n1,{365 * 86400 - 60},{365 * 86400 - 60},{365 * 86400}\n")
+    assert load_jobs(path)["deletion_time"].max() == 365 * 86400
 
 
 def test_job_trace_with_bom_and_spaces_reads(tmp_path):
