@@ -193,12 +193,23 @@ class TimedResult(SimResult):
     events: pd.DataFrame | None = None     # one row per preemption: time, gpus, kind
 
 
+def timeline_frame(rows) -> pd.DataFrame:
+    """Timeline rows, as the simulator and the reconciler record them (TIMELINE_COLUMNS, headroom_gpus the preemption
+    headroom the plan asks for the workload), as the timeline states them: headroom_gpus is the band the plan keeps,
+    that ask up to the GPUs lent. The ask can be more than the cluster holds (the headroom quantile's GPUs above the
+    hour's reservation, unbounded by the cluster: the policy's status and HeadroomAtRisk compare it with what can be
+    reclaimed); GPUs not lent are reserved, nothing to reclaim, so the band, as the planner's (StepPlan.headroom_gpus),
+    is at most the lent GPUs, and reserved + headroom never exceeds the cluster."""
+    frame = pd.DataFrame(rows, columns=list(TIMELINE_COLUMNS))
+    frame["headroom_gpus"] = np.minimum(frame["headroom_gpus"], frame["lent_gpus"])
+    return frame
+
+
 def timeline_csv(rows, header: bool = True) -> str:
-    """The timeline (rows of TIMELINE_COLUMNS, or its frame) as CSV: ISO timestamps, numbers written exactly, so
-    `simulate --timeline` and `run --timeline` files compare byte for byte (run writes it a step at a time: each
+    """The timeline (rows of TIMELINE_COLUMNS, or its timeline_frame) as CSV: ISO timestamps, numbers written exactly,
+    so `simulate --timeline` and `run --timeline` files compare byte for byte (run writes it a step at a time: each
     value is written alone, so the rows read the same in any chunks)."""
-    frame = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(rows, columns=list(TIMELINE_COLUMNS))
-    frame = frame.copy()
+    frame = rows.copy() if isinstance(rows, pd.DataFrame) else timeline_frame(rows)
     frame["timestamp"] = pd.DatetimeIndex(frame["timestamp"]).strftime("%Y-%m-%dT%H:%M:%SZ")
     return frame.to_csv(index=False, header=header, float_format="%.12g")
 
@@ -559,7 +570,7 @@ def _result(scenario, spec, reference, world, steps, step, rows, extra, events, 
     metrics["shortage_hours_share"] = metrics["shortage_hours"] / max(len(a.hours), 1)
     if not timeline:
         return SimResult(**metrics)
-    frame = pd.DataFrame(rows, columns=list(TIMELINE_COLUMNS))
+    frame = timeline_frame(rows)
     more = None
     if detail:
         more = pd.DataFrame([(t, i, tr, idle, unmet, band[0], band[1]) for t, i, tr, idle, unmet, band in extra],
