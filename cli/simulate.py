@@ -134,9 +134,9 @@ def load_jobs(path):
     if span > MAX_JOB_TRACE_SECONDS:  # every job and gap 1,000 times too long, else
         raise BadRequest(f"{where}: the trace spans {span / (365 * 86400):.3g} years read as seconds, from "
                          f"creation_time {rows['creation_time'][first]:.15g} (line {lines[first]}) to deletion_time "
-                         f"{rows['deletion_time'][last]:.15g} (line {lines[last]}): the times must be seconds (are they "
-                         "milliseconds? divide creation_time, scheduled_time and deletion_time by 1000); a trace over "
-                         "a year long is refused as that slip (keep its last year)")
+                         f"{rows['deletion_time'][last]:.15g} (line {lines[last]}): the times must be seconds (are "
+                         "they milliseconds? divide creation_time, scheduled_time and deletion_time by 1000); a trace "
+                         "over a year long is refused as that slip (keep its last year)")
     return pd.DataFrame({"num_gpu": pd.Series(rows["num_gpu"], dtype="int64"),
                          **{c: pd.Series(rows[c], dtype=float) for c in JOB_COLUMNS[1:]}})
 
