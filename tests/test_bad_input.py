@@ -870,8 +870,11 @@ def test_no_data_reserves_min_gpus_and_what_the_target_holds_and_leaves_the_othe
     both, out = run([chat, policy("ghost", "missing.csv", minGpus=2, maxGpus=64),
                      policy("fading", "fading.csv", minGpus=1)], "both")
     mine = both[both["workload"] == "inference/chat"].reset_index(drop=True)
-    for column in ("reserved_gpus", "headroom_gpus", "demand_gpus"):
+    for column in ("reserved_gpus", "demand_gpus"):
         assert mine[column].tolist() == alone[column].tolist(), column
+    # the same headroom asked, kept within the GPUs lent, fewer beside the neighbours' reservations
+    assert (mine["lent_gpus"] <= alone["lent_gpus"]).all()
+    assert mine["headroom_gpus"].tolist() == np.minimum(alone["headroom_gpus"], mine["lent_gpus"]).tolist()
     ghost = both[both["workload"] == "inference/ghost"]
     assert (ghost["reserved_gpus"] == 2).all(), "no data: minGpus, not maxGpus 64"
     assert all("inference/ghost" not in line or ("reserved 2 GPUs" in line and "FALLBACK DEGRADED" in line)
