@@ -270,13 +270,15 @@ def main(argv: list[str] | None = None) -> int:
     that closed one ends the command quietly (READER_GONE; the files written by then are whole, those not yet
     written are not made), any other failure (a full disk) is an error naming the stream."""
     streams = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = NamedStream(sys.stdout, "stdout"), NamedStream(sys.stderr, "stderr")
+    named = NamedStream(sys.stdout, "stdout"), NamedStream(sys.stderr, "stderr")
+    sys.stdout, sys.stderr = named
     try:
         status = _command(argv)
         sys.stdout.flush()  # what is still buffered fails here, said, not as Python exits
         return status
-    except ReaderGone as gone:
-        gone.stream.silence()
+    except ReaderGone:
+        for stream in named:  # both: they may be one pipe (2>&1), and the end is quiet
+            stream.silence()
         return READER_GONE
     except HeadroomError as exc:  # the flush's
         print(f"headroom: error: {exc}", file=sys.stderr)

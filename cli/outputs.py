@@ -54,9 +54,10 @@ def _own_output(flag: str) -> tuple[str, bytes] | None:
     return ("a PNG plot", b"\x89PNG") if flag == "--plot" else None
 
 
-def _not_a_file(target: Path, label: str) -> None:
-    """An existing `target` is a regular file: a device (/dev/full) or a pipe is not one to replace, nor to read."""
-    if target.exists() and not target.is_file():
+def _no_device(target: Path, label: str) -> None:
+    """An existing `target` is a file or a folder: a device (/dev/full) or a pipe is not one to replace, nor to
+    read."""
+    if target.exists() and not target.is_file() and not target.is_dir():
         raise BadRequest(f"{label}: is not a regular file (a device, a pipe?); name a file")
 
 
@@ -87,7 +88,7 @@ def check_output_files(outputs: Sequence[Named], inputs: Sequence[Named] = ()) -
                                                      f"the folder {folder} does not exist"))
         _writable_folder(folder, flag, target)
         _clash(target, f"{flag} {target}", [*inputs, *given[:k]])
-        _not_a_file(target, f"{flag} {target}")
+        _no_device(target, f"{flag} {target}")
         own = _own_output(flag)
         if own is not None and target.exists():
             what, head = own
@@ -112,7 +113,7 @@ def check_output_dir(path: str | Path, flag: str, writes: Iterable[str], others:
         raise BadRequest(f"{flag} {path}: exists and is not a directory")
     for name in writes:
         _clash(target / name, f"{flag} {path}: its {name}", others)
-        _not_a_file(target / name, f"{flag} {path}: its {name}")
+        _no_device(target / name, f"{flag} {path}: its {name}")
 
 
 def make_output_dir(path: str | Path, flag: str) -> Path:
@@ -145,9 +146,8 @@ class ReaderGone(Exception):
     """The reader of stdout or stderr closed it (`headroom ... | head -1`): the command ends quietly. Not an OSError:
     nothing that handles a file or a server that failed takes it for one."""
 
-    def __init__(self, stream):
-        super().__init__(f"the reader of {stream.name} closed it")
-        self.stream = stream
+    def __init__(self, name: str):
+        super().__init__(f"the reader of {name} closed it")
 
 
 class NamedStream:
@@ -174,7 +174,7 @@ class NamedStream:
         try:
             yield
         except BrokenPipeError:
-            raise ReaderGone(self) from None
+            raise ReaderGone(self.name) from None
         except OSError as exc:
             raise HeadroomError(f"{self.name}: cannot write the output: {exc.strerror or exc}") from None
 
