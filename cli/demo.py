@@ -144,11 +144,12 @@ def check_demo_folder(path: str, inputs) -> Path:
 
 
 def cmd_demo(cfg, args) -> int:
-    from cli.outputs import command_inputs
+    from cli.outputs import command_inputs, writing
     from cli.progress import stage_printer
 
     out = check_demo_folder(args.out, command_inputs(cfg, args))
-    done = run_demo(out, args.quick, cfg, stage_printer("demo"))
+    with writing("--out", args.out):  # its history, policy, report and MLflow store
+        done = run_demo(out, args.quick, cfg, stage_printer("demo"))
     print(f"\nreport:       {done['report']}\n"
           f"  open it:    xdg-open {done['report']}   (or open that path in a browser)\n"
           f"policy:       {done['policy']}   (headroom run --policy-file {done['policy']} --history "

@@ -1,22 +1,24 @@
 """The `headroom` command. Heavy libraries are imported inside the subcommands
 so `headroom --help` stays fast.
 
-Exit status: 0 ok, 1 the work failed (unusable data, a server down), 2 the
-request was invalid (bad flag, bad configuration); nothing is half-done on 2.
+Exit status: 0 ok, 1 the work failed (unusable data, a server down, an output that cannot be written), 2 the
+request was invalid (bad flag, bad configuration); nothing is half-done on 2. 141: the reader of its output went away.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from datetime import UTC, datetime
 
 from cli.config import Config, load_config
+from cli.outputs import NamedStream, ReaderGone
 from cli.progress import counter
 from cli.simulate import cmd_simulate, cmd_tune
 from cli.sources import history_name, load_series
 from controller.simulate import POLICIES
-from core.errors import ConfigError
+from core.errors import ConfigError, HeadroomError
 
 
 def _quantile_list(text: str) -> list[float]:
@@ -137,7 +139,8 @@ def cmd_train(cfg: Config, args) -> int:
 
 
 def _history_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("history", nargs="?", help="CSV or Parquet file with timestamp,value (overrides history.file)")
+    p.add_argument("history", nargs="?", metavar="HISTORY", help="CSV or Parquet file with timestamp,value (overrides "
+                                                                "history.file)")
     p.add_argument("--statistic", help="aggregation to the forecast step: mean, max, sum or pNN "
                                        "(history.statistic, default mean)")
     _timezone_arg(p)
@@ -260,7 +263,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# the reader of the output went away (`headroom ... | head -1`): the status a shell gives a command SIGPIPE ended
+READER_GONE = 128 + signal.SIGPIPE
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The command `argv` asks for; its exit status. stdout and stderr say which of them failed a write: a reader
+    that closed one ends the command quietly (READER_GONE; the files written by then are whole, those not yet
+    written are not made), any other failure (a full disk) is an error naming the stream."""
+    streams = sys.stdout, sys.stderr
+    named = NamedStream(sys.stdout, "stdout"), NamedStream(sys.stderr, "stderr")
+    sys.stdout, sys.stderr = named
+    try:
+        status = _command(argv)
+        sys.stdout.flush()  # what is still buffered fails here, said, not as Python exits
+        return status
+    except ReaderGone:
+        for stream in named:  # both: they may be one pipe (2>&1), and the end is quiet
+            stream.silence()
+        return READER_GONE
+    except HeadroomError as exc:  # the flush's
+        print(f"headroom: error: {exc}", file=sys.stderr)
+        return exc.exit_status
+    finally:
+        sys.stdout, sys.stderr = streams
+
+
+def _command(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     overrides = args.overrides(args)
@@ -278,7 +307,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"headroom: {exc}", file=sys.stderr)
         return 2
     from adapters.prometheus import PrometheusError
-    from core.errors import HeadroomError
     from forecast.history import HistoryError
 
     try:

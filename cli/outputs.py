@@ -4,10 +4,11 @@ folder that exists and can be written. Each refusal names the flag (BadRequest: 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
-from core.errors import BadRequest
+from core.errors import BadRequest, HeadroomError
 from core.files import cannot_write_in
 
 # (the path, or None when not given; how the user gave it: a flag, or a configuration field)
@@ -53,6 +54,13 @@ def _own_output(flag: str) -> tuple[str, bytes] | None:
     return ("a PNG plot", b"\x89PNG") if flag == "--plot" else None
 
 
+def _no_device(target: Path, label: str) -> None:
+    """An existing `target` is a file or a folder: a device (/dev/full) or a pipe is not one to replace, nor to
+    read."""
+    if target.exists() and not target.is_file() and not target.is_dir():
+        raise BadRequest(f"{label}: is not a regular file (a device, a pipe?); name a file")
+
+
 def _not_empty(path: str | Path, flag: str) -> None:
     if str(path) == "":  # Path("") is the working directory: a report was written among the files there
         raise BadRequest(f"{flag}: an empty path; name a file or folder")
@@ -80,6 +88,7 @@ def check_output_files(outputs: Sequence[Named], inputs: Sequence[Named] = ()) -
                                                      f"the folder {folder} does not exist"))
         _writable_folder(folder, flag, target)
         _clash(target, f"{flag} {target}", [*inputs, *given[:k]])
+        _no_device(target, f"{flag} {target}")
         own = _own_output(flag)
         if own is not None and target.exists():
             what, head = own
@@ -104,6 +113,7 @@ def check_output_dir(path: str | Path, flag: str, writes: Iterable[str], others:
         raise BadRequest(f"{flag} {path}: exists and is not a directory")
     for name in writes:
         _clash(target / name, f"{flag} {path}: its {name}", others)
+        _no_device(target / name, f"{flag} {path}: its {name}")
 
 
 def make_output_dir(path: str | Path, flag: str) -> Path:
@@ -116,3 +126,65 @@ def make_output_dir(path: str | Path, flag: str) -> Path:
         raise BadRequest(f"{flag} {path}: cannot make the folder: {exc.strerror or exc}") from None
     _writable_folder(target, flag, path)
     return target
+
+
+@contextmanager
+def writing(flag: str, path: str | Path) -> Iterator[None]:
+    """The block writes `path`, the output `flag` names, whole or not at all (core.files): a write that fails there (a
+    full disk, a quota, an I/O error) is an error naming both, not a bare errno (exit 1: the work is done, its output
+    lost). A file that must be new and is found made meanwhile (FileExistsError) is the caller's to say."""
+    try:
+        yield
+    except FileExistsError:
+        raise
+    except OSError as exc:
+        raise HeadroomError(f"{flag} {path}: cannot write it: {exc.strerror or exc}; nothing half-written is left "
+                            "there") from None
+
+
+class ReaderGone(Exception):
+    """The reader of stdout or stderr closed it (`headroom ... | head -1`): the command ends quietly. Not an OSError:
+    nothing that handles a file or a server that failed takes it for one."""
+
+    def __init__(self, name: str):
+        super().__init__(f"the reader of {name} closed it")
+
+
+class NamedStream:
+    """sys.stdout or sys.stderr, whose failed writes say which stream failed: a closed pipe is ReaderGone, any other
+    failure (a full disk under `> FILE`) an error naming the stream, not a bare errno."""
+
+    def __init__(self, stream, name: str):
+        self.stream, self.name = stream, name
+
+    def write(self, text: str) -> int:
+        with self._failing():
+            written: int = self.stream.write(text)
+        return written
+
+    def flush(self) -> None:
+        with self._failing():
+            self.stream.flush()
+
+    def __getattr__(self, attribute: str):
+        return getattr(self.stream, attribute)
+
+    @contextmanager
+    def _failing(self) -> Iterator[None]:
+        try:
+            yield
+        except BrokenPipeError:
+            raise ReaderGone(self.name) from None
+        except OSError as exc:
+            raise HeadroomError(f"{self.name}: cannot write the output: {exc.strerror or exc}") from None
+
+    def silence(self) -> None:
+        """From now on, what is written to the stream goes nowhere, also what is left in its buffer when Python exits
+        (the recipe of Python's signal docs, "Note on SIGPIPE")."""
+        try:
+            fd = self.stream.fileno()
+        except (OSError, ValueError):  # no file descriptor (a test's captured stream): nothing is flushed at exit
+            return
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)
+        os.close(devnull)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from cli.outputs import check_output_dir, check_output_files, command_inputs, make_output_dir
+from cli.outputs import check_output_dir, check_output_files, command_inputs, make_output_dir, writing
 from cli.progress import stage_printer
 from cli.simulate import every_policy, refuse_flags_the_file_holds, whatif
 from cli.sources import history_name
@@ -47,9 +47,12 @@ def cmd_report(cfg, args) -> int:
                                 f"{f.scale_in_delay}, lead {f.lead_time}, headroom q{f.headroom_quantile:g}"
                                 + (f" ({tuned.reason})" if tuned is not None else " (from --policy-file)")}
     missing = missing_steps(w.scenario)
-    path = render_report(out, results, cfg.simulate.policy, c.gpus, facts, tuned, missing=missing)
+    with writing("--out", args.out):
+        path = render_report(out, results, cfg.simulate.policy, c.gpus, facts, tuned, missing=missing)
     if args.timeline:
-        say(f"timeline: {write_timeline(timeline_of(results[cfg.simulate.policy]), args.timeline)}")
+        with writing("--timeline", args.timeline):
+            written = write_timeline(timeline_of(results[cfg.simulate.policy]), args.timeline)
+        say(f"timeline: {written}")
     # what the table leaves out (as simulate says it): said on stderr, and in the JSON, which has no progress lines
     notes = report_notes(results[cfg.simulate.policy], c.gpus, missing)
     for note in notes:

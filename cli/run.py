@@ -284,7 +284,7 @@ def _clock(r: RunConfig, now: str | None, hours: int, moment: bool = False) -> p
     `hours`. Every policy's history must share one step. `moment`: the one moment `now` (default: the earliest end)
     that `plan` decides at, any time the histories cover."""
     from controller.demand import FileDemand
-    from core.units import parse_time
+    from core.units import go_duration, parse_time
     from forecast.history import sampling_step
 
     demand = FileDemand({f"{p.namespace}/{p.name}": p.history_file for p in r.policies})
@@ -298,7 +298,7 @@ def _clock(r: RunConfig, now: str | None, hours: int, moment: bool = False) -> p
     step_of = {key: sampling_step(s.index) for key, s in loaded.items()}
     steps = set(step_of.values())
     if len(steps) > 1:
-        each = ", ".join(f"{key} ({demand.files[key]}): {step}" for key, step in step_of.items())
+        each = ", ".join(f"{key} ({demand.files[key]}): {go_duration(step)}" for key, step in step_of.items())
         raise BadRequest(f"the policies' histories have different steps ({each}): the embedded clock needs one")
     step = steps.pop()
     # by default every history covers the replay; a --now past one of them is that policy's missing data only
@@ -341,7 +341,7 @@ def _replay(cfg: Config, args) -> int:
     if not r.policies:
         return _no_policies()
     _some_policy_fits(r)
-    from cli.outputs import check_output_files, command_inputs
+    from cli.outputs import check_output_files, command_inputs, writing
 
     check_output_files([(args.timeline, "--timeline")], command_inputs(cfg, args))
     hours = args.hours or (1 if args.once else 24)
@@ -369,7 +369,8 @@ def _replay(cfg: Config, args) -> int:
             state = reconciler.reconcile(now)
             cluster.admit()
             if record is not None and timeline is not None:
-                record.add(timeline)
+                with writing("--timeline", args.timeline):
+                    record.add(timeline)
             if done == 0 or (now.minute == 0 and now.second == 0):
                 _print_state(now, state)
             done += 1

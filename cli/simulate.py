@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING
 
 from cli import sources
 from cli.config import Config
-from cli.outputs import check_output_files, command_inputs
+from cli.outputs import check_output_files, command_inputs, writing
 from core.errors import BadRequest, HeadroomError
 from core.settings import MAX_CLUSTER_GPUS
+from core.units import go_duration
 from dashboards.report import missing_steps
 from dashboards.report import notes as report_notes
 
@@ -44,6 +45,9 @@ def _job_number(text: str, column: str, blank_ok: bool = False) -> float:
 
 
 MAX_JOB_SECONDS = 1e11  # the year 5138 as epoch seconds: a time above it is milliseconds (or not a time)
+# the longest a job trace may span, first creation_time to last deletion_time: milliseconds from the trace's start
+# stay under MAX_JOB_SECONDS, but read as seconds even 8.8 hours of them span a year (public GPU job traces: 1-6 months)
+MAX_JOB_TRACE_SECONDS = 366 * 86400
 
 
 def _job_time(text: str, column: str, blank_ok: bool = False) -> float:
@@ -60,10 +64,12 @@ def load_jobs(path):
 
     Every row is checked: num_gpu a whole number >= 0 (0-GPU pods are skipped by the simulator), the times
     seconds from 0 to MAX_JOB_SECONDS with creation_time <= deletion_time and scheduled_time (when given) between
-    them. An error names the file and line (BadRequest: exit 2). A `name` column, when there is one, names each pod
+    them; and the trace spans at most MAX_JOB_TRACE_SECONDS (more is milliseconds read as seconds). An error names
+    the file and line (BadRequest: exit 2). A `name` column, when there is one, names each pod
     once. Other columns are not read."""
     import csv
 
+    import numpy as np
     import pandas as pd
 
     rows: dict[str, list[float]] = {c: [] for c in JOB_COLUMNS}
@@ -85,6 +91,7 @@ def load_jobs(path):
             col = {c: names.index(c) for c in JOB_COLUMNS}
             named = names.index("name") if "name" in names else None
             first_line: dict[str, int] = {}  # each pod name's line: a pod listed twice would be replayed twice
+            lines: list[int] = []  # each row's line
             for row in reader:
                 if not row or all(not cell.strip() for cell in row):
                     continue
@@ -113,6 +120,7 @@ def load_jobs(path):
                     first_line[pod] = line
                 for c, v in zip(JOB_COLUMNS, (int(gpus), created, scheduled, deleted)):
                     rows[c].append(v)
+                lines.append(line)
     except OSError as exc:
         raise BadRequest(f"{where}: cannot read it: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
@@ -121,6 +129,14 @@ def load_jobs(path):
         raise BadRequest(f"{where}: not a readable CSV: {exc}") from None
     if not rows["num_gpu"]:
         raise BadRequest(f"{where}: no job rows")
+    first, last = int(np.argmin(rows["creation_time"])), int(np.argmax(rows["deletion_time"]))
+    span = rows["deletion_time"][last] - rows["creation_time"][first]
+    if span > MAX_JOB_TRACE_SECONDS:  # every job and gap 1,000 times too long, else
+        raise BadRequest(f"{where}: the trace spans {span / (365 * 86400):.3g} years read as seconds, from "
+                         f"creation_time {rows['creation_time'][first]:.15g} (line {lines[first]}) to deletion_time "
+                         f"{rows['deletion_time'][last]:.15g} (line {lines[last]}): the times must be seconds (are "
+                         "they milliseconds? divide creation_time, scheduled_time and deletion_time by 1000); a trace "
+                         "over a year long is refused as that slip (keep its last year)")
     return pd.DataFrame({"num_gpu": pd.Series(rows["num_gpu"], dtype="int64"),
                          **{c: pd.Series(rows[c], dtype=float) for c in JOB_COLUMNS[1:]}})
 
@@ -178,7 +194,8 @@ def whatif(cfg: Config, progress=None) -> WhatIf:
                          f"{span_days:.2f} days (give --days below that, leaving some history before them)")
     step = sampling_step(demand.index)
     if pd.Timedelta(seconds=round(c.days * 86400)) < 2 * step:
-        raise BadRequest(f"simulate.days {c.days:g} covers fewer than two steps of the trace ({step}): give more days")
+        raise BadRequest(f"simulate.days {c.days:g} covers fewer than two steps of the trace "
+                         f"({go_duration(step)}): give more days")
     jobs, job_notes = (None, []) if c.jobs is None else job_arrivals(c.jobs, c.days * 86400, c.gpus, "--days")
     if c.policy_file is not None:
         objects = load_manifests(c.policy_file)
@@ -296,7 +313,9 @@ def cmd_simulate(cfg: Config, args) -> int:
     if args.timeline:
         if not isinstance(result, TimedResult):
             raise TypeError("simulate(timeline=True) returns a TimedResult")
-        say(f"timeline: {write_timeline(result.timeline, args.timeline)}")
+        with writing("--timeline", args.timeline):
+            written = write_timeline(result.timeline, args.timeline)
+        say(f"timeline: {written}")
     fields_ = figures(result)
     fields_["buffer_replay_seconds"] = replay_seconds  # tuning by replaying the history (0: --policy-file, a reference)
     # what the numbers leave out, as report says it: on stderr, and in the JSON (which has no progress lines)
@@ -357,7 +376,10 @@ def cmd_tune(cfg: Config, args) -> int:
                                                                  missing_steps(replay))]
     for note in notes:
         say(f"note: {note}")
-    plot = str(plot_tradeoff(result, args.plot)) if args.plot else None
+    plot = None
+    if args.plot:
+        with writing("--plot", args.plot):
+            plot = str(plot_tradeoff(result, args.plot))
     policy_file = None
     if args.write_policy:
         namespace, name = w.scenario.name.split("/", 1)
@@ -365,7 +387,8 @@ def cmd_tune(cfg: Config, args) -> int:
                    "Set spec.query to the PromQL of this demand and spec.target to the inference workload before "
                    "applying it to a cluster.")
         try:
-            policy_file = str(write_policy(result.recommended, args.write_policy, name, namespace, comment))
+            with writing("--write-policy", args.write_policy):
+                policy_file = str(write_policy(result.recommended, args.write_policy, name, namespace, comment))
         except FileExistsError:  # made while tune ran (checked before it): someone's manifest, left as it is
             raise HeadroomError(f"--write-policy {args.write_policy}: a file of that name was made while tune ran; "
                                 "it is not overwritten (a manifest's spec.query and spec.target would be lost): "

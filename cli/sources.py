@@ -8,9 +8,9 @@ from cli.config import Config
 from core.errors import BadRequest
 
 
-def source(cfg: Config, now: datetime):
+def source(cfg: Config, now: datetime, argument: str):
     """Where the configured history comes from: a file, or Prometheus over its lookback up to `end` (or now), in
-    whole hours."""
+    whole hours. `argument` is the command's positional argument that gives the file, as its usage names it."""
     from forecast.history import FileSource
 
     h = cfg.history
@@ -28,10 +28,10 @@ def source(cfg: Config, now: datetime):
                                 end)
     if h.file is not None:
         if not h.file.exists():  # a usage error, as a missing --jobs file is: nothing to read, nothing done
-            raise BadRequest(f"history.file {h.file}: no such file (the command's DEMAND or HISTORY argument, or "
-                             "history.file in --config)")
+            raise BadRequest(f"history.file {h.file}: no such file (the {argument} argument, or history.file in "
+                             "--config)")
         return FileSource(h.file)
-    raise BadRequest("no history: give a HISTORY file, or history.file / history.prometheus in --config")
+    raise BadRequest(f"no history: give a {argument} file, or history.file / history.prometheus in --config")
 
 
 def history_name(cfg: Config) -> str:
@@ -41,10 +41,10 @@ def history_name(cfg: Config) -> str:
         f"query {h.prometheus.query!r}" if h.prometheus is not None else "the history"
 
 
-def fetched(cfg: Config, now: datetime):
-    """The configured history as read; on stderr, Prometheus' warnings that its answer is partial and the infinite
-    values it answered (read as gaps)."""
-    raw = source(cfg, now).fetch()
+def fetched(cfg: Config, now: datetime, argument: str):
+    """The configured history as read (`argument`: as source's); on stderr, Prometheus' warnings that its answer is
+    partial and the infinite values it answered (read as gaps)."""
+    raw = source(cfg, now, argument).fetch()
     if warnings := raw.attrs.get("warnings"):
         print(f"note: history {history_name(cfg)}: Prometheus warned the answer may be partial: {'; '.join(warnings)}",
               file=sys.stderr)
@@ -67,7 +67,8 @@ def load_series(cfg: Config, now: datetime, say: bool = True):
     from forecast.history import prepare
 
     h = cfg.history
-    series, report = prepare(fetched(cfg, now), step=h.step, statistic=h.statistic, counter=h.counter,
+    # forecast and backtest read it, from their HISTORY argument (train and demo check their own files first)
+    series, report = prepare(fetched(cfg, now, "HISTORY"), step=h.step, statistic=h.statistic, counter=h.counter,
                              outlier_factor=h.outlier_factor)
     if say:
         say_repairs(cfg, report)
@@ -78,6 +79,7 @@ def native_series(cfg: Config, now: datetime):
     """The history at its own step (the simulator replays every sample), gaps kept; its repairs said on stderr."""
     from forecast.history import at_own_step_reported
 
-    series, report = at_own_step_reported(fetched(cfg, now), counter=cfg.history.counter)
+    # what simulate, tune and report replay, from their DEMAND argument
+    series, report = at_own_step_reported(fetched(cfg, now, "DEMAND"), counter=cfg.history.counter)
     say_repairs(cfg, report)
     return series

@@ -193,12 +193,23 @@ class TimedResult(SimResult):
     events: pd.DataFrame | None = None     # one row per preemption: time, gpus, kind
 
 
+def timeline_frame(rows) -> pd.DataFrame:
+    """Timeline rows, as the simulator and the reconciler record them (TIMELINE_COLUMNS, headroom_gpus the preemption
+    headroom the plan asks for the workload), as the timeline states them: headroom_gpus is the band the plan keeps,
+    that ask up to the GPUs lent. The ask can be more than the cluster holds (the headroom quantile's GPUs above the
+    hour's reservation, unbounded by the cluster: the policy's status and HeadroomAtRisk compare it with what can be
+    reclaimed); GPUs not lent are reserved, nothing to reclaim, so the band, as the planner's (StepPlan.headroom_gpus),
+    is at most the lent GPUs, and reserved + headroom never exceeds the cluster."""
+    frame = pd.DataFrame(rows, columns=list(TIMELINE_COLUMNS))
+    frame["headroom_gpus"] = np.minimum(frame["headroom_gpus"], frame["lent_gpus"])
+    return frame
+
+
 def timeline_csv(rows, header: bool = True) -> str:
-    """The timeline (rows of TIMELINE_COLUMNS, or its frame) as CSV: ISO timestamps, numbers written exactly, so
-    `simulate --timeline` and `run --timeline` files compare byte for byte (run writes it a step at a time: each
+    """The timeline (rows of TIMELINE_COLUMNS, or its timeline_frame) as CSV: ISO timestamps, numbers written exactly,
+    so `simulate --timeline` and `run --timeline` files compare byte for byte (run writes it a step at a time: each
     value is written alone, so the rows read the same in any chunks)."""
-    frame = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(rows, columns=list(TIMELINE_COLUMNS))
-    frame = frame.copy()
+    frame = rows.copy() if isinstance(rows, pd.DataFrame) else timeline_frame(rows)
     frame["timestamp"] = pd.DatetimeIndex(frame["timestamp"]).strftime("%Y-%m-%dT%H:%M:%SZ")
     return frame.to_csv(index=False, header=header, float_format="%.12g")
 
@@ -256,7 +267,9 @@ def trace_jobs(jobs: pd.DataFrame, span_seconds: float, capacity: int,
 
 
 class _Future:
-    """The references' forecasts: what they know of the future at each refit."""
+    """The references' forecasts: what they know of the future at each refit. Past the trace's end, which no figure
+    charges but a reservation's lead time reaches into at its last steps, they hold its last level: a reference
+    never falls back to the planner's conservative reservation."""
 
     def __init__(self, scenario: Scenario, kind: str, level: float = 1.0):
         s = scenario.demand.ffill().fillna(0.0)
@@ -272,10 +285,10 @@ class _Future:
         if self.kind == "oracle":  # period [p, p + step) serves the interval ending at p + step
             starts = pd.date_range(now.floor("h"), periods=int(horizon_hours * 3600 / self.step), freq=f"{self.step}s")
             k = np.searchsorted(self.times, epoch_seconds(starts) + self.step)
-            values = np.where(k < len(self.values), self.values[np.minimum(k, len(self.values) - 1)], np.nan)
+            values = self.values[np.minimum(k, len(self.values) - 1)]
         else:
             starts = pd.date_range(now.floor("h"), periods=horizon_hours, freq="h")
-            values = self.hourly.reindex(starts).to_numpy(float)
+            values = self.hourly.reindex(starts, method="ffill").to_numpy(float)
         frame = pd.DataFrame({q: values for q in (0.1, 0.5, 0.9, 0.99)}, index=starts)
         model = f"{self.kind}" + (f" q{self.level:g}" if self.kind == "hourly-oracle" else "")
         return IssuedForecast(frame, now, model, generation, float("nan"))
@@ -557,7 +570,7 @@ def _result(scenario, spec, reference, world, steps, step, rows, extra, events, 
     metrics["shortage_hours_share"] = metrics["shortage_hours"] / max(len(a.hours), 1)
     if not timeline:
         return SimResult(**metrics)
-    frame = pd.DataFrame(rows, columns=list(TIMELINE_COLUMNS))
+    frame = timeline_frame(rows)
     more = None
     if detail:
         more = pd.DataFrame([(t, i, tr, idle, unmet, band[0], band[1]) for t, i, tr, idle, unmet, band in extra],

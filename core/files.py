@@ -8,6 +8,7 @@ completely or not at all.
 """
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 from collections.abc import Callable
@@ -35,6 +36,8 @@ def _link_new(draft: Path, target: Path) -> None:
 def _whole(path: str | Path, write: Callable[[Path], object], put: Callable[[Path, Path], None]) -> Path:
     path = Path(path)
     target = Path(os.path.realpath(path))
+    if target.exists() and not target.is_file():  # a rename over a device (/dev/full) or a pipe would replace it
+        raise OSError(errno.EINVAL, f"{target} is not a regular file (a device, a pipe?): it is not replaced")
     # same folder: a rename within one file system is atomic; the suffix kept: writers that infer a format from it
     draft = target.with_name(f".{target.name}.{secrets.token_hex(4)}.part{target.suffix}")
     try:

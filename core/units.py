@@ -1,6 +1,7 @@
 """Units every layer parses the same way: durations, aggregation statistics and time zones."""
 from __future__ import annotations
 
+import math
 import re
 from functools import cache
 from zoneinfo import available_timezones
@@ -23,16 +24,21 @@ def seconds(value: str) -> float:
     return float(duration(value).total_seconds())
 
 
-def go_duration(total_seconds: float) -> str:
-    """Seconds as the shortest duration string `duration` reads back exactly ("900" -> "15m")."""
-    if total_seconds < 0:
-        raise ValueError(f"a duration cannot be negative, got {total_seconds}")
-    if total_seconds == 0:
-        return "0s"
-    for unit, size in (("h", 3600), ("m", 60), ("s", 1)):
-        if total_seconds % size == 0:
-            return f"{int(total_seconds // size)}{unit}"
-    return f"{total_seconds:g}s"
+def go_duration(value: float | pd.Timedelta) -> str:
+    """Seconds (or a Timedelta) as a person, Go and Prometheus write a duration, largest unit first, and `duration`
+    reads back exactly: 600 -> "10m", 5400 -> "1h30m", 1.5 -> "1s500ms" (never pandas' "0 days 00:10:00")."""
+    total = value.total_seconds() if isinstance(value, pd.Timedelta) else float(value)
+    if not total >= 0:
+        raise ValueError(f"a duration cannot be negative, got {total}")
+    millis = round(total * 1000)
+    if not math.isclose(millis, total * 1000, rel_tol=1e-12, abs_tol=1e-6):  # finer than a millisecond: seconds
+        return f"{total:.9g}s"
+    parts = []
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000), ("ms", 1)):
+        count, millis = divmod(millis, size)
+        if count:
+            parts.append(f"{count}{unit}")
+    return "".join(parts) or "0s"
 
 
 def whole_replicas(gpus: int, per_replica: int) -> int:

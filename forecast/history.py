@@ -18,7 +18,7 @@ from typing import Protocol
 import numpy as np
 import pandas as pd
 
-from core.units import check_statistic
+from core.units import check_statistic, go_duration
 
 
 class HistoryError(ValueError):
@@ -535,10 +535,10 @@ def _no_overlap(covered: pd.Series, step: pd.Timedelta, count: pd.Series, stretc
     run_steps = intervals[firsts[lengths >= MIN_STRETCH]]
     if np.isin([s.step.value for s in stretches], run_steps).any():
         at = covered.index[over][0]
-        raise HistoryError(f"{int(over.sum())} steps of {step} hold samples standing for over {OVERLAP:g} times the "
-                           f"step and a sample (the first, {at.isoformat()}: {int(count[at])} samples standing for "
-                           f"{pd.Timedelta(seconds=covered[at])}): two exports of the same times overlapping, or a "
-                           "burst of finer samples? give each time once")
+        raise HistoryError(f"{int(over.sum())} steps of {go_duration(step)} hold samples standing for over "
+                           f"{OVERLAP:g} times the step and a sample (the first, {at.isoformat()}: {int(count[at])} "
+                           f"samples standing for {go_duration(covered[at])}): two exports of the same times "
+                           "overlapping, or a burst of finer samples? give each time once")
 
 
 def _step_of(stretches: list[Stretch], times: pd.DatetimeIndex) -> pd.TimedeltaIndex:
@@ -659,27 +659,29 @@ def _prepare(raw: pd.Series, step: str | None, statistic: str, counter: bool | N
         _not_interleaved(series.index, runs[0][~dup], runs[1][~dup], stretches)
     steps = [s.step for s in stretches]
     target = pd.Timedelta(step) if step is not None else max(steps)
-    report.input_step = str(steps[0]) if len(steps) == 1 else f"{min(steps)} to {max(steps)} (it changes)"
-    report.step_changes = [f"{before.step} to {after.step} at {after.start.isoformat()}"
+    report.input_step = go_duration(steps[0]) if len(steps) == 1 else \
+        f"{go_duration(min(steps))} to {go_duration(max(steps))} (it changes)"
+    report.step_changes = [f"{go_duration(before.step)} to {go_duration(after.step)} at {after.start.isoformat()}"
                            for before, after in zip(stretches, stretches[1:])]
-    report.output_step = str(target)
+    report.output_step = go_duration(target)
     for stretch in stretches:
         since = f" (from {stretch.start.isoformat()})" if len(stretches) > 1 else ""
         if stretch.step > target:
-            raise HistoryError(f"history step {stretch.step}{since} is coarser than the forecast step {target}")
+            raise HistoryError(f"history step {go_duration(stretch.step)}{since} is coarser than the forecast step "
+                               f"{go_duration(target)}")
         if not pd.Timedelta("1s") <= stretch.step <= pd.Timedelta("1h"):
-            raise HistoryError(f"history step {stretch.step}{since} is outside 1 s .. 1 h")
+            raise HistoryError(f"history step {go_duration(stretch.step)}{since} is outside 1s .. 1h")
     points = (series.index[-1] - series.index[0]) / target + 1
     if points > MAX_POINTS:
         raise HistoryError(f"history spans {series.index[0]} .. {series.index[-1]}: {points:.3g} points at step "
-                           f"{target}, over the {MAX_POINTS:g} a history may have (a wrong timestamp?)")
+                           f"{go_duration(target)}, over the {MAX_POINTS:g} a history may have (a wrong timestamp?)")
     if counter:
         series = _undo_counter_resets(series, report)
     elif counter is None and (why := _cumulative(series)):
         raise HistoryError(why)
     series = _aggregate(series, target, statistic, stretches, report)
     if not np.isfinite(series.dropna().to_numpy()).all():
-        raise HistoryError(f"aggregating to {target} with {statistic} overflows: values too large")
+        raise HistoryError(f"aggregating to {go_duration(target)} with {statistic} overflows: values too large")
     if outlier_factor is not None:
         series = _clip_outliers(series, outlier_factor, report)
     series.name = "demand"
@@ -755,10 +757,10 @@ def _no_regular_stretch_apart(index: pd.DatetimeIndex, firsts: np.ndarray, steps
     apart = np.flatnonzero(_far_apart(steps, typical) & ~missed)
     if len(apart):
         k = apart[0]
-        raise HistoryError(f"the samples are {pd.Timedelta(int(steps[k]))} apart in a stretch from "
-                           f"{index[firsts[k]].isoformat()}, and elsewhere irregular, {pd.Timedelta(typical)} apart "
-                           "at the median: no one step reads both; give the file at one regular step (resample the "
-                           "irregular part)")
+        raise HistoryError(f"the samples are {go_duration(pd.Timedelta(int(steps[k])))} apart in a stretch from "
+                           f"{index[firsts[k]].isoformat()}, and elsewhere irregular, "
+                           f"{go_duration(pd.Timedelta(typical))} apart at the median: no one step reads both; give "
+                           "the file at one regular step (resample the irregular part)")
 
 
 def _far_apart(steps: np.ndarray, others: np.ndarray | int) -> np.ndarray:
@@ -816,9 +818,9 @@ def _not_interleaved(index: pd.DatetimeIndex, run_steps: np.ndarray, inside: np.
     if len(apart):
         k = apart[0]
         raise HistoryError(f"{len(apart)} samples (the first at {index[k].isoformat()}) are inside a stretch of the "
-                           f"file {pd.Timedelta(int(run_steps[k]))} apart, but sorted among samples "
-                           f"{pd.Timedelta(int(local[k]))} apart: two exports of the same times on grids apart, "
-                           "interleaved? give each time once")
+                           f"file {go_duration(pd.Timedelta(int(run_steps[k])))} apart, but sorted among samples "
+                           f"{go_duration(pd.Timedelta(int(local[k])))} apart: two exports of the same times on "
+                           "grids apart, interleaved? give each time once")
 
 
 def at_own_step(raw: pd.Series) -> pd.Series:

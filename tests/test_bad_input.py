@@ -416,6 +416,23 @@ def test_a_missing_demand_file_is_a_usage_error_naming_its_field(tmp_path, capsy
     assert status == 2 and message.format(**fill) in err, err
 
 
+@pytest.mark.parametrize("command, argument", [("forecast", "HISTORY"), ("backtest", "HISTORY"), ("simulate", "DEMAND"),
+                                               ("tune", "DEMAND"), ("report", "DEMAND")])
+def test_a_missing_history_is_named_as_the_commands_usage_names_it(tmp_path, monkeypatch, capsys, command, argument):
+    """Every command said "give a HISTORY file" and "the command's DEMAND or HISTORY argument", also simulate, tune
+    and report, whose usage calls it DEMAND (and forecast's and backtest's usage said "history")."""
+    from cli.main import build_parser
+
+    monkeypatch.chdir(tmp_path)
+    usage = next(a for a in build_parser()._actions if a.dest == "command").choices[command].format_usage()
+    assert f"[{argument}]" in usage, usage
+    other = {"HISTORY": "DEMAND", "DEMAND": "HISTORY"}[argument]
+    for argv, said in (([command], f"no history: give a {argument} file"),
+                       ([command, "nope.csv"], f"no such file (the {argument} argument, or history.file")):
+        status, err = exits(argv, capsys)
+        assert status == 2 and said in err and other not in err, err
+
+
 @pytest.mark.parametrize("command", ["simulate", "report"])
 def test_a_forecast_only_policy_file_is_refused_not_simulated_doing_nothing(demand, tmp_path, capsys, command):
     """A manifest without spec.mode (forecast-only, the CRD's default) was replayed changing nothing: shortage 100%,
@@ -585,6 +602,10 @@ JOB_HEADER = "num_gpu,creation_time,scheduled_time,deletion_time\n"
     (JOB_HEADER + "1,1700000000000,1700000000000,1700000060000\n", ":2:",
      "creation_time '1700000000000' is over 1e+11 seconds (the year 5138 as epoch seconds): the times must be "
      "seconds (are they milliseconds?)"),
+    # milliseconds from the trace's start stay under that bound: read as seconds, two days spanned 5.48 years
+    (JOB_HEADER + "2,86400000,86400000,172800000\n1,0,0,60000\n", ": the trace spans 5.48 years",
+     " read as seconds, from creation_time 0 (line 3) to deletion_time 172800000 (line 2): the times must be seconds "
+     "(are they milliseconds?"),
     (JOB_HEADER + "1,50,,10\n", ":2:", "deletion_time 10 is before creation_time 50"),
     (JOB_HEADER + "1,0,200,100\n", ":2:", "scheduled_time 200 is not between"),
     (JOB_HEADER + "1,,0,100\n", ":2:", "creation_time is blank"),
@@ -601,6 +622,12 @@ def test_bad_job_traces_name_file_and_line(tmp_path, body, where, what):
     with pytest.raises(BadRequest) as err:
         load_jobs(path)
     assert f"--jobs (simulate.jobs) {path}{where}" in str(err.value) and what in str(err.value), str(err.value)
+
+
+def test_a_job_trace_of_a_year_in_seconds_reads(tmp_path):
+    path = tmp_path / "jobs.csv"
+    path.write_text(JOB_HEADER + f"1,0,0,60\n1,{365 * 86400 - 60},{365 * 86400 - 60},{365 * 86400}\n")
+    assert load_jobs(path)["deletion_time"].max() == 365 * 86400
 
 
 def test_job_trace_with_bom_and_spaces_reads(tmp_path):
@@ -843,8 +870,11 @@ def test_no_data_reserves_min_gpus_and_what_the_target_holds_and_leaves_the_othe
     both, out = run([chat, policy("ghost", "missing.csv", minGpus=2, maxGpus=64),
                      policy("fading", "fading.csv", minGpus=1)], "both")
     mine = both[both["workload"] == "inference/chat"].reset_index(drop=True)
-    for column in ("reserved_gpus", "headroom_gpus", "demand_gpus"):
+    for column in ("reserved_gpus", "demand_gpus"):
         assert mine[column].tolist() == alone[column].tolist(), column
+    # the same headroom asked, kept within the GPUs lent, fewer beside the neighbours' reservations
+    assert (mine["lent_gpus"] <= alone["lent_gpus"]).all()
+    assert mine["headroom_gpus"].tolist() == np.minimum(alone["headroom_gpus"], mine["lent_gpus"]).tolist()
     ghost = both[both["workload"] == "inference/ghost"]
     assert (ghost["reserved_gpus"] == 2).all(), "no data: minGpus, not maxGpus 64"
     assert all("inference/ghost" not in line or ("reserved 2 GPUs" in line and "FALLBACK DEGRADED" in line)

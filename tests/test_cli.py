@@ -60,6 +60,15 @@ def test_forecast_json(history, capsys):
     assert all(row["q0.5"] <= row["q0.9"] for row in out["forecast"])
 
 
+def test_forecast_says_its_step_as_the_configuration_writes_a_duration(history, capsys):
+    """`headroom forecast` said "2016 samples at step 0 days 00:10:00" (pandas' words), also in its JSON."""
+    assert main(["forecast", str(history), "--horizon", "2"]) == 0
+    header = capsys.readouterr().out.splitlines()[0]
+    assert "samples at step 10m -> " in header and "days" not in header
+    assert main(["forecast", str(history), "--horizon", "2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["cleaning"][0].startswith("3024 samples at step 10m -> ")
+
+
 def test_forecast_says_when_upper_quantiles_are_the_largest_error_seen(history, capsys):
     """q0.999 from three weeks of daily folds cannot be told apart from q0.99: said, not left to look calibrated."""
     assert main(["forecast", str(history), "--horizon", "6", "--quantiles", "0.5,0.99,0.999", "--json"]) == 0
@@ -286,7 +295,7 @@ def test_a_history_whose_step_changes_gives_the_numbers_of_its_demand_sampled_un
     demand = synthetic_demand(days=9, step="1min")  # requests per minute, with a 3-hour gap on day 4
     change = demand.index[0] + pd.Timedelta(days=5)
     before, after = demand[demand.index < change], demand[demand.index >= change]
-    said = "sampling step changes from 0 days 00:05:00 to 0 days 00:01:00 at 2026-01-10T00:00:00+00:00"
+    said = "sampling step changes from 5m to 1m at 2026-01-10T00:00:00+00:00"
 
     def flat(tree, at=""):
         """A JSON answer as {path: leaf}, without what names the file or times the run."""

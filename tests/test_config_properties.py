@@ -363,3 +363,20 @@ def test_any_text_is_a_configuration_or_an_error_naming_what_is_wrong(tmp_path_f
         load_config(path)
     except ConfigError as exc:
         assert exc.errors and all(line.strip() for line in exc.errors)
+
+
+@given(st.integers(0, 10**12) | st.sampled_from([0, 600, 5400, 86400, 90061]).map(lambda s: s * 1000))
+def test_a_duration_is_said_as_the_configuration_reads_one(millis):
+    """Durations were said as pandas prints them ("samples at step 0 days 00:10:00"): each is said as a person and
+    Prometheus write one, largest unit first (10m, 1h30m), and the configuration reads it back exactly."""
+    import re
+
+    import pandas as pd
+
+    from core.units import duration, go_duration
+
+    for value in (millis / 1000, pd.Timedelta(milliseconds=millis)):
+        text = go_duration(value)
+        assert re.fullmatch(r"(\d+(d|h|ms|m|s))+", text), text
+        assert duration(text) == pd.Timedelta(milliseconds=millis)
+    assert go_duration(600) == "10m" and go_duration(5400) == "1h30m" and go_duration(0) == "0s"

@@ -289,14 +289,18 @@ def test_a_folder_that_cannot_be_written_is_refused_before_any_work(demand, poli
 
 
 # ---------------------------------------------------------------------------- a write that fails midway
-@pytest.mark.parametrize("argv, written", [
-    (["simulate", "{demand}", "--days", "1", "--policy-file", "{policy}", "--timeline", "{out}/t.csv"], "t.csv"),
-    (["report", "{demand}", "--days", "1", "--policy-file", "{policy}", "--out", "{out}"], "index.html"),
-    (["tune", "{demand}", "--days", "1", "--plot", "{out}/t.png"], "t.png"),
-], ids=["simulate-timeline", "report-page", "tune-plot"])
-def test_a_full_disk_leaves_the_earlier_output(demand, policy, tmp_path, capsys, monkeypatch, argv, written):
+@pytest.mark.parametrize("argv, written, named", [
+    (["simulate", "{demand}", "--days", "1", "--policy-file", "{policy}", "--timeline", "{out}/t.csv"], "t.csv",
+     "--timeline {out}/t.csv"),
+    (["report", "{demand}", "--days", "1", "--policy-file", "{policy}", "--out", "{out}"], "index.html", "--out {out}"),
+    (["tune", "{demand}", "--days", "1", "--plot", "{out}/t.png"], "t.png", "--plot {out}/t.png"),
+    (["run", "--policy-file", "{policy}", "--history", "{demand}", "--hours", "1", "--timeline", "{out}/t.csv"],
+     "t.csv", "--timeline {out}/t.csv"),
+], ids=["simulate-timeline", "report-page", "tune-plot", "run-timeline"])
+def test_a_full_disk_leaves_the_earlier_output(demand, policy, tmp_path, capsys, monkeypatch, argv, written, named):
     """Each writer goes through the whole-or-nothing write: a disk that fills as a file is flushed leaves the earlier
-    run's file, not a truncated one, and no draft beside it."""
+    run's file, not a truncated one, and no draft beside it; the error names the flag and the file (it said a bare
+    '[Errno 28] No space left on device')."""
     out = tmp_path / "out"
     out.mkdir()
     argv = [a.format(demand=demand, policy=policy, out=out) for a in argv]
@@ -308,8 +312,71 @@ def test_a_full_disk_leaves_the_earlier_output(demand, policy, tmp_path, capsys,
 
     monkeypatch.setattr(os, "fsync", full)
     status, err = exits(argv, capsys)
-    assert status == 1 and "No space left on device" in err, err
+    assert status == 1 and f"headroom: error: {named.format(out=out)}: cannot write it: No space left on device" \
+        in err, err
     assert written in before and listing(out) == before
+
+
+def test_a_full_disk_under_write_policy_names_it_and_leaves_no_file(demand, tmp_path, capsys, monkeypatch):
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    status, err = exits(["tune", demand, "--days", "1", "--write-policy", tmp_path / "p.yaml"], capsys)
+    assert status == 1 and f"--write-policy {tmp_path / 'p.yaml'}: cannot write it: No space left" in err, err
+    assert not any(p.name.endswith(".yaml") for p in tmp_path.iterdir()), os.listdir(tmp_path)
+
+
+def test_an_output_that_is_a_device_or_a_pipe_is_refused_and_left_as_it_is(demand, tmp_path, capsys):
+    """report's index.html linked to /dev/full was replaced by the page (as root, the device node itself); a
+    --timeline that is a pipe hung, reading it to tell whether it was a timeline."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "index.html").symlink_to(fifo)
+    for argv, said in ((["report", demand, "--days", "1", "--out", out], f"--out {out}: its index.html: is not a "
+                                                                          "regular file"),
+                       (["simulate", demand, "--days", "1", "--timeline", fifo], f"--timeline {fifo}: is not a "
+                                                                                 "regular file")):
+        status, err = exits(argv, capsys)
+        assert status == 2 and said in err, err
+        assert fifo.is_fifo()
+    with pytest.raises(OSError, match="not a regular file"):
+        replace_whole(out / "index.html", lambda draft: draft.write_text("page"))
+    assert fifo.is_fifo() and [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+# ---------------------------------------------------------------------------- stdout: a reader gone, a full disk
+@pytest.mark.parametrize("argv", [
+    ["simulate", "{demand}", "--days", "1", "--policy", "oracle", "--timeline", "{tmp}/t.csv"],
+    ["simulate", "{demand}", "--days", "1", "--policy", "oracle", "--json"],
+    ["forecast", "{demand}", "--csv"],
+    ["run", "--policy-file", "{policy}", "--history", "{demand}", "--hours", "3", "--timeline", "{tmp}/t.csv"],
+], ids=["simulate-timeline", "simulate-json", "forecast-csv", "run-timeline"])
+def test_a_reader_gone_ends_the_command_quietly_with_its_files_whole(demand, policy, tmp_path, argv):
+    """`headroom ... | head -1` ended 'headroom: error: [Errno 32] Broken pipe', exit 1: now quietly, exit 141 (as a
+    shell reports a command SIGPIPE ended), and a timeline written by then is whole."""
+    argv = [a.format(demand=demand, policy=policy, tmp=tmp_path) for a in argv]
+    run = subprocess.Popen([sys.executable, "-m", "cli.main", *argv], cwd=tmp_path, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert run.stdout is not None
+    run.stdout.close()  # the reader is gone before the first line
+    err = run.communicate(timeout=300)[1].decode()
+    assert run.returncode == 141 and "Traceback" not in err and "Broken pipe" not in err and "error" not in err, err
+    timeline = tmp_path / "t.csv"
+    if timeline.exists():
+        _timeline_steps(timeline)
+    assert [p.name for p in tmp_path.iterdir() if ".part" in p.name] == []
+
+
+def test_stdout_on_a_full_disk_is_an_error_naming_stdout(demand, tmp_path):
+    with open("/dev/full", "w") as full:
+        run = subprocess.run([sys.executable, "-m", "cli.main", "simulate", str(demand), "--days", "1", "--policy",
+                              "oracle", "--json"], cwd=tmp_path, stdout=full, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert run.returncode == 1 and "headroom: error: stdout: cannot write the output: No space left on device" in \
+        run.stderr and "Traceback" not in run.stderr, run.stderr
 
 
 # ---------------------------------------------------------------------------- run --timeline, stopped partway

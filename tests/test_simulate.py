@@ -156,6 +156,16 @@ def test_every_policy_on_a_real_trace(name):
     assert out["static"].mean_reserved_gpus == max(r.mean_reserved_gpus for r in out.values())
 
 
+@pytest.mark.parametrize("gpus", [1, 128])
+@pytest.mark.parametrize("reference", REFERENCES)
+def test_a_reference_never_falls_back(reference, gpus):
+    """`simulate --policy oracle` reported forecast_fallback_hours 1 on every trace and cluster: at the trace's last
+    steps its lead time reaches past the end, where it knew nothing, and the planner reserved last week's peak
+    there (and, through the lead time, in the step before). Past the end it holds the trace's last level."""
+    s, spec = scenario(trace("servegen"), gpus=gpus)
+    assert simulate(s, spec, reference=reference).forecast_fallback_hours == 0
+
+
 @pytest.mark.parametrize("name", [pytest.param(n, marks=WARM_BUFFER_GOODPUT) if n == "alibaba" else n for n in TRACES])
 def test_tuned_forecast_keeps_goodput_and_headroom_on_every_trace(name):
     """With tune's recommendation (history only) the forecast policy keeps the headroom guarantee and training's

@@ -107,7 +107,8 @@ def test_simulate_json_agrees_with_its_timeline(trace, gpus, policy, days, tmp_p
         previous row's kept GPUs could serve; training_goodput (training is not in the timeline) is in [0, 1].
     The headroom guarantee needs the idle GPUs, which the timeline does not hold: headroom_violations is checked by
     tests/test_simulate_properties.py.
-    Per row: no negative column, reserved + lent never above the cluster, warm never above it."""
+    Per row: no negative column, reserved + lent never above the cluster, warm never above it, and the headroom
+    within the lent GPUs (it was the headroom quantile's ask: 56 GPUs beside 73 reserved on 128 GPUs, 55 lent)."""
     tmp = tmp_path_factory.mktemp("whatif")
     path = _write(trace, tmp / "demand.csv")
     timeline = tmp / "timeline.csv"
@@ -121,6 +122,7 @@ def _agrees(r: dict, t: pd.DataFrame, gpus: int) -> None:
     assert len(t) == r["steps"]
     assert (numbers >= 0).all().all()
     assert (t["reserved_gpus"] + t["lent_gpus"] <= gpus).all() and (t["warm_gpus"] <= gpus).all()
+    assert (t["headroom_gpus"] <= t["lent_gpus"]).all() and (t["reserved_gpus"] + t["headroom_gpus"] <= gpus).all()
     seconds = pd.to_datetime(t["timestamp"]).diff().dt.total_seconds().to_numpy()[1:]  # each accounted interval
     step_minutes = float(np.median(seconds)) / 60
     accounted = t.iloc[1:]
