@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from core.errors import raise_interrupt_inside
 from core.policy import PolicySpec
 from core.settings import LOOKBACK, RunConfig
 from core.units import duration
@@ -114,6 +115,7 @@ def fit(model, name: str, hourly: pd.Series, now: pd.Timestamp, spec: PolicySpec
     try:
         return issue(model, name, hourly, now, spec, generation, horizon_hours), None
     except (ValueError, ArithmeticError, RuntimeError) as exc:
+        raise_interrupt_inside(exc)  # a stop that numpy reported as its own error is a stop, not a failed fit
         return None, str(exc)
 
 

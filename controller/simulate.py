@@ -37,6 +37,7 @@ from controller.observe import (
     hourly_history,
     issue,
 )
+from core.errors import raise_interrupt_inside
 from core.files import replace_whole
 from core.objects import ObjectRef
 from core.policy import API_VERSION, KIND, PolicySpec, manifest
@@ -500,7 +501,8 @@ def _refit(fits, future: _Future | None, raw: pd.Series, spec: PolicySpec, now: 
     model = fits.model(hourly, spec.timezone) if isinstance(fits, SharedFits) else fits()
     try:
         return issue(model, spec.forecaster, hourly, now, spec, 0, data.horizon_hours)
-    except (ValueError, ArithmeticError, RuntimeError):
+    except (ValueError, ArithmeticError, RuntimeError) as exc:
+        raise_interrupt_inside(exc)  # Ctrl-C that numpy reported as its own error stops the replay
         return None  # a model that cannot fit: the planner falls back, as the controller's does
 
 

@@ -75,3 +75,9 @@ def interrupt_inside(exc: BaseException) -> BaseException | None:
         seen.add(id(inner))
         inner = inner.__cause__ or inner.__context__
     return None
+
+
+def raise_interrupt_inside(exc: BaseException) -> None:
+    """Raise the interrupt that `exc` is or wraps, if any: where a failure of a model or a library is caught."""
+    if (stop := interrupt_inside(exc)) is not None:
+        raise stop from None

@@ -19,7 +19,7 @@ from typing import Any, Self
 import numpy as np
 import pandas as pd
 
-from core.errors import interrupt_inside
+from core.errors import raise_interrupt_inside
 from forecast.base import PointForecaster, future_index, quantile_frame
 
 log = logging.getLogger(__name__)
@@ -67,8 +67,7 @@ class PointModel:
         except TooShort as exc:  # early inner-backtest folds hit this routinely: debug only (issue 12)
             self._fall_back(f"too short: {exc}", logging.DEBUG)
         except Exception as exc:  # a numerical failure must not leave us without a forecast
-            if (stop := interrupt_inside(exc)) is not None:
-                raise stop from None
+            raise_interrupt_inside(exc)
             self._fall_back(f"{type(exc).__name__}: {exc}")
         return self
 
@@ -97,8 +96,7 @@ class PointModel:
                 raise ValueError("non-finite forecast")
             return np.clip(path, 0.0, None)
         except Exception as exc:
-            if (stop := interrupt_inside(exc)) is not None:
-                raise stop from None
+            raise_interrupt_inside(exc)
             self._fall_back(f"{type(exc).__name__}: {exc}", fit=False)
             return _repeat_last(self.values_, DAY, horizon)
 

@@ -345,3 +345,28 @@ def test_a_thousand_gpus_with_the_job_trace_run():
     spec = default_spec(s, demand_per_gpu(nasa, peak_gpus=800), forecaster="seasonal-naive")
     r = simulate(s, spec)
     assert r.steps == 2 * 288 and r.training_gpu_hours > 0 and r.headroom_violations == 0
+
+
+def _stopped_inside_numpy(*args, **kwargs):
+    """What numpy raises when Ctrl-C lands while it parses a buffer's format (tests/test_models.py shows it)."""
+    try:
+        raise KeyboardInterrupt("SIGINT")
+    except KeyboardInterrupt as stop:
+        raise ValueError("'T{<d:sum_gradients:}' is not a valid PEP 3118 buffer format string") from stop
+
+
+def test_a_stop_numpy_reports_as_its_own_error_ends_a_replay_and_a_controllers_fit(monkeypatch):
+    """A Ctrl-C reported as a ValueError was taken for a model that could not fit: the replay went on with the
+    planner's fallback and the command exited 0 (seen as a flaky Ctrl-C test under load)."""
+    import controller.observe
+    import controller.simulate
+    from forecast.synthetic import synthetic_demand
+
+    s, spec = scenario(synthetic_demand(days=4), days=1.0)
+    monkeypatch.setattr(controller.simulate, "issue", _stopped_inside_numpy)
+    with pytest.raises(KeyboardInterrupt, match="SIGINT"):
+        simulate(s, spec)
+    monkeypatch.setattr(controller.observe, "issue", _stopped_inside_numpy)
+    hourly = pd.Series(1.0, pd.date_range("2026-01-01", periods=72, freq="h", tz="UTC"))
+    with pytest.raises(KeyboardInterrupt, match="SIGINT"):
+        controller.observe.fit(default_forecaster(), "auto", hourly, hourly.index[-1], spec, 0, 24)

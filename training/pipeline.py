@@ -24,7 +24,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from adapters.mlflow import Tracker, TrackingError, experiment_name, registered_name
-from core.errors import interrupt_inside
+from core.errors import interrupt_inside, raise_interrupt_inside
 from core.settings import MAX_HORIZON_HOURS, SERIES_NAME_PATTERN, TrainingConfig
 from forecast.backtest import (
     POOLED,
@@ -414,8 +414,7 @@ def _train(name, series, settings, tracker, now, makers, origins, exp, parent, p
         except TrackingError:
             raise
         except Exception as exc:  # noqa: BLE001 - an unscorable champion is beaten by a scorable one
-            if (stop := interrupt_inside(exc)) is not None:
-                raise stop from None
+            raise_interrupt_inside(exc)
             champ_score = float("nan")
             reason_fail = f"champion v{champ_version} could not be re-scored: {type(exc).__name__}: {exc}"
         else:
