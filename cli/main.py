@@ -60,7 +60,8 @@ def cmd_forecast(cfg: Config, args) -> int:
         raise HistoryError(f"{history_name(cfg)}: {real} {cfg.history.step} points with data; a "
                            f"forecast needs at least {MIN_FORECAST_POINTS} (two days): its quantiles come from "
                            "day-over-day errors, and fewer would give q0.5 = q0.99")
-    model = AutoForecaster()
+    # inner folds as long as the horizon asked: the procedure `backtest --horizon` scores as `auto`
+    model = AutoForecaster(horizon=cfg.forecast.horizon)
     frame = on_clock(model, cfg.forecast.timezone).fit(series).predict(cfg.forecast.horizon, cfg.forecast.quantiles)
     notes = _capped_quantiles(frame, model)
     if model.fallback_reason:
