@@ -174,6 +174,64 @@ def test_a_stop_that_comes_mid_reconcile_applies_nothing_after_and_hands_the_lea
     assert any("left undone: the controller is stopping" in m for m in caplog.messages), caplog.messages
 
 
+class AnsweringSlowly:
+    """The controller's cluster for its Events beside, on an API server slow to answer (each Event lands at once, its
+    answer comes `seconds` later): what Lease holder each Event saw as it landed, and what it was about."""
+
+    def __init__(self, cluster, admin, lease: str, seconds: float = 0.5):
+        self.cluster, self.admin, self.lease, self.seconds = cluster, admin, lease, seconds
+        self.landed: list[tuple[str, str | None]] = []
+
+    def emit_event(self, about, reason, message, type="Normal"):
+        self.cluster.emit_event(about, reason, message, type=type)
+        self.landed.append((reason, lease_holder(self.admin, self.lease)))
+        time.sleep(self.seconds)
+
+
+def queue_events(r: Reconciler, n: int) -> None:
+    from controller.actions import EventNote
+    from core.objects import ObjectRef
+
+    assert r._events is not None
+    for k in range(n):
+        r._events(EventNote(ObjectRef("headroom.dev/v1alpha1", "ReservationPolicy", "chat", NS), f"Queued{k}",
+                            "queued beside the reconciles"))
+
+
+@pytest.mark.parametrize("stopped", [True, False])
+def test_no_event_is_sent_after_the_lease_is_let_go(kube, controller, prometheus_server, tmp_path, caplog,  # noqa: F811
+                                                    stopped):
+    """Events go out beside the reconciles, two at a time. Asked to stop, the controller let its Lease go at once and
+    then sent every Event still queued (close()), as a replica that no longer led, beside the new leader's writes;
+    `--once` did the same after its one reconcile. Stopped, those still queued are dropped now, and said how many;
+    `--once` (not stopped) sends them all before it lets go."""
+    r = reconciler(controller, prometheus_server.url, tmp_path, beside=True)
+    lease = "stopping-events"
+    kube.delete(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{lease}")
+    slow = AnsweringSlowly(controller, kube, lease)
+    assert r._events is not None
+    r._events.cluster = slow
+    loop = Loop(r, controller.leader_elector(NS, lease, "replica-a", lease_seconds=30), interval=1, lease_seconds=30,
+                clock=lambda: MONDAY_7AM)
+    assert loop.elector.try_acquire_or_renew()
+    queue_events(r, 6)  # two on their way at once, four queued behind them
+    wait_until(lambda: len(slow.landed) == 2, timeout=10, what="the first two Events to land")
+    with caplog.at_level(logging.INFO):
+        if stopped:
+            loop.stop.set()
+        loop.run(once=True)
+        time.sleep(3 * slow.seconds)  # what is on its way lands
+        r.close()
+    assert lease_holder(kube, lease) is None
+    assert slow.landed and all(holder == "replica-a" for _, holder in slow.landed), slow.landed
+    queued = [reason for reason, _ in slow.landed if reason.startswith("Queued")]
+    if stopped:
+        assert len(queued) == 2, slow.landed
+        assert any("4 Events still queued were dropped" in m for m in caplog.messages), caplog.messages
+    else:
+        assert len(queued) == 6, slow.landed
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_headroom_run_stopped_by_a_signal_says_why_hands_the_lease_over_and_exits_0(kube_server, kube,  # noqa: F811
                                                                                    prometheus_server, tmp_path, sig):
