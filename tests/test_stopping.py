@@ -300,23 +300,24 @@ def test_a_process_stopped_mid_fit_exits_without_finishing_the_fit(tmp_path):
     assert leaving_takes([sys.executable, str(path)]) < 5
 
 
-def test_a_stop_during_a_halted_prometheus_starts_no_further_read(kube, controller, private_prometheus,  # noqa: F811
-                                                                  tmp_path):
+def test_a_stop_during_a_halted_prometheus_cuts_the_read_under_way_and_starts_none(kube, controller,  # noqa: F811
+                                                                                   private_prometheus, tmp_path):
     """SIGTERM while a reconcile reads a Prometheus that answers nothing (a halted host): each policy's read after
     the signal still started and waited out its timeout (30 s at the defaults), up to the reconcile's deadline (60 s),
-    past the pod's 30 s grace period: the kubelet killed the controller before it released its Lease. No read starts
-    after the stop now: only the one in flight is waited for."""
+    past the pod's 30 s grace period: the kubelet killed the controller before it released its Lease. Then no read
+    started after the stop, but the one in flight still waited out its timeout (a stop 21 s, the signal 10 s into the
+    read). The read under way is cut at the stop now, and none starts after."""
     kube.create(f"/apis/apps/v1/namespaces/{NS}/deployments", deployment("second"))
     kube.create(RP, policy("second"))
     seen(controller, "chat", "second")
-    timeout = 4
-    server = PrometheusServer(url=private_prometheus.url, step="5m", timeout_seconds=timeout, retries=0)
+    server = PrometheusServer(url=private_prometheus.url, step="5m", retries=0)  # timeout_seconds: 30 s
     cfg = RunConfig(cluster="kubernetes", prometheus=server, capacity_gpus=128, namespace=NS)
-    r = Reconciler(controller, PrometheusDemand(server), cfg, forecast_log=ForecastLog(tmp_path / "log"))
+    stop = threading.Event()
+    r = Reconciler(controller, PrometheusDemand(server, stopping=stop), cfg, forecast_log=ForecastLog(tmp_path / "log"))
     lease = "stopping-halted-prometheus"
     kube.delete(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{lease}")
     loop = Loop(r, controller.leader_elector(NS, lease, "replica-a", lease_seconds=30), interval=60, lease_seconds=30,
-                clock=lambda: MONDAY_7AM)
+                clock=lambda: MONDAY_7AM, stop=stop)
     private_prometheus.process.signal_group(signal.SIGSTOP)
     try:
         threading.Timer(1, loop.stop.set).start()  # the signal, as the first read waits
@@ -326,8 +327,35 @@ def test_a_stop_during_a_halted_prometheus_starts_no_further_read(kube, controll
     finally:
         private_prometheus.process.signal_group(signal.SIGCONT)
     r.close()
-    assert took < timeout + 2, took  # the read in flight; not one read after another
+    assert took < 3, took  # the signal 1 s into the read; not its timeout, nor one read after another
     assert lease_holder(kube, lease) is None
+
+
+def test_headroom_run_stopped_while_prometheus_is_halted_exits_within_seconds(kube_server, kube,  # noqa: F811
+                                                                             private_prometheus, tmp_path):
+    """`headroom run` on a Prometheus halted mid-run: SIGTERM left the read under way to wait out the reconcile's
+    deadline (15 s here) or its 30 s timeout, the way out past the pod's grace period. The reads under way are cut
+    at the signal now: it says why, hands the Lease over and exits 0 at once. (A 1 s step and lookback: each
+    reconcile, 2 s apart, reads the samples since the last.)"""
+    proc, _ = start_headroom_run(kube_server, private_prometheus.url, tmp_path, "stopping-halted-prometheus-run",
+                                 step="1s", lookback="1h")
+    try:
+        private_prometheus.process.signal_group(signal.SIGSTOP)
+        try:
+            time.sleep(4)  # the reconciles every 2 s: one reads the halted Prometheus now
+            began = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            status = proc.wait(timeout=60)
+            took = time.monotonic() - began
+        finally:
+            private_prometheus.process.signal_group(signal.SIGCONT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        output = proc.stdout.read()
+    assert status == 0 and "Traceback" not in output, output
+    assert took < 3, (took, output)
+    assert "the Lease is released" in output, output
 
 
 def test_a_replica_that_let_its_lease_go_drops_the_trainings_it_had_queued(kube_server, kube, prometheus_server,  # noqa: F811
