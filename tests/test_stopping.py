@@ -331,6 +331,43 @@ def test_a_stop_during_a_halted_prometheus_cuts_the_read_under_way_and_starts_no
     assert lease_holder(kube, lease) is None
 
 
+def test_a_refit_read_hanging_on_a_halted_prometheus_holds_no_reconcile_and_is_cut_at_the_stop(  # noqa: F811
+        kube, controller, private_prometheus, tmp_path):  # noqa: F811
+    """The hour's refit re-reads the whole lookback beside the reconciles, bounded only by timeout_seconds (30 s):
+    on a halted Prometheus the reconciles still end by their own deadlines (they take up only finished refits), and
+    the stop cuts the refit's read at once, where it waited out its timeout."""
+    server = PrometheusServer(url=private_prometheus.url, step="5m", retries=0)  # timeout_seconds: 30 s
+    cfg = RunConfig(cluster="kubernetes", prometheus=server, capacity_gpus=128, namespace=NS)
+    stop = threading.Event()
+    r = Reconciler(controller, PrometheusDemand(server, stopping=stop), cfg, forecast_log=ForecastLog(tmp_path / "log"),
+                   refit_beside=True)
+    key = f"{NS}/chat"
+    r.reconcile(MONDAY_7AM)  # reads the whole lookback; the hour's refit fits on it beside
+    r._refits[key].result(timeout=120)
+    gate = threading.Event()
+    assert r._refit_pool is not None
+    r._refit_pool.submit(gate.wait)  # the next hour's refit waits behind it, as behind a thousand others
+    r.reconcile(MONDAY_7AM + pd.Timedelta(hours=1))  # reads only the samples since; queues the refit (a whole re-read)
+    refit = r._refits[key]
+    private_prometheus.process.signal_group(signal.SIGSTOP)
+    try:
+        gate.set()  # the refit's read of the whole lookback begins on the halted Prometheus
+        time.sleep(1)
+        began = time.monotonic()
+        r.reconcile(MONDAY_7AM + pd.Timedelta(hours=1, minutes=10), deadline=time.monotonic() + 3)
+        reconciled = time.monotonic() - began
+        assert not refit.done()
+        stop.set()
+        began = time.monotonic()
+        refit.result(timeout=60)
+        cut = time.monotonic() - began
+    finally:
+        private_prometheus.process.signal_group(signal.SIGCONT)
+        r.close()
+    assert reconciled < 4, reconciled  # its own read cut at its 3 s deadline; not the refit's 30 s
+    assert cut < 2, cut
+
+
 def test_headroom_run_stopped_while_prometheus_is_halted_exits_within_seconds(kube_server, kube,  # noqa: F811
                                                                              private_prometheus, tmp_path):
     """`headroom run` on a Prometheus halted mid-run: SIGTERM left the read under way to wait out the reconcile's
