@@ -181,9 +181,10 @@ class _Adapter(HTTPAdapter):
         assert self.stopping is not None
         self.stopping.wait()
         for connection in list(self.connections):
-            if connection.sock is not None:
+            sock = connection.sock  # once: another thread may close the connection meanwhile
+            if sock is not None:
                 try:
-                    connection.sock.shutdown(socket.SHUT_RDWR)
+                    sock.shutdown(socket.SHUT_RDWR)
                 except OSError:  # closed meanwhile
                     pass
 
