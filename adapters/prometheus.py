@@ -5,15 +5,19 @@ limit, each chunk retried with back-off, and the chunks stitched into one
 series. A chunk that returns no samples is a gap (NaN), never zero. A read made
 for work with a deadline (core.deadline: a reconcile's) ends by it: no attempt
 waits past it, none starts after it, no back-off sleeps past it; a read cut
-there fails whole (DeadlinePassed), never a partial series.
+there fails whole (DeadlinePassed), never a partial series. The controller's
+reader (PrometheusDemand) is cut so at once when the controller is asked to
+stop, the reads under way too.
 """
 from __future__ import annotations
 
 import logging
 import re
+import socket
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -26,7 +30,8 @@ import requests
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
 from requests.adapters import HTTPAdapter
 from urllib3 import BaseHTTPResponse
-from urllib3.connectionpool import ConnectionPool
+from urllib3.connection import HTTPConnection
+from urllib3.connectionpool import ConnectionPool, HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import InsecureRequestWarning, MaxRetryError, ReadTimeoutError
 from urllib3.util.retry import Retry
 from urllib3.util.timeout import Timeout
@@ -51,12 +56,22 @@ class PrometheusError(RuntimeError):
     """Prometheus is unreachable, refused the query, or returned something unusable."""
 
 
+CUT = "cut at its deadline: Prometheus answered too slowly, or not at all, in the time the reconcile had"
+STOPPED = "cut: the controller is stopping"
+
+
 class DeadlinePassed(PrometheusError):
     """A read cut at the deadline of the work it was made for (core.deadline): Prometheus answered too slowly, or
-    not at all, in the time that work had. Not the query's fault: it is not marked too slow (read_together)."""
+    not at all, in the time that work had; or cut by the controller's stop (`why`). Not the query's fault: it is not
+    marked too slow (read_together)."""
+
+    def __init__(self, message: str, why: str = CUT):
+        super().__init__(message)
+        self.why = why
 
 
-# `warnings`: those of this thread's last answer (_keep_warnings); `cut`: its retries were stopped by its deadline
+# `warnings`: those of this thread's last answer (_keep_warnings); `cut`: why its retries were stopped (CUT, STOPPED;
+# None: they were not)
 _answer = threading.local()
 
 
@@ -147,13 +162,50 @@ class _Until(Timeout):
 
 
 class _Adapter(HTTPAdapter):
-    """Each request made for work with a deadline (core.deadline, read in the thread that asks) ends by it."""
+    """Each request made for work with a deadline (core.deadline, read in the thread that asks) ends by it. Once
+    `stopping` is set none is sent, and the connections are cut (cut_when_stopped): a read under way on a halted
+    Prometheus ends at once, not at its timeout."""
+
+    def __init__(self, stopping: threading.Event | None = None, **kwargs):
+        self.stopping = stopping
+        self.connections: weakref.WeakSet[HTTPConnection] = weakref.WeakSet()  # each one made (cut_when_stopped)
+        super().__init__(**kwargs)
+
+    def init_poolmanager(self, *args, **kwargs) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = {"http": _kept(HTTPConnectionPool, self.connections),
+                                                   "https": _kept(HTTPSConnectionPool, self.connections)}
+
+    def cut_when_stopped(self) -> None:
+        """Wait for `stopping`, then cut every connection: a read blocked on one ends (its retries are not made)."""
+        assert self.stopping is not None
+        self.stopping.wait()
+        for connection in list(self.connections):
+            sock = connection.sock  # once: another thread may close the connection meanwhile
+            if sock is not None:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:  # closed meanwhile
+                    pass
 
     def send(self, request, stream=False, timeout=None, verify=True, cert=None, proxies=None):
+        if self.stopping is not None and self.stopping.is_set():
+            _answer.cut = STOPPED
+            raise requests.ConnectionError("not sent: the controller is stopping")
         deadline = current_deadline()
         if deadline is not None and not isinstance(timeout, tuple | Timeout):
             timeout = _Until(timeout, deadline)
         return super().send(request, stream=stream, timeout=timeout, verify=verify, cert=cert, proxies=proxies)
+
+
+def _kept(pool: type[HTTPConnectionPool], connections: weakref.WeakSet) -> type[HTTPConnectionPool]:
+    """`pool`, each connection it makes added to `connections`."""
+    class Kept(pool):  # type: ignore[valid-type,misc]
+        def _new_conn(self):
+            connection = super()._new_conn()
+            connections.add(connection)
+            return connection
+    return Kept
 
 
 class _Retry(Retry):
@@ -161,7 +213,16 @@ class _Retry(Retry):
     already too slow (the defaults' 3 retries of a 30 s read timeout: two minutes to fail a read). Out of time: the
     client's read timeout, or the server's --query.timeout, a 503 with a JSON error (a server not ready yet answers
     503 in plain text, and is asked again). Nor one whose back-off would end past the deadline of the work it is
-    made for (core.deadline)."""
+    made for (core.deadline). Nor any once `stopping` is set."""
+
+    def __init__(self, *args, stopping: threading.Event | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.stopping = stopping
+
+    def new(self, **kwargs) -> _Retry:
+        again = super().new(**kwargs)
+        again.stopping = self.stopping
+        return again
 
     def increment(self, method: str | None = None, url: str | None = None, response: BaseHTTPResponse | None = None,
                   error: Exception | None = None, _pool: ConnectionPool | None = None,
@@ -170,26 +231,30 @@ class _Retry(Retry):
             response is not None and response.status == 503 and "json" in response.headers.get("Content-Type", ""))
         if out_of_time and _pool is not None:  # (urllib3 always gives the pool)
             raise MaxRetryError(_pool, url, error)  # with raise_on_status=False, a response comes back as it is
+        if self.stopping is not None and self.stopping.is_set() and _pool is not None:
+            _answer.cut = STOPPED
+            raise MaxRetryError(_pool, url, error)
         again = super().increment(method, url, response, error, _pool, _stacktrace)
         deadline = current_deadline()
         if deadline is not None and _pool is not None:
             wait = (again.get_retry_after(response) if response is not None and again.respect_retry_after_header
                     else None) or again.get_backoff_time()
             if time.monotonic() + wait >= deadline:
-                _answer.cut = True
+                _answer.cut = CUT
                 raise MaxRetryError(_pool, url, error)
         return again
 
 
-def connect(server: PrometheusServer) -> PrometheusConnect:
+def connect(server: PrometheusServer, stopping: threading.Event | None = None) -> PrometheusConnect:
     """A client for `server` whose one session keeps up to CONNECTIONS connections open for reuse, each request
     retried with back-off on a refused connection or a server error, the bearer token file read at each request,
-    each request ending by the deadline of the work it is made for (core.deadline), if it has one."""
+    each request ending by the deadline of the work it is made for (core.deadline), if it has one. Once `stopping`
+    is set, no request is sent or retried and those under way are cut."""
     token_file = server.bearer_token_file
     # raise_on_status=False: the last answer of a failing status comes back, so its error ("query timed out in
     # expression evaluation") is told, and a query too slow for the server is told from one that fails otherwise
     retry = _Retry(total=server.retries, backoff_factor=0.5, status_forcelist=(500, 502, 503, 504),
-                  allowed_methods=("GET",), raise_on_status=False)
+                  allowed_methods=("GET",), raise_on_status=False, stopping=stopping)
     session = requests.Session()
     session.verify = False if server.insecure_skip_verify else (str(server.ca_file) if server.ca_file else True)
     if server.insecure_skip_verify:  # chosen in the configuration: urllib3 warned at every request, for this host only
@@ -198,7 +263,10 @@ def connect(server: PrometheusServer) -> PrometheusConnect:
     url = server.url.rstrip("/")  # the client appends "/api/v1/...": a doubled slash is a redirect each request
     client = PrometheusConnect(url=url, auth=_bearer(lambda: token_file.read_text().strip()) if token_file
                                else None, retry=retry, session=session, timeout=server.timeout_seconds)
-    session.mount(url, _Adapter(max_retries=retry, pool_maxsize=CONNECTIONS))  # replaces the client's (10)
+    adapter = _Adapter(stopping, max_retries=retry, pool_maxsize=CONNECTIONS)
+    session.mount(url, adapter)  # replaces the client's (10)
+    if stopping is not None:
+        threading.Thread(target=adapter.cut_when_stopped, name="headroom-prometheus-cut", daemon=True).start()
     session.hooks["response"].append(_keep_warnings)
     return client
 
@@ -211,24 +279,21 @@ REFUSALS = {"401": CREDENTIALS_REFUSED, "403": CREDENTIALS_REFUSED,
 NOT_JSON = "the answer is not Prometheus' JSON: another service at this URL, or a proxy's login page?"
 
 
-CUT = "cut at its deadline: Prometheus answered too slowly, or not at all, in the time the reconcile had"
-
-
 def _failure(client: PrometheusConnect, query: str, lo: pd.Timestamp, hi: pd.Timestamp,
-             exc: BaseException | None, cut: bool = False) -> PrometheusError:
+             exc: BaseException | None, cut: str | None = None) -> PrometheusError:
+    """`cut`: why the read was cut (CUT, STOPPED: a DeadlinePassed); None: it failed."""
     status = str(exc).removeprefix("HTTP Status Code ")[:3] if isinstance(exc, PrometheusApiClientException) else ""
-    meaning = CUT if cut else REFUSALS.get(status) or (NOT_JSON if isinstance(exc, ValueError) else "")
-    meaning = f" ({meaning})" if meaning else ""
-    return (DeadlinePassed if cut else PrometheusError)(
-        f"Prometheus at {shown_url(client.url)} failed for {query!r} [{lo.isoformat()} .. {hi.isoformat()}]: "
-        f"{exc}{meaning}")
+    meaning = cut or REFUSALS.get(status) or (NOT_JSON if isinstance(exc, ValueError) else "")
+    where = (f"Prometheus at {shown_url(client.url)} failed for {query!r} [{lo.isoformat()} .. {hi.isoformat()}]: "
+             f"{exc}" + (f" ({meaning})" if meaning else ""))
+    return DeadlinePassed(where, cut) if cut else PrometheusError(where)
 
 
 def _query_range(client: PrometheusConnect, query: str, lo: pd.Timestamp, hi: pd.Timestamp,
                  step: pd.Timedelta) -> tuple[list[dict], list[str]]:
     """The answer's result and its warnings; DeadlinePassed if the deadline of the work it is made for
     (core.deadline) passed first, or had passed (not sent)."""
-    _answer.warnings, _answer.cut = [], False
+    _answer.warnings, _answer.cut = [], None
     deadline = current_deadline()
     try:
         if deadline is not None and time.monotonic() >= deadline:
@@ -236,7 +301,7 @@ def _query_range(client: PrometheusConnect, query: str, lo: pd.Timestamp, hi: pd
         result = client.custom_query_range(query, start_time=lo.to_pydatetime(), end_time=hi.to_pydatetime(),
                                            step=f"{int(step.total_seconds())}s")
     except Exception as exc:  # the client raises requests, urllib3 and its own errors
-        cut = _answer.cut or (deadline is not None and time.monotonic() >= deadline)
+        cut = _answer.cut or (CUT if deadline is not None and time.monotonic() >= deadline else None)
         raise _failure(client, query, lo, hi, exc, cut) from exc
     return result, _answer.warnings
 
@@ -364,7 +429,8 @@ def read_together(client: PrometheusConnect, queries: Sequence[str], start: date
                 narrow(batch)
                 return True
             for i in batch:
-                out[i] = _failure(client, queries[i], lo, hi, exc.__cause__, isinstance(exc, DeadlinePassed))
+                out[i] = _failure(client, queries[i], lo, hi, exc.__cause__,
+                                  exc.why if isinstance(exc, DeadlinePassed) else None)
             return _too_slow(exc)
         tagged: dict[str, list[dict]] = {}
         for r in result:
@@ -420,9 +486,9 @@ class PrometheusDemand:
     connection per read cost a quarter of a read's CPU). The reconcile's reader threads share it: urllib3's pool
     is thread-safe, and nothing else in the session changes after it is made."""
 
-    def __init__(self, server: PrometheusServer):
+    def __init__(self, server: PrometheusServer, stopping: threading.Event | None = None):
         self.server = server
-        self.client = connect(server)
+        self.client = connect(server, stopping)
         self.slow: set[str] = set()  # queries found too slow for the server: read alone, so they fail alone
         self.warned: set[tuple[str, str]] = set()  # (policy, warning) said: a failing store warns every read
 

@@ -62,7 +62,8 @@ def cmd_forecast(cfg: Config, args) -> int:
         raise HistoryError(f"{history_name(cfg)}: {real} {cfg.history.step} points with data; a "
                            f"forecast needs at least {MIN_FORECAST_POINTS} (two days): its quantiles come from "
                            "day-over-day errors, and fewer would give q0.5 = q0.99")
-    model = AutoForecaster()
+    # inner folds as long as the horizon asked: the procedure `backtest --horizon` scores as `auto`
+    model = AutoForecaster(horizon=cfg.forecast.horizon)
     frame = on_clock(model, cfg.forecast.timezone).fit(series).predict(cfg.forecast.horizon, cfg.forecast.quantiles)
     notes = _capped_quantiles(frame, model)
     if model.fallback_reason:
@@ -98,18 +99,19 @@ def cmd_backtest(cfg: Config, args) -> int:
     # on the wall-clock hours of forecast.timezone: the models fit, and are scored, as the seasonal clock serves them
     h = cfg.history
     as_read = cfg.model_copy(update={"history": h.model_copy(update={"outlier_factor": None})})
-    actuals = local_hours(load_series(as_read, datetime.now(UTC))[0], cfg.forecast.timezone)
-    series, clipped = (actuals, []) if h.outlier_factor is None else clip_outliers(actuals, h.outlier_factor)
+    series = local_hours(load_series(as_read, datetime.now(UTC))[0], cfg.forecast.timezone)
+    clipped = [] if h.outlier_factor is None else clip_outliers(series, h.outlier_factor)[1]
     if clipped:  # a clipped hour scored at its clipped value would flatter every model (a glitch, or a real burst)
         print(f"note: history {history_name(cfg)}: {len(clipped)} outliers clipped in what the models fit (over "
-              f"{h.outlier_factor:g}x the 99th percentile); scored as they were", file=sys.stderr)
+              f"{h.outlier_factor:g}x the 99th percentile of the whole history; each fold's bound is that of its "
+              "hours before its origin); scored as they were", file=sys.stderr)
     b = cfg.backtest
     if not origins(len(series), b.horizon, b.folds, b.step):
         raise HistoryError(f"{history_name(cfg)}: {len(series)} hourly points; a backtest needs two "
                            f"days to fit plus --horizon (backtest.horizon) {b.horizon} h to score "
                            f"({48 + b.horizon} points at least)")
     result = backtest(series, horizon=b.horizon, folds=b.folds, step=b.step, progress=counter("backtest"),
-                      actuals=actuals)
+                      outlier_factor=h.outlier_factor)
     payload = result.to_json()
     payload["folds_asked"] = b.folds  # beside `folds`, the origins the history holds: a script sees it got fewer
     payload["history"] = str(h.file or (h.prometheus.query if h.prometheus is not None else None))

@@ -163,7 +163,8 @@ def build(cfg: Config, in_cluster: bool = False, timeline: list | None = None, s
     r = cfg.run
     if r.cluster == "kubernetes":
         assert r.prometheus is not None  # RunConfig requires it for a kubernetes controller
-        cluster, demand = _kube(r, in_cluster), PrometheusDemand(r.prometheus)
+        cluster = _kube(r, in_cluster)
+        demand = PrometheusDemand(r.prometheus, stopping=cluster.stopping)  # the reads under way cut at a stop
         forecasts = shared_forecast_store(cluster, r.lease.namespace, cfg.training.drift_window)
         summary = cluster.plan_summary(r.lease.namespace)  # the cluster-wide numbers, beside the Lease
     else:

@@ -104,7 +104,9 @@ class EventsBeside:
     statuses behind their Events. A full queue drops the event; drops and failures go to `failed(reason, error)`
     (the reconciler counts them as `events` errors). While `held()`, queued Events wait: the reconcile's own writes
     (a demand jump's scales and evictions) go to the API server first. Each is sent within `deadline()` (the
-    reconcile's: core.deadline). close() sends what is queued (bounded by `timeout`)."""
+    reconcile's: core.deadline). flush() waits until what is queued is sent; drop() drops it, and every Event after
+    (the replica lets its Lease go: nothing is sent once another could lead); close() sends what is queued (bounded
+    by `timeout`)."""
 
     def __init__(self, cluster: Cluster, failed: Callable[[str, str], None], capacity: int = 4096, workers: int = 2,
                  deadline: Callable[[], float | None] = lambda: None):
@@ -112,12 +114,15 @@ class EventsBeside:
         self._queue: queue.Queue[EventNote | None] = queue.Queue(capacity)
         self._open = threading.Event()  # cleared while held
         self._open.set()
+        self._dropping = threading.Event()  # set by drop(): nothing is sent from then on
         self._threads = [threading.Thread(target=self._run, name=f"headroom-events-{k}", daemon=True)
                          for k in range(workers)]
         for t in self._threads:
             t.start()
 
     def __call__(self, event: EventNote) -> None:
+        if self._dropping.is_set():
+            return
         try:
             self._queue.put_nowait(event)
         except queue.Full:
@@ -135,10 +140,34 @@ class EventsBeside:
     def _run(self) -> None:
         while (event := self._queue.get()) is not None:
             self._open.wait()
-            with within(self.deadline()):
-                error = _record(event, self.cluster)
-            if error:
-                self.failed(event.reason, error)
+            if not self._dropping.is_set():  # (one taken from the queue as drop() emptied it)
+                with within(self.deadline()):
+                    error = _record(event, self.cluster)
+                if error:
+                    self.failed(event.reason, error)
+            self._queue.task_done()
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until every Event queued is sent (True) or `timeout` passes (False)."""
+        end = time.monotonic() + timeout
+        with self._queue.all_tasks_done:
+            while self._queue.unfinished_tasks:
+                if not self._queue.all_tasks_done.wait(max(end - time.monotonic(), 0)) and time.monotonic() >= end:
+                    return False
+        return True
+
+    def drop(self) -> int:
+        """Send nothing more, queued or to come: the Events queued are dropped; how many. One already on its way is
+        not called back (its request may land)."""
+        self._dropping.set()
+        dropped = 0
+        while True:
+            try:
+                event = self._queue.get_nowait()
+            except queue.Empty:
+                return dropped
+            self._queue.task_done()
+            dropped += event is not None
 
     def close(self, timeout: float = 30.0) -> None:
         """Send what is queued, then stop (a queue the API server cannot take within `timeout` is left)."""

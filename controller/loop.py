@@ -154,10 +154,11 @@ class Loop:
             if once:
                 break
             self.stop.wait(min(self.interval, self.lease_seconds / 3))
-        if not self.stop.is_set():  # its statuses written while it still leads; asked to stop, the Lease goes first
-            self.reconciler.flush()  # (the new leader writes its own at once; a backlog would hold the Lease)
+        if not self.stop.is_set():  # its statuses and Events written while it still leads; asked to stop, the Lease
+            self.reconciler.flush()  # goes first (the new leader writes its own at once; a backlog would hold it)
         with self._fence_lock:
             self._leading = self._running = False  # it lets go: leading again later is taking the Lease anew
+        self.reconciler.let_go()  # nothing queued beside is sent once the Lease goes
         try:
             if self.elector.release():
                 log.info("the Lease is released: a standby takes it on its next election round")

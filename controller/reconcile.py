@@ -848,9 +848,21 @@ class Reconciler:
             self._events.close()
 
     def flush(self, timeout: float = 30.0) -> None:
-        """Write the statuses queued beside now (a leader stepping down writes what it decided before it lets go)."""
+        """Write the statuses and Events queued beside now (a leader stepping down writes what it decided before it
+        lets go)."""
+        end = time.monotonic() + timeout
         if self._statuses is not None and not self._statuses.flush(timeout):
             log.warning("statuses still queued after %.0f s", timeout)
+        if self._events is not None and not self._events.flush(max(end - time.monotonic(), 0)):
+            log.warning("Events still queued after %.0f s", timeout)
+
+    def let_go(self) -> None:
+        """This replica lets its Lease go (controller.loop, just before the release): the Events still queued beside
+        are dropped, said how many, and none is sent from then on, as another replica may lead at once (statuses are
+        fenced by the Lease already)."""
+        if self._events is not None and (dropped := self._events.drop()):
+            log.info("%d Events still queued were dropped: this replica lets its Lease go and writes nothing after",
+                     dropped)
 
     def refitting(self) -> int:
         """Background refits not yet taken up."""

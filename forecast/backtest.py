@@ -17,6 +17,7 @@ import pandas as pd
 
 from forecast.base import Forecaster, check_quantile_frame
 from forecast.calibrate import DAY, calibrated_predict, fold_points, origins, scaled_residuals
+from forecast.history import clip_outliers
 from forecast.metrics import coverage, finite_or_none, mase, pinball, seasonal_scale, smape
 from forecast.models import MODELS, Ensemble, combination_name, combine, fill_gaps
 from forecast.shifts import find_shifts
@@ -289,18 +290,20 @@ def pinball_key(quantile: float) -> str:
 
 def score_folds(make: Callable[[], Forecaster], history: pd.Series, fold_origins: Sequence[int], horizon: int,
                 quantiles: Sequence[float], target_quantile: float | None = None,
-                progress: Callable[[int], None] | None = None, actuals: pd.Series | None = None) -> list[dict]:
+                progress: Callable[[int], None] | None = None, outlier_factor: float | None = None) -> list[dict]:
     """A model's metrics at each origin (one row per fold, oldest first): a fresh model fitted on the data before
-    the origin predicts the next `horizon` points; scored where the actual is known. `actuals` (default: `history`)
-    are the hours as they were, where `history` is what the models fit (outliers clipped): the errors and the MASE
-    scale are the actuals'."""
-    values = (history if actuals is None else actuals).to_numpy(dtype=float)
+    the origin predicts the next `horizon` points; scored where the actual is known, against `history`.
+    `outlier_factor` (None: nothing clipped): each fold fits its hours with their outliers clipped by a bound from
+    those hours alone, as the controller cleans the hours it has at each refit; a bound from the whole history would
+    have seen the fold's future (a spike after the origin raises it, and the fold fits hours less clipped)."""
+    values = history.to_numpy(dtype=float)
     quantiles = sorted(set(map(float, quantiles)) | set(SCORED_QUANTILES)
                        | ({float(target_quantile)} if target_quantile is not None else set()))
     rows = []
     for i, origin in enumerate(fold_origins):
         started = time.perf_counter()
-        model = make().fit(history.iloc[:origin])
+        before = history.iloc[:origin]
+        model = make().fit(before if outlier_factor is None else clip_outliers(before, outlier_factor)[0])
         frame = model.predict(horizon, quantiles)
         seconds = time.perf_counter() - started
         check_quantile_frame(frame, horizon, quantiles)
@@ -338,27 +341,29 @@ def share_below(actual: np.ndarray, bound: np.ndarray) -> float:
 
 def backtest(history: pd.Series, horizon: int = DAY, folds: int = 14, step: int = DAY,
              models: Sequence[str] | None = None, quantiles: Sequence[float] = SCORED_QUANTILES,
-             progress: Callable[..., None] | None = None, actuals: pd.Series | None = None) -> BacktestResult:
-    """Score each model, and the honest AutoForecaster (key "auto"), over `folds` rolling origins: fitted on
-    `history`, scored against `actuals` (score_folds)."""
-    truth = history if actuals is None else actuals
+             progress: Callable[..., None] | None = None, outlier_factor: float | None = None) -> BacktestResult:
+    """Score each model, and the honest AutoForecaster (key "auto"), over `folds` rolling origins of `history` (the
+    hours as read): each fold fitted on its hours before the origin, clipped by `outlier_factor` on those alone, and
+    scored against the hours as read (score_folds); `selected` is auto's pick on the whole history, clipped so."""
     names = tuple(models or MODELS)
     fold_origins = origins(len(history), horizon, folds, step)
     makers: dict[str, Callable[[], Forecaster]] = {n: MODELS[n] for n in names}
     candidates = [n for n in names if n in FAST] or list(FAST)
     makers["auto"] = lambda: AutoForecaster(candidates=candidates, horizon=horizon)
-    summary, per_fold, notes = {}, [], null_scores(truth.to_numpy(dtype=float), fold_origins, horizon)
+    summary, per_fold, notes = {}, [], null_scores(history.to_numpy(dtype=float), fold_origins, horizon)
     for j, (name, make) in enumerate(makers.items()):
         tick = (lambda i, j=j, name=name: progress(j * len(fold_origins) + i, len(fold_origins) * len(makers), name)
                 ) if progress else None
-        rows = score_folds(make, history, fold_origins, horizon, quantiles, progress=tick, actuals=actuals)
+        rows = score_folds(make, history, fold_origins, horizon, quantiles, progress=tick,
+                           outlier_factor=outlier_factor)
         summary[name] = {m: v for m, v in summarize(rows).items() if m in METRICS}
         per_fold += [{"model": name, **{k: v for k, v in r.items() if k not in ("fold", "scored_points")}}
                      for r in rows]
         notes += fold_notes(name, rows)
-    if note := unscored_note(truth, fold_origins, horizon):
+    if note := unscored_note(history, fold_origins, horizon):
         notes.append(note)
-    auto = AutoForecaster(candidates=candidates, horizon=horizon).fit(history)
+    whole = history if outlier_factor is None else clip_outliers(history, outlier_factor)[0]
+    auto = AutoForecaster(candidates=candidates, horizon=horizon).fit(whole)
     return BacktestResult(history=str(history.name), horizon=horizon, folds=len(fold_origins),
                           selected=auto.chosen, models=summary, per_fold=per_fold, selected_why=auto.why_chosen,
                           notes=notes)

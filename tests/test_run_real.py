@@ -473,9 +473,10 @@ def test_run_once_on_kubernetes_prints_its_decisions_and_exits_1_when_a_read_fai
     assert (status, "the reconcile failed in part (demand: 1)" in err) == ((0, False) if reachable else (1, True))
 
 
-def start_headroom_run(kube_server, prometheus_url: str, tmp_path, lease: str):
+def start_headroom_run(kube_server, prometheus_url: str, tmp_path, lease: str, **prometheus):
     """`headroom run` as an SRE starts it (the real CLI process, a kubeconfig), once /readyz answers 200: the process
-    and a GET of its metrics port ((status, body); (None, "") if it does not answer)."""
+    and a GET of its metrics port ((status, body); (None, "") if it does not answer). `prometheus`: settings of
+    run.prometheus besides its url and a 2-day lookback."""
     import subprocess
     import sys
     import urllib.request
@@ -488,7 +489,8 @@ def start_headroom_run(kube_server, prometheus_url: str, tmp_path, lease: str):
     config = tmp_path / "headroom.yaml"
     config.write_text(yaml.safe_dump({"run": {
         "cluster": "kubernetes", "namespace": NS, "capacity_gpus": 64, "interval_seconds": 2,
-        "prometheus": {"url": prometheus_url, "lookback": "2d"}, "lease": {"namespace": NS, "name": lease},
+        "prometheus": {"url": prometheus_url, "lookback": "2d", **prometheus},
+        "lease": {"namespace": NS, "name": lease},
         "forecast_log_dir": str(tmp_path / "log"), "retrain_every_seconds": 0,
         "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"}}))
     kubeconfig = kube_server.apiserver.kubeconfig(tmp_path / "kubeconfig")

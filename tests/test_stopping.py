@@ -174,6 +174,64 @@ def test_a_stop_that_comes_mid_reconcile_applies_nothing_after_and_hands_the_lea
     assert any("left undone: the controller is stopping" in m for m in caplog.messages), caplog.messages
 
 
+class AnsweringSlowly:
+    """The controller's cluster for its Events beside, on an API server slow to answer (each Event lands at once, its
+    answer comes `seconds` later): what Lease holder each Event saw as it landed, and what it was about."""
+
+    def __init__(self, cluster, admin, lease: str, seconds: float = 0.5):
+        self.cluster, self.admin, self.lease, self.seconds = cluster, admin, lease, seconds
+        self.landed: list[tuple[str, str | None]] = []
+
+    def emit_event(self, about, reason, message, type="Normal"):
+        self.cluster.emit_event(about, reason, message, type=type)
+        self.landed.append((reason, lease_holder(self.admin, self.lease)))
+        time.sleep(self.seconds)
+
+
+def queue_events(r: Reconciler, n: int) -> None:
+    from controller.actions import EventNote
+    from core.objects import ObjectRef
+
+    assert r._events is not None
+    for k in range(n):
+        r._events(EventNote(ObjectRef("headroom.dev/v1alpha1", "ReservationPolicy", "chat", NS), f"Queued{k}",
+                            "queued beside the reconciles"))
+
+
+@pytest.mark.parametrize("stopped", [True, False])
+def test_no_event_is_sent_after_the_lease_is_let_go(kube, controller, prometheus_server, tmp_path, caplog,  # noqa: F811
+                                                    stopped):
+    """Events go out beside the reconciles, two at a time. Asked to stop, the controller let its Lease go at once and
+    then sent every Event still queued (close()), as a replica that no longer led, beside the new leader's writes;
+    `--once` did the same after its one reconcile. Stopped, those still queued are dropped now, and said how many;
+    `--once` (not stopped) sends them all before it lets go."""
+    r = reconciler(controller, prometheus_server.url, tmp_path, beside=True)
+    lease = "stopping-events"
+    kube.delete(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{lease}")
+    slow = AnsweringSlowly(controller, kube, lease)
+    assert r._events is not None
+    r._events.cluster = slow
+    loop = Loop(r, controller.leader_elector(NS, lease, "replica-a", lease_seconds=30), interval=1, lease_seconds=30,
+                clock=lambda: MONDAY_7AM)
+    assert loop.elector.try_acquire_or_renew()
+    queue_events(r, 6)  # two on their way at once, four queued behind them
+    wait_until(lambda: len(slow.landed) == 2, timeout=10, what="the first two Events to land")
+    with caplog.at_level(logging.INFO):
+        if stopped:
+            loop.stop.set()
+        loop.run(once=True)
+        time.sleep(3 * slow.seconds)  # what is on its way lands
+        r.close()
+    assert lease_holder(kube, lease) is None
+    assert slow.landed and all(holder == "replica-a" for _, holder in slow.landed), slow.landed
+    queued = [reason for reason, _ in slow.landed if reason.startswith("Queued")]
+    if stopped:
+        assert len(queued) == 2, slow.landed
+        assert any("4 Events still queued were dropped" in m for m in caplog.messages), caplog.messages
+    else:
+        assert len(queued) == 6, slow.landed
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_headroom_run_stopped_by_a_signal_says_why_hands_the_lease_over_and_exits_0(kube_server, kube,  # noqa: F811
                                                                                    prometheus_server, tmp_path, sig):
@@ -242,23 +300,24 @@ def test_a_process_stopped_mid_fit_exits_without_finishing_the_fit(tmp_path):
     assert leaving_takes([sys.executable, str(path)]) < 5
 
 
-def test_a_stop_during_a_halted_prometheus_starts_no_further_read(kube, controller, private_prometheus,  # noqa: F811
-                                                                  tmp_path):
+def test_a_stop_during_a_halted_prometheus_cuts_the_read_under_way_and_starts_none(kube, controller,  # noqa: F811
+                                                                                   private_prometheus, tmp_path):
     """SIGTERM while a reconcile reads a Prometheus that answers nothing (a halted host): each policy's read after
     the signal still started and waited out its timeout (30 s at the defaults), up to the reconcile's deadline (60 s),
-    past the pod's 30 s grace period: the kubelet killed the controller before it released its Lease. No read starts
-    after the stop now: only the one in flight is waited for."""
+    past the pod's 30 s grace period: the kubelet killed the controller before it released its Lease. Then no read
+    started after the stop, but the one in flight still waited out its timeout (a stop 21 s, the signal 10 s into the
+    read). The read under way is cut at the stop now, and none starts after."""
     kube.create(f"/apis/apps/v1/namespaces/{NS}/deployments", deployment("second"))
     kube.create(RP, policy("second"))
     seen(controller, "chat", "second")
-    timeout = 4
-    server = PrometheusServer(url=private_prometheus.url, step="5m", timeout_seconds=timeout, retries=0)
+    server = PrometheusServer(url=private_prometheus.url, step="5m", retries=0)  # timeout_seconds: 30 s
     cfg = RunConfig(cluster="kubernetes", prometheus=server, capacity_gpus=128, namespace=NS)
-    r = Reconciler(controller, PrometheusDemand(server), cfg, forecast_log=ForecastLog(tmp_path / "log"))
+    stop = threading.Event()
+    r = Reconciler(controller, PrometheusDemand(server, stopping=stop), cfg, forecast_log=ForecastLog(tmp_path / "log"))
     lease = "stopping-halted-prometheus"
     kube.delete(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{lease}")
     loop = Loop(r, controller.leader_elector(NS, lease, "replica-a", lease_seconds=30), interval=60, lease_seconds=30,
-                clock=lambda: MONDAY_7AM)
+                clock=lambda: MONDAY_7AM, stop=stop)
     private_prometheus.process.signal_group(signal.SIGSTOP)
     try:
         threading.Timer(1, loop.stop.set).start()  # the signal, as the first read waits
@@ -268,8 +327,72 @@ def test_a_stop_during_a_halted_prometheus_starts_no_further_read(kube, controll
     finally:
         private_prometheus.process.signal_group(signal.SIGCONT)
     r.close()
-    assert took < timeout + 2, took  # the read in flight; not one read after another
+    assert took < 3, took  # the signal 1 s into the read; not its timeout, nor one read after another
     assert lease_holder(kube, lease) is None
+
+
+def test_a_refit_read_hanging_on_a_halted_prometheus_holds_no_reconcile_and_is_cut_at_the_stop(  # noqa: F811
+        kube, controller, private_prometheus, tmp_path):  # noqa: F811
+    """The hour's refit re-reads the whole lookback beside the reconciles, bounded only by timeout_seconds (30 s):
+    on a halted Prometheus the reconciles still end by their own deadlines (they take up only finished refits), and
+    the stop cuts the refit's read at once, where it waited out its timeout."""
+    server = PrometheusServer(url=private_prometheus.url, step="5m", retries=0)  # timeout_seconds: 30 s
+    cfg = RunConfig(cluster="kubernetes", prometheus=server, capacity_gpus=128, namespace=NS)
+    stop = threading.Event()
+    r = Reconciler(controller, PrometheusDemand(server, stopping=stop), cfg, forecast_log=ForecastLog(tmp_path / "log"),
+                   refit_beside=True)
+    key = f"{NS}/chat"
+    r.reconcile(MONDAY_7AM)  # reads the whole lookback; the hour's refit fits on it beside
+    r._refits[key].result(timeout=120)
+    gate = threading.Event()
+    assert r._refit_pool is not None
+    r._refit_pool.submit(gate.wait)  # the next hour's refit waits behind it, as behind a thousand others
+    r.reconcile(MONDAY_7AM + pd.Timedelta(hours=1))  # reads only the samples since; queues the refit (a whole re-read)
+    refit = r._refits[key]
+    private_prometheus.process.signal_group(signal.SIGSTOP)
+    try:
+        gate.set()  # the refit's read of the whole lookback begins on the halted Prometheus
+        time.sleep(1)
+        began = time.monotonic()
+        r.reconcile(MONDAY_7AM + pd.Timedelta(hours=1, minutes=10), deadline=time.monotonic() + 3)
+        reconciled = time.monotonic() - began
+        assert not refit.done()
+        stop.set()
+        began = time.monotonic()
+        refit.result(timeout=60)
+        cut = time.monotonic() - began
+    finally:
+        private_prometheus.process.signal_group(signal.SIGCONT)
+        r.close()
+    assert reconciled < 4, reconciled  # its own read cut at its 3 s deadline; not the refit's 30 s
+    assert cut < 2, cut
+
+
+def test_headroom_run_stopped_while_prometheus_is_halted_exits_within_seconds(kube_server, kube,  # noqa: F811
+                                                                             private_prometheus, tmp_path):
+    """`headroom run` on a Prometheus halted mid-run: SIGTERM left the read under way to wait out the reconcile's
+    deadline (15 s here) or its 30 s timeout, the way out past the pod's grace period. The reads under way are cut
+    at the signal now: it says why, hands the Lease over and exits 0 at once. (A 1 s step and lookback: each
+    reconcile, 2 s apart, reads the samples since the last.)"""
+    proc, _ = start_headroom_run(kube_server, private_prometheus.url, tmp_path, "stopping-halted-prometheus-run",
+                                 step="1s", lookback="1h")
+    try:
+        private_prometheus.process.signal_group(signal.SIGSTOP)
+        try:
+            time.sleep(4)  # the reconciles every 2 s: one reads the halted Prometheus now
+            began = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            status = proc.wait(timeout=60)
+            took = time.monotonic() - began
+        finally:
+            private_prometheus.process.signal_group(signal.SIGCONT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        output = proc.stdout.read()
+    assert status == 0 and "Traceback" not in output, output
+    assert took < 3, (took, output)
+    assert "the Lease is released" in output, output
 
 
 def test_a_replica_that_let_its_lease_go_drops_the_trainings_it_had_queued(kube_server, kube, prometheus_server,  # noqa: F811
