@@ -68,8 +68,6 @@ def cmd_forecast(cfg: Config, args) -> int:
     notes = _capped_quantiles(frame, model)
     if model.fallback_reason:
         notes.append(f"{model.name}: fallback to seasonal naive ({model.fallback_reason})")
-    if model.level_shift:
-        notes.append(f"{model.name}: {model.level_shift}")
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     if args.json:

@@ -19,8 +19,7 @@ from forecast.base import Forecaster, check_quantile_frame
 from forecast.calibrate import DAY, calibrated_predict, fold_points, origins, scaled_residuals
 from forecast.history import clip_outliers
 from forecast.metrics import coverage, finite_or_none, mase, pinball, seasonal_scale, smape
-from forecast.models import MODELS, Ensemble, combination_name, combine, fill_gaps
-from forecast.shifts import find_shifts
+from forecast.models import MODELS, Ensemble, combination_name, combine
 
 # Cheap candidates (vectorised numpy, no optimiser) for thousands of series: issue 2's four seasonal ones plus the
 # last value held (a drifting gauge without a daily cycle: issue 13). Picked with COMBINE, LEVEL_CORRECTION and
@@ -58,9 +57,6 @@ LEVEL_CORRECTION: bool | int = 7
 MIN_SELECTION_FOLDS = 7
 WEAK_EVIDENCE = "shrink-unrefuted"
 WEAK_EVIDENCE_RULES = ("shrink", "mean", "shrink-inverse", "shrink-unrefuted")
-# The hours after a recent level shift from which the history before it is re-levelled to the level after it
-# (forecast.shifts); None: never. Picked by round 15 of the protocol (docs/bench-forecast.md).
-LEVEL_SHIFTS: int | None = 12
 METRICS = ("mase", "smape", "pinball_50", "pinball_90", "pinball_95", "coverage_80", "coverage_90",
            *map(below_key, PLANNER_QUANTILES), "fit_seconds")
 
@@ -95,7 +91,7 @@ class AutoForecaster:
     def __init__(self, candidates: Sequence[str] | str = "fast", horizon: int = DAY, folds: int = 14,
                  step: int = DAY, top_k: int = 3, calibration_folds: int = 28, combine: str = COMBINE,
                  level_correction: bool | int = LEVEL_CORRECTION, min_selection_folds: int = MIN_SELECTION_FOLDS,
-                 weak_evidence: str = WEAK_EVIDENCE, level_shifts: int | None = LEVEL_SHIFTS):
+                 weak_evidence: str = WEAK_EVIDENCE):
         self.candidates = {"fast": FAST, "full": FULL}[candidates] if isinstance(candidates, str) else tuple(candidates)
         self.horizon, self.folds, self.step, self.top_k = horizon, folds, step, top_k
         if combine not in COMBINES:
@@ -104,7 +100,6 @@ class AutoForecaster:
         if weak_evidence not in WEAK_EVIDENCE_RULES:
             raise ValueError(f"weak_evidence must be one of {WEAK_EVIDENCE_RULES}, not {weak_evidence!r}")
         self.min_selection_folds, self.weak_evidence = min_selection_folds, weak_evidence
-        self.level_shifts = level_shifts
         # Intervals need more residuals than selection needs scores: four weeks of daily origins (older ones
         # weigh little: calibrate.HALF_LIFE), while the model is picked on the last `folds` only.
         self.calibration_folds = max(calibration_folds, folds)
@@ -112,11 +107,6 @@ class AutoForecaster:
 
     def fit(self, history: pd.Series) -> Self:
         values = history.to_numpy(dtype=float)
-        shifts = find_shifts(fill_gaps(values), self.level_shifts) if self.level_shifts else None
-        self.level_shift = None if shifts is None else shifts.note(len(values))  # said as a fallback is
-        if shifts is not None:  # every candidate, and the intervals, from the newest level (forecast.shifts)
-            values = shifts.relevel(values)
-            history = pd.Series(values, index=history.index, name=history.name)
         fold_origins = origins(len(history), self.horizon, self.calibration_folds, self.step)
         points = {c: fold_points(MODELS[c], history, fold_origins, self.horizon) for c in self.candidates}
         actuals = np.array([values[o:o + self.horizon] for o in fold_origins]).reshape(len(fold_origins), self.horizon)
@@ -311,8 +301,7 @@ def score_folds(make: Callable[[], Forecaster], history: pd.Series, fold_origins
         rows.append({"fold": i, "origin": history.index[origin].isoformat(),
                      **score_fold(actual, frame, seasonal_scale(values[:origin], DAY), target_quantile),
                      "fit_seconds": seconds, "scored_points": int(np.isfinite(actual).sum()),
-                     "fallback": getattr(model, "fallback_reason", None),
-                     "level_shift": getattr(model, "level_shift", None)})
+                     "fallback": getattr(model, "fallback_reason", None)})
         if progress:
             progress(i + 1)
     return rows
@@ -322,7 +311,7 @@ def summarize(rows: Sequence[dict]) -> dict[str, float]:
     """Mean of each metric over folds; coverage and the shares below the planner's quantiles pooled over every
     scored point instead (a fold with few real actuals weighs little)."""
     table = pd.DataFrame(list(rows))
-    metrics = [k for k in table.columns if k not in ("fold", "origin", "scored_points", *NOTED)]
+    metrics = [k for k in table.columns if k not in ("fold", "origin", "scored_points", "fallback")]
     n = table["scored_points"].to_numpy()
     out = {m: float(np.nanmean(table[m])) if np.isfinite(table[m].to_numpy(dtype=float)).any() else float("nan")
            for m in metrics}
@@ -359,7 +348,8 @@ def backtest(history: pd.Series, horizon: int = DAY, folds: int = 14, step: int 
         summary[name] = {m: v for m, v in summarize(rows).items() if m in METRICS}
         per_fold += [{"model": name, **{k: v for k, v in r.items() if k not in ("fold", "scored_points")}}
                      for r in rows]
-        notes += fold_notes(name, rows)
+        if note := fallback_note(name, rows):
+            notes.append(note)
     if note := unscored_note(history, fold_origins, horizon):
         notes.append(note)
     whole = history if outlier_factor is None else clip_outliers(history, outlier_factor)[0]
@@ -369,18 +359,11 @@ def backtest(history: pd.Series, horizon: int = DAY, folds: int = 14, step: int 
                           notes=notes)
 
 
-NOTED = {"fallback": "fallback to seasonal naive", "level_shift": "a level shift re-levelled"}  # score_folds' notes
-
-
-def fold_notes(name: str, rows: Sequence[dict]) -> list[str]:
-    """In how many of its folds (`score_folds` rows) a model fell back to seasonal naive, or re-levelled a level shift
-    (AutoForecaster), and the last one's reason."""
-    notes = []
-    for key, what in NOTED.items():
-        reasons = [r[key] for r in rows if r.get(key)]
-        if reasons:
-            notes.append(f"{name}: {what} in {len(reasons)} of {len(rows)} folds (the last: {reasons[-1]})")
-    return notes
+def fallback_note(name: str, rows: Sequence[dict]) -> str | None:
+    """In how many of its folds (`score_folds` rows) a model fell back to seasonal naive, and the last one's reason."""
+    fallbacks = [r["fallback"] for r in rows if r["fallback"]]
+    return (f"{name}: fallback to seasonal naive in {len(fallbacks)} of {len(rows)} folds (the last: {fallbacks[-1]})"
+            if fallbacks else None)
 
 
 def unscored_note(history: pd.Series, fold_origins: Sequence[int], horizon: int) -> str | None:

@@ -3,8 +3,6 @@ import json
 import subprocess
 import sys
 
-import numpy as np
-import pandas as pd
 import pytest
 
 from cli.main import main
@@ -79,22 +77,6 @@ def test_forecast_says_when_upper_quantiles_are_the_largest_error_seen(history, 
     assert "q0.999 equal the quantile below in every hour" in out["notes"][0] and out["notes"][0] in captured.err
     assert main(["forecast", str(history), "--horizon", "6", "--quantiles", "0.5,0.9", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["notes"] == []
-
-
-def test_forecast_says_a_level_shift_it_forecast_from(tmp_path, capsys):
-    """Demand that doubled 30 hours ago is forecast from the new level, and the note says so (forecast.shifts)."""
-    index = pd.date_range("2026-03-02", periods=14 * 24, freq="h", tz="UTC")
-    noise = np.random.default_rng(1).normal(0, 3, len(index))
-    series = pd.Series(100 + 40 * np.sin(2 * np.pi * np.arange(len(index)) / 24) + noise, index=index)
-    series.iloc[-30:] *= 2.0
-    path = tmp_path / "stepped.csv"
-    write_csv(series, path)
-    assert main(["forecast", str(path), "--horizon", "24", "--quantiles", "0.5,0.9", "--json"]) == 0
-    captured = capsys.readouterr()
-    out = json.loads(captured.out)
-    said = [n for n in out["notes"] if "level shift 30 h before the history's end (x" in n]
-    assert len(said) == 1 and said[0].startswith(out["model"] + ": ") and said[0] in captured.err
-    assert sum(row["q0.5"] for row in out["forecast"]) > 1.6 * series.iloc[-54:-30].sum()
 
 
 def test_backtest_json_contract(history, capsys):

@@ -750,17 +750,6 @@ def test_a_candidate_that_fell_back_is_said_with_its_reason(sqlite_uri):
         "snaive168 fitted on the whole history: fallback to seasonal naive (too short: needs 168 points, has 120)"]
 
 
-def test_a_level_shift_auto_relevelled_is_said_with_the_folds(sqlite_uri):
-    """Demand doubled two and a half days ago: auto forecasts from the new level in the folds after it and in the model
-    trained, and the notes say so, as they say a fallback."""
-    history = demand(days=14)
-    history.iloc[-60:] *= 2.0
-    result = train_series("stepped", history, settings(candidates=("auto",)), Tracker(sqlite_uri))
-    notes = result.to_json()["notes"]
-    assert [n for n in notes if n.startswith("auto: a level shift re-levelled in ")]
-    assert "auto fitted on the whole history: level shift 60 h before the history's end (x2" in " ".join(notes)
-
-
 def test_a_fold_without_a_known_actual_is_said_as_backtest_says_it(sqlite_uri):
     """The export's last day missing: the last fold scores nothing and is left out of the means, and the result
     said only its score (backtest's JSON says it in its notes; train's now too)."""

@@ -30,7 +30,7 @@ from forecast.backtest import (
     POOLED,
     SCORED_QUANTILES,
     AutoForecaster,
-    fold_notes,
+    fallback_note,
     null_scores,
     pinball_key,
     score_folds,
@@ -344,7 +344,7 @@ def _train(name, series, settings, tracker, now, makers, origins, exp, parent, p
 
     model = makers[winner]().fit(series)
     future = model.predict(settings.horizon, list(settings.quantiles))
-    notes = [note for cand, rows in per_fold.items() for note in fold_notes(cand, rows)]
+    notes = [note for cand, rows in per_fold.items() if (note := fallback_note(cand, rows))]
     if note := unscored_note(series, origins, settings.horizon):
         notes.append(note)
     if scores.get(LEARNED_ACROSS, {}).get(key, np.inf) < scores[winner][key]:
@@ -352,8 +352,6 @@ def _train(name, series, settings, tracker, now, makers, origins, exp, parent, p
                      f"({scores[LEARNED_ACROSS][key]:.4g} against {scores[winner][key]:.4g}): {NOT_SERVED}")
     if reason := getattr(model, "fallback_reason", None):
         notes.append(f"{winner} fitted on the whole history: fallback to seasonal naive ({reason})")
-    if shift := getattr(model, "level_shift", None):
-        notes.append(f"{winner} fitted on the whole history: {shift}")
     check_quantile_frame(future, settings.horizon, list(settings.quantiles))
     scale = seasonal_scale(series.to_numpy(dtype=float), DAY)
 
