@@ -32,6 +32,9 @@ class Counting:
     def took_lead(self) -> None:
         pass
 
+    def let_go(self) -> None:
+        pass
+
 
 class Leading:
     def try_acquire_or_renew(self) -> bool:
