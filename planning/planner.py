@@ -302,8 +302,13 @@ def plan_hours(forecasts: Mapping[str, Forecast | None], histories: Mapping[str,
             k = np.searchsorted(f.starts, starts)
             inside = (k < len(f.starts)) & (f.starts[np.minimum(k, len(f.starts) - 1)] == starts)
             target[inside], high[inside] = f.target[k[inside]], f.high[k[inside]]
-        usable = np.isfinite(target) & (target >= 0) & np.isfinite(high) & (high >= target)
-        why = "stale history" if old else ("no forecast" if f is None else "forecast missing, NaN or negative")
+        valid = np.isfinite(target) & (target >= 0) & np.isfinite(high) & (high >= 0)
+        crossing = valid & (high < target)  # the contract refuses it; a forecast read from a store may still carry it
+        usable = valid & ~crossing
+        why = "stale history" if old else "no forecast" if f is None else "forecast missing, NaN or negative"
+        if crossing.any():
+            crossed = f"forecast q{w.headroom_quantile:g} below its q{w.target_quantile:g}"
+            why = f"{why}; {crossed}" if (~valid).any() else crossed
         raw = w.gpus_each(target) + whole_replicas(w.margin_gpus, w.gpus_per_replica)
         if not usable.all():
             # An hour of day not seen in the week: the week's highest peak. No week observed at all: minGpus, and

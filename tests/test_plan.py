@@ -173,6 +173,22 @@ def test_bad_forecast_periods_fall_back_to_last_weeks_same_hour_peak(bad):
     assert w.reason(0, cluster().workloads[0], 64).startswith("fallback (forecast missing, NaN or negative)")
 
 
+def test_crossing_forecast_quantiles_fall_back_saying_they_cross():
+    """The forecast contract refuses a q0.99 below the q0.9, but one read from the controller's store may carry it:
+    the hour falls back, and the reason says what was wrong (nothing there is missing, NaN or negative)."""
+    h = history(4.0)
+    h[h.index.hour == 10] = 50.0
+    frame = pd.DataFrame({0.9: [8.0, 4, 4, 4], 0.99: [3.0, 9, 9, np.nan]},
+                         index=pd.date_range(HOUR, periods=4, freq="h"))
+    (w,) = plan_hours({"chat": Forecast.of(frame, 0.9, 0.99)}, {"chat": History.of(h, NOW)}, cluster(), NOW).workloads
+    assert list(w.from_forecast) == [False, True, True, False] and w.reserved[0] == 26
+    assert w.reason(0, cluster().workloads[0], 64).startswith(
+        "fallback (forecast missing, NaN or negative; forecast q0.99 below its q0.9): last week's peak")
+    frame[0.99] = [3.0, 9, 9, 9]
+    (w,) = plan_hours({"chat": Forecast.of(frame, 0.9, 0.99)}, {"chat": History.of(h, NOW)}, cluster(), NOW).workloads
+    assert w.why_fallback == "forecast q0.99 below its q0.9" and list(w.from_forecast) == [False, True, True, True]
+
+
 def test_missing_forecast_periods_and_no_forecast_fall_back():
     h = history(16.0)
     short = plan_hours({"chat": forecast([4, 4])}, {"chat": History.of(h, NOW)}, cluster(), NOW).workloads[0]
