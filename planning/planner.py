@@ -302,8 +302,13 @@ def plan_hours(forecasts: Mapping[str, Forecast | None], histories: Mapping[str,
             k = np.searchsorted(f.starts, starts)
             inside = (k < len(f.starts)) & (f.starts[np.minimum(k, len(f.starts) - 1)] == starts)
             target[inside], high[inside] = f.target[k[inside]], f.high[k[inside]]
-        usable = np.isfinite(target) & (target >= 0) & np.isfinite(high) & (high >= target)
-        why = "stale history" if old else ("no forecast" if f is None else "forecast missing, NaN or negative")
+        valid = np.isfinite(target) & (target >= 0) & np.isfinite(high) & (high >= 0)
+        crossing = valid & (high < target)  # the contract refuses it; a forecast read from a store may still carry it
+        usable = valid & ~crossing
+        why = "stale history" if old else "no forecast" if f is None else "forecast missing, NaN or negative"
+        if crossing.any():
+            crossed = f"forecast q{w.headroom_quantile:g} below its q{w.target_quantile:g}"
+            why = f"{why}; {crossed}" if (~valid).any() else crossed
         raw = w.gpus_each(target) + whole_replicas(w.margin_gpus, w.gpus_per_replica)
         if not usable.all():
             # An hour of day not seen in the week: the week's highest peak. No week observed at all: minGpus, and
@@ -528,30 +533,52 @@ def shares(total: int, weights: Sequence[tuple[str, float]]) -> dict[str, int]:
     return out
 
 
-def _above_share(t: Training, among: np.ndarray, lent: int, weights: Sequence[tuple[str, float]]) -> np.ndarray:
-    """For each job of `among`, whether its ClusterQueue's jobs among them hold more than the queue's weighted share
-    of the `lent` GPUs (a queue without a weight has no share)."""
-    share = shares(lent, weights)
-    queues = [t.queue[i] for i in among.tolist()]
+def _victims(t: Training, running: np.ndarray, among: np.ndarray, need: int, waste: np.ndarray, lent: int,
+             weights: Sequence[tuple[str, float]], in_time: float | None = None) -> np.ndarray:
+    """The jobs of `among` that give back `need` GPUs, taken in this order (Kueue's own for its candidates, where it
+    says one):
+      1. with `in_time` (the seconds until the GPUs are needed), the jobs that stop within it: the others come back
+         too late to help (inference first);
+      2. of the ClusterQueues holding, with all `running` jobs, more than their weighted share of the `lent` GPUs
+         (a queue without a weight has no share): the borrowing queues, which Kueue takes back from first, so a
+         team within its share keeps its jobs;
+      3. lowest priority: a job is never stopped while one of lower priority of the same kind (1 and 2) could free
+         the GPUs as well;
+      4. least `waste` (per job: the seconds of its GPUs lost to training, stopped as planned);
+      5. fastest to preempt, then id (the same jobs in any order give the same victims).
+    The first jobs in that order that free `need` GPUs, without those the others cover (a large job late in the order
+    makes earlier small ones unnecessary); or, when those are all of one kind, one job alone of that kind and of the
+    lowest priority any such job freeing `need` has (no higher than theirs), if it wastes less (`waste` times its
+    GPUs) than they do."""
+    if not len(among) or need <= 0:
+        return among[:0]
+    share = shares(max(lent, 0), weights)
     held: dict[str, int] = {}
-    for q, g in zip(queues, t.gpus[among].tolist()):
+    for q, g in zip((t.queue[i] for i in running.tolist()), t.gpus[running].tolist()):
         held[q] = held.get(q, 0) + int(g)
-    return np.array([held[q] > share.get(q, 0) for q in queues], dtype=bool)
-
-
-def _victim_order(t: Training, among: np.ndarray, at: float, in_time: float | None = None) -> np.ndarray:
-    """Least work wasted per GPU first (work since the last checkpoint at `at`, plus the time it takes to stop, which
-    is lost too), then lowest priority, then fastest to preempt, then id. With `in_time` (the seconds until the GPUs
-    are needed: the reclaim deadline in an emergency, the time to a ramp), jobs that stop within that many seconds go
-    before the others, which would come back too late."""
-    if not len(among):
-        return among
-    wasted = np.maximum(at - t.last_checkpoint[among], 0.0) + t.preempt_seconds[among]
-    ids = np.array([t.ids[i] for i in among], dtype=object)
-    keys = [ids, t.preempt_seconds[among], t.priority[among], wasted]
-    if in_time is not None:
-        keys.append(t.preempt_seconds[among] > in_time)
-    return among[np.lexsort(tuple(keys))]
+    borrowing = np.array([held.get(t.queue[i], 0) > share.get(t.queue[i], 0) for i in among.tolist()], dtype=bool)
+    late = t.preempt_seconds[among] > in_time if in_time is not None else np.zeros(len(among), dtype=bool)
+    kind = 2 * late.astype(np.int64) + ~borrowing  # 0: in time and borrowing, the first to go
+    gpus, priority = t.gpus[among], t.priority[among]
+    wasted = waste[among]
+    ids = np.array([t.ids[i] for i in among.tolist()], dtype=object)
+    order = np.lexsort((ids, t.preempt_seconds[among], wasted, priority, kind))  # positions in `among`
+    chosen = list(order[: int(np.searchsorted(np.cumsum(gpus[order]), need)) + 1])
+    total = int(gpus[chosen].sum())
+    for k in reversed(chosen[:-1]):
+        if total - int(gpus[k]) >= need:
+            chosen.remove(k)
+            total -= int(gpus[k])
+    kinds = kind[chosen]
+    if (kinds == kinds[0]).all():
+        alone = order[(gpus[order] >= need) & (kind[order] == kinds[0]) & (priority[order] <= priority[chosen].max())]
+        if len(alone):
+            alone = alone[priority[alone] == priority[alone].min()]
+            cost = wasted * gpus
+            best = alone[int(np.argmin(cost[alone]))]  # the first of equals in the order
+            if cost[best] < cost[chosen].sum():
+                chosen = [best]
+    return among[np.array(chosen, dtype=np.int64)]
 
 
 def plan_step(hours: HourPlan, observed: Mapping[str, Observed], training: Training, policy: ClusterPolicy,
@@ -717,8 +744,10 @@ def _preemptions(hours: HourPlan, steps: list[WorkloadStep], t: Training, policy
         return ()
     running = np.arange(len(t.ids))
     out: list[Preemption] = []
-    deadline = policy.reclaim_deadline_seconds
+    deadline, weights = policy.reclaim_deadline_seconds, policy.queue_weights
     first = steps[0].name if steps else ""
+    waste = np.maximum(now - t.last_checkpoint, 0.0) + t.preempt_seconds  # stopped now: the work since its last
+    # checkpoint, and the time it takes to stop
 
     def stop(victims: np.ndarray, kind: str, at: float, workload: str, why: str, lost: float | None = None) -> None:
         nonlocal running
@@ -727,36 +756,10 @@ def _preemptions(hours: HourPlan, steps: list[WorkloadStep], t: Training, policy
             out.append(Preemption(t.ids[i], int(t.gpus[i]), kind, at, work_lost, workload, why))
         running = np.setdiff1d(running, victims, assume_unique=True)
 
-    def enough(order: np.ndarray, need: int) -> np.ndarray:
-        """The first victims in `order` that free `need` GPUs, without those the others cover (a large job late in
-        the order makes earlier small ones unnecessary); or one job alone, of no higher priority, if it wastes less
-        (work since its checkpoint plus stop time, times its GPUs) than they do."""
-        chosen = list(order[: int(np.searchsorted(np.cumsum(t.gpus[order]), need)) + 1])
-        total = int(t.gpus[chosen].sum())
-        for i in reversed(chosen[:-1]):
-            if total - int(t.gpus[i]) >= need:
-                chosen.remove(i)
-                total -= int(t.gpus[i])
-        waste = (np.maximum(now - t.last_checkpoint, 0.0) + t.preempt_seconds) * t.gpus
-        alone = order[(t.gpus[order] >= need) & (t.priority[order] <= t.priority[chosen].max())
-                      & (t.preempt_seconds[order] <= t.preempt_seconds[chosen].max())]
-        if len(alone):
-            best = alone[int(np.argmin(waste[alone]))]  # the first of equals in the order
-            if waste[best] < waste[chosen].sum():
-                chosen = [best]
-        return np.array(chosen, dtype=np.int64)
-
-    # Training may hold what is lent now; beyond it, inference needs the GPUs back: jobs that stop within the
-    # deadline first (the others come back too late to help), and of the ClusterQueues holding more than their
-    # weighted share of the lent slack (the GPUs they hold above it are at least as many as are over), as Kueue
-    # takes back from borrowing queues first: a team within its share keeps its jobs, unless only another team's
-    # jobs could come back in time.
+    # Training may hold what is lent now; beyond it, inference needs the GPUs back, from the jobs that can stop within
+    # the deadline first, of the ClusterQueues above their weighted share of the lent slack (_victims).
     over = t.running_gpus - lent
     if over > 0:
-        borrowers = running[_above_share(t, running, lent, policy.queue_weights)]
-        fast = running[t.preempt_seconds[running] <= deadline]
-        fast_borrowed = int(t.gpus[np.intersect1d(borrowers, fast)].sum())
-        among = borrowers if fast_borrowed >= min(over, int(t.gpus[fast].sum())) else running
         above = [s for s in steps if s.peak_gpus + s.buffer_gpus > s.forecast_gpus and s.reserved_gpus > 0]
         kind = "emergency" if above else "planned"
         why = f"training holds {over} GPUs more than the {lent} lent now"
@@ -765,13 +768,13 @@ def _preemptions(hours: HourPlan, steps: list[WorkloadStep], t: Training, policy
                 f"{s.name} peak {s.peak_gpus} + buffer {s.buffer_gpus} > forecast {s.forecast_gpus}"
                 for s in above) + ")"
         workload = above[0].name if above else first
-        stop(enough(_victim_order(t, among, now, deadline), over), kind, now, workload, why)
+        stop(_victims(t, running, running, over, waste, lent, weights, deadline), kind, now, workload, why)
     # The headroom guarantee: slow-to-preempt jobs may only hold what no plausible demand needs before they are gone.
     if not t.slowest_seconds <= deadline:  # else none is slow, and nothing is over the room (never negative)
         slow = running[t.preempt_seconds[running] > deadline]
         over = int(t.gpus[slow].sum()) - room
         if over > 0:
-            stop(enough(_victim_order(t, slow, now), over), "planned", now, first,
+            stop(_victims(t, running, slow, over, waste, lent, weights), "planned", now, first,
                  f"slow-to-preempt jobs exceed the {room} GPUs no plausible demand needs before they could stop "
                  "(outside the headroom band)")
     # A forecast ramp-up: stop jobs at their last checkpoint before the GPUs are needed. Only ramps within one
@@ -791,19 +794,21 @@ def _preemptions(hours: HourPlan, steps: list[WorkloadStep], t: Training, policy
         need_at = float(starts[p]) - lead
         why = f"forecast ramp-up at {_clock(starts[p])} leaves {int(hours.slack[p])} GPUs of slack; GPUs needed by " \
               f"{_clock(need_at)}"
-        # a Workload asking no GPUs frees none; jobs that can stop by need_at go first (the others come back late)
-        for i in _victim_order(t, running[t.gpus[running] > 0], need_at, max(need_at - now, 0.0)):
-            if over <= 0:
-                break
-            ready_by = need_at - float(t.preempt_seconds[i])
-            interval, last = float(t.checkpoint_interval[i]), float(t.last_checkpoint[i])
-            ckpt = last + interval * max(math.floor((ready_by - last) / interval), 0)
-            # a checkpoint still to come before ready_by, or the one taken just now: stopping there loses nothing (a
-            # newest checkpoint said to be after ready_by, from a clock ahead of ours, is no checkpoint in time)
-            if now <= ckpt <= max(ready_by, now):
-                stop(np.array([i]), "planned", ckpt, first,
-                     why + f"; stops at its checkpoint {_clock(ckpt)}", lost=0.0)
-            else:  # no checkpoint fits before then: run as long as possible, lose the partial interval
-                stop(np.array([i]), "planned", max(ready_by, now), first, why + "; no checkpoint before then")
-            over -= int(t.gpus[i])
+        # each job stopped for it: at the last checkpoint before it must stop to be ready by need_at, losing nothing,
+        # or with none in time (or a newest checkpoint said to be after then, from a clock ahead of ours), as late as
+        # it can, losing the work since its last
+        ready_by = need_at - t.preempt_seconds
+        with np.errstate(invalid="ignore"):
+            ckpt = t.last_checkpoint + t.checkpoint_interval * np.maximum(
+                np.floor((ready_by - t.last_checkpoint) / t.checkpoint_interval), 0)
+        at_ckpt = (now <= ckpt) & (ckpt <= np.maximum(ready_by, now))
+        stops = np.where(at_ckpt, ckpt, np.maximum(ready_by, now))
+        lost = np.where(at_ckpt, 0.0, np.maximum(stops - t.last_checkpoint, 0.0))
+        idle = np.maximum(need_at - stops, t.preempt_seconds)  # stopping, then idle until the GPUs are needed
+        # a Workload asking no GPUs frees none; jobs that can stop by need_at go first (the others come back late), of
+        # the queues above their share of the slack then
+        for i in _victims(t, running, running[t.gpus[running] > 0], over, lost + idle, int(hours.slack[p]), weights,
+                          max(need_at - now, 0.0)):
+            then = f"; stops at its checkpoint {_clock(ckpt[i])}" if at_ckpt[i] else "; no checkpoint before then"
+            stop(np.array([i]), "planned", float(stops[i]), first, why + then, lost=float(lost[i]))
     return tuple(out)

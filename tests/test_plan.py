@@ -173,6 +173,22 @@ def test_bad_forecast_periods_fall_back_to_last_weeks_same_hour_peak(bad):
     assert w.reason(0, cluster().workloads[0], 64).startswith("fallback (forecast missing, NaN or negative)")
 
 
+def test_crossing_forecast_quantiles_fall_back_saying_they_cross():
+    """The forecast contract refuses a q0.99 below the q0.9, but one read from the controller's store may carry it:
+    the hour falls back, and the reason says what was wrong (nothing there is missing, NaN or negative)."""
+    h = history(4.0)
+    h[h.index.hour == 10] = 50.0
+    frame = pd.DataFrame({0.9: [8.0, 4, 4, 4], 0.99: [3.0, 9, 9, np.nan]},
+                         index=pd.date_range(HOUR, periods=4, freq="h"))
+    (w,) = plan_hours({"chat": Forecast.of(frame, 0.9, 0.99)}, {"chat": History.of(h, NOW)}, cluster(), NOW).workloads
+    assert list(w.from_forecast) == [False, True, True, False] and w.reserved[0] == 26
+    assert w.reason(0, cluster().workloads[0], 64).startswith(
+        "fallback (forecast missing, NaN or negative; forecast q0.99 below its q0.9): last week's peak")
+    frame[0.99] = [3.0, 9, 9, 9]
+    (w,) = plan_hours({"chat": Forecast.of(frame, 0.9, 0.99)}, {"chat": History.of(h, NOW)}, cluster(), NOW).workloads
+    assert w.why_fallback == "forecast q0.99 below its q0.9" and list(w.from_forecast) == [False, True, True, True]
+
+
 def test_missing_forecast_periods_and_no_forecast_fall_back():
     h = history(16.0)
     short = plan_hours({"chat": forecast([4, 4])}, {"chat": History.of(h, NOW)}, cluster(), NOW).workloads[0]
@@ -423,6 +439,13 @@ def test_ramp_up_preemption_is_planned_at_the_last_checkpoint_before_the_gpus_ar
                      {"id": "z", "gpus": 20, "interval": 1800.0, "last": at("10:20")})
     s = plan_step(ramp, {}, three, cluster(), at("10:35"))
     assert [(p.job, p.at, p.work_lost_seconds) for p in s.preemptions] == [("y", at("10:42"), 0.0)]
+    # what a job loses is counted as it would stop: x reaches a checkpoint at 10:40 and loses nothing (its GPUs then
+    # wait 5 minutes for the ramp), y has none before 10:44 and would lose 14 minutes, though its last is newer
+    two = training({"id": "x", "gpus": 20, "interval": 600.0, "last": at("10:20")},
+                   {"id": "y", "gpus": 20, "interval": 3600.0, "last": at("10:30")},
+                   {"id": "z", "gpus": 20, "interval": 3600.0, "last": at("10:25")})
+    assert [(p.job, p.at, p.work_lost_seconds) for p in plan_step(ramp, {}, two, cluster(), at("10:35")).preemptions
+            ] == [("x", at("10:40"), 0.0)]
     # a Workload asking no GPUs (CPU only, in the same queue) frees none: never stopped for a ramp
     cpu = training({**job, "id": "cpu", "gpus": 0, "last": at("10:35")}, {**job, "last": at("10:30")})
     assert [p.job for p in plan_step(ramp, {}, cpu, cluster(), at("10:35")).preemptions] == ["j"]
@@ -561,6 +584,42 @@ def test_gpus_taken_back_come_from_the_teams_above_their_share_of_the_slack():
     assert [p.job for p in late.preemptions if "more than the 8 lent" in p.reason] == ["b0", "a0"]
 
 
+def test_gpus_a_ramp_or_the_headroom_band_takes_back_come_from_the_teams_above_their_share():
+    """As above, but the GPUs are taken back for a forecast ramp (11:00 leaves 8 GPUs of slack: 4 for each team) and
+    to keep slow jobs out of the headroom band: b's job, which loses least, is within b's share and stays."""
+    pol = cluster(weights=(("a", 1.0), ("b", 1.0)))
+    ramp = hours_of([4, 112, 112, 112], pol=pol)  # 62 lent now; 11:00: 56 reserved, GPUs needed by 10:45
+    jobs = training(*({"id": f"a{k}", "gpus": 4, "queue": "a", "last": at("10:20")} for k in range(3)),
+                    {"id": "b0", "gpus": 4, "queue": "b", "last": at("10:30")})
+    assert sorted(p.job for p in plan_step(ramp, {}, jobs, pol, at("10:35")).preemptions) == ["a0", "a1"]
+    # lent 62, band 20: slow jobs may hold 42, 31 of them each team's share; a holds 42 of 56 slow GPUs
+    band = hours_of([4] * 4, pol=pol, hi_extra=40)
+    now = NOW.timestamp()
+    slow = training(*({"id": f"a{k}", "gpus": 14, "queue": "a", "preempt": 900.0, "last": now - 600} for k in range(3)),
+                    {"id": "b0", "gpus": 14, "queue": "b", "preempt": 900.0, "last": now - 60})
+    (x,) = plan_step(band, {}, slow, pol, now).preemptions
+    assert x.job == "a0" and "headroom band" in x.reason
+
+
+def test_a_higher_priority_job_is_stopped_only_when_no_lower_priority_one_would_do():
+    """Kueue takes its candidates from the lowest priority up: a priority-100 job 9 minutes past its checkpoint stays,
+    the priority-0 job 10 minutes past its own goes, whichever stage takes GPUs back."""
+    now = NOW.timestamp()
+    jobs = training({"id": "high", "gpus": 24, "priority": 100, "last": now - 540},
+                    {"id": "low", "gpus": 24, "priority": 0, "last": now - 600})
+    s = plan_step(hours_of([4] * 4), {"chat": observed((now, 40.0))}, jobs, cluster(), now)  # 20 reserved: 44 lent
+    assert [x.job for x in s.preemptions] == ["low"]
+    ramp = hours_of([4, 40, 40, 40])  # 11:00: slack 44
+    jobs = training({"id": "high", "gpus": 24, "priority": 100, "last": at("10:20")},
+                    {"id": "low", "gpus": 24, "priority": 0, "last": at("10:19")})
+    assert [x.job for x in plan_step(ramp, {}, jobs, cluster(), at("10:35")).preemptions] == ["low"]
+    # a lower-priority job that cannot stop in time does not spare one that can
+    late = training({"id": "high", "gpus": 24, "priority": 100, "last": now - 540},
+                    {"id": "low", "gpus": 24, "priority": 0, "preempt": 900.0, "last": now - 600})
+    s = plan_step(hours_of([4] * 4), {"chat": observed((now, 40.0))}, late, cluster(), now)
+    assert [x.job for x in s.preemptions if "more than the" in x.reason] == ["high"]
+
+
 def test_emergency_takes_jobs_that_stop_within_the_deadline_first():
     now = NOW.timestamp()
     jobs = training({"id": "slow", "gpus": 20, "preempt": 900.0, "last": now - 60},
@@ -586,10 +645,10 @@ def test_preempts_no_more_than_it_needs():
 
 
 @pytest.mark.parametrize("jobs, first", [
-    # least work lost first
+    # lowest priority first
+    ([dict(id="a", priority=5), dict(id="b", priority=1, last=-900), dict(id="c", priority=3, last=-60)], "b"),
+    # equal priority: least work lost first
     ([dict(id="a", last=-600), dict(id="b", last=-60), dict(id="c", last=-300)], "b"),
-    # equal work lost: lowest priority first
-    ([dict(id="a", priority=5), dict(id="b", priority=1), dict(id="c", priority=3)], "b"),
     # equal work lost and priority: fastest to preempt first
     ([dict(id="a", preempt=120.0), dict(id="b", preempt=90.0), dict(id="c", preempt=30.0)], "c"),
     # all equal: by id

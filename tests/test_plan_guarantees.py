@@ -19,6 +19,7 @@ from planning.planner import (
     Observed,
     Training,
     WorkloadPolicy,
+    _victims,
     plan_hours,
     plan_step,
     shares,
@@ -265,6 +266,74 @@ def test_gpus_lent_beyond_the_slack_are_taken_from_the_teams_above_their_share(s
     assert sum(p.gpus for p in taken) >= over
     assert all(held[queues[training.ids.index(p.job)]] > share.get(queues[training.ids.index(p.job)], 0)
                for p in taken), (held, share, taken)
+
+
+def assert_no_higher_priority_victim_than_needed(t: Training, victims, candidates, need, lent, weights, in_time):
+    """No victim has a higher priority than a job left running that is of the same kind (able to stop `in_time` or
+    not; its ClusterQueue above its weighted share of `lent` or not) and would have freed `need` GPUs in its place;
+    and the victims free `need` GPUs when the candidates can."""
+    share = shares(max(lent, 0), weights)
+    held = {q: int(t.gpus[[k for k, x in enumerate(t.queue) if x == q]].sum()) for q in set(t.queue)}
+
+    def kind(i):
+        return (in_time is not None and t.preempt_seconds[i] > in_time, held[t.queue[i]] > share.get(t.queue[i], 0))
+    freed = int(t.gpus[victims].sum())
+    assert freed >= min(need, int(t.gpus[candidates].sum()))
+    for v in victims:
+        for n in set(candidates) - set(victims):
+            if kind(n) == kind(v) and t.priority[n] < t.priority[v]:
+                assert freed - t.gpus[v] + t.gpus[n] < need, (t.ids[v], t.ids[n], need)
+
+
+job_list = st.lists(st.tuples(st.integers(0, 12), st.sampled_from(["a", "b", "c"]), st.integers(0, 3),
+                             st.sampled_from([30.0, 300.0, 900.0]), st.floats(0, 3600)), min_size=1, max_size=8)
+
+
+def jobs_of(jobs, now: float) -> Training:
+    """(GPUs, ClusterQueue, priority, preemption seconds, seconds since the last checkpoint) per job."""
+    return Training(tuple(f"j{i}" for i in range(len(jobs))), tuple(j[1] for j in jobs),
+                    np.array([j[0] for j in jobs], np.int64), np.array([j[2] for j in jobs], np.int64),
+                    np.array([j[3] for j in jobs]), np.full(len(jobs), 1800.0), now - np.array([j[4] for j in jobs]))
+
+
+@settings(max_examples=150, deadline=None)
+@given(job_list, st.integers(0, 64))
+def test_gpus_lent_beyond_the_slack_come_from_the_lowest_priority_jobs_that_would_do(jobs, reserved):
+    """A plan on a 64-GPU cluster whose one workload reserves `reserved` GPUs: what training holds beyond the rest."""
+    w = WorkloadPolicy("w", demand_per_gpu=1.0, min_gpus=0, scale_in_delay_seconds=0.0)
+    policy = ClusterPolicy(64, (w,), (("a", 1.0), ("b", 2.0)), horizon_hours=H)
+    frame = pd.DataFrame({q: np.full(H + 1, float(reserved)) for q in QUANTILES},
+                         index=pd.date_range(BASE, periods=H + 1, freq="h"))
+    history = pd.Series(float(reserved), index=pd.date_range(BASE - pd.Timedelta(days=8), BASE, freq="h"))
+    training = jobs_of(jobs, BASE.timestamp())
+    _, step = plan({"w": frame}, {"w": history}, {}, training, policy, BASE)
+    taken = [training.ids.index(p.job) for p in step.preemptions if "more than the" in p.reason]
+    assert_no_higher_priority_victim_than_needed(
+        training, np.array(taken, np.int64), np.arange(len(jobs)), training.running_gpus - step.lent_gpus,
+        step.lent_gpus, policy.queue_weights, policy.reclaim_deadline_seconds)
+
+
+@settings(max_examples=300, deadline=None)
+@given(job_list, st.data(), st.integers(0, 40), st.integers(0, 40),
+       st.one_of(st.none(), st.sampled_from([60.0, 600.0])))
+def test_every_stage_takes_the_lowest_priority_jobs_of_the_first_kind_that_would_do(jobs, data, need, lent, in_time):
+    """What each stage (GPUs lent beyond the slack, slow jobs in the headroom band, a ramp) stops: of any candidates
+    (a subset of the running jobs), never a higher-priority job where a lower-priority one of the same kind would do;
+    and never a job of a later kind (late; of a team within its share) while one of an earlier kind would do."""
+    t = jobs_of(jobs, 10_000.0)
+    candidates = np.array(sorted(data.draw(st.sets(st.integers(0, len(jobs) - 1), min_size=1))), np.int64)
+    weights = (("a", 1.0), ("b", 2.0))
+    wasted = np.array([j[4] for j in jobs]) + t.preempt_seconds
+    victims = _victims(t, np.arange(len(jobs)), candidates, need, wasted, lent, weights, in_time)
+    assert len(set(victims.tolist())) == len(victims) and set(victims.tolist()) <= set(candidates.tolist())
+    assert_no_higher_priority_victim_than_needed(t, victims, candidates, need, lent, weights, in_time)
+    share = shares(lent, weights)
+    held = {q: int(t.gpus[[k for k, x in enumerate(t.queue) if x == q]].sum()) for q in set(t.queue)}
+    rank = {i: (in_time is not None and t.preempt_seconds[i] > in_time, not held[t.queue[i]] > share.get(t.queue[i], 0))
+            for i in candidates.tolist()}
+    if len(victims):  # the kinds before the last one taken could not free the GPUs alone
+        worst = max(rank[i] for i in victims.tolist())
+        assert sum(int(t.gpus[i]) for i in candidates.tolist() if rank[i] < worst) < need
 
 
 @settings(max_examples=60, deadline=None)
