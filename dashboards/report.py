@@ -228,13 +228,19 @@ def plot_preemptions(result: SimResult, path: Path) -> Figure:
         ax.bar(hours, per_hour, width=width, bottom=bottom, align="edge", color=color,
                label=f"{kind}: {len(mine)} jobs, {int(per_hour.sum())} GPUs")
         bottom += per_hour
+    # from 0 (an axis without bars ran negative), with room above the bars for the legend: it hides none of them
+    ax.set_ylim(0, max(bottom.max(), 1) * 1.3)
+    if ev.empty:  # an empty chart said nothing: say there was nothing to draw
+        ax.text(0.5, 0.5, f"no training job was preempted under the {r.reference} policy", transform=ax.transAxes,
+                ha="center", va="center")
     ax.set_xlabel("time (UTC)")
     ax.set_ylabel("GPUs preempted per hour")
     demand = ax.twinx()
     demand.plot(s.index, s["demand_gpus"], color="black", lw=0.6, alpha=0.5)
     demand.set_ylabel("demand (GPUs, black line)")
     demand.set_ylim(bottom=0)
-    ax.set_title(f"Training preemptions ({r.reference} policy; reclaim p99 {r.reclaim_p99_seconds:.0f} s)")
+    reclaim = f"reclaim p99 {r.reclaim_p99_seconds:.0f} s" if not ev.empty else "no preemptions"
+    ax.set_title(f"Training preemptions ({r.reference} policy; {reclaim})")
     ax.legend(loc="upper left", fontsize=8)
     caption = ("Green bars are training jobs stopped ahead of a forecast ramp-up (at a checkpoint where one fits); red "
                "bars are GPUs taken back at once because inference needed more than planned (demand noise or a "

@@ -344,3 +344,50 @@ def test_the_demand_plots_legend_hides_no_data(reference, tmp_path, monkeypatch)
     shown = ax.transData.transform(np.asarray(points, dtype=float))
     hidden = [p for p, (x, y) in zip(points, shown) if box.contains(x, y)]
     assert not hidden, f"{len(hidden)} of {len(points)} plotted points under the legend, e.g. {hidden[:3]}"
+
+
+def _drawn(monkeypatch, plot, *args):
+    """The matplotlib Figure a report plot draws (its file not written)."""
+    import dashboards.report as report_module
+
+    figures = []
+    monkeypatch.setattr(report_module, "_save", lambda fig, path: figures.append(fig) or path)
+    plot(*args)
+    return figures[-1]
+
+
+def test_a_policy_that_preempts_nothing_gets_a_preemption_plot_that_says_so(tmp_path, monkeypatch):
+    """Flat demand: the reservation never moves, so nothing is preempted. The plot's axis ran from -0.04 to 0.04 GPUs,
+    its title gave a 'reclaim p99 0 s' of no reclaim, and nothing said there was nothing to draw."""
+    from controller.simulate import simulate
+    from dashboards.report import plot_preemptions
+
+    varying = synthetic_demand(days=5)
+    demand = varying * 0 + varying.mean()
+    scenario = Scenario(demand, 128, 1)
+    r = simulate(scenario, default_spec(scenario, demand_per_gpu(demand, peak_gpus=100)), reference="static",
+                 timeline=True, detail=True)
+    assert r.preemptions == 0 and r.events.empty  # the case
+    ax = _drawn(monkeypatch, plot_preemptions, r, tmp_path / "p.png").axes[0]
+    assert ax.get_ylim()[0] == 0, ax.get_ylim()
+    assert any("no training job was preempted" in t.get_text() for t in ax.texts), [t.get_text() for t in ax.texts]
+    assert "reclaim p99" not in ax.get_title() and "no preemptions" in ax.get_title()
+
+
+def test_the_preemption_plots_legend_hides_no_bar(tmp_path, monkeypatch):
+    """The bars' axis ended at the tallest bar, so the legend in its upper left could cover the bars there."""
+    from controller.simulate import simulate
+    from dashboards.report import plot_preemptions
+
+    demand = synthetic_demand(days=5)
+    scenario = Scenario(demand, 128, 2)  # a tall bar in the first hours
+    r = simulate(scenario, default_spec(scenario, demand_per_gpu(demand, peak_gpus=100)), reference="forecast",
+                 timeline=True, detail=True)
+    assert r.preemptions > 0
+    fig = _drawn(monkeypatch, plot_preemptions, r, tmp_path / "p.png")
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    legend = ax.get_legend().get_window_extent()
+    covered = [p for p in ax.patches if p.get_height() > 0 and p.get_window_extent().overlaps(legend)]
+    assert not covered, f"{len(covered)} bars under the legend"
+    assert ax.get_ylim()[0] == 0
