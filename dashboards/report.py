@@ -172,9 +172,13 @@ def plot_demand(result: SimResult, path: Path, gpus: int | None = None,
     accounted = len(s) - 1  # the first row's interval ends as the replay starts: no figure counts it (README)
     ax.scatter(short.index, short["demand_gpus"], color="red", s=10, zorder=3,
                label=f"unmet demand within the cluster ({len(short)} of {accounted} steps)")
+    # the cluster's size, when demand or the band goes above it: nothing above it can be reserved
     if gpus is not None and (s["demand_gpus"] > gpus + 1e-9).any():
         ax.axhline(gpus, color="red", lw=0.8, linestyle="--",
                    label=f"capacity {gpus} GPUs: demand above it cannot be served ({r.shortage_over_capacity:.1%})")
+    elif gpus is not None and (d["high_gpus"] > gpus + 1e-9).any():
+        ax.axhline(gpus, color="red", lw=0.8, linestyle="--",
+                   label=f"capacity {gpus} GPUs: no reservation goes above it")
     if missing_note(missing):
         assert missing is not None
         no_data = s.index.isin(missing)

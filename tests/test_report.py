@@ -391,3 +391,23 @@ def test_the_preemption_plots_legend_hides_no_bar(tmp_path, monkeypatch):
     covered = [p for p in ax.patches if p.get_height() > 0 and p.get_window_extent().overlaps(legend)]
     assert not covered, f"{len(covered)} bars under the legend"
     assert ax.get_ylim()[0] == 0
+
+
+def test_a_planned_level_above_the_cluster_is_drawn_with_the_cluster(tmp_path, monkeypatch):
+    """A spike in the history puts static's level (the lookback's peak) above the 128-GPU cluster while the simulated
+    day's demand stays below it: the plot drew the level at ~3x demand with no cluster line, as if it were reserved."""
+    from matplotlib.lines import Line2D
+
+    from controller.simulate import simulate
+    from dashboards.report import plot_demand
+
+    demand = synthetic_demand(days=5)
+    per_gpu = demand_per_gpu(demand, peak_gpus=100)
+    demand.iloc[len(demand) // 3:len(demand) // 3 + 24] = 2 * demand.max()  # two hours of history, in the lookback
+    scenario = Scenario(demand, 128, 1)
+    r = simulate(scenario, default_spec(scenario, per_gpu), reference="static", timeline=True, detail=True)
+    assert r.detail["high_gpus"].max() > 128 >= r.timeline["demand_gpus"].max()  # the case
+    ax = _drawn(monkeypatch, plot_demand, r, tmp_path / "demand.png", 128).axes[0]
+    capacity = [a for a in ax.get_lines() if isinstance(a, Line2D) and "capacity 128 GPUs" in a.get_label()]
+    assert capacity and set(capacity[0].get_ydata()) == {128}, [a.get_label() for a in ax.get_lines()]
+    assert "cannot be served" not in capacity[0].get_label()  # no demand went above it
