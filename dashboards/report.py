@@ -256,7 +256,9 @@ def plot_preemptions(result: SimResult, path: Path) -> Figure:
 def plot_tune(result: TuneResult, path: Path) -> Figure:
     plot_tradeoff(result, path)
     caption = ("Each dot is one setting tried on the history (target quantile, warm buffer, ...): right is more "
-               f"shortage, up is more utilization. The circled one is recommended: {result.reason}.")
+               "shortage, up is more utilization; hollow ones miss the objective (shortage or short steps), and "
+               f"settings of equal figures are rings one around the other. The circled one is recommended: "
+               f"{result.reason}.")
     return Figure("Tuning trade-off", caption, path)
 
 
