@@ -143,9 +143,18 @@ def missing_note(missing: pd.DatetimeIndex | None) -> str:
     return f"no data in the trace for {len(missing)} steps: demand taken as the last sample seen"
 
 
+def fallback_note(result: SimResult) -> str:
+    """In how many hours the plan fell back, not planning from its forecast or level ('' in none)."""
+    if not result.forecast_fallback_hours:
+        return ""
+    return (f"the {result.reference} policy's plan fell back in {result.forecast_fallback_hours} simulated hours (too "
+            "little or stale history): there it reserved the planner's conservative fallback, not its own plan")
+
+
 def notes(result: SimResult, gpus: int, missing: pd.DatetimeIndex | None) -> list[str]:
-    """What a result's figures leave out: demand above the cluster, and the steps the trace has no sample for."""
-    return [n for n in (above_cluster_note(result, gpus), missing_note(missing)) if n]
+    """What a result's figures leave out: demand above the cluster, the steps the trace has no sample for, and the
+    hours its plan fell back."""
+    return [n for n in (above_cluster_note(result, gpus), missing_note(missing), fallback_note(result)) if n]
 
 
 def plot_demand(result: SimResult, path: Path, gpus: int | None = None,
@@ -164,6 +173,12 @@ def plot_demand(result: SimResult, path: Path, gpus: int | None = None,
     if d["target_gpus"].notna().any():
         ax.fill_between(d.index, d["target_gpus"], d["high_gpus"], step="post", color="tab:blue", alpha=0.18,
                         label=band)
+    no_band = d["target_gpus"].isna()
+    if no_band.any():  # a missing band is said, not left blank: the plan there is the planner's fallback
+        ax.fill_between(d.index, 0, 1, where=no_band.to_numpy(), step="post", transform=ax.get_xaxis_transform(),
+                        color="tab:orange", alpha=0.12,
+                        label=f"no {'forecast' if forecast else 'planned level'} for {no_band.sum()} of {len(d)} "
+                              "steps: the planner's fallback")
     ax.plot(s.index, s["demand_gpus"], color="black", lw=0.8, label="demand")
     ax.step(s.index, s["reserved_gpus"], where="post", color="tab:blue", lw=1.2, label=f"{r.reference} reservation")
     ax.step(s.index, s["warm_gpus"], where="post", color="tab:green", lw=0.8, alpha=0.8, label="warm, serving GPUs")

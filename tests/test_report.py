@@ -347,11 +347,12 @@ def test_the_demand_plots_legend_hides_no_data(reference, tmp_path, monkeypatch)
 
 
 def _drawn(monkeypatch, plot, *args):
-    """The matplotlib Figure a report plot draws (its file not written)."""
+    """The matplotlib Figure a report plot draws (and saves, as every plot after it does)."""
     import dashboards.report as report_module
 
     figures = []
-    monkeypatch.setattr(report_module, "_save", lambda fig, path: figures.append(fig) or path)
+    save = report_module._save
+    monkeypatch.setattr(report_module, "_save", lambda fig, path: figures.append(fig) or save(fig, path))
     plot(*args)
     return figures[-1]
 
@@ -411,3 +412,22 @@ def test_a_planned_level_above_the_cluster_is_drawn_with_the_cluster(tmp_path, m
     capacity = [a for a in ax.get_lines() if isinstance(a, Line2D) and "capacity 128 GPUs" in a.get_label()]
     assert capacity and set(capacity[0].get_ydata()) == {128}, [a.get_label() for a in ax.get_lines()]
     assert "cannot be served" not in capacity[0].get_label()  # no demand went above it
+
+
+def test_steps_without_a_forecast_are_said_on_the_plot_and_the_page(tmp_path, monkeypatch):
+    """A day and a half of history: the forecaster needs 48 hours, so the plan falls back for the first hours. The plot
+    drew no band there and said nothing (a one-day trace: a 'forecast band' plot without any band), nor did the page."""
+    from dashboards.report import plot_demand
+
+    demand = synthetic_demand(days=3)
+    scenario = Scenario(demand, 128, 1.5)
+    spec = default_spec(scenario, demand_per_gpu(demand, peak_gpus=100))
+    results = compare_policies(scenario, {"forecast": spec, "hourly-oracle": spec})
+    r = results["forecast"]
+    without = int(r.detail["target_gpus"].isna().sum())
+    assert 0 < without < len(r.detail) and r.forecast_fallback_hours > 0  # the case
+    ax = _drawn(monkeypatch, plot_demand, r, tmp_path / "demand.png").axes[0]
+    labels = ax.get_legend_handles_labels()[1]
+    assert f"no forecast for {without} of {len(r.detail)} steps: the planner's fallback" in labels, labels
+    page = render_report(tmp_path / "out", results, "forecast", 128, {}).read_text()
+    assert f"plan fell back in {r.forecast_fallback_hours} simulated hours" in page
