@@ -38,14 +38,17 @@ def cmd_report(cfg, args) -> int:
     c = cfg.simulate
     f = specs["forecast"]
     facts = {"demand trace": history_name(cfg), "cluster": f"{c.gpus} GPUs",
-             "scaling": f"{c.per_gpu} demand per GPU" if c.per_gpu else f"99.9th percentile = {c.peak_gpus:g} GPUs",
+             # the rate every policy ran with, and where it came from (a policy file's own, else the flags')
+             "scaling": f"one GPU serves {f.capacity.demand_per_gpu:.4g} of the trace's demand ("
+                        + (f"spec.capacity.demandPerGpu of {c.policy_file}" if c.policy_file else "--per-gpu"
+                           if c.per_gpu else f"the 99.9th percentile of demand = {c.peak_gpus:g} GPUs") + ")",
              "simulated": f"last {c.days:g} days (everything before is history)",
              "training": f"job trace {c.jobs}" if c.jobs else "saturated backlog",
              "objective": f"shortage <= {f.objective.max_shortage:.3%}, "
                           f"short steps <= {f.objective.max_short_steps:.2%}",
              "forecast policy": f"target q{f.target_quantile:g}, warm buffer {f.warm_buffer:g}, scale-in delay "
                                 f"{f.scale_in_delay}, lead {f.lead_time}, headroom q{f.headroom_quantile:g}"
-                                + (f" ({tuned.reason})" if tuned is not None else " (from --policy-file)")}
+                                + (f" ({tuned.reason})" if tuned is not None else f" (from {c.policy_file})")}
     missing = missing_steps(w.scenario)
     with writing("--out", args.out):
         path = render_report(out, results, cfg.simulate.policy, c.gpus, facts, tuned, missing=missing)

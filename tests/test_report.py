@@ -173,6 +173,10 @@ def test_report_of_a_policy_file_does_not_say_it_tuned(tmp_path, capsys):
     assert "tuned on the history" not in page and "nothing tuned" in page
     assert not (out / "tradeoff.png").exists()
 
+    # the page names the file and the scale it ran with (it said '99.9th percentile = 100 GPUs', the flag's default)
+    assert f"one GPU serves 10 of the trace's demand (spec.capacity.demandPerGpu of {policy})" in html.unescape(page)
+    assert "99.9th percentile" not in page and f"(from {policy})" in page
+
 
 @pytest.mark.parametrize("command", ["report", "forecast", "simulate"])
 def test_a_command_without_history_is_an_invalid_request(command, capsys, tmp_path, monkeypatch):
