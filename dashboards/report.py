@@ -216,19 +216,25 @@ def plot_demand(result: SimResult, path: Path, gpus: int | None = None,
 def plot_usage(result: SimResult, gpus: int, path: Path) -> Figure:
     """GPUs by use over time as a stacked area."""
     plt = _pyplot()
-    d = _timed(result)[2]
+    _, timeline, d, _ = _timed(result)
     fig, ax = plt.subplots(figsize=(11, 4.2))
     ax.stackplot(d.index, d["inference_gpus"], d["training_gpus"], d["idle_gpus"].clip(lower=0),
-                 labels=["inference (warm or warming)", "training (lent slack)", "idle"],
+                 labels=["inference held (serving, warm buffer, warming)", "training (lent slack)", "idle"],
                  colors=["tab:blue", "tab:orange", "lightgrey"], step="post")
+    # utilization counts the demand served, not the GPUs held for it: the line shows the difference
+    served = timeline.set_index("timestamp")["demand_gpus"].clip(upper=gpus) - d["unmet_gpus"]
+    ax.plot(d.index, served, color="black", lw=0.8, label="inference demand served")
     ax.axhline(gpus, color="black", lw=0.8, linestyle="--", label=f"capacity {gpus} GPUs")
-    ax.set_ylim(0, gpus * 1.08)
+    ax.set_ylim(0, gpus * 1.2)  # room above the cluster for the legend: it hides none of the stack
     ax.set_xlabel("time (UTC)")
     ax.set_ylabel("GPUs")
-    ax.set_title(f"GPUs by use, {result.utilization:.1%} utilization ({result.reference} policy)")
-    ax.legend(loc="lower left", fontsize=8, ncol=4)
-    caption = ("Every GPU is either serving inference, lent to training, or idle. Orange filling the night-time "
-               "troughs is the point of headroom; grey is capacity nobody used.")
+    ax.set_title(f"GPUs by use ({result.reference} policy): utilization {result.utilization:.1%}, demand served and "
+                 "training over capacity")
+    ax.legend(loc="upper left", fontsize=8, ncol=5)
+    caption = ("Every GPU is held for inference (blue: serving, the warm buffer, replicas warming up), running "
+               "training on lent slack (orange), or idle (grey). The black line is the inference demand served: blue "
+               "above it is held ready but unused, and utilization counts only what is under it plus orange. Orange "
+               "filling the night-time troughs is the point of headroom.")
     return Figure("GPUs by use", caption, _save(fig, path))
 
 
