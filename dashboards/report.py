@@ -168,7 +168,9 @@ def plot_demand(result: SimResult, path: Path, gpus: int | None = None,
     fig, ax = plt.subplots(figsize=(11, 4.2))
     # only the forecast policy has forecast quantiles: a baseline's or a reference's is the level it plans for
     forecast = r.reference == "forecast"
-    band = f"forecast q{spec['targetQuantile']:g} to q{spec['headroomQuantile']:g} (hourly)" if forecast else \
+    statistic = spec.get("statistic", PolicySpec.model_fields["statistic"].default)
+    band = f"forecast of each hour's {statistic}, q{spec['targetQuantile']:g} to q{spec['headroomQuantile']:g}" \
+        if forecast else \
         f"what {r.reference} plans for ({POLICY_NOTES.get(r.reference, 'its own rule')})"
     if d["target_gpus"].notna().any():
         ax.fill_between(d.index, d["target_gpus"], d["high_gpus"], step="post", color="tab:blue", alpha=0.18,
@@ -207,9 +209,11 @@ def plot_demand(result: SimResult, path: Path, gpus: int | None = None,
     ax.set_ylim(low, high + 0.4 * (high - low))  # room above the data for the legend: it hides none of it
     ax.legend(loc="upper left", fontsize=8, ncol=2)
     caption = ("Black is demand in GPUs; the blue line is what the policy reserved ahead of it and green what was warm "
-               "and serving when the step began. Demand should stay inside the shaded band (the forecast's; for a "
-               "baseline or a reference, the level it plans for); red dots are the steps where part of it went "
-               "unserved (the table's short steps).")
+               "and serving when the step began. The shaded band is what the plan was made from: the forecast of each "
+               "hour's demand (its hourly statistic, as the legend says) from the target to the headroom quantile, or "
+               "for a baseline or a reference the level it plans for. Demand should stay below its top; a step's "
+               "demand under an hourly peak's forecast runs below the band most of the time. Red dots are the steps "
+               "where part of it went unserved (the table's short steps).")
     return Figure("Demand, forecast and reservation", caption, _save(fig, path))
 
 

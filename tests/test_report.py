@@ -461,3 +461,27 @@ def test_the_usage_plot_shows_the_demand_served_that_utilization_counts(tmp_path
     fig.canvas.draw()
     legend = ax.get_legend().get_window_extent()
     assert legend.y0 >= ax.transData.transform((0, 128))[1], "the legend covers the stack"
+
+
+def test_the_demand_plot_says_what_its_band_forecasts_and_where_demand_should_be(tmp_path, monkeypatch):
+    """The band forecasts each hour's peak (spec.statistic max) from q0.5 up: a step's demand is below it most of the
+    time, yet the caption said 'demand should stay inside the shaded band' and the legend 'forecast q0.5 to q0.99
+    (hourly)', not of what."""
+    import dashboards.report as report_module
+    from controller.simulate import simulate
+    from dashboards.report import plot_demand
+
+    demand = synthetic_demand(days=5)
+    scenario = Scenario(demand, 128, 1.5)
+    spec = default_spec(scenario, demand_per_gpu(demand, peak_gpus=100))
+    r = simulate(scenario, spec, reference="forecast", timeline=True, detail=True)
+    s, d = r.timeline.set_index("timestamp")["demand_gpus"], r.detail
+    known = d["target_gpus"].notna()
+    below, above = (s < d["target_gpus"])[known].mean(), (s > d["high_gpus"])[known].mean()
+    assert spec.statistic == "max" and below > 0.5 and above < 0.05, (below, above)  # below the band, not inside
+    figures = []
+    monkeypatch.setattr(report_module, "_save", lambda fig, path: figures.append(fig) or path)
+    caption = plot_demand(r, tmp_path / "demand.png").caption
+    labels = figures[-1].axes[0].get_legend_handles_labels()[1]
+    assert f"forecast of each hour's max, q{spec.target_quantile:g} to q{spec.headroom_quantile:g}" in labels, labels
+    assert "inside" not in caption and "should stay below its top" in caption
