@@ -233,7 +233,7 @@ def _plot(path: Path, history: pd.Series, fold_frame: pd.DataFrame | None, futur
                             label=f"{label} q{lo:g} to q{hi:g}")
         ax.plot(frame.index, frame[mid], color=color, lw=1.5, label=f"{label} q{mid:g}")
     ax.set_title(title)
-    ax.set_xlabel(f"time ({history.index.tz or 'UTC'})")
+    ax.set_xlabel("time (UTC)")  # matplotlib draws any zone's timestamps in UTC (rcParams timezone)
     ax.set_ylabel(f"demand (hourly {statistic}, the history's units)")
     ax.legend(loc="upper left", fontsize=8)
     fig.autofmt_xdate()
