@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import html
+import textwrap
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -205,9 +206,10 @@ def plot_demand(result: SimResult, path: Path, gpus: int | None = None,
     ax.set_ylabel("GPUs")
     ax.set_title(f"Inference demand, {'forecast band' if forecast else 'planned level'} and reservation "
                  f"({r.reference} policy)")
-    low, high = ax.get_ylim()
-    ax.set_ylim(low, high + 0.4 * (high - low))  # room above the data for the legend: it hides none of it
-    ax.legend(loc="upper left", fontsize=8, ncol=2)
+    # beside the axes, each label wrapped: over the data it hid some, and a wide one ran off the figure
+    handles, labels = ax.get_legend_handles_labels()
+    ax.legend(handles, [textwrap.fill(label, 48) for label in labels], loc="upper left", bbox_to_anchor=(1.01, 1),
+              fontsize=8)
     caption = ("Black is demand in GPUs; the blue line is what the policy reserved ahead of it and green what was warm "
                "and serving when the step began. The shaded band is what the plan was made from: the forecast of each "
                "hour's demand (its hourly statistic, as the legend says) from the target to the headroom quantile, or "

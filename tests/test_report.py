@@ -485,3 +485,23 @@ def test_the_demand_plot_says_what_its_band_forecasts_and_where_demand_should_be
     labels = figures[-1].axes[0].get_legend_handles_labels()[1]
     assert f"forecast of each hour's max, q{spec.target_quantile:g} to q{spec.headroom_quantile:g}" in labels, labels
     assert "inside" not in caption and "should stay below its top" in caption
+
+
+def test_the_demand_plots_legend_stays_on_the_figure(tmp_path, monkeypatch):
+    """hourly-oracle's long band label beside a gap's and a fallback's: the legend, two columns over the data, ran off
+    the figure's right edge (nasa_http_1995_5min.csv up to 1995-08-05, report --days 6 --policy hourly-oracle)."""
+    from dashboards.report import missing_steps, plot_demand
+
+    demand = synthetic_demand(days=4)
+    gap = (demand.index >= demand.index[-1] - pd.Timedelta(hours=20)) & \
+        (demand.index < demand.index[-1] - pd.Timedelta(hours=14))
+    demand[gap] = float("nan")
+    scenario = Scenario(demand, 128, 2)
+    spec = default_spec(scenario, demand_per_gpu(demand, peak_gpus=100))
+    results = compare_policies(scenario, {"hourly-oracle": spec}, timeline_policy="hourly-oracle")
+    fig = _drawn(monkeypatch, plot_demand, results["hourly-oracle"], tmp_path / "d.png", 128, missing_steps(scenario))
+    ax = fig.axes[0]
+    assert len(ax.get_legend().get_texts()) >= 6  # the case: band, no band, gap and the lines
+    box, page = ax.get_legend().get_window_extent(), fig.bbox
+    assert page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0 and box.y1 <= page.y1, (box, page)
+    assert not box.overlaps(ax.get_window_extent()), "the legend is over the data"
