@@ -7,8 +7,9 @@ from cli.outputs import check_output_dir, check_output_files, command_inputs, ma
 from cli.progress import stage_printer
 from cli.simulate import every_policy, refuse_flags_the_file_holds, whatif
 from cli.sources import history_name
-from controller.simulate import write_timeline
+from controller.simulate import REFERENCES, write_timeline
 from dashboards.report import (
+    POLICY_NOTES,
     REPORT_FILES,
     compare_policies,
     comparison_table,
@@ -49,6 +50,10 @@ def cmd_report(cfg, args) -> int:
              "forecast policy": f"target q{f.target_quantile:g}, warm buffer {f.warm_buffer:g}, scale-in delay "
                                 f"{f.scale_in_delay}, lead {f.lead_time}, headroom q{f.headroom_quantile:g}"
                                 + (f" ({tuned.reason})" if tuned is not None else f" (from {c.policy_file})")}
+    plotted = cfg.simulate.policy
+    if plotted != "forecast":  # the policy the plots follow, with the margin it ran with
+        facts["plotted policy"] = f"{plotted}: {POLICY_NOTES[plotted]}" + (
+            "" if plotted in REFERENCES else f" (marginGpus {specs[plotted].margin_gpus})")
     missing = missing_steps(w.scenario)
     with writing("--out", args.out):
         path = render_report(out, results, cfg.simulate.policy, c.gpus, facts, tuned, missing=missing)
