@@ -282,11 +282,11 @@ def plot_preemptions(result: SimResult, path: Path) -> Figure:
 
 def plot_tune(result: TuneResult, path: Path) -> Figure:
     plot_tradeoff(result, path)
-    caption = ("Each dot is one setting tried on the history (target quantile, warm buffer, ...): right is more "
-               "shortage, up is more utilization; hollow ones miss the objective (shortage or short steps), and "
-               f"settings of equal figures are rings one around the other. The circled one is recommended: "
-               f"{result.reason}.")
-    return Figure("Tuning trade-off", caption, path)
+    caption = ("Each dot is one setting of the forecast policy (whichever policy the plots above follow) tried on "
+               "the history (target quantile, warm buffer, ...): right is more shortage, up is more utilization; "
+               "hollow ones miss the objective (shortage or short steps), and settings of equal figures are rings one "
+               f"around the other. The circled one is recommended: {result.reason}.")
+    return Figure("Tuning trade-off of the forecast policy", caption, path)
 
 
 def _data_uri(path: Path) -> str:
@@ -324,8 +324,8 @@ dl{display:grid;grid-template-columns:max-content auto;gap:.2em 1em}dt{color:#66
 def render_report(out_dir: Path, results: Mapping[str, SimResult], timeline_policy: str,
                   gpus: int, facts: Mapping[str, str], tuned: TuneResult | None = None,
                   title: str = "headroom report", missing: pd.DatetimeIndex | None = None) -> Path:
-    """Write the PNGs and index.html into `out_dir`; returns the HTML path. `missing`: the simulated steps the trace
-    has no sample for (missing_steps), shown and said."""
+    """Write the PNGs and index.html into `out_dir`; returns the HTML path. `tuned`: the forecast policy's tuning;
+    `missing`: the simulated steps the trace has no sample for (missing_steps), shown and said."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     timed = results[timeline_policy]

@@ -133,6 +133,8 @@ def test_report_command_writes_the_page(tmp_path, capsys):
     assert (out / "tradeoff.png").exists()  # the forecast policy was tuned on the history
     page = (out / "index.html").read_text()
     assert "What the reactive policy did" in page
+    # the trade-off among the reactive plots is the forecast policy's tuning, and says so
+    assert "<h2>Tuning trade-off of the forecast policy</h2>" in page
     # the plots follow reactive, as tuned: the page names it with the margin it ran with (it named forecast's alone)
     named = re.search(r"<dt>plotted policy</dt><dd>reactive: (.*?) \(marginGpus (\d+)\)</dd>", html.unescape(page))
     assert named and int(named[2]) in (0, 8, 32) and named[1] == "the last hour's peak, an hour late, plus a margin"
