@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from controller.simulate import Scenario, SimResult, TimedResult, simulate
+from controller.simulate import REFERENCES, Scenario, SimResult, TimedResult, simulate
 from controller.tune import TuneResult, plot_tradeoff
 from core.files import replace_whole
 from core.policy import PolicySpec
@@ -204,8 +204,9 @@ def plot_demand(result: SimResult, path: Path, gpus: int | None = None,
                         color="grey", alpha=0.25, label=missing_note(missing))
     ax.set_xlabel("time (UTC)")
     ax.set_ylabel("GPUs")
+    kind = "reference: knows the future, not deployable" if r.reference in REFERENCES else "policy"
     ax.set_title(f"Inference demand, {'forecast band' if forecast else 'planned level'} and reservation "
-                 f"({r.reference} policy)")
+                 f"({r.reference} {kind})")
     # beside the axes, each label wrapped: over the data it hid some, and a wide one ran off the figure
     handles, labels = ax.get_legend_handles_labels()
     ax.legend(handles, [textwrap.fill(label, 48) for label in labels], loc="upper left", bbox_to_anchor=(1.01, 1),
@@ -349,6 +350,9 @@ def render_report(out_dir: Path, results: Mapping[str, SimResult], timeline_poli
               "objective" if tuned is not None else "every policy ran with the fields it was given, nothing tuned")
     for note in notes(timed, gpus, missing):
         headline += f"<p><b>Note:</b> {html.escape(note)}.</p>"
+    reference = "" if timeline_policy not in REFERENCES else (
+        f" It is a reference, not a policy anyone can deploy: it {html.escape(POLICY_NOTES[timeline_policy])}, so "
+        "what it does is a bound on what a deployable policy can do.")
     facts_html = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in facts.items())
     figs_html = "".join(
         f'<figure><h2>{html.escape(fig.title)}</h2><img src="{_data_uri(fig.path)}" alt="{html.escape(fig.title)}">'
@@ -372,7 +376,7 @@ training GPU-hours delivered per hour): below 1 the shared cluster is cheaper. H
 shortage is better; a policy that misses the objective is not comparable on utilization.</p>
 {_html_table(table)}
 <h2>What the {html.escape(timeline_policy)} policy did</h2>
-<p>The plots below follow the {html.escape(timeline_policy)} policy step by step over the simulated days.</p>
+<p>The plots below follow the {html.escape(timeline_policy)} policy step by step over the simulated days.{reference}</p>
 {figs_html}
 </body></html>
 """

@@ -143,6 +143,8 @@ def test_report_command_writes_the_page(tmp_path, capsys):
                  "--timeline", str(timeline)]) == 0
     out_json = json.loads(capsys.readouterr().out)
     assert set(out_json["policies"]) == set(POLICIES) and out_json["report"].endswith("index.html")
+    oracle_page = " ".join(Path(out_json["report"]).read_text().split())
+    assert "It is a reference, not a policy anyone can deploy: it knows every step" in html.unescape(oracle_page)
     # --timeline (simulate's option, which report takes) writes the plotted policy's steps, as simulate writes them
     assert main(["simulate", *c, str(trace), "--days", "1", "--json", "--policy", "oracle",
                  "--timeline", str(tmp_path / "simulate-timeline.csv")]) == 0
@@ -325,6 +327,8 @@ def test_the_demand_plot_of_a_baseline_does_not_call_its_level_a_forecast_band(r
     texts = [*ax.get_legend_handles_labels()[1], ax.get_title()]
     assert not any("forecast" in t for t in texts), texts
     assert any(f"what {reference} plans for" in t for t in texts), texts
+    # a reference knows the future: its plot is not drawn as a policy one could run (it was titled '(oracle policy)')
+    assert ("not deployable" in ax.get_title()) == (reference in REFERENCES), ax.get_title()
 
 
 @pytest.mark.parametrize("reference", ["forecast", "static"])
