@@ -274,10 +274,11 @@ def plot_preemptions(result: SimResult, path: Path) -> Figure:
     reclaim = f"reclaim p99 {r.reclaim_p99_seconds:.0f} s" if not ev.empty else "no preemptions"
     ax.set_title(f"Training preemptions ({r.reference} policy; {reclaim})")
     ax.legend(loc="upper left", fontsize=8)
-    caption = ("Green bars are training jobs stopped ahead of a forecast ramp-up (at a checkpoint where one fits); red "
-               "bars are GPUs taken back at once because inference needed more than planned (demand noise or a "
-               "ramp faster than forecast), each losing at most the work since its last checkpoint. Green should "
-               "line up with the ramps of the black demand line.")
+    caption = ("Green bars are the GPUs of training jobs stopped ahead of a forecast ramp-up (at a checkpoint "
+               "where one fits); red bars are GPUs taken back at once because inference needed more than planned "
+               "(demand noise or a ramp faster than forecast). Each preemption loses the work since the job's last "
+               "checkpoint (none for one stopped at a checkpoint) and the GPU-time it takes to stop (the table's "
+               "training goodput counts both). Green should line up with the ramps of the black demand line.")
     return Figure("Preemptions on the timeline", caption, _save(fig, path))
 
 

@@ -514,3 +514,18 @@ def test_the_demand_plots_legend_stays_on_the_figure(tmp_path, monkeypatch):
     box, page = ax.get_legend().get_window_extent(), fig.bbox
     assert page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0 and box.y1 <= page.y1, (box, page)
     assert not box.overlaps(ax.get_window_extent()), "the legend is over the data"
+
+
+def test_the_preemption_caption_does_not_understate_the_work_lost(tmp_path, monkeypatch):
+    """Every preemption also loses the GPU-time it takes to stop (adapters/embedded.py counts it in training_lost, as
+    goodput does); the caption said each emergency one lost 'at most the work since its last checkpoint'."""
+    from controller.simulate import simulate
+    from dashboards.report import plot_preemptions
+
+    demand = synthetic_demand(days=5)
+    scenario = Scenario(demand, 128, 1)
+    r = simulate(scenario, default_spec(scenario, demand_per_gpu(demand, peak_gpus=100)), reference="forecast",
+                 timeline=True, detail=True)
+    assert r.preemptions > 0 and r.training_goodput < 1
+    caption = plot_preemptions(r, tmp_path / "p.png").caption
+    assert "at most" not in caption and "the GPU-time it takes to stop" in caption, caption
