@@ -228,9 +228,10 @@ def plot_usage(result: SimResult, gpus: int, path: Path) -> Figure:
     ax.stackplot(d.index, d["inference_gpus"], d["training_gpus"], d["idle_gpus"].clip(lower=0),
                  labels=["inference held (serving, warm buffer, warming)", "training (lent slack)", "idle"],
                  colors=["tab:blue", "tab:orange", "lightgrey"], step="post")
-    # utilization counts the demand served, not the GPUs held for it: the line shows the difference
+    # utilization counts the demand served, not the GPUs held for it: the line shows the difference (a row's demand
+    # is the interval ending at it, so drawn over the interval before, as the stack's previous row holds it)
     served = timeline.set_index("timestamp")["demand_gpus"].clip(upper=gpus) - d["unmet_gpus"]
-    ax.plot(d.index, served, color="black", lw=0.8, label="inference demand served")
+    ax.plot(d.index, served, drawstyle="steps-pre", color="black", lw=0.8, label="inference demand served")
     ax.axhline(gpus, color="black", lw=0.8, linestyle="--", label=f"capacity {gpus} GPUs")
     ax.set_ylim(0, gpus * 1.2)  # room above the cluster for the legend: it hides none of the stack
     ax.set_xlabel("time (UTC)")

@@ -465,8 +465,10 @@ def test_the_usage_plot_shows_the_demand_served_that_utilization_counts(tmp_path
     (served,) = [line for line in ax.get_lines() if line.get_label() == "inference demand served"]
     expected = r.timeline["demand_gpus"].clip(upper=128).to_numpy() - r.detail["unmet_gpus"].to_numpy()
     assert np.allclose(served.get_ydata(), expected, equal_nan=True)
+    # a row's demand is the interval ending at it, which the previous row's held GPUs served: the line is under blue
     held = r.detail["inference_gpus"].to_numpy()
-    assert (held[1:] >= expected[1:] - 1e-9).all() and held.mean() > np.nanmean(expected)  # the line is under blue
+    assert served.get_drawstyle() == "steps-pre"
+    assert (held[:-1] >= expected[1:] - 1e-9).all() and held.mean() > np.nanmean(expected)
     fig.canvas.draw()
     legend = ax.get_legend().get_window_extent()
     assert legend.y0 >= ax.transData.transform((0, 128))[1], "the legend covers the stack"
