@@ -265,7 +265,7 @@ def plot_preemptions(result: SimResult, path: Path) -> Figure:
     ax.set_ylim(0, max(bottom.max(), 1) * 1.3)
     if ev.empty:  # an empty chart said nothing: say there was nothing to draw
         ax.text(0.5, 0.5, f"no training job was preempted under the {r.reference} policy", transform=ax.transAxes,
-                ha="center", va="center")
+                ha="center", va="center", bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8})
     ax.set_xlabel("time (UTC)")
     ax.set_ylabel("GPUs preempted per hour")
     demand = ax.twinx()
