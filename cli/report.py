@@ -15,10 +15,10 @@ from dashboards.report import (
     comparison_table,
     format_table,
     missing_steps,
+    page_notes,
     render_report,
     timeline_of,
 )
-from dashboards.report import notes as report_notes
 
 
 def cmd_report(cfg, args) -> int:
@@ -62,7 +62,7 @@ def cmd_report(cfg, args) -> int:
             written = write_timeline(timeline_of(results[cfg.simulate.policy]), args.timeline)
         say(f"timeline: {written}")
     # what the table leaves out (as simulate says it): said on stderr, and in the JSON, which has no progress lines
-    notes = report_notes(results[cfg.simulate.policy], c.gpus, missing)
+    notes = page_notes(results[cfg.simulate.policy], c.gpus, missing)
     for note in notes:
         say(f"note: {note}")
     table = comparison_table(results)

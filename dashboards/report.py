@@ -153,9 +153,14 @@ def fallback_note(result: SimResult) -> str:
 
 
 def notes(result: SimResult, gpus: int, missing: pd.DatetimeIndex | None) -> list[str]:
-    """What a result's figures leave out: demand above the cluster, the steps the trace has no sample for, and the
-    hours its plan fell back."""
-    return [n for n in (above_cluster_note(result, gpus), missing_note(missing), fallback_note(result)) if n]
+    """What a result's figures leave out: demand above the cluster, and the steps the trace has no sample for."""
+    return [n for n in (above_cluster_note(result, gpus), missing_note(missing)) if n]
+
+
+def page_notes(result: SimResult, gpus: int, missing: pd.DatetimeIndex | None) -> list[str]:
+    """What the report's page says under its headline: `notes`, and the hours the plotted plan fell back (which its
+    demand plot shades; simulate's and tune's figures say them already)."""
+    return [*notes(result, gpus, missing), *filter(None, [fallback_note(result)])]
 
 
 def plot_demand(result: SimResult, path: Path, gpus: int | None = None,
@@ -350,7 +355,7 @@ def render_report(out_dir: Path, results: Mapping[str, SimResult], timeline_poli
                     f"time(s).</p>")
     tuning = ("every policy's free parameters were tuned on the history before the simulated days, to the same "
               "objective" if tuned is not None else "every policy ran with the fields it was given, nothing tuned")
-    for note in notes(timed, gpus, missing):
+    for note in page_notes(timed, gpus, missing):
         headline += f"<p><b>Note:</b> {html.escape(note)}.</p>"
     reference = "" if timeline_policy not in REFERENCES else (
         f" It is a reference, not a policy anyone can deploy: it {html.escape(POLICY_NOTES[timeline_policy])}, so "
