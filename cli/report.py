@@ -7,17 +7,18 @@ from cli.outputs import check_output_dir, check_output_files, command_inputs, ma
 from cli.progress import stage_printer
 from cli.simulate import every_policy, refuse_flags_the_file_holds, whatif
 from cli.sources import history_name
-from controller.simulate import write_timeline
+from controller.simulate import REFERENCES, write_timeline
 from dashboards.report import (
+    POLICY_NOTES,
     REPORT_FILES,
     compare_policies,
     comparison_table,
     format_table,
     missing_steps,
+    page_notes,
     render_report,
     timeline_of,
 )
-from dashboards.report import notes as report_notes
 
 
 def cmd_report(cfg, args) -> int:
@@ -38,14 +39,21 @@ def cmd_report(cfg, args) -> int:
     c = cfg.simulate
     f = specs["forecast"]
     facts = {"demand trace": history_name(cfg), "cluster": f"{c.gpus} GPUs",
-             "scaling": f"{c.per_gpu} demand per GPU" if c.per_gpu else f"99.9th percentile = {c.peak_gpus:g} GPUs",
+             # the rate every policy ran with, and where it came from (a policy file's own, else the flags')
+             "scaling": f"one GPU serves {f.capacity.demand_per_gpu:.4g} of the trace's demand ("
+                        + (f"spec.capacity.demandPerGpu of {c.policy_file}" if c.policy_file else "--per-gpu"
+                           if c.per_gpu else f"the 99.9th percentile of demand = {c.peak_gpus:g} GPUs") + ")",
              "simulated": f"last {c.days:g} days (everything before is history)",
              "training": f"job trace {c.jobs}" if c.jobs else "saturated backlog",
              "objective": f"shortage <= {f.objective.max_shortage:.3%}, "
                           f"short steps <= {f.objective.max_short_steps:.2%}",
              "forecast policy": f"target q{f.target_quantile:g}, warm buffer {f.warm_buffer:g}, scale-in delay "
                                 f"{f.scale_in_delay}, lead {f.lead_time}, headroom q{f.headroom_quantile:g}"
-                                + (f" ({tuned.reason})" if tuned is not None else " (from --policy-file)")}
+                                + (f" ({tuned.reason})" if tuned is not None else f" (from {c.policy_file})")}
+    plotted = cfg.simulate.policy
+    if plotted != "forecast":  # the policy the plots follow, with the margin it ran with
+        facts["plotted policy"] = f"{plotted}: {POLICY_NOTES[plotted]}" + (
+            "" if plotted in REFERENCES else f" (marginGpus {specs[plotted].margin_gpus})")
     missing = missing_steps(w.scenario)
     with writing("--out", args.out):
         path = render_report(out, results, cfg.simulate.policy, c.gpus, facts, tuned, missing=missing)
@@ -54,7 +62,7 @@ def cmd_report(cfg, args) -> int:
             written = write_timeline(timeline_of(results[cfg.simulate.policy]), args.timeline)
         say(f"timeline: {written}")
     # what the table leaves out (as simulate says it): said on stderr, and in the JSON, which has no progress lines
-    notes = report_notes(results[cfg.simulate.policy], c.gpus, missing)
+    notes = page_notes(results[cfg.simulate.policy], c.gpus, missing)
     for note in notes:
         say(f"note: {note}")
     table = comparison_table(results)

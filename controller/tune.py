@@ -238,8 +238,14 @@ def plot_tradeoff(result: TuneResult, path: str | Path) -> Path:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     if not t.empty:
         group = "target_quantile" if "target_quantile" in t else "forecaster"
-        for value, g in t.groupby(group):
-            ax.scatter(g["shortage_within_cluster"] * 100, g["utilization"] * 100, label=f"{group} {value}")
+        groups = list(t.groupby(group))
+        for i, (value, g) in enumerate(groups):
+            # each group drawn smaller than the one before: settings of equal figures show as rings, none hidden
+            size, color, met = 16 + 20 * (len(groups) - 1 - i), f"C{i}", g["objective_met"].astype(bool)
+            ax.scatter(g["shortage_within_cluster"] * 100, g["utilization"] * 100, s=size, color=color,
+                       facecolors=[color if m else "none" for m in met], label=f"{group} {value}")
+        if not t["objective_met"].all():
+            ax.scatter([], [], facecolors="none", edgecolors="grey", label="hollow: misses the objective")
         r = result.recommended
         # the recommended row alone, chosen as tune chose it (settings of the same utilization are not it)
         mine = t[t["meets_with_margin"]].sort_values(["utilization", "shortage_within_cluster"],

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import html
+import textwrap
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from controller.simulate import Scenario, SimResult, TimedResult, simulate
+from controller.simulate import REFERENCES, Scenario, SimResult, TimedResult, simulate
 from controller.tune import TuneResult, plot_tradeoff
 from core.files import replace_whole
 from core.policy import PolicySpec
@@ -143,9 +144,23 @@ def missing_note(missing: pd.DatetimeIndex | None) -> str:
     return f"no data in the trace for {len(missing)} steps: demand taken as the last sample seen"
 
 
+def fallback_note(result: SimResult) -> str:
+    """In how many hours the plan fell back, not planning from its forecast or level ('' in none)."""
+    if not result.forecast_fallback_hours:
+        return ""
+    return (f"the {result.reference} policy's plan fell back in {result.forecast_fallback_hours} simulated hours (too "
+            "little or stale history): there it reserved the planner's conservative fallback, not its own plan")
+
+
 def notes(result: SimResult, gpus: int, missing: pd.DatetimeIndex | None) -> list[str]:
     """What a result's figures leave out: demand above the cluster, and the steps the trace has no sample for."""
     return [n for n in (above_cluster_note(result, gpus), missing_note(missing)) if n]
+
+
+def page_notes(result: SimResult, gpus: int, missing: pd.DatetimeIndex | None) -> list[str]:
+    """What the report's page says under its headline: `notes`, and the hours the plotted plan fell back (which its
+    demand plot shades; simulate's and tune's figures say them already)."""
+    return [*notes(result, gpus, missing), *filter(None, [fallback_note(result)])]
 
 
 def plot_demand(result: SimResult, path: Path, gpus: int | None = None,
@@ -159,11 +174,19 @@ def plot_demand(result: SimResult, path: Path, gpus: int | None = None,
     fig, ax = plt.subplots(figsize=(11, 4.2))
     # only the forecast policy has forecast quantiles: a baseline's or a reference's is the level it plans for
     forecast = r.reference == "forecast"
-    band = f"forecast q{spec['targetQuantile']:g} to q{spec['headroomQuantile']:g} (hourly)" if forecast else \
+    statistic = spec.get("statistic", PolicySpec.model_fields["statistic"].default)
+    band = f"forecast of each hour's {statistic}, q{spec['targetQuantile']:g} to q{spec['headroomQuantile']:g}" \
+        if forecast else \
         f"what {r.reference} plans for ({POLICY_NOTES.get(r.reference, 'its own rule')})"
     if d["target_gpus"].notna().any():
         ax.fill_between(d.index, d["target_gpus"], d["high_gpus"], step="post", color="tab:blue", alpha=0.18,
                         label=band)
+    no_band = d["target_gpus"].isna()
+    if no_band.any():  # a missing band is said, not left blank: the plan there is the planner's fallback
+        ax.fill_between(d.index, 0, 1, where=no_band.to_numpy(), step="post", transform=ax.get_xaxis_transform(),
+                        color="tab:orange", alpha=0.12,
+                        label=f"no {'forecast' if forecast else 'planned level'} for {no_band.sum()} of {len(d)} "
+                              "steps: the planner's fallback")
     ax.plot(s.index, s["demand_gpus"], color="black", lw=0.8, label="demand")
     ax.step(s.index, s["reserved_gpus"], where="post", color="tab:blue", lw=1.2, label=f"{r.reference} reservation")
     ax.step(s.index, s["warm_gpus"], where="post", color="tab:green", lw=0.8, alpha=0.8, label="warm, serving GPUs")
@@ -172,9 +195,13 @@ def plot_demand(result: SimResult, path: Path, gpus: int | None = None,
     accounted = len(s) - 1  # the first row's interval ends as the replay starts: no figure counts it (README)
     ax.scatter(short.index, short["demand_gpus"], color="red", s=10, zorder=3,
                label=f"unmet demand within the cluster ({len(short)} of {accounted} steps)")
+    # the cluster's size, when demand or the band goes above it: nothing above it can be reserved
     if gpus is not None and (s["demand_gpus"] > gpus + 1e-9).any():
         ax.axhline(gpus, color="red", lw=0.8, linestyle="--",
                    label=f"capacity {gpus} GPUs: demand above it cannot be served ({r.shortage_over_capacity:.1%})")
+    elif gpus is not None and (d["high_gpus"] > gpus + 1e-9).any():
+        ax.axhline(gpus, color="red", lw=0.8, linestyle="--",
+                   label=f"capacity {gpus} GPUs: no reservation goes above it")
     if missing_note(missing):
         assert missing is not None
         no_data = s.index.isin(missing)
@@ -182,34 +209,45 @@ def plot_demand(result: SimResult, path: Path, gpus: int | None = None,
                         color="grey", alpha=0.25, label=missing_note(missing))
     ax.set_xlabel("time (UTC)")
     ax.set_ylabel("GPUs")
+    kind = "reference: knows the future, not deployable" if r.reference in REFERENCES else "policy"
     ax.set_title(f"Inference demand, {'forecast band' if forecast else 'planned level'} and reservation "
-                 f"({r.reference} policy)")
-    low, high = ax.get_ylim()
-    ax.set_ylim(low, high + 0.4 * (high - low))  # room above the data for the legend: it hides none of it
-    ax.legend(loc="upper left", fontsize=8, ncol=2)
+                 f"({r.reference} {kind})")
+    # beside the axes, each label wrapped: over the data it hid some, and a wide one ran off the figure
+    handles, labels = ax.get_legend_handles_labels()
+    ax.legend(handles, [textwrap.fill(label, 48) for label in labels], loc="upper left", bbox_to_anchor=(1.01, 1),
+              fontsize=8)
     caption = ("Black is demand in GPUs; the blue line is what the policy reserved ahead of it and green what was warm "
-               "and serving when the step began. Demand should stay inside the shaded band (the forecast's; for a "
-               "baseline or a reference, the level it plans for); red dots are the steps where part of it went "
-               "unserved (the table's short steps).")
+               "and serving when the step began. The shaded band is what the plan was made from: the forecast of each "
+               "hour's demand (its hourly statistic, as the legend says) from the target to the headroom quantile, or "
+               "for a baseline or a reference the level it plans for. Demand should stay below its top; a step's "
+               "demand under an hourly peak's forecast runs below the band most of the time. Red dots are the steps "
+               "where part of it went unserved (the table's short steps).")
     return Figure("Demand, forecast and reservation", caption, _save(fig, path))
 
 
 def plot_usage(result: SimResult, gpus: int, path: Path) -> Figure:
     """GPUs by use over time as a stacked area."""
     plt = _pyplot()
-    d = _timed(result)[2]
+    _, timeline, d, _ = _timed(result)
     fig, ax = plt.subplots(figsize=(11, 4.2))
     ax.stackplot(d.index, d["inference_gpus"], d["training_gpus"], d["idle_gpus"].clip(lower=0),
-                 labels=["inference (warm or warming)", "training (lent slack)", "idle"],
+                 labels=["inference held (serving, warm buffer, warming)", "training (lent slack)", "idle"],
                  colors=["tab:blue", "tab:orange", "lightgrey"], step="post")
+    # utilization counts the demand served, not the GPUs held for it: the line shows the difference (a row's demand
+    # is the interval ending at it, so drawn over the interval before, as the stack's previous row holds it)
+    served = timeline.set_index("timestamp")["demand_gpus"].clip(upper=gpus) - d["unmet_gpus"]
+    ax.plot(d.index, served, drawstyle="steps-pre", color="black", lw=0.8, label="inference demand served")
     ax.axhline(gpus, color="black", lw=0.8, linestyle="--", label=f"capacity {gpus} GPUs")
-    ax.set_ylim(0, gpus * 1.08)
+    ax.set_ylim(0, gpus * 1.2)  # room above the cluster for the legend: it hides none of the stack
     ax.set_xlabel("time (UTC)")
     ax.set_ylabel("GPUs")
-    ax.set_title(f"GPUs by use, {result.utilization:.1%} utilization ({result.reference} policy)")
-    ax.legend(loc="lower left", fontsize=8, ncol=4)
-    caption = ("Every GPU is either serving inference, lent to training, or idle. Orange filling the night-time "
-               "troughs is the point of headroom; grey is capacity nobody used.")
+    ax.set_title(f"GPUs by use ({result.reference} policy): utilization {result.utilization:.1%}, demand served and "
+                 "training over capacity")
+    ax.legend(loc="upper left", fontsize=8, ncol=5)
+    caption = ("Every GPU is held for inference (blue: serving, the warm buffer, replicas warming up), running "
+               "training on lent slack (orange), or idle (grey). The black line is the inference demand served: blue "
+               "above it is held ready but unused, and utilization counts only what is under it plus orange. Orange "
+               "filling the night-time troughs is the point of headroom.")
     return Figure("GPUs by use", caption, _save(fig, path))
 
 
@@ -228,26 +266,35 @@ def plot_preemptions(result: SimResult, path: Path) -> Figure:
         ax.bar(hours, per_hour, width=width, bottom=bottom, align="edge", color=color,
                label=f"{kind}: {len(mine)} jobs, {int(per_hour.sum())} GPUs")
         bottom += per_hour
+    # from 0 (an axis without bars ran negative), with room above the bars for the legend: it hides none of them
+    ax.set_ylim(0, max(bottom.max(), 1) * 1.3)
+    if ev.empty:  # an empty chart said nothing: say there was nothing to draw
+        ax.text(0.5, 0.5, f"no training job was preempted under the {r.reference} policy", transform=ax.transAxes,
+                ha="center", va="center", bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8})
     ax.set_xlabel("time (UTC)")
     ax.set_ylabel("GPUs preempted per hour")
     demand = ax.twinx()
     demand.plot(s.index, s["demand_gpus"], color="black", lw=0.6, alpha=0.5)
     demand.set_ylabel("demand (GPUs, black line)")
     demand.set_ylim(bottom=0)
-    ax.set_title(f"Training preemptions ({r.reference} policy; reclaim p99 {r.reclaim_p99_seconds:.0f} s)")
+    reclaim = f"reclaim p99 {r.reclaim_p99_seconds:.0f} s" if not ev.empty else "no preemptions"
+    ax.set_title(f"Training preemptions ({r.reference} policy; {reclaim})")
     ax.legend(loc="upper left", fontsize=8)
-    caption = ("Green bars are training jobs stopped ahead of a forecast ramp-up (at a checkpoint where one fits); red "
-               "bars are GPUs taken back at once because inference needed more than planned (demand noise or a "
-               "ramp faster than forecast), each losing at most the work since its last checkpoint. Green should "
-               "line up with the ramps of the black demand line.")
+    caption = ("Green bars are the GPUs of training jobs stopped ahead of a forecast ramp-up (at a checkpoint "
+               "where one fits); red bars are GPUs taken back at once because inference needed more than planned "
+               "(demand noise or a ramp faster than forecast). Each preemption loses the work since the job's last "
+               "checkpoint (none for one stopped at a checkpoint) and the GPU-time it takes to stop (the table's "
+               "training goodput counts both). Green should line up with the ramps of the black demand line.")
     return Figure("Preemptions on the timeline", caption, _save(fig, path))
 
 
 def plot_tune(result: TuneResult, path: Path) -> Figure:
     plot_tradeoff(result, path)
-    caption = ("Each dot is one setting tried on the history (target quantile, warm buffer, ...): right is more "
-               f"shortage, up is more utilization. The circled one is recommended: {result.reason}.")
-    return Figure("Tuning trade-off", caption, path)
+    caption = ("Each dot is one setting of the forecast policy (whichever policy the plots above follow) tried on "
+               "the history (target quantile, warm buffer, ...): right is more shortage, up is more utilization; "
+               "hollow ones miss the objective (shortage or short steps), and settings of equal figures are rings one "
+               f"around the other. The circled one is recommended: {result.reason}.")
+    return Figure("Tuning trade-off of the forecast policy", caption, path)
 
 
 def _data_uri(path: Path) -> str:
@@ -285,8 +332,8 @@ dl{display:grid;grid-template-columns:max-content auto;gap:.2em 1em}dt{color:#66
 def render_report(out_dir: Path, results: Mapping[str, SimResult], timeline_policy: str,
                   gpus: int, facts: Mapping[str, str], tuned: TuneResult | None = None,
                   title: str = "headroom report", missing: pd.DatetimeIndex | None = None) -> Path:
-    """Write the PNGs and index.html into `out_dir`; returns the HTML path. `missing`: the simulated steps the trace
-    has no sample for (missing_steps), shown and said."""
+    """Write the PNGs and index.html into `out_dir`; returns the HTML path. `tuned`: the forecast policy's tuning;
+    `missing`: the simulated steps the trace has no sample for (missing_steps), shown and said."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     timed = results[timeline_policy]
@@ -308,8 +355,11 @@ def render_report(out_dir: Path, results: Mapping[str, SimResult], timeline_poli
                     f"time(s).</p>")
     tuning = ("every policy's free parameters were tuned on the history before the simulated days, to the same "
               "objective" if tuned is not None else "every policy ran with the fields it was given, nothing tuned")
-    for note in notes(timed, gpus, missing):
+    for note in page_notes(timed, gpus, missing):
         headline += f"<p><b>Note:</b> {html.escape(note)}.</p>"
+    reference = "" if timeline_policy not in REFERENCES else (
+        f" It is a reference, not a policy anyone can deploy: it {html.escape(POLICY_NOTES[timeline_policy])}, so "
+        "what it does is a bound on what a deployable policy can do.")
     facts_html = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in facts.items())
     figs_html = "".join(
         f'<figure><h2>{html.escape(fig.title)}</h2><img src="{_data_uri(fig.path)}" alt="{html.escape(fig.title)}">'
@@ -333,7 +383,7 @@ training GPU-hours delivered per hour): below 1 the shared cluster is cheaper. H
 shortage is better; a policy that misses the objective is not comparable on utilization.</p>
 {_html_table(table)}
 <h2>What the {html.escape(timeline_policy)} policy did</h2>
-<p>The plots below follow the {html.escape(timeline_policy)} policy step by step over the simulated days.</p>
+<p>The plots below follow the {html.escape(timeline_policy)} policy step by step over the simulated days.{reference}</p>
 {figs_html}
 </body></html>
 """

@@ -133,11 +133,18 @@ def test_report_command_writes_the_page(tmp_path, capsys):
     assert (out / "tradeoff.png").exists()  # the forecast policy was tuned on the history
     page = (out / "index.html").read_text()
     assert "What the reactive policy did" in page
+    # the trade-off among the reactive plots is the forecast policy's tuning, and says so
+    assert "<h2>Tuning trade-off of the forecast policy</h2>" in page
+    # the plots follow reactive, as tuned: the page names it with the margin it ran with (it named forecast's alone)
+    named = re.search(r"<dt>plotted policy</dt><dd>reactive: (.*?) \(marginGpus (\d+)\)</dd>", html.unescape(page))
+    assert named and int(named[2]) in (0, 8, 32) and named[1] == "the last hour's peak, an hour late, plus a margin"
     timeline = tmp_path / "report-timeline.csv"
     assert main(["report", *c, str(trace), "--days", "1", "--out", str(out / "j"), "--json", "--policy", "oracle",
                  "--timeline", str(timeline)]) == 0
     out_json = json.loads(capsys.readouterr().out)
     assert set(out_json["policies"]) == set(POLICIES) and out_json["report"].endswith("index.html")
+    oracle_page = " ".join(Path(out_json["report"]).read_text().split())
+    assert "It is a reference, not a policy anyone can deploy: it knows every step" in html.unescape(oracle_page)
     # --timeline (simulate's option, which report takes) writes the plotted policy's steps, as simulate writes them
     assert main(["simulate", *c, str(trace), "--days", "1", "--json", "--policy", "oracle",
                  "--timeline", str(tmp_path / "simulate-timeline.csv")]) == 0
@@ -172,6 +179,10 @@ def test_report_of_a_policy_file_does_not_say_it_tuned(tmp_path, capsys):
     page = " ".join((out / "index.html").read_text().split())
     assert "tuned on the history" not in page and "nothing tuned" in page
     assert not (out / "tradeoff.png").exists()
+
+    # the page names the file and the scale it ran with (it said '99.9th percentile = 100 GPUs', the flag's default)
+    assert f"one GPU serves 10 of the trace's demand (spec.capacity.demandPerGpu of {policy})" in html.unescape(page)
+    assert "99.9th percentile" not in page and f"(from {policy})" in page
 
 
 @pytest.mark.parametrize("command", ["report", "forecast", "simulate"])
@@ -316,6 +327,8 @@ def test_the_demand_plot_of_a_baseline_does_not_call_its_level_a_forecast_band(r
     texts = [*ax.get_legend_handles_labels()[1], ax.get_title()]
     assert not any("forecast" in t for t in texts), texts
     assert any(f"what {reference} plans for" in t for t in texts), texts
+    # a reference knows the future: its plot is not drawn as a policy one could run (it was titled '(oracle policy)')
+    assert ("not deployable" in ax.get_title()) == (reference in REFERENCES), ax.get_title()
 
 
 @pytest.mark.parametrize("reference", ["forecast", "static"])
@@ -344,3 +357,177 @@ def test_the_demand_plots_legend_hides_no_data(reference, tmp_path, monkeypatch)
     shown = ax.transData.transform(np.asarray(points, dtype=float))
     hidden = [p for p, (x, y) in zip(points, shown) if box.contains(x, y)]
     assert not hidden, f"{len(hidden)} of {len(points)} plotted points under the legend, e.g. {hidden[:3]}"
+
+
+def _drawn(monkeypatch, plot, *args):
+    """The matplotlib Figure a report plot draws (and saves, as every plot after it does)."""
+    import dashboards.report as report_module
+
+    figures = []
+    save = report_module._save
+    monkeypatch.setattr(report_module, "_save", lambda fig, path: figures.append(fig) or save(fig, path))
+    plot(*args)
+    return figures[-1]
+
+
+def test_a_policy_that_preempts_nothing_gets_a_preemption_plot_that_says_so(tmp_path, monkeypatch):
+    """Flat demand: the reservation never moves, so nothing is preempted. The plot's axis ran from -0.04 to 0.04 GPUs,
+    its title gave a 'reclaim p99 0 s' of no reclaim, and nothing said there was nothing to draw."""
+    from controller.simulate import simulate
+    from dashboards.report import plot_preemptions
+
+    varying = synthetic_demand(days=5)
+    demand = varying * 0 + varying.mean()
+    scenario = Scenario(demand, 128, 1)
+    r = simulate(scenario, default_spec(scenario, demand_per_gpu(demand, peak_gpus=100)), reference="static",
+                 timeline=True, detail=True)
+    assert r.preemptions == 0 and r.events.empty  # the case
+    ax = _drawn(monkeypatch, plot_preemptions, r, tmp_path / "p.png").axes[0]
+    assert ax.get_ylim()[0] == 0, ax.get_ylim()
+    assert any("no training job was preempted" in t.get_text() for t in ax.texts), [t.get_text() for t in ax.texts]
+    assert "reclaim p99" not in ax.get_title() and "no preemptions" in ax.get_title()
+
+
+def test_the_preemption_plots_legend_hides_no_bar(tmp_path, monkeypatch):
+    """The bars' axis ended at the tallest bar, so the legend in its upper left could cover the bars there."""
+    from controller.simulate import simulate
+    from dashboards.report import plot_preemptions
+
+    demand = synthetic_demand(days=5)
+    scenario = Scenario(demand, 128, 2)  # a tall bar in the first hours
+    r = simulate(scenario, default_spec(scenario, demand_per_gpu(demand, peak_gpus=100)), reference="forecast",
+                 timeline=True, detail=True)
+    assert r.preemptions > 0
+    fig = _drawn(monkeypatch, plot_preemptions, r, tmp_path / "p.png")
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    legend = ax.get_legend().get_window_extent()
+    covered = [p for p in ax.patches if p.get_height() > 0 and p.get_window_extent().overlaps(legend)]
+    assert not covered, f"{len(covered)} bars under the legend"
+    assert ax.get_ylim()[0] == 0
+
+
+def test_a_planned_level_above_the_cluster_is_drawn_with_the_cluster(tmp_path, monkeypatch):
+    """A spike in the history puts static's level (the lookback's peak) above the 128-GPU cluster while the simulated
+    day's demand stays below it: the plot drew the level at ~3x demand with no cluster line, as if it were reserved."""
+    from matplotlib.lines import Line2D
+
+    from controller.simulate import simulate
+    from dashboards.report import plot_demand
+
+    demand = synthetic_demand(days=5)
+    per_gpu = demand_per_gpu(demand, peak_gpus=100)
+    demand.iloc[len(demand) // 3:len(demand) // 3 + 24] = 2 * demand.max()  # two hours of history, in the lookback
+    scenario = Scenario(demand, 128, 1)
+    r = simulate(scenario, default_spec(scenario, per_gpu), reference="static", timeline=True, detail=True)
+    assert r.detail["high_gpus"].max() > 128 >= r.timeline["demand_gpus"].max()  # the case
+    ax = _drawn(monkeypatch, plot_demand, r, tmp_path / "demand.png", 128).axes[0]
+    capacity = [a for a in ax.get_lines() if isinstance(a, Line2D) and "capacity 128 GPUs" in a.get_label()]
+    assert capacity and set(capacity[0].get_ydata()) == {128}, [a.get_label() for a in ax.get_lines()]
+    assert "cannot be served" not in capacity[0].get_label()  # no demand went above it
+
+
+def test_steps_without_a_forecast_are_said_on_the_plot_and_the_page(tmp_path, monkeypatch):
+    """A day and a half of history: the forecaster needs 48 hours, so the plan falls back for the first hours. The plot
+    drew no band there and said nothing (a one-day trace: a 'forecast band' plot without any band), nor did the page."""
+    from dashboards.report import plot_demand
+
+    demand = synthetic_demand(days=3)
+    scenario = Scenario(demand, 128, 1.5)
+    spec = default_spec(scenario, demand_per_gpu(demand, peak_gpus=100))
+    results = compare_policies(scenario, {"forecast": spec, "hourly-oracle": spec})
+    r = results["forecast"]
+    without = int(r.detail["target_gpus"].isna().sum())
+    assert 0 < without < len(r.detail) and r.forecast_fallback_hours > 0  # the case
+    ax = _drawn(monkeypatch, plot_demand, r, tmp_path / "demand.png").axes[0]
+    labels = ax.get_legend_handles_labels()[1]
+    assert f"no forecast for {without} of {len(r.detail)} steps: the planner's fallback" in labels, labels
+    page = render_report(tmp_path / "out", results, "forecast", 128, {}).read_text()
+    assert f"plan fell back in {r.forecast_fallback_hours} simulated hours" in page
+
+
+def test_the_usage_plot_shows_the_demand_served_that_utilization_counts(tmp_path, monkeypatch):
+    """The stack's blue is every GPU held for inference (warm buffer and warming replicas too) while utilization counts
+    the demand served: the demo's plot showed 98% of the cluster busy under a title of 90% utilization, its caption
+    calling all of blue 'serving', and its legend over the foot of the stack."""
+    import numpy as np
+
+    from dashboards.report import plot_usage
+
+    demand = synthetic_demand(days=5)
+    scenario = Scenario(demand, 128, 1.5)
+    from controller.simulate import simulate
+
+    r = simulate(scenario, default_spec(scenario, demand_per_gpu(demand, peak_gpus=100)), reference="forecast",
+                 timeline=True, detail=True)
+    fig = _drawn(monkeypatch, plot_usage, r, 128, tmp_path / "usage.png")
+    ax = fig.axes[0]
+    (served,) = [line for line in ax.get_lines() if line.get_label() == "inference demand served"]
+    expected = r.timeline["demand_gpus"].clip(upper=128).to_numpy() - r.detail["unmet_gpus"].to_numpy()
+    assert np.allclose(served.get_ydata(), expected, equal_nan=True)
+    # a row's demand is the interval ending at it, which the previous row's held GPUs served: the line is under blue
+    held = r.detail["inference_gpus"].to_numpy()
+    assert served.get_drawstyle() == "steps-pre"
+    assert (held[:-1] >= expected[1:] - 1e-9).all() and held.mean() > np.nanmean(expected)
+    fig.canvas.draw()
+    legend = ax.get_legend().get_window_extent()
+    assert legend.y0 >= ax.transData.transform((0, 128))[1], "the legend covers the stack"
+
+
+def test_the_demand_plot_says_what_its_band_forecasts_and_where_demand_should_be(tmp_path, monkeypatch):
+    """The band forecasts each hour's peak (spec.statistic max) from q0.5 up: a step's demand is below it most of the
+    time, yet the caption said 'demand should stay inside the shaded band' and the legend 'forecast q0.5 to q0.99
+    (hourly)', not of what."""
+    import dashboards.report as report_module
+    from controller.simulate import simulate
+    from dashboards.report import plot_demand
+
+    demand = synthetic_demand(days=5)
+    scenario = Scenario(demand, 128, 1.5)
+    spec = default_spec(scenario, demand_per_gpu(demand, peak_gpus=100))
+    r = simulate(scenario, spec, reference="forecast", timeline=True, detail=True)
+    s, d = r.timeline.set_index("timestamp")["demand_gpus"], r.detail
+    known = d["target_gpus"].notna()
+    below, above = (s < d["target_gpus"])[known].mean(), (s > d["high_gpus"])[known].mean()
+    assert spec.statistic == "max" and below > 0.5 and above < 0.05, (below, above)  # below the band, not inside
+    figures = []
+    monkeypatch.setattr(report_module, "_save", lambda fig, path: figures.append(fig) or path)
+    caption = plot_demand(r, tmp_path / "demand.png").caption
+    labels = figures[-1].axes[0].get_legend_handles_labels()[1]
+    assert f"forecast of each hour's max, q{spec.target_quantile:g} to q{spec.headroom_quantile:g}" in labels, labels
+    assert "inside" not in caption and "should stay below its top" in caption
+
+
+def test_the_demand_plots_legend_stays_on_the_figure(tmp_path, monkeypatch):
+    """hourly-oracle's long band label beside a gap's and a fallback's: the legend, two columns over the data, ran off
+    the figure's right edge (nasa_http_1995_5min.csv up to 1995-08-05, report --days 6 --policy hourly-oracle)."""
+    from dashboards.report import missing_steps, plot_demand
+
+    demand = synthetic_demand(days=4)
+    gap = (demand.index >= demand.index[-1] - pd.Timedelta(hours=20)) & \
+        (demand.index < demand.index[-1] - pd.Timedelta(hours=14))
+    demand[gap] = float("nan")
+    scenario = Scenario(demand, 128, 2)
+    spec = default_spec(scenario, demand_per_gpu(demand, peak_gpus=100))
+    results = compare_policies(scenario, {"hourly-oracle": spec}, timeline_policy="hourly-oracle")
+    fig = _drawn(monkeypatch, plot_demand, results["hourly-oracle"], tmp_path / "d.png", 128, missing_steps(scenario))
+    ax = fig.axes[0]
+    assert len(ax.get_legend().get_texts()) >= 6  # the case: band, no band, gap and the lines
+    box, page = ax.get_legend().get_window_extent(), fig.bbox
+    assert page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0 and box.y1 <= page.y1, (box, page)
+    assert not box.overlaps(ax.get_window_extent()), "the legend is over the data"
+
+
+def test_the_preemption_caption_does_not_understate_the_work_lost(tmp_path, monkeypatch):
+    """Every preemption also loses the GPU-time it takes to stop (adapters/embedded.py counts it in training_lost, as
+    goodput does); the caption said each emergency one lost 'at most the work since its last checkpoint'."""
+    from controller.simulate import simulate
+    from dashboards.report import plot_preemptions
+
+    demand = synthetic_demand(days=5)
+    scenario = Scenario(demand, 128, 1)
+    r = simulate(scenario, default_spec(scenario, demand_per_gpu(demand, peak_gpus=100)), reference="forecast",
+                 timeline=True, detail=True)
+    assert r.preemptions > 0 and r.training_goodput < 1
+    caption = plot_preemptions(r, tmp_path / "p.png").caption
+    assert "at most" not in caption and "the GPU-time it takes to stop" in caption, caption

@@ -852,3 +852,22 @@ def test_a_lease_with_an_unreadable_expiry_is_broken_as_a_stale_one(mlflow_serve
     c.create_registered_model("headroom-lock-odd", tags={"owner": "someone", "expires": "soon"})
     assert train_series("odd", demand(), settings(), Tracker(mlflow_server.uri), factories=FACTORIES).promoted
     assert not c.search_registered_models("name = 'headroom-lock-odd'")
+
+
+def test_the_forecast_plot_labels_each_line_as_the_quantile_it_is(sqlite_uri, monkeypatch, tmp_path):
+    """forecast.quantiles without 0.5 (0.9, 0.99): the forecast's line labelled 'p50' was its q0.9, beside a band
+    'forecast 0.9-0.9' of no width; the axes said neither time zone nor what the values are."""
+    from matplotlib.figure import Figure
+
+    saved = []
+    monkeypatch.setattr(Figure, "savefig", lambda fig, path, **k: saved.append(fig) or Path(path).write_bytes(b""))
+    result = train_series("plotq", demand(), settings(quantiles=(0.9, 0.99)), Tracker(sqlite_uri))
+    (ax,) = saved[-1].axes
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert not any("p50" in label for label in lines), list(lines)
+    # the line labelled q0.9 is the forecast's q0.9, as the run's forecast.csv has it
+    logged = pd.read_csv(client(sqlite_uri).download_artifacts(result.run_id, "forecast.csv", str(tmp_path)))
+    assert np.allclose(lines["forecast q0.9"].get_ydata(), logged["0.9"]), list(lines)
+    assert ax.get_xlabel() == "time (UTC)" and "hourly mean" in ax.get_ylabel()
+    assert not any(c.get_label().startswith("forecast q0.9 to q0.9") for c in ax.collections)
+    assert ax.get_xlabel() == "time (UTC)" and "mean" in ax.get_ylabel()

@@ -456,3 +456,34 @@ def test_sweeps_the_warm_buffers_rule_and_each_level_is_a_line():
     assert (first.loc[[-1.0, 0.9], "short_steps"] < first.loc[0.0, "short_steps"]).all()
     with pytest.raises(ValueError, match=r"warm_buffer_quantiles.0\n  Input should be less than 1"):
         TuneConfig(warm_buffer_quantiles=[1.0])
+
+
+def test_the_plot_hides_no_setting_and_marks_those_missing_the_objective(tmp_path, monkeypatch):
+    """Two target quantiles of equal figures (servegen: q0.5 and q0.7 at one point) drew one dot over the other, and a
+    setting missing the objective on short steps, left of the shortage line, looked like one meeting it."""
+    import matplotlib.pyplot as plt
+
+    s, spec = scenario(trace("nasa"))
+    t = tune(s, spec, GRID)
+    chosen = t.table[t.table.meets_with_margin].sort_values("utilization").iloc[-1]
+    twin = {**chosen, "target_quantile": 0.99, "meets_with_margin": False}
+    missing = {**chosen, "target_quantile": 0.995, "utilization": chosen.utilization - 0.01, "short_steps": 0.5,
+               "objective_met": False, "meets_with_margin": False}
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    plot_tradeoff(dataclasses.replace(t, table=pd.concat([t.table, pd.DataFrame([twin, missing])],
+                                                         ignore_index=True)), tmp_path / "t.png")
+    ax = figures[0].axes[0]
+    dots = {c.get_label(): c for c in ax.collections if str(c.get_label()).startswith("target_quantile")}
+    point = [chosen.shortage_within_cluster * 100, chosen.utilization * 100]
+
+    def size_at(label, xy):
+        c = dots[label]
+        (i,) = [k for k, o in enumerate(c.get_offsets().tolist()) if o == xy]
+        return c.get_sizes()[i % len(c.get_sizes())]
+
+    under, over = f"target_quantile {chosen.target_quantile}", "target_quantile 0.99"
+    assert size_at(under, point) > size_at(over, point)  # drawn first, larger: a ring around the one on top
+    hollow = dots["target_quantile 0.995"]
+    assert hollow.get_facecolors()[0][3] == 0  # no fill
+    assert "hollow: misses the objective" in ax.get_legend_handles_labels()[1]

@@ -211,7 +211,9 @@ def _hyperparameters(model: Any) -> dict[str, Any]:
     return out
 
 
-def _plot(path: Path, history: pd.Series, fold_frame: pd.DataFrame | None, future: pd.DataFrame, title: str) -> None:
+def _plot(path: Path, history: pd.Series, fold_frame: pd.DataFrame | None, future: pd.DataFrame, title: str,
+          statistic: str) -> None:
+    """The last week of `history` with the last backtest fold's and the forecast's quantiles, as a PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -223,11 +225,16 @@ def _plot(path: Path, history: pd.Series, fold_frame: pd.DataFrame | None, futur
     for frame, color, label in ((fold_frame, "tab:orange", "last backtest fold"), (future, "tab:blue", "forecast")):
         if frame is None:
             continue
+        # the quantiles nearest 0.1, 0.5 and 0.9 the frame has, each labelled as the one it is
         cols = list(frame.columns)
-        lo, hi = min(cols, key=lambda c: abs(c - 0.1)), max(cols, key=lambda c: -abs(c - 0.9))
-        ax.fill_between(frame.index, frame[lo], frame[hi], color=color, alpha=0.25, label=f"{label} {lo:g}-{hi:g}")
-        ax.plot(frame.index, frame[min(cols, key=lambda c: abs(c - 0.5))], color=color, lw=1.5, label=f"{label} p50")
+        lo, mid, hi = (min(cols, key=lambda c: abs(c - q)) for q in (0.1, 0.5, 0.9))
+        if lo < hi:
+            ax.fill_between(frame.index, frame[lo], frame[hi], color=color, alpha=0.25,
+                            label=f"{label} q{lo:g} to q{hi:g}")
+        ax.plot(frame.index, frame[mid], color=color, lw=1.5, label=f"{label} q{mid:g}")
     ax.set_title(title)
+    ax.set_xlabel("time (UTC)")  # matplotlib draws any zone's timestamps in UTC (rcParams timezone)
+    ax.set_ylabel(f"demand (hourly {statistic}, the history's units)")
     ax.legend(loc="upper left", fontsize=8)
     fig.autofmt_xdate()
     fig.tight_layout()
@@ -384,7 +391,7 @@ def _train(name, series, settings, tracker, now, makers, origins, exp, parent, p
         fold_frame = makers[winner]().fit(series.iloc[:last]).predict(
             settings.horizon, sorted(set(SCORED_QUANTILES) | set(settings.quantiles)))
         _plot(tmp / "forecast_vs_actual.png", series, fold_frame, future,
-              f"{name}: {winner} ({key} {scores[winner][key]:.3f})")
+              f"{name}: {winner} ({key} {scores[winner][key]:.3f})", settings.statistic)
         future.to_csv(tmp / "forecast.csv", index_label="timestamp")
         for f in ("backtest.csv", "backtest_folds.csv", "forecast_vs_actual.png", "forecast.csv"):
             tracker.log_artifact(parent, tmp / f)
