@@ -257,6 +257,13 @@ def test_demand_above_a_too_small_cluster_is_said_not_reported_as_no_shortage(tm
     assert any("above the 16-GPU cluster" in note for note in printed["notes"]), printed
 
 
+def with_a_gap(demand: pd.Series) -> pd.Series:
+    """`demand` without samples from 20 to 14 hours before its end."""
+    gap = (demand.index >= demand.index[-1] - pd.Timedelta(hours=20)) & \
+        (demand.index < demand.index[-1] - pd.Timedelta(hours=14))
+    return demand.mask(gap)
+
+
 def test_a_gap_in_the_trace_is_shown_as_a_gap_not_as_demand(tmp_path, monkeypatch):
     """Six hours without samples in the simulated days: the simulator takes the last sample seen for them (and the
     timeline's demand is flat there); the demand plot must say so (shaded, in its legend), not draw it as demand."""
@@ -265,15 +272,12 @@ def test_a_gap_in_the_trace_is_shown_as_a_gap_not_as_demand(tmp_path, monkeypatc
     import dashboards.report as report_module
     from dashboards.report import missing_steps, plot_demand
 
-    demand = synthetic_demand(days=5)
-    gap = (demand.index >= demand.index[-1] - pd.Timedelta(hours=20)) & \
-        (demand.index < demand.index[-1] - pd.Timedelta(hours=14))
-    demand[gap] = float("nan")
+    demand = with_a_gap(synthetic_demand(days=5))
     scenario = Scenario(demand, 128, 1.5)
     spec = default_spec(scenario, demand_per_gpu(demand, peak_gpus=100))
     results = compare_policies(scenario, {"forecast": spec, "hourly-oracle": spec})
     missing = missing_steps(scenario)
-    assert len(missing) == gap.sum() == 72
+    assert len(missing) == 72  # the six hours without samples
     figures = []
     save = report_module._save
     monkeypatch.setattr(report_module, "_save", lambda fig, path: figures.append(fig) or save(fig, path))
@@ -503,10 +507,7 @@ def test_the_demand_plots_legend_stays_on_the_figure(tmp_path, monkeypatch):
     the figure's right edge (nasa_http_1995_5min.csv up to 1995-08-05, report --days 6 --policy hourly-oracle)."""
     from dashboards.report import missing_steps, plot_demand
 
-    demand = synthetic_demand(days=4)
-    gap = (demand.index >= demand.index[-1] - pd.Timedelta(hours=20)) & \
-        (demand.index < demand.index[-1] - pd.Timedelta(hours=14))
-    demand[gap] = float("nan")
+    demand = with_a_gap(synthetic_demand(days=4))
     scenario = Scenario(demand, 128, 2)
     spec = default_spec(scenario, demand_per_gpu(demand, peak_gpus=100))
     results = compare_policies(scenario, {"hourly-oracle": spec}, timeline_policy="hourly-oracle")

@@ -253,28 +253,38 @@ def test_headroom_run_stopped_by_a_signal_says_why_hands_the_lease_over_and_exit
     assert lease_holder(kube, "stopping-signal") is None
 
 
+def terminated_while_halted(proc: subprocess.Popen, server, halted_for: float, terms: int = 1,
+                            timeout: float = 60) -> tuple[int, float, str]:
+    """Halt `server` (SIGSTOP to its process group), and after `halted_for` seconds send `proc` SIGTERM `terms` times,
+    1 s apart: (its exit status, the seconds from the last signal to its exit, its output). The server is resumed,
+    and the process killed, whatever happens."""
+    try:
+        server.process.signal_group(signal.SIGSTOP)
+        try:
+            time.sleep(halted_for)
+            for _ in range(terms - 1):
+                proc.send_signal(signal.SIGTERM)
+                time.sleep(1)
+            began = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            status = proc.wait(timeout=timeout)
+            took = time.monotonic() - began
+        finally:
+            server.process.signal_group(signal.SIGCONT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        output = proc.stdout.read()
+    return status, took, output
+
+
 def test_a_second_signal_ends_headroom_run_at_once(kube_server, kube, prometheus_server, tmp_path):  # noqa: F811
     """Stopping takes a while on a halted API server (the request in flight waits out its timeout, the Lease's
     release is tried): a second SIGTERM, or Ctrl-C pressed again, was taken as the first was, and the operator
     waited. It ends the process at once now (its Lease, if still held, expires by itself)."""
     proc, _ = start_headroom_run(kube_server, prometheus_server.url, tmp_path, "stopping-twice")
-    api = kube_server.apiserver
-    try:
-        api.process.signal_group(signal.SIGSTOP)
-        try:
-            time.sleep(2)  # the controller meets the halt mid-round
-            proc.send_signal(signal.SIGTERM)
-            time.sleep(1)
-            began = time.monotonic()
-            proc.send_signal(signal.SIGTERM)
-            status = proc.wait(timeout=30)
-            took = time.monotonic() - began
-        finally:
-            api.process.signal_group(signal.SIGCONT)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        output = proc.stdout.read()
+    # the controller meets the halt mid-round
+    status, took, output = terminated_while_halted(proc, kube_server.apiserver, 2, terms=2, timeout=30)
     assert status == -signal.SIGTERM and took < 2, (status, took, output)
     assert "SIGTERM: stopping" in output, output
 
@@ -376,20 +386,8 @@ def test_headroom_run_stopped_while_prometheus_is_halted_exits_within_seconds(ku
     reconcile, 2 s apart, reads the samples since the last.)"""
     proc, _ = start_headroom_run(kube_server, private_prometheus.url, tmp_path, "stopping-halted-prometheus-run",
                                  step="1s", lookback="1h")
-    try:
-        private_prometheus.process.signal_group(signal.SIGSTOP)
-        try:
-            time.sleep(4)  # the reconciles every 2 s: one reads the halted Prometheus now
-            began = time.monotonic()
-            proc.send_signal(signal.SIGTERM)
-            status = proc.wait(timeout=60)
-            took = time.monotonic() - began
-        finally:
-            private_prometheus.process.signal_group(signal.SIGCONT)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        output = proc.stdout.read()
+    # the reconciles every 2 s: one reads the halted Prometheus after 4
+    status, took, output = terminated_while_halted(proc, private_prometheus, 4, timeout=60)
     assert status == 0 and "Traceback" not in output, output
     assert took < 3, (took, output)
     assert "the Lease is released" in output, output
