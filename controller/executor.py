@@ -149,12 +149,8 @@ class EventsBeside:
 
     def flush(self, timeout: float) -> bool:
         """Wait until every Event queued is sent (True) or `timeout` passes (False)."""
-        end = time.monotonic() + timeout
         with self._queue.all_tasks_done:
-            while self._queue.unfinished_tasks:
-                if not self._queue.all_tasks_done.wait(max(end - time.monotonic(), 0)) and time.monotonic() >= end:
-                    return False
-        return True
+            return self._queue.all_tasks_done.wait_for(lambda: not self._queue.unfinished_tasks, timeout)
 
     def drop(self) -> int:
         """Send nothing more, queued or to come: the Events queued are dropped; how many. One already on its way is
@@ -251,12 +247,8 @@ class StatusesBeside:
 
     def flush(self, timeout: float = 60.0) -> bool:
         """Wait until every status handed over is written (True) or `timeout` passes (False)."""
-        end = time.monotonic() + timeout
         with self._changed:
-            while self._queue or self._writing:
-                if not self._changed.wait(max(end - time.monotonic(), 0)) and time.monotonic() >= end:
-                    return False
-        return True
+            return self._changed.wait_for(lambda: not (self._queue or self._writing), timeout)
 
     def close(self, timeout: float = 30.0) -> None:
         """Write what is queued (bounded by `timeout`), then stop."""
