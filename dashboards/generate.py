@@ -156,9 +156,12 @@ def overview() -> Board:
     b.add("timeseries", "Cluster utilization", "Busy GPUs over capacity.",
           [(f"{busy} / {capacity}", "utilization")], 8, 9, unit="percentunit", min=0, max=1)
     b.add("timeseries", "Preemption headroom guarantee", "GPUs reclaimable within the deadline must stay at or "
-          "above the headroom the plan requires: below it, a demand spike could not be served in time.",
+          "above the headroom band, the lent GPUs that must come back in time: below it, a demand spike could not be "
+          "served in time (ReclaimableBelowHeadroom). Where the headroom quantiles ask for more than the band, more "
+          "than is lent (HeadroomAboveCapacity), demand up to them cannot be served whatever comes back.",
           [(f"max({leader(m.RECLAIMABLE.name)})", "reclaimable within deadline"),
-           (f"sum({leader(m.HEADROOM.name)})", "required headroom")], 12, 8, min=0)
+           (f"max({leader(m.HEADROOM_BAND.name)})", "headroom band"),
+           (f"sum({leader(m.HEADROOM.name)})", "headroom quantiles ask")], 12, 8, min=0)
     b.add("timeseries", "Headroom at risk", "1 while the HeadroomAtRisk condition is True, by its reason: "
           "ReclaimableBelowHeadroom (too little training stops within the deadline), HeadroomAboveCapacity (the "
           "headroom quantile asks for more than is lent), CohortLends (another ClusterQueue, or a Kueue Cohort's "

@@ -62,6 +62,8 @@ def test_exports_the_plans_reservation_headroom_slack_and_forecast(day, last):
     assert value(text, m.RESERVED, policy="inference/chat") == ps.reserved_gpus == status["reservedGpus"] > 0
     assert value(text, m.HEADROOM, policy="inference/chat") == ps.headroom_gpus == status["headroomGpus"] > 0
     assert value(text, m.RECLAIMABLE, policy="inference/chat") == ps.reclaimable_gpus
+    # the band HeadroomAtRisk holds the reclaimable GPUs against: the policy's ask within what is lent
+    assert value(text, m.HEADROOM_BAND) == last.headroom_band_gpus == min(ps.headroom_gpus, last.slack_gpus) > 0
     assert value(text, m.POLICY_VALID, policy="inference/chat") == 1
     assert value(text, m.POLICY_INFO, policy="inference/chat", mode="active", model=ps.model) == 1
     assert ps.model.startswith("auto")
