@@ -275,6 +275,27 @@ def test_accuracy_over_time_is_one_time_axis_across_retrains_and_restarts(mlflow
     assert run.data.metrics["mase"] == pytest.approx(second.scores["snaive24"]["mase"])
 
 
+def test_headroom_train_sits_on_the_time_axis_at_its_history_s_end_not_the_wall_clock(tmp_path, capsys):
+    """`headroom train` on a history file run today: its backtest is of the hours up to the history's end, so on the
+    series' time axis it sits at the first hour its model forecasts (beside the live accuracy of those hours), in UTC
+    whatever --timezone's clock the candidates were fitted on; not at the wall clock of the day it ran."""
+    from cli.main import main
+
+    history, uri = tmp_path / "chat.csv", f"sqlite:///{tmp_path / 'mlflow.db'}"
+    demand(days=9).rename_axis("timestamp").rename("value").to_csv(history)  # ends 2026-03-10 23:00 UTC
+    (tmp_path / "train.yaml").write_text("backtest: {folds: 2}\ntraining: {candidates: [snaive24]}\n")
+    assert main(["train", "--config", str(tmp_path / "train.yaml"), "--history", str(history), "--name", "chat",
+                 "--tracking-uri", uri, "--timezone", "America/New_York"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    forecast_from = pd.Timestamp("2026-03-11T00:00Z")
+    step, ms = int(forecast_from.timestamp() // 3600), int(forecast_from.timestamp() * 1000)
+    mlflow = client(uri)
+    (accuracy,) = mlflow.search_runs([result["experiment_id"]], "tags.`headroom.kind` = 'accuracy'")
+    for key in ("backtest_mase", "promoted"):
+        assert [(m.step, m.timestamp) for m in mlflow.get_metric_history(accuracy.info.run_id, key)] == [(step, ms)]
+    assert [(m.step, m.timestamp) for m in mlflow.get_metric_history(result["run_id"], "mase")] == [(step, ms)]
+
+
 @hypothesis.settings(max_examples=60, deadline=None)
 @hypothesis.given(st.lists(st.sampled_from([0.05, 0.1, 0.5, 0.9, 0.95, 0.99]), min_size=1, unique=True),
                   st.lists(st.floats(0, 1e6), min_size=24, max_size=24), st.floats(0, 1e6), st.data())

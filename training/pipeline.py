@@ -274,10 +274,14 @@ def _global_candidate(name: str, pool: GlobalPool | None, horizon: int) -> dict[
 def train_series(name: str, series: pd.Series, settings: TrainSettings, tracker: Tracker,
                  now: datetime | None = None,
                  factories: Mapping[str, Callable[[], Forecaster]] | None = None,
-                 pool: GlobalPool | None = None, progress: Callable[[str], None] | None = None) -> TrainResult:
+                 pool: GlobalPool | None = None, progress: Callable[[str], None] | None = None,
+                 forecast_from: pd.Timestamp | None = None) -> TrainResult:
     """Backtest, select, refit, log to MLflow, register a version, maybe promote it to champion. `pool`: the series
     trained together (this one among them), for the global candidate; `progress`: told each candidate's folds as
-    they are scored (the global model refits across every series at each origin: minutes a series)."""
+    they are scored (the global model refits across every series at each origin: minutes a series);
+    `forecast_from`: the UTC hour the model forecasts from (default: the hour after the series' last), where the
+    training's scores sit on the series' time axis (training.realized.time_axis) beside the live accuracy of those
+    hours: the forecast's time, not the wall clock `now` it ran at (a history from a file may end long before)."""
     if not _NAME.match(name):
         raise TrainingError(f"series name {name!r} must match {_NAME.pattern}")
     now = now or datetime.now(UTC)
@@ -298,7 +302,9 @@ def train_series(name: str, series: pd.Series, settings: TrainSettings, tracker:
         parent = tracker.start_run(exp, f"train-{now:%Y%m%dT%H%M%SZ}",
                                    tags={"headroom.kind": "training", "headroom.series": name})
         try:
-            result = _train(name, series, settings, tracker, now, makers, origins, exp, parent, progress)
+            result = _train(name, series, settings, tracker, now,
+                            series.index[-1] + pd.Timedelta(hours=1) if forecast_from is None else forecast_from,
+                            makers, origins, exp, parent, progress)
         except BaseException as exc:
             try:
                 tracker.set_tags(parent, {"headroom.error": f"{type(exc).__name__}: {exc}"})
@@ -310,8 +316,10 @@ def train_series(name: str, series: pd.Series, settings: TrainSettings, tracker:
         return result
 
 
-def _train(name, series, settings, tracker, now, makers, origins, exp, parent, progress=None) -> TrainResult:
+def _train(name, series, settings, tracker, now, forecast_from, makers, origins, exp, parent,
+           progress=None) -> TrainResult:
     key = settings.objective_key
+    at = time_axis(forecast_from)
     per_fold: dict[str, list[dict]] = {}
     failed: dict[str, str] = {}
     for cand, make in makers.items():
@@ -333,7 +341,7 @@ def _train(name, series, settings, tracker, now, makers, origins, exp, parent, p
         per_fold[cand] = rows
         summary = summarize(rows)
         tracker.log_params(child, {"model": cand, **_hyperparameters(make())})
-        tracker.log_metrics(child, [(k, v, *time_axis(now)) for k, v in summary.items()]
+        tracker.log_metrics(child, [(k, v, *at) for k, v in summary.items()]
                             + [(f"fold_{k}", r[k], r["fold"], None) for r in rows for k in summary])
         tracker.end_run(child)
     if not per_fold:
@@ -371,9 +379,9 @@ def _train(name, series, settings, tracker, now, makers, origins, exp, parent, p
                                 "candidates": ",".join(makers), **span})
     metrics: list[tuple[str, float, int, int | None]] = []
     for cand, s in scores.items():
-        metrics += [(f"{cand}.{k}", v, *time_axis(now)) for k, v in s.items()]
+        metrics += [(f"{cand}.{k}", v, *at) for k, v in s.items()]
     metrics += [(f"fold_{k}", r[k], int(r["fold"]), None) for r in per_fold[winner] for k in scores[winner]]
-    metrics += [(k, scores[winner][k], *time_axis(now)) for k in scores[winner]]
+    metrics += [(k, scores[winner][k], *at) for k in scores[winner]]
     tracker.log_metrics(parent, metrics)
 
     champ_name = registered_name(name)
@@ -444,8 +452,8 @@ def _train(name, series, settings, tracker, now, makers, origins, exp, parent, p
         "headroom.champion_version": champ_version or ""})
     # on the series' time axis beside the live accuracy: each training's backtest, and whether it is to serve
     tracker.log_metrics(accuracy_run(tracker, name), [
-        *((f"backtest_{k}", scores[winner][k], *time_axis(now)) for k in ("mase", *POOLED)),
-        (f"champion_rescored_{key}", champ_score, *time_axis(now)), ("promoted", float(promote), *time_axis(now))])
+        *((f"backtest_{k}", scores[winner][k], *at) for k in ("mase", *POOLED)),
+        (f"champion_rescored_{key}", champ_score, *at), ("promoted", float(promote), *at)])
     if promote:  # last: a training that failed before this changed no champion
         tracker.promote(champ_name, version)
     tracker.set_tags(parent, {"headroom.version": version, "headroom.promoted": str(promote).lower(),
