@@ -18,6 +18,7 @@ exceeds `factor` x the backtest MASE, a DriftEvent is returned and logged.
 """
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -33,6 +34,8 @@ from forecast.backtest import below_key
 HORIZONS = (1, 6, 24)
 LAST_TAG = "headroom.accuracy.last_target"
 RECOMMENDED_TAG = "headroom.retrain_recommended"  # "true" while the last window drifts
+log = logging.getLogger(__name__)
+_SAID_BEHIND: set[tuple[str, str]] = set()  # (store, series) whose replay behind the store was said, once a process
 
 
 @dataclass(frozen=True)
@@ -179,6 +182,13 @@ def log_realized(series: str, forecasts: Mapping[pd.Timestamp, pd.DataFrame], ac
     current = tracker.run_tags(run)
     last = current.get(LAST_TAG)
     new = errors if last is None else errors[errors["target"] > pd.Timestamp(last)]
+    if last is not None and len(errors) and errors["target"].max() < pd.Timestamp(last) and \
+            (tracker.uri, series) not in _SAID_BEHIND:  # a clock behind the store: a replay re-run, or of earlier hours
+        _SAID_BEHIND.add((tracker.uri, series))
+        log.warning("%s: MLflow store %s already holds this series' live accuracy up to %s: no hour before it is "
+                    "logged (a re-run's hours are there already, earlier hours stay out), and the trainings at those "
+                    "hours add their runs, versions and backtest points beside the earlier ones; to keep a replay's "
+                    "record apart, give it a store of its own (run.tracking_uri)", series, tracker.shown, last)
     rows = []
     below = [k for k in new.columns if k.startswith("below_q")]
     for r in new.to_dict("records"):
