@@ -179,9 +179,10 @@ def overview() -> Board:
 
 
 def forecast_quality() -> Board:
+    # the policies that were planned (an invalid one exports only headroom_policy_valid: its panels would be empty)
     b = Board("headroom-forecast", "headroom: forecast quality",
               "Forecast bands against what happened, realized error per horizon and interval coverage.",
-              [datasource_variable(), label_variable("policy", m.POLICY_VALID, "policy")])
+              [datasource_variable(), label_variable("policy", m.POLICY_INFO, "policy")])
     band = leader(sel(m.FORECAST, '{policy="$policy", horizon="1h"}'))
     b.add("timeseries", "Forecast 1 h ahead vs actual: $policy", "Each quantile of the forecast for the current hour "
           "(made from the hours before it), the latest observed sample, and the demand the reservation serves; "

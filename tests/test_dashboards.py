@@ -245,6 +245,21 @@ def test_every_panel_query_returns_data_from_a_real_prometheus(live, prometheus_
         assert values, f"{board}: label_values({name}, {label}) lists nothing"
 
 
+def test_each_policy_the_forecast_board_lists_gets_a_forecast_panel_with_data(live, prometheus_scraping):
+    """The forecast board repeats its first panel per value of its `policy` variable: a policy it lists but cannot
+    draw (an invalid one exports only headroom_policy_valid) would be a panel that is always empty."""
+    assert not live[1].policies["inference/broken"].valid  # the day holds an invalid policy to leave out
+    variable = next(v for v in BOARDS["headroom-forecast.json"]["templating"]["list"] if v["name"] == "policy")
+    name, label = re.fullmatch(r"label_values\((\w+),\s*(\w+)\)", variable["query"]).groups()
+    answer = query(prometheus_scraping, f"count by ({label}) ({name})", time.time())
+    listed = [r["metric"][label] for r in answer["result"]]
+    assert listed
+    repeated = panel("headroom-forecast.json", "Forecast 1 h ahead vs actual: $policy")
+    for policy in listed:
+        for target in repeated["targets"]:
+            assert query(prometheus_scraping, concrete(target["expr"], policy), time.time())["result"], (policy, target)
+
+
 def test_leader_filter_drops_a_standbys_series(live, prometheus_scraping):
     # the one scraped replica is the leader: the filter keeps its series; inverted, it keeps none
     kept = query(prometheus_scraping, generate.leader(m.CAPACITY.name), time.time())["result"]
