@@ -3,8 +3,9 @@
 For each issued forecast and each horizon h (default 1, 6, 24 steps ahead) the
 target is issued_at + h steps; once its actual is known we record the absolute
 error of the median, that error scaled by a seasonal-24 scale (so it is
-comparable with the backtest MASE: the controller passes its fitting window's,
-as the backtest uses each fold's; by default the champion's training scale),
+comparable with the backtest MASE: the forecast's own fitting window's, which it
+carries as `frame.attrs[SCALE]`, as the backtest scales each fold by the window it
+fitted on; else the `scale` given, by default the champion's training scale),
 whether the actual fell inside the 80% interval (q0.1..q0.9), and whether it was
 at or below each quantile the forecast has (the policy's target and headroom
 quantiles among them: what is reserved). They go to a long-lived "accuracy" run
@@ -28,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from adapters.mlflow import Tracker, experiment_name, registered_name
+from core.cluster import FORECAST_SCALE as SCALE
 from core.files import replace_whole
 from forecast.backtest import below_key
 
@@ -56,6 +58,7 @@ class DriftEvent:
 
 
 FORECAST_FILES = "[0-9]*.csv"  # not a draft core.files leaves beside them (".NAME.….part.csv") when killed
+SCALE_LINE = "# scale: "  # a forecast file's first line, where its frame has a scale
 
 
 class ForecastLog:
@@ -68,7 +71,14 @@ class ForecastLog:
         folder = self.root / series
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"{int(pd.Timestamp(issued_at).timestamp())}.csv"
-        return replace_whole(path, lambda draft: frame.to_csv(draft, index_label="timestamp"))
+
+        def write(draft: Path) -> None:
+            with open(draft, "w") as out:
+                if SCALE in frame.attrs:
+                    out.write(f"{SCALE_LINE}{float(frame.attrs[SCALE])!r}\n")
+                frame.to_csv(out, index_label="timestamp")
+
+        return replace_whole(path, write)
 
     def prune(self, series: str, before: pd.Timestamp) -> int:
         """Delete forecasts of `series` issued before `before` (a long-running controller's log stays bounded)."""
@@ -83,9 +93,16 @@ class ForecastLog:
         for path in sorted((self.root / series).glob(FORECAST_FILES)):
             if since is not None and int(path.stem) < pd.Timestamp(since).timestamp():
                 continue
-            frame = pd.read_csv(path, index_col="timestamp")
+            with open(path) as text:
+                first = text.readline()
+                scaled = first.startswith(SCALE_LINE)
+                if not scaled:
+                    text.seek(0)
+                frame = pd.read_csv(text, index_col="timestamp")
             frame.index = pd.DatetimeIndex(pd.to_datetime(frame.index, utc=True))
             frame.columns = [float(c) for c in frame.columns]
+            if scaled:
+                frame.attrs[SCALE] = float(first.removeprefix(SCALE_LINE))
             out[pd.Timestamp(int(path.stem), unit="s", tz="UTC")] = frame
         return out
 
@@ -104,10 +121,12 @@ def _col(frame: pd.DataFrame, q: float) -> float | None:
 
 def realized_errors(forecasts: Mapping[pd.Timestamp, pd.DataFrame], actuals: pd.Series, scale: float,
                     horizons: Sequence[int] = HORIZONS) -> pd.DataFrame:
-    """One row per (issued forecast, horizon) whose target actual is known."""
+    """One row per (issued forecast, horizon) whose target actual is known; the error scaled by the forecast's own
+    fitting window's scale (`frame.attrs[SCALE]`), else by `scale`."""
     rows = []
     actuals = actuals.dropna()
     for issued, frame in sorted(forecasts.items()):
+        own = float(frame.attrs.get(SCALE, scale))
         frame = frame.copy()
         frame.columns = [float(c) for c in frame.columns]
         mid, lo, hi = _col(frame, 0.5), _col(frame, 0.1), _col(frame, 0.9)
@@ -121,7 +140,7 @@ def realized_errors(forecasts: Mapping[pd.Timestamp, pd.DataFrame], actuals: pd.
             point = float(frame.iloc[h - 1][mid])
             err = abs(actual - point)
             rows.append({"issued_at": issued, "target": target, "horizon": h, "forecast": point, "actual": actual,
-                         "abs_error": err, "scaled_error": err / scale if scale and np.isfinite(scale) else np.nan,
+                         "abs_error": err, "scaled_error": err / own if own and np.isfinite(own) else np.nan,
                          "inside_80": float(frame.iloc[h - 1][lo] <= actual <= frame.iloc[h - 1][hi]),
                          **{below_key(q): float(actual <= frame.iloc[h - 1][q]) for q in frame.columns}})
     below = sorted({k for row in rows for k in row if k.startswith("below_q")})  # NaN where a forecast lacks one
