@@ -192,6 +192,22 @@ def test_every_queried_metric_is_exported_by_the_live_endpoint(live):
     assert not unused, f"exported but on no board: {unused}"
 
 
+def test_counters_are_read_through_rate_or_increase_and_gauges_never_are():
+    """A counter's value is its process's count since it started (a restart sets it back to 0, each replica counts its
+    own): a panel reads it only as rate() or increase(). A gauge under rate() would chart its slope, not its value."""
+    kinds = {x.name: x.kind for x in m.METRICS}
+    rated = re.compile(r"\b(rate|increase)\((\w+)")
+    for board, title, expr in panel_exprs():
+        inside = {name for _, name in rated.findall(expr)}
+        for name, _ in selectors(expr):
+            base = name.removesuffix("_bucket").removesuffix("_sum").removesuffix("_count")
+            kind = kinds.get(name) or kinds.get(base)
+            if kind in ("counter", "histogram"):
+                assert name in inside, f"{board} / {title}: counter {name} read without rate() or increase()"
+            else:
+                assert name not in inside, f"{board} / {title}: gauge {name} under rate() or increase()"
+
+
 def concrete(expr: str, policy: str) -> str:
     """The query as Grafana sends it: variables filled in ("All" for multi-value ones)."""
     expr = (expr.replace('=~"$policy"', '=~".*"').replace('="$policy"', f'="{policy}"')
