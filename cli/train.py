@@ -108,9 +108,8 @@ def cmd_train(cfg, args) -> int:
                         f"{len(loaded)} of the {len(jobs)} did" if len(jobs) > 1 and pool is None else None)
             for name, where, load in jobs:
                 try:
-                    history = loaded[name] if name in loaded else load()
-                    result = train_series(name, history, settings, tracker, now, pool=pool, progress=say,
-                                          forecast_from=_hour_after(history, cfg.forecast.timezone))
+                    result = train_series(name, loaded[name] if name in loaded else load(), settings, tracker, now,
+                                          pool=pool, progress=say, timezone=cfg.forecast.timezone)
                     if unpooled:
                         result.notes.append(unpooled)
                     out.append(result.to_json())
@@ -132,16 +131,6 @@ def cmd_train(cfg, args) -> int:
             status = 128 + (signal.Signals[str(exc)] if str(exc) else signal.SIGINT)  # as any command stopped
     print(json.dumps(out if listed else out[0], indent=2))
     return status
-
-
-def _hour_after(local: pd.Series, zone: str) -> pd.Timestamp | None:
-    """The UTC hour after the last of `local` (wall-clock hours of `zone` labelled UTC, as local_hours gives them):
-    where the training sits on the series' time axis, the hour its model forecasts from. None for an empty history
-    (the training refuses it)."""
-    if local.empty:
-        return None
-    wall = local.index[-1].tz_localize(None) + pd.Timedelta(hours=1)
-    return wall.tz_localize(zone, ambiguous=True, nonexistent="shift_forward").tz_convert("UTC")
 
 
 @contextlib.contextmanager

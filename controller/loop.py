@@ -51,8 +51,7 @@ class BackgroundTrainer:
             log.info("%s: retraining dropped: this replica no longer leads", series)
             return
         try:
-            result = train_series(series, history, self.settings, Tracker(self.tracking_uri), now.to_pydatetime(),
-                                  forecast_from=now.floor("h"))  # the hour its champion serves from
+            result = train_series(series, history, self.settings, Tracker(self.tracking_uri), now.to_pydatetime())
             log.info("%s: retrained: %s v%s %s", series, result.selected, result.version,
                      "promoted" if result.promoted else "not promoted")
         except Exception as exc:  # noqa: BLE001 - report, keep the champion
