@@ -72,8 +72,8 @@ HEADROOM = Metric("headroom_preemption_headroom_gpus", "gauge", "Preemption head
 RECLAIMABLE = Metric("headroom_reclaimable_gpus", "gauge", "The cluster's GPUs reclaimable within the deadline now: idle ones plus training preemptible in time (the same on every policy: take max, not sum)", P)
 FALLBACK = Metric("headroom_policy_fallback", "gauge", "1 while the conservative (last week's peak) reservation is in use", P)
 DEGRADED = Metric("headroom_policy_degraded", "gauge", "1 while demand data is missing or stale (last good forecast or fallback in use)", P)
-FORECAST_ERROR = Metric("headroom_forecast_scaled_error_ratio", "gauge", "Realized mean absolute forecast error at this horizon, scaled by the naive forecast's (MASE-like; below 1 beats naive)", ("policy", "horizon"))
-FORECAST_COVERAGE = Metric("headroom_forecast_coverage_ratio", "gauge", "Realized share of actuals inside the forecast's q0.1..q0.9 band at this horizon (target 0.8)", ("policy", "horizon"))
+FORECAST_ERROR = Metric("headroom_forecast_scaled_error_ratio", "gauge", "Realized mean absolute error of the forecast's median at this horizon over the last training.drift_window scored hours, scaled by the naive forecast's (MASE-like; below 1 beats naive)", ("policy", "horizon"))
+FORECAST_COVERAGE = Metric("headroom_forecast_coverage_ratio", "gauge", "Realized share of actuals inside the forecast's q0.1..q0.9 band at this horizon over the last training.drift_window scored hours (target 0.8)", ("policy", "horizon"))
 
 CAPACITY = Metric("headroom_capacity_gpus", "gauge", "GPUs in the cluster headroom manages")
 SLACK = Metric("headroom_slack_gpus", "gauge", "GPUs lent to training now (the whole cluster's slack)")
