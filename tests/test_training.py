@@ -322,13 +322,15 @@ def test_headroom_train_sits_on_the_time_axis_at_its_history_s_end_not_the_wall_
     for key in ("backtest_mase", "promoted"):
         assert [(m.step, m.timestamp) for m in mlflow.get_metric_history(accuracy.info.run_id, key)] == [(step, ms)]
     assert [(m.step, m.timestamp) for m in mlflow.get_metric_history(result["run_id"], "mase")] == [(step, ms)]
-    # each fold's scores at its origin, in UTC: the backtest is accuracy over time too
-    origins = [pd.Timestamp(o) for o in result["origins"]]  # the wall-clock hours of New York the folds started at
-    assert origins == [pd.Timestamp("2026-03-08T20:00Z"), pd.Timestamp("2026-03-09T20:00Z")]
-    utc = [o + pd.Timedelta(hours=4) for o in origins]  # EDT (since 2026-03-08 02:00)
+    # each fold's scores at its origin, in UTC: the backtest is accuracy over time too. The folds start at 20:00 New
+    # York time (EDT since 2026-03-08 02:00), 24 h apart, the last a day before the history's end
+    utc = [pd.Timestamp("2026-03-09T00:00Z"), pd.Timestamp("2026-03-10T00:00Z")]
+    assert [pd.Timestamp(o) for o in result["origins"]] == utc
     folds = sorted(mlflow.get_metric_history(result["run_id"], "fold_mase"), key=lambda m: m.step)
     assert [(m.step, m.timestamp) for m in folds] == [(int(t.timestamp() // 3600), int(t.timestamp() * 1000))
                                                       for t in utc]
+    version = mlflow.get_model_version("headroom-chat", result["version"])
+    assert pd.Timestamp(version.tags["headroom.history_end"]) == pd.Timestamp("2026-03-10T23:00Z")  # the file's
 
 
 @hypothesis.settings(max_examples=60, deadline=None)

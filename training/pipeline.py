@@ -379,7 +379,8 @@ def _train(name, series, settings, tracker, now, timezone, makers, origins, exp,
     check_quantile_frame(future, settings.horizon, list(settings.quantiles))
     scale = seasonal_scale(series.to_numpy(dtype=float), DAY)
 
-    span = {"history_start": series.index[0].isoformat(), "history_end": series.index[-1].isoformat(),
+    span = {"history_start": _on_utc(series.index[0], timezone).isoformat(),
+            "history_end": _on_utc(series.index[-1], timezone).isoformat(),
             "history_points": len(series), "history_sha256": series_sha256(series)}
     tracker.log_params(parent, {"model": winner, **_hyperparameters(model), "horizon": settings.horizon,
                                 "statistic": settings.statistic, "quantiles": ",".join(map(str, settings.quantiles)),
@@ -470,7 +471,8 @@ def _train(name, series, settings, tracker, now, timezone, makers, origins, exp,
     return TrainResult(name=name, run_id=parent, experiment_id=exp, selected=winner, objective=key,
                        score=scores[winner][key], scores=scores, version=version, promoted=promote, reason=reason,
                        champion_version=champ_version, champion_score=champ_score,
-                       origins=[series.index[o].isoformat() for o in origins], failed_candidates=failed, notes=notes,
+                       origins=[_on_utc(series.index[o], timezone).isoformat() for o in origins],
+                       failed_candidates=failed, notes=notes,
                        model=model)
 
 
