@@ -162,12 +162,13 @@ def overview() -> Board:
           [(f"max({leader(m.RECLAIMABLE.name)})", "reclaimable within deadline"),
            (f"max({leader(m.HEADROOM_BAND.name)})", "headroom band"),
            (f"sum({leader(m.HEADROOM.name)})", "headroom quantiles ask")], 12, 8, min=0)
-    b.add("timeseries", "Headroom at risk", "1 while the HeadroomAtRisk condition is True, by its reason: "
+    b.add("timeseries", "Headroom at risk", "1 while the HeadroomAtRisk condition is True or Unknown, by its reason: "
           "ReclaimableBelowHeadroom (too little training stops within the deadline), HeadroomAboveCapacity (the "
           "headroom quantile asks for more than is lent), CohortLends (another ClusterQueue, or a Kueue Cohort's "
           "quota up the training cohort's parent chain, lends training GPUs beside headroom: the message names each "
-          "and its fix), CohortCycle (a training cohort's parentName chain loops). The plan summary ConfigMap has "
-          "the message.",
+          "and its fix), CohortCycle (a training cohort's parentName chain loops), CohortsUnreadable (Unknown: the "
+          "Cohorts and ClusterQueues could not be read, so what else lends to training is not known). The plan "
+          "summary ConfigMap has the message.",
           [(f"max by (reason) ({leader(m.HEADROOM_AT_RISK.name)})", "{{reason}}")], 24, 5, min=0, max=1)
     b.add("timeseries", "Preemptions and work lost", "Training workloads preempted per hour, planned (at a "
           "checkpoint before a forecast ramp) vs emergency (demand above the forecast), and GPU-hours of work lost.",

@@ -373,6 +373,20 @@ def test_time_since_the_last_reconcile_grows_when_no_replica_leads(tmp_path):
     assert promql_value(tmp_path, series, expr, "10m", 300) == ""
 
 
+def test_the_headroom_at_risk_panel_names_every_reason_that_sets_it():
+    """headroom_headroom_at_risk is 1 for every reason HeadroomAtRisk is True or Unknown with: the panel that charts it
+    must say what each means, or a 1 with an unnamed reason (CohortsUnreadable) is left to guess."""
+    import inspect
+
+    from controller.reconcile import headroom_condition
+
+    at_risk = re.findall(r'"HeadroomAtRisk", "(?:True|Unknown)", "(\w+)"', inspect.getsource(headroom_condition))
+    assert len(at_risk) >= 5, at_risk
+    description = panel("headroom-overview.json", "Headroom at risk")["description"]
+    assert "True or Unknown" in description
+    assert [r for r in at_risk if r not in description] == []
+
+
 def test_a_panel_mixing_seconds_and_counts_gives_the_seconds_their_unit():
     """'Statuses written beside' draws the status lag (seconds) beside the statuses waiting (a count): the lag must be
     shown in seconds, not as a bare number on the count's axis."""
