@@ -40,6 +40,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+from core.cluster import FORECAST_SCALE as SCALE
 from core.deadline import current as current_deadline
 from core.deadline import earliest
 from core.errors import ClusterError, Conflict, Invalid, NotFound, NotInstalled, StaleCache
@@ -1301,7 +1302,11 @@ class ConfigMapForecastStore:
             frame, columns = frame.iloc[:, keep], [columns[i] for i in keep]
         index = [int(pd.Timestamp(t).timestamp()) for t in frame.index]
         values = [[None if v != v else float(v) for v in row] for row in frame.to_numpy(float).tolist()]
-        return json.dumps({"index": index, "columns": columns, "values": values}, separators=(",", ":"))
+        doc = {"index": index, "columns": columns, "values": values}
+        scale = frame.attrs.get(SCALE)
+        if scale is not None:  # realized error divides by its fitting window's scale: NaN (none) is null
+            doc[SCALE] = None if scale != scale else float(scale)
+        return json.dumps(doc, separators=(",", ":"))
 
     @staticmethod
     def _decode(text: str):
@@ -1309,7 +1314,10 @@ class ConfigMapForecastStore:
 
         doc = json.loads(text)
         index = pd.DatetimeIndex(pd.to_datetime(doc["index"], unit="s", utc=True), name="timestamp")
-        return pd.DataFrame(doc["values"], index=index, columns=[float(c) for c in doc["columns"]], dtype=float)
+        frame = pd.DataFrame(doc["values"], index=index, columns=[float(c) for c in doc["columns"]], dtype=float)
+        if SCALE in doc:
+            frame.attrs[SCALE] = float("nan") if doc[SCALE] is None else float(doc[SCALE])
+        return frame
 
     def _data(self, series: str) -> dict[str, str]:
         try:

@@ -109,7 +109,7 @@ def cmd_train(cfg, args) -> int:
             for name, where, load in jobs:
                 try:
                     result = train_series(name, loaded[name] if name in loaded else load(), settings, tracker, now,
-                                          pool=pool, progress=say)
+                                          pool=pool, progress=say, timezone=cfg.forecast.timezone)
                     if unpooled:
                         result.notes.append(unpooled)
                     out.append(result.to_json())

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from core.cluster import FORECAST_SCALE
 from core.errors import raise_interrupt_inside
 from core.policy import PolicySpec
 from core.settings import LOOKBACK, RunConfig
@@ -142,5 +143,6 @@ def issue(model, name: str, hourly: pd.Series, now: pd.Timestamp, spec: PolicySp
                             f"got {frame.shape} {list(frame.columns)}")
     chosen = getattr(model, "chosen", None)  # automatic selection says what it picked
     scale = float(seasonal_scale(hourly.to_numpy()))
-    return IssuedForecast(frame, now, f"{name}: {chosen}" if chosen else name, generation,
-                          scale if math.isfinite(scale) else float("nan"))
+    scale = scale if math.isfinite(scale) else float("nan")
+    frame.attrs[FORECAST_SCALE] = scale  # recorded with it: its realized error is divided by its own window's scale
+    return IssuedForecast(frame, now, f"{name}: {chosen}" if chosen else name, generation, scale)

@@ -1300,8 +1300,9 @@ class Reconciler:
 
     def _accuracy_of(self, p: PolicyObject, scale: float, hourly: pd.Series,
                      now: pd.Timestamp) -> tuple[dict[int, float], dict[int, float], tuple]:
-        """(realized error, 80% coverage, drift events) of the forecasts issued for `p` before now, at the status's
-        `scale`; logged to MLflow when tracking is on."""
+        """(realized error, 80% coverage, drift events) of the forecasts issued for `p` before now, each at its own
+        fitting window's scale (`scale`, the forecast in force's, for one recorded without it); logged to MLflow when
+        tracking is on."""
         assert self.forecast_log is not None  # realized error is computed only with a forecast log
         series = p.series
         since = now - pd.Timedelta(hours=max(HORIZONS) + self.drift_window + 1)
@@ -1314,7 +1315,8 @@ class Reconciler:
         # let its Lease go would log beside the new leader, whose forecast is the one in force)
         if self.tracker is not None and self.leads():
             try:
-                # the status's scale, so MLflow and the status report one error (drift's baseline: the champion's)
+                # each forecast's error over its own window's scale (`scale`, the one in force, for one recorded without
+                # it), as the status's: MLflow and the status report one error (drift's baseline: the champion's)
                 table, events = log_realized(series, issued, hourly, self.tracker, scale=scale,
                                              factor=self.drift_factor, window=self.drift_window, horizons=HORIZONS)
                 drift = tuple(events)

@@ -40,8 +40,14 @@ class PlanSummaryWriter(Protocol):
         ...
 
 
+# A forecast frame's attrs key: the seasonal-24 scale of the window it was fitted on (realized error is divided by it,
+# as the backtest divides each fold by its own window's). Every ForecastStore keeps it with the frame.
+FORECAST_SCALE = "scale"
+
+
 class ForecastStore(Protocol):
-    """Forecasts by issue time, per series, shared by every replica (realized error survives failover)."""
+    """Forecasts by issue time, per series, shared by every replica (realized error survives failover); each frame
+    loaded carries the `FORECAST_SCALE` attrs it was recorded with."""
 
     def record(self, series: str, issued_at: Any, frame: Any) -> Any: ...
 

@@ -156,15 +156,19 @@ def overview() -> Board:
     b.add("timeseries", "Cluster utilization", "Busy GPUs over capacity.",
           [(f"{busy} / {capacity}", "utilization")], 8, 9, unit="percentunit", min=0, max=1)
     b.add("timeseries", "Preemption headroom guarantee", "GPUs reclaimable within the deadline must stay at or "
-          "above the headroom the plan requires: below it, a demand spike could not be served in time.",
+          "above the headroom band, the lent GPUs that must come back in time: below it, a demand spike could not be "
+          "served in time (ReclaimableBelowHeadroom). Where the headroom quantiles ask for more than the band, more "
+          "than is lent (HeadroomAboveCapacity), demand up to them cannot be served whatever comes back.",
           [(f"max({leader(m.RECLAIMABLE.name)})", "reclaimable within deadline"),
-           (f"sum({leader(m.HEADROOM.name)})", "required headroom")], 12, 8, min=0)
-    b.add("timeseries", "Headroom at risk", "1 while the HeadroomAtRisk condition is True, by its reason: "
+           (f"max({leader(m.HEADROOM_BAND.name)})", "headroom band"),
+           (f"sum({leader(m.HEADROOM.name)})", "headroom quantiles ask")], 12, 8, min=0)
+    b.add("timeseries", "Headroom at risk", "1 while the HeadroomAtRisk condition is True or Unknown, by its reason: "
           "ReclaimableBelowHeadroom (too little training stops within the deadline), HeadroomAboveCapacity (the "
           "headroom quantile asks for more than is lent), CohortLends (another ClusterQueue, or a Kueue Cohort's "
           "quota up the training cohort's parent chain, lends training GPUs beside headroom: the message names each "
-          "and its fix), CohortCycle (a training cohort's parentName chain loops). The plan summary ConfigMap has "
-          "the message.",
+          "and its fix), CohortCycle (a training cohort's parentName chain loops), CohortsUnreadable (Unknown: the "
+          "Cohorts and ClusterQueues could not be read, so what else lends to training is not known). The plan "
+          "summary ConfigMap has the message.",
           [(f"max by (reason) ({leader(m.HEADROOM_AT_RISK.name)})", "{{reason}}")], 24, 5, min=0, max=1)
     b.add("timeseries", "Preemptions and work lost", "Training workloads preempted per hour, planned (at a "
           "checkpoint before a forecast ramp) vs emergency (demand above the forecast), and GPU-hours of work lost.",
@@ -176,9 +180,10 @@ def overview() -> Board:
 
 
 def forecast_quality() -> Board:
+    # the policies that were planned (an invalid one exports only headroom_policy_valid: its panels would be empty)
     b = Board("headroom-forecast", "headroom: forecast quality",
               "Forecast bands against what happened, realized error per horizon and interval coverage.",
-              [datasource_variable(), label_variable("policy", m.POLICY_VALID, "policy")])
+              [datasource_variable(), label_variable("policy", m.POLICY_INFO, "policy")])
     band = leader(sel(m.FORECAST, '{policy="$policy", horizon="1h"}'))
     b.add("timeseries", "Forecast 1 h ahead vs actual: $policy", "Each quantile of the forecast for the current hour "
           "(made from the hours before it), the latest observed sample, and the demand the reservation serves; "

@@ -192,6 +192,22 @@ def test_every_queried_metric_is_exported_by_the_live_endpoint(live):
     assert not unused, f"exported but on no board: {unused}"
 
 
+def test_counters_are_read_through_rate_or_increase_and_gauges_never_are():
+    """A counter's value is its process's count since it started (a restart sets it back to 0, each replica counts its
+    own): a panel reads it only as rate() or increase(). A gauge under rate() would chart its slope, not its value."""
+    kinds = {x.name: x.kind for x in m.METRICS}
+    rated = re.compile(r"\b(rate|increase)\((\w+)")
+    for board, title, expr in panel_exprs():
+        inside = {name for _, name in rated.findall(expr)}
+        for name, _ in selectors(expr):
+            base = name.removesuffix("_bucket").removesuffix("_sum").removesuffix("_count")
+            kind = kinds.get(name) or kinds.get(base)
+            if kind in ("counter", "histogram"):
+                assert name in inside, f"{board} / {title}: counter {name} read without rate() or increase()"
+            else:
+                assert name not in inside, f"{board} / {title}: gauge {name} under rate() or increase()"
+
+
 def concrete(expr: str, policy: str) -> str:
     """The query as Grafana sends it: variables filled in ("All" for multi-value ones)."""
     expr = (expr.replace('=~"$policy"', '=~".*"').replace('="$policy"', f'="{policy}"')
@@ -243,6 +259,21 @@ def test_every_panel_query_returns_data_from_a_real_prometheus(live, prometheus_
     for board, name, label in variable_queries():
         values = query(prometheus_scraping, f"count by ({label}) ({name})", now)["result"]
         assert values, f"{board}: label_values({name}, {label}) lists nothing"
+
+
+def test_each_policy_the_forecast_board_lists_gets_a_forecast_panel_with_data(live, prometheus_scraping):
+    """The forecast board repeats its first panel per value of its `policy` variable: a policy it lists but cannot
+    draw (an invalid one exports only headroom_policy_valid) would be a panel that is always empty."""
+    assert not live[1].policies["inference/broken"].valid  # the day holds an invalid policy to leave out
+    variable = next(v for v in BOARDS["headroom-forecast.json"]["templating"]["list"] if v["name"] == "policy")
+    name, label = re.fullmatch(r"label_values\((\w+),\s*(\w+)\)", variable["query"]).groups()
+    answer = query(prometheus_scraping, f"count by ({label}) ({name})", time.time())
+    listed = [r["metric"][label] for r in answer["result"]]
+    assert listed
+    repeated = panel("headroom-forecast.json", "Forecast 1 h ahead vs actual: $policy")
+    for policy in listed:
+        for target in repeated["targets"]:
+            assert query(prometheus_scraping, concrete(target["expr"], policy), time.time())["result"], (policy, target)
 
 
 def test_leader_filter_drops_a_standbys_series(live, prometheus_scraping):
@@ -342,6 +373,20 @@ def test_time_since_the_last_reconcile_grows_when_no_replica_leads(tmp_path):
     assert promql_value(tmp_path, series, expr, "10m", 300) == ""
 
 
+def test_the_headroom_at_risk_panel_names_every_reason_that_sets_it():
+    """headroom_headroom_at_risk is 1 for every reason HeadroomAtRisk is True or Unknown with: the panel that charts it
+    must say what each means, or a 1 with an unnamed reason (CohortsUnreadable) is left to guess."""
+    import inspect
+
+    from controller.reconcile import headroom_condition
+
+    at_risk = re.findall(r'"HeadroomAtRisk", "(?:True|Unknown)", "(\w+)"', inspect.getsource(headroom_condition))
+    assert len(at_risk) >= 5, at_risk
+    description = panel("headroom-overview.json", "Headroom at risk")["description"]
+    assert "True or Unknown" in description
+    assert [r for r in at_risk if r not in description] == []
+
+
 def test_a_panel_mixing_seconds_and_counts_gives_the_seconds_their_unit():
     """'Statuses written beside' draws the status lag (seconds) beside the statuses waiting (a count): the lag must be
     shown in seconds, not as a bare number on the count's axis."""
@@ -359,3 +404,20 @@ def test_a_ratio_shown_in_percent_is_described_in_percent():
         for p in board["panels"]:
             if p["fieldConfig"]["defaults"]["unit"] == "percentunit":
                 assert not re.search(r"\b(above|below|over|under) 1\b", p["description"]), (name, p["title"])
+
+
+def test_the_headroom_guarantee_holds_the_reclaimable_gpus_against_the_band(tmp_path):
+    """The controller's HeadroomAtRisk compares the GPUs reclaimable within the deadline with the headroom band, the
+    policies' headroom within what is lent. Where the headroom quantiles ask for more than is lent (here 30 of 20), the
+    guarantee panel must draw the band (20), which the 25 reclaimable GPUs cover, not the ask, which would show a
+    breach the controller does not see (its reason is HeadroomAboveCapacity, drawn beside)."""
+    p = panel("headroom-overview.json", "Preemption headroom guarantee")
+    exprs = {t["legendFormat"]: concrete(t["expr"], "inference/chat") for t in p["targets"]}
+    series = {'headroom_leader{instance="a"}': "1x10", 'headroom_leader{instance="b"}': "0x10",
+              'headroom_preemption_headroom_gpus{instance="a", policy="inference/chat"}': "30x10",
+              'headroom_headroom_band_gpus{instance="a"}': "20x10",
+              'headroom_headroom_band_gpus{instance="b"}': "40x10",  # a standby's last state
+              'headroom_reclaimable_gpus{instance="a", policy="inference/chat"}': "25x10"}
+    assert promql_value(tmp_path, series, exprs["reclaimable within deadline"], "5m", 25) == ""
+    assert promql_value(tmp_path, series, exprs["headroom band"], "5m", 20) == ""
+    assert promql_value(tmp_path, series, exprs["headroom quantiles ask"], "5m", 30) == ""

@@ -62,6 +62,8 @@ def test_exports_the_plans_reservation_headroom_slack_and_forecast(day, last):
     assert value(text, m.RESERVED, policy="inference/chat") == ps.reserved_gpus == status["reservedGpus"] > 0
     assert value(text, m.HEADROOM, policy="inference/chat") == ps.headroom_gpus == status["headroomGpus"] > 0
     assert value(text, m.RECLAIMABLE, policy="inference/chat") == ps.reclaimable_gpus
+    # the band HeadroomAtRisk holds the reclaimable GPUs against: the policy's ask within what is lent
+    assert value(text, m.HEADROOM_BAND) == last.headroom_band_gpus == min(ps.headroom_gpus, last.slack_gpus) > 0
     assert value(text, m.POLICY_VALID, policy="inference/chat") == 1
     assert value(text, m.POLICY_INFO, policy="inference/chat", mode="active", model=ps.model) == 1
     assert ps.model.startswith("auto")
@@ -92,6 +94,31 @@ def test_exports_the_plans_reservation_headroom_slack_and_forecast(day, last):
     assert value(text, m.LEADER) == 1
     assert value(text, m.LAST_RECONCILE) == last.last_reconcile_timestamp > 0
     assert value(text, m.RECONCILES) == len(day[1])
+
+
+def test_realized_error_and_coverage_are_the_last_drift_window_s_hours_and_say_so(day, last):
+    """headroom_forecast_scaled_error_ratio and headroom_forecast_coverage_ratio are means over the last
+    training.drift_window scored hours of each horizon: recomputed here from the forecasts the day issued (each
+    scaled by its own fitting window's scale) and the hourly actuals, and named in their HELP."""
+    from controller.observe import hourly_history
+    from core.settings import TrainingConfig
+    from training.realized import realized_errors
+
+    replay, window = day[0], TrainingConfig().drift_window
+    ps = last.policies["inference/chat"]
+    raw = replay.files.series("inference/chat")
+    hourly = hourly_history(raw[raw.index <= ps.now], "max", ps.now)
+    errors = realized_errors(replay.log.load("inference.chat"), hourly, float("nan"))
+    text = scrape(last)
+    for h in m.FORECAST_HORIZONS:
+        recent = errors[errors["horizon"] == h].sort_values("target").tail(window)
+        assert len(recent) > 0, h
+        assert value(text, m.FORECAST_ERROR, policy="inference/chat", horizon=f"{h}h") == pytest.approx(
+            recent["scaled_error"].mean())
+        assert value(text, m.FORECAST_COVERAGE, policy="inference/chat", horizon=f"{h}h") == pytest.approx(
+            recent["inside_80"].mean())
+    for metric in (m.FORECAST_ERROR, m.FORECAST_COVERAGE):
+        assert "over the last training.drift_window scored hours" in metric.help, metric.name
 
 
 def test_forecast_horizons_past_the_forecast_are_left_out(last):

@@ -794,8 +794,10 @@ def test_the_loop_serves_the_champion_logs_realized_error_and_retrains_on_drift(
     r = Replay(tmp_path, path, start=start, run={"retrain_every_seconds": 0},  # no schedule: only drift retrains
                models=Models(tracking_uri), tracker=Tracker(tracking_uri), retrain=trainer, drift_window=6,
                drift_factor=1.5)
+    scales = {}  # each forecast's fitting window's scale, by issue hour
     for hour in range(12):
         state = r.step(start + pd.Timedelta(hours=hour))
+        scales[start + pd.Timedelta(hours=hour)] = r.reconciler._forecasts["inference/chat"].scale
     assert state.policies["inference/chat"].model.startswith("champion v1")
     drift_events = r.events("ForecastDrift")
     assert drift_events and "retraining" in drift_events[0]["message"] and drift_events[0]["type"] == "Warning"
@@ -807,10 +809,16 @@ def test_the_loop_serves_the_champion_logs_realized_error_and_retrains_on_drift(
     (accuracy,) = c.search_runs([experiment], "tags.`headroom.kind` = 'accuracy'")
     history = c.get_metric_history(accuracy.info.run_id, "abs_error_1h")
     assert len(history) >= 10 and len({m.step for m in history}) == len(history)  # one point per hour
-    # MLflow's scaled error uses the scale the status does (the fitting window's), not a second one
-    last = max(history, key=lambda m: m.step)
-    (scaled,) = [m for m in c.get_metric_history(accuracy.info.run_id, "scaled_error_1h") if m.step == last.step]
-    assert last.value / scaled.value == pytest.approx(r.reconciler._forecasts["inference/chat"].scale)
+    # each target's error over the scale of the window its forecast was fitted on (as the backtest scales each fold by
+    # its own), not over the window of the forecast in force when the actual arrived (an hour or a day later)
+    for h in (1, 6):
+        absolute = {m.step: m.value for m in c.get_metric_history(accuracy.info.run_id, f"abs_error_{h}h")}
+        scaled = {m.step: m.value for m in c.get_metric_history(accuracy.info.run_id, f"scaled_error_{h}h")}
+        assert absolute and scaled.keys() == absolute.keys(), h
+        for step, value in scaled.items():
+            issued = pd.Timestamp(step * 3600, unit="s", tz="UTC") - pd.Timedelta(hours=h - 1)
+            assert absolute[step] / value == pytest.approx(scales[issued]), (h, issued)
+        assert len(set(scales.values())) > 1  # the hours' windows differ: the check tells one scale from another
     assert accuracy.data.tags["headroom.retrain_recommended"] == "true"
     # on the same time axis: the shares below the reserved quantiles as each hour's actual arrived, the champion's
     # backtest beside them, and each training's backtest at its hour (the first, and the retraining on drift)

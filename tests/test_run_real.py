@@ -627,6 +627,7 @@ def test_forecast_store_is_one_labelled_bounded_configmap_per_series(kube_server
     import numpy as np
 
     from adapters.kube import CONFIGMAP_LIMIT, FORECAST_LOG_LABEL
+    from core.cluster import FORECAST_SCALE
 
     store = kube.forecast_store(NS, keep_seconds=50 * 3600, rows=24)
     series = f"{NS}.store-test"
@@ -640,6 +641,8 @@ def test_forecast_store_is_one_labelled_bounded_configmap_per_series(kube_server
         index = pd.date_range(issued, periods=48, freq="h")
         frames[issued] = pd.DataFrame(np.sort(rng.gamma(3.0, 40.0, (48, 6)), axis=1), index=index,
                                       columns=quantiles)
+        if hour % 3:  # its fitting window's scale (realized error divides by it), NaN where it has none
+            frames[issued].attrs[FORECAST_SCALE] = 10.0 + hour if hour % 3 == 1 else float("nan")
         store.record(series, issued, frames[issued])
     cm = kube.get(f"/api/v1/namespaces/{NS}/configmaps/{store.name(series)}")
     assert cm["metadata"]["labels"][FORECAST_LOG_LABEL] == "true"
@@ -651,6 +654,9 @@ def test_forecast_store_is_one_labelled_bounded_configmap_per_series(kube_server
     for issued, frame in held.items():  # the first 24 periods, the 80% interval and the median, exactly
         expected = frames[issued].iloc[:24][[0.1, 0.5, 0.9]]
         pd.testing.assert_frame_equal(frame, expected, check_names=False, check_freq=False)
+        assert frame.attrs.keys() == frames[issued].attrs.keys()  # the scale it was recorded with, if any
+        if FORECAST_SCALE in frame.attrs:
+            np.testing.assert_equal(frame.attrs[FORECAST_SCALE], frames[issued].attrs[FORECAST_SCALE])
     since = last - pd.Timedelta(hours=5)
     assert sorted(store.load(series, since=since)) == [since + pd.Timedelta(hours=h) for h in range(6)]
     assert store.prune(series, before=since) == 45 and len(store.load(series)) == 6

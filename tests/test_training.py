@@ -275,6 +275,64 @@ def test_accuracy_over_time_is_one_time_axis_across_retrains_and_restarts(mlflow
     assert run.data.metrics["mase"] == pytest.approx(second.scores["snaive24"]["mase"])
 
 
+def test_a_replay_behind_the_store_says_its_hours_are_not_logged(sqlite_uri, tmp_path, caplog):
+    """A replay re-run into the same store, or one of earlier hours: the series' accuracy run already holds later hours
+    (tag headroom.accuracy.last_target), so this replay's hours are not logged (no duplicate, nothing out of order).
+    That must be said, once, naming the store, not left for an SRE to find the replay missing from MLflow."""
+    tracker, truth = Tracker(sqlite_uri), demand(days=12)
+    log = ForecastLog(tmp_path / "forecasts")
+    model = MODELS["snaive24"]()
+    for issued in truth.index[24 * 8::6][:8]:
+        log.record("behind", issued, model.fit(truth[truth.index < issued]).predict(24, [0.1, 0.5, 0.9]))
+    later, _ = log_realized("behind", log.load("behind"), truth.iloc[:24 * 11], tracker, scale=1.0, baseline=1.0)
+    run_id = client(sqlite_uri).search_runs(
+        [client(sqlite_uri).get_experiment_by_name("headroom/behind").experiment_id],
+        "tags.`headroom.kind` = 'accuracy'")[0].info.run_id
+    logged = len(client(sqlite_uri).get_metric_history(run_id, "abs_error_1h"))
+    assert logged == (later["horizon"] == 1).sum() > 0
+
+    earlier = truth.index[24 * 6]
+    for issued in pd.date_range(earlier, periods=4, freq="6h"):  # the replay of two days earlier
+        log.record("behind", issued, model.fit(truth[truth.index < issued]).predict(24, [0.1, 0.5, 0.9]))
+    caplog.set_level("WARNING", logger="training.realized")
+    for _ in range(2):  # every hour of the replay: said once
+        log_realized("behind", log.load("behind", since=earlier), truth[truth.index < earlier + pd.Timedelta(days=1)],
+                     tracker, scale=1.0, baseline=1.0)
+    assert len(client(sqlite_uri).get_metric_history(run_id, "abs_error_1h")) == logged
+    said = [r.getMessage() for r in caplog.records if "already holds" in r.getMessage()]
+    assert len(said) == 1 and sqlite_uri in said[0] and later["target"].max().isoformat() in said[0], said
+
+
+def test_headroom_train_sits_on_the_time_axis_at_its_history_s_end_not_the_wall_clock(tmp_path, capsys):
+    """`headroom train` on a history file run today: its backtest is of the hours up to the history's end, so on the
+    series' time axis it sits at the first hour its model forecasts (beside the live accuracy of those hours), in UTC
+    whatever --timezone's clock the candidates were fitted on; not at the wall clock of the day it ran."""
+    from cli.main import main
+
+    history, uri = tmp_path / "chat.csv", f"sqlite:///{tmp_path / 'mlflow.db'}"
+    demand(days=9).rename_axis("timestamp").rename("value").to_csv(history)  # ends 2026-03-10 23:00 UTC
+    (tmp_path / "train.yaml").write_text("backtest: {folds: 2}\ntraining: {candidates: [snaive24]}\n")
+    assert main(["train", "--config", str(tmp_path / "train.yaml"), "--history", str(history), "--name", "chat",
+                 "--tracking-uri", uri, "--timezone", "America/New_York"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    forecast_from = pd.Timestamp("2026-03-11T00:00Z")
+    step, ms = int(forecast_from.timestamp() // 3600), int(forecast_from.timestamp() * 1000)
+    mlflow = client(uri)
+    (accuracy,) = mlflow.search_runs([result["experiment_id"]], "tags.`headroom.kind` = 'accuracy'")
+    for key in ("backtest_mase", "promoted"):
+        assert [(m.step, m.timestamp) for m in mlflow.get_metric_history(accuracy.info.run_id, key)] == [(step, ms)]
+    assert [(m.step, m.timestamp) for m in mlflow.get_metric_history(result["run_id"], "mase")] == [(step, ms)]
+    # each fold's scores at its origin, in UTC: the backtest is accuracy over time too. The folds start at 20:00 New
+    # York time (EDT since 2026-03-08 02:00), 24 h apart, the last a day before the history's end
+    utc = [pd.Timestamp("2026-03-09T00:00Z"), pd.Timestamp("2026-03-10T00:00Z")]
+    assert [pd.Timestamp(o) for o in result["origins"]] == utc
+    folds = sorted(mlflow.get_metric_history(result["run_id"], "fold_mase"), key=lambda m: m.step)
+    assert [(m.step, m.timestamp) for m in folds] == [(int(t.timestamp() // 3600), int(t.timestamp() * 1000))
+                                                      for t in utc]
+    version = mlflow.get_model_version("headroom-chat", result["version"])
+    assert pd.Timestamp(version.tags["headroom.history_end"]) == pd.Timestamp("2026-03-10T23:00Z")  # the file's
+
+
 @hypothesis.settings(max_examples=60, deadline=None)
 @hypothesis.given(st.lists(st.sampled_from([0.05, 0.1, 0.5, 0.9, 0.95, 0.99]), min_size=1, unique=True),
                   st.lists(st.floats(0, 1e6), min_size=24, max_size=24), st.floats(0, 1e6), st.data())

@@ -274,10 +274,16 @@ def _global_candidate(name: str, pool: GlobalPool | None, horizon: int) -> dict[
 def train_series(name: str, series: pd.Series, settings: TrainSettings, tracker: Tracker,
                  now: datetime | None = None,
                  factories: Mapping[str, Callable[[], Forecaster]] | None = None,
-                 pool: GlobalPool | None = None, progress: Callable[[str], None] | None = None) -> TrainResult:
+                 pool: GlobalPool | None = None, progress: Callable[[str], None] | None = None,
+                 timezone: str = "UTC") -> TrainResult:
     """Backtest, select, refit, log to MLflow, register a version, maybe promote it to champion. `pool`: the series
     trained together (this one among them), for the global candidate; `progress`: told each candidate's folds as
-    they are scored (the global model refits across every series at each origin: minutes a series)."""
+    they are scored (the global model refits across every series at each origin: minutes a series); `timezone`: the
+    clock whose wall-clock hours label the series (cli.train fits on forecast.timezone's, forecast.clock.local_hours).
+
+    On the series' time axis (training.realized.time_axis) the training's scores sit at the first hour its model
+    forecasts, the hour after the history's last, and each fold's at its origin, in UTC: the forecast's time, beside
+    the live accuracy of those hours, not the wall clock `now` it ran at (a history from a file may end long before)."""
     if not _NAME.match(name):
         raise TrainingError(f"series name {name!r} must match {_NAME.pattern}")
     now = now or datetime.now(UTC)
@@ -298,7 +304,7 @@ def train_series(name: str, series: pd.Series, settings: TrainSettings, tracker:
         parent = tracker.start_run(exp, f"train-{now:%Y%m%dT%H%M%SZ}",
                                    tags={"headroom.kind": "training", "headroom.series": name})
         try:
-            result = _train(name, series, settings, tracker, now, makers, origins, exp, parent, progress)
+            result = _train(name, series, settings, tracker, now, timezone, makers, origins, exp, parent, progress)
         except BaseException as exc:
             try:
                 tracker.set_tags(parent, {"headroom.error": f"{type(exc).__name__}: {exc}"})
@@ -310,8 +316,20 @@ def train_series(name: str, series: pd.Series, settings: TrainSettings, tracker:
         return result
 
 
-def _train(name, series, settings, tracker, now, makers, origins, exp, parent, progress=None) -> TrainResult:
+def _on_utc(wall: pd.Timestamp, zone: str) -> pd.Timestamp:
+    """The UTC hour of a wall-clock hour of `zone` labelled UTC (as forecast.clock.local_hours labels them)."""
+    return wall.tz_localize(None).tz_localize(zone, ambiguous=True, nonexistent="shift_forward").tz_convert(UTC)
+
+
+def _train(name, series, settings, tracker, now, timezone, makers, origins, exp, parent, progress=None) -> TrainResult:
     key = settings.objective_key
+    at = time_axis(_on_utc(series.index[-1] + pd.Timedelta(hours=1), timezone))
+
+    def per_fold_metrics(rows: list[dict], keys) -> list[tuple[str, float, int, int]]:
+        """Each fold's scores at its origin's hour: the backtest as accuracy over time."""
+        return [(f"fold_{k}", r[k], *time_axis(_on_utc(pd.Timestamp(r["origin"]), timezone)))
+                for r in rows for k in keys]
+
     per_fold: dict[str, list[dict]] = {}
     failed: dict[str, str] = {}
     for cand, make in makers.items():
@@ -333,8 +351,7 @@ def _train(name, series, settings, tracker, now, makers, origins, exp, parent, p
         per_fold[cand] = rows
         summary = summarize(rows)
         tracker.log_params(child, {"model": cand, **_hyperparameters(make())})
-        tracker.log_metrics(child, [(k, v, *time_axis(now)) for k, v in summary.items()]
-                            + [(f"fold_{k}", r[k], r["fold"], None) for r in rows for k in summary])
+        tracker.log_metrics(child, [(k, v, *at) for k, v in summary.items()] + per_fold_metrics(rows, summary))
         tracker.end_run(child)
     if not per_fold:
         raise TrainingError(f"{name}: every candidate failed: {failed}")
@@ -362,7 +379,8 @@ def _train(name, series, settings, tracker, now, makers, origins, exp, parent, p
     check_quantile_frame(future, settings.horizon, list(settings.quantiles))
     scale = seasonal_scale(series.to_numpy(dtype=float), DAY)
 
-    span = {"history_start": series.index[0].isoformat(), "history_end": series.index[-1].isoformat(),
+    span = {"history_start": _on_utc(series.index[0], timezone).isoformat(),
+            "history_end": _on_utc(series.index[-1], timezone).isoformat(),
             "history_points": len(series), "history_sha256": series_sha256(series)}
     tracker.log_params(parent, {"model": winner, **_hyperparameters(model), "horizon": settings.horizon,
                                 "statistic": settings.statistic, "quantiles": ",".join(map(str, settings.quantiles)),
@@ -371,9 +389,9 @@ def _train(name, series, settings, tracker, now, makers, origins, exp, parent, p
                                 "candidates": ",".join(makers), **span})
     metrics: list[tuple[str, float, int, int | None]] = []
     for cand, s in scores.items():
-        metrics += [(f"{cand}.{k}", v, *time_axis(now)) for k, v in s.items()]
-    metrics += [(f"fold_{k}", r[k], int(r["fold"]), None) for r in per_fold[winner] for k in scores[winner]]
-    metrics += [(k, scores[winner][k], *time_axis(now)) for k in scores[winner]]
+        metrics += [(f"{cand}.{k}", v, *at) for k, v in s.items()]
+    metrics += per_fold_metrics(per_fold[winner], scores[winner])
+    metrics += [(k, scores[winner][k], *at) for k in scores[winner]]
     tracker.log_metrics(parent, metrics)
 
     champ_name = registered_name(name)
@@ -444,8 +462,8 @@ def _train(name, series, settings, tracker, now, makers, origins, exp, parent, p
         "headroom.champion_version": champ_version or ""})
     # on the series' time axis beside the live accuracy: each training's backtest, and whether it is to serve
     tracker.log_metrics(accuracy_run(tracker, name), [
-        *((f"backtest_{k}", scores[winner][k], *time_axis(now)) for k in ("mase", *POOLED)),
-        (f"champion_rescored_{key}", champ_score, *time_axis(now)), ("promoted", float(promote), *time_axis(now))])
+        *((f"backtest_{k}", scores[winner][k], *at) for k in ("mase", *POOLED)),
+        (f"champion_rescored_{key}", champ_score, *at), ("promoted", float(promote), *at)])
     if promote:  # last: a training that failed before this changed no champion
         tracker.promote(champ_name, version)
     tracker.set_tags(parent, {"headroom.version": version, "headroom.promoted": str(promote).lower(),
@@ -453,7 +471,8 @@ def _train(name, series, settings, tracker, now, makers, origins, exp, parent, p
     return TrainResult(name=name, run_id=parent, experiment_id=exp, selected=winner, objective=key,
                        score=scores[winner][key], scores=scores, version=version, promoted=promote, reason=reason,
                        champion_version=champ_version, champion_score=champ_score,
-                       origins=[series.index[o].isoformat() for o in origins], failed_candidates=failed, notes=notes,
+                       origins=[_on_utc(series.index[o], timezone).isoformat() for o in origins],
+                       failed_candidates=failed, notes=notes,
                        model=model)
 
 

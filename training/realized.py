@@ -3,8 +3,9 @@
 For each issued forecast and each horizon h (default 1, 6, 24 steps ahead) the
 target is issued_at + h steps; once its actual is known we record the absolute
 error of the median, that error scaled by a seasonal-24 scale (so it is
-comparable with the backtest MASE: the controller passes its fitting window's,
-as the backtest uses each fold's; by default the champion's training scale),
+comparable with the backtest MASE: the forecast's own fitting window's, which it
+carries as `frame.attrs[SCALE]`, as the backtest scales each fold by the window it
+fitted on; else the `scale` given, by default the champion's training scale),
 whether the actual fell inside the 80% interval (q0.1..q0.9), and whether it was
 at or below each quantile the forecast has (the policy's target and headroom
 quantiles among them: what is reserved). They go to a long-lived "accuracy" run
@@ -18,6 +19,7 @@ exceeds `factor` x the backtest MASE, a DriftEvent is returned and logged.
 """
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -27,12 +29,15 @@ import numpy as np
 import pandas as pd
 
 from adapters.mlflow import Tracker, experiment_name, registered_name
+from core.cluster import FORECAST_SCALE as SCALE
 from core.files import replace_whole
 from forecast.backtest import below_key
 
 HORIZONS = (1, 6, 24)
 LAST_TAG = "headroom.accuracy.last_target"
 RECOMMENDED_TAG = "headroom.retrain_recommended"  # "true" while the last window drifts
+log = logging.getLogger(__name__)
+_SAID_BEHIND: set[tuple[str, str]] = set()  # (store, series) whose replay behind the store was said, once a process
 
 
 @dataclass(frozen=True)
@@ -53,6 +58,7 @@ class DriftEvent:
 
 
 FORECAST_FILES = "[0-9]*.csv"  # not a draft core.files leaves beside them (".NAME.….part.csv") when killed
+SCALE_LINE = "# scale: "  # a forecast file's first line, where its frame has a scale
 
 
 class ForecastLog:
@@ -65,7 +71,14 @@ class ForecastLog:
         folder = self.root / series
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"{int(pd.Timestamp(issued_at).timestamp())}.csv"
-        return replace_whole(path, lambda draft: frame.to_csv(draft, index_label="timestamp"))
+
+        def write(draft: Path) -> None:
+            with open(draft, "w") as out:
+                if SCALE in frame.attrs:
+                    out.write(f"{SCALE_LINE}{float(frame.attrs[SCALE])!r}\n")
+                frame.to_csv(out, index_label="timestamp")
+
+        return replace_whole(path, write)
 
     def prune(self, series: str, before: pd.Timestamp) -> int:
         """Delete forecasts of `series` issued before `before` (a long-running controller's log stays bounded)."""
@@ -80,9 +93,16 @@ class ForecastLog:
         for path in sorted((self.root / series).glob(FORECAST_FILES)):
             if since is not None and int(path.stem) < pd.Timestamp(since).timestamp():
                 continue
-            frame = pd.read_csv(path, index_col="timestamp")
+            with open(path) as text:
+                first = text.readline()
+                scaled = first.startswith(SCALE_LINE)
+                if not scaled:
+                    text.seek(0)
+                frame = pd.read_csv(text, index_col="timestamp")
             frame.index = pd.DatetimeIndex(pd.to_datetime(frame.index, utc=True))
             frame.columns = [float(c) for c in frame.columns]
+            if scaled:
+                frame.attrs[SCALE] = float(first.removeprefix(SCALE_LINE))
             out[pd.Timestamp(int(path.stem), unit="s", tz="UTC")] = frame
         return out
 
@@ -101,10 +121,12 @@ def _col(frame: pd.DataFrame, q: float) -> float | None:
 
 def realized_errors(forecasts: Mapping[pd.Timestamp, pd.DataFrame], actuals: pd.Series, scale: float,
                     horizons: Sequence[int] = HORIZONS) -> pd.DataFrame:
-    """One row per (issued forecast, horizon) whose target actual is known."""
+    """One row per (issued forecast, horizon) whose target actual is known; the error scaled by the forecast's own
+    fitting window's scale (`frame.attrs[SCALE]`), else by `scale`."""
     rows = []
     actuals = actuals.dropna()
     for issued, frame in sorted(forecasts.items()):
+        own = float(frame.attrs.get(SCALE, scale))
         frame = frame.copy()
         frame.columns = [float(c) for c in frame.columns]
         mid, lo, hi = _col(frame, 0.5), _col(frame, 0.1), _col(frame, 0.9)
@@ -118,7 +140,7 @@ def realized_errors(forecasts: Mapping[pd.Timestamp, pd.DataFrame], actuals: pd.
             point = float(frame.iloc[h - 1][mid])
             err = abs(actual - point)
             rows.append({"issued_at": issued, "target": target, "horizon": h, "forecast": point, "actual": actual,
-                         "abs_error": err, "scaled_error": err / scale if scale and np.isfinite(scale) else np.nan,
+                         "abs_error": err, "scaled_error": err / own if own and np.isfinite(own) else np.nan,
                          "inside_80": float(frame.iloc[h - 1][lo] <= actual <= frame.iloc[h - 1][hi]),
                          **{below_key(q): float(actual <= frame.iloc[h - 1][q]) for q in frame.columns}})
     below = sorted({k for row in rows for k in row if k.startswith("below_q")})  # NaN where a forecast lacks one
@@ -179,6 +201,13 @@ def log_realized(series: str, forecasts: Mapping[pd.Timestamp, pd.DataFrame], ac
     current = tracker.run_tags(run)
     last = current.get(LAST_TAG)
     new = errors if last is None else errors[errors["target"] > pd.Timestamp(last)]
+    if last is not None and len(errors) and errors["target"].max() < pd.Timestamp(last) and \
+            (tracker.uri, series) not in _SAID_BEHIND:  # a clock behind the store: a replay re-run, or of earlier hours
+        _SAID_BEHIND.add((tracker.uri, series))
+        log.warning("%s: MLflow store %s already holds this series' live accuracy up to %s: no hour before it is "
+                    "logged (a re-run's hours are there already, earlier hours stay out), and the trainings at those "
+                    "hours add their runs, versions and backtest points beside the earlier ones; to keep a replay's "
+                    "record apart, give it a store of its own (run.tracking_uri)", series, tracker.shown, last)
     rows = []
     below = [k for k in new.columns if k.startswith("below_q")]
     for r in new.to_dict("records"):
