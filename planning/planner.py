@@ -501,13 +501,20 @@ class StepPlan:
         return tuple(p for p in self.preemptions if p.at <= self.now) if self.preemptions else ()
 
 
-def newest_checkpoint(since: np.ndarray, interval: np.ndarray, now: float) -> np.ndarray:
+def newest_checkpoint(since: np.ndarray, interval: np.ndarray, now: float | np.ndarray) -> np.ndarray:
     """A job checkpoints every `interval` from `since` (its admission, or the checkpoint it reports): its newest
-    checkpoint at or before `now`."""
+    checkpoint at or before `now`, or `since` when that is not before `now` (a clock ahead of ours). An infinite
+    interval (a job that never checkpoints) keeps `since`."""
     since = np.asarray(since, float)
     interval = np.asarray(interval, float)
-    elapsed = now - since  # > 0 exactly when now > since
-    return np.where(elapsed > 0, since + interval * np.floor(elapsed / interval), since)
+    passed = np.floor(np.maximum(now - since, 0.0) / interval)  # whole intervals since then (0: none, or never)
+    return since + np.where(passed > 0, interval, 0.0) * passed  # never inf * 0
+
+
+def _next_checkpoint(since: np.ndarray, interval: np.ndarray, now: float) -> np.ndarray:
+    """The first checkpoint at or after `now` of a job checkpointing every `interval` from `since` (inf: never)."""
+    newest = newest_checkpoint(since, interval, now)
+    return np.where(newest < now, newest + np.asarray(interval, float), newest)
 
 
 def _clock(t: float) -> str:
@@ -717,8 +724,7 @@ def _admission_quota(hours: HourPlan, steps: list[WorkloadStep], observed: Mappi
             free = t.terminating_gpus  # and the running jobs' GPUs freed in time, if any run
             if len(t.ids):
                 if upcoming is None:
-                    upcoming = t.last_checkpoint + t.checkpoint_interval * np.maximum(
-                        np.ceil((now - t.last_checkpoint) / t.checkpoint_interval), 0)
+                    upcoming = _next_checkpoint(t.last_checkpoint, t.checkpoint_interval, now)
                 free += int(t.gpus[upcoming <= starts[p] - lead - t.preempt_seconds].sum())
             if int(hours.slack[p]) + free < quota:
                 quota = max(int(hours.slack[p]) + free, 0)
@@ -798,9 +804,7 @@ def _preemptions(hours: HourPlan, steps: list[WorkloadStep], t: Training, policy
         # or with none in time (or a newest checkpoint said to be after then, from a clock ahead of ours), as late as
         # it can, losing the work since its last
         ready_by = need_at - t.preempt_seconds
-        with np.errstate(invalid="ignore"):
-            ckpt = t.last_checkpoint + t.checkpoint_interval * np.maximum(
-                np.floor((ready_by - t.last_checkpoint) / t.checkpoint_interval), 0)
+        ckpt = newest_checkpoint(t.last_checkpoint, t.checkpoint_interval, ready_by)
         at_ckpt = (now <= ckpt) & (ckpt <= np.maximum(ready_by, now))
         stops = np.where(at_ckpt, ckpt, np.maximum(ready_by, now))
         lost = np.where(at_ckpt, 0.0, np.maximum(stops - t.last_checkpoint, 0.0))
