@@ -23,7 +23,7 @@ import bisect
 import datetime as dt
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import numpy as np
@@ -617,8 +617,7 @@ def plan_step(hours: HourPlan, observed: Mapping[str, Observed], training: Train
         if o is not None and o.degraded:
             want = max(want, min(whole_replicas(o.held_gpus, w.gpus_per_replica), w.top(lendable)))
         i = wh.at(t_now)
-        # the buffer the reservation holds: a maximum or the cluster may leave less of it above the peak
-        steps.append(WorkloadStep(w.name, want, fore, peak, min(buffer, max(want - peak, 0)), int(wh.headroom[i]),
+        steps.append(WorkloadStep(w.name, want, fore, peak, _held_buffer(buffer, want, peak), int(wh.headroom[i]),
                                   bool(wh.from_forecast[i]), degraded))
     excess = sum(s.reserved_gpus for s in steps) - lendable
     for k in reversed(range(len(steps))):  # later workloads give way first, never below their minimum
@@ -628,9 +627,8 @@ def plan_step(hours: HourPlan, observed: Mapping[str, Observed], training: Train
         take = min(whole_replicas(excess, w.gpus_per_replica), steps[k].reserved_gpus - w.least_gpus)
         if take > 0:
             s = steps[k]
-            steps[k] = WorkloadStep(s.name, s.reserved_gpus - take, s.forecast_gpus, s.peak_gpus,
-                                    min(s.buffer_gpus, max(s.reserved_gpus - take - s.peak_gpus, 0)),
-                                    s.headroom_gpus, s.from_forecast, s.degraded, take)
+            steps[k] = replace(s, reserved_gpus=s.reserved_gpus - take, cut_gpus=take,
+                               buffer_gpus=_held_buffer(s.buffer_gpus, s.reserved_gpus - take, s.peak_gpus))
             excess -= take
     lent = max(lendable - sum(s.reserved_gpus for s in steps), 0)
     band = min(sum(s.headroom_gpus for s in steps), lent)
@@ -639,6 +637,11 @@ def plan_step(hours: HourPlan, observed: Mapping[str, Observed], training: Train
     preemptions = _preemptions(hours, steps, training, policy, t_now, lent, room)
     quota, why = _admission_quota(hours, steps, observed, training, policy, t_now, lent, band, preemptions, slow)
     return StepPlan(t_now, tuple(steps), lent, shares(quota, policy.queue_weights), band, preemptions, why)
+
+
+def _held_buffer(buffer: int, reserved: int, peak: int) -> int:
+    """The warm buffer a reservation holds above the peak: a maximum or the cluster may leave less of it."""
+    return min(buffer, max(reserved - peak, 0))
 
 
 def _last_seen(o: Observed, since: float, hi: int) -> list[float]:
