@@ -74,7 +74,7 @@ from controller.observe import (
 from controller.state import ERROR_STAGES, ControllerState, Histogram, PolicyState, StateHolder, TeamState
 from core.cluster import Cluster, ForecastStore, PlanSummaryWriter
 from core.deadline import current as current_deadline
-from core.deadline import earliest, within
+from core.deadline import earliest, postpone, within
 from core.errors import ClusterError, ConfigError, NotFound
 from core.objects import Condition, ObjectRef, PolicyStatus, TargetState, WorkloadInfo
 from core.policy import API_VERSION, KIND, PolicySpec, parse_policy_spec
@@ -668,7 +668,14 @@ class Reconciler:
         if hourly.notna().sum() < MIN_FIT_HOURS:
             return None, None
         model, name, fault = self._forecaster(p)
+        began = time.monotonic()
         fresh, failed = fit(model, name, hourly, now, p.spec, p.generation, self.data.horizon_hours)
+        # a fit waits on no server: its time is not taken from the reads and writes the deadline bounds (run --once
+        # fits within its one reconcile: a slow model, or a thousand policies, left every write undone)
+        fitting = time.monotonic() - began
+        if self._deadline is not None:
+            self._deadline += fitting
+        postpone(fitting)
         return self._fitted(p, fresh, fault, failed)
 
     def _fitted(self, p: PolicyObject, fresh: IssuedForecast | None, fault: str | None,
