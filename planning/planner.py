@@ -508,7 +508,8 @@ def newest_checkpoint(since: np.ndarray, interval: np.ndarray, now: float | np.n
     since = np.asarray(since, float)
     interval = np.asarray(interval, float)
     passed = np.floor(np.maximum(now - since, 0.0) / interval)  # whole intervals since then (0: none, or never)
-    return since + np.where(passed > 0, interval, 0.0) * passed  # never inf * 0
+    newest: np.ndarray = since + np.where(passed > 0, interval, 0.0) * passed  # never inf * 0
+    return newest
 
 
 def _next_checkpoint(since: np.ndarray, interval: np.ndarray, now: float) -> np.ndarray:
