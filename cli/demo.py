@@ -44,7 +44,7 @@ def run_demo(out: Path, quick: bool, cfg, say) -> dict:
     from core.files import replace_whole
     from core.settings import EmbeddedPolicy
     from dashboards.report import compare_policies, comparison_table, format_table, render_report
-    from forecast.history import FileSource, at_own_step
+    from forecast.history import OUTLIER_FACTOR, FileSource, at_own_step
     from forecast.synthetic import synthetic_demand, write_csv
     from training.pipeline import TrainSettings, train_series
 
@@ -60,7 +60,9 @@ def run_demo(out: Path, quick: bool, cfg, say) -> dict:
     scenario = Scenario(native, c.gpus, size.simulated_days, None, c.world)
     spec = default_spec(scenario, demand_per_gpu(native, None if c.per_gpu else c.peak_gpus, c.per_gpu))
     # the forecaster sees the hourly peak of the history before the simulated days, as the controller would
-    load_cfg = load_config(None, {"history.file": str(history_file), "history.statistic": spec.statistic})
+    # as read: the training clips the hours each fit has by their own bound, never by one that saw the simulated days
+    load_cfg = load_config(None, {"history.file": str(history_file), "history.statistic": spec.statistic,
+                                  "history.outlier_factor": None})
     end = scenario.evaluated[0]
     hourly, cleaning = load_series(load_cfg, end.to_pydatetime(), say=False)
     hourly = hourly[hourly.index < end.floor("h")]
@@ -69,7 +71,8 @@ def run_demo(out: Path, quick: bool, cfg, say) -> dict:
     uri = f"sqlite:///{out / STORE}"
     say(f"training: backtest of candidates, tracked in MLflow at {uri}")
     trained = train_series(SERIES, hourly, TrainSettings(folds=size.folds, statistic=spec.statistic,
-                                                         quantiles=(0.1, 0.5, 0.9, 0.99)), Tracker(uri),
+                                                         quantiles=(0.1, 0.5, 0.9, 0.99),
+                                                         outlier_factor=OUTLIER_FACTOR), Tracker(uri),
                            end.to_pydatetime())
     say(f"trained: {trained.selected} {trained.objective}={trained.score:.3f} -> version {trained.version}, "
         f"{'champion' if trained.promoted else 'not promoted'} ({trained.reason})")

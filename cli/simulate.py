@@ -141,15 +141,27 @@ def load_jobs(path):
                          **{c: pd.Series(rows[c], dtype=float) for c in JOB_COLUMNS[1:]}})
 
 
+def read_as_seconds(jobs) -> str:
+    """How a job trace's times were read, with what a slip to milliseconds would show: its span and median run. Times
+    counted in milliseconds from the trace's start over less than 8.8 hours pass every check (MAX_JOB_TRACE_SECONDS),
+    read as a trace 1,000 times longer: only the person who knows the trace can tell, so it is said every time."""
+    span = float(jobs["deletion_time"].max() - jobs["creation_time"].min())
+    runs = (jobs["deletion_time"] - jobs["scheduled_time"]).dropna()
+    run = f", a median run of {go_duration(float(runs.median()))}" if len(runs) else ""
+    return (f"times read as seconds: {len(jobs)} pods over {span / 86400:.3g} days{run} (milliseconds? divide "
+            "creation_time, scheduled_time and deletion_time by 1000)")
+
+
 def job_arrivals(path, span_seconds: float, gpus: int, span_flag: str):
     """The job trace at `path` as the embedded cluster's arrivals over `span_seconds` on `gpus` GPUs
     (controller.simulate.trace_jobs), and what it leaves out, said on stderr and returned (for a JSON's notes);
     `simulate` and the embedded `run` replay the same arrivals."""
     from controller.simulate import trace_jobs
 
-    found: list[str] = []
+    jobs = load_jobs(path)
+    found = [read_as_seconds(jobs)]
     try:
-        arrivals = trace_jobs(load_jobs(path), span_seconds, gpus, found)
+        arrivals = trace_jobs(jobs, span_seconds, gpus, found)
     except ValueError as exc:  # no job left to replay
         raise BadRequest(f"--jobs (simulate.jobs) {path}: {exc} ({span_flag}, --gpus)") from None
     notes = [f"--jobs (simulate.jobs) {path}: {note}" for note in found]

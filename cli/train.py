@@ -29,7 +29,8 @@ def settings_from_config(cfg) -> TrainSettings:
     t = getattr(cfg, "training", None)
     bt, fc = cfg.backtest, cfg.forecast
     kw: dict[str, Any] = {"horizon": bt.horizon, "folds": bt.folds, "step": bt.step,
-                          "quantiles": tuple(fc.quantiles), "statistic": cfg.history.statistic}
+                          "quantiles": tuple(fc.quantiles), "statistic": cfg.history.statistic,
+                          "outlier_factor": cfg.history.outlier_factor}
     if t is not None:
         for f in ("candidates", "objective", "target_quantile", "promotion_margin", "lock_ttl_seconds"):
             if getattr(t, f, None) is not None:
@@ -64,9 +65,11 @@ def cmd_train(cfg, args) -> int:
     h = cfg.history
 
     def on_the_clock(config) -> pd.Series:
-        """The history on forecast.timezone's wall-clock hours: candidates are backtested and fitted on the hours the
-        controller's seasonal clock (forecast.clock) serves them on."""
-        return local_hours(load_series(config, now)[0], cfg.forecast.timezone)
+        """The history as read (train_series clips what each fit has by its own bound) on forecast.timezone's
+        wall-clock hours: candidates are backtested and fitted on the hours the controller's seasonal clock
+        (forecast.clock) serves them on."""
+        as_read = config.model_copy(update={"history": config.history.model_copy(update={"outlier_factor": None})})
+        return local_hours(load_series(as_read, now)[0], cfg.forecast.timezone)
 
     def from_file(path, field: str):
         # The configured cleaning, applied to this file instead of history.file.
@@ -102,7 +105,8 @@ def cmd_train(cfg, args) -> int:
     with _stopped_by_sigterm():
         try:
             loaded = _load_all(jobs) if len(jobs) > 1 else {}
-            pool = GlobalPool(loaded, GlobalSettings(horizon=settings.horizon)) if len(loaded) > 1 else None
+            pool = GlobalPool(loaded, GlobalSettings(horizon=settings.horizon), settings.outlier_factor) \
+                if len(loaded) > 1 else None
             # several series asked for it (README): say why it is missing rather than train without it silently
             unpooled = (f"the model learned across series is not trained: it needs two series that load, and "
                         f"{len(loaded)} of the {len(jobs)} did" if len(jobs) > 1 and pool is None else None)

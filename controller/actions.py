@@ -9,13 +9,13 @@ they are what `forecast-only` policies would have done.
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from core.objects import ObjectRef, PolicyStatus, TargetRef, TargetState
+from core.units import replica_count
 from planning.planner import StepPlan, Training
 
 
@@ -137,7 +137,7 @@ def cluster_actions(step: StepPlan, view: View, policies: Sequence[PolicyTarget]
         state = view.targets.get(p.key)
         if w is None or not p.active:
             continue
-        replicas = math.ceil(w.reserved_gpus / p.gpus_per_replica)
+        replicas = replica_count(w.reserved_gpus, p.gpus_per_replica)
         if p.target.kind == "HorizontalPodAutoscaler":
             replicas, current = max(replicas, 1), state.min_replicas if state else None
         elif p.target.kind == "ClusterQueue":

@@ -17,7 +17,7 @@ from core.settings import LOOKBACK, RunConfig
 from core.units import duration
 from forecast.base import Forecaster, ForecastError
 from forecast.clock import on_clock
-from forecast.history import prepare
+from forecast.history import OUTLIER_FACTOR, prepare
 from forecast.metrics import seasonal_scale
 
 EXTRA_QUANTILES = (0.1, 0.5, 0.9)  # always forecast: realized error and the 80% interval need them
@@ -74,11 +74,13 @@ def window_facts(times: np.ndarray, values: np.ndarray, now: float) -> tuple[flo
     return newest, int(last_hour.sum()), int((last_hour & ~real).sum())
 
 
-def hourly_history(raw: pd.Series, statistic: str, now: pd.Timestamp) -> pd.Series:
-    """Complete hours before `now`, aggregated with the policy's statistic (what a forecaster fits on)."""
+def hourly_history(raw: pd.Series, statistic: str, now: pd.Timestamp,
+                   outlier_factor: float | None = OUTLIER_FACTOR) -> pd.Series:
+    """Complete hours before `now`, aggregated with the policy's statistic, their outliers clipped by their own bound
+    (what a forecaster fits on; `outlier_factor` None: as read, for a training that clips each fold's hours)."""
     if raw.notna().sum() < 2:
         return raw.iloc[:0]
-    hourly = prepare(raw, step="1h", statistic=statistic)[0]
+    hourly = prepare(raw, step="1h", statistic=statistic, outlier_factor=outlier_factor)[0]
     return hourly[hourly.index < now.floor("h")]
 
 

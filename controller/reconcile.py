@@ -74,7 +74,7 @@ from controller.observe import (
 from controller.state import ERROR_STAGES, ControllerState, Histogram, PolicyState, StateHolder, TeamState
 from core.cluster import Cluster, ForecastStore, PlanSummaryWriter
 from core.deadline import current as current_deadline
-from core.deadline import earliest, within
+from core.deadline import earliest, postpone, within
 from core.errors import ClusterError, ConfigError, NotFound
 from core.objects import Condition, ObjectRef, PolicyStatus, TargetState, WorkloadInfo
 from core.policy import API_VERSION, KIND, PolicySpec, parse_policy_spec
@@ -343,7 +343,6 @@ class _Hourly:
     """One policy's hourly work done beside the reconciles (Reconciler._hourly)."""
     tried: tuple                     # (hour, policy generation)
     whole: pd.Series | None          # the whole lookback re-read (None: the read failed)
-    hourly: pd.Series                # its hourly history
     forecast: IssuedForecast | None  # fitted on it (None: too little history, or the fit failed: see fault)
     fault: str | None
     accuracy: tuple | None           # (hour, realized error, 80% coverage), None when there is nothing to score
@@ -668,7 +667,14 @@ class Reconciler:
         if hourly.notna().sum() < MIN_FIT_HOURS:
             return None, None
         model, name, fault = self._forecaster(p)
+        began = time.monotonic()
         fresh, failed = fit(model, name, hourly, now, p.spec, p.generation, self.data.horizon_hours)
+        # a fit waits on no server: its time is not taken from the reads and writes the deadline bounds (run --once
+        # fits within its one reconcile: a slow model, or a thousand policies, left every write undone)
+        fitting = time.monotonic() - began
+        if self._deadline is not None:
+            self._deadline += fitting
+        postpone(fitting)
         return self._fitted(p, fresh, fault, failed)
 
     def _fitted(self, p: PolicyObject, fresh: IssuedForecast | None, fault: str | None,
@@ -792,7 +798,7 @@ class Reconciler:
         if self.forecast_log is not None and scaled is not None and raw.notna().any():
             errors, coverage, drift = self._accuracy_of(p, scaled.scale, hourly, now)
             accuracy = (now.floor("h"), errors, coverage)
-        return _Hourly((now.floor("h"), p.generation), whole, hourly, fresh, fault, accuracy, drift)
+        return _Hourly((now.floor("h"), p.generation), whole, fresh, fault, accuracy, drift)
 
     def _take_up(self, p: PolicyObject, job, now: pd.Timestamp,
                  cached: IssuedForecast | None) -> IssuedForecast | None:
@@ -814,7 +820,7 @@ class Reconciler:
             self._raw[p.key] = pd.concat([done.whole, since]) if len(since) else done.whole
         if done.accuracy is not None:
             self._accuracy[p.series] = done.accuracy
-            self._drifted(p, done.hourly, done.drift, now)
+            self._drifted(p, done.drift, now)
         self._tried[p.key] = (done.tried, done.fault)
         if done.forecast is None:
             return cached
@@ -1294,7 +1300,7 @@ class Reconciler:
             return {}, {}
         hourly = hourly_history(i.raw, i.policy.spec.statistic, now)
         errors, coverage, drift = self._accuracy_of(i.policy, i.forecast.scale, hourly, now)
-        self._drifted(i.policy, hourly, drift, now)
+        self._drifted(i.policy, drift, now)
         self._accuracy[series] = (hour, errors, coverage)
         return errors, coverage
 
@@ -1330,15 +1336,15 @@ class Reconciler:
             errors[int(h)], coverage[int(h)] = float(recent["scaled_error"].mean()), float(recent["inside_80"].mean())
         return errors, coverage, drift
 
-    def _drifted(self, p: PolicyObject, hourly: pd.Series, drift: tuple, now: pd.Timestamp) -> None:
+    def _drifted(self, p: PolicyObject, drift: tuple, now: pd.Timestamp) -> None:
         """With tracking on: a Warning per drift event, and a retraining when drift or the schedule asks."""
         if self.tracker is None:
             return
-        retrained = self._maybe_retrain(p, hourly, now, drifted=bool(drift))
+        retrained = self._maybe_retrain(p, now, drifted=bool(drift))
         self._execute([RecordEvent(EventNote(p.ref, "ForecastDrift", e.message + ("; retraining" if retrained else ""),
                                              "Warning")) for e in drift])
 
-    def _maybe_retrain(self, p: PolicyObject, hourly: pd.Series, now: pd.Timestamp, drifted: bool) -> bool:
+    def _maybe_retrain(self, p: PolicyObject, now: pd.Timestamp, drifted: bool) -> bool:
         """Retrain on the schedule, or on drift: once a drift window at most, since a verdict reads the last window's
         targets and retraining every hour on the same evidence only registers version after version."""
         if self.retrain is None:
@@ -1350,6 +1356,7 @@ class Reconciler:
         fresh = since is None or (now - since) >= pd.Timedelta(hours=self.drift_window)
         if (every > 0 and (now - last).total_seconds() >= every) or (drifted and p.active and fresh):
             self._last_trained[series] = self._retrained_at[series] = now
-            self.retrain(series, hourly, now)
+            # the hours as read: the training clips each fold's hours by their own bound, not one that saw its future
+            self.retrain(series, hourly_history(self._raw[p.key], p.spec.statistic, now, outlier_factor=None), now)
             return True
         return False

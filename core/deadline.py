@@ -32,3 +32,12 @@ def within(deadline: float | None) -> Iterator[None]:
         yield
     finally:
         _DEADLINE.reset(token)
+
+
+def postpone(seconds: float) -> None:
+    """The deadline of the work under way, `seconds` later (till the end of the `within` block that set it): for time
+    it spent on what waits on no server, which is not the network's to lose (`headroom run --once` fits its forecasts
+    within its one reconcile)."""
+    deadline = _DEADLINE.get()
+    if deadline is not None:
+        _DEADLINE.set(deadline + seconds)

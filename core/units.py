@@ -41,10 +41,15 @@ def go_duration(value: float | pd.Timedelta) -> str:
     return "".join(parts) or "0s"
 
 
+def replica_count(gpus: int, per_replica: int) -> int:
+    """The replicas of `per_replica` GPUs a target scaled to `gpus` runs: ceil(gpus / per_replica), in integers."""
+    return -(-gpus // per_replica)
+
+
 def whole_replicas(gpus: int, per_replica: int) -> int:
-    """`gpus` rounded up to whole replicas of `per_replica` GPUs: a target scaled to a reservation runs
-    ceil(GPUs / per_replica) replicas, so a reservation of part of a replica holds a whole one."""
-    return -(-gpus // per_replica) * per_replica
+    """`gpus` rounded up to whole replicas of `per_replica` GPUs: a reservation of part of a replica holds a whole
+    one."""
+    return replica_count(gpus, per_replica) * per_replica
 
 
 UTC = "UTC"  # the seasonal clock's default: UTC hours, the history's own

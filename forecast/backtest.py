@@ -278,22 +278,30 @@ def pinball_key(quantile: float) -> str:
     return f"pinball_{round(quantile * 100):g}"
 
 
+def clipped_before(history: pd.Series, origin: int, outlier_factor: float | None) -> pd.Series:
+    """What a model fitted at `origin` fits (a fold's, or at the end the whole history's): the hours before it, their
+    outliers clipped by a bound from those hours alone
+    (`outlier_factor`; None: nothing clipped), as the controller cleans the hours it has at each refit; a bound from
+    the whole history would have seen the fold's future (a spike after the origin raises it, and the fold fits hours
+    less clipped)."""
+    before = history.iloc[:origin]
+    return before if outlier_factor is None else clip_outliers(before, outlier_factor)[0]
+
+
 def score_folds(make: Callable[[], Forecaster], history: pd.Series, fold_origins: Sequence[int], horizon: int,
                 quantiles: Sequence[float], target_quantile: float | None = None,
-                progress: Callable[[int], None] | None = None, outlier_factor: float | None = None) -> list[dict]:
+                progress: Callable[[int], None] | None = None, outlier_factor: float | None = None,
+                actuals: pd.Series | None = None) -> list[dict]:
     """A model's metrics at each origin (one row per fold, oldest first): a fresh model fitted on the data before
-    the origin predicts the next `horizon` points; scored where the actual is known, against `history`.
-    `outlier_factor` (None: nothing clipped): each fold fits its hours with their outliers clipped by a bound from
-    those hours alone, as the controller cleans the hours it has at each refit; a bound from the whole history would
-    have seen the fold's future (a spike after the origin raises it, and the fold fits hours less clipped)."""
-    values = history.to_numpy(dtype=float)
+    the origin (clipped_before: clipped by `outlier_factor` on those hours alone) predicts the next `horizon` points;
+    scored where the actual is known, against `actuals` (default: `history`, the hours as read)."""
+    values = (history if actuals is None else actuals).to_numpy(dtype=float)
     quantiles = sorted(set(map(float, quantiles)) | set(SCORED_QUANTILES)
                        | ({float(target_quantile)} if target_quantile is not None else set()))
     rows = []
     for i, origin in enumerate(fold_origins):
         started = time.perf_counter()
-        before = history.iloc[:origin]
-        model = make().fit(before if outlier_factor is None else clip_outliers(before, outlier_factor)[0])
+        model = make().fit(clipped_before(history, origin, outlier_factor))
         frame = model.predict(horizon, quantiles)
         seconds = time.perf_counter() - started
         check_quantile_frame(frame, horizon, quantiles)
@@ -352,7 +360,7 @@ def backtest(history: pd.Series, horizon: int = DAY, folds: int = 14, step: int 
             notes.append(note)
     if note := unscored_note(history, fold_origins, horizon):
         notes.append(note)
-    whole = history if outlier_factor is None else clip_outliers(history, outlier_factor)[0]
+    whole = clipped_before(history, len(history), outlier_factor)
     auto = AutoForecaster(candidates=candidates, horizon=horizon).fit(whole)
     return BacktestResult(history=str(history.name), horizon=horizon, folds=len(fold_origins),
                           selected=auto.chosen, models=summary, per_fold=per_fold, selected_why=auto.why_chosen,

@@ -22,6 +22,7 @@ from typing import Self
 import numpy as np
 import pandas as pd
 
+from forecast.history import clip_outliers
 from forecast.models import DAY, WEEK, PointModel, TooShort
 
 
@@ -145,9 +146,11 @@ class GlobalPool:
     """The series trained together, and the pooled learner fitted on them up to each cut time (cached: every
     series' backtest fold at one origin shares one fit)."""
 
-    def __init__(self, series: Mapping[str, pd.Series], settings: GlobalSettings | None = None):
+    def __init__(self, series: Mapping[str, pd.Series], settings: GlobalSettings | None = None,
+                 outlier_factor: float | None = None):
         self.series = dict(series)
         self.settings = settings or GlobalSettings()
+        self.outlier_factor = outlier_factor  # the series as read, each cut clipped by its own bound (None: not)
         self._fits: dict[pd.Timestamp, GlobalBoosting] = {}
 
     def __deepcopy__(self, memo: dict) -> GlobalPool:
@@ -157,7 +160,10 @@ class GlobalPool:
         """The learner fitted on every series' points up to `until` (and `extra`, a series not in the pool)."""
         if extra is None and until in self._fits:
             return self._fits[until]
-        cut = [s.loc[:until] for s in self.series.values()] + ([extra] if extra is not None else [])
+        cut = [s.loc[:until] for s in self.series.values()]
+        if self.outlier_factor is not None:  # as each series' own fit at `until` would be: no bound saw later hours
+            cut = [clip_outliers(s, self.outlier_factor)[0] for s in cut]
+        cut += [extra] if extra is not None else []
         fitted = GlobalBoosting(self.settings).fit_many(cut)
         if extra is None:
             self._fits[until] = fitted

@@ -618,8 +618,11 @@ def check_values(series: pd.Series) -> None:
                            f"{float(values[k])!r} at {series.index[k]}; is this a counter? use counter: true)")
 
 
-def prepare(raw: pd.Series, step: str | None = "1h", statistic: str = "mean",
-            counter: bool | None = None, outlier_factor: float | None = 3.0) -> tuple[pd.Series, CleaningReport]:
+OUTLIER_FACTOR = 3.0  # values over this many times a series' 99th percentile are clipped (history.outlier_factor)
+
+
+def prepare(raw: pd.Series, step: str | None = "1h", statistic: str = "mean", counter: bool | None = None,
+            outlier_factor: float | None = OUTLIER_FACTOR) -> tuple[pd.Series, CleaningReport]:
     """Raw samples -> a regular series at `step` (tz-aware UTC, freq set, NaN = missing); `step` None: the history's
     own (its coarsest stretch's, sampling_stretches). `counter`: True, a cumulative counter read as its increments;
     False, a gauge read as it is; None, a gauge unless its values only rise (refused as a counter: `_cumulative`). An

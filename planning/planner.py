@@ -23,7 +23,7 @@ import bisect
 import datetime as dt
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import numpy as np
@@ -501,13 +501,21 @@ class StepPlan:
         return tuple(p for p in self.preemptions if p.at <= self.now) if self.preemptions else ()
 
 
-def newest_checkpoint(since: np.ndarray, interval: np.ndarray, now: float) -> np.ndarray:
+def newest_checkpoint(since: np.ndarray, interval: np.ndarray, now: float | np.ndarray) -> np.ndarray:
     """A job checkpoints every `interval` from `since` (its admission, or the checkpoint it reports): its newest
-    checkpoint at or before `now`."""
+    checkpoint at or before `now`, or `since` when that is not before `now` (a clock ahead of ours). An infinite
+    interval (a job that never checkpoints) keeps `since`."""
     since = np.asarray(since, float)
     interval = np.asarray(interval, float)
-    elapsed = now - since  # > 0 exactly when now > since
-    return np.where(elapsed > 0, since + interval * np.floor(elapsed / interval), since)
+    passed = np.floor(np.maximum(now - since, 0.0) / interval)  # whole intervals since then (0: none, or never)
+    newest: np.ndarray = since + np.where(passed > 0, interval, 0.0) * passed  # never inf * 0
+    return newest
+
+
+def _next_checkpoint(since: np.ndarray, interval: np.ndarray, now: float) -> np.ndarray:
+    """The first checkpoint at or after `now` of a job checkpointing every `interval` from `since` (inf: never)."""
+    newest = newest_checkpoint(since, interval, now)
+    return np.where(newest < now, newest + np.asarray(interval, float), newest)
 
 
 def _clock(t: float) -> str:
@@ -610,8 +618,7 @@ def plan_step(hours: HourPlan, observed: Mapping[str, Observed], training: Train
         if o is not None and o.degraded:
             want = max(want, min(whole_replicas(o.held_gpus, w.gpus_per_replica), w.top(lendable)))
         i = wh.at(t_now)
-        # the buffer the reservation holds: a maximum or the cluster may leave less of it above the peak
-        steps.append(WorkloadStep(w.name, want, fore, peak, min(buffer, max(want - peak, 0)), int(wh.headroom[i]),
+        steps.append(WorkloadStep(w.name, want, fore, peak, _held_buffer(buffer, want, peak), int(wh.headroom[i]),
                                   bool(wh.from_forecast[i]), degraded))
     excess = sum(s.reserved_gpus for s in steps) - lendable
     for k in reversed(range(len(steps))):  # later workloads give way first, never below their minimum
@@ -621,9 +628,8 @@ def plan_step(hours: HourPlan, observed: Mapping[str, Observed], training: Train
         take = min(whole_replicas(excess, w.gpus_per_replica), steps[k].reserved_gpus - w.least_gpus)
         if take > 0:
             s = steps[k]
-            steps[k] = WorkloadStep(s.name, s.reserved_gpus - take, s.forecast_gpus, s.peak_gpus,
-                                    min(s.buffer_gpus, max(s.reserved_gpus - take - s.peak_gpus, 0)),
-                                    s.headroom_gpus, s.from_forecast, s.degraded, take)
+            steps[k] = replace(s, reserved_gpus=s.reserved_gpus - take, cut_gpus=take,
+                               buffer_gpus=_held_buffer(s.buffer_gpus, s.reserved_gpus - take, s.peak_gpus))
             excess -= take
     lent = max(lendable - sum(s.reserved_gpus for s in steps), 0)
     band = min(sum(s.headroom_gpus for s in steps), lent)
@@ -632,6 +638,11 @@ def plan_step(hours: HourPlan, observed: Mapping[str, Observed], training: Train
     preemptions = _preemptions(hours, steps, training, policy, t_now, lent, room)
     quota, why = _admission_quota(hours, steps, observed, training, policy, t_now, lent, band, preemptions, slow)
     return StepPlan(t_now, tuple(steps), lent, shares(quota, policy.queue_weights), band, preemptions, why)
+
+
+def _held_buffer(buffer: int, reserved: int, peak: int) -> int:
+    """The warm buffer a reservation holds above the peak: a maximum or the cluster may leave less of it."""
+    return min(buffer, max(reserved - peak, 0))
 
 
 def _last_seen(o: Observed, since: float, hi: int) -> list[float]:
@@ -717,8 +728,7 @@ def _admission_quota(hours: HourPlan, steps: list[WorkloadStep], observed: Mappi
             free = t.terminating_gpus  # and the running jobs' GPUs freed in time, if any run
             if len(t.ids):
                 if upcoming is None:
-                    upcoming = t.last_checkpoint + t.checkpoint_interval * np.maximum(
-                        np.ceil((now - t.last_checkpoint) / t.checkpoint_interval), 0)
+                    upcoming = _next_checkpoint(t.last_checkpoint, t.checkpoint_interval, now)
                 free += int(t.gpus[upcoming <= starts[p] - lead - t.preempt_seconds].sum())
             if int(hours.slack[p]) + free < quota:
                 quota = max(int(hours.slack[p]) + free, 0)
@@ -798,9 +808,7 @@ def _preemptions(hours: HourPlan, steps: list[WorkloadStep], t: Training, policy
         # or with none in time (or a newest checkpoint said to be after then, from a clock ahead of ours), as late as
         # it can, losing the work since its last
         ready_by = need_at - t.preempt_seconds
-        with np.errstate(invalid="ignore"):
-            ckpt = t.last_checkpoint + t.checkpoint_interval * np.maximum(
-                np.floor((ready_by - t.last_checkpoint) / t.checkpoint_interval), 0)
+        ckpt = newest_checkpoint(t.last_checkpoint, t.checkpoint_interval, ready_by)
         at_ckpt = (now <= ckpt) & (ckpt <= np.maximum(ready_by, now))
         stops = np.where(at_ckpt, ckpt, np.maximum(ready_by, now))
         lost = np.where(at_ckpt, 0.0, np.maximum(stops - t.last_checkpoint, 0.0))

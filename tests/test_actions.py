@@ -5,6 +5,8 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from adapters.embedded import EmbeddedCluster
 from controller.actions import (
@@ -27,6 +29,7 @@ from core.errors import ClusterError
 from core.objects import Condition, ObjectRef, PolicyStatus, TargetRef, TargetState
 from core.policy import API_VERSION, KIND, PolicySpec, manifest
 from core.settings import WorldSettings
+from core.units import whole_replicas
 from planning.planner import Preemption, StepPlan, Training, WorkloadStep
 
 NOW = pd.Timestamp("2026-01-08 10:07", tz="UTC").timestamp()
@@ -88,6 +91,16 @@ def test_forecast_only_policies_get_no_cluster_actions():
     # ...and what it would do, once active
     kinds = [type(a) for a in cluster_actions(s, v, [replace(watch, active=True)], "p")]
     assert kinds == [Scale, SetQuota, SetQuota, Evict, Requeue]
+
+
+@given(st.integers(1, 2**62), st.integers(1, 1024))
+def test_a_target_is_scaled_to_the_fewest_whole_replicas_holding_its_reservation(gpus, per_replica):
+    """The replicas were math.ceil of a float division, beside core.units.whole_replicas' integer one: the same for
+    every reservation a cluster of at most MAX_CLUSTER_GPUS holds, but 2**53 + 1 GPUs of 1-GPU replicas were 2**53
+    replicas. One integer count now serves both."""
+    (a,) = cluster_actions(step({"prod/chat": gpus}), view(), [target("chat", gpr=per_replica)], "p")
+    assert (a.replicas - 1) * per_replica < gpus <= a.replicas * per_replica
+    assert a.replicas * per_replica == whole_replicas(gpus, per_replica)
 
 
 def test_hpa_min_replicas_is_at_least_one():

@@ -639,6 +639,21 @@ def test_job_trace_with_bom_and_spaces_reads(tmp_path):
     assert jobs["deletion_time"].tolist() == [60.0, 9.0]
 
 
+def test_a_job_trace_says_it_was_read_in_seconds_with_its_span_and_median_run(demand, tmp_path, capsys):
+    """Milliseconds from the trace's start spanning under 8.8 hours pass every check (no time over 1e11, no span over
+    a year) and were replayed, without a word, as a trace 1,000 times longer: these 2 hours of 10-minute jobs as 83
+    days of 7-day jobs. Nothing in the numbers tells the two apart, so the reading is said every time, in the JSON's
+    notes as on stderr, with the span and median run that show the slip."""
+    path = tmp_path / "jobs.csv"
+    path.write_text(JOB_HEADER + "".join(f"1,{k * 600_000},{k * 600_000},{(k + 1) * 600_000}\n" for k in range(12)))
+    assert main(["simulate", str(demand), "--days", "1", "--gpus", "8", "--policy", "oracle", "--jobs", str(path),
+                 "--json"]) == 0
+    out, err = capsys.readouterr()
+    said = (f"--jobs (simulate.jobs) {path}: times read as seconds: 12 pods over 83.3 days, a median run of 6d22h40m "
+            "(milliseconds? divide creation_time, scheduled_time and deletion_time by 1000)")
+    assert said in json.loads(out)["notes"] and f"note: {said}" in err, err
+
+
 def test_simulate_says_what_of_a_job_trace_it_leaves_out(demand, tmp_path, capsys):
     """A 16-GPU job on an 8-GPU cluster was shrunk to 8 GPUs and a pod never scheduled replayed its time in the queue
     as work, both silently; a trace of two hours filled a day without a word. Now they are left out and said; a trace
@@ -650,7 +665,7 @@ def test_simulate_says_what_of_a_job_trace_it_leaves_out(demand, tmp_path, capsy
                  "--json"]) == 0
     out, err = capsys.readouterr()
     job_notes = [n for n in json.loads(out)["notes"] if n.startswith(f"--jobs (simulate.jobs) {path}: ")]
-    assert len(job_notes) == 3 and all(f"note: {n}" in err for n in job_notes), (job_notes, err)
+    assert len(job_notes) == 4 and all(f"note: {n}" in err for n in job_notes), (job_notes, err)
     assert f"note: --jobs (simulate.jobs) {path}: 1 job(s) of more than 8 GPUs (up to 16)" in err
     assert "1 pod(s) of the window never scheduled" in err
     assert "created over 0.0417 days, fewer than the 1 simulated: the first arrives 0.958 days in" in err
@@ -670,7 +685,7 @@ def test_report_json_says_what_of_a_job_trace_it_leaves_out(demand, tmp_path, ca
                  str(jobs), "--json", "--out", str(tmp_path / "r")]) == 0
     out, err = capsys.readouterr()
     job_notes = [n for n in json.loads(out)["notes"] if n.startswith(f"--jobs (simulate.jobs) {jobs}: ")]
-    assert len(job_notes) == 3 and all(err.count(f"note: {n}") == 1 for n in job_notes), (job_notes, err)
+    assert len(job_notes) == 4 and all(err.count(f"note: {n}") == 1 for n in job_notes), (job_notes, err)
 
 
 def test_tune_neither_takes_nor_reads_a_job_trace_it_does_not_replay(short, tmp_path, capsys):

@@ -65,6 +65,22 @@ def fitted() -> GlobalBoosting:
     return GlobalBoosting(SMALL).fit_many([s.iloc[:-DAY] for s in shared_shape(12, days=9, seed=2).values()])
 
 
+def test_the_pool_clips_each_series_by_a_bound_from_its_hours_before_the_cut():
+    """headroom train gave the pool its series clipped by a bound from the whole history, so the learner fitted at a
+    fold's origin fitted hours clipped by a bound that had seen after it: bursts there (over 1 % of the hours) left
+    a glitch before the origin unclipped. The pool takes the series as read and clips each cut by its own bound, so
+    what comes after the origin, bursts or not, changes nothing."""
+    pool = shared_shape(6, days=10, seed=1)
+    origin = pool["s0"].index[8 * DAY]
+    pool["s1"].iloc[7 * DAY - 12] = 50 * pool["s1"].max()  # a glitch 36 hours before the origin
+    bursts = {n: s.copy() for n, s in pool.items()}
+    bursts["s1"].iloc[8 * DAY + 2:8 * DAY + 6] = 1000 * pool["s1"].max()
+    history = pool["s0"].loc[:origin - pd.Timedelta(hours=1)]
+    first, second = (GlobalForecaster(GlobalPool(p, SMALL, outlier_factor=3.0), "s0").fit(history).predict(DAY, [0.5])
+                     for p in (pool, bursts))
+    pd.testing.assert_frame_equal(first, second)
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(factor=st.floats(1e-3, 1e4), seed=st.integers(0, 1000))
 def test_forecasts_scale_with_the_series(fitted, factor, seed):

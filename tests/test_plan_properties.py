@@ -3,7 +3,7 @@ from dataclasses import replace
 
 import numpy as np
 import pandas as pd
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from planning.planner import ClusterPolicy, Forecast, History, Observed, Training, WorkloadPolicy, plan_hours, plan_step
@@ -59,6 +59,9 @@ def scenario(draw):
         np.array([j[0] for j in jobs], np.int64), np.array([j[1] for j in jobs], np.int64),
         np.array([j[2] for j in jobs], float), np.array([j[3] for j in jobs], float),
         np.array([t_now - j[4] * j[3] for j in jobs], float), draw(st.integers(0, 8)))
+    # minimums round up to whole replicas drawn after the GPUs kept back: 2 + 2 of 4-GPU replicas hold 8 GPUs, more
+    # than the 6 an 8-GPU cluster keeping 2 back lends (a ClusterPolicy refuses it, as the controller does)
+    assume(sum(w.least_gpus for w in workloads) <= capacity - non_lendable)
     policy = ClusterPolicy(capacity, tuple(workloads), weights, non_lendable, horizon_hours=H)
     return forecasts, histories, observed, training, policy, now
 

@@ -202,3 +202,30 @@ def test_a_refit_s_write_to_the_forecast_store_ends_by_the_lease_s_end(kube, pro
     r.close()
     assert len(recorded) == 1
     assert recorded[0][1] <= loop.elector.expires_at + 0.5, (recorded, loop.elector.expires_at)
+
+
+def test_forecasts_fitted_within_a_reconcile_do_not_spend_its_deadline(kube, prometheus_server, tmp_path,  # noqa: F811
+                                                                       monkeypatch, caplog):
+    """`headroom run --once` fits its forecasts within its one reconcile (no refit beside it), and that time counted
+    toward the reconcile's deadline, which bounds waiting on the API server and Prometheus: fits longer than the
+    deadline (a slow champion, or a thousand policies at run.interval_seconds 15) left every write undone, exit 1, the
+    log blaming an API server that 'answered too slowly, or not at all'. A fit waits on no server: its time is off
+    the deadline's clock now, and the reconcile applies its plan."""
+    import controller.reconcile as reconciling
+
+    fitted = reconciling.fit
+
+    def slow(*args, **kwargs):  # a model that takes longer to fit than the whole deadline
+        time.sleep(LEASE + 1)
+        return fitted(*args, **kwargs)
+    monkeypatch.setattr(reconciling, "fit", slow)
+    r = reconciler(kube, prometheus_server.url, tmp_path)
+    now = MONDAY_7AM + pd.Timedelta(hours=3)
+    loop = Loop(r, kube.leader_elector(NS, "slow-fit", "replica-a", lease_seconds=LEASE), interval=1,
+                lease_seconds=LEASE, clock=lambda: now)
+    caplog.set_level(logging.WARNING)
+    loop.run(once=True)
+    state = r.holder.get()
+    assert not any(state.reconcile_errors_total.values()), (state.reconcile_errors_total, caplog.text)
+    chat = state.policies[f"{NS}/chat"]
+    assert chat.model.startswith("auto") and replicas(kube) == chat.reserved_gpus > 1, (chat, replicas(kube))

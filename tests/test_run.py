@@ -880,6 +880,26 @@ def test_retraining_runs_on_its_schedule(demand_file, tmp_path):
                                                                       ("inference.chat", 10, 9)]
 
 
+def test_retraining_is_given_the_hours_as_read(tmp_path):
+    """The controller handed its retraining the hours it fits on, clipped by a bound from the whole lookback, so
+    every fold of the training fitted hours clipped by a bound that had seen the hours after its origin. It hands the
+    hours as read now (here a glitch of 100,000 an hour before, kept as it was), and the training clips what each fit
+    has by its own bound (training.pipeline, tests/test_training.py)."""
+    from adapters.mlflow import Tracker
+
+    demand = DEMAND.copy()
+    glitch = MONDAY_6AM + pd.Timedelta(hours=1)
+    demand[(demand.index > glitch - pd.Timedelta(hours=1)) & (demand.index <= glitch)] = 1e5
+    path = tmp_path / "glitch.csv"
+    write_csv(demand, path)
+    trained = []
+    r = Replay(tmp_path, path, run={"retrain_every_seconds": 3600}, tracker=Tracker(f"sqlite:///{tmp_path / 'm.db'}"),
+               retrain=lambda series, history, now: trained.append(history))
+    for hour in range(3):
+        r.step(MONDAY_6AM + pd.Timedelta(hours=hour))
+    assert trained and all(h.max() == 1e5 for h in trained), [h.max() for h in trained]
+
+
 def test_the_embedded_replay_trains_within_the_reconcile(tmp_path):
     """The embedded cluster's clock is not the wall clock: a training it asks for is done before the reconcile
     returns, so what it promotes serves from the same step in every replay (beside, it would depend on timing)."""

@@ -929,3 +929,37 @@ def test_the_forecast_plot_labels_each_line_as_the_quantile_it_is(sqlite_uri, mo
     assert ax.get_xlabel() == "time (UTC)" and "hourly mean" in ax.get_ylabel()
     assert not any(c.get_label().startswith("forecast q0.9 to q0.9") for c in ax.collections)
     assert ax.get_xlabel() == "time (UTC)" and "mean" in ax.get_ylabel()
+
+
+def test_each_training_fold_fits_its_hours_clipped_by_a_bound_from_those_hours_alone(tmp_path, capsys):
+    """`headroom train` (and the controller's retraining, and the demo's) clipped the whole history by its own outlier
+    bound before the folds were cut, so each fold fitted hours clipped by a bound that had seen its future: bursts
+    after the origin (over 1 % of the hours, in the scored day) raised it, and an outlier the day before the origin,
+    which the controller's refit at that origin clips, was fitted as it was. Each fold's bound is now that of its own
+    hours, as backtest's: the scores equal a training on the same hours with those before the origin clipped by hand
+    and nothing clipped (sMAPE and coverage: MASE and pinball are scaled by the hours before the origin)."""
+    from cli.main import main
+    from forecast.history import clip_outliers
+    from tests.test_forecast_properties import write_csv
+
+    index = pd.date_range("2026-03-02", periods=20 * 24, freq="h", tz="UTC")
+    series = pd.Series(10 + 5 * np.sin(2 * np.pi * np.arange(len(index)) / 24), index=index)
+    series += np.random.default_rng(2).normal(0, 1, len(series))
+    origin = len(series) - 24
+    series.iloc[origin - 12] = 80.0  # over 3x the 99th percentile of the hours before the origin
+    series.iloc[origin + 6:origin + 14] = 400.0  # after the origin: 8 of 480 hours, so the whole bound is 1200
+    assert not clip_outliers(series, 3.0)[1], "the whole history's bound clips nothing"
+    before, clipped = clip_outliers(series.iloc[:origin], 3.0)
+    assert clipped == [index[origin - 12].isoformat()]
+    path, by_hand, config, raw = (tmp_path / n for n in ("demand.csv", "clipped.csv", "train.yaml", "raw.yaml"))
+    write_csv(series, path)
+    write_csv(pd.concat([before, series.iloc[origin:]]), by_hand)
+    config.write_text("backtest:\n  folds: 1\ntraining:\n  candidates: [snaive24, profile]\n")
+    raw.write_text(config.read_text() + "history:\n  outlier_factor: null\n")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    scores = []
+    for name, csv, cfg in (("as-read", path, config), ("by-hand", by_hand, raw)):
+        assert main(["train", "--history", str(csv), "--name", name, "--config", str(cfg), "--tracking-uri", uri]) == 0
+        result = json.loads(capsys.readouterr().out)
+        scores.append({c: (m["smape"], m["coverage_80"]) for c, m in result["scores"].items()})
+    assert scores[0] == scores[1]

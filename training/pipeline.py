@@ -30,6 +30,7 @@ from forecast.backtest import (
     POOLED,
     SCORED_QUANTILES,
     AutoForecaster,
+    clipped_before,
     fallback_note,
     null_scores,
     pinball_key,
@@ -41,6 +42,7 @@ from forecast.base import Forecaster, check_quantile_frame
 from forecast.calibrate import Calibrated
 from forecast.calibrate import origins as fold_origins
 from forecast.global_model import GlobalForecaster, GlobalPool
+from forecast.history import clip_outliers
 from forecast.metrics import finite_or_none, seasonal_scale
 from forecast.models import MODELS
 from training.realized import accuracy_run, time_axis
@@ -149,6 +151,8 @@ class TrainSettings:
     quantiles: tuple[float, ...] = (0.5, 0.9, 0.99)
     statistic: str = "mean"
     lock_ttl_seconds: float = _DEFAULTS.lock_ttl_seconds
+    # the series is given as read; each fit clips the hours it has by their own bound (None: nothing clipped)
+    outlier_factor: float | None = None
 
     def __post_init__(self):
         if self.objective not in ("mase", "pinball"):
@@ -189,11 +193,13 @@ class TrainResult:
         return json.loads(json.dumps(out, default=lambda v: None), parse_constant=lambda _: None)
 
 
-def _score(make: Callable[[], Forecaster], series: pd.Series, origins: Sequence[int],
+def _score(make: Callable[[], Forecaster], series: pd.Series, clipped: pd.Series, origins: Sequence[int],
            settings: TrainSettings, progress: Callable[[int], None] | None = None) -> list[dict]:
-    """forecast.backtest's per-fold evaluation, with the pinball loss at the objective's quantile."""
+    """forecast.backtest's per-fold evaluation, with the pinball loss at the objective's quantile: each fold fits the
+    hours as read before its origin clipped by their own bound, and is scored against the whole series `clipped`
+    (by its bound), so that a glitch does not pick the champion."""
     return score_folds(make, series, origins, settings.horizon, settings.quantiles, settings.target_quantile,
-                       progress=progress)
+                       progress=progress, outlier_factor=settings.outlier_factor, actuals=clipped)
 
 
 def series_sha256(series: pd.Series) -> str:
@@ -330,6 +336,8 @@ def _train(name, series, settings, tracker, now, timezone, makers, origins, exp,
         return [(f"fold_{k}", r[k], *time_axis(_on_utc(pd.Timestamp(r["origin"]), timezone)))
                 for r in rows for k in keys]
 
+    factor = settings.outlier_factor  # the champion fits, and every candidate is scored against, the series clipped
+    clipped, outliers = (series, []) if factor is None else clip_outliers(series, factor)
     per_fold: dict[str, list[dict]] = {}
     failed: dict[str, str] = {}
     for cand, make in makers.items():
@@ -338,7 +346,7 @@ def _train(name, series, settings, tracker, now, timezone, makers, origins, exp,
         try:
             tick = None if progress is None else (
                 lambda i, cand=cand: progress(f"{name}: {cand} fold {i}/{len(origins)} scored"))
-            rows = _score(make, series, origins, settings, tick)
+            rows = _score(make, series, clipped, origins, settings, tick)
         except BaseException as exc:  # noqa: BLE001 - one bad candidate is not a failed training
             if (stop := interrupt_inside(exc)) is not None:  # SIGINT, SIGTERM: the run does not stay RUNNING
                 with contextlib.suppress(Exception):
@@ -362,26 +370,29 @@ def _train(name, series, settings, tracker, now, timezone, makers, origins, exp,
     winner = min(servable, key=lambda c: scores[c][key] if np.isfinite(scores[c][key]) else float("inf"))
     if not np.isfinite(scores[winner][key]):
         # the scores' own reason, before each fold's origin (a history idle until its last day has none either)
-        why = null_scores(series.to_numpy(dtype=float), origins, settings.horizon)
+        why = null_scores(clipped.to_numpy(dtype=float), origins, settings.horizon)
         raise TrainingError(f"{name}: no candidate has a finite {key}" + (f": {why[0]}: there is nothing to train"
                                                                           if why else ""))
 
-    model = makers[winner]().fit(series)
+    model = makers[winner]().fit(clipped)
     future = model.predict(settings.horizon, list(settings.quantiles))
     notes = [note for cand, rows in per_fold.items() if (note := fallback_note(cand, rows))]
-    if note := unscored_note(series, origins, settings.horizon):
+    if note := unscored_note(clipped, origins, settings.horizon):
         notes.append(note)
+    if outliers:
+        notes.append(f"{len(outliers)} outliers clipped (over {factor:g}x the 99th percentile of the whole series; "
+                     "each fold fitted its hours before its origin clipped by their own bound)")
     if scores.get(LEARNED_ACROSS, {}).get(key, np.inf) < scores[winner][key]:
         notes.append(f"{LEARNED_ACROSS} scored a lower {key} than {winner} "
                      f"({scores[LEARNED_ACROSS][key]:.4g} against {scores[winner][key]:.4g}): {NOT_SERVED}")
     if reason := getattr(model, "fallback_reason", None):
         notes.append(f"{winner} fitted on the whole history: fallback to seasonal naive ({reason})")
     check_quantile_frame(future, settings.horizon, list(settings.quantiles))
-    scale = seasonal_scale(series.to_numpy(dtype=float), DAY)
+    scale = seasonal_scale(clipped.to_numpy(dtype=float), DAY)
 
     span = {"history_start": _on_utc(series.index[0], timezone).isoformat(),
             "history_end": _on_utc(series.index[-1], timezone).isoformat(),
-            "history_points": len(series), "history_sha256": series_sha256(series)}
+            "history_points": len(series), "history_sha256": series_sha256(clipped)}
     tracker.log_params(parent, {"model": winner, **_hyperparameters(model), "horizon": settings.horizon,
                                 "statistic": settings.statistic, "quantiles": ",".join(map(str, settings.quantiles)),
                                 "objective": key, "folds": len(origins), "fold_step": settings.step,
@@ -406,9 +417,9 @@ def _train(name, series, settings, tracker, now, timezone, makers, origins, exp,
         table.to_csv(tmp / "backtest_folds.csv", index=False)
         pd.DataFrame(scores).T.rename_axis("model").to_csv(tmp / "backtest.csv")
         last = origins[-1]
-        fold_frame = makers[winner]().fit(series.iloc[:last]).predict(
+        fold_frame = makers[winner]().fit(clipped_before(series, last, factor)).predict(
             settings.horizon, sorted(set(SCORED_QUANTILES) | set(settings.quantiles)))
-        _plot(tmp / "forecast_vs_actual.png", series, fold_frame, future,
+        _plot(tmp / "forecast_vs_actual.png", clipped, fold_frame, future,
               f"{name}: {winner} ({key} {scores[winner][key]:.3f})", settings.statistic)
         future.to_csv(tmp / "forecast.csv", index_label="timestamp")
         for f in ("backtest.csv", "backtest_folds.csv", "forecast_vs_actual.png", "forecast.csv"):
@@ -432,7 +443,7 @@ def _train(name, series, settings, tracker, now, timezone, makers, origins, exp,
             current_card = read_card(raw, current.tags.get(CARD_SHA_TAG), known={**MODELS, **makers})
             champion = Champion(current_card, str(current.version), {})
             make = makers.get(current_card.model, champion.make) if current_card.model != "auto" else champion.make
-            champ_rows = _score(make, series, origins, settings)
+            champ_rows = _score(make, series, clipped, origins, settings)
             champ_score = summarize(champ_rows)[key]
         except TrackingError:
             raise
