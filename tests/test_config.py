@@ -122,6 +122,28 @@ def test_a_maximum_below_one_replica_is_refused():
     PolicySpec.model_validate({**base, "capacity": {"demandPerGpu": 4, "gpusPerReplica": 8}, "maxGpus": 8})
 
 
+POLICY_ENTRY = ("run:\n  policies:\n  - name: chat\n    history_file: h.csv\n    spec: {query: up, capacity: "
+                "{demandPerGpu: 10}, target: {kind: Deployment, name: chat}, %s}\n")
+
+
+@pytest.mark.parametrize("text, field, value", [
+    ("history:\n  prometheus: {url: http://p:9090, query: up, lookback: 28}\n", "history.prometheus.lookback", "28"),
+    ("history:\n  prometheus: {url: http://p:9090, query: up, step: 300}\n", "history.prometheus.step", "300"),
+    ("tune:\n  lead_times: [15m, 30]\n", "tune.lead_times.1", "30"),
+    (POLICY_ENTRY % "leadTime: 15", "run.policies.0.spec.leadTime", "15"),
+    (POLICY_ENTRY % "reclaimDeadline: 2.5", "run.policies.0.spec.reclaimDeadline", "2.5"),
+])
+def test_a_duration_written_without_its_unit_is_said_to_lack_one(tmp_path, text, field, value):
+    """A new user's first duration is often a bare number (`leadTime: 15`, `lookback: 28`): it was refused as "Input
+    should be a valid string", which does not say that a unit is missing (a policy file's spec is read so too)."""
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert [line for line in err.value.errors if line.startswith(field + ":")] == \
+        [f"{field}: {value} has no unit: write a duration with one, e.g. 90s, 15m or 1h30m"], err.value.errors
+
+
 def test_a_kubeconfig_that_is_not_a_file_is_a_bad_request(tmp_path):
     with pytest.raises(ConfigError, match=r"run.kubeconfig: .*nowhere is not a file \(given on the command line"):
         load_config(None, {"run.kubeconfig": str(tmp_path / "nowhere")})
