@@ -56,8 +56,9 @@ def add_plan_parser(sub) -> None:
                    help="ReservationPolicy manifest(s), with --history")
     p.add_argument("--history", dest="demand", metavar="DEMAND", help="the demand --policy-file's policies are read "
                                                                       "from")
+    p.add_argument("--gpus", type=int, help="cluster size (run.capacity_gpus, default 128)")
     p.add_argument("--json", action="store_true", help="one JSON object")
-    p.set_defaults(run=cmd_plan, overrides=lambda a: {})
+    p.set_defaults(run=cmd_plan, overrides=lambda a: {"run.capacity_gpus": a.gpus})
 
 
 def _positive_int(text: str) -> int:
@@ -445,8 +446,8 @@ def cmd_plan(cfg: Config, args) -> int:
     store = _tracking_uri(cfg)
     uri = None if store.startswith("sqlite:///") and not Path(store.removeprefix("sqlite:///")).exists() else store
     state = Reconciler(cluster, demand, r, models=Models(uri), dry_run=True).reconcile(now)
-    out = {"now": now.isoformat(), "policies": {}, "actions": [describe(a) for a in state.actions],
-           "notes": list(state.notes)}
+    out = {"now": now.isoformat(), "capacity_gpus": r.capacity_gpus, "policies": {},
+           "actions": [describe(a) for a in state.actions], "notes": list(state.notes)}
     lendable = r.capacity_gpus - r.non_lendable_gpus
     for name, ps in sorted(state.policies.items()):
         if not ps.valid:
@@ -472,7 +473,7 @@ def cmd_plan(cfg: Config, args) -> int:
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
-    print(f"plan at {now:%Y-%m-%d %H:%M} UTC (nothing is changed)")
+    print(f"plan at {now:%Y-%m-%d %H:%M} UTC on the embedded {r.capacity_gpus}-GPU cluster (nothing is changed)")
     for name, p in out["policies"].items():
         if "error" in p:
             print(f"\n{name}: NOT PLANNED: {p['error']}")
