@@ -265,6 +265,18 @@ def test_quantiles_with_a_value_left_out_are_refused_naming_the_flag(text, capsy
         capsys.readouterr().err
 
 
+def test_a_bad_flag_without_a_configuration_file_is_said_to_be_a_flag(capsys):
+    """`headroom simulate D --max-shortage 5` said "invalid configuration (defaults)": no file was given, and the
+    defaults are valid, so what is invalid is the flag."""
+    from cli.main import main
+
+    assert main(["simulate", "demand.csv", "--max-shortage", "5"]) == 2
+    assert capsys.readouterr().err.splitlines()[:2] == [
+        "headroom: invalid configuration (command-line flags):",
+        "  tune.max_shortage: Input should be less than or equal to 1 (given on the command line: --help names each "
+        "flag's field)"]
+
+
 def test_an_empty_config_path_is_refused_and_a_home_one_read(tmp_path, monkeypatch, capsys):
     """`--config ""` was read as the working directory ("invalid configuration (defaults): cannot read file: Is a
     directory"), or ignored beside a --config before the command; --config=~/x.yaml was not found."""
