@@ -175,6 +175,9 @@ class PrometheusServer(Strict):
         if parts.query or parts.fragment:  # the API's path was appended to them: HTML came back, "Expecting value"
             raise ValueError(f"{shown_url(value)!r}: the server's URL (a path prefix, if any) takes no ?query or "
                              "#fragment")
+        if "/api/v1" in parts.path:  # an API URL pasted from a curl line: the API's path went on after it, a 404
+            raise ValueError(f"{shown_url(value)!r}: give the server's URL (with its path prefix, if any), not its "
+                             "API's: headroom adds /api/v1/query_range")
         return value
 
     @field_validator("bearer_token_file", "ca_file")
