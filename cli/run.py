@@ -187,13 +187,18 @@ def build(cfg: Config, in_cluster: bool = False, timeline: list | None = None, s
     return reconciler, cluster
 
 
+def _demand_said(demand: float | None, per_gpu: float, unknown: str) -> str:
+    """The latest demand in the query's unit (requests/s, ...) and in the GPUs it asks for, the reservation's unit."""
+    return unknown if demand is None else f"{demand:.4g} ({demand / per_gpu:.3g} GPUs)"
+
+
 def _print_state(now: pd.Timestamp, state) -> None:
     for name, ps in sorted(state.policies.items()):
         if not ps.valid:
             print(f"{now:%Y-%m-%d %H:%M} {name}: NOT PLANNED: {ps.error}")
             continue
         flags = "".join(f" {f}" for f, on in (("FALLBACK", ps.fallback), ("DEGRADED", ps.degraded)) if on)
-        demand = f"{ps.observed_demand:.4g}" if ps.observed_demand is not None else "?"
+        demand = _demand_said(ps.observed_demand, ps.demand_per_gpu, "?")
         print(f"{now:%Y-%m-%d %H:%M} {name}: demand {demand} -> reserved {ps.reserved_gpus} GPUs, "
               f"headroom {ps.headroom_gpus}, reclaimable {ps.reclaimable_gpus}, model {ps.model}{flags}")
     risk = state.headroom_at_risk
@@ -469,7 +474,8 @@ def cmd_plan(cfg: Config, args) -> int:
                          "source": "forecast" if h.from_forecast[k] else "fallback",
                          "reason": h.reason(k, w, lendable)})
         out["policies"][name] = {"model": ps.model, "observed_demand": ps.observed_demand,
-                                 "reserved_now": ps.reserved_gpus, "why_now": now_step.reason, "hours": rows}
+                                 "demand_per_gpu": ps.demand_per_gpu, "reserved_now": ps.reserved_gpus,
+                                 "why_now": now_step.reason, "hours": rows}
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
@@ -478,7 +484,7 @@ def cmd_plan(cfg: Config, args) -> int:
         if "error" in p:
             print(f"\n{name}: NOT PLANNED: {p['error']}")
             continue
-        demand_now = f"{p['observed_demand']:.4g}" if p["observed_demand"] is not None else "unknown"
+        demand_now = _demand_said(p["observed_demand"], p["demand_per_gpu"], "unknown")
         print(f"\n{name}: model {p['model']}, demand now {demand_now}; now: {p['why_now']}")
         # the hour alone while the plan stays on one day; month-day and hour once it crosses midnight
         cut = slice(11, 16) if len({h["hour"][:10] for h in p["hours"]}) < 2 else slice(5, 16)
