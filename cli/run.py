@@ -235,7 +235,14 @@ def cmd_run(cfg: Config, args) -> int:
     elector = cluster.leader_elector(r.lease.namespace, r.lease.name, identity, r.lease.duration_seconds)
     # one event: SIGTERM stops the loop and the client's retries, so the way out takes seconds (docs/deploy.md)
     loop = Loop(reconciler, elector, r.interval_seconds, r.lease.duration_seconds, stop=cluster.stopping)
-    server = serve(reconciler.holder, r.metrics_port, loop.healthy, loop.ready, host=r.metrics_address)
+    try:
+        server = serve(reconciler.holder, r.metrics_port, loop.healthy, loop.ready, host=r.metrics_address)
+    except OSError as exc:  # the port taken (another headroom run on this host): before the Lease, nothing written
+        reconciler.close()
+        cluster.close()
+        print(f"headroom: error: --metrics-port {r.metrics_port} (run.metrics_port): cannot serve /metrics on "
+              f"{r.metrics_address}:{r.metrics_port}: {exc.strerror}", file=sys.stderr)
+        return 1
     stopped = _stop_on_signals(loop.stop)
     log.info("headroom run as %s: %s policies, /metrics on %s:%s", identity, "watching", r.metrics_address,
              server.server_port)
