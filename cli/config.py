@@ -77,7 +77,7 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
             raise ConfigError("--config", ["an empty path: give the configuration file"])
         try:
             path = home_expanded(Path(path))  # --config=~/headroom.yaml: no shell expands it
-            documents = yaml_documents(path.read_text(encoding="utf-8-sig"), ConfigLoader)
+            documents = yaml_documents(path.read_text(encoding="utf-8-sig"), ConfigLoader, source)
         except OSError as exc:
             raise ConfigError(source, [f"cannot read file: {exc.strerror}"]) from None
         except RepeatedKeys as exc:

@@ -319,7 +319,7 @@ def load_manifests(path: str | Path) -> list[dict[str, Any]]:
     source = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8-sig")
-        documents = [d for d in yaml_documents(text, KubectlLoader) if d is not None]
+        documents = [d for d in yaml_documents(text, KubectlLoader, source) if d is not None]
     except OSError as exc:
         raise ConfigError(source, [f"cannot read file: {exc.strerror or exc}"]) from None
     except RepeatedKeys as exc:

@@ -39,6 +39,20 @@ def test_malformed_yaml(tmp_path, text, message):
         load_config(path)
 
 
+def test_a_yaml_syntax_error_names_the_file_at_its_line(tmp_path):
+    """A typo (`file x.csv`, no colon) said where it was `in "<unicode string>", line 3`: PyYAML's name for text."""
+    from core.policy import load_manifests
+
+    config, policy = tmp_path / "c.yaml", tmp_path / "p.yaml"
+    config.write_text("history:\n  file x.csv\n  statistic: max\n")
+    policy.write_text("apiVersion: headroom.dev/v1alpha1\nkind: ReservationPolicy\nspec:\n  mode active\n  query: up\n")
+    for path, load in ((config, load_config), (policy, load_manifests)):
+        with pytest.raises(ConfigError) as err:
+            load(path)
+        said = "\n".join(err.value.errors)
+        assert f'in "{path}", line ' in said and "<unicode string>" not in said, said
+
+
 def test_a_key_given_twice_is_refused_naming_its_path_and_lines(tmp_path):
     """PyYAML keeps the last of two values silently: the run would use a value nobody may have meant."""
     path = tmp_path / "c.yaml"
