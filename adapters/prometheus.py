@@ -32,7 +32,7 @@ from requests.adapters import HTTPAdapter
 from urllib3 import BaseHTTPResponse
 from urllib3.connection import HTTPConnection
 from urllib3.connectionpool import ConnectionPool, HTTPConnectionPool, HTTPSConnectionPool
-from urllib3.exceptions import InsecureRequestWarning, MaxRetryError, ReadTimeoutError
+from urllib3.exceptions import ConnectTimeoutError, InsecureRequestWarning, MaxRetryError, ReadTimeoutError
 from urllib3.util.retry import Retry
 from urllib3.util.timeout import Timeout
 
@@ -205,6 +205,7 @@ def _kept(pool: type[HTTPConnectionPool], connections: weakref.WeakSet) -> type[
             connection = super()._new_conn()
             connections.add(connection)
             return connection
+    Kept.__name__ = Kept.__qualname__ = pool.__name__  # urllib3's errors name the pool: "HTTPConnectionPool(host=..."
     return Kept
 
 
@@ -277,16 +278,25 @@ REFUSALS = {"401": CREDENTIALS_REFUSED, "403": CREDENTIALS_REFUSED,
             "404": "no Prometheus API under this URL: is the server's path prefix (--web.route-prefix) in it?"}
 # a 200 answer that is no JSON ("Expecting value: line 1 column 1"): not Prometheus that answered
 NOT_JSON = "the answer is not Prometheus' JSON: another service at this URL, or a proxy's login page?"
+# no connection made (refused, a host name that does not resolve, a connect timeout): no server answered at all
+UNREACHED = "nothing answered at this URL: is Prometheus running there, and reachable from here?"
 
 
 def _failure(client: PrometheusConnect, query: str, lo: pd.Timestamp, hi: pd.Timestamp,
              exc: BaseException | None, cut: str | None = None) -> PrometheusError:
     """`cut`: why the read was cut (CUT, STOPPED: a DeadlinePassed); None: it failed."""
     status = str(exc).removeprefix("HTTP Status Code ")[:3] if isinstance(exc, PrometheusApiClientException) else ""
-    meaning = cut or REFUSALS.get(status) or (NOT_JSON if isinstance(exc, ValueError) else "")
+    meaning = cut or REFUSALS.get(status) or (NOT_JSON if isinstance(exc, ValueError) else "") or \
+        (UNREACHED if _unreached(exc) else "")
     where = (f"Prometheus at {shown_url(client.url)} failed for {query!r} [{lo.isoformat()} .. {hi.isoformat()}]: "
              f"{exc}" + (f" ({meaning})" if meaning else ""))
     return DeadlinePassed(where, cut) if cut else PrometheusError(where)
+
+
+def _unreached(exc: BaseException | None) -> bool:
+    """No connection was made: the retries' last error (requests wraps urllib3's MaxRetryError) is a connect error."""
+    reason = getattr(exc.args[0], "reason", None) if isinstance(exc, requests.ConnectionError) and exc.args else None
+    return isinstance(reason, ConnectTimeoutError)
 
 
 def _query_range(client: PrometheusConnect, query: str, lo: pd.Timestamp, hi: pd.Timestamp,

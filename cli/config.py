@@ -70,14 +70,14 @@ def _sections_defaulted(tree: dict, model: type[BaseModel]) -> dict:
 
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> Config:
     """Parse YAML (if any), apply `{"section.key": value}` overrides, validate once."""
-    source = str(path) if path is not None else "defaults"
+    source = str(path) if path is not None else "command-line flags"  # the defaults are valid: a flag is at fault
     tree: Any = {}
     if path is not None:
         if source == "":  # `--config "$UNSET"`: not the working directory, and not the defaults either
             raise ConfigError("--config", ["an empty path: give the configuration file"])
         try:
             path = home_expanded(Path(path))  # --config=~/headroom.yaml: no shell expands it
-            documents = yaml_documents(path.read_text(encoding="utf-8-sig"), ConfigLoader)
+            documents = yaml_documents(path.read_text(encoding="utf-8-sig"), ConfigLoader, source)
         except OSError as exc:
             raise ConfigError(source, [f"cannot read file: {exc.strerror}"]) from None
         except RepeatedKeys as exc:

@@ -56,8 +56,9 @@ def add_plan_parser(sub) -> None:
                    help="ReservationPolicy manifest(s), with --history")
     p.add_argument("--history", dest="demand", metavar="DEMAND", help="the demand --policy-file's policies are read "
                                                                       "from")
+    p.add_argument("--gpus", type=int, help="cluster size (run.capacity_gpus, default 128)")
     p.add_argument("--json", action="store_true", help="one JSON object")
-    p.set_defaults(run=cmd_plan, overrides=lambda a: {})
+    p.set_defaults(run=cmd_plan, overrides=lambda a: {"run.capacity_gpus": a.gpus})
 
 
 def _positive_int(text: str) -> int:
@@ -186,13 +187,18 @@ def build(cfg: Config, in_cluster: bool = False, timeline: list | None = None, s
     return reconciler, cluster
 
 
+def _demand_said(demand: float | None, per_gpu: float, unknown: str) -> str:
+    """The latest demand in the query's unit (requests/s, ...) and in the GPUs it asks for, the reservation's unit."""
+    return unknown if demand is None else f"{demand:.4g} ({demand / per_gpu:.3g} GPUs)"
+
+
 def _print_state(now: pd.Timestamp, state) -> None:
     for name, ps in sorted(state.policies.items()):
         if not ps.valid:
             print(f"{now:%Y-%m-%d %H:%M} {name}: NOT PLANNED: {ps.error}")
             continue
         flags = "".join(f" {f}" for f, on in (("FALLBACK", ps.fallback), ("DEGRADED", ps.degraded)) if on)
-        demand = f"{ps.observed_demand:.4g}" if ps.observed_demand is not None else "?"
+        demand = _demand_said(ps.observed_demand, ps.demand_per_gpu, "?")
         print(f"{now:%Y-%m-%d %H:%M} {name}: demand {demand} -> reserved {ps.reserved_gpus} GPUs, "
               f"headroom {ps.headroom_gpus}, reclaimable {ps.reclaimable_gpus}, model {ps.model}{flags}")
     risk = state.headroom_at_risk
@@ -229,7 +235,14 @@ def cmd_run(cfg: Config, args) -> int:
     elector = cluster.leader_elector(r.lease.namespace, r.lease.name, identity, r.lease.duration_seconds)
     # one event: SIGTERM stops the loop and the client's retries, so the way out takes seconds (docs/deploy.md)
     loop = Loop(reconciler, elector, r.interval_seconds, r.lease.duration_seconds, stop=cluster.stopping)
-    server = serve(reconciler.holder, r.metrics_port, loop.healthy, loop.ready, host=r.metrics_address)
+    try:
+        server = serve(reconciler.holder, r.metrics_port, loop.healthy, loop.ready, host=r.metrics_address)
+    except OSError as exc:  # the port taken (another headroom run on this host): before the Lease, nothing written
+        reconciler.close()
+        cluster.close()
+        print(f"headroom: error: --metrics-port {r.metrics_port} (run.metrics_port): cannot serve /metrics on "
+              f"{r.metrics_address}:{r.metrics_port}: {exc.strerror}", file=sys.stderr)
+        return 1
     stopped = _stop_on_signals(loop.stop)
     log.info("headroom run as %s: %s policies, /metrics on %s:%s", identity, "watching", r.metrics_address,
              server.server_port)
@@ -445,8 +458,8 @@ def cmd_plan(cfg: Config, args) -> int:
     store = _tracking_uri(cfg)
     uri = None if store.startswith("sqlite:///") and not Path(store.removeprefix("sqlite:///")).exists() else store
     state = Reconciler(cluster, demand, r, models=Models(uri), dry_run=True).reconcile(now)
-    out = {"now": now.isoformat(), "policies": {}, "actions": [describe(a) for a in state.actions],
-           "notes": list(state.notes)}
+    out = {"now": now.isoformat(), "capacity_gpus": r.capacity_gpus, "policies": {},
+           "actions": [describe(a) for a in state.actions], "notes": list(state.notes)}
     lendable = r.capacity_gpus - r.non_lendable_gpus
     for name, ps in sorted(state.policies.items()):
         if not ps.valid:
@@ -468,16 +481,17 @@ def cmd_plan(cfg: Config, args) -> int:
                          "source": "forecast" if h.from_forecast[k] else "fallback",
                          "reason": h.reason(k, w, lendable)})
         out["policies"][name] = {"model": ps.model, "observed_demand": ps.observed_demand,
-                                 "reserved_now": ps.reserved_gpus, "why_now": now_step.reason, "hours": rows}
+                                 "demand_per_gpu": ps.demand_per_gpu, "reserved_now": ps.reserved_gpus,
+                                 "why_now": now_step.reason, "hours": rows}
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
-    print(f"plan at {now:%Y-%m-%d %H:%M} UTC (nothing is changed)")
+    print(f"plan at {now:%Y-%m-%d %H:%M} UTC on the embedded {r.capacity_gpus}-GPU cluster (nothing is changed)")
     for name, p in out["policies"].items():
         if "error" in p:
             print(f"\n{name}: NOT PLANNED: {p['error']}")
             continue
-        demand_now = f"{p['observed_demand']:.4g}" if p["observed_demand"] is not None else "unknown"
+        demand_now = _demand_said(p["observed_demand"], p["demand_per_gpu"], "unknown")
         print(f"\n{name}: model {p['model']}, demand now {demand_now}; now: {p['why_now']}")
         # the hour alone while the plan stays on one day; month-day and hour once it crosses midnight
         cut = slice(11, 16) if len({h["hour"][:10] for h in p["hours"]}) < 2 else slice(5, 16)

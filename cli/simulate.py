@@ -398,6 +398,11 @@ def cmd_tune(cfg: Config, args) -> int:
         comment = (f"headroom tune {sources.history_name(cfg)}: {result.reason}\n"
                    "Set spec.query to the PromQL of this demand and spec.target to the inference workload before "
                    "applying it to a cluster.")
+        if cfg.simulate.per_gpu is None:  # a scale made up to replay the trace: no GPU's measured throughput
+            comment += (f"\nspec.capacity.demandPerGpu {result.recommended.capacity.demand_per_gpu:g} scales the "
+                        f"trace's 99.9th percentile to {cfg.simulate.peak_gpus:g} GPUs (--peak-gpus, "
+                        "simulate.peak_gpus), not what one GPU serves: set it to that (or tune with --per-gpu RATE) "
+                        "before applying it.")
         try:
             with writing("--write-policy", args.write_policy):
                 policy_file = str(write_policy(result.recommended, args.write_policy, name, namespace, comment))

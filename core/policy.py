@@ -41,6 +41,16 @@ def _whole(value: Any) -> Any:
     return int(value) if isinstance(value, float) and value.is_integer() and abs(value) < 2**53 else value
 
 
+def _unit_given(value: Any) -> Any:
+    """A duration written as a bare number (`leadTime: 15`) has no unit to read it in: said so, where the type check
+    said only "Input should be a valid string"."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        raise ValueError(f"{value!r} has no unit: write a duration with one, e.g. 90s, 15m or 1h30m")
+    return value
+
+
+# a duration as the CRD and Prometheus write it, text with its unit (checked by the field's own validator)
+DurationText = Annotated[str, BeforeValidator(_unit_given)]
 INT64_MAX = 2**63 - 1  # an integer field's largest value in a Kubernetes object
 # an integer field: as the API server takes it, a whole number up to int64's largest
 Count = Annotated[int, BeforeValidator(_whole), Field(le=INT64_MAX)]
@@ -101,8 +111,8 @@ class PolicySpec(Camel):
                                                                 "ahead of it.")
     headroom_quantile: float = Field(0.99, gt=0, lt=1, description="Forecast quantile up to which lent GPUs must come "
                                                                    "back within reclaimDeadline.")
-    lead_time: str = Field("15m", description="How long new capacity takes to serve (Go duration): the reservation "
-                                              "of an hour is in place this long before it starts.")
+    lead_time: DurationText = Field("15m", description="How long new capacity takes to serve (Go duration): the "
+                                                       "reservation of an hour is in place this long before it starts.")
     warm_buffer: float = Field(1.0, ge=0, le=100, description="Warm GPUs kept above the recent observed peak P, as "
                                                               "warmBuffer x sqrt(P) (request noise grows with the "
                                                               "square root of the level).")
@@ -112,12 +122,13 @@ class PolicySpec(Camel):
                                       "per sqrt of that peak: the buffer follows the bursts the demand shows. Unset: "
                                       "1 - objective.maxShortSteps (the rises the objective lets go short); 0: "
                                       "warmBuffer alone.")
-    scale_in_delay: str = Field("10m", description="Observed demand keeps its GPUs this long (Go duration).")
+    scale_in_delay: DurationText = Field("10m", description="Observed demand keeps its GPUs this long (Go duration).")
     min_gpus: Count = Field(0, ge=0)
     max_gpus: Count | None = Field(None, ge=1)
     margin_gpus: Count = Field(0, ge=0, description="GPUs added to the forecast's reservation.")
     headroom_floor_gpus: Count = Field(0, ge=0, description="Preemption headroom kept at least this large.")
-    reclaim_deadline: str = Field("5m", description="How fast lent GPUs must come back from training (Go duration).")
+    reclaim_deadline: DurationText = Field("5m", description="How fast lent GPUs must come back from training (Go "
+                                                             "duration).")
     target: TargetSpec
     inference_cluster_queue: str | None = Field(None, min_length=1, description="Kueue ClusterQueue of the inference "
                                                 "pods, whose GPU quota follows the reservation.")
@@ -308,7 +319,7 @@ def load_manifests(path: str | Path) -> list[dict[str, Any]]:
     source = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8-sig")
-        documents = [d for d in yaml_documents(text, KubectlLoader) if d is not None]
+        documents = [d for d in yaml_documents(text, KubectlLoader, source) if d is not None]
     except OSError as exc:
         raise ConfigError(source, [f"cannot read file: {exc.strerror or exc}"]) from None
     except RepeatedKeys as exc:

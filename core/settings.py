@@ -28,7 +28,7 @@ from pydantic import (
 )
 from pydantic import Strict as StrictTypes
 
-from core.policy import NAME_PATTERN, Forecaster, ObjectiveSpec, PolicySpec, policy_duration
+from core.policy import NAME_PATTERN, DurationText, Forecaster, ObjectiveSpec, PolicySpec, policy_duration
 from core.units import check_statistic, check_timezone, duration
 
 
@@ -154,8 +154,8 @@ def shown_url(url: str) -> str:
 class PrometheusServer(Strict):
     """How to reach Prometheus (the query comes from the history section or from each policy)."""
     url: str
-    lookback: str = LOOKBACK
-    step: str = "5m"
+    lookback: DurationText = LOOKBACK
+    step: DurationText = "5m"
     bearer_token_file: FilePath | None = None
     ca_file: FilePath | None = None
     insecure_skip_verify: bool = False
@@ -175,6 +175,9 @@ class PrometheusServer(Strict):
         if parts.query or parts.fragment:  # the API's path was appended to them: HTML came back, "Expecting value"
             raise ValueError(f"{shown_url(value)!r}: the server's URL (a path prefix, if any) takes no ?query or "
                              "#fragment")
+        if "/api/v1" in parts.path:  # an API URL pasted from a curl line: the API's path went on after it, a 404
+            raise ValueError(f"{shown_url(value)!r}: give the server's URL (with its path prefix, if any), not its "
+                             "API's: headroom adds /api/v1/query_range")
         return value
 
     @field_validator("bearer_token_file", "ca_file")
@@ -220,7 +223,7 @@ class HistoryConfig(CrossChecked):
     file: FilePath | None = None
     prometheus: PrometheusConfig | None = None
     statistic: str = "mean"
-    step: str = "1h"
+    step: DurationText = "1h"
     counter: bool | None = None  # None: a gauge unless its values only rise (refused as a counter: say which it is)
     outlier_factor: float | None = Field(3.0, gt=1)
 
@@ -327,8 +330,8 @@ class TuneConfig(Strict):
     # None: the objective's level (1 - max_short_steps); 0: the fixed warm buffer alone
     warm_buffer_quantiles: list[BufferQuantile | None] = Field(default_factory=lambda: list[float | None]([None]),
                                                                min_length=1)
-    scale_in_delays: list[str] = Field(default_factory=lambda: ["10m"], min_length=1)
-    lead_times: list[str] = Field(default_factory=lambda: ["15m"], min_length=1)
+    scale_in_delays: list[DurationText] = Field(default_factory=lambda: ["10m"], min_length=1)
+    lead_times: list[DurationText] = Field(default_factory=lambda: ["15m"], min_length=1)
     margins_gpus: list[MarginGpus] = Field(default_factory=lambda: [0, 1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64],
                                            min_length=1)
     forecasters: list[Forecaster] = Field(default_factory=lambda: list[Forecaster](["auto"]), min_length=1)

@@ -177,12 +177,14 @@ ConfigLoader.add_implicit_resolver(
 ConfigLoader.add_constructor("tag:yaml.org,2002:int", ConfigLoader.construct_yaml_int)
 
 
-def documents(text: str, loader: type[yaml.SafeLoader] = yaml.SafeLoader) -> list[Any]:
+def documents(text: str, loader: type[yaml.SafeLoader] = yaml.SafeLoader, name: str = "<text>") -> list[Any]:
     """Every document in `text` (safe: plain data only, nothing runs). A key given twice in one mapping is an
     error naming its path and lines: YAML libraries keep the last value silently (PyYAML does), so a setting
     would run with a value nobody may have meant, where `kubectl apply` refuses such a manifest. `loader`:
-    KubectlLoader for a Kubernetes manifest."""
+    KubectlLoader for a Kubernetes manifest. `name`: the file, as a syntax error names it with its line (PyYAML
+    names text it was given "<unicode string>")."""
     reader = loader(text)
+    reader.name = name
     try:
         nodes: list[yaml.Node] = []
         while reader.check_node():

@@ -765,6 +765,12 @@ def test_cross_field_checks_are_listed_alongside_field_errors(tmp_path):
       "run.prometheus.url: 'http://prom/?org=1': the server's URL (a path prefix, if any) takes no ?query"]),
     ("history: {prometheus: {url: 'prometheus://alice:s3cret@prom:9090', query: up}}",
      ["history.prometheus.url: 'prometheus://alice:***@prom:9090' is not an http:// or https:// URL"]),
+    # an API URL pasted from a curl line: queried at /api/v1/query/api/v1/query_range, a 404 or nothing at all
+    ("history: {prometheus: {url: 'http://prom:9090/api/v1/query', query: up}}\nrun: {prometheus: {url: "
+     "'https://prom/monitoring/api/v1'}}",
+     ["history.prometheus.url: 'http://prom:9090/api/v1/query': give the server's URL (with its path prefix, if "
+      "any), not its API's: headroom adds /api/v1/query_range",
+      "run.prometheus.url: 'https://prom/monitoring/api/v1': give the server's URL"]),
     # 1 or 2 steps of 45m in an hour, 8 or 9 of 7m: on a real Prometheus, hourly sums of a counter's increments read
     # 16 % and 3 % over the real ones, exit 0
     ("history: {prometheus: {url: 'http://x', query: up, step: 45m}}\nrun: {prometheus: {url: 'http://x', step: 7m}}",
@@ -775,7 +781,8 @@ def test_cross_field_checks_are_listed_alongside_field_errors(tmp_path):
      ["history.prometheus.query: String should have at least 1 character"]),
 ], ids=["binary", "step-not-a-duration", "step-not-hourly", "prometheus", "infinite-seconds", "infinite-world",
         "candidates", "tune-durations-the-crd-refuses", "prometheus-step-fraction", "prometheus-step-over-an-hour",
-        "prometheus-url", "prometheus-url-password", "prometheus-step-not-dividing-the-hour", "prometheus-empty-query"])
+        "prometheus-url", "prometheus-url-password", "prometheus-api-url", "prometheus-step-not-dividing-the-hour",
+        "prometheus-empty-query"])
 def test_configuration_errors_name_every_field(tmp_path, text, errors):
     path = tmp_path / "c.yaml"
     path.write_bytes(text) if isinstance(text, bytes) else path.write_text(text)

@@ -150,6 +150,43 @@ def test_plan_shows_the_hours_ahead_with_reasons_and_writes_nothing(tmp_path, mo
     assert "\n  02-12 00:00 " in capsys.readouterr().out  # past midnight: which day it is
 
 
+def test_plan_takes_the_cluster_size_as_run_does_and_says_it(tmp_path, monkeypatch, capsys):
+    """deploy/examples' policy is for a 64-GPU cohort, but plan had no --gpus (run has): it planned on 128 GPUs,
+    lending 107 to training, without saying the cluster's size."""
+    from pathlib import Path
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    root = Path(__file__).resolve().parents[1]
+    plan = ["plan", "--policy-file", str(root / "deploy" / "examples" / "reservationpolicy.yaml"),
+            "--history", str(root / "examples" / "demand_5min.csv"), "--hours", "1", "--gpus", "64"]
+    assert main([*plan, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    quotas = [int(a.split(" quota to ")[1].split()[0]) for a in out["actions"] if " quota to " in a]
+    assert out["capacity_gpus"] == 64 and len(quotas) == 3 and sum(quotas) == 64  # inference + two training queues
+    assert main(plan) == 0
+    assert capsys.readouterr().out.startswith("plan at 2026-02-15 23:55 UTC on the embedded 64-GPU cluster")
+
+
+def test_run_and_plan_say_the_demand_in_gpus_beside_the_query_s_unit(tmp_path, monkeypatch, capsys):
+    """The embedded run printed "demand 220.8 -> reserved 33 GPUs": requests/s beside GPUs, read as demand far over
+    the reservation. Each now says the GPUs the demand asks for too (examples/headroom.yaml: demandPerGpu 10)."""
+    import re
+    import shutil
+    from pathlib import Path
+
+    shutil.copytree(Path(__file__).resolve().parents[1] / "examples", tmp_path / "examples")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert main(["run", "--config", "examples/headroom.yaml", "--hours", "1"]) == 0
+    ran = re.search(r"inference/chat: demand ([0-9.]+) \(([0-9.]+) GPUs\) -> reserved", capsys.readouterr().out)
+    assert main(["plan", "--config", "examples/headroom.yaml", "--hours", "1"]) == 0
+    planned = re.search(r"inference/chat: .*, demand now ([0-9.]+) \(([0-9.]+) GPUs\);", capsys.readouterr().out)
+    for said in (ran, planned):
+        assert said is not None
+        assert float(said[2]) == pytest.approx(float(said[1]) / 10, rel=1e-2)
+
+
 def test_plan_forecasts_with_the_champion_run_serves_and_creates_no_store(tmp_path, monkeypatch, capsys):
     """plan is what `run` would do: run serves the champion of ./mlflow.db (its default store) but plan read champions
     only from a URI given explicitly, so it showed automatic selection instead; and given a URI of a sqlite store that

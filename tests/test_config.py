@@ -39,6 +39,20 @@ def test_malformed_yaml(tmp_path, text, message):
         load_config(path)
 
 
+def test_a_yaml_syntax_error_names_the_file_at_its_line(tmp_path):
+    """A typo (`file x.csv`, no colon) said where it was `in "<unicode string>", line 3`: PyYAML's name for text."""
+    from core.policy import load_manifests
+
+    config, policy = tmp_path / "c.yaml", tmp_path / "p.yaml"
+    config.write_text("history:\n  file x.csv\n  statistic: max\n")
+    policy.write_text("apiVersion: headroom.dev/v1alpha1\nkind: ReservationPolicy\nspec:\n  mode active\n  query: up\n")
+    for path, load in ((config, load_config), (policy, load_manifests)):
+        with pytest.raises(ConfigError) as err:
+            load(path)
+        said = "\n".join(err.value.errors)
+        assert f'in "{path}", line ' in said and "<unicode string>" not in said, said
+
+
 def test_a_key_given_twice_is_refused_naming_its_path_and_lines(tmp_path):
     """PyYAML keeps the last of two values silently: the run would use a value nobody may have meant."""
     path = tmp_path / "c.yaml"
@@ -120,6 +134,28 @@ def test_a_maximum_below_one_replica_is_refused():
     with pytest.raises(ValidationError, match=r"maxGpus must be at least one replica \(capacity.gpusPerReplica 8\)"):
         PolicySpec.model_validate({**base, "capacity": {"demandPerGpu": 4, "gpusPerReplica": 8}, "maxGpus": 4})
     PolicySpec.model_validate({**base, "capacity": {"demandPerGpu": 4, "gpusPerReplica": 8}, "maxGpus": 8})
+
+
+POLICY_ENTRY = ("run:\n  policies:\n  - name: chat\n    history_file: h.csv\n    spec: {query: up, capacity: "
+                "{demandPerGpu: 10}, target: {kind: Deployment, name: chat}, %s}\n")
+
+
+@pytest.mark.parametrize("text, field, value", [
+    ("history:\n  prometheus: {url: http://p:9090, query: up, lookback: 28}\n", "history.prometheus.lookback", "28"),
+    ("history:\n  prometheus: {url: http://p:9090, query: up, step: 300}\n", "history.prometheus.step", "300"),
+    ("tune:\n  lead_times: [15m, 30]\n", "tune.lead_times.1", "30"),
+    (POLICY_ENTRY % "leadTime: 15", "run.policies.0.spec.leadTime", "15"),
+    (POLICY_ENTRY % "reclaimDeadline: 2.5", "run.policies.0.spec.reclaimDeadline", "2.5"),
+])
+def test_a_duration_written_without_its_unit_is_said_to_lack_one(tmp_path, text, field, value):
+    """A new user's first duration is often a bare number (`leadTime: 15`, `lookback: 28`): it was refused as "Input
+    should be a valid string", which does not say that a unit is missing (a policy file's spec is read so too)."""
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert [line for line in err.value.errors if line.startswith(field + ":")] == \
+        [f"{field}: {value} has no unit: write a duration with one, e.g. 90s, 15m or 1h30m"], err.value.errors
 
 
 def test_a_kubeconfig_that_is_not_a_file_is_a_bad_request(tmp_path):
@@ -241,6 +277,18 @@ def test_quantiles_with_a_value_left_out_are_refused_naming_the_flag(text, capsy
         main(["forecast", "h.csv", "--quantiles", text])
     assert exit_.value.code == 2 and f"--quantiles: not a comma-separated list of numbers: {text!r}" in \
         capsys.readouterr().err
+
+
+def test_a_bad_flag_without_a_configuration_file_is_said_to_be_a_flag(capsys):
+    """`headroom simulate D --max-shortage 5` said "invalid configuration (defaults)": no file was given, and the
+    defaults are valid, so what is invalid is the flag."""
+    from cli.main import main
+
+    assert main(["simulate", "demand.csv", "--max-shortage", "5"]) == 2
+    assert capsys.readouterr().err.splitlines()[:2] == [
+        "headroom: invalid configuration (command-line flags):",
+        "  tune.max_shortage: Input should be less than or equal to 1 (given on the command line: --help names each "
+        "flag's field)"]
 
 
 def test_an_empty_config_path_is_refused_and_a_home_one_read(tmp_path, monkeypatch, capsys):

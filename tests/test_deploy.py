@@ -27,6 +27,7 @@ from adapters.kube import KubeCluster, quota_node
 from cli.config import Config, load_config
 from cli.main import build_parser
 from controller.cohorts import cohort_lenders
+from controller.reconcile import parse_policies
 from core.errors import NotFound
 from tests.test_run_real import kube  # noqa: F401 -- a fixture: namespaces, ClusterQueue, Deployment, policy
 
@@ -225,6 +226,18 @@ def test_examples_fit_together(base, examples):
     assert quota == run_config(base)["run"]["capacity_gpus"], "the cohort's GPUs are the controller's capacity"
     # a pending Workload reaches its training ClusterQueue through its LocalQueue's spec.clusterQueue
     assert {local["spec"]["clusterQueue"] for local in all_of(examples, "LocalQueue")} == set(training)
+
+
+def test_the_cronjob_trains_the_series_the_controller_serves_the_example_policy(base, examples):
+    """The controller serves a policy the champion of its series (controller/reconcile.py: PolicyObject.series);
+    the CronJob trained `llm-inference` on another query, so the example policy never got the champion trained for
+    it: the controller loaded none for `inference.llm-inference` and served automatic selection."""
+    [policy], invalid = parse_policies([only(examples, "ReservationPolicy")])
+    assert not invalid
+    history = run_config(base)["history"]
+    assert run_config(base)["training"]["name"] == policy.series
+    assert history["prometheus"]["query"] == policy.spec.query
+    assert history["statistic"] == policy.spec.statistic
 
 
 # ---------------------------------------------------------------------------- least privilege

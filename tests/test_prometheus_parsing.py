@@ -35,11 +35,17 @@ def test_parse_matrix_refuses_many_series():
         parse_matrix([{"metric": {"a": "1"}, "values": []}, {"metric": {"a": "2"}, "values": []}], "q")
 
 
-def test_unreachable_prometheus_is_a_clear_error():
-    source = PrometheusSource(PrometheusServer(url="http://127.0.0.1:9", retries=0, timeout_seconds=2), "up", T0,
+@pytest.mark.parametrize("url", ["http://127.0.0.1:9", "http://prometheus.invalid:9090"])
+def test_unreachable_prometheus_is_a_clear_error(url):
+    """A port nothing listens on, a host name that does not resolve: the error said urllib3's words only, naming the
+    pool by the adapter's own class ("Kept(host='127.0.0.1', port=9): Max retries exceeded")."""
+    source = PrometheusSource(PrometheusServer(url=url, retries=0, timeout_seconds=2), "up", T0,
                               T0 + pd.Timedelta(hours=1))
-    with pytest.raises(PrometheusError, match="127.0.0.1:9"):
+    with pytest.raises(PrometheusError) as err:
         source.fetch()
+    said = str(err.value)
+    assert said.startswith(f"Prometheus at {url} failed for 'up'") and "Kept" not in said
+    assert said.endswith("(nothing answered at this URL: is Prometheus running there, and reachable from here?)")
 
 
 def test_a_url_where_something_else_answers_200_says_it_is_not_prometheus():

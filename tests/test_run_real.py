@@ -20,7 +20,7 @@ from adapters.kube import EVICTED_BY_PLAN, EVICTION_REASON, ConfigMapForecastSto
 from adapters.prometheus import PrometheusDemand
 from controller.loop import Loop
 from controller.reconcile import Reconciler
-from core.errors import ClusterError
+from core.errors import ClusterError, NotFound
 from core.objects import ObjectRef
 from core.settings import PrometheusServer, RunConfig
 from tests.servers import free_port, kueue
@@ -471,6 +471,34 @@ def test_run_once_on_kubernetes_prints_its_decisions_and_exits_1_when_a_read_fai
     assert f"{NS}/chat: demand" in out and "reserved" in out  # one line per policy, as the embedded run prints
     # the wall clock is 2026 and Prometheus holds 1995: no recent demand, the stated fallback, not a failure
     assert (status, "the reconcile failed in part (demand: 1)" in err) == ((0, False) if reachable else (1, True))
+
+
+def test_run_on_a_metrics_port_already_taken_names_the_flag_and_takes_no_lease(kube_server, kube, tmp_path,
+                                                                              capsys):
+    """A second `headroom run` on a host (or another server on 9108) said only "error: [Errno 98] Address already in
+    use", naming neither the flag nor the port."""
+    import socket
+
+    import yaml
+
+    from cli.main import main
+
+    config = tmp_path / "headroom.yaml"
+    config.write_text(yaml.safe_dump({"run": {
+        "cluster": "kubernetes", "namespace": NS, "lease": {"namespace": NS, "name": "port-taken"},
+        "prometheus": {"url": "http://127.0.0.1:1", "retries": 0}, "retrain_every_seconds": 0}}))
+    kubeconfig = kube_server.apiserver.kubeconfig(tmp_path / "kubeconfig")
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))  # where the controller serves by default (run.metrics_address)
+        taken.listen()
+        port = taken.getsockname()[1]
+        status = main(["run", "--once", "--config", str(config), "--kubeconfig", str(kubeconfig),
+                       "--metrics-port", str(port)])
+    assert status == 1
+    assert f"headroom: error: --metrics-port {port} (run.metrics_port): cannot serve /metrics on 0.0.0.0:{port}: " \
+        "Address already in use" in capsys.readouterr().err
+    with pytest.raises(NotFound):  # nothing reconciled: the Lease was never taken
+        kube.get(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/port-taken")
 
 
 def start_headroom_run(kube_server, prometheus_url: str, tmp_path, lease: str, **prometheus):

@@ -276,6 +276,20 @@ def test_cli_tune_on_one_day_of_history_writes_the_defaults_and_says_so(tmp_path
     assert json.loads(capsys.readouterr().out)["forecast_fallback_hours"] == 24
 
 
+def test_cli_tune_says_in_the_manifest_when_its_demand_per_gpu_is_only_the_traces_scale(nasa_csv, tmp_path, capsys):
+    """Without --per-gpu, tune scales the trace to --peak-gpus and writes that scale as spec.capacity.demandPerGpu:
+    the manifest said to set only spec.query and spec.target before applying it, so a cluster got a per-GPU rate
+    nobody measured. Given --per-gpu, the rate is the user's own and nothing more is said."""
+    scaled, measured = tmp_path / "scaled.yaml", tmp_path / "measured.yaml"
+    assert main(["tune", str(nasa_csv), "--days", "1", "--peak-gpus", "40", "--write-policy", str(scaled)]) == 0
+    (obj,) = load_manifests(scaled)
+    rate = obj["spec"]["capacity"]["demandPerGpu"]
+    assert f"# spec.capacity.demandPerGpu {rate:g} scales the trace's 99.9th percentile to 40 GPUs (--peak-gpus, " \
+        "simulate.peak_gpus), not what one GPU serves" in scaled.read_text()
+    assert main(["tune", str(nasa_csv), "--days", "1", "--per-gpu", f"{rate:g}", "--write-policy", str(measured)]) == 0
+    assert "demandPerGpu" not in "".join(line for line in measured.read_text().splitlines() if line.startswith("#"))
+
+
 def test_cli_tune_never_overwrites_a_manifest(nasa_csv, tmp_path, capsys):
     policy = tmp_path / "policy.yaml"
     policy.write_text("# the SRE's own, with spec.query and spec.target set\n")
