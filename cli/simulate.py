@@ -178,6 +178,20 @@ class WhatIf:
     notes: tuple[str, ...] = ()  # what the job trace leaves out (said on stderr as it is read)
 
 
+def controller_settings(cfg: Config) -> dict:
+    """The settings `headroom run` decides with beside the policy (run.*: the data's lookback, staleness and
+    horizon, the GPUs never lent, the teams' weights), as a Scenario's fields: the what-if decides as the controller
+    does on the same configuration. BadRequest when run.non_lendable_gpus leaves nothing of simulate.gpus to lend."""
+    from controller.observe import DataSettings
+
+    r = cfg.run
+    if r.non_lendable_gpus >= cfg.simulate.gpus:
+        raise BadRequest(f"run.non_lendable_gpus {r.non_lendable_gpus} leaves nothing of the {cfg.simulate.gpus}-GPU "
+                         "cluster (simulate.gpus, --gpus) to lend")
+    return {"data": DataSettings.of(r), "non_lendable_gpus": r.non_lendable_gpus,
+            "team_weights": tuple(r.team_weights.items())}
+
+
 def whatif(cfg: Config, progress=None) -> WhatIf:
     """The scenario of the configured trace and cluster, and the policy to run on it."""
     import pandas as pd
@@ -187,6 +201,7 @@ def whatif(cfg: Config, progress=None) -> WhatIf:
     from forecast.history import sampling_step
 
     c = cfg.simulate
+    controller = controller_settings(cfg)
     demand = sources.native_series(cfg, datetime.now(UTC))
     span_days = (demand.index[-1] - demand.index[0]).total_seconds() / 86400
     if c.days >= span_days:
@@ -208,18 +223,20 @@ def whatif(cfg: Config, progress=None) -> WhatIf:
         if spec.mode != "active":  # a replay of it serves no demand and lends nothing: 100% short, exit 0
             raise BadRequest(f"{c.policy_file}: spec.mode is {spec.mode} (the default when unset), which changes "
                              "nothing: set spec.mode: active to simulate what the policy would do")
-        if too_big := spec.too_big_for(c.gpus):
+        kept = controller["non_lendable_gpus"]
+        if too_big := spec.too_big_for(c.gpus - kept):
+            kept_said = f", {kept} of them never lent (run.non_lendable_gpus)" if kept else ""
             raise BadRequest(f"{c.policy_file}: spec.{too_big} does not fit the {c.gpus}-GPU cluster "
-                             "(simulate.gpus, --gpus)")
+                             f"(simulate.gpus, --gpus){kept_said}")
         name = f"{meta['namespace']}/{meta['name']}"
         try:
             scenario = Scenario(demand, c.gpus, c.days, jobs, c.world, name=name,
-                                training_queues=tuple(spec.training_cluster_queues))
+                                training_queues=tuple(spec.training_cluster_queues), **controller)
         except ValueError as exc:
             raise BadRequest(f"simulate.days {c.days:g}: {exc}") from None
         return WhatIf(scenario, spec, True, tuple(job_notes))
     try:
-        scenario = Scenario(demand, c.gpus, c.days, jobs, c.world)
+        scenario = Scenario(demand, c.gpus, c.days, jobs, c.world, **controller)
     except ValueError as exc:  # e.g. fewer than two evaluated steps
         raise BadRequest(f"simulate.days {c.days:g}: {exc}") from None
     try:

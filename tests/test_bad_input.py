@@ -455,6 +455,21 @@ def test_a_policy_file_that_cannot_fit_the_cluster_is_refused(demand, tmp_path, 
     assert status == 2 and f"{path}: spec.{field} does not fit the 16-GPU cluster" in err, err
 
 
+@pytest.mark.parametrize("non_lendable, said", [
+    (16, "run.non_lendable_gpus 16 leaves nothing of the 16-GPU cluster (simulate.gpus, --gpus) to lend"),
+    (10, "spec.minGpus 8 does not fit the 16-GPU cluster (simulate.gpus, --gpus), 10 of them never lent "
+         "(run.non_lendable_gpus)")])
+def test_gpus_the_controller_never_lends_are_never_lent_in_the_what_if(demand, tmp_path, capsys, non_lendable, said):
+    """`headroom run` refuses a policy whose minimum does not fit the GPUs it lends; simulate ignored
+    run.non_lendable_gpus and replayed it, lending GPUs the controller keeps."""
+    path = _policy_file(tmp_path / "p.yaml", minGpus=8)
+    config = tmp_path / "headroom.yaml"
+    config.write_text(f"run:\n  non_lendable_gpus: {non_lendable}\n  capacity_gpus: 128\n")
+    status, err = exits(["simulate", demand, "--days", "1", "--policy-file", path, "--gpus", "16", "--config", config,
+                         "--json"], capsys)
+    assert status == 2 and said in err, err
+
+
 def test_a_policy_file_with_a_key_given_twice_is_refused_not_run_with_the_last(demand, tmp_path, capsys):
     """kubectl apply refuses the manifest; headroom ran it with the later value (minGpus 40 here), exit 0."""
     path = _policy_file(tmp_path / "p.yaml", minGpus=4)

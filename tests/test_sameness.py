@@ -29,14 +29,15 @@ def _in_tmp(tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
 
 
-def _both(tmp_path, trace, policy, days: float, gpus: int = 128, jobs: list[str] | None = None) -> tuple[str, str]:
+def _both(tmp_path, trace, policy, days: float, gpus: int = 128, flags: list[str] | None = None) -> tuple[str, str]:
+    """Both timelines of `policy` on `trace`, each command given `flags` too (--jobs, --config)."""
     sim, run = tmp_path / "simulate.csv", tmp_path / "run.csv"
-    jobs = jobs or []
+    flags = flags or []
     assert main(["simulate", str(trace), "--policy-file", policy, "--days", f"{days:g}", "--gpus", str(gpus),
-                 "--timeline", str(sim), "--json", *jobs]) == 0
+                 "--timeline", str(sim), "--json", *flags]) == 0
     start = pd.read_csv(sim)["timestamp"].iloc[0]
     assert main(["run", "--policy-file", policy, "--history", str(trace), "--gpus", str(gpus), "--now", start,
-                 "--hours", f"{days * 24:g}", "--timeline", str(run), *jobs]) == 0
+                 "--hours", f"{days * 24:g}", "--timeline", str(run), *flags]) == 0
     return sim.read_text(), run.read_text()
 
 
@@ -48,11 +49,34 @@ def test_the_same_with_a_job_trace(tmp_path, shared_data, capsys):
     policy = _policy_file(tmp_path / "policy.yaml", trace, targetQuantile=0.5, warmBuffer=0.5)
     (tmp_path / "trace").mkdir()
     (tmp_path / "backlog").mkdir()
-    simulated, ran = _both(tmp_path / "trace", trace, policy, days=0.5, gpus=40, jobs=["--jobs", str(jobs)])
+    simulated, ran = _both(tmp_path / "trace", trace, policy, days=0.5, gpus=40, flags=["--jobs", str(jobs)])
     backlog, _ = _both(tmp_path / "backlog", trace, policy, days=0.5, gpus=40)
     assert simulated == ran and simulated != backlog
     assert pd.read_csv(tmp_path / "trace" / "simulate.csv")["preempted_gpus"].sum() > 0  # jobs taken back, requeued
     assert "pod(s) of the window never scheduled" in capsys.readouterr().err
+
+
+def test_the_same_under_the_controllers_settings(tmp_path, shared_data, capsys):
+    """`headroom run` decides with its configuration's settings beside the policy: GPUs never lent, the teams'
+    weights, the plan's horizon, how long a forecast is kept. `simulate --config` with the same file ignored them all
+    and replayed another controller: it lent the GPUs run keeps (reserved + lent 40, not 38) and split the slack, and
+    so the preemptions, equally between the teams. Both now decide with them."""
+    trace = shared_data / "traces" / "alibaba_genai_sd_requests_5min.csv"
+    jobs = shared_data / "jobs" / "alibaba_openb_pods.csv"
+    policy = _policy_file(tmp_path / "policy.yaml", trace, trainingClusterQueues=["research", "batch"])
+    settings = {"non_lendable_gpus": 2, "horizon_hours": 6, "keep_forecast_seconds": 1800}
+    timelines = {}
+    for name, weights in (("weighed", {"team_weights": {"research": 9, "batch": 1}}), ("equal", {})):
+        (tmp_path / name).mkdir()
+        config = tmp_path / name / "headroom.yaml"
+        config.write_text(yaml.safe_dump({"run": {**settings, **weights}}))
+        simulated, ran = _both(tmp_path / name, trace, policy, days=0.5, gpus=40,
+                               flags=["--jobs", str(jobs), "--config", str(config)])
+        assert simulated == ran
+        timelines[name] = pd.read_csv(tmp_path / name / "simulate.csv")
+    t = timelines["weighed"]
+    assert (t["reserved_gpus"] + t["lent_gpus"]).max() == 40 - 2
+    assert t["preempted_gpus"].sum() > 0 and not t.equals(timelines["equal"])  # the weights chose other victims
 
 
 def test_the_same_past_a_month_without_samples(tmp_path, capsys):
