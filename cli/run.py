@@ -353,7 +353,8 @@ def _replay(cfg: Config, args) -> int:
     if cfg.simulate.jobs is not None:
         from cli.simulate import job_arrivals
 
-        jobs, _ = job_arrivals(cfg.simulate.jobs, hours * 3600, r.capacity_gpus, "--hours")  # notes said on stderr
+        queues = [q for p in r.policies for q in p.spec.training_cluster_queues]
+        jobs, _ = job_arrivals(cfg.simulate.jobs, hours * 3600, r.capacity_gpus, "--hours", queues)  # notes on stderr
     timeline: list | None = [] if args.timeline else None
     reconciler, cluster = build(cfg, timeline=timeline, start=times[0], jobs=jobs)
     record = _TimelineFile(args.timeline) if args.timeline else None

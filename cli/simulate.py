@@ -5,6 +5,7 @@ import json
 import math
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -141,12 +142,15 @@ def load_jobs(path):
                          **{c: pd.Series(rows[c], dtype=float) for c in JOB_COLUMNS[1:]}})
 
 
-def job_arrivals(path, span_seconds: float, gpus: int, span_flag: str):
+def job_arrivals(path, span_seconds: float, gpus: int, span_flag: str, queues: Sequence[str]):
     """The job trace at `path` as the embedded cluster's arrivals over `span_seconds` on `gpus` GPUs
-    (controller.simulate.trace_jobs), and what it leaves out, said on stderr and returned (for a JSON's notes);
-    `simulate` and the embedded `run` replay the same arrivals."""
+    (controller.simulate.trace_jobs) into the training ClusterQueues `queues`, and what it leaves out, said on stderr
+    and returned (for a JSON's notes); `simulate` and the embedded `run` replay the same arrivals."""
     from controller.simulate import trace_jobs
 
+    if not queues:  # its jobs arrive in turn into each training queue: with none, nowhere
+        raise BadRequest(f"--jobs (simulate.jobs) {path}: no policy names a training ClusterQueue "
+                         "(spec.trainingClusterQueues) for the trace's jobs to wait in: name one, or drop --jobs")
     found: list[str] = []
     try:
         arrivals = trace_jobs(load_jobs(path), span_seconds, gpus, found)
@@ -211,7 +215,10 @@ def whatif(cfg: Config, progress=None) -> WhatIf:
     if pd.Timedelta(seconds=round(c.days * 86400)) < 2 * step:
         raise BadRequest(f"simulate.days {c.days:g} covers fewer than two steps of the trace "
                          f"({go_duration(step)}): give more days")
-    jobs, job_notes = (None, []) if c.jobs is None else job_arrivals(c.jobs, c.days * 86400, c.gpus, "--days")
+
+    def arrivals(queues: Sequence[str]):
+        return (None, []) if c.jobs is None else job_arrivals(c.jobs, c.days * 86400, c.gpus, "--days", queues)
+
     if c.policy_file is not None:
         objects = load_manifests(c.policy_file)
         if len(objects) != 1:
@@ -229,12 +236,14 @@ def whatif(cfg: Config, progress=None) -> WhatIf:
             raise BadRequest(f"{c.policy_file}: spec.{too_big} does not fit the {c.gpus}-GPU cluster "
                              f"(simulate.gpus, --gpus){kept_said}")
         name = f"{meta['namespace']}/{meta['name']}"
+        jobs, job_notes = arrivals(spec.training_cluster_queues)
         try:
             scenario = Scenario(demand, c.gpus, c.days, jobs, c.world, name=name,
                                 training_queues=tuple(spec.training_cluster_queues), **controller)
         except ValueError as exc:
             raise BadRequest(f"simulate.days {c.days:g}: {exc}") from None
         return WhatIf(scenario, spec, True, tuple(job_notes))
+    jobs, job_notes = arrivals(Scenario.training_queues)
     try:
         scenario = Scenario(demand, c.gpus, c.days, jobs, c.world, **controller)
     except ValueError as exc:  # e.g. fewer than two evaluated steps

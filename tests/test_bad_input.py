@@ -680,12 +680,27 @@ def test_report_json_says_what_of_a_job_trace_it_leaves_out(demand, tmp_path, ca
     alone, as simulate --json's notes once did."""
     jobs = tmp_path / "jobs.csv"
     jobs.write_text(JOB_HEADER + "16,0,0,3000\n1,100,,700\n2,3600,3700,9000\n")
-    policy = _policy_file(tmp_path / "p.yaml")
+    policy = _policy_file(tmp_path / "p.yaml", trainingClusterQueues=["training"])  # where the jobs wait
     assert main(["report", str(demand), "--days", "1", "--gpus", "8", "--policy-file", str(policy), "--jobs",
                  str(jobs), "--json", "--out", str(tmp_path / "r")]) == 0
     out, err = capsys.readouterr()
     job_notes = [n for n in json.loads(out)["notes"] if n.startswith(f"--jobs (simulate.jobs) {jobs}: ")]
     assert len(job_notes) == 3 and all(err.count(f"note: {n}") == 1 for n in job_notes), (job_notes, err)
+
+
+@pytest.mark.parametrize("command", ["simulate", "report", "run"])
+def test_a_job_trace_with_no_training_queue_to_wait_in_is_refused(demand, tmp_path, capsys, monkeypatch, command):
+    """A policy lending to no training ClusterQueue, given --jobs: the jobs arrive in turn into each training queue,
+    and with none simulate, report and the embedded run ended in an IndexError traceback."""
+    jobs = tmp_path / "jobs.csv"
+    jobs.write_text(JOB_HEADER + "2,0,0,3000\n1,100,200,7000\n")
+    policy = _policy_file(tmp_path / "p.yaml", trainingClusterQueues=[])
+    given = ["--history", demand, "--hours", "6"] if command == "run" else [demand, "--days", "1"]
+    extra = {"report": ["--out", tmp_path / "r"], "simulate": ["--json"], "run": []}[command]
+    monkeypatch.chdir(tmp_path)  # the embedded run keeps its MLflow store in the working directory
+    status, err = exits([command, *given, "--policy-file", policy, "--jobs", jobs, *extra], capsys)
+    assert status == 2 and f"--jobs (simulate.jobs) {jobs}: no policy names a training ClusterQueue " \
+        "(spec.trainingClusterQueues) for the trace's jobs to wait in" in err, err
 
 
 def test_tune_neither_takes_nor_reads_a_job_trace_it_does_not_replay(short, tmp_path, capsys):
