@@ -34,7 +34,8 @@ def add_parser(sub) -> None:
                           help="the demand --policy-file's policies are replayed from")
     embedded.add_argument("--gpus", type=int, help="cluster size (run.capacity_gpus, default 128)")
     embedded.add_argument("--hours", type=_positive_int, help="replay this many hours from --now (default 24)")
-    embedded.add_argument("--now", help="the clock's start (ISO-8601; default: --hours before the history's end)")
+    embedded.add_argument("--now", help="the clock's start, one of the history's sample times (ISO-8601; default: "
+                                        "--hours before the history's end)")
     embedded.add_argument("--jobs", metavar="JOBS.csv", help="replay this training job trace's last --hours instead "
                                                             "of a saturated backlog, as simulate --jobs does "
                                                             "(simulate.jobs)")
@@ -313,6 +314,13 @@ def _clock(r: RunConfig, now: str | None, hours: int, moment: bool = False) -> p
         raise BadRequest(f"--now {start} is outside the histories ({first} .. {last})")
     if moment:
         return pd.DatetimeIndex([start])
+    for key, s in loaded.items():  # each step's demand is the sample of the interval ending then, as simulate's
+        if (start - s.index[0]) % step:
+            before = s.index[0] + (start - s.index[0]) // step * step
+            raise BadRequest(f"--now {start} falls between the {go_duration(step)} samples of policy {key}'s history "
+                             f"({demand.files[key]}): the embedded clock steps on them, each the demand of the "
+                             f"interval ending there; give --now {before:%Y-%m-%dT%H:%M:%SZ} or "
+                             f"{before + step:%Y-%m-%dT%H:%M:%SZ}")
     times = pd.date_range(start, periods=int(pd.Timedelta(hours=hours) / step), freq=step)
     if times[-1] > last:  # past the end no policy has data: its demand would be made up
         room = int((last + step - start) / pd.Timedelta(hours=1))

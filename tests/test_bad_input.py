@@ -324,6 +324,11 @@ def exits(argv, capsys):
     (["run", "--now", "2026-02-15T23:00:00Z", "--hours", "2"], "give at most 1 hours from there"),
     (["run", "--now", "2026-02-15T23:30:00Z", "--hours", "1"], "give an --now at least an hour before it"),
     (["run", "--gpus", "10000000000000", "--once"], "run.capacity_gpus"),  # not a saturated backlog of 1e13 GPUs
+    # replayed 2.5 minutes off its samples: each step charged, and shown, the demand of an interval ended before it
+    (["run", "--now", "2026-02-11T08:02:30Z", "--hours", "1"], "--now 2026-02-11 08:02:30+00:00 falls between the 5m "
+     "samples of policy inference/chat's history"),
+    (["run", "--now", "2026-02-11T08:02:30+00:00", "--once"],
+     "give --now 2026-02-11T08:00:00Z or 2026-02-11T08:05:00Z"),
 ])
 def test_bad_flags_of_the_controller_exit_2_naming_the_flag(examples, capsys, argv, flag):
     status, err = exits([*argv, "--config", examples], capsys)
