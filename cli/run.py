@@ -335,6 +335,16 @@ def _no_policies() -> int:
     return 2
 
 
+def _all_in_namespace(r: RunConfig) -> None:
+    """With run.namespace the controller reads the policies of that namespace alone: the embedded cluster's others
+    were replayed doing nothing (an empty timeline, exit 0), so they are refused."""
+    outside = [f"{p.namespace}/{p.name}" for p in r.policies if r.namespace not in (None, p.namespace)]
+    if outside:
+        raise BadRequest(f"run.namespace {r.namespace}: the controller reads only that namespace's policies, and "
+                         f"{', '.join(outside)} is outside it (metadata.namespace, run.policies[].namespace): put it "
+                         "there, or drop run.namespace")
+
+
 def _some_policy_fits(r: RunConfig) -> None:
     """Nothing could act when no policy fits the cluster (one that fits runs, alone): refused, not run idle."""
     lendable = r.capacity_gpus - r.non_lendable_gpus
@@ -349,6 +359,7 @@ def _replay(cfg: Config, args) -> int:
     r = cfg.run
     if not r.policies:
         return _no_policies()
+    _all_in_namespace(r)
     _some_policy_fits(r)
     from cli.outputs import check_output_files, command_inputs, writing
 
@@ -443,6 +454,7 @@ def cmd_plan(cfg: Config, args) -> int:
                          "or headroom run --once)")
     if not r.policies:
         return _no_policies()
+    _all_in_namespace(r)
     _some_policy_fits(r)  # as run refuses it: a plan of nothing, exit 0, was no answer
     if args.hours > r.horizon_hours:
         raise BadRequest(f"--hours {args.hours}: the plan covers run.horizon_hours ({r.horizon_hours}) hours")

@@ -708,6 +708,20 @@ def test_a_job_trace_with_no_training_queue_to_wait_in_is_refused(demand, tmp_pa
         "(spec.trainingClusterQueues) for the trace's jobs to wait in" in err, err
 
 
+@pytest.mark.parametrize("command", ["run", "plan"])
+def test_a_policy_outside_the_namespace_the_controller_reads_is_refused(demand, tmp_path, capsys, monkeypatch, command):
+    """With run.namespace the controller reads that namespace's policies alone: the embedded run replayed a policy
+    of another namespace doing nothing (an empty --timeline, exit 0) and plan planned nothing, exit 0."""
+    monkeypatch.chdir(tmp_path)
+    config = tmp_path / "headroom.yaml"
+    config.write_text("run:\n  namespace: prod\n")
+    policy = _policy_file(tmp_path / "p.yaml")  # metadata.namespace unset: default
+    status, err = exits([command, "--config", config, "--policy-file", policy, "--history", demand, "--hours", "1"],
+                        capsys)
+    assert status == 2 and "run.namespace prod: the controller reads only that namespace's policies, and " \
+        "default/chat is outside it" in err, err
+
+
 def test_tune_neither_takes_nor_reads_a_job_trace_it_does_not_replay(short, tmp_path, capsys):
     """tune replays the history with a saturated backlog, yet took --jobs, read the file (refusing a bad one) and
     never used it: the flag is simulate's and report's, the configuration's key said unused."""
