@@ -475,6 +475,18 @@ def test_gpus_the_controller_never_lends_are_never_lent_in_the_what_if(demand, t
     assert status == 2 and said in err, err
 
 
+@pytest.mark.parametrize("command", ["simulate", "report"])
+def test_a_policy_file_of_several_policies_is_refused_by_the_what_if(demand, tmp_path, capsys, command):
+    """The what-if replays one workload; `headroom run` and `plan` take several, sharing the cluster (README: one
+    policy, from what-if to cluster). Picking one of them would replay a policy other than the file's."""
+    one = _policy_file(tmp_path / "one.yaml").read_text()
+    path = tmp_path / "two.yaml"
+    path.write_text(one + "---\n" + one.replace("name: chat", "name: search"))
+    extra = ["--out", tmp_path / "r"] if command == "report" else ["--json"]
+    status, err = exits([command, demand, "--days", "1", "--policy-file", path, *extra], capsys)
+    assert status == 2 and f"{path}: holds 2 ReservationPolicies; simulate runs one" in err, err
+
+
 def test_a_policy_file_with_a_key_given_twice_is_refused_not_run_with_the_last(demand, tmp_path, capsys):
     """kubectl apply refuses the manifest; headroom ran it with the later value (minGpus 40 here), exit 0."""
     path = _policy_file(tmp_path / "p.yaml", minGpus=4)
