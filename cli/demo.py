@@ -35,7 +35,7 @@ def run_demo(out: Path, quick: bool, cfg, say) -> dict:
     from adapters.mlflow import Tracker
     from cli.config import load_config
     from cli.run import describe, embedded
-    from cli.simulate import WhatIf, every_policy
+    from cli.simulate import WhatIf, controller_settings, every_policy
     from cli.sources import load_series
     from controller.forecasts import Models
     from controller.reconcile import Reconciler
@@ -57,7 +57,7 @@ def run_demo(out: Path, quick: bool, cfg, say) -> dict:
     demand = synthetic_demand(days=size.history_days)
     replace_whole(history_file, lambda draft: write_csv(demand, draft))
     native = at_own_step(FileSource(history_file).fetch())
-    scenario = Scenario(native, c.gpus, size.simulated_days, None, c.world)
+    scenario = Scenario(native, c.gpus, size.simulated_days, None, c.world, **controller_settings(cfg))
     spec = default_spec(scenario, demand_per_gpu(native, None if c.per_gpu else c.peak_gpus, c.per_gpu))
     # the forecaster sees the hourly peak of the history before the simulated days, as the controller would
     # as read: the training clips the hours each fit has by their own bound, never by one that saw the simulated days

@@ -34,7 +34,8 @@ def add_parser(sub) -> None:
                           help="the demand --policy-file's policies are replayed from")
     embedded.add_argument("--gpus", type=int, help="cluster size (run.capacity_gpus, default 128)")
     embedded.add_argument("--hours", type=_positive_int, help="replay this many hours from --now (default 24)")
-    embedded.add_argument("--now", help="the clock's start (ISO-8601; default: --hours before the history's end)")
+    embedded.add_argument("--now", help="the clock's start, one of the history's sample times (ISO-8601; default: "
+                                        "--hours before the history's end)")
     embedded.add_argument("--jobs", metavar="JOBS.csv", help="replay this training job trace's last --hours instead "
                                                             "of a saturated backlog, as simulate --jobs does "
                                                             "(simulate.jobs)")
@@ -326,6 +327,13 @@ def _clock(r: RunConfig, now: str | None, hours: int, moment: bool = False) -> p
         raise BadRequest(f"--now {start} is outside the histories ({first} .. {last})")
     if moment:
         return pd.DatetimeIndex([start])
+    for key, s in loaded.items():  # each step's demand is the sample of the interval ending then, as simulate's
+        if (start - s.index[0]) % step:
+            before = s.index[0] + (start - s.index[0]) // step * step
+            raise BadRequest(f"--now {start} falls between the {go_duration(step)} samples of policy {key}'s history "
+                             f"({demand.files[key]}): the embedded clock steps on them, each the demand of the "
+                             f"interval ending there; give --now {before:%Y-%m-%dT%H:%M:%SZ} or "
+                             f"{before + step:%Y-%m-%dT%H:%M:%SZ}")
     times = pd.date_range(start, periods=int(pd.Timedelta(hours=hours) / step), freq=step)
     if times[-1] > last:  # past the end no policy has data: its demand would be made up
         room = int((last + step - start) / pd.Timedelta(hours=1))
@@ -338,6 +346,16 @@ def _no_policies() -> int:
     print("headroom: error: the embedded cluster has no policies: add run.policies to --config (see "
           "examples/headroom.yaml) or give --policy-file P.yaml --history DEMAND", file=sys.stderr)
     return 2
+
+
+def _all_in_namespace(r: RunConfig) -> None:
+    """With run.namespace the controller reads the policies of that namespace alone: the embedded cluster's others
+    were replayed doing nothing (an empty timeline, exit 0), so they are refused."""
+    outside = [f"{p.namespace}/{p.name}" for p in r.policies if r.namespace not in (None, p.namespace)]
+    if outside:
+        raise BadRequest(f"run.namespace {r.namespace}: the controller reads only that namespace's policies, and "
+                         f"{', '.join(outside)} is outside it (metadata.namespace, run.policies[].namespace): put it "
+                         "there, or drop run.namespace")
 
 
 def _some_policy_fits(r: RunConfig) -> None:
@@ -354,6 +372,7 @@ def _replay(cfg: Config, args) -> int:
     r = cfg.run
     if not r.policies:
         return _no_policies()
+    _all_in_namespace(r)
     _some_policy_fits(r)
     from cli.outputs import check_output_files, command_inputs, writing
 
@@ -366,7 +385,8 @@ def _replay(cfg: Config, args) -> int:
     if cfg.simulate.jobs is not None:
         from cli.simulate import job_arrivals
 
-        jobs, _ = job_arrivals(cfg.simulate.jobs, hours * 3600, r.capacity_gpus, "--hours")  # notes said on stderr
+        queues = [q for p in r.policies for q in p.spec.training_cluster_queues]
+        jobs, _ = job_arrivals(cfg.simulate.jobs, hours * 3600, r.capacity_gpus, "--hours", queues)  # notes on stderr
     timeline: list | None = [] if args.timeline else None
     reconciler, cluster = build(cfg, timeline=timeline, start=times[0], jobs=jobs)
     record = _TimelineFile(args.timeline) if args.timeline else None
@@ -447,6 +467,7 @@ def cmd_plan(cfg: Config, args) -> int:
                          "or headroom run --once)")
     if not r.policies:
         return _no_policies()
+    _all_in_namespace(r)
     _some_policy_fits(r)  # as run refuses it: a plan of nothing, exit 0, was no answer
     if args.hours > r.horizon_hours:
         raise BadRequest(f"--hours {args.hours}: the plan covers run.horizon_hours ({r.horizon_hours}) hours")

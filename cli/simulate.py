@@ -5,6 +5,7 @@ import json
 import math
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -152,12 +153,15 @@ def read_as_seconds(jobs) -> str:
             "creation_time, scheduled_time and deletion_time by 1000)")
 
 
-def job_arrivals(path, span_seconds: float, gpus: int, span_flag: str):
+def job_arrivals(path, span_seconds: float, gpus: int, span_flag: str, queues: Sequence[str]):
     """The job trace at `path` as the embedded cluster's arrivals over `span_seconds` on `gpus` GPUs
-    (controller.simulate.trace_jobs), and what it leaves out, said on stderr and returned (for a JSON's notes);
-    `simulate` and the embedded `run` replay the same arrivals."""
+    (controller.simulate.trace_jobs) into the training ClusterQueues `queues`, and what it leaves out, said on stderr
+    and returned (for a JSON's notes); `simulate` and the embedded `run` replay the same arrivals."""
     from controller.simulate import trace_jobs
 
+    if not queues:  # its jobs arrive in turn into each training queue: with none, nowhere
+        raise BadRequest(f"--jobs (simulate.jobs) {path}: no policy names a training ClusterQueue "
+                         "(spec.trainingClusterQueues) for the trace's jobs to wait in: name one, or drop --jobs")
     jobs = load_jobs(path)
     found = [read_as_seconds(jobs)]
     try:
@@ -190,6 +194,20 @@ class WhatIf:
     notes: tuple[str, ...] = ()  # what the job trace leaves out (said on stderr as it is read)
 
 
+def controller_settings(cfg: Config) -> dict:
+    """The settings `headroom run` decides with beside the policy (run.*: the data's lookback, staleness and
+    horizon, the GPUs never lent, the teams' weights), as a Scenario's fields: the what-if decides as the controller
+    does on the same configuration. BadRequest when run.non_lendable_gpus leaves nothing of simulate.gpus to lend."""
+    from controller.observe import DataSettings
+
+    r = cfg.run
+    if r.non_lendable_gpus >= cfg.simulate.gpus:
+        raise BadRequest(f"run.non_lendable_gpus {r.non_lendable_gpus} leaves nothing of the {cfg.simulate.gpus}-GPU "
+                         "cluster (simulate.gpus, --gpus) to lend")
+    return {"data": DataSettings.of(r), "non_lendable_gpus": r.non_lendable_gpus,
+            "team_weights": tuple(r.team_weights.items())}
+
+
 def whatif(cfg: Config, progress=None) -> WhatIf:
     """The scenario of the configured trace and cluster, and the policy to run on it."""
     import pandas as pd
@@ -199,6 +217,7 @@ def whatif(cfg: Config, progress=None) -> WhatIf:
     from forecast.history import sampling_step
 
     c = cfg.simulate
+    controller = controller_settings(cfg)
     demand = sources.native_series(cfg, datetime.now(UTC))
     span_days = (demand.index[-1] - demand.index[0]).total_seconds() / 86400
     if c.days >= span_days:
@@ -208,7 +227,10 @@ def whatif(cfg: Config, progress=None) -> WhatIf:
     if pd.Timedelta(seconds=round(c.days * 86400)) < 2 * step:
         raise BadRequest(f"simulate.days {c.days:g} covers fewer than two steps of the trace "
                          f"({go_duration(step)}): give more days")
-    jobs, job_notes = (None, []) if c.jobs is None else job_arrivals(c.jobs, c.days * 86400, c.gpus, "--days")
+
+    def arrivals(queues: Sequence[str]):
+        return (None, []) if c.jobs is None else job_arrivals(c.jobs, c.days * 86400, c.gpus, "--days", queues)
+
     if c.policy_file is not None:
         objects = load_manifests(c.policy_file)
         if len(objects) != 1:
@@ -220,18 +242,22 @@ def whatif(cfg: Config, progress=None) -> WhatIf:
         if spec.mode != "active":  # a replay of it serves no demand and lends nothing: 100% short, exit 0
             raise BadRequest(f"{c.policy_file}: spec.mode is {spec.mode} (the default when unset), which changes "
                              "nothing: set spec.mode: active to simulate what the policy would do")
-        if too_big := spec.too_big_for(c.gpus):
+        kept = controller["non_lendable_gpus"]
+        if too_big := spec.too_big_for(c.gpus - kept):
+            kept_said = f", {kept} of them never lent (run.non_lendable_gpus)" if kept else ""
             raise BadRequest(f"{c.policy_file}: spec.{too_big} does not fit the {c.gpus}-GPU cluster "
-                             "(simulate.gpus, --gpus)")
+                             f"(simulate.gpus, --gpus){kept_said}")
         name = f"{meta['namespace']}/{meta['name']}"
+        jobs, job_notes = arrivals(spec.training_cluster_queues)
         try:
             scenario = Scenario(demand, c.gpus, c.days, jobs, c.world, name=name,
-                                training_queues=tuple(spec.training_cluster_queues))
+                                training_queues=tuple(spec.training_cluster_queues), **controller)
         except ValueError as exc:
             raise BadRequest(f"simulate.days {c.days:g}: {exc}") from None
         return WhatIf(scenario, spec, True, tuple(job_notes))
+    jobs, job_notes = arrivals(Scenario.training_queues)
     try:
-        scenario = Scenario(demand, c.gpus, c.days, jobs, c.world)
+        scenario = Scenario(demand, c.gpus, c.days, jobs, c.world, **controller)
     except ValueError as exc:  # e.g. fewer than two evaluated steps
         raise BadRequest(f"simulate.days {c.days:g}: {exc}") from None
     try:

@@ -95,6 +95,7 @@ from planning.planner import (
     newest_checkpoint,
     plan_hours,
     plan_step,
+    queue_weights,
     stale,
 )
 from training.realized import HORIZONS, DriftEvent, log_realized, realized_errors
@@ -964,7 +965,7 @@ class Reconciler:
 
     # -- 3. plan
     def _weights(self, policies: list[PolicyObject]) -> tuple[tuple[str, float], ...]:
-        queues = sorted({q for p in policies if p.active for q in p.spec.training_cluster_queues})
+        queues = {q for p in policies if p.active for q in p.spec.training_cluster_queues}
         # a weight for a queue no policy lends to (a typo) would leave the teams equal without a word
         named = {q for p in policies for q in p.spec.training_cluster_queues}
         for queue in sorted(set(self.cfg.team_weights) - named - self._unweighed):
@@ -972,7 +973,7 @@ class Reconciler:
                         "(its trainingClusterQueues: %s); the weight is unused", queue, ", ".join(sorted(named)) or
                         "none")
             self._unweighed.add(queue)
-        return tuple((q, self.cfg.team_weights.get(q, 1.0)) for q in queues)
+        return queue_weights(queues, self.cfg.team_weights)
 
     def _hour_plan(self, inputs: list[_Input], policy: ClusterPolicy, now: pd.Timestamp) -> HourPlan:
         """Kept until the hour, a forecast or the policies change."""

@@ -55,6 +55,7 @@ from planning.planner import (
     WorkloadPolicy,
     plan_hours,
     plan_step,
+    queue_weights,
     stale,
 )
 
@@ -77,6 +78,9 @@ class Scenario:
     data: DataSettings = DataSettings()
     name: str = "default/inference"       # the policy's namespace/name
     training_queues: tuple[str, ...] = ("training",)
+    # the controller's settings beside the policy (run.*), which `headroom run` decides with on the same configuration
+    non_lendable_gpus: int = 0                         # never lent (run.non_lendable_gpus)
+    team_weights: tuple[tuple[str, float], ...] = ()   # training ClusterQueue -> its share (run.team_weights; else 1)
 
     @property
     def step_seconds(self) -> float:
@@ -352,8 +356,9 @@ def _run(scenario: Scenario, spec: PolicySpec, make_forecaster, reference: str, 
                             start=evaluated[0].timestamp(), settings=scenario.world,
                             jobs=scenario.jobs)
     wp = WorkloadPolicy.from_spec(key, spec)
-    weights = tuple((q, 1.0) for q in spec.training_cluster_queues)
-    policy = ClusterPolicy(scenario.gpus, (wp,), weights, 0, data.horizon_hours, data.keep_forecast_seconds)
+    weights = queue_weights(spec.training_cluster_queues, dict(scenario.team_weights))
+    policy = ClusterPolicy(scenario.gpus, (wp,), weights, scenario.non_lendable_gpus, data.horizon_hours,
+                           data.keep_forecast_seconds)
     target = PolicyTarget(key, ObjectRef(API_VERSION, KIND, name, namespace), spec.target.ref(namespace),
                           spec.capacity.gpus_per_replica, spec.mode == "active", spec.inference_cluster_queue,
                           tuple(spec.training_cluster_queues))

@@ -12,6 +12,7 @@ that meets the objective is the best of its line.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import textwrap
 from collections.abc import Callable
@@ -59,8 +60,7 @@ def replay_scenario(scenario: Scenario) -> Scenario | None:
     days = min(scenario.days, span / 2, span - FORECASTER_DAYS)
     if days < MIN_REPLAY_DAYS:
         return None
-    return Scenario(history, scenario.gpus, days, None, scenario.world, scenario.data, scenario.name,
-                    scenario.training_queues)
+    return dataclasses.replace(scenario, demand=history, days=days, jobs=None)
 
 
 def setting_lines(base: PolicySpec, grid: TuneConfig, reference: str):

@@ -22,7 +22,7 @@ from __future__ import annotations
 import bisect
 import datetime as dt
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
@@ -521,6 +521,12 @@ def _next_checkpoint(since: np.ndarray, interval: np.ndarray, now: float) -> np.
 def _clock(t: float) -> str:
     """HH:MM (UTC) of epoch seconds, for reasons (datetime: a third of pd.Timestamp's cost; made at many steps)."""
     return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%H:%M")
+
+
+def queue_weights(queues: Iterable[str], team_weights: Mapping[str, float]) -> tuple[tuple[str, float], ...]:
+    """ClusterPolicy.queue_weights of the training ClusterQueues `queues`, in name order: each its weight in
+    `team_weights` (run.team_weights), 1 where it has none."""
+    return tuple((q, team_weights.get(q, 1.0)) for q in sorted(set(queues)))
 
 
 def shares(total: int, weights: Sequence[tuple[str, float]]) -> dict[str, int]:

@@ -324,6 +324,11 @@ def exits(argv, capsys):
     (["run", "--now", "2026-02-15T23:00:00Z", "--hours", "2"], "give at most 1 hours from there"),
     (["run", "--now", "2026-02-15T23:30:00Z", "--hours", "1"], "give an --now at least an hour before it"),
     (["run", "--gpus", "10000000000000", "--once"], "run.capacity_gpus"),  # not a saturated backlog of 1e13 GPUs
+    # replayed 2.5 minutes off its samples: each step charged, and shown, the demand of an interval ended before it
+    (["run", "--now", "2026-02-11T08:02:30Z", "--hours", "1"], "--now 2026-02-11 08:02:30+00:00 falls between the 5m "
+     "samples of policy inference/chat's history"),
+    (["run", "--now", "2026-02-11T08:02:30+00:00", "--once"],
+     "give --now 2026-02-11T08:00:00Z or 2026-02-11T08:05:00Z"),
 ])
 def test_bad_flags_of_the_controller_exit_2_naming_the_flag(examples, capsys, argv, flag):
     status, err = exits([*argv, "--config", examples], capsys)
@@ -453,6 +458,33 @@ def test_a_policy_file_that_cannot_fit_the_cluster_is_refused(demand, tmp_path, 
     extra = ["--out", tmp_path / "r"] if command == "report" else ["--json"]
     status, err = exits([command, demand, "--days", "1", "--policy-file", path, "--gpus", "16", *extra], capsys)
     assert status == 2 and f"{path}: spec.{field} does not fit the 16-GPU cluster" in err, err
+
+
+@pytest.mark.parametrize("non_lendable, said", [
+    (16, "run.non_lendable_gpus 16 leaves nothing of the 16-GPU cluster (simulate.gpus, --gpus) to lend"),
+    (10, "spec.minGpus 8 does not fit the 16-GPU cluster (simulate.gpus, --gpus), 10 of them never lent "
+         "(run.non_lendable_gpus)")])
+def test_gpus_the_controller_never_lends_are_never_lent_in_the_what_if(demand, tmp_path, capsys, non_lendable, said):
+    """`headroom run` refuses a policy whose minimum does not fit the GPUs it lends; simulate ignored
+    run.non_lendable_gpus and replayed it, lending GPUs the controller keeps."""
+    path = _policy_file(tmp_path / "p.yaml", minGpus=8)
+    config = tmp_path / "headroom.yaml"
+    config.write_text(f"run:\n  non_lendable_gpus: {non_lendable}\n  capacity_gpus: 128\n")
+    status, err = exits(["simulate", demand, "--days", "1", "--policy-file", path, "--gpus", "16", "--config", config,
+                         "--json"], capsys)
+    assert status == 2 and said in err, err
+
+
+@pytest.mark.parametrize("command", ["simulate", "report"])
+def test_a_policy_file_of_several_policies_is_refused_by_the_what_if(demand, tmp_path, capsys, command):
+    """The what-if replays one workload; `headroom run` and `plan` take several, sharing the cluster (README: one
+    policy, from what-if to cluster). Picking one of them would replay a policy other than the file's."""
+    one = _policy_file(tmp_path / "one.yaml").read_text()
+    path = tmp_path / "two.yaml"
+    path.write_text(one + "---\n" + one.replace("name: chat", "name: search"))
+    extra = ["--out", tmp_path / "r"] if command == "report" else ["--json"]
+    status, err = exits([command, demand, "--days", "1", "--policy-file", path, *extra], capsys)
+    assert status == 2 and f"{path}: holds 2 ReservationPolicies; simulate runs one" in err, err
 
 
 def test_a_policy_file_with_a_key_given_twice_is_refused_not_run_with_the_last(demand, tmp_path, capsys):
@@ -680,12 +712,41 @@ def test_report_json_says_what_of_a_job_trace_it_leaves_out(demand, tmp_path, ca
     alone, as simulate --json's notes once did."""
     jobs = tmp_path / "jobs.csv"
     jobs.write_text(JOB_HEADER + "16,0,0,3000\n1,100,,700\n2,3600,3700,9000\n")
-    policy = _policy_file(tmp_path / "p.yaml")
+    policy = _policy_file(tmp_path / "p.yaml", trainingClusterQueues=["training"])  # where the jobs wait
     assert main(["report", str(demand), "--days", "1", "--gpus", "8", "--policy-file", str(policy), "--jobs",
                  str(jobs), "--json", "--out", str(tmp_path / "r")]) == 0
     out, err = capsys.readouterr()
     job_notes = [n for n in json.loads(out)["notes"] if n.startswith(f"--jobs (simulate.jobs) {jobs}: ")]
     assert len(job_notes) == 4 and all(err.count(f"note: {n}") == 1 for n in job_notes), (job_notes, err)
+
+
+@pytest.mark.parametrize("command", ["simulate", "report", "run"])
+def test_a_job_trace_with_no_training_queue_to_wait_in_is_refused(demand, tmp_path, capsys, monkeypatch, command):
+    """A policy lending to no training ClusterQueue, given --jobs: the jobs arrive in turn into each training queue,
+    and with none simulate, report and the embedded run ended in an IndexError traceback."""
+    jobs = tmp_path / "jobs.csv"
+    jobs.write_text(JOB_HEADER + "2,0,0,3000\n1,100,200,7000\n")
+    policy = _policy_file(tmp_path / "p.yaml", trainingClusterQueues=[])
+    given = ["--history", demand, "--hours", "6"] if command == "run" else [demand, "--days", "1"]
+    extra = {"report": ["--out", tmp_path / "r"], "simulate": ["--json"], "run": []}[command]
+    monkeypatch.chdir(tmp_path)  # the embedded run keeps its MLflow store in the working directory
+    status, err = exits([command, *given, "--policy-file", policy, "--jobs", jobs, *extra], capsys)
+    assert status == 2 and f"--jobs (simulate.jobs) {jobs}: no policy names a training ClusterQueue " \
+        "(spec.trainingClusterQueues) for the trace's jobs to wait in" in err, err
+
+
+@pytest.mark.parametrize("command", ["run", "plan"])
+def test_a_policy_outside_the_namespace_the_controller_reads_is_refused(demand, tmp_path, capsys, monkeypatch, command):
+    """With run.namespace the controller reads that namespace's policies alone: the embedded run replayed a policy
+    of another namespace doing nothing (an empty --timeline, exit 0) and plan planned nothing, exit 0."""
+    monkeypatch.chdir(tmp_path)
+    config = tmp_path / "headroom.yaml"
+    config.write_text("run:\n  namespace: prod\n")
+    policy = _policy_file(tmp_path / "p.yaml")  # metadata.namespace unset: default
+    status, err = exits([command, "--config", config, "--policy-file", policy, "--history", demand, "--hours", "1"],
+                        capsys)
+    assert status == 2 and "run.namespace prod: the controller reads only that namespace's policies, and " \
+        "default/chat is outside it" in err, err
 
 
 def test_tune_neither_takes_nor_reads_a_job_trace_it_does_not_replay(short, tmp_path, capsys):

@@ -2,10 +2,15 @@
 `headroom run --policy-file P --history --timeline` decide the same thing at every step of a real trace."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from cli.main import main
 from controller.simulate import TIMELINE_COLUMNS, demand_per_gpu
@@ -29,14 +34,15 @@ def _in_tmp(tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
 
 
-def _both(tmp_path, trace, policy, days: float, gpus: int = 128, jobs: list[str] | None = None) -> tuple[str, str]:
+def _both(tmp_path, trace, policy, days: float, gpus: int = 128, flags: list[str] | None = None) -> tuple[str, str]:
+    """Both timelines of `policy` on `trace`, each command given `flags` too (--jobs, --config)."""
     sim, run = tmp_path / "simulate.csv", tmp_path / "run.csv"
-    jobs = jobs or []
+    flags = flags or []
     assert main(["simulate", str(trace), "--policy-file", policy, "--days", f"{days:g}", "--gpus", str(gpus),
-                 "--timeline", str(sim), "--json", *jobs]) == 0
+                 "--timeline", str(sim), "--json", *flags]) == 0
     start = pd.read_csv(sim)["timestamp"].iloc[0]
     assert main(["run", "--policy-file", policy, "--history", str(trace), "--gpus", str(gpus), "--now", start,
-                 "--hours", f"{days * 24:g}", "--timeline", str(run), *jobs]) == 0
+                 "--hours", f"{days * 24:g}", "--timeline", str(run), *flags]) == 0
     return sim.read_text(), run.read_text()
 
 
@@ -48,11 +54,34 @@ def test_the_same_with_a_job_trace(tmp_path, shared_data, capsys):
     policy = _policy_file(tmp_path / "policy.yaml", trace, targetQuantile=0.5, warmBuffer=0.5)
     (tmp_path / "trace").mkdir()
     (tmp_path / "backlog").mkdir()
-    simulated, ran = _both(tmp_path / "trace", trace, policy, days=0.5, gpus=40, jobs=["--jobs", str(jobs)])
+    simulated, ran = _both(tmp_path / "trace", trace, policy, days=0.5, gpus=40, flags=["--jobs", str(jobs)])
     backlog, _ = _both(tmp_path / "backlog", trace, policy, days=0.5, gpus=40)
     assert simulated == ran and simulated != backlog
     assert pd.read_csv(tmp_path / "trace" / "simulate.csv")["preempted_gpus"].sum() > 0  # jobs taken back, requeued
     assert "pod(s) of the window never scheduled" in capsys.readouterr().err
+
+
+def test_the_same_under_the_controllers_settings(tmp_path, shared_data, capsys):
+    """`headroom run` decides with its configuration's settings beside the policy: GPUs never lent, the teams'
+    weights, the plan's horizon, how long a forecast is kept. `simulate --config` with the same file ignored them all
+    and replayed another controller: it lent the GPUs run keeps (reserved + lent 40, not 38) and split the slack, and
+    so the preemptions, equally between the teams. Both now decide with them."""
+    trace = shared_data / "traces" / "alibaba_genai_sd_requests_5min.csv"
+    jobs = shared_data / "jobs" / "alibaba_openb_pods.csv"
+    policy = _policy_file(tmp_path / "policy.yaml", trace, trainingClusterQueues=["research", "batch"])
+    settings = {"non_lendable_gpus": 2, "horizon_hours": 6, "keep_forecast_seconds": 1800}
+    timelines = {}
+    for name, weights in (("weighed", {"team_weights": {"research": 9, "batch": 1}}), ("equal", {})):
+        (tmp_path / name).mkdir()
+        config = tmp_path / name / "headroom.yaml"
+        config.write_text(yaml.safe_dump({"run": {**settings, **weights}}))
+        simulated, ran = _both(tmp_path / name, trace, policy, days=0.5, gpus=40,
+                               flags=["--jobs", str(jobs), "--config", str(config)])
+        assert simulated == ran
+        timelines[name] = pd.read_csv(tmp_path / name / "simulate.csv")
+    t = timelines["weighed"]
+    assert (t["reserved_gpus"] + t["lent_gpus"]).max() == 40 - 2
+    assert t["preempted_gpus"].sum() > 0 and not t.equals(timelines["equal"])  # the weights chose other victims
 
 
 def test_the_same_past_a_month_without_samples(tmp_path, capsys):
@@ -123,3 +152,76 @@ def test_the_same_over_days_with_the_controllers_retraining(tmp_path, shared_dat
     assert simulated == ran
     champion = load_champion("default.inference", f"sqlite:///{tmp_path / 'mlflow.db'}")
     assert champion.card.model == "auto"  # the run did retrain, and promoted
+
+
+# A trace of 10-minute samples over four days, its evening peak on Berlin's clock, ending two hours after Berlin's
+# change to summer time (2026-03-29 01:00 UTC): the last 6 hours replayed cross it. `holes` adds a gap inside the
+# replay and a stale tail (no sample in its last 40 minutes: the planner's fallback).
+SPRING_FORWARD = pd.Timestamp("2026-03-29T01:00:00Z")
+
+
+def _berlin_trace(path, holes: bool) -> str:
+    index = pd.date_range(end=SPRING_FORWARD + pd.Timedelta(hours=2), periods=4 * 144, freq="10min", tz="UTC")
+    local = index.tz_convert("Europe/Berlin")
+    hour = local.hour + local.minute / 60
+    noise = np.random.default_rng(7).normal(0, 3, len(index))
+    demand = pd.Series(np.maximum(30 + 25 * np.sin((hour - 12) / 24 * 2 * np.pi) + noise, 0), index)
+    if holes:
+        demand[(index > SPRING_FORWARD - pd.Timedelta(hours=3)) & (index <= SPRING_FORWARD - pd.Timedelta(hours=2))] \
+            = np.nan
+        demand.iloc[-4:] = np.nan
+    pd.DataFrame({"timestamp": index.strftime("%Y-%m-%dT%H:%M:%SZ"), "value": demand}).to_csv(path, index=False)
+    return str(path)
+
+
+def _job_trace(path) -> str:
+    """Training jobs of 1 to 8 GPUs arriving over the replayed hours, running 20 minutes to 3 hours."""
+    rng = np.random.default_rng(3)
+    created = np.sort(rng.uniform(0, 6 * 3600, 60))
+    scheduled = created + rng.uniform(0, 600, 60)
+    pd.DataFrame({"num_gpu": rng.choice([1, 1, 2, 4, 8], 60), "creation_time": created, "scheduled_time": scheduled,
+                  "deletion_time": scheduled + rng.uniform(1200, 3 * 3600, 60)}).to_csv(path, index=False)
+    return str(path)
+
+
+POLICY_FIELDS = st.fixed_dictionaries({
+    "capacity": st.fixed_dictionaries({"demandPerGpu": st.just(1.0), "gpusPerReplica": st.sampled_from([1, 2, 3, 8])}),
+    "target": st.sampled_from([{"kind": "Deployment", "name": "inference"},
+                               {"kind": "HorizontalPodAutoscaler", "name": "inference"},
+                               {"kind": "ClusterQueue", "name": "inference-queue"}]),
+    "targetQuantile": st.sampled_from([0.5, 0.8, 0.9, 0.95]), "headroomQuantile": st.sampled_from([0.95, 0.99]),
+    "warmBuffer": st.sampled_from([0.0, 0.5, 2.0]), "warmBufferQuantile": st.sampled_from([None, 0.0, 0.9]),
+    "minGpus": st.sampled_from([0, 5, 17]), "maxGpus": st.sampled_from([None, 40, 77]),
+    "marginGpus": st.sampled_from([0, 3]), "headroomFloorGpus": st.sampled_from([0, 4]),
+    "leadTime": st.sampled_from(["5m", "15m", "1h"]), "scaleInDelay": st.sampled_from(["0s", "10m", "1h"]),
+    "reclaimDeadline": st.sampled_from(["1m", "5m", "10m"]), "statistic": st.sampled_from(["max", "mean", "p95"]),
+    "forecaster": st.sampled_from(["auto", "static", "reactive", "seasonal-naive"]),
+    "timezone": st.sampled_from(["UTC", "Europe/Berlin", "America/New_York"]),
+    "inferenceClusterQueue": st.sampled_from([None, "inference-pods"]),
+    "trainingClusterQueues": st.sampled_from([["training"], ["research", "batch"]])})
+
+
+@settings(max_examples=int(os.environ.get("HEADROOM_SAMENESS_EXAMPLES", "8")), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(fields=POLICY_FIELDS, gpus=st.sampled_from([24, 64, 128]), holes=st.booleans(), jobs=st.booleans(),
+       controller=st.sampled_from([{}, {"non_lendable_gpus": 4, "team_weights": {"research": 3}}]))
+def test_the_same_for_any_policy(tmp_path_factory, capsys, fields, gpus, holes, jobs, controller):
+    """Every field of the policy, its target's kind, a daylight saving change, gaps and a stale tail, a job trace and
+    the controller's settings: the what-if and the embedded controller decide the same at every step."""
+    try:
+        spec = PolicySpec.model_validate({"query": "demand", "mode": "active", **{k: v for k, v in fields.items()
+                                                                                  if v is not None}})
+    except ValidationError:  # maxGpus under minGpus or under one replica: refused as the CRD refuses it
+        assume(False)
+    assume(not spec.too_big_for(gpus - controller.get("non_lendable_gpus", 0)))
+    folder = tmp_path_factory.mktemp("example")
+    os.chdir(folder)  # the embedded controller's MLflow store, the example's own (the fixture restores the folder)
+    policy = folder / "policy.yaml"
+    policy.write_text(yaml.safe_dump(manifest("inference", "default", spec), sort_keys=False))
+    config = folder / "headroom.yaml"
+    config.write_text(yaml.safe_dump({"run": controller}))
+    flags = ["--config", str(config)] + (["--jobs", _job_trace(folder / "jobs.csv")] if jobs else [])
+    simulated, ran = _both(folder, _berlin_trace(folder / "demand.csv", holes), str(policy), days=0.25, gpus=gpus,
+                           flags=flags)
+    assert simulated == ran
+    assert len(pd.read_csv(folder / "simulate.csv")) == 36
