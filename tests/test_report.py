@@ -264,11 +264,20 @@ def with_a_gap(demand: pd.Series) -> pd.Series:
     return demand.mask(gap)
 
 
+def _shaded_span(ax, words: str) -> tuple[pd.Timestamp, pd.Timestamp]:
+    """Where the shading whose legend entry says `words` begins and ends on the time axis."""
+    import matplotlib.dates as mdates
+
+    (shaded,) = [a for a in [*ax.collections, *ax.patches] if words in str(a.get_label())]
+    ax.figure.canvas.draw()
+    box = shaded.get_window_extent()
+    (x0, _), (x1, _) = ax.transData.inverted().transform([(box.x0, box.y0), (box.x1, box.y1)])
+    return pd.Timestamp(mdates.num2date(x0)), pd.Timestamp(mdates.num2date(x1))  # in UTC, as matplotlib draws
+
+
 def test_a_gap_in_the_trace_is_shown_as_a_gap_not_as_demand(tmp_path, monkeypatch):
     """Six hours without samples in the simulated days: the simulator takes the last sample seen for them (and the
     timeline's demand is flat there); the demand plot must say so (shaded, in its legend), not draw it as demand."""
-    from matplotlib.collections import PolyCollection
-
     import dashboards.report as report_module
     from dashboards.report import missing_steps, plot_demand
 
@@ -285,8 +294,10 @@ def test_a_gap_in_the_trace_is_shown_as_a_gap_not_as_demand(tmp_path, monkeypatc
     ax = figures[-1].axes[0]
     labels = ax.get_legend_handles_labels()[1]
     assert any("no data" in label and "72 steps" in label and "last sample" in label for label in labels), labels
-    shaded = [c for c in ax.collections if isinstance(c, PolyCollection) and "no data" in str(c.get_label())]
-    assert shaded
+    # shaded over the six hours whose demand is the last sample seen: the intervals ending at the missing steps
+    start, end = _shaded_span(ax, "no data")
+    assert abs(start - (missing[0] - pd.Timedelta(minutes=5))) < pd.Timedelta(seconds=30), (start, missing[0])
+    assert abs(end - missing[-1]) < pd.Timedelta(seconds=30), (end, missing[-1])
     # the page says it too
     page = render_report(tmp_path / "out", results, "forecast", 128, {}, missing=missing)
     assert "72 steps" in page.read_text() and "no data" in page.read_text()
@@ -532,3 +543,84 @@ def test_the_preemption_caption_does_not_understate_the_work_lost(tmp_path, monk
     assert r.preemptions > 0 and r.training_goodput < 1
     caption = plot_preemptions(r, tmp_path / "p.png").caption
     assert "at most" not in caption and "the GPU-time it takes to stop" in caption, caption
+
+
+def _lying_on_one_another(ax) -> list[tuple[str, str]]:
+    """Pairs of lines (under, over) drawn at the same height at some time where the one over is not the narrower:
+    there it hides the one under it."""
+    import numpy as np
+
+    def heights(line) -> pd.Series:  # its height at each time; an axhline's (x in axes units, 0 to 1) everywhere
+        y = np.asarray(line.get_ydata(), float)
+        if line.get_transform() is not ax.transData and len(set(y)) == 1:
+            return pd.Series(y[0], index=["everywhere"])
+        return pd.Series(y, index=pd.to_datetime(np.asarray(line.get_xdata())))
+
+    lines = sorted(ax.get_lines(), key=lambda line: line.get_zorder())  # as drawn: by zorder, then in order
+    hidden = []
+    for i, under in enumerate(lines):
+        for over in lines[i + 1:]:
+            a, b = heights(under), heights(over)
+            if "everywhere" in a.index or "everywhere" in b.index:
+                same = np.isclose(a.to_numpy()[:, None], b.to_numpy()[None, :]).any()
+            else:
+                common = a.index.intersection(b.index)
+                same = np.isclose(a[common], b[common]).any()
+            if same and over.get_linewidth() >= under.get_linewidth():
+                hidden.append((under.get_label(), over.get_label()))
+    return hidden
+
+
+def test_a_one_gpu_clusters_lines_are_seen(tmp_path, monkeypatch):
+    """--gpus 1 under demand peaking near 100 GPUs: the reservation and the warm GPUs (1 GPU) were a line along the
+    foot of an axis running to 120, drawn one over the other and under the cluster's line, all at 1; in the usage
+    plot the demand served lay under the cluster's line. Each now shows: a panel of the cluster's own range, and lines
+    on one another drawn wider under narrower."""
+    from controller.simulate import simulate
+    from dashboards.report import plot_demand, plot_usage
+
+    demand = synthetic_demand(days=5)
+    scenario = Scenario(demand, 1, 1)
+    r = simulate(scenario, default_spec(scenario, demand_per_gpu(demand, peak_gpus=100)), reference="forecast",
+                 timeline=True, detail=True)
+    assert r.timeline["reserved_gpus"].max() == 1 and r.timeline["demand_gpus"].max() > 50  # the case
+    fig = _drawn(monkeypatch, plot_demand, r, tmp_path / "demand.png", 1)
+    for name in ("forecast reservation", "warm, serving GPUs"):
+        # some panel draws the line at least half-way up its axis
+        heights = [max(line.get_ydata()) / ax.get_ylim()[1] for ax in fig.axes for line in ax.get_lines()
+                   if line.get_label() == name]
+        assert heights and max(heights) >= 0.5, (name, heights)
+    for ax in fig.axes:
+        assert not _lying_on_one_another(ax), _lying_on_one_another(ax)
+    usage = _drawn(monkeypatch, plot_usage, r, 1, tmp_path / "usage.png").axes[0]
+    assert not _lying_on_one_another(usage), _lying_on_one_another(usage)
+
+
+def test_the_demand_plot_draws_every_step_whole(tmp_path, monkeypatch):
+    """Each row's plan holds from its time to the next row's, and its demand is the interval ending at its time: the
+    step lines ended at the last row's time, so its plan was not drawn, and a shaded run of steps (no data, no
+    forecast) was drawn one step short: a step alone without a sample was not shaded at all, though counted."""
+    import matplotlib.dates as mdates
+
+    from controller.simulate import simulate
+    from dashboards.report import missing_steps, plot_demand
+
+    demand = synthetic_demand(days=5)
+    demand.iloc[-100] = float("nan")  # one sample missing in the simulated day
+    scenario = Scenario(demand, 128, 1)
+    r = simulate(scenario, default_spec(scenario, demand_per_gpu(demand, peak_gpus=100)), reference="forecast",
+                 timeline=True, detail=True)
+    missing = missing_steps(scenario)
+    assert len(missing) == 1  # the case
+    step = r.timeline["timestamp"].diff().iloc[-1]
+    ax = _drawn(monkeypatch, plot_demand, r, tmp_path / "demand.png", 128, missing).axes[0]
+    (reserved,) = [line for line in ax.get_lines() if line.get_label() == "forecast reservation"]
+    last = r.timeline.iloc[-1]
+    ends = mdates.date2num(last["timestamp"] + step)
+    assert mdates.date2num(reserved.get_xdata()[-1]) == pytest.approx(ends, rel=0, abs=1e-6)  # a second is 1.2e-5
+    assert reserved.get_ydata()[-1] == last["reserved_gpus"]
+    # the grey span covers the interval whose sample is missing: the step ending at it
+    start, end = _shaded_span(ax, "no data")
+    assert abs(end - start - step) < pd.Timedelta(seconds=30), (start, end, step)
+    (demand_line,) = [line for line in ax.get_lines() if line.get_label() == "demand"]
+    assert demand_line.get_drawstyle() == "steps-pre"  # each row's demand over the interval ending at its time
