@@ -339,10 +339,16 @@ def plot_preemptions(result: SimResult, path: Path) -> Figure:
 
 def plot_tune(result: TuneResult, path: Path) -> Figure:
     plot_tradeoff(result, path)
-    caption = ("Each dot is one setting of the forecast policy (whichever policy the plots above follow) tried on "
-               "the history (target quantile, warm buffer, ...): right is more shortage, up is more utilization; "
-               "hollow ones miss the objective (shortage or short steps), and settings of equal figures are rings one "
-               f"around the other. The circled one is recommended: {result.reason}.")
+    # what the plot shows: no dot when nothing was swept, no circle when no setting met the objective
+    if result.table.empty:
+        caption = f"Nothing was swept, so there is no setting to show: {result.reason}."
+    else:
+        caption = ("Each dot is one setting of the forecast policy (whichever policy the plots above follow) tried on "
+                   "the history (target quantile, warm buffer, ...): right is more shortage, up is more utilization; "
+                   "hollow ones miss the objective (shortage or short steps), and settings of equal figures are rings "
+                   "one around the other. " + (f"The circled one is recommended: {result.reason}." if result.met else
+                                               "None is circled, as no setting meets the objective; the forecast "
+                                               f"policy ran with the closest: {result.reason}."))
     return Figure("Tuning trade-off of the forecast policy", caption, path)
 
 

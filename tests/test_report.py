@@ -624,3 +624,27 @@ def test_the_demand_plot_draws_every_step_whole(tmp_path, monkeypatch):
     assert abs(end - start - step) < pd.Timedelta(seconds=30), (start, end, step)
     (demand_line,) = [line for line in ax.get_lines() if line.get_label() == "demand"]
     assert demand_line.get_drawstyle() == "steps-pre"  # each row's demand over the interval ending at its time
+
+
+def test_the_tuning_caption_circles_nothing_it_does_not_draw(tmp_path):
+    """An objective no setting meets (no short step at all, without a warm buffer): the plot circles nothing, yet the
+    caption said 'The circled one is recommended: no setting meets the objective ...'; and a history too short to
+    sweep drew no dot under a caption of dots and a circle."""
+    from dashboards.report import plot_tune
+
+    demand = synthetic_demand(days=5)
+    scenario = Scenario(demand, 128, 1)
+    base = default_spec(scenario, demand_per_gpu(demand, peak_gpus=100))
+    strict = TuneConfig(target_quantiles=[0.5], warm_buffers=[0.0], warm_buffer_quantiles=[0.0], max_shortage=0.0,
+                        max_short_steps=0.0)
+    missed = tune(scenario, base, strict)
+    assert not missed.met and not missed.table.empty  # the case
+    caption = plot_tune(missed, tmp_path / "missed.png").caption
+    assert "circled one is recommended" not in caption and "None is circled" in caption, caption
+    assert "closest" in caption and missed.reason in caption
+    too_short = tune(Scenario(demand.iloc[-2 * 288:], 128, 1), base, GRID)
+    assert too_short.table.empty  # the case: nothing swept
+    caption = plot_tune(too_short, tmp_path / "short.png").caption
+    assert "dot" not in caption and "circled" not in caption and too_short.reason in caption, caption
+    met = tune(scenario, base, GRID)
+    assert met.met and f"The circled one is recommended: {met.reason}." in plot_tune(met, tmp_path / "m.png").caption
