@@ -185,6 +185,15 @@ def _shade(ax, starts: pd.DatetimeIndex, step: pd.Timedelta, **style) -> None:
         ax.axvspan(starts[a], starts[b - 1] + step, lw=0, **(style if n == 0 else {**style, "label": "_nolegend_"}))
 
 
+def _shade_missing(ax, index: pd.DatetimeIndex, missing: pd.DatetimeIndex | None, **style) -> None:
+    """Shade the intervals whose demand the trace has no sample for (a row's demand is the interval ending at its
+    time), said in the legend: the demand drawn there is the last sample seen."""
+    if missing_note(missing):
+        assert missing is not None
+        step = _step(index)
+        _shade(ax, index[index.isin(missing)] - step, step, label=missing_note(missing), **style)
+
+
 # Lines that may lie on one another (at --gpus 1 the reservation, the warm GPUs and the demand the cluster holds are
 # all the cluster's size): the wider drawn under the narrower, so each shows around the one on top of it.
 CAPACITY_LINE = {"color": "red", "lw": 4.0, "alpha": 0.4, "linestyle": "--", "zorder": 2.0}
@@ -237,10 +246,7 @@ def plot_demand(result: SimResult, path: Path, gpus: int | None = None,
         panel.step(plan.index, plan["warm_gpus"], where="post", alpha=0.8, **WARM_LINE, label="warm, serving GPUs")
         panel.scatter(short.index, demand[short.index], color="red", s=10, zorder=3,
                       label=f"unmet demand within the cluster ({len(short)} of {accounted} steps)")
-        if missing_note(missing):  # a row's demand is the interval ending at its time: that interval had no sample
-            assert missing is not None
-            _shade(panel, s.index[s.index.isin(missing)] - step, step, color="grey", alpha=0.25,
-                   label=missing_note(missing))
+        _shade_missing(panel, s.index, missing, color="grey", alpha=0.25)
         panel.set_ylabel("GPUs")
     # the cluster's size, when demand or the band goes above it: nothing above it can be reserved
     if gpus is not None and (s["demand_gpus"] > gpus + 1e-9).any():
@@ -274,8 +280,12 @@ def plot_demand(result: SimResult, path: Path, gpus: int | None = None,
     return Figure("Demand, forecast and reservation", caption, _save(fig, path))
 
 
-def plot_usage(result: SimResult, gpus: int, path: Path) -> Figure:
-    """GPUs by use over time as a stacked area."""
+# Over the colours of a stack, steps without a sample are hatched, not filled grey (idle is grey there)
+HATCHED = {"fill": False, "hatch": "///", "edgecolor": "0.25", "alpha": 0.6}
+
+
+def plot_usage(result: SimResult, gpus: int, path: Path, missing: pd.DatetimeIndex | None = None) -> Figure:
+    """GPUs by use over time as a stacked area (the steps of `missing`, hatched, where the trace has no sample)."""
     plt = _pyplot()
     _, timeline, d, _ = _timed(result)
     fig, ax = plt.subplots(figsize=(11, 4.2))
@@ -287,16 +297,21 @@ def plot_usage(result: SimResult, gpus: int, path: Path) -> Figure:
     served = timeline.set_index("timestamp")["demand_gpus"].clip(upper=gpus) - d["unmet_gpus"]
     ax.plot(d.index, served, drawstyle="steps-pre", **DEMAND_LINE, label="inference demand served")
     ax.axhline(gpus, **CAPACITY_LINE, label=f"capacity {gpus} GPUs")
-    ax.set_ylim(0, gpus * 1.2)  # room above the cluster for the legend: it hides none of the stack
+    _shade_missing(ax, d.index, missing, **HATCHED)  # utilization counts the last sample seen there as demand
+    ax.set_ylim(0, gpus * 1.32)  # room above the cluster for the legend's two rows: it hides none of the stack
     ax.set_xlabel("time (UTC)")
     ax.set_ylabel("GPUs")
     ax.set_title(f"GPUs by use ({result.reference} policy): utilization {result.utilization:.1%}, demand served and "
                  "training over capacity")
-    ax.legend(loc="upper left", fontsize=8, ncol=5)
+    handles, labels = ax.get_legend_handles_labels()
+    ax.legend(handles, [textwrap.fill(label, 48) for label in labels], loc="upper left", fontsize=8, ncol=3)
     caption = ("Every GPU is held for inference (blue: serving, the warm buffer, replicas warming up), running "
                "training on lent slack (orange), or idle (grey). The black line is the inference demand served: blue "
                "above it is held ready but unused, and utilization counts only what is under it plus orange. Orange "
                "filling the night-time troughs is the point of headroom.")
+    if missing_note(missing):
+        caption += (" Hatched steps have no sample in the trace: the demand served there is the last sample seen, as "
+                    "utilization counts it.")
     return Figure("GPUs by use", caption, _save(fig, path))
 
 
@@ -393,7 +408,7 @@ def render_report(out_dir: Path, results: Mapping[str, SimResult], timeline_poli
     out_dir.mkdir(parents=True, exist_ok=True)
     timed = results[timeline_policy]
     figures = [plot_demand(timed, out_dir / DEMAND_PNG, gpus, missing),
-               plot_usage(timed, gpus, out_dir / USAGE_PNG),
+               plot_usage(timed, gpus, out_dir / USAGE_PNG, missing),
                plot_preemptions(timed, out_dir / PREEMPTIONS_PNG)]
     if tuned is not None:
         figures.append(plot_tune(tuned, out_dir / TRADEOFF_PNG))

@@ -648,3 +648,28 @@ def test_the_tuning_caption_circles_nothing_it_does_not_draw(tmp_path):
     assert "dot" not in caption and "circled" not in caption and too_short.reason in caption, caption
     met = tune(scenario, base, GRID)
     assert met.met and f"The circled one is recommended: {met.reason}." in plot_tune(met, tmp_path / "m.png").caption
+
+
+def test_the_usage_plot_says_where_its_demand_served_is_the_last_sample_seen(tmp_path, monkeypatch):
+    """Six hours without samples: utilization counts the last sample seen as the demand served there, and the usage
+    plot drew it as a flat line of demand served, with nothing said (the demand plot shaded them)."""
+    import dashboards.report as report_module
+    from dashboards.report import missing_steps
+
+    demand = with_a_gap(synthetic_demand(days=5))
+    scenario = Scenario(demand, 128, 1.5)
+    spec = default_spec(scenario, demand_per_gpu(demand, peak_gpus=100))
+    results = compare_policies(scenario, {"forecast": spec, "hourly-oracle": spec})
+    missing = missing_steps(scenario)
+    figures = []
+    save = report_module._save
+    monkeypatch.setattr(report_module, "_save", lambda fig, path: figures.append(fig) or save(fig, path))
+    page = render_report(tmp_path / "out", results, "forecast", 128, {}, missing=missing).read_text()
+    usage = next(f.axes[0] for f in figures if f.axes[0].get_title().startswith("GPUs by use"))
+    start, end = _shaded_span(usage, "no data")
+    assert abs(start - (missing[0] - pd.Timedelta(minutes=5))) < pd.Timedelta(seconds=30), (start, missing[0])
+    assert abs(end - missing[-1]) < pd.Timedelta(seconds=30), (end, missing[-1])
+    assert "Hatched steps have no sample in the trace" in page
+    fig = usage.figure
+    legend = usage.get_legend().get_window_extent()
+    assert legend.y0 >= usage.transData.transform((0, 128))[1] and legend.x1 <= fig.bbox.x1, "legend over the stack"
