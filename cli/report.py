@@ -48,7 +48,8 @@ def cmd_report(cfg, args) -> int:
              "objective": f"shortage <= {f.objective.max_shortage:.3%}, "
                           f"short steps <= {f.objective.max_short_steps:.2%}",
              "forecast policy": f"target q{f.target_quantile:g}, warm buffer {f.warm_buffer:g}, scale-in delay "
-                                f"{f.scale_in_delay}, lead {f.lead_time}, headroom q{f.headroom_quantile:g}"
+                                f"{f.scale_in_delay}, lead {f.lead_time}, headroom q{f.headroom_quantile:g}, hours "
+                                f"of day on {f.timezone}'s clock"
                                 + (f" ({tuned.reason})" if tuned is not None else f" (from {c.policy_file})")}
     plotted = cfg.simulate.policy
     if plotted != "forecast":  # the policy the plots follow, with the margin it ran with

@@ -20,6 +20,7 @@ from controller.simulate import REFERENCES, Scenario, SimResult, TimedResult, si
 from controller.tune import TuneResult, plot_tradeoff
 from core.files import replace_whole
 from core.policy import PolicySpec
+from core.units import UTC
 from forecast.base import Forecaster
 
 # The files render_report writes into its folder (a re-run replaces them)
@@ -205,6 +206,13 @@ DEMAND_LINE = {"color": "black", "lw": 0.6, "zorder": 2.3}
 ZOOM_BELOW = 0.25
 
 
+def _time_axis(result: SimResult) -> str:
+    """The plots' time axis label: matplotlib draws every timestamp in UTC, while a policy on another clock
+    (spec.timezone) plans its hours of day on that one, which the hourly band and the business hours follow."""
+    zone = result.policy.get("timezone", UTC)
+    return "time (UTC)" if zone == UTC else f"time (UTC; the policy's hours of day are on {zone}'s clock)"
+
+
 def plot_demand(result: SimResult, path: Path, gpus: int | None = None,
                 missing: pd.DatetimeIndex | None = None) -> Figure:
     """Demand vs the forecast band vs the reservation, shortages marked (and the cluster's size, when `gpus` is
@@ -260,7 +268,7 @@ def plot_demand(result: SimResult, path: Path, gpus: int | None = None,
         below.axhline(gpus, **CAPACITY_LINE)
         below.set_ylim(0, gpus * 1.3)
         below.set_title(f"The same within the {gpus}-GPU cluster: demand drawn up to its size", fontsize=10)
-    axes[-1, 0].set_xlabel("time (UTC)")
+    axes[-1, 0].set_xlabel(_time_axis(r))
     kind = "reference: knows the future, not deployable" if r.reference in REFERENCES else "policy"
     ax.set_title(f"Inference demand, {'forecast band' if forecast else 'planned level'} and reservation "
                  f"({r.reference} {kind})")
@@ -299,7 +307,7 @@ def plot_usage(result: SimResult, gpus: int, path: Path, missing: pd.DatetimeInd
     ax.axhline(gpus, **CAPACITY_LINE, label=f"capacity {gpus} GPUs")
     _shade_missing(ax, d.index, missing, **HATCHED)  # utilization counts the last sample seen there as demand
     ax.set_ylim(0, gpus * 1.32)  # room above the cluster for the legend's two rows: it hides none of the stack
-    ax.set_xlabel("time (UTC)")
+    ax.set_xlabel(_time_axis(result))
     ax.set_ylabel("GPUs")
     ax.set_title(f"GPUs by use ({result.reference} policy): utilization {result.utilization:.1%}, demand served and "
                  "training over capacity")
@@ -335,7 +343,7 @@ def plot_preemptions(result: SimResult, path: Path) -> Figure:
     if ev.empty:  # an empty chart said nothing: say there was nothing to draw
         ax.text(0.5, 0.5, f"no training job was preempted under the {r.reference} policy", transform=ax.transAxes,
                 ha="center", va="center", bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8})
-    ax.set_xlabel("time (UTC)")
+    ax.set_xlabel(_time_axis(r))
     ax.set_ylabel("GPUs preempted per hour")
     demand = ax.twinx()
     demand.plot(s.index, s["demand_gpus"], color="black", lw=0.6, alpha=0.5)

@@ -673,3 +673,33 @@ def test_the_usage_plot_says_where_its_demand_served_is_the_last_sample_seen(tmp
     fig = usage.figure
     legend = usage.get_legend().get_window_extent()
     assert legend.y0 >= usage.transData.transform((0, 128))[1] and legend.x1 <= fig.bbox.x1, "legend over the stack"
+
+
+def test_a_policy_on_another_clock_has_its_plots_say_which_zone_they_are_drawn_in(tmp_path, monkeypatch, capsys):
+    """spec.timezone America/New_York: the policy's hours of day (its hourly band, its business hours) are New York's,
+    and matplotlib draws the timestamps in UTC; the axes said 'time (UTC)' and the page named no zone."""
+    import matplotlib.dates as mdates
+
+    from controller.simulate import simulate
+    from dashboards.report import plot_demand, plot_preemptions, plot_usage
+
+    demand = synthetic_demand(days=5)
+    scenario = Scenario(demand, 128, 1)
+    spec = default_spec(scenario, demand_per_gpu(demand, peak_gpus=100), timezone="America/New_York")
+    r = simulate(scenario, spec, reference="forecast", timeline=True, detail=True)
+    drawn = [_drawn(monkeypatch, plot_demand, r, tmp_path / "d.png").axes[0],
+             _drawn(monkeypatch, plot_usage, r, 128, tmp_path / "u.png").axes[0],
+             _drawn(monkeypatch, plot_preemptions, r, tmp_path / "p.png").axes[0]]
+    for ax in drawn:
+        assert "UTC" in ax.get_xlabel() and "America/New_York" in ax.get_xlabel(), ax.get_xlabel()
+    # and UTC is the zone the axis is drawn in: the first step sits at its UTC time
+    (reserved,) = [line for line in drawn[0].get_lines() if line.get_label() == "forecast reservation"]
+    first = r.timeline["timestamp"].iloc[0]
+    assert mdates.num2date(mdates.date2num(reserved.get_xdata()[0])).hour == first.tz_convert("UTC").hour
+    trace = tmp_path / "demand.csv"
+    write_csv(demand, trace)
+    config = tmp_path / "headroom.yaml"
+    config.write_text("tune: {target_quantiles: [0.9], warm_buffers: [0.0], margins_gpus: [0]}\n")
+    assert main(["report", "--config", str(config), str(trace), "--days", "1", "--timezone", "America/New_York",
+                 "--out", str(tmp_path / "out")]) == 0
+    assert "hours of day on America/New_York&#x27;s clock" in (tmp_path / "out" / "index.html").read_text()
