@@ -206,6 +206,12 @@ DEMAND_LINE = {"color": "black", "lw": 0.6, "zorder": 2.3}
 ZOOM_BELOW = 0.25
 
 
+def _from_zero(ax) -> None:
+    """GPUs from 0, at least 1 high: an all-zero demand had an axis from -0.04 to 0.04 GPUs, its lines along the
+    middle."""
+    ax.set_ylim(0, max(ax.get_ylim()[1], 1))
+
+
 def _time_axis(result: SimResult) -> str:
     """The plots' time axis label: matplotlib draws every timestamp in UTC, while a policy on another clock
     (spec.timezone) plans its hours of day on that one, which the hourly band and the business hours follow."""
@@ -262,6 +268,10 @@ def plot_demand(result: SimResult, path: Path, gpus: int | None = None,
                    label=f"capacity {gpus} GPUs: demand above it cannot be served ({r.shortage_over_capacity:.1%})")
     elif gpus is not None and (d["high_gpus"] > gpus + 1e-9).any():
         ax.axhline(gpus, **CAPACITY_LINE, label=f"capacity {gpus} GPUs: no reservation goes above it")
+    _from_zero(ax)
+    if not (s["demand_gpus"] > 0).any():  # lines along the foot of the axis: say that is all there is
+        ax.text(0.5, 0.5, "no inference demand in the simulated days: the trace is 0 throughout", ha="center",
+                va="center", transform=ax.transAxes, bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8})
     if zoom:
         assert gpus is not None
         below = axes[1, 0]
@@ -348,7 +358,7 @@ def plot_preemptions(result: SimResult, path: Path) -> Figure:
     demand = ax.twinx()
     demand.plot(s.index, s["demand_gpus"], color="black", lw=0.6, alpha=0.5)
     demand.set_ylabel("demand (GPUs, black line)")
-    demand.set_ylim(bottom=0)
+    _from_zero(demand)
     reclaim = f"reclaim p99 {r.reclaim_p99_seconds:.0f} s" if not ev.empty else "no preemptions"
     ax.set_title(f"Training preemptions ({r.reference} policy; {reclaim})")
     ax.legend(loc="upper left", fontsize=8)

@@ -703,3 +703,20 @@ def test_a_policy_on_another_clock_has_its_plots_say_which_zone_they_are_drawn_i
     assert main(["report", "--config", str(config), str(trace), "--days", "1", "--timezone", "America/New_York",
                  "--out", str(tmp_path / "out")]) == 0
     assert "hours of day on America/New_York&#x27;s clock" in (tmp_path / "out" / "index.html").read_text()
+
+
+def test_an_all_zero_demand_is_drawn_from_zero_and_said(tmp_path, monkeypatch):
+    """A trace of zeros (report --per-gpu 1): the demand plot's axis ran from -0.04 to 0.04 GPUs with every line along
+    its middle, and the preemption plot's demand axis from 0 to 0.05, with nothing said."""
+    from controller.simulate import simulate
+    from dashboards.report import plot_demand, plot_preemptions
+
+    demand = synthetic_demand(days=5) * 0
+    scenario = Scenario(demand, 128, 1)
+    r = simulate(scenario, default_spec(scenario, 1.0), reference="forecast", timeline=True, detail=True)
+    assert (r.timeline["demand_gpus"].fillna(0) == 0).all()  # the case
+    ax = _drawn(monkeypatch, plot_demand, r, tmp_path / "d.png", 128).axes[0]
+    assert ax.get_ylim()[0] == 0 and ax.get_ylim()[1] >= 1, ax.get_ylim()
+    assert any("no inference demand" in t.get_text() for t in ax.texts), [t.get_text() for t in ax.texts]
+    twin = _drawn(monkeypatch, plot_preemptions, r, tmp_path / "p.png").axes[1]
+    assert twin.get_ylim()[0] == 0 and twin.get_ylim()[1] >= 1, twin.get_ylim()
