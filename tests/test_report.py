@@ -720,3 +720,20 @@ def test_an_all_zero_demand_is_drawn_from_zero_and_said(tmp_path, monkeypatch):
     assert any("no inference demand" in t.get_text() for t in ax.texts), [t.get_text() for t in ax.texts]
     twin = _drawn(monkeypatch, plot_preemptions, r, tmp_path / "p.png").axes[1]
     assert twin.get_ylim()[0] == 0 and twin.get_ylim()[1] >= 1, twin.get_ylim()
+
+
+def test_the_page_says_what_a_job_trace_left_out(tmp_path, capsys):
+    """A job trace with a pod never scheduled: left out of the replay (said on stderr and in --json's notes), but the
+    page, whose training figures leave it out, said only 'job trace JOBS.csv'."""
+    demand = synthetic_demand(days=4)
+    trace, jobs, config = tmp_path / "demand.csv", tmp_path / "jobs.csv", tmp_path / "headroom.yaml"
+    write_csv(demand, trace)
+    rows = [f"{g},{h * 3600},{h * 3600 + 60},{h * 3600 + 7200}" for h, g in zip(range(24), [1, 2, 4] * 8)]
+    jobs.write_text("num_gpu,creation_time,scheduled_time,deletion_time\n" + "\n".join(rows) + "\n1,5000,,9000\n")
+    config.write_text("tune: {target_quantiles: [0.9], warm_buffers: [0.0], margins_gpus: [0]}\n")
+    assert main(["report", "--config", str(config), str(trace), "--days", "1", "--jobs", str(jobs),
+                 "--out", str(tmp_path / "out")]) == 0
+    said = [line for line in capsys.readouterr().err.splitlines() if "never scheduled" in line]
+    assert said, "the case: stderr says the pod is left out"
+    page = html.unescape((tmp_path / "out" / "index.html").read_text())
+    assert "1 pod(s) of the window never scheduled" in page, said
