@@ -333,8 +333,8 @@ def plot_usage(result: SimResult, gpus: int, path: Path, missing: pd.DatetimeInd
     return Figure("GPUs by use", caption, _save(fig, path))
 
 
-def plot_preemptions(result: SimResult, path: Path) -> Figure:
-    """Preemptions per hour by kind, over demand."""
+def plot_preemptions(result: SimResult, path: Path, missing: pd.DatetimeIndex | None = None) -> Figure:
+    """Preemptions per hour by kind, over demand (the steps of `missing`, hatched, where the trace has no sample)."""
     plt = _pyplot()
     r, timeline, _, ev = _timed(result)
     s = timeline.set_index("timestamp")
@@ -348,15 +348,17 @@ def plot_preemptions(result: SimResult, path: Path) -> Figure:
         ax.bar(hours, per_hour, width=width, bottom=bottom, align="edge", color=color,
                label=f"{kind}: {len(mine)} jobs, {int(per_hour.sum())} GPUs")
         bottom += per_hour
-    # from 0 (an axis without bars ran negative), with room above the bars for the legend: it hides none of them
-    ax.set_ylim(0, max(bottom.max(), 1) * 1.3)
+    _shade_missing(ax, s.index, missing, **HATCHED)
+    # from 0 (an axis without bars ran negative), with room above the bars for the legend, a row per entry (the two
+    # kinds, and the steps without data): it hides none of them
+    ax.set_ylim(0, max(bottom.max(), 1) * (1 + 0.15 * len(ax.get_legend_handles_labels()[1])))
     if ev.empty:  # an empty chart said nothing: say there was nothing to draw
         ax.text(0.5, 0.5, f"no training job was preempted under the {r.reference} policy", transform=ax.transAxes,
                 ha="center", va="center", bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8})
     ax.set_xlabel(_time_axis(r))
     ax.set_ylabel("GPUs preempted per hour")
     demand = ax.twinx()
-    demand.plot(s.index, s["demand_gpus"], color="black", lw=0.6, alpha=0.5)
+    demand.plot(s.index, s["demand_gpus"], drawstyle="steps-pre", color="black", lw=0.6, alpha=0.5)
     demand.set_ylabel("demand (GPUs, black line)")
     _from_zero(demand)
     reclaim = f"reclaim p99 {r.reclaim_p99_seconds:.0f} s" if not ev.empty else "no preemptions"
@@ -367,6 +369,8 @@ def plot_preemptions(result: SimResult, path: Path) -> Figure:
                "(demand noise or a ramp faster than forecast). Each preemption loses the work since the job's last "
                "checkpoint (none for one stopped at a checkpoint) and the GPU-time it takes to stop (the table's "
                "training goodput counts both). Green should line up with the ramps of the black demand line.")
+    if missing_note(missing):
+        caption += " Hatched steps have no sample in the trace: the demand line there is the last sample seen."
     return Figure("Preemptions on the timeline", caption, _save(fig, path))
 
 
@@ -427,7 +431,7 @@ def render_report(out_dir: Path, results: Mapping[str, SimResult], timeline_poli
     timed = results[timeline_policy]
     figures = [plot_demand(timed, out_dir / DEMAND_PNG, gpus, missing),
                plot_usage(timed, gpus, out_dir / USAGE_PNG, missing),
-               plot_preemptions(timed, out_dir / PREEMPTIONS_PNG)]
+               plot_preemptions(timed, out_dir / PREEMPTIONS_PNG, missing)]
     if tuned is not None:
         figures.append(plot_tune(tuned, out_dir / TRADEOFF_PNG))
     table = comparison_table(results)

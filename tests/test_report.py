@@ -650,9 +650,10 @@ def test_the_tuning_caption_circles_nothing_it_does_not_draw(tmp_path):
     assert met.met and f"The circled one is recommended: {met.reason}." in plot_tune(met, tmp_path / "m.png").caption
 
 
-def test_the_usage_plot_says_where_its_demand_served_is_the_last_sample_seen(tmp_path, monkeypatch):
+def test_the_usage_and_preemption_plots_say_where_demand_is_the_last_sample_seen(tmp_path, monkeypatch):
     """Six hours without samples: utilization counts the last sample seen as the demand served there, and the usage
-    plot drew it as a flat line of demand served, with nothing said (the demand plot shaded them)."""
+    plot drew it as a flat line of demand served, the preemption plot as demand, with nothing said (the demand plot
+    shaded them)."""
     import dashboards.report as report_module
     from dashboards.report import missing_steps
 
@@ -673,6 +674,13 @@ def test_the_usage_plot_says_where_its_demand_served_is_the_last_sample_seen(tmp
     fig = usage.figure
     legend = usage.get_legend().get_window_extent()
     assert legend.y0 >= usage.transData.transform((0, 128))[1] and legend.x1 <= fig.bbox.x1, "legend over the stack"
+    # the preemption plot's demand line is the same stand-in there: hatched too, its legend over no bar
+    bars = next(f.axes[0] for f in figures if f.axes[0].get_title().startswith("Training preemptions"))
+    assert _shaded_span(bars, "no data") == (start, end)
+    legend = bars.get_legend().get_window_extent()
+    assert not [b for b in bars.patches if b.get_height() > 0 and b.get_window_extent().overlaps(legend)
+                and "no data" not in str(b.get_label())]
+    assert "the demand line there is the last sample seen" in page
 
 
 def test_a_policy_on_another_clock_has_its_plots_say_which_zone_they_are_drawn_in(tmp_path, monkeypatch, capsys):
