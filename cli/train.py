@@ -8,6 +8,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -58,7 +59,8 @@ def cmd_train(cfg, args) -> int:
     now = datetime.now(UTC)
     t = getattr(cfg, "training", None)
     uri = getattr(args, "tracking_uri", None) or getattr(t, "tracking_uri", None)
-    settings = settings_from_config(cfg)
+    # every history is trained on forecast.timezone's wall-clock hours (on_the_clock)
+    settings = replace(settings_from_config(cfg), clock=cfg.forecast.timezone)
     jobs: list[tuple[str, str, Callable[[], pd.Series]]] = []  # series name, where its history is, its loader
     listed = False  # stdout: a JSON list (training.series) or the one series' object
     h = cfg.history

@@ -892,3 +892,30 @@ def test_the_forecast_plot_draws_the_interval_the_backtest_scores_for_the_fold_a
     assert np.allclose(_band_edges(bands["forecast"], times)[1], logged["0.9"])
     assert not any("p50" in label for label in lines), list(lines)
     assert ax.get_xlabel() == "time (UTC)" and "hourly mean" in ax.get_ylabel()
+
+
+def test_the_forecast_plot_of_a_history_on_another_clock_says_whose(sqlite_uri, tmp_path, monkeypatch, capsys):
+    """train --timezone America/New_York trains on New York's wall-clock hours (local_hours: labelled UTC for the
+    models), which matplotlib draws as they are labelled: the axis said 'time (UTC)' of New York's hours, five hours
+    off."""
+    import argparse
+
+    from matplotlib.figure import Figure
+
+    from cli.config import load_config
+    from cli.train import cmd_train
+    from forecast.synthetic import write_csv
+
+    saved = []
+    monkeypatch.setattr(Figure, "savefig", lambda fig, path, **k: saved.append(fig) or Path(path).write_bytes(b""))
+    series = demand()
+    write_csv(series, tmp_path / "gpu.csv")
+    cfg = load_config(None, {"backtest.folds": 2, "forecast.timezone": "America/New_York"})
+    args = argparse.Namespace(history=str(tmp_path / "gpu.csv"), name="clock", tracking_uri=sqlite_uri)
+    assert cmd_train(cfg, args) == 0
+    (ax,) = saved[-1].axes
+    assert ax.get_xlabel() == "time (America/New_York wall clock)", ax.get_xlabel()
+    # the actual line's last point is the history's last hour on New York's clock
+    (actual,) = [line for line in ax.get_lines() if line.get_label() == "actual"]
+    last = pd.Timestamp(actual.get_xdata()[-1])
+    assert last.tz_localize(None) == series.index[-1].floor("h").tz_convert("America/New_York").tz_localize(None)

@@ -24,6 +24,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from adapters.mlflow import Tracker, TrackingError, experiment_name, registered_name
+from core import units
 from core.errors import interrupt_inside, raise_interrupt_inside
 from core.settings import MAX_HORIZON_HOURS, SERIES_NAME_PATTERN, TrainingConfig
 from forecast.backtest import (
@@ -151,6 +152,7 @@ class TrainSettings:
     quantiles: tuple[float, ...] = (0.5, 0.9, 0.99)
     statistic: str = "mean"
     lock_ttl_seconds: float = _DEFAULTS.lock_ttl_seconds
+    clock: str = units.UTC  # the wall clock of the series' hours (headroom train: forecast.timezone's)
 
     def __post_init__(self):
         if self.objective not in ("mase", "pinball"):
@@ -219,9 +221,9 @@ PLOTTED_QUANTILES = (0.1, 0.5, 0.9)
 
 
 def forecast_figure(history: pd.Series, fold_frame: pd.DataFrame, future: pd.DataFrame, title: str, statistic: str,
-                    coverage_80: float) -> Figure:
+                    coverage_80: float, clock: str = units.UTC) -> Figure:
     """The last week of `history` with the last backtest fold's and the forecast's median and 80% interval (frames
-    holding PLOTTED_QUANTILES), as a matplotlib Figure."""
+    holding PLOTTED_QUANTILES), as a matplotlib Figure. `clock`: the wall clock the timestamps are on."""
     import matplotlib.figure  # not pyplot: no global figure to close, no backend to choose
 
     lo, mid, hi = PLOTTED_QUANTILES
@@ -235,7 +237,9 @@ def forecast_figure(history: pd.Series, fold_frame: pd.DataFrame, future: pd.Dat
                         label=f"{label} q{lo:g} to q{hi:g} (80% interval; {covered})")
         ax.plot(frame.index, frame[mid], color=color, lw=1.5, label=f"{label} q{mid:g}")
     ax.set_title(title)
-    ax.set_xlabel("time (UTC)")  # matplotlib draws any zone's timestamps in UTC (rcParams timezone)
+    # matplotlib draws timestamps in UTC (rcParams timezone); a history on another zone's wall clock (local_hours)
+    # is labelled UTC, so its hours are drawn as that zone's
+    ax.set_xlabel("time (UTC)" if clock == units.UTC else f"time ({clock} wall clock)")
     ax.set_ylabel(f"demand (hourly {statistic}, the history's units)")
     ax.legend(loc="upper left", fontsize=8)
     fig.autofmt_xdate()
@@ -394,7 +398,7 @@ def _train(name, series, settings, tracker, now, makers, origins, exp, parent, p
         fold_frame = makers[winner]().fit(series.iloc[:last]).predict(settings.horizon, list(PLOTTED_QUANTILES))
         fig = forecast_figure(series, fold_frame, model.predict(settings.horizon, list(PLOTTED_QUANTILES)),
                               f"{name}: {winner} ({key} {scores[winner][key]:.3f})", settings.statistic,
-                              scores[winner]["coverage_80"])
+                              scores[winner]["coverage_80"], settings.clock)
         fig.savefig(tmp / "forecast_vs_actual.png", dpi=90)
         future.to_csv(tmp / "forecast.csv", index_label="timestamp")
         for f in ("backtest.csv", "backtest_folds.csv", "forecast_vs_actual.png", "forecast.csv"):
