@@ -376,7 +376,7 @@ def plot_preemptions(result: SimResult, path: Path, missing: pd.DatetimeIndex | 
 
 def plot_tune(result: TuneResult, path: Path) -> Figure:
     plot_tradeoff(result, path)
-    # what the plot shows: no dot when nothing was swept, no circle when no setting met the objective
+    # what the plot shows: no dot when nothing was swept, the closest dashed when no setting met the objective
     if result.table.empty:
         caption = f"Nothing was swept, so there is no setting to show: {result.reason}."
     else:
@@ -384,8 +384,8 @@ def plot_tune(result: TuneResult, path: Path) -> Figure:
                    "the history (target quantile, warm buffer, ...): right is more shortage, up is more utilization; "
                    "hollow ones miss the objective (shortage or short steps), and settings of equal figures are rings "
                    "one around the other. " + (f"The circled one is recommended: {result.reason}." if result.met else
-                                               "None is circled, as no setting meets the objective; the forecast "
-                                               f"policy ran with the closest: {result.reason}."))
+                                               "No setting meets the objective: the dashed circle is the closest, "
+                                               f"which the forecast policy ran with: {result.reason}."))
     return Figure("Tuning trade-off of the forecast policy", caption, path)
 
 

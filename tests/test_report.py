@@ -626,22 +626,30 @@ def test_the_demand_plot_draws_every_step_whole(tmp_path, monkeypatch):
     assert demand_line.get_drawstyle() == "steps-pre"  # each row's demand over the interval ending at its time
 
 
-def test_the_tuning_caption_circles_nothing_it_does_not_draw(tmp_path):
-    """An objective no setting meets (no short step at all, without a warm buffer): the plot circles nothing, yet the
-    caption said 'The circled one is recommended: no setting meets the objective ...'; and a history too short to
-    sweep drew no dot under a caption of dots and a circle."""
+def test_the_tuning_plot_marks_the_closest_setting_and_its_caption_says_what_is_drawn(tmp_path, monkeypatch):
+    """An objective no setting meets (no short step at all, without a warm buffer): the plot circled nothing, not
+    even the closest setting tune writes, yet the caption said 'The circled one is recommended: no setting meets the
+    objective ...'; and a history too short to sweep drew no dot under a caption of dots and a circle."""
+    import matplotlib.pyplot as plt
+
     from dashboards.report import plot_tune
 
     demand = synthetic_demand(days=5)
     scenario = Scenario(demand, 128, 1)
     base = default_spec(scenario, demand_per_gpu(demand, peak_gpus=100))
-    strict = TuneConfig(target_quantiles=[0.5], warm_buffers=[0.0], warm_buffer_quantiles=[0.0], max_shortage=0.0,
-                        max_short_steps=0.0)
+    strict = TuneConfig(target_quantiles=[0.5], warm_buffers=[0.0, 0.5], warm_buffer_quantiles=[0.0],
+                        max_shortage=0.0, max_short_steps=0.0)
     missed = tune(scenario, base, strict)
     assert not missed.met and not missed.table.empty  # the case
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
     caption = plot_tune(missed, tmp_path / "missed.png").caption
-    assert "circled one is recommended" not in caption and "None is circled" in caption, caption
-    assert "closest" in caption and missed.reason in caption
+    assert "circled one is recommended" not in caption and "the dashed circle is the closest" in caption, caption
+    assert missed.reason in caption
+    # the dashed circle is on the setting tune wrote: the closest
+    (circled,) = [c for c in figures[-1].axes[0].collections if str(c.get_label()).startswith("closest")]
+    row = missed.table[missed.table["warm_buffer"] == missed.recommended.warm_buffer].iloc[0]
+    assert circled.get_offsets().tolist() == [[row.shortage_within_cluster * 100, row.utilization * 100]]
     too_short = tune(Scenario(demand.iloc[-2 * 288:], 128, 1), base, GRID)
     assert too_short.table.empty  # the case: nothing swept
     caption = plot_tune(too_short, tmp_path / "short.png").caption
