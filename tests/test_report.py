@@ -753,3 +753,20 @@ def test_the_page_says_what_a_job_trace_left_out(tmp_path, capsys):
     assert said, "the case: stderr says the pod is left out"
     page = html.unescape((tmp_path / "out" / "index.html").read_text())
     assert "1 pod(s) of the window never scheduled" in page, said
+
+
+def test_a_policy_file_of_several_workloads_is_refused_naming_what_runs_one(tmp_path, capsys):
+    """report --policy-file with two ReservationPolicies: refused, exit 2, with nothing written, but the message said
+    'simulate runs one' to a report."""
+    trace, policies = tmp_path / "demand.csv", tmp_path / "policies.yaml"
+    write_csv(synthetic_demand(days=4), trace)
+    one = ("apiVersion: headroom.dev/v1alpha1\nkind: ReservationPolicy\n"
+           "metadata: {{name: {name}, namespace: default}}\n"
+           "spec: {{query: q, mode: active, target: {{kind: Deployment, name: {name}}}, "
+           "capacity: {{demandPerGpu: 10}}}}\n")
+    policies.write_text(one.format(name="a") + "---\n" + one.format(name="b"))
+    assert main(["report", str(trace), "--days", "1", "--policy-file", str(policies),
+                 "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "holds 2 ReservationPolicies" in err and "simulate runs one" not in err and "report" in err, err
+    assert not (tmp_path / "out").exists()
