@@ -44,11 +44,14 @@ def cmd_report(cfg, args) -> int:
                         + (f"spec.capacity.demandPerGpu of {c.policy_file}" if c.policy_file else "--per-gpu"
                            if c.per_gpu else f"the 99.9th percentile of demand = {c.peak_gpus:g} GPUs") + ")",
              "simulated": f"last {c.days:g} days (everything before is history)",
-             "training": f"job trace {c.jobs}" if c.jobs else "saturated backlog",
+             # with what the job trace left out, which no figure counts (said on stderr as it was read)
+             "training": f"job trace {c.jobs}" + "".join(f"; {note}" for note in w.notes) if c.jobs
+             else "saturated backlog",
              "objective": f"shortage <= {f.objective.max_shortage:.3%}, "
                           f"short steps <= {f.objective.max_short_steps:.2%}",
              "forecast policy": f"target q{f.target_quantile:g}, warm buffer {f.warm_buffer:g}, scale-in delay "
-                                f"{f.scale_in_delay}, lead {f.lead_time}, headroom q{f.headroom_quantile:g}"
+                                f"{f.scale_in_delay}, lead {f.lead_time}, headroom q{f.headroom_quantile:g}, hours "
+                                f"of day on {f.timezone}'s clock"
                                 + (f" ({tuned.reason})" if tuned is not None else f" (from {c.policy_file})")}
     plotted = cfg.simulate.policy
     if plotted != "forecast":  # the policy the plots follow, with the margin it ran with

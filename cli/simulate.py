@@ -234,7 +234,8 @@ def whatif(cfg: Config, progress=None) -> WhatIf:
     if c.policy_file is not None:
         objects = load_manifests(c.policy_file)
         if len(objects) != 1:
-            raise BadRequest(f"{c.policy_file}: holds {len(objects)} ReservationPolicies; simulate runs one")
+            raise BadRequest(f"{c.policy_file}: holds {len(objects)} ReservationPolicies; a replay (simulate, report, "
+                             "tune) runs one: give a file holding one")
         meta = objects[0]["metadata"]
         spec = PolicySpec.model_validate(objects[0]["spec"])
         _check_scale(demand, spec.capacity.demand_per_gpu,

@@ -253,6 +253,12 @@ def plot_tradeoff(result: TuneResult, path: str | Path) -> Path:
         if len(mine):
             ax.scatter(mine["shortage_within_cluster"] * 100, mine["utilization"] * 100, s=200, facecolors="none",
                        edgecolors="k", label=f"recommended (buffer {r.warm_buffer:g}, margin {r.margin_gpus})")
+        elif not result.met:  # none meets the objective: the closest is what tune writes, marked as such
+            swept = [c for c in t.columns if c in PolicySpec.model_fields]
+            closest = t[(t[swept] == pd.Series({c: getattr(r, c) for c in swept})).all(axis=1)].iloc[:1]
+            ax.scatter(closest["shortage_within_cluster"] * 100, closest["utilization"] * 100, s=200,
+                       facecolors="none", edgecolors="k", linestyles="--",
+                       label=f"closest, missing the objective (buffer {r.warm_buffer:g}, margin {r.margin_gpus})")
     else:  # an empty chart said nothing: say why nothing was swept
         ax.text(0.5, 0.5, textwrap.fill(f"nothing swept: {result.reason}", 70), transform=ax.transAxes,
                 ha="center", va="center", fontsize=8)

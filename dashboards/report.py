@@ -20,6 +20,7 @@ from controller.simulate import REFERENCES, Scenario, SimResult, TimedResult, si
 from controller.tune import TuneResult, plot_tradeoff
 from core.files import replace_whole
 from core.policy import PolicySpec
+from core.units import UTC
 from forecast.base import Forecaster
 
 # The files render_report writes into its folder (a re-run replaces them)
@@ -163,52 +164,121 @@ def page_notes(result: SimResult, gpus: int, missing: pd.DatetimeIndex | None) -
     return [*notes(result, gpus, missing), *filter(None, [fallback_note(result)])]
 
 
+def _step(index: pd.DatetimeIndex) -> pd.Timedelta:
+    """The step of a timeline's rows (the replay's evenly spaced steps; a replay has two at least)."""
+    return index[1] - index[0]
+
+
+def _through_last_step(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` with its last row again one step later: a step line drawn from each row's time to the next
+    (where='post') draws a row only up to the next row's time, so the last row needs one."""
+    last = frame.iloc[[-1]]
+    return pd.concat([frame, last.set_axis(last.index + _step(frame.index))])
+
+
+def _shade(ax, starts: pd.DatetimeIndex, step: pd.Timedelta, **style) -> None:
+    """Shade the steps beginning at `starts`, each over its whole step, as one legend entry (fill_between's `where`
+    drew each run of steps one step short, so a step alone not at all)."""
+    if not len(starts):
+        return
+    breaks = [0, *(i for i in range(1, len(starts)) if starts[i] - starts[i - 1] != step), len(starts)]
+    for n, (a, b) in enumerate(zip(breaks, breaks[1:])):
+        ax.axvspan(starts[a], starts[b - 1] + step, lw=0, **(style if n == 0 else {**style, "label": "_nolegend_"}))
+
+
+def _shade_missing(ax, index: pd.DatetimeIndex, missing: pd.DatetimeIndex | None, **style) -> None:
+    """Shade the intervals whose demand the trace has no sample for (a row's demand is the interval ending at its
+    time), said in the legend: the demand drawn there is the last sample seen."""
+    if missing_note(missing):
+        assert missing is not None
+        step = _step(index)
+        _shade(ax, index[index.isin(missing)] - step, step, label=missing_note(missing), **style)
+
+
+# Lines that may lie on one another (at --gpus 1 the reservation, the warm GPUs and the demand the cluster holds are
+# all the cluster's size): the wider drawn under the narrower, so each shows around the one on top of it.
+CAPACITY_LINE = {"color": "red", "lw": 4.0, "alpha": 0.4, "linestyle": "--", "zorder": 2.0}
+RESERVED_LINE = {"color": "tab:blue", "lw": 2.4, "zorder": 2.1}
+WARM_LINE = {"color": "tab:green", "lw": 1.3, "zorder": 2.2}
+DEMAND_LINE = {"color": "black", "lw": 0.6, "zorder": 2.3}
+# A cluster under this share of the demand plot's height gets a second panel of its own range: beside demand of 100
+# GPUs, a 1-GPU cluster's reservation was a line along the foot of the axis
+ZOOM_BELOW = 0.25
+
+
+def _from_zero(ax) -> None:
+    """GPUs from 0, at least 1 high: an all-zero demand had an axis from -0.04 to 0.04 GPUs, its lines along the
+    middle."""
+    ax.set_ylim(0, max(ax.get_ylim()[1], 1))
+
+
+def _time_axis(result: SimResult) -> str:
+    """The plots' time axis label: matplotlib draws every timestamp in UTC, while a policy on another clock
+    (spec.timezone) plans its hours of day on that one, which the hourly band and the business hours follow."""
+    zone = result.policy.get("timezone", UTC)
+    return "time (UTC)" if zone == UTC else f"time (UTC; the policy's hours of day are on {zone}'s clock)"
+
+
 def plot_demand(result: SimResult, path: Path, gpus: int | None = None,
                 missing: pd.DatetimeIndex | None = None) -> Figure:
     """Demand vs the forecast band vs the reservation, shortages marked (and the cluster's size, when `gpus` is
-    given and demand goes above it; the steps of `missing`, shaded, where the trace has no sample)."""
+    given and demand goes above it; the steps of `missing`, shaded, where the trace has no sample). Each row's plan
+    is drawn over its step, from its time to the next; its demand over the interval ending at its time."""
     plt = _pyplot()
     r, timeline, d, _ = _timed(result)
     s = timeline.set_index("timestamp")
+    step = _step(s.index)
     spec = r.policy
-    fig, ax = plt.subplots(figsize=(11, 4.2))
+    top = pd.concat([s["demand_gpus"], d["high_gpus"], s["reserved_gpus"]]).max()
+    zoom = gpus is not None and gpus < ZOOM_BELOW * top
+    fig, axes = plt.subplots(2 if zoom else 1, 1, sharex=True, squeeze=False, figsize=(11, 7.4 if zoom else 4.2),
+                             height_ratios=[1.4, 1] if zoom else None)
+    ax = axes[0, 0]
     # only the forecast policy has forecast quantiles: a baseline's or a reference's is the level it plans for
     forecast = r.reference == "forecast"
     statistic = spec.get("statistic", PolicySpec.model_fields["statistic"].default)
     band = f"forecast of each hour's {statistic}, q{spec['targetQuantile']:g} to q{spec['headroomQuantile']:g}" \
         if forecast else \
         f"what {r.reference} plans for ({POLICY_NOTES.get(r.reference, 'its own rule')})"
-    if d["target_gpus"].notna().any():
-        ax.fill_between(d.index, d["target_gpus"], d["high_gpus"], step="post", color="tab:blue", alpha=0.18,
-                        label=band)
+    plan = _through_last_step(pd.concat([d[["target_gpus", "high_gpus"]], s[["reserved_gpus", "warm_gpus"]]], axis=1))
     no_band = d["target_gpus"].isna()
-    if no_band.any():  # a missing band is said, not left blank: the plan there is the planner's fallback
-        ax.fill_between(d.index, 0, 1, where=no_band.to_numpy(), step="post", transform=ax.get_xaxis_transform(),
-                        color="tab:orange", alpha=0.12,
-                        label=f"no {'forecast' if forecast else 'planned level'} for {no_band.sum()} of {len(d)} "
-                              "steps: the planner's fallback")
-    ax.plot(s.index, s["demand_gpus"], color="black", lw=0.8, label="demand")
-    ax.step(s.index, s["reserved_gpus"], where="post", color="tab:blue", lw=1.2, label=f"{r.reference} reservation")
-    ax.step(s.index, s["warm_gpus"], where="post", color="tab:green", lw=0.8, alpha=0.8, label="warm, serving GPUs")
     # the steps the simulator counted short (the table's "short steps"), marked at the demand observed then
     short = s[d["unmet_gpus"].reindex(s.index, fill_value=0.0) > 1e-9]  # as the simulator counts a short step
     accounted = len(s) - 1  # the first row's interval ends as the replay starts: no figure counts it (README)
-    ax.scatter(short.index, short["demand_gpus"], color="red", s=10, zorder=3,
-               label=f"unmet demand within the cluster ({len(short)} of {accounted} steps)")
+    for panel, held in ((ax, None), *(((axes[1, 0], gpus),) if zoom else ())):
+        if plan["target_gpus"].notna().any():
+            panel.fill_between(plan.index, plan["target_gpus"], plan["high_gpus"], step="post", color="tab:blue",
+                               alpha=0.18, label=band)
+        # a missing band is said, not left blank: the plan there is the planner's fallback
+        _shade(panel, d.index[no_band], step, color="tab:orange", alpha=0.12,
+               label=f"no {'forecast' if forecast else 'planned level'} for {no_band.sum()} of {len(d)} steps: the "
+                     "planner's fallback")
+        demand = s["demand_gpus"] if held is None else s["demand_gpus"].clip(upper=held)
+        panel.plot(s.index, demand, drawstyle="steps-pre", **DEMAND_LINE,
+                   label="demand" if held is None else f"demand, up to the {held}-GPU cluster")
+        panel.step(plan.index, plan["reserved_gpus"], where="post", **RESERVED_LINE, label=f"{r.reference} reservation")
+        panel.step(plan.index, plan["warm_gpus"], where="post", alpha=0.8, **WARM_LINE, label="warm, serving GPUs")
+        panel.scatter(short.index, demand[short.index], color="red", s=10, zorder=3,
+                      label=f"unmet demand within the cluster ({len(short)} of {accounted} steps)")
+        _shade_missing(panel, s.index, missing, color="grey", alpha=0.25)
+        panel.set_ylabel("GPUs")
     # the cluster's size, when demand or the band goes above it: nothing above it can be reserved
     if gpus is not None and (s["demand_gpus"] > gpus + 1e-9).any():
-        ax.axhline(gpus, color="red", lw=0.8, linestyle="--",
+        ax.axhline(gpus, **CAPACITY_LINE,
                    label=f"capacity {gpus} GPUs: demand above it cannot be served ({r.shortage_over_capacity:.1%})")
     elif gpus is not None and (d["high_gpus"] > gpus + 1e-9).any():
-        ax.axhline(gpus, color="red", lw=0.8, linestyle="--",
-                   label=f"capacity {gpus} GPUs: no reservation goes above it")
-    if missing_note(missing):
-        assert missing is not None
-        no_data = s.index.isin(missing)
-        ax.fill_between(s.index, 0, 1, where=no_data, step="post", transform=ax.get_xaxis_transform(),
-                        color="grey", alpha=0.25, label=missing_note(missing))
-    ax.set_xlabel("time (UTC)")
-    ax.set_ylabel("GPUs")
+        ax.axhline(gpus, **CAPACITY_LINE, label=f"capacity {gpus} GPUs: no reservation goes above it")
+    _from_zero(ax)
+    if not (s["demand_gpus"] > 0).any():  # lines along the foot of the axis: say that is all there is
+        ax.text(0.5, 0.5, "no inference demand in the simulated days: the trace is 0 throughout", ha="center",
+                va="center", transform=ax.transAxes, bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8})
+    if zoom:
+        assert gpus is not None
+        below = axes[1, 0]
+        below.axhline(gpus, **CAPACITY_LINE)
+        below.set_ylim(0, gpus * 1.3)
+        below.set_title(f"The same within the {gpus}-GPU cluster: demand drawn up to its size", fontsize=10)
+    axes[-1, 0].set_xlabel(_time_axis(r))
     kind = "reference: knows the future, not deployable" if r.reference in REFERENCES else "policy"
     ax.set_title(f"Inference demand, {'forecast band' if forecast else 'planned level'} and reservation "
                  f"({r.reference} {kind})")
@@ -222,11 +292,18 @@ def plot_demand(result: SimResult, path: Path, gpus: int | None = None,
                "for a baseline or a reference the level it plans for. Demand should stay below its top; a step's "
                "demand under an hourly peak's forecast runs below the band most of the time. Red dots are the steps "
                "where part of it went unserved (the table's short steps).")
+    if zoom:
+        caption += (f" The lower panel is the {gpus}-GPU cluster's own range, where the reservation would be a line "
+                    "along the foot of the upper one.")
     return Figure("Demand, forecast and reservation", caption, _save(fig, path))
 
 
-def plot_usage(result: SimResult, gpus: int, path: Path) -> Figure:
-    """GPUs by use over time as a stacked area."""
+# Over the colours of a stack, steps without a sample are hatched, not filled grey (idle is grey there)
+HATCHED = {"fill": False, "hatch": "///", "edgecolor": "0.25", "alpha": 0.6}
+
+
+def plot_usage(result: SimResult, gpus: int, path: Path, missing: pd.DatetimeIndex | None = None) -> Figure:
+    """GPUs by use over time as a stacked area (the steps of `missing`, hatched, where the trace has no sample)."""
     plt = _pyplot()
     _, timeline, d, _ = _timed(result)
     fig, ax = plt.subplots(figsize=(11, 4.2))
@@ -236,23 +313,28 @@ def plot_usage(result: SimResult, gpus: int, path: Path) -> Figure:
     # utilization counts the demand served, not the GPUs held for it: the line shows the difference (a row's demand
     # is the interval ending at it, so drawn over the interval before, as the stack's previous row holds it)
     served = timeline.set_index("timestamp")["demand_gpus"].clip(upper=gpus) - d["unmet_gpus"]
-    ax.plot(d.index, served, drawstyle="steps-pre", color="black", lw=0.8, label="inference demand served")
-    ax.axhline(gpus, color="black", lw=0.8, linestyle="--", label=f"capacity {gpus} GPUs")
-    ax.set_ylim(0, gpus * 1.2)  # room above the cluster for the legend: it hides none of the stack
-    ax.set_xlabel("time (UTC)")
+    ax.plot(d.index, served, drawstyle="steps-pre", **DEMAND_LINE, label="inference demand served")
+    ax.axhline(gpus, **CAPACITY_LINE, label=f"capacity {gpus} GPUs")
+    _shade_missing(ax, d.index, missing, **HATCHED)  # utilization counts the last sample seen there as demand
+    ax.set_ylim(0, gpus * 1.32)  # room above the cluster for the legend's two rows: it hides none of the stack
+    ax.set_xlabel(_time_axis(result))
     ax.set_ylabel("GPUs")
     ax.set_title(f"GPUs by use ({result.reference} policy): utilization {result.utilization:.1%}, demand served and "
                  "training over capacity")
-    ax.legend(loc="upper left", fontsize=8, ncol=5)
+    handles, labels = ax.get_legend_handles_labels()
+    ax.legend(handles, [textwrap.fill(label, 48) for label in labels], loc="upper left", fontsize=8, ncol=3)
     caption = ("Every GPU is held for inference (blue: serving, the warm buffer, replicas warming up), running "
                "training on lent slack (orange), or idle (grey). The black line is the inference demand served: blue "
                "above it is held ready but unused, and utilization counts only what is under it plus orange. Orange "
                "filling the night-time troughs is the point of headroom.")
+    if missing_note(missing):
+        caption += (" Hatched steps have no sample in the trace: the demand served there is the last sample seen, as "
+                    "utilization counts it.")
     return Figure("GPUs by use", caption, _save(fig, path))
 
 
-def plot_preemptions(result: SimResult, path: Path) -> Figure:
-    """Preemptions per hour by kind, over demand."""
+def plot_preemptions(result: SimResult, path: Path, missing: pd.DatetimeIndex | None = None) -> Figure:
+    """Preemptions per hour by kind, over demand (the steps of `missing`, hatched, where the trace has no sample)."""
     plt = _pyplot()
     r, timeline, _, ev = _timed(result)
     s = timeline.set_index("timestamp")
@@ -266,17 +348,19 @@ def plot_preemptions(result: SimResult, path: Path) -> Figure:
         ax.bar(hours, per_hour, width=width, bottom=bottom, align="edge", color=color,
                label=f"{kind}: {len(mine)} jobs, {int(per_hour.sum())} GPUs")
         bottom += per_hour
-    # from 0 (an axis without bars ran negative), with room above the bars for the legend: it hides none of them
-    ax.set_ylim(0, max(bottom.max(), 1) * 1.3)
+    _shade_missing(ax, s.index, missing, **HATCHED)
+    # from 0 (an axis without bars ran negative), with room above the bars for the legend, a row per entry (the two
+    # kinds, and the steps without data): it hides none of them
+    ax.set_ylim(0, max(bottom.max(), 1) * (1 + 0.15 * len(ax.get_legend_handles_labels()[1])))
     if ev.empty:  # an empty chart said nothing: say there was nothing to draw
         ax.text(0.5, 0.5, f"no training job was preempted under the {r.reference} policy", transform=ax.transAxes,
                 ha="center", va="center", bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8})
-    ax.set_xlabel("time (UTC)")
+    ax.set_xlabel(_time_axis(r))
     ax.set_ylabel("GPUs preempted per hour")
     demand = ax.twinx()
-    demand.plot(s.index, s["demand_gpus"], color="black", lw=0.6, alpha=0.5)
+    demand.plot(s.index, s["demand_gpus"], drawstyle="steps-pre", color="black", lw=0.6, alpha=0.5)
     demand.set_ylabel("demand (GPUs, black line)")
-    demand.set_ylim(bottom=0)
+    _from_zero(demand)
     reclaim = f"reclaim p99 {r.reclaim_p99_seconds:.0f} s" if not ev.empty else "no preemptions"
     ax.set_title(f"Training preemptions ({r.reference} policy; {reclaim})")
     ax.legend(loc="upper left", fontsize=8)
@@ -285,15 +369,23 @@ def plot_preemptions(result: SimResult, path: Path) -> Figure:
                "(demand noise or a ramp faster than forecast). Each preemption loses the work since the job's last "
                "checkpoint (none for one stopped at a checkpoint) and the GPU-time it takes to stop (the table's "
                "training goodput counts both). Green should line up with the ramps of the black demand line.")
+    if missing_note(missing):
+        caption += " Hatched steps have no sample in the trace: the demand line there is the last sample seen."
     return Figure("Preemptions on the timeline", caption, _save(fig, path))
 
 
 def plot_tune(result: TuneResult, path: Path) -> Figure:
     plot_tradeoff(result, path)
-    caption = ("Each dot is one setting of the forecast policy (whichever policy the plots above follow) tried on "
-               "the history (target quantile, warm buffer, ...): right is more shortage, up is more utilization; "
-               "hollow ones miss the objective (shortage or short steps), and settings of equal figures are rings one "
-               f"around the other. The circled one is recommended: {result.reason}.")
+    # what the plot shows: no dot when nothing was swept, the closest dashed when no setting met the objective
+    if result.table.empty:
+        caption = f"Nothing was swept, so there is no setting to show: {result.reason}."
+    else:
+        caption = ("Each dot is one setting of the forecast policy (whichever policy the plots above follow) tried on "
+                   "the history (target quantile, warm buffer, ...): right is more shortage, up is more utilization; "
+                   "hollow ones miss the objective (shortage or short steps), and settings of equal figures are rings "
+                   "one around the other. " + (f"The circled one is recommended: {result.reason}." if result.met else
+                                               "No setting meets the objective: the dashed circle is the closest, "
+                                               f"which the forecast policy ran with: {result.reason}."))
     return Figure("Tuning trade-off of the forecast policy", caption, path)
 
 
@@ -338,8 +430,8 @@ def render_report(out_dir: Path, results: Mapping[str, SimResult], timeline_poli
     out_dir.mkdir(parents=True, exist_ok=True)
     timed = results[timeline_policy]
     figures = [plot_demand(timed, out_dir / DEMAND_PNG, gpus, missing),
-               plot_usage(timed, gpus, out_dir / USAGE_PNG),
-               plot_preemptions(timed, out_dir / PREEMPTIONS_PNG)]
+               plot_usage(timed, gpus, out_dir / USAGE_PNG, missing),
+               plot_preemptions(timed, out_dir / PREEMPTIONS_PNG, missing)]
     if tuned is not None:
         figures.append(plot_tune(tuned, out_dir / TRADEOFF_PNG))
     table = comparison_table(results)

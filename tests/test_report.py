@@ -264,11 +264,20 @@ def with_a_gap(demand: pd.Series) -> pd.Series:
     return demand.mask(gap)
 
 
+def _shaded_span(ax, words: str) -> tuple[pd.Timestamp, pd.Timestamp]:
+    """Where the shading whose legend entry says `words` begins and ends on the time axis."""
+    import matplotlib.dates as mdates
+
+    (shaded,) = [a for a in [*ax.collections, *ax.patches] if words in str(a.get_label())]
+    ax.figure.canvas.draw()
+    box = shaded.get_window_extent()
+    (x0, _), (x1, _) = ax.transData.inverted().transform([(box.x0, box.y0), (box.x1, box.y1)])
+    return pd.Timestamp(mdates.num2date(x0)), pd.Timestamp(mdates.num2date(x1))  # in UTC, as matplotlib draws
+
+
 def test_a_gap_in_the_trace_is_shown_as_a_gap_not_as_demand(tmp_path, monkeypatch):
     """Six hours without samples in the simulated days: the simulator takes the last sample seen for them (and the
     timeline's demand is flat there); the demand plot must say so (shaded, in its legend), not draw it as demand."""
-    from matplotlib.collections import PolyCollection
-
     import dashboards.report as report_module
     from dashboards.report import missing_steps, plot_demand
 
@@ -285,8 +294,10 @@ def test_a_gap_in_the_trace_is_shown_as_a_gap_not_as_demand(tmp_path, monkeypatc
     ax = figures[-1].axes[0]
     labels = ax.get_legend_handles_labels()[1]
     assert any("no data" in label and "72 steps" in label and "last sample" in label for label in labels), labels
-    shaded = [c for c in ax.collections if isinstance(c, PolyCollection) and "no data" in str(c.get_label())]
-    assert shaded
+    # shaded over the six hours whose demand is the last sample seen: the intervals ending at the missing steps
+    start, end = _shaded_span(ax, "no data")
+    assert abs(start - (missing[0] - pd.Timedelta(minutes=5))) < pd.Timedelta(seconds=30), (start, missing[0])
+    assert abs(end - missing[-1]) < pd.Timedelta(seconds=30), (end, missing[-1])
     # the page says it too
     page = render_report(tmp_path / "out", results, "forecast", 128, {}, missing=missing)
     assert "72 steps" in page.read_text() and "no data" in page.read_text()
@@ -532,3 +543,230 @@ def test_the_preemption_caption_does_not_understate_the_work_lost(tmp_path, monk
     assert r.preemptions > 0 and r.training_goodput < 1
     caption = plot_preemptions(r, tmp_path / "p.png").caption
     assert "at most" not in caption and "the GPU-time it takes to stop" in caption, caption
+
+
+def _lying_on_one_another(ax) -> list[tuple[str, str]]:
+    """Pairs of lines (under, over) drawn at the same height at some time where the one over is not the narrower:
+    there it hides the one under it."""
+    import numpy as np
+
+    def heights(line) -> pd.Series:  # its height at each time; an axhline's (x in axes units, 0 to 1) everywhere
+        y = np.asarray(line.get_ydata(), float)
+        if line.get_transform() is not ax.transData and len(set(y)) == 1:
+            return pd.Series(y[0], index=["everywhere"])
+        return pd.Series(y, index=pd.to_datetime(np.asarray(line.get_xdata())))
+
+    lines = sorted(ax.get_lines(), key=lambda line: line.get_zorder())  # as drawn: by zorder, then in order
+    hidden = []
+    for i, under in enumerate(lines):
+        for over in lines[i + 1:]:
+            a, b = heights(under), heights(over)
+            if "everywhere" in a.index or "everywhere" in b.index:
+                same = np.isclose(a.to_numpy()[:, None], b.to_numpy()[None, :]).any()
+            else:
+                common = a.index.intersection(b.index)
+                same = np.isclose(a[common], b[common]).any()
+            if same and over.get_linewidth() >= under.get_linewidth():
+                hidden.append((under.get_label(), over.get_label()))
+    return hidden
+
+
+def test_a_one_gpu_clusters_lines_are_seen(tmp_path, monkeypatch):
+    """--gpus 1 under demand peaking near 100 GPUs: the reservation and the warm GPUs (1 GPU) were a line along the
+    foot of an axis running to 120, drawn one over the other and under the cluster's line, all at 1; in the usage
+    plot the demand served lay under the cluster's line. Each now shows: a panel of the cluster's own range, and lines
+    on one another drawn wider under narrower."""
+    from controller.simulate import simulate
+    from dashboards.report import plot_demand, plot_usage
+
+    demand = synthetic_demand(days=5)
+    scenario = Scenario(demand, 1, 1)
+    r = simulate(scenario, default_spec(scenario, demand_per_gpu(demand, peak_gpus=100)), reference="forecast",
+                 timeline=True, detail=True)
+    assert r.timeline["reserved_gpus"].max() == 1 and r.timeline["demand_gpus"].max() > 50  # the case
+    fig = _drawn(monkeypatch, plot_demand, r, tmp_path / "demand.png", 1)
+    for name in ("forecast reservation", "warm, serving GPUs"):
+        # some panel draws the line at least half-way up its axis
+        heights = [max(line.get_ydata()) / ax.get_ylim()[1] for ax in fig.axes for line in ax.get_lines()
+                   if line.get_label() == name]
+        assert heights and max(heights) >= 0.5, (name, heights)
+    for ax in fig.axes:
+        assert not _lying_on_one_another(ax), _lying_on_one_another(ax)
+    usage = _drawn(monkeypatch, plot_usage, r, 1, tmp_path / "usage.png").axes[0]
+    assert not _lying_on_one_another(usage), _lying_on_one_another(usage)
+
+
+def test_the_demand_plot_draws_every_step_whole(tmp_path, monkeypatch):
+    """Each row's plan holds from its time to the next row's, and its demand is the interval ending at its time: the
+    step lines ended at the last row's time, so its plan was not drawn, and a shaded run of steps (no data, no
+    forecast) was drawn one step short: a step alone without a sample was not shaded at all, though counted."""
+    import matplotlib.dates as mdates
+
+    from controller.simulate import simulate
+    from dashboards.report import missing_steps, plot_demand
+
+    demand = synthetic_demand(days=5)
+    demand.iloc[-100] = float("nan")  # one sample missing in the simulated day
+    scenario = Scenario(demand, 128, 1)
+    r = simulate(scenario, default_spec(scenario, demand_per_gpu(demand, peak_gpus=100)), reference="forecast",
+                 timeline=True, detail=True)
+    missing = missing_steps(scenario)
+    assert len(missing) == 1  # the case
+    step = r.timeline["timestamp"].diff().iloc[-1]
+    ax = _drawn(monkeypatch, plot_demand, r, tmp_path / "demand.png", 128, missing).axes[0]
+    (reserved,) = [line for line in ax.get_lines() if line.get_label() == "forecast reservation"]
+    last = r.timeline.iloc[-1]
+    ends = mdates.date2num(last["timestamp"] + step)
+    assert mdates.date2num(reserved.get_xdata()[-1]) == pytest.approx(ends, rel=0, abs=1e-6)  # a second is 1.2e-5
+    assert reserved.get_ydata()[-1] == last["reserved_gpus"]
+    # the grey span covers the interval whose sample is missing: the step ending at it
+    start, end = _shaded_span(ax, "no data")
+    assert abs(end - start - step) < pd.Timedelta(seconds=30), (start, end, step)
+    (demand_line,) = [line for line in ax.get_lines() if line.get_label() == "demand"]
+    assert demand_line.get_drawstyle() == "steps-pre"  # each row's demand over the interval ending at its time
+
+
+def test_the_tuning_plot_marks_the_closest_setting_and_its_caption_says_what_is_drawn(tmp_path, monkeypatch):
+    """An objective no setting meets (no short step at all, without a warm buffer): the plot circled nothing, not
+    even the closest setting tune writes, yet the caption said 'The circled one is recommended: no setting meets the
+    objective ...'; and a history too short to sweep drew no dot under a caption of dots and a circle."""
+    import matplotlib.pyplot as plt
+
+    from dashboards.report import plot_tune
+
+    demand = synthetic_demand(days=5)
+    scenario = Scenario(demand, 128, 1)
+    base = default_spec(scenario, demand_per_gpu(demand, peak_gpus=100))
+    strict = TuneConfig(target_quantiles=[0.5], warm_buffers=[0.0, 0.5], warm_buffer_quantiles=[0.0],
+                        max_shortage=0.0, max_short_steps=0.0)
+    missed = tune(scenario, base, strict)
+    assert not missed.met and not missed.table.empty  # the case
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    caption = plot_tune(missed, tmp_path / "missed.png").caption
+    assert "circled one is recommended" not in caption and "the dashed circle is the closest" in caption, caption
+    assert missed.reason in caption
+    # the dashed circle is on the setting tune wrote: the closest
+    (circled,) = [c for c in figures[-1].axes[0].collections if str(c.get_label()).startswith("closest")]
+    row = missed.table[missed.table["warm_buffer"] == missed.recommended.warm_buffer].iloc[0]
+    assert circled.get_offsets().tolist() == [[row.shortage_within_cluster * 100, row.utilization * 100]]
+    too_short = tune(Scenario(demand.iloc[-2 * 288:], 128, 1), base, GRID)
+    assert too_short.table.empty  # the case: nothing swept
+    caption = plot_tune(too_short, tmp_path / "short.png").caption
+    assert "dot" not in caption and "circled" not in caption and too_short.reason in caption, caption
+    met = tune(scenario, base, GRID)
+    assert met.met and f"The circled one is recommended: {met.reason}." in plot_tune(met, tmp_path / "m.png").caption
+
+
+def test_the_usage_and_preemption_plots_say_where_demand_is_the_last_sample_seen(tmp_path, monkeypatch):
+    """Six hours without samples: utilization counts the last sample seen as the demand served there, and the usage
+    plot drew it as a flat line of demand served, the preemption plot as demand, with nothing said (the demand plot
+    shaded them)."""
+    import dashboards.report as report_module
+    from dashboards.report import missing_steps
+
+    demand = with_a_gap(synthetic_demand(days=5))
+    scenario = Scenario(demand, 128, 1.5)
+    spec = default_spec(scenario, demand_per_gpu(demand, peak_gpus=100))
+    results = compare_policies(scenario, {"forecast": spec, "hourly-oracle": spec})
+    missing = missing_steps(scenario)
+    figures = []
+    save = report_module._save
+    monkeypatch.setattr(report_module, "_save", lambda fig, path: figures.append(fig) or save(fig, path))
+    page = render_report(tmp_path / "out", results, "forecast", 128, {}, missing=missing).read_text()
+    usage = next(f.axes[0] for f in figures if f.axes[0].get_title().startswith("GPUs by use"))
+    start, end = _shaded_span(usage, "no data")
+    assert abs(start - (missing[0] - pd.Timedelta(minutes=5))) < pd.Timedelta(seconds=30), (start, missing[0])
+    assert abs(end - missing[-1]) < pd.Timedelta(seconds=30), (end, missing[-1])
+    assert "Hatched steps have no sample in the trace" in page
+    fig = usage.figure
+    legend = usage.get_legend().get_window_extent()
+    assert legend.y0 >= usage.transData.transform((0, 128))[1] and legend.x1 <= fig.bbox.x1, "legend over the stack"
+    # the preemption plot's demand line is the same stand-in there: hatched too, its legend over no bar
+    bars = next(f.axes[0] for f in figures if f.axes[0].get_title().startswith("Training preemptions"))
+    assert _shaded_span(bars, "no data") == (start, end)
+    legend = bars.get_legend().get_window_extent()
+    assert not [b for b in bars.patches if b.get_height() > 0 and b.get_window_extent().overlaps(legend)
+                and "no data" not in str(b.get_label())]
+    assert "the demand line there is the last sample seen" in page
+
+
+def test_a_policy_on_another_clock_has_its_plots_say_which_zone_they_are_drawn_in(tmp_path, monkeypatch, capsys):
+    """spec.timezone America/New_York: the policy's hours of day (its hourly band, its business hours) are New York's,
+    and matplotlib draws the timestamps in UTC; the axes said 'time (UTC)' and the page named no zone."""
+    import matplotlib.dates as mdates
+
+    from controller.simulate import simulate
+    from dashboards.report import plot_demand, plot_preemptions, plot_usage
+
+    demand = synthetic_demand(days=5)
+    scenario = Scenario(demand, 128, 1)
+    spec = default_spec(scenario, demand_per_gpu(demand, peak_gpus=100), timezone="America/New_York")
+    r = simulate(scenario, spec, reference="forecast", timeline=True, detail=True)
+    drawn = [_drawn(monkeypatch, plot_demand, r, tmp_path / "d.png").axes[0],
+             _drawn(monkeypatch, plot_usage, r, 128, tmp_path / "u.png").axes[0],
+             _drawn(monkeypatch, plot_preemptions, r, tmp_path / "p.png").axes[0]]
+    for ax in drawn:
+        assert "UTC" in ax.get_xlabel() and "America/New_York" in ax.get_xlabel(), ax.get_xlabel()
+    # and UTC is the zone the axis is drawn in: the first step sits at its UTC time
+    (reserved,) = [line for line in drawn[0].get_lines() if line.get_label() == "forecast reservation"]
+    first = r.timeline["timestamp"].iloc[0]
+    assert mdates.num2date(mdates.date2num(reserved.get_xdata()[0])).hour == first.tz_convert("UTC").hour
+    trace = tmp_path / "demand.csv"
+    write_csv(demand, trace)
+    config = tmp_path / "headroom.yaml"
+    config.write_text("tune: {target_quantiles: [0.9], warm_buffers: [0.0], margins_gpus: [0]}\n")
+    assert main(["report", "--config", str(config), str(trace), "--days", "1", "--timezone", "America/New_York",
+                 "--out", str(tmp_path / "out")]) == 0
+    assert "hours of day on America/New_York&#x27;s clock" in (tmp_path / "out" / "index.html").read_text()
+
+
+def test_an_all_zero_demand_is_drawn_from_zero_and_said(tmp_path, monkeypatch):
+    """A trace of zeros (report --per-gpu 1): the demand plot's axis ran from -0.04 to 0.04 GPUs with every line along
+    its middle, and the preemption plot's demand axis from 0 to 0.05, with nothing said."""
+    from controller.simulate import simulate
+    from dashboards.report import plot_demand, plot_preemptions
+
+    demand = synthetic_demand(days=5) * 0
+    scenario = Scenario(demand, 128, 1)
+    r = simulate(scenario, default_spec(scenario, 1.0), reference="forecast", timeline=True, detail=True)
+    assert (r.timeline["demand_gpus"].fillna(0) == 0).all()  # the case
+    ax = _drawn(monkeypatch, plot_demand, r, tmp_path / "d.png", 128).axes[0]
+    assert ax.get_ylim()[0] == 0 and ax.get_ylim()[1] >= 1, ax.get_ylim()
+    assert any("no inference demand" in t.get_text() for t in ax.texts), [t.get_text() for t in ax.texts]
+    twin = _drawn(monkeypatch, plot_preemptions, r, tmp_path / "p.png").axes[1]
+    assert twin.get_ylim()[0] == 0 and twin.get_ylim()[1] >= 1, twin.get_ylim()
+
+
+def test_the_page_says_what_a_job_trace_left_out(tmp_path, capsys):
+    """A job trace with a pod never scheduled: left out of the replay (said on stderr and in --json's notes), but the
+    page, whose training figures leave it out, said only 'job trace JOBS.csv'."""
+    demand = synthetic_demand(days=4)
+    trace, jobs, config = tmp_path / "demand.csv", tmp_path / "jobs.csv", tmp_path / "headroom.yaml"
+    write_csv(demand, trace)
+    rows = [f"{g},{h * 3600},{h * 3600 + 60},{h * 3600 + 7200}" for h, g in zip(range(24), [1, 2, 4] * 8)]
+    jobs.write_text("num_gpu,creation_time,scheduled_time,deletion_time\n" + "\n".join(rows) + "\n1,5000,,9000\n")
+    config.write_text("tune: {target_quantiles: [0.9], warm_buffers: [0.0], margins_gpus: [0]}\n")
+    assert main(["report", "--config", str(config), str(trace), "--days", "1", "--jobs", str(jobs),
+                 "--out", str(tmp_path / "out")]) == 0
+    said = [line for line in capsys.readouterr().err.splitlines() if "never scheduled" in line]
+    assert said, "the case: stderr says the pod is left out"
+    page = html.unescape((tmp_path / "out" / "index.html").read_text())
+    assert "1 pod(s) of the window never scheduled" in page, said
+
+
+def test_a_policy_file_of_several_workloads_is_refused_naming_what_runs_one(tmp_path, capsys):
+    """report --policy-file with two ReservationPolicies: refused, exit 2, with nothing written, but the message said
+    'simulate runs one' to a report."""
+    trace, policies = tmp_path / "demand.csv", tmp_path / "policies.yaml"
+    write_csv(synthetic_demand(days=4), trace)
+    one = ("apiVersion: headroom.dev/v1alpha1\nkind: ReservationPolicy\n"
+           "metadata: {{name: {name}, namespace: default}}\n"
+           "spec: {{query: q, mode: active, target: {{kind: Deployment, name: {name}}}, "
+           "capacity: {{demandPerGpu: 10}}}}\n")
+    policies.write_text(one.format(name="a") + "---\n" + one.format(name="b"))
+    assert main(["report", str(trace), "--days", "1", "--policy-file", str(policies),
+                 "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "holds 2 ReservationPolicies" in err and "simulate runs one" not in err and "report" in err, err
+    assert not (tmp_path / "out").exists()

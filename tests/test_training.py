@@ -912,23 +912,44 @@ def test_a_lease_with_an_unreadable_expiry_is_broken_as_a_stale_one(mlflow_serve
     assert not c.search_registered_models("name = 'headroom-lock-odd'")
 
 
-def test_the_forecast_plot_labels_each_line_as_the_quantile_it_is(sqlite_uri, monkeypatch, tmp_path):
-    """forecast.quantiles without 0.5 (0.9, 0.99): the forecast's line labelled 'p50' was its q0.9, beside a band
-    'forecast 0.9-0.9' of no width; the axes said neither time zone nor what the values are."""
+def _band_edges(band, x) -> tuple[np.ndarray, np.ndarray]:
+    """The lower and upper edge of a fill_between band at each of `x` (matplotlib date numbers)."""
+    (path,) = band.get_paths()
+    vx, vy = path.vertices[:, 0], path.vertices[:, 1]
+    at_x = [vy[np.isclose(vx, at, rtol=0, atol=1e-6)] for at in x]  # date numbers are days: 1e-6 is 0.09 s
+    return np.array([y.min() for y in at_x]), np.array([y.max() for y in at_x])
+
+
+@pytest.mark.parametrize("quantiles", [(0.5, 0.9, 0.99), (0.9, 0.99)])
+def test_the_forecast_plot_draws_the_interval_the_backtest_scores_for_the_fold_and_the_forecast(
+        quantiles, sqlite_uri, monkeypatch, tmp_path):
+    """Each band is the 80% interval, q0.1 to q0.9, whose coverage the backtest reports (coverage_80), for the fold and
+    the forecast alike. The forecast's band was the nearest of forecast.quantiles: q0.5 to q0.9 at the defaults,
+    half the width of the fold's q0.1 to q0.9 beside it; and at (0.9, 0.99) its line labelled 'p50' was its q0.9,
+    beside a band 'forecast 0.9-0.9' of no width."""
+    from matplotlib.dates import date2num
     from matplotlib.figure import Figure
 
     saved = []
     monkeypatch.setattr(Figure, "savefig", lambda fig, path, **k: saved.append(fig) or Path(path).write_bytes(b""))
-    result = train_series("plotq", demand(), settings(quantiles=(0.9, 0.99)), Tracker(sqlite_uri))
+    result = train_series("plotq", demand(), settings(quantiles=quantiles), Tracker(sqlite_uri))
     (ax,) = saved[-1].axes
+    bands = {c.get_label().split(" q")[0]: c for c in ax.collections}
     lines = {line.get_label(): line for line in ax.get_lines()}
-    assert not any("p50" in label for label in lines), list(lines)
-    # the line labelled q0.9 is the forecast's q0.9, as the run's forecast.csv has it
+    assert set(bands) == {"last backtest fold", "forecast"}, [c.get_label() for c in ax.collections]
+    for label, band in bands.items():
+        median = lines[f"{label} q0.5"]
+        lower, upper = _band_edges(band, date2num(median.get_xdata()))
+        assert (lower <= median.get_ydata() + 1e-9).all() and (median.get_ydata() <= upper + 1e-9).all()
+        assert (lower < median.get_ydata() - 1e-9).mean() > 0.5, f"{band.get_label()}: its lower edge is its median"
+    for label, band in bands.items():  # and each says which interval it is
+        assert f"{label} q0.1 to q0.9 (80% interval; backtest coverage_80 " in band.get_label(), band.get_label()
+    # the forecast's band is the forecast the run logs: its upper edge is forecast.csv's q0.9
     logged = pd.read_csv(client(sqlite_uri).download_artifacts(result.run_id, "forecast.csv", str(tmp_path)))
-    assert np.allclose(lines["forecast q0.9"].get_ydata(), logged["0.9"]), list(lines)
+    times = date2num(pd.to_datetime(logged["timestamp"]))
+    assert np.allclose(_band_edges(bands["forecast"], times)[1], logged["0.9"])
+    assert not any("p50" in label for label in lines), list(lines)
     assert ax.get_xlabel() == "time (UTC)" and "hourly mean" in ax.get_ylabel()
-    assert not any(c.get_label().startswith("forecast q0.9 to q0.9") for c in ax.collections)
-    assert ax.get_xlabel() == "time (UTC)" and "mean" in ax.get_ylabel()
 
 
 def test_each_training_fold_fits_its_hours_clipped_by_a_bound_from_those_hours_alone(tmp_path, capsys):
@@ -963,3 +984,30 @@ def test_each_training_fold_fits_its_hours_clipped_by_a_bound_from_those_hours_a
         result = json.loads(capsys.readouterr().out)
         scores.append({c: (m["smape"], m["coverage_80"]) for c, m in result["scores"].items()})
     assert scores[0] == scores[1]
+
+
+def test_the_forecast_plot_of_a_history_on_another_clock_says_whose(sqlite_uri, tmp_path, monkeypatch, capsys):
+    """train --timezone America/New_York trains on New York's wall-clock hours (local_hours: labelled UTC for the
+    models), which matplotlib draws as they are labelled: the axis said 'time (UTC)' of New York's hours, five hours
+    off."""
+    import argparse
+
+    from matplotlib.figure import Figure
+
+    from cli.config import load_config
+    from cli.train import cmd_train
+    from forecast.synthetic import write_csv
+
+    saved = []
+    monkeypatch.setattr(Figure, "savefig", lambda fig, path, **k: saved.append(fig) or Path(path).write_bytes(b""))
+    series = demand()
+    write_csv(series, tmp_path / "gpu.csv")
+    cfg = load_config(None, {"backtest.folds": 2, "forecast.timezone": "America/New_York"})
+    args = argparse.Namespace(history=str(tmp_path / "gpu.csv"), name="clock", tracking_uri=sqlite_uri)
+    assert cmd_train(cfg, args) == 0
+    (ax,) = saved[-1].axes
+    assert ax.get_xlabel() == "time (America/New_York wall clock)", ax.get_xlabel()
+    # the actual line's last point is the history's last hour on New York's clock
+    (actual,) = [line for line in ax.get_lines() if line.get_label() == "actual"]
+    last = pd.Timestamp(actual.get_xdata()[-1])
+    assert last.tz_localize(None) == series.index[-1].floor("h").tz_convert("America/New_York").tz_localize(None)

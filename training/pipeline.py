@@ -17,18 +17,18 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from adapters.mlflow import Tracker, TrackingError, experiment_name, registered_name
+from core import units
 from core.errors import interrupt_inside, raise_interrupt_inside
 from core.settings import MAX_HORIZON_HOURS, SERIES_NAME_PATTERN, TrainingConfig
 from forecast.backtest import (
     POOLED,
-    SCORED_QUANTILES,
     AutoForecaster,
     clipped_before,
     fallback_note,
@@ -46,6 +46,9 @@ from forecast.history import clip_outliers
 from forecast.metrics import finite_or_none, seasonal_scale
 from forecast.models import MODELS
 from training.realized import accuracy_run, time_axis
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 DAY = 24
 _DEFAULTS = TrainingConfig()  # the configuration's defaults are the library's (one definition of each)
@@ -217,35 +220,36 @@ def _hyperparameters(model: Any) -> dict[str, Any]:
     return out
 
 
-def _plot(path: Path, history: pd.Series, fold_frame: pd.DataFrame | None, future: pd.DataFrame, title: str,
-          statistic: str) -> None:
-    """The last week of `history` with the last backtest fold's and the forecast's quantiles, as a PNG."""
-    import matplotlib
+# What the forecast plot draws for the last backtest fold and the forecast alike: the median, and the 80% interval
+# whose coverage the backtest reports (coverage_80: the share of actuals within q0.1 to q0.9)
+PLOTTED_QUANTILES = (0.1, 0.5, 0.9)
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(11, 4))
+def forecast_figure(history: pd.Series, fold_frame: pd.DataFrame, future: pd.DataFrame, title: str, statistic: str,
+                    coverage_80: float, clock: str = units.UTC) -> Figure:
+    """The last week of `history` with the last backtest fold's and the forecast's median and 80% interval (frames
+    holding PLOTTED_QUANTILES), as a matplotlib Figure. `clock`: the wall clock the timestamps are on."""
+    import matplotlib.figure  # not pyplot: no global figure to close, no backend to choose
+
+    lo, mid, hi = PLOTTED_QUANTILES
+    fig = matplotlib.figure.Figure(figsize=(11, 4))
+    ax = fig.subplots()
     tail = history.iloc[-7 * DAY:]
     ax.plot(tail.index, tail.to_numpy(), color="black", lw=1, label="actual")
+    covered = f"backtest coverage_80 {coverage_80:.0%}" if np.isfinite(coverage_80) else "no backtest coverage_80"
     for frame, color, label in ((fold_frame, "tab:orange", "last backtest fold"), (future, "tab:blue", "forecast")):
-        if frame is None:
-            continue
-        # the quantiles nearest 0.1, 0.5 and 0.9 the frame has, each labelled as the one it is
-        cols = list(frame.columns)
-        lo, mid, hi = (min(cols, key=lambda c: abs(c - q)) for q in (0.1, 0.5, 0.9))
-        if lo < hi:
-            ax.fill_between(frame.index, frame[lo], frame[hi], color=color, alpha=0.25,
-                            label=f"{label} q{lo:g} to q{hi:g}")
+        ax.fill_between(frame.index, frame[lo], frame[hi], color=color, alpha=0.25,
+                        label=f"{label} q{lo:g} to q{hi:g} (80% interval; {covered})")
         ax.plot(frame.index, frame[mid], color=color, lw=1.5, label=f"{label} q{mid:g}")
     ax.set_title(title)
-    ax.set_xlabel("time (UTC)")  # matplotlib draws any zone's timestamps in UTC (rcParams timezone)
+    # matplotlib draws timestamps in UTC (rcParams timezone); a history on another zone's wall clock (local_hours)
+    # is labelled UTC, so its hours are drawn as that zone's
+    ax.set_xlabel("time (UTC)" if clock == units.UTC else f"time ({clock} wall clock)")
     ax.set_ylabel(f"demand (hourly {statistic}, the history's units)")
     ax.legend(loc="upper left", fontsize=8)
     fig.autofmt_xdate()
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    return fig
 
 
 def _inner_candidates(candidates: Sequence[str]) -> list[str]:
@@ -281,7 +285,7 @@ def train_series(name: str, series: pd.Series, settings: TrainSettings, tracker:
                  now: datetime | None = None,
                  factories: Mapping[str, Callable[[], Forecaster]] | None = None,
                  pool: GlobalPool | None = None, progress: Callable[[str], None] | None = None,
-                 timezone: str = "UTC") -> TrainResult:
+                 timezone: str = units.UTC) -> TrainResult:
     """Backtest, select, refit, log to MLflow, register a version, maybe promote it to champion. `pool`: the series
     trained together (this one among them), for the global candidate; `progress`: told each candidate's folds as
     they are scored (the global model refits across every series at each origin: minutes a series); `timezone`: the
@@ -417,10 +421,14 @@ def _train(name, series, settings, tracker, now, timezone, makers, origins, exp,
         table.to_csv(tmp / "backtest_folds.csv", index=False)
         pd.DataFrame(scores).T.rename_axis("model").to_csv(tmp / "backtest.csv")
         last = origins[-1]
+        # one interval for both, whatever settings.quantiles holds (at 0.5, 0.9, 0.99 the forecast's band was q0.5
+        # to q0.9 beside the fold's q0.1 to q0.9)
         fold_frame = makers[winner]().fit(clipped_before(series, last, factor)).predict(
-            settings.horizon, sorted(set(SCORED_QUANTILES) | set(settings.quantiles)))
-        _plot(tmp / "forecast_vs_actual.png", clipped, fold_frame, future,
-              f"{name}: {winner} ({key} {scores[winner][key]:.3f})", settings.statistic)
+            settings.horizon, list(PLOTTED_QUANTILES))
+        fig = forecast_figure(clipped, fold_frame, model.predict(settings.horizon, list(PLOTTED_QUANTILES)),
+                              f"{name}: {winner} ({key} {scores[winner][key]:.3f})", settings.statistic,
+                              scores[winner]["coverage_80"], timezone)
+        fig.savefig(tmp / "forecast_vs_actual.png", dpi=90)
         future.to_csv(tmp / "forecast.csv", index_label="timestamp")
         for f in ("backtest.csv", "backtest_folds.csv", "forecast_vs_actual.png", "forecast.csv"):
             tracker.log_artifact(parent, tmp / f)
