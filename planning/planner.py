@@ -184,15 +184,22 @@ class History:
         return self.times[lo:hi], self.values[lo:hi]
 
     def weekly_peak_by_hour(self, zone: str = UTC) -> np.ndarray:
-        """24 values, NaN for an hour of day not seen in the last week (hours of day as `_hour_of_day` counts them)."""
+        """Each hour of day's peak in the last week (hours of day as `_hour_of_day` counts them); for an hour of day
+        not seen, the week's highest peak; all NaN when nothing was seen. The hour in progress counts as seen only if
+        an earlier one of its hour of day was: its first minutes are not its peak, and taking them for it would drop
+        the reservation the unseen hour held from its lead time on, only to raise it again for the next unseen hour
+        (a pulse that preempts training every hour)."""
         if self.newest is None:
             return np.full(24, np.nan)
         # numpy, not a pandas groupby: a thousand policies falling back at once ask this of every one of them
         times, values = self.last_week
         seen = ~np.isnan(values)
+        hours = _hour_of_day(times[seen], zone, self.now)
         peaks = np.full(24, np.nan)
-        np.fmax.at(peaks, _hour_of_day(times[seen], zone, self.now), values[seen])
-        return peaks
+        np.fmax.at(peaks, hours, values[seen])
+        before = np.zeros(24, dtype=bool)
+        before[hours[times[seen] < self.now // 3600 * 3600]] = True  # seen before the clock hour now began
+        return np.where(before, peaks, np.nanmax(peaks)) if seen.any() else peaks
 
 
 def _hour_of_day(times: np.ndarray, zone: str, now: float) -> np.ndarray:
@@ -315,15 +322,12 @@ def plan_hours(forecasts: Mapping[str, Forecast | None], histories: Mapping[str,
             # plan_step keeps what the target serves now and follows live samples; reserving everything would take
             # the cluster from training and the other policies for a fault that is this policy's own.
             week = h.weekly_peak_by_hour(w.timezone)
-            unseen = w.least_gpus
             if np.isnan(week).all():
                 why = NO_DATA
-            else:
-                unseen = w.gpus(float(np.nanmax(week)))
             source = "minGpus and what the target holds now" if why == NO_DATA else "last week's same-hour peak"
             notes.append(f"{w.name}: {why} for {int((~usable).sum())} period(s); using {source}")
             peak = week[_hour_of_day(starts, w.timezone, t_now)]  # each period's hour of day
-            raw = np.where(usable, raw, np.where(np.isfinite(peak), w.gpus_each(peak), unseen))
+            raw = np.where(usable, raw, w.gpus_each(peak))  # no data: 0, clamped to minGpus below
         reserved = np.minimum(np.maximum(raw, w.least_gpus), w.top(lendable))  # WorkloadPolicy.clamp of each (np.clip
         # costs ten times as much)
         high_gpus = np.where(usable, w.gpus_each(high), 0)

@@ -234,6 +234,27 @@ def test_stale_history_falls_back_and_no_observed_week_reserves_min_gpus_and_wha
     assert list(w.reserved) == [2, 10, 2, 2] and w.why_fallback == "no forecast"
 
 
+
+def test_an_hour_first_seen_in_progress_keeps_the_unseen_hours_reservation_not_a_pulse():
+    """Twelve hours of history (00:00-11:55, peak 80 at 03:00), then the evening: each hour of day is first seen as it
+    runs. Its first samples are not its peak: the hour keeps the week's highest peak it was planned with from its
+    lead time on, so the reservation is a level, not a rise at each :45 and a drop a few minutes after the hour."""
+    index = pd.date_range("2026-01-08 00:00", "2026-01-08 19:55", freq="5min", tz="UTC")
+    demand = pd.Series(np.where(index.hour < 12, 10.0, 4.0), index=index)
+    demand[index.hour == 3] = 80.0
+    pol = cluster()
+    level = pol.workloads[0].gpus(80.0)
+
+    def reserved(now: str) -> int:
+        t = pd.Timestamp(f"2026-01-08 {now}", tz="UTC")
+        hours = plan_hours({}, {"chat": History.of(demand[demand.index <= t], t)}, pol, t)
+        return plan_step(hours, {"chat": observed()}, training(), pol, t).workloads[0].reserved_gpus
+
+    assert [reserved(t) for t in ("18:45", "19:00", "19:05", "19:40", "19:55")] == [level] * 5
+    # what the hour in progress shows still counts toward the week's highest peak that an unseen hour reserves
+    demand[index == pd.Timestamp("2026-01-08 19:50", tz="UTC")] = 100.0
+    assert reserved("19:55") == pol.workloads[0].gpus(100.0)
+
 def test_the_fallback_keeps_the_same_hour_on_the_policys_wall_clock_across_a_daylight_saving_change():
     """Berlin, busy 09:00-17:00 on weekdays; clocks go forward on Sunday 29 March and the data stopped at midnight.
     On Monday the fallback's 'same hour last week' is the Berlin hour (07:00 UTC, was 08:00 UTC), as the forecast's

@@ -236,7 +236,8 @@ def test_a_bigger_cluster_never_lends_less_to_training(s, more):
 @given(any_scenario)
 def test_the_fallback_reserves_at_least_the_recent_peak_and_last_weeks_same_hour_peak(s):
     """With no forecast, a workload reserves at least last week's peak at each hour of day (its highest peak for an
-    hour it did not see) and the recent observed peak, clamped to [minGpus, top], unless the cluster cut it."""
+    hour it did not see, or saw only in the hour in progress) and the recent observed peak, clamped to [minGpus, top],
+    unless the cluster cut it."""
     forecasts, histories, observed, training, policy, now = s
     hours, step = plan({}, histories, observed, training, policy, now)
     t_now = now.timestamp()
@@ -248,7 +249,7 @@ def test_the_fallback_reserves_at_least_the_recent_peak_and_last_weeks_same_hour
             week = h[(h.index > now - pd.Timedelta(days=7)) & (h.index <= now)].dropna()
             for i, start in enumerate(pd.to_datetime(wh.starts, unit="s", utc=True)):
                 same = week[week.index.hour == start.hour]
-                peak = same.max() if len(same) else week.max()
+                peak = same.max() if (same.index < now.floor("h")).any() else week.max()
                 floor = min(max(w.gpus(float(peak)), w.min_gpus), top) if len(week) else w.min_gpus
                 assert wh.reserved[i] + wh.cut[i] >= floor
         times, values = observed[w.name]

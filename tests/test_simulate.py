@@ -30,6 +30,7 @@ from controller.simulate import (
 from core.policy import PolicySpec, spec_dict
 from core.settings import WorldSettings
 from forecast.history import at_own_step, load_history
+from forecast.synthetic import synthetic_demand
 from tests.conftest import SHARED_DATA
 
 TRACES = {"nasa": "nasa_http_1995_5min.csv", "alibaba": "alibaba_genai_sd_requests_5min.csv",
@@ -230,6 +231,19 @@ def test_one_day_of_history_is_a_stated_conservative_default_not_an_error():
     assert r.headroom_violations == 0 and r.utilization > 0.6 and r.objective_met
     with_week = simulate(*scenario(trace("nasa", days=9)))
     assert with_week.forecast_fallback_hours == 0
+
+
+def test_half_a_day_of_history_reserves_a_level_for_the_hours_it_never_saw_not_a_pulse_each_hour():
+    """The example demand's first day, its second half evaluated: each evening hour is first seen as it runs. The
+    fallback holds the week's highest peak for it from its lead time on and through the hour (its first samples are
+    not its peak), not a rise to that peak at each :45 dropped a few minutes after the hour, which preempted the
+    training lent in between every hour (70 preemptions in 12 hours)."""
+    s, spec = scenario(synthetic_demand(days=2)[:288], days=0.5)
+    r = simulate(s, spec, timeline=True)
+    assert r.forecast_fallback_hours == 12 and r.objective_met and r.headroom_violations == 0
+    reserved = r.timeline["reserved_gpus"].to_numpy()
+    fell = [k for k in range(1, len(reserved) - 1) if reserved[k] < reserved[k - 1]]
+    assert not fell and r.preemptions == 0
 
 
 # Open: with one day of history (nothing to tune on), the warm buffer from that day's rises at the objective's level
