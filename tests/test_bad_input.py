@@ -1145,3 +1145,33 @@ def test_plan_with_a_kubernetes_configuration_says_what_it_reads(tmp_path, capsy
     config.write_text("run:\n  cluster: kubernetes\n  prometheus: {url: 'http://127.0.0.1:9'}\n")
     status, err = exits(["plan", "--config", config], capsys)
     assert status == 2 and "it does not read a cluster's ReservationPolicies" in err, err
+
+
+@pytest.mark.parametrize("where, given", [("flag", "mlflow.db"), ("flag", "file:///tmp/mlruns"),
+                                          ("run.tracking_uri", "mlflow.db"), ("training.tracking_uri", "./ml/runs"),
+                                          ("MLFLOW_TRACKING_URI", "mlflow.db")])
+def test_a_tracking_uri_that_is_a_path_is_refused_naming_where_it_was_given(demand, tmp_path, monkeypatch, capsys,
+                                                                          where, given):
+    """A bare path (or file: URI) is MLflow's filesystem store, which MLflow no longer opens: train failed with
+    MLflow's own "maintenance mode" error (exit 1) after it had started. Refused before any work, naming the field
+    (or the variable) and the sqlite URI to give instead."""
+    import yaml
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    argv = ["train", "--history", demand, "--name", "chat"]
+    field = where
+    if where == "flag":
+        argv += ["--tracking-uri", given]
+        field = "training.tracking_uri"
+    elif where == "MLFLOW_TRACKING_URI":
+        monkeypatch.setenv(where, given)
+    else:
+        section, key = where.split(".")
+        (tmp_path / "headroom.yaml").write_text(yaml.safe_dump({section: {key: given}}))
+        argv += ["--config", tmp_path / "headroom.yaml"]
+    status, err = exits(argv, capsys)
+    path = given.removeprefix("file://")
+    assert status == 2, err
+    assert f"{field}: '{given}' is a path, not a tracking URI" in err and f"sqlite:///{path}" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["headroom.yaml"] if "." in where else []), "nothing made"
