@@ -45,7 +45,7 @@ def run_demo(out: Path, quick: bool, cfg, say) -> dict:
     from core.files import replace_whole
     from core.settings import EmbeddedPolicy
     from dashboards.report import compare_policies, comparison_table, format_table, render_report
-    from forecast.history import OUTLIER_FACTOR, FileSource, at_own_step
+    from forecast.history import FileSource, at_own_step
     from forecast.synthetic import synthetic_demand, write_csv
     from training.pipeline import TrainSettings, train_series
 
@@ -73,7 +73,7 @@ def run_demo(out: Path, quick: bool, cfg, say) -> dict:
     say(f"training: backtest of candidates, tracked in MLflow at {uri}")
     trained = train_series(SERIES, hourly, TrainSettings(folds=size.folds, statistic=spec.statistic,
                                                          quantiles=(0.1, 0.5, 0.9, 0.99),
-                                                         outlier_factor=OUTLIER_FACTOR), Tracker(uri),
+                                                         outlier_factor=cfg.history.outlier_factor), Tracker(uri),
                            end.to_pydatetime())
     say(f"trained: {trained.selected} {trained.objective}={trained.score:.3f} -> version {trained.version}, "
         f"{'champion' if trained.promoted else 'not promoted'} ({trained.reason})")
@@ -96,7 +96,8 @@ def run_demo(out: Path, quick: bool, cfg, say) -> dict:
     r = cfg.run.model_copy(update={"capacity_gpus": c.gpus, "policies": [
         EmbeddedPolicy(name=NAME, namespace=NAMESPACE, history_file=history_file, spec=policy)]})
     cluster, demand = embedded(cfg, r, now)
-    state = Reconciler(cluster, demand, r, models=Models(uri), dry_run=True).reconcile(now)
+    state = Reconciler(cluster, demand, r, models=Models(uri), dry_run=True,
+                       outlier_factor=cfg.history.outlier_factor).reconcile(now)
     ps = state.policies[f"{NAMESPACE}/{NAME}"]
     hours, step = ps.hours, ps.step
     if hours is None or step is None:  # an invalid policy or a failed reconcile plans nothing

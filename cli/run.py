@@ -186,7 +186,7 @@ def build(cfg: Config, in_cluster: bool = False, timeline: list | None = None, s
                             refit_beside=r.cluster == "kubernetes" and not once,
                             events_beside=r.cluster == "kubernetes",  # Events off the reconcile's path
                             statuses_beside=r.cluster == "kubernetes",  # statuses too, newest per policy
-                            summary=summary)
+                            summary=summary, outlier_factor=cfg.history.outlier_factor)
     if trainer is not None:  # a training whose turn comes after this replica let its Lease go is dropped
         trainer.leading = reconciler.leads
     return reconciler, cluster
@@ -482,7 +482,8 @@ def cmd_plan(cfg: Config, args) -> int:
     # run's store; plan writes nothing, and a sqlite store that is not there holds no champion: not created
     store = _tracking_uri(cfg)
     uri = None if store.startswith("sqlite:///") and not Path(store.removeprefix("sqlite:///")).exists() else store
-    state = Reconciler(cluster, demand, r, models=Models(uri), dry_run=True).reconcile(now)
+    state = Reconciler(cluster, demand, r, models=Models(uri), dry_run=True,
+                       outlier_factor=cfg.history.outlier_factor).reconcile(now)
     out = {"now": now.isoformat(), "capacity_gpus": r.capacity_gpus, "policies": {},
            "actions": [describe(a) for a in state.actions], "notes": list(state.notes)}
     lendable = r.capacity_gpus - r.non_lendable_gpus

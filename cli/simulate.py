@@ -196,7 +196,8 @@ class WhatIf:
 
 def controller_settings(cfg: Config) -> dict:
     """The settings `headroom run` decides with beside the policy (run.*: the data's lookback, staleness and
-    horizon, the GPUs never lent, the teams' weights), as a Scenario's fields: the what-if decides as the controller
+    horizon, the GPUs never lent, the teams' weights; history.outlier_factor, the bound its refits clip the hours
+    by), as a Scenario's fields: the what-if decides as the controller
     does on the same configuration. BadRequest when run.non_lendable_gpus leaves nothing of simulate.gpus to lend."""
     from controller.observe import DataSettings
 
@@ -204,7 +205,7 @@ def controller_settings(cfg: Config) -> dict:
     if r.non_lendable_gpus >= cfg.simulate.gpus:
         raise BadRequest(f"run.non_lendable_gpus {r.non_lendable_gpus} leaves nothing of the {cfg.simulate.gpus}-GPU "
                          "cluster (simulate.gpus, --gpus) to lend")
-    return {"data": DataSettings.of(r), "non_lendable_gpus": r.non_lendable_gpus,
+    return {"data": DataSettings.of(r, cfg.history.outlier_factor), "non_lendable_gpus": r.non_lendable_gpus,
             "team_weights": tuple(r.team_weights.items())}
 
 
