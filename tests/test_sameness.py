@@ -132,6 +132,26 @@ def test_the_same_with_the_configured_outlier_factor(tmp_path, capsys):
     assert (as_read >= clipped).all() and as_read.sum() > clipped.sum()  # the spike, forecast again, reserved for
 
 
+def test_the_same_on_a_counter_trace(tmp_path, capsys):
+    """With `history.counter: true` simulate replayed a cumulative counter's increments while `run --history` read
+    the counter itself and refused it ("set history.counter: true", set already), exit 1. Both now read the
+    increments, which are the demand the counter counts."""
+    from forecast.synthetic import synthetic_demand, write_csv
+
+    rate = synthetic_demand(days=4).fillna(0.0)  # requests per step; the counter counts every one
+    write_csv(rate, tmp_path / "rate.csv")
+    write_csv(rate.cumsum(), tmp_path / "counter.csv")
+    policy = _policy_file(tmp_path / "policy.yaml", tmp_path / "rate.csv")
+    config = tmp_path / "headroom.yaml"
+    config.write_text(yaml.safe_dump({"history": {"counter": True}}))
+    simulated, ran = _both(tmp_path, tmp_path / "counter.csv", policy, days=1, flags=["--config", str(config)])
+    assert simulated == ran
+    t = pd.read_csv(tmp_path / "simulate.csv")
+    per_gpu = demand_per_gpu(load_history(tmp_path / "rate.csv"), peak_gpus=100)
+    expected = rate.loc[pd.DatetimeIndex(pd.to_datetime(t["timestamp"]))].to_numpy() / per_gpu
+    np.testing.assert_allclose(t["demand_gpus"], expected, rtol=1e-6)
+
+
 @pytest.mark.parametrize("trace_name, fields", [
     ("nasa_http_1995_5min.csv", {"targetQuantile": 0.5, "warmBuffer": 0.5}),
     ("alibaba_genai_sd_requests_5min.csv", {}),  # the defaults, on a bursty trace with emergency preemptions
