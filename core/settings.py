@@ -51,7 +51,7 @@ def checked_tracking_uri(value: str) -> str:
     URL. A bare path or a file: URI is MLflow's filesystem store, which MLflow no longer opens (its "maintenance
     mode" error, after the command had started)."""
     scheme = urlsplit(value).scheme
-    if scheme in ("", "file"):
+    if scheme in ("", "file") and value != "databricks":  # MLflow's one URI without a scheme
         path = value.removeprefix("file://") if scheme else value
         raise ValueError(f"{value!r} is a path, not a tracking URI (MLflow's filesystem store is not supported): "
                          f"give a sqlite store, sqlite:///{path}, or a tracking server's http:// URL")

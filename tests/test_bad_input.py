@@ -1198,3 +1198,11 @@ def test_a_tracking_uri_that_is_a_path_is_refused_naming_where_it_was_given(dema
     assert status == 2, err
     assert f"{field}: '{given}' is a path, not a tracking URI" in err and f"sqlite:///{path}" in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == (["headroom.yaml"] if "." in where else []), "nothing made"
+
+
+@pytest.mark.parametrize("uri", ["sqlite:///mlflow.db", "sqlite:////abs/mlflow.db", "http://mlflow:5000",
+                                 "https://user:pw@mlflow.example/prefix", "postgresql://u@db/mlflow", "databricks"])
+def test_a_tracking_uri_mlflow_opens_is_taken_as_given(uri):
+    """The check refuses paths only: every store URI MLflow opens (databricks is its one without a scheme)."""
+    cfg = load_config(None, {"training.tracking_uri": uri, "run.tracking_uri": uri})
+    assert cfg.training.tracking_uri == cfg.run.tracking_uri == uri
