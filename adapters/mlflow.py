@@ -29,7 +29,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from core.settings import shown_url
+from core.errors import BadRequest
+from core.settings import checked_tracking_uri, shown_url
 
 if TYPE_CHECKING:  # imported when used: mlflow is slow to import
     from mlflow.tracking import MlflowClient
@@ -51,7 +52,16 @@ def default_uri() -> str:
 
 
 def resolve_uri(uri: str | None = None) -> str:
-    return uri or os.environ.get("MLFLOW_TRACKING_URI") or default_uri()
+    """`uri` (checked with the configuration), else MLFLOW_TRACKING_URI (checked here, as it is), else the default."""
+    if uri:
+        return uri
+    from_env = os.environ.get("MLFLOW_TRACKING_URI")
+    if not from_env:
+        return default_uri()
+    try:
+        return checked_tracking_uri(from_env)
+    except ValueError as exc:
+        raise BadRequest(f"MLFLOW_TRACKING_URI: {exc}") from None
 
 
 def _not_found(exc: BaseException) -> bool:

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pandas as pd
 
-SERIES = "demo"
+NAMESPACE, NAME = "default", "inference"  # the policy it writes, runs and plans
+SERIES = f"{NAMESPACE}.{NAME}"  # the series the controller serves that policy the champion of (namespace.name)
 HISTORY, STORE, POLICY, REPORT = "demand_5min.csv", "mlflow.db", "policy.yaml", "report"
 # what the demo writes into --out: its own files, and what the MLflow adapter keeps beside its sqlite store
 WRITES = (HISTORY, STORE, POLICY, REPORT, "mlartifacts", ".headroom-locks")
@@ -44,7 +45,7 @@ def run_demo(out: Path, quick: bool, cfg, say) -> dict:
     from core.files import replace_whole
     from core.settings import EmbeddedPolicy
     from dashboards.report import compare_policies, comparison_table, format_table, render_report
-    from forecast.history import OUTLIER_FACTOR, FileSource, at_own_step
+    from forecast.history import FileSource, at_own_step
     from forecast.synthetic import synthetic_demand, write_csv
     from training.pipeline import TrainSettings, train_series
 
@@ -72,7 +73,7 @@ def run_demo(out: Path, quick: bool, cfg, say) -> dict:
     say(f"training: backtest of candidates, tracked in MLflow at {uri}")
     trained = train_series(SERIES, hourly, TrainSettings(folds=size.folds, statistic=spec.statistic,
                                                          quantiles=(0.1, 0.5, 0.9, 0.99),
-                                                         outlier_factor=OUTLIER_FACTOR), Tracker(uri),
+                                                         outlier_factor=cfg.history.outlier_factor), Tracker(uri),
                            end.to_pydatetime())
     say(f"trained: {trained.selected} {trained.objective}={trained.score:.3f} -> version {trained.version}, "
         f"{'champion' if trained.promoted else 'not promoted'} ({trained.reason})")
@@ -88,15 +89,16 @@ def run_demo(out: Path, quick: bool, cfg, say) -> dict:
     policy = specs["forecast"]
     verdict = "recommended" if tuned.met else "closest (does not meet the objective)"
     say(f"{verdict}: targetQuantile {policy.target_quantile:g}, warmBuffer {policy.warm_buffer:g}: {tuned.reason}")
-    policy_file = write_policy(policy, out / POLICY, "inference", "default",
+    policy_file = write_policy(policy, out / POLICY, NAME, NAMESPACE,
                                f"headroom demo: {tuned.reason}", replace=True)  # an earlier demo's, if any
 
     now = scenario.evaluated[0]
     r = cfg.run.model_copy(update={"capacity_gpus": c.gpus, "policies": [
-        EmbeddedPolicy(name="inference", namespace="default", history_file=history_file, spec=policy)]})
+        EmbeddedPolicy(name=NAME, namespace=NAMESPACE, history_file=history_file, spec=policy)]})
     cluster, demand = embedded(cfg, r, now)
-    state = Reconciler(cluster, demand, r, models=Models(uri), dry_run=True).reconcile(now)
-    ps = state.policies["default/inference"]
+    state = Reconciler(cluster, demand, r, models=Models(uri), dry_run=True,
+                       outlier_factor=cfg.history.outlier_factor).reconcile(now)
+    ps = state.policies[f"{NAMESPACE}/{NAME}"]
     hours, step = ps.hours, ps.step
     if hours is None or step is None:  # an invalid policy or a failed reconcile plans nothing
         from core.errors import HeadroomError
@@ -104,6 +106,7 @@ def run_demo(out: Path, quick: bool, cfg, say) -> dict:
         raise HeadroomError(f"demo: no plan for {ps.name}: {ps.error or 'the reconcile failed'}")
     say(f"plan at {now:%Y-%m-%d %H:%M} UTC on the embedded {c.gpus}-GPU cluster")
     print(f"plan at {now:%Y-%m-%d %H:%M} UTC ({c.gpus} GPUs), policy {policy_file}:")
+    print(f"  model: {ps.model}")
     print(f"  now: {step.reason}")
     print(f"  {'hour (UTC)':<17}{'reserved':>9}{'headroom':>9}")
     for k in range(min(6, len(hours.starts))):
@@ -155,8 +158,9 @@ def cmd_demo(cfg, args) -> int:
         done = run_demo(out, args.quick, cfg, stage_printer("demo"))
     print(f"\nreport:       {done['report']}\n"
           f"  open it:    xdg-open {done['report']}   (or open that path in a browser)\n"
-          f"policy:       {done['policy']}   (headroom run --policy-file {done['policy']} --history "
-          f"{done['history']})\n"
+          f"policy:       {done['policy']}\n"
+          f"  run it:     MLFLOW_TRACKING_URI={done['tracking_uri']} headroom run --policy-file {done['policy']} "
+          f"--history {done['history']}   (serves the champion trained here)\n"
           f"MLflow store: {done['tracking_uri']}\n"
           f"  open it:    mlflow ui --backend-store-uri {done['tracking_uri']}   (then http://127.0.0.1:5000)")
     return 0

@@ -76,6 +76,10 @@ def _positive_int(text: str) -> int:
 
 def with_policy_files(r: RunConfig, files: list[str] | None, history: str | None) -> RunConfig:
     """run.policies plus the policies of --policy-file, whose demand is --history."""
+    for i, p in enumerate(r.policies):  # named in the configuration, absent at start: a configuration error (one
+        if not p.history_file.exists():  # that goes, or cannot be read, later is that policy's fault alone)
+            raise BadRequest(f"run.policies[{i}].history_file {p.history_file}: no such file (policy "
+                             f"{p.namespace}/{p.name})")
     if not files:
         if history:
             raise BadRequest("--history is the demand of --policy-file's policies: give --policy-file too")
@@ -136,14 +140,21 @@ def _loadable(demand) -> dict:
     return out
 
 
+def _file_demand(cfg: Config, r: RunConfig):
+    """`r.policies`' demand from their history files, read as every command reads a history file (history.counter: a
+    cumulative counter as its increments, as simulate reads its DEMAND)."""
+    from controller.demand import FileDemand
+
+    return FileDemand({f"{p.namespace}/{p.name}": p.history_file for p in r.policies}, counter=cfg.history.counter)
+
+
 def embedded(cfg: Config, r: RunConfig, start: pd.Timestamp, jobs=None):
     """The embedded cluster holding `r.policies` (every ClusterQueue they name, and a saturated training
     backlog or the arrivals `jobs` of a job trace), and their demand replayed from their history files."""
     from adapters.embedded import EmbeddedCluster
-    from controller.demand import FileDemand
     from core.policy import manifest
 
-    demand = FileDemand({f"{p.namespace}/{p.name}": p.history_file for p in r.policies})
+    demand = _file_demand(cfg, r)
     series = _loadable(demand)  # a policy whose history cannot be read has no demand; the reconcile says so
     cluster = EmbeddedCluster(r.capacity_gpus, [manifest(p.name, p.namespace, p.spec) for p in r.policies], series,
                               start.timestamp(), settings=cfg.simulate.world, jobs=jobs)
@@ -182,7 +193,7 @@ def build(cfg: Config, in_cluster: bool = False, timeline: list | None = None, s
                             refit_beside=r.cluster == "kubernetes" and not once,
                             events_beside=r.cluster == "kubernetes",  # Events off the reconcile's path
                             statuses_beside=r.cluster == "kubernetes",  # statuses too, newest per policy
-                            summary=summary)
+                            summary=summary, outlier_factor=cfg.history.outlier_factor)
     if trainer is not None:  # a training whose turn comes after this replica let its Lease go is dropped
         trainer.leading = reconciler.leads
     return reconciler, cluster
@@ -294,15 +305,14 @@ def _stop_on_signals(stop: threading.Event) -> list[int]:
     return stopped
 
 
-def _clock(r: RunConfig, now: str | None, hours: int, moment: bool = False) -> pd.DatetimeIndex:
+def _clock(cfg: Config, r: RunConfig, now: str | None, hours: int, moment: bool = False) -> pd.DatetimeIndex:
     """The embedded clock: the histories' own step, from `now` (default: `hours` before the earliest end) for
     `hours`. Every policy's history must share one step. `moment`: the one moment `now` (default: the earliest end)
     that `plan` decides at, any time the histories cover."""
-    from controller.demand import FileDemand
     from core.units import go_duration, parse_time
     from forecast.history import sampling_step
 
-    demand = FileDemand({f"{p.namespace}/{p.name}": p.history_file for p in r.policies})
+    demand = _file_demand(cfg, r)
     loaded = _loadable(demand)
     if not loaded:
         demand.series(next(iter(demand.files)))  # raises the first policy's HistoryError: nothing can run
@@ -378,7 +388,7 @@ def _replay(cfg: Config, args) -> int:
 
     check_output_files([(args.timeline, "--timeline")], command_inputs(cfg, args))
     hours = args.hours or (1 if args.once else 24)
-    times = _clock(r, args.now, hours)
+    times = _clock(cfg, r, args.now, hours)
     if args.once:
         times = times[:1]
     jobs = None  # the job trace's last `hours` arrive from the clock's start, as simulate's last days do
@@ -473,12 +483,13 @@ def cmd_plan(cfg: Config, args) -> int:
         raise BadRequest(f"--hours {args.hours}: the plan covers run.horizon_hours ({r.horizon_hours}) hours")
     r = r.model_copy(update={"cluster": "simulated", "prometheus": None})
     cfg = cfg.model_copy(update={"run": r})
-    (now,) = _clock(r, args.now, 1, moment=True)
+    (now,) = _clock(cfg, r, args.now, 1, moment=True)
     cluster, demand = embedded(cfg, r, now)
     # run's store; plan writes nothing, and a sqlite store that is not there holds no champion: not created
     store = _tracking_uri(cfg)
     uri = None if store.startswith("sqlite:///") and not Path(store.removeprefix("sqlite:///")).exists() else store
-    state = Reconciler(cluster, demand, r, models=Models(uri), dry_run=True).reconcile(now)
+    state = Reconciler(cluster, demand, r, models=Models(uri), dry_run=True,
+                       outlier_factor=cfg.history.outlier_factor).reconcile(now)
     out = {"now": now.isoformat(), "capacity_gpus": r.capacity_gpus, "policies": {},
            "actions": [describe(a) for a in state.actions], "notes": list(state.notes)}
     lendable = r.capacity_gpus - r.non_lendable_gpus

@@ -196,7 +196,8 @@ class WhatIf:
 
 def controller_settings(cfg: Config) -> dict:
     """The settings `headroom run` decides with beside the policy (run.*: the data's lookback, staleness and
-    horizon, the GPUs never lent, the teams' weights), as a Scenario's fields: the what-if decides as the controller
+    horizon, the GPUs never lent, the teams' weights; history.outlier_factor, the bound its refits clip the hours
+    by), as a Scenario's fields: the what-if decides as the controller
     does on the same configuration. BadRequest when run.non_lendable_gpus leaves nothing of simulate.gpus to lend."""
     from controller.observe import DataSettings
 
@@ -204,7 +205,7 @@ def controller_settings(cfg: Config) -> dict:
     if r.non_lendable_gpus >= cfg.simulate.gpus:
         raise BadRequest(f"run.non_lendable_gpus {r.non_lendable_gpus} leaves nothing of the {cfg.simulate.gpus}-GPU "
                          "cluster (simulate.gpus, --gpus) to lend")
-    return {"data": DataSettings.of(r), "non_lendable_gpus": r.non_lendable_gpus,
+    return {"data": DataSettings.of(r, cfg.history.outlier_factor), "non_lendable_gpus": r.non_lendable_gpus,
             "team_weights": tuple(r.team_weights.items())}
 
 
@@ -364,12 +365,41 @@ def cmd_simulate(cfg: Config, args) -> int:
     if args.json:
         print(json.dumps({**fields_, "notes": [*w.notes, *notes]}, sort_keys=True, default=str))
         return 0
-    width = max(map(len, fields_)) + 2
-    for key, value in fields_.items():
-        if key == "policy":
-            continue
-        print(f"{key:<{width}}{value:.4g}" if isinstance(value, float) else f"{key:<{width}}{value}")
+    print("\n".join(figure_lines(fields_)))
     return 0
+
+
+# the figures that are shares (of capacity, demand, steps, hours or allocated GPU-time): read as percentages
+SHARES = frozenset({"utilization", "shortage_within_cluster", "short_steps", "shortage_within_cluster_se",
+                    "short_steps_se", "inference_shortage", "shortage_over_capacity", "shortage_hours_share",
+                    "training_goodput"})
+
+
+def percent(value) -> str:
+    return "" if value is None or math.isnan(value) else f"{100 * value:.4g}%"
+
+
+def sweep_text(table, spec) -> str:
+    """tune's sweep as text: shares in percent, as its verdict says them, and an unset warm_buffer_quantile as the
+    level it stands for (1 - the objective's maxShortSteps: the rises the objective lets go short)."""
+    shown = table.copy()
+    for column in SHARES.intersection(shown.columns):
+        shown[column] = shown[column].map(percent)
+    if "warm_buffer_quantile" in shown.columns:
+        unset = f"{1 - spec.objective.max_short_steps:g} (unset)"
+        shown["warm_buffer_quantile"] = [unset if q is None or math.isnan(q) else f"{q:g}"
+                                         for q in shown["warm_buffer_quantile"]]
+    return shown.to_string(index=False, float_format=lambda v: f"{v:.4g}")
+
+
+def figure_lines(fields_: dict) -> list[str]:
+    """simulate's text output: the policy replayed, then each figure under its --json name, shares in percent (a
+    shortage of 7.4e-05 is 0.0074%); the spec itself is in --json and the policy file."""
+    shown = {"policy": fields_["reference"], **{k: v for k, v in fields_.items() if k not in ("policy", "reference")}}
+    width = max(map(len, shown)) + 2
+    return [f"{key:<{width}}{percent(value)}" if key in SHARES else
+            f"{key:<{width}}{value:.4g}" if isinstance(value, float) else f"{key:<{width}}{value}"
+            for key, value in shown.items()]
 
 
 # what tune's recommendation is, by whether it was replayed and met the objective: a key of its JSON, and its words
@@ -406,7 +436,7 @@ def cmd_tune(cfg: Config, args) -> int:
     verdict = "recommended" if result.met else "closest" if result.replay is not None else "stated defaults"
     if not args.json:
         if not result.table.empty:
-            print(result.table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+            print(sweep_text(result.table, result.recommended))
         print(f"{VERDICTS[verdict]}: {_fields(result.recommended)}\n  {result.reason}")
     replay = result.replay
     # what the figures leave out, as simulate says it: on stderr, and in the JSON (which has no progress lines)

@@ -35,6 +35,7 @@ class FileDemand(DemandReader):
     """The embedded source: each policy's demand replayed from a file at its own step (a missing sample is a gap,
     NaN, as Prometheus returns it), never past `end` (no look-ahead)."""
     files: Mapping[str, Path]  # policy key -> file
+    counter: bool | None = None  # history.counter: a cumulative counter read as its increments per step
     _loaded: dict[str, pd.Series] = field(default_factory=dict, repr=False)
     repairs: dict[str, list[str]] = field(default_factory=dict, repr=False)  # what cleaning changed, per policy
 
@@ -43,7 +44,7 @@ class FileDemand(DemandReader):
         if key not in self.files:
             raise HistoryError(f"no history file for policy {key}")
         if key not in self._loaded:
-            self._loaded[key], report = at_own_step_reported(load_history(self.files[key]))
+            self._loaded[key], report = at_own_step_reported(load_history(self.files[key]), self.counter)
             self.repairs[key] = report.repairs()
         return self._loaded[key]
 

@@ -42,13 +42,14 @@ class DataSettings:
     horizon_hours: int = _RUN.horizon_hours
     lookback_seconds: float = duration(LOOKBACK).total_seconds()
     read_overlap: pd.Timedelta = pd.Timedelta(minutes=15)      # re-read before the newest sample: late ones fill in
+    outlier_factor: float | None = OUTLIER_FACTOR               # the hours a refit fits on clipped so (history.*)
 
     @classmethod
-    def of(cls, run: RunConfig) -> DataSettings:
+    def of(cls, run: RunConfig, outlier_factor: float | None = OUTLIER_FACTOR) -> DataSettings:
         server = run.prometheus
         return cls(run.stale_after_seconds, run.keep_forecast_seconds, run.horizon_hours,
                    duration(server.lookback if server else LOOKBACK).total_seconds(),
-                   3 * duration(server.step) if server else pd.Timedelta(minutes=15))
+                   3 * duration(server.step) if server else pd.Timedelta(minutes=15), outlier_factor)
 
 
 def degraded_reason(newest: float | None, last_hour: int, last_hour_missing: int, now: float,
@@ -123,10 +124,10 @@ def fit(model, name: str, hourly: pd.Series, now: pd.Timestamp, spec: PolicySpec
 
 
 def fit_hourly(model, name: str, raw: pd.Series, now: pd.Timestamp, spec: PolicySpec, generation: int,
-               horizon_hours: int) -> tuple[pd.Series, IssuedForecast | None, str | None]:
+               horizon_hours: int, outlier_factor: float | None) -> tuple[pd.Series, IssuedForecast | None, str | None]:
     """`fit` on the complete hours of `raw`, which it returns too: the hourly work's computation, with no I/O and
     module-level, so that `headroom run` can run it in a process of its own."""
-    hourly = hourly_history(raw, spec.statistic, now)
+    hourly = hourly_history(raw, spec.statistic, now, outlier_factor)
     return (hourly, *fit(model, name, hourly, now, spec, generation, horizon_hours))
 
 

@@ -81,7 +81,7 @@ from core.policy import API_VERSION, KIND, PolicySpec, parse_policy_spec
 from core.settings import RunConfig
 from core.units import epoch_seconds
 from forecast.baselines import BASELINES
-from forecast.history import HistoryError, check_values
+from forecast.history import OUTLIER_FACTOR, HistoryError, check_values
 from planning.planner import (
     UNANNOTATED_CHECKPOINT_SECONDS,
     UNANNOTATED_PREEMPTION_SECONDS,
@@ -405,9 +405,9 @@ class Reconciler:
                  drift_factor: float = 1.5, drift_window: int = 24, timeline: list | None = None,
                  dry_run: bool = False, refit_beside: bool = False, events_beside: bool = False,
                  statuses_beside: bool = False,
-                 summary: PlanSummaryWriter | None = None):
+                 summary: PlanSummaryWriter | None = None, outlier_factor: float | None = OUTLIER_FACTOR):
         self.cluster, self.demand, self.cfg = cluster, demand, cfg
-        self.data = DataSettings.of(cfg)
+        self.data = DataSettings.of(cfg, outlier_factor)  # outlier_factor: history.outlier_factor, as training's
         self.holder = holder or StateHolder()
         self.models = models or Models()
         self.forecast_log, self.tracker, self.retrain = forecast_log, tracker, retrain
@@ -658,7 +658,7 @@ class Reconciler:
             cached, fault = self._refit_beside(p, now, cached)
             raw = self._raw.get(p.key, raw)  # a whole lookback re-read beside, taken up
         elif degraded is None and due(cached, now, p.generation):
-            fresh, fault = self._fit(p, hourly_history(raw, p.spec.statistic, now), now)
+            fresh, fault = self._fit(p, hourly_history(raw, p.spec.statistic, now, self.data.outlier_factor), now)
             if fresh is not None:
                 cached = self._take(p, fresh)
         return _Input(p, raw, degraded, usable(cached, now, self.data), fault)
@@ -694,7 +694,7 @@ class Reconciler:
         fitter = self._fitting_process()
         try:
             hourly, fresh, failed = fitter.submit(fit_hourly, model, name, raw, now, p.spec, p.generation,
-                                                  self.data.horizon_hours).result()
+                                                  self.data.horizon_hours, self.data.outlier_factor).result()
         except BrokenProcessPool as exc:
             with self._fitter_lock:
                 if self._fitter is fitter:
@@ -1299,7 +1299,7 @@ class Reconciler:
             return done[1], done[2]
         if self.refit_beside:
             return {}, {}
-        hourly = hourly_history(i.raw, i.policy.spec.statistic, now)
+        hourly = hourly_history(i.raw, i.policy.spec.statistic, now, self.data.outlier_factor)
         errors, coverage, drift = self._accuracy_of(i.policy, i.forecast.scale, hourly, now)
         self._drifted(i.policy, drift, now)
         self._accuracy[series] = (hour, errors, coverage)

@@ -125,10 +125,10 @@ class SharedFits:
         self.hourly: dict[tuple, pd.Series] = {}
         self.fits: dict[tuple, Forecaster] = {}
 
-    def history(self, raw: pd.Series, statistic: str, now: pd.Timestamp) -> pd.Series:
-        key = (statistic, now.floor("h"), len(raw), raw.index[0] if len(raw) else None)
+    def history(self, raw: pd.Series, statistic: str, now: pd.Timestamp, outlier_factor: float | None) -> pd.Series:
+        key = (statistic, now.floor("h"), len(raw), raw.index[0] if len(raw) else None, outlier_factor)
         if key not in self.hourly:
-            self.hourly[key] = hourly_history(raw, statistic, now)
+            self.hourly[key] = hourly_history(raw, statistic, now, outlier_factor)
         return self.hourly[key]
 
     def model(self, hourly: pd.Series, zone: str) -> _Fitted:
@@ -499,8 +499,8 @@ def _refit(fits, future: _Future | None, raw: pd.Series, spec: PolicySpec, now: 
            data: DataSettings) -> IssuedForecast | None:
     if future is not None:
         return future.forecast(now, data.horizon_hours, spec.target.name, 0)
-    hourly = fits.history(raw, spec.statistic, now) if isinstance(fits, SharedFits) else \
-        hourly_history(raw, spec.statistic, now)
+    hourly = fits.history(raw, spec.statistic, now, data.outlier_factor) if isinstance(fits, SharedFits) else \
+        hourly_history(raw, spec.statistic, now, data.outlier_factor)
     if hourly.notna().sum() < MIN_FIT_HOURS:
         return None
     model = fits.model(hourly, spec.timezone) if isinstance(fits, SharedFits) else fits()

@@ -46,6 +46,21 @@ def _path_text(value: Any) -> Any:
     return value
 
 
+def checked_tracking_uri(value: str) -> str:
+    """An MLflow store the MLflow adapter opens: a database URI (sqlite:///mlflow.db) or a tracking server's http(s)
+    URL. A bare path or a file: URI is MLflow's filesystem store, which MLflow no longer opens (its "maintenance
+    mode" error, after the command had started)."""
+    scheme = urlsplit(value).scheme
+    if scheme in ("", "file") and value != "databricks":  # MLflow's one URI without a scheme
+        path = value.removeprefix("file://") if scheme else value
+        raise ValueError(f"{value!r} is a path, not a tracking URI (MLflow's filesystem store is not supported): "
+                         f"give a sqlite store, sqlite:///{path}, or a tracking server's http:// URL")
+    return value
+
+
+TrackingUri = Annotated[str, Field(min_length=1), AfterValidator(checked_tracking_uri)]
+
+
 def _no_number(value: Any) -> Any:
     # pydantic reads a number, or numeric text, as epoch seconds or milliseconds by its size: 20260504 is 1970-08-23
     if isinstance(value, int | float) or isinstance(value, str) and re.fullmatch(r"[-+]?[0-9._eE]+", value.strip()):
@@ -357,7 +372,7 @@ class TrainingSeries(Strict):
 
 class TrainingConfig(Strict):
     # else MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db; never "" (an unset variable's expansion: not a default)
-    tracking_uri: str | None = Field(None, min_length=1)
+    tracking_uri: TrackingUri | None = None
     name: str | None = Field(None, pattern=SERIES_NAME_PATTERN)  # series name when training from history.*
     series: list[TrainingSeries] = []
     # `auto` alone: the champion is the forecaster the benchmarks measure and `headroom simulate` replays, so a
@@ -434,7 +449,7 @@ class RunConfig(CrossChecked):
     lease: LeaseConfig = LeaseConfig()
     forecast_log_dir: FilePath = Path("headroom-forecasts")
     # MLflow: champion models, realized error, retraining (default: training.tracking_uri)
-    tracking_uri: str | None = Field(None, min_length=1)
+    tracking_uri: TrackingUri | None = None
     retrain_every_seconds: float = Field(86400, ge=0)  # 0: never on a schedule (drift still recommends)
     team_weights: dict[str, PositiveFloat] = {}   # training ClusterQueue -> share of the slack (default equal)
     policies: list[EmbeddedPolicy] = []

@@ -897,12 +897,13 @@ def test_an_unwritable_mlflow_store_fails_at_once():
 
 
 # ---------------------------------------------------------------------------- one policy's fault stays its own
-def test_a_missing_history_or_an_impossible_policy_affects_only_that_policy(examples, capsys):
+def test_a_history_without_samples_or_an_impossible_policy_affects_only_that_policy(examples, capsys):
     import yaml
 
     config = yaml.safe_load(examples.read_text())
     chat = config["run"]["policies"][0]
-    ghost = {**chat, "name": "ghost", "history_file": "missing.csv",
+    (examples.parent / "empty.csv").write_text("timestamp,value\n")  # a new workload: nothing observed yet
+    ghost = {**chat, "name": "ghost", "history_file": "empty.csv",
              "spec": {**chat["spec"], "target": {"kind": "Deployment", "name": "ghost"}}}
     huge = {**chat, "name": "huge", "spec": {**chat["spec"], "minGpus": 500,
                                              "target": {"kind": "Deployment", "name": "huge"}}}
@@ -950,7 +951,8 @@ def test_no_data_reserves_min_gpus_and_what_the_target_holds_and_leaves_the_othe
         return pd.read_csv(timeline), capsys.readouterr().out
 
     alone, _ = run([chat], "alone")
-    both, out = run([chat, policy("ghost", "missing.csv", minGpus=2, maxGpus=64),
+    (examples.parent / "empty.csv").write_text("timestamp,value\n")  # a new workload: nothing observed yet
+    both, out = run([chat, policy("ghost", "empty.csv", minGpus=2, maxGpus=64),
                      policy("fading", "fading.csv", minGpus=1)], "both")
     mine = both[both["workload"] == "inference/chat"].reset_index(drop=True)
     for column in ("reserved_gpus", "demand_gpus"):
@@ -970,6 +972,27 @@ def test_no_data_reserves_min_gpus_and_what_the_target_holds_and_leaves_the_othe
     assert plan["reserved_now"] == 2 and "never below what the target holds now" in plan["why_now"]
     assert all(h["reason"].startswith("fallback (no data): nothing observed in the last week -> minGpus 2")
                for h in plan["hours"])
+
+
+@pytest.mark.parametrize("command", [["run", "--once"], ["plan"]])
+def test_a_policy_history_file_that_does_not_exist_is_a_configuration_error(examples, capsys, command):
+    """run.policies[].history_file names a file that is not there when run or plan starts: a typo in the
+    configuration, refused naming its field path (exit 2, as README promises for a missing input file), not replayed
+    as a policy with no data (exit 0) or refused as unusable data (exit 1)."""
+    import yaml
+
+    config = yaml.safe_load(examples.read_text())
+    chat = config["run"]["policies"][0]
+    config["run"]["policies"].append({**chat, "name": "ghost", "history_file": "missing.csv",
+                                      "spec": {**chat["spec"], "target": {"kind": "Deployment", "name": "ghost"}}})
+    examples.write_text(yaml.safe_dump(config))
+    status, err = exits([*command, "--config", examples, "--now", "2026-02-11T08:00:00Z"], capsys)
+    assert status == 2, err
+    assert f"run.policies[1].history_file {examples.parent / 'missing.csv'}: no such file" in err, err
+    config["run"]["policies"] = [{**chat, "history_file": "missing.csv"}]  # the only one: not exit 1 either
+    examples.write_text(yaml.safe_dump(config))
+    status, err = exits([*command, "--config", examples, "--now", "2026-02-11T08:00:00Z"], capsys)
+    assert status == 2 and "run.policies[0].history_file" in err, err
 
 
 def test_a_history_that_ended_before_now_is_that_policys_missing_data_only(examples, capsys):
@@ -1145,3 +1168,41 @@ def test_plan_with_a_kubernetes_configuration_says_what_it_reads(tmp_path, capsy
     config.write_text("run:\n  cluster: kubernetes\n  prometheus: {url: 'http://127.0.0.1:9'}\n")
     status, err = exits(["plan", "--config", config], capsys)
     assert status == 2 and "it does not read a cluster's ReservationPolicies" in err, err
+
+
+@pytest.mark.parametrize("where, given", [("flag", "mlflow.db"), ("flag", "file:///tmp/mlruns"),
+                                          ("run.tracking_uri", "mlflow.db"), ("training.tracking_uri", "./ml/runs"),
+                                          ("MLFLOW_TRACKING_URI", "mlflow.db")])
+def test_a_tracking_uri_that_is_a_path_is_refused_naming_where_it_was_given(demand, tmp_path, monkeypatch, capsys,
+                                                                          where, given):
+    """A bare path (or file: URI) is MLflow's filesystem store, which MLflow no longer opens: train failed with
+    MLflow's own "maintenance mode" error (exit 1) after it had started. Refused before any work, naming the field
+    (or the variable) and the sqlite URI to give instead."""
+    import yaml
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    argv = ["train", "--history", demand, "--name", "chat"]
+    field = where
+    if where == "flag":
+        argv += ["--tracking-uri", given]
+        field = "training.tracking_uri"
+    elif where == "MLFLOW_TRACKING_URI":
+        monkeypatch.setenv(where, given)
+    else:
+        section, key = where.split(".")
+        (tmp_path / "headroom.yaml").write_text(yaml.safe_dump({section: {key: given}}))
+        argv += ["--config", tmp_path / "headroom.yaml"]
+    status, err = exits(argv, capsys)
+    path = given.removeprefix("file://")
+    assert status == 2, err
+    assert f"{field}: '{given}' is a path, not a tracking URI" in err and f"sqlite:///{path}" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["headroom.yaml"] if "." in where else []), "nothing made"
+
+
+@pytest.mark.parametrize("uri", ["sqlite:///mlflow.db", "sqlite:////abs/mlflow.db", "http://mlflow:5000",
+                                 "https://user:pw@mlflow.example/prefix", "postgresql://u@db/mlflow", "databricks"])
+def test_a_tracking_uri_mlflow_opens_is_taken_as_given(uri):
+    """The check refuses paths only: every store URI MLflow opens (databricks is its one without a scheme)."""
+    cfg = load_config(None, {"training.tracking_uri": uri, "run.tracking_uri": uri})
+    assert cfg.training.tracking_uri == cfg.run.tracking_uri == uri

@@ -109,6 +109,30 @@ def test_simulate_json(history, capsys):
     assert out["headroom_violations"] == 0 and 0 < out["utilization"] <= 1
 
 
+def test_simulate_and_tune_text_name_the_policy_and_give_shares_in_percent(history, capsys):
+    """simulate's text began `reference   forecast` (the JSON's key for the policy replayed, which is no reference)
+    and gave shares as 7.446e-05; tune's sweep gave 0.9089 beside a verdict in percent, and an unset
+    warm_buffer_quantile as None. Each figure is now its --json value, in percent where it is a share."""
+    assert main(["simulate", str(history), "--policy", "reactive", "--days", "1", "--json"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    assert main(["simulate", str(history), "--policy", "reactive", "--days", "1"]) == 0
+    lines = dict(line.split(maxsplit=1) for line in capsys.readouterr().out.splitlines())
+    assert next(iter(lines.items())) == ("policy", "reactive") and "reference" not in lines
+    for share in ("utilization", "shortage_within_cluster", "short_steps", "training_goodput"):
+        assert lines[share] == f"{100 * figures[share]:.4g}%", share
+    assert lines["steps"] == str(figures["steps"]) and lines["objective_met"] == str(figures["objective_met"])
+    assert main(["tune", str(history), "--days", "1", "--json"]) == 0
+    settings = json.loads(capsys.readouterr().out)["settings"]
+    assert main(["tune", str(history), "--days", "1"]) == 0
+    header, *rows = capsys.readouterr().out.splitlines()[:len(settings) + 1]
+    columns = header.split()
+    for row, setting in zip(rows, settings, strict=True):
+        cells = dict(zip(columns, row.replace(" (unset)", "(unset)").split(), strict=True))
+        assert cells["utilization"] == f"{100 * setting['utilization']:.4g}%"
+        assert cells["warm_buffer_quantile"] == (f"{setting['warm_buffer_quantile']:g}" if
+                                                 setting["warm_buffer_quantile"] is not None else "0.99(unset)")
+
+
 def test_run_names_what_is_missing(tmp_path, capsys):
     assert main(["run"]) == 2  # the embedded cluster with no policies
     assert "run.policies" in capsys.readouterr().err

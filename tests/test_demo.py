@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from adapters.mlflow import Tracker, registered_name
+from cli.demo import SERIES
 from cli.main import main
 from controller.simulate import POLICIES
 from core.policy import load_manifests
@@ -45,11 +46,11 @@ def test_history_is_the_projects_own_and_complete(demo):
 def test_mlflow_store_has_the_run_and_a_champion(demo):
     out, _, stdout, _ = demo
     tracker = Tracker(f"sqlite:///{out / 'mlflow.db'}").connect()
-    champion = tracker.champion(registered_name("demo"))
+    champion = tracker.champion(registered_name(SERIES))
     assert champion is not None and str(champion.version) == "1"
     tags = tracker.run_tags(champion.run_id)
     assert tags["headroom.promoted"] == "true"
-    served = load_champion("demo", f"sqlite:///{out / 'mlflow.db'}")  # a model card, refit on fresh history
+    served = load_champion(SERIES, f"sqlite:///{out / 'mlflow.db'}")  # a model card, refit on fresh history
     history = pd.read_csv(out / "demand_5min.csv", parse_dates=["timestamp"], index_col="timestamp")["value"]
     hourly = history.resample("1h").max().interpolate()
     assert served.card.model == served.tags["headroom.model"]
@@ -66,6 +67,21 @@ def test_the_recommended_setting_is_written_as_a_policy_the_controller_accepts(d
     setting = re.findall(r"(\w+) ([\d.]+)[,:]", line.split(":")[0] + ":")
     assert setting and all(float(spec[name]) == float(value) for name, value in setting)  # what was recommended
     assert f"headroom run --policy-file {out / 'policy.yaml'}" in stdout
+
+
+def test_the_printed_run_command_serves_the_champion_the_demo_trained(demo, tmp_path, monkeypatch, capsys):
+    """The demo's own plan and the command it prints for the user look the champion up as the policy's series
+    (namespace.name) in the demo's store: both serve the model it says it trained, not automatic selection."""
+    stdout = demo[2]
+    assert re.search(r"^  model: champion v1\b", stdout, re.M), stdout
+    command = re.search(r"run it: +MLFLOW_TRACKING_URI=(\S+) headroom (run .*?)   \(", stdout)
+    assert command, stdout
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", command.group(1))
+    monkeypatch.chdir(tmp_path)  # its forecast log goes here, not into the demo's folder
+    capsys.readouterr()
+    assert main([*command.group(2).split(), "--once"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if "default/inference:" in x)
+    assert re.search(r"model champion v1\b", line), line
 
 
 def test_plan_summary_is_printed_with_reasons(demo):

@@ -108,6 +108,50 @@ def test_the_same_past_a_month_without_samples(tmp_path, capsys):
     np.testing.assert_allclose(t["demand_gpus"][~unseen], seen.to_numpy() / per_gpu, rtol=1e-9)
 
 
+def test_the_same_with_the_configured_outlier_factor(tmp_path, capsys):
+    """`history.outlier_factor` is one setting: the controller's hourly refits clipped the hours by 3.0 whatever the
+    configuration said (its retraining honoured it), and so did simulate's. A spike the day before the replay is now
+    clipped by both or, with `outlier_factor: null`, by neither, and the two settings decide differently."""
+    from forecast.synthetic import synthetic_demand, write_csv
+
+    demand = synthetic_demand(days=6, start="2026-01-05T00:00:00Z")  # a weekday replayed after five days
+    demand[pd.Timestamp("2026-01-09T10:30:00Z")] *= 25  # a glitch, a day before the replayed day's morning peak
+    trace = tmp_path / "spike.csv"
+    write_csv(demand, trace)
+    policy = _policy_file(tmp_path / "policy.yaml", trace)
+    timelines = {}
+    for name, history in (("clipped", {}), ("as-read", {"outlier_factor": None})):
+        (tmp_path / name).mkdir()
+        config = tmp_path / name / "headroom.yaml"
+        config.write_text(yaml.safe_dump({"history": history, "run": {"retrain_every_seconds": 0}}))
+        simulated, ran = _both(tmp_path / name, trace, policy, days=1, flags=["--config", str(config)])
+        assert simulated == ran, name
+        timelines[name] = pd.read_csv(tmp_path / name / "simulate.csv")
+    morning = pd.to_datetime(timelines["clipped"]["timestamp"]).dt.hour.between(9, 11)
+    clipped, as_read = (timelines[n]["reserved_gpus"][morning] for n in ("clipped", "as-read"))
+    assert (as_read >= clipped).all() and as_read.sum() > clipped.sum()  # the spike, forecast again, reserved for
+
+
+def test_the_same_on_a_counter_trace(tmp_path, capsys):
+    """With `history.counter: true` simulate replayed a cumulative counter's increments while `run --history` read
+    the counter itself and refused it ("set history.counter: true", set already), exit 1. Both now read the
+    increments, which are the demand the counter counts."""
+    from forecast.synthetic import synthetic_demand, write_csv
+
+    rate = synthetic_demand(days=4).fillna(0.0)  # requests per step; the counter counts every one
+    write_csv(rate, tmp_path / "rate.csv")
+    write_csv(rate.cumsum(), tmp_path / "counter.csv")
+    policy = _policy_file(tmp_path / "policy.yaml", tmp_path / "rate.csv")
+    config = tmp_path / "headroom.yaml"
+    config.write_text(yaml.safe_dump({"history": {"counter": True}}))
+    simulated, ran = _both(tmp_path, tmp_path / "counter.csv", policy, days=1, flags=["--config", str(config)])
+    assert simulated == ran
+    t = pd.read_csv(tmp_path / "simulate.csv")
+    per_gpu = demand_per_gpu(load_history(tmp_path / "rate.csv"), peak_gpus=100)
+    expected = rate.loc[pd.DatetimeIndex(pd.to_datetime(t["timestamp"]))].to_numpy() / per_gpu
+    np.testing.assert_allclose(t["demand_gpus"], expected, rtol=1e-6)
+
+
 @pytest.mark.parametrize("trace_name, fields", [
     ("nasa_http_1995_5min.csv", {"targetQuantile": 0.5, "warmBuffer": 0.5}),
     ("alibaba_genai_sd_requests_5min.csv", {}),  # the defaults, on a bursty trace with emergency preemptions

@@ -305,10 +305,11 @@ def _tune(capsys, args) -> tuple[int, str, str]:
     return code, out, err
 
 
-def _table_text(settings_: list[dict]) -> str:
-    """The sweep as the text output prints it, from the JSON's rows."""
-    table = pd.DataFrame(settings_)
-    return table.to_string(index=False, float_format=lambda v: f"{v:.4g}")
+def _table_text(doc: dict) -> str:
+    """The sweep as the text output prints it (shares in percent: tests/test_cli.py), from the JSON's rows."""
+    from cli.simulate import sweep_text
+
+    return sweep_text(pd.DataFrame(doc["settings"]), PolicySpec.model_validate(doc["spec"]))
 
 
 def test_cli_tune_json_is_the_text_runs_recommendation_as_written(nasa_csv, tmp_path, capsys):
@@ -328,7 +329,7 @@ def test_cli_tune_json_is_the_text_runs_recommendation_as_written(nasa_csv, tmp_
     assert doc["objective"] == {"max_shortage": 0.001, "max_short_steps": 0.01}
     assert doc["replayed"]["days"] == 1 and f"({doc['replayed']['first_step'][:10]} " in doc["reason"]
     # the text run's sweep, verdict and reason, figure for figure
-    assert _table_text(doc["settings"]) in text
+    assert _table_text(doc) in text
     assert "recommended: " in text and f"\n  {doc['reason']}\n" in text
     f = doc["figures"]
     assert (f"highest utilization {f['utilization']:.3f} " in doc["reason"]
