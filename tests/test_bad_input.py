@@ -484,7 +484,8 @@ def test_a_policy_file_of_several_policies_is_refused_by_the_what_if(demand, tmp
     path.write_text(one + "---\n" + one.replace("name: chat", "name: search"))
     extra = ["--out", tmp_path / "r"] if command == "report" else ["--json"]
     status, err = exits([command, demand, "--days", "1", "--policy-file", path, *extra], capsys)
-    assert status == 2 and f"{path}: holds 2 ReservationPolicies; a replay (simulate, report, tune) runs one" in err, err
+    assert status == 2, err
+    assert f"{path}: holds 2 ReservationPolicies; a replay (simulate, report, tune) runs one" in err, err
 
 
 def test_a_policy_file_with_a_key_given_twice_is_refused_not_run_with_the_last(demand, tmp_path, capsys):
