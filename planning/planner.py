@@ -745,8 +745,9 @@ def _admission_quota(hours: HourPlan, steps: list[WorkloadStep], observed: Mappi
         room = _slow_room(hours, steps, observed, t, policy, now, lent - band, interval)
         stopping = {p.job for p in preemptions if p.at <= now}
         gone = np.array([job in stopping for job in t.ids], dtype=bool)
-        # what Kueue counts that is not a slow job staying on: fast jobs, jobs stopping now or before
-        other = int(t.gpus[~slow | gone].sum()) + t.terminating_gpus
+        # what Kueue counts that is neither a slow job staying on nor free soon: fast jobs. Not the jobs stopping now
+        # or before: Kueue admits into their quota as soon as they have stopped, not at the next reconcile
+        other = int(t.gpus[~slow & ~gone].sum())
         if room + other < quota:
             quota = room + other
             why = (f"{quota} GPUs admit new training: jobs slow to preempt may hold only {room} GPUs that no plausible "
