@@ -8,7 +8,8 @@ What it models (core.settings.WorldSettings has the numbers):
     warm ones. An HPA target scales up on demand by itself (replicas for the demand it sees, at least
     minReplicas) and down only after `hpa_scale_down_seconds` of lower demand, as Kubernetes' HPA does;
   * Kueue: training Workloads admitted into their ClusterQueue's quota, borrowing the cohort's unused
-    quota (planning.kueue), onto GPUs that are free;
+    quota (planning.kueue), onto GPUs that are free, whenever GPUs free or a job arrives (Kueue's scheduler does
+    not wait for the controller's next step);
   * training: a running job checkpoints every `checkpoint_interval_seconds` of progress; deactivated,
     it stops after its preemption time (checkpoint + termination), losing the work since its last
     checkpoint, and holds its GPUs until then; requeued, it resumes from that checkpoint;
@@ -199,6 +200,7 @@ class EmbeddedCluster:
         self._derived: tuple | None = None
         self._training: tuple[int, float, Training] | None = None  # (version, until when, the planner's view)
         self._step_alloc: tuple[tuple, float] = ((), 0.0)  # (version, step): the GPU-seconds running jobs use in it
+        self._finish: tuple[int, float] = (-1, math.inf)  # (version, when): the soonest a running job finishes
         self._idle_admission: tuple | None = None  # the inputs of the last admission pass that admitted nothing
         self._topped_up = -1              # the version at the backlog's last top-up
         self.backlog_scale = max(1, capacity_gpus // BACKLOG_SCALE_GPUS)  # the backlog's job sizes' multiplier
@@ -524,57 +526,24 @@ class EmbeddedCluster:
 
     def advance(self, to: float) -> None:
         """Time passes from `now` to `to`: jobs progress, checkpoint, finish or stop; freed GPUs go to waiting
-        replicas; replicas warm up; each policy's demand of the interval ending at `to` is served by what is
-        warm in it; the HPA reacts."""
+        replicas, then Kueue admits into what is left, at the moment they free (or a job arrives), not at the next
+        reconcile: its scheduler runs whenever quota frees, not on the controller's clock; replicas warm up; each
+        policy's demand of the interval ending at `to` is served by what is warm in it; the HPA reacts."""
         t0, dt = self.now, to - self.now
         if dt <= 0:
             raise ValueError(f"the clock only moves forward "
                              f"({pd.Timestamp(t0, unit='s')} -> {pd.Timestamp(to, unit='s')})")
-        j, a = self.jobs, self.accounting
-        freed: list[tuple[float, int]] = []
-        r = self._running
-        if len(r):
-            # credited (progress at the newest checkpoint) is only read when a job is evicted: computed there. The
-            # running jobs' columns are read directly: what training holds may change here, and the planner's view
-            # of it (_columns) is built once, after
-            before = j.progress[r]
-            progress = before + dt
-            work = j.work[r]
-            done = progress >= work
-            if done.any():
-                finish = t0 + (work - before)
-                a.training_alloc += float((np.where(done, finish - t0, dt) * j.gpus[r]).sum())
-                j.progress[r] = np.minimum(progress, work)
-                for i, at in zip(r[done], finish[done]):
-                    j.state[i] = DONE
-                    freed.append((float(at), int(j.gpus[i])))
-                self._running = r[~done]
-                self._held_version += 1
-            else:
-                if self._step_alloc[0] != (self._held_version, dt):  # the same jobs over as long a step: the same
-                    self._step_alloc = ((self._held_version, dt), float((dt * j.gpus[r]).sum()))
-                a.training_alloc += self._step_alloc[1]
-                j.progress[r] = progress
-        still = []
-        if self._stopping:
-            self._held_version += 1  # some may stop
-        for i in self._stopping:
-            stopping = (min(float(j.stop_at[i]), to) - t0) * float(j.gpus[i])
-            a.training_alloc += stopping
-            a.training_lost += stopping  # lost as it is held, so a job still stopping at the end is not over-counted
-            if j.stop_at[i] <= to:
-                j.state[i] = STOPPED
-                self._stopped.append(i)
-                freed.append((float(j.stop_at[i]), int(j.gpus[i])))
-            else:
-                still.append(i)
-        self._stopping = still
-        self.now = to
-        # GPUs freed inside the interval go to waiting replicas at the moment they free
-        if freed:
-            idle = self.idle_gpus - sum(g for _, g in freed)
-            for at, g in sorted(freed):
-                idle = self._grant(at, idle + g)
+        while True:  # from one moment a job finishes, stops or arrives to the next
+            at = self.now
+            until = min(self._next_event(), to)
+            freed = self._train(at, until)
+            self.now = until
+            if freed:  # GPUs freed go to waiting replicas first
+                self._grant(until)
+            if until >= to:  # what frees at `to` itself Kueue admits after the controller's reconcile there
+                break
+            self.admit()
+        a = self.accounting
         held = 0.0
         for key, inf in self.inference.items():
             serving = float(inf.warm)
@@ -597,6 +566,62 @@ class EmbeddedCluster:
         a.steps += 1
         a.seconds += dt
         a.hours.add(int((to - dt) // 3600))
+
+    def _next_event(self) -> float:
+        """The first moment after `now` a running job finishes, a stopping one stops or a job of the trace arrives."""
+        j, r = self.jobs, self._running
+        if self._finish[0] != self._held_version:  # running jobs all progress with the clock: kept until they change
+            left = float((j.work[r] - j.progress[r]).min()) if len(r) else math.inf
+            self._finish = (self._held_version, self.now + left)
+        soonest = self._finish[1]
+        if self._stopping:
+            soonest = min(soonest, float(j.stop_at[self._stopping].min()))
+        if self._arrivals is not None and self._arrivals[3] < len(self._arrivals[2]):
+            soonest = min(soonest, self._arrivals[2][self._arrivals[3]])
+        return max(soonest, self.now)
+
+    def _train(self, t0: float, to: float) -> bool:
+        """Training from `t0` to `to`: running jobs progress or finish, stopping ones stop. True if any GPU freed."""
+        dt = to - t0
+        j, a = self.jobs, self.accounting
+        freed = False
+        r = self._running
+        if len(r):
+            # credited (progress at the newest checkpoint) is only read when a job is evicted: computed there. The
+            # running jobs' columns are read directly: what training holds may change here, and the planner's view
+            # of it (_columns) is built once, after
+            before = j.progress[r]
+            progress = before + dt
+            work = j.work[r]
+            done = progress >= work - 1e-6  # a microsecond: the moment of its finish as `_next_event` computed it
+            if done.any():
+                a.training_alloc += float((np.where(done, np.minimum(work - before, dt), dt) * j.gpus[r]).sum())
+                j.progress[r] = np.minimum(progress, work)
+                j.progress[r[done]] = work[done]
+                j.state[r[done]] = DONE
+                self._running = r[~done]
+                self._held_version += 1
+                freed = True
+            else:
+                if self._step_alloc[0] != (self._held_version, dt):  # the same jobs over as long a step: the same
+                    self._step_alloc = ((self._held_version, dt), float((dt * j.gpus[r]).sum()))
+                a.training_alloc += self._step_alloc[1]
+                j.progress[r] = progress
+        still = []
+        if self._stopping:
+            self._held_version += 1  # some may stop
+        for i in self._stopping:
+            stopping = (min(float(j.stop_at[i]), to) - t0) * float(j.gpus[i])
+            a.training_alloc += stopping
+            a.training_lost += stopping  # lost as it is held, so a job still stopping at the end is not over-counted
+            if j.stop_at[i] <= to:
+                j.state[i] = STOPPED
+                self._stopped.append(i)
+                freed = True
+            else:
+                still.append(i)
+        self._stopping = still
+        return freed
 
     def _serve(self, key: str, inf: _Inference, t: float, serving_gpus: float, dt: float) -> None:
         """Account the interval ending at `t`: its demand, what was served, what was short."""
