@@ -533,13 +533,15 @@ class EmbeddedCluster:
         if dt <= 0:
             raise ValueError(f"the clock only moves forward "
                              f"({pd.Timestamp(t0, unit='s')} -> {pd.Timestamp(to, unit='s')})")
-        while True:  # from one moment a job finishes, stops or arrives to the next
+        while True:  # from one moment Kueue may admit (a job arrives, or GPUs free while jobs wait) to the next
             at = self.now
             until = min(self._next_event(), to)
             freed = self._train(at, until)
             self.now = until
-            if freed:  # GPUs freed go to waiting replicas first
-                self._grant(until)
+            if freed:  # GPUs freed go to waiting replicas first, at the moment they free
+                idle = self.idle_gpus - sum(g for _, g in freed)
+                for moment, g in sorted(freed):
+                    idle = self._grant(moment, idle + g)
             if until >= to:  # what frees at `to` itself Kueue admits after the controller's reconcile there
                 break
             self.admit()
@@ -568,7 +570,13 @@ class EmbeddedCluster:
         a.hours.add(int((to - dt) // 3600))
 
     def _next_event(self) -> float:
-        """The first moment after `now` a running job finishes, a stopping one stops or a job of the trace arrives."""
+        """The first moment after `now` Kueue may admit: a job of the trace arrives or, while jobs wait, a running job
+        finishes or a stopping one stops (with none waiting, a free admits nothing: not a moment to stop at)."""
+        arrival = math.inf
+        if self._arrivals is not None and self._arrivals[3] < len(self._arrivals[2]):
+            arrival = self._arrivals[2][self._arrivals[3]]
+        if not self._pending:
+            return max(arrival, self.now)
         j, r = self.jobs, self._running
         if self._finish[0] != self._held_version:  # running jobs all progress with the clock: kept until they change
             left = float((j.work[r] - j.progress[r]).min()) if len(r) else math.inf
@@ -576,15 +584,13 @@ class EmbeddedCluster:
         soonest = self._finish[1]
         if self._stopping:
             soonest = min(soonest, float(j.stop_at[self._stopping].min()))
-        if self._arrivals is not None and self._arrivals[3] < len(self._arrivals[2]):
-            soonest = min(soonest, self._arrivals[2][self._arrivals[3]])
-        return max(soonest, self.now)
+        return max(min(soonest, arrival), self.now)
 
-    def _train(self, t0: float, to: float) -> bool:
-        """Training from `t0` to `to`: running jobs progress or finish, stopping ones stop. True if any GPU freed."""
+    def _train(self, t0: float, to: float) -> list[tuple[float, int]]:
+        """Training from `t0` to `to`: running jobs progress or finish, stopping ones stop; (when, GPUs) freed."""
         dt = to - t0
         j, a = self.jobs, self.accounting
-        freed = False
+        freed: list[tuple[float, int]] = []
         r = self._running
         if len(r):
             # credited (progress at the newest checkpoint) is only read when a job is evicted: computed there. The
@@ -595,13 +601,14 @@ class EmbeddedCluster:
             work = j.work[r]
             done = progress >= work - 1e-6  # a microsecond: the moment of its finish as `_next_event` computed it
             if done.any():
-                a.training_alloc += float((np.where(done, np.minimum(work - before, dt), dt) * j.gpus[r]).sum())
+                took = np.where(done, np.minimum(work - before, dt), dt)
+                a.training_alloc += float((took * j.gpus[r]).sum())
                 j.progress[r] = np.minimum(progress, work)
                 j.progress[r[done]] = work[done]
                 j.state[r[done]] = DONE
+                freed += [(t0 + float(t), int(g)) for t, g in zip(took[done], j.gpus[r[done]])]
                 self._running = r[~done]
                 self._held_version += 1
-                freed = True
             else:
                 if self._step_alloc[0] != (self._held_version, dt):  # the same jobs over as long a step: the same
                     self._step_alloc = ((self._held_version, dt), float((dt * j.gpus[r]).sum()))
@@ -617,7 +624,7 @@ class EmbeddedCluster:
             if j.stop_at[i] <= to:
                 j.state[i] = STOPPED
                 self._stopped.append(i)
-                freed = True
+                freed.append((float(j.stop_at[i]), int(j.gpus[i])))
             else:
                 still.append(i)
         self._stopping = still
