@@ -391,15 +391,13 @@ class EmbeddedCluster:
     # ------------------------------------------------------------------------------------ the model
     def _columns(self) -> tuple:
         """What the job lists give, computed once per change of them: the running jobs' ids, queues, GPUs,
-        priorities, preemption times, checkpoint intervals and admission times, the GPUs of the stopping ones,
-        and the GPUs training holds.
-        (version, ids, queues, gpus, priority, preempt, interval, admitted_at, stopping, held)"""
+        priorities, preemption times, checkpoint intervals and admission times, and the GPUs of the stopping ones.
+        (version, ids, queues, gpus, priority, preempt, interval, admitted_at, stopping)"""
         if self._derived is None or self._derived[0] != self._held_version:
             j, r = self.jobs, self._running
             stopping = sum(int(j.gpus[i]) for i in self._stopping)
             self._derived = (self._held_version, tuple(j.ids[r]), tuple(j.queue_names[r]), j.gpus[r], j.priority[r],
-                             j.preempt[r], j.interval[r], j.admitted_at[r], stopping,
-                             int(j.gpus[r].sum()) + stopping)
+                             j.preempt[r], j.interval[r], j.admitted_at[r], stopping)
         return self._derived
 
     def _usage(self) -> dict[str, int]:
@@ -411,8 +409,10 @@ class EmbeddedCluster:
 
     @property
     def training_gpus(self) -> int:
-        """GPUs training holds: running jobs and jobs still stopping."""
-        return self._columns()[9]
+        """GPUs training holds: running jobs and jobs still stopping (summed here, not from `_columns`: Kueue's passes
+        between two steps ask it as jobs come and go, where the planner's view is built once a step)."""
+        j = self.jobs
+        return int(j.gpus[self._running].sum()) + sum(int(j.gpus[i]) for i in self._stopping)
 
     @property
     def inference_gpus(self) -> int:
@@ -658,7 +658,7 @@ class EmbeddedCluster:
     def training(self) -> Training:
         """Running training as the planner sees it (what core.cluster's reads would give, without building them).
         Kept until what training holds changes or a job passes its next checkpoint."""
-        version, ids, queues, gpus, priority, preempt, interval, admitted_at, stopping = self._columns()[:9]
+        version, ids, queues, gpus, priority, preempt, interval, admitted_at, stopping = self._columns()
         held = self._training
         if held is not None and held[0] == version and self.now < held[1]:
             return held[2]
