@@ -729,9 +729,11 @@ def _admission_quota(hours: HourPlan, steps: list[WorkloadStep], observed: Mappi
         # the running jobs that cannot must fit in the slack left
         upcoming = None
         for p in range(i, j):
-            if int(hours.slack[p]) + t.terminating_gpus >= quota:
+            if int(hours.slack[p]) >= quota:
                 continue  # what running jobs free there could only add to it
-            free = t.terminating_gpus  # and the running jobs' GPUs freed in time, if any run
+            # the running jobs' GPUs freed in time, if any run; not those of jobs already stopping: Kueue fills their
+            # quota with new jobs as soon as they have stopped, not at the next reconcile
+            free = 0
             if len(t.ids):
                 if upcoming is None:
                     upcoming = _next_checkpoint(t.last_checkpoint, t.checkpoint_interval, now)

@@ -580,6 +580,18 @@ def test_quota_admits_nothing_the_plan_takes_back_before_a_new_job_could_checkpo
     assert plan_step(ramp, {}, training(), cluster(), at("10:07")).quotas == {"train-a": 44}
 
 
+def test_quota_before_a_ramp_holds_no_room_in_the_gpus_of_jobs_still_stopping():
+    """Kueue admits whenever quota frees (a ClusterQueue admits a Workload "if and only if" it fits its unused quota:
+    ../shared/kueue/docs/cluster_queue.md), not at the controller's next reconcile: once a stopping job is gone, its
+    quota takes a new job, which could not checkpoint and stop before the ramp either. Counted as freed for the ramp,
+    8 GPUs stopping made the quota 52: once they were gone, Kueue admitted 42 beside the job that must stay, 52 GPUs
+    where the ramp leaves 44."""
+    ramp = hours_of([4, 40, 40, 40])  # 10:00 slack 62; 11:00 slack 44, in force from 10:45
+    stays = {"id": "j", "gpus": 10, "preempt": 60.0, "interval": 1800.0, "last": at("10:15")}  # next checkpoint 10:45
+    s = plan_step(ramp, {}, training(stays, terminating=8), cluster(), at("10:20"))
+    assert s.lent_gpus == 62 and s.quotas == {"train-a": 44} and "could not checkpoint and stop" in s.quota_reason
+
+
 def test_gpus_taken_back_come_from_the_teams_above_their_share_of_the_slack():
     """8 GPUs lent to two teams of equal weight: 4 each. Team a borrowed 12 while b was idle; b holds its 4. Taking
     back 8 from the jobs that lose least would stop b's job and leave a 8 (twice its share, b none); Kueue too
