@@ -8,7 +8,8 @@ What it models (core.settings.WorldSettings has the numbers):
     warm ones. An HPA target scales up on demand by itself (replicas for the demand it sees, at least
     minReplicas) and down only after `hpa_scale_down_seconds` of lower demand, as Kubernetes' HPA does;
   * Kueue: training Workloads admitted into their ClusterQueue's quota, borrowing the cohort's unused
-    quota (planning.kueue), onto GPUs that are free;
+    quota (planning.kueue), onto GPUs that are free, whenever GPUs free or a job arrives (Kueue's scheduler does
+    not wait for the controller's next step);
   * training: a running job checkpoints every `checkpoint_interval_seconds` of progress; deactivated,
     it stops after its preemption time (checkpoint + termination), losing the work since its last
     checkpoint, and holds its GPUs until then; requeued, it resumes from that checkpoint;
@@ -199,6 +200,7 @@ class EmbeddedCluster:
         self._derived: tuple | None = None
         self._training: tuple[int, float, Training] | None = None  # (version, until when, the planner's view)
         self._step_alloc: tuple[tuple, float] = ((), 0.0)  # (version, step): the GPU-seconds running jobs use in it
+        self._finish: tuple[int, float] = (-1, math.inf)  # (version, when): the soonest a running job finishes
         self._idle_admission: tuple | None = None  # the inputs of the last admission pass that admitted nothing
         self._topped_up = -1              # the version at the backlog's last top-up
         self.backlog_scale = max(1, capacity_gpus // BACKLOG_SCALE_GPUS)  # the backlog's job sizes' multiplier
@@ -389,15 +391,13 @@ class EmbeddedCluster:
     # ------------------------------------------------------------------------------------ the model
     def _columns(self) -> tuple:
         """What the job lists give, computed once per change of them: the running jobs' ids, queues, GPUs,
-        priorities, preemption times, checkpoint intervals and admission times, the GPUs of the stopping ones,
-        and the GPUs training holds.
-        (version, ids, queues, gpus, priority, preempt, interval, admitted_at, stopping, held)"""
+        priorities, preemption times, checkpoint intervals and admission times, and the GPUs of the stopping ones.
+        (version, ids, queues, gpus, priority, preempt, interval, admitted_at, stopping)"""
         if self._derived is None or self._derived[0] != self._held_version:
             j, r = self.jobs, self._running
             stopping = sum(int(j.gpus[i]) for i in self._stopping)
             self._derived = (self._held_version, tuple(j.ids[r]), tuple(j.queue_names[r]), j.gpus[r], j.priority[r],
-                             j.preempt[r], j.interval[r], j.admitted_at[r], stopping,
-                             int(j.gpus[r].sum()) + stopping)
+                             j.preempt[r], j.interval[r], j.admitted_at[r], stopping)
         return self._derived
 
     def _usage(self) -> dict[str, int]:
@@ -409,8 +409,10 @@ class EmbeddedCluster:
 
     @property
     def training_gpus(self) -> int:
-        """GPUs training holds: running jobs and jobs still stopping."""
-        return self._columns()[9]
+        """GPUs training holds: running jobs and jobs still stopping (summed here, not from `_columns`: Kueue's passes
+        between two steps ask it as jobs come and go, where the planner's view is built once a step)."""
+        j = self.jobs
+        return int(j.gpus[self._running].sum()) + sum(int(j.gpus[i]) for i in self._stopping)
 
     @property
     def inference_gpus(self) -> int:
@@ -524,57 +526,26 @@ class EmbeddedCluster:
 
     def advance(self, to: float) -> None:
         """Time passes from `now` to `to`: jobs progress, checkpoint, finish or stop; freed GPUs go to waiting
-        replicas; replicas warm up; each policy's demand of the interval ending at `to` is served by what is
-        warm in it; the HPA reacts."""
+        replicas, then Kueue admits into what is left, at the moment they free (or a job arrives), not at the next
+        reconcile: its scheduler runs whenever quota frees, not on the controller's clock; replicas warm up; each
+        policy's demand of the interval ending at `to` is served by what is warm in it; the HPA reacts."""
         t0, dt = self.now, to - self.now
         if dt <= 0:
             raise ValueError(f"the clock only moves forward "
                              f"({pd.Timestamp(t0, unit='s')} -> {pd.Timestamp(to, unit='s')})")
-        j, a = self.jobs, self.accounting
-        freed: list[tuple[float, int]] = []
-        r = self._running
-        if len(r):
-            # credited (progress at the newest checkpoint) is only read when a job is evicted: computed there. The
-            # running jobs' columns are read directly: what training holds may change here, and the planner's view
-            # of it (_columns) is built once, after
-            before = j.progress[r]
-            progress = before + dt
-            work = j.work[r]
-            done = progress >= work
-            if done.any():
-                finish = t0 + (work - before)
-                a.training_alloc += float((np.where(done, finish - t0, dt) * j.gpus[r]).sum())
-                j.progress[r] = np.minimum(progress, work)
-                for i, at in zip(r[done], finish[done]):
-                    j.state[i] = DONE
-                    freed.append((float(at), int(j.gpus[i])))
-                self._running = r[~done]
-                self._held_version += 1
-            else:
-                if self._step_alloc[0] != (self._held_version, dt):  # the same jobs over as long a step: the same
-                    self._step_alloc = ((self._held_version, dt), float((dt * j.gpus[r]).sum()))
-                a.training_alloc += self._step_alloc[1]
-                j.progress[r] = progress
-        still = []
-        if self._stopping:
-            self._held_version += 1  # some may stop
-        for i in self._stopping:
-            stopping = (min(float(j.stop_at[i]), to) - t0) * float(j.gpus[i])
-            a.training_alloc += stopping
-            a.training_lost += stopping  # lost as it is held, so a job still stopping at the end is not over-counted
-            if j.stop_at[i] <= to:
-                j.state[i] = STOPPED
-                self._stopped.append(i)
-                freed.append((float(j.stop_at[i]), int(j.gpus[i])))
-            else:
-                still.append(i)
-        self._stopping = still
-        self.now = to
-        # GPUs freed inside the interval go to waiting replicas at the moment they free
-        if freed:
-            idle = self.idle_gpus - sum(g for _, g in freed)
-            for at, g in sorted(freed):
-                idle = self._grant(at, idle + g)
+        while True:  # from one moment Kueue may admit (a job arrives, or GPUs free while jobs wait) to the next
+            at = self.now
+            until = min(self._next_event(), to)
+            freed = self._train(at, until)
+            self.now = until
+            if freed:  # GPUs freed go to waiting replicas first, at the moment they free
+                idle = self.idle_gpus - sum(g for _, g in freed)
+                for moment, g in sorted(freed):
+                    idle = self._grant(moment, idle + g)
+            if until >= to:  # what frees at `to` itself Kueue admits after the controller's reconcile there
+                break
+            self.admit()
+        a = self.accounting
         held = 0.0
         for key, inf in self.inference.items():
             serving = float(inf.warm)
@@ -597,6 +568,67 @@ class EmbeddedCluster:
         a.steps += 1
         a.seconds += dt
         a.hours.add(int((to - dt) // 3600))
+
+    def _next_event(self) -> float:
+        """The first moment after `now` Kueue may admit: a job of the trace arrives or, while jobs wait, a running job
+        finishes or a stopping one stops (with none waiting, a free admits nothing: not a moment to stop at)."""
+        arrival = math.inf
+        if self._arrivals is not None and self._arrivals[3] < len(self._arrivals[2]):
+            arrival = self._arrivals[2][self._arrivals[3]]
+        if not self._pending:
+            return max(arrival, self.now)
+        j, r = self.jobs, self._running
+        if self._finish[0] != self._held_version:  # running jobs all progress with the clock: kept until they change
+            left = float((j.work[r] - j.progress[r]).min()) if len(r) else math.inf
+            self._finish = (self._held_version, self.now + left)
+        soonest = self._finish[1]
+        if self._stopping:
+            soonest = min(soonest, float(j.stop_at[self._stopping].min()))
+        return max(min(soonest, arrival), self.now)
+
+    def _train(self, t0: float, to: float) -> list[tuple[float, int]]:
+        """Training from `t0` to `to`: running jobs progress or finish, stopping ones stop; (when, GPUs) freed."""
+        dt = to - t0
+        j, a = self.jobs, self.accounting
+        freed: list[tuple[float, int]] = []
+        r = self._running
+        if len(r):
+            # credited (progress at the newest checkpoint) is only read when a job is evicted: computed there. The
+            # running jobs' columns are read directly: what training holds may change here, and the planner's view
+            # of it (_columns) is built once, after
+            before = j.progress[r]
+            progress = before + dt
+            work = j.work[r]
+            done = progress >= work - 1e-6  # a microsecond: the moment of its finish as `_next_event` computed it
+            if done.any():
+                took = np.where(done, np.minimum(work - before, dt), dt)
+                a.training_alloc += float((took * j.gpus[r]).sum())
+                j.progress[r] = np.minimum(progress, work)
+                j.progress[r[done]] = work[done]
+                j.state[r[done]] = DONE
+                freed += [(t0 + float(t), int(g)) for t, g in zip(took[done], j.gpus[r[done]])]
+                self._running = r[~done]
+                self._held_version += 1
+            else:
+                if self._step_alloc[0] != (self._held_version, dt):  # the same jobs over as long a step: the same
+                    self._step_alloc = ((self._held_version, dt), float((dt * j.gpus[r]).sum()))
+                a.training_alloc += self._step_alloc[1]
+                j.progress[r] = progress
+        still = []
+        if self._stopping:
+            self._held_version += 1  # some may stop
+        for i in self._stopping:
+            stopping = (min(float(j.stop_at[i]), to) - t0) * float(j.gpus[i])
+            a.training_alloc += stopping
+            a.training_lost += stopping  # lost as it is held, so a job still stopping at the end is not over-counted
+            if j.stop_at[i] <= to:
+                j.state[i] = STOPPED
+                self._stopped.append(i)
+                freed.append((float(j.stop_at[i]), int(j.gpus[i])))
+            else:
+                still.append(i)
+        self._stopping = still
+        return freed
 
     def _serve(self, key: str, inf: _Inference, t: float, serving_gpus: float, dt: float) -> None:
         """Account the interval ending at `t`: its demand, what was served, what was short."""
@@ -626,7 +658,7 @@ class EmbeddedCluster:
     def training(self) -> Training:
         """Running training as the planner sees it (what core.cluster's reads would give, without building them).
         Kept until what training holds changes or a job passes its next checkpoint."""
-        version, ids, queues, gpus, priority, preempt, interval, admitted_at, stopping = self._columns()[:9]
+        version, ids, queues, gpus, priority, preempt, interval, admitted_at, stopping = self._columns()
         held = self._training
         if held is not None and held[0] == version and self.now < held[1]:
             return held[2]

@@ -733,9 +733,11 @@ def _admission_quota(hours: HourPlan, steps: list[WorkloadStep], observed: Mappi
         # the running jobs that cannot must fit in the slack left
         upcoming = None
         for p in range(i, j):
-            if int(hours.slack[p]) + t.terminating_gpus >= quota:
+            if int(hours.slack[p]) >= quota:
                 continue  # what running jobs free there could only add to it
-            free = t.terminating_gpus  # and the running jobs' GPUs freed in time, if any run
+            # the running jobs' GPUs freed in time, if any run; not those of jobs already stopping: Kueue fills their
+            # quota with new jobs as soon as they have stopped, not at the next reconcile
+            free = 0
             if len(t.ids):
                 if upcoming is None:
                     upcoming = _next_checkpoint(t.last_checkpoint, t.checkpoint_interval, now)
@@ -749,8 +751,9 @@ def _admission_quota(hours: HourPlan, steps: list[WorkloadStep], observed: Mappi
         room = _slow_room(hours, steps, observed, t, policy, now, lent - band, interval)
         stopping = {p.job for p in preemptions if p.at <= now}
         gone = np.array([job in stopping for job in t.ids], dtype=bool)
-        # what Kueue counts that is not a slow job staying on: fast jobs, jobs stopping now or before
-        other = int(t.gpus[~slow | gone].sum()) + t.terminating_gpus
+        # what Kueue counts that is neither a slow job staying on nor free soon: fast jobs. Not the jobs stopping now
+        # or before: Kueue admits into their quota as soon as they have stopped, not at the next reconcile
+        other = int(t.gpus[~slow & ~gone].sum())
         if room + other < quota:
             quota = room + other
             why = (f"{quota} GPUs admit new training: jobs slow to preempt may hold only {room} GPUs that no plausible "

@@ -562,6 +562,21 @@ def test_quota_admits_new_slow_jobs_only_where_plausible_demand_leaves_them_unti
     assert fast.quotas == {"train-a": 58} and fast.quota_reason == ""
 
 
+def test_quota_opens_no_room_for_slow_jobs_when_a_stopping_job_is_gone():
+    """Kueue admits whenever quota frees, not at the controller's next reconcile: a ClusterQueue "admits Workloads if
+    and only if" they fit its unused quota (../shared/kueue/docs/cluster_queue.md). So the GPUs of a job still
+    stopping are quota Kueue fills, with a job as slow as any, the moment it is gone. Counted as room beside the 38
+    GPUs slow jobs may hold, a stopping 10-GPU job made the quota 58: once it had stopped, Kueue admitted 18 GPUs
+    beside the 30 slow + 10 fast running, 48 GPUs of slow jobs, into what plausible demand needs."""
+    now = at("10:40")
+    h = hours_of([4] * 4)
+    jobs = training({"id": "slow", "gpus": 30, "preempt": 900.0, "last": now},
+                    {"id": "fast", "gpus": 10, "preempt": 60.0, "last": now}, terminating=10)
+    s = plan_step(h, {"chat": bursty(now)}, jobs, cluster(), now)
+    assert s.preemptions == () and s.lent_gpus == 58
+    assert s.quotas == {"train-a": 48} and "slow to preempt may hold only 38 GPUs" in s.quota_reason
+
+
 def test_quota_admits_nothing_the_plan_takes_back_before_a_new_job_could_checkpoint_and_stop():
     ramp = hours_of([4, 40, 40, 40])  # 10:00 slack 62; 11:00 slack 44, in force from 10:45
     job = {"id": "j", "gpus": 10, "preempt": 60.0, "interval": 1800.0, "last": at("10:00")}
@@ -584,6 +599,18 @@ def test_quota_admits_nothing_the_plan_takes_back_before_a_new_job_could_checkpo
     # stop): admitted at 10:00 it is gone by 10:55; at 10:07 not before 11:02
     assert plan_step(ramp, {}, training(), cluster(), at("10:00")).quotas == {"train-a": 62}
     assert plan_step(ramp, {}, training(), cluster(), at("10:07")).quotas == {"train-a": 44}
+
+
+def test_quota_before_a_ramp_holds_no_room_in_the_gpus_of_jobs_still_stopping():
+    """Kueue admits whenever quota frees (a ClusterQueue admits a Workload "if and only if" it fits its unused quota:
+    ../shared/kueue/docs/cluster_queue.md), not at the controller's next reconcile: once a stopping job is gone, its
+    quota takes a new job, which could not checkpoint and stop before the ramp either. Counted as freed for the ramp,
+    8 GPUs stopping made the quota 52: once they were gone, Kueue admitted 42 beside the job that must stay, 52 GPUs
+    where the ramp leaves 44."""
+    ramp = hours_of([4, 40, 40, 40])  # 10:00 slack 62; 11:00 slack 44, in force from 10:45
+    stays = {"id": "j", "gpus": 10, "preempt": 60.0, "interval": 1800.0, "last": at("10:15")}  # next checkpoint 10:45
+    s = plan_step(ramp, {}, training(stays, terminating=8), cluster(), at("10:20"))
+    assert s.lent_gpus == 62 and s.quotas == {"train-a": 44} and "could not checkpoint and stop" in s.quota_reason
 
 
 def test_gpus_taken_back_come_from_the_teams_above_their_share_of_the_slack():

@@ -229,6 +229,11 @@ def test_a_bigger_cluster_never_lends_less_to_training(s, more):
     if any((b.reserved > a.reserved).any() for a, b in zip(h_small.workloads, h_big.workloads)):
         return
     assert big.lent_gpus >= small.lent_gpus
+    # Kueue refills a stopped job's quota at once, so the quota holds no room for jobs stopping: where the bigger
+    # cluster takes back a job the smaller one keeps (a fast one freed for the slack, beside a slow one out of the
+    # band that alone would have freed enough), that job's GPUs are not quota for new admissions there
+    if {p.job for p in big.preemptions} - {p.job for p in small.preemptions}:
+        return
     assert sum(big.quotas.values()) >= sum(small.quotas.values())
 
 
