@@ -76,7 +76,7 @@ VALID = {
     "tune.lead_times": st.lists(GO_DURATION, min_size=1, max_size=3),
     "tune.margins_gpus": st.lists(st.integers(0, 64), min_size=1, max_size=4, unique=True).map(sorted),
     "tune.forecasters": st.lists(st.sampled_from(["auto", "seasonal-naive", "reactive", "static"]), min_size=1),
-    "training.tracking_uri": st.sampled_from(["http://mlflow:5000", "sqlite:///mlflow.db", "file:///tmp/mlruns"]),
+    "training.tracking_uri": st.sampled_from(["http://mlflow:5000", "sqlite:///mlflow.db", "postgresql://mlflow@db/mlflow"]),
     "training.name": st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,20}", fullmatch=True),
     "training.candidates": st.lists(st.sampled_from(["auto", "profile", "snaive24", "ets", "theta"]), min_size=1),
     "training.objective": st.sampled_from(["mase", "pinball"]),
