@@ -425,7 +425,8 @@ class Observed:
 
 @dataclass(frozen=True)
 class Training:
-    """The running training jobs (admitted, active), as columns; `queue` is each job's ClusterQueue."""
+    """The running training jobs (admitted, active, not being evicted), as columns; `queue` is each job's
+    ClusterQueue."""
     ids: tuple[str, ...] = ()
     queue: tuple[str, ...] = ()
     gpus: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
@@ -433,7 +434,8 @@ class Training:
     preempt_seconds: np.ndarray = field(default_factory=lambda: np.zeros(0))
     checkpoint_interval: np.ndarray = field(default_factory=lambda: np.zeros(0))
     last_checkpoint: np.ndarray = field(default_factory=lambda: np.zeros(0))  # epoch seconds
-    terminating_gpus: int = 0  # evicted, still stopping: already on their way to inference
+    terminating_gpus: int = 0  # evicted, still stopping: not reclaimable (on their way to inference, or to the
+    # Workload Kueue preempted them for)
 
     # derived, what every plan reads several times: the GPUs the running jobs hold, their longest preemption time
     # and checkpoint interval (0 when none runs)
