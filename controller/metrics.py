@@ -85,7 +85,7 @@ LOST_WORK = Metric("headroom_preemption_lost_gpu_seconds_total", "counter", "GPU
 
 T = ("team",)
 TEAM_QUOTA = Metric("headroom_team_quota_gpus", "gauge", "Nominal GPU quota of the team's training ClusterQueue", T)
-TEAM_USED = Metric("headroom_team_used_gpus", "gauge", "GPUs of the team's admitted, active workloads", T)
+TEAM_USED = Metric("headroom_team_used_gpus", "gauge", "GPUs of the team's running workloads (admitted, active, not being evicted)", T)
 TEAM_BORROWED = Metric("headroom_team_borrowed_gpus", "gauge", "GPUs the team uses beyond its quota (borrowed from the cohort)", T)
 TEAM_LENT = Metric("headroom_team_lent_gpus", "gauge", "Quota the team does not use (lendable to the cohort)", T)
 TEAM_UTILIZATION = Metric("headroom_team_utilization_ratio", "gauge", "GPUs used over quota for the team's queue", T)
