@@ -188,6 +188,7 @@ def workload_info(obj: dict, local_queues: Mapping[tuple[str, str], str] | None 
                         admitted=admission is not None and not finished, active=spec.get("active", True) is not False,
                         priority=int(spec.get("priority", 0) or 0), creation=_parse_time(meta.get("creationTimestamp")),
                         gpus=int(gpus), uid=meta.get("uid"), priority_class=ref.get("name"), finished=finished,
+                        evicted=_condition(obj, "Evicted"),
                         evicted_by_plan=annotations.get(EVICTED_BY_PLAN),
                         preemption_seconds=_float(annotations.get(PREEMPTION_SECONDS)),
                         checkpoint_interval_seconds=_float(annotations.get(CHECKPOINT_INTERVAL)),
@@ -1009,12 +1010,14 @@ class KubeCluster:
         """Deactivate a Workload (spec.active=false: Kueue evicts it and does not requeue it) and record why in
         its annotations. True if this call deactivated it; False if it is already inactive (by this plan, a
         restarted controller's or anyone's: the first record stays), finished, holds no quota any more (Kueue
-        preempted or requeued it since the plan's view: it frees no GPU), or no longer the object `uid` names. The
-        write carries the resourceVersion read, so a Workload replaced in between is not touched."""
+        preempted or requeued it since the plan's view: it frees no GPU), is being evicted by Kueue (Evicted: it
+        stops without headroom, which must not count it as its own preemption), or no longer the object `uid`
+        names. The write carries the resourceVersion read, so a Workload replaced in between is not touched."""
         def mutate(wl: dict) -> dict | None:
             if uid is not None and wl["metadata"].get("uid") != uid:
                 return None
-            if (wl.get("spec") or {}).get("active", True) is False or _condition(wl, "Finished"):
+            if (wl.get("spec") or {}).get("active", True) is False or _condition(wl, "Finished") \
+                    or _condition(wl, "Evicted"):
                 return None
             if not (wl.get("status") or {}).get("admission"):
                 return None

@@ -287,7 +287,7 @@ def execute(actions: Sequence[Action], cluster: Cluster,
             try:
                 if isinstance(a, Evict):
                     if running is None:
-                        running = {w.key: w for w in cluster.workloads() if w.admitted and w.active}
+                        running = {w.key: w for w in cluster.workloads() if w.running}
                     w = running.get(a.workload)
                     if w is None or w.uid != a.uid or w.cluster_queue != a.queue:
                         out.append(Outcome(a, False, skipped="no longer running as planned"))

@@ -383,8 +383,8 @@ def _checkpoint_base(w: WorkloadInfo, now: float) -> float:
 
 def training_view(workloads: list[WorkloadInfo], queues: set[str], now: float):
     """The planner's running training and the requeue candidates, from the cluster's Workloads."""
-    running = [w for w in workloads if w.cluster_queue in queues and w.admitted and w.active]
-    terminating = sum(w.gpus for w in workloads if w.cluster_queue in queues and w.admitted and not w.active)
+    running = [w for w in workloads if w.cluster_queue in queues and w.running]
+    terminating = sum(w.gpus for w in workloads if w.cluster_queue in queues and w.stopping)
     since = [_checkpoint_base(w, now) for w in running]
     interval = [w.checkpoint_interval_seconds or UNANNOTATED_CHECKPOINT_SECONDS for w in running]
     training = training_columns(

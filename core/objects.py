@@ -29,9 +29,10 @@ class ObjectRef:
 class WorkloadInfo:
     """A Kueue Workload as the controller sees it (v1beta2 fields).
 
-    running: admitted and active; terminating (evicted, pods still stopping): admitted and not active;
-    pending: active, not admitted, not finished; evicted by headroom and stopped: not admitted, not active,
-    `evicted_by_plan` set (headroom requeues it)."""
+    running: admitted, active and not being evicted; stopping (pods still holding the GPUs): admitted and deactivated
+    (headroom's eviction) or being evicted by Kueue itself (its Evicted condition: a preemption of its own, e.g. for a
+    higher-priority Workload of the queue); pending: active, not admitted, not finished; evicted by headroom and
+    stopped: not admitted, not active, `evicted_by_plan` set (headroom requeues it)."""
     namespace: str
     name: str
     local_queue: str | None         # spec.queueName
@@ -44,6 +45,7 @@ class WorkloadInfo:
     uid: str | None = None
     priority_class: str | None = None   # spec.priorityClassRef.name
     finished: bool = False          # condition Finished=True
+    evicted: bool = False           # condition Evicted=True (Kueue resets it when it admits the Workload again)
     evicted_by_plan: str | None = None
     preemption_seconds: float | None = None
     checkpoint_interval_seconds: float | None = None
@@ -52,6 +54,14 @@ class WorkloadInfo:
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def running(self) -> bool:
+        return self.admitted and self.active and not self.evicted
+
+    @property
+    def stopping(self) -> bool:
+        return self.admitted and not self.running
 
 
 @dataclass(frozen=True)

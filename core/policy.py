@@ -133,7 +133,8 @@ class PolicySpec(Camel):
     inference_cluster_queue: str | None = Field(None, min_length=1, description="Kueue ClusterQueue of the inference "
                                                 "pods, whose GPU quota follows the reservation.")
     training_cluster_queues: list[str] = Field(default_factory=list, max_length=64, description="Kueue ClusterQueues "
-                                               "that borrow the slack and are evicted to reclaim it.")
+                                               "whose GPU nominalQuota headroom sets to their share of the slack; "
+                                               "their Workloads are evicted to take it back.")
     mode: Literal["forecast-only", "active"] = "forecast-only"
     objective: ObjectiveSpec = ObjectiveSpec()
 

@@ -425,7 +425,8 @@ class Observed:
 
 @dataclass(frozen=True)
 class Training:
-    """The running training jobs (admitted, active), as columns; `queue` is each job's ClusterQueue."""
+    """The running training jobs (admitted, active, not being evicted), as columns; `queue` is each job's
+    ClusterQueue."""
     ids: tuple[str, ...] = ()
     queue: tuple[str, ...] = ()
     gpus: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
@@ -433,7 +434,8 @@ class Training:
     preempt_seconds: np.ndarray = field(default_factory=lambda: np.zeros(0))
     checkpoint_interval: np.ndarray = field(default_factory=lambda: np.zeros(0))
     last_checkpoint: np.ndarray = field(default_factory=lambda: np.zeros(0))  # epoch seconds
-    terminating_gpus: int = 0  # evicted, still stopping: already on their way to inference
+    terminating_gpus: int = 0  # evicted, still stopping: not reclaimable (on their way to inference, or to the
+    # Workload Kueue preempted them for)
 
     # derived, what every plan reads several times: the GPUs the running jobs hold, their longest preemption time
     # and checkpoint interval (0 when none runs)
@@ -553,13 +555,13 @@ def shares(total: int, weights: Sequence[tuple[str, float]]) -> dict[str, int]:
 
 def _victims(t: Training, running: np.ndarray, among: np.ndarray, need: int, waste: np.ndarray, lent: int,
              weights: Sequence[tuple[str, float]], in_time: float | None = None) -> np.ndarray:
-    """The jobs of `among` that give back `need` GPUs, taken in this order (Kueue's own for its candidates, where it
-    says one):
+    """The jobs of `among` that give back `need` GPUs, taken in this order (headroom's own: Kueue takes nothing from one
+    training queue for another, their reclaimWithinCohort being Never; README, "The simulated Kueue"):
       1. with `in_time` (the seconds until the GPUs are needed), the jobs that stop within it: the others come back
          too late to help (inference first);
       2. of the ClusterQueues holding, with all `running` jobs, more than their weighted share of the `lent` GPUs
-         (a queue without a weight has no share): the borrowing queues, which Kueue takes back from first, so a
-         team within its share keeps its jobs;
+         (a queue without a weight has no share), so a team within its share keeps its jobs (not Kueue's
+         borrowing, above the queue's nominalQuota, which is its share of the admission quota);
       3. lowest priority: a job is never stopped while one of lower priority of the same kind (1 and 2) could free
          the GPUs as well;
       4. least `waste` (per job: the seconds of its GPUs lost to training, stopped as planned);
@@ -574,9 +576,9 @@ def _victims(t: Training, running: np.ndarray, among: np.ndarray, need: int, was
     held: dict[str, int] = {}
     for q, g in zip((t.queue[i] for i in running.tolist()), t.gpus[running].tolist()):
         held[q] = held.get(q, 0) + int(g)
-    borrowing = np.array([held.get(t.queue[i], 0) > share.get(t.queue[i], 0) for i in among.tolist()], dtype=bool)
+    over_share = np.array([held.get(t.queue[i], 0) > share.get(t.queue[i], 0) for i in among.tolist()], dtype=bool)
     late = t.preempt_seconds[among] > in_time if in_time is not None else np.zeros(len(among), dtype=bool)
-    kind = 2 * late.astype(np.int64) + ~borrowing  # 0: in time and borrowing, the first to go
+    kind = 2 * late.astype(np.int64) + ~over_share  # 0: in time and over its share, the first to go
     gpus, priority = t.gpus[among], t.priority[among]
     wasted = waste[among]
     ids = np.array([t.ids[i] for i in among.tolist()], dtype=object)

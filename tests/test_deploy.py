@@ -23,7 +23,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from adapters.kube import KubeCluster, quota_node
+from adapters.kube import KUEUE_GROUP, KUEUE_VERSION, KubeCluster, quota_node
 from cli.config import Config, load_config
 from cli.main import build_parser
 from controller.cohorts import cohort_lenders
@@ -226,6 +226,31 @@ def test_examples_fit_together(base, examples):
     assert quota == run_config(base)["run"]["capacity_gpus"], "the cohort's GPUs are the controller's capacity"
     # a pending Workload reaches its training ClusterQueue through its LocalQueue's spec.clusterQueue
     assert {local["spec"]["clusterQueue"] for local in all_of(examples, "LocalQueue")} == set(training)
+    for name in training:  # Kueue never preempts across the cohort's queues: headroom alone takes GPUs back
+        preemption = queues[name]["spec"].get("preemption") or {}
+        assert preemption.get("reclaimWithinCohort") == "Never", f"{name}: reclaimWithinCohort: Never, stated"
+        assert (preemption.get("borrowWithinCohort") or {}).get("policy", "Never") == "Never", name
+
+
+def test_example_queues_keep_kueue_preemption_across_headrooms_quota_writes(kube_admin, examples):
+    """The example ClusterQueues as the real API server (Kueue v0.19.2's genuine CRDs) creates them: no queue may
+    preempt in another (reclaimWithinCohort and borrowWithinCohort Never, also where unset: the CRD's defaults), and
+    headroom's quota writes, down to 0 and back, change the GPU nominalQuota and leave Kueue's preemption as it was."""
+    training = set(only(examples, "ReservationPolicy")["spec"]["trainingClusterQueues"])
+    for queue in all_of(examples, "ClusterQueue"):
+        body = copy.deepcopy(queue)
+        name = body["metadata"]["name"] = f"preemption-{queue['metadata']['name']}"  # beside other tests' queues
+        created = kube_admin.create(KubeCluster.custom_path(KUEUE_GROUP, KUEUE_VERSION, "clusterqueues"), body)
+        path = KubeCluster.custom_path(KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", name)
+        preemption = created["spec"]["preemption"]
+        assert (preemption["reclaimWithinCohort"], preemption["borrowWithinCohort"]["policy"]) == ("Never", "Never")
+        if queue["metadata"]["name"] in training:
+            assert preemption["withinClusterQueue"] == queue["spec"]["preemption"]["withinClusterQueue"]
+        for gpus in (0, 5):
+            assert kube_admin.set_cluster_queue_quota(name, gpus) is True
+            written = kube_admin.get(path)
+            assert kube_admin.get_cluster_queue_quota(name) == gpus
+            assert written["spec"]["preemption"] == preemption, f"{name}: headroom's write changed its preemption"
 
 
 def test_the_cronjob_trains_the_series_the_controller_serves_the_example_policy(base, examples):

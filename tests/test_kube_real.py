@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 
 from adapters.kube import EVICTED_BY_PLAN, EVICTION_REASON, KubeCluster
+from controller.reconcile import training_view
 from core.errors import ClusterError, Conflict, Invalid, NotFound
 from core.objects import Condition, ObjectRef, PolicyStatus, TargetRef
 from tests.servers import kueue
@@ -332,6 +333,32 @@ def test_an_eviction_is_revalidated_on_the_object_it_writes(cluster):
     assert cluster.get(f"{WL}/queued")["metadata"]["resourceVersion"] == before  # untouched
     kueue.admit(cluster, NS, "queued", "ev-pending")
     assert cluster.evict_workload(NS, "queued", uid, "reclaim", "plan-p") is True  # admitted: evicted
+
+
+def test_a_workload_kueue_is_preempting_is_stopping_not_running(cluster):
+    """Kueue preempts on its own within a queue (withinClusterQueue: LowerPriority, a higher-priority Workload
+    pending): the victim keeps its admission, its pods stopping, with Evicted=True. headroom counted it running,
+    could pick it as a victim and deactivate it, counting a preemption (and the work lost) that was Kueue's. It is
+    stopping: its GPUs are on their way out, not headroom's to take, and Kueue requeues it itself."""
+    cluster.create(CQ, kueue.cluster_queue("kp-train", gpus=8))
+    cluster.create(LQ, kueue.local_queue(NS, "kp-train"))
+    for name in ("kp-low", "kp-other"):
+        cluster.create(WL, kueue.workload(NS, name, "kp-train", gpus_per_pod=4))
+        kueue.admit(cluster, NS, name, "kp-train")
+    kueue.preempt(cluster, NS, "kp-low")
+    uid = cluster.get(f"{WL}/kp-low")["metadata"]["uid"]
+
+    training, uids, stopped = training_view(cluster.workloads(), {"kp-train"}, time.time())
+    assert list(training.ids) == [f"{NS}/kp-other"] and set(uids) == {f"{NS}/kp-other"}
+    assert training.terminating_gpus == 4 and not stopped  # its GPUs still held, while it stops
+    before = cluster.get(f"{WL}/kp-low")["metadata"]["resourceVersion"]
+    assert cluster.evict_workload(NS, "kp-low", uid, "reclaim", "plan-k") is False
+    assert cluster.get(f"{WL}/kp-low")["metadata"]["resourceVersion"] == before  # not deactivated, not annotated
+
+    kueue.complete_eviction(cluster, NS, "kp-low")  # Kueue requeues its own victim (still active): pending
+    kueue.admit(cluster, NS, "kp-low", "kp-train")  # admitted again, Evicted no longer True: running
+    training, _, _ = training_view(cluster.workloads(), {"kp-train"}, time.time())
+    assert sorted(training.ids) == [f"{NS}/kp-low", f"{NS}/kp-other"] and training.terminating_gpus == 0
 
 
 # --------------------------------------------------------------------------- status and events

@@ -109,6 +109,19 @@ def complete_eviction(kube: KubeCluster, namespace: str, name: str) -> dict:
                          content_type=MERGE)
 
 
+def preempt(kube: KubeCluster, namespace: str, name: str) -> dict:
+    """What Kueue writes when it preempts an admitted Workload for a higher-priority one of its ClusterQueue
+    (../shared/kueue/docs/preemption.md): Evicted=True (Preempted) and Preempted=True (InClusterQueue), the admission
+    kept until its pods are gone (complete_eviction, then Kueue requeues it)."""
+    wl = kube.get(path("workloads", name, namespace))
+    message = "Preempted to accommodate a workload due to prioritization in the ClusterQueue"
+    conditions = [*(wl.get("status") or {}).get("conditions", []),
+                  _condition("Evicted", "True", "Preempted", message),
+                  _condition("Preempted", "True", "InClusterQueue", message)]
+    return kube._request("PATCH", path("workloads", name, namespace) + "/status",
+                         {"status": {"conditions": conditions}}, content_type=MERGE)
+
+
 def finish(kube: KubeCluster, namespace: str, name: str) -> dict:
     status = {"conditions": [_condition("Finished", "True", "Succeeded", "Job finished successfully")]}
     return kube._request("PATCH", path("workloads", name, namespace) + "/status", {"status": status},
