@@ -170,8 +170,9 @@ def overview() -> Board:
           "Cohorts and ClusterQueues could not be read, so what else lends to training is not known). The plan "
           "summary ConfigMap has the message.",
           [(f"max by (reason) ({leader(m.HEADROOM_AT_RISK.name)})", "{{reason}}")], 24, 5, min=0, max=1)
-    b.add("timeseries", "Preemptions and work lost", "Training workloads preempted per hour, planned (at a "
-          "checkpoint before a forecast ramp) vs emergency (demand above the forecast), and GPU-hours of work lost.",
+    b.add("timeseries", "Preemptions and work lost", "Training workloads headroom preempted per hour (not "
+          "Kueue's own preemptions), planned (at a checkpoint before a forecast ramp) vs emergency (demand above the "
+          "forecast), and GPU-hours of work lost.",
           [(f"sum by (kind) (increase({m.PREEMPTIONS.name}[1h]))", "{{kind}} preemptions / h"),
            (f"sum by (kind) (increase({m.LOST_WORK.name}[1h])) / 3600", "{{kind}} GPU-hours lost / h")], 12, 8)
     b.add("timeseries", "Saved per hour", "Training GPUs on lent capacity times the GPU-hour cost.",
@@ -241,7 +242,8 @@ def teams() -> Board:
     b.add("bargauge", "GPU-hours borrowed", "Over the dashboard's time range.",
           [(f"sum by (team) (increase({sel(m.TEAM_BORROWED_SECONDS, TEAM)}[$__range])) / 3600", "{{team}}")], 8, 7,
           options=BARS_OPTIONS, min=0, decimals=0)
-    b.add("bargauge", "Workloads preempted", "Over the dashboard's time range.",
+    b.add("bargauge", "Workloads preempted", "By headroom (not Kueue's own preemptions), over the dashboard's "
+          "time range.",
           [(f"sum by (team) (increase({sel(m.TEAM_PREEMPTIONS, TEAM)}[$__range]))", "{{team}}")], 8, 7,
           options=BARS_OPTIONS, min=0, decimals=0)
     return b
