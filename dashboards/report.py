@@ -176,6 +176,13 @@ def _through_last_step(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([frame, last.set_axis(last.index + _step(frame.index))])
 
 
+def _span(ax, index: pd.DatetimeIndex) -> None:
+    """The time axis of a run's plot: its steps, each whole, from the first row's time to one step past the last row's
+    (a row's plan and the GPUs it held last until the next row's time). The same on every plot of one run, so one
+    moment lies at one place on each; matplotlib's own limits followed what each plot drew, a step short on some."""
+    ax.set_xlim(index[0], index[-1] + _step(index))
+
+
 def _shade(ax, starts: pd.DatetimeIndex, step: pd.Timedelta, **style) -> None:
     """Shade the steps beginning at `starts`, each over its whole step, as one legend entry (fill_between's `where`
     drew each run of steps one step short, so a step alone not at all)."""
@@ -269,6 +276,7 @@ def plot_demand(result: SimResult, path: Path, gpus: int | None = None,
     elif gpus is not None and (d["high_gpus"] > gpus + 1e-9).any():
         ax.axhline(gpus, **CAPACITY_LINE, label=f"capacity {gpus} GPUs: no reservation goes above it")
     _from_zero(ax)
+    _span(ax, s.index)
     if not (s["demand_gpus"] > 0).any():  # lines along the foot of the axis: say that is all there is
         ax.text(0.5, 0.5, "no inference demand in the simulated days: the trace is 0 throughout", ha="center",
                 va="center", transform=ax.transAxes, bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8})
@@ -307,7 +315,8 @@ def plot_usage(result: SimResult, gpus: int, path: Path, missing: pd.DatetimeInd
     plt = _pyplot()
     _, timeline, d, _ = _timed(result)
     fig, ax = plt.subplots(figsize=(11, 4.2))
-    ax.stackplot(d.index, d["inference_gpus"], d["training_gpus"], d["idle_gpus"].clip(lower=0),
+    held = _through_last_step(d[["inference_gpus", "training_gpus", "idle_gpus"]])  # the last row's too
+    ax.stackplot(held.index, held["inference_gpus"], held["training_gpus"], held["idle_gpus"].clip(lower=0),
                  labels=["inference held (serving, warm buffer, warming)", "training (lent slack)", "idle"],
                  colors=["tab:blue", "tab:orange", "lightgrey"], step="post")
     # utilization counts the demand served, not the GPUs held for it: the line shows the difference (a row's demand
@@ -317,6 +326,7 @@ def plot_usage(result: SimResult, gpus: int, path: Path, missing: pd.DatetimeInd
     ax.axhline(gpus, **CAPACITY_LINE, label=f"capacity {gpus} GPUs")
     _shade_missing(ax, d.index, missing, **HATCHED)  # utilization counts the last sample seen there as demand
     ax.set_ylim(0, gpus * 1.32)  # room above the cluster for the legend's two rows: it hides none of the stack
+    _span(ax, d.index)
     ax.set_xlabel(_time_axis(result))
     ax.set_ylabel("GPUs")
     ax.set_title(f"GPUs by use ({result.reference} policy): utilization {result.utilization:.1%}, demand served and "
@@ -355,6 +365,7 @@ def plot_preemptions(result: SimResult, path: Path, missing: pd.DatetimeIndex | 
     if ev.empty:  # an empty chart said nothing: say there was nothing to draw
         ax.text(0.5, 0.5, f"no training job was preempted under the {r.reference} policy", transform=ax.transAxes,
                 ha="center", va="center", bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8})
+    _span(ax, s.index)  # bars start on the hour: the part of the first one before the run is cut
     ax.set_xlabel(_time_axis(r))
     ax.set_ylabel("GPUs preempted per hour")
     demand = ax.twinx()

@@ -554,9 +554,11 @@ def shares(total: int, weights: Sequence[tuple[str, float]]) -> dict[str, int]:
 
 
 def _victims(t: Training, running: np.ndarray, among: np.ndarray, need: int, waste: np.ndarray, lent: int,
-             weights: Sequence[tuple[str, float]], in_time: float | None = None) -> np.ndarray:
-    """The jobs of `among` that give back `need` GPUs, taken in this order (headroom's own: Kueue takes nothing from one
-    training queue for another, their reclaimWithinCohort being Never; README, "The simulated Kueue"):
+             weights: Sequence[tuple[str, float]], in_time: float | None = None, late_need: int = 0) -> np.ndarray:
+    """The jobs of `among` that give back `need` GPUs, and `late_need` GPUs of the jobs that cannot stop within
+    `in_time` (the headroom band's: they may hold only so much), in one selection: a job stopped for one need counts
+    for the other. Taken in this order (headroom's own: Kueue takes nothing from one training queue for another,
+    their reclaimWithinCohort being Never; README, "The simulated Kueue"):
       1. with `in_time` (the seconds until the GPUs are needed), the jobs that stop within it: the others come back
          too late to help (inference first);
       2. of the ClusterQueues holding, with all `running` jobs, more than their weighted share of the `lent` GPUs
@@ -566,11 +568,12 @@ def _victims(t: Training, running: np.ndarray, among: np.ndarray, need: int, was
          the GPUs as well;
       4. least `waste` (per job: the seconds of its GPUs lost to training, stopped as planned);
       5. fastest to preempt, then id (the same jobs in any order give the same victims).
-    The first jobs in that order that free `need` GPUs, without those the others cover (a large job late in the order
-    makes earlier small ones unnecessary); or, when those are all of one kind, one job alone of that kind and of the
-    lowest priority any such job freeing `need` has (no higher than theirs), if it wastes less (`waste` times its
+    The first jobs in that order that free `need` GPUs, then the first late ones after them that free what
+    `late_need` still lacks, without those the others cover (Kueue's last step: a large job late in the order makes
+    earlier small ones unnecessary); or, when those are all of one kind, one job alone of that kind, meeting both
+    needs, and of the lowest priority any such job has (no higher than theirs), if it wastes less (`waste` times its
     GPUs) than they do."""
-    if not len(among) or need <= 0:
+    if not len(among) or (need <= 0 and late_need <= 0):
         return among[:0]
     share = shares(max(lent, 0), weights)
     held: dict[str, int] = {}
@@ -583,15 +586,23 @@ def _victims(t: Training, running: np.ndarray, among: np.ndarray, need: int, was
     wasted = waste[among]
     ids = np.array([t.ids[i] for i in among.tolist()], dtype=object)
     order = np.lexsort((ids, t.preempt_seconds[among], wasted, priority, kind))  # positions in `among`
-    chosen = list(order[: int(np.searchsorted(np.cumsum(gpus[order]), need)) + 1])
-    total = int(gpus[chosen].sum())
-    for k in reversed(chosen[:-1]):
-        if total - int(gpus[k]) >= need:
+    first = int(np.searchsorted(np.cumsum(gpus[order]), need)) + 1 if need > 0 else 0
+    chosen = list(order[:first])
+    late_gpus = np.where(late, gpus, 0)
+    lacking = late_need - int(late_gpus[chosen].sum())
+    if lacking > 0:
+        rest = order[first:][late[order[first:]]]
+        chosen += list(rest[: int(np.searchsorted(np.cumsum(gpus[rest]), lacking)) + 1])
+    total, total_late = int(gpus[chosen].sum()), int(late_gpus[chosen].sum())
+    for k in chosen[::-1]:
+        if total - int(gpus[k]) >= need and total_late - int(late_gpus[k]) >= late_need:
             chosen.remove(k)
             total -= int(gpus[k])
+            total_late -= int(late_gpus[k])
     kinds = kind[chosen]
-    if (kinds == kinds[0]).all():
-        alone = order[(gpus[order] >= need) & (kind[order] == kinds[0]) & (priority[order] <= priority[chosen].max())]
+    if len(kinds) and (kinds == kinds[0]).all():
+        meets = (gpus >= need) & (late_gpus >= late_need)
+        alone = order[meets[order] & (kind[order] == kinds[0]) & (priority[order] <= priority[chosen].max())]
         if len(alone):
             alone = alone[priority[alone] == priority[alone].min()]
             cost = wasted * gpus
@@ -781,27 +792,29 @@ def _preemptions(hours: HourPlan, steps: list[WorkloadStep], t: Training, policy
             out.append(Preemption(t.ids[i], int(t.gpus[i]), kind, at, work_lost, workload, why))
         running = np.setdiff1d(running, victims, assume_unique=True)
 
-    # Training may hold what is lent now; beyond it, inference needs the GPUs back, from the jobs that can stop within
-    # the deadline first, of the ClusterQueues above their weighted share of the lent slack (_victims).
+    # Two takebacks due now, chosen together (_victims: a job stopped for one counts for the other, so neither stops a
+    # job the other's victims make unnecessary). Training may hold what is lent now; beyond it, inference needs the GPUs
+    # back, from the jobs that can stop within the deadline first, of the ClusterQueues above their weighted share of
+    # the lent slack. And the headroom guarantee: slow-to-preempt jobs may only hold what no plausible demand needs
+    # before they are gone (the room; none is slow: nothing is over it, never negative).
     over = t.running_gpus - lent
-    if over > 0:
+    slow = t.preempt_seconds > deadline
+    over_band = int(t.gpus[slow].sum()) - room
+    if over > 0 or over_band > 0:
         above = [s for s in steps if s.peak_gpus + s.buffer_gpus > s.forecast_gpus and s.reserved_gpus > 0]
-        kind = "emergency" if above else "planned"
-        why = f"training holds {over} GPUs more than the {lent} lent now"
+        kind = "emergency" if over > 0 and above else "planned"
+        excess = f"training holds {over} GPUs more than the {lent} lent now"
         if above:
-            why += "; observed demand above the forecast (" + ", ".join(
+            excess += "; observed demand above the forecast (" + ", ".join(
                 f"{s.name} peak {s.peak_gpus} + buffer {s.buffer_gpus} > forecast {s.forecast_gpus}"
                 for s in above) + ")"
-        workload = above[0].name if above else first
-        stop(_victims(t, running, running, over, waste, lent, weights, deadline), kind, now, workload, why)
-    # The headroom guarantee: slow-to-preempt jobs may only hold what no plausible demand needs before they are gone.
-    if not t.slowest_seconds <= deadline:  # else none is slow, and nothing is over the room (never negative)
-        slow = running[t.preempt_seconds[running] > deadline]
-        over = int(t.gpus[slow].sum()) - room
-        if over > 0:
-            stop(_victims(t, running, slow, over, waste, lent, weights), "planned", now, first,
-                 f"slow-to-preempt jobs exceed the {room} GPUs no plausible demand needs before they could stop "
-                 "(outside the headroom band)")
+        band = (f"slow-to-preempt jobs exceed the {room} GPUs no plausible demand needs before they could stop "
+                "(outside the headroom band)")
+        workload = above[0].name if over > 0 and above else first
+        for i in _victims(t, running, running, over, waste, lent, weights, deadline, over_band):
+            # every victim frees GPUs training holds; a slow one also leaves the band
+            why = "; ".join(text for text, met in ((excess, over > 0), (band, over_band > 0 and slow[i])) if met)
+            stop(np.array([i]), kind, now, workload, why)
     # A forecast ramp-up: stop jobs at their last checkpoint before the GPUs are needed. Only ramps within one
     # checkpoint interval (plus lead and stop times) can need a decision now: later ones pass another checkpoint.
     lead = policy.longest_lead_seconds

@@ -625,11 +625,36 @@ def test_gpus_taken_back_come_from_the_teams_above_their_share_of_the_slack():
     s = plan_step(h, {}, jobs, pol, now)
     assert s.lent_gpus == 8 and s.quotas == {"a": 4, "b": 4}
     assert sorted(p.job for p in s.preemptions) == ["a0", "a1"]
-    # ...unless only the other team's jobs can stop within the deadline: inference first
+    # ...unless only the other team's jobs can stop within the deadline: inference first (no band here: slow jobs may
+    # hold all 8 lent GPUs)
+    slow_a = training(*({"id": f"a{k}", "gpus": 4, "queue": "a", "preempt": 900.0, "last": now} for k in range(2)),
+                      {"id": "b0", "gpus": 4, "queue": "b", "last": now - 300})
+    late = plan_step(hours_of([112] * 4, hi_extra=0), {}, slow_a, pol, now)
+    assert [p.job for p in late.preemptions] == ["b0"] and "4 GPUs more than the 8 lent" in late.preemptions[0].reason
+
+
+def test_one_selection_takes_back_the_gpus_lent_beyond_the_slack_and_keeps_slow_jobs_out_of_the_band():
+    """Two takebacks due at once are one choice of victims: a job stopped to keep slow jobs out of the headroom band
+    frees GPUs training holds beyond the slack too. Chosen apart, the slack's took the fast job and the band's the
+    slow one, where the slow one alone met both: a preemption, and its lost work, for nothing."""
+    now = NOW.timestamp()
+    h = hours_of([120] * 4, hi_extra=3)  # 60 reserved: 4 lent, band 2: slow jobs may hold 2
+    jobs = training({"id": "j1", "gpus": 2, "preempt": 60.0, "last": now - 600},
+                    {"id": "j2", "gpus": 4, "preempt": 900.0, "last": now - 300})
+    s = plan_step(h, {}, jobs, cluster(), now)
+    assert (s.lent_gpus, s.headroom_gpus) == (4, 2)
+    (x,) = s.preemptions  # 2 GPUs over the 4 lent, and 4 slow GPUs over the 2 they may hold: j2 alone does both
+    assert (x.job, x.kind, x.at) == ("j2", "planned", now)
+    assert "training holds 2 GPUs more than the 4 lent now" in x.reason and "headroom band" in x.reason
+    # two teams of 4 GPUs' share each: a's three slow jobs hold 12, 8 more than the band leaves them, b's fast job its
+    # 4. Two of a's free the 8 GPUs held beyond the slack as well: b keeps its job (apart, b0 went too)
+    pol = cluster(weights=(("a", 1.0), ("b", 1.0)))
     slow_a = training(*({"id": f"a{k}", "gpus": 4, "queue": "a", "preempt": 900.0, "last": now} for k in range(3)),
                       {"id": "b0", "gpus": 4, "queue": "b", "last": now - 300})
-    late = plan_step(h, {}, slow_a, pol, now)
-    assert [p.job for p in late.preemptions if "more than the 8 lent" in p.reason] == ["b0", "a0"]
+    s = plan_step(hours_of([112] * 4), {}, slow_a, pol, now)
+    assert (s.lent_gpus, s.headroom_gpus) == (8, 4)
+    assert [p.job for p in s.preemptions] == ["a0", "a1"]
+    assert all("8 GPUs more than the 8 lent" in p.reason and "headroom band" in p.reason for p in s.preemptions)
 
 
 def test_gpus_a_ramp_or_the_headroom_band_takes_back_come_from_the_teams_above_their_share():

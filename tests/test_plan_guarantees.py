@@ -354,6 +354,28 @@ def test_every_stage_takes_the_lowest_priority_jobs_of_the_first_kind_that_would
         assert sum(int(t.gpus[i]) for i in candidates.tolist() if rank[i] < worst) < need
 
 
+@settings(max_examples=300, deadline=None)
+@given(job_list, st.integers(0, 40), st.integers(0, 40), st.integers(0, 40), st.sampled_from([60.0, 600.0]))
+def test_one_selection_meets_both_takebacks_and_stops_no_job_it_could_spare(jobs, need, late_need, lent, in_time):
+    """GPUs held beyond the slack (`need`, of any job) and slow jobs' GPUs over what the headroom band leaves them
+    (`late_need`, of the jobs that cannot stop `in_time`), as the plan asks them (never more than those jobs hold),
+    taken back at once: the victims meet both, and none could be left running with both still met (Kueue's last step,
+    with a job stopped for one need counted for the other)."""
+    t = jobs_of(jobs, 10_000.0)
+    every = np.arange(len(jobs))
+    late = t.preempt_seconds > in_time
+    need, late_need = min(need, t.running_gpus), min(late_need, int(t.gpus[late].sum()))
+    wasted = np.array([j[4] for j in jobs]) + t.preempt_seconds
+    victims = _victims(t, every, every, need, wasted, lent, (("a", 1.0), ("b", 2.0)), in_time, late_need)
+    assert len(set(victims.tolist())) == len(victims)
+
+    def met(chosen) -> bool:
+        return int(t.gpus[chosen].sum()) >= need and int(t.gpus[chosen][late[chosen]].sum()) >= late_need
+    assert met(victims)
+    for v in victims.tolist():
+        assert not met(victims[victims != v]), (t.ids[v], victims)
+
+
 @settings(max_examples=60, deadline=None)
 @given(any_scenario, st.randoms(use_true_random=False))
 def test_the_same_inputs_give_the_same_plan_whatever_order_the_jobs_come_in(s, rnd):

@@ -770,3 +770,34 @@ def test_a_policy_file_of_several_workloads_is_refused_naming_what_runs_one(tmp_
     err = capsys.readouterr().err
     assert "holds 2 ReservationPolicies" in err and "simulate runs one" not in err and "report" in err, err
     assert not (tmp_path / "out").exists()
+
+
+def test_every_plot_of_one_run_spans_its_steps_each_whole(tmp_path, monkeypatch):
+    """The demand plot drew the last row's plan through its step, the usage plot's stack ended at the last row's time
+    (its GPUs not drawn) and the preemption plot's bars ran from the first row's clock hour: each plot's axis followed
+    what it drew, so one moment lay at a different place on each. Now each spans the first row's time to one step past
+    the last row's, the usage stack too."""
+    import matplotlib.dates as mdates
+    from matplotlib.collections import PolyCollection
+
+    import dashboards.report as report_module
+    from controller.simulate import simulate
+
+    demand = synthetic_demand(days=5)
+    scenario = Scenario(demand, 128, 1)
+    r = simulate(scenario, default_spec(scenario, demand_per_gpu(demand, peak_gpus=100)), reference="forecast",
+                 timeline=True, detail=True)
+    times = r.timeline["timestamp"]
+    span = (mdates.date2num(times.iloc[0]), mdates.date2num(times.iloc[-1] + (times.iloc[1] - times.iloc[0])))
+    figures = []
+    save = report_module._save
+    monkeypatch.setattr(report_module, "_save", lambda fig, path: figures.append(fig) or save(fig, path))
+    report_module.plot_demand(r, tmp_path / "demand.png", 128)
+    report_module.plot_usage(r, 128, tmp_path / "usage.png")
+    report_module.plot_preemptions(r, tmp_path / "preemptions.png")
+    assert len(figures) == 3
+    for fig in figures:
+        for ax in fig.axes:
+            assert ax.get_xlim() == pytest.approx(span, rel=0, abs=1e-6), ax.get_title()  # a second is 1.2e-5
+    stack = [c for c in figures[1].axes[0].collections if isinstance(c, PolyCollection)]
+    assert max(path.vertices[:, 0].max() for c in stack for path in c.get_paths()) == pytest.approx(span[1], abs=1e-6)
