@@ -1201,6 +1201,27 @@ def test_a_tracking_uri_that_is_a_path_is_refused_naming_where_it_was_given(dema
     assert sorted(p.name for p in tmp_path.iterdir()) == (["headroom.yaml"] if "." in where else []), "nothing made"
 
 
+@pytest.mark.parametrize("where", ["flag", "MLFLOW_TRACKING_URI"])
+@pytest.mark.parametrize("given", ["sqlite:///", "sqlite://", "sqlite:///:memory:", "sqlite:///?mode=memory",
+                                   "sqlite:mlflow.db", "sqlite://host/mlflow.db"])
+def test_a_sqlite_uri_naming_no_file_is_refused_not_trained_into_memory(demand, tmp_path, monkeypatch, capsys, where,
+                                                                       given):
+    """sqlite:///, sqlite:// and sqlite:///:memory: are a database in memory: train printed "PROMOTED", exit 0, and
+    the runs, the model and the champion were gone as it ended (its locks made in the working directory's parent).
+    Refused before any work, naming where it was given and the URI to give."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    argv = ["train", "--history", demand, "--name", "chat"]
+    if where == "flag":
+        argv += ["--tracking-uri", given]
+    else:
+        monkeypatch.setenv(where, given)
+    status, err = exits(argv, capsys)
+    field = "training.tracking_uri" if where == "flag" else where
+    assert status == 2 and f"{field}: '{given}' names no sqlite file" in err and "sqlite:///mlflow.db" in err, err
+    assert not list(tmp_path.iterdir()) and not (tmp_path.parent / ".headroom-locks").exists(), "nothing made"
+
+
 @pytest.mark.parametrize("uri", ["sqlite:///mlflow.db", "sqlite:////abs/mlflow.db", "http://mlflow:5000",
                                  "https://user:pw@mlflow.example/prefix", "postgresql://u@db/mlflow", "databricks"])
 def test_a_tracking_uri_mlflow_opens_is_taken_as_given(uri):
