@@ -137,7 +137,9 @@ def test_parquet_timestamps_as_numbers_bytes_or_text(tmp_path, stamps):
     (HOURS, np.where(np.arange(len(HOURS)) == 4, -1.0, VALUES), "row 5: value -1.0 is negative"),
     (HOURS, np.where(np.arange(len(HOURS)) == 2, np.inf, VALUES), "row 3: value inf is infinite"),
     ([True] * len(HOURS), VALUES, "booleans"),
-], ids=["bool-values", "naive", "small-ints", "bad-bytes", "negative", "inf", "bool-stamps"])
+    # a time of day (Parquet time64) has a tzinfo attribute as a datetime has: read as one, a TypeError traceback
+    ([t.time() for t in HOURS], VALUES, "row 1: timestamp datetime.time(0, 0) (time) is not a time"),
+], ids=["bool-values", "naive", "small-ints", "bad-bytes", "negative", "inf", "bool-stamps", "time-of-day"])
 def test_parquet_refusals_name_the_file_and_row(tmp_path, stamps, values, what):
     path = parquet(tmp_path, stamps, values)
     message = error_of(load_history, path)
@@ -229,7 +231,7 @@ def test_fuzzed_rows_that_are_good_give_the_right_answer(tmp_path):
 
 
 PARQUET_COLUMN = st.sampled_from(["bool", "int-small", "int-ns", "float", "text", "bytes", "naive", "aware",
-                                  "none"])
+                                  "time", "none"])
 
 
 def _parquet_column(kind, n, rng):
@@ -249,6 +251,8 @@ def _parquet_column(kind, n, rng):
         return HOURS[:n].tz_localize(None)
     if kind == "aware":
         return HOURS[:n]
+    if kind == "time":
+        return [t.time() for t in HOURS[:n]]
     return [None] * n
 
 
