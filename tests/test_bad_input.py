@@ -18,6 +18,7 @@ from cli.config import load_config
 from cli.main import main
 from cli.simulate import load_jobs
 from core.errors import BadRequest, ConfigError
+from core.yamlfile import manifest_text
 from forecast.history import MAX_VALUE, HistoryError, load_history, prepare
 from forecast.synthetic import synthetic_demand, write_csv
 
@@ -659,6 +660,27 @@ def test_bad_job_traces_name_file_and_line(tmp_path, body, where, what):
     with pytest.raises(BadRequest) as err:
         load_jobs(path)
     assert f"--jobs (simulate.jobs) {path}{where}" in str(err.value) and what in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("command", ["simulate", "run"])
+def test_a_job_trace_whose_jobs_all_arrive_as_the_replay_ends_is_refused(demand, tmp_path, capsys, command):
+    """The window ends at the trace's newest creation_time, so jobs created then arrive as the replay ends: a trace of
+    one moment's jobs (one row, or all created at once) replayed no training at all, exit 0. It is a trace leaving no
+    job to replay, refused as such."""
+    path = tmp_path / "jobs.csv"
+    path.write_text(JOB_HEADER + "1,0,0,3600\n2,0,0,600\n")
+    policy = tmp_path / "p.yaml"
+    policy.write_text(manifest_text({"apiVersion": "headroom.dev/v1alpha1", "kind": "ReservationPolicy",
+                                     "metadata": {"name": "chat", "namespace": "inference"},
+                                     "spec": {"query": "q", "mode": "active", "capacity": {"demandPerGpu": 100},
+                                              "target": {"kind": "Deployment", "name": "chat"},
+                                              "trainingClusterQueues": ["train"]}}))
+    span = ["--days", "1"] if command == "simulate" else ["--hours", "2", "--history", demand]
+    status, err = exits([command, *([demand] if command == "simulate" else []), *span, "--gpus", "8", "--policy-file",
+                         policy, "--jobs", path], capsys)
+    assert status == 2 and f"--jobs (simulate.jobs) {path}: no job of 1 to 8 GPUs ran in the trace's last " in err, err
+    assert ("before its newest creation_time 0, where the window ends and the replay with it (the 2 job(s) created "
+            "then arrive as it ends)") in err, err
 
 
 def test_a_job_trace_of_a_year_in_seconds_reads(tmp_path):
