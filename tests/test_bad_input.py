@@ -888,6 +888,23 @@ def test_a_section_with_every_key_commented_out_takes_its_defaults(tmp_path):
     assert cfg.forecast.horizon == 48 and cfg.tune.target_quantiles == [0.5, 0.7, 0.8, 0.9, 0.95]
 
 
+@pytest.mark.parametrize("token, what", [(b"\x1f\x8b\x08\x00", "not UTF-8 text (byte 1): a token is expected"),
+                                         (b"timestamp,value\n2026-01-01T00:00:00Z,5\n", "holds 2 line(s), with spaces "
+                                          "or control characters: a bearer token is one word"),
+                                         (b"\n", "is empty: a bearer token is expected")],
+                         ids=["binary", "several-lines", "empty"])
+def test_a_bearer_token_file_that_holds_no_token_is_named_not_blamed_on_the_answer(tmp_path, capsys, token, what):
+    """A binary token file failed every read as "the answer is not Prometheus' JSON: another service at this URL?"
+    (its UnicodeDecodeError is a ValueError, as a JSON error is); several lines were sent as one header, refused by
+    the HTTP client as the same. The file is named, and what is wrong with it."""
+    path = tmp_path / "token"
+    path.write_bytes(token)
+    config = tmp_path / "headroom.yaml"
+    config.write_text(f"history:\n  prometheus: {{url: 'http://127.0.0.1:9', query: up, bearer_token_file: {path}}}\n")
+    status, err = exits(["forecast", "--config", config], capsys)
+    assert status == 1 and f"bearer_token_file {path}: {what}" in err and "JSON" not in err, err
+
+
 # ---------------------------------------------------------------------------- the metrics server
 def test_metrics_server_closes_idle_connections_and_bounds_them():
     from controller import metrics as m
