@@ -237,8 +237,9 @@ def trace_jobs(jobs: pd.DataFrame, span_seconds: float, capacity: int,
     A job's work is the time it ran in the trace, scheduled_time to deletion_time (its queueing before is not work);
     one already running or queued at the window's start arrives at its start with the work left. Left out: pods of 0
     GPUs, pods never scheduled (no run to replay: a blank scheduled_time), jobs larger than the cluster (Kueue never
-    admits them; shrunk they would be other jobs) and jobs created at the window's end (they arrive as it ends). `notes` is told what was left out, and where the trace is shorter
-    than the span. ValueError when no job is left to arrive."""
+    admits them; shrunk they would be other jobs) and jobs created at the window's end (they arrive as it ends).
+    `notes` is told what was left out, and where the trace is shorter than the span. ValueError when no job is left
+    to arrive."""
     end = float(jobs["creation_time"].max())
     window0 = end - span_seconds
     in_window = (jobs["deletion_time"] > window0) & (jobs["num_gpu"] >= 1)
