@@ -719,7 +719,7 @@ def test_simulate_says_what_of_a_job_trace_it_leaves_out(demand, tmp_path, capsy
     leaving no job to replay is an error naming the file (it gave no training at all, with goodput 1). What is left
     out is in the JSON's notes too, as stderr says it (it was said on stderr alone)."""
     path = tmp_path / "jobs.csv"
-    path.write_text(JOB_HEADER + "16,0,0,3000\n1,100,,700\n2,3600,3700,9000\n")
+    path.write_text(JOB_HEADER + "16,0,0,3000\n1,100,,700\n2,3600,3700,9000\n1,7200,7200,9000\n")
     assert main(["simulate", str(demand), "--days", "1", "--gpus", "8", "--policy", "oracle", "--jobs", str(path),
                  "--json"]) == 0
     out, err = capsys.readouterr()
@@ -727,7 +727,7 @@ def test_simulate_says_what_of_a_job_trace_it_leaves_out(demand, tmp_path, capsy
     assert len(job_notes) == 4 and all(f"note: {n}" in err for n in job_notes), (job_notes, err)
     assert f"note: --jobs (simulate.jobs) {path}: 1 job(s) of more than 8 GPUs (up to 16)" in err
     assert "1 pod(s) of the window never scheduled" in err
-    assert "created over 0.0417 days, fewer than the 1 simulated: the first arrives 0.958 days in" in err
+    assert "created over 0.0833 days, fewer than the 1 simulated: the first arrives 0.917 days in" in err
     path.write_text(JOB_HEADER + "0,0,0,3000\n1,100,,700\n")
     status, err = exits(["simulate", demand, "--days", "1", "--policy", "oracle", "--jobs", path], capsys)
     assert status == 2 and f"--jobs (simulate.jobs) {path}: no job of 1 to 128 GPUs ran in the trace's last 1 days" \
@@ -738,7 +738,7 @@ def test_report_json_says_what_of_a_job_trace_it_leaves_out(demand, tmp_path, ca
     """report --json's notes had the demand above the cluster only: what the job trace left out was said on stderr
     alone, as simulate --json's notes once did."""
     jobs = tmp_path / "jobs.csv"
-    jobs.write_text(JOB_HEADER + "16,0,0,3000\n1,100,,700\n2,3600,3700,9000\n")
+    jobs.write_text(JOB_HEADER + "16,0,0,3000\n1,100,,700\n2,3600,3700,9000\n1,7200,7200,9000\n")
     policy = _policy_file(tmp_path / "p.yaml", trainingClusterQueues=["training"])  # where the jobs wait
     assert main(["report", str(demand), "--days", "1", "--gpus", "8", "--policy-file", str(policy), "--jobs",
                  str(jobs), "--json", "--out", str(tmp_path / "r")]) == 0
