@@ -103,8 +103,11 @@ def demand_per_gpu(demand: pd.Series, peak_gpus: float | None = None, per_gpu: f
         return float(per_gpu)
     values = demand.to_numpy(float)
     top = float(np.nanquantile(values, 0.999)) if np.isfinite(values).any() else 0.0
-    if not top > 0:
-        raise ValueError("the demand trace has no positive value to scale to GPUs: give per_gpu")
+    if not top > 0:  # a trace idle in over 99.9 % of its samples has bursts, but no percentile to scale
+        some = int(np.sum(values > 0))
+        raise ValueError(f"the demand trace's 99.9th percentile, which peak_gpus scales to GPUs, is 0 (only {some} of "
+                         f"its {len(values)} samples are above 0): give per_gpu" if some else
+                         "the demand trace has no positive value to scale to GPUs: give per_gpu")
     return top / float(peak_gpus if peak_gpus is not None else 100)
 
 

@@ -625,6 +625,19 @@ def test_an_all_zero_trace_is_refused_unless_per_gpu_given_and_then_utilization_
     assert isinstance(out["shortage_hours"], int) and out["shortage_hours_share"] == 0
 
 
+def test_a_trace_idle_in_nearly_every_sample_is_refused_for_its_percentile_not_said_to_have_no_demand(tmp_path,
+                                                                                                     capsys):
+    """One burst in four days of 5-minute samples: --peak-gpus scales the 99.9th percentile, which is 0, and the
+    refusal said the trace "has no positive value", which it has."""
+    stamps = pd.date_range(HOURS[0], HOURS[-1], freq="5min")
+    values = np.where(np.arange(len(stamps)) == 500, 40.0, 0.0)
+    path = csv_of(tmp_path / "burst.csv", [t.isoformat() for t in stamps], values)
+    status, err = exits(["simulate", path, "--days", "1", "--policy", "static"], capsys)
+    assert status == 2 and "no positive value" not in err, err
+    assert f"the demand trace's 99.9th percentile, which peak_gpus scales to GPUs, is 0 (only 1 of its {len(stamps)} " \
+        "samples are above 0): give per_gpu (--per-gpu)" in err, err
+
+
 # ---------------------------------------------------------------------------- the job trace
 JOB_HEADER = "num_gpu,creation_time,scheduled_time,deletion_time\n"
 
