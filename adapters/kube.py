@@ -528,6 +528,10 @@ class KubeCluster:
             config.load_kube_config(config_file=path, context=context, client_configuration=configuration)
         except (config.ConfigException, OSError) as exc:
             raise ClusterError(f"cannot load kubeconfig {path or '~/.kube/config'}: {exc}") from None
+        except Exception as exc:  # noqa: BLE001 - the client's loader fails on a file that is no kubeconfig in many
+            # ways, each a traceback: a YAML error, a TypeError on text or a list, a RecursionError on deep nesting
+            raise ClusterError(f"cannot load kubeconfig {path or '~/.kube/config'}: not a kubeconfig (YAML with "
+                               f"clusters, contexts and users): {type(exc).__name__}: {str(exc)[:300]}") from None
         return cls(cls._api_client(configuration), **kwargs)
 
     @classmethod

@@ -21,6 +21,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from types import TracebackType
 from urllib.parse import urlsplit
 
@@ -123,6 +124,27 @@ def parse_matrix(result: list[dict], query: str) -> pd.Series:
     series = pd.Series(numbers, index=pd.DatetimeIndex(stamps, name="timestamp"), name="value")
     series.attrs["infinite"] = int(infinite.sum())
     return series
+
+
+class TokenFileError(RuntimeError):
+    """The bearer token file cannot be read as a token (not a ValueError: that would read as an answer not JSON)."""
+
+
+def read_token(path: Path) -> str:
+    """The bearer token in `path`: one line of text (a binary file or several lines were sent, and failed as an
+    answer that is not Prometheus' JSON)."""
+    try:
+        token = path.read_text(encoding="utf-8").strip()
+    except UnicodeDecodeError as exc:
+        raise TokenFileError(f"bearer_token_file {path}: not UTF-8 text (byte {exc.start}): a token is expected") \
+            from None
+    except OSError as exc:
+        raise TokenFileError(f"bearer_token_file {path}: cannot read it: {exc.strerror or exc}") from None
+    if not token or not token.isprintable() or " " in token:
+        raise TokenFileError(f"bearer_token_file {path}: holds {len(token.splitlines())} line(s), with spaces or "
+                             "control characters: a bearer token is one word" if token else
+                             f"bearer_token_file {path}: is empty: a bearer token is expected")
+    return token
 
 
 def _bearer(token: Callable[[], str]) -> Callable[[requests.PreparedRequest], requests.PreparedRequest]:
@@ -262,7 +284,7 @@ def connect(server: PrometheusServer, stopping: threading.Event | None = None) -
         warnings.filterwarnings("ignore", f"Unverified HTTPS request is being made to host "
                                 f"'{re.escape(str(urlsplit(server.url).hostname))}'", InsecureRequestWarning)
     url = server.url.rstrip("/")  # the client appends "/api/v1/...": a doubled slash is a redirect each request
-    client = PrometheusConnect(url=url, auth=_bearer(lambda: token_file.read_text().strip()) if token_file
+    client = PrometheusConnect(url=url, auth=_bearer(lambda: read_token(token_file)) if token_file
                                else None, retry=retry, session=session, timeout=server.timeout_seconds)
     adapter = _Adapter(stopping, max_retries=retry, pool_maxsize=CONNECTIONS)
     session.mount(url, adapter)  # replaces the client's (10)

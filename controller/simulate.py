@@ -103,8 +103,11 @@ def demand_per_gpu(demand: pd.Series, peak_gpus: float | None = None, per_gpu: f
         return float(per_gpu)
     values = demand.to_numpy(float)
     top = float(np.nanquantile(values, 0.999)) if np.isfinite(values).any() else 0.0
-    if not top > 0:
-        raise ValueError("the demand trace has no positive value to scale to GPUs: give per_gpu")
+    if not top > 0:  # a trace idle in over 99.9 % of its samples has bursts, but no percentile to scale
+        some = int(np.sum(values > 0))
+        raise ValueError(f"the demand trace's 99.9th percentile, which peak_gpus scales to GPUs, is 0 (only {some} of "
+                         f"its {len(values)} samples are above 0): give per_gpu" if some else
+                         "the demand trace has no positive value to scale to GPUs: give per_gpu")
     return top / float(peak_gpus if peak_gpus is not None else 100)
 
 
@@ -236,9 +239,10 @@ def trace_jobs(jobs: pd.DataFrame, span_seconds: float, capacity: int,
 
     A job's work is the time it ran in the trace, scheduled_time to deletion_time (its queueing before is not work);
     one already running or queued at the window's start arrives at its start with the work left. Left out: pods of 0
-    GPUs, pods never scheduled (no run to replay: a blank scheduled_time) and jobs larger than the cluster (Kueue never
-    admits them; shrunk they would be other jobs). `notes` is told what was left out, and where the trace is shorter
-    than the span. ValueError when no job is left to arrive."""
+    GPUs, pods never scheduled (no run to replay: a blank scheduled_time), jobs larger than the cluster (Kueue never
+    admits them; shrunk they would be other jobs) and jobs created at the window's end (they arrive as it ends).
+    `notes` is told what was left out, and where the trace is shorter than the span. ValueError when no job is left
+    to arrive."""
     end = float(jobs["creation_time"].max())
     window0 = end - span_seconds
     in_window = (jobs["deletion_time"] > window0) & (jobs["num_gpu"] >= 1)
@@ -247,7 +251,9 @@ def trace_jobs(jobs: pd.DataFrame, span_seconds: float, capacity: int,
     j = jobs[in_window & ~never_ran & ~too_big]
     arrival = np.maximum(j["creation_time"].to_numpy(float) - window0, 0.0)
     work = j["deletion_time"].to_numpy(float) - np.maximum(j["scheduled_time"].to_numpy(float), window0)
-    keep = work > 0
+    # a job created at the window's end (the newest creation_time) arrives as the replay ends: nothing of it replays
+    at_end = arrival >= span_seconds
+    keep = (work > 0) & ~at_end
     gpus = j["num_gpu"].to_numpy(np.int64)
     if notes is not None:
         if never_ran.any():
@@ -265,8 +271,11 @@ def trace_jobs(jobs: pd.DataFrame, span_seconds: float, capacity: int,
     if not keep.any():  # a trace with no scheduled_time at all reads as pods that never ran: say so
         unscheduled = f" ({int(never_ran.sum())} pod(s) there were never scheduled: a blank scheduled_time)" \
             if never_ran.any() else ""
+        ending = int((at_end & (work > 0)).sum())
+        last = f" before its newest creation_time {end:g}, where the window ends and the replay with it (the " \
+            f"{ending} job(s) created then arrive as it ends)" if ending else ""
         raise ValueError(f"no job of 1 to {capacity} GPUs ran in the trace's last {span_seconds / 86400:g} days"
-                         f"{unscheduled}")
+                         f"{last}{unscheduled}")
     order = np.argsort(arrival[keep], kind="stable")
     return gpus[keep][order], work[keep][order], arrival[keep][order]
 

@@ -55,6 +55,15 @@ def checked_tracking_uri(value: str) -> str:
         path = value.removeprefix("file://") if scheme else value
         raise ValueError(f"{value!r} is a path, not a tracking URI (MLflow's filesystem store is not supported): "
                          f"give a sqlite store, sqlite:///{path}, or a tracking server's http:// URL")
+    if scheme == "sqlite":
+        # sqlite:///, sqlite:// and sqlite:///:memory: open a database in memory: a training was promoted there, exit
+        # 0, and every run, model and champion was gone as the command ended
+        parts = urlsplit(value)
+        in_memory = parts.path in ("", "/", "/:memory:") or parts.path.startswith("/file::memory:") \
+            or "mode=memory" in parts.query
+        if in_memory or parts.netloc or not value.startswith("sqlite:///"):
+            raise ValueError(f"{value!r} names no sqlite file (a store in memory loses every run as the command "
+                             "ends): give sqlite:///PATH, e.g. sqlite:///mlflow.db or sqlite:////abs/mlflow.db")
     return value
 
 

@@ -194,6 +194,8 @@ def documents(text: str, loader: type[yaml.SafeLoader] = yaml.SafeLoader, name: 
         if repeated:
             raise RepeatedKeys(repeated)
         return [reader.construct_document(node) for node in nodes]
+    except RecursionError:  # PyYAML composes and constructs by recursion: [[[[...]]]] hundreds deep was a traceback
+        raise yaml.YAMLError(f"{name}: lists or mappings nested too deep to read") from None
     finally:
         reader.dispose()
 

@@ -11,6 +11,7 @@ import csv
 import math
 import re
 from dataclasses import dataclass, field
+from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Protocol
@@ -327,7 +328,7 @@ def _parquet_timestamps(path: Path, column: pd.Series) -> tuple[pd.DatetimeIndex
                          else _epoch(float(item), unit))
             elif isinstance(item, str):
                 stamp = _parse_timestamp(item, units)
-            elif isinstance(item, pd.Timestamp) or hasattr(item, "tzinfo"):
+            elif isinstance(item, datetime):  # a pd.Timestamp too; not a date or a time of day, which are no time
                 stamp = pd.Timestamp(item)
                 if stamp.tzinfo is None:
                     raise ValueError(f"timestamp {item!r} has no time zone")

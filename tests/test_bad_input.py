@@ -18,6 +18,7 @@ from cli.config import load_config
 from cli.main import main
 from cli.simulate import load_jobs
 from core.errors import BadRequest, ConfigError
+from core.yamlfile import manifest_text
 from forecast.history import MAX_VALUE, HistoryError, load_history, prepare
 from forecast.synthetic import synthetic_demand, write_csv
 
@@ -137,7 +138,9 @@ def test_parquet_timestamps_as_numbers_bytes_or_text(tmp_path, stamps):
     (HOURS, np.where(np.arange(len(HOURS)) == 4, -1.0, VALUES), "row 5: value -1.0 is negative"),
     (HOURS, np.where(np.arange(len(HOURS)) == 2, np.inf, VALUES), "row 3: value inf is infinite"),
     ([True] * len(HOURS), VALUES, "booleans"),
-], ids=["bool-values", "naive", "small-ints", "bad-bytes", "negative", "inf", "bool-stamps"])
+    # a time of day (Parquet time64) has a tzinfo attribute as a datetime has: read as one, a TypeError traceback
+    ([t.time() for t in HOURS], VALUES, "row 1: timestamp datetime.time(0, 0) (time) is not a time"),
+], ids=["bool-values", "naive", "small-ints", "bad-bytes", "negative", "inf", "bool-stamps", "time-of-day"])
 def test_parquet_refusals_name_the_file_and_row(tmp_path, stamps, values, what):
     path = parquet(tmp_path, stamps, values)
     message = error_of(load_history, path)
@@ -229,7 +232,7 @@ def test_fuzzed_rows_that_are_good_give_the_right_answer(tmp_path):
 
 
 PARQUET_COLUMN = st.sampled_from(["bool", "int-small", "int-ns", "float", "text", "bytes", "naive", "aware",
-                                  "none"])
+                                  "time", "none"])
 
 
 def _parquet_column(kind, n, rng):
@@ -249,6 +252,8 @@ def _parquet_column(kind, n, rng):
         return HOURS[:n].tz_localize(None)
     if kind == "aware":
         return HOURS[:n]
+    if kind == "time":
+        return [t.time() for t in HOURS[:n]]
     return [None] * n
 
 
@@ -620,6 +625,19 @@ def test_an_all_zero_trace_is_refused_unless_per_gpu_given_and_then_utilization_
     assert isinstance(out["shortage_hours"], int) and out["shortage_hours_share"] == 0
 
 
+def test_a_trace_idle_in_nearly_every_sample_is_refused_for_its_percentile_not_said_to_have_no_demand(tmp_path,
+                                                                                                     capsys):
+    """One burst in four days of 5-minute samples: --peak-gpus scales the 99.9th percentile, which is 0, and the
+    refusal said the trace "has no positive value", which it has."""
+    stamps = pd.date_range(HOURS[0], HOURS[-1], freq="5min")
+    values = np.where(np.arange(len(stamps)) == 500, 40.0, 0.0)
+    path = csv_of(tmp_path / "burst.csv", [t.isoformat() for t in stamps], values)
+    status, err = exits(["simulate", path, "--days", "1", "--policy", "static"], capsys)
+    assert status == 2 and "no positive value" not in err, err
+    assert f"the demand trace's 99.9th percentile, which peak_gpus scales to GPUs, is 0 (only 1 of its {len(stamps)} " \
+        "samples are above 0): give per_gpu (--per-gpu)" in err, err
+
+
 # ---------------------------------------------------------------------------- the job trace
 JOB_HEADER = "num_gpu,creation_time,scheduled_time,deletion_time\n"
 
@@ -655,6 +673,27 @@ def test_bad_job_traces_name_file_and_line(tmp_path, body, where, what):
     with pytest.raises(BadRequest) as err:
         load_jobs(path)
     assert f"--jobs (simulate.jobs) {path}{where}" in str(err.value) and what in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("command", ["simulate", "run"])
+def test_a_job_trace_whose_jobs_all_arrive_as_the_replay_ends_is_refused(demand, tmp_path, capsys, command):
+    """The window ends at the trace's newest creation_time, so jobs created then arrive as the replay ends: a trace of
+    one moment's jobs (one row, or all created at once) replayed no training at all, exit 0. It is a trace leaving no
+    job to replay, refused as such."""
+    path = tmp_path / "jobs.csv"
+    path.write_text(JOB_HEADER + "1,0,0,3600\n2,0,0,600\n")
+    policy = tmp_path / "p.yaml"
+    policy.write_text(manifest_text({"apiVersion": "headroom.dev/v1alpha1", "kind": "ReservationPolicy",
+                                     "metadata": {"name": "chat", "namespace": "inference"},
+                                     "spec": {"query": "q", "mode": "active", "capacity": {"demandPerGpu": 100},
+                                              "target": {"kind": "Deployment", "name": "chat"},
+                                              "trainingClusterQueues": ["train"]}}))
+    span = ["--days", "1"] if command == "simulate" else ["--hours", "2", "--history", demand]
+    status, err = exits([command, *([demand] if command == "simulate" else []), *span, "--gpus", "8", "--policy-file",
+                         policy, "--jobs", path], capsys)
+    assert status == 2 and f"--jobs (simulate.jobs) {path}: no job of 1 to 8 GPUs ran in the trace's last " in err, err
+    assert ("before its newest creation_time 0, where the window ends and the replay with it (the 2 job(s) created "
+            "then arrive as it ends)") in err, err
 
 
 def test_a_job_trace_of_a_year_in_seconds_reads(tmp_path):
@@ -693,7 +732,7 @@ def test_simulate_says_what_of_a_job_trace_it_leaves_out(demand, tmp_path, capsy
     leaving no job to replay is an error naming the file (it gave no training at all, with goodput 1). What is left
     out is in the JSON's notes too, as stderr says it (it was said on stderr alone)."""
     path = tmp_path / "jobs.csv"
-    path.write_text(JOB_HEADER + "16,0,0,3000\n1,100,,700\n2,3600,3700,9000\n")
+    path.write_text(JOB_HEADER + "16,0,0,3000\n1,100,,700\n2,3600,3700,9000\n1,7200,7200,9000\n")
     assert main(["simulate", str(demand), "--days", "1", "--gpus", "8", "--policy", "oracle", "--jobs", str(path),
                  "--json"]) == 0
     out, err = capsys.readouterr()
@@ -701,7 +740,7 @@ def test_simulate_says_what_of_a_job_trace_it_leaves_out(demand, tmp_path, capsy
     assert len(job_notes) == 4 and all(f"note: {n}" in err for n in job_notes), (job_notes, err)
     assert f"note: --jobs (simulate.jobs) {path}: 1 job(s) of more than 8 GPUs (up to 16)" in err
     assert "1 pod(s) of the window never scheduled" in err
-    assert "created over 0.0417 days, fewer than the 1 simulated: the first arrives 0.958 days in" in err
+    assert "created over 0.0833 days, fewer than the 1 simulated: the first arrives 0.917 days in" in err
     path.write_text(JOB_HEADER + "0,0,0,3000\n1,100,,700\n")
     status, err = exits(["simulate", demand, "--days", "1", "--policy", "oracle", "--jobs", path], capsys)
     assert status == 2 and f"--jobs (simulate.jobs) {path}: no job of 1 to 128 GPUs ran in the trace's last 1 days" \
@@ -712,7 +751,7 @@ def test_report_json_says_what_of_a_job_trace_it_leaves_out(demand, tmp_path, ca
     """report --json's notes had the demand above the cluster only: what the job trace left out was said on stderr
     alone, as simulate --json's notes once did."""
     jobs = tmp_path / "jobs.csv"
-    jobs.write_text(JOB_HEADER + "16,0,0,3000\n1,100,,700\n2,3600,3700,9000\n")
+    jobs.write_text(JOB_HEADER + "16,0,0,3000\n1,100,,700\n2,3600,3700,9000\n1,7200,7200,9000\n")
     policy = _policy_file(tmp_path / "p.yaml", trainingClusterQueues=["training"])  # where the jobs wait
     assert main(["report", str(demand), "--days", "1", "--gpus", "8", "--policy-file", str(policy), "--jobs",
                  str(jobs), "--json", "--out", str(tmp_path / "r")]) == 0
@@ -860,6 +899,23 @@ def test_a_section_with_every_key_commented_out_takes_its_defaults(tmp_path):
     path.write_text("\ufeffforecast:\n  # horizon: 12\ntune:\n")
     cfg = load_config(path)
     assert cfg.forecast.horizon == 48 and cfg.tune.target_quantiles == [0.5, 0.7, 0.8, 0.9, 0.95]
+
+
+@pytest.mark.parametrize("token, what", [(b"\x1f\x8b\x08\x00", "not UTF-8 text (byte 1): a token is expected"),
+                                         (b"timestamp,value\n2026-01-01T00:00:00Z,5\n", "holds 2 line(s), with spaces "
+                                          "or control characters: a bearer token is one word"),
+                                         (b"\n", "is empty: a bearer token is expected")],
+                         ids=["binary", "several-lines", "empty"])
+def test_a_bearer_token_file_that_holds_no_token_is_named_not_blamed_on_the_answer(tmp_path, capsys, token, what):
+    """A binary token file failed every read as "the answer is not Prometheus' JSON: another service at this URL?"
+    (its UnicodeDecodeError is a ValueError, as a JSON error is); several lines were sent as one header, refused by
+    the HTTP client as the same. The file is named, and what is wrong with it."""
+    path = tmp_path / "token"
+    path.write_bytes(token)
+    config = tmp_path / "headroom.yaml"
+    config.write_text(f"history:\n  prometheus: {{url: 'http://127.0.0.1:9', query: up, bearer_token_file: {path}}}\n")
+    status, err = exits(["forecast", "--config", config], capsys)
+    assert status == 1 and f"bearer_token_file {path}: {what}" in err and "JSON" not in err, err
 
 
 # ---------------------------------------------------------------------------- the metrics server
@@ -1199,6 +1255,27 @@ def test_a_tracking_uri_that_is_a_path_is_refused_naming_where_it_was_given(dema
     assert status == 2, err
     assert f"{field}: '{given}' is a path, not a tracking URI" in err and f"sqlite:///{path}" in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == (["headroom.yaml"] if "." in where else []), "nothing made"
+
+
+@pytest.mark.parametrize("where", ["flag", "MLFLOW_TRACKING_URI"])
+@pytest.mark.parametrize("given", ["sqlite:///", "sqlite://", "sqlite:///:memory:", "sqlite:///?mode=memory",
+                                   "sqlite:mlflow.db", "sqlite://host/mlflow.db"])
+def test_a_sqlite_uri_naming_no_file_is_refused_not_trained_into_memory(demand, tmp_path, monkeypatch, capsys, where,
+                                                                       given):
+    """sqlite:///, sqlite:// and sqlite:///:memory: are a database in memory: train printed "PROMOTED", exit 0, and
+    the runs, the model and the champion were gone as it ended (its locks made in the working directory's parent).
+    Refused before any work, naming where it was given and the URI to give."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    argv = ["train", "--history", demand, "--name", "chat"]
+    if where == "flag":
+        argv += ["--tracking-uri", given]
+    else:
+        monkeypatch.setenv(where, given)
+    status, err = exits(argv, capsys)
+    field = "training.tracking_uri" if where == "flag" else where
+    assert status == 2 and f"{field}: '{given}' names no sqlite file" in err and "sqlite:///mlflow.db" in err, err
+    assert not list(tmp_path.iterdir()) and not (tmp_path.parent / ".headroom-locks").exists(), "nothing made"
 
 
 @pytest.mark.parametrize("uri", ["sqlite:///mlflow.db", "sqlite:////abs/mlflow.db", "http://mlflow:5000",

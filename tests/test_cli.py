@@ -147,6 +147,22 @@ def test_run_names_what_is_missing(tmp_path, capsys):
     assert f"cannot load kubeconfig {tmp_path / 'kubeconfig'}" in capsys.readouterr().err  # an unusable one
 
 
+@pytest.mark.parametrize("text, why", [("timestamp,value\n2026-01-01T00:00:00Z,5\n", "TypeError"),
+                                       ("- a\n- b\n", "TypeError"), ("a: \x00\n", "ReaderError"),
+                                       ("a: " + "[" * 5000 + "]" * 5000 + "\n", "RecursionError")],
+                         ids=["a-csv", "a-list", "binary", "nested-deep"])
+def test_a_file_that_is_no_kubeconfig_is_named_not_a_traceback(tmp_path, capsys, text, why):
+    """The Kubernetes client's loader raised a TypeError, a YAML ReaderError or a RecursionError on such a file (a
+    history given as --kubeconfig, say): a traceback. It is an unusable kubeconfig, named as the others are."""
+    config = tmp_path / "headroom.yaml"
+    config.write_text("run:\n  prometheus: {url: 'http://127.0.0.1:9'}\n")
+    (tmp_path / "kubeconfig").write_text(text)
+    assert main(["run", "--config", str(config), "--kubeconfig", str(tmp_path / "kubeconfig"), "--once"]) == 1
+    err = capsys.readouterr().err
+    assert f"cannot load kubeconfig {tmp_path / 'kubeconfig'}: not a kubeconfig (YAML with clusters, contexts and " \
+        f"users): {why}" in err, err
+
+
 def test_plan_shows_the_hours_ahead_with_reasons_and_writes_nothing(tmp_path, monkeypatch, capsys):
     import shutil
     from pathlib import Path

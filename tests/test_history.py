@@ -519,3 +519,61 @@ def test_a_sparse_sampler_whose_most_common_interval_is_twice_its_step_is_not_re
     index = grid[[0, 1, 79, 81, 92, 94, 96, 98, 100, 101, 102, 103]]
     series, _ = prepare(pd.Series(1.0, index=index), statistic="sum", outlier_factor=None)
     assert series[pd.Timestamp("2026-01-06T01:00Z")] == 4.0  # the hour with all four samples, summed as they are
+
+
+# ---------------------------------------------------------------------------- one history, however it is written
+WRITTEN_AS = {"iso-z": lambda t: t.strftime("%Y-%m-%dT%H:%M:%SZ"), "offset": lambda t: t.tz_convert("Asia/Kolkata")
+              .isoformat(), "dst-zone": lambda t: t.tz_convert("America/New_York").isoformat(),
+              "epoch-s": lambda t: str(t.value // 10**9), "epoch-ms": lambda t: str(t.value // 10**6),
+              "epoch-ns": lambda t: str(t.value)}
+
+
+@st.composite
+def written_histories(draw):
+    """Samples at a regular step (a few missing, some values blank), and a file of them: its rows in any order, some
+    given twice alike, its timestamps in one of the ways headroom reads them, a BOM and Windows line ends or not."""
+    step = pd.Timedelta(seconds=draw(st.sampled_from([1, 60, 300, 420, 3600])))
+    start = pd.Timestamp("2026-03-01", tz="UTC") + pd.Timedelta(minutes=draw(st.integers(0, 60 * 24 * 30)))
+    stamps = pd.date_range(start, periods=draw(st.integers(3, 300)), freq=step).as_unit("ns")
+    stamps = stamps[np.array(draw(st.lists(st.booleans(), min_size=len(stamps), max_size=len(stamps)))) | (
+        np.arange(len(stamps)) < 2)]
+    values = draw(st.lists(st.floats(0, 1e6) | st.just(math.nan), min_size=len(stamps), max_size=len(stamps)))
+    rnd = draw(st.randoms(use_true_random=False))
+    order = list(range(len(stamps))) + [rnd.randrange(len(stamps)) for _ in range(draw(st.integers(0, 20)))]
+    rnd.shuffle(order)
+    how = draw(st.sampled_from(sorted(WRITTEN_AS)))
+    text = "timestamp,value\n" + "".join(f"{WRITTEN_AS[how](stamps[k])},{_cell(values[k])}\n" for k in order)
+    return pd.Series(values, index=stamps), text, draw(st.booleans())
+
+
+def _cell(value: float) -> str:
+    return "" if math.isnan(value) else repr(value)  # blank: missing
+
+
+def _prepared(path, statistic):
+    try:
+        return prepare(load_history(path), step="1h", statistic=statistic)[0]
+    except HistoryError as exc:
+        return str(exc).replace(str(path), "FILE")
+
+
+@given(written_histories(), st.sampled_from(["mean", "max", "sum", "p90"]))
+def test_a_history_reads_the_same_however_its_file_orders_repeats_and_writes_it(tmp_path_factory, history, statistic):
+    """Any order of a file's rows, rows given twice alike, its timestamps as ISO-8601 with any offset or as epoch
+    seconds, milliseconds or nanoseconds, a byte-order mark and CRLF line ends, and the same samples as Parquet: one
+    prepared series (or one refusal), that of the samples written in order."""
+    samples, text, windows = history
+    folder = tmp_path_factory.mktemp("written")
+    plain, written, stored = folder / "plain.csv", folder / "written.csv", folder / "stored.parquet"
+    plain.write_text("timestamp,value\n" + "".join(f"{t.strftime('%Y-%m-%dT%H:%M:%SZ')},{_cell(v)}\n"
+                                                   for t, v in samples.items()))
+    written.write_bytes((text.replace("\n", "\r\n") if windows else text).encode("utf-8-sig" if windows else "utf-8"))
+    pd.DataFrame({"timestamp": samples.index, "value": samples.to_numpy()}).to_parquet(stored)
+    expected = _prepared(plain, statistic)
+    for path in (written, stored):
+        got = _prepared(path, statistic)
+        if isinstance(expected, str):
+            assert isinstance(got, str), (path.name, got)
+        else:
+            assert not isinstance(got, str), (path.name, got)
+            pd.testing.assert_series_equal(got, expected, check_freq=False)

@@ -75,3 +75,20 @@ def test_a_scalar_its_tag_cannot_read_is_a_yaml_error_naming_its_line(text):
     --policy-file."""
     with pytest.raises(yaml.YAMLError, match=r"(?s)cannot be read as .* line 1"):
         documents(text, KubectlLoader)
+
+
+@pytest.mark.parametrize("nested", ["[" * 5000 + "]" * 5000, "{a: " * 5000 + "1" + "}" * 5000])
+@pytest.mark.parametrize("read", ["config", "policy"])
+def test_lists_or_mappings_nested_thousands_deep_are_an_error_naming_the_file_not_a_recursion_traceback(
+        tmp_path, nested, read):
+    """PyYAML composes and constructs nodes by recursion: a value nested a few thousand deep was a RecursionError
+    traceback from --config or --policy-file."""
+    from cli.config import load_config
+    from core.errors import ConfigError
+    from core.policy import load_manifests
+
+    path = tmp_path / "deep.yaml"
+    path.write_text(f"spec: {nested}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path) if read == "config" else load_manifests(path)
+    assert str(path) in str(err.value) and "nested too deep to read" in str(err.value), str(err.value)
