@@ -27,10 +27,9 @@ from core.yamlfile import documents as yaml_documents
 API_VERSION, KIND = "headroom.dev/v1alpha1", "ReservationPolicy"
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"  # a policy's name and namespace, as Kubernetes takes them (DNS label)
 # what the CRD's schema takes (deploy/crds, tests/test_sameness_real.py holds the two alike): a spec headroom runs is
-# one `kubectl apply` takes. Go durations (no d or w, which a configuration's Prometheus durations take), and pNN
-# percentiles written plainly from p1 to p100.
+# one `kubectl apply` takes: Go durations (no d or w, which a configuration's Prometheus durations take); the
+# statistics' pattern is core.units'.
 DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
-STATISTIC_PATTERN = r"^(mean|max|sum|p(100|[1-9][0-9]?(\.[0-9]+)?))$"
 Forecaster = Literal["auto", "seasonal-naive", "reactive", "static"]
 FORECASTERS: tuple[str, ...] = get_args(Forecaster)
 
@@ -141,11 +140,7 @@ class PolicySpec(Camel):
     @field_validator("statistic")
     @classmethod
     def _statistic(cls, value: str) -> str:
-        check_statistic(value)
-        if not re.fullmatch(STATISTIC_PATTERN, value):
-            raise ValueError(f"{value!r}: a percentile is written pNN from p1 to p100, e.g. p95 or p99.9 (the CRD's "
-                             "pattern)")
-        return value
+        return check_statistic(value)
 
     @field_validator("timezone")
     @classmethod

@@ -10,6 +10,8 @@ import numpy as np
 import pandas as pd
 
 STATISTICS = ("mean", "max", "sum")  # plus "pNN", e.g. "p95"
+# the CRD's pattern (core.policy, deploy/crds): percentiles written plainly from p1 to p100, one form everywhere
+STATISTIC_PATTERN = r"^(mean|max|sum|p(100|[1-9][0-9]?(\.[0-9]+)?))$"
 _DURATION = re.compile(r"(\d+(\.\d+)?(ms|s|m|h|d|w))+")
 
 
@@ -73,16 +75,12 @@ def check_timezone(zone: str) -> str:
 
 
 def check_statistic(statistic: str) -> str:
-    if statistic in STATISTICS:
+    """mean, max, sum or a percentile written plainly from p1 to p100 (p95, p99.9): what the ReservationPolicy CRD
+    takes, so a statistic a configuration or a flag accepts is one a policy can be written with."""
+    if isinstance(statistic, str) and re.fullmatch(STATISTIC_PATTERN, statistic):
         return statistic
-    if isinstance(statistic, str) and statistic.startswith("p"):
-        try:
-            pct = float(statistic[1:])
-        except ValueError:
-            pct = -1.0
-        if 0 < pct <= 100:
-            return statistic
-    raise ValueError(f"statistic must be one of {', '.join(STATISTICS)} or pNN (e.g. p95), got {statistic!r}")
+    raise ValueError(f"statistic must be one of {', '.join(STATISTICS)} or a percentile written pNN from p1 to p100 "
+                     f"(e.g. p95 or p99.9), got {statistic!r}")
 
 
 def epoch_seconds(index: pd.Index | pd.Series | list[pd.Timestamp]) -> np.ndarray:

@@ -24,6 +24,21 @@ def test_every_error_is_listed_with_its_field_path(tmp_path):
     assert [line.split(":")[0] for line in flagged] == ["backtest.folds"]  # the file's errors are the file's
 
 
+@pytest.mark.parametrize("statistic", ["p 95", "p1e1", "p1_0", "p0.5", "p095", "p100.0"])
+def test_a_statistic_is_written_as_a_policy_takes_it_everywhere(statistic, tmp_path):
+    """history.statistic (and --statistic) took forms of a percentile float() reads but the ReservationPolicy CRD
+    refuses ("p 95", "p1e1", "p0.5"): a forecast set up in one could not be written as a policy. One rule now."""
+    from core.policy import PolicySpec
+
+    path = tmp_path / "c.yaml"
+    path.write_text(f"history:\n  statistic: '{statistic}'\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert [line.split(":")[0] for line in err.value.errors] == ["history.statistic"]
+    with pytest.raises(ValueError, match="p1 to p100"):
+        PolicySpec.model_validate({"statistic": statistic, "target": {"kind": "Deployment", "name": "x"}})
+
+
 def test_flags_override_the_file(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("forecast:\n  horizon: 12\nbacktest:\n  folds: 3\n")

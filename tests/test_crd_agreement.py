@@ -24,8 +24,8 @@ from pydantic import BaseModel
 from controller.reconcile import parse_policies
 from core.errors import ClusterError, ConfigError
 from core.objects import ObjectRef
-from core.policy import API_VERSION, DURATION_PATTERN, INT64_MAX, KIND, STATISTIC_PATTERN, PolicySpec, load_manifests
-from core.units import TIMEZONE_PATTERN
+from core.policy import API_VERSION, DURATION_PATTERN, INT64_MAX, KIND, PolicySpec, load_manifests
+from core.units import STATISTIC_PATTERN, TIMEZONE_PATTERN
 from core.yamlfile import KubectlLoader, documents, manifest_text
 from tests.servers.fixtures import crd_documents
 

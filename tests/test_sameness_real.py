@@ -157,8 +157,8 @@ def test_the_crd_keeps_every_policy_field_and_core_policy_s_defaults(crd_dir):
 def test_the_crd_s_patterns_are_core_policy_s(crd_dir):
     """core.policy checks a duration and a statistic by the CRD's own patterns (one definition each, held alike here):
     a file `simulate` runs is one `kubectl apply` takes (tests/test_kube_real.py asks the API server itself)."""
-    from core.policy import DURATION_PATTERN, STATISTIC_PATTERN
-    from core.units import TIMEZONE_PATTERN
+    from core.policy import DURATION_PATTERN
+    from core.units import STATISTIC_PATTERN, TIMEZONE_PATTERN
 
     (crd,) = [d for d in crd_documents(crd_dir) if d["spec"]["names"]["kind"] == KIND]
     spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
