@@ -325,6 +325,25 @@ def test_the_embedded_cluster_reads_each_policy_s_history_once(history, tmp_path
     assert sorted(reads) == sorted([str(broken), str(history)])
 
 
+def test_the_model_label_stays_while_the_same_models_serve(shared_data, tmp_path, monkeypatch, capsys):
+    """The model a policy is forecast by is a label of headroom_policy_info, a Prometheus series per value. An hour's
+    refit that kept automatic selection's three models but ranked them anew gave a new value, "auto:
+    mean(snaive168+profile+profile24)" at 16:00, "auto: mean(profile+snaive168+profile24)" at 17:00 (NASA's trace,
+    the example policy): a new series for no change. A combination is named by its members alone."""
+    from pathlib import Path
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")  # none: automatic selection
+    policy = Path(__file__).resolve().parents[1] / "deploy" / "examples" / "reservationpolicy.yaml"
+    models = []
+    for hour in ("16", "17"):
+        assert main(["plan", "--policy-file", str(policy), "--history",
+                     str(shared_data / "traces" / "nasa_http_1995_5min.csv"), "--now", f"1995-08-30T{hour}:00:00Z",
+                     "--json"]) == 0
+        (planned,) = json.loads(capsys.readouterr().out)["policies"].values()
+        models.append(planned["model"])
+    assert models == ["auto: mean(profile+profile24+snaive168)"] * 2
+
+
 def test_simulate_reads_a_counter_history_as_its_increments(tmp_path, capsys):
     """history.counter: true was applied by forecast, backtest and train but not by simulate, tune and report,
     which replayed the counter's running total as demand."""
