@@ -117,8 +117,9 @@ def cmd_train(cfg, args) -> int:
                     if unpooled:
                         result.notes.append(unpooled)
                     out.append(result.to_json())
-                    print(f"{name}: {result.selected} {result.objective}={result.score:.4f} -> v{result.version} "
-                          f"{'PROMOTED' if result.promoted else 'not promoted'}: {result.reason}", file=sys.stderr)
+                    outcome = result.reason if result.already_trained else \
+                        f"-> v{result.version} {'PROMOTED' if result.promoted else 'not promoted'}: {result.reason}"
+                    print(f"{name}: {result.selected} {result.objective}={result.score:.4f} {outcome}", file=sys.stderr)
                     for note in result.notes:
                         print(f"note: {name}: {note}", file=sys.stderr)
                 except (TrackingError, TrainingError, TrainingLocked, HistoryError, OSError) as exc:
