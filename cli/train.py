@@ -117,9 +117,8 @@ def cmd_train(cfg, args) -> int:
                     if unpooled:
                         result.notes.append(unpooled)
                     out.append(result.to_json())
-                    outcome = result.reason if result.already_trained else \
-                        f"-> v{result.version} {'PROMOTED' if result.promoted else 'not promoted'}: {result.reason}"
-                    print(f"{name}: {result.selected} {result.objective}={result.score:.4f} {outcome}", file=sys.stderr)
+                    print(f"{name}: {result.selected} {result.objective}={result.score:.4f} {result.outcome}",
+                          file=sys.stderr)
                     for note in result.notes:
                         print(f"note: {name}: {note}", file=sys.stderr)
                 except (TrackingError, TrainingError, TrainingLocked, HistoryError, OSError) as exc:

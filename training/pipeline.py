@@ -192,6 +192,14 @@ class TrainResult:
     model: Any = None
     already_trained: bool = False  # an earlier training's result: the same inputs against the same champion
 
+    @property
+    def outcome(self) -> str:
+        """What the training did, as said to its user: the version it made and whether it serves, or the earlier
+        training it is."""
+        if self.already_trained:
+            return self.reason
+        return f"-> v{self.version} {'PROMOTED' if self.promoted else 'not promoted'}: {self.reason}"
+
     def to_json(self) -> dict:
         out = asdict(self)
         out.pop("model")
@@ -229,9 +237,10 @@ def _trained_before(tracker: Tracker, experiment: str, name: str, key: str) -> t
     now, or made it; else None and, if there was one, why this one trains again). A re-run adds no run, version or
     accuracy point for what is there already."""
     run = tracker.last_finished(experiment, TRAINING_KEY_TAG, key)
-    if run is None:
+    tags, params = ({}, {}) if run is None else (run.data.tags, run.data.params)
+    if not {"headroom.version", "headroom.promoted", "headroom.reason"} <= tags.keys() or \
+            not {"candidates", "model", "objective"} <= params.keys():  # none, or not one this code finished
         return None, None
-    tags, params = run.data.tags, run.data.params
     version, then = tags["headroom.version"], tags.get("headroom.champion_version", "")
     current = tracker.champion(registered_name(name))
     champion = "" if current is None else str(current.version)
@@ -244,9 +253,10 @@ def _trained_before(tracker: Tracker, experiment: str, name: str, key: str) -> t
               for c in candidates}
     scores = {c: s for c, s in scores.items() if s}  # a candidate that failed logged none
     selected, objective = params["model"], params["objective"]
+    score = scores.get(selected, {}).get(objective, float("nan"))
     state = "the champion" if champion == version else f"not promoted: {tags['headroom.reason']}"
     return TrainResult(name=name, run_id=run.info.run_id, experiment_id=experiment, selected=selected,
-                       objective=objective, score=scores[selected][objective], scores=scores, version=version,
+                       objective=objective, score=score, scores=scores, version=version,
                        promoted=False, reason=f"already trained on this history and these settings: v{version} "
                                           f"({state}); nothing new is logged",
                        champion_version=champion or None, already_trained=True), None
