@@ -712,8 +712,10 @@ def test_a_champion_whose_card_cannot_be_read_is_replaced_by_the_next_training(t
     _card_file(uri, "gone").unlink()
     with pytest.raises(ModelRefused, match="cannot read its model card"):
         load_champion("gone", uri)
-    healed = train_series("gone", demand(), settings(), tracker, factories=FACTORIES)
-    assert healed.promoted and "champion v1 could not be re-scored" in healed.reason, healed.reason
+    healed = train_series("gone", demand(), settings(), tracker, factories=FACTORIES)  # its history again: not
+    assert healed.promoted and "champion v1 could not be re-scored" in healed.reason, healed.reason  # as before
+    assert any(n.startswith("trained on this history and these settings before as v1; champion v1 cannot be "
+                            "re-scored now (") for n in healed.notes), healed.notes
     assert healed.to_json()["champion_score"] is None  # `headroom train` printed "champion_score": NaN, not JSON
     json.dumps(healed.to_json(), allow_nan=False)
     assert load_champion("gone", uri).version == healed.version == "2"

@@ -232,10 +232,11 @@ def training_key(series: pd.Series, settings: TrainSettings, timezone: str, pool
     return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def _trained_before(tracker: Tracker, experiment: str, name: str, key: str) -> tuple[TrainResult | None, str | None]:
+def _trained_before(tracker: Tracker, experiment: str, name: str, key: str,
+                    known: Mapping[str, Callable[[], Forecaster]]) -> tuple[TrainResult | None, str | None]:
     """(the earlier training on the same inputs, if it is what this one would do: judged against the champion of
-    now, or made it; else None and, if there was one, why this one trains again). A re-run adds no run, version or
-    accuracy point for what is there already."""
+    now, or made it, whose card can still be re-scored; else None and, if there was one, why this one trains again).
+    A re-run adds no run, version or accuracy point for what is there already."""
     run = tracker.last_finished(experiment, TRAINING_KEY_TAG, key)
     tags, params = ({}, {}) if run is None else (run.data.tags, run.data.params)
     if not {"headroom.version", "headroom.promoted", "headroom.reason"} <= tags.keys() or \
@@ -244,10 +245,16 @@ def _trained_before(tracker: Tracker, experiment: str, name: str, key: str) -> t
     version, then = tags["headroom.version"], tags.get("headroom.champion_version", "")
     current = tracker.champion(registered_name(name))
     champion = "" if current is None else str(current.version)
+    before = f"trained on this history and these settings before as v{version}"
     if champion != version and (tags["headroom.promoted"] == "true" or then != champion):
         judged = f"champion v{then}" if then else "no champion"
-        return None, (f"trained on this history and these settings before as v{version}, against {judged}; the "
-                      f"champion is now {f'v{champion}' if champion else 'none'}: trained again against it")
+        return None, (f"{before}, against {judged}; the champion is now {f'v{champion}' if champion else 'none'}: "
+                      "trained again against it")
+    if current is not None:  # a champion whose card is gone or changed since is beaten now: not what was done then
+        try:
+            read_card(tracker.load_model_card(current.run_id), current.tags.get(CARD_SHA_TAG), known)
+        except (TrackingError, ModelRefused) as exc:
+            return None, f"{before}; champion v{champion} cannot be re-scored now ({exc}): trained again"
     candidates = params["candidates"].split(",")
     scores = {c: {k.removeprefix(f"{c}."): v for k, v in run.data.metrics.items() if k.startswith(f"{c}.")}
               for c in candidates}
@@ -362,7 +369,7 @@ def train_series(name: str, series: pd.Series, settings: TrainSettings, tracker:
                                                "tracking store or was killed before it could end the run"):
             log.warning("%s: marked %d abandoned run(s) FAILED: %s", name, len(abandoned), ", ".join(abandoned))
         key = training_key(series, settings, timezone, pool)
-        earlier, again = _trained_before(tracker, exp, name, key)
+        earlier, again = _trained_before(tracker, exp, name, key, {**MODELS, **makers})
         if earlier is not None:
             earlier.origins = [_on_utc(series.index[o], timezone).isoformat() for o in origins]
             return earlier
