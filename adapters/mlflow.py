@@ -266,6 +266,15 @@ class Tracker:
                                                                     "attributes.run_id ASC"])
         return runs[0].info.run_id if runs else None
 
+    def last_finished(self, experiment_id: str, tag: str, value: str):
+        """The newest run with this tag that ended FINISHED (an mlflow Run: its tags, params, latest metrics), or
+        None."""
+        with self.guard("search runs"):
+            runs = self.client.search_runs([experiment_id], max_results=1,
+                                           filter_string=f"tags.`{tag}` = '{value}' and attributes.status = 'FINISHED'",
+                                           order_by=["attributes.start_time DESC", "attributes.run_id DESC"])
+        return runs[0] if runs else None
+
     def fail_abandoned(self, experiment_id: str, kinds: Sequence[str], why: str) -> list[str]:
         """End the RUNNING runs tagged `headroom.kind` in `kinds` as FAILED, tagged `headroom.error` `why`: runs whose
         process lost the store, or died, before it could end them. Their ids."""

@@ -75,8 +75,7 @@ def run_demo(out: Path, quick: bool, cfg, say) -> dict:
                                                          quantiles=(0.1, 0.5, 0.9, 0.99),
                                                          outlier_factor=cfg.history.outlier_factor), Tracker(uri),
                            end.to_pydatetime())
-    say(f"trained: {trained.selected} {trained.objective}={trained.score:.3f} -> version {trained.version}, "
-        f"{'champion' if trained.promoted else 'not promoted'} ({trained.reason})")
+    say(f"trained: {trained.selected} {trained.objective}={trained.score:.3f} {trained.outcome}")
     champion, model_name, refused = Models(uri).for_series(SERIES)
     say(f"forecast: {model_name} of headroom-{SERIES}, refitted every hour on past data only"
         + (f" ({refused})" if refused else ""))

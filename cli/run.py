@@ -148,13 +148,14 @@ def _file_demand(cfg: Config, r: RunConfig):
     return FileDemand({f"{p.namespace}/{p.name}": p.history_file for p in r.policies}, counter=cfg.history.counter)
 
 
-def embedded(cfg: Config, r: RunConfig, start: pd.Timestamp, jobs=None):
+def embedded(cfg: Config, r: RunConfig, start: pd.Timestamp, jobs=None, demand=None):
     """The embedded cluster holding `r.policies` (every ClusterQueue they name, and a saturated training
-    backlog or the arrivals `jobs` of a job trace), and their demand replayed from their history files."""
+    backlog or the arrivals `jobs` of a job trace), and their demand replayed from their history files (`demand`:
+    those already read, by the clock, so that each file is read once: a live export may change between two reads)."""
     from adapters.embedded import EmbeddedCluster
     from core.policy import manifest
 
-    demand = _file_demand(cfg, r)
+    demand = demand or _file_demand(cfg, r)
     series = _loadable(demand)  # a policy whose history cannot be read has no demand; the reconcile says so
     cluster = EmbeddedCluster(r.capacity_gpus, [manifest(p.name, p.namespace, p.spec) for p in r.policies], series,
                               start.timestamp(), settings=cfg.simulate.world, jobs=jobs)
@@ -162,9 +163,9 @@ def embedded(cfg: Config, r: RunConfig, start: pd.Timestamp, jobs=None):
 
 
 def build(cfg: Config, in_cluster: bool = False, timeline: list | None = None, start: pd.Timestamp | None = None,
-          once: bool = False, jobs=None):
+          once: bool = False, jobs=None, demand=None):
     """The reconciler for this configuration, on the real cluster or the embedded one (with the arrivals `jobs` of a
-    job trace, if given)."""
+    job trace, if given, and the policies' `demand` the clock has read)."""
     from adapters.mlflow import Tracker
     from adapters.prometheus import PrometheusDemand
     from cli.train import settings_from_config
@@ -181,7 +182,7 @@ def build(cfg: Config, in_cluster: bool = False, timeline: list | None = None, s
         forecasts = shared_forecast_store(cluster, r.lease.namespace, cfg.training.drift_window)
         summary = cluster.plan_summary(r.lease.namespace)  # the cluster-wide numbers, beside the Lease
     else:
-        cluster, demand = embedded(cfg, r, start, jobs)
+        cluster, demand = embedded(cfg, r, start, jobs, demand)
         forecasts, summary = ForecastLog(r.forecast_log_dir), None
     uri = _tracking_uri(cfg)
     trainer = BackgroundTrainer(uri, settings_from_config(cfg), beside=r.cluster == "kubernetes") \
@@ -305,14 +306,13 @@ def _stop_on_signals(stop: threading.Event) -> list[int]:
     return stopped
 
 
-def _clock(cfg: Config, r: RunConfig, now: str | None, hours: int, moment: bool = False) -> pd.DatetimeIndex:
+def _clock(demand, now: str | None, hours: int, moment: bool = False) -> pd.DatetimeIndex:
     """The embedded clock: the histories' own step, from `now` (default: `hours` before the earliest end) for
     `hours`. Every policy's history must share one step. `moment`: the one moment `now` (default: the earliest end)
-    that `plan` decides at, any time the histories cover."""
+    that `plan` decides at, any time the histories cover. `demand` (FileDemand) keeps what it read for the replay."""
     from core.units import go_duration, parse_time
     from forecast.history import sampling_step
 
-    demand = _file_demand(cfg, r)
     loaded = _loadable(demand)
     if not loaded:
         demand.series(next(iter(demand.files)))  # raises the first policy's HistoryError: nothing can run
@@ -388,7 +388,8 @@ def _replay(cfg: Config, args) -> int:
 
     check_output_files([(args.timeline, "--timeline")], command_inputs(cfg, args))
     hours = args.hours or (1 if args.once else 24)
-    times = _clock(cfg, r, args.now, hours)
+    demand = _file_demand(cfg, r)
+    times = _clock(demand, args.now, hours)
     if args.once:
         times = times[:1]
     jobs = None  # the job trace's last `hours` arrive from the clock's start, as simulate's last days do
@@ -398,7 +399,7 @@ def _replay(cfg: Config, args) -> int:
         queues = [q for p in r.policies for q in p.spec.training_cluster_queues]
         jobs, _ = job_arrivals(cfg.simulate.jobs, hours * 3600, r.capacity_gpus, "--hours", queues)  # notes on stderr
     timeline: list | None = [] if args.timeline else None
-    reconciler, cluster = build(cfg, timeline=timeline, start=times[0], jobs=jobs)
+    reconciler, cluster = build(cfg, timeline=timeline, start=times[0], jobs=jobs, demand=demand)
     record = _TimelineFile(args.timeline) if args.timeline else None
     stopped: list[int] = []  # the signal that asked the replay to stop: it ends after the step under way
     previous = {sig: signal.signal(sig, lambda signum, _: stopped.append(signum))
@@ -483,8 +484,9 @@ def cmd_plan(cfg: Config, args) -> int:
         raise BadRequest(f"--hours {args.hours}: the plan covers run.horizon_hours ({r.horizon_hours}) hours")
     r = r.model_copy(update={"cluster": "simulated", "prometheus": None})
     cfg = cfg.model_copy(update={"run": r})
-    (now,) = _clock(cfg, r, args.now, 1, moment=True)
-    cluster, demand = embedded(cfg, r, now)
+    demand = _file_demand(cfg, r)
+    (now,) = _clock(demand, args.now, 1, moment=True)
+    cluster, demand = embedded(cfg, r, now, demand=demand)
     # run's store; plan writes nothing, and a sqlite store that is not there holds no champion: not created
     store = _tracking_uri(cfg)
     uri = None if store.startswith("sqlite:///") and not Path(store.removeprefix("sqlite:///")).exists() else store

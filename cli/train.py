@@ -117,8 +117,8 @@ def cmd_train(cfg, args) -> int:
                     if unpooled:
                         result.notes.append(unpooled)
                     out.append(result.to_json())
-                    print(f"{name}: {result.selected} {result.objective}={result.score:.4f} -> v{result.version} "
-                          f"{'PROMOTED' if result.promoted else 'not promoted'}: {result.reason}", file=sys.stderr)
+                    print(f"{name}: {result.selected} {result.objective}={result.score:.4f} {result.outcome}",
+                          file=sys.stderr)
                     for note in result.notes:
                         print(f"note: {name}: {note}", file=sys.stderr)
                 except (TrackingError, TrainingError, TrainingLocked, HistoryError, OSError) as exc:

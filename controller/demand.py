@@ -37,14 +37,23 @@ class FileDemand(DemandReader):
     files: Mapping[str, Path]  # policy key -> file
     counter: bool | None = None  # history.counter: a cumulative counter read as its increments per step
     _loaded: dict[str, pd.Series] = field(default_factory=dict, repr=False)
+    _unreadable: dict[str, HistoryError | OSError] = field(default_factory=dict, repr=False)
     repairs: dict[str, list[str]] = field(default_factory=dict, repr=False)  # what cleaning changed, per policy
 
     def series(self, key: str) -> pd.Series:
-        """The whole history of policy `key`."""
+        """The whole history of policy `key`, read once: the clock, the cluster and every step see the same samples
+        (a file being written to would otherwise differ between reads), and one that cannot be read says so each
+        time without being read again."""
         if key not in self.files:
             raise HistoryError(f"no history file for policy {key}")
+        if key in self._unreadable:
+            raise self._unreadable[key]
         if key not in self._loaded:
-            self._loaded[key], report = at_own_step_reported(load_history(self.files[key]), self.counter)
+            try:
+                self._loaded[key], report = at_own_step_reported(load_history(self.files[key]), self.counter)
+            except (HistoryError, OSError) as exc:
+                self._unreadable[key] = exc
+                raise
             self.repairs[key] = report.repairs()
         return self._loaded[key]
 

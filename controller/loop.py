@@ -52,8 +52,7 @@ class BackgroundTrainer:
             return
         try:
             result = train_series(series, history, self.settings, Tracker(self.tracking_uri), now.to_pydatetime())
-            log.info("%s: retrained: %s v%s %s", series, result.selected, result.version,
-                     "promoted" if result.promoted else "not promoted")
+            log.info("%s: retrained: %s %s", series, result.selected, result.outcome)
         except Exception as exc:  # noqa: BLE001 - report, keep the champion
             log.warning("%s: retraining failed, champion unchanged: %s", series, exc)
 

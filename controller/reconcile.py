@@ -74,7 +74,7 @@ from controller.observe import (
 from controller.state import ERROR_STAGES, ControllerState, Histogram, PolicyState, StateHolder, TeamState
 from core.cluster import Cluster, ForecastStore, PlanSummaryWriter
 from core.deadline import current as current_deadline
-from core.deadline import earliest, postpone, within
+from core.deadline import earliest, within
 from core.errors import ClusterError, ConfigError, NotFound
 from core.objects import Condition, ObjectRef, PolicyStatus, TargetState, WorkloadInfo
 from core.policy import API_VERSION, KIND, PolicySpec, parse_policy_spec
@@ -516,7 +516,7 @@ class Reconciler:
         started = time.monotonic()
         self._fenced, self._deadline, self._left = False, deadline, 0
         try:
-            with within(deadline):
+            with within(lambda: self._deadline):  # one deadline, kept here: a fit moves it later (_fit)
                 state = self._reconcile(now)
         except ClusterError as exc:  # the API server is down or refusing: nothing was half-applied we cannot redo
             self._error("cluster", "reconcile", exc)
@@ -672,10 +672,8 @@ class Reconciler:
         fresh, failed = fit(model, name, hourly, now, p.spec, p.generation, self.data.horizon_hours)
         # a fit waits on no server: its time is not taken from the reads and writes the deadline bounds (run --once
         # fits within its one reconcile: a slow model, or a thousand policies, left every write undone)
-        fitting = time.monotonic() - began
         if self._deadline is not None:
-            self._deadline += fitting
-        postpone(fitting)
+            self._deadline += time.monotonic() - began
         return self._fitted(p, fresh, fault, failed)
 
     def _fitted(self, p: PolicyObject, fresh: IssuedForecast | None, fault: str | None,

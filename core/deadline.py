@@ -5,11 +5,14 @@ after it. It lives in a context variable, so the callers between the two need no
 only the deadline set in that thread."""
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-_DEADLINE: ContextVar[float | None] = ContextVar("deadline", default=None)
+# a deadline (time.monotonic()), None (no bound), or its owner's function giving it when asked: a deadline its owner
+# moves (the reconcile's, later by the time its fits took) is read where it is kept, never copied to be moved twice
+Bound = float | Callable[[], float | None] | None
+_BOUNDS: ContextVar[tuple[Bound, ...]] = ContextVar("deadline", default=())
 
 
 def earliest(*deadlines: float | None) -> float | None:
@@ -20,24 +23,15 @@ def earliest(*deadlines: float | None) -> float | None:
 
 def current() -> float | None:
     """The deadline of the work under way in this thread (time.monotonic()); None: none."""
-    return _DEADLINE.get()
+    return earliest(*(b() if callable(b) else b for b in _BOUNDS.get()))
 
 
 @contextmanager
-def within(deadline: float | None) -> Iterator[None]:
-    """Work in the block ends by `deadline` (time.monotonic(); None: no new bound), and by any deadline already set
-    around it: the earlier holds."""
-    token = _DEADLINE.set(earliest(_DEADLINE.get(), deadline))
+def within(deadline: Bound) -> Iterator[None]:
+    """Work in the block ends by `deadline` (time.monotonic(), or a function giving it as it is now; None: no new
+    bound), and by any deadline already set around it: the earlier holds."""
+    token = _BOUNDS.set((*_BOUNDS.get(), deadline))
     try:
         yield
     finally:
-        _DEADLINE.reset(token)
-
-
-def postpone(seconds: float) -> None:
-    """The deadline of the work under way, `seconds` later (till the end of the `within` block that set it): for time
-    it spent on what waits on no server, which is not the network's to lose (`headroom run --once` fits its forecasts
-    within its one reconcile)."""
-    deadline = _DEADLINE.get()
-    if deadline is not None:
-        _DEADLINE.set(deadline + seconds)
+        _BOUNDS.reset(token)

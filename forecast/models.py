@@ -471,7 +471,9 @@ class Ensemble:
 
 
 def combination_name(members: Sequence[str], how: str) -> str:
-    return f"{how}(" + "+".join(members) + ")"
+    """The combination's name, its members in one order whatever their rank: the controller's `model` label (a
+    Prometheus series per value) stays one value while the same members serve, when refits only re-rank them."""
+    return f"{how}(" + "+".join(sorted(members)) + ")"
 
 
 def combine(paths: np.ndarray, how: str, weights: np.ndarray | None = None) -> np.ndarray:

@@ -313,6 +313,53 @@ def test_every_command_says_what_cleaning_repaired_in_its_history(repaired_histo
     assert "1 duplicate timestamps (the later sample of each kept)" in err and "out of order (sorted)" in err
 
 
+@pytest.mark.parametrize("command", [["plan", "--json"], ["run", "--hours", "2"]])
+def test_the_embedded_cluster_reads_each_policy_s_history_once(history, tmp_path, monkeypatch, command):
+    """run and plan read every history file twice (the clock, then the cluster and its demand), and a file that
+    cannot be read once more at each step: twice the start-up on a large file, and a file written to between the
+    reads (a live export) set the clock by one version and replayed another. Each is read once now."""
+    import yaml
+
+    import controller.demand
+
+    broken = tmp_path / "broken.csv"
+    broken.write_text("timestamp,value\nnot a time,1\n")
+    spec = {"query": "up", "capacity": {"demandPerGpu": 10}}
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({"run": {"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "policies": [
+        {"name": name, "namespace": "inference", "history_file": str(path),
+         "spec": {**spec, "target": {"kind": "Deployment", "name": name}}}
+        for name, path in (("chat", history), ("search", broken))]}}))
+    reads: list[str] = []
+    read = controller.demand.load_history
+
+    def counted(path, *args, **kwargs):
+        reads.append(str(path))
+        return read(path, *args, **kwargs)
+    monkeypatch.setattr(controller.demand, "load_history", counted)
+    assert main([command[0], "--config", str(config), *command[1:]]) == 0
+    assert sorted(reads) == sorted([str(broken), str(history)])
+
+
+def test_the_model_label_stays_while_the_same_models_serve(shared_data, tmp_path, monkeypatch, capsys):
+    """The model a policy is forecast by is a label of headroom_policy_info, a Prometheus series per value. An hour's
+    refit that kept automatic selection's three models but ranked them anew gave a new value, "auto:
+    mean(snaive168+profile+profile24)" at 16:00, "auto: mean(profile+snaive168+profile24)" at 17:00 (NASA's trace,
+    the example policy): a new series for no change. A combination is named by its members alone."""
+    from pathlib import Path
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")  # none: automatic selection
+    policy = Path(__file__).resolve().parents[1] / "deploy" / "examples" / "reservationpolicy.yaml"
+    models = []
+    for hour in ("16", "17"):
+        assert main(["plan", "--policy-file", str(policy), "--history",
+                     str(shared_data / "traces" / "nasa_http_1995_5min.csv"), "--now", f"1995-08-30T{hour}:00:00Z",
+                     "--json"]) == 0
+        (planned,) = json.loads(capsys.readouterr().out)["policies"].values()
+        models.append(planned["model"])
+    assert models == ["auto: mean(profile+profile24+snaive168)"] * 2
+
+
 def test_simulate_reads_a_counter_history_as_its_increments(tmp_path, capsys):
     """history.counter: true was applied by forecast, backtest and train but not by simulate, tune and report,
     which replayed the counter's running total as demand."""

@@ -697,6 +697,34 @@ def _until_taken_up(r: Replay, now: pd.Timestamp):
     raise AssertionError("the hourly work never came in")
 
 
+def test_a_fit_moves_the_reconcile_s_deadline_once_and_never_past_one_set_around_it(demand_file, tmp_path,
+                                                                                   monkeypatch):
+    """A fit waits on no server, so its time moves the reconcile's deadline later. That deadline was kept twice, the
+    reconciler's (its fence) and a copy in the context the adapters read, and the fit moved each: the copy was moved
+    past a deadline set around the reconcile too, which `within` says holds. There is one now, the reconciler's,
+    which the adapters read where it is kept: moved by the fit, and bounded by any set around it."""
+    import controller.reconcile as reconciling
+    from core.deadline import current, within
+
+    fitted, fitting = reconciling.fit, 0.5
+
+    def slow(*args, **kwargs):
+        time.sleep(fitting)
+        return fitted(*args, **kwargs)
+    monkeypatch.setattr(reconciling, "fit", slow)
+    r = Replay(tmp_path, demand_file)
+    seen: list[float | None] = []  # the deadline the cluster's reads after the fit are bounded by
+    quotas = r.cluster.cluster_queue_quotas
+    monkeypatch.setattr(r.cluster, "cluster_queue_quotas", lambda: seen.append(current()) or quotas())
+    began = time.monotonic()
+    r.reconciler.reconcile(AT_9, deadline=began + 100)
+    assert seen[0] is not None and seen[0] >= began + 100 + fitting  # the fit's time is off the deadline's clock
+    seen.clear()
+    with within(began + 200):
+        r.reconciler.reconcile(AT_9 + pd.Timedelta(hours=1), deadline=began + 199.9)  # a new hour: refitted
+    assert seen[0] == began + 200
+
+
 def test_the_hourly_fits_run_in_a_process_of_their_own_and_one_that_dies_costs_one_fit(demand_file, tmp_path):
     """The hourly work fits in a process of its own (a thousand fits would share the reconciles' interpreter); the
     forecast is the one fitted in place. A fitting process that dies costs that hour's fit of the policy it was

@@ -374,6 +374,48 @@ def test_two_processes_creating_the_accuracy_run_at_once_leave_one(mlflow_server
     assert mine == only.info.run_id == accuracy_run(Tracker(mlflow_server.uri), "race-accuracy")
 
 
+def test_a_re_run_on_the_same_data_adds_nothing_and_says_which_version_it_made(mlflow_server):
+    """`headroom train` run again on the same history and settings made a new run, candidate run and registered
+    version each time, all alike, and logged `promoted` 0 at the hour where the first had logged 1: the accuracy
+    chart said the hour's model was and was not promoted. A re-run whose outcome is known (the same inputs, judged
+    against the same champion) gives that training's result and logs nothing; one judged against a champion that has
+    changed since trains again, and says why. Nothing is deleted."""
+    uri, series = mlflow_server.uri, "rerun"
+    mlflow = client(uri)
+
+    def store() -> tuple[int, list[str], list[tuple[int, float]]]:
+        """(training runs, registered versions, the accuracy run's `promoted` points)"""
+        experiment = mlflow.get_experiment_by_name(f"headroom/{series}").experiment_id
+        runs = mlflow.search_runs([experiment])
+        (accuracy,) = [r.info.run_id for r in runs if r.data.tags.get("headroom.kind") == "accuracy"]
+        return (sum(r.data.tags.get("headroom.kind") == "training" for r in runs),
+                sorted(str(v.version) for v in mlflow.search_model_versions(f"name='headroom-{series}'")),
+                [(m.step, m.value) for m in mlflow.get_metric_history(accuracy, "promoted")])
+
+    first = train_series(series, demand(), settings(), Tracker(uri))
+    before = store()
+    again = train_series(series, demand(), settings(), Tracker(uri))
+    assert store() == before == (1, ["1"], [before[2][0]])
+    assert (again.already_trained, again.version, again.run_id, again.promoted) == (True, "1", first.run_id, False)
+    assert (again.selected, again.score, again.scores, again.origins) == (first.selected, first.score, first.scores,
+                                                                           first.origins)
+    assert "already trained on this history and these settings: v1 (the champion)" in again.reason
+
+    flat = train_series(series, demand(), settings(candidates=("flat",)), Tracker(uri), factories=FACTORIES)
+    assert (flat.version, flat.promoted, flat.already_trained) == ("2", False, False)  # other settings: trained
+    assert train_series(series, demand(seed=4), settings(), Tracker(uri)).version == "3"  # other data: trained
+    repeated = train_series(series, demand(), settings(candidates=("flat",)), Tracker(uri), factories=FACTORIES)
+    assert (repeated.already_trained, repeated.version) == (True, "2") and f"not promoted: {flat.reason}" in \
+        repeated.reason
+
+    mlflow.set_registered_model_alias(f"headroom-{series}", "champion", "2")  # the champion changes (by hand)
+    anew = train_series(series, demand(), settings(), Tracker(uri))
+    assert (anew.already_trained, anew.version, anew.promoted) == (False, "4", True)
+    assert "trained on this history and these settings before as v1, against no champion; the champion is now v2: " \
+           "trained again against it" in anew.notes
+    assert store()[:2] == (4, ["1", "2", "3", "4"])  # every training's run and version kept
+
+
 def test_unreachable_server_is_a_tracking_error():
     uri = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(TrackingError, match=uri.replace(".", r"\.")):
@@ -411,6 +453,10 @@ def test_cmd_train_cli(sqlite_uri, tmp_path, capsys):
     assert cmd_train(cfg, args) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["name"] == "cli" and out["promoted"] and out["version"] == "1"
+    assert cmd_train(cfg, args) == 0  # again on the same history: said, nothing new made
+    rerun = capsys.readouterr()
+    assert json.loads(rerun.out)["already_trained"] and "cli: auto mase=" in rerun.err
+    assert "already trained on this history and these settings: v1 (the champion)" in rerun.err
     bad = argparse.Namespace(history=str(tmp_path / "gpu.csv"), name="cli",
                              tracking_uri=f"http://127.0.0.1:{free_port()}")
     assert cmd_train(cfg, bad) == 1
@@ -646,7 +692,8 @@ def test_a_store_lost_mid_training_keeps_the_champion_and_the_next_training_ends
 
         left = running()
         assert left and champion_version(uri, "outage") == "1"
-        assert train_series("outage", demand(), settings(), Tracker(uri), factories=FACTORIES).version == "2"
+        again = train_series("outage", demand(), settings(), Tracker(uri), factories=FACTORIES)
+        assert again.already_trained and again.version == "1"  # the first training's inputs: nothing new to log
         assert not running()
         for run_id in left:
             run = mlflow.get_run(run_id)
@@ -665,8 +712,10 @@ def test_a_champion_whose_card_cannot_be_read_is_replaced_by_the_next_training(t
     _card_file(uri, "gone").unlink()
     with pytest.raises(ModelRefused, match="cannot read its model card"):
         load_champion("gone", uri)
-    healed = train_series("gone", demand(), settings(), tracker, factories=FACTORIES)
-    assert healed.promoted and "champion v1 could not be re-scored" in healed.reason, healed.reason
+    healed = train_series("gone", demand(), settings(), tracker, factories=FACTORIES)  # its history again: not
+    assert healed.promoted and "champion v1 could not be re-scored" in healed.reason, healed.reason  # as before
+    assert any(n.startswith("trained on this history and these settings before as v1; champion v1 cannot be "
+                            "re-scored now (") for n in healed.notes), healed.notes
     assert healed.to_json()["champion_score"] is None  # `headroom train` printed "champion_score": NaN, not JSON
     json.dumps(healed.to_json(), allow_nan=False)
     assert load_champion("gone", uri).version == healed.version == "2"

@@ -16,6 +16,7 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -69,6 +70,7 @@ class ModelRefused(TrainingError):
 
 MODEL_FORMAT = "headroom.model/v1"
 CARD_SHA_TAG = "headroom.card_sha256"
+TRAINING_KEY_TAG = "headroom.training_key"  # a training run's inputs but the champion (training_key)
 
 
 class ModelCard(BaseModel):
@@ -188,6 +190,15 @@ class TrainResult:
     failed_candidates: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # fallbacks, folds without actuals, a better global not served
     model: Any = None
+    already_trained: bool = False  # an earlier training's result: the same inputs against the same champion
+
+    @property
+    def outcome(self) -> str:
+        """What the training did, as said to its user: the version it made and whether it serves, or the earlier
+        training it is."""
+        if self.already_trained:
+            return self.reason
+        return f"-> v{self.version} {'PROMOTED' if self.promoted else 'not promoted'}: {self.reason}"
 
     def to_json(self) -> dict:
         out = asdict(self)
@@ -210,6 +221,52 @@ def series_sha256(series: pd.Series) -> str:
     h.update(series.index.asi8.tobytes())
     h.update(series.to_numpy(dtype=float).tobytes())
     return h.hexdigest()
+
+
+def training_key(series: pd.Series, settings: TrainSettings, timezone: str, pool: GlobalPool | None) -> str:
+    """What a training's outcome turns on, the champion it is judged against aside: the history, the settings, the
+    clock, the series trained beside it (the model learned across them) and the code that trains."""
+    inputs = {"history": series_sha256(series.astype(float)), "settings": asdict(settings), "timezone": timezone,
+              "pool": None if pool is None else {k: series_sha256(v.astype(float)) for k, v in pool.series.items()},
+              "format": MODEL_FORMAT, "headroom": package_version("headroom")}
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _trained_before(tracker: Tracker, experiment: str, name: str, key: str,
+                    known: Mapping[str, Callable[[], Forecaster]]) -> tuple[TrainResult | None, str | None]:
+    """(the earlier training on the same inputs, if it is what this one would do: judged against the champion of
+    now, or made it, whose card can still be re-scored; else None and, if there was one, why this one trains again).
+    A re-run adds no run, version or accuracy point for what is there already."""
+    run = tracker.last_finished(experiment, TRAINING_KEY_TAG, key)
+    tags, params = ({}, {}) if run is None else (run.data.tags, run.data.params)
+    if not {"headroom.version", "headroom.promoted", "headroom.reason"} <= tags.keys() or \
+            not {"candidates", "model", "objective"} <= params.keys():  # none, or not one this code finished
+        return None, None
+    version, then = tags["headroom.version"], tags.get("headroom.champion_version", "")
+    current = tracker.champion(registered_name(name))
+    champion = "" if current is None else str(current.version)
+    before = f"trained on this history and these settings before as v{version}"
+    if champion != version and (tags["headroom.promoted"] == "true" or then != champion):
+        judged = f"champion v{then}" if then else "no champion"
+        return None, (f"{before}, against {judged}; the champion is now {f'v{champion}' if champion else 'none'}: "
+                      "trained again against it")
+    if current is not None:  # a champion whose card is gone or changed since is beaten now: not what was done then
+        try:
+            read_card(tracker.load_model_card(current.run_id), current.tags.get(CARD_SHA_TAG), known)
+        except (TrackingError, ModelRefused) as exc:
+            return None, f"{before}; champion v{champion} cannot be re-scored now ({exc}): trained again"
+    candidates = params["candidates"].split(",")
+    scores = {c: {k.removeprefix(f"{c}."): v for k, v in run.data.metrics.items() if k.startswith(f"{c}.")}
+              for c in candidates}
+    scores = {c: s for c, s in scores.items() if s}  # a candidate that failed logged none
+    selected, objective = params["model"], params["objective"]
+    score = scores.get(selected, {}).get(objective, float("nan"))
+    state = "the champion" if champion == version else f"not promoted: {tags['headroom.reason']}"
+    return TrainResult(name=name, run_id=run.info.run_id, experiment_id=experiment, selected=selected,
+                       objective=objective, score=score, scores=scores, version=version,
+                       promoted=False, reason=f"already trained on this history and these settings: v{version} "
+                                          f"({state}); nothing new is logged",
+                       champion_version=champion or None, already_trained=True), None
 
 
 def _hyperparameters(model: Any) -> dict[str, Any]:
@@ -311,10 +368,16 @@ def train_series(name: str, series: pd.Series, settings: TrainSettings, tracker:
         if abandoned := tracker.fail_abandoned(exp, ("training", "candidate"), "abandoned: its training lost the "
                                                "tracking store or was killed before it could end the run"):
             log.warning("%s: marked %d abandoned run(s) FAILED: %s", name, len(abandoned), ", ".join(abandoned))
+        key = training_key(series, settings, timezone, pool)
+        earlier, again = _trained_before(tracker, exp, name, key, {**MODELS, **makers})
+        if earlier is not None:
+            earlier.origins = [_on_utc(series.index[o], timezone).isoformat() for o in origins]
+            return earlier
         parent = tracker.start_run(exp, f"train-{now:%Y%m%dT%H%M%SZ}",
-                                   tags={"headroom.kind": "training", "headroom.series": name})
+                                   tags={"headroom.kind": "training", "headroom.series": name, TRAINING_KEY_TAG: key})
         try:
             result = _train(name, series, settings, tracker, now, timezone, makers, origins, exp, parent, progress)
+            result.notes += [again] if again else []
         except BaseException as exc:
             try:
                 tracker.set_tags(parent, {"headroom.error": f"{type(exc).__name__}: {exc}"})
@@ -486,7 +549,7 @@ def _train(name, series, settings, tracker, now, timezone, makers, origins, exp,
     if promote:  # last: a training that failed before this changed no champion
         tracker.promote(champ_name, version)
     tracker.set_tags(parent, {"headroom.version": version, "headroom.promoted": str(promote).lower(),
-                              "headroom.reason": reason})
+                              "headroom.reason": reason, "headroom.champion_version": champ_version or ""})
     return TrainResult(name=name, run_id=parent, experiment_id=exp, selected=winner, objective=key,
                        score=scores[winner][key], scores=scores, version=version, promoted=promote, reason=reason,
                        champion_version=champ_version, champion_score=champ_score,
