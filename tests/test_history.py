@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from core.units import go_duration
 from forecast.history import (
+    MAX_LINE,
     MIN_STRETCH,
     HistoryError,
     Stretch,
@@ -53,6 +54,21 @@ def test_malformed_file_names_file_and_line(tmp_path, body, where, what):
     with pytest.raises(HistoryError) as err:
         load_history(path)
     assert str(path) in str(err.value) and where in str(err.value) and what in str(err.value)
+
+
+def test_a_file_without_line_ends_is_refused_as_its_first_line_grows_not_read_whole(tmp_path):
+    """`headroom forecast /dev/zero` read forever (an endless line, read whole before csv's field limit applied);
+    a large file of one line was read whole first. Both are refused once a line passes MAX_LINE."""
+    import subprocess
+    import sys
+
+    blob = tmp_path / "blob.csv"
+    blob.write_text("timestamp,value\n" + "1" * (MAX_LINE + 10))
+    with pytest.raises(HistoryError, match=f"{blob}: a line longer than {MAX_LINE} characters"):
+        load_history(blob)
+    done = subprocess.run([sys.executable, "-m", "cli.main", "forecast", "/dev/zero"], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 1 and "/dev/zero: a line longer than" in done.stderr, done.stderr
 
 
 def test_parquet_round_trip(tmp_path):
