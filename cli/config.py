@@ -12,6 +12,7 @@ from pydantic import BaseModel, ValidationError
 from core.errors import ConfigError
 from core.policy import field_errors
 from core.settings import Config, home_expanded
+from core.textfile import TooLong, read_text
 from core.yamlfile import ConfigLoader, RepeatedKeys
 from core.yamlfile import documents as yaml_documents
 
@@ -77,7 +78,9 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
             raise ConfigError("--config", ["an empty path: give the configuration file"])
         try:
             path = home_expanded(Path(path))  # --config=~/headroom.yaml: no shell expands it
-            documents = yaml_documents(path.read_text(encoding="utf-8-sig"), ConfigLoader, source)
+            documents = yaml_documents(read_text(path), ConfigLoader, source)
+        except TooLong as exc:
+            raise ConfigError(source, [f"{exc}: not a headroom configuration"]) from None
         except OSError as exc:
             raise ConfigError(source, [f"cannot read file: {exc.strerror}"]) from None
         except RepeatedKeys as exc:

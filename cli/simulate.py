@@ -16,6 +16,7 @@ from cli.config import Config
 from cli.outputs import check_output_files, command_inputs, writing
 from core.errors import BadRequest, HeadroomError
 from core.settings import MAX_CLUSTER_GPUS
+from core.textfile import TooLong, bounded_lines
 from core.units import go_duration
 from dashboards.report import missing_steps
 from dashboards.report import notes as report_notes
@@ -77,7 +78,7 @@ def load_jobs(path):
     where = f"--jobs (simulate.jobs) {path}"
     try:
         with open(path, newline="", encoding="utf-8-sig") as handle:
-            reader = csv.reader(handle)
+            reader = csv.reader(bounded_lines(handle))
             header = next(reader, None)
             if header is None:
                 raise BadRequest(f"{where}: file is empty (needs a header {','.join(JOB_COLUMNS)})")
@@ -128,6 +129,8 @@ def load_jobs(path):
         raise BadRequest(f"{where}: not a UTF-8 CSV file") from None
     except csv.Error as exc:
         raise BadRequest(f"{where}: not a readable CSV: {exc}") from None
+    except TooLong as exc:
+        raise BadRequest(f"{where}: {exc}: not a job trace CSV") from None
     if not rows["num_gpu"]:
         raise BadRequest(f"{where}: no job rows")
     first, last = int(np.argmin(rows["creation_time"])), int(np.argmax(rows["deletion_time"]))

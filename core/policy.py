@@ -20,6 +20,7 @@ from pydantic.alias_generators import to_camel
 
 from core.errors import ConfigError
 from core.objects import TargetRef
+from core.textfile import TooLong, read_text
 from core.units import UTC, check_statistic, check_timezone, duration, whole_replicas
 from core.yamlfile import KubectlLoader, RepeatedKeys
 from core.yamlfile import documents as yaml_documents
@@ -314,8 +315,10 @@ def load_manifests(path: str | Path) -> list[dict[str, Any]]:
     file, the document and the field path."""
     source = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8-sig")
+        text = read_text(Path(path))
         documents = [d for d in yaml_documents(text, KubectlLoader, source) if d is not None]
+    except TooLong as exc:
+        raise ConfigError(source, [f"{exc}: not a YAML file of ReservationPolicies"]) from None
     except OSError as exc:
         raise ConfigError(source, [f"cannot read file: {exc.strerror or exc}"]) from None
     except RepeatedKeys as exc:

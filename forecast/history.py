@@ -10,16 +10,16 @@ from __future__ import annotations
 import csv
 import math
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Protocol, TextIO
+from typing import Protocol
 
 import numpy as np
 import pandas as pd
 
+from core.textfile import TooLong, bounded_lines
 from core.units import check_statistic, go_duration
 
 
@@ -203,25 +203,13 @@ def _stamps_at_once(texts: list[str]) -> tuple[pd.DatetimeIndex, set[str]] | Non
     return None
 
 
-MAX_LINE = 1 << 20  # characters of one CSV line: a history's lines are short; more is no history (/dev/zero)
-
-
-def _bounded_lines(path: Path, handle: TextIO) -> Iterator[str]:
-    """The file's lines, each refused past MAX_LINE characters as it is read: a file with no line end (a device, a
-    binary blob) would otherwise be read whole, or forever, before csv's own field limit could refuse it."""
-    while line := handle.readline(MAX_LINE + 1):
-        if len(line) > MAX_LINE:
-            raise HistoryError(f"{path}: a line longer than {MAX_LINE} characters: not a 'timestamp,value' CSV")
-        yield line
-
-
 def _read_csv(path: Path) -> pd.Series:
     rows: list[tuple[int, list[str]]] = []  # (line, fields) of each non-blank row
     broken: HistoryError | None = None  # the file stops being readable after `rows`
     try:
         # utf-8-sig: a byte-order mark (as spreadsheets export CSV) is not part of the first column's name
         with path.open(newline="", encoding="utf-8-sig") as handle:
-            reader = csv.reader(_bounded_lines(path, handle))
+            reader = csv.reader(bounded_lines(handle))
             header = next(reader, None)
             if header is None:
                 raise HistoryError(f"{path}: file is empty (expected a header 'timestamp,value')")
@@ -238,10 +226,13 @@ def _read_csv(path: Path) -> pd.Series:
                 broken = _not_utf8(path, exc)
             except csv.Error as exc:
                 broken = HistoryError(f"{path}: not a readable CSV: {exc}")
+
     except UnicodeDecodeError as exc:
         raise _not_utf8(path, exc) from None
     except csv.Error as exc:
         raise HistoryError(f"{path}: not a readable CSV: {exc}") from None
+    except TooLong as exc:
+        raise HistoryError(f"{path}: {exc}: not a 'timestamp,value' CSV") from None
     except OSError as exc:
         raise HistoryError(f"{path}: cannot read: {exc.strerror or exc}") from None
     t_col, v_col = names.index("timestamp"), names.index("value")

@@ -1284,3 +1284,19 @@ def test_a_tracking_uri_mlflow_opens_is_taken_as_given(uri):
     """The check refuses paths only: every store URI MLflow opens (databricks is its one without a scheme)."""
     cfg = load_config(None, {"training.tracking_uri": uri, "run.tracking_uri": uri})
     assert cfg.training.tracking_uri == cfg.run.tracking_uri == uri
+
+
+@pytest.mark.parametrize("flag, what", [("--jobs", "a line longer than"), ("--policy-file", "longer than"),
+                                        ("--config", "longer than")])
+def test_a_device_given_as_an_input_file_is_refused_not_read_forever(flag, what, tmp_path):
+    """/dev/zero as --config or --policy-file was read into memory until the machine killed headroom (exit 137), as
+    --jobs was read forever: every text file a user names is now read with a bound, and refused past it."""
+    import subprocess
+    import sys
+
+    history = tmp_path / "h.csv"
+    write_csv(synthetic_demand(days=3, seed=1), history)
+    done = subprocess.run([sys.executable, "-m", "cli.main", "simulate", str(history), "--days", "1", flag,
+                           "/dev/zero"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "/dev/zero" in done.stderr and what in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from core.textfile import MAX_LINE
 from core.units import go_duration
 from forecast.history import (
-    MAX_LINE,
     MIN_STRETCH,
     HistoryError,
     Stretch,
