@@ -183,7 +183,11 @@ def documents(text: str, loader: type[yaml.SafeLoader] = yaml.SafeLoader, name: 
     would run with a value nobody may have meant, where `kubectl apply` refuses such a manifest. `loader`:
     KubectlLoader for a Kubernetes manifest. `name`: the file, as a syntax error names it with its line (PyYAML
     names text it was given "<unicode string>")."""
-    reader = loader(text)
+    try:
+        reader = loader(text)  # checks the characters already: its error would name "<unicode string>"
+    except yaml.reader.ReaderError as exc:
+        exc.name = name
+        raise
     reader.name = name
     try:
         nodes: list[yaml.Node] = []

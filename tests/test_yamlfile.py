@@ -92,3 +92,10 @@ def test_lists_or_mappings_nested_thousands_deep_are_an_error_naming_the_file_no
     with pytest.raises(ConfigError) as err:
         load_config(path) if read == "config" else load_manifests(path)
     assert str(path) in str(err.value) and "nested too deep to read" in str(err.value), str(err.value)
+
+
+def test_a_control_character_is_named_in_the_file_that_holds_it():
+    """A control character (a binary file's bytes that happen to be UTF-8) was said to be in "<unicode string>":
+    PyYAML checks the characters as its loader is made, before the file's name was given to it."""
+    with pytest.raises(yaml.YAMLError, match='in "policy.yaml", position 3'):
+        documents("a: \x01\x02\n", KubectlLoader, "policy.yaml")
