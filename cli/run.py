@@ -126,18 +126,23 @@ def shared_forecast_store(cluster, namespace: str, drift_window: int):
     return cluster.forecast_store(namespace, keep_seconds=keep, rows=max(HORIZONS), quantiles=None)
 
 
-def _loadable(demand) -> dict:
-    """The policies' histories that can be read; one that cannot is that policy's fault only (logged here, and the
-    reconcile marks that policy), never the other policies'."""
+def _loadable(demand) -> tuple[dict, dict]:
+    """The policies' histories that can be read, and why each other cannot: that policy's fault only (the reconcile
+    marks that policy), never the other policies'."""
     from forecast.history import HistoryError
 
-    out = {}
+    out, failed = {}, {}
     for key in demand.files:
         try:
             out[key] = demand.series(key)
         except (HistoryError, OSError) as exc:
-            log.warning("policy %s: its history cannot be used: %s", key, exc)
-    return out
+            failed[key] = exc
+    return out, failed
+
+
+def _say_unusable(failed: dict) -> None:
+    for key, exc in failed.items():
+        log.warning("policy %s: its history cannot be used: %s", key, exc)
 
 
 def _file_demand(cfg: Config, r: RunConfig):
@@ -155,8 +160,12 @@ def embedded(cfg: Config, r: RunConfig, start: pd.Timestamp, jobs=None, demand=N
     from adapters.embedded import EmbeddedCluster
     from core.policy import manifest
 
-    demand = demand or _file_demand(cfg, r)
-    series = _loadable(demand)  # a policy whose history cannot be read has no demand; the reconcile says so
+    if demand is None:
+        demand = _file_demand(cfg, r)
+        series, failed = _loadable(demand)  # a policy whose history cannot be read has no demand
+        _say_unusable(failed)
+    else:  # the clock read them and said what it could not
+        series, _ = _loadable(demand)
     cluster = EmbeddedCluster(r.capacity_gpus, [manifest(p.name, p.namespace, p.spec) for p in r.policies], series,
                               start.timestamp(), settings=cfg.simulate.world, jobs=jobs)
     return cluster, demand
@@ -311,11 +320,14 @@ def _clock(demand, now: str | None, hours: int, moment: bool = False) -> pd.Date
     `hours`. Every policy's history must share one step. `moment`: the one moment `now` (default: the earliest end)
     that `plan` decides at, any time the histories cover. `demand` (FileDemand) keeps what it read for the replay."""
     from core.units import go_duration, parse_time
-    from forecast.history import sampling_step
+    from forecast.history import HistoryError, sampling_step
 
-    loaded = _loadable(demand)
-    if not loaded:
-        demand.series(next(iter(demand.files)))  # raises the first policy's HistoryError: nothing can run
+    loaded, failed = _loadable(demand)
+    if not loaded:  # nothing can run
+        if len(failed) == 1:
+            raise next(iter(failed.values()))
+        raise HistoryError("no policy's history can be used: " + "; ".join(f"{k}: {e}" for k, e in failed.items()))
+    _say_unusable(failed)  # once, here: the clock reads every history first
     for key, repairs in demand.repairs.items():  # said once, here: the clock reads every history first
         if repairs:
             print(f"note: policy {key}: history {demand.files[key]}: {'; '.join(repairs)}", file=sys.stderr)

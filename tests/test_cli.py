@@ -314,10 +314,13 @@ def test_every_command_says_what_cleaning_repaired_in_its_history(repaired_histo
 
 
 @pytest.mark.parametrize("command", [["plan", "--json"], ["run", "--hours", "2"]])
-def test_the_embedded_cluster_reads_each_policy_s_history_once(history, tmp_path, monkeypatch, command):
+def test_the_embedded_cluster_reads_each_policy_s_history_once(history, tmp_path, monkeypatch, command, caplog):
     """run and plan read every history file twice (the clock, then the cluster and its demand), and a file that
     cannot be read once more at each step: twice the start-up on a large file, and a file written to between the
-    reads (a live export) set the clock by one version and replayed another. Each is read once now."""
+    reads (a live export) set the clock by one version and replayed another. Each is read once now, and what makes
+    one unusable is said once at start (it was said by the clock and again by the cluster)."""
+    import logging
+
     import yaml
 
     import controller.demand
@@ -337,8 +340,11 @@ def test_the_embedded_cluster_reads_each_policy_s_history_once(history, tmp_path
         reads.append(str(path))
         return read(path, *args, **kwargs)
     monkeypatch.setattr(controller.demand, "load_history", counted)
-    assert main([command[0], "--config", str(config), *command[1:]]) == 0
+    with caplog.at_level(logging.WARNING, logger="cli.run"):
+        assert main([command[0], "--config", str(config), *command[1:]]) == 0
     assert sorted(reads) == sorted([str(broken), str(history)])
+    said = [m for m in caplog.messages if "its history cannot be used" in m]
+    assert len(said) == 1 and "inference/search" in said[0], caplog.messages
 
 
 def test_the_model_label_stays_while_the_same_models_serve(shared_data, tmp_path, monkeypatch, capsys):
