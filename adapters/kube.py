@@ -222,7 +222,20 @@ def quota_node(obj: Mapping, kind: str, resource: str = GPU_RESOURCE) -> QuotaNo
     return QuotaNode(kind, obj["metadata"]["name"], str(parent) if parent else None,
                      {flavor: GpuQuota(gpus(r.get("nominalQuota", 0)), limit(r.get("borrowingLimit")),
                                        limit(r.get("lendingLimit")))
-                      for flavor, r in _quotas_of(obj, resource)})
+                      for flavor, r in _quotas_of(obj, resource)},
+                     _reclaims(spec) if kind == "ClusterQueue" else None)
+
+
+def _reclaims(spec: Mapping) -> str | None:
+    """A ClusterQueue's preemption setting that lets Kueue preempt other queues' Workloads of its cohort, as
+    "field: value": reclaimWithinCohort (Never, Kueue's default, when unset), else borrowWithinCohort.policy (Kueue
+    allows it only beside a reclaimWithinCohort other than Never; said should a server not check that)."""
+    preemption = spec.get("preemption") or {}
+    reclaim = preemption.get("reclaimWithinCohort") or "Never"
+    borrow = (preemption.get("borrowWithinCohort") or {}).get("policy") or "Never"
+    if reclaim != "Never":
+        return f"spec.preemption.reclaimWithinCohort: {reclaim}"
+    return f"spec.preemption.borrowWithinCohort.policy: {borrow}" if borrow != "Never" else None
 
 
 class _Gone(Exception):

@@ -15,7 +15,13 @@ training queue can borrow let Kueue admit training beyond the slack, into the in
   * a parentName chain that loops disables every ClusterQueue of its tree: Kueue admits nothing there until the
     loop is removed.
 So GPUs held by a node reach a training queue when the way from the node up to the first cohort they share and
-down to the queue has no limit of 0 on it: each lendingLimit going up, each borrowingLimit coming down."""
+down to the queue has no limit of 0 on it: each lendingLimit going up, each borrowingLimit coming down.
+
+Kueue's own preemption across queues (../shared/kueue/docs/preemption.md): a ClusterQueue holding more than its
+nominalQuota borrows, and a pending Workload of another queue of the cohort whose preemption.reclaimWithinCohort
+is LowerPriority or Any (borrowWithinCohort only beside one) preempts the borrower's Workloads to get its own quota
+back. headroom lowers a training queue's nominalQuota under its running jobs, so such a queue makes Kueue stop
+training jobs at each quota cut, beside headroom's own preemptions and uncounted by them."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
@@ -44,18 +50,37 @@ class Lender:
 
 
 @dataclass(frozen=True)
+class Reclaimer:
+    """A ClusterQueue whose preemption setting lets Kueue preempt the Workloads of training queues of its cohort."""
+    name: str
+    setting: str                # "spec.preemption.<field>: <value>"
+    cohort: str
+    queues: tuple[str, ...]     # the training queues of the cohort other than itself: whose jobs Kueue may stop
+
+    def describe(self) -> str:
+        return (f"ClusterQueue {self.name} of cohort {self.cohort} has {self.setting}: Kueue preempts the Workloads "
+                f"of {', '.join(self.queues)} whenever headroom lowers their nominalQuota under what they run, "
+                "in Kueue's order and counted nowhere in headroom; set its reclaimWithinCohort to Never (and no "
+                "borrowWithinCohort)")
+
+
+@dataclass(frozen=True)
 class CohortCheck:
     """What the training queues can borrow beside headroom's lending."""
     lenders: tuple[Lender, ...] = ()
     loops: tuple[tuple[str, ...], ...] = ()  # a training cohort's parentName chain that loops (the repeated one last)
     cohorts: frozenset[str] = frozenset()    # the Cohort objects (the others are only named)
     unreadable: str | None = None            # why the tree could not be read: nothing above is known
+    reclaimers: tuple[Reclaimer, ...] = ()   # queues of a training cohort that let Kueue preempt training
 
     def lenders_said(self) -> str:
         return "; ".join(lender.describe(self.cohorts) for lender in self.lenders)
 
     def loops_said(self) -> str:
         return "; ".join(f"cohort {chain[0]}'s parentName chain loops: {' -> '.join(chain)}" for chain in self.loops)
+
+    def reclaimers_said(self) -> str:
+        return "; ".join(r.describe() for r in self.reclaimers)
 
 
 def _cap(gpus: int, limit: int | None) -> int:
@@ -152,4 +177,21 @@ def cohort_lenders(nodes: Iterable[QuotaNode], training: set[str]) -> CohortChec
     for key in sorted(found):
         kind, name, cohort_name = key
         lenders.append(Lender(kind, name, sum(amounts[key].values()), cohort_name, *found[key]))
-    return CohortCheck(tuple(lenders), tuple(loops[c] for c in sorted(loops)), frozenset(cohorts))
+    return CohortCheck(tuple(lenders), tuple(loops[c] for c in sorted(loops)), frozenset(cohorts),
+                       reclaimers=_reclaimers(queues.values(), training))
+
+
+def _reclaimers(queues: Iterable[QuotaNode], training: set[str]) -> tuple[Reclaimer, ...]:
+    """The ClusterQueues whose preemption setting lets Kueue preempt another training queue of their cohort."""
+    by_cohort: dict[str, list[QuotaNode]] = {}
+    for q in queues:
+        if q.parent is not None:
+            by_cohort.setdefault(q.parent, []).append(q)
+    found = []
+    for cohort in sorted(by_cohort):
+        members = sorted(by_cohort[cohort], key=lambda q: q.name)
+        for q in members:
+            exposed = tuple(t.name for t in members if t.name in training and t is not q)
+            if q.reclaims is not None and exposed:
+                found.append(Reclaimer(q.name, q.reclaims, cohort, exposed))
+    return tuple(found)

@@ -55,7 +55,7 @@ from controller.actions import (
     training_columns,
 )
 from controller.background import Background
-from controller.cohorts import CohortCheck, cohort_lenders
+from controller.cohorts import CohortCheck, Reclaimer, cohort_lenders
 from controller.demand import DemandReader
 from controller.executor import NOT_LEADER, PAST_DEADLINE, EventsBeside, Outcome, StatusesBeside, execute, window
 from controller.forecasts import Models
@@ -264,7 +264,9 @@ def headroom_condition(reclaimable: int, band: int, wanted: int, lent: int, coho
     than the cluster has left to lend, so demand up to it cannot be served whatever comes back; or something else
     lends GPUs to the training queues (controller.cohorts), so Kueue may admit training beyond what is lent; or a
     training cohort's parentName chain loops, so headroom cannot tell what its tree lends. Unknown where the Cohorts
-    and ClusterQueues could not be read at all."""
+    and ClusterQueues could not be read at all. Covered, but reason CohortReclaims, where a queue of a training
+    cohort lets Kueue preempt training itself at headroom's quota cuts: the reservation holds, training loses work
+    headroom does not count."""
     said = f"{reclaimable} GPUs reclaimable within the deadline; the headroom band is {band}"
     if reclaimable < band:
         return Condition("HeadroomAtRisk", "True", "ReclaimableBelowHeadroom", said)
@@ -283,6 +285,8 @@ def headroom_condition(reclaimable: int, band: int, wanted: int, lent: int, coho
         return Condition("HeadroomAtRisk", "True", "CohortCycle",
                          f"{said}; {cohorts.loops_said()}: Kueue admits nothing to the ClusterQueues of that tree "
                          "until the loop is removed, and headroom cannot tell what the tree would lend; remove it")
+    if cohorts.reclaimers:
+        return Condition("HeadroomAtRisk", "False", "CohortReclaims", f"{said}; {cohorts.reclaimers_said()}")
     return Condition("HeadroomAtRisk", "False", "HeadroomCovered", said)
 
 
@@ -422,6 +426,8 @@ class Reconciler:
         self._reported: dict[ObjectRef, str] = {}   # the refusal last reported per policy (one event per change)
         self._faults: dict[str, str] = {}           # the fault last reported per policy
         self._failed: dict[str, str | None] = {}    # the failure to act last reported per policy
+        self._reclaims_said: dict[str, str] = {}     # the queues letting Kueue preempt its training, per policy
+        self._reclaimers_logged: set[Reclaimer] = set()
         self._missing: dict[str, str] = {}          # policy -> why its target was not found (the last view's)
         self._hours: tuple | None = None            # (key, HourPlan): the hourly plan, kept until its inputs change
         self._unweighed: set[str] = set()           # run.team_weights keys no policy's training queue has: said once
@@ -595,6 +601,7 @@ class Reconciler:
         failures = self._count(outcomes, policies)
         after = self._view(policies, now)  # after evictions and scaling
         lenders = self._cohort_check(policies)
+        report += self._reclaim_notes(policies, lenders)
         reclaimable, wanted, risk = self._headroom(step, after, cluster_policy, lenders)
         report += self._reports(inputs, hours, step, after, failures, plan_id, now, states, cluster_policy,
                                 reclaimable, risk)
@@ -1182,6 +1189,25 @@ class Reconciler:
                    "(deploy/base/rbac.yaml)" if exc.status == 403 else "")
             return CohortCheck(unreadable=f"the Cohorts and ClusterQueues could not be read ({exc}){fix}")
         return cohort_lenders(tree, {q for p in policies for q in p.spec.training_cluster_queues})
+
+    def _reclaim_notes(self, policies: list[PolicyObject], cohorts: CohortCheck) -> list[RecordEvent]:
+        """A ClusterQueue letting Kueue preempt a policy's training queues: one log line and a Warning Event on each
+        such policy when first seen or changed, not every reconcile (HeadroomAtRisk says it while nothing outranks
+        it). A tree that could not be read changes nothing said."""
+        if cohorts.unreadable:
+            return []
+        for r in cohorts.reclaimers:
+            if r not in self._reclaimers_logged:
+                log.warning("%s", r.describe())
+        self._reclaimers_logged = set(cohorts.reclaimers)
+        notes = []
+        for p in policies:
+            mine = set(p.spec.training_cluster_queues)
+            said = "; ".join(r.describe() for r in cohorts.reclaimers if mine & set(r.queues))
+            if said and self._reclaims_said.get(p.key) != said:
+                notes.append(RecordEvent(EventNote(p.ref, "CohortReclaims", said, "Warning")))
+            self._reclaims_said[p.key] = said
+        return notes
 
     @staticmethod
     def _headroom(step: StepPlan, view: View, policy: ClusterPolicy,

@@ -251,3 +251,39 @@ def test_the_adapter_reads_cohorts_and_cluster_queues_as_tree_nodes():
     assert quota_node({"metadata": {"name": "q"}, "spec": {"cohortName": "org"}}, "ClusterQueue") == \
         QuotaNode("ClusterQueue", "q", "org", {})
     assert quota_node({"metadata": {"name": "root"}}, "Cohort").parent is None
+
+
+def test_a_queue_letting_kueue_reclaim_from_another_training_queue_of_its_cohort_is_named():
+    """Kueue preempts a borrowing queue's Workloads (a training queue headroom left above its quota) for a queue of
+    the same cohort whose reclaimWithinCohort is not Never: named with its field and the fix; one whose only other
+    queues are not training, or in another cohort, stops no training of headroom's."""
+    def reclaiming(name: str, cohort: str | None, setting: str = "spec.preemption.reclaimWithinCohort: Any"):
+        return QuotaNode("ClusterQueue", name, cohort, {"a100": GpuQuota(8)}, setting)
+
+    tree = [cq("research", "pool"), reclaiming("batch", "pool"), cq("inference", "pool", lending=0),
+            reclaiming("elsewhere", "other"), cq("solo", "alone"), reclaiming("alone-b", "alone")]
+    check = cohort_lenders(tree, {"research", "batch", "solo-not-here"})
+    assert [(r.name, r.cohort, r.queues) for r in check.reclaimers] == [("batch", "pool", ("research",))]
+    # a training queue that reclaims stops the others, not itself; alone in its cohort, it stops nothing
+    assert cohort_lenders([reclaiming("batch", "pool")], {"batch"}).reclaimers == ()
+    condition = headroom_condition(40, 30, 30, 50, check)
+    assert (condition.status, condition.reason) == ("False", "CohortReclaims")
+    assert ("ClusterQueue batch of cohort pool has spec.preemption.reclaimWithinCohort: Any: Kueue preempts the "
+            "Workloads of research") in condition.message and "reclaimWithinCohort to Never" in condition.message
+    # what outranks it (the headroom itself at risk) is said first
+    assert headroom_condition(20, 30, 30, 50, check).reason == "ReclaimableBelowHeadroom"
+
+
+def test_the_adapter_reads_what_lets_kueue_reclaim_within_the_cohort():
+    def preemption(**fields):
+        return quota_node({"metadata": {"name": "q"}, "spec": {"cohortName": "pool", "preemption": fields}},
+                          "ClusterQueue").reclaims
+
+    assert preemption() is None and preemption(reclaimWithinCohort="Never", withinClusterQueue="Any") is None
+    assert preemption(reclaimWithinCohort="LowerPriority") == "spec.preemption.reclaimWithinCohort: LowerPriority"
+    assert preemption(reclaimWithinCohort="Any", borrowWithinCohort={"policy": "LowerPriority"}) == \
+        "spec.preemption.reclaimWithinCohort: Any"
+    assert preemption(borrowWithinCohort={"policy": "LowerPriority"}) == \
+        "spec.preemption.borrowWithinCohort.policy: LowerPriority"
+    assert quota_node({"metadata": {"name": "c"}, "spec": {"preemption": {"reclaimWithinCohort": "Any"}}},
+                      "Cohort").reclaims is None

@@ -261,6 +261,7 @@ def test_reservation_is_applied_ahead_of_the_morning_ramp_and_slack_is_lent(dema
     # at night the lent GPUs cover the headroom and every training job stops within the deadline
     risk = r.status()[1]["HeadroomAtRisk"]
     assert (risk["status"], risk["reason"]) == ("False", "HeadroomCovered")
+    assert r.events("CohortReclaims") == []  # the embedded Kueue's queues never reclaim within their cohort
     assert night.reclaimable_gpus == 128 - night.reserved_gpus >= night.headroom_gpus > 0
     state = r.step(AT_9)  # 9:00, on the ramp to the 10:30 peak
     ps = state.policies["inference/chat"]

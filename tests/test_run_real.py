@@ -296,6 +296,61 @@ def test_a_queue_lending_into_the_training_cohort_puts_the_headroom_at_risk(kube
         kube.delete(lender)
 
 
+def test_a_queue_letting_kueue_reclaim_in_the_training_cohort_is_said_once(kube, controller, prometheus_server,
+                                                                           tmp_path, caplog):
+    """headroom lowers a training queue's nominalQuota under its running jobs, which Kueue then counts as borrowing:
+    another queue of the cohort with reclaimWithinCohort other than Never makes Kueue preempt them at every quota cut,
+    uncounted by headroom. Once nothing said so; now HeadroomAtRisk's reason (the headroom itself is covered), one
+    Warning Event on the policy and one log line name the queue, the field and the fix."""
+    import yaml
+    from prometheus_client import generate_latest
+
+    from controller.metrics import registry_for
+    from controller.state import StateHolder
+
+    example = yaml.safe_load_all(open("deploy/examples/kueue-clusterqueues.yaml"))
+    research = next(d for d in example if d and d["metadata"]["name"] == "training-research")
+    reclaiming = kueue.cluster_queue("reclaiming-run", gpus=8, cohort=COHORT, lending_limit=0)  # it lends nothing
+    reclaiming["spec"]["preemption"] = {**research["spec"]["preemption"], "reclaimWithinCohort": "Any"}
+    r = reconciler(controller, prometheus_server.url, tmp_path)
+    assert r.reconcile(MONDAY_7AM).headroom_at_risk.reason == "HeadroomCovered"
+    path = kueue.path("clusterqueues", "reclaiming-run")
+    kube.apply(path, reclaiming)
+    try:
+        controller.sync()
+        with caplog.at_level(logging.WARNING, logger="controller.reconcile"):
+            states = [r.reconcile(MONDAY_7AM + pd.Timedelta(minutes=m)) for m in (5, 10)]
+        risk = states[-1].headroom_at_risk
+        said = (f"ClusterQueue reclaiming-run of cohort {COHORT} has spec.preemption.reclaimWithinCohort: Any: Kueue "
+                f"preempts the Workloads of {QUEUE} whenever headroom lowers their nominalQuota")
+        assert (risk.status, risk.reason) == ("False", "CohortReclaims") and said in risk.message
+        assert "set its reclaimWithinCohort to Never" in risk.message
+        _, conditions = rp_status(kube)
+        assert (conditions["HeadroomAtRisk"]["status"], conditions["HeadroomAtRisk"]["reason"]) == (
+            "False", "CohortReclaims")
+        assert kube.plan_summary(NS).read()["headroomAtRiskMessage"] == risk.message
+        assert events(kube, "ReservationPolicy", "chat", NS).count("CohortReclaims") == 1  # two reconciles, one Event
+        assert sum(said in m for m in caplog.messages) == 1, caplog.messages  # logged once, not every reconcile
+        metrics = generate_latest(registry_for(StateHolder(states[-1]))).decode()
+        assert 'headroom_headroom_at_risk{reason="CohortReclaims"} 0.0' in metrics
+        # the plan itself is not changed by it: headroom cannot stop Kueue
+        assert states[-1].slack_gpus == int(kube.plan_summary(NS).read()["slackGpus"])
+        # LowerPriority reclaims too (borrowWithinCohort is allowed beside it); Never, Kueue's default, does not
+        reclaiming["spec"]["preemption"].update(reclaimWithinCohort="LowerPriority",
+                                                borrowWithinCohort={"policy": "LowerPriority"})
+        kube.apply(path, reclaiming)
+        controller.sync()
+        risk = r.reconcile(MONDAY_7AM + pd.Timedelta(minutes=15)).headroom_at_risk
+        assert risk.reason == "CohortReclaims" and "reclaimWithinCohort: LowerPriority" in risk.message
+        del reclaiming["spec"]["preemption"]["borrowWithinCohort"]
+        reclaiming["spec"]["preemption"]["reclaimWithinCohort"] = "Never"
+        kube.apply(path, reclaiming)
+        controller.sync()
+        assert r.reconcile(MONDAY_7AM + pd.Timedelta(minutes=20)).headroom_at_risk.reason == "HeadroomCovered"
+    finally:
+        kube.delete(path)
+
+
 class CohortRisk:
     """Kueue Cohorts applied around the training queue's cohort, then one reconcile: the HeadroomAtRisk it says."""
 
