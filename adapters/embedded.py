@@ -4,9 +4,10 @@ world the simulator's what-ifs play out in; the controller's decisions come from
 
 What it models (core.settings.WorldSettings has the numbers):
   * inference replicas: each target served before the world starts, so it starts with the replicas its demand
-    then needs, warm; a new replica gets GPUs from the idle pool (else waits for GPUs to be freed)
-    and serves `warmup_seconds` later; scaling in drops waiting replicas first, then warming, then
-    warm ones. An HPA target scales up on demand by itself (replicas for the demand it sees, at least
+    then needs, warm, and the controller ran before: the replicas its first scale asks beyond those serve at once
+    (a replay measures a policy as it runs, not its start). Any other new replica gets GPUs from the idle pool (else
+    waits for GPUs to be freed) and serves `warmup_seconds` later; scaling in drops waiting replicas first, then
+    warming, then warm ones. An HPA target scales up on demand by itself (replicas for the demand it sees, at least
     minReplicas) and down only after `hpa_scale_down_seconds` of lower demand, as Kubernetes' HPA does;
   * Kueue: training Workloads admitted into their ClusterQueue's quota, borrowing the cohort's unused
     quota (planning.kueue), onto GPUs that are free, whenever GPUs free or a job arrives (Kueue's scheduler does
@@ -77,6 +78,7 @@ class _Inference:
     warming: list[float] = field(default_factory=list)  # when each warming replica starts serving
     waiting: int = 0            # replicas with no GPUs yet
     recommendations: list[tuple[float, int]] = field(default_factory=list)  # an HPA's recent (time, replicas)
+    scaled: bool = False        # the controller scaled it since the world started
 
     @property
     def held_replicas(self) -> int:
@@ -432,6 +434,9 @@ class EmbeddedCluster:
     def _scale(self, inf: _Inference, replicas: int) -> bool:
         changed = inf.desired != replicas
         inf.desired = replicas
+        if not inf.scaled:  # the controller ran before: the reservation it first asks was in place, warm
+            inf.scaled = True
+            inf.warm = max(inf.warm, min(replicas, inf.warm + max(self.idle_gpus, 0) // inf.gpus_per_replica))
         have = inf.held_replicas + inf.waiting
         if replicas > have:
             inf.waiting += replicas - have
