@@ -62,7 +62,7 @@ class Mirror:
 
     def create(self) -> None:
         """The cluster the world starts as: the flavor, the training ClusterQueue (quota 0) and its LocalQueue, the
-        inference Deployment."""
+        inference Deployment with the replicas serving before (ready)."""
         for ns in (self.target.namespace, TRAINING_NAMESPACE):
             self.kube.apply(f"/api/v1/namespaces/{ns}", {"apiVersion": "v1", "kind": "Namespace",
                                                           "metadata": {"name": ns}})
@@ -73,6 +73,7 @@ class Mirror:
         self.kube.create(f"/apis/apps/v1/namespaces/{self.target.namespace}/deployments",
                          deployment(self.target.namespace or "", self.target.name,
                                     self.world.target_state(self.target).desired_replicas))
+        self._replicas()
 
     def delete(self) -> None:
         """Every object `create` and `publish` made (namespaces stay: nothing here finalizes a deleted one)."""
