@@ -3,9 +3,11 @@ cluster does between two reconciles. It is `headroom run`'s cluster when there i
 world the simulator's what-ifs play out in; the controller's decisions come from the planner alone.
 
 What it models (core.settings.WorldSettings has the numbers):
-  * inference replicas: a new replica gets GPUs from the idle pool (else waits for GPUs to be freed)
-    and serves `warmup_seconds` later; scaling in drops waiting replicas first, then warming, then
-    warm ones. An HPA target scales up on demand by itself (replicas for the demand it sees, at least
+  * inference replicas: each target served before the world starts, so it starts with the replicas its demand
+    then needs, warm, and the controller ran before: the replicas its first scale asks beyond those serve at once
+    (a replay measures a policy as it runs, not its start). Any other new replica gets GPUs from the idle pool (else
+    waits for GPUs to be freed) and serves `warmup_seconds` later; scaling in drops waiting replicas first, then
+    warming, then warm ones. An HPA target scales up on demand by itself (replicas for the demand it sees, at least
     minReplicas) and down only after `hpa_scale_down_seconds` of lower demand, as Kubernetes' HPA does;
   * Kueue: training Workloads admitted into their ClusterQueue's quota, borrowing the cohort's unused
     quota (planning.kueue), onto GPUs that are free, whenever GPUs free or a job arrives (Kueue's scheduler does
@@ -76,7 +78,7 @@ class _Inference:
     warming: list[float] = field(default_factory=list)  # when each warming replica starts serving
     waiting: int = 0            # replicas with no GPUs yet
     recommendations: list[tuple[float, int]] = field(default_factory=list)  # an HPA's recent (time, replicas)
-    serving_before: bool = False  # the first scale finds replicas already serving (the cluster ran before)
+    scaled: bool = False        # the controller scaled it since the world started
 
     @property
     def held_replicas(self) -> int:
@@ -182,8 +184,6 @@ class EmbeddedCluster:
         self.inference: dict[str, _Inference] = {}
         self._found: dict[TargetRef, _Inference] = {}  # _target's answers
         self.training_queues: list[str] = []
-        for p in self.policies:
-            self._hold(p)
         # each policy's (times, values) as lists: one sample is read at a time, which numpy makes slow
         self.demand: dict[str, tuple[list[float], list[float]]] = {}
         for key, series in demand.items():
@@ -210,10 +210,13 @@ class EmbeddedCluster:
             # as lists: admit reads them one at a time
             self._arrivals = (np.asarray(jobs[0]).tolist(), np.asarray(jobs[1]).tolist(),
                               (start + np.asarray(jobs[2], float)).tolist(), 0)
+        for p in self.policies:  # last: a target starts serving its demand, on GPUs nothing else holds yet
+            self._hold(p)
 
     def _hold(self, p: dict) -> None:
-        """A valid policy's target, and every ClusterQueue it names, exist in the cluster (quotas start at 0). An
-        invalid policy is held as a real cluster holds it: the controller refuses it and says why."""
+        """A valid policy's target, and every ClusterQueue it names, exist in the cluster (training quotas start at
+        0). The target served before: it starts with the replicas its demand now needs, warm (as many as the idle GPUs
+        hold). An invalid policy is held as a real cluster holds it: the controller refuses it and says why."""
         meta = p["metadata"]
         key = f"{meta.get('namespace', 'default')}/{meta['name']}"
         try:
@@ -222,17 +225,23 @@ class EmbeddedCluster:
             return
         self.specs[key] = spec
         ref = spec.target.ref(meta.get("namespace", "default"))
-        if key not in self.inference or self.inference[key].ref != ref:
-            self.inference[key] = _Inference(key, ref, spec.capacity.gpus_per_replica, spec.capacity.demand_per_gpu)
-            self._found.clear()
         queue_target = ref.name if ref.kind == "ClusterQueue" else None
         for q in [*spec.training_cluster_queues, spec.inference_cluster_queue, queue_target]:
             if q is not None:
                 self.quotas.setdefault(q, 0)
+        if key not in self.inference or self.inference[key].ref != ref:
+            inf = _Inference(key, ref, spec.capacity.gpus_per_replica, spec.capacity.demand_per_gpu)
+            self.inference[key] = inf
+            self._found.clear()
+            fits = max(self.idle_gpus, 0) // inf.gpus_per_replica
+            inf.desired = inf.warm = min(self._replicas_for(inf, self.now), fits)
+            if ref.kind == "HorizontalPodAutoscaler":  # the HPA saw that demand
+                inf.recommendations.append((self.now, inf.desired))
+            if queue_target is not None:  # a ClusterQueue target's replicas are its quota
+                self.quotas[queue_target] = inf.desired * inf.gpus_per_replica
         self.training_queues += [q for q in spec.training_cluster_queues if q not in self.training_queues]
-        if hasattr(self, "jobs"):  # a new training queue: what is derived from the queues is redone
-            self._pending_version += 1
-            self._held_version += 1
+        self._pending_version += 1  # a new training queue: what is derived from the queues is redone
+        self._held_version += 1
 
     def apply_policy(self, obj: dict) -> None:
         """`kubectl apply` of a ReservationPolicy: created, or its spec replaced (metadata.generation goes up)."""
@@ -425,9 +434,9 @@ class EmbeddedCluster:
     def _scale(self, inf: _Inference, replicas: int) -> bool:
         changed = inf.desired != replicas
         inf.desired = replicas
-        if not inf.serving_before:  # the workload served before the controller's first decision about it
-            inf.serving_before = True
-            inf.warm = min(replicas, max(self.idle_gpus, 0) // inf.gpus_per_replica)
+        if not inf.scaled:  # the controller ran before: the reservation it first asks was in place, warm
+            inf.scaled = True
+            inf.warm = max(inf.warm, min(replicas, inf.warm + max(self.idle_gpus, 0) // inf.gpus_per_replica))
         have = inf.held_replicas + inf.waiting
         if replicas > have:
             inf.waiting += replicas - have
@@ -462,6 +471,10 @@ class EmbeddedCluster:
         best = max((r for _, r in inf.recommendations), default=0)
         top = inf.max_replicas if inf.max_replicas is not None else best
         return min(max(best, inf.min_replicas), max(top, inf.min_replicas))
+
+    def _replicas_for(self, inf: _Inference, t: float) -> int:
+        """The replicas that serve the demand of the interval ending at `t`."""
+        return int(math.ceil(self.demand_at(inf.key, t) / (inf.demand_per_gpu * inf.gpus_per_replica) - 1e-9))
 
     def _new_job(self, queue: int, gpus: int, work: float, created: float) -> None:
         self._serial += 1
@@ -560,9 +573,7 @@ class EmbeddedCluster:
             held += (inf.held_replicas + 0.0) * inf.gpus_per_replica
             self._serve(key, inf, to, serving * inf.gpus_per_replica, dt)
             if inf.ref.kind == "HorizontalPodAutoscaler":
-                seen = self.demand_at(key, to)
-                per = inf.demand_per_gpu * inf.gpus_per_replica
-                inf.recommendations.append((to, int(math.ceil(seen / per - 1e-9))))
+                inf.recommendations.append((to, self._replicas_for(inf, to)))
                 self._scale(inf, self._hpa_recommendation(inf))
         a.inference_held += held * dt
         a.steps += 1

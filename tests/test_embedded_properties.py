@@ -199,3 +199,43 @@ def test_the_backlog_holds_as_many_jobs_at_any_size(times, seed):
     assert (large.jobs.state[:n] == small.jobs.state[:n]).all()
     assert large.training_gpus == times * small.training_gpus > 0
     assert large.accounting.training_alloc == pytest.approx(times * small.accounting.training_alloc)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.sampled_from(["Deployment", "HorizontalPodAutoscaler", "ClusterQueue"]), st.floats(0.0, 400.0),
+       st.integers(4, 48), st.integers(0, 30), st.integers(1, 30))
+def test_a_target_serves_its_demand_from_the_start(kind, demand, capacity, first, more):
+    """The workload served before the world starts. The world once created its replicas only at the controller's first
+    scale, so before it (the replay's first row) the target reported 0 ready replicas: `simulate` of the ServeGen
+    trace showed reserved 79, warm 0, then warm 79. Now the target starts with the replicas its demand at the start
+    needs (as many as the cluster holds), ready. The controller ran before too: the replicas its first scale asks
+    beyond those serve at once; those of any later scale warm up."""
+    index = pd.date_range(START - pd.Timedelta(days=1), START + pd.Timedelta(days=1), freq="5min")
+    spec = SPEC.model_copy(update={"target": SPEC.target.model_copy(update={"kind": kind})})
+    w = EmbeddedCluster(capacity, [manifest("chat", "default", spec)], {"default/chat": pd.Series(demand, index=index)},
+                        start=START.timestamp())
+    target = spec.target.ref("default")
+    needed = min(int(np.ceil(demand / 10.0 / 2 - 1e-9)), capacity // 2)  # 10 per GPU, 2 GPUs a replica
+    state = w.target_state(target)
+    assert state.desired_replicas == state.ready_replicas == needed
+    assert w.inference_gpus == 2 * needed
+    if kind == "ClusterQueue":
+        assert w.cluster_queue_quotas()["chat"] == 2 * needed
+
+    def scale(replicas: int) -> None:
+        if kind == "Deployment":
+            w.scale_deployment("default", "chat", replicas)
+        elif kind == "HorizontalPodAutoscaler":
+            w.set_hpa_min_replicas("default", "chat", replicas)
+        else:
+            w.set_cluster_queue_quota("chat", 2 * replicas)
+
+    asked = min(needed + first, capacity // 2)
+    scale(asked)
+    assert w.target_state(target).ready_replicas == asked
+    w.advance(w.now + 60.0)
+    again = min(asked + more, capacity // 2)
+    scale(again)
+    assert w.target_state(target).ready_replicas == asked  # the new ones are warming
+    w.advance(w.now + WorldSettings().warmup_seconds)
+    assert w.target_state(target).ready_replicas == again

@@ -102,6 +102,8 @@ def test_simulate_json_agrees_with_its_timeline(trace, gpus, policy, days, tmp_p
       * short_steps is a whole number of accounted rows, between the rows lacking and the rows at_most short;
       * longest_shortage_minutes is a whole number of steps, between the longest runs of those, and at most all the
         short rows;
+      * the workload served before the replay: the first row's warm GPUs serve its demand within the cluster (they
+        once were 0 until the controller's first scale, so the second row's at_most was its whole demand);
       * objective_met is exactly shortage <= maxShortage and short steps <= maxShortSteps of the policy it ran;
       * utilization ((inference served + training GPU-time) / cluster GPU-time) is at most 1 and at least what the
         previous row's kept GPUs could serve; training_goodput (training is not in the timeline) is in [0, 1].
@@ -125,6 +127,8 @@ def _agrees(r: dict, t: pd.DataFrame, gpus: int) -> None:
     assert (t["headroom_gpus"] <= t["lent_gpus"]).all() and (t["reserved_gpus"] + t["headroom_gpus"] <= gpus).all()
     seconds = pd.to_datetime(t["timestamp"]).diff().dt.total_seconds().to_numpy()[1:]  # each accounted interval
     step_minutes = float(np.median(seconds)) / 60
+    first = t.iloc[0]
+    assert pd.isna(first["demand_gpus"]) or first["warm_gpus"] >= min(first["demand_gpus"], gpus) - 1e-9
     accounted = t.iloc[1:]
     demand = accounted["demand_gpus"].to_numpy()
     within = np.minimum(demand, gpus)

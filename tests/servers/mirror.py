@@ -33,11 +33,12 @@ def state_of(w: WorkloadInfo) -> str:
     return PENDING if w.active else STOPPED
 
 
-def deployment(namespace: str, name: str) -> dict:
-    """The inference Deployment, at 0 replicas: the world's target before the controller's first decision."""
+def deployment(namespace: str, name: str, replicas: int) -> dict:
+    """The inference Deployment at the replicas the world's target starts with (serving before the controller's
+    first decision)."""
     labels = {"app": name}
     return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": namespace},
-            "spec": {"replicas": 0, "selector": {"matchLabels": labels}, "template": {
+            "spec": {"replicas": replicas, "selector": {"matchLabels": labels}, "template": {
                 "metadata": {"labels": labels},
                 "spec": {"containers": [{"name": "server", "image": "inference:1"}]}}}}
 
@@ -61,7 +62,7 @@ class Mirror:
 
     def create(self) -> None:
         """The cluster the world starts as: the flavor, the training ClusterQueue (quota 0) and its LocalQueue, the
-        inference Deployment."""
+        inference Deployment with the replicas serving before (ready)."""
         for ns in (self.target.namespace, TRAINING_NAMESPACE):
             self.kube.apply(f"/api/v1/namespaces/{ns}", {"apiVersion": "v1", "kind": "Namespace",
                                                           "metadata": {"name": ns}})
@@ -70,7 +71,9 @@ class Mirror:
         self.kube.apply(kueue.path("localqueues", self.queue, TRAINING_NAMESPACE),
                         kueue.local_queue(TRAINING_NAMESPACE, self.queue))
         self.kube.create(f"/apis/apps/v1/namespaces/{self.target.namespace}/deployments",
-                         deployment(self.target.namespace or "", self.target.name))
+                         deployment(self.target.namespace or "", self.target.name,
+                                    self.world.target_state(self.target).desired_replicas))
+        self._replicas()
 
     def delete(self) -> None:
         """Every object `create` and `publish` made (namespaces stay: nothing here finalizes a deleted one)."""
