@@ -553,6 +553,7 @@ class Reconciler:
         lendable = self.cfg.capacity_gpus - self.cfg.non_lendable_gpus
         objects = self.cluster.reservation_policies(self.cfg.namespace)
         policies, refused = parse_policies(objects, self._specs)
+        parsed = policies
         policies, too_big = feasible(policies, lendable)
         refused = {**refused, **too_big}
         states: dict[str, PolicyState] = {}
@@ -582,10 +583,14 @@ class Reconciler:
         finished = sum(job.done() for job in self._refits.values())
         self._taking_up = finished >= min(TAKE_UP_BATCH, len(self._refits))
         inputs = [self._input(p, now) for p in policies]
+        # a refused policy's target is left as it is, its GPUs held as any workload headroom does not manage holds
+        # them: not lent (the policies kept have their minimums first, as feasible() gave them)
+        held_by_refused = min(self._held_by([p for p in parsed if p.ref in too_big]),
+                              lendable - sum(p.spec.least_gpus for p in policies))
         cluster_policy = ClusterPolicy(self.cfg.capacity_gpus,
                                        tuple(WorkloadPolicy.from_spec(p.key, p.spec) for p in policies),
-                                       self._weights(policies), self.cfg.non_lendable_gpus, self.cfg.horizon_hours,
-                                       self.cfg.keep_forecast_seconds)
+                                       self._weights(policies), self.cfg.non_lendable_gpus + held_by_refused,
+                                       self.cfg.horizon_hours, self.cfg.keep_forecast_seconds)
         hours = self._hour_plan(inputs, cluster_policy, now)
         self._landed_late()
         view = self._view(policies, now)
@@ -1013,6 +1018,18 @@ class Reconciler:
         queues = {q for p in policies for q in p.spec.training_cluster_queues}
         training, uids, stopped = training_view(self.cluster.workloads(), queues, now.timestamp())
         return View(targets, self.cluster.cluster_queue_quotas(), training, uids, stopped)
+
+    def _held_by(self, policies: list[PolicyObject]) -> int:
+        """The GPUs the targets of `policies` hold now (a target that cannot be read: none)."""
+        held = 0
+        for p in policies:
+            try:
+                state = self.cluster.target_state(p.target().target)
+            except ClusterError:  # NotFound among them
+                continue
+            held += state.desired_replicas * (p.spec.capacity.gpus_per_replica if p.spec.target.kind != "ClusterQueue"
+                                              else 1)  # a ClusterQueue's state is its quota in GPUs
+        return held
 
     def _observed(self, inputs: list[_Input], view: View) -> dict[str, Observed]:
         out = {}
