@@ -224,9 +224,12 @@ def _print_state(now: pd.Timestamp, state) -> None:
         print(f"{now:%Y-%m-%d %H:%M} {name}: demand {demand} -> reserved {ps.reserved_gpus} GPUs, "
               f"headroom {ps.headroom_gpus}, reclaimable {ps.reclaimable_gpus}, model {ps.model}{flags}")
     risk = state.headroom_at_risk
-    at_risk = f"\n{'':16} headroom at risk ({risk.reason}): {risk.message}" if risk and risk.status == "True" else ""
+    said = ""  # HeadroomAtRisk unless covered with nothing to add: at risk, not checked, or covered with a warning
+    if risk and (risk.status != "False" or risk.reason != "HeadroomCovered"):
+        what = {"True": "at risk", "Unknown": "not checked"}.get(risk.status, "covered")
+        said = f"\n{'':16} headroom {what} ({risk.reason}): {risk.message}"
     print(f"{'':16} cluster: slack lent {state.slack_gpus}, training holds {state.training_gpus}, "
-          f"preemptions {dict(state.preemptions_total)}{at_risk}")
+          f"preemptions {dict(state.preemptions_total)}{said}")
 
 
 def cmd_run(cfg: Config, args) -> int:

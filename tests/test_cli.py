@@ -431,3 +431,23 @@ def test_a_history_whose_step_changes_gives_the_numbers_of_its_demand_sampled_un
     changed, err = output(simulate, pd.concat([before.resample("5min").mean(), after]), "means.csv")
     uniform, _ = output(simulate, demand.resample("5min").mean(), "uniform_means.csv")
     assert said in err and changed == pytest.approx(uniform)
+
+
+@pytest.mark.parametrize("status, reason, said", [
+    ("True", "ReclaimableBelowHeadroom", "headroom at risk (ReclaimableBelowHeadroom): m"),
+    ("Unknown", "CohortsUnreadable", "headroom not checked (CohortsUnreadable): m"),
+    ("False", "CohortReclaims", "headroom covered (CohortReclaims): m"),
+    ("False", "HeadroomCovered", None)])
+def test_run_s_summary_says_the_headroom_condition_unless_covered_with_nothing_to_add(status, reason, said, capsys):
+    """`headroom run`'s summary said HeadroomAtRisk only when True: a cluster whose Cohorts could not be read
+    (Unknown) and one where Kueue preempts training on its own (False, CohortReclaims) read as covered."""
+    import pandas as pd
+
+    from cli.run import _print_state
+    from controller.state import ControllerState
+    from core.objects import Condition
+
+    _print_state(pd.Timestamp("2026-01-05", tz="UTC"), ControllerState(
+        headroom_at_risk=Condition("HeadroomAtRisk", status, reason, "m")))
+    out = capsys.readouterr().out
+    assert (said in out) if said else ("headroom" not in out), out
