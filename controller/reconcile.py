@@ -385,6 +385,15 @@ def _checkpoint_base(w: WorkloadInfo, now: float) -> float:
     return base.timestamp() if base is not None else now
 
 
+def _held_gpus(spec: PolicySpec, state: TargetState | None, quotas: Mapping[str, int]) -> int:
+    """The GPUs an inference target holds: its replicas', or a ClusterQueue target's GPU quota (none when unread)."""
+    if state is None:
+        return 0
+    if spec.target.kind == "ClusterQueue":
+        return quotas.get(spec.target.name, 0)
+    return state.desired_replicas * spec.capacity.gpus_per_replica
+
+
 def training_view(workloads: list[WorkloadInfo], queues: set[str], now: float):
     """The planner's running training and the requeue candidates, from the cluster's Workloads."""
     running = [w for w in workloads if w.cluster_queue in queues and w.running]
@@ -1021,23 +1030,21 @@ class Reconciler:
 
     def _held_by(self, policies: list[PolicyObject]) -> int:
         """The GPUs the targets of `policies` hold now (a target that cannot be read: none)."""
+        if not policies:
+            return 0
+        quotas = self.cluster.cluster_queue_quotas()
         held = 0
         for p in policies:
             try:
-                state = self.cluster.target_state(p.target().target)
+                held += _held_gpus(p.spec, self.cluster.target_state(p.target().target), quotas)
             except ClusterError:  # NotFound among them
                 continue
-            held += state.desired_replicas * (p.spec.capacity.gpus_per_replica if p.spec.target.kind != "ClusterQueue"
-                                              else 1)  # a ClusterQueue's state is its quota in GPUs
         return held
 
     def _observed(self, inputs: list[_Input], view: View) -> dict[str, Observed]:
         out = {}
         for i in inputs:
-            state = view.targets.get(i.policy.key)
-            gpr = i.policy.spec.capacity.gpus_per_replica
-            held = 0 if state is None else (state.desired_replicas * gpr if i.policy.spec.target.kind != "ClusterQueue"
-                                            else view.quotas.get(i.policy.spec.target.name, 0))
+            held = _held_gpus(i.policy.spec, view.targets.get(i.policy.key), view.quotas)
             seen = self._samples(i.policy.key, i.raw)
             out[i.policy.key] = Observed(seen.times, seen.values, held, i.degraded is not None)
         return out
