@@ -160,12 +160,11 @@ def embedded(cfg: Config, r: RunConfig, start: pd.Timestamp, jobs=None, demand=N
     from adapters.embedded import EmbeddedCluster
     from core.policy import manifest
 
-    if demand is None:
-        demand = _file_demand(cfg, r)
-        series, failed = _loadable(demand)  # a policy whose history cannot be read has no demand
+    read_here = demand is None
+    demand = _file_demand(cfg, r) if read_here else demand
+    series, failed = _loadable(demand)  # a policy whose history cannot be read has no demand
+    if read_here:  # else the clock read them and said what it could not
         _say_unusable(failed)
-    else:  # the clock read them and said what it could not
-        series, _ = _loadable(demand)
     cluster = EmbeddedCluster(r.capacity_gpus, [manifest(p.name, p.namespace, p.spec) for p in r.policies], series,
                               start.timestamp(), settings=cfg.simulate.world, jobs=jobs)
     return cluster, demand
