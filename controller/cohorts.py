@@ -18,13 +18,17 @@ So GPUs held by a node reach a training queue when the way from the node up to t
 down to the queue has no limit of 0 on it: each lendingLimit going up, each borrowingLimit coming down.
 
 Kueue's own preemption across queues (../shared/kueue/docs/preemption.md): a ClusterQueue holding more than its
-nominalQuota borrows, and a pending Workload of another queue of the cohort whose preemption.reclaimWithinCohort
-is LowerPriority or Any (borrowWithinCohort only beside one) preempts the borrower's Workloads to get its own quota
-back. headroom lowers a training queue's nominalQuota under its running jobs, so such a queue makes Kueue stop
-training jobs at each quota cut, beside headroom's own preemptions and uncounted by them."""
+nominalQuota borrows, and a pending Workload of another queue whose preemption.reclaimWithinCohort is LowerPriority
+or Any (borrowWithinCohort only beside one) preempts the borrower's Workloads to get its own quota back. That other
+queue may be anywhere in the borrower's tree of Cohorts: Kueue v0.19 looks for candidates (by the preemptor queue's
+reclaimWithinCohort) from its cohort up to the root, in every subtree holding more than its quota
+(pkg/scheduler/preemption: PathParentToRoot, and Parent().Root() under Fair Sharing). headroom lowers a training
+queue's nominalQuota under its running jobs, so such a queue makes Kueue stop training jobs at quota cuts, beside
+headroom's own preemptions and uncounted by them: from the same cohort at each cut, from another cohort of the tree
+once the cut leaves the cohorts on the way down to the training queue holding more than their quotas too."""
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from core.objects import QuotaNode
@@ -51,15 +55,23 @@ class Lender:
 
 @dataclass(frozen=True)
 class Reclaimer:
-    """A ClusterQueue whose preemption setting lets Kueue preempt the Workloads of training queues of its cohort."""
+    """A ClusterQueue whose preemption setting lets Kueue preempt the Workloads of training queues of its tree."""
     name: str
-    setting: str                # "spec.preemption.<field>: <value>"
+    setting: str                   # "spec.preemption.<field>: <value>"
     cohort: str
-    queues: tuple[str, ...]     # the training queues of the cohort other than itself: whose jobs Kueue may stop
+    queues: tuple[str, ...]        # the training queues of its tree other than itself: whose jobs Kueue may stop
+    ways: tuple[tuple[str, ...], ...]  # per queue, the cohorts from `cohort` up to the first one shared and down to
+                                       # the queue's own (one: the same cohort)
 
     def describe(self) -> str:
+        whose = []
+        for way in dict.fromkeys(self.ways):  # the queues reached the same way, together, in their order
+            names = ", ".join(q for q, w in zip(self.queues, self.ways) if w == way)
+            whose.append(names if len(way) == 1 else
+                         f"{names} (cohort {way[-1]}, through cohorts {' -> '.join(way)} of their tree, once the "
+                         "cohorts on the way down hold more than their quota as well)")
         return (f"ClusterQueue {self.name} of cohort {self.cohort} has {self.setting}: Kueue preempts the Workloads "
-                f"of {', '.join(self.queues)} whenever headroom lowers their nominalQuota under what they run, "
+                f"of {'; '.join(whose)} whenever headroom lowers their nominalQuota under what they run, "
                 "in Kueue's order and counted nowhere in headroom; set its reclaimWithinCohort to Never (and no "
                 "borrowWithinCohort)")
 
@@ -71,7 +83,7 @@ class CohortCheck:
     loops: tuple[tuple[str, ...], ...] = ()  # a training cohort's parentName chain that loops (the repeated one last)
     cohorts: frozenset[str] = frozenset()    # the Cohort objects (the others are only named)
     unreadable: str | None = None            # why the tree could not be read: nothing above is known
-    reclaimers: tuple[Reclaimer, ...] = ()   # queues of a training cohort that let Kueue preempt training
+    reclaimers: tuple[Reclaimer, ...] = ()   # queues of a training cohort's tree that let Kueue preempt training
 
     def lenders_said(self) -> str:
         return "; ".join(lender.describe(self.cohorts) for lender in self.lenders)
@@ -178,20 +190,33 @@ def cohort_lenders(nodes: Iterable[QuotaNode], training: set[str]) -> CohortChec
         kind, name, cohort_name = key
         lenders.append(Lender(kind, name, sum(amounts[key].values()), cohort_name, *found[key]))
     return CohortCheck(tuple(lenders), tuple(loops[c] for c in sorted(loops)), frozenset(cohorts),
-                       reclaimers=_reclaimers(queues.values(), training))
+                       reclaimers=_reclaimers(queues.values(), cohorts, training))
 
 
-def _reclaimers(queues: Iterable[QuotaNode], training: set[str]) -> tuple[Reclaimer, ...]:
-    """The ClusterQueues whose preemption setting lets Kueue preempt another training queue of their cohort."""
-    by_cohort: dict[str, list[QuotaNode]] = {}
+def _reclaimers(queues: Collection[QuotaNode], cohorts: Mapping[str, QuotaNode],
+                training: set[str]) -> tuple[Reclaimer, ...]:
+    """The ClusterQueues whose preemption setting lets Kueue preempt another training queue of their cohort tree (the
+    queues whose parentName chains end at the same root; a chain that loops admits nothing, so reclaims nothing)."""
+    chains: dict[str, list[str]] = {}  # queue -> its cohort and their ancestors, up to the root
     for q in queues:
         if q.parent is not None:
-            by_cohort.setdefault(q.parent, []).append(q)
+            chain, loop = _chain(q.parent, cohorts)
+            if not loop:
+                chains[q.name] = chain
     found = []
-    for cohort in sorted(by_cohort):
-        members = sorted(by_cohort[cohort], key=lambda q: q.name)
-        for q in members:
-            exposed = tuple(t.name for t in members if t.name in training and t is not q)
-            if q.reclaims is not None and exposed:
-                found.append(Reclaimer(q.name, q.reclaims, cohort, exposed))
+    for q in sorted(queues, key=lambda q: (q.parent or "", q.name)):
+        mine = chains.get(q.name)
+        if q.reclaims is None or mine is None:
+            continue
+        exposed = sorted(t for t in training & chains.keys() if t != q.name and chains[t][-1] == mine[-1])
+        if exposed:
+            ways = tuple(_way(mine, chains[t]) for t in exposed)
+            found.append(Reclaimer(q.name, q.reclaims, mine[0], tuple(exposed), ways))
     return tuple(found)
+
+
+def _way(up: list[str], down: list[str]) -> tuple[str, ...]:
+    """The cohorts from `up`'s first up to the first it shares with `down` (a chain of the same tree), then down to
+    `down`'s first."""
+    shared = next(c for c in up if c in down)
+    return (*up[:up.index(shared) + 1], *reversed(down[:down.index(shared)]))

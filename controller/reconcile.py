@@ -265,8 +265,8 @@ def headroom_condition(reclaimable: int, band: int, wanted: int, lent: int, coho
     lends GPUs to the training queues (controller.cohorts), so Kueue may admit training beyond what is lent; or a
     training cohort's parentName chain loops, so headroom cannot tell what its tree lends. Unknown where the Cohorts
     and ClusterQueues could not be read at all. Covered, but reason CohortReclaims, where a queue of a training
-    cohort lets Kueue preempt training itself at headroom's quota cuts: the reservation holds, training loses work
-    headroom does not count."""
+    cohort's tree lets Kueue preempt training itself at headroom's quota cuts: the reservation holds, training loses
+    work headroom does not count."""
     said = f"{reclaimable} GPUs reclaimable within the deadline; the headroom band is {band}"
     if reclaimable < band:
         return Condition("HeadroomAtRisk", "True", "ReclaimableBelowHeadroom", said)

@@ -168,10 +168,10 @@ def overview() -> Board:
           "quota up the training cohort's parent chain, lends training GPUs beside headroom: the message names each "
           "and its fix), CohortCycle (a training cohort's parentName chain loops), CohortsUnreadable (Unknown: the "
           "Cohorts and ClusterQueues could not be read, so what else lends to training is not known). 0 with reason "
-          "CohortReclaims: the headroom is covered, but a ClusterQueue of a training cohort has reclaimWithinCohort "
-          "(or borrowWithinCohort) other than Never, so Kueue itself preempts training at headroom's quota cuts, "
-          "uncounted in the preemption panels; the message names the queue. The plan summary ConfigMap has the "
-          "message.",
+          "CohortReclaims: the headroom is covered, but a ClusterQueue of a training cohort's tree of Cohorts has "
+          "reclaimWithinCohort (or borrowWithinCohort) other than Never, so Kueue itself preempts training at "
+          "headroom's quota cuts, uncounted in the preemption panels; the message names the queue, its cohort and "
+          "the way to the training cohort. The plan summary ConfigMap has the message.",
           [(f"max by (reason) ({leader(m.HEADROOM_AT_RISK.name)})", "{{reason}}")], 24, 5, min=0, max=1)
     b.add("timeseries", "Preemptions and work lost", "Training workloads headroom preempted per hour (not "
           "Kueue's own preemptions), planned (at a checkpoint before a forecast ramp) vs emergency (demand above the "

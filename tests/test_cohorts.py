@@ -6,6 +6,8 @@ use), as Kueue's scheduler cache computes them. headroom's lending is the traini
 taken away, a training queue can still reach GPUs exactly when something else lends them."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -253,13 +255,17 @@ def test_the_adapter_reads_cohorts_and_cluster_queues_as_tree_nodes():
     assert quota_node({"metadata": {"name": "root"}}, "Cohort").parent is None
 
 
+RECLAIMS = "spec.preemption.reclaimWithinCohort: Any"
+
+
+def reclaiming(name: str, cohort: str | None, setting: str = RECLAIMS) -> QuotaNode:
+    return QuotaNode("ClusterQueue", name, cohort, {"a100": GpuQuota(8, None, 0)}, setting)  # it lends nothing
+
+
 def test_a_queue_letting_kueue_reclaim_from_another_training_queue_of_its_cohort_is_named():
     """Kueue preempts a borrowing queue's Workloads (a training queue headroom left above its quota) for a queue of
     the same cohort whose reclaimWithinCohort is not Never: named with its field and the fix; one whose only other
     queues are not training, or in another cohort, stops no training of headroom's."""
-    def reclaiming(name: str, cohort: str | None, setting: str = "spec.preemption.reclaimWithinCohort: Any"):
-        return QuotaNode("ClusterQueue", name, cohort, {"a100": GpuQuota(8)}, setting)
-
     tree = [cq("research", "pool"), reclaiming("batch", "pool"), cq("inference", "pool", lending=0),
             reclaiming("elsewhere", "other"), cq("solo", "alone"), reclaiming("alone-b", "alone")]
     check = cohort_lenders(tree, {"research", "batch", "solo-not-here"})
@@ -272,6 +278,88 @@ def test_a_queue_letting_kueue_reclaim_from_another_training_queue_of_its_cohort
             "Workloads of research") in condition.message and "reclaimWithinCohort to Never" in condition.message
     # what outranks it (the headroom itself at risk) is said first
     assert headroom_condition(20, 30, 30, 50, check).reason == "ReclaimableBelowHeadroom"
+
+
+def root(nodes: list[QuotaNode], queue: QuotaNode) -> str | None:
+    """The root of the queue's tree of Cohorts, as Kueue's cache finds it (None: in no cohort, or a tree that loops,
+    which Kueue disables)."""
+    if queue.parent is None or loops(nodes, queue):
+        return None
+    parents = {n.name: n.parent for n in nodes if n.kind == "Cohort"}
+    at = queue.parent
+    while parents.get(at) is not None:
+        at = parents[at]
+    return at
+
+
+@st.composite
+def reclaiming_trees(draw) -> tuple[list[QuotaNode], set[str]]:
+    nodes, training = draw(trees())
+    return [replace(n, reclaims=draw(st.sampled_from([None, RECLAIMS]))) if n.kind == "ClusterQueue" else n
+            for n in nodes], training
+
+
+@settings(max_examples=300, deadline=None)
+@given(reclaiming_trees())
+def test_a_reclaiming_queue_is_named_for_exactly_the_training_queues_of_its_cohort_tree(tree):
+    """Kueue v0.19's preemptor looks for candidates from its cohort up to the root of its tree, in every subtree
+    holding more than its quota (pkg/scheduler/preemption/classical: PathParentToRoot; Parent().Root() under Fair
+    Sharing): a training queue headroom leaves above its quota can be preempted by any reclaiming queue of its tree,
+    none of another tree, of no tree (no cohortName) or of a tree that loops. The way named goes from the reclaimer's
+    cohort up to the first cohort shared, then down to the training queue's, each step a parentName."""
+    nodes, training = tree
+    queues = [n for n in nodes if n.kind == "ClusterQueue"]
+    check = cohort_lenders(nodes, training)
+    named = {(r.name, t) for r in check.reclaimers for t in r.queues}
+    assert named == {(r.name, t.name) for r in queues for t in queues
+                     if r.reclaims and t.name in training and t is not r and root(nodes, r) is not None
+                     and root(nodes, r) == root(nodes, t)}
+    parents = {n.name: n.parent for n in nodes if n.kind == "Cohort"}
+    for r in check.reclaimers:
+        assert len(r.ways) == len(r.queues) and r.cohort == next(q.parent for q in queues if q.name == r.name)
+        for t, way in zip(r.queues, r.ways):
+            assert way[0] == r.cohort and way[-1] == next(q.parent for q in queues if q.name == t)
+            assert len(set(way)) == len(way)
+            top = next((i for i in range(len(way) - 1) if parents.get(way[i]) != way[i + 1]), len(way) - 1)
+            assert all(parents.get(way[j + 1]) == way[j] for j in range(top, len(way) - 1))  # up, then down
+    condition = headroom_condition(40, 30, 30, 50, check)  # never crashes; outranked by any risk
+    assert condition.reason == ("CohortLends" if check.lenders else "CohortCycle" if check.loops
+                                else "CohortReclaims" if check.reclaimers else "HeadroomCovered")
+
+
+def test_a_queue_reclaiming_from_another_cohort_of_the_tree_is_named_with_the_way():
+    """Once only the training queue's own cohort was looked at: a reclaiming queue of its parent's other child
+    cohort, of the parent itself, or under a parent with no Cohort object was not named, though Kueue preempts
+    across the whole tree."""
+    tree = [cq("research", "pool", lending=0), cohort("pool", parent="org"), cohort("org"),
+            cohort("side", parent="org"), reclaiming("side-q", "side"),
+            cohort("apart", parent="elsewhere"), reclaiming("apart-q", "apart"), reclaiming("loose", "nowhere")]
+    check = cohort_lenders(tree, {"research"})
+    assert not check.lenders and [(r.name, r.cohort, r.queues, r.ways) for r in check.reclaimers] == [
+        ("side-q", "side", ("research",), (("side", "org", "pool"),))]
+    condition = headroom_condition(40, 30, 30, 50, check)
+    assert (condition.status, condition.reason) == ("False", "CohortReclaims")
+    assert ("ClusterQueue side-q of cohort side has spec.preemption.reclaimWithinCohort: Any: Kueue preempts the "
+            "Workloads of research (cohort pool, through cohorts side -> org -> pool of their tree, once the cohorts "
+            "on the way down hold more than their quota as well) whenever headroom lowers their nominalQuota"
+            ) in condition.message
+    # a queue of the parent itself; a training queue deeper down; a parent named, with no Cohort object
+    deeper = [cq("research", "team", lending=0), cohort("team", parent="pool"), cohort("pool", parent="org"),
+              reclaiming("org-q", "org")]
+    assert [r.ways for r in cohort_lenders(deeper, {"research"}).reclaimers] == [(("org", "pool", "team"),)]
+    ghost = [cq("research", "pool", lending=0), cohort("pool", parent=MISSING), cohort("side", parent=MISSING),
+             reclaiming("side-q", "side")]
+    assert [r.ways for r in cohort_lenders(ghost, {"research"}).reclaimers] == [(("side", MISSING, "pool"),)]
+    # a reclaimer's parentName chain that loops: Kueue disables its tree; nothing is walked for ever
+    looped = [cq("research", "pool", lending=0), cohort("pool", parent="a"), cohort("a", parent="b"),
+              cohort("b", parent="a"), reclaiming("side-q", "b")]
+    check = cohort_lenders(looped, {"research"})
+    assert check.reclaimers == () and check.loops == (("pool", "a", "b", "a"),)
+    # two training queues, one beside the reclaimer and one across the tree: each named with its own way
+    both = [*tree, cq("batch", "side", lending=0)]
+    (r,) = [r for r in cohort_lenders(both, {"research", "batch"}).reclaimers if r.name == "side-q"]
+    assert (r.queues, r.ways) == (("batch", "research"), (("side",), ("side", "org", "pool")))
+    assert "Workloads of batch; research (cohort pool" in r.describe()
 
 
 def test_the_adapter_reads_what_lets_kueue_reclaim_within_the_cohort():

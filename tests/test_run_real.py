@@ -413,6 +413,42 @@ def test_a_sibling_subtree_lends_through_the_parent_until_its_cohort_lends_nothi
         kube.delete(sibling)
 
 
+def test_a_queue_reclaiming_across_the_tree_of_cohorts_is_said_once_and_one_of_another_tree_is_not(
+        kube, controller, prometheus_server, tmp_path, caplog):
+    """Kueue looks for a reclaiming queue's preemption candidates across its whole tree of Cohorts, not only in its
+    own cohort: a queue with reclaimWithinCohort Any in the parent's other child cohort preempts the training queue's
+    jobs once headroom's quota cuts leave the training cohort holding more than its quota. Once only the training
+    queue's own cohort was checked and that went unsaid; now the queue is named with its cohort and the way, in
+    HeadroomAtRisk, one Event and one log line. A queue of another tree, or of a tree whose chain loops (Kueue
+    disables it), preempts nothing of headroom's training."""
+    check = CohortRisk(kube, controller, prometheus_server.url, tmp_path)
+    path = kueue.path("clusterqueues", "side-reclaim-run")
+    reclaiming = kueue.cluster_queue("side-reclaim-run", gpus=8, cohort="side-cohort-run", lending_limit=0)
+    reclaiming["spec"]["preemption"] = {"reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPriority"}
+    kube.apply(path, reclaiming)
+    tree = (kueue.cohort(COHORT, parent="org-run"), kueue.cohort("side-cohort-run", parent="org-run"))
+    try:
+        assert check.after().reason == "HeadroomCovered"  # no Cohort object: two cohorts, each a tree of its own
+        before = events(kube, "ReservationPolicy", "chat", NS).count("CohortReclaims")  # (an earlier test's too)
+        with caplog.at_level(logging.WARNING, logger="controller.reconcile"):
+            risk = check.after(*tree)  # org-run has no Cohort object: Kueue's default Cohort, the root of both
+            assert check.after(*tree) == risk
+        said = (f"ClusterQueue side-reclaim-run of cohort side-cohort-run has spec.preemption.reclaimWithinCohort: "
+                f"Any: Kueue preempts the Workloads of {QUEUE} (cohort {COHORT}, through cohorts side-cohort-run -> "
+                f"org-run -> {COHORT} of their tree, once the cohorts on the way down hold more than their quota as "
+                "well) whenever headroom lowers their nominalQuota")
+        assert (risk.status, risk.reason) == ("False", "CohortReclaims") and said in risk.message, risk.message
+        assert events(kube, "ReservationPolicy", "chat", NS).count("CohortReclaims") == before + 1  # one Event
+        assert sum(said in m for m in caplog.messages) == 1, caplog.messages
+        # the same queue in another tree; in a tree whose parentName chain loops
+        assert check.after(kueue.cohort("side-cohort-run", parent="apart-run")).reason == "HeadroomCovered"
+        risk = check.after(kueue.cohort("side-cohort-run", parent="loop-run"),
+                           kueue.cohort("loop-run", parent="side-cohort-run"))
+        assert (risk.status, risk.reason) == ("False", "HeadroomCovered")
+    finally:
+        kube.delete(path)
+
+
 def test_a_parent_cohort_loop_is_named_and_the_controller_goes_on(kube, controller, prometheus_server, tmp_path):
     """Kueue disables every ClusterQueue of a tree whose parentName chain loops: headroom cannot tell what the tree
     would lend, says so, and keeps reconciling."""
