@@ -62,14 +62,18 @@ class Reclaimer:
     queues: tuple[str, ...]        # the training queues of its tree other than itself: whose jobs Kueue may stop
     ways: tuple[tuple[str, ...], ...]  # per queue, the cohorts from `cohort` up to the first one shared and down to
                                        # the queue's own (one: the same cohort)
+    down: tuple[tuple[str, ...], ...]  # per queue, the cohorts of its way below the first one shared
 
     def describe(self) -> str:
         whose = []
-        for way in dict.fromkeys(self.ways):  # the queues reached the same way, together, in their order
+        for way, down in dict.fromkeys(zip(self.ways, self.down)):  # the queues reached the same way, together
             names = ", ".join(q for q, w in zip(self.queues, self.ways) if w == way)
+            over = ""
+            if down:  # Kueue looks for candidates only in a subtree over its quota
+                over = (f", once the cut also leaves cohort {down[0]} above its quota" if len(down) == 1 else
+                        f", once the cut also leaves cohorts {', '.join(down)} above their quotas")
             whose.append(names if len(way) == 1 else
-                         f"{names} (cohort {way[-1]}, through cohorts {' -> '.join(way)} of their tree, once the "
-                         "cohorts on the way down hold more than their quota as well)")
+                         f"{names} (cohort {way[-1]}, through cohorts {' -> '.join(way)} of their tree{over})")
         return (f"ClusterQueue {self.name} of cohort {self.cohort} has {self.setting}: Kueue preempts the Workloads "
                 f"of {'; '.join(whose)} whenever headroom lowers their nominalQuota under what they run, "
                 "in Kueue's order and counted nowhere in headroom; set its reclaimWithinCohort to Never (and no "
@@ -210,13 +214,14 @@ def _reclaimers(queues: Collection[QuotaNode], cohorts: Mapping[str, QuotaNode],
             continue
         exposed = sorted(t for t in training & chains.keys() if t != q.name and chains[t][-1] == mine[-1])
         if exposed:
-            ways = tuple(_way(mine, chains[t]) for t in exposed)
-            found.append(Reclaimer(q.name, q.reclaims, mine[0], tuple(exposed), ways))
+            ways = [_way(mine, chains[t]) for t in exposed]
+            found.append(Reclaimer(q.name, q.reclaims, mine[0], tuple(exposed), tuple(u + d for u, d in ways),
+                                   tuple(d for _, d in ways)))
     return tuple(found)
 
 
-def _way(up: list[str], down: list[str]) -> tuple[str, ...]:
-    """The cohorts from `up`'s first up to the first it shares with `down` (a chain of the same tree), then down to
-    `down`'s first."""
+def _way(up: list[str], down: list[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The cohorts from `up`'s first up to the first it shares with `down` (a chain of the same tree), and those from
+    there down to `down`'s first."""
     shared = next(c for c in up if c in down)
-    return (*up[:up.index(shared) + 1], *reversed(down[:down.index(shared)]))
+    return tuple(up[:up.index(shared) + 1]), tuple(reversed(down[:down.index(shared)]))

@@ -316,12 +316,14 @@ def test_a_reclaiming_queue_is_named_for_exactly_the_training_queues_of_its_coho
                      and root(nodes, r) == root(nodes, t)}
     parents = {n.name: n.parent for n in nodes if n.kind == "Cohort"}
     for r in check.reclaimers:
-        assert len(r.ways) == len(r.queues) and r.cohort == next(q.parent for q in queues if q.name == r.name)
-        for t, way in zip(r.queues, r.ways):
+        assert len(r.ways) == len(r.queues) == len(r.down)
+        assert r.cohort == next(q.parent for q in queues if q.name == r.name)
+        for t, way, down in zip(r.queues, r.ways, r.down):
             assert way[0] == r.cohort and way[-1] == next(q.parent for q in queues if q.name == t)
             assert len(set(way)) == len(way)
             top = next((i for i in range(len(way) - 1) if parents.get(way[i]) != way[i + 1]), len(way) - 1)
             assert all(parents.get(way[j + 1]) == way[j] for j in range(top, len(way) - 1))  # up, then down
+            assert down == way[top + 1:]  # the cohorts Kueue looks into only while over their quota
     condition = headroom_condition(40, 30, 30, 50, check)  # never crashes; outranked by any risk
     assert condition.reason == ("CohortLends" if check.lenders else "CohortCycle" if check.loops
                                 else "CohortReclaims" if check.reclaimers else "HeadroomCovered")
@@ -340,13 +342,20 @@ def test_a_queue_reclaiming_from_another_cohort_of_the_tree_is_named_with_the_wa
     condition = headroom_condition(40, 30, 30, 50, check)
     assert (condition.status, condition.reason) == ("False", "CohortReclaims")
     assert ("ClusterQueue side-q of cohort side has spec.preemption.reclaimWithinCohort: Any: Kueue preempts the "
-            "Workloads of research (cohort pool, through cohorts side -> org -> pool of their tree, once the cohorts "
-            "on the way down hold more than their quota as well) whenever headroom lowers their nominalQuota"
-            ) in condition.message
-    # a queue of the parent itself; a training queue deeper down; a parent named, with no Cohort object
+            "Workloads of research (cohort pool, through cohorts side -> org -> pool of their tree, once the cut "
+            "also leaves cohort pool above its quota) whenever headroom lowers their nominalQuota") in condition.message
+    # a queue of the parent itself, a training queue deeper down: Kueue looks into each cohort on the way down
     deeper = [cq("research", "team", lending=0), cohort("team", parent="pool"), cohort("pool", parent="org"),
               reclaiming("org-q", "org")]
-    assert [r.ways for r in cohort_lenders(deeper, {"research"}).reclaimers] == [(("org", "pool", "team"),)]
+    (r,) = cohort_lenders(deeper, {"research"}).reclaimers
+    assert (r.ways, r.down) == ((("org", "pool", "team"),), (("pool", "team"),))
+    assert "once the cut also leaves cohorts pool, team above their quotas" in r.describe()
+    # a queue of a cohort under the training cohort: the training queue is one of the cohorts it walks up to
+    (r,) = cohort_lenders([*deeper[:2], reclaiming("below-q", "sub"), cohort("sub", parent="team")],
+                          {"research"}).reclaimers
+    assert (r.ways, r.down) == ((("sub", "team"),), ((),))
+    assert "research (cohort team, through cohorts sub -> team of their tree) whenever" in r.describe()
+    # a parent named with no Cohort object: Kueue's default Cohort, the root of both
     ghost = [cq("research", "pool", lending=0), cohort("pool", parent=MISSING), cohort("side", parent=MISSING),
              reclaiming("side-q", "side")]
     assert [r.ways for r in cohort_lenders(ghost, {"research"}).reclaimers] == [(("side", MISSING, "pool"),)]

@@ -435,8 +435,8 @@ def test_a_queue_reclaiming_across_the_tree_of_cohorts_is_said_once_and_one_of_a
             assert check.after(*tree) == risk
         said = (f"ClusterQueue side-reclaim-run of cohort side-cohort-run has spec.preemption.reclaimWithinCohort: "
                 f"Any: Kueue preempts the Workloads of {QUEUE} (cohort {COHORT}, through cohorts side-cohort-run -> "
-                f"org-run -> {COHORT} of their tree, once the cohorts on the way down hold more than their quota as "
-                "well) whenever headroom lowers their nominalQuota")
+                f"org-run -> {COHORT} of their tree, once the cut also leaves cohort {COHORT} above its quota) "
+                "whenever headroom lowers their nominalQuota")
         assert (risk.status, risk.reason) == ("False", "CohortReclaims") and said in risk.message, risk.message
         assert events(kube, "ReservationPolicy", "chat", NS).count("CohortReclaims") == before + 1  # one Event
         assert sum(said in m for m in caplog.messages) == 1, caplog.messages
