@@ -291,6 +291,9 @@ class EmbeddedCluster:
     def cohort_tree(self) -> list[QuotaNode]:
         return []  # the training queues borrow from one another alone (planning.kueue): no queue lends them more
 
+    def within_queue_preemption(self) -> Mapping[str, str]:
+        return {}  # the embedded Kueue preempts within no queue (README, "The simulated Kueue")
+
     def target_state(self, target: TargetRef) -> TargetState:
         inf = self._target(target)
         return TargetState(inf.desired, inf.warm + sum(1 for r in inf.warming if r <= self.now),

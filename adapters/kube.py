@@ -873,6 +873,14 @@ class KubeCluster:
                 out[cq["metadata"]["name"]] = quota
         return out
 
+    def within_queue_preemption(self) -> Mapping[str, str]:
+        out = {}
+        for cq in self._objects("clusterqueues"):
+            policy = ((cq.get("spec") or {}).get("preemption") or {}).get("withinClusterQueue") or "Never"
+            if policy != "Never":
+                out[cq["metadata"]["name"]] = str(policy)
+        return out
+
     def cohort_tree(self) -> list[QuotaNode]:
         """Each ClusterQueue in a cohort (spec.cohortName) and each Cohort object, with their GPU quotas."""
         queues = [quota_node(cq, "ClusterQueue", self.resource) for cq in self._objects("clusterqueues")]

@@ -55,7 +55,7 @@ from controller.actions import (
     training_columns,
 )
 from controller.background import Background
-from controller.cohorts import CohortCheck, Reclaimer, cohort_lenders
+from controller.cohorts import CohortCheck, cohort_lenders
 from controller.demand import DemandReader
 from controller.executor import NOT_LEADER, PAST_DEADLINE, EventsBeside, Outcome, StatusesBeside, execute, window
 from controller.forecasts import Models
@@ -394,6 +394,35 @@ def _held_gpus(spec: PolicySpec, state: TargetState | None, quotas: Mapping[str,
     return state.desired_replicas * spec.capacity.gpus_per_replica
 
 
+def within_queue_preemptors(settings: Mapping[str, str], workloads: list[WorkloadInfo],
+                            queues: set[str]) -> list[tuple[str, tuple[str, ...]]]:
+    """The training queues in which Kueue itself may stop a running Workload for a pending one of the same queue
+    (../shared/kueue/docs/preemption.md), each as (what to say, (the queue,)): withinClusterQueue LowerPriority once
+    the queue holds Workloads of more than one priority; LowerOrNewerEqualPriority also for an equal priority, so
+    whatever they are: a Workload headroom stopped and requeued keeps its creation time, older than those admitted
+    since. Those stops are in none of headroom's counters (README, "The simulated Kueue")."""
+    priorities: dict[str, set[int]] = {}
+    for w in workloads:
+        if w.cluster_queue in queues and not w.finished:
+            priorities.setdefault(w.cluster_queue, set()).add(w.priority)
+    found: list[tuple[str, tuple[str, ...]]] = []
+    for q in sorted(queues & settings.keys()):
+        setting = settings[q]
+        if setting == "LowerPriority" and len(priorities.get(q, ())) < 2:
+            continue  # one priority: no Workload of the queue outranks another
+        whom = ("of higher priority" if setting == "LowerPriority" else
+                "of higher priority, or of equal priority and older (a Workload headroom stopped and requeued is "
+                "older than those admitted since)")
+        held = " and holds Workloads of more than one priority" if setting == "LowerPriority" else ""
+        found.append((f"ClusterQueue {q} has spec.preemption.withinClusterQueue: {setting}{held}: Kueue stops a "
+                      f"running Workload of it for a pending one {whom} that does not fit the quota headroom lends "
+                      "(the Workload's Preempted condition, reason InClusterQueue; the lowest priority, then the most "
+                      "recently admitted first, not the least work lost); those stops are in none of headroom's "
+                      "preemption counters, lost work or Events, nor in a replay's training_goodput. "
+                      "withinClusterQueue: Never makes the pending Workload wait for quota instead", (q,)))
+    return found
+
+
 def training_view(workloads: list[WorkloadInfo], queues: set[str], now: float):
     """The planner's running training and the requeue candidates, from the cluster's Workloads."""
     running = [w for w in workloads if w.cluster_queue in queues and w.running]
@@ -435,8 +464,8 @@ class Reconciler:
         self._reported: dict[ObjectRef, str] = {}   # the refusal last reported per policy (one event per change)
         self._faults: dict[str, str] = {}           # the fault last reported per policy
         self._failed: dict[str, str | None] = {}    # the failure to act last reported per policy
-        self._reclaims_said: dict[str, str] = {}     # the queues letting Kueue preempt its training, per policy
-        self._reclaimers_logged: set[Reclaimer] = set()
+        self._told: dict[str, dict[str, str]] = {}  # per Event reason, what each policy was last told (_say_once)
+        self._logged: dict[str, set[str]] = {}      # per Event reason, the findings last logged
         self._missing: dict[str, str] = {}          # policy -> why its target was not found (the last view's)
         self._hours: tuple | None = None            # (key, HourPlan): the hourly plan, kept until its inputs change
         self._unweighed: set[str] = set()           # run.team_weights keys no policy's training queue has: said once
@@ -615,7 +644,7 @@ class Reconciler:
         failures = self._count(outcomes, policies)
         after = self._view(policies, now)  # after evictions and scaling
         lenders = self._cohort_check(policies)
-        report += self._reclaim_notes(policies, lenders)
+        report += self._reclaim_notes(policies, lenders) + self._within_queue_notes(policies)
         reclaimable, wanted, risk = self._headroom(step, after, cluster_policy, lenders)
         report += self._reports(inputs, hours, step, after, failures, plan_id, now, states, cluster_policy,
                                 reclaimable, risk)
@@ -1215,22 +1244,44 @@ class Reconciler:
         return cohort_lenders(tree, {q for p in policies for q in p.spec.training_cluster_queues})
 
     def _reclaim_notes(self, policies: list[PolicyObject], cohorts: CohortCheck) -> list[RecordEvent]:
-        """A ClusterQueue letting Kueue preempt a policy's training queues: one log line and a Warning Event on each
-        such policy when first seen or changed, not every reconcile (HeadroomAtRisk says it while nothing outranks
-        it). A tree that could not be read changes nothing said."""
+        """A ClusterQueue letting Kueue preempt a policy's training queues: a Warning (HeadroomAtRisk says it while
+        nothing outranks it). A tree that could not be read changes nothing said."""
         if cohorts.unreadable:
             return []
-        for r in cohorts.reclaimers:
-            if r not in self._reclaimers_logged:
-                log.warning("%s", r.describe())
-        self._reclaimers_logged = set(cohorts.reclaimers)
+        return self._say_once("CohortReclaims", [(r.describe(), r.queues) for r in cohorts.reclaimers], policies,
+                              logging.WARNING, "Warning")
+
+    def _within_queue_notes(self, policies: list[PolicyObject]) -> list[RecordEvent]:
+        """A training queue in which Kueue itself may preempt Workloads for others of the queue: for the record
+        (Normal), since it is the team's own priority order, within the quota headroom lends, and the reservation is
+        as safe; but headroom's figures then leave those stops out. A read that fails changes nothing said (the same
+        ClusterQueues and Workloads read by the reconcile are counted where it reads them)."""
+        queues = {q for p in policies for q in p.spec.training_cluster_queues}
+        try:
+            settings = self.cluster.within_queue_preemption()
+            workloads = self.cluster.workloads() if queues & settings.keys() else []
+        except ClusterError:
+            return []
+        return self._say_once("KueuePreemptsWithinQueue", within_queue_preemptors(settings, workloads, queues),
+                              policies, logging.INFO, "Normal")
+
+    def _say_once(self, reason: str, findings: list[tuple[str, tuple[str, ...]]], policies: list[PolicyObject],
+                  level: int, kind: str) -> list[RecordEvent]:
+        """Each finding (what to say, the training queues it is about): a log line, and an Event `reason` on each
+        policy of those queues, when first seen or changed, not every reconcile."""
+        logged = self._logged.get(reason, set())
+        for said, _ in findings:
+            if said not in logged:
+                log.log(level, "%s", said)
+        self._logged[reason] = {said for said, _ in findings}
+        told = self._told.setdefault(reason, {})
         notes = []
         for p in policies:
             mine = set(p.spec.training_cluster_queues)
-            said = "; ".join(r.describe() for r in cohorts.reclaimers if mine & set(r.queues))
-            if said and self._reclaims_said.get(p.key) != said:
-                notes.append(RecordEvent(EventNote(p.ref, "CohortReclaims", said, "Warning")))
-            self._reclaims_said[p.key] = said
+            said = "; ".join(s for s, queues in findings if mine & set(queues))
+            if said and told.get(p.key) != said:
+                notes.append(RecordEvent(EventNote(p.ref, reason, said, kind)))
+            told[p.key] = said
         return notes
 
     @staticmethod

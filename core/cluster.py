@@ -74,6 +74,10 @@ class Cluster(Protocol):
         """Each ClusterQueue in a cohort and each Kueue Cohort object, with their GPU quotas (controller.cohorts)."""
         ...
 
+    def within_queue_preemption(self) -> Mapping[str, str]:
+        """Each ClusterQueue whose spec.preemption.withinClusterQueue is not Never (Kueue's default): that value."""
+        ...
+
     def target_state(self, target: TargetRef) -> TargetState:
         """Replicas of an inference target (raises core.errors.NotFound if it does not exist)."""
         ...

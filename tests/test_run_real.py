@@ -351,6 +351,54 @@ def test_a_queue_letting_kueue_reclaim_in_the_training_cohort_is_said_once(kube,
         kube.delete(path)
 
 
+def test_kueue_s_preemption_within_a_training_queue_is_noted_once_where_it_can_happen(kube, controller,
+                                                                                     prometheus_server, tmp_path,
+                                                                                     caplog):
+    """withinClusterQueue LowerPriority lets Kueue stop a training Workload for a pending higher-priority one of its
+    queue: those stops are in none of headroom's counters. Once nothing said so; now a Normal Event on the policy and
+    a log line, once, while the queue holds Workloads of more than one priority (one priority: none outranks another,
+    nothing said). LowerOrNewerEqualPriority stops equal priorities too (an older pending Workload, as one headroom
+    requeued is): said whatever the priorities. The headroom itself is covered: HeadroomAtRisk does not change."""
+    path = kueue.path("clusterqueues", QUEUE)
+    queue = kueue.cluster_queue(QUEUE, gpus=0, cohort=COHORT)
+    queue["spec"]["preemption"] = {"withinClusterQueue": "LowerPriority"}
+
+    def noted() -> list[dict]:
+        return [e for e in kube.list_events(ObjectRef("", "ReservationPolicy", "chat", NS))
+                if e["reason"] == "KueuePreemptsWithinQueue"]
+
+    kube.apply(path, queue)
+    try:
+        controller.sync()
+        r = reconciler(controller, prometheus_server.url, tmp_path)
+        admit(kube, "low-0", 2)
+        before = len(noted())  # (an earlier test's too)
+        with caplog.at_level(logging.INFO, logger="controller.reconcile"):
+            assert r.reconcile(MONDAY_7AM).headroom_at_risk.reason == "HeadroomCovered"
+            assert len(noted()) == before  # one priority
+            kube.create(WL, kueue.workload(TRAIN_NS, "high-100", QUEUE, gpus_per_pod=2, priority_class="high",
+                                           priority=100))  # pending: it may preempt low-0
+            controller.sync()
+            states = [r.reconcile(MONDAY_7AM + pd.Timedelta(minutes=m)) for m in (5, 10)]
+        said = (f"ClusterQueue {QUEUE} has spec.preemption.withinClusterQueue: LowerPriority and holds Workloads of "
+                "more than one priority: Kueue stops a running Workload of it for a pending one of higher priority")
+        notes = noted()
+        assert len(notes) == before + 1 and said in notes[-1]["message"] and notes[-1]["type"] == "Normal"
+        assert "in none of headroom's preemption counters" in notes[-1]["message"]
+        assert sum(said in m for m in caplog.messages) == 1, caplog.messages  # logged once, not every reconcile
+        assert states[-1].headroom_at_risk.reason == "HeadroomCovered"
+        queue["spec"]["preemption"] = {"withinClusterQueue": "LowerOrNewerEqualPriority"}
+        kube.apply(path, queue)
+        kube.delete(f"{WL}/high-100")  # one priority left: equal priorities are enough under this setting
+        controller.sync()
+        r.reconcile(MONDAY_7AM + pd.Timedelta(minutes=15))
+        notes = noted()
+        assert len(notes) == before + 2 and (f"ClusterQueue {QUEUE} has spec.preemption.withinClusterQueue: "
+                                             "LowerOrNewerEqualPriority: Kueue stops") in notes[-1]["message"]
+    finally:
+        kube.apply(path, kueue.cluster_queue(QUEUE, gpus=0, cohort=COHORT))  # as the fixture makes it
+
+
 class CohortRisk:
     """Kueue Cohorts applied around the training queue's cohort, then one reconcile: the HeadroomAtRisk it says."""
 
