@@ -291,8 +291,8 @@ class EmbeddedCluster:
     def cohort_tree(self) -> list[QuotaNode]:
         return []  # the training queues borrow from one another alone (planning.kueue): no queue lends them more
 
-    def target_state(self, target: TargetRef) -> TargetState:
-        inf = self._target(target)
+    def target_state(self, target: TargetRef, gpus_per_replica: int) -> TargetState:
+        inf = self._target(target)  # its replicas are of the GPUs its policy says, as `gpus_per_replica` is
         return TargetState(inf.desired, inf.warm + sum(1 for r in inf.warming if r <= self.now),
                            inf.min_replicas if target.kind == "HorizontalPodAutoscaler" else None,
                            inf.max_replicas)

@@ -74,8 +74,9 @@ class Cluster(Protocol):
         """Each ClusterQueue in a cohort and each Kueue Cohort object, with their GPU quotas (controller.cohorts)."""
         ...
 
-    def target_state(self, target: TargetRef) -> TargetState:
-        """Replicas of an inference target (raises core.errors.NotFound if it does not exist)."""
+    def target_state(self, target: TargetRef, gpus_per_replica: int) -> TargetState:
+        """Replicas of an inference target, each of `gpus_per_replica` GPUs (its policy's: what a ClusterQueue
+        target's GPU quota is read in); raises core.errors.NotFound if it does not exist."""
         ...
 
     # -- writes

@@ -98,7 +98,8 @@ class Replay:
         assert 0 <= idle < min(self.cluster.settings.backlog_job_gpus)  # no job fits what inference leaves
 
     def replicas(self, name="chat") -> int:
-        return self.cluster.target_state(TargetRef("Deployment", name, "inference")).desired_replicas
+        gpr = self.cluster.specs[f"inference/{name}"].capacity.gpus_per_replica
+        return self.cluster.target_state(TargetRef("Deployment", name, "inference"), gpr).desired_replicas
 
     def status(self, name="chat") -> tuple[dict, dict]:
         s = self.cluster.statuses[("inference", name)]
