@@ -430,6 +430,21 @@ def test_the_inference_cluster_queue_quota_follows_the_reservation(demand_file, 
     assert r.cluster.quotas["inference"] == both > 0
 
 
+def test_an_inference_cluster_queue_starts_holding_the_replicas_that_serve_in_it(demand_file, tmp_path):
+    """The targets served before the replay, so Kueue had admitted their pods into their inferenceClusterQueue: it
+    starts with a quota holding them, not at 0 (from which `headroom plan` showed a quota raise a cluster that runs
+    them would not make, and a forecast-only policy's queue, never written, stayed at 0 under serving pods)."""
+    r = Replay(tmp_path, demand_file, policy("chat", inferenceClusterQueue="inference"),
+               policy("search", inferenceClusterQueue="inference"),
+               policy("watch", mode="forecast-only", inferenceClusterQueue="watched", trainingClusterQueues=[]),
+               start=AT_9)
+    held = {k: r.replicas(k) * 2 for k in ("chat", "search", "watch")}
+    assert r.cluster.quotas["inference"] == held["chat"] + held["search"] > 0
+    assert r.cluster.quotas["watched"] == held["watch"] > 0
+    r.step(AT_9)
+    assert r.cluster.quotas["watched"] == held["watch"]  # no active policy runs in it: nothing writes it
+
+
 # ----------------------------------------------------------------------------------------------- faults
 class FailingDemand(DemandReader):
     """Demand that answers until `fail` is set, then fails like an unreachable Prometheus (for `keys`, or all)."""
