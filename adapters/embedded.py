@@ -216,7 +216,9 @@ class EmbeddedCluster:
     def _hold(self, p: dict) -> None:
         """A valid policy's target, and every ClusterQueue it names, exist in the cluster (training quotas start at
         0). The target served before: it starts with the replicas its demand now needs, warm (as many as the idle GPUs
-        hold). An invalid policy is held as a real cluster holds it: the controller refuses it and says why."""
+        hold), so a ClusterQueue it runs in (its target, or its inferenceClusterQueue) starts with a quota holding
+        them, as Kueue admitted them. An invalid policy is held as a real cluster holds it: the controller refuses it
+        and says why."""
         meta = p["metadata"]
         key = f"{meta.get('namespace', 'default')}/{meta['name']}"
         try:
@@ -239,6 +241,11 @@ class EmbeddedCluster:
                 inf.recommendations.append((self.now, inf.desired))
             if queue_target is not None:  # a ClusterQueue target's replicas are its quota
                 self.quotas[queue_target] = inf.desired * inf.gpus_per_replica
+            queue = spec.inference_cluster_queue
+            if queue is not None:  # what the serving replicas of every policy running in it hold, at least
+                held = sum(i.held_replicas * i.gpus_per_replica for k, i in self.inference.items()
+                           if self.specs[k].inference_cluster_queue == queue)
+                self.quotas[queue] = max(self.quotas[queue], held)
         self.training_queues += [q for q in spec.training_cluster_queues if q not in self.training_queues]
         self._pending_version += 1  # a new training queue: what is derived from the queues is redone
         self._held_version += 1
@@ -294,8 +301,8 @@ class EmbeddedCluster:
     def within_queue_preemption(self) -> Mapping[str, str]:
         return {}  # the embedded Kueue preempts within no queue (README, "The simulated Kueue")
 
-    def target_state(self, target: TargetRef) -> TargetState:
-        inf = self._target(target)
+    def target_state(self, target: TargetRef, gpus_per_replica: int) -> TargetState:
+        inf = self._target(target)  # its replicas are of the GPUs its policy says, as `gpus_per_replica` is
         return TargetState(inf.desired, inf.warm + sum(1 for r in inf.warming if r <= self.now),
                            inf.min_replicas if target.kind == "HorizontalPodAutoscaler" else None,
                            inf.max_replicas)

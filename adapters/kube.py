@@ -903,13 +903,14 @@ class KubeCluster:
             return held
         return self._request("GET", _target_path(kind, namespace, name))
 
-    def target_state(self, target: TargetRef) -> TargetState:
+    def target_state(self, target: TargetRef, gpus_per_replica: int) -> TargetState:
         """Replicas of an inference target: from the watch caches (watching), else one GET (an HPA: two, itself
-        and its Deployment)."""
+        and its Deployment). A ClusterQueue target's are the whole replicas of `gpus_per_replica` GPUs its quota
+        holds, all counted as serving (its pods' readiness is not read)."""
         if target.kind == "ClusterQueue":
             cq = self._cached("clusterqueues", "", target.name) or self._request("GET", self._cq_path(target.name))
-            quota = gpu_quota(cq, self.resource)
-            return TargetState(quota or 0, quota or 0)
+            replicas = (gpu_quota(cq, self.resource) or 0) // gpus_per_replica
+            return TargetState(replicas, replicas)
         if target.namespace is None:
             raise ClusterError(f"{target.kind} {target.name}: a Deployment or HPA target needs a namespace")
         if target.kind == "Deployment":

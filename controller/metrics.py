@@ -80,7 +80,7 @@ SLACK = Metric("headroom_slack_gpus", "gauge", "GPUs lent to training now (the w
 TRAINING = Metric("headroom_training_gpus", "gauge", "GPUs held by training now")
 HEADROOM_BAND = Metric("headroom_headroom_band_gpus", "gauge", "The headroom band now: GPUs lent to training that must come back within the reclaim deadline (the policies' headroom, at most what is lent); headroom is at risk while headroom_reclaimable_gpus is below it")
 HEADROOM_AT_RISK = Metric("headroom_headroom_at_risk", "gauge", "1 while the cluster's headroom is at risk or cannot be checked (the HeadroomAtRisk condition True or Unknown), by its reason: ReclaimableBelowHeadroom, HeadroomAboveCapacity, CohortLends, CohortCycle, CohortsUnreadable; else 0, reason HeadroomCovered, or CohortReclaims when a queue of a training cohort's tree of Cohorts lets Kueue preempt training itself", ("reason",))
-PREEMPTIONS = Metric("headroom_preemptions_total", "counter", "Training workloads headroom preempted (not Kueue's own preemptions), planned (at a checkpoint, before a forecast ramp) or emergency (demand above the forecast)", ("kind",))
+PREEMPTIONS = Metric("headroom_preemptions_total", "counter", "Training workloads headroom preempted (not Kueue's own preemptions), planned (training beyond the slack while demand is within the forecast, slow jobs out of the headroom band, or at a checkpoint before a forecast ramp) or emergency (demand above the forecast needs the GPUs now)", ("kind",))
 LOST_WORK = Metric("headroom_preemption_lost_gpu_seconds_total", "counter", "GPU-seconds of training work lost to headroom's preemptions (since the last checkpoint)", ("kind",))
 
 T = ("team",)

@@ -386,7 +386,8 @@ def _checkpoint_base(w: WorkloadInfo, now: float) -> float:
 
 
 def _held_gpus(spec: PolicySpec, state: TargetState | None, quotas: Mapping[str, int]) -> int:
-    """The GPUs an inference target holds: its replicas', or a ClusterQueue target's GPU quota (none when unread)."""
+    """The GPUs an inference target holds: its replicas', or a ClusterQueue target's GPU quota, all of it (a part of
+    a replica too; none when unread)."""
     if state is None:
         return 0
     if spec.target.kind == "ClusterQueue":
@@ -1048,7 +1049,8 @@ class Reconciler:
         targets: dict[str, TargetState | None] = {}
         for p in policies:
             try:
-                targets[p.key] = self.cluster.target_state(p.target().target)
+                target = p.target()
+                targets[p.key] = self.cluster.target_state(target.target, target.gpus_per_replica)
                 self._missing.pop(p.key, None)
             except NotFound as exc:
                 targets[p.key] = None
@@ -1065,7 +1067,8 @@ class Reconciler:
         held = 0
         for p in policies:
             try:
-                held += _held_gpus(p.spec, self.cluster.target_state(p.target().target), quotas)
+                target = p.target()
+                held += _held_gpus(p.spec, self.cluster.target_state(target.target, target.gpus_per_replica), quotas)
             except ClusterError:  # NotFound among them
                 continue
         return held

@@ -455,7 +455,7 @@ def _run(scenario: Scenario, spec: PolicySpec, make_forecaster, reference: str, 
         observed = Observed(times_all[lo:hi], values_all[lo:hi], inf.desired * inf.gpus_per_replica, reason is not None)
         training = world.training()
         plan = plan_step(hours, {key: observed}, training, policy, t_now)
-        state = world.target_state(target.target)
+        state = world.target_state(target.target, target.gpus_per_replica)
         warm = state.ready_replicas * target.gpus_per_replica
         view = View({key: state}, world.quotas, training, {},
                     tuple(Stopped(w, None, q) for w, q in world.stopped_by_plan()))

@@ -74,9 +74,12 @@ class TargetRef:
 
 @dataclass(frozen=True)
 class TargetState:
-    """An inference target now: replicas asked for and replicas serving (warm)."""
-    desired_replicas: int          # Deployment spec.replicas (an HPA: its scale target's), ClusterQueue: quota in GPUs
-    ready_replicas: int            # Deployment status.readyReplicas (an HPA: its scale target's)
+    """An inference target now, in replicas (of the policy's gpusPerReplica GPUs) for every kind of target: replicas
+    asked for and replicas serving (warm). A ClusterQueue target's replicas are those its GPU quota holds (whole ones:
+    its quota, also a part of a replica, is in Cluster.cluster_queue_quotas); on Kubernetes its pods' readiness is not
+    read, so all of them count as serving, where the embedded cluster models their warm-up."""
+    desired_replicas: int          # Deployment spec.replicas (an HPA: its scale target's); ClusterQueue: its quota's
+    ready_replicas: int            # Deployment status.readyReplicas (an HPA: its scale target's); ClusterQueue: above
     min_replicas: int | None = None   # HPA spec.minReplicas
     max_replicas: int | None = None   # HPA spec.maxReplicas
 

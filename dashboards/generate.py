@@ -174,8 +174,9 @@ def overview() -> Board:
           "the way to the training cohort. The plan summary ConfigMap has the message.",
           [(f"max by (reason) ({leader(m.HEADROOM_AT_RISK.name)})", "{{reason}}")], 24, 5, min=0, max=1)
     b.add("timeseries", "Preemptions and work lost", "Training workloads headroom preempted per hour (not "
-          "Kueue's own preemptions), planned (at a checkpoint before a forecast ramp) vs emergency (demand above the "
-          "forecast), and GPU-hours of work lost.",
+          "Kueue's own preemptions), planned (training beyond the slack while demand is within the forecast, slow "
+          "jobs out of the headroom band, or at a checkpoint before a forecast ramp) vs emergency (demand above the "
+          "forecast needs the GPUs now), and GPU-hours of work lost.",
           [(f"sum by (kind) (increase({m.PREEMPTIONS.name}[1h]))", "{{kind}} preemptions / h"),
            (f"sum by (kind) (increase({m.LOST_WORK.name}[1h])) / 3600", "{{kind}} GPU-hours lost / h")], 12, 8)
     b.add("timeseries", "Saved per hour", "Training GPUs on lent capacity times the GPU-hour cost.",

@@ -570,9 +570,9 @@ def _victims(t: Training, running: np.ndarray, among: np.ndarray, need: int, was
       5. fastest to preempt, then id (the same jobs in any order give the same victims).
     The first jobs in that order that free `need` GPUs, then the first late ones after them that free what
     `late_need` still lacks, without those the others cover (Kueue's last step: a large job late in the order makes
-    earlier small ones unnecessary); or, when those are all of one kind, one job alone of that kind, meeting both
-    needs, and of the lowest priority any such job has (no higher than theirs), if it wastes less (`waste` times its
-    GPUs) than they do."""
+    earlier small ones unnecessary), returned in that order; or, when those are all of one kind, one job alone of that
+    kind, meeting both needs, and of the lowest priority any such job has (no higher than theirs), if it wastes less
+    (`waste` times its GPUs) than they do."""
     if not len(among) or (need <= 0 and late_need <= 0):
         return among[:0]
     share = shares(max(lent, 0), weights)
@@ -811,10 +811,15 @@ def _preemptions(hours: HourPlan, steps: list[WorkloadStep], t: Training, policy
         band = (f"slow-to-preempt jobs exceed the {room} GPUs no plausible demand needs before they could stop "
                 "(outside the headroom band)")
         workload = above[0].name if over > 0 and above else first
+        freed = 0
         for i in _victims(t, running, running, over, waste, lent, weights, deadline, over_band):
-            # every victim frees GPUs training holds; a slow one also leaves the band
-            why = "; ".join(text for text, met in ((excess, over > 0), (band, over_band > 0 and slow[i])) if met)
-            stop(np.array([i]), kind, now, workload, why)
+            # in the order taken, the victims that free the `over` GPUs are the excess's (a slow one among them also
+            # leaves the band); one after them is a slow job stopped for the band alone: planned, as it would be
+            # were nothing held beyond the slack
+            for_excess = freed < over
+            freed += int(t.gpus[i])
+            why = "; ".join(text for text, met in ((excess, for_excess), (band, over_band > 0 and slow[i])) if met)
+            stop(np.array([i]), kind if for_excess else "planned", now, workload if for_excess else first, why)
     # A forecast ramp-up: stop jobs at their last checkpoint before the GPUs are needed. Only ramps within one
     # checkpoint interval (plus lead and stop times) can need a decision now: later ones pass another checkpoint.
     lead = policy.longest_lead_seconds

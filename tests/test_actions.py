@@ -199,7 +199,8 @@ CHAT = PolicyTarget("default/chat", ObjectRef(API_VERSION, KIND, "chat", "defaul
 
 def observe(w: EmbeddedCluster) -> View:
     training, uids, stopped = training_view(w.workloads(), {"train-a"}, w.now)
-    return View({CHAT.key: w.target_state(CHAT.target)}, w.cluster_queue_quotas(), training, uids, stopped)
+    state = w.target_state(CHAT.target, CHAT.gpus_per_replica)
+    return View({CHAT.key: state}, w.cluster_queue_quotas(), training, uids, stopped)
 
 
 def busy_world() -> EmbeddedCluster:
@@ -226,12 +227,12 @@ def test_applied_actions_change_the_cluster_and_record_their_events_and_reapplyi
     out = execute(actions, w)
     assert [(type(o.action), o.applied, o.error, o.skipped) for o in out] == [(Scale, True, None, None),
                                                                             (SetQuota, True, None, None)]
-    assert w.target_state(CHAT.target).desired_replicas == 5 and w.cluster_queue_quotas()["train-a"] == 40
+    assert w.target_state(CHAT.target, 2).desired_replicas == 5 and w.cluster_queue_quotas()["train-a"] == 40
     assert [e["reason"] for e in w.events] == ["ReservationChanged", "SlackLent"]
-    before = (len(w.events), w.target_state(CHAT.target), dict(w.cluster_queue_quotas()))
+    before = (len(w.events), w.target_state(CHAT.target, CHAT.gpus_per_replica), dict(w.cluster_queue_quotas()))
     again = execute(actions, w)  # a restart mid-reconcile re-applies the same plan
     assert [(o.applied, o.error) for o in again] == [(False, None), (False, None)]
-    assert (len(w.events), w.target_state(CHAT.target), dict(w.cluster_queue_quotas())) == before
+    assert (len(w.events), w.target_state(CHAT.target, CHAT.gpus_per_replica), dict(w.cluster_queue_quotas())) == before
     # and a fresh look at the cluster asks for nothing more
     assert cluster_actions(step({CHAT.key: 10}, lent=40), observe(w), [CHAT], "") == []
 
@@ -319,7 +320,7 @@ def test_a_failing_action_is_reported_and_does_not_stop_the_others():
     assert out[0].error == "scale_deployment: connection refused" and not out[0].applied
     assert [(o.applied, o.error) for o in out[1:]] == [(True, None)] * 4
     assert w.cluster_queue_quotas()["train-a"] == 30 and not {x.key: x for x in w.workloads()}[e.workload].active
-    assert w.target_state(CHAT.target).desired_replicas == 5  # unchanged
+    assert w.target_state(CHAT.target, CHAT.gpus_per_replica).desired_replicas == 5  # unchanged
     assert w.statuses[("default", "chat")]["reservedGpus"] == 10
     assert [ev["reason"] for ev in w.events].count("Hello") == 1  # a RecordEvent is recorded once
     # the cluster refusing reads while re-validating an eviction: reported, the rest goes on

@@ -102,7 +102,8 @@ CHAT = PolicyTarget("default/chat", ObjectRef(API_VERSION, KIND, "chat", "defaul
 
 def observe(w: EmbeddedCluster) -> View:
     training, uids, stopped = training_view(w.workloads(), {"train-a", "train-b"}, w.now)
-    return View({CHAT.key: w.target_state(CHAT.target)}, w.cluster_queue_quotas(), training, uids, stopped)
+    state = w.target_state(CHAT.target, CHAT.gpus_per_replica)
+    return View({CHAT.key: state}, w.cluster_queue_quotas(), training, uids, stopped)
 
 
 @settings(max_examples=100, deadline=None)
@@ -216,7 +217,7 @@ def test_a_target_serves_its_demand_from_the_start(kind, demand, capacity, first
                         start=START.timestamp())
     target = spec.target.ref("default")
     needed = min(int(np.ceil(demand / 10.0 / 2 - 1e-9)), capacity // 2)  # 10 per GPU, 2 GPUs a replica
-    state = w.target_state(target)
+    state = w.target_state(target, 2)
     assert state.desired_replicas == state.ready_replicas == needed
     assert w.inference_gpus == 2 * needed
     if kind == "ClusterQueue":
@@ -232,10 +233,10 @@ def test_a_target_serves_its_demand_from_the_start(kind, demand, capacity, first
 
     asked = min(needed + first, capacity // 2)
     scale(asked)
-    assert w.target_state(target).ready_replicas == asked
+    assert w.target_state(target, 2).ready_replicas == asked
     w.advance(w.now + 60.0)
     again = min(asked + more, capacity // 2)
     scale(again)
-    assert w.target_state(target).ready_replicas == asked  # the new ones are warming
+    assert w.target_state(target, 2).ready_replicas == asked  # the new ones are warming
     w.advance(w.now + WorldSettings().warmup_seconds)
-    assert w.target_state(target).ready_replicas == again
+    assert w.target_state(target, 2).ready_replicas == again

@@ -6,12 +6,15 @@ import threading
 import time
 from dataclasses import replace
 
+import pandas as pd
 import pytest
 
+from adapters.embedded import EmbeddedCluster
 from adapters.kube import EVICTED_BY_PLAN, EVICTION_REASON, KubeCluster
 from controller.reconcile import training_view
 from core.errors import ClusterError, Conflict, Invalid, NotFound
-from core.objects import Condition, ObjectRef, PolicyStatus, TargetRef
+from core.objects import Condition, ObjectRef, PolicyStatus, TargetRef, TargetState
+from core.settings import WorldSettings
 from tests.servers import kueue
 from tests.servers.fixtures import CRD_PATH, crd_documents
 
@@ -159,7 +162,7 @@ def test_quota_set_idempotently_and_read_in_one_list(cluster):
         del cluster._request
     assert quotas["training"] == 5 and quotas["empty"] == 0
     assert seen == [("GET", CQ)], "every ClusterQueue's quota in one LIST"
-    assert cluster.target_state(TargetRef("ClusterQueue", "training")).desired_replicas == 5
+    assert cluster.target_state(TargetRef("ClusterQueue", "training"), 1).desired_replicas == 5
 
 
 def test_quota_conflict_is_retried_on_fresh_read(cluster, kube_server):
@@ -219,8 +222,8 @@ def test_deployment_scale_hpa_min_replicas_and_target_state(cluster):
     assert cluster.get_deployment_replicas(NS, "chat") == 3
     assert cluster.get(f"/apis/apps/v1/namespaces/{NS}/deployments/chat")["spec"]["replicas"] == 3
     # No controller-manager here: nothing becomes ready, and target_state says so.
-    assert cluster.target_state(TargetRef("Deployment", "chat", NS)).desired_replicas == 3
-    assert cluster.target_state(TargetRef("Deployment", "chat", NS)).ready_replicas == 0
+    assert cluster.target_state(TargetRef("Deployment", "chat", NS), 1).desired_replicas == 3
+    assert cluster.target_state(TargetRef("Deployment", "chat", NS), 1).ready_replicas == 0
 
     cluster.create(f"/apis/autoscaling/v1/namespaces/{NS}/horizontalpodautoscalers", {
         "apiVersion": "autoscaling/v1", "kind": "HorizontalPodAutoscaler",
@@ -231,14 +234,31 @@ def test_deployment_scale_hpa_min_replicas_and_target_state(cluster):
     assert cluster.set_hpa_min_replicas(NS, "chat", 4) is False
     hpa = cluster.get(f"/apis/autoscaling/v1/namespaces/{NS}/horizontalpodautoscalers/chat")
     assert hpa["spec"]["minReplicas"] == 4
-    state = cluster.target_state(TargetRef("HorizontalPodAutoscaler", "chat", NS))
+    state = cluster.target_state(TargetRef("HorizontalPodAutoscaler", "chat", NS), 1)
     assert (state.desired_replicas, state.min_replicas, state.max_replicas) == (3, 4, 10)  # its Deployment's replicas
     with pytest.raises(ClusterError, match="maxReplicas"):
         cluster.set_hpa_min_replicas(NS, "chat", 11)
     for missing in (TargetRef("Deployment", "gone", NS), TargetRef("HorizontalPodAutoscaler", "gone", NS),
                     TargetRef("ClusterQueue", "gone")):
         with pytest.raises(NotFound):
-            cluster.target_state(missing)
+            cluster.target_state(missing, 1)
+
+
+def test_a_clusterqueue_target_reads_as_the_same_replicas_in_the_embedded_cluster_and_on_kubernetes(cluster):
+    """TargetState is in replicas for every kind of target. A ClusterQueue target's are the whole replicas of its
+    policy's gpusPerReplica its GPU quota holds, on Kubernetes as in the embedded cluster (which once gave the quota
+    in GPUs here, 6 for 3 replicas of 2, and replicas there)."""
+    spec = {"capacity": {"demandPerGpu": 10.0, "gpusPerReplica": 2}, "target": {"kind": "ClusterQueue", "name": "cq-t"}}
+    start = pd.Timestamp("2026-01-05 12:00", tz="UTC")
+    demand = pd.Series(55.0, index=pd.date_range(start - pd.Timedelta(days=1), start, freq="5min"))  # 3 replicas
+    world = EmbeddedCluster(64, [policy("cq-target", **spec)], {f"{NS}/cq-target": demand}, start.timestamp())
+    ref = TargetRef("ClusterQueue", "cq-t")
+    cluster.create(CQ, kueue.cluster_queue("cq-t", gpus=world.cluster_queue_quotas()["cq-t"]))
+    assert cluster.target_state(ref, 2) == world.target_state(ref, 2) == TargetState(3, 3)
+    for gpus in (11, 4):  # more (a part of a replica too: whole ones are read), once warm; fewer
+        assert cluster.set_cluster_queue_quota("cq-t", gpus) and world.set_cluster_queue_quota("cq-t", gpus)
+        world.advance(world.now + WorldSettings().warmup_seconds)
+        assert cluster.target_state(ref, 2) == world.target_state(ref, 2) == TargetState(gpus // 2, gpus // 2)
 
 
 # --------------------------------------------------------------------------- workloads

@@ -703,6 +703,26 @@ def test_emergency_takes_jobs_that_stop_within_the_deadline_first():
     assert [(x.job, x.kind) for x in s.preemptions] == [("fast1", "emergency"), ("fast2", "emergency")]
 
 
+def test_a_slow_job_stopped_only_for_the_headroom_band_is_planned_beside_an_emergency():
+    """Demand above the forecast needs 18 GPUs training holds beyond the 34 lent: the fast job frees them, an
+    emergency. The slow job frees too few for that (16), but holds 2 GPUs more than the 14 slow jobs may (outside the
+    band): it is stopped for the band alone, planned, as it is when nothing is held beyond the slack."""
+    now = NOW.timestamp()
+    jobs = training({"id": "fast", "gpus": 36, "preempt": 60.0, "last": now - 600},
+                    {"id": "slow", "gpus": 16, "preempt": 900.0, "last": now - 60})
+    s = plan_step(hours_of([4] * 4, hi_extra=40), {"chat": observed((now, 60.0))}, jobs, cluster(), now)
+    assert (s.lent_gpus, s.headroom_gpus) == (34, 20)
+    fast, slow = s.preemptions
+    assert (fast.job, fast.kind, slow.job, slow.kind) == ("fast", "emergency", "slow", "planned")
+    assert "18 GPUs more than the 34 lent" in fast.reason and "observed demand above the forecast" in fast.reason
+    assert "headroom band" in slow.reason and "lent" not in slow.reason
+    # the slow job alone freeing the excess as well (14 GPUs over): it is the excess's, an emergency
+    jobs = training({"id": "fast", "gpus": 32, "preempt": 60.0, "last": now - 600},
+                    {"id": "slow", "gpus": 16, "preempt": 900.0, "last": now - 60})
+    (x,) = plan_step(hours_of([4] * 4, hi_extra=40), {"chat": observed((now, 60.0))}, jobs, cluster(), now).preemptions
+    assert (x.job, x.kind) == ("slow", "emergency") and "lent" in x.reason and "headroom band" in x.reason
+
+
 def test_preempts_no_more_than_it_needs():
     now = NOW.timestamp()
     filler = {"id": "filler", "gpus": 54, "last": now - 1500}

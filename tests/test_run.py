@@ -98,7 +98,8 @@ class Replay:
         assert 0 <= idle < min(self.cluster.settings.backlog_job_gpus)  # no job fits what inference leaves
 
     def replicas(self, name="chat") -> int:
-        return self.cluster.target_state(TargetRef("Deployment", name, "inference")).desired_replicas
+        gpr = self.cluster.specs[f"inference/{name}"].capacity.gpus_per_replica
+        return self.cluster.target_state(TargetRef("Deployment", name, "inference"), gpr).desired_replicas
 
     def status(self, name="chat") -> tuple[dict, dict]:
         s = self.cluster.statuses[("inference", name)]
@@ -427,6 +428,21 @@ def test_the_inference_cluster_queue_quota_follows_the_reservation(demand_file, 
     state = r.step(AT_9)
     both = state.policies["inference/chat"].reserved_gpus + state.policies["inference/search"].reserved_gpus
     assert r.cluster.quotas["inference"] == both > 0
+
+
+def test_an_inference_cluster_queue_starts_holding_the_replicas_that_serve_in_it(demand_file, tmp_path):
+    """The targets served before the replay, so Kueue had admitted their pods into their inferenceClusterQueue: it
+    starts with a quota holding them, not at 0 (from which `headroom plan` showed a quota raise a cluster that runs
+    them would not make, and a forecast-only policy's queue, never written, stayed at 0 under serving pods)."""
+    r = Replay(tmp_path, demand_file, policy("chat", inferenceClusterQueue="inference"),
+               policy("search", inferenceClusterQueue="inference"),
+               policy("watch", mode="forecast-only", inferenceClusterQueue="watched", trainingClusterQueues=[]),
+               start=AT_9)
+    held = {k: r.replicas(k) * 2 for k in ("chat", "search", "watch")}
+    assert r.cluster.quotas["inference"] == held["chat"] + held["search"] > 0
+    assert r.cluster.quotas["watched"] == held["watch"] > 0
+    r.step(AT_9)
+    assert r.cluster.quotas["watched"] == held["watch"]  # no active policy runs in it: nothing writes it
 
 
 # ----------------------------------------------------------------------------------------------- faults

@@ -57,6 +57,11 @@ class Mirror:
     replicas: tuple[int, int] | None = None                # the Deployment's (replicas, ready) last written
 
     @property
+    def gpus_per_replica(self) -> int:
+        """The GPUs of one of the target's replicas, as its policy says."""
+        return next(inf.gpus_per_replica for inf in self.world.inference.values() if inf.ref == self.target)
+
+    @property
     def deployment_path(self) -> str:
         return f"/apis/apps/v1/namespaces/{self.target.namespace}/deployments/{self.target.name}"
 
@@ -72,7 +77,7 @@ class Mirror:
                         kueue.local_queue(TRAINING_NAMESPACE, self.queue))
         self.kube.create(f"/apis/apps/v1/namespaces/{self.target.namespace}/deployments",
                          deployment(self.target.namespace or "", self.target.name,
-                                    self.world.target_state(self.target).desired_replicas))
+                                    self.world.target_state(self.target, self.gpus_per_replica).desired_replicas))
         self._replicas()
 
     def delete(self) -> None:
@@ -117,7 +122,7 @@ class Mirror:
 
     def _replicas(self) -> None:
         """The Deployment controller and the kubelet: pods for every replica asked for, ready once warm."""
-        state = self.world.target_state(self.target)
+        state = self.world.target_state(self.target, self.gpus_per_replica)
         if (state.desired_replicas, state.ready_replicas) == self.replicas:
             return
         self.replicas = (state.desired_replicas, state.ready_replicas)
@@ -132,8 +137,8 @@ class Mirror:
     def collect(self) -> None:
         """What the controller wrote, applied to the world (each write only if it changes the world, as the
         controller's own writes are)."""
-        replicas = self.kube.target_state(self.target).desired_replicas
-        if replicas != self.world.target_state(self.target).desired_replicas:
+        replicas = self.kube.target_state(self.target, self.gpus_per_replica).desired_replicas
+        if replicas != self.world.target_state(self.target, self.gpus_per_replica).desired_replicas:
             self.world.scale_deployment(self.target.namespace or "", self.target.name, replicas)
         for queue, gpus in self.kube.cluster_queue_quotas().items():
             if queue in self.world.quotas and self.world.quotas[queue] != gpus:
