@@ -186,6 +186,11 @@ def test_plan_shows_the_hours_ahead_with_reasons_and_writes_nothing(tmp_path, mo
     text = capsys.readouterr().out
     assert "(nothing is changed)" in text and "what it would do now (as if every policy were active):" in text
     assert "\n  08:00 " in text  # one day: the hour alone
+    # the text says each hour's reservation, headroom and slack (README), as the JSON does
+    rows = [line.split()[:5] for line in text.splitlines() if line.startswith(("  08:00 ", "  09:00 "))]
+    assert rows == [[h["hour"][11:16], str(h["reserved_gpus"]), str(h["headroom_gpus"]), str(h["slack_gpus"]),
+                     h["source"]] for h in hours[:2]]
+    assert "hour   reserved headroom slack  source" in text
     assert main(["plan", "--config", "examples/headroom.yaml", "--now", "2026-02-11T22:00:00Z", "--hours", "3"]) == 0
     assert "\n  02-12 00:00 " in capsys.readouterr().out  # past midnight: which day it is
 
