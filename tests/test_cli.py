@@ -3,6 +3,8 @@ import json
 import subprocess
 import sys
 
+import numpy as np
+import pandas as pd
 import pytest
 
 from cli.main import main
@@ -77,6 +79,19 @@ def test_forecast_says_when_upper_quantiles_are_the_largest_error_seen(history, 
     assert "q0.999 equal the quantile below in every hour" in out["notes"][0] and out["notes"][0] in captured.err
     assert main(["forecast", str(history), "--horizon", "6", "--quantiles", "0.5,0.9", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["notes"] == []
+
+
+def test_upper_quantiles_equal_but_for_rounding_are_said_equal(tmp_path, capsys):
+    """A history that repeats each day exactly: q0.99 is q0.9 to the last bits (1 unit in the last place in one hour
+    of two), and the note that says they cannot be told apart was missing."""
+    hours = pd.date_range("2026-01-01", periods=24 * 5, freq="h", tz="UTC")
+    history = tmp_path / "daily.csv"
+    pd.DataFrame({"timestamp": hours.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                  "value": 100 + 50 * np.sin(np.arange(len(hours)) * 2 * np.pi / 24)}).to_csv(history, index=False)
+    assert main(["forecast", str(history), "--horizon", "2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert all(row["q0.99"] == pytest.approx(row["q0.9"], rel=1e-9) for row in out["forecast"])
+    assert any(note.startswith("q0.99 equal the quantile below in every hour") for note in out["notes"])
 
 
 def test_backtest_json_contract(history, capsys):
