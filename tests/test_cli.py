@@ -205,7 +205,7 @@ def test_plan_shows_the_hours_ahead_with_reasons_and_writes_nothing(tmp_path, mo
     rows = [line.split()[:5] for line in text.splitlines() if line.startswith(("  08:00 ", "  09:00 "))]
     assert rows == [[h["hour"][11:16], str(h["reserved_gpus"]), str(h["headroom_gpus"]), str(h["slack_gpus"]),
                      h["source"]] for h in hours[:2]]
-    assert "hour   reserved headroom slack  source" in text
+    assert "hour   reserved headroom    slack  source" in text
     assert main(["plan", "--config", "examples/headroom.yaml", "--now", "2026-02-11T22:00:00Z", "--hours", "3"]) == 0
     assert "\n  02-12 00:00 " in capsys.readouterr().out  # past midnight: which day it is
 
