@@ -162,6 +162,19 @@ def test_run_names_what_is_missing(tmp_path, capsys):
     assert f"cannot load kubeconfig {tmp_path / 'kubeconfig'}" in capsys.readouterr().err  # an unusable one
 
 
+def test_a_kubeconfig_from_the_environment_is_the_one_read_and_named(tmp_path, monkeypatch, capsys):
+    """Without --kubeconfig the kubeconfig is $KUBECONFIG's, read as it is when run starts (as kubectl does); an
+    unusable one was said to be ~/.kube/config, a file nobody had named."""
+    config = tmp_path / "headroom.yaml"
+    config.write_text("run:\n  cluster: kubernetes\n  prometheus: {url: 'http://127.0.0.1:9'}\n")
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)  # not in a pod: the kubeconfig is read
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kubeconfig"))
+    (tmp_path / "kubeconfig").write_text("x: [\n")
+    assert main(["run", "--config", str(config), "--once"]) == 1
+    err = capsys.readouterr().err
+    assert f"cannot load kubeconfig {tmp_path / 'kubeconfig'} ($KUBECONFIG): not a kubeconfig" in err, err
+
+
 @pytest.mark.parametrize("text, why", [("timestamp,value\n2026-01-01T00:00:00Z,5\n", "TypeError"),
                                        ("- a\n- b\n", "TypeError"), ("a: \x00\n", "ReaderError"),
                                        ("a: " + "[" * 5000 + "]" * 5000 + "\n", "RecursionError")],
