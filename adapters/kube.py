@@ -29,6 +29,7 @@ import copy
 import json
 import logging
 import math
+import os
 import random
 import secrets
 import threading
@@ -537,13 +538,18 @@ class KubeCluster:
     def from_kubeconfig(cls, path: str | None = None, context: str | None = None, **kwargs) -> KubeCluster:
         from kubernetes import client, config
         configuration = client.Configuration()
+        # no path: $KUBECONFIG as it is now, as kubectl reads it (the client read it once, at import), else the
+        # client's ~/.kube/config; the error names the file that was read
+        from_env = os.environ.get("KUBECONFIG") if path is None else None
+        path = path or from_env or None
+        named = f"{path} ($KUBECONFIG)" if from_env else path or "~/.kube/config"
         try:
             config.load_kube_config(config_file=path, context=context, client_configuration=configuration)
         except (config.ConfigException, OSError) as exc:
-            raise ClusterError(f"cannot load kubeconfig {path or '~/.kube/config'}: {exc}") from None
+            raise ClusterError(f"cannot load kubeconfig {named}: {exc}") from None
         except Exception as exc:  # noqa: BLE001 - the client's loader fails on a file that is no kubeconfig in many
             # ways, each a traceback: a YAML error, a TypeError on text or a list, a RecursionError on deep nesting
-            raise ClusterError(f"cannot load kubeconfig {path or '~/.kube/config'}: not a kubeconfig (YAML with "
+            raise ClusterError(f"cannot load kubeconfig {named}: not a kubeconfig (YAML with "
                                f"clusters, contexts and users): {type(exc).__name__}: {str(exc)[:300]}") from None
         return cls(cls._api_client(configuration), **kwargs)
 

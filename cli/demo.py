@@ -8,6 +8,7 @@ the tuned baselines and the references -> the report.
 from __future__ import annotations
 
 import copy
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +19,21 @@ SERIES = f"{NAMESPACE}.{NAME}"  # the series the controller serves that policy t
 HISTORY, STORE, POLICY, REPORT = "demand_5min.csv", "mlflow.db", "policy.yaml", "report"
 # what the demo writes into --out: its own files, and what the MLflow adapter keeps beside its sqlite store
 WRITES = (HISTORY, STORE, POLICY, REPORT, "mlartifacts", ".headroom-locks")
+
+
+# what the demo makes itself (its history, its training, the days it simulates, the policies it compares), so a
+# configuration's keys for them are not read: said on stderr, not dropped without a word
+NOT_READ = {"history": ("file", "prometheus", "statistic"), "forecast": ("horizon", "quantiles", "timezone"),
+            "backtest": ("horizon", "folds", "step"), "simulate": ("policy", "policy_file", "days", "jobs"),
+            "training": ("tracking_uri", "name", "series", "candidates", "objective", "target_quantile",
+                         "promotion_margin"),
+            "run": ("capacity_gpus", "policies")}
+
+
+def unread_keys(cfg) -> list[str]:
+    """The keys of NOT_READ the configuration sets."""
+    return [f"{section}.{key}" for section, keys in NOT_READ.items() for key in keys
+            if key in getattr(cfg, section).model_fields_set]
 
 
 @dataclass(frozen=True)
@@ -153,6 +169,10 @@ def cmd_demo(cfg, args) -> int:
     from cli.progress import stage_printer
 
     out = check_demo_folder(args.out, command_inputs(cfg, args))
+    unread = unread_keys(cfg)
+    if unread:
+        print(f"headroom: note: {', '.join(unread)} of the configuration not used: the demo makes its own history, "
+              "training and scenario (docs/report.md)", file=sys.stderr)
     with writing("--out", args.out):  # its history, policy, report and MLflow store
         done = run_demo(out, args.quick, cfg, stage_printer("demo"))
     print(f"\nreport:       {done['report']}\n"

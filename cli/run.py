@@ -544,10 +544,11 @@ def cmd_plan(cfg: Config, args) -> int:
         # the hour alone while the plan stays on one day; month-day and hour once it crosses midnight
         cut = slice(11, 16) if len({h["hour"][:10] for h in p["hours"]}) < 2 else slice(5, 16)
         width = cut.stop - cut.start + 1
-        print(f"  {'hour':<{width}}{'reserved':>9}{'headroom':>9}  {'source':<9}reason")
+        # slack: what the whole cluster lends training that hour, after every policy's reservation
+        print(f"  {'hour':<{width}}{'reserved':>9}{'headroom':>9}{'slack':>9}  {'source':<9}reason")
         for h in p["hours"]:
-            print(f"  {h['hour'][cut].replace('T', ' '):<{width}}{h['reserved_gpus']:>9}{h['headroom_gpus']:>9}  "
-                  f"{h['source']:<9}{h['reason']}")
+            print(f"  {h['hour'][cut].replace('T', ' '):<{width}}{h['reserved_gpus']:>9}{h['headroom_gpus']:>9}"
+                  f"{h['slack_gpus']:>9}  {h['source']:<9}{h['reason']}")
     print("\nwhat it would do now (as if every policy were active):")
     for line in out["actions"] or ["nothing: the cluster already holds the plan"]:
         print(f"  {line}")

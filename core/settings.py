@@ -441,7 +441,7 @@ class LeaseConfig(Strict):
 class RunConfig(CrossChecked):
     """`headroom run`: the long-running controller."""
     cluster: Literal["simulated", "kubernetes"] = "simulated"
-    kubeconfig: FilePath | None = None   # kubernetes: this file, else in-cluster credentials
+    kubeconfig: FilePath | None = None   # kubernetes: this file; unset: a pod's own credentials, else $KUBECONFIG's
     namespace: str | None = Field(None, pattern=NAME_PATTERN)  # watch policies in one namespace (default: all)
     capacity_gpus: int = Field(128, ge=1, le=MAX_CLUSTER_GPUS)
     non_lendable_gpus: int = Field(0, ge=0)

@@ -3,6 +3,8 @@ import json
 import subprocess
 import sys
 
+import numpy as np
+import pandas as pd
 import pytest
 
 from cli.main import main
@@ -79,6 +81,19 @@ def test_forecast_says_when_upper_quantiles_are_the_largest_error_seen(history, 
     assert json.loads(capsys.readouterr().out)["notes"] == []
 
 
+def test_upper_quantiles_equal_but_for_rounding_are_said_equal(tmp_path, capsys):
+    """A history that repeats each day exactly: q0.99 is q0.9 to the last bits (1 unit in the last place in one hour
+    of two), and the note that says they cannot be told apart was missing."""
+    hours = pd.date_range("2026-01-01", periods=24 * 5, freq="h", tz="UTC")
+    history = tmp_path / "daily.csv"
+    pd.DataFrame({"timestamp": hours.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                  "value": 100 + 50 * np.sin(np.arange(len(hours)) * 2 * np.pi / 24)}).to_csv(history, index=False)
+    assert main(["forecast", str(history), "--horizon", "2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert all(row["q0.99"] == pytest.approx(row["q0.9"], rel=1e-9) for row in out["forecast"])
+    assert any(note.startswith("q0.99 equal the quantile below in every hour") for note in out["notes"])
+
+
 def test_backtest_json_contract(history, capsys):
     assert main(["backtest", str(history), "--folds", "2", "--horizon", "12", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -147,6 +162,19 @@ def test_run_names_what_is_missing(tmp_path, capsys):
     assert f"cannot load kubeconfig {tmp_path / 'kubeconfig'}" in capsys.readouterr().err  # an unusable one
 
 
+def test_a_kubeconfig_from_the_environment_is_the_one_read_and_named(tmp_path, monkeypatch, capsys):
+    """Without --kubeconfig the kubeconfig is $KUBECONFIG's, read as it is when run starts (as kubectl does); an
+    unusable one was said to be ~/.kube/config, a file nobody had named."""
+    config = tmp_path / "headroom.yaml"
+    config.write_text("run:\n  cluster: kubernetes\n  prometheus: {url: 'http://127.0.0.1:9'}\n")
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)  # not in a pod: the kubeconfig is read
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kubeconfig"))
+    (tmp_path / "kubeconfig").write_text("x: [\n")
+    assert main(["run", "--config", str(config), "--once"]) == 1
+    err = capsys.readouterr().err
+    assert f"cannot load kubeconfig {tmp_path / 'kubeconfig'} ($KUBECONFIG): not a kubeconfig" in err, err
+
+
 @pytest.mark.parametrize("text, why", [("timestamp,value\n2026-01-01T00:00:00Z,5\n", "TypeError"),
                                        ("- a\n- b\n", "TypeError"), ("a: \x00\n", "ReaderError"),
                                        ("a: " + "[" * 5000 + "]" * 5000 + "\n", "RecursionError")],
@@ -186,6 +214,11 @@ def test_plan_shows_the_hours_ahead_with_reasons_and_writes_nothing(tmp_path, mo
     text = capsys.readouterr().out
     assert "(nothing is changed)" in text and "what it would do now (as if every policy were active):" in text
     assert "\n  08:00 " in text  # one day: the hour alone
+    # the text says each hour's reservation, headroom and slack (README), as the JSON does
+    rows = [line.split()[:5] for line in text.splitlines() if line.startswith(("  08:00 ", "  09:00 "))]
+    assert rows == [[h["hour"][11:16], str(h["reserved_gpus"]), str(h["headroom_gpus"]), str(h["slack_gpus"]),
+                     h["source"]] for h in hours[:2]]
+    assert "hour   reserved headroom    slack  source" in text
     assert main(["plan", "--config", "examples/headroom.yaml", "--now", "2026-02-11T22:00:00Z", "--hours", "3"]) == 0
     assert "\n  02-12 00:00 " in capsys.readouterr().out  # past midnight: which day it is
 

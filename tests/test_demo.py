@@ -19,13 +19,29 @@ STAGES = ("history:", "trained:", "forecast:", "recommended:", "plan at", "simul
           "simulated hourly-oracle", "report written")
 
 
+# keys the demo makes itself: given, they are said unused, and every figure below is the demo's without them
+UNREAD = ("simulate:\n  days: 1\n  policy: static\nforecast:\n  timezone: Europe/Berlin\n"
+          "training:\n  candidates: [snaive24]\n")
+
+
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
     out = tmp_path_factory.mktemp("demo")
+    config = tmp_path_factory.mktemp("config") / "headroom.yaml"
+    config.write_text(UNREAD)
     stdout, stderr = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-        status = main(["demo", "--quick", "--out", str(out)])
+        status = main(["demo", "--quick", "--out", str(out), "--config", str(config)])
     return out, status, stdout.getvalue(), stderr.getvalue()
+
+
+def test_the_configurations_keys_the_demo_makes_itself_are_said_unused(demo):
+    """A configuration's simulate.days, forecast.timezone, ... were dropped without a word: the demo simulates its own
+    days of its own history under every policy."""
+    err = demo[3]
+    assert "headroom: note: forecast.timezone, simulate.policy, simulate.days, training.candidates of the " \
+           "configuration not used: the demo makes its own history, training and scenario" in err, err
+    assert "simulating the last 2 day(s)" in err and "the embedded 128-GPU cluster" in err
 
 
 def test_demo_succeeds_and_shows_progress_per_stage(demo):
