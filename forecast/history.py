@@ -585,10 +585,10 @@ def _cumulative(series: pd.Series) -> str | None:
     rises = int((changes > 0).sum())
     if len(changes) < COUNTER_CHANGES or len(changes) - rises > max(COUNTER_FALLS[0] * len(changes), COUNTER_FALLS[1]):
         return None
-    return (f"values rise at {rises} of their {len(changes)} changes over {real.index[-1] - real.index[0]}: a "
-            "cumulative counter (e.g. requests_total), not demand; set history.counter: true to read its "
-            "increments, or give its rate (PromQL rate(...[5m])); history.counter: false if it is a gauge that only "
-            "rose (GPUs in use over a ramp-up)")
+    span = go_duration(real.index[-1] - real.index[0])
+    return (f"values rise at {rises} of their {len(changes)} changes over {span}: a cumulative counter (e.g. "
+            "requests_total), not demand; set history.counter: true to read its increments, or give its rate (PromQL "
+            "rate(...[5m])); history.counter: false if it is a gauge that only rose (GPUs in use over a ramp-up)")
 
 
 def clip_outliers(series: pd.Series, factor: float) -> tuple[pd.Series, list[str]]:

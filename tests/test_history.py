@@ -243,8 +243,10 @@ def test_a_cumulative_counter_is_refused_unless_history_counter_says_so(step_min
         at = k * len(index) // (resets + 2)
         total[at:] -= total[at - 1]
     raw = pd.Series(total, index=index)
-    with pytest.raises(HistoryError, match="history.counter: true"):
+    with pytest.raises(HistoryError, match="history.counter: true") as refused:
         prepare(raw)
+    # its span as a duration is written everywhere else ("3d23h55m"), not pandas' "3 days 23:55:00"
+    assert re.search(r"changes over (\d+[dhms]+)+: ", str(refused.value)), str(refused.value)
     series, report = prepare(raw, counter=True, outlier_factor=None)
     assert report.counter_resets == resets and (series.dropna() > 0).all()
 
