@@ -50,8 +50,8 @@ def _load_all(jobs: list[tuple[str, str, Callable[[], pd.Series]]]) -> dict[str,
 
 
 def cmd_train(cfg, args) -> int:
-    """`headroom train [--config FILE] [--history FILE --name SERIES] [--tracking-uri URI]`: on stdout one JSON result,
-    or a list of them, one per entry of training.series.
+    """`headroom train [--config FILE] [--history FILE --name SERIES] [--tracking-uri URI] [--force]`: on stdout one
+    JSON result, or a list of them, one per entry of training.series.
 
     Exit 0 all trained, 1 a training failed (store down, unusable data, locked), 2 no history to train on, 128 + the
     signal's number when stopped (130 Ctrl-C, 143 SIGTERM); the champion of a failed series is untouched.
@@ -113,7 +113,8 @@ def cmd_train(cfg, args) -> int:
             for name, where, load in jobs:
                 try:
                     result = train_series(name, loaded[name] if name in loaded else load(), settings, tracker, now,
-                                          pool=pool, progress=say, timezone=cfg.forecast.timezone)
+                                          pool=pool, progress=say, timezone=cfg.forecast.timezone,
+                                          force=getattr(args, "force", False))
                     if unpooled:
                         result.notes.append(unpooled)
                     out.append(result.to_json())
