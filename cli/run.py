@@ -410,8 +410,9 @@ def _replay(cfg: Config, args) -> int:
 
         queues = [q for p in r.policies for q in p.spec.training_cluster_queues]
         step = (times[1] - times[0]).total_seconds() if len(times) > 1 else hours * 3600
-        jobs, _ = job_arrivals(cfg.simulate.jobs, (times[-1] - times[0]).total_seconds(), step, r.capacity_gpus,
-                               "--hours", queues)  # notes on stderr
+        # a replay of one step has none to its last: it takes the trace's last step, the jobs running as it starts
+        jobs, _ = job_arrivals(cfg.simulate.jobs, (times[-1] - times[0]).total_seconds() or step, step,
+                               r.capacity_gpus, "--hours", queues)  # notes on stderr
     if args.once:
         times = times[:1]
     timeline: list | None = [] if args.timeline else None

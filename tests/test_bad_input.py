@@ -713,6 +713,18 @@ def test_a_job_trace_whose_jobs_all_arrive_in_the_replays_last_step_is_refused(d
         "squeeze a trace so), or drop --jobs" in err, err
 
 
+def test_run_once_on_an_hourly_history_replays_the_job_running_as_it_starts(tmp_path, capsys):
+    """`run --once` replays one step: on an hourly history it has no span from its first step to its last, and the
+    trace's window (the replay's span) held no job: refused, exit 2, where a job running as the replay starts is one
+    to replay. A replay of one step takes the trace's last step."""
+    demand, jobs = tmp_path / "hourly.csv", tmp_path / "jobs.csv"
+    write_csv(synthetic_demand(days=4, step="1h"), demand)
+    jobs.write_text(JOB_HEADER + "4,0,0,90000\n4,80000,80000,90000\n")
+    policy = _policy_file(tmp_path / "p.yaml", trainingClusterQueues=["training"])
+    status, err = exits(["run", "--once", "--policy-file", policy, "--history", demand, "--jobs", jobs], capsys)
+    assert status == 0, err
+
+
 @pytest.mark.parametrize("runs", [((0, 7200), (300, 7200), (600, 7200)), ((0, 86500), (86400, 90000), (87000, 90000))])
 def test_jobs_created_in_the_traces_last_step_replay_their_training(demand, tmp_path, capsys, runs):
     """The trace's window was `--days` long from the replay's first step, which the replay's last step ends one step
