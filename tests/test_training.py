@@ -519,6 +519,24 @@ def test_cmd_train_cli(sqlite_uri, tmp_path, capsys):
     assert champion_version(sqlite_uri, "cli") == "1"
 
 
+def test_train_from_a_prometheus_that_is_down_says_so_in_its_json(sqlite_uri, capsys):
+    """A history read from Prometheus (the CronJob's) that could not be read escaped train's per-series report: exit 1
+    with the error on stderr and nothing on stdout, where a history file that could not be read gives the series' JSON
+    with its error. Both give the JSON now."""
+    import argparse
+
+    from cli.config import load_config
+    from cli.train import cmd_train
+
+    url = f"http://127.0.0.1:{free_port()}"
+    cfg = load_config(None, {"history.prometheus.url": url, "history.prometheus.query": "sum(up)"})
+    args = argparse.Namespace(history=None, name="prom", tracking_uri=sqlite_uri)
+    assert cmd_train(cfg, args) == 1
+    out, err = capsys.readouterr()
+    assert json.loads(out)["name"] == "prom" and url in json.loads(out)["error"], (out, err)
+    assert f"prom (sum(up)): training failed: Prometheus at {url}" in err, err
+
+
 def test_train_says_each_candidates_folds_as_they_are_scored(sqlite_uri, tmp_path, capsys):
     """The global model refits across every series at each origin, minutes a series on a busy machine: train said
     nothing between 'MLflow store' and a series' result, so a training looked hung. Each fold scored is a stage line
