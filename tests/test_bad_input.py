@@ -997,6 +997,18 @@ def test_an_unwritable_mlflow_store_fails_at_once():
     assert time.perf_counter() - started < 10, "no minutes of retries"
 
 
+def test_a_sqlite_store_naming_a_directory_fails_at_once(tmp_path):
+    """`--tracking-uri sqlite:////some/dir` (a folder, not a file) passed the writable check and mlflow retried opening
+    it for 1m45s before 'unable to open database file'."""
+    from adapters.mlflow import Tracker, TrackingError
+
+    started = time.perf_counter()
+    with pytest.raises(TrackingError, match=f"{tmp_path} is a directory, not a sqlite file: name a file, e.g. "
+                                            f"sqlite:///{tmp_path}/mlflow.db"):
+        Tracker(f"sqlite:///{tmp_path}").connect()
+    assert time.perf_counter() - started < 10, "no minutes of retries"
+
+
 # ---------------------------------------------------------------------------- one policy's fault stays its own
 def test_a_history_without_samples_or_an_impossible_policy_affects_only_that_policy(examples, capsys):
     import yaml
