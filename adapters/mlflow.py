@@ -148,11 +148,14 @@ class Tracker:
     def _check_writable(self) -> None:
         """A sqlite store's folder and file must be writable: fail at once, not after mlflow's minutes of retries."""
         folder = self.sqlite_dir
+        db = Path(self.uri.split(":///", 1)[1]) if ":///" in self.uri else None
+        if db is not None and db.is_dir():  # sqlite cannot open it, and mlflow retries for minutes
+            raise TrackingError(f"MLflow tracking store {self.shown}: {db} is a directory, not a sqlite file: name a "
+                                f"file, e.g. sqlite:///{db / 'mlflow.db'}")
         try:
             folder.mkdir(parents=True, exist_ok=True)
             with tempfile.NamedTemporaryFile(dir=folder, prefix=".headroom-write-check-"):
                 pass
-            db = Path(self.uri.split(":///", 1)[1]) if ":///" in self.uri else None
             if db is not None and db.is_file():
                 with db.open("r+b"):
                     pass

@@ -242,6 +242,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--history", help="train one series from this file (with --name) instead of training.series")
     p.add_argument("--name", help="series name (training.name; with --history, default: that file's name)")
     p.add_argument("--tracking-uri", dest="tracking_uri", help="MLflow tracking URI (training.tracking_uri)")
+    p.add_argument("--force", action="store_true", help="train even where an earlier training had the same history, "
+                                                        "settings and code (its result is given otherwise)")
     _timezone_arg(p)
     p.set_defaults(run=cmd_train,
                    overrides=lambda a: {"training.name": a.name, "training.tracking_uri": a.tracking_uri})

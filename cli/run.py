@@ -404,14 +404,17 @@ def _replay(cfg: Config, args) -> int:
     hours = args.hours or (1 if args.once else 24)
     demand = _file_demand(cfg, r)
     times = _clock(demand, args.now, hours)
-    if args.once:
-        times = times[:1]
-    jobs = None  # the job trace's last `hours` arrive from the clock's start, as simulate's last days do
+    jobs = None  # the job trace's last `hours` arrive from the clock's first step to its last, as simulate's days do
     if cfg.simulate.jobs is not None:
         from cli.simulate import job_arrivals
 
         queues = [q for p in r.policies for q in p.spec.training_cluster_queues]
-        jobs, _ = job_arrivals(cfg.simulate.jobs, hours * 3600, r.capacity_gpus, "--hours", queues)  # notes on stderr
+        step = (times[1] - times[0]).total_seconds() if len(times) > 1 else hours * 3600
+        # a replay of one step has none to its last: it takes the trace's last step, the jobs running as it starts
+        jobs, _ = job_arrivals(cfg.simulate.jobs, (times[-1] - times[0]).total_seconds() or step, step,
+                               r.capacity_gpus, "--hours", queues)  # notes on stderr
+    if args.once:
+        times = times[:1]
     timeline: list | None = [] if args.timeline else None
     reconciler, cluster = build(cfg, timeline=timeline, start=times[0], jobs=jobs, demand=demand)
     record = _TimelineFile(args.timeline) if args.timeline else None

@@ -156,10 +156,12 @@ def read_as_seconds(jobs) -> str:
             "creation_time, scheduled_time and deletion_time by 1000)")
 
 
-def job_arrivals(path, span_seconds: float, gpus: int, span_flag: str, queues: Sequence[str]):
-    """The job trace at `path` as the embedded cluster's arrivals over `span_seconds` on `gpus` GPUs
-    (controller.simulate.trace_jobs) into the training ClusterQueues `queues`, and what it leaves out, said on stderr
-    and returned (for a JSON's notes); `simulate` and the embedded `run` replay the same arrivals."""
+def job_arrivals(path, span_seconds: float, step_seconds: float, gpus: int, span_flag: str, queues: Sequence[str]):
+    """The job trace at `path` as the embedded cluster's arrivals on `gpus` GPUs over a replay `span_seconds` long
+    from its first step to its last, `step_seconds` apart (controller.simulate.trace_jobs), into the training
+    ClusterQueues `queues`, and what it leaves out, said on stderr and returned (for a JSON's notes); `simulate` and
+    the embedded `run` replay the same arrivals. A trace whose jobs all arrive within the replay's last step is
+    refused: a replay with next to no training would read as one of the trace."""
     from controller.simulate import trace_jobs
 
     if not queues:  # its jobs arrive in turn into each training queue: with none, nowhere
@@ -171,6 +173,14 @@ def job_arrivals(path, span_seconds: float, gpus: int, span_flag: str, queues: S
         arrivals = trace_jobs(jobs, span_seconds, gpus, found)
     except ValueError as exc:  # no job left to replay
         raise BadRequest(f"--jobs (simulate.jobs) {path}: {exc} ({span_flag}, --gpus)") from None
+    first, newest = float(arrivals[2][0]), float(jobs["creation_time"].max())
+    if first > span_seconds - step_seconds:
+        raise BadRequest(f"--jobs (simulate.jobs) {path}: the jobs that ran in the trace's last "
+                         f"{go_duration(span_seconds)} all arrive in the replay's last "
+                         f"{go_duration(span_seconds - first)}, under one {go_duration(step_seconds)} step, up to the "
+                         f"trace's newest creation_time {newest:g} (where the replay ends): it would replay "
+                         "next to no training. Give a trace whose jobs arrive over more of it (are its times seconds? "
+                         "minutes or hours read as seconds squeeze a trace so), or drop --jobs")
     notes = [f"--jobs (simulate.jobs) {path}: {note}" for note in found]
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
@@ -232,8 +242,11 @@ def whatif(cfg: Config, progress=None) -> WhatIf:
         raise BadRequest(f"simulate.days {c.days:g} covers fewer than two steps of the trace "
                          f"({go_duration(step)}): give more days")
 
+    replayed = Scenario(demand, days=c.days).evaluated  # the jobs arrive from its first step to its last
+
     def arrivals(queues: Sequence[str]):
-        return (None, []) if c.jobs is None else job_arrivals(c.jobs, c.days * 86400, c.gpus, "--days", queues)
+        return (None, []) if c.jobs is None else job_arrivals(
+            c.jobs, (replayed[-1] - replayed[0]).total_seconds(), step.total_seconds(), c.gpus, "--days", queues)
 
     if c.policy_file is not None:
         objects = load_manifests(c.policy_file)

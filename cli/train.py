@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 from adapters.mlflow import Tracker, TrackingError, TrainingLocked
+from adapters.prometheus import PrometheusError
 from cli.progress import stage_printer
 from cli.sources import load_series
 from core.errors import BadRequest
@@ -50,11 +51,11 @@ def _load_all(jobs: list[tuple[str, str, Callable[[], pd.Series]]]) -> dict[str,
 
 
 def cmd_train(cfg, args) -> int:
-    """`headroom train [--config FILE] [--history FILE --name SERIES] [--tracking-uri URI]`: on stdout one JSON result,
-    or a list of them, one per entry of training.series.
+    """`headroom train [--config FILE] [--history FILE --name SERIES] [--tracking-uri URI] [--force]`: on stdout one
+    JSON result, or a list of them, one per entry of training.series.
 
-    Exit 0 all trained, 1 a training failed (store down, unusable data, locked), 2 no history to train on, 128 + the
-    signal's number when stopped (130 Ctrl-C, 143 SIGTERM); the champion of a failed series is untouched.
+    Exit 0 all trained, 1 a training failed (store or Prometheus down, unusable data, locked), 2 no history to train
+    on, 128 + the signal's number when stopped (130 Ctrl-C, 143 SIGTERM); the champion of a failed series is untouched.
     """
     now = datetime.now(UTC)
     t = getattr(cfg, "training", None)
@@ -113,7 +114,8 @@ def cmd_train(cfg, args) -> int:
             for name, where, load in jobs:
                 try:
                     result = train_series(name, loaded[name] if name in loaded else load(), settings, tracker, now,
-                                          pool=pool, progress=say, timezone=cfg.forecast.timezone)
+                                          pool=pool, progress=say, timezone=cfg.forecast.timezone,
+                                          force=getattr(args, "force", False))
                     if unpooled:
                         result.notes.append(unpooled)
                     out.append(result.to_json())
@@ -121,7 +123,7 @@ def cmd_train(cfg, args) -> int:
                           file=sys.stderr)
                     for note in result.notes:
                         print(f"note: {name}: {note}", file=sys.stderr)
-                except (TrackingError, TrainingError, TrainingLocked, HistoryError, OSError) as exc:
+                except (TrackingError, TrainingError, TrainingLocked, HistoryError, PrometheusError, OSError) as exc:
                     status = 1
                     out.append({"name": name, "history": where, "error": f"{type(exc).__name__}: {exc}"})
                     print(f"{name} ({where}): training failed: {exc}", file=sys.stderr)

@@ -235,7 +235,8 @@ def objective_met(spec: PolicySpec, shortage: float, short_steps: float) -> bool
 def trace_jobs(jobs: pd.DataFrame, span_seconds: float, capacity: int,
                notes: list[str] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The job trace's last `span_seconds` (up to its newest creation_time; the times on any one clock) as arrivals
-    on a `capacity`-GPU cluster: (gpus, work seconds, arrival offset seconds), by arrival.
+    on a `capacity`-GPU cluster: (gpus, work seconds, arrival offset seconds), by arrival. A replay's span is from its
+    first step to its last: the trace's newest creation_time is the replay's last step.
 
     A job's work is the time it ran in the trace, scheduled_time to deletion_time (its queueing before is not work);
     one already running or queued at the window's start arrives at its start with the work left. Left out: pods of 0
@@ -265,8 +266,8 @@ def trace_jobs(jobs: pd.DataFrame, span_seconds: float, capacity: int,
                          "cluster: left out")
         covered = end - float(jobs["creation_time"].min())
         if covered < span_seconds:
-            notes.append(f"the trace's jobs are created over {covered / 86400:.3g} days, fewer than the "
-                         f"{span_seconds / 86400:g} simulated: the first arrives "
+            notes.append(f"the trace's jobs are created over {covered / 86400:.3g} days, fewer than the replay's "
+                         f"{span_seconds / 86400:.3g} (its first step to its last): the first arrives "
                          f"{(span_seconds - covered) / 86400:.3g} days in, with no training before")
     if not keep.any():  # a trace with no scheduled_time at all reads as pods that never ran: say so
         unscheduled = f" ({int(never_ran.sum())} pod(s) there were never scheduled: a blank scheduled_time)" \
@@ -274,7 +275,7 @@ def trace_jobs(jobs: pd.DataFrame, span_seconds: float, capacity: int,
         ending = int((at_end & (work > 0)).sum())
         last = f" before its newest creation_time {end:g}, where the window ends and the replay with it (the " \
             f"{ending} job(s) created then arrive as it ends)" if ending else ""
-        raise ValueError(f"no job of 1 to {capacity} GPUs ran in the trace's last {span_seconds / 86400:g} days"
+        raise ValueError(f"no job of 1 to {capacity} GPUs ran in the trace's last {span_seconds / 86400:.3g} days"
                          f"{last}{unscheduled}")
     order = np.argsort(arrival[keep], kind="stable")
     return gpus[keep][order], work[keep][order], arrival[keep][order]

@@ -696,6 +696,49 @@ def test_a_job_trace_whose_jobs_all_arrive_as_the_replay_ends_is_refused(demand,
             "then arrive as it ends)") in err, err
 
 
+@pytest.mark.parametrize("command", ["simulate", "run"])
+def test_a_job_trace_whose_jobs_all_arrive_in_the_replays_last_step_is_refused(demand, tmp_path, capsys, command):
+    """Jobs created in the trace's last minute arrive in the replay's last minute: it replayed no training at all
+    (training_gpu_hours 0), exit 0, saying only that 'the first arrives 0.999 days in'. Under one step of the replay
+    (10 minutes here) is refused, naming the file and what to change."""
+    path = tmp_path / "jobs.csv"
+    path.write_text(JOB_HEADER + "".join(f"4,{t},{t},{t + 7200}\n" for t in range(0, 61, 10)))
+    policy = _policy_file(tmp_path / "p.yaml", trainingClusterQueues=["training"])
+    span = ["--days", "1"] if command == "simulate" else ["--hours", "24", "--history", demand]
+    status, err = exits([command, *([demand] if command == "simulate" else []), *span, "--gpus", "8", "--policy-file",
+                         policy, "--jobs", path], capsys)
+    assert status == 2 and f"--jobs (simulate.jobs) {path}: the jobs that ran in the trace's last 23h50m all arrive " \
+        "in the replay's last 1m, under one 10m step, up to the trace's newest creation_time 60" in err, err
+    assert "Give a trace whose jobs arrive over more of it (are its times seconds? minutes or hours read as seconds " \
+        "squeeze a trace so), or drop --jobs" in err, err
+
+
+def test_run_once_on_an_hourly_history_replays_the_job_running_as_it_starts(tmp_path, capsys):
+    """`run --once` replays one step: on an hourly history it has no span from its first step to its last, and the
+    trace's window (the replay's span) held no job: refused, exit 2, where a job running as the replay starts is one
+    to replay. A replay of one step takes the trace's last step."""
+    demand, jobs = tmp_path / "hourly.csv", tmp_path / "jobs.csv"
+    write_csv(synthetic_demand(days=4, step="1h"), demand)
+    jobs.write_text(JOB_HEADER + "4,0,0,90000\n4,80000,80000,90000\n")
+    policy = _policy_file(tmp_path / "p.yaml", trainingClusterQueues=["training"])
+    status, err = exits(["run", "--once", "--policy-file", policy, "--history", demand, "--jobs", jobs], capsys)
+    assert status == 0, err
+
+
+@pytest.mark.parametrize("runs", [((0, 7200), (300, 7200), (600, 7200)), ((0, 86500), (86400, 90000), (87000, 90000))])
+def test_jobs_created_in_the_traces_last_step_replay_their_training(demand, tmp_path, capsys, runs):
+    """The trace's window was `--days` long from the replay's first step, which the replay's last step ends one step
+    short of: the trace's newest creation_time fell a step after the replay's end, so jobs created in the trace's last
+    step arrived after it ended and a trace of them replayed no training (training_gpu_hours 0), exit 0. The newest
+    creation_time is the replay's last step: the trace's last step is its last (a job created a day before the rest,
+    running then, arrives at the start as it did)."""
+    path = tmp_path / "jobs.csv"
+    path.write_text(JOB_HEADER + "".join(f"4,{created},{created},{deleted}\n" for created, deleted in runs))
+    status = main(["simulate", str(demand), "--days", "1", "--policy", "oracle", "--jobs", str(path), "--json"])
+    figures = json.loads(capsys.readouterr().out)
+    assert status == 0 and figures["training_gpu_hours"] >= 4 * 600 / 3600, figures["training_gpu_hours"]
+
+
 def test_a_job_trace_of_a_year_in_seconds_reads(tmp_path):
     path = tmp_path / "jobs.csv"
     path.write_text(JOB_HEADER + f"1,0,0,60\n1,{365 * 86400 - 60},{365 * 86400 - 60},{365 * 86400}\n")
@@ -740,11 +783,12 @@ def test_simulate_says_what_of_a_job_trace_it_leaves_out(demand, tmp_path, capsy
     assert len(job_notes) == 4 and all(f"note: {n}" in err for n in job_notes), (job_notes, err)
     assert f"note: --jobs (simulate.jobs) {path}: 1 job(s) of more than 8 GPUs (up to 16)" in err
     assert "1 pod(s) of the window never scheduled" in err
-    assert "created over 0.0833 days, fewer than the 1 simulated: the first arrives 0.917 days in" in err
+    assert "created over 0.0833 days, fewer than the replay's 0.993 (its first step to its last): the first " \
+        "arrives 0.91 days in" in err
     path.write_text(JOB_HEADER + "0,0,0,3000\n1,100,,700\n")
     status, err = exits(["simulate", demand, "--days", "1", "--policy", "oracle", "--jobs", path], capsys)
-    assert status == 2 and f"--jobs (simulate.jobs) {path}: no job of 1 to 128 GPUs ran in the trace's last 1 days" \
-        " (1 pod(s) there were never scheduled: a blank scheduled_time) (--days, --gpus)" in err, err
+    assert status == 2 and f"--jobs (simulate.jobs) {path}: no job of 1 to 128 GPUs ran in the trace's last 0.993 " \
+        "days (1 pod(s) there were never scheduled: a blank scheduled_time) (--days, --gpus)" in err, err
 
 
 def test_report_json_says_what_of_a_job_trace_it_leaves_out(demand, tmp_path, capsys):
@@ -950,6 +994,18 @@ def test_an_unwritable_mlflow_store_fails_at_once():
     for uri in ("sqlite:////proc/mlflow.db", "sqlite:////proc/no/such/mlflow.db"):  # /proc takes no new files
         with pytest.raises(TrackingError, match="is not writable"):
             Tracker(uri).connect()
+    assert time.perf_counter() - started < 10, "no minutes of retries"
+
+
+def test_a_sqlite_store_naming_a_directory_fails_at_once(tmp_path):
+    """`--tracking-uri sqlite:////some/dir` (a folder, not a file) passed the writable check and mlflow retried opening
+    it for 1m45s before 'unable to open database file'."""
+    from adapters.mlflow import Tracker, TrackingError
+
+    started = time.perf_counter()
+    with pytest.raises(TrackingError, match=f"{tmp_path} is a directory, not a sqlite file: name a file, e.g. "
+                                            f"sqlite:///{tmp_path}/mlflow.db"):
+        Tracker(f"sqlite:///{tmp_path}").connect()
     assert time.perf_counter() - started < 10, "no minutes of retries"
 
 

@@ -10,11 +10,13 @@ from tempfile import TemporaryDirectory
 
 import numpy as np
 import pandas as pd
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cli.simulate import JOB_COLUMNS, load_jobs
+from cli.simulate import JOB_COLUMNS, job_arrivals, load_jobs
 from controller.simulate import Scenario, default_spec, demand_per_gpu, simulate, trace_jobs
+from core.errors import BadRequest
 from core.settings import SIMULATED_POLICIES, WorldSettings
 
 # a reclaim deadline and the preemption seconds (the least and most a job takes to stop) that fit in it
@@ -110,3 +112,25 @@ def test_a_job_trace_replays_the_runs_it_holds_whatever_its_order_clock_and_pods
     sizes = {g for g, _, s, _ in rows if s is not None}
     for gpus, work, at in base:
         assert 1 <= gpus <= capacity and gpus in sizes and work > 0 and 0 <= at < span
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, 3 * 86400), max_size=12), st.integers(1, 48), st.sampled_from([60, 300, 600, 3600]))
+def test_a_job_trace_replays_training_before_its_last_step_or_is_refused(ages, steps, step):
+    """Jobs created `ages` seconds before the trace's newest one (created at its end, which arrives as the replay
+    ends), each running 8 hours, on a replay `steps` steps long: the newest creation_time is the replay's last step, so
+    a job arrives `age` before it (at its start if older: running then), and a trace whose jobs all arrive within the
+    last step, a replay with next to no training, is refused naming the file. The window was a step longer than the
+    replay: jobs of the trace's last step arrived after it, no training, exit 0."""
+    span, end = steps * step, 4 * 86400
+    with TemporaryDirectory() as tmp:
+        path = Path(tmp) / "jobs.csv"
+        path.write_text(",".join(JOB_COLUMNS) + "\n" +
+                        "".join(f"2,{end - age},{end - age},{end - age + 8 * 3600}\n" for age in [0, *ages]))
+        arriving = sorted(max(span - age, 0) for age in ages if 0 < age < span + 8 * 3600)
+        if not arriving or arriving[0] > span - step:
+            with pytest.raises(BadRequest, match=f"--jobs \\(simulate.jobs\\) {path}: "):
+                job_arrivals(path, span, step, 8, "--days", ["training"])
+            return
+        (gpus, work, at), _ = job_arrivals(path, span, step, 8, "--days", ["training"])
+    assert at.tolist() == arriving and (gpus == 2).all() and (work > 0).all()

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -20,7 +21,16 @@ from adapters.mlflow import Tracker, TrackingError, TrainingLocked
 from forecast.base import future_index, quantile_frame
 from forecast.models import MODELS
 from tests.mlflow_server import MlflowServer, free_port
-from training.pipeline import CARD_SHA_TAG, ModelRefused, TrainingError, TrainSettings, load_champion, train_series
+from training.pipeline import (
+    CARD_SHA_TAG,
+    MODEL_CODE,
+    ModelRefused,
+    TrainingError,
+    TrainSettings,
+    code_digest,
+    load_champion,
+    train_series,
+)
 from training.realized import ForecastLog, log_realized, realized_errors
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -399,7 +409,7 @@ def test_a_re_run_on_the_same_data_adds_nothing_and_says_which_version_it_made(m
     assert (again.already_trained, again.version, again.run_id, again.promoted) == (True, "1", first.run_id, False)
     assert (again.selected, again.score, again.scores, again.origins) == (first.selected, first.score, first.scores,
                                                                            first.origins)
-    assert "already trained on this history and these settings: v1 (the champion)" in again.reason
+    assert "already trained on this history, these settings and this code: v1 (the champion)" in again.reason
 
     flat = train_series(series, demand(), settings(candidates=("flat",)), Tracker(uri), factories=FACTORIES)
     assert (flat.version, flat.promoted, flat.already_trained) == ("2", False, False)  # other settings: trained
@@ -411,9 +421,54 @@ def test_a_re_run_on_the_same_data_adds_nothing_and_says_which_version_it_made(m
     mlflow.set_registered_model_alias(f"headroom-{series}", "champion", "2")  # the champion changes (by hand)
     anew = train_series(series, demand(), settings(), Tracker(uri))
     assert (anew.already_trained, anew.version, anew.promoted) == (False, "4", True)
-    assert "trained on this history and these settings before as v1, against no champion; the champion is now v2: " \
-           "trained again against it" in anew.notes
+    assert "trained on this history, these settings and this code before as v1, against no champion; the champion " \
+           "is now v2: trained again against it" in anew.notes
     assert store()[:2] == (4, ["1", "2", "3", "4"])  # every training's run and version kept
+
+
+def test_a_re_run_trains_again_when_the_code_that_makes_models_changed(sqlite_uri, tmp_path):
+    """A re-run was known by its inputs and the package's version, which stays 0.1.0 as the code changes: a fixed
+    forecaster, not bumped, was never trained on the history it had seen. The key's code part is the digest of the
+    sources that make a model (here a copy of them, and a copy edited as a change would be)."""
+    def copy_of_the_code(folder: str, change: str = "") -> tuple[Path, ...]:
+        roots = tuple(Path(shutil.copytree(root, tmp_path / folder / root.name)) for root in MODEL_CODE)
+        models = roots[0] / "models.py"
+        models.write_text(models.read_text() + change)
+        return roots
+
+    code, changed = copy_of_the_code("code"), copy_of_the_code("changed", "\n# a fix, the version not bumped\n")
+    assert code_digest(code) == code_digest(MODEL_CODE) != code_digest(changed)
+    first = train_series("code", demand(), settings(), Tracker(sqlite_uri), code_roots=code)
+    same = train_series("code", demand(), settings(), Tracker(sqlite_uri), code_roots=code)
+    assert (first.version, same.already_trained, same.version) == ("1", True, "1")
+    anew = train_series("code", demand(), settings(), Tracker(sqlite_uri), code_roots=changed)
+    assert (anew.already_trained, anew.version, anew.forced) == (False, "2", False)
+    assert train_series("code", demand(), settings(), Tracker(sqlite_uri), code_roots=changed).version == "2"
+
+
+def test_force_trains_again_and_the_run_says_whether_it_was_forced(sqlite_uri, tmp_path, capsys):
+    """Nothing could make a training run again on inputs it had trained on. `train --force` does, says so in its
+    notes, and every training run carries `headroom.forced`; a re-run after it is the forced training's."""
+    from cli.main import main
+    from forecast.synthetic import write_csv
+
+    write_csv(demand(), tmp_path / "gpu.csv")
+    (tmp_path / "fast.yaml").write_text("backtest: {folds: 2}\ntraining: {candidates: [snaive24]}\n")
+    argv = ["train", "--config", str(tmp_path / "fast.yaml"), "--history", str(tmp_path / "gpu.csv"), "--name",
+            "forced", "--tracking-uri", sqlite_uri]
+    runs = []
+    for extra in ([], [], ["--force"], []):
+        assert main(argv + extra) == 0
+        runs.append(json.loads(capsys.readouterr().out))
+    assert [(r["version"], r["already_trained"], r["forced"]) for r in runs] == \
+        [("1", False, False), ("1", True, False), ("2", False, True), ("2", True, False)]
+    assert "forced (--force): trained again, as v1 was on this history, these settings and this code" in \
+        runs[2]["notes"]
+    mlflow = client(sqlite_uri)
+    experiment = mlflow.get_experiment_by_name("headroom/forced").experiment_id
+    tagged = {r.data.tags["headroom.version"]: r.data.tags["headroom.forced"]
+              for r in mlflow.search_runs([experiment], "tags.`headroom.kind` = 'training'")}
+    assert tagged == {"1": "false", "2": "true"}
 
 
 def test_unreachable_server_is_a_tracking_error():
@@ -456,12 +511,30 @@ def test_cmd_train_cli(sqlite_uri, tmp_path, capsys):
     assert cmd_train(cfg, args) == 0  # again on the same history: said, nothing new made
     rerun = capsys.readouterr()
     assert json.loads(rerun.out)["already_trained"] and "cli: auto mase=" in rerun.err
-    assert "already trained on this history and these settings: v1 (the champion)" in rerun.err
+    assert "already trained on this history, these settings and this code: v1 (the champion)" in rerun.err
     bad = argparse.Namespace(history=str(tmp_path / "gpu.csv"), name="cli",
                              tracking_uri=f"http://127.0.0.1:{free_port()}")
     assert cmd_train(cfg, bad) == 1
     assert "unreachable" in json.loads(capsys.readouterr().out)["error"]
     assert champion_version(sqlite_uri, "cli") == "1"
+
+
+def test_train_from_a_prometheus_that_is_down_says_so_in_its_json(sqlite_uri, capsys):
+    """A history read from Prometheus (the CronJob's) that could not be read escaped train's per-series report: exit 1
+    with the error on stderr and nothing on stdout, where a history file that could not be read gives the series' JSON
+    with its error. Both give the JSON now."""
+    import argparse
+
+    from cli.config import load_config
+    from cli.train import cmd_train
+
+    url = f"http://127.0.0.1:{free_port()}"
+    cfg = load_config(None, {"history.prometheus.url": url, "history.prometheus.query": "sum(up)"})
+    args = argparse.Namespace(history=None, name="prom", tracking_uri=sqlite_uri)
+    assert cmd_train(cfg, args) == 1
+    out, err = capsys.readouterr()
+    assert json.loads(out)["name"] == "prom" and url in json.loads(out)["error"], (out, err)
+    assert f"prom (sum(up)): training failed: Prometheus at {url}" in err, err
 
 
 def test_train_says_each_candidates_folds_as_they_are_scored(sqlite_uri, tmp_path, capsys):
@@ -714,7 +787,7 @@ def test_a_champion_whose_card_cannot_be_read_is_replaced_by_the_next_training(t
         load_champion("gone", uri)
     healed = train_series("gone", demand(), settings(), tracker, factories=FACTORIES)  # its history again: not
     assert healed.promoted and "champion v1 could not be re-scored" in healed.reason, healed.reason  # as before
-    assert any(n.startswith("trained on this history and these settings before as v1; champion v1 cannot be "
+    assert any(n.startswith("trained on this history, these settings and this code before as v1; champion v1 cannot be "
                             "re-scored now (") for n in healed.notes), healed.notes
     assert healed.to_json()["champion_score"] is None  # `headroom train` printed "champion_score": NaN, not JSON
     json.dumps(healed.to_json(), allow_nan=False)

@@ -8,15 +8,17 @@ the new model beats the current champion re-scored on the same folds by
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import logging
 import re
+import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from importlib.metadata import version as package_version
+from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -71,6 +73,9 @@ class ModelRefused(TrainingError):
 MODEL_FORMAT = "headroom.model/v1"
 CARD_SHA_TAG = "headroom.card_sha256"
 TRAINING_KEY_TAG = "headroom.training_key"  # a training run's inputs but the champion (training_key)
+FORCED_TAG = "headroom.forced"  # "true": trained though an earlier training had the same key (train --force)
+# The code that makes a model: the forecasters and the backtest that picks one (forecast/), the training (training/)
+MODEL_CODE = (Path(__file__).resolve().parents[1] / "forecast", Path(__file__).resolve().parent)
 
 
 class ModelCard(BaseModel):
@@ -191,6 +196,7 @@ class TrainResult:
     notes: list[str] = field(default_factory=list)  # fallbacks, folds without actuals, a better global not served
     model: Any = None
     already_trained: bool = False  # an earlier training's result: the same inputs against the same champion
+    forced: bool = False  # trained whatever an earlier training with the same inputs did (train --force)
 
     @property
     def outcome(self) -> str:
@@ -223,12 +229,35 @@ def series_sha256(series: pd.Series) -> str:
     return h.hexdigest()
 
 
-def training_key(series: pd.Series, settings: TrainSettings, timezone: str, pool: GlobalPool | None) -> str:
+@functools.cache
+def code_digest(roots: tuple[Path, ...] = MODEL_CODE) -> str:
+    """The code a model comes from: every Python source under `roots` (by path and content), the versions of the
+    distributions headroom requires (numpy, pandas, statsmodels, scikit-learn fit the models: an upgrade changes a fit
+    as an edit does) and Python's. The package's version is no such mark: it stays 0.1.0 as the code changes. Read
+    once a process (some 200 KB, 40 ms)."""
+    h = hashlib.sha256()
+    for root in roots:
+        for path in sorted(root.rglob("*.py")):
+            source = path.read_bytes()
+            h.update(f"{root.name}/{path.relative_to(root).as_posix()} {len(source)}\n".encode())
+            h.update(source)
+    required = [r for r in metadata.requires("headroom") or () if "extra" not in r]  # "numpy>=1.26": its name
+    for name in sorted(re.split(r"[^A-Za-z0-9._-]", r, maxsplit=1)[0] for r in required):
+        try:
+            h.update(f"{name}=={metadata.version(name)}\n".encode())
+        except metadata.PackageNotFoundError:
+            h.update(f"{name} absent\n".encode())
+    h.update(sys.version.encode())
+    return h.hexdigest()
+
+
+def training_key(series: pd.Series, settings: TrainSettings, timezone: str, pool: GlobalPool | None,
+                 code: str) -> str:
     """What a training's outcome turns on, the champion it is judged against aside: the history, the settings, the
-    clock, the series trained beside it (the model learned across them) and the code that trains."""
+    clock, the series trained beside it (the model learned across them) and the code that trains (code_digest)."""
     inputs = {"history": series_sha256(series.astype(float)), "settings": asdict(settings), "timezone": timezone,
               "pool": None if pool is None else {k: series_sha256(v.astype(float)) for k, v in pool.series.items()},
-              "format": MODEL_FORMAT, "headroom": package_version("headroom")}
+              "format": MODEL_FORMAT, "code": code}
     return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -245,7 +274,7 @@ def _trained_before(tracker: Tracker, experiment: str, name: str, key: str,
     version, then = tags["headroom.version"], tags.get("headroom.champion_version", "")
     current = tracker.champion(registered_name(name))
     champion = "" if current is None else str(current.version)
-    before = f"trained on this history and these settings before as v{version}"
+    before = f"trained on this history, these settings and this code before as v{version}"
     if champion != version and (tags["headroom.promoted"] == "true" or then != champion):
         judged = f"champion v{then}" if then else "no champion"
         return None, (f"{before}, against {judged}; the champion is now {f'v{champion}' if champion else 'none'}: "
@@ -264,8 +293,8 @@ def _trained_before(tracker: Tracker, experiment: str, name: str, key: str,
     state = "the champion" if champion == version else f"not promoted: {tags['headroom.reason']}"
     return TrainResult(name=name, run_id=run.info.run_id, experiment_id=experiment, selected=selected,
                        objective=objective, score=score, scores=scores, version=version,
-                       promoted=False, reason=f"already trained on this history and these settings: v{version} "
-                                          f"({state}); nothing new is logged",
+                       promoted=False, reason=f"already trained on this history, these settings and this code: "
+                                          f"v{version} ({state}); nothing new is logged (--force trains again)",
                        champion_version=champion or None, already_trained=True), None
 
 
@@ -342,11 +371,14 @@ def train_series(name: str, series: pd.Series, settings: TrainSettings, tracker:
                  now: datetime | None = None,
                  factories: Mapping[str, Callable[[], Forecaster]] | None = None,
                  pool: GlobalPool | None = None, progress: Callable[[str], None] | None = None,
-                 timezone: str = units.UTC) -> TrainResult:
+                 timezone: str = units.UTC, force: bool = False,
+                 code_roots: tuple[Path, ...] = MODEL_CODE) -> TrainResult:
     """Backtest, select, refit, log to MLflow, register a version, maybe promote it to champion. `pool`: the series
     trained together (this one among them), for the global candidate; `progress`: told each candidate's folds as
     they are scored (the global model refits across every series at each origin: minutes a series); `timezone`: the
     clock whose wall-clock hours label the series (cli.train fits on forecast.timezone's, forecast.clock.local_hours).
+    An earlier training on the same history, settings and code (`code_roots`' code_digest), judged against the same
+    champion, is returned as it was, logging nothing; `force` trains again whatever it did.
 
     On the series' time axis (training.realized.time_axis) the training's scores sit at the first hour its model
     forecasts, the hour after the history's last, and each fold's at its origin, in UTC: the forecast's time, beside
@@ -368,16 +400,21 @@ def train_series(name: str, series: pd.Series, settings: TrainSettings, tracker:
         if abandoned := tracker.fail_abandoned(exp, ("training", "candidate"), "abandoned: its training lost the "
                                                "tracking store or was killed before it could end the run"):
             log.warning("%s: marked %d abandoned run(s) FAILED: %s", name, len(abandoned), ", ".join(abandoned))
-        key = training_key(series, settings, timezone, pool)
+        key = training_key(series, settings, timezone, pool, code_digest(code_roots))
         earlier, again = _trained_before(tracker, exp, name, key, {**MODELS, **makers})
-        if earlier is not None:
+        if earlier is not None and not force:
             earlier.origins = [_on_utc(series.index[o], timezone).isoformat() for o in origins]
             return earlier
-        parent = tracker.start_run(exp, f"train-{now:%Y%m%dT%H%M%SZ}",
-                                   tags={"headroom.kind": "training", "headroom.series": name, TRAINING_KEY_TAG: key})
+        if earlier is not None:
+            again = f"forced (--force): trained again, as v{earlier.version} was on this history, these settings and " \
+                "this code"
+        parent = tracker.start_run(exp, f"train-{now:%Y%m%dT%H%M%SZ}", tags={
+            "headroom.kind": "training", "headroom.series": name, TRAINING_KEY_TAG: key,
+            FORCED_TAG: str(force).lower()})
         try:
             result = _train(name, series, settings, tracker, now, timezone, makers, origins, exp, parent, progress)
             result.notes += [again] if again else []
+            result.forced = force
         except BaseException as exc:
             try:
                 tracker.set_tags(parent, {"headroom.error": f"{type(exc).__name__}: {exc}"})
