@@ -1334,6 +1334,24 @@ def test_a_sqlite_uri_naming_no_file_is_refused_not_trained_into_memory(demand, 
     assert not list(tmp_path.iterdir()) and not (tmp_path.parent / ".headroom-locks").exists(), "nothing made"
 
 
+@pytest.mark.parametrize("where", ["flag", "MLFLOW_TRACKING_URI"])
+@pytest.mark.parametrize("given", ["http://", "https://", "http:///mlflow", "http://user:secret@:5000"])
+def test_an_http_uri_naming_no_host_is_refused_before_any_work(demand, tmp_path, monkeypatch, capsys, where, given):
+    """http:// with no host passed the check and failed only once a training tried to log to it (exit 1, "no host
+    given"): a mistyped setting, refused as one (exit 2) naming where it was given, its password not shown."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    argv = ["train", "--history", demand, "--name", "chat"]
+    if where == "flag":
+        argv += ["--tracking-uri", given]
+    else:
+        monkeypatch.setenv(where, given)
+    status, err = exits(argv, capsys)
+    field = "training.tracking_uri" if where == "flag" else where
+    assert status == 2 and f"{field}: " in err and "names no tracking server host" in err, err
+    assert "secret" not in err and not list(tmp_path.iterdir()), err
+
+
 @pytest.mark.parametrize("uri", ["sqlite:///mlflow.db", "sqlite:////abs/mlflow.db", "http://mlflow:5000",
                                  "https://user:pw@mlflow.example/prefix", "postgresql://u@db/mlflow", "databricks"])
 def test_a_tracking_uri_mlflow_opens_is_taken_as_given(uri):
