@@ -6,9 +6,11 @@ What it models (core.settings.WorldSettings has the numbers):
   * inference replicas: each target served before the world starts, so it starts with the replicas its demand
     then needs, warm, and the controller ran before: the replicas its first scale asks beyond those serve at once
     (a replay measures a policy as it runs, not its start). Any other new replica gets GPUs from the idle pool (else
-    waits for GPUs to be freed) and serves `warmup_seconds` later; scaling in drops waiting replicas first, then
-    warming, then warm ones. An HPA target scales up on demand by itself (replicas for the demand it sees, at least
-    minReplicas) and down only after `hpa_scale_down_seconds` of lower demand, as Kubernetes' HPA does;
+    waits for GPUs to be freed) and serves `warmup_seconds` later; a replica of a policy that names an
+    inferenceClusterQueue is a Kueue Workload of it, and waits until that queue's quota admits it too
+    (`_kueue_inference`). Scaling in drops waiting replicas first, then warming, then warm ones. An HPA target
+    scales up on demand by itself (replicas for the demand it sees, at least minReplicas) and down only after
+    `hpa_scale_down_seconds` of lower demand, as Kubernetes' HPA does;
   * Kueue: training Workloads admitted into their ClusterQueue's quota, borrowing the cohort's unused
     quota (planning.kueue), onto GPUs that are free, whenever GPUs free or a job arrives (Kueue's scheduler does
     not wait for the controller's next step);
@@ -182,6 +184,7 @@ class EmbeddedCluster:
         self.specs: dict[str, PolicySpec] = {}
         self.quotas: dict[str, int] = {}
         self.inference: dict[str, _Inference] = {}
+        self.inference_queues: dict[str, str] = {}  # policy key -> the inferenceClusterQueue its pods are Workloads of
         self._found: dict[TargetRef, _Inference] = {}  # _target's answers
         self.training_queues: list[str] = []
         # each policy's (times, values) as lists: one sample is read at a time, which numpy makes slow
@@ -226,6 +229,10 @@ class EmbeddedCluster:
         except ConfigError:
             return
         self.specs[key] = spec
+        if spec.inference_cluster_queue is None:
+            self.inference_queues.pop(key, None)
+        else:
+            self.inference_queues[key] = spec.inference_cluster_queue
         ref = spec.target.ref(meta.get("namespace", "default"))
         queue_target = ref.name if ref.kind == "ClusterQueue" else None
         for q in [*spec.training_cluster_queues, spec.inference_cluster_queue, queue_target]:
@@ -337,6 +344,8 @@ class EmbeddedCluster:
         for inf in self.inference.values():  # an inference ClusterQueue target: its quota is its replicas
             if inf.ref.kind == "ClusterQueue" and inf.ref.name == name:
                 self._scale(inf, gpus // inf.gpus_per_replica)
+        if self.inference_queues:  # more quota: Kueue admits replicas waiting for it
+            self._grant(self.now)
         return changed
 
     def evict_workload(self, namespace: str, name: str, uid: str | None, reason: str, plan_id: str) -> bool:
@@ -446,7 +455,13 @@ class EmbeddedCluster:
         inf.desired = replicas
         if not inf.scaled:  # the controller ran before: the reservation it first asks was in place, warm
             inf.scaled = True
-            inf.warm = max(inf.warm, min(replicas, inf.warm + max(self.idle_gpus, 0) // inf.gpus_per_replica))
+            more = max(min(replicas - inf.warm, max(self.idle_gpus, 0) // inf.gpus_per_replica), 0)
+            if inf.key in self.inference_queues:  # ...as far as its queue's quota admitted it
+                inf.waiting += more
+                admitted = self._kueue_inference()[0][inf.key]
+                inf.waiting -= more
+                more = min(more, admitted)
+            inf.warm += more
         have = inf.held_replicas + inf.waiting
         if replicas > have:
             inf.waiting += replicas - have
@@ -464,15 +479,48 @@ class EmbeddedCluster:
         return changed
 
     def _grant(self, at: float, idle: int | None = None) -> int:
-        """Waiting replicas take idle GPUs (all of them, or `idle`), in policy order; each serves `warmup_seconds`
-        after `at`. Returns the GPUs left idle."""
+        """Waiting replicas Kueue admits take idle GPUs (all of them, or `idle`), in policy order; each serves
+        `warmup_seconds` after `at`. Returns the GPUs left idle."""
         idle = self.idle_gpus if idle is None else idle
-        for inf in self.inference.values():
-            while inf.waiting and idle >= inf.gpus_per_replica:
+        admitted, _ = self._kueue_inference()
+        for key, inf in self.inference.items():
+            allowed = admitted.get(key, inf.waiting)
+            while allowed and idle >= inf.gpus_per_replica:
+                allowed -= 1
                 inf.waiting -= 1
                 inf.warming.append(at + self.settings.warmup_seconds)
                 idle -= inf.gpus_per_replica
         return idle
+
+    def _kueue_inference(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Kueue's admission of the waiting replicas of the policies that name an inferenceClusterQueue (each pod a
+        Workload of it), in policy order: into the queue's unused nominalQuota, then borrowing the training cohort's
+        unused quota, which goes first to any training Workload waiting (older, and of the same priority). The shipped
+        inference queue is in that cohort with no borrowingLimit, and its lendingLimit 0 lends the cohort nothing.
+        Returns each such policy's waiting replicas Kueue admits, and what each inference queue uses above its
+        nominalQuota (borrowed from the cohort, or left above a lowered quota), those admitted included."""
+        if not self.inference_queues:
+            return {}, {}
+        used = dict.fromkeys(self.inference_queues.values(), 0)
+        for key, q in self.inference_queues.items():
+            inf = self.inference[key]
+            used[q] += inf.held_replicas * inf.gpus_per_replica
+        cohort = 0
+        if not self._pending:
+            cohort = (sum(self.quotas.get(q, 0) for q in self.training_queues) - sum(self._usage().values())
+                      - sum(max(u - self.quotas[q], 0) for q, u in used.items()))
+        admitted = {}
+        for key, q in self.inference_queues.items():
+            inf, n = self.inference[key], 0
+            while n < inf.waiting:
+                own = max(self.quotas[q] - used[q], 0)
+                if inf.gpus_per_replica > own + max(cohort, 0):
+                    break
+                cohort -= max(inf.gpus_per_replica - own, 0)
+                used[q] += inf.gpus_per_replica
+                n += 1
+            admitted[key] = n
+        return admitted, {q: u - self.quotas[q] for q, u in used.items() if u > self.quotas[q]}
 
     def _hpa_recommendation(self, inf: _Inference) -> int:
         """Replicas for the highest demand the HPA saw over its scale-down window, at least minReplicas."""
@@ -519,19 +567,24 @@ class EmbeddedCluster:
             self._topped_up = self._pending_version
         if not self._pending:
             return []
-        free = self.idle_gpus - sum(inf.waiting * inf.gpus_per_replica for inf in self.inference.values())
+        queued, borrowed = self._kueue_inference()
+        free = self.idle_gpus - sum(queued.get(key, inf.waiting) * inf.gpus_per_replica
+                                    for key, inf in self.inference.items())
         if free <= 0:
             return []
         quotas = {q: self.quotas.get(q, 0) for q in self.training_queues}
+        # an inference queue lends the cohort nothing (lendingLimit 0): in it, it holds what it uses above its quota
+        borrowed = {q: gpus for q, gpus in borrowed.items() if q not in quotas}
+        quotas.update(dict.fromkeys(borrowed, 0))
         # A pass that admitted nothing admits nothing again with the same pending line and usage, no more free GPUs
         # and no more quota in all: Kueue admits a Workload only if its GPUs fit the free GPUs and the cohort's
         # unused quota (planning.kueue.admit), and both can only have shrunk.
-        inputs = (self._pending_version, self._held_version, free, sum(quotas.values()))
+        inputs = (self._pending_version, self._held_version, free, sum(quotas.values()) - sum(borrowed.values()))
         last = self._idle_admission
         if last is not None and last[:2] == inputs[:2] and free <= last[2] and inputs[3] <= last[3]:
             return []
         p = np.array(self._pending)
-        usage = self._usage()
+        usage = {**self._usage(), **borrowed}
         chosen = admit(j.queue_names[p], j.gpus[p], j.priority[p], j.created[p],
                        [j.names[i] for i in p], usage, quotas, free)
         admitted = [int(p[k]) for k in chosen]
@@ -543,6 +596,8 @@ class EmbeddedCluster:
             self._running = np.concatenate([self._running, np.array(admitted, np.int64)])
             self._pending_version += 1
             self._held_version += 1
+            if self.inference_queues and not self._pending:  # no training waits: replicas may borrow what is left
+                self._grant(self.now)
         else:
             self._idle_admission = inputs
         return admitted

@@ -240,3 +240,58 @@ def test_a_target_serves_its_demand_from_the_start(kind, demand, capacity, first
     assert w.target_state(target, 2).ready_replicas == asked  # the new ones are warming
     w.advance(w.now + WorldSettings().warmup_seconds)
     assert w.target_state(target, 2).ready_replicas == again
+
+
+SERVED = SPEC.model_copy(update={"target": SPEC.target.model_copy(update={"kind": "HorizontalPodAutoscaler"}),
+                                 "inference_cluster_queue": "serve"})
+serve_step = st.one_of(
+    st.tuples(st.just("advance"), st.sampled_from([1.0, 59.0, 300.0, 1800.0, 3600.0])),
+    st.tuples(st.just("quota"), st.sampled_from(["train-a", "train-b", "serve", "serve"]), st.integers(0, 40)),
+    st.tuples(st.just("min"), st.integers(0, 20)),
+    st.tuples(st.just("evict"), st.integers(0, 1000)),
+    st.tuples(st.just("admit")))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(4, 48), st.lists(serve_step, min_size=1, max_size=30), st.integers(0, 5),
+       st.lists(st.floats(0.0, 600.0), min_size=1, max_size=12), job_trace)
+def test_kueue_admits_an_inference_cluster_queues_replicas_within_its_quota_and_the_cohorts(capacity, steps, seed,
+                                                                                           hourly, trace):
+    """The pods of a policy naming an inferenceClusterQueue are Workloads of it: a replica starts holding GPUs only
+    within the queue's nominalQuota plus what the training queues leave unused of theirs (the cohort it borrows from),
+    whatever the HPA asks and however many GPUs are idle; training is admitted only into what that borrowing leaves."""
+    index = pd.date_range(START - pd.Timedelta(days=1), START + pd.Timedelta(days=1), freq="5min")
+    demand = pd.Series([hourly[(t.hour + t.day) % len(hourly)] for t in index], index=index)
+    jobs = None if trace is None else tuple(np.array(column) for column in zip(*sorted(
+        ((min(g, capacity), work, at) for g, work, at in trace), key=lambda job: job[2])))
+    w = EmbeddedCluster(capacity, [manifest("chat", "default", SERVED)], {"default/chat": demand},
+                        start=START.timestamp(), settings=WorldSettings(seed=seed), jobs=jobs)
+    inf = w.inference["default/chat"]
+
+    def training_room() -> int:  # the training queues' quota no Workload of theirs holds
+        used = sum(x.gpus for x in w.workloads() if x.admitted)  # running and stopping: what Kueue counts
+        return sum(w.cluster_queue_quotas()[q] for q in ("train-a", "train-b")) - used
+
+    for s in steps:
+        held = inf.held_replicas * 2
+        match s:
+            case ("advance", dt):
+                w.advance(w.now + dt)
+            case ("quota", q, gpus):
+                w.set_cluster_queue_quota(q, gpus)
+            case ("min", replicas):
+                w.set_hpa_min_replicas("default", "chat", replicas)
+            case ("evict", k):
+                running = [x for x in w.workloads() if x.admitted and x.active]
+                if running:
+                    x = running[k % len(running)]
+                    w.evict_workload(x.namespace, x.name, x.uid, "test", "plan")
+            case ("admit",):
+                borrowed = max(held - w.cluster_queue_quotas()["serve"], 0)
+                room = training_room()
+                admitted = w.admit()
+                assert (int(w.jobs.gpus[admitted].sum()) if admitted else 0) <= max(room - borrowed, 0)
+        if inf.held_replicas * 2 > held:
+            event("a replica admitted")
+            assert inf.held_replicas * 2 - w.cluster_queue_quotas()["serve"] <= max(training_room(), 0)
+        assert w.inference_gpus + w.training_gpus <= capacity and w.idle_gpus >= 0

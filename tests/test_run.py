@@ -13,6 +13,7 @@ import signal
 import threading
 import time
 
+import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import given, settings
@@ -443,6 +444,55 @@ def test_an_inference_cluster_queue_starts_holding_the_replicas_that_serve_in_it
     assert r.cluster.quotas["watched"] == held["watch"] > 0
     r.step(AT_9)
     assert r.cluster.quotas["watched"] == held["watch"]  # no active policy runs in it: nothing writes it
+
+
+def test_an_hpa_scaling_above_its_reservation_waits_for_its_inference_cluster_queue_quota(demand_file, tmp_path):
+    """Each pod of a policy that names an inferenceClusterQueue is a Kueue Workload of that queue, whose nominalQuota
+    headroom sets to the reservation. The HPA's own scale-up above it (maxGpus clamps the reservation at 20 while the
+    morning ramp asks ~64) took idle GPUs whatever the quota said; on a cluster those pods wait, as the saturated
+    backlog leaves the cohort no quota to borrow. Now they wait, short, as a real cluster's waiting pods are."""
+    def replay(**queue):
+        hpa = policy("chat", target={"kind": "HorizontalPodAutoscaler", "name": "chat"}, maxGpus=20, **queue)
+        r = Replay(tmp_path / str(len(queue)), demand_file, hpa, start=AT_9 - pd.Timedelta(hours=2))
+        first = r.cluster.inference["inference/chat"].held_replicas * 2
+        most = 0
+        for k in range(30):
+            r.step(AT_9 - pd.Timedelta(hours=2) + k * pd.Timedelta(minutes=5))
+            held = r.cluster.inference["inference/chat"].held_replicas * 2
+            if queue:  # Kueue evicts nothing when the quota falls, and admits nothing above it
+                assert r.running() and held <= max(first, r.cluster.quotas["inference"]), (k, held)
+            most = max(most, held)
+        return most, r.cluster.accounting.unmet_within["inference/chat"], r.cluster.inference["inference/chat"]
+
+    free, free_unmet, _ = replay()
+    queued, queued_unmet, inf = replay(inferenceClusterQueue="inference")
+    assert inf.waiting > 0  # pending pods, counted short
+    assert queued < free and queued_unmet > free_unmet
+
+
+def test_an_inference_replica_borrows_only_the_quota_no_training_waits_for():
+    """The shipped inference queue is in the training queues' cohort with no borrowingLimit (lendingLimit 0): Kueue
+    admits its pods into its own quota, then into the training queues' unused quota while no training Workload waits
+    for it; what it so borrows is not the training queues' to admit into until a quota raise takes it back."""
+    index = pd.date_range(MONDAY_6AM - pd.Timedelta(days=1), MONDAY_6AM + pd.Timedelta(days=1), freq="5min")
+    demand = pd.Series(20.0, index=index).where(index <= MONDAY_6AM, 200.0)  # 2 GPUs, then 20
+    hpa = policy("chat", target={"kind": "HorizontalPodAutoscaler", "name": "chat"}, inferenceClusterQueue="serve",
+                 capacity={"demandPerGpu": 10.0, "gpusPerReplica": 1})
+    start = MONDAY_6AM.timestamp()
+    w = EmbeddedCluster(64, [hpa], {"inference/chat": demand}, start,
+                        jobs=(np.array([4]), np.array([3600.0]), np.array([1800.0])))  # one job, at 06:30
+    inf = w.inference["inference/chat"]
+    assert inf.held_replicas == 2 and w.quotas["serve"] == 2
+    w.set_cluster_queue_quota("serve", 4)
+    w.set_cluster_queue_quota("research", 6)
+    w.advance(start + 300)  # the HPA asks 20: 4 of its own quota and the 6 no training waits for
+    assert (inf.held_replicas, inf.waiting) == (10, 10)
+    w.advance(start + 1800)
+    w.admit()  # the job arrives: the 6 GPUs of its queue's quota are borrowed, it waits (free GPUs notwithstanding)
+    assert not [x for x in w.workloads() if x.admitted] and w.idle_gpus >= 4
+    w.set_cluster_queue_quota("serve", 20)  # the reservation follows: the replicas fit its own quota
+    assert (inf.held_replicas, inf.waiting) == (20, 0)
+    assert [x.gpus for x in w.workloads() if x.admitted] == [] and w.admit()  # and the job its queue's
 
 
 # ----------------------------------------------------------------------------------------------- faults
