@@ -465,7 +465,7 @@ class Reconciler:
         self._reported: dict[ObjectRef, str] = {}   # the refusal last reported per policy (one event per change)
         self._faults: dict[str, str] = {}           # the fault last reported per policy
         self._failed: dict[str, str | None] = {}    # the failure to act last reported per policy
-        self._told: dict[str, dict[str, str]] = {}  # per Event reason, what each policy was last told (_say_once)
+        self._told: dict[str, dict[ObjectRef, str]] = {}  # per Event reason, what each policy was last told
         self._logged: dict[str, set[str]] = {}      # per Event reason, the findings last logged
         self._missing: dict[str, str] = {}          # policy -> why its target was not found (the last view's)
         self._hours: tuple | None = None            # (key, HourPlan): the hourly plan, kept until its inputs change
@@ -613,6 +613,8 @@ class Reconciler:
         with self._said_lock:
             self._said = {ref: said for ref, said in self._said.items() if ref in present}
             self._waiting = {ref: since for ref, since in self._waiting.items() if ref in present}
+        self._told = {reason: {ref: said for ref, said in told.items() if ref in present}
+                      for reason, told in self._told.items()}
         self._specs.keep(present)
         if not policies:
             if not self.dry_run:
@@ -1271,7 +1273,8 @@ class Reconciler:
     def _say_once(self, reason: str, findings: list[tuple[str, tuple[str, ...]]], policies: list[PolicyObject],
                   level: int, kind: str) -> list[RecordEvent]:
         """Each finding (what to say, the training queues it is about): a log line, and an Event `reason` on each
-        policy of those queues, when first seen or changed, not every reconcile."""
+        policy of those queues, when first seen or changed, not every reconcile (a policy deleted and made again is a
+        new object: told again)."""
         logged = self._logged.get(reason, set())
         for said, _ in findings:
             if said not in logged:
@@ -1282,9 +1285,9 @@ class Reconciler:
         for p in policies:
             mine = set(p.spec.training_cluster_queues)
             said = "; ".join(s for s, queues in findings if mine & set(queues))
-            if said and told.get(p.key) != said:
+            if said and told.get(p.ref) != said:
                 notes.append(RecordEvent(EventNote(p.ref, reason, said, kind)))
-            told[p.key] = said
+            told[p.ref] = said
         return notes
 
     @staticmethod

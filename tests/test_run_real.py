@@ -336,6 +336,14 @@ def test_a_queue_letting_kueue_reclaim_in_the_training_cohort_is_said_once(kube,
         assert 'headroom_headroom_at_risk{reason="CohortReclaims"} 0.0' in metrics
         # the plan itself is not changed by it: headroom cannot stop Kueue
         assert states[-1].slack_gpus == int(kube.plan_summary(NS).read()["slackGpus"])
+        # a policy deleted and made again is told again: once the name told was enough, the new object got nothing
+        kube.delete(f"{RP}/chat")
+        uid = kube.create(RP, policy("chat"))["metadata"]["uid"]
+        controller.sync()
+        r.reconcile(MONDAY_7AM + pd.Timedelta(minutes=12))
+        told = [e for e in kube.list_events(ObjectRef("", "ReservationPolicy", "chat", NS))
+                if e["reason"] == "CohortReclaims" and e["involvedObject"].get("uid") == uid]
+        assert len(told) == 1 and said in told[0]["message"], told
         # LowerPriority reclaims too (borrowWithinCohort is allowed beside it); Never, Kueue's default, does not
         reclaiming["spec"]["preemption"].update(reclaimWithinCohort="LowerPriority",
                                                 borrowWithinCohort={"policy": "LowerPriority"})
