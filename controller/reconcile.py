@@ -634,7 +634,7 @@ class Reconciler:
                                        self.cfg.horizon_hours, self.cfg.keep_forecast_seconds)
         hours = self._hour_plan(inputs, cluster_policy, now)
         self._landed_late()
-        view = self._view(policies, now)
+        view = self._view(policies, now, self.cluster.workloads())
         step = plan_step(hours, self._observed(inputs, view), view.training, cluster_policy, now)
         plan_id = hashlib.sha256(repr((now.isoformat(), [(w.name, w.reserved_gpus) for w in step.workloads],
                                        [(x.job, x.kind, x.at) for x in step.preemptions])).encode()).hexdigest()[:12]
@@ -645,9 +645,10 @@ class Reconciler:
                 hours, inputs, cluster_policy, policies, now))
         self._note_left(outcomes)
         failures = self._count(outcomes, policies)
-        after = self._view(policies, now)  # after evictions and scaling
+        workloads = self.cluster.workloads()  # after evictions and scaling
+        after = self._view(policies, now, workloads)
         lenders = self._cohort_check(policies)
-        report += self._reclaim_notes(policies, lenders) + self._within_queue_notes(policies)
+        report += self._reclaim_notes(policies, lenders) + self._within_queue_notes(policies, workloads)
         reclaimable, wanted, risk = self._headroom(step, after, cluster_policy, lenders)
         report += self._reports(inputs, hours, step, after, failures, plan_id, now, states, cluster_policy,
                                 reclaimable, risk)
@@ -1047,7 +1048,8 @@ class Reconciler:
         self._hours = (key, hours)
         return hours
 
-    def _view(self, policies: list[PolicyObject], now: pd.Timestamp) -> View:
+    def _view(self, policies: list[PolicyObject], now: pd.Timestamp, workloads: list[WorkloadInfo]) -> View:
+        """The targets as read now, and the training among `workloads` (the cluster's, read by the caller)."""
         targets: dict[str, TargetState | None] = {}
         for p in policies:
             try:
@@ -1058,7 +1060,7 @@ class Reconciler:
                 targets[p.key] = None
                 self._missing[p.key] = str(exc)  # what is missing: the target, or the Deployment its HPA scales
         queues = {q for p in policies for q in p.spec.training_cluster_queues}
-        training, uids, stopped = training_view(self.cluster.workloads(), queues, now.timestamp())
+        training, uids, stopped = training_view(workloads, queues, now.timestamp())
         return View(targets, self.cluster.cluster_queue_quotas(), training, uids, stopped)
 
     def _held_by(self, policies: list[PolicyObject]) -> int:
@@ -1085,7 +1087,7 @@ class Reconciler:
 
     def _still_wanted(self, hours: HourPlan, inputs, policy: ClusterPolicy, policies, now) -> set[str]:
         """The Workloads a plan on a fresh view still evicts now."""
-        fresh = self._view(policies, now)
+        fresh = self._view(policies, now, self.cluster.workloads())
         return {x.job for x in plan_step(hours, self._observed(inputs, fresh), fresh.training, policy, now).due()}
 
     # -- 4. act
@@ -1256,15 +1258,15 @@ class Reconciler:
         return self._say_once("CohortReclaims", [(r.describe(), r.queues) for r in cohorts.reclaimers], policies,
                               logging.WARNING, "Warning")
 
-    def _within_queue_notes(self, policies: list[PolicyObject]) -> list[RecordEvent]:
+    def _within_queue_notes(self, policies: list[PolicyObject], workloads: list[WorkloadInfo]) -> list[RecordEvent]:
         """A training queue in which Kueue itself may preempt Workloads for others of the queue: for the record
         (Normal), since it is the team's own priority order, within the quota headroom lends, and the reservation is
-        as safe; but headroom's figures then leave those stops out. A read that fails changes nothing said (the same
-        ClusterQueues and Workloads read by the reconcile are counted where it reads them)."""
+        as safe; but headroom's figures then leave those stops out. `workloads`: the reconcile's own read, after its
+        writes. A read of the ClusterQueues that fails changes nothing said (the same ClusterQueues read for the
+        Cohorts are counted there)."""
         queues = {q for p in policies for q in p.spec.training_cluster_queues}
         try:
             settings = self.cluster.within_queue_preemption()
-            workloads = self.cluster.workloads() if queues & settings.keys() else []
         except ClusterError:
             return []
         return self._say_once("KueuePreemptsWithinQueue", within_queue_preemptors(settings, workloads, queues),

@@ -404,6 +404,20 @@ def test_kueue_s_preemption_within_a_training_queue_is_noted_once_where_it_can_h
         assert len(noted()) == before + 2 and any(
             f"ClusterQueue {QUEUE} has spec.preemption.withinClusterQueue: LowerOrNewerEqualPriority: Kueue stops"
             in e["message"] for e in noted())
+        # the note reads no Workloads of its own: the reconcile's read after its writes serves it (once one more
+        # pass over every Workload of the cluster, each reconcile, wherever a training queue preempts within)
+        reads = []
+        listed = controller.workloads
+        controller.workloads = lambda: reads.append(1) or listed()  # type: ignore[method-assign]
+        try:
+            r.reconcile(MONDAY_7AM + pd.Timedelta(minutes=20))
+            noting = len(reads)
+            kube.apply(path, kueue.cluster_queue(QUEUE, gpus=0, cohort=COHORT))  # withinClusterQueue unset: Never
+            controller.sync()
+            r.reconcile(MONDAY_7AM + pd.Timedelta(minutes=25))
+            assert noting == len(reads) - noting, reads
+        finally:
+            del controller.workloads
     finally:
         kube.apply(path, kueue.cluster_queue(QUEUE, gpus=0, cohort=COHORT))  # as the fixture makes it
 
