@@ -228,7 +228,7 @@ def quota_node(obj: Mapping, kind: str, resource: str = GPU_RESOURCE) -> QuotaNo
 
 
 def _reclaims(spec: Mapping) -> str | None:
-    """A ClusterQueue's preemption setting that lets Kueue preempt other queues' Workloads of its cohort, as
+    """A ClusterQueue's preemption setting that lets Kueue preempt other queues' Workloads of its tree of Cohorts, as
     "field: value": reclaimWithinCohort (Never, Kueue's default, when unset), else borrowWithinCohort.policy (Kueue
     allows it only beside a reclaimWithinCohort other than Never; said should a server not check that)."""
     preemption = spec.get("preemption") or {}

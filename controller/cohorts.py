@@ -152,7 +152,8 @@ def _fix(source: QuotaNode, gate: QuotaNode | None, cohort: str, above: bool) ->
 def cohort_lenders(nodes: Iterable[QuotaNode], training: set[str]) -> CohortCheck:
     """Every source of GPUs other than headroom's lending (the training queues' quotas) that a training queue can
     borrow from: ClusterQueues of its cohort, the cohort's own quota, and up its parentName chain each ancestor's
-    quota and all that the ancestor's other subtrees lend it; and the training cohorts whose chain loops."""
+    quota and all that the ancestor's other subtrees lend it; the training cohorts whose chain loops; and the
+    ClusterQueues of a training queue's tree of Cohorts whose preemption setting lets Kueue preempt its Workloads."""
     nodes = list(nodes)
     cohorts = {n.name: n for n in nodes if n.kind == "Cohort"}
     queues = {n.name: n for n in nodes if n.kind == "ClusterQueue"}

@@ -100,7 +100,8 @@ class QuotaNode:
     parent: str | None             # a ClusterQueue's spec.cohortName; a Cohort's spec.parentName (None: a root)
     gpus: Mapping[str, GpuQuota]   # by flavor; a flavor not listed has no quota and no limits
     reclaims: str | None = None    # a ClusterQueue's spec.preemption setting that lets Kueue preempt the Workloads
-                                   # of other queues of its cohort, as "field: value" (None: Never, Kueue's default)
+                                   # of other queues of its tree of Cohorts, as "field: value" (None: Never, Kueue's
+                                   # default)
 
 
 @dataclass(frozen=True)
