@@ -1283,14 +1283,9 @@ def test_plan_with_a_kubernetes_configuration_says_what_it_reads(tmp_path, capsy
     assert status == 2 and "it does not read a cluster's ReservationPolicies" in err, err
 
 
-@pytest.mark.parametrize("where, given", [("flag", "mlflow.db"), ("flag", "file:///tmp/mlruns"),
-                                          ("run.tracking_uri", "mlflow.db"), ("training.tracking_uri", "./ml/runs"),
-                                          ("MLFLOW_TRACKING_URI", "mlflow.db")])
-def test_a_tracking_uri_that_is_a_path_is_refused_naming_where_it_was_given(demand, tmp_path, monkeypatch, capsys,
-                                                                          where, given):
-    """A bare path (or file: URI) is MLflow's filesystem store, which MLflow no longer opens: train failed with
-    MLflow's own "maintenance mode" error (exit 1) after it had started. Refused before any work, naming the field
-    (or the variable) and the sqlite URI to give instead."""
+def train_given_tracking_uri(where: str, given: str, demand, tmp_path, monkeypatch, capsys) -> tuple[int, str, str]:
+    """`train` in an empty folder with the tracking URI `given` where `where` says (the flag, MLFLOW_TRACKING_URI or
+    a configuration key): its exit status, its stderr and the field its error should name."""
     import yaml
 
     monkeypatch.chdir(tmp_path)
@@ -1307,6 +1302,18 @@ def test_a_tracking_uri_that_is_a_path_is_refused_naming_where_it_was_given(dema
         (tmp_path / "headroom.yaml").write_text(yaml.safe_dump({section: {key: given}}))
         argv += ["--config", tmp_path / "headroom.yaml"]
     status, err = exits(argv, capsys)
+    return status, err, field
+
+
+@pytest.mark.parametrize("where, given", [("flag", "mlflow.db"), ("flag", "file:///tmp/mlruns"),
+                                          ("run.tracking_uri", "mlflow.db"), ("training.tracking_uri", "./ml/runs"),
+                                          ("MLFLOW_TRACKING_URI", "mlflow.db")])
+def test_a_tracking_uri_that_is_a_path_is_refused_naming_where_it_was_given(demand, tmp_path, monkeypatch, capsys,
+                                                                          where, given):
+    """A bare path (or file: URI) is MLflow's filesystem store, which MLflow no longer opens: train failed with
+    MLflow's own "maintenance mode" error (exit 1) after it had started. Refused before any work, naming the field
+    (or the variable) and the sqlite URI to give instead."""
+    status, err, field = train_given_tracking_uri(where, given, demand, tmp_path, monkeypatch, capsys)
     path = given.removeprefix("file://")
     assert status == 2, err
     assert f"{field}: '{given}' is a path, not a tracking URI" in err and f"sqlite:///{path}" in err, err
@@ -1321,15 +1328,7 @@ def test_a_sqlite_uri_naming_no_file_is_refused_not_trained_into_memory(demand, 
     """sqlite:///, sqlite:// and sqlite:///:memory: are a database in memory: train printed "PROMOTED", exit 0, and
     the runs, the model and the champion were gone as it ended (its locks made in the working directory's parent).
     Refused before any work, naming where it was given and the URI to give."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    argv = ["train", "--history", demand, "--name", "chat"]
-    if where == "flag":
-        argv += ["--tracking-uri", given]
-    else:
-        monkeypatch.setenv(where, given)
-    status, err = exits(argv, capsys)
-    field = "training.tracking_uri" if where == "flag" else where
+    status, err, field = train_given_tracking_uri(where, given, demand, tmp_path, monkeypatch, capsys)
     assert status == 2 and f"{field}: '{given}' names no sqlite file" in err and "sqlite:///mlflow.db" in err, err
     assert not list(tmp_path.iterdir()) and not (tmp_path.parent / ".headroom-locks").exists(), "nothing made"
 
@@ -1339,15 +1338,7 @@ def test_a_sqlite_uri_naming_no_file_is_refused_not_trained_into_memory(demand, 
 def test_an_http_uri_naming_no_host_is_refused_before_any_work(demand, tmp_path, monkeypatch, capsys, where, given):
     """http:// with no host passed the check and failed only once a training tried to log to it (exit 1, "no host
     given"): a mistyped setting, refused as one (exit 2) naming where it was given, its password not shown."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    argv = ["train", "--history", demand, "--name", "chat"]
-    if where == "flag":
-        argv += ["--tracking-uri", given]
-    else:
-        monkeypatch.setenv(where, given)
-    status, err = exits(argv, capsys)
-    field = "training.tracking_uri" if where == "flag" else where
+    status, err, field = train_given_tracking_uri(where, given, demand, tmp_path, monkeypatch, capsys)
     assert status == 2 and f"{field}: " in err and "names no tracking server host" in err, err
     assert "secret" not in err and not list(tmp_path.iterdir()), err
 
