@@ -465,7 +465,7 @@ class Reconciler:
         self._reported: dict[ObjectRef, str] = {}   # the refusal last reported per policy (one event per change)
         self._faults: dict[str, str] = {}           # the fault last reported per policy
         self._failed: dict[str, str | None] = {}    # the failure to act last reported per policy
-        self._told: dict[str, dict[ObjectRef, str]] = {}  # per Event reason, what each policy was last told
+        self._told: dict[str, dict[ObjectRef, set[str]]] = {}  # per Event reason, what each policy was told
         self._logged: dict[str, set[str]] = {}      # per Event reason, the findings last logged
         self._missing: dict[str, str] = {}          # policy -> why its target was not found (the last view's)
         self._hours: tuple | None = None            # (key, HourPlan): the hourly plan, kept until its inputs change
@@ -1274,9 +1274,10 @@ class Reconciler:
 
     def _say_once(self, reason: str, findings: list[tuple[str, tuple[str, ...]]], policies: list[PolicyObject],
                   level: int, kind: str) -> list[RecordEvent]:
-        """Each finding (what to say, the training queues it is about): a log line, and an Event `reason` on each
-        policy of those queues, when first seen or changed, not every reconcile (a policy deleted and made again is a
-        new object: told again)."""
+        """Each finding (what to say, the training queues it is about): a log line, and an Event `reason` of its own on
+        each policy of those queues (findings joined into one Event ran past the 1,024 characters an Event's message
+        keeps), when first seen or changed, not every reconcile (a policy deleted and made again is a new object:
+        told again)."""
         logged = self._logged.get(reason, set())
         for said, _ in findings:
             if said not in logged:
@@ -1286,10 +1287,10 @@ class Reconciler:
         notes = []
         for p in policies:
             mine = set(p.spec.training_cluster_queues)
-            said = "; ".join(s for s, queues in findings if mine & set(queues))
-            if said and told.get(p.ref) != said:
-                notes.append(RecordEvent(EventNote(p.ref, reason, said, kind)))
-            told[p.ref] = said
+            theirs = {said for said, queues in findings if mine & set(queues)}
+            notes += [RecordEvent(EventNote(p.ref, reason, said, kind))
+                      for said in sorted(theirs - told.get(p.ref, set()))]
+            told[p.ref] = theirs
         return notes
 
     @staticmethod

@@ -305,6 +305,27 @@ def test_reservation_is_applied_ahead_of_the_morning_ramp_and_slack_is_lent(dema
     assert r.events("SlackLent") and all(e["type"] == "Normal" for e in changes)
 
 
+def test_each_training_queue_where_kueue_preempts_within_gets_an_event_of_its_own(demand_file, tmp_path):
+    """A policy lending to two queues of withinClusterQueue LowerOrNewerEqualPriority (said whatever their Workloads'
+    priorities) was told both in one Event of some 1,320 characters, cut at the 1,024 an Event's message keeps (the
+    Kubernetes adapter's), the second queue's fix lost. Each queue's finding is an Event of its own, each once: a queue
+    that stops preempting tells nothing new, one that starts again is told again."""
+    r = Replay(tmp_path, demand_file, policy(trainingClusterQueues=["research", "batch"]))
+    settings = {"research": "LowerOrNewerEqualPriority", "batch": "LowerOrNewerEqualPriority"}
+    r.cluster.within_queue_preemption = lambda: settings  # type: ignore[method-assign]  # the embedded Kueue's: none
+    for at in (MONDAY_6AM, MONDAY_6AM + pd.Timedelta(minutes=5)):
+        r.step(at)
+    said = [e["message"] for e in r.events("KueuePreemptsWithinQueue", "chat")]
+    assert sorted(m.split(" has ")[0] for m in said) == ["ClusterQueue batch", "ClusterQueue research"], said
+    assert all(len(m) <= 1024 and m.endswith("makes the pending Workload wait for quota instead") for m in said)
+    del settings["batch"]  # withinClusterQueue: Never, as the adapters leave it out
+    r.step(MONDAY_6AM + pd.Timedelta(minutes=10))
+    assert len(r.events("KueuePreemptsWithinQueue")) == 2
+    settings["batch"] = "LowerOrNewerEqualPriority"
+    r.step(MONDAY_6AM + pd.Timedelta(minutes=15))
+    assert [e["message"].split(" has ")[0] for e in r.events("KueuePreemptsWithinQueue")[2:]] == ["ClusterQueue batch"]
+
+
 def test_a_headroom_band_wider_than_the_slack_is_at_risk_and_the_status_says_so_without_cluster_numbers(
         demand_file, tmp_path):
     r = Replay(tmp_path, demand_file, policy(headroomFloorGpus=100))  # a band no slack at 9:00 covers
