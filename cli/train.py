@@ -115,7 +115,7 @@ def cmd_train(cfg, args) -> int:
                 try:
                     result = train_series(name, loaded[name] if name in loaded else load(), settings, tracker, now,
                                           pool=pool, progress=say, timezone=cfg.forecast.timezone,
-                                          force=getattr(args, "force", False))
+                                          force=args.force)
                     if unpooled:
                         result.notes.append(unpooled)
                     out.append(result.to_json())

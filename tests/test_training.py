@@ -504,7 +504,7 @@ def test_cmd_train_cli(sqlite_uri, tmp_path, capsys):
 
     write_csv(demand(), tmp_path / "gpu.csv")
     cfg = load_config(None, {"backtest.folds": 2})
-    args = argparse.Namespace(history=str(tmp_path / "gpu.csv"), name="cli", tracking_uri=sqlite_uri)
+    args = argparse.Namespace(history=str(tmp_path / "gpu.csv"), name="cli", tracking_uri=sqlite_uri, force=False)
     assert cmd_train(cfg, args) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["name"] == "cli" and out["promoted"] and out["version"] == "1"
@@ -513,7 +513,7 @@ def test_cmd_train_cli(sqlite_uri, tmp_path, capsys):
     assert json.loads(rerun.out)["already_trained"] and "cli: auto mase=" in rerun.err
     assert "already trained on this history, these settings and this code: v1 (the champion)" in rerun.err
     bad = argparse.Namespace(history=str(tmp_path / "gpu.csv"), name="cli",
-                             tracking_uri=f"http://127.0.0.1:{free_port()}")
+                             tracking_uri=f"http://127.0.0.1:{free_port()}", force=False)
     assert cmd_train(cfg, bad) == 1
     assert "unreachable" in json.loads(capsys.readouterr().out)["error"]
     assert champion_version(sqlite_uri, "cli") == "1"
@@ -530,7 +530,7 @@ def test_train_from_a_prometheus_that_is_down_says_so_in_its_json(sqlite_uri, ca
 
     url = f"http://127.0.0.1:{free_port()}"
     cfg = load_config(None, {"history.prometheus.url": url, "history.prometheus.query": "sum(up)"})
-    args = argparse.Namespace(history=None, name="prom", tracking_uri=sqlite_uri)
+    args = argparse.Namespace(history=None, name="prom", tracking_uri=sqlite_uri, force=False)
     assert cmd_train(cfg, args) == 1
     out, err = capsys.readouterr()
     assert json.loads(out)["name"] == "prom" and url in json.loads(out)["error"], (out, err)
@@ -697,7 +697,8 @@ def test_cmd_train_stdout_is_json_against_a_tracking_server(mlflow_server, tmp_p
 
     write_csv(demand(), tmp_path / "gpu.csv")
     cfg = load_config(None, {"backtest.folds": 2})
-    args = argparse.Namespace(history=str(tmp_path / "gpu.csv"), name="stdout", tracking_uri=mlflow_server.uri)
+    args = argparse.Namespace(history=str(tmp_path / "gpu.csv"), name="stdout", tracking_uri=mlflow_server.uri,
+                              force=False)
     assert cmd_train(cfg, args) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["name"] == "stdout" and out["version"] == "1"
@@ -716,13 +717,13 @@ def test_a_tracking_uri_with_credentials_works_and_its_password_is_never_shown(m
     write_csv(demand(), tmp_path / "gpu.csv")
     cfg = load_config(None, {"backtest.folds": 2})
     secret_uri = mlflow_server.uri.replace("http://", "http://alice:s3cret@")
-    args = argparse.Namespace(history=str(tmp_path / "gpu.csv"), name="creds", tracking_uri=secret_uri)
+    args = argparse.Namespace(history=str(tmp_path / "gpu.csv"), name="creds", tracking_uri=secret_uri, force=False)
     assert cmd_train(cfg, args) == 0
     out = capsys.readouterr()
     assert json.loads(out.out)["version"] == "1"
     assert "s3cret" not in out.out + out.err and "alice:***@127.0.0.1" in out.err
     down = argparse.Namespace(history=str(tmp_path / "gpu.csv"), name="creds",
-                              tracking_uri=f"http://alice:s3cret@127.0.0.1:{free_port()}")
+                              tracking_uri=f"http://alice:s3cret@127.0.0.1:{free_port()}", force=False)
     assert cmd_train(cfg, down) == 1
     out = capsys.readouterr()
     assert "s3cret" not in out.out + out.err and "alice:***@" in json.loads(out.out)["error"]
@@ -1125,7 +1126,7 @@ def test_the_forecast_plot_of_a_history_on_another_clock_says_whose(sqlite_uri, 
     series = demand()
     write_csv(series, tmp_path / "gpu.csv")
     cfg = load_config(None, {"backtest.folds": 2, "forecast.timezone": "America/New_York"})
-    args = argparse.Namespace(history=str(tmp_path / "gpu.csv"), name="clock", tracking_uri=sqlite_uri)
+    args = argparse.Namespace(history=str(tmp_path / "gpu.csv"), name="clock", tracking_uri=sqlite_uri, force=False)
     assert cmd_train(cfg, args) == 0
     (ax,) = saved[-1].axes
     assert ax.get_xlabel() == "time (America/New_York wall clock)", ax.get_xlabel()
