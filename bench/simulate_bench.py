@@ -217,9 +217,8 @@ def speed(days: float = 358, runs: int = 1) -> dict:
     nasa = at_own_step(load_history(DATA / "nasa_http_1995_5min.csv")).ffill().fillna(0.0)
     index = pd.date_range("2025-01-01", periods=int((days + 7) * 288), freq="5min", tz="UTC")
     series = pd.Series(np.resize(nasa.to_numpy(float), len(index)), index=index)
-    evaluated = Scenario(series, 1000, days).evaluated  # the jobs arrive from its first step to its last, as simulate's
     scenario = Scenario(series, 1000, days,
-                        trace_jobs(pd.read_csv(JOBS), (evaluated[-1] - evaluated[0]).total_seconds(), 1000))
+                        trace_jobs(pd.read_csv(JOBS), Scenario(series, 1000, days).replay_seconds, 1000))
     spec = default_spec(scenario, demand_per_gpu(series, peak_gpus=800), forecaster="seasonal-naive")
     timed = [simulate(scenario, spec) for _ in range(runs)]
     r = min(timed, key=lambda t: t.sim_seconds)

@@ -242,11 +242,9 @@ def whatif(cfg: Config, progress=None) -> WhatIf:
         raise BadRequest(f"simulate.days {c.days:g} covers fewer than two steps of the trace "
                          f"({go_duration(step)}): give more days")
 
-    replayed = Scenario(demand, days=c.days).evaluated  # the jobs arrive from its first step to its last
-
     def arrivals(queues: Sequence[str]):
         return (None, []) if c.jobs is None else job_arrivals(
-            c.jobs, (replayed[-1] - replayed[0]).total_seconds(), step.total_seconds(), c.gpus, "--days", queues)
+            c.jobs, Scenario(demand, days=c.days).replay_seconds, step.total_seconds(), c.gpus, "--days", queues)
 
     if c.policy_file is not None:
         objects = load_manifests(c.policy_file)

@@ -93,6 +93,11 @@ class Scenario:
         return index[index > index[-1] - pd.Timedelta(seconds=round(self.days * 86400))]
 
     @property
+    def replay_seconds(self) -> float:
+        """From the first evaluated step to the last: the window a job trace arrives over (trace_jobs)."""
+        return (self.evaluated[-1] - self.evaluated[0]).total_seconds()
+
+    @property
     def history(self) -> pd.Series:
         return self.demand[self.demand.index < self.evaluated[0]]
 
