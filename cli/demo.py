@@ -23,7 +23,7 @@ WRITES = (HISTORY, STORE, POLICY, REPORT, "mlartifacts", ".headroom-locks")
 
 # what the demo makes itself (its history, its training, the days it simulates, the policies it compares), so a
 # configuration's keys for them are not read: said on stderr, not dropped without a word
-NOT_READ = {"history": ("file", "prometheus", "statistic"), "forecast": ("horizon", "quantiles", "timezone"),
+NOT_READ = {"history": ("file", "prometheus", "statistic", "counter"), "forecast": ("horizon", "quantiles", "timezone"),
             "backtest": ("horizon", "folds", "step"), "simulate": ("policy", "policy_file", "days", "jobs"),
             "training": ("tracking_uri", "name", "series", "candidates", "objective", "target_quantile",
                          "promotion_margin"),
@@ -110,7 +110,9 @@ def run_demo(out: Path, quick: bool, cfg, say) -> dict:
     now = scenario.evaluated[0]
     r = cfg.run.model_copy(update={"capacity_gpus": c.gpus, "policies": [
         EmbeddedPolicy(name=NAME, namespace=NAMESPACE, history_file=history_file, spec=policy)]})
-    cluster, demand = embedded(cfg, r, now)
+    # its history is the gauge it wrote, whatever history.counter says of the configuration's own
+    gauge = cfg.model_copy(update={"history": cfg.history.model_copy(update={"counter": None})})
+    cluster, demand = embedded(gauge, r, now)
     state = Reconciler(cluster, demand, r, models=Models(uri), dry_run=True,
                        outlier_factor=cfg.history.outlier_factor).reconcile(now)
     ps = state.policies[f"{NAMESPACE}/{NAME}"]

@@ -21,7 +21,7 @@ STAGES = ("history:", "trained:", "forecast:", "recommended:", "plan at", "simul
 
 # keys the demo makes itself: given, they are said unused, and every figure below is the demo's without them
 UNREAD = ("simulate:\n  days: 1\n  policy: static\nforecast:\n  timezone: Europe/Berlin\n"
-          "training:\n  candidates: [snaive24]\n")
+          "training:\n  candidates: [snaive24]\nhistory:\n  counter: true\n")
 
 
 @pytest.fixture(scope="module")
@@ -39,8 +39,9 @@ def test_the_configurations_keys_the_demo_makes_itself_are_said_unused(demo):
     """A configuration's simulate.days, forecast.timezone, ... were dropped without a word: the demo simulates its own
     days of its own history under every policy."""
     err = demo[3]
-    assert "headroom: note: forecast.timezone, simulate.policy, simulate.days, training.candidates of the " \
-           "configuration not used: the demo makes its own history, training and scenario" in err, err
+    assert "headroom: note: history.counter, forecast.timezone, simulate.policy, simulate.days, " \
+           "training.candidates of the configuration not used: the demo makes its own history, training and " \
+           "scenario" in err, err
     assert "simulating the last 2 day(s)" in err and "the embedded 128-GPU cluster" in err
 
 
@@ -141,6 +142,22 @@ def test_report_has_every_plot_embedded(demo):
     text = page.read_text()
     assert len(re.findall(r'<img src="data:image/png;base64,[A-Za-z0-9+/=]{1000,}"', text)) == 4
     assert "champion v1" in text and all(f">{p}<br>" in text for p in POLICIES)
+
+
+def test_the_demos_plan_is_the_one_headroom_plan_makes_of_its_policy_and_history(demo, tmp_path, monkeypatch, capsys):
+    """The demo's history is the gauge it wrote: a configuration's history.counter (true in the fixture's) had its plan
+    read it as a counter's increments (58 GPUs now and 70 lent, against 15 and 113), exit 0, while the simulation
+    beside it read the history as written. Its plan is what `headroom plan` makes of its policy and history."""
+    out, _, stdout, _ = demo
+    at = pd.Timestamp(re.search(r"^plan at (\S+ \S+) UTC", stdout, re.M).group(1), tz="UTC")
+    now = re.search(r"^  now: (.+)$", stdout, re.M).group(1)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{out / 'mlflow.db'}")  # its champion, as the demo serves
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    assert main(["plan", "--policy-file", str(out / "policy.yaml"), "--history", str(out / "demand_5min.csv"),
+                 "--now", at.isoformat(), "--gpus", "128"]) == 0
+    planned = capsys.readouterr().out
+    assert f"; now: {now}\n" in planned, (now, planned)
 
 
 def test_a_second_demo_into_its_own_folder_replaces_its_policy(demo):
