@@ -27,7 +27,7 @@ NOT_READ = {"history": ("file", "prometheus", "statistic", "counter"), "forecast
             "backtest": ("horizon", "folds", "step"), "simulate": ("policy", "policy_file", "days", "jobs"),
             "training": ("tracking_uri", "name", "series", "candidates", "objective", "target_quantile",
                          "promotion_margin"),
-            "run": ("capacity_gpus", "policies")}
+            "run": ("capacity_gpus", "namespace", "policies")}
 
 
 def unread_keys(cfg) -> list[str]:
@@ -108,7 +108,7 @@ def run_demo(out: Path, quick: bool, cfg, say) -> dict:
                                f"headroom demo: {tuned.reason}", replace=True)  # an earlier demo's, if any
 
     now = scenario.evaluated[0]
-    r = cfg.run.model_copy(update={"capacity_gpus": c.gpus, "policies": [
+    r = cfg.run.model_copy(update={"capacity_gpus": c.gpus, "namespace": None, "policies": [
         EmbeddedPolicy(name=NAME, namespace=NAMESPACE, history_file=history_file, spec=policy)]})
     # its history is the gauge it wrote, whatever history.counter says of the configuration's own
     gauge = cfg.model_copy(update={"history": cfg.history.model_copy(update={"counter": None})})

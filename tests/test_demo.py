@@ -21,7 +21,7 @@ STAGES = ("history:", "trained:", "forecast:", "recommended:", "plan at", "simul
 
 # keys the demo makes itself: given, they are said unused, and every figure below is the demo's without them
 UNREAD = ("simulate:\n  days: 1\n  policy: static\nforecast:\n  timezone: Europe/Berlin\n"
-          "training:\n  candidates: [snaive24]\nhistory:\n  counter: true\n")
+          "training:\n  candidates: [snaive24]\nhistory:\n  counter: true\nrun:\n  namespace: prod\n")
 
 
 @pytest.fixture(scope="module")
@@ -37,11 +37,12 @@ def demo(tmp_path_factory):
 
 def test_the_configurations_keys_the_demo_makes_itself_are_said_unused(demo):
     """A configuration's simulate.days, forecast.timezone, ... were dropped without a word: the demo simulates its own
-    days of its own history under every policy."""
+    days of its own history under every policy. run.namespace, read, left the demo's own policy (in `default`)
+    outside it: a KeyError traceback, exit 1."""
     err = demo[3]
     assert "headroom: note: history.counter, forecast.timezone, simulate.policy, simulate.days, " \
-           "training.candidates of the configuration not used: the demo makes its own history, training and " \
-           "scenario" in err, err
+           "training.candidates, run.namespace of the configuration not used: the demo makes its own history, " \
+           "training and scenario" in err, err
     assert "simulating the last 2 day(s)" in err and "the embedded 128-GPU cluster" in err
 
 
