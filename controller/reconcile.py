@@ -1276,8 +1276,8 @@ class Reconciler:
                   level: int, kind: str) -> list[RecordEvent]:
         """Each finding (what to say, the training queues it is about): a log line, and an Event `reason` of its own on
         each policy of those queues (findings joined into one Event ran past the 1,024 characters an Event's message
-        keeps), when first seen or changed, not every reconcile (a policy deleted and made again is a new object:
-        told again)."""
+        keeps), each when first seen, not every reconcile (a finding changed is a new one; a policy deleted and made
+        again is a new object: told again)."""
         logged = self._logged.get(reason, set())
         for said, _ in findings:
             if said not in logged:
@@ -1287,10 +1287,10 @@ class Reconciler:
         notes = []
         for p in policies:
             mine = set(p.spec.training_cluster_queues)
-            theirs = {said for said, queues in findings if mine & set(queues)}
+            its = {said for said, queues in findings if mine & set(queues)}
             notes += [RecordEvent(EventNote(p.ref, reason, said, kind))
-                      for said in sorted(theirs - told.get(p.ref, set()))]
-            told[p.ref] = theirs
+                      for said in sorted(its - told.get(p.ref, set()))]
+            told[p.ref] = its
         return notes
 
     @staticmethod
