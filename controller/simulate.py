@@ -42,7 +42,7 @@ from core.files import replace_whole
 from core.objects import ObjectRef
 from core.policy import API_VERSION, KIND, PolicySpec, manifest
 from core.settings import SIMULATED_POLICIES, WorldSettings
-from core.units import epoch_seconds
+from core.units import epoch_seconds, go_duration
 from forecast.base import Forecaster
 from forecast.baselines import BASELINES
 from forecast.clock import local_hours
@@ -271,19 +271,24 @@ def trace_jobs(jobs: pd.DataFrame, span_seconds: float, capacity: int,
                          "cluster: left out")
         covered = end - float(jobs["creation_time"].min())
         if covered < span_seconds:
-            notes.append(f"the trace's jobs are created over {covered / 86400:.3g} days, fewer than the replay's "
-                         f"{span_seconds / 86400:.3g} (its first step to its last): the first arrives "
-                         f"{(span_seconds - covered) / 86400:.3g} days in, with no training before")
+            notes.append(f"the trace's jobs are created over {_span(covered)}, less than the replay's "
+                         f"{_span(span_seconds)} (its first step to its last): the first arrives "
+                         f"{_span(span_seconds - covered)} in, with no training before")
     if not keep.any():  # a trace with no scheduled_time at all reads as pods that never ran: say so
         unscheduled = f" ({int(never_ran.sum())} pod(s) there were never scheduled: a blank scheduled_time)" \
             if never_ran.any() else ""
         ending = int((at_end & (work > 0)).sum())
         last = f" before its newest creation_time {end:g}, where the window ends and the replay with it (the " \
             f"{ending} job(s) created then arrive as it ends)" if ending else ""
-        raise ValueError(f"no job of 1 to {capacity} GPUs ran in the trace's last {span_seconds / 86400:.3g} days"
+        raise ValueError(f"no job of 1 to {capacity} GPUs ran in the trace's last {_span(span_seconds)}"
                          f"{last}{unscheduled}")
     order = np.argsort(arrival[keep], kind="stable")
     return gpus[keep][order], work[keep][order], arrival[keep][order]
+
+
+def _span(seconds: float) -> str:
+    """A span of the job trace as headroom writes durations (23h55m), to the second: a `--hours` replay is not days."""
+    return go_duration(round(seconds))
 
 
 class _Future:

@@ -783,12 +783,12 @@ def test_simulate_says_what_of_a_job_trace_it_leaves_out(demand, tmp_path, capsy
     assert len(job_notes) == 4 and all(f"note: {n}" in err for n in job_notes), (job_notes, err)
     assert f"note: --jobs (simulate.jobs) {path}: 1 job(s) of more than 8 GPUs (up to 16)" in err
     assert "1 pod(s) of the window never scheduled" in err
-    assert "created over 0.0833 days, fewer than the replay's 0.993 (its first step to its last): the first " \
-        "arrives 0.91 days in" in err
+    assert "created over 2h, less than the replay's 23h50m (its first step to its last): the first arrives 21h50m " \
+        "in" in err
     path.write_text(JOB_HEADER + "0,0,0,3000\n1,100,,700\n")
     status, err = exits(["simulate", demand, "--days", "1", "--policy", "oracle", "--jobs", path], capsys)
-    assert status == 2 and f"--jobs (simulate.jobs) {path}: no job of 1 to 128 GPUs ran in the trace's last 0.993 " \
-        "days (1 pod(s) there were never scheduled: a blank scheduled_time) (--days, --gpus)" in err, err
+    assert status == 2 and f"--jobs (simulate.jobs) {path}: no job of 1 to 128 GPUs ran in the trace's last 23h50m " \
+        "(1 pod(s) there were never scheduled: a blank scheduled_time) (--days, --gpus)" in err, err
 
 
 def test_report_json_says_what_of_a_job_trace_it_leaves_out(demand, tmp_path, capsys):
