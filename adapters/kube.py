@@ -543,6 +543,10 @@ class KubeCluster:
         from_env = os.environ.get("KUBECONFIG") if path is None else None
         path = path or from_env or None
         named = f"{path} ($KUBECONFIG)" if from_env else path or "~/.kube/config"
+        if from_env and not any(os.path.isfile(os.path.expanduser(p)) for p in from_env.split(os.pathsep) if p):
+            # the client says "Invalid kube-config file. No configuration found." of a file that is not there
+            raise ClusterError(f"cannot load kubeconfig {named}: no such file (set KUBECONFIG to the kubeconfig's "
+                               "path, or give --kubeconfig)")
         try:
             config.load_kube_config(config_file=path, context=context, client_configuration=configuration)
         except (config.ConfigException, OSError) as exc:

@@ -173,6 +173,11 @@ def test_a_kubeconfig_from_the_environment_is_the_one_read_and_named(tmp_path, m
     assert main(["run", "--config", str(config), "--once"]) == 1
     err = capsys.readouterr().err
     assert f"cannot load kubeconfig {tmp_path / 'kubeconfig'} ($KUBECONFIG): not a kubeconfig" in err, err
+    # one that is not there was said to be "Invalid kube-config file. No configuration found."
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
+    assert main(["run", "--config", str(config), "--once"]) == 1
+    err = capsys.readouterr().err
+    assert f"cannot load kubeconfig {tmp_path / 'absent'} ($KUBECONFIG): no such file" in err, err
 
 
 @pytest.mark.parametrize("text, why", [("timestamp,value\n2026-01-01T00:00:00Z,5\n", "TypeError"),

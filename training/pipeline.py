@@ -234,7 +234,7 @@ def code_digest(roots: tuple[Path, ...] = MODEL_CODE) -> str:
     """The code a model comes from: every Python source under `roots` (by path and content), the versions of the
     distributions headroom requires (numpy, pandas, statsmodels, scikit-learn fit the models: an upgrade changes a fit
     as an edit does) and Python's. The package's version is no such mark: it stays 0.1.0 as the code changes. Read
-    once a process (some 200 KB, 40 ms)."""
+    once a process (some 200 KB, a few milliseconds)."""
     h = hashlib.sha256()
     for root in roots:
         for path in sorted(root.rglob("*.py")):
