@@ -250,9 +250,7 @@ class EmbeddedCluster:
                 self.quotas[queue_target] = inf.desired * inf.gpus_per_replica
             queue = spec.inference_cluster_queue
             if queue is not None:  # what the serving replicas of every policy running in it hold, at least
-                held = sum(i.held_replicas * i.gpus_per_replica for k, i in self.inference.items()
-                           if self.specs[k].inference_cluster_queue == queue)
-                self.quotas[queue] = max(self.quotas[queue], held)
+                self.quotas[queue] = max(self.quotas[queue], self._held_in_queues()[queue])
         self.training_queues += [q for q in spec.training_cluster_queues if q not in self.training_queues]
         self._pending_version += 1  # a new training queue: what is derived from the queues is redone
         self._held_version += 1
@@ -501,10 +499,7 @@ class EmbeddedCluster:
         nominalQuota (borrowed from the cohort, or left above a lowered quota), those admitted included."""
         if not self.inference_queues:
             return {}, {}
-        used = dict.fromkeys(self.inference_queues.values(), 0)
-        for key, q in self.inference_queues.items():
-            inf = self.inference[key]
-            used[q] += inf.held_replicas * inf.gpus_per_replica
+        used = self._held_in_queues()
         cohort = 0
         if not self._pending:
             cohort = (sum(self.quotas.get(q, 0) for q in self.training_queues) - sum(self._usage().values())
@@ -521,6 +516,14 @@ class EmbeddedCluster:
                 n += 1
             admitted[key] = n
         return admitted, {q: u - self.quotas[q] for q, u in used.items() if u > self.quotas[q]}
+
+    def _held_in_queues(self) -> dict[str, int]:
+        """The GPUs the replicas of the policies running in each inferenceClusterQueue hold (warming ones too)."""
+        held = dict.fromkeys(self.inference_queues.values(), 0)
+        for key, queue in self.inference_queues.items():
+            inf = self.inference[key]
+            held[queue] += inf.held_replicas * inf.gpus_per_replica
+        return held
 
     def _hpa_recommendation(self, inf: _Inference) -> int:
         """Replicas for the highest demand the HPA saw over its scale-down window, at least minReplicas."""

@@ -226,7 +226,6 @@ def _read_csv(path: Path) -> pd.Series:
                 broken = _not_utf8(path, exc)
             except csv.Error as exc:
                 broken = HistoryError(f"{path}: not a readable CSV: {exc}")
-
     except UnicodeDecodeError as exc:
         raise _not_utf8(path, exc) from None
     except csv.Error as exc:
