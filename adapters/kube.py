@@ -968,8 +968,9 @@ class KubeCluster:
                     "labelSelector": f"{POD_QUEUE_LABEL} in ({','.join(sorted(names))})"}).get("items", [])
             except ClusterError as exc:
                 if namespace not in self._pods_unread:
-                    log.warning("pods of ClusterQueue %s in namespace %s not read, their Workloads counted as "
-                                "serving: %s", queue, namespace, exc)
+                    log.warning("pods of ClusterQueue %s in namespace %s not read (%s): its Workloads there count "
+                                "as serving; reading them takes list on pods (deploy/base/rbac.yaml)",
+                                queue, namespace, exc)
                 self._pods_unread.add(namespace)
                 continue
             self._pods_unread.discard(namespace)
