@@ -493,17 +493,33 @@ class EmbeddedCluster:
     def _kueue_inference(self) -> tuple[dict[str, int], dict[str, int]]:
         """Kueue's admission of the waiting replicas of the policies that name an inferenceClusterQueue (each pod a
         Workload of it), in policy order: into the queue's unused nominalQuota, then borrowing the training cohort's
-        unused quota, which goes first to any training Workload waiting (older, and of the same priority). The shipped
-        inference queue is in that cohort with no borrowingLimit, and its lendingLimit 0 lends the cohort nothing.
-        Returns each such policy's waiting replicas Kueue admits, and what each inference queue uses above its
-        nominalQuota (borrowed from the cohort, or left above a lowered quota), those admitted included."""
+        unused quota. The shipped inference queue is in that cohort with no borrowingLimit, and its lendingLimit 0 lends
+        the cohort nothing. Returns each such policy's waiting replicas Kueue admits, and what each inference queue uses
+        above its nominalQuota (borrowed from the cohort, or left above a lowered quota), those admitted included.
+
+        A replica borrows what the training Workloads waiting leave. Kueue's scheduling cycle takes each ClusterQueue's
+        head and admits first those that fit under their own queue's nominalQuota, then borrowers by priority
+        (PrioritySortingWithinCohort, on by default), then creation time: it gives inference no precedence of its own,
+        only a higher priority would (a WorkloadPriorityClass), and even that never before a Workload within its own
+        quota. Here every Workload has one priority and the training ones waiting are taken as older than the replicas
+        (the saturated backlog keeps a cluster's worth waiting from the start; a job of a trace arriving after a replica
+        began to wait would go after it), so
+        those Kueue admits into the cohort's unused quota (planning.kueue.admit, on quota alone: admitted, pods wait for
+        GPUs) go first. The training queues are taken as BestEffortFIFO (Kueue's default and the shipped queues'; the
+        embedded cluster holds no queueingStrategy): a Workload too large for the quota left is passed over and blocks
+        no replica. Not modelled: a head that fits its queue's nominalQuota but not the cohort's unused quota (a replica
+        borrowed it; reclaimWithinCohort Never leaves no one to preempt) has Kueue reserve its queue's unused quota for
+        the cycle it heads; BestEffortFIFO then sets it aside, so a replica waits a cycle, not a step (StrictFIFO keeps
+        it the head: the reservation would hold, and a replica not borrow that quota, until it is admitted)."""
         if not self.inference_queues:
             return {}, {}
         used = self._held_in_queues()
-        cohort = 0
-        if not self._pending:
-            cohort = (sum(self.quotas.get(q, 0) for q in self.training_queues) - sum(self._usage().values())
-                      - sum(max(u - self.quotas[q], 0) for q, u in used.items()))
+        over = {q: u - self.quotas[q] for q, u in used.items() if u > self.quotas[q]}
+        cohort = (sum(self.quotas.get(q, 0) for q in self.training_queues) - sum(self._usage().values())
+                  - sum(over.values()))
+        if self._pending:
+            quotas, borrowed = self._cohort(over)
+            cohort -= int(self.jobs.gpus[self._admit_training(quotas, borrowed, sum(quotas.values()))].sum())
         admitted = {}
         for key, q in self.inference_queues.items():
             inf, n = self.inference[key], 0
@@ -516,6 +532,20 @@ class EmbeddedCluster:
                 n += 1
             admitted[key] = n
         return admitted, {q: u - self.quotas[q] for q, u in used.items() if u > self.quotas[q]}
+
+    def _cohort(self, borrowed: Mapping[str, int]) -> tuple[dict[str, int], dict[str, int]]:
+        """The training cohort as planning.kueue.admit reads it: each ClusterQueue's nominalQuota, and each inference
+        queue's use above its own (`borrowed`) at a quota of 0: its lendingLimit 0 lends the cohort nothing."""
+        quotas = {q: self.quotas.get(q, 0) for q in self.training_queues}
+        borrowed = {q: gpus for q, gpus in borrowed.items() if q not in quotas}
+        return {**quotas, **dict.fromkeys(borrowed, 0)}, borrowed
+
+    def _admit_training(self, quotas: dict[str, int], borrowed: dict[str, int], free: int) -> list[int]:
+        """The pending training Workloads (job numbers) Kueue admits into `quotas` (`_cohort`) and `free` GPUs."""
+        j, p = self.jobs, np.array(self._pending)
+        chosen = admit(j.queue_names[p], j.gpus[p], j.priority[p], j.created[p], [j.names[i] for i in p],
+                       {**self._usage(), **borrowed}, quotas, free)
+        return [int(p[k]) for k in chosen]
 
     def _held_in_queues(self) -> dict[str, int]:
         """The GPUs the replicas of the policies running in each inferenceClusterQueue hold (warming ones too)."""
@@ -575,10 +605,7 @@ class EmbeddedCluster:
                                     for key, inf in self.inference.items())
         if free <= 0:
             return []
-        quotas = {q: self.quotas.get(q, 0) for q in self.training_queues}
-        # an inference queue lends the cohort nothing (lendingLimit 0): in it, it holds what it uses above its quota
-        borrowed = {q: gpus for q, gpus in borrowed.items() if q not in quotas}
-        quotas.update(dict.fromkeys(borrowed, 0))
+        quotas, borrowed = self._cohort(borrowed)
         # A pass that admitted nothing admits nothing again with the same pending line and usage, no more free GPUs
         # and no more quota in all: Kueue admits a Workload only if its GPUs fit the free GPUs and the cohort's
         # unused quota (planning.kueue.admit), and both can only have shrunk.
@@ -586,11 +613,7 @@ class EmbeddedCluster:
         last = self._idle_admission
         if last is not None and last[:2] == inputs[:2] and free <= last[2] and inputs[3] <= last[3]:
             return []
-        p = np.array(self._pending)
-        usage = {**self._usage(), **borrowed}
-        chosen = admit(j.queue_names[p], j.gpus[p], j.priority[p], j.created[p],
-                       [j.names[i] for i in p], usage, quotas, free)
-        admitted = [int(p[k]) for k in chosen]
+        admitted = self._admit_training(quotas, borrowed, free)
         if admitted:  # out of the line in one pass: removing them one by one is quadratic in a long line
             taken = set(admitted)
             self._pending = [i for i in self._pending if i not in taken]
@@ -599,7 +622,7 @@ class EmbeddedCluster:
             self._running = np.concatenate([self._running, np.array(admitted, np.int64)])
             self._pending_version += 1
             self._held_version += 1
-            if self.inference_queues and not self._pending:  # no training waits: replicas may borrow what is left
+            if self.inference_queues:  # replicas may borrow what the training Workloads still waiting leave
                 self._grant(self.now)
         else:
             self._idle_admission = inputs

@@ -6,7 +6,7 @@ the planner was shown (planning.planner.Training), never more."""
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import event, given, settings
+from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 
 from adapters.embedded import EmbeddedCluster
@@ -255,11 +255,14 @@ serve_step = st.one_of(
 @settings(max_examples=100, deadline=None)
 @given(st.integers(4, 48), st.lists(serve_step, min_size=1, max_size=30), st.integers(0, 5),
        st.lists(st.floats(0.0, 600.0), min_size=1, max_size=12), job_trace)
+@example(16, [("quota", "train-a", 6), ("admit",), ("min", 6)], 0, [0.0], [(8, 3600.0, 0.0)])
 def test_kueue_admits_an_inference_cluster_queues_replicas_within_its_quota_and_the_cohorts(capacity, steps, seed,
                                                                                            hourly, trace):
     """The pods of a policy naming an inferenceClusterQueue are Workloads of it: a replica starts holding GPUs only
     within the queue's nominalQuota plus what the training queues leave unused of theirs (the cohort it borrows from),
-    whatever the HPA asks and however many GPUs are idle; training is admitted only into what that borrowing leaves."""
+    whatever the HPA asks and however many GPUs are idle; training is admitted only into what that borrowing leaves.
+    And a training Workload too large for that unused quota holds no replica back (Kueue's BestEffortFIFO passes over
+    it): the example's 8-GPU job, waiting beside a training quota of 6, kept the replicas from borrowing any of it."""
     index = pd.date_range(START - pd.Timedelta(days=1), START + pd.Timedelta(days=1), freq="5min")
     demand = pd.Series([hourly[(t.hour + t.day) % len(hourly)] for t in index], index=index)
     jobs = None if trace is None else tuple(np.array(column) for column in zip(*sorted(
@@ -294,4 +297,9 @@ def test_kueue_admits_an_inference_cluster_queues_replicas_within_its_quota_and_
         if inf.held_replicas * 2 > held:
             event("a replica admitted")
             assert inf.held_replicas * 2 - w.cluster_queue_quotas()["serve"] <= max(training_room(), 0)
+        serve = w.cluster_queue_quotas()["serve"]
+        unused = training_room() - max(inf.held_replicas * 2 - serve, 0)  # the cohort's, for training and borrowers
+        if inf.waiting and w.idle_gpus >= 2 and all(x.gpus > unused for x in w.workloads() if not x.admitted):
+            event("a replica waits while no training Workload fits")
+            assert max(serve - inf.held_replicas * 2, 0) + max(unused, 0) < 2
         assert w.inference_gpus + w.training_gpus <= capacity and w.idle_gpus >= 0

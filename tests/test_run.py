@@ -516,6 +516,27 @@ def test_an_inference_replica_borrows_only_the_quota_no_training_waits_for():
     assert [x.gpus for x in w.workloads() if x.admitted] == [] and w.admit()  # and the job its queue's
 
 
+def test_an_inference_replica_borrows_past_a_training_workload_too_large_for_the_quota_left():
+    """Kueue's BestEffortFIFO (the training queues' queueingStrategy) passes over a Workload that does not fit the
+    cohort's unused quota: it blocks no other queue's admission. A replica borrowed nothing while any training Workload
+    waited, even one too large for all the training quota. Now the Workloads that fit go first (the 4-GPU job, older,
+    of the same priority), and a replica borrows what they leave (2 of the 6 GPUs), past the 8-GPU one."""
+    index = pd.date_range(MONDAY_6AM - pd.Timedelta(days=1), MONDAY_6AM + pd.Timedelta(days=1), freq="5min")
+    demand = pd.Series(20.0, index=index).where(index <= MONDAY_6AM, 200.0)  # 2 GPUs, then 20
+    hpa = policy("chat", target={"kind": "HorizontalPodAutoscaler", "name": "chat"}, inferenceClusterQueue="serve",
+                 capacity={"demandPerGpu": 10.0, "gpusPerReplica": 1})
+    start = MONDAY_6AM.timestamp()
+    w = EmbeddedCluster(64, [hpa], {"inference/chat": demand}, start,  # an 8-GPU job, then a 4-GPU one, waiting
+                        jobs=(np.array([8, 4]), np.array([3600.0, 3600.0]), np.array([0.0, 0.0])))
+    inf = w.inference["inference/chat"]
+    w.set_cluster_queue_quota("serve", 4)
+    w.set_cluster_queue_quota("research", 6)
+    assert [x.gpus for x in w.workloads() if x.admitted] == [] and [w.jobs.gpus[i] for i in w.admit()] == [4]
+    w.advance(start + 300)  # the HPA asks 20: 4 of its own quota and the 2 the 4-GPU job leaves
+    assert (inf.held_replicas, inf.waiting) == (6, 14)
+    assert [x.gpus for x in w.workloads() if not x.admitted] == [8]  # still waiting: it never fits the 6
+
+
 # ----------------------------------------------------------------------------------------------- faults
 class FailingDemand(DemandReader):
     """Demand that answers until `fail` is set, then fails like an unreachable Prometheus (for `keys`, or all)."""
