@@ -537,6 +537,32 @@ def test_an_inference_replica_borrows_past_a_training_workload_too_large_for_the
     assert [x.gpus for x in w.workloads() if not x.admitted] == [8]  # still waiting: it never fits the 6
 
 
+def test_the_first_scale_serves_at_once_only_the_replicas_its_inference_cluster_queue_admits():
+    """The controller ran before the replay, so the replicas its first scale asks beyond those serving were in place,
+    warm, as far as Kueue admitted them: its queue's unused quota, then what the training queues leave unused. The
+    bound is Kueue's admission of the replicas that scale adds: the policy has none waiting before its first scale
+    (only a scale after it adds them), so its admission of all its waiting replicas is theirs alone."""
+    index = pd.date_range(MONDAY_6AM - pd.Timedelta(days=1), MONDAY_6AM + pd.Timedelta(days=1), freq="5min")
+    flat = pd.Series(20.0, index=index)  # 2 GPUs: 2 replicas of 1 GPU each
+    one = {"demandPerGpu": 10.0, "gpusPerReplica": 1}
+    chat, search = (policy(name, inferenceClusterQueue="serve", capacity=one) for name in ("chat", "search"))
+    start = MONDAY_6AM.timestamp()
+    w = EmbeddedCluster(64, [chat, search], {"inference/chat": flat, "inference/search": flat}, start,
+                        jobs=(np.array([8]), np.array([3600.0]), np.array([0.0])))
+    first, second = w.inference["inference/chat"], w.inference["inference/search"]
+    assert w.quotas["serve"] == 4 and (first.warm, second.warm) == (2, 2)
+    w.set_cluster_queue_quota("research", 2)
+    w.admit()  # the 8-GPU job waits: it never fits the 2 (a replica may borrow them)
+    w.scale_deployment("inference", "chat", 3)  # its first scale: one replica more, and no quota but the 2 borrowed
+    assert (first.warm, first.warming, first.waiting) == (3, [], 0)
+    w.scale_deployment("inference", "chat", 5)  # a later one: the last borrowed GPU, then it waits for quota
+    assert (first.held_replicas, len(first.warming), first.waiting) == (4, 1, 1)
+    w.set_cluster_queue_quota("serve", 7)  # the replica waiting fits the queue's quota: the 2 are unused again
+    assert (first.held_replicas, first.waiting) == (5, 0)
+    w.scale_deployment("inference", "search", 5)  # search's first scale: 2 of its 3 more are in place, 1 waits
+    assert (second.warm, second.warming, second.waiting) == (4, [], 1)
+
+
 # ----------------------------------------------------------------------------------------------- faults
 class FailingDemand(DemandReader):
     """Demand that answers until `fail` is set, then fails like an unreachable Prometheus (for `keys`, or all)."""
