@@ -204,13 +204,17 @@ def test_the_backlog_holds_as_many_jobs_at_any_size(times, seed):
 
 @settings(max_examples=50, deadline=None)
 @given(st.sampled_from(["Deployment", "HorizontalPodAutoscaler", "ClusterQueue"]), st.floats(0.0, 400.0),
-       st.integers(4, 48), st.integers(0, 30), st.integers(1, 30))
-def test_a_target_serves_its_demand_from_the_start(kind, demand, capacity, first, more):
+       st.integers(4, 48), st.integers(0, 30), st.integers(1, 30), st.booleans())
+@example("Deployment", 20.0, 16, 4, 1, True)
+@example("ClusterQueue", 20.0, 16, 4, 1, True)
+def test_a_target_serves_its_demand_from_the_start(kind, demand, capacity, first, more, later):
     """The workload served before the world starts. The world once created its replicas only at the controller's first
     scale, so before it (the replay's first row) the target reported 0 ready replicas: `simulate` of the ServeGen
     trace showed reserved 79, warm 0, then warm 79. Now the target starts with the replicas its demand at the start
-    needs (as many as the cluster holds), ready. The controller ran before too: the replicas its first scale asks
-    beyond those serve at once; those of any later scale warm up."""
+    needs (as many as the cluster holds), ready. The controller ran before too: the replicas its scale at the start
+    asks beyond those serve at once; those of any later scale warm up. A Deployment or ClusterQueue target the start's
+    decision left as it was (`later`: its reservation was what it held) took its first scale, an hour or a day on,
+    as that decision: the replicas served at once, with no warm-up (the examples: 5 ready at once, not 1)."""
     index = pd.date_range(START - pd.Timedelta(days=1), START + pd.Timedelta(days=1), freq="5min")
     spec = SPEC.model_copy(update={"target": SPEC.target.model_copy(update={"kind": kind})})
     w = EmbeddedCluster(capacity, [manifest("chat", "default", spec)], {"default/chat": pd.Series(demand, index=index)},
@@ -231,8 +235,13 @@ def test_a_target_serves_its_demand_from_the_start(kind, demand, capacity, first
         else:
             w.set_cluster_queue_quota("chat", 2 * replicas)
 
+    if later:  # no scale at the start: the reservation was what the target held; time passes
+        w.advance(w.now + 3600.0)
     asked = min(needed + first, capacity // 2)
     scale(asked)
+    if later:  # a scale after the start is no decision in place before it: its replicas warm up
+        assert w.target_state(target, 2).ready_replicas == needed
+        w.advance(w.now + WorldSettings().warmup_seconds)
     assert w.target_state(target, 2).ready_replicas == asked
     w.advance(w.now + 60.0)
     again = min(asked + more, capacity // 2)
