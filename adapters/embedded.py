@@ -502,15 +502,15 @@ class EmbeddedCluster:
         (PrioritySortingWithinCohort, on by default), then creation time: it gives inference no precedence of its own,
         only a higher priority would (a WorkloadPriorityClass), and even that never before a Workload within its own
         quota. Here every Workload has one priority and the training ones waiting are taken as older than the replicas
-        (the saturated backlog keeps a cluster's worth waiting from the start; a job of a trace arriving after a replica
-        began to wait would go after it), so those Kueue admits into the cohort's unused quota (planning.kueue.admit, on
-        quota alone: admitted, pods wait for GPUs) go first. The training queues are taken as BestEffortFIFO (Kueue's
-        default and the shipped queues'; the embedded cluster holds no queueingStrategy): a Workload too large for the
-        quota left is passed over and blocks no replica. Not modelled: a head that fits its queue's nominalQuota but not
-        the cohort's unused quota (a replica borrowed it; reclaimWithinCohort Never leaves no one to preempt) has Kueue
-        reserve it its queue's unused quota (up to its size) for the cycle it heads; BestEffortFIFO then sets it aside,
-        so a replica waits a cycle, not a step (StrictFIFO keeps it the head: the reservation would hold, and a replica
-        not borrow that quota, until it is admitted)."""
+        (on a cluster one created after a replica began to wait, of a trace or a backlog top-up, goes after it where
+        both borrow), so those Kueue admits into the cohort's unused quota (planning.kueue.admit, on quota alone:
+        admitted, pods wait for GPUs) go first. The training queues are taken as BestEffortFIFO (Kueue's default and the
+        shipped queues'; the embedded cluster holds no queueingStrategy): a Workload too large for the quota left is
+        passed over and blocks no replica. Not modelled: a head that fits its queue's nominalQuota but not the cohort's
+        unused quota (a replica borrowed it; reclaimWithinCohort Never leaves no one to preempt) has Kueue reserve it
+        its queue's unused quota (up to its size) for the cycle it heads; BestEffortFIFO then sets it aside, so a
+        replica waits a cycle, not a step (StrictFIFO keeps it the head: the reservation would hold, and a replica not
+        borrow that quota, until it is admitted)."""
         if not self.inference_queues:
             return {}, {}
         used = self._held_in_queues()
