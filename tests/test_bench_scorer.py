@@ -1,6 +1,7 @@
 """The benchmark's M4 scorer (forecast.metrics + our Naive2) reproduces the published M4 hourly rows."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -44,3 +45,15 @@ def test_naive2_reproduces_published(scored):
 def test_owa_of_naive2_is_one(bench, scored):
     ours, _ = scored
     assert bench.owa(ours["Naive2"], ours["Naive2"]) == pytest.approx(1.0)
+
+
+def test_the_interval_peers_table_is_what_the_stored_runs_say():
+    """docs/bench-interval-peers.md is regenerated from bench/results alone: a changed scorer or stored run shows."""
+    peers = bench_module("interval_peers")
+    if not (peers.TRACES / "nasa_http_1995_hourly.csv").exists():
+        pytest.skip(f"the shared traces are not at {peers.TRACES}")
+    table = peers.rows(json.loads((peers.RESULTS / "peers.json").read_text()),
+                       json.loads((peers.RESULTS / "forecast.json").read_text()))
+    assert set(table["model"]) >= {peers.HEADROOM, "AutoETS24", "MSTL24"}
+    assert ((table["coverage_80"] <= table["coverage_90"] + 1e-9) | (table["model"] != peers.HEADROOM)).all()
+    assert peers.markdown(table) == (peers.REPO / "docs" / "bench-interval-peers.md").read_text()
