@@ -55,6 +55,7 @@ from core.objects import (
     TargetRef,
     TargetState,
     WorkloadInfo,
+    event_message,
 )
 
 log = logging.getLogger(__name__)
@@ -1193,7 +1194,7 @@ class KubeCluster:
             involved["uid"] = about.uid
         body = {"apiVersion": "v1", "kind": "Event",
                 "metadata": {"name": f"{about.name}.{secrets.token_hex(8)}", "namespace": namespace},
-                "involvedObject": involved, "reason": reason, "message": message[:1024], "type": type,
+                "involvedObject": involved, "reason": reason, "message": event_message(message), "type": type,
                 "action": action, "source": {"component": self.field_manager},
                 "reportingComponent": self.field_manager, "reportingInstance": self.field_manager,
                 "firstTimestamp": _rfc3339(now), "lastTimestamp": _rfc3339(now), "count": 1}

@@ -64,20 +64,26 @@ class Reclaimer:
                                        # the queue's own (one: the same cohort)
     down: tuple[tuple[str, ...], ...]  # per queue, the cohorts of its way below the first one shared
 
-    def describe(self) -> str:
-        whose = []
-        for way, down in dict.fromkeys(zip(self.ways, self.down)):  # the queues reached the same way, together
-            names = ", ".join(q for q, w in zip(self.queues, self.ways) if w == way)
-            over = ""
-            if down:  # Kueue looks for candidates only in a subtree over its quota
-                over = (f", once the cut also leaves cohort {down[0]} above its quota" if len(down) == 1 else
-                        f", once the cut also leaves cohorts {', '.join(down)} above their quotas")
-            whose.append(names if len(way) == 1 else
-                         f"{names} (cohort {way[-1]}, through cohorts {' -> '.join(way)} of their tree{over})")
-        return (f"ClusterQueue {self.name} of cohort {self.cohort} has {self.setting}: Kueue preempts the Workloads "
-                f"of {'; '.join(whose)} whenever headroom lowers their nominalQuota under what they run, "
-                "in Kueue's order and counted nowhere in headroom; set its reclaimWithinCohort to Never (and no "
-                "borrowWithinCohort)")
+    def findings(self) -> list[tuple[str, tuple[str, ...]]]:
+        """What to say of each training queue it reaches, as (what, (the queue,)): the two queues, the setting and the
+        fix first, the way through the tree last, as an Event keeps the first 1,024 characters (core.objects
+        event_message) and names of Kubernetes' longest (253) leave no room for a way of several cohorts."""
+        found: list[tuple[str, tuple[str, ...]]] = []
+        for queue, way, down in zip(self.queues, self.ways, self.down):
+            if len(way) == 1:
+                where = f"both are of cohort {self.cohort}"
+            else:
+                over = ""
+                if down:  # Kueue looks for candidates only in a subtree over its quota
+                    over = (f", once the cut also leaves cohort {down[0]} above its quota" if len(down) == 1 else
+                            f", once the cut also leaves cohorts {', '.join(down)} above their quotas")
+                where = (f"{queue} is of cohort {way[-1]}, reached through cohorts {' -> '.join(way)} of their "
+                         f"tree{over}")
+            found.append((f"ClusterQueue {self.name} has {self.setting} (set its reclaimWithinCohort to Never, and "
+                          f"no borrowWithinCohort): Kueue preempts the Workloads of ClusterQueue {queue} whenever "
+                          "headroom lowers its nominalQuota under what it runs, in Kueue's order and counted nowhere "
+                          f"in headroom; {where}", (queue,)))
+        return found
 
 
 @dataclass(frozen=True)
@@ -96,7 +102,7 @@ class CohortCheck:
         return "; ".join(f"cohort {chain[0]}'s parentName chain loops: {' -> '.join(chain)}" for chain in self.loops)
 
     def reclaimers_said(self) -> str:
-        return "; ".join(r.describe() for r in self.reclaimers)
+        return "; ".join(said for r in self.reclaimers for said, _ in r.findings())
 
 
 def _cap(gpus: int, limit: int | None) -> int:

@@ -1255,7 +1255,7 @@ class Reconciler:
         nothing outranks it). A tree that could not be read changes nothing said."""
         if cohorts.unreadable:
             return []
-        return self._say_once("CohortReclaims", [(r.describe(), r.queues) for r in cohorts.reclaimers], policies,
+        return self._say_once("CohortReclaims", [f for r in cohorts.reclaimers for f in r.findings()], policies,
                               logging.WARNING, "Warning")
 
     def _within_queue_notes(self, policies: list[PolicyObject], workloads: list[WorkloadInfo]) -> list[RecordEvent]:

@@ -8,6 +8,12 @@ from datetime import datetime
 from typing import Any
 
 CONDITION_TYPES = ("Ready", "ForecastDegraded", "FallbackActive", "HeadroomAtRisk")
+EVENT_MESSAGE_CHARS = 1024  # an Event's message as headroom writes it (events.k8s.io keeps a note of at most 1 kB)
+
+
+def event_message(text: str) -> str:
+    """`text` as an Event keeps it: cut to EVENT_MESSAGE_CHARS, the cut marked; so what must be said goes first."""
+    return text if len(text) <= EVENT_MESSAGE_CHARS else text[:EVENT_MESSAGE_CHARS - 3] + "..."
 
 
 @dataclass(frozen=True)

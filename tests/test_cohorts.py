@@ -6,15 +6,17 @@ use), as Kueue's scheduler cache computes them. headroom's lending is the traini
 taken away, a training queue can still reach GPUs exactly when something else lends them."""
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from adapters.kube import quota_node
 from controller.cohorts import CohortCheck, cohort_lenders
-from controller.reconcile import headroom_condition
-from core.objects import GpuQuota, QuotaNode
+from controller.reconcile import Reconciler, headroom_condition, parse_policies, within_queue_preemptors
+from core.objects import EVENT_MESSAGE_CHARS, GpuQuota, QuotaNode, WorkloadInfo, event_message
+from core.settings import RunConfig
 
 FLAVORS = ("a100", "h100")
 COHORTS = ("c0", "c1", "c2", "c3")
@@ -274,8 +276,10 @@ def test_a_queue_letting_kueue_reclaim_from_another_training_queue_of_its_cohort
     assert cohort_lenders([reclaiming("batch", "pool")], {"batch"}).reclaimers == ()
     condition = headroom_condition(40, 30, 30, 50, check)
     assert (condition.status, condition.reason) == ("False", "CohortReclaims")
-    assert ("ClusterQueue batch of cohort pool has spec.preemption.reclaimWithinCohort: Any: Kueue preempts the "
-            "Workloads of research") in condition.message and "reclaimWithinCohort to Never" in condition.message
+    assert ("ClusterQueue batch has spec.preemption.reclaimWithinCohort: Any (set its reclaimWithinCohort to Never, "
+            "and no borrowWithinCohort): Kueue preempts the Workloads of ClusterQueue research whenever headroom "
+            "lowers its nominalQuota under what it runs") in condition.message
+    assert condition.message.endswith("; both are of cohort pool")
     # what outranks it (the headroom itself at risk) is said first
     assert headroom_condition(20, 30, 30, 50, check).reason == "ReclaimableBelowHeadroom"
 
@@ -341,20 +345,25 @@ def test_a_queue_reclaiming_from_another_cohort_of_the_tree_is_named_with_the_wa
         ("side-q", "side", ("research",), (("side", "org", "pool"),))]
     condition = headroom_condition(40, 30, 30, 50, check)
     assert (condition.status, condition.reason) == ("False", "CohortReclaims")
-    assert ("ClusterQueue side-q of cohort side has spec.preemption.reclaimWithinCohort: Any: Kueue preempts the "
-            "Workloads of research (cohort pool, through cohorts side -> org -> pool of their tree, once the cut "
-            "also leaves cohort pool above its quota) whenever headroom lowers their nominalQuota") in condition.message
+    assert ("ClusterQueue side-q has spec.preemption.reclaimWithinCohort: Any (set its reclaimWithinCohort to Never, "
+            "and no borrowWithinCohort): Kueue preempts the Workloads of ClusterQueue research whenever headroom "
+            "lowers its nominalQuota under what it runs, in Kueue's order and counted nowhere in headroom; research "
+            "is of cohort pool, reached through cohorts side -> org -> pool of their tree, once the cut also leaves "
+            "cohort pool above its quota") in condition.message
     # a queue of the parent itself, a training queue deeper down: Kueue looks into each cohort on the way down
     deeper = [cq("research", "team", lending=0), cohort("team", parent="pool"), cohort("pool", parent="org"),
               reclaiming("org-q", "org")]
     (r,) = cohort_lenders(deeper, {"research"}).reclaimers
     assert (r.ways, r.down) == ((("org", "pool", "team"),), (("pool", "team"),))
-    assert "once the cut also leaves cohorts pool, team above their quotas" in r.describe()
+    ((said, _),) = r.findings()
+    assert said.endswith("research is of cohort team, reached through cohorts org -> pool -> team of their tree, once "
+                         "the cut also leaves cohorts pool, team above their quotas")
     # a queue of a cohort under the training cohort: the training queue is one of the cohorts it walks up to
     (r,) = cohort_lenders([*deeper[:2], reclaiming("below-q", "sub"), cohort("sub", parent="team")],
                           {"research"}).reclaimers
     assert (r.ways, r.down) == ((("sub", "team"),), ((),))
-    assert "research (cohort team, through cohorts sub -> team of their tree) whenever" in r.describe()
+    ((said, _),) = r.findings()
+    assert said.endswith("; research is of cohort team, reached through cohorts sub -> team of their tree")
     # a parent named with no Cohort object: Kueue's default Cohort, the root of both
     ghost = [cq("research", "pool", lending=0), cohort("pool", parent=MISSING), cohort("side", parent=MISSING),
              reclaiming("side-q", "side")]
@@ -368,7 +377,10 @@ def test_a_queue_reclaiming_from_another_cohort_of_the_tree_is_named_with_the_wa
     both = [*tree, cq("batch", "side", lending=0)]
     (r,) = [r for r in cohort_lenders(both, {"research", "batch"}).reclaimers if r.name == "side-q"]
     assert (r.queues, r.ways) == (("batch", "research"), (("side",), ("side", "org", "pool")))
-    assert "Workloads of batch; research (cohort pool" in r.describe()
+    (batch, _), (research, _) = r.findings()  # and each said of its own: an Event each
+    assert "Workloads of ClusterQueue batch whenever" in batch and batch.endswith("; both are of cohort side")
+    assert research.endswith("; research is of cohort pool, reached through cohorts side -> org -> pool of their tree, "
+                             "once the cut also leaves cohort pool above its quota")
 
 
 def test_the_adapter_reads_what_lets_kueue_reclaim_within_the_cohort():
@@ -384,3 +396,68 @@ def test_the_adapter_reads_what_lets_kueue_reclaim_within_the_cohort():
         "spec.preemption.borrowWithinCohort.policy: LowerPriority"
     assert quota_node({"metadata": {"name": "c"}, "spec": {"preemption": {"reclaimWithinCohort": "Any"}}},
                       "Cohort").reclaims is None
+
+
+# ---------------------------------------------------------------------------- what an Event keeps of a finding
+LONGEST = 253  # Kubernetes' longest object name (a DNS subdomain): a Cohort's or a ClusterQueue's
+
+
+def longest(name: str) -> str:
+    return name.ljust(LONGEST, "x")
+
+
+def longest_names(nodes: list[QuotaNode]) -> list[QuotaNode]:
+    return [replace(n, name=longest(n.name), parent=n.parent and longest(n.parent)) for n in nodes]
+
+
+def policy_of(queues: set[str]):
+    """One ReservationPolicy lending to `queues` (at most 64, the CRD's bound), as the controller parses it."""
+    spec = {"query": "sum(up)", "capacity": {"demandPerGpu": 10.0}, "target": {"kind": "Deployment", "name": "chat"},
+            "trainingClusterQueues": sorted(queues)}
+    (parsed,), refused = parse_policies([{"metadata": {"name": "chat", "namespace": "ml"}, "spec": spec}])
+    assert not refused
+    return parsed
+
+
+def six_ways() -> tuple[list[QuotaNode], set[str]]:
+    """One reclaiming queue reaching six training queues, each by its own way down a tree of Cohorts: joined into one
+    finding, its fix was past the 1,024 characters an Event keeps even with names of twenty characters."""
+    nodes = [cohort("org"), cohort("platform", parent="org"), reclaiming("reclaimer", "platform")]
+    for i in range(6):
+        nodes += [cohort(f"division-{i}", parent="org"), cohort(f"team-{i}", parent=f"division-{i}"),
+                  cq(f"training-{i}", f"team-{i}", lending=0)]
+    return nodes, {f"training-{i}" for i in range(6)}
+
+
+@settings(max_examples=200, deadline=None)
+@given(reclaiming_trees())
+@example(six_ways())
+def test_each_cohort_reclaims_event_names_the_queues_and_the_fix_within_what_an_event_keeps(tree):
+    """An Event keeps the first 1,024 characters of its message (adapters.kube). One finding named every training
+    queue a reclaiming queue reaches, each with its way through the tree of Cohorts, and its fix, said last, was cut
+    off. Now each training queue is a finding and an Event of its own, the queues and the fix first: with every name
+    of Kubernetes' longest, what the Event keeps still names the reclaiming queue, the training queue and the fix."""
+    nodes, training = tree
+    nodes, training = longest_names(nodes), {longest(t) for t in training}
+    check = cohort_lenders(nodes, training)
+    notes = Reconciler(None, None, RunConfig())._reclaim_notes([policy_of(training)], check)
+    told = [event_message(note.event.message) for note in notes]
+    assert all(len(kept) <= EVENT_MESSAGE_CHARS for kept in told)
+    said = [f"ClusterQueue {r.name} has {r.setting} (set its reclaimWithinCohort to Never, and no borrowWithinCohort): "
+            f"Kueue preempts the Workloads of ClusterQueue {queue} whenever "
+            for r in check.reclaimers for queue in r.queues]
+    assert sorted(start for kept in told for start in said if kept.startswith(start)) == sorted(said), told
+
+
+def test_each_within_queue_event_names_the_queue_and_the_fix_within_what_an_event_keeps():
+    """The other finding said in Events, a training queue in which Kueue preempts for its own Workloads: with a name of
+    Kubernetes' longest, the whole finding fits an Event, the fix (withinClusterQueue: Never) at its end."""
+    queue = longest("team")
+    workloads = [WorkloadInfo("ml", f"job-{p}", "team", queue, True, True, p, None, 1) for p in (0, 1)]
+    for setting in ("LowerPriority", "LowerOrNewerEqualPriority"):
+        ((said, queues),) = within_queue_preemptors({queue: setting}, workloads, {queue})
+        (note,) = Reconciler(None, None, RunConfig())._say_once("KueuePreemptsWithinQueue", [(said, queues)],
+                                                               [policy_of({queue})], logging.INFO, "Normal")
+        assert note.event.message == said and len(said) <= EVENT_MESSAGE_CHARS
+        assert said.startswith(f"ClusterQueue {queue} has spec.preemption.withinClusterQueue: {setting}")
+        assert said.endswith("withinClusterQueue: Never makes the pending Workload wait for quota instead")

@@ -322,10 +322,11 @@ def test_a_queue_letting_kueue_reclaim_in_the_training_cohort_is_said_once(kube,
         with caplog.at_level(logging.WARNING, logger="controller.reconcile"):
             states = [r.reconcile(MONDAY_7AM + pd.Timedelta(minutes=m)) for m in (5, 10)]
         risk = states[-1].headroom_at_risk
-        said = (f"ClusterQueue reclaiming-run of cohort {COHORT} has spec.preemption.reclaimWithinCohort: Any: Kueue "
-                f"preempts the Workloads of {QUEUE} whenever headroom lowers their nominalQuota")
+        said = ("ClusterQueue reclaiming-run has spec.preemption.reclaimWithinCohort: Any (set its reclaimWithinCohort "
+                f"to Never, and no borrowWithinCohort): Kueue preempts the Workloads of ClusterQueue {QUEUE} whenever "
+                "headroom lowers its nominalQuota under what it runs, in Kueue's order and counted nowhere in "
+                f"headroom; both are of cohort {COHORT}")
         assert (risk.status, risk.reason) == ("False", "CohortReclaims") and said in risk.message
-        assert "set its reclaimWithinCohort to Never" in risk.message
         _, conditions = rp_status(kube)
         assert (conditions["HeadroomAtRisk"]["status"], conditions["HeadroomAtRisk"]["reason"]) == (
             "False", "CohortReclaims")
@@ -504,10 +505,12 @@ def test_a_queue_reclaiming_across_the_tree_of_cohorts_is_said_once_and_one_of_a
         with caplog.at_level(logging.WARNING, logger="controller.reconcile"):
             risk = check.after(*tree)  # org-run has no Cohort object: Kueue's default Cohort, the root of both
             assert check.after(*tree) == risk
-        said = (f"ClusterQueue side-reclaim-run of cohort side-cohort-run has spec.preemption.reclaimWithinCohort: "
-                f"Any: Kueue preempts the Workloads of {QUEUE} (cohort {COHORT}, through cohorts side-cohort-run -> "
-                f"org-run -> {COHORT} of their tree, once the cut also leaves cohort {COHORT} above its quota) "
-                "whenever headroom lowers their nominalQuota")
+        said = ("ClusterQueue side-reclaim-run has spec.preemption.reclaimWithinCohort: Any (set its "
+                "reclaimWithinCohort to Never, and no borrowWithinCohort): Kueue preempts the Workloads of "
+                f"ClusterQueue {QUEUE} whenever headroom lowers its nominalQuota under what it runs, in Kueue's order "
+                f"and counted nowhere in headroom; {QUEUE} is of cohort {COHORT}, reached through cohorts "
+                f"side-cohort-run -> org-run -> {COHORT} of their tree, once the cut also leaves cohort {COHORT} above "
+                "its quota")
         assert (risk.status, risk.reason) == ("False", "CohortReclaims") and said in risk.message, risk.message
         assert events(kube, "ReservationPolicy", "chat", NS).count("CohortReclaims") == before + 1  # one Event
         assert sum(said in m for m in caplog.messages) == 1, caplog.messages
@@ -518,6 +521,35 @@ def test_a_queue_reclaiming_across_the_tree_of_cohorts_is_said_once_and_one_of_a
         assert (risk.status, risk.reason) == ("False", "HeadroomCovered")
     finally:
         kube.delete(path)
+
+
+def test_a_cohort_reclaims_event_of_the_longest_names_names_the_queue_and_the_fix(kube, controller, prometheus_server,
+                                                                                tmp_path):
+    """The API server keeps an Event's message as headroom sends it, which it cuts at 1,024 characters: with a
+    reclaiming queue and cohorts of Kubernetes' longest names (253), the finding, said with the way first, lost its
+    fix (set reclaimWithinCohort to Never) to that cut. Now the Event starts with the queues and the fix and marks the
+    cut; the policy's HeadroomAtRisk in the plan summary keeps the whole way."""
+    check = CohortRisk(kube, controller, prometheus_server.url, tmp_path)
+    side, org, name = "side-run".ljust(253, "s"), "org-run".ljust(253, "o"), "reclaim-run".ljust(253, "r")
+    path = kueue.path("clusterqueues", name)
+    reclaiming = kueue.cluster_queue(name, gpus=8, cohort=side, lending_limit=0)
+    reclaiming["spec"]["preemption"] = {"reclaimWithinCohort": "LowerPriority"}
+    kube.apply(path, reclaiming)
+    try:
+        risk = check.after(kueue.cohort(COHORT, parent=org), kueue.cohort(side, parent=org))
+        (message,) = [e["message"] for e in kube.list_events(ObjectRef("", "ReservationPolicy", "chat", NS))
+                      if e["reason"] == "CohortReclaims" and name in e["message"]]
+        assert message.startswith(
+            f"ClusterQueue {name} has spec.preemption.reclaimWithinCohort: LowerPriority (set its reclaimWithinCohort "
+            f"to Never, and no borrowWithinCohort): Kueue preempts the Workloads of ClusterQueue {QUEUE} whenever ")
+        assert len(message) == 1024 and message.endswith("..."), message
+        assert risk.reason == "CohortReclaims" and risk.message.endswith(
+            f"{side} -> {org} -> {COHORT} of their tree, once the cut also leaves cohort {COHORT} above its quota")
+    finally:
+        kube.delete(path)
+        for c in (side, org):
+            kube.delete(f"{COHORTS}/{c}")
+        check.after(kueue.cohort(COHORT))
 
 
 def test_a_parent_cohort_loop_is_named_and_the_controller_goes_on(kube, controller, prometheus_server, tmp_path):
