@@ -66,27 +66,30 @@ def test_a_reconcile_on_a_halted_host_ends_by_its_deadline_and_the_next_reads_wh
     loop = Loop(r, lossy.leader_elector(NS, "halted-reconcile", "replica-a", lease_seconds=LEASE), interval=1,
                 lease_seconds=LEASE, clock=lambda: now)
     deadlines: list[float] = []  # the one the loop gives the reconcile
+    kept: list[tuple[float, float]] = []  # (its deadline as it kept it: a fit moves it later, when it ended)
     reconcile = r.reconcile
 
     def noting(now, deadline):
         deadlines.append(deadline)
-        return reconcile(now, deadline)
+        try:
+            return reconcile(now, deadline)
+        finally:
+            kept.append((r._deadline, time.monotonic()))
     r.reconcile = noting  # type: ignore[method-assign]
     proxy.halt_at("PATCH", "/workloads/")  # the host halts at the first eviction
     caplog.set_level(logging.WARNING)
-    began = time.monotonic()
     loop.run(once=True)
-    took = time.monotonic() - began
+    passed = time.monotonic()
     state = r.holder.get()
-    assert state.reconcile_seconds.sum < LEASE + 0.5, state.reconcile_seconds.sum
-    # then only the Lease's release, one quick attempt, which the halted host does not answer either
-    assert took < LEASE + RELEASE_TIMEOUT_SECONDS + 3, took
     writes = [(t - deadlines[0], m, p) for t, m, p in proxy.arrived if m in WRITES]
     assert max(t for t, _, _ in writes) < 0.1, writes  # nothing sent after the deadline (the Lease's PUT neither)
     assert state.reconcile_errors_total.get("cluster", 0) >= 1
     assert "actions left undone: its deadline passed" in caplog.text, caplog.text
 
     proxy.resume()  # what it had taken in lands now: an eviction whose answer was lost
+    # The reconciles from here on show what they read, not how fast: a deadline of a minute, as a longer
+    # run.interval_seconds gives, so that a machine busy with other work leaves none of their actions undone.
+    loop.interval = 60
     landed = {p.split("?")[0].rsplit("/", 1)[1] for m, p, _ in proxy.lost if m == "PATCH"}
     stopped = {name for name, w in training(kube).items() if not w.active}
     assert landed and landed <= stopped, (landed, stopped)
@@ -102,9 +105,18 @@ def test_a_reconcile_on_a_halted_host_ends_by_its_deadline_and_the_next_reads_wh
     assert replicas(kube) == ps.reserved_gpus
     held = sum(w.gpus for w in training(kube).values() if w.active and w.admitted)
     assert ps.reserved_gpus + held <= 128
+    began = time.monotonic()
     loop.run(once=True)
+    idle = time.monotonic() - began  # a whole pass with nothing to do: this machine's time for that work, now
     assert r.holder.get().actions == (), r.holder.get().actions  # what landed is read: nothing left to do
     assert sum(r.holder.get().preemptions_total.values()) == len(stopped_now)
+    # The halted reconcile ended by its deadline, but for its own work after it (less than a whole pass's); the pass
+    # then only let the Lease go, one quick attempt, which the halted host did not answer either. Measured against
+    # the idle pass, not fixed seconds: a whole pass took 0.9 s on an idle machine, 4.6 s on two cores busy with other
+    # test runs, where the pass's fixed bound (the Lease + the release + 3 s) failed by a second.
+    (until, ended), *_ = kept
+    assert ended - until < idle, (ended - until, idle)
+    assert passed - until < RELEASE_TIMEOUT_SECONDS + idle, (passed - until, idle)
 
 
 @pytest.mark.usefixtures("kube")
@@ -129,24 +141,35 @@ def test_run_once_on_a_halted_host_says_so_and_exits_1_in_seconds(kube_server, p
         "lease": {"namespace": NS, "name": "halted", "duration_seconds": lease},
         "prometheus": {"url": prometheus_server.url, "retries": 0}, "retrain_every_seconds": 0,
         "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"}}))
-    kubeconfig = kube_server.apiserver.kubeconfig(tmp_path / "kubeconfig")
     api = kube_server.apiserver
-    api.process.signal_group(signal.SIGSTOP)
-    began = time.monotonic()
-    try:
+    kubeconfig = api.kubeconfig(tmp_path / "kubeconfig")
+
+    def run_once(kubeconfig) -> tuple[subprocess.CompletedProcess, float]:
+        began = time.monotonic()
         done = subprocess.run([sys.executable, "-m", "cli.main", "run", "--once", "--config", str(config),
                                "--kubeconfig", str(kubeconfig), "--metrics-port", str(free_port())],
                               capture_output=True, text=True, timeout=300)
+        return done, time.monotonic() - began
+
+    # The same command on a port nothing listens on, each request refused at once: its time is this machine's, now,
+    # for the command's own work (start-up above all: 3.5 s on an idle machine, 36 s on one busy with other test runs,
+    # where a fixed 15 s failed), with its election round's retries (about a second, within the round's deadline)
+    refused = tmp_path / "refused"
+    refused.write_text(kubeconfig.read_text().replace(api.host, f"https://127.0.0.1:{free_port()}"))
+    done, start_up = run_once(refused)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    api.process.signal_group(signal.SIGSTOP)
+    try:
+        done, took = run_once(kubeconfig)
     finally:
         api.process.signal_group(signal.SIGCONT)
-    took = time.monotonic() - began
     assert "Traceback" not in done.stderr, done.stderr
     assert done.returncode == 1, (done.returncode, done.stdout, done.stderr)
     error = done.stderr.splitlines()[-1]
     assert error.startswith("headroom: error: leader election: the Lease inference-run/halted could not be read")
     assert "unreachable" in error, error
-    # one check (the request timeout), the election round, the release's one attempt, the caches' close, start-up
-    bound = KubeCluster.request_timeout + RENEW_DEADLINE_SHARE * lease + RELEASE_TIMEOUT_SECONDS + 5 + 15
+    # one check (the request timeout), the election round, the release's one attempt, the caches' close, its own work
+    bound = KubeCluster.request_timeout + RENEW_DEADLINE_SHARE * lease + RELEASE_TIMEOUT_SECONDS + 5 + start_up
     assert took < bound, (took, bound, done.stderr)
 
 
@@ -194,6 +217,9 @@ def test_a_refit_s_write_to_the_forecast_store_ends_by_the_lease_s_end(kube, pro
             recorded.append((began, time.monotonic()))
     store.record = timed  # type: ignore[method-assign]
     assert loop.elector.try_acquire_or_renew()
+    # as within loop.run, which this test does not call: a Lease that lapsed before the write (a fit slowed by a machine
+    # busy with other test runs outlasted it) is renewed first, as a running controller's is, not the write refused
+    loop._running = True
     with r._fitter_lock:  # the refit held at its fit until the store stops answering
         r.reconcile(MONDAY_7AM)
         proxy.lose("GET", f"/configmaps/{store.name(series)}", how="hold", times=100)
