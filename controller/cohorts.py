@@ -64,11 +64,11 @@ class Reclaimer:
                                        # the queue's own (one: the same cohort)
     down: tuple[tuple[str, ...], ...]  # per queue, the cohorts of its way below the first one shared
 
-    def findings(self) -> list[tuple[str, tuple[str, ...]]]:
-        """What to say of each training queue it reaches, as (what, (the queue,)): the two queues, the setting and the
+    def findings(self) -> list[tuple[str, str]]:
+        """What to say of each training queue it reaches, as (what, the queue): the two queues, the setting and the
         fix first, the way through the tree last, as an Event keeps the first 1,024 characters (core.objects
         event_message) and names of Kubernetes' longest (253) leave no room for a way of several cohorts."""
-        found: list[tuple[str, tuple[str, ...]]] = []
+        found: list[tuple[str, str]] = []
         for queue, way, down in zip(self.queues, self.ways, self.down):
             if len(way) == 1:
                 where = f"both are of cohort {self.cohort}"
@@ -82,7 +82,7 @@ class Reclaimer:
             found.append((f"ClusterQueue {self.name} has {self.setting} (set its reclaimWithinCohort to Never, and "
                           f"no borrowWithinCohort): Kueue preempts the Workloads of ClusterQueue {queue} whenever "
                           "headroom lowers its nominalQuota under what it runs, in Kueue's order and counted nowhere "
-                          f"in headroom; {where}", (queue,)))
+                          f"in headroom; {where}", queue))
         return found
 
 

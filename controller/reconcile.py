@@ -396,9 +396,9 @@ def _held_gpus(spec: PolicySpec, state: TargetState | None, quotas: Mapping[str,
 
 
 def within_queue_preemptors(settings: Mapping[str, str], workloads: list[WorkloadInfo],
-                            queues: set[str]) -> list[tuple[str, tuple[str, ...]]]:
+                            queues: set[str]) -> list[tuple[str, str]]:
     """The training queues in which Kueue itself may stop a running Workload for a pending one of the same queue
-    (../shared/kueue/docs/preemption.md), each as (what to say, (the queue,)): withinClusterQueue LowerPriority once
+    (../shared/kueue/docs/preemption.md), each as (what to say, the queue): withinClusterQueue LowerPriority once
     the queue holds Workloads of more than one priority; LowerOrNewerEqualPriority also for an equal priority, so
     whatever they are: a Workload headroom stopped and requeued keeps its creation time, older than those admitted
     since. Those stops are in none of headroom's counters (README, "The simulated Kueue")."""
@@ -406,7 +406,7 @@ def within_queue_preemptors(settings: Mapping[str, str], workloads: list[Workloa
     for w in workloads:
         if w.cluster_queue in queues and not w.finished:
             priorities.setdefault(w.cluster_queue, set()).add(w.priority)
-    found: list[tuple[str, tuple[str, ...]]] = []
+    found: list[tuple[str, str]] = []
     for q in sorted(queues & settings.keys()):
         setting = settings[q]
         if setting == "LowerPriority" and len(priorities.get(q, ())) < 2:
@@ -420,7 +420,7 @@ def within_queue_preemptors(settings: Mapping[str, str], workloads: list[Workloa
                       "(the Workload's Preempted condition, reason InClusterQueue; the lowest priority, then the most "
                       "recently admitted first, not the least work lost); those stops are in none of headroom's "
                       "preemption counters, lost work or Events, nor in a replay's training_goodput. "
-                      "withinClusterQueue: Never makes the pending Workload wait for quota instead", (q,)))
+                      "withinClusterQueue: Never makes the pending Workload wait for quota instead", q))
     return found
 
 
@@ -1256,7 +1256,7 @@ class Reconciler:
         if cohorts.unreadable:
             return []
         return self._say_once("CohortReclaims", [f for r in cohorts.reclaimers for f in r.findings()], policies,
-                              logging.WARNING, "Warning")
+                              "Warning")
 
     def _within_queue_notes(self, policies: list[PolicyObject], workloads: list[WorkloadInfo]) -> list[RecordEvent]:
         """A training queue in which Kueue itself may preempt Workloads for others of the queue: for the record
@@ -1270,24 +1270,25 @@ class Reconciler:
         except ClusterError:
             return []
         return self._say_once("KueuePreemptsWithinQueue", within_queue_preemptors(settings, workloads, queues),
-                              policies, logging.INFO, "Normal")
+                              policies, "Normal")
 
-    def _say_once(self, reason: str, findings: list[tuple[str, tuple[str, ...]]], policies: list[PolicyObject],
-                  level: int, kind: str) -> list[RecordEvent]:
-        """Each finding (what to say, the training queues it is about): a log line, and an Event `reason` of its own on
-        each policy of those queues (findings joined into one Event ran past the 1,024 characters an Event's message
-        keeps), each when first seen, not every reconcile (a finding changed is a new one; a policy deleted and made
-        again is a new object: told again)."""
+    def _say_once(self, reason: str, findings: list[tuple[str, str]], policies: list[PolicyObject],
+                  kind: str) -> list[RecordEvent]:
+        """Each finding (what to say, the training queue it is about): a log line (a warning beside a Warning Event),
+        and an Event `reason` of type `kind` of its own on each policy of that queue (findings joined into one Event, or
+        one finding of several queues, ran past the 1,024 characters an Event's message keeps), each when first seen,
+        not every reconcile (a finding changed is a new one; a policy deleted and made again is a new object: told
+        again)."""
         logged = self._logged.get(reason, set())
         for said, _ in findings:
             if said not in logged:
-                log.log(level, "%s", said)
+                log.log(logging.WARNING if kind == "Warning" else logging.INFO, "%s", said)
         self._logged[reason] = {said for said, _ in findings}
         told = self._told.setdefault(reason, {})
         notes = []
         for p in policies:
             mine = set(p.spec.training_cluster_queues)
-            its = {said for said, queues in findings if mine & set(queues)}
+            its = {said for said, queue in findings if queue in mine}
             notes += [RecordEvent(EventNote(p.ref, reason, said, kind))
                       for said in sorted(its - told.get(p.ref, set()))]
             told[p.ref] = its

@@ -6,7 +6,6 @@ use), as Kueue's scheduler cache computes them. headroom's lending is the traini
 taken away, a training queue can still reach GPUs exactly when something else lends them."""
 from __future__ import annotations
 
-import logging
 from dataclasses import replace
 
 from hypothesis import example, given, settings
@@ -455,9 +454,9 @@ def test_each_within_queue_event_names_the_queue_and_the_fix_within_what_an_even
     queue = longest("team")
     workloads = [WorkloadInfo("ml", f"job-{p}", "team", queue, True, True, p, None, 1) for p in (0, 1)]
     for setting in ("LowerPriority", "LowerOrNewerEqualPriority"):
-        ((said, queues),) = within_queue_preemptors({queue: setting}, workloads, {queue})
-        (note,) = Reconciler(None, None, RunConfig())._say_once("KueuePreemptsWithinQueue", [(said, queues)],
-                                                               [policy_of({queue})], logging.INFO, "Normal")
+        ((said, about),) = within_queue_preemptors({queue: setting}, workloads, {queue})
+        (note,) = Reconciler(None, None, RunConfig())._say_once("KueuePreemptsWithinQueue", [(said, about)],
+                                                               [policy_of({queue})], "Normal")
         assert note.event.message == said and len(said) <= EVENT_MESSAGE_CHARS
         assert said.startswith(f"ClusterQueue {queue} has spec.preemption.withinClusterQueue: {setting}")
         assert said.endswith("withinClusterQueue: Never makes the pending Workload wait for quota instead")
