@@ -56,4 +56,6 @@ def test_the_interval_peers_table_is_what_the_stored_runs_say():
                        json.loads((peers.RESULTS / "forecast.json").read_text()))
     assert set(table["model"]) >= {peers.HEADROOM, "AutoETS24", "MSTL24"}
     assert ((table["coverage_80"] <= table["coverage_90"] + 1e-9) | (table["model"] != peers.HEADROOM)).all()
-    assert peers.markdown(table) == (peers.REPO / "docs" / "bench-interval-peers.md").read_text()
+    days = peers.by_days(json.loads((peers.RESULTS / "peers.json").read_text()))
+    assert set(days["days"]) == {o // 24 for o in peers.ORIGINS}
+    assert peers.markdown(table, days) == (peers.REPO / "docs" / "bench-interval-peers.md").read_text()
