@@ -4,13 +4,14 @@ world the simulator's what-ifs play out in; the controller's decisions come from
 
 What it models (core.settings.WorldSettings has the numbers):
   * inference replicas: each target served before the world starts, so it starts with the replicas its demand
-    then needs, warm, and the controller ran before: the replicas its scale at that moment asks beyond those serve at
-    once (a replay measures a policy as it runs, not its start). Any other new replica (a later scale's, the first
-    or not) gets GPUs from the idle pool (else waits for GPUs to be freed) and serves `warmup_seconds` later; a
-    replica of a policy that names an inferenceClusterQueue is a Kueue Workload of it, and waits until that queue's
-    quota admits it too (`_kueue_inference`). Scaling in drops waiting replicas first, then warming, then warm ones.
-    An HPA target scales up on demand by itself (replicas for the demand it sees, at least minReplicas) and down only
-    after `hpa_scale_down_seconds` of lower demand, as Kubernetes' HPA does;
+    then needs, warm, and the controller ran before: what it decides at that moment (its scales, and the quotas that
+    admit them) was in place, so the replicas it asks beyond those serve at once (a replay measures a policy as it
+    runs, not its start). A new replica gets GPUs from the idle pool (else waits for GPUs to be freed), and once time
+    has moved on serves `warmup_seconds` later; a replica of a policy that names an inferenceClusterQueue is a Kueue
+    Workload of it, and waits until that queue's quota admits it too (`_kueue_inference`). Scaling in drops waiting
+    replicas first, then warming, then warm ones. An HPA target scales up on demand by itself (replicas for the demand
+    it sees, at least minReplicas) and down only after `hpa_scale_down_seconds` of lower demand, as Kubernetes' HPA
+    does;
   * Kueue: training Workloads admitted into their ClusterQueue's quota, borrowing the cohort's unused
     quota (planning.kueue), onto GPUs that are free, whenever GPUs free or a job arrives (Kueue's scheduler does
     not wait for the controller's next step);
@@ -80,7 +81,6 @@ class _Inference:
     warming: list[float] = field(default_factory=list)  # when each warming replica starts serving
     waiting: int = 0            # replicas with no GPUs yet
     recommendations: list[tuple[float, int]] = field(default_factory=list)  # an HPA's recent (time, replicas)
-    scaled: bool = False        # past its first decision: the controller scaled it, or time moved on, since found
 
     @property
     def held_replicas(self) -> int:
@@ -205,6 +205,7 @@ class EmbeddedCluster:
         self._step_alloc: tuple[tuple, float] = ((), 0.0)  # (version, step): the GPU-seconds running jobs use in it
         self._finish: tuple[int, float] = (-1, math.inf)  # (version, when): the soonest a running job finishes
         self._idle_admission: tuple | None = None  # the inputs of the last admission pass that admitted nothing
+        self._started = False             # time has moved on (`advance`)
         self._topped_up = -1              # the version at the backlog's last top-up
         self.backlog_scale = max(1, capacity_gpus // BACKLOG_SCALE_GPUS)  # the backlog's job sizes' multiplier
         if jobs is not None:  # a job trace: (gpus, work seconds, arrival offset seconds from `start`)
@@ -451,15 +452,6 @@ class EmbeddedCluster:
     def _scale(self, inf: _Inference, replicas: int) -> bool:
         changed = inf.desired != replicas
         inf.desired = replicas
-        if not inf.scaled:  # the controller ran before: the reservation it asks as it finds the target was in place
-            inf.scaled = True
-            more = max(min(replicas - inf.warm, max(self.idle_gpus, 0) // inf.gpus_per_replica), 0)
-            if inf.key in self.inference_queues:  # ...as far as its queue's quota admitted it
-                inf.waiting += more
-                admitted = self._kueue_inference()[0][inf.key]
-                inf.waiting -= more
-                more = min(more, admitted)
-            inf.warm += more
         have = inf.held_replicas + inf.waiting
         if replicas > have:
             inf.waiting += replicas - have
@@ -486,7 +478,10 @@ class EmbeddedCluster:
             while allowed and idle >= inf.gpus_per_replica:
                 allowed -= 1
                 inf.waiting -= 1
-                inf.warming.append(at + self.settings.warmup_seconds)
+                if self._started:
+                    inf.warming.append(at + self.settings.warmup_seconds)
+                else:  # the controller ran before: what it decides as the world starts was in place, warm
+                    inf.warm += 1
                 idle -= inf.gpus_per_replica
         return idle
 
@@ -637,8 +632,7 @@ class EmbeddedCluster:
         if dt <= 0:
             raise ValueError(f"the clock only moves forward "
                              f"({pd.Timestamp(t0, unit='s')} -> {pd.Timestamp(to, unit='s')})")
-        for inf in self.inference.values():  # a scale from now on is no decision in place before the world started
-            inf.scaled = True
+        self._started = True  # a replica granted from now on is no decision in place before the world started
         while True:  # from one moment Kueue may admit (a job arrives, or GPUs free while jobs wait) to the next
             at = self.now
             until = min(self._next_event(), to)

@@ -537,11 +537,11 @@ def test_an_inference_replica_borrows_past_a_training_workload_too_large_for_the
     assert [x.gpus for x in w.workloads() if not x.admitted] == [8]  # still waiting: it never fits the 6
 
 
-def test_the_first_scale_serves_at_once_only_the_replicas_its_inference_cluster_queue_admits():
-    """The controller ran before the replay, so the replicas its first scale asks beyond those serving were in place,
-    warm, as far as Kueue admitted them: its queue's unused quota, then what the training queues leave unused. The
-    bound is Kueue's admission of the replicas that scale adds: the policy has none waiting before its first scale
-    (only a scale after it adds them), so its admission of all its waiting replicas is theirs alone."""
+def test_what_the_start_decides_serves_at_once_only_as_far_as_its_inference_cluster_queue_admits():
+    """The controller ran before the replay, so what it decides as the replay starts was in place, warm, as far as
+    Kueue admitted it: its queue's unused quota, then what the training queues leave unused; a replica Kueue does not
+    admit waits. A raised quota admits a replica waiting then, in place too. Once time moves on, a replica admitted
+    warms up."""
     index = pd.date_range(MONDAY_6AM - pd.Timedelta(days=1), MONDAY_6AM + pd.Timedelta(days=1), freq="5min")
     flat = pd.Series(20.0, index=index)  # 2 GPUs: 2 replicas of 1 GPU each
     one = {"demandPerGpu": 10.0, "gpusPerReplica": 1}
@@ -553,14 +553,30 @@ def test_the_first_scale_serves_at_once_only_the_replicas_its_inference_cluster_
     assert w.quotas["serve"] == 4 and (first.warm, second.warm) == (2, 2)
     w.set_cluster_queue_quota("research", 2)
     w.admit()  # the 8-GPU job waits: it never fits the 2 (a replica may borrow them)
-    w.scale_deployment("inference", "chat", 3)  # its first scale: one replica more, and no quota but the 2 borrowed
+    w.scale_deployment("inference", "chat", 3)  # one replica more, and no quota but the 2 borrowed
     assert (first.warm, first.warming, first.waiting) == (3, [], 0)
-    w.scale_deployment("inference", "chat", 5)  # a later one: the last borrowed GPU, then it waits for quota
-    assert (first.held_replicas, len(first.warming), first.waiting) == (4, 1, 1)
+    w.scale_deployment("inference", "chat", 5)  # the last borrowed GPU, then it waits for quota
+    assert (first.warm, first.warming, first.waiting) == (4, [], 1)
     w.set_cluster_queue_quota("serve", 7)  # the replica waiting fits the queue's quota: the 2 are unused again
-    assert (first.held_replicas, first.waiting) == (5, 0)
-    w.scale_deployment("inference", "search", 5)  # search's first scale: 2 of its 3 more are in place, 1 waits
+    assert (first.warm, first.warming, first.waiting) == (5, [], 0)
+    w.scale_deployment("inference", "search", 5)  # 2 of its 3 more are in place, 1 waits
     assert (second.warm, second.warming, second.waiting) == (4, [], 1)
+    w.advance(start + 300.0)
+    w.set_cluster_queue_quota("serve", 8)  # admitted after the start: it warms up
+    assert (second.warm, len(second.warming), second.waiting) == (4, 1, 0)
+
+
+@pytest.mark.parametrize("queue", [{}, {"inferenceClusterQueue": "inference"}])
+def test_the_reservation_at_the_start_serves_at_once_in_an_inference_cluster_queue_too(demand_file, tmp_path, queue):
+    """The start's reconcile writes the reservation, then the inferenceClusterQueue's quota that admits it. The
+    replicas asked beyond those serving were in place, warm, when the policy has no inferenceClusterQueue; with one
+    they waited for a quota not yet raised, then warmed up: 23 of 42 replicas served after the first reconcile at 9:00,
+    a handicap of the start no cluster that ran the controller before has."""
+    r = Replay(tmp_path, demand_file, policy("chat", **queue), start=AT_9)
+    before = r.cluster.inference["inference/chat"].warm
+    r.step(AT_9)
+    state = r.cluster.target_state(TargetRef("Deployment", "chat", "inference"), 2)
+    assert state.ready_replicas == state.desired_replicas > before
 
 
 # ----------------------------------------------------------------------------------------------- faults
