@@ -566,6 +566,20 @@ def test_what_the_start_decides_serves_at_once_only_as_far_as_its_inference_clus
     assert (second.warm, len(second.warming), second.waiting) == (4, 1, 0)
 
 
+def test_a_policy_applied_after_the_start_warms_up_its_first_scale():
+    """A target found after the world started is no decision in place before it: its first scale's replicas warm up
+    as any later scale's. They served at once (4 ready the moment a policy applied an hour in scaled 1 -> 4)."""
+    index = pd.date_range(MONDAY_6AM - pd.Timedelta(days=1), MONDAY_6AM + pd.Timedelta(days=1), freq="5min")
+    flat = pd.Series(20.0, index=index)  # 1 replica of 2 GPUs
+    start = MONDAY_6AM.timestamp()
+    w = EmbeddedCluster(64, [policy("chat")], {"inference/chat": flat, "inference/search": flat}, start)
+    w.advance(start + 3600.0)
+    w.apply_policy(policy("search"))
+    w.scale_deployment("inference", "search", 4)
+    search = w.inference["inference/search"]
+    assert (search.warm, len(search.warming), search.waiting) == (1, 3, 0)
+
+
 @pytest.mark.parametrize("queue", [{}, {"inferenceClusterQueue": "inference"}])
 def test_the_reservation_at_the_start_serves_at_once_in_an_inference_cluster_queue_too(demand_file, tmp_path, queue):
     """The start's reconcile writes the reservation, then the inferenceClusterQueue's quota that admits it. The
