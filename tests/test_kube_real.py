@@ -303,6 +303,7 @@ def test_a_clusterqueue_target_reads_as_the_same_replicas_in_the_embedded_cluste
     start = pd.Timestamp("2026-01-05 12:00", tz="UTC")
     demand = pd.Series(55.0, index=pd.date_range(start - pd.Timedelta(days=1), start, freq="5min"))  # 3 replicas
     world = EmbeddedCluster(64, [policy("cq-target", **spec)], {f"{NS}/cq-target": demand}, start.timestamp())
+    world.advance(world.now + 60.0)  # past the start, whose decisions were in place: a change from now on warms up
     ref = TargetRef("ClusterQueue", "cq-t")
     cluster.create(CQ, kueue.cluster_queue("cq-t", gpus=world.cluster_queue_quotas()["cq-t"]))
     cluster.create(LQ, kueue.local_queue(NS, "cq-t-serving", "cq-t"))
