@@ -2,10 +2,9 @@
 
 `KubeCluster` is core.cluster.Cluster on a real API server with Kueue (kueue.x-k8s.io/v1beta2, Kueue
 >= v0.15): it reads ReservationPolicies, Kueue Workloads, LocalQueues, ClusterQueues and Cohorts, and the
-policies' targets (Deployments, HPAs, ClusterQueues; a ClusterQueue target's pods for their readiness), and writes
-the few things headroom acts through: ClusterQueue GPU quotas, Deployment scale / HPA minReplicas, Workload
-deactivation and reactivation, ReservationPolicy status and Events. `LeaseElector` elects one active controller.
-No planning here.
+policies' targets (Deployments, HPAs, ClusterQueues), and writes the few things headroom acts through:
+ClusterQueue GPU quotas, Deployment scale / HPA minReplicas, Workload deactivation and reactivation,
+ReservationPolicy status and Events. `LeaseElector` elects one active controller. No planning here.
 
 Reads: with `watch()` started (what `headroom run` does), policies, Workloads, LocalQueues,
 ClusterQueues and Cohorts are served from a watch cache (`Informer`: one LIST, then a WATCH from its
@@ -13,7 +12,7 @@ resourceVersion; re-LIST when the watch is too old (410) or the connection drops
 restart; the cache also takes in the objects our own writes return, so a reconcile reads what it just
 wrote). A cache that has heard nothing from the server for WATCH_SECONDS + WATCH_GRACE_SECONDS is stale: it is
 not read (StaleCache) until a LIST succeeds. Without it every read is one LIST per resource. A policy's target is
-one GET per read; a ClusterQueue target's pods are one LIST per namespace holding its admitted Workloads, each read.
+one GET per read.
 
 All requests go through one path (`_request`): JSON in, JSON out, over the `kubernetes` client's
 configuration (kubeconfig / token / CA / TLS), with
@@ -69,7 +68,6 @@ EVICTION_REASON = "headroom.dev/eviction-reason"
 PREEMPTION_SECONDS = "headroom.dev/preemption-seconds"        # checkpoint + termination time
 CHECKPOINT_INTERVAL = "headroom.dev/checkpoint-interval-seconds"
 LAST_CHECKPOINT = "headroom.dev/last-checkpoint"              # RFC 3339
-POD_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"  # a pod's LocalQueue (Kueue's pod integration; its Workload's queueName)
 RETRYABLE_STATUS = {0, 429, 500, 502, 503, 504}
 MERGE_PATCH = "application/merge-patch+json"
 ADDRESS_SECONDS = 1.0  # how long the request headers (the token) are used before the client library makes them again
@@ -535,8 +533,6 @@ class KubeCluster:
     requests: dict[str, int] = field(default_factory=dict, repr=False)
     # each Workload as last read, by (namespace, name): (resourceVersion, its LocalQueue's ClusterQueue, the info)
     _workload_infos: dict[tuple[str, str], tuple[Any, Any, WorkloadInfo]] = field(default_factory=dict, repr=False)
-    # namespaces whose pods a ClusterQueue target's warm-up could not be read from (said once, until read again)
-    _pods_unread: set[str] = field(default_factory=set, repr=False)
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -921,11 +917,12 @@ class KubeCluster:
     def target_state(self, target: TargetRef, gpus_per_replica: int) -> TargetState:
         """Replicas of an inference target: from the watch caches (watching), else one GET (an HPA: two, itself
         and its Deployment). A ClusterQueue target's are the whole replicas of `gpus_per_replica` GPUs its quota
-        holds; those serving, the whole replicas in the GPUs of its warm Workloads (`_warm_gpus`)."""
+        holds, all counted as serving: its pods' readiness is not read, as nothing on Kubernetes uses it
+        (docs/deploy.md)."""
         if target.kind == "ClusterQueue":
             cq = self._cached("clusterqueues", "", target.name) or self._request("GET", self._cq_path(target.name))
-            return TargetState((gpu_quota(cq, self.resource) or 0) // gpus_per_replica,
-                               self._warm_gpus(target.name) // gpus_per_replica)
+            replicas = (gpu_quota(cq, self.resource) or 0) // gpus_per_replica
+            return TargetState(replicas, replicas)
         if target.namespace is None:
             raise ClusterError(f"{target.kind} {target.name}: a Deployment or HPA target needs a namespace")
         if target.kind == "Deployment":
@@ -947,43 +944,6 @@ class KubeCluster:
                 ready = int((d.get("status") or {}).get("readyReplicas", 0) or 0)
             return TargetState(desired, ready, spec.get("minReplicas", 1), spec.get("maxReplicas"))
         raise ClusterError(f"unknown target kind {target.kind!r}")
-
-    def _warm_gpus(self, queue: str) -> int:
-        """The GPUs of the Workloads admitted into ClusterQueue `queue` that serve: those whose pods are Ready, at
-        least as many as their pod sets' counts (Kueue's PodsReady), none of them being deleted (as a Deployment's
-        readyReplicas counts). A Workload's pods are those that own it (Kueue's pod integration, which runs
-        Deployments, StatefulSets and LeaderWorkerSets), found by their kueue.x-k8s.io/queue-name label: one LIST
-        per namespace. Where readiness cannot be read (a Workload no pod owns, e.g. a Job's; the pods' LIST refused,
-        as under a ClusterRole without it) the Workload counts as serving, as the whole quota did before pods were
-        read: a warm-up not known is never taken for one under way."""
-        admitted = [(w, info) for w in self._objects("workloads")
-                    if ((w.get("status") or {}).get("admission") or {}).get("clusterQueue") == queue
-                    and (info := workload_info(w, resource=self.resource)).admitted]
-        local_queues: dict[str, set[str]] = {}  # namespace -> the LocalQueues of its Workloads admitted there
-        for _, info in admitted:
-            local_queues.setdefault(info.namespace, set()).add(info.local_queue or "")
-        ready: dict[str, set[str]] = {}  # namespace -> the uids of its Ready pods (a namespace not read: absent)
-        for namespace, names in local_queues.items():
-            try:
-                pods = self._request("GET", f"/api/v1/namespaces/{namespace}/pods", query={
-                    "labelSelector": f"{POD_QUEUE_LABEL} in ({','.join(sorted(names))})"}).get("items", [])
-            except ClusterError as exc:
-                if namespace not in self._pods_unread:
-                    log.warning("pods of ClusterQueue %s in namespace %s not read (%s): its Workloads there count "
-                                "as serving; reading them takes list on pods (deploy/base/rbac.yaml)",
-                                queue, namespace, exc)
-                self._pods_unread.add(namespace)
-                continue
-            self._pods_unread.discard(namespace)
-            ready[namespace] = {p["metadata"]["uid"] for p in pods
-                                if _condition(p, "Ready") and not p["metadata"].get("deletionTimestamp")}
-        warm = 0
-        for w, info in admitted:
-            pods = {o.get("uid") for o in w["metadata"].get("ownerReferences") or [] if o.get("kind") == "Pod"}
-            wanted = sum(int(p.get("count", 1)) for p in (w.get("spec") or {}).get("podSets") or [])
-            if not pods or info.namespace not in ready or len(pods & ready[info.namespace]) >= wanted:
-                warm += info.gpus
-        return warm
 
     # ------------------------------------------------------------------ ClusterQueue quota
     def _cq_path(self, name: str) -> str:

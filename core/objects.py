@@ -82,9 +82,8 @@ class TargetRef:
 class TargetState:
     """An inference target now, in replicas (of the policy's gpusPerReplica GPUs) for every kind of target: replicas
     asked for and replicas serving (warm). A ClusterQueue target's replicas are those its GPU quota holds (whole ones:
-    its quota, also a part of a replica, is in Cluster.cluster_queue_quotas); those serving, on Kubernetes the whole
-    replicas in the GPUs of its admitted Workloads whose pods are Ready (adapters.kube's _warm_gpus), in the embedded
-    cluster its replicas once warm."""
+    its quota, also a part of a replica, is in Cluster.cluster_queue_quotas); on Kubernetes its pods' readiness is not
+    read, so all of them count as serving, where the embedded cluster models their warm-up."""
     desired_replicas: int          # Deployment spec.replicas (an HPA: its scale target's); ClusterQueue: its quota's
     ready_replicas: int            # Deployment status.readyReplicas (an HPA: its scale target's); ClusterQueue: above
     min_replicas: int | None = None   # HPA spec.minReplicas

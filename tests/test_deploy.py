@@ -310,7 +310,6 @@ def needed(lease_namespace: str, lease_name: str) -> list[dict]:
         attrs("patch", "apps", "deployments", "scale", namespace="inference", name="llm-inference"),
         attrs("get", "autoscaling", "horizontalpodautoscalers", namespace="inference", name="llm-inference"),
         attrs("patch", "autoscaling", "horizontalpodautoscalers", namespace="inference", name="llm-inference"),
-        attrs("list", "", "pods", namespace="inference"),  # a ClusterQueue target's pods: are they Ready
         attrs("create", "", "events", namespace="inference"),
         attrs("create", "", "events", namespace="default"),
         attrs("get", "coordination.k8s.io", "leases", namespace=lease_namespace, name=lease_name),
@@ -344,8 +343,6 @@ def forbidden(lease_namespace: str, lease_name: str) -> list[dict]:
         attrs("patch", "", "configmaps", namespace="kube-system", name="any"),
         attrs("delete", "", "configmaps", namespace=lease_namespace, name="any"),
         attrs("create", "", "pods", namespace=NAMESPACE),
-        attrs("delete", "", "pods", namespace="inference", name="llm-inference-0"),  # pods are read, never written
-        attrs("patch", "", "pods", "status", namespace="inference", name="llm-inference-0"),
         attrs("create", "", "pods", "exec", namespace="inference", name="llm-inference-0"),
         attrs("delete", "", "events", namespace="inference"),
         attrs("update", "coordination.k8s.io", "leases", namespace="kube-system", name=lease_name),

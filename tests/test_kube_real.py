@@ -244,61 +244,10 @@ def test_deployment_scale_hpa_min_replicas_and_target_state(cluster):
             cluster.target_state(missing, 1)
 
 
-PODS = f"/api/v1/namespaces/{NS}/pods"
-
-
-def serving_pod(cluster: KubeCluster, name: str, local_queue: str, cluster_queue: str, gpus: int, count: int = 1,
-                finalizers: tuple[str, ...] = ()) -> list[str]:
-    """What Kueue's pod integration makes of an inference replica labelled with its LocalQueue: `count` pods (a pod
-    group beyond one) owning one Workload, admitted into `cluster_queue`; their pods Ready=False (no kubelet here: the
-    test writes each pod's status). Returns the pods' names."""
-    names = [name] if count == 1 else [f"{name}-{k}" for k in range(count)]
-    owners = []
-    for pod in names:
-        created = cluster.create(PODS, {
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": pod, "namespace": NS, "finalizers": list(finalizers),
-                         "labels": {"kueue.x-k8s.io/queue-name": local_queue, "kueue.x-k8s.io/managed": "true"}},
-            "spec": {"containers": [{"name": "server", "image": "server:1", "resources": {
-                "requests": {kueue.GPU: str(gpus)}, "limits": {kueue.GPU: str(gpus)}}}]}})
-        owners.append({"apiVersion": "v1", "kind": "Pod", "name": pod, "uid": created["metadata"]["uid"]})
-        pod_ready(cluster, pod, False)
-    workload = kueue.workload(NS, f"pod-{name}", local_queue, gpus_per_pod=gpus, count=count)
-    workload["metadata"]["ownerReferences"] = owners
-    cluster.create(WL, workload)
-    kueue.admit(cluster, NS, f"pod-{name}", cluster_queue)
-    return names
-
-
-@pytest.fixture
-def serving_cleaned(cluster):
-    """After the test: no pod in the namespace, nor a Workload admitted into a ClusterQueue target's queue (other
-    tests read the namespace's Workloads)."""
-    yield
-    for pod in cluster.get(PODS)["items"]:
-        cluster._request("PATCH", f"{PODS}/{pod['metadata']['name']}", {"metadata": {"finalizers": None}},
-                         content_type=kueue.MERGE)
-        cluster.delete(f"{PODS}/{pod['metadata']['name']}")
-    for w in cluster.get(WL)["items"]:
-        if ((w.get("status") or {}).get("admission") or {}).get("clusterQueue") in ("cq-t", "cq-group"):
-            cluster.delete(f"{WL}/{w['metadata']['name']}")
-
-
-def pod_ready(cluster: KubeCluster, name: str, ready: bool) -> None:
-    """What the kubelet writes once a pod's readiness probe passes (or fails): its Ready condition."""
-    status = {"phase": "Running", "conditions": [{"type": "Ready", "status": str(ready)}]}
-    cluster._request("PATCH", f"{PODS}/{name}/status", {"status": status}, content_type=kueue.MERGE)
-
-
-def test_a_clusterqueue_target_reads_as_the_same_replicas_in_the_embedded_cluster_and_on_kubernetes(
-        cluster, serving_cleaned):
+def test_a_clusterqueue_target_reads_as_the_same_replicas_in_the_embedded_cluster_and_on_kubernetes(cluster):
     """TargetState is in replicas for every kind of target. A ClusterQueue target's are the whole replicas of its
     policy's gpusPerReplica its GPU quota holds, on Kubernetes as in the embedded cluster (which once gave the quota
-    in GPUs here, 6 for 3 replicas of 2, and replicas there). Those serving are the replicas warm, as a Deployment's
-    readyReplicas are: on Kubernetes the quota's replicas all counted as serving, its pods' readiness not read, so
-    the replicas a raised quota admitted were warm at once there and warming in the embedded cluster; and a
-    replica's pod being deleted still served. Now the admitted Workloads whose pods are Ready and not being deleted
-    serve, as the embedded cluster's replicas do once warm."""
+    in GPUs here, 6 for 3 replicas of 2, and replicas there)."""
     spec = {"capacity": {"demandPerGpu": 10.0, "gpusPerReplica": 2}, "target": {"kind": "ClusterQueue", "name": "cq-t"}}
     start = pd.Timestamp("2026-01-05 12:00", tz="UTC")
     demand = pd.Series(55.0, index=pd.date_range(start - pd.Timedelta(days=1), start, freq="5min"))  # 3 replicas
@@ -306,60 +255,11 @@ def test_a_clusterqueue_target_reads_as_the_same_replicas_in_the_embedded_cluste
     world.advance(world.now + 60.0)  # past the start, whose decisions were in place: a change from now on warms up
     ref = TargetRef("ClusterQueue", "cq-t")
     cluster.create(CQ, kueue.cluster_queue("cq-t", gpus=world.cluster_queue_quotas()["cq-t"]))
-    cluster.create(LQ, kueue.local_queue(NS, "cq-t-serving", "cq-t"))
-    hold = "headroom.dev/test-hold"  # keeps a deleted pod (its deletionTimestamp set) until the test lets it go
-    pods = [name for k in range(3) for name in serving_pod(cluster, f"serve-{k}", "cq-t-serving", "cq-t", 2,
-                                                           finalizers=(hold,) if k == 2 else ())]
-    assert cluster.target_state(ref, 2) == TargetState(3, 0), "no pod is Ready yet"
-    for name in pods:
-        pod_ready(cluster, name, True)
     assert cluster.target_state(ref, 2) == world.target_state(ref, 2) == TargetState(3, 3)
-    # fewer: a replica goes, its pod being deleted (still Ready, but no longer served by)
-    assert cluster.set_cluster_queue_quota("cq-t", 4) and world.set_cluster_queue_quota("cq-t", 4)
-    cluster.delete(f"{PODS}/serve-2")
-    assert cluster.get(f"{PODS}/serve-2")["metadata"].get("deletionTimestamp")
-    assert cluster.target_state(ref, 2) == world.target_state(ref, 2) == TargetState(2, 2)
-    # more quota (a part of a replica too: whole ones are read): three more replicas, warming until their pods are Ready
-    assert cluster.set_cluster_queue_quota("cq-t", 11) and world.set_cluster_queue_quota("cq-t", 11)
-    new = [name for k in (3, 4, 5) for name in serving_pod(cluster, f"serve-{k}", "cq-t-serving", "cq-t", 2)]
-    assert cluster.target_state(ref, 2) == world.target_state(ref, 2) == TargetState(5, 2)
-    world.advance(world.now + WorldSettings().warmup_seconds)
-    for name in new:
-        pod_ready(cluster, name, True)
-    assert cluster.target_state(ref, 2) == world.target_state(ref, 2) == TargetState(5, 5)
-
-
-def test_a_clusterqueue_target_replica_serves_once_all_its_pods_are_ready_and_unknown_readiness_serves(
-        cluster, kube_server, caplog, serving_cleaned):
-    """A replica of several pods (a pod group: one Workload) serves once as many pods as its pod sets count are
-    Ready, as Kueue's PodsReady says. Where readiness cannot be read, the admitted Workload counts as serving, as the
-    quota's replicas all counted before: a Workload no pod owns (a Job's), and every one under a ClusterRole from
-    before headroom read pods (their LIST refused, said once in the log); the shipped ClusterRole reads them."""
-    from tests.test_run_real import bound_to_the_viewer, shipped_cluster_role
-
-    ref = TargetRef("ClusterQueue", "cq-group")
-    cluster.create(CQ, kueue.cluster_queue("cq-group", gpus=8))
-    cluster.create(LQ, kueue.local_queue(NS, "cq-group-serving", "cq-group"))
-    group = serving_pod(cluster, "group", "cq-group-serving", "cq-group", 2, count=2)  # one replica of 2 x 2 GPUs
-    pod_ready(cluster, group[0], True)
-    assert cluster.target_state(ref, 4) == TargetState(2, 0), "one pod of two Ready: the replica does not serve"
-    pod_ready(cluster, group[1], True)
-    assert cluster.target_state(ref, 4) == TargetState(2, 1)
-    cluster.create(WL, kueue.workload(NS, "job-owned", "cq-group-serving", gpus_per_pod=4))  # no pod owns it
-    kueue.admit(cluster, NS, "job-owned", "cq-group")
-    assert cluster.target_state(ref, 4) == TargetState(2, 2)
-    pod_ready(cluster, group[1], False)
-    assert cluster.target_state(ref, 4) == TargetState(2, 1)
-
-    old = shipped_cluster_role("headroom-test-no-pods")
-    old["rules"] = [rule for rule in old["rules"] if rule["resources"] != ["pods"]]
-    for role, serving in ((old, 2), (shipped_cluster_role("headroom-test-pods"), 1)):
-        for viewer in bound_to_the_viewer(kube_server, cluster, role):
-            caplog.clear()
-            assert [viewer.target_state(ref, 4) for _ in range(2)] == [TargetState(2, serving)] * 2, role
-            unread = [r.getMessage() for r in caplog.records if "not read" in r.getMessage()]
-            assert len(unread) == (serving == 2), unread
-            assert all("ClusterQueue cq-group" in m and "HTTP 403" in m for m in unread), unread
+    for gpus in (11, 4):  # more (a part of a replica too: whole ones are read), once warm; fewer
+        assert cluster.set_cluster_queue_quota("cq-t", gpus) and world.set_cluster_queue_quota("cq-t", gpus)
+        world.advance(world.now + WorldSettings().warmup_seconds)
+        assert cluster.target_state(ref, 2) == world.target_state(ref, 2) == TargetState(gpus // 2, gpus // 2)
 
 
 # --------------------------------------------------------------------------- workloads
