@@ -110,13 +110,16 @@ def test_a_reconcile_on_a_halted_host_ends_by_its_deadline_and_the_next_reads_wh
     idle = time.monotonic() - began  # a whole pass with nothing to do: this machine's time for that work, now
     assert r.holder.get().actions == (), r.holder.get().actions  # what landed is read: nothing left to do
     assert sum(r.holder.get().preemptions_total.values()) == len(stopped_now)
-    # The halted reconcile ended by its deadline, but for its own work after it (less than a whole pass's); the pass
-    # then only let the Lease go, one quick attempt, which the halted host did not answer either. Measured against
-    # the idle pass, not fixed seconds: a whole pass took 0.9 s on an idle machine, 4.6 s on two cores busy with other
-    # test runs, where the pass's fixed bound (the Lease + the release + 3 s) failed by a second.
+    # The halted reconcile ended by its deadline, but for its own work after it; the pass then only let the Lease go,
+    # one quick attempt, which the halted host did not answer either. That work's time is the machine's: a whole pass
+    # took 0.9 s idle and 4.6 s on two cores busy with other test runs, and a bound on the idle pass measured after
+    # failed in CI when the load fell between the two (6.3 s against 3 + 2.4). What the defect did is of another
+    # size: each write waited out all its request's attempts (7 x TIMEOUT, 14 s) in turn. So the bound is one
+    # request's attempts; that nothing was sent after the deadline is checked above, to the tenth of a second.
     (until, ended), *_ = kept
-    assert ended - until < idle, (ended - until, idle)
-    assert passed - until < RELEASE_TIMEOUT_SECONDS + idle, (passed - until, idle)
+    attempts = 7 * TIMEOUT
+    assert ended - until < attempts, (ended - until, idle)
+    assert passed - until < RELEASE_TIMEOUT_SECONDS + attempts, (passed - until, idle)
 
 
 @pytest.mark.usefixtures("kube")
