@@ -29,7 +29,7 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import nullcontext
@@ -214,6 +214,11 @@ def parse_policies(objects: list[dict], specs: ParsedSpecs | None = None
             if q not in role or (kind == "target" and role[q][0] != "target"):
                 role[q] = (kind, p.key)
     return [p for _, p in parsed if p.ref not in invalid], invalid
+
+
+def training_queues(policies: Iterable[PolicyObject]) -> set[str]:
+    """The training ClusterQueues `policies` lend to."""
+    return {q for p in policies for q in p.spec.training_cluster_queues}
 
 
 def feasible(policies: list[PolicyObject], lendable: int) -> tuple[list[PolicyObject], dict[ObjectRef, str]]:
@@ -1017,9 +1022,9 @@ class Reconciler:
 
     # -- 3. plan
     def _weights(self, policies: list[PolicyObject]) -> tuple[tuple[str, float], ...]:
-        queues = {q for p in policies if p.active for q in p.spec.training_cluster_queues}
+        queues = training_queues(p for p in policies if p.active)
         # a weight for a queue no policy lends to (a typo) would leave the teams equal without a word
-        named = {q for p in policies for q in p.spec.training_cluster_queues}
+        named = training_queues(policies)
         for queue in sorted(set(self.cfg.team_weights) - named - self._unweighed):
             log.warning("run.team_weights.%s: no ReservationPolicy lends to a training ClusterQueue of that name "
                         "(its trainingClusterQueues: %s); the weight is unused", queue, ", ".join(sorted(named)) or
@@ -1059,7 +1064,7 @@ class Reconciler:
             except NotFound as exc:
                 targets[p.key] = None
                 self._missing[p.key] = str(exc)  # what is missing: the target, or the Deployment its HPA scales
-        queues = {q for p in policies for q in p.spec.training_cluster_queues}
+        queues = training_queues(policies)
         training, uids, stopped = training_view(workloads, queues, now.timestamp())
         return View(targets, self.cluster.cluster_queue_quotas(), training, uids, stopped)
 
@@ -1248,7 +1253,7 @@ class Reconciler:
             fix = (": the controller's ClusterRole needs list and watch on cohorts.kueue.x-k8s.io "
                    "(deploy/base/rbac.yaml)" if exc.status == 403 else "")
             return CohortCheck(unreadable=f"the Cohorts and ClusterQueues could not be read ({exc}){fix}")
-        return cohort_lenders(tree, {q for p in policies for q in p.spec.training_cluster_queues})
+        return cohort_lenders(tree, training_queues(policies))
 
     def _reclaim_notes(self, policies: list[PolicyObject], cohorts: CohortCheck) -> list[RecordEvent]:
         """A ClusterQueue letting Kueue preempt a policy's training queues: a Warning (HeadroomAtRisk says it while
@@ -1264,7 +1269,7 @@ class Reconciler:
         as safe; but headroom's figures then leave those stops out. `workloads`: the reconcile's own read, after its
         writes. A read of the ClusterQueues that fails changes nothing said (the same ClusterQueues read for the
         Cohorts are counted there)."""
-        queues = {q for p in policies for q in p.spec.training_cluster_queues}
+        queues = training_queues(policies)
         try:
             settings = self.cluster.within_queue_preemption()
         except ClusterError:
@@ -1385,7 +1390,7 @@ class Reconciler:
         self._last_now = now
         teams = {}
         t = view.training
-        for q in sorted({q for p in policies for q in p.spec.training_cluster_queues}):
+        for q in sorted(training_queues(policies)):
             quota = int(view.quotas.get(q, 0))
             used = int(sum(g for g, tq in zip(t.gpus, t.queue) if tq == q))
             seconds, borrowed_seconds, preempted = self._team_seconds.get(q, (0.0, 0.0, 0))
