@@ -1059,7 +1059,7 @@ class KubeCluster:
                 return None
             if not (wl.get("status") or {}).get("admission"):
                 return None
-            return {"metadata": {"annotations": {EVICTED_BY_PLAN: plan_id, EVICTION_REASON: reason[:1024]}},
+            return {"metadata": {"annotations": {EVICTED_BY_PLAN: plan_id, EVICTION_REASON: event_message(reason)}},
                     "spec": {"active": False}}
 
         return self._update(self._wl_path(namespace, name), mutate,

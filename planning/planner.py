@@ -38,6 +38,7 @@ MAX_GPUS = 2**40  # more GPUs than any cluster holds; far from int64's limit whe
 # when none runs to tell): assumed slow, and checkpointing every half hour.
 UNANNOTATED_PREEMPTION_SECONDS = 600.0
 UNANNOTATED_CHECKPOINT_SECONDS = 1800.0
+ABOVE_NAMED = 3  # the policies a preemption's reason names among those above their forecast (the furthest above)
 NO_DATA = "no data"  # why a plan falls back when nothing was observed in the week before now
 
 
@@ -804,12 +805,13 @@ def _preemptions(hours: HourPlan, steps: list[WorkloadStep], t: Training, policy
         above = [s for s in steps if s.peak_gpus + s.buffer_gpus > s.forecast_gpus and s.reserved_gpus > 0]
         kind = "emergency" if over > 0 and above else "planned"
         excess = f"training holds {over} GPUs more than the {lent} lent now"
-        if above:
-            excess += "; observed demand above the forecast (" + ", ".join(
-                f"{s.name} peak {s.peak_gpus} + buffer {s.buffer_gpus} > forecast {s.forecast_gpus}"
-                for s in above) + ")"
         band = (f"slow-to-preempt jobs exceed the {room} GPUs no plausible demand needs before they could stop "
                 "(outside the headroom band)")
+        # the kinds first, then the policies furthest above their forecast: an Event keeps 1 kB of it
+        furthest = sorted(above, key=lambda s: s.forecast_gpus - s.peak_gpus - s.buffer_gpus)[:ABOVE_NAMED]
+        demand = "observed demand above the forecast: " + ", ".join(
+            f"{s.name} peak {s.peak_gpus} + buffer {s.buffer_gpus} > forecast {s.forecast_gpus}" for s in furthest) \
+            + (f" and {len(above) - len(furthest)} more" if len(above) > len(furthest) else "")
         workload = above[0].name if over > 0 and above else first
         freed = 0
         for i in _victims(t, running, running, over, waste, lent, weights, deadline, over_band):
@@ -818,7 +820,8 @@ def _preemptions(hours: HourPlan, steps: list[WorkloadStep], t: Training, policy
             # were nothing held beyond the slack
             for_excess = freed < over
             freed += int(t.gpus[i])
-            why = "; ".join(text for text, met in ((excess, for_excess), (band, over_band > 0 and slow[i])) if met)
+            why = "; ".join(text for text, met in ((excess, for_excess), (band, over_band > 0 and slow[i]),
+                                                   (demand, for_excess and bool(above))) if met)
             stop(np.array([i]), kind if for_excess else "planned", now, workload if for_excess else first, why)
     # A forecast ramp-up: stop jobs at their last checkpoint before the GPUs are needed. Only ramps within one
     # checkpoint interval (plus lead and stop times) can need a decision now: later ones pass another checkpoint.

@@ -1,0 +1,93 @@
+"""The Events headroom writes keep what an SRE acts on: Kubernetes keeps 1,024 characters of a message
+(core.objects.event_message cuts there, marked '...'), so what is wrong, which object and the fix come first and the
+lists after them are bounded. Each message is built as the controller builds it, with names of realistic length and
+of Kubernetes' longest (a namespace 63 characters, an object's name 253)."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from hypothesis import strategies as st
+
+from adapters.kube import EVICTION_REASON
+from controller.actions import Evict, PolicyTarget, View, cluster_actions
+from core.objects import EVENT_MESSAGE_CHARS, ObjectRef, TargetRef, event_message
+from core.policy import API_VERSION, KIND
+from planning.planner import ClusterPolicy, Forecast, History, Observed, Training, WorkloadPolicy, plan_hours, plan_step
+from tests.servers import kueue
+
+NOW = pd.Timestamp("2026-01-08 10:07", tz="UTC")
+QUEUE = "training-research-large-language-models"
+BAND = "slow-to-preempt jobs exceed the"
+EXCESS = "training holds"
+MANY_SERIES_FIX = "aggregate it to one, e.g. sum(...)"
+CLASH_FIX = "in this policy (one queue cannot hold both inference and training)"
+
+# names as Kubernetes bounds them: a namespace is a DNS label, an object's name a DNS subdomain
+namespaces = st.text("abcdefghijklmnopqrstuvwxyz0123456789-", min_size=1, max_size=63)
+names = st.text("abcdefghijklmnopqrstuvwxyz0123456789-.", min_size=1, max_size=253)
+
+
+def long_key(i: int, chars: int = 60) -> str:
+    """A ReservationPolicy's namespace/name of `chars` characters, as a production cluster names them."""
+    stem = f"inference-serving-production/llm-chat-completions-{i:02d}-"
+    return stem + "x" * (chars - len(stem))
+
+
+# --------------------------------------------------------------------------------------------- Preempted
+def preempted(keys: list[str], workload: str = "training/pretrain-70b") -> Evict:
+    """The eviction the controller issues when every policy of `keys` sees demand above its forecast and training
+    holds more than is lent, by one slow-to-preempt job that is both the excess's and outside the headroom band."""
+    policies = tuple(WorkloadPolicy(k, 2.0, 2, min_gpus=2, max_gpus=60, lead_time_seconds=900.0) for k in keys)
+    cluster = ClusterPolicy(40 * len(keys), policies, ((QUEUE, 1.0),), horizon_hours=4)
+    starts = pd.date_range(NOW.floor("h"), periods=4, freq="h")
+    low = np.full(4, 4.0)
+    forecast = Forecast.of(pd.DataFrame({0.5: low / 2, 0.9: low, 0.99: low + 5}, index=starts), 0.9, 0.99)
+    history = pd.Series(4.0, index=pd.date_range(NOW.floor("h") - pd.Timedelta(days=8), NOW.floor("h"), freq="h"))
+    hours = plan_hours({k: forecast for k in keys}, {k: History.of(history, NOW) for k in keys}, cluster, NOW)
+    now = NOW.timestamp()
+    # each policy further above its forecast than the one before: the last is the furthest
+    observed = {k: Observed(np.array([now]), np.array([20.0 + 4 * i]), 0, False) for i, k in enumerate(keys)}
+    jobs = ("training/fine-tune", workload)
+    training = Training(jobs, (QUEUE, QUEUE), np.array([4, cluster.capacity_gpus]), np.zeros(2, np.int64),
+                        np.array([60.0, 900.0]), np.full(2, 1800.0), np.full(2, now - 600), 0)
+    step = plan_step(hours, observed, training, cluster, now)
+    targets = [PolicyTarget(k, ObjectRef(API_VERSION, KIND, k.split("/")[1], k.split("/")[0]),
+                            TargetRef("Deployment", "chat", k.split("/")[0]), 2, True, None, (QUEUE,)) for k in keys]
+    view = View({}, {QUEUE: 0}, training, {j: f"uid-{j}" for j in jobs}, ())
+    (evict,) = [a for a in cluster_actions(step, view, targets, "plan") if isinstance(a, Evict)
+                and a.workload == workload]
+    return evict
+
+
+def test_a_preemption_beside_ten_policies_above_their_forecast_keeps_its_kinds():
+    """The reason named every policy above its forecast before the headroom band: with ten policies of 60-character
+    names the Preempted Event (1,145 characters) lost "slow-to-preempt jobs exceed ...", and the Workload's
+    eviction-reason annotation lost it without a mark. The kinds come first now, then the furthest three policies
+    above their forecast and how many more."""
+    keys = [long_key(i) for i in range(10)]
+    evict = preempted(keys)
+    said = evict.event.message
+    assert len(said) <= EVENT_MESSAGE_CHARS and event_message(said) == said, len(said)
+    assert evict.kind == "emergency" and evict.event.reason == "Preempted"
+    assert EXCESS in said and BAND in said and said.index(BAND) < said.index("observed demand above the forecast")
+    assert all(k in said for k in keys[-3:]) and not any(k in said for k in keys[:-3])  # the furthest above
+    assert said.endswith("and 7 more")
+
+
+def test_an_eviction_reason_annotation_is_cut_as_an_event_is(kube_admin):
+    """The annotation cut a long reason at 1,024 characters without a mark, where its Event said '...': one limit,
+    one marker."""
+    ns = "headroom-messages"
+    kube_admin.apply(f"/api/v1/namespaces/{ns}", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    kube_admin.apply(kueue.path("clusterqueues", "messages-train"), kueue.cluster_queue("messages-train", gpus=8))
+    kube_admin.apply(kueue.path("localqueues", "messages-train", ns), kueue.local_queue(ns, "messages-train"))
+    path = kueue.path("workloads", "victim", ns)
+    kube_admin.apply(path, kueue.workload(ns, "victim", "messages-train", gpus_per_pod=2, count=2))
+    kueue.admit(kube_admin, ns, "victim", "messages-train")
+    reason = "; ".join(f"reason {i} " + "x" * 90 for i in range(20))  # 2,000 characters
+    try:
+        assert kube_admin.evict_workload(ns, "victim", None, reason, "plan-long") is True
+        kept = kube_admin.get(path)["metadata"]["annotations"][EVICTION_REASON]
+        assert kept == event_message(reason) and kept.endswith("...") and len(kept) == EVENT_MESSAGE_CHARS
+    finally:
+        kube_admin.delete(path)
