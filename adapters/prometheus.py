@@ -38,6 +38,7 @@ from urllib3.util.retry import Retry
 from urllib3.util.timeout import Timeout
 
 from core.deadline import current as current_deadline
+from core.objects import cut
 from core.settings import PrometheusServer, shown_url
 from forecast.history import MAX_POINTS as HISTORY_POINTS
 
@@ -59,6 +60,7 @@ class PrometheusError(RuntimeError):
 
 CUT = "cut at its deadline: Prometheus answered too slowly, or not at all, in the time the reconcile had"
 STOPPED = "cut: the controller is stopping"
+QUOTED_CHARS = 200  # of a query quoted in an error, which an Event carries (the whole query is the policy's spec)
 
 
 class DeadlinePassed(PrometheusError):
@@ -103,9 +105,13 @@ def chunk_ranges(start: datetime, end: datetime, step: pd.Timedelta,
 
 
 def _many_series(result: list[dict], query: str) -> PrometheusError:
-    labels = [r.get("metric", {}) for r in result[:3]]
-    return PrometheusError(f"query {query!r} returned {len(result)} series (e.g. {labels}; a series whose labels "
-                           "change, e.g. a restarted pod's, is two): refused, aggregate it to one, e.g. sum(...)")
+    """The query (its start: the whole is the policy's spec.query) and the fix first, then the labels its series
+    differ in (what to aggregate away), cut: an Event keeps 1 kB of this, after its reason and before the fallback."""
+    metrics = [r.get("metric", {}) for r in result]
+    differ = sorted(k for k in {k for m in metrics for k in m} if len({m.get(k) for m in metrics}) > 1)
+    return PrometheusError(f"query {cut(repr(query), QUOTED_CHARS)} returned {len(result)} series: refused, "
+                           "aggregate it to one, e.g. sum(...) (a series whose labels change, e.g. a restarted pod's, "
+                           "is two)" + (f"; they differ in {cut(', '.join(differ), QUOTED_CHARS)}" if differ else ""))
 
 
 def parse_matrix(result: list[dict], query: str) -> pd.Series:

@@ -11,9 +11,14 @@ CONDITION_TYPES = ("Ready", "ForecastDegraded", "FallbackActive", "HeadroomAtRis
 EVENT_MESSAGE_CHARS = 1024  # an Event's message as headroom writes it (events.k8s.io keeps a note of at most 1 kB)
 
 
+def cut(text: str, chars: int) -> str:
+    """`text` in at most `chars` characters, the cut marked '...'."""
+    return text if len(text) <= chars else text[:chars - 3] + "..."
+
+
 def event_message(text: str) -> str:
     """`text` as an Event keeps it: cut to EVENT_MESSAGE_CHARS, the cut marked; so what must be said goes first."""
-    return text if len(text) <= EVENT_MESSAGE_CHARS else text[:EVENT_MESSAGE_CHARS - 3] + "..."
+    return cut(text, EVENT_MESSAGE_CHARS)
 
 
 @dataclass(frozen=True)

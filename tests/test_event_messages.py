@@ -9,11 +9,15 @@ import pandas as pd
 from hypothesis import strategies as st
 
 from adapters.kube import EVICTION_REASON
+from adapters.prometheus import parse_matrix
 from controller.actions import Evict, PolicyTarget, View, cluster_actions
+from controller.demand import DemandReader
 from core.objects import EVENT_MESSAGE_CHARS, ObjectRef, TargetRef, event_message
 from core.policy import API_VERSION, KIND
+from forecast.synthetic import write_csv
 from planning.planner import ClusterPolicy, Forecast, History, Observed, Training, WorkloadPolicy, plan_hours, plan_step
 from tests.servers import kueue
+from tests.test_run import DEMAND, MONDAY_6AM, Replay, policy
 
 NOW = pd.Timestamp("2026-01-08 10:07", tz="UTC")
 QUEUE = "training-research-large-language-models"
@@ -91,3 +95,49 @@ def test_an_eviction_reason_annotation_is_cut_as_an_event_is(kube_admin):
         assert kept == event_message(reason) and kept.endswith("...") and len(kept) == EVENT_MESSAGE_CHARS
     finally:
         kube_admin.delete(path)
+
+
+# --------------------------------------------------------------------------------------------- many series
+# a query over a vLLM deployment's pods that forgot its sum(): three of its series, with the labels they carry
+MANY_SERIES_QUERY = (
+    'rate(vllm:request_success_total{namespace="inference-serving-production", '
+    'model_name="meta-llama/Meta-Llama-3.1-70B-Instruct", service="llm-chat-completions-vllm-openai-server", '
+    'finished_reason=~"stop|length", job="inference-serving-production/llm-chat-completions-vllm-pods"}[5m]) '
+    '* on (pod) group_left() max by (pod) (kube_pod_status_ready{condition="true"})')
+
+
+def pod_series(i: int, values=()) -> dict:
+    return {"metric": {"__name__": "vllm:request_success_total", "container": "vllm-openai-server",
+                       "endpoint": "metrics", "finished_reason": "stop", "instance": f"10.42.{i}.17:8000",
+                       "job": "inference-serving-production/llm-chat-completions-vllm-pods",
+                       "model_name": "meta-llama/Meta-Llama-3.1-70B-Instruct",
+                       "namespace": "inference-serving-production",
+                       "pod": f"llm-chat-completions-vllm-openai-server-7d9f8b6c5d-{i:05d}",
+                       "service": "llm-chat-completions-vllm-openai-server"}, "values": list(values)}
+
+
+class ManySeries(DemandReader):
+    """Prometheus answering a query that forgot its sum() with one series per pod: refused as the adapter refuses
+    it."""
+
+    def __init__(self, series: int):
+        self.series = series
+
+    def read(self, key, query, start, end):
+        return parse_matrix([pod_series(i) for i in range(self.series)], query)
+
+
+def test_a_query_of_many_series_says_its_fix_in_the_event(tmp_path):
+    """The error quoted the whole query and three series' labels before its fix: a FallbackActive Event about a
+    query of 360 characters (1,877 with the labels) ended before "aggregate it to one, e.g. sum(...)"."""
+    demand = tmp_path / "demand.csv"
+    write_csv(DEMAND, demand)
+    r = Replay(tmp_path, demand, policy(query=MANY_SERIES_QUERY), demand=ManySeries(40))
+    r.step(MONDAY_6AM)
+    (event,) = r.events("FallbackActive")
+    said = event_message(event["message"])
+    assert MANY_SERIES_FIX in said and "returned 40 series" in said and MANY_SERIES_QUERY[:100] in said, said
+    assert "they differ in instance, pod" in said  # the labels to aggregate away
+    assert said.startswith("DemandUnavailable: ") and "fallback reservation" in said  # what headroom does meanwhile
+    _, conditions = r.status()
+    assert MANY_SERIES_FIX in conditions["ForecastDegraded"]["message"]

@@ -31,8 +31,14 @@ def test_parse_matrix_values_and_special_floats():
 
 
 def test_parse_matrix_refuses_many_series():
-    with pytest.raises(PrometheusError, match="sum"):
-        parse_matrix([{"metric": {"a": "1"}, "values": []}, {"metric": {"a": "2"}, "values": []}], "q")
+    """The refusal says the fix and the labels the series differ in (what to aggregate away), not the labels they
+    share."""
+    shared = {"job": "vllm", "namespace": "inference"}
+    with pytest.raises(PrometheusError) as refused:
+        parse_matrix([{"metric": {**shared, "a": "1"}, "values": []}, {"metric": {**shared, "a": "2", "b": "x"},
+                                                                       "values": []}], "q")
+    assert str(refused.value) == ("query 'q' returned 2 series: refused, aggregate it to one, e.g. sum(...) (a series "
+                                  "whose labels change, e.g. a restarted pod's, is two); they differ in a, b")
 
 
 @pytest.mark.parametrize("url", ["http://127.0.0.1:9", "http://prometheus.invalid:9090"])
