@@ -199,13 +199,19 @@ def parse_policies(objects: list[dict], specs: ParsedSpecs | None = None
         if target.kind == "ClusterQueue":
             claims.append(("spec.target", target.name, "target"))
         claims += [("spec.trainingClusterQueues", q, "training") for q in p.spec.training_cluster_queues]
-        clashes = [f"{field}: ClusterQueue {q} is the {role[q][0]} queue of ReservationPolicy {role[q][1]}; "
-                   + ("one queue cannot hold both inference and training" if "training" in (kind, role[q][0]) else
-                      "a ClusterQueue target's quota is its own policy's reservation alone")
+        clashes = [(f"{field}: ClusterQueue {q} is the {role[q][0]} queue of ReservationPolicy {role[q][1]}",
+                    "one queue cannot hold both inference and training" if "training" in (kind, role[q][0]) else
+                    "a ClusterQueue target's quota is its own policy's reservation alone")
                    for field, q, kind in claims
                    if q in role and role[q][0] != kind and role[q][1] != p.key]
         if clashes:
-            invalid[p.ref] = "; ".join(clashes)
+            # how many and the fix first, each clash after: an Event keeps 1 kB of it, the Ready condition all
+            one = len(clashes) == 1
+            invalid[p.ref] = (
+                f"{len(clashes)} ClusterQueue{'' if one else 's'} this policy names {'is' if one else 'are'} held "
+                f"otherwise by an older ReservationPolicy: name {'another queue' if one else 'other queues'} in this "
+                f"policy ({'; '.join(dict.fromkeys(why for _, why in clashes))}): "
+                + "; ".join(clash for clash, _ in clashes))
             continue
         owner[target] = p.key
         for _, q, kind in claims:

@@ -12,6 +12,7 @@ from adapters.kube import EVICTION_REASON
 from adapters.prometheus import parse_matrix
 from controller.actions import Evict, PolicyTarget, View, cluster_actions
 from controller.demand import DemandReader
+from controller.reconcile import parse_policies
 from core.objects import EVENT_MESSAGE_CHARS, ObjectRef, TargetRef, event_message
 from core.policy import API_VERSION, KIND
 from forecast.synthetic import write_csv
@@ -141,3 +142,31 @@ def test_a_query_of_many_series_says_its_fix_in_the_event(tmp_path):
     assert said.startswith("DemandUnavailable: ") and "fallback reservation" in said  # what headroom does meanwhile
     _, conditions = r.status()
     assert MANY_SERIES_FIX in conditions["ForecastDegraded"]["message"]
+
+
+# --------------------------------------------------------------------------------------------- queue clashes
+def clashing(namespace: str, holders: list[str], queues: list[str]) -> list[dict]:
+    """Policies each holding inference in one of `queues`, and one created after them lending training slack into
+    all of them."""
+    def rp(name: str, created: int, **spec) -> dict:
+        body = {"query": "sum(rate(requests_total[5m]))", "capacity": {"demandPerGpu": 10.0},
+                "target": {"kind": "Deployment", "name": name}, **spec}
+        return {"apiVersion": API_VERSION, "kind": KIND, "spec": body, "metadata": {
+            "name": name, "namespace": namespace, "creationTimestamp": f"2026-01-01T00:00:{created:02d}Z"}}
+    return [rp(h, i, inferenceClusterQueue=q) for i, (h, q) in enumerate(zip(holders, queues))] + \
+        [rp("batch-training-lender", 59, trainingClusterQueues=queues)]
+
+
+def test_six_queue_clashes_say_how_many_and_the_fix_first():
+    """Six clashes with realistic names (1,732 characters) were cut in the fourth, without saying there were
+    six or what to do. The count and the fix come first now; the Ready condition's message lists each."""
+    holders = [f"llm-chat-completions-{i:02d}-inference-serving" for i in range(6)]
+    queues = [f"inference-serving-production-{h}-gpu-queue" for h in holders]
+    objects = clashing("inference-serving-production", holders, queues)
+    _, refused = parse_policies(objects)
+    (message,) = [m for ref, m in refused.items() if ref.name == "batch-training-lender"]
+    assert len(message) > EVENT_MESSAGE_CHARS  # the condition keeps every clash
+    assert all(q in message and f"inference-serving-production/{h}" in message for h, q in zip(holders, queues))
+    said = event_message(message)
+    assert said.startswith("6 ClusterQueues this policy names are held otherwise") and CLASH_FIX in said, said
+    assert f"spec.trainingClusterQueues: ClusterQueue {queues[0]} is the inference queue" in said
