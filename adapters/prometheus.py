@@ -106,12 +106,14 @@ def chunk_ranges(start: datetime, end: datetime, step: pd.Timedelta,
 
 def _many_series(result: list[dict], query: str) -> PrometheusError:
     """The query (its start: the whole is the policy's spec.query) and the fix first, then the labels its series
-    differ in (what to aggregate away), cut: an Event keeps 1 kB of this, after its reason and before the fallback."""
+    differ in (what to aggregate away), a few series' each cut: an Event keeps 1 kB of this, after its reason and
+    before the fallback it causes."""
     metrics = [r.get("metric", {}) for r in result]
     differ = sorted(k for k in {k for m in metrics for k in m} if len({m.get(k) for m in metrics}) > 1)
+    shown = ", ".join(cut(str({k: m.get(k) for k in differ}), QUOTED_CHARS // 2) for m in metrics[:3])
     return PrometheusError(f"query {cut(repr(query), QUOTED_CHARS)} returned {len(result)} series: refused, "
                            "aggregate it to one, e.g. sum(...) (a series whose labels change, e.g. a restarted pod's, "
-                           "is two)" + (f"; they differ in {cut(', '.join(differ), QUOTED_CHARS)}" if differ else ""))
+                           "is two)" + (f"; where they differ: {shown}" if differ else ""))
 
 
 def parse_matrix(result: list[dict], query: str) -> pd.Series:

@@ -138,7 +138,7 @@ def test_a_query_of_many_series_says_its_fix_in_the_event(tmp_path):
     (event,) = r.events("FallbackActive")
     said = event_message(event["message"])
     assert MANY_SERIES_FIX in said and "returned 40 series" in said and MANY_SERIES_QUERY[:100] in said, said
-    assert "they differ in instance, pod" in said  # the labels to aggregate away
+    assert "where they differ: {'instance': '10.42.0.17:8000', 'pod': " in said  # the labels to aggregate away
     assert said.startswith("DemandUnavailable: ") and "fallback reservation" in said  # what headroom does meanwhile
     _, conditions = r.status()
     assert MANY_SERIES_FIX in conditions["ForecastDegraded"]["message"]

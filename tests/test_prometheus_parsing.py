@@ -38,7 +38,8 @@ def test_parse_matrix_refuses_many_series():
         parse_matrix([{"metric": {**shared, "a": "1"}, "values": []}, {"metric": {**shared, "a": "2", "b": "x"},
                                                                        "values": []}], "q")
     assert str(refused.value) == ("query 'q' returned 2 series: refused, aggregate it to one, e.g. sum(...) (a series "
-                                  "whose labels change, e.g. a restarted pod's, is two); they differ in a, b")
+                                  "whose labels change, e.g. a restarted pod's, is two); where they differ: "
+                                  "{'a': '1', 'b': None}, {'a': '2', 'b': 'x'}")
 
 
 @pytest.mark.parametrize("url", ["http://127.0.0.1:9", "http://prometheus.invalid:9090"])
