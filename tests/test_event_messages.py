@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from adapters.kube import EVICTION_REASON
-from adapters.prometheus import parse_matrix
+from adapters.prometheus import PrometheusError, parse_matrix
 from controller.actions import Evict, PolicyTarget, View, cluster_actions
 from controller.demand import DemandReader
 from controller.reconcile import parse_policies
@@ -170,3 +172,44 @@ def test_six_queue_clashes_say_how_many_and_the_fix_first():
     said = event_message(message)
     assert said.startswith("6 ClusterQueues this policy names are held otherwise") and CLASH_FIX in said, said
     assert f"spec.trainingClusterQueues: ClusterQueue {queues[0]} is the inference queue" in said
+
+
+# --------------------------------------------------------------------------------------------- every message
+@settings(max_examples=25)
+@given(st.lists(st.tuples(namespaces, names), min_size=1, max_size=12, unique=True), names,
+       st.text(min_size=1, max_size=4000), st.integers(2, 500),
+       st.dictionaries(st.text(min_size=1, max_size=63), st.text(max_size=253), max_size=20))
+@example([("n" * 63, f"{i:02d}" + "p" * 251) for i in range(12)], "w" * 253, "q" * 4000, 500,  # the longest names
+         {f"{i:02d}" + "l" * 61: "v" * 253 for i in range(20)})
+def test_every_event_message_keeps_the_object_and_the_fix_for_names_of_any_length(keys, workload, query, series,
+                                                                                     labels):
+    """Whatever the names (up to Kubernetes' longest), however many policies, queues and series, each Event these
+    paths write keeps, within the 1,024 characters Kubernetes keeps, what is wrong, which object and the fix:
+    - Preempted (and the eviction-reason annotation): both kinds, and the policy furthest above its forecast;
+    - a query of many series refused: the query's start and the fix, in few enough characters that the Event carrying
+      it (after 'DemandUnavailable: ', before the fallback it causes, at most 210) keeps it whole;
+    - queue clashes (InvalidSpec): how many, the fix and the first clash (the queue and the policy holding it)."""
+    keys = [f"{ns}/{name}" for ns, name in keys]
+    evict = preempted(keys, f"training/{workload}")
+    said = event_message(evict.event.message)
+    assert EXCESS in said and BAND in said and keys[-1] in said, said
+    assert EXCESS in event_message(evict.reason) and BAND in event_message(evict.reason)
+
+    result = [{"metric": {**labels, "pod": str(i)}, "values": []} for i in range(series)]
+    with pytest.raises(PrometheusError) as refused:
+        parse_matrix(result, query)
+    said = f"DemandUnavailable: {refused.value}"
+    assert len(said) <= EVENT_MESSAGE_CHARS - 300, len(said)
+    assert MANY_SERIES_FIX in said and f"returned {series} series" in said and repr(query)[:100] in said, said
+    shown = ", ".join(f"{{'pod': '{i}'}}" for i in range(min(series, 3)))  # pod: the only label that differs
+    assert said.endswith(f"where they differ: {shown}")
+
+    namespace = keys[0].split("/")[0]
+    holders = [name[:252] for name in dict.fromkeys(k.split("/")[1] for k in keys)]
+    assume("batch-training-lender" not in holders and len(set(holders)) == len(holders))
+    queues = [f"q{h}" for h in holders]  # each holder's inference queue, 253 characters at most
+    _, refused_policies = parse_policies(clashing(namespace, holders, queues))
+    (message,) = [m for ref, m in refused_policies.items() if ref.name == "batch-training-lender"]
+    said = event_message(message)
+    assert said.startswith(f"{len(queues)} ClusterQueue") and CLASH_FIX in said, said
+    assert f"ClusterQueue {queues[0]} is the inference queue of ReservationPolicy {namespace}/{holders[0]}" in said
