@@ -313,14 +313,15 @@ UNREACHED = "nothing answered at this URL: is Prometheus running there, and reac
 
 
 def _failure(client: PrometheusConnect, query: str, lo: pd.Timestamp, hi: pd.Timestamp,
-             exc: BaseException | None, cut: str | None = None) -> PrometheusError:
-    """`cut`: why the read was cut (CUT, STOPPED: a DeadlinePassed); None: it failed."""
+             exc: BaseException | None, why_cut: str | None = None) -> PrometheusError:
+    """`why_cut`: why the read was cut (CUT, STOPPED: a DeadlinePassed); None: it failed. What it means before the
+    client's error, whose URL repeats the query: an Event keeps 1 kB of this, after its reason."""
     status = str(exc).removeprefix("HTTP Status Code ")[:3] if isinstance(exc, PrometheusApiClientException) else ""
-    meaning = cut or REFUSALS.get(status) or (NOT_JSON if isinstance(exc, ValueError) else "") or \
+    meaning = why_cut or REFUSALS.get(status) or (NOT_JSON if isinstance(exc, ValueError) else "") or \
         (UNREACHED if _unreached(exc) else "")
-    where = (f"Prometheus at {shown_url(client.url)} failed for {query!r} [{lo.isoformat()} .. {hi.isoformat()}]: "
-             f"{exc}" + (f" ({meaning})" if meaning else ""))
-    return DeadlinePassed(where, cut) if cut else PrometheusError(where)
+    where = (f"Prometheus at {shown_url(client.url)} failed for {cut(repr(query), QUOTED_CHARS)} "
+             f"[{lo.isoformat()} .. {hi.isoformat()}]" + (f" ({meaning})" if meaning else "") + f": {exc}")
+    return DeadlinePassed(where, why_cut) if why_cut else PrometheusError(where)
 
 
 def _unreached(exc: BaseException | None) -> bool:

@@ -5,6 +5,7 @@ import pandas as pd
 import pytest
 
 from adapters.prometheus import MAX_POINTS, PrometheusError, PrometheusSource, chunk_ranges, parse_matrix
+from core.objects import event_message
 from core.settings import PrometheusServer
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -52,7 +53,20 @@ def test_unreachable_prometheus_is_a_clear_error(url):
         source.fetch()
     said = str(err.value)
     assert said.startswith(f"Prometheus at {url} failed for 'up'") and "Kept" not in said
-    assert said.endswith("(nothing answered at this URL: is Prometheus running there, and reachable from here?)")
+    assert " (nothing answered at this URL: is Prometheus running there, and reachable from here?): " in said
+
+
+def test_a_failed_read_of_a_long_query_says_what_it_means_in_its_event():
+    """The error quoted the whole query, then the client's error (whose URL holds the query again, encoded), then
+    what it means: the Event about a 322-character query (1,166 characters) lost "nothing answered at this URL"."""
+    query = 'sum(rate(requests_total{service="' + "b" * 300 + '"}[5m]))'
+    source = PrometheusSource(PrometheusServer(url="http://127.0.0.1:9", retries=0, timeout_seconds=2), query, T0,
+                              T0 + pd.Timedelta(hours=1))
+    with pytest.raises(PrometheusError) as err:
+        source.fetch()
+    said = event_message(f"DemandUnavailable: {err.value}")  # as the controller's Event says it
+    assert "(nothing answered at this URL: is Prometheus running there, and reachable from here?)" in said, said
+    assert repr(query)[:100] in said
 
 
 def test_a_url_where_something_else_answers_200_says_it_is_not_prometheus():
