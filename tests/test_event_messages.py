@@ -68,7 +68,7 @@ def preempted(keys: list[str], workload: str = "training/pretrain-70b") -> Evict
 
 def test_a_preemption_beside_ten_policies_above_their_forecast_keeps_its_kinds():
     """The reason named every policy above its forecast before the headroom band: with ten policies of 60-character
-    names the Preempted Event (1,145 characters) lost "slow-to-preempt jobs exceed ...", and the Workload's
+    names the Preempted Event (1,201 characters) lost "slow-to-preempt jobs exceed ...", and the Workload's
     eviction-reason annotation lost it without a mark. The kinds come first now, then the furthest three policies
     above their forecast and how many more."""
     keys = [long_key(i) for i in range(10)]
