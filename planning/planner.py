@@ -641,9 +641,11 @@ def plan_step(hours: HourPlan, observed: Mapping[str, Observed], training: Train
         degraded = o is not None and o.degraded
         if o is not None and o.degraded:
             want = max(want, min(whole_replicas(o.held_gpus, w.gpus_per_replica), w.top(lendable)))
+        # what the cluster's size alone took (maxGpus is the policy's own ceiling, no cut): said in the reason
+        cut = max(w.clamp(max(fore, peak + buffer), MAX_GPUS) - want, 0)
         i = wh.at(t_now)
         steps.append(WorkloadStep(w.name, want, fore, peak, _held_buffer(buffer, want, peak), int(wh.headroom[i]),
-                                  bool(wh.from_forecast[i]), degraded))
+                                  bool(wh.from_forecast[i]), degraded, cut))
     excess = sum(s.reserved_gpus for s in steps) - lendable
     for k in reversed(range(len(steps))):  # later workloads give way first, never below their minimum
         if excess <= 0:
@@ -652,7 +654,7 @@ def plan_step(hours: HourPlan, observed: Mapping[str, Observed], training: Train
         take = min(whole_replicas(excess, w.gpus_per_replica), steps[k].reserved_gpus - w.least_gpus)
         if take > 0:
             s = steps[k]
-            steps[k] = replace(s, reserved_gpus=s.reserved_gpus - take, cut_gpus=take,
+            steps[k] = replace(s, reserved_gpus=s.reserved_gpus - take, cut_gpus=s.cut_gpus + take,
                                buffer_gpus=_held_buffer(s.buffer_gpus, s.reserved_gpus - take, s.peak_gpus))
             excess -= take
     lent = max(lendable - sum(s.reserved_gpus for s in steps), 0)

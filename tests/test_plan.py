@@ -385,6 +385,23 @@ def test_step_cut_to_capacity_later_workloads_first():
     assert [w.reserved_gpus for w in s.workloads] == [36, 4]  # b at its minimum, a cut
 
 
+def test_a_reservation_the_cluster_is_too_small_for_says_it_was_cut():
+    """A cluster of 2 GPUs holds no replica of 8 or of 6: the step reserves nothing and lends the 2 GPUs. Its reasons
+    said "recent peak 8", "recent peak 18" and nothing of a cut (only the cut that fits several workloads together
+    was said), so a shortage read as the policy's own choice, and the property that a bigger cluster never lends less
+    (test_plan_guarantees) found 2 lent on 2 GPUs, 0 on 26, with no cut to explain it."""
+    now = NOW.timestamp()
+    w0, w1 = (WorkloadPolicy(f"ns/{n}", 0.5, g, reclaim_deadline_seconds=1.0, lead_time_seconds=0.0)
+              for n, g in (("w0", 8), ("w1", 6)))
+    seen = {"ns/w0": observed((now, 1.0)), "ns/w1": observed((now, 7.0))}
+    for capacity, cut in ((2, [8, 18]), (26, [0, 0]), (20, [0, 6])):
+        pol = ClusterPolicy(capacity, (w0, w1))
+        s = plan_step(plan_hours({}, {}, pol, NOW), seen, training(), pol, now)
+        assert [w.cut_gpus for w in s.workloads] == cut, capacity
+        assert [w.reserved_gpus + w.cut_gpus for w in s.workloads] == [8, 18]
+        assert all((f"cut by {c} GPUs to fit the cluster" in w.reason) == (c > 0) for w, c in zip(s.workloads, cut))
+
+
 def test_slack_split_by_team_weight_with_largest_remainders():
     assert shares(10, [("a", 1), ("b", 1), ("c", 1)]) == {"a": 4, "b": 3, "c": 3}  # ties by name
     assert shares(7, [("a", 2), ("b", 1)]) == {"a": 5, "b": 2}   # 4.67 / 2.33
