@@ -9,6 +9,7 @@ from typing import Any
 
 CONDITION_TYPES = ("Ready", "ForecastDegraded", "FallbackActive", "HeadroomAtRisk")
 EVENT_MESSAGE_CHARS = 1024  # an Event's message as headroom writes it (events.k8s.io keeps a note of at most 1 kB)
+CONDITION_MESSAGE_CHARS = 32768  # a status condition's message: metav1.Condition's maxLength, the CRD's too
 
 
 def cut(text: str, chars: int) -> str:
@@ -127,6 +128,9 @@ class Condition:
             raise ValueError(f"condition type must be one of {CONDITION_TYPES}, got {self.type!r}")
         if self.status not in ("True", "False", "Unknown"):
             raise ValueError(f"condition status must be True, False or Unknown, got {self.status!r}")
+        # the API server refuses a longer one, and with it the whole status write (64 clashing queues of 253
+        # characters come to about 42,000): cut, marked, what matters first as in an Event
+        object.__setattr__(self, "message", cut(self.message, CONDITION_MESSAGE_CHARS))
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,12 @@ lists after them are bounded. Each message is built as the controller builds it,
 of Kubernetes' longest (a namespace 63 characters, an object's name 253)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
@@ -15,7 +18,7 @@ from adapters.prometheus import PrometheusError, parse_matrix
 from controller.actions import Evict, PolicyTarget, View, cluster_actions
 from controller.demand import DemandReader
 from controller.reconcile import parse_policies
-from core.objects import EVENT_MESSAGE_CHARS, ObjectRef, TargetRef, event_message
+from core.objects import CONDITION_MESSAGE_CHARS, EVENT_MESSAGE_CHARS, Condition, ObjectRef, TargetRef, event_message
 from core.policy import API_VERSION, KIND
 from forecast.synthetic import write_csv
 from planning.planner import ClusterPolicy, Forecast, History, Observed, Training, WorkloadPolicy, plan_hours, plan_step
@@ -213,3 +216,16 @@ def test_every_event_message_keeps_the_object_and_the_fix_for_names_of_any_lengt
     said = event_message(message)
     assert said.startswith(f"{len(queues)} ClusterQueue") and CLASH_FIX in said, said
     assert f"ClusterQueue {queues[0]} is the inference queue of ReservationPolicy {namespace}/{holders[0]}" in said
+
+
+def test_a_condition_message_fits_what_the_crd_accepts():
+    """The API server refuses a condition message over the CRD's maxLength, and the whole status write with it: 64
+    training queues (the schema's most) each clashing, with names of 253 characters, come to about 42,000."""
+    crd = yaml.safe_load((Path(__file__).resolve().parents[1] / "deploy" / "crds"
+                          / "headroom.dev_reservationpolicies.yaml").read_text())
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+    assert schema["conditions"]["items"]["properties"]["message"]["maxLength"] == CONDITION_MESSAGE_CHARS
+    long = Condition("Ready", "False", "InvalidSpec", "64 ClusterQueues clash: " + "q" * 42_000)
+    assert len(long.message) == CONDITION_MESSAGE_CHARS and long.message.startswith("64 ClusterQueues clash")
+    assert long.message.endswith("...")
+    assert Condition("Ready", "True", "Reconciled", "ok").message == "ok"
