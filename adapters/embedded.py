@@ -509,7 +509,7 @@ class EmbeddedCluster:
         if not self.inference_queues:
             return {}, {}
         used = self._held_in_queues()
-        over = {q: u - self.quotas[q] for q, u in used.items() if u > self.quotas[q]}
+        over = self._above_quota(used)
         cohort = (sum(self.quotas.get(q, 0) for q in self.training_queues) - sum(self._usage().values())
                   - sum(over.values()))
         if self._pending:
@@ -526,7 +526,11 @@ class EmbeddedCluster:
                 used[q] += inf.gpus_per_replica
                 n += 1
             admitted[key] = n
-        return admitted, {q: u - self.quotas[q] for q, u in used.items() if u > self.quotas[q]}
+        return admitted, self._above_quota(used)
+
+    def _above_quota(self, used: Mapping[str, int]) -> dict[str, int]:
+        """What each inference queue uses above its nominalQuota (the queues within it absent)."""
+        return {q: u - self.quotas[q] for q, u in used.items() if u > self.quotas[q]}
 
     def _cohort(self, borrowed: Mapping[str, int]) -> tuple[dict[str, int], dict[str, int]]:
         """The training cohort as planning.kueue.admit reads it: each ClusterQueue's nominalQuota, and each inference

@@ -45,8 +45,7 @@ def test_capacity_quotas_and_lost_work_hold_over_any_sequence(capacity, steps, s
     once counted its whole stopping time lost, never allocated); no job does more than its work, a finished one did
     all of it."""
     index = pd.date_range(START - pd.Timedelta(days=1), START + pd.Timedelta(days=3), freq="5min")
-    jobs = None if trace is None else tuple(np.array(column) for column in zip(*sorted(
-        ((min(g, capacity), work, at) for g, work, at in trace), key=lambda job: job[2])))
+    jobs = trace_jobs(trace, capacity)
     w = EmbeddedCluster(capacity, [manifest("chat", "default", SPEC)], {"default/chat": pd.Series(30.0, index=index)},
                         start=START.timestamp(),
                         settings=WorldSettings(seed=seed, checkpoint_interval_seconds=interval,
@@ -98,6 +97,13 @@ def test_capacity_quotas_and_lost_work_hold_over_any_sequence(capacity, steps, s
 
 CHAT = PolicyTarget("default/chat", ObjectRef(API_VERSION, KIND, "chat", "default"),
                     TargetRef("Deployment", "chat", "default"), 2, True, None, ("train-a", "train-b"))
+
+
+def trace_jobs(trace: list | None, capacity: int) -> tuple | None:
+    """A drawn job trace as EmbeddedCluster takes it: (gpus, work seconds, arrival) columns by arrival, each job
+    no larger than the cluster."""
+    return None if trace is None else tuple(np.array(column) for column in zip(*sorted(
+        ((min(g, capacity), work, at) for g, work, at in trace), key=lambda job: job[2])))
 
 
 def observe(w: EmbeddedCluster) -> View:
@@ -274,8 +280,7 @@ def test_kueue_admits_an_inference_cluster_queues_replicas_within_its_quota_and_
     it): the example's 8-GPU job, waiting beside a training quota of 6, kept the replicas from borrowing any of it."""
     index = pd.date_range(START - pd.Timedelta(days=1), START + pd.Timedelta(days=1), freq="5min")
     demand = pd.Series([hourly[(t.hour + t.day) % len(hourly)] for t in index], index=index)
-    jobs = None if trace is None else tuple(np.array(column) for column in zip(*sorted(
-        ((min(g, capacity), work, at) for g, work, at in trace), key=lambda job: job[2])))
+    jobs = trace_jobs(trace, capacity)
     w = EmbeddedCluster(capacity, [manifest("chat", "default", SERVED)], {"default/chat": demand},
                         start=START.timestamp(), settings=WorldSettings(seed=seed), jobs=jobs)
     inf = w.inference["default/chat"]
