@@ -37,19 +37,17 @@ HEADROOM = "headroom auto"
 
 
 def peer_coverage(actual: np.ndarray, origins: list[int], folds: list | str, horizon: int) -> dict[int, float] | None:
-    """A peer's coverage of `actual` over its folds, from its own bounds; None where it did not finish them all."""
+    """A peer's coverage of `actual` over its folds pooled, from its own bounds (coverage skips missing actuals);
+    None where it did not finish them all."""
     if isinstance(folds, str) or any(not isinstance(f, dict) or f.get("error") or f"lo-{LEVELS[0]}" not in f
                                      for f in folds):
         return None
-    out = {}
-    for level in LEVELS:
-        inside = []
-        for o, f in zip(origins, folds):
-            a = actual[o:o + horizon]
-            inside.append(coverage(a, np.asarray(f[f"lo-{level}"], float)[:len(a)],
-                                   np.asarray(f[f"hi-{level}"], float)[:len(a)]) * np.isfinite(a).sum())
-        out[level] = float(np.sum(inside) / max(sum(np.isfinite(actual[o:o + horizon]).sum() for o in origins), 1))
-    return out
+    scored = [actual[o:o + horizon] for o in origins]  # the last fold may run past the series' end
+
+    def bound(name: str) -> np.ndarray:
+        return np.concatenate([np.asarray(f[name], float)[:len(a)] for a, f in zip(scored, folds)])
+    pooled = np.concatenate(scored)
+    return {level: coverage(pooled, bound(f"lo-{level}"), bound(f"hi-{level}")) for level in LEVELS}
 
 
 def rows(peers: dict, forecast: dict) -> pd.DataFrame:
