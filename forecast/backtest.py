@@ -19,8 +19,7 @@ from forecast.base import Forecaster, check_quantile_frame
 from forecast.calibrate import DAY, calibrated_predict, fold_points, origins, scaled_residuals
 from forecast.history import clip_outliers
 from forecast.metrics import coverage, finite_or_none, mase, pinball, seasonal_scale, smape
-from forecast.models import MODELS, Ensemble, combination_name, combine, fill_gaps
-from forecast.shifts import LevelShifts, find_shifts
+from forecast.models import MODELS, Ensemble, combination_name, combine
 
 # Cheap candidates (vectorised numpy, no optimiser) for thousands of series: issue 2's four seasonal ones plus the
 # last value held (a drifting gauge without a daily cycle: issue 13). Picked with COMBINE, LEVEL_CORRECTION and
@@ -58,9 +57,6 @@ LEVEL_CORRECTION: bool | int = 7
 MIN_SELECTION_FOLDS = 7
 WEAK_EVIDENCE = "shrink-unrefuted"
 WEAK_EVIDENCE_RULES = ("shrink", "mean", "shrink-inverse", "shrink-unrefuted")
-# The hours after a recent level shift from which the history before it is re-levelled to the level after it
-# (forecast.shifts); None: never.
-LEVEL_SHIFTS: int | None = None
 METRICS = ("mase", "smape", "pinball_50", "pinball_90", "pinball_95", "coverage_80", "coverage_90",
            *map(below_key, PLANNER_QUANTILES), "fit_seconds")
 
@@ -95,7 +91,7 @@ class AutoForecaster:
     def __init__(self, candidates: Sequence[str] | str = "fast", horizon: int = DAY, folds: int = 14,
                  step: int = DAY, top_k: int = 3, calibration_folds: int = 28, combine: str = COMBINE,
                  level_correction: bool | int = LEVEL_CORRECTION, min_selection_folds: int = MIN_SELECTION_FOLDS,
-                 weak_evidence: str = WEAK_EVIDENCE, level_shifts: int | None = LEVEL_SHIFTS):
+                 weak_evidence: str = WEAK_EVIDENCE):
         self.candidates = {"fast": FAST, "full": FULL}[candidates] if isinstance(candidates, str) else tuple(candidates)
         self.horizon, self.folds, self.step, self.top_k = horizon, folds, step, top_k
         if combine not in COMBINES:
@@ -104,7 +100,6 @@ class AutoForecaster:
         if weak_evidence not in WEAK_EVIDENCE_RULES:
             raise ValueError(f"weak_evidence must be one of {WEAK_EVIDENCE_RULES}, not {weak_evidence!r}")
         self.min_selection_folds, self.weak_evidence = min_selection_folds, weak_evidence
-        self.level_shifts = level_shifts
         # Intervals need more residuals than selection needs scores: four weeks of daily origins (older ones
         # weigh little: calibrate.HALF_LIFE), while the model is picked on the last `folds` only.
         self.calibration_folds = max(calibration_folds, folds)
@@ -112,11 +107,6 @@ class AutoForecaster:
 
     def fit(self, history: pd.Series) -> Self:
         values = history.to_numpy(dtype=float)
-        self.shifts_: LevelShifts | None = (find_shifts(fill_gaps(values), self.level_shifts)
-                                               if self.level_shifts else None)
-        if self.shifts_ is not None:  # every candidate, and the intervals, from the newest level (forecast.shifts)
-            values = self.shifts_.relevel(values)
-            history = pd.Series(values, index=history.index, name=history.name)
         fold_origins = origins(len(history), self.horizon, self.calibration_folds, self.step)
         points = {c: fold_points(MODELS[c], history, fold_origins, self.horizon) for c in self.candidates}
         actuals = np.array([values[o:o + self.horizon] for o in fold_origins]).reshape(len(fold_origins), self.horizon)
