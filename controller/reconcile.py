@@ -157,12 +157,21 @@ class ParsedSpecs:
         try:
             parsed: PolicySpec | str = parse_policy_spec(raw, f"ReservationPolicy {ref.namespace}/{ref.name}")
         except ConfigError as exc:
-            parsed = "; ".join(exc.errors)
+            parsed = spec_errors_said(exc.errors)
         self._held[ref] = (generation, raw, parsed)
         return parsed
 
     def keep(self, present: set[ObjectRef]) -> None:
         self._held = {ref: held for ref, held in self._held.items() if ref in present}
+
+
+def spec_errors_said(errors: list[str]) -> str:
+    """A spec's errors ('field.path: message') in one message: of several, how many and every field path first, each
+    error after, so the Event (1,024 characters) names every field to correct and the Ready condition says each."""
+    if len(errors) == 1:
+        return errors[0]
+    paths = dict.fromkeys(error.partition(": ")[0] for error in errors)
+    return f"{len(errors)} errors in the spec ({', '.join(paths)}): " + "; ".join(errors)
 
 
 def parse_policies(objects: list[dict], specs: ParsedSpecs | None = None

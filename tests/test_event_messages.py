@@ -177,21 +177,79 @@ def test_six_queue_clashes_say_how_many_and_the_fix_first():
     assert f"spec.trainingClusterQueues: ClusterQueue {queues[0]} is the inference queue" in said
 
 
+# --------------------------------------------------------------------------------------------- invalid specs
+# a ReservationPolicy written by hand with what goes wrong in one (quantiles in percent, durations without a unit, a
+# workload kind headroom does not scale, a field one level too high), each value with the field paths it is refused at
+WRONG = {
+    "query": ("", ["spec.query"]),
+    "statistic": ("p999.9", ["spec.statistic"]),
+    "capacity": ({"demandPerGpu": "10", "gpusPerReplica": "8"},
+                 ["spec.capacity.demandPerGpu", "spec.capacity.gpusPerReplica"]),
+    "forecaster": ("prophet", ["spec.forecaster"]),
+    "timezone": ("Berlin", ["spec.timezone"]),
+    "targetQuantile": (90, ["spec.targetQuantile"]),
+    "headroomQuantile": (99, ["spec.headroomQuantile"]),
+    "leadTime": (15, ["spec.leadTime"]),
+    "scaleInDelay": ("10 minutes", ["spec.scaleInDelay"]),
+    "reclaimDeadline": ("36h", ["spec.reclaimDeadline"]),
+    "warmBuffer": ("1.0", ["spec.warmBuffer"]),
+    "warmBufferQuantile": (1.5, ["spec.warmBufferQuantile"]),
+    "minGpus": (-2, ["spec.minGpus"]),
+    "maxGpus": (0, ["spec.maxGpus"]),
+    "marginGpus": (2.5, ["spec.marginGpus"]),
+    "headroomFloorGpus": ("4", ["spec.headroomFloorGpus"]),
+    "target": ({"kind": "StatefulSet", "name": "chat"}, ["spec.target.kind"]),
+    "inferenceClusterQueue": ("", ["spec.inferenceClusterQueue"]),
+    "trainingClusterQueues": ("training-research", ["spec.trainingClusterQueues"]),
+    "mode": ("Active", ["spec.mode"]),
+    "objective": ({"maxShortage": 5}, ["spec.objective.maxShortage"]),
+    "maxShortSteps": (0.01, ["spec.maxShortSteps"]),
+}
+
+
+def invalid_spec(namespace: str, name: str, wrong: dict) -> str:
+    """The refusal of a policy whose spec has the `wrong` fields (the rest valid), as the controller writes it."""
+    spec = {"query": "sum(rate(requests_total[5m]))", "capacity": {"demandPerGpu": 10.0},
+            "target": {"kind": "Deployment", "name": name}, **wrong}
+    _, refused = parse_policies([{"apiVersion": API_VERSION, "kind": KIND, "spec": spec,
+                                  "metadata": {"name": name, "namespace": namespace}}])
+    (message,) = refused.values()
+    return message
+
+
+def test_a_spec_of_many_errors_names_every_field_in_the_event():
+    """The errors were joined one after another, so the InvalidSpec Event of a hand-written policy of 23 errors (1,576
+    characters) ended inside the 14th, and the 9 fields after it went unnamed. How many and every field path come
+    first now, each error after; the Ready condition keeps every error. One error is said as it was."""
+    message = invalid_spec("inference-serving-production", "llm-chat-completions",
+                           {field: value for field, (value, _) in WRONG.items()})
+    paths = [path for _, fields in WRONG.values() for path in fields]
+    said = event_message(message)
+    assert len(message) > EVENT_MESSAGE_CHARS and said.startswith(f"{len(paths)} errors in the spec ("), said
+    assert all(path in said for path in paths), said
+    kept = Condition("Ready", "False", "InvalidSpec", message).message
+    assert all(f"{path}: " in kept for path in paths) and "'Berlin' is not an IANA time zone" in kept
+    assert invalid_spec("inference-serving-production", "chat", {"leadTime": 15}).startswith("spec.leadTime: 15 has no")
+
+
 # --------------------------------------------------------------------------------------------- every message
 @settings(max_examples=25)
 @given(st.lists(st.tuples(namespaces, names), min_size=1, max_size=12, unique=True), names,
        st.text(min_size=1, max_size=4000), st.integers(2, 500),
-       st.dictionaries(st.text(min_size=1, max_size=63), st.text(max_size=253), max_size=20))
+       st.dictionaries(st.text(min_size=1, max_size=63), st.text(max_size=253), max_size=20),
+       st.sets(st.sampled_from(sorted(WRONG)), min_size=2), st.text(max_size=4000))
 @example([("n" * 63, f"{i:02d}" + "p" * 251) for i in range(12)], "w" * 253, "q" * 4000, 500,  # the longest names
-         {f"{i:02d}" + "l" * 61: "v" * 253 for i in range(20)})
+         {f"{i:02d}" + "l" * 61: "v" * 253 for i in range(20)}, set(WRONG), "z" * 4000)
 def test_every_event_message_keeps_the_object_and_the_fix_for_names_of_any_length(keys, workload, query, series,
-                                                                                     labels):
+                                                                                     labels, wrong, zone):
     """Whatever the names (up to Kubernetes' longest), however many policies, queues and series, each Event these
     paths write keeps, within the 1,024 characters Kubernetes keeps, what is wrong, which object and the fix:
     - Preempted (and the eviction-reason annotation): both kinds, and the policy furthest above its forecast;
     - a query of many series refused: the query's start and the fix, in few enough characters that the Event carrying
       it (after 'DemandUnavailable: ', before the fallback it causes, at most 210) keeps it whole;
-    - queue clashes (InvalidSpec): how many, the fix and the first clash (the queue and the policy holding it)."""
+    - queue clashes (InvalidSpec): how many, the fix and the first clash (the queue and the policy holding it);
+    - a spec of many errors (InvalidSpec), one of them quoting a time zone of up to 4,000 characters: how many and
+      every field path."""
     keys = [f"{ns}/{name}" for ns, name in keys]
     evict = preempted(keys, f"training/{workload}")
     said = event_message(evict.event.message)
@@ -216,6 +274,11 @@ def test_every_event_message_keeps_the_object_and_the_fix_for_names_of_any_lengt
     said = event_message(message)
     assert said.startswith(f"{len(queues)} ClusterQueue") and CLASH_FIX in said, said
     assert f"ClusterQueue {queues[0]} is the inference queue of ReservationPolicy {namespace}/{holders[0]}" in said
+
+    values = {field: f"Nowhere/{zone}" if field == "timezone" else WRONG[field][0] for field in wrong}
+    said = event_message(invalid_spec(namespace, holders[0], values))
+    paths = [path for field in wrong for path in WRONG[field][1]]
+    assert said.startswith(f"{len(paths)} errors in the spec (") and all(path in said for path in paths), said
 
 
 def test_a_condition_message_fits_what_the_crd_accepts():

@@ -222,6 +222,9 @@ def test_prometheus_down_keeps_the_forecast_then_falls_back_never_lowering(kube,
 @pytest.mark.parametrize("bad, why", [
     ({"targetQuantile": 0.99, "headroomQuantile": 0.9}, "headroomQuantile must be at least targetQuantile"),
     ({"timezone": "Europe/Berln"}, "spec.timezone: 'Europe/Berln' is not an IANA time zone"),
+    # several errors the CRD's schema admits: how many and each field first, as the Event keeps them
+    ({"timezone": "Europe/Berln", "leadTime": "36h", "reclaimDeadline": "30h"},
+     "3 errors in the spec (spec.timezone, spec.leadTime, spec.reclaimDeadline): spec.timezone: "),
 ])
 def test_invalid_policy_is_reported_and_the_valid_one_still_acts(kube, controller, prometheus_server, tmp_path, bad,
                                                                  why):
