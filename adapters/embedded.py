@@ -510,11 +510,11 @@ class EmbeddedCluster:
             return {}, {}
         used = self._held_in_queues()
         over = self._above_quota(used)
-        cohort = (sum(self.quotas.get(q, 0) for q in self.training_queues) - sum(self._usage().values())
-                  - sum(over.values()))
+        usage = self._usage()
+        cohort = sum(self.quotas.get(q, 0) for q in self.training_queues) - sum(usage.values()) - sum(over.values())
         if self._pending:
             quotas, borrowed = self._cohort(over)
-            cohort -= int(self.jobs.gpus[self._admit_training(quotas, borrowed, sum(quotas.values()))].sum())
+            cohort -= int(self.jobs.gpus[self._admit_training(quotas, borrowed, sum(quotas.values()), usage)].sum())
         admitted = {}
         for key, q in self.inference_queues.items():
             inf, n = self.inference[key], 0
@@ -539,11 +539,13 @@ class EmbeddedCluster:
         borrowed = {q: gpus for q, gpus in borrowed.items() if q not in quotas}
         return {**quotas, **dict.fromkeys(borrowed, 0)}, borrowed
 
-    def _admit_training(self, quotas: dict[str, int], borrowed: dict[str, int], free: int) -> list[int]:
-        """The pending training Workloads (job numbers) Kueue admits into `quotas` (`_cohort`) and `free` GPUs."""
+    def _admit_training(self, quotas: dict[str, int], borrowed: dict[str, int], free: int,
+                        usage: dict[str, int]) -> list[int]:
+        """The pending training Workloads (job numbers) Kueue admits into `quotas` (`_cohort`) and `free` GPUs, the
+        training queues using `usage` (`_usage`)."""
         j, p = self.jobs, np.array(self._pending)
         chosen = admit(j.queue_names[p], j.gpus[p], j.priority[p], j.created[p], [j.names[i] for i in p],
-                       {**self._usage(), **borrowed}, quotas, free)
+                       {**usage, **borrowed}, quotas, free)
         return [int(p[k]) for k in chosen]
 
     def _held_in_queues(self) -> dict[str, int]:
@@ -612,7 +614,7 @@ class EmbeddedCluster:
         last = self._idle_admission
         if last is not None and last[:2] == inputs[:2] and free <= last[2] and inputs[3] <= last[3]:
             return []
-        admitted = self._admit_training(quotas, borrowed, free)
+        admitted = self._admit_training(quotas, borrowed, free, self._usage())
         if admitted:  # out of the line in one pass: removing them one by one is quadratic in a long line
             taken = set(admitted)
             self._pending = [i for i in self._pending if i not in taken]
