@@ -54,6 +54,19 @@ def _capped_quantiles(frame, model) -> list[str]:
             "above it"]
 
 
+def _uncalibrated(model) -> list[str]:
+    """The bands are the models' own where the history has neither the calibration folds nor a refit with a whole
+    horizon after its first day (calibrate.calibrated_predict's last fallback)."""
+    from forecast.calibrate import DAY, INTERVALS, refit_origins, scored_folds
+
+    hours = len(model.history_)
+    if scored_folds(model.residuals_) >= INTERVALS.min_folds or refit_origins(hours, model.horizon):
+        return []
+    return [f"the bands are the models' own, not calibrated: {hours} h of history leave no refit with a whole "
+            f"{model.horizon} h horizon after the first day; {DAY + model.horizon} h of history, or a shorter "
+            "--horizon, calibrate them on the history's own errors"]
+
+
 def cmd_forecast(cfg: Config, args) -> int:
     from forecast.backtest import AutoForecaster
     from forecast.clock import on_clock
@@ -69,7 +82,7 @@ def cmd_forecast(cfg: Config, args) -> int:
     # inner folds as long as the horizon asked: the procedure `backtest --horizon` scores as `auto`
     model = AutoForecaster(horizon=cfg.forecast.horizon)
     frame = on_clock(model, cfg.forecast.timezone).fit(series).predict(cfg.forecast.horizon, cfg.forecast.quantiles)
-    notes = _capped_quantiles(frame, model)
+    notes = _capped_quantiles(frame, model) + _uncalibrated(model)
     if model.fallback_reason:
         notes.append(f"{model.name}: fallback to seasonal naive ({model.fallback_reason})")
     for note in notes:

@@ -307,11 +307,16 @@ def refit_errors(model, history: pd.Series, horizon: int, step: int) -> tuple[np
     missing). The model was picked on these hours, so the errors are a little optimistic; a week has too few daily
     folds to replay the pick (AutoForecaster's honest residuals) at each."""
     values = history.to_numpy(dtype=float)
-    fold_origins = range(DAY, len(values) - horizon + 1, step)
+    fold_origins = refit_origins(len(values), horizon, step)
     make = lambda: copy.deepcopy(model)  # noqa: E731 - fit replaces a copy's state, the fitted model stays as it is
     points = fold_points(make, history, fold_origins, horizon)
     actuals = np.array([values[o:o + horizon] for o in fold_origins]).reshape(points.shape)
     return points, actuals - points
+
+
+def refit_origins(n: int, horizon: int, step: int = REFIT_STEP) -> range:
+    """The origins of `refit_errors` on `n` hours: from the first day on, each with a whole horizon after it."""
+    return range(DAY, n - horizon + 1, step)
 
 
 def refit_values(point: np.ndarray, points: np.ndarray, errors: np.ndarray, quantiles: Sequence[float],

@@ -262,6 +262,21 @@ def test_a_short_historys_capped_quantiles_are_said_to_come_from_its_refits(tmp_
         "calibration folds, under 5, has its bands from them)" in notes[0]
 
 
+def test_bands_a_two_day_history_cannot_calibrate_are_said_to_be_the_models_own(tmp_path, capsys):
+    """Two days with forecast's default 48 h horizon leave no refit with a whole horizon after the first day, so the
+    bands are the candidates' own, uncalibrated, and nothing said so; with --horizon 24 one refit calibrates them."""
+    hours = np.arange(2 * DAY)
+    path = tmp_path / "two-days.csv"
+    write_csv(pd.Series(100 + 40 * np.sin(2 * np.pi * hours / DAY) + 7 * np.cos(hours * 1.3),
+                        index=pd.date_range("2026-01-05", periods=2 * DAY, freq="h", tz="UTC")), path)
+    assert main(["forecast", str(path), "--json"]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert any(n.startswith("the bands are the models' own, not calibrated: 48 h of history leave no refit with a "
+                            "whole 48 h horizon") for n in notes), notes
+    assert main(["forecast", str(path), "--horizon", "24", "--json"]) == 0
+    assert not any("not calibrated" in n for n in json.loads(capsys.readouterr().out)["notes"])
+
+
 def test_a_noise_free_daily_cycle_scores_null_with_its_reason_not_a_mase_of_1e15():
     """A load generator's exact daily cycle differs from one day to the next only by rounding (1e-14): MASE divided
     by that, and the last value held scored 1.5e15, auto 1.6e14, promoted by `headroom train` as a real score."""
