@@ -273,7 +273,7 @@ def controller(args: dict) -> dict:
 
     def one(now: pd.Timestamp):
         before = dict(cluster.requests)
-        refits_before = r.refitting()
+        refits_before = r.forecasts.refitting()
         collecting["seconds"] = 0.0
         started, wall = time.monotonic(), time.time()
         if profiles:
@@ -286,7 +286,7 @@ def controller(args: dict) -> dict:
             state = r.reconcile(now)
         evicted = [a.workload for a in state.actions if isinstance(a, Evict)]
         sent = {m: n - before.get(m, 0) for m, n in cluster.requests.items()}
-        refits_after = r.refitting()
+        refits_after = r.forecasts.refitting()
         return {"now": now.isoformat(), "seconds": time.monotonic() - started, "started": wall,
                 "requests": sum(sent.values()), "writes": sum(n for m, n in sent.items() if m != "GET"),
                 "actions": len(state.actions), "refitting": refits_after, "gc_seconds": collecting["seconds"],

@@ -447,8 +447,8 @@ def _replay(cfg: Config, args) -> int:
             "; no timeline written" if record is not None else ""
         print(f"headroom: stopped by {name} after {done} of {len(times)} steps{kept}", file=sys.stderr)
         return 128 + stopped[0]  # as a shell reports a command a signal ended: the replay is not complete
-    if reconciler.retrain is not None:
-        reconciler.retrain.wait()
+    if reconciler.forecasts.retrain is not None:
+        reconciler.forecasts.retrain.wait()
     if record is not None:
         print(f"timeline: {args.timeline}")
     print(f"events: {len(cluster.events)} ({', '.join(sorted({e['reason'] for e in cluster.events})) or 'none'})")

@@ -5,7 +5,8 @@ At a `now` the caller passes in:
      gets Ready=False with every reason in its status and one Warning event, and takes no part;
   2. per policy, its own faults kept to itself: demand read (Prometheus or a file), the forecast
      refitted once an hour on complete hours (the MLflow champion's model, else automatic selection,
-     or the policy's baseline forecaster), kept for a bounded time when data stops (controller.observe);
+     or the policy's baseline forecaster; controller.forecasting keeps it), kept for a bounded time when
+     data stops (controller.observe);
      a policy whose data, forecast or champion fails falls back to the conservative reservation and says
      so in its status, its events and its metrics, while the others go on;
   3. one plan for every workload (planning.planner, the only decision-maker), on a view of the cluster
@@ -14,8 +15,8 @@ At a `now` the caller passes in:
      ClusterQueues' quotas, the evictions due now and the requeue of finished victims, for `active`
      policies; status and events for all; each re-validated just before it is applied
      (controller.executor), evictions against a plan made on a fresh view;
-  5. realized forecast error (and drift) to MLflow, a ControllerState for /metrics, and optionally a
-     timeline row per policy (the same columns `headroom simulate --timeline` writes).
+  5. realized forecast error (and drift) to MLflow (controller.forecasting), a ControllerState for /metrics, and
+     optionally a timeline row per policy (the same columns `headroom simulate --timeline` writes).
 Data missing never lowers the reservation in force: while degraded, the reservation only goes up.
 """
 from __future__ import annotations
@@ -24,14 +25,11 @@ import hashlib
 import json
 import logging
 import math
-import multiprocessing
 import re
-import signal
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
 
@@ -54,20 +52,16 @@ from controller.actions import (
     evicted_gpus,
     training_columns,
 )
-from controller.background import Background
 from controller.cohorts import CohortCheck, cohort_lenders
 from controller.demand import DemandReader
 from controller.executor import NOT_LEADER, PAST_DEADLINE, EventsBeside, Outcome, StatusesBeside, execute, window
+from controller.forecasting import ForecastKeeper
 from controller.forecasts import Models
 from controller.observe import (
-    MIN_FIT_HOURS,
     DataSettings,
     IssuedForecast,
     degraded_reason,
     due,
-    fit,
-    fit_hourly,
-    hourly_history,
     usable,
     window_facts,
 )
@@ -80,7 +74,6 @@ from core.objects import Condition, ObjectRef, PolicyStatus, TargetState, Worklo
 from core.policy import API_VERSION, KIND, PolicySpec, parse_policy_spec
 from core.settings import RunConfig
 from core.units import epoch_seconds
-from forecast.baselines import BASELINES
 from forecast.history import OUTLIER_FACTOR, HistoryError, check_values
 from planning.planner import (
     UNANNOTATED_CHECKPOINT_SECONDS,
@@ -98,19 +91,14 @@ from planning.planner import (
     queue_weights,
     stale,
 )
-from training.realized import HORIZONS, DriftEvent, log_realized, realized_errors
 
 log = logging.getLogger(__name__)
 
 STATUS_HOURS = 6                         # hours ahead shown in a policy's status
-# Background refits' results taken up at once (_refit_beside): each taken up alone would have every reconcile
-# re-plan the hours; all of the hour's held until the last would hold a thousand whole lookbacks in memory
-TAKE_UP_BATCH = 100
 # Statuses whose news is not urgent (the hours ahead, the forecast, the model, realized error) a reconcile writes at
 # most, the longest waiting first: the hour's first reconcile rolls every policy's hours forward, and a thousand
 # such writes would hold it up; what a status says urgently (reservation, headroom, conditions) is written at once
 STATUS_SPREAD = 200
-FORECAST_LOG_KEPT = pd.Timedelta(days=7)  # issued forecasts kept (realized error needs the last day or two)
 SIDE_BY_SIDE = 8  # a reconcile's reads and writes at once (more only queue on 2 cores beside the API server)
 
 
@@ -256,11 +244,6 @@ def feasible(policies: list[PolicyObject], lendable: int) -> tuple[list[PolicyOb
 REASON = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?")  # a condition's reason (the CRD's pattern)
 
 
-def ignore_interrupts() -> None:
-    """The fitting process leaves Ctrl-C to the controller, which stops it (no KeyboardInterrupt traceback from it)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
 def reason_of(text: str, otherwise: str) -> str:
     """A condition's reason from 'Reason: details': its first word, or `otherwise` when that is no reason (an HTTP
     request line: the API server refuses the whole status)."""
@@ -364,17 +347,6 @@ class _Input:
 
 
 @dataclass(frozen=True)
-class _Hourly:
-    """One policy's hourly work done beside the reconciles (Reconciler._hourly)."""
-    tried: tuple                     # (hour, policy generation)
-    whole: pd.Series | None          # the whole lookback re-read (None: the read failed)
-    forecast: IssuedForecast | None  # fitted on it (None: too little history, or the fit failed: see fault)
-    fault: str | None
-    accuracy: tuple | None           # (hour, realized error, 80% coverage), None when there is nothing to score
-    drift: tuple                     # drift events (tracking on)
-
-
-@dataclass(frozen=True)
 class _Samples:
     """A policy's demand samples as the planner reads them, and the newest one that is not missing; converted once
     per series (a reconcile reads weeks of samples of every policy, and between Prometheus steps they are the same)."""
@@ -472,14 +444,10 @@ class Reconciler:
         self.cluster, self.demand, self.cfg = cluster, demand, cfg
         self.data = DataSettings.of(cfg, outlier_factor)  # outlier_factor: history.outlier_factor, as training's
         self.holder = holder or StateHolder()
-        self.models = models or Models()
-        self.forecast_log, self.tracker, self.retrain = forecast_log, tracker, retrain
-        self.drift_factor, self.drift_window = drift_factor, drift_window
         self.timeline = timeline  # a list the reconciler appends one row per policy to (TIMELINE_COLUMNS)
         self.dry_run = dry_run    # decide as if every policy were active, change nothing (`headroom plan`)
         self.summary = summary    # keeps plan_summary(...) where the cluster keeps it (a ConfigMap on Kubernetes)
-        self._forecasts: dict[str, IssuedForecast] = {}
-        self._raw: dict[str, pd.Series] = {}
+        self._raw: dict[str, pd.Series] = {}  # each policy's demand samples in the lookback (shared with forecasts)
         self._converted: dict[str, _Samples] = {}   # each policy's samples as arrays (_samples)
         self._full_read: dict[str, pd.Timestamp] = {}
         self._reported: dict[ObjectRef, str] = {}   # the refusal last reported per policy (one event per change)
@@ -490,9 +458,6 @@ class Reconciler:
         self._missing: dict[str, str] = {}          # policy -> why its target was not found (the last view's)
         self._hours: tuple | None = None            # (key, HourPlan): the hourly plan, kept until its inputs change
         self._unweighed: set[str] = set()           # run.team_weights keys no policy's training queue has: said once
-        self._last_trained: dict[str, pd.Timestamp] = {}  # the schedule's clock (from start-up)
-        self._retrained_at: dict[str, pd.Timestamp] = {}  # the last retraining asked for
-        self._accuracy: dict[str, tuple[pd.Timestamp, dict, dict]] = {}
         self._preemptions: dict[str, int] = {}
         self._unsure: dict[str, Evict] = {}  # Workload -> its eviction that failed, which may yet land (_landed_late)
         self._lost: dict[str, float] = {}
@@ -501,14 +466,7 @@ class Reconciler:
         self._durations = Histogram()
         self._last_now: pd.Timestamp | None = None
         self._prefetched: dict = {}                 # this reconcile's demand reads, by policy
-        self.refit_beside = refit_beside  # hourly refits in a background thread (a Kubernetes controller's many series)
-        self._refits: dict = {}                     # policy -> the background refit under way (Future)
-        self._tried: dict[str, tuple[tuple, str | None]] = {}  # policy -> ((hour, generation) tried, its fault)
-        self._refit_pool: Background | None = None
         self._io: ThreadPoolExecutor | None = None  # the reconcile's reads and writes side by side (_side_by_side)
-        self._fitter: ProcessPoolExecutor | None = None  # where the hourly work fits (_fit_apart)
-        self._fitter_lock = threading.Lock()
-        self._taking_up = False  # this reconcile takes the finished background refits up (_refit_beside)
         self._specs = ParsedSpecs()
         self._said: dict[ObjectRef, PolicyStatus] = {}  # the status last written per policy
         self._waiting: dict[ObjectRef, float] = {}      # statuses held back (STATUS_SPREAD): since when
@@ -532,6 +490,12 @@ class Reconciler:
         self._fenced = False  # this reconcile met the fence (said once)
         self._deadline: float | None = None  # the reconcile's (time.monotonic()): see reconcile()
         self._left = 0  # actions this reconcile left undone at its deadline
+        # each policy's forecast: fitted, refitted beside, recorded, scored against what came, retrained
+        self.forecasts = ForecastKeeper(
+            demand, self.data, self._raw, error=self._error, leads=self.leads, lease_end=self._lease_end,
+            record=self._execute, fit_took=self._later_by, models=models, forecast_log=forecast_log, tracker=tracker,
+            retrain=retrain, drift_factor=drift_factor, drift_window=drift_window,
+            retrain_every_seconds=cfg.retrain_every_seconds, refit_beside=refit_beside)
 
     # -- bookkeeping
     def _error(self, stage: str, what: str, exc: Exception | str) -> None:
@@ -566,6 +530,11 @@ class Reconciler:
                                                       "nothing more is written")
         return None
 
+    def _later_by(self, seconds: float) -> None:
+        """The reconcile's deadline moves later by `seconds` (a fit's, which waits on no server)."""
+        if self._deadline is not None:
+            self._deadline += seconds
+
     def _past_deadline(self) -> bool:
         return self.stopping.is_set() or (self._deadline is not None and time.monotonic() >= self._deadline)
 
@@ -581,7 +550,7 @@ class Reconciler:
         started = time.monotonic()
         self._fenced, self._deadline, self._left = False, deadline, 0
         try:
-            with within(lambda: self._deadline):  # one deadline, kept here: a fit moves it later (_fit)
+            with within(lambda: self._deadline):  # one deadline, kept here: a fit moves it later (_later_by)
                 state = self._reconcile(now)
         except ClusterError as exc:  # the API server is down or refusing: nothing was half-applied we cannot redo
             self._error("cluster", "reconcile", exc)
@@ -641,8 +610,7 @@ class Reconciler:
                 self._execute(report)
             return ControllerState(self.cfg.capacity_gpus, True, states)
         self._prefetched = self._prefetch(policies, now)
-        finished = sum(job.done() for job in self._refits.values())
-        self._taking_up = finished >= min(TAKE_UP_BATCH, len(self._refits))
+        self.forecasts.reconcile_starts()
         inputs = [self._input(p, now) for p in policies]
         # a refused policy's target is left as it is, its GPUs held as any workload headroom does not manage holds
         # them: not lent (the policies kept have their minimums first, as feasible() gave them)
@@ -727,88 +695,11 @@ class Reconciler:
             seen = self._samples(p.key, raw)
             degraded = degraded_reason(*window_facts(seen.times, seen.values, t_now), t_now,
                                        self.data.stale_after_seconds)
-        cached = self._forecasts.get(p.key)
-        if degraded is None and due(cached, now, p.generation) and self.refit_beside:
-            cached, fault = self._refit_beside(p, now, cached)
+        cached = self.forecasts.current(p.key)
+        if degraded is None and due(cached, now, p.generation):
+            cached, fault = self.forecasts.refit(p, raw, now, cached, self._full_read.get(p.key) == now.floor("h"))
             raw = self._raw.get(p.key, raw)  # a whole lookback re-read beside, taken up
-        elif degraded is None and due(cached, now, p.generation):
-            fresh, fault = self._fit(p, hourly_history(raw, p.spec.statistic, now, self.data.outlier_factor), now)
-            if fresh is not None:
-                cached = self._take(p, fresh)
         return _Input(p, raw, degraded, usable(cached, now, self.data), fault)
-
-    def _fit(self, p: PolicyObject, hourly: pd.Series, now: pd.Timestamp) -> tuple[IssuedForecast | None, str | None]:
-        """(forecast, fault): none under MIN_FIT_HOURS of history (the planner's fallback, no fault)."""
-        if hourly.notna().sum() < MIN_FIT_HOURS:
-            return None, None
-        model, name, fault = self._forecaster(p)
-        began = time.monotonic()
-        fresh, failed = fit(model, name, hourly, now, p.spec, p.generation, self.data.horizon_hours)
-        # a fit waits on no server: its time is not taken from the reads and writes the deadline bounds (run --once
-        # fits within its one reconcile: a slow model, or a thousand policies, left every write undone)
-        if self._deadline is not None:
-            self._deadline += time.monotonic() - began
-        return self._fitted(p, fresh, fault, failed)
-
-    def _fitted(self, p: PolicyObject, fresh: IssuedForecast | None, fault: str | None,
-                failed: str | None) -> tuple[IssuedForecast | None, str | None]:
-        if failed is None:
-            return fresh, fault
-        self._error("forecast", p.key, failed)  # a model that cannot fit: the planner falls back
-        return None, f"ForecastFailed: {failed}"
-
-    def _fit_apart(self, p: PolicyObject, raw: pd.Series,
-                   now: pd.Timestamp) -> tuple[pd.Series, IssuedForecast | None, str | None]:
-        """(hourly history, forecast, fault) of `raw`, computed in the fitting process: a thousand fits each hour
-        would otherwise share one interpreter with the reconciles and slow every one of them. A process that died
-        (the kernel's OOM killer, a crash in compiled code) is replaced, and only this policy's fit is lost."""
-        model, name, fault = self._forecaster(p)
-        fitter = self._fitting_process()
-        try:
-            hourly, fresh, failed = fitter.submit(fit_hourly, model, name, raw, now, p.spec, p.generation,
-                                                  self.data.horizon_hours, self.data.outlier_factor).result()
-        except BrokenProcessPool as exc:
-            with self._fitter_lock:
-                if self._fitter is fitter:
-                    self._fitter = None
-            raise RuntimeError(f"the fitting process died: {exc}") from exc
-        return (hourly, *self._fitted(p, fresh, fault, failed))
-
-    def _fitting_process(self) -> ProcessPoolExecutor:
-        """Where the hourly work fits (_fit_apart), started on first use."""
-        with self._fitter_lock:
-            if self._fitter is None:
-                self._fitter = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
-                                                   initializer=ignore_interrupts)
-            return self._fitter
-
-    def _take(self, p: PolicyObject, fresh: IssuedForecast) -> IssuedForecast:
-        self._forecasts[p.key] = fresh
-        self._log_forecast(p, fresh)
-        return fresh
-
-    def _log_forecast(self, p: PolicyObject, fresh: IssuedForecast) -> None:
-        """`fresh` into the forecast log, which realized error reads; a failed write costs only that."""
-        store = self.forecast_log
-        if store is None:
-            return
-        try:
-            self._to_store(p.series, lambda: store.record(p.series, fresh.made_at, fresh.frame))
-        except (ClusterError, OSError) as exc:  # realized error will miss this one forecast
-            self._error("cluster", p.series, exc)
-
-    def _to_store(self, series: str, write: Callable[[], object]) -> None:
-        """A write to the forecast store (shared by the replicas on Kubernetes), fenced as every write is: made only
-        while this replica holds its Lease, and ending by the Lease's end, or by the deadline of the work it is made
-        for if earlier (a reconcile's; the refit thread's writes have only the Lease's). The refit thread writes long
-        after the reconcile that queued its work: a replica that had lost its Lease meanwhile went on adding its
-        forecasts to the leader's, and pruning them."""
-        until, refused = window(self._lease_end)
-        if refused:
-            log.info("%s: the forecast store is %s", series, refused)
-            return
-        with within(until):
-            write()
 
     def leads(self) -> bool:
         """Whether this replica may write now: it holds its Lease (renewed first if it has lapsed: controller.loop),
@@ -822,84 +713,6 @@ class Reconciler:
         until = math.inf if self.leading is None else self.leading()
         return None if until is None else earliest(until, current_deadline())
 
-    def _refit_beside(self, p: PolicyObject, now: pd.Timestamp,
-                      cached: IssuedForecast | None) -> tuple[IssuedForecast | None, str | None]:
-        """The hour's work in a background thread, one series at a time (_hourly: the whole lookback re-read, the
-        refit, realized error): until it is done the reconciles go on with the forecast in force (or the
-        conservative fallback), so a thousand series never hold a reconcile up. The results are taken up
-        TAKE_UP_BATCH at a time (or the last ones together), a policy without a forecast for its generation in force
-        at once. Tried once per hour and policy generation; a failure is reported until the next try."""
-        job = self._refits.get(p.key)
-        in_force = usable(cached, now, self.data)
-        if job is not None and job.done() and (
-                self._taking_up or in_force is None or in_force.generation != p.generation):
-            del self._refits[p.key]
-            cached = self._take_up(p, job, now, cached)
-        hour = (now.floor("h"), p.generation)
-        tried = self._tried.get(p.key)
-        if p.key not in self._refits and (tried is None or tried[0] != hour) and due(cached, now, p.generation):
-            if self._refit_pool is None:
-                self._refit_pool = Background("headroom-refit")
-            whole = self._raw.get(p.key) if self._full_read.get(p.key) == now.floor("h") else None
-            self._refits[p.key] = self._refit_pool.submit(self._hourly, p, cached, whole, now)
-            self._tried[p.key] = tried = (hour, None)
-        return cached, tried[1] if tried is not None and tried[0] == hour else None
-
-    def _hourly(self, p: PolicyObject, in_force: IssuedForecast | None, whole: pd.Series | None,
-                now: pd.Timestamp) -> _Hourly | None:
-        """One policy's hourly work, beside the reconciles: its whole lookback (unless read whole this hour
-        already; a failed read leaves the samples held), a new forecast fitted on it and recorded, and the realized
-        error of the forecasts issued before. None: this replica no longer leads, so it does none of it (the work
-        waits its turn behind a thousand series' while the Lease may pass to another replica, which does its own)."""
-        if not self.leads():
-            return None
-        if whole is None:
-            lookback = pd.Timedelta(seconds=self.data.lookback_seconds)
-            try:
-                read = self.demand.read(p.key, p.spec.query, now - lookback, now).astype(float)
-                check_values(read)
-                whole = read
-            except (PrometheusError, HistoryError, OSError) as exc:
-                self._error("demand", p.key, exc)
-        raw = whole if whole is not None else self._raw.get(p.key, pd.Series(dtype=float, index=pd.DatetimeIndex(
-            [], tz="UTC")))
-        hourly, fresh, fault = self._fit_apart(p, raw, now)
-        if fresh is not None:
-            self._log_forecast(p, fresh)
-        scaled = fresh or in_force
-        accuracy, drift = None, ()
-        if self.forecast_log is not None and scaled is not None and raw.notna().any():
-            errors, coverage, drift = self._accuracy_of(p, scaled.scale, hourly, now)
-            accuracy = (now.floor("h"), errors, coverage)
-        return _Hourly((now.floor("h"), p.generation), whole, fresh, fault, accuracy, drift)
-
-    def _take_up(self, p: PolicyObject, job, now: pd.Timestamp,
-                 cached: IssuedForecast | None) -> IssuedForecast | None:
-        """A finished _hourly: its whole lookback joins the samples read since, its forecast and realized error
-        come into force, drift is reported."""
-        try:
-            done: _Hourly | None = job.result()
-        except Exception as exc:  # noqa: BLE001 - a bug in one policy's hourly work must not stop the others
-            log.error("%s: its hourly refit failed", p.key, exc_info=exc)
-            self._error("internal", p.key, exc)
-            self._tried[p.key] = ((now.floor("h"), p.generation), f"InternalError: {type(exc).__name__}: {exc}")
-            return cached
-        if done is None:  # dropped: this replica did not lead when its turn came; leading again, it tries anew
-            self._tried.pop(p.key, None)
-            return cached
-        held = self._raw.get(p.key)
-        if done.whole is not None and len(done.whole) and held is not None:
-            since = held[held.index > done.whole.index[-1]]
-            self._raw[p.key] = pd.concat([done.whole, since]) if len(since) else done.whole
-        if done.accuracy is not None:
-            self._accuracy[p.series] = done.accuracy
-            self._drifted(p, done.drift, now)
-        self._tried[p.key] = (done.tried, done.fault)
-        if done.forecast is None:
-            return cached
-        self._forecasts[p.key] = done.forecast
-        return done.forecast
-
     def _samples(self, key: str, raw: pd.Series) -> _Samples:
         held = self._converted.get(key)
         if held is None or held.raw is not raw:
@@ -909,18 +722,9 @@ class Reconciler:
     def close(self) -> None:
         """Hourly work not started is dropped and the fit under way stopped (a controller shutting down does not wait
         for a thousand refits); the statuses and Events queued beside are written."""
-        if self._refit_pool is not None:
-            self._refit_pool.drop()
+        self.forecasts.close()
         if self._io is not None:
             self._io.shutdown(wait=False)
-        with self._fitter_lock:
-            if self._fitter is not None:
-                # the fit under way is of no use to a controller on its way out, and the interpreter would wait for it
-                # as it exits (a gbm champion's: 11 s on 28 days of hours); 3.11's executor cannot terminate its workers
-                for process in self._fitter._processes.values():
-                    process.terminate()
-                self._fitter.shutdown(wait=False, cancel_futures=True)
-                self._fitter = None
         if self._statuses is not None:
             self._statuses.close()
         if self._events is not None:
@@ -942,10 +746,6 @@ class Reconciler:
         if self._events is not None and (dropped := self._events.drop()):
             log.info("%d Events still queued were dropped: this replica lets its Lease go and writes nothing after",
                      dropped)
-
-    def refitting(self) -> int:
-        """Background refits not yet taken up."""
-        return len(self._refits)
 
     def _prefetch(self, policies: list[PolicyObject], now: pd.Timestamp) -> dict:
         """Every policy's demand read at once: the reads in 8 parts side by side, each part's reads of one range in
@@ -981,12 +781,6 @@ class Reconciler:
             self._io = ThreadPoolExecutor(SIDE_BY_SIDE, "headroom-io")
         return self._io
 
-    def _forecaster(self, p: PolicyObject):
-        """(model, name, fault): the policy's baseline, or the champion (a refused one says why and is replaced)."""
-        if p.spec.forecaster != "auto":
-            return BASELINES[p.spec.forecaster](), p.spec.forecaster, None
-        return self.models.for_series(p.series)
-
     def _read(self, p: PolicyObject, now: pd.Timestamp) -> pd.Series:
         """The whole lookback once an hour (when the forecast is refitted; with the refit beside, the refit re-reads
         it and a reconcile only at start-up); in between only the samples since the newest one held, so a reconcile
@@ -1002,7 +796,7 @@ class Reconciler:
         """Where this reconcile's read of the policy's demand starts, and whether that is the whole lookback; None:
         nothing to ask."""
         held = self._raw.get(p.key)
-        hourly_reread = not self.refit_beside and self._full_read.get(p.key) != now.floor("h")
+        hourly_reread = not self.forecasts.refit_beside and self._full_read.get(p.key) != now.floor("h")
         if held is None or hourly_reread or (len(held) and held.index[-1] > now):
             return now - pd.Timedelta(seconds=self.data.lookback_seconds), True
         if len(held) > 1 and now < held.index[-1] + (held.index[-1] - held.index[-2]):
@@ -1336,7 +1130,8 @@ class Reconciler:
             failure = failures.get(p.key) or (f"TargetMissing: {missing}"
                                               if p.active and view.targets.get(p.key) is None
                                               and p.spec.target.kind != "ClusterQueue" else None)
-            errors, coverage = self._realized(i, now)
+            errors, coverage = self.forecasts.realized(p, i.forecast, i.raw, now) \
+                if self._samples(p.key, i.raw).newest is not None else ({}, {})
             fallback = not ws.from_forecast
             conditions = (
                 Condition("Ready", "False" if failure else "True",
@@ -1415,78 +1210,3 @@ class Reconciler:
                                  seconds, borrowed_seconds, preempted)
         return teams
 
-    # -- accuracy over time
-    def _realized(self, i: _Input, now: pd.Timestamp) -> tuple[dict[int, float], dict[int, float]]:
-        """Recent realized error per horizon (and 80% coverage); to MLflow, with drift, when tracking is on. Once
-        an hour (actuals arrive hourly); with the refit beside, computed there and only read here."""
-        if self.forecast_log is None or i.forecast is None or self._samples(i.policy.key, i.raw).newest is None:
-            return {}, {}
-        hour = now.floor("h")
-        series = i.policy.series
-        done = self._accuracy.get(series)
-        if done is not None and (done[0] == hour or self.refit_beside):
-            return done[1], done[2]
-        if self.refit_beside:
-            return {}, {}
-        hourly = hourly_history(i.raw, i.policy.spec.statistic, now, self.data.outlier_factor)
-        errors, coverage, drift = self._accuracy_of(i.policy, i.forecast.scale, hourly, now)
-        self._drifted(i.policy, drift, now)
-        self._accuracy[series] = (hour, errors, coverage)
-        return errors, coverage
-
-    def _accuracy_of(self, p: PolicyObject, scale: float, hourly: pd.Series,
-                     now: pd.Timestamp) -> tuple[dict[int, float], dict[int, float], tuple]:
-        """(realized error, 80% coverage, drift events) of the forecasts issued for `p` before now, each at its own
-        fitting window's scale (`scale`, the forecast in force's, for one recorded without it); logged to MLflow when
-        tracking is on."""
-        assert self.forecast_log is not None  # realized error is computed only with a forecast log
-        series = p.series
-        since = now - pd.Timedelta(hours=max(HORIZONS) + self.drift_window + 1)
-        store = self.forecast_log
-        self._to_store(series, lambda: store.prune(series, before=now - FORECAST_LOG_KEPT))
-        issued = self.forecast_log.load(series, since=since)
-        table: pd.DataFrame | None = None
-        drift: tuple[DriftEvent, ...] = ()
-        # MLflow is outside the Lease: live accuracy is logged by the leader only (a refit that ends after this replica
-        # let its Lease go would log beside the new leader, whose forecast is the one in force)
-        if self.tracker is not None and self.leads():
-            try:
-                # each forecast's error over its own window's scale (`scale`, the one in force, for one recorded without
-                # it), as the status's: MLflow and the status report one error (drift's baseline: the champion's)
-                table, events = log_realized(series, issued, hourly, self.tracker, scale=scale,
-                                             factor=self.drift_factor, window=self.drift_window, horizons=HORIZONS)
-                drift = tuple(events)
-            except Exception as exc:  # noqa: BLE001 - MLflow down must not stop the controller
-                self._error("mlflow", series, exc)
-        if table is None:  # no tracking, or MLflow failed: the same errors, computed here
-            table = realized_errors(issued, hourly, scale, HORIZONS)
-        errors, coverage = {}, {}
-        for h, group in table.groupby("horizon"):
-            recent = group.sort_values("target").tail(self.drift_window)
-            errors[int(h)], coverage[int(h)] = float(recent["scaled_error"].mean()), float(recent["inside_80"].mean())
-        return errors, coverage, drift
-
-    def _drifted(self, p: PolicyObject, drift: tuple, now: pd.Timestamp) -> None:
-        """With tracking on: a Warning per drift event, and a retraining when drift or the schedule asks."""
-        if self.tracker is None:
-            return
-        retrained = self._maybe_retrain(p, now, drifted=bool(drift))
-        self._execute([RecordEvent(EventNote(p.ref, "ForecastDrift", e.message + ("; retraining" if retrained else ""),
-                                             "Warning")) for e in drift])
-
-    def _maybe_retrain(self, p: PolicyObject, now: pd.Timestamp, drifted: bool) -> bool:
-        """Retrain on the schedule, or on drift: once a drift window at most, since a verdict reads the last window's
-        targets and retraining every hour on the same evidence only registers version after version."""
-        if self.retrain is None:
-            return False
-        series = p.series
-        last = self._last_trained.setdefault(series, now)  # the schedule counts from start-up
-        every = self.cfg.retrain_every_seconds
-        since = self._retrained_at.get(series)
-        fresh = since is None or (now - since) >= pd.Timedelta(hours=self.drift_window)
-        if (every > 0 and (now - last).total_seconds() >= every) or (drifted and p.active and fresh):
-            self._last_trained[series] = self._retrained_at[series] = now
-            # the hours as read: the training clips each fold's hours by their own bound, not one that saw its future
-            self.retrain(series, hourly_history(self._raw[p.key], p.spec.statistic, now, outlier_factor=None), now)
-            return True
-        return False

@@ -225,10 +225,10 @@ def test_a_refit_s_write_to_the_forecast_store_ends_by_the_lease_s_end(kube, pro
     # as within loop.run, which this test does not call: a Lease that lapsed before the write (a fit slowed by a machine
     # busy with other test runs outlasted it) is renewed first, as a running controller's is, not the write refused
     loop._running = True
-    with r._fitter_lock:  # the refit held at its fit until the store stops answering
+    with r.forecasts._fitter_lock:  # the refit held at its fit until the store stops answering
         r.reconcile(MONDAY_7AM)
         proxy.lose("GET", f"/configmaps/{store.name(series)}", how="hold", times=100)
-    for job in list(r._refits.values()):
+    for job in list(r.forecasts._refits.values()):
         job.exception(timeout=120)  # its read of the store fails too: a read, not bounded here
     r.close()
     assert len(recorded) == 1
@@ -242,14 +242,14 @@ def test_forecasts_fitted_within_a_reconcile_do_not_spend_its_deadline(kube, pro
     deadline (a slow champion, or a thousand policies at run.interval_seconds 15) left every write undone, exit 1, the
     log blaming an API server that 'answered too slowly, or not at all'. A fit waits on no server: its time is off
     the deadline's clock now, and the reconcile applies its plan."""
-    import controller.reconcile as reconciling
+    import controller.forecasting as forecasting
 
-    fitted = reconciling.fit
+    fitted = forecasting.fit
 
     def slow(*args, **kwargs):  # a model that takes longer to fit than the whole deadline
         time.sleep(LEASE + 1)
         return fitted(*args, **kwargs)
-    monkeypatch.setattr(reconciling, "fit", slow)
+    monkeypatch.setattr(forecasting, "fit", slow)
     r = reconciler(kube, prometheus_server.url, tmp_path)
     now = MONDAY_7AM + pd.Timedelta(hours=3)
     loop = Loop(r, kube.leader_elector(NS, "slow-fit", "replica-a", lease_seconds=LEASE), interval=1,

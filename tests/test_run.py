@@ -859,7 +859,7 @@ def _until_taken_up(r: Replay, now: pd.Timestamp):
     """Reconciles a minute apart until the hour's work beside them is in force; the last state."""
     state = r.step(now)
     for _ in range(600):
-        if not r.reconciler.refitting() and not state.policies["inference/chat"].fallback:
+        if not r.reconciler.forecasts.refitting() and not state.policies["inference/chat"].fallback:
             return state
         time.sleep(0.1)
         now += pd.Timedelta(minutes=1)
@@ -873,15 +873,15 @@ def test_a_fit_moves_the_reconcile_s_deadline_once_and_never_past_one_set_around
     reconciler's (its fence) and a copy in the context the adapters read, and the fit moved each: the copy was moved
     past a deadline set around the reconcile too, which `within` says holds. There is one now, the reconciler's,
     which the adapters read where it is kept: moved by the fit, and bounded by any set around it."""
-    import controller.reconcile as reconciling
+    import controller.forecasting as forecasting
     from core.deadline import current, within
 
-    fitted, fitting = reconciling.fit, 0.5
+    fitted, fitting = forecasting.fit, 0.5
 
     def slow(*args, **kwargs):
         time.sleep(fitting)
         return fitted(*args, **kwargs)
-    monkeypatch.setattr(reconciling, "fit", slow)
+    monkeypatch.setattr(forecasting, "fit", slow)
     r = Replay(tmp_path, demand_file)
     seen: list[float | None] = []  # the deadline the cluster's reads after the fit are bounded by
     quotas = r.cluster.cluster_queue_quotas
@@ -901,27 +901,27 @@ def test_the_hourly_fits_run_in_a_process_of_their_own_and_one_that_dies_costs_o
     fitting (an internal error; the forecast in force serves on), and the next hour's fit runs in a new one."""
     r = Replay(tmp_path, demand_file, refit_beside=True, start=MONDAY_6AM - pd.Timedelta(hours=1))
     state = _until_taken_up(r, MONDAY_6AM - pd.Timedelta(hours=1))
-    (first,) = r.reconciler._fitter._processes  # the executor's worker pids
+    (first,) = r.reconciler.forecasts._fitter._processes  # the executor's worker pids
     assert first != os.getpid()
     in_place = Replay(tmp_path / "in-place", demand_file, start=MONDAY_6AM - pd.Timedelta(hours=1))
     alone = in_place.step(state.policies["inference/chat"].now)
-    pd.testing.assert_frame_equal(r.reconciler._forecasts["inference/chat"].frame,
-                                  in_place.reconciler._forecasts["inference/chat"].frame)
+    pd.testing.assert_frame_equal(r.reconciler.forecasts._forecasts["inference/chat"].frame,
+                                  in_place.reconciler.forecasts._forecasts["inference/chat"].frame)
     assert alone.policies["inference/chat"].reserved_gpus == state.policies["inference/chat"].reserved_gpus
     os.kill(first, signal.SIGKILL)
     r.step(MONDAY_6AM)  # the hour's work starts beside: its fit finds the process dead
     for _ in range(100):
-        if not r.reconciler.refitting():
+        if not r.reconciler.forecasts.refitting():
             break
         time.sleep(0.1)
     state = r.step(MONDAY_6AM + pd.Timedelta(minutes=1))
     assert state.reconcile_errors_total.get("internal") == 1
     assert state.policies["inference/chat"].forecast_age_seconds == 3600 + 60  # 05:00's serves on
     state = _until_taken_up(r, MONDAY_6AM + pd.Timedelta(hours=1))
-    (second,) = r.reconciler._fitter._processes
+    (second,) = r.reconciler.forecasts._fitter._processes
     assert second != first and state.policies["inference/chat"].forecast_age_seconds < 3600
     r.reconciler.close()
-    assert r.reconciler._fitter is None
+    assert r.reconciler.forecasts._fitter is None
 
 
 def test_the_hourly_work_runs_beside_the_reconciles(demand_file, tmp_path):
@@ -930,7 +930,7 @@ def test_the_hourly_work_runs_beside_the_reconciles(demand_file, tmp_path):
     forecast in force serves meanwhile, and a later reconcile takes the new forecast and the realized error up."""
     demand = ThreadNotingDemand(FileDemand({"inference/chat": demand_file}))
     r = Replay(tmp_path, demand_file, demand=demand, refit_beside=True, start=MONDAY_6AM - pd.Timedelta(hours=2))
-    r.reconciler.forecast_log = log = ThreadNotingLog(tmp_path / "noted")
+    r.reconciler.forecasts.forecast_log = log = ThreadNotingLog(tmp_path / "noted")
     lookback = pd.Timedelta(seconds=r.reconciler.data.lookback_seconds)
 
     def until_taken_up(now):
@@ -995,7 +995,7 @@ def test_the_loop_serves_the_champion_logs_realized_error_and_retrains_on_drift(
     scales = {}  # each forecast's fitting window's scale, by issue hour
     for hour in range(12):
         state = r.step(start + pd.Timedelta(hours=hour))
-        scales[start + pd.Timedelta(hours=hour)] = r.reconciler._forecasts["inference/chat"].scale
+        scales[start + pd.Timedelta(hours=hour)] = r.reconciler.forecasts._forecasts["inference/chat"].scale
     assert state.policies["inference/chat"].model.startswith("champion v1")
     drift_events = r.events("ForecastDrift")
     assert drift_events and "retraining" in drift_events[0]["message"] and drift_events[0]["type"] == "Warning"
@@ -1153,7 +1153,7 @@ def test_the_fitting_process_leaves_ctrl_c_to_the_controller():
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    from controller.reconcile import ignore_interrupts
+    from controller.forecasting import ignore_interrupts
 
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=ignore_interrupts) as pool:
         assert pool.submit(_interrupted_self).result(timeout=60) == "fitted"

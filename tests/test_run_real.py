@@ -927,7 +927,7 @@ def test_leader_killed_mid_day_the_new_leader_s_realized_error_continues(kube_se
         r = Reconciler(cluster, PrometheusDemand(server), cfg, models=Models(uri), forecast_log=store,
                        tracker=Tracker(uri))
         replicas_[identity] = (cluster, r, cluster.leader_elector(NS, "failover", identity, lease_seconds))
-    kube.delete(f"/api/v1/namespaces/{NS}/configmaps/{replicas_['headroom-a'][1].forecast_log.name(series)}")
+    kube.delete(f"/api/v1/namespaces/{NS}/configmaps/{replicas_['headroom-a'][1].forecasts.forecast_log.name(series)}")
     kube.delete(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/failover")
 
     def step(identity: str, now: pd.Timestamp):
@@ -958,7 +958,7 @@ def test_leader_killed_mid_day_the_new_leader_s_realized_error_continues(kube_se
             assert step("headroom-b", midnight + pd.Timedelta(hours=hour)) is not None
         status, _ = rp_status(kube)
         assert set(status["realizedError"]) >= {"1h", "6h"}
-        held = b.forecast_log.load(series)
+        held = b.forecasts.forecast_log.load(series)
         assert min(held) == midnight and max(held) == midnight + pd.Timedelta(hours=18) and len(held) == 19
         c = client(uri)
         experiment = c.get_experiment_by_name(f"headroom/{series}").experiment_id
@@ -1098,11 +1098,11 @@ def test_a_replica_that_let_its_lease_go_adds_nothing_to_the_shared_forecast_sto
     a = Loop(r, controller.leader_elector(NS, lease, "replica-a", lease_seconds=30), interval=1, lease_seconds=30,
              clock=lambda: MONDAY_7AM)
     b = kube.leader_elector(NS, lease, "replica-b", lease_seconds=30)
-    with r._fitter_lock:  # the refit held at its fit, as behind a thousand others, until b leads
+    with r.forecasts._fitter_lock:  # the refit held at its fit, as behind a thousand others, until b leads
         a.run(once=True)  # a leads, reconciles (its refit queued), and lets the Lease go
         assert b.try_acquire_or_renew()
     with caplog.at_level(logging.INFO, logger="controller.reconcile"):
-        for job in list(r._refits.values()):
+        for job in list(r.forecasts._refits.values()):
             job.result(timeout=120)
     r.close()
     assert store.load(series) == {}, "a replica that no longer led recorded its forecast"

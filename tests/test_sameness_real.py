@@ -90,7 +90,7 @@ def on_kubernetes(tmp_path, kube_server, kube_admin, prometheus_server, trace: s
     # On Kubernetes the hourly refit runs beside the reconciles and is taken up by the first reconcile after it is
     # done: seconds late on the wall clock, but one whole step (or more) late on this simulated clock, where one
     # reconcile is one 5-minute step. Here it runs inside the reconcile, at the moment simulate refits.
-    reconciler.refit_beside = False
+    reconciler.forecasts.refit_beside = False
     try:
         replay(reconciler, controller, mirror, pd.date_range(start, periods=HOURS * 12, freq="5min"))
     finally:

@@ -133,10 +133,10 @@ def test_a_replica_that_let_its_lease_go_logs_no_live_accuracy_and_drops_its_que
     a = Loop(r, controller.leader_elector(NS, lease, "replica-a", lease_seconds=30), interval=1, lease_seconds=30,
              clock=lambda: MONDAY_7AM)
     b = kube.leader_elector(NS, lease, "replica-b", lease_seconds=30)
-    with r._fitter_lock:  # the first refit held at its fit, as behind a thousand others, until b leads
+    with r.forecasts._fitter_lock:  # the first refit held at its fit, as behind a thousand others, until b leads
         a.run(once=True)  # a leads, reconciles (its refits queued), and lets the Lease go
         assert b.try_acquire_or_renew()
-    results = {key: job.result(timeout=120) for key, job in r._refits.items()}
+    results = {key: job.result(timeout=120) for key, job in r.forecasts._refits.items()}
     r.close()
     assert accuracy_points(mlflow_server.uri, f"{NS}.{scored}") == logged, "a replica no longer leading logged"
     assert results[f"{NS}/{queued}"] is None, "a refit whose turn came after the Lease was let go did its work"
@@ -300,7 +300,7 @@ def test_a_process_stopped_mid_fit_exits_without_finishing_the_fit(tmp_path):
 
         if __name__ == "__main__":  # the fitting process is spawned: it imports this module
             r = Reconciler(None, None, RunConfig())
-            r._fitting_process().submit(time.sleep, 60)  # a fit under way
+            r.forecasts._fitting_process().submit(time.sleep, 60)  # a fit under way
             time.sleep(3)
             r.close()
             print("leaving", flush=True)
@@ -353,12 +353,12 @@ def test_a_refit_read_hanging_on_a_halted_prometheus_holds_no_reconcile_and_is_c
                    refit_beside=True)
     key = f"{NS}/chat"
     r.reconcile(MONDAY_7AM)  # reads the whole lookback; the hour's refit fits on it beside
-    r._refits[key].result(timeout=120)
+    r.forecasts._refits[key].result(timeout=120)
     gate = threading.Event()
-    assert r._refit_pool is not None
-    r._refit_pool.submit(gate.wait)  # the next hour's refit waits behind it, as behind a thousand others
+    assert r.forecasts._refit_pool is not None
+    r.forecasts._refit_pool.submit(gate.wait)  # the next hour's refit waits behind it, as behind a thousand others
     r.reconcile(MONDAY_7AM + pd.Timedelta(hours=1))  # reads only the samples since; queues the refit (a whole re-read)
-    refit = r._refits[key]
+    refit = r.forecasts._refits[key]
     private_prometheus.process.signal_group(signal.SIGSTOP)
     try:
         gate.set()  # the refit's read of the whole lookback begins on the halted Prometheus
@@ -412,7 +412,7 @@ def test_a_replica_that_let_its_lease_go_drops_the_trainings_it_had_queued(kube_
         "namespace": NS, "capacity_gpus": 64, "lease": {"namespace": NS, "name": "stopping-trainings"},
         "prometheus": {"url": prometheus_server.url}, "tracking_uri": mlflow_server.uri}}))
     r, cluster = build(load_config(config))
-    trainer = r.retrain
+    trainer = r.forecasts.retrain
     assert trainer is not None  # run.retrain_every_seconds: a day by default
     kube.delete(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/stopping-trainings")
     try:
