@@ -14,7 +14,8 @@ What it models (core.settings.WorldSettings has the numbers):
     does;
   * Kueue: training Workloads admitted into their ClusterQueue's quota, borrowing the cohort's unused
     quota (planning.kueue), onto GPUs that are free, whenever GPUs free or a job arrives (Kueue's scheduler does
-    not wait for the controller's next step);
+    not wait for the controller's next step); what it looks at and cannot admit for quota it sets aside until
+    something in the cohort changes (`_kueue_events`);
   * training: a running job checkpoints every `checkpoint_interval_seconds` of progress; deactivated,
     it stops after its preemption time (checkpoint + termination), losing the work since its last
     checkpoint, and holds its GPUs until then; requeued, it resumes from that checkpoint;
@@ -79,12 +80,20 @@ class _Inference:
     max_replicas: int | None = None
     warm: int = 0               # replicas serving since before the current interval
     warming: list[float] = field(default_factory=list)  # when each warming replica starts serving
-    waiting: int = 0            # replicas with no GPUs yet
+    asked: list[float] = field(default_factory=list)  # when each replica with no GPUs yet was asked for, oldest first
+    # ...and the Kueue event count (EmbeddedCluster._kueue_events) at which Kueue set it aside: it is looked at again
+    # only after the next event
+    aside: list[int] = field(default_factory=list)
     recommendations: list[tuple[float, int]] = field(default_factory=list)  # an HPA's recent (time, replicas)
 
     @property
     def held_replicas(self) -> int:
         return self.warm + len(self.warming)
+
+    @property
+    def waiting(self) -> int:
+        """Replicas with no GPUs yet."""
+        return len(self.asked)
 
 
 @dataclass
@@ -117,7 +126,7 @@ class _Jobs:
     """Training Workloads as columns (index = job number); capacity doubles as jobs are added."""
     NUMERIC = {"gpus": np.int64, "work": float, "progress": float, "credited": float, "preempt": float,
                "interval": float, "priority": np.int64, "created": float, "state": np.int64,
-               "admitted_at": float, "stop_at": float, "queue": np.int64,
+               "admitted_at": float, "stop_at": float, "queue": np.int64, "aside": np.int64,
                "ids": object, "queue_names": object}  # "training/<name>" and the queue's name, for the planner
     # the columns, set from NUMERIC in __init__ and grown in add
     gpus: np.ndarray
@@ -132,6 +141,7 @@ class _Jobs:
     admitted_at: np.ndarray
     stop_at: np.ndarray
     queue: np.ndarray
+    aside: np.ndarray  # the Kueue event count at which Kueue set it aside (EmbeddedCluster._kueue_events)
     ids: np.ndarray
     queue_names: np.ndarray
 
@@ -155,6 +165,7 @@ class _Jobs:
         self.priority[i], self.created[i], self.state[i], self.queue[i] = priority, created, PENDING, queue
         self.progress[i] = self.credited[i] = 0.0
         self.admitted_at[i] = self.stop_at[i] = np.nan
+        self.aside[i] = -1
         self.ids[i], self.queue_names[i] = f"{TRAINING_NAMESPACE}/{name}", queue_name
         self.names.append(name)
         self.evicted_by.append(None)
@@ -200,6 +211,9 @@ class EmbeddedCluster:
         self._serial = 0
         self._arrivals = None
         self._pending_version = self._held_version = 0  # bumped when the pending line, or what training holds, changes
+        # Kueue's events: bumped whenever something in the cohort changes that makes Kueue look again at every Workload
+        # it set aside (a Workload finishing, stopping or deleted, a quota changing)
+        self._kueue_events = 0
         self._derived: tuple | None = None
         self._training: tuple[int, float, Training] | None = None  # (version, until when, the planner's view)
         self._step_alloc: tuple[tuple, float] = ((), 0.0)  # (version, step): the GPU-seconds running jobs use in it
@@ -254,6 +268,7 @@ class EmbeddedCluster:
                 self.quotas[queue] = max(self.quotas[queue], self._held_in_queues()[queue])
         self.training_queues += [q for q in spec.training_cluster_queues if q not in self.training_queues]
         self._pending_version += 1  # a new training queue: what is derived from the queues is redone
+        self._kueue_events += 1  # and its quota is new to Kueue: it looks again at what it set aside
         self._held_version += 1
 
     def apply_policy(self, obj: dict) -> None:
@@ -340,6 +355,7 @@ class EmbeddedCluster:
             raise NotFound(f"ClusterQueue {name} not found", status=404)
         changed = self.quotas[name] != gpus
         self.quotas[name] = gpus
+        self._kueue_events += changed  # Kueue looks again at what it set aside
         for inf in self.inference.values():  # an inference ClusterQueue target: its quota is its replicas
             if inf.ref.kind == "ClusterQueue" and inf.ref.name == name:
                 self._scale(inf, gpus // inf.gpus_per_replica)
@@ -356,6 +372,7 @@ class EmbeddedCluster:
             j.evicted_by[i] = plan_id
             self._stopped.append(i)
             self._pending_version += 1
+            self._kueue_events += 1  # a Workload deactivated: Kueue looks again at what it set aside
             return True
         if j.state[i] != RUNNING:
             return False
@@ -383,6 +400,7 @@ class EmbeddedCluster:
         j.evicted_by[i] = None
         self._stopped.remove(i)
         self._pending.append(i)  # back at its place in Kueue's order (its creation time): admission sorts the line
+        j.aside[i] = -1  # queued again: looked at in the next pass
         self._pending_version += 1
         return True
 
@@ -454,17 +472,19 @@ class EmbeddedCluster:
         inf.desired = replicas
         have = inf.held_replicas + inf.waiting
         if replicas > have:
-            inf.waiting += replicas - have
+            inf.asked += [self.now] * (replicas - have)
+            inf.aside += [-1] * (replicas - have)
             self._grant(self.now)
         elif replicas < have:
             drop = have - replicas
-            take = min(drop, inf.waiting)
-            inf.waiting -= take
+            take = min(drop, inf.waiting)  # the newest waiting first, as a ReplicaSet deletes its pending pods
+            del inf.asked[len(inf.asked) - take:], inf.aside[len(inf.aside) - take:]
             drop -= take
             while drop and inf.warming:  # the latest to serve goes first
                 inf.warming.remove(max(inf.warming))
                 drop -= 1
             inf.warm -= min(drop, inf.warm)
+            self._kueue_events += inf.key in self.inference_queues  # its pods' Workloads deleted: a Kueue event
             self._grant(self.now)  # freed GPUs serve another policy's waiting replicas
         return changed
 
@@ -472,80 +492,87 @@ class EmbeddedCluster:
         """Waiting replicas Kueue admits take idle GPUs (all of them, or `idle`), in policy order; each serves
         `warmup_seconds` after `at`. Returns the GPUs left idle."""
         idle = self.idle_gpus if idle is None else idle
-        admitted, _ = self._kueue_inference()
+        admitted = self._kueue_inference()
         for key, inf in self.inference.items():
-            allowed = admitted.get(key, inf.waiting)
-            while allowed and idle >= inf.gpus_per_replica:
-                allowed -= 1
-                inf.waiting -= 1
+            granted = set()
+            for r in admitted.get(key, range(inf.waiting)):  # without an inferenceClusterQueue: all, oldest first
+                if idle < inf.gpus_per_replica:
+                    break
+                granted.add(r)
                 if self._started:
                     inf.warming.append(at + self.settings.warmup_seconds)
                 else:  # the controller ran before: what it decides as the world starts was in place, warm
                     inf.warm += 1
                 idle -= inf.gpus_per_replica
+            if granted:
+                inf.asked = [t for r, t in enumerate(inf.asked) if r not in granted]
+                inf.aside = [e for r, e in enumerate(inf.aside) if r not in granted]
         return idle
 
-    def _kueue_inference(self) -> tuple[dict[str, int], dict[str, int]]:
-        """Kueue's admission of the waiting replicas of the policies that name an inferenceClusterQueue (each pod a
-        Workload of it), in policy order: into the queue's unused nominalQuota, then borrowing the training cohort's
-        unused quota. The shipped inference queue is in that cohort with no borrowingLimit, and its lendingLimit 0 lends
-        the cohort nothing. Returns each such policy's waiting replicas Kueue admits, and what each inference queue uses
-        above its nominalQuota (borrowed from the cohort, or left above a lowered quota), those admitted included.
+    def _kueue_inference(self) -> dict[str, list[int]]:
+        """Kueue's pass over the waiting replicas of the policies that name an inferenceClusterQueue (each pod a
+        Workload of it) and the training Workloads waiting: which replicas it admits (each such policy's, as indices
+        into its `asked`, in admission order). What it looks at and does not admit, replicas and training alike, it
+        sets aside until its next event.
 
-        A replica borrows what the training Workloads waiting leave. Kueue's scheduling cycle takes each ClusterQueue's
-        head and admits first those that fit under their own queue's nominalQuota, then borrowers by priority
-        (PrioritySortingWithinCohort, on by default), then creation time: it gives inference no precedence of its own,
-        only a higher priority would (a WorkloadPriorityClass), and even that never before a Workload within its own
-        quota. Here every Workload has one priority and the training ones waiting are taken as older than the replicas
-        (on a cluster one created after a replica began to wait, of a trace or a backlog top-up, goes after it where
-        both borrow), so those Kueue admits into the cohort's unused quota (planning.kueue.admit, on quota alone:
-        admitted, pods wait for GPUs) go first. The training queues are taken as BestEffortFIFO (Kueue's default and the
-        shipped queues'; the embedded cluster holds no queueingStrategy): a Workload too large for the quota left is
-        passed over and blocks no replica. Not modelled: a head that fits its queue's nominalQuota but not the cohort's
-        unused quota (a replica borrowed it; reclaimWithinCohort Never leaves no one to preempt) has Kueue reserve it
-        its queue's unused quota (up to its size) for the cycle it heads; BestEffortFIFO then sets it aside, so a
-        replica waits a cycle, not a step (StrictFIFO keeps it the head: the reservation would hold, and a replica not
-        borrow that quota, until it is admitted)."""
+        A replica is admitted into its queue's unused nominalQuota, else borrows the training cohort's unused quota (the
+        shipped inference queue is in that cohort with no borrowingLimit, and its lendingLimit 0 lends the cohort
+        nothing), in Kueue's order (planning.kueue.admit): each scheduling cycle admits the heads within their own
+        queue's quota first, then borrowers by priority (PrioritySortingWithinCohort, on by default), then creation
+        time (a replica's: when it was asked for; a tie by name, as Kueue's by UID). Kueue gives inference no
+        precedence of its own: only a higher priority would (a WorkloadPriorityClass), and even that never before a
+        Workload within its own quota; and a training head within its queue's nominalQuota that the cohort's unused
+        quota does not cover reserves that quota for its cycle, keeping a borrowing replica after it out. The training
+        Workloads are taken on quota alone (admitted, pods wait for GPUs); a training queue is taken as BestEffortFIFO
+        (Kueue's default and the shipped queues'; the embedded cluster holds no queueingStrategy)."""
         if not self.inference_queues:
-            return {}, {}
-        used = self._held_in_queues()
-        over = self._above_quota(used)
-        usage = self._usage()
-        cohort = sum(self.quotas.get(q, 0) for q in self.training_queues) - sum(usage.values()) - sum(over.values())
-        if self._pending:
-            quotas, borrowed = self._cohort(over)
-            cohort -= int(self.jobs.gpus[self._admit_training(quotas, borrowed, sum(quotas.values()), usage)].sum())
-        admitted = {}
-        for key, q in self.inference_queues.items():
-            inf, n = self.inference[key], 0
-            while n < inf.waiting:
-                own = max(self.quotas[q] - used[q], 0)
-                if inf.gpus_per_replica > own + max(cohort, 0):
-                    break
-                cohort -= max(inf.gpus_per_replica - own, 0)
-                used[q] += inf.gpus_per_replica
-                n += 1
-            admitted[key] = n
-        return admitted, self._above_quota(used)
+            return {}
+        events, j = self._kueue_events, self.jobs
+        p = np.array(self._pending, np.int64)
+        p = p[j.aside[p] != events]  # those Kueue set aside wait for its next event
+        replicas = [(key, r) for key in self.inference_queues for r, seen in enumerate(self.inference[key].aside)
+                    if seen != events]
+        quotas, usage, kept = self._cohort({})
+        chosen, aside = admit(
+            np.concatenate([j.queue_names[p], np.array([self.inference_queues[key] for key, _ in replicas], object)]),
+            np.concatenate([j.gpus[p], np.array([self.inference[key].gpus_per_replica for key, _ in replicas],
+                                                np.int64)]),
+            np.concatenate([j.priority[p], np.zeros(len(replicas), np.int64)]),
+            np.concatenate([j.created[p], np.array([self.inference[key].asked[r] for key, r in replicas], float)]),
+            [j.names[i] for i in p] + [f"{key}/{r}" for key, r in replicas], usage, quotas, sum(quotas.values()), kept)
+        admitted: dict[str, list[int]] = {key: [] for key in self.inference_queues}
+        for k in chosen:
+            if k >= len(p):
+                key, r = replicas[k - len(p)]
+                admitted[key].append(r)
+        for k in aside:
+            if k < len(p):
+                j.aside[p[k]] = events
+            else:
+                key, r = replicas[k - len(p)]
+                self.inference[key].aside[r] = events
+        return admitted
 
-    def _above_quota(self, used: Mapping[str, int]) -> dict[str, int]:
-        """What each inference queue uses above its nominalQuota (the queues within it absent)."""
-        return {q: u - self.quotas[q] for q, u in used.items() if u > self.quotas[q]}
+    def _cohort(self, admitted: Mapping[str, list[int]]) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
+        """The training cohort as planning.kueue.admit reads it: each ClusterQueue's nominalQuota and the GPUs its
+        Workloads hold (an inference queue's: its replicas holding GPUs, and those `admitted` waiting for them), and
+        the quota each inference queue keeps: its lendingLimit 0 lends the cohort nothing."""
+        used = {q: gpus for q, gpus in self._held_in_queues().items() if q not in self.training_queues}
+        for key, chosen in admitted.items():
+            if self.inference_queues[key] in used:
+                used[self.inference_queues[key]] += len(chosen) * self.inference[key].gpus_per_replica
+        quotas = {q: self.quotas.get(q, 0) for q in [*self.training_queues, *used]}
+        return quotas, {**self._usage(), **used}, {q: quotas[q] for q in used}
 
-    def _cohort(self, borrowed: Mapping[str, int]) -> tuple[dict[str, int], dict[str, int]]:
-        """The training cohort as planning.kueue.admit reads it: each ClusterQueue's nominalQuota, and each inference
-        queue's use above its own (`borrowed`) at a quota of 0: its lendingLimit 0 lends the cohort nothing."""
-        quotas = {q: self.quotas.get(q, 0) for q in self.training_queues}
-        borrowed = {q: gpus for q, gpus in borrowed.items() if q not in quotas}
-        return {**quotas, **dict.fromkeys(borrowed, 0)}, borrowed
-
-    def _admit_training(self, quotas: dict[str, int], borrowed: dict[str, int], free: int,
-                        usage: dict[str, int]) -> list[int]:
-        """The pending training Workloads (job numbers) Kueue admits into `quotas` (`_cohort`) and `free` GPUs, the
-        training queues using `usage` (`_usage`)."""
-        j, p = self.jobs, np.array(self._pending)
-        chosen = admit(j.queue_names[p], j.gpus[p], j.priority[p], j.created[p], [j.names[i] for i in p],
-                       {**usage, **borrowed}, quotas, free)
+    def _admit_training(self, quotas: dict[str, int], usage: dict[str, int], kept: dict[str, int],
+                        free: int) -> list[int]:
+        """The pending training Workloads (job numbers) Kueue admits into the cohort (`_cohort`) and `free` GPUs; those
+        it looks at and sets aside wait for its next event."""
+        j, p = self.jobs, np.array(self._pending, np.int64)
+        p = p[j.aside[p] != self._kueue_events]
+        chosen, aside = admit(j.queue_names[p], j.gpus[p], j.priority[p], j.created[p], [j.names[i] for i in p],
+                              usage, quotas, free, kept)
+        j.aside[p[aside]] = self._kueue_events
         return [int(p[k]) for k in chosen]
 
     def _held_in_queues(self) -> dict[str, int]:
@@ -601,20 +628,21 @@ class EmbeddedCluster:
             self._topped_up = self._pending_version
         if not self._pending:
             return []
-        queued, borrowed = self._kueue_inference()
-        free = self.idle_gpus - sum(queued.get(key, inf.waiting) * inf.gpus_per_replica
+        queued = self._kueue_inference()
+        free = self.idle_gpus - sum(len(queued.get(key, inf.asked)) * inf.gpus_per_replica
                                     for key, inf in self.inference.items())
         if free <= 0:
             return []
-        quotas, borrowed = self._cohort(borrowed)
-        # A pass that admitted nothing admits nothing again with the same pending line and usage, no more free GPUs
-        # and no more quota in all: Kueue admits a Workload only if its GPUs fit the free GPUs and the cohort's
-        # unused quota (planning.kueue.admit), and both can only have shrunk.
-        inputs = (self._pending_version, self._held_version, free, sum(quotas.values()) - sum(borrowed.values()))
+        quotas, usage, kept = self._cohort(queued)
+        # A pass that admitted nothing admits nothing again with the same pending line and usage, no Kueue event (what
+        # it set aside stays aside), no more free GPUs and no more quota in all: Kueue admits a Workload only if its
+        # GPUs fit the free GPUs and the cohort's unused quota (planning.kueue.admit), and both can only have shrunk.
+        lent = sum(quotas[q] for q in self.training_queues) - sum(max(usage[q] - kept[q], 0) for q in kept)
+        inputs = (self._pending_version, self._held_version, self._kueue_events, free, lent)
         last = self._idle_admission
-        if last is not None and last[:2] == inputs[:2] and free <= last[2] and inputs[3] <= last[3]:
+        if last is not None and last[:3] == inputs[:3] and free <= last[3] and lent <= last[4]:
             return []
-        admitted = self._admit_training(quotas, borrowed, free, self._usage())
+        admitted = self._admit_training(quotas, usage, kept, free)
         if admitted:  # out of the line in one pass: removing them one by one is quadratic in a long line
             taken = set(admitted)
             self._pending = [i for i in self._pending if i not in taken]
@@ -647,6 +675,7 @@ class EmbeddedCluster:
             if freed:  # GPUs freed go to waiting replicas first, at the moment they free
                 idle = self.idle_gpus - sum(g for _, g in freed)
                 for moment, g in sorted(freed):
+                    self._kueue_events += 1  # a Workload finished or stopped: Kueue looks again at what it set aside
                     idle = self._grant(moment, idle + g)
             if until >= to:  # what frees at `to` itself Kueue admits after the controller's reconcile there
                 break

@@ -1,17 +1,27 @@
-"""How Kueue admits training Workloads into ClusterQueues (../shared/kueue/docs/cluster_queue.md, cohort.md).
+"""How Kueue admits Workloads into ClusterQueues of one cohort (../shared/kueue/docs/cluster_queue.md, cohort.md;
+Kueue v0.19's pkg/scheduler/scheduler.go and flavorassigner), for one flavor (GPUs), BestEffortFIFO.
 
 The embedded cluster admits with it, and the plan shows what Kueue will admit under the quotas the
-planner lends. One flavor (GPUs), every training ClusterQueue in one cohort, BestEffortFIFO:
-  * each queue orders its pending Workloads by priority (high first), then creation time; a head
-    that does not fit does not block smaller ones behind it;
+planner lends. Kueue's scheduling cycles, back to back:
+  * each queue orders its pending Workloads by priority (high first), then creation time; a cycle takes each
+    queue's head (its first Workload not yet looked at);
   * a Workload fits within its queue's nominalQuota, or borrows: the cohort's unused nominal quota
     covers it (no borrowingLimit: a queue may borrow up to the cohort's whole unused quota). Either
-    way the cohort's usage stays within the sum of its nominal quotas: what a queue borrowed is no
+    way the cohort's usage stays within the sum of what its queues lend: what a queue borrowed is no
     longer unused in the queue it came from (Kueue's `available`: the cohort's quota minus its usage,
-    so a queue left above its quota by a shrink keeps the others from admitting into that part);
-  * within the cohort, Workloads that fit under nominal quota go before borrowers; among equals,
-    priority, then creation time;
-  * it also needs GPUs that are physically free (its pods cannot run otherwise).
+    so a queue left above its quota by a shrink keeps the others from admitting into that part). A
+    queue's quota it does not lend (nominalQuota less its lendingLimit) is its own alone;
+  * within a cycle, heads that fit under nominal quota go before borrowers; among equals, priority,
+    then creation time;
+  * a head within its queue's nominalQuota that the cohort's unused quota does not cover needs
+    preemption; with no Workload to preempt (reclaimWithinCohort Never, one priority) Kueue reserves
+    it that quota for the cycle (scheduler.go, reserveCapacityForUnreclaimablePreempt), so the
+    heads after it in the cycle that would use it are skipped;
+  * a head Kueue does not admit is set aside (BestEffortFIFO: it blocks none behind it), until
+    something in the cohort changes (a Workload finishing or stopping, a quota changing), when every
+    Workload set aside is looked at again;
+  * it also needs GPUs that are physically free (its pods cannot run otherwise): a Workload that
+    fits the quota but not the free GPUs is passed over, not set aside.
 Kueue does not evict when a quota shrinks; headroom does that itself (planning.planner).
 """
 from __future__ import annotations
@@ -22,44 +32,64 @@ import numpy as np
 
 
 def admit(queue: np.ndarray, gpus: np.ndarray, priority: np.ndarray, created: np.ndarray, ids: Sequence[str],
-          usage: Mapping[str, int], quotas: Mapping[str, int], free_gpus: int) -> list[int]:
-    """Indices (into the pending columns) Kueue admits now, in admission order.
+          usage: Mapping[str, int], quotas: Mapping[str, int], free_gpus: int,
+          kept: Mapping[str, int] | None = None) -> tuple[list[int], list[int]]:
+    """Indices (into the pending columns) Kueue admits now, in admission order, and those it sets aside.
 
     `queue` is each pending Workload's ClusterQueue name; `usage` the GPUs each queue's admitted Workloads
-    hold; `quotas` every ClusterQueue's nominal quota (queues in it form the cohort). Every pending Workload is
-    looked at, as Kueue's back-to-back scheduling cycles do between two steps: however many heads do not fit, they
-    block none behind them."""
+    hold; `quotas` every ClusterQueue's nominal quota (queues in it form the cohort); `kept` the part of a queue's
+    quota it does not lend (its nominalQuota less its lendingLimit; absent: it lends all). Every pending Workload
+    given is looked at once, each in the cycle it heads its queue, as Kueue's back-to-back scheduling cycles do
+    between two steps."""
+    kept = kept or {}
     used = {q: int(usage.get(q, 0)) for q in quotas}
-    unused = sum(int(quotas[q]) for q in quotas) - sum(used.values())  # the cohort's available quota
+    own = {q: min(int(kept.get(q, 0)), int(quotas[q])) for q in quotas}  # quota a queue keeps from the cohort
+    # the cohort's available quota: what its queues lend less what they use beyond what they keep
+    unused = sum(int(quotas[q]) - own[q] for q in quotas) - sum(max(used[q] - own[q], 0) for q in quotas)
     # the passes below read single items: from lists, which index faster than arrays
     queues, sizes = list(queue), [int(g) for g in gpus.tolist()]
     ranks, times = [-int(p) for p in priority.tolist()], [float(c) for c in created.tolist()]
-    heads: dict[str, list[int]] = {}
+    lines: dict[str, list[int]] = {}
     for i in sorted(range(len(sizes)), key=lambda i: (ranks[i], times[i], ids[i])):  # Kueue's order; stable
-        q = queues[i]
-        if q in quotas:
-            heads.setdefault(q, []).append(i)
-    # each line's first Workload neither admitted nor passed over: free GPUs and unused quota only shrink in a pass,
-    # so one that does not fit now never will (each is looked at once a pass, however long the line)
-    first = dict.fromkeys(heads, 0)
+        if queues[i] in quotas:
+            lines.setdefault(queues[i], []).append(i)
     admitted: list[int] = []
-    while True:
-        best = None
-        for q, line in heads.items():
-            k = first[q]
-            while k < len(line) and not sizes[line[k]] <= min(free_gpus, unused):
-                k += 1
-            first[q] = k
-            if k < len(line):  # the queue's first Workload that fits is its candidate
-                i = line[k]
-                key = (not sizes[i] <= quotas[q] - used[q], ranks[i], times[i], ids[i])
-                if best is None or key < best[0]:
-                    best = (key, q, i, sizes[i])
-        if best is None:
-            return admitted
-        _, q, i, g = best
-        first[q] += 1
-        unused -= g  # from its own unused nominal quota first, then borrowed from the cohort's
-        used[q] += g
-        free_gpus -= g
-        admitted.append(i)
+    aside: list[int] = []
+    for k in range(max(map(len, lines.values()), default=0)):
+        heads = [(q, line[k]) for q, line in lines.items() if k < len(line)]
+        if len(heads) == 1:  # one queue's line left: its heads have their cycles alone, taken in one scan
+            q = heads[0][0]
+            for i in lines[q][k:]:
+                g = sizes[i]
+                if g > max(own[q] - used[q], 0) + unused:
+                    aside.append(i)
+                elif g <= free_gpus:
+                    unused -= max(g - max(own[q] - used[q], 0), 0)
+                    used[q] += g
+                    free_gpus -= g
+                    admitted.append(i)
+            break
+        # nominated on the cycle's start: fits the quota available to its queue, or within its nominalQuota
+        # (needs preemption: none to preempt, it reserves), or neither
+        cycle = []
+        for q, i in heads:
+            g = sizes[i]
+            available = max(own[q] - used[q], 0) + unused
+            borrows = used[q] + g > quotas[q]
+            cycle.append(((borrows, ranks[i], times[i], ids[i]), q, i, g, g <= available, g <= quotas[q]))
+        cycle.sort()
+        held = 0  # the cohort's quota heads within their nominalQuota reserved for this cycle
+        for _, q, i, g, fits, within in cycle:
+            in_own = max(own[q] - used[q], 0)  # one head a queue in a cycle: none reserved its queue's own before it
+            if fits and g <= in_own + unused - held:
+                if g > free_gpus:  # fits the quota, not the GPUs: passed over, tried again when GPUs free
+                    continue
+                unused -= max(g - in_own, 0)  # from its own kept quota first, then the cohort's
+                used[q] += g
+                free_gpus -= g
+                admitted.append(i)
+                continue
+            if not fits and within:
+                held += max(g - in_own, 0)
+            aside.append(i)
+    return admitted, aside

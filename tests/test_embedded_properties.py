@@ -313,8 +313,10 @@ def test_kueue_admits_an_inference_cluster_queues_replicas_within_its_quota_and_
             assert inf.held_replicas * 2 - w.cluster_queue_quotas()["serve"] <= max(training_room(), 0)
         serve = w.cluster_queue_quotas()["serve"]
         unused = training_room() - max(inf.held_replicas * 2 - serve, 0)  # the cohort's, for training and borrowers
-        pending = [x.gpus for x in w.workloads() if x.active and not x.admitted]
-        if inf.waiting and w.idle_gpus >= 2 and all(gpus > unused for gpus in pending):
-            event("a replica waits while no training Workload fits")
+        pending = [x for x in w.workloads() if x.active and not x.admitted]
+        quotas = w.cluster_queue_quotas()
+        # a training Workload within its queue's nominalQuota that does not fit reserves that quota in its cycle
+        if inf.waiting and w.idle_gpus >= 2 and all(x.gpus > max(unused, quotas[x.cluster_queue]) for x in pending):
+            event("a replica waits while no training Workload fits or reserves")
             assert max(serve - inf.held_replicas * 2, 0) + max(unused, 0) < 2
         assert w.inference_gpus + w.training_gpus <= capacity and w.idle_gpus >= 0

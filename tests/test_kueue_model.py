@@ -8,13 +8,19 @@ from hypothesis import strategies as st
 from planning.kueue import admit
 
 
-def run(pending, usage=None, quotas=None, free=1000):
-    """pending: (id, queue, gpus, priority, created) rows; returns the admitted ids in admission order."""
+def looked_at(pending, usage=None, quotas=None, free=1000, kept=None):
+    """pending: (id, queue, gpus, priority, created) rows; returns the admitted ids in admission order, and the ids
+    Kueue set aside."""
     ids = [p[0] for p in pending]
-    chosen = admit(np.array([p[1] for p in pending], dtype=object), np.array([p[2] for p in pending], np.int64),
-                   np.array([p[3] for p in pending], np.int64), np.array([p[4] for p in pending], float), ids,
-                   usage or {}, quotas, free)
-    return [ids[i] for i in chosen]
+    chosen, aside = admit(np.array([p[1] for p in pending], dtype=object), np.array([p[2] for p in pending], np.int64),
+                          np.array([p[3] for p in pending], np.int64), np.array([p[4] for p in pending], float), ids,
+                          usage or {}, quotas, free, kept)
+    return [ids[i] for i in chosen], [ids[i] for i in aside]
+
+
+def run(pending, usage=None, quotas=None, free=1000, kept=None):
+    """The admitted ids, in admission order."""
+    return looked_at(pending, usage, quotas, free, kept)[0]
 
 
 def test_best_effort_fifo_a_head_that_does_not_fit_does_not_block_smaller_ones():
@@ -42,13 +48,51 @@ def test_borrowing_example_from_the_docs():
 
 def test_within_nominal_quota_goes_before_borrowing():
     """"If team-b-cq has pending Workloads and team-a-cq has all its nominalQuota used, Kueue will admit Workloads in
-    team-b-cq before admitting any new Workloads in team-a-cq" - even a's older, higher-priority ones."""
+    team-b-cq before admitting any new Workloads in team-a-cq" - even a's older, higher-priority ones: in a scheduling
+    cycle, of the heads of the queues, those within their own nominalQuota go first (scheduler.go's classicalIterator).
+    A cycle takes one head of each queue, so a borrower heading its queue in the first cycle still borrows what b's
+    head there leaves, before b's next Workload heads b's queue in the next cycle."""
     quotas = {"team-a-cq": 9, "team-b-cq": 12}
     pending = [("a-next", "team-a-cq", 4, 5, 0.0), ("b0", "team-b-cq", 4, 0, 10.0), ("b1", "team-b-cq", 4, 0, 11.0)]
-    got = run(pending, usage={"team-a-cq": 9}, quotas=quotas)
-    assert got[:2] == ["b0", "b1"] and got == ["b0", "b1", "a-next"]  # then a borrows what b leaves: 12 - 8 = 4
+    assert run(pending, usage={"team-a-cq": 9}, quotas=quotas) == ["b0", "a-next", "b1"]  # 12 - 4 - 4 = 4 for b1
     # with GPUs for one only, b's gets them
     assert run(pending, usage={"team-a-cq": 9}, quotas=quotas, free=4) == ["b0"]
+
+
+def test_a_head_within_its_nominal_quota_reserves_it_for_its_cycle():
+    """Kueue v0.19 (pkg/scheduler/scheduler.go, reserveCapacityForUnreclaimablePreempt; flavorassigner's
+    fitsResourceQuota): a head whose GPUs are within its queue's nominalQuota but not the cohort's unused quota needs
+    preemption; with none to preempt (reclaimWithinCohort Never, one priority) it reserves them for the scheduling
+    cycle, so the heads after it in that cycle that would use that quota are skipped, and set aside, as it is. The
+    model passed such a head over and let a borrower after it take the quota it could not."""
+    quotas = {"a": 8, "b": 0}
+    # b holds 6 of a's quota (a quota lowered under its jobs): the cohort has 2 unused; a-big (4, within a's 8) does
+    # not fit them, reserves 4 in the first cycle, and b-small, borrowing, is skipped; a-small heads a's queue in the
+    # next cycle, where nothing is reserved
+    pending = [("a-big", "a", 4, 0, 0.0), ("b-small", "b", 1, 0, 1.0), ("a-small", "a", 1, 0, 2.0)]
+    assert looked_at(pending, usage={"b": 6}, quotas=quotas) == (["a-small"], ["a-big", "b-small"])
+    # beyond a's nominalQuota (9 > 8) it cannot be admitted whatever is preempted: no reservation
+    pending[0] = ("a-big", "a", 9, 0, 0.0)
+    assert looked_at(pending, usage={"b": 6}, quotas=quotas) == (["b-small", "a-small"], ["a-big"])
+    # a borrowing head reserves too, but only against the heads after it: a borrower older than it goes first
+    pending = [("a-big", "a", 4, 0, 5.0), ("b-small", "b", 1, 0, 1.0)]
+    assert looked_at(pending, usage={"a": 6, "b": 1}, quotas={"a": 8, "b": 0}) == (["b-small"], ["a-big"])
+    pending = [("a-big", "a", 4, 0, 0.0), ("b-small", "b", 1, 0, 1.0)]
+    assert looked_at(pending, usage={"a": 6, "b": 1}, quotas={"a": 8, "b": 0}) == ([], ["a-big", "b-small"])
+
+
+def test_quota_a_queue_does_not_lend_is_its_own_alone():
+    """A ClusterQueue's lendingLimit (the shipped inference queue's: 0) keeps the rest of its nominalQuota out of the
+    cohort (cluster_queue.md, LendingLimit): its own Workloads fit it whatever the cohort has left, and the others
+    cannot borrow it."""
+    quotas, kept = {"serve": 4, "a": 6}, {"serve": 4}
+    pending = [("train", "a", 8, 0, 0.0), ("replica", "serve", 4, 0, 1.0)]
+    assert run(pending, quotas=quotas, kept=kept) == ["replica"]  # 8 > a's 6: serve's 4 are not the cohort's
+    assert run(pending[:1], quotas=quotas) == ["train"]  # lent, they would be
+    # beyond its own quota a replica borrows the training queues' unused quota, after the Workloads within theirs
+    pending = [("replica", "serve", 2, 0, 0.0), ("train", "a", 5, 0, 1.0)]
+    assert run(pending, usage={"serve": 4}, quotas=quotas, kept=kept) == ["train"]
+    assert run(pending, usage={"serve": 4, "a": 2}, quotas=quotas, kept=kept) == ["replica"]
 
 
 def test_among_borrowers_higher_priority_first_then_creation():
@@ -93,29 +137,39 @@ def test_no_number_of_heads_that_do_not_fit_blocks_a_workload_behind_them():
        st.fixed_dictionaries({q: st.integers(0, 25) for q in "abc"}),
        st.integers(0, 60))
 def test_admission_invariants(rows, quotas, usage, free):
+    """The bounds hold over any line; and a Workload is kept out of what is left, or passed over for a later one of
+    its queue no larger, only by a head of another queue that reserved its own queue's nominalQuota in its cycle
+    (within that quota, set aside): a bound stated so since Kueue's reservation (scheduler.go) blocks the heads after
+    it in the cycle whatever they would fit."""
     pending = [(f"w{i}", q, g, p, float(c)) for i, (q, g, p, c) in enumerate(rows)]
-    got = run(pending, usage=usage, quotas=quotas, free=free)
+    got, aside = looked_at(pending, usage=usage, quotas=quotas, free=free)
     by_id = {p[0]: p for p in pending}
-    assert len(got) == len(set(got))
+    assert len(got) == len(set(got)) and not set(got) & set(aside)
     admitted = sum(by_id[i][2] for i in got)
     assert admitted <= free
     # the cohort never goes over its nominal quotas through admission
     assert admitted <= max(sum(quotas.values()) - sum(usage.values()), 0)
-    # within a queue, a Workload passed over for a later one of the same or lower rank did not fit then:
-    # BestEffortFIFO never admits past a smaller-or-equal Workload ahead of it that fitted
+
+    def reserver(q):  # a Workload of another queue that may have reserved its queue's quota in a cycle
+        return any(by_id[i][1] != q and by_id[i][2] <= quotas[by_id[i][1]] for i in aside)
+
+    # within a queue, a Workload passed over for a later one of the same or lower rank did not fit then, or a
+    # reservation kept it out: BestEffortFIFO admits past a smaller-or-equal Workload ahead of it only so
     for q in "abc":
         line = sorted((p for p in pending if p[1] == q), key=lambda p: (-p[3], p[4], p[0]))
         taken = [p for p in line if p[0] in got]
         if taken:
             last = line.index(taken[-1])
             skipped = [p for p in line[:last] if p[0] not in got]
-            assert all(p[2] > taken[-1][2] for p in skipped)
-    # it admits until nothing else fits: any Workload left over fits neither the GPUs nor the cohort's quota
+            assert all(p[2] > taken[-1][2] for p in skipped) or reserver(q)
+    # it admits until nothing else fits: any Workload left over fits neither the GPUs nor the cohort's quota, or was
+    # set aside in a cycle a reservation held; one passed over for the GPUs alone is not set aside
     left_free = free - admitted
     left_quota = sum(quotas.values()) - sum(usage.values()) - admitted
     for p in pending:
         if p[0] not in got:
-            assert p[2] > left_free or p[2] > left_quota
+            assert p[2] > left_free or p[2] > left_quota or (p[0] in aside and reserver(p[1]))
+            assert p[0] in aside or p[2] > left_free
 
 
 def _cluster_with_trace(jobs, capacity=4):

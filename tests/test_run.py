@@ -537,6 +537,60 @@ def test_an_inference_replica_borrows_past_a_training_workload_too_large_for_the
     assert [x.gpus for x in w.workloads() if not x.admitted] == [8]  # still waiting: it never fits the 6
 
 
+def test_a_replica_waiting_since_before_a_training_job_was_created_borrows_before_it():
+    """Kueue orders the borrowers of a scheduling cycle by priority, then creation time (scheduler.go's
+    classicalIterator); it gives training no precedence. A training Workload borrowing went before a replica borrowing
+    even where the replica had waited since before the job was created. Here the replicas the HPA asked at 06:05 wait
+    (no quota to borrow), the product team's 3-GPU job of the trace is created at 06:10 and waits too (it borrows: its
+    queue's quota is 0); when research's job finishes at 06:25, Kueue looks again at both and the replicas, older, take
+    the 3 GPUs of quota it frees. They went to the job."""
+    index = pd.date_range(MONDAY_6AM - pd.Timedelta(days=1), MONDAY_6AM + pd.Timedelta(days=1), freq="5min")
+    demand = pd.Series(20.0, index=index).where(index <= MONDAY_6AM, 200.0)  # 2 GPUs, then 20
+    hpa = policy("chat", target={"kind": "HorizontalPodAutoscaler", "name": "chat"}, inferenceClusterQueue="serve",
+                 capacity={"demandPerGpu": 10.0, "gpusPerReplica": 1}, trainingClusterQueues=["research", "product"])
+    start = MONDAY_6AM.timestamp()
+    w = EmbeddedCluster(64, [hpa], {"inference/chat": demand}, start,  # research's job at 06:00, product's at 06:10
+                        jobs=(np.array([3, 3]), np.array([1500.0, 3600.0]), np.array([0.0, 600.0])))
+    inf = w.inference["inference/chat"]
+    w.set_cluster_queue_quota("research", 3)
+    assert [w.jobs.gpus[i] for i in w.admit()] == [3]  # research's job holds its queue's whole quota
+    w.advance(start + 300)  # the HPA asks 18 more: nothing to borrow
+    assert (inf.held_replicas, inf.waiting) == (2, 18)
+    w.advance(start + 1800)  # product's job arrives at 06:10 and waits; research's finishes at 06:25
+    assert (inf.held_replicas, inf.waiting) == (5, 15)
+    assert [(x.cluster_queue, x.gpus, x.admitted) for x in w.workloads()] == [("product", 3, False)]
+    w.set_cluster_queue_quota("research", 6)  # 3 more: the replicas, older, borrow them again
+    assert w.admit() == [] and (inf.held_replicas, inf.waiting) == (8, 12)
+
+
+def test_a_training_head_within_its_quota_keeps_a_borrowing_replica_out_of_it():
+    """Kueue v0.19 (pkg/scheduler/scheduler.go, reserveCapacityForUnreclaimablePreempt): a training head within its
+    queue's nominalQuota that the cohort's unused quota does not cover (replicas borrowed it) needs preemption; with
+    none to preempt (reclaimWithinCohort: Never) it reserves that quota for its scheduling cycle, and goes before a
+    borrowing replica in it: the replica is skipped and, as the head, set aside until something in the cohort changes.
+    A cycle takes one head of each queue: with ten such jobs waiting, each of the ten replicas waiting meets one. So
+    when headroom raises research's quota by 2, Kueue looks again at all of them and none takes the 2: the embedded
+    Kueue passed the jobs over and let the replicas borrow them. A replica the HPA asks for later is alone in its
+    cycle (Kueue looks again at nothing it set aside before its next event) and borrows at once."""
+    index = pd.date_range(MONDAY_6AM - pd.Timedelta(days=1), MONDAY_6AM + pd.Timedelta(days=1), freq="5min")
+    demand = pd.Series(20.0, index=index).where(index <= MONDAY_6AM, 200.0)  # 2 GPUs, then 20,
+    demand = demand.where(index <= MONDAY_6AM + pd.Timedelta(minutes=20), 210.0)  # then 21
+    hpa = policy("chat", target={"kind": "HorizontalPodAutoscaler", "name": "chat"}, inferenceClusterQueue="serve",
+                 capacity={"demandPerGpu": 10.0, "gpusPerReplica": 1})
+    start = MONDAY_6AM.timestamp()
+    w = EmbeddedCluster(64, [hpa], {"inference/chat": demand}, start,  # ten 4-GPU jobs, at 06:10
+                        jobs=(np.full(10, 4), np.full(10, 3600.0), np.full(10, 600.0)))
+    inf = w.inference["inference/chat"]
+    w.set_cluster_queue_quota("research", 8)
+    w.advance(start + 300)  # the HPA asks 18 more: 8 borrow research's unused quota
+    assert (inf.held_replicas, inf.waiting) == (10, 10)
+    w.advance(start + 900)  # the jobs arrive: within research's 8, not the cohort's 0 unused; they wait
+    w.set_cluster_queue_quota("research", 10)  # 2 unused: each job reserves 4 in its cycle, before a replica
+    assert (inf.held_replicas, inf.waiting) == (10, 10) and w.admit() == []
+    w.advance(start + 1500)  # the HPA asks one more at 06:25: alone in its cycle, it borrows 1 of the 2
+    assert (inf.held_replicas, inf.waiting) == (11, 10)
+
+
 def test_what_the_start_decides_serves_at_once_only_as_far_as_its_inference_cluster_queue_admits():
     """The controller ran before the replay, so what it decides as the replay starts was in place, warm, as far as
     Kueue admitted it: its queue's unused quota, then what the training queues leave unused; a replica Kueue does not
