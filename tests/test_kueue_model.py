@@ -135,20 +135,26 @@ def test_no_number_of_heads_that_do_not_fit_blocks_a_workload_behind_them():
                 max_size=25),
        st.fixed_dictionaries({q: st.integers(0, 20) for q in "abc"}),
        st.fixed_dictionaries({q: st.integers(0, 25) for q in "abc"}),
-       st.integers(0, 60))
-def test_admission_invariants(rows, quotas, usage, free):
-    """The bounds hold over any line; and a Workload is kept out of what is left, or passed over for a later one of
-    its queue no larger, only by a head of another queue that reserved its own queue's nominalQuota in its cycle
-    (within that quota, set aside): a bound stated so since Kueue's reservation (scheduler.go) blocks the heads after
-    it in the cycle whatever they would fit."""
+       st.integers(0, 60), st.integers(0, 20))
+def test_admission_invariants(rows, quotas, usage, free, keep):
+    """The bounds hold over any line, c keeping `keep` of its quota from the cohort (a lendingLimit, as the inference
+    queue's); and a Workload is kept out of what is left, or passed over for a later one of its queue no larger, only
+    by a head of another queue that reserved its own queue's nominalQuota in its cycle (within that quota, set aside):
+    a bound stated so since Kueue's reservation (scheduler.go) blocks the heads after it in the cycle whatever they
+    would fit."""
     pending = [(f"w{i}", q, g, p, float(c)) for i, (q, g, p, c) in enumerate(rows)]
-    got, aside = looked_at(pending, usage=usage, quotas=quotas, free=free)
+    got, aside = looked_at(pending, usage=usage, quotas=quotas, free=free, kept={"c": keep})
     by_id = {p[0]: p for p in pending}
     assert len(got) == len(set(got)) and not set(got) & set(aside)
     admitted = sum(by_id[i][2] for i in got)
     assert admitted <= free
-    # the cohort never goes over its nominal quotas through admission
-    assert admitted <= max(sum(quotas.values()) - sum(usage.values()), 0)
+    # the cohort never goes over the quotas its queues lend through admission, and what c keeps is c's alone
+    own = {q: min(keep, quotas[q]) if q == "c" else 0 for q in quotas}
+    room = {q: max(own[q] - usage[q], 0) for q in quotas}
+    unused = sum(quotas[q] - own[q] - max(usage[q] - own[q], 0) for q in quotas)
+    into = {q: sum(by_id[i][2] for i in got if by_id[i][1] == q) for q in quotas}
+    borrowed = sum(max(into[q] - room[q], 0) for q in quotas)
+    assert borrowed <= max(unused, 0)
 
     def reserver(q):  # a Workload of another queue that may have reserved its queue's quota in a cycle
         return any(by_id[i][1] != q and by_id[i][2] <= quotas[by_id[i][1]] for i in aside)
@@ -162,12 +168,12 @@ def test_admission_invariants(rows, quotas, usage, free):
             last = line.index(taken[-1])
             skipped = [p for p in line[:last] if p[0] not in got]
             assert all(p[2] > taken[-1][2] for p in skipped) or reserver(q)
-    # it admits until nothing else fits: any Workload left over fits neither the GPUs nor the cohort's quota, or was
-    # set aside in a cycle a reservation held; one passed over for the GPUs alone is not set aside
+    # it admits until nothing else fits: any Workload left over fits neither the GPUs nor the quota its queue has
+    # left, or was set aside in a cycle a reservation held; one passed over for the GPUs alone is not set aside
     left_free = free - admitted
-    left_quota = sum(quotas.values()) - sum(usage.values()) - admitted
     for p in pending:
         if p[0] not in got:
+            left_quota = max(room[p[1]] - into[p[1]], 0) + unused - borrowed
             assert p[2] > left_free or p[2] > left_quota or (p[0] in aside and reserver(p[1]))
             assert p[0] in aside or p[2] > left_free
 
