@@ -276,8 +276,9 @@ def test_kueue_admits_an_inference_cluster_queues_replicas_within_its_quota_and_
     """The pods of a policy naming an inferenceClusterQueue are Workloads of it: a replica starts holding GPUs only
     within the queue's nominalQuota plus what the training queues leave unused of theirs (the cohort it borrows from),
     whatever the HPA asks and however many GPUs are idle; training is admitted only into what that borrowing leaves.
-    And a training Workload too large for that unused quota holds no replica back (Kueue's BestEffortFIFO passes over
-    it): the example's 8-GPU job, waiting beside a training quota of 6, kept the replicas from borrowing any of it."""
+    And a training Workload too large for that unused quota and for its queue's nominalQuota holds no replica back
+    (Kueue's BestEffortFIFO passes over it): the example's 8-GPU job, waiting beside a training quota of 6, kept the
+    replicas from borrowing any of it. One within its queue's nominalQuota may: it reserves that quota in its cycle."""
     index = pd.date_range(START - pd.Timedelta(days=1), START + pd.Timedelta(days=1), freq="5min")
     demand = pd.Series([hourly[(t.hour + t.day) % len(hourly)] for t in index], index=index)
     jobs = trace_jobs(trace, capacity)
