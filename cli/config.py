@@ -110,7 +110,7 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
     except ValidationError as exc:
         flagged = [dotted.split(".") for dotted, value in (overrides or {}).items() if value is not None]
         errors = [f"{line} (given on the command line: --help names each flag's field)"
-                  if line.split(":")[0].split(".")[:2] in flagged else line for line in field_errors(exc)]
+                  if line.split(":")[0].split(".")[:2] in flagged else line for line in field_errors(exc, Config)]
         raise ConfigError(source, errors + _unknown_candidates(tree)) from None
     if _unknown_candidates(tree):
         raise ConfigError(source, _unknown_candidates(tree))

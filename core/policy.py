@@ -9,6 +9,7 @@ Field names are the CRD's (camelCase in YAML and in the object, snake_case here)
 """
 from __future__ import annotations
 
+import difflib
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
@@ -235,13 +236,46 @@ def policy_duration(value: str) -> str:
     return value
 
 
-def field_errors(exc: ValidationError, prefix: str = "") -> list[str]:
-    """'field.path: message' per error, paths starting at `prefix`, in the names the file uses."""
+def field_errors(exc: ValidationError, model: type[BaseModel], prefix: str = "") -> list[str]:
+    """'field.path: message' per error of validating `model`, paths starting at `prefix`, in the names the file uses.
+    A key the model does not have (most often a misspelt one) is named with the field it is closest to, or with the
+    fields there are: pydantic's own words, 'Extra inputs are not permitted', say neither."""
     out = []
     for e in exc.errors():
         path = ".".join(str(p) for p in (prefix.split(".") if prefix else []) + list(e["loc"])) or "(top level)"
-        out.append(f"{path}: {e['msg'].removeprefix('Value error, ')}")
+        if e["type"] == "extra_forbidden":
+            out.append(f"{path}: {_not_a_field(str(e['loc'][-1]), _model_at(model, e['loc'][:-1]))}")
+        else:
+            out.append(f"{path}: {e['msg'].removeprefix('Value error, ')}")
     return out
+
+
+def _model_at(model: type[BaseModel] | None, loc: tuple[int | str, ...]) -> type[BaseModel] | None:
+    """The model whose fields a value at `loc` (an error's path from `model`) holds; None past a model's fields."""
+    for part in loc:
+        if model is None:
+            return None
+        if isinstance(part, int):  # an item of a list: the model the list holds, as the field's type says
+            continue
+        field = next((f for name, f in model.model_fields.items() if part in (name, f.alias)), None)
+        model = _model_in(field.annotation) if field is not None else None
+    return model
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The model a field's type holds: itself, or inside `X | None`, `list[X]`, `Annotated[X, ...]`."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return next((m for m in map(_model_in, get_args(annotation)) if m is not None), None)
+
+
+def _not_a_field(key: str, model: type[BaseModel] | None) -> str:
+    """Why `key` is refused where `model` is read: with the field it likely misspells, else the fields there are."""
+    if model is None:
+        return "not a field"
+    names = [f.alias or name for name, f in model.model_fields.items()]
+    close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
+    return f"not a field: did you mean {close[0]}?" if close else f"not a field (the fields: {', '.join(names)})"
 
 
 def parse_policy_spec(spec: Any, source: str) -> PolicySpec:
@@ -249,7 +283,7 @@ def parse_policy_spec(spec: Any, source: str) -> PolicySpec:
     try:
         return PolicySpec.model_validate(spec)
     except ValidationError as exc:
-        raise ConfigError(source, field_errors(exc, "spec")) from None
+        raise ConfigError(source, field_errors(exc, PolicySpec, "spec")) from None
 
 
 def spec_dict(spec: PolicySpec) -> dict[str, Any]:
@@ -358,7 +392,7 @@ def load_manifests(path: str | Path) -> list[dict[str, Any]]:
             try:
                 model.model_validate(value)
             except ValidationError as exc:
-                invalid += [prefix + e for e in field_errors(exc, field)]
+                invalid += [prefix + e for e in field_errors(exc, model, field)]
         if invalid:
             errors += invalid
             continue

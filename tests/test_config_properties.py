@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import get_args
 
 import pytest
+import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
@@ -19,6 +20,7 @@ import cli.run
 from cli.config import load_config
 from cli.main import main
 from core.errors import ConfigError
+from core.policy import PolicySpec, load_manifests
 from core.settings import Config
 
 PROPERTY = settings(max_examples=int(os.environ.get("HEADROOM_FUZZ_EXAMPLES", "60")), deadline=None,
@@ -250,6 +252,76 @@ def test_every_mistake_is_named_by_its_path_beside_valid_keys(tmp_path_factory, 
         assert any(n == key or n.startswith(key + ".") for n in named), (key, err.value.errors, text)
     assert all(line.split(": ")[0].split(".")[0] in {*Config.model_fields, *(k.split(".")[0] for k in wrong)}
                for line in err.value.errors), err.value.errors
+
+
+def spec_leaves(model: type[BaseModel] = PolicySpec, prefix: str = "") -> list[str]:
+    """Every key of a ReservationPolicy's spec that holds a value, by its dotted path in the names a manifest uses."""
+    out = []
+    for name, field in model.model_fields.items():
+        key = field.alias or name
+        section = next((k for k in (field.annotation, *get_args(field.annotation))
+                        if isinstance(k, type) and issubclass(k, BaseModel)), None)
+        out += spec_leaves(section, f"{prefix}{key}.") if section is not None else [f"{prefix}{key}"]
+    return out
+
+
+@st.composite
+def misspelt(draw, keys: list[str]):
+    """(the path with one of its keys misspelt, up to that key; the key as it should be): a character left out."""
+    parts = draw(st.sampled_from(keys)).split(".")
+    at = draw(st.integers(0, len(parts) - 1))
+    right = parts[at]
+    cut = draw(st.integers(0, len(right) - 1))
+    return ".".join([*parts[:at], right[:cut] + right[cut + 1:]]), right
+
+
+def typo_named(errors: list[str], typo: str, right: str) -> bool:
+    return f"{typo}: not a field: did you mean {right}?" in errors
+
+
+@PROPERTY
+@given(misspelt(sorted(leaves(Config))))
+def test_a_misspelt_configuration_key_is_named_with_the_key_it_misspells(tmp_path_factory, typo_and_right):
+    """pydantic's own words for a key a section lacks, 'Extra inputs are not permitted', said neither that it was no
+    key of headroom's nor which one was meant: a section's or a key's name with a letter left out now says which."""
+    typo, right = typo_and_right
+    path = tmp_path_factory.mktemp("cfg") / "headroom.yaml"
+    path.write_text(yaml.safe_dump(nest({typo: 1})))
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert typo_named(err.value.errors, typo, right), err.value.errors
+
+
+@PROPERTY
+@given(misspelt(spec_leaves()))
+def test_a_misspelt_policy_field_is_named_with_the_field_it_misspells(tmp_path_factory, typo_and_right):
+    """The same in a ReservationPolicy manifest (simulate's and run's --policy-file) and in a configuration's
+    run.policies[].spec, at any depth of the spec (spec.capacity.demandPerGpu)."""
+    typo, right = typo_and_right
+    spec = {"capacity": {"demandPerGpu": 10}, "target": {"kind": "Deployment", "name": "chat"},
+            "trainingClusterQueues": ["training"]}
+    folder = tmp_path_factory.mktemp("policy")
+    manifest = folder / "policy.yaml"
+    manifest.write_text(yaml.safe_dump({"apiVersion": "headroom.dev/v1alpha1", "kind": "ReservationPolicy",
+                                        "metadata": {"name": "chat"}, "spec": nest({**nest_pairs(spec), typo: 1})}))
+    with pytest.raises(ConfigError) as err:
+        load_manifests(manifest)
+    assert typo_named(err.value.errors, f"spec.{typo}", right), err.value.errors
+    (folder / "d.csv").write_text("timestamp,value\n")
+    config = folder / "headroom.yaml"
+    config.write_text(yaml.safe_dump({"run": {"policies": [{"name": "chat", "history_file": "d.csv", "spec": nest(
+        {**nest_pairs(spec), typo: 1})}]}}))
+    with pytest.raises(ConfigError) as err:
+        load_config(config)
+    assert typo_named(err.value.errors, f"run.policies.0.spec.{typo}", right), err.value.errors
+
+
+def nest_pairs(tree: dict, prefix: str = "") -> dict[str, object]:
+    """A nested mapping as {dotted path: value}, the inverse of nest."""
+    out: dict[str, object] = {}
+    for key, value in tree.items():
+        out |= nest_pairs(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value}
+    return out
 
 
 # ---------------------------------------------------------------------------- flags and the file
