@@ -69,8 +69,10 @@ def _sections_defaulted(tree: dict, model: type[BaseModel]) -> dict:
     return out
 
 
-def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> Config:
-    """Parse YAML (if any), apply `{"section.key": value}` overrides, validate once."""
+def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None,
+                flags: dict[str, str] | None = None) -> Config:
+    """Parse YAML (if any), apply `{"section.key": value}` overrides, validate once. `flags` names the flag or
+    argument that gave each override, for its error."""
     source = str(path) if path is not None else "command-line flags"  # the defaults are valid: a flag is at fault
     tree: Any = {}
     if path is not None:
@@ -108,13 +110,22 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
     try:
         config = Config.model_validate(tree)
     except ValidationError as exc:
-        flagged = [dotted.split(".") for dotted, value in (overrides or {}).items() if value is not None]
-        errors = [f"{line} (given on the command line: --help names each flag's field)"
-                  if line.split(":")[0].split(".")[:2] in flagged else line for line in field_errors(exc, Config)]
+        flagged = {tuple(dotted.split(".")[:2]): (flags or {}).get(dotted)
+                   for dotted, value in (overrides or {}).items() if value is not None}
+        errors = []
+        for line in field_errors(exc, Config):
+            field = tuple(line.split(":")[0].split(".")[:2])
+            errors.append(_given_by_flag(line, flagged[field]) if field in flagged else line)
         raise ConfigError(source, errors + _unknown_candidates(tree)) from None
     if _unknown_candidates(tree):
         raise ConfigError(source, _unknown_candidates(tree))
     return config
+
+
+def _given_by_flag(line: str, flag: str | None) -> str:
+    """An error of a value a flag gave, said to be the flag's: the user typed the flag, not the field it sets."""
+    return f"{line} (given on the command line as {flag})" if flag else \
+        f"{line} (given on the command line: --help names each flag's field)"
 
 
 def _unknown_candidates(tree: dict) -> list[str]:

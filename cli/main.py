@@ -308,6 +308,19 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout, sys.stderr = streams
 
 
+def _flags(parser: argparse.ArgumentParser, command: str) -> dict[str, str]:
+    """The flag (or argument) of `command` that sets each configuration field: what its overrides read each flag
+    into, found by giving every flag its own name as its value."""
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
+    by_dest = {a.dest: a.option_strings[0] if a.option_strings else f"the {a.metavar or a.dest} argument"
+               for a in sub._actions}
+    named = argparse.Namespace(**{dest: f"<{dest}>" for dest in by_dest})
+    fields = {**sub.get_default("overrides")(named), "history.file": "<history>", "history.statistic": "<statistic>",
+              "forecast.timezone": "<timezone>"}  # the three _command sets for every command that has them
+    return {field: by_dest[dest[1:-1]] for field, dest in fields.items()
+            if isinstance(dest, str) and dest.startswith("<") and dest[1:-1] in by_dest}
+
+
 def _command(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -321,7 +334,8 @@ def _command(argv: list[str] | None) -> int:
               "one file", file=sys.stderr)
         return 2
     try:
-        cfg = load_config(args.sub_config if args.sub_config is not None else args.config, overrides)
+        cfg = load_config(args.sub_config if args.sub_config is not None else args.config, overrides,
+                          _flags(parser, args.command))
     except ConfigError as exc:
         print(f"headroom: {exc}", file=sys.stderr)
         return 2

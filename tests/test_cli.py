@@ -25,8 +25,8 @@ def test_help_is_fast_and_lists_commands():
 
 
 def test_every_flag_names_the_configuration_field_it_sets():
-    """A bad flag value is reported by its field, "given on the command line: --help names each flag's field": so
-    --help must name it (--peak-gpus, --days, --jobs and --policy did not)."""
+    """A bad flag value is reported by its field and the flag that gave it: so --help must name the field
+    (--peak-gpus, --days, --jobs and --policy did not)."""
     import argparse
 
     from cli.main import build_parser

@@ -302,8 +302,25 @@ def test_a_bad_flag_without_a_configuration_file_is_said_to_be_a_flag(capsys):
     assert main(["simulate", "demand.csv", "--max-shortage", "5"]) == 2
     assert capsys.readouterr().err.splitlines()[:2] == [
         "headroom: invalid configuration (command-line flags):",
-        "  tune.max_shortage: Input should be less than or equal to 1 (given on the command line: --help names each "
-        "flag's field)"]
+        "  tune.max_shortage: Input should be less than or equal to 1 (given on the command line as --max-shortage)"]
+
+
+@pytest.mark.parametrize("argv, error, flag", [
+    (["forecast", "h.csv", "--timezone", "Berlin"], "forecast.timezone: 'Berlin' is not an IANA time zone",
+     "--timezone"),
+    (["simulate", ""], "history.file: an empty path", "the DEMAND argument"),
+    (["plan", "--gpus", "0"], "run.capacity_gpus: Input should be greater than or equal to 1", "--gpus"),
+    (["train", "--tracking-uri", "mlflow.db"], "training.tracking_uri: 'mlflow.db' is a path", "--tracking-uri"),
+], ids=["flag", "argument", "flag-of-another-key", "flag-beside-the-key's-name"])
+def test_a_bad_flag_is_named_by_the_flag_typed(argv, error, flag, capsys):
+    """A flag's error named only the field it sets, "(given on the command line: --help names each flag's field)":
+    the user typed --timezone, not forecast.timezone, and had to read --help to find which it was."""
+    from cli.main import main
+
+    assert main(argv) == 2
+    lines = [line.strip() for line in capsys.readouterr().err.splitlines()]
+    assert any(line.startswith(error) and line.endswith(f"(given on the command line as {flag})") for line in lines), \
+        lines
 
 
 def test_an_empty_config_path_is_refused_and_a_home_one_read(tmp_path, monkeypatch, capsys):
