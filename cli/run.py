@@ -92,6 +92,9 @@ def with_policy_files(r: RunConfig, files: list[str] | None, history: str | None
         raise BadRequest(f"--history {history}: no such file")
     if "" in files:  # it read as the working directory: "invalid configuration (): cannot read file: Is a directory"
         raise BadRequest("--policy-file: an empty path; name a ReservationPolicy manifest")
+    for file in files:  # "invalid configuration (P.yaml): cannot read file: No such file or directory" named no flag
+        if not Path(file).exists():
+            raise BadRequest(f"--policy-file {file}: no such file")
     added = [EmbeddedPolicy(name=o["metadata"]["name"], namespace=o["metadata"]["namespace"],
                             history_file=Path(history), spec=PolicySpec.model_validate(o["spec"]))
              for f in files for o in load_manifests(f)]

@@ -232,6 +232,9 @@ def whatif(cfg: Config, progress=None) -> WhatIf:
 
     c = cfg.simulate
     controller = controller_settings(cfg)
+    if c.policy_file is not None and not c.policy_file.exists():  # a usage error, named before the trace is read
+        raise BadRequest(f"simulate.policy_file {c.policy_file}: no such file (the --policy-file flag, or "
+                         "simulate.policy_file in --config)")
     demand = sources.native_series(cfg, datetime.now(UTC))
     span_days = (demand.index[-1] - demand.index[0]).total_seconds() / 86400
     if c.days >= span_days:

@@ -417,11 +417,18 @@ def _policy_file(path, **spec):
     (["train", "--history", "{tmp}/nope.csv"], "--history {tmp}/nope.csv: no such file"),
     (["run", "--policy-file", "{policy}", "--history", "{tmp}/nope.csv"], "--history {tmp}/nope.csv: no such file"),
     (["plan", "--policy-file", "{policy}", "--history", "{tmp}/nope.csv"], "--history {tmp}/nope.csv: no such file"),
+    # a missing policy file said "invalid configuration (nope.yaml): cannot read file: No such file or directory",
+    # naming no flag (and simulate's and report's only after reading the whole trace)
+    *[([command, "{demand}", "--policy-file", "{tmp}/nope.yaml"], "simulate.policy_file {tmp}/nope.yaml: no such "
+       "file (the --policy-file flag, or simulate.policy_file in --config)") for command in ("simulate", "report")],
+    *[([command, "--policy-file", "{tmp}/nope.yaml", "--history", "{demand}"], "--policy-file {tmp}/nope.yaml: no such "
+       "file") for command in ("run", "plan")],
 ])
-def test_a_missing_demand_file_is_a_usage_error_naming_its_field(tmp_path, capsys, argv, message):
+def test_a_missing_input_file_is_a_usage_error_naming_its_field(tmp_path, capsys, argv, message):
     """A missing DEMAND exited 1 (the work failed) where a missing --jobs file exits 2 (a bad request, nothing done):
     both name nothing that can be read."""
-    fill = {"tmp": tmp_path, "policy": _policy_file(tmp_path / "p.yaml")}
+    write_csv(synthetic_demand(days=3), tmp_path / "d.csv")
+    fill = {"tmp": tmp_path, "policy": _policy_file(tmp_path / "p.yaml"), "demand": tmp_path / "d.csv"}
     status, err = exits([a.format(**fill) for a in argv], capsys)
     assert status == 2 and message.format(**fill) in err, err
 
