@@ -1,6 +1,7 @@
 """Units every layer parses the same way: durations, aggregation statistics and time zones."""
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from functools import cache
@@ -70,8 +71,27 @@ def check_timezone(zone: str) -> str:
     if zone == UTC:  # the default needs no zone database (pandas brings the tzdata package for the others)
         return zone
     if not (isinstance(zone, str) and re.fullmatch(TIMEZONE_PATTERN, zone) and zone in _zones()):
-        raise ValueError(f"{zone!r} is not an IANA time zone, e.g. Europe/Berlin, America/New_York or UTC")
+        meant = _zone_meant(zone) if isinstance(zone, str) else None
+        raise ValueError(f"{zone!r} is not an IANA time zone: did you mean {meant}?" if meant else
+                         f"{zone!r} is not an IANA time zone, e.g. Europe/Berlin, America/New_York or UTC")
     return zone
+
+
+def _zone_meant(zone: str) -> str | None:
+    """The zone a name that is none likely means: the same name in another case or with spaces, its city alone
+    (Berlin: Europe/Berlin) when one zone has it, else a close spelling of a longer name (Europe/Berln); never for an
+    abbreviation (CEST is one letter from EST, a zone six hours away) nor an offset's Etc zone (Etc/GMT+2 is UTC-2)."""
+    typed = zone.strip().replace(" ", "_").lower()
+    by_name = {z.lower(): z for z in _zones()}
+    if typed in by_name:
+        return by_name[typed]
+    by_name = {name: z for name, z in by_name.items() if not name.startswith("etc/")}
+    by_city: dict[str, list[str]] = {}
+    for z in by_name.values():
+        by_city.setdefault(z.rsplit("/", 1)[-1].lower(), []).append(z)
+    city = by_city.get(typed, [])
+    close = difflib.get_close_matches(typed, by_name, n=1, cutoff=0.9) if len(typed) > 5 else []
+    return city[0] if len(city) == 1 else by_name[close[0]] if close else None
 
 
 def check_statistic(statistic: str) -> str:

@@ -1,6 +1,7 @@
 """The seasonal clock (forecast.clock, a policy's spec.timezone): forecasts on local wall-clock hours across daylight
 saving changes, handed back on UTC hours; UTC, the default, is today's forecast bit for bit."""
 import json
+from zoneinfo import available_timezones
 
 import numpy as np
 import pandas as pd
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 from controller.observe import issue
 from core.errors import ConfigError
 from core.policy import PolicySpec, parse_policy_spec
+from core.units import check_timezone
 from forecast.backtest import AutoForecaster
 from forecast.baselines import BASELINES
 from forecast.clock import local_hours, on_clock, on_utc, wall_clock
@@ -187,6 +189,38 @@ def test_a_zone_that_is_not_an_iana_time_zone_is_an_error_naming_spec_timezone(z
     with pytest.raises(ConfigError) as caught:
         parse_policy_spec({**SPEC, "timezone": zone}, "p.yaml")
     assert "spec.timezone:" in str(caught.value)
+
+
+@given(st.sampled_from(sorted(z for z in available_timezones() if "/" in z and not z.startswith("Etc/"))),
+       st.sampled_from(["lower", "city", "spaces", "letter left out"]), st.data())
+def test_a_zone_misspelt_is_named_with_the_zone_it_misspells(zone, how, data):
+    """'Europe/berlin', 'Berlin' or 'America/New York' said only "is not an IANA time zone, e.g. Europe/Berlin, ...":
+    the zone meant is now named. A city several zones share (Pacific), or a letter left out that spells another
+    zone or a short name, is not guessed at (the ordinary message stays)."""
+    city = zone.rsplit("/", 1)[-1]
+    cut = data.draw(st.integers(len(zone) - len(city), len(zone) - 1), label="cut")  # a letter of the city's name
+    typed = {"lower": zone.lower(), "city": city, "spaces": zone.replace("_", " "),
+             "letter left out": zone[:cut] + zone[cut + 1:]}[how]
+    assume(typed not in available_timezones())
+    try:
+        check_timezone(typed)
+    except ValueError as exc:
+        said = str(exc)
+    assert said.startswith(f"{typed!r} is not an IANA time zone")
+    shared = sum(z.rsplit("/", 1)[-1] == city for z in available_timezones() if not z.startswith("Etc/")) > 1
+    if how in ("lower", "spaces") or (how == "city" and not shared):
+        assert said.endswith(f": did you mean {zone}?"), said
+    elif said.endswith("?"):  # a close spelling: a real zone, never an offset's
+        meant = said.rsplit(" ", 1)[-1][:-1]
+        assert meant in available_timezones() and not meant.startswith("Etc/"), said
+
+
+@pytest.mark.parametrize("typed", ["CEST", "PST", "AEDT", "GMT+2", "gmt-5", "+02:00", "UTC+2", "Pacific"])
+def test_an_abbreviation_or_an_offset_is_not_guessed_at(typed):
+    """CEST is one letter from EST, six hours away; Etc/GMT+2 is UTC-2: a guess there would be a wrong clock."""
+    with pytest.raises(ValueError) as caught:
+        check_timezone(typed)
+    assert str(caught.value) == f"{typed!r} is not an IANA time zone, e.g. Europe/Berlin, America/New_York or UTC"
 
 
 @pytest.mark.parametrize("command", [["forecast"], ["backtest"], ["train", "--name", "x"], ["simulate"], ["tune"]])
