@@ -166,7 +166,8 @@ def parse_policies(objects: list[dict], specs: ParsedSpecs | None = None
                    ) -> tuple[list[PolicyObject], dict[ObjectRef, str]]:
     """Valid policies, and the invalid ones with every error (field paths) in one message. A policy whose target an
     older valid policy already scales is refused (the two would undo each other's decisions): the one created first
-    goes on (in a file, the one written first), so a newcomer never takes a working policy's target. So too a
+    goes on (in a file, the one written first), so a newcomer never takes a working policy's target. The valid ones
+    come oldest first: the planner cuts, and feasible() refuses, the later ones first. So too a
     ClusterQueue one policy holds inference in (its inferenceClusterQueue or ClusterQueue target) and another lends
     training slack into: the one that named it first keeps it."""
     specs = specs or ParsedSpecs()
@@ -180,9 +181,12 @@ def parse_policies(objects: list[dict], specs: ParsedSpecs | None = None
             invalid[ref] = spec
             continue
         parsed.append((obj, PolicyObject(ref, generation, spec, obj.get("status") or {})))
+    # oldest first (the API server lists by name; ties, and a file's policies, which have no time, keep their order):
+    # the order the cluster is shared in too, so a newcomer is cut, or refused, before the policies already working
+    parsed.sort(key=lambda op: str(op[0]["metadata"].get("creationTimestamp") or ""))
     owner: dict = {}  # target -> the policy that scales it
     role: dict[str, tuple[str, str]] = {}  # ClusterQueue -> ("inference" | "training", the policy that named it so)
-    for _, p in sorted(parsed, key=lambda op: str(op[0]["metadata"].get("creationTimestamp") or "")):
+    for _, p in parsed:
         target = p.spec.target.ref(p.ref.namespace or "default")
         if target in owner:
             invalid[p.ref] = (f"spec.target: {target.kind} {target.name} is already the target of ReservationPolicy "

@@ -249,6 +249,21 @@ def test_a_policy_whose_minimum_does_not_fit_is_the_only_one_refused(demand_file
     assert chat.reserved_gpus + small.reserved_gpus + state.slack_gpus <= max(128 - 2 * before, 100 + 8)
 
 
+def test_a_newer_policy_is_cut_and_refused_before_an_older_one_whatever_their_names(demand_file, tmp_path):
+    """The cluster is shared in the order the policies were created, as README says ("the later ones cut first") and
+    as a target or a queue already is: the API server lists them by name, and a policy created later under a name
+    listed first took its GPUs from the older ones (on a real API server: llm-inference, created first, cut from 35
+    GPUs to 29 for chat2), here refused the older policy outright for its own minimum."""
+    old, new = policy("old", minGpus=100), policy("a-new", minGpus=40)
+    old["metadata"]["creationTimestamp"], new["metadata"]["creationTimestamp"] = "2026-01-05T06:00:00Z", \
+        "2026-01-05T07:00:00Z"
+    r = Replay(tmp_path, demand_file, new, old)  # listed as the API server lists them: by name
+    state = r.step(AT_9)
+    kept, refused = state.policies["inference/old"], state.policies["inference/a-new"]
+    assert kept.valid and kept.reserved_gpus >= 100
+    assert not refused.valid and "minGpus 40 does not fit" in refused.error and "keep 100" in refused.error
+
+
 def test_a_second_policy_on_a_taken_target_is_the_only_one_refused(demand_file, tmp_path):
     r = Replay(tmp_path, demand_file, policy("chat"), policy("copy", target={"kind": "Deployment", "name": "chat"}))
     state = r.step(AT_9)
