@@ -44,7 +44,7 @@ from typing import Any
 from core.cluster import FORECAST_SCALE as SCALE
 from core.deadline import current as current_deadline
 from core.deadline import earliest
-from core.errors import ClusterError, Conflict, Invalid, NotFound, NotInstalled, StaleCache
+from core.errors import ClusterError, Conflict, Invalid, NotFound, NotInstalled, StaleCache, Unauthorized
 from core.objects import (
     CONDITION_TYPES,
     GpuQuota,
@@ -471,6 +471,10 @@ _INSTALL = {
                  "v1beta1 only (docs/deploy.md, Kueue versions)"}
 
 
+UNAUTHORIZED = ("the API server refused this client's credentials (HTTP 401 Unauthorized): the token or certificate of "
+                "the kubeconfig's user (--kubeconfig, run.kubeconfig, $KUBECONFIG; a pod's ServiceAccount with "
+                "--in-cluster) is not one it accepts: expired, revoked or another cluster's")
+
 # Kueue before v0.15 serves v1beta1 alone: installed, but too old.
 _KUEUE_TOO_OLD = (f"Kueue is installed but serves only {KUEUE_GROUP}/v1beta1 (a release before v0.15): upgrade to "
                   f"Kueue v0.15 or later, which serves {KUEUE_GROUP}/{KUEUE_VERSION} (docs/deploy.md, Kueue versions)")
@@ -620,7 +624,8 @@ class KubeCluster:
 
     def check_served(self) -> bool:
         """NotInstalled, naming what to install, if the API server does not serve (404) one of the resources headroom
-        reads as a whole: one small LIST of each, one attempt. A server that cannot be reached, or refuses a LIST
+        reads as a whole: one small LIST of each, one attempt; Unauthorized if it accepts none of this client's
+        requests (401). A server that cannot be reached, or refuses a LIST
         (403), is not judged here: the reads say so later, and the controller copes with a server down as it always
         does. False if the server did not answer (a halted host would hold each retry for the request timeout)."""
         missing = []
@@ -630,6 +635,8 @@ class KubeCluster:
             except NotFound:
                 missing.append(path)
             except ClusterError as exc:
+                if exc.status == 401:  # not one request would be answered: said now, not as a Lease unreadable
+                    raise Unauthorized(UNAUTHORIZED, status=401) from None
                 if exc.status == 0 or exc.status >= 500:  # the server down: not asked again
                     return False
         if missing:

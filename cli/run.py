@@ -250,12 +250,13 @@ def cmd_run(cfg: Config, args) -> int:
                          "wall clock")
     from controller.loop import Loop
     from controller.metrics import serve
-    from core.errors import ClusterError, NotInstalled
+    from core.errors import ClusterError, NotInstalled, Unauthorized
 
     try:
         reconciler, cluster = build(cfg, in_cluster=args.in_cluster, once=args.once)
     except (ClusterError, OSError) as exc:  # before the Lease: nothing written
-        what = "" if isinstance(exc, NotInstalled) else "cannot reach the cluster: "  # it names what is missing
+        # what is missing, or which credentials were refused, is said by the error itself
+        what = "" if isinstance(exc, (NotInstalled, Unauthorized)) else "cannot reach the cluster: "
         print(f"headroom: error: {what}{exc}", file=sys.stderr)
         return 1
     identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"

@@ -46,6 +46,10 @@ class NotInstalled(ClusterError):
     to install."""
 
 
+class Unauthorized(ClusterError):
+    """The API server does not accept this client's credentials (401): nothing it asks will be answered."""
+
+
 class StaleCache(ClusterError):
     """A watch cache has heard nothing from the API server for longer than its bound (a halted host: no reset, the
     packets just stop) and could not list again: what it holds may be minutes old, so nothing is read from it."""

@@ -84,7 +84,7 @@ def snapshot(kube: KubeCluster) -> dict[tuple[str, str, str], str]:
             for path in paths for o in kube.get(path)["items"]}
 
 
-def headroom_run(server: KubeApiserver, tmp_path, once: bool) -> tuple[int, str, str]:
+def headroom_run(server: KubeApiserver, tmp_path, once: bool, token: str | None = None) -> tuple[int, str, str]:
     """The real `headroom run [--once]` on `server`; its exit status, stdout and stderr. A run that does not end
     within the timeout (the loop ran on instead of refusing) is killed and fails the test."""
     config = tmp_path / "headroom.yaml"
@@ -94,7 +94,7 @@ def headroom_run(server: KubeApiserver, tmp_path, once: bool) -> tuple[int, str,
         "prometheus": {"url": "http://127.0.0.1:1", "retries": 0},  # never read: the cluster check comes first
         "forecast_log_dir": str(tmp_path / "log"), "retrain_every_seconds": 0,
         "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"}}))
-    kubeconfig = server.kubeconfig(tmp_path / "kubeconfig")
+    kubeconfig = server.kubeconfig(tmp_path / "kubeconfig", token=token)
     argv = [sys.executable, "-m", "cli.main", "run", *(["--once"] if once else []), "--config", str(config),
             "--kubeconfig", str(kubeconfig), "--metrics-port", str(free_port())]
     try:
@@ -145,6 +145,31 @@ def test_headroom_run_says_what_is_not_installed_and_writes_nothing(bare_kube, c
     assert not any(s in last for s in unsaid), last                    # and nothing that is there
     assert out == "", out                                              # no plan printed for a cluster it cannot read
     assert snapshot(kube) == before  # nothing written: no Lease, no status, no Event, no ConfigMap, no scale
+
+
+@pytest.mark.parametrize("once", [True, False], ids=["once", "loop"])
+def test_credentials_the_api_server_refuses_are_named_as_such_and_nothing_is_written(bare_kube, crd_dir, kueue_crds,
+                                                                                    tmp_path, once):
+    """A kubeconfig whose token the API server does not accept (a new user's first mistake: another cluster's, or
+    expired) said "leader election: the Lease ... could not be read or taken: ... HTTP 401: Unauthorized" after ten
+    watch warnings, and "the Lease could not be released ... it expires by itself", of a Lease never held; the loop
+    went on failing its election rounds. It is now named, with where the credentials come from, before anything
+    starts (exit 1, as a cluster without Kueue's API)."""
+    server, kube = bare_kube
+    only(kube, crd_documents(crd_dir) + kueue_crds)
+    before = snapshot(kube)
+
+    status, out, err = headroom_run(server, tmp_path, once, token="not-a-token-it-knows")
+
+    assert "Traceback" not in out + err, err
+    assert status == 1 and out == "", (status, out, err)
+    assert err.strip().splitlines()[-1] == ("headroom: error: the API server refused this client's credentials (HTTP "
+                                            "401 Unauthorized): the token or certificate of the kubeconfig's user "
+                                            "(--kubeconfig, run.kubeconfig, $KUBECONFIG; a pod's ServiceAccount with "
+                                            "--in-cluster) is not one it accepts: expired, revoked or another "
+                                            "cluster's"), err
+    assert "Lease" not in err, err  # not blamed on a Lease it never had
+    assert snapshot(kube) == before
 
 
 def test_a_crd_deleted_while_headroom_watches_is_named_by_its_reads_not_served_stale(bare_kube, crd_dir, kueue_crds):
