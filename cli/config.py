@@ -13,7 +13,7 @@ from core.errors import ConfigError
 from core.policy import field_errors
 from core.settings import Config, home_expanded
 from core.textfile import TooLong, read_text
-from core.yamlfile import ConfigLoader, RepeatedKeys
+from core.yamlfile import ConfigLoader, RepeatedKeys, csv_read_as_yaml
 from core.yamlfile import documents as yaml_documents
 
 # a flag giving one of two settings that exclude each other replaces whichever the file gives: the trace's scale, and
@@ -97,7 +97,9 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
             raise ConfigError(source, [f"(top level): one YAML document expected, found {len(documents)}"])
         tree = (documents or [None])[0] or {}
         if not isinstance(tree, dict):
-            raise ConfigError(source, ["(top level): must be a mapping of sections"])
+            csv = (" (a CSV, a history? --config takes the YAML configuration, e.g. examples/headroom.yaml; a history "
+                   "is the command's HISTORY or DEMAND argument)") if csv_read_as_yaml(tree) else ""
+            raise ConfigError(source, [f"(top level): must be a mapping of sections{csv}"])
         tree = _sections_defaulted(tree, Config)
         _paths_relative_to(tree, Config, path.parent)
     for dotted, value in (overrides or {}).items():

@@ -23,7 +23,7 @@ from core.errors import ConfigError
 from core.objects import TargetRef
 from core.textfile import TooLong, read_text
 from core.units import UTC, check_statistic, check_timezone, duration, whole_replicas
-from core.yamlfile import KubectlLoader, RepeatedKeys
+from core.yamlfile import KubectlLoader, RepeatedKeys, csv_read_as_yaml
 from core.yamlfile import documents as yaml_documents
 
 API_VERSION, KIND = "headroom.dev/v1alpha1", "ReservationPolicy"
@@ -366,7 +366,9 @@ def load_manifests(path: str | Path) -> list[dict[str, Any]]:
         where = f"document {i + 1}" if len(documents) > 1 else ""
         prefix = f"{where}: " if where else ""
         if not isinstance(doc, dict):
-            errors.append(f"{prefix}(top level): must be a ReservationPolicy object")
+            csv = (" (a CSV, a history? --policy-file takes a ReservationPolicy manifest, e.g. the one tune "
+                   "--write-policy writes; the demand is DEMAND, or --history)") if csv_read_as_yaml(doc) else ""
+            errors.append(f"{prefix}(top level): must be a ReservationPolicy object{csv}")
             continue
         if doc.get("kind") != KIND or doc.get("apiVersion") != API_VERSION:
             errors.append(f"{prefix}kind/apiVersion: must be {KIND} {API_VERSION}, got "

@@ -177,6 +177,11 @@ ConfigLoader.add_implicit_resolver(
 ConfigLoader.add_constructor("tag:yaml.org,2002:int", ConfigLoader.construct_yaml_int)
 
 
+def csv_read_as_yaml(document: Any) -> bool:
+    """A CSV file read as YAML (a history given where a YAML file goes): one plain string of comma-separated lines."""
+    return isinstance(document, str) and "," in document
+
+
 def documents(text: str, loader: type[yaml.SafeLoader] = yaml.SafeLoader, name: str = "<text>") -> list[Any]:
     """Every document in `text` (safe: plain data only, nothing runs). A key given twice in one mapping is an
     error naming its path and lines: YAML libraries keep the last value silently (PyYAML does), so a setting

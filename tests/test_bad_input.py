@@ -433,6 +433,26 @@ def test_a_missing_input_file_is_a_usage_error_naming_its_field(tmp_path, capsys
     assert status == 2 and message.format(**fill) in err, err
 
 
+@pytest.mark.parametrize("argv, said", [
+    (["forecast", "{csv}", "--config", "{csv}"],
+     "(top level): must be a mapping of sections (a CSV, a history? --config takes the YAML configuration, e.g. "
+     "examples/headroom.yaml; a history is the command's HISTORY or DEMAND argument)"),
+    (["simulate", "{csv}", "--days", "1", "--policy-file", "{csv}"],
+     "(top level): must be a ReservationPolicy object (a CSV, a history? --policy-file takes a ReservationPolicy "
+     "manifest, e.g. the one tune --write-policy writes; the demand is DEMAND, or --history)"),
+    (["run", "--policy-file", "{csv}", "--history", "{csv}"], "(top level): must be a ReservationPolicy object (a CSV"),
+    (["forecast", "{csv}", "--config", "{text}"], "(top level): must be a mapping of sections\n"),  # no CSV: no guess
+], ids=["config", "policy-file", "run-policy-file", "text-config"])
+def test_a_history_given_where_a_yaml_file_goes_is_said_to_be_one(tmp_path, capsys, argv, said):
+    """The demand CSV given as --config or --policy-file (a new user's swap) read as one YAML string and was refused
+    as "(top level): must be a mapping of sections" or "must be a ReservationPolicy object": what was given, and where
+    a history goes instead, is now said."""
+    write_csv(synthetic_demand(days=3), tmp_path / "d.csv")
+    (tmp_path / "t.yaml").write_text("just some text\n")
+    status, err = exits([a.format(csv=tmp_path / "d.csv", text=tmp_path / "t.yaml") for a in argv], capsys)
+    assert status == 2 and said in err + "\n", err
+
+
 @pytest.mark.parametrize("command, argument", [("forecast", "HISTORY"), ("backtest", "HISTORY"), ("simulate", "DEMAND"),
                                                ("tune", "DEMAND"), ("report", "DEMAND")])
 def test_a_missing_history_is_named_as_the_commands_usage_names_it(tmp_path, monkeypatch, capsys, command, argument):
