@@ -44,8 +44,10 @@ def admit(queue: np.ndarray, gpus: np.ndarray, priority: np.ndarray, created: np
     kept = kept or {}
     used = {q: int(usage.get(q, 0)) for q in quotas}
     own = {q: min(int(kept.get(q, 0)), int(quotas[q])) for q in quotas}  # quota a queue keeps from the cohort
-    # the cohort's available quota: what its queues lend less what they use beyond what they keep
-    unused = sum(int(quotas[q]) - own[q] for q in quotas) - sum(max(used[q] - own[q], 0) for q in quotas)
+    # the cohort's available quota: what its queues lend less what they use beyond what they keep; none (not less)
+    # where a queue holds more than a quota headroom lowered: that eats into what the cohort lends, never into the
+    # quota a queue keeps (an inference queue's, lendingLimit 0), which stays its own
+    unused = max(sum(int(quotas[q]) - own[q] for q in quotas) - sum(max(used[q] - own[q], 0) for q in quotas), 0)
     # the passes below read single items: from lists, which index faster than arrays
     queues, sizes = list(queue), [int(g) for g in gpus.tolist()]
     ranks, times = [-int(p) for p in priority.tolist()], [float(c) for c in created.tolist()]

@@ -95,6 +95,17 @@ def test_quota_a_queue_does_not_lend_is_its_own_alone():
     assert run(pending, usage={"serve": 4, "a": 2}, quotas=quotas, kept=kept) == ["replica"]
 
 
+def test_a_queue_above_a_lowered_quota_leaves_another_queues_own_quota_whole():
+    """Training holding more than the quota headroom just lowered left the cohort's unused quota negative, and that
+    was taken from the inference queue's own (unlent) quota: a replica fitting it waited, until the order of two
+    quota writes in one reconcile decided it (the what-if and `headroom run` then differed: test_sameness)."""
+    quotas, kept = {"serve": 24, "a": 36}, {"serve": 24}
+    pending = [("replica", "serve", 8, 0, 0.0)]
+    assert run(pending, usage={"serve": 16, "a": 38}, quotas=quotas, kept=kept) == ["replica"]
+    pending = [("replica", "serve", 8, 0, 0.0), ("train", "a", 1, 0, 1.0)]  # several queues: Kueue's cycles
+    assert run(pending, usage={"serve": 16, "a": 38}, quotas=quotas, kept=kept) == ["replica"]
+
+
 def test_among_borrowers_higher_priority_first_then_creation():
     quotas = {"a": 0, "b": 0, "c": 10}
     pending = [("a-low", "a", 4, 0, 0.0), ("b-high", "b", 4, 2, 5.0), ("a-mid", "a", 4, 1, 1.0)]

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
@@ -251,6 +251,13 @@ POLICY_FIELDS = st.fixed_dictionaries({
     "trainingClusterQueues": st.sampled_from([["training"], ["research", "batch"]])})
 
 
+@example(fields={"timezone": "UTC", "scaleInDelay": "0s", "maxGpus": 40, "warmBufferQuantile": None,
+                 "targetQuantile": 0.5, "statistic": "max", "leadTime": "1h", "headroomQuantile": 0.95,
+                 "warmBuffer": 0.0, "forecaster": "reactive", "minGpus": 0, "reclaimDeadline": "1m", "marginGpus": 0,
+                 "capacity": {"demandPerGpu": 1.0, "gpusPerReplica": 8},
+                 "target": {"kind": "Deployment", "name": "inference"}, "headroomFloorGpus": 0,
+                 "inferenceClusterQueue": "inference-pods", "trainingClusterQueues": ["training"]},
+          gpus=64, holes=False, jobs=True, controller={})
 @settings(max_examples=int(os.environ.get("HEADROOM_SAMENESS_EXAMPLES", "8")), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(fields=POLICY_FIELDS, gpus=st.sampled_from([24, 64, 128]), holes=st.booleans(), jobs=st.booleans(),
