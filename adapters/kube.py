@@ -914,12 +914,16 @@ class KubeCluster:
                 informer.catch_up()
             except NotFound:
                 pass  # its namespace gone: the cache is emptied, and the GET below says what is missing
+        missing = NotFound(f"{kind} {namespace}/{name} not found", status=404)
         if informer is not None and informer.synced():
             held = informer.get((namespace, name))
             if held is None:
-                raise NotFound(f"{kind} {namespace}/{name} not found (watch cache)", status=404)
+                raise missing
             return held
-        return self._request("GET", _target_path(kind, namespace, name))
+        try:
+            return self._request("GET", _target_path(kind, namespace, name))
+        except NotFound as exc:  # said as the cache says it: the policy's status and Event do not change with the read
+            raise missing from exc
 
     def target_state(self, target: TargetRef, gpus_per_replica: int) -> TargetState:
         """Replicas of an inference target: from the watch caches (watching), else one GET (an HPA: two, itself
@@ -927,7 +931,10 @@ class KubeCluster:
         holds, all counted as serving: its pods' readiness is not read, as nothing on Kubernetes uses it
         (docs/deploy.md)."""
         if target.kind == "ClusterQueue":
-            cq = self._cached("clusterqueues", "", target.name) or self._request("GET", self._cq_path(target.name))
+            try:
+                cq = self._cached("clusterqueues", "", target.name) or self._request("GET", self._cq_path(target.name))
+            except NotFound as exc:
+                raise NotFound(f"ClusterQueue {target.name} not found", status=404) from exc
             replicas = (gpu_quota(cq, self.resource) or 0) // gpus_per_replica
             return TargetState(replicas, replicas)
         if target.namespace is None:
