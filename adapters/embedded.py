@@ -285,6 +285,19 @@ class EmbeddedCluster:
             self.policies.append(obj)
         self._hold(obj)
 
+    def delete_target(self, target: TargetRef) -> None:
+        """`kubectl delete` of a policy's target (a ClusterQueue target: with its quota): its replicas stop at once and
+        their GPUs go to replicas waiting elsewhere, then to training; the policy stays, its target not found, until
+        `apply_policy` makes the target again."""
+        inf = self._target(target)
+        del self.inference[inf.key]
+        self.inference_queues.pop(inf.key, None)
+        if target.kind == "ClusterQueue":
+            self.quotas.pop(target.name, None)
+        self._found.clear()
+        self._kueue_events += 1  # its pods' Workloads (and a ClusterQueue target) deleted: Kueue looks again
+        self._grant(self.now)
+
     # ------------------------------------------------------------------------------------ Cluster: reads
     def reservation_policies(self, namespace: str | None = None) -> list[dict]:
         found = []
@@ -336,7 +349,8 @@ class EmbeddedCluster:
             if inf.ref == target:
                 self._found[target] = inf
                 return inf
-        raise NotFound(f"{target.kind} {target.namespace}/{target.name} not found", status=404)
+        where = f"{target.namespace}/" if target.namespace else ""  # a ClusterQueue has no namespace
+        raise NotFound(f"{target.kind} {where}{target.name} not found", status=404)
 
     # ------------------------------------------------------------------------------------ Cluster: writes
     def scale_deployment(self, namespace: str, name: str, replicas: int) -> bool:

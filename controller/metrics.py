@@ -60,7 +60,7 @@ class Metric:
 
 
 P = ("policy",)
-POLICY_VALID = Metric("headroom_policy_valid", "gauge", "1 if the ReservationPolicy is valid; an invalid one exports only this (0)", P)
+POLICY_VALID = Metric("headroom_policy_valid", "gauge", "1 if the ReservationPolicy is valid and planned; one that takes no part (invalid, not fitting, its target missing) exports only this (0)", P)
 POLICY_INFO = Metric("headroom_policy_info", "gauge", "Always 1: the policy's mode (active or forecast-only) and the model that forecast it", ("policy", "mode", "model"))
 FORECAST = Metric("headroom_forecast_demand", "gauge", "Forecast demand (the demand query's unit) per quantile, for the forecast's horizon-th hour (1h: the current hour)", ("policy", "quantile", "horizon"))
 FORECAST_AGE = Metric("headroom_forecast_age_seconds", "gauge", "Age of the forecast in use; no series while the fallback reservation has none", P)

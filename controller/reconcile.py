@@ -1,8 +1,9 @@
 """One reconcile of the controller: read the cluster, plan, turn the plan into actions, apply them, report.
 
 At a `now` the caller passes in:
-  1. the ReservationPolicies: an invalid one, or one whose minGpus no longer fit beside the others',
-     gets Ready=False with every reason in its status and one Warning event, and takes no part;
+  1. the ReservationPolicies: an invalid one, one whose target is missing, or one whose minGpus no longer fit
+     beside the others', gets Ready=False with every reason in its status and one Warning event, and takes no part
+     (one whose target is missing still lends into its training queues: what it would hold is lent as idle GPUs);
   2. per policy, its own faults kept to itself: demand read (Prometheus or a file), the forecast
      refitted once an hour on complete hours (the MLflow champion's model, else automatic selection,
      or the policy's baseline forecaster; controller.forecasting keeps it), kept for a bounded time when
@@ -586,8 +587,13 @@ class Reconciler:
         objects = self.cluster.reservation_policies(self.cfg.namespace)
         policies, refused = parse_policies(objects, self._specs)
         parsed = policies
+        policies, missing = self._present(policies)
         policies, too_big = feasible(policies, lendable)
-        refused = {**refused, **too_big}
+        # the policies lending into their training queues: those planned, then those whose target is missing (they
+        # reserve nothing, but their teams' quotas are still set and the training there still seen and preemptible;
+        # a queue's SlackLent Events go to a working policy first)
+        lending = policies + [p for p in parsed if p.ref in missing]
+        refused = {**refused, **missing, **too_big}
         states: dict[str, PolicyState] = {}
         report = []
         for ref, message in refused.items():
@@ -595,7 +601,7 @@ class Reconciler:
             states[key] = PolicyState(key, "", False, message)
             if self._reported.get(ref) != message and not _refused_already(objects, ref, message):
                 # one event per new refusal, not one per reconcile (nor one per restart: the status remembers)
-                why = "InvalidSpec" if ref not in too_big else "PlanInfeasible"
+                why = "PlanInfeasible" if ref in too_big else "TargetMissing" if ref in missing else "InvalidSpec"
                 report += [RecordEvent(EventNote(ref, why, message, "Warning")),
                            PatchStatus(ref, PolicyStatus(0, 0, (Condition("Ready", "False", why, message),)))]
                 self._reported[ref] = message
@@ -622,25 +628,25 @@ class Reconciler:
                               lendable - sum(p.spec.least_gpus for p in policies))
         cluster_policy = ClusterPolicy(self.cfg.capacity_gpus,
                                        tuple(WorkloadPolicy.from_spec(p.key, p.spec) for p in policies),
-                                       self._weights(policies), self.cfg.non_lendable_gpus + held_by_refused,
+                                       self._weights(lending), self.cfg.non_lendable_gpus + held_by_refused,
                                        self.cfg.horizon_hours, self.cfg.keep_forecast_seconds)
         hours = self._hour_plan(inputs, cluster_policy, now)
         self._landed_late()
-        view = self._view(policies, now, self.cluster.workloads())
+        view = self._view(lending, now, self.cluster.workloads())
         step = plan_step(hours, self._observed(inputs, view), view.training, cluster_policy, now)
         plan_id = hashlib.sha256(repr((now.isoformat(), [(w.name, w.reserved_gpus) for w in step.workloads],
                                        [(x.job, x.kind, x.at) for x in step.preemptions])).encode()).hexdigest()[:12]
-        targets = [replace(p.target(), active=True) if self.dry_run else p.target() for p in policies]
+        targets = [replace(p.target(), active=True) if self.dry_run else p.target() for p in lending]
         actions = cluster_actions(step, view, targets, plan_id)
         with self._events.held() if self._events is not None else nullcontext():  # the writes first, their Events after
             outcomes = [] if self.dry_run else self._apply(actions, view, lambda: self._still_wanted(
-                hours, inputs, cluster_policy, policies, now))
+                hours, inputs, cluster_policy, lending, now))
         self._note_left(outcomes)
         failures = self._count(outcomes, policies)
         workloads = self.cluster.workloads()  # after evictions and scaling
-        after = self._view(policies, now, workloads)
-        lenders = self._cohort_check(policies)
-        report += self._reclaim_notes(policies, lenders) + self._within_queue_notes(policies, workloads)
+        after = self._view(lending, now, workloads)
+        lenders = self._cohort_check(lending)
+        report += self._reclaim_notes(lending, lenders) + self._within_queue_notes(lending, workloads)
         reclaimable, wanted, risk = self._headroom(step, after, cluster_policy, lenders)
         report += self._reports(inputs, hours, step, after, failures, plan_id, now, states, cluster_policy,
                                 reclaimable, risk)
@@ -649,7 +655,7 @@ class Reconciler:
         if self.timeline is not None:
             self._record(inputs, step, view, outcomes, now)
         state = ControllerState(
-            self.cfg.capacity_gpus, True, states, self._teams(after, policies, now),
+            self.cfg.capacity_gpus, True, states, self._teams(after, lending, now),
             slack_gpus=self._lent_in_place(step, outcomes, after),
             training_gpus=int(after.training.gpus.sum()), reclaimable_gpus=reclaimable,
             headroom_band_gpus=step.headroom_gpus, headroom_wanted_gpus=wanted, headroom_at_risk=risk,
@@ -866,8 +872,8 @@ class Reconciler:
         self._hours = (key, hours)
         return hours
 
-    def _view(self, policies: list[PolicyObject], now: pd.Timestamp, workloads: list[WorkloadInfo]) -> View:
-        """The targets as read now, and the training among `workloads` (the cluster's, read by the caller)."""
+    def _targets(self, policies: list[PolicyObject]) -> dict[str, TargetState | None]:
+        """Each policy's target as read now (None: not found)."""
         targets: dict[str, TargetState | None] = {}
         for p in policies:
             try:
@@ -877,9 +883,24 @@ class Reconciler:
             except NotFound as exc:
                 targets[p.key] = None
                 self._missing[p.key] = str(exc)  # what is missing: the target, or the Deployment its HPA scales
+        return targets
+
+    def _present(self, policies: list[PolicyObject]) -> tuple[list[PolicyObject], dict[ObjectRef, str]]:
+        """The policies to plan, in order, and those refused because their target is missing, with what is missing.
+        Nothing is served by a target that does not exist: GPUs held for it, or its minimum, would be taken from the
+        working policies and from training, and its reservation comes back, as any rise does, once it exists. A
+        forecast-only policy acts on nothing and is planned as it is (`headroom plan` treats every policy as active)."""
+        targets = self._targets([p for p in policies if p.active or self.dry_run])
+        missing = {p.ref: f"{self._missing[p.key]}: nothing is served there, so the policy reserves nothing and takes "
+                          "no part in the plan until it exists"
+                   for p in policies if p.key in targets and targets[p.key] is None}
+        return [p for p in policies if p.ref not in missing], missing
+
+    def _view(self, policies: list[PolicyObject], now: pd.Timestamp, workloads: list[WorkloadInfo]) -> View:
+        """The targets as read now, and the training among `workloads` (the cluster's, read by the caller)."""
         queues = training_queues(policies)
         training, uids, stopped = training_view(workloads, queues, now.timestamp())
-        return View(targets, self.cluster.cluster_queue_quotas(), training, uids, stopped)
+        return View(self._targets(policies), self.cluster.cluster_queue_quotas(), training, uids, stopped)
 
     def _held_by(self, policies: list[PolicyObject]) -> int:
         """The GPUs the targets of `policies` hold now (a target that cannot be read: none)."""

@@ -275,6 +275,76 @@ def test_a_second_policy_on_a_taken_target_is_the_only_one_refused(demand_file, 
     assert conditions["Ready"]["status"] == "False" and conditions["Ready"]["reason"] == "InvalidSpec"
 
 
+@pytest.mark.parametrize("target", [{"kind": "Deployment", "name": "gone"},
+                                    {"kind": "HorizontalPodAutoscaler", "name": "gone"},
+                                    {"kind": "ClusterQueue", "name": "gone-queue"}])
+def test_a_policy_whose_target_is_missing_takes_nothing_from_the_others(demand_file, tmp_path, target):
+    """Over capacity, an older policy whose target does not exist was planned as any: it held its reservation (on a
+    real API server 35 GPUs, Ready=False TargetMissing), the working policy created after it was cut, and the
+    training lent none of them. It takes no part now, as an invalid policy: the working policy and the slack lent
+    are exactly those of the working policy alone, and the missing one's minimum refuses no one. Once its target
+    exists again it is planned at the next reconcile, and the GPUs lent meanwhile come back within the reclaim
+    deadline."""
+    gone = policy("gone", minGpus=60, target=target)  # older (listed first): the later chat was cut for it
+    ref = TargetRef(target["kind"], target["name"], None if target["kind"] == "ClusterQueue" else "inference")
+    both = Replay(tmp_path / "both", demand_file, gone, policy("chat", minGpus=40))
+    alone = Replay(tmp_path / "alone", demand_file, policy("chat", minGpus=40))
+    both.cluster.delete_target(ref)
+    for r in (both, alone):
+        r.fill_training()
+    for minutes in (0, 5):  # 10:00, over capacity: chat alone asks for most of the cluster
+        now = MONDAY_6AM + pd.Timedelta(hours=4, minutes=minutes)
+        state, single = both.step(now), alone.step(now)
+        chat = state.policies["inference/chat"]
+        assert chat.valid and chat.step.cut_gpus == 0
+        assert (chat.reserved_gpus, state.slack_gpus) == (single.policies["inference/chat"].reserved_gpus,
+                                                          single.slack_gpus)
+        assert chat.reserved_gpus + state.slack_gpus == 128 and both.cluster.quotas["research"] == state.slack_gpus
+    missing = state.policies["inference/gone"]
+    assert not missing.valid and f"{ref.kind} " in missing.error and "not found" in missing.error
+    status, conditions = both.status("gone")
+    assert (conditions["Ready"]["status"], conditions["Ready"]["reason"]) == ("False", "TargetMissing")
+    assert status["reservedGpus"] == status["headroomGpus"] == 0 and status["nextHours"] == []
+    assert [(e["reason"], e["type"]) for e in both.events(name="gone")] == [("TargetMissing", "Warning")]
+    # its target made again: planned at once, first (the older); what training holds of its reservation comes back
+    # within the reclaim deadline (5 minutes; these jobs stop within one)
+    both.cluster.apply_policy(gone)
+    back = both.step(MONDAY_6AM + pd.Timedelta(hours=4, minutes=10)).policies["inference/gone"]
+    assert back.valid and back.reserved_gpus >= 60 and both.status("gone")[1]["Ready"]["status"] == "True"
+    assert both.cluster.inference["inference/gone"].held_replicas * 2 < back.reserved_gpus  # training held them
+    both.step(MONDAY_6AM + pd.Timedelta(hours=4, minutes=15))
+    assert both.cluster.inference["inference/gone"].held_replicas * 2 >= back.reserved_gpus
+
+
+def test_the_minimum_of_a_policy_whose_target_is_missing_refuses_no_one(demand_file, tmp_path):
+    """An older policy's minGpus 100 beside a newer one's 40 on 128 GPUs refused the newer one (PlanInfeasible),
+    though the older one's Deployment does not exist and would serve nothing."""
+    r = Replay(tmp_path, demand_file, policy("gone", minGpus=100), policy("chat", minGpus=40))
+    r.cluster.delete_target(TargetRef("Deployment", "gone", "inference"))
+    state = r.step(AT_9)
+    chat = state.policies["inference/chat"]
+    assert chat.valid and r.replicas("chat") * 2 == chat.reserved_gpus >= 40
+    assert r.status("chat")[1]["Ready"]["status"] == "True" and not r.events(name="chat", reason="PlanInfeasible")
+    assert r.status("gone")[1]["Ready"]["reason"] == "TargetMissing"
+    planned = Reconciler(r.cluster, r.files, r.cfg, dry_run=True).reconcile(AT_9)  # `headroom plan`, the what-if
+    assert not planned.policies["inference/gone"].valid
+    assert planned.policies["inference/chat"].reserved_gpus == chat.reserved_gpus
+
+
+def test_the_teams_of_a_policy_whose_target_is_missing_are_still_lent_to(demand_file, tmp_path):
+    """Left out of the plan altogether, a policy's training queue would keep the quota last set (Kueue admitting into
+    it beside the slack lent) and its training would be out of the planner's sight: what it reserves is nothing, but
+    its team is still a team the slack is lent to."""
+    r = Replay(tmp_path, demand_file, policy("gone", trainingClusterQueues=["team-b"]), policy("chat"))
+    r.cluster.delete_target(TargetRef("Deployment", "gone", "inference"))
+    for minutes in (0, 5):
+        state = r.step(MONDAY_6AM + pd.Timedelta(minutes=minutes))
+    assert not state.policies["inference/gone"].valid
+    assert r.cluster.quotas["team-b"] == state.teams["team-b"].quota_gpus > 0
+    assert state.teams["team-b"].quota_gpus + state.teams["research"].quota_gpus == state.slack_gpus
+    assert state.teams["team-b"].used_gpus > 0  # Kueue admitted its team's training, which the planner sees
+
+
 # ----------------------------------------------------------------------------------------------- the plan applied
 def test_reservation_is_applied_ahead_of_the_morning_ramp_and_slack_is_lent(demand_file, tmp_path):
     r = Replay(tmp_path, demand_file)

@@ -257,6 +257,43 @@ def test_a_missing_target_is_said_in_the_policy_s_status_and_an_event(kube, cont
     assert replicas(kube) == state.policies[f"{NS}/chat"].reserved_gpus  # the other policy still acts
 
 
+def test_a_policy_whose_target_is_missing_takes_no_gpus_from_a_working_one(kube, controller, prometheus_server,
+                                                                           tmp_path):
+    """Found here: a policy whose Deployment does not exist said Ready=False TargetMissing, yet the plan reserved it
+    35 GPUs, lent training 0 and cut the working policy. Over capacity (64 GPUs lendable, the missing policy older
+    and its minGpus 60), the working policy is not cut, reserves what it asks and the rest is lent to training; the
+    missing one reserves nothing. Its Deployment created, the next reconcile plans it again and evicts the training
+    that holds its reservation."""
+    kube.delete(f"{RP}/chat")  # chat again, created after "absent": the older policy comes first
+    kube.create(RP, policy("absent", minGpus=60))
+    time.sleep(1.1)  # creationTimestamp has seconds: a tie would go by name
+    kube.create(RP, policy("chat"))
+    controller.sync()
+    r = reconciler(controller, prometheus_server.url, tmp_path, non_lendable_gpus=64)
+    for minutes in (0, 1):  # the target read first by a GET, then from the watch cache: said once
+        state = r.reconcile(MONDAY_7AM + pd.Timedelta(minutes=minutes))
+        chat = state.policies[f"{NS}/chat"]
+        assert chat.valid and chat.step is not None and chat.step.cut_gpus == 0 and chat.reserved_gpus > 4
+        assert replicas(kube) == chat.reserved_gpus
+        assert state.slack_gpus == 64 - chat.reserved_gpus == kube.get_cluster_queue_quota(QUEUE)
+    assert not state.policies[f"{NS}/absent"].valid
+    status, conditions = rp_status(kube, "absent")
+    assert (conditions["Ready"]["status"], conditions["Ready"]["reason"]) == ("False", "TargetMissing")
+    assert f"Deployment {NS}/absent not found" in conditions["Ready"]["message"] and status["reservedGpus"] == 0
+    assert events(kube, "ReservationPolicy", "absent", NS) == ["TargetMissing"]
+    for i in range(state.slack_gpus // 4):  # training takes what was lent
+        admit(kube, f"train-{i}", 4, preemption_seconds=60)
+    kube.create(f"/apis/apps/v1/namespaces/{NS}/deployments", deployment("absent"))
+    controller.sync()
+    state = r.reconcile(MONDAY_7AM + pd.Timedelta(minutes=6))
+    absent = state.policies[f"{NS}/absent"]
+    assert absent.valid and absent.reserved_gpus >= 60 and rp_status(kube, "absent")[1]["Ready"]["status"] == "True"
+    assert kube.get_deployment_replicas(NS, "absent") == absent.reserved_gpus
+    assert state.policies[f"{NS}/chat"].reserved_gpus <= 64 - absent.reserved_gpus
+    running = sum(w.gpus for w in training(kube).values() if w.active)
+    assert running <= state.slack_gpus < 64 - chat.reserved_gpus and sum(state.preemptions_total.values()) > 0
+
+
 def test_a_missing_training_queue_is_said_on_the_policy_naming_it(kube, controller, prometheus_server, tmp_path):
     """The slack lent to a ClusterQueue that does not exist never reaches it: once only the controller's log said
     so, the policy Ready=True."""
@@ -1334,9 +1371,9 @@ def test_a_policy_whose_inference_queue_is_another_s_clusterqueue_target_is_refu
 
 def test_no_training_is_evicted_for_a_reservation_that_could_not_be_applied(kube, controller, prometheus_server,
                                                                             tmp_path):
-    """A policy whose Deployment was deleted (TargetMissing): its scale fails every reconcile, yet the morning
+    """A policy whose Deployment was deleted (TargetMissing): its scale failed every reconcile, yet the morning
     ramp's evictions made on its behalf went ahead, freeing GPUs that no inference replica would take: training work
-    lost for nothing. Evictions on behalf of a policy whose reservation could not be applied are dropped."""
+    lost for nothing. It takes no part in the plan now: it reserves nothing, and nothing is evicted for it."""
     kube.delete(f"{RP}/chat")
     kube.create(RP, policy("gone", target={"kind": "Deployment", "name": "deleted-deployment"}))
     for i in range(12):
@@ -1345,7 +1382,7 @@ def test_no_training_is_evicted_for_a_reservation_that_could_not_be_applied(kube
     r = reconciler(controller, prometheus_server.url, tmp_path)
     for hour in range(6):  # 07:00 .. 12:00: the ramp would take GPUs back for its reservation
         state = r.reconcile(MONDAY_7AM + pd.Timedelta(hours=hour))
-        assert not state.policies[f"{NS}/gone"].reserved_gpus < 2
+        assert not state.policies[f"{NS}/gone"].valid and state.policies[f"{NS}/gone"].reserved_gpus == 0
     assert all(w.active for w in training(kube).values()), "training evicted for a target that does not exist"
     assert sum(state.preemptions_total.values()) == 0
     _, conditions = rp_status(kube, "gone")
