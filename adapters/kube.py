@@ -1134,10 +1134,10 @@ class KubeCluster:
                 "conditions": [merged[t] for t in CONDITION_TYPES if t in merged]}
             if status.plan_id is not None:
                 body["planId"] = status.plan_id
-            if status.forecast_demand is not None:
-                body["forecastDemand"] = float(status.forecast_demand)
-            if status.model is not None:
-                body["model"] = status.model
+            # none (the fallback's, or a policy not planned): null, which the merge patch removes, where an old one
+            # kept would read as the forecast in force
+            body["forecastDemand"] = float(status.forecast_demand) if status.forecast_demand is not None else None
+            body["model"] = status.model
             body["nextHours"] = list(status.next_hours)
             if status.realized_error:
                 body["realizedError"] = {k: float(v) for k, v in status.realized_error.items()}

@@ -292,6 +292,14 @@ def test_a_policy_whose_target_is_missing_takes_no_gpus_from_a_working_one(kube,
     assert state.policies[f"{NS}/chat"].reserved_gpus <= 64 - absent.reserved_gpus
     running = sum(w.gpus for w in training(kube).values() if w.active)
     assert running <= state.slack_gpus < 64 - chat.reserved_gpus and sum(state.preemptions_total.values()) > 0
+    assert {"forecastDemand", "model"} <= rp_status(kube, "absent")[0].keys()
+    # deleted again: its status no longer shows the forecast it was planned on (a merge patch kept it)
+    kube.delete(f"/apis/apps/v1/namespaces/{NS}/deployments/absent")
+    controller.sync()
+    r.reconcile(MONDAY_7AM + pd.Timedelta(minutes=12))
+    status, conditions = rp_status(kube, "absent")
+    assert conditions["Ready"]["reason"] == "TargetMissing" and status["reservedGpus"] == 0
+    assert not {"forecastDemand", "model"} & status.keys(), status
 
 
 def test_a_missing_training_queue_is_said_on_the_policy_naming_it(kube, controller, prometheus_server, tmp_path):
