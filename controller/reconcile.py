@@ -615,7 +615,7 @@ class Reconciler:
         self._told = {reason: {ref: said for ref, said in told.items() if ref in present}
                       for reason, told in self._told.items()}
         self._specs.keep(present)
-        if not policies:
+        if not lending:  # (a policy whose target is missing still has its training queues lent to)
             if not self.dry_run:
                 self._execute(report)
             return ControllerState(self.cfg.capacity_gpus, True, states)
@@ -660,7 +660,7 @@ class Reconciler:
             training_gpus=int(after.training.gpus.sum()), reclaimable_gpus=reclaimable,
             headroom_band_gpus=step.headroom_gpus, headroom_wanted_gpus=wanted, headroom_at_risk=risk,
             plan_id=plan_id, slack_by_hour=tuple((pd.Timestamp(t, unit="s", tz="UTC"), int(g)) for t, g in zip(
-                hours.workloads[0].starts, hours.slack)),
+                hours.workloads[0].starts if hours.workloads else (), hours.slack)),
             actions=tuple(actions), notes=hours.notes)
         if self.summary is not None and not self.dry_run:
             self._write_summary(self.summary, state)

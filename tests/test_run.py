@@ -345,6 +345,18 @@ def test_the_teams_of_a_policy_whose_target_is_missing_are_still_lent_to(demand_
     assert state.teams["team-b"].used_gpus > 0  # Kueue admitted its team's training, which the planner sees
 
 
+def test_with_every_target_missing_the_whole_cluster_is_lent(demand_file, tmp_path):
+    """The only policy's Deployment deleted: nothing was planned any more, and the training quota stayed at what it
+    was beside the reservation, the GPUs it had held idle. Nothing reserves them now: they are lent."""
+    r = Replay(tmp_path, demand_file)
+    held = r.step(AT_9).policies["inference/chat"].reserved_gpus
+    assert r.cluster.quotas["research"] <= 128 - held < 128
+    r.cluster.delete_target(TargetRef("Deployment", "chat", "inference"))
+    state = r.step(AT_9 + pd.Timedelta(minutes=5))
+    assert not state.policies["inference/chat"].valid and state.slack_gpus == r.cluster.quotas["research"] == 128
+    assert r.status()[1]["Ready"]["reason"] == "TargetMissing"
+
+
 # ----------------------------------------------------------------------------------------------- the plan applied
 def test_reservation_is_applied_ahead_of_the_morning_ramp_and_slack_is_lent(demand_file, tmp_path):
     r = Replay(tmp_path, demand_file)
