@@ -120,9 +120,9 @@ def _tracking_uri(cfg: Config) -> str:
 
 def shared_forecast_store(cluster, namespace: str, drift_window: int):
     """The forecasts a Kubernetes controller issues, shared by every replica (a ConfigMap per series beside the
-    Lease): realized error survives failover. Kept: what realized error and drift read, the longest horizon plus
-    the drift window and a margin, and every quantile the policy forecasts (the share of actuals at or below each is
-    scored, the reserved ones among them)."""
+    Lease): realized error survives failover, and a new leader plans on the last forecast until its own refit lands.
+    Kept: what realized error and drift read, the longest horizon plus the drift window and a margin, and every
+    quantile the policy forecasts (the share of actuals at or below each is scored, the reserved ones among them)."""
     from training.realized import HORIZONS
 
     keep = (max(HORIZONS) + drift_window + 2) * 3600.0

@@ -1,6 +1,7 @@
 """Each policy's forecast, as the Reconciler keeps it (controller.reconcile): fitted, and refitted once an hour on
 complete hours, in the reconcile or beside the reconciles (a background thread, its fits in a process of their own);
-the refits finished beside taken up; every forecast issued recorded in the forecast log; its realized error and
+the refits finished beside taken up (until its own is, the newest forecast stored for it by the replica before);
+every forecast issued recorded in the forecast log; its realized error and
 coverage scored against the hours that came (to MLflow with drift when tracking is on); and retraining asked for, on
 drift or on the schedule.
 
@@ -37,6 +38,7 @@ from controller.observe import (
     fit,
     fit_hourly,
     hourly_history,
+    stored,
     usable,
 )
 from core.cluster import ForecastStore
@@ -100,6 +102,8 @@ class ForecastKeeper:
         self.retrain_every_seconds = retrain_every_seconds
         self.refit_beside = refit_beside  # hourly refits in a background thread (a Kubernetes controller's many series)
         self._forecasts: dict[str, IssuedForecast] = {}
+        # policy -> ((hour, generation) looked up, the stored forecast taken up or None) while it has none of its own
+        self._taken: dict[str, tuple[tuple, IssuedForecast | None]] = {}
         self._last_trained: dict[str, pd.Timestamp] = {}  # the schedule's clock (from start-up)
         self._retrained_at: dict[str, pd.Timestamp] = {}  # the last retraining asked for
         self._accuracy: dict[str, tuple[pd.Timestamp, dict, dict]] = {}
@@ -118,6 +122,48 @@ class ForecastKeeper:
     def current(self, key: str) -> IssuedForecast | None:
         """The policy's latest forecast (whether it is still usable is the caller's to ask)."""
         return self._forecasts.get(key)
+
+    def in_force(self, p: PolicyObject, cached: IssuedForecast | None, now: pd.Timestamp) -> IssuedForecast | None:
+        """The forecast `p` is planned on now (None: the planner's conservative fallback): `cached`, its own, while
+        usable; without one, and with the refit beside, the newest the forecast store holds for its series that is
+        usable by the same rule and was made for its generation (the leader's, before this replica started or took
+        the Lease) until its own refit lands. A replica waiting for its own fell back to last week's peak, above or
+        below the forecast in force: every restart and failover moved the reservation and back, cutting inference or
+        taking lent GPUs back. Looked up once an hour and generation; a read that fails is tried again at the next
+        reconcile."""
+        own = usable(cached, now, self.data)
+        if own is not None or not self.refit_beside or self.forecast_log is None:
+            # a refit in the reconcile fits its own at once; the embedded cluster's log is a replay's, not a leader's
+            self._taken.pop(p.key, None)
+            return own
+        looked = (now.floor("h"), p.generation)
+        held = self._taken.get(p.key)
+        if held is None or held[0] != looked:
+            try:
+                held = self._taken[p.key] = (looked, self._stored(p, now))
+            except (ClusterError, OSError) as exc:
+                self._error("cluster", p.series, exc)
+                return None
+            except (ValueError, KeyError, TypeError) as exc:  # a stored forecast that does not parse
+                self._error("forecast", p.series, exc)
+                return None
+            if held[1] is not None:
+                log.info("%s: planned on the forecast %s issued at %s, from the forecast store, until its own refit "
+                         "lands", p.key, held[1].model, held[1].made_at)
+        return usable(held[1], now, self.data)
+
+    def _stored(self, p: PolicyObject, now: pd.Timestamp) -> IssuedForecast | None:
+        """The newest forecast of `p`'s series in the store, issued by `now` and within keep_forecast_seconds of it,
+        made for its generation, with its target and headroom quantiles."""
+        assert self.forecast_log is not None
+        since = now - pd.Timedelta(seconds=self.data.keep_forecast_seconds)
+        wanted = {p.spec.target_quantile, p.spec.headroom_quantile}
+        for issued, frame in sorted(self.forecast_log.load(p.series, since=since).items(), reverse=True):
+            taken = stored(issued, frame)
+            if (issued <= now and taken is not None and taken.generation == p.generation
+                    and wanted <= {float(c) for c in frame.columns}):
+                return taken
+        return None
 
     def refit(self, p: PolicyObject, raw: pd.Series, now: pd.Timestamp, cached: IssuedForecast | None,
               read_whole: bool) -> tuple[IssuedForecast | None, str | None]:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from core.cluster import FORECAST_SCALE
+from core.cluster import FORECAST_GENERATION, FORECAST_MODEL, FORECAST_SCALE
 from core.errors import raise_interrupt_inside
 from core.policy import PolicySpec
 from core.settings import LOOKBACK, RunConfig
@@ -148,4 +148,15 @@ def issue(model, name: str, hourly: pd.Series, now: pd.Timestamp, spec: PolicySp
     scale = float(seasonal_scale(hourly.to_numpy()))
     scale = scale if math.isfinite(scale) else float("nan")
     frame.attrs[FORECAST_SCALE] = scale  # recorded with it: its realized error is divided by its own window's scale
-    return IssuedForecast(frame, now, f"{name}: {chosen}" if chosen else name, generation, scale)
+    model = f"{name}: {chosen}" if chosen else name
+    frame.attrs[FORECAST_GENERATION], frame.attrs[FORECAST_MODEL] = generation, model  # a new leader's to take up
+    return IssuedForecast(frame, now, model, generation, scale)
+
+
+def stored(issued_at: pd.Timestamp, frame: pd.DataFrame) -> IssuedForecast | None:
+    """A forecast as the store holds it, or None where it does not say which policy generation and model it was made
+    for (one recorded before they were kept, or a stored value not of its type)."""
+    generation, model = frame.attrs.get(FORECAST_GENERATION), frame.attrs.get(FORECAST_MODEL)
+    if type(generation) is not int or not isinstance(model, str):  # not a bool either: JSON's true is no generation
+        return None
+    return IssuedForecast(frame, issued_at, model, generation, float(frame.attrs.get(FORECAST_SCALE, math.nan)))

@@ -63,7 +63,6 @@ from controller.observe import (
     IssuedForecast,
     degraded_reason,
     due,
-    usable,
     window_facts,
 )
 from controller.state import ERROR_STAGES, ControllerState, Histogram, PolicyState, StateHolder, TeamState
@@ -709,7 +708,7 @@ class Reconciler:
         if degraded is None and due(cached, now, p.generation):
             cached, fault = self.forecasts.refit(p, raw, now, cached, self._full_read.get(p.key) == now.floor("h"))
             raw = self._raw.get(p.key, raw)  # a whole lookback re-read beside, taken up
-        return _Input(p, raw, degraded, usable(cached, now, self.data), fault)
+        return _Input(p, raw, degraded, self.forecasts.in_force(p, cached, now), fault)
 
     def leads(self) -> bool:
         """Whether this replica may write now: it holds its Lease (renewed first if it has lapsed: controller.loop),

@@ -1110,6 +1110,52 @@ def test_the_hourly_work_runs_beside_the_reconciles(demand_file, tmp_path):
                                    check_freq=False)
 
 
+def test_a_restarted_replica_plans_on_the_stored_forecast_until_its_own_refit_lands(demand_file, tmp_path):
+    """With the refit beside (`headroom run` on Kubernetes), a replica that had just started, or just taken the Lease,
+    planned each policy on the conservative fallback until its own first refit was done: last week's peak at this
+    hour, which can be below the forecast in force (on the real API server 35 GPUs -> 23 and back a minute later). It
+    now plans on the newest forecast the shared store holds for the policy, if usable by the same rule as its own
+    and made for its generation: its first plan is the one the replica before it made, named by that model."""
+    start = MONDAY_6AM + pd.Timedelta(hours=2, minutes=50)
+    a = Replay(tmp_path, demand_file, refit_beside=True, start=start)
+    try:
+        before = _until_taken_up(a, start).policies["inference/chat"]
+    finally:
+        a.reconciler.close()
+    assert not before.fallback and before.model.startswith("auto")
+    b = Replay(tmp_path, demand_file, refit_beside=True, start=before.now)  # a new process, on the store a wrote
+    try:
+        first = b.step(before.now).policies["inference/chat"]
+        assert b.reconciler.forecasts.refitting() == 1  # its own refit is still to come: the stored one serves
+    finally:
+        b.reconciler.close()
+    assert not first.fallback and first.model == before.model
+    assert first.forecast_age_seconds == before.forecast_age_seconds
+    assert first.reserved_gpus == before.reserved_gpus
+    np.testing.assert_array_equal(first.hours.reserved, before.hours.reserved)
+    s, conditions = b.status()
+    assert conditions["FallbackActive"]["status"] == "False" and s["model"] == before.model
+    # where nothing usable is stored, the fallback as before: a spec changed since (a new generation), a forecast
+    # older than run.keep_forecast_seconds, or one recorded without the generation it was made for
+    changed = policy()
+    changed["metadata"]["generation"] = 2
+    late = before.now + pd.Timedelta(seconds=RunConfig().keep_forecast_seconds + 60)
+    for folder, chat, at in (("changed", changed, before.now), ("late", policy(), late)):
+        c = Replay(tmp_path, demand_file, chat, refit_beside=True, start=at)
+        try:
+            assert c.step(at).policies["inference/chat"].fallback, folder
+        finally:
+            c.reconciler.close()
+    for path in (tmp_path / "log" / "inference.chat").glob("*.csv"):  # as recorded before generations were
+        path.write_text("".join(line for line in path.read_text().splitlines(keepends=True)
+                                if not line.startswith(("# generation", "# model"))))
+    c = Replay(tmp_path, demand_file, refit_beside=True, start=before.now)
+    try:
+        assert c.step(before.now).policies["inference/chat"].fallback
+    finally:
+        c.reconciler.close()
+
+
 # ----------------------------------------------------------------------------------------------- MLflow
 @pytest.fixture(params=["sqlite", "server"])
 def tracking_uri(request, tmp_path):

@@ -892,12 +892,13 @@ def test_reconciles_at_wall_clock_times_forecast_from_whole_data(kube, controlle
 
 
 def test_forecast_store_is_one_labelled_bounded_configmap_per_series(kube_server, kube):
-    """The shared forecast log: a ConfigMap per series beside the Lease, holding only what realized error reads
-    and no more than its window (and its byte budget)."""
+    """The shared forecast log: a ConfigMap per series beside the Lease, holding only what realized error and a new
+    leader read (the scale, generation and model recorded with each frame) and no more than its window (and its byte
+    budget)."""
     import numpy as np
 
     from adapters.kube import CONFIGMAP_LIMIT, FORECAST_LOG_LABEL
-    from core.cluster import FORECAST_SCALE
+    from core.cluster import FORECAST_GENERATION, FORECAST_MODEL, FORECAST_SCALE
 
     store = kube.forecast_store(NS, keep_seconds=50 * 3600, rows=24)
     series = f"{NS}.store-test"
@@ -913,6 +914,8 @@ def test_forecast_store_is_one_labelled_bounded_configmap_per_series(kube_server
                                       columns=quantiles)
         if hour % 3:  # its fitting window's scale (realized error divides by it), NaN where it has none
             frames[issued].attrs[FORECAST_SCALE] = 10.0 + hour if hour % 3 == 1 else float("nan")
+        if hour % 2:  # the policy generation and the model it was made for (a new leader plans on it)
+            frames[issued].attrs.update({FORECAST_GENERATION: hour, FORECAST_MODEL: f"auto: snaive{hour}\n# x: 1"})
         store.record(series, issued, frames[issued])
     cm = kube.get(f"/api/v1/namespaces/{NS}/configmaps/{store.name(series)}")
     assert cm["metadata"]["labels"][FORECAST_LOG_LABEL] == "true"
@@ -924,9 +927,7 @@ def test_forecast_store_is_one_labelled_bounded_configmap_per_series(kube_server
     for issued, frame in held.items():  # the first 24 periods, the 80% interval and the median, exactly
         expected = frames[issued].iloc[:24][[0.1, 0.5, 0.9]]
         pd.testing.assert_frame_equal(frame, expected, check_names=False, check_freq=False)
-        assert frame.attrs.keys() == frames[issued].attrs.keys()  # the scale it was recorded with, if any
-        if FORECAST_SCALE in frame.attrs:
-            np.testing.assert_equal(frame.attrs[FORECAST_SCALE], frames[issued].attrs[FORECAST_SCALE])
+        np.testing.assert_equal(frame.attrs, frames[issued].attrs)  # the scale, generation and model, if any
     since = last - pd.Timedelta(hours=5)
     assert sorted(store.load(series, since=since)) == [since + pd.Timedelta(hours=h) for h in range(6)]
     assert store.prune(series, before=since) == 45 and len(store.load(series)) == 6
@@ -1152,6 +1153,47 @@ def test_a_replica_that_let_its_lease_go_adds_nothing_to_the_shared_forecast_sto
     r.close()
     assert store.load(series) == {}, "a replica that no longer led recorded its forecast"
     assert any(f"{series}: the forecast store is not written" in m for m in caplog.messages), caplog.messages
+
+
+def test_a_restart_keeps_the_reservation_while_its_first_refit_runs_beside(kube, controller, prometheus_server):
+    """`headroom run` refits beside the reconciles: a replica that had just started (a rollout, a crash) planned each
+    policy on the conservative fallback until its first refit was done, which here moved chat at the very moment the
+    old process had planned (the same samples) from the forecast's 23 GPUs to the fallback's 28 (Event 'reserved
+    23 -> 28 ... fallback reservation 28'), lent GPUs taken back to be lent again a minute later; where last week's
+    peak is the lower, inference was cut ('reserved 31 -> 23'). The new process now plans on the forecast the one
+    before it recorded in the shared store while its own refit runs: the same reservation and model, no Event."""
+    from cli.run import shared_forecast_store
+
+    before, store, series = refitting_beside(controller, kube, prometheus_server.url, "restart-keeps")
+    try:
+        for minute in range(600):  # a minute apart, until the hour's refit beside is in force
+            now = MONDAY_7AM + pd.Timedelta(minutes=minute)
+            ps = before.reconcile(now).policies[f"{NS}/chat"]
+            if not ps.fallback and not before.forecasts.refitting():
+                break
+            time.sleep(0.1)
+    finally:
+        before.close()
+    assert not ps.fallback and ps.model.startswith("auto") and len(store.load(series)) == 1
+    assert replicas(kube) == ps.reserved_gpus
+    said = {e["metadata"]["name"] for e in kube.list_events(ObjectRef("", "ReservationPolicy", "chat", NS))}
+    cfg = before.cfg  # a new process with the same configuration, on the same store
+    after = Reconciler(controller, PrometheusDemand(cfg.prometheus), cfg,
+                       forecast_log=shared_forecast_store(controller, NS, drift_window=24), refit_beside=True)
+    try:
+        # at the same moment (the same samples: a minute later the recent peak alone may move the reservation)
+        first = after.reconcile(now).policies[f"{NS}/chat"]
+        assert after.forecasts.refitting() == 1  # its own refit still runs beside
+    finally:
+        after.close()
+    assert not first.fallback and first.model == ps.model and first.reserved_gpus == ps.reserved_gpus
+    assert first.forecast_age_seconds == ps.forecast_age_seconds
+    assert replicas(kube) == ps.reserved_gpus
+    changed = [e["message"] for e in kube.list_events(ObjectRef("", "ReservationPolicy", "chat", NS))
+               if e["metadata"]["name"] not in said and e["reason"] == "ReservationChanged"]
+    assert changed == [], "the restart moved the reservation"
+    _, conditions = rp_status(kube)
+    assert conditions["FallbackActive"]["status"] == "False"
 
 
 def test_after_a_long_api_server_outage_the_first_reconcile_reads_fresh_state(kube_server, kube, controller,

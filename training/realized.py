@@ -19,6 +19,7 @@ exceeds `factor` x the backtest MASE, a DriftEvent is returned and logged.
 """
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from adapters.mlflow import Tracker, experiment_name, registered_name
+from core.cluster import FORECAST_GENERATION, FORECAST_MODEL
 from core.cluster import FORECAST_SCALE as SCALE
 from core.files import replace_whole
 from forecast.backtest import below_key
@@ -58,7 +60,7 @@ class DriftEvent:
 
 
 FORECAST_FILES = "[0-9]*.csv"  # not a draft core.files leaves beside them (".NAME.….part.csv") when killed
-SCALE_LINE = "# scale: "  # a forecast file's first line, where its frame has a scale
+HEADER = "# "  # a forecast file's first lines: "# key: value" per attrs key of its frame (scale, generation, model)
 
 
 class ForecastLog:
@@ -75,7 +77,10 @@ class ForecastLog:
         def write(draft: Path) -> None:
             with open(draft, "w") as out:
                 if SCALE in frame.attrs:
-                    out.write(f"{SCALE_LINE}{float(frame.attrs[SCALE])!r}\n")
+                    out.write(f"{HEADER}{SCALE}: {float(frame.attrs[SCALE])!r}\n")
+                for key in (FORECAST_GENERATION, FORECAST_MODEL):
+                    if key in frame.attrs:  # JSON: a model's name on one line whatever it holds
+                        out.write(f"{HEADER}{key}: {json.dumps(frame.attrs[key])}\n")
                 frame.to_csv(out, index_label="timestamp")
 
         return replace_whole(path, write)
@@ -94,17 +99,30 @@ class ForecastLog:
             if since is not None and int(path.stem) < pd.Timestamp(since).timestamp():
                 continue
             with open(path) as text:
-                first = text.readline()
-                scaled = first.startswith(SCALE_LINE)
-                if not scaled:
-                    text.seek(0)
+                attrs = _header(text)
                 frame = pd.read_csv(text, index_col="timestamp")
             frame.index = pd.DatetimeIndex(pd.to_datetime(frame.index, utc=True))
             frame.columns = [float(c) for c in frame.columns]
-            if scaled:
-                frame.attrs[SCALE] = float(first.removeprefix(SCALE_LINE))
+            frame.attrs.update(attrs)
             out[pd.Timestamp(int(path.stem), unit="s", tz="UTC")] = frame
         return out
+
+
+def _header(text) -> dict:
+    """The attrs of a forecast file's header lines (ForecastLog.record), read up to its CSV; a line that does not
+    parse is left out (the forecast stays readable for realized error)."""
+    attrs: dict = {}
+    while True:
+        at = text.tell()
+        line = text.readline()
+        if not line.startswith(HEADER):
+            text.seek(at)
+            return attrs
+        key, _, value = line.removeprefix(HEADER).rstrip("\n").partition(": ")
+        try:
+            attrs[key] = float(value) if key == SCALE else json.loads(value)
+        except ValueError:
+            continue
 
 
 def time_axis(at: pd.Timestamp | datetime) -> tuple[int, int]:
