@@ -1421,7 +1421,8 @@ class ConfigMapForecastStore:
                 self.cluster._update(path, mutate)
 
     def load(self, series: str, since=None) -> dict:
-        """Forecasts of `series` by issue time (UTC Timestamps), those issued at or after `since` if given."""
+        """Forecasts of `series` by issue time (UTC Timestamps), those issued at or after `since` if given; one that
+        does not parse is left out, with a warning."""
         import pandas as pd
 
         floor = pd.Timestamp(since).timestamp() if since is not None else None
@@ -1429,7 +1430,11 @@ class ConfigMapForecastStore:
         for key, text in sorted(self._data(series).items()):
             if not key.isdigit() or (floor is not None and int(key) < floor):
                 continue
-            out[pd.Timestamp(int(key), unit="s", tz="UTC")] = self._decode(text)
+            try:
+                out[pd.Timestamp(int(key), unit="s", tz="UTC")] = self._decode(text)
+            except (ValueError, KeyError, TypeError) as exc:  # edited by hand: it alone is lost, not the hour's refit
+                log.warning("%s: the forecast %s in ConfigMap %s/%s does not parse, left out: %s", series, key,
+                            self.namespace, self.name(series), exc)
         return dict(sorted(out.items()))
 
     def prune(self, series: str, before) -> int:

@@ -144,9 +144,6 @@ class ForecastKeeper:
             except (ClusterError, OSError) as exc:
                 self._error("cluster", p.series, exc)
                 return None
-            except (ValueError, KeyError, TypeError) as exc:  # a stored forecast that does not parse
-                self._error("forecast", p.series, exc)
-                return None
             if held[1] is not None:
                 log.info("%s: planned on the forecast %s issued at %s, from the forecast store, until its own refit "
                          "lands", p.key, held[1].model, held[1].made_at)

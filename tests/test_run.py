@@ -1156,6 +1156,30 @@ def test_a_restarted_replica_plans_on_the_stored_forecast_until_its_own_refit_la
         c.reconciler.close()
 
 
+def test_a_stored_forecast_that_does_not_parse_costs_only_itself(demand_file, tmp_path):
+    """The hour's work beside the reconciles scores the forecasts stored before (realized error) after its refit. One
+    stored forecast that did not parse (a ConfigMap key edited by hand, a file of another version) made that read
+    raise: the hour's work failed ('internal') and its fresh forecast was never taken up, so a replica that had just
+    started planned on the conservative fallback (here 08:56 to 10:27, two hours' refits lost), and the stored
+    forecasts could not be read to plan on either. The one forecast is left out, with a warning; the rest serve."""
+    start = MONDAY_6AM + pd.Timedelta(hours=2, minutes=50)
+    a = Replay(tmp_path, demand_file, refit_beside=True, start=start)
+    try:
+        before = _until_taken_up(a, start).policies["inference/chat"]
+    finally:
+        a.reconciler.close()
+    bad = tmp_path / "log" / "inference.chat" / f"{int((before.now - pd.Timedelta(minutes=30)).timestamp())}.csv"
+    bad.write_text("not,a\nforecast\n")
+    b = Replay(tmp_path, demand_file, refit_beside=True, start=before.now)
+    try:
+        state = _until_taken_up(b, before.now)
+    finally:
+        b.reconciler.close()
+    ps = state.policies["inference/chat"]
+    assert not ps.fallback and ps.forecast_age_seconds <= (ps.now - before.now).total_seconds()  # its own, refitted
+    assert not any(state.reconcile_errors_total.values()), state.reconcile_errors_total
+
+
 # ----------------------------------------------------------------------------------------------- MLflow
 @pytest.fixture(params=["sqlite", "server"])
 def tracking_uri(request, tmp_path):

@@ -93,16 +93,21 @@ class ForecastLog:
         return len(old)
 
     def load(self, series: str, since: pd.Timestamp | None = None) -> dict[pd.Timestamp, pd.DataFrame]:
-        """Forecasts of `series` by issue time (only those issued at or after `since`, if given)."""
+        """Forecasts of `series` by issue time (only those issued at or after `since`, if given; a file that does not
+        parse is left out, with a warning)."""
         out = {}
         for path in sorted((self.root / series).glob(FORECAST_FILES)):
             if since is not None and int(path.stem) < pd.Timestamp(since).timestamp():
                 continue
-            with open(path) as text:
-                attrs = _header(text)
-                frame = pd.read_csv(text, index_col="timestamp")
-            frame.index = pd.DatetimeIndex(pd.to_datetime(frame.index, utc=True))
-            frame.columns = [float(c) for c in frame.columns]
+            try:
+                with open(path) as text:
+                    attrs = _header(text)
+                    frame = pd.read_csv(text, index_col="timestamp")
+                frame.index = pd.DatetimeIndex(pd.to_datetime(frame.index, utc=True))
+                frame.columns = [float(c) for c in frame.columns]
+            except ValueError as exc:  # edited or left by another version: it alone is lost, not the hour's refit
+                log.warning("%s: the forecast file %s does not parse, left out: %s", series, path, exc)
+                continue
             frame.attrs.update(attrs)
             out[pd.Timestamp(int(path.stem), unit="s", tz="UTC")] = frame
         return out
