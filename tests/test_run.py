@@ -1116,6 +1116,9 @@ def test_a_restarted_replica_plans_on_the_stored_forecast_until_its_own_refit_la
     hour, which can be below the forecast in force (on the real API server 35 GPUs -> 23 and back a minute later). It
     now plans on the newest forecast the shared store holds for the policy, if usable by the same rule as its own
     and made for its generation: its first plan is the one the replica before it made, named by that model."""
+    import controller.metrics as metrics
+    from tests.test_metrics import scrape, value
+
     start = MONDAY_6AM + pd.Timedelta(hours=2, minutes=50)
     a = Replay(tmp_path, demand_file, refit_beside=True, start=start)
     try:
@@ -1125,10 +1128,14 @@ def test_a_restarted_replica_plans_on_the_stored_forecast_until_its_own_refit_la
     assert not before.fallback and before.model.startswith("auto")
     b = Replay(tmp_path, demand_file, refit_beside=True, start=before.now)  # a new process, on the store a wrote
     try:
-        first = b.step(before.now).policies["inference/chat"]
+        state = b.step(before.now)
         assert b.reconciler.forecasts.refitting() == 1  # its own refit is still to come: the stored one serves
     finally:
         b.reconciler.close()
+    first = state.policies["inference/chat"]
+    text = scrape(state)
+    assert value(text, metrics.FALLBACK, policy="inference/chat") == 0
+    assert value(text, metrics.POLICY_INFO, policy="inference/chat", mode="active", model=before.model) == 1
     assert not first.fallback and first.model == before.model
     assert first.forecast_age_seconds == before.forecast_age_seconds
     assert first.reserved_gpus == before.reserved_gpus
