@@ -1163,6 +1163,29 @@ def test_a_restarted_replica_plans_on_the_stored_forecast_until_its_own_refit_la
         c.reconciler.close()
 
 
+def test_a_replica_that_leads_again_plans_on_the_leader_s_forecast_not_the_fallback(demand_file, tmp_path):
+    """Failover back: replica x led, y took over for hours and refitted; x, leading again, held only its own forecast
+    of hours ago, past run.keep_forecast_seconds, and planned on the fallback until its refit was done. It now plans
+    on y's forecast from the store meanwhile."""
+    start = MONDAY_6AM + pd.Timedelta(hours=2, minutes=5)
+    r = Replay(tmp_path, demand_file, refit_beside=True, start=start)
+    x = r.reconciler
+    try:
+        _until_taken_up(r, start)
+        y = r.restart(refit_beside=True)
+        try:
+            led = _until_taken_up(r, start + pd.Timedelta(hours=3)).policies["inference/chat"]  # y's own forecast
+        finally:
+            y.close()
+        r.reconciler = x  # x leads again, its own forecast 3 h old
+        back = r.step(led.now + pd.Timedelta(minutes=1)).policies["inference/chat"]
+        assert x.forecasts.refitting() == 1  # its own refit runs beside
+    finally:
+        x.close()
+    assert not back.fallback and back.model == led.model
+    assert back.forecast_age_seconds == led.forecast_age_seconds + 60
+
+
 def test_a_stored_forecast_that_does_not_parse_costs_only_itself(demand_file, tmp_path):
     """The hour's work beside the reconciles scores the forecasts stored before (realized error) after its refit. One
     stored forecast that did not parse (a ConfigMap key edited by hand, a file of another version) made that read
