@@ -1018,6 +1018,17 @@ def _until_taken_up(r: Replay, now: pd.Timestamp):
     raise AssertionError("the hourly work never came in")
 
 
+def _stored_by_a_first_replica(demand_file, tmp_path):
+    """A replica with the refit beside runs until its hour's forecast is in force (and in the store), then stops: its
+    last state of inference/chat."""
+    start = MONDAY_6AM + pd.Timedelta(hours=2, minutes=50)
+    a = Replay(tmp_path, demand_file, refit_beside=True, start=start)
+    try:
+        return _until_taken_up(a, start).policies["inference/chat"]
+    finally:
+        a.reconciler.close()
+
+
 def test_a_fit_moves_the_reconcile_s_deadline_once_and_never_past_one_set_around_it(demand_file, tmp_path,
                                                                                    monkeypatch):
     """A fit waits on no server, so its time moves the reconcile's deadline later. That deadline was kept twice, the
@@ -1119,12 +1130,7 @@ def test_a_restarted_replica_plans_on_the_stored_forecast_until_its_own_refit_la
     import controller.metrics as metrics
     from tests.test_metrics import scrape, value
 
-    start = MONDAY_6AM + pd.Timedelta(hours=2, minutes=50)
-    a = Replay(tmp_path, demand_file, refit_beside=True, start=start)
-    try:
-        before = _until_taken_up(a, start).policies["inference/chat"]
-    finally:
-        a.reconciler.close()
+    before = _stored_by_a_first_replica(demand_file, tmp_path)
     assert not before.fallback and before.model.startswith("auto")
     b = Replay(tmp_path, demand_file, refit_beside=True, start=before.now)  # a new process, on the store a wrote
     try:
@@ -1192,12 +1198,7 @@ def test_a_stored_forecast_that_does_not_parse_costs_only_itself(demand_file, tm
     raise: the hour's work failed ('internal') and its fresh forecast was never taken up, so a replica that had just
     started planned on the conservative fallback (here 08:56 to 10:27, two hours' refits lost), and the stored
     forecasts could not be read to plan on either. The one forecast is left out, with a warning; the rest serve."""
-    start = MONDAY_6AM + pd.Timedelta(hours=2, minutes=50)
-    a = Replay(tmp_path, demand_file, refit_beside=True, start=start)
-    try:
-        before = _until_taken_up(a, start).policies["inference/chat"]
-    finally:
-        a.reconciler.close()
+    before = _stored_by_a_first_replica(demand_file, tmp_path)
     bad = tmp_path / "log" / "inference.chat" / f"{int((before.now - pd.Timedelta(minutes=30)).timestamp())}.csv"
     bad.write_text("not,a\nforecast\n")
     b = Replay(tmp_path, demand_file, refit_beside=True, start=before.now)
