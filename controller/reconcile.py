@@ -70,7 +70,7 @@ from core.cluster import Cluster, ForecastStore, PlanSummaryWriter
 from core.deadline import current as current_deadline
 from core.deadline import earliest, within
 from core.errors import ClusterError, ConfigError, NotFound
-from core.objects import Condition, ObjectRef, PolicyStatus, TargetState, WorkloadInfo
+from core.objects import CONDITION_TYPES, Condition, ObjectRef, PolicyStatus, TargetState, WorkloadInfo
 from core.policy import API_VERSION, KIND, PolicySpec, parse_policy_spec
 from core.settings import RunConfig
 from core.units import epoch_seconds
@@ -328,6 +328,12 @@ def urgent_news(said: PolicyStatus, status: PolicyStatus) -> bool:
         return (s.reserved_gpus, s.headroom_gpus, s.observed_generation,
                 tuple((c.type, c.status, c.reason) for c in s.conditions))
     return gist(said) != gist(status)
+
+
+# A refused policy's other conditions: a status write keeps the conditions it does not name, so those of its last
+# plan (HeadroomAtRisk, FallbackActive, ForecastDegraded) would read as the state of a policy no longer planned
+NOT_PLANNED = tuple(Condition(kind, "Unknown", "NotPlanned", "the policy takes no part in the plan: Ready says why")
+                    for kind in CONDITION_TYPES if kind != "Ready")
 
 
 def _refused_already(objects: list[dict], ref: ObjectRef, message: str) -> bool:
@@ -602,7 +608,8 @@ class Reconciler:
                 # one event per new refusal, not one per reconcile (nor one per restart: the status remembers)
                 why = "PlanInfeasible" if ref in too_big else "TargetMissing" if ref in missing else "InvalidSpec"
                 report += [RecordEvent(EventNote(ref, why, message, "Warning")),
-                           PatchStatus(ref, PolicyStatus(0, 0, (Condition("Ready", "False", why, message),)))]
+                           PatchStatus(ref, PolicyStatus(0, 0, (Condition("Ready", "False", why, message),
+                                                                *NOT_PLANNED)))]
                 self._reported[ref] = message
         for p in policies:
             self._reported.pop(p.ref, None)

@@ -25,7 +25,7 @@ from controller.actions import Evict
 from controller.demand import DemandReader, FileDemand
 from controller.executor import execute
 from controller.reconcile import Reconciler, parse_policies
-from core.objects import TargetRef
+from core.objects import CONDITION_TYPES, TargetRef
 from core.policy import API_VERSION, KIND
 from core.settings import RunConfig, WorldSettings
 from forecast.synthetic import synthetic_demand, write_csv
@@ -314,6 +314,23 @@ def test_a_policy_whose_target_is_missing_takes_nothing_from_the_others(demand_f
     assert both.cluster.inference["inference/gone"].held_replicas * 2 < back.reserved_gpus  # training held them
     both.step(MONDAY_6AM + pd.Timedelta(hours=4, minutes=15))
     assert both.cluster.inference["inference/gone"].held_replicas * 2 >= back.reserved_gpus
+
+
+def test_a_refused_policy_keeps_no_condition_of_its_last_plan(demand_file, tmp_path):
+    """A status write keeps the conditions it does not name, and a refusal named only Ready: a policy planned with its
+    headroom at risk, then refused (its target deleted), still said HeadroomAtRisk=True beside Ready=False (found on
+    the real API server). Its other conditions now say it is not planned."""
+    r = Replay(tmp_path, demand_file, policy("chat", minGpus=40))
+    r.fill_training()
+    r.step(MONDAY_6AM + pd.Timedelta(hours=4))
+    planned = {kind for kind, c in r.status("chat")[1].items() if c["reason"] != "NotPlanned"}
+    assert planned == set(CONDITION_TYPES)
+    r.cluster.delete_target(TargetRef("Deployment", "chat", "inference"))
+    r.step(MONDAY_6AM + pd.Timedelta(hours=4, minutes=5))
+    conditions = r.status("chat")[1]
+    assert (conditions["Ready"]["status"], conditions["Ready"]["reason"]) == ("False", "TargetMissing")
+    assert {(kind, c["status"], c["reason"]) for kind, c in conditions.items() if kind != "Ready"} == {
+        (kind, "Unknown", "NotPlanned") for kind in CONDITION_TYPES if kind != "Ready"}
 
 
 def test_the_minimum_of_a_policy_whose_target_is_missing_refuses_no_one(demand_file, tmp_path):
