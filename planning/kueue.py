@@ -57,6 +57,15 @@ def admit(queue: np.ndarray, gpus: np.ndarray, priority: np.ndarray, created: np
             lines.setdefault(queues[i], []).append(i)
     admitted: list[int] = []
     aside: list[int] = []
+
+    def take(q: str, i: int, g: int) -> None:
+        """Admit Workload i of queue q: from its queue's kept quota first, then the cohort's, onto free GPUs."""
+        nonlocal unused, free_gpus
+        unused -= max(g - max(own[q] - used[q], 0), 0)
+        used[q] += g
+        free_gpus -= g
+        admitted.append(i)
+
     for k in range(max(map(len, lines.values()), default=0)):
         heads = [(q, line[k]) for q, line in lines.items() if k < len(line)]
         if len(heads) == 1:  # one queue's line left: its heads have their cycles alone, taken in one scan
@@ -66,10 +75,7 @@ def admit(queue: np.ndarray, gpus: np.ndarray, priority: np.ndarray, created: np
                 if g > max(own[q] - used[q], 0) + unused:
                     aside.append(i)
                 elif g <= free_gpus:
-                    unused -= max(g - max(own[q] - used[q], 0), 0)
-                    used[q] += g
-                    free_gpus -= g
-                    admitted.append(i)
+                    take(q, i, g)
             break
         # nominated on the cycle's start: fits the quota available to its queue, or within its nominalQuota
         # (needs preemption: none to preempt, it reserves), or neither
@@ -84,12 +90,8 @@ def admit(queue: np.ndarray, gpus: np.ndarray, priority: np.ndarray, created: np
         for _, q, i, g, fits, within in cycle:
             in_own = max(own[q] - used[q], 0)  # one head a queue in a cycle: none reserved its queue's own before it
             if fits and g <= in_own + unused - held:
-                if g > free_gpus:  # fits the quota, not the GPUs: passed over, tried again when GPUs free
-                    continue
-                unused -= max(g - in_own, 0)  # from its own kept quota first, then the cohort's
-                used[q] += g
-                free_gpus -= g
-                admitted.append(i)
+                if g <= free_gpus:  # else it fits the quota, not the GPUs: passed over, tried again when GPUs free
+                    take(q, i, g)
                 continue
             if not fits and within:
                 held += max(g - in_own, 0)
