@@ -3,7 +3,8 @@
 At a `now` the caller passes in:
   1. the ReservationPolicies: an invalid one, one whose target is missing, or one whose minGpus no longer fit
      beside the others', gets Ready=False with every reason in its status and one Warning event, and takes no part
-     (one whose target is missing still lends into its training queues: what it would hold is lent as idle GPUs);
+     in the plan: its target is left as it is, what that holds not lent (none, if missing), and its training queues
+     are still lent to;
   2. per policy, its own faults kept to itself: demand read (Prometheus or a file), the forecast
      refitted once an hour on complete hours (the MLflow champion's model, else automatic selection,
      or the policy's baseline forecaster; controller.forecasting keeps it), kept for a bounded time when
@@ -71,7 +72,7 @@ from core.deadline import current as current_deadline
 from core.deadline import earliest, within
 from core.errors import ClusterError, ConfigError, NotFound
 from core.objects import CONDITION_TYPES, Condition, ObjectRef, PolicyStatus, TargetState, WorkloadInfo
-from core.policy import API_VERSION, KIND, PolicySpec, parse_policy_spec
+from core.policy import API_VERSION, KIND, PolicySpec, holding_spec, parse_policy_spec
 from core.settings import RunConfig
 from core.units import epoch_seconds
 from forecast.history import OUTLIER_FACTOR, HistoryError, check_values
@@ -135,19 +136,29 @@ class ParsedSpecs:
     starts again at generation 1 where nothing sets a uid (the embedded cluster)."""
 
     def __init__(self) -> None:
-        self._held: dict[ObjectRef, tuple[int, object, PolicySpec | str]] = {}
+        self._held: dict[ObjectRef, tuple[int, object, PolicySpec | str, PolicySpec | None]] = {}
 
     def of(self, ref: ObjectRef, generation: int, raw: object) -> PolicySpec | str:
         """The parsed spec, or every error (field paths) in one message."""
+        return self._parsed(ref, generation, raw)[2]
+
+    def holding(self, ref: ObjectRef, generation: int, raw: object) -> PolicySpec | None:
+        """The spec as far as it says what its policy holds: the parsed spec, or one that does not parse as
+        core.policy.holding_spec reads it (None: not even that)."""
+        return self._parsed(ref, generation, raw)[3]
+
+    def _parsed(self, ref: ObjectRef, generation: int, raw: object
+                ) -> tuple[int, object, PolicySpec | str, PolicySpec | None]:
         held = self._held.get(ref)
         if held is not None and held[0] == generation and held[1] == raw:
-            return held[2]
+            return held
         try:
-            parsed: PolicySpec | str = parse_policy_spec(raw, f"ReservationPolicy {ref.namespace}/{ref.name}")
+            spec = parse_policy_spec(raw, f"ReservationPolicy {ref.namespace}/{ref.name}")
+            held = (generation, raw, spec, spec)
         except ConfigError as exc:
-            parsed = spec_errors_said(exc.errors)
-        self._held[ref] = (generation, raw, parsed)
-        return parsed
+            held = (generation, raw, spec_errors_said(exc.errors), holding_spec(raw))
+        self._held[ref] = held
+        return held
 
     def keep(self, present: set[ObjectRef]) -> None:
         self._held = {ref: held for ref, held in self._held.items() if ref in present}
@@ -173,9 +184,7 @@ def parse_policies(objects: list[dict], specs: ParsedSpecs | None = None
     specs = specs or ParsedSpecs()
     parsed, invalid = [], {}
     for obj in objects:
-        obj = {"apiVersion": API_VERSION, "kind": KIND, **obj}
-        ref = ObjectRef.of(obj)
-        generation = int(obj["metadata"].get("generation", 0) or 0)
+        obj, ref, generation = _identified(obj)
         spec = specs.of(ref, generation, obj.get("spec"))
         if isinstance(spec, str):
             invalid[ref] = spec
@@ -221,6 +230,46 @@ def parse_policies(objects: list[dict], specs: ParsedSpecs | None = None
             if q not in role or (kind == "target" and role[q][0] != "target"):
                 role[q] = (kind, p.key)
     return [p for _, p in parsed if p.ref not in invalid], invalid
+
+
+def _identified(obj: dict) -> tuple[dict, ObjectRef, int]:
+    """A ReservationPolicy object as read (a file's may leave out apiVersion and kind), its ref and generation."""
+    obj = {"apiVersion": API_VERSION, "kind": KIND, **obj}
+    return obj, ObjectRef.of(obj), int(obj["metadata"].get("generation", 0) or 0)
+
+
+def _inference_queues(p: PolicyObject) -> set[str]:
+    """The ClusterQueues a policy holds inference in: its inferenceClusterQueue and its ClusterQueue target."""
+    return {q for q in (p.spec.inference_cluster_queue,
+                        p.spec.target.name if p.spec.target.kind == "ClusterQueue" else None) if q}
+
+
+def invalid_holdings(objects: list[dict], invalid: Mapping[ObjectRef, str], kept: list[PolicyObject],
+                     specs: ParsedSpecs) -> tuple[list[PolicyObject], list[PolicyObject]]:
+    """The InvalidSpec policies as far as their specs say what they hold (ParsedSpecs.holding), in the objects' order:
+    (those holding their target, those lending into their training queues). A policy `kept` (parse_policies' valid
+    ones) acts on what it names, so a refused one holds no target a kept one names (its target, or a ClusterQueue it
+    names: the second policy on a target holds nothing of it), nor one a refused policy before it holds; and a
+    refused policy lends into no queue any policy holds inference in (its queue clash), only into its others."""
+    if not invalid:
+        return [], []
+    refused = []
+    for obj in objects:
+        obj, ref, generation = _identified(obj)
+        if ref in invalid and (spec := specs.holding(ref, generation, obj.get("spec"))) is not None:
+            refused.append(PolicyObject(ref, generation, spec, obj.get("status") or {}))
+    kept_targets = {p.spec.target.ref(p.ref.namespace or "default") for p in kept}
+    kept_queues = {q for p in kept for q in _inference_queues(p) | set(p.spec.training_cluster_queues)}
+    holders, held = [], set(kept_targets)
+    for p in refused:
+        target = p.spec.target.ref(p.ref.namespace or "default")
+        if target not in held and not (target.kind == "ClusterQueue" and target.name in kept_queues):
+            holders.append(p)
+            held.add(target)
+    inference = {q for p in (*kept, *refused) for q in _inference_queues(p)}
+    lenders = [replace(p, spec=p.spec.model_copy(update={"training_cluster_queues": lent}))
+               for p in refused if (lent := [q for q in p.spec.training_cluster_queues if q not in inference])]
+    return holders, lenders
 
 
 def training_queues(policies: Iterable[PolicyObject]) -> set[str]:
@@ -590,15 +639,18 @@ class Reconciler:
     def _reconcile(self, now: pd.Timestamp) -> ControllerState:
         lendable = self.cfg.capacity_gpus - self.cfg.non_lendable_gpus
         objects = self.cluster.reservation_policies(self.cfg.namespace)
-        policies, refused = parse_policies(objects, self._specs)
+        policies, invalid = parse_policies(objects, self._specs)
         parsed = policies
+        holders, lending_invalid = invalid_holdings(objects, invalid, parsed, self._specs)
         policies, missing = self._present(policies)
         policies, too_big = feasible(policies, lendable)
-        # the policies lending into their training queues: those planned, then those whose target is missing (they
-        # reserve nothing, but their teams' quotas are still set and the training there still seen and preemptible;
-        # a queue's SlackLent Events go to a working policy first)
-        lending = policies + [p for p in parsed if p.ref in missing]
-        refused = {**refused, **missing, **too_big}
+        # a refused policy's fault stays its own. Its target is left as it is, and what that holds (none, if missing)
+        # is neither reserved nor lent again. Its training queues are lent to as any (a queue's SlackLent Events go to
+        # a working policy first): their teams neither lose nor gain by the refusal, and the training there is seen
+        # and preemptible, where a quota left as last set would lend GPUs the plan no longer counts
+        holders = [p for p in parsed if p.ref in too_big] + holders
+        lending = policies + [p for p in parsed if p.ref in missing or p.ref in too_big] + lending_invalid
+        refused = {**invalid, **missing, **too_big}
         states: dict[str, PolicyState] = {}
         report = []
         for ref, message in refused.items():
@@ -621,17 +673,16 @@ class Reconciler:
         self._told = {reason: {ref: said for ref, said in told.items() if ref in present}
                       for reason, told in self._told.items()}
         self._specs.keep(present)
-        if not lending:  # (a policy whose target is missing still has its training queues lent to)
+        if not lending:  # (a refused policy still has its training queues lent to)
             if not self.dry_run:
                 self._execute(report)
             return ControllerState(self.cfg.capacity_gpus, True, states)
         self._prefetched = self._prefetch(policies, now)
         self.forecasts.reconcile_starts()
         inputs = [self._input(p, now) for p in policies]
-        # a refused policy's target is left as it is, its GPUs held as any workload headroom does not manage holds
-        # them: not lent (the policies kept have their minimums first, as feasible() gave them)
-        held_by_refused = min(self._held_by([p for p in parsed if p.ref in too_big]),
-                              lendable - sum(p.spec.least_gpus for p in policies))
+        # a refused policy's target holds its GPUs as any workload headroom does not manage holds them: not lent (the
+        # policies kept have their minimums first, as feasible() gave them)
+        held_by_refused = min(self._held_by(holders), lendable - sum(p.spec.least_gpus for p in policies))
         cluster_policy = ClusterPolicy(self.cfg.capacity_gpus,
                                        tuple(WorkloadPolicy.from_spec(p.key, p.spec) for p in policies),
                                        self._weights(lending), self.cfg.non_lendable_gpus + held_by_refused,

@@ -286,6 +286,26 @@ def parse_policy_spec(spec: Any, source: str) -> PolicySpec:
         raise ConfigError(source, field_errors(exc, PolicySpec, "spec")) from None
 
 
+# the fields of a spec that say what its policy holds on a cluster: its target, its ClusterQueues and whether it acts
+HOLDING_FIELDS = ("target", "inferenceClusterQueue", "trainingClusterQueues", "mode")
+
+
+def holding_spec(spec: Any) -> PolicySpec | None:
+    """What a spec that does not parse still says its policy holds: its target (and capacity.gpusPerReplica), its
+    ClusterQueues and mode, each read as a valid spec reads it, in a spec whose other fields are placeholders (the
+    query and demandPerGpu: read by nothing that a refused policy takes part in); None where those do not read so."""
+    if not isinstance(spec, dict):
+        return None
+    capacity = spec.get("capacity")
+    replica = {"gpusPerReplica": capacity["gpusPerReplica"]} \
+        if isinstance(capacity, dict) and "gpusPerReplica" in capacity else {}
+    try:
+        return PolicySpec.model_validate({"query": "-", "capacity": {"demandPerGpu": 1.0, **replica},
+                                          **{k: spec[k] for k in HOLDING_FIELDS if k in spec}})
+    except ValidationError:
+        return None
+
+
 def spec_dict(spec: PolicySpec) -> dict[str, Any]:
     """The spec as it stands in an object or a file: camelCase, every field written (defaults filled in)."""
     return spec.model_dump(mode="json", by_alias=True, exclude_none=True)

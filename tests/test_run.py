@@ -24,7 +24,7 @@ from adapters.prometheus import PrometheusError
 from controller.actions import Evict
 from controller.demand import DemandReader, FileDemand
 from controller.executor import execute
-from controller.reconcile import Reconciler, parse_policies
+from controller.reconcile import ParsedSpecs, Reconciler, invalid_holdings, parse_policies
 from core.objects import CONDITION_TYPES, TargetRef
 from core.policy import API_VERSION, KIND
 from core.settings import RunConfig, WorldSettings
@@ -314,6 +314,55 @@ def test_a_policy_whose_target_is_missing_takes_nothing_from_the_others(demand_f
     assert both.cluster.inference["inference/gone"].held_replicas * 2 < back.reserved_gpus  # training held them
     both.step(MONDAY_6AM + pd.Timedelta(hours=4, minutes=15))
     assert both.cluster.inference["inference/gone"].held_replicas * 2 >= back.reserved_gpus
+
+
+@pytest.mark.parametrize("refusal", [{"leadTime": "soon"},  # InvalidSpec
+                                     {"minGpus": 100}])      # PlanInfeasible: beside chat's 40 on 128
+def test_a_refused_policy_s_target_keeps_its_gpus_and_its_team_keeps_its_share(demand_file, tmp_path, refusal):
+    """A policy planned, then refused: only a PlanInfeasible target's GPUs counted as held, so an InvalidSpec one's
+    34 GPUs were lent as idle (40 + 34 + 88 planned on 128); and its training queue was left out, its quota where the
+    last plan set it (27) beside the whole slack lent to chat's queue and its 40 GPUs of training out of the planner's
+    sight, so chat's morning rise went short while they ran. Whatever the refusal, its target is left as it is and
+    holds its GPUs, and its team keeps its share of the slack, its training preemptible."""
+    r = Replay(tmp_path, demand_file, policy("chat", minGpus=40, inferenceClusterQueue="serving"),
+               policy("big", trainingClusterQueues=["team-b"]))
+    r.fill_training("team-b")
+    r.step(MONDAY_6AM)
+    held = r.replicas("big") * 2
+    assert held > 0 and r.cluster.quotas["team-b"] > 0
+    r.cluster.apply_policy(policy("big", trainingClusterQueues=["team-b"], **refusal))
+    for hour in (0.1, 1, 2, 3):  # through the morning ramp
+        state = r.step(MONDAY_6AM + pd.Timedelta(hours=hour))
+        chat, big = state.policies["inference/chat"], state.policies["inference/big"]
+        assert not big.valid and r.replicas("big") * 2 == held  # left as it is
+        assert chat.reserved_gpus + held + state.slack_gpus == 128, (hour, chat.reserved_gpus, state.slack_gpus)
+        assert r.cluster.quotas["team-b"] == state.teams["team-b"].quota_gpus
+        assert r.cluster.quotas["team-b"] + r.cluster.quotas["research"] == state.slack_gpus
+        assert r.cluster.quotas["serving"] == chat.reserved_gpus  # never lent into as a training queue
+    # the rise was taken back from team-b's training: chat serves what it reserved (warm within the reclaim deadline)
+    assert chat.reserved_gpus > 80 and state.teams["team-b"].used_gpus <= state.teams["team-b"].quota_gpus
+    r.step(MONDAY_6AM + pd.Timedelta(hours=3, minutes=10))
+    assert r.cluster.inference["inference/chat"].held_replicas * 2 >= chat.reserved_gpus
+
+
+def test_an_invalid_policy_holds_and_lends_into_only_what_no_policy_kept_names():
+    """What an InvalidSpec policy still holds is read from its spec (a spec that does not parse: its target, replica
+    size, queues and mode), but a policy kept acts on what it names: the second policy on a target holds none of it,
+    and no refused policy lends into a queue a policy holds inference in, only into its other queues."""
+    objects = [policy("chat", inferenceClusterQueue="serving"),
+               policy("typo", leadTime="soon", trainingClusterQueues=["team-a"], capacity={"demandPerGpu": -1,
+                                                                                            "gpusPerReplica": 4}),
+               policy("clash", trainingClusterQueues=["team-b", "serving"]),
+               policy("copy", target={"kind": "Deployment", "name": "chat"}, trainingClusterQueues=["team-c"]),
+               policy("unread", target={"kind": "Deployment"}, trainingClusterQueues=["team-d"])]
+    specs = ParsedSpecs()
+    kept, invalid = parse_policies(objects, specs)
+    holders, lending = invalid_holdings(objects, invalid, kept, specs)
+    assert [p.ref.name for p in kept] == ["chat"] and len(invalid) == 4
+    assert [(p.ref.name, p.spec.target.name, p.spec.capacity.gpus_per_replica) for p in holders] == [
+        ("typo", "typo", 4), ("clash", "clash", 2)]
+    assert [(p.ref.name, p.spec.training_cluster_queues, p.active) for p in lending] == [
+        ("typo", ["team-a"], True), ("clash", ["team-b"], True), ("copy", ["team-c"], True)]
 
 
 def test_a_refused_policy_keeps_no_condition_of_its_last_plan(demand_file, tmp_path):

@@ -302,6 +302,39 @@ def test_a_policy_whose_target_is_missing_takes_no_gpus_from_a_working_one(kube,
     assert not {"forecastDemand", "model"} & status.keys(), status
 
 
+@pytest.mark.parametrize("refusal", [{"timezone": "Europe/Berln"},  # InvalidSpec: the CRD's schema admits it
+                                     {"minGpus": 200}])               # PlanInfeasible
+def test_a_refused_policy_s_target_keeps_its_gpus_and_its_team_keeps_its_share(kube, controller, prometheus_server,
+                                                                                 tmp_path, refusal):
+    """Found on the embedded cluster, and so here: a policy planned, then refused as InvalidSpec, had its target's GPUs
+    lent as idle (only a PlanInfeasible target's were held); and whatever the refusal its training queue kept the quota
+    the last plan set, beside the whole slack lent to the other policy's queue: the plan lent more than it counted.
+    Its target is left as it is and holds its GPUs, and its team keeps its share of the slack."""
+    team = kueue.path("clusterqueues", "team-run")
+    kube.apply(team, kueue.cluster_queue("team-run", gpus=0, cohort=COHORT))
+    big = {"trainingClusterQueues": ["team-run"], "capacity": {"demandPerGpu": 20.0, "gpusPerReplica": 1}}
+    try:
+        time.sleep(1.1)  # creationTimestamp has seconds: big comes after chat
+        kube.create(f"/apis/apps/v1/namespaces/{NS}/deployments", deployment("big"))
+        kube.create(RP, policy("big", **big))
+        controller.sync()
+        r = reconciler(controller, prometheus_server.url, tmp_path)
+        r.reconcile(MONDAY_7AM)
+        held = kube.get_deployment_replicas(NS, "big")
+        assert held > 0 and kube.get_cluster_queue_quota("team-run") > 0
+        kube.apply(f"{RP}/big", policy("big", **big, **refusal))
+        controller.sync()
+        for minutes in (5, 10):
+            state = r.reconcile(MONDAY_7AM + pd.Timedelta(minutes=minutes))
+            chat = state.policies[f"{NS}/chat"]
+            assert not state.policies[f"{NS}/big"].valid and kube.get_deployment_replicas(NS, "big") == held
+            quotas = kube.get_cluster_queue_quota(QUEUE), kube.get_cluster_queue_quota("team-run")
+            assert sum(quotas) == state.slack_gpus == 128 - chat.reserved_gpus - held and min(quotas) > 0, \
+                (quotas, state.slack_gpus, chat.reserved_gpus, held)
+    finally:
+        kube.delete(team)
+
+
 def test_a_missing_training_queue_is_said_on_the_policy_naming_it(kube, controller, prometheus_server, tmp_path):
     """The slack lent to a ClusterQueue that does not exist never reaches it: once only the controller's log said
     so, the policy Ready=True."""
