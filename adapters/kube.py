@@ -1133,14 +1133,15 @@ class KubeCluster:
                 "observedGeneration": status.observed_generation if status.observed_generation is not None
                 else policy["metadata"].get("generation", 0),
                 "conditions": [merged[t] for t in CONDITION_TYPES if t in merged]}
-            if status.plan_id is not None:
-                body["planId"] = status.plan_id
             # none (the fallback's, or a policy not planned): null, which the merge patch removes, where an old one
-            # kept would read as the forecast in force
+            # kept would read as the forecast in force, or a refused policy's last plan as the plan in force
+            body["planId"] = status.plan_id
             body["forecastDemand"] = float(status.forecast_demand) if status.forecast_demand is not None else None
             body["model"] = status.model
             body["nextHours"] = list(status.next_hours)
-            if status.realized_error:
+            if status.realized_error is None:  # a policy not planned: its forecasts are no longer scored
+                body["realizedError"] = None
+            elif status.realized_error:  # none scored yet (a replica's first refit not done): the last one stands
                 body["realizedError"] = {k: float(v) for k, v in status.realized_error.items()}
             # Nothing new to say (the same numbers, conditions and hours; the plan id and time aside): no write, so
             # a steady reconcile of many policies costs no request; the time is refreshed at least hourly.

@@ -653,6 +653,7 @@ class Reconciler:
         refused = {**invalid, **missing, **too_big}
         states: dict[str, PolicyState] = {}
         report = []
+        generations = {ref: generation for _, ref, generation in map(_identified, objects)}
         for ref, message in refused.items():
             key = f"{ref.namespace}/{ref.name}"
             states[key] = PolicyState(key, "", False, message)
@@ -661,7 +662,7 @@ class Reconciler:
                 why = "PlanInfeasible" if ref in too_big else "TargetMissing" if ref in missing else "InvalidSpec"
                 report += [RecordEvent(EventNote(ref, why, message, "Warning")),
                            PatchStatus(ref, PolicyStatus(0, 0, (Condition("Ready", "False", why, message),
-                                                                *NOT_PLANNED)))]
+                                                                *NOT_PLANNED), observed_generation=generations[ref]))]
                 self._reported[ref] = message
         for p in policies:
             self._reported.pop(p.ref, None)

@@ -365,6 +365,19 @@ def test_an_invalid_policy_holds_and_lends_into_only_what_no_policy_kept_names()
         ("typo", ["team-a"], True), ("clash", ["team-b"], True), ("copy", ["team-c"], True)]
 
 
+def test_a_refused_policy_s_status_answers_to_its_generation(demand_file, tmp_path):
+    """The refusal's status said observedGeneration null on the embedded cluster, where Kubernetes' says the
+    generation refused: both say the generation now; the last plan's id and realized error are gone from both."""
+    r = Replay(tmp_path, demand_file, policy(), policy("bad"))
+    r.step(MONDAY_6AM)
+    assert r.status("bad")[0]["planId"]
+    r.cluster.apply_policy(policy("bad", leadTime="soon"))
+    r.step(MONDAY_6AM + pd.Timedelta(minutes=5))
+    status, conditions = r.status("bad")
+    assert conditions["Ready"]["reason"] == "InvalidSpec" and status["observedGeneration"] == 2
+    assert status.get("planId") is None and not status.get("realizedError")
+
+
 def test_a_refused_policy_keeps_no_condition_of_its_last_plan(demand_file, tmp_path):
     """A status write keeps the conditions it does not name, and a refusal named only Ready: a policy planned with its
     headroom at risk, then refused (its target deleted), still said HeadroomAtRisk=True beside Ready=False (found on

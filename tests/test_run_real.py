@@ -335,6 +335,24 @@ def test_a_refused_policy_s_target_keeps_its_gpus_and_its_team_keeps_its_share(k
         kube.delete(team)
 
 
+def test_a_refused_policy_s_status_keeps_nothing_of_its_last_plan(kube, controller, prometheus_server, tmp_path):
+    """Found here: a refusal's status named no planId and no realizedError, so the merge patch kept its last plan's
+    (the embedded cluster cleared them): a policy refused said which plan was in force and how well forecasts scored
+    that are no longer made or scored. Both go, as on the embedded cluster; observedGeneration is the one refused."""
+    r = reconciler(controller, prometheus_server.url, tmp_path)
+    for hour in range(3):
+        r.reconcile(MONDAY_7AM + pd.Timedelta(hours=hour))
+    status, _ = rp_status(kube)
+    assert status["planId"] and status["realizedError"], status
+    kube.apply(f"{RP}/chat", policy("chat", timezone="Europe/Berln"))
+    controller.sync()
+    r.reconcile(MONDAY_7AM + pd.Timedelta(hours=2, minutes=5))
+    status, conditions = rp_status(kube)
+    assert conditions["Ready"]["reason"] == "InvalidSpec"
+    assert status["observedGeneration"] == kube.get_reservation_policy(NS, "chat")["metadata"]["generation"] > 1
+    assert not {"planId", "realizedError"} & status.keys(), status
+
+
 def test_a_missing_training_queue_is_said_on_the_policy_naming_it(kube, controller, prometheus_server, tmp_path):
     """The slack lent to a ClusterQueue that does not exist never reaches it: once only the controller's log said
     so, the policy Ready=True."""
