@@ -690,7 +690,7 @@ class Reconciler:
                                        self.cfg.horizon_hours, self.cfg.keep_forecast_seconds)
         hours = self._hour_plan(inputs, cluster_policy, now)
         self._landed_late()
-        view = self._view(lending, now, self.cluster.workloads())
+        view = self._view(policies, lending, now, self.cluster.workloads())
         step = plan_step(hours, self._observed(inputs, view), view.training, cluster_policy, now)
         plan_id = hashlib.sha256(repr((now.isoformat(), [(w.name, w.reserved_gpus) for w in step.workloads],
                                        [(x.job, x.kind, x.at) for x in step.preemptions])).encode()).hexdigest()[:12]
@@ -702,7 +702,7 @@ class Reconciler:
         self._note_left(outcomes)
         failures = self._count(outcomes, policies)
         workloads = self.cluster.workloads()  # after evictions and scaling
-        after = self._view(lending, now, workloads)
+        after = self._view(policies, lending, now, workloads)
         lenders = self._cohort_check(lending)
         report += self._reclaim_notes(lending, lenders) + self._within_queue_notes(lending, workloads)
         reclaimable, wanted, risk = self._headroom(step, after, cluster_policy, lenders)
@@ -954,11 +954,12 @@ class Reconciler:
                    for p in policies if p.key in targets and targets[p.key] is None}
         return [p for p in policies if p.ref not in missing], missing
 
-    def _view(self, policies: list[PolicyObject], now: pd.Timestamp, workloads: list[WorkloadInfo]) -> View:
-        """The targets as read now, and the training among `workloads` (the cluster's, read by the caller)."""
-        queues = training_queues(policies)
-        training, uids, stopped = training_view(workloads, queues, now.timestamp())
-        return View(self._targets(policies), self.cluster.cluster_queue_quotas(), training, uids, stopped)
+    def _view(self, planned: list[PolicyObject], lending: list[PolicyObject], now: pd.Timestamp,
+              workloads: list[WorkloadInfo]) -> View:
+        """The targets of the policies `planned` as read now (a refused policy's is read where it is refused, once),
+        and the training among `workloads` (the cluster's, read by the caller) in the queues `lending` lend to."""
+        training, uids, stopped = training_view(workloads, training_queues(lending), now.timestamp())
+        return View(self._targets(planned), self.cluster.cluster_queue_quotas(), training, uids, stopped)
 
     def _held_by(self, policies: list[PolicyObject]) -> int:
         """The GPUs the targets of `policies` hold now (a target that cannot be read: none)."""
@@ -984,7 +985,7 @@ class Reconciler:
 
     def _still_wanted(self, hours: HourPlan, inputs, policy: ClusterPolicy, policies, now) -> set[str]:
         """The Workloads a plan on a fresh view still evicts now."""
-        fresh = self._view(policies, now, self.cluster.workloads())
+        fresh = self._view([i.policy for i in inputs], policies, now, self.cluster.workloads())
         return {x.job for x in plan_step(hours, self._observed(inputs, fresh), fresh.training, policy, now).due()}
 
     # -- 4. act

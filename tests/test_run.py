@@ -365,6 +365,22 @@ def test_an_invalid_policy_holds_and_lends_into_only_what_no_policy_kept_names()
         ("typo", ["team-a"], True), ("clash", ["team-b"], True), ("copy", ["team-c"], True)]
 
 
+def test_a_refused_policy_s_target_is_read_once_a_reconcile(demand_file, tmp_path, monkeypatch):
+    """Each view of the cluster read every lending policy's target, so a policy whose target is missing was asked for
+    three times a reconcile (a GET each without a watch cache: `run --once`). A planned policy's target is read where
+    the reconcile decides whether it is there, and again for the plan (the forecasts fitted in between would make a
+    first read stale) and after the writes; a refused one's where it is refused, once."""
+    r = Replay(tmp_path, demand_file, policy(), policy("gone"), policy("typo", leadTime="soon"))
+    r.cluster.delete_target(TargetRef("Deployment", "gone", "inference"))
+    reads: list[str] = []
+    asked = r.cluster.target_state
+    monkeypatch.setattr(r.cluster, "target_state", lambda target, gpr: reads.append(target.name) or asked(target, gpr))
+    for minutes in (0, 5):
+        reads.clear()
+        r.step(AT_9 + pd.Timedelta(minutes=minutes))
+        assert sorted(reads) == ["chat", "chat", "chat", "gone", "typo"], reads
+
+
 def test_a_refused_policy_s_status_answers_to_its_generation(demand_file, tmp_path):
     """The refusal's status said observedGeneration null on the embedded cluster, where Kubernetes' says the
     generation refused: both say the generation now; the last plan's id and realized error are gone from both."""
