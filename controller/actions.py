@@ -128,8 +128,10 @@ def owners(policies: Sequence[PolicyTarget]) -> dict[str, PolicyTarget]:
     return out
 
 
-def cluster_actions(step: StepPlan, view: View, policies: Sequence[PolicyTarget], plan_id: str) -> list[Action]:
-    """The changes the plan asks of the cluster now, for `active` policies only."""
+def cluster_actions(step: StepPlan, view: View, policies: Sequence[PolicyTarget], plan_id: str,
+                    refused_hold: Mapping[str, int] | None = None) -> list[Action]:
+    """The changes the plan asks of the cluster now, for `active` policies only. `refused_hold`: the GPUs refused
+    policies' targets hold in each inference ClusterQueue (left as they are, so their pods keep their quota there)."""
     actions: list[Action] = []
     reserved = {w.name: w for w in step.workloads}
     for p in policies:
@@ -150,8 +152,9 @@ def cluster_actions(step: StepPlan, view: View, policies: Sequence[PolicyTarget]
             actions.append(Scale(p.key, p.target, replicas, w.reserved_gpus, w.reason, EventNote(
                 p.ref, "ReservationChanged", f"reserved {current} -> {value} on {what}: {w.reason}")))
     # an inference ClusterQueue an active policy runs in holds every sharing policy's reservation: the pods of a
-    # forecast-only policy in it run on that quota too
-    inference: dict[str, int] = {}
+    # forecast-only policy in it run on that quota too, and a refused policy's (beyond it they would borrow what the
+    # training queues were lent, or keep the working policies' new replicas out)
+    inference: dict[str, int] = dict(refused_hold or {})
     managed: set[str] = set()
     for p in policies:
         if p.inference_queue and p.key in reserved:

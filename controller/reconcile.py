@@ -683,7 +683,8 @@ class Reconciler:
         inputs = [self._input(p, now) for p in policies]
         # a refused policy's target holds its GPUs as any workload headroom does not manage holds them: not lent (the
         # policies kept have their minimums first, as feasible() gave them)
-        held_by_refused = min(self._held_by(holders), lendable - sum(p.spec.least_gpus for p in policies))
+        held = self._held_by(holders)
+        held_by_refused = min(sum(held.values()), lendable - sum(p.spec.least_gpus for p in policies))
         cluster_policy = ClusterPolicy(self.cfg.capacity_gpus,
                                        tuple(WorkloadPolicy.from_spec(p.key, p.spec) for p in policies),
                                        self._weights(lending), self.cfg.non_lendable_gpus + held_by_refused,
@@ -695,7 +696,11 @@ class Reconciler:
         plan_id = hashlib.sha256(repr((now.isoformat(), [(w.name, w.reserved_gpus) for w in step.workloads],
                                        [(x.job, x.kind, x.at) for x in step.preemptions])).encode()).hexdigest()[:12]
         targets = [replace(p.target(), active=True) if self.dry_run else p.target() for p in lending]
-        actions = cluster_actions(step, view, targets, plan_id)
+        in_queues: dict[str, int] = {}  # what refused policies' targets hold in each inference ClusterQueue
+        for p in holders:
+            if q := p.spec.inference_cluster_queue:
+                in_queues[q] = in_queues.get(q, 0) + held[p.key]
+        actions = cluster_actions(step, view, targets, plan_id, in_queues)
         with self._events.held() if self._events is not None else nullcontext():  # the writes first, their Events after
             outcomes = [] if self.dry_run else self._apply(actions, view, lambda: self._still_wanted(
                 hours, inputs, cluster_policy, lending, now))
@@ -961,18 +966,19 @@ class Reconciler:
         training, uids, stopped = training_view(workloads, training_queues(lending), now.timestamp())
         return View(self._targets(planned), self.cluster.cluster_queue_quotas(), training, uids, stopped)
 
-    def _held_by(self, policies: list[PolicyObject]) -> int:
-        """The GPUs the targets of `policies` hold now (a target that cannot be read: none)."""
+    def _held_by(self, policies: list[PolicyObject]) -> dict[str, int]:
+        """The GPUs the target of each of `policies` holds now (a target that cannot be read: none)."""
         if not policies:
-            return 0
+            return {}
         quotas = self.cluster.cluster_queue_quotas()
-        held = 0
+        held = {}
         for p in policies:
             try:
                 target = p.target()
-                held += _held_gpus(p.spec, self.cluster.target_state(target.target, target.gpus_per_replica), quotas)
+                held[p.key] = _held_gpus(p.spec, self.cluster.target_state(target.target, target.gpus_per_replica),
+                                         quotas)
             except ClusterError:  # NotFound among them
-                continue
+                held[p.key] = 0
         return held
 
     def _observed(self, inputs: list[_Input], view: View) -> dict[str, Observed]:

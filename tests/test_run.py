@@ -322,15 +322,18 @@ def test_a_refused_policy_s_target_keeps_its_gpus_and_its_team_keeps_its_share(d
     """A policy planned, then refused: only a PlanInfeasible target's GPUs counted as held, so an InvalidSpec one's
     34 GPUs were lent as idle (40 + 34 + 88 planned on 128); and its training queue was left out, its quota where the
     last plan set it (27) beside the whole slack lent to chat's queue and its 40 GPUs of training out of the planner's
-    sight, so chat's morning rise went short while they ran. Whatever the refusal, its target is left as it is and
-    holds its GPUs, and its team keeps its share of the slack, its training preemptible."""
-    r = Replay(tmp_path, demand_file, policy("chat", minGpus=40, inferenceClusterQueue="serving"),
-               policy("big", trainingClusterQueues=["team-b"]))
+    sight, so chat's morning rise went short while they ran. And the inference ClusterQueue the two share was given
+    chat's reservation alone, big's replicas beyond it borrowing what chat's new ones needed (chat 56 of its 90 GPUs
+    served, 34 idle). Whatever the refusal, its target is left as it is and holds its GPUs, in its queue too, and its
+    team keeps its share of the slack, its training preemptible."""
+    shared = {"inferenceClusterQueue": "serving"}
+    r = Replay(tmp_path, demand_file, policy("chat", minGpus=40, **shared),
+               policy("big", trainingClusterQueues=["team-b"], **shared))
     r.fill_training("team-b")
     r.step(MONDAY_6AM)
     held = r.replicas("big") * 2
     assert held > 0 and r.cluster.quotas["team-b"] > 0
-    r.cluster.apply_policy(policy("big", trainingClusterQueues=["team-b"], **refusal))
+    r.cluster.apply_policy(policy("big", trainingClusterQueues=["team-b"], **shared, **refusal))
     for hour in (0.1, 1, 2, 3):  # through the morning ramp
         state = r.step(MONDAY_6AM + pd.Timedelta(hours=hour))
         chat, big = state.policies["inference/chat"], state.policies["inference/big"]
@@ -338,7 +341,7 @@ def test_a_refused_policy_s_target_keeps_its_gpus_and_its_team_keeps_its_share(d
         assert chat.reserved_gpus + held + state.slack_gpus == 128, (hour, chat.reserved_gpus, state.slack_gpus)
         assert r.cluster.quotas["team-b"] == state.teams["team-b"].quota_gpus
         assert r.cluster.quotas["team-b"] + r.cluster.quotas["research"] == state.slack_gpus
-        assert r.cluster.quotas["serving"] == chat.reserved_gpus  # never lent into as a training queue
+        assert r.cluster.quotas["serving"] == chat.reserved_gpus + held
     # the rise was taken back from team-b's training: chat serves what it reserved (warm within the reclaim deadline)
     assert chat.reserved_gpus > 80 and state.teams["team-b"].used_gpus <= state.teams["team-b"].quota_gpus
     r.step(MONDAY_6AM + pd.Timedelta(hours=3, minutes=10))

@@ -309,7 +309,8 @@ def test_a_refused_policy_s_target_keeps_its_gpus_and_its_team_keeps_its_share(k
     """Found on the embedded cluster, and so here: a policy planned, then refused as InvalidSpec, had its target's GPUs
     lent as idle (only a PlanInfeasible target's were held); and whatever the refusal its training queue kept the quota
     the last plan set, beside the whole slack lent to the other policy's queue: the plan lent more than it counted.
-    Its target is left as it is and holds its GPUs, and its team keeps its share of the slack."""
+    Its target is left as it is and holds its GPUs, in the inference queue the two share too (it was given chat's
+    reservation alone), and its team keeps its share of the slack."""
     team = kueue.path("clusterqueues", "team-run")
     kube.apply(team, kueue.cluster_queue("team-run", gpus=0, cohort=COHORT))
     big = {"trainingClusterQueues": ["team-run"], "capacity": {"demandPerGpu": 20.0, "gpusPerReplica": 1}}
@@ -331,6 +332,8 @@ def test_a_refused_policy_s_target_keeps_its_gpus_and_its_team_keeps_its_share(k
             quotas = kube.get_cluster_queue_quota(QUEUE), kube.get_cluster_queue_quota("team-run")
             assert sum(quotas) == state.slack_gpus == 128 - chat.reserved_gpus - held and min(quotas) > 0, \
                 (quotas, state.slack_gpus, chat.reserved_gpus, held)
+            # the inference queue the two share holds big's pods too: beyond its quota they would borrow
+            assert kube.get_cluster_queue_quota(INFERENCE_QUEUE) == chat.reserved_gpus + held
     finally:
         kube.delete(team)
 
