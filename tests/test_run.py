@@ -25,8 +25,9 @@ from controller.actions import Evict
 from controller.demand import DemandReader, FileDemand
 from controller.executor import execute
 from controller.reconcile import ParsedSpecs, Reconciler, invalid_holdings, parse_policies
+from core.errors import ConfigError
 from core.objects import CONDITION_TYPES, TargetRef
-from core.policy import API_VERSION, KIND
+from core.policy import API_VERSION, KIND, holding_spec, parse_policy_spec
 from core.settings import RunConfig, WorldSettings
 from forecast.synthetic import synthetic_demand, write_csv
 from tests.test_training import mlflow_server  # noqa: F401 -- the real `mlflow server` fixture
@@ -366,6 +367,45 @@ def test_an_invalid_policy_holds_and_lends_into_only_what_no_policy_kept_names()
         ("typo", "typo", 4), ("clash", "clash", 2)]
     assert [(p.ref.name, p.spec.training_cluster_queues, p.active) for p in lending] == [
         ("typo", ["team-a"], True), ("clash", ["team-b"], True), ("copy", ["team-c"], True)]
+
+
+JUNK = st.one_of(st.none(), st.integers(-3, 3), st.floats(), st.text(max_size=4), st.lists(st.integers(), max_size=2),
+                 st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
+HOLDING = {"target": policy()["spec"]["target"], "gpusPerReplica": 2, "inferenceClusterQueue": "serving",
+           "trainingClusterQueues": ["research"], "mode": "active"}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from(["query", "statistic", "demandPerGpu", "forecaster", "timezone",
+                                        "targetQuantile", "headroomQuantile", "leadTime", "warmBuffer", "scaleInDelay",
+                                        "minGpus", "maxGpus", "reclaimDeadline", "objective", "notAField",
+                                        *HOLDING]), JUNK, max_size=4))
+def test_what_a_spec_holds_is_read_whatever_else_is_wrong_with_it(junk):
+    """A spec with up to four fields set to anything: what it says its policy holds is read without an error, as the
+    whole spec reads it where that parses, and as it was where only fields that say nothing of it are wrong."""
+    spec = policy(inferenceClusterQueue="serving")["spec"]
+    raw = {**spec, "capacity": {**spec["capacity"]}}
+    for field, value in junk.items():
+        if field in ("demandPerGpu", "gpusPerReplica"):
+            raw["capacity"][field] = value
+        else:
+            raw[field] = value
+    held = holding_spec(raw)
+    said = None if held is None else {
+        "target": held.target.model_dump(by_alias=True, exclude_none=True), "mode": held.mode,
+        "gpusPerReplica": held.capacity.gpus_per_replica, "inferenceClusterQueue": held.inference_cluster_queue,
+        "trainingClusterQueues": held.training_cluster_queues}
+    try:
+        whole = parse_policy_spec(raw, "ReservationPolicy inference/chat")
+    except ConfigError:
+        whole = None
+    if whole is not None:
+        assert held is not None and held.target == whole.target and held.mode == whole.mode
+        assert held.capacity.gpus_per_replica == whole.capacity.gpus_per_replica
+        assert (held.inference_cluster_queue, held.training_cluster_queues) == (whole.inference_cluster_queue,
+                                                                                whole.training_cluster_queues)
+    if not junk.keys() & HOLDING.keys():
+        assert said == HOLDING
 
 
 def test_a_refused_policy_s_target_is_read_once_a_reconcile(demand_file, tmp_path, monkeypatch):
