@@ -1141,7 +1141,8 @@ class KubeCluster:
             body["nextHours"] = list(status.next_hours)
             if status.realized_error is None:  # a policy not planned: its forecasts are no longer scored
                 body["realizedError"] = None
-            elif status.realized_error:  # none scored yet (a replica's first refit not done): the last one stands
+            elif status.realized_error:  # ({}: none scored this time, no forecast in force or a replica's first
+                # refit not done: the last one stands)
                 body["realizedError"] = {k: float(v) for k, v in status.realized_error.items()}
             # Nothing new to say (the same numbers, conditions and hours; the plan id and time aside): no write, so
             # a steady reconcile of many policies costs no request; the time is refreshed at least hourly.
