@@ -41,8 +41,8 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from core.cluster import FORECAST_GENERATION, FORECAST_MODEL
 from core.cluster import FORECAST_SCALE as SCALE
+from core.cluster import FORECAST_TAKEN_UP_BY
 from core.deadline import current as current_deadline
 from core.deadline import earliest
 from core.errors import ClusterError, Conflict, Invalid, NotFound, NotInstalled, StaleCache, Unauthorized
@@ -1324,9 +1324,9 @@ class ConfigMapForecastStore:
     replica leads reads the forecasts the previous leader issued and realized error goes on without a gap.
 
     A forecast is one data key, its issue time in epoch seconds, holding JSON {index: [epoch s], columns:
-    [quantile], values: [[...]], scale, generation, model}: only what realized error, and a new leader planning on it
-    until its own refit lands, read (the first `rows` periods and the quantiles nearest `quantiles`; all of them when
-    None). Each ConfigMap stays bounded: a record drops forecasts issued
+    [quantile], values: [[...]], scale, generation, model, basis}: only what realized error, and a new leader planning
+    on it until its own refit lands, read (the first `rows` periods and the quantiles nearest `quantiles`; all of them
+    when None). Each ConfigMap stays bounded: a record drops forecasts issued
     more than `keep` before it, and then the oldest until the data fits in `max_bytes` (under the 1 MiB a
     ConfigMap holds). Reads are one GET (strongly consistent: a new leader sees the last write of the old one);
     writes are read-modify-write merge patches carrying the resourceVersion read."""
@@ -1365,7 +1365,7 @@ class ConfigMapForecastStore:
         scale = frame.attrs.get(SCALE)
         if scale is not None:  # realized error divides by its fitting window's scale: NaN (none) is null
             doc[SCALE] = None if scale != scale else float(scale)
-        for key in (FORECAST_GENERATION, FORECAST_MODEL):  # what a new leader takes the forecast up by
+        for key in FORECAST_TAKEN_UP_BY:  # what a new leader takes the forecast up by
             if key in frame.attrs:
                 doc[key] = frame.attrs[key]
         return json.dumps(doc, separators=(",", ":"))
@@ -1379,7 +1379,7 @@ class ConfigMapForecastStore:
         frame = pd.DataFrame(doc["values"], index=index, columns=[float(c) for c in doc["columns"]], dtype=float)
         if SCALE in doc:
             frame.attrs[SCALE] = float("nan") if doc[SCALE] is None else float(doc[SCALE])
-        frame.attrs.update({key: doc[key] for key in (FORECAST_GENERATION, FORECAST_MODEL) if key in doc})
+        frame.attrs.update({key: doc[key] for key in FORECAST_TAKEN_UP_BY if key in doc})
         return frame
 
     def _data(self, series: str) -> dict[str, str]:

@@ -38,6 +38,7 @@ from controller.observe import (
     fit,
     fit_hourly,
     hourly_history,
+    made_for,
     stored,
     usable,
 )
@@ -125,13 +126,14 @@ class ForecastKeeper:
 
     def in_force(self, p: PolicyObject, cached: IssuedForecast | None, now: pd.Timestamp) -> IssuedForecast | None:
         """The forecast `p` is planned on now (None: the planner's conservative fallback): `cached`, its own, while
-        usable; without one, and with the refit beside, the newest the forecast store holds for its series that is
-        usable by the same rule and was made for its generation (the leader's, before this replica started or took
-        the Lease) until its own refit lands. A replica waiting for its own fell back to last week's peak, above or
-        below the forecast in force: every restart and failover moved the reservation and back, cutting inference or
-        taking lent GPUs back. Looked up once an hour and generation; a read that fails is tried again at the next
+        usable and made for it (_answers); without one, and with the refit beside, the newest the forecast store holds
+        for its series that is usable and made for it by the same rules (the leader's, before this replica started or
+        took the Lease) until its own refit lands. A replica waiting for its own fell back to last week's peak, above
+        or below the forecast in force: every restart and failover moved the reservation and back, cutting inference
+        or taking lent GPUs back. Looked up once an hour and generation; a read that fails is tried again at the next
         reconcile."""
         own = usable(cached, now, self.data)
+        own = own if own is not None and self._answers(own, p) else None
         if own is not None or not self.refit_beside or self.forecast_log is None:
             # a refit in the reconcile fits its own at once; the embedded cluster's log is a replay's, not a leader's
             self._taken.pop(p.key, None)
@@ -149,16 +151,20 @@ class ForecastKeeper:
                          "lands", p.key, held[1].model, held[1].made_at)
         return usable(held[1], now, self.data)
 
+    def _answers(self, forecast: IssuedForecast, p: PolicyObject) -> bool:
+        """Whether `p` can be planned on `forecast`: made for its spec (observe.made_for), with its target and
+        headroom quantiles."""
+        wanted = {p.spec.target_quantile, p.spec.headroom_quantile}
+        return made_for(forecast, p.spec, p.generation) and wanted <= {float(c) for c in forecast.frame.columns}
+
     def _stored(self, p: PolicyObject, now: pd.Timestamp) -> IssuedForecast | None:
         """The newest forecast of `p`'s series in the store, issued by `now` and within keep_forecast_seconds of it,
-        made for its generation, with its target and headroom quantiles."""
+        that it can be planned on (_answers)."""
         assert self.forecast_log is not None
         since = now - pd.Timedelta(seconds=self.data.keep_forecast_seconds)
-        wanted = {p.spec.target_quantile, p.spec.headroom_quantile}
         for issued, frame in sorted(self.forecast_log.load(p.series, since=since).items(), reverse=True):
             taken = stored(issued, frame)
-            if (issued <= now and taken is not None and taken.generation == p.generation
-                    and wanted <= {float(c) for c in frame.columns}):
+            if issued <= now and taken is not None and self._answers(taken, p):
                 return taken
         return None
 

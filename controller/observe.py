@@ -4,13 +4,15 @@ fits on, when a forecast is refitted and how long a forecast is kept once the da
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from core.cluster import FORECAST_GENERATION, FORECAST_MODEL, FORECAST_SCALE
+from core.cluster import FORECAST_BASIS, FORECAST_GENERATION, FORECAST_MODEL, FORECAST_SCALE
 from core.errors import raise_interrupt_inside
 from core.policy import PolicySpec
 from core.settings import LOOKBACK, RunConfig
@@ -96,6 +98,26 @@ class IssuedForecast:
     model: str
     generation: int            # the policy's metadata.generation it was made for
     scale: float               # seasonal-24 scale of the fitting window (realized error is divided by it)
+    basis: str | None = None   # what it is a forecast of (basis(spec)); None: recorded before that was kept
+
+
+def basis(spec: PolicySpec) -> str:
+    """What a policy's forecast is a forecast of: its demand query, the statistic of its hours, its forecaster and the
+    clock of its seasons. Its other fields (quantiles aside, which the planner checks) shape only the plan made on
+    it."""
+    text = json.dumps([spec.query, spec.statistic, spec.forecaster, spec.timezone])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def made_for(forecast: IssuedForecast, spec: PolicySpec, generation: int) -> bool:
+    """Whether the policy may be planned on `forecast` now that its spec is `spec` at `generation`: made for the same
+    basis, whatever generation (a change of minGpus or targetQuantile leaves the forecast what a refit would make
+    now, so it serves until the refit lands instead of the fallback; a changed query or statistic makes it a forecast
+    of something else, e.g. hourly means where peaks are asked); one recorded without its basis, for that generation
+    only. Generations alone could not tell a policy deleted and created anew, its query changed, from the old one."""
+    if forecast.basis is not None:
+        return forecast.basis == basis(spec)
+    return forecast.generation == generation
 
 
 def due(cached: IssuedForecast | None, now: pd.Timestamp, generation: int) -> bool:
@@ -149,14 +171,18 @@ def issue(model, name: str, hourly: pd.Series, now: pd.Timestamp, spec: PolicySp
     scale = scale if math.isfinite(scale) else float("nan")
     frame.attrs[FORECAST_SCALE] = scale  # recorded with it: its realized error is divided by its own window's scale
     model = f"{name}: {chosen}" if chosen else name
-    frame.attrs[FORECAST_GENERATION], frame.attrs[FORECAST_MODEL] = generation, model  # a new leader's to take up
-    return IssuedForecast(frame, now, model, generation, scale)
+    kind = basis(spec)
+    frame.attrs.update({FORECAST_GENERATION: generation, FORECAST_MODEL: model, FORECAST_BASIS: kind})  # a new
+    # leader's to take up
+    return IssuedForecast(frame, now, model, generation, scale, kind)
 
 
 def stored(issued_at: pd.Timestamp, frame: pd.DataFrame) -> IssuedForecast | None:
     """A forecast as the store holds it, or None where it does not say which policy generation and model it was made
-    for (one recorded before they were kept, or a stored value not of its type)."""
+    for (one recorded before they were kept, or a stored value not of its type); its basis where it says one."""
     generation, model = frame.attrs.get(FORECAST_GENERATION), frame.attrs.get(FORECAST_MODEL)
     if type(generation) is not int or not isinstance(model, str):  # not a bool either: JSON's true is no generation
         return None
-    return IssuedForecast(frame, issued_at, model, generation, float(frame.attrs.get(FORECAST_SCALE, math.nan)))
+    kind = frame.attrs.get(FORECAST_BASIS)
+    return IssuedForecast(frame, issued_at, model, generation, float(frame.attrs.get(FORECAST_SCALE, math.nan)),
+                          kind if isinstance(kind, str) else None)

@@ -42,17 +42,20 @@ class PlanSummaryWriter(Protocol):
 
 # A forecast frame's attrs keys, each kept with the frame by every ForecastStore: the seasonal-24 scale of the window it
 # was fitted on (realized error is divided by it, as the backtest divides each fold by its own window's), and the
-# policy's metadata.generation it was made for and the model that made it (a replica that has just taken the Lease
-# plans on the leader's forecast until its own refit lands: controller.forecasting; data only, never code)
+# policy's metadata.generation it was made for, the model that made it and what it is a forecast of (its basis: a
+# replica that has just taken the Lease plans on the leader's forecast until its own refit lands:
+# controller.forecasting; data only, never code)
 FORECAST_SCALE = "scale"
 FORECAST_GENERATION = "generation"
 FORECAST_MODEL = "model"
+FORECAST_BASIS = "basis"
+FORECAST_TAKEN_UP_BY = (FORECAST_GENERATION, FORECAST_MODEL, FORECAST_BASIS)  # kept beside the scale
 
 
 class ForecastStore(Protocol):
     """Forecasts by issue time, per series, shared by every replica (realized error survives failover, and a new
-    leader plans on the last forecast in force); each frame loaded carries the `FORECAST_SCALE`,
-    `FORECAST_GENERATION` and `FORECAST_MODEL` attrs it was recorded with, as plain data (whoever reads them checks
+    leader plans on the last forecast in force); each frame loaded carries the `FORECAST_SCALE` and
+    `FORECAST_TAKEN_UP_BY` attrs it was recorded with, as plain data (whoever reads them checks
     their types: controller.observe.stored)."""
 
     def record(self, series: str, issued_at: Any, frame: Any) -> Any: ...

@@ -1286,9 +1286,20 @@ def test_a_restarted_replica_plans_on_the_stored_forecast_until_its_own_refit_la
     np.testing.assert_array_equal(first.hours.reserved, before.hours.reserved)
     s, conditions = b.status()
     assert conditions["FallbackActive"]["status"] == "False" and s["model"] == before.model
-    # where nothing usable is stored, the fallback as before: a spec changed since (a new generation), a forecast
-    # older than run.keep_forecast_seconds, or one recorded without the generation it was made for
-    changed = policy()
+    # a spec changed since in what does not shape the forecast (a new generation: minGpus here) serves on it too
+    edited = policy(minGpus=4)
+    edited["metadata"]["generation"] = 2
+    c = Replay(tmp_path, demand_file, edited, refit_beside=True, start=before.now)
+    try:
+        kept = c.step(before.now).policies["inference/chat"]
+    finally:
+        c.reconciler.close()
+    assert not kept.fallback and kept.model == before.model
+    np.testing.assert_array_equal(kept.hours.reserved, np.maximum(before.hours.reserved, 4))
+    # where nothing usable is stored, the fallback as before: a spec changed since in what the forecast is of (its
+    # hourly means, not peaks), a forecast older than run.keep_forecast_seconds, or one recorded without the
+    # generation it was made for
+    changed = policy(statistic="mean")
     changed["metadata"]["generation"] = 2
     late = before.now + pd.Timedelta(seconds=RunConfig().keep_forecast_seconds + 60)
     for folder, chat, at in (("changed", changed, before.now), ("late", policy(), late)):
@@ -1299,7 +1310,7 @@ def test_a_restarted_replica_plans_on_the_stored_forecast_until_its_own_refit_la
             c.reconciler.close()
     for path in (tmp_path / "log" / "inference.chat").glob("*.csv"):  # as recorded before generations were
         path.write_text("".join(line for line in path.read_text().splitlines(keepends=True)
-                                if not line.startswith(("# generation", "# model"))))
+                                if not line.startswith(("# generation", "# model", "# basis"))))
     c = Replay(tmp_path, demand_file, refit_beside=True, start=before.now)
     try:
         assert c.step(before.now).policies["inference/chat"].fallback
@@ -1328,6 +1339,35 @@ def test_a_replica_that_leads_again_plans_on_the_leader_s_forecast_not_the_fallb
         x.close()
     assert not back.fallback and back.model == led.model
     assert back.forecast_age_seconds == led.forecast_age_seconds + 60
+
+
+def test_after_a_spec_change_the_forecast_serves_until_the_refit_only_if_it_forecasts_the_same_demand(demand_file,
+                                                                                                      tmp_path):
+    """With the refit beside, a spec change is refitted beside too, and until that refit lands the replica's own
+    forecast served whatever changed: after a new `query` the plan stayed on a forecast of the old series. It serves
+    now while it is a forecast of the same thing (the same query, statistic, forecaster and timezone: a change of
+    minGpus or of the quantiles it holds, planned on it, is what the refit would give); otherwise the stored
+    forecasts made for the new spec, and without one the fallback, until the refit lands."""
+    start = MONDAY_6AM + pd.Timedelta(hours=2, minutes=50)
+    r = Replay(tmp_path, demand_file, refit_beside=True, start=start)
+    keeper = r.reconciler.forecasts
+    try:
+        before = _until_taken_up(r, start).policies["inference/chat"]
+        r.cluster.apply_policy(policy(minGpus=4, targetQuantile=0.5))  # generation 2: the same demand forecast
+        edited = r.step(before.now + pd.Timedelta(minutes=1)).policies["inference/chat"]
+        assert keeper.refitting() == 1
+        assert not edited.fallback and edited.forecast_age_seconds == before.forecast_age_seconds + 60
+        assert edited.reserved_gpus < before.reserved_gpus  # planned on its median, not on the fallback's peak
+        _until_taken_up(r, edited.now + pd.Timedelta(minutes=1))
+        r.cluster.apply_policy(policy(minGpus=4, targetQuantile=0.5, query="sum(rate(embeddings_total[5m]))"))
+        moved = r.step(edited.now + pd.Timedelta(minutes=5)).policies["inference/chat"]
+        assert keeper.refitting() == 1
+        assert moved.fallback  # not on the forecast of the old query
+        own = _until_taken_up(r, moved.now + pd.Timedelta(minutes=1)).policies["inference/chat"]
+        fresh = keeper.current("inference/chat")
+        assert (fresh.generation, fresh.made_at) == (3, moved.now) and not own.fallback
+    finally:
+        r.reconciler.close()
 
 
 def test_a_stored_forecast_that_does_not_parse_costs_only_itself(demand_file, tmp_path):

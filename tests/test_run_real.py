@@ -947,12 +947,12 @@ def test_reconciles_at_wall_clock_times_forecast_from_whole_data(kube, controlle
 
 def test_forecast_store_is_one_labelled_bounded_configmap_per_series(kube_server, kube):
     """The shared forecast log: a ConfigMap per series beside the Lease, holding only what realized error and a new
-    leader read (the scale, generation and model recorded with each frame) and no more than its window (and its byte
-    budget)."""
+    leader read (the scale, generation, model and basis recorded with each frame) and no more than its window (and
+    its byte budget)."""
     import numpy as np
 
     from adapters.kube import CONFIGMAP_LIMIT, FORECAST_LOG_LABEL
-    from core.cluster import FORECAST_GENERATION, FORECAST_MODEL, FORECAST_SCALE
+    from core.cluster import FORECAST_BASIS, FORECAST_GENERATION, FORECAST_MODEL, FORECAST_SCALE
 
     store = kube.forecast_store(NS, keep_seconds=50 * 3600, rows=24)
     series = f"{NS}.store-test"
@@ -969,7 +969,8 @@ def test_forecast_store_is_one_labelled_bounded_configmap_per_series(kube_server
         if hour % 3:  # its fitting window's scale (realized error divides by it), NaN where it has none
             frames[issued].attrs[FORECAST_SCALE] = 10.0 + hour if hour % 3 == 1 else float("nan")
         if hour % 2:  # the policy generation and the model it was made for (a new leader plans on it)
-            frames[issued].attrs.update({FORECAST_GENERATION: hour, FORECAST_MODEL: f"auto: snaive{hour}\n# x: 1"})
+            frames[issued].attrs.update({FORECAST_GENERATION: hour, FORECAST_MODEL: f"auto: snaive{hour}\n# x: 1",
+                                         FORECAST_BASIS: f"{hour:016x}"})
         store.record(series, issued, frames[issued])
     cm = kube.get(f"/api/v1/namespaces/{NS}/configmaps/{store.name(series)}")
     assert cm["metadata"]["labels"][FORECAST_LOG_LABEL] == "true"
@@ -981,7 +982,7 @@ def test_forecast_store_is_one_labelled_bounded_configmap_per_series(kube_server
     for issued, frame in held.items():  # the first 24 periods, the 80% interval and the median, exactly
         expected = frames[issued].iloc[:24][[0.1, 0.5, 0.9]]
         pd.testing.assert_frame_equal(frame, expected, check_names=False, check_freq=False)
-        np.testing.assert_equal(frame.attrs, frames[issued].attrs)  # the scale, generation and model, if any
+        np.testing.assert_equal(frame.attrs, frames[issued].attrs)  # the scale, generation, model and basis, if any
     since = last - pd.Timedelta(hours=5)
     assert sorted(store.load(series, since=since)) == [since + pd.Timedelta(hours=h) for h in range(6)]
     assert store.prune(series, before=since) == 45 and len(store.load(series)) == 6

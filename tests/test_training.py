@@ -366,25 +366,29 @@ def test_realized_shares_below_are_each_quantile_s_own_and_agree_with_the_band(q
 
 
 @hypothesis.settings(max_examples=60, deadline=None)
-@hypothesis.given(model=st.text(), generation=st.integers(1, 2**62), scale=st.floats(allow_infinity=False))
-def test_a_forecast_file_keeps_the_generation_and_model_it_was_made_for(tmp_path_factory, model, generation, scale):
-    """The forecast log (the embedded cluster's forecast store) keeps each forecast's scale, policy generation and
-    model with its frame, whatever the model's name holds (a newline, ': ', a '#'): a replica that has just started
+@hypothesis.given(model=st.text(), generation=st.integers(1, 2**62), scale=st.floats(allow_infinity=False),
+                  basis=st.text())
+def test_a_forecast_file_keeps_the_generation_and_model_it_was_made_for(tmp_path_factory, model, generation, scale,
+                                                                        basis):
+    """The forecast log (the embedded cluster's forecast store) keeps each forecast's scale, policy generation, model
+    and basis with its frame, whatever the model's name holds (a newline, ': ', a '#'): a replica that has just started
     plans on the stored forecast only if it was made for the policy's spec (controller.forecasting.in_force), and
     names the model that made it. They are data: a name that reads as code is a name."""
     from controller.observe import stored
-    from core.cluster import FORECAST_GENERATION, FORECAST_MODEL, FORECAST_SCALE
+    from core.cluster import FORECAST_BASIS, FORECAST_GENERATION, FORECAST_MODEL, FORECAST_SCALE
 
     log = ForecastLog(tmp_path_factory.mktemp("forecasts"))
     issued = pd.Timestamp("2026-03-02T05:00Z")
     frame = pd.DataFrame({0.5: [1.0, 2.0], 0.9: [3.0, 4.0]}, index=pd.date_range(issued, periods=2, freq="h"))
-    frame.attrs.update({FORECAST_SCALE: scale, FORECAST_GENERATION: generation, FORECAST_MODEL: model})
+    frame.attrs.update({FORECAST_SCALE: scale, FORECAST_GENERATION: generation, FORECAST_MODEL: model,
+                        FORECAST_BASIS: basis})
     log.record("series", issued, frame)
     (loaded,) = log.load("series").values()
     pd.testing.assert_frame_equal(loaded, frame, check_names=False, check_freq=False)
     np.testing.assert_equal(loaded.attrs, frame.attrs)
     taken = stored(issued, loaded)
     assert taken is not None and (taken.generation, taken.model, taken.made_at) == (generation, model, issued)
+    assert taken.basis == basis
 
 
 def test_two_processes_creating_the_accuracy_run_at_once_leave_one(mlflow_server):

@@ -30,8 +30,8 @@ import numpy as np
 import pandas as pd
 
 from adapters.mlflow import Tracker, experiment_name, registered_name
-from core.cluster import FORECAST_GENERATION, FORECAST_MODEL
 from core.cluster import FORECAST_SCALE as SCALE
+from core.cluster import FORECAST_TAKEN_UP_BY
 from core.files import replace_whole
 from forecast.backtest import below_key
 
@@ -60,7 +60,8 @@ class DriftEvent:
 
 
 FORECAST_FILES = "[0-9]*.csv"  # not a draft core.files leaves beside them (".NAME.….part.csv") when killed
-HEADER = "# "  # a forecast file's first lines: "# key: value" per attrs key of its frame (scale, generation, model)
+HEADER = "# "  # a forecast file's first lines: "# key: value" per attrs key of its frame (scale, and what it is taken
+# up by: core.cluster.FORECAST_TAKEN_UP_BY)
 
 
 class ForecastLog:
@@ -78,7 +79,7 @@ class ForecastLog:
             with open(draft, "w") as out:
                 if SCALE in frame.attrs:
                     out.write(f"{HEADER}{SCALE}: {float(frame.attrs[SCALE])!r}\n")
-                for key in (FORECAST_GENERATION, FORECAST_MODEL):
+                for key in FORECAST_TAKEN_UP_BY:
                     if key in frame.attrs:  # JSON: a model's name on one line whatever it holds
                         out.write(f"{HEADER}{key}: {json.dumps(frame.attrs[key])}\n")
                 frame.to_csv(out, index_label="timestamp")
