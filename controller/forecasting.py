@@ -105,6 +105,7 @@ class ForecastKeeper:
         self._forecasts: dict[str, IssuedForecast] = {}
         # policy -> ((hour, generation) looked up, the stored forecast taken up or None) while it has none of its own
         self._taken: dict[str, tuple[tuple, IssuedForecast | None]] = {}
+        self._before_lead: dict[str, IssuedForecast] = {}  # its own forecasts made before it last took the Lease
         self._last_trained: dict[str, pd.Timestamp] = {}  # the schedule's clock (from start-up)
         self._retrained_at: dict[str, pd.Timestamp] = {}  # the last retraining asked for
         self._accuracy: dict[str, tuple[pd.Timestamp, dict, dict]] = {}
@@ -124,17 +125,26 @@ class ForecastKeeper:
         """The policy's latest forecast (whether it is still usable is the caller's to ask)."""
         return self._forecasts.get(key)
 
+    def took_lead(self) -> None:
+        """This replica has just taken the Lease (controller.loop): the replica that led meanwhile may have stored
+        forecasts newer than its own, which it plans on until its own refits land (in_force)."""
+        self._before_lead = dict(self._forecasts)
+
     def in_force(self, p: PolicyObject, cached: IssuedForecast | None, now: pd.Timestamp) -> IssuedForecast | None:
-        """The forecast `p` is planned on now (None: the planner's conservative fallback): `cached`, its own, while
-        usable and made for it (_answers); without one, and with the refit beside, the newest the forecast store holds
-        for its series that is usable and made for it by the same rules (the leader's, before this replica started or
-        took the Lease) until its own refit lands. A replica waiting for its own fell back to last week's peak, above
-        or below the forecast in force: every restart and failover moved the reservation and back, cutting inference
-        or taking lent GPUs back. Looked up once an hour and generation; a read that fails is tried again at the next
-        reconcile."""
+        """The forecast `p` is planned on now (None: the planner's conservative fallback): the newest usable one made
+        for it (_answers), `cached`, its own, or with the refit beside one the forecast store holds for its series
+        (the leader's, before this replica started or took the Lease) until its own refit lands. A replica waiting
+        for its own fell back to last week's peak, above or below the forecast in force, and one that led again
+        planned on its own older forecast: every restart and failover moved the reservation and back, cutting
+        inference or taking lent GPUs back. The store is looked up once an hour and generation, only while this
+        replica has no forecast of its own made since it took the Lease (the leader alone stores forecasts); a read
+        that fails is tried again at the next reconcile."""
         own = usable(cached, now, self.data)
         own = own if own is not None and self._answers(own, p) else None
-        if own is not None or not self.refit_beside or self.forecast_log is None:
+        before = self._before_lead.get(p.key)
+        if before is not None and before is not cached:
+            del self._before_lead[p.key]  # its own refit has landed since it took the Lease
+        if not self.refit_beside or self.forecast_log is None or (own is not None and own is not before):
             # a refit in the reconcile fits its own at once; the embedded cluster's log is a replay's, not a leader's
             self._taken.pop(p.key, None)
             return own
@@ -145,11 +155,12 @@ class ForecastKeeper:
                 held = self._taken[p.key] = (looked, self._stored(p, now))
             except (ClusterError, OSError) as exc:
                 self._error("cluster", p.series, exc)
-                return None
-            if held[1] is not None:
+                return own
+            if held[1] is not None and (own is None or held[1].made_at > own.made_at):
                 log.info("%s: planned on the forecast %s issued at %s, from the forecast store, until its own refit "
                          "lands", p.key, held[1].model, held[1].made_at)
-        return usable(held[1], now, self.data)
+        taken = usable(held[1], now, self.data)
+        return taken if taken is not None and (own is None or taken.made_at > own.made_at) else own
 
     def _answers(self, forecast: IssuedForecast, p: PolicyObject) -> bool:
         """Whether `p` can be planned on `forecast`: made for its spec (observe.made_for), with its target and

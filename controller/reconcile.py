@@ -565,7 +565,9 @@ class Reconciler:
 
     def took_lead(self) -> None:
         """This replica has just taken the Lease (controller.loop): what it wrote when it led before may have been
-        overwritten by the leader since, so the plan summary goes out on the next reconcile whatever it last wrote."""
+        overwritten by the leader since, so the plan summary goes out on the next reconcile whatever it last wrote, and
+        the leader's stored forecasts newer than its own are planned on until its own refits land."""
+        self.forecasts.took_lead()
         if self.summary is not None:
             self.summary.forget()
 

@@ -1341,6 +1341,37 @@ def test_a_replica_that_leads_again_plans_on_the_leader_s_forecast_not_the_fallb
     assert back.forecast_age_seconds == led.forecast_age_seconds + 60
 
 
+def test_a_replica_that_leads_again_plans_on_the_newer_stored_forecast_not_its_own_older_one(demand_file, tmp_path):
+    """Failover and back within keep_forecast_seconds: x led with its forecast of 08:05, y took over and refitted at
+    09:00, x leads again at 09:10. x's own forecast was still usable, so it planned on it rather than on y's newer one
+    in the store until its own refit landed: the reservation moved with each failover. The newest usable forecast
+    for the policy is in force now, whoever made it; x's own again once its refit lands."""
+    start = MONDAY_6AM + pd.Timedelta(hours=2, minutes=5)
+    r = Replay(tmp_path, demand_file, refit_beside=True, start=start)
+    x = r.reconciler
+    try:
+        mine = _until_taken_up(r, start).policies["inference/chat"]
+        y = r.restart(refit_beside=True)
+        try:
+            led = _until_taken_up(r, start + pd.Timedelta(minutes=55)).policies["inference/chat"]
+        finally:
+            y.close()
+        newer = y.forecasts.current("inference/chat")
+        assert newer is not None and newer.made_at == MONDAY_6AM + pd.Timedelta(hours=3)  # y's 09:00 refit
+        assert (led.now - mine.now).total_seconds() < RunConfig().keep_forecast_seconds  # x's own still usable
+        r.reconciler = x
+        x.took_lead()  # as controller.loop says when x takes the Lease again
+        back = r.step(led.now + pd.Timedelta(minutes=1)).policies["inference/chat"]
+        assert x.forecasts.refitting() == 1  # its own refit runs beside
+        assert not back.fallback and back.forecast_age_seconds == led.forecast_age_seconds + 60  # y's, from 09:00
+        np.testing.assert_array_equal(back.hours.reserved, led.hours.reserved)
+        own = _until_taken_up(r, back.now + pd.Timedelta(minutes=1)).policies["inference/chat"]
+        assert x.forecasts.current("inference/chat").made_at == back.now  # its own refit, in force once it lands
+        assert own.forecast_age_seconds == (own.now - back.now).total_seconds()
+    finally:
+        x.close()
+
+
 def test_after_a_spec_change_the_forecast_serves_until_the_refit_only_if_it_forecasts_the_same_demand(demand_file,
                                                                                                       tmp_path):
     """With the refit beside, a spec change is refitted beside too, and until that refit lands the replica's own
