@@ -1259,6 +1259,47 @@ def test_a_restart_keeps_the_reservation_while_its_first_refit_runs_beside(kube,
     assert conditions["FallbackActive"]["status"] == "False"
 
 
+def _refitted(r: Reconciler, start: pd.Timestamp):
+    """Reconciles of `r` a minute apart from `start` until its hour's refit beside is in force: chat's last state."""
+    for minute in range(600):
+        ps = r.reconcile(start + pd.Timedelta(minutes=minute)).policies[f"{NS}/chat"]
+        if not ps.fallback and not r.forecasts.refitting():
+            return ps
+        time.sleep(0.1)
+    raise AssertionError("the hourly refit never came in")
+
+
+def test_a_failover_and_back_plans_on_the_newest_stored_forecast_not_the_returning_replica_s_own(
+        kube, controller, prometheus_server):
+    """Replica a led with its forecast of 07:05; b took over and refitted at 08:00, into the shared store; a takes
+    the Lease again at 08:10. a's own forecast was still usable, so it planned on it, not on b's newer one, until its
+    own refit landed: the reservation moved on each failover. Taking the Lease (controller.loop), a now plans on b's
+    forecast: its plan is b's."""
+    import numpy as np
+
+    from cli.run import shared_forecast_store
+
+    lease = "failover-back"
+    a, store, series = refitting_beside(controller, kube, prometheus_server.url, lease)
+    b = Reconciler(controller, a.demand, a.cfg, forecast_log=shared_forecast_store(controller, NS, drift_window=24),
+                   refit_beside=True)
+    try:
+        _refitted(a, MONDAY_7AM + pd.Timedelta(minutes=5))
+        led = _refitted(b, MONDAY_7AM + pd.Timedelta(hours=1))  # b's own, fitted at 08:00 and stored
+        assert max(store.load(series)) == MONDAY_7AM + pd.Timedelta(hours=1)
+        back_at = led.now + pd.Timedelta(minutes=1)
+        loop = Loop(a, controller.leader_elector(NS, lease, "replica-a", lease_seconds=30), interval=1,
+                    lease_seconds=30, clock=lambda: back_at)
+        back = loop.run(once=True).policies[f"{NS}/chat"]  # a takes the Lease, reconciles once and lets it go
+    finally:
+        a.close()
+        b.close()
+    assert a.forecasts.current(f"{NS}/chat").made_at < MONDAY_7AM + pd.Timedelta(hours=1)  # its own, older
+    assert not back.fallback and back.forecast_age_seconds == (back_at - MONDAY_7AM).total_seconds() - 3600
+    assert back.model == led.model
+    np.testing.assert_array_equal(back.hours.reserved, led.hours.reserved)
+
+
 def test_after_a_long_api_server_outage_the_first_reconcile_reads_fresh_state(kube_server, kube, controller,
                                                                               prometheus_server, tmp_path):
     """An outage long enough that the watch caches back off (seconds between tries): once the API server is back,
