@@ -1325,15 +1325,17 @@ class ConfigMapForecastStore:
 
     A forecast is one data key, its issue time in epoch seconds, holding JSON {index: [epoch s], columns:
     [quantile], values: [[...]], scale, generation, model, basis}: only what realized error, and a new leader planning
-    on it until its own refit lands, read (the first `rows` periods and the quantiles nearest `quantiles`; all of them
-    when None). Each ConfigMap stays bounded: a record drops forecasts issued
-    more than `keep` before it, and then the oldest until the data fits in `max_bytes` (under the 1 MiB a
-    ConfigMap holds). Reads are one GET (strongly consistent: a new leader sees the last write of the old one);
+    on it until its own refit lands, read (the quantiles nearest `quantiles`, all of them when None; every period of
+    those issued within `whole_seconds` of the newest, which a new leader may plan on over its whole horizon, and the
+    first `rows` periods of the others, all of them when None). Each ConfigMap stays bounded: a record drops
+    forecasts issued more than `keep` before it, and then the oldest until the data fits in `max_bytes` (under the
+    1 MiB a ConfigMap holds). Reads are one GET (strongly consistent: a new leader sees the last write of the old one);
     writes are read-modify-write merge patches carrying the resourceVersion read."""
     cluster: KubeCluster
     namespace: str
     keep_seconds: float = 50 * 3600.0
     rows: int | None = 24
+    whole_seconds: float = 0.0
     quantiles: tuple[float, ...] | None = (0.1, 0.5, 0.9)
     max_bytes: int = 900 * 1024
     prefix: str = "headroom-forecasts"
@@ -1354,7 +1356,6 @@ class ConfigMapForecastStore:
     def _encode(self, frame) -> str:
         import pandas as pd
 
-        frame = frame.iloc[: self.rows] if self.rows is not None else frame
         columns = [float(c) for c in frame.columns]
         if self.quantiles is not None and columns:
             keep = sorted({min(range(len(columns)), key=lambda i: abs(columns[i] - q)) for q in self.quantiles})
@@ -1368,6 +1369,20 @@ class ConfigMapForecastStore:
         for key in FORECAST_TAKEN_UP_BY:  # what a new leader takes the forecast up by
             if key in frame.attrs:
                 doc[key] = frame.attrs[key]
+        return json.dumps(doc, separators=(",", ":"))
+
+    def _cut(self, text: str) -> str | None:
+        """A stored forecast's JSON cut to its first `rows` periods; None where there is nothing to cut, or it does not
+        parse (left as it is: load says so)."""
+        if self.rows is None:
+            return None
+        try:
+            doc = json.loads(text)
+            if len(doc["index"]) <= self.rows:
+                return None
+            doc["index"], doc["values"] = doc["index"][: self.rows], doc["values"][: self.rows]
+        except (ValueError, KeyError, TypeError):
+            return None
         return json.dumps(doc, separators=(",", ":"))
 
     @staticmethod
@@ -1400,12 +1415,17 @@ class ConfigMapForecastStore:
             data = dict(cm.get("data") or {})
             data[str(issued)] = value
             kept = sorted(int(k) for k in data if k.isdigit() and int(k) >= issued - self.keep_seconds)
+            patch: dict[str, str | None] = {}
+            for k in kept:
+                cut = self._cut(data[str(k)]) if k < kept[-1] - self.whole_seconds else None
+                if cut is not None:  # no new leader plans on it any more: realized error's periods are enough
+                    data[str(k)] = patch[str(k)] = cut
             while len(kept) > 1 and sum(len(data[str(k)]) + len(str(k)) for k in kept) > self.max_bytes:
                 kept.pop(0)  # the oldest go first
             wanted = {str(k) for k in kept}
-            patch: dict[str, str | None] = {k: None for k in data if k not in wanted}
+            patch.update({k: None for k in data if k not in wanted})
             if str(issued) in wanted:
-                patch[str(issued)] = value
+                patch[str(issued)] = data[str(issued)]
             return {"data": patch}
 
         path = self._path(series)

@@ -118,15 +118,17 @@ def _tracking_uri(cfg: Config) -> str:
     return resolve_uri(cfg.run.tracking_uri or cfg.training.tracking_uri)
 
 
-def shared_forecast_store(cluster, namespace: str, drift_window: int):
+def shared_forecast_store(cluster, namespace: str, drift_window: int, keep_forecast_seconds: float):
     """The forecasts a Kubernetes controller issues, shared by every replica (a ConfigMap per series beside the
     Lease): realized error survives failover, and a new leader plans on the last forecast until its own refit lands.
     Kept: what realized error and drift read, the longest horizon plus the drift window and a margin, and every
-    quantile the policy forecasts (the share of actuals at or below each is scored, the reserved ones among them)."""
+    quantile the policy forecasts (the share of actuals at or below each is scored, the reserved ones among them);
+    those a new leader may plan on (under `keep_forecast_seconds` old) over their whole horizon."""
     from training.realized import HORIZONS
 
     keep = (max(HORIZONS) + drift_window + 2) * 3600.0
-    return cluster.forecast_store(namespace, keep_seconds=keep, rows=max(HORIZONS), quantiles=None)
+    return cluster.forecast_store(namespace, keep_seconds=keep, rows=max(HORIZONS), quantiles=None,
+                                  whole_seconds=keep_forecast_seconds)
 
 
 def _loadable(demand) -> tuple[dict, dict]:
@@ -190,7 +192,8 @@ def build(cfg: Config, in_cluster: bool = False, timeline: list | None = None, s
         assert r.prometheus is not None  # RunConfig requires it for a kubernetes controller
         cluster = _kube(r, in_cluster)
         demand = PrometheusDemand(r.prometheus, stopping=cluster.stopping)  # the reads under way cut at a stop
-        forecasts = shared_forecast_store(cluster, r.lease.namespace, cfg.training.drift_window)
+        forecasts = shared_forecast_store(cluster, r.lease.namespace, cfg.training.drift_window,
+                                          r.keep_forecast_seconds)
         summary = cluster.plan_summary(r.lease.namespace)  # the cluster-wide numbers, beside the Lease
     else:
         cluster, demand = embedded(cfg, r, start, jobs, demand)

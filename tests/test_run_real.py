@@ -103,15 +103,15 @@ def reconciler(kube, prometheus_url, tmp_path, step="5m", beside=False, **run) -
                       summary=kube.plan_summary(NS), events_beside=beside, statuses_beside=beside)
 
 
-def refitting_beside(cluster, kube, prometheus_url, lease) -> tuple[Reconciler, ConfigMapForecastStore, str]:
+def refitting_beside(cluster, kube, prometheus_url, lease, **run) -> tuple[Reconciler, ConfigMapForecastStore, str]:
     """A reconciler on `cluster` whose hourly refits run beside the reconciles and record into the forecast store the
     replicas share (headroom run's), with chat's record and the Lease `lease` deleted through `kube` first: the
-    reconciler, the store and chat's series."""
+    reconciler, the store and chat's series (`run`: RunConfig's other settings)."""
     from cli.run import shared_forecast_store
 
     server = PrometheusServer(url=prometheus_url, step="5m", timeout_seconds=10, retries=0)
-    cfg = RunConfig(cluster="kubernetes", prometheus=server, capacity_gpus=128, namespace=NS)
-    store = shared_forecast_store(cluster, NS, drift_window=24)
+    cfg = RunConfig(cluster="kubernetes", prometheus=server, capacity_gpus=128, namespace=NS, **run)
+    store = shared_forecast_store(cluster, NS, 24, cfg.keep_forecast_seconds)
     r = Reconciler(cluster, PrometheusDemand(server), cfg, forecast_log=store, refit_beside=True)
     series = f"{NS}.chat"
     kube.delete(f"/api/v1/namespaces/{NS}/configmaps/{store.name(series)}")
@@ -979,8 +979,9 @@ def test_forecast_store_is_one_labelled_bounded_configmap_per_series(kube_server
     held = store.load(series)
     assert min(held) == last - pd.Timedelta(hours=50) and max(held) == last and len(held) == 51  # the window only
     assert len(json_bytes(cm["data"])) < CONFIGMAP_LIMIT // 10
-    for issued, frame in held.items():  # the first 24 periods, the 80% interval and the median, exactly
-        expected = frames[issued].iloc[:24][[0.1, 0.5, 0.9]]
+    for issued, frame in held.items():  # the newest whole, the first 24 periods of the others (what realized error
+        # reads); the 80% interval and the median, exactly
+        expected = (frames[issued] if issued == last else frames[issued].iloc[:24])[[0.1, 0.5, 0.9]]
         pd.testing.assert_frame_equal(frame, expected, check_names=False, check_freq=False)
         np.testing.assert_equal(frame.attrs, frames[issued].attrs)  # the scale, generation, model and basis, if any
     since = last - pd.Timedelta(hours=5)
@@ -989,12 +990,18 @@ def test_forecast_store_is_one_labelled_bounded_configmap_per_series(kube_server
     assert store.prune(series, before=since) == 0
     assert store.series()[series] == store.name(series)
     # A byte budget smaller than the window: the oldest forecasts go first, the newest always stays.
-    tight = kube.forecast_store(NS, keep_seconds=50 * 3600, rows=24, max_bytes=4 * len(json_bytes(
+    tight = kube.forecast_store(NS, keep_seconds=50 * 3600, rows=24, max_bytes=2 * len(json_bytes(
         {"0": store._encode(frames[last])})))
     tight.record(series, last + pd.Timedelta(hours=1), frames[last])
     kept = tight.load(series)
     assert 2 <= len(kept) <= 4 and max(kept) == last + pd.Timedelta(hours=1)
     assert store.load(f"{NS}.no-such-series") == {} and store.prune(f"{NS}.no-such-series", last) == 0
+    # Those a new leader may plan on (issued within whole_seconds of the newest) whole, the others cut
+    whole = kube.forecast_store(NS, keep_seconds=50 * 3600, rows=24, whole_seconds=2 * 3600)
+    for issued in sorted(frames)[-5:]:
+        whole.record(f"{series}-whole", issued, frames[issued])
+    assert [len(f) for f in whole.load(f"{series}-whole").values()] == [24, 24, 48, 48, 48]
+    kube.delete(f"/api/v1/namespaces/{NS}/configmaps/{whole.name(f'{series}-whole')}")
     # keys edited by hand that do not parse are left out, each alone: the hour's refit and realized error, which read
     # them, failed on one before ('internal'), and the hour's fresh forecast was lost
     path = f"/api/v1/namespaces/{NS}/configmaps/{store.name(series)}"
@@ -1029,10 +1036,10 @@ def test_leader_killed_mid_day_the_new_leader_s_realized_error_continues(kube_se
     replicas_ = {}
     for identity in ("headroom-a", "headroom-b"):
         cluster = KubeCluster.from_kubeconfig(str(kube_server.apiserver.kubeconfig()), request_timeout=5).watch()
-        store = shared_forecast_store(cluster, NS, drift_window=24)  # as `headroom run` keeps them
         server = PrometheusServer(url=prometheus_server.url, step="5m", timeout_seconds=10, retries=0)
         cfg = RunConfig(cluster="kubernetes", prometheus=server, capacity_gpus=128, namespace=NS,
                         retrain_every_seconds=0)
+        store = shared_forecast_store(cluster, NS, 24, cfg.keep_forecast_seconds)  # as `headroom run` keeps them
         r = Reconciler(cluster, PrometheusDemand(server), cfg, models=Models(uri), forecast_log=store,
                        tracker=Tracker(uri))
         replicas_[identity] = (cluster, r, cluster.leader_elector(NS, "failover", identity, lease_seconds))
@@ -1241,8 +1248,8 @@ def test_a_restart_keeps_the_reservation_while_its_first_refit_runs_beside(kube,
     assert replicas(kube) == ps.reserved_gpus
     said = {e["metadata"]["name"] for e in kube.list_events(ObjectRef("", "ReservationPolicy", "chat", NS))}
     cfg = before.cfg  # a new process with the same configuration, on the same store
-    after = Reconciler(controller, PrometheusDemand(cfg.prometheus), cfg,
-                       forecast_log=shared_forecast_store(controller, NS, drift_window=24), refit_beside=True)
+    after = Reconciler(controller, PrometheusDemand(cfg.prometheus), cfg, refit_beside=True,
+                       forecast_log=shared_forecast_store(controller, NS, 24, cfg.keep_forecast_seconds))
     try:
         # at the same moment (the same samples: a minute later the recent peak alone may move the reservation)
         first = after.reconcile(now).policies[f"{NS}/chat"]
@@ -1281,8 +1288,8 @@ def test_a_failover_and_back_plans_on_the_newest_stored_forecast_not_the_returni
 
     lease = "failover-back"
     a, store, series = refitting_beside(controller, kube, prometheus_server.url, lease)
-    b = Reconciler(controller, a.demand, a.cfg, forecast_log=shared_forecast_store(controller, NS, drift_window=24),
-                   refit_beside=True)
+    b = Reconciler(controller, a.demand, a.cfg, refit_beside=True,
+                   forecast_log=shared_forecast_store(controller, NS, 24, a.cfg.keep_forecast_seconds))
     try:
         _refitted(a, MONDAY_7AM + pd.Timedelta(minutes=5))
         led = _refitted(b, MONDAY_7AM + pd.Timedelta(hours=1))  # b's own, fitted at 08:00 and stored
@@ -1298,6 +1305,33 @@ def test_a_failover_and_back_plans_on_the_newest_stored_forecast_not_the_returni
     assert not back.fallback and back.forecast_age_seconds == (back_at - MONDAY_7AM).total_seconds() - 3600
     assert back.model == led.model
     np.testing.assert_array_equal(back.hours.reserved, led.hours.reserved)
+
+
+def test_a_replica_planning_on_the_stored_forecast_has_its_whole_horizon(kube, controller, prometheus_server):
+    """The store kept each forecast's first 24 hours (what realized error reads), so with run.horizon_hours 48 a
+    replica that had just started planned the hours past the first 24 on the fallback, last week's peaks, where the
+    replica before it had planned them on the forecast. The newest forecasts are kept whole: its plan is the one the
+    replica before made, hour for hour."""
+    from cli.run import shared_forecast_store
+
+    before, store, series = refitting_beside(controller, kube, prometheus_server.url, "whole-horizon",
+                                             horizon_hours=48)
+    try:
+        ps = _refitted(before, MONDAY_7AM + pd.Timedelta(minutes=5))
+    finally:
+        before.close()
+    assert len(ps.hours.starts) == 48 and ps.hours.from_forecast.all()
+    cfg = before.cfg
+    after = Reconciler(controller, PrometheusDemand(cfg.prometheus), cfg, refit_beside=True,
+                       forecast_log=shared_forecast_store(controller, NS, 24, cfg.keep_forecast_seconds))
+    try:
+        first = after.reconcile(ps.now).policies[f"{NS}/chat"]
+        assert after.forecasts.refitting() == 1  # its own refit still runs beside
+    finally:
+        after.close()
+    assert first.forecast_age_seconds == ps.forecast_age_seconds
+    assert first.hours.from_forecast.all(), f"{(~first.hours.from_forecast).sum()} hours planned on the fallback"
+    assert list(first.hours.reserved) == list(ps.hours.reserved)
 
 
 def test_after_a_long_api_server_outage_the_first_reconcile_reads_fresh_state(kube_server, kube, controller,
