@@ -1,6 +1,7 @@
 """Each policy's forecast, as the Reconciler keeps it (controller.reconcile): fitted, and refitted once an hour on
 complete hours, in the reconcile or beside the reconciles (a background thread, its fits in a process of their own);
-the refits finished beside taken up (until its own is, the newest forecast stored for it by the replica before);
+the refits finished beside taken up (until its own is, or where one stored by the leader since it last led is newer,
+the newest forecast stored for it by the replica before);
 every forecast issued recorded in the forecast log; its realized error and
 coverage scored against the hours that came (to MLflow with drift when tracking is on); and retraining asked for, on
 drift or on the schedule.
@@ -103,7 +104,8 @@ class ForecastKeeper:
         self.retrain_every_seconds = retrain_every_seconds
         self.refit_beside = refit_beside  # hourly refits in a background thread (a Kubernetes controller's many series)
         self._forecasts: dict[str, IssuedForecast] = {}
-        # policy -> ((hour, generation) looked up, the stored forecast taken up or None) while it has none of its own
+        # policy -> ((hour, generation) looked up, the stored forecast or None) while it has no forecast of its own made
+        # since it took the Lease
         self._taken: dict[str, tuple[tuple, IssuedForecast | None]] = {}
         self._before_lead: dict[str, IssuedForecast] = {}  # its own forecasts made before it last took the Lease
         self._last_trained: dict[str, pd.Timestamp] = {}  # the schedule's clock (from start-up)
