@@ -107,7 +107,10 @@ class ForecastKeeper:
         # policy -> ((hour, generation) looked up, the stored forecast or None) while it has no forecast of its own made
         # since it took the Lease
         self._taken: dict[str, tuple[tuple, IssuedForecast | None]] = {}
-        self._before_lead: dict[str, IssuedForecast] = {}  # its own forecasts made before it last took the Lease
+        # when this replica last took the Lease (its first reconcile since; None: never, or not on a Lease): a forecast
+        # of its own made before may be older than one the leader meanwhile stored
+        self._lead_began: pd.Timestamp | None = None
+        self._took_lead = False
         self._last_trained: dict[str, pd.Timestamp] = {}  # the schedule's clock (from start-up)
         self._retrained_at: dict[str, pd.Timestamp] = {}  # the last retraining asked for
         self._accuracy: dict[str, tuple[pd.Timestamp, dict, dict]] = {}
@@ -129,8 +132,10 @@ class ForecastKeeper:
 
     def took_lead(self) -> None:
         """This replica has just taken the Lease (controller.loop): the replica that led meanwhile may have stored
-        forecasts newer than its own, which it plans on until its own refits land (in_force)."""
-        self._before_lead = dict(self._forecasts)
+        forecasts newer than its own (those it held, and the refits it queued before and takes up after), which it
+        plans on until its own refits land (in_force); the store is looked up anew."""
+        self._took_lead = True
+        self._taken.clear()
 
     def in_force(self, p: PolicyObject, cached: IssuedForecast | None, now: pd.Timestamp) -> IssuedForecast | None:
         """The forecast `p` is planned on now (None: the planner's conservative fallback): the newest usable one made
@@ -141,12 +146,12 @@ class ForecastKeeper:
         inference or taking lent GPUs back. The store is looked up once an hour and generation, only while this
         replica has no forecast of its own made since it took the Lease (the leader alone stores forecasts); a read
         that fails is tried again at the next reconcile."""
+        if self._took_lead:  # the first reconcile since it took the Lease: what it fits from now on is the newest
+            self._took_lead, self._lead_began = False, now
         own = usable(cached, now, self.data)
         own = own if own is not None and self._answers(own, p) else None
-        before = self._before_lead.get(p.key)
-        if before is not None and before is not cached:
-            del self._before_lead[p.key]  # its own refit has landed since it took the Lease
-        if not self.refit_beside or self.forecast_log is None or (own is not None and own is not before):
+        if not self.refit_beside or self.forecast_log is None or (own is not None and (
+                self._lead_began is None or own.made_at >= self._lead_began)):
             # a refit in the reconcile fits its own at once; the embedded cluster's log is a replay's, not a leader's
             self._taken.pop(p.key, None)
             return own

@@ -1372,6 +1372,34 @@ def test_a_replica_that_leads_again_plans_on_the_newer_stored_forecast_not_its_o
         x.close()
 
 
+def test_a_refit_queued_before_the_lease_went_does_not_beat_the_leader_s_newer_forecast(demand_file, tmp_path):
+    """x queued its 09:55 refit (held, as behind a thousand others), y took over and refitted at 10:00, and x took
+    the Lease back at 10:0x, where its 09:55 refit, finished meanwhile, was taken up: counted as its own since it
+    took the Lease, it beat y's newer forecast in the store. What x fitted before it took the Lease is weighed
+    against the store by its issue time."""
+    start = MONDAY_6AM + pd.Timedelta(hours=2, minutes=50)
+    r = Replay(tmp_path, demand_file, refit_beside=True, start=start)
+    x = r.reconciler
+    try:
+        _until_taken_up(r, start)
+        with x.forecasts._fitter_lock:  # x's next refit waits at its fit
+            r.step(MONDAY_6AM + pd.Timedelta(hours=3, minutes=55))
+            y = r.restart(refit_beside=True)
+            try:
+                led = _until_taken_up(r, MONDAY_6AM + pd.Timedelta(hours=4)).policies["inference/chat"]
+            finally:
+                y.close()
+            r.reconciler = x
+            x.took_lead()
+        for job in list(x.forecasts._refits.values()):
+            job.result(timeout=120)
+        back = r.step(led.now + pd.Timedelta(minutes=1)).policies["inference/chat"]
+    finally:
+        x.close()
+    assert x.forecasts.current("inference/chat").made_at == MONDAY_6AM + pd.Timedelta(hours=3, minutes=55)
+    assert not back.fallback and back.forecast_age_seconds == led.forecast_age_seconds + 60  # y's, from 10:00
+
+
 def test_after_a_spec_change_the_forecast_serves_until_the_refit_only_if_it_forecasts_the_same_demand(demand_file,
                                                                                                       tmp_path):
     """With the refit beside, a spec change is refitted beside too, and until that refit lands the replica's own
