@@ -1145,12 +1145,15 @@ class ThreadNotingDemand(CountingDemand):
 
 
 def _until_taken_up(r: Replay, now: pd.Timestamp):
-    """Reconciles a minute apart until the hour's work beside them is in force; the last state."""
+    """Reconciles a minute apart until the hour's work beside them is in force; the last state. Each waits for the
+    work under way to finish, so the clock's minutes do not depend on how busy the machine is (a refit slower than
+    ten reconciles crossed into the next hour and queued another)."""
     state = r.step(now)
     for _ in range(600):
         if not r.reconciler.forecasts.refitting() and not state.policies["inference/chat"].fallback:
             return state
-        time.sleep(0.1)
+        for job in list(r.reconciler.forecasts._refits.values()):
+            job.result(timeout=120)
         now += pd.Timedelta(minutes=1)
         state = r.step(now)
     raise AssertionError("the hourly work never came in")
