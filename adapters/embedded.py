@@ -80,7 +80,8 @@ class _Inference:
     max_replicas: int | None = None
     warm: int = 0               # replicas serving since before the current interval
     warming: list[float] = field(default_factory=list)  # when each warming replica starts serving
-    asked: list[float] = field(default_factory=list)  # when each replica with no GPUs yet was asked for, oldest first
+    # the Workload of each replica with no GPUs yet, oldest first: (its creationTimestamp, its UID)
+    asked: list[tuple[int, str]] = field(default_factory=list)
     # ...and the Kueue event count (EmbeddedCluster._kueue_events) at which Kueue set it aside: it is looked at again
     # only after the next event
     aside: list[int] = field(default_factory=list)
@@ -150,10 +151,11 @@ class _Jobs:
         for name, dtype in self.NUMERIC.items():
             setattr(self, name, np.zeros(64, dtype=dtype))
         self.names: list[str] = []
+        self.uids: list[str] = []
         self.evicted_by: list[str | None] = []
 
-    def add(self, name: str, queue: int, gpus: int, work: float, preempt: float, interval: float, created: float,
-            priority: int = 0, queue_name: str | None = None) -> int:
+    def add(self, name: str, uid: str, queue: int, gpus: int, work: float, preempt: float, interval: float,
+            created: int, priority: int = 0, queue_name: str | None = None) -> int:
         i = self.size
         if i == len(self.gpus):
             for column in self.NUMERIC:
@@ -168,6 +170,7 @@ class _Jobs:
         self.aside[i] = -1
         self.ids[i], self.queue_names[i] = f"{TRAINING_NAMESPACE}/{name}", queue_name
         self.names.append(name)
+        self.uids.append(uid)
         self.evicted_by.append(None)
         self.size += 1
         return i
@@ -175,6 +178,12 @@ class _Jobs:
 
 def _utc(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, UTC)
+
+
+def _creation_timestamp(t: float) -> int:
+    """A Workload's metadata.creationTimestamp, created at `t`: whole seconds, as the API server keeps it (RFC 3339),
+    so Kueue orders two Workloads created in one second by UID (planning.kueue)."""
+    return math.floor(t)
 
 
 class EmbeddedCluster:
@@ -209,6 +218,7 @@ class EmbeddedCluster:
         self._stopping: list[int] = []
         self._stopped: list[int] = []     # evicted by headroom and stopped: waiting to be requeued
         self._serial = 0
+        self._pods = 0  # inference replicas asked for: each a Workload of its own, numbered for its UID
         self._arrivals = None
         self._pending_version = self._held_version = 0  # bumped when the pending line, or what training holds, changes
         # Kueue's events: bumped whenever something in the cohort changes that makes Kueue look again at every Workload
@@ -320,7 +330,7 @@ class EmbeddedCluster:
             out.append(WorkloadInfo(
                 namespace=TRAINING_NAMESPACE, name=j.names[i], local_queue=queue, cluster_queue=queue,
                 admitted=admitted, active=state in (PENDING, RUNNING), priority=int(j.priority[i]),
-                creation=_utc(float(j.created[i])), gpus=int(j.gpus[i]), uid=f"uid-{i}",
+                creation=_utc(float(j.created[i])), gpus=int(j.gpus[i]), uid=j.uids[i],
                 evicted_by_plan=j.evicted_by[i], preemption_seconds=float(j.preempt[i]),
                 checkpoint_interval_seconds=float(j.interval[i]),
                 last_checkpoint=_utc(float(j.admitted_at[i])) if admitted else None))
@@ -420,7 +430,7 @@ class EmbeddedCluster:
 
     def _job(self, name: str, uid: str | None) -> int:
         try:
-            i = int(name.rsplit("-", 1)[1]) - 1 if uid is None else int(uid.removeprefix("uid-"))
+            i = int((name if uid is None else uid).rsplit("-", 1)[1]) - 1  # both end in the job's number
             if self.jobs.names[i] == name:
                 return i
         except (ValueError, IndexError):
@@ -486,7 +496,10 @@ class EmbeddedCluster:
         inf.desired = replicas
         have = inf.held_replicas + inf.waiting
         if replicas > have:
-            inf.asked += [self.now] * (replicas - have)
+            created = _creation_timestamp(self.now)
+            for _ in range(replicas - have):
+                self._pods += 1
+                inf.asked.append((created, f"uid-{inf.key}-{self._pods}"))
             inf.aside += [-1] * (replicas - have)
             self._grant(self.now)
         elif replicas < have:
@@ -533,7 +546,8 @@ class EmbeddedCluster:
         shipped inference queue is in that cohort with no borrowingLimit, and its lendingLimit 0 lends the cohort
         nothing), in Kueue's order (planning.kueue.admit): each scheduling cycle admits the heads within their own
         queue's quota first, then borrowers by priority (PrioritySortingWithinCohort, on by default), then creation
-        time (a replica's: when it was asked for; a tie by name, as Kueue's by UID). Kueue gives inference no
+        time (a replica's: the second it was asked for), then UID (in a tie of creation second, a training Workload's
+        uid-<n> goes before a replica's uid-<policy>-<n>, digits sorting before letters). Kueue gives inference no
         precedence of its own: only a higher priority would (a WorkloadPriorityClass), and even that never before a
         Workload within its own quota; and a training head within its queue's nominalQuota that the cohort's unused
         quota does not cover reserves that quota for its cycle, keeping a borrowing replica after it out. The training
@@ -552,8 +566,9 @@ class EmbeddedCluster:
             np.concatenate([j.gpus[p], np.array([self.inference[key].gpus_per_replica for key, _ in replicas],
                                                 np.int64)]),
             np.concatenate([j.priority[p], np.zeros(len(replicas), np.int64)]),
-            np.concatenate([j.created[p], np.array([self.inference[key].asked[r] for key, r in replicas], float)]),
-            [j.names[i] for i in p] + [f"{key}/{r}" for key, r in replicas], usage, quotas, sum(quotas.values()), kept)
+            np.concatenate([j.created[p], np.array([self.inference[key].asked[r][0] for key, r in replicas], float)]),
+            [j.uids[i] for i in p] + [self.inference[key].asked[r][1] for key, r in replicas], usage, quotas,
+            sum(quotas.values()), kept)
         admitted: dict[str, list[int]] = {key: [] for key in self.inference_queues}
         for k in chosen:
             if k >= len(p):
@@ -584,7 +599,7 @@ class EmbeddedCluster:
         it looks at and sets aside wait for its next event."""
         j, p = self.jobs, np.array(self._pending, np.int64)
         p = p[j.aside[p] != self._kueue_events]
-        chosen, aside = admit(j.queue_names[p], j.gpus[p], j.priority[p], j.created[p], [j.names[i] for i in p],
+        chosen, aside = admit(j.queue_names[p], j.gpus[p], j.priority[p], j.created[p], [j.uids[i] for i in p],
                               usage, quotas, free, kept)
         j.aside[p[aside]] = self._kueue_events
         return [int(p[k]) for k in chosen]
@@ -610,11 +625,15 @@ class EmbeddedCluster:
         return int(math.ceil(self.demand_at(inf.key, t) / (inf.demand_per_gpu * inf.gpus_per_replica) - 1e-9))
 
     def _new_job(self, queue: int, gpus: int, work: float, created: float) -> None:
+        """A training Workload created at `created` into `queue` (its index among the training queues)."""
         self._serial += 1
         lo, hi = self.settings.preemption_seconds
-        name = f"{self.training_queues[queue]}-job-{self._serial}"
-        i = self.jobs.add(name, queue, gpus, work, float(self.rng.uniform(lo, hi)),
-                          self.settings.checkpoint_interval_seconds, created, queue_name=self.training_queues[queue])
+        # named by its number, as its UID: the UIDs of one queue's Workloads sort as their names (as text: uid-10
+        # before uid-9; a real cluster's UIDs are random, so a tie of creation second there is chance)
+        name, uid = f"{self.training_queues[queue]}-job-{self._serial}", f"uid-{self._serial}"
+        i = self.jobs.add(name, uid, queue, gpus, work, float(self.rng.uniform(lo, hi)),
+                          self.settings.checkpoint_interval_seconds, _creation_timestamp(created),
+                          queue_name=self.training_queues[queue])
         self._pending.append(i)
         self._pending_version += 1
 

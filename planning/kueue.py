@@ -3,8 +3,14 @@ Kueue v0.19's pkg/scheduler/scheduler.go and flavorassigner), for one flavor (GP
 
 The embedded cluster admits with it, and the plan shows what Kueue will admit under the quotas the
 planner lends. Kueue's scheduling cycles, back to back:
-  * each queue orders its pending Workloads by priority (high first), then creation time; a cycle takes each
-    queue's head (its first Workload not yet looked at);
+  * each queue orders its pending Workloads by priority (high first), then creation time, then UID (v0.19's
+    pkg/cache/queue/cluster_queue.go, baseCompareFunc). The creation time is metadata.creationTimestamp, in whole
+    seconds as the API server keeps it, so two Workloads created in one second go by UID. A Workload headroom
+    evicted (deactivated) and requeued keeps its creation time: Kueue's GetQueueOrderTimestamp (pkg/workload)
+    takes the eviction's time instead only for an eviction by a PodsReady timeout (waitForPodsReady's
+    requeuingTimestamp: Eviction) or an admission check, or a Preempted InCohortReclaimWhileBorrowing with the
+    PrioritySortingWithinCohort gate off (it is on by default). A cycle takes each queue's head (its first
+    Workload not yet looked at);
   * a Workload fits within its queue's nominalQuota, or borrows: the cohort's unused nominal quota
     covers it (no borrowingLimit: a queue may borrow up to the cohort's whole unused quota). Either
     way the cohort's usage stays within the sum of what its queues lend: what a queue borrowed is no
@@ -12,7 +18,8 @@ planner lends. Kueue's scheduling cycles, back to back:
     so a queue left above its quota by a shrink keeps the others from admitting into that part). A
     queue's quota it does not lend (nominalQuota less its lendingLimit) is its own alone;
   * within a cycle, heads that fit under nominal quota go before borrowers; among equals, priority,
-    then creation time;
+    then creation time (scheduler.go, makeClassicalIterator); a tie there Kueue leaves to chance (its heads come
+    from a map of queues, its sort is not stable): here the UID decides, as within a queue;
   * a head within its queue's nominalQuota that the cohort's unused quota does not cover needs
     preemption; with no Workload to preempt (reclaimWithinCohort Never, one priority) Kueue reserves
     it that quota for the cycle (scheduler.go, reserveCapacityForUnreclaimablePreempt), so the
@@ -31,12 +38,13 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 
-def admit(queue: np.ndarray, gpus: np.ndarray, priority: np.ndarray, created: np.ndarray, ids: Sequence[str],
+def admit(queue: np.ndarray, gpus: np.ndarray, priority: np.ndarray, created: np.ndarray, uids: Sequence[str],
           usage: Mapping[str, int], quotas: Mapping[str, int], free_gpus: int,
           kept: Mapping[str, int] | None = None) -> tuple[list[int], list[int]]:
     """Indices (into the pending columns) Kueue admits now, in admission order, and those it sets aside.
 
-    `queue` is each pending Workload's ClusterQueue name; `usage` the GPUs each queue's admitted Workloads
+    `queue` is each pending Workload's ClusterQueue name, `created` its creationTimestamp (epoch seconds, whole as
+    the API server keeps them) and `uids` its UID, Kueue's tie-break; `usage` the GPUs each queue's admitted Workloads
     hold; `quotas` every ClusterQueue's nominal quota (queues in it form the cohort); `kept` the part of a queue's
     quota it does not lend (its nominalQuota less its lendingLimit; absent: it lends all). Every pending Workload
     given is looked at once, each in the cycle it heads its queue, as Kueue's back-to-back scheduling cycles do
@@ -52,7 +60,7 @@ def admit(queue: np.ndarray, gpus: np.ndarray, priority: np.ndarray, created: np
     queues, sizes = list(queue), [int(g) for g in gpus.tolist()]
     ranks, times = [-int(p) for p in priority.tolist()], [float(c) for c in created.tolist()]
     lines: dict[str, list[int]] = {}
-    for i in sorted(range(len(sizes)), key=lambda i: (ranks[i], times[i], ids[i])):  # Kueue's order; stable
+    for i in sorted(range(len(sizes)), key=lambda i: (ranks[i], times[i], uids[i])):  # Kueue's order; stable
         if queues[i] in quotas:
             lines.setdefault(queues[i], []).append(i)
     admitted: list[int] = []
@@ -84,7 +92,7 @@ def admit(queue: np.ndarray, gpus: np.ndarray, priority: np.ndarray, created: np
             g = sizes[i]
             available = max(own[q] - used[q], 0) + unused
             borrows = used[q] + g > quotas[q]
-            cycle.append(((borrows, ranks[i], times[i], ids[i]), q, i, g, g <= available, g <= quotas[q]))
+            cycle.append(((borrows, ranks[i], times[i], uids[i]), q, i, g, g <= available, g <= quotas[q]))
         cycle.sort()
         held = 0  # the cohort's quota heads within their nominalQuota reserved for this cycle
         for _, q, i, g, fits, within in cycle:

@@ -236,3 +236,19 @@ def test_kueue_admits_a_job_as_it_arrives_into_free_quota():
     (job,) = world.workloads()
     assert job.admitted and job.last_checkpoint.timestamp() == t0 + 100.0
     assert world.accounting.training_alloc == 2 * 200.0
+
+
+def test_two_workloads_created_in_one_second_go_by_uid():
+    """A Workload's creationTimestamp is whole seconds (the API server keeps RFC 3339), and Kueue orders Workloads of
+    one priority created in one second by UID (v0.19's pkg/cache/queue/cluster_queue.go, baseCompareFunc). The
+    embedded cluster ordered them by the fraction of a second its own clock had, which no cluster's Workload carries,
+    and reported that fraction as their creation: job 9 (created at 100.2 s) went before job 10 (100.7 s), where
+    Kueue, reading both as created at 100 s, takes uid-10 before uid-9 (compared as text)."""
+    eight = [(1, 50.0, 0.0)] * 4 + [(1, 51.0, 0.0)] * 4  # hold the 4 GPUs of quota until 101 s
+    world, t0 = _cluster_with_trace([*eight, (4, 3600.0, 100.2), (4, 3600.0, 100.7)])
+    world.admit()
+    world.advance(t0 + 300.0)
+    late = {w.name: w for w in world.workloads() if w.name in ("train-job-9", "train-job-10")}
+    assert {w.creation.timestamp() for w in late.values()} == {t0 + 100.0}
+    assert (late["train-job-9"].uid, late["train-job-10"].uid) == ("uid-9", "uid-10")
+    assert [w.name for w in world.workloads() if w.admitted] == ["train-job-10"]
