@@ -15,7 +15,8 @@ What it models (core.settings.WorldSettings has the numbers):
   * Kueue: training Workloads admitted into their ClusterQueue's quota, borrowing the cohort's unused
     quota (planning.kueue), onto GPUs that are free, whenever GPUs free or a job arrives (Kueue's scheduler does
     not wait for the controller's next step); what it looks at and cannot admit for quota it sets aside until
-    something in the cohort changes (`_kueue_events`);
+    something in the cohort changes (`_kueue_events`), but the head of a StrictFIFO queue
+    (WorldSettings.strict_fifo_queues), which blocks the Workloads behind it until it is admitted;
   * training: a running job checkpoints every `checkpoint_interval_seconds` of progress; deactivated,
     it stops after its preemption time (checkpoint + termination), losing the work since its last
     checkpoint, and holds its GPUs until then; requeued, it resumes from that checkpoint;
@@ -240,6 +241,12 @@ class EmbeddedCluster:
                               (start + np.asarray(jobs[2], float)).tolist(), 0)
         for p in self.policies:  # last: a target starts serving its demand, on GPUs nothing else holds yet
             self._hold(p)
+        unknown = sorted(set(settings.strict_fifo_queues) - set(self.quotas))
+        if unknown:  # a typo would replay that queue as BestEffortFIFO, without a word
+            raise ConfigError("simulate.world", [
+                f"strict_fifo_queues: {', '.join(unknown)}: no ClusterQueue of the policies (their "
+                "trainingClusterQueues, inferenceClusterQueue or ClusterQueue target: "
+                f"{', '.join(sorted(self.quotas))})"])
 
     def _hold(self, p: dict) -> None:
         """A valid policy's target, and every ClusterQueue it names, exist in the cluster (training quotas start at
@@ -551,8 +558,8 @@ class EmbeddedCluster:
         precedence of its own: only a higher priority would (a WorkloadPriorityClass), and even that never before a
         Workload within its own quota; and a training head within its queue's nominalQuota that the cohort's unused
         quota does not cover reserves that quota for its cycle, keeping a borrowing replica after it out. The training
-        Workloads are taken on quota alone (admitted, pods wait for GPUs); a training queue is taken as BestEffortFIFO
-        (Kueue's default and the shipped queues'; the embedded cluster holds no queueingStrategy)."""
+        Workloads are taken on quota alone (admitted, pods wait for GPUs); a queue is StrictFIFO if the world's
+        settings say so (strict_fifo_queues), else BestEffortFIFO (Kueue's default and the shipped queues')."""
         if not self.inference_queues:
             return {}
         events, j = self._kueue_events, self.jobs
@@ -568,7 +575,7 @@ class EmbeddedCluster:
             np.concatenate([j.priority[p], np.zeros(len(replicas), np.int64)]),
             np.concatenate([j.created[p], np.array([self.inference[key].asked[r][0] for key, r in replicas], float)]),
             [j.uids[i] for i in p] + [self.inference[key].asked[r][1] for key, r in replicas], usage, quotas,
-            sum(quotas.values()), kept)
+            sum(quotas.values()), kept, self.settings.strict_fifo_queues)
         admitted: dict[str, list[int]] = {key: [] for key in self.inference_queues}
         for k in chosen:
             if k >= len(p):
@@ -600,7 +607,7 @@ class EmbeddedCluster:
         j, p = self.jobs, np.array(self._pending, np.int64)
         p = p[j.aside[p] != self._kueue_events]
         chosen, aside = admit(j.queue_names[p], j.gpus[p], j.priority[p], j.created[p], [j.uids[i] for i in p],
-                              usage, quotas, free, kept)
+                              usage, quotas, free, kept, self.settings.strict_fifo_queues)
         j.aside[p[aside]] = self._kueue_events
         return [int(p[k]) for k in chosen]
 

@@ -304,6 +304,8 @@ class WorldSettings(Strict):
     backlog_job_gpus: Annotated[tuple[int, ...], StrictTypes(False)] = (1, 1, 2, 4, 8)
     backlog_job_hours: Annotated[tuple[float, float], StrictTypes(False)] = (1.0, 8.0)
     hpa_scale_down_seconds: float = Field(300.0, ge=0)   # the HPA's scale-down stabilization window
+    # the ClusterQueues whose spec.queueingStrategy is StrictFIFO (the others BestEffortFIFO, Kueue's default)
+    strict_fifo_queues: Annotated[tuple[str, ...], StrictTypes(False)] = ()
     seed: int = Field(0, ge=0)  # numpy's generators take no negative seed
 
     @field_validator("preemption_seconds")

@@ -1,5 +1,5 @@
 """How Kueue admits Workloads into ClusterQueues of one cohort (../shared/kueue/docs/cluster_queue.md, cohort.md;
-Kueue v0.19's pkg/scheduler/scheduler.go and flavorassigner), for one flavor (GPUs), BestEffortFIFO.
+Kueue v0.19's pkg/scheduler/scheduler.go and flavorassigner), for one flavor (GPUs).
 
 The embedded cluster admits with it, and the plan shows what Kueue will admit under the quotas the
 planner lends. Kueue's scheduling cycles, back to back:
@@ -26,29 +26,33 @@ planner lends. Kueue's scheduling cycles, back to back:
     heads after it in the cycle that would use it are skipped;
   * a head Kueue does not admit is set aside (BestEffortFIFO: it blocks none behind it), until
     something in the cohort changes (a Workload finishing or stopping, a quota changing), when every
-    Workload set aside is looked at again;
+    Workload set aside is looked at again. A StrictFIFO queue's head is requeued at once instead
+    (pkg/cache/queue/cluster_queue.go, RequeueIfNotPresent): the head of its queue in every cycle until admitted,
+    blocking the Workloads behind it, and reserving, if it needs preemption, in every cycle;
   * it also needs GPUs that are physically free (its pods cannot run otherwise): a Workload that
     fits the quota but not the free GPUs is passed over, not set aside.
 Kueue does not evict when a quota shrinks; headroom does that itself (planning.planner).
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import numpy as np
 
 
 def admit(queue: np.ndarray, gpus: np.ndarray, priority: np.ndarray, created: np.ndarray, uids: Sequence[str],
           usage: Mapping[str, int], quotas: Mapping[str, int], free_gpus: int,
-          kept: Mapping[str, int] | None = None) -> tuple[list[int], list[int]]:
+          kept: Mapping[str, int] | None = None, strict: Collection[str] = ()) -> tuple[list[int], list[int]]:
     """Indices (into the pending columns) Kueue admits now, in admission order, and those it sets aside.
 
     `queue` is each pending Workload's ClusterQueue name, `created` its creationTimestamp (epoch seconds, whole as
     the API server keeps them) and `uids` its UID, Kueue's tie-break; `usage` the GPUs each queue's admitted Workloads
     hold; `quotas` every ClusterQueue's nominal quota (queues in it form the cohort); `kept` the part of a queue's
-    quota it does not lend (its nominalQuota less its lendingLimit; absent: it lends all). Every pending Workload
-    given is looked at once, each in the cycle it heads its queue, as Kueue's back-to-back scheduling cycles do
-    between two steps."""
+    quota it does not lend (its nominalQuota less its lendingLimit; absent: it lends all); `strict` the queues whose
+    queueingStrategy is StrictFIFO (the others BestEffortFIFO). Every pending Workload given is looked at once, each
+    in the cycle it heads its queue, as Kueue's back-to-back scheduling cycles do between two steps, but those behind
+    a StrictFIFO head Kueue does not admit: that head stays, neither admitted nor set aside, and they are not looked
+    at."""
     kept = kept or {}
     used = {q: int(usage.get(q, 0)) for q in quotas}
     own = {q: min(int(kept.get(q, 0)), int(quotas[q])) for q in quotas}  # quota a queue keeps from the cohort
@@ -74,16 +78,21 @@ def admit(queue: np.ndarray, gpus: np.ndarray, priority: np.ndarray, created: np
         free_gpus -= g
         admitted.append(i)
 
-    for k in range(max(map(len, lines.values()), default=0)):
-        heads = [(q, line[k]) for q, line in lines.items() if k < len(line)]
+    at = dict.fromkeys(lines, 0)  # each queue's head: its first not yet looked at (StrictFIFO: not yet admitted)
+    while True:
+        heads = [(q, line[at[q]]) for q, line in lines.items() if at[q] < len(line)]
         if len(heads) == 1:  # one queue's line left: its heads have their cycles alone, taken in one scan
             q = heads[0][0]
-            for i in lines[q][k:]:
+            for i in lines[q][at[q]:]:
                 g = sizes[i]
-                if g > max(own[q] - used[q], 0) + unused:
-                    aside.append(i)
-                elif g <= free_gpus:
+                fits = g <= max(own[q] - used[q], 0) + unused
+                if fits and g <= free_gpus:
                     take(q, i, g)
+                elif q in strict:  # it stays the head: nothing behind it is looked at
+                    break
+                elif not fits:
+                    aside.append(i)
+                # else it fits the quota, not the GPUs: passed over, tried again when GPUs free
             break
         # nominated on the cycle's start: fits the quota available to its queue, or within its nominalQuota
         # (needs preemption: none to preempt, it reserves), or neither
@@ -95,13 +104,21 @@ def admit(queue: np.ndarray, gpus: np.ndarray, priority: np.ndarray, created: np
             cycle.append(((borrows, ranks[i], times[i], uids[i]), q, i, g, g <= available, g <= quotas[q]))
         cycle.sort()
         held = 0  # the cohort's quota heads within their nominalQuota reserved for this cycle
+        moved = False  # a head admitted or left behind: the next cycle has other heads
         for _, q, i, g, fits, within in cycle:
             in_own = max(own[q] - used[q], 0)  # one head a queue in a cycle: none reserved its queue's own before it
-            if fits and g <= in_own + unused - held:
-                if g <= free_gpus:  # else it fits the quota, not the GPUs: passed over, tried again when GPUs free
-                    take(q, i, g)
-                continue
-            if not fits and within:
-                held += max(g - in_own, 0)
-            aside.append(i)
+            room = fits and g <= in_own + unused - held  # what the heads before it took or reserved left it room
+            if room and g <= free_gpus:
+                take(q, i, g)
+            else:
+                if not fits and within:
+                    held += max(g - in_own, 0)
+                if q in strict:  # StrictFIFO: requeued at once, the head of the next cycle again
+                    continue
+                if not room:  # else it fits the quota, not the GPUs: passed over, tried again when GPUs free
+                    aside.append(i)
+            at[q] += 1
+            moved = True
+        if not moved:  # StrictFIFO heads alone left, none admitted: the next cycle would be this one again
+            break
     return admitted, aside

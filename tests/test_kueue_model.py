@@ -2,25 +2,27 @@
 (../shared/kueue/docs/cluster_queue.md: queueing strategies, cohorts, "Flavors and borrowing semantics",
 "Borrowing example", BorrowingLimit), for one flavor (GPUs) and every training ClusterQueue in one cohort."""
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from core.errors import ConfigError
 from planning.kueue import admit
 
 
-def looked_at(pending, usage=None, quotas=None, free=1000, kept=None):
-    """pending: (id, queue, gpus, priority, created) rows; returns the admitted ids in admission order, and the ids
-    Kueue set aside."""
+def looked_at(pending, usage=None, quotas=None, free=1000, kept=None, strict=()):
+    """pending: (id, queue, gpus, priority, created) rows, the id as the UID; returns the admitted ids in admission
+    order, and the ids Kueue set aside. `strict`: the StrictFIFO queues."""
     ids = [p[0] for p in pending]
     chosen, aside = admit(np.array([p[1] for p in pending], dtype=object), np.array([p[2] for p in pending], np.int64),
                           np.array([p[3] for p in pending], np.int64), np.array([p[4] for p in pending], float), ids,
-                          usage or {}, quotas, free, kept)
+                          usage or {}, quotas, free, kept, strict)
     return [ids[i] for i in chosen], [ids[i] for i in aside]
 
 
-def run(pending, usage=None, quotas=None, free=1000, kept=None):
+def run(pending, usage=None, quotas=None, free=1000, kept=None, strict=()):
     """The admitted ids, in admission order."""
-    return looked_at(pending, usage, quotas, free, kept)[0]
+    return looked_at(pending, usage, quotas, free, kept, strict)[0]
 
 
 def test_best_effort_fifo_a_head_that_does_not_fit_does_not_block_smaller_ones():
@@ -28,6 +30,38 @@ def test_best_effort_fifo_a_head_that_does_not_fit_does_not_block_smaller_ones()
     pending = [("big", "a", 8, 0, 1.0), ("small", "a", 4, 0, 2.0), ("small2", "a", 4, 0, 3.0)]
     assert run(pending, quotas={"a": 6}) == ["small"]
     assert run(pending, quotas={"a": 8}) == ["big"]
+
+
+def test_strict_fifo_a_head_that_does_not_fit_blocks_its_queue():
+    """cluster_queue.md: under StrictFIFO "older workloads that can't be admitted will block newer workloads, even if
+    the newer workloads fit in the available quota". Kueue requeues such a head at once (v0.19's
+    pkg/cache/queue/cluster_queue.go, RequeueIfNotPresent: immediate for StrictFIFO), so it is the head of every cycle
+    after, never set aside, and nothing behind it is looked at; the model took every queue as BestEffortFIFO."""
+    pending = [("big", "a", 8, 0, 1.0), ("small", "a", 4, 0, 2.0), ("small2", "a", 4, 0, 3.0)]
+    assert looked_at(pending, quotas={"a": 6}, strict={"a"}) == ([], [])
+    assert looked_at(pending, quotas={"a": 6}, strict={"b"}) == (["small"], ["big", "small2"])
+    assert run(pending, quotas={"a": 16}, strict={"a"}) == ["big", "small", "small2"]
+    # a head that fits the quota but not the free GPUs blocks it too (passed over under BestEffortFIFO)
+    assert run(pending, quotas={"a": 16}, free=6, strict={"a"}) == []
+    assert run(pending, quotas={"a": 16}, free=6) == ["small"]
+    # another queue is not blocked: b's Workload borrows what a's blocked head leaves
+    pending.append(("b0", "b", 2, 0, 4.0))
+    assert looked_at(pending, quotas={"a": 6, "b": 0}, strict={"a"}) == (["b0"], [])
+
+
+def test_strict_fifo_a_heads_reservation_holds_until_it_is_admitted():
+    """A StrictFIFO head within its nominalQuota that the cohort's unused quota does not cover reserves that quota in
+    every cycle it heads its queue, so while it waits no borrower after it in a cycle is admitted into it (under
+    BestEffortFIFO it reserves in one cycle and is set aside). And a StrictFIFO head that another head's reservation
+    kept out of one cycle is looked at again in the next, where BestEffortFIFO sets it aside until Kueue's next
+    event."""
+    quotas = {"a": 8, "b": 0}
+    pending = [("a-big", "a", 4, 0, 0.0), ("b1", "b", 1, 0, 1.0), ("b2", "b", 1, 0, 2.0), ("b3", "b", 1, 0, 3.0)]
+    assert looked_at(pending, usage={"b": 6}, quotas=quotas) == (["b2", "b3"], ["a-big", "b1"])
+    assert looked_at(pending, usage={"b": 6}, quotas=quotas, strict={"a"}) == ([], ["b1", "b2", "b3"])
+    pending = [("a-big", "a", 4, 0, 0.0), ("b-small", "b", 1, 0, 1.0)]
+    assert looked_at(pending, usage={"b": 6}, quotas=quotas) == ([], ["a-big", "b-small"])
+    assert looked_at(pending, usage={"b": 6}, quotas=quotas, strict={"b"}) == (["b-small"], ["a-big"])
 
 
 def test_ordered_by_priority_then_creation_time():
@@ -146,17 +180,25 @@ def test_no_number_of_heads_that_do_not_fit_blocks_a_workload_behind_them():
                 max_size=25),
        st.fixed_dictionaries({q: st.integers(0, 20) for q in "abc"}),
        st.fixed_dictionaries({q: st.integers(0, 25) for q in "abc"}),
-       st.integers(0, 60), st.integers(0, 20))
-def test_admission_invariants(rows, quotas, usage, free, keep):
+       st.integers(0, 60), st.integers(0, 20), st.sets(st.sampled_from("abc")))
+def test_admission_invariants(rows, quotas, usage, free, keep, strict):
     """The bounds hold over any line, c keeping `keep` of its quota from the cohort (a lendingLimit, as the inference
-    queue's); and a Workload is kept out of what is left, or passed over for a later one of its queue no larger, only
-    by a head of another queue that reserved its own queue's nominalQuota in its cycle (within that quota, set aside):
-    a bound stated so since Kueue's reservation (scheduler.go) blocks the heads after it in the cycle whatever they
-    would fit."""
+    queue's), the `strict` queues StrictFIFO; and a Workload is kept out of what is left, or passed over for a later
+    one of its queue no larger, only by a head of another queue that reserved its own queue's nominalQuota in its
+    cycle (within that quota, set aside or a StrictFIFO head left): a bound stated so since Kueue's reservation
+    (scheduler.go) blocks the heads after it in the cycle whatever they would fit."""
     pending = [(f"w{i}", q, g, p, float(c)) for i, (q, g, p, c) in enumerate(rows)]
-    got, aside = looked_at(pending, usage=usage, quotas=quotas, free=free, kept={"c": keep})
+    got, aside = looked_at(pending, usage=usage, quotas=quotas, free=free, kept={"c": keep}, strict=strict)
     by_id = {p[0]: p for p in pending}
     assert len(got) == len(set(got)) and not set(got) & set(aside)
+    lines = {q: sorted((p for p in pending if p[1] == q), key=lambda p: (-p[3], p[4], p[0])) for q in "abc"}
+    # StrictFIFO: a queue admits the first of its line, in its order, up to its head, the first it does not admit,
+    # which stays; none is set aside, none behind the head looked at
+    heads = []
+    for q in strict:
+        taken = [p for p in lines[q] if p[0] in got]
+        assert taken == lines[q][:len(taken)] and not {p[0] for p in lines[q]} & set(aside)
+        heads += [p[0] for p in lines[q][len(taken):len(taken) + 1]]
     admitted = sum(by_id[i][2] for i in got)
     assert admitted <= free
     # the cohort never goes over the quotas its queues lend through admission, and what c keeps is c's alone
@@ -168,12 +210,12 @@ def test_admission_invariants(rows, quotas, usage, free, keep):
     assert borrowed <= max(unused, 0)
 
     def reserver(q):  # a Workload of another queue that may have reserved its queue's quota in a cycle
-        return any(by_id[i][1] != q and by_id[i][2] <= quotas[by_id[i][1]] for i in aside)
+        return any(by_id[i][1] != q and by_id[i][2] <= quotas[by_id[i][1]] for i in [*aside, *heads])
 
     # within a queue, a Workload passed over for a later one of the same or lower rank did not fit then, or a
     # reservation kept it out: BestEffortFIFO admits past a smaller-or-equal Workload ahead of it only so
     for q in "abc":
-        line = sorted((p for p in pending if p[1] == q), key=lambda p: (-p[3], p[4], p[0]))
+        line = lines[q]
         taken = [p for p in line if p[0] in got]
         if taken:
             last = line.index(taken[-1])
@@ -183,15 +225,15 @@ def test_admission_invariants(rows, quotas, usage, free, keep):
     # left, or was set aside in a cycle a reservation held; one passed over for the GPUs alone is not set aside
     left_free = free - admitted
     for p in pending:
-        if p[0] not in got:
+        if p[0] not in got and (p[1] not in strict or p[0] in heads):
             left_quota = max(room[p[1]] - into[p[1]], 0) + unused - borrowed
-            assert p[2] > left_free or p[2] > left_quota or (p[0] in aside and reserver(p[1]))
-            assert p[0] in aside or p[2] > left_free
+            assert p[2] > left_free or p[2] > left_quota or (p[0] in [*aside, *heads] and reserver(p[1]))
+            assert p[0] in aside or p[2] > left_free or p[0] in heads
 
 
-def _cluster_with_trace(jobs, capacity=4):
-    """An embedded cluster whose one training queue may fill the cluster, and a job trace: (GPUs, work seconds,
-    arrival offset seconds) per job."""
+def _cluster_with_trace(jobs, capacity=4, quota=None, strict=()):
+    """An embedded cluster whose one training queue may fill the cluster (or holds `quota`; StrictFIFO if `strict`
+    names it), and a job trace: (GPUs, work seconds, arrival offset seconds) per job."""
     import pandas as pd
 
     from adapters.embedded import EmbeddedCluster
@@ -206,9 +248,9 @@ def _cluster_with_trace(jobs, capacity=4):
     trace = tuple(np.array(column, dtype=float) for column in zip(*jobs))
     demand = {"default/chat": pd.Series(0.0, index=index)}
     world = EmbeddedCluster(capacity, [manifest("chat", "default", spec)], demand, start=start.timestamp(),
-                            settings=WorldSettings(checkpoint_interval_seconds=1800.0),
+                            settings=WorldSettings(checkpoint_interval_seconds=1800.0, strict_fifo_queues=strict),
                             jobs=(trace[0].astype(np.int64), trace[1], trace[2]))
-    world.set_cluster_queue_quota("train", capacity)
+    world.set_cluster_queue_quota("train", capacity if quota is None else quota)
     return world, start.timestamp()
 
 
@@ -252,3 +294,26 @@ def test_two_workloads_created_in_one_second_go_by_uid():
     assert {w.creation.timestamp() for w in late.values()} == {t0 + 100.0}
     assert (late["train-job-9"].uid, late["train-job-10"].uid) == ("uid-9", "uid-10")
     assert [w.name for w in world.workloads() if w.admitted] == ["train-job-10"]
+
+
+def test_the_embedded_cluster_takes_a_queue_as_strict_fifo_when_told():
+    """simulate.world.strict_fifo_queues (the what-if's and the embedded run's cluster): a queue whose ClusterQueue
+    says queueingStrategy: StrictFIFO. There a job larger than the quota lent blocks the jobs behind it, until a quota
+    that fits it comes (a Kueue event), when it is admitted first; every queue was BestEffortFIFO, so the what-if ran
+    the small jobs behind it where a StrictFIFO cluster runs none."""
+    jobs = [(6, 3600.0, 0.0), (2, 3600.0, 0.0), (2, 3600.0, 0.0)]
+    best_effort, _ = _cluster_with_trace(jobs, capacity=8, quota=4)
+    best_effort.admit()
+    assert [w.name for w in best_effort.workloads() if w.admitted] == ["train-job-2", "train-job-3"]
+    strict, _ = _cluster_with_trace(jobs, capacity=8, quota=4, strict=("train",))
+    assert strict.admit() == []
+    strict.set_cluster_queue_quota("train", 8)
+    strict.admit()
+    assert [w.name for w in strict.workloads() if w.admitted] == ["train-job-1", "train-job-2"]
+
+
+def test_a_strict_fifo_queue_no_policy_names_is_refused():
+    """A name in simulate.world.strict_fifo_queues that is no ClusterQueue of the policies (a typo) would leave the
+    queue meant BestEffortFIFO without a word: refused, naming the field and the queues there are."""
+    with pytest.raises(ConfigError, match=r"strict_fifo_queues: trian: no ClusterQueue .* target: train\)"):
+        _cluster_with_trace([(1, 60.0, 0.0)], strict=("trian",))

@@ -257,14 +257,23 @@ POLICY_FIELDS = st.fixed_dictionaries({
                  "capacity": {"demandPerGpu": 1.0, "gpusPerReplica": 8},
                  "target": {"kind": "Deployment", "name": "inference"}, "headroomFloorGpus": 0,
                  "inferenceClusterQueue": "inference-pods", "trainingClusterQueues": ["training"]},
-          gpus=64, holes=False, jobs=True, controller={})
+          gpus=64, holes=False, jobs=True, controller={}, strict=False)
+@example(fields={"timezone": "UTC", "scaleInDelay": "10m", "maxGpus": None, "warmBufferQuantile": None,
+                 "targetQuantile": 0.8, "statistic": "max", "leadTime": "15m", "headroomQuantile": 0.95,
+                 "warmBuffer": 0.5, "forecaster": "reactive", "minGpus": 0, "reclaimDeadline": "5m", "marginGpus": 0,
+                 "capacity": {"demandPerGpu": 1.0, "gpusPerReplica": 2},
+                 "target": {"kind": "Deployment", "name": "inference"}, "headroomFloorGpus": 0,
+                 "inferenceClusterQueue": "inference-pods", "trainingClusterQueues": ["research", "batch"]},
+          gpus=64, holes=False, jobs=True, controller={}, strict=True)  # research StrictFIFO: other preemptions
 @settings(max_examples=int(os.environ.get("HEADROOM_SAMENESS_EXAMPLES", "8")), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(fields=POLICY_FIELDS, gpus=st.sampled_from([24, 64, 128]), holes=st.booleans(), jobs=st.booleans(),
-       controller=st.sampled_from([{}, {"non_lendable_gpus": 4, "team_weights": {"research": 3}}]))
-def test_the_same_for_any_policy(tmp_path_factory, capsys, fields, gpus, holes, jobs, controller):
-    """Every field of the policy, its target's kind, a daylight saving change, gaps and a stale tail, a job trace and
-    the controller's settings: the what-if and the embedded controller decide the same at every step."""
+       controller=st.sampled_from([{}, {"non_lendable_gpus": 4, "team_weights": {"research": 3}}]),
+       strict=st.booleans())
+def test_the_same_for_any_policy(tmp_path_factory, capsys, fields, gpus, holes, jobs, controller, strict):
+    """Every field of the policy, its target's kind, a daylight saving change, gaps and a stale tail, a job trace, the
+    controller's settings and a StrictFIFO training queue: the what-if and the embedded controller decide the same at
+    every step."""
     try:
         spec = PolicySpec.model_validate({"query": "demand", "mode": "active", **{k: v for k, v in fields.items()
                                                                                   if v is not None}})
@@ -276,7 +285,8 @@ def test_the_same_for_any_policy(tmp_path_factory, capsys, fields, gpus, holes, 
     policy = folder / "policy.yaml"
     policy.write_text(yaml.safe_dump(manifest("inference", "default", spec), sort_keys=False))
     config = folder / "headroom.yaml"
-    config.write_text(yaml.safe_dump({"run": controller}))
+    world = {"strict_fifo_queues": spec.training_cluster_queues[:1]} if strict else {}
+    config.write_text(yaml.safe_dump({"run": controller, "simulate": {"world": world}}))
     flags = ["--config", str(config)] + (["--jobs", _job_trace(folder / "jobs.csv")] if jobs else [])
     simulated, ran = _both(folder, _berlin_trace(folder / "demand.csv", holes), str(policy), days=0.25, gpus=gpus,
                            flags=flags)
