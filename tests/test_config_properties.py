@@ -68,6 +68,7 @@ VALID = {
     "simulate.world.backlog_job_gpus": st.lists(st.integers(1, 64), min_size=1, max_size=5),
     "simulate.world.backlog_job_hours": st.tuples(st.floats(1e-3, 1e3), st.floats(1e-3, 1e3)).map(sorted),
     "simulate.world.hpa_scale_down_seconds": st.floats(0, 1e6),
+    "simulate.world.strict_fifo_queues": st.lists(st.from_regex(r"[a-z][a-z0-9-]{0,10}", fullmatch=True), max_size=3),
     "simulate.world.seed": st.integers(0, 2**70),
     "tune.max_shortage": st.floats(0, 1),
     "tune.max_short_steps": st.floats(0, 1),
