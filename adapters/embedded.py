@@ -352,6 +352,9 @@ class EmbeddedCluster:
     def within_queue_preemption(self) -> Mapping[str, str]:
         return {}  # the embedded Kueue preempts within no queue (README, "The simulated Kueue")
 
+    def strict_fifo_queues(self) -> frozenset[str]:
+        return frozenset(self.settings.strict_fifo_queues)
+
     def target_state(self, target: TargetRef, gpus_per_replica: int) -> TargetState:
         inf = self._target(target)  # its replicas are of the GPUs its policy says, as `gpus_per_replica` is
         return TargetState(inf.desired, inf.warm + sum(1 for r in inf.warming if r <= self.now),

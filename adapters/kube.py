@@ -900,6 +900,10 @@ class KubeCluster:
                 out[cq["metadata"]["name"]] = str(policy)
         return out
 
+    def strict_fifo_queues(self) -> frozenset[str]:
+        return frozenset(cq["metadata"]["name"] for cq in self._objects("clusterqueues")
+                         if (cq.get("spec") or {}).get("queueingStrategy") == "StrictFIFO")
+
     def cohort_tree(self) -> list[QuotaNode]:
         """Each ClusterQueue in a cohort (spec.cohortName) and each Cohort object, with their GPU quotas."""
         queues = [quota_node(cq, "ClusterQueue", self.resource) for cq in self._objects("clusterqueues")]

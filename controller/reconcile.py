@@ -475,6 +475,15 @@ def within_queue_preemptors(settings: Mapping[str, str], workloads: list[Workloa
     return found
 
 
+def strict_fifo_notes(strict: frozenset[str], queues: set[str]) -> list[tuple[str, str]]:
+    """The training queues Kueue takes strictly in order, each as (what to say, the queue): a what-if replays a queue
+    as BestEffortFIFO unless simulate.world.strict_fifo_queues names it, and the two admit differently."""
+    return [(f"ClusterQueue {q} has spec.queueingStrategy: StrictFIFO: a head Workload that does not fit the quota "
+             "headroom lends blocks the Workloads behind it until it is admitted, so the team may run less than it is "
+             f"lent; a what-if (headroom simulate, tune) does the same only where simulate.world.strict_fifo_queues "
+             f"names {q}", q) for q in sorted(queues & strict)]
+
+
 def training_view(workloads: list[WorkloadInfo], queues: set[str], now: float):
     """The planner's running training and the requeue candidates, from the cluster's Workloads."""
     running = [w for w in workloads if w.cluster_queue in queues and w.running]
@@ -711,7 +720,7 @@ class Reconciler:
         workloads = self.cluster.workloads()  # after evictions and scaling
         after = self._view(policies, lending, now, workloads)
         lenders = self._cohort_check(lending)
-        report += self._reclaim_notes(lending, lenders) + self._within_queue_notes(lending, workloads)
+        report += self._reclaim_notes(lending, lenders) + self._queue_notes(lending, workloads)
         reclaimable, wanted, risk = self._headroom(step, after, cluster_policy, lenders)
         report += self._reports(inputs, hours, step, after, failures, plan_id, now, states, cluster_policy,
                                 reclaimable, risk)
@@ -1164,19 +1173,22 @@ class Reconciler:
         return self._say_once("CohortReclaims", [f for r in cohorts.reclaimers for f in r.findings()], policies,
                               "Warning")
 
-    def _within_queue_notes(self, policies: list[PolicyObject], workloads: list[WorkloadInfo]) -> list[RecordEvent]:
-        """A training queue in which Kueue itself may preempt Workloads for others of the queue: for the record
-        (Normal), since it is the team's own priority order, within the quota headroom lends, and the reservation is
-        as safe; but headroom's figures then leave those stops out. `workloads`: the reconcile's own read, after its
-        writes. A read of the ClusterQueues that fails changes nothing said (the same ClusterQueues read for the
-        Cohorts are counted there)."""
+    def _queue_notes(self, policies: list[PolicyObject], workloads: list[WorkloadInfo]) -> list[RecordEvent]:
+        """A training queue in which Kueue itself may preempt Workloads for others of the queue, or that it takes
+        strictly in order: for the record (Normal), since it is the team's own setting, within the quota headroom
+        lends, and the reservation is as safe; but headroom's figures then leave those stops out, and a what-if not
+        told of StrictFIFO admits otherwise. `workloads`: the reconcile's own read, after its writes. A read of the
+        ClusterQueues that fails changes nothing said (the same ClusterQueues read for the Cohorts are counted
+        there)."""
         queues = training_queues(policies)
         try:
             settings = self.cluster.within_queue_preemption()
+            strict = self.cluster.strict_fifo_queues()
         except ClusterError:
             return []
-        return self._say_once("KueuePreemptsWithinQueue", within_queue_preemptors(settings, workloads, queues),
-                              policies, "Normal")
+        return (self._say_once("KueuePreemptsWithinQueue", within_queue_preemptors(settings, workloads, queues),
+                               policies, "Normal")
+                + self._say_once("KueueStrictFIFO", strict_fifo_notes(strict, queues), policies, "Normal"))
 
     def _say_once(self, reason: str, findings: list[tuple[str, str]], policies: list[PolicyObject],
                   kind: str) -> list[RecordEvent]:

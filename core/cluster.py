@@ -87,6 +87,10 @@ class Cluster(Protocol):
         """Each ClusterQueue whose spec.preemption.withinClusterQueue is not Never (Kueue's default): that value."""
         ...
 
+    def strict_fifo_queues(self) -> frozenset[str]:
+        """The ClusterQueues whose spec.queueingStrategy is StrictFIFO (Kueue's default: BestEffortFIFO)."""
+        ...
+
     def target_state(self, target: TargetRef, gpus_per_replica: int) -> TargetState:
         """Replicas of an inference target, each of `gpus_per_replica` GPUs (its policy's: what a ClusterQueue
         target's GPU quota is read in); raises core.errors.NotFound if it does not exist."""

@@ -561,6 +561,20 @@ def test_each_training_queue_where_kueue_preempts_within_gets_an_event_of_its_ow
     assert [e["message"].split(" has ")[0] for e in r.events("KueuePreemptsWithinQueue")[2:]] == ["ClusterQueue batch"]
 
 
+def test_a_strict_fifo_training_queue_is_noted_once_with_the_setting_a_what_if_needs(demand_file, tmp_path):
+    """Kueue takes a StrictFIFO queue strictly in order, and a what-if replays a queue as BestEffortFIFO unless
+    simulate.world.strict_fifo_queues names it: the two admit differently, and nothing on the cluster said which the
+    queue is. Each such training queue is now a Normal Event on the policies lending to it, once, naming the setting."""
+    world = EIGHTS.model_copy(update={"strict_fifo_queues": ("research",)})
+    r = Replay(tmp_path, demand_file, policy(trainingClusterQueues=["research", "batch"]), world=world)
+    for at in (MONDAY_6AM, MONDAY_6AM + pd.Timedelta(minutes=5)):
+        r.step(at)
+    (note,) = r.events("KueueStrictFIFO", "chat")
+    assert note["type"] == "Normal" and note["message"].startswith("ClusterQueue research has spec.queueingStrategy: "
+                                                                   "StrictFIFO")
+    assert note["message"].endswith("only where simulate.world.strict_fifo_queues names research")
+
+
 def test_a_headroom_band_wider_than_the_slack_is_at_risk_and_the_status_says_so_without_cluster_numbers(
         demand_file, tmp_path):
     r = Replay(tmp_path, demand_file, policy(headroomFloorGpus=100))  # a band no slack at 9:00 covers

@@ -463,6 +463,31 @@ def test_a_queue_letting_kueue_reclaim_in_the_training_cohort_is_said_once(kube,
         kube.delete(path)
 
 
+def test_a_strict_fifo_training_queue_is_noted_once(kube, controller, prometheus_server, tmp_path):
+    """A training queue of queueingStrategy StrictFIFO admits otherwise than a what-if not told of it (it replays
+    BestEffortFIFO unless simulate.world.strict_fifo_queues names the queue): a Normal Event on the policy, once."""
+    path = kueue.path("clusterqueues", QUEUE)
+    queue = kueue.cluster_queue(QUEUE, gpus=0, cohort=COHORT)
+    queue["spec"]["queueingStrategy"] = "StrictFIFO"
+
+    def noted() -> list[dict]:
+        return [e for e in kube.list_events(ObjectRef("", "ReservationPolicy", "chat", NS))
+                if e["reason"] == "KueueStrictFIFO"]
+
+    kube.apply(path, queue)
+    try:
+        controller.sync()
+        r = reconciler(controller, prometheus_server.url, tmp_path)
+        before = len(noted())
+        for m in (0, 5):
+            r.reconcile(MONDAY_7AM + pd.Timedelta(minutes=m))
+        assert len(noted()) == before + 1  # once, not every reconcile
+        assert all(e["type"] == "Normal" and f"ClusterQueue {QUEUE} has spec.queueingStrategy: StrictFIFO" in
+                   e["message"] and f"simulate.world.strict_fifo_queues names {QUEUE}" in e["message"] for e in noted())
+    finally:
+        kube.delete(path)
+
+
 def test_kueue_s_preemption_within_a_training_queue_is_noted_once_where_it_can_happen(kube, controller,
                                                                                      prometheus_server, tmp_path,
                                                                                      caplog):
