@@ -41,7 +41,7 @@ import pandas as pd
 from core.cluster import Elector
 from core.errors import ConfigError, NotFound
 from core.objects import ObjectRef, PolicyStatus, QuotaNode, TargetRef, TargetState, WorkloadInfo
-from core.policy import PolicySpec, parse_policy_spec
+from core.policy import Claims, PolicySpec, created, parse_policy_spec
 from core.settings import WorldSettings
 from core.units import epoch_seconds
 from planning.kueue import admit
@@ -239,7 +239,10 @@ class EmbeddedCluster:
             # as lists: admit reads them one at a time
             self._arrivals = (np.asarray(jobs[0]).tolist(), np.asarray(jobs[1]).tolist(),
                               (start + np.asarray(jobs[2], float)).tolist(), 0)
-        for p in self.policies:  # last: a target starts serving its demand, on GPUs nothing else holds yet
+        self.claims = Claims()  # what the policies held so far hold (_hold)
+        # last: a target starts serving its demand, on GPUs nothing else holds yet; oldest first, as the controller
+        # takes them
+        for p in sorted(self.policies, key=created):
             self._hold(p)
         unknown = sorted(set(settings.strict_fifo_queues) - set(self.quotas))
         if unknown:  # a typo would replay that queue as BestEffortFIFO, without a word
@@ -249,11 +252,15 @@ class EmbeddedCluster:
                 f"{', '.join(sorted(self.quotas))})"])
 
     def _hold(self, p: dict) -> None:
-        """A valid policy's target, and every ClusterQueue it names, exist in the cluster (training quotas start at
-        0). The target served before: it starts with the replicas its demand now needs, warm (as many as the idle GPUs
-        hold), so a ClusterQueue it runs in (its target, or its inferenceClusterQueue) starts with a quota holding
-        them, as Kueue admitted them. An invalid policy is held as a real cluster holds it: the controller refuses it
-        and says why."""
+        """What a valid policy names exists in the cluster as a cluster the controller's accepted policies describe
+        holds it (core.policy.Claims, taken oldest first): a policy accepted there holds its target and every
+        ClusterQueue it names (training quotas start at 0); one refused there (its target another's, or a queue another
+        names otherwise) names nothing another holds: a target is one workload, whichever policies name it, and a
+        ClusterQueue has the role the policy that kept it gave it (no training is submitted into an inference queue,
+        no replica of the refused policy is a Workload of a training queue). The target served before: it starts with
+        the replicas its demand now needs, warm (as many as the idle GPUs hold), so a ClusterQueue it runs in (its
+        target, or its inferenceClusterQueue) starts with a quota holding them, as Kueue admitted them. A policy whose
+        spec does not parse is held as a real cluster holds it: the controller refuses it and says why."""
         meta = p["metadata"]
         key = f"{meta.get('namespace', 'default')}/{meta['name']}"
         try:
@@ -261,16 +268,30 @@ class EmbeddedCluster:
         except ConfigError:
             return
         self.specs[key] = spec
-        if spec.inference_cluster_queue is None:
+        ref = spec.target.ref(meta.get("namespace", "default"))
+        self.claims.forget(key)  # its spec replaced: it claims anew
+        accepted = self.claims.take(key, ref, spec) is None
+        role = self.claims.role
+
+        def named(q: str | None, kind: str) -> str | None:  # a queue as this policy names it, if that is its role
+            return q if q is not None and (accepted or role.get(q, (kind,))[0] == kind) else None
+
+        queue_target = ref.name if ref.kind == "ClusterQueue" else None
+        taken = any(inf.ref == ref for k, inf in self.inference.items() if k != key) or (
+            not accepted and queue_target in self.quotas)  # another's target, or a queue held otherwise
+        inference_queue = None if taken else named(spec.inference_cluster_queue, "inference")
+        training = [q for q in spec.training_cluster_queues if named(q, "training")]
+        if taken:  # the target is what the cluster has: no workload of this policy's own (as a target it names anew)
+            self.inference.pop(key, None)
+            self._found.clear()
+        if inference_queue is None:
             self.inference_queues.pop(key, None)
         else:
-            self.inference_queues[key] = spec.inference_cluster_queue
-        ref = spec.target.ref(meta.get("namespace", "default"))
-        queue_target = ref.name if ref.kind == "ClusterQueue" else None
-        for q in [*spec.training_cluster_queues, spec.inference_cluster_queue, queue_target]:
+            self.inference_queues[key] = inference_queue
+        for q in [*training, inference_queue, queue_target]:
             if q is not None:
                 self.quotas.setdefault(q, 0)
-        if key not in self.inference or self.inference[key].ref != ref:
+        if not taken and (key not in self.inference or self.inference[key].ref != ref):
             inf = _Inference(key, ref, spec.capacity.gpus_per_replica, spec.capacity.demand_per_gpu)
             self.inference[key] = inf
             self._found.clear()
@@ -280,10 +301,10 @@ class EmbeddedCluster:
                 inf.recommendations.append((self.now, inf.desired))
             if queue_target is not None:  # a ClusterQueue target's replicas are its quota
                 self.quotas[queue_target] = inf.desired * inf.gpus_per_replica
-            queue = spec.inference_cluster_queue
-            if queue is not None:  # what the serving replicas of every policy running in it hold, at least
-                self.quotas[queue] = max(self.quotas[queue], self._held_in_queues()[queue])
-        self.training_queues += [q for q in spec.training_cluster_queues if q not in self.training_queues]
+            if inference_queue is not None:  # what the serving replicas of every policy running in it hold, at least
+                self.quotas[inference_queue] = max(self.quotas[inference_queue],
+                                                   self._held_in_queues()[inference_queue])
+        self.training_queues += [q for q in training if q not in self.training_queues]
         self._pending_version += 1  # a new training queue: what is derived from the queues is redone
         self._kueue_events += 1  # and its quota is new to Kueue: it looks again at what it set aside
         self._held_version += 1

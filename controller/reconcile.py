@@ -72,7 +72,7 @@ from core.deadline import current as current_deadline
 from core.deadline import earliest, within
 from core.errors import ClusterError, ConfigError, NotFound
 from core.objects import CONDITION_TYPES, Condition, ObjectRef, PolicyStatus, TargetState, WorkloadInfo
-from core.policy import API_VERSION, KIND, PolicySpec, holding_spec, parse_policy_spec
+from core.policy import API_VERSION, KIND, Claims, PolicySpec, created, holding_spec, parse_policy_spec
 from core.settings import RunConfig
 from core.units import epoch_seconds
 from forecast.history import OUTLIER_FACTOR, HistoryError, check_values
@@ -180,7 +180,7 @@ def parse_policies(objects: list[dict], specs: ParsedSpecs | None = None
     goes on (in a file, the one written first), so a newcomer never takes a working policy's target. The valid ones
     come oldest first: the planner cuts, and feasible() refuses, the later ones first. So too a
     ClusterQueue one policy holds inference in (its inferenceClusterQueue or ClusterQueue target) and another lends
-    training slack into: the one that named it first keeps it."""
+    training slack into: the one that named it first keeps it (core.policy.Claims)."""
     specs = specs or ParsedSpecs()
     parsed, invalid = [], {}
     for obj in objects:
@@ -192,43 +192,11 @@ def parse_policies(objects: list[dict], specs: ParsedSpecs | None = None
         parsed.append((obj, PolicyObject(ref, generation, spec, obj.get("status") or {})))
     # oldest first (the API server lists by name; ties, and a file's policies, which have no time, keep their order):
     # the order the cluster is shared in too, so a newcomer is cut, or refused, before the policies already working
-    parsed.sort(key=lambda op: str(op[0]["metadata"].get("creationTimestamp") or ""))
-    owner: dict = {}  # target -> the policy that scales it
-    role: dict[str, tuple[str, str]] = {}  # ClusterQueue -> ("inference" | "training", the policy that named it so)
+    parsed.sort(key=lambda op: created(op[0]))
+    claims = Claims()
     for _, p in parsed:
-        target = p.spec.target.ref(p.ref.namespace or "default")
-        if target in owner:
-            invalid[p.ref] = (f"spec.target: {target.kind} {target.name} is already the target of ReservationPolicy "
-                              f"{owner[target]}; two policies on one target would undo each other's decisions")
-            continue
-        # a ClusterQueue holds inference (its quota the reservation) or training (its quota lent slack, its Workloads
-        # preemptible), never both: lending into an inference queue overwrites its quota and evicts inference as
-        # training. The policy that claims a queue otherwise after another did is refused.
-        # A ClusterQueue target's quota is its own policy's reservation alone: no other policy runs inference in it.
-        claims = [("spec.inferenceClusterQueue", q, "inference") for q in (p.spec.inference_cluster_queue,) if q]
-        if target.kind == "ClusterQueue":
-            claims.append(("spec.target", target.name, "target"))
-        claims += [("spec.trainingClusterQueues", q, "training") for q in p.spec.training_cluster_queues]
-        clashes = [(f"{field}: ClusterQueue {q} is the {role[q][0]} queue of ReservationPolicy {role[q][1]}",
-                    "one queue cannot hold both inference and training" if "training" in (kind, role[q][0]) else
-                    "a ClusterQueue target's quota is its own policy's reservation alone")
-                   for field, q, kind in claims
-                   if q in role and role[q][0] != kind and role[q][1] != p.key]
-        if clashes:
-            # how many and the fix first, each clash after: an Event keeps 1 kB of it, the Ready condition all
-            one = len(clashes) == 1
-            invalid[p.ref] = (
-                f"{len(clashes)} ClusterQueue{'' if one else 's'} this policy names {'is' if one else 'are'} held "
-                f"otherwise by an older ReservationPolicy: name {'another queue' if one else 'other queues'} in this "
-                f"policy ({'; '.join(dict.fromkeys(why for _, why in clashes))}): "
-                + "; ".join(clash for clash, _ in clashes))
-            continue
-        owner[target] = p.key
-        for _, q, kind in claims:
-            # the first policy to name a queue says its role; a queue that is a policy's target is "target", even
-            # when that policy named it its inference queue too
-            if q not in role or (kind == "target" and role[q][0] != "target"):
-                role[q] = (kind, p.key)
+        if (refusal := claims.take(p.key, p.spec.target.ref(p.ref.namespace or "default"), p.spec)) is not None:
+            invalid[p.ref] = refusal
     return [p for _, p in parsed if p.ref not in invalid], invalid
 
 

@@ -306,6 +306,65 @@ def holding_spec(spec: Any) -> PolicySpec | None:
         return None
 
 
+def created(obj: dict[str, Any]) -> str:
+    """When a ReservationPolicy object was created, as its creationTimestamp sorts (none: first, in list order)."""
+    return str((obj.get("metadata") or {}).get("creationTimestamp") or "")
+
+
+class Claims:
+    """What the policies accepted so far hold, taken oldest first (sorted by `created`): each target, the policy that
+    scales it, and each ClusterQueue its role, with the policy that named it so. The controller accepts a policy by it
+    (controller.reconcile.parse_policies), and the embedded cluster builds its world by it (what a cluster the accepted
+    policies describe holds)."""
+
+    def __init__(self) -> None:
+        self.owner: dict[TargetRef, str] = {}
+        # ClusterQueue -> ("inference" | "target" | "training", the policy that named it so)
+        self.role: dict[str, tuple[str, str]] = {}
+
+    def take(self, key: str, target: TargetRef, spec: PolicySpec) -> str | None:
+        """Why the policy `key` is refused beside those accepted so far; None: it is accepted, and what it names is
+        its. A target an older policy scales is refused (the two would undo each other's decisions), and so is a
+        ClusterQueue one policy holds inference in (its inferenceClusterQueue or ClusterQueue target) and another
+        lends training slack into: the one that named it first keeps it."""
+        if target in self.owner:
+            return (f"spec.target: {target.kind} {target.name} is already the target of ReservationPolicy "
+                    f"{self.owner[target]}; two policies on one target would undo each other's decisions")
+        # a ClusterQueue holds inference (its quota the reservation) or training (its quota lent slack, its Workloads
+        # preemptible), never both: lending into an inference queue overwrites its quota and evicts inference as
+        # training. A ClusterQueue target's quota is its own policy's reservation alone: no other policy runs
+        # inference in it.
+        claims = [("spec.inferenceClusterQueue", q, "inference") for q in (spec.inference_cluster_queue,) if q]
+        if target.kind == "ClusterQueue":
+            claims.append(("spec.target", target.name, "target"))
+        claims += [("spec.trainingClusterQueues", q, "training") for q in spec.training_cluster_queues]
+        role = self.role
+        clashes = [(f"{field}: ClusterQueue {q} is the {role[q][0]} queue of ReservationPolicy {role[q][1]}",
+                    "one queue cannot hold both inference and training" if "training" in (kind, role[q][0]) else
+                    "a ClusterQueue target's quota is its own policy's reservation alone")
+                   for field, q, kind in claims
+                   if q in role and role[q][0] != kind and role[q][1] != key]
+        if clashes:
+            # how many and the fix first, each clash after: an Event keeps 1 kB of it, the Ready condition all
+            one = len(clashes) == 1
+            return (f"{len(clashes)} ClusterQueue{'' if one else 's'} this policy names {'is' if one else 'are'} held "
+                    f"otherwise by an older ReservationPolicy: name {'another queue' if one else 'other queues'} in "
+                    f"this policy ({'; '.join(dict.fromkeys(why for _, why in clashes))}): "
+                    + "; ".join(clash for clash, _ in clashes))
+        self.owner[target] = key
+        for _, q, kind in claims:
+            # the first policy to name a queue says its role; a queue that is a policy's target is "target", even
+            # when that policy named it its inference queue too
+            if q not in role or (kind == "target" and role[q][0] != "target"):
+                role[q] = (kind, key)
+        return None
+
+    def forget(self, key: str) -> None:
+        """What the policy `key` held is no longer its (its spec replaced: it claims again)."""
+        self.owner = {target: owner for target, owner in self.owner.items() if owner != key}
+        self.role = {q: named for q, named in self.role.items() if named[1] != key}
+
+
 def spec_dict(spec: PolicySpec) -> dict[str, Any]:
     """The spec as it stands in an object or a file: camelCase, every field written (defaults filled in)."""
     return spec.model_dump(mode="json", by_alias=True, exclude_none=True)

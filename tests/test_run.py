@@ -276,6 +276,46 @@ def test_a_second_policy_on_a_taken_target_is_the_only_one_refused(demand_file, 
     assert conditions["Ready"]["status"] == "False" and conditions["Ready"]["reason"] == "InvalidSpec"
 
 
+def test_the_world_holds_one_workload_for_a_target_two_policies_name(demand_file, tmp_path):
+    """The embedded cluster built the refused second policy's target as a workload of its own: two for one Deployment
+    (chat's 42 replicas and a phantom 12 at 9:00), and training held 16 of the 44 GPUs lent. A cluster has one
+    Deployment chat: the world with the refused copy holds what it holds with chat alone."""
+    both = Replay(tmp_path / "both", demand_file, policy("chat"),
+                  policy("copy", target={"kind": "Deployment", "name": "chat"}))
+    alone = Replay(tmp_path / "alone", demand_file, policy("chat"))
+    for now in (AT_9, AT_9 + pd.Timedelta(minutes=5)):
+        state, single = both.step(now), alone.step(now)
+    chat = state.policies["inference/chat"]
+    assert not state.policies["inference/copy"].valid
+    assert both.cluster.inference_gpus == alone.cluster.inference_gpus == both.replicas("chat") * 2 == \
+        chat.reserved_gpus == single.policies["inference/chat"].reserved_gpus
+    assert (state.slack_gpus, both.cluster.training_gpus) == (single.slack_gpus, alone.cluster.training_gpus)
+
+
+@pytest.mark.parametrize("clash", ["training", "inference", "target"])
+def test_a_queue_clash_gives_the_world_s_queue_the_role_the_older_policy_gave_it(demand_file, tmp_path, clash):
+    """A newer policy naming chat's inference ClusterQueue as its training queue made it a training queue in the
+    embedded world (the backlog's jobs submitted into it); naming chat's training queue as its inference queue made
+    its replicas Workloads of a training queue; naming chat's inference queue as its ClusterQueue target gave the world
+    a second workload whose replicas overwrote that queue's quota. The controller refuses the newer policy, and the
+    world holds what the cluster of the older one holds: each ClusterQueue one kind of Workload, the older policy's."""
+    newer = {"training": policy("b", trainingClusterQueues=["team-b", "serving"]),
+             "inference": policy("b", trainingClusterQueues=["team-b"], inferenceClusterQueue="research"),
+             "target": policy("b", trainingClusterQueues=["team-b"],
+                              target={"kind": "ClusterQueue", "name": "serving"})}[clash]
+    r = Replay(tmp_path, demand_file, policy("chat", inferenceClusterQueue="serving"), newer)
+    for minutes in (0, 5):
+        state = r.step(AT_9 + pd.Timedelta(minutes=minutes))
+    chat = state.policies["inference/chat"]
+    assert chat.valid and not state.policies["inference/b"].valid
+    assert {w.cluster_queue for w in r.cluster.workloads()} == {"research", "team-b"}
+    assert not set(r.cluster.training_queues) & set(r.cluster.inference_queues.values()), r.cluster.inference_queues
+    assert r.cluster.inference_queues == {"inference/chat": "serving"}
+    assert r.cluster.quotas["serving"] == chat.reserved_gpus == r.replicas("chat") * 2
+    own = 0 if clash == "target" else r.replicas("b") * 2  # a target of its own: the Deployment b
+    assert r.cluster.inference_gpus == chat.reserved_gpus + own
+
+
 @pytest.mark.parametrize("target", [{"kind": "Deployment", "name": "gone"},
                                     {"kind": "HorizontalPodAutoscaler", "name": "gone"},
                                     {"kind": "ClusterQueue", "name": "gone-queue"}])
