@@ -469,14 +469,19 @@ class EmbeddedCluster:
         raise NotFound(f"Workload {TRAINING_NAMESPACE}/{name} not found", status=404)
 
     def patch_policy_status(self, namespace: str, name: str, status: PolicyStatus) -> bool:
-        old = {c["type"]: c for c in self.statuses.get((namespace, name), {}).get("conditions", [])}
+        said = self.statuses.get((namespace, name), {})
+        old = {c["type"]: c for c in said.get("conditions", [])}
         conditions = {**old, **{c.type: {"type": c.type, "status": c.status, "reason": c.reason,
                                          "message": c.message} for c in status.conditions}}
+        # as Kubernetes' status says it (adapters.kube): none scored this time ({}): the last realized error stands;
+        # a policy not planned (None): none
+        errors = status.realized_error
+        realized = dict(errors) if errors else {} if errors is None else said.get("realizedError", {})
         self.statuses[(namespace, name)] = {
             "reservedGpus": status.reserved_gpus, "headroomGpus": status.headroom_gpus, "planId": status.plan_id,
             "model": status.model, "observedGeneration": status.observed_generation,
             "forecastDemand": status.forecast_demand, "nextHours": list(status.next_hours),
-            "realizedError": dict(status.realized_error or {}), "conditions": list(conditions.values())}
+            "realizedError": realized, "conditions": list(conditions.values())}
         return True
 
     def emit_event(self, about: ObjectRef, reason: str, message: str, type: str = "Normal") -> dict:

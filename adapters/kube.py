@@ -1155,6 +1155,10 @@ class KubeCluster:
             if (last is not None and (_now() - last).total_seconds() < STATUS_REFRESH_SECONDS
                     and all(held.get(k) == v for k, v in body.items() if k not in ("lastPlanTime", "planId"))):
                 return None
+            if body.get("realizedError") and isinstance(held.get("realizedError"), dict):
+                # the horizons scored now are the whole error: a merge patch merges maps, so one scored before and
+                # not now is removed (null), not left beside them as if it were scored now
+                body["realizedError"] = {**dict.fromkeys(held["realizedError"]), **body["realizedError"]}
             return {"status": body}
 
         return self._update(path, mutate, subresource="/status", cached=self._cached("reservationpolicies", namespace,

@@ -432,6 +432,26 @@ def test_policy_status_conditions_and_events(cluster, kube_server):
         Condition("Healthy", "True", "X")
 
 
+def test_realized_error_says_the_same_on_kubernetes_and_the_embedded_cluster(cluster):
+    """The merge patch merges maps: some horizons scored kept the horizons scored before beside them on Kubernetes
+    (1h 0.25 written over 1h/6h/24h read back 6h 0.75 and 24h 1.25), where the embedded cluster replaced the map; none
+    scored this time ({}: no forecast in force, a replica's first refit not done) kept the last one on Kubernetes,
+    where the embedded cluster cleared it. On both now: the horizons scored now, all of them; the last ones while none
+    is scored; none for a policy not planned (None)."""
+    cluster.create(RP, policy("errors"))
+    world = EmbeddedCluster(8, [], {}, 0.0)
+    full, partial = {"1h": 0.5, "6h": 0.75, "24h": 1.25}, {"1h": 0.25}
+    for sent, held in [(full, full), (partial, partial), ({}, partial), (full, full), (None, None), ({}, None),
+                       (partial, partial)]:
+        status = PolicyStatus(reserved_gpus=4, headroom_gpus=2, realized_error=sent,
+                              conditions=(Condition("Ready", "True", "Active"),))
+        cluster.patch_policy_status(NS, "errors", status)
+        world.patch_policy_status(NS, "errors", status)
+        on_kube = cluster.get_reservation_policy(NS, "errors")["status"].get("realizedError")
+        embedded = world.statuses[(NS, "errors")]["realizedError"] or None
+        assert on_kube == embedded == held, (sent, on_kube, embedded)
+
+
 def test_plan_summary_is_one_configmap_written_only_when_it_changes(cluster):
     summary = cluster.plan_summary(NS, "plan-summary-test")
     first = {"planId": "plan-1", "slackGpus": "40", "headroomAtRisk": "False"}
