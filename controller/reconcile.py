@@ -353,14 +353,15 @@ NOT_PLANNED = tuple(Condition(kind, "Unknown", "NotPlanned", "the policy takes n
                     for kind in CONDITION_TYPES if kind != "Ready")
 
 
-def _refused_already(objects: list[dict], ref: ObjectRef, message: str) -> bool:
-    """The policy's status already says Ready=False for this reason (a restarted controller reported it)."""
-    for obj in objects:
-        meta = obj.get("metadata") or {}
-        if (meta.get("namespace"), meta.get("name")) == (ref.namespace, ref.name):
-            return any(c.get("type") == "Ready" and c.get("status") == "False" and c.get("message") == message
-                       for c in (obj.get("status") or {}).get("conditions", []))
-    return False
+def _refusal_said(status: Mapping, message: str, generation: int) -> tuple[bool, bool]:
+    """Whether a policy's status already says Ready=False for this reason (a restarted controller reported it), and
+    whether it says all a refusal's status says: the generation refused, no plan's id or realized error (an older
+    controller's refusal left its last plan's, and a spec edited and refused for the same reason is a new
+    generation)."""
+    told = any(c.get("type") == "Ready" and c.get("status") == "False" and c.get("message") == message
+               for c in status.get("conditions", []))
+    return told, told and status.get("observedGeneration") == generation and not status.get("planId") \
+        and not status.get("realizedError")
 
 
 @dataclass(frozen=True)
@@ -631,18 +632,21 @@ class Reconciler:
         lending = policies + [p for p in parsed if p.ref in missing or p.ref in too_big] + lending_invalid
         refused = {**invalid, **missing, **too_big}
         states: dict[str, PolicyState] = {}
-        report = []
-        generations = {ref: generation for _, ref, generation in map(_identified, objects)}
+        report: list[RecordEvent | PatchStatus] = []
+        read = {ref: (obj.get("status") or {}, generation) for obj, ref, generation in map(_identified, objects)}
         for ref, message in refused.items():
             key = f"{ref.namespace}/{ref.name}"
             states[key] = PolicyState(key, "", False, message)
-            if self._reported.get(ref) != message and not _refused_already(objects, ref, message):
+            status, generation = read[ref]
+            told, whole = _refusal_said(status, message, generation)
+            why = "PlanInfeasible" if ref in too_big else "TargetMissing" if ref in missing else "InvalidSpec"
+            if self._reported.get(ref) != message and not told:
                 # one event per new refusal, not one per reconcile (nor one per restart: the status remembers)
-                why = "PlanInfeasible" if ref in too_big else "TargetMissing" if ref in missing else "InvalidSpec"
-                report += [RecordEvent(EventNote(ref, why, message, "Warning")),
-                           PatchStatus(ref, PolicyStatus(0, 0, (Condition("Ready", "False", why, message),
-                                                                *NOT_PLANNED), observed_generation=generations[ref]))]
+                report.append(RecordEvent(EventNote(ref, why, message, "Warning")))
                 self._reported[ref] = message
+            if not whole:
+                conditions = (Condition("Ready", "False", why, message), *NOT_PLANNED)
+                report.append(PatchStatus(ref, PolicyStatus(0, 0, conditions, observed_generation=generation)))
         for p in policies:
             self._reported.pop(p.ref, None)
         # what was written for a policy since deleted is forgotten (a thousand come and go over a controller's life)

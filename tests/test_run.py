@@ -477,6 +477,24 @@ def test_a_refused_policy_s_status_answers_to_its_generation(demand_file, tmp_pa
     assert status.get("planId") is None and not status.get("realizedError")
 
 
+def test_a_refusal_s_status_says_the_generation_refused_and_no_plan_whoever_wrote_it_first(demand_file, tmp_path):
+    """A refusal's status was written once per message: a spec edited and refused for the same reason kept the
+    generation refused before (observedGeneration 1 of 2), and a refusal's status written by an older controller kept
+    the planId and realized error it left, through every restart. Its Warning Event is still one per message."""
+    r = Replay(tmp_path, demand_file, policy(), policy("bad", leadTime="soon"))
+    r.step(AT_9)
+    assert r.status("bad")[0]["observedGeneration"] == 1
+    r.cluster.apply_policy(policy("bad", leadTime="soon", minGpus=4))
+    r.step(AT_9 + pd.Timedelta(minutes=5))
+    assert r.status("bad")[0]["observedGeneration"] == 2
+    r.cluster.statuses[("inference", "bad")].update(planId="by-an-older-controller", realizedError={"1h": 0.5})
+    r.restart()
+    r.step(AT_9 + pd.Timedelta(minutes=10))
+    status, conditions = r.status("bad")
+    assert status.get("planId") is None and not status.get("realizedError") and status["observedGeneration"] == 2
+    assert conditions["Ready"]["reason"] == "InvalidSpec" and len(r.events(name="bad")) == 1
+
+
 def test_a_refused_policy_keeps_no_condition_of_its_last_plan(demand_file, tmp_path):
     """A status write keeps the conditions it does not name, and a refusal named only Ready: a policy planned with its
     headroom at risk, then refused (its target deleted), still said HeadroomAtRisk=True beside Ready=False (found on
