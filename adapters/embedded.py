@@ -240,9 +240,13 @@ class EmbeddedCluster:
             self._arrivals = (np.asarray(jobs[0]).tolist(), np.asarray(jobs[1]).tolist(),
                               (start + np.asarray(jobs[2], float)).tolist(), 0)
         self.claims = Claims()  # what the policies held so far hold (_hold)
+        self._inference_named: set[str] = set()  # the ClusterQueues any policy names for inference (_hold)
         # last: a target starts serving its demand, on GPUs nothing else holds yet; oldest first, as the controller
-        # takes them
-        for p in sorted(self.policies, key=created):
+        # takes them, and the policies it accepts before those it refuses, which hold only what no accepted one names
+        ordered = sorted(self.policies, key=created)
+        for p in ordered:
+            self._hold(p, accepted_only=True)
+        for p in ordered:
             self._hold(p)
         unknown = sorted(set(settings.strict_fifo_queues) - set(self.quotas))
         if unknown:  # a typo would replay that queue as BestEffortFIFO, without a word
@@ -251,13 +255,14 @@ class EmbeddedCluster:
                 "trainingClusterQueues, inferenceClusterQueue or ClusterQueue target: "
                 f"{', '.join(sorted(self.quotas))})"])
 
-    def _hold(self, p: dict) -> None:
+    def _hold(self, p: dict, accepted_only: bool = False) -> None:
         """What a valid policy names exists in the cluster as a cluster the controller's accepted policies describe
         holds it (core.policy.Claims, taken oldest first): a policy accepted there holds its target and every
         ClusterQueue it names (training quotas start at 0); one refused there (its target another's, or a queue another
         names otherwise) names nothing another holds: a target is one workload, whichever policies name it, and a
         ClusterQueue has the role the policy that kept it gave it (no training is submitted into an inference queue,
-        no replica of the refused policy is a Workload of a training queue). The target served before: it starts with
+        no replica of the refused policy is a Workload of a training queue; `accepted_only`: the policy is held only if
+        accepted). The target served before: it starts with
         the replicas its demand now needs, warm (as many as the idle GPUs hold), so a ClusterQueue it runs in (its
         target, or its inferenceClusterQueue) starts with a quota holding them, as Kueue admitted them. A policy whose
         spec does not parse is held as a real cluster holds it: the controller refuses it and says why."""
@@ -269,18 +274,28 @@ class EmbeddedCluster:
             return
         self.specs[key] = spec
         ref = spec.target.ref(meta.get("namespace", "default"))
+        queue_target = ref.name if ref.kind == "ClusterQueue" else None
+        self._inference_named |= {q for q in (spec.inference_cluster_queue, queue_target) if q}
         self.claims.forget(key)  # its spec replaced: it claims anew
         accepted = self.claims.take(key, ref, spec) is None
+        if accepted_only and not accepted:
+            return
         role = self.claims.role
 
         def named(q: str | None, kind: str) -> str | None:  # a queue as this policy names it, if that is its role
             return q if q is not None and (accepted or role.get(q, (kind,))[0] == kind) else None
 
-        queue_target = ref.name if ref.kind == "ClusterQueue" else None
-        taken = any(inf.ref == ref for k, inf in self.inference.items() if k != key) or (
-            not accepted and queue_target in self.quotas)  # another's target, or a queue held otherwise
+        other = next((k for k, inf in self.inference.items() if k != key and inf.ref == ref), None)
+        if accepted and other is not None:  # a refused policy's target before: the workload is this policy's now
+            self.inference[key] = self.inference.pop(other)
+            self.inference[key].key = key
+            self.inference_queues.pop(other, None)
+            other = None
+        taken = other is not None or (not accepted and queue_target in self.quotas)  # another's, or a queue held
         inference_queue = None if taken else named(spec.inference_cluster_queue, "inference")
-        training = [q for q in spec.training_cluster_queues if named(q, "training")]
+        # a refused policy's training queue is one no policy names for inference (the controller lends it no other)
+        training = [q for q in spec.training_cluster_queues
+                    if named(q, "training") and (accepted or q not in self._inference_named)]
         if taken:  # the target is what the cluster has: no workload of this policy's own (as a target it names anew)
             self.inference.pop(key, None)
             self._found.clear()

@@ -16,7 +16,7 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from adapters.embedded import EmbeddedCluster
@@ -182,6 +182,30 @@ def test_every_queue_the_accepted_policies_name_has_one_role(claims):
     if objects:
         first = objects[0]["metadata"]["name"]
         assert first in {p.ref.name for p in accepted} or parse_policies(objects[:1])[0] == []
+
+
+@settings(max_examples=200, deadline=None)
+@example([("q0", "d0", []), ("q0", "d0", ["q1"]), ("q0", "q1", [])])  # the refused p1's training queue, p2's target
+@example([("q0", "d1", []), ("q0", "d1", ["q1"]), ("q1", "d0", ["q0"])])  # ...and the refused p2's inference queue
+@given(st.lists(st.tuples(st.sampled_from(QUEUES + (None,)), st.sampled_from(["d0", "d1", "q0", "q1"]),
+                          st.lists(st.sampled_from(QUEUES), max_size=2, unique=True)), max_size=5))
+def test_the_world_holds_what_the_accepted_policies_name_whatever_the_others_name(claims):
+    """The embedded cluster built from any policies: a target is one workload, whichever policies name it; no
+    ClusterQueue holds both training (the backlog's jobs) and inference (replicas, or a ClusterQueue target's quota);
+    and each accepted policy's target, inference queue and training queues are there as it names them."""
+    objects = [policy(f"p{k}", target={"kind": "Deployment" if name[0] == "d" else "ClusterQueue", "name": name},
+                      trainingClusterQueues=training, inferenceClusterQueue=inference)
+               for k, (inference, name, training) in enumerate(claims)]
+    world = EmbeddedCluster(128, objects, {}, MONDAY_6AM.timestamp())
+    refs = [inf.ref for inf in world.inference.values()]
+    assert len(refs) == len(set(refs)), refs
+    inference = set(world.inference_queues.values()) | {ref.name for ref in refs if ref.kind == "ClusterQueue"}
+    assert not inference & set(world.training_queues), (world.inference_queues, refs, world.training_queues)
+    for p in parse_policies(objects)[0]:
+        target = p.spec.target.ref("inference")
+        assert world.inference[p.key].ref == target
+        assert world.inference_queues.get(p.key) == p.spec.inference_cluster_queue
+        assert set(p.spec.training_cluster_queues) <= set(world.training_queues)
 
 
 def test_a_spec_is_parsed_once_per_generation_and_forgotten_with_its_policy(monkeypatch):
