@@ -340,6 +340,22 @@ def test_a_queue_clash_gives_the_world_s_queue_the_role_the_older_policy_gave_it
     assert r.cluster.inference_gpus == chat.reserved_gpus + own
 
 
+def test_a_policy_applied_on_a_refused_policy_s_target_takes_its_workload(demand_file, tmp_path):
+    """b is refused (it lends into chat's inference queue) and holds its own Deployment; c, applied later on that
+    Deployment, is accepted, so the Deployment is c's: one workload, its replicas Workloads of c's inference queue."""
+    r = Replay(tmp_path, demand_file, policy("chat", inferenceClusterQueue="serving"),
+               policy("b", trainingClusterQueues=["serving"]))
+    r.step(AT_9)
+    r.cluster.apply_policy(policy("c", target={"kind": "Deployment", "name": "b"}, inferenceClusterQueue="serving"))
+    state = r.step(AT_9 + pd.Timedelta(minutes=5))
+    assert state.policies["inference/c"].valid and not state.policies["inference/b"].valid
+    assert [(key, inf.ref.name) for key, inf in r.cluster.inference.items()] == [("inference/chat", "chat"),
+                                                                                ("inference/c", "b")]
+    assert r.cluster.inference_queues == {"inference/chat": "serving", "inference/c": "serving"}
+    reserved = [state.policies[f"inference/{name}"].reserved_gpus for name in ("chat", "c")]
+    assert r.cluster.quotas["serving"] == sum(reserved)
+
+
 @pytest.mark.parametrize("target", [{"kind": "Deployment", "name": "gone"},
                                     {"kind": "HorizontalPodAutoscaler", "name": "gone"},
                                     {"kind": "ClusterQueue", "name": "gone-queue"}])
