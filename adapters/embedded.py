@@ -259,13 +259,13 @@ class EmbeddedCluster:
         """What a valid policy names exists in the cluster as a cluster the controller's accepted policies describe
         holds it (core.policy.Claims, taken oldest first): a policy accepted there holds its target and every
         ClusterQueue it names (training quotas start at 0); one refused there (its target another's, or a queue another
-        names otherwise) names nothing another holds: a target is one workload, whichever policies name it, and a
+        names otherwise) holds nothing another holds: a target is one workload, whichever policies name it, and a
         ClusterQueue has the role the policy that kept it gave it (no training is submitted into an inference queue,
-        no replica of the refused policy is a Workload of a training queue; `accepted_only`: the policy is held only if
-        accepted). The target served before: it starts with
-        the replicas its demand now needs, warm (as many as the idle GPUs hold), so a ClusterQueue it runs in (its
-        target, or its inferenceClusterQueue) starts with a quota holding them, as Kueue admitted them. A policy whose
-        spec does not parse is held as a real cluster holds it: the controller refuses it and says why."""
+        no replica of the refused policy is a Workload of a training queue). `accepted_only`: held only if accepted.
+        The target served before: it starts with the replicas its demand now needs, warm (as many as the idle GPUs
+        hold), so a ClusterQueue it runs in (its target, or its inferenceClusterQueue) starts with a quota holding
+        them, as Kueue admitted them. A policy whose spec does not parse is held as a real cluster holds it: the
+        controller refuses it and says why."""
         meta = p["metadata"]
         key = f"{meta.get('namespace', 'default')}/{meta['name']}"
         try:
@@ -296,7 +296,7 @@ class EmbeddedCluster:
         # a refused policy's training queue is one no policy names for inference (the controller lends it no other)
         training = [q for q in spec.training_cluster_queues
                     if named(q, "training") and (accepted or q not in self._inference_named)]
-        if taken:  # the target is what the cluster has: no workload of this policy's own (as a target it names anew)
+        if taken:  # the target is what the cluster has: no workload of this policy's own (one it held before is gone)
             self.inference.pop(key, None)
             self._found.clear()
         if inference_queue is None:
