@@ -1148,11 +1148,13 @@ class KubeCluster:
             elif status.realized_error:  # ({}: none scored this time, no forecast in force or a replica's first
                 # refit not done: the last one stands)
                 body["realizedError"] = {k: float(v) for k, v in status.realized_error.items()}
-            # Nothing new to say (the same numbers, conditions and hours; the plan id and time aside): no write, so
-            # a steady reconcile of many policies costs no request; the time is refreshed at least hourly.
+            # Nothing new to say (the same numbers, conditions and hours; the plan id and time aside, but a plan id
+            # to remove is news: a refusal's status names none): no write, so a steady reconcile of many policies
+            # costs no request; the time is refreshed at least hourly.
             held = policy.get("status") or {}
             last = _parse_time(held.get("lastPlanTime"))
             if (last is not None and (_now() - last).total_seconds() < STATUS_REFRESH_SECONDS
+                    and (body["planId"] is not None or not held.get("planId"))
                     and all(held.get(k) == v for k, v in body.items() if k not in ("lastPlanTime", "planId"))):
                 return None
             if body.get("realizedError") and isinstance(held.get("realizedError"), dict):

@@ -452,6 +452,19 @@ def test_realized_error_says_the_same_on_kubernetes_and_the_embedded_cluster(clu
         assert on_kube == embedded == held, (sent, on_kube, embedded)
 
 
+def test_a_refusal_s_status_removes_the_plan_id_an_older_controller_left(cluster):
+    """A status that said nothing new but its plan id was not written: an older controller's refusal that kept its last
+    plan's id (the same numbers and conditions) kept it on every rewrite for up to an hour, read as a plan in force."""
+    cluster.create(RP, policy("left"))
+    refused = PolicyStatus(reserved_gpus=0, headroom_gpus=0, observed_generation=1,
+                           conditions=(Condition("Ready", "False", "InvalidSpec", "spec.leadTime: not a duration"),))
+    cluster.patch_policy_status(NS, "left", replace(refused, plan_id="by-an-older-controller"))
+    assert cluster.get_reservation_policy(NS, "left")["status"]["planId"] == "by-an-older-controller"
+    assert cluster.patch_policy_status(NS, "left", refused) is True
+    assert "planId" not in cluster.get_reservation_policy(NS, "left")["status"]
+    assert cluster.patch_policy_status(NS, "left", refused) is False  # said: nothing new
+
+
 def test_plan_summary_is_one_configmap_written_only_when_it_changes(cluster):
     summary = cluster.plan_summary(NS, "plan-summary-test")
     first = {"planId": "plan-1", "slackGpus": "40", "headroomAtRisk": "False"}
