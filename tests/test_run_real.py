@@ -354,6 +354,13 @@ def test_a_refused_policy_s_status_keeps_nothing_of_its_last_plan(kube, controll
     assert conditions["Ready"]["reason"] == "InvalidSpec"
     assert status["observedGeneration"] == kube.get_reservation_policy(NS, "chat")["metadata"]["generation"] > 1
     assert not {"planId", "realizedError"} & status.keys(), status
+    # edited and refused for the same reason: the status says the generation refused now (it said the one before)
+    kube.apply(f"{RP}/chat", policy("chat", timezone="Europe/Berln", minGpus=4))
+    controller.sync()
+    r.reconcile(MONDAY_7AM + pd.Timedelta(hours=2, minutes=10))
+    status, conditions = rp_status(kube)
+    assert conditions["Ready"]["reason"] == "InvalidSpec"
+    assert status["observedGeneration"] == kube.get_reservation_policy(NS, "chat")["metadata"]["generation"] > 2
 
 
 def test_a_missing_training_queue_is_said_on_the_policy_naming_it(kube, controller, prometheus_server, tmp_path):
