@@ -462,9 +462,14 @@ def _train(name, series, settings, tracker, now, timezone, makers, origins, exp,
             continue
         per_fold[cand] = rows
         summary = summarize(rows)
-        tracker.log_params(child, {"model": cand, **_hyperparameters(make())})
-        tracker.log_metrics(child, [(k, v, *at) for k, v in summary.items()] + per_fold_metrics(rows, summary))
-        tracker.end_run(child)
+        try:
+            tracker.log_params(child, {"model": cand, **_hyperparameters(make())})
+            tracker.log_metrics(child, [(k, v, *at) for k, v in summary.items()] + per_fold_metrics(rows, summary))
+            tracker.end_run(child)
+        except BaseException as exc:  # a stop (or the store failing) while its scores are logged: not left RUNNING
+            with contextlib.suppress(Exception):
+                tracker.end_run(child, "FAILED" if isinstance(exc, Exception) else "KILLED")
+            raise
     if not per_fold:
         raise TrainingError(f"{name}: every candidate failed: {failed}")
     scores = {c: summarize(rows) for c, rows in per_fold.items()}
