@@ -132,6 +132,11 @@ def events(kube, kind, name, namespace):
     return [e["reason"] for e in kube.list_events(ObjectRef("", kind, name, namespace))]
 
 
+def chat_events(kube, reason: str) -> list[dict]:
+    """The Events of ReservationPolicy chat of `reason` (listed in no order of time)."""
+    return [e for e in kube.list_events(ObjectRef("", "ReservationPolicy", "chat", NS)) if e["reason"] == reason]
+
+
 def training(kube) -> dict:
     return {w.name: w for w in kube.workloads() if w.namespace == TRAIN_NS}
 
@@ -451,8 +456,7 @@ def test_a_queue_letting_kueue_reclaim_in_the_training_cohort_is_said_once(kube,
         uid = kube.create(RP, policy("chat"))["metadata"]["uid"]
         controller.sync()
         r.reconcile(MONDAY_7AM + pd.Timedelta(minutes=12))
-        told = [e for e in kube.list_events(ObjectRef("", "ReservationPolicy", "chat", NS))
-                if e["reason"] == "CohortReclaims" and e["involvedObject"].get("uid") == uid]
+        told = [e for e in chat_events(kube, "CohortReclaims") if e["involvedObject"].get("uid") == uid]
         assert len(told) == 1 and said in told[0]["message"], told
         # LowerPriority reclaims too (borrowWithinCohort is allowed beside it); Never, Kueue's default, does not
         reclaiming["spec"]["preemption"].update(reclaimWithinCohort="LowerPriority",
@@ -476,21 +480,17 @@ def test_a_strict_fifo_training_queue_is_noted_once(kube, controller, prometheus
     path = kueue.path("clusterqueues", QUEUE)
     queue = kueue.cluster_queue(QUEUE, gpus=0, cohort=COHORT)
     queue["spec"]["queueingStrategy"] = "StrictFIFO"
-
-    def noted() -> list[dict]:
-        return [e for e in kube.list_events(ObjectRef("", "ReservationPolicy", "chat", NS))
-                if e["reason"] == "KueueStrictFIFO"]
-
     kube.apply(path, queue)
     try:
         controller.sync()
         r = reconciler(controller, prometheus_server.url, tmp_path)
-        before = len(noted())
+        before = len(chat_events(kube, "KueueStrictFIFO"))
         for m in (0, 5):
             r.reconcile(MONDAY_7AM + pd.Timedelta(minutes=m))
-        assert len(noted()) == before + 1  # once, not every reconcile
+        noted = chat_events(kube, "KueueStrictFIFO")
+        assert len(noted) == before + 1  # once, not every reconcile
         assert all(e["type"] == "Normal" and f"ClusterQueue {QUEUE} has spec.queueingStrategy: StrictFIFO" in
-                   e["message"] and f"simulate.world.strict_fifo_queues names {QUEUE}" in e["message"] for e in noted())
+                   e["message"] and f"simulate.world.strict_fifo_queues names {QUEUE}" in e["message"] for e in noted)
     finally:
         kube.delete(path)
 
@@ -508,8 +508,8 @@ def test_kueue_s_preemption_within_a_training_queue_is_noted_once_where_it_can_h
     queue["spec"]["preemption"] = {"withinClusterQueue": "LowerPriority"}
 
     def noted() -> list[dict]:
-        return [e for e in kube.list_events(ObjectRef("", "ReservationPolicy", "chat", NS))
-                if e["reason"] == "KueuePreemptsWithinQueue"]
+        return chat_events(kube, "KueuePreemptsWithinQueue")
+
 
     kube.apply(path, queue)
     try:
@@ -671,8 +671,7 @@ def test_a_cohort_reclaims_event_of_the_longest_names_names_the_queue_and_the_fi
     kube.apply(path, reclaiming)
     try:
         risk = check.after(kueue.cohort(COHORT, parent=org), kueue.cohort(side, parent=org))
-        (message,) = [e["message"] for e in kube.list_events(ObjectRef("", "ReservationPolicy", "chat", NS))
-                      if e["reason"] == "CohortReclaims" and name in e["message"]]
+        (message,) = [e["message"] for e in chat_events(kube, "CohortReclaims") if name in e["message"]]
         assert message.startswith(
             f"ClusterQueue {name} has spec.preemption.reclaimWithinCohort: LowerPriority (set its reclaimWithinCohort "
             f"to Never, and no borrowWithinCohort): Kueue preempts the Workloads of ClusterQueue {QUEUE} whenever ")

@@ -166,15 +166,20 @@ def test_failed_training_keeps_champion(sqlite_uri):
     assert load_champion("keep", sqlite_uri).make().fit(demand()).predict(24, [0.5]).shape == (24, 1)
 
 
+def run_statuses(uri: str, series: str) -> dict[str, str]:
+    """Each MLflow run of the series' training by the first word of its name (the candidate's, or "train"): its
+    status."""
+    c = client(uri)
+    runs = c.search_runs([c.get_experiment_by_name(f"headroom/{series}").experiment_id])
+    return {r.info.run_name.split("-")[0]: r.info.status for r in runs}
+
+
 def test_a_stop_a_library_wrapped_stops_the_training_not_just_its_candidate(sqlite_uri):
     """Seen in CI: a SIGTERM read as the candidate failing, and the training went on to the next one."""
     with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
         train_series("halt", demand(), settings(candidates=("stopped", "snaive24")), Tracker(sqlite_uri),
                      factories=FACTORIES)
-    c = client(sqlite_uri)
-    runs = c.search_runs([c.get_experiment_by_name("headroom/halt").experiment_id])
-    statuses = {r.info.run_name.split("-")[0]: r.info.status for r in runs}
-    assert statuses == {"train": "KILLED", "stopped": "KILLED"}  # snaive24 never started
+    assert run_statuses(sqlite_uri, "halt") == {"train": "KILLED", "stopped": "KILLED"}  # snaive24 never started
 
 
 class StoppedWhileLogging(Tracker):
@@ -190,10 +195,7 @@ def test_a_stop_while_a_candidate_s_scores_are_logged_ends_its_run(sqlite_uri):
     with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
         train_series("logging", demand(), settings(candidates=("snaive24", "flat")), StoppedWhileLogging(sqlite_uri),
                      factories=FACTORIES)
-    c = client(sqlite_uri)
-    runs = c.search_runs([c.get_experiment_by_name("headroom/logging").experiment_id])
-    statuses = {r.info.run_name.split("-")[0]: r.info.status for r in runs}
-    assert statuses == {"train": "KILLED", "snaive24": "KILLED"}  # flat never started
+    assert run_statuses(sqlite_uri, "logging") == {"train": "KILLED", "snaive24": "KILLED"}  # flat never started
 
 
 def test_lock_prevents_concurrent_training(sqlite_uri):
