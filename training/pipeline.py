@@ -15,7 +15,7 @@ import logging
 import re
 import sys
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata
@@ -411,19 +411,26 @@ def train_series(name: str, series: pd.Series, settings: TrainSettings, tracker:
         parent = tracker.start_run(exp, f"train-{now:%Y%m%dT%H%M%SZ}", tags={
             "headroom.kind": "training", "headroom.series": name, TRAINING_KEY_TAG: key,
             FORCED_TAG: str(force).lower()})
-        try:
+        with _not_left_running(tracker, parent, say_why=True):
             result = _train(name, series, settings, tracker, now, timezone, makers, origins, exp, parent, progress)
             result.notes += [again] if again else []
             result.forced = force
-        except BaseException as exc:
-            try:
-                tracker.set_tags(parent, {"headroom.error": f"{type(exc).__name__}: {exc}"})
-                tracker.end_run(parent, "FAILED" if isinstance(exc, Exception) else "KILLED")
-            except Exception:  # noqa: BLE001 - report the original failure
-                pass
-            raise
         tracker.end_run(parent, "FINISHED")
         return result
+
+
+@contextlib.contextmanager
+def _not_left_running(tracker: Tracker, run: str, say_why: bool = False) -> Iterator[None]:
+    """A stop (SIGINT, SIGTERM) or a failure inside the block ends `run` KILLED or FAILED (with the error in its
+    headroom.error tag when `say_why`), never left RUNNING; the original is raised."""
+    try:
+        yield
+    except BaseException as exc:
+        with contextlib.suppress(Exception):  # the original failure is the one reported
+            if say_why:
+                tracker.set_tags(run, {"headroom.error": f"{type(exc).__name__}: {exc}"})
+            tracker.end_run(run, "FAILED" if isinstance(exc, Exception) else "KILLED")
+        raise
 
 
 def _on_utc(wall: pd.Timestamp, zone: str) -> pd.Timestamp:
@@ -462,14 +469,10 @@ def _train(name, series, settings, tracker, now, timezone, makers, origins, exp,
             continue
         per_fold[cand] = rows
         summary = summarize(rows)
-        try:
+        with _not_left_running(tracker, child):  # a stop (or the store failing) while its scores are logged
             tracker.log_params(child, {"model": cand, **_hyperparameters(make())})
             tracker.log_metrics(child, [(k, v, *at) for k, v in summary.items()] + per_fold_metrics(rows, summary))
             tracker.end_run(child)
-        except BaseException as exc:  # a stop (or the store failing) while its scores are logged: not left RUNNING
-            with contextlib.suppress(Exception):
-                tracker.end_run(child, "FAILED" if isinstance(exc, Exception) else "KILLED")
-            raise
     if not per_fold:
         raise TrainingError(f"{name}: every candidate failed: {failed}")
     scores = {c: summarize(rows) for c, rows in per_fold.items()}
