@@ -275,7 +275,7 @@ class EmbeddedCluster:
         self.specs[key] = spec
         ref = spec.target.ref(meta.get("namespace", "default"))
         queue_target = ref.name if ref.kind == "ClusterQueue" else None
-        self._inference_named |= {q for q in (spec.inference_cluster_queue, queue_target) if q}
+        self._inference_named |= spec.inference_queues
         self.claims.forget(key)  # its spec replaced: it claims anew
         accepted = self.claims.take(key, ref, spec) is None
         if accepted_only and not accepted:

@@ -206,12 +206,6 @@ def _identified(obj: dict) -> tuple[dict, ObjectRef, int]:
     return obj, ObjectRef.of(obj), int(obj["metadata"].get("generation", 0) or 0)
 
 
-def _inference_queues(p: PolicyObject) -> set[str]:
-    """The ClusterQueues a policy holds inference in: its inferenceClusterQueue and its ClusterQueue target."""
-    return {q for q in (p.spec.inference_cluster_queue,
-                        p.spec.target.name if p.spec.target.kind == "ClusterQueue" else None) if q}
-
-
 def invalid_holdings(objects: list[dict], invalid: Mapping[ObjectRef, str], kept: list[PolicyObject],
                      specs: ParsedSpecs) -> tuple[list[PolicyObject], list[PolicyObject]]:
     """The InvalidSpec policies as far as their specs say what they hold (ParsedSpecs.holding), in the objects' order:
@@ -227,14 +221,14 @@ def invalid_holdings(objects: list[dict], invalid: Mapping[ObjectRef, str], kept
         if ref in invalid and (spec := specs.holding(ref, generation, obj.get("spec"))) is not None:
             refused.append(PolicyObject(ref, generation, spec, obj.get("status") or {}))
     kept_targets = {p.spec.target.ref(p.ref.namespace or "default") for p in kept}
-    kept_queues = {q for p in kept for q in _inference_queues(p) | set(p.spec.training_cluster_queues)}
+    kept_queues = {q for p in kept for q in p.spec.inference_queues | set(p.spec.training_cluster_queues)}
     holders, held = [], set(kept_targets)
     for p in refused:
         target = p.spec.target.ref(p.ref.namespace or "default")
         if target not in held and not (target.kind == "ClusterQueue" and target.name in kept_queues):
             holders.append(p)
             held.add(target)
-    inference = {q for p in (*kept, *refused) for q in _inference_queues(p)}
+    inference = {q for p in (*kept, *refused) for q in p.spec.inference_queues}
     lenders = [replace(p, spec=p.spec.model_copy(update={"training_cluster_queues": lent}))
                for p in refused if (lent := [q for q in p.spec.training_cluster_queues if q not in inference])]
     return holders, lenders

@@ -175,6 +175,12 @@ class PolicySpec(Camel):
             said += f" ({self.least_gpus} GPUs: whole replicas of {self.capacity.gpus_per_replica})"
         return said
 
+    @property
+    def inference_queues(self) -> set[str]:
+        """The ClusterQueues the policy holds inference in: its inferenceClusterQueue and its ClusterQueue target."""
+        queue_target = self.target.name if self.target.kind == "ClusterQueue" else None
+        return {q for q in (self.inference_cluster_queue, queue_target) if q}
+
     def too_big_for(self, gpus: int) -> str | None:
         """What keeps this policy out of `gpus` GPUs ('minGpus 500', 'capacity.gpusPerReplica 16'), or None: its
         minimum (in whole replicas), or a single replica, larger than them."""
