@@ -156,18 +156,21 @@ class ForecastKeeper:
             self._taken.pop(p.key, None)
             return own
         looked = (now.floor("h"), p.generation)
-        held = self._taken.get(p.key)
+        held, fresh = self._taken.get(p.key), False
         if held is None or held[0] != looked:
             try:
                 held = self._taken[p.key] = (looked, self._stored(p, now))
             except (ClusterError, OSError) as exc:
                 self._error("cluster", p.series, exc)
                 return own
-            if held[1] is not None and (own is None or held[1].made_at > own.made_at):
-                log.info("%s: planned on the forecast %s issued at %s, from the forecast store, until its own refit "
-                         "lands", p.key, held[1].model, held[1].made_at)
+            fresh = True  # looked up now: said once
         taken = usable(held[1], now, self.data)
-        return taken if taken is not None and (own is None or taken.made_at > own.made_at) else own
+        if taken is None or (own is not None and taken.made_at <= own.made_at):
+            return own
+        if fresh:
+            log.info("%s: planned on the forecast %s issued at %s, from the forecast store, until its own refit lands",
+                     p.key, taken.model, taken.made_at)
+        return taken
 
     def _answers(self, forecast: IssuedForecast, p: PolicyObject) -> bool:
         """Whether `p` can be planned on `forecast`: made for its spec (observe.made_for), with its target and
