@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from adapters.mlflow import Tracker, TrackingError, TrainingLocked
 from forecast.base import future_index, quantile_frame
+from forecast.baselines import BASELINES
 from forecast.models import MODELS
 from tests.mlflow_server import MlflowServer, free_port
 from training.pipeline import (
@@ -375,7 +376,7 @@ def test_realized_shares_below_are_each_quantile_s_own_and_agree_with_the_band(q
     values = np.array([[b + spread * i for i in range(len(quantiles))] for b in base])
     frame = pd.DataFrame(values, index=index, columns=quantiles)
     actuals = pd.Series(data.draw(st.lists(st.floats(0, 2e6), min_size=24, max_size=24)), index=index)
-    errors = realized_errors({index[0] - pd.Timedelta(hours=1): frame}, actuals, scale=1.0)
+    errors = realized_errors({index[0]: frame}, actuals, scale=1.0)
     below = [f"below_q{q}" for q in quantiles]
     assert [c for c in errors.columns if c.startswith("below_q")] == below
     for row in errors.to_dict("records"):
@@ -384,6 +385,44 @@ def test_realized_shares_below_are_each_quantile_s_own_and_agree_with_the_band(q
         assert all(a <= b for a, b in zip([row[k] for k in below], [row[k] for k in below][1:]))
         if {0.1, 0.9} <= set(quantiles):
             assert row["inside_80"] <= row["below_q0.9"]
+
+
+@hypothesis.settings(max_examples=40, deadline=None)
+@hypothesis.example(missing=2, minute=5, gone=None, twice=None)
+@hypothesis.example(missing=0, minute=0, gone=5, twice=None)
+@hypothesis.example(missing=0, minute=0, gone=None, twice=5)
+@hypothesis.given(missing=st.integers(0, 3), minute=st.integers(0, 59), gone=st.none() | st.integers(0, 26),
+                  twice=st.none() | st.integers(0, 26))
+def test_realized_error_scores_h_hours_ahead_on_the_h_th_hour_from_the_issue_hour_whatever_row_it_is(missing, minute,
+                                                                                                      gone, twice):
+    """The controller's forecast issued at 08:MM begins at the hour after the complete hours it was fitted on: 08:00,
+    or, its last `missing` hours missing, that many hours earlier (controller.observe.issue lengthens it by them).
+    h hours ahead is the h-th hour from 08:00 (a backtest fold's step 1 is its origin's hour), whatever row holds it;
+    a horizon whose hour the forecast lacks (a row gone: a store edited by hand) is not scored, and one whose hour it
+    gives twice is scored on its first row. By row position, with two hours missing, "1 h ahead" was scored on 06:00,
+    an hour that had ended before the forecast was made, and every horizon two hours early."""
+    from controller.observe import issue
+    from core.settings import PolicySpec
+
+    truth = demand(days=10)
+    issued = truth.index[24 * 8 + 8] + pd.Timedelta(minutes=minute)  # 08:MM
+    spec = PolicySpec.model_validate({"query": "q", "capacity": {"demandPerGpu": 10.0, "gpusPerReplica": 1},
+                                      "target": {"kind": "Deployment", "name": "chat"},
+                                      "forecaster": "seasonal-naive"})
+    hourly = truth[truth.index < issued.floor("h") - pd.Timedelta(hours=missing)]
+    frame = issue(BASELINES["seasonal-naive"](), "seasonal-naive", hourly, issued, spec, 1, 24).frame
+    assert frame.index[0] == issued.floor("h") - pd.Timedelta(hours=missing) and len(frame) == 24 + missing
+    if gone is not None:
+        frame = frame.drop(frame.index[gone % len(frame)])
+    once = frame  # each period once, as issue() makes it
+    if twice is not None:
+        frame = pd.concat([frame, frame.iloc[[twice % len(frame)]] + 1.0])
+    errors = realized_errors({issued: frame}, truth, scale=1.0)
+    targets = {h: issued.floor("h") + pd.Timedelta(hours=h - 1) for h in (1, 6, 24)}
+    scored = [h for h, target in targets.items() if target in frame.index]
+    assert list(errors["horizon"]) == scored and list(errors["target"]) == [targets[h] for h in scored]
+    assert list(errors["forecast"]) == [once.loc[targets[h], 0.5] for h in scored]
+    assert list(errors["actual"]) == [truth[targets[h]] for h in scored]
 
 
 @hypothesis.settings(max_examples=60, deadline=None)

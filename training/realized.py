@@ -1,7 +1,12 @@
 """Accuracy over time: forecasts issued earlier vs the actuals that arrived since.
 
-For each issued forecast and each horizon h (default 1, 6, 24 steps ahead) the
-target is issued_at + h steps; once its actual is known we record the absolute
+For each issued forecast and each horizon h (default 1, 6, 24 hours ahead) the
+target is the h-th hour from the one it was issued in (issued at 08:00 or 08:05, 1
+hour ahead is 08:00-09:00: a forecast's first step is the hour after the complete
+hours it was fitted on, as a backtest fold's first step is its origin's hour), read
+by its time, not by its row: a forecast whose last complete hours were missing
+begins before its issue hour (controller.observe.issue lengthens it by them). Once
+its actual is known we record the absolute
 error of the median, that error scaled by a seasonal-24 scale (so it is
 comparable with the backtest MASE: the forecast's own fitting window's, which it
 carries as `frame.attrs[SCALE]`, as the backtest scales each fold by the window it
@@ -145,28 +150,27 @@ def _col(frame: pd.DataFrame, q: float) -> float | None:
 
 def realized_errors(forecasts: Mapping[pd.Timestamp, pd.DataFrame], actuals: pd.Series, scale: float,
                     horizons: Sequence[int] = HORIZONS) -> pd.DataFrame:
-    """One row per (issued forecast, horizon) whose target actual is known; the error scaled by the forecast's own
-    fitting window's scale (`frame.attrs[SCALE]`), else by `scale`."""
+    """One row per (issued forecast, horizon) whose target hour (module docstring) the forecast has and whose actual is
+    known; the error scaled by the forecast's own fitting window's scale (`frame.attrs[SCALE]`), else by `scale`."""
     rows = []
     actuals = actuals.dropna()
     for issued, frame in sorted(forecasts.items()):
         own = float(frame.attrs.get(SCALE, scale))
-        frame = frame.copy()
+        frame = frame[~frame.index.duplicated()]  # a period given twice (a store edited by hand): its first row
         frame.columns = [float(c) for c in frame.columns]
         mid, lo, hi = _col(frame, 0.5), _col(frame, 0.1), _col(frame, 0.9)
+        first = pd.Timestamp(issued).floor("h")
         for h in horizons:
-            if h > len(frame):
+            target = first + pd.Timedelta(hours=h - 1)
+            if target not in frame.index or target not in actuals.index:
                 continue
-            target = frame.index[h - 1]
-            if target not in actuals.index:
-                continue
-            actual = float(actuals.loc[target])
-            point = float(frame.iloc[h - 1][mid])
+            actual, row = float(actuals.loc[target]), frame.loc[target]
+            point = float(row[mid])
             err = abs(actual - point)
             rows.append({"issued_at": issued, "target": target, "horizon": h, "forecast": point, "actual": actual,
                          "abs_error": err, "scaled_error": err / own if own and np.isfinite(own) else np.nan,
-                         "inside_80": float(frame.iloc[h - 1][lo] <= actual <= frame.iloc[h - 1][hi]),
-                         **{below_key(q): float(actual <= frame.iloc[h - 1][q]) for q in frame.columns}})
+                         "inside_80": float(row[lo] <= actual <= row[hi]),
+                         **{below_key(q): float(actual <= row[q]) for q in frame.columns}})
     below = sorted({k for row in rows for k in row if k.startswith("below_q")})  # NaN where a forecast lacks one
     return pd.DataFrame(rows, columns=["issued_at", "target", "horizon", "forecast", "actual", "abs_error",
                                        "scaled_error", "inside_80", *below])
