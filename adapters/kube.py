@@ -1325,7 +1325,21 @@ class LeaseElector:
 
 FORECAST_LOG_LABEL = "headroom.dev/forecast-log"   # value: "true"; every ConfigMap of the store carries it
 FORECAST_SERIES_ANNOTATION = "headroom.dev/series"
+FORECAST_OPENING = '{"index":'  # how a stored forecast's JSON begins (ConfigMapForecastStore._encode writes it first)
+_JSON = json.JSONDecoder()
 CONFIGMAP_LIMIT = 1024 * 1024                       # what the API server accepts in one ConfigMap's data
+
+
+def _periods(text: str) -> int | None:
+    """How many periods a stored forecast holds, read off its index, which _encode writes first, without parsing the
+    rest; None where it does not begin so."""
+    if not text.startswith(FORECAST_OPENING):
+        return None
+    try:
+        index = _JSON.raw_decode(text, len(FORECAST_OPENING))[0]
+    except ValueError:
+        return None
+    return len(index) if isinstance(index, list) else None
 
 
 @dataclass
@@ -1383,8 +1397,15 @@ class ConfigMapForecastStore:
 
     def _cut(self, text: str) -> str | None:
         """A stored forecast's JSON cut to its first `rows` periods; None where there is nothing to cut, or it does not
-        parse (left as it is: load says so)."""
+        parse (left as it is: load says so). Every record looks at every older forecast, all but one of them cut on an
+        earlier record: how many periods one holds is read off its index alone, its values (most of its bytes) parsed
+        only if it is to be cut. That is read from the forecast itself, not from what earlier records did, so it holds
+        after a restart with other settings and for a forecast edited by hand (one not as _encode writes it is parsed
+        whole)."""
         if self.rows is None:
+            return None
+        periods = _periods(text)
+        if periods is not None and periods <= self.rows:
             return None
         try:
             doc = json.loads(text)
