@@ -1330,16 +1330,16 @@ _JSON = json.JSONDecoder()
 CONFIGMAP_LIMIT = 1024 * 1024                       # what the API server accepts in one ConfigMap's data
 
 
-def _periods(text: str) -> int | None:
-    """How many periods a stored forecast holds, read off its index, which _encode writes first, without parsing the
-    rest; None where it does not begin so."""
+def _index(text: str) -> list | None:
+    """A stored forecast's periods (epoch seconds), read off its index, which _encode writes first, without parsing
+    the rest; None where it does not begin so."""
     if not text.startswith(FORECAST_OPENING):
         return None
     try:
         index = _JSON.raw_decode(text, len(FORECAST_OPENING))[0]
     except ValueError:
         return None
-    return len(index) if isinstance(index, list) else None
+    return index if isinstance(index, list) else None
 
 
 @dataclass
@@ -1350,11 +1350,12 @@ class ConfigMapForecastStore:
     A forecast is one data key, its issue time in epoch seconds, holding JSON {index: [epoch s], columns:
     [quantile], values: [[...]], scale, generation, model, basis}: only what realized error, and a new leader planning
     on it until its own refit lands, read (the quantiles nearest `quantiles`, all of them when None; every period of
-    those issued within `whole_seconds` of the newest, which a new leader may plan on over its whole horizon, and the
-    first `rows` periods of the others, all of them when None). Each ConfigMap stays bounded: a record drops
-    forecasts issued more than `keep` before it, and then the oldest until the data fits in `max_bytes` (under the
-    1 MiB a ConfigMap holds). Reads are one GET (strongly consistent: a new leader sees the last write of the old one);
-    writes are read-modify-write merge patches carrying the resourceVersion read."""
+    those issued within `whole_seconds` of the newest, which a new leader may plan on over its whole horizon, and of
+    the others the `rows` hours from the one each was issued in, realized error's, all of them when None). Each
+    ConfigMap stays bounded: a record drops forecasts issued more than `keep` before it, and then the oldest until the
+    data fits in `max_bytes` (under the 1 MiB a ConfigMap holds). Reads are one GET (strongly consistent: a new leader
+    sees the last write of the old one); writes are read-modify-write merge patches carrying the resourceVersion
+    read."""
     cluster: KubeCluster
     namespace: str
     keep_seconds: float = 50 * 3600.0
@@ -1395,23 +1396,26 @@ class ConfigMapForecastStore:
                 doc[key] = frame.attrs[key]
         return json.dumps(doc, separators=(",", ":"))
 
-    def _cut(self, text: str) -> str | None:
-        """A stored forecast's JSON cut to its first `rows` periods; None where there is nothing to cut, or it does not
-        parse (left as it is: load says so). Every record looks at every older forecast, all but one of them cut on an
-        earlier record: how many periods one holds is read off its index alone, its values (most of its bytes) parsed
-        only if it is to be cut. That is read from the forecast itself, not from what earlier records did, so it holds
-        after a restart with other settings and for a forecast edited by hand (one not as _encode writes it is parsed
-        whole)."""
+    def _cut(self, text: str, issued: int) -> str | None:
+        """A forecast issued at `issued` cut to the `rows` hours from the one it was issued in (realized error scores
+        those: a forecast whose last complete hours were missing begins before its issue hour); None where there is
+        nothing to cut, or it does not parse (left as it is: load says so). Every record looks at every older
+        forecast, all but one of them cut on an earlier record: its periods are read off its index alone, its values
+        (most of its bytes) parsed only if it is to be cut. That is read from the forecast itself, not from what
+        earlier records did, so it holds after a restart with other settings and for a forecast edited by hand (one
+        not as _encode writes it is parsed whole)."""
         if self.rows is None:
             return None
-        periods = _periods(text)
-        if periods is not None and periods <= self.rows:
+        end = issued - issued % 3600 + self.rows * 3600
+        index = _index(text)
+        if index is not None and all(isinstance(t, int) and t < end for t in index):
             return None
         try:
             doc = json.loads(text)
-            if len(doc["index"]) <= self.rows:
+            rows = [row for row in zip(doc["index"], doc["values"], strict=True) if row[0] < end]
+            if len(rows) == len(doc["index"]):
                 return None
-            doc["index"], doc["values"] = doc["index"][: self.rows], doc["values"][: self.rows]
+            doc["index"], doc["values"] = [t for t, _ in rows], [v for _, v in rows]
         except (ValueError, KeyError, TypeError):
             return None
         return json.dumps(doc, separators=(",", ":"))
@@ -1448,7 +1452,7 @@ class ConfigMapForecastStore:
             kept = sorted(int(k) for k in data if k.isdigit() and int(k) >= issued - self.keep_seconds)
             patch: dict[str, str | None] = {}
             for k in kept:
-                cut = self._cut(data[str(k)]) if k < kept[-1] - self.whole_seconds else None
+                cut = self._cut(data[str(k)], k) if k < kept[-1] - self.whole_seconds else None
                 if cut is not None:  # no new leader plans on it any more: realized error's periods are enough
                     data[str(k)] = patch[str(k)] = cut
             while len(kept) > 1 and sum(len(data[str(k)]) + len(str(k)) for k in kept) > self.max_bytes:

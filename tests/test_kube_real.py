@@ -488,7 +488,7 @@ def test_plan_summary_is_one_configmap_written_only_when_it_changes(cluster):
 def kept_as_before(store: ConfigMapForecastStore, data: dict[str, str], issued: int, value: str) -> dict[str, str]:
     """A forecast store ConfigMap's data after `store` records `value` at `issued`, by the rule record followed before
     it read a forecast's periods off its index: every forecast older than the newest by `whole_seconds` parsed whole,
-    and cut to its first `rows` periods where it held more."""
+    and cut to the `rows` hours from the one it was issued in where it held more."""
     data = {**data, str(issued): value}
     kept = sorted(int(k) for k in data if k.isdigit() and int(k) >= issued - store.keep_seconds)
     for k in kept:
@@ -496,8 +496,10 @@ def kept_as_before(store: ConfigMapForecastStore, data: dict[str, str], issued: 
             continue
         try:
             doc = json.loads(data[str(k)])
-            if len(doc["index"]) > store.rows:
-                doc["index"], doc["values"] = doc["index"][:store.rows], doc["values"][:store.rows]
+            rows = [row for row in zip(doc["index"], doc["values"], strict=True) if row[0] < k // 3600 * 3600
+                    + store.rows * 3600]
+            if len(rows) < len(doc["index"]):
+                doc["index"], doc["values"] = [t for t, _ in rows], [v for _, v in rows]
                 data[str(k)] = json.dumps(doc, separators=(",", ":"))
         except (ValueError, KeyError, TypeError):
             pass
@@ -563,11 +565,11 @@ def test_the_forecast_store_keeps_what_it_kept_when_it_parsed_every_forecast_on_
 
 
 def test_a_forecast_record_parses_whole_only_the_forecast_it_cuts(cluster, monkeypatch):
-    """A ConfigMap holding 50 h of hourly forecasts 48 h ahead, as `headroom run` keeps them (the first 24 periods of
-    those over keep_forecast_seconds old): each record parsed the JSON of every older forecast (48 of them) to see
-    whether it was to be cut, all but one cut on earlier records already (2.4 ms of the record's 2.9 ms CPU in the
-    store, measured). One record now parses only the forecast that has just aged past keep_forecast_seconds, and cuts
-    it."""
+    """A ConfigMap holding 50 h of hourly forecasts 48 h ahead, as `headroom run` keeps them (the 24 hours from the
+    issue hour of those over keep_forecast_seconds old): each record parsed the JSON of every older forecast (48 of
+    them) to see whether it was to be cut, all but one cut on earlier records already (2.4 ms of the record's 2.9 ms
+    CPU in the store, measured). One record now parses only the forecast that has just aged past
+    keep_forecast_seconds, and cuts it."""
     from cli.run import shared_forecast_store
 
     store = shared_forecast_store(cluster, NS, 24, 7200.0)
@@ -598,6 +600,32 @@ def test_a_forecast_record_parses_whole_only_the_forecast_it_cuts(cluster, monke
     held = store.load(series)
     assert len(held) == 51 and [len(f) for f in held.values()] == [24] * 48 + [48] * 3
     cluster.delete(path)
+
+
+def test_a_stored_forecast_keeps_the_hours_realized_error_scores_when_it_begins_before_its_issue_hour(cluster):
+    """A forecast whose last complete hours were missing begins before its issue hour (controller.observe.issue
+    lengthens it by them), and realized error scores h hours ahead on the h-th hour from the issue hour: cut to its
+    first 24 rows, the stored forecast lost its 24 h target (issued 08:05 from 06:00, rows 06:00-05:00 where 1-24 h
+    ahead are 08:00-07:00). It is cut to the 24 hours from its issue hour, and each of 1, 6 and 24 h ahead is
+    scored."""
+    from cli.run import shared_forecast_store
+    from training.realized import realized_errors
+
+    store = shared_forecast_store(cluster, NS, 24, 0.0)
+    series = f"{NS}.store-early"
+    try:
+        cluster.delete(f"/api/v1/namespaces/{NS}/configmaps/{store.name(series)}")
+    except NotFound:
+        pass
+    issued = pd.Timestamp("2026-03-02T08:05Z")
+    early = forecast(issued, 50).set_axis(pd.date_range("2026-03-02T06:00Z", periods=50, freq="h"))
+    store.record(series, issued, early)
+    store.record(series, issued + pd.Timedelta(hours=1), forecast(issued + pd.Timedelta(hours=1), 48))
+    kept = store.load(series)[issued]
+    assert (kept.index[0], kept.index[-1]) == (pd.Timestamp("2026-03-02T06:00Z"), pd.Timestamp("2026-03-03T07:00Z"))
+    actuals = pd.Series(1.0, index=pd.date_range("2026-03-02T00:00Z", periods=72, freq="h"))
+    scored = realized_errors({issued: kept}, actuals, 1.0)
+    assert sorted(scored["horizon"]) == [1, 6, 24]
 
 
 def test_rbac_is_real_forbidden_is_not_retried(kube_server):
