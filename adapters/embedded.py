@@ -34,6 +34,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -41,7 +42,7 @@ import pandas as pd
 from core.cluster import Elector
 from core.errors import ConfigError, NotFound
 from core.objects import ObjectRef, PolicyStatus, QuotaNode, TargetRef, TargetState, WorkloadInfo
-from core.policy import Claims, PolicySpec, created, parse_policy_spec
+from core.policy import Claims, PolicySpec, created, held_demand_per_gpu, holding_spec, parse_policy_spec
 from core.settings import WorldSettings
 from core.units import epoch_seconds
 from planning.kueue import admit
@@ -75,7 +76,7 @@ class _Inference:
     key: str                    # the policy's namespace/name
     ref: TargetRef
     gpus_per_replica: int
-    demand_per_gpu: float
+    demand_per_gpu: float | None  # None: unknown (a refused policy's spec that does not parse): no demand served
     desired: int = 0            # replicas asked for (an HPA: what the HPA asks for)
     min_replicas: int = 0       # an HPA's minReplicas
     max_replicas: int | None = None
@@ -96,6 +97,16 @@ class _Inference:
     def waiting(self) -> int:
         """Replicas with no GPUs yet."""
         return len(self.asked)
+
+
+class _Held(NamedTuple):
+    """A policy as the world holds it (EmbeddedCluster._hold_all): its spec, or what a spec that does not parse says
+    it holds (core.policy.holding_spec), and whether the controller accepts it."""
+    key: str                        # the policy's namespace/name
+    spec: PolicySpec
+    ref: TargetRef
+    demand_per_gpu: float | None    # None: a spec that does not parse, its demandPerGpu unread too
+    accepted: bool
 
 
 @dataclass
@@ -239,15 +250,7 @@ class EmbeddedCluster:
             # as lists: admit reads them one at a time
             self._arrivals = (np.asarray(jobs[0]).tolist(), np.asarray(jobs[1]).tolist(),
                               (start + np.asarray(jobs[2], float)).tolist(), 0)
-        self.claims = Claims()  # what the policies held so far hold (_hold)
-        self._inference_named: set[str] = set()  # the ClusterQueues any policy names for inference (_hold)
-        # last: a target starts serving its demand, on GPUs nothing else holds yet; oldest first, as the controller
-        # takes them, and the policies it accepts before those it refuses, which hold only what no accepted one names
-        ordered = sorted(self.policies, key=created)
-        for p in ordered:
-            self._hold(p, accepted_only=True)
-        for p in ordered:
-            self._hold(p)
+        self._hold_all()  # last: a target starts serving its demand, on GPUs nothing else holds yet
         unknown = sorted(set(settings.strict_fifo_queues) - set(self.quotas))
         if unknown:  # a typo would replay that queue as BestEffortFIFO, without a word
             raise ConfigError("simulate.world", [
@@ -255,32 +258,47 @@ class EmbeddedCluster:
                 "trainingClusterQueues, inferenceClusterQueue or ClusterQueue target: "
                 f"{', '.join(sorted(self.quotas))})"])
 
-    def _hold(self, p: dict, accepted_only: bool = False) -> None:
-        """What a valid policy names exists in the cluster as a cluster the controller's accepted policies describe
-        holds it (core.policy.Claims, taken oldest first): a policy accepted there holds its target and every
-        ClusterQueue it names (training quotas start at 0); one refused there (its target another's, or a queue another
-        names otherwise) holds nothing another holds: a target is one workload, whichever policies name it, and a
-        ClusterQueue has the role the policy that kept it gave it (no training is submitted into an inference queue,
-        no replica of the refused policy is a Workload of a training queue). `accepted_only`: held only if accepted.
+    def _hold_all(self) -> None:
+        """What every policy holds, derived from all of them as the controller derives who is accepted every reconcile
+        (core.policy.Claims, taken oldest first): the accepted ones are held before those refused, which hold only what
+        no accepted one names. Done again on each `apply_policy`: an edit, or a new policy, can change who else is
+        accepted (an older policy that drops a target or a queue a newer one was refused for)."""
+        claims = Claims()
+        held: list[_Held] = []
+        for p in sorted(self.policies, key=created):
+            meta, raw = p["metadata"], p.get("spec")
+            key = f"{meta.get('namespace', 'default')}/{meta['name']}"
+            spec: PolicySpec | None
+            demand_per_gpu: float | None
+            try:
+                spec = parse_policy_spec(raw, f"ReservationPolicy {key}")
+                demand_per_gpu, parsed = spec.capacity.demand_per_gpu, True
+            except ConfigError:  # refused (InvalidSpec), it claims nothing, but holds what its spec still says
+                spec, demand_per_gpu, parsed = holding_spec(raw), held_demand_per_gpu(raw), False
+            if spec is None:  # not even its target reads: nothing of it is known, as to the controller
+                continue
+            ref = spec.target.ref(meta.get("namespace", "default"))
+            held.append(_Held(key, spec, ref, demand_per_gpu, parsed and claims.take(key, ref, spec) is None))
+        inference_named = {q for h in held for q in h.spec.inference_queues}
+        for h in sorted(held, key=lambda h: not h.accepted):  # stable: oldest first within each
+            self._hold(h, claims.role, inference_named)
+
+    def _hold(self, h: _Held, role: Mapping[str, tuple[str, str]], inference_named: set[str]) -> None:
+        """What a policy names exists in the cluster as a cluster the controller's accepted policies describe holds it
+        (`_hold_all`; `role`: each ClusterQueue's, as the accepted policies claimed it): a policy accepted there holds
+        its target and every ClusterQueue it names (training quotas start at 0); one refused there (its target
+        another's, or a queue another names otherwise, or its spec does not parse) holds nothing another holds: a target
+        is one workload, whichever policies name it, and a ClusterQueue has the role the policy that kept it gave it (no
+        training is submitted into an inference queue, nor on a refused policy's behalf into any queue a policy names
+        for inference, `inference_named`; no replica of the refused policy is a Workload of a training queue).
         The target served before: it starts with the replicas its demand now needs, warm (as many as the idle GPUs
         hold), so a ClusterQueue it runs in (its target, or its inferenceClusterQueue) starts with a quota holding
-        them, as Kueue admitted them. A policy whose spec does not parse is held as a real cluster holds it: the
-        controller refuses it and says why."""
-        meta = p["metadata"]
-        key = f"{meta.get('namespace', 'default')}/{meta['name']}"
-        try:
-            spec = parse_policy_spec(p.get("spec"), f"ReservationPolicy {key}")
-        except ConfigError:
-            return
+        them, as Kueue admitted them. A refused policy whose spec does not parse holds what it still says it holds
+        (core.policy.holding_spec, as the controller reads it), its target's demand served by its demandPerGpu where
+        that reads (else none is known)."""
+        key, spec, ref, accepted = h.key, h.spec, h.ref, h.accepted
         self.specs[key] = spec
-        ref = spec.target.ref(meta.get("namespace", "default"))
         queue_target = ref.name if ref.kind == "ClusterQueue" else None
-        self._inference_named |= spec.inference_queues
-        self.claims.forget(key)  # its spec replaced: it claims anew
-        accepted = self.claims.take(key, ref, spec) is None
-        if accepted_only and not accepted:
-            return
-        role = self.claims.role
 
         def named(q: str | None, kind: str) -> str | None:  # a queue as this policy names it, if that is its role
             return q if q is not None and (accepted or role.get(q, (kind,))[0] == kind) else None
@@ -295,7 +313,7 @@ class EmbeddedCluster:
         inference_queue = None if taken else named(spec.inference_cluster_queue, "inference")
         # a refused policy's training queue is one no policy names for inference (the controller lends it no other)
         training = [q for q in spec.training_cluster_queues
-                    if named(q, "training") and (accepted or q not in self._inference_named)]
+                    if named(q, "training") and (accepted or q not in inference_named)]
         if taken:  # the target is what the cluster has: no workload of this policy's own (one it held before is gone)
             self.inference.pop(key, None)
             self._found.clear()
@@ -307,7 +325,7 @@ class EmbeddedCluster:
             if q is not None:
                 self.quotas.setdefault(q, 0)
         if not taken and (key not in self.inference or self.inference[key].ref != ref):
-            inf = _Inference(key, ref, spec.capacity.gpus_per_replica, spec.capacity.demand_per_gpu)
+            inf = _Inference(key, ref, spec.capacity.gpus_per_replica, h.demand_per_gpu)
             self.inference[key] = inf
             self._found.clear()
             fits = max(self.idle_gpus, 0) // inf.gpus_per_replica
@@ -336,7 +354,7 @@ class EmbeddedCluster:
         else:
             meta.setdefault("generation", 1)
             self.policies.append(obj)
-        self._hold(obj)
+        self._hold_all()
 
     def delete_target(self, target: TargetRef) -> None:
         """`kubectl delete` of a policy's target (a ClusterQueue target: with its quota): its replicas stop at once and
@@ -673,7 +691,11 @@ class EmbeddedCluster:
 
     def _replicas_for(self, inf: _Inference, t: float) -> int:
         """The replicas that serve the demand of the interval ending at `t`."""
-        return int(math.ceil(self.demand_at(inf.key, t) / (inf.demand_per_gpu * inf.gpus_per_replica) - 1e-9))
+        return int(math.ceil(self._demand_gpus(inf, t) / inf.gpus_per_replica - 1e-9))
+
+    def _demand_gpus(self, inf: _Inference, t: float) -> float:
+        """The GPUs the demand of the interval ending at `t` needs (a demandPerGpu not known: none)."""
+        return 0.0 if inf.demand_per_gpu is None else self.demand_at(inf.key, t) / inf.demand_per_gpu
 
     def _new_job(self, queue: int, gpus: int, work: float, created: float) -> None:
         """A training Workload created at `created` into `queue` (its index among the training queues)."""
@@ -849,7 +871,7 @@ class EmbeddedCluster:
 
     def _serve(self, key: str, inf: _Inference, t: float, serving_gpus: float, dt: float) -> None:
         """Account the interval ending at `t`: its demand, what was served, what was short."""
-        u = self.demand_at(key, t) / inf.demand_per_gpu
+        u = self._demand_gpus(inf, t)
         within = min(u, float(self.capacity_gpus))
         a = self.accounting
         served = min(u, serving_gpus)

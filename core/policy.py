@@ -312,6 +312,19 @@ def holding_spec(spec: Any) -> PolicySpec | None:
         return None
 
 
+def held_demand_per_gpu(spec: Any) -> float | None:
+    """capacity.demandPerGpu of a spec that does not parse, read as a valid spec reads it (holding_spec leaves it a
+    placeholder): what the embedded cluster serves the refused policy's target's demand by; None where it does not
+    read so."""
+    capacity = spec.get("capacity") if isinstance(spec, dict) else None
+    if not isinstance(capacity, dict) or "demandPerGpu" not in capacity:
+        return None
+    try:
+        return CapacitySpec.model_validate({"demandPerGpu": capacity["demandPerGpu"]}).demand_per_gpu
+    except ValidationError:
+        return None
+
+
 def created(obj: dict[str, Any]) -> str:
     """When a ReservationPolicy object was created, as its creationTimestamp sorts (none: first, in list order)."""
     return str((obj.get("metadata") or {}).get("creationTimestamp") or "")

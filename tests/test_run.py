@@ -24,7 +24,7 @@ from adapters.prometheus import PrometheusError
 from controller.actions import Evict
 from controller.demand import DemandReader, FileDemand
 from controller.executor import execute
-from controller.reconcile import ParsedSpecs, Reconciler, invalid_holdings, parse_policies
+from controller.reconcile import ParsedSpecs, Reconciler, invalid_holdings, parse_policies, training_queues
 from core.errors import ConfigError
 from core.objects import CONDITION_TYPES, TargetRef
 from core.policy import API_VERSION, KIND, holding_spec, parse_policy_spec
@@ -184,28 +184,46 @@ def test_every_queue_the_accepted_policies_name_has_one_role(claims):
         assert first in {p.ref.name for p in accepted} or parse_policies(objects[:1])[0] == []
 
 
+# a spec that does not parse: what it holds still reads (a misspelt field), or not even its target does
+BROKEN = {None: {}, "typo": {"targetQuantlie": 0.5}, "unread": {"target": {"kind": "Deployment"}}}
+
+
 @settings(max_examples=200, deadline=None)
-@example([("q0", "d0", []), ("q0", "d0", ["q1"]), ("q0", "q1", [])])  # the refused p1's training queue, p2's target
-@example([("q0", "d1", []), ("q0", "d1", ["q1"]), ("q1", "d0", ["q0"])])  # ...and the refused p2's inference queue
+@example([("q0", "d0", []), ("q0", "d0", ["q1"]), ("q0", "q1", [])], [])  # the refused p1's training queue, p2's target
+@example([("q0", "d1", []), ("q0", "d1", ["q1"]), ("q1", "d0", ["q0"])], [])  # ...and the refused p2's inference queue
 @given(st.lists(st.tuples(st.sampled_from(QUEUES + (None,)), st.sampled_from(["d0", "d1", "q0", "q1"]),
-                          st.lists(st.sampled_from(QUEUES), max_size=2, unique=True)), max_size=5))
-def test_the_world_holds_what_the_accepted_policies_name_whatever_the_others_name(claims):
-    """The embedded cluster built from any policies: a target is one workload, whichever policies name it; no
-    ClusterQueue holds both training (the backlog's jobs) and inference (replicas, or a ClusterQueue target's quota);
-    and each accepted policy's target, inference queue and training queues are there as it names them."""
+                          st.lists(st.sampled_from(QUEUES), max_size=2, unique=True)), max_size=5),
+       st.lists(st.sampled_from(list(BROKEN)), max_size=5))
+def test_the_world_holds_what_the_accepted_policies_name_whatever_the_others_name(claims, broken):
+    """The embedded cluster built from any policies, some of whose specs do not parse (`broken`): a target is one
+    workload, whichever policies name it; no ClusterQueue holds both training (the backlog's jobs) and inference
+    (replicas, or a ClusterQueue target's quota); each accepted policy's target, inference queue and training queues
+    are there as it names them; and the targets and training queues are those the controller counts: the accepted
+    policies' and what the refused ones hold and lend into (controller.reconcile.invalid_holdings), a spec that does
+    not parse read as far as it says what it holds."""
     objects = [policy(f"p{k}", target={"kind": "Deployment" if name[0] == "d" else "ClusterQueue", "name": name},
                       trainingClusterQueues=training, inferenceClusterQueue=inference)
                for k, (inference, name, training) in enumerate(claims)]
+    for p, kind in zip(objects, broken):
+        p["spec"].update(BROKEN[kind])
     world = EmbeddedCluster(128, objects, {}, MONDAY_6AM.timestamp())
     refs = [inf.ref for inf in world.inference.values()]
     assert len(refs) == len(set(refs)), refs
     inference = set(world.inference_queues.values()) | {ref.name for ref in refs if ref.kind == "ClusterQueue"}
     assert not inference & set(world.training_queues), (world.inference_queues, refs, world.training_queues)
-    for p in parse_policies(objects)[0]:
+    specs = ParsedSpecs()
+    kept, invalid = parse_policies(objects, specs)
+    for p in kept:
         target = p.spec.target.ref("inference")
         assert world.inference[p.key].ref == target
         assert world.inference_queues.get(p.key) == p.spec.inference_cluster_queue
         assert set(p.spec.training_cluster_queues) <= set(world.training_queues)
+    holders, lenders = invalid_holdings(objects, invalid, kept, specs)
+    counted = {p.spec.target.ref("inference") for p in kept + holders}
+    # nothing the controller does not count; every Deployment it counts (a ClusterQueue target a refused policy before
+    # it names as its queue is that queue, as the policy before named it)
+    assert set(refs) <= counted and {ref for ref in counted if ref.kind == "Deployment"} <= set(refs), (refs, holders)
+    assert set(world.training_queues) == training_queues(kept + lenders), (world.training_queues, lenders)
 
 
 def test_a_spec_is_parsed_once_per_generation_and_forgotten_with_its_policy(monkeypatch):
@@ -356,6 +374,36 @@ def test_a_policy_applied_on_a_refused_policy_s_target_takes_its_workload(demand
     assert r.cluster.quotas["serving"] == sum(reserved)
 
 
+@pytest.mark.parametrize("clash", ["target", "queue"])
+def test_an_edit_that_ends_a_clash_gives_the_world_what_the_controller_then_accepts(demand_file, tmp_path, clash):
+    """A `kubectl apply` into the running world held the applied policy alone, where the controller derives who is
+    accepted from every policy: chat, edited off the Deployment copy was refused for (its target now chat-v2), left the
+    world without Deployment chat, so copy, accepted by the controller, was TargetMissing; chat, edited to drop its
+    inference queue serving, left b's lending into serving (accepted now) out of the world, serving no training queue
+    there. The world holds what the controller accepts after the edit, as it would built anew."""
+    before, after, newer = {
+        "target": (policy("chat"), policy("chat", target={"kind": "Deployment", "name": "chat-v2"}),
+                   policy("copy", target={"kind": "Deployment", "name": "chat"})),
+        "queue": (policy("chat", inferenceClusterQueue="serving"), policy("chat"),
+                  policy("b", trainingClusterQueues=["team-b", "serving"]))}[clash]
+    r = Replay(tmp_path, demand_file, before, newer)
+    assert not r.step(AT_9).policies[f"inference/{newer['metadata']['name']}"].valid
+    r.cluster.apply_policy(after)
+    for minutes in (5, 10):
+        state = r.step(AT_9 + pd.Timedelta(minutes=minutes))
+    accepted, refused = parse_policies(r.cluster.reservation_policies())
+    assert not refused and all(state.policies[p.key].valid for p in accepted)
+    assert {key: inf.ref for key, inf in r.cluster.inference.items()} == {
+        p.key: p.spec.target.ref("inference") for p in accepted}
+    assert r.cluster.inference_queues == {p.key: p.spec.inference_cluster_queue for p in accepted
+                                          if p.spec.inference_cluster_queue}
+    assert set(state.teams) <= set(r.cluster.training_queues), (state.teams, r.cluster.training_queues)
+    assert not set(r.cluster.training_queues) & set(r.cluster.inference_queues.values())
+    for p in accepted:
+        replicas = r.cluster.target_state(p.spec.target.ref("inference"), 2).desired_replicas
+        assert replicas * 2 == state.policies[p.key].reserved_gpus > 0
+
+
 @pytest.mark.parametrize("target", [{"kind": "Deployment", "name": "gone"},
                                     {"kind": "HorizontalPodAutoscaler", "name": "gone"},
                                     {"kind": "ClusterQueue", "name": "gone-queue"}])
@@ -427,6 +475,33 @@ def test_a_refused_policy_s_target_keeps_its_gpus_and_its_team_keeps_its_share(d
     assert chat.reserved_gpus > 80 and state.teams["team-b"].used_gpus <= state.teams["team-b"].quota_gpus
     r.step(MONDAY_6AM + pd.Timedelta(hours=3, minutes=10))
     assert r.cluster.inference["inference/chat"].held_replicas * 2 >= chat.reserved_gpus
+
+
+@pytest.mark.parametrize("typo", [{"targetQuantlie": 0.5},  # demand served by its demandPerGpu
+                                  {"capacity": {"demandPerGpu": -1, "gpusPerReplica": 2}}])  # none known
+def test_a_policy_whose_spec_does_not_parse_from_the_start_holds_its_target_and_its_team_keeps_its_share(
+        demand_file, tmp_path, typo):
+    """A policy whose spec does not parse, there when the embedded world starts, was not in it at all: its Deployment
+    missing (the controller counted 0 GPUs held where a cluster's runs its pods) and its training queue too, so every
+    reconcile's quota write failed (`ClusterQueue team-b not found`: 2 errors in 2 reconciles), the team's share of
+    the slack lent nowhere. The world holds what the controller reads in such a spec (core.policy.holding_spec): its
+    target, serving its demand where its demandPerGpu reads, its replicas in the inference queue it shares with chat,
+    and team-b, lent its share."""
+    shared = {"inferenceClusterQueue": "serving"}
+    r = Replay(tmp_path, demand_file, policy("chat", minGpus=40, **shared),
+               policy("typo", trainingClusterQueues=["team-b"], **shared, **typo))
+    held = 2 * r.cluster.target_state(TargetRef("Deployment", "typo", "inference"), 2).desired_replicas
+    assert (held > 0) == ("targetQuantlie" in typo)  # the demand at 6:00, served
+    for minutes in (0, 5):
+        state = r.step(AT_9 + pd.Timedelta(minutes=minutes))
+        chat, refused = state.policies["inference/chat"], state.policies["inference/typo"]
+        assert not refused.valid and r.status("typo")[1]["Ready"]["reason"] == "InvalidSpec"
+        assert r.replicas("typo") * 2 == held  # left as it is
+        assert chat.reserved_gpus + held + state.slack_gpus == 128, (chat.reserved_gpus, state.slack_gpus)
+        assert r.cluster.quotas["team-b"] == state.teams["team-b"].quota_gpus > 0
+        assert r.cluster.quotas["serving"] == chat.reserved_gpus + held
+        assert state.reconcile_errors_total == {}
+    assert {w.cluster_queue for w in r.cluster.workloads() if w.admitted} == {"research", "team-b"}
 
 
 def test_an_invalid_policy_holds_and_lends_into_only_what_no_policy_kept_names():
