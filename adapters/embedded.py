@@ -48,7 +48,8 @@ from core.units import epoch_seconds
 from planning.kueue import admit
 from planning.planner import Training, newest_checkpoint
 
-PENDING, RUNNING, STOPPING, STOPPED, DONE = range(5)
+# DELETED: a Workload deleted before it ran, its ClusterQueue no longer a training queue (EmbeddedCluster._retire)
+PENDING, RUNNING, STOPPING, STOPPED, DONE, DELETED = range(6)
 _NO_DEMAND: tuple[list[float], list[float]] = ([], [])
 TRAINING_NAMESPACE = "training"
 # Above this many GPUs the backlog's job sizes are multiplied by capacity // BACKLOG_SCALE_GPUS: its jobs stay as many
@@ -218,7 +219,10 @@ class EmbeddedCluster:
         self.inference: dict[str, _Inference] = {}
         self.inference_queues: dict[str, str] = {}  # policy key -> the inferenceClusterQueue its pods are Workloads of
         self._found: dict[TargetRef, _Inference] = {}  # _target's answers
-        self.training_queues: list[str] = []
+        self.training_queues: list[str] = []  # the ClusterQueues training is submitted into
+        # ...and every one it ever was (a job's queue number indexes it): one a policy now holds inference in is not one
+        self._queues: list[str] = []
+        self._training_numbers: list[int] = []  # the training queues' numbers in it
         # each policy's (times, values) as lists: one sample is read at a time, which numpy makes slow
         self.demand: dict[str, tuple[list[float], list[float]]] = {}
         for key, series in demand.items():
@@ -282,6 +286,22 @@ class EmbeddedCluster:
         inference_named = {q for h in held for q in h.spec.inference_queues}
         for h in sorted(held, key=lambda h: not h.accepted):  # stable: oldest first within each
             self._hold(h, claims.role, inference_named)
+        self._retire()
+
+    def _retire(self) -> None:
+        """A ClusterQueue that held training and now holds inference (an edit let a policy keep it as its inference
+        queue or target) is no training queue: no Workload is submitted into it, and those waiting there are deleted (a
+        quota there is the reservation's, not training's); those running finish, held in its Kueue usage."""
+        held = set(self.inference_queues.values()) | {inf.ref.name for inf in self.inference.values()
+                                                       if inf.ref.kind == "ClusterQueue"}
+        self._training_numbers = [k for k, q in enumerate(self._queues) if q not in held]
+        self.training_queues = [self._queues[k] for k in self._training_numbers]
+        j, gone = self.jobs, held.intersection(self._queues)
+        deleted = {i for i in self._pending + self._stopped if j.queue_names[i] in gone}
+        if deleted:
+            j.state[list(deleted)] = DELETED
+            self._pending = [i for i in self._pending if i not in deleted]
+            self._stopped = [i for i in self._stopped if i not in deleted]
 
     def _hold(self, h: _Held, role: Mapping[str, tuple[str, str]], inference_named: set[str]) -> None:
         """What a policy names exists in the cluster as a cluster the controller's accepted policies describe holds it
@@ -337,7 +357,7 @@ class EmbeddedCluster:
             if inference_queue is not None:  # what the serving replicas of every policy running in it hold, at least
                 self.quotas[inference_queue] = max(self.quotas[inference_queue],
                                                    self._held_in_queues()[inference_queue])
-        self.training_queues += [q for q in training if q not in self.training_queues]
+        self._queues += [q for q in training if q not in self._queues]
         self._pending_version += 1  # a new training queue: what is derived from the queues is redone
         self._kueue_events += 1  # and its quota is new to Kueue: it looks again at what it set aside
         self._held_version += 1
@@ -384,9 +404,9 @@ class EmbeddedCluster:
         out = []
         for i in range(j.size):
             state = int(j.state[i])
-            if state == DONE:
+            if state in (DONE, DELETED):
                 continue
-            queue = self.training_queues[int(j.queue[i])]
+            queue = self._queues[int(j.queue[i])]
             admitted = state in (RUNNING, STOPPING)
             out.append(WorkloadInfo(
                 namespace=TRAINING_NAMESPACE, name=j.names[i], local_queue=queue, cluster_queue=queue,
@@ -542,8 +562,8 @@ class EmbeddedCluster:
         """The GPUs each training queue's running and stopping jobs hold (what Kueue counts against its quota)."""
         j, r = self.jobs, self._running
         held = np.concatenate([r, np.array(self._stopping, np.int64)]) if self._stopping else r
-        counts = np.bincount(j.queue[held], weights=j.gpus[held], minlength=len(self.training_queues))
-        return {q: int(counts[k]) for k, q in enumerate(self.training_queues)}
+        counts = np.bincount(j.queue[held], weights=j.gpus[held], minlength=len(self._queues))
+        return {q: int(counts[k]) for k, q in enumerate(self._queues)}
 
     @property
     def training_gpus(self) -> int:
@@ -654,13 +674,15 @@ class EmbeddedCluster:
     def _cohort(self, admitted: Mapping[str, list[int]]) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
         """The training cohort as planning.kueue.admit reads it: each ClusterQueue's nominalQuota and the GPUs its
         Workloads hold (an inference queue's: its replicas holding GPUs, and those `admitted` waiting for them), and
-        the quota each inference queue keeps: its lendingLimit 0 lends the cohort nothing."""
-        used = {q: gpus for q, gpus in self._held_in_queues().items() if q not in self.training_queues}
+        the quota each inference queue keeps: its lendingLimit 0 lends the cohort nothing. An inference queue that was
+        a training queue (`_retire`) holds the training still running there too."""
+        used = self._held_in_queues()
         for key, chosen in admitted.items():
-            if self.inference_queues[key] in used:
-                used[self.inference_queues[key]] += len(chosen) * self.inference[key].gpus_per_replica
+            used[self.inference_queues[key]] += len(chosen) * self.inference[key].gpus_per_replica
         quotas = {q: self.quotas.get(q, 0) for q in [*self.training_queues, *used]}
-        return quotas, {**self._usage(), **used}, {q: quotas[q] for q in used}
+        usage = self._usage()
+        usage.update({q: usage.get(q, 0) + gpus for q, gpus in used.items()})
+        return quotas, usage, {q: quotas[q] for q in used}
 
     def _admit_training(self, quotas: dict[str, int], usage: dict[str, int], kept: dict[str, int],
                         free: int) -> list[int]:
@@ -698,15 +720,15 @@ class EmbeddedCluster:
         return 0.0 if inf.demand_per_gpu is None else self.demand_at(inf.key, t) / inf.demand_per_gpu
 
     def _new_job(self, queue: int, gpus: int, work: float, created: float) -> None:
-        """A training Workload created at `created` into `queue` (its index among the training queues)."""
+        """A training Workload created at `created` into `queue` (its number in `_queues`)."""
         self._serial += 1
         lo, hi = self.settings.preemption_seconds
         # named by its number, as its UID: the UIDs of one queue's Workloads sort as their names (as text: uid-10
         # before uid-9; a real cluster's UIDs are random, so a tie of creation second there is chance)
-        name, uid = f"{self.training_queues[queue]}-job-{self._serial}", f"uid-{self._serial}"
+        name, uid = f"{self._queues[queue]}-job-{self._serial}", f"uid-{self._serial}"
         i = self.jobs.add(name, uid, queue, gpus, work, float(self.rng.uniform(lo, hi)),
                           self.settings.checkpoint_interval_seconds, _creation_timestamp(created),
-                          queue_name=self.training_queues[queue])
+                          queue_name=self._queues[queue])
         self._pending.append(i)
         self._pending_version += 1
 
@@ -717,19 +739,19 @@ class EmbeddedCluster:
         if self._arrivals is not None:
             gpus, work, at, nxt = self._arrivals
             while nxt < len(at) and at[nxt] <= self.now:
-                self._new_job(nxt % max(len(self.training_queues), 1), int(gpus[nxt]), float(work[nxt]),
-                              float(at[nxt]))
+                live = self._training_numbers
+                self._new_job(live[nxt % max(len(live), 1)], int(gpus[nxt]), float(work[nxt]), float(at[nxt]))
                 nxt += 1
             self._arrivals = (gpus, work, at, nxt)
         elif self.training_queues and self._topped_up != self._pending_version:  # the pending line changed: top it up
-            waiting = np.zeros(len(self.training_queues), np.int64)
+            waiting = np.zeros(len(self._queues), np.int64)
             if self._pending:
                 p = np.array(self._pending)
                 np.add.at(waiting, j.queue[p], j.gpus[p])
-            for q in np.flatnonzero(waiting < self.capacity_gpus):
+            for q in self._training_numbers:
                 while waiting[q] < self.capacity_gpus:
                     g = int(self.rng.choice(s.backlog_job_gpus)) * self.backlog_scale
-                    self._new_job(int(q), g, float(self.rng.uniform(*s.backlog_job_hours)) * 3600, self.now)
+                    self._new_job(q, g, float(self.rng.uniform(*s.backlog_job_hours)) * 3600, self.now)
                     waiting[q] += g
             self._topped_up = self._pending_version
         if not self._pending:
@@ -913,7 +935,7 @@ class EmbeddedCluster:
     def stopped_by_plan(self) -> list[tuple[str, str]]:
         """(workload, queue) of every Workload headroom evicted that has stopped."""
         j = self.jobs
-        return [(f"{TRAINING_NAMESPACE}/{j.names[i]}", self.training_queues[int(j.queue[i])])
+        return [(f"{TRAINING_NAMESPACE}/{j.names[i]}", self._queues[int(j.queue[i])])
                 for i in self._stopped]
 
     def fast_preemptible_gpus(self, deadline_seconds: float) -> int:

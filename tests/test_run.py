@@ -200,29 +200,36 @@ def test_the_world_holds_what_the_accepted_policies_name_whatever_the_others_nam
     (replicas, or a ClusterQueue target's quota); each accepted policy's target, inference queue and training queues
     are there as it names them; and the targets and training queues are those the controller counts: the accepted
     policies' and what the refused ones hold and lend into (controller.reconcile.invalid_holdings), a spec that does
-    not parse read as far as it says what it holds."""
+    not parse read as far as it says what it holds. So too a world started without the last policy, then applied it
+    (`kubectl apply`), but for a queue no one lends into any more: it keeps its training."""
     objects = [policy(f"p{k}", target={"kind": "Deployment" if name[0] == "d" else "ClusterQueue", "name": name},
                       trainingClusterQueues=training, inferenceClusterQueue=inference)
                for k, (inference, name, training) in enumerate(claims)]
     for p, kind in zip(objects, broken):
         p["spec"].update(BROKEN[kind])
-    world = EmbeddedCluster(128, objects, {}, MONDAY_6AM.timestamp())
-    refs = [inf.ref for inf in world.inference.values()]
-    assert len(refs) == len(set(refs)), refs
-    inference = set(world.inference_queues.values()) | {ref.name for ref in refs if ref.kind == "ClusterQueue"}
-    assert not inference & set(world.training_queues), (world.inference_queues, refs, world.training_queues)
     specs = ParsedSpecs()
     kept, invalid = parse_policies(objects, specs)
-    for p in kept:
-        target = p.spec.target.ref("inference")
-        assert world.inference[p.key].ref == target
-        assert world.inference_queues.get(p.key) == p.spec.inference_cluster_queue
-        assert set(p.spec.training_cluster_queues) <= set(world.training_queues)
     holders, lenders = invalid_holdings(objects, invalid, kept, specs)
     counted = {p.spec.target.ref("inference") for p in kept + holders}
-    # nothing the controller does not count; every Deployment it counts (a ClusterQueue target a refused policy before
-    # it names as its queue is that queue, as the policy before named it)
-    assert set(refs) <= counted and {ref for ref in counted if ref.kind == "Deployment"} <= set(refs), (refs, holders)
+    world = EmbeddedCluster(128, objects, {}, MONDAY_6AM.timestamp())
+    worlds = [world]
+    if objects:
+        worlds.append(EmbeddedCluster(128, objects[:-1], {}, MONDAY_6AM.timestamp()))
+        worlds[-1].apply_policy(objects[-1])
+    for w in worlds:
+        refs = [inf.ref for inf in w.inference.values()]
+        assert len(refs) == len(set(refs)), refs
+        inference = set(w.inference_queues.values()) | {ref.name for ref in refs if ref.kind == "ClusterQueue"}
+        assert not inference & set(w.training_queues), (w.inference_queues, refs, w.training_queues)
+        for p in kept:
+            target = p.spec.target.ref("inference")
+            assert w.inference[p.key].ref == target
+            assert w.inference_queues.get(p.key) == p.spec.inference_cluster_queue
+            assert set(p.spec.training_cluster_queues) <= set(w.training_queues)
+        # nothing the controller does not count; every Deployment it counts (a ClusterQueue target a refused policy
+        # before it names as its queue is that queue, as the policy before named it)
+        assert set(refs) <= counted and {ref for ref in counted if ref.kind == "Deployment"} <= set(refs), refs
+        assert training_queues(kept + lenders) <= set(w.training_queues), (w.training_queues, lenders)
     assert set(world.training_queues) == training_queues(kept + lenders), (world.training_queues, lenders)
 
 
@@ -374,34 +381,66 @@ def test_a_policy_applied_on_a_refused_policy_s_target_takes_its_workload(demand
     assert r.cluster.quotas["serving"] == sum(reserved)
 
 
-@pytest.mark.parametrize("clash", ["target", "queue"])
+def assert_the_world_holds_what_the_controller_counts(r: Replay, state) -> None:
+    """The world's targets, inference and training queues are those of the policies the controller accepts and of
+    what the refused ones hold and lend into (controller.reconcile.invalid_holdings); each accepted policy's target
+    holds its reservation, and no Workload waits in a queue that is not a training queue."""
+    objects = r.cluster.reservation_policies()
+    specs = ParsedSpecs()
+    accepted, refused = parse_policies(objects, specs)
+    holders, lenders = invalid_holdings(objects, refused, accepted, specs)
+    assert all(state.policies[p.key].valid for p in accepted)
+    assert not any(state.policies[f"{ref.namespace}/{ref.name}"].valid for ref in refused)
+    assert {key: inf.ref for key, inf in r.cluster.inference.items()} == {
+        p.key: p.spec.target.ref("inference") for p in accepted + holders}
+    assert r.cluster.inference_queues == {p.key: p.spec.inference_cluster_queue for p in accepted + holders
+                                          if p.spec.inference_cluster_queue}
+    assert set(r.cluster.training_queues) == set(state.teams) == training_queues(accepted + lenders)
+    assert not set(r.cluster.training_queues) & set(r.cluster.inference_queues.values())
+    assert {w.cluster_queue for w in r.cluster.workloads() if w.active and not w.admitted} <= set(state.teams)
+    for p in accepted:
+        replicas = r.cluster.target_state(p.spec.target.ref("inference"), 2).desired_replicas
+        assert replicas * 2 == state.policies[p.key].reserved_gpus > 0
+
+
+@pytest.mark.parametrize("clash", ["target", "inference", "training"])
 def test_an_edit_that_ends_a_clash_gives_the_world_what_the_controller_then_accepts(demand_file, tmp_path, clash):
     """A `kubectl apply` into the running world held the applied policy alone, where the controller derives who is
     accepted from every policy: chat, edited off the Deployment copy was refused for (its target now chat-v2), left the
     world without Deployment chat, so copy, accepted by the controller, was TargetMissing; chat, edited to drop its
     inference queue serving, left b's lending into serving (accepted now) out of the world, serving no training queue
-    there. The world holds what the controller accepts after the edit, as it would built anew."""
+    there; chat, edited to drop its training queue shared, left b's replicas out of shared, its inference queue now,
+    and the backlog's Workloads waiting there for the quota the controller sets to b's reservation. The world holds
+    what the controller accepts after the edit, as it would built anew: a queue that held training and now holds
+    inference takes no more training (those waiting there are deleted; those running finish)."""
     before, after, newer = {
         "target": (policy("chat"), policy("chat", target={"kind": "Deployment", "name": "chat-v2"}),
                    policy("copy", target={"kind": "Deployment", "name": "chat"})),
-        "queue": (policy("chat", inferenceClusterQueue="serving"), policy("chat"),
-                  policy("b", trainingClusterQueues=["team-b", "serving"]))}[clash]
+        "inference": (policy("chat", inferenceClusterQueue="serving"), policy("chat"),
+                      policy("b", trainingClusterQueues=["team-b", "serving"])),
+        "training": (policy("chat", trainingClusterQueues=["research", "shared"]), policy("chat"),
+                     policy("b", trainingClusterQueues=["team-b"], inferenceClusterQueue="shared"))}[clash]
     r = Replay(tmp_path, demand_file, before, newer)
     assert not r.step(AT_9).policies[f"inference/{newer['metadata']['name']}"].valid
     r.cluster.apply_policy(after)
     for minutes in (5, 10):
         state = r.step(AT_9 + pd.Timedelta(minutes=minutes))
-    accepted, refused = parse_policies(r.cluster.reservation_policies())
-    assert not refused and all(state.policies[p.key].valid for p in accepted)
-    assert {key: inf.ref for key, inf in r.cluster.inference.items()} == {
-        p.key: p.spec.target.ref("inference") for p in accepted}
-    assert r.cluster.inference_queues == {p.key: p.spec.inference_cluster_queue for p in accepted
-                                          if p.spec.inference_cluster_queue}
-    assert set(state.teams) <= set(r.cluster.training_queues), (state.teams, r.cluster.training_queues)
-    assert not set(r.cluster.training_queues) & set(r.cluster.inference_queues.values())
-    for p in accepted:
-        replicas = r.cluster.target_state(p.spec.target.ref("inference"), 2).desired_replicas
-        assert replicas * 2 == state.policies[p.key].reserved_gpus > 0
+    assert all(p.valid for p in state.policies.values())
+    assert_the_world_holds_what_the_controller_counts(r, state)
+
+
+def test_a_new_policy_s_inference_queue_is_no_training_queue_of_a_refused_policy_s(demand_file, tmp_path):
+    """typo, whose spec does not parse, lends into team-b; n, applied later, runs its inference in team-b: the
+    controller accepts n (typo claims nothing) and lends typo's team no more, but the world kept team-b a training
+    queue, the backlog's Workloads waiting in n's inference quota."""
+    r = Replay(tmp_path, demand_file, policy("chat"),
+               policy("typo", trainingClusterQueues=["team-b"], targetQuantlie=0.5))
+    r.fill_training("team-b")
+    r.step(AT_9)
+    r.cluster.apply_policy(policy("n", trainingClusterQueues=["research"], inferenceClusterQueue="team-b"))
+    for minutes in (5, 10):
+        state = r.step(AT_9 + pd.Timedelta(minutes=minutes))
+    assert_the_world_holds_what_the_controller_counts(r, state)
 
 
 @pytest.mark.parametrize("target", [{"kind": "Deployment", "name": "gone"},
