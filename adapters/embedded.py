@@ -302,6 +302,8 @@ class EmbeddedCluster:
             j.state[list(deleted)] = DELETED
             self._pending = [i for i in self._pending if i not in deleted]
             self._stopped = [i for i in self._stopped if i not in deleted]
+            self._pending_version += 1
+            self._kueue_events += 1  # Workloads deleted: Kueue looks again at what it set aside
 
     def _hold(self, h: _Held, role: Mapping[str, tuple[str, str]], inference_named: set[str]) -> None:
         """What a policy names exists in the cluster as a cluster the controller's accepted policies describe holds it
@@ -738,8 +740,8 @@ class EmbeddedCluster:
         j, s = self.jobs, self.settings
         if self._arrivals is not None:
             gpus, work, at, nxt = self._arrivals
+            live = self._training_numbers
             while nxt < len(at) and at[nxt] <= self.now:
-                live = self._training_numbers
                 self._new_job(live[nxt % max(len(live), 1)], int(gpus[nxt]), float(work[nxt]), float(at[nxt]))
                 nxt += 1
             self._arrivals = (gpus, work, at, nxt)

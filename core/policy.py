@@ -378,11 +378,6 @@ class Claims:
                 role[q] = (kind, key)
         return None
 
-    def forget(self, key: str) -> None:
-        """What the policy `key` held is no longer its (its spec replaced: it claims again)."""
-        self.owner = {target: owner for target, owner in self.owner.items() if owner != key}
-        self.role = {q: named for q, named in self.role.items() if named[1] != key}
-
 
 def spec_dict(spec: PolicySpec) -> dict[str, Any]:
     """The spec as it stands in an object or a file: camelCase, every field written (defaults filled in)."""
