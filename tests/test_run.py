@@ -27,7 +27,7 @@ from controller.executor import execute
 from controller.reconcile import ParsedSpecs, Reconciler, invalid_holdings, parse_policies, training_queues
 from core.errors import ConfigError
 from core.objects import CONDITION_TYPES, TargetRef
-from core.policy import API_VERSION, KIND, holding_spec, parse_policy_spec
+from core.policy import API_VERSION, KIND, held_demand_per_gpu, holding_spec, parse_policy_spec
 from core.settings import RunConfig, WorldSettings
 from forecast.synthetic import synthetic_demand, write_csv
 from tests.test_training import mlflow_server  # noqa: F401 -- the real `mlflow server` fixture
@@ -576,7 +576,8 @@ HOLDING = {"target": policy()["spec"]["target"], "gpusPerReplica": 2, "inference
                                         *HOLDING]), JUNK, max_size=4))
 def test_what_a_spec_holds_is_read_whatever_else_is_wrong_with_it(junk):
     """A spec with up to four fields set to anything: what it says its policy holds is read without an error, as the
-    whole spec reads it where that parses, and as it was where only fields that say nothing of it are wrong."""
+    whole spec reads it where that parses, and as it was where only fields that say nothing of it are wrong; so is its
+    demandPerGpu (core.policy.held_demand_per_gpu), where it is not itself wrong."""
     spec = policy(inferenceClusterQueue="serving")["spec"]
     raw = {**spec, "capacity": {**spec["capacity"]}}
     for field, value in junk.items():
@@ -598,8 +599,11 @@ def test_what_a_spec_holds_is_read_whatever_else_is_wrong_with_it(junk):
         assert held.capacity.gpus_per_replica == whole.capacity.gpus_per_replica
         assert (held.inference_cluster_queue, held.training_cluster_queues) == (whole.inference_cluster_queue,
                                                                                 whole.training_cluster_queues)
+        assert held_demand_per_gpu(raw) == whole.capacity.demand_per_gpu
     if not junk.keys() & HOLDING.keys():
         assert said == HOLDING
+    if "demandPerGpu" not in junk:  # what the embedded cluster serves the target's demand by
+        assert held_demand_per_gpu(raw) == spec["capacity"]["demandPerGpu"]
 
 
 def test_a_refused_policy_s_target_is_read_once_a_reconcile(demand_file, tmp_path, monkeypatch):
