@@ -233,8 +233,10 @@ def _print_state(now: pd.Timestamp, state) -> None:
     if risk and (risk.status != "False" or risk.reason != "HeadroomCovered"):
         what = {"True": "at risk", "Unknown": "not checked"}.get(risk.status, "covered")
         said = f"\n{'':16} headroom {what} ({risk.reason}): {risk.message}"
+    # the counts simulate reports: `preemptions` and, of those, `planned_preemptions`
+    preempted = sum(state.preemptions_total.values())
     print(f"{'':16} cluster: slack lent {state.slack_gpus}, training holds {state.training_gpus}, "
-          f"preemptions {dict(state.preemptions_total)}{said}")
+          f"preemptions {preempted} ({state.preemptions_total.get('planned', 0)} planned){said}")
 
 
 def cmd_run(cfg: Config, args) -> int:
@@ -440,7 +442,8 @@ def _replay(cfg: Config, args) -> int:
             if record is not None and timeline is not None:
                 with writing("--timeline", args.timeline):
                     record.add(timeline)
-            if done == 0 or (now.minute == 0 and now.second == 0):
+            # the last step's too: its totals are the replay's, those simulate reports
+            if done == 0 or (now.minute == 0 and now.second == 0) or now == times[-1]:
                 _print_state(now, state)
             done += 1
     finally:

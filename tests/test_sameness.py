@@ -292,3 +292,25 @@ def test_the_same_for_any_policy(tmp_path_factory, capsys, fields, gpus, holes, 
                            flags=flags)
     assert simulated == ran
     assert len(pd.read_csv(folder / "simulate.csv")) == 36
+
+
+def test_the_embedded_replay_s_last_line_says_the_preemptions_simulate_counts(tmp_path, capsys):
+    """`headroom run` on the embedded cluster printed the state at each hour's first step only, so its last line
+    was the last hour's start: on the example history's last day it said 45 emergency preemptions where `simulate`
+    of the same policy counted 46, 1 planned (the rest came in the last 55 minutes). The replay's last step is said
+    too, its totals as simulate's figures count them."""
+    import re
+    from pathlib import Path
+
+    trace = Path(__file__).resolve().parents[1] / "examples" / "demand_5min.csv"
+    policy = _policy_file(tmp_path / "policy.yaml", trace, targetQuantile=0.5, warmBuffer=0.0)
+    simulated, ran = _both(tmp_path, trace, policy, days=1)
+    assert simulated == ran
+    out = capsys.readouterr().out
+    figures = json.loads(out[out.index("{"):out.index("}\n") + 1])  # simulate --json, before run's lines
+    last_step = pd.read_csv(tmp_path / "simulate.csv")["timestamp"].iloc[-1]
+    said = [line for line in out.splitlines() if re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d ", line)]
+    assert said[-1].startswith(pd.Timestamp(last_step).strftime("%Y-%m-%d %H:%M")), said[-1]
+    totals = re.findall(r"preemptions (\d+) \((\d+) planned\)", out)[-1]
+    assert figures["planned_preemptions"] > 0  # both kinds are in the day: the counts compare something
+    assert tuple(map(int, totals)) == (figures["preemptions"], figures["planned_preemptions"])
