@@ -399,13 +399,13 @@ def percent(value) -> str:
 def sweep_text(table, spec) -> str:
     """tune's sweep as text: shares in percent, as its verdict says them, and an unset warm_buffer_quantile as the
     level it stands for (1 - the objective's maxShortSteps: the rises the objective lets go short)."""
+    from controller.tune import rises_level_said
+
     shown = table.copy()
     for column in SHARES.intersection(shown.columns):
         shown[column] = shown[column].map(percent)
     if "warm_buffer_quantile" in shown.columns:
-        unset = f"{1 - spec.objective.max_short_steps:g} (unset)"
-        shown["warm_buffer_quantile"] = [unset if q is None or math.isnan(q) else f"{q:g}"
-                                         for q in shown["warm_buffer_quantile"]]
+        shown["warm_buffer_quantile"] = [rises_level_said(q, spec.objective) for q in shown["warm_buffer_quantile"]]
     return shown.to_string(index=False, float_format=lambda v: f"{v:.4g}")
 
 

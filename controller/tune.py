@@ -121,7 +121,7 @@ def tune(scenario: Scenario, base: PolicySpec, grid: TuneConfig = TuneConfig(),
             r = simulate(replay, PolicySpec.model_validate(spec.model_dump()), fits, reference="forecast")
             rows.append((fields_, spec, r))
             if progress:
-                progress(f"{_describe(fields_)}: utilization {r.utilization:.3f}, shortage "
+                progress(f"{_describe(fields_, objective)}: utilization {r.utilization:.3f}, shortage "
                          f"{r.shortage_within_cluster:.3%}, short steps {r.short_steps:.2%}")
             if meets(r, objective):
                 break
@@ -146,7 +146,7 @@ def tune(scenario: Scenario, base: PolicySpec, grid: TuneConfig = TuneConfig(),
         broke = " and without a headroom violation" if best.headroom_violations else ""  # meets() asks both
         reason = (f"no setting meets the objective with a day-to-day standard error to spare{broke} on the history's "
                   f"last {_replayed(replay)}; the closest, "
-                  f"{_describe(fields_)}, is short {best.shortage_within_cluster:.3%} of demand in "
+                  f"{_describe(fields_, objective)}, is short {best.shortage_within_cluster:.3%} of demand in "
                   f"{best.short_steps:.2%} of steps. " + in_the_way)
     return TuneResult(table, spec, bool(met), reason, in_the_way, replay, recheck(replay, spec, fits, best))
 
@@ -177,8 +177,15 @@ def _fell_back(r: SimResult) -> str:
             "and in those the setting was measured on the fallback, not on its forecast")
 
 
-def _describe(fields_: dict) -> str:
-    return ", ".join(f"{k} {v}" for k, v in fields_.items())
+def rises_level_said(level: float | None, objective: ObjectiveSpec) -> str:
+    """A warmBufferQuantile as the level it stands for: unset is 1 - the objective's maxShortSteps (the rises the
+    objective lets go short), not "None", which reads as no buffer for the rises (that is 0)."""
+    return f"{1 - objective.max_short_steps:g} (unset)" if level is None or math.isnan(level) else f"{level:g}"
+
+
+def _describe(fields_: dict, objective: ObjectiveSpec) -> str:
+    return ", ".join(f"{k} {rises_level_said(v, objective) if k == 'warm_buffer_quantile' else v}"
+                     for k, v in fields_.items())
 
 
 def _in_the_way(r: SimResult, replay: Scenario, reference: str, spec: PolicySpec) -> str:

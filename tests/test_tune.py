@@ -457,10 +457,15 @@ def test_a_week_short_on_one_day_only_has_an_error_as_large_as_its_shortage():
 def test_sweeps_the_warm_buffers_rule_and_each_level_is_a_line():
     """tune.warm_buffer_quantiles: the fixed buffer (0), the objective's level (null) and set levels, each its own line
     along the warm buffer; the recommendation carries the level it was measured with. A level outside [0, 1) is
-    refused, naming it."""
+    refused, naming it. Its progress lines say each level as the sweep's table does: an unset one once read
+    `warm_buffer_quantile None` (as if the rises had no buffer, which is 0) where the table said `0.99 (unset)`."""
     s, spec = scenario(trace("nasa"))
+    said: list[str] = []
     t = tune(s, spec, TuneConfig(target_quantiles=[0.5], warm_buffers=[0.0, 1.0], warm_buffer_quantiles=[0.0, None,
-                                                                                                     0.9]))
+                                                                                                     0.9]),
+             progress=said.append)
+    levels_said = [line.split("warm_buffer_quantile ")[1].split(",")[0] for line in said]
+    assert list(dict.fromkeys(levels_said)) == ["0", "0.99 (unset)", "0.9"], said
     levels = t.table.warm_buffer_quantile.fillna(-1.0)  # -1: unset, the objective's level
     assert list(dict.fromkeys(levels)) == [0.0, -1.0, 0.9]  # one line after the other, in the grid's order
     rec = t.recommended
