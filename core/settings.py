@@ -487,8 +487,10 @@ class RunConfig(CrossChecked):
         return [
             (("cluster", "prometheus"), lambda cluster, prom: "the simulated cluster reads each policy's history_file; "
              "remove prometheus" if cluster == "simulated" and prom is not None else None),
-            (("cluster", "prometheus"), lambda cluster, prom: "a kubernetes controller needs prometheus: {url: ...} "
-             "for the policies' queries" if cluster == "kubernetes" and prom is None else None),
+            # a flag (--kubeconfig, --in-cluster) makes it kubernetes, and no flag gives the URL: say where it goes
+            (("cluster", "prometheus"), lambda cluster, prom: "a kubernetes controller (--kubeconfig, --in-cluster or "
+             "run.cluster: kubernetes) reads its policies' spec.query from Prometheus: set run.prometheus.url in the "
+             "--config file (no flag sets it)" if cluster == "kubernetes" and prom is None else None),
             (("policies",), unique),
             (("non_lendable_gpus", "capacity_gpus"), lambda non, cap: "non_lendable_gpus must leave some of "
              "capacity_gpus to lend" if int(non) >= int(cap) else None),

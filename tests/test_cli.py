@@ -152,7 +152,8 @@ def test_run_names_what_is_missing(tmp_path, capsys):
     assert main(["run"]) == 2  # the embedded cluster with no policies
     assert "run.policies" in capsys.readouterr().err
     assert main(["run", "--kubeconfig", str(tmp_path / "kubeconfig")]) == 2  # a real cluster needs Prometheus
-    assert "run: a kubernetes controller needs prometheus" in capsys.readouterr().err
+    # named by its field path and where it is set: the flag that made the controller kubernetes has no URL beside it
+    assert "set run.prometheus.url in the --config file (no flag sets it)" in capsys.readouterr().err
     config = tmp_path / "headroom.yaml"
     config.write_text("run:\n  prometheus: {url: 'http://127.0.0.1:9'}\n")
     assert main(["run", "--config", str(config), "--kubeconfig", str(tmp_path / "kubeconfig"), "--once"]) == 2
