@@ -276,9 +276,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     run_command.add_parser(sub)
     run_command.add_plan_parser(sub)
-    # --config is accepted after the subcommand too, as users type it there.
+    # --config is accepted after the subcommand too, as users type it there, and so each command's --help lists it
     for action in list(sub.choices.values()):
-        action.add_argument("--config", dest="sub_config", help=argparse.SUPPRESS)
+        action.add_argument("--config", dest="sub_config", metavar="FILE",
+                            help="YAML configuration file, before or after the command (flags override it)")
     return parser
 
 

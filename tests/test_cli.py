@@ -1,4 +1,5 @@
 """The CLI as a user runs it: exit codes, output shapes, errors that name what is wrong."""
+import argparse
 import json
 import subprocess
 import sys
@@ -146,6 +147,20 @@ def test_simulate_and_tune_text_name_the_policy_and_give_shares_in_percent(histo
         assert cells["utilization"] == f"{100 * setting['utilization']:.4g}%"
         assert cells["warm_buffer_quantile"] == (f"{setting['warm_buffer_quantile']:g}" if
                                                  setting["warm_buffer_quantile"] is not None else "0.99(unset)")
+
+
+def test_every_command_s_help_lists_config(capsys):
+    """Every command takes --config (README, Commands), but `headroom tune --help` and the others did not list it:
+    only `headroom --help` did, so a user reading a command's help never learnt of the file its flags override."""
+    from cli.main import build_parser
+
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert {"forecast", "backtest", "simulate", "tune", "report", "train", "demo", "run", "plan"} <= set(commands)
+    for command in commands:
+        with pytest.raises(SystemExit) as exit_:
+            main([command, "--help"])
+        assert exit_.value.code == 0
+        assert "--config FILE" in capsys.readouterr().out, command
 
 
 def test_run_names_what_is_missing(tmp_path, capsys):
