@@ -410,6 +410,7 @@ def read_range(client: PrometheusConnect, query: str, start: datetime, end: date
             raise _many_series(list(series.values()), query)
     read = _on_grid(parse_matrix(list(series.values()), query), start, end, step_delta)
     read.attrs["warnings"] = list(warned)
+    read.attrs["series"] = len(series)  # 0: the query matched nothing, which is not a series of missing samples
     return read
 
 
@@ -518,6 +519,9 @@ class PrometheusSource:
         # what prepare's errors name, as a file's path names a file (e.g. a query that returned no series)
         raw.attrs["source"] = (f"Prometheus at {shown_url(self.server.url)}, query {self.query!r} over "
                                f"[{pd.Timestamp(self.start).isoformat()} .. {pd.Timestamp(self.end).isoformat()})")
+        if not raw.attrs["series"]:  # a typo in the metric reads as no series, not as a history of missing samples
+            raise PrometheusError(f"{raw.attrs['source']}: the query matched no series (a misspelt metric or label, "
+                                  "or a window the server holds no samples in)")
         return raw
 
 
