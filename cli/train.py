@@ -119,7 +119,9 @@ def cmd_train(cfg, args) -> int:
                     if unpooled:
                         result.notes.append(unpooled)
                     out.append(result.to_json())
-                    print(f"{name}: {result.selected} {result.objective}={result.score:.4f} {result.outcome}",
+                    # the flag is this command's: the demo and the controller's retraining give the same reason
+                    force = " (--force trains again)" if result.already_trained else ""
+                    print(f"{name}: {result.selected} {result.objective}={result.score:.4f} {result.outcome}{force}",
                           file=sys.stderr)
                     for note in result.notes:
                         print(f"note: {name}: {note}", file=sys.stderr)

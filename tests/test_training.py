@@ -598,6 +598,9 @@ def test_cmd_train_cli(sqlite_uri, tmp_path, capsys):
     rerun = capsys.readouterr()
     assert json.loads(rerun.out)["already_trained"] and "cli: auto mase=" in rerun.err
     assert "already trained on this history, these settings and this code: v1 (the champion)" in rerun.err
+    # the flag that trains again is said by this command alone: the reason, also the demo's and the controller's
+    # retraining's, once named a --force that neither has (`headroom demo` said it, and refused the flag)
+    assert "(--force trains again)" in rerun.err and "--force" not in json.loads(rerun.out)["reason"]
     bad = argparse.Namespace(history=str(tmp_path / "gpu.csv"), name="cli",
                              tracking_uri=f"http://127.0.0.1:{free_port()}", force=False)
     assert cmd_train(cfg, bad) == 1

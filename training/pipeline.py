@@ -294,7 +294,7 @@ def _trained_before(tracker: Tracker, experiment: str, name: str, key: str,
     return TrainResult(name=name, run_id=run.info.run_id, experiment_id=experiment, selected=selected,
                        objective=objective, score=score, scores=scores, version=version,
                        promoted=False, reason=f"already trained on this history, these settings and this code: "
-                                          f"v{version} ({state}); nothing new is logged (--force trains again)",
+                                          f"v{version} ({state}); nothing new is logged",
                        champion_version=champion or None, already_trained=True), None
 
 
