@@ -447,7 +447,7 @@ class CleaningReport:
             f"{self.input_points} samples at step {self.input_step} -> {self.output_points} points",
             f"{self.out_of_order} out-of-order, {self.duplicates} duplicate timestamps{self._at_step_note()}",
             f"{self.counter_resets} counter resets, {len(self.outliers)} outliers clipped",
-            f"{self.missing_steps} missing points (kept missing, never scored)",
+            f"{self.missing_steps} {self._missing()}",
         ] + self._step_note() \
           + ([f"{self.partial_sums} sums over a step with samples missing, taken at its samples' mean for the "
               "missing ones (never as zero demand)"] if self.partial_sums else []) \
@@ -462,8 +462,13 @@ class CleaningReport:
                 (self.counter_resets, "counter resets"), (len(self.outliers), "outliers clipped"),
                 (self.partial_sums, "sums over a step with samples missing (taken at its samples' mean)"),
                 (self.uneven_sums, UNEVEN_SUMS),
-                (self.missing_steps, "missing points (kept missing, never scored)")]
+                (self.missing_steps, self._missing())]
         return self._step_note() + [f"{n} {what}" for n, what in said if n] + self._epoch_note()
+
+    def _missing(self) -> str:
+        """Missing points at the step they are counted at: one file's gap is 3 hourly points to forecast, 36 of
+        5 minutes to simulate, and said without the step the two commands seemed to disagree."""
+        return f"missing points{f' at step {self.output_step}' if self.output_step else ''} (kept missing, never scored)"
 
     def _at_step_note(self) -> str:
         return (f"; at {self.duplicates_at_step}, given by stretches at two steps, the sample at its stretch's step"

@@ -89,6 +89,10 @@ def test_aggregation_statistics_and_gaps():
         assert series.iloc[0] == pytest.approx(expected)
         assert math.isnan(series.iloc[1]), "an hour with no samples is missing, not zero"
         assert report.missing_steps == 1 and series.index.freq == pd.Timedelta("1h")
+        assert "1 missing points at step 1h (kept missing, never scored)" in report.lines()
+    # read at its own step (what simulate replays), the same gap is 12 points: each count says its step
+    _, own = prepare(raw, step=None)
+    assert own.repairs() == ["12 missing points at step 5m (kept missing, never scored)"]
 
 
 def test_duplicates_out_of_order_and_resets_are_repaired_and_reported():
