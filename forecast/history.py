@@ -468,7 +468,8 @@ class CleaningReport:
     def _missing(self) -> str:
         """Missing points at the step they are counted at: one file's gap is 3 hourly points to forecast, 36 of
         5 minutes to simulate, and said without the step the two commands seemed to disagree."""
-        return f"missing points{f' at step {self.output_step}' if self.output_step else ''} (kept missing, never scored)"
+        step = f" at step {self.output_step}" if self.output_step else ""
+        return f"missing points{step} (kept missing, never scored)"
 
     def _at_step_note(self) -> str:
         return (f"; at {self.duplicates_at_step}, given by stretches at two steps, the sample at its stretch's step"
