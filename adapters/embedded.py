@@ -32,6 +32,7 @@ import bisect
 import copy
 import math
 from collections.abc import Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import NamedTuple
@@ -392,6 +393,11 @@ class EmbeddedCluster:
         self._grant(self.now)
 
     # ------------------------------------------------------------------------------------ Cluster: reads
+    def snapshot(self) -> AbstractContextManager[None]:
+        """Nothing to hold: its reads cost no request, and within a reconcile its state moves only by the controller's
+        own writes (time passes in `advance`, between reconciles), so each reconcile sees one view already."""
+        return nullcontext()
+
     def reservation_policies(self, namespace: str | None = None) -> list[dict]:
         found = []
         for p in self.policies:

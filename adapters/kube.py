@@ -35,7 +35,8 @@ import secrets
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -239,6 +240,54 @@ def _reclaims(spec: Mapping) -> str | None:
     if reclaim != "Never":
         return f"spec.preemption.reclaimWithinCohort: {reclaim}"
     return f"spec.preemption.borrowWithinCohort.policy: {borrow}" if borrow != "Never" else None
+
+
+class _Snapshot:
+    """What one reconcile has read with no watch cache to serve it (KubeCluster.snapshot): each resource listed at most
+    once and each target got at most once, then served as read, with the objects this client's writes return put in (a
+    reconcile reads what it wrote). Held by cache name (WATCHED's, _target_cache's), then (namespace, name); a resource
+    listed holds all its objects, a target cache only those got (None: not found)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: dict[str, dict[tuple[str, str], dict | None]] = {}
+        self._listed: set[str] = set()
+
+    def listing(self, name: str) -> list[dict] | None:
+        """The resource's objects as listed in this reconcile (None: not listed yet)."""
+        with self._lock:
+            return [o for o in self._held[name].values() if o is not None] if name in self._listed else None
+
+    def listed(self, name: str, items: list[dict]) -> list[dict]:
+        """Hold a LIST's `items`; the first LIST held stands (a second, made beside it, is no newer than the writes
+        put in since)."""
+        with self._lock:
+            if name not in self._listed:
+                self._held[name] = {Informer.key(o): o for o in items}
+                self._listed.add(name)
+        return self.listing(name) or []
+
+    def read(self, name: str, key: tuple[str, str]) -> tuple[bool, dict | None]:
+        """(whether the object was read in this reconcile, the object: None if not found)."""
+        with self._lock:
+            held = self._held.get(name, {})
+            return (name in self._listed or key in held), held.get(key)
+
+    def got(self, name: str, key: tuple[str, str], obj: dict | None) -> dict | None:
+        """Hold one object got (None: not found); the first held stands."""
+        with self._lock:
+            return self._held.setdefault(name, {}).setdefault(key, obj)
+
+    def put(self, name: str, obj: dict) -> None:
+        """An object this client wrote, kept where its resource was read, unless what is held is newer."""
+        key = Informer.key(obj)
+        with self._lock:
+            held = self._held.get(name)
+            if held is None or (name not in self._listed and key not in held):
+                return  # not read: a read lists or gets it, the write in it
+            old = held.get(key)
+            if old is None or (_rv(old) or 0) <= (_rv(obj) or 0):
+                held[key] = obj
 
 
 class _Gone(Exception):
@@ -538,6 +587,8 @@ class KubeCluster:
     requests: dict[str, int] = field(default_factory=dict, repr=False)
     # each Workload as last read, by (namespace, name): (resourceVersion, its LocalQueue's ClusterQueue, the info)
     _workload_infos: dict[tuple[str, str], tuple[Any, Any, WorkloadInfo]] = field(default_factory=dict, repr=False)
+    # what the reconcile under way has read where no watch cache serves it (snapshot); None: outside a reconcile
+    _snapshot: _Snapshot | None = field(default=None, repr=False)
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -659,6 +710,19 @@ class KubeCluster:
         for informer in self.informers.values():
             informer.relist()
 
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """One reconcile's reads (core.cluster.Cluster.snapshot): what no watch cache serves is read once within it,
+        the policies, Workloads, LocalQueues, ClusterQueues and Cohorts one LIST each and each target one GET, and
+        served from then on as read, with the objects this client's writes return (a reconcile reads what it wrote;
+        a read-modify-write starts from what is held, and its resourceVersion makes a copy changed since cost one 409
+        and a re-read, as a watch cache's does). What a watch cache serves is read from it, as outside."""
+        self._snapshot = _Snapshot()
+        try:
+            yield
+        finally:
+            self._snapshot = None
+
     def _objects(self, name: str) -> list[dict]:
         informer = self.informers.get(name)
         if informer is not None:
@@ -669,21 +733,34 @@ class KubeCluster:
         cached = informer.items() if informer is not None else None
         if cached is not None:
             return cached
+        snapshot = self._snapshot
+        if snapshot is not None and (listed := snapshot.listing(name)) is not None:
+            return listed
         try:
-            return self._request("GET", WATCHED[name]).get("items", [])
+            items = self._request("GET", WATCHED[name]).get("items", [])
         except NotFound as exc:  # its CRD deleted while headroom runs (`watch()` refuses to start without it)
             raise NotInstalled(_not_installed([WATCHED[name]]), status=404) from exc
+        return snapshot.listed(name, items) if snapshot is not None else items
 
     def _written(self, obj: Any) -> None:
         """An object a write returned goes into its cache at once (a reconcile reads what it wrote)."""
-        if not self.informers or not isinstance(obj, dict):
+        if not isinstance(obj, dict) or not (obj.get("metadata") or {}).get("name"):
             return
         group = (obj.get("apiVersion") or "").split("/")[0]
         name = _CACHED_KINDS.get((group, str(obj.get("kind"))))
         if name is None and obj.get("kind") in _TARGET_APIS:  # a target: its namespace's cache
             name = _target_cache(obj["kind"], (obj.get("metadata") or {}).get("namespace"))
-        if name in self.informers and (obj.get("metadata") or {}).get("name"):
+        if name is not None:
+            self._keep(name, obj)
+
+    def _keep(self, name: str, obj: dict) -> None:
+        """`obj`, written by this client, into the watch cache `name` and the reconcile's snapshot, where they hold
+        its kind."""
+        if name in self.informers:
             self.informers[name].put(obj)
+        snapshot = self._snapshot
+        if snapshot is not None:
+            snapshot.put(name, obj)
 
     def _target_informer(self, kind: str, namespace: str) -> Informer | None:
         """The watch cache of `kind` (Deployment, HorizontalPodAutoscaler) in `namespace`, started on first use
@@ -697,9 +774,13 @@ class KubeCluster:
             return self.informers[name]
 
     def _cached(self, name: str, namespace: str, obj_name: str, copied: bool = False) -> dict | None:
-        """An object from a watch cache (read-only unless `copied`), None if none holds it."""
+        """An object from a watch cache, else as the reconcile under way read it (read-only unless `copied`), None if
+        neither holds it."""
         informer = self.informers.get(name)
-        return informer.get((namespace, obj_name), copied) if informer is not None else None
+        held = informer.get((namespace, obj_name)) if informer is not None else None
+        if held is None and self._snapshot is not None:
+            held = self._snapshot.read(name, (namespace, obj_name))[1]
+        return copy.deepcopy(held) if held is not None and copied else held
 
     # ------------------------------------------------------------------ transport
     def _address(self) -> tuple[str, dict]:
@@ -925,10 +1006,18 @@ class KubeCluster:
             if held is None:
                 raise missing
             return held
-        try:
-            return self._request("GET", _target_path(kind, namespace, name))
-        except NotFound as exc:  # said as the cache says it: the policy's status and Event do not change with the read
-            raise missing from exc
+        snapshot, key = self._snapshot, (namespace, name)
+        read, held = snapshot.read(_target_cache(kind, namespace), key) if snapshot is not None else (False, None)
+        if not read:
+            try:
+                held = self._request("GET", _target_path(kind, namespace, name))
+            except NotFound:  # said as the cache says it: the policy's status and Event do not change with the read
+                held = None
+            if snapshot is not None:
+                held = snapshot.got(_target_cache(kind, namespace), key, held)
+        if held is None:
+            raise missing
+        return held
 
     def target_state(self, target: TargetRef, gpus_per_replica: int) -> TargetState:
         """Replicas of an inference target: from the watch caches (watching), else one GET (an HPA: two, itself
@@ -936,10 +1025,7 @@ class KubeCluster:
         holds, all counted as serving: its pods' readiness is not read, as nothing on Kubernetes uses it
         (docs/deploy.md)."""
         if target.kind == "ClusterQueue":
-            try:
-                cq = self._cached("clusterqueues", "", target.name) or self._request("GET", self._cq_path(target.name))
-            except NotFound as exc:
-                raise NotFound(f"ClusterQueue {target.name} not found", status=404) from exc
+            cq = self._cluster_queue(target.name)
             replicas = (gpu_quota(cq, self.resource) or 0) // gpus_per_replica
             return TargetState(replicas, replicas)
         if target.namespace is None:
@@ -967,6 +1053,25 @@ class KubeCluster:
     # ------------------------------------------------------------------ ClusterQueue quota
     def _cq_path(self, name: str) -> str:
         return self.custom_path(KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", name)
+
+    def _cluster_queue(self, name: str) -> dict:
+        """A ClusterQueue: from the watch cache; else, in a reconcile (snapshot), from its one LIST of them, made now
+        if not yet (their quotas are read from it too); else one GET."""
+        informer, snapshot = self.informers.get("clusterqueues"), self._snapshot
+        missing = NotFound(f"ClusterQueue {name} not found", status=404)
+        if informer is not None and informer.synced():
+            cq = informer.get(("", name))
+        elif snapshot is not None:
+            self._objects("clusterqueues")
+            cq = snapshot.read("clusterqueues", ("", name))[1]
+            if cq is None:
+                raise missing
+        else:
+            cq = None
+        try:
+            return cq or self._request("GET", self._cq_path(name))
+        except NotFound as exc:
+            raise missing from exc
 
     @staticmethod
     def _find_quota(cq: dict, resource: str, flavor: str | None) -> tuple[int, int, int]:
@@ -1032,13 +1137,12 @@ class KubeCluster:
         # the Deployment's cached copy serves as the Scale's first read: the same spec.replicas and resourceVersion
         cache = _target_cache("Deployment", namespace)
         changed = self._update(path, mutate, cached=self._cached(cache, namespace, name))[1]
-        informer = self.informers.get(cache)
-        held = informer.get((namespace, name)) if informer is not None else None
-        if informer is not None and held is not None and (held.get("spec") or {}).get("replicas") != replicas:
-            # the write returned a Scale, not the Deployment: the cache holds the new replicas until the watch
+        held = self._cached(cache, namespace, name)
+        if held is not None and (held.get("spec") or {}).get("replicas") != replicas:
+            # the write returned a Scale, not the Deployment: what is held says the new replicas until the watch
             # brings the Deployment itself (same resourceVersion: the next event replaces this copy). A new top
             # level and spec, the rest shared: what is held is never changed in place
-            informer.put({**held, "spec": {**(held.get("spec") or {}), "replicas": replicas}})
+            self._keep(cache, {**held, "spec": {**(held.get("spec") or {}), "replicas": replicas}})
         return changed
 
     def set_hpa_min_replicas(self, namespace: str, name: str, min_replicas: int) -> bool:

@@ -583,7 +583,8 @@ class Reconciler:
         started = time.monotonic()
         self._fenced, self._deadline, self._left = False, deadline, 0
         try:
-            with within(lambda: self._deadline):  # one deadline, kept here: a fit moves it later (_later_by)
+            # one deadline, kept here: a fit moves it later (_later_by); each kind of object read once (snapshot)
+            with within(lambda: self._deadline), self.cluster.snapshot():
                 state = self._reconcile(now)
         except ClusterError as exc:  # the API server is down or refusing: nothing was half-applied we cannot redo
             self._error("cluster", "reconcile", exc)

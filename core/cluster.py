@@ -10,6 +10,7 @@ steady state. Every write is idempotent and returns True only if it changed some
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from core.objects import ObjectRef, PolicyStatus, QuotaNode, TargetRef, TargetState, WorkloadInfo
@@ -66,6 +67,12 @@ class ForecastStore(Protocol):
 
 
 class Cluster(Protocol):
+    def snapshot(self) -> AbstractContextManager[Any]:
+        """One reconcile's view (the controller enters it around each): within it each kind of object is read from
+        the cluster at most once, what a watch cache serves aside, and served from then on as read, with this client's
+        own writes in it (a reconcile reads what it wrote)."""
+        ...
+
     # -- reads
     def reservation_policies(self, namespace: str | None = None) -> list[dict[str, Any]]:
         """ReservationPolicy objects (metadata, spec, status), in every namespace or one."""

@@ -266,6 +266,78 @@ def test_a_clusterqueue_target_reads_as_the_same_replicas_in_the_embedded_cluste
         assert cluster.target_state(ref, 2) == world.target_state(ref, 2) == TargetState(gpus // 2, gpus // 2)
 
 
+def test_a_snapshot_reads_each_object_once_and_serves_what_its_own_writes_wrote(cluster, kube_server):
+    """Without a watch cache a reconcile read the ClusterQueues once for each fact it wanted (quotas, the cohort tree,
+    the preemption and queueing settings, a ClusterQueue target) and each target for each view, and read what it
+    wrote once more before writing it. Within a snapshot each is read once and served as read, with what this
+    client wrote in it; a copy someone else changed since costs a 409 and a re-read (nothing of theirs lost); after
+    it, reads are requests again."""
+    deployments, hpas = f"/apis/apps/v1/namespaces/{NS}/deployments", \
+        f"/apis/autoscaling/v1/namespaces/{NS}/horizontalpodautoscalers"
+    cluster.create(CQ, kueue.cluster_queue("snap-queue", gpus=2))
+    cluster.create(LQ, kueue.local_queue(NS, "snap-queue"))
+    cluster.create(WL, kueue.workload(NS, "snap-job", "snap-queue", gpus_per_pod=2))
+    kueue.admit(cluster, NS, "snap-job", "snap-queue")
+    cluster.create(deployments, {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "snap", "namespace": NS},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "snap"}},
+                 "template": {"metadata": {"labels": {"app": "snap"}},
+                              "spec": {"containers": [{"name": "srv", "image": "vllm"}]}}}})
+    cluster.create(hpas, {"apiVersion": "autoscaling/v1", "kind": "HorizontalPodAutoscaler",
+                          "metadata": {"name": "snap", "namespace": NS},
+                          "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "snap"},
+                                   "minReplicas": 1, "maxReplicas": 10}})
+    other = KubeCluster.from_token(kube_server.apiserver.host, kube_server.apiserver.token, verify_ssl=False)
+    queue, deployment, hpa = (TargetRef("ClusterQueue", "snap-queue"), TargetRef("Deployment", "snap", NS),
+                              TargetRef("HorizontalPodAutoscaler", "snap", NS))
+    seen = counting(cluster)
+    try:
+        with cluster.snapshot():
+            for _ in range(2):  # every fact of the ClusterQueues, every target, twice
+                quotas = cluster.cluster_queue_quotas()
+                cluster.within_queue_preemption(), cluster.strict_fifo_queues(), cluster.cohort_tree()
+                states = [cluster.target_state(t, 1) for t in (queue, deployment, hpa)]
+                jobs = {w.name: w for w in cluster.workloads()}
+                with pytest.raises(NotFound):
+                    cluster.target_state(TargetRef("Deployment", "snap-gone", NS), 1)
+            assert quotas["snap-queue"] == 2 and jobs["snap-job"].running
+            assert [(s.desired_replicas, s.min_replicas) for s in states] == [(2, None), (1, None), (1, 1)]
+            reads = [request for request in seen if request[0] == "GET"]
+            assert sorted(reads) == sorted([
+                ("GET", CQ), ("GET", kueue.path("cohorts")), ("GET", kueue.path("workloads")),
+                ("GET", kueue.path("localqueues")), ("GET", f"{deployments}/snap"), ("GET", f"{hpas}/snap"),
+                ("GET", f"{deployments}/snap-gone")]), "each object read once, a target not found too"
+            seen.clear()
+            # its own writes: each starts from what is held (no read), and what is read next says it
+            assert cluster.set_cluster_queue_quota("snap-queue", 5) and cluster.scale_deployment(NS, "snap", 4)
+            assert cluster.set_hpa_min_replicas(NS, "snap", 3)
+            assert cluster.evict_workload(NS, "snap-job", jobs["snap-job"].uid, "test", "plan-snap")
+            assert [method for method, _ in seen] == ["PATCH"] * 4, seen
+            assert cluster.cluster_queue_quotas()["snap-queue"] == 5
+            assert [(s.desired_replicas, s.min_replicas) for s in (
+                cluster.target_state(t, 1) for t in (queue, deployment, hpa))] == [(5, None), (4, None), (4, 3)]
+            assert not {w.name: w for w in cluster.workloads()}["snap-job"].active
+            assert [method for method, _ in seen] == ["PATCH"] * 4, "what it wrote is read without a request"
+            # someone else changes the queue after it was read: the write from the copy held meets a 409, reads
+            # the queue again and keeps their change
+            theirs = cluster.get(f"{CQ}/snap-queue")
+            theirs["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["borrowingLimit"] = 1
+            other._request("PUT", f"{CQ}/snap-queue", theirs)
+            assert cluster.set_cluster_queue_quota("snap-queue", 6)
+            stored = cluster.get(f"{CQ}/snap-queue")["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]
+            assert (stored["nominalQuota"], stored["borrowingLimit"]) == (6, 1)
+            assert cluster.cluster_queue_quotas()["snap-queue"] == 6
+        seen.clear()
+        assert cluster.cluster_queue_quotas()["snap-queue"] == 6 and seen == [("GET", CQ)]
+        cluster.cluster_queue_quotas()
+        assert seen == [("GET", CQ)] * 2, "outside a snapshot every read is a request"
+    finally:
+        del cluster._request
+        other.close()
+        for path in (f"{WL}/snap-job", f"{LQ}/snap-queue", f"{CQ}/snap-queue", f"{hpas}/snap", f"{deployments}/snap"):
+            cluster.delete(path)
+
+
 # --------------------------------------------------------------------------- workloads
 def test_workloads_read_as_kueue_v1beta2_defines_them(cluster):
     cluster.create(CQ, kueue.cluster_queue("wl-train", gpus=8))

@@ -12,6 +12,7 @@ import json
 import logging
 import threading
 import time
+from collections import Counter
 
 import pandas as pd
 import pytest
@@ -25,6 +26,7 @@ from core.objects import ObjectRef
 from core.settings import PrometheusServer, RunConfig
 from tests.servers import free_port, kueue
 from tests.servers.prometheus import METRIC
+from tests.test_kube_real import counting
 from tests.test_training import mlflow_server  # noqa: F401,F811 -- the real `mlflow server` fixture
 from training.realized import ForecastLog
 
@@ -197,6 +199,40 @@ def test_simulated_morning_reserves_ahead_lends_slack_and_takes_back(kube_server
     back = training(kube)
     assert all(back[name].active and not back[name].evicted_by_plan for name in before)
     assert all(not back[name].admitted for name in before)  # queued again: Kueue decides when they run
+
+
+def test_a_reconcile_reads_each_object_once_without_a_watch_cache(kube_server, kube, prometheus_server, tmp_path):
+    """Without a watch cache every read is a request. A reconcile LISTed the ClusterQueues five or six times (the view
+    its plan is made on, the fresh view its evictions are re-planned on, the view after its writes, the Cohort tree,
+    the queues' preemption and queueing settings), got a ClusterQueue target beside them, each Deployment target for
+    each view, and each object it wrote once more before writing it. Now a reconcile reads each once (the morning
+    ramp's evictions and the slack lent included), the next reconcile again, and what it reads after its writes says
+    them: the quota lent, the training evicted."""
+    kube.apply(kueue.path("clusterqueues", "target-run"),
+               kueue.cluster_queue("target-run", gpus=0, cohort=COHORT, lending_limit=0))
+    kube.create(RP, policy("queue-target", target={"kind": "ClusterQueue", "name": "target-run"},
+                           inferenceClusterQueue=None, trainingClusterQueues=[]))
+    for i in range(12):
+        admit(kube, f"train-{i}", 10)  # 120 GPUs of training hold almost the whole cluster at night
+    plain = KubeCluster.from_kubeconfig(str(kube_server.apiserver.kubeconfig()), request_timeout=5)
+    seen = counting(plain)
+    wanted = {kueue.path("clusterqueues"), kueue.path("cohorts"), kueue.path("workloads"),
+              f"/apis/apps/v1/namespaces/{NS}/deployments/chat"}
+    try:
+        r = reconciler(plain, prometheus_server.url, tmp_path)
+        for hour in range(4):  # 07:00 .. 10:00: the morning ramp takes GPUs back
+            seen.clear()
+            state = r.reconcile(MONDAY_7AM + pd.Timedelta(hours=hour))
+            reads = Counter(path for method, path in seen if method == "GET")
+            assert max(reads.values()) == 1 and wanted <= reads.keys(), reads
+            assert not any(state.reconcile_errors_total.values()), state.reconcile_errors_total
+            assert state.teams[QUEUE].quota_gpus == kube.get_cluster_queue_quota(QUEUE) == state.slack_gpus
+            assert state.training_gpus == sum(w.gpus for w in training(kube).values() if w.running)
+        assert sum(state.preemptions_total.values()) > 0, "no eviction: its fresh view went unread"
+        assert kube.get_cluster_queue_quota("target-run") == state.policies[f"{NS}/queue-target"].reserved_gpus > 0
+    finally:
+        plain.close()
+        kube.delete(kueue.path("clusterqueues", "target-run"))
 
 
 def test_prometheus_down_keeps_the_forecast_then_falls_back_never_lowering(kube, controller, private_prometheus,
