@@ -11,8 +11,9 @@ ClusterQueues and Cohorts are served from a watch cache (`Informer`: one LIST, t
 resourceVersion; re-LIST when the watch is too old (410) or the connection drops, e.g. an API server
 restart; the cache also takes in the objects our own writes return, so a reconcile reads what it just
 wrote). A cache that has heard nothing from the server for WATCH_SECONDS + WATCH_GRACE_SECONDS is stale: it is
-not read (StaleCache) until a LIST succeeds. Without it every read is one LIST per resource. A policy's target is
-one GET per read.
+not read (StaleCache) until a LIST succeeds. Without it every read is one LIST per resource, and a policy's target
+one GET per read; within a reconcile (`snapshot`) each is read once and then served as read, with what the
+reconcile wrote.
 
 All requests go through one path (`_request`): JSON in, JSON out, over the `kubernetes` client's
 configuration (kubeconfig / token / CA / TLS), with

@@ -12,7 +12,7 @@ At a `now` the caller passes in:
      a policy whose data, forecast or champion fails falls back to the conservative reservation and says
      so in its status, its events and its metrics, while the others go on;
   3. one plan for every workload (planning.planner, the only decision-maker), on a view of the cluster
-     (policies, Workloads, quotas and targets; from a watch cache on a real cluster);
+     (policies, Workloads, quotas and targets; from a watch cache on a real cluster, else read once: Cluster.snapshot);
   4. actions (controller.actions): the reservation on each target, the inference and training
      ClusterQueues' quotas, the evictions due now and the requeue of finished victims, for `active`
      policies; status and events for all; each re-validated just before it is applied
@@ -968,7 +968,8 @@ class Reconciler:
         return out
 
     def _still_wanted(self, hours: HourPlan, inputs, policy: ClusterPolicy, policies, now) -> set[str]:
-        """The Workloads a plan on a fresh view still evicts now."""
+        """The Workloads a plan on a fresh view still evicts now (a watch cache's state now; without one, what the
+        reconcile read, each object once: Cluster.snapshot)."""
         fresh = self._view([i.policy for i in inputs], policies, now, self.cluster.workloads())
         return {x.job for x in plan_step(hours, self._observed(inputs, fresh), fresh.training, policy, now).due()}
 
