@@ -338,6 +338,31 @@ def test_a_snapshot_reads_each_object_once_and_serves_what_its_own_writes_wrote(
             cluster.delete(path)
 
 
+def _versioned(name: str, version: int) -> dict:
+    return {"metadata": {"name": name, "resourceVersion": str(version)}}
+
+
+@hypothesis.given(listed=st.dictionaries(st.sampled_from("abc"), st.integers(1, 50)),
+       written=st.lists(st.tuples(st.sampled_from("abcd"), st.integers(1, 50)), max_size=12))
+def test_a_snapshot_never_takes_an_object_back_in_time(listed, written):
+    """Whatever order a reconcile's parallel writes answer in, a resource listed holds each object at the newest
+    version seen (its LIST's, or a write's), new ones written since included; a target cache holds only what was
+    got (a write to one not read is left to the read)."""
+    from adapters.kube import _Snapshot
+
+    snapshot = _Snapshot()
+    snapshot.listed("clusterqueues", [_versioned(name, version) for name, version in listed.items()])
+    for name, version in written:
+        snapshot.put("clusterqueues", _versioned(name, version))
+        snapshot.put("deployments@ns", _versioned(name, version))
+    newest: dict[str, int] = dict(listed)
+    for name, version in written:
+        newest[name] = max(version, newest.get(name, 0))
+    held = {o["metadata"]["name"]: int(o["metadata"]["resourceVersion"]) for o in snapshot.listing("clusterqueues")}
+    assert held == newest
+    assert snapshot.read("deployments@ns", ("", "a")) == (False, None)
+
+
 # --------------------------------------------------------------------------- workloads
 def test_workloads_read_as_kueue_v1beta2_defines_them(cluster):
     cluster.create(CQ, kueue.cluster_queue("wl-train", gpus=8))
