@@ -1,4 +1,5 @@
-"""Progress a person can follow: stage lines with the time elapsed, and a counter on an interactive terminal."""
+"""Progress a person can follow: stage lines with the time elapsed, and a counter on an interactive terminal (stage
+lines elsewhere)."""
 from __future__ import annotations
 
 import sys
@@ -19,10 +20,18 @@ def stage_printer(label: str, quiet: bool = False) -> Callable[[str], None]:
     return say
 
 
-def counter(label: str):
-    """A one-line progress callback on an interactive stderr, else nothing."""
+def counter(label: str) -> Callable[..., None]:
+    """A progress callback (done, total, what): one line rewritten in place on an interactive stderr; elsewhere (a
+    log, a pipe, CI) a stage line each time `what` changes and at the end, so minutes of work are never silent."""
     if not sys.stderr.isatty():
-        return None
+        say, said = stage_printer(label), [""]
+
+        def line(done: int, total: int, what: str = "") -> None:
+            if done == 1 or what != said[0] or done >= total:
+                said[0] = what
+                say(f"{what}: {done}/{total} folds scored" if what else f"{done}/{total}")
+
+        return line
 
     def report(done: int, total: int, what: str = "") -> None:
         end = "\n" if done >= total else ""

@@ -1,6 +1,7 @@
 """The CLI as a user runs it: exit codes, output shapes, errors that name what is wrong."""
 import argparse
 import json
+import re
 import subprocess
 import sys
 
@@ -101,6 +102,18 @@ def test_backtest_json_contract(history, capsys):
     assert out["horizon"] == 12 and out["folds"] == 2 and isinstance(out["selected"], str) and out["selected"]
     keys = {"mase", "smape", "pinball_50", "pinball_90", "pinball_95", "coverage_80", "coverage_90", "fit_seconds"}
     assert len(out["models"]) >= 3 and all(keys <= set(m) for m in out["models"].values())
+
+
+def test_backtest_says_its_progress_where_stderr_is_no_terminal(history, capsys):
+    """The fold counter is a line rewritten in place on a terminal; in a log, a pipe or CI it printed nothing, and a
+    backtest ran minutes silent (2 min 8 s on the example history). There it says a stage line as each model starts
+    scoring, and at the end."""
+    assert main(["backtest", str(history), "--folds", "2", "--horizon", "12", "--json"]) == 0
+    captured = capsys.readouterr()
+    models = json.loads(captured.out)["models"]
+    said = re.findall(r"^\[backtest \+ *[0-9.]+s\] (.+): (\d+)/(\d+) folds scored$", captured.err, re.M)
+    assert [name for name, _, _ in said][:len(models)] == list(models), captured.err
+    assert said[-1][1] == said[-1][2] == str(2 * len(models)) and "\r" not in captured.err
 
 
 def test_bad_flag_and_bad_config_exit_2(tmp_path, history, capsys):
