@@ -266,8 +266,8 @@ class EmbeddedCluster:
     def _hold_all(self) -> None:
         """What every policy holds, derived from all of them as the controller derives who is accepted every reconcile
         (core.policy.Claims, taken oldest first): the accepted ones are held before those refused, which hold only what
-        no accepted one names. Done again on each `apply_policy`: an edit, or a new policy, can change who else is
-        accepted (an older policy that drops a target or a queue a newer one was refused for)."""
+        no policy held before them holds. Done again on each `apply_policy`: an edit, or a new policy, can change who
+        else is accepted (an older policy that drops a target or a queue a newer one was refused for)."""
         claims = Claims()
         held: list[_Held] = []
         for p in sorted(self.policies, key=created):
@@ -285,8 +285,9 @@ class EmbeddedCluster:
             ref = spec.target.ref(meta.get("namespace", "default"))
             held.append(_Held(key, spec, ref, demand_per_gpu, parsed and claims.take(key, ref, spec) is None))
         inference_named = {q for h in held for q in h.spec.inference_queues}
+        roles: dict[str, str] = {}  # each ClusterQueue's role, as the policies held so far hold it
         for h in sorted(held, key=lambda h: not h.accepted):  # stable: oldest first within each
-            self._hold(h, claims.role, inference_named)
+            self._hold(h, roles, inference_named)
         self._retire()
 
     def _retire(self) -> None:
@@ -306,14 +307,18 @@ class EmbeddedCluster:
             self._pending_version += 1
             self._kueue_events += 1  # Workloads deleted: Kueue looks again at what it set aside
 
-    def _hold(self, h: _Held, role: Mapping[str, tuple[str, str]], inference_named: set[str]) -> None:
+    def _hold(self, h: _Held, roles: dict[str, str], inference_named: set[str]) -> None:
         """What a policy names exists in the cluster as a cluster the controller's accepted policies describe holds it
-        (`_hold_all`; `role`: each ClusterQueue's, as the accepted policies claimed it): a policy accepted there holds
-        its target and every ClusterQueue it names (training quotas start at 0); one refused there (its target
-        another's, or a queue another names otherwise, or its spec does not parse) holds nothing another holds: a target
-        is one workload, whichever policies name it, and a ClusterQueue has the role the policy that kept it gave it (no
-        training is submitted into an inference queue, nor on a refused policy's behalf into any queue a policy names
-        for inference, `inference_named`; no replica of the refused policy is a Workload of a training queue).
+        (`_hold_all`; `roles`: each ClusterQueue's, "inference", "target" or "training", as the policies held before
+        this one hold it, the accepted ones first as they claimed it; a quota left from before is no role): a policy
+        accepted there holds its target and every ClusterQueue it names (training quotas start at 0); one refused there
+        (its target another's, or a queue another names otherwise, or its spec does not parse) holds nothing another
+        holds: a target is one workload, whichever policies name it, and a ClusterQueue has the role the policy that
+        kept it gave it (no training is submitted into an inference queue, nor on a refused policy's behalf into any
+        queue a policy names for inference, `inference_named`; no replica of the refused policy is a Workload of a
+        training queue, nor of another's ClusterQueue target; its own ClusterQueue target is no workload of its own
+        where a policy held before holds that queue: a queue's GPUs are held once, as the controller counts them,
+        controller.reconcile.invalid_holdings).
         The target served before: it starts with the replicas its demand now needs, warm (as many as the idle GPUs
         hold), so a ClusterQueue it runs in (its target, or its inferenceClusterQueue) starts with a quota holding
         them, as Kueue admitted them. A refused policy whose spec does not parse holds what it still says it holds
@@ -324,7 +329,7 @@ class EmbeddedCluster:
         queue_target = ref.name if ref.kind == "ClusterQueue" else None
 
         def named(q: str | None, kind: str) -> str | None:  # a queue as this policy names it, if that is its role
-            return q if q is not None and (accepted or role.get(q, (kind,))[0] == kind) else None
+            return q if q is not None and (accepted or roles.get(q, kind) == kind) else None
 
         other = next((k for k, inf in self.inference.items() if k != key and inf.ref == ref), None)
         if accepted and other is not None:  # a refused policy's target before: the workload is this policy's now
@@ -332,7 +337,7 @@ class EmbeddedCluster:
             self.inference[key].key = key
             self.inference_queues.pop(other, None)
             other = None
-        taken = other is not None or (not accepted and queue_target in self.quotas)  # another's, or a queue held
+        taken = other is not None or (not accepted and queue_target in roles)  # another's, or a queue held
         inference_queue = None if taken else named(spec.inference_cluster_queue, "inference")
         # a refused policy's training queue is one no policy names for inference (the controller lends it no other)
         training = [q for q in spec.training_cluster_queues
@@ -344,9 +349,15 @@ class EmbeddedCluster:
             self.inference_queues.pop(key, None)
         else:
             self.inference_queues[key] = inference_queue
-        for q in [*training, inference_queue, queue_target]:
+        named_here = [*((q, "training") for q in training), (inference_queue, "inference")]
+        if not taken:  # a target taken is a queue another holds, in the role it gave it
+            named_here.append((queue_target, "target"))
+        for q, kind in named_here:
             if q is not None:
                 self.quotas.setdefault(q, 0)
+                # the first to hold a queue says its role; a queue that is a policy's target is "target", even when
+                # that policy named it its inference queue too (core.policy.Claims)
+                roles[q] = kind if kind == "target" or q not in roles else roles[q]
         if not taken and (key not in self.inference or self.inference[key].ref != ref):
             inf = _Inference(key, ref, spec.capacity.gpus_per_replica, h.demand_per_gpu)
             self.inference[key] = inf

@@ -543,6 +543,50 @@ def test_a_policy_whose_spec_does_not_parse_from_the_start_holds_its_target_and_
     assert {w.cluster_queue for w in r.cluster.workloads() if w.admitted} == {"research", "team-b"}
 
 
+def test_a_refused_policy_s_pods_are_no_workloads_of_an_older_refused_policy_s_cluster_queue_target(
+        demand_file, tmp_path):
+    """The other way round: "claim" (created first) holds ClusterQueue pool as its target, 24 GPUs; "serve" runs its
+    46 GPUs of pods with pool as its inferenceClusterQueue. The world made them Workloads of pool and raised its quota
+    to 46, beside claim's 24 GPUs, and the controller counted 46 + 46 held where 70 are: at 9:00 chat was cut to its
+    minimum of 40 GPUs and 18 stayed idle. A ClusterQueue target is its own policy's alone, as it is to an accepted
+    one (core.policy.Claims): serve's pods run outside it, and chat has the 58 left."""
+    refusal = {"targetQuantlie": 0.5}
+    claim = policy("claim", target={"kind": "ClusterQueue", "name": "pool"}, inferenceClusterQueue=None, **refusal)
+    serve = policy("serve", inferenceClusterQueue="pool", capacity={"demandPerGpu": 5.0, "gpusPerReplica": 2},
+                   **refusal)
+    claim["metadata"]["creationTimestamp"], serve["metadata"]["creationTimestamp"] = \
+        "2026-01-05T06:00:00Z", "2026-01-05T07:00:00Z"
+    r = Replay(tmp_path, demand_file, policy("chat", minGpus=40, inferenceClusterQueue="serving"), claim, serve)
+    held = r.cluster.quotas["pool"] + r.replicas("serve") * 2
+    assert r.cluster.quotas["pool"] == r.cluster.inference["inference/claim"].held_replicas * 2 > 0
+    assert "inference/serve" not in r.cluster.inference_queues
+    for minutes in (0, 5):
+        state = r.step(AT_9 + pd.Timedelta(minutes=minutes))
+        chat = state.policies["inference/chat"]
+        assert chat.reserved_gpus + held + state.slack_gpus == 128, (chat.reserved_gpus, held, state.slack_gpus)
+        assert r.cluster.idle_gpus == 0
+
+
+def test_a_refused_policy_s_cluster_queue_target_keeps_its_replicas_when_another_policy_is_applied(
+        demand_file, tmp_path):
+    """A refused policy's ClusterQueue target was held by the world until any policy was applied: rebuilding what
+    each policy holds, the world found the queue's own quota from before and took it for another's, so the target's
+    replicas were gone (12 of them, 24 GPUs idle at once, and lent: 44 GPUs at 9:05 where 20 were idle) and the queue
+    was not found as a target. A queue is held by another only if a policy held before it in that rebuild holds it."""
+    claim = policy("claim", target={"kind": "ClusterQueue", "name": "pool"}, inferenceClusterQueue=None,
+                   targetQuantlie=0.5)
+    r = Replay(tmp_path, demand_file, policy("chat", minGpus=40), claim)
+    pool = TargetRef("ClusterQueue", "pool", None)
+    held = r.cluster.target_state(pool, 2).desired_replicas * 2
+    assert held > 0 and r.cluster.quotas["pool"] == held
+    r.step(AT_9)
+    r.cluster.apply_policy(policy("chat", minGpus=42))
+    assert r.cluster.inference["inference/claim"].held_replicas * 2 == held == r.cluster.quotas["pool"]
+    state = r.step(AT_9 + pd.Timedelta(minutes=5))
+    chat = state.policies["inference/chat"]
+    assert chat.reserved_gpus + held + state.slack_gpus == 128, (chat.reserved_gpus, held, state.slack_gpus)
+
+
 def test_an_invalid_policy_holds_and_lends_into_only_what_no_policy_kept_names():
     """What an InvalidSpec policy still holds is read from its spec (a spec that does not parse: its target, replica
     size, queues and mode), but a policy kept acts on what it names: the second policy on a target holds none of it,
