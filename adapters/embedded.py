@@ -449,6 +449,12 @@ class EmbeddedCluster:
         return frozenset(self.settings.strict_fifo_queues)
 
     def target_state(self, target: TargetRef, gpus_per_replica: int) -> TargetState:
+        if target.kind == "ClusterQueue" and target.name in self.quotas \
+                and not any(inf.ref == target for inf in self.inference.values()):
+            # a ClusterQueue no policy holds as its target (a refused policy's, where another holds the queue) is
+            # there all the same: read as the API server reads one (adapters.kube), its quota's whole replicas
+            replicas = self.quotas[target.name] // gpus_per_replica
+            return TargetState(replicas, replicas)
         inf = self._target(target)  # its replicas are of the GPUs its policy says, as `gpus_per_replica` is
         return TargetState(inf.desired, inf.warm + sum(1 for r in inf.warming if r <= self.now),
                            inf.min_replicas if target.kind == "HorizontalPodAutoscaler" else None,

@@ -379,6 +379,37 @@ def test_a_refused_policy_s_target_keeps_its_gpus_and_its_team_keeps_its_share(k
         kube.delete(team)
 
 
+@pytest.mark.parametrize("refusal", [{"timezone": "Europe/Berln"},                # InvalidSpec: does not parse
+                                     {"trainingClusterQueues": [INFERENCE_QUEUE]}])  # refused for chat's queue
+def test_a_queue_two_refused_policies_name_holds_its_gpus_once(kube, controller, prometheus_server, tmp_path,
+                                                                refusal):
+    """Two refused policies: "serve" (created first) runs its Deployment's pods as Workloads of ClusterQueue pool-run,
+    whose quota holds them; "a-claim" (listed first) names pool-run as its ClusterQueue target. The controller counted
+    its GPUs twice, serve's 4 replicas and pool-run's quota of 4 as a-claim's target: 8 held where 4 are, at 07:00 chat
+    reserved 23 and 97 were lent, 4 GPUs neither. They are counted once, as the embedded cluster holds them
+    (tests/test_run.py)."""
+    pool = kueue.path("clusterqueues", "pool-run")
+    kube.apply(pool, kueue.cluster_queue("pool-run", gpus=4, cohort=COHORT, lending_limit=0))
+    serve = {"inferenceClusterQueue": "pool-run", "capacity": {"demandPerGpu": 10.0, "gpusPerReplica": 4}}
+    claim = {"target": {"kind": "ClusterQueue", "name": "pool-run"}, "inferenceClusterQueue": None}
+    try:
+        time.sleep(1.1)  # creationTimestamp has seconds: serve comes after chat, a-claim after serve
+        kube.create(f"/apis/apps/v1/namespaces/{NS}/deployments", deployment("serve"))
+        kube.create(RP, policy("serve", **serve, **refusal))
+        time.sleep(1.1)
+        kube.create(RP, policy("a-claim", **claim, **refusal))
+        controller.sync()
+        r = reconciler(controller, prometheus_server.url, tmp_path)
+        for hour in (0, 3):  # 07:00, and the 10:00 peak
+            state = r.reconcile(MONDAY_7AM + pd.Timedelta(hours=hour))
+            chat = state.policies[f"{NS}/chat"]
+            assert not state.policies[f"{NS}/serve"].valid and not state.policies[f"{NS}/a-claim"].valid
+            assert kube.get_deployment_replicas(NS, "serve") == 1 and kube.get_cluster_queue_quota("pool-run") == 4
+            assert chat.reserved_gpus + 4 + state.slack_gpus == 128, (hour, chat.reserved_gpus, state.slack_gpus)
+    finally:
+        kube.delete(pool)
+
+
 def test_a_refused_policy_s_status_keeps_nothing_of_its_last_plan(kube, controller, prometheus_server, tmp_path):
     """Found here: a refusal's status named no planId and no realizedError, so the merge patch kept its last plan's
     (the embedded cluster cleared them): a policy refused said which plan was in force and how well forecasts scored
