@@ -286,8 +286,10 @@ class EmbeddedCluster:
             held.append(_Held(key, spec, ref, demand_per_gpu, parsed and claims.take(key, ref, spec) is None))
         inference_named = {q for h in held for q in h.spec.inference_queues}
         roles: dict[str, str] = {}  # each ClusterQueue's role, as the policies held so far hold it
+        earlier: set[str] = set()  # the policies held so far
         for h in sorted(held, key=lambda h: not h.accepted):  # stable: oldest first within each
-            self._hold(h, roles, inference_named)
+            self._hold(h, roles, earlier, inference_named)
+            earlier.add(h.key)
         self._retire()
 
     def _retire(self) -> None:
@@ -307,10 +309,11 @@ class EmbeddedCluster:
             self._pending_version += 1
             self._kueue_events += 1  # Workloads deleted: Kueue looks again at what it set aside
 
-    def _hold(self, h: _Held, roles: dict[str, str], inference_named: set[str]) -> None:
+    def _hold(self, h: _Held, roles: dict[str, str], earlier: set[str], inference_named: set[str]) -> None:
         """What a policy names exists in the cluster as a cluster the controller's accepted policies describe holds it
         (`_hold_all`; `roles`: each ClusterQueue's, "inference", "target" or "training", as the policies held before
-        this one hold it, the accepted ones first as they claimed it; a quota left from before is no role): a policy
+        this one, `earlier`, hold it, the accepted ones first as they claimed it; a quota, or another policy's workload,
+        left from the last rebuild is no one's until held again): a policy
         accepted there holds its target and every ClusterQueue it names (training quotas start at 0); one refused there
         (its target another's, or a queue another names otherwise, or its spec does not parse) holds nothing another
         holds: a target is one workload, whichever policies name it, and a ClusterQueue has the role the policy that
@@ -332,7 +335,8 @@ class EmbeddedCluster:
             return q if q is not None and (accepted or roles.get(q, kind) == kind) else None
 
         other = next((k for k, inf in self.inference.items() if k != key and inf.ref == ref), None)
-        if accepted and other is not None:  # a refused policy's target before: the workload is this policy's now
+        if other is not None and (accepted or other not in earlier):  # held last time by a policy that comes later
+            # now (a refused one, or one held after this one): the workload is this policy's now
             self.inference[key] = self.inference.pop(other)
             self.inference[key].key = key
             self.inference_queues.pop(other, None)

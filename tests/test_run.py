@@ -615,6 +615,31 @@ def test_a_refused_policy_s_cluster_queue_target_keeps_its_replicas_when_another
     assert chat.reserved_gpus + held + state.slack_gpus == 128, (chat.reserved_gpus, held, state.slack_gpus)
 
 
+def test_an_edit_gives_a_refused_target_to_the_oldest_policy_naming_it_as_a_fresh_world_does():
+    """Refused "a" (created first) is edited onto Deployment d0, which refused "b" held: the world kept d0 as b's, its
+    pods Workloads of b's queue qb, where a world started with the edited policies, and the controller (oldest first,
+    invalid_holdings), give it to a, its pods in serving, chat's inference queue, whose quota the controller sets
+    to hold them. A workload a policy held in the last rebuild is taken over by an older one that now names it."""
+    typo = {"targetQuantlie": 0.5}
+    a = policy("a", target={"kind": "Deployment", "name": "d1"}, inferenceClusterQueue="serving", **typo)
+    b = policy("b", target={"kind": "Deployment", "name": "d0"}, inferenceClusterQueue="qb", **typo)
+    a["metadata"]["creationTimestamp"], b["metadata"]["creationTimestamp"] = \
+        "2026-01-05T06:00:00Z", "2026-01-05T07:00:00Z"
+    chat = policy("chat", inferenceClusterQueue="serving")
+    edited = {**a, "spec": {**a["spec"], "target": {"kind": "Deployment", "name": "d0"}}}
+    world = EmbeddedCluster(128, [chat, a, b], {}, MONDAY_6AM.timestamp())
+    world.apply_policy(edited)
+    fresh = EmbeddedCluster(128, [chat, edited, b], {}, MONDAY_6AM.timestamp())
+    objects = world.reservation_policies()
+    specs = ParsedSpecs()
+    kept, invalid = parse_policies(objects, specs)
+    holders, _ = invalid_holdings(objects, invalid, kept, specs)
+    assert [(p.key, p.spec.inference_cluster_queue) for p in holders] == [("inference/a", "serving")]
+    for w in (world, fresh):
+        assert {k: inf.ref.name for k, inf in w.inference.items()} == {"inference/chat": "chat", "inference/a": "d0"}
+        assert w.inference_queues == {"inference/chat": "serving", "inference/a": "serving"}
+
+
 def test_an_invalid_policy_holds_and_lends_into_only_what_no_policy_kept_names():
     """What an InvalidSpec policy still holds is read from its spec (a spec that does not parse: its target, replica
     size, queues and mode), but a policy kept acts on what it names: the second policy on a target holds none of it,
