@@ -234,6 +234,9 @@ def test_the_world_holds_what_the_accepted_policies_name_whatever_the_others_nam
         assert set(refs) == counted, (refs, counted)
         assert training_queues(kept + lenders) <= set(w.training_queues), (w.training_queues, lenders)
     assert set(world.training_queues) == training_queues(kept + lenders), (world.training_queues, lenders)
+    # a world the last policy was applied to holds what one started with it holds: nothing left from before decides
+    assert {k: inf.ref for k, inf in worlds[-1].inference.items()} == {k: inf.ref for k, inf in world.inference.items()}
+    assert worlds[-1].inference_queues == world.inference_queues
 
 
 def test_a_spec_is_parsed_once_per_generation_and_forgotten_with_its_policy(monkeypatch):
