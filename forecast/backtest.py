@@ -27,7 +27,7 @@ from forecast.models import MODELS, Ensemble, combination_name, combine
 # there, and with the grid-fitted Holt-Winters (hw) the pool lost on the held-out series (rounds 13-14).
 FAST = ("snaive24", "snaive168", "profile", "profile24", "naive")
 # statsmodels' ETS, MSTL and gradient boosting cost 0.5-10 s per fit (x folds): the backtest scores them, AutoForecaster
-# considers them only when asked ("full" or a list).
+# considers them only when asked: MSTL with "full", ETS and gradient boosting when a list names them.
 FULL = FAST + ("mstl",)
 SCORED_QUANTILES = (0.05, 0.1, 0.5, 0.9, 0.95, 0.99)
 # The planner's quantiles (ReservationPolicy q0.9 / q0.99): the share of actuals at or below each, per model,
@@ -132,9 +132,9 @@ class AutoForecaster:
 
     def _select(self, points, errors, actuals, scales, folds) -> _Pick:
         """The rule `combine` on inner `folds` (`_rank`); with fewer folds than `min_selection_folds` (or than a
-        shorter selection window `folds`, which is honoured), that pick weighs k / that many and every candidate an
-        equal share of the rest ("shrink"; a median pick counts as its members' mean), or the pool's mean alone
-        ("mean")."""
+        shorter selection window `folds`, which is honoured), that pick weighs k / that many and the candidates share
+        the rest as `weak_evidence` says (MIN_SELECTION_FOLDS; a median pick counts as its members' mean), or the
+        pool's mean alone ("mean")."""
         enough = max(min(self.min_selection_folds, self.folds), 1)
         if len(folds) >= enough:
             return self._rank(points, errors, actuals, scales, folds)
