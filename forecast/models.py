@@ -134,7 +134,8 @@ class SeasonalNaive(PointModel):
 
 
 class SeasonalProfile(PointModel):
-    """Median of the same hour of the week over recent weeks, rescaled to the latest day's level.
+    """Median of the same hour of the week over recent weeks (of the day over recent days: profile24, or a history
+    under two weeks), rescaled to the latest day's level.
 
     Robust to one-off bursts (median) and to slow growth (the level ratio).
     """
@@ -292,9 +293,10 @@ class GradientBoosting(PointModel):
     """scikit-learn gradient boosting on calendar features and lags at least a horizon old.
 
     A direct model: every lag is at least the horizon, so one model serves every step without feeding
-    forecasts back in. With three weeks of history the lags are one week, eight days and two weeks; with
-    less, the whole days from ceil(horizon / 24) days back (one and two days for a 24-hour horizon on a
-    one-week history: issue 13, where it used to equal seasonal naive on every series under three weeks).
+    forecasts back in. From two weeks and two days of history (the longest lag and MIN_ROWS rows), for a horizon
+    of up to a week, the lags are one week, eight days and two weeks; else the whole days from ceil(horizon / 24)
+    days back (one and two days for a 24-hour horizon on a one-week history: issue 13, where it used to equal
+    seasonal naive on every series under three weeks).
     Target and lags are divided by the last week's mean so the trees see shapes, not levels (a tree cannot
     extrapolate a level it has not seen). The model is fitted at `point`, when the horizon is known.
     Shorter than the lags plus two days of rows: TooShort, with that reason.
