@@ -180,6 +180,17 @@ _ISO_ZONED = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(
 _EPOCH_INTEGER = re.compile(r"\d{1,19}")
 
 
+def _epoch_integers(numbers: np.ndarray) -> tuple[pd.DatetimeIndex, str] | None:
+    """Epoch integers read at once in the first one's unit (ValueError: it has none), and that unit; None when any is
+    outside that unit's range (in another unit, or out of range: the row-by-row reader names it)."""
+    unit = epoch_unit(float(numbers[0]))
+    scale = int(_NS_PER_UNIT[unit])
+    lo, hi = (t.value // scale for t in EPOCH_RANGE)
+    if not ((numbers >= lo) & (numbers < hi)).all():
+        return None
+    return pd.DatetimeIndex(pd.to_datetime(numbers, unit=unit, utc=True)).as_unit("ns"), unit
+
+
 def _stamps_at_once(texts: list[str]) -> tuple[pd.DatetimeIndex, set[str]] | None:
     """The timestamps of clean rows read as a column, as the row-by-row reader reads them; None when any row is not
     plainly one kind or is out of range (the row-by-row reader then finds and names it)."""
@@ -191,13 +202,8 @@ def _stamps_at_once(texts: list[str]) -> tuple[pd.DatetimeIndex, set[str]] | Non
                 return None
             return index, set()
         if column.str.fullmatch(_EPOCH_INTEGER).all():
-            numbers = column.astype("int64").to_numpy()
-            unit = epoch_unit(float(numbers[0]))
-            scale = int(_NS_PER_UNIT[unit])
-            lo, hi = (t.value // scale for t in EPOCH_RANGE)
-            if not ((numbers >= lo) & (numbers < hi)).all():  # another unit (refused), or out of range
-                return None
-            return pd.DatetimeIndex(pd.to_datetime(numbers, unit=unit, utc=True)).as_unit("ns"), {unit}
+            read = _epoch_integers(column.astype("int64").to_numpy())
+            return None if read is None else (read[0], {read[1]})
     except (ValueError, OverflowError, TypeError):
         return None
     return None
@@ -304,16 +310,12 @@ def _parquet_timestamps(path: Path, column: pd.Series) -> tuple[pd.DatetimeIndex
     if pd.api.types.is_bool_dtype(column):
         raise HistoryError(f"{path}: column 'timestamp' holds booleans, not times")
     if pd.api.types.is_integer_dtype(column) and not column.isna().any() and len(column):
-        numbers = column.to_numpy(dtype=np.int64)
         try:
-            unit = epoch_unit(float(numbers[0]))
+            read = _epoch_integers(column.to_numpy(dtype=np.int64))
         except ValueError as exc:
             raise HistoryError(f"{path}: row 1: {exc}") from None
-        scale = int(_NS_PER_UNIT[unit])
-        lo, hi = (t.value // scale for t in EPOCH_RANGE)
-        if ((numbers >= lo) & (numbers < hi)).all():  # every row in the first row's unit: read at once
-            return (pd.DatetimeIndex(pd.to_datetime(numbers, unit=unit, utc=True)).as_unit("ns"),
-                    _read_as({unit}))
+        if read is not None:
+            return read[0], _read_as({read[1]})
     stamps, units = [], set()
     for row, item in enumerate(column.tolist(), start=1):
         try:
