@@ -108,7 +108,8 @@ def origins(n: int, horizon: int, folds: int, step: int, min_train: int = 2 * DA
 
 
 def level(history: np.ndarray) -> float:
-    """Scale for residuals: mean demand of the last week (1.0 for an all-zero or empty window)."""
+    """Demand's level: the mean of the last week's known values (1.0 for an all-zero or empty window), which residuals
+    are scaled by and the global model divides its windows by."""
     recent = history[-WEEK:]
     recent = recent[np.isfinite(recent)]
     value = float(recent.mean()) if len(recent) else 0.0

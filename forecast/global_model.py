@@ -22,6 +22,7 @@ from typing import Self
 import numpy as np
 import pandas as pd
 
+from forecast.calibrate import level
 from forecast.history import clip_outliers
 from forecast.models import DAY, WEEK, PointModel, TooShort
 
@@ -42,14 +43,6 @@ class GlobalSettings:
     calendar: bool = True       # hour of day and day of week of the target (by position when there are no dates)
 
 
-def _level(window: np.ndarray) -> float:
-    """The mean of the window's last week (its finite values); 1.0 where that is not positive."""
-    recent = window[-WEEK:]
-    recent = recent[np.isfinite(recent)]
-    value = float(recent.mean()) if len(recent) else 0.0
-    return value if value > 0 else 1.0
-
-
 def _lookback(settings: GlobalSettings) -> int:
     return max(settings.recent_lags, WEEK * settings.weeks_back, DAY * (settings.same_hour_days + 1), WEEK)
 
@@ -60,7 +53,7 @@ def _rows(values: np.ndarray, origins: np.ndarray, steps: np.ndarray, phase: np.
     position's hour of the week."""
     pad = _lookback(settings)
     padded = np.concatenate([np.full(pad, np.nan), values, np.full(settings.horizon, np.nan)])
-    levels = np.array([_level(padded[pad + o - WEEK:pad + o]) for o in origins])
+    levels = np.array([level(padded[pad + o - WEEK:pad + o]) for o in origins])
     o = np.repeat(origins, len(steps)) + pad  # padded position of each row's origin
     h = np.tile(steps, len(origins))
     target = o + h - 1
