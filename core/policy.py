@@ -22,7 +22,7 @@ from pydantic.alias_generators import to_camel
 from core.errors import ConfigError
 from core.objects import TargetRef
 from core.textfile import TooLong, read_text
-from core.units import UTC, check_statistic, check_timezone, duration, whole_replicas
+from core.units import UTC, check_statistic, check_timezone, duration, seconds, whole_replicas
 from core.yamlfile import KubectlLoader, RepeatedKeys, csv_read_as_yaml
 from core.yamlfile import documents as yaml_documents
 
@@ -33,7 +33,6 @@ NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"  # a policy's name and namespa
 # statistics' pattern is core.units'.
 DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
 Forecaster = Literal["auto", "seasonal-naive", "reactive", "static"]
-FORECASTERS: tuple[str, ...] = get_args(Forecaster)
 
 
 def _whole(value: Any) -> Any:
@@ -211,11 +210,11 @@ class PolicySpec(Camel):
     # the planner's units
     @property
     def lead_time_seconds(self) -> float:
-        return float(duration(self.lead_time).total_seconds())
+        return seconds(self.lead_time)
 
     @property
     def scale_in_delay_seconds(self) -> float:
-        return float(duration(self.scale_in_delay).total_seconds())
+        return seconds(self.scale_in_delay)
 
     @property
     def rise_quantile(self) -> float | None:
@@ -225,7 +224,7 @@ class PolicySpec(Camel):
 
     @property
     def reclaim_deadline_seconds(self) -> float:
-        return float(duration(self.reclaim_deadline).total_seconds())
+        return seconds(self.reclaim_deadline)
 
 
 def policy_duration(value: str) -> str:
