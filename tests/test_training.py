@@ -243,9 +243,8 @@ def test_realized_accuracy_history_and_drift(sqlite_uri, tmp_path):
     # Demand triples: realized error blows past 3x the backtest MASE -> drift, logged once per new target.
     shifted = truth.copy()
     shifted.iloc[24 * 8 + 12:] *= 3
-    triggered = []
-    errors2, events = log_realized("acc", forecasts, shifted, tracker, factor=3.0, window=4, on_drift=triggered.extend)
-    assert events and triggered == events
+    errors2, events = log_realized("acc", forecasts, shifted, tracker, factor=3.0, window=4)
+    assert events
     assert events[0].horizon in (1, 6, 24) and "retrain recommended" in events[0].message
     assert client(sqlite_uri).get_run(run_id).data.tags["headroom.retrain_recommended"] == "true"
     n24 = (errors2["horizon"] == 24).sum()

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -208,14 +208,12 @@ def accuracy_run(tracker: Tracker, series: str) -> str:
 
 def log_realized(series: str, forecasts: Mapping[pd.Timestamp, pd.DataFrame], actuals: pd.Series,
                  tracker: Tracker, scale: float | None = None, baseline: float | None = None,
-                 factor: float = 1.5, window: int = 24, horizons: Sequence[int] = HORIZONS,
-                 on_drift: Callable[[list[DriftEvent]], None] | None = None
+                 factor: float = 1.5, window: int = 24, horizons: Sequence[int] = HORIZONS
                  ) -> tuple[pd.DataFrame, list[DriftEvent]]:
     """Log new realized errors as metric history; return (all errors, drift events).
 
     `scale`/`baseline` default to the champion version's tags (headroom.scale,
-    headroom.backtest_mase); baseline still comes from the champion when only `scale` is given.
-    `on_drift(events)` (e.g. enqueue a `headroom train`) is called after the events are logged. Targets already
+    headroom.backtest_mase); baseline still comes from the champion when only `scale` is given. Targets already
     logged (tag LAST_TAG) are not logged again, so calling this every hour is idempotent.
     """
     tracker.connect()
@@ -255,6 +253,4 @@ def log_realized(series: str, forecasts: Mapping[pd.Timestamp, pd.DataFrame], ac
         tags[RECOMMENDED_TAG] = str(bool(events)).lower()
     if tags:
         tracker.set_tags(run, tags)
-    if events and on_drift is not None:
-        on_drift(events)
     return errors, events
