@@ -222,7 +222,7 @@ def controller_settings(cfg: Config) -> dict:
             "team_weights": tuple(r.team_weights.items())}
 
 
-def whatif(cfg: Config, progress=None) -> WhatIf:
+def whatif(cfg: Config) -> WhatIf:
     """The scenario of the configured trace and cluster, and the policy to run on it."""
     import pandas as pd
 
