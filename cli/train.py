@@ -10,12 +10,12 @@ import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
 from adapters.mlflow import Tracker, TrackingError, TrainingLocked
 from adapters.prometheus import PrometheusError
+from cli.config import Config
 from cli.progress import stage_printer
 from cli.sources import load_series
 from core.errors import BadRequest
@@ -26,17 +26,13 @@ from forecast.history import HistoryError
 from training.pipeline import TrainingError, TrainSettings, train_series
 
 
-def settings_from_config(cfg) -> TrainSettings:
-    t = getattr(cfg, "training", None)
-    bt, fc = cfg.backtest, cfg.forecast
-    kw: dict[str, Any] = {"horizon": bt.horizon, "folds": bt.folds, "step": bt.step,
-                          "quantiles": tuple(fc.quantiles), "statistic": cfg.history.statistic,
-                          "outlier_factor": cfg.history.outlier_factor}
-    if t is not None:
-        for f in ("candidates", "objective", "target_quantile", "promotion_margin", "lock_ttl_seconds"):
-            if getattr(t, f, None) is not None:
-                kw[f] = tuple(getattr(t, f)) if f == "candidates" else getattr(t, f)
-    return TrainSettings(**kw)
+def settings_from_config(cfg: Config) -> TrainSettings:
+    """The training the configuration asks for: backtest.*, forecast.quantiles, history's cleaning and training.*."""
+    bt, t = cfg.backtest, cfg.training
+    return TrainSettings(horizon=bt.horizon, folds=bt.folds, step=bt.step, quantiles=tuple(cfg.forecast.quantiles),
+                         statistic=cfg.history.statistic, outlier_factor=cfg.history.outlier_factor,
+                         candidates=tuple(t.candidates), objective=t.objective, target_quantile=t.target_quantile,
+                         promotion_margin=t.promotion_margin, lock_ttl_seconds=t.lock_ttl_seconds)
 
 
 def _load_all(jobs: list[tuple[str, str, Callable[[], pd.Series]]]) -> dict[str, pd.Series]:
@@ -58,8 +54,8 @@ def cmd_train(cfg, args) -> int:
     on, 128 + the signal's number when stopped (130 Ctrl-C, 143 SIGTERM); the champion of a failed series is untouched.
     """
     now = datetime.now(UTC)
-    t = getattr(cfg, "training", None)
-    uri = getattr(args, "tracking_uri", None) or getattr(t, "tracking_uri", None)
+    t = cfg.training
+    uri = getattr(args, "tracking_uri", None) or t.tracking_uri
     settings = settings_from_config(cfg)
     jobs: list[tuple[str, str, Callable[[], pd.Series]]] = []  # series name, where its history is, its loader
     listed = False  # stdout: a JSON list (training.series) or the one series' object
@@ -85,7 +81,7 @@ def cmd_train(cfg, args) -> int:
             raise BadRequest(f"--history {args.history}: its file name {name!r} is no series name (a letter or digit, "
                              "then letters, digits, '_', '.' or '-'): give one with --name")
         jobs.append((name, args.history, from_file(args.history, "--history")))
-    elif t is not None and t.series:
+    elif t.series:
         if getattr(args, "name", None):  # it would name nothing: each entry of training.series has its own name
             raise BadRequest(f"--name {args.name}: training.series names each series it trains; --name names the one "
                              "of --history FILE (or of history.file / history.prometheus without training.series)")
@@ -97,7 +93,7 @@ def cmd_train(cfg, args) -> int:
                          "history.prometheus in --config")
     else:
         where = str(h.file or h.prometheus.query)
-        jobs.append((getattr(args, "name", None) or getattr(t, "name", None) or "demand", where,
+        jobs.append((getattr(args, "name", None) or t.name or "demand", where,
                      lambda: on_the_clock(cfg)))
     tracker = Tracker(uri)
     print(f"MLflow store: {tracker.shown}", file=sys.stderr)  # where to look (a flag, the file, the env or ./mlflow.db)
