@@ -1,8 +1,8 @@
 """A deadline carried with the work, as a Go context carries one to every request made for it (client-go,
 controller-runtime): whoever bounds the work sets it (the controller's loop, once per reconcile; the fence, once per
 write or action), and the adapters that wait on the network (adapters.kube, adapters.prometheus) read it: no attempt
-waits past it, none starts after it. It lives in a context variable, so the callers between the two need not pass it along, and a thread sees
-only the deadline set in that thread."""
+waits past it, none starts after it. It lives in a context variable, so the callers between the two need not pass it
+along, and a thread sees only the deadline set in that thread."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
