@@ -26,7 +26,7 @@ WRITES = (HISTORY, STORE, POLICY, REPORT, "mlartifacts", ".headroom-locks")
 NOT_READ = {"history": ("file", "prometheus", "statistic", "counter"), "forecast": ("horizon", "quantiles", "timezone"),
             "backtest": ("horizon", "folds", "step"), "simulate": ("policy", "policy_file", "days", "jobs"),
             "training": ("tracking_uri", "name", "series", "candidates", "objective", "target_quantile",
-                         "promotion_margin"),
+                         "promotion_margin", "lock_ttl_seconds", "drift_factor", "drift_window"),
             "run": ("capacity_gpus", "namespace", "policies")}
 
 
