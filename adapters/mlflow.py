@@ -278,17 +278,17 @@ class Tracker:
                                            order_by=["attributes.start_time DESC", "attributes.run_id DESC"])
         return runs[0] if runs else None
 
-    def fail_abandoned(self, experiment_id: str, kinds: Sequence[str], why: str) -> list[str]:
-        """End the RUNNING runs tagged `headroom.kind` in `kinds` as FAILED, tagged `headroom.error` `why`: runs whose
-        process lost the store, or died, before it could end them. Their ids."""
-        with self.guard("end abandoned runs"):
+    def end_running(self, experiment_id: str, kinds: Sequence[str], status: str, why: str) -> list[str]:
+        """End the RUNNING runs tagged `headroom.kind` in `kinds` with `status`, tagged `headroom.error` `why`. Their
+        ids."""
+        with self.guard("end running runs"):
             running = self.client.search_runs([experiment_id], filter_string="attributes.status = 'RUNNING'",
                                               max_results=1000)
-            abandoned = [r.info.run_id for r in running if r.data.tags.get("headroom.kind") in kinds]
-            for run_id in abandoned:
+            ended = [r.info.run_id for r in running if r.data.tags.get("headroom.kind") in kinds]
+            for run_id in ended:
                 self.client.set_tag(run_id, "headroom.error", why)
-                self.client.set_terminated(run_id, "FAILED")
-        return abandoned
+                self.client.set_terminated(run_id, status)
+        return ended
 
     def run_tags(self, run_id: str) -> dict[str, str]:
         with self.guard("get run"):
@@ -395,45 +395,57 @@ class Tracker:
         name = f"headroom-lock-{series}"
         owner = f"{socket.gethostname()}:{os.getpid()}:{time.time_ns()}"
         expires = time.time() + ttl_seconds
-        with self.guard(f"take lease {name}"):
-            for attempt in range(2):
-                try:
-                    self.client.create_registered_model(
-                        name, tags={"owner": owner, "expires": f"{expires:.3f}"},
-                        description="headroom training lease (delete to break)")
-                    break
-                except Exception as exc:  # noqa: BLE001
-                    if "ALREADY_EXISTS" not in str(getattr(exc, "error_code", "")) + str(exc) or attempt:
-                        if attempt:
-                            raise TrainingLocked(f"series {series!r} lease {name} was taken concurrently") from None
-                        raise
+        try:
+            with self.guard(f"take lease {name}"):
+                for attempt in range(2):
                     try:
-                        held = self.client.get_registered_model(name).tags
-                    except Exception as read:  # noqa: BLE001
-                        if not _not_found(read):
+                        self.client.create_registered_model(
+                            name, tags={"owner": owner, "expires": f"{expires:.3f}"},
+                            description="headroom training lease (delete to break)")
+                        break
+                    except Exception as exc:  # noqa: BLE001
+                        if "ALREADY_EXISTS" not in str(getattr(exc, "error_code", "")) + str(exc) or attempt:
+                            if attempt:
+                                raise TrainingLocked(f"series {series!r} lease {name} was taken concurrently") from None
                             raise
-                        continue  # its trainer let it go between the two requests: take it
-                    try:
-                        until = float(held.get("expires", "0"))
-                    except ValueError:  # not written by a trainer (it writes a number): no lease to honour
-                        until = 0.0
-                    if until > time.time():
-                        raise TrainingLocked(
-                            f"series {series!r} is being trained by {held.get('owner')} (lease {name} until "
-                            f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(until))}; if that trainer is gone, "
-                            f"delete the registered model {name} to break it)") from None
-                    try:
-                        self.client.delete_registered_model(name)  # stale: its trainer died
-                    except Exception as deleted:  # noqa: BLE001
-                        if not _not_found(deleted):  # else another trainer broke it first: race it to take it
-                            raise
+                        try:
+                            held = self.client.get_registered_model(name).tags
+                        except Exception as read:  # noqa: BLE001
+                            if not _not_found(read):
+                                raise
+                            continue  # its trainer let it go between the two requests: take it
+                        try:
+                            until = float(held.get("expires", "0"))
+                        except ValueError:  # not written by a trainer (it writes a number): no lease to honour
+                            until = 0.0
+                        if until > time.time():
+                            raise TrainingLocked(
+                                f"series {series!r} is being trained by {held.get('owner')} (lease {name} until "
+                                f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(until))}; if that trainer is gone, "
+                                f"delete the registered model {name} to break it)") from None
+                        try:
+                            self.client.delete_registered_model(name)  # stale: its trainer died
+                        except Exception as deleted:  # noqa: BLE001
+                            if not _not_found(deleted):  # else another trainer broke it first: race it to take it
+                                raise
+        except Exception:
+            raise  # refused, or the store failed: the lease is not this trainer's
+        except BaseException:  # a stop (SIGTERM) while a request was out: the store may have made the lease ours
+            self._release(name, owner, series, expires)
+            raise
         try:
             yield
         finally:
-            try:
-                if self.client.get_registered_model(name).tags.get("owner") == owner:
-                    self.client.delete_registered_model(name)
-            except Exception as exc:  # noqa: BLE001 - the training's own outcome is what it reports
-                log.warning("%s: it holds off trainings of %r until %s; to train sooner, delete registered model %s",
-                            self._fail(f"the training lease {name} could not be released", exc), series,
-                            time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(expires)), name)
+            self._release(name, owner, series, expires)
+
+    def _release(self, name: str, owner: str, series: str, expires: float) -> None:
+        """Delete lease `name` if `owner` holds it."""
+        try:
+            if self.client.get_registered_model(name).tags.get("owner") == owner:
+                self.client.delete_registered_model(name)
+        except Exception as exc:  # noqa: BLE001 - the training's own outcome is what it reports
+            if _not_found(exc):  # none to release: a stop came before the store made it, or it was broken by hand
+                return
+            log.warning("%s: it holds off trainings of %r until %s; to train sooner, delete registered model %s",
+                        self._fail(f"the training lease {name} could not be released", exc), series,
+                        time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(expires)), name)

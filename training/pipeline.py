@@ -73,6 +73,7 @@ class ModelRefused(TrainingError):
 MODEL_FORMAT = "headroom.model/v1"
 CARD_SHA_TAG = "headroom.card_sha256"
 TRAINING_KEY_TAG = "headroom.training_key"  # a training run's inputs but the champion (training_key)
+TRAINING_KINDS = ("training", "candidate")  # headroom.kind of a training's runs (the accuracy run lives on)
 FORCED_TAG = "headroom.forced"  # "true": trained though an earlier training had the same key (train --force)
 # The code that makes a model: the forecasters and the backtest that picks one (forecast/), the training (training/)
 MODEL_CODE = (Path(__file__).resolve().parents[1] / "forecast", Path(__file__).resolve().parent)
@@ -397,8 +398,8 @@ def train_series(name: str, series: pd.Series, settings: TrainSettings, tracker:
     with tracker.lock(name, settings.lock_ttl_seconds):
         exp = tracker.experiment(experiment_name(name))
         # under the lock no other training of the series runs: one still RUNNING lost the store or its process
-        if abandoned := tracker.fail_abandoned(exp, ("training", "candidate"), "abandoned: its training lost the "
-                                               "tracking store or was killed before it could end the run"):
+        if abandoned := tracker.end_running(exp, TRAINING_KINDS, "FAILED", "abandoned: its training lost the "
+                                            "tracking store or was killed before it could end the run"):
             log.warning("%s: marked %d abandoned run(s) FAILED: %s", name, len(abandoned), ", ".join(abandoned))
         key = training_key(series, settings, timezone, pool, code_digest(code_roots))
         earlier, again = _trained_before(tracker, exp, name, key, {**MODELS, **makers})
@@ -408,28 +409,29 @@ def train_series(name: str, series: pd.Series, settings: TrainSettings, tracker:
         if earlier is not None:
             again = f"forced (--force): trained again, as v{earlier.version} was on this history, these settings and " \
                 "this code"
-        parent = tracker.start_run(exp, f"train-{now:%Y%m%dT%H%M%SZ}", tags={
-            "headroom.kind": "training", "headroom.series": name, TRAINING_KEY_TAG: key,
-            FORCED_TAG: str(force).lower()})
-        with _not_left_running(tracker, parent, say_why=True):
+        with _not_left_running(tracker, exp):
+            parent = tracker.start_run(exp, f"train-{now:%Y%m%dT%H%M%SZ}", tags={
+                "headroom.kind": "training", "headroom.series": name, TRAINING_KEY_TAG: key,
+                FORCED_TAG: str(force).lower()})
             result = _train(name, series, settings, tracker, now, timezone, makers, origins, exp, parent, progress)
             result.notes += [again] if again else []
             result.forced = force
-        tracker.end_run(parent, "FINISHED")
+            tracker.end_run(parent, "FINISHED")
         return result
 
 
 @contextlib.contextmanager
-def _not_left_running(tracker: Tracker, run: str, say_why: bool = False) -> Iterator[None]:
-    """A stop (SIGINT, SIGTERM) or a failure inside the block ends `run` KILLED or FAILED (with the error in its
-    headroom.error tag when `say_why`), never left RUNNING; the original is raised."""
+def _not_left_running(tracker: Tracker, exp: str) -> Iterator[None]:
+    """A stop (SIGINT, SIGTERM) or a failure inside the block ends this training's runs in experiment `exp` KILLED or
+    FAILED, the error in their headroom.error tag, never left RUNNING; the original is raised. Its runs are found in
+    the store, not by the ids the training was told: a stop landing while a run is created (the store has made it, its
+    id is not back yet) leaves a run no id names. Under the series' lock every other such run was ended before."""
     try:
         yield
     except BaseException as exc:
         with contextlib.suppress(Exception):  # the original failure is the one reported
-            if say_why:
-                tracker.set_tags(run, {"headroom.error": f"{type(exc).__name__}: {exc}"})
-            tracker.end_run(run, "FAILED" if isinstance(exc, Exception) else "KILLED")
+            tracker.end_running(exp, TRAINING_KINDS, "FAILED" if isinstance(exc, Exception) else "KILLED",
+                                f"{type(exc).__name__}: {exc}")
         raise
 
 
@@ -459,9 +461,7 @@ def _train(name, series, settings, tracker, now, timezone, makers, origins, exp,
                 lambda i, cand=cand: progress(f"{name}: {cand} fold {i}/{len(origins)} scored"))
             rows = _score(make, series, clipped, origins, settings, tick)
         except BaseException as exc:  # noqa: BLE001 - one bad candidate is not a failed training
-            if (stop := interrupt_inside(exc)) is not None:  # SIGINT, SIGTERM: the run does not stay RUNNING
-                with contextlib.suppress(Exception):
-                    tracker.end_run(child, "KILLED")
+            if (stop := interrupt_inside(exc)) is not None:  # SIGINT, SIGTERM: the training stops, not the candidate
                 raise stop from None
             failed[cand] = f"{type(exc).__name__}: {exc}"
             tracker.set_tags(child, {"headroom.error": failed[cand]})
@@ -469,10 +469,9 @@ def _train(name, series, settings, tracker, now, timezone, makers, origins, exp,
             continue
         per_fold[cand] = rows
         summary = summarize(rows)
-        with _not_left_running(tracker, child):  # a stop (or the store failing) while its scores are logged
-            tracker.log_params(child, {"model": cand, **_hyperparameters(make())})
-            tracker.log_metrics(child, [(k, v, *at) for k, v in summary.items()] + per_fold_metrics(rows, summary))
-            tracker.end_run(child)
+        tracker.log_params(child, {"model": cand, **_hyperparameters(make())})
+        tracker.log_metrics(child, [(k, v, *at) for k, v in summary.items()] + per_fold_metrics(rows, summary))
+        tracker.end_run(child)
     if not per_fold:
         raise TrainingError(f"{name}: every candidate failed: {failed}")
     scores = {c: summarize(rows) for c, rows in per_fold.items()}
