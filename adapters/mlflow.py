@@ -439,7 +439,15 @@ class Tracker:
             self._release(name, owner, series, expires)
 
     def _release(self, name: str, owner: str, series: str, expires: float) -> None:
-        """Delete lease `name` if `owner` holds it."""
+        """Delete lease `name` if `owner` holds it. A stop (SIGTERM) landing meanwhile does not leave it held: the
+        release is made again, then the stop raised."""
+        try:
+            self._delete_lease(name, owner, series, expires)
+        except BaseException:
+            self._delete_lease(name, owner, series, expires)
+            raise
+
+    def _delete_lease(self, name: str, owner: str, series: str, expires: float) -> None:
         try:
             if self.client.get_registered_model(name).tags.get("owner") == owner:
                 self.client.delete_registered_model(name)

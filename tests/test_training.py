@@ -239,6 +239,7 @@ stopped_trainings = iter(range(10 ** 6))  # each example its own series: a fresh
 @hypothesis.example(name="create_run", nth=2, answered=True)  # the candidate's run, its id not back: left RUNNING
 @hypothesis.example(name="create_run", nth=1, answered=True)  # the training's own run, the same
 @hypothesis.example(name="create_registered_model", nth=1, answered=True)  # the lease taken, not known: held 2 h
+@hypothesis.example(name="delete_registered_model", nth=1, answered=False)  # the lease's release: held 2 h
 @hypothesis.given(name=st.sampled_from(TRAINING_REQUESTS), nth=st.integers(1, 3), answered=st.booleans())
 def test_a_stop_at_any_request_to_the_store_leaves_no_run_running_and_no_lease(mlflow_server, name, nth, answered):
     """SIGTERM lands wherever the training is: when it is waiting on the tracking server, the store may or may not
