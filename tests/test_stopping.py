@@ -364,7 +364,9 @@ def test_a_stop_during_a_halted_prometheus_cuts_the_read_under_way_and_starts_no
     finally:
         private_prometheus.process.signal_group(signal.SIGCONT)
     r.close()
-    assert took < 3, took  # the signal 1 s into the read; not its timeout, nor one read after another
+    # the signal 1 s into the read: cut there, not waiting out its 30 s timeout (nor one read after another); half
+    # the timeout leaves a busy machine its room (3.3 s seen in CI's load) and none for the wait it guards
+    assert took < server.timeout_seconds / 2, took
     assert lease_holder(kube, lease) is None
 
 
