@@ -285,7 +285,7 @@ class EmbeddedCluster:
             ref = spec.target.ref(meta.get("namespace", "default"))
             held.append(_Held(key, spec, ref, demand_per_gpu, parsed and claims.take(key, ref, spec) is None))
         inference_named = {q for h in held for q in h.spec.inference_queues}
-        roles: dict[str, str] = {}  # each ClusterQueue's role, as the policies held so far hold it
+        roles = Claims()  # each ClusterQueue's role, as the policies held so far hold it (its `role`)
         earlier: set[str] = set()  # the policies held so far
         for h in sorted(held, key=lambda h: not h.accepted):  # stable: oldest first within each
             self._hold(h, roles, earlier, inference_named)
@@ -309,11 +309,11 @@ class EmbeddedCluster:
             self._pending_version += 1
             self._kueue_events += 1  # Workloads deleted: Kueue looks again at what it set aside
 
-    def _hold(self, h: _Held, roles: dict[str, str], earlier: set[str], inference_named: set[str]) -> None:
+    def _hold(self, h: _Held, roles: Claims, earlier: set[str], inference_named: set[str]) -> None:
         """What a policy names exists in the cluster as a cluster the controller's accepted policies describe holds it
-        (`_hold_all`; `roles`: each ClusterQueue's, "inference", "target" or "training", as the policies held before
-        this one, `earlier`, hold it, the accepted ones first as they claimed it; a quota, or another policy's workload,
-        left from the last rebuild is no one's until held again): a policy
+        (`_hold_all`; `roles.role`: each ClusterQueue's, "inference", "target" or "training", as the policies held
+        before this one, `earlier`, hold it, the accepted ones first as they claimed it; a quota, or another policy's
+        workload, left from the last rebuild is no one's until held again): a policy
         accepted there holds its target and every ClusterQueue it names (training quotas start at 0); one refused there
         (its target another's, or a queue another names otherwise, or its spec does not parse) holds nothing another
         holds: a target is one workload, whichever policies name it, and a ClusterQueue has the role the policy that
@@ -332,7 +332,7 @@ class EmbeddedCluster:
         queue_target = ref.name if ref.kind == "ClusterQueue" else None
 
         def named(q: str | None, kind: str) -> str | None:  # a queue as this policy names it, if that is its role
-            return q if q is not None and (accepted or roles.get(q, kind) == kind) else None
+            return q if q is not None and (accepted or roles.role.get(q, (kind,))[0] == kind) else None
 
         other = next((k for k, inf in self.inference.items() if k != key and inf.ref == ref), None)
         if other is not None and (accepted or other not in earlier):  # held last time by a policy that comes later
@@ -341,7 +341,7 @@ class EmbeddedCluster:
             self.inference[key].key = key
             self.inference_queues.pop(other, None)
             other = None
-        taken = other is not None or (not accepted and queue_target in roles)  # another's, or a queue held
+        taken = other is not None or (not accepted and queue_target in roles.role)  # another's, or a queue held
         inference_queue = None if taken else named(spec.inference_cluster_queue, "inference")
         # a refused policy's training queue is one no policy names for inference (the controller lends it no other)
         training = [q for q in spec.training_cluster_queues
@@ -359,9 +359,7 @@ class EmbeddedCluster:
         for q, kind in named_here:
             if q is not None:
                 self.quotas.setdefault(q, 0)
-                # the first to hold a queue says its role; a queue that is a policy's target is "target", even when
-                # that policy named it its inference queue too (core.policy.Claims)
-                roles[q] = kind if kind == "target" or q not in roles else roles[q]
+                roles.name(key, q, kind)
         if not taken and (key not in self.inference or self.inference[key].ref != ref):
             inf = _Inference(key, ref, spec.capacity.gpus_per_replica, h.demand_per_gpu)
             self.inference[key] = inf

@@ -371,11 +371,14 @@ class Claims:
                     + "; ".join(clash for clash, _ in clashes))
         self.owner[target] = key
         for _, q, kind in claims:
-            # the first policy to name a queue says its role; a queue that is a policy's target is "target", even
-            # when that policy named it its inference queue too
-            if q not in role or (kind == "target" and role[q][0] != "target"):
-                role[q] = (kind, key)
+            self.name(key, q, kind)
         return None
+
+    def name(self, key: str, queue: str, kind: str) -> None:
+        """The policy `key` holds `queue` as `kind`: the first policy to name a queue says its role; a queue that is a
+        policy's target is "target", even when that policy named it its inference queue too."""
+        if queue not in self.role or (kind == "target" and self.role[queue][0] != "target"):
+            self.role[queue] = (kind, key)
 
 
 def spec_dict(spec: PolicySpec) -> dict[str, Any]:
