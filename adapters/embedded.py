@@ -360,7 +360,12 @@ class EmbeddedCluster:
             if q is not None:
                 self.quotas.setdefault(q, 0)
                 roles.name(key, q, kind)
-        if not taken and (key not in self.inference or self.inference[key].ref != ref):
+        inf = self.inference.get(key)
+        if not taken and inf is not None and inf.ref == ref:  # held before: an edit may have changed how it reads
+            inf.demand_per_gpu = h.demand_per_gpu  # how headroom converts its demand: as the spec now says
+            if inf.gpus_per_replica != spec.capacity.gpus_per_replica:
+                self._roll_out(inf, spec.capacity.gpus_per_replica)
+        if not taken and (inf is None or inf.ref != ref):
             inf = _Inference(key, ref, spec.capacity.gpus_per_replica, h.demand_per_gpu)
             self.inference[key] = inf
             self._found.clear()
@@ -378,8 +383,25 @@ class EmbeddedCluster:
         self._kueue_events += 1  # and its quota is new to Kueue: it looks again at what it set aside
         self._held_version += 1
 
+    def _roll_out(self, inf: _Inference, gpus_per_replica: int) -> None:
+        """A new replica size: capacity.gpusPerReplica is the pod template's GPU request as the policy reads it, so an
+        edit of it is a rollout to pods of that size. Modelled as Kubernetes' Recreate strategy: every pod goes (its
+        GPUs free at once), as many pods of the new size are asked for (a ClusterQueue target: its quota's whole
+        replicas; an HPA: what it now recommends), and each warms up as any new replica."""
+        inf.warm, inf.warming, inf.asked, inf.aside = 0, [], [], []
+        inf.gpus_per_replica = gpus_per_replica
+        replicas = inf.desired
+        if inf.ref.kind == "ClusterQueue":
+            replicas = self.quotas[inf.ref.name] // gpus_per_replica
+        elif inf.ref.kind == "HorizontalPodAutoscaler":  # what it saw, in replicas of the old size, no longer holds
+            inf.recommendations = [(self.now, self._replicas_for(inf, self.now))]
+            replicas = self._hpa_recommendation(inf)
+        self._kueue_events += inf.key in self.inference_queues  # its pods' Workloads deleted: a Kueue event
+        self._scale(inf, replicas)
+
     def apply_policy(self, obj: dict) -> None:
-        """`kubectl apply` of a ReservationPolicy: created, or its spec replaced (metadata.generation goes up)."""
+        """`kubectl apply` of a ReservationPolicy: created, or its spec replaced (metadata.generation goes up). A
+        workload kept takes the replica size (`_roll_out`) and demandPerGpu its policy now says."""
         obj = copy.deepcopy(obj)
         meta = obj["metadata"]
         for i, p in enumerate(self.policies):

@@ -389,10 +389,10 @@ def test_a_policy_applied_on_a_refused_policy_s_target_takes_its_workload(demand
 
 def assert_the_world_holds_what_the_controller_counts(r: Replay, state) -> None:
     """The world's targets, inference and training queues are those of the policies the controller accepts and of
-    what the refused ones hold and lend into (controller.reconcile.invalid_holdings); each accepted policy's target
-    holds its reservation, and no Workload waits in a queue that is not a training queue."""
+    what the refused ones hold and lend into (controller.reconcile.invalid_holdings, as the controller read them); each
+    accepted policy's target holds its reservation, and no Workload waits in a queue that is not a training queue."""
     objects = r.cluster.reservation_policies()
-    specs = ParsedSpecs()
+    specs = r.reconciler._specs
     accepted, refused = parse_policies(objects, specs)
     holders, lenders = invalid_holdings(objects, refused, accepted, specs)
     assert all(state.policies[p.key].valid for p in accepted)
@@ -405,8 +405,11 @@ def assert_the_world_holds_what_the_controller_counts(r: Replay, state) -> None:
     assert not set(r.cluster.training_queues) & set(r.cluster.inference_queues.values())
     assert {w.cluster_queue for w in r.cluster.workloads() if w.active and not w.admitted} <= set(state.teams)
     for p in accepted:
-        replicas = r.cluster.target_state(p.spec.target.ref("inference"), 2).desired_replicas
-        assert replicas * 2 == state.policies[p.key].reserved_gpus > 0
+        size = p.spec.capacity.gpus_per_replica
+        replicas = r.cluster.target_state(p.spec.target.ref("inference"), size).desired_replicas
+        assert replicas * size == state.policies[p.key].reserved_gpus > 0
+        inf = r.cluster.inference[p.key]
+        assert (inf.gpus_per_replica, inf.demand_per_gpu) == (size, p.spec.capacity.demand_per_gpu)
 
 
 @pytest.mark.parametrize("clash", ["target", "inference", "training"])
@@ -433,6 +436,24 @@ def test_an_edit_that_ends_a_clash_gives_the_world_what_the_controller_then_acce
         state = r.step(AT_9 + pd.Timedelta(minutes=minutes))
     assert all(p.valid for p in state.policies.values())
     assert_the_world_holds_what_the_controller_counts(r, state)
+
+
+@pytest.mark.parametrize("capacity", [{"demandPerGpu": 10.0, "gpusPerReplica": 4},
+                                      {"demandPerGpu": 5.0, "gpusPerReplica": 2}])
+def test_an_edit_of_the_replica_size_or_the_demand_per_gpu_is_what_the_world_then_holds_and_serves(
+        demand_file, tmp_path, capacity):
+    """chat edited from 2-GPU replicas to 4 (its pod template's request, as the policy reads it): the world kept
+    replicas of 2, so the controller's 21 replicas for 84 GPUs held 42 and chat ran on half its reservation, 46 GPUs
+    idle; edited to 5 demand per GPU, the world still served 10 per GPU, counting half the demand. The edit is a
+    rollout: the world's replicas are of the new size (warmed up anew) and it serves at the new demandPerGpu."""
+    r = Replay(tmp_path, demand_file, policy("chat", minGpus=40))
+    r.step(AT_9)
+    r.cluster.apply_policy(policy("chat", minGpus=40, capacity=capacity))
+    for minutes in (5, 10):  # the second after the new replicas' warm-up
+        state = r.step(AT_9 + pd.Timedelta(minutes=minutes))
+        assert_the_world_holds_what_the_controller_counts(r, state)
+    inf = r.cluster.inference["inference/chat"]
+    assert inf.warm * capacity["gpusPerReplica"] == state.policies["inference/chat"].reserved_gpus
 
 
 def test_a_new_policy_s_inference_queue_is_no_training_queue_of_a_refused_policy_s(demand_file, tmp_path):
