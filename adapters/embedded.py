@@ -103,7 +103,8 @@ class _Inference:
 
 class _Held(NamedTuple):
     """A policy as the world holds it (EmbeddedCluster._hold_all): its spec, or what a spec that does not parse says
-    it holds (core.policy.holding_spec), and whether the controller accepts it."""
+    it holds (core.policy.holding_spec; where not even that reads, the spec it was held by before), and whether the
+    controller accepts it."""
     key: str                        # the policy's namespace/name
     spec: PolicySpec
     ref: TargetRef
@@ -280,8 +281,11 @@ class EmbeddedCluster:
                 demand_per_gpu, parsed = spec.capacity.demand_per_gpu, True
             except ConfigError:  # refused (InvalidSpec), it claims nothing, but holds what its spec still says
                 spec, demand_per_gpu, parsed = holding_spec(raw), held_demand_per_gpu(raw), False
-            if spec is None:  # not even its target reads: nothing of it is known, as to the controller
-                continue
+            if spec is None:  # not even its target reads: an edit deletes no workload, so it holds what it last held,
+                # as the controller reads it (controller.reconcile.ParsedSpecs.holding); never held: nothing is known
+                spec = self.specs.get(key)
+                if spec is None:
+                    continue
             ref = spec.target.ref(meta.get("namespace", "default"))
             held.append(_Held(key, spec, ref, demand_per_gpu, parsed and claims.take(key, ref, spec) is None))
         inference_named = {q for h in held for q in h.spec.inference_queues}
@@ -400,8 +404,9 @@ class EmbeddedCluster:
         self._scale(inf, replicas)
 
     def apply_policy(self, obj: dict) -> None:
-        """`kubectl apply` of a ReservationPolicy: created, or its spec replaced (metadata.generation goes up). A
-        workload kept takes the replica size (`_roll_out`) and demandPerGpu its policy now says."""
+        """`kubectl apply` of a ReservationPolicy: created, or its spec replaced (metadata.generation goes up). An edit
+        deletes no workload: one whose spec no longer says what it holds holds what it held; a workload kept takes the
+        replica size (`_roll_out`) and demandPerGpu its policy now says."""
         obj = copy.deepcopy(obj)
         meta = obj["metadata"]
         for i, p in enumerate(self.policies):
