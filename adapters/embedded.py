@@ -103,7 +103,8 @@ class _Inference:
 
 class _Held(NamedTuple):
     """A policy as the world holds it (EmbeddedCluster._hold_all): its spec, or what a spec that does not parse says
-    it holds (core.policy.holding_spec), and whether the controller accepts it."""
+    it holds (core.policy.holding_spec; where not even that reads, the spec it was held by before), and whether the
+    controller accepts it."""
     key: str                        # the policy's namespace/name
     spec: PolicySpec
     ref: TargetRef
@@ -280,8 +281,11 @@ class EmbeddedCluster:
                 demand_per_gpu, parsed = spec.capacity.demand_per_gpu, True
             except ConfigError:  # refused (InvalidSpec), it claims nothing, but holds what its spec still says
                 spec, demand_per_gpu, parsed = holding_spec(raw), held_demand_per_gpu(raw), False
-            if spec is None:  # not even its target reads: nothing of it is known, as to the controller
-                continue
+            if spec is None:  # not even its target reads: an edit deletes no workload, so it holds what it last held,
+                # as the controller reads it (controller.reconcile.ParsedSpecs.holding); never held: nothing is known
+                spec = self.specs.get(key)
+                if spec is None:
+                    continue
             ref = spec.target.ref(meta.get("namespace", "default"))
             held.append(_Held(key, spec, ref, demand_per_gpu, parsed and claims.take(key, ref, spec) is None))
         inference_named = {q for h in held for q in h.spec.inference_queues}
@@ -360,7 +364,12 @@ class EmbeddedCluster:
             if q is not None:
                 self.quotas.setdefault(q, 0)
                 roles.name(key, q, kind)
-        if not taken and (key not in self.inference or self.inference[key].ref != ref):
+        inf = self.inference.get(key)
+        if not taken and inf is not None and inf.ref == ref:  # held before: an edit may have changed how it reads
+            inf.demand_per_gpu = h.demand_per_gpu  # how headroom converts its demand: as the spec now says
+            if inf.gpus_per_replica != spec.capacity.gpus_per_replica:
+                self._roll_out(inf, spec.capacity.gpus_per_replica)
+        if not taken and (inf is None or inf.ref != ref):
             inf = _Inference(key, ref, spec.capacity.gpus_per_replica, h.demand_per_gpu)
             self.inference[key] = inf
             self._found.clear()
@@ -378,8 +387,26 @@ class EmbeddedCluster:
         self._kueue_events += 1  # and its quota is new to Kueue: it looks again at what it set aside
         self._held_version += 1
 
+    def _roll_out(self, inf: _Inference, gpus_per_replica: int) -> None:
+        """A new replica size: capacity.gpusPerReplica is the pod template's GPU request as the policy reads it, so an
+        edit of it is a rollout to pods of that size. Modelled as Kubernetes' Recreate strategy: every pod goes (its
+        GPUs free at once), as many pods of the new size are asked for (a ClusterQueue target: its quota's whole
+        replicas; an HPA: what it now recommends), and each warms up as any new replica."""
+        inf.warm, inf.warming, inf.asked, inf.aside = 0, [], [], []
+        inf.gpus_per_replica = gpus_per_replica
+        replicas = inf.desired
+        if inf.ref.kind == "ClusterQueue":
+            replicas = self.quotas[inf.ref.name] // gpus_per_replica
+        elif inf.ref.kind == "HorizontalPodAutoscaler":  # what it saw, in replicas of the old size, no longer holds
+            inf.recommendations = [(self.now, self._replicas_for(inf, self.now))]
+            replicas = self._hpa_recommendation(inf)
+        self._kueue_events += inf.key in self.inference_queues  # its pods' Workloads deleted: a Kueue event
+        self._scale(inf, replicas)
+
     def apply_policy(self, obj: dict) -> None:
-        """`kubectl apply` of a ReservationPolicy: created, or its spec replaced (metadata.generation goes up)."""
+        """`kubectl apply` of a ReservationPolicy: created, or its spec replaced (metadata.generation goes up). An edit
+        deletes no workload: one whose spec no longer says what it holds holds what it held; a workload kept takes the
+        replica size (`_roll_out`) and demandPerGpu its policy now says."""
         obj = copy.deepcopy(obj)
         meta = obj["metadata"]
         for i, p in enumerate(self.policies):

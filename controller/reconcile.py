@@ -137,6 +137,7 @@ class ParsedSpecs:
 
     def __init__(self) -> None:
         self._held: dict[ObjectRef, tuple[int, object, PolicySpec | str, PolicySpec | None]] = {}
+        self._last_holding: dict[ObjectRef, PolicySpec] = {}  # each policy's newest spec that said what it holds
 
     def of(self, ref: ObjectRef, generation: int, raw: object) -> PolicySpec | str:
         """The parsed spec, or every error (field paths) in one message."""
@@ -144,8 +145,11 @@ class ParsedSpecs:
 
     def holding(self, ref: ObjectRef, generation: int, raw: object) -> PolicySpec | None:
         """The spec as far as it says what its policy holds: the parsed spec, or one that does not parse as
-        core.policy.holding_spec reads it (None: not even that)."""
-        return self._parsed(ref, generation, raw)[3]
+        core.policy.holding_spec reads it; where not even that reads (its target mistyped or removed), what the
+        newest spec that did said: an edit deletes no workload, so that target still holds its GPUs (None: no spec of
+        the policy this process read said)."""
+        held = self._parsed(ref, generation, raw)[3]
+        return self._last_holding.get(ref) if held is None else held
 
     def _parsed(self, ref: ObjectRef, generation: int, raw: object
                 ) -> tuple[int, object, PolicySpec | str, PolicySpec | None]:
@@ -158,10 +162,13 @@ class ParsedSpecs:
         except ConfigError as exc:
             held = (generation, raw, spec_errors_said(exc.errors), holding_spec(raw))
         self._held[ref] = held
+        if held[3] is not None:
+            self._last_holding[ref] = held[3]
         return held
 
     def keep(self, present: set[ObjectRef]) -> None:
         self._held = {ref: held for ref, held in self._held.items() if ref in present}
+        self._last_holding = {ref: spec for ref, spec in self._last_holding.items() if ref in present}
 
 
 def spec_errors_said(errors: list[str]) -> str:

@@ -239,6 +239,56 @@ def test_the_world_holds_what_the_accepted_policies_name_whatever_the_others_nam
     assert worlds[-1].inference_queues == world.inference_queues
 
 
+# an edit of one policy: its target (another's, or one no one names), its replica size or demandPerGpu, a field that
+# makes it not parse, or its target removed so not even what it holds reads
+EDITS = st.one_of(st.builds(lambda name: {"target": {"kind": "Deployment" if name[0] == "d" else "ClusterQueue",
+                                                     "name": name}}, st.sampled_from(["d0", "d1", "d9", "q0", "q9"])),
+                  st.sampled_from([{"capacity": {"demandPerGpu": 10.0, "gpusPerReplica": 4}},
+                                   {"capacity": {"demandPerGpu": 5.0, "gpusPerReplica": 2}},
+                                   BROKEN["typo"], BROKEN["unread"]]))
+
+
+@settings(max_examples=200, deadline=None)
+@example([("q0", "d0", [])], [], 0, BROKEN["unread"])
+@example([("q0", "d0", []), (None, "d0", [])], [None, "typo"], 0, BROKEN["unread"])  # p0 keeps d0, refused p1 none
+@example([(None, "d0", []), (None, "d1", [])], [], 0, {"capacity": {"demandPerGpu": 5.0, "gpusPerReplica": 4}})
+@given(st.lists(st.tuples(st.sampled_from(QUEUES + (None,)), st.sampled_from(["d0", "d1", "q0", "q1"]),
+                          st.lists(st.sampled_from(QUEUES), max_size=2, unique=True)), min_size=1, max_size=4),
+       st.lists(st.sampled_from(list(BROKEN)), max_size=4), st.integers(0, 3), EDITS)
+def test_a_world_after_an_edit_holds_what_one_started_with_the_edited_policy_holds(claims, broken, k, edit):
+    """A `kubectl apply` editing one policy of a running world: the world then holds what one started with the edited
+    policies holds, each workload at the replica size and demandPerGpu its policy now says (the world kept the old
+    ones: its replicas of 2 GPUs where the controller counted 4); and what the controller counts, the targets of the
+    policies it accepts and of the refused ones' holdings. A policy edited so that not even its target reads holds
+    what it held before the edit (a policy edit deletes no workload), as a refused policy with that spec would, and
+    the controller, which read it before, counts it (ParsedSpecs.holding)."""
+    objects = [policy(f"p{i}", target={"kind": "Deployment" if name[0] == "d" else "ClusterQueue", "name": name},
+                      trainingClusterQueues=training, inferenceClusterQueue=inference)
+               for i, (inference, name, training) in enumerate(claims)]
+    for p, kind in zip(objects, broken):
+        p["spec"].update(BROKEN[kind])
+    k %= len(objects)
+    specs = ParsedSpecs()
+    parse_policies(objects, specs)  # the controller read the policies before the edit
+    world = EmbeddedCluster(128, objects, {}, MONDAY_6AM.timestamp())
+    edited = {**objects[k], "spec": {**objects[k]["spec"], **edit}}
+    world.apply_policy(edited)
+    # a world started with the edited policies; an edit after which not even what it holds reads (its target removed,
+    # or a queue it names twice): with the policy refused as it was
+    held = edited if holding_spec(edited["spec"]) is not None else \
+        {**objects[k], "spec": {**objects[k]["spec"], **BROKEN["typo"]}}
+    fresh = EmbeddedCluster(128, [held if i == k else p for i, p in enumerate(objects)], {}, MONDAY_6AM.timestamp())
+    assert {key: (inf.ref, inf.gpus_per_replica, inf.demand_per_gpu) for key, inf in world.inference.items()} == {
+        key: (inf.ref, inf.gpus_per_replica, inf.demand_per_gpu) for key, inf in fresh.inference.items()}
+    assert world.inference_queues == fresh.inference_queues
+    assert set(world.training_queues) >= set(fresh.training_queues)  # a queue no one lends into keeps its training
+    after = world.reservation_policies()
+    kept, invalid = parse_policies(after, specs)
+    holders, _ = invalid_holdings(after, invalid, kept, specs)
+    assert {key: inf.ref for key, inf in world.inference.items()} == {
+        p.key: p.spec.target.ref("inference") for p in kept + holders}
+
+
 def test_a_spec_is_parsed_once_per_generation_and_forgotten_with_its_policy(monkeypatch):
     import controller.reconcile as reconcile
 
@@ -389,10 +439,10 @@ def test_a_policy_applied_on_a_refused_policy_s_target_takes_its_workload(demand
 
 def assert_the_world_holds_what_the_controller_counts(r: Replay, state) -> None:
     """The world's targets, inference and training queues are those of the policies the controller accepts and of
-    what the refused ones hold and lend into (controller.reconcile.invalid_holdings); each accepted policy's target
-    holds its reservation, and no Workload waits in a queue that is not a training queue."""
+    what the refused ones hold and lend into (controller.reconcile.invalid_holdings, as the controller read them); each
+    accepted policy's target holds its reservation, and no Workload waits in a queue that is not a training queue."""
     objects = r.cluster.reservation_policies()
-    specs = ParsedSpecs()
+    specs = r.reconciler._specs
     accepted, refused = parse_policies(objects, specs)
     holders, lenders = invalid_holdings(objects, refused, accepted, specs)
     assert all(state.policies[p.key].valid for p in accepted)
@@ -405,8 +455,11 @@ def assert_the_world_holds_what_the_controller_counts(r: Replay, state) -> None:
     assert not set(r.cluster.training_queues) & set(r.cluster.inference_queues.values())
     assert {w.cluster_queue for w in r.cluster.workloads() if w.active and not w.admitted} <= set(state.teams)
     for p in accepted:
-        replicas = r.cluster.target_state(p.spec.target.ref("inference"), 2).desired_replicas
-        assert replicas * 2 == state.policies[p.key].reserved_gpus > 0
+        size = p.spec.capacity.gpus_per_replica
+        replicas = r.cluster.target_state(p.spec.target.ref("inference"), size).desired_replicas
+        assert replicas * size == state.policies[p.key].reserved_gpus > 0
+        inf = r.cluster.inference[p.key]
+        assert (inf.gpus_per_replica, inf.demand_per_gpu) == (size, p.spec.capacity.demand_per_gpu)
 
 
 @pytest.mark.parametrize("clash", ["target", "inference", "training"])
@@ -433,6 +486,50 @@ def test_an_edit_that_ends_a_clash_gives_the_world_what_the_controller_then_acce
         state = r.step(AT_9 + pd.Timedelta(minutes=minutes))
     assert all(p.valid for p in state.policies.values())
     assert_the_world_holds_what_the_controller_counts(r, state)
+
+
+@pytest.mark.parametrize("capacity", [{"demandPerGpu": 10.0, "gpusPerReplica": 4},
+                                      {"demandPerGpu": 5.0, "gpusPerReplica": 2}])
+def test_an_edit_of_the_replica_size_or_the_demand_per_gpu_is_what_the_world_then_holds_and_serves(
+        demand_file, tmp_path, capacity):
+    """chat edited from 2-GPU replicas to 4 (its pod template's request, as the policy reads it): the world kept
+    replicas of 2, so the controller's 21 replicas for 84 GPUs held 42 and chat ran on half its reservation, 46 GPUs
+    idle; edited to 5 demand per GPU, the world still served 10 per GPU, counting half the demand. The edit is a
+    rollout: the world's replicas are of the new size (warmed up anew) and it serves at the new demandPerGpu."""
+    r = Replay(tmp_path, demand_file, policy("chat", minGpus=40))
+    r.step(AT_9)
+    r.cluster.apply_policy(policy("chat", minGpus=40, capacity=capacity))
+    for minutes in (5, 10):  # the second after the new replicas' warm-up
+        state = r.step(AT_9 + pd.Timedelta(minutes=minutes))
+        assert_the_world_holds_what_the_controller_counts(r, state)
+    inf = r.cluster.inference["inference/chat"]
+    assert inf.warm * capacity["gpusPerReplica"] == state.policies["inference/chat"].reserved_gpus
+
+
+@pytest.mark.parametrize("edit, error", [({"target": {"kind": "Deployment"}}, "spec.target.name: Field required"),
+                                         ({"inferenceClusterQueue": "team-b"},  # what a 1.20 API server admits
+                                          "inferenceClusterQueue cannot also be a training ClusterQueue")])
+def test_a_policy_edited_so_not_even_what_it_holds_reads_still_holds_its_target_s_gpus(demand_file, tmp_path, edit,
+                                                                                      error):
+    """other, planned beside chat, is edited so that not even what it holds reads (its target's name removed, or its
+    inference queue one of its training queues). Its Deployment runs on, as a cluster's does (a policy edit deletes no
+    workload): 22 replicas, 44 GPUs. The controller counted none of them: it lent the 44 as idle, and planned chat
+    onto them as demand rose, so at 11:00 chat reserved 98 GPUs and held 84, 7 replicas waiting for GPUs other's pods
+    held. The controller reads such a policy as holding what its spec said before (ParsedSpecs.holding), as the
+    world holds it: refused, its target's GPUs held, its team lent to, and chat planned on what is left."""
+    r = Replay(tmp_path, demand_file, policy("chat", minGpus=40), policy("other", trainingClusterQueues=["team-b"]))
+    r.step(AT_9)
+    held = r.replicas("other") * 2
+    r.cluster.apply_policy(policy("other", trainingClusterQueues=["team-b"], **edit))
+    for minutes in (5, 60, 120):
+        state = r.step(AT_9 + pd.Timedelta(minutes=minutes))
+        chat, other = state.policies["inference/chat"], state.policies["inference/other"]
+        assert not other.valid and error in other.error
+        assert r.replicas("other") * 2 == held == 44  # left as it is
+        assert chat.reserved_gpus + held + state.slack_gpus == 128, (chat.reserved_gpus, state.slack_gpus)
+        assert r.cluster.inference["inference/chat"].waiting == 0
+        assert_the_world_holds_what_the_controller_counts(r, state)
+    assert "team-b" in state.teams
 
 
 def test_a_new_policy_s_inference_queue_is_no_training_queue_of_a_refused_policy_s(demand_file, tmp_path):

@@ -379,6 +379,41 @@ def test_a_refused_policy_s_target_keeps_its_gpus_and_its_team_keeps_its_share(k
         kube.delete(team)
 
 
+def test_a_policy_edited_so_not_even_what_it_holds_reads_still_holds_its_target_s_gpus(kube, controller,
+                                                                                     prometheus_server, tmp_path):
+    """big, planned beside chat, is edited so its inference queue is one of its training queues too: the CRD's schema
+    (no CEL on 1.20) admits it, and the spec reads not even as far as what it holds. Its Deployment runs on (an edit
+    deletes no workload), but the controller counted none of it: its GPUs were lent as idle, beside chat's
+    reservation, and team-run kept the quota last set. It holds what the spec read before said, as the embedded
+    cluster holds it (tests/test_run.py): its target's GPUs, in the inference queue it shares with chat, and its
+    team's share of the slack."""
+    team = kueue.path("clusterqueues", "team-run")
+    kube.apply(team, kueue.cluster_queue("team-run", gpus=0, cohort=COHORT))
+    big = {"trainingClusterQueues": ["team-run"], "capacity": {"demandPerGpu": 20.0, "gpusPerReplica": 1}}
+    try:
+        time.sleep(1.1)  # creationTimestamp has seconds: big comes after chat
+        kube.create(f"/apis/apps/v1/namespaces/{NS}/deployments", deployment("big"))
+        kube.create(RP, policy("big", **big))
+        controller.sync()
+        r = reconciler(controller, prometheus_server.url, tmp_path)
+        r.reconcile(MONDAY_7AM)
+        held = kube.get_deployment_replicas(NS, "big")
+        assert held > 0 and kube.get_cluster_queue_quota("team-run") > 0
+        kube.apply(f"{RP}/big", policy("big", **{**big, "trainingClusterQueues": ["team-run", INFERENCE_QUEUE]}))
+        controller.sync()
+        for minutes in (5, 10):
+            state = r.reconcile(MONDAY_7AM + pd.Timedelta(minutes=minutes))
+            chat, refused = state.policies[f"{NS}/chat"], state.policies[f"{NS}/big"]
+            assert not refused.valid and "inferenceClusterQueue cannot also be a training ClusterQueue" in refused.error
+            assert kube.get_deployment_replicas(NS, "big") == held
+            quotas = kube.get_cluster_queue_quota(QUEUE), kube.get_cluster_queue_quota("team-run")
+            assert sum(quotas) == state.slack_gpus == 128 - chat.reserved_gpus - held and min(quotas) > 0, \
+                (quotas, state.slack_gpus, chat.reserved_gpus, held)
+            assert kube.get_cluster_queue_quota(INFERENCE_QUEUE) == chat.reserved_gpus + held
+    finally:
+        kube.delete(team)
+
+
 @pytest.mark.parametrize("refusal", [{"timezone": "Europe/Berln"},                # InvalidSpec: does not parse
                                      {"trainingClusterQueues": [INFERENCE_QUEUE]}])  # refused for chat's queue
 def test_a_queue_two_refused_policies_name_holds_its_gpus_once(kube, controller, prometheus_server, tmp_path,
