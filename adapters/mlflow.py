@@ -278,13 +278,18 @@ class Tracker:
                                            order_by=["attributes.start_time DESC", "attributes.run_id DESC"])
         return runs[0] if runs else None
 
+    def running(self, experiment_id: str, kinds: Sequence[str]) -> list[str]:
+        """The ids of the RUNNING runs tagged `headroom.kind` in `kinds`."""
+        with self.guard("search runs"):
+            running = self.client.search_runs([experiment_id], filter_string="attributes.status = 'RUNNING'",
+                                              max_results=1000)
+        return [r.info.run_id for r in running if r.data.tags.get("headroom.kind") in kinds]
+
     def end_running(self, experiment_id: str, kinds: Sequence[str], status: str, why: str) -> list[str]:
         """End the RUNNING runs tagged `headroom.kind` in `kinds` with `status`, tagged `headroom.error` `why`. Their
         ids."""
+        ended = self.running(experiment_id, kinds)
         with self.guard("end running runs"):
-            running = self.client.search_runs([experiment_id], filter_string="attributes.status = 'RUNNING'",
-                                              max_results=1000)
-            ended = [r.info.run_id for r in running if r.data.tags.get("headroom.kind") in kinds]
             for run_id in ended:
                 self.client.set_tag(run_id, "headroom.error", why)
                 self.client.set_terminated(run_id, status)
@@ -333,6 +338,11 @@ class Tracker:
             mv = self.client.create_model_version(name, source, run_id=run_id,
                                                   tags={k: str(v) for k, v in tags.items()})
             return str(mv.version)
+
+    def versions_of_run(self, name: str, run_id: str) -> list:
+        """The versions of registered model `name` made from run `run_id` (ModelVersions, with their tags)."""
+        with self.guard(f"search the versions of {name}"):
+            return list(self.client.search_model_versions(f"name = '{name}' and run_id = '{run_id}'"))
 
     def set_version_tags(self, name: str, version: str, tags: dict[str, Any]) -> None:
         with self.guard(f"tag {name} v{version}"):

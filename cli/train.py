@@ -126,12 +126,13 @@ def cmd_train(cfg, args) -> int:
                     out.append({"name": name, "history": where, "error": f"{type(exc).__name__}: {exc}"})
                     print(f"{name} ({where}): training failed: {exc}", file=sys.stderr)
         except KeyboardInterrupt as exc:
-            # train_series has marked its runs KILLED and released its lock
+            # train_series has ended its runs (KILLED, or FINISHED if it promoted its model) and released its lock
             done = {o["name"] for o in out}
             why = f"stopped by {exc}" if str(exc) else "interrupted"
             out += [{"name": name, "history": where, "error": why} for name, where, _ in jobs if name not in done]
             print(f"training {why} before {', '.join(o['name'] for o in out if o['name'] not in done)} finished "
-                  "(its runs are marked KILLED): retrain", file=sys.stderr)
+                  "(its runs are marked KILLED, FINISHED where its model was promoted first): retrain",
+                  file=sys.stderr)
             status = 128 + (signal.Signals[str(exc)] if str(exc) else signal.SIGINT)  # as any command stopped
     print(json.dumps(out if listed else out[0], indent=2))
     return status

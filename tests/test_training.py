@@ -201,11 +201,12 @@ def test_a_stop_while_a_candidate_s_scores_are_logged_ends_its_run(sqlite_uri):
 
 class StoppedAtOneRequest(Tracker):
     """SIGTERM, raised as KeyboardInterrupt once, at the `nth` request `name` to the store: before it is sent, or,
-    `answered`, after the store has done it and before its answer is back (the id of a run it made, say)."""
+    `answered`, after the store has done it and before its answer is back (the id of a run it made, say). `then_gone`:
+    the store answers nothing after (the training cannot end its runs, as one killed outright cannot)."""
 
-    def __init__(self, uri: str, name: str, nth: int, answered: bool):
+    def __init__(self, uri: str, name: str, nth: int, answered: bool, then_gone: bool = False):
         super().__init__(uri)
-        self.stop_at, self.answered, self.sent = (name, nth), answered, {}
+        self.stop_at, self.answered, self.then_gone, self.sent, self.gone = (name, nth), answered, then_gone, {}, False
 
     @property
     def client(self):
@@ -216,8 +217,11 @@ class StoppedAtOneRequest(Tracker):
                 request = getattr(store, name)
 
                 def send(*args, **kwargs):
+                    if tracker.gone:
+                        raise ConnectionError("the tracking store is gone")
                     tracker.sent[name] = tracker.sent.get(name, 0) + 1
                     stop = (name, tracker.sent[name]) == tracker.stop_at
+                    tracker.gone = stop and tracker.then_gone
                     if stop and not tracker.answered:
                         raise KeyboardInterrupt("SIGTERM")
                     answer = request(*args, **kwargs)
@@ -230,9 +234,18 @@ class StoppedAtOneRequest(Tracker):
 
 # what a training asks of a tracking server, up to its registering and its accuracy run
 TRAINING_REQUESTS = ["create_registered_model", "get_registered_model", "get_experiment_by_name", "search_runs",
-                     "create_run", "log_batch", "set_terminated", "log_artifact", "create_model_version",
-                     "set_model_version_tag", "set_registered_model_alias", "delete_registered_model"]
+                     "create_run", "log_batch", "set_terminated", "log_artifact", "get_model_version_by_alias",
+                     "create_model_version", "set_model_version_tag", "set_registered_model_alias",
+                     "delete_registered_model"]
 stopped_trainings = iter(range(10 ** 6))  # each example its own series: a fresh lease and experiment
+
+
+def says_why_it_does_not_serve(version) -> bool:
+    """A registered version of a series trained once that is not the champion says why: it is not promoted, and either
+    its training judged so (the reason) or it ended before promoting it (headroom.outcome)."""
+    tags = version.tags
+    why = tags.get("headroom.outcome") or tags.get("headroom.reason")
+    return tags.get("headroom.promoted") == "false" and bool(why)
 
 
 @hypothesis.settings(max_examples=6, deadline=None)  # seconds each, on a real server
@@ -240,11 +253,17 @@ stopped_trainings = iter(range(10 ** 6))  # each example its own series: a fresh
 @hypothesis.example(name="create_run", nth=1, answered=True)  # the training's own run, the same
 @hypothesis.example(name="create_registered_model", nth=1, answered=True)  # the lease taken, not known: held 2 h
 @hypothesis.example(name="delete_registered_model", nth=1, answered=False)  # the lease's release: held 2 h
+@hypothesis.example(name="set_registered_model_alias", nth=1, answered=True)  # promoted: its training read KILLED
+@hypothesis.example(name="set_registered_model_alias", nth=1, answered=False)  # a version no one promotes, untold
+@hypothesis.example(name="create_model_version", nth=1, answered=True)  # registered, its number not back: the same
 @hypothesis.given(name=st.sampled_from(TRAINING_REQUESTS), nth=st.integers(1, 3), answered=st.booleans())
 def test_a_stop_at_any_request_to_the_store_leaves_no_run_running_and_no_lease(mlflow_server, name, nth, answered):
     """SIGTERM lands wherever the training is: when it is waiting on the tracking server, the store may or may not
-    have done the request. Whatever it had done, the training's runs end KILLED (none left RUNNING until the next
-    training marks it abandoned) and its lease is released (a lease left held refuses the Job's retry for hours)."""
+    have done the request. Whatever it had done, the training's runs end (none left RUNNING until the next training
+    marks it abandoned) and its lease is released (a lease left held refuses the Job's retry for hours). The
+    promotion is the training's commit point: a training whose version the store made champion (the controller
+    serves it) ends FINISHED, saying what it made, else KILLED; and a version it registered but did not promote says
+    why (it read as a model no one had judged, and the next training registered another)."""
     series = f"stopped-{next(stopped_trainings)}"
     tracker = StoppedAtOneRequest(mlflow_server.uri, name, nth, answered)
     try:
@@ -257,6 +276,46 @@ def test_a_stop_at_any_request_to_the_store_leaves_no_run_running_and_no_lease(m
     runs = c.search_runs([experiment.experiment_id]) if experiment else []
     left = {r.info.run_name: r.info.status for r in runs if r.data.tags.get("headroom.kind") != "accuracy"}
     assert "RUNNING" not in left.values(), left
+    versions = c.search_model_versions(f"name = 'headroom-{series}'")
+    champion = Tracker(mlflow_server.uri).champion(f"headroom-{series}")  # a search's versions carry no aliases
+    trainings = [r for r in runs if r.data.tags.get("headroom.kind") == "training"]
+    if champion is None:
+        assert all(r.info.status == "KILLED" for r in trainings), left
+    else:
+        made_it = c.get_run(champion.run_id)
+        assert made_it.info.status == "FINISHED", left
+        assert made_it.data.tags["headroom.version"] == str(champion.version), made_it.data.tags
+    unexplained = [(v.version, v.tags) for v in versions
+                   if v.version != getattr(champion, "version", None) and not says_why_it_does_not_serve(v)]
+    assert not unexplained
+
+
+@pytest.mark.parametrize("request_name", ["set_registered_model_alias", "create_model_version"])
+def test_the_next_training_ends_one_cut_short_as_its_promotion_says(sqlite_uri, request_name):
+    """A training killed outright (or whose store went away at its stop) cannot end its own runs: the next one ends
+    them. One cut short after its promotion made the champion the controller serves: it was marked FAILED, and the
+    next training, finding no finished training of these inputs, trained again and registered a second version. One
+    cut short between registering its version and promoting it left the version without a word of why."""
+    series = f"cut-{request_name}"
+    with pytest.raises(KeyboardInterrupt):
+        train_series(series, demand(), settings(), StoppedAtOneRequest(sqlite_uri, request_name, 1, answered=True,
+                                                                       then_gone=True), factories=FACTORIES)
+    assert run_statuses(sqlite_uri, series)["train"] == "RUNNING"  # nothing could end it
+    again = train_series(series, demand(), settings(), Tracker(sqlite_uri), factories=FACTORIES)
+    c = client(sqlite_uri)
+    first = c.get_model_version(f"headroom-{series}", "1")
+    if request_name == "set_registered_model_alias":  # promoted: the training did what it is for
+        assert again.already_trained and again.version == "1", again.outcome
+        assert run_statuses(sqlite_uri, series) == {"train": "FINISHED", "snaive24": "FINISHED",
+                                                    "accuracy": "RUNNING"}  # the series' accuracy lives on
+        cut = c.get_run(first.run_id).data.tags
+        assert cut["headroom.version"] == "1" and cut["headroom.promoted"] == "true", cut
+        assert cut["headroom.cut_short"].startswith("after promoting v1: abandoned"), cut
+    else:
+        assert (again.version, again.promoted) == ("2", True), again.outcome
+        assert c.get_run(first.run_id).info.status == "FAILED"
+        assert first.tags["headroom.promoted"] == "false", first.tags
+        assert first.tags["headroom.outcome"].startswith("abandoned: its training was cut short"), first.tags
 
 
 def test_lock_prevents_concurrent_training(sqlite_uri):

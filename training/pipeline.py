@@ -75,6 +75,8 @@ CARD_SHA_TAG = "headroom.card_sha256"
 TRAINING_KEY_TAG = "headroom.training_key"  # a training run's inputs but the champion (training_key)
 TRAINING_KINDS = ("training", "candidate")  # headroom.kind of a training's runs (the accuracy run lives on)
 FORCED_TAG = "headroom.forced"  # "true": trained though an earlier training had the same key (train --force)
+# a training's verdict, on the version it registers (from birth) and on its run
+VERDICT_TAGS = ("headroom.promoted", "headroom.reason", "headroom.champion_version")
 # The code that makes a model: the forecasters and the backtest that picks one (forecast/), the training (training/)
 MODEL_CODE = (Path(__file__).resolve().parents[1] / "forecast", Path(__file__).resolve().parent)
 
@@ -398,8 +400,8 @@ def train_series(name: str, series: pd.Series, settings: TrainSettings, tracker:
     with tracker.lock(name, settings.lock_ttl_seconds):
         exp = tracker.experiment(experiment_name(name))
         # under the lock no other training of the series runs: one still RUNNING lost the store or its process
-        if abandoned := tracker.end_running(exp, TRAINING_KINDS, "FAILED", "abandoned: its training lost the "
-                                            "tracking store or was killed before it could end the run"):
+        if abandoned := _end_unfinished(tracker, exp, registered_name(name), "FAILED", "abandoned: its training "
+                                        "lost the tracking store or was killed before it could end the run"):
             log.warning("%s: marked %d abandoned run(s) FAILED: %s", name, len(abandoned), ", ".join(abandoned))
         key = training_key(series, settings, timezone, pool, code_digest(code_roots))
         earlier, again = _trained_before(tracker, exp, name, key, {**MODELS, **makers})
@@ -409,7 +411,7 @@ def train_series(name: str, series: pd.Series, settings: TrainSettings, tracker:
         if earlier is not None:
             again = f"forced (--force): trained again, as v{earlier.version} was on this history, these settings and " \
                 "this code"
-        with _not_left_running(tracker, exp):
+        with _not_left_running(tracker, exp, registered_name(name)):
             parent = tracker.start_run(exp, f"train-{now:%Y%m%dT%H%M%SZ}", tags={
                 "headroom.kind": "training", "headroom.series": name, TRAINING_KEY_TAG: key,
                 FORCED_TAG: str(force).lower()})
@@ -421,18 +423,44 @@ def train_series(name: str, series: pd.Series, settings: TrainSettings, tracker:
 
 
 @contextlib.contextmanager
-def _not_left_running(tracker: Tracker, exp: str) -> Iterator[None]:
-    """A stop (SIGINT, SIGTERM) or a failure inside the block ends this training's runs in experiment `exp` KILLED or
-    FAILED, the error in their headroom.error tag, never left RUNNING; the original is raised. Its runs are found in
-    the store, not by the ids the training was told: a stop landing while a run is created (the store has made it, its
-    id is not back yet) leaves a run no id names. Under the series' lock every other such run was ended before."""
+def _not_left_running(tracker: Tracker, exp: str, registered: str) -> Iterator[None]:
+    """A stop (SIGINT, SIGTERM) or a failure inside the block ends this training's runs in experiment `exp` as
+    _end_unfinished does, KILLED or FAILED, never left RUNNING; the original is raised. Its runs (and versions) are
+    found in the store, not by the ids the training was told: a stop landing while a run is created (the store has
+    made it, its id is not back yet) leaves a run no id names. Under the series' lock every other such run was ended
+    before."""
     try:
         yield
     except BaseException as exc:
         with contextlib.suppress(Exception):  # the original failure is the one reported
-            tracker.end_running(exp, TRAINING_KINDS, "FAILED" if isinstance(exc, Exception) else "KILLED",
-                                f"{type(exc).__name__}: {exc}")
+            _end_unfinished(tracker, exp, registered, "FAILED" if isinstance(exc, Exception) else "KILLED",
+                            f"{type(exc).__name__}: {exc}")
         raise
+
+
+def _end_unfinished(tracker: Tracker, exp: str, registered: str, status: str, why: str) -> list[str]:
+    """End the training runs left RUNNING in experiment `exp` (a training stopped, failed or gone) `status`, `why` in
+    their headroom.error tag; their ids. The promotion is a training's commit point: one whose version is the champion
+    of registered model `registered` (the controller serves it) did what it is for, and ends FINISHED with its
+    verdict, saying what cut its end short; one that registered a version to promote and did not promote it tags the
+    version not promoted and why (it read as a model judged and kept, and the next training registers another)."""
+    champion = tracker.champion(registered)
+    for run_id in tracker.running(exp, ("training",)):
+        for version in tracker.versions_of_run(registered, run_id):
+            if champion is not None and str(version.version) == str(champion.version):
+                log.warning("%s: v%s was promoted before its training was cut short (%s): its run ends FINISHED",
+                            registered, version.version, why)
+                tracker.set_tags(run_id, {"headroom.version": str(version.version),
+                                          **{k: v for k, v in version.tags.items() if k in VERDICT_TAGS},
+                                          "headroom.cut_short": f"after promoting v{version.version}: {why}"})
+                tracker.end_run(run_id, "FINISHED")
+            elif version.tags.get("headroom.promoted") != "false":
+                log.warning("%s: v%s is abandoned: its training was cut short before promoting it (%s)",
+                            registered, version.version, why)
+                tracker.set_version_tags(registered, str(version.version), {
+                    "headroom.promoted": "false",
+                    "headroom.outcome": f"abandoned: its training was cut short before promoting it ({why})"})
+    return tracker.end_running(exp, TRAINING_KINDS, status, why)
 
 
 def _on_utc(wall: pd.Timestamp, zone: str) -> pd.Timestamp:
@@ -577,23 +605,21 @@ def _train(name, series, settings, tracker, now, timezone, makers, origins, exp,
             verdict = "beats" if promote else "does not beat"
             reason = (f"{winner} {key}={new:.4f} {verdict} champion v{champ_version} {key}={champ_score:.4f} "
                       f"by margin {settings.promotion_margin:g} (needs < {bar:.4f}) on the same {len(origins)} folds")
+    verdict_tags = dict(zip(VERDICT_TAGS, (str(promote).lower(), reason, champ_version or ""), strict=True))
+    # the verdict is made with the version, in one request: a version no stop can leave without its reason
     version = tracker.create_version(champ_name, source, parent, tags={
         "headroom.model": winner, "headroom.objective": key, "headroom.score": f"{scores[winner][key]:.6g}",
         "headroom.backtest_mase": f"{scores[winner]['mase']:.6g}", "headroom.scale": f"{scale:.6g}",
         "headroom.history_sha256": span["history_sha256"], "headroom.history_end": span["history_end"],
-        CARD_SHA_TAG: hashlib.sha256(card).hexdigest()})
-    tracker.set_version_tags(champ_name, version, {
-        "headroom.promoted": str(promote).lower(), "headroom.reason": reason,
-        "headroom.champion_score": "" if champ_score is None else f"{champ_score:.6g}",
-        "headroom.champion_version": champ_version or ""})
+        CARD_SHA_TAG: hashlib.sha256(card).hexdigest(), **verdict_tags,
+        "headroom.champion_score": "" if champ_score is None else f"{champ_score:.6g}"})
     # on the series' time axis beside the live accuracy: each training's backtest, and whether it is to serve
     tracker.log_metrics(accuracy_run(tracker, name), [
         *((f"backtest_{k}", scores[winner][k], *at) for k in ("mase", *POOLED)),
         (f"champion_rescored_{key}", champ_score, *at), ("promoted", float(promote), *at)])
-    if promote:  # last: a training that failed before this changed no champion
+    if promote:  # last, the commit point: a training cut short before this changed no champion (_end_unfinished)
         tracker.promote(champ_name, version)
-    tracker.set_tags(parent, {"headroom.version": version, "headroom.promoted": str(promote).lower(),
-                              "headroom.reason": reason, "headroom.champion_version": champ_version or ""})
+    tracker.set_tags(parent, {"headroom.version": version, **verdict_tags})
     return TrainResult(name=name, run_id=parent, experiment_id=exp, selected=winner, objective=key,
                        score=scores[winner][key], scores=scores, version=version, promoted=promote, reason=reason,
                        champion_version=champ_version, champion_score=champ_score,
