@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pandas as pd
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.servers import kueue
 from tests.test_run_real import (  # noqa: F401 -- fixtures: kube (the cohort, chat's Deployment and policy), controller
@@ -77,3 +79,42 @@ def test_a_missing_inference_queue_names_its_field(kube, controller, prometheus_
                                                      "inference-rn not found"), conditions["Ready"]
     assert not any(state.reconcile_errors_total.values()), state.reconcile_errors_total
     assert state.policies[f"{NS}/serving"].reserved_gpus > 0  # planned and scaled all the same
+
+
+def spec(**fields) -> dict:
+    """A policy object of `fields` over a valid spec (parse_policies' input: as the API server lists it)."""
+    body = {"query": "up", "capacity": {"demandPerGpu": 10.0, "gpusPerReplica": 1},
+            "target": {"kind": "Deployment", "name": "chat"}, "trainingClusterQueues": ["research"], **fields}
+    return {"apiVersion": "headroom.dev/v1alpha1", "kind": "ReservationPolicy",
+            "metadata": {"name": "p", "namespace": "inference", "generation": 1}, "spec": body}
+
+
+# the checks comparing fields (the CRD's schema admits every one: kube-apiserver 1.20 has no CEL), each with the
+# field it asks to correct and a spec that breaks it alone
+CROSS_FIELD = {
+    "spec.headroomQuantile": {"targetQuantile": 0.99, "headroomQuantile": 0.9},
+    "spec.maxGpus": {"minGpus": 10, "maxGpus": 5},
+    "spec.inferenceClusterQueue": {"inferenceClusterQueue": "research"},
+    "spec.target.name": {"target": {"kind": "ClusterQueue", "name": "research"}},
+}
+
+
+@given(broken=st.sets(st.sampled_from(sorted(CROSS_FIELD)), min_size=1))
+def test_checks_comparing_fields_name_each_field_and_count_each_error(broken):
+    """Walked: a policy breaking two such checks said 'spec: headroomQuantile must be at least targetQuantile; maxGpus
+    must be at least minGpus' in its Ready condition and Event: one error at the path `spec`, where an InvalidSpec of
+    several says how many and names every field path first (as it does for the fields' own checks)."""
+    from controller.reconcile import parse_policies
+
+    fields: dict = {}
+    for path in sorted(broken):
+        fields.update(CROSS_FIELD[path])
+    _, invalid = parse_policies([spec(**fields)])
+    (message,) = invalid.values()
+    said = [error.partition(": ")[0] for error in message.split("; ")]
+    if len(broken) == 1:
+        assert said == list(broken), message
+    else:
+        head = f"{len(broken)} errors in the spec ("
+        assert message.startswith(head), message
+        assert set(message[len(head):].split(")")[0].split(", ")) == broken, message

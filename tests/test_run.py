@@ -148,7 +148,7 @@ def test_parse_policies_names_every_bad_field():
     assert [p.key for p in valid] == ["inference/chat"]
     by_name = {ref.name: message for ref, message in invalid.items()}
     assert "spec.mode: Input should be 'forecast-only' or 'active'" in by_name["x"] and "spec.leadTime" in by_name["x"]
-    assert by_name["y"] == "spec: headroomQuantile must be at least targetQuantile"
+    assert by_name["y"] == "spec.headroomQuantile: headroomQuantile must be at least targetQuantile (0.99), got 0.9"
 
 
 QUEUES = ("q0", "q1", "q2", "q3")
