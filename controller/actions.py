@@ -162,12 +162,12 @@ def cluster_actions(step: StepPlan, view: View, policies: Sequence[PolicyTarget]
             if p.active:
                 managed.add(p.inference_queue)
     for q, gpus in inference.items():
-        if q in managed and view.quotas.get(q) != gpus:
+        if q in managed and q in view.quotas and view.quotas[q] != gpus:  # none without GPU quota (QueueMissing)
             actions.append(SetQuota(q, gpus, f"the inference reservation of the policies running in {q}"))
     owned = owners(policies)
     for q, owner in owned.items():
         gpus = step.quotas.get(q, 0)
-        if view.quotas.get(q) != gpus:
+        if q in view.quotas and view.quotas[q] != gpus:  # a queue without GPU quota is lent none (QueueMissing)
             why = f"ClusterQueue {q} quota -> {gpus} GPUs (slack {step.lent_gpus} lent, split by team weight)"
             why += f"; {step.quota_reason}" if step.quota_reason else ""
             actions.append(SetQuota(q, gpus, why, EventNote(owner.ref, "SlackLent", why)))

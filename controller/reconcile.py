@@ -249,6 +249,19 @@ def training_queues(policies: Iterable[PolicyObject]) -> set[str]:
     return {q for p in policies for q in p.spec.training_cluster_queues}
 
 
+def _queue_missing(spec: PolicySpec, quotas: Mapping[str, int]) -> str | None:
+    """Ready's reason and message for the first ClusterQueue `spec` names for inference or training that has no GPU
+    quota (`quotas`, the cluster's ClusterQueues), or None: the field to correct, the queue, and what it is left."""
+    named = [("spec.inferenceClusterQueue", spec.inference_cluster_queue, "its quota is not set")] + [
+        (f"spec.trainingClusterQueues[{k}]", q, "it is lent nothing (the other training queues share the slack)")
+        for k, q in enumerate(spec.training_cluster_queues)]
+    for field, queue, left in named:
+        if queue is not None and queue not in quotas:
+            return (f"QueueMissing: {field}: ClusterQueue {queue} not found, or it has no GPU quota: {left}; create "
+                    "it or correct the name")
+    return None
+
+
 def feasible(policies: list[PolicyObject], lendable: int) -> tuple[list[PolicyObject], dict[ObjectRef, str]]:
     """The policies whose minGpus (and one replica) fit, in order; a policy that no longer fits beside those before
     it is the only one refused (it cannot take its neighbours down with it)."""
@@ -673,9 +686,10 @@ class Reconciler:
         # policies kept have their minimums first, as feasible() gave them)
         held = self._held_by(holders)
         held_by_refused = min(sum(held.values()), lendable - sum(p.spec.least_gpus for p in policies))
+        quotas = self.cluster.cluster_queue_quotas()
         cluster_policy = ClusterPolicy(self.cfg.capacity_gpus,
                                        tuple(WorkloadPolicy.from_spec(p.key, p.spec) for p in policies),
-                                       self._weights(lending), self.cfg.non_lendable_gpus + held_by_refused,
+                                       self._weights(lending, quotas), self.cfg.non_lendable_gpus + held_by_refused,
                                        self.cfg.horizon_hours, self.cfg.keep_forecast_seconds)
         hours = self._hour_plan(inputs, cluster_policy, now)
         self._landed_late()
@@ -694,6 +708,9 @@ class Reconciler:
                 hours, inputs, cluster_policy, lending, now))
         self._note_left(outcomes)
         failures = self._count(outcomes, policies)
+        for p in policies:  # a queue an active policy names that cannot be set: said on it, naming the field
+            if p.active and (missing_queue := _queue_missing(p.spec, quotas)):
+                failures.setdefault(p.key, missing_queue)
         workloads = self.cluster.workloads()  # after evictions and scaling
         after = self._view(policies, lending, now, workloads)
         lenders = self._cohort_check(lending)
@@ -891,8 +908,11 @@ class Reconciler:
                          index=index[lo:hi].append(fresh.index), name=fresh.name)
 
     # -- 3. plan
-    def _weights(self, policies: list[PolicyObject]) -> tuple[tuple[str, float], ...]:
-        queues = training_queues(p for p in policies if p.active)
+    def _weights(self, policies: list[PolicyObject], quotas: Mapping[str, int]) -> tuple[tuple[str, float], ...]:
+        """The teams' shares of the slack: the training queues the active `policies` lend to that hold GPU quota
+        (`quotas`). A queue that does not exist (a typo, or one not yet created) can be lent nothing: its share went to
+        no one, 15 of 47 GPUs with one such queue beside two real ones, so the teams that exist share all of it."""
+        queues = training_queues(p for p in policies if p.active) & quotas.keys()
         # a weight for a queue no policy lends to (a typo) would leave the teams equal without a word
         named = training_queues(policies)
         for queue in sorted(set(self.cfg.team_weights) - named - self._unweighed):

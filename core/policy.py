@@ -191,20 +191,21 @@ class PolicySpec(Camel):
 
     @model_validator(mode="after")
     def _consistent(self) -> PolicySpec:
-        errors = []
+        errors = []  # (the field to correct, why): each said at its own path, as a field's own check is
         if self.headroom_quantile < self.target_quantile:
-            errors.append("headroomQuantile must be at least targetQuantile")
+            errors.append(("headroomQuantile", f"headroomQuantile must be at least targetQuantile "
+                                               f"({self.target_quantile:g}), got {self.headroom_quantile:g}"))
         if self.max_gpus is not None and self.max_gpus < self.min_gpus:
-            errors.append("maxGpus must be at least minGpus")
+            errors.append(("maxGpus", f"maxGpus must be at least minGpus ({self.min_gpus}), got {self.max_gpus}"))
         if self.max_gpus is not None and self.max_gpus < self.capacity.gpus_per_replica:  # a replica would pass it
-            errors.append(f"maxGpus must be at least one replica (capacity.gpusPerReplica "
-                          f"{self.capacity.gpus_per_replica})")
+            errors.append(("maxGpus", f"maxGpus must be at least one replica (capacity.gpusPerReplica "
+                                      f"{self.capacity.gpus_per_replica})"))
         if self.inference_cluster_queue in self.training_cluster_queues:
-            errors.append("inferenceClusterQueue cannot also be a training ClusterQueue")
+            errors.append(("inferenceClusterQueue", "inferenceClusterQueue cannot also be a training ClusterQueue"))
         if self.target.kind == "ClusterQueue" and self.target.name in self.training_cluster_queues:
-            errors.append("the target ClusterQueue cannot also be a training ClusterQueue")
+            errors.append(("target.name", "the target ClusterQueue cannot also be a training ClusterQueue"))
         if errors:
-            raise ValueError("; ".join(errors))
+            raise FieldErrors(errors)
         return self
 
     # the planner's units
@@ -241,14 +242,25 @@ def policy_duration(value: str) -> str:
     return value
 
 
+class FieldErrors(ValueError):
+    """A check comparing fields of a model: each error with the field (its path in the model) to correct."""
+
+    def __init__(self, errors: list[tuple[str, str]]):
+        super().__init__("; ".join(f"{field}: {message}" for field, message in errors))
+        self.errors = errors
+
+
 def field_errors(exc: ValidationError, model: type[BaseModel], prefix: str = "") -> list[str]:
     """'field.path: message' per error of validating `model`, paths starting at `prefix`, in the names the file uses.
     A key the model does not have (most often a misspelt one) is named with the field it is closest to, or with the
     fields there are: pydantic's own words, 'Extra inputs are not permitted', say neither."""
     out = []
     for e in exc.errors():
-        path = ".".join(str(p) for p in (prefix.split(".") if prefix else []) + list(e["loc"])) or "(top level)"
-        if e["type"] == "extra_forbidden":
+        at = [str(p) for p in (prefix.split(".") if prefix else []) + list(e["loc"])]
+        path = ".".join(at) or "(top level)"
+        if isinstance(checked := (e.get("ctx") or {}).get("error"), FieldErrors):  # each at its field's path
+            out += [f"{'.'.join([*at, field])}: {message}" for field, message in checked.errors]
+        elif e["type"] == "extra_forbidden":
             out.append(f"{path}: {_not_a_field(str(e['loc'][-1]), _model_at(model, e['loc'][:-1]))}")
         else:
             out.append(f"{path}: {e['msg'].removeprefix('Value error, ')}")
