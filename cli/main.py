@@ -17,8 +17,9 @@ from cli.outputs import NamedStream, ReaderGone
 from cli.progress import counter
 from cli.simulate import cmd_simulate, cmd_tune
 from cli.sources import history_name, load_series
-from controller.simulate import POLICIES
+from controller.simulate import POLICIES, TUNABLE
 from core.errors import ConfigError, HeadroomError
+from forecast.baselines import BASELINES
 
 
 def _quantile_list(text: str) -> list[float]:
@@ -198,11 +199,11 @@ def build_parser() -> argparse.ArgumentParser:
 
         return report(cfg, args)
 
+    baselines = ", ".join(BASELINES)
     policy_help = {
-        "simulate": "forecast (default), a baseline (static, reactive, seasonal-naive: its margin tuned) or a "
-                    "reference that knows the future (oracle, hourly-oracle; simulate.policy)",
-        "tune": "what to tune: the forecast policy (default) or a baseline's margin (static, reactive, seasonal-naive; "
-                "simulate.policy)",
+        "simulate": f"forecast (default), a baseline ({baselines}: its margin tuned) or a reference that knows the "
+                    "future (oracle, hourly-oracle; simulate.policy)",
+        "tune": f"what to tune: the forecast policy (default) or a baseline's margin ({baselines}; simulate.policy)",
         "report": "the policy the plots and --timeline follow (default forecast; the table compares every policy; "
                   "simulate.policy)"}
     # simulate, tune and report take the same scenario and objective options
@@ -220,7 +221,8 @@ def build_parser() -> argparse.ArgumentParser:
         scale.add_argument("--per-gpu", type=float, help="demand one GPU serves (simulate.per_gpu)")
         p.add_argument("--days", type=float, help="evaluated days at the end; before is history (simulate.days, "
                                                   "default 7)")
-        p.add_argument("--policy", choices=POLICIES, help=policy_help[command])
+        # tune's list is what it tunes: a reference, which knows the future, has nothing to tune
+        p.add_argument("--policy", choices=TUNABLE if command == "tune" else POLICIES, help=policy_help[command])
         p.add_argument("--max-shortage", type=float, help="objective: unmet demand within the cluster, share of demand "
                                                           "GPU-time (tune.max_shortage, default 0.001)")
         p.add_argument("--max-short-steps", type=float, help="objective: share of steps with any unmet demand "
