@@ -12,13 +12,13 @@ import signal
 import sys
 from datetime import UTC, datetime
 
-from cli.config import Config, load_config
+from cli.config import Config, config_source, load_config
 from cli.outputs import NamedStream, ReaderGone
 from cli.progress import counter
 from cli.simulate import cmd_simulate, cmd_tune
 from cli.sources import history_name, load_series
 from controller.simulate import POLICIES, TUNABLE
-from core.errors import ConfigError, HeadroomError
+from core.errors import BadRequest, ConfigError, HeadroomError
 from forecast.baselines import BASELINES
 
 
@@ -331,26 +331,23 @@ def _command(argv: list[str] | None) -> int:
     overrides["history.file"] = getattr(args, "history", None)
     overrides["history.statistic"] = getattr(args, "statistic", None)
     overrides["forecast.timezone"] = getattr(args, "timezone", None)
-    if args.sub_config and args.config and args.sub_config != args.config:  # an empty one is refused as such below
-        # one would be dropped without a word: the file after the command was read, the one before it not
-        print(f"headroom: --config given twice ({args.config} before the command, {args.sub_config} after it): give "
-              "one file", file=sys.stderr)
-        return 2
-    try:
-        cfg = load_config(args.sub_config if args.sub_config is not None else args.config, overrides,
-                          _flags(parser, args.command))
-    except ConfigError as exc:
-        print(f"headroom: {exc}", file=sys.stderr)
-        return 2
     from adapters.prometheus import PrometheusError
     from forecast.history import HistoryError
 
-    try:
+    config = args.sub_config if args.sub_config is not None else args.config
+    try:  # every error said alike ("headroom: error: ..."), a bad configuration's as a file's found later
+        if args.sub_config and args.config and args.sub_config != args.config:  # an empty one is refused below
+            # one would be dropped without a word: the file after the command was read, the one before it not
+            raise BadRequest(f"--config given twice ({args.config} before the command, {args.sub_config} after "
+                             "it): give one file")
+        cfg = load_config(config, overrides, _flags(parser, args.command))
         return args.run(cfg, args)
     except KeyboardInterrupt:  # Ctrl-C: a file being written is left as it was (core.files), nothing to undo
         print("headroom: interrupted (a file being written was left as it was)", file=sys.stderr)
         return 130
     except HeadroomError as exc:
+        if isinstance(exc, ConfigError) and exc.source is None:  # found below the CLI, which alone knows the file
+            exc = ConfigError(config_source(config), exc.errors)
         print(f"headroom: error: {exc}", file=sys.stderr)
         return exc.exit_status
     except (HistoryError, PrometheusError, OSError) as exc:  # OSError: a file or server that failed mid-work
