@@ -259,8 +259,8 @@ class EmbeddedCluster:
         self._hold_all()  # last: a target starts serving its demand, on GPUs nothing else holds yet
         unknown = sorted(set(settings.strict_fifo_queues) - set(self.quotas))
         if unknown:  # a typo would replay that queue as BestEffortFIFO, without a word
-            raise ConfigError("simulate.world", [
-                f"strict_fifo_queues: {', '.join(unknown)}: no ClusterQueue of the policies (their "
+            raise ConfigError(None, [
+                f"simulate.world.strict_fifo_queues: {', '.join(unknown)}: no ClusterQueue of the policies (their "
                 "trainingClusterQueues, inferenceClusterQueue or ClusterQueue target: "
                 f"{', '.join(sorted(self.quotas))})"])
 

@@ -48,7 +48,7 @@ sys.path.insert(0, str(REPO))
 from controller.observe import default_forecaster  # noqa: E402
 from controller.simulate import (  # noqa: E402
     POLICIES,
-    REFERENCES,
+    TUNABLE,
     Scenario,
     SharedFits,
     TimedResult,
@@ -63,7 +63,6 @@ from core.settings import MAX_CLUSTER_GPUS, TuneConfig  # noqa: E402
 from forecast.history import at_own_step, load_history  # noqa: E402
 
 GPUS, PEAK, DAYS = 128, 100, 7
-TUNED = tuple(p for p in POLICIES if p not in REFERENCES)   # forecast and the baselines
 OBJECTIVE_SLACK = 1.5          # issue 11: each part of the objective within 1.5x its bound
 HOURLY_ORACLE_GAP, MEAN_GAP = 0.03, 0.02                      # points below hourly-oracle: per trace, on the mean
 YEAR_SECONDS_TARGET = 10.0
@@ -97,7 +96,7 @@ def run_trace(demand: pd.Series, days: float = DAYS, grid: TuneConfig = TuneConf
         started = time.perf_counter()
         tuned = None
         spec = base
-        if policy in TUNED:
+        if policy in TUNABLE:
             tuned = tune(scenario, base, grid, fits if policy == "forecast" else None, reference=policy)
             spec = tuned.recommended
         tune_seconds = time.perf_counter() - started

@@ -69,11 +69,16 @@ def _sections_defaulted(tree: dict, model: type[BaseModel]) -> dict:
     return out
 
 
+def config_source(path: str | Path | None) -> str:
+    """What a configuration's errors name: its file, or the flags where none was given (the defaults are valid)."""
+    return str(path) if path is not None else "command-line flags"
+
+
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None,
                 flags: dict[str, str] | None = None) -> Config:
     """Parse YAML (if any), apply `{"section.key": value}` overrides, validate once. `flags` names the flag or
     argument that gave each override, for its error."""
-    source = str(path) if path is not None else "command-line flags"  # the defaults are valid: a flag is at fault
+    source = config_source(path)
     tree: Any = {}
     if path is not None:
         if source == "":  # `--config "$UNSET"`: not the working directory, and not the defaults either

@@ -12,13 +12,14 @@ import signal
 import sys
 from datetime import UTC, datetime
 
-from cli.config import Config, load_config
+from cli.config import Config, config_source, load_config
 from cli.outputs import NamedStream, ReaderGone
 from cli.progress import counter
 from cli.simulate import cmd_simulate, cmd_tune
 from cli.sources import history_name, load_series
-from controller.simulate import POLICIES
-from core.errors import ConfigError, HeadroomError
+from controller.simulate import POLICIES, TUNABLE
+from core.errors import BadRequest, ConfigError, HeadroomError
+from forecast.baselines import BASELINES
 
 
 def _quantile_list(text: str) -> list[float]:
@@ -198,11 +199,11 @@ def build_parser() -> argparse.ArgumentParser:
 
         return report(cfg, args)
 
+    baselines = ", ".join(BASELINES)
     policy_help = {
-        "simulate": "forecast (default), a baseline (static, reactive, seasonal-naive: its margin tuned) or a "
-                    "reference that knows the future (oracle, hourly-oracle; simulate.policy)",
-        "tune": "what to tune: the forecast policy (default) or a baseline's margin (static, reactive, seasonal-naive; "
-                "simulate.policy)",
+        "simulate": f"forecast (default), a baseline ({baselines}: its margin tuned) or a reference that knows the "
+                    "future (oracle, hourly-oracle; simulate.policy)",
+        "tune": f"what to tune: the forecast policy (default) or a baseline's margin ({baselines}; simulate.policy)",
         "report": "the policy the plots and --timeline follow (default forecast; the table compares every policy; "
                   "simulate.policy)"}
     # simulate, tune and report take the same scenario and objective options
@@ -220,7 +221,8 @@ def build_parser() -> argparse.ArgumentParser:
         scale.add_argument("--per-gpu", type=float, help="demand one GPU serves (simulate.per_gpu)")
         p.add_argument("--days", type=float, help="evaluated days at the end; before is history (simulate.days, "
                                                   "default 7)")
-        p.add_argument("--policy", choices=POLICIES, help=policy_help[command])
+        # tune's list is what it tunes: a reference, which knows the future, has nothing to tune
+        p.add_argument("--policy", choices=TUNABLE if command == "tune" else POLICIES, help=policy_help[command])
         p.add_argument("--max-shortage", type=float, help="objective: unmet demand within the cluster, share of demand "
                                                           "GPU-time (tune.max_shortage, default 0.001)")
         p.add_argument("--max-short-steps", type=float, help="objective: share of steps with any unmet demand "
@@ -329,26 +331,23 @@ def _command(argv: list[str] | None) -> int:
     overrides["history.file"] = getattr(args, "history", None)
     overrides["history.statistic"] = getattr(args, "statistic", None)
     overrides["forecast.timezone"] = getattr(args, "timezone", None)
-    if args.sub_config and args.config and args.sub_config != args.config:  # an empty one is refused as such below
-        # one would be dropped without a word: the file after the command was read, the one before it not
-        print(f"headroom: --config given twice ({args.config} before the command, {args.sub_config} after it): give "
-              "one file", file=sys.stderr)
-        return 2
-    try:
-        cfg = load_config(args.sub_config if args.sub_config is not None else args.config, overrides,
-                          _flags(parser, args.command))
-    except ConfigError as exc:
-        print(f"headroom: {exc}", file=sys.stderr)
-        return 2
     from adapters.prometheus import PrometheusError
     from forecast.history import HistoryError
 
-    try:
+    config = args.sub_config if args.sub_config is not None else args.config
+    try:  # every error said alike ("headroom: error: ..."), a bad configuration's as a file's found later
+        if args.sub_config and args.config and args.sub_config != args.config:  # an empty one is refused below
+            # one would be dropped without a word: the file after the command was read, the one before it not
+            raise BadRequest(f"--config given twice ({args.config} before the command, {args.sub_config} after "
+                             "it): give one file")
+        cfg = load_config(config, overrides, _flags(parser, args.command))
         return args.run(cfg, args)
     except KeyboardInterrupt:  # Ctrl-C: a file being written is left as it was (core.files), nothing to undo
         print("headroom: interrupted (a file being written was left as it was)", file=sys.stderr)
         return 130
     except HeadroomError as exc:
+        if isinstance(exc, ConfigError) and exc.source is None:  # found below the CLI, which alone knows the file
+            exc = ConfigError(config_source(config), exc.errors)
         print(f"headroom: error: {exc}", file=sys.stderr)
         return exc.exit_status
     except (HistoryError, PrometheusError, OSError) as exc:  # OSError: a file or server that failed mid-work

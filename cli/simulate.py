@@ -426,14 +426,15 @@ VERDICTS = {"recommended": "recommended", "closest": "closest (does not meet the
 
 def cmd_tune(cfg: Config, args) -> int:
     from cli.progress import stage_printer
-    from controller.simulate import REFERENCES
+    from controller.simulate import TUNABLE
     from controller.tune import plot_tradeoff, tune, write_policy
     from core.policy import spec_dict
+    from forecast.baselines import BASELINES
 
-    if cfg.simulate.policy in REFERENCES:
-        raise BadRequest(f"--policy {cfg.simulate.policy} (simulate.policy): a reference that knows the future has "
-                         "nothing to tune; tune the forecast policy (the default) or a baseline's margin (static, "
-                         "reactive, seasonal-naive)")
+    if cfg.simulate.policy not in TUNABLE:  # the configuration's: --policy offers only what tune tunes
+        raise BadRequest(f"simulate.policy {cfg.simulate.policy} (the configuration): a reference that knows the "
+                         "future has nothing to tune; tune the forecast policy (the default) or a baseline's margin "
+                         f"({', '.join(BASELINES)})")
     check_output_files([(args.plot, "--plot"), (args.write_policy, "--write-policy")], command_inputs(cfg, args))
     if args.write_policy and Path(args.write_policy).exists():  # an SRE's manifest: its query and target are theirs
         raise BadRequest(f"--write-policy {args.write_policy}: the file exists and tune does not overwrite it (a "

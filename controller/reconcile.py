@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -180,7 +181,24 @@ def spec_errors_said(errors: list[str]) -> str:
     return f"{len(errors)} errors in the spec ({', '.join(paths)}): " + "; ".join(errors)
 
 
-def parse_policies(objects: list[dict], specs: ParsedSpecs | None = None
+class Identified(NamedTuple):
+    """A ReservationPolicy object as read (a file's may leave out apiVersion and kind), its ref and generation."""
+    obj: dict
+    ref: ObjectRef
+    generation: int
+
+
+def identified(objects: Iterable[dict]) -> list[Identified]:
+    """The objects read, each identified once: a reconcile passes them along (identified three times, a thousand
+    policies took 6 ms)."""
+    out = []
+    for obj in objects:
+        obj = {"apiVersion": API_VERSION, "kind": KIND, **obj}
+        out.append(Identified(obj, ObjectRef.of(obj), int(obj["metadata"].get("generation", 0) or 0)))
+    return out
+
+
+def parse_policies(objects: list[Identified], specs: ParsedSpecs | None = None
                    ) -> tuple[list[PolicyObject], dict[ObjectRef, str]]:
     """Valid policies, and the invalid ones with every error (field paths) in one message. A policy whose target an
     older valid policy already scales is refused (the two would undo each other's decisions): the one created first
@@ -190,8 +208,7 @@ def parse_policies(objects: list[dict], specs: ParsedSpecs | None = None
     training slack into: the one that named it first keeps it (core.policy.Claims)."""
     specs = specs or ParsedSpecs()
     parsed, invalid = [], {}
-    for obj in objects:
-        obj, ref, generation = _identified(obj)
+    for obj, ref, generation in objects:
         spec = specs.of(ref, generation, obj.get("spec"))
         if isinstance(spec, str):
             invalid[ref] = spec
@@ -207,13 +224,7 @@ def parse_policies(objects: list[dict], specs: ParsedSpecs | None = None
     return [p for _, p in parsed if p.ref not in invalid], invalid
 
 
-def _identified(obj: dict) -> tuple[dict, ObjectRef, int]:
-    """A ReservationPolicy object as read (a file's may leave out apiVersion and kind), its ref and generation."""
-    obj = {"apiVersion": API_VERSION, "kind": KIND, **obj}
-    return obj, ObjectRef.of(obj), int(obj["metadata"].get("generation", 0) or 0)
-
-
-def invalid_holdings(objects: list[dict], invalid: Mapping[ObjectRef, str], kept: list[PolicyObject],
+def invalid_holdings(objects: list[Identified], invalid: Mapping[ObjectRef, str], kept: list[PolicyObject],
                      specs: ParsedSpecs) -> tuple[list[PolicyObject], list[PolicyObject]]:
     """The InvalidSpec policies as far as their specs say what they hold (ParsedSpecs.holding), oldest first (as
     parse_policies orders the valid ones, and the embedded cluster holds them): (those holding their target, those
@@ -225,8 +236,7 @@ def invalid_holdings(objects: list[dict], invalid: Mapping[ObjectRef, str], kept
     if not invalid:
         return [], []
     refused = []
-    for obj in sorted(objects, key=created):
-        obj, ref, generation = _identified(obj)
+    for obj, ref, generation in sorted(objects, key=lambda o: created(o.obj)):
         if ref in invalid and (spec := specs.holding(ref, generation, obj.get("spec"))) is not None:
             refused.append(PolicyObject(ref, generation, spec, obj.get("status") or {}))
     held = {p.spec.target.ref(p.ref.namespace or "default") for p in kept}
@@ -636,7 +646,7 @@ class Reconciler:
 
     def _reconcile(self, now: pd.Timestamp) -> ControllerState:
         lendable = self.cfg.capacity_gpus - self.cfg.non_lendable_gpus
-        objects = self.cluster.reservation_policies(self.cfg.namespace)
+        objects = identified(self.cluster.reservation_policies(self.cfg.namespace))
         policies, invalid = parse_policies(objects, self._specs)
         parsed = policies
         holders, lending_invalid = invalid_holdings(objects, invalid, parsed, self._specs)
@@ -651,7 +661,7 @@ class Reconciler:
         refused = {**invalid, **missing, **too_big}
         states: dict[str, PolicyState] = {}
         report: list[RecordEvent | PatchStatus] = []
-        read = {ref: (obj.get("status") or {}, generation) for obj, ref, generation in map(_identified, objects)}
+        read = {ref: (obj.get("status") or {}, generation) for obj, ref, generation in objects}
         for ref, message in refused.items():
             key = f"{ref.namespace}/{ref.name}"
             states[key] = PolicyState(key, "", False, message)

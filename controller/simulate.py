@@ -61,6 +61,7 @@ from planning.planner import (
 
 POLICIES = SIMULATED_POLICIES
 REFERENCES = ("oracle", "hourly-oracle")
+TUNABLE = tuple(name for name in POLICIES if name not in REFERENCES)  # a reference has nothing to tune
 FORECASTER = {"forecast": "auto", "static": "static", "reactive": "reactive", "seasonal-naive": "seasonal-naive"}
 HOURLY_ORACLE_LEVELS = (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98, 1.0)  # quantiles of each hour's demand tried
 TIMELINE_COLUMNS = ("timestamp", "workload", "demand_gpus", "reserved_gpus", "warm_gpus", "headroom_gpus", "lent_gpus",

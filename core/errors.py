@@ -22,11 +22,13 @@ class BadRequest(HeadroomError):
 
 
 class ConfigError(BadRequest, ValueError):
-    """The configuration is invalid; `errors` lists 'field.path: message' lines."""
+    """The configuration is invalid; `errors` lists 'field.path: message' lines, `source` the file (or the flags)
+    they are in: None where the raiser cannot know it (the embedded cluster, given its settings), the CLI names it."""
 
-    def __init__(self, source: str, errors: list[str]):
-        self.errors = errors
-        super().__init__(f"invalid configuration ({source}):\n" + "\n".join(f"  {e}" for e in errors))
+    def __init__(self, source: str | None, errors: list[str]):
+        self.source, self.errors = source, errors
+        super().__init__(f"invalid configuration ({source or 'the configuration'}):\n" +
+                         "\n".join(f"  {e}" for e in errors))
 
 
 class ClusterError(HeadroomError):

@@ -424,6 +424,9 @@ class Observed:
     degraded: bool = False  # demand data missing or stale: the reservation in force only goes up
 
 
+NOT_OBSERVED = Observed(np.empty(0), np.empty(0), 0)  # a workload the planner is given nothing of: no demand seen
+
+
 @dataclass(frozen=True)
 class Training:
     """The running training jobs (admitted, active, not being evicted), as columns; `queue` is each job's
@@ -621,10 +624,10 @@ def plan_step(hours: HourPlan, observed: Mapping[str, Observed], training: Train
     lendable = policy.lendable
     steps: list[WorkloadStep] = []
     for w, wh in zip(policy.workloads, hours.workloads):
-        o = observed.get(w.name)
+        o = observed.get(w.name, NOT_OBSERVED)
         fore = wh.reserved_over(t_now, t_now + w.lead_time_seconds)
         peak = buffer = 0
-        if o is not None and len(o.times):
+        if len(o.times):
             lo = o.times.searchsorted(t_now - w.scale_in_delay_seconds, side="left")
             hi = o.times.searchsorted(t_now, side="right")
             # the largest finite sample (a NaN or infinite one is no demand seen); a few, so as Python floats
@@ -638,14 +641,13 @@ def plan_step(hours: HourPlan, observed: Mapping[str, Observed], training: Train
                 if factor > 0:  # whole replicas, as `gpus` gives the peak: the target scales by replicas
                     buffer = w.gpus(factor * math.sqrt(max(peak, 1)) * w.demand_per_gpu)
         want = w.clamp(max(fore, peak + buffer), lendable)
-        degraded = o is not None and o.degraded
-        if o is not None and o.degraded:
+        if o.degraded:
             want = max(want, min(whole_replicas(o.held_gpus, w.gpus_per_replica), w.top(lendable)))
         # what the cluster's size alone took (maxGpus is the policy's own ceiling, no cut): said in the reason
         cut = max(w.clamp(max(fore, peak + buffer), MAX_GPUS) - want, 0)
         i = wh.at(t_now)
         steps.append(WorkloadStep(w.name, want, fore, peak, _held_buffer(buffer, want, peak), int(wh.headroom[i]),
-                                  bool(wh.from_forecast[i]), degraded, cut))
+                                  bool(wh.from_forecast[i]), o.degraded, cut))
     excess = sum(s.reserved_gpus for s in steps) - lendable
     for k in reversed(range(len(steps))):  # later workloads give way first, never below their minimum
         if excess <= 0:
@@ -715,8 +717,8 @@ def _slow_room(hours: HourPlan, steps: list[WorkloadStep], observed: Mapping[str
         horizon = w.lead_time_seconds + hold + stop
         i, j = wh.at(now), wh.at(now + horizon)
         plausible = max(s.reserved_gpus + s.headroom_gpus, int((wh.reserved[i:j + 1] + wh.headroom[i:j + 1]).max()))
-        o = observed.get(w.name)
-        if o is not None and len(o.times):
+        o = observed.get(w.name, NOT_OBSERVED)
+        if len(o.times):
             plausible = max(plausible, w.gpus(_rise(o, now, horizon, w.headroom_quantile)))
         needed += min(plausible, w.top(lendable))
     return max(min(lendable - needed, outside_band), 0)

@@ -5,6 +5,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import socket
 import time
 from pathlib import Path
@@ -367,9 +368,6 @@ def test_forecast_of_ten_hours_is_refused_not_collapsed(tmp_path, capsys):
     (["simulate", "{demand}", "--timeline", "{tmp}/missing/t.csv"], "--timeline {tmp}/missing/t.csv: the folder"),
     (["simulate", "{demand}", "--timeline", "{tmp}"], "is a directory"),
     (["tune", "{demand}", "--write-policy", "{tmp}/missing/p.yaml"], "--write-policy"),
-    # a reference knows the future: nothing to tune (a traceback before)
-    (["tune", "{demand}", "--policy", "oracle"], "--policy oracle (simulate.policy): a reference"),
-    (["tune", "{demand}", "--policy", "hourly-oracle"], "--policy hourly-oracle (simulate.policy): a reference"),
     (["demo", "--quick", "--out", "{demand}"], "exists and is not a directory"),
     (["forecast", "{demand}", "--quantiles", "nan"], "forecast.quantiles"),
     (["forecast", "{demand}", "--statistic", "pnan"], "history.statistic"),
@@ -384,6 +382,29 @@ def test_more_bad_requests_exit_2_before_any_work(demand, tmp_path, capsys, argv
     fill = {"demand": demand, "tmp": tmp_path}
     status, err = exits([a.format(**fill) for a in argv], capsys)
     assert status == 2 and message.format(**fill) in err, err
+
+
+def test_tune_offers_only_the_policies_it_tunes(demand, tmp_path, capsys):
+    """`tune --help` listed the references (oracle, hourly-oracle) among --policy's choices, and tune then refused
+    each: a reference knows the future, it has nothing to tune. Every choice listed is taken now (each gets past the
+    policy's check to the next refusal, an existing --write-policy file: no sweep is run), and a reference is refused
+    as a choice not listed; one the configuration gives is refused by tune, naming the field."""
+    with pytest.raises(SystemExit):
+        main(["tune", "--help"])
+    listed = re.search(r"--policy \{([^}]*)\}", capsys.readouterr().out).group(1).split(",")
+    assert "forecast" in listed
+    existing = tmp_path / "p.yaml"
+    existing.write_text("")
+    for policy in listed:
+        status, err = exits(["tune", demand, "--policy", policy, "--write-policy", existing], capsys)
+        assert status == 2 and "the file exists" in err, (policy, err)
+    for reference in ("oracle", "hourly-oracle"):
+        status, err = exits(["tune", demand, "--policy", reference], capsys)
+        assert status == 2 and f"invalid choice: '{reference}'" in err, err
+        config = tmp_path / f"{reference}.yaml"
+        config.write_text(f"simulate:\n  policy: {reference}\n")
+        status, err = exits(["tune", demand, "--config", config], capsys)
+        assert status == 2 and f"simulate.policy {reference} (the configuration): a reference" in err, err
 
 
 @pytest.mark.parametrize("command", [["report", "{demand}", "--days", "1"], ["demo", "--quick"]])

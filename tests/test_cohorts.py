@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from adapters.kube import quota_node
 from controller.cohorts import CohortCheck, cohort_lenders
-from controller.reconcile import Reconciler, headroom_condition, parse_policies, within_queue_preemptors
+from controller.reconcile import Reconciler, headroom_condition, identified, parse_policies, within_queue_preemptors
 from core.objects import EVENT_MESSAGE_CHARS, GpuQuota, QuotaNode, WorkloadInfo, event_message
 from core.settings import RunConfig
 
@@ -413,7 +413,7 @@ def policy_of(queues: set[str]):
     """One ReservationPolicy lending to `queues` (at most 64, the CRD's bound), as the controller parses it."""
     spec = {"query": "sum(up)", "capacity": {"demandPerGpu": 10.0}, "target": {"kind": "Deployment", "name": "chat"},
             "trainingClusterQueues": sorted(queues)}
-    (parsed,), refused = parse_policies([{"metadata": {"name": "chat", "namespace": "ml"}, "spec": spec}])
+    (parsed,), refused = parse_policies(identified([{"metadata": {"name": "chat", "namespace": "ml"}, "spec": spec}]))
     assert not refused
     return parsed
 

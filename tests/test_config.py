@@ -301,7 +301,7 @@ def test_a_bad_flag_without_a_configuration_file_is_said_to_be_a_flag(capsys):
 
     assert main(["simulate", "demand.csv", "--max-shortage", "5"]) == 2
     assert capsys.readouterr().err.splitlines()[:2] == [
-        "headroom: invalid configuration (command-line flags):",
+        "headroom: error: invalid configuration (command-line flags):",
         "  tune.max_shortage: Input should be less than or equal to 1 (given on the command line as --max-shortage)"]
 
 
@@ -404,3 +404,35 @@ def test_a_number_where_a_time_is_meant_is_refused_not_read_as_an_epoch(tmp_path
     path.write_text(f"history: {{prometheus: {{url: 'http://x', query: up, end: {end}}}}}\n")
     with pytest.raises(ConfigError, match=r"history.prometheus.end: .* is not a time: give it as ISO-8601"):
         load_config(path)
+
+
+BAD_SECTION = "simulate:\n  gpus: -3\n"
+BAD_MANIFEST = ("apiVersion: headroom.dev/v1alpha1\nkind: ReservationPolicy\nmetadata: {name: chat}\n"
+                "spec:\n  query: demand\n  target: {kind: Deployment, name: chat}\n  capacity: {demandPerGpu: 100}\n"
+                "  minGpus: -1\n")
+UNKNOWN_QUEUE = "simulate:\n  world:\n    strict_fifo_queues: [trian]\n"
+
+
+@pytest.mark.parametrize("argv, text, source, path", [
+    (["run", "--config", "{file}"], BAD_SECTION, "{file}", "simulate.gpus"),
+    (["train", "--config", "{file}"], BAD_SECTION, "{file}", "simulate.gpus"),
+    (["simulate", "{demand}", "--gpus", "-3"], None, "command-line flags", "simulate.gpus"),
+    (["simulate", "{demand}", "--policy-file", "{file}"], BAD_MANIFEST, "{file}", "spec.minGpus"),
+    # found by the embedded cluster, which is given the settings, not the file: the CLI names the file
+    (["simulate", "{demand}", "--days", "1", "--policy", "oracle", "--config", "{file}"], UNKNOWN_QUEUE, "{file}",
+     "simulate.world.strict_fifo_queues"),
+], ids=["run-config", "train-config", "flag", "policy-file", "world"])
+def test_every_configuration_error_is_said_in_one_form(argv, text, source, path, tmp_path, capsys):
+    """A bad configuration file said "headroom: invalid configuration (FILE):", a bad policy file (read later, by the
+    command) "headroom: error: invalid configuration (FILE):", and a ClusterQueue simulate.world.strict_fifo_queues
+    misnames "... (simulate.world):" then "strict_fifo_queues: ...": a field for the file, half the path. Each is
+    said alike now: the file (or the flags), then each error under its whole field path."""
+    from cli.main import main
+
+    fill = {"file": tmp_path / "bad.yaml", "demand": Path(__file__).parents[1] / "examples" / "demand_5min.csv"}
+    if text is not None:
+        fill["file"].write_text(text)
+    assert main([a.format(**fill) for a in argv]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    said = lines.index(f"headroom: error: invalid configuration ({source.format(**fill)}):")
+    assert lines[said + 1:] and lines[said + 1].startswith(f"  {path}: "), lines

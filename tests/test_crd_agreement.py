@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from controller.reconcile import parse_policies
+from controller.reconcile import identified, parse_policies
 from core.errors import ClusterError, ConfigError
 from core.objects import ObjectRef
 from core.policy import API_VERSION, DURATION_PATTERN, INT64_MAX, KIND, PolicySpec, load_manifests
@@ -198,7 +198,7 @@ def simulate_reads(path) -> PolicySpec | list[str]:
 def controller_reads(stored: dict, beside: dict) -> tuple[PolicySpec | None, str | None, bool]:
     """What the controller's reader makes of a stored object next to a valid one: its spec or its InvalidSpec
     message, and whether the valid one goes on."""
-    valid_ones, invalid = parse_policies([stored, beside])
+    valid_ones, invalid = parse_policies(identified([stored, beside]))
     ours = {p.ref: p.spec for p in valid_ones}
     ref, beside_ref = ObjectRef.of(stored), ObjectRef.of(beside)
     return ours.get(ref), invalid.get(ref), beside_ref in ours

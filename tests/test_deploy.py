@@ -27,7 +27,7 @@ from adapters.kube import KUEUE_GROUP, KUEUE_VERSION, KubeCluster, quota_node
 from cli.config import Config, load_config
 from cli.main import build_parser
 from controller.cohorts import cohort_lenders
-from controller.reconcile import parse_policies
+from controller.reconcile import identified, parse_policies
 from core.errors import NotFound
 from tests.test_run_real import kube  # noqa: F401 -- a fixture: namespaces, ClusterQueue, Deployment, policy
 
@@ -257,7 +257,7 @@ def test_the_cronjob_trains_the_series_the_controller_serves_the_example_policy(
     """The controller serves a policy the champion of its series (controller/reconcile.py: PolicyObject.series);
     the CronJob trained `llm-inference` on another query, so the example policy never got the champion trained for
     it: the controller loaded none for `inference.llm-inference` and served automatic selection."""
-    [policy], invalid = parse_policies([only(examples, "ReservationPolicy")])
+    [policy], invalid = parse_policies(identified([only(examples, "ReservationPolicy")]))
     assert not invalid
     history = run_config(base)["history"]
     assert run_config(base)["training"]["name"] == policy.series

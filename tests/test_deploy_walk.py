@@ -104,12 +104,12 @@ def test_checks_comparing_fields_name_each_field_and_count_each_error(broken):
     """Walked: a policy breaking two such checks said 'spec: headroomQuantile must be at least targetQuantile; maxGpus
     must be at least minGpus' in its Ready condition and Event: one error at the path `spec`, where an InvalidSpec of
     several says how many and names every field path first (as it does for the fields' own checks)."""
-    from controller.reconcile import parse_policies
+    from controller.reconcile import identified, parse_policies
 
     fields: dict = {}
     for path in sorted(broken):
         fields.update(CROSS_FIELD[path])
-    _, invalid = parse_policies([spec(**fields)])
+    _, invalid = parse_policies(identified([spec(**fields)]))
     (message,) = invalid.values()
     said = [error.partition(": ")[0] for error in message.split("; ")]
     if len(broken) == 1:

@@ -17,7 +17,7 @@ from adapters.kube import EVICTION_REASON
 from adapters.prometheus import PrometheusError, parse_matrix
 from controller.actions import Evict, PolicyTarget, View, cluster_actions
 from controller.demand import DemandReader
-from controller.reconcile import parse_policies
+from controller.reconcile import identified, parse_policies
 from core.objects import CONDITION_MESSAGE_CHARS, EVENT_MESSAGE_CHARS, Condition, ObjectRef, TargetRef, event_message
 from core.policy import API_VERSION, KIND
 from forecast.synthetic import write_csv
@@ -168,7 +168,7 @@ def test_six_queue_clashes_say_how_many_and_the_fix_first():
     holders = [f"llm-chat-completions-{i:02d}-inference-serving" for i in range(6)]
     queues = [f"inference-serving-production-{h}-gpu-queue" for h in holders]
     objects = clashing("inference-serving-production", holders, queues)
-    _, refused = parse_policies(objects)
+    _, refused = parse_policies(identified(objects))
     (message,) = [m for ref, m in refused.items() if ref.name == "batch-training-lender"]
     assert len(message) > EVENT_MESSAGE_CHARS  # the condition keeps every clash
     assert all(q in message and f"inference-serving-production/{h}" in message for h, q in zip(holders, queues))
@@ -211,8 +211,8 @@ def invalid_spec(namespace: str, name: str, wrong: dict) -> str:
     """The refusal of a policy whose spec has the `wrong` fields (the rest valid), as the controller writes it."""
     spec = {"query": "sum(rate(requests_total[5m]))", "capacity": {"demandPerGpu": 10.0},
             "target": {"kind": "Deployment", "name": name}, **wrong}
-    _, refused = parse_policies([{"apiVersion": API_VERSION, "kind": KIND, "spec": spec,
-                                  "metadata": {"name": name, "namespace": namespace}}])
+    _, refused = parse_policies(identified([{"apiVersion": API_VERSION, "kind": KIND, "spec": spec,
+                                             "metadata": {"name": name, "namespace": namespace}}]))
     (message,) = refused.values()
     return message
 
@@ -269,7 +269,7 @@ def test_every_event_message_keeps_the_object_and_the_fix_for_names_of_any_lengt
     holders = [name[:252] for name in dict.fromkeys(k.split("/")[1] for k in keys)]
     assume("batch-training-lender" not in holders and len(set(holders)) == len(holders))
     queues = [f"q{h}" for h in holders]  # each holder's inference queue, 253 characters at most
-    _, refused_policies = parse_policies(clashing(namespace, holders, queues))
+    _, refused_policies = parse_policies(identified(clashing(namespace, holders, queues)))
     (message,) = [m for ref, m in refused_policies.items() if ref.name == "batch-training-lender"]
     said = event_message(message)
     assert said.startswith(f"{len(queues)} ClusterQueue") and CLASH_FIX in said, said

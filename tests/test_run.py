@@ -24,7 +24,7 @@ from adapters.prometheus import PrometheusError
 from controller.actions import Evict
 from controller.demand import DemandReader, FileDemand
 from controller.executor import execute
-from controller.reconcile import ParsedSpecs, Reconciler, invalid_holdings, parse_policies, training_queues
+from controller.reconcile import ParsedSpecs, Reconciler, identified, invalid_holdings, parse_policies, training_queues
 from core.errors import ConfigError
 from core.objects import CONDITION_TYPES, TargetRef
 from core.policy import API_VERSION, KIND, held_demand_per_gpu, holding_spec, parse_policy_spec
@@ -143,8 +143,8 @@ def test_invalid_policy_is_reported_with_field_paths_and_does_not_stop_the_other
 
 
 def test_parse_policies_names_every_bad_field():
-    valid, invalid = parse_policies([policy(), policy("x", mode="sometimes", leadTime="soon"),
-                                     policy("y", targetQuantile=0.99, headroomQuantile=0.9)])
+    valid, invalid = parse_policies(identified([policy(), policy("x", mode="sometimes", leadTime="soon"),
+                                                policy("y", targetQuantile=0.99, headroomQuantile=0.9)]))
     assert [p.key for p in valid] == ["inference/chat"]
     by_name = {ref.name: message for ref, message in invalid.items()}
     assert "spec.mode: Input should be 'forecast-only' or 'active'" in by_name["x"] and "spec.leadTime" in by_name["x"]
@@ -166,7 +166,7 @@ def test_every_queue_the_accepted_policies_name_has_one_role(claims):
         target = {"kind": "ClusterQueue", "name": f"t{k % 2}"} if target_is_queue else \
             {"kind": "Deployment", "name": f"d{k}"}
         objects.append(policy(f"p{k}", target=target, trainingClusterQueues=training, inferenceClusterQueue=inference))
-    accepted, _ = parse_policies(objects)
+    accepted, _ = parse_policies(identified(objects))
     holds, trains, targets = {}, {}, {}
     for p in accepted:
         queue_target = [p.spec.target.name] if p.spec.target.kind == "ClusterQueue" else []
@@ -181,7 +181,7 @@ def test_every_queue_the_accepted_policies_name_has_one_role(claims):
     assert all(holds[q] == {key} for q, key in targets.items()), (holds, targets)
     if objects:
         first = objects[0]["metadata"]["name"]
-        assert first in {p.ref.name for p in accepted} or parse_policies(objects[:1])[0] == []
+        assert first in {p.ref.name for p in accepted} or parse_policies(identified(objects[:1]))[0] == []
 
 
 # a spec that does not parse: what it holds still reads (a misspelt field), or not even its target does
@@ -211,8 +211,9 @@ def test_the_world_holds_what_the_accepted_policies_name_whatever_the_others_nam
     for p, kind in zip(objects, broken):
         p["spec"].update(BROKEN[kind])
     specs = ParsedSpecs()
-    kept, invalid = parse_policies(objects, specs)
-    holders, lenders = invalid_holdings(objects, invalid, kept, specs)
+    read = identified(objects)
+    kept, invalid = parse_policies(read, specs)
+    holders, lenders = invalid_holdings(read, invalid, kept, specs)
     counted = {p.spec.target.ref("inference") for p in kept + holders}
     world = EmbeddedCluster(128, objects, {}, MONDAY_6AM.timestamp())
     worlds = [world]
@@ -269,7 +270,7 @@ def test_a_world_after_an_edit_holds_what_one_started_with_the_edited_policy_hol
         p["spec"].update(BROKEN[kind])
     k %= len(objects)
     specs = ParsedSpecs()
-    parse_policies(objects, specs)  # the controller read the policies before the edit
+    parse_policies(identified(objects), specs)  # the controller read the policies before the edit
     world = EmbeddedCluster(128, objects, {}, MONDAY_6AM.timestamp())
     edited = {**objects[k], "spec": {**objects[k]["spec"], **edit}}
     world.apply_policy(edited)
@@ -282,7 +283,7 @@ def test_a_world_after_an_edit_holds_what_one_started_with_the_edited_policy_hol
         key: (inf.ref, inf.gpus_per_replica, inf.demand_per_gpu) for key, inf in fresh.inference.items()}
     assert world.inference_queues == fresh.inference_queues
     assert set(world.training_queues) >= set(fresh.training_queues)  # a queue no one lends into keeps its training
-    after = world.reservation_policies()
+    after = identified(world.reservation_policies())
     kept, invalid = parse_policies(after, specs)
     holders, _ = invalid_holdings(after, invalid, kept, specs)
     assert {key: inf.ref for key, inf in world.inference.items()} == {
@@ -299,18 +300,18 @@ def test_a_spec_is_parsed_once_per_generation_and_forgotten_with_its_policy(monk
     specs = reconcile.ParsedSpecs()
     bad = policy("bad", leadTime="soon")
     for _ in range(3):  # steady reconciles: each spec parsed once, the refusal's message kept with it
-        (chat,), invalid = parse_policies([policy(), bad], specs)
+        (chat,), invalid = parse_policies(identified([policy(), bad]), specs)
         assert "spec.leadTime" in invalid[next(iter(invalid))]
     assert sorted(parsed) == ["ReservationPolicy inference/bad", "ReservationPolicy inference/chat"]
     changed = policy(minGpus=6)
     changed["metadata"]["generation"] = 2
-    (chat,), _ = parse_policies([changed, bad], specs)  # a new generation: parsed again, its spec in force
+    (chat,), _ = parse_policies(identified([changed, bad]), specs)  # a new generation: parsed again, its spec in force
     assert (chat.generation, chat.spec.min_gpus, len(parsed)) == (2, 6, 3)
     # deleted and created again where nothing sets a uid (the embedded cluster): generation 1 again, another spec
-    (chat,), _ = parse_policies([policy(minGpus=4)], specs)
+    (chat,), _ = parse_policies(identified([policy(minGpus=4)]), specs)
     assert (chat.generation, chat.spec.min_gpus, len(parsed)) == (1, 4, 4)
     specs.keep(set())  # gone from the cluster: forgotten
-    parse_policies([policy(minGpus=4)], specs)
+    parse_policies(identified([policy(minGpus=4)]), specs)
     assert len(parsed) == 5
 
 
@@ -443,8 +444,9 @@ def assert_the_world_holds_what_the_controller_counts(r: Replay, state) -> None:
     accepted policy's target holds its reservation, and no Workload waits in a queue that is not a training queue."""
     objects = r.cluster.reservation_policies()
     specs = r.reconciler._specs
-    accepted, refused = parse_policies(objects, specs)
-    holders, lenders = invalid_holdings(objects, refused, accepted, specs)
+    read = identified(objects)
+    accepted, refused = parse_policies(read, specs)
+    holders, lenders = invalid_holdings(read, refused, accepted, specs)
     assert all(state.policies[p.key].valid for p in accepted)
     assert not any(state.policies[f"{ref.namespace}/{ref.name}"].valid for ref in refused)
     assert {key: inf.ref for key, inf in r.cluster.inference.items()} == {
@@ -732,8 +734,9 @@ def test_an_edit_gives_a_refused_target_to_the_oldest_policy_naming_it_as_a_fres
     fresh = EmbeddedCluster(128, [chat, edited, b], {}, MONDAY_6AM.timestamp())
     objects = world.reservation_policies()
     specs = ParsedSpecs()
-    kept, invalid = parse_policies(objects, specs)
-    holders, _ = invalid_holdings(objects, invalid, kept, specs)
+    read = identified(objects)
+    kept, invalid = parse_policies(read, specs)
+    holders, _ = invalid_holdings(read, invalid, kept, specs)
     assert [(p.key, p.spec.inference_cluster_queue) for p in holders] == [("inference/a", "serving")]
     for w in (world, fresh):
         assert {k: inf.ref.name for k, inf in w.inference.items()} == {"inference/chat": "chat", "inference/a": "d0"}
@@ -751,8 +754,9 @@ def test_an_invalid_policy_holds_and_lends_into_only_what_no_policy_kept_names()
                policy("copy", target={"kind": "Deployment", "name": "chat"}, trainingClusterQueues=["team-c"]),
                policy("unread", target={"kind": "Deployment"}, trainingClusterQueues=["team-d"])]
     specs = ParsedSpecs()
-    kept, invalid = parse_policies(objects, specs)
-    holders, lending = invalid_holdings(objects, invalid, kept, specs)
+    read = identified(objects)
+    kept, invalid = parse_policies(read, specs)
+    holders, lending = invalid_holdings(read, invalid, kept, specs)
     assert [p.ref.name for p in kept] == ["chat"] and len(invalid) == 4
     assert [(p.ref.name, p.spec.target.name, p.spec.capacity.gpus_per_replica) for p in holders] == [
         ("typo", "typo", 4), ("clash", "clash", 2)]
@@ -1541,7 +1545,7 @@ def test_the_lookback_is_read_once_an_hour_and_only_new_samples_in_between(deman
     assert spans[0] == spans[-1] == pd.Timedelta(days=28)  # 06:00 and 07:00: the whole lookback
     assert all(span <= pd.Timedelta(minutes=20) for span in spans[1:-1])  # in between: the last minutes
     # ...and it is exactly what one full read at 06:55 returns.
-    (chat,), _ = parse_policies(r.cluster.reservation_policies())
+    (chat,), _ = parse_policies(identified(r.cluster.reservation_policies()))
     end = MONDAY_6AM + pd.Timedelta(minutes=55)
     full = FileDemand({"inference/chat": demand_file}).read(chat.key, chat.spec.query, end - pd.Timedelta(days=28), end)
     pd.testing.assert_series_equal(held, full.astype(float), check_names=False, check_freq=False)
@@ -1683,7 +1687,7 @@ def test_the_hourly_work_runs_beside_the_reconciles(demand_file, tmp_path):
     assert set(ps.realized_error) == {1} and ps.realized_error[1] > 0  # 04:00's and 05:00's forecasts, scored
     assert r.status()[0]["realizedError"]["1h"] == pytest.approx(ps.realized_error[1])
     # the samples read since the re-read are kept: the series is the whole lookback, as one read now returns
-    (chat,), _ = parse_policies(r.cluster.reservation_policies())
+    (chat,), _ = parse_policies(identified(r.cluster.reservation_policies()))
     full = FileDemand({"inference/chat": demand_file}).read(chat.key, chat.spec.query, ps.now - lookback, ps.now)
     pd.testing.assert_series_equal(r.reconciler._raw["inference/chat"], full.astype(float), check_names=False,
                                    check_freq=False)
