@@ -1,8 +1,9 @@
 """What refused ReservationPolicies hold beside the accepted ones, as core.policy.refused_holders counts it, against
 what a cluster holds (hypothesis): a Deployment's pods are Workloads of the ClusterQueue its pods are labelled for
 (the inferenceClusterQueue every policy on it names), within that queue's quota; a ClusterQueue target holds its
-quota. Whatever the policies name and whatever their age order, no GPU is counted twice, and no refused policy's
-holding goes uncounted (lent as idle while its pods hold it)."""
+quota; a training queue's quota is what the accepted policies lend. Whatever the policies name and whatever their
+age order, no GPU is counted twice, and no refused policy's holding goes uncounted (lent as idle while its pods
+hold it)."""
 from __future__ import annotations
 
 from hypothesis import example, given, settings
@@ -51,6 +52,7 @@ def within(held: tuple[str, str], label: dict[str, str | None]) -> tuple[str, st
 @example([("q0", [], False), ("d0", [], False)], {"d0": "q0", "d1": None, "d2": None})  # the newer's pods in its quota
 @example([("d0", [], False), ("q0", [], False)], {"d0": "q0", "d1": None, "d2": None})  # ...the older's
 @example([("q0", [], True), ("d0", [], False)], {"d0": "q0", "d1": None, "d2": None})  # ...an accepted policy's target
+@example([("d1", ["q0"], True), ("d0", [], True)], {"d0": "q0", "d1": None, "d2": None})  # ...a queue lent into
 @given(policies, labels)
 def test_each_gpu_a_refused_policy_holds_is_counted_once(drawn, label):
     kept, refused, claims = [], [], Claims()
@@ -63,13 +65,16 @@ def test_each_gpu_a_refused_policy_holds_is_counted_once(drawn, label):
     holds = refused_holders(kept, refused)
     counted = [holding(target) for target, _ in kept] + \
         [holding(target) for (target, _), own in zip(refused, holds) if own]
-    # no GPU counted twice: each holding once, and no pods counted within a quota counted too
+    # no GPU counted twice: each holding once, and no pods counted within a quota counted too, nor within one lent
+    lent = {("queue", q) for _, spec in kept for q in spec.training_cluster_queues}
     assert len(counted) == len(set(counted)), counted
-    assert not {within(h, label) for h in counted} & set(counted), (counted, label)
-    # no refused policy's holding uncounted: it is counted, within one counted, holds one counted (a ClusterQueue
-    # target a refused policy before it runs its pods in), or is a queue whose quota an accepted policy sets
+    assert not {within(h, label) for h in counted} & (set(counted) | lent), (counted, lent, label)
+    # no refused policy's holding uncounted: it is counted, within one counted or lent, holds one counted (a
+    # ClusterQueue target a refused policy before it runs its pods in), or is a queue whose quota an accepted policy
+    # sets
     kept_queues = {q for _, spec in kept for q in spec.inference_queues | set(spec.training_cluster_queues)}
     for target, _ in refused:
         held = holding(target)
-        assert (held in counted or within(held, label) in counted or any(within(h, label) == held for h in counted)
+        assert (held in counted or within(held, label) in set(counted) | lent
+                or any(within(h, label) == held for h in counted)
                 or held[0] == "queue" and held[1] in kept_queues), (held, counted, kept_queues)

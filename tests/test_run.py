@@ -369,7 +369,8 @@ def test_a_queue_clash_gives_the_world_s_queue_the_role_the_older_policy_gave_it
     assert not set(r.cluster.training_queues) & set(r.cluster.inference_queues.values()), r.cluster.inference_queues
     assert r.cluster.inference_queues == {"inference/chat": "serving"}
     assert r.cluster.quotas["serving"] == chat.reserved_gpus == r.replicas("chat") * 2
-    own = 0 if clash == "target" else r.replicas("b") * 2  # a target of its own: the Deployment b
+    # a target of its own, the Deployment b, but where its pods run in chat's training queue (within the slack lent)
+    own = r.replicas("b") * 2 if clash == "training" else 0
     assert r.cluster.inference_gpus == chat.reserved_gpus + own
 
 
@@ -600,6 +601,25 @@ def test_a_refused_policy_s_pods_in_an_older_refused_policy_s_cluster_queue_targ
         assert chat.reserved_gpus + held + state.slack_gpus == 128, (chat.reserved_gpus, held, state.slack_gpus)
         assert chat.reserved_gpus == 84 and r.cluster.quotas["pool"] == held
         assert r.cluster.idle_gpus < min(r.cluster.settings.backlog_job_gpus)  # lent, but fitting no job
+
+
+def test_a_refused_policy_s_pods_in_an_accepted_policy_s_training_queue_hold_no_gpus_beside_its_quota(
+        demand_file, tmp_path):
+    """"serve" names research, chat's training queue, as its inferenceClusterQueue (refused for it): on a cluster
+    Kueue admits its pods there, within the quota chat lends. The world ran them outside research, 46 GPUs, and the
+    controller counted them held beside what it lent: at 9:00 chat was cut from 84 GPUs to 82 and none lent, where
+    on a cluster research's quota of 0 would keep the pods out and 46 GPUs sit idle. They are within the lent quota:
+    its GPUs counted once, as lent."""
+    serve = policy("serve", inferenceClusterQueue="research", trainingClusterQueues=[],
+                   capacity={"demandPerGpu": 5.0, "gpusPerReplica": 2})
+    r = Replay(tmp_path, demand_file, policy("chat", minGpus=40), serve)
+    assert "inference/serve" not in r.cluster.inference and "inference/serve" not in r.cluster.inference_queues
+    for minutes in (0, 5):
+        state = r.step(AT_9 + pd.Timedelta(minutes=minutes))
+        chat = state.policies["inference/chat"]
+        assert not state.policies["inference/serve"].valid
+        assert chat.reserved_gpus == 84 and chat.reserved_gpus + state.slack_gpus == 128, (chat.reserved_gpus,
+                                                                                            state.slack_gpus)
 
 
 def test_a_refused_policy_s_cluster_queue_target_keeps_its_replicas_when_another_policy_is_applied(

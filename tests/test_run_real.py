@@ -440,6 +440,26 @@ def test_a_refused_policy_s_pods_in_an_older_refused_policy_s_cluster_queue_targ
         kube.delete(pool)
 
 
+def test_a_refused_policy_s_pods_in_an_accepted_policy_s_training_queue_hold_no_gpus_beside_its_quota(
+        kube, controller, prometheus_server, tmp_path):
+    """"serve" names research-run, chat's training queue, as its inferenceClusterQueue (refused for it): Kueue admits
+    its pods there, within the quota chat lends. The controller counted serve's 4 GPUs held beside what it lent: at
+    07:00 chat reserved 23 and 101 were lent, 4 GPUs neither. They are within the lent quota: counted once, as lent,
+    as the embedded cluster holds them (tests/test_run.py)."""
+    time.sleep(1.1)  # creationTimestamp has seconds: serve comes after chat
+    kube.create(f"/apis/apps/v1/namespaces/{NS}/deployments", deployment("serve"))
+    kube.create(RP, policy("serve", inferenceClusterQueue=QUEUE, trainingClusterQueues=[],
+                           capacity={"demandPerGpu": 10.0, "gpusPerReplica": 4}))
+    controller.sync()
+    r = reconciler(controller, prometheus_server.url, tmp_path)
+    for hour in (0, 3):  # 07:00, and the 10:00 peak
+        state = r.reconcile(MONDAY_7AM + pd.Timedelta(hours=hour))
+        chat = state.policies[f"{NS}/chat"]
+        assert not state.policies[f"{NS}/serve"].valid and kube.get_deployment_replicas(NS, "serve") == 1
+        assert chat.reserved_gpus + state.slack_gpus == 128, (hour, chat.reserved_gpus, state.slack_gpus)
+        assert kube.get_cluster_queue_quota(QUEUE) == state.slack_gpus
+
+
 def test_a_refused_policy_s_status_keeps_nothing_of_its_last_plan(kube, controller, prometheus_server, tmp_path):
     """Found here: a refusal's status named no planId and no realizedError, so the merge patch kept its last plan's
     (the embedded cluster cleared them): a policy refused said which plan was in force and how well forecasts scored
