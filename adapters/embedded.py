@@ -323,9 +323,10 @@ class EmbeddedCluster:
         holds: a target is one workload, whichever policies name it, and a ClusterQueue has the role the policy that
         kept it gave it (no training is submitted into an inference queue, nor on a refused policy's behalf into any
         queue a policy names for inference, `inference_named`; no replica of the refused policy is a Workload of a
-        training queue, nor of another's ClusterQueue target; its own ClusterQueue target is no workload of its own
-        where a policy held before holds that queue: a queue's GPUs are held once, as the controller counts them,
-        controller.reconcile.invalid_holdings).
+        training queue; its own ClusterQueue target is no workload of its own where a policy held before holds that
+        queue, nor is its target where its pods run in a ClusterQueue target held before or an accepted policy's
+        training queue, within whose quota Kueue admits them: a queue's GPUs are held once, as the controller counts
+        them, core.policy.refused_holders).
         The target served before: it starts with the replicas its demand now needs, warm (as many as the idle GPUs
         hold), so a ClusterQueue it runs in (its target, or its inferenceClusterQueue) starts with a quota holding
         them, as Kueue admitted them. A refused policy whose spec does not parse holds what it still says it holds
@@ -345,7 +346,12 @@ class EmbeddedCluster:
             self.inference[key].key = key
             self.inference_queues.pop(other, None)
             other = None
-        taken = other is not None or (not accepted and queue_target in roles.role)  # another's, or a queue held
+        # refused, its pods run in a ClusterQueue target held before it, or in an accepted policy's training queue:
+        # Kueue admits them there, within its quota (core.policy.refused_holders)
+        within_quota = queue_target is None and \
+            roles.role.get(spec.inference_cluster_queue or "", ("",))[0] in ("target", "training")
+        # another's, or a queue held, or held within one
+        taken = other is not None or (not accepted and (queue_target in roles.role or within_quota))
         inference_queue = None if taken else named(spec.inference_cluster_queue, "inference")
         # a refused policy's training queue is one no policy names for inference (the controller lends it no other)
         training = [q for q in spec.training_cluster_queues

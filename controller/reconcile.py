@@ -73,7 +73,16 @@ from core.deadline import current as current_deadline
 from core.deadline import earliest, within
 from core.errors import ClusterError, ConfigError, NotFound
 from core.objects import CONDITION_TYPES, Condition, ObjectRef, PolicyStatus, TargetState, WorkloadInfo
-from core.policy import API_VERSION, KIND, Claims, PolicySpec, created, holding_spec, parse_policy_spec
+from core.policy import (
+    API_VERSION,
+    KIND,
+    Claims,
+    PolicySpec,
+    created,
+    holding_spec,
+    parse_policy_spec,
+    refused_holders,
+)
 from core.settings import RunConfig
 from core.units import epoch_seconds
 from forecast.history import OUTLIER_FACTOR, HistoryError, check_values
@@ -227,27 +236,18 @@ def parse_policies(objects: list[Identified], specs: ParsedSpecs | None = None
 def invalid_holdings(objects: list[Identified], invalid: Mapping[ObjectRef, str], kept: list[PolicyObject],
                      specs: ParsedSpecs) -> tuple[list[PolicyObject], list[PolicyObject]]:
     """The InvalidSpec policies as far as their specs say what they hold (ParsedSpecs.holding), oldest first (as
-    parse_policies orders the valid ones, and the embedded cluster holds them): (those holding their target, those
-    lending into their training queues). A policy `kept` (parse_policies' valid ones) acts on what it names, so a
-    refused one holds no target a kept one names (its target, or a ClusterQueue it names: the second policy on a
-    target holds nothing of it), nor one a refused policy before it holds (its target, or the inference queue its pods
-    run in, whose quota holds them: a ClusterQueue target there is that queue, its GPUs counted once); and a refused
-    policy lends into no queue any policy holds inference in (its queue clash), only into its others."""
+    parse_policies orders the valid ones, and the embedded cluster holds them): (those holding their target, as
+    core.policy.refused_holders counts them beside the policies `kept`, parse_policies' valid ones; those lending into
+    their training queues). A refused policy lends into no queue any policy holds inference in (its queue clash), only
+    into its others."""
     if not invalid:
         return [], []
     refused = []
     for obj, ref, generation in sorted(objects, key=lambda o: created(o.obj)):
         if ref in invalid and (spec := specs.holding(ref, generation, obj.get("spec"))) is not None:
             refused.append(PolicyObject(ref, generation, spec, obj.get("status") or {}))
-    held = {p.spec.target.ref(p.ref.namespace or "default") for p in kept}
-    queues = {q for p in kept for q in p.spec.inference_queues | set(p.spec.training_cluster_queues)}
-    holders = []
-    for p in refused:
-        target = p.spec.target.ref(p.ref.namespace or "default")
-        if target not in held and not (target.kind == "ClusterQueue" and target.name in queues):
-            holders.append(p)
-            held.add(target)
-            queues |= p.spec.inference_queues
+    holds = refused_holders([(p.target().target, p.spec) for p in kept], [(p.target().target, p.spec) for p in refused])
+    holders = [p for p, own in zip(refused, holds) if own]
     inference = {q for p in (*kept, *refused) for q in p.spec.inference_queues}
     lenders = [replace(p, spec=p.spec.model_copy(update={"training_cluster_queues": lent}))
                for p in refused if (lent := [q for q in p.spec.training_cluster_queues if q not in inference])]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
@@ -391,6 +392,35 @@ class Claims:
         policy's target is "target", even when that policy named it its inference queue too."""
         if queue not in self.role or (kind == "target" and self.role[queue][0] != "target"):
             self.role[queue] = (kind, key)
+
+
+def refused_holders(kept: Iterable[tuple[TargetRef, PolicySpec]],
+                    refused: Iterable[tuple[TargetRef, PolicySpec]]) -> list[bool]:
+    """Which refused policies (each its target and spec, oldest first) hold their target beside the policies `kept`,
+    each GPU counted once: a kept policy acts on what it names, so a refused one holds no target a kept one names
+    (its target, or a ClusterQueue it names: the second policy on a target holds nothing of it), nor one a refused
+    policy before it holds (its target, or the inference queue its pods run in, whose quota holds them: a ClusterQueue
+    target there is that queue). Nor do a refused policy's pods hold GPUs of their own in a queue whose quota is
+    counted whole, a ClusterQueue target a kept policy or a refused one before it holds, or a training queue a kept
+    policy lends into: Kueue admits them there, within that quota (so a refused policy's pods and a ClusterQueue
+    target they run in are counted once, whichever of the two is older)."""
+    held = {target for target, _ in kept}
+    queues = {q for _, spec in kept for q in spec.inference_queues | set(spec.training_cluster_queues)}
+    whole = {target.name for target in held if target.kind == "ClusterQueue"} | \
+        {q for _, spec in kept for q in spec.training_cluster_queues}
+    holds = []
+    for target, spec in refused:
+        if target.kind == "ClusterQueue":
+            own = target not in held and target.name not in queues
+        else:
+            own = target not in held and spec.inference_cluster_queue not in whole
+        holds.append(own)
+        if own:
+            held.add(target)
+            queues |= spec.inference_queues
+            if target.kind == "ClusterQueue":
+                whole.add(target.name)
+    return holds
 
 
 def spec_dict(spec: PolicySpec) -> dict[str, Any]:

@@ -194,6 +194,8 @@ BROKEN = {None: {}, "typo": {"targetQuantlie": 0.5}, "unread": {"target": {"kind
 @example([("q0", "d0", []), (None, "q0", [])], ["typo", "typo"])  # the refused p0's pods run in p1's queue target
 @example([("q1", "d1", []), ("q0", "d0", ["q1"]), (None, "q0", ["q1"])], [])  # ...both refused for a clash with p0
 @example([(None, "q0", []), ("q1", "d0", [])], ["typo"])  # a refused ClusterQueue target, and a policy applied after
+@example([(None, "q0", []), ("q0", "d0", [])], ["typo", "typo"])  # the refused p1's pods run in p0's queue target
+@example([(None, "q0", []), ("q0", "d0", [])], [])  # ...p0 accepted, p1 refused for it
 @given(st.lists(st.tuples(st.sampled_from(QUEUES + (None,)), st.sampled_from(["d0", "d1", "q0", "q1"]),
                           st.lists(st.sampled_from(QUEUES), max_size=2, unique=True)), max_size=5),
        st.lists(st.sampled_from(list(BROKEN)), max_size=5))
@@ -418,7 +420,8 @@ def test_a_queue_clash_gives_the_world_s_queue_the_role_the_older_policy_gave_it
     assert not set(r.cluster.training_queues) & set(r.cluster.inference_queues.values()), r.cluster.inference_queues
     assert r.cluster.inference_queues == {"inference/chat": "serving"}
     assert r.cluster.quotas["serving"] == chat.reserved_gpus == r.replicas("chat") * 2
-    own = 0 if clash == "target" else r.replicas("b") * 2  # a target of its own: the Deployment b
+    # a target of its own, the Deployment b, but where its pods run in chat's training queue (within the slack lent)
+    own = r.replicas("b") * 2 if clash == "training" else 0
     assert r.cluster.inference_gpus == chat.reserved_gpus + own
 
 
@@ -673,13 +676,14 @@ def test_a_queue_two_refused_policies_name_holds_its_gpus_once(demand_file, tmp_
         assert chat.reserved_gpus + held + state.slack_gpus == 128, (chat.reserved_gpus, held, state.slack_gpus)
 
 
-def test_a_refused_policy_s_pods_are_no_workloads_of_an_older_refused_policy_s_cluster_queue_target(
+def test_a_refused_policy_s_pods_in_an_older_refused_policy_s_cluster_queue_target_hold_its_gpus_once(
         demand_file, tmp_path):
-    """The other way round: "claim" (created first) holds ClusterQueue pool as its target, 24 GPUs; "serve" runs its
-    46 GPUs of pods with pool as its inferenceClusterQueue. The world made them Workloads of pool and raised its quota
-    to 46, beside claim's 24 GPUs, and the controller counted 46 + 46 held where 70 are: at 9:00 chat was cut to its
-    minimum of 40 GPUs and 18 stayed idle. A ClusterQueue target is its own policy's alone, as it is to an accepted
-    one (core.policy.Claims): serve's pods run outside it, and chat has the 58 left."""
+    """The other way round: "claim" (created first) holds ClusterQueue pool as its target; "serve" names pool as its
+    inferenceClusterQueue, so on a cluster Kueue admits its pods there, within pool's quota. The world ran them
+    outside pool, 46 GPUs beside claim's 24, and the controller counted 24 + 46 held: at 9:00 chat was cut from 84
+    GPUs to 58 and none lent, where on a cluster 46 of them would sit idle (tests/test_run_real.py). The pods are
+    within the quota of the ClusterQueue target held before: pool's GPUs are held once, as claim's, whichever policy
+    is older, and chat has its 84."""
     refusal = {"targetQuantlie": 0.5}
     claim = policy("claim", target={"kind": "ClusterQueue", "name": "pool"}, inferenceClusterQueue=None, **refusal)
     serve = policy("serve", inferenceClusterQueue="pool", capacity={"demandPerGpu": 5.0, "gpusPerReplica": 2},
@@ -687,14 +691,34 @@ def test_a_refused_policy_s_pods_are_no_workloads_of_an_older_refused_policy_s_c
     claim["metadata"]["creationTimestamp"], serve["metadata"]["creationTimestamp"] = \
         "2026-01-05T06:00:00Z", "2026-01-05T07:00:00Z"
     r = Replay(tmp_path, demand_file, policy("chat", minGpus=40, inferenceClusterQueue="serving"), claim, serve)
-    held = r.cluster.quotas["pool"] + r.replicas("serve") * 2
-    assert r.cluster.quotas["pool"] == r.cluster.inference["inference/claim"].held_replicas * 2 > 0
-    assert "inference/serve" not in r.cluster.inference_queues
+    held = r.cluster.quotas["pool"]
+    assert held == r.cluster.inference["inference/claim"].held_replicas * 2 > 0
+    assert "inference/serve" not in r.cluster.inference and "inference/serve" not in r.cluster.inference_queues
     for minutes in (0, 5):
         state = r.step(AT_9 + pd.Timedelta(minutes=minutes))
         chat = state.policies["inference/chat"]
         assert chat.reserved_gpus + held + state.slack_gpus == 128, (chat.reserved_gpus, held, state.slack_gpus)
-        assert r.cluster.idle_gpus == 0
+        assert chat.reserved_gpus == 84 and r.cluster.quotas["pool"] == held
+        assert r.cluster.idle_gpus < min(r.cluster.settings.backlog_job_gpus)  # lent, but fitting no job
+
+
+def test_a_refused_policy_s_pods_in_an_accepted_policy_s_training_queue_hold_no_gpus_beside_its_quota(
+        demand_file, tmp_path):
+    """"serve" names research, chat's training queue, as its inferenceClusterQueue (refused for it): on a cluster
+    Kueue admits its pods there, within the quota chat lends. The world ran them outside research, 46 GPUs, and the
+    controller counted them held beside what it lent: at 9:00 chat was cut from 84 GPUs to 82 and none lent, where
+    on a cluster research's quota of 0 would keep the pods out and 46 GPUs sit idle. They are within the lent quota:
+    its GPUs counted once, as lent."""
+    serve = policy("serve", inferenceClusterQueue="research", trainingClusterQueues=[],
+                   capacity={"demandPerGpu": 5.0, "gpusPerReplica": 2})
+    r = Replay(tmp_path, demand_file, policy("chat", minGpus=40), serve)
+    assert "inference/serve" not in r.cluster.inference and "inference/serve" not in r.cluster.inference_queues
+    for minutes in (0, 5):
+        state = r.step(AT_9 + pd.Timedelta(minutes=minutes))
+        chat = state.policies["inference/chat"]
+        assert not state.policies["inference/serve"].valid
+        assert chat.reserved_gpus == 84 and chat.reserved_gpus + state.slack_gpus == 128, (chat.reserved_gpus,
+                                                                                            state.slack_gpus)
 
 
 def test_a_refused_policy_s_cluster_queue_target_keeps_its_replicas_when_another_policy_is_applied(

@@ -445,6 +445,56 @@ def test_a_queue_two_refused_policies_name_holds_its_gpus_once(kube, controller,
         kube.delete(pool)
 
 
+def test_a_refused_policy_s_pods_in_an_older_refused_policy_s_cluster_queue_target_hold_its_gpus_once(
+        kube, controller, prometheus_server, tmp_path):
+    """The other way round: "claim" (created first) names pool-run as its ClusterQueue target, quota 4; "serve" runs
+    its Deployment's pods with pool-run as its inferenceClusterQueue, so on a cluster Kueue admits them there, within
+    that quota: 4 GPUs held. The controller counted 8, pool-run's quota and serve's 4 replicas beside it: at 07:00
+    chat reserved 23 and 97 were lent, 4 GPUs neither. The pods of a refused policy in a ClusterQueue target held
+    before are within that queue's quota: counted once, as the embedded cluster holds them (tests/test_run.py)."""
+    pool = kueue.path("clusterqueues", "pool-run")
+    kube.apply(pool, kueue.cluster_queue("pool-run", gpus=4, cohort=COHORT, lending_limit=0))
+    refusal = {"timezone": "Europe/Berln"}
+    try:
+        time.sleep(1.1)  # creationTimestamp has seconds: claim comes after chat, serve after claim
+        kube.create(RP, policy("claim", target={"kind": "ClusterQueue", "name": "pool-run"},
+                               inferenceClusterQueue=None, **refusal))
+        time.sleep(1.1)
+        kube.create(f"/apis/apps/v1/namespaces/{NS}/deployments", deployment("serve"))
+        kube.create(RP, policy("serve", inferenceClusterQueue="pool-run",
+                               capacity={"demandPerGpu": 10.0, "gpusPerReplica": 4}, **refusal))
+        controller.sync()
+        r = reconciler(controller, prometheus_server.url, tmp_path)
+        for hour in (0, 3):  # 07:00, and the 10:00 peak
+            state = r.reconcile(MONDAY_7AM + pd.Timedelta(hours=hour))
+            chat = state.policies[f"{NS}/chat"]
+            assert not state.policies[f"{NS}/serve"].valid and not state.policies[f"{NS}/claim"].valid
+            assert kube.get_deployment_replicas(NS, "serve") == 1 and kube.get_cluster_queue_quota("pool-run") == 4
+            assert chat.reserved_gpus + 4 + state.slack_gpus == 128, (hour, chat.reserved_gpus, state.slack_gpus)
+    finally:
+        kube.delete(pool)
+
+
+def test_a_refused_policy_s_pods_in_an_accepted_policy_s_training_queue_hold_no_gpus_beside_its_quota(
+        kube, controller, prometheus_server, tmp_path):
+    """"serve" names research-run, chat's training queue, as its inferenceClusterQueue (refused for it): Kueue admits
+    its pods there, within the quota chat lends. The controller counted serve's 4 GPUs held beside what it lent: at
+    07:00 chat reserved 23 and 101 were lent, 4 GPUs neither. They are within the lent quota: counted once, as lent,
+    as the embedded cluster holds them (tests/test_run.py)."""
+    time.sleep(1.1)  # creationTimestamp has seconds: serve comes after chat
+    kube.create(f"/apis/apps/v1/namespaces/{NS}/deployments", deployment("serve"))
+    kube.create(RP, policy("serve", inferenceClusterQueue=QUEUE, trainingClusterQueues=[],
+                           capacity={"demandPerGpu": 10.0, "gpusPerReplica": 4}))
+    controller.sync()
+    r = reconciler(controller, prometheus_server.url, tmp_path)
+    for hour in (0, 3):  # 07:00, and the 10:00 peak
+        state = r.reconcile(MONDAY_7AM + pd.Timedelta(hours=hour))
+        chat = state.policies[f"{NS}/chat"]
+        assert not state.policies[f"{NS}/serve"].valid and kube.get_deployment_replicas(NS, "serve") == 1
+        assert chat.reserved_gpus + state.slack_gpus == 128, (hour, chat.reserved_gpus, state.slack_gpus)
+        assert kube.get_cluster_queue_quota(QUEUE) == state.slack_gpus
+
+
 def test_a_refused_policy_s_status_keeps_nothing_of_its_last_plan(kube, controller, prometheus_server, tmp_path):
     """Found here: a refusal's status named no planId and no realizedError, so the merge patch kept its last plan's
     (the embedded cluster cleared them): a policy refused said which plan was in force and how well forecasts scored

@@ -1,0 +1,80 @@
+"""What refused ReservationPolicies hold beside the accepted ones, as core.policy.refused_holders counts it, against
+what a cluster holds (hypothesis): a Deployment's pods are Workloads of the ClusterQueue its pods are labelled for
+(the inferenceClusterQueue every policy on it names), within that queue's quota; a ClusterQueue target holds its
+quota; a training queue's quota is what the accepted policies lend. Whatever the policies name and whatever their
+age order, no GPU is counted twice, and no refused policy's holding goes uncounted (lent as idle while its pods
+hold it)."""
+from __future__ import annotations
+
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from core.objects import TargetRef
+from core.policy import Claims, PolicySpec, refused_holders
+
+DEPLOYMENTS, QUEUES = ("d0", "d1", "d2"), ("q0", "q1", "q2")
+NAMESPACE = "inference"
+
+# a policy: its target's name (d*: a Deployment, q*: a ClusterQueue), its training queues, and whether its spec
+# parses (one that does not is refused, holding what its spec still says)
+policies = st.lists(st.tuples(st.sampled_from(DEPLOYMENTS + QUEUES), st.lists(st.sampled_from(QUEUES), max_size=2,
+                                                                                unique=True), st.booleans()),
+                    max_size=6)
+labels = st.fixed_dictionaries({d: st.sampled_from((None, *QUEUES)) for d in DEPLOYMENTS})
+
+
+def target_of(name: str) -> TargetRef:
+    return TargetRef("Deployment", name, NAMESPACE) if name.startswith("d") else TargetRef("ClusterQueue", name)
+
+
+def spec_of(name: str, training: list[str], label: str | None) -> PolicySpec:
+    """A policy on `name`, its pods (a Deployment's) in the queue they are labelled for, lending into `training`
+    (but that queue or its target: a spec refuses those)."""
+    kind = "Deployment" if name.startswith("d") else "ClusterQueue"
+    inference = label if kind == "Deployment" else None
+    return PolicySpec.model_validate({"query": "-", "capacity": {"demandPerGpu": 1.0},
+                                      "target": {"kind": kind, "name": name}, "inferenceClusterQueue": inference,
+                                      "trainingClusterQueues": [q for q in training if q not in (inference, name)]})
+
+
+def holding(target: TargetRef) -> tuple[str, str]:
+    """What a target holds on a cluster: a ClusterQueue's quota, or a Deployment's pods."""
+    return ("queue", target.name) if target.kind == "ClusterQueue" else ("pods", target.name)
+
+
+def within(held: tuple[str, str], label: dict[str, str | None]) -> tuple[str, str] | None:
+    """The quota a holding's GPUs are within: a Deployment's pods, their ClusterQueue's (Kueue admits them there)."""
+    queue = label[held[1]] if held[0] == "pods" else None
+    return ("queue", queue) if queue else None
+
+
+@settings(max_examples=500, deadline=None)
+@example([("q0", [], False), ("d0", [], False)], {"d0": "q0", "d1": None, "d2": None})  # the newer's pods in its quota
+@example([("d0", [], False), ("q0", [], False)], {"d0": "q0", "d1": None, "d2": None})  # ...the older's
+@example([("q0", [], True), ("d0", [], False)], {"d0": "q0", "d1": None, "d2": None})  # ...an accepted policy's target
+@example([("d1", ["q0"], True), ("d0", [], True)], {"d0": "q0", "d1": None, "d2": None})  # ...a queue lent into
+@given(policies, labels)
+def test_each_gpu_a_refused_policy_holds_is_counted_once(drawn, label):
+    kept, refused, claims = [], [], Claims()
+    for k, (name, training, parses) in enumerate(drawn):
+        target, spec = target_of(name), spec_of(name, training, label.get(name))
+        if parses and claims.take(f"{NAMESPACE}/p{k}", target, spec) is None:
+            kept.append((target, spec))
+        else:
+            refused.append((target, spec))
+    holds = refused_holders(kept, refused)
+    counted = [holding(target) for target, _ in kept] + \
+        [holding(target) for (target, _), own in zip(refused, holds) if own]
+    # no GPU counted twice: each holding once, and no pods counted within a quota counted too, nor within one lent
+    lent = {("queue", q) for _, spec in kept for q in spec.training_cluster_queues}
+    assert len(counted) == len(set(counted)), counted
+    assert not {within(h, label) for h in counted} & (set(counted) | lent), (counted, lent, label)
+    # no refused policy's holding uncounted: it is counted, within one counted or lent, holds one counted (a
+    # ClusterQueue target a refused policy before it runs its pods in), or is a queue whose quota an accepted policy
+    # sets
+    kept_queues = {q for _, spec in kept for q in spec.inference_queues | set(spec.training_cluster_queues)}
+    for target, _ in refused:
+        held = holding(target)
+        assert (held in counted or within(held, label) in set(counted) | lent
+                or any(within(h, label) == held for h in counted)
+                or held[0] == "queue" and held[1] in kept_queues), (held, counted, kept_queues)
