@@ -28,6 +28,7 @@ from cli.main import build_parser
 from controller.cohorts import cohort_lenders
 from controller.reconcile import parse_policies
 from core.errors import NotFound
+from tests.servers import unavailable
 from tests.test_run_real import kube  # noqa: F401 -- a fixture: namespaces, ClusterQueue, Deployment, policy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,7 +49,7 @@ def load_yaml_docs(path: Path) -> list[dict]:
 def base() -> list[dict]:
     kubectl = shutil.which("kubectl")
     if not kubectl:
-        pytest.skip("kubectl not found: run scripts/install-kubectl.sh")
+        unavailable("kubectl not found: run scripts/install-kubectl.sh")
     done = subprocess.run([kubectl, "kustomize", str(DEPLOY / "base")], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, f"kubectl kustomize deploy/base failed:\n{done.stderr}"
     return [d for d in yaml.safe_load_all(done.stdout) if d]
