@@ -13,11 +13,13 @@ from forecast.calibrate import (
     REFIT_STEP,
     IntervalModel,
     calibrated_predict,
+    group_quantiles,
     hour_groups,
     interval_scores,
     refit_errors,
     refit_values,
     scored_folds,
+    split_levels,
 )
 from forecast.models import SeasonalNaive
 
@@ -205,3 +207,22 @@ def test_an_hours_quantiles_do_not_depend_on_how_many_hours_are_asked(days):
     longest = model.predict(48, QUANTILES).to_numpy()
     for horizon in (1, 2, 3, 6, 24, 30):
         np.testing.assert_array_equal(model.predict(horizon, QUANTILES).to_numpy(), longest[:horizon])
+
+
+def test_split_levels_widen_each_tail_by_n_plus_1_over_n():
+    """Split conformal with a fold as the unit: with n folds each tail's level moves out by (n + 1) / n, so a 90 %
+    band's top is below the largest fold's score only from five folds on (MIN_CALIBRATION_FOLDS' note), and with
+    many folds the levels are the quantiles asked."""
+    assert split_levels([0.1, 0.5, 0.9], 4) == pytest.approx([0.0, 0.5, 1.0])
+    assert split_levels([0.05, 0.95], 9) == pytest.approx([0.0, 1.0])
+    assert split_levels([0.9], 5)[0] < 1.0
+    assert split_levels([0.1, 0.9], 10**6) == pytest.approx([0.1, 0.9], abs=1e-6)
+
+
+def test_a_group_without_scores_takes_the_quantiles_of_all():
+    """Each group's weighted quantiles of its own finite scores; group 1 has none (NaN): it takes those of every
+    score, 1, 2, 3, 4, 10 and 20, whose median between mid-ranks is 3.5."""
+    scores = np.array([[1.0, 2.0, np.nan, 10.0], [3.0, 4.0, np.nan, 20.0]])
+    groups = np.array([[0, 0, 1, 2], [0, 0, 1, 2]])
+    out = group_quantiles(scores, groups, np.ones(2), np.array([0.5]), 3)
+    assert out[:, 0] == pytest.approx([2.5, 3.5, 15.0])

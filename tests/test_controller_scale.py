@@ -12,9 +12,9 @@ import json
 import pytest
 
 from tests.conftest import bench_module
-from tests.servers import in_ci
 from tests.servers import kube as kube_servers
 from tests.servers import prometheus as prom_servers
+from tests.servers import unavailable
 from tests.servers.fixtures import NASA_TRACE
 
 
@@ -28,7 +28,7 @@ def scale_rows(bench, tmp_path_factory):
     missing = [n for n, p in {**kube_servers.binaries(), **prom_servers.binaries()}.items() if not p]
     if missing:
         message = f"{', '.join(missing)} not installed (run scripts/install-servers.sh)"
-        pytest.fail(message) if in_ci() else pytest.skip(message)
+        unavailable(message)
     if not NASA_TRACE.is_file():
         pytest.skip(f"real trace not found at {NASA_TRACE} (../shared/data beside the repo)")
     if not kube_servers.KUEUE_CRDS.is_dir():

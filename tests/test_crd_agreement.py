@@ -27,6 +27,7 @@ from core.objects import ObjectRef
 from core.policy import API_VERSION, DURATION_PATTERN, INT64_MAX, KIND, PolicySpec, load_manifests
 from core.units import STATISTIC_PATTERN, TIMEZONE_PATTERN
 from core.yamlfile import KubectlLoader, documents, manifest_text
+from tests.servers import unavailable
 from tests.servers.fixtures import crd_documents
 
 NS = "default"  # a dry run needs a namespace that exists
@@ -309,7 +310,7 @@ def test_kubectl_and_simulate_read_a_policy_file_alike(kube_server, tmp_path, li
     PyYAML's YAML 1.1."""
     kubectl = shutil.which("kubectl")
     if not kubectl:
-        pytest.skip("kubectl not installed")
+        unavailable("kubectl not installed: run scripts/install-kubectl.sh")
     fields = {"query": "query: q", "capacity": "capacity: {demandPerGpu: 1}",
               "target": "target: {kind: Deployment, name: d}", line.split(":")[0]: line}
     path = tmp_path / "policy.yaml"
@@ -359,7 +360,7 @@ def kubectl_on_the_server(kube_admin, kube_server, tmp_path_factory) -> tuple[st
     """(kubectl, a kubeconfig for the test API server, a folder): the CRD installed, since kubectl looks its kind up."""
     kubectl = shutil.which("kubectl")
     if not kubectl:
-        pytest.skip("kubectl not installed")
+        unavailable("kubectl not installed: run scripts/install-kubectl.sh")
     folder = tmp_path_factory.mktemp("kubectl")
     return kubectl, kube_server.apiserver.kubeconfig(folder / "kubeconfig"), folder
 

@@ -17,19 +17,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from controller import metrics as m
 from controller.state import StateHolder
 from dashboards import generate
-from tests.servers import CACHE, ServerProcess, free_port, in_ci, wait_until
+from tests.servers import CACHE, ServerProcess, free_port, unavailable, wait_until
 from tests.servers import prometheus as prom_servers
 from tests.test_run import reconciled_state
 
 TYPECHECK = generate.OUT / "typecheck"
 NPM_HINT = "run: bash scripts/install-npm.sh"
 BOARDS = {name: build().json() for name, build in generate.BOARDS.items()}
-
-
-def unavailable(message: str) -> None:
-    if in_ci():
-        pytest.fail(f"{message}; CI=true, so this is a failure, not a skip", pytrace=False)
-    pytest.skip(message)
 
 
 def test_committed_json_is_what_the_generator_writes():

@@ -2,9 +2,12 @@
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from forecast.backtest import AutoForecaster
 from forecast.base import check_quantile_frame, future_index
+from forecast.baselines import BASELINES, WEEK
 from forecast.calibrate import Calibrated
 from forecast.global_model import GlobalForecaster, GlobalPool, GlobalSettings
 from forecast.models import MODELS, SeasonalProfile
@@ -145,3 +148,21 @@ def test_quantiles_asked_out_of_order_are_refused_not_mislabelled(model):
         fitted.predict(24, [0.5, 0.05])
     frame = fitted.predict(24, [0.5, 0.5, 0.9])  # a target and a headroom quantile may be equal
     assert (frame[0.9].to_numpy() >= frame.iloc[:, 0].to_numpy()).all()
+
+
+@given(st.integers(1, 400).flatmap(lambda n: st.lists(st.floats(0, 1e4) | st.just(float("nan")), min_size=n,
+                                                     max_size=n)), st.integers(1, 400))  # a length, then values: a
+# list strategy alone seldom draws one as long as a week
+def test_the_reference_levels_are_last_weeks_hour_the_last_hour_seen_and_the_peak(values, horizon):
+    """The baselines `simulate` compares against, each the same for every quantile: seasonal-naive the same hour a
+    week before (none without a week), reactive the last hour seen, static the history's peak."""
+    history = pd.Series(values, index=pd.date_range("2026-01-05", periods=len(values), freq="h", tz="UTC"))
+    seen = history.dropna()
+    week_ago = [values[len(values) - WEEK + h % WEEK] for h in range(horizon)] if len(values) >= WEEK else [np.nan]
+    expected = {"seasonal-naive": week_ago, "reactive": [seen.iloc[-1] if len(seen) else np.nan],
+                "static": [seen.max() if len(seen) else np.nan]}
+    for name, levels in expected.items():
+        frame = BASELINES[name]().fit(history).predict(horizon, [0.5, 0.99])
+        assert frame.index.equals(future_index(history, horizon)), name
+        for q in (0.5, 0.99):
+            np.testing.assert_array_equal(frame[q].to_numpy(), np.broadcast_to(levels, horizon), err_msg=name)

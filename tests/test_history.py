@@ -113,7 +113,9 @@ def test_outliers_are_clipped_and_reported_but_real_peaks_are_kept():
     glitch.iloc[100] = series.max() * 50
     cleaned, report = prepare(glitch, outlier_factor=3.0)
     assert report.outliers == [glitch.index[100].isoformat()]
-    assert cleaned.iloc[100] < series.max() * 4
+    # clipped to the factor times the series' own 99th percentile, every other hour as it was
+    assert cleaned.iloc[100] == pytest.approx(3.0 * np.nanpercentile(glitch.to_numpy(), 99), rel=1e-12)
+    np.testing.assert_array_equal(cleaned.drop(cleaned.index[100]).to_numpy(), series.drop(series.index[100]))
     untouched, report = prepare(series, outlier_factor=3.0)
     assert report.outliers == []
 
@@ -536,11 +538,13 @@ def test_a_sampler_that_missed_many_samples_is_read_not_taken_for_two_exports(st
 
 def test_a_sparse_sampler_whose_most_common_interval_is_twice_its_step_is_not_refused():
     """Found by the sum property: 15-minute samples, most missing, their most common interval 30 minutes; an hour
-    with all four samples seemed to hold two hours and was refused as two exports overlapping."""
+    with all four samples seemed to hold two hours and was refused as two exports overlapping. An hour of three
+    (a whole 30-minute sample over its room) is summed as it is too, not scaled down to the two it seems to hold."""
     grid = pd.date_range("2026-01-05T00:00Z", periods=132, freq="15min")
-    index = grid[[0, 1, 79, 81, 92, 94, 96, 98, 100, 101, 102, 103]]
+    index = grid[[0, 1, 79, 81, 92, 94, 96, 98, 100, 101, 102, 103, 104, 106, 107, 110, 112, 114]]
     series, _ = prepare(pd.Series(1.0, index=index), statistic="sum", outlier_factor=None)
     assert series[pd.Timestamp("2026-01-06T01:00Z")] == 4.0  # the hour with all four samples, summed as they are
+    assert series[pd.Timestamp("2026-01-06T02:00Z")] == 3.0
 
 
 # ---------------------------------------------------------------------------- one history, however it is written

@@ -329,6 +329,8 @@ def test_recent_observed_peak_and_warm_buffer_block_scale_in():
     assert "recent peak 16" in s.reason
     short = cluster(workload(scale_in_delay_seconds=120.0))  # the 30 is older than the delay: only the 6 counts
     assert plan_step(h, {"chat": demand}, training(), short, now).workloads[0].reserved_gpus == 4
+    exactly = cluster(workload(scale_in_delay_seconds=300.0))  # the 30 is as old as the delay: it still counts
+    assert plan_step(h, {"chat": demand}, training(), exactly, now).workloads[0].reserved_gpus == 16
     buffered = cluster(workload(scale_in_delay_seconds=600.0, warm_buffer=1.0))
     s = plan_step(h, {"chat": demand}, training(), buffered, now).workloads[0]
     assert (s.buffer_gpus, s.reserved_gpus) == (4, 20)  # 1.0 x sqrt(16)

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("HEADROOM_CACHE", Path.home() / ".cache" / "headroom"))
@@ -27,6 +28,16 @@ class ServerError(RuntimeError):
 
 def in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() not in {"", "0", "false", "no"}
+
+
+def unavailable(message: str) -> NoReturn:
+    """A tool the tests need is not installed: a skip saying how to install it, but a failure under CI, which
+    installs every one (tests/run.sh), so that a skip there cannot hide a broken install."""
+    import pytest
+
+    if in_ci():
+        pytest.fail(f"{message}; CI=true, so this is a failure, not a skip", pytrace=False)
+    pytest.skip(message)
 
 
 def find_binary(name: str, env_var: str | None = None, cached: Path | None = None) -> str | None:
