@@ -594,7 +594,8 @@ class EmbeddedCluster:
             "reservedGpus": status.reserved_gpus, "headroomGpus": status.headroom_gpus, "planId": status.plan_id,
             "model": status.model, "observedGeneration": status.observed_generation,
             "forecastDemand": status.forecast_demand, "nextHours": list(status.next_hours),
-            "realizedError": realized, "conditions": list(conditions.values())}
+            "realizedError": realized, "conditions": list(conditions.values()),
+            "holding": copy.deepcopy(status.holding)}
         return True
 
     def emit_event(self, about: ObjectRef, reason: str, message: str, type: str = "Normal") -> dict:

@@ -146,6 +146,14 @@ def _holds(stored: Any, sent: Any) -> bool:
     return bool(stored == sent)
 
 
+def _merge_patch(old: object, new: object) -> object:
+    """The merge patch (RFC 7386) that turns `old` into `new`: a key `new` drops is removed (null), maps are patched
+    key by key, anything else replaced."""
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return new
+    return {**dict.fromkeys(old), **{key: _merge_patch(old.get(key), value) for key, value in new.items()}}
+
+
 def _condition(obj: Mapping, type_: str) -> bool:
     return any(c.get("type") == type_ and c.get("status") == "True"
                for c in ((obj.get("status") or {}).get("conditions") or []))
@@ -1247,6 +1255,7 @@ class KubeCluster:
             body["planId"] = status.plan_id
             body["forecastDemand"] = float(status.forecast_demand) if status.forecast_demand is not None else None
             body["model"] = status.model
+            body["holding"] = status.holding  # none: no spec of the policy says what it holds (null removes it)
             body["nextHours"] = list(status.next_hours)
             if status.realized_error is None:  # a policy not planned: its forecasts are no longer scored
                 body["realizedError"] = None
@@ -1262,10 +1271,11 @@ class KubeCluster:
                     and (body["planId"] is not None or not held.get("planId"))
                     and all(held.get(k) == v for k, v in body.items() if k not in ("lastPlanTime", "planId"))):
                 return None
-            if body.get("realizedError") and isinstance(held.get("realizedError"), dict):
-                # the horizons scored now are the whole error: a merge patch merges maps, so one scored before and
-                # not now is removed (null), not left beside them as if it were scored now
-                body["realizedError"] = {**dict.fromkeys(held["realizedError"]), **body["realizedError"]}
+            # the horizons scored now are the whole error, and the holding written the whole holding: a merge patch
+            # merges maps, so a key said before and not now is removed (null), not left beside them
+            for key in ("realizedError", "holding"):
+                if key in body:
+                    body[key] = _merge_patch(held.get(key), body[key])
             return {"status": body}
 
         return self._update(path, mutate, subresource="/status", cached=self._cached("reservationpolicies", namespace,

@@ -79,6 +79,7 @@ from core.policy import (
     Claims,
     PolicySpec,
     created,
+    holding_said,
     holding_spec,
     parse_policy_spec,
     refused_holders,
@@ -147,19 +148,27 @@ class ParsedSpecs:
 
     def __init__(self) -> None:
         self._held: dict[ObjectRef, tuple[int, object, PolicySpec | str, PolicySpec | None]] = {}
-        self._last_holding: dict[ObjectRef, PolicySpec] = {}  # each policy's newest spec that said what it holds
+        # each policy's newest spec that said what it holds, and its generation
+        self._last_holding: dict[ObjectRef, tuple[int, PolicySpec]] = {}
 
     def of(self, ref: ObjectRef, generation: int, raw: object) -> PolicySpec | str:
         """The parsed spec, or every error (field paths) in one message."""
         return self._parsed(ref, generation, raw)[2]
 
-    def holding(self, ref: ObjectRef, generation: int, raw: object) -> PolicySpec | None:
+    def holding(self, ref: ObjectRef, generation: int, raw: object, status: Mapping) -> PolicySpec | None:
         """The spec as far as it says what its policy holds: the parsed spec, or one that does not parse as
         core.policy.holding_spec reads it; where not even that reads (its target mistyped or removed), what the
-        newest spec that did said: an edit deletes no workload, so that target still holds its GPUs (None: no spec of
-        the policy this process read said)."""
+        newest spec that did said: an edit deletes no workload, so that target still holds its GPUs. That is the
+        newer of the one this process read and the one the policy's `status` says (status.holding, written by
+        whichever controller led: this one restarted, or another replica); None: neither says."""
         held = self._parsed(ref, generation, raw)[3]
-        return self._last_holding.get(ref) if held is None else held
+        if held is not None:
+            return held
+        read = self._last_holding.get(ref)
+        said = holding_spec(status.get("holding"))
+        if said is not None and (read is None or int(status.get("observedGeneration") or 0) > read[0]):
+            return said
+        return read[1] if read is not None else None
 
     def _parsed(self, ref: ObjectRef, generation: int, raw: object
                 ) -> tuple[int, object, PolicySpec | str, PolicySpec | None]:
@@ -173,7 +182,7 @@ class ParsedSpecs:
             held = (generation, raw, spec_errors_said(exc.errors), holding_spec(raw))
         self._held[ref] = held
         if held[3] is not None:
-            self._last_holding[ref] = held[3]
+            self._last_holding[ref] = (generation, held[3])
         return held
 
     def keep(self, present: set[ObjectRef]) -> None:
@@ -244,7 +253,8 @@ def invalid_holdings(objects: list[Identified], invalid: Mapping[ObjectRef, str]
         return [], []
     refused = []
     for obj, ref, generation in sorted(objects, key=lambda o: created(o.obj)):
-        if ref in invalid and (spec := specs.holding(ref, generation, obj.get("spec"))) is not None:
+        if ref in invalid and (spec := specs.holding(ref, generation, obj.get("spec"), obj.get("status") or {})
+                               ) is not None:
             refused.append(PolicyObject(ref, generation, spec, obj.get("status") or {}))
     holds = refused_holders([(p.target().target, p.spec) for p in kept], [(p.target().target, p.spec) for p in refused])
     holders = [p for p, own in zip(refused, holds) if own]
@@ -380,15 +390,15 @@ NOT_PLANNED = tuple(Condition(kind, "Unknown", "NotPlanned", "the policy takes n
                     for kind in CONDITION_TYPES if kind != "Ready")
 
 
-def _refusal_said(status: Mapping, message: str, generation: int) -> tuple[bool, bool]:
+def _refusal_said(status: Mapping, message: str, generation: int, holding: dict | None) -> tuple[bool, bool]:
     """Whether a policy's status already says Ready=False for this reason (a restarted controller reported it), and
-    whether it says all a refusal's status says: the generation refused, no plan's id or realized error (an older
-    controller's refusal left its last plan's, and a spec edited and refused for the same reason is a new
-    generation)."""
+    whether it says all a refusal's status says: the generation refused, what the policy holds, no plan's id or
+    realized error (an older controller's refusal left its last plan's, and a spec edited and refused for the same
+    reason is a new generation)."""
     told = any(c.get("type") == "Ready" and c.get("status") == "False" and c.get("message") == message
                for c in status.get("conditions", []))
     return told, told and status.get("observedGeneration") == generation and not status.get("planId") \
-        and not status.get("realizedError")
+        and not status.get("realizedError") and status.get("holding") == holding
 
 
 @dataclass(frozen=True)
@@ -661,12 +671,15 @@ class Reconciler:
         refused = {**invalid, **missing, **too_big}
         states: dict[str, PolicyState] = {}
         report: list[RecordEvent | PatchStatus] = []
-        read = {ref: (obj.get("status") or {}, generation) for obj, ref, generation in objects}
+        read = {o.ref: o for o in objects}
         for ref, message in refused.items():
             key = f"{ref.namespace}/{ref.name}"
             states[key] = PolicyState(key, "", False, message)
-            status, generation = read[ref]
-            told, whole = _refusal_said(status, message, generation)
+            obj, _, generation = read[ref]
+            status = obj.get("status") or {}
+            spec = self._specs.holding(ref, generation, obj.get("spec"), status)
+            holding = holding_said(spec) if spec is not None else None
+            told, whole = _refusal_said(status, message, generation, holding)
             why = "PlanInfeasible" if ref in too_big else "TargetMissing" if ref in missing else "InvalidSpec"
             if self._reported.get(ref) != message and not told:
                 # one event per new refusal, not one per reconcile (nor one per restart: the status remembers)
@@ -674,7 +687,8 @@ class Reconciler:
                 self._reported[ref] = message
             if not whole:
                 conditions = (Condition("Ready", "False", why, message), *NOT_PLANNED)
-                report.append(PatchStatus(ref, PolicyStatus(0, 0, conditions, observed_generation=generation)))
+                report.append(PatchStatus(ref, PolicyStatus(0, 0, conditions, observed_generation=generation,
+                                                            holding=holding)))
         for p in policies:
             self._reported.pop(p.ref, None)
         # what was written for a policy since deleted is forgotten (a thousand come and go over a controller's life)
@@ -1281,7 +1295,8 @@ class Reconciler:
             actions.append(PatchStatus(p.ref, PolicyStatus(
                 reserved_gpus=ws.reserved_gpus, headroom_gpus=ws.headroom_gpus,
                 conditions=conditions, plan_id=plan_id, forecast_demand=target, observed_generation=p.generation,
-                model=model, next_hours=next_hours, realized_error={f"{h}h": v for h, v in errors.items()})))
+                model=model, next_hours=next_hours, realized_error={f"{h}h": v for h, v in errors.items()},
+                holding=holding_said(p.spec))))
             latest = self._samples(p.key, i.raw).latest
             states[p.key] = PolicyState(
                 p.key, p.spec.mode, True, None, now, wh, ws, i.forecast.frame if i.forecast is not None else None,

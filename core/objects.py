@@ -145,3 +145,4 @@ class PolicyStatus:
     model: str | None = None
     next_hours: tuple[dict[str, Any], ...] = ()        # {"hour", "reservedGpus", "headroomGpus"}
     realized_error: dict[str, float] | None = None  # "1h"/"6h"/"24h" ahead -> mean scaled error
+    holding: dict[str, Any] | None = None  # what the policy holds, as its spec says it (core.policy.holding_said)

@@ -306,6 +306,7 @@ def parse_policy_spec(spec: Any, source: str) -> PolicySpec:
 
 # the fields of a spec that say what its policy holds on a cluster: its target, its ClusterQueues and whether it acts
 HOLDING_FIELDS = ("target", "inferenceClusterQueue", "trainingClusterQueues", "mode")
+_HOLDING_NAMES = {name for name, field in PolicySpec.model_fields.items() if field.alias in HOLDING_FIELDS}
 
 
 def holding_spec(spec: Any) -> PolicySpec | None:
@@ -322,6 +323,14 @@ def holding_spec(spec: Any) -> PolicySpec | None:
                                           **{k: spec[k] for k in HOLDING_FIELDS if k in spec}})
     except ValidationError:
         return None
+
+
+def holding_said(spec: PolicySpec) -> dict[str, Any]:
+    """What `spec` says its policy holds, as a spec says it (HOLDING_FIELDS and capacity.gpusPerReplica): the policy's
+    status carries it (`status.holding`), so a controller that read no spec of the policy saying so (restarted, or a
+    new leader) reads it back by holding_spec: an edit deletes no workload."""
+    said = spec.model_dump(by_alias=True, exclude_none=True, include=_HOLDING_NAMES)
+    return {"capacity": {"gpusPerReplica": spec.capacity.gpus_per_replica}, **said}
 
 
 def held_demand_per_gpu(spec: Any) -> float | None:

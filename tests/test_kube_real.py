@@ -553,6 +553,36 @@ def test_realized_error_says_the_same_on_kubernetes_and_the_embedded_cluster(clu
         assert on_kube == embedded == held, (sent, on_kube, embedded)
 
 
+HOLDINGS = st.builds(
+    lambda kind, name, namespace, capacity, queues, mode: {
+        "target": {"kind": kind, "name": name, **namespace}, "capacity": capacity, **queues, "mode": mode},
+    st.sampled_from(["Deployment", "HorizontalPodAutoscaler", "ClusterQueue"]), st.sampled_from(["a", "b"]),
+    st.sampled_from([{}, {"namespace": "other"}]), st.sampled_from([{}, {"gpusPerReplica": 2}]),
+    st.fixed_dictionaries({}, optional={"inferenceClusterQueue": st.sampled_from(["q-a", "q-b"]),
+                                        "trainingClusterQueues": st.lists(st.sampled_from(["t-a", "t-b"]),
+                                                                          unique=True)}),
+    st.sampled_from(["forecast-only", "active"]))
+
+
+@hypothesis.settings(max_examples=20, deadline=None)
+@hypothesis.given(holdings=st.lists(st.none() | HOLDINGS, min_size=1, max_size=4))
+def test_a_status_s_holding_says_the_same_on_kubernetes_and_the_embedded_cluster(cluster, holdings):
+    """What a policy holds (status.holding, read back by a restarted controller where no spec says it) reads back as
+    written, whole, on Kubernetes as on the embedded cluster: a merge patch merges maps, so a queue or namespace said
+    before and not now would be left in it; none written (None) removes it; the same said again is no write."""
+    cluster.delete(f"{RP}/holding")
+    cluster.create(RP, policy("holding"))
+    world = EmbeddedCluster(8, [], {}, 0.0)
+    for holding in holdings:
+        status = PolicyStatus(reserved_gpus=0, headroom_gpus=0, holding=holding,
+                              conditions=(Condition("Ready", "False", "InvalidSpec", "spec.target.name: required"),))
+        cluster.patch_policy_status(NS, "holding", status)
+        world.patch_policy_status(NS, "holding", status)
+        on_kube = cluster.get_reservation_policy(NS, "holding")["status"].get("holding")
+        assert on_kube == world.statuses[(NS, "holding")]["holding"] == holding, (holding, on_kube)
+        assert cluster.patch_policy_status(NS, "holding", status) is False  # said: nothing new
+
+
 def test_a_refusal_s_status_removes_the_plan_id_an_older_controller_left(cluster):
     """A status that said nothing new but its plan id was not written: an older controller's refusal that kept its last
     plan's id (the same numbers and conditions) kept it on every rewrite for up to an hour, read as a plan in force."""

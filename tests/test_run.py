@@ -27,7 +27,7 @@ from controller.executor import execute
 from controller.reconcile import ParsedSpecs, Reconciler, identified, invalid_holdings, parse_policies, training_queues
 from core.errors import ConfigError
 from core.objects import CONDITION_TYPES, TargetRef
-from core.policy import API_VERSION, KIND, held_demand_per_gpu, holding_spec, parse_policy_spec
+from core.policy import API_VERSION, KIND, held_demand_per_gpu, holding_said, holding_spec, parse_policy_spec
 from core.settings import RunConfig, WorldSettings
 from forecast.synthetic import synthetic_demand, write_csv
 from tests.test_training import mlflow_server  # noqa: F401 -- the real `mlflow server` fixture
@@ -292,6 +292,31 @@ def test_a_world_after_an_edit_holds_what_one_started_with_the_edited_policy_hol
         p.key: p.spec.target.ref("inference") for p in kept + holders}
 
 
+@pytest.mark.parametrize("status_generation, holds", [(None, "read"), (1, "read"), (2, "read"), (3, "said")])
+def test_a_policy_s_holding_is_the_newer_of_what_this_controller_read_and_what_its_status_says(status_generation,
+                                                                                                holds):
+    """A policy whose spec no longer says what it holds (generation 4, its target's name removed) holds what the newer
+    of two says: the spec this controller read last (generation 2, target `read`), or its status (status.holding, as a
+    restarted controller or another leader wrote it). A status not yet rewritten since (a generation before) says the
+    older holding; one written by a leader that read a newer spec (generation 3) the newer. No status says nothing
+    of it, and a fresh controller holds what the status says."""
+    def at(generation: int, name: str | None) -> tuple:
+        edited = policy("p", target={"kind": "Deployment", **({"name": name} if name else {})})
+        edited["metadata"]["generation"] = generation
+        return identified([edited])[0]
+
+    specs = ParsedSpecs()
+    for generation, name in ((1, "first"), (2, "read")):
+        parse_policies([at(generation, name)], specs)
+    said = parse_policy_spec(at(3, "said").obj["spec"], "said")
+    status = {} if status_generation is None else {"observedGeneration": status_generation,
+                                                   "holding": holding_said(said)}
+    obj, ref, generation = at(4, None)
+    assert specs.holding(ref, generation, obj["spec"], status).target.name == holds
+    fresh = ParsedSpecs().holding(ref, generation, obj["spec"], status)
+    assert fresh is None if status_generation is None else holding_said(fresh) == holding_said(said)
+
+
 def test_a_spec_is_parsed_once_per_generation_and_forgotten_with_its_policy(monkeypatch):
     import controller.reconcile as reconcile
 
@@ -514,19 +539,24 @@ def test_an_edit_of_the_replica_size_or_the_demand_per_gpu_is_what_the_world_the
 @pytest.mark.parametrize("edit, error", [({"target": {"kind": "Deployment"}}, "spec.target.name: Field required"),
                                          ({"inferenceClusterQueue": "team-b"},  # what a 1.20 API server admits
                                           "inferenceClusterQueue cannot also be a training ClusterQueue")])
+@pytest.mark.parametrize("restart", [False, True])
 def test_a_policy_edited_so_not_even_what_it_holds_reads_still_holds_its_target_s_gpus(demand_file, tmp_path, edit,
-                                                                                      error):
+                                                                                      error, restart):
     """other, planned beside chat, is edited so that not even what it holds reads (its target's name removed, or its
     inference queue one of its training queues). Its Deployment runs on, as a cluster's does (a policy edit deletes no
     workload): 22 replicas, 44 GPUs. The controller counted none of them: it lent the 44 as idle, and planned chat
     onto them as demand rose, so at 11:00 chat reserved 98 GPUs and held 84, 7 replicas waiting for GPUs other's pods
     held. The controller reads such a policy as holding what its spec said before (ParsedSpecs.holding), as the
-    world holds it: refused, its target's GPUs held, its team lent to, and chat planned on what is left."""
+    world holds it: refused, its target's GPUs held, its team lent to, and chat planned on what is left. So too a
+    controller restarted after the edit (or a new leader), which never read that spec: the policy's status says what
+    it holds (without it, 44 GPUs were lent again after the restart)."""
     r = Replay(tmp_path, demand_file, policy("chat", minGpus=40), policy("other", trainingClusterQueues=["team-b"]))
     r.step(AT_9)
     held = r.replicas("other") * 2
     r.cluster.apply_policy(policy("other", trainingClusterQueues=["team-b"], **edit))
     for minutes in (5, 60, 120):
+        if restart and minutes in (5, 60):  # the status said by a valid spec, then by the refusal
+            r.restart()
         state = r.step(AT_9 + pd.Timedelta(minutes=minutes))
         chat, other = state.policies["inference/chat"], state.policies["inference/other"]
         assert not other.valid and error in other.error

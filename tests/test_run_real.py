@@ -379,14 +379,17 @@ def test_a_refused_policy_s_target_keeps_its_gpus_and_its_team_keeps_its_share(k
         kube.delete(team)
 
 
+@pytest.mark.parametrize("restart", [False, True])
 def test_a_policy_edited_so_not_even_what_it_holds_reads_still_holds_its_target_s_gpus(kube, controller,
-                                                                                     prometheus_server, tmp_path):
+                                                                                     prometheus_server, tmp_path,
+                                                                                     restart):
     """big, planned beside chat, is edited so its inference queue is one of its training queues too: the CRD's schema
     (no CEL on 1.20) admits it, and the spec reads not even as far as what it holds. Its Deployment runs on (an edit
     deletes no workload), but the controller counted none of it: its GPUs were lent as idle, beside chat's
     reservation, and team-run kept the quota last set. It holds what the spec read before said, as the embedded
     cluster holds it (tests/test_run.py): its target's GPUs, in the inference queue it shares with chat, and its
-    team's share of the slack."""
+    team's share of the slack. So too a controller restarted after the edit (or a new leader), which never read that
+    spec: the policy's status says what it holds."""
     team = kueue.path("clusterqueues", "team-run")
     kube.apply(team, kueue.cluster_queue("team-run", gpus=0, cohort=COHORT))
     big = {"trainingClusterQueues": ["team-run"], "capacity": {"demandPerGpu": 20.0, "gpusPerReplica": 1}}
@@ -402,6 +405,9 @@ def test_a_policy_edited_so_not_even_what_it_holds_reads_still_holds_its_target_
         kube.apply(f"{RP}/big", policy("big", **{**big, "trainingClusterQueues": ["team-run", INFERENCE_QUEUE]}))
         controller.sync()
         for minutes in (5, 10):
+            if restart:  # the status said by a valid spec, then by the refusal
+                r.close()
+                r = reconciler(controller, prometheus_server.url, tmp_path)
             state = r.reconcile(MONDAY_7AM + pd.Timedelta(minutes=minutes))
             chat, refused = state.policies[f"{NS}/chat"], state.policies[f"{NS}/big"]
             assert not refused.valid and "inferenceClusterQueue cannot also be a training ClusterQueue" in refused.error
