@@ -58,6 +58,12 @@ INT64_MAX = 2**63 - 1  # an integer field's largest value in a Kubernetes object
 Count = Annotated[int, BeforeValidator(_whole), Field(le=INT64_MAX)]
 
 
+def without_nulls(data: dict[str, Any]) -> dict[str, Any]:
+    """The API server prunes a null field before it fills in defaults (`kubectl apply` stores `statistic:` as max,
+    `maxGpus: null` as unset): a file reads so too."""
+    return {k: v for k, v in data.items() if v is not None}
+
+
 class Camel(BaseModel):
     """A Kubernetes-style spec: camelCase keys, the same in a CRD object and in a file; unknown keys are errors."""
     # NaN and infinity are refused in every number: an object's field never means "unknown" or "unbounded"
@@ -67,9 +73,7 @@ class Camel(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _null_is_absent(cls, data: Any) -> Any:
-        # the API server prunes a null field before it fills in defaults (`kubectl apply` stores `statistic:` as
-        # max, `maxGpus: null` as unset): a file reads so too
-        return {k: v for k, v in data.items() if v is not None} if isinstance(data, dict) else data
+        return without_nulls(data) if isinstance(data, dict) else data
 
 
 class CapacitySpec(Camel):
@@ -190,6 +194,10 @@ class PolicySpec(Camel, CrossChecked):
         if self.capacity.gpus_per_replica > gpus:
             return f"capacity.gpusPerReplica {self.capacity.gpus_per_replica}"
         return None
+
+    @classmethod
+    def as_read(cls, data: dict[str, Any]) -> dict[str, Any]:
+        return without_nulls(data)  # the cross-checks' wrap sees the input before Camel's validator drops the nulls
 
     @classmethod
     def cross_checks(cls) -> list[CrossCheck]:
