@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from cli.config import Config
-from core.errors import BadRequest
+from core.errors import BadRequest, ConfigError
 from core.files import append_whole, replace_whole
 from core.settings import EmbeddedPolicy, RunConfig, duplicate_policies
 
@@ -78,8 +78,8 @@ def with_policy_files(r: RunConfig, files: list[str] | None, history: str | None
     """run.policies plus the policies of --policy-file, whose demand is --history."""
     for i, p in enumerate(r.policies):  # named in the configuration, absent at start: a configuration error (one
         if not p.history_file.exists():  # that goes, or cannot be read, later is that policy's fault alone)
-            raise BadRequest(f"run.policies[{i}].history_file {p.history_file}: no such file (policy "
-                             f"{p.namespace}/{p.name})")
+            raise ConfigError(None, [f"run.policies.{i}.history_file: {p.history_file}: no such file (policy "
+                                     f"{p.namespace}/{p.name})"])
     if not files:
         if history:
             raise BadRequest("--history is the demand of --policy-file's policies: give --policy-file too")

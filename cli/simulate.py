@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from cli import sources
 from cli.config import Config
 from cli.outputs import check_output_files, command_inputs, writing
-from core.errors import BadRequest, HeadroomError
+from core.errors import BadRequest, ConfigError, HeadroomError
 from core.settings import MAX_CLUSTER_GPUS
 from core.textfile import TooLong, bounded_lines
 from core.units import go_duration
@@ -187,13 +187,16 @@ def job_arrivals(path, span_seconds: float, step_seconds: float, gpus: int, span
     return arrivals, notes
 
 
-def _check_scale(demand, per_gpu: float, what: str, slip: str = "is the demand per GPU in the trace's unit?") -> None:
+def _check_scale(demand, per_gpu: float, what: str, slip: str = "is the demand per GPU in the trace's unit?",
+                 source: str | None = None) -> None:
     """The trace's peak in GPUs fits the largest cluster (else BadRequest naming `what`, the setting that gave
-    `per_gpu`) and, said when not, one GPU; `slip` asks after the likely mistake."""
+    `per_gpu`; a ConfigError of file `source` when given) and, said when not, one GPU; `slip` asks after the likely
+    mistake."""
     peak = float(demand.max()) / per_gpu
     if not peak <= MAX_CLUSTER_GPUS:
-        raise BadRequest(f"{what}: the trace's peak {float(demand.max()):g} would need {peak:.3g} GPUs, "
-                         f"over {MAX_CLUSTER_GPUS:,} ({slip})")
+        problem = f"{what}: the trace's peak {float(demand.max()):g} would need {peak:.3g} GPUs, over " \
+            f"{MAX_CLUSTER_GPUS:,} ({slip})"
+        raise ConfigError(source, [problem]) if source is not None else BadRequest(problem)
     if 0 < peak < 1:  # possible for a tiny service, but more often a unit slip: said, and run
         print(f"note: {what}: the trace's peak {float(demand.max()):g} needs {peak:.3g} of one GPU, so "
               f"every policy holds its minimum ({slip})", file=sys.stderr)
@@ -250,22 +253,23 @@ def whatif(cfg: Config) -> WhatIf:
             c.jobs, Scenario(demand, days=c.days).replay_seconds, step.total_seconds(), c.gpus, "--days", queues)
 
     if c.policy_file is not None:
-        objects = load_manifests(c.policy_file)
+        objects, source = load_manifests(c.policy_file), str(c.policy_file)  # its errors said as a bad file's
         if len(objects) != 1:
-            raise BadRequest(f"{c.policy_file}: holds {len(objects)} ReservationPolicies; a replay (simulate, report, "
-                             "tune) runs one: give a file holding one")
+            raise ConfigError(source, [f"(top level): holds {len(objects)} ReservationPolicies; a replay (simulate, "
+                                       "report, tune) runs one: give a file holding one"])
         meta = objects[0]["metadata"]
         spec = PolicySpec.model_validate(objects[0]["spec"])
         _check_scale(demand, spec.capacity.demand_per_gpu,
-                     f"{c.policy_file}: spec.capacity.demandPerGpu {spec.capacity.demand_per_gpu:g}")
+                     f"spec.capacity.demandPerGpu: {spec.capacity.demand_per_gpu:g}", source=source)
         if spec.mode != "active":  # a replay of it serves no demand and lends nothing: 100% short, exit 0
-            raise BadRequest(f"{c.policy_file}: spec.mode is {spec.mode} (the default when unset), which changes "
-                             "nothing: set spec.mode: active to simulate what the policy would do")
+            raise ConfigError(source, [f"spec.mode: {spec.mode} (the default when unset) changes nothing: set "
+                                       "spec.mode: active to simulate what the policy would do"])
         kept = controller["non_lendable_gpus"]
-        if too_big := spec.too_big_for(c.gpus - kept):
+        if too_big := spec.too_big_for(c.gpus - kept):  # 'minGpus 500': the field, then what it holds
+            field, _, held = too_big.partition(" ")
             kept_said = f", {kept} of them never lent (run.non_lendable_gpus)" if kept else ""
-            raise BadRequest(f"{c.policy_file}: spec.{too_big} does not fit the {c.gpus}-GPU cluster "
-                             f"(simulate.gpus, --gpus){kept_said}")
+            raise ConfigError(source, [f"spec.{field}: {held} does not fit the {c.gpus}-GPU cluster (simulate.gpus, "
+                                       f"--gpus){kept_said}"])
         name = f"{meta['namespace']}/{meta['name']}"
         jobs, job_notes = arrivals(spec.training_cluster_queues)
         try:

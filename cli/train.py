@@ -23,7 +23,7 @@ from core.settings import SERIES_NAME_PATTERN
 from forecast.clock import local_hours
 from forecast.global_model import GlobalPool, GlobalSettings
 from forecast.history import HistoryError
-from training.pipeline import TrainingError, TrainSettings, train_series
+from training.pipeline import StoppedAfterPromoting, TrainingError, TrainSettings, train_series
 
 
 def settings_from_config(cfg: Config) -> TrainSettings:
@@ -127,12 +127,18 @@ def cmd_train(cfg, args) -> int:
                     print(f"{name} ({where}): training failed: {exc}", file=sys.stderr)
         except KeyboardInterrupt as exc:
             # train_series has ended its runs (KILLED, or FINISHED if it promoted its model) and released its lock
-            done = {o["name"] for o in out}
             why = f"stopped by {exc}" if str(exc) else "interrupted"
-            out += [{"name": name, "history": where, "error": why} for name, where, _ in jobs if name not in done]
-            print(f"training {why} before {', '.join(o['name'] for o in out if o['name'] not in done)} finished "
-                  "(its runs are marked KILLED, FINISHED where its model was promoted first): retrain",
-                  file=sys.stderr)
+            if isinstance(exc, StoppedAfterPromoting):  # the commit point was passed: the series' training did its work
+                where = next(where for name, where, _ in jobs if name == exc.series)
+                out.append({"name": exc.series, "history": where, "version": exc.version, "promoted": True,
+                            "status": f"promoted, then {why}"})
+                print(f"{exc.series}: v{exc.version} PROMOTED, then {why} (its run ends FINISHED, headroom.cut_short)",
+                      file=sys.stderr)
+            done = {o["name"] for o in out}
+            if unfinished := [(name, where) for name, where, _ in jobs if name not in done]:
+                out += [{"name": name, "history": where, "error": why} for name, where in unfinished]
+                print(f"training {why} before {', '.join(name for name, _ in unfinished)} finished (its runs are "
+                      "marked KILLED): retrain", file=sys.stderr)
             status = 128 + (signal.Signals[str(exc)] if str(exc) else signal.SIGINT)  # as any command stopped
     print(json.dumps(out if listed else out[0], indent=2))
     return status

@@ -20,6 +20,7 @@ from pandas.errors import OutOfBoundsTimedelta
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from core.crosschecks import CrossCheck, CrossChecked, FieldErrors
 from core.errors import ConfigError
 from core.objects import TargetRef
 from core.textfile import TooLong, read_text
@@ -57,6 +58,12 @@ INT64_MAX = 2**63 - 1  # an integer field's largest value in a Kubernetes object
 Count = Annotated[int, BeforeValidator(_whole), Field(le=INT64_MAX)]
 
 
+def without_nulls(data: dict[str, Any]) -> dict[str, Any]:
+    """The API server prunes a null field before it fills in defaults (`kubectl apply` stores `statistic:` as max,
+    `maxGpus: null` as unset): a file reads so too."""
+    return {k: v for k, v in data.items() if v is not None}
+
+
 class Camel(BaseModel):
     """A Kubernetes-style spec: camelCase keys, the same in a CRD object and in a file; unknown keys are errors."""
     # NaN and infinity are refused in every number: an object's field never means "unknown" or "unbounded"
@@ -66,9 +73,7 @@ class Camel(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _null_is_absent(cls, data: Any) -> Any:
-        # the API server prunes a null field before it fills in defaults (`kubectl apply` stores `statistic:` as
-        # max, `maxGpus: null` as unset): a file reads so too
-        return {k: v for k, v in data.items() if v is not None} if isinstance(data, dict) else data
+        return without_nulls(data) if isinstance(data, dict) else data
 
 
 class CapacitySpec(Camel):
@@ -96,7 +101,7 @@ class ObjectiveSpec(Camel):
     max_short_steps: float = Field(0.01, ge=0, le=1, description="Share of steps with any unmet demand.")
 
 
-class PolicySpec(Camel):
+class PolicySpec(Camel, CrossChecked):
     """One inference workload's reservation policy."""
     query: str = Field(min_length=1, description="PromQL expression for demand (one series; aggregate with sum(...)).")
     statistic: str = Field("max", description="How samples are aggregated to the hourly forecast step "
@@ -190,24 +195,41 @@ class PolicySpec(Camel):
             return f"capacity.gpusPerReplica {self.capacity.gpus_per_replica}"
         return None
 
-    @model_validator(mode="after")
-    def _consistent(self) -> PolicySpec:
-        errors = []  # (the field to correct, why): each said at its own path, as a field's own check is
-        if self.headroom_quantile < self.target_quantile:
-            errors.append(("headroomQuantile", f"headroomQuantile must be at least targetQuantile "
-                                               f"({self.target_quantile:g}), got {self.headroom_quantile:g}"))
-        if self.max_gpus is not None and self.max_gpus < self.min_gpus:
-            errors.append(("maxGpus", f"maxGpus must be at least minGpus ({self.min_gpus}), got {self.max_gpus}"))
-        if self.max_gpus is not None and self.max_gpus < self.capacity.gpus_per_replica:  # a replica would pass it
-            errors.append(("maxGpus", f"maxGpus must be at least one replica (capacity.gpusPerReplica "
-                                      f"{self.capacity.gpus_per_replica})"))
-        if self.inference_cluster_queue in self.training_cluster_queues:
-            errors.append(("inferenceClusterQueue", "inferenceClusterQueue cannot also be a training ClusterQueue"))
-        if self.target.kind == "ClusterQueue" and self.target.name in self.training_cluster_queues:
-            errors.append(("target.name", "the target ClusterQueue cannot also be a training ClusterQueue"))
-        if errors:
-            raise FieldErrors(errors)
-        return self
+    @classmethod
+    def as_read(cls, data: dict[str, Any]) -> dict[str, Any]:
+        return without_nulls(data)  # the cross-checks' wrap sees the input before Camel's validator drops the nulls
+
+    @classmethod
+    def cross_checks(cls) -> list[CrossCheck]:
+        def headroom_quantile(head: float, target: float) -> str | None:
+            return f"headroomQuantile must be at least targetQuantile ({target:g}), got {head:g}" if head < target \
+                else None
+
+        def max_gpus(most: int | None, least: int) -> str | None:
+            return f"maxGpus must be at least minGpus ({least}), got {most}" if most is not None and most < least \
+                else None
+
+        def one_replica(most: int | None, capacity: CapacitySpec) -> str | None:  # else a replica would pass it
+            if most is not None and most < capacity.gpus_per_replica:
+                return f"maxGpus must be at least one replica (capacity.gpusPerReplica {capacity.gpus_per_replica})"
+            return None
+
+        def inference_queue(inference: str | None, training: list[str]) -> str | None:
+            return "inferenceClusterQueue cannot also be a training ClusterQueue" if inference in training else None
+
+        def queue_target(target: TargetSpec, training: list[str]) -> str | None:
+            if target.kind == "ClusterQueue" and target.name in training:
+                return "the target ClusterQueue cannot also be a training ClusterQueue"
+            return None
+
+        return [  # each said at the field to correct, as a field's own check is
+            CrossCheck(("headroom_quantile", "target_quantile"), headroom_quantile, "headroomQuantile"),
+            CrossCheck(("max_gpus", "min_gpus"), max_gpus, "maxGpus"),
+            CrossCheck(("max_gpus", "capacity"), one_replica, "maxGpus"),
+            CrossCheck(("inference_cluster_queue", "training_cluster_queues"), inference_queue,
+                       "inferenceClusterQueue"),
+            CrossCheck(("target", "training_cluster_queues"), queue_target, "target.name"),
+        ]
 
     # the planner's units
     @property
@@ -243,14 +265,6 @@ def policy_duration(value: str) -> str:
     return value
 
 
-class FieldErrors(ValueError):
-    """A check comparing fields of a model: each error with the field (its path in the model) to correct."""
-
-    def __init__(self, errors: list[tuple[str, str]]):
-        super().__init__("; ".join(f"{field}: {message}" for field, message in errors))
-        self.errors = errors
-
-
 def field_errors(exc: ValidationError, model: type[BaseModel], prefix: str = "") -> list[str]:
     """'field.path: message' per error of validating `model`, paths starting at `prefix`, in the names the file uses.
     A key the model does not have (most often a misspelt one) is named with the field it is closest to, or with the
@@ -260,7 +274,8 @@ def field_errors(exc: ValidationError, model: type[BaseModel], prefix: str = "")
         at = [str(p) for p in (prefix.split(".") if prefix else []) + list(e["loc"])]
         path = ".".join(at) or "(top level)"
         if isinstance(checked := (e.get("ctx") or {}).get("error"), FieldErrors):  # each at its field's path
-            out += [f"{'.'.join([*at, field])}: {message}" for field, message in checked.errors]
+            out += [f"{'.'.join([*at, *([field] if field else [])]) or '(top level)'}: {message}"
+                    for field, message in checked.errors]
         elif e["type"] == "extra_forbidden":
             out.append(f"{path}: {_not_a_field(str(e['loc'][-1]), _model_at(model, e['loc'][:-1]))}")
         else:

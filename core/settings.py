@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
@@ -22,12 +21,12 @@ from pydantic import (
     ConfigDict,
     Field,
     PositiveFloat,
-    ValidationError,
     field_validator,
     model_validator,
 )
 from pydantic import Strict as StrictTypes
 
+from core.crosschecks import CrossCheck, CrossChecked
 from core.policy import NAME_PATTERN, DurationText, Forecaster, ObjectiveSpec, PolicySpec, policy_duration
 from core.units import check_statistic, check_timezone, duration
 
@@ -104,55 +103,6 @@ def existing_file(value: Path | None) -> Path | None:
 class Strict(BaseModel):
     # NaN and infinity are refused in every number: no setting means "forever" or "unknown"
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
-
-
-class CrossChecked(Strict):
-    """A section whose checks comparing fields run even when another of its fields failed, so every error is
-    listed at once: each check in `cross_checks` names the fields it reads and is skipped only when one of those
-    failed (then its own error is listed)."""
-
-    @classmethod
-    def cross_checks(cls) -> list[tuple[tuple[str, ...], Callable[..., str | None]]]:
-        """(fields, check): check(*values) returns an error message or None."""
-        return []
-
-    @classmethod
-    def _cross_errors(cls, values: dict[str, Any], failed: set[str]) -> list[str]:
-        errors = []
-        for names, check in cls.cross_checks():
-            if failed & set(names):
-                continue
-            try:
-                message = check(*(values[n] for n in names))
-            except (TypeError, ValueError, KeyError, AttributeError):  # a raw value of the wrong type: its own error
-                continue
-            if message:
-                errors.append(message)
-        return errors
-
-    @model_validator(mode="wrap")
-    @classmethod
-    def _every_error(cls, data: Any, handler: Any) -> Any:
-        try:
-            model = handler(data)
-        except ValidationError as exc:
-            if not isinstance(data, dict):
-                raise
-            failed = {str(e["loc"][0]) for e in exc.errors() if e["loc"]}
-            values = {name: data[name] if name in data else field.get_default(call_default_factory=True)
-                      for name, field in cls.model_fields.items() if name not in failed}
-            extra = cls._cross_errors(values, failed)
-            if not extra:
-                raise
-            details: list[Any] = [{"type": e["type"], "loc": e["loc"], "input": e["input"],
-                                   **({"ctx": e["ctx"]} if "ctx" in e else {})} for e in exc.errors()]
-            details += [{"type": "value_error", "loc": (), "input": data, "ctx": {"error": ValueError(m)}}
-                        for m in extra]
-            raise ValidationError.from_exception_data(exc.title, details) from None
-        errors = cls._cross_errors(dict(model.__dict__), set())
-        if errors:
-            raise ValueError("; ".join(errors))
-        return model
 
 
 # items checked one by one, so each error names its item's index (forecast.quantiles.1), then the list's order
@@ -246,7 +196,7 @@ class PrometheusConfig(PrometheusServer):
         return value
 
 
-class HistoryConfig(CrossChecked):
+class HistoryConfig(Strict, CrossChecked):
     file: FilePath | None = None
     prometheus: PrometheusConfig | None = None
     statistic: str = "mean"
@@ -267,9 +217,9 @@ class HistoryConfig(CrossChecked):
         return value
 
     @classmethod
-    def cross_checks(cls) -> list[tuple[tuple[str, ...], Callable[..., str | None]]]:
-        return [(("file", "prometheus"), lambda file, prom: "give either file or prometheus, not both"
-                 if file is not None and prom is not None else None)]
+    def cross_checks(cls) -> list[CrossCheck]:
+        return [CrossCheck(("file", "prometheus"), lambda file, prom: "give either file or prometheus, not both"
+                           if file is not None and prom is not None else None)]
 
 
 class ForecastConfig(Strict):
@@ -443,7 +393,7 @@ class LeaseConfig(Strict):
     duration_seconds: int = Field(15, ge=2, le=2**31 - 1)  # the Lease stores it as an int32
 
 
-class RunConfig(CrossChecked):
+class RunConfig(Strict, CrossChecked):
     """`headroom run`: the long-running controller."""
     cluster: Literal["simulated", "kubernetes"] = "simulated"
     kubeconfig: FilePath | None = None   # kubernetes: this file; unset: a pod's own credentials, else $KUBECONFIG's
@@ -479,21 +429,18 @@ class RunConfig(CrossChecked):
         return existing_file(value)
 
     @classmethod
-    def cross_checks(cls) -> list[tuple[tuple[str, ...], Callable[..., str | None]]]:
-        def unique(policies: list[Any]) -> str | None:  # raw items when another field failed: they validate alone
-            return duplicate_policies([p if isinstance(p, EmbeddedPolicy) else EmbeddedPolicy.model_validate(p)
-                                       for p in policies])
-
+    def cross_checks(cls) -> list[CrossCheck]:
         return [
-            (("cluster", "prometheus"), lambda cluster, prom: "the simulated cluster reads each policy's history_file; "
-             "remove prometheus" if cluster == "simulated" and prom is not None else None),
+            CrossCheck(("cluster", "prometheus"), lambda cluster, prom: "the simulated cluster reads each policy's "
+                       "history_file; remove prometheus" if cluster == "simulated" and prom is not None else None),
             # a flag (--kubeconfig, --in-cluster) makes it kubernetes, and no flag gives the URL: say where it goes
-            (("cluster", "prometheus"), lambda cluster, prom: "a kubernetes controller (--kubeconfig, --in-cluster or "
-             "run.cluster: kubernetes) reads its policies' spec.query from Prometheus: set run.prometheus.url in the "
-             "--config file (no flag sets it)" if cluster == "kubernetes" and prom is None else None),
-            (("policies",), unique),
-            (("non_lendable_gpus", "capacity_gpus"), lambda non, cap: "non_lendable_gpus must leave some of "
-             "capacity_gpus to lend" if int(non) >= int(cap) else None),
+            CrossCheck(("cluster", "prometheus"), lambda cluster, prom: "a kubernetes controller (--kubeconfig, "
+                       "--in-cluster or run.cluster: kubernetes) reads its policies' spec.query from Prometheus: set "
+                       "run.prometheus.url in the --config file (no flag sets it)"
+                       if cluster == "kubernetes" and prom is None else None),
+            CrossCheck(("policies",), duplicate_policies),
+            CrossCheck(("non_lendable_gpus", "capacity_gpus"), lambda non, cap: "non_lendable_gpus must leave some of "
+                       "capacity_gpus to lend" if non >= cap else None),
         ]
 
 

@@ -499,24 +499,25 @@ def test_a_forecast_only_policy_file_is_refused_not_simulated_doing_nothing(dema
     path = _policy_file(tmp_path / "p.yaml", mode="forecast-only")
     extra = ["--out", tmp_path / "r"] if command == "report" else ["--json"]
     status, err = exits([command, demand, "--days", "1", "--policy-file", path, *extra], capsys)
-    assert status == 2 and f"{path}: spec.mode is forecast-only (the default when unset), which changes nothing: " \
-        "set spec.mode: active" in err, err
+    assert status == 2 and f"invalid configuration ({path}):\n  spec.mode: forecast-only (the default when unset) " \
+        "changes nothing: set spec.mode: active" in err, err
 
 
 @pytest.mark.parametrize("command", ["simulate", "report"])
-@pytest.mark.parametrize("spec, field", [({"minGpus": 500}, "minGpus 500"),
+@pytest.mark.parametrize("spec, field", [({"minGpus": 500}, "minGpus: 500"),
                                          ({"capacity": {"demandPerGpu": 10, "gpusPerReplica": 500}},
-                                          "capacity.gpusPerReplica 500")])  # not a cluster left idle, exit 0
+                                          "capacity.gpusPerReplica: 500")])  # not a cluster left idle, exit 0
 def test_a_policy_file_that_cannot_fit_the_cluster_is_refused(demand, tmp_path, capsys, command, spec, field):
     path = _policy_file(tmp_path / "p.yaml", **spec)
     extra = ["--out", tmp_path / "r"] if command == "report" else ["--json"]
     status, err = exits([command, demand, "--days", "1", "--policy-file", path, "--gpus", "16", *extra], capsys)
-    assert status == 2 and f"{path}: spec.{field} does not fit the 16-GPU cluster" in err, err
+    assert status == 2 and f"invalid configuration ({path}):\n  spec.{field} does not fit the 16-GPU cluster" in err, \
+        err
 
 
 @pytest.mark.parametrize("non_lendable, said", [
     (16, "run.non_lendable_gpus 16 leaves nothing of the 16-GPU cluster (simulate.gpus, --gpus) to lend"),
-    (10, "spec.minGpus 8 does not fit the 16-GPU cluster (simulate.gpus, --gpus), 10 of them never lent "
+    (10, "spec.minGpus: 8 does not fit the 16-GPU cluster (simulate.gpus, --gpus), 10 of them never lent "
          "(run.non_lendable_gpus)")])
 def test_gpus_the_controller_never_lends_are_never_lent_in_the_what_if(demand, tmp_path, capsys, non_lendable, said):
     """`headroom run` refuses a policy whose minimum does not fit the GPUs it lends; simulate ignored
@@ -539,7 +540,8 @@ def test_a_policy_file_of_several_policies_is_refused_by_the_what_if(demand, tmp
     extra = ["--out", tmp_path / "r"] if command == "report" else ["--json"]
     status, err = exits([command, demand, "--days", "1", "--policy-file", path, *extra], capsys)
     assert status == 2, err
-    assert f"{path}: holds 2 ReservationPolicies; a replay (simulate, report, tune) runs one" in err, err
+    assert f"invalid configuration ({path}):\n  (top level): holds 2 ReservationPolicies; a replay (simulate, " \
+        "report, tune) runs one" in err, err
 
 
 def test_a_policy_file_with_a_key_given_twice_is_refused_not_run_with_the_last(demand, tmp_path, capsys):
@@ -1176,11 +1178,12 @@ def test_a_policy_history_file_that_does_not_exist_is_a_configuration_error(exam
     examples.write_text(yaml.safe_dump(config))
     status, err = exits([*command, "--config", examples, "--now", "2026-02-11T08:00:00Z"], capsys)
     assert status == 2, err
-    assert f"run.policies[1].history_file {examples.parent / 'missing.csv'}: no such file" in err, err
+    assert f"invalid configuration ({examples}):\n  run.policies.1.history_file: {examples.parent / 'missing.csv'}: " \
+        "no such file" in err, err
     config["run"]["policies"] = [{**chat, "history_file": "missing.csv"}]  # the only one: not exit 1 either
     examples.write_text(yaml.safe_dump(config))
     status, err = exits([*command, "--config", examples, "--now", "2026-02-11T08:00:00Z"], capsys)
-    assert status == 2 and "run.policies[0].history_file" in err, err
+    assert status == 2 and "  run.policies.0.history_file: " in err, err
 
 
 def test_a_history_that_ended_before_now_is_that_policys_missing_data_only(examples, capsys):

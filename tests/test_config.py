@@ -411,6 +411,17 @@ BAD_MANIFEST = ("apiVersion: headroom.dev/v1alpha1\nkind: ReservationPolicy\nmet
                 "spec:\n  query: demand\n  target: {kind: Deployment, name: chat}\n  capacity: {demandPerGpu: 100}\n"
                 "  minGpus: -1\n")
 UNKNOWN_QUEUE = "simulate:\n  world:\n    strict_fifo_queues: [trian]\n"
+GOOD_MANIFEST = ("apiVersion: headroom.dev/v1alpha1\nkind: ReservationPolicy\nmetadata: {{name: {name}}}\n"
+                 "spec:\n  query: demand\n  target: {{kind: Deployment, name: chat}}\n"
+                 "  capacity: {{demandPerGpu: {per}}}\n  minGpus: {least}\n  mode: {mode}\n")
+
+
+def manifest(name="chat", per=100, least=0, mode="active") -> str:
+    return GOOD_MANIFEST.format(name=name, per=per, least=least, mode=mode)
+
+
+MISSING_HISTORY = ("run:\n  policies:\n  - name: chat\n    namespace: inference\n    history_file: missing.csv\n"
+                   "    spec: {query: demand, target: {kind: Deployment, name: chat}, capacity: {demandPerGpu: 100}}\n")
 
 
 @pytest.mark.parametrize("argv, text, source, path", [
@@ -421,7 +432,18 @@ UNKNOWN_QUEUE = "simulate:\n  world:\n    strict_fifo_queues: [trian]\n"
     # found by the embedded cluster, which is given the settings, not the file: the CLI names the file
     (["simulate", "{demand}", "--days", "1", "--policy", "oracle", "--config", "{file}"], UNKNOWN_QUEUE, "{file}",
      "simulate.world.strict_fifo_queues"),
-], ids=["run-config", "train-config", "flag", "policy-file", "world"])
+    # an otherwise valid policy file the replay cannot run, and a run.policies history file that is not there
+    (["simulate", "{demand}", "--days", "1", "--policy-file", "{file}"], manifest(mode="forecast-only"), "{file}",
+     "spec.mode"),
+    (["simulate", "{demand}", "--days", "1", "--policy-file", "{file}"], manifest(per=1e-300), "{file}",
+     "spec.capacity.demandPerGpu"),
+    (["simulate", "{demand}", "--days", "1", "--policy-file", "{file}", "--gpus", "16"], manifest(least=500), "{file}",
+     "spec.minGpus"),
+    (["simulate", "{demand}", "--days", "1", "--policy-file", "{file}"], manifest() + "---\n" + manifest("search"),
+     "{file}", "(top level)"),
+    (["run", "--once", "--config", "{file}"], MISSING_HISTORY, "{file}", "run.policies.0.history_file"),
+], ids=["run-config", "train-config", "flag", "policy-file", "world", "mode", "scale", "too-big", "several",
+        "history-file"])
 def test_every_configuration_error_is_said_in_one_form(argv, text, source, path, tmp_path, capsys):
     """A bad configuration file said "headroom: invalid configuration (FILE):", a bad policy file (read later, by the
     command) "headroom: error: invalid configuration (FILE):", and a ClusterQueue simulate.world.strict_fifo_queues

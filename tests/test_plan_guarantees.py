@@ -217,17 +217,29 @@ def test_a_bigger_cluster_never_lends_less_to_training(s, more):
     """...bigger by whole replicas of every workload; and unless the smaller one lent only what a cut left, less than a
     replica: a workload that wants more takes it as one more whole replica in the bigger cluster."""
     forecasts, histories, observed, training, policy, now = s
-    h_small, small = plan(*s)
-    more *= math.lcm(*(w.gpus_per_replica for w in policy.workloads))
-    h_big, big = plan(forecasts, histories, observed, training,
-                      replace(policy, capacity_gpus=policy.capacity_gpus + more), now)
-    if any(w.cut_gpus for w in small.workloads) and small.lent_gpus < max(w.gpus_per_replica for w in policy.workloads):
-        return
-    # inference first: where the smaller cluster held a workload back in some hour (cut, or no whole replica of it
-    # fitting at all), the bigger one reserves it, and a ramp to it may leave less to lend before it (1 GPU lent on a
-    # 1-GPU cluster no 6-GPU replica fits; 0 on 127 GPUs, with 114 reserved and 120 three hours on)
-    if any((b.reserved > a.reserved).any() for a, b in zip(h_small.workloads, h_big.workloads)):
-        return
+    replicas = math.lcm(*(w.gpus_per_replica for w in policy.workloads))
+
+    def plans(capacity: int):  # the smaller cluster's, and the bigger one's
+        sized = (replace(policy, capacity_gpus=c) for c in (capacity, capacity + more * replicas))
+        return [plan(forecasts, histories, observed, training, p, now) for p in sized]
+
+    def not_compared(h_small, small, h_big, big) -> bool:
+        # the smaller lent only what a cut left, less than a replica; or (inference first) where the smaller cluster
+        # held a workload back in some hour (cut, or no whole replica of it fitting at all), the bigger one reserves
+        # it, and a ramp to it may leave less to lend before it (1 GPU lent on a 1-GPU cluster no 6-GPU replica fits;
+        # 0 on 127 GPUs, with 114 reserved and 120 three hours on)
+        return bool(any(w.cut_gpus for w in small.workloads)
+                    and small.lent_gpus < max(w.gpus_per_replica for w in policy.workloads)) \
+            or any((b.reserved > a.reserved).any() for a, b in zip(h_small.workloads, h_big.workloads))
+
+    ((h_small, small), (h_big, big)) = plans(policy.capacity_gpus)
+    if not_compared(h_small, small, h_big, big):  # most such draws: the smaller cluster as big as what it held back
+        held_back = max(sum(w.cut_gpus for w in small.workloads),
+                        int(sum(np.maximum(b.reserved - a.reserved, a.cut)
+                                for a, b in zip(h_small.workloads, h_big.workloads)).max()))
+        ((h_small, small), (h_big, big)) = plans(policy.capacity_gpus + math.ceil(held_back / replicas) * replicas)
+        if not_compared(h_small, small, h_big, big):
+            return
     assert big.lent_gpus >= small.lent_gpus
     # Kueue refills a stopped job's quota at once, so the quota holds no room for jobs stopping: where the bigger
     # cluster takes back a job the smaller one keeps (a fast one freed for the slack, beside a slow one out of the
@@ -270,11 +282,24 @@ def test_gpus_lent_beyond_the_slack_are_taken_from_the_teams_above_their_share(s
     it, when those can stop in time as well as any others could: a team within its share loses no job to another
     team's borrowing."""
     forecasts, histories, observed, training, policy, now = s
-    queues = tuple(data.draw(st.sampled_from(["team-a", "team-b", "team-c"])) for _ in training.ids)
+    team = st.sampled_from(["team-a", "team-b", "team-c"])
+    queues = tuple(data.draw(team) for _ in training.ids)
     fast = np.minimum(training.preempt_seconds, policy.reclaim_deadline_seconds)  # every job stops in time
     training = Training(training.ids, queues, training.gpus, training.priority, fast, training.checkpoint_interval,
                         training.last_checkpoint, training.terminating_gpus)
     _, step = plan(forecasts, histories, observed, training, policy, now)
+    if training.running_gpus <= step.lent_gpus:  # most draws: the jobs fit the slack; one more borrows past it
+        interval = data.draw(st.sampled_from([1.0, 60.0, 1800.0, 86400.0]))
+        queues += (data.draw(team),)
+        training = Training(
+            (*training.ids, "training/over"), queues,
+            np.append(training.gpus, step.lent_gpus - training.running_gpus + data.draw(st.integers(1, 16))),
+            np.append(training.priority, data.draw(st.integers(0, 2))),
+            np.append(fast, min(data.draw(st.sampled_from([0.0, 1.0, 299.0, 300.0])), policy.reclaim_deadline_seconds)),
+            np.append(training.checkpoint_interval, interval),
+            np.append(training.last_checkpoint, now.timestamp() - data.draw(st.floats(0, 1)) * interval),
+            training.terminating_gpus)
+        _, step = plan(forecasts, histories, observed, training, policy, now)
     over = training.running_gpus - step.lent_gpus
     if over <= 0:
         return

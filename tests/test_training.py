@@ -5,6 +5,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -316,6 +317,27 @@ def test_the_next_training_ends_one_cut_short_as_its_promotion_says(sqlite_uri, 
         assert c.get_run(first.run_id).info.status == "FAILED"
         assert first.tags["headroom.promoted"] == "false", first.tags
         assert first.tags["headroom.outcome"].startswith("abandoned: its training was cut short"), first.tags
+
+
+def test_train_says_a_series_stopped_after_its_promotion_was_promoted(sqlite_uri, tmp_path, monkeypatch, capsys):
+    """SIGTERM landing once the promotion had made v1 the champion: the run ended FINISHED with headroom.cut_short,
+    and `train` listed the series as `error: stopped by SIGTERM` and told to retrain, as if nothing had been done."""
+    import cli.train
+    from cli.main import main
+    from forecast.synthetic import write_csv
+
+    monkeypatch.setattr(cli.train, "Tracker", lambda uri: StoppedAtOneRequest(uri, "set_registered_model_alias", 1,
+                                                                              answered=True))
+    write_csv(demand(), tmp_path / "gpu.csv")
+    (tmp_path / "fast.yaml").write_text("backtest: {folds: 2}\ntraining: {candidates: [snaive24]}\n")
+    assert main(["train", "--config", str(tmp_path / "fast.yaml"), "--history", str(tmp_path / "gpu.csv"), "--name",
+                 "late", "--tracking-uri", sqlite_uri]) == 128 + signal.SIGTERM
+    captured = capsys.readouterr()
+    said = json.loads(captured.out)
+    assert "error" not in said and (said["status"], said["version"], said["promoted"]) == \
+        ("promoted, then stopped by SIGTERM", "1", True), said
+    assert "late: v1 PROMOTED, then stopped by SIGTERM" in captured.err and "retrain" not in captured.err, captured.err
+    assert champion_version(sqlite_uri, "late") == "1"
 
 
 def test_lock_prevents_concurrent_training(sqlite_uri):
@@ -1044,7 +1066,6 @@ def test_a_training_stopped_by_sigterm_releases_its_lease_and_ends_its_runs(mlfl
     Python's default is to die on the spot, leaving the lease on the MLflow server until its expiry (so the Job's
     retry is refused as 'being trained') and the runs RUNNING for ever. Stopped, it ends its runs, releases the
     lease, says so and exits 143 (128 + SIGTERM), without a traceback."""
-    import signal
 
     from forecast.synthetic import write_csv
 

@@ -70,6 +70,16 @@ class ModelRefused(TrainingError):
     """A registered model version that cannot be trusted or read: the reason names what is wrong."""
 
 
+class StoppedAfterPromoting(KeyboardInterrupt):
+    """A stop (SIGINT, SIGTERM; its message the signal's name, as the stop's) that cut short a training of `series`
+    after it promoted `version`: the promotion stands (the run ends FINISHED, headroom.cut_short), the rest did not
+    run."""
+
+    def __init__(self, stop: BaseException, series: str, version: str):
+        super().__init__(*stop.args)
+        self.series, self.version = series, version
+
+
 MODEL_FORMAT = "headroom.model/v1"
 CARD_SHA_TAG = "headroom.card_sha256"
 TRAINING_KEY_TAG = "headroom.training_key"  # a training run's inputs but the champion (training_key)
@@ -400,8 +410,9 @@ def train_series(name: str, series: pd.Series, settings: TrainSettings, tracker:
     with tracker.lock(name, settings.lock_ttl_seconds):
         exp = tracker.experiment(experiment_name(name))
         # under the lock no other training of the series runs: one still RUNNING lost the store or its process
-        if abandoned := _end_unfinished(tracker, exp, registered_name(name), "FAILED", "abandoned: its training "
-                                        "lost the tracking store or was killed before it could end the run"):
+        abandoned, _ = _end_unfinished(tracker, exp, registered_name(name), "FAILED", "abandoned: its training lost "
+                                       "the tracking store or was killed before it could end the run")
+        if abandoned:
             log.warning("%s: marked %d abandoned run(s) FAILED: %s", name, len(abandoned), ", ".join(abandoned))
         key = training_key(series, settings, timezone, pool, code_digest(code_roots))
         earlier, again = _trained_before(tracker, exp, name, key, {**MODELS, **makers})
@@ -411,7 +422,7 @@ def train_series(name: str, series: pd.Series, settings: TrainSettings, tracker:
         if earlier is not None:
             again = f"forced (--force): trained again, as v{earlier.version} was on this history, these settings and " \
                 "this code"
-        with _not_left_running(tracker, exp, registered_name(name)):
+        with _not_left_running(tracker, exp, name):
             parent = tracker.start_run(exp, f"train-{now:%Y%m%dT%H%M%SZ}", tags={
                 "headroom.kind": "training", "headroom.series": name, TRAINING_KEY_TAG: key,
                 FORCED_TAG: str(force).lower()})
@@ -423,28 +434,34 @@ def train_series(name: str, series: pd.Series, settings: TrainSettings, tracker:
 
 
 @contextlib.contextmanager
-def _not_left_running(tracker: Tracker, exp: str, registered: str) -> Iterator[None]:
+def _not_left_running(tracker: Tracker, exp: str, series: str) -> Iterator[None]:
     """A stop (SIGINT, SIGTERM) or a failure inside the block ends this training's runs in experiment `exp` as
-    _end_unfinished does, KILLED or FAILED, never left RUNNING; the original is raised. Its runs (and versions) are
-    found in the store, not by the ids the training was told: a stop landing while a run is created (the store has
-    made it, its id is not back yet) leaves a run no id names. Under the series' lock every other such run was ended
-    before."""
+    _end_unfinished does, KILLED or FAILED, never left RUNNING; the original is raised, a stop after the promotion as
+    StoppedAfterPromoting (the stop was not of the promotion). Its runs (and versions) are found in the store, not by
+    the ids the training was told: a stop landing while a run is created (the store has made it, its id is not back
+    yet) leaves a run no id names. Under the series' lock every other such run was ended before."""
     try:
         yield
     except BaseException as exc:
+        promoted = None
         with contextlib.suppress(Exception):  # the original failure is the one reported
-            _end_unfinished(tracker, exp, registered, "FAILED" if isinstance(exc, Exception) else "KILLED",
-                            f"{type(exc).__name__}: {exc}")
+            _, promoted = _end_unfinished(tracker, exp, registered_name(series),
+                                          "FAILED" if isinstance(exc, Exception) else "KILLED",
+                                          f"{type(exc).__name__}: {exc}")
+        if promoted is not None and isinstance(exc, KeyboardInterrupt):
+            raise StoppedAfterPromoting(exc, series, promoted) from exc
         raise
 
 
-def _end_unfinished(tracker: Tracker, exp: str, registered: str, status: str, why: str) -> list[str]:
+def _end_unfinished(tracker: Tracker, exp: str, registered: str, status: str,
+                    why: str) -> tuple[list[str], str | None]:
     """End the training runs left RUNNING in experiment `exp` (a training stopped, failed or gone) `status`, `why` in
-    their headroom.error tag; their ids. The promotion is a training's commit point: one whose version is the champion
-    of registered model `registered` (the controller serves it) did what it is for, and ends FINISHED with its
-    verdict, saying what cut its end short; one that registered a version to promote and did not promote it tags the
-    version not promoted and why (it read as a model judged and kept, and the next training registers another)."""
-    champion = tracker.champion(registered)
+    their headroom.error tag; their ids, and the version one of them promoted (None: none did). The promotion is a
+    training's commit point: one whose version is the champion of registered model `registered` (the controller serves
+    it) did what it is for, and ends FINISHED with its verdict, saying what cut its end short; one that registered a
+    version to promote and did not promote it tags the version not promoted and why (it read as a model judged and
+    kept, and the next training registers another)."""
+    champion, promoted = tracker.champion(registered), None
     for run_id in tracker.running(exp, ("training",)):
         for version in tracker.versions_of_run(registered, run_id):
             if champion is not None and str(version.version) == str(champion.version):
@@ -454,13 +471,14 @@ def _end_unfinished(tracker: Tracker, exp: str, registered: str, status: str, wh
                                           **{k: v for k, v in version.tags.items() if k in VERDICT_TAGS},
                                           "headroom.cut_short": f"after promoting v{version.version}: {why}"})
                 tracker.end_run(run_id, "FINISHED")
+                promoted = str(version.version)
             elif version.tags.get("headroom.promoted") != "false":
                 log.warning("%s: v%s is abandoned: its training was cut short before promoting it (%s)",
                             registered, version.version, why)
                 tracker.set_version_tags(registered, str(version.version), {
                     "headroom.promoted": "false",
                     "headroom.outcome": f"abandoned: its training was cut short before promoting it ({why})"})
-    return tracker.end_running(exp, TRAINING_KINDS, status, why)
+    return tracker.end_running(exp, TRAINING_KINDS, status, why), promoted
 
 
 def _on_utc(wall: pd.Timestamp, zone: str) -> pd.Timestamp:
