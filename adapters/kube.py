@@ -601,7 +601,8 @@ class KubeCluster:
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def from_kubeconfig(cls, path: str | None = None, context: str | None = None, **kwargs) -> KubeCluster:
+    def from_kubeconfig(cls, path: str | None = None, context: str | None = None, requests_at_once: int | None = None,
+                        **kwargs) -> KubeCluster:
         from kubernetes import client, config
         configuration = client.Configuration()
         # no path: $KUBECONFIG as it is now, as kubectl reads it (the client read it once, at import), else the
@@ -621,21 +622,21 @@ class KubeCluster:
             # ways, each a traceback: a YAML error, a TypeError on text or a list, a RecursionError on deep nesting
             raise ClusterError(f"cannot load kubeconfig {named}: not a kubeconfig (YAML with "
                                f"clusters, contexts and users): {type(exc).__name__}: {str(exc)[:300]}") from None
-        return cls(cls._api_client(configuration), **kwargs)
+        return cls(cls._api_client(configuration, requests_at_once), **kwargs)
 
     @classmethod
-    def in_cluster(cls, **kwargs) -> KubeCluster:
+    def in_cluster(cls, requests_at_once: int | None = None, **kwargs) -> KubeCluster:
         from kubernetes import client, config
         configuration = client.Configuration()
         try:
             config.load_incluster_config(client_configuration=configuration)
         except config.ConfigException as exc:
             raise ClusterError(f"not running in a Kubernetes pod (no service account credentials): {exc}") from None
-        return cls(cls._api_client(configuration), **kwargs)
+        return cls(cls._api_client(configuration, requests_at_once), **kwargs)
 
     @classmethod
     def from_token(cls, host: str, token: str, ca_file: str | None = None,
-                   verify_ssl: bool = True, **kwargs) -> KubeCluster:
+                   verify_ssl: bool = True, requests_at_once: int | None = None, **kwargs) -> KubeCluster:
         from kubernetes import client
         configuration = client.Configuration(host=host)
         configuration.api_key = {"BearerToken": token}
@@ -643,12 +644,18 @@ class KubeCluster:
         configuration.verify_ssl = verify_ssl
         if ca_file:
             configuration.ssl_ca_cert = ca_file
-        return cls(cls._api_client(configuration), **kwargs)
+        return cls(cls._api_client(configuration, requests_at_once), **kwargs)
 
     @staticmethod
-    def _api_client(configuration):
+    def _api_client(configuration, requests_at_once: int | None):
+        """`requests_at_once`: the most requests its users make at once beside the watch caches' streams; the
+        connection pool keeps a connection for each, and for each watch (None: the client's default, 5 a CPU: 10 on
+        a 2-core node, where a controller's connections past it were closed as they came back, each with a warning,
+        and opened anew)."""
         from kubernetes import client
         configuration.retries = 0  # our back-off decides, not urllib3's silent immediate retries
+        if requests_at_once is not None:
+            configuration.connection_pool_maxsize = requests_at_once + len(WATCHED)
         return client.ApiClient(configuration)
 
     def close(self) -> None:

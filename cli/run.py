@@ -106,10 +106,12 @@ def with_policy_files(r: RunConfig, files: list[str] | None, history: str | None
 
 def _kube(cfg: RunConfig, in_cluster: bool):
     from adapters.kube import KubeCluster
+    from controller.reconcile import API_REQUESTS_AT_ONCE
 
     if in_cluster or (cfg.kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST")):
-        return KubeCluster.in_cluster().watch()  # reads from watch caches
-    return KubeCluster.from_kubeconfig(str(cfg.kubeconfig) if cfg.kubeconfig else None).watch()
+        return KubeCluster.in_cluster(API_REQUESTS_AT_ONCE).watch()  # reads from watch caches
+    return KubeCluster.from_kubeconfig(str(cfg.kubeconfig) if cfg.kubeconfig else None,
+                                       requests_at_once=API_REQUESTS_AT_ONCE).watch()
 
 
 def _tracking_uri(cfg: Config) -> str:

@@ -98,6 +98,10 @@ def _record(event: EventNote, cluster: Cluster) -> str | None:
     return None
 
 
+EVENT_SENDERS = 2  # the threads sending Events beside the reconciles
+STATUS_WRITERS = 8  # the threads writing policy statuses beside them
+
+
 class EventsBeside:
     """Events sent by background threads, off the reconcile's path, as client-go's EventRecorder does (a broadcaster
     with a bounded queue, best-effort): a thousand reservations moving at once must not hold up the evictions and
@@ -108,7 +112,8 @@ class EventsBeside:
     (the replica lets its Lease go: nothing is sent once another could lead); close() sends what is queued (bounded
     by `timeout`)."""
 
-    def __init__(self, cluster: Cluster, failed: Callable[[str, str], None], capacity: int = 4096, workers: int = 2,
+    def __init__(self, cluster: Cluster, failed: Callable[[str, str], None], capacity: int = 4096,
+                 workers: int = EVENT_SENDERS,
                  deadline: Callable[[], float | None] = lambda: None):
         self.cluster, self.failed, self.deadline = cluster, failed, deadline
         self._queue: queue.Queue[EventNote | None] = queue.Queue(capacity)
@@ -188,7 +193,7 @@ class StatusesBeside:
     writes it, then stops."""
 
     def __init__(self, cluster: Cluster, written: Callable[[PatchStatus, str | None, float | None], None],
-                 workers: int = 8, fence: Fence | None = None):
+                 workers: int = STATUS_WRITERS, fence: Fence | None = None):
         self.cluster, self.written, self.fence = cluster, written, fence
         self._latest: dict[ObjectRef, tuple[PatchStatus, float]] = {}  # policy -> (its newest status, handed over at)
         self._queue: deque[ObjectRef] = deque()   # policies with a status to write, in the order they came

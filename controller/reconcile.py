@@ -57,7 +57,17 @@ from controller.actions import (
 )
 from controller.cohorts import CohortCheck, cohort_lenders
 from controller.demand import DemandReader
-from controller.executor import NOT_LEADER, PAST_DEADLINE, EventsBeside, Outcome, StatusesBeside, execute, window
+from controller.executor import (
+    EVENT_SENDERS,
+    NOT_LEADER,
+    PAST_DEADLINE,
+    STATUS_WRITERS,
+    EventsBeside,
+    Outcome,
+    StatusesBeside,
+    execute,
+    window,
+)
 from controller.forecasting import ForecastKeeper
 from controller.forecasts import Models
 from controller.observe import (
@@ -112,6 +122,9 @@ STATUS_HOURS = 6                         # hours ahead shown in a policy's statu
 # such writes would hold it up; what a status says urgently (reservation, headroom, conditions) is written at once
 STATUS_SPREAD = 200
 SIDE_BY_SIDE = 8  # a reconcile's reads and writes at once (more only queue on 2 cores beside the API server)
+# The most requests a Kubernetes controller has in flight at once, its watches aside: a reconcile's side by side,
+# the statuses and Events written beside it, the election round and a refit's forecast write
+API_REQUESTS_AT_ONCE = SIDE_BY_SIDE + STATUS_WRITERS + EVENT_SENDERS + 2
 
 
 # --------------------------------------------------------------------------- policies

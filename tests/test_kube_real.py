@@ -3,6 +3,7 @@ CRDs (kueue.x-k8s.io/v1beta2) installed."""
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from dataclasses import replace
@@ -18,7 +19,7 @@ from controller.reconcile import training_view
 from core.cluster import FORECAST_GENERATION, FORECAST_MODEL, FORECAST_SCALE
 from core.errors import ClusterError, Conflict, Invalid, NotFound
 from core.objects import Condition, ObjectRef, PolicyStatus, TargetRef, TargetState
-from core.settings import WorldSettings
+from core.settings import PrometheusServer, RunConfig, WorldSettings
 from tests.servers import kueue
 from tests.servers.fixtures import CRD_PATH, crd_documents
 
@@ -919,6 +920,37 @@ def test_the_cohort_tree_is_read_from_the_watch_cache_and_follows_changes(cluste
                 pass
         for name in ("tree-queue", "tree-alone"):
             cluster.delete(f"{CQ}/{name}")
+
+
+def test_the_controllers_requests_at_once_keep_their_connections(cluster, kube_server, tmp_path, caplog):
+    """`headroom run` as leader logged urllib3's `Connection pool is full, discarding connection` (pool size 10) as it
+    stopped: the client's pool is 5 connections a CPU, 10 on 2 cores, and the controller has more requests in flight
+    at once (its 5 watches, a reconcile's 8 side by side, 8 status writers, 2 Event senders, the election round): the
+    connections past 10 were closed as they came back, the watches' at the stop, and opened anew, a TLS handshake
+    each, the rest of the time. The client `headroom run` builds keeps one for each now: its requests all in flight at
+    once beside its watches, then stopped, no connection is discarded."""
+    from cli.run import _kube
+    from controller.reconcile import API_REQUESTS_AT_ONCE
+
+    kubeconfig = kube_server.apiserver.kubeconfig(tmp_path / "kubeconfig")
+    config = RunConfig(cluster="kubernetes", kubeconfig=kubeconfig, prometheus=PrometheusServer(url="http://unused"))
+    watching = _kube(config, in_cluster=False)
+    all_in_flight = threading.Barrier(API_REQUESTS_AT_ONCE)
+
+    def held_open():  # a watch the server ends after 2 s: every request is in flight at once
+        all_in_flight.wait()
+        watching._request("GET", f"/api/v1/namespaces/{NS}/configmaps?watch=1&timeoutSeconds=2")
+
+    with caplog.at_level(logging.WARNING, logger="urllib3"):
+        try:
+            requests = [threading.Thread(target=held_open) for _ in range(API_REQUESTS_AT_ONCE)]
+            for r in requests:
+                r.start()
+            for r in requests:
+                r.join()
+        finally:
+            watching.close()
+    assert not [r.getMessage() for r in caplog.records if "pool is full" in r.getMessage()]
 
 
 def test_a_watch_from_a_version_the_server_no_longer_has_is_gone(cluster):
