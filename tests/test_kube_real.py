@@ -937,9 +937,10 @@ def test_the_controllers_requests_at_once_keep_their_connections(cluster, kube_s
     watching = _kube(config, in_cluster=False)
     all_in_flight = threading.Barrier(API_REQUESTS_AT_ONCE)
 
-    def held_open():  # a watch the server ends after 2 s: every request is in flight at once
+    def held_open():  # a watch the server ends after 2 s: every request is in flight at once. Of a namespace no
+        # object is in, so that it ends with no event: a stream of them is no one JSON object for _request to read
         all_in_flight.wait()
-        watching._request("GET", f"/api/v1/namespaces/{NS}/configmaps?watch=1&timeoutSeconds=2")
+        watching._request("GET", f"/api/v1/namespaces/{NS}-held-open/configmaps?watch=1&timeoutSeconds=2")
 
     with caplog.at_level(logging.WARNING, logger="urllib3"):
         try:
