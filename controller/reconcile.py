@@ -256,14 +256,14 @@ def parse_policies(objects: list[Identified], specs: ParsedSpecs | None = None
 
 
 def invalid_holdings(objects: list[Identified], invalid: Mapping[ObjectRef, str], kept: list[PolicyObject],
-                     specs: ParsedSpecs) -> tuple[list[PolicyObject], list[PolicyObject]]:
+                     specs: ParsedSpecs) -> tuple[list[PolicyObject], list[PolicyObject], list[PolicyObject]]:
     """The InvalidSpec policies as far as their specs say what they hold (ParsedSpecs.holding), oldest first (as
     parse_policies orders the valid ones, and the embedded cluster holds them): (those holding their target, as
     core.policy.refused_holders counts them beside the policies `kept`, parse_policies' valid ones; those lending into
-    their training queues). A refused policy lends into no queue any policy holds inference in (its queue clash), only
-    into its others."""
+    their training queues; all of them, each with what it holds, which its status says). A refused policy lends into
+    no queue any policy holds inference in (its queue clash), only into its others."""
     if not invalid:
-        return [], []
+        return [], [], []
     refused = []
     for obj, ref, generation in sorted(objects, key=lambda o: created(o.obj)):
         if ref in invalid and (spec := specs.holding(ref, generation, obj.get("spec"), obj.get("status") or {})
@@ -274,7 +274,7 @@ def invalid_holdings(objects: list[Identified], invalid: Mapping[ObjectRef, str]
     inference = {q for p in (*kept, *refused) for q in p.spec.inference_queues}
     lenders = [replace(p, spec=p.spec.model_copy(update={"training_cluster_queues": lent}))
                for p in refused if (lent := [q for q in p.spec.training_cluster_queues if q not in inference])]
-    return holders, lenders
+    return holders, lenders, refused
 
 
 def training_queues(policies: Iterable[PolicyObject]) -> set[str]:
@@ -672,7 +672,7 @@ class Reconciler:
         objects = identified(self.cluster.reservation_policies(self.cfg.namespace))
         policies, invalid = parse_policies(objects, self._specs)
         parsed = policies
-        holders, lending_invalid = invalid_holdings(objects, invalid, parsed, self._specs)
+        holders, lending_invalid, invalid_held = invalid_holdings(objects, invalid, parsed, self._specs)
         policies, missing = self._present(policies)
         policies, too_big = feasible(policies, lendable)
         # a refused policy's fault stays its own. Its target is left as it is, and what that holds (none, if missing)
@@ -685,13 +685,13 @@ class Reconciler:
         states: dict[str, PolicyState] = {}
         report: list[RecordEvent | PatchStatus] = []
         read = {o.ref: o for o in objects}
+        holds = {p.ref: p.spec for p in (*parsed, *invalid_held)}  # what each holds (ParsedSpecs.holding), read once
         for ref, message in refused.items():
             key = f"{ref.namespace}/{ref.name}"
             states[key] = PolicyState(key, "", False, message)
             obj, _, generation = read[ref]
             status = obj.get("status") or {}
-            spec = self._specs.holding(ref, generation, obj.get("spec"), status)
-            holding = holding_said(spec) if spec is not None else None
+            holding = holding_said(holds[ref]) if ref in holds else None
             told, whole = _refusal_said(status, message, generation, holding)
             why = "PlanInfeasible" if ref in too_big else "TargetMissing" if ref in missing else "InvalidSpec"
             if self._reported.get(ref) != message and not told:

@@ -215,7 +215,7 @@ def test_the_world_holds_what_the_accepted_policies_name_whatever_the_others_nam
     specs = ParsedSpecs()
     read = identified(objects)
     kept, invalid = parse_policies(read, specs)
-    holders, lenders = invalid_holdings(read, invalid, kept, specs)
+    holders, lenders, _ = invalid_holdings(read, invalid, kept, specs)
     counted = {p.spec.target.ref("inference") for p in kept + holders}
     world = EmbeddedCluster(128, objects, {}, MONDAY_6AM.timestamp())
     worlds = [world]
@@ -287,7 +287,7 @@ def test_a_world_after_an_edit_holds_what_one_started_with_the_edited_policy_hol
     assert set(world.training_queues) >= set(fresh.training_queues)  # a queue no one lends into keeps its training
     after = identified(world.reservation_policies())
     kept, invalid = parse_policies(after, specs)
-    holders, _ = invalid_holdings(after, invalid, kept, specs)
+    holders, _, _ = invalid_holdings(after, invalid, kept, specs)
     assert {key: inf.ref for key, inf in world.inference.items()} == {
         p.key: p.spec.target.ref("inference") for p in kept + holders}
 
@@ -474,7 +474,7 @@ def assert_the_world_holds_what_the_controller_counts(r: Replay, state) -> None:
     specs = r.reconciler._specs
     read = identified(objects)
     accepted, refused = parse_policies(read, specs)
-    holders, lenders = invalid_holdings(read, refused, accepted, specs)
+    holders, lenders, _ = invalid_holdings(read, refused, accepted, specs)
     assert all(state.policies[p.key].valid for p in accepted)
     assert not any(state.policies[f"{ref.namespace}/{ref.name}"].valid for ref in refused)
     assert {key: inf.ref for key, inf in r.cluster.inference.items()} == {
@@ -790,7 +790,7 @@ def test_an_edit_gives_a_refused_target_to_the_oldest_policy_naming_it_as_a_fres
     specs = ParsedSpecs()
     read = identified(objects)
     kept, invalid = parse_policies(read, specs)
-    holders, _ = invalid_holdings(read, invalid, kept, specs)
+    holders, _, _ = invalid_holdings(read, invalid, kept, specs)
     assert [(p.key, p.spec.inference_cluster_queue) for p in holders] == [("inference/a", "serving")]
     for w in (world, fresh):
         assert {k: inf.ref.name for k, inf in w.inference.items()} == {"inference/chat": "chat", "inference/a": "d0"}
@@ -810,7 +810,7 @@ def test_an_invalid_policy_holds_and_lends_into_only_what_no_policy_kept_names()
     specs = ParsedSpecs()
     read = identified(objects)
     kept, invalid = parse_policies(read, specs)
-    holders, lending = invalid_holdings(read, invalid, kept, specs)
+    holders, lending, _ = invalid_holdings(read, invalid, kept, specs)
     assert [p.ref.name for p in kept] == ["chat"] and len(invalid) == 4
     assert [(p.ref.name, p.spec.target.name, p.spec.capacity.gpus_per_replica) for p in holders] == [
         ("typo", "typo", 4), ("clash", "clash", 2)]

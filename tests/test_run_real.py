@@ -343,6 +343,18 @@ def test_a_policy_whose_target_is_missing_takes_no_gpus_from_a_working_one(kube,
     assert not {"forecastDemand", "model"} & status.keys(), status
 
 
+def _assert_pool_run_held_once(kube, r, claim: str) -> None:
+    """Refused "serve" runs its 4 GPUs in pool-run (quota 4), the ClusterQueue target of refused `claim`: at 07:00 and
+    at the 10:00 peak both stay as they are, and the 4 GPUs are counted once beside chat's reservation and the
+    slack."""
+    for hour in (0, 3):
+        state = r.reconcile(MONDAY_7AM + pd.Timedelta(hours=hour))
+        chat = state.policies[f"{NS}/chat"]
+        assert not state.policies[f"{NS}/serve"].valid and not state.policies[f"{NS}/{claim}"].valid
+        assert kube.get_deployment_replicas(NS, "serve") == 1 and kube.get_cluster_queue_quota("pool-run") == 4
+        assert chat.reserved_gpus + 4 + state.slack_gpus == 128, (hour, chat.reserved_gpus, state.slack_gpus)
+
+
 @pytest.mark.parametrize("refusal", [{"timezone": "Europe/Berln"},  # InvalidSpec: the CRD's schema admits it
                                      {"minGpus": 200}])               # PlanInfeasible
 def test_a_refused_policy_s_target_keeps_its_gpus_and_its_team_keeps_its_share(kube, controller, prometheus_server,
@@ -440,13 +452,7 @@ def test_a_queue_two_refused_policies_name_holds_its_gpus_once(kube, controller,
         time.sleep(1.1)
         kube.create(RP, policy("a-claim", **claim, **refusal))
         controller.sync()
-        r = reconciler(controller, prometheus_server.url, tmp_path)
-        for hour in (0, 3):  # 07:00, and the 10:00 peak
-            state = r.reconcile(MONDAY_7AM + pd.Timedelta(hours=hour))
-            chat = state.policies[f"{NS}/chat"]
-            assert not state.policies[f"{NS}/serve"].valid and not state.policies[f"{NS}/a-claim"].valid
-            assert kube.get_deployment_replicas(NS, "serve") == 1 and kube.get_cluster_queue_quota("pool-run") == 4
-            assert chat.reserved_gpus + 4 + state.slack_gpus == 128, (hour, chat.reserved_gpus, state.slack_gpus)
+        _assert_pool_run_held_once(kube, reconciler(controller, prometheus_server.url, tmp_path), "a-claim")
     finally:
         kube.delete(pool)
 
@@ -470,13 +476,7 @@ def test_a_refused_policy_s_pods_in_an_older_refused_policy_s_cluster_queue_targ
         kube.create(RP, policy("serve", inferenceClusterQueue="pool-run",
                                capacity={"demandPerGpu": 10.0, "gpusPerReplica": 4}, **refusal))
         controller.sync()
-        r = reconciler(controller, prometheus_server.url, tmp_path)
-        for hour in (0, 3):  # 07:00, and the 10:00 peak
-            state = r.reconcile(MONDAY_7AM + pd.Timedelta(hours=hour))
-            chat = state.policies[f"{NS}/chat"]
-            assert not state.policies[f"{NS}/serve"].valid and not state.policies[f"{NS}/claim"].valid
-            assert kube.get_deployment_replicas(NS, "serve") == 1 and kube.get_cluster_queue_quota("pool-run") == 4
-            assert chat.reserved_gpus + 4 + state.slack_gpus == 128, (hour, chat.reserved_gpus, state.slack_gpus)
+        _assert_pool_run_held_once(kube, reconciler(controller, prometheus_server.url, tmp_path), "claim")
     finally:
         kube.delete(pool)
 
