@@ -203,11 +203,14 @@ def test_a_stop_while_a_candidate_s_scores_are_logged_ends_its_run(sqlite_uri):
 class StoppedAtOneRequest(Tracker):
     """SIGTERM, raised as KeyboardInterrupt once, at the `nth` request `name` to the store: before it is sent, or,
     `answered`, after the store has done it and before its answer is back (the id of a run it made, say). `then_gone`:
-    the store answers nothing after (the training cannot end its runs, as one killed outright cannot)."""
+    the store answers nothing after (the training cannot end its runs, as one killed outright cannot). `raised`: what
+    is raised in the stop's place (a lost connection: a failure, not a stop). Every request is counted (`sent`)."""
 
-    def __init__(self, uri: str, name: str, nth: int, answered: bool, then_gone: bool = False):
+    def __init__(self, uri: str, name: str, nth: int, answered: bool, then_gone: bool = False,
+                 raised: BaseException | None = None):
         super().__init__(uri)
         self.stop_at, self.answered, self.then_gone, self.sent, self.gone = (name, nth), answered, then_gone, {}, False
+        self.raised = raised or KeyboardInterrupt("SIGTERM")
 
     @property
     def client(self):
@@ -224,10 +227,10 @@ class StoppedAtOneRequest(Tracker):
                     stop = (name, tracker.sent[name]) == tracker.stop_at
                     tracker.gone = stop and tracker.then_gone
                     if stop and not tracker.answered:
-                        raise KeyboardInterrupt("SIGTERM")
+                        raise tracker.raised
                     answer = request(*args, **kwargs)
                     if stop:
-                        raise KeyboardInterrupt("SIGTERM")
+                        raise tracker.raised
                     return answer
                 return send
         return Interrupting()
@@ -338,6 +341,20 @@ def test_train_says_a_series_stopped_after_its_promotion_was_promoted(sqlite_uri
         ("promoted, then stopped by SIGTERM", "1", True), said
     assert "late: v1 PROMOTED, then stopped by SIGTERM" in captured.err and "retrain" not in captured.err, captured.err
     assert champion_version(sqlite_uri, "late") == "1"
+
+
+def test_the_clean_up_at_a_training_start_asks_the_store_one_search(sqlite_uri):
+    """Under the series' lock a training first ends the runs an earlier one left RUNNING: with none left, it read the
+    champion's alias and searched the RUNNING runs twice, three requests at each training's start. One search tells
+    whether there is anything to end."""
+    from training.pipeline import _end_unfinished
+
+    train_series("tidy", demand(), settings(), Tracker(sqlite_uri))
+    counted = StoppedAtOneRequest(sqlite_uri, "no such request", 1, answered=False)
+    experiment = counted.experiment("headroom/tidy")
+    counted.sent.clear()
+    assert _end_unfinished(counted, experiment, "headroom-tidy", "FAILED", "abandoned") == ([], None)
+    assert counted.sent == {"search_runs": 1}
 
 
 def test_lock_prevents_concurrent_training(sqlite_uri):

@@ -461,9 +461,12 @@ def _end_unfinished(tracker: Tracker, exp: str, registered: str, status: str,
     it) did what it is for, and ends FINISHED with its verdict, saying what cut its end short; one that registered a
     version to promote and did not promote it tags the version not promoted and why (it read as a model judged and
     kept, and the next training registers another)."""
-    champion, promoted = tracker.champion(registered), None
-    for run_id in tracker.running(exp, ("training",)):
-        for version in tracker.versions_of_run(registered, run_id):
+    running = tracker.running(exp, TRAINING_KINDS)
+    promoted, finished = None, set()
+    for run_id in (run_id for run_id, kind in running.items() if kind == "training"):
+        versions = tracker.versions_of_run(registered, run_id)
+        champion = tracker.champion(registered) if versions else None  # read only where a version may be it
+        for version in versions:
             if champion is not None and str(version.version) == str(champion.version):
                 log.warning("%s: v%s was promoted before its training was cut short (%s): its run ends FINISHED",
                             registered, version.version, why)
@@ -472,13 +475,16 @@ def _end_unfinished(tracker: Tracker, exp: str, registered: str, status: str,
                                           "headroom.cut_short": f"after promoting v{version.version}: {why}"})
                 tracker.end_run(run_id, "FINISHED")
                 promoted = str(version.version)
+                finished.add(run_id)
             elif version.tags.get("headroom.promoted") != "false":
                 log.warning("%s: v%s is abandoned: its training was cut short before promoting it (%s)",
                             registered, version.version, why)
                 tracker.set_version_tags(registered, str(version.version), {
                     "headroom.promoted": "false",
                     "headroom.outcome": f"abandoned: its training was cut short before promoting it ({why})"})
-    return tracker.end_running(exp, TRAINING_KINDS, status, why), promoted
+    unfinished = [run_id for run_id in running if run_id not in finished]
+    tracker.end_runs(unfinished, status, why)
+    return unfinished, promoted
 
 
 def _on_utc(wall: pd.Timestamp, zone: str) -> pd.Timestamp:
