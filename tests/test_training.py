@@ -343,6 +343,24 @@ def test_train_says_a_series_stopped_after_its_promotion_was_promoted(sqlite_uri
     assert champion_version(sqlite_uri, "late") == "1"
 
 
+@pytest.mark.parametrize("raised", [KeyboardInterrupt("SIGTERM"), ConnectionError("connection reset")])
+def test_a_training_cut_short_before_its_promotion_logs_no_promoted_point(mlflow_server, raised):
+    """The accuracy run's `promoted` 1 was logged before the alias moved: a stop or a failure at the promotion left
+    MLflow saying the hour's model was promoted while the champion was unchanged. What happened is logged: the
+    backtest's points, no `promoted` 1, and the version it registered says it was not promoted."""
+    series = f"unpromoted-{type(raised).__name__}"
+    with pytest.raises((KeyboardInterrupt, TrackingError)):
+        train_series(series, demand(), settings(), StoppedAtOneRequest(mlflow_server.uri, "set_registered_model_alias",
+                                                                       1, answered=False, raised=raised))
+    mlflow = client(mlflow_server.uri)
+    assert Tracker(mlflow_server.uri).champion(f"headroom-{series}") is None
+    experiment = mlflow.get_experiment_by_name(f"headroom/{series}").experiment_id
+    (accuracy,) = mlflow.search_runs([experiment], "tags.`headroom.kind` = 'accuracy'")
+    assert len(mlflow.get_metric_history(accuracy.info.run_id, "backtest_mase")) == 1
+    assert [m.value for m in mlflow.get_metric_history(accuracy.info.run_id, "promoted")] == []
+    assert mlflow.get_model_version(f"headroom-{series}", "1").tags["headroom.promoted"] == "false"
+
+
 def test_the_clean_up_at_a_training_start_asks_the_store_one_search(sqlite_uri):
     """Under the series' lock a training first ends the runs an earlier one left RUNNING: with none left, it read the
     champion's alias and searched the RUNNING runs twice, three requests at each training's start. One search tells

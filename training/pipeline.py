@@ -637,12 +637,14 @@ def _train(name, series, settings, tracker, now, timezone, makers, origins, exp,
         "headroom.history_sha256": span["history_sha256"], "headroom.history_end": span["history_end"],
         CARD_SHA_TAG: hashlib.sha256(card).hexdigest(), **verdict_tags,
         "headroom.champion_score": "" if champ_score is None else f"{champ_score:.6g}"})
-    # on the series' time axis beside the live accuracy: each training's backtest, and whether it is to serve
-    tracker.log_metrics(accuracy_run(tracker, name), [
+    # on the series' time axis beside the live accuracy: each training's backtest, and whether it serves
+    accuracy = accuracy_run(tracker, name)
+    tracker.log_metrics(accuracy, [
         *((f"backtest_{k}", scores[winner][k], *at) for k in ("mase", *POOLED)),
-        (f"champion_rescored_{key}", champ_score, *at), ("promoted", float(promote), *at)])
+        (f"champion_rescored_{key}", champ_score, *at), *([] if promote else [("promoted", 0.0, *at)])])
     if promote:  # last, the commit point: a training cut short before this changed no champion (_end_unfinished)
         tracker.promote(champ_name, version)
+        tracker.log_metrics(accuracy, [("promoted", 1.0, *at)])  # once the alias moved: not said before it is so
     tracker.set_tags(parent, {"headroom.version": version, **verdict_tags})
     return TrainResult(name=name, run_id=parent, experiment_id=exp, selected=winner, objective=key,
                        score=scores[winner][key], scores=scores, version=version, promoted=promote, reason=reason,
