@@ -361,6 +361,31 @@ def test_a_training_cut_short_before_its_promotion_logs_no_promoted_point(mlflow
     assert mlflow.get_model_version(f"headroom-{series}", "1").tags["headroom.promoted"] == "false"
 
 
+def test_train_says_a_series_that_failed_after_its_promotion_was_promoted(sqlite_uri, tmp_path, monkeypatch, capsys):
+    """The store's answer to the promotion lost (the alias moved): `train` said `training failed`, as if the champion
+    were untouched, while the new model was live. It says it as a stop after the promotion: promoted, then failed,
+    with the version; the exit status 1 (not all went as asked)."""
+    import cli.train
+    from cli.main import main
+    from forecast.synthetic import write_csv
+
+    monkeypatch.setattr(cli.train, "Tracker", lambda uri: StoppedAtOneRequest(uri, "set_registered_model_alias", 1,
+                                                                              answered=True,
+                                                                              raised=ConnectionError("reset")))
+    write_csv(demand(), tmp_path / "gpu.csv")
+    (tmp_path / "fast.yaml").write_text("backtest: {folds: 2}\ntraining: {candidates: [snaive24]}\n")
+    assert main(["train", "--config", str(tmp_path / "fast.yaml"), "--history", str(tmp_path / "gpu.csv"), "--name",
+                 "lost", "--tracking-uri", sqlite_uri]) == 1
+    captured = capsys.readouterr()
+    said = json.loads(captured.out)
+    assert "error" not in said and (said["version"], said["promoted"]) == ("1", True), said
+    assert said["status"].startswith("promoted, then failed: TrackingError: "), said
+    assert "lost: v1 PROMOTED, then failed: TrackingError" in captured.err, captured.err
+    assert "training failed" not in captured.err, captured.err
+    assert champion_version(sqlite_uri, "lost") == "1"
+    assert run_statuses(sqlite_uri, "lost")["train"] == "FINISHED"
+
+
 def test_the_clean_up_at_a_training_start_asks_the_store_one_search(sqlite_uri):
     """Under the series' lock a training first ends the runs an earlier one left RUNNING: with none left, it read the
     champion's alias and searched the RUNNING runs twice, three requests at each training's start. One search tells

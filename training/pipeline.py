@@ -80,6 +80,15 @@ class StoppedAfterPromoting(KeyboardInterrupt):
         self.series, self.version = series, version
 
 
+class FailedAfterPromoting(RuntimeError):
+    """A failure (`cause`, its type and message) that cut short a training of `series` after it promoted `version`:
+    the promotion stands (the run ends FINISHED, headroom.cut_short), the rest did not run."""
+
+    def __init__(self, failure: Exception, series: str, version: str):
+        self.series, self.version, self.cause = series, version, f"{type(failure).__name__}: {failure}"
+        super().__init__(f"{series}: v{version} promoted, then failed: {self.cause}")
+
+
 MODEL_FORMAT = "headroom.model/v1"
 CARD_SHA_TAG = "headroom.card_sha256"
 TRAINING_KEY_TAG = "headroom.training_key"  # a training run's inputs but the champion (training_key)
@@ -437,9 +446,10 @@ def train_series(name: str, series: pd.Series, settings: TrainSettings, tracker:
 def _not_left_running(tracker: Tracker, exp: str, series: str) -> Iterator[None]:
     """A stop (SIGINT, SIGTERM) or a failure inside the block ends this training's runs in experiment `exp` as
     _end_unfinished does, KILLED or FAILED, never left RUNNING; the original is raised, a stop after the promotion as
-    StoppedAfterPromoting (the stop was not of the promotion). Its runs (and versions) are found in the store, not by
-    the ids the training was told: a stop landing while a run is created (the store has made it, its id is not back
-    yet) leaves a run no id names. Under the series' lock every other such run was ended before."""
+    StoppedAfterPromoting and a failure after it as FailedAfterPromoting (neither was of the promotion). Its runs (and
+    versions) are found in the store, not by the ids the training was told: a stop landing while a run is created (the
+    store has made it, its id is not back yet) leaves a run no id names. Under the series' lock every other such run
+    was ended before."""
     try:
         yield
     except BaseException as exc:
@@ -450,6 +460,8 @@ def _not_left_running(tracker: Tracker, exp: str, series: str) -> Iterator[None]
                                           f"{type(exc).__name__}: {exc}")
         if promoted is not None and isinstance(exc, KeyboardInterrupt):
             raise StoppedAfterPromoting(exc, series, promoted) from exc
+        if promoted is not None and isinstance(exc, Exception):
+            raise FailedAfterPromoting(exc, series, promoted) from exc
         raise
 
 
