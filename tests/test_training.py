@@ -292,14 +292,19 @@ def test_a_stop_at_any_request_to_the_store_leaves_no_run_running_and_no_lease(m
     unexplained = [(v.version, v.tags) for v in versions
                    if v.version != getattr(champion, "version", None) and not says_why_it_does_not_serve(v)]
     assert not unexplained
+    # the accuracy run says the hour's model was promoted where, and only where, the store made it the champion
+    promoted = [m.value for r in runs if r.data.tags.get("headroom.kind") == "accuracy"
+                for m in c.get_metric_history(r.info.run_id, "promoted")]
+    assert promoted == ([] if champion is None else [1.0]), (promoted, left)
 
 
 @pytest.mark.parametrize("request_name", ["set_registered_model_alias", "create_model_version"])
 def test_the_next_training_ends_one_cut_short_as_its_promotion_says(sqlite_uri, request_name):
     """A training killed outright (or whose store went away at its stop) cannot end its own runs: the next one ends
     them. One cut short after its promotion made the champion the controller serves: it was marked FAILED, and the
-    next training, finding no finished training of these inputs, trained again and registered a second version. One
-    cut short between registering its version and promoting it left the version without a word of why."""
+    next training, finding no finished training of these inputs, trained again and registered a second version; its
+    `promoted` 1 on the accuracy run, logged once the alias moved, is logged by the next training. One cut short
+    between registering its version and promoting it left the version without a word of why."""
     series = f"cut-{request_name}"
     with pytest.raises(KeyboardInterrupt):
         train_series(series, demand(), settings(), StoppedAtOneRequest(sqlite_uri, request_name, 1, answered=True,
@@ -308,6 +313,9 @@ def test_the_next_training_ends_one_cut_short_as_its_promotion_says(sqlite_uri, 
     again = train_series(series, demand(), settings(), Tracker(sqlite_uri), factories=FACTORIES)
     c = client(sqlite_uri)
     first = c.get_model_version(f"headroom-{series}", "1")
+    (accuracy,) = c.search_runs([c.get_experiment_by_name(f"headroom/{series}").experiment_id],
+                                "tags.`headroom.kind` = 'accuracy'")
+    assert [m.value for m in c.get_metric_history(accuracy.info.run_id, "promoted")] == [1.0]  # v1's, or v2's
     if request_name == "set_registered_model_alias":  # promoted: the training did what it is for
         assert again.already_trained and again.version == "1", again.outcome
         assert run_statuses(sqlite_uri, series) == {"train": "FINISHED", "snaive24": "FINISHED",
@@ -396,7 +404,7 @@ def test_the_clean_up_at_a_training_start_asks_the_store_one_search(sqlite_uri):
     counted = StoppedAtOneRequest(sqlite_uri, "no such request", 1, answered=False)
     experiment = counted.experiment("headroom/tidy")
     counted.sent.clear()
-    assert _end_unfinished(counted, experiment, "headroom-tidy", "FAILED", "abandoned") == ([], None)
+    assert _end_unfinished(counted, experiment, "tidy", "FAILED", "abandoned") == ([], None)
     assert counted.sent == {"search_runs": 1}
 
 
