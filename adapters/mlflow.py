@@ -278,22 +278,20 @@ class Tracker:
                                            order_by=["attributes.start_time DESC", "attributes.run_id DESC"])
         return runs[0] if runs else None
 
-    def running(self, experiment_id: str, kinds: Sequence[str]) -> list[str]:
-        """The ids of the RUNNING runs tagged `headroom.kind` in `kinds`."""
+    def running(self, experiment_id: str, kinds: Sequence[str]) -> dict[str, str]:
+        """The RUNNING runs tagged `headroom.kind` in `kinds`: each id's kind."""
         with self.guard("search runs"):
             running = self.client.search_runs([experiment_id], filter_string="attributes.status = 'RUNNING'",
                                               max_results=1000)
-        return [r.info.run_id for r in running if r.data.tags.get("headroom.kind") in kinds]
+        return {r.info.run_id: r.data.tags["headroom.kind"] for r in running
+                if r.data.tags.get("headroom.kind") in kinds}
 
-    def end_running(self, experiment_id: str, kinds: Sequence[str], status: str, why: str) -> list[str]:
-        """End the RUNNING runs tagged `headroom.kind` in `kinds` with `status`, tagged `headroom.error` `why`. Their
-        ids."""
-        ended = self.running(experiment_id, kinds)
+    def end_runs(self, run_ids: Sequence[str], status: str, why: str) -> None:
+        """End runs `run_ids` with `status`, tagged `headroom.error` `why`."""
         with self.guard("end running runs"):
-            for run_id in ended:
+            for run_id in run_ids:
                 self.client.set_tag(run_id, "headroom.error", why)
                 self.client.set_terminated(run_id, status)
-        return ended
 
     def run_tags(self, run_id: str) -> dict[str, str]:
         with self.guard("get run"):

@@ -23,7 +23,13 @@ from core.settings import SERIES_NAME_PATTERN
 from forecast.clock import local_hours
 from forecast.global_model import GlobalPool, GlobalSettings
 from forecast.history import HistoryError
-from training.pipeline import StoppedAfterPromoting, TrainingError, TrainSettings, train_series
+from training.pipeline import (
+    FailedAfterPromoting,
+    StoppedAfterPromoting,
+    TrainingError,
+    TrainSettings,
+    train_series,
+)
 
 
 def settings_from_config(cfg: Config) -> TrainSettings:
@@ -50,8 +56,9 @@ def cmd_train(cfg, args) -> int:
     """`headroom train [--config FILE] [--history FILE --name SERIES] [--tracking-uri URI] [--force]`: on stdout one
     JSON result, or a list of them, one per entry of training.series.
 
-    Exit 0 all trained, 1 a training failed (store or Prometheus down, unusable data, locked), 2 no history to train
-    on, 128 + the signal's number when stopped (130 Ctrl-C, 143 SIGTERM); the champion of a failed series is untouched.
+    Exit 0 all trained, 1 a training failed (store or Prometheus down, unusable data, locked; or failed after its
+    promotion, which stands), 2 no history to train on, 128 + the signal's number when stopped (130 Ctrl-C, 143
+    SIGTERM); the champion of a series that failed before its promotion is untouched.
     """
     now = datetime.now(UTC)
     t = cfg.training
@@ -121,6 +128,12 @@ def cmd_train(cfg, args) -> int:
                           file=sys.stderr)
                     for note in result.notes:
                         print(f"note: {name}: {note}", file=sys.stderr)
+                except FailedAfterPromoting as exc:  # the commit point was passed: said as a stop after it is
+                    status = 1
+                    out.append({"name": name, "history": where, "version": exc.version, "promoted": True,
+                                "status": f"promoted, then failed: {exc.cause}"})
+                    print(f"{name}: v{exc.version} PROMOTED, then failed: {exc.cause} (its run ends FINISHED, "
+                          "headroom.cut_short)", file=sys.stderr)
                 except (TrackingError, TrainingError, TrainingLocked, HistoryError, PrometheusError, OSError) as exc:
                     status = 1
                     out.append({"name": name, "history": where, "error": f"{type(exc).__name__}: {exc}"})

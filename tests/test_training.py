@@ -203,11 +203,14 @@ def test_a_stop_while_a_candidate_s_scores_are_logged_ends_its_run(sqlite_uri):
 class StoppedAtOneRequest(Tracker):
     """SIGTERM, raised as KeyboardInterrupt once, at the `nth` request `name` to the store: before it is sent, or,
     `answered`, after the store has done it and before its answer is back (the id of a run it made, say). `then_gone`:
-    the store answers nothing after (the training cannot end its runs, as one killed outright cannot)."""
+    the store answers nothing after (the training cannot end its runs, as one killed outright cannot). `raised`: what
+    is raised in the stop's place (a lost connection: a failure, not a stop). Every request is counted (`sent`)."""
 
-    def __init__(self, uri: str, name: str, nth: int, answered: bool, then_gone: bool = False):
+    def __init__(self, uri: str, name: str, nth: int, answered: bool, then_gone: bool = False,
+                 raised: BaseException | None = None):
         super().__init__(uri)
         self.stop_at, self.answered, self.then_gone, self.sent, self.gone = (name, nth), answered, then_gone, {}, False
+        self.raised = raised or KeyboardInterrupt("SIGTERM")
 
     @property
     def client(self):
@@ -224,10 +227,10 @@ class StoppedAtOneRequest(Tracker):
                     stop = (name, tracker.sent[name]) == tracker.stop_at
                     tracker.gone = stop and tracker.then_gone
                     if stop and not tracker.answered:
-                        raise KeyboardInterrupt("SIGTERM")
+                        raise tracker.raised
                     answer = request(*args, **kwargs)
                     if stop:
-                        raise KeyboardInterrupt("SIGTERM")
+                        raise tracker.raised
                     return answer
                 return send
         return Interrupting()
@@ -289,14 +292,19 @@ def test_a_stop_at_any_request_to_the_store_leaves_no_run_running_and_no_lease(m
     unexplained = [(v.version, v.tags) for v in versions
                    if v.version != getattr(champion, "version", None) and not says_why_it_does_not_serve(v)]
     assert not unexplained
+    # the accuracy run says the hour's model was promoted where, and only where, the store made it the champion
+    promoted = [m.value for r in runs if r.data.tags.get("headroom.kind") == "accuracy"
+                for m in c.get_metric_history(r.info.run_id, "promoted")]
+    assert promoted == ([] if champion is None else [1.0]), (promoted, left)
 
 
 @pytest.mark.parametrize("request_name", ["set_registered_model_alias", "create_model_version"])
 def test_the_next_training_ends_one_cut_short_as_its_promotion_says(sqlite_uri, request_name):
     """A training killed outright (or whose store went away at its stop) cannot end its own runs: the next one ends
     them. One cut short after its promotion made the champion the controller serves: it was marked FAILED, and the
-    next training, finding no finished training of these inputs, trained again and registered a second version. One
-    cut short between registering its version and promoting it left the version without a word of why."""
+    next training, finding no finished training of these inputs, trained again and registered a second version; its
+    `promoted` 1 on the accuracy run, logged once the alias moved, is logged by the next training. One cut short
+    between registering its version and promoting it left the version without a word of why."""
     series = f"cut-{request_name}"
     with pytest.raises(KeyboardInterrupt):
         train_series(series, demand(), settings(), StoppedAtOneRequest(sqlite_uri, request_name, 1, answered=True,
@@ -305,6 +313,9 @@ def test_the_next_training_ends_one_cut_short_as_its_promotion_says(sqlite_uri, 
     again = train_series(series, demand(), settings(), Tracker(sqlite_uri), factories=FACTORIES)
     c = client(sqlite_uri)
     first = c.get_model_version(f"headroom-{series}", "1")
+    (accuracy,) = c.search_runs([c.get_experiment_by_name(f"headroom/{series}").experiment_id],
+                                "tags.`headroom.kind` = 'accuracy'")
+    assert [m.value for m in c.get_metric_history(accuracy.info.run_id, "promoted")] == [1.0]  # v1's, or v2's
     if request_name == "set_registered_model_alias":  # promoted: the training did what it is for
         assert again.already_trained and again.version == "1", again.outcome
         assert run_statuses(sqlite_uri, series) == {"train": "FINISHED", "snaive24": "FINISHED",
@@ -338,6 +349,63 @@ def test_train_says_a_series_stopped_after_its_promotion_was_promoted(sqlite_uri
         ("promoted, then stopped by SIGTERM", "1", True), said
     assert "late: v1 PROMOTED, then stopped by SIGTERM" in captured.err and "retrain" not in captured.err, captured.err
     assert champion_version(sqlite_uri, "late") == "1"
+
+
+@pytest.mark.parametrize("raised", [KeyboardInterrupt("SIGTERM"), ConnectionError("connection reset")])
+def test_a_training_cut_short_before_its_promotion_logs_no_promoted_point(mlflow_server, raised):
+    """The accuracy run's `promoted` 1 was logged before the alias moved: a stop or a failure at the promotion left
+    MLflow saying the hour's model was promoted while the champion was unchanged. What happened is logged: the
+    backtest's points, no `promoted` 1, and the version it registered says it was not promoted."""
+    series = f"unpromoted-{type(raised).__name__}"
+    with pytest.raises((KeyboardInterrupt, TrackingError)):
+        train_series(series, demand(), settings(), StoppedAtOneRequest(mlflow_server.uri, "set_registered_model_alias",
+                                                                       1, answered=False, raised=raised))
+    mlflow = client(mlflow_server.uri)
+    assert Tracker(mlflow_server.uri).champion(f"headroom-{series}") is None
+    experiment = mlflow.get_experiment_by_name(f"headroom/{series}").experiment_id
+    (accuracy,) = mlflow.search_runs([experiment], "tags.`headroom.kind` = 'accuracy'")
+    assert len(mlflow.get_metric_history(accuracy.info.run_id, "backtest_mase")) == 1
+    assert [m.value for m in mlflow.get_metric_history(accuracy.info.run_id, "promoted")] == []
+    assert mlflow.get_model_version(f"headroom-{series}", "1").tags["headroom.promoted"] == "false"
+
+
+def test_train_says_a_series_that_failed_after_its_promotion_was_promoted(sqlite_uri, tmp_path, monkeypatch, capsys):
+    """The store's answer to the promotion lost (the alias moved): `train` said `training failed`, as if the champion
+    were untouched, while the new model was live. It says it as a stop after the promotion: promoted, then failed,
+    with the version; the exit status 1 (not all went as asked)."""
+    import cli.train
+    from cli.main import main
+    from forecast.synthetic import write_csv
+
+    monkeypatch.setattr(cli.train, "Tracker", lambda uri: StoppedAtOneRequest(uri, "set_registered_model_alias", 1,
+                                                                              answered=True,
+                                                                              raised=ConnectionError("reset")))
+    write_csv(demand(), tmp_path / "gpu.csv")
+    (tmp_path / "fast.yaml").write_text("backtest: {folds: 2}\ntraining: {candidates: [snaive24]}\n")
+    assert main(["train", "--config", str(tmp_path / "fast.yaml"), "--history", str(tmp_path / "gpu.csv"), "--name",
+                 "lost", "--tracking-uri", sqlite_uri]) == 1
+    captured = capsys.readouterr()
+    said = json.loads(captured.out)
+    assert "error" not in said and (said["version"], said["promoted"]) == ("1", True), said
+    assert said["status"].startswith("promoted, then failed: TrackingError: "), said
+    assert "lost: v1 PROMOTED, then failed: TrackingError" in captured.err, captured.err
+    assert "training failed" not in captured.err, captured.err
+    assert champion_version(sqlite_uri, "lost") == "1"
+    assert run_statuses(sqlite_uri, "lost")["train"] == "FINISHED"
+
+
+def test_the_clean_up_at_a_training_start_asks_the_store_one_search(sqlite_uri):
+    """Under the series' lock a training first ends the runs an earlier one left RUNNING: with none left, it read the
+    champion's alias and searched the RUNNING runs twice, three requests at each training's start. One search tells
+    whether there is anything to end."""
+    from training.pipeline import _end_unfinished
+
+    train_series("tidy", demand(), settings(), Tracker(sqlite_uri))
+    counted = StoppedAtOneRequest(sqlite_uri, "no such request", 1, answered=False)
+    experiment = counted.experiment("headroom/tidy")
+    counted.sent.clear()
+    assert _end_unfinished(counted, experiment, "tidy", "FAILED", "abandoned") == ([], None)
+    assert counted.sent == {"search_runs": 1}
 
 
 def test_lock_prevents_concurrent_training(sqlite_uri):

@@ -80,11 +80,22 @@ class StoppedAfterPromoting(KeyboardInterrupt):
         self.series, self.version = series, version
 
 
+class FailedAfterPromoting(RuntimeError):
+    """A failure (`cause`, its type and message) that cut short a training of `series` after it promoted `version`:
+    the promotion stands (the run ends FINISHED, headroom.cut_short), the rest did not run."""
+
+    def __init__(self, failure: Exception, series: str, version: str):
+        self.series, self.version, self.cause = series, version, f"{type(failure).__name__}: {failure}"
+        super().__init__(f"{series}: v{version} promoted, then failed: {self.cause}")
+
+
 MODEL_FORMAT = "headroom.model/v1"
 CARD_SHA_TAG = "headroom.card_sha256"
 TRAINING_KEY_TAG = "headroom.training_key"  # a training run's inputs but the champion (training_key)
 TRAINING_KINDS = ("training", "candidate")  # headroom.kind of a training's runs (the accuracy run lives on)
 FORCED_TAG = "headroom.forced"  # "true": trained though an earlier training had the same key (train --force)
+# on a version: the hour its training's points sit at on the accuracy run (training.realized.time_axis)
+FIRST_HOUR_TAG = "headroom.first_forecast_hour"
 # a training's verdict, on the version it registers (from birth) and on its run
 VERDICT_TAGS = ("headroom.promoted", "headroom.reason", "headroom.champion_version")
 # The code that makes a model: the forecasters and the backtest that picks one (forecast/), the training (training/)
@@ -410,8 +421,8 @@ def train_series(name: str, series: pd.Series, settings: TrainSettings, tracker:
     with tracker.lock(name, settings.lock_ttl_seconds):
         exp = tracker.experiment(experiment_name(name))
         # under the lock no other training of the series runs: one still RUNNING lost the store or its process
-        abandoned, _ = _end_unfinished(tracker, exp, registered_name(name), "FAILED", "abandoned: its training lost "
-                                       "the tracking store or was killed before it could end the run")
+        abandoned, _ = _end_unfinished(tracker, exp, name, "FAILED", "abandoned: its training lost the tracking "
+                                       "store or was killed before it could end the run")
         if abandoned:
             log.warning("%s: marked %d abandoned run(s) FAILED: %s", name, len(abandoned), ", ".join(abandoned))
         key = training_key(series, settings, timezone, pool, code_digest(code_roots))
@@ -437,48 +448,59 @@ def train_series(name: str, series: pd.Series, settings: TrainSettings, tracker:
 def _not_left_running(tracker: Tracker, exp: str, series: str) -> Iterator[None]:
     """A stop (SIGINT, SIGTERM) or a failure inside the block ends this training's runs in experiment `exp` as
     _end_unfinished does, KILLED or FAILED, never left RUNNING; the original is raised, a stop after the promotion as
-    StoppedAfterPromoting (the stop was not of the promotion). Its runs (and versions) are found in the store, not by
-    the ids the training was told: a stop landing while a run is created (the store has made it, its id is not back
-    yet) leaves a run no id names. Under the series' lock every other such run was ended before."""
+    StoppedAfterPromoting and a failure after it as FailedAfterPromoting (neither was of the promotion). Its runs (and
+    versions) are found in the store, not by the ids the training was told: a stop landing while a run is created (the
+    store has made it, its id is not back yet) leaves a run no id names. Under the series' lock every other such run
+    was ended before."""
     try:
         yield
     except BaseException as exc:
         promoted = None
         with contextlib.suppress(Exception):  # the original failure is the one reported
-            _, promoted = _end_unfinished(tracker, exp, registered_name(series),
-                                          "FAILED" if isinstance(exc, Exception) else "KILLED",
+            _, promoted = _end_unfinished(tracker, exp, series, "FAILED" if isinstance(exc, Exception) else "KILLED",
                                           f"{type(exc).__name__}: {exc}")
         if promoted is not None and isinstance(exc, KeyboardInterrupt):
             raise StoppedAfterPromoting(exc, series, promoted) from exc
+        if promoted is not None and isinstance(exc, Exception):
+            raise FailedAfterPromoting(exc, series, promoted) from exc
         raise
 
 
-def _end_unfinished(tracker: Tracker, exp: str, registered: str, status: str,
+def _end_unfinished(tracker: Tracker, exp: str, series: str, status: str,
                     why: str) -> tuple[list[str], str | None]:
     """End the training runs left RUNNING in experiment `exp` (a training stopped, failed or gone) `status`, `why` in
     their headroom.error tag; their ids, and the version one of them promoted (None: none did). The promotion is a
-    training's commit point: one whose version is the champion of registered model `registered` (the controller serves
-    it) did what it is for, and ends FINISHED with its verdict, saying what cut its end short; one that registered a
-    version to promote and did not promote it tags the version not promoted and why (it read as a model judged and
-    kept, and the next training registers another)."""
-    champion, promoted = tracker.champion(registered), None
-    for run_id in tracker.running(exp, ("training",)):
-        for version in tracker.versions_of_run(registered, run_id):
+    training's commit point: one whose version is the champion of series `series` (the controller serves it) did what
+    it is for, and ends FINISHED with its verdict, saying what cut its end short, its `promoted` 1 on the accuracy run
+    logged if it had not been; one that registered a version to promote and did not promote it tags the version not
+    promoted and why (it read as a model judged and kept, and the next training registers another)."""
+    registered, running = registered_name(series), tracker.running(exp, TRAINING_KINDS)
+    promoted, finished = None, set()
+    for run_id in (run_id for run_id, kind in running.items() if kind == "training"):
+        versions = tracker.versions_of_run(registered, run_id)
+        champion = tracker.champion(registered) if versions else None  # read only where a version may be it
+        for version in versions:
             if champion is not None and str(version.version) == str(champion.version):
                 log.warning("%s: v%s was promoted before its training was cut short (%s): its run ends FINISHED",
                             registered, version.version, why)
+                if hour := version.tags.get(FIRST_HOUR_TAG):  # before the run ends: else no one logs it
+                    tracker.log_metrics(accuracy_run(tracker, series),
+                                        [("promoted", 1.0, *time_axis(pd.Timestamp(hour)))])
                 tracker.set_tags(run_id, {"headroom.version": str(version.version),
                                           **{k: v for k, v in version.tags.items() if k in VERDICT_TAGS},
                                           "headroom.cut_short": f"after promoting v{version.version}: {why}"})
                 tracker.end_run(run_id, "FINISHED")
                 promoted = str(version.version)
+                finished.add(run_id)
             elif version.tags.get("headroom.promoted") != "false":
                 log.warning("%s: v%s is abandoned: its training was cut short before promoting it (%s)",
                             registered, version.version, why)
                 tracker.set_version_tags(registered, str(version.version), {
                     "headroom.promoted": "false",
                     "headroom.outcome": f"abandoned: its training was cut short before promoting it ({why})"})
-    return tracker.end_running(exp, TRAINING_KINDS, status, why), promoted
+    unfinished = [run_id for run_id in running if run_id not in finished]
+    tracker.end_runs(unfinished, status, why)
+    return unfinished, promoted
 
 
 def _on_utc(wall: pd.Timestamp, zone: str) -> pd.Timestamp:
@@ -488,7 +510,8 @@ def _on_utc(wall: pd.Timestamp, zone: str) -> pd.Timestamp:
 
 def _train(name, series, settings, tracker, now, timezone, makers, origins, exp, parent, progress=None) -> TrainResult:
     key = settings.objective_key
-    at = time_axis(_on_utc(series.index[-1] + pd.Timedelta(hours=1), timezone))
+    first_hour = _on_utc(series.index[-1] + pd.Timedelta(hours=1), timezone)  # the first its model forecasts
+    at = time_axis(first_hour)
 
     def per_fold_metrics(rows: list[dict], keys) -> list[tuple[str, float, int, int]]:
         """Each fold's scores at its origin's hour: the backtest as accuracy over time."""
@@ -629,14 +652,17 @@ def _train(name, series, settings, tracker, now, timezone, makers, origins, exp,
         "headroom.model": winner, "headroom.objective": key, "headroom.score": f"{scores[winner][key]:.6g}",
         "headroom.backtest_mase": f"{scores[winner]['mase']:.6g}", "headroom.scale": f"{scale:.6g}",
         "headroom.history_sha256": span["history_sha256"], "headroom.history_end": span["history_end"],
+        FIRST_HOUR_TAG: first_hour.isoformat(),
         CARD_SHA_TAG: hashlib.sha256(card).hexdigest(), **verdict_tags,
         "headroom.champion_score": "" if champ_score is None else f"{champ_score:.6g}"})
-    # on the series' time axis beside the live accuracy: each training's backtest, and whether it is to serve
-    tracker.log_metrics(accuracy_run(tracker, name), [
+    # on the series' time axis beside the live accuracy: each training's backtest, and whether it serves
+    accuracy = accuracy_run(tracker, name)
+    tracker.log_metrics(accuracy, [
         *((f"backtest_{k}", scores[winner][k], *at) for k in ("mase", *POOLED)),
-        (f"champion_rescored_{key}", champ_score, *at), ("promoted", float(promote), *at)])
+        (f"champion_rescored_{key}", champ_score, *at), *([] if promote else [("promoted", 0.0, *at)])])
     if promote:  # last, the commit point: a training cut short before this changed no champion (_end_unfinished)
         tracker.promote(champ_name, version)
+        tracker.log_metrics(accuracy, [("promoted", 1.0, *at)])  # once the alias moved: not said before it is so
     tracker.set_tags(parent, {"headroom.version": version, **verdict_tags})
     return TrainResult(name=name, run_id=parent, experiment_id=exp, selected=winner, objective=key,
                        score=scores[winner][key], scores=scores, version=version, promoted=promote, reason=reason,
