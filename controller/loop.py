@@ -18,7 +18,7 @@ from controller.reconcile import Reconciler
 from controller.state import ControllerState
 from core.cluster import Elector
 from core.errors import ClusterError
-from training.pipeline import TrainSettings, train_series
+from training.pipeline import FailedAfterPromoting, TrainSettings, train_series
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +53,8 @@ class BackgroundTrainer:
         try:
             result = train_series(series, history, self.settings, Tracker(self.tracking_uri), now.to_pydatetime())
             log.info("%s: retrained: %s %s", series, result.selected, result.outcome)
+        except FailedAfterPromoting as exc:  # the new champion serves: the rest of the training did not run
+            log.warning("retraining %s", exc)
         except Exception as exc:  # noqa: BLE001 - report, keep the champion
             log.warning("%s: retraining failed, champion unchanged: %s", series, exc)
 

@@ -394,6 +394,31 @@ def test_train_says_a_series_that_failed_after_its_promotion_was_promoted(sqlite
     assert run_statuses(sqlite_uri, "lost")["train"] == "FINISHED"
 
 
+@pytest.mark.parametrize("answered", [True, False])
+def test_the_controller_says_a_retraining_that_failed_after_its_promotion_was_promoted(sqlite_uri, monkeypatch,
+                                                                                         caplog, answered):
+    """The controller's retraining (controller.loop.BackgroundTrainer) said every failure as "retraining failed,
+    champion unchanged", also the store's answer to the promotion lost after the alias moved: the new model served
+    while the log said the old one did. That one is said as promoted, then failed; a failure before the alias moved
+    (its request never answered) leaves the champion unchanged, and says so."""
+    import logging
+
+    import controller.loop
+    from controller.loop import BackgroundTrainer
+
+    series = f"lost-{answered}".lower()  # the store is the module's: a series each
+    monkeypatch.setattr(controller.loop, "Tracker", lambda uri: StoppedAtOneRequest(
+        uri, "set_registered_model_alias", 1, answered=answered, raised=ConnectionError("reset")))
+    trainer = BackgroundTrainer(sqlite_uri, FAST, beside=False)
+    with caplog.at_level(logging.INFO, logger="controller.loop"):
+        trainer(series, demand(), pd.Timestamp(demand().index[-1]) + pd.Timedelta(hours=1))
+    said = [r.getMessage() for r in caplog.records if r.name == "controller.loop"]
+    aliases = client(sqlite_uri).get_registered_model(f"headroom-{series}").aliases
+    assert aliases == ({"champion": 1} if answered else {}), aliases
+    assert any("v1 promoted, then failed" in m for m in said) == answered, said
+    assert any("champion unchanged" in m for m in said) != answered, said
+
+
 def test_the_clean_up_at_a_training_start_asks_the_store_one_search(sqlite_uri):
     """Under the series' lock a training first ends the runs an earlier one left RUNNING: with none left, it read the
     champion's alias and searched the RUNNING runs twice, three requests at each training's start. One search tells
