@@ -43,7 +43,15 @@ import pandas as pd
 from core.cluster import Elector
 from core.errors import ConfigError, NotFound
 from core.objects import ObjectRef, PolicyStatus, QuotaNode, TargetRef, TargetState, WorkloadInfo
-from core.policy import Claims, PolicySpec, created, held_demand_per_gpu, holding_spec, parse_policy_spec
+from core.policy import (
+    Claims,
+    PolicySpec,
+    created,
+    held_demand_per_gpu,
+    holding_spec,
+    parse_policy_spec,
+    refused_holders,
+)
 from core.settings import WorldSettings
 from core.units import epoch_seconds
 from planning.kueue import admit
@@ -289,11 +297,13 @@ class EmbeddedCluster:
             ref = spec.target.ref(meta.get("namespace", "default"))
             held.append(_Held(key, spec, ref, demand_per_gpu, parsed and claims.take(key, ref, spec) is None))
         inference_named = {q for h in held for q in h.spec.inference_queues}
+        kept = [h for h in held if h.accepted]
+        refused = [h for h in held if not h.accepted]  # oldest first, as the controller counts them
+        # whether each refused policy holds its target: the controller's rule (controller.reconcile.invalid_holdings)
+        owns = refused_holders([(h.ref, h.spec) for h in kept], [(h.ref, h.spec) for h in refused])
         roles = Claims()  # each ClusterQueue's role, as the policies held so far hold it (its `role`)
-        earlier: set[str] = set()  # the policies held so far
-        for h in sorted(held, key=lambda h: not h.accepted):  # stable: oldest first within each
-            self._hold(h, roles, earlier, inference_named)
-            earlier.add(h.key)
+        for h, own in zip(kept + refused, [True] * len(kept) + owns):
+            self._hold(h, own, roles, inference_named)
         self._retire()
 
     def _retire(self) -> None:
@@ -313,20 +323,17 @@ class EmbeddedCluster:
             self._pending_version += 1
             self._kueue_events += 1  # Workloads deleted: Kueue looks again at what it set aside
 
-    def _hold(self, h: _Held, roles: Claims, earlier: set[str], inference_named: set[str]) -> None:
+    def _hold(self, h: _Held, own: bool, roles: Claims, inference_named: set[str]) -> None:
         """What a policy names exists in the cluster as a cluster the controller's accepted policies describe holds it
         (`_hold_all`; `roles.role`: each ClusterQueue's, "inference", "target" or "training", as the policies held
-        before this one, `earlier`, hold it, the accepted ones first as they claimed it; a quota, or another policy's
-        workload, left from the last rebuild is no one's until held again): a policy
+        before this one hold it, the accepted ones first as they claimed it; a quota, or another policy's workload,
+        left from the last rebuild is no one's until held again): a policy
         accepted there holds its target and every ClusterQueue it names (training quotas start at 0); one refused there
-        (its target another's, or a queue another names otherwise, or its spec does not parse) holds nothing another
-        holds: a target is one workload, whichever policies name it, and a ClusterQueue has the role the policy that
-        kept it gave it (no training is submitted into an inference queue, nor on a refused policy's behalf into any
-        queue a policy names for inference, `inference_named`; no replica of the refused policy is a Workload of a
-        training queue; its own ClusterQueue target is no workload of its own where a policy held before holds that
-        queue, nor is its target where its pods run in a ClusterQueue target held before or an accepted policy's
-        training queue, within whose quota Kueue admits them: a queue's GPUs are held once, as the controller counts
-        them, core.policy.refused_holders).
+        (its target another's, or a queue another names otherwise, or its spec does not parse) holds its target where
+        `own` says so, core.policy.refused_holders' verdict, the controller's: a target is one workload, whichever
+        policies name it, and a queue's GPUs are held once. A ClusterQueue has the role the policy that kept it gave it
+        (no training is submitted into an inference queue, nor on a refused policy's behalf into any queue a policy
+        names for inference, `inference_named`; no replica of the refused policy is a Workload of a training queue).
         The target served before: it starts with the replicas its demand now needs, warm (as many as the idle GPUs
         hold), so a ClusterQueue it runs in (its target, or its inferenceClusterQueue) starts with a quota holding
         them, as Kueue admitted them. A refused policy whose spec does not parse holds what it still says it holds
@@ -339,19 +346,13 @@ class EmbeddedCluster:
         def named(q: str | None, kind: str) -> str | None:  # a queue as this policy names it, if that is its role
             return q if q is not None and (accepted or roles.role.get(q, (kind,))[0] == kind) else None
 
+        taken = not own  # another's, or a queue held, or held within one
         other = next((k for k, inf in self.inference.items() if k != key and inf.ref == ref), None)
-        if other is not None and (accepted or other not in earlier):  # held last time by a policy that comes later
-            # now (a refused one, or one held after this one): the workload is this policy's now
+        if other is not None and own:  # held last time by a policy that comes later now (a refused one, or one held
+            # after this one): the workload is this policy's now
             self.inference[key] = self.inference.pop(other)
             self.inference[key].key = key
             self.inference_queues.pop(other, None)
-            other = None
-        # refused, its pods run in a ClusterQueue target held before it, or in an accepted policy's training queue:
-        # Kueue admits them there, within its quota (core.policy.refused_holders)
-        within_quota = queue_target is None and \
-            roles.role.get(spec.inference_cluster_queue or "", ("",))[0] in ("target", "training")
-        # another's, or a queue held, or held within one
-        taken = other is not None or (not accepted and (queue_target in roles.role or within_quota))
         inference_queue = None if taken else named(spec.inference_cluster_queue, "inference")
         # a refused policy's training queue is one no policy names for inference (the controller lends it no other)
         training = [q for q in spec.training_cluster_queues
