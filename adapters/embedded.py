@@ -31,7 +31,7 @@ from __future__ import annotations
 import bisect
 import copy
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -228,6 +228,9 @@ class EmbeddedCluster:
         self.quotas: dict[str, int] = {}
         self.inference: dict[str, _Inference] = {}
         self.inference_queues: dict[str, str] = {}  # policy key -> the inferenceClusterQueue its pods are Workloads of
+        # the targets an edit of their policy left behind (it named another): an edit deletes no workload, so each runs
+        # on, scaled by no one (an HPA scales itself), until a policy names it again; each with the spec it was held by
+        self.left: dict[TargetRef, tuple[PolicySpec, _Inference]] = {}
         self._found: dict[TargetRef, _Inference] = {}  # _target's answers
         self.training_queues: list[str] = []  # the ClusterQueues training is submitted into
         # ...and every one it ever was (a job's queue number indexes it): one a policy now holds inference in is not one
@@ -302,15 +305,25 @@ class EmbeddedCluster:
         # whether each refused policy holds its target: the controller's rule (controller.reconcile.invalid_holdings)
         owns = refused_holders([(h.ref, h.spec) for h in kept], [(h.ref, h.spec) for h in refused])
         roles = Claims()  # each ClusterQueue's role, as the policies held so far hold it (its `role`)
+        holding = []
         for h, own in zip(kept + refused, [True] * len(kept) + owns):
             self._hold(h, own, roles, inference_named)
+            if own:
+                holding.append((h.ref, h.spec))
+        # a target left behind that a policy holds now (a queue it names) is within that one's quota, as the
+        # controller counts it (controller.reconcile.left_holdings)
+        left = list(self.left.items())
+        for (ref, _), own in zip(left, refused_holders(holding, [(ref, spec) for ref, (spec, _) in left])):
+            if not own:
+                del self.left[ref]
+        self._found.clear()
         self._retire()
 
     def _retire(self) -> None:
         """A ClusterQueue that held training and now holds inference (an edit let a policy keep it as its inference
         queue or target) is no training queue: no Workload is submitted into it, and those waiting there are deleted (a
         quota there is the reservation's, not training's); those running finish, held in its Kueue usage."""
-        held = set(self.inference_queues.values()) | {inf.ref.name for inf in self.inference.values()
+        held = set(self.inference_queues.values()) | {inf.ref.name for _, inf in self._inference_workloads()
                                                        if inf.ref.kind == "ClusterQueue"}
         self._training_numbers = [k for k, q in enumerate(self._queues) if q not in held]
         self.training_queues = [self._queues[k] for k in self._training_numbers]
@@ -340,6 +353,7 @@ class EmbeddedCluster:
         (core.policy.holding_spec, as the controller reads it), its target's demand served by its demandPerGpu where
         that reads (else none is known)."""
         key, spec, ref, accepted = h.key, h.spec, h.ref, h.accepted
+        held_by = self.specs.get(key)
         self.specs[key] = spec
         queue_target = ref.name if ref.kind == "ClusterQueue" else None
 
@@ -347,6 +361,14 @@ class EmbeddedCluster:
             return q if q is not None and (accepted or roles.role.get(q, (kind,))[0] == kind) else None
 
         taken = not own  # another's, or a queue held, or held within one
+        before = self.inference.get(key)
+        if before is not None and held_by is not None and before.ref != ref:  # an edit named another target: the
+            # one held runs on
+            self.left[before.ref] = (held_by, self.inference.pop(key))
+            self._found.clear()
+        if own and ref in self.left:  # left behind by an edit, and named again
+            self.inference[key] = self.left.pop(ref)[1]
+            self.inference[key].key = key
         other = next((k for k, inf in self.inference.items() if k != key and inf.ref == ref), None)
         if other is not None and own:  # held last time by a policy that comes later now (a refused one, or one held
             # after this one): the workload is this policy's now
@@ -431,8 +453,9 @@ class EmbeddedCluster:
         their GPUs go to replicas waiting elsewhere, then to training; the policy stays, its target not found, until
         `apply_policy` makes the target again."""
         inf = self._target(target)
-        del self.inference[inf.key]
-        self.inference_queues.pop(inf.key, None)
+        if self.left.pop(target, None) is None:
+            del self.inference[inf.key]
+            self.inference_queues.pop(inf.key, None)
         if target.kind == "ClusterQueue":
             self.quotas.pop(target.name, None)
         self._found.clear()
@@ -486,7 +509,7 @@ class EmbeddedCluster:
 
     def target_state(self, target: TargetRef, gpus_per_replica: int) -> TargetState:
         if target.kind == "ClusterQueue" and target.name in self.quotas \
-                and not any(inf.ref == target for inf in self.inference.values()):
+                and not any(inf.ref == target for _, inf in self._inference_workloads()):
             # a ClusterQueue no policy holds as its target (a refused policy's, where another holds the queue) is
             # there all the same: read as the API server reads one (adapters.kube), its quota's whole replicas
             replicas = self.quotas[target.name] // gpus_per_replica
@@ -500,7 +523,7 @@ class EmbeddedCluster:
         inf = self._found.get(target)  # cleared whenever a policy's target changes
         if inf is not None:
             return inf
-        for inf in self.inference.values():
+        for _, inf in self._inference_workloads():
             if inf.ref == target:
                 self._found[target] = inf
                 return inf
@@ -525,7 +548,7 @@ class EmbeddedCluster:
         changed = self.quotas[name] != gpus
         self.quotas[name] = gpus
         self._kueue_events += changed  # Kueue looks again at what it set aside
-        for inf in self.inference.values():  # an inference ClusterQueue target: its quota is its replicas
+        for _, inf in self._inference_workloads():  # an inference ClusterQueue target: its quota is its replicas
             if inf.ref.kind == "ClusterQueue" and inf.ref.name == name:
                 self._scale(inf, gpus // inf.gpus_per_replica)
         if self.inference_queues:  # more quota: Kueue admits replicas waiting for it
@@ -634,9 +657,15 @@ class EmbeddedCluster:
         j = self.jobs
         return int(j.gpus[self._running].sum()) + sum(int(j.gpus[i]) for i in self._stopping)
 
+    def _inference_workloads(self) -> Iterator[tuple[str, _Inference]]:
+        """Every inference workload: each policy's (with its key), then each an edit left behind ("": no one's)."""
+        yield from self.inference.items()
+        for _, inf in self.left.values():
+            yield "", inf
+
     @property
     def inference_gpus(self) -> int:
-        return sum(inf.held_replicas * inf.gpus_per_replica for inf in self.inference.values())
+        return sum(inf.held_replicas * inf.gpus_per_replica for _, inf in self._inference_workloads())
 
     @property
     def idle_gpus(self) -> int:
@@ -671,7 +700,7 @@ class EmbeddedCluster:
         `warmup_seconds` after `at`. Returns the GPUs left idle."""
         idle = self.idle_gpus if idle is None else idle
         admitted = self._kueue_inference()
-        for key, inf in self.inference.items():
+        for key, inf in self._inference_workloads():
             granted = set()
             for r in admitted.get(key, range(inf.waiting)):  # without an inferenceClusterQueue: all, oldest first
                 if idle < inf.gpus_per_replica:
@@ -820,7 +849,7 @@ class EmbeddedCluster:
             return []
         queued = self._kueue_inference()
         free = self.idle_gpus - sum(len(queued.get(key, inf.asked)) * inf.gpus_per_replica
-                                    for key, inf in self.inference.items())
+                                    for key, inf in self._inference_workloads())
         if free <= 0:
             return []
         quotas, usage, kept = self._cohort(queued)
@@ -872,7 +901,7 @@ class EmbeddedCluster:
             self.admit()
         a = self.accounting
         held = 0.0
-        for key, inf in self.inference.items():
+        for key, inf in self._inference_workloads():
             serving = float(inf.warm)
             warm_now = []
             for ready in inf.warming:
@@ -883,7 +912,8 @@ class EmbeddedCluster:
                     warm_now.append(ready)
             inf.warming = warm_now
             held += (inf.held_replicas + 0.0) * inf.gpus_per_replica
-            self._serve(key, inf, to, serving * inf.gpus_per_replica, dt)
+            if key:  # one left behind serves none of its policy's demand (its new target does)
+                self._serve(key, inf, to, serving * inf.gpus_per_replica, dt)
             if inf.ref.kind == "HorizontalPodAutoscaler":
                 inf.recommendations.append((to, self._replicas_for(inf, to)))
                 self._scale(inf, self._hpa_recommendation(inf))
