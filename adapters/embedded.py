@@ -31,7 +31,7 @@ from __future__ import annotations
 import bisect
 import copy
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -43,7 +43,15 @@ import pandas as pd
 from core.cluster import Elector
 from core.errors import ConfigError, NotFound
 from core.objects import ObjectRef, PolicyStatus, QuotaNode, TargetRef, TargetState, WorkloadInfo
-from core.policy import Claims, PolicySpec, created, held_demand_per_gpu, holding_spec, parse_policy_spec
+from core.policy import (
+    Claims,
+    PolicySpec,
+    created,
+    held_demand_per_gpu,
+    holding_spec,
+    parse_policy_spec,
+    refused_holders,
+)
 from core.settings import WorldSettings
 from core.units import epoch_seconds
 from planning.kueue import admit
@@ -220,6 +228,9 @@ class EmbeddedCluster:
         self.quotas: dict[str, int] = {}
         self.inference: dict[str, _Inference] = {}
         self.inference_queues: dict[str, str] = {}  # policy key -> the inferenceClusterQueue its pods are Workloads of
+        # the targets an edit of their policy left behind (it named another): an edit deletes no workload, so each runs
+        # on, scaled by no one (an HPA scales itself), until a policy names it again; each with the spec it was held by
+        self.left: dict[TargetRef, tuple[PolicySpec, _Inference]] = {}
         self._found: dict[TargetRef, _Inference] = {}  # _target's answers
         self.training_queues: list[str] = []  # the ClusterQueues training is submitted into
         # ...and every one it ever was (a job's queue number indexes it): one a policy now holds inference in is not one
@@ -289,18 +300,30 @@ class EmbeddedCluster:
             ref = spec.target.ref(meta.get("namespace", "default"))
             held.append(_Held(key, spec, ref, demand_per_gpu, parsed and claims.take(key, ref, spec) is None))
         inference_named = {q for h in held for q in h.spec.inference_queues}
+        kept = [h for h in held if h.accepted]
+        refused = [h for h in held if not h.accepted]  # oldest first, as the controller counts them
+        # whether each refused policy holds its target: the controller's rule (controller.reconcile.invalid_holdings)
+        owns = refused_holders([(h.ref, h.spec) for h in kept], [(h.ref, h.spec) for h in refused])
         roles = Claims()  # each ClusterQueue's role, as the policies held so far hold it (its `role`)
-        earlier: set[str] = set()  # the policies held so far
-        for h in sorted(held, key=lambda h: not h.accepted):  # stable: oldest first within each
-            self._hold(h, roles, earlier, inference_named)
-            earlier.add(h.key)
+        holding = []
+        for h, own in zip(kept + refused, [True] * len(kept) + owns):
+            self._hold(h, own, roles, inference_named)
+            if own:
+                holding.append((h.ref, h.spec))
+        # a target left behind that a policy holds now (a queue it names) is within that one's quota, as the
+        # controller counts it (controller.reconcile.left_holdings)
+        left = list(self.left.items())
+        for (ref, _), own in zip(left, refused_holders(holding, [(ref, spec) for ref, (spec, _) in left])):
+            if not own:
+                del self.left[ref]
+        self._found.clear()
         self._retire()
 
     def _retire(self) -> None:
         """A ClusterQueue that held training and now holds inference (an edit let a policy keep it as its inference
         queue or target) is no training queue: no Workload is submitted into it, and those waiting there are deleted (a
         quota there is the reservation's, not training's); those running finish, held in its Kueue usage."""
-        held = set(self.inference_queues.values()) | {inf.ref.name for inf in self.inference.values()
+        held = set(self.inference_queues.values()) | {inf.ref.name for _, inf in self._inference_workloads()
                                                        if inf.ref.kind == "ClusterQueue"}
         self._training_numbers = [k for k, q in enumerate(self._queues) if q not in held]
         self.training_queues = [self._queues[k] for k in self._training_numbers]
@@ -313,45 +336,45 @@ class EmbeddedCluster:
             self._pending_version += 1
             self._kueue_events += 1  # Workloads deleted: Kueue looks again at what it set aside
 
-    def _hold(self, h: _Held, roles: Claims, earlier: set[str], inference_named: set[str]) -> None:
+    def _hold(self, h: _Held, own: bool, roles: Claims, inference_named: set[str]) -> None:
         """What a policy names exists in the cluster as a cluster the controller's accepted policies describe holds it
         (`_hold_all`; `roles.role`: each ClusterQueue's, "inference", "target" or "training", as the policies held
-        before this one, `earlier`, hold it, the accepted ones first as they claimed it; a quota, or another policy's
-        workload, left from the last rebuild is no one's until held again): a policy
+        before this one hold it, the accepted ones first as they claimed it; a quota, or another policy's workload,
+        left from the last rebuild is no one's until held again): a policy
         accepted there holds its target and every ClusterQueue it names (training quotas start at 0); one refused there
-        (its target another's, or a queue another names otherwise, or its spec does not parse) holds nothing another
-        holds: a target is one workload, whichever policies name it, and a ClusterQueue has the role the policy that
-        kept it gave it (no training is submitted into an inference queue, nor on a refused policy's behalf into any
-        queue a policy names for inference, `inference_named`; no replica of the refused policy is a Workload of a
-        training queue; its own ClusterQueue target is no workload of its own where a policy held before holds that
-        queue, nor is its target where its pods run in a ClusterQueue target held before or an accepted policy's
-        training queue, within whose quota Kueue admits them: a queue's GPUs are held once, as the controller counts
-        them, core.policy.refused_holders).
+        (its target another's, or a queue another names otherwise, or its spec does not parse) holds its target where
+        `own` says so, core.policy.refused_holders' verdict, the controller's: a target is one workload, whichever
+        policies name it, and a queue's GPUs are held once. A ClusterQueue has the role the policy that kept it gave it
+        (no training is submitted into an inference queue, nor on a refused policy's behalf into any queue a policy
+        names for inference, `inference_named`; no replica of the refused policy is a Workload of a training queue).
         The target served before: it starts with the replicas its demand now needs, warm (as many as the idle GPUs
         hold), so a ClusterQueue it runs in (its target, or its inferenceClusterQueue) starts with a quota holding
         them, as Kueue admitted them. A refused policy whose spec does not parse holds what it still says it holds
         (core.policy.holding_spec, as the controller reads it), its target's demand served by its demandPerGpu where
         that reads (else none is known)."""
         key, spec, ref, accepted = h.key, h.spec, h.ref, h.accepted
+        held_by = self.specs.get(key)
         self.specs[key] = spec
         queue_target = ref.name if ref.kind == "ClusterQueue" else None
 
         def named(q: str | None, kind: str) -> str | None:  # a queue as this policy names it, if that is its role
             return q if q is not None and (accepted or roles.role.get(q, (kind,))[0] == kind) else None
 
+        taken = not own  # another's, or a queue held, or held within one
+        before = self.inference.get(key)
+        if before is not None and held_by is not None and before.ref != ref:  # an edit named another target: the
+            # one held runs on
+            self.left[before.ref] = (held_by, self.inference.pop(key))
+            self._found.clear()
+        if own and ref in self.left:  # left behind by an edit, and named again
+            self.inference[key] = self.left.pop(ref)[1]
+            self.inference[key].key = key
         other = next((k for k, inf in self.inference.items() if k != key and inf.ref == ref), None)
-        if other is not None and (accepted or other not in earlier):  # held last time by a policy that comes later
-            # now (a refused one, or one held after this one): the workload is this policy's now
+        if other is not None and own:  # held last time by a policy that comes later now (a refused one, or one held
+            # after this one): the workload is this policy's now
             self.inference[key] = self.inference.pop(other)
             self.inference[key].key = key
             self.inference_queues.pop(other, None)
-            other = None
-        # refused, its pods run in a ClusterQueue target held before it, or in an accepted policy's training queue:
-        # Kueue admits them there, within its quota (core.policy.refused_holders)
-        within_quota = queue_target is None and \
-            roles.role.get(spec.inference_cluster_queue or "", ("",))[0] in ("target", "training")
-        # another's, or a queue held, or held within one
-        taken = other is not None or (not accepted and (queue_target in roles.role or within_quota))
         inference_queue = None if taken else named(spec.inference_cluster_queue, "inference")
         # a refused policy's training queue is one no policy names for inference (the controller lends it no other)
         training = [q for q in spec.training_cluster_queues
@@ -430,8 +453,9 @@ class EmbeddedCluster:
         their GPUs go to replicas waiting elsewhere, then to training; the policy stays, its target not found, until
         `apply_policy` makes the target again."""
         inf = self._target(target)
-        del self.inference[inf.key]
-        self.inference_queues.pop(inf.key, None)
+        if self.left.pop(target, None) is None:
+            del self.inference[inf.key]
+            self.inference_queues.pop(inf.key, None)
         if target.kind == "ClusterQueue":
             self.quotas.pop(target.name, None)
         self._found.clear()
@@ -485,7 +509,7 @@ class EmbeddedCluster:
 
     def target_state(self, target: TargetRef, gpus_per_replica: int) -> TargetState:
         if target.kind == "ClusterQueue" and target.name in self.quotas \
-                and not any(inf.ref == target for inf in self.inference.values()):
+                and not any(inf.ref == target for _, inf in self._inference_workloads()):
             # a ClusterQueue no policy holds as its target (a refused policy's, where another holds the queue) is
             # there all the same: read as the API server reads one (adapters.kube), its quota's whole replicas
             replicas = self.quotas[target.name] // gpus_per_replica
@@ -499,7 +523,7 @@ class EmbeddedCluster:
         inf = self._found.get(target)  # cleared whenever a policy's target changes
         if inf is not None:
             return inf
-        for inf in self.inference.values():
+        for _, inf in self._inference_workloads():
             if inf.ref == target:
                 self._found[target] = inf
                 return inf
@@ -524,7 +548,7 @@ class EmbeddedCluster:
         changed = self.quotas[name] != gpus
         self.quotas[name] = gpus
         self._kueue_events += changed  # Kueue looks again at what it set aside
-        for inf in self.inference.values():  # an inference ClusterQueue target: its quota is its replicas
+        for _, inf in self._inference_workloads():  # an inference ClusterQueue target: its quota is its replicas
             if inf.ref.kind == "ClusterQueue" and inf.ref.name == name:
                 self._scale(inf, gpus // inf.gpus_per_replica)
         if self.inference_queues:  # more quota: Kueue admits replicas waiting for it
@@ -633,9 +657,15 @@ class EmbeddedCluster:
         j = self.jobs
         return int(j.gpus[self._running].sum()) + sum(int(j.gpus[i]) for i in self._stopping)
 
+    def _inference_workloads(self) -> Iterator[tuple[str, _Inference]]:
+        """Every inference workload: each policy's (with its key), then each an edit left behind ("": no one's)."""
+        yield from self.inference.items()
+        for _, inf in self.left.values():
+            yield "", inf
+
     @property
     def inference_gpus(self) -> int:
-        return sum(inf.held_replicas * inf.gpus_per_replica for inf in self.inference.values())
+        return sum(inf.held_replicas * inf.gpus_per_replica for _, inf in self._inference_workloads())
 
     @property
     def idle_gpus(self) -> int:
@@ -670,7 +700,7 @@ class EmbeddedCluster:
         `warmup_seconds` after `at`. Returns the GPUs left idle."""
         idle = self.idle_gpus if idle is None else idle
         admitted = self._kueue_inference()
-        for key, inf in self.inference.items():
+        for key, inf in self._inference_workloads():
             granted = set()
             for r in admitted.get(key, range(inf.waiting)):  # without an inferenceClusterQueue: all, oldest first
                 if idle < inf.gpus_per_replica:
@@ -819,7 +849,7 @@ class EmbeddedCluster:
             return []
         queued = self._kueue_inference()
         free = self.idle_gpus - sum(len(queued.get(key, inf.asked)) * inf.gpus_per_replica
-                                    for key, inf in self.inference.items())
+                                    for key, inf in self._inference_workloads())
         if free <= 0:
             return []
         quotas, usage, kept = self._cohort(queued)
@@ -871,7 +901,7 @@ class EmbeddedCluster:
             self.admit()
         a = self.accounting
         held = 0.0
-        for key, inf in self.inference.items():
+        for key, inf in self._inference_workloads():
             serving = float(inf.warm)
             warm_now = []
             for ready in inf.warming:
@@ -882,7 +912,8 @@ class EmbeddedCluster:
                     warm_now.append(ready)
             inf.warming = warm_now
             held += (inf.held_replicas + 0.0) * inf.gpus_per_replica
-            self._serve(key, inf, to, serving * inf.gpus_per_replica, dt)
+            if key:  # one left behind serves none of its policy's demand (its new target does)
+                self._serve(key, inf, to, serving * inf.gpus_per_replica, dt)
             if inf.ref.kind == "HorizontalPodAutoscaler":
                 inf.recommendations.append((to, self._replicas_for(inf, to)))
                 self._scale(inf, self._hpa_recommendation(inf))

@@ -82,7 +82,7 @@ from core.cluster import Cluster, ForecastStore, PlanSummaryWriter
 from core.deadline import current as current_deadline
 from core.deadline import earliest, within
 from core.errors import ClusterError, ConfigError, NotFound
-from core.objects import CONDITION_TYPES, Condition, ObjectRef, PolicyStatus, TargetState, WorkloadInfo
+from core.objects import CONDITION_TYPES, Condition, ObjectRef, PolicyStatus, TargetRef, TargetState, WorkloadInfo
 from core.policy import (
     API_VERSION,
     KIND,
@@ -163,6 +163,9 @@ class ParsedSpecs:
         self._held: dict[ObjectRef, tuple[int, object, PolicySpec | str, PolicySpec | None]] = {}
         # each policy's newest spec that said what it holds, and its generation
         self._last_holding: dict[ObjectRef, tuple[int, PolicySpec]] = {}
+        # the targets each policy held before an edit named another, each with the spec it held it by: an edit deletes
+        # no workload, so they run on, scaled by no one, until scaled to 0 or deleted (`left`)
+        self._left: dict[ObjectRef, dict[TargetRef, PolicySpec]] = {}
 
     def of(self, ref: ObjectRef, generation: int, raw: object) -> PolicySpec | str:
         """The parsed spec, or every error (field paths) in one message."""
@@ -195,12 +198,28 @@ class ParsedSpecs:
             held = (generation, raw, spec_errors_said(exc.errors), holding_spec(raw))
         self._held[ref] = held
         if held[3] is not None:
+            before = self._last_holding.get(ref)
             self._last_holding[ref] = (generation, held[3])
+            namespace = ref.namespace or "default"
+            now_held = held[3].target.ref(namespace)
+            left = self._left.setdefault(ref, {})
+            left.pop(now_held, None)  # named again: its policy's once more
+            if before is not None and (was := before[1].target.ref(namespace)) != now_held:
+                left[was] = before[1]
         return held
+
+    def left(self, ref: ObjectRef) -> list[tuple[TargetRef, PolicySpec]]:
+        """The targets the policy `ref` held before an edit named another, each with the spec it held it by."""
+        return list(self._left.get(ref, {}).items())
+
+    def forget_left(self, ref: ObjectRef, target: TargetRef) -> None:
+        """A target left behind that holds no GPU now (scaled to 0, or deleted): nothing to count any more."""
+        self._left.get(ref, {}).pop(target, None)
 
     def keep(self, present: set[ObjectRef]) -> None:
         self._held = {ref: held for ref, held in self._held.items() if ref in present}
         self._last_holding = {ref: spec for ref, spec in self._last_holding.items() if ref in present}
+        self._left = {ref: left for ref, left in self._left.items() if ref in present}
 
 
 def spec_errors_said(errors: list[str]) -> str:
@@ -275,6 +294,17 @@ def invalid_holdings(objects: list[Identified], invalid: Mapping[ObjectRef, str]
     lenders = [replace(p, spec=p.spec.model_copy(update={"training_cluster_queues": lent}))
                for p in refused if (lent := [q for q in p.spec.training_cluster_queues if q not in inference])]
     return holders, lenders, refused
+
+
+def left_holdings(objects: list[Identified], holders: list[PolicyObject], specs: ParsedSpecs) -> list[PolicyObject]:
+    """The targets policies held before an edit named others (ParsedSpecs.left), each as a policy object of the spec it
+    was held by, oldest first: those no policy of `holders` (the policies kept and the refused ones holding their
+    targets) holds, each GPU counted once (core.policy.refused_holders). An edit deletes no workload: each runs on at
+    its replicas, which no one scales now, so its GPUs are held as a refused policy's target's are, not lent."""
+    left = [PolicyObject(ref, generation, spec, obj.get("status") or {})
+            for obj, ref, generation in sorted(objects, key=lambda o: created(o.obj)) for _, spec in specs.left(ref)]
+    holds = refused_holders([(p.target().target, p.spec) for p in holders], [(p.target().target, p.spec) for p in left])
+    return [p for p, own in zip(left, holds) if own]
 
 
 def training_queues(policies: Iterable[PolicyObject]) -> set[str]:
@@ -673,6 +703,7 @@ class Reconciler:
         policies, invalid = parse_policies(objects, self._specs)
         parsed = policies
         holders, lending_invalid, invalid_held = invalid_holdings(objects, invalid, parsed, self._specs)
+        left = left_holdings(objects, parsed + holders, self._specs)
         policies, missing = self._present(policies)
         policies, too_big = feasible(policies, lendable)
         # a refused policy's fault stays its own. Its target is left as it is, and what that holds (none, if missing)
@@ -721,8 +752,11 @@ class Reconciler:
         inputs = [self._input(p, now) for p in policies]
         # a refused policy's target holds its GPUs as any workload headroom does not manage holds them: not lent (the
         # policies kept have their minimums first, as feasible() gave them)
-        held = self._held_by(holders)
-        held_by_refused = min(sum(held.values()), lendable - sum(p.spec.least_gpus for p in policies))
+        held = self._held_by(holders + left)
+        for p, gpus in zip(left, held[len(holders):]):
+            if gpus == 0:  # scaled to 0 or deleted: its GPUs are free
+                self._specs.forget_left(p.ref, p.target().target)
+        held_by_refused = min(sum(gpus or 0 for gpus in held), lendable - sum(p.spec.least_gpus for p in policies))
         quotas = self.cluster.cluster_queue_quotas()
         cluster_policy = ClusterPolicy(self.cfg.capacity_gpus,
                                        tuple(WorkloadPolicy.from_spec(p.key, p.spec) for p in policies),
@@ -736,9 +770,9 @@ class Reconciler:
                                        [(x.job, x.kind, x.at) for x in step.preemptions])).encode()).hexdigest()[:12]
         targets = [replace(p.target(), active=True) if self.dry_run else p.target() for p in lending]
         in_queues: dict[str, int] = {}  # what refused policies' targets hold in each inference ClusterQueue
-        for p in holders:
+        for p, gpus in zip(holders + left, held):
             if q := p.spec.inference_cluster_queue:
-                in_queues[q] = in_queues.get(q, 0) + held[p.key]
+                in_queues[q] = in_queues.get(q, 0) + (gpus or 0)
         actions = cluster_actions(step, view, targets, plan_id, in_queues)
         with self._events.held() if self._events is not None else nullcontext():  # the writes first, their Events after
             outcomes = [] if self.dry_run else self._apply(actions, view, lambda: self._still_wanted(
@@ -1011,19 +1045,21 @@ class Reconciler:
         training, uids, stopped = training_view(workloads, training_queues(lending), now.timestamp())
         return View(self._targets(planned), self.cluster.cluster_queue_quotas(), training, uids, stopped)
 
-    def _held_by(self, policies: list[PolicyObject]) -> dict[str, int]:
-        """The GPUs the target of each of `policies` holds now (a target that cannot be read: none)."""
+    def _held_by(self, policies: list[PolicyObject]) -> list[int | None]:
+        """The GPUs the target of each of `policies` holds now (one not found: none; None: it could not be read)."""
         if not policies:
-            return {}
+            return []
         quotas = self.cluster.cluster_queue_quotas()
-        held = {}
+        held: list[int | None] = []
         for p in policies:
             try:
                 target = p.target()
-                held[p.key] = _held_gpus(p.spec, self.cluster.target_state(target.target, target.gpus_per_replica),
-                                         quotas)
-            except ClusterError:  # NotFound among them
-                held[p.key] = 0
+                held.append(_held_gpus(p.spec, self.cluster.target_state(target.target, target.gpus_per_replica),
+                                       quotas))
+            except NotFound:
+                held.append(0)
+            except ClusterError:
+                held.append(None)
         return held
 
     def _observed(self, inputs: list[_Input], view: View) -> dict[str, Observed]:

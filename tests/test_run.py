@@ -24,7 +24,15 @@ from adapters.prometheus import PrometheusError
 from controller.actions import Evict
 from controller.demand import DemandReader, FileDemand
 from controller.executor import execute
-from controller.reconcile import ParsedSpecs, Reconciler, identified, invalid_holdings, parse_policies, training_queues
+from controller.reconcile import (
+    ParsedSpecs,
+    Reconciler,
+    identified,
+    invalid_holdings,
+    left_holdings,
+    parse_policies,
+    training_queues,
+)
 from core.errors import ConfigError
 from core.objects import CONDITION_TYPES, TargetRef
 from core.policy import API_VERSION, KIND, held_demand_per_gpu, holding_said, holding_spec, parse_policy_spec
@@ -255,6 +263,8 @@ EDITS = st.one_of(st.builds(lambda name: {"target": {"kind": "Deployment" if nam
 @example([("q0", "d0", [])], [], 0, BROKEN["unread"])
 @example([("q0", "d0", []), (None, "d0", [])], [None, "typo"], 0, BROKEN["unread"])  # p0 keeps d0, refused p1 none
 @example([(None, "d0", []), (None, "d1", [])], [], 0, {"capacity": {"demandPerGpu": 5.0, "gpusPerReplica": 4}})
+@example([("q0", "d0", [])], [], 0, {"target": {"kind": "Deployment", "name": "d9"}})  # d0 runs on, no one's
+@example([("q0", "q0", [])], [], 0, {"target": {"kind": "Deployment", "name": "d0"}})  # q0 left: its inference queue
 @given(st.lists(st.tuples(st.sampled_from(QUEUES + (None,)), st.sampled_from(["d0", "d1", "q0", "q1"]),
                           st.lists(st.sampled_from(QUEUES), max_size=2, unique=True)), min_size=1, max_size=4),
        st.lists(st.sampled_from(list(BROKEN)), max_size=4), st.integers(0, 3), EDITS)
@@ -264,7 +274,9 @@ def test_a_world_after_an_edit_holds_what_one_started_with_the_edited_policy_hol
     ones: its replicas of 2 GPUs where the controller counted 4); and what the controller counts, the targets of the
     policies it accepts and of the refused ones' holdings. A policy edited so that not even its target reads holds
     what it held before the edit (a policy edit deletes no workload), as a refused policy with that spec would, and
-    the controller, which read it before, counts it (ParsedSpecs.holding)."""
+    the controller, which read it before, counts it (ParsedSpecs.holding). A target the edit named another in place of
+    runs on (an edit deletes no workload), no one's: the world keeps it, the controller counts it (left_holdings)
+    where no policy holds it."""
     objects = [policy(f"p{i}", target={"kind": "Deployment" if name[0] == "d" else "ClusterQueue", "name": name},
                       trainingClusterQueues=training, inferenceClusterQueue=inference)
                for i, (inference, name, training) in enumerate(claims)]
@@ -290,6 +302,7 @@ def test_a_world_after_an_edit_holds_what_one_started_with_the_edited_policy_hol
     holders, _, _ = invalid_holdings(after, invalid, kept, specs)
     assert {key: inf.ref for key, inf in world.inference.items()} == {
         p.key: p.spec.target.ref("inference") for p in kept + holders}
+    assert set(world.left) == {p.spec.target.ref("inference") for p in left_holdings(after, kept + holders, specs)}
 
 
 @pytest.mark.parametrize("status_generation, holds", [(None, "read"), (1, "read"), (2, "read"), (3, "said")])
@@ -475,6 +488,8 @@ def assert_the_world_holds_what_the_controller_counts(r: Replay, state) -> None:
     read = identified(objects)
     accepted, refused = parse_policies(read, specs)
     holders, lenders, _ = invalid_holdings(read, refused, accepted, specs)
+    assert {ref for ref, (_, inf) in r.cluster.left.items() if inf.desired} == {
+        p.spec.target.ref("inference") for p in left_holdings(read, accepted + holders, specs)}
     assert all(state.policies[p.key].valid for p in accepted)
     assert not any(state.policies[f"{ref.namespace}/{ref.name}"].valid for ref in refused)
     assert {key: inf.ref for key, inf in r.cluster.inference.items()} == {
@@ -565,6 +580,33 @@ def test_a_policy_edited_so_not_even_what_it_holds_reads_still_holds_its_target_
         assert r.cluster.inference["inference/chat"].waiting == 0
         assert_the_world_holds_what_the_controller_counts(r, state)
     assert "team-b" in state.teams
+
+
+def test_a_target_changed_to_another_runs_on_and_its_gpus_are_held_until_it_is_scaled_to_0(demand_file, tmp_path):
+    """other, planned beside chat, is edited to scale Deployment other-v2 instead of other. An edit deletes no workload:
+    other runs on with its 22 replicas (44 GPUs), which no one scales now. The world dropped them as if the edit had
+    deleted the Deployment, where a cluster's run on; the controller counted none of them (the real cluster:
+    tests/test_run_real.py), and lent or planned them again. They are held by no one, as a refused policy's target is,
+    at other's replicas as read, until it is scaled to 0: then its GPUs are planned again."""
+    r = Replay(tmp_path, demand_file, policy("chat", minGpus=40), policy("other"))
+    r.step(AT_9)
+    held = r.replicas("other") * 2
+    r.cluster.apply_policy(policy("other", target={"kind": "Deployment", "name": "other-v2"}))
+    other = TargetRef("Deployment", "other", "inference")
+    for minutes in (5, 60, 120):
+        state = r.step(AT_9 + pd.Timedelta(minutes=minutes))
+        chat, v2 = state.policies["inference/chat"], state.policies["inference/other"]
+        assert r.cluster.target_state(other, 2).desired_replicas * 2 == held == 44  # no one scales it now
+        assert r.cluster.inference["inference/other"].ref.name == "other-v2" and v2.reserved_gpus > 0
+        assert chat.reserved_gpus + v2.reserved_gpus + held + state.slack_gpus <= 128, \
+            (chat.reserved_gpus, v2.reserved_gpus, state.slack_gpus)
+        assert r.cluster.inference["inference/chat"].waiting == 0
+        assert_the_world_holds_what_the_controller_counts(r, state)
+    r.cluster.scale_deployment("inference", "other", 0)  # scaled to 0 by hand: its GPUs are free again
+    state = r.step(AT_9 + pd.Timedelta(minutes=125))
+    assert state.policies["inference/chat"].reserved_gpus + state.policies["inference/other"].reserved_gpus + \
+        state.slack_gpus == 128
+    assert_the_world_holds_what_the_controller_counts(r, state)
 
 
 def test_a_new_policy_s_inference_queue_is_no_training_queue_of_a_refused_policy_s(demand_file, tmp_path):
