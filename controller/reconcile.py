@@ -675,10 +675,11 @@ class Reconciler:
         holders, lending_invalid, invalid_held = invalid_holdings(objects, invalid, parsed, self._specs)
         policies, missing = self._present(policies)
         policies, too_big = feasible(policies, lendable)
-        # a refused policy's fault stays its own. Its target is left as it is, and what that holds (none, if missing)
-        # is neither reserved nor lent again. Its training queues are lent to as any (a queue's SlackLent Events go to
-        # a working policy first): their teams neither lose nor gain by the refusal, and the training there is seen
-        # and preemptible, where a quota left as last set would lend GPUs the plan no longer counts
+        # a refused policy's fault stays its own. Its target is left as it is, and what that holds (none, if missing:
+        # its inference ClusterQueue is set to none too) is neither reserved nor lent again. Its training queues are
+        # lent to as any (a queue's SlackLent Events go to a working policy first): their teams neither lose nor gain
+        # by the refusal, and the training there is seen and preemptible, where a quota left as last set would lend
+        # GPUs the plan no longer counts
         holders = [p for p in parsed if p.ref in too_big] + holders
         lending = policies + [p for p in parsed if p.ref in missing or p.ref in too_big] + lending_invalid
         refused = {**invalid, **missing, **too_big}
@@ -739,7 +740,7 @@ class Reconciler:
         for p in holders:
             if q := p.spec.inference_cluster_queue:
                 in_queues[q] = in_queues.get(q, 0) + held[p.key]
-        actions = cluster_actions(step, view, targets, plan_id, in_queues)
+        actions = cluster_actions(step, view, targets, plan_id, in_queues, {f"{r.namespace}/{r.name}" for r in missing})
         with self._events.held() if self._events is not None else nullcontext():  # the writes first, their Events after
             outcomes = [] if self.dry_run else self._apply(actions, view, lambda: self._still_wanted(
                 hours, inputs, cluster_policy, lending, now))
