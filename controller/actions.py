@@ -44,6 +44,7 @@ class SetQuota:
     gpus: int
     reason: str
     event: EventNote | None = None
+    lent: bool = False  # training slack lent: the queue is marked so (Cluster.lent_quotas)
 
 
 @dataclass(frozen=True)
@@ -174,7 +175,7 @@ def cluster_actions(step: StepPlan, view: View, policies: Sequence[PolicyTarget]
         if q in view.quotas and view.quotas[q] != gpus:  # a queue without GPU quota is lent none (QueueMissing)
             why = f"ClusterQueue {q} quota -> {gpus} GPUs (slack {step.lent_gpus} lent, split by team weight)"
             why += f"; {step.quota_reason}" if step.quota_reason else ""
-            actions.append(SetQuota(q, gpus, why, EventNote(owner.ref, "SlackLent", why)))
+            actions.append(SetQuota(q, gpus, why, EventNote(owner.ref, "SlackLent", why), lent=True))
     due = step.due()
     queue_of = dict(zip(view.training.ids, view.training.queue)) if due else {}
     for x in due:

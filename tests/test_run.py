@@ -2155,3 +2155,21 @@ def test_the_inference_cluster_queue_of_a_policy_whose_target_is_missing_holds_n
     chat = state.policies["inference/chat"]
     assert chat.valid and r.cluster.quotas["serving"] == chat.reserved_gpus > 0
     assert r.cluster.quotas["serving"] + r.cluster.quotas["research"] <= 128
+
+
+def test_what_headroom_lent_a_queue_no_policy_names_any_more_comes_back(demand_file, tmp_path):
+    """team-b and team-c dropped from batch's trainingClusterQueues: team-b kept the quota last lent (20 GPUs at 06:00)
+    beside the whole slack lent again to research, quota for training the plan no longer counts. A controller
+    restarted in between knows team-b is headroom's (Cluster.lent_quotas) and returns it to 0; team-c, whose quota
+    someone else set since, is left as it is."""
+    r = Replay(tmp_path, demand_file, policy("chat"), policy("batch", trainingClusterQueues=["team-b", "team-c"]))
+    r.step(MONDAY_6AM)
+    lent = {q: r.cluster.quotas[q] for q in ("team-b", "team-c")}
+    assert min(lent.values()) > 0 and r.cluster.lent_quotas() == {"research": r.cluster.quotas["research"], **lent}
+    r.cluster.apply_policy(policy("batch", trainingClusterQueues=["research"]))
+    r.cluster.quotas["team-c"] += 1  # set by hand: the operator's now
+    r.restart()
+    state = r.step(MONDAY_6AM + pd.Timedelta(minutes=5))
+    assert (r.cluster.quotas["team-b"], r.cluster.quotas["team-c"]) == (0, lent["team-c"] + 1)
+    assert r.cluster.quotas["research"] == state.slack_gpus
+    assert "team-b" not in r.cluster.lent_quotas()
