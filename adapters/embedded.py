@@ -226,6 +226,7 @@ class EmbeddedCluster:
         self.rng = np.random.default_rng(settings.seed)
         self.specs: dict[str, PolicySpec] = {}
         self.quotas: dict[str, int] = {}
+        self.lent: dict[str, int] = {}  # ClusterQueue -> the GPUs headroom last lent it (Cluster.lent_quotas)
         self.inference: dict[str, _Inference] = {}
         self.inference_queues: dict[str, str] = {}  # policy key -> the inferenceClusterQueue its pods are Workloads of
         # the targets an edit of their policy left behind (it named another): an edit deletes no workload, so each runs
@@ -498,6 +499,9 @@ class EmbeddedCluster:
     def cluster_queue_quotas(self) -> Mapping[str, int]:
         return dict(self.quotas)
 
+    def lent_quotas(self) -> Mapping[str, int]:
+        return dict(self.lent)
+
     def cohort_tree(self) -> list[QuotaNode]:
         return []  # the training queues borrow from one another alone (planning.kueue): no queue lends them more
 
@@ -542,11 +546,15 @@ class EmbeddedCluster:
         self._scale(inf, max(self._hpa_recommendation(inf), min_replicas))
         return changed
 
-    def set_cluster_queue_quota(self, name: str, gpus: int) -> bool:
+    def set_cluster_queue_quota(self, name: str, gpus: int, lent: bool = False) -> bool:
         if name not in self.quotas:
             raise NotFound(f"ClusterQueue {name} not found", status=404)
         changed = self.quotas[name] != gpus
         self.quotas[name] = gpus
+        if lent:
+            self.lent[name] = gpus
+        else:
+            self.lent.pop(name, None)
         self._kueue_events += changed  # Kueue looks again at what it set aside
         for _, inf in self._inference_workloads():  # an inference ClusterQueue target: its quota is its replicas
             if inf.ref.kind == "ClusterQueue" and inf.ref.name == name:

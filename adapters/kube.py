@@ -71,6 +71,9 @@ EVICTION_REASON = "headroom.dev/eviction-reason"
 PREEMPTION_SECONDS = "headroom.dev/preemption-seconds"        # checkpoint + termination time
 CHECKPOINT_INTERVAL = "headroom.dev/checkpoint-interval-seconds"
 LAST_CHECKPOINT = "headroom.dev/last-checkpoint"              # RFC 3339
+# The GPUs headroom last lent a training ClusterQueue (its annotation): once no policy names the queue, the controller
+# returns what it lent, a restarted one too
+LENT_GPUS = "headroom.dev/lent-gpus"
 RETRYABLE_STATUS = {0, 429, 500, 502, 503, 504}
 MERGE_PATCH = "application/merge-patch+json"
 ADDRESS_SECONDS = 1.0  # how long the request headers (the token) are used before the client library makes them again
@@ -989,6 +992,14 @@ class KubeCluster:
                 out[cq["metadata"]["name"]] = quota
         return out
 
+    def lent_quotas(self) -> Mapping[str, int]:
+        out = {}
+        for cq in self._objects("clusterqueues"):
+            lent = (cq["metadata"].get("annotations") or {}).get(LENT_GPUS)
+            if lent is not None and lent.isdigit():  # anything else is no mark headroom wrote
+                out[cq["metadata"]["name"]] = int(lent)
+        return out
+
     def within_queue_preemption(self) -> Mapping[str, str]:
         out = {}
         for cq in self._objects("clusterqueues"):
@@ -1115,10 +1126,11 @@ class KubeCluster:
         g, f, r = self._find_quota(cq, resource or self.resource, flavor)
         return int(_quantity(cq["spec"]["resourceGroups"][g]["flavors"][f]["resources"][r]["nominalQuota"]))
 
-    def set_cluster_queue_quota(self, name: str, gpus: int, resource: str | None = None,
+    def set_cluster_queue_quota(self, name: str, gpus: int, lent: bool = False, resource: str | None = None,
                                 flavor: str | None = None) -> bool:
-        """Set the nominalQuota of `resource`; True if it changed (False: already so). A lendingLimit above the
-        new quota is lowered to it (Kueue refuses a lendingLimit over the nominalQuota)."""
+        """Set the nominalQuota of `resource`, and the queue's LENT_GPUS mark if `lent` (else none); True if it
+        changed (False: already so). A lendingLimit above the new quota is lowered to it (Kueue refuses a lendingLimit
+        over the nominalQuota)."""
         if gpus < 0:
             raise ValueError(f"quota must be >= 0, got {gpus}")
         resource = resource or self.resource
@@ -1127,12 +1139,15 @@ class KubeCluster:
             g, f, r = self._find_quota(cq, resource, flavor)
             groups = cq["spec"]["resourceGroups"]
             quota = groups[g]["flavors"][f]["resources"][r]
-            if _quantity(quota["nominalQuota"]) == gpus:
+            mark = str(gpus) if lent else None
+            if _quantity(quota["nominalQuota"]) == gpus and \
+                    (cq["metadata"].get("annotations") or {}).get(LENT_GPUS) == mark:
                 return None
             quota["nominalQuota"] = gpus
             if "lendingLimit" in quota and _quantity(quota["lendingLimit"]) > gpus:
                 quota["lendingLimit"] = gpus
-            return {"spec": {"resourceGroups": groups}}  # a merge patch replaces lists whole
+            # a merge patch replaces lists whole
+            return {"metadata": {"annotations": {LENT_GPUS: mark}}, "spec": {"resourceGroups": groups}}
 
         return self._update(self._cq_path(name), mutate, cached=self._cached("clusterqueues", "", name, copied=True))[1]
 

@@ -9,7 +9,7 @@ they are what `forecast-only` policies would have done.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,6 +44,7 @@ class SetQuota:
     gpus: int
     reason: str
     event: EventNote | None = None
+    lent: bool = False  # training slack lent: the queue is marked so (Cluster.lent_quotas)
 
 
 @dataclass(frozen=True)
@@ -129,9 +130,12 @@ def owners(policies: Sequence[PolicyTarget]) -> dict[str, PolicyTarget]:
 
 
 def cluster_actions(step: StepPlan, view: View, policies: Sequence[PolicyTarget], plan_id: str,
-                    refused_hold: Mapping[str, int] | None = None) -> list[Action]:
+                    refused_hold: Mapping[str, int] | None = None, missing: Collection[str] = ()) -> list[Action]:
     """The changes the plan asks of the cluster now, for `active` policies only. `refused_hold`: the GPUs refused
-    policies' targets hold in each inference ClusterQueue (left as they are, so their pods keep their quota there)."""
+    policies' targets hold in each inference ClusterQueue (left as they are, so their pods keep their quota there).
+    `missing`: the policies whose target is missing (TargetMissing): their inference ClusterQueue holds what such a
+    target holds, none, as the plan counts it (a quota left there would let the namespace's other pods take GPUs the
+    plan lends)."""
     actions: list[Action] = []
     reserved = {w.name: w for w in step.workloads}
     for p in policies:
@@ -157,8 +161,9 @@ def cluster_actions(step: StepPlan, view: View, policies: Sequence[PolicyTarget]
     inference: dict[str, int] = dict(refused_hold or {})
     managed: set[str] = set()
     for p in policies:
-        if p.inference_queue and p.key in reserved:
-            inference[p.inference_queue] = inference.get(p.inference_queue, 0) + reserved[p.key].reserved_gpus
+        if p.inference_queue and (p.key in reserved or p.key in missing):
+            gpus = reserved[p.key].reserved_gpus if p.key in reserved else 0
+            inference[p.inference_queue] = inference.get(p.inference_queue, 0) + gpus
             if p.active:
                 managed.add(p.inference_queue)
     for q, gpus in inference.items():
@@ -170,7 +175,7 @@ def cluster_actions(step: StepPlan, view: View, policies: Sequence[PolicyTarget]
         if q in view.quotas and view.quotas[q] != gpus:  # a queue without GPU quota is lent none (QueueMissing)
             why = f"ClusterQueue {q} quota -> {gpus} GPUs (slack {step.lent_gpus} lent, split by team weight)"
             why += f"; {step.quota_reason}" if step.quota_reason else ""
-            actions.append(SetQuota(q, gpus, why, EventNote(owner.ref, "SlackLent", why)))
+            actions.append(SetQuota(q, gpus, why, EventNote(owner.ref, "SlackLent", why), lent=True))
     due = step.due()
     queue_of = dict(zip(view.training.ids, view.training.queue)) if due else {}
     for x in due:

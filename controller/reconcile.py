@@ -15,8 +15,9 @@ At a `now` the caller passes in:
      (policies, Workloads, quotas and targets; from a watch cache on a real cluster, else read once: Cluster.snapshot);
   4. actions (controller.actions): the reservation on each target, the inference and training
      ClusterQueues' quotas, the evictions due now and the requeue of finished victims, for `active`
-     policies; status and events for all; each re-validated just before it is applied
-     (controller.executor), evictions against a plan made on a fresh view;
+     policies; a training queue lent into that no policy names any more back to 0 (_returned); status and
+     events for all; each re-validated just before it is applied (controller.executor), evictions against a plan
+     made on a fresh view;
   5. realized forecast error (and drift) to MLflow (controller.forecasting), a ControllerState for /metrics, and
      optionally a timeline row per policy (the same columns `headroom simulate --timeline` writes).
 Data missing never lowers the reservation in force: while degraded, the reservation only goes up.
@@ -706,10 +707,11 @@ class Reconciler:
         left = left_holdings(objects, parsed + holders, self._specs)
         policies, missing = self._present(policies)
         policies, too_big = feasible(policies, lendable)
-        # a refused policy's fault stays its own. Its target is left as it is, and what that holds (none, if missing)
-        # is neither reserved nor lent again. Its training queues are lent to as any (a queue's SlackLent Events go to
-        # a working policy first): their teams neither lose nor gain by the refusal, and the training there is seen
-        # and preemptible, where a quota left as last set would lend GPUs the plan no longer counts
+        # a refused policy's fault stays its own. Its target is left as it is, and what that holds (none, if missing:
+        # its inference ClusterQueue is set to none too) is neither reserved nor lent again. Its training queues are
+        # lent to as any (a queue's SlackLent Events go to a working policy first): their teams neither lose nor gain
+        # by the refusal, and the training there is seen and preemptible, where a quota left as last set would lend
+        # GPUs the plan no longer counts
         holders = [p for p in parsed if p.ref in too_big] + holders
         lending = policies + [p for p in parsed if p.ref in missing or p.ref in too_big] + lending_invalid
         refused = {**invalid, **missing, **too_big}
@@ -743,9 +745,10 @@ class Reconciler:
         self._told = {reason: {ref: said for ref, said in told.items() if ref in present}
                       for reason, told in self._told.items()}
         self._specs.keep(present)
+        returned = self._returned(invalid, holds)
         if not lending:  # (a refused policy still has its training queues lent to)
             if not self.dry_run:
-                self._execute(report)
+                self._execute(report + returned)
             return ControllerState(self.cfg.capacity_gpus, True, states)
         self._prefetched = self._prefetch(policies, now)
         self.forecasts.reconcile_starts()
@@ -773,7 +776,8 @@ class Reconciler:
         for p, gpus in zip(holders + left, held):
             if q := p.spec.inference_cluster_queue:
                 in_queues[q] = in_queues.get(q, 0) + (gpus or 0)
-        actions = cluster_actions(step, view, targets, plan_id, in_queues)
+        actions = cluster_actions(step, view, targets, plan_id, in_queues, {f"{r.namespace}/{r.name}" for r in missing})
+        actions += returned
         with self._events.held() if self._events is not None else nullcontext():  # the writes first, their Events after
             outcomes = [] if self.dry_run else self._apply(actions, view, lambda: self._still_wanted(
                 hours, inputs, cluster_policy, lending, now))
@@ -1037,6 +1041,21 @@ class Reconciler:
                           "no part in the plan until it exists"
                    for p in policies if p.key in targets and targets[p.key] is None}
         return [p for p in policies if p.ref not in missing], missing
+
+    def _returned(self, invalid: Mapping[ObjectRef, str], holds: Mapping[ObjectRef, PolicySpec]) -> list[SetQuota]:
+        """The training ClusterQueues headroom lent into that no policy names any more (`holds`: what each policy's
+        spec names; deleted, or the queue dropped from it), their quota still what headroom lent: back to 0, or Kueue
+        admits training into GPUs the plan lends again. Left as they are: one whose quota someone else has set since
+        (theirs now), and all of them while an `invalid` policy's spec does not say what it names. (A controller of one
+        namespace's policies, run.namespace, reads no other: it is the one that lends the cluster.)"""
+        lent = self.cluster.lent_quotas()
+        if not lent or any(ref not in holds for ref in invalid):
+            return []
+        named = {q for spec in holds.values() for q in (*spec.training_cluster_queues, *spec.inference_queues)}
+        quotas = self.cluster.cluster_queue_quotas()
+        return [SetQuota(q, 0, f"no ReservationPolicy names ClusterQueue {q} any more: the {gpus} GPUs headroom lent "
+                               "it come back (what Kueue admitted there runs on; nothing more is admitted into them)")
+                for q, gpus in sorted(lent.items()) if q not in named and quotas.get(q) == gpus]
 
     def _view(self, planned: list[PolicyObject], lending: list[PolicyObject], now: pd.Timestamp,
               workloads: list[WorkloadInfo]) -> View:

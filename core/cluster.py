@@ -86,6 +86,11 @@ class Cluster(Protocol):
         """Each ClusterQueue's GPU nominalQuota (a queue that does not exist is absent)."""
         ...
 
+    def lent_quotas(self) -> Mapping[str, int]:
+        """Each ClusterQueue headroom last set as a training queue it lends into, and the GPUs it lent (the queue
+        marks it: a controller restarted, or another replica, knows it too)."""
+        ...
+
     def cohort_tree(self) -> list[QuotaNode]:
         """Each ClusterQueue in a cohort and each Kueue Cohort object, with their GPU quotas (controller.cohorts)."""
         ...
@@ -108,7 +113,10 @@ class Cluster(Protocol):
 
     def set_hpa_min_replicas(self, namespace: str, name: str, min_replicas: int) -> bool: ...
 
-    def set_cluster_queue_quota(self, name: str, gpus: int) -> bool: ...
+    def set_cluster_queue_quota(self, name: str, gpus: int, lent: bool = False) -> bool:
+        """Its GPU nominalQuota; `lent`: training slack headroom lends, so the queue is marked as lent into
+        (lent_quotas), else the mark goes."""
+        ...
 
     def evict_workload(self, namespace: str, name: str, uid: str | None, reason: str, plan_id: str) -> bool:
         """Deactivate a running Workload (Kueue evicts it) and record why; False if it is already inactive or

@@ -2176,3 +2176,42 @@ def test_the_fitting_process_leaves_ctrl_c_to_the_controller():
 
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=ignore_interrupts) as pool:
         assert pool.submit(_interrupted_self).result(timeout=60) == "fitted"
+
+
+# ----------------------------------------------------------------------------------------------- quotas left behind
+@pytest.mark.parametrize("kind", ["Deployment", "HorizontalPodAutoscaler"])
+def test_the_inference_cluster_queue_of_a_policy_whose_target_is_missing_holds_nothing(demand_file, tmp_path, kind):
+    """A policy's target deleted: the plan lent its GPUs to training (all 128), yet its inference ClusterQueue kept the
+    reservation last set (84 GPUs at 09:00), 212 GPUs of quota on 128, where the namespace's other pods could take
+    GPUs lent. It holds what the target holds, none, and its reservation again once the target is back."""
+    r = Replay(tmp_path, demand_file, policy("chat", inferenceClusterQueue="serving",
+                                             target={"kind": kind, "name": "chat"}))
+    held = r.step(AT_9).policies["inference/chat"].reserved_gpus
+    assert r.cluster.quotas["serving"] == held > 0
+    r.cluster.delete_target(TargetRef(kind, "chat", "inference"))
+    state = r.step(AT_9 + pd.Timedelta(minutes=5))
+    assert r.status()[1]["Ready"]["reason"] == "TargetMissing"
+    assert (r.cluster.quotas["serving"], r.cluster.quotas["research"]) == (0, state.slack_gpus) == (0, 128)
+    r.cluster.apply_policy(r.policies[0])  # the target made again
+    state = r.step(AT_9 + pd.Timedelta(minutes=10))
+    chat = state.policies["inference/chat"]
+    assert chat.valid and r.cluster.quotas["serving"] == chat.reserved_gpus > 0
+    assert r.cluster.quotas["serving"] + r.cluster.quotas["research"] <= 128
+
+
+def test_what_headroom_lent_a_queue_no_policy_names_any_more_comes_back(demand_file, tmp_path):
+    """team-b and team-c dropped from batch's trainingClusterQueues: team-b kept the quota last lent (20 GPUs at 06:00)
+    beside the whole slack lent again to research, quota for training the plan no longer counts. A controller
+    restarted in between knows team-b is headroom's (Cluster.lent_quotas) and returns it to 0; team-c, whose quota
+    someone else set since, is left as it is."""
+    r = Replay(tmp_path, demand_file, policy("chat"), policy("batch", trainingClusterQueues=["team-b", "team-c"]))
+    r.step(MONDAY_6AM)
+    lent = {q: r.cluster.quotas[q] for q in ("team-b", "team-c")}
+    assert min(lent.values()) > 0 and r.cluster.lent_quotas() == {"research": r.cluster.quotas["research"], **lent}
+    r.cluster.apply_policy(policy("batch", trainingClusterQueues=["research"]))
+    r.cluster.quotas["team-c"] += 1  # set by hand: the operator's now
+    r.restart()
+    state = r.step(MONDAY_6AM + pd.Timedelta(minutes=5))
+    assert (r.cluster.quotas["team-b"], r.cluster.quotas["team-c"]) == (0, lent["team-c"] + 1)
+    assert r.cluster.quotas["research"] == state.slack_gpus
+    assert "team-b" not in r.cluster.lent_quotas()
