@@ -1021,7 +1021,7 @@ class KubeCluster:
         pod, key = _owner_pod(obj), _pod_key(obj)
         if pod is None or key is None:
             return info
-        name, _ = pod
+        name = pod[0]
         if key not in self._pod_deployments:
             try:
                 self._pod_deployments[key] = _pod_deployment(

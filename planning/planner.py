@@ -811,7 +811,8 @@ def _preemptions(hours: HourPlan, steps: list[WorkloadStep], t: Training, policy
     if over > 0 or over_band > 0:
         above = [s for s in steps if s.peak_gpus + s.buffer_gpus > s.forecast_gpus and s.reserved_gpus > 0]
         kind = "emergency" if over > 0 and above else "planned"
-        excess = f"training holds {over} GPUs more than the {lent} lent now"
+        holders = "training and the inference pods in its queues hold" if t.serving_gpus else "training holds"
+        excess = f"{holders} {over} GPUs more than the {lent} lent now"
         band = (f"slow-to-preempt jobs exceed the {room} GPUs no plausible demand needs before they could stop "
                 "(outside the headroom band)")
         # the kinds first, then the policies furthest above their forecast: an Event keeps 1 kB of it
