@@ -8,7 +8,10 @@ from __future__ import annotations
 import time
 
 import pandas as pd
+from hypothesis import given
+from hypothesis import strategies as st
 
+from adapters.kube import _pod_deployment
 from tests.servers import kueue
 from tests.test_run_real import (  # noqa: F401 -- fixtures: kube (the cohort, chat's Deployment and policy), controller
     MONDAY_7AM,
@@ -86,3 +89,18 @@ def test_a_refused_policy_s_pods_in_an_accepted_policy_s_training_queue_are_neve
         assert kube.get(kueue.path("workloads", "train", TRAIN_NS))["spec"]["active"] is False
     finally:
         clean_pods(kube)
+
+
+@given(st.from_regex(r"[a-z]([a-z0-9-]{0,40}[a-z0-9])?", fullmatch=True),
+       st.from_regex(r"[a-z0-9]{6,10}", fullmatch=True))
+def test_a_pod_is_of_the_deployment_its_replicaset_is_named_after(name, template_hash):
+    """A Deployment's ReplicaSet is `<deployment>-<pod-template-hash>`, whatever dashes the Deployment's name holds;
+    a Pod of a ReplicaSet no Deployment made (no hash label, or another), or of a Job, is of none."""
+    def pod(kind, owner, labels):
+        return {"metadata": {"labels": labels, "ownerReferences": [
+            {"apiVersion": "apps/v1" if kind == "ReplicaSet" else "batch/v1", "kind": kind, "name": owner}]}}
+
+    assert _pod_deployment(pod("ReplicaSet", f"{name}-{template_hash}", {"pod-template-hash": template_hash})) == name
+    assert _pod_deployment(pod("ReplicaSet", f"{name}-{template_hash}", {})) is None
+    assert _pod_deployment(pod("ReplicaSet", f"{name}-{template_hash}", {"pod-template-hash": "zz"})) is None
+    assert _pod_deployment(pod("Job", f"{name}-{template_hash}", {"pod-template-hash": template_hash})) is None
