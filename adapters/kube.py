@@ -38,7 +38,7 @@ import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
@@ -209,6 +209,34 @@ def workload_info(obj: dict, local_queues: Mapping[tuple[str, str], str] | None 
                         preemption_seconds=_float(annotations.get(PREEMPTION_SECONDS)),
                         checkpoint_interval_seconds=_float(annotations.get(CHECKPOINT_INTERVAL)),
                         last_checkpoint=_annotation_time(annotations.get(LAST_CHECKPOINT)))
+
+
+def _owner_pod(obj: Mapping) -> tuple[str, str] | None:
+    """The Pod a Workload runs, (name, uid), where Kueue's pod integration made it (owned by its Pod, or by each Pod
+    of a pod group); None for a Job's or any other kind's."""
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("apiVersion") == "v1" and ref.get("kind") == "Pod" and ref.get("name"):
+            return ref["name"], str(ref.get("uid") or "")
+    return None
+
+
+def _pod_key(obj: Mapping) -> str | None:
+    """The Pod a Workload runs, as KubeCluster keeps what it read of it: its uid, else its namespace/name."""
+    pod = _owner_pod(obj)
+    return None if pod is None else pod[1] or f"{(obj.get('metadata') or {}).get('namespace')}/{pod[0]}"
+
+
+def _pod_deployment(pod: Mapping) -> str | None:
+    """The Deployment a Pod is of: its ReplicaSet is named `<deployment>-<pod-template-hash>` (the Deployment
+    controller names it so, and labels its Pods with the hash); None for a Pod of anything else."""
+    meta = pod.get("metadata") or {}
+    template_hash = (meta.get("labels") or {}).get("pod-template-hash")
+    for ref in meta.get("ownerReferences") or []:
+        name = str(ref.get("name") or "")
+        if ref.get("apiVersion") == "apps/v1" and ref.get("kind") == "ReplicaSet" and template_hash \
+                and name.endswith(f"-{template_hash}"):
+            return name[: -len(template_hash) - 1]
+    return None
 
 
 def _quotas_of(cq: Mapping, resource: str) -> list[tuple[str, Mapping]]:
@@ -599,6 +627,8 @@ class KubeCluster:
     requests: dict[str, int] = field(default_factory=dict, repr=False)
     # each Workload as last read, by (namespace, name): (resourceVersion, its LocalQueue's ClusterQueue, the info)
     _workload_infos: dict[tuple[str, str], tuple[Any, Any, WorkloadInfo]] = field(default_factory=dict, repr=False)
+    # the Deployment of each Pod a Workload runs, by the Pod's uid (a Pod's owner never changes): read once
+    _pod_deployments: dict[str, str | None] = field(default_factory=dict, repr=False)
     # what the reconcile under way has read where no watch cache serves it (snapshot); None: outside a reconcile
     _snapshot: _Snapshot | None = field(default=None, repr=False)
 
@@ -972,16 +1002,40 @@ class KubeCluster:
                         for q in self._objects("localqueues") if (q.get("spec") or {}).get("clusterQueue")}
         # a Workload unchanged since the last read is not parsed again (a reconcile reads thousands several times)
         held, infos = self._workload_infos, {}
-        for w in self._objects("workloads"):
+        listed = self._objects("workloads")
+        for w in listed:
             key = Informer.key(w)
             version = (w["metadata"].get("resourceVersion"),
                        local_queues.get((key[0], (w.get("spec") or {}).get("queueName") or "")))
             known = held.get(key)
             infos[key] = known if known is not None and version[0] and known[:2] == version else (
-                *version, workload_info(w, local_queues, self.resource))
+                *version, self._with_deployment(w, workload_info(w, local_queues, self.resource)))
         self._workload_infos = infos
+        pods = {_pod_key(w) for w in listed}
+        self._pod_deployments = {pod: d for pod, d in self._pod_deployments.items() if pod in pods}
         return sorted((info for _, _, info in infos.values()),
                       key=lambda w: (w.creation or datetime.min.replace(tzinfo=UTC), w.namespace, w.name))
+
+    def _with_deployment(self, obj: Mapping, info: WorkloadInfo) -> WorkloadInfo:
+        """`info` with the Deployment whose Pod the Workload runs (one GET of the Pod, the first time its Workload
+        is read): a policy's inference pods Kueue admits into a training queue are no training. A Pod that cannot be
+        read (a ClusterRole without pods `get`, the API server failing) is of none: its Workload is read as training,
+        as before, and the next change to it reads the Pod again."""
+        pod, key = _owner_pod(obj), _pod_key(obj)
+        if pod is None or key is None:
+            return info
+        name = pod[0]
+        if key not in self._pod_deployments:
+            try:
+                self._pod_deployments[key] = _pod_deployment(
+                    self._request("GET", f"/api/v1/namespaces/{info.namespace}/pods/{name}"))
+            except NotFound:  # the Pod is gone: its Workload is finishing
+                self._pod_deployments[key] = None
+            except ClusterError as exc:
+                log.warning("Pod %s/%s of Workload %s not read (%s): its Workload is counted as training",
+                            info.namespace, name, info.key, exc)
+                return info
+        return replace(info, deployment=self._pod_deployments[key])
 
     def cluster_queue_quotas(self) -> Mapping[str, int]:
         """Each ClusterQueue's GPU nominalQuota (summed over flavors; a queue without GPUs is absent)."""

@@ -198,8 +198,8 @@ def evicted_gpus(actions: Sequence[Action], policy: str) -> int:
 
 
 def training_columns(ids: Sequence[str], queues: Sequence[str], gpus, priority, preempt, interval,
-                     last_checkpoint, terminating_gpus: int) -> Training:
+                     last_checkpoint, terminating_gpus: int, serving_gpus: int = 0) -> Training:
     """The planner's view of running training, from columns any driver builds."""
     return Training(tuple(ids), tuple(queues), np.asarray(gpus, np.int64), np.asarray(priority, np.int64),
                     np.asarray(preempt, float), np.asarray(interval, float), np.asarray(last_checkpoint, float),
-                    int(terminating_gpus))
+                    int(terminating_gpus), int(serving_gpus))

@@ -534,9 +534,13 @@ def strict_fifo_notes(strict: frozenset[str], queues: set[str]) -> list[tuple[st
              f"names {q}", q) for q in sorted(queues & strict)]
 
 
-def training_view(workloads: list[WorkloadInfo], queues: set[str], now: float):
-    """The planner's running training and the requeue candidates, from the cluster's Workloads."""
-    running = [w for w in workloads if w.cluster_queue in queues and w.running]
+def training_view(workloads: list[WorkloadInfo], queues: set[str], now: float,
+                  served: frozenset[tuple[str, str]] = frozenset()):
+    """The planner's running training and the requeue candidates, from the cluster's Workloads. Those running the
+    pods of a Deployment in `served` ((namespace, name): the policies' targets) are inference Kueue admitted into a
+    training queue (a policy's inferenceClusterQueue there, refused): they hold what they run in, never a victim."""
+    inside = [w for w in workloads if w.cluster_queue in queues and w.running]
+    running = [w for w in inside if (w.namespace, w.deployment) not in served]
     terminating = sum(w.gpus for w in workloads if w.cluster_queue in queues and w.stopping)
     since = [_checkpoint_base(w, now) for w in running]
     interval = [w.checkpoint_interval_seconds or UNANNOTATED_CHECKPOINT_SECONDS for w in running]
@@ -544,7 +548,8 @@ def training_view(workloads: list[WorkloadInfo], queues: set[str], now: float):
         [w.key for w in running], [w.cluster_queue or "" for w in running], [w.gpus for w in running],
         [w.priority for w in running],
         [w.preemption_seconds if w.preemption_seconds is not None else UNANNOTATED_PREEMPTION_SECONDS for w in running],
-        interval, newest_checkpoint(np.array(since, float), np.array(interval, float), now), terminating)
+        interval, newest_checkpoint(np.array(since, float), np.array(interval, float), now), terminating,
+        sum(w.gpus for w in inside) - sum(w.gpus for w in running))
     stopped = tuple(Stopped(w.key, w.uid, w.cluster_queue) for w in workloads
                     if w.cluster_queue in queues and not w.admitted and not w.active and w.evicted_by_plan
                     and not w.finished)
@@ -569,6 +574,7 @@ class Reconciler:
         self._converted: dict[str, _Samples] = {}   # each policy's samples as arrays (_samples)
         self._full_read: dict[str, pd.Timestamp] = {}
         self._reported: dict[ObjectRef, str] = {}   # the refusal last reported per policy (one event per change)
+        self._served: frozenset[tuple[str, str]] = frozenset()  # (namespace, name) of the Deployments policies scale
         self._faults: dict[str, str] = {}           # the fault last reported per policy
         self._failed: dict[str, str | None] = {}    # the failure to act last reported per policy
         self._told: dict[str, dict[ObjectRef, set[str]]] = {}  # per Event reason, what each policy was told
@@ -719,6 +725,9 @@ class Reconciler:
         report: list[RecordEvent | PatchStatus] = []
         read = {o.ref: o for o in objects}
         holds = {p.ref: p.spec for p in (*parsed, *invalid_held)}  # what each holds (ParsedSpecs.holding), read once
+        # the Deployments policies scale, accepted or refused: their pods are inference wherever Kueue admits them
+        self._served = frozenset((t.namespace or "", t.name) for p in (*parsed, *invalid_held)
+                                 if (t := p.target().target).kind == "Deployment")
         for ref, message in refused.items():
             key = f"{ref.namespace}/{ref.name}"
             states[key] = PolicyState(key, "", False, message)
@@ -1061,7 +1070,7 @@ class Reconciler:
               workloads: list[WorkloadInfo]) -> View:
         """The targets of the policies `planned` as read now (a refused policy's is read where it is refused, once),
         and the training among `workloads` (the cluster's, read by the caller) in the queues `lending` lend to."""
-        training, uids, stopped = training_view(workloads, training_queues(lending), now.timestamp())
+        training, uids, stopped = training_view(workloads, training_queues(lending), now.timestamp(), self._served)
         return View(self._targets(planned), self.cluster.cluster_queue_quotas(), training, uids, stopped)
 
     def _held_by(self, policies: list[PolicyObject]) -> list[int | None]:
@@ -1309,7 +1318,7 @@ class Reconciler:
         HeadroomAtRisk)."""
         t = view.training
         reserved = sum(w.reserved_gpus for w in step.workloads)
-        idle = max(policy.lendable - reserved - int(t.gpus.sum()) - t.terminating_gpus, 0)
+        idle = max(policy.lendable - reserved - int(t.gpus.sum()) - t.terminating_gpus - t.serving_gpus, 0)
         reclaimable = idle + int(t.gpus[t.preempt_seconds <= policy.reclaim_deadline_seconds].sum())
         wanted = sum(w.headroom_gpus for w in step.workloads)
         return reclaimable, wanted, headroom_condition(reclaimable, step.headroom_gpus, wanted, step.lent_gpus,

@@ -62,6 +62,7 @@ class WorkloadInfo:
     preemption_seconds: float | None = None
     checkpoint_interval_seconds: float | None = None
     last_checkpoint: datetime | None = None
+    deployment: str | None = None   # the Deployment (in `namespace`) whose Pod it runs: Kueue's pod integration
 
     @property
     def key(self) -> str:

@@ -440,6 +440,8 @@ class Training:
     last_checkpoint: np.ndarray = field(default_factory=lambda: np.zeros(0))  # epoch seconds
     terminating_gpus: int = 0  # evicted, still stopping: not reclaimable (on their way to inference, or to the
     # Workload Kueue preempted them for)
+    serving_gpus: int = 0  # a policy's inference pods Kueue admitted into a training queue: they hold what is lent
+    # there as the jobs do, and are no job (never a victim, never reclaimable)
 
     # derived, what every plan reads several times: the GPUs the running jobs hold, their longest preemption time
     # and checkpoint interval (0 when none runs)
@@ -802,13 +804,15 @@ def _preemptions(hours: HourPlan, steps: list[WorkloadStep], t: Training, policy
     # back, from the jobs that can stop within the deadline first, of the ClusterQueues above their weighted share of
     # the lent slack. And the headroom guarantee: slow-to-preempt jobs may only hold what no plausible demand needs
     # before they are gone (the room; none is slow: nothing is over it, never negative).
-    over = t.running_gpus - lent
+    over = t.running_gpus + t.serving_gpus - lent
     slow = t.preempt_seconds > deadline
-    over_band = int(t.gpus[slow].sum()) - room
+    over_band = int(t.gpus[slow].sum()) + t.serving_gpus - room  # inference pods are never taken back: the slow
+    # jobs may hold only what they leave of the room
     if over > 0 or over_band > 0:
         above = [s for s in steps if s.peak_gpus + s.buffer_gpus > s.forecast_gpus and s.reserved_gpus > 0]
         kind = "emergency" if over > 0 and above else "planned"
-        excess = f"training holds {over} GPUs more than the {lent} lent now"
+        holders = "training and the inference pods in its queues hold" if t.serving_gpus else "training holds"
+        excess = f"{holders} {over} GPUs more than the {lent} lent now"
         band = (f"slow-to-preempt jobs exceed the {room} GPUs no plausible demand needs before they could stop "
                 "(outside the headroom band)")
         # the kinds first, then the policies furthest above their forecast: an Event keeps 1 kB of it
@@ -836,9 +840,9 @@ def _preemptions(hours: HourPlan, steps: list[WorkloadStep], t: Training, policy
     begin, end = (hours.workloads[0].after(now), hours.workloads[0].after(window)) \
         if hours.workloads and not math.isnan(window) else (0, 0)
     for p in range(begin, end):
-        if t.running_gpus <= int(hours.slack[p]):
+        if t.running_gpus + t.serving_gpus <= int(hours.slack[p]):
             continue  # what still runs holds no more than that
-        over = int(t.gpus[running].sum()) - int(hours.slack[p])
+        over = int(t.gpus[running].sum()) + t.serving_gpus - int(hours.slack[p])
         if over <= 0 or not len(running):
             continue
         need_at = float(starts[p]) - lead

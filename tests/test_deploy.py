@@ -289,6 +289,7 @@ def needed(lease_namespace: str, lease_name: str) -> list[dict]:
         attrs("watch", kueue, "workloads"),
         attrs("get", kueue, "workloads", namespace="research", name="job-1"),
         attrs("patch", kueue, "workloads", namespace="research", name="job-1"),
+        attrs("get", "", "pods", namespace="inference", name="llm-inference-0"),  # a pod-integration Workload's Pod
         attrs("list", kueue, "localqueues"),
         attrs("watch", kueue, "localqueues"),
         attrs("list", kueue, "cohorts"),
@@ -343,6 +344,7 @@ def forbidden(lease_namespace: str, lease_name: str) -> list[dict]:
         attrs("patch", "", "configmaps", namespace="kube-system", name="any"),
         attrs("delete", "", "configmaps", namespace=lease_namespace, name="any"),
         attrs("create", "", "pods", namespace=NAMESPACE),
+        attrs("list", "", "pods"),  # each Pod a Workload names is read alone
         attrs("create", "", "pods", "exec", namespace="inference", name="llm-inference-0"),
         attrs("delete", "", "events", namespace="inference"),
         attrs("update", "coordination.k8s.io", "leases", namespace="kube-system", name=lease_name),

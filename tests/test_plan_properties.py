@@ -181,3 +181,22 @@ def test_a_warm_buffer_from_observed_rises_only_adds_and_grows_with_its_quantile
         reserved.append(plan_step(hours, observed, Training(), policy, t_now).workloads[0].reserved_gpus)
     assert factors[0] == 0.0 and 0.0 <= factors[1] <= factors[2]
     assert reserved[0] <= reserved[1] <= reserved[2]
+
+
+@settings(max_examples=150, deadline=None)
+@given(scenario(), st.integers(0, 24))
+def test_inference_pods_in_a_training_queue_hold_what_is_lent_and_are_never_taken_back(s, serving):
+    """A policy's inference pods Kueue admitted into a training queue (Training.serving_gpus) are no job: never a
+    victim, yet they hold what is lent as the jobs do, so the jobs beside them give back what is over, and slow jobs
+    hold only what they leave of the room outside the headroom band."""
+    forecasts, histories, observed, training, policy, now = s
+    training = replace(training, serving_gpus=serving)
+    _, step = plan(forecasts, histories, observed, training, policy, now)
+    assert {p.job for p in step.preemptions} <= set(training.ids)
+    stopped = {p.job for p in step.due()}
+    left = [i for i, j in enumerate(training.ids) if j not in stopped]
+    if serving <= step.lent_gpus:
+        assert int(training.gpus[left].sum()) + serving <= step.lent_gpus
+    slow = [i for i in left if training.preempt_seconds[i] > policy.reclaim_deadline_seconds]
+    if serving <= step.lent_gpus - step.headroom_gpus:
+        assert int(training.gpus[slow].sum()) + serving <= step.lent_gpus - step.headroom_gpus
