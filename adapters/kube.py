@@ -1332,6 +1332,7 @@ class KubeCluster:
             body["forecastDemand"] = float(status.forecast_demand) if status.forecast_demand is not None else None
             body["model"] = status.model
             body["holding"] = status.holding  # none: no spec of the policy says what it holds (null removes it)
+            body["left"] = status.left  # a list: written whole (none left: null removes it)
             body["nextHours"] = list(status.next_hours)
             if status.realized_error is None:  # a policy not planned: its forecasts are no longer scored
                 body["realizedError"] = None

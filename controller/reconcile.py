@@ -167,6 +167,8 @@ class ParsedSpecs:
         # the targets each policy held before an edit named another, each with the spec it held it by: an edit deletes
         # no workload, so they run on, scaled by no one, until scaled to 0 or deleted (`left`)
         self._left: dict[ObjectRef, dict[TargetRef, PolicySpec]] = {}
+        # the targets each policy's status says it left behind, as written and as read (`left`), read once per status
+        self._said_left: dict[ObjectRef, tuple[list, list[PolicySpec]]] = {}
 
     def of(self, ref: ObjectRef, generation: int, raw: object) -> PolicySpec | str:
         """The parsed spec, or every error (field paths) in one message."""
@@ -209,9 +211,33 @@ class ParsedSpecs:
                 left[was] = before[1]
         return held
 
-    def left(self, ref: ObjectRef) -> list[tuple[TargetRef, PolicySpec]]:
-        """The targets the policy `ref` held before an edit named another, each with the spec it held it by."""
-        return list(self._left.get(ref, {}).items())
+    def left(self, ref: ObjectRef, generation: int, raw: object, status: Mapping) -> list[tuple[TargetRef, PolicySpec]]:
+        """The targets the policy `ref` held before an edit named another, each with the spec it held it by: those
+        this process read the edit of, and those the policy's `status` says, as this controller wrote it before a
+        restart or another leader did: status.left, and status.holding where the status was written for an older
+        generation (no controller has planned the edit since). The one the policy holds now is not left."""
+        namespace = ref.namespace or "default"
+        left = self._left.setdefault(ref, {})
+        said = status.get("left") or []
+        if status.get("observedGeneration") != generation:  # written before this generation: what it held then
+            said = [*said, status.get("holding")]
+        if said:
+            read = self._said_left.get(ref)
+            if read is None or read[0] != said:
+                read = self._said_left[ref] = (said, [s for s in map(holding_spec, said) if s is not None])
+            for spec in read[1]:
+                left.setdefault(spec.target.ref(namespace), spec)
+        if not left:  # (most policies: nothing more to read)
+            return []
+        holding = self.holding(ref, generation, raw, status)
+        if holding is not None:
+            left.pop(holding.target.ref(namespace), None)
+        return list(left.items())
+
+    def left_said(self, ref: ObjectRef) -> list[dict] | None:
+        """The targets `left` gave for the policy `ref` and not forgotten since, as its status says them (status.left;
+        None: none), each as status.holding says a target held (core.policy.holding_said)."""
+        return [holding_said(spec) for spec in self._left.get(ref, {}).values()] or None
 
     def forget_left(self, ref: ObjectRef, target: TargetRef) -> None:
         """A target left behind that holds no GPU now (scaled to 0, or deleted): nothing to count any more."""
@@ -221,6 +247,7 @@ class ParsedSpecs:
         self._held = {ref: held for ref, held in self._held.items() if ref in present}
         self._last_holding = {ref: spec for ref, spec in self._last_holding.items() if ref in present}
         self._left = {ref: left for ref, left in self._left.items() if ref in present}
+        self._said_left = {ref: said for ref, said in self._said_left.items() if ref in present}
 
 
 def spec_errors_said(errors: list[str]) -> str:
@@ -303,7 +330,8 @@ def left_holdings(objects: list[Identified], holders: list[PolicyObject], specs:
     targets) holds, each GPU counted once (core.policy.refused_holders). An edit deletes no workload: each runs on at
     its replicas, which no one scales now, so its GPUs are held as a refused policy's target's are, not lent."""
     left = [PolicyObject(ref, generation, spec, obj.get("status") or {})
-            for obj, ref, generation in sorted(objects, key=lambda o: created(o.obj)) for _, spec in specs.left(ref)]
+            for obj, ref, generation in sorted(objects, key=lambda o: created(o.obj))
+            for _, spec in specs.left(ref, generation, obj.get("spec"), obj.get("status") or {})]
     holds = refused_holders([(p.target().target, p.spec) for p in holders], [(p.target().target, p.spec) for p in left])
     return [p for p, own in zip(left, holds) if own]
 
@@ -434,15 +462,16 @@ NOT_PLANNED = tuple(Condition(kind, "Unknown", "NotPlanned", "the policy takes n
                     for kind in CONDITION_TYPES if kind != "Ready")
 
 
-def _refusal_said(status: Mapping, message: str, generation: int, holding: dict | None) -> tuple[bool, bool]:
+def _refusal_said(status: Mapping, message: str, generation: int, holding: dict | None, left: list[dict] | None
+                  ) -> tuple[bool, bool]:
     """Whether a policy's status already says Ready=False for this reason (a restarted controller reported it), and
-    whether it says all a refusal's status says: the generation refused, what the policy holds, no plan's id or
-    realized error (an older controller's refusal left its last plan's, and a spec edited and refused for the same
-    reason is a new generation)."""
+    whether it says all a refusal's status says: the generation refused, what the policy holds and left behind, no
+    plan's id or realized error (an older controller's refusal left its last plan's, and a spec edited and refused for
+    the same reason is a new generation)."""
     told = any(c.get("type") == "Ready" and c.get("status") == "False" and c.get("message") == message
                for c in status.get("conditions", []))
     return told, told and status.get("observedGeneration") == generation and not status.get("planId") \
-        and not status.get("realizedError") and status.get("holding") == holding
+        and not status.get("realizedError") and status.get("holding") == holding and status.get("left") == left
 
 
 @dataclass(frozen=True)
@@ -711,6 +740,10 @@ class Reconciler:
         parsed = policies
         holders, lending_invalid, invalid_held = invalid_holdings(objects, invalid, parsed, self._specs)
         left = left_holdings(objects, parsed + holders, self._specs)
+        left_held = self._held_by(left)
+        for p, gpus in zip(left, left_held):
+            if gpus == 0:  # scaled to 0 or deleted: its GPUs are free, and its policy's status no longer says it
+                self._specs.forget_left(p.ref, p.target().target)
         policies, missing = self._present(policies)
         policies, too_big = feasible(policies, lendable)
         # a refused policy's fault stays its own. Its target is left as it is, and what that holds (none, if missing:
@@ -734,7 +767,8 @@ class Reconciler:
             obj, _, generation = read[ref]
             status = obj.get("status") or {}
             holding = holding_said(holds[ref]) if ref in holds else None
-            told, whole = _refusal_said(status, message, generation, holding)
+            left_said = self._specs.left_said(ref)
+            told, whole = _refusal_said(status, message, generation, holding, left_said)
             why = "PlanInfeasible" if ref in too_big else "TargetMissing" if ref in missing else "InvalidSpec"
             if self._reported.get(ref) != message and not told:
                 # one event per new refusal, not one per reconcile (nor one per restart: the status remembers)
@@ -743,7 +777,7 @@ class Reconciler:
             if not whole:
                 conditions = (Condition("Ready", "False", why, message), *NOT_PLANNED)
                 report.append(PatchStatus(ref, PolicyStatus(0, 0, conditions, observed_generation=generation,
-                                                            holding=holding)))
+                                                            holding=holding, left=left_said)))
         for p in policies:
             self._reported.pop(p.ref, None)
         # what was written for a policy since deleted is forgotten (a thousand come and go over a controller's life)
@@ -764,10 +798,7 @@ class Reconciler:
         inputs = [self._input(p, now) for p in policies]
         # a refused policy's target holds its GPUs as any workload headroom does not manage holds them: not lent (the
         # policies kept have their minimums first, as feasible() gave them)
-        held = self._held_by(holders + left)
-        for p, gpus in zip(left, held[len(holders):]):
-            if gpus == 0:  # scaled to 0 or deleted: its GPUs are free
-                self._specs.forget_left(p.ref, p.target().target)
+        held = self._held_by(holders) + left_held
         held_by_refused = min(sum(gpus or 0 for gpus in held), lendable - sum(p.spec.least_gpus for p in policies))
         quotas = self.cluster.cluster_queue_quotas()
         cluster_policy = ClusterPolicy(self.cfg.capacity_gpus,
@@ -1373,7 +1404,7 @@ class Reconciler:
                 reserved_gpus=ws.reserved_gpus, headroom_gpus=ws.headroom_gpus,
                 conditions=conditions, plan_id=plan_id, forecast_demand=target, observed_generation=p.generation,
                 model=model, next_hours=next_hours, realized_error={f"{h}h": v for h, v in errors.items()},
-                holding=holding_said(p.spec))))
+                holding=holding_said(p.spec), left=self._specs.left_said(p.ref))))
             latest = self._samples(p.key, i.raw).latest
             states[p.key] = PolicyState(
                 p.key, p.spec.mode, True, None, now, wh, ws, i.forecast.frame if i.forecast is not None else None,

@@ -147,3 +147,4 @@ class PolicyStatus:
     next_hours: tuple[dict[str, Any], ...] = ()        # {"hour", "reservedGpus", "headroomGpus"}
     realized_error: dict[str, float] | None = None  # "1h"/"6h"/"24h" ahead -> mean scaled error
     holding: dict[str, Any] | None = None  # what the policy holds, as its spec says it (core.policy.holding_said)
+    left: list[dict[str, Any]] | None = None  # the targets an edit named others in place of, each as `holding`

@@ -330,6 +330,58 @@ def test_a_policy_s_holding_is_the_newer_of_what_this_controller_read_and_what_i
     assert fresh is None if status_generation is None else holding_said(fresh) == holding_said(said)
 
 
+# an edit of the policy's target (None: its name removed) or a target scaled to 0 by hand; then a restart or not
+LEFT_STEPS = st.lists(st.tuples(st.sampled_from(["edit", "scale to 0"]), st.sampled_from(["d0", "d1", "d2", None]),
+                                st.booleans()), max_size=12)
+
+
+@settings(max_examples=200, deadline=None)
+@example([("edit", "d1", True), ("edit", "d2", False), ("scale to 0", "d0", True)])  # before the edit's reconcile
+@example([("edit", "d1", False), ("edit", None, False), ("edit", "d2", True)])  # d1 read, then no spec said it
+@given(LEFT_STEPS)
+def test_a_restarted_controller_counts_the_targets_an_edit_left_as_one_that_never_restarted(steps):
+    """A policy's target edited (None: its name removed, so not even what it holds reads) and targets scaled to 0 by
+    hand, a reconcile after each step, by two controllers: one that never restarts, and one restarted before the
+    reconcile where the step says so (or a new leader), which knows only what the policy's status says (status.holding
+    and status.left, as it wrote them). Both count the targets the policy held and holds no more, each until it reads
+    0 (scaled to 0: then forgotten, until the policy names it again and scales it), and their statuses say the same."""
+    generation, name, holds, held, zeroed = 1, "d0", "d0", {"d0"}, set()
+    steady, restarted = ParsedSpecs(), ParsedSpecs()
+    statuses: list[dict] = [{}, {}]
+
+    def reconcile(specs: ParsedSpecs, status: dict) -> tuple[set[str], dict]:
+        obj = policy("p", target={"kind": "Deployment", **({"name": name} if name else {})})
+        obj["metadata"]["generation"] = generation
+        read = identified([{**obj, "status": status}])
+        accepted, invalid = parse_policies(read, specs)
+        holders, _, _ = invalid_holdings(read, invalid, accepted, specs)
+        counted = set()
+        for p in left_holdings(read, accepted + holders, specs):
+            if p.spec.target.name in zeroed:  # reads 0: nothing to count any more
+                specs.forget_left(p.ref, p.target().target)
+            else:
+                counted.add(p.spec.target.name)
+        spec = specs.holding(read[0].ref, generation, obj["spec"], status)
+        assert spec is not None and spec.target.name == holds
+        return counted, {"observedGeneration": generation, "holding": holding_said(spec),
+                         "left": specs.left_said(read[0].ref)}
+
+    for step, target, restart in [("start", None, False), *steps]:
+        if step == "edit":
+            generation, name = generation + 1, target
+            holds = target or holds
+            zeroed.discard(holds)  # held: its policy scales it
+            held.add(holds)
+        elif step == "scale to 0" and target not in (None, holds):
+            zeroed.add(target)
+        if restart:
+            restarted = ParsedSpecs()
+        (counted, statuses[0]), (again, statuses[1]) = (reconcile(steady, statuses[0]),
+                                                        reconcile(restarted, statuses[1]))
+        assert counted == again == held - {holds} - zeroed, (step, target, restart)
+        assert statuses[0] == statuses[1]
+
+
 def test_a_spec_is_parsed_once_per_generation_and_forgotten_with_its_policy(monkeypatch):
     import controller.reconcile as reconcile
 
@@ -582,18 +634,24 @@ def test_a_policy_edited_so_not_even_what_it_holds_reads_still_holds_its_target_
     assert "team-b" in state.teams
 
 
-def test_a_target_changed_to_another_runs_on_and_its_gpus_are_held_until_it_is_scaled_to_0(demand_file, tmp_path):
+@pytest.mark.parametrize("restart", [False, True])
+def test_a_target_changed_to_another_runs_on_and_its_gpus_are_held_until_it_is_scaled_to_0(demand_file, tmp_path,
+                                                                                          restart):
     """other, planned beside chat, is edited to scale Deployment other-v2 instead of other. An edit deletes no workload:
     other runs on with its 22 replicas (44 GPUs), which no one scales now. The world dropped them as if the edit had
     deleted the Deployment, where a cluster's run on; the controller counted none of them (the real cluster:
     tests/test_run_real.py), and lent or planned them again. They are held by no one, as a refused policy's target is,
-    at other's replicas as read, until it is scaled to 0: then its GPUs are planned again."""
+    at other's replicas as read, until it is scaled to 0: then its GPUs are planned again, and the status no longer
+    says it. So too a controller restarted (or a new leader) before the edit's reconcile (the status's holding says
+    other) or after it (its `left` says other): without them, the 44 GPUs were lent again after the restart."""
     r = Replay(tmp_path, demand_file, policy("chat", minGpus=40), policy("other"))
     r.step(AT_9)
     held = r.replicas("other") * 2
     r.cluster.apply_policy(policy("other", target={"kind": "Deployment", "name": "other-v2"}))
     other = TargetRef("Deployment", "other", "inference")
     for minutes in (5, 60, 120):
+        if restart and minutes in (5, 60):  # the status said by the spec before the edit, then by the edit's
+            r.restart()
         state = r.step(AT_9 + pd.Timedelta(minutes=minutes))
         chat, v2 = state.policies["inference/chat"], state.policies["inference/other"]
         assert r.cluster.target_state(other, 2).desired_replicas * 2 == held == 44  # no one scales it now
@@ -601,12 +659,17 @@ def test_a_target_changed_to_another_runs_on_and_its_gpus_are_held_until_it_is_s
         assert chat.reserved_gpus + v2.reserved_gpus + held + state.slack_gpus <= 128, \
             (chat.reserved_gpus, v2.reserved_gpus, state.slack_gpus)
         assert r.cluster.inference["inference/chat"].waiting == 0
+        assert [left["target"]["name"] for left in r.status("other")[0]["left"]] == ["other"]
         assert_the_world_holds_what_the_controller_counts(r, state)
     r.cluster.scale_deployment("inference", "other", 0)  # scaled to 0 by hand: its GPUs are free again
-    state = r.step(AT_9 + pd.Timedelta(minutes=125))
-    assert state.policies["inference/chat"].reserved_gpus + state.policies["inference/other"].reserved_gpus + \
-        state.slack_gpus == 128
-    assert_the_world_holds_what_the_controller_counts(r, state)
+    for minutes in (125, 130):
+        if restart:  # the status says other until the reconcile that reads it at 0
+            r.restart()
+        state = r.step(AT_9 + pd.Timedelta(minutes=minutes))
+        assert state.policies["inference/chat"].reserved_gpus + state.policies["inference/other"].reserved_gpus + \
+            state.slack_gpus == 128
+        assert r.status("other")[0]["left"] is None
+        assert_the_world_holds_what_the_controller_counts(r, state)
 
 
 def test_a_new_policy_s_inference_queue_is_no_training_queue_of_a_refused_policy_s(demand_file, tmp_path):

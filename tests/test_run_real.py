@@ -1864,35 +1864,55 @@ def test_a_cluster_role_without_cohorts_still_plans_and_says_what_it_cannot_chec
         watching.close()
 
 
-def test_a_target_changed_to_another_leaves_the_old_one_s_gpus_held(kube, controller, prometheus_server, tmp_path):
+@pytest.mark.parametrize("restart", [False, True])
+def test_a_target_changed_to_another_leaves_the_old_one_s_gpus_held(kube, controller, prometheus_server, tmp_path,
+                                                                    restart):
     """big, planned beside chat, is edited to scale Deployment big-v2 instead of big. An edit deletes no workload: big
     runs on with its replicas, which no one scales now. The controller counted none of its GPUs: it lent them, and
     planned big-v2 on them (reserved + lent + big's replicas over the 128 GPUs). They are held by no one, as a refused
-    policy's target is, at big's replicas as read, until big is scaled to 0 or deleted."""
+    policy's target is, at big's replicas as read, until big is scaled to 0 or deleted; the policy's status says so
+    (status.left) until then. So too a controller restarted (or a new leader) before the edit's reconcile (the status's
+    holding says big) or after it (its `left` says big), which never read the edit."""
     big = {"trainingClusterQueues": [QUEUE], "capacity": {"demandPerGpu": 20.0, "gpusPerReplica": 1}}
+    r = reconciler(controller, prometheus_server.url, tmp_path)
+
+    def reconcile(minutes: int):
+        nonlocal r
+        if restart:
+            r.close()
+            r = reconciler(controller, prometheus_server.url, tmp_path)
+        state = r.reconcile(MONDAY_7AM + pd.Timedelta(minutes=minutes))
+        controller.sync()
+        return state, kube.get_reservation_policy(NS, "big")["status"].get("left")
+
     try:
         time.sleep(1.1)  # creationTimestamp has seconds: big comes after chat
         for name in ("big", "big-v2"):
             kube.create(f"/apis/apps/v1/namespaces/{NS}/deployments", deployment(name))
         kube.create(RP, policy("big", **big))
         controller.sync()
-        r = reconciler(controller, prometheus_server.url, tmp_path)
         r.reconcile(MONDAY_7AM)
         held = kube.get_deployment_replicas(NS, "big")
         assert held > 0
         kube.apply(f"{RP}/big", policy("big", **{**big, "target": {"kind": "Deployment", "name": "big-v2"}}))
         controller.sync()
         for minutes in (5, 10):
-            state = r.reconcile(MONDAY_7AM + pd.Timedelta(minutes=minutes))
+            state, left = reconcile(minutes)
             chat, v2 = state.policies[f"{NS}/chat"], state.policies[f"{NS}/big"]
             assert kube.get_deployment_replicas(NS, "big") == held  # no one scales it now
             assert kube.get_deployment_replicas(NS, "big-v2") == v2.reserved_gpus > 0
             assert chat.reserved_gpus + v2.reserved_gpus + held + state.slack_gpus <= 128, \
                 (chat.reserved_gpus, v2.reserved_gpus, held, state.slack_gpus)
-        kube.scale_deployment(NS, "big", 0)  # scaled to 0: its GPUs are free again
+            assert left == [{"target": {"kind": "Deployment", "name": "big"}, "capacity": {"gpusPerReplica": 1},
+                             "inferenceClusterQueue": INFERENCE_QUEUE, "trainingClusterQueues": [QUEUE],
+                             "mode": "active"}]
+        kube.scale_deployment(NS, "big", 0)  # scaled to 0: its GPUs are free again, and the status says big no more
         controller.sync()
-        state = r.reconcile(MONDAY_7AM + pd.Timedelta(minutes=15))
-        assert state.policies[f"{NS}/chat"].reserved_gpus + state.policies[f"{NS}/big"].reserved_gpus + \
-            state.slack_gpus == 128
+        for minutes in (15, 20):
+            state, left = reconcile(minutes)
+            assert state.policies[f"{NS}/chat"].reserved_gpus + state.policies[f"{NS}/big"].reserved_gpus + \
+                state.slack_gpus == 128
+            assert left is None
     finally:
+        r.close()
         kube.delete(f"/apis/apps/v1/namespaces/{NS}/deployments/big-v2")
