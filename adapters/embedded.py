@@ -311,8 +311,10 @@ class EmbeddedCluster:
             self._hold(h, own, roles, inference_named)
             if own:
                 holding.append((h.ref, h.spec))
-        # a target left behind that a policy holds now (a queue it names) is within that one's quota, as the
-        # controller counts it (controller.reconcile.left_holdings)
+        # a target left behind that a policy holds now (a queue it names, a refused one's training queue it lends
+        # into too) is within that one's quota, as the controller counts it (controller.reconcile.left_holdings)
+        holding += [(h.ref, h.spec.model_copy(update={"training_cluster_queues": lent})) for h in refused
+                    if (lent := [q for q in h.spec.training_cluster_queues if q not in inference_named])]
         left = list(self.left.items())
         for (ref, _), own in zip(left, refused_holders(holding, [(ref, spec) for ref, (spec, _) in left])):
             if not own:

@@ -326,8 +326,9 @@ def invalid_holdings(objects: list[Identified], invalid: Mapping[ObjectRef, str]
 
 def left_holdings(objects: list[Identified], holders: list[PolicyObject], specs: ParsedSpecs) -> list[PolicyObject]:
     """The targets policies held before an edit named others (ParsedSpecs.left), each as a policy object of the spec it
-    was held by, oldest first: those no policy of `holders` (the policies kept and the refused ones holding their
-    targets) holds, each GPU counted once (core.policy.refused_holders). An edit deletes no workload: each runs on at
+    was held by, oldest first: those no policy of `holders` (the policies kept, the refused ones holding their
+    targets, and those lending into their training queues) holds or lends into, each GPU counted once
+    (core.policy.refused_holders). An edit deletes no workload: each runs on at
     its replicas, which no one scales now, so its GPUs are held as a refused policy's target's are, not lent."""
     left = [PolicyObject(ref, generation, spec, obj.get("status") or {})
             for obj, ref, generation in sorted(objects, key=lambda o: created(o.obj))
@@ -739,7 +740,7 @@ class Reconciler:
         policies, invalid = parse_policies(objects, self._specs)
         parsed = policies
         holders, lending_invalid, invalid_held = invalid_holdings(objects, invalid, parsed, self._specs)
-        left = left_holdings(objects, parsed + holders, self._specs)
+        left = left_holdings(objects, parsed + holders + lending_invalid, self._specs)
         left_held = self._held_by(left)
         for p, gpus in zip(left, left_held):
             if gpus == 0:  # scaled to 0 or deleted: its GPUs are free, and its policy's status no longer says it

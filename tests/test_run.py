@@ -265,6 +265,8 @@ EDITS = st.one_of(st.builds(lambda name: {"target": {"kind": "Deployment" if nam
 @example([(None, "d0", []), (None, "d1", [])], [], 0, {"capacity": {"demandPerGpu": 5.0, "gpusPerReplica": 4}})
 @example([("q0", "d0", [])], [], 0, {"target": {"kind": "Deployment", "name": "d9"}})  # d0 runs on, no one's
 @example([("q0", "q0", [])], [], 0, {"target": {"kind": "Deployment", "name": "d0"}})  # q0 left: its inference queue
+@example([("q0", "d0", ["q0"]), ("q1", "q0", []), ("q0", "d0", ["q0"]), ("q1", "d0", ["q0"])], [], 1,
+         {"target": {"kind": "Deployment", "name": "d0"}})  # q0 left: the refused p3's training queue, lent into
 @given(st.lists(st.tuples(st.sampled_from(QUEUES + (None,)), st.sampled_from(["d0", "d1", "q0", "q1"]),
                           st.lists(st.sampled_from(QUEUES), max_size=2, unique=True)), min_size=1, max_size=4),
        st.lists(st.sampled_from(list(BROKEN)), max_size=4), st.integers(0, 3), EDITS)
@@ -299,10 +301,11 @@ def test_a_world_after_an_edit_holds_what_one_started_with_the_edited_policy_hol
     assert set(world.training_queues) >= set(fresh.training_queues)  # a queue no one lends into keeps its training
     after = identified(world.reservation_policies())
     kept, invalid = parse_policies(after, specs)
-    holders, _, _ = invalid_holdings(after, invalid, kept, specs)
+    holders, lenders, _ = invalid_holdings(after, invalid, kept, specs)
     assert {key: inf.ref for key, inf in world.inference.items()} == {
         p.key: p.spec.target.ref("inference") for p in kept + holders}
-    assert set(world.left) == {p.spec.target.ref("inference") for p in left_holdings(after, kept + holders, specs)}
+    assert set(world.left) == {p.spec.target.ref("inference")
+                               for p in left_holdings(after, kept + holders + lenders, specs)}
 
 
 @pytest.mark.parametrize("status_generation, holds", [(None, "read"), (1, "read"), (2, "read"), (3, "said")])
@@ -541,7 +544,7 @@ def assert_the_world_holds_what_the_controller_counts(r: Replay, state) -> None:
     accepted, refused = parse_policies(read, specs)
     holders, lenders, _ = invalid_holdings(read, refused, accepted, specs)
     assert {ref for ref, (_, inf) in r.cluster.left.items() if inf.desired} == {
-        p.spec.target.ref("inference") for p in left_holdings(read, accepted + holders, specs)}
+        p.spec.target.ref("inference") for p in left_holdings(read, accepted + holders + lenders, specs)}
     assert all(state.policies[p.key].valid for p in accepted)
     assert not any(state.policies[f"{ref.namespace}/{ref.name}"].valid for ref in refused)
     assert {key: inf.ref for key, inf in r.cluster.inference.items()} == {
