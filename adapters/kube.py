@@ -1008,19 +1008,25 @@ class KubeCluster:
             version = (w["metadata"].get("resourceVersion"),
                        local_queues.get((key[0], (w.get("spec") or {}).get("queueName") or "")))
             known = held.get(key)
-            infos[key] = known if known is not None and version[0] and known[:2] == version else (
-                *version, self._with_deployment(w, workload_info(w, local_queues, self.resource)))
+            if known is not None and version[0] and known[:2] == version:
+                infos[key] = known
+                continue
+            info = workload_info(w, local_queues, self.resource)
+            served = self._with_deployment(w, info)
+            # its Pod not read: parsed again at the next read (no version kept), so the Pod is asked for again
+            infos[key] = (version[0], version[1], served) if served is not None else (None, version[1], info)
         self._workload_infos = infos
         pods = {_pod_key(w) for w in listed}
         self._pod_deployments = {pod: d for pod, d in self._pod_deployments.items() if pod in pods}
         return sorted((info for _, _, info in infos.values()),
                       key=lambda w: (w.creation or datetime.min.replace(tzinfo=UTC), w.namespace, w.name))
 
-    def _with_deployment(self, obj: Mapping, info: WorkloadInfo) -> WorkloadInfo:
+    def _with_deployment(self, obj: Mapping, info: WorkloadInfo) -> WorkloadInfo | None:
         """`info` with the Deployment whose Pod the Workload runs (one GET of the Pod, the first time its Workload
-        is read): a policy's inference pods Kueue admits into a training queue are no training. A Pod that cannot be
-        read (a ClusterRole without pods `get`, the API server failing) is of none: its Workload is read as training,
-        as before, and the next change to it reads the Pod again."""
+        is read): a policy's inference pods Kueue admits into a training queue are no training. A Pod the ClusterRole
+        may not `get` (403) is of none: its Workload is read as training, as before headroom read Pods. None: the Pod
+        could not be read now (the API server failing): its Workload is read as training meanwhile, and the next read
+        of the Workloads asks for the Pod again."""
         pod, key = _owner_pod(obj), _pod_key(obj)
         if pod is None or key is None:
             return info
@@ -1032,9 +1038,12 @@ class KubeCluster:
             except NotFound:  # the Pod is gone: its Workload is finishing
                 self._pod_deployments[key] = None
             except ClusterError as exc:
-                log.warning("Pod %s/%s of Workload %s not read (%s): its Workload is counted as training",
-                            info.namespace, name, info.key, exc)
-                return info
+                refused = exc.status == 403  # asking again is refused again: once per Pod, not every reconcile
+                log.warning("Pod %s/%s of Workload %s not read (%s): its Workload is counted as training%s",
+                            info.namespace, name, info.key, exc, "" if refused else " until the Pod is read")
+                if not refused:
+                    return None
+                self._pod_deployments[key] = None
         return replace(info, deployment=self._pod_deployments[key])
 
     def cluster_queue_quotas(self) -> Mapping[str, int]:

@@ -247,6 +247,30 @@ def _part(data, doc):
     return {k: _part(data, doc[k]) for k in keys}
 
 
+def test_a_workload_whose_pod_could_not_be_read_asks_for_it_again(cluster, proxy, lossy):
+    """A Workload Kueue's pod integration made for a Pod of Deployment `web`: its Deployment tells a policy's
+    inference pods in a training queue from training (never a victim). The Pod's read failing (the API server
+    answering 504 past every retry), the Workload was read as training, and stayed so until it changed: an inference
+    pod preemptible for good after one failed read. The next read of the Workloads asks for the Pod again."""
+    rs = "web-5d8f7c9b6"
+    pod = cluster.create(f"/api/v1/namespaces/{NS}/pods", {"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": f"{rs}-x2k9p", "namespace": NS, "labels": {"pod-template-hash": "5d8f7c9b6"},
+        "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": rs,
+                             "uid": "0b0c3f1e-8d0e-4a51-9a6e-3f6f4a1d2c11", "controller": True}]},
+        "spec": {"containers": [{"name": "server", "image": "inference:1"}]}})
+    body = kueue.workload(NS, "pod-web", None)
+    body["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": pod["metadata"]["name"],
+                                            "uid": pod["metadata"]["uid"], "controller": True}]
+    cluster.create(WL, body)
+    proxy.lose("GET", f"/pods/{pod['metadata']['name']}", "504", times=lossy.retries + 1)
+
+    def deployment() -> str | None:
+        return next(w.deployment for w in lossy.workloads() if (w.namespace, w.name) == (NS, "pod-web"))
+
+    assert deployment() is None and len(proxy.lost) == lossy.retries + 1
+    assert deployment() == "web"
+
+
 @given(st.dictionaries(st.text(max_size=3), JSON, min_size=1, max_size=4), st.data())
 def test_a_stored_object_holds_any_part_of_itself_and_nothing_changed(stored, data):
     sent = _part(data, stored)
