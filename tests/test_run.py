@@ -846,9 +846,10 @@ def test_a_refused_cluster_queue_target_holds_its_quota_whole_whichever_refused_
         demand_file, tmp_path, claim_first):
     """Refused "claim" names ClusterQueue pool as its target; refused "serve" runs its pods there
     (inferenceClusterQueue), its demand twice claim's. What the world held, and the controller counted, depended on
-    which was older: claim first, pool's quota as claim's target (24 GPUs); serve first, serve's replicas (46 GPUs)
-    and pool's quota made to fit them. On a cluster the queue's quota is held whole and Kueue admits serve's pods
-    within it: the world holds claim's quota in both orders, serve's pods within it, and chat has the same 84."""
+    which was older: claim first, pool's quota as claim's target (24 GPUs: at 9:00 chat 84, 20 lent); serve first,
+    serve's replicas (46 GPUs) and pool's quota made to fit them (chat 82, none lent). On a cluster the queue's quota
+    is held whole and Kueue admits serve's pods within it: the world holds claim's quota in both orders, serve's pods
+    within it, and chat has the same 84."""
     refusal = {"targetQuantlie": 0.5}
     claim = policy("claim", target={"kind": "ClusterQueue", "name": "pool"}, inferenceClusterQueue=None, **refusal)
     serve = policy("serve", inferenceClusterQueue="pool", capacity={"demandPerGpu": 5.0, "gpusPerReplica": 2},
