@@ -279,8 +279,10 @@ class EmbeddedCluster:
     def _hold_all(self) -> None:
         """What every policy holds, derived from all of them as the controller derives who is accepted every reconcile
         (core.policy.Claims, taken oldest first): the accepted ones are held before those refused, which hold only what
-        no policy held before them holds. Done again on each `apply_policy`: an edit, or a new policy, can change who
-        else is accepted (an older policy that drops a target or a queue a newer one was refused for)."""
+        no policy held before them holds (but a refused ClusterQueue target: it holds its quota whole whatever the
+        age of the refused pods in it, core.policy.refused_holders). Done again on each `apply_policy`: an edit,
+        or a new policy, can change who else is accepted (an older policy that drops a target or a queue a newer
+        one was refused for)."""
         claims = Claims()
         held: list[_Held] = []
         for p in sorted(self.policies, key=created):

@@ -741,7 +741,12 @@ class Reconciler:
         parsed = policies
         holders, lending_invalid, invalid_held = invalid_holdings(objects, invalid, parsed, self._specs)
         left = left_holdings(objects, parsed + holders + lending_invalid, self._specs)
-        left_held = self._held_by(left)
+        # the refused policies' targets no one holds, the oldest policy on each: the pods of those running in a held
+        # ClusterQueue target are within its quota
+        counted = {p.target().target for p in (*parsed, *holders, *left)}
+        oldest = {p.target().target: p for p in reversed(invalid_held)}
+        within = [p for target, p in oldest.items() if target not in counted]
+        left_held = self._held_by(left, within)
         for p, gpus in zip(left, left_held):
             if gpus == 0:  # scaled to 0 or deleted: its GPUs are free, and its policy's status no longer says it
                 self._specs.forget_left(p.ref, p.target().target)
@@ -799,7 +804,7 @@ class Reconciler:
         inputs = [self._input(p, now) for p in policies]
         # a refused policy's target holds its GPUs as any workload headroom does not manage holds them: not lent (the
         # policies kept have their minimums first, as feasible() gave them)
-        held = self._held_by(holders) + left_held
+        held = self._held_by(holders, within) + left_held
         held_by_refused = min(sum(gpus or 0 for gpus in held), lendable - sum(p.spec.least_gpus for p in policies))
         quotas = self.cluster.cluster_queue_quotas()
         cluster_policy = ClusterPolicy(self.cfg.capacity_gpus,
@@ -1105,21 +1110,31 @@ class Reconciler:
         training, uids, stopped = training_view(workloads, training_queues(lending), now.timestamp(), self._served)
         return View(self._targets(planned), self.cluster.cluster_queue_quotas(), training, uids, stopped)
 
-    def _held_by(self, policies: list[PolicyObject]) -> list[int | None]:
-        """The GPUs the target of each of `policies` holds now (one not found: none; None: it could not be read)."""
+    def _held_by(self, policies: list[PolicyObject], within: list[PolicyObject]) -> list[int | None]:
+        """The GPUs the target of each of `policies` holds now (one not found: none; None: it could not be read). A
+        ClusterQueue target holds its quota, or more: the pods of the refused policies `within` (holding no target of
+        their own, core.policy.refused_holders) that name it as their inferenceClusterQueue, where Kueue let them
+        borrow beyond it."""
         if not policies:
             return []
         quotas = self.cluster.cluster_queue_quotas()
-        held: list[int | None] = []
-        for p in policies:
+
+        def read(p: PolicyObject) -> int | None:
             try:
                 target = p.target()
-                held.append(_held_gpus(p.spec, self.cluster.target_state(target.target, target.gpus_per_replica),
-                                       quotas))
+                return _held_gpus(p.spec, self.cluster.target_state(target.target, target.gpus_per_replica), quotas)
             except NotFound:
-                held.append(0)
+                return 0
             except ClusterError:
-                held.append(None)
+                return None
+
+        held = [read(p) for p in policies]
+        for k, p in enumerate(policies):
+            queue = p.spec.target.name
+            if p.spec.target.kind == "ClusterQueue" and held[k] is not None:
+                pods = [read(w) for w in within
+                        if w.spec.target.kind != "ClusterQueue" and w.spec.inference_cluster_queue == queue]
+                held[k] = max(held[k] or 0, sum(gpus or 0 for gpus in pods))  # pods unread: the quota, known held
         return held
 
     def _observed(self, inputs: list[_Input], view: View) -> dict[str, Observed]:

@@ -423,27 +423,26 @@ def refused_holders(kept: Iterable[tuple[TargetRef, PolicySpec]],
     """Which refused policies (each its target and spec, oldest first) hold their target beside the policies `kept`,
     each GPU counted once: a kept policy acts on what it names, so a refused one holds no target a kept one names
     (its target, or a ClusterQueue it names: the second policy on a target holds nothing of it), nor one a refused
-    policy before it holds (its target, or the inference queue its pods run in, whose quota holds them: a ClusterQueue
-    target there is that queue). Nor do a refused policy's pods hold GPUs of their own in a queue whose quota is
-    counted whole, a ClusterQueue target a kept policy or a refused one before it holds, or a training queue a kept
-    policy lends into: Kueue admits them there, within that quota (so a refused policy's pods and a ClusterQueue
-    target they run in are counted once, whichever of the two is older)."""
+    policy before it holds. A refused policy's ClusterQueue target holds its quota whole, whichever refused policy
+    is older: Kueue admits the pods of the refused policies that name it as their inferenceClusterQueue within it
+    (counted as its holding: controller.reconcile._held_by), so their pods hold no GPUs of their own there; nor in a
+    ClusterQueue target a kept policy holds, or a training queue a kept policy lends into (within that quota)."""
+    refused = list(refused)
     held = {target for target, _ in kept}
     queues = {q for _, spec in kept for q in spec.inference_queues | set(spec.training_cluster_queues)}
     whole = {target.name for target in held if target.kind == "ClusterQueue"} | \
         {q for _, spec in kept for q in spec.training_cluster_queues}
-    holds = []
-    for target, spec in refused:
-        if target.kind == "ClusterQueue":
-            own = target not in held and target.name not in queues
-        else:
-            own = target not in held and spec.inference_cluster_queue not in whole
-        holds.append(own)
-        if own:
+    holds = [False] * len(refused)
+    # the ClusterQueue targets first: a queue's quota is held whole whatever the age of the pods running in it
+    for k, (target, _) in enumerate(refused):
+        if target.kind == "ClusterQueue" and target not in held and target.name not in queues:
+            holds[k] = True
             held.add(target)
-            queues |= spec.inference_queues
-            if target.kind == "ClusterQueue":
-                whole.add(target.name)
+            whole.add(target.name)
+    for k, (target, spec) in enumerate(refused):
+        if target.kind != "ClusterQueue" and target not in held and spec.inference_cluster_queue not in whole:
+            holds[k] = True
+            held.add(target)
     return holds
 
 

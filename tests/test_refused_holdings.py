@@ -3,7 +3,8 @@ what a cluster holds (hypothesis): a Deployment's pods are Workloads of the Clus
 (the inferenceClusterQueue every policy on it names), within that queue's quota; a ClusterQueue target holds its
 quota; a training queue's quota is what the accepted policies lend. Whatever the policies name and whatever their
 age order, no GPU is counted twice, and no refused policy's holding goes uncounted (lent as idle while its pods
-hold it)."""
+hold it). A queue's quota and the pods in it differ: the queue holds its quota whole, or its pods where Kueue let
+them borrow beyond it, so the GPUs counted are those a cluster holds in either age order."""
 from __future__ import annotations
 
 from hypothesis import example, given, settings
@@ -21,6 +22,9 @@ policies = st.lists(st.tuples(st.sampled_from(DEPLOYMENTS + QUEUES), st.lists(st
                                                                                 unique=True), st.booleans()),
                     max_size=6)
 labels = st.fixed_dictionaries({d: st.sampled_from((None, *QUEUES)) for d in DEPLOYMENTS})
+# the GPUs each ClusterQueue's quota and each Deployment's pods hold
+gpus = st.fixed_dictionaries({("queue", q): st.integers(0, 32) for q in QUEUES} |
+                             {("pods", d): st.integers(0, 32) for d in DEPLOYMENTS})
 
 
 def target_of(name: str) -> TargetRef:
@@ -48,13 +52,32 @@ def within(held: tuple[str, str], label: dict[str, str | None]) -> tuple[str, st
     return ("queue", queue) if queue else None
 
 
+def held_gpus(holdings: set[tuple[str, str]], pods: set[tuple[str, str]], label: dict[str, str | None],
+              gpus: dict[tuple[str, str], int]) -> int:
+    """The GPUs `holdings` hold: a queue its quota, or the `pods` within it where they borrow beyond it; pods of their
+    own where no queue of `holdings` holds them."""
+    total = 0
+    for held in holdings:
+        if held[0] == "queue":
+            total += max(gpus[held], sum(gpus[p] for p in pods if within(p, label) == held))
+        elif within(held, label) not in holdings:
+            total += gpus[held]
+    return total
+
+
+IN_Q0 = {"d0": "q0", "d1": None, "d2": None}
+
+
 @settings(max_examples=500, deadline=None)
-@example([("q0", [], False), ("d0", [], False)], {"d0": "q0", "d1": None, "d2": None})  # the newer's pods in its quota
-@example([("d0", [], False), ("q0", [], False)], {"d0": "q0", "d1": None, "d2": None})  # ...the older's
-@example([("q0", [], True), ("d0", [], False)], {"d0": "q0", "d1": None, "d2": None})  # ...an accepted policy's target
-@example([("d1", ["q0"], True), ("d0", [], True)], {"d0": "q0", "d1": None, "d2": None})  # ...a queue lent into
-@given(policies, labels)
-def test_each_gpu_a_refused_policy_holds_is_counted_once(drawn, label):
+@example([("q0", [], False), ("d0", [], False)], IN_Q0, {})  # the newer's pods in its quota
+@example([("d0", [], False), ("q0", [], False)], IN_Q0, {})  # ...the older's
+@example([("d0", [], False), ("q0", [], False)], IN_Q0, {("queue", "q0"): 16, ("pods", "d0"): 8})  # ...a quota above
+@example([("q0", [], False), ("d0", [], False)], IN_Q0, {("queue", "q0"): 4, ("pods", "d0"): 8})  # ...pods beyond it
+@example([("q0", [], True), ("d0", [], False)], IN_Q0, {})  # ...an accepted policy's target
+@example([("d1", ["q0"], True), ("d0", [], True)], IN_Q0, {})  # ...a queue lent into
+@given(policies, labels, gpus)
+def test_each_gpu_a_refused_policy_holds_is_counted_once(drawn, label, gpus):
+    gpus = {h: gpus.get(h, 8) for h in [("queue", q) for q in QUEUES] + [("pods", d) for d in DEPLOYMENTS]}
     kept, refused, claims = [], [], Claims()
     for k, (name, training, parses) in enumerate(drawn):
         target, spec = target_of(name), spec_of(name, training, label.get(name))
@@ -69,12 +92,21 @@ def test_each_gpu_a_refused_policy_holds_is_counted_once(drawn, label):
     lent = {("queue", q) for _, spec in kept for q in spec.training_cluster_queues}
     assert len(counted) == len(set(counted)), counted
     assert not {within(h, label) for h in counted} & (set(counted) | lent), (counted, lent, label)
-    # no refused policy's holding uncounted: it is counted, within one counted or lent, holds one counted (a
-    # ClusterQueue target a refused policy before it runs its pods in), or is a queue whose quota an accepted policy
-    # sets
+    # no refused policy's holding uncounted: it is counted, within one counted or lent, or is a queue whose quota an
+    # accepted policy sets
     kept_queues = {q for _, spec in kept for q in spec.inference_queues | set(spec.training_cluster_queues)}
+    accepted = {holding(target) for target, _ in kept}
+    on_cluster = set()  # what the refused policies hold on a cluster beside the accepted ones
     for target, _ in refused:
         held = holding(target)
         assert (held in counted or within(held, label) in set(counted) | lent
-                or any(within(h, label) == held for h in counted)
                 or held[0] == "queue" and held[1] in kept_queues), (held, counted, kept_queues)
+        if not (held in accepted or within(held, label) in accepted | lent
+                or held[0] == "queue" and held[1] in kept_queues):
+            on_cluster.add(held)
+    # ...and the GPUs counted, a held ClusterQueue's with the pods of the refused policies within it (the controller's
+    # count: controller.reconcile._held_by), are those the cluster holds, whichever policy is older
+    mine = {h for h in counted if h not in accepted}
+    pods_within = {holding(target) for (target, _), own in zip(refused, holds) if not own} - set(counted)
+    assert held_gpus(mine, pods_within, label, gpus) == held_gpus(on_cluster, on_cluster, label, gpus), \
+        (mine, on_cluster, gpus)

@@ -796,21 +796,22 @@ def test_a_queue_two_refused_policies_name_holds_its_gpus_once(demand_file, tmp_
     whose quota holds them; "a-claim" names pool as its ClusterQueue target. The world holds pool once, as serve's
     queue, but the controller counted its GPUs twice, serve's replicas and pool's quota as a-claim's target (read as
     the API server reads a ClusterQueue; the world said it was not found): 2 x 24 held where 24 are, at 9:00 chat cut
-    from 84 GPUs to 80 and none of the 20 idle lent. Listed by name, a-claim comes first: what a refused policy holds
-    is decided oldest first, as the world holds it."""
+    from 84 GPUs to 80 and none of the 20 idle lent. Listed by name, a-claim comes first. pool's quota is held whole
+    by a-claim, serve's pods within it, whichever is older (test_a_refused_cluster_queue_target_holds_its_quota_...)."""
     serve, claim = (policy(name, **spec, **refusal) for name, spec in (
         ("serve", {"inferenceClusterQueue": "pool", "capacity": {"demandPerGpu": 10.0, "gpusPerReplica": 2}}),
         ("a-claim", {"target": {"kind": "ClusterQueue", "name": "pool"}, "inferenceClusterQueue": None})))
     serve["metadata"]["creationTimestamp"], claim["metadata"]["creationTimestamp"] = \
         "2026-01-05T06:00:00Z", "2026-01-05T07:00:00Z"
     r = Replay(tmp_path, demand_file, policy("chat", minGpus=40, inferenceClusterQueue="serving"), claim, serve)
-    held = r.replicas("serve") * 2
-    assert held > 0 and r.cluster.quotas["pool"] == held and "inference/a-claim" not in r.cluster.inference
+    held = r.cluster.quotas["pool"]
+    assert held == r.cluster.inference["inference/a-claim"].held_replicas * 2 > 0
+    assert "inference/serve" not in r.cluster.inference
     for minutes in (0, 5):
         state = r.step(AT_9 + pd.Timedelta(minutes=minutes))
         chat = state.policies["inference/chat"]
         assert not state.policies["inference/serve"].valid and not state.policies["inference/a-claim"].valid
-        assert r.replicas("serve") * 2 == held and r.cluster.quotas["pool"] == held  # left as they are
+        assert r.cluster.quotas["pool"] == held  # left as it is
         assert chat.reserved_gpus + held + state.slack_gpus == 128, (chat.reserved_gpus, held, state.slack_gpus)
 
 
@@ -838,6 +839,33 @@ def test_a_refused_policy_s_pods_in_an_older_refused_policy_s_cluster_queue_targ
         assert chat.reserved_gpus + held + state.slack_gpus == 128, (chat.reserved_gpus, held, state.slack_gpus)
         assert chat.reserved_gpus == 84 and r.cluster.quotas["pool"] == held
         assert r.cluster.idle_gpus < min(r.cluster.settings.backlog_job_gpus)  # lent, but fitting no job
+
+
+@pytest.mark.parametrize("claim_first", [True, False])
+def test_a_refused_cluster_queue_target_holds_its_quota_whole_whichever_refused_policy_is_older(
+        demand_file, tmp_path, claim_first):
+    """Refused "claim" names ClusterQueue pool as its target; refused "serve" runs its pods there
+    (inferenceClusterQueue), its demand twice claim's. What the world held, and the controller counted, depended on
+    which was older: claim first, pool's quota as claim's target (24 GPUs: at 9:00 chat 84, 20 lent); serve first,
+    serve's replicas (46 GPUs) and pool's quota made to fit them (chat 82, none lent). On a cluster the queue's quota
+    is held whole and Kueue admits serve's pods within it: the world holds claim's quota in both orders, serve's pods
+    within it, and chat has the same 84."""
+    refusal = {"targetQuantlie": 0.5}
+    claim = policy("claim", target={"kind": "ClusterQueue", "name": "pool"}, inferenceClusterQueue=None, **refusal)
+    serve = policy("serve", inferenceClusterQueue="pool", capacity={"demandPerGpu": 5.0, "gpusPerReplica": 2},
+                   **refusal)
+    older, newer = (claim, serve) if claim_first else (serve, claim)
+    older["metadata"]["creationTimestamp"], newer["metadata"]["creationTimestamp"] = \
+        "2026-01-05T06:00:00Z", "2026-01-05T07:00:00Z"
+    r = Replay(tmp_path, demand_file, policy("chat", minGpus=40, inferenceClusterQueue="serving"), claim, serve)
+    held = r.cluster.quotas["pool"]
+    assert held == r.cluster.inference["inference/claim"].held_replicas * 2 == 24
+    assert "inference/serve" not in r.cluster.inference and "inference/serve" not in r.cluster.inference_queues
+    for minutes in (0, 5):
+        state = r.step(AT_9 + pd.Timedelta(minutes=minutes))
+        chat = state.policies["inference/chat"]
+        assert chat.reserved_gpus == 84 and r.cluster.quotas["pool"] == held
+        assert chat.reserved_gpus + held + state.slack_gpus == 128, (chat.reserved_gpus, held, state.slack_gpus)
 
 
 def test_a_refused_policy_s_pods_in_an_accepted_policy_s_training_queue_hold_no_gpus_beside_its_quota(

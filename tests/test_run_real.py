@@ -343,16 +343,18 @@ def test_a_policy_whose_target_is_missing_takes_no_gpus_from_a_working_one(kube,
     assert not {"forecastDemand", "model"} & status.keys(), status
 
 
-def _assert_pool_run_held_once(kube, r, claim: str) -> None:
-    """Refused "serve" runs its 4 GPUs in pool-run (quota 4), the ClusterQueue target of refused `claim`: at 07:00 and
-    at the 10:00 peak both stay as they are, and the 4 GPUs are counted once beside chat's reservation and the
-    slack."""
+def _assert_pool_run_held_once(kube, r, claim: str, quota: int = 4, serving: int = 1) -> None:
+    """Refused "serve" runs its `serving` replicas of 4 GPUs in pool-run (quota `quota`), the ClusterQueue target of
+    refused `claim`: at 07:00 and at the 10:00 peak both stay as they are, and pool-run's GPUs (its quota, or the pods
+    where they borrow beyond it) are counted once beside chat's reservation and the slack."""
+    held = max(quota, 4 * serving)
     for hour in (0, 3):
         state = r.reconcile(MONDAY_7AM + pd.Timedelta(hours=hour))
         chat = state.policies[f"{NS}/chat"]
         assert not state.policies[f"{NS}/serve"].valid and not state.policies[f"{NS}/{claim}"].valid
-        assert kube.get_deployment_replicas(NS, "serve") == 1 and kube.get_cluster_queue_quota("pool-run") == 4
-        assert chat.reserved_gpus + 4 + state.slack_gpus == 128, (hour, chat.reserved_gpus, state.slack_gpus)
+        assert kube.get_deployment_replicas(NS, "serve") == serving
+        assert kube.get_cluster_queue_quota("pool-run") == quota
+        assert chat.reserved_gpus + held + state.slack_gpus == 128, (hour, chat.reserved_gpus, state.slack_gpus)
 
 
 @pytest.mark.parametrize("refusal", [{"timezone": "Europe/Berln"},  # InvalidSpec: the CRD's schema admits it
@@ -477,6 +479,34 @@ def test_a_refused_policy_s_pods_in_an_older_refused_policy_s_cluster_queue_targ
                                capacity={"demandPerGpu": 10.0, "gpusPerReplica": 4}, **refusal))
         controller.sync()
         _assert_pool_run_held_once(kube, reconciler(controller, prometheus_server.url, tmp_path), "claim")
+    finally:
+        kube.delete(pool)
+
+
+@pytest.mark.parametrize("claim_first", [True, False])
+@pytest.mark.parametrize("quota, serving", [(8, 1), (4, 2)])  # a quota above serve's pods; pods borrowing beyond it
+def test_a_refused_cluster_queue_target_holds_its_quota_whole_whichever_refused_policy_is_older(
+        kube, controller, prometheus_server, tmp_path, claim_first, quota, serving):
+    """Refused "claim" names pool-run as its ClusterQueue target; refused "serve" runs its pods there. Every test had
+    quota == pods: with a quota of 8 and serve's 4 GPUs, serve older, the controller counted serve's pods, 4, and lent
+    the other 4 pool-run holds; with a quota of 4 and serve's 8 GPUs borrowing beyond it, claim older, it counted the
+    quota, 4. Kueue admits the pods within the quota, held whole: pool-run holds the larger, in either order."""
+    pool = kueue.path("clusterqueues", "pool-run")
+    kube.apply(pool, kueue.cluster_queue("pool-run", gpus=quota, cohort=COHORT, lending_limit=0))
+    refusal = {"timezone": "Europe/Berln"}
+    claim = policy("claim", target={"kind": "ClusterQueue", "name": "pool-run"}, inferenceClusterQueue=None, **refusal)
+    serve = policy("serve", inferenceClusterQueue="pool-run", capacity={"demandPerGpu": 10.0, "gpusPerReplica": 4},
+                   **refusal)
+    pods = deployment("serve")
+    pods["spec"]["replicas"] = serving
+    try:
+        kube.create(f"/apis/apps/v1/namespaces/{NS}/deployments", pods)
+        for p in (claim, serve) if claim_first else (serve, claim):
+            time.sleep(1.1)  # creationTimestamp has seconds: each after chat, and after the one before
+            kube.create(RP, p)
+        controller.sync()
+        _assert_pool_run_held_once(kube, reconciler(controller, prometheus_server.url, tmp_path), "claim", quota,
+                                   serving)
     finally:
         kube.delete(pool)
 
