@@ -226,7 +226,8 @@ class EmbeddedCluster:
         self.rng = np.random.default_rng(settings.seed)
         self.specs: dict[str, PolicySpec] = {}
         self.quotas: dict[str, int] = {}
-        self.lent: dict[str, int] = {}  # ClusterQueue -> the GPUs headroom last lent it (Cluster.lent_quotas)
+        # ClusterQueue -> the GPUs headroom last lent it, and the namespace its controller acts on (Cluster.lent_quotas)
+        self.lent: dict[str, tuple[int, str | None]] = {}
         self.inference: dict[str, _Inference] = {}
         self.inference_queues: dict[str, str] = {}  # policy key -> the inferenceClusterQueue its pods are Workloads of
         # the targets an edit of their policy left behind (it named another): an edit deletes no workload, so each runs
@@ -503,8 +504,8 @@ class EmbeddedCluster:
     def cluster_queue_quotas(self) -> Mapping[str, int]:
         return dict(self.quotas)
 
-    def lent_quotas(self) -> Mapping[str, int]:
-        return dict(self.lent)
+    def lent_quotas(self, lent_for: str | None = None) -> Mapping[str, int]:
+        return {q: gpus for q, (gpus, by) in self.lent.items() if by == lent_for}
 
     def cohort_tree(self) -> list[QuotaNode]:
         return []  # the training queues borrow from one another alone (planning.kueue): no queue lends them more
@@ -550,13 +551,13 @@ class EmbeddedCluster:
         self._scale(inf, max(self._hpa_recommendation(inf), min_replicas))
         return changed
 
-    def set_cluster_queue_quota(self, name: str, gpus: int, lent: bool = False) -> bool:
+    def set_cluster_queue_quota(self, name: str, gpus: int, lent: bool = False, lent_for: str | None = None) -> bool:
         if name not in self.quotas:
             raise NotFound(f"ClusterQueue {name} not found", status=404)
         changed = self.quotas[name] != gpus
         self.quotas[name] = gpus
         if lent:
-            self.lent[name] = gpus
+            self.lent[name] = (gpus, lent_for)
         else:
             self.lent.pop(name, None)
         self._kueue_events += changed  # Kueue looks again at what it set aside

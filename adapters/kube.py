@@ -74,6 +74,7 @@ LAST_CHECKPOINT = "headroom.dev/last-checkpoint"              # RFC 3339
 # The GPUs headroom last lent a training ClusterQueue (its annotation): once no policy names the queue, the controller
 # returns what it lent, a restarted one too
 LENT_GPUS = "headroom.dev/lent-gpus"
+LENT_FOR = "headroom.dev/lent-for-namespace"  # ...by a controller of that namespace's policies (none: every one's)
 RETRYABLE_STATUS = {0, 429, 500, 502, 503, 504}
 MERGE_PATCH = "application/merge-patch+json"
 ADDRESS_SECONDS = 1.0  # how long the request headers (the token) are used before the client library makes them again
@@ -1055,11 +1056,13 @@ class KubeCluster:
                 out[cq["metadata"]["name"]] = quota
         return out
 
-    def lent_quotas(self) -> Mapping[str, int]:
+    def lent_quotas(self, lent_for: str | None = None) -> Mapping[str, int]:
         out = {}
         for cq in self._objects("clusterqueues"):
-            lent = (cq["metadata"].get("annotations") or {}).get(LENT_GPUS)
-            if lent is not None and lent.isdigit():  # anything else is no mark headroom wrote
+            annotations = cq["metadata"].get("annotations") or {}
+            lent = annotations.get(LENT_GPUS)
+            if lent is not None and lent.isdigit() and annotations.get(LENT_FOR) == lent_for:  # anything else is no
+                # mark headroom wrote, or one another controller's (of another namespace's policies) wrote
                 out[cq["metadata"]["name"]] = int(lent)
         return out
 
@@ -1189,11 +1192,11 @@ class KubeCluster:
         g, f, r = self._find_quota(cq, resource or self.resource, flavor)
         return int(_quantity(cq["spec"]["resourceGroups"][g]["flavors"][f]["resources"][r]["nominalQuota"]))
 
-    def set_cluster_queue_quota(self, name: str, gpus: int, lent: bool = False, resource: str | None = None,
-                                flavor: str | None = None) -> bool:
-        """Set the nominalQuota of `resource`, and the queue's LENT_GPUS mark if `lent` (else none); True if it
-        changed (False: already so). A lendingLimit above the new quota is lowered to it (Kueue refuses a lendingLimit
-        over the nominalQuota)."""
+    def set_cluster_queue_quota(self, name: str, gpus: int, lent: bool = False, lent_for: str | None = None,
+                                resource: str | None = None, flavor: str | None = None) -> bool:
+        """Set the nominalQuota of `resource`, and the queue's LENT_GPUS mark if `lent` (else none), with LENT_FOR
+        `lent_for` (the lending controller's run.namespace; None: none); True if it changed (False: already so). A
+        lendingLimit above the new quota is lowered to it (Kueue refuses a lendingLimit over the nominalQuota)."""
         if gpus < 0:
             raise ValueError(f"quota must be >= 0, got {gpus}")
         resource = resource or self.resource
@@ -1202,15 +1205,15 @@ class KubeCluster:
             g, f, r = self._find_quota(cq, resource, flavor)
             groups = cq["spec"]["resourceGroups"]
             quota = groups[g]["flavors"][f]["resources"][r]
-            mark = str(gpus) if lent else None
-            if _quantity(quota["nominalQuota"]) == gpus and \
-                    (cq["metadata"].get("annotations") or {}).get(LENT_GPUS) == mark:
+            marks = {LENT_GPUS: str(gpus) if lent else None, LENT_FOR: lent_for if lent else None}
+            annotations = cq["metadata"].get("annotations") or {}
+            if _quantity(quota["nominalQuota"]) == gpus and all(annotations.get(k) == v for k, v in marks.items()):
                 return None
             quota["nominalQuota"] = gpus
             if "lendingLimit" in quota and _quantity(quota["lendingLimit"]) > gpus:
                 quota["lendingLimit"] = gpus
             # a merge patch replaces lists whole
-            return {"metadata": {"annotations": {LENT_GPUS: mark}}, "spec": {"resourceGroups": groups}}
+            return {"metadata": {"annotations": marks}, "spec": {"resourceGroups": groups}}
 
         return self._update(self._cq_path(name), mutate, cached=self._cached("clusterqueues", "", name, copied=True))[1]
 

@@ -45,6 +45,7 @@ class SetQuota:
     reason: str
     event: EventNote | None = None
     lent: bool = False  # training slack lent: the queue is marked so (Cluster.lent_quotas)
+    lent_for: str | None = None  # ...by a controller of this namespace's policies (run.namespace; None: every one's)
 
 
 @dataclass(frozen=True)
@@ -130,12 +131,14 @@ def owners(policies: Sequence[PolicyTarget]) -> dict[str, PolicyTarget]:
 
 
 def cluster_actions(step: StepPlan, view: View, policies: Sequence[PolicyTarget], plan_id: str,
-                    refused_hold: Mapping[str, int] | None = None, missing: Collection[str] = ()) -> list[Action]:
+                    refused_hold: Mapping[str, int] | None = None, missing: Collection[str] = (),
+                    lent_for: str | None = None) -> list[Action]:
     """The changes the plan asks of the cluster now, for `active` policies only. `refused_hold`: the GPUs refused
     policies' targets hold in each inference ClusterQueue (left as they are, so their pods keep their quota there).
     `missing`: the policies whose target is missing (TargetMissing): their inference ClusterQueue holds what such a
     target holds, none, as the plan counts it (a quota left there would let the namespace's other pods take GPUs the
-    plan lends)."""
+    plan lends). `lent_for`: the namespace whose policies the controller acts on (None: every namespace's), marked
+    on each training queue lent into beside the GPUs lent."""
     actions: list[Action] = []
     reserved = {w.name: w for w in step.workloads}
     for p in policies:
@@ -175,7 +178,8 @@ def cluster_actions(step: StepPlan, view: View, policies: Sequence[PolicyTarget]
         if q in view.quotas and view.quotas[q] != gpus:  # a queue without GPU quota is lent none (QueueMissing)
             why = f"ClusterQueue {q} quota -> {gpus} GPUs (slack {step.lent_gpus} lent, split by team weight)"
             why += f"; {step.quota_reason}" if step.quota_reason else ""
-            actions.append(SetQuota(q, gpus, why, EventNote(owner.ref, "SlackLent", why), lent=True))
+            actions.append(SetQuota(q, gpus, why, EventNote(owner.ref, "SlackLent", why), lent=True,
+                                    lent_for=lent_for))
     due = step.due()
     queue_of = dict(zip(view.training.ids, view.training.queue)) if due else {}
     for x in due:

@@ -822,7 +822,8 @@ class Reconciler:
         for p, gpus in zip(holders + left, held):
             if q := p.spec.inference_cluster_queue:
                 in_queues[q] = in_queues.get(q, 0) + (gpus or 0)
-        actions = cluster_actions(step, view, targets, plan_id, in_queues, {f"{r.namespace}/{r.name}" for r in missing})
+        actions = cluster_actions(step, view, targets, plan_id, in_queues, {f"{r.namespace}/{r.name}" for r in missing},
+                                  self.cfg.namespace)
         actions += returned
         with self._events.held() if self._events is not None else nullcontext():  # the writes first, their Events after
             outcomes = [] if self.dry_run else self._apply(actions, view, lambda: self._still_wanted(
@@ -1091,10 +1092,12 @@ class Reconciler:
     def _returned(self, invalid: Mapping[ObjectRef, str], holds: Mapping[ObjectRef, PolicySpec]) -> list[SetQuota]:
         """The training ClusterQueues headroom lent into that no policy names any more (`holds`: what each policy's
         spec names; deleted, or the queue dropped from it), their quota still what headroom lent: back to 0, or Kueue
-        admits training into GPUs the plan lends again. Left as they are: one whose quota someone else has set since
-        (theirs now), and all of them while an `invalid` policy's spec does not say what it names. (A controller of one
-        namespace's policies, run.namespace, reads no other: it is the one that lends the cluster.)"""
-        lent = self.cluster.lent_quotas()
+        admits training into GPUs the plan lends again: those a controller of the same namespace's policies lent
+        (run.namespace; none set: every namespace's), as the queue's mark says. Left as they are: one whose quota
+        someone else has set since (theirs now), one another namespace's controller lent into (it reads no policy of
+        this one's, nor this one of its), and all of them while an `invalid` policy's spec does not say what it
+        names."""
+        lent = self.cluster.lent_quotas(self.cfg.namespace)
         if not lent or any(ref not in holds for ref in invalid):
             return []
         named = {q for spec in holds.values() for q in (*spec.training_cluster_queues, *spec.inference_queues)}

@@ -86,9 +86,10 @@ class Cluster(Protocol):
         """Each ClusterQueue's GPU nominalQuota (a queue that does not exist is absent)."""
         ...
 
-    def lent_quotas(self) -> Mapping[str, int]:
+    def lent_quotas(self, lent_for: str | None = None) -> Mapping[str, int]:
         """Each ClusterQueue headroom last set as a training queue it lends into, and the GPUs it lent (the queue
-        marks it: a controller restarted, or another replica, knows it too)."""
+        marks it: a controller restarted, or another replica, knows it too), by a controller of `lent_for`'s
+        policies (run.namespace; None: every namespace's)."""
         ...
 
     def cohort_tree(self) -> list[QuotaNode]:
@@ -113,9 +114,9 @@ class Cluster(Protocol):
 
     def set_hpa_min_replicas(self, namespace: str, name: str, min_replicas: int) -> bool: ...
 
-    def set_cluster_queue_quota(self, name: str, gpus: int, lent: bool = False) -> bool:
+    def set_cluster_queue_quota(self, name: str, gpus: int, lent: bool = False, lent_for: str | None = None) -> bool:
         """Its GPU nominalQuota; `lent`: training slack headroom lends, so the queue is marked as lent into
-        (lent_quotas), else the mark goes."""
+        (lent_quotas), by a controller of `lent_for`'s policies (None: every namespace's), else the mark goes."""
         ...
 
     def evict_workload(self, namespace: str, name: str, uid: str | None, reason: str, plan_id: str) -> bool:

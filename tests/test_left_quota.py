@@ -8,7 +8,7 @@ import time
 import pandas as pd
 import pytest
 
-from adapters.kube import LENT_GPUS, MERGE_PATCH
+from adapters.kube import LENT_FOR, LENT_GPUS, MERGE_PATCH
 from tests import test_run_real
 from tests.servers import kueue
 from tests.test_run_real import INFERENCE_QUEUE, MONDAY_7AM, NS, QUEUE, RP, deployment, policy, reconciler, rp_status
@@ -41,8 +41,10 @@ def test_the_inference_cluster_queue_of_a_policy_whose_target_is_missing_holds_n
 EXTRA = "extra-run"  # a training queue in a cohort of its own: no other queue of the training cohort names it
 
 
-def lent_mark(kube) -> str | None:
-    return (kube.get(kueue.path("clusterqueues", EXTRA))["metadata"].get("annotations") or {}).get(LENT_GPUS)
+def lent_mark(kube) -> tuple[str, str | None] | None:
+    """EXTRA's mark: the GPUs lent and the namespace the lending controller acts on; None: no mark."""
+    annotations = kube.get(kueue.path("clusterqueues", EXTRA))["metadata"].get("annotations") or {}
+    return None if LENT_GPUS not in annotations else (annotations[LENT_GPUS], annotations.get(LENT_FOR))
 
 
 @pytest.fixture
@@ -68,7 +70,7 @@ def test_what_headroom_lent_a_queue_no_policy_names_comes_back(kube, controller,
     r = reconciler(controller, prometheus_server.url, tmp_path)
     r.reconcile(MONDAY_7AM)
     lent = kube.get_cluster_queue_quota(EXTRA)
-    assert lent > 0 and lent_mark(kube) == str(lent)
+    assert lent > 0 and lent_mark(kube) == (str(lent), NS)
     if how == "deleted":
         kube.delete(f"{RP}/batch")
     else:

@@ -2293,19 +2293,30 @@ def test_the_inference_cluster_queue_of_a_policy_whose_target_is_missing_holds_n
     assert r.cluster.quotas["serving"] + r.cluster.quotas["research"] <= 128
 
 
-def test_what_headroom_lent_a_queue_no_policy_names_any_more_comes_back(demand_file, tmp_path):
+@pytest.mark.parametrize("lent_for, then", [(None, None), ("inference", "inference"), (None, "inference"),
+                                             ("inference", None)])
+def test_what_headroom_lent_a_queue_no_policy_names_any_more_comes_back(demand_file, tmp_path, lent_for, then):
     """team-b and team-c dropped from batch's trainingClusterQueues: team-b kept the quota last lent (20 GPUs at 06:00)
     beside the whole slack lent again to research, quota for training the plan no longer counts. A controller
     restarted in between knows team-b is headroom's (Cluster.lent_quotas) and returns it to 0; team-c, whose quota
-    someone else set since, is left as it is."""
-    r = Replay(tmp_path, demand_file, policy("chat"), policy("batch", trainingClusterQueues=["team-b", "team-c"]))
+    someone else set since, is left as it is. Only a controller of the same namespace's policies as the one that lent
+    (run.namespace: `lent_for`, then `then`) returns it: one of another namespace's (or of all of them) cannot tell
+    team-b from a queue a policy it does not read names, and two such controllers returned each other's queues to 0
+    at every reconcile."""
+    r = Replay(tmp_path, demand_file, policy("chat"), policy("batch", trainingClusterQueues=["team-b", "team-c"]),
+               run={"namespace": lent_for})
     r.step(MONDAY_6AM)
     lent = {q: r.cluster.quotas[q] for q in ("team-b", "team-c")}
-    assert min(lent.values()) > 0 and r.cluster.lent_quotas() == {"research": r.cluster.quotas["research"], **lent}
+    assert min(lent.values()) > 0
+    assert r.cluster.lent_quotas(lent_for) == {"research": r.cluster.quotas["research"], **lent}
+    assert r.cluster.lent_quotas("elsewhere") == {}
     r.cluster.apply_policy(policy("batch", trainingClusterQueues=["research"]))
     r.cluster.quotas["team-c"] += 1  # set by hand: the operator's now
+    r.cfg = r.cfg.model_copy(update={"namespace": then})
     r.restart()
     state = r.step(MONDAY_6AM + pd.Timedelta(minutes=5))
-    assert (r.cluster.quotas["team-b"], r.cluster.quotas["team-c"]) == (0, lent["team-c"] + 1)
+    returned = lent_for == then
+    assert (r.cluster.quotas["team-b"], r.cluster.quotas["team-c"]) == (0 if returned else lent["team-b"],
+                                                                      lent["team-c"] + 1)
     assert r.cluster.quotas["research"] == state.slack_gpus
-    assert "team-b" not in r.cluster.lent_quotas()
+    assert ("team-b" in r.cluster.lent_quotas(lent_for)) != returned
