@@ -51,6 +51,7 @@ from core.policy import (
     holding_spec,
     parse_policy_spec,
     refused_holders,
+    refused_lends,
 )
 from core.settings import WorldSettings
 from core.units import epoch_seconds
@@ -317,7 +318,7 @@ class EmbeddedCluster:
         # a target left behind that a policy holds now (a queue it names, a refused one's training queue it lends
         # into too) is within that one's quota, as the controller counts it (controller.reconcile.left_holdings)
         holding += [(h.ref, h.spec.model_copy(update={"training_cluster_queues": lent})) for h in refused
-                    if (lent := [q for q in h.spec.training_cluster_queues if q not in inference_named])]
+                    if (lent := refused_lends(h.spec, inference_named))]
         left = list(self.left.items())
         for (ref, _), own in zip(left, refused_holders(holding, [(ref, spec) for ref, (spec, _) in left])):
             if not own:
@@ -383,8 +384,8 @@ class EmbeddedCluster:
             self.inference_queues.pop(other, None)
         inference_queue = None if taken else named(spec.inference_cluster_queue, "inference")
         # a refused policy's training queue is one no policy names for inference (the controller lends it no other)
-        training = [q for q in spec.training_cluster_queues
-                    if named(q, "training") and (accepted or q not in inference_named)]
+        training = [q for q in (spec.training_cluster_queues if accepted else refused_lends(spec, inference_named))
+                    if named(q, "training")]
         if taken:  # the target is what the cluster has: no workload of this policy's own (one it held before is gone)
             self.inference.pop(key, None)
             self._found.clear()

@@ -1017,8 +1017,9 @@ class KubeCluster:
             # its Pod not read: parsed again at the next read (no version kept), so the Pod is asked for again
             infos[key] = (version[0], version[1], served) if served is not None else (None, version[1], info)
         self._workload_infos = infos
-        pods = {_pod_key(w) for w in listed}
-        self._pod_deployments = {pod: d for pod, d in self._pod_deployments.items() if pod in pods}
+        if self._pod_deployments:  # (none where no Workload runs a Pod of its own: no pass over thousands)
+            pods = {_pod_key(w) for w in listed}
+            self._pod_deployments = {pod: d for pod, d in self._pod_deployments.items() if pod in pods}
         return sorted((info for _, _, info in infos.values()),
                       key=lambda w: (w.creation or datetime.min.replace(tzinfo=UTC), w.namespace, w.name))
 

@@ -94,6 +94,7 @@ from core.policy import (
     holding_spec,
     parse_policy_spec,
     refused_holders,
+    refused_lends,
 )
 from core.settings import RunConfig
 from core.units import epoch_seconds
@@ -320,7 +321,7 @@ def invalid_holdings(objects: list[Identified], invalid: Mapping[ObjectRef, str]
     holders = [p for p, own in zip(refused, holds) if own]
     inference = {q for p in (*kept, *refused) for q in p.spec.inference_queues}
     lenders = [replace(p, spec=p.spec.model_copy(update={"training_cluster_queues": lent}))
-               for p in refused if (lent := [q for q in p.spec.training_cluster_queues if q not in inference])]
+               for p in refused if (lent := refused_lends(p.spec, inference))]
     return holders, lenders, refused
 
 

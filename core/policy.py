@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
@@ -444,6 +444,12 @@ def refused_holders(kept: Iterable[tuple[TargetRef, PolicySpec]],
             holds[k] = True
             held.add(target)
     return holds
+
+
+def refused_lends(spec: PolicySpec, inference: Collection[str]) -> list[str]:
+    """The training queues a refused policy is still lent into: its own but those any policy holds inference in
+    (`inference`: every policy's inference queues; the clash it may be refused for)."""
+    return [q for q in spec.training_cluster_queues if q not in inference]
 
 
 def spec_dict(spec: PolicySpec) -> dict[str, Any]:
