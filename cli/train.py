@@ -130,10 +130,7 @@ def cmd_train(cfg, args) -> int:
                         print(f"note: {name}: {note}", file=sys.stderr)
                 except FailedAfterPromoting as exc:  # the commit point was passed: said as a stop after it is
                     status = 1
-                    out.append({"name": name, "history": where, "version": exc.version, "promoted": True,
-                                "status": f"promoted, then failed: {exc.cause}"})
-                    print(f"{name}: v{exc.version} PROMOTED, then failed: {exc.cause} (its run ends FINISHED, "
-                          "headroom.cut_short)", file=sys.stderr)
+                    out.append(_promoted_then(name, where, exc.version, f"failed: {exc.cause}"))
                 except (TrackingError, TrainingError, TrainingLocked, HistoryError, PrometheusError, OSError) as exc:
                     status = 1
                     out.append({"name": name, "history": where, "error": f"{type(exc).__name__}: {exc}"})
@@ -143,10 +140,7 @@ def cmd_train(cfg, args) -> int:
             why = f"stopped by {exc}" if str(exc) else "interrupted"
             if isinstance(exc, StoppedAfterPromoting):  # the commit point was passed: the series' training did its work
                 where = next(where for name, where, _ in jobs if name == exc.series)
-                out.append({"name": exc.series, "history": where, "version": exc.version, "promoted": True,
-                            "status": f"promoted, then {why}"})
-                print(f"{exc.series}: v{exc.version} PROMOTED, then {why} (its run ends FINISHED, headroom.cut_short)",
-                      file=sys.stderr)
+                out.append(_promoted_then(exc.series, where, exc.version, why))
             done = {o["name"] for o in out}
             if unfinished := [(name, where) for name, where, _ in jobs if name not in done]:
                 out += [{"name": name, "history": where, "error": why} for name, where in unfinished]
@@ -155,6 +149,13 @@ def cmd_train(cfg, args) -> int:
             status = 128 + (signal.Signals[str(exc)] if str(exc) else signal.SIGINT)  # as any command stopped
     print(json.dumps(out if listed else out[0], indent=2))
     return status
+
+
+def _promoted_then(name: str, where: str, version: str, what: str) -> dict:
+    """A series whose training passed its commit point (the new version serves) and then stopped or failed: said on
+    stderr, and its JSON row."""
+    print(f"{name}: v{version} PROMOTED, then {what} (its run ends FINISHED, headroom.cut_short)", file=sys.stderr)
+    return {"name": name, "history": where, "version": version, "promoted": True, "status": f"promoted, then {what}"}
 
 
 @contextlib.contextmanager
