@@ -33,9 +33,11 @@ def add_parser(sub) -> None:
     embedded.add_argument("--history", dest="demand", metavar="DEMAND",
                           help="the demand --policy-file's policies are replayed from")
     embedded.add_argument("--gpus", type=int, help="cluster size (run.capacity_gpus, default 128)")
-    embedded.add_argument("--hours", type=_positive_int, help="replay this many hours from --now (default 24)")
+    embedded.add_argument("--hours", type=_positive_int, help="replay this many hours from --now (default 24; "
+                                                              "--once replays one step)")
     embedded.add_argument("--now", help="the clock's start, one of the history's sample times (ISO-8601; default: "
-                                        "--hours before the history's end)")
+                                        "--hours before the history's end; with --once, the history's end, where "
+                                        "plan decides)")
     embedded.add_argument("--jobs", metavar="JOBS.csv", help="replay this training job trace's last --hours instead "
                                                             "of a saturated backlog, as simulate --jobs does "
                                                             "(simulate.jobs)")
@@ -328,10 +330,11 @@ def _stop_on_signals(stop: threading.Event) -> list[int]:
     return stopped
 
 
-def _clock(demand, now: str | None, hours: int, moment: bool = False) -> pd.DatetimeIndex:
+def _clock(demand, now: str | None, hours: int, moment: bool = False, once: bool = False) -> pd.DatetimeIndex:
     """The embedded clock: the histories' own step, from `now` (default: `hours` before the earliest end) for
     `hours`. Every policy's history must share one step. `moment`: the one moment `now` (default: the earliest end)
-    that `plan` decides at, any time the histories cover. `demand` (FileDemand) keeps what it read for the replay."""
+    that `plan` decides at, any time the histories cover. `once`: one step, at `now` (default: the earliest end, as
+    `plan`), one of the samples. `demand` (FileDemand) keeps what it read for the replay."""
     from core.units import go_duration, parse_time
     from forecast.history import HistoryError, sampling_step
 
@@ -357,7 +360,8 @@ def _clock(demand, now: str | None, hours: int, moment: bool = False) -> pd.Date
     span_hours = (last - first) / pd.Timedelta(hours=1)
     if hours > span_hours + 1:  # checked before `hours` becomes a Timedelta, which a huge one would overflow
         raise BadRequest(f"--hours {hours} is longer than the histories ({first} .. {last}: {span_hours:.4g} hours)")
-    start = parse_time(now, "--now") if now is not None else end if moment else end - pd.Timedelta(hours=hours) + step
+    start = parse_time(now, "--now") if now is not None else end if moment or once else \
+        end - pd.Timedelta(hours=hours) + step
     if start < first or start > last:
         raise BadRequest(f"--now {start} is outside the histories ({first} .. {last})")
     if moment:
@@ -369,6 +373,8 @@ def _clock(demand, now: str | None, hours: int, moment: bool = False) -> pd.Date
                              f"({demand.files[key]}): the embedded clock steps on them, each the demand of the "
                              f"interval ending there; give --now {before:%Y-%m-%dT%H:%M:%SZ} or "
                              f"{before + step:%Y-%m-%dT%H:%M:%SZ}")
+    if once:
+        return pd.DatetimeIndex([start])
     times = pd.date_range(start, periods=int(pd.Timedelta(hours=hours) / step), freq=step)
     if times[-1] > last:  # past the end no policy has data: its demand would be made up
         room = int((last + step - start) / pd.Timedelta(hours=1))
@@ -412,9 +418,12 @@ def _replay(cfg: Config, args) -> int:
     from cli.outputs import check_output_files, command_inputs, writing
 
     check_output_files([(args.timeline, "--timeline")], command_inputs(cfg, args))
-    hours = args.hours or (1 if args.once else 24)
+    if args.once and args.hours:
+        raise BadRequest(f"--hours {args.hours}: --once replays one step, at --now (default: where the histories "
+                         "end, the moment plan decides at)")
+    hours = 1 if args.once else args.hours or 24
     demand = _file_demand(cfg, r)
-    times = _clock(demand, args.now, hours)
+    times = _clock(demand, args.now, hours, once=args.once)
     jobs = None  # the job trace's last `hours` arrive from the clock's first step to its last, as simulate's days do
     if cfg.simulate.jobs is not None:
         from cli.simulate import job_arrivals
@@ -424,8 +433,6 @@ def _replay(cfg: Config, args) -> int:
         # a replay of one step has none to its last: it takes the trace's last step, the jobs running as it starts
         jobs, _ = job_arrivals(cfg.simulate.jobs, (times[-1] - times[0]).total_seconds() or step, step,
                                r.capacity_gpus, "--hours", queues)  # notes on stderr
-    if args.once:
-        times = times[:1]
     timeline: list | None = [] if args.timeline else None
     reconciler, cluster = build(cfg, timeline=timeline, start=times[0], jobs=jobs, demand=demand)
     record = _TimelineFile(args.timeline) if args.timeline else None

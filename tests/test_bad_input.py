@@ -1186,6 +1186,24 @@ def test_a_policy_history_file_that_does_not_exist_is_a_configuration_error(exam
     assert status == 2 and "  run.policies.0.history_file: " in err, err
 
 
+def test_run_once_decides_where_and_as_plan_does(examples, capsys):
+    """Without --now, the embedded `run --once` reconciled at the first step of the histories' last hour, where
+    `plan` decides at their end: the two answers differed, and `run --once --now <the last sample>` was refused
+    (--hours 1 from there ran past the end). `run --once` is one step, at the end by default, as `plan`."""
+    assert main(["plan", "--config", str(examples), "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    end = pd.Timestamp(plan["now"])
+    said = []
+    for when in ([], ["--now", f"{end:%Y-%m-%dT%H:%M:%SZ}"]):
+        assert main(["run", "--config", str(examples), "--once", *when]) == 0
+        said += [line for line in capsys.readouterr().out.splitlines() if "inference/chat:" in line]
+    assert len(said) == 2 and all(line.startswith(f"{end:%Y-%m-%d %H:%M} ") for line in said), said
+    reserved = {int(re.search(r"-> reserved (\d+) GPUs", line).group(1)) for line in said}
+    assert reserved == {plan["policies"]["inference/chat"]["reserved_now"]}, (reserved, plan["policies"])
+    status, err = exits(["run", "--config", examples, "--once", "--hours", "2"], capsys)
+    assert status == 2 and "--hours 2: --once replays one step, at --now" in err, err
+
+
 def test_a_history_that_ended_before_now_is_that_policys_missing_data_only(examples, capsys):
     """--now past one policy's history: that policy falls back (its data stopped), the run and the others go on."""
     import yaml
