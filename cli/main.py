@@ -294,11 +294,14 @@ def main(argv: list[str] | None = None) -> int:
     that closed one ends the command quietly (READER_GONE; the files written by then are whole, those not yet
     written are not made), any other failure (a full disk) is an error naming the stream."""
     streams = sys.stdout, sys.stderr
-    named = NamedStream(sys.stdout, "stdout"), NamedStream(sys.stderr, "stderr")
+    out = NamedStream(sys.stdout, "stdout", collect=True)
+    named = out, NamedStream(sys.stderr, "stderr", first=out)
     sys.stdout, sys.stderr = named
     try:
-        status = _command(argv)
-        sys.stdout.flush()  # what is still buffered fails here, said, not as Python exits
+        try:
+            status = _command(argv)
+        finally:  # what the command printed is written whatever ends it (a Ctrl-C, an error)
+            sys.stdout.flush()  # what is still buffered fails here, said, not as Python exits
         return status
     except ReaderGone:
         for stream in named:  # both: they may be one pipe (2>&1), and the end is quiet

@@ -150,19 +150,43 @@ class ReaderGone(Exception):
         super().__init__(f"the reader of {name} closed it")
 
 
+# what a pipe holds on Linux: an output up to this long is written whole before its reader can have gone
+PIPE_BYTES = 64 * 1024
+
+
 class NamedStream:
     """sys.stdout or sys.stderr, whose failed writes say which stream failed: a closed pipe is ReaderGone, any other
-    failure (a full disk under `> FILE`) an error naming the stream, not a bare errno."""
+    failure (a full disk under `> FILE`) an error naming the stream, not a bare errno. Where it is not a terminal and
+    `collect`, its writes are held and written at once at the next flush (or every PIPE_BYTES): under
+    PYTHONUNBUFFERED each print was two writes, and `| head -1`, gone after the first, cut an output that fitted the
+    pipe (exit 141 where README says 0). `first`: a stream whose held writes go out before each of this one's (stdout
+    before stderr's notes and errors, which keep their order in one terminal or file)."""
 
-    def __init__(self, stream, name: str):
-        self.stream, self.name = stream, name
+    def __init__(self, stream, name: str, collect: bool = False, first: NamedStream | None = None):
+        self.stream, self.name, self.first = stream, name, first
+        self._held: list[str] | None = [] if collect and not stream.isatty() else None
+        self._held_chars = 0
 
     def write(self, text: str) -> int:
-        with self._failing():
-            written: int = self.stream.write(text)
-        return written
+        if self.first is not None:
+            self.first.flush()
+        if self._held is None:
+            with self._failing():
+                written: int = self.stream.write(text)
+            return written
+        self._held.append(text)
+        self._held_chars += len(text)
+        if self._held_chars >= PIPE_BYTES:
+            self.flush()
+        return len(text)
 
     def flush(self) -> None:
+        if self._held:
+            text = "".join(self._held)
+            self._held.clear()
+            self._held_chars = 0
+            with self._failing():
+                self.stream.write(text)
         with self._failing():
             self.stream.flush()
 

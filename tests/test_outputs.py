@@ -4,6 +4,7 @@ midway leaves the earlier file, and `headroom run --timeline` keeps every step i
 from __future__ import annotations
 
 import errno
+import io
 import os
 import signal
 import subprocess
@@ -17,6 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cli.demo import WRITES, check_demo_folder
+from cli.main import main
+from cli.outputs import NamedStream
 from controller.simulate import TIMELINE_COLUMNS
 from core.errors import BadRequest
 from core.files import append_whole, cannot_write_in, create_whole, replace_whole
@@ -368,6 +371,49 @@ def test_a_reader_gone_ends_the_command_quietly_with_its_files_whole(demand, pol
     if timeline.exists():
         _timeline_steps(timeline)
     assert [p.name for p in tmp_path.iterdir() if ".part" in p.name] == []
+
+
+class _Recorded(io.StringIO):
+    """A stream that is no terminal, keeping each write it was given."""
+
+    def __init__(self):
+        super().__init__()
+        self.writes: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.writes.append(text)
+        return super().write(text)
+
+
+def test_an_output_that_fits_a_pipe_is_written_at_once(demand, tmp_path, monkeypatch):
+    """Under PYTHONUNBUFFERED (the Dockerfile's, and many a CI's) each print was two writes, its text and then its
+    newline, so `headroom simulate ... | head -1`, gone after the first, cut an output that fitted the pipe: exit 141
+    (4 of 5 times) where README says 0. What a command prints is now written at once."""
+    recorded = _Recorded()
+    monkeypatch.setattr(sys, "stdout", recorded)
+    assert main(["simulate", str(demand), "--days", "1", "--policy", "oracle"]) == 0
+    assert len(recorded.writes) == 1 and recorded.writes[0].count("\n") > 5, recorded.writes
+    for _ in range(3):  # as a shell's `| head -1`: the reader takes the first line and goes
+        run = subprocess.Popen([sys.executable, "-m", "cli.main", "simulate", str(demand), "--days", "1", "--policy",
+                                "oracle"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                               env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"})
+        assert run.stdout is not None
+        assert run.stdout.readline().startswith(b"policy")
+        run.stdout.close()
+        assert run.wait(timeout=300) == 0
+
+
+def test_notes_on_stderr_keep_their_place_among_the_output_held():
+    """stdout's writes are held until a flush; a note on stderr written after them goes after them where both are
+    one terminal or file (2>&1)."""
+    both = _Recorded()
+    out = NamedStream(both, "stdout", collect=True)
+    err = NamedStream(both, "stderr", first=out)
+    print("result", file=out)
+    print("note: after the result", file=err)
+    print("more", file=out)
+    out.flush()
+    assert both.getvalue() == "result\nnote: after the result\nmore\n"
 
 
 def test_stdout_on_a_full_disk_is_an_error_naming_stdout(demand, tmp_path):
