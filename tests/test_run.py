@@ -32,7 +32,7 @@ from controller.reconcile import (
     parse_policies,
     training_queues,
 )
-from core.errors import ConfigError
+from core.errors import ConfigError, NotFound
 from core.objects import CONDITION_TYPES, TargetRef
 from core.policy import API_VERSION, KIND, held_demand_per_gpu, holding_said, holding_spec, parse_policy_spec
 from core.settings import RunConfig, WorldSettings
@@ -2352,3 +2352,30 @@ def test_a_cluster_queue_target_an_edit_left_holds_its_quota_whole_beside_a_refu
         assert chat.reserved_gpus + v2.reserved_gpus + held + state.slack_gpus <= 128, \
             (chat.reserved_gpus, v2.reserved_gpus, held, state.slack_gpus)
         assert_the_world_holds_what_the_controller_counts(r, state)
+
+
+def test_a_target_an_edit_left_is_forgotten_by_the_world_as_by_the_controller_once_it_holds_no_gpu(demand_file,
+                                                                                                   tmp_path):
+    """other, edited to scale other-v2, left Deployment other behind; scaled to 0 by hand, the controller forgets it
+    (it reads 0 GPUs), but the world kept it at 0 replicas: scaled up again by hand, its 20 GPUs were held in the
+    world and counted by no one, lent again. The world forgets it too: a target no policy names any more holds
+    nothing in either, until a policy names it again."""
+    r = Replay(tmp_path, demand_file, policy("chat", minGpus=40), policy("other"))
+    r.step(AT_9)
+    r.cluster.apply_policy(policy("other", target={"kind": "Deployment", "name": "other-v2"}))
+    r.step(AT_9 + pd.Timedelta(minutes=5))
+    other = TargetRef("Deployment", "other", "inference")
+    assert other in r.cluster.left
+    r.cluster.scale_deployment("inference", "other", 0)
+    state = r.step(AT_9 + pd.Timedelta(minutes=10))
+    assert other not in r.cluster.left and r.status("other")[0]["left"] is None
+    with pytest.raises(NotFound):  # no one's, as the controller counts it: nothing of it to scale up
+        r.cluster.scale_deployment("inference", "other", 10)
+    reserved = sum(p.reserved_gpus for p in state.policies.values())
+    assert r.cluster.inference_gpus <= reserved and reserved + state.slack_gpus == 128
+    assert_the_world_holds_what_the_controller_counts(r, state)
+    # named again: its policy's once more, held as any target
+    r.cluster.apply_policy(policy("other"))
+    state = r.step(AT_9 + pd.Timedelta(minutes=15))
+    assert r.cluster.inference["inference/other"].ref == other and state.policies["inference/other"].reserved_gpus > 0
+    assert_the_world_holds_what_the_controller_counts(r, state)
