@@ -1114,8 +1114,8 @@ class Reconciler:
     def _held_by(self, policies: list[PolicyObject], within: list[PolicyObject]) -> list[int | None]:
         """The GPUs the target of each of `policies` holds now (one not found: none; None: it could not be read). A
         ClusterQueue target holds its quota, or more: the pods of the refused policies and left targets `within`
-        (holding no target of their own, core.policy.refused_holders) that name it as their inferenceClusterQueue, where Kueue let them
-        borrow beyond it."""
+        (holding no target of their own, core.policy.refused_holders) that name it as their inferenceClusterQueue,
+        where Kueue let them borrow beyond it."""
         if not policies:
             return []
         quotas = self.cluster.cluster_queue_quotas()

@@ -74,8 +74,8 @@ IN_Q0 = {"d0": "q0", "d1": None, "d2": None}
 @settings(max_examples=500, deadline=None)
 @example([("q0", [], False), ("d0", [], False)], IN_Q0, {}, [])  # the newer's pods in its quota
 @example([("d0", [], False), ("q0", [], False)], IN_Q0, {}, [])  # ...the older's
-@example([("d0", [], False), ("q0", [], False)], IN_Q0, {("queue", "q0"): 16, ("pods", "d0"): 8}, [])  # ...a quota above
-@example([("q0", [], False), ("d0", [], False)], IN_Q0, {("queue", "q0"): 4, ("pods", "d0"): 8}, [])  # ...pods beyond it
+@example([("d0", [], False), ("q0", [], False)], IN_Q0, {("queue", "q0"): 16, ("pods", "d0"): 8}, [])  # ...quota above
+@example([("q0", [], False), ("d0", [], False)], IN_Q0, {("queue", "q0"): 4, ("pods", "d0"): 8}, [])  # ...pods beyond
 @example([("q0", [], True), ("d0", [], False)], IN_Q0, {}, [])  # ...an accepted policy's target
 @example([("d1", ["q0"], True), ("d0", [], True)], IN_Q0, {}, [])  # ...a queue lent into
 @example([("d0", [], False)], IN_Q0, {("queue", "q0"): 16, ("pods", "d0"): 8}, ["q0"])  # ...a queue an edit left
