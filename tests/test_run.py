@@ -264,6 +264,8 @@ EDITS = st.one_of(st.builds(lambda name: {"target": {"kind": "Deployment" if nam
 @example([(None, "d0", []), (None, "d1", [])], [], 0, {"capacity": {"demandPerGpu": 5.0, "gpusPerReplica": 4}})
 @example([("q0", "d0", [])], [], 0, {"target": {"kind": "Deployment", "name": "d9"}})  # d0 runs on, no one's
 @example([("q0", "q0", [])], [], 0, {"target": {"kind": "Deployment", "name": "d0"}})  # q0 left: its inference queue
+@example([("q0", "d0", []), ("q0", "q0", [])], ["typo", "typo"], 1,
+         {"target": {"kind": "ClusterQueue", "name": "q9"}})  # q0 left: p0's pods in it, p1's queue still
 @example([("q0", "d0", ["q0"]), ("q1", "q0", []), ("q0", "d0", ["q0"]), ("q1", "d0", ["q0"])], [], 1,
          {"target": {"kind": "Deployment", "name": "d0"}})  # q0 left: the refused p3's training queue, lent into
 @given(st.lists(st.tuples(st.sampled_from(QUEUES + (None,)), st.sampled_from(["d0", "d1", "q0", "q1"]),
@@ -302,7 +304,8 @@ def test_a_world_after_an_edit_holds_what_one_started_with_the_edited_policy_hol
     # ...but for a refused policy whose pods run in a ClusterQueue the edit left behind: they are within that queue's
     # quota, held whole, no workload of their own (core.policy.refused_holders)
     queues_left = {ref.name for ref in world.left if ref.kind == "ClusterQueue"}
-    within_left = {key for key, spec in fresh.specs.items() if spec.inference_cluster_queue in queues_left}
+    within_left = {key for key, spec in fresh.specs.items()
+                   if spec.target.kind != "ClusterQueue" and spec.inference_cluster_queue in queues_left}
     assert {key: (inf.ref, inf.gpus_per_replica, inf.demand_per_gpu) for key, inf in world.inference.items()} == {
         key: (inf.ref, inf.gpus_per_replica, inf.demand_per_gpu) for key, inf in fresh.inference.items()
         if key not in within_left}
