@@ -304,27 +304,38 @@ class EmbeddedCluster:
                     continue
             ref = spec.target.ref(meta.get("namespace", "default"))
             held.append(_Held(key, spec, ref, demand_per_gpu, parsed and claims.take(key, ref, spec) is None))
+        for h in held:  # an edit named another target: the one held runs on, left behind
+            before, held_by = self.inference.get(h.key), self.specs.get(h.key)
+            if before is not None and held_by is not None and before.ref != h.ref:
+                self.left[before.ref] = (held_by, self.inference.pop(h.key))
         inference_named = {q for h in held for q in h.spec.inference_queues}
         kept = [h for h in held if h.accepted]
         refused = [h for h in held if not h.accepted]  # oldest first, as the controller counts them
-        # whether each refused policy holds its target: the controller's rule (controller.reconcile.invalid_holdings)
-        owns = refused_holders([(h.ref, h.spec) for h in kept], [(h.ref, h.spec) for h in refused])
+        left = list(self.left.items())
+        # whether each refused policy and left target holds its target, decided together: the controller's rule
+        # (controller.reconcile.invalid_holdings)
+        lent = {q for h in refused for q in refused_lends(h.spec, inference_named)}
+        owns = refused_holders([(h.ref, h.spec) for h in kept],
+                               [(h.ref, h.spec) for h in refused] + [(ref, spec) for ref, (spec, _) in left], lent)
         roles = Claims()  # each ClusterQueue's role, as the policies held so far hold it (its `role`)
-        holding = []
         for h, own in zip(kept + refused, [True] * len(kept) + owns):
             self._hold(h, own, roles, inference_named)
-            if own:
-                holding.append((h.ref, h.spec))
-        # a target left behind that a policy holds now (a queue it names, a refused one's training queue it lends
-        # into too) is within that one's quota, as the controller counts it (controller.reconcile.left_holdings)
-        holding += [(h.ref, h.spec.model_copy(update={"training_cluster_queues": lent})) for h in refused
-                    if (lent := refused_lends(h.spec, inference_named))]
-        left = list(self.left.items())
-        for (ref, _), own in zip(left, refused_holders(holding, [(ref, spec) for ref, (spec, _) in left])):
-            if not own:
-                del self.left[ref]
+        for (ref, _), own in zip(left, owns[len(refused):]):
+            if not own:  # a policy holds it again, or it is within a quota held: no workload of its own
+                self.left.pop(ref, None)
+        self._forget_left_without_gpus()
         self._found.clear()
         self._retire()
+
+    def _forget_left_without_gpus(self) -> None:
+        """A left target that holds no GPU (scaled to 0, or left at 0) is forgotten, as the controller forgets one it
+        reads at 0 (controller.reconcile.ParsedSpecs.forget_left): scaled up again by hand, it is no one's, counted by
+        neither until a policy names it again."""
+        for ref, (_, inf) in list(self.left.items()):
+            gpus = self.quotas.get(ref.name, 0) if ref.kind == "ClusterQueue" else inf.desired * inf.gpus_per_replica
+            if not gpus:
+                del self.left[ref]
+                self._found.clear()
 
     def _retire(self) -> None:
         """A ClusterQueue that held training and now holds inference (an edit let a policy keep it as its inference
@@ -360,7 +371,6 @@ class EmbeddedCluster:
         (core.policy.holding_spec, as the controller reads it), its target's demand served by its demandPerGpu where
         that reads (else none is known)."""
         key, spec, ref, accepted = h.key, h.spec, h.ref, h.accepted
-        held_by = self.specs.get(key)
         self.specs[key] = spec
         queue_target = ref.name if ref.kind == "ClusterQueue" else None
 
@@ -368,11 +378,6 @@ class EmbeddedCluster:
             return q if q is not None and (accepted or roles.role.get(q, (kind,))[0] == kind) else None
 
         taken = not own  # another's, or a queue held, or held within one
-        before = self.inference.get(key)
-        if before is not None and held_by is not None and before.ref != ref:  # an edit named another target: the
-            # one held runs on
-            self.left[before.ref] = (held_by, self.inference.pop(key))
-            self._found.clear()
         if own and ref in self.left:  # left behind by an edit, and named again
             self.inference[key] = self.left.pop(ref)[1]
             self.inference[key].key = key
@@ -707,6 +712,8 @@ class EmbeddedCluster:
             inf.warm -= min(drop, inf.warm)
             self._kueue_events += inf.key in self.inference_queues  # its pods' Workloads deleted: a Kueue event
             self._grant(self.now)  # freed GPUs serve another policy's waiting replicas
+        if not replicas:
+            self._forget_left_without_gpus()
         return changed
 
     def _grant(self, at: float, idle: int | None = None) -> int:

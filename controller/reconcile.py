@@ -303,39 +303,42 @@ def parse_policies(objects: list[Identified], specs: ParsedSpecs | None = None
     return [p for _, p in parsed if p.ref not in invalid], invalid
 
 
+class Holdings(NamedTuple):
+    """What the refused policies and the targets edits left behind hold (invalid_holdings), each oldest first."""
+    holders: list[PolicyObject]  # the refused policies holding their targets
+    lenders: list[PolicyObject]  # the refused policies lending into training queues, each with those it lends into
+    refused: list[PolicyObject]  # every refused policy, with what it holds (its status says it)
+    left: list[PolicyObject]     # the left targets held, each as a policy object of the spec it was held by
+    within: list[PolicyObject]   # the oldest refused policy or left target on each target no one holds: its pods,
+    # where they run in a held ClusterQueue target, are within that quota (Reconciler._held_by)
+
+
 def invalid_holdings(objects: list[Identified], invalid: Mapping[ObjectRef, str], kept: list[PolicyObject],
-                     specs: ParsedSpecs) -> tuple[list[PolicyObject], list[PolicyObject], list[PolicyObject]]:
-    """The InvalidSpec policies as far as their specs say what they hold (ParsedSpecs.holding), oldest first (as
-    parse_policies orders the valid ones, and the embedded cluster holds them): (those holding their target, as
-    core.policy.refused_holders counts them beside the policies `kept`, parse_policies' valid ones; those lending into
-    their training queues; all of them, each with what it holds, which its status says). A refused policy lends into
-    no queue any policy holds inference in (its queue clash), only into its others."""
-    if not invalid:
-        return [], [], []
-    refused = []
-    for obj, ref, generation in sorted(objects, key=lambda o: created(o.obj)):
-        if ref in invalid and (spec := specs.holding(ref, generation, obj.get("spec"), obj.get("status") or {})
-                               ) is not None:
-            refused.append(PolicyObject(ref, generation, spec, obj.get("status") or {}))
-    holds = refused_holders([(p.target().target, p.spec) for p in kept], [(p.target().target, p.spec) for p in refused])
-    holders = [p for p, own in zip(refused, holds) if own]
+                     specs: ParsedSpecs) -> Holdings:
+    """What the InvalidSpec policies (as far as their specs say what they hold: ParsedSpecs.holding) and the targets
+    policies held before an edit named others (ParsedSpecs.left) hold beside the policies `kept`, parse_policies' valid
+    ones, each GPU counted once, decided together (core.policy.refused_holders): a ClusterQueue target holds its quota
+    whether refused or left, and the pods of the others in it are within it. An edit deletes no workload: a left
+    target runs on at its replicas, which no one scales now, so its GPUs are held as a refused policy's target's are,
+    not lent. A refused policy lends into no queue any policy holds inference in (its queue clash), only into its
+    others."""
+    ordered = sorted(objects, key=lambda o: created(o.obj))
+    refused = [PolicyObject(ref, generation, spec, obj.get("status") or {}) for obj, ref, generation in ordered
+               if ref in invalid and (spec := specs.holding(ref, generation, obj.get("spec"), obj.get("status") or {})
+                                      ) is not None]
+    left = [PolicyObject(ref, generation, spec, obj.get("status") or {}) for obj, ref, generation in ordered
+            for _, spec in specs.left(ref, generation, obj.get("spec"), obj.get("status") or {})]
     inference = {q for p in (*kept, *refused) for q in p.spec.inference_queues}
     lenders = [replace(p, spec=p.spec.model_copy(update={"training_cluster_queues": lent}))
                for p in refused if (lent := refused_lends(p.spec, inference))]
-    return holders, lenders, refused
-
-
-def left_holdings(objects: list[Identified], holders: list[PolicyObject], specs: ParsedSpecs) -> list[PolicyObject]:
-    """The targets policies held before an edit named others (ParsedSpecs.left), each as a policy object of the spec it
-    was held by, oldest first: those no policy of `holders` (the policies kept, the refused ones holding their
-    targets, and those lending into their training queues) holds or lends into, each GPU counted once
-    (core.policy.refused_holders). An edit deletes no workload: each runs on at
-    its replicas, which no one scales now, so its GPUs are held as a refused policy's target's are, not lent."""
-    left = [PolicyObject(ref, generation, spec, obj.get("status") or {})
-            for obj, ref, generation in sorted(objects, key=lambda o: created(o.obj))
-            for _, spec in specs.left(ref, generation, obj.get("spec"), obj.get("status") or {})]
-    holds = refused_holders([(p.target().target, p.spec) for p in holders], [(p.target().target, p.spec) for p in left])
-    return [p for p, own in zip(left, holds) if own]
+    holds = refused_holders([(p.target().target, p.spec) for p in kept],
+                            [(p.target().target, p.spec) for p in (*refused, *left)], training_queues(lenders))
+    holders = [p for p, own in zip(refused, holds) if own]
+    left_held = [p for p, own in zip(left, holds[len(refused):]) if own]
+    counted = {p.target().target for p in (*kept, *holders, *left_held)}
+    oldest = {p.target().target: p for p in reversed((*refused, *left))}
+    within = [p for target, p in oldest.items() if target not in counted]
+    return Holdings(holders, lenders, refused, left_held, within)
 
 
 def training_queues(policies: Iterable[PolicyObject]) -> set[str]:
@@ -740,13 +743,7 @@ class Reconciler:
         objects = identified(self.cluster.reservation_policies(self.cfg.namespace))
         policies, invalid = parse_policies(objects, self._specs)
         parsed = policies
-        holders, lending_invalid, invalid_held = invalid_holdings(objects, invalid, parsed, self._specs)
-        left = left_holdings(objects, parsed + holders + lending_invalid, self._specs)
-        # the refused policies' targets no one holds, the oldest policy on each: the pods of those running in a held
-        # ClusterQueue target are within its quota
-        counted = {p.target().target for p in (*parsed, *holders, *left)}
-        oldest = {p.target().target: p for p in reversed(invalid_held)}
-        within = [p for target, p in oldest.items() if target not in counted]
+        holders, lending_invalid, invalid_held, left, within = invalid_holdings(objects, invalid, parsed, self._specs)
         left_held = self._held_by(left, within)
         for p, gpus in zip(left, left_held):
             if gpus == 0:  # scaled to 0 or deleted: its GPUs are free, and its policy's status no longer says it
@@ -1116,9 +1113,9 @@ class Reconciler:
 
     def _held_by(self, policies: list[PolicyObject], within: list[PolicyObject]) -> list[int | None]:
         """The GPUs the target of each of `policies` holds now (one not found: none; None: it could not be read). A
-        ClusterQueue target holds its quota, or more: the pods of the refused policies `within` (holding no target of
-        their own, core.policy.refused_holders) that name it as their inferenceClusterQueue, where Kueue let them
-        borrow beyond it."""
+        ClusterQueue target holds its quota, or more: the pods of the refused policies and left targets `within`
+        (holding no target of their own, core.policy.refused_holders) that name it as their inferenceClusterQueue,
+        where Kueue let them borrow beyond it."""
         if not policies:
             return []
         quotas = self.cluster.cluster_queue_quotas()

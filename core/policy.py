@@ -418,20 +418,22 @@ class Claims:
             self.role[queue] = (kind, key)
 
 
-def refused_holders(kept: Iterable[tuple[TargetRef, PolicySpec]],
-                    refused: Iterable[tuple[TargetRef, PolicySpec]]) -> list[bool]:
-    """Which refused policies (each its target and spec, oldest first) hold their target beside the policies `kept`,
-    each GPU counted once: a kept policy acts on what it names, so a refused one holds no target a kept one names
-    (its target, or a ClusterQueue it names: the second policy on a target holds nothing of it), nor one a refused
-    policy before it holds. A refused policy's ClusterQueue target holds its quota whole, whichever refused policy
-    is older: Kueue admits the pods of the refused policies that name it as their inferenceClusterQueue within it
-    (counted as its holding: controller.reconcile._held_by), so their pods hold no GPUs of their own there; nor in a
-    ClusterQueue target a kept policy holds, or a training queue a kept policy lends into (within that quota)."""
+def refused_holders(kept: Iterable[tuple[TargetRef, PolicySpec]], refused: Iterable[tuple[TargetRef, PolicySpec]],
+                    lent: Collection[str] = ()) -> list[bool]:
+    """Which of `refused` hold their target beside the policies `kept`, each GPU counted once: the refused policies
+    (each its target and spec, oldest first), then the targets edits left behind (each with the spec it was held by,
+    oldest first: a left target is held as a refused policy's is, by no claim). A kept policy acts on what it names, so
+    none of `refused` holds a target a kept one names (its target, or a ClusterQueue it names: the second policy on a
+    target holds nothing of it), nor one held by one before it. A ClusterQueue target holds its quota whole, whether
+    refused or left and whatever its age: Kueue admits the pods of the others that name it as their
+    inferenceClusterQueue within it (counted as its holding: controller.reconcile._held_by), so their pods hold no
+    GPUs of their own there; nor in a ClusterQueue target a kept policy holds, or a training queue a kept policy, or a
+    refused one (`lent`: core.policy.refused_lends), lends into (within that quota)."""
     refused = list(refused)
     held = {target for target, _ in kept}
-    queues = {q for _, spec in kept for q in spec.inference_queues | set(spec.training_cluster_queues)}
-    whole = {target.name for target in held if target.kind == "ClusterQueue"} | \
-        {q for _, spec in kept for q in spec.training_cluster_queues}
+    lent_into = {q for _, spec in kept for q in spec.training_cluster_queues} | set(lent)
+    queues = {q for _, spec in kept for q in spec.inference_queues} | lent_into
+    whole = {target.name for target in held if target.kind == "ClusterQueue"} | lent_into
     holds = [False] * len(refused)
     # the ClusterQueue targets first: a queue's quota is held whole whatever the age of the pods running in it
     for k, (target, _) in enumerate(refused):

@@ -29,11 +29,10 @@ from controller.reconcile import (
     Reconciler,
     identified,
     invalid_holdings,
-    left_holdings,
     parse_policies,
     training_queues,
 )
-from core.errors import ConfigError
+from core.errors import ConfigError, NotFound
 from core.objects import CONDITION_TYPES, TargetRef
 from core.policy import API_VERSION, KIND, held_demand_per_gpu, holding_said, holding_spec, parse_policy_spec
 from core.settings import RunConfig, WorldSettings
@@ -223,7 +222,7 @@ def test_the_world_holds_what_the_accepted_policies_name_whatever_the_others_nam
     specs = ParsedSpecs()
     read = identified(objects)
     kept, invalid = parse_policies(read, specs)
-    holders, lenders, _ = invalid_holdings(read, invalid, kept, specs)
+    holders, lenders, *_ = invalid_holdings(read, invalid, kept, specs)
     counted = {p.spec.target.ref("inference") for p in kept + holders}
     world = EmbeddedCluster(128, objects, {}, MONDAY_6AM.timestamp())
     worlds = [world]
@@ -265,6 +264,8 @@ EDITS = st.one_of(st.builds(lambda name: {"target": {"kind": "Deployment" if nam
 @example([(None, "d0", []), (None, "d1", [])], [], 0, {"capacity": {"demandPerGpu": 5.0, "gpusPerReplica": 4}})
 @example([("q0", "d0", [])], [], 0, {"target": {"kind": "Deployment", "name": "d9"}})  # d0 runs on, no one's
 @example([("q0", "q0", [])], [], 0, {"target": {"kind": "Deployment", "name": "d0"}})  # q0 left: its inference queue
+@example([("q0", "d0", []), ("q0", "q0", [])], ["typo", "typo"], 1,
+         {"target": {"kind": "ClusterQueue", "name": "q9"}})  # q0 left: p0's pods in it, p1's queue still
 @example([("q0", "d0", ["q0"]), ("q1", "q0", []), ("q0", "d0", ["q0"]), ("q1", "d0", ["q0"])], [], 1,
          {"target": {"kind": "Deployment", "name": "d0"}})  # q0 left: the refused p3's training queue, lent into
 @given(st.lists(st.tuples(st.sampled_from(QUEUES + (None,)), st.sampled_from(["d0", "d1", "q0", "q1"]),
@@ -277,7 +278,7 @@ def test_a_world_after_an_edit_holds_what_one_started_with_the_edited_policy_hol
     policies it accepts and of the refused ones' holdings. A policy edited so that not even its target reads holds
     what it held before the edit (a policy edit deletes no workload), as a refused policy with that spec would, and
     the controller, which read it before, counts it (ParsedSpecs.holding). A target the edit named another in place of
-    runs on (an edit deletes no workload), no one's: the world keeps it, the controller counts it (left_holdings)
+    runs on (an edit deletes no workload), no one's: the world keeps it, the controller counts it (invalid_holdings)
     where no policy holds it."""
     objects = [policy(f"p{i}", target={"kind": "Deployment" if name[0] == "d" else "ClusterQueue", "name": name},
                       trainingClusterQueues=training, inferenceClusterQueue=inference)
@@ -287,25 +288,36 @@ def test_a_world_after_an_edit_holds_what_one_started_with_the_edited_policy_hol
     k %= len(objects)
     specs = ParsedSpecs()
     parse_policies(identified(objects), specs)  # the controller read the policies before the edit
-    world = EmbeddedCluster(128, objects, {}, MONDAY_6AM.timestamp())
+    # each target serving a demand: what one left behind holds, unless its demandPerGpu does not read
+    demand = {f"inference/p{i}": pd.Series([20.0], index=[MONDAY_6AM]) for i in range(len(objects))}
+    world = EmbeddedCluster(128, objects, demand, MONDAY_6AM.timestamp())
+    gpus = {inf.ref: world.quotas[inf.ref.name] if inf.ref.kind == "ClusterQueue" else
+            inf.desired * inf.gpus_per_replica for inf in world.inference.values()}  # before the edit
     edited = {**objects[k], "spec": {**objects[k]["spec"], **edit}}
     world.apply_policy(edited)
     # a world started with the edited policies; an edit after which not even what it holds reads (its target removed,
     # or a queue it names twice): with the policy refused as it was
     held = edited if holding_spec(edited["spec"]) is not None else \
         {**objects[k], "spec": {**objects[k]["spec"], **BROKEN["typo"]}}
-    fresh = EmbeddedCluster(128, [held if i == k else p for i, p in enumerate(objects)], {}, MONDAY_6AM.timestamp())
+    fresh = EmbeddedCluster(128, [held if i == k else p for i, p in enumerate(objects)], demand,
+                            MONDAY_6AM.timestamp())
+    # ...but for a refused policy whose pods run in a ClusterQueue the edit left behind: they are within that queue's
+    # quota, held whole, no workload of their own (core.policy.refused_holders)
+    queues_left = {ref.name for ref in world.left if ref.kind == "ClusterQueue"}
+    within_left = {key for key, spec in fresh.specs.items()
+                   if spec.target.kind != "ClusterQueue" and spec.inference_cluster_queue in queues_left}
     assert {key: (inf.ref, inf.gpus_per_replica, inf.demand_per_gpu) for key, inf in world.inference.items()} == {
-        key: (inf.ref, inf.gpus_per_replica, inf.demand_per_gpu) for key, inf in fresh.inference.items()}
-    assert world.inference_queues == fresh.inference_queues
+        key: (inf.ref, inf.gpus_per_replica, inf.demand_per_gpu) for key, inf in fresh.inference.items()
+        if key not in within_left}
+    assert world.inference_queues == {key: q for key, q in fresh.inference_queues.items() if key not in within_left}
     assert set(world.training_queues) >= set(fresh.training_queues)  # a queue no one lends into keeps its training
     after = identified(world.reservation_policies())
     kept, invalid = parse_policies(after, specs)
-    holders, lenders, _ = invalid_holdings(after, invalid, kept, specs)
+    holders, _, _, left, _ = invalid_holdings(after, invalid, kept, specs)
     assert {key: inf.ref for key, inf in world.inference.items()} == {
         p.key: p.spec.target.ref("inference") for p in kept + holders}
-    assert set(world.left) == {p.spec.target.ref("inference")
-                               for p in left_holdings(after, kept + holders + lenders, specs)}
+    # ...but one that holds no GPU, which the controller forgets as it reads it (and the world forgets)
+    assert set(world.left) == {p.spec.target.ref("inference") for p in left if gpus[p.spec.target.ref("inference")]}
 
 
 @pytest.mark.parametrize("status_generation, holds", [(None, "read"), (1, "read"), (2, "read"), (3, "said")])
@@ -357,9 +369,8 @@ def test_a_restarted_controller_counts_the_targets_an_edit_left_as_one_that_neve
         obj["metadata"]["generation"] = generation
         read = identified([{**obj, "status": status}])
         accepted, invalid = parse_policies(read, specs)
-        holders, _, _ = invalid_holdings(read, invalid, accepted, specs)
         counted = set()
-        for p in left_holdings(read, accepted + holders, specs):
+        for p in invalid_holdings(read, invalid, accepted, specs).left:
             if p.spec.target.name in zeroed:  # reads 0: nothing to count any more
                 specs.forget_left(p.ref, p.target().target)
             else:
@@ -542,9 +553,8 @@ def assert_the_world_holds_what_the_controller_counts(r: Replay, state) -> None:
     specs = r.reconciler._specs
     read = identified(objects)
     accepted, refused = parse_policies(read, specs)
-    holders, lenders, _ = invalid_holdings(read, refused, accepted, specs)
-    assert {ref for ref, (_, inf) in r.cluster.left.items() if inf.desired} == {
-        p.spec.target.ref("inference") for p in left_holdings(read, accepted + holders + lenders, specs)}
+    holders, lenders, _, left, _ = invalid_holdings(read, refused, accepted, specs)
+    assert set(r.cluster.left) == {p.spec.target.ref("inference") for p in left}
     assert all(state.policies[p.key].valid for p in accepted)
     assert not any(state.policies[f"{ref.namespace}/{ref.name}"].valid for ref in refused)
     assert {key: inf.ref for key, inf in r.cluster.inference.items()} == {
@@ -926,7 +936,7 @@ def test_an_edit_gives_a_refused_target_to_the_oldest_policy_naming_it_as_a_fres
     specs = ParsedSpecs()
     read = identified(objects)
     kept, invalid = parse_policies(read, specs)
-    holders, _, _ = invalid_holdings(read, invalid, kept, specs)
+    holders = invalid_holdings(read, invalid, kept, specs).holders
     assert [(p.key, p.spec.inference_cluster_queue) for p in holders] == [("inference/a", "serving")]
     for w in (world, fresh):
         assert {k: inf.ref.name for k, inf in w.inference.items()} == {"inference/chat": "chat", "inference/a": "d0"}
@@ -946,7 +956,7 @@ def test_an_invalid_policy_holds_and_lends_into_only_what_no_policy_kept_names()
     specs = ParsedSpecs()
     read = identified(objects)
     kept, invalid = parse_policies(read, specs)
-    holders, lending, _ = invalid_holdings(read, invalid, kept, specs)
+    holders, lending, *_ = invalid_holdings(read, invalid, kept, specs)
     assert [p.ref.name for p in kept] == ["chat"] and len(invalid) == 4
     assert [(p.ref.name, p.spec.target.name, p.spec.capacity.gpus_per_replica) for p in holders] == [
         ("typo", "typo", 4), ("clash", "clash", 2)]
@@ -2320,3 +2330,55 @@ def test_what_headroom_lent_a_queue_no_policy_names_any_more_comes_back(demand_f
                                                                       lent["team-c"] + 1)
     assert r.cluster.quotas["research"] == state.slack_gpus
     assert ("team-b" in r.cluster.lent_quotas(lent_for)) != returned
+
+
+# ------------------------------------------------------------------------------- targets an edit left behind, held
+def test_a_cluster_queue_target_an_edit_left_holds_its_quota_whole_beside_a_refused_policy_s_pods_in_it(
+        demand_file, tmp_path):
+    """claim holds ClusterQueue pool as its target; refused serve runs its pods there (inferenceClusterQueue). claim
+    edited to pool-v2 left pool behind, its quota as last set (an edit deletes no workload). The refused policies
+    and the left targets were decided in two steps: serve held its Deployment first, so pool, its queue, was held by
+    no one, its quota beyond serve's pods uncounted and lent again. Decided in one call, a ClusterQueue target first
+    whether refused or left: pool holds its quota whole, serve's pods within it, in the world as the controller
+    counts it."""
+    claim = policy("claim", target={"kind": "ClusterQueue", "name": "pool"}, inferenceClusterQueue=None,
+                   capacity={"demandPerGpu": 5.0, "gpusPerReplica": 2})
+    serve = policy("serve", inferenceClusterQueue="pool", targetQuantlie=0.5)
+    r = Replay(tmp_path, demand_file, policy("chat", minGpus=40, inferenceClusterQueue="serving"), claim, serve)
+    r.step(AT_9)
+    held = r.cluster.quotas["pool"]
+    r.cluster.apply_policy({**claim, "spec": {**claim["spec"], "target": {"kind": "ClusterQueue", "name": "pool-v2"}}})
+    for minutes in (5, 10):
+        state = r.step(AT_9 + pd.Timedelta(minutes=minutes))
+        chat, v2 = state.policies["inference/chat"], state.policies["inference/claim"]
+        assert r.cluster.quotas["pool"] == held > 0 and TargetRef("ClusterQueue", "pool") in r.cluster.left
+        assert chat.reserved_gpus + v2.reserved_gpus + held + state.slack_gpus <= 128, \
+            (chat.reserved_gpus, v2.reserved_gpus, held, state.slack_gpus)
+        assert_the_world_holds_what_the_controller_counts(r, state)
+
+
+def test_a_target_an_edit_left_is_forgotten_by_the_world_as_by_the_controller_once_it_holds_no_gpu(demand_file,
+                                                                                                   tmp_path):
+    """other, edited to scale other-v2, left Deployment other behind; scaled to 0 by hand, the controller forgets it
+    (it reads 0 GPUs), but the world kept it at 0 replicas: scaled up again by hand, its 20 GPUs were held in the
+    world and counted by no one, lent again. The world forgets it too: a target no policy names any more holds
+    nothing in either, until a policy names it again."""
+    r = Replay(tmp_path, demand_file, policy("chat", minGpus=40), policy("other"))
+    r.step(AT_9)
+    r.cluster.apply_policy(policy("other", target={"kind": "Deployment", "name": "other-v2"}))
+    r.step(AT_9 + pd.Timedelta(minutes=5))
+    other = TargetRef("Deployment", "other", "inference")
+    assert other in r.cluster.left
+    r.cluster.scale_deployment("inference", "other", 0)
+    state = r.step(AT_9 + pd.Timedelta(minutes=10))
+    assert other not in r.cluster.left and r.status("other")[0]["left"] is None
+    with pytest.raises(NotFound):  # no one's, as the controller counts it: nothing of it to scale up
+        r.cluster.scale_deployment("inference", "other", 10)
+    reserved = sum(p.reserved_gpus for p in state.policies.values())
+    assert r.cluster.inference_gpus <= reserved and reserved + state.slack_gpus == 128
+    assert_the_world_holds_what_the_controller_counts(r, state)
+    # named again: its policy's once more, held as any target
+    r.cluster.apply_policy(policy("other"))
+    state = r.step(AT_9 + pd.Timedelta(minutes=15))
+    assert r.cluster.inference["inference/other"].ref == other and state.policies["inference/other"].reserved_gpus > 0
+    assert_the_world_holds_what_the_controller_counts(r, state)

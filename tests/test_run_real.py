@@ -1946,3 +1946,84 @@ def test_a_target_changed_to_another_leaves_the_old_one_s_gpus_held(kube, contro
     finally:
         r.close()
         kube.delete(f"/apis/apps/v1/namespaces/{NS}/deployments/big-v2")
+
+
+def test_a_cluster_queue_target_an_edit_left_holds_its_quota_whole_beside_a_refused_policy_s_pods_in_it(
+        kube, controller, prometheus_server, tmp_path):
+    """claim, planned beside chat, holds pool-run as its ClusterQueue target; refused serve runs its 4-GPU pod there
+    (inferenceClusterQueue). claim edited to scale Deployment claim-v2 left pool-run behind at the quota last set. The
+    controller counted serve's pod as its own target and pool-run as no one's: the quota beyond the pod was lent again
+    (reserved + lent + held over the 128 GPUs). pool-run holds its quota whole, serve's pod within it, as on the
+    embedded cluster (tests/test_run.py)."""
+    pool = kueue.path("clusterqueues", "pool-run")
+    kube.apply(pool, kueue.cluster_queue("pool-run", gpus=0, cohort=COHORT, lending_limit=0))
+    claim = {"target": {"kind": "ClusterQueue", "name": "pool-run"}, "inferenceClusterQueue": None,
+             "capacity": {"demandPerGpu": 20.0, "gpusPerReplica": 1}}
+    r = reconciler(controller, prometheus_server.url, tmp_path)
+    try:
+        time.sleep(1.1)  # creationTimestamp has seconds: claim and serve come after chat
+        for name in ("serve", "claim-v2"):
+            kube.create(f"/apis/apps/v1/namespaces/{NS}/deployments", deployment(name))
+        kube.create(RP, policy("claim", **claim))
+        kube.create(RP, policy("serve", inferenceClusterQueue="pool-run", timezone="Europe/Berln",
+                               capacity={"demandPerGpu": 10.0, "gpusPerReplica": 4}))
+        controller.sync()
+        r.reconcile(MONDAY_7AM)
+        quota = kube.get_cluster_queue_quota("pool-run")
+        assert quota > 4
+        kube.apply(f"{RP}/claim", policy("claim", **{**claim, "target": {"kind": "Deployment", "name": "claim-v2"},
+                                                            "inferenceClusterQueue": INFERENCE_QUEUE}))
+        controller.sync()
+        for minutes in (5, 10):
+            state = r.reconcile(MONDAY_7AM + pd.Timedelta(minutes=minutes))
+            controller.sync()
+            chat, v2 = state.policies[f"{NS}/chat"], state.policies[f"{NS}/claim"]
+            assert not state.policies[f"{NS}/serve"].valid and kube.get_deployment_replicas(NS, "serve") == 1
+            assert kube.get_cluster_queue_quota("pool-run") == quota  # no one sets it now
+            assert chat.reserved_gpus + v2.reserved_gpus + quota + state.slack_gpus <= 128, \
+                (chat.reserved_gpus, v2.reserved_gpus, quota, state.slack_gpus)
+    finally:
+        r.close()
+        kube.delete(pool)
+        kube.delete(f"/apis/apps/v1/namespaces/{NS}/deployments/claim-v2")
+
+
+def test_the_pods_of_a_target_an_edit_left_in_a_held_cluster_queue_are_counted_beyond_its_quota(
+        kube, controller, prometheus_server, tmp_path):
+    """other, planned beside chat, runs its pods in pool-run (its inferenceClusterQueue), the ClusterQueue target of
+    refused claim. other edited to scale other-v2 in chat's queue left Deployment other behind in pool-run, and pool-run
+    is claim's again: held, at the quota last set. Scaled up by hand beyond that quota (Kueue lets the pods borrow),
+    other's pods were not counted: only the refused policies' pods were read within a held queue, so the quota alone
+    was held and the GPUs beyond it lent again. The pods of a left target within a held queue count as a refused
+    policy's do."""
+    pool = kueue.path("clusterqueues", "pool-run")
+    kube.apply(pool, kueue.cluster_queue("pool-run", gpus=0, cohort=COHORT, lending_limit=0))
+    other = {"inferenceClusterQueue": "pool-run", "capacity": {"demandPerGpu": 20.0, "gpusPerReplica": 1}}
+    r = reconciler(controller, prometheus_server.url, tmp_path)
+    try:
+        time.sleep(1.1)  # creationTimestamp has seconds: claim and other come after chat
+        for name in ("other", "other-v2"):
+            kube.create(f"/apis/apps/v1/namespaces/{NS}/deployments", deployment(name))
+        kube.create(RP, policy("claim", target={"kind": "ClusterQueue", "name": "pool-run"},
+                               inferenceClusterQueue=None, timezone="Europe/Berln"))
+        kube.create(RP, policy("other", **other))
+        controller.sync()
+        r.reconcile(MONDAY_7AM)
+        quota = kube.get_cluster_queue_quota("pool-run")
+        assert quota == kube.get_deployment_replicas(NS, "other") > 0
+        kube.apply(f"{RP}/other", policy("other", **{**other, "target": {"kind": "Deployment", "name": "other-v2"},
+                                                     "inferenceClusterQueue": INFERENCE_QUEUE}))
+        kube.scale_deployment(NS, "other", quota + 6)  # by hand: borrowing beyond pool-run's quota
+        controller.sync()
+        for minutes in (5, 10):
+            state = r.reconcile(MONDAY_7AM + pd.Timedelta(minutes=minutes))
+            controller.sync()
+            chat, v2 = state.policies[f"{NS}/chat"], state.policies[f"{NS}/other"]
+            assert not state.policies[f"{NS}/claim"].valid and kube.get_cluster_queue_quota("pool-run") == quota
+            assert kube.get_deployment_replicas(NS, "other") == quota + 6  # no one scales it now
+            assert chat.reserved_gpus + v2.reserved_gpus + quota + 6 + state.slack_gpus <= 128, \
+                (chat.reserved_gpus, v2.reserved_gpus, quota, state.slack_gpus)
+    finally:
+        r.close()
+        kube.delete(pool)
+        kube.delete(f"/apis/apps/v1/namespaces/{NS}/deployments/other-v2")
