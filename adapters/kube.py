@@ -1141,7 +1141,8 @@ class KubeCluster:
                                    f"{ref['name']}, which is not found", status=404) from exc
                 desired = int((d.get("spec") or {}).get("replicas", 1) or 0)
                 ready = int((d.get("status") or {}).get("readyReplicas", 0) or 0)
-            return TargetState(desired, ready, spec.get("minReplicas", 1), spec.get("maxReplicas"))
+            return TargetState(desired, ready, spec.get("minReplicas", 1), spec.get("maxReplicas"),
+                               ref["name"] if ref.get("kind") == "Deployment" else None)
         raise ClusterError(f"unknown target kind {target.kind!r}")
 
     # ------------------------------------------------------------------ ClusterQueue quota

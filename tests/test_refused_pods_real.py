@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 
 import pandas as pd
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -28,6 +29,7 @@ from tests.test_run_real import (  # noqa: F401 -- fixtures: kube (the cohort, c
 
 PODS = f"/api/v1/namespaces/{NS}/pods"
 NS_WL = kueue.path("workloads", namespace=NS)
+HPAS = f"/apis/autoscaling/v1/namespaces/{NS}/horizontalpodautoscalers"
 
 
 def serving_pod(cluster, deployment_name: str, gpus: int) -> str:
@@ -56,21 +58,30 @@ def serving_pod(cluster, deployment_name: str, gpus: int) -> str:
 
 
 def clean_pods(cluster) -> None:
-    for path in (NS_WL, PODS, kueue.path("localqueues", namespace=NS)):
+    for path in (NS_WL, PODS, kueue.path("localqueues", namespace=NS), HPAS):
         for item in cluster.get(path).get("items", []):
             cluster.delete(f"{path}/{item['metadata']['name']}")
 
 
+@pytest.mark.parametrize("target", ["Deployment", "HorizontalPodAutoscaler"])
 def test_a_refused_policy_s_pods_in_an_accepted_policy_s_training_queue_are_never_preempted_as_training(  # noqa: F811
-        kube, controller, prometheus_server, tmp_path):  # noqa: F811
+        kube, controller, prometheus_server, tmp_path, target):  # noqa: F811
     """"serve" names research-run, chat's training queue, as its inferenceClusterQueue (refused for it): Kueue admits
     its pods there, as Workloads of that queue. The controller read every Workload there as training: with the queue
     holding 2 GPUs more than chat lends, the planner deactivated serve's Workload (priority 0, below the training's
     100), evicting an inference pod as if it were training. Its GPUs are counted where they are, within the lent
-    quota, and the training there gives back what is over."""
+    quota, and the training there gives back what is over. With an HPA target (scaling Deployment serve-pods) the
+    pods are of the Deployment its scaleTargetRef names, which only Deployment targets were matched to: serve's
+    Workload was deactivated as a planned preemption."""
     time.sleep(1.1)  # creationTimestamp has seconds: serve comes after chat
-    kube.create(f"/apis/apps/v1/namespaces/{NS}/deployments", deployment("serve"))
+    kube.create(f"/apis/apps/v1/namespaces/{NS}/deployments", deployment("serve-pods"))
+    if target == "HorizontalPodAutoscaler":
+        kube.create(HPAS, {"apiVersion": "autoscaling/v1", "kind": "HorizontalPodAutoscaler",
+                           "metadata": {"name": "serve", "namespace": NS},
+                           "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment",
+                                                       "name": "serve-pods"}, "minReplicas": 1, "maxReplicas": 10}})
     kube.create(RP, policy("serve", inferenceClusterQueue=QUEUE, trainingClusterQueues=[],
+                           target={"kind": target, "name": "serve" if target != "Deployment" else "serve-pods"},
                            capacity={"demandPerGpu": 10.0, "gpusPerReplica": 4}))
     kube.apply(kueue.path("localqueues", QUEUE, NS), kueue.local_queue(NS, QUEUE))
     try:
@@ -78,7 +89,7 @@ def test_a_refused_policy_s_pods_in_an_accepted_policy_s_training_queue_are_neve
         r = reconciler(controller, prometheus_server.url, tmp_path)
         lent = r.reconcile(MONDAY_7AM).slack_gpus
         assert lent > 8, lent
-        served = serving_pod(kube, "serve", 4)
+        served = serving_pod(kube, "serve-pods", 4)
         kube.create(kueue.path("workloads", namespace=TRAIN_NS), kueue.workload(
             TRAIN_NS, "train", QUEUE, gpus_per_pod=74, priority_class="high", priority=100))
         kueue.admit(kube, TRAIN_NS, "train", QUEUE)
