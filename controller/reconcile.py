@@ -568,8 +568,9 @@ def strict_fifo_notes(strict: frozenset[str], queues: set[str]) -> list[tuple[st
 def training_view(workloads: list[WorkloadInfo], queues: set[str], now: float,
                   served: frozenset[tuple[str, str]] = frozenset()):
     """The planner's running training and the requeue candidates, from the cluster's Workloads. Those running the
-    pods of a Deployment in `served` ((namespace, name): the policies' targets) are inference Kueue admitted into a
-    training queue (a policy's inferenceClusterQueue there, refused): they hold what they run in, never a victim."""
+    pods of a Deployment in `served` ((namespace, name): the policies' targets, or the Deployments their HPA targets
+    scale) are inference Kueue admitted into a training queue (a policy's inferenceClusterQueue there, refused): they
+    hold what they run in, never a victim."""
     inside = [w for w in workloads if w.cluster_queue in queues and w.running]
     running = [w for w in inside if (w.namespace, w.deployment) not in served]
     terminating = sum(w.gpus for w in workloads if w.cluster_queue in queues and w.stopping)
@@ -766,7 +767,8 @@ class Reconciler:
         report: list[RecordEvent | PatchStatus] = []
         read = {o.ref: o for o in objects}
         holds = {p.ref: p.spec for p in (*parsed, *invalid_held)}  # what each holds (ParsedSpecs.holding), read once
-        # the Deployments policies scale, accepted or refused: their pods are inference wherever Kueue admits them
+        # the Deployments policies scale (an HPA target: the one it scales), accepted or refused: their pods are
+        # inference wherever Kueue admits them
         self._served = self._serving((*parsed, *invalid_held))
         for ref, message in refused.items():
             key = f"{ref.namespace}/{ref.name}"
