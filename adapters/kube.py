@@ -221,10 +221,10 @@ def _owner_pod(obj: Mapping) -> tuple[str, str] | None:
     return None
 
 
-def _pod_key(obj: Mapping) -> str | None:
-    """The Pod a Workload runs, as KubeCluster keeps what it read of it: its uid, else its namespace/name."""
-    pod = _owner_pod(obj)
-    return None if pod is None else pod[1] or f"{(obj.get('metadata') or {}).get('namespace')}/{pod[0]}"
+def _pod_key(namespace: str, pod: tuple[str, str]) -> str:
+    """A Workload's Pod (_owner_pod) in `namespace`, as KubeCluster keeps what it read of it: its uid, else its
+    namespace/name."""
+    return pod[1] or f"{namespace}/{pod[0]}"
 
 
 def _pod_deployment(pod: Mapping) -> str | None:
@@ -1018,7 +1018,8 @@ class KubeCluster:
             infos[key] = (version[0], version[1], served) if served is not None else (None, version[1], info)
         self._workload_infos = infos
         if self._pod_deployments:  # (none where no Workload runs a Pod of its own: no pass over thousands)
-            pods = {_pod_key(w) for w in listed}
+            pods = {_pod_key(w["metadata"].get("namespace", ""), pod) for w in listed
+                    if (pod := _owner_pod(w)) is not None}
             self._pod_deployments = {pod: d for pod, d in self._pod_deployments.items() if pod in pods}
         return sorted((info for _, _, info in infos.values()),
                       key=lambda w: (w.creation or datetime.min.replace(tzinfo=UTC), w.namespace, w.name))
@@ -1029,10 +1030,10 @@ class KubeCluster:
         may not `get` (403) is of none: its Workload is read as training, as before headroom read Pods. None: the Pod
         could not be read now (the API server failing): its Workload is read as training meanwhile, and the next read
         of the Workloads asks for the Pod again."""
-        pod, key = _owner_pod(obj), _pod_key(obj)
-        if pod is None or key is None:
+        pod = _owner_pod(obj)
+        if pod is None:
             return info
-        name = pod[0]
+        name, key = pod[0], _pod_key(info.namespace, pod)
         if key not in self._pod_deployments:
             try:
                 self._pod_deployments[key] = _pod_deployment(
@@ -1141,7 +1142,8 @@ class KubeCluster:
                                    f"{ref['name']}, which is not found", status=404) from exc
                 desired = int((d.get("spec") or {}).get("replicas", 1) or 0)
                 ready = int((d.get("status") or {}).get("readyReplicas", 0) or 0)
-            return TargetState(desired, ready, spec.get("minReplicas", 1), spec.get("maxReplicas"))
+            return TargetState(desired, ready, spec.get("minReplicas", 1), spec.get("maxReplicas"),
+                               ref["name"] if ref.get("kind") == "Deployment" else None)
         raise ClusterError(f"unknown target kind {target.kind!r}")
 
     # ------------------------------------------------------------------ ClusterQueue quota

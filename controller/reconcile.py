@@ -571,8 +571,9 @@ def strict_fifo_notes(strict: frozenset[str], queues: set[str]) -> list[tuple[st
 def training_view(workloads: list[WorkloadInfo], queues: set[str], now: float,
                   served: frozenset[tuple[str, str]] = frozenset()):
     """The planner's running training and the requeue candidates, from the cluster's Workloads. Those running the
-    pods of a Deployment in `served` ((namespace, name): the policies' targets) are inference Kueue admitted into a
-    training queue (a policy's inferenceClusterQueue there, refused): they hold what they run in, never a victim."""
+    pods of a Deployment in `served` ((namespace, name): the policies' targets, or the Deployments their HPA targets
+    scale) are inference Kueue admitted into a training queue (a policy's inferenceClusterQueue there, refused): they
+    hold what they run in, never a victim."""
     inside = [w for w in workloads if w.cluster_queue in queues and w.running]
     running = [w for w in inside if (w.namespace, w.deployment) not in served]
     terminating = sum(w.gpus for w in workloads if w.cluster_queue in queues and w.stopping)
@@ -608,7 +609,8 @@ class Reconciler:
         self._converted: dict[str, _Samples] = {}   # each policy's samples as arrays (_samples)
         self._full_read: dict[str, pd.Timestamp] = {}
         self._reported: dict[ObjectRef, str] = {}   # the refusal last reported per policy (one event per change)
-        self._served: frozenset[tuple[str, str]] = frozenset()  # (namespace, name) of the Deployments policies scale
+        # each policy target's Deployment, (namespace, name), whose Pods serve it (_serving)
+        self._served: dict[TargetRef, tuple[str, str]] = {}
         self._faults: dict[str, str] = {}           # the fault last reported per policy
         self._failed: dict[str, str | None] = {}    # the failure to act last reported per policy
         self._told: dict[str, dict[ObjectRef, set[str]]] = {}  # per Event reason, what each policy was told
@@ -762,9 +764,9 @@ class Reconciler:
         report: list[RecordEvent | PatchStatus] = []
         read = {o.ref: o for o in objects}
         holds = {p.ref: p.spec for p in (*parsed, *invalid_held)}  # what each holds (ParsedSpecs.holding), read once
-        # the Deployments policies scale, accepted or refused: their pods are inference wherever Kueue admits them
-        self._served = frozenset((t.namespace or "", t.name) for p in (*parsed, *invalid_held)
-                                 if (t := p.target().target).kind == "Deployment")
+        # the Deployments policies scale (an HPA target: the one it scales), accepted or refused: their pods are
+        # inference wherever Kueue admits them
+        self._served = self._serving((*parsed, *invalid_held))
         for ref, message in refused.items():
             key = f"{ref.namespace}/{ref.name}"
             states[key] = PolicyState(key, "", False, message)
@@ -1076,6 +1078,32 @@ class Reconciler:
                 self._missing[p.key] = str(exc)  # what is missing: the target, or the Deployment its HPA scales
         return targets
 
+    def _serving(self, policies: Iterable[PolicyObject]) -> dict[TargetRef, tuple[str, str]]:
+        """The Deployment whose Pods each of `policies`' target runs, (namespace, name): a Deployment target itself, an
+        HPA the Deployment its scaleTargetRef names (read as its target is, within the reconcile's one read of it).
+        One missing, or scaling no Deployment, runs no Pods of one. An HPA not read now (the API server failing) keeps
+        the Deployment read last: its Pods are not taken for training meanwhile."""
+        served: dict[TargetRef, tuple[str, str]] = {}
+        for p in policies:
+            target = p.target()
+            ref = target.target
+            if ref.kind == "Deployment":
+                served[ref] = (ref.namespace or "", ref.name)
+            elif ref.kind == "HorizontalPodAutoscaler":
+                try:
+                    scales = self.cluster.target_state(ref, target.gpus_per_replica).scales
+                except NotFound:
+                    scales = None
+                except ClusterError as exc:
+                    log.warning("%s %s/%s not read (%s): its Pods are of the Deployment it scaled when last read",
+                                ref.kind, ref.namespace, ref.name, exc)
+                    if ref in self._served:
+                        served[ref] = self._served[ref]
+                    continue
+                if scales is not None:
+                    served[ref] = (ref.namespace or "", scales)
+        return served
+
     def _present(self, policies: list[PolicyObject]) -> tuple[list[PolicyObject], dict[ObjectRef, str]]:
         """The policies to plan, in order, and those refused because their target is missing, with what is missing.
         Nothing is served by a target that does not exist: GPUs held for it, or its minimum, would be taken from the
@@ -1108,7 +1136,8 @@ class Reconciler:
               workloads: list[WorkloadInfo]) -> View:
         """The targets of the policies `planned` as read now (a refused policy's is read where it is refused, once),
         and the training among `workloads` (the cluster's, read by the caller) in the queues `lending` lend to."""
-        training, uids, stopped = training_view(workloads, training_queues(lending), now.timestamp(), self._served)
+        training, uids, stopped = training_view(workloads, training_queues(lending), now.timestamp(),
+                                                frozenset(self._served.values()))
         return View(self._targets(planned), self.cluster.cluster_queue_quotas(), training, uids, stopped)
 
     def _held_by(self, policies: list[PolicyObject], within: list[PolicyObject]) -> list[int | None]:

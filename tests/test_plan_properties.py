@@ -200,3 +200,28 @@ def test_inference_pods_in_a_training_queue_hold_what_is_lent_and_are_never_take
     slow = [i for i in left if training.preempt_seconds[i] > policy.reclaim_deadline_seconds]
     if serving <= step.lent_gpus - step.headroom_gpus:
         assert int(training.gpus[slow].sum()) + serving <= step.lent_gpus - step.headroom_gpus
+
+
+@settings(max_examples=200, deadline=None)
+@given(scenario(), st.data())
+def test_a_job_admitted_beside_inference_pods_while_slow_jobs_run_stays_outside_the_headroom_band(s, data):
+    """While jobs slow to preempt run, new admissions may fill only what leaves a job as slow within the room outside
+    the headroom band. A policy's inference pods in a training queue hold some of that room, as the slow jobs do (the
+    preemptions count them against it): the quotas leave them out of what a new job may take. Counted as room too,
+    a new slow job would be over the band, and preempted at the next reconcile."""
+    forecasts, histories, observed, training, policy, now = s
+    assume(len(training.ids) > 0)
+    preempt = training.preempt_seconds.copy()
+    preempt[0] = policy.reclaim_deadline_seconds + 60.0  # one job at least cannot stop within the deadline
+    training = replace(training, preempt_seconds=preempt)
+    _, step = plan(forecasts, histories, observed, training, policy, now)
+    room = step.lent_gpus - step.headroom_gpus  # the pods change neither (they are no policy's reservation)
+    serving = data.draw(st.integers(0, room))
+    training = replace(training, serving_gpus=serving)
+    _, step = plan(forecasts, histories, observed, training, policy, now)
+    slow = training.preempt_seconds > policy.reclaim_deadline_seconds
+    stopped = {p.job for p in step.due()}
+    left = np.array([job not in stopped for job in training.ids], dtype=bool)
+    # what Kueue admits once the jobs stopped now are gone: the quotas less what the jobs left and the pods hold
+    admitted = max(sum(step.quotas.values()) - int(training.gpus[left].sum()) - serving, 0)
+    assert int(training.gpus[left & slow].sum()) + admitted + serving <= room

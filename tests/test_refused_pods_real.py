@@ -5,29 +5,39 @@ ReplicaSet controller and Kueue's pod integration would (a single-Pod Workload o
 Pod's UID) and admits them by writing their status (tests/servers/kueue.py)."""
 from __future__ import annotations
 
+import logging
 import time
 
 import pandas as pd
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from adapters.kube import _pod_deployment
+from adapters.kube import KubeCluster, _pod_deployment
+from adapters.prometheus import PrometheusDemand
+from controller.reconcile import Reconciler
+from core.settings import PrometheusServer, RunConfig
 from tests.servers import kueue
+from tests.servers.proxy import AnswerLosingProxy
 from tests.test_run_real import (  # noqa: F401 -- fixtures: kube (the cohort, chat's Deployment and policy), controller
     MONDAY_7AM,
     NS,
     QUEUE,
     RP,
     TRAIN_NS,
+    bound_to_the_viewer,
     controller,
     deployment,
     kube,
     policy,
     reconciler,
+    shipped_cluster_role,
 )
+from training.realized import ForecastLog
 
 PODS = f"/api/v1/namespaces/{NS}/pods"
 NS_WL = kueue.path("workloads", namespace=NS)
+HPAS = f"/apis/autoscaling/v1/namespaces/{NS}/horizontalpodautoscalers"
 
 
 def serving_pod(cluster, deployment_name: str, gpus: int) -> str:
@@ -56,37 +66,121 @@ def serving_pod(cluster, deployment_name: str, gpus: int) -> str:
 
 
 def clean_pods(cluster) -> None:
-    for path in (NS_WL, PODS, kueue.path("localqueues", namespace=NS)):
+    for path in (NS_WL, PODS, kueue.path("localqueues", namespace=NS), HPAS):
         for item in cluster.get(path).get("items", []):
             cluster.delete(f"{path}/{item['metadata']['name']}")
 
 
-def test_a_refused_policy_s_pods_in_an_accepted_policy_s_training_queue_are_never_preempted_as_training(  # noqa: F811
-        kube, controller, prometheus_server, tmp_path):  # noqa: F811
-    """"serve" names research-run, chat's training queue, as its inferenceClusterQueue (refused for it): Kueue admits
-    its pods there, as Workloads of that queue. The controller read every Workload there as training: with the queue
-    holding 2 GPUs more than chat lends, the planner deactivated serve's Workload (priority 0, below the training's
-    100), evicting an inference pod as if it were training. Its GPUs are counted where they are, within the lent
-    quota, and the training there gives back what is over."""
+def refused_serve(cluster, target: str) -> None:
+    """"serve", a policy naming research-run, chat's training queue, as its inferenceClusterQueue (refused for it),
+    created after chat; its target `target`: Deployment serve-pods itself, or HPA serve scaling it."""
     time.sleep(1.1)  # creationTimestamp has seconds: serve comes after chat
-    kube.create(f"/apis/apps/v1/namespaces/{NS}/deployments", deployment("serve"))
-    kube.create(RP, policy("serve", inferenceClusterQueue=QUEUE, trainingClusterQueues=[],
-                           capacity={"demandPerGpu": 10.0, "gpusPerReplica": 4}))
-    kube.apply(kueue.path("localqueues", QUEUE, NS), kueue.local_queue(NS, QUEUE))
+    cluster.create(f"/apis/apps/v1/namespaces/{NS}/deployments", deployment("serve-pods"))
+    if target == "HorizontalPodAutoscaler":
+        cluster.create(HPAS, {"apiVersion": "autoscaling/v1", "kind": "HorizontalPodAutoscaler",
+                              "metadata": {"name": "serve", "namespace": NS},
+                              "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment",
+                                                          "name": "serve-pods"}, "minReplicas": 1, "maxReplicas": 10}})
+    cluster.create(RP, policy("serve", inferenceClusterQueue=QUEUE, trainingClusterQueues=[],
+                              target={"kind": target, "name": "serve" if target != "Deployment" else "serve-pods"},
+                              capacity={"demandPerGpu": 10.0, "gpusPerReplica": 4}))
+    cluster.apply(kueue.path("localqueues", QUEUE, NS), kueue.local_queue(NS, QUEUE))
+
+
+def over_lent(cluster) -> str:
+    """A 4-GPU Pod of serve-pods admitted into research-run beside 74 GPUs of training (priority 100): 2 GPUs more
+    than chat lends there at 7 am. Its Workload's name."""
+    served = serving_pod(cluster, "serve-pods", 4)
+    cluster.create(kueue.path("workloads", namespace=TRAIN_NS), kueue.workload(
+        TRAIN_NS, "train", QUEUE, gpus_per_pod=74, priority_class="high", priority=100))
+    kueue.admit(cluster, TRAIN_NS, "train", QUEUE)
+    return served
+
+
+def active(cluster, namespace: str, name: str) -> bool:
+    return cluster.get(kueue.path("workloads", name, namespace))["spec"]["active"]
+
+
+@pytest.mark.parametrize("target", ["Deployment", "HorizontalPodAutoscaler"])
+def test_a_refused_policy_s_pods_in_an_accepted_policy_s_training_queue_are_never_preempted_as_training(  # noqa: F811
+        kube, controller, prometheus_server, tmp_path, target):  # noqa: F811
+    """Kueue admits serve's pods into research-run, as Workloads of that queue. The controller read every Workload
+    there as training: with the queue holding 2 GPUs more than chat lends, the planner deactivated serve's Workload
+    (priority 0, below the training's 100), evicting an inference pod as if it were training. Its GPUs are counted
+    where they are, within the lent quota, and the training there gives back what is over. With an HPA target the
+    pods are of the Deployment its scaleTargetRef names, and only Deployment targets were matched to them: serve's
+    Workload was deactivated as a planned preemption."""
+    refused_serve(kube, target)
     try:
         controller.sync()
         r = reconciler(controller, prometheus_server.url, tmp_path)
         lent = r.reconcile(MONDAY_7AM).slack_gpus
         assert lent > 8, lent
-        served = serving_pod(kube, "serve", 4)
-        kube.create(kueue.path("workloads", namespace=TRAIN_NS), kueue.workload(
-            TRAIN_NS, "train", QUEUE, gpus_per_pod=74, priority_class="high", priority=100))
-        kueue.admit(kube, TRAIN_NS, "train", QUEUE)
+        served = over_lent(kube)
         controller.sync()
         state = r.reconcile(MONDAY_7AM + pd.Timedelta(minutes=5))
         assert state.slack_gpus == lent, (state.slack_gpus, lent)
-        assert kube.get(kueue.path("workloads", served, NS))["spec"]["active"] is True, "serve's pod was preempted"
-        assert kube.get(kueue.path("workloads", "train", TRAIN_NS))["spec"]["active"] is False
+        assert active(kube, NS, served) is True, "serve's pod was preempted"
+        assert active(kube, TRAIN_NS, "train") is False
+    finally:
+        clean_pods(kube)
+
+
+def test_an_hpa_not_read_keeps_the_deployment_it_scaled_when_last_read(kube, kube_server, prometheus_server,  # noqa: F811
+                                                                       tmp_path):
+    """serve's HPA not read (the API server answering 504 past every retry) at the reconcile that finds research-run
+    over-lent: its pods are of the Deployment it scaled when last read, never a victim, and the reconcile goes on
+    (the refused policy's fault is its own): the training gives back what is over."""
+    refused_serve(kube, "HorizontalPodAutoscaler")
+    api = kube_server.apiserver
+    proxy = AnswerLosingProxy(api, hold_seconds=1).start()
+    lossy = KubeCluster.from_token(proxy.host, api.token, ca_file=str(api.ca_file), request_timeout=5,
+                                   backoff_base=0.05, backoff_max=0.2)
+    try:
+        r = reconciler(lossy, prometheus_server.url, tmp_path)
+        r.reconcile(MONDAY_7AM)
+        served = over_lent(kube)
+        proxy.lose("GET", f"{HPAS}/serve", "504", times=lossy.retries + 1)
+        state = r.reconcile(MONDAY_7AM + pd.Timedelta(minutes=5))
+        assert len(proxy.lost) == lossy.retries + 1, proxy.lost
+        assert not any(state.reconcile_errors_total.values()), state.reconcile_errors_total
+        assert active(kube, NS, served) is True, "serve's pod was preempted"
+        assert active(kube, TRAIN_NS, "train") is False
+    finally:
+        lossy.close()
+        proxy.stop()
+        clean_pods(kube)
+
+
+@pytest.fixture
+def without_pods(kube_server, kube):  # noqa: F811
+    """The shipped ClusterRole without its rule on Pods (one from before headroom read them), bound (test-only) to the
+    unprivileged user: its client. Unbound afterwards."""
+    role = shipped_cluster_role("headroom-test-no-pods")
+    role["rules"] = [rule for rule in role["rules"] if rule["resources"] != ["pods"]]
+    yield from bound_to_the_viewer(kube_server, kube, role)
+
+
+def test_a_pod_the_cluster_role_may_not_read_is_training_and_said_once(without_pods, kube, prometheus_server,  # noqa: F811
+                                                                      tmp_path, caplog):
+    """Under a ClusterRole without `get` on Pods the Pod's read is refused (403): serve's Workload is read as training,
+    as before headroom read Pods (the stated fallback; deploy/ ships the rule), so it is preempted as the over-lent
+    queue's lowest priority. The refusal is logged once, not at every reconcile: the Pod is not asked for again."""
+    refused_serve(kube, "Deployment")
+    server = PrometheusServer(url=prometheus_server.url, step="5m", timeout_seconds=10, retries=0)
+    cfg = RunConfig(cluster="kubernetes", prometheus=server, capacity_gpus=128, namespace=NS)
+    r = Reconciler(without_pods, PrometheusDemand(server), cfg, forecast_log=ForecastLog(tmp_path / "log"))
+    try:
+        r.reconcile(MONDAY_7AM)
+        served = over_lent(kube)
+        with caplog.at_level(logging.WARNING, logger="adapters.kube"):
+            for minutes in (5, 10, 15):
+                state = r.reconcile(MONDAY_7AM + pd.Timedelta(minutes=minutes))
+                assert not any(state.reconcile_errors_total.values()), state.reconcile_errors_total
+        refused = [m for m in caplog.messages if f"of Workload {NS}/{served} not read" in m]
+        assert len(refused) == 1 and "403" in refused[0], caplog.messages
+        assert "counted as training" in refused[0] and "until" not in refused[0], refused
+        assert active(kube, NS, served) is False, "a Pod not read is of no Deployment: its Workload is training"
     finally:
         clean_pods(kube)
 
