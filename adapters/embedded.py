@@ -8,7 +8,8 @@ What it models (core.settings.WorldSettings has the numbers):
     admit them) was in place, so the replicas it asks beyond those serve at once (a replay measures a policy as it
     runs, not its start). A new replica gets GPUs from the idle pool (else waits for GPUs to be freed), and once time
     has moved on serves `warmup_seconds` later; a replica of a policy that names an inferenceClusterQueue is a Kueue
-    Workload of it, and waits until that queue's quota admits it too (`_kueue_inference`). Scaling in drops waiting
+    Workload of it (a refused policy's naming another's training queue: of that queue, `pods_in_training`), and waits
+    until that queue's quota admits it too (`_kueue_inference`). Scaling in drops waiting
     replicas first, then warming, then warm ones. An HPA target scales up on demand by itself (replicas for the demand
     it sees, at least minReplicas) and down only after `hpa_scale_down_seconds` of lower demand, as Kubernetes' HPA
     does;
@@ -231,6 +232,9 @@ class EmbeddedCluster:
         self.lent: dict[str, tuple[int, str | None]] = {}
         self.inference: dict[str, _Inference] = {}
         self.inference_queues: dict[str, str] = {}  # policy key -> the inferenceClusterQueue its pods are Workloads of
+        # a refused policy's key -> the training queue (another policy's) its inferenceClusterQueue names: its target is
+        # no one else's, and Kueue admits its pods there as Workloads of that queue, in its quota (`_hold_all`)
+        self.pods_in_training: dict[str, str] = {}
         # the targets an edit of their policy left behind (it named another): an edit deletes no workload, so each runs
         # on, scaled by no one (an HPA scales itself), until a policy names it again; each with the spec it was held by
         self.left: dict[TargetRef, tuple[PolicySpec, _Inference]] = {}
@@ -317,9 +321,20 @@ class EmbeddedCluster:
         lent = {q for h in refused for q in refused_lends(h.spec, inference_named)}
         owns = refused_holders([(h.ref, h.spec) for h in kept],
                                [(h.ref, h.spec) for h in refused] + [(ref, spec) for ref, (spec, _) in left], lent)
+        # a refused policy holding no target whose pods Kueue admits into a training queue: the controller counts them
+        # there (controller.reconcile.training_view, `within` invalid_holdings' verdict), so the world runs them there
+        lent_into = {q for h in kept for q in h.spec.training_cluster_queues} | lent
+        targets = {h.ref for h, own in zip(kept + refused, [True] * len(kept) + owns) if own} | {
+            ref for (ref, _), own in zip(left, owns[len(refused):]) if own}
+        pods_queues = []
+        for h, own in zip(refused, owns):
+            queue = h.spec.inference_cluster_queue
+            runs = not own and h.ref.kind != "ClusterQueue" and h.ref not in targets and queue in lent_into
+            pods_queues.append(queue if runs else None)
+            targets |= {h.ref} if runs else set()  # the oldest policy naming a target runs its pods
         roles = Claims()  # each ClusterQueue's role, as the policies held so far hold it (its `role`)
-        for h, own in zip(kept + refused, [True] * len(kept) + owns):
-            self._hold(h, own, roles, inference_named)
+        for h, own, pods_queue in zip(kept + refused, [True] * len(kept) + owns, [None] * len(kept) + pods_queues):
+            self._hold(h, own, roles, inference_named, pods_queue)
         for (ref, _), own in zip(left, owns[len(refused):]):
             if not own:  # a policy holds it again, or it is within a quota held: no workload of its own
                 self.left.pop(ref, None)
@@ -354,7 +369,7 @@ class EmbeddedCluster:
             self._pending_version += 1
             self._kueue_events += 1  # Workloads deleted: Kueue looks again at what it set aside
 
-    def _hold(self, h: _Held, own: bool, roles: Claims, inference_named: set[str]) -> None:
+    def _hold(self, h: _Held, own: bool, roles: Claims, inference_named: set[str], pods_queue: str | None) -> None:
         """What a policy names exists in the cluster as a cluster the controller's accepted policies describe holds it
         (`_hold_all`; `roles.role`: each ClusterQueue's, "inference", "target" or "training", as the policies held
         before this one hold it, the accepted ones first as they claimed it; a quota, or another policy's workload,
@@ -364,12 +379,13 @@ class EmbeddedCluster:
         `own` says so, core.policy.refused_holders' verdict, the controller's: a target is one workload, whichever
         policies name it, and a queue's GPUs are held once. A ClusterQueue has the role the policy that kept it gave it
         (no training is submitted into an inference queue, nor on a refused policy's behalf into any queue a policy
-        names for inference, `inference_named`; no replica of the refused policy is a Workload of a training queue).
-        The target served before: it starts with the replicas its demand now needs, warm (as many as the idle GPUs
-        hold), so a ClusterQueue it runs in (its target, or its inferenceClusterQueue) starts with a quota holding
-        them, as Kueue admitted them. A refused policy whose spec does not parse holds what it still says it holds
-        (core.policy.holding_spec, as the controller reads it), its target's demand served by its demandPerGpu where
-        that reads (else none is known)."""
+        names for inference, `inference_named`). A refused policy that holds no target, its inferenceClusterQueue
+        `pods_queue` another policy's training queue, runs its target as Workloads of that queue (`pods_in_training`),
+        as Kueue admits its pods there on a cluster. The target served before: it starts with the replicas its demand
+        now needs, warm (as many as the idle GPUs hold), so a ClusterQueue it runs in (its target, or its
+        inferenceClusterQueue) starts with a quota holding them, as Kueue admitted them. A refused policy whose spec
+        does not parse holds what it still says it holds (core.policy.holding_spec, as the controller reads it), its
+        target's demand served by its demandPerGpu where that reads (else none is known)."""
         key, spec, ref, accepted = h.key, h.spec, h.ref, h.accepted
         self.specs[key] = spec
         queue_target = ref.name if ref.kind == "ClusterQueue" else None
@@ -378,6 +394,7 @@ class EmbeddedCluster:
             return q if q is not None and (accepted or roles.role.get(q, (kind,))[0] == kind) else None
 
         taken = not own  # another's, or a queue held, or held within one
+        runs = own or pods_queue is not None  # a workload of its own
         if own and ref in self.left:  # left behind by an edit, and named again
             self.inference[key] = self.left.pop(ref)[1]
             self.inference[key].key = key
@@ -387,13 +404,18 @@ class EmbeddedCluster:
             self.inference[key] = self.inference.pop(other)
             self.inference[key].key = key
             self.inference_queues.pop(other, None)
+            self.pods_in_training.pop(other, None)
         inference_queue = None if taken else named(spec.inference_cluster_queue, "inference")
         # a refused policy's training queue is one no policy names for inference (the controller lends it no other)
         training = [q for q in (spec.training_cluster_queues if accepted else refused_lends(spec, inference_named))
                     if named(q, "training")]
-        if taken:  # the target is what the cluster has: no workload of this policy's own (one it held before is gone)
+        if not runs:  # the target is what the cluster has: no workload of this policy's own (one held before is gone)
             self.inference.pop(key, None)
             self._found.clear()
+        if pods_queue is None:
+            self.pods_in_training.pop(key, None)
+        else:
+            self.pods_in_training[key] = pods_queue
         if inference_queue is None:
             self.inference_queues.pop(key, None)
         else:
@@ -406,11 +428,11 @@ class EmbeddedCluster:
                 self.quotas.setdefault(q, 0)
                 roles.name(key, q, kind)
         inf = self.inference.get(key)
-        if not taken and inf is not None and inf.ref == ref:  # held before: an edit may have changed how it reads
+        if runs and inf is not None and inf.ref == ref:  # held before: an edit may have changed how it reads
             inf.demand_per_gpu = h.demand_per_gpu  # how headroom converts its demand: as the spec now says
             if inf.gpus_per_replica != spec.capacity.gpus_per_replica:
                 self._roll_out(inf, spec.capacity.gpus_per_replica)
-        if not taken and (inf is None or inf.ref != ref):
+        if runs and (inf is None or inf.ref != ref):
             inf = _Inference(key, ref, spec.capacity.gpus_per_replica, h.demand_per_gpu)
             self.inference[key] = inf
             self._found.clear()
@@ -422,7 +444,7 @@ class EmbeddedCluster:
                 self.quotas[queue_target] = inf.desired * inf.gpus_per_replica
             if inference_queue is not None:  # what the serving replicas of every policy running in it hold, at least
                 self.quotas[inference_queue] = max(self.quotas[inference_queue],
-                                                   self._held_in_queues()[inference_queue])
+                                                   self._held_in(self.inference_queues)[inference_queue])
         self._queues += [q for q in training if q not in self._queues]
         self._pending_version += 1  # a new training queue: what is derived from the queues is redone
         self._kueue_events += 1  # and its quota is new to Kueue: it looks again at what it set aside
@@ -441,7 +463,7 @@ class EmbeddedCluster:
         elif inf.ref.kind == "HorizontalPodAutoscaler":  # what it saw, in replicas of the old size, no longer holds
             inf.recommendations = [(self.now, self._replicas_for(inf, self.now))]
             replicas = self._hpa_recommendation(inf)
-        self._kueue_events += inf.key in self.inference_queues  # its pods' Workloads deleted: a Kueue event
+        self._kueue_events += inf.key in self._replica_queues()  # its pods' Workloads deleted: a Kueue event
         self._scale(inf, replicas)
 
     def apply_policy(self, obj: dict) -> None:
@@ -468,6 +490,7 @@ class EmbeddedCluster:
         if self.left.pop(target, None) is None:
             del self.inference[inf.key]
             self.inference_queues.pop(inf.key, None)
+            self.pods_in_training.pop(inf.key, None)
         if target.kind == "ClusterQueue":
             self.quotas.pop(target.name, None)
         self._found.clear()
@@ -505,6 +528,20 @@ class EmbeddedCluster:
                 evicted_by_plan=j.evicted_by[i], preemption_seconds=float(j.preempt[i]),
                 checkpoint_interval_seconds=float(j.interval[i]),
                 last_checkpoint=_utc(float(j.admitted_at[i])) if admitted else None))
+        return out + self._pod_workloads()
+
+    def _pod_workloads(self) -> list[WorkloadInfo]:
+        """The Workloads Kueue's pod integration makes for the pods of `pods_in_training`, one each, of the Deployment
+        its target runs (an HPA's is named as the HPA: `target_state`): admitted while it holds GPUs, else pending."""
+        out = []
+        for key, queue in self.pods_in_training.items():
+            inf = self.inference[key]
+            held = [(_creation_timestamp(self.now), f"uid-{key}-held-{k}") for k in range(inf.held_replicas)]
+            for k, (creation, uid) in enumerate(held + inf.asked):
+                out.append(WorkloadInfo(
+                    namespace=inf.ref.namespace or "", name=f"pod-{inf.ref.name}-{k}", local_queue=queue,
+                    cluster_queue=queue, admitted=k < len(held), active=True, priority=0, creation=_utc(creation),
+                    gpus=inf.gpus_per_replica, uid=uid, deployment=inf.ref.name))
         return out
 
     def cluster_queue_quotas(self) -> Mapping[str, int]:
@@ -530,9 +567,10 @@ class EmbeddedCluster:
             replicas = self.quotas[target.name] // gpus_per_replica
             return TargetState(replicas, replicas)
         inf = self._target(target)  # its replicas are of the GPUs its policy says, as `gpus_per_replica` is
+        hpa = target.kind == "HorizontalPodAutoscaler"
+        # an HPA scales a Deployment of its own name: the one its pods' Workloads are of (`_pod_workloads`)
         return TargetState(inf.desired, inf.warm + sum(1 for r in inf.warming if r <= self.now),
-                           inf.min_replicas if target.kind == "HorizontalPodAutoscaler" else None,
-                           inf.max_replicas)
+                           inf.min_replicas if hpa else None, inf.max_replicas, target.name if hpa else None)
 
     def _target(self, target: TargetRef) -> _Inference:
         inf = self._found.get(target)  # cleared whenever a policy's target changes
@@ -570,7 +608,7 @@ class EmbeddedCluster:
         for _, inf in self._inference_workloads():  # an inference ClusterQueue target: its quota is its replicas
             if inf.ref.kind == "ClusterQueue" and inf.ref.name == name:
                 self._scale(inf, gpus // inf.gpus_per_replica)
-        if self.inference_queues:  # more quota: Kueue admits replicas waiting for it
+        if self.inference_queues or self.pods_in_training:  # more quota: Kueue admits replicas waiting for it
             self._grant(self.now)
         return changed
 
@@ -710,7 +748,7 @@ class EmbeddedCluster:
                 inf.warming.remove(max(inf.warming))
                 drop -= 1
             inf.warm -= min(drop, inf.warm)
-            self._kueue_events += inf.key in self.inference_queues  # its pods' Workloads deleted: a Kueue event
+            self._kueue_events += inf.key in self._replica_queues()  # its pods' Workloads deleted: a Kueue event
             self._grant(self.now)  # freed GPUs serve another policy's waiting replicas
         if not replicas:
             self._forget_left_without_gpus()
@@ -754,23 +792,24 @@ class EmbeddedCluster:
         quota does not cover reserves that quota for its cycle, keeping a borrowing replica after it out. The training
         Workloads are taken on quota alone (admitted, pods wait for GPUs); a queue is StrictFIFO if the world's
         settings say so (strict_fifo_queues), else BestEffortFIFO (Kueue's default and the shipped queues')."""
-        if not self.inference_queues:
+        queues = self._replica_queues()
+        if not queues:
             return {}
         events, j = self._kueue_events, self.jobs
         p = np.array(self._pending, np.int64)
         p = p[j.aside[p] != events]  # those Kueue set aside wait for its next event
-        replicas = [(key, r) for key in self.inference_queues for r, seen in enumerate(self.inference[key].aside)
+        replicas = [(key, r) for key in queues for r, seen in enumerate(self.inference[key].aside)
                     if seen != events]
         quotas, usage, kept = self._cohort({})
         chosen, aside = admit(
-            np.concatenate([j.queue_names[p], np.array([self.inference_queues[key] for key, _ in replicas], object)]),
+            np.concatenate([j.queue_names[p], np.array([queues[key] for key, _ in replicas], object)]),
             np.concatenate([j.gpus[p], np.array([self.inference[key].gpus_per_replica for key, _ in replicas],
                                                 np.int64)]),
             np.concatenate([j.priority[p], np.zeros(len(replicas), np.int64)]),
             np.concatenate([j.created[p], np.array([self.inference[key].asked[r][0] for key, r in replicas], float)]),
             [j.uids[i] for i in p] + [self.inference[key].asked[r][1] for key, r in replicas], usage, quotas,
             sum(quotas.values()), kept, self.settings.strict_fifo_queues)
-        admitted: dict[str, list[int]] = {key: [] for key in self.inference_queues}
+        admitted: dict[str, list[int]] = {key: [] for key in queues}
         for k in chosen:
             if k >= len(p):
                 key, r = replicas[k - len(p)]
@@ -785,15 +824,19 @@ class EmbeddedCluster:
 
     def _cohort(self, admitted: Mapping[str, list[int]]) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
         """The training cohort as planning.kueue.admit reads it: each ClusterQueue's nominalQuota and the GPUs its
-        Workloads hold (an inference queue's: its replicas holding GPUs, and those `admitted` waiting for them), and
+        Workloads hold (an inference queue's: its replicas holding GPUs, and those `admitted` waiting for them; a
+        training queue's: its training and the pods of `pods_in_training` there, alike), and
         the quota each inference queue keeps: its lendingLimit 0 lends the cohort nothing. An inference queue that was
         a training queue (`_retire`) holds the training still running there too."""
-        used = self._held_in_queues()
+        used, pods = self._held_in(self.inference_queues), self._held_in(self.pods_in_training)
         for key, chosen in admitted.items():
-            used[self.inference_queues[key]] += len(chosen) * self.inference[key].gpus_per_replica
+            held, queue = (used, self.inference_queues[key]) if key in self.inference_queues else \
+                (pods, self.pods_in_training[key])
+            held[queue] += len(chosen) * self.inference[key].gpus_per_replica
         quotas = {q: self.quotas.get(q, 0) for q in [*self.training_queues, *used]}
         usage = self._usage()
-        usage.update({q: usage.get(q, 0) + gpus for q, gpus in used.items()})
+        for q, gpus in (*used.items(), *pods.items()):
+            usage[q] = usage.get(q, 0) + gpus
         return quotas, usage, {q: quotas[q] for q in used}
 
     def _admit_training(self, quotas: dict[str, int], usage: dict[str, int], kept: dict[str, int],
@@ -807,10 +850,15 @@ class EmbeddedCluster:
         j.aside[p[aside]] = self._kueue_events
         return [int(p[k]) for k in chosen]
 
-    def _held_in_queues(self) -> dict[str, int]:
-        """The GPUs the replicas of the policies running in each inferenceClusterQueue hold (warming ones too)."""
-        held = dict.fromkeys(self.inference_queues.values(), 0)
-        for key, queue in self.inference_queues.items():
+    def _replica_queues(self) -> dict[str, str]:
+        """Each policy whose replicas are Kueue Workloads -> their ClusterQueue: its inferenceClusterQueue, or the
+        training queue a refused policy's pods run in (`pods_in_training`)."""
+        return {**self.inference_queues, **self.pods_in_training}
+
+    def _held_in(self, queues: Mapping[str, str]) -> dict[str, int]:
+        """The GPUs the replicas of the policies `queues` maps to each ClusterQueue hold there (warming ones too)."""
+        held = dict.fromkeys(queues.values(), 0)
+        for key, queue in queues.items():
             inf = self.inference[key]
             held[queue] += inf.held_replicas * inf.gpus_per_replica
         return held
@@ -891,7 +939,7 @@ class EmbeddedCluster:
             self._running = np.concatenate([self._running, np.array(admitted, np.int64)])
             self._pending_version += 1
             self._held_version += 1
-            if self.inference_queues:  # replicas may borrow what the training Workloads still waiting leave
+            if self.inference_queues or self.pods_in_training:  # replicas may take what the training waiting leaves
                 self._grant(self.now)
         else:
             self._idle_admission = inputs

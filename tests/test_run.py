@@ -191,6 +191,17 @@ def test_every_queue_the_accepted_policies_name_has_one_role(claims):
         assert first in {p.ref.name for p in accepted} or parse_policies(identified(objects[:1]))[0] == []
 
 
+def pods_in_training(holdings, kept) -> dict[str, str]:
+    """The refused policies holding no target (invalid_holdings' `within`, not a target an edit left) whose
+    inferenceClusterQueue is a training queue the policies lend into: each one's key -> that queue, where Kueue admits
+    its pods on a cluster and the controller counts them (training_view's `served`)."""
+    _, lenders, refused, _, within = holdings
+    lent = training_queues(kept + lenders)
+    return {p.key: p.spec.inference_cluster_queue for p in within
+            if any(p is r for r in refused) and p.spec.target.kind != "ClusterQueue"
+            and p.spec.inference_cluster_queue in lent}
+
+
 # a spec that does not parse: what it holds still reads (a misspelt field), or not even its target does
 BROKEN = {None: {}, "typo": {"targetQuantlie": 0.5}, "unread": {"target": {"kind": "Deployment"}}}
 
@@ -222,8 +233,11 @@ def test_the_world_holds_what_the_accepted_policies_name_whatever_the_others_nam
     specs = ParsedSpecs()
     read = identified(objects)
     kept, invalid = parse_policies(read, specs)
-    holders, lenders, *_ = invalid_holdings(read, invalid, kept, specs)
-    counted = {p.spec.target.ref("inference") for p in kept + holders}
+    holdings = invalid_holdings(read, invalid, kept, specs)
+    holders, lenders, *_ = holdings
+    running = pods_in_training(holdings, kept)  # a refused policy's pods in a training queue: its target runs there
+    counted = {p.spec.target.ref("inference") for p in kept + holders} | {
+        p.spec.target.ref("inference") for p in holdings.within if p.key in running}
     world = EmbeddedCluster(128, objects, {}, MONDAY_6AM.timestamp())
     worlds = [world]
     if objects:
@@ -242,6 +256,7 @@ def test_the_world_holds_what_the_accepted_policies_name_whatever_the_others_nam
         # what the controller counts, each once (a ClusterQueue target a refused policy before it runs its pods in is
         # that policy's queue, not a target of its own)
         assert set(refs) == counted, (refs, counted)
+        assert w.pods_in_training == running, (w.pods_in_training, running)
         assert training_queues(kept + lenders) <= set(w.training_queues), (w.training_queues, lenders)
     assert set(world.training_queues) == training_queues(kept + lenders), (world.training_queues, lenders)
     # a world the last policy was applied to holds what one started with it holds: nothing left from before decides
@@ -306,6 +321,8 @@ def test_a_world_after_an_edit_holds_what_one_started_with_the_edited_policy_hol
     queues_left = {ref.name for ref in world.left if ref.kind == "ClusterQueue"}
     within_left = {key for key, spec in fresh.specs.items()
                    if spec.target.kind != "ClusterQueue" and spec.inference_cluster_queue in queues_left}
+    # ...and for one whose pods run in a training queue on a target the edit left behind: the left target holds it
+    within_left |= {key for key in fresh.pods_in_training if fresh.inference[key].ref in world.left}
     assert {key: (inf.ref, inf.gpus_per_replica, inf.demand_per_gpu) for key, inf in world.inference.items()} == {
         key: (inf.ref, inf.gpus_per_replica, inf.demand_per_gpu) for key, inf in fresh.inference.items()
         if key not in within_left}
@@ -313,9 +330,12 @@ def test_a_world_after_an_edit_holds_what_one_started_with_the_edited_policy_hol
     assert set(world.training_queues) >= set(fresh.training_queues)  # a queue no one lends into keeps its training
     after = identified(world.reservation_policies())
     kept, invalid = parse_policies(after, specs)
-    holders, _, _, left, _ = invalid_holdings(after, invalid, kept, specs)
+    holdings = invalid_holdings(after, invalid, kept, specs)
+    holders, _, _, left, within = holdings
+    running = pods_in_training(holdings, kept)
     assert {key: inf.ref for key, inf in world.inference.items()} == {
-        p.key: p.spec.target.ref("inference") for p in kept + holders}
+        p.key: p.spec.target.ref("inference") for p in [*kept, *holders, *(p for p in within if p.key in running)]}
+    assert world.pods_in_training == running, (world.pods_in_training, running)
     # ...but one that holds no GPU, which the controller forgets as it reads it (and the world forgets)
     assert set(world.left) == {p.spec.target.ref("inference") for p in left if gpus[p.spec.target.ref("inference")]}
 
@@ -510,7 +530,9 @@ def test_a_queue_clash_gives_the_world_s_queue_the_role_the_older_policy_gave_it
     embedded world (the backlog's jobs submitted into it); naming chat's training queue as its inference queue made
     its replicas Workloads of a training queue; naming chat's inference queue as its ClusterQueue target gave the world
     a second workload whose replicas overwrote that queue's quota. The controller refuses the newer policy, and the
-    world holds what the cluster of the older one holds: each ClusterQueue one kind of Workload, the older policy's."""
+    world holds what the cluster of the older one holds: each ClusterQueue the role the older policy gave it (the
+    refused b's pods in research, chat's training queue, are Workloads Kueue admits there within what chat lends, as on
+    a cluster: test_a_refused_policy_s_pods_in_an_accepted_policy_s_training_queue_run_there_...)."""
     newer = {"training": policy("b", trainingClusterQueues=["team-b", "serving"]),
              "inference": policy("b", trainingClusterQueues=["team-b"], inferenceClusterQueue="research"),
              "target": policy("b", trainingClusterQueues=["team-b"],
@@ -524,8 +546,9 @@ def test_a_queue_clash_gives_the_world_s_queue_the_role_the_older_policy_gave_it
     assert not set(r.cluster.training_queues) & set(r.cluster.inference_queues.values()), r.cluster.inference_queues
     assert r.cluster.inference_queues == {"inference/chat": "serving"}
     assert r.cluster.quotas["serving"] == chat.reserved_gpus == r.replicas("chat") * 2
-    # a target of its own, the Deployment b, but where its pods run in chat's training queue (within the slack lent)
-    own = r.replicas("b") * 2 if clash == "training" else 0
+    # a target of its own, the Deployment b: its pods in chat's training queue too (within the slack lent)
+    own = r.replicas("b") * 2 if clash != "target" else 0
+    assert r.cluster.pods_in_training == ({"inference/b": "research"} if clash == "inference" else {})
     assert r.cluster.inference_gpus == chat.reserved_gpus + own
 
 
@@ -553,12 +576,15 @@ def assert_the_world_holds_what_the_controller_counts(r: Replay, state) -> None:
     specs = r.reconciler._specs
     read = identified(objects)
     accepted, refused = parse_policies(read, specs)
-    holders, lenders, _, left, _ = invalid_holdings(read, refused, accepted, specs)
+    holdings = invalid_holdings(read, refused, accepted, specs)
+    holders, lenders, _, left, within = holdings
+    running = pods_in_training(holdings, accepted)
     assert set(r.cluster.left) == {p.spec.target.ref("inference") for p in left}
     assert all(state.policies[p.key].valid for p in accepted)
     assert not any(state.policies[f"{ref.namespace}/{ref.name}"].valid for ref in refused)
     assert {key: inf.ref for key, inf in r.cluster.inference.items()} == {
-        p.key: p.spec.target.ref("inference") for p in accepted + holders}
+        p.key: p.spec.target.ref("inference") for p in [*accepted, *holders, *(p for p in within if p.key in running)]}
+    assert r.cluster.pods_in_training == running, (r.cluster.pods_in_training, running)
     assert r.cluster.inference_queues == {p.key: p.spec.inference_cluster_queue for p in accepted + holders
                                           if p.spec.inference_cluster_queue}
     assert set(r.cluster.training_queues) == set(state.teams) == training_queues(accepted + lenders)
@@ -884,11 +910,12 @@ def test_a_refused_policy_s_pods_in_an_accepted_policy_s_training_queue_hold_no_
     Kueue admits its pods there, within the quota chat lends. The world ran them outside research, 46 GPUs, and the
     controller counted them held beside what it lent: at 9:00 chat was cut from 84 GPUs to 82 and none lent, where
     on a cluster research's quota of 0 would keep the pods out and 46 GPUs sit idle. They are within the lent quota:
-    its GPUs counted once, as lent."""
+    its GPUs counted once, as lent (the world runs them there, Workloads of research)."""
     serve = policy("serve", inferenceClusterQueue="research", trainingClusterQueues=[],
                    capacity={"demandPerGpu": 5.0, "gpusPerReplica": 2})
     r = Replay(tmp_path, demand_file, policy("chat", minGpus=40), serve)
-    assert "inference/serve" not in r.cluster.inference and "inference/serve" not in r.cluster.inference_queues
+    assert "inference/serve" not in r.cluster.inference_queues
+    assert r.cluster.pods_in_training == {"inference/serve": "research"}
     for minutes in (0, 5):
         state = r.step(AT_9 + pd.Timedelta(minutes=minutes))
         chat = state.policies["inference/chat"]
@@ -2382,3 +2409,33 @@ def test_a_target_an_edit_left_is_forgotten_by_the_world_as_by_the_controller_on
     state = r.step(AT_9 + pd.Timedelta(minutes=15))
     assert r.cluster.inference["inference/other"].ref == other and state.policies["inference/other"].reserved_gpus > 0
     assert_the_world_holds_what_the_controller_counts(r, state)
+
+
+@pytest.mark.parametrize("target", ["Deployment", "HorizontalPodAutoscaler"])
+def test_a_refused_policy_s_pods_in_an_accepted_policy_s_training_queue_run_there_and_training_gives_back_what_is_over(
+        demand_file, tmp_path, target):
+    """"serve" names research, chat's training queue, as its inferenceClusterQueue (refused for it). On Kubernetes its
+    Deployment's pods are Workloads Kueue admits into research: the controller counts them as inference holding what is
+    lent there, never a victim, and the training beside them gives back what is over (tests/test_refused_pods_real.py).
+    The world gave serve no workload at all: no GPU of its held, no Workload of its in research, so as chat's morning
+    ramp took back what it lent, training kept the GPUs serve's pods hold on a cluster (at 9:15, 40 GPUs of training
+    in research against 32 beside 12 GPUs of serve's pods). The world runs serve's replicas (at the demand its spec
+    says; an HPA's as it scales itself) as Workloads of research, each of its Deployment, admitted into research's quota
+    as Kueue admits them, and training there holds what the pods leave of what chat lends."""
+    serve = policy("serve", inferenceClusterQueue="research", trainingClusterQueues=[],
+                   capacity={"demandPerGpu": 20.0, "gpusPerReplica": 2}, target={"kind": target, "name": "serve"})
+    r = Replay(tmp_path, demand_file, policy("chat", minGpus=40), serve)
+    r.step(MONDAY_6AM)
+    r.fill_training()  # a night of lending: training holds every GPU left
+    for minutes in range(15, 200, 15):  # the morning ramp, to 9:15: chat takes back what it lent
+        state = r.step(MONDAY_6AM + pd.Timedelta(minutes=minutes))
+        assert not state.policies["inference/serve"].valid and not any(state.reconcile_errors_total.values())
+        pods = [w for w in r.cluster.workloads() if w.deployment == "serve"]
+        held = sum(w.gpus for w in pods if w.running)
+        assert held > 0 and {(w.namespace, w.cluster_queue) for w in pods} == {("inference", "research")}, pods
+        chat = state.policies["inference/chat"]
+        assert r.cluster.inference_gpus == r.cluster.inference["inference/chat"].held_replicas * 2 + held
+        assert chat.reserved_gpus + state.slack_gpus == 128, (chat.reserved_gpus, state.slack_gpus)
+    assert state.preemptions_total.get("planned", 0) > 0
+    # what was preempted by 9:00 has stopped (within a minute): research holds what is lent, the pods within it
+    assert held + r.cluster.training_gpus <= state.slack_gpus, (held, r.cluster.training_gpus, state.slack_gpus)
