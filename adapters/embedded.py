@@ -331,7 +331,7 @@ class EmbeddedCluster:
             queue = h.spec.inference_cluster_queue
             runs = not own and h.ref.kind != "ClusterQueue" and h.ref not in targets and queue in lent_into
             pods_queues.append(queue if runs else None)
-            targets |= {h.ref} if runs else set()  # the oldest policy naming a target runs its pods
+            targets.add(h.ref)  # the oldest refused policy naming a target says where its pods run, as the controller
         roles = Claims()  # each ClusterQueue's role, as the policies held so far hold it (its `role`)
         for h, own, pods_queue in zip(kept + refused, [True] * len(kept) + owns, [None] * len(kept) + pods_queues):
             self._hold(h, own, roles, inference_named, pods_queue)

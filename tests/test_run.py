@@ -214,6 +214,8 @@ BROKEN = {None: {}, "typo": {"targetQuantlie": 0.5}, "unread": {"target": {"kind
 @example([(None, "q0", []), ("q1", "d0", [])], ["typo"])  # a refused ClusterQueue target, and a policy applied after
 @example([(None, "q0", []), ("q0", "d0", [])], ["typo", "typo"])  # the refused p1's pods run in p0's queue target
 @example([(None, "q0", []), ("q0", "d0", [])], [])  # ...p0 accepted, p1 refused for it
+@example([("q0", "q0", ["q1"]), ("q0", "d0", []), ("q1", "d0", [])], [])  # the refused p1's pods, in p0's queue target,
+# are d0's: the newer p2 naming p0's training queue runs none there
 @given(st.lists(st.tuples(st.sampled_from(QUEUES + (None,)), st.sampled_from(["d0", "d1", "q0", "q1"]),
                           st.lists(st.sampled_from(QUEUES), max_size=2, unique=True)), max_size=5),
        st.lists(st.sampled_from(list(BROKEN)), max_size=5))
