@@ -22,7 +22,7 @@ from core.errors import BadRequest
 from core.settings import SERIES_NAME_PATTERN
 from forecast.clock import local_hours
 from forecast.global_model import GlobalPool, GlobalSettings
-from forecast.history import HistoryError
+from forecast.history import HistoryError, no_history_file
 from training.pipeline import (
     FailedAfterPromoting,
     StoppedAfterPromoting,
@@ -77,8 +77,8 @@ def cmd_train(cfg, args) -> int:
 
     def from_file(path, field: str):
         # The configured cleaning, applied to this file instead of history.file.
-        if not Path(path).exists():  # named by the field that gave it, not as history.file
-            raise BadRequest(f"{field} {path}: no such file")
+        if why := no_history_file(Path(path)):  # named by the field that gave it, not as history.file
+            raise BadRequest(f"{field} {path}: {why}")
         one = cfg.model_copy(update={"history": h.model_copy(update={"file": Path(path), "prometheus": None})})
         return lambda: on_the_clock(one)
 

@@ -455,6 +455,31 @@ def test_a_missing_input_file_is_a_usage_error_naming_its_field(tmp_path, capsys
     assert status == 2 and message.format(**fill) in err, err
 
 
+@pytest.mark.parametrize("argv, message", [
+    *[([command, "{dir}"], "history.file {dir}: is a directory, not a history file (the ")
+      for command in ("forecast", "backtest", "simulate", "tune", "report")],
+    (["train", "--history", "{dir}"], "--history {dir}: is a directory, not a history file"),
+    *[([command, "--policy-file", "{policy}", "--history", "{dir}"], "--history {dir}: is a directory, not a history "
+       "file") for command in ("run", "plan")],
+    # the other input files, refused so already
+    (["simulate", "{demand}", "--days", "1", "--jobs", "{dir}"], "--jobs (simulate.jobs) {dir}: cannot read it: Is a "
+     "directory"),
+    (["simulate", "{demand}", "--days", "1", "--policy-file", "{dir}"], "invalid configuration ({dir}):\n  cannot "
+     "read file: Is a directory"),
+    (["run", "--policy-file", "{dir}", "--history", "{demand}"], "invalid configuration ({dir}):\n  cannot read file"),
+    (["forecast", "{demand}", "--config", "{dir}"], "invalid configuration ({dir}):\n  cannot read file: Is a "
+     "directory"),
+])
+def test_a_directory_given_as_an_input_file_is_a_usage_error_as_a_missing_file_is(tmp_path, capsys, argv, message):
+    """`headroom forecast DIR` exited 1 (the work failed: "is a directory, not a history file") where a missing file
+    exits 2, the status README gives a bad input file; so did train, run and plan given a directory as --history."""
+    write_csv(synthetic_demand(days=3), tmp_path / "d.csv")
+    (tmp_path / "dir").mkdir()
+    fill = {"dir": tmp_path / "dir", "policy": _policy_file(tmp_path / "p.yaml"), "demand": tmp_path / "d.csv"}
+    status, err = exits([a.format(**fill) for a in argv], capsys)
+    assert status == 2 and message.format(**fill) in err, err
+
+
 @pytest.mark.parametrize("argv, said", [
     (["forecast", "{csv}", "--config", "{csv}"],
      "(top level): must be a mapping of sections (a CSV, a history? --config takes the YAML configuration, e.g. "
@@ -1184,6 +1209,11 @@ def test_a_policy_history_file_that_does_not_exist_is_a_configuration_error(exam
     examples.write_text(yaml.safe_dump(config))
     status, err = exits([*command, "--config", examples, "--now", "2026-02-11T08:00:00Z"], capsys)
     assert status == 2 and "  run.policies.0.history_file: " in err, err
+    (examples.parent / "folder").mkdir()  # a directory is no file either: it exited 1, the policy's data unusable
+    config["run"]["policies"] = [{**chat, "history_file": "folder"}]
+    examples.write_text(yaml.safe_dump(config))
+    status, err = exits([*command, "--config", examples, "--now", "2026-02-11T08:00:00Z"], capsys)
+    assert status == 2 and f"  run.policies.0.history_file: {examples.parent / 'folder'}: is a directory" in err, err
 
 
 def test_run_once_decides_where_and_as_plan_does(examples, capsys):
