@@ -177,7 +177,7 @@ class Parser(argparse.ArgumentParser):
     (argparse leaves it to the top parser, whose usage names no flag of the command)."""
 
     def __init__(self, *args, **kwargs):
-        super().__init__(*args, allow_abbrev=False, **kwargs)
+        super().__init__(*args, **{**kwargs, "allow_abbrev": False})
 
     def parse_known_args(self, args=None, namespace=None):
         parsed, unknown = super().parse_known_args(args, namespace)
