@@ -82,7 +82,7 @@ def with_policy_files(r: RunConfig, files: list[str] | None, history: str | None
 
     for i, p in enumerate(r.policies):  # named in the configuration, absent at start: a configuration error (one
         if why := no_history_file(p.history_file):  # that goes, or cannot be read, later is that policy's fault alone)
-            raise ConfigError(None, [f"run.policies.{i}.history_file: {p.history_file}: {why} (policy "
+            raise ConfigError(None, [f"run.policies[{i}].history_file: {p.history_file}: {why} (policy "
                                      f"{p.namespace}/{p.name})"])
     if not files:
         if history:

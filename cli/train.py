@@ -93,7 +93,7 @@ def cmd_train(cfg, args) -> int:
             raise BadRequest(f"--name {args.name}: training.series names each series it trains; --name names the one "
                              "of --history FILE (or of history.file / history.prometheus without training.series)")
         for k, s in enumerate(t.series):
-            jobs.append((s.name, str(s.file), from_file(s.file, f"training.series.{k}.file")))
+            jobs.append((s.name, str(s.file), from_file(s.file, f"training.series[{k}].file")))
         listed = True  # one result per entry, a list however many: a script's parsing does not turn on the count
     elif h.file is None and h.prometheus is None:
         raise BadRequest("no history: give --history FILE (with --name), or training.series, history.file or "
