@@ -11,6 +11,7 @@ each window's hours before the origin, as forecast_bench does), the peers' read 
 """
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -162,7 +163,11 @@ def markdown(table: pd.DataFrame, days: pd.DataFrame) -> str:
     return "\n".join(lines + days_markdown(days)) + "\n"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
+    # no options, but --help says what the script writes before it is run, and an unknown flag is refused: without a
+    # parser `--help` ran it, rewriting the doc and the results
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                            allow_abbrev=False).parse_args(argv)
     peers = json.loads((RESULTS / "peers.json").read_text())
     forecast = json.loads((RESULTS / "forecast.json").read_text())
     table, days = rows(peers, forecast), by_days(peers)
@@ -171,7 +176,8 @@ def main() -> None:
          "by_days": days.to_dict(orient="records")}, indent=1))
     (REPO / "docs" / "bench-interval-peers.md").write_text(markdown(table, days))
     print(markdown(table, days))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

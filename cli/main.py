@@ -7,6 +7,7 @@ request was invalid (bad flag, bad configuration); nothing is half-done on 2. 14
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import signal
 import sys
@@ -169,8 +170,28 @@ def _timezone_arg(p: argparse.ArgumentParser) -> None:
                                       "e.g. Europe/Berlin (forecast.timezone, default UTC)")
 
 
+class Parser(argparse.ArgumentParser):
+    """The command's parser and each subcommand's (add_subparsers makes them of its own class). A flag is given
+    whole: an abbreviation is refused, as a flag added later would silently change what an old script means. An
+    unknown flag is refused by the subcommand it follows, with that command's usage and the flag it is closest to
+    (argparse leaves it to the top parser, whose usage names no flag of the command)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **{**kwargs, "allow_abbrev": False})
+
+    def parse_known_args(self, args=None, namespace=None):
+        parsed, unknown = super().parse_known_args(args, namespace)
+        if unknown:
+            flags = [f for a in self._actions for f in a.option_strings]
+            given = [a.split("=", 1)[0] for a in unknown if a.startswith("-")]  # --flag=value: the flag
+            near = {g: difflib.get_close_matches(g, flags, n=1) for g in given}
+            self.error(f"unrecognized arguments: {' '.join(unknown)}" +
+                       "".join(f" ({g}: did you mean {close[0]}?)" for g, close in near.items() if close))
+        return parsed, unknown
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="headroom", description="Forecasting-driven GPU autoscaling: reserve "
+    parser = Parser(prog="headroom", description="Forecasting-driven GPU autoscaling: reserve "
                                      "inference ahead of demand, lend the slack to training, always able to take it "
                                      "back.")
     parser.add_argument("--config", help="YAML configuration file (flags override it)")

@@ -78,9 +78,11 @@ def _positive_int(text: str) -> int:
 
 def with_policy_files(r: RunConfig, files: list[str] | None, history: str | None) -> RunConfig:
     """run.policies plus the policies of --policy-file, whose demand is --history."""
+    from forecast.history import no_history_file
+
     for i, p in enumerate(r.policies):  # named in the configuration, absent at start: a configuration error (one
-        if not p.history_file.exists():  # that goes, or cannot be read, later is that policy's fault alone)
-            raise ConfigError(None, [f"run.policies.{i}.history_file: {p.history_file}: no such file (policy "
+        if why := no_history_file(p.history_file):  # that goes, or cannot be read, later is that policy's fault alone)
+            raise ConfigError(None, [f"run.policies[{i}].history_file: {p.history_file}: {why} (policy "
                                      f"{p.namespace}/{p.name})"])
     if not files:
         if history:
@@ -90,8 +92,8 @@ def with_policy_files(r: RunConfig, files: list[str] | None, history: str | None
 
     if not history:
         raise BadRequest("--policy-file needs --history DEMAND: the embedded cluster replays its demand from a file")
-    if not Path(history).exists():  # a usage error: the flag names nothing (a policy's own history is its fault)
-        raise BadRequest(f"--history {history}: no such file")
+    if why := no_history_file(Path(history)):  # a usage error (a policy's own history failing later is its fault)
+        raise BadRequest(f"--history {history}: {why}")
     if "" in files:  # it read as the working directory: "invalid configuration (): cannot read file: Is a directory"
         raise BadRequest("--policy-file: an empty path; name a ReservationPolicy manifest")
     for file in files:  # "invalid configuration (P.yaml): cannot read file: No such file or directory" named no flag

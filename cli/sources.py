@@ -11,7 +11,7 @@ from core.errors import BadRequest
 def source(cfg: Config, now: datetime, argument: str):
     """Where the configured history comes from: a file, or Prometheus over its lookback up to `end` (or now), in
     whole hours. `argument` is the command's positional argument that gives the file, as its usage names it."""
-    from forecast.history import FileSource
+    from forecast.history import FileSource, no_history_file
 
     h = cfg.history
     if h.prometheus is not None:
@@ -27,9 +27,8 @@ def source(cfg: Config, now: datetime, argument: str):
         return PrometheusSource(h.prometheus, h.prometheus.query, (end - duration(h.prometheus.lookback)).ceil("h"),
                                 end)
     if h.file is not None:
-        if not h.file.exists():  # a usage error, as a missing --jobs file is: nothing to read, nothing done
-            raise BadRequest(f"history.file {h.file}: no such file (the {argument} argument, or history.file in "
-                             "--config)")
+        if why := no_history_file(h.file):  # a usage error, as a missing --jobs file is: nothing to read, nothing done
+            raise BadRequest(f"history.file {h.file}: {why} (the {argument} argument, or history.file in --config)")
         return FileSource(h.file)
     raise BadRequest(f"no history: give a {argument} file, or history.file / history.prometheus in --config")
 

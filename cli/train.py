@@ -22,7 +22,7 @@ from core.errors import BadRequest
 from core.settings import SERIES_NAME_PATTERN
 from forecast.clock import local_hours
 from forecast.global_model import GlobalPool, GlobalSettings
-from forecast.history import HistoryError
+from forecast.history import HistoryError, no_history_file
 from training.pipeline import (
     FailedAfterPromoting,
     StoppedAfterPromoting,
@@ -77,8 +77,8 @@ def cmd_train(cfg, args) -> int:
 
     def from_file(path, field: str):
         # The configured cleaning, applied to this file instead of history.file.
-        if not Path(path).exists():  # named by the field that gave it, not as history.file
-            raise BadRequest(f"{field} {path}: no such file")
+        if why := no_history_file(Path(path)):  # named by the field that gave it, not as history.file
+            raise BadRequest(f"{field} {path}: {why}")
         one = cfg.model_copy(update={"history": h.model_copy(update={"file": Path(path), "prometheus": None})})
         return lambda: on_the_clock(one)
 
@@ -93,7 +93,7 @@ def cmd_train(cfg, args) -> int:
             raise BadRequest(f"--name {args.name}: training.series names each series it trains; --name names the one "
                              "of --history FILE (or of history.file / history.prometheus without training.series)")
         for k, s in enumerate(t.series):
-            jobs.append((s.name, str(s.file), from_file(s.file, f"training.series.{k}.file")))
+            jobs.append((s.name, str(s.file), from_file(s.file, f"training.series[{k}].file")))
         listed = True  # one result per entry, a list however many: a script's parsing does not turn on the count
     elif h.file is None and h.prometheus is None:
         raise BadRequest("no history: give --history FILE (with --name), or training.series, history.file or "

@@ -6,6 +6,7 @@ that cannot be used).
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 
@@ -29,6 +30,12 @@ class ConfigError(BadRequest, ValueError):
         self.source, self.errors = source, errors
         super().__init__(f"invalid configuration ({source or 'the configuration'}):\n" +
                          "\n".join(f"  {e}" for e in errors))
+
+
+def field_path(parts: Iterable[str | int]) -> str:
+    """A field's path as every error names it: `run.policies[0].history_file`, `spec.trainingClusterQueues[1]` (a
+    list's item by its index in brackets, as the docs and the controller's conditions write it)."""
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts).removeprefix(".") or "(top level)"
 
 
 class ClusterError(HeadroomError):

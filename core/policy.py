@@ -17,11 +17,21 @@ from typing import Annotated, Any, Literal, get_args
 
 import yaml
 from pandas.errors import OutOfBoundsTimedelta
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from core.crosschecks import CrossCheck, CrossChecked, FieldErrors
-from core.errors import ConfigError
+from core.errors import ConfigError, field_path
 from core.objects import TargetRef
 from core.textfile import TooLong, read_text
 from core.units import UTC, check_statistic, check_timezone, duration, seconds, whole_replicas
@@ -30,6 +40,12 @@ from core.yamlfile import documents as yaml_documents
 
 API_VERSION, KIND = "headroom.dev/v1alpha1", "ReservationPolicy"
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"  # a policy's name and namespace, as Kubernetes takes them (DNS label)
+# the name of a Deployment, an HPA or a ClusterQueue, as the API server takes it: a DNS-1123 subdomain of at most
+# OBJECT_NAME_LENGTH characters (the CRD's pattern and maxLength; a name it could not hold would be QueueMissing or
+# TargetMissing on a cluster, while the what-if ran it)
+OBJECT_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+OBJECT_NAME_LENGTH = 253
+NAMESPACE_LENGTH = 63
 # what the CRD's schema takes (deploy/crds, tests/test_sameness_real.py holds the two alike): a spec headroom runs is
 # one `kubectl apply` takes: Go durations (no d or w, which a configuration's Prometheus durations take); the
 # statistics' pattern is core.units'.
@@ -49,6 +65,17 @@ def _unit_given(value: Any) -> Any:
     if isinstance(value, int | float) and not isinstance(value, bool):
         raise ValueError(f"{value!r} has no unit: write a duration with one, e.g. 90s, 15m or 1h30m")
     return value
+
+
+def object_name(value: str, kind: str) -> str:
+    """`value` if it is a name the API server takes for a `kind` object, else a ValueError saying what one is."""
+    if len(value) > OBJECT_NAME_LENGTH or not re.fullmatch(OBJECT_NAME_PATTERN, value):
+        raise ValueError(f"{value!r} is not a {kind} name (a DNS-1123 subdomain: at most {OBJECT_NAME_LENGTH} "
+                         "lowercase letters, digits, '-' and '.', starting and ending with a letter or digit)")
+    return value
+
+
+ClusterQueueName = Annotated[str, AfterValidator(lambda value: object_name(value, "ClusterQueue"))]
 
 
 # a duration as the CRD and Prometheus write it, text with its unit (checked by the field's own validator)
@@ -83,9 +110,22 @@ class CapacitySpec(Camel):
 
 class TargetSpec(Camel):
     kind: Literal["Deployment", "HorizontalPodAutoscaler", "ClusterQueue"]
-    name: str = Field(min_length=1, max_length=253)
-    namespace: str | None = Field(None, min_length=1, max_length=63,
+    name: str = Field(min_length=1, max_length=OBJECT_NAME_LENGTH)
+    namespace: str | None = Field(None, min_length=1, max_length=NAMESPACE_LENGTH,
                                   description="Namespace of a Deployment/HPA target (default the policy's).")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str, info: ValidationInfo) -> str:
+        return object_name(value, info.data.get("kind", "Kubernetes object"))  # no kind: its own error is said
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(NAME_PATTERN, value):
+            raise ValueError(f"{value!r} is not a namespace (a DNS-1123 label: lowercase letters, digits and '-', "
+                             "starting and ending with a letter or digit)")
+        return value
 
     def ref(self, policy_namespace: str) -> TargetRef:
         """The object acted on: a ClusterQueue has no namespace; a Deployment or HPA defaults to the policy's."""
@@ -136,11 +176,13 @@ class PolicySpec(Camel, CrossChecked):
     reclaim_deadline: DurationText = Field("5m", description="How fast lent GPUs must come back from training (Go "
                                                              "duration).")
     target: TargetSpec
-    inference_cluster_queue: str | None = Field(None, min_length=1, description="Kueue ClusterQueue of the inference "
-                                                "pods, whose GPU quota follows the reservation.")
-    training_cluster_queues: list[str] = Field(default_factory=list, max_length=64, description="Kueue ClusterQueues "
-                                               "whose GPU nominalQuota headroom sets to their share of the slack; "
-                                               "their Workloads are evicted to take it back.")
+    inference_cluster_queue: ClusterQueueName | None = Field(
+        None, min_length=1, max_length=OBJECT_NAME_LENGTH,
+        description="Kueue ClusterQueue of the inference pods, whose GPU quota follows the reservation.")
+    training_cluster_queues: list[ClusterQueueName] = Field(
+        default_factory=list, max_length=64, description="Kueue ClusterQueues whose GPU nominalQuota headroom sets to "
+                                                         "their share of the slack; their Workloads are evicted to "
+                                                         "take it back.")
     mode: Literal["forecast-only", "active"] = "forecast-only"
     objective: ObjectiveSpec = ObjectiveSpec()
 
@@ -162,8 +204,6 @@ class PolicySpec(Camel, CrossChecked):
     @field_validator("training_cluster_queues")
     @classmethod
     def _queue_names(cls, value: list[str]) -> list[str]:
-        if any(not q for q in value):
-            raise ValueError("queue names cannot be empty")
         if len(set(value)) != len(value):
             raise ValueError("each training ClusterQueue once")
         return value
@@ -271,11 +311,10 @@ def field_errors(exc: ValidationError, model: type[BaseModel], prefix: str = "")
     fields there are: pydantic's own words, 'Extra inputs are not permitted', say neither."""
     out = []
     for e in exc.errors():
-        at = [str(p) for p in (prefix.split(".") if prefix else []) + list(e["loc"])]
-        path = ".".join(at) or "(top level)"
+        at = [*(prefix.split(".") if prefix else []), *e["loc"]]
+        path = field_path(at)
         if isinstance(checked := (e.get("ctx") or {}).get("error"), FieldErrors):  # each at its field's path
-            out += [f"{'.'.join([*at, *([field] if field else [])]) or '(top level)'}: {message}"
-                    for field, message in checked.errors]
+            out += [f"{field_path([*at, *([field] if field else [])])}: {message}" for field, message in checked.errors]
         elif e["type"] == "extra_forbidden":
             out.append(f"{path}: {_not_a_field(str(e['loc'][-1]), _model_at(model, e['loc'][:-1]))}")
         else:

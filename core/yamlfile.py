@@ -6,6 +6,8 @@ from typing import Any
 
 import yaml
 
+from core.errors import field_path
+
 
 class RepeatedKeys(ValueError):
     """Keys given twice in one mapping; `errors` lists 'field.path: message' lines."""
@@ -199,7 +201,7 @@ def documents(text: str, loader: type[yaml.SafeLoader] = yaml.SafeLoader, name: 
         while reader.check_node():
             nodes.append(reader.get_node())  # type: ignore[arg-type]  # not None after check_node
         repeated = [f"document {i + 1}: {line}" if len(nodes) > 1 else line
-                    for i, node in enumerate(nodes) for line in _repeated_keys(node, "", set())]
+                    for i, node in enumerate(nodes) for line in _repeated_keys(node, (), set())]
         if repeated:
             raise RepeatedKeys(repeated)
         return [reader.construct_document(node) for node in nodes]
@@ -209,7 +211,7 @@ def documents(text: str, loader: type[yaml.SafeLoader] = yaml.SafeLoader, name: 
         reader.dispose()
 
 
-def _repeated_keys(node: yaml.Node, path: str, seen: set[int]) -> list[str]:
+def _repeated_keys(node: yaml.Node, path: tuple[str | int, ...], seen: set[int]) -> list[str]:
     if id(node) in seen:  # an alias: its node was checked where it was defined
         return []
     seen.add(id(node))
@@ -221,15 +223,16 @@ def _repeated_keys(node: yaml.Node, path: str, seen: set[int]) -> list[str]:
                 out += _repeated_keys(value, path, seen)
                 continue
             name = key.value if isinstance(key, yaml.ScalarNode) else f"(key at line {key.start_mark.line + 1})"
-            here, line = f"{path}.{name}" if path else str(name), key.start_mark.line + 1
+            here, line = (*path, str(name)), key.start_mark.line + 1
             if (key.tag, name) in first_line:
-                out.append(f"{here}: given twice (lines {first_line[key.tag, name]} and {line}); give it once")
+                out.append(f"{field_path(here)}: given twice (lines {first_line[key.tag, name]} and {line}); give it "
+                           "once")
             else:
                 first_line[key.tag, name] = line
             out += _repeated_keys(value, here, seen)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            out += _repeated_keys(item, f"{path}.{i}" if path else str(i), seen)
+            out += _repeated_keys(item, (*path, i), seen)
     return out
 
 

@@ -405,6 +405,16 @@ def _read_parquet(path: Path) -> pd.Series:
     return series
 
 
+def no_history_file(path: Path) -> str | None:
+    """Why `path` names no file a history could be read from, or None. Where a flag or a configuration field gave
+    it, a usage error (exit 2), a missing file's and a directory's alike."""
+    if path.is_dir():
+        return "is a directory, not a history file"
+    if not path.exists():  # a pipe (bash's <(...), /dev/stdin) is no regular file, but a CSV streams from it
+        return "no such file"
+    return None
+
+
 def load_history(path: str | Path) -> pd.Series:
     """Read `timestamp,value` samples from CSV or Parquet, in file order.
 
@@ -412,10 +422,8 @@ def load_history(path: str | Path) -> pd.Series:
     (CSV) or row (Parquet). `series.attrs["timestamps"]` says how the timestamps were read (epoch unit guessed by
     magnitude, or ISO-8601)."""
     path = Path(path)
-    if path.is_dir():
-        raise HistoryError(f"{path}: is a directory, not a history file")
-    if not path.exists():  # a pipe (bash's <(...), /dev/stdin) is no regular file, but a CSV streams from it
-        raise HistoryError(f"{path}: no such file")
+    if why := no_history_file(path):
+        raise HistoryError(f"{path}: {why}")
     series = _read_parquet(path) if path.suffix.lower() in {".parquet", ".pq"} else _read_csv(path)
     series.attrs["source"] = str(path)  # prepare's errors name the file too
     return series

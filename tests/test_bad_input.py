@@ -455,6 +455,31 @@ def test_a_missing_input_file_is_a_usage_error_naming_its_field(tmp_path, capsys
     assert status == 2 and message.format(**fill) in err, err
 
 
+@pytest.mark.parametrize("argv, message", [
+    *[([command, "{dir}"], "history.file {dir}: is a directory, not a history file (the ")
+      for command in ("forecast", "backtest", "simulate", "tune", "report")],
+    (["train", "--history", "{dir}"], "--history {dir}: is a directory, not a history file"),
+    *[([command, "--policy-file", "{policy}", "--history", "{dir}"], "--history {dir}: is a directory, not a history "
+       "file") for command in ("run", "plan")],
+    # the other input files, refused so already
+    (["simulate", "{demand}", "--days", "1", "--jobs", "{dir}"], "--jobs (simulate.jobs) {dir}: cannot read it: Is a "
+     "directory"),
+    (["simulate", "{demand}", "--days", "1", "--policy-file", "{dir}"], "invalid configuration ({dir}):\n  cannot "
+     "read file: Is a directory"),
+    (["run", "--policy-file", "{dir}", "--history", "{demand}"], "invalid configuration ({dir}):\n  cannot read file"),
+    (["forecast", "{demand}", "--config", "{dir}"], "invalid configuration ({dir}):\n  cannot read file: Is a "
+     "directory"),
+])
+def test_a_directory_given_as_an_input_file_is_a_usage_error_as_a_missing_file_is(tmp_path, capsys, argv, message):
+    """`headroom forecast DIR` exited 1 (the work failed: "is a directory, not a history file") where a missing file
+    exits 2, the status README gives a bad input file; so did train, run and plan given a directory as --history."""
+    write_csv(synthetic_demand(days=3), tmp_path / "d.csv")
+    (tmp_path / "dir").mkdir()
+    fill = {"dir": tmp_path / "dir", "policy": _policy_file(tmp_path / "p.yaml"), "demand": tmp_path / "d.csv"}
+    status, err = exits([a.format(**fill) for a in argv], capsys)
+    assert status == 2 and message.format(**fill) in err, err
+
+
 @pytest.mark.parametrize("argv, said", [
     (["forecast", "{csv}", "--config", "{csv}"],
      "(top level): must be a mapping of sections (a CSV, a history? --config takes the YAML configuration, e.g. "
@@ -912,8 +937,8 @@ def test_the_tune_section_is_validated_and_every_error_listed(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_config(path)
     paths = {line.split(":")[0] for line in err.value.errors}
-    assert {"tune.target_quantiles.1", "tune.lead_times", "tune.margins_gpus.0", "tune.warm_buffers.0",
-            "tune.forecasters.0", "tune.scale_in_delays", "tune.max_shortage", "run.metrics_address"} <= paths, paths
+    assert {"tune.target_quantiles[1]", "tune.lead_times", "tune.margins_gpus[0]", "tune.warm_buffers[0]",
+            "tune.forecasters[0]", "tune.scale_in_delays", "tune.max_shortage", "run.metrics_address"} <= paths, paths
 
 
 def test_cross_field_checks_are_listed_alongside_field_errors(tmp_path):
@@ -1178,12 +1203,17 @@ def test_a_policy_history_file_that_does_not_exist_is_a_configuration_error(exam
     examples.write_text(yaml.safe_dump(config))
     status, err = exits([*command, "--config", examples, "--now", "2026-02-11T08:00:00Z"], capsys)
     assert status == 2, err
-    assert f"invalid configuration ({examples}):\n  run.policies.1.history_file: {examples.parent / 'missing.csv'}: " \
+    assert f"invalid configuration ({examples}):\n  run.policies[1].history_file: {examples.parent / 'missing.csv'}: " \
         "no such file" in err, err
     config["run"]["policies"] = [{**chat, "history_file": "missing.csv"}]  # the only one: not exit 1 either
     examples.write_text(yaml.safe_dump(config))
     status, err = exits([*command, "--config", examples, "--now", "2026-02-11T08:00:00Z"], capsys)
-    assert status == 2 and "  run.policies.0.history_file: " in err, err
+    assert status == 2 and "  run.policies[0].history_file: " in err, err
+    (examples.parent / "folder").mkdir()  # a directory is no file either: it exited 1, the policy's data unusable
+    config["run"]["policies"] = [{**chat, "history_file": "folder"}]
+    examples.write_text(yaml.safe_dump(config))
+    status, err = exits([*command, "--config", examples, "--now", "2026-02-11T08:00:00Z"], capsys)
+    assert status == 2 and f"  run.policies[0].history_file: {examples.parent / 'folder'}: is a directory" in err, err
 
 
 def test_run_once_decides_where_and_as_plan_does(examples, capsys):
@@ -1461,3 +1491,65 @@ def test_a_device_given_as_an_input_file_is_refused_not_read_forever(flag, what,
                            "/dev/zero"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "/dev/zero" in done.stderr and what in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+
+
+# ---------------------------------------------------------------------------- names of the objects a policy acts on
+def _kubernetes_takes(name: str) -> bool:
+    """A DNS-1123 subdomain, as Kubernetes names a Deployment, an HPA or a ClusterQueue: at most 253 characters, labels
+    joined by '.', each of lowercase letters, digits and '-', starting and ending with a letter or digit."""
+    ends = set("abcdefghijklmnopqrstuvwxyz0123456789")
+    return 0 < len(name) <= 253 and all(label and label[0] in ends and label[-1] in ends and set(label) <= ends | {"-"}
+                                        for label in name.split("."))
+
+
+# never "training", the queue beside them (a repeated one has its own error)
+NAMES = st.one_of(st.text(st.sampled_from("ab09-._Z /ä\n"), max_size=8), st.integers(250, 256).map(lambda n: "a" * n))
+SPEC = {"query": "up", "capacity": {"demandPerGpu": 10}, "mode": "active"}
+
+
+@settings(max_examples=300, deadline=None)
+@given(name=NAMES, field=st.sampled_from(["inferenceClusterQueue", "trainingClusterQueues", "Deployment",
+                                          "HorizontalPodAutoscaler", "ClusterQueue"]))
+def test_a_name_kubernetes_cannot_hold_is_refused_naming_its_field(name, field):
+    """`trainingClusterQueues: [training, Bad_Q]` simulated fine (exit 0) while on a cluster it could only be
+    QueueMissing: a ClusterQueue's, a Deployment's and an HPA's name is a DNS-1123 subdomain, checked in the spec as
+    the CRD's pattern checks it, the error at the field's path."""
+    from core.policy import parse_policy_spec
+
+    spec = {**SPEC, "target": {"kind": "Deployment", "name": "chat"}, "trainingClusterQueues": ["training"]}
+    if field == "inferenceClusterQueue":
+        spec[field], path = name, "spec.inferenceClusterQueue"
+    elif field == "trainingClusterQueues":
+        spec[field], path = ["training", name], "spec.trainingClusterQueues[1]"
+    else:
+        spec["target"], path = {"kind": field, "name": name}, "spec.target.name"
+    try:
+        parse_policy_spec(spec, "p.yaml")
+    except ConfigError as exc:
+        assert not _kubernetes_takes(name) and [e.partition(": ")[0] for e in exc.errors] == [path], exc.errors
+    else:
+        assert _kubernetes_takes(name), f"{name!r} taken as {field}"
+
+
+def test_the_what_if_refuses_a_clusterqueue_name_a_cluster_cannot_hold(demand, tmp_path, capsys):
+    path = _policy_file(tmp_path / "p.yaml", trainingClusterQueues=["training", "Bad_Q"])
+    status, err = exits(["simulate", demand, "--days", "1", "--policy-file", path, "--json"], capsys)
+    assert status == 2 and "spec.trainingClusterQueues[1]: 'Bad_Q' is not a ClusterQueue name (a DNS-1123 " \
+        "subdomain: at most 253 lowercase letters, digits, '-' and '.', starting and ending with a letter or digit)" \
+        in err, err
+
+
+def test_a_stored_policy_naming_a_bad_clusterqueue_is_invalid_spec():
+    """An object stored before the CRD had the names' pattern: the controller refuses it as InvalidSpec, naming the
+    field, as any spec error; the policy beside it goes on."""
+    from controller.reconcile import identified, parse_policies
+
+    def stored(name: str, **spec) -> dict:
+        return {"metadata": {"name": name, "namespace": "ml", "uid": name, "generation": 1},
+                "spec": {**SPEC, "target": {"kind": "Deployment", "name": name}, **spec}}
+
+    valid, invalid = parse_policies(identified([stored("chat", trainingClusterQueues=["training", "Bad_Q"]),
+                                                stored("search", inferenceClusterQueue="search")]))
+    assert [p.ref.name for p in valid] == ["search"]
+    (message,) = invalid.values()
+    assert message.startswith("spec.trainingClusterQueues[1]: 'Bad_Q' is not a ClusterQueue name"), message

@@ -8,6 +8,8 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from cli.main import main
 from forecast.synthetic import synthetic_demand, write_csv
@@ -174,6 +176,45 @@ def test_every_command_s_help_lists_config(capsys):
             main([command, "--help"])
         assert exit_.value.code == 0
         assert "--config FILE" in capsys.readouterr().out, command
+
+
+def _refusal(argv: list[str], capsys) -> str:
+    """What the parser said refusing `argv` (exit 2)."""
+    from cli.main import build_parser
+
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(argv)
+    assert exit_.value.code == 2
+    return capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, typo, flag", [(["tune", "d.csv", "--polcy", "forecast"], "--polcy", "--policy"),
+                                              (["simulate", "--peak-gpu", "100", "d.csv"], "--peak-gpu", "--peak-gpus"),
+                                              (["forecast", "--jsn"], "--jsn", "--json"),
+                                              (["run", "--metrics-prot=9108"], "--metrics-prot", "--metrics-port")])
+def test_a_mistyped_flag_is_refused_in_its_command_s_usage_naming_the_flag_meant(argv, typo, flag, capsys):
+    """`headroom tune X --polcy forecast` printed the top-level usage (`usage: headroom [-h] [--config CONFIG]
+    COMMAND ...`), which lists no flag of tune, and no hint; `--peak-gpu 100` ran as --peak-gpus."""
+    err = _refusal(argv, capsys)
+    assert err.startswith(f"usage: headroom {argv[0]} "), err
+    assert f"unrecognized arguments: {typo}" in err and f"{typo}: did you mean {flag}?" in err, err
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_an_abbreviated_flag_is_refused(data, capsys):
+    """argparse took any unambiguous prefix of a flag (`--peak-gpu`, `--pol`): a flag added later that shares it would
+    make an old script's abbreviation ambiguous, or mean another flag. Every command refuses every abbreviation."""
+    from cli.main import build_parser
+
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    command = data.draw(st.sampled_from(sorted(commands)))
+    flags = {f for a in commands[command]._actions for f in a.option_strings if f.startswith("--")}
+    flag = data.draw(st.sampled_from(sorted(flags)))
+    given = flag[:data.draw(st.integers(3, len(flag) - 1))]
+    assume(given not in flags)
+    err = _refusal([command, f"{given}=1"], capsys)
+    assert err.startswith(f"usage: headroom {command} ") and f"unrecognized arguments: {given}=1" in err, err
 
 
 def test_run_names_what_is_missing(tmp_path, capsys):

@@ -115,7 +115,7 @@ def test_relative_paths_in_a_file_are_relative_to_the_file_and_flags_to_the_work
 @pytest.mark.parametrize("text, field", [
     ("forecast:\n  horizon: true\n", "forecast.horizon"),         # once a 1-hour forecast
     ("simulate:\n  gpus: '128'\n", "simulate.gpus"),             # a quoted number is a typo, not a number
-    ("forecast:\n  quantiles: [0.5, '0.9']\n", "forecast.quantiles.1"),
+    ("forecast:\n  quantiles: [0.5, '0.9']\n", "forecast.quantiles[1]"),
     ("training:\n  promotion_margin: true\n", "training.promotion_margin"),
 ])
 def test_a_value_of_the_wrong_type_is_refused_not_converted(tmp_path, text, field):
@@ -158,9 +158,9 @@ POLICY_ENTRY = ("run:\n  policies:\n  - name: chat\n    history_file: h.csv\n   
 @pytest.mark.parametrize("text, field, value", [
     ("history:\n  prometheus: {url: http://p:9090, query: up, lookback: 28}\n", "history.prometheus.lookback", "28"),
     ("history:\n  prometheus: {url: http://p:9090, query: up, step: 300}\n", "history.prometheus.step", "300"),
-    ("tune:\n  lead_times: [15m, 30]\n", "tune.lead_times.1", "30"),
-    (POLICY_ENTRY % "leadTime: 15", "run.policies.0.spec.leadTime", "15"),
-    (POLICY_ENTRY % "reclaimDeadline: 2.5", "run.policies.0.spec.reclaimDeadline", "2.5"),
+    ("tune:\n  lead_times: [15m, 30]\n", "tune.lead_times[1]", "30"),
+    (POLICY_ENTRY % "leadTime: 15", "run.policies[0].spec.leadTime", "15"),
+    (POLICY_ENTRY % "reclaimDeadline: 2.5", "run.policies[0].spec.reclaimDeadline", "2.5"),
 ])
 def test_a_duration_written_without_its_unit_is_said_to_lack_one(tmp_path, text, field, value):
     """A new user's first duration is often a bare number (`leadTime: 15`, `lookback: 28`): it was refused as "Input
@@ -392,8 +392,8 @@ def test_each_item_out_of_range_is_named_by_its_index_and_an_order_by_its_pair(t
     with pytest.raises(ConfigError) as err:
         load_config(path)
     assert [line.split(": ")[0] for line in err.value.errors] == [
-        "forecast.quantiles.1", "tune.target_quantiles", "tune.warm_buffers.1", "tune.warm_buffer_quantiles.1",
-        "tune.margins_gpus.1"]
+        "forecast.quantiles[1]", "tune.target_quantiles", "tune.warm_buffers[1]", "tune.warm_buffer_quantiles[1]",
+        "tune.margins_gpus[1]"]
     assert "tune.target_quantiles: must be strictly increasing (0.9 then 0.5)" in err.value.errors
 
 
@@ -441,7 +441,7 @@ MISSING_HISTORY = ("run:\n  policies:\n  - name: chat\n    namespace: inference\
      "spec.minGpus"),
     (["simulate", "{demand}", "--days", "1", "--policy-file", "{file}"], manifest() + "---\n" + manifest("search"),
      "{file}", "(top level)"),
-    (["run", "--once", "--config", "{file}"], MISSING_HISTORY, "{file}", "run.policies.0.history_file"),
+    (["run", "--once", "--config", "{file}"], MISSING_HISTORY, "{file}", "run.policies[0].history_file"),
 ], ids=["run-config", "train-config", "flag", "policy-file", "world", "mode", "scale", "too-big", "several",
         "history-file"])
 def test_every_configuration_error_is_said_in_one_form(argv, text, source, path, tmp_path, capsys):

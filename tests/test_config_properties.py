@@ -249,8 +249,8 @@ def test_every_mistake_is_named_by_its_path_beside_valid_keys(tmp_path_factory, 
     with pytest.raises(ConfigError) as err:
         load_config(path)
     named = {line.split(": ")[0] for line in err.value.errors}
-    for key in wrong:  # the key itself, or one of its items (forecast.quantiles.1)
-        assert any(n == key or n.startswith(key + ".") for n in named), (key, err.value.errors, text)
+    for key in wrong:  # the key itself, one of its fields or one of its items (forecast.quantiles[1])
+        assert any(n == key or n.startswith((key + ".", key + "[")) for n in named), (key, err.value.errors, text)
     assert all(line.split(": ")[0].split(".")[0] in {*Config.model_fields, *(k.split(".")[0] for k in wrong)}
                for line in err.value.errors), err.value.errors
 
@@ -314,7 +314,7 @@ def test_a_misspelt_policy_field_is_named_with_the_field_it_misspells(tmp_path_f
         {**nest_pairs(spec), typo: 1})}]}}))
     with pytest.raises(ConfigError) as err:
         load_config(config)
-    assert typo_named(err.value.errors, f"run.policies.0.spec.{typo}", right), err.value.errors
+    assert typo_named(err.value.errors, f"run.policies[0].spec.{typo}", right), err.value.errors
 
 
 def nest_pairs(tree: dict, prefix: str = "") -> dict[str, object]:

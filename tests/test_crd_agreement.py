@@ -24,7 +24,16 @@ from pydantic import BaseModel
 from controller.reconcile import identified, parse_policies
 from core.errors import ClusterError, ConfigError
 from core.objects import ObjectRef
-from core.policy import API_VERSION, DURATION_PATTERN, INT64_MAX, KIND, PolicySpec, load_manifests
+from core.policy import (
+    API_VERSION,
+    DURATION_PATTERN,
+    INT64_MAX,
+    KIND,
+    NAME_PATTERN,
+    OBJECT_NAME_PATTERN,
+    PolicySpec,
+    load_manifests,
+)
 from core.units import STATISTIC_PATTERN, TIMEZONE_PATTERN
 from core.yamlfile import KubectlLoader, documents, manifest_text
 from tests.servers import unavailable
@@ -54,8 +63,14 @@ STATISTICS = ["max", "mean", "sum", "p50", "p99.9", "p100", "p1", "p0", "p0.5", 
               "p", "p 50", "p5_0", "p1e1", "median", ""]
 TIMEZONES = ["UTC", "Europe/Berlin", "America/Argentina/Buenos_Aires", "Etc/GMT+5", "Europe/Berln", "localtime",
              "utc", "Factory", "Europe//Berlin", "/Europe/Berlin", "../etc/passwd", "Europe Berlin", ""]
-BY_PATTERN = {DURATION_PATTERN: DURATIONS, STATISTIC_PATTERN: STATISTICS, TIMEZONE_PATTERN: TIMEZONES}
-VALID_COUNT = {DURATION_PATTERN: 7, STATISTIC_PATTERN: 6, TIMEZONE_PATTERN: 4}  # the valid ones at their head
+# a Deployment's, an HPA's or a ClusterQueue's name (a DNS-1123 subdomain), and a namespace (a DNS-1123 label)
+OBJECT_NAMES = ["chat", "team-b", "a", "gpu.queue-1", "0", "a" * 253, "Bad_Q", "a_b", "-a", "a-", ".a", "a.", "a..b",
+                "a.-b", "A", "a b", "a/b", "ä", "a" * 254, ""]
+NAMESPACES = ["default", "ml-team", "a", "0a", "a" * 63, "a.b", "A", "a_b", "-a", "a-", "a" * 64, ""]
+BY_PATTERN = {DURATION_PATTERN: DURATIONS, STATISTIC_PATTERN: STATISTICS, TIMEZONE_PATTERN: TIMEZONES,
+              OBJECT_NAME_PATTERN: OBJECT_NAMES, NAME_PATTERN: NAMESPACES}
+VALID_COUNT = {DURATION_PATTERN: 7, STATISTIC_PATTERN: 6, TIMEZONE_PATTERN: 4,  # the valid ones at their head
+               OBJECT_NAME_PATTERN: 5, NAME_PATTERN: 4}
 WRONG_TYPES = [None, True, "1", 1, 0.5, [], {}]
 
 
@@ -117,7 +132,8 @@ def near_invalid(prop: dict) -> st.SearchStrategy:
             more.append(st.from_regex(prop["pattern"], fullmatch=True))
         more.append(st.text(st.characters(blacklist_categories=("Cs",)), max_size=6))
     elif kind == "array":
-        values += [[], ["train-a", "train-a"], [""], [None], [1], [f"q{i}" for i in range(prop.get("maxItems", 64))],
+        values += [[], ["train-a", "train-a"], [""], [None], [1], ["train-a", "Bad_Q"], ["a" * 254], ["a" * 253],
+                   [f"q{i}" for i in range(prop.get("maxItems", 64))],
                    [f"q{i}" for i in range(prop.get("maxItems", 64) + 1)]]
     return st.one_of(st.sampled_from(values), *more)
 

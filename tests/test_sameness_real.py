@@ -157,7 +157,7 @@ def test_the_crd_keeps_every_policy_field_and_core_policy_s_defaults(crd_dir):
 def test_the_crd_s_patterns_are_core_policy_s(crd_dir):
     """core.policy checks a duration and a statistic by the CRD's own patterns (one definition each, held alike here):
     a file `simulate` runs is one `kubectl apply` takes (tests/test_kube_real.py asks the API server itself)."""
-    from core.policy import DURATION_PATTERN
+    from core.policy import DURATION_PATTERN, NAME_PATTERN, OBJECT_NAME_PATTERN
     from core.units import STATISTIC_PATTERN, TIMEZONE_PATTERN
 
     (crd,) = [d for d in crd_documents(crd_dir) if d["spec"]["names"]["kind"] == KIND]
@@ -165,3 +165,7 @@ def test_the_crd_s_patterns_are_core_policy_s(crd_dir):
     assert {k: spec[k]["pattern"] for k in ("leadTime", "scaleInDelay", "reclaimDeadline", "statistic", "timezone")} \
         == {"leadTime": DURATION_PATTERN, "scaleInDelay": DURATION_PATTERN, "reclaimDeadline": DURATION_PATTERN,
             "statistic": STATISTIC_PATTERN, "timezone": TIMEZONE_PATTERN}
+    # the names of the objects a policy acts on (the API server's own rules for them)
+    target = spec["target"]["properties"]
+    assert [spec["inferenceClusterQueue"]["pattern"], spec["trainingClusterQueues"]["items"]["pattern"],
+            target["name"]["pattern"], target["namespace"]["pattern"]] == [OBJECT_NAME_PATTERN] * 3 + [NAME_PATTERN]

@@ -31,7 +31,7 @@ def test_any_key_written_twice_is_named_with_its_path(mapping, data):
 def test_paths_through_lists_documents_and_the_lines_of_both():
     with pytest.raises(RepeatedKeys) as err:
         documents("a: 1\n---\nrun:\n  policies:\n  - name: x\n    name: y\n")
-    assert err.value.errors == ["document 2: run.policies.0.name: given twice (lines 5 and 6); give it once"]
+    assert err.value.errors == ["document 2: run.policies[0].name: given twice (lines 5 and 6); give it once"]
 
 
 def test_keys_written_beside_a_merge_override_it_as_yaml_means():
