@@ -372,11 +372,32 @@ def holding_spec(spec: Any) -> PolicySpec | None:
     capacity = spec.get("capacity")
     replica = {"gpusPerReplica": capacity["gpusPerReplica"]} \
         if isinstance(capacity, dict) and "gpusPerReplica" in capacity else {}
+    said = {k: spec[k] for k in HOLDING_FIELDS if k in spec}
     try:
-        return PolicySpec.model_validate({"query": "-", "capacity": {"demandPerGpu": 1.0, **replica},
-                                          **{k: spec[k] for k in HOLDING_FIELDS if k in spec}})
+        return PolicySpec.model_validate({"query": "-", "capacity": {"demandPerGpu": 1.0, **replica}, **said})
+    except ValidationError as exc:
+        # a ClusterQueue named as no cluster can name one (an object stored before the CRD checked names) is no queue:
+        # the rest still says what the policy holds, its target first (counting less would lend GPUs its pods hold)
+        kept = _without_queues_named(said, [error["loc"] for error in exc.errors()])
+    if kept is None:
+        return None
+    try:
+        return PolicySpec.model_validate({"query": "-", "capacity": {"demandPerGpu": 1.0, **replica}, **kept})
     except ValidationError:
         return None
+
+
+def _without_queues_named(said: dict[str, Any], bad: list[tuple[int | str, ...]]) -> dict[str, Any] | None:
+    """`said` (a spec's holding fields) without the ClusterQueues at the error locations `bad`; None where another
+    field is in error too, or no queue is."""
+    training = {loc[1] for loc in bad if loc[:1] == ("trainingClusterQueues",) and len(loc) == 2}
+    inference = ("inferenceClusterQueue",) in bad
+    if not (training or inference) or len(training) + inference != len(bad):
+        return None
+    kept = {k: v for k, v in said.items() if not (inference and k == "inferenceClusterQueue")}
+    if training:
+        kept["trainingClusterQueues"] = [q for k, q in enumerate(said["trainingClusterQueues"]) if k not in training]
+    return kept
 
 
 def holding_said(spec: PolicySpec) -> dict[str, Any]:

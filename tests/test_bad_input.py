@@ -1541,15 +1541,21 @@ def test_the_what_if_refuses_a_clusterqueue_name_a_cluster_cannot_hold(demand, t
 
 def test_a_stored_policy_naming_a_bad_clusterqueue_is_invalid_spec():
     """An object stored before the CRD had the names' pattern: the controller refuses it as InvalidSpec, naming the
-    field, as any spec error; the policy beside it goes on."""
-    from controller.reconcile import identified, parse_policies
+    field, as any spec error; the policy beside it goes on. What it holds still counts: its target runs on, and its
+    other training queue is lent into (the misnamed one is no queue); its whole holding was dropped, so its
+    Deployment's GPUs were lendable."""
+    from controller.reconcile import ParsedSpecs, identified, invalid_holdings, parse_policies
 
     def stored(name: str, **spec) -> dict:
         return {"metadata": {"name": name, "namespace": "ml", "uid": name, "generation": 1},
                 "spec": {**SPEC, "target": {"kind": "Deployment", "name": name}, **spec}}
 
-    valid, invalid = parse_policies(identified([stored("chat", trainingClusterQueues=["training", "Bad_Q"]),
-                                                stored("search", inferenceClusterQueue="search")]))
+    objects = identified([stored("chat", trainingClusterQueues=["training", "Bad_Q"], inferenceClusterQueue="Bad_I"),
+                          stored("search", inferenceClusterQueue="search")])
+    valid, invalid = parse_policies(objects)
     assert [p.ref.name for p in valid] == ["search"]
     (message,) = invalid.values()
-    assert message.startswith("spec.trainingClusterQueues[1]: 'Bad_Q' is not a ClusterQueue name"), message
+    assert "spec.trainingClusterQueues[1]: 'Bad_Q' is not a ClusterQueue name" in message, message
+    holdings = invalid_holdings(objects, invalid, valid, ParsedSpecs())
+    assert [(p.target().target.name, p.spec.training_cluster_queues, p.spec.inference_cluster_queue)
+            for p in holdings.holders] == [("chat", ["training"], None)], holdings.holders
