@@ -8,11 +8,11 @@ What it models (core.settings.WorldSettings has the numbers):
     admit them) was in place, so the replicas it asks beyond those serve at once (a replay measures a policy as it
     runs, not its start). A new replica gets GPUs from the idle pool (else waits for GPUs to be freed), and once time
     has moved on serves `warmup_seconds` later; a replica of a policy that names an inferenceClusterQueue is a Kueue
-    Workload of it (a refused policy's naming another's training queue: of that queue, `pods_in_training`), and waits
-    until that queue's quota admits it too (`_kueue_inference`). Scaling in drops waiting
-    replicas first, then warming, then warm ones. An HPA target scales up on demand by itself (replicas for the demand
-    it sees, at least minReplicas) and down only after `hpa_scale_down_seconds` of lower demand, as Kubernetes' HPA
-    does;
+    Workload of it (a refused policy's naming another's training queue: of that queue, `pods_in_training`; so too a
+    target an edit left behind, `left_pods`), and waits until that queue's quota admits it too (`_kueue_inference`).
+    Scaling in drops waiting replicas first, then warming, then warm ones. An HPA target scales up on demand by itself
+    (replicas for the demand it sees, at least minReplicas) and down only after `hpa_scale_down_seconds` of lower
+    demand, as Kubernetes' HPA does;
   * Kueue: training Workloads admitted into their ClusterQueue's quota, borrowing the cohort's unused
     quota (planning.kueue), onto GPUs that are free, whenever GPUs free or a job arrives (Kueue's scheduler does
     not wait for the controller's next step); what it looks at and cannot admit for quota it sets aside until
@@ -205,6 +205,12 @@ def _utc(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, UTC)
 
 
+def _left_key(ref: TargetRef) -> str:
+    """A target an edit left behind, as a key among the policies' (`_inference_workloads`): none is `left:...`, a
+    policy's key being its namespace/name."""
+    return f"left:{ref.kind}/{ref.namespace}/{ref.name}"
+
+
 def _creation_timestamp(t: float) -> int:
     """A Workload's metadata.creationTimestamp, created at `t`: whole seconds, as the API server keeps it (RFC 3339),
     so Kueue orders two Workloads created in one second by UID (planning.kueue)."""
@@ -238,6 +244,9 @@ class EmbeddedCluster:
         # the targets an edit of their policy left behind (it named another): an edit deletes no workload, so each runs
         # on, scaled by no one (an HPA scales itself), until a policy names it again; each with the spec it was held by
         self.left: dict[TargetRef, tuple[PolicySpec, _Inference]] = {}
+        # ...each held by no one whose inferenceClusterQueue is a training queue lent into -> that queue: its pods run
+        # there as a refused policy's do (`pods_in_training`), counted by the controller within that queue (`within`)
+        self.left_pods: dict[TargetRef, str] = {}
         self._found: dict[TargetRef, _Inference] = {}  # _target's answers
         self.training_queues: list[str] = []  # the ClusterQueues training is submitted into
         # ...and every one it ever was (a job's queue number indexes it): one a policy now holds inference in is not one
@@ -335,7 +344,13 @@ class EmbeddedCluster:
         roles = Claims()  # each ClusterQueue's role, as the policies held so far hold it (its `role`)
         for h, own, pods_queue in zip(kept + refused, [True] * len(kept) + owns, [None] * len(kept) + pods_queues):
             self._hold(h, own, roles, inference_named, pods_queue)
-        for (ref, _), own in zip(left, owns[len(refused):]):
+        for (ref, (spec, _)), own in zip(left, owns[len(refused):]):
+            queue = spec.inference_cluster_queue
+            if not own and ref.kind != "ClusterQueue" and ref not in targets and queue in lent_into:
+                self.left_pods[ref] = queue  # runs on, its pods in that training queue
+                targets.add(ref)
+                continue
+            self.left_pods.pop(ref, None)
             if not own:  # a policy holds it again, or it is within a quota held: no workload of its own
                 self.left.pop(ref, None)
         self._forget_left_without_gpus()
@@ -345,8 +360,11 @@ class EmbeddedCluster:
     def _forget_left_without_gpus(self) -> None:
         """A left target that holds no GPU (scaled to 0, or left at 0) is forgotten, as the controller forgets one it
         reads at 0 (controller.reconcile.ParsedSpecs.forget_left): scaled up again by hand, it is no one's, counted by
-        neither until a policy names it again."""
+        neither until a policy names it again. One whose pods run in a training queue (`left_pods`) the controller does
+        not read (they are within that queue's quota): kept, as it keeps it."""
         for ref, (_, inf) in list(self.left.items()):
+            if ref in self.left_pods:
+                continue
             gpus = self.quotas.get(ref.name, 0) if ref.kind == "ClusterQueue" else inf.desired * inf.gpus_per_replica
             if not gpus:
                 del self.left[ref]
@@ -397,6 +415,7 @@ class EmbeddedCluster:
         runs = own or pods_queue is not None  # a workload of its own
         if own and ref in self.left:  # left behind by an edit, and named again
             self.inference[key] = self.left.pop(ref)[1]
+            self.left_pods.pop(ref, None)
             self.inference[key].key = key
         other = next((k for k, inf in self.inference.items() if k != key and inf.ref == ref), None)
         if other is not None and own:  # held last time by a policy that comes later now (a refused one, or one held
@@ -444,7 +463,7 @@ class EmbeddedCluster:
                 self.quotas[queue_target] = inf.desired * inf.gpus_per_replica
             if inference_queue is not None:  # what the serving replicas of every policy running in it hold, at least
                 self.quotas[inference_queue] = max(self.quotas[inference_queue],
-                                                   self._held_in(self.inference_queues)[inference_queue])
+                                                   self._held_in(self._replica_queues())[inference_queue])
         self._queues += [q for q in training if q not in self._queues]
         self._pending_version += 1  # a new training queue: what is derived from the queues is redone
         self._kueue_events += 1  # and its quota is new to Kueue: it looks again at what it set aside
@@ -463,7 +482,7 @@ class EmbeddedCluster:
         elif inf.ref.kind == "HorizontalPodAutoscaler":  # what it saw, in replicas of the old size, no longer holds
             inf.recommendations = [(self.now, self._replicas_for(inf, self.now))]
             replicas = self._hpa_recommendation(inf)
-        self._kueue_events += inf.key in self._replica_queues()  # its pods' Workloads deleted: a Kueue event
+        self._kueue_events += self._in_kueue(inf)  # its pods' Workloads deleted: a Kueue event
         self._scale(inf, replicas)
 
     def apply_policy(self, obj: dict) -> None:
@@ -487,6 +506,7 @@ class EmbeddedCluster:
         their GPUs go to replicas waiting elsewhere, then to training; the policy stays, its target not found, until
         `apply_policy` makes the target again."""
         inf = self._target(target)
+        self.left_pods.pop(target, None)
         if self.left.pop(target, None) is None:
             del self.inference[inf.key]
             self.inference_queues.pop(inf.key, None)
@@ -531,11 +551,13 @@ class EmbeddedCluster:
         return out + self._pod_workloads()
 
     def _pod_workloads(self) -> list[WorkloadInfo]:
-        """The Workloads Kueue's pod integration makes for the pods of `pods_in_training`, one each, of the Deployment
-        its target runs (an HPA's is named as the HPA: `target_state`): admitted while it holds GPUs, else pending."""
+        """The Workloads Kueue's pod integration makes for the pods of `pods_in_training` and `left_pods`, one each, of
+        the Deployment its target runs (an HPA's is named as the HPA: `target_state`): admitted while it holds GPUs,
+        else pending."""
         out = []
-        for key, queue in self.pods_in_training.items():
-            inf = self.inference[key]
+        for key, (inf, queue) in self._replica_queues().items():
+            if key in self.inference_queues:  # Workloads of an inference queue: none the controller reads
+                continue
             held = [(_creation_timestamp(self.now), f"uid-{key}-held-{k}") for k in range(inf.held_replicas)]
             for k, (creation, uid) in enumerate(held + inf.asked):
                 out.append(WorkloadInfo(
@@ -608,7 +630,7 @@ class EmbeddedCluster:
         for _, inf in self._inference_workloads():  # an inference ClusterQueue target: its quota is its replicas
             if inf.ref.kind == "ClusterQueue" and inf.ref.name == name:
                 self._scale(inf, gpus // inf.gpus_per_replica)
-        if self.inference_queues or self.pods_in_training:  # more quota: Kueue admits replicas waiting for it
+        if self._replica_queues():  # more quota: Kueue admits replicas waiting for it
             self._grant(self.now)
         return changed
 
@@ -715,10 +737,10 @@ class EmbeddedCluster:
         return int(j.gpus[self._running].sum()) + sum(int(j.gpus[i]) for i in self._stopping)
 
     def _inference_workloads(self) -> Iterator[tuple[str, _Inference]]:
-        """Every inference workload: each policy's (with its key), then each an edit left behind ("": no one's)."""
+        """Every inference workload: each policy's (with its key), then each an edit left behind (`_left_key`)."""
         yield from self.inference.items()
-        for _, inf in self.left.values():
-            yield "", inf
+        for ref, (_, inf) in self.left.items():
+            yield _left_key(ref), inf
 
     @property
     def inference_gpus(self) -> int:
@@ -748,7 +770,7 @@ class EmbeddedCluster:
                 inf.warming.remove(max(inf.warming))
                 drop -= 1
             inf.warm -= min(drop, inf.warm)
-            self._kueue_events += inf.key in self._replica_queues()  # its pods' Workloads deleted: a Kueue event
+            self._kueue_events += self._in_kueue(inf)  # its pods' Workloads deleted: a Kueue event
             self._grant(self.now)  # freed GPUs serve another policy's waiting replicas
         if not replicas:
             self._forget_left_without_gpus()
@@ -798,16 +820,14 @@ class EmbeddedCluster:
         events, j = self._kueue_events, self.jobs
         p = np.array(self._pending, np.int64)
         p = p[j.aside[p] != events]  # those Kueue set aside wait for its next event
-        replicas = [(key, r) for key in queues for r, seen in enumerate(self.inference[key].aside)
-                    if seen != events]
+        replicas = [(key, r) for key, (inf, _) in queues.items() for r, seen in enumerate(inf.aside) if seen != events]
         quotas, usage, kept = self._cohort({})
         chosen, aside = admit(
-            np.concatenate([j.queue_names[p], np.array([queues[key] for key, _ in replicas], object)]),
-            np.concatenate([j.gpus[p], np.array([self.inference[key].gpus_per_replica for key, _ in replicas],
-                                                np.int64)]),
+            np.concatenate([j.queue_names[p], np.array([queues[key][1] for key, _ in replicas], object)]),
+            np.concatenate([j.gpus[p], np.array([queues[key][0].gpus_per_replica for key, _ in replicas], np.int64)]),
             np.concatenate([j.priority[p], np.zeros(len(replicas), np.int64)]),
-            np.concatenate([j.created[p], np.array([self.inference[key].asked[r][0] for key, r in replicas], float)]),
-            [j.uids[i] for i in p] + [self.inference[key].asked[r][1] for key, r in replicas], usage, quotas,
+            np.concatenate([j.created[p], np.array([queues[key][0].asked[r][0] for key, r in replicas], float)]),
+            [j.uids[i] for i in p] + [queues[key][0].asked[r][1] for key, r in replicas], usage, quotas,
             sum(quotas.values()), kept, self.settings.strict_fifo_queues)
         admitted: dict[str, list[int]] = {key: [] for key in queues}
         for k in chosen:
@@ -819,20 +839,21 @@ class EmbeddedCluster:
                 j.aside[p[k]] = events
             else:
                 key, r = replicas[k - len(p)]
-                self.inference[key].aside[r] = events
+                queues[key][0].aside[r] = events
         return admitted
 
     def _cohort(self, admitted: Mapping[str, list[int]]) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
         """The training cohort as planning.kueue.admit reads it: each ClusterQueue's nominalQuota and the GPUs its
         Workloads hold (an inference queue's: its replicas holding GPUs, and those `admitted` waiting for them; a
-        training queue's: its training and the pods of `pods_in_training` there, alike), and
+        training queue's: its training and the pods of `pods_in_training` and `left_pods` there, alike), and
         the quota each inference queue keeps: its lendingLimit 0 lends the cohort nothing. An inference queue that was
         a training queue (`_retire`) holds the training still running there too."""
-        used, pods = self._held_in(self.inference_queues), self._held_in(self.pods_in_training)
+        queues = self._replica_queues()
+        used = self._held_in({key: queues[key] for key in self.inference_queues})
+        pods = self._held_in({key: queue for key, queue in queues.items() if key not in self.inference_queues})
         for key, chosen in admitted.items():
-            held, queue = (used, self.inference_queues[key]) if key in self.inference_queues else \
-                (pods, self.pods_in_training[key])
-            held[queue] += len(chosen) * self.inference[key].gpus_per_replica
+            inf, queue = queues[key]
+            (used if key in self.inference_queues else pods)[queue] += len(chosen) * inf.gpus_per_replica
         quotas = {q: self.quotas.get(q, 0) for q in [*self.training_queues, *used]}
         usage = self._usage()
         for q, gpus in (*used.items(), *pods.items()):
@@ -850,16 +871,22 @@ class EmbeddedCluster:
         j.aside[p[aside]] = self._kueue_events
         return [int(p[k]) for k in chosen]
 
-    def _replica_queues(self) -> dict[str, str]:
-        """Each policy whose replicas are Kueue Workloads -> their ClusterQueue: its inferenceClusterQueue, or the
-        training queue a refused policy's pods run in (`pods_in_training`)."""
-        return {**self.inference_queues, **self.pods_in_training}
+    def _replica_queues(self) -> dict[str, tuple[_Inference, str]]:
+        """Each workload whose replicas are Kueue Workloads, by its key in `_inference_workloads` -> it and their
+        ClusterQueue: a policy's inferenceClusterQueue, or the training queue a refused policy's pods run in
+        (`pods_in_training`), or a target's an edit left behind (`left_pods`)."""
+        queues = {key: (self.inference[key], queue)
+                  for key, queue in {**self.inference_queues, **self.pods_in_training}.items()}
+        return queues | {_left_key(ref): (self.left[ref][1], queue) for ref, queue in self.left_pods.items()}
 
-    def _held_in(self, queues: Mapping[str, str]) -> dict[str, int]:
-        """The GPUs the replicas of the policies `queues` maps to each ClusterQueue hold there (warming ones too)."""
-        held = dict.fromkeys(queues.values(), 0)
-        for key, queue in queues.items():
-            inf = self.inference[key]
+    def _in_kueue(self, inf: _Inference) -> bool:
+        """Whether the replicas of `inf` are Kueue Workloads (`_replica_queues`)."""
+        return any(inf is kept for kept, _ in self._replica_queues().values())
+
+    def _held_in(self, queues: Mapping[str, tuple[_Inference, str]]) -> dict[str, int]:
+        """The GPUs the replicas of the workloads `queues` maps to each ClusterQueue hold there (warming ones too)."""
+        held = dict.fromkeys((queue for _, queue in queues.values()), 0)
+        for inf, queue in queues.values():
             held[queue] += inf.held_replicas * inf.gpus_per_replica
         return held
 
@@ -939,7 +966,7 @@ class EmbeddedCluster:
             self._running = np.concatenate([self._running, np.array(admitted, np.int64)])
             self._pending_version += 1
             self._held_version += 1
-            if self.inference_queues or self.pods_in_training:  # replicas may take what the training waiting leaves
+            if self._replica_queues():  # replicas may take what the training waiting leaves
                 self._grant(self.now)
         else:
             self._idle_admission = inputs
@@ -981,7 +1008,7 @@ class EmbeddedCluster:
                     warm_now.append(ready)
             inf.warming = warm_now
             held += (inf.held_replicas + 0.0) * inf.gpus_per_replica
-            if key:  # one left behind serves none of its policy's demand (its new target does)
+            if key in self.inference:  # one left behind serves none of its policy's demand (its new target does)
                 self._serve(key, inf, to, serving * inf.gpus_per_replica, dt)
             if inf.ref.kind == "HorizontalPodAutoscaler":
                 inf.recommendations.append((to, self._replicas_for(inf, to)))

@@ -764,9 +764,10 @@ class Reconciler:
         report: list[RecordEvent | PatchStatus] = []
         read = {o.ref: o for o in objects}
         holds = {p.ref: p.spec for p in (*parsed, *invalid_held)}  # what each holds (ParsedSpecs.holding), read once
-        # the Deployments policies scale (an HPA target: the one it scales), accepted or refused: their pods are
-        # inference wherever Kueue admits them
-        self._served = self._serving((*parsed, *invalid_held))
+        # the Deployments policies scale (an HPA target: the one it scales), accepted or refused, and those edits left
+        # behind (held, or `within`: one whose inferenceClusterQueue is lent into runs its pods in that training queue):
+        # their pods are inference wherever Kueue admits them
+        self._served = self._serving((*parsed, *invalid_held, *left, *within))
         for ref, message in refused.items():
             key = f"{ref.namespace}/{ref.name}"
             states[key] = PolicyState(key, "", False, message)

@@ -95,8 +95,8 @@ class TargetState:
     ready_replicas: int            # Deployment status.readyReplicas (an HPA: its scale target's); ClusterQueue: above
     min_replicas: int | None = None   # HPA spec.minReplicas
     max_replicas: int | None = None   # HPA spec.maxReplicas
-    scales: str | None = None  # HPA spec.scaleTargetRef's Deployment, whose Pods serve it (read on Kubernetes only:
-    # the embedded world runs no Pods)
+    scales: str | None = None  # HPA spec.scaleTargetRef's Deployment, whose Pods serve it (the embedded world's HPA
+    # scales a Deployment of its own name: its pods' Workloads say it)
 
 
 @dataclass(frozen=True)

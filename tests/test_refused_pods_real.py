@@ -40,11 +40,11 @@ NS_WL = kueue.path("workloads", namespace=NS)
 HPAS = f"/apis/autoscaling/v1/namespaces/{NS}/horizontalpodautoscalers"
 
 
-def serving_pod(cluster, deployment_name: str, gpus: int) -> str:
+def serving_pod(cluster, deployment_name: str, gpus: int, annotations: dict | None = None) -> str:
     """A Pod of Deployment `deployment_name` as its ReplicaSet makes it (`<deployment>-<pod-template-hash>-<suffix>`,
     owned by ReplicaSet `<deployment>-<hash>`, labelled with the hash), and the single-Pod Workload Kueue's pod
     integration makes for it (owned by the Pod, labelled kueue.x-k8s.io/job-uid), admitted into the training queue
-    QUEUE: the Workload's name."""
+    QUEUE (`annotations` on it): the Workload's name."""
     template_hash = "5d8f7c9b6"
     rs = f"{deployment_name}-{template_hash}"
     pod = cluster.create(PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {
@@ -55,7 +55,7 @@ def serving_pod(cluster, deployment_name: str, gpus: int) -> str:
         "spec": {"containers": [{"name": "server", "image": "inference:1", "resources": {
             "requests": {kueue.GPU: str(gpus)}, "limits": {kueue.GPU: str(gpus)}}}]}})
     name = f"pod-{pod['metadata']['name']}-3e1a7"
-    body = kueue.workload(NS, name, QUEUE, gpus_per_pod=gpus)
+    body = kueue.workload(NS, name, QUEUE, gpus_per_pod=gpus, annotations=annotations)
     body["metadata"]["labels"] = {"kueue.x-k8s.io/job-uid": pod["metadata"]["uid"]}
     body["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": pod["metadata"]["name"],
                                             "uid": pod["metadata"]["uid"], "controller": True,
@@ -198,3 +198,44 @@ def test_a_pod_is_of_the_deployment_its_replicaset_is_named_after(name, template
     assert _pod_deployment(pod("ReplicaSet", f"{name}-{template_hash}", {})) is None
     assert _pod_deployment(pod("ReplicaSet", f"{name}-{template_hash}", {"pod-template-hash": "zz"})) is None
     assert _pod_deployment(pod("Job", f"{name}-{template_hash}", {"pod-template-hash": template_hash})) is None
+
+
+
+def test_the_pods_a_target_an_edit_left_runs_in_a_training_queue_are_never_preempted_as_training(  # noqa: F811
+        kube, controller, prometheus_server, tmp_path):  # noqa: F811
+    """"old", refused for naming research-run (chat's training queue) as its inferenceClusterQueue, runs Deployment
+    old's pods there, as Workloads Kueue admitted into that queue. Edited to scale old-v2 (refused still), Deployment
+    old runs on (an edit deletes no workload), left behind with its pods in research-run: within that queue's lent
+    quota (its queue lent into, the left target is held by no one). The controller matched only the Deployments of the
+    policies' targets, refused ones' too, to the pods: old's Workload was read as training and, with the queue 2 GPUs
+    over what chat lends, preempted (priority 0, below the training's 100, both quick to stop). The pods of a
+    target an edit left are inference wherever Kueue admits them: the training gives back what is over."""
+    time.sleep(1.1)  # creationTimestamp has seconds: old comes after chat
+    for name in ("old", "old-v2"):
+        kube.create(f"/apis/apps/v1/namespaces/{NS}/deployments", deployment(name))
+    old = {"inferenceClusterQueue": QUEUE, "trainingClusterQueues": [],
+           "capacity": {"demandPerGpu": 10.0, "gpusPerReplica": 4}}
+    kube.create(RP, policy("old", **old))
+    kube.apply(kueue.path("localqueues", QUEUE, NS), kueue.local_queue(NS, QUEUE))
+    r = reconciler(controller, prometheus_server.url, tmp_path)
+    try:
+        controller.sync()
+        lent = r.reconcile(MONDAY_7AM).slack_gpus
+        assert lent > 8, lent
+        kube.apply(f"{RP}/old", policy("old", target={"kind": "Deployment", "name": "old-v2"}, **old))
+        # both quick to stop, so the lowest priority goes first, whether the GPUs are needed soon or not
+        quick = {"headroom.dev/preemption-seconds": "60", "headroom.dev/last-checkpoint": "1995-07-17T06:00:00Z"}
+        served = serving_pod(kube, "old", 4, quick)
+        kube.create(kueue.path("workloads", namespace=TRAIN_NS), kueue.workload(  # 2 GPUs over what chat lends
+            TRAIN_NS, "train", QUEUE, gpus_per_pod=lent - 4 + 2, priority_class="high", priority=100,
+            annotations=quick))
+        kueue.admit(kube, TRAIN_NS, "train", QUEUE)
+        controller.sync()
+        state = r.reconcile(MONDAY_7AM + pd.Timedelta(minutes=5))
+        assert state.slack_gpus == lent, (state.slack_gpus, lent)
+        assert [left["target"]["name"] for left in kube.get_reservation_policy(NS, "old")["status"]["left"]] == ["old"]
+        assert active(kube, NS, served) is True, "old's pod was preempted"
+        assert active(kube, TRAIN_NS, "train") is False
+    finally:
+        r.close()
+        clean_pods(kube)

@@ -191,15 +191,25 @@ def test_every_queue_the_accepted_policies_name_has_one_role(claims):
         assert first in {p.ref.name for p in accepted} or parse_policies(identified(objects[:1]))[0] == []
 
 
-def pods_in_training(holdings, kept) -> dict[str, str]:
-    """The refused policies holding no target (invalid_holdings' `within`, not a target an edit left) whose
-    inferenceClusterQueue is a training queue the policies lend into: each one's key -> that queue, where Kueue admits
-    its pods on a cluster and the controller counts them (training_view's `served`)."""
+def _within_training(holdings, kept) -> list[tuple[bool, object]]:
+    """The refused policies and targets edits left holding no target (invalid_holdings' `within`) whose
+    inferenceClusterQueue is a training queue the policies lend into, each with whether it is a refused policy: Kueue
+    admits their pods there on a cluster and the controller counts them (training_view's `served`)."""
     _, lenders, refused, _, within = holdings
     lent = training_queues(kept + lenders)
-    return {p.key: p.spec.inference_cluster_queue for p in within
-            if any(p is r for r in refused) and p.spec.target.kind != "ClusterQueue"
-            and p.spec.inference_cluster_queue in lent}
+    return [(any(p is r for r in refused), p) for p in within
+            if p.spec.target.kind != "ClusterQueue" and p.spec.inference_cluster_queue in lent]
+
+
+def pods_in_training(holdings, kept) -> dict[str, str]:
+    """The refused policies of `_within_training`: each one's key -> the training queue its pods run in."""
+    return {p.key: p.spec.inference_cluster_queue for refused, p in _within_training(holdings, kept) if refused}
+
+
+def left_in_training(holdings, kept) -> dict[TargetRef, str]:
+    """The targets edits left of `_within_training`: each -> the training queue its pods run in."""
+    return {p.spec.target.ref(p.ref.namespace): p.spec.inference_cluster_queue
+            for refused, p in _within_training(holdings, kept) if not refused}
 
 
 # a spec that does not parse: what it holds still reads (a misspelt field), or not even its target does
@@ -338,8 +348,12 @@ def test_a_world_after_an_edit_holds_what_one_started_with_the_edited_policy_hol
     assert {key: inf.ref for key, inf in world.inference.items()} == {
         p.key: p.spec.target.ref("inference") for p in [*kept, *holders, *(p for p in within if p.key in running)]}
     assert world.pods_in_training == running, (world.pods_in_training, running)
-    # ...but one that holds no GPU, which the controller forgets as it reads it (and the world forgets)
-    assert set(world.left) == {p.spec.target.ref("inference") for p in left if gpus[p.spec.target.ref("inference")]}
+    # ...but one that holds no GPU, which the controller forgets as it reads it (and the world forgets); one whose pods
+    # run in a training queue the controller reads not (within that queue): both keep it
+    left_running = left_in_training(holdings, kept)
+    assert world.left_pods == left_running, (world.left_pods, left_running)
+    assert set(world.left) == {p.spec.target.ref("inference") for p in left
+                               if gpus[p.spec.target.ref("inference")]} | set(left_running)
 
 
 @pytest.mark.parametrize("status_generation, holds", [(None, "read"), (1, "read"), (2, "read"), (3, "said")])
@@ -580,8 +594,9 @@ def assert_the_world_holds_what_the_controller_counts(r: Replay, state) -> None:
     accepted, refused = parse_policies(read, specs)
     holdings = invalid_holdings(read, refused, accepted, specs)
     holders, lenders, _, left, within = holdings
-    running = pods_in_training(holdings, accepted)
-    assert set(r.cluster.left) == {p.spec.target.ref("inference") for p in left}
+    running, left_running = pods_in_training(holdings, accepted), left_in_training(holdings, accepted)
+    assert set(r.cluster.left) == {p.spec.target.ref("inference") for p in left} | set(left_running)
+    assert r.cluster.left_pods == left_running, (r.cluster.left_pods, left_running)
     assert all(state.policies[p.key].valid for p in accepted)
     assert not any(state.policies[f"{ref.namespace}/{ref.name}"].valid for ref in refused)
     assert {key: inf.ref for key, inf in r.cluster.inference.items()} == {
@@ -2441,3 +2456,35 @@ def test_a_refused_policy_s_pods_in_an_accepted_policy_s_training_queue_run_ther
     assert state.preemptions_total.get("planned", 0) > 0
     # what was preempted by 9:00 has stopped (within a minute): research holds what is lent, the pods within it
     assert held + r.cluster.training_gpus <= state.slack_gpus, (held, r.cluster.training_gpus, state.slack_gpus)
+
+
+def test_a_target_an_edit_left_runs_its_pods_in_the_training_queue_it_names_and_is_held_once_that_queue_is_not_lent(
+        demand_file, tmp_path):
+    """b runs Deployment b (84 GPUs at 9:00) in its inferenceClusterQueue research; edited to scale b-v2, it leaves b
+    behind, and chat, applied then, lends into research. On a cluster b's pods run on as Workloads Kueue admitted into
+    research, within what chat lends there (invalid_holdings' within): the controller counts them as inference
+    (Reconciler._served). The world dropped b as no one's, its 84 GPUs free for training; when chat then dropped
+    research, the controller read b as not found, 0 GPUs, and forgot it, where on a cluster the Deployment and its
+    pods are still there. The world keeps b running as pods in research (`left_pods`), as on a cluster, and once
+    research is no longer lent into, b is held by no one at its 84 GPUs, still said in b's status."""
+    r = Replay(tmp_path, demand_file, policy("b", inferenceClusterQueue="research", trainingClusterQueues=["team-b"]))
+    r.step(AT_9)
+    held = r.replicas("b") * 2
+    assert held == 84
+    r.cluster.apply_policy(policy("b", target={"kind": "Deployment", "name": "b-v2"}, trainingClusterQueues=["team-b"]))
+    r.cluster.apply_policy(policy("chat"))
+    b = TargetRef("Deployment", "b", "inference")
+    for minutes in (5, 10):
+        state = r.step(AT_9 + pd.Timedelta(minutes=minutes))
+        pods = [w for w in r.cluster.workloads() if w.deployment == "b"]
+        assert {w.cluster_queue for w in pods} == {"research"} and sum(w.gpus for w in pods if w.running) == held
+        assert r.cluster.left_pods == {b: "research"}
+        assert_the_world_holds_what_the_controller_counts(r, state)
+    r.cluster.apply_policy(policy("chat", trainingClusterQueues=["team-c"]))  # research lent into no more
+    for minutes in (15, 20):
+        state = r.step(AT_9 + pd.Timedelta(minutes=minutes))
+        assert set(r.cluster.left) == {b} and r.cluster.left_pods == {}
+        assert r.cluster.target_state(b, 2).desired_replicas * 2 == held  # no one scales it now
+        assert [left["target"]["name"] for left in r.status("b")[0]["left"]] == ["b"]
+        reserved = sum(p.reserved_gpus for p in state.policies.values())
+        assert reserved + held + state.slack_gpus <= 128, (reserved, held, state.slack_gpus)
