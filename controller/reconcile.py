@@ -568,12 +568,27 @@ def strict_fifo_notes(strict: frozenset[str], queues: set[str]) -> list[tuple[st
              f"names {q}", q) for q in sorted(queues & strict)]
 
 
+def serving_gpus(workloads: list[WorkloadInfo], queues: set[str], served: Iterable[tuple[str, str]],
+                 quotas: Mapping[str, int]) -> tuple[int, int]:
+    """The GPUs the running pods of the Deployments `served` ((namespace, name)) run on in the training `queues`, as
+    (within those queues' `quotas`, beyond them). Kueue admits such pods as Workloads of the queue, borrowing from the
+    cohort what its quota does not hold: within it they hold what is lent there (training_view), beyond it GPUs no
+    quota holds, so those are held: neither lent nor reserved again (Reconciler._reconcile)."""
+    served = set(served)
+    in_queue: dict[str, int] = {}
+    for w in workloads:
+        if w.running and w.cluster_queue in queues and (w.namespace, w.deployment) in served:
+            in_queue[w.cluster_queue] = in_queue.get(w.cluster_queue, 0) + w.gpus
+    beyond = sum(max(gpus - quotas.get(q, 0), 0) for q, gpus in in_queue.items())
+    return sum(in_queue.values()) - beyond, beyond
+
+
 def training_view(workloads: list[WorkloadInfo], queues: set[str], now: float,
-                  served: frozenset[tuple[str, str]] = frozenset()):
+                  served: frozenset[tuple[str, str]] = frozenset(), quotas: Mapping[str, int] | None = None):
     """The planner's running training and the requeue candidates, from the cluster's Workloads. Those running the
     pods of a Deployment in `served` ((namespace, name): the policies' targets, or the Deployments their HPA targets
-    scale) are inference Kueue admitted into a training queue (a policy's inferenceClusterQueue there, refused): they
-    hold what they run in, never a victim."""
+    scale) are inference Kueue admitted into a training queue (a policy's inferenceClusterQueue there, refused): never
+    a victim, they hold what is lent there, up to its quota in `quotas` (beyond it they are held: serving_gpus)."""
     inside = [w for w in workloads if w.cluster_queue in queues and w.running]
     running = [w for w in inside if (w.namespace, w.deployment) not in served]
     terminating = sum(w.gpus for w in workloads if w.cluster_queue in queues and w.stopping)
@@ -584,7 +599,7 @@ def training_view(workloads: list[WorkloadInfo], queues: set[str], now: float,
         [w.priority for w in running],
         [w.preemption_seconds if w.preemption_seconds is not None else UNANNOTATED_PREEMPTION_SECONDS for w in running],
         interval, newest_checkpoint(np.array(since, float), np.array(interval, float), now), terminating,
-        sum(w.gpus for w in inside) - sum(w.gpus for w in running))
+        serving_gpus(workloads, queues, served, quotas or {})[0])
     stopped = tuple(Stopped(w.key, w.uid, w.cluster_queue) for w in workloads
                     if w.cluster_queue in queues and not w.admitted and not w.active and w.evicted_by_plan
                     and not w.finished)
@@ -806,7 +821,9 @@ class Reconciler:
         # a refused policy's target holds its GPUs as any workload headroom does not manage holds them: not lent (the
         # policies kept have their minimums first, as feasible() gave them)
         held = self._held_by(holders, within) + left_held
-        held_by_refused = min(sum(gpus or 0 for gpus in held), lendable - sum(p.spec.least_gpus for p in policies))
+        borrowed = self._beyond_lent(within, training_queues(lending))
+        held_by_refused = min(sum(gpus or 0 for gpus in held) + borrowed,
+                              lendable - sum(p.spec.least_gpus for p in policies))
         quotas = self.cluster.cluster_queue_quotas()
         cluster_policy = ClusterPolicy(self.cfg.capacity_gpus,
                                        tuple(WorkloadPolicy.from_spec(p.key, p.spec) for p in policies),
@@ -1137,9 +1154,10 @@ class Reconciler:
               workloads: list[WorkloadInfo]) -> View:
         """The targets of the policies `planned` as read now (a refused policy's is read where it is refused, once),
         and the training among `workloads` (the cluster's, read by the caller) in the queues `lending` lend to."""
+        quotas = self.cluster.cluster_queue_quotas()
         training, uids, stopped = training_view(workloads, training_queues(lending), now.timestamp(),
-                                                frozenset(self._served.values()))
-        return View(self._targets(planned), self.cluster.cluster_queue_quotas(), training, uids, stopped)
+                                                frozenset(self._served.values()), quotas)
+        return View(self._targets(planned), quotas, training, uids, stopped)
 
     def _held_by(self, policies: list[PolicyObject], within: list[PolicyObject]) -> list[int | None]:
         """The GPUs the target of each of `policies` holds now (one not found: none; None: it could not be read). A
@@ -1167,6 +1185,16 @@ class Reconciler:
                         if w.spec.target.kind != "ClusterQueue" and w.spec.inference_cluster_queue == queue]
                 held[k] = max(held[k] or 0, sum(gpus or 0 for gpus in pods))  # pods unread: the quota, known held
         return held
+
+    def _beyond_lent(self, within: list[PolicyObject], lent_to: set[str]) -> int:
+        """The GPUs the pods of the refused policies and left targets `within` run on in the training queues `lent_to`
+        they name as their inferenceClusterQueue beyond those queues' quotas (serving_gpus), as a ClusterQueue target's
+        pods beyond its quota are held (_held_by)."""
+        queues = lent_to & {p.spec.inference_cluster_queue for p in within if p.spec.target.kind != "ClusterQueue"}
+        if not queues:  # no such pods: nothing to read
+            return 0
+        pods = {self._served[ref] for p in within if (ref := p.target().target) in self._served}
+        return serving_gpus(self.cluster.workloads(), queues, pods, self.cluster.cluster_queue_quotas())[1]
 
     def _observed(self, inputs: list[_Input], view: View) -> dict[str, Observed]:
         out = {}

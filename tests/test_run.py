@@ -921,13 +921,14 @@ def test_a_refused_cluster_queue_target_holds_its_quota_whole_whichever_refused_
         assert chat.reserved_gpus + held + state.slack_gpus == 128, (chat.reserved_gpus, held, state.slack_gpus)
 
 
-def test_a_refused_policy_s_pods_in_an_accepted_policy_s_training_queue_hold_no_gpus_beside_its_quota(
+def test_a_refused_policy_s_pods_in_an_accepted_policy_s_training_queue_hold_what_they_run_on_once(
         demand_file, tmp_path):
     """"serve" names research, chat's training queue, as its inferenceClusterQueue (refused for it): on a cluster
-    Kueue admits its pods there, within the quota chat lends. The world ran them outside research, 46 GPUs, and the
-    controller counted them held beside what it lent: at 9:00 chat was cut from 84 GPUs to 82 and none lent, where
-    on a cluster research's quota of 0 would keep the pods out and 46 GPUs sit idle. They are within the lent quota:
-    its GPUs counted once, as lent (the world runs them there, Workloads of research)."""
+    Kueue admits its pods there, within the quota chat lends, beyond it borrowing. The world ran them outside research,
+    46 GPUs, and the controller counted them held beside what it lent, where on a cluster research's quota of 0 would
+    keep the pods out and 46 GPUs sit idle; then it counted them only within what it lent research (44, then 40): chat
+    reserved 84, one of its replicas waiting for GPUs serve's pods ran on beyond that quota. Within the lent quota they
+    hold what is lent, beyond it they are held (serving_gpus): each GPU counted once, chat reserving what it gets."""
     serve = policy("serve", inferenceClusterQueue="research", trainingClusterQueues=[],
                    capacity={"demandPerGpu": 5.0, "gpusPerReplica": 2})
     r = Replay(tmp_path, demand_file, policy("chat", minGpus=40), serve)
@@ -937,8 +938,11 @@ def test_a_refused_policy_s_pods_in_an_accepted_policy_s_training_queue_hold_no_
         state = r.step(AT_9 + pd.Timedelta(minutes=minutes))
         chat = state.policies["inference/chat"]
         assert not state.policies["inference/serve"].valid
-        assert chat.reserved_gpus == 84 and chat.reserved_gpus + state.slack_gpus == 128, (chat.reserved_gpus,
-                                                                                            state.slack_gpus)
+        pods = sum(w.gpus for w in r.cluster.workloads() if w.deployment == "serve" and w.running)
+        beyond = max(pods - r.cluster.cluster_queue_quotas()["research"], 0)
+        assert pods == 46 and chat.reserved_gpus + state.slack_gpus + beyond == 128, (chat.reserved_gpus,
+                                                                                       state.slack_gpus, beyond)
+        assert r.cluster.inference["inference/chat"].waiting == 0
 
 
 def test_a_refused_policy_s_cluster_queue_target_keeps_its_replicas_when_another_policy_is_applied(
@@ -2488,3 +2492,29 @@ def test_a_target_an_edit_left_runs_its_pods_in_the_training_queue_it_names_and_
         assert [left["target"]["name"] for left in r.status("b")[0]["left"]] == ["b"]
         reserved = sum(p.reserved_gpus for p in state.policies.values())
         assert reserved + held + state.slack_gpus <= 128, (reserved, held, state.slack_gpus)
+
+
+def test_pods_an_edit_left_in_a_training_queue_beyond_what_is_lent_there_are_held_not_lent_nor_reserved_again(
+        demand_file, tmp_path):
+    """b's pods (84 GPUs) run on in research after an edit scaled b-v2 instead, and chat lends into research. Kueue
+    counts them within research's quota and borrows the rest from the cohort: every GPU they run on is taken. The
+    controller counted them only within what it lent (21-19 to research) and reserved 84-90 for b-v2 beside them:
+    reserved + lent + b's pods beyond research's quota came to 189-194 of 128 GPUs, 20-23 of b-v2's replicas waiting
+    all hour. Beyond the quota they are held (serving_gpus), as a ClusterQueue target's pods beyond its quota are:
+    from the third reconcile on (the first two read research's quota as it was before the plan set it: 84, as b's
+    inference queue, then 21) what is reserved, lent and held by b's pods is the cluster, each GPU counted once."""
+    r = Replay(tmp_path, demand_file, policy("b", inferenceClusterQueue="research", trainingClusterQueues=["team-b"]))
+    r.step(AT_9)
+    r.cluster.apply_policy(policy("b", target={"kind": "Deployment", "name": "b-v2"}, trainingClusterQueues=["team-b"]))
+    r.cluster.apply_policy(policy("chat"))
+    for minutes in range(5, 65, 5):
+        state = r.step(AT_9 + pd.Timedelta(minutes=minutes))
+        pods = sum(w.gpus for w in r.cluster.workloads() if w.deployment == "b" and w.running)
+        assert pods == 84 and r.cluster.left_pods == {TargetRef("Deployment", "b", "inference"): "research"}
+        if minutes < 15:
+            continue
+        reserved = sum(p.reserved_gpus for p in state.policies.values())
+        lent = r.cluster.cluster_queue_quotas()
+        beyond = max(pods - lent["research"], 0)
+        assert reserved + sum(lent[q] for q in state.teams) + beyond == 128, (minutes, reserved, lent, pods)
+        assert r.cluster.inference["inference/b"].waiting == 0  # b-v2's replicas all have GPUs
