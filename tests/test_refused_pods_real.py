@@ -239,3 +239,25 @@ def test_the_pods_a_target_an_edit_left_runs_in_a_training_queue_are_never_preem
     finally:
         r.close()
         clean_pods(kube)
+
+
+def test_a_refused_policy_s_pods_beyond_the_training_queue_s_quota_are_held_not_lent_again(  # noqa: F811
+        kube, controller, prometheus_server, tmp_path):  # noqa: F811
+    """serve's pod in research-run runs on 8 GPUs more than chat lends there (its quota lowered under it, as when the
+    queue was lent less since). The controller counted it only within that quota and lent the same GPUs again: the
+    slack lent stayed what it was, the 8 GPUs beyond the quota counted nowhere. Beyond the quota they are held
+    (controller.reconcile.serving_gpus): lent no more, and the pod, inference, is no victim."""
+    refused_serve(kube, "Deployment")
+    try:
+        controller.sync()
+        r = reconciler(controller, prometheus_server.url, tmp_path)
+        lent = r.reconcile(MONDAY_7AM).slack_gpus
+        quota = controller.cluster_queue_quotas()[QUEUE]
+        assert quota > 8, quota
+        served = serving_pod(kube, "serve-pods", quota + 8)
+        controller.sync()
+        state = r.reconcile(MONDAY_7AM + pd.Timedelta(minutes=5))
+        assert state.slack_gpus == lent - 8, (state.slack_gpus, lent)
+        assert active(kube, NS, served) is True, "serve's pod was preempted"
+    finally:
+        clean_pods(kube)
