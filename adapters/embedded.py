@@ -875,6 +875,8 @@ class EmbeddedCluster:
         """Each workload whose replicas are Kueue Workloads, by its key in `_inference_workloads` -> it and their
         ClusterQueue: a policy's inferenceClusterQueue, or the training queue a refused policy's pods run in
         (`pods_in_training`), or a target's an edit left behind (`left_pods`)."""
+        if not (self.inference_queues or self.pods_in_training or self.left_pods):  # (a replay's every step asks)
+            return {}
         queues = {key: (self.inference[key], queue)
                   for key, queue in {**self.inference_queues, **self.pods_in_training}.items()}
         return queues | {_left_key(ref): (self.left[ref][1], queue) for ref, queue in self.left_pods.items()}
