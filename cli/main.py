@@ -174,20 +174,42 @@ class Parser(argparse.ArgumentParser):
     """The command's parser and each subcommand's (add_subparsers makes them of its own class). A flag is given
     whole: an abbreviation is refused, as a flag added later would silently change what an old script means. An
     unknown flag is refused by the subcommand it follows, with that command's usage and the flag it is closest to
-    (argparse leaves it to the top parser, whose usage names no flag of the command)."""
+    (argparse leaves it to the top parser, whose usage names no flag of the command); one before the command by the
+    top parser (argparse passed over it and read its value as the command)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **{**kwargs, "allow_abbrev": False})
 
     def parse_known_args(self, args=None, namespace=None):
+        if self._subparsers is not None:  # the top parser
+            self._refuse([a for a in self._leading_flags(sys.argv[1:] if args is None else args)
+                          if a.split("=", 1)[0] not in self._option_string_actions])
         parsed, unknown = super().parse_known_args(args, namespace)
+        self._refuse(unknown)
+        return parsed, unknown
+
+    def _leading_flags(self, args: list[str]) -> list[str]:
+        """The flags before the command in `args`, each flag's value left out."""
+        flags: list[str] = []
+        value_next = False
+        for arg in args:
+            if value_next:
+                value_next = False
+            elif arg.startswith("-"):
+                flags.append(arg)
+                action = self._option_string_actions.get(arg)  # --flag=value: None, its value in it
+                value_next = action is not None and action.nargs != 0
+            else:
+                break
+        return flags
+
+    def _refuse(self, unknown: list[str]) -> None:
         if unknown:
             flags = [f for a in self._actions for f in a.option_strings]
             given = [a.split("=", 1)[0] for a in unknown if a.startswith("-")]  # --flag=value: the flag
             near = {g: difflib.get_close_matches(g, flags, n=1) for g in given}
             self.error(f"unrecognized arguments: {' '.join(unknown)}" +
                        "".join(f" ({g}: did you mean {close[0]}?)" for g, close in near.items() if close))
-        return parsed, unknown
 
 
 def build_parser() -> argparse.ArgumentParser:

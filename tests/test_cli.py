@@ -200,6 +200,23 @@ def test_a_mistyped_flag_is_refused_in_its_command_s_usage_naming_the_flag_meant
     assert f"unrecognized arguments: {typo}" in err and f"{typo}: did you mean {flag}?" in err, err
 
 
+@pytest.mark.parametrize("argv, typo", [(["--confg", "c.yaml", "forecast"], "--confg"),
+                                         (["--config", "c.yaml", "--confg", "x", "forecast"], "--confg"),
+                                         (["--conf=c.yaml", "forecast"], "--conf")])
+def test_a_mistyped_flag_before_the_command_is_refused_naming_the_flag_meant(argv, typo, capsys):
+    """`headroom --confg c.yaml forecast` said "argument COMMAND: invalid choice: 'c.yaml'": the unknown flag was
+    passed over and its value read as the command."""
+    err = _refusal(argv, capsys)
+    assert f"unrecognized arguments: {typo}" in err and f"{typo}: did you mean --config?" in err, err
+
+
+def test_flags_before_the_command_still_parse():
+    from cli.main import build_parser
+
+    assert build_parser().parse_args(["--config", "c.yaml", "forecast"]).config == "c.yaml"
+    assert build_parser().parse_args(["--config=c.yaml", "forecast", "x.csv"]).history == "x.csv"
+
+
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_an_abbreviated_flag_is_refused(data, capsys):
