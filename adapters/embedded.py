@@ -51,6 +51,7 @@ from core.policy import (
     held_demand_per_gpu,
     holding_spec,
     parse_policy_spec,
+    pods_queues,
     refused_holders,
     refused_lends,
 )
@@ -328,27 +329,20 @@ class EmbeddedCluster:
         # whether each refused policy and left target holds its target, decided together: the controller's rule
         # (controller.reconcile.invalid_holdings)
         lent = {q for h in refused for q in refused_lends(h.spec, inference_named)}
-        owns = refused_holders([(h.ref, h.spec) for h in kept],
-                               [(h.ref, h.spec) for h in refused] + [(ref, spec) for ref, (spec, _) in left], lent)
-        # a refused policy holding no target whose pods Kueue admits into a training queue: the controller counts them
-        # there (controller.reconcile.training_view, `within` invalid_holdings' verdict), so the world runs them there
+        accepted = [(h.ref, h.spec) for h in kept]
+        others = [(h.ref, h.spec) for h in refused] + [(ref, spec) for ref, (spec, _) in left]
+        owns = refused_holders(accepted, others, lent)
+        # one holding no target whose pods Kueue admits into a training queue: the controller counts them there
+        # (controller.reconcile.training_view, invalid_holdings' `within`), so the world runs them there; one whose
+        # pods run in a ClusterQueue target held runs none of its own (they are within that quota)
         lent_into = {q for h in kept for q in h.spec.training_cluster_queues} | lent
-        targets = {h.ref for h, own in zip(kept + refused, [True] * len(kept) + owns) if own} | {
-            ref for (ref, _), own in zip(left, owns[len(refused):]) if own}
-        pods_queues = []
-        for h, own in zip(refused, owns):
-            queue = h.spec.inference_cluster_queue
-            runs = not own and h.ref.kind != "ClusterQueue" and h.ref not in targets and queue in lent_into
-            pods_queues.append(queue if runs else None)
-            targets.add(h.ref)  # the oldest refused policy naming a target says where its pods run, as the controller
+        in_training = [q if q in lent_into else None for q in pods_queues(accepted, others, owns)]
         roles = Claims()  # each ClusterQueue's role, as the policies held so far hold it (its `role`)
-        for h, own, pods_queue in zip(kept + refused, [True] * len(kept) + owns, [None] * len(kept) + pods_queues):
+        for h, own, pods_queue in zip(kept + refused, [True] * len(kept) + owns, [None] * len(kept) + in_training):
             self._hold(h, own, roles, inference_named, pods_queue)
-        for (ref, (spec, _)), own in zip(left, owns[len(refused):]):
-            queue = spec.inference_cluster_queue
-            if not own and ref.kind != "ClusterQueue" and ref not in targets and queue in lent_into:
+        for (ref, _), own, queue in zip(left, owns[len(refused):], in_training[len(refused):]):
+            if queue is not None:
                 self.left_pods[ref] = queue  # runs on, its pods in that training queue
-                targets.add(ref)
                 continue
             self.left_pods.pop(ref, None)
             if not own:  # a policy holds it again, or it is within a quota held: no workload of its own

@@ -93,6 +93,7 @@ from core.policy import (
     holding_said,
     holding_spec,
     parse_policy_spec,
+    pods_queues,
     refused_holders,
     refused_lends,
 )
@@ -309,8 +310,8 @@ class Holdings(NamedTuple):
     lenders: list[PolicyObject]  # the refused policies lending into training queues, each with those it lends into
     refused: list[PolicyObject]  # every refused policy, with what it holds (its status says it)
     left: list[PolicyObject]     # the left targets held, each as a policy object of the spec it was held by
-    within: list[PolicyObject]   # the oldest refused policy or left target on each target no one holds: its pods,
-    # where they run in a held ClusterQueue target, are within that quota (Reconciler._held_by)
+    within: list[PolicyObject]   # those whose pods run in another's holding (core.policy.pods_queues): a ClusterQueue
+    # target held, within its quota (Reconciler._held_by), or a training queue lent into (training_view, _beyond_lent)
 
 
 def invalid_holdings(objects: list[Identified], invalid: Mapping[ObjectRef, str], kept: list[PolicyObject],
@@ -331,13 +332,12 @@ def invalid_holdings(objects: list[Identified], invalid: Mapping[ObjectRef, str]
     inference = {q for p in (*kept, *refused) for q in p.spec.inference_queues}
     lenders = [replace(p, spec=p.spec.model_copy(update={"training_cluster_queues": lent}))
                for p in refused if (lent := refused_lends(p.spec, inference))]
-    holds = refused_holders([(p.target().target, p.spec) for p in kept],
-                            [(p.target().target, p.spec) for p in (*refused, *left)], training_queues(lenders))
+    accepted = [(p.target().target, p.spec) for p in kept]
+    others = [(p.target().target, p.spec) for p in (*refused, *left)]
+    holds = refused_holders(accepted, others, training_queues(lenders))
     holders = [p for p, own in zip(refused, holds) if own]
     left_held = [p for p, own in zip(left, holds[len(refused):]) if own]
-    counted = {p.target().target for p in (*kept, *holders, *left_held)}
-    oldest = {p.target().target: p for p in reversed((*refused, *left))}
-    within = [p for target, p in oldest.items() if target not in counted]
+    within = [p for p, queue in zip((*refused, *left), pods_queues(accepted, others, holds)) if queue is not None]
     return Holdings(holders, lenders, refused, left_held, within)
 
 
@@ -568,29 +568,37 @@ def strict_fifo_notes(strict: frozenset[str], queues: set[str]) -> list[tuple[st
              f"names {q}", q) for q in sorted(queues & strict)]
 
 
-def serving_gpus(workloads: list[WorkloadInfo], queues: set[str], served: Iterable[tuple[str, str]],
-                 quotas: Mapping[str, int]) -> tuple[int, int]:
-    """The GPUs the running pods of the Deployments `served` ((namespace, name)) run on in the training `queues`, as
-    (within those queues' `quotas`, beyond them). Kueue admits such pods as Workloads of the queue, borrowing from the
-    cohort what its quota does not hold: within it they hold what is lent there (training_view), beyond it GPUs no
-    quota holds, so those are held: neither lent nor reserved again (Reconciler._reconcile)."""
-    served = set(served)
+class Served(NamedTuple):
+    """The Deployments whose pods are inference wherever Kueue admits them, (namespace, name): the policies' targets,
+    or the Deployments their HPA targets scale (Reconciler._serving); with the ClusterQueues' quotas, which such pods
+    in a training queue hold what is lent within, and are held beyond (serving_gpus)."""
+    deployments: frozenset[tuple[str, str]]
+    quotas: Mapping[str, int]
+
+
+NONE_SERVED = Served(frozenset(), {})
+
+
+def serving_gpus(workloads: list[WorkloadInfo], queues: set[str], served: Served) -> tuple[int, int]:
+    """The GPUs the running pods of the Deployments `served` run on in the training `queues`, as (within those queues'
+    quotas, beyond them). Kueue admits such pods as Workloads of the queue, borrowing from the cohort what its quota
+    does not hold: within it they hold what is lent there (training_view), beyond it GPUs no quota holds, so those
+    are held: neither lent nor reserved again (Reconciler._reconcile)."""
     in_queue: dict[str, int] = {}
     for w in workloads:
-        if w.running and w.cluster_queue in queues and (w.namespace, w.deployment) in served:
+        if w.running and w.cluster_queue in queues and (w.namespace, w.deployment) in served.deployments:
             in_queue[w.cluster_queue] = in_queue.get(w.cluster_queue, 0) + w.gpus
-    beyond = sum(max(gpus - quotas.get(q, 0), 0) for q, gpus in in_queue.items())
+    beyond = sum(max(gpus - served.quotas.get(q, 0), 0) for q, gpus in in_queue.items())
     return sum(in_queue.values()) - beyond, beyond
 
 
-def training_view(workloads: list[WorkloadInfo], queues: set[str], now: float,
-                  served: frozenset[tuple[str, str]] = frozenset(), quotas: Mapping[str, int] | None = None):
+def training_view(workloads: list[WorkloadInfo], queues: set[str], now: float, served: Served = NONE_SERVED):
     """The planner's running training and the requeue candidates, from the cluster's Workloads. Those running the
-    pods of a Deployment in `served` ((namespace, name): the policies' targets, or the Deployments their HPA targets
-    scale) are inference Kueue admitted into a training queue (a policy's inferenceClusterQueue there, refused): never
-    a victim, they hold what is lent there, up to its quota in `quotas` (beyond it they are held: serving_gpus)."""
+    pods of a Deployment `served` are inference Kueue admitted into a training queue (a policy's
+    inferenceClusterQueue there, refused): never a victim, they hold what is lent there, up to its quota (beyond it
+    they are held: serving_gpus)."""
     inside = [w for w in workloads if w.cluster_queue in queues and w.running]
-    running = [w for w in inside if (w.namespace, w.deployment) not in served]
+    running = [w for w in inside if (w.namespace, w.deployment) not in served.deployments]
     terminating = sum(w.gpus for w in workloads if w.cluster_queue in queues and w.stopping)
     since = [_checkpoint_base(w, now) for w in running]
     interval = [w.checkpoint_interval_seconds or UNANNOTATED_CHECKPOINT_SECONDS for w in running]
@@ -599,7 +607,7 @@ def training_view(workloads: list[WorkloadInfo], queues: set[str], now: float,
         [w.priority for w in running],
         [w.preemption_seconds if w.preemption_seconds is not None else UNANNOTATED_PREEMPTION_SECONDS for w in running],
         interval, newest_checkpoint(np.array(since, float), np.array(interval, float), now), terminating,
-        serving_gpus(workloads, queues, served, quotas or {})[0])
+        serving_gpus(workloads, queues, served)[0])
     stopped = tuple(Stopped(w.key, w.uid, w.cluster_queue) for w in workloads
                     if w.cluster_queue in queues and not w.admitted and not w.active and w.evicted_by_plan
                     and not w.finished)
@@ -624,7 +632,8 @@ class Reconciler:
         self._converted: dict[str, _Samples] = {}   # each policy's samples as arrays (_samples)
         self._full_read: dict[str, pd.Timestamp] = {}
         self._reported: dict[ObjectRef, str] = {}   # the refusal last reported per policy (one event per change)
-        # each policy target's Deployment, (namespace, name), whose Pods serve it (_serving)
+        # each policy target's Deployment, (namespace, name), whose Pods serve it (_serving): memory across reconciles,
+        # an HPA not read now keeps the Deployment it scaled when last read
         self._served: dict[TargetRef, tuple[str, str]] = {}
         self._faults: dict[str, str] = {}           # the fault last reported per policy
         self._failed: dict[str, str | None] = {}    # the failure to act last reported per policy
@@ -1156,14 +1165,14 @@ class Reconciler:
         and the training among `workloads` (the cluster's, read by the caller) in the queues `lending` lend to."""
         quotas = self.cluster.cluster_queue_quotas()
         training, uids, stopped = training_view(workloads, training_queues(lending), now.timestamp(),
-                                                frozenset(self._served.values()), quotas)
+                                                Served(frozenset(self._served.values()), quotas))
         return View(self._targets(planned), quotas, training, uids, stopped)
 
     def _held_by(self, policies: list[PolicyObject], within: list[PolicyObject]) -> list[int | None]:
         """The GPUs the target of each of `policies` holds now (one not found: none; None: it could not be read). A
         ClusterQueue target holds its quota, or more: the pods of the refused policies and left targets `within`
-        (holding no target of their own, core.policy.refused_holders) that name it as their inferenceClusterQueue,
-        where Kueue let them borrow beyond it."""
+        (holding no target of their own, core.policy.pods_queues) that name it as their inferenceClusterQueue, where
+        Kueue let them borrow beyond it."""
         if not policies:
             return []
         quotas = self.cluster.cluster_queue_quotas()
@@ -1181,20 +1190,20 @@ class Reconciler:
         for k, p in enumerate(policies):
             queue = p.spec.target.name
             if p.spec.target.kind == "ClusterQueue" and held[k] is not None:
-                pods = [read(w) for w in within
-                        if w.spec.target.kind != "ClusterQueue" and w.spec.inference_cluster_queue == queue]
+                pods = [read(w) for w in within if w.spec.inference_cluster_queue == queue]
                 held[k] = max(held[k] or 0, sum(gpus or 0 for gpus in pods))  # pods unread: the quota, known held
         return held
 
     def _beyond_lent(self, within: list[PolicyObject], lent_to: set[str]) -> int:
         """The GPUs the pods of the refused policies and left targets `within` run on in the training queues `lent_to`
         they name as their inferenceClusterQueue beyond those queues' quotas (serving_gpus), as a ClusterQueue target's
-        pods beyond its quota are held (_held_by)."""
-        queues = lent_to & {p.spec.inference_cluster_queue for p in within if p.spec.target.kind != "ClusterQueue"}
+        pods beyond its quota are held (_held_by). Counted apart from the view's within-quota count (training_view): the
+        plan is made with it before the view is read, and the view is read again after the actions."""
+        queues = lent_to & {p.spec.inference_cluster_queue for p in within}
         if not queues:  # no such pods: nothing to read
             return 0
-        pods = {self._served[ref] for p in within if (ref := p.target().target) in self._served}
-        return serving_gpus(self.cluster.workloads(), queues, pods, self.cluster.cluster_queue_quotas())[1]
+        pods = frozenset(self._served[ref] for p in within if (ref := p.target().target) in self._served)
+        return serving_gpus(self.cluster.workloads(), queues, Served(pods, self.cluster.cluster_queue_quotas()))[1]
 
     def _observed(self, inputs: list[_Input], view: View) -> dict[str, Observed]:
         out = {}

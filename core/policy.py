@@ -508,6 +508,26 @@ def refused_holders(kept: Iterable[tuple[TargetRef, PolicySpec]], refused: Itera
     return holds
 
 
+def pods_queues(kept: Iterable[tuple[TargetRef, PolicySpec]], refused: Iterable[tuple[TargetRef, PolicySpec]],
+                holds: Iterable[bool]) -> list[str | None]:
+    """The ClusterQueue the pods of each of `refused` (as refused_holders takes them, oldest first, with its verdict
+    `holds`) run in, holding no target of their own; None where another holds its target (a policy `kept`, one of
+    `refused` that holds it, or one before it naming it: the oldest says where a target's pods run), it holds it, or
+    it is a ClusterQueue (no pods). Such pods run in its inferenceClusterQueue, which refused_holders left it without
+    a target for: a ClusterQueue target held whole, their GPUs within that quota (controller.reconcile._held_by), or
+    a training queue lent into, where Kueue admits them as Workloads of that queue (the embedded cluster runs them
+    there: `pods_in_training`, `left_pods`; the controller counts them as inference there: training_view, and beyond
+    its quota as held: serving_gpus)."""
+    refused, holds = list(refused), list(holds)
+    taken = {target for target, _ in kept} | {target for (target, _), own in zip(refused, holds) if own}
+    queues: list[str | None] = []
+    for target, spec in refused:
+        runs = target.kind != "ClusterQueue" and target not in taken
+        queues.append(spec.inference_cluster_queue if runs else None)
+        taken.add(target)
+    return queues
+
+
 def refused_lends(spec: PolicySpec, inference: Collection[str]) -> list[str]:
     """The training queues a refused policy is still lent into: its own but those any policy holds inference in
     (`inference`: every policy's inference queues; the clash it may be refused for)."""

@@ -1,18 +1,19 @@
-"""What refused ReservationPolicies hold beside the accepted ones, as core.policy.refused_holders counts it, against
-what a cluster holds (hypothesis): a Deployment's pods are Workloads of the ClusterQueue its pods are labelled for
-(the inferenceClusterQueue every policy on it names), within that queue's quota; a ClusterQueue target holds its
-quota; a training queue's quota is what the accepted policies lend. Whatever the policies name and whatever their
-age order, no GPU is counted twice, and no refused policy's holding goes uncounted (lent as idle while its pods
-hold it). A queue's quota and the pods in it differ: the queue holds its quota whole, or its pods where Kueue let
-them borrow beyond it, so the GPUs counted are those a cluster holds in either age order. So too with targets edits
-left behind (a policy named another since): each runs on, held as a refused policy's target is, by no claim."""
+"""What refused ReservationPolicies hold beside the accepted ones, as core.policy.refused_holders counts it (and
+pods_queues, where the pods of those holding nothing run), against what a cluster holds (hypothesis): a Deployment's
+pods are Workloads of the ClusterQueue its pods are labelled for (the inferenceClusterQueue every policy on it names),
+within that queue's quota; a ClusterQueue target holds its quota; a training queue's quota is what the accepted
+policies lend. Whatever the policies name and whatever their age order, no GPU is counted twice, and no refused
+policy's holding goes uncounted (lent as idle while its pods hold it). A queue's quota and the pods in it differ: the
+queue holds its quota whole, or its pods where Kueue let them borrow beyond it, so the GPUs counted are those a
+cluster holds in either age order. So too with targets edits left behind (a policy named another since): each runs
+on, held as a refused policy's target is, by no claim."""
 from __future__ import annotations
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from core.objects import TargetRef
-from core.policy import Claims, PolicySpec, refused_holders, refused_lends
+from core.policy import Claims, PolicySpec, pods_queues, refused_holders, refused_lends
 
 DEPLOYMENTS, QUEUES = ("d0", "d1", "d2"), ("q0", "q1", "q2")
 NAMESPACE = "inference"
@@ -120,3 +121,8 @@ def test_each_gpu_a_refused_policy_holds_is_counted_once(drawn, label, gpus, lef
     pods_within = {holding(target) for (target, _), own in zip(refused, holds) if not own} - set(counted)
     assert held_gpus(mine, pods_within, label, gpus) == held_gpus(on_cluster, on_cluster, label, gpus), \
         (mine, on_cluster, gpus)
+    # the pods held by none of them run in the queue they are labelled for, each Deployment's said once (by the oldest
+    # naming it): the queue the embedded cluster runs them in, and the controller counts them within (pods_queues)
+    running = [(holding(target), queue) for (target, _), queue in zip(refused, pods_queues(kept, refused, holds))
+               if queue is not None]
+    assert sorted(running) == sorted((h, label[h[1]]) for h in pods_within if h[0] == "pods"), (running, pods_within)
