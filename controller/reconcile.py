@@ -632,9 +632,11 @@ class Reconciler:
         self._converted: dict[str, _Samples] = {}   # each policy's samples as arrays (_samples)
         self._full_read: dict[str, pd.Timestamp] = {}
         self._reported: dict[ObjectRef, str] = {}   # the refusal last reported per policy (one event per change)
-        # each policy target's Deployment, (namespace, name), whose Pods serve it (_serving): memory across reconciles,
-        # an HPA not read now keeps the Deployment it scaled when last read
-        self._served: dict[TargetRef, tuple[str, str]] = {}
+        # each policy target's Deployments, (namespace, name), whose Pods serve it: this reconcile's (_serving)
+        self._served: dict[TargetRef, frozenset[tuple[str, str]]] = {}
+        # each HPA target's Deployment as last read: memory across reconciles, an HPA not read now keeps it (_serving)
+        self._scaled: dict[TargetRef, tuple[str, str]] = {}
+        self._unread: set[TargetRef] = set()  # the HPA targets whose read failed, said once until read again
         self._faults: dict[str, str] = {}           # the fault last reported per policy
         self._failed: dict[str, str | None] = {}    # the failure to act last reported per policy
         self._told: dict[str, dict[ObjectRef, set[str]]] = {}  # per Event reason, what each policy was told
@@ -1105,30 +1107,53 @@ class Reconciler:
                 self._missing[p.key] = str(exc)  # what is missing: the target, or the Deployment its HPA scales
         return targets
 
-    def _serving(self, policies: Iterable[PolicyObject]) -> dict[TargetRef, tuple[str, str]]:
-        """The Deployment whose Pods each of `policies`' target runs, (namespace, name): a Deployment target itself, an
-        HPA the Deployment its scaleTargetRef names (read as its target is, within the reconcile's one read of it).
-        One missing, or scaling no Deployment, runs no Pods of one. An HPA not read now (the API server failing) keeps
-        the Deployment read last: its Pods are not taken for training meanwhile."""
-        served: dict[TargetRef, tuple[str, str]] = {}
+    def _serving(self, policies: Iterable[PolicyObject]) -> dict[TargetRef, frozenset[tuple[str, str]]]:
+        """The Deployments whose Pods each of `policies`' target runs, each (namespace, name): a Deployment target
+        itself, an HPA the Deployment its scaleTargetRef names (read as its target is, within the reconcile's one read
+        of it). One missing, or scaling no Deployment, runs no Pods of one. An HPA not read now (the API server
+        failing, or the controller's ClusterRole not letting it: a fault of its policy's own) keeps the Deployment it
+        scaled when last read (`_scaled`). One never read (the controller just started, or never let) is taken to
+        scale every Deployment of its namespace whose Pods run in its policy's inferenceClusterQueue: inference is not
+        taken for training (none of those Pods is preempted as training, and where they run beyond a training queue's
+        quota they are held), while a Workload there that runs no Deployment's Pod (a Job) is training still. Logged
+        once per HPA until it is read again (a 30 s loop would say it 2,880 times a day)."""
+        served: dict[TargetRef, frozenset[tuple[str, str]]] = {}
+        scaled: dict[TargetRef, tuple[str, str]] = {}
+        unread: dict[TargetRef, tuple[PolicyObject, ClusterError]] = {}
         for p in policies:
             target = p.target()
             ref = target.target
             if ref.kind == "Deployment":
-                served[ref] = (ref.namespace or "", ref.name)
+                served[ref] = frozenset({(ref.namespace or "", ref.name)})
             elif ref.kind == "HorizontalPodAutoscaler":
                 try:
                     scales = self.cluster.target_state(ref, target.gpus_per_replica).scales
                 except NotFound:
                     scales = None
                 except ClusterError as exc:
-                    log.warning("%s %s/%s not read (%s): its Pods are of the Deployment it scaled when last read",
-                                ref.kind, ref.namespace, ref.name, exc)
-                    if ref in self._served:
-                        served[ref] = self._served[ref]
+                    unread[ref] = (p, exc)
                     continue
                 if scales is not None:
-                    served[ref] = (ref.namespace or "", scales)
+                    scaled[ref] = (ref.namespace or "", scales)
+                    served[ref] = frozenset({scaled[ref]})
+        unknown = [ref for ref in unread if ref not in self._scaled]
+        workloads = self.cluster.workloads() if unknown else []
+        for ref, (p, error) in unread.items():
+            if ref in self._scaled:
+                scaled[ref] = self._scaled[ref]
+                served[ref] = frozenset({scaled[ref]})
+                how = f"its Pods are of Deployment {scaled[ref][1]}, which it scaled when last read"
+            else:
+                queue = p.spec.inference_cluster_queue
+                served[ref] = frozenset((w.namespace, w.deployment) for w in workloads if w.deployment is not None
+                                        and w.namespace == ref.namespace and w.cluster_queue == queue)
+                how = (f"never read, it is taken to scale every Deployment of namespace {ref.namespace} whose Pods "
+                       f"run in ClusterQueue {queue}: none of them is preempted as training" if queue is not None else
+                       "never read, no Pods are known to be its")
+            if ref not in self._unread:
+                log.warning("%s %s/%s not read (%s): %s; said once until it is read again", ref.kind, ref.namespace,
+                            ref.name, error, how)
+        self._scaled, self._unread = scaled, set(unread)
         return served
 
     def _present(self, policies: list[PolicyObject]) -> tuple[list[PolicyObject], dict[ObjectRef, str]]:
@@ -1165,7 +1190,7 @@ class Reconciler:
         and the training among `workloads` (the cluster's, read by the caller) in the queues `lending` lend to."""
         quotas = self.cluster.cluster_queue_quotas()
         training, uids, stopped = training_view(workloads, training_queues(lending), now.timestamp(),
-                                                Served(frozenset(self._served.values()), quotas))
+                                                Served(frozenset().union(*self._served.values()), quotas))
         return View(self._targets(planned), quotas, training, uids, stopped)
 
     def _held_by(self, policies: list[PolicyObject], within: list[PolicyObject]) -> list[int | None]:
@@ -1202,7 +1227,7 @@ class Reconciler:
         queues = lent_to & {p.spec.inference_cluster_queue for p in within}
         if not queues:  # no such pods: nothing to read
             return 0
-        pods = frozenset(self._served[ref] for p in within if (ref := p.target().target) in self._served)
+        pods = frozenset().union(*(self._served.get(p.target().target, ()) for p in within))
         return serving_gpus(self.cluster.workloads(), queues, Served(pods, self.cluster.cluster_queue_quotas()))[1]
 
     def _observed(self, inputs: list[_Input], view: View) -> dict[str, Observed]:

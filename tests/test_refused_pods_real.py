@@ -126,11 +126,18 @@ def test_a_refused_policy_s_pods_in_an_accepted_policy_s_training_queue_are_neve
         clean_pods(kube)
 
 
+def hpa_unread(messages: list[str]) -> list[str]:
+    """The log lines saying serve's HPA was not read."""
+    return [m for m in messages if f"HorizontalPodAutoscaler {NS}/serve not read" in m]
+
+
 def test_an_hpa_not_read_keeps_the_deployment_it_scaled_when_last_read(kube, kube_server, prometheus_server,  # noqa: F811
-                                                                       tmp_path):
+                                                                       tmp_path, caplog):
     """serve's HPA not read (the API server answering 504 past every retry) at the reconcile that finds research-run
     over-lent: its pods are of the Deployment it scaled when last read, never a victim, and the reconcile goes on
-    (the refused policy's fault is its own): the training gives back what is over."""
+    (the refused policy's fault is its own): the training gives back what is over. The failed read is logged once
+    while it lasts (it was logged at every reconcile: 2,880 lines a day in a 30 s loop), and again once it fails after
+    a read."""
     refused_serve(kube, "HorizontalPodAutoscaler")
     api = kube_server.apiserver
     proxy = AnswerLosingProxy(api, hold_seconds=1).start()
@@ -140,12 +147,21 @@ def test_an_hpa_not_read_keeps_the_deployment_it_scaled_when_last_read(kube, kub
         r = reconciler(lossy, prometheus_server.url, tmp_path)
         r.reconcile(MONDAY_7AM)
         served = over_lent(kube)
-        proxy.lose("GET", f"{HPAS}/serve", "504", times=lossy.retries + 1)
-        state = r.reconcile(MONDAY_7AM + pd.Timedelta(minutes=5))
-        assert len(proxy.lost) == lossy.retries + 1, proxy.lost
-        assert not any(state.reconcile_errors_total.values()), state.reconcile_errors_total
-        assert active(kube, NS, served) is True, "serve's pod was preempted"
-        assert active(kube, TRAIN_NS, "train") is False
+        with caplog.at_level(logging.WARNING, logger="controller.reconcile"):
+            for minutes in (5, 10):  # not read twice running
+                proxy.lose("GET", f"{HPAS}/serve", "504", times=lossy.retries + 1)
+                state = r.reconcile(MONDAY_7AM + pd.Timedelta(minutes=minutes))
+                assert not any(state.reconcile_errors_total.values()), state.reconcile_errors_total
+            assert len(proxy.lost) == 2 * (lossy.retries + 1), proxy.lost
+            assert active(kube, NS, served) is True, "serve's pod was preempted"
+            assert active(kube, TRAIN_NS, "train") is False
+            said = hpa_unread(caplog.messages)
+            assert len(said) == 1, said  # (logged at every reconcile, it was said twice)
+            assert "504" in said[0] and "Deployment serve-pods, which it scaled when last read" in said[0], said
+            r.reconcile(MONDAY_7AM + pd.Timedelta(minutes=15))  # read again
+            proxy.lose("GET", f"{HPAS}/serve", "504", times=lossy.retries + 1)
+            r.reconcile(MONDAY_7AM + pd.Timedelta(minutes=20))
+            assert len(hpa_unread(caplog.messages)) == 2, caplog.messages
     finally:
         lossy.close()
         proxy.stop()
@@ -181,6 +197,44 @@ def test_a_pod_the_cluster_role_may_not_read_is_training_and_said_once(without_p
         assert len(refused) == 1 and "403" in refused[0], caplog.messages
         assert "counted as training" in refused[0] and "until" not in refused[0], refused
         assert active(kube, NS, served) is False, "a Pod not read is of no Deployment: its Workload is training"
+    finally:
+        clean_pods(kube)
+
+
+@pytest.fixture
+def without_hpas(kube_server, kube):  # noqa: F811
+    """The shipped ClusterRole without its rule on HPAs, bound (test-only) to the unprivileged user: its client, whose
+    every read of an HPA is refused (403). Unbound afterwards."""
+    role = shipped_cluster_role("headroom-test-no-hpas")
+    role["rules"] = [rule for rule in role["rules"] if rule["resources"] != ["horizontalpodautoscalers"]]
+    yield from bound_to_the_viewer(kube_server, kube, role)
+
+
+def test_an_hpa_never_read_takes_the_deployment_pods_in_its_queue_for_its_own(without_hpas, kube,  # noqa: F811
+                                                                               prometheus_server, tmp_path, caplog):
+    """serve's HPA is never read (the controller's ClusterRole lets it not: 403, from its first reconcile), so which
+    Deployment it scales is not known. Its pod in research-run, chat's training queue, was read as training and, the
+    queue 2 GPUs over what chat lends, preempted (priority 0, below the training's 100), at every reconcile logging
+    the failed read. Until the HPA is read, the pods of its namespace's Deployments in its inferenceClusterQueue are
+    taken as its: inference, never a victim (the safe side); the training Workload there, of no Deployment, is
+    training still and gives back what is over. The failed read is logged once."""
+    refused_serve(kube, "HorizontalPodAutoscaler")
+    server = PrometheusServer(url=prometheus_server.url, step="5m", timeout_seconds=10, retries=0)
+    cfg = RunConfig(cluster="kubernetes", prometheus=server, capacity_gpus=128, namespace=NS)
+    r = Reconciler(without_hpas, PrometheusDemand(server), cfg, forecast_log=ForecastLog(tmp_path / "log"))
+    try:
+        with caplog.at_level(logging.WARNING, logger="controller.reconcile"):
+            r.reconcile(MONDAY_7AM)
+            served = over_lent(kube)
+            for minutes in (5, 10, 15):
+                state = r.reconcile(MONDAY_7AM + pd.Timedelta(minutes=minutes))
+                assert not any(state.reconcile_errors_total.values()), state.reconcile_errors_total
+        assert active(kube, NS, served) is True, "serve's pod was preempted"
+        assert active(kube, TRAIN_NS, "train") is False
+        said = hpa_unread(caplog.messages)
+        assert len(said) == 1, said
+        assert "403" in said[0] and f"Deployment of namespace {NS} whose Pods run in ClusterQueue {QUEUE}" in said[0], \
+            said
     finally:
         clean_pods(kube)
 
