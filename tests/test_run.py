@@ -2518,3 +2518,46 @@ def test_pods_an_edit_left_in_a_training_queue_beyond_what_is_lent_there_are_hel
         beyond = max(pods - lent["research"], 0)
         assert reserved + sum(lent[q] for q in state.teams) + beyond == 128, (minutes, reserved, lent, pods)
         assert r.cluster.inference["inference/b"].waiting == 0  # b-v2's replicas all have GPUs
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "measured: research's quota is what is lent, 1 GPU from 9:10 to 10:00 (team-b, the other queue lent into, 0), "
+    "while b's pods run on 84 GPUs there, 83 beyond it (held: not lent nor reserved again). Kueue admits a Workload "
+    "within the queue's quota or what the cohort lends it: a pod of b restarted then (2 GPUs) is not admitted again "
+    "(84 GPUs asked of a 1-GPU quota, the cohort lending 0), and b, which no one scales, runs a replica short for "
+    "good. A fix would set the quota to what is lent plus what such pods hold beyond it, the within/beyond split read "
+    "against what was lent, not against the quota last set (which would then hold the pods: beyond 0, lent again, "
+    "the quota down, beyond again, each reconcile)"))
+def test_a_training_queue_s_quota_holds_the_pods_an_edit_left_running_in_it_so_a_restarted_one_is_admitted_again(
+        demand_file, tmp_path):
+    """b's pods (84 GPUs) run on in research after an edit scaled b-v2 instead, and chat lends into research: the
+    queue's quota holds them, so one of them restarted is admitted again."""
+    r = Replay(tmp_path, demand_file, policy("b", inferenceClusterQueue="research", trainingClusterQueues=["team-b"]))
+    r.step(AT_9)
+    r.cluster.apply_policy(policy("b", target={"kind": "Deployment", "name": "b-v2"}, trainingClusterQueues=["team-b"]))
+    r.cluster.apply_policy(policy("chat"))
+    for minutes in range(5, 65, 5):
+        r.step(AT_9 + pd.Timedelta(minutes=minutes))
+        pods = sum(w.gpus for w in r.cluster.workloads() if w.deployment == "b" and w.running)
+        if minutes >= 15:  # (the plan sets research's quota at 9:05, read back at 9:10)
+            assert r.cluster.cluster_queue_quotas()["research"] >= pods, (minutes, r.cluster.cluster_queue_quotas())
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "measured: chat drops research at 9:15; no policy names it any more, so the quota headroom lent it goes back to 0 "
+    "(Reconciler._returned; it was 1 GPU, what was lent) while on a cluster b's pods, of a target an edit left with "
+    "research as its inferenceClusterQueue, run on there as Workloads Kueue admitted (84 GPUs): a pod of b restarted "
+    "is not admitted again. The world runs b outside Kueue once research is not lent into (left_pods {}), so it shows "
+    "no pod of b there either"))
+def test_a_queue_no_policy_names_keeps_what_the_pods_an_edit_left_in_it_hold(demand_file, tmp_path):
+    """A training queue returned (no policy names it) where a left target's pods still run keeps what they hold."""
+    r = Replay(tmp_path, demand_file, policy("b", inferenceClusterQueue="research", trainingClusterQueues=["team-b"]))
+    r.step(AT_9)
+    r.cluster.apply_policy(policy("b", target={"kind": "Deployment", "name": "b-v2"}, trainingClusterQueues=["team-b"]))
+    r.cluster.apply_policy(policy("chat"))
+    for minutes in (5, 10):
+        r.step(AT_9 + pd.Timedelta(minutes=minutes))
+    r.cluster.apply_policy(policy("chat", trainingClusterQueues=["team-c"]))  # research named by no policy now
+    for minutes in (15, 20):
+        r.step(AT_9 + pd.Timedelta(minutes=minutes))
+        assert r.cluster.cluster_queue_quotas()["research"] >= 84, (minutes, r.cluster.cluster_queue_quotas())
