@@ -3,6 +3,7 @@
 The CLI is the only reader of configuration; everything below it receives typed values."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, get_args, get_origin
 
@@ -121,7 +122,8 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
                    for dotted, value in (overrides or {}).items() if value is not None}
         errors = []
         for line in field_errors(exc, Config):
-            field = tuple(line.split(":")[0].split(".")[:2])
+            # the section and key a flag sets: an item's error (forecast.quantiles[2]) is its list's flag's too
+            field = tuple(re.split(r"[.\[]", line.split(":")[0])[:2])
             errors.append(_given_by_flag(line, flagged[field]) if field in flagged else line)
         raise ConfigError(source, errors + _unknown_candidates(tree)) from None
     if _unknown_candidates(tree):

@@ -311,7 +311,10 @@ def test_a_bad_flag_without_a_configuration_file_is_said_to_be_a_flag(capsys):
     (["simulate", ""], "history.file: an empty path", "the DEMAND argument"),
     (["plan", "--gpus", "0"], "run.capacity_gpus: Input should be greater than or equal to 1", "--gpus"),
     (["train", "--tracking-uri", "mlflow.db"], "training.tracking_uri: 'mlflow.db' is a path", "--tracking-uri"),
-], ids=["flag", "argument", "flag-of-another-key", "flag-beside-the-key's-name"])
+    # an item of the list the flag gives: said as forecast.quantiles[2], which names no flag
+    (["forecast", "h.csv", "--quantiles", "0.5,0.9,1.2"], "forecast.quantiles[2]: Input should be less than 1",
+     "--quantiles"),
+], ids=["flag", "argument", "flag-of-another-key", "flag-beside-the-key's-name", "an-item-of-the-flag's-list"])
 def test_a_bad_flag_is_named_by_the_flag_typed(argv, error, flag, capsys):
     """A flag's error named only the field it sets, "(given on the command line: --help names each flag's field)":
     the user typed --timezone, not forecast.timezone, and had to read --help to find which it was."""

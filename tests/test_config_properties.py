@@ -412,7 +412,7 @@ def test_a_flag_reads_a_value_as_the_file_does_and_wins_beside_it(tmp_path_facto
     assert by_file[0] == by_flag[0], (by_file, by_flag)
     assert by_file[2] == by_flag[2]  # the same error text, whichever way the value came
     # and the flag's error names the flag the user typed, not only the field it sets (--help had to be read for it)
-    said = [line.strip() for line in by_flag[3].splitlines() if line.strip().startswith(field + ":")]
+    said = [line.strip() for line in by_flag[3].splitlines() if line.strip().startswith((field + ":", field + "["))]
     assert all(line.endswith(FLAGGED.format(flag)) for line in said), by_flag[3]
     if by_file[0] == 0:
         assert read_back(by_file[1], field) == read_back(by_flag[1], field) == value
