@@ -28,9 +28,11 @@ HOUR = pd.Timedelta(hours=1)
 
 
 def wall_clock(index: pd.DatetimeIndex, zone: str) -> pd.DatetimeIndex:
-    """The wall-clock time in `zone` of each UTC timestamp, labelled as UTC: the models read a tz-aware UTC index
-    (forecast.base), and those that take the hour of day or day of week from it then take the local ones."""
-    return index.tz_convert(ZoneInfo(zone)).tz_localize(None).tz_localize(UTC)
+    """The wall-clock hour in `zone` of each UTC timestamp, labelled as UTC: the models read a tz-aware UTC index
+    (forecast.base), and those that take the hour of day or day of week from it then take the local ones. Floored to
+    the hour, so that one grid of hours holds them on both sides of a change of half an hour (Australia/Lord_Howe)
+    and in a zone a fraction of an hour off UTC (Asia/Kathmandu: 00:00 UTC is the 05:00 hour, 05:45)."""
+    return index.tz_convert(ZoneInfo(zone)).tz_localize(None).floor("h").tz_localize(UTC)
 
 
 def local_hours(history: pd.Series, zone: str) -> pd.Series:

@@ -36,7 +36,8 @@ def business_hours(start: str, end: str, zone: str, step: str = "h", seed: int =
 
 
 @st.composite
-def hourly_series(draw, zones=("Europe/Berlin", "America/New_York", "Australia/Sydney", "Europe/London")):
+def hourly_series(draw, zones=("Europe/Berlin", "America/New_York", "Australia/Sydney", "Europe/London",
+                                "Australia/Lord_Howe", "Asia/Kathmandu")):
     """An hourly UTC series of 1-400 hours starting near a DST change of a zone, with NaN gaps."""
     zone = draw(st.sampled_from(zones))
     change = draw(st.sampled_from(["2026-03-08", "2026-03-29", "2026-04-05", "2026-10-04", "2026-10-25",
@@ -118,6 +119,23 @@ def test_the_forecast_is_on_the_utc_hours_after_the_history(series, horizon):
     frame = on_clock(BASELINES["static"](), zone).fit(history).predict(horizon, [0.5])
     assert (frame.index == pd.date_range(history.index[-1] + pd.Timedelta(hours=1), periods=horizon, freq="h")).all()
     assert frame.notna().all().all()
+
+
+@pytest.mark.parametrize("zone", ["Australia/Lord_Howe", "Asia/Kathmandu"])
+def test_a_zone_a_fraction_of_an_hour_off_utc_forecasts_every_hour(zone, tmp_path, capsys):
+    """Lord Howe Island moves its clock by half an hour (+11:00 to +10:30 on 2026-04-05), Kathmandu is 5:45 off UTC:
+    the wall-clock hours are one grid of hours on both sides of the change, so every hour is forecast (the
+    wall clock's own minutes put every hour after the change off the grid before it: all NaN, printed as NaN
+    in --json, exit 0)."""
+    from cli.main import main
+
+    demand = tmp_path / "demand.csv"
+    business_hours("2026-03-16", "2026-04-09", zone).rename_axis("timestamp").to_csv(demand)
+    assert main(["forecast", str(demand), "--timezone", zone, "--horizon", "24", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out, parse_constant=pytest.fail)["forecast"]
+    assert len(rows) == 24 and all(np.isfinite(r["q0.5"]) for r in rows)
+    busy = [r for r in rows if pd.Timestamp(r["timestamp"]).tz_convert(zone).hour in range(10, 16)]
+    assert busy and min(r["q0.5"] for r in busy) > 60  # the peak at its local hours, whatever the minutes
 
 
 def test_the_repeated_hour_is_the_mean_of_its_two_utc_hours_and_the_skipped_hour_a_gap():

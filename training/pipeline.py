@@ -504,8 +504,10 @@ def _end_unfinished(tracker: Tracker, exp: str, series: str, status: str,
 
 
 def _on_utc(wall: pd.Timestamp, zone: str) -> pd.Timestamp:
-    """The UTC hour of a wall-clock hour of `zone` labelled UTC (as forecast.clock.local_hours labels them)."""
-    return wall.tz_localize(None).tz_localize(zone, ambiguous=True, nonexistent="shift_forward").tz_convert(UTC)
+    """The UTC hour of a wall-clock hour of `zone` labelled UTC (as forecast.clock.local_hours labels them, floored:
+    the UTC hour starts within it, at its start in a zone a whole number of hours off UTC)."""
+    local = wall.tz_localize(None).tz_localize(zone, ambiguous=True, nonexistent="shift_forward")
+    return local.tz_convert(UTC).ceil("h")
 
 
 def _train(name, series, settings, tracker, now, timezone, makers, origins, exp, parent, progress=None) -> TrainResult:
