@@ -145,7 +145,7 @@ def run_demo(out: Path, quick: bool, cfg, say) -> dict:
              "forecaster": f"MLflow {model_name} of headroom-{SERIES}: {trained.selected}, refitted every hour",
              "policy": f"{policy_file}: {tuned.reason}",
              "MLflow store": uri}
-    report = render_report(out / REPORT, results, "forecast", c.gpus, facts, tuned, title="headroom demo")
+    report = render_report(out / REPORT, results, "forecast", c.gpus, facts, tuned, what="demo")
     say("report written")
     return {"report": report, "tracking_uri": uri, "history": history_file, "table": table, "policy": policy_file,
             "trained": trained, "tuned": tuned}

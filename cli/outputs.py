@@ -51,7 +51,34 @@ def _own_output(flag: str) -> tuple[str, bytes] | None:
         from controller.simulate import TIMELINE_COLUMNS
 
         return "a timeline", ",".join(TIMELINE_COLUMNS).encode()
-    return ("a PNG plot", b"\x89PNG") if flag == "--plot" else None
+    return _own_file(".png") if flag == "--plot" else None
+
+
+def _own_file(name: str) -> tuple[str, bytes] | None:
+    """What a file headroom writes under `name` into a folder is, and how it begins (as _own_output)."""
+    if name.endswith(".png"):
+        return "a PNG plot", b"\x89PNG"
+    if name.endswith(".html"):
+        from dashboards.report import PAGE_HEAD
+
+        return "a report page", PAGE_HEAD.encode()
+    return None
+
+
+def _not_of_another_kind(target: Path, label: str, own: tuple[str, bytes] | None, other: str = "file") -> None:
+    """An existing `target` is the kind of file `own` says headroom writes there (a re-run replaces it), not another
+    file (an SRE's data) of the same name."""
+    if own is None or not target.is_file():
+        return
+    what, head = own
+    try:
+        with target.open("rb") as handle:
+            ours = handle.read(len(head)) == head
+    except OSError:
+        ours = False
+    if not ours:
+        raise BadRequest(f"{label}: the file exists and is not {what} headroom wrote; it is not overwritten (it may "
+                         f"be your data): remove it or name a new {other}")
 
 
 def _no_device(target: Path, label: str) -> None:
@@ -89,24 +116,15 @@ def check_output_files(outputs: Sequence[Named], inputs: Sequence[Named] = ()) -
         _writable_folder(folder, flag, target)
         _clash(target, f"{flag} {target}", [*inputs, *given[:k]])
         _no_device(target, f"{flag} {target}")
-        own = _own_output(flag)
-        if own is not None and target.exists():
-            what, head = own
-            try:
-                with target.open("rb") as handle:
-                    ours = handle.read(len(head)) == head
-            except OSError:
-                ours = False
-            if not ours:
-                raise BadRequest(f"{flag} {target}: the file exists and is not {what} headroom wrote; it is not "
-                                 "overwritten (it may be your data): remove it or name a new file")
+        _not_of_another_kind(target, f"{flag} {target}", _own_output(flag))
         if flag == "--plot" and target.suffix.lower() != ".png":  # the plot's format follows the name's suffix
             raise BadRequest(f"{flag} {target}: the plot is a PNG; name a .png file")
 
 
 def check_output_dir(path: str | Path, flag: str, writes: Iterable[str], others: Sequence[Named] = ()) -> None:
-    """A folder the command writes the files `writes` into (replacing its own earlier ones): not an existing
-    file, and none of `writes` one of `others` (the command's inputs and other outputs). Nothing is made yet."""
+    """A folder the command writes the files `writes` into (replacing its own earlier ones, never other files of
+    those names): not an existing file, and none of `writes` one of `others` (the command's inputs and other
+    outputs). Nothing is made yet."""
     _not_empty(path, flag)
     target = Path(path)
     if target.exists() and not target.is_dir():
@@ -114,6 +132,7 @@ def check_output_dir(path: str | Path, flag: str, writes: Iterable[str], others:
     for name in writes:
         _clash(target / name, f"{flag} {path}: its {name}", others)
         _no_device(target / name, f"{flag} {path}: its {name}")
+        _not_of_another_kind(target / name, f"{flag} {path}: its {name}", _own_file(name), "folder")
 
 
 def make_output_dir(path: str | Path, flag: str) -> Path:

@@ -27,6 +27,10 @@ from forecast.base import Forecaster
 PAGE, DEMAND_PNG, USAGE_PNG, PREEMPTIONS_PNG, TRADEOFF_PNG = REPORT_FILES = (
     "index.html", "demand.png", "gpus_by_use.png", "preemptions.png", "tradeoff.png")
 
+# How a page render_report writes begins (its title "headroom report", or the demo's "headroom demo"): `report --out`
+# replaces such a page, never another index.html (cli.outputs)
+PAGE_HEAD = '<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>headroom '
+
 # What the comparison table shows, with the header a reader sees and how to format it.
 COLUMNS = {
     "utilization": ("utilization", "{:.1%}"),
@@ -434,9 +438,10 @@ dl{display:grid;grid-template-columns:max-content auto;gap:.2em 1em}dt{color:#66
 
 def render_report(out_dir: Path, results: Mapping[str, SimResult], timeline_policy: str,
                   gpus: int, facts: Mapping[str, str], tuned: TuneResult | None = None,
-                  title: str = "headroom report", missing: pd.DatetimeIndex | None = None) -> Path:
-    """Write the PNGs and index.html into `out_dir`; returns the HTML path. `tuned`: the forecast policy's tuning;
-    `missing`: the simulated steps the trace has no sample for (missing_steps), shown and said."""
+                  what: str = "report", missing: pd.DatetimeIndex | None = None) -> Path:
+    """Write the PNGs and index.html (titled "headroom `what`") into `out_dir`; returns the HTML path. `tuned`: the
+    forecast policy's tuning; `missing`: the simulated steps the trace has no sample for (missing_steps), shown and
+    said."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     timed = results[timeline_policy]
@@ -468,8 +473,8 @@ def render_report(out_dir: Path, results: Mapping[str, SimResult], timeline_poli
         f'<figure><h2>{html.escape(fig.title)}</h2><img src="{_data_uri(fig.path)}" alt="{html.escape(fig.title)}">'
         f'<figcaption>{html.escape(fig.caption)} <a href="{fig.path.name}">PNG</a></figcaption></figure>'
         for fig in figures)
-    page = f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title><style>{_STYLE}</style>
+    title = f"headroom {what}"
+    page = f"""{PAGE_HEAD}{html.escape(what)}</title><style>{_STYLE}</style>
 {_SELF_CHECK}</head>
 <body><h1>{html.escape(title)}</h1>
 <p>headroom reserves GPUs for inference ahead of forecast demand and lends the rest to a training queue, keeping

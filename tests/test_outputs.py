@@ -209,6 +209,27 @@ def test_report_refuses_a_timeline_that_is_one_of_its_pages(demand, tmp_path, ca
     assert list(out.iterdir()) == []
 
 
+@pytest.mark.parametrize("name", ["index.html", "demand.png"])
+def test_report_refuses_a_folder_whose_page_or_plot_it_did_not_write(demand, tmp_path, capsys, name):
+    """`report --out ~/public_html` replaced the SRE's own index.html (or a demand.png of theirs) with its page,
+    exit 0; a page and plots an earlier report wrote are replaced, as a re-run does."""
+    out = tmp_path / "site"
+    out.mkdir()
+    (out / name).write_text("<html>my own page</html>")
+    status, err = exits(["report", demand, "--days", "1", "--out", out], capsys)
+    assert status == 2 and (f"--out {out}: its {name}: the file exists and is not a "
+                            f"{'report page' if name == 'index.html' else 'PNG plot'} headroom wrote") in err, err
+    assert "name a new folder" in err and "[report" not in err  # refused before any work
+    assert listing(out) == {name: b"<html>my own page</html>"}
+    if name != "index.html":
+        return
+    (out / name).unlink()
+    assert main(["report", str(demand), "--days", "1", "--out", str(out)]) == 0
+    first = listing(out)
+    assert main(["report", str(demand), "--days", "1", "--out", str(out), "--policy", "static"]) == 0
+    assert listing(out).keys() == first.keys() and listing(out)["index.html"] != first["index.html"]
+
+
 def test_demo_refuses_a_folder_of_someone_elses_files(tmp_path, capsys):
     """The demo wrote its policy.yaml, history and MLflow store among them (an SRE's policy.yaml replaced)."""
     mine = tmp_path / "mine"
