@@ -19,6 +19,7 @@ SERIES = f"{NAMESPACE}.{NAME}"  # the series the controller serves that policy t
 HISTORY, STORE, POLICY, REPORT = "demand_5min.csv", "mlflow.db", "policy.yaml", "report"
 # what the demo writes into --out: its own files, and what the MLflow adapter keeps beside its sqlite store
 WRITES = (HISTORY, STORE, POLICY, REPORT, "mlartifacts", ".headroom-locks")
+POLICY_COMMENT = "headroom demo:"  # how the policy the demo writes begins (# and this): a re-run replaces only that
 
 
 # what the demo makes itself (its history, its training, the days it simulates, the policies it compares), so a
@@ -105,7 +106,7 @@ def run_demo(out: Path, quick: bool, cfg, say) -> dict:
     verdict = "recommended" if tuned.met else "closest (does not meet the objective)"
     say(f"{verdict}: targetQuantile {policy.target_quantile:g}, warmBuffer {policy.warm_buffer:g}: {tuned.reason}")
     policy_file = write_policy(policy, out / POLICY, NAME, NAMESPACE,
-                               f"headroom demo: {tuned.reason}", replace=True)  # an earlier demo's, if any
+                               f"{POLICY_COMMENT} {tuned.reason}", replace=True)  # an earlier demo's, if any
 
     now = scenario.evaluated[0]
     r = cfg.run.model_copy(update={"capacity_gpus": c.gpus, "namespace": None, "policies": [
@@ -153,9 +154,11 @@ def run_demo(out: Path, quick: bool, cfg, say) -> dict:
 
 def check_demo_folder(path: str, inputs) -> Path:
     """--out: a new or empty folder, or an earlier demo's (the demo replaces its own files there); one that holds
-    anything else is someone's folder, where the demo's policy.yaml, history and store do not belong."""
+    anything else is someone's folder, where the demo's policy.yaml, history and store do not belong, and so is one
+    holding a policy.yaml or report/ page the demo did not write."""
     from cli.outputs import check_output_dir, make_output_dir
     from core.errors import BadRequest
+    from dashboards.report import REPORT_FILES
 
     check_output_dir(path, "--out", WRITES, inputs)
     folder = Path(path)
@@ -163,6 +166,8 @@ def check_demo_folder(path: str, inputs) -> Path:
     if others:
         raise BadRequest(f"--out {path}: the folder holds files the demo did not write ({', '.join(others[:5])}); "
                          f"the demo writes {', '.join(WRITES[:4])} there: name a new or empty folder")
+    check_output_dir(path, "--out", [POLICY], own={POLICY: ("a demo policy", f"# {POLICY_COMMENT}".encode())})
+    check_output_dir(folder / REPORT, "--out", REPORT_FILES, inputs)
     return make_output_dir(path, "--out")
 
 

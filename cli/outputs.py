@@ -4,7 +4,7 @@ folder that exists and can be written. Each refusal names the flag (BadRequest: 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -121,10 +121,11 @@ def check_output_files(outputs: Sequence[Named], inputs: Sequence[Named] = ()) -
             raise BadRequest(f"{flag} {target}: the plot is a PNG; name a .png file")
 
 
-def check_output_dir(path: str | Path, flag: str, writes: Iterable[str], others: Sequence[Named] = ()) -> None:
+def check_output_dir(path: str | Path, flag: str, writes: Iterable[str], others: Sequence[Named] = (),
+                     own: Mapping[str, tuple[str, bytes]] | None = None) -> None:
     """A folder the command writes the files `writes` into (replacing its own earlier ones, never other files of
-    those names): not an existing file, and none of `writes` one of `others` (the command's inputs and other
-    outputs). Nothing is made yet."""
+    those names: a PNG, a report page, or as `own` says what a name holds and how it begins): not an existing file,
+    and none of `writes` one of `others` (the command's inputs and other outputs). Nothing is made yet."""
     _not_empty(path, flag)
     target = Path(path)
     if target.exists() and not target.is_dir():
@@ -132,7 +133,8 @@ def check_output_dir(path: str | Path, flag: str, writes: Iterable[str], others:
     for name in writes:
         _clash(target / name, f"{flag} {path}: its {name}", others)
         _no_device(target / name, f"{flag} {path}: its {name}")
-        _not_of_another_kind(target / name, f"{flag} {path}: its {name}", _own_file(name), "folder")
+        kind = (own or {}).get(name) or _own_file(name)
+        _not_of_another_kind(target / name, f"{flag} {path}: its {name}", kind, "folder")
 
 
 def make_output_dir(path: str | Path, flag: str) -> Path:

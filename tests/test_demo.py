@@ -167,7 +167,7 @@ def test_a_second_demo_into_its_own_folder_replaces_its_policy(demo):
     """Last in this file: it runs the demo again into the folder the tests above read. An earlier demo's folder is
     taken and its files replaced (README), policy.yaml too, which `tune --write-policy` never overwrites."""
     out = demo[0]
-    (out / "policy.yaml").write_text("# the earlier demo's\n")
+    (out / "policy.yaml").write_text("# headroom demo: the earlier demo's\n")  # as the demo's own begins
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err:
         assert main(["demo", "--quick", "--out", str(out)]) == 0, err.getvalue()[-2000:]
     (policy,) = load_manifests(out / "policy.yaml")

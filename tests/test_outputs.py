@@ -23,6 +23,7 @@ from cli.outputs import NamedStream
 from controller.simulate import TIMELINE_COLUMNS
 from core.errors import BadRequest
 from core.files import append_whole, cannot_write_in, create_whole, replace_whole
+from dashboards.report import PAGE_HEAD
 from forecast.synthetic import synthetic_demand, write_csv
 from tests.test_bad_input import _policy_file, exits
 
@@ -248,13 +249,30 @@ def test_demo_refuses_a_folder_of_someone_elses_files(tmp_path, capsys):
     assert config.read_text() == "simulate:\n  gpus: 64\n"
 
 
+@pytest.mark.parametrize("name", ["policy.yaml", "report/index.html"])
+def test_demo_refuses_a_folder_holding_a_file_of_its_names_it_did_not_write(tmp_path, capsys, name):
+    """A folder holding only the SRE's own policy.yaml (or report/index.html) passed for an earlier demo's: the
+    demo replaced it, exit 0."""
+    mine = tmp_path / "mine"
+    (mine / name).parent.mkdir(parents=True, exist_ok=True)
+    (mine / name).write_text("my own\n")
+    status, err = exits(["demo", "--quick", "--out", mine], capsys)
+    folder, file = (mine / name).parent, (mine / name).name
+    assert status == 2 and f"--out {folder}: its {file}: the file exists and is not a" in err, err
+    assert "[demo" not in err and (mine / name).read_text() == "my own\n"  # refused before any work
+
+
 def test_demo_takes_a_new_an_empty_or_an_earlier_demos_folder(tmp_path):
     assert check_demo_folder(str(tmp_path / "new" / "demo"), []).is_dir()
     assert check_demo_folder(str(tmp_path / "new" / "demo"), []).is_dir()  # now empty
     earlier = tmp_path / "earlier"
     earlier.mkdir()
     for name in WRITES:
-        (earlier / name).write_text("")
+        (earlier / name).write_text("# headroom demo: an earlier demo's policy\n" if name == "policy.yaml" else "")
+    (earlier / "report").unlink()
+    (earlier / "report").mkdir()  # the earlier demo's report folder, its page and plots
+    (earlier / "report" / "index.html").write_text(PAGE_HEAD + "demo</title>")
+    (earlier / "report" / "demand.png").write_bytes(b"\x89PNG\r\n")
     assert check_demo_folder(str(earlier), []) == earlier.resolve()
     with pytest.raises(BadRequest, match="is the file --config names"):
         check_demo_folder(str(earlier), [(earlier / "policy.yaml", "--config")])
