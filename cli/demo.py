@@ -167,6 +167,13 @@ def check_demo_folder(path: str, inputs) -> Path:
         raise BadRequest(f"--out {path}: the folder holds files the demo did not write ({', '.join(others[:5])}); "
                          f"the demo writes {', '.join(WRITES[:4])} there: name a new or empty folder")
     check_output_dir(path, "--out", [POLICY], own={POLICY: ("a demo policy", f"# {POLICY_COMMENT}".encode())})
+    # a history or store cannot tell the demo's from an SRE's by how it begins: the demo's policy beside them can
+    # (a demo cut off before it wrote its policy leaves a folder to remove: refused, as any that might be data)
+    unvouched = [name for name in (HISTORY, STORE) if (folder / name).exists()]
+    if unvouched and not (folder / POLICY).exists():
+        raise BadRequest(f"--out {path}: the folder holds {' and '.join(unvouched)} but no {POLICY} the demo wrote, "
+                         "so they may be your data (or a demo cut off before the end left them); they are not "
+                         "replaced: remove them or name a new or empty folder")
     check_output_dir(folder / REPORT, "--out", REPORT_FILES, inputs)
     return make_output_dir(path, "--out")
 

@@ -262,6 +262,20 @@ def test_demo_refuses_a_folder_holding_a_file_of_its_names_it_did_not_write(tmp_
     assert "[demo" not in err and (mine / name).read_text() == "my own\n"  # refused before any work
 
 
+@pytest.mark.parametrize("name", ["demand_5min.csv", "mlflow.db"])
+def test_demo_refuses_a_folder_holding_a_history_or_store_without_its_policy(tmp_path, capsys, name):
+    """A folder holding only the SRE's own demand_5min.csv (or mlflow.db) passed for an earlier demo's: the demo
+    replaced the history with its synthetic one (or wrote its runs into the store), exit 0. A history begins as any
+    history does: only the demo's policy beside it says the folder is the demo's."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / name).write_text("timestamp,value\n2026-01-01T00:00:00Z,1\n")
+    before = listing(mine)
+    status, err = exits(["demo", "--quick", "--out", mine], capsys)
+    assert status == 2 and f"--out {mine}: the folder holds {name} but no policy.yaml the demo wrote" in err, err
+    assert "[demo" not in err and listing(mine) == before  # refused before any work
+
+
 def test_demo_takes_a_new_an_empty_or_an_earlier_demos_folder(tmp_path):
     assert check_demo_folder(str(tmp_path / "new" / "demo"), []).is_dir()
     assert check_demo_folder(str(tmp_path / "new" / "demo"), []).is_dir()  # now empty
