@@ -245,9 +245,11 @@ class EmbeddedCluster:
         # the targets an edit of their policy left behind (it named another): an edit deletes no workload, so each runs
         # on, scaled by no one (an HPA scales itself), until a policy names it again; each with the spec it was held by
         self.left: dict[TargetRef, tuple[PolicySpec, _Inference]] = {}
-        # ...each held by no one whose inferenceClusterQueue is a training queue lent into -> that queue: its pods run
-        # there as a refused policy's do (`pods_in_training`), counted by the controller within that queue (`within`)
+        # ...each that runs and names an inferenceClusterQueue -> that queue: its pods are Workloads of it (their
+        # queue-name label), held by it, or, one held by no one in a training queue lent into, as a refused policy's
+        # are (`pods_in_training`), counted by the controller within what is lent there (`within`)
         self.left_pods: dict[TargetRef, str] = {}
+        self._left_within: set[TargetRef] = set()  # ...those held by no one, within a training queue lent into
         self._found: dict[TargetRef, _Inference] = {}  # _target's answers
         self.training_queues: list[str] = []  # the ClusterQueues training is submitted into
         # ...and every one it ever was (a job's queue number indexes it): one a policy now holds inference in is not one
@@ -340,13 +342,18 @@ class EmbeddedCluster:
         roles = Claims()  # each ClusterQueue's role, as the policies held so far hold it (its `role`)
         for h, own, pods_queue in zip(kept + refused, [True] * len(kept) + owns, [None] * len(kept) + in_training):
             self._hold(h, own, roles, inference_named, pods_queue)
-        for (ref, _), own, queue in zip(left, owns[len(refused):], in_training[len(refused):]):
-            if queue is not None:
-                self.left_pods[ref] = queue  # runs on, its pods in that training queue
-                continue
-            self.left_pods.pop(ref, None)
-            if not own:  # a policy holds it again, or it is within a quota held: no workload of its own
+        self._left_within = {ref for (ref, _), queue in zip(left, in_training[len(refused):]) if queue is not None}
+        for (ref, (spec, _)), own, queue in zip(left, owns[len(refused):], in_training[len(refused):]):
+            if queue is None and not own:  # a policy holds it again, or it is within a quota held: none of its own
                 self.left.pop(ref, None)
+                self.left_pods.pop(ref, None)
+                continue
+            # it runs on, its pods Workloads of the inferenceClusterQueue it was held with (their queue-name label),
+            # whether that is a training queue lent into or no longer
+            if spec.inference_cluster_queue is None or ref.kind == "ClusterQueue":  # (a queue's are no pods)
+                self.left_pods.pop(ref, None)
+            else:
+                self.left_pods[ref] = spec.inference_cluster_queue
         self._forget_left_without_gpus()
         self._found.clear()
         self._retire()
@@ -354,14 +361,15 @@ class EmbeddedCluster:
     def _forget_left_without_gpus(self) -> None:
         """A left target that holds no GPU (scaled to 0, or left at 0) is forgotten, as the controller forgets one it
         reads at 0 (controller.reconcile.ParsedSpecs.forget_left): scaled up again by hand, it is no one's, counted by
-        neither until a policy names it again. One whose pods run in a training queue (`left_pods`) the controller does
-        not read (they are within that queue's quota): kept, as it keeps it."""
+        neither until a policy names it again. One whose pods run within a training queue lent into (`_left_within`)
+        the controller does not read (they are within what is lent there): kept, as it keeps it."""
         for ref, (_, inf) in list(self.left.items()):
-            if ref in self.left_pods:
+            if ref in self._left_within:
                 continue
             gpus = self.quotas.get(ref.name, 0) if ref.kind == "ClusterQueue" else inf.desired * inf.gpus_per_replica
             if not gpus:
                 del self.left[ref]
+                self.left_pods.pop(ref, None)
                 self._found.clear()
 
     def _retire(self) -> None:
@@ -848,7 +856,7 @@ class EmbeddedCluster:
         for key, chosen in admitted.items():
             inf, queue = queues[key]
             (used if key in self.inference_queues else pods)[queue] += len(chosen) * inf.gpus_per_replica
-        quotas = {q: self.quotas.get(q, 0) for q in [*self.training_queues, *used]}
+        quotas = {q: self.quotas.get(q, 0) for q in [*self.training_queues, *used, *pods]}
         usage = self._usage()
         for q, gpus in (*used.items(), *pods.items()):
             usage[q] = usage.get(q, 0) + gpus

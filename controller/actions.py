@@ -132,13 +132,15 @@ def owners(policies: Sequence[PolicyTarget]) -> dict[str, PolicyTarget]:
 
 def cluster_actions(step: StepPlan, view: View, policies: Sequence[PolicyTarget], plan_id: str,
                     refused_hold: Mapping[str, int] | None = None, missing: Collection[str] = (),
-                    lent_for: str | None = None) -> list[Action]:
+                    lent_for: str | None = None, marked: Mapping[str, int] | None = None) -> list[Action]:
     """The changes the plan asks of the cluster now, for `active` policies only. `refused_hold`: the GPUs refused
     policies' targets hold in each inference ClusterQueue (left as they are, so their pods keep their quota there).
     `missing`: the policies whose target is missing (TargetMissing): their inference ClusterQueue holds what such a
     target holds, none, as the plan counts it (a quota left there would let the namespace's other pods take GPUs the
     plan lends). `lent_for`: the namespace whose policies the controller acts on (None: every namespace's), marked
-    on each training queue lent into beside the GPUs lent."""
+    on each training queue lent into beside the GPUs lent. `marked`: the GPUs each queue's mark says headroom lent it
+    (Cluster.lent_quotas; None: not read): a queue lent GPUs its quota already holds, unmarked, is marked too, or it
+    would never come back once no policy names it (Reconciler._returned)."""
     actions: list[Action] = []
     reserved = {w.name: w for w in step.workloads}
     for p in policies:
@@ -175,7 +177,8 @@ def cluster_actions(step: StepPlan, view: View, policies: Sequence[PolicyTarget]
     owned = owners(policies)
     for q, owner in owned.items():
         gpus = step.quotas.get(q, 0)
-        if q in view.quotas and view.quotas[q] != gpus:  # a queue without GPU quota is lent none (QueueMissing)
+        unmarked = marked is not None and gpus > 0 and marked.get(q) != gpus
+        if q in view.quotas and (view.quotas[q] != gpus or unmarked):  # none without GPU quota (QueueMissing)
             why = f"ClusterQueue {q} quota -> {gpus} GPUs (slack {step.lent_gpus} lent, split by team weight)"
             why += f"; {step.quota_reason}" if step.quota_reason else ""
             actions.append(SetQuota(q, gpus, why, EventNote(owner.ref, "SlackLent", why), lent=True,

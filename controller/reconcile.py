@@ -311,7 +311,7 @@ class Holdings(NamedTuple):
     refused: list[PolicyObject]  # every refused policy, with what it holds (its status says it)
     left: list[PolicyObject]     # the left targets held, each as a policy object of the spec it was held by
     within: list[PolicyObject]   # those whose pods run in another's holding (core.policy.pods_queues): a ClusterQueue
-    # target held, within its quota (Reconciler._held_by), or a training queue lent into (training_view, _beyond_lent)
+    # target held, within its quota (Reconciler._held_by), or a training queue lent into (training_view, _pods_in)
 
 
 def invalid_holdings(objects: list[Identified], invalid: Mapping[ObjectRef, str], kept: list[PolicyObject],
@@ -570,25 +570,32 @@ def strict_fifo_notes(strict: frozenset[str], queues: set[str]) -> list[tuple[st
 
 class Served(NamedTuple):
     """The Deployments whose pods are inference wherever Kueue admits them, (namespace, name): the policies' targets,
-    or the Deployments their HPA targets scale (Reconciler._serving); with the ClusterQueues' quotas, which such pods
-    in a training queue hold what is lent within, and are held beyond (serving_gpus)."""
+    or the Deployments their HPA targets scale (Reconciler._serving); with what the plan lent each training queue,
+    which such pods in it hold within, and are held beyond (serving_gpus)."""
     deployments: frozenset[tuple[str, str]]
-    quotas: Mapping[str, int]
+    lent: Mapping[str, int]
 
 
 NONE_SERVED = Served(frozenset(), {})
 
 
-def serving_gpus(workloads: list[WorkloadInfo], queues: set[str], served: Served) -> tuple[int, int]:
-    """The GPUs the running pods of the Deployments `served` run on in the training `queues`, as (within those queues'
-    quotas, beyond them). Kueue admits such pods as Workloads of the queue, borrowing from the cohort what its quota
-    does not hold: within it they hold what is lent there (training_view), beyond it GPUs no quota holds, so those
-    are held: neither lent nor reserved again (Reconciler._reconcile)."""
+def serving_in(workloads: list[WorkloadInfo], queues: set[str], deployments: frozenset[tuple[str, str]]
+               ) -> dict[str, int]:
+    """The GPUs the running pods of `deployments` run on in each of the training `queues`."""
     in_queue: dict[str, int] = {}
     for w in workloads:
-        if w.running and w.cluster_queue in queues and (w.namespace, w.deployment) in served.deployments:
+        if w.running and w.cluster_queue in queues and (w.namespace, w.deployment) in deployments:
             in_queue[w.cluster_queue] = in_queue.get(w.cluster_queue, 0) + w.gpus
-    beyond = sum(max(gpus - served.quotas.get(q, 0), 0) for q, gpus in in_queue.items())
+    return in_queue
+
+
+def serving_gpus(workloads: list[WorkloadInfo], queues: set[str], served: Served) -> tuple[int, int]:
+    """The GPUs the running pods of the Deployments `served` run on in the training `queues`, as (within what the plan
+    lent those queues, beyond it). Kueue admits such pods as Workloads of the queue: within what is lent they hold it
+    (training_view), beyond it they are held: neither lent nor reserved again, and the queue's quota holds them too
+    (Reconciler._reconcile), so Kueue admits one of them restarted again."""
+    in_queue = serving_in(workloads, queues, served.deployments)
+    beyond = sum(max(gpus - served.lent.get(q, 0), 0) for q, gpus in in_queue.items())
     return sum(in_queue.values()) - beyond, beyond
 
 
@@ -636,6 +643,9 @@ class Reconciler:
         self._served: dict[TargetRef, frozenset[tuple[str, str]]] = {}
         # each HPA target's Deployment as last read: memory across reconciles, an HPA not read now keeps it (_serving)
         self._scaled: dict[TargetRef, tuple[str, str]] = {}
+        # what the last plan lent each training queue: inference pods there are within it or beyond it (serving_gpus),
+        # read against it, not the quota, which holds those beyond too. Not known (just started): every one beyond
+        self._lent: Mapping[str, int] = {}
         self._unread: set[TargetRef] = set()  # the HPA targets whose read failed, said once until read again
         self._faults: dict[str, str] = {}           # the fault last reported per policy
         self._failed: dict[str, str | None] = {}    # the failure to act last reported per policy
@@ -821,7 +831,8 @@ class Reconciler:
         self._told = {reason: {ref: said for ref, said in told.items() if ref in present}
                       for reason, told in self._told.items()}
         self._specs.keep(present)
-        returned = self._returned(invalid, holds)
+        marked = self.cluster.lent_quotas(self.cfg.namespace)
+        returned = self._returned(invalid, holds, marked)
         if not lending:  # (a refused policy still has its training queues lent to)
             if not self.dry_run:
                 self._execute(report + returned)
@@ -832,7 +843,8 @@ class Reconciler:
         # a refused policy's target holds its GPUs as any workload headroom does not manage holds them: not lent (the
         # policies kept have their minimums first, as feasible() gave them)
         held = self._held_by(holders, within) + left_held
-        borrowed = self._beyond_lent(within, training_queues(lending))
+        pods_in = self._pods_in(within, training_queues(lending))
+        borrowed = sum(max(gpus - self._lent.get(q, 0), 0) for q, gpus in pods_in.items())
         held_by_refused = min(sum(gpus or 0 for gpus in held) + borrowed,
                               lendable - sum(p.spec.least_gpus for p in policies))
         quotas = self.cluster.cluster_queue_quotas()
@@ -842,7 +854,7 @@ class Reconciler:
                                        self.cfg.horizon_hours, self.cfg.keep_forecast_seconds)
         hours = self._hour_plan(inputs, cluster_policy, now)
         self._landed_late()
-        view = self._view(policies, lending, now, self.cluster.workloads())
+        view = self._view(policies, lending, now, self.cluster.workloads(), self._lent)
         step = plan_step(hours, self._observed(inputs, view), view.training, cluster_policy, now)
         plan_id = hashlib.sha256(repr((now.isoformat(), [(w.name, w.reserved_gpus) for w in step.workloads],
                                        [(x.job, x.kind, x.at) for x in step.preemptions])).encode()).hexdigest()[:12]
@@ -851,8 +863,12 @@ class Reconciler:
         for p, gpus in zip(holders + left, held):
             if q := p.spec.inference_cluster_queue:
                 in_queues[q] = in_queues.get(q, 0) + (gpus or 0)
-        actions = cluster_actions(step, view, targets, plan_id, in_queues, {f"{r.namespace}/{r.name}" for r in missing},
-                                  self.cfg.namespace)
+        # a training queue's quota holds what is lent there and the pods beyond it: Kueue admits one of them restarted
+        # again (within a quota of only what is lent it would wait for good, its target scaled by no one)
+        held_there = {q: max(gpus - step.quotas[q], 0) for q, gpus in pods_in.items() if q in step.quotas}
+        quotas_set = replace(step, quotas={q: gpus + held_there.get(q, 0) for q, gpus in step.quotas.items()})
+        actions = cluster_actions(quotas_set, view, targets, plan_id, in_queues,
+                                  {f"{r.namespace}/{r.name}" for r in missing}, self.cfg.namespace, marked)
         actions += returned
         with self._events.held() if self._events is not None else nullcontext():  # the writes first, their Events after
             outcomes = [] if self.dry_run else self._apply(actions, view, lambda: self._still_wanted(
@@ -863,7 +879,8 @@ class Reconciler:
             if p.active and (missing_queue := _queue_missing(p.spec, quotas)):
                 failures.setdefault(p.key, missing_queue)
         workloads = self.cluster.workloads()  # after evictions and scaling
-        after = self._view(policies, lending, now, workloads)
+        self._lent = step.quotas
+        after = self._view(policies, lending, now, workloads, self._lent)
         lenders = self._cohort_check(lending)
         report += self._reclaim_notes(lending, lenders) + self._queue_notes(lending, workloads)
         reclaimable, wanted, risk = self._headroom(step, after, cluster_policy, lenders)
@@ -874,8 +891,8 @@ class Reconciler:
         if self.timeline is not None:
             self._record(inputs, step, view, outcomes, now)
         state = ControllerState(
-            self.cfg.capacity_gpus, True, states, self._teams(after, lending, now),
-            slack_gpus=self._lent_in_place(step, outcomes, after),
+            self.cfg.capacity_gpus, True, states, self._teams(after, lending, now, held_there),
+            slack_gpus=self._lent_in_place(step, outcomes, after, held_there),
             training_gpus=int(after.training.gpus.sum()), reclaimable_gpus=reclaimable,
             headroom_band_gpus=step.headroom_gpus, headroom_wanted_gpus=wanted, headroom_at_risk=risk,
             plan_id=plan_id, slack_by_hour=tuple((pd.Timestamp(t, unit="s", tz="UTC"), int(g)) for t, g in zip(
@@ -1167,30 +1184,42 @@ class Reconciler:
                    for p in policies if p.key in targets and targets[p.key] is None}
         return [p for p in policies if p.ref not in missing], missing
 
-    def _returned(self, invalid: Mapping[ObjectRef, str], holds: Mapping[ObjectRef, PolicySpec]) -> list[SetQuota]:
+    def _returned(self, invalid: Mapping[ObjectRef, str], holds: Mapping[ObjectRef, PolicySpec],
+                  lent: Mapping[str, int]) -> list[SetQuota]:
         """The training ClusterQueues headroom lent into that no policy names any more (`holds`: what each policy's
-        spec names; deleted, or the queue dropped from it), their quota still what headroom lent: back to 0, or Kueue
-        admits training into GPUs the plan lends again: those a controller of the same namespace's policies lent
-        (run.namespace; none set: every namespace's), as the queue's mark says. Left as they are: one whose quota
-        someone else has set since (theirs now), one another namespace's controller lent into (it reads no policy of
-        this one's, nor this one of its), and all of them while an `invalid` policy's spec does not say what it
-        names."""
-        lent = self.cluster.lent_quotas(self.cfg.namespace)
+        spec names; deleted, or the queue dropped from it), their quota still what headroom lent: back to what the
+        inference pods running there hold (a target an edit left, whose pods Kueue admitted there: one of them
+        restarted is admitted again; marked still, so it comes back as they go), or 0, or Kueue admits training into
+        GPUs the plan lends again: those a controller of the same namespace's policies lent (run.namespace; none set:
+        every namespace's), as the queue's mark says (`lent`). Left as they are: one whose quota someone else has set
+        since (theirs now), one another namespace's controller lent into (it reads no policy of this one's, nor this
+        one of its), and all of them while an `invalid` policy's spec does not say what it names."""
         if not lent or any(ref not in holds for ref in invalid):
             return []
         named = {q for spec in holds.values() for q in (*spec.training_cluster_queues, *spec.inference_queues)}
         quotas = self.cluster.cluster_queue_quotas()
-        return [SetQuota(q, 0, f"no ReservationPolicy names ClusterQueue {q} any more: the {gpus} GPUs headroom lent "
-                               "it come back (what Kueue admitted there runs on; nothing more is admitted into them)")
-                for q, gpus in sorted(lent.items()) if q not in named and quotas.get(q) == gpus]
+        unnamed = {q: gpus for q, gpus in lent.items() if q not in named and quotas.get(q) == gpus}
+        pods = serving_in(self.cluster.workloads(), set(unnamed), frozenset().union(*self._served.values())) \
+            if unnamed else {}
+        out = []
+        for q, gpus in sorted(unnamed.items()):
+            kept = pods.get(q, 0)
+            if kept == gpus:
+                continue
+            back = f"beyond the {kept} the inference pods running there hold come back" if kept else "come back"
+            out.append(SetQuota(q, kept, f"no ReservationPolicy names ClusterQueue {q} any more: the {gpus - kept} "
+                                f"GPUs headroom lent it {back} (what Kueue admitted there runs on; nothing more is "
+                                "admitted into them)", lent=kept > 0, lent_for=self.cfg.namespace if kept else None))
+        return out
 
     def _view(self, planned: list[PolicyObject], lending: list[PolicyObject], now: pd.Timestamp,
-              workloads: list[WorkloadInfo]) -> View:
+              workloads: list[WorkloadInfo], lent: Mapping[str, int]) -> View:
         """The targets of the policies `planned` as read now (a refused policy's is read where it is refused, once),
-        and the training among `workloads` (the cluster's, read by the caller) in the queues `lending` lend to."""
+        and the training among `workloads` (the cluster's, read by the caller) in the queues `lending` lend to, the
+        inference pods there within what the plan `lent` them (serving_gpus)."""
         quotas = self.cluster.cluster_queue_quotas()
         training, uids, stopped = training_view(workloads, training_queues(lending), now.timestamp(),
-                                                Served(frozenset().union(*self._served.values()), quotas))
+                                                Served(frozenset().union(*self._served.values()), lent))
         return View(self._targets(planned), quotas, training, uids, stopped)
 
     def _held_by(self, policies: list[PolicyObject], within: list[PolicyObject]) -> list[int | None]:
@@ -1219,16 +1248,16 @@ class Reconciler:
                 held[k] = max(held[k] or 0, sum(gpus or 0 for gpus in pods))  # pods unread: the quota, known held
         return held
 
-    def _beyond_lent(self, within: list[PolicyObject], lent_to: set[str]) -> int:
-        """The GPUs the pods of the refused policies and left targets `within` run on in the training queues `lent_to`
-        they name as their inferenceClusterQueue beyond those queues' quotas (serving_gpus), as a ClusterQueue target's
-        pods beyond its quota are held (_held_by). Counted apart from the view's within-quota count (training_view): the
-        plan is made with it before the view is read, and the view is read again after the actions."""
+    def _pods_in(self, within: list[PolicyObject], lent_to: set[str]) -> dict[str, int]:
+        """The GPUs the pods of the refused policies and left targets `within` run on in each of the training queues
+        `lent_to` they name as their inferenceClusterQueue. Beyond what was lent there they are held (serving_gpus), as
+        a ClusterQueue target's pods beyond its quota are (_held_by): counted apart from the view's within count
+        (training_view), as the plan is made with them before the view is read."""
         queues = lent_to & {p.spec.inference_cluster_queue for p in within}
         if not queues:  # no such pods: nothing to read
-            return 0
+            return {}
         pods = frozenset().union(*(self._served.get(p.target().target, ()) for p in within))
-        return serving_gpus(self.cluster.workloads(), queues, Served(pods, self.cluster.cluster_queue_quotas()))[1]
+        return serving_in(self.cluster.workloads(), queues, pods)
 
     def _observed(self, inputs: list[_Input], view: View) -> dict[str, Observed]:
         out = {}
@@ -1241,7 +1270,7 @@ class Reconciler:
     def _still_wanted(self, hours: HourPlan, inputs, policy: ClusterPolicy, policies, now) -> set[str]:
         """The Workloads a plan on a fresh view still evicts now (a watch cache's state now; without one, what the
         reconcile read, each object once: Cluster.snapshot)."""
-        fresh = self._view([i.policy for i in inputs], policies, now, self.cluster.workloads())
+        fresh = self._view([i.policy for i in inputs], policies, now, self.cluster.workloads(), self._lent)
         return {x.job for x in plan_step(hours, self._observed(inputs, fresh), fresh.training, policy, now).due()}
 
     # -- 4. act
@@ -1385,11 +1414,13 @@ class Reconciler:
 
     # -- 5. report
     @staticmethod
-    def _lent_in_place(step: StepPlan, outcomes: list[Outcome], after: View) -> int:
+    def _lent_in_place(step: StepPlan, outcomes: list[Outcome], after: View, held_there: Mapping[str, int]) -> int:
         """The slack lent to training now: the plan's, except where a training quota's write failed, whose queue
-        holds what it held before (nothing, if it does not exist)."""
+        holds what it held before (nothing, if it does not exist), but the inference pods it holds beyond what is lent
+        (`held_there`)."""
         failed = {o.action.queue for o in outcomes if isinstance(o.action, SetQuota) and o.failure}
-        return step.lent_gpus - sum(step.quotas[q] - after.quotas.get(q, 0) for q in failed & step.quotas.keys())
+        return step.lent_gpus - sum(step.quotas[q] - max(after.quotas.get(q, 0) - held_there.get(q, 0), 0)
+                                    for q in failed & step.quotas.keys())
 
     def _cohort_check(self, policies: list[PolicyObject]) -> CohortCheck:
         """What else lends GPUs to the training queues. A tree that cannot be read (a ClusterRole from before headroom
@@ -1536,7 +1567,9 @@ class Reconciler:
                                   ws.reserved_gpus, warm,
                                   ws.headroom_gpus, step.lent_gpus, evicted_gpus(applied, p.key)))
 
-    def _teams(self, view: View, policies: list[PolicyObject], now: pd.Timestamp) -> dict[str, TeamState]:
+    def _teams(self, view: View, policies: list[PolicyObject], now: pd.Timestamp, held_there: Mapping[str, int]
+               ) -> dict[str, TeamState]:
+        """Each team's training: its quota what is lent it (not the inference pods it holds beyond, `held_there`)."""
         # GPU-seconds since this replica's last reconcile, unless it stood by since (controller.loop publishes its
         # state with leader False): the replica that led meanwhile counted that time
         dt = (now - self._last_now).total_seconds() if self._last_now is not None and self.holder.get().leader \
@@ -1545,7 +1578,7 @@ class Reconciler:
         teams = {}
         t = view.training
         for q in sorted(training_queues(policies)):
-            quota = int(view.quotas.get(q, 0))
+            quota = max(int(view.quotas.get(q, 0)) - held_there.get(q, 0), 0)
             used = int(sum(g for g, tq in zip(t.gpus, t.queue) if tq == q))
             seconds, borrowed_seconds, preempted = self._team_seconds.get(q, (0.0, 0.0, 0))
             seconds, borrowed_seconds = seconds + used * dt, borrowed_seconds + max(used - quota, 0) * dt

@@ -179,6 +179,20 @@ def test_the_first_active_owner_of_a_training_queue_sets_its_quota_once():
     assert sets == [("train-b", 0)]
 
 
+def test_a_training_queue_lent_the_quota_it_already_has_is_marked_lent_into():
+    """A queue lent GPUs its quota already holds (20 in train-a) was written nowhere, so its mark as lent into was
+    not either: once no policy names it, it is not returned (Reconciler._returned). Marked where the mark is missing
+    or says otherwise; a queue lent none (train-b) holds nothing to return."""
+    chat = target("chat", training_queues=("train-a", "train-b"))
+    v = view({"prod/chat": TargetState(5, 5)}, quotas={"train-a": 20, "train-b": 0})
+    s = step({"prod/chat": 10}, lent=20, quotas={"train-a": 20, "train-b": 0})
+    assert cluster_actions(s, v, [chat], "p", marked={"train-a": 20}) == []
+    for marked in ({}, {"train-a": 12}):
+        sets = [(x.queue, x.gpus, x.lent) for x in cluster_actions(s, v, [chat], "p", marked=marked)
+                if isinstance(x, SetQuota)]
+        assert sets == [("train-a", 20, True)], marked
+
+
 # --------------------------------------------------------------------------------------------- execute
 SPEC = PolicySpec.model_validate({"query": "q", "capacity": {"demandPerGpu": 10.0, "gpusPerReplica": 2},
                                   "mode": "active", "target": {"kind": "Deployment", "name": "chat"},
