@@ -366,6 +366,11 @@ def _clock(demand, now: str | None, hours: int, moment: bool = False, once: bool
         end - pd.Timedelta(hours=hours) + step
     if start < first or start > last:
         raise BadRequest(f"--now {start} is outside the histories ({first} .. {last})")
+    late = [f"{key}'s ({demand.files[key]}) starts {s.index[0]}" for key, s in loaded.items() if s.index[0] > start]
+    if now is None and late:  # the default promises every history covers it: one that starts after is one unread
+        default = "the earliest end" if moment or once else f"--hours {hours} before the earliest end"
+        raise BadRequest(f"the policies' histories do not overlap at the default --now {start} ({default}): "
+                         f"{'; '.join(late)}; give histories that overlap, or an --now each one covers")
     if moment:
         return pd.DatetimeIndex([start])
     for key, s in loaded.items():  # each step's demand is the sample of the interval ending then, as simulate's

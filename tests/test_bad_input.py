@@ -342,6 +342,29 @@ def test_bad_flags_of_the_controller_exit_2_naming_the_flag(examples, capsys, ar
     assert status == 2 and flag in err, err
 
 
+@pytest.mark.parametrize("command", [["plan"], ["run", "--once"], ["run", "--hours", "2"]])
+def test_histories_that_do_not_overlap_are_refused_at_the_default_now(examples, tmp_path, capsys, command):
+    """A policy whose history starts after the others' end: the default --now (the earliest end) was before any of
+    its samples, and plan/run planned it on the fallback ("demand now unknown", a note on stderr), exit 0."""
+    import pandas as pd
+
+    later = tmp_path / "later.csv"
+    times = pd.date_range("2026-03-20", periods=48 * 12, freq="5min", tz="UTC")
+    pd.DataFrame({"timestamp": times.strftime("%Y-%m-%dT%H:%M:%SZ"), "value": 30.0}).to_csv(later, index=False)
+    policy = tmp_path / "p.yaml"
+    policy.write_text("""apiVersion: headroom.dev/v1alpha1
+kind: ReservationPolicy
+metadata: {name: later, namespace: default}
+spec:
+  query: demand
+  target: {kind: Deployment, name: later}
+  capacity: {demandPerGpu: 10}
+""")
+    status, err = exits([*command, "--config", examples, "--policy-file", policy, "--history", later], capsys)
+    assert status == 2 and "the policies' histories do not overlap at the default --now" in err, err
+    assert f"default/later's ({later}) starts 2026-03-20 00:00:00+00:00" in err, err
+
+
 def test_simulate_days_longer_than_the_history(demand, capsys):
     status, err = exits(["simulate", demand, "--days", "30"], capsys)
     assert status == 2 and f"simulate.days 30 leaves no history: the trace {demand} covers 5.99 days" in err
