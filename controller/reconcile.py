@@ -13,6 +13,8 @@ At a `now` the caller passes in:
      so in its status, its events and its metrics, while the others go on;
   3. one plan for every workload (planning.planner, the only decision-maker), on a view of the cluster
      (policies, Workloads, quotas and targets; from a watch cache on a real cluster, else read once: Cluster.snapshot);
+     forecast-only policies beside active ones hold what they hold in the plan applied, and are planned with the
+     others as if active for their statuses alone;
   4. actions (controller.actions): the reservation on each target, the inference and training
      ClusterQueues' quotas, the evictions due now and the requeue of finished victims, for `active`
      policies; a training queue lent into that no policy names any more back to 0 (_returned); status and
@@ -109,7 +111,9 @@ from planning.planner import (
     HourPlan,
     Observed,
     StepPlan,
+    WorkloadHours,
     WorkloadPolicy,
+    WorkloadStep,
     newest_checkpoint,
     plan_hours,
     plan_step,
@@ -508,6 +512,31 @@ class _Samples:
         return cls(raw, times, values, float(times[seen[-1]]), float(values[seen[-1]]))
 
 
+class _Planned(NamedTuple):
+    """One policy as a plan of the reconcile planned it."""
+    input: _Input
+    step: WorkloadStep
+    hours: WorkloadHours
+    workload: WorkloadPolicy
+    lendable: int  # the GPUs that plan could lend
+
+
+class _Plan(NamedTuple):
+    """One plan of a reconcile (Reconciler._plan): its policies' inputs, the cluster policy it was made under, its hours
+    and its step, on its view of the cluster."""
+    inputs: list[_Input]
+    policy: ClusterPolicy
+    hours: HourPlan
+    view: View
+    step: StepPlan
+    pods_in: dict[str, int]  # the GPUs the pods of refused policies and left targets run on in each training queue
+
+    def each(self) -> dict[str, _Planned]:
+        """Each policy planned, by its key."""
+        return {i.policy.key: _Planned(i, ws, wh, w, self.policy.lendable) for i, ws, wh, w in zip(
+            self.inputs, self.step.workloads, self.hours.workloads, self.policy.workloads)}
+
+
 def _utc(moment) -> pd.Timestamp:
     """A timestamp in UTC; one without a zone is taken as UTC."""
     moment = pd.Timestamp(moment)
@@ -652,7 +681,7 @@ class Reconciler:
         self._told: dict[str, dict[ObjectRef, set[str]]] = {}  # per Event reason, what each policy was told
         self._logged: dict[str, set[str]] = {}      # per Event reason, the findings last logged
         self._missing: dict[str, str] = {}          # policy -> why its target was not found (the last view's)
-        self._hours: tuple | None = None            # (key, HourPlan): the hourly plan, kept until its inputs change
+        self._hours: dict[str, tuple] = {}          # role -> (key, HourPlan): kept until its inputs change (_plan)
         self._unweighed: set[str] = set()           # run.team_weights keys no policy's training queue has: said once
         self._preemptions: dict[str, int] = {}
         self._unsure: dict[str, Evict] = {}  # Workload -> its eviction that failed, which may yet land (_landed_late)
@@ -843,36 +872,42 @@ class Reconciler:
         # a refused policy's target holds its GPUs as any workload headroom does not manage holds them: not lent (the
         # policies kept have their minimums first, as feasible() gave them)
         held = self._held_by(holders, within) + left_held
-        pods_in = self._pods_in(within, training_queues(lending))
-        borrowed = sum(max(gpus - self._lent.get(q, 0), 0) for q, gpus in pods_in.items())
-        held_by_refused = min(sum(gpus or 0 for gpus in held) + borrowed,
-                              lendable - sum(p.spec.least_gpus for p in policies))
+        held_gpus = sum(gpus or 0 for gpus in held)
         quotas = self.cluster.cluster_queue_quotas()
-        cluster_policy = ClusterPolicy(self.cfg.capacity_gpus,
-                                       tuple(WorkloadPolicy.from_spec(p.key, p.spec) for p in policies),
-                                       self._weights(lending, quotas), self.cfg.non_lendable_gpus + held_by_refused,
-                                       self.cfg.horizon_hours, self.cfg.keep_forecast_seconds)
-        hours = self._hour_plan(inputs, cluster_policy, now)
+        weights = self._weights(lending, quotas)
         self._landed_late()
-        view = self._view(policies, lending, now, self.cluster.workloads(), self._lent)
-        step = plan_step(hours, self._observed(inputs, view), view.training, cluster_policy, now)
+        # forecast-only policies beside active ones change nothing: the active ones are planned on what those hold
+        # (their targets as read, the training in the queues only they name, which no one lends into or preempts), not
+        # on what they would reserve and preempt; their statuses say what they would do, planned with the others as if
+        # active
+        shadows = [] if self.dry_run or all(p.active for p in policies) or not any(p.active for p in policies) \
+            else [p for p in policies if not p.active]
+        acting_lending = [p for p in lending if p.active] if shadows else lending
+        shadow = self._plan("shadow", inputs, policies, lending, held_gpus, within, weights, now) if shadows else None
+        shadows_held = self._held_by(shadows, within)
+        beside = sum(gpus or 0 for gpus in shadows_held) + self._training_gpus(
+            training_queues(lending) - training_queues(acting_lending))
+        acting_inputs = [i for i in inputs if i.policy.active] if shadows else inputs
+        acting = self._plan("acting", acting_inputs, [i.policy for i in acting_inputs], acting_lending,
+                            held_gpus + beside, within, weights, now)
+        cluster_policy, hours, view, step = acting.policy, acting.hours, acting.view, acting.step
         plan_id = hashlib.sha256(repr((now.isoformat(), [(w.name, w.reserved_gpus) for w in step.workloads],
                                        [(x.job, x.kind, x.at) for x in step.preemptions])).encode()).hexdigest()[:12]
         targets = [replace(p.target(), active=True) if self.dry_run else p.target() for p in lending]
-        in_queues: dict[str, int] = {}  # what refused policies' targets hold in each inference ClusterQueue
-        for p, gpus in zip(holders + left, held):
+        in_queues: dict[str, int] = {}  # what refused and forecast-only policies' targets hold in each inference queue
+        for p, gpus in zip(holders + left + shadows, held + shadows_held):
             if q := p.spec.inference_cluster_queue:
                 in_queues[q] = in_queues.get(q, 0) + (gpus or 0)
         # a training queue's quota holds what is lent there and the pods beyond it: Kueue admits one of them restarted
         # again (within a quota of only what is lent it would wait for good, its target scaled by no one)
-        held_there = {q: max(gpus - step.quotas[q], 0) for q, gpus in pods_in.items() if q in step.quotas}
+        held_there = {q: max(gpus - step.quotas[q], 0) for q, gpus in acting.pods_in.items() if q in step.quotas}
         quotas_set = replace(step, quotas={q: gpus + held_there.get(q, 0) for q, gpus in step.quotas.items()})
         actions = cluster_actions(quotas_set, view, targets, plan_id, in_queues,
                                   {f"{r.namespace}/{r.name}" for r in missing}, self.cfg.namespace, marked)
         actions += returned
         with self._events.held() if self._events is not None else nullcontext():  # the writes first, their Events after
             outcomes = [] if self.dry_run else self._apply(actions, view, lambda: self._still_wanted(
-                hours, inputs, cluster_policy, lending, now))
+                hours, acting.inputs, cluster_policy, acting_lending, now))
         self._note_left(outcomes)
         failures = self._count(outcomes, policies)
         for p in policies:  # a queue an active policy names that cannot be set: said on it, naming the field
@@ -880,18 +915,22 @@ class Reconciler:
                 failures.setdefault(p.key, missing_queue)
         workloads = self.cluster.workloads()  # after evictions and scaling
         self._lent = step.quotas
-        after = self._view(policies, lending, now, workloads, self._lent)
+        after = self._view([i.policy for i in acting.inputs], acting_lending, now, workloads, self._lent)
         lenders = self._cohort_check(lending)
         report += self._reclaim_notes(lending, lenders) + self._queue_notes(lending, workloads)
         reclaimable, wanted, risk = self._headroom(step, after, cluster_policy, lenders)
-        report += self._reports(inputs, hours, step, after, failures, plan_id, now, states, cluster_policy,
-                                reclaimable, risk)
+        # each policy as the plan it is planned by says it: an acting one by the plan applied, a forecast-only one
+        # beside active ones by the plan of them all
+        by_key = {**(shadow.each() if shadow is not None else {}), **acting.each()}
+        planned = [by_key[i.policy.key] for i in inputs]
+        report += self._reports(planned, after, failures, plan_id, now, states, reclaimable, risk)
         if not self.dry_run:
             self._execute(report)
         if self.timeline is not None:
-            self._record(inputs, step, view, outcomes, now)
+            self._record(planned, {**(shadow.view.targets if shadow is not None else {}), **view.targets}, step,
+                         outcomes, now)
         state = ControllerState(
-            self.cfg.capacity_gpus, True, states, self._teams(after, lending, now, held_there),
+            self.cfg.capacity_gpus, True, states, self._teams(after, acting_lending, now, held_there),
             slack_gpus=self._lent_in_place(step, outcomes, after, held_there),
             training_gpus=int(after.training.gpus.sum()), reclaimable_gpus=reclaimable,
             headroom_band_gpus=step.headroom_gpus, headroom_wanted_gpus=wanted, headroom_at_risk=risk,
@@ -913,6 +952,32 @@ class Reconciler:
                 summary.write(plan_summary(state))
         except ClusterError as exc:
             self._error("status", "the plan summary", exc)
+
+    def _plan(self, role: str, inputs: list[_Input], planned: list[PolicyObject], lending: list[PolicyObject],
+              held: int, within: list[PolicyObject], weights: tuple[tuple[str, float], ...],
+              now: pd.Timestamp) -> _Plan:
+        """The plan of the policies `planned` (their `inputs`), with the training in the queues `lending` lend to,
+        beside `held` GPUs that workloads headroom does not plan hold (and the pods `within` beyond the quotas of those
+        queues), never more than the minimums of `planned` leave (feasible() gave them first). `role`: which of a
+        reconcile's plans it is, each hourly plan kept for its own (_hour_plan)."""
+        lendable = self.cfg.capacity_gpus - self.cfg.non_lendable_gpus
+        pods_in = self._pods_in(within, training_queues(lending))
+        held = min(held + sum(max(gpus - self._lent.get(q, 0), 0) for q, gpus in pods_in.items()),
+                   lendable - sum(p.spec.least_gpus for p in planned))
+        cluster_policy = ClusterPolicy(self.cfg.capacity_gpus,
+                                       tuple(WorkloadPolicy.from_spec(p.key, p.spec) for p in planned),
+                                       weights, self.cfg.non_lendable_gpus + held,
+                                       self.cfg.horizon_hours, self.cfg.keep_forecast_seconds)
+        hours = self._hour_plan(role, inputs, cluster_policy, now)
+        view = self._view(planned, lending, now, self.cluster.workloads(), self._lent)
+        return _Plan(inputs, cluster_policy, hours, view,
+                     plan_step(hours, self._observed(inputs, view), view.training, cluster_policy, now), pods_in)
+
+    def _training_gpus(self, queues: set[str]) -> int:
+        """The GPUs the Workloads running, or stopping, in `queues` hold."""
+        if not queues:
+            return 0
+        return sum(w.gpus for w in self.cluster.workloads() if w.cluster_queue in queues and (w.running or w.stopping))
 
     # -- 2. demand and forecast, each policy's faults its own
     def _input(self, p: PolicyObject, now: pd.Timestamp) -> _Input:
@@ -1090,15 +1155,16 @@ class Reconciler:
             self._unweighed.add(queue)
         return queue_weights(queues, self.cfg.team_weights)
 
-    def _hour_plan(self, inputs: list[_Input], policy: ClusterPolicy, now: pd.Timestamp) -> HourPlan:
-        """Kept until the hour, a forecast or the policies change."""
+    def _hour_plan(self, role: str, inputs: list[_Input], policy: ClusterPolicy, now: pd.Timestamp) -> HourPlan:
+        """Kept until the hour, a forecast or the policies change; one for each `role` (_plan)."""
         # every sample read is at or before now (a series ending later is read again whole): History.of's newest
         samples = {i.policy.key: self._samples(i.policy.key, i.raw) for i in inputs}
         histories = {k: History(s.newest, s.times, s.values, now.timestamp()) for k, s in samples.items()}
         key = (now.floor("h"), policy, tuple(id(i.forecast) for i in inputs),
                tuple(stale(histories[i.policy.key].newest, now.timestamp(), policy) for i in inputs))
-        if self._hours is not None and self._hours[0] == key:
-            return self._hours[1]
+        kept = self._hours.get(role)
+        if kept is not None and kept[0] == key:
+            return kept[1]
         forecasts = {}
         for i in inputs:
             spec = i.policy.spec
@@ -1108,7 +1174,7 @@ class Reconciler:
             except KeyError:  # a forecast without the policy's quantiles: the planner falls back
                 forecasts[i.policy.key] = None
         hours = plan_hours(forecasts, histories, policy, now)
-        self._hours = (key, hours)
+        self._hours[role] = (key, hours)
         return hours
 
     def _targets(self, policies: list[PolicyObject]) -> dict[str, TargetState | None]:
@@ -1495,10 +1561,10 @@ class Reconciler:
         return reclaimable, wanted, headroom_condition(reclaimable, step.headroom_gpus, wanted, step.lent_gpus,
                                                        lenders)
 
-    def _reports(self, inputs, hours: HourPlan, step: StepPlan, view: View, failures, plan_id, now, states,
-                 policy: ClusterPolicy, reclaimable: int, risk: Condition) -> list:
+    def _reports(self, planned: list[_Planned], view: View, failures, plan_id, now, states, reclaimable: int,
+                 risk: Condition) -> list:
         actions: list[RecordEvent | PatchStatus] = []
-        for i, ws, wh in zip(inputs, step.workloads, hours.workloads):
+        for i, ws, wh, w, lendable in planned:
             p = i.policy
             missing = self._missing.get(p.key) or f"{p.spec.target.kind} {p.spec.target.name} not found"
             failure = failures.get(p.key) or (f"TargetMissing: {missing}"
@@ -1507,16 +1573,17 @@ class Reconciler:
             errors, coverage = self.forecasts.realized(p, i.forecast, i.raw, now) \
                 if self._samples(p.key, i.raw).newest is not None else ({}, {})
             fallback = not ws.from_forecast
+            degraded = i.degraded or i.fault
             conditions = (
                 Condition("Ready", "False" if failure else "True",
                           reason_of(failure, "Failed") if failure else ("Active" if p.active else "ForecastOnly"),
                           failure or ""),
-                Condition("ForecastDegraded", "True" if i.degraded or i.fault else "False",
-                          reason_of(i.degraded or i.fault, "Degraded") if i.degraded or i.fault else "DemandFresh",
+                Condition("ForecastDegraded", "True" if degraded else "False",
+                          reason_of(degraded, "Degraded") if degraded else "DemandFresh",
                           "; ".join(timeless(x) for x in (i.degraded, i.fault) if x)),
                 Condition("FallbackActive", "True" if fallback else "False",
                           "ConservativeReservation" if fallback else "ForecastInUse",
-                          wh.reason(0, policy.workloads[inputs.index(i)], policy.lendable) if fallback else ""),
+                          wh.reason(0, w, lendable) if fallback else ""),
                 policy_risk(risk))
             if failure and self._failed.get(p.key) != failure:  # a new failure to act: one Warning event
                 actions.append(RecordEvent(EventNote(p.ref, reason_of(failure, "Failed"), failure, "Warning")))
@@ -1554,13 +1621,15 @@ class Reconciler:
                 (now - i.forecast.made_at).total_seconds() if i.forecast is not None else 0.0, errors, coverage)
         return actions
 
-    def _record(self, inputs, step: StepPlan, view: View, outcomes, now) -> None:
-        """One timeline row per policy: what it observed and what the plan decided (the simulator's columns)."""
+    def _record(self, planned: list[_Planned], targets: Mapping[str, TargetState | None], step: StepPlan, outcomes,
+                now) -> None:
+        """One timeline row per policy: what it observed (`targets`: read before the actions) and what the plan decided
+        (the simulator's columns)."""
         applied = [o.action for o in outcomes if o.applied]
         assert self.timeline is not None  # _record runs only when a timeline is kept
-        for i, ws in zip(inputs, step.workloads):
+        for i, ws, *_ in planned:
             p = i.policy
-            state = view.targets.get(p.key)
+            state = targets.get(p.key)
             warm = state.ready_replicas * p.spec.capacity.gpus_per_replica if state is not None else 0
             demand = self._samples(p.key, i.raw).latest  # None: no sample in the lookback, a blank in the timeline
             self.timeline.append((now, p.key, math.nan if demand is None else demand / p.spec.capacity.demand_per_gpu,

@@ -1313,6 +1313,31 @@ def test_forecast_only_reports_but_changes_nothing(demand_file, tmp_path):
     assert any(isinstance(a, Evict) for a in active.reconciler.reconcile(AT_9).actions)
 
 
+def test_an_active_policy_beside_a_forecast_only_one_is_planned_on_what_that_one_holds(demand_file, tmp_path):
+    """chat is active; b, beside it, is forecast-only (the default mode), its team's queue team-b full of training.
+    The one plan counted b's would-be reservation (44 GPUs at 09:00) where its Deployment held its 12 replicas (24),
+    and counted team-b's training as the plan's to preempt, where no eviction is made for a forecast-only policy: so
+    chat, cut to 84, had 6 replicas (12 GPUs) waiting for GPUs team-b's training kept, from 08:45 on. The policies
+    that act are planned on what the forecast-only ones hold (their targets as read, the training in the queues only
+    they name), and b's status still says what it would do."""
+    r = Replay(tmp_path, demand_file, policy("chat", minGpus=10),
+               policy("b", trainingClusterQueues=["team-b"], mode="forecast-only"))
+    r.fill_training("team-b")
+    b_replicas = r.replicas("b")
+    for k in range(12 * 4):
+        now = MONDAY_6AM + pd.Timedelta(minutes=5 * k)
+        state = r.step(now)
+        chat, b = state.policies["inference/chat"], state.policies["inference/b"]
+        assert r.replicas("b") == b_replicas and r.cluster.quotas["team-b"] == 0  # forecast-only: changes nothing
+        assert not [a for a in state.actions if isinstance(a, Evict) and a.queue == "team-b"]
+        training = sum(w.gpus for w in r.running() if w.cluster_queue == "team-b")
+        assert chat.reserved_gpus + b_replicas * 2 + training + state.slack_gpus <= 128, now
+        if now >= MONDAY_6AM + pd.Timedelta(minutes=30):  # from then on, past a warm-up: served
+            assert r.cluster.inference["inference/chat"].waiting == 0, now
+    assert r.status("b")[0]["reservedGpus"] == b.reserved_gpus > b_replicas * 2  # what b would reserve
+    assert r.status("b")[1]["Ready"]["reason"] == "ForecastOnly"
+
+
 def test_training_is_taken_back_when_it_holds_the_reservation_and_never_twice(demand_file, tmp_path):
     r = Replay(tmp_path, demand_file)
     r.fill_training()  # 128 GPUs of training: the morning's reservation must come out of it

@@ -393,6 +393,46 @@ def test_a_refused_policy_s_target_keeps_its_gpus_and_its_team_keeps_its_share(k
         kube.delete(team)
 
 
+def test_an_active_policy_beside_a_forecast_only_one_is_planned_on_what_that_one_holds(kube, controller,
+                                                                                        prometheus_server, tmp_path):
+    """Found on the embedded cluster, and so here: shadow, forecast-only beside the active chat, its Deployment at 3
+    replicas and its team's queue team-run holding 60 GPUs of training. The one plan counted shadow's would-be
+    reservation where its Deployment held 3 GPUs, and team-run's training as the plan's to preempt, where no eviction is
+    made for a forecast-only policy: reserved + lent + what shadow and team-run held went over the 128 GPUs, and chat's
+    new replicas waited for GPUs team-run kept. chat is planned on what shadow holds; shadow changes nothing and its
+    status says what it would reserve."""
+    team = kueue.path("clusterqueues", "team-run")
+    kube.apply(team, kueue.cluster_queue("team-run", gpus=0, cohort=COHORT))
+    kube.apply(kueue.path("localqueues", "team-run", TRAIN_NS), kueue.local_queue(TRAIN_NS, "team-run"))
+    try:
+        for i in range(6):
+            kube.create(WL, kueue.workload(TRAIN_NS, f"team-{i}", "team-run", gpus_per_pod=10))
+            kueue.admit(kube, TRAIN_NS, f"team-{i}", "team-run")
+        time.sleep(1.1)  # creationTimestamp has seconds: shadow comes after chat
+        kube.create(f"/apis/apps/v1/namespaces/{NS}/deployments", deployment("shadow"))
+        kube.scale_deployment(NS, "shadow", 3)
+        kube.create(RP, policy("shadow", mode="forecast-only", trainingClusterQueues=["team-run"],
+                               inferenceClusterQueue=None))
+        controller.sync()
+        r = reconciler(controller, prometheus_server.url, tmp_path)
+        for quarter in range(4):  # 07:00 .. 07:45: the morning ramp
+            state = r.reconcile(MONDAY_7AM + pd.Timedelta(minutes=15 * quarter))
+            controller.sync()
+            chat, shadow = state.policies[f"{NS}/chat"], state.policies[f"{NS}/shadow"]
+            team_run = sum(w.gpus for w in training(kube).values() if w.cluster_queue == "team-run" and w.active)
+            assert team_run == 60 and kube.get_cluster_queue_quota("team-run") == 0  # forecast-only: nothing changed
+            assert kube.get_deployment_replicas(NS, "shadow") == 3
+            assert chat.reserved_gpus + 3 + team_run + state.slack_gpus <= 128, \
+                (chat.reserved_gpus, state.slack_gpus)
+            assert rp_status(kube, "shadow")[0]["reservedGpus"] == shadow.reserved_gpus > 3  # what it would reserve
+        r.close()
+    finally:
+        for i in range(6):
+            kube.delete(f"{WL}/team-{i}")
+        kube.delete(kueue.path("localqueues", "team-run", TRAIN_NS))
+        kube.delete(team)
+
+
 @pytest.mark.parametrize("restart", [False, True])
 def test_a_policy_edited_so_not_even_what_it_holds_reads_still_holds_its_target_s_gpus(kube, controller,
                                                                                      prometheus_server, tmp_path,
