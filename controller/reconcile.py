@@ -676,8 +676,8 @@ class Reconciler:
         # read against it, not the quota, which holds those beyond too. Not known (just started): every one beyond
         self._lent: Mapping[str, int] = {}
         self._unread: set[TargetRef] = set()  # the HPA targets whose read failed, said once until read again
-        self._faults: dict[str, str] = {}           # the fault last reported per policy
-        self._failed: dict[str, str | None] = {}    # the failure to act last reported per policy
+        self._faults: dict[ObjectRef, str] = {}     # the fault last reported per policy
+        self._failed: dict[ObjectRef, str | None] = {}  # the failure to act last reported per policy
         self._told: dict[str, dict[ObjectRef, set[str]]] = {}  # per Event reason, what each policy was told
         self._logged: dict[str, set[str]] = {}      # per Event reason, the findings last logged
         self._missing: dict[str, str] = {}          # policy -> why its target was not found (the last view's)
@@ -852,8 +852,12 @@ class Reconciler:
                                                             holding=holding, left=left_said)))
         for p in policies:
             self._reported.pop(p.ref, None)
-        # what was written for a policy since deleted is forgotten (a thousand come and go over a controller's life)
+        # what was written and told a policy since deleted is forgotten (a thousand come and go over a controller's
+        # life), so one created again under its name (a new object, its Events of its own) is told its faults again
         present = {p.ref for p in policies} | set(refused)
+        self._reported = {ref: said for ref, said in self._reported.items() if ref in present}
+        self._faults = {ref: said for ref, said in self._faults.items() if ref in present}
+        self._failed = {ref: said for ref, said in self._failed.items() if ref in present}
         with self._said_lock:
             self._said = {ref: said for ref, said in self._said.items() if ref in present}
             self._waiting = {ref: since for ref, since in self._waiting.items() if ref in present}
@@ -1585,19 +1589,19 @@ class Reconciler:
                           "ConservativeReservation" if fallback else "ForecastInUse",
                           wh.reason(0, w, lendable) if fallback else ""),
                 policy_risk(risk))
-            if failure and self._failed.get(p.key) != failure:  # a new failure to act: one Warning event
+            if failure and self._failed.get(p.ref) != failure:  # a new failure to act: one Warning event
                 actions.append(RecordEvent(EventNote(p.ref, reason_of(failure, "Failed"), failure, "Warning")))
-            self._failed[p.key] = failure
+            self._failed[p.ref] = failure
             fault = timeless(i.fault or (i.degraded if fallback else None) or "") or None
             # a new kind of fault (its reason), not each new wording of the same outage: one Warning event
-            said = self._faults.get(p.key)
+            said = self._faults.get(p.ref)
             if fault and (said is None or reason_of(said, "Degraded") != reason_of(fault, "Degraded")):
                 actions.append(RecordEvent(EventNote(p.ref, "FallbackActive" if fallback else "ForecastDegraded",
                                                      f"{fault}; {ws.reason}", "Warning")))
             if fault:
-                self._faults[p.key] = fault
+                self._faults[p.ref] = fault
             else:
-                self._faults.pop(p.key, None)
+                self._faults.pop(p.ref, None)
             target = None
             if i.forecast is not None:
                 f = Forecast.of(i.forecast.frame, p.spec.target_quantile, p.spec.headroom_quantile)

@@ -1700,6 +1700,39 @@ def test_a_policy_whose_demand_fails_falls_back_alone(demand_file, tmp_path):
     assert state.reconcile_errors_total["demand"] == 2  # search's query, rag's missing history
 
 
+@pytest.mark.parametrize("again", ["new uid", "after a reconcile without it"])
+def test_a_policy_deleted_and_created_again_is_told_its_fault_again(demand_file, tmp_path, again):
+    """rag (its history missing: FallbackActive) and twin (a second policy on chat's target: InvalidSpec) each get a
+    Warning Event. Deleted and created again under the same name, each is a new object with the same fault, but the
+    controller remembered what it had told them by name (rag) or kept what it told a policy deleted (twin, with no
+    uid): the new objects got no Event, their statuses saying a fault no Event explained (`kubectl describe` lists a
+    policy's Events by its uid). What was told a policy is forgotten with it."""
+    demand = FileDemand({"inference/chat": demand_file})  # rag's history is missing: FileDemand raises
+
+    def objects(uid: str) -> list[dict]:
+        made = [policy("rag"), policy("twin", target={"kind": "Deployment", "name": "chat"})]
+        for obj in made:
+            obj["metadata"]["uid"] = f"{obj['metadata']['name']}-{uid}"
+        return made
+
+    r = Replay(tmp_path, {"inference/chat": demand_file}, policy("chat"), *objects("1"), demand=demand)
+    r.step(AT_9)
+    for obj in objects("1"):  # kubectl delete
+        r.cluster.policies = [p for p in r.cluster.policies if p["metadata"]["name"] != obj["metadata"]["name"]]
+        r.cluster.statuses.pop(("inference", obj["metadata"]["name"]))
+    if again == "after a reconcile without it":
+        r.step(AT_9 + pd.Timedelta(minutes=5))
+    for obj in objects("2" if again == "new uid" else "1"):
+        if again != "new uid":
+            del obj["metadata"]["uid"]  # the embedded cluster sets none: the name alone tells the objects apart
+        r.cluster.apply_policy(obj)
+    r.step(AT_9 + pd.Timedelta(minutes=10))
+    assert r.status("rag")[1]["FallbackActive"]["status"] == "True"
+    assert r.status("twin")[1]["Ready"]["reason"] == "InvalidSpec"
+    assert [e["type"] for e in r.events("FallbackActive", "rag")] == ["Warning"] * 2
+    assert [e["type"] for e in r.events("InvalidSpec", "twin")] == ["Warning"] * 2
+
+
 def test_a_mostly_missing_last_hour_is_degraded_data(demand_file, tmp_path):
     holes = DEMAND.copy()
     now = AT_9

@@ -298,6 +298,26 @@ def test_a_missing_target_is_said_in_the_policy_s_status_and_an_event(kube, cont
     assert replicas(kube) == state.policies[f"{NS}/chat"].reserved_gpus  # the other policy still acts
 
 
+def test_a_policy_deleted_and_created_again_is_told_its_fault_again(kube, controller, prometheus_server, tmp_path):
+    """Found on the embedded cluster, and so here: rag, whose query returns nothing, gets a FallbackActive Warning.
+    Deleted and created again, the new object (its own uid, which `kubectl describe` lists Events by) had the same
+    fault and no Event: the controller remembered by name what it had told the old one."""
+    kube.create(f"/apis/apps/v1/namespaces/{NS}/deployments", deployment("rag"))
+    rag = policy("rag", query="headroom_no_such_metric", trainingClusterQueues=[], inferenceClusterQueue=None)
+    uids = [kube.create(RP, rag)["metadata"]["uid"]]
+    controller.sync()
+    r = reconciler(controller, prometheus_server.url, tmp_path)
+    r.reconcile(MONDAY_7AM)
+    kube.delete(f"{RP}/rag")
+    uids.append(kube.create(RP, rag)["metadata"]["uid"])
+    controller.sync()
+    r.reconcile(MONDAY_7AM + pd.Timedelta(minutes=5))
+    assert rp_status(kube, "rag")[1]["FallbackActive"]["status"] == "True"
+    told = [e["involvedObject"].get("uid") for e in kube.list_events(ObjectRef("", "ReservationPolicy", "rag", NS))
+            if e["reason"] == "FallbackActive" and e["type"] == "Warning"]
+    assert sorted(told) == sorted(uids)  # one for each object
+
+
 def test_a_policy_whose_target_is_missing_takes_no_gpus_from_a_working_one(kube, controller, prometheus_server,
                                                                            tmp_path):
     """Found here: a policy whose Deployment does not exist said Ready=False TargetMissing, yet the plan reserved it
