@@ -363,21 +363,25 @@ def _queue_missing(spec: PolicySpec, quotas: Mapping[str, int]) -> str | None:
     return None
 
 
-def feasible(policies: list[PolicyObject], lendable: int) -> tuple[list[PolicyObject], dict[ObjectRef, str]]:
+def feasible(policies: list[PolicyObject], lendable: int, active_first: bool = False
+             ) -> tuple[list[PolicyObject], dict[ObjectRef, str]]:
     """The policies whose minGpus (and one replica) fit, in order; a policy that no longer fits beside those before
-    it is the only one refused (it cannot take its neighbours down with it)."""
-    kept, refused, taken = [], {}, 0
-    for p in policies:
+    it is the only one refused (it cannot take its neighbours down with it). `active_first`: the active policies'
+    minimums are counted before any forecast-only one's, which changes nothing and so refuses none of them."""
+    refused, taken = {}, 0
+    active_first = active_first and any(p.active for p in policies)
+    for p in sorted(policies, key=lambda p: not p.active) if active_first else policies:
         if too_big := p.spec.too_big_for(lendable):
             refused[p.ref] = f"{too_big} does not fit: the cluster lends {lendable} GPUs"
             continue
         if taken + p.spec.least_gpus > lendable:
-            refused[p.ref] = (f"{p.spec.least_gpus_said()} does not fit: the cluster lends {lendable} GPUs and the "
-                              f"policies before this one keep {taken} as their minimum")
+            before = "the active policies and those before this one" if active_first and not p.active else \
+                "the policies before this one"
+            refused[p.ref] = (f"{p.spec.least_gpus_said()} does not fit: the cluster lends {lendable} GPUs and "
+                              f"{before} keep {taken} as their minimum")
             continue
         taken += p.spec.least_gpus
-        kept.append(p)
-    return kept, refused
+    return [p for p in policies if p.ref not in refused], refused
 
 
 REASON = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?")  # a condition's reason (the CRD's pattern)
@@ -816,7 +820,7 @@ class Reconciler:
             if gpus == 0:  # scaled to 0 or deleted: its GPUs are free, and its policy's status no longer says it
                 self._specs.forget_left(p.ref, p.target().target)
         policies, missing = self._present(policies)
-        policies, too_big = feasible(policies, lendable)
+        policies, too_big = feasible(policies, lendable, active_first=not self.dry_run)
         # a refused policy's fault stays its own. Its target is left as it is, and what that holds (none, if missing:
         # its inference ClusterQueue is set to none too) is neither reserved nor lent again. Its training queues are
         # lent to as any (a queue's SlackLent Events go to a working policy first): their teams neither lose nor gain

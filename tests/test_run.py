@@ -503,6 +503,19 @@ def test_a_policy_whose_minimum_does_not_fit_is_the_only_one_refused(demand_file
     assert chat.reserved_gpus + small.reserved_gpus + state.slack_gpus <= max(128 - 2 * before, 100 + 8)
 
 
+def test_a_forecast_only_policy_s_minimum_refuses_no_active_policy(demand_file, tmp_path):
+    """eval, forecast-only and older, asks a minimum of 100 of the 128 GPUs; chat, active, 40. eval changes nothing,
+    yet its minimum was counted first: chat was refused (PlanInfeasible: "the policies before this one keep 100") and
+    served nothing, while eval reserved nothing on the cluster either. The active policies' minimums come first: chat
+    is planned and eval is the one refused, saying so."""
+    r = Replay(tmp_path, demand_file, policy("eval", mode="forecast-only", minGpus=100), policy("chat", minGpus=40))
+    state = r.step(AT_9)
+    chat, evaluated = state.policies["inference/chat"], state.policies["inference/eval"]
+    assert chat.valid and chat.reserved_gpus >= 40 and r.replicas("chat") * 2 == chat.reserved_gpus
+    assert not evaluated.valid and "the active policies and those before this one keep 40" in evaluated.error
+    assert r.status("eval")[1]["Ready"]["reason"] == "PlanInfeasible"
+
+
 def test_a_newer_policy_is_cut_and_refused_before_an_older_one_whatever_their_names(demand_file, tmp_path):
     """The cluster is shared in the order the policies were created, as README says ("the later ones cut first") and
     as a target or a queue already is: the API server lists them by name, and a policy created later under a name

@@ -453,6 +453,22 @@ def test_an_active_policy_beside_a_forecast_only_one_is_planned_on_what_that_one
         kube.delete(team)
 
 
+def test_a_forecast_only_policy_s_minimum_refuses_no_active_policy(kube, controller, prometheus_server, tmp_path):
+    """Found on the embedded cluster, and so here: eval, forecast-only and created before chat, asks a minimum of 100
+    of the 128 GPUs. Its minimum was counted first: chat, active, was refused PlanInfeasible and its Deployment left
+    as it was. chat's minimum comes first; eval, which changes nothing, is the one refused."""
+    kube.delete(f"{RP}/chat")
+    kube.create(f"/apis/apps/v1/namespaces/{NS}/deployments", deployment("eval"))
+    kube.create(RP, policy("eval", mode="forecast-only", minGpus=100, inferenceClusterQueue=None))
+    time.sleep(1.1)  # creationTimestamp has seconds: chat comes after eval
+    kube.create(RP, policy("chat", minGpus=40))
+    controller.sync()
+    state = reconciler(controller, prometheus_server.url, tmp_path).reconcile(MONDAY_7AM)
+    chat, evaluated = state.policies[f"{NS}/chat"], state.policies[f"{NS}/eval"]
+    assert chat.valid and replicas(kube) == chat.reserved_gpus >= 40
+    assert not evaluated.valid and rp_status(kube, "eval")[1]["Ready"]["reason"] == "PlanInfeasible"
+
+
 @pytest.mark.parametrize("restart", [False, True])
 def test_a_policy_edited_so_not_even_what_it_holds_reads_still_holds_its_target_s_gpus(kube, controller,
                                                                                      prometheus_server, tmp_path,
