@@ -1260,17 +1260,19 @@ class Reconciler:
 
     def _returned(self, invalid: Mapping[ObjectRef, str], holds: Mapping[ObjectRef, PolicySpec],
                   lent: Mapping[str, int]) -> list[SetQuota]:
-        """The training ClusterQueues headroom lent into that no policy names any more (`holds`: what each policy's
-        spec names; deleted, or the queue dropped from it), their quota still what headroom lent: back to what the
-        inference pods running there hold (a target an edit left, whose pods Kueue admitted there: one of them
-        restarted is admitted again; marked still, so it comes back as they go), or 0, or Kueue admits training into
-        GPUs the plan lends again: those a controller of the same namespace's policies lent (run.namespace; none set:
-        every namespace's), as the queue's mark says (`lent`). Left as they are: one whose quota someone else has set
-        since (theirs now), one another namespace's controller lent into (it reads no policy of this one's, nor this
-        one of its), and all of them while an `invalid` policy's spec does not say what it names."""
+        """The training ClusterQueues headroom lent into that no policy lends to any more (`holds`: what each policy's
+        spec names; deleted, the queue dropped from it, or the policy made forecast-only, which lends nothing), their
+        quota still what headroom lent: back to what the inference pods running there hold (a target an edit left,
+        whose pods Kueue admitted there: one of them restarted is admitted again; marked still, so it comes back as
+        they go), or 0, or Kueue admits training into GPUs the plan lends again (or, beside a forecast-only policy,
+        counts as held): those a controller of the same namespace's policies lent (run.namespace; none set: every
+        namespace's), as the queue's mark says (`lent`). Left as they are: one whose quota someone else has set since
+        (theirs now), one another namespace's controller lent into (it reads no policy of this one's, nor this one of
+        its), and all of them while an `invalid` policy's spec does not say what it names."""
         if not lent or any(ref not in holds for ref in invalid):
             return []
-        named = {q for spec in holds.values() for q in (*spec.training_cluster_queues, *spec.inference_queues)}
+        named = {q for spec in holds.values() for q in (
+            *(spec.training_cluster_queues if spec.mode == "active" or self.dry_run else ()), *spec.inference_queues)}
         quotas = self.cluster.cluster_queue_quotas()
         unnamed = {q: gpus for q, gpus in lent.items() if q not in named and quotas.get(q) == gpus}
         pods = serving_in(self.cluster.workloads(), set(unnamed), frozenset().union(*self._served.values())) \
@@ -1281,9 +1283,10 @@ class Reconciler:
             if kept == gpus:
                 continue
             back = f"beyond the {kept} the inference pods running there hold come back" if kept else "come back"
-            out.append(SetQuota(q, kept, f"no ReservationPolicy names ClusterQueue {q} any more: the {gpus - kept} "
-                                f"GPUs headroom lent it {back} (what Kueue admitted there runs on; nothing more is "
-                                "admitted into them)", lent=kept > 0, lent_for=self.cfg.namespace if kept else None))
+            out.append(SetQuota(q, kept, f"no active ReservationPolicy names ClusterQueue {q} any more: the "
+                                f"{gpus - kept} GPUs headroom lent it {back} (what Kueue admitted there runs on; "
+                                "nothing more is admitted into them)", lent=kept > 0,
+                                lent_for=self.cfg.namespace if kept else None))
         return out
 
     def _view(self, planned: list[PolicyObject], lending: list[PolicyObject], now: pd.Timestamp,

@@ -60,13 +60,14 @@ def extra(kube, controller):
     kube.delete(path)
 
 
-@pytest.mark.parametrize("how", ["deleted", "queue dropped"])
+@pytest.mark.parametrize("how", ["deleted", "queue dropped", "made forecast-only"])
 def test_what_headroom_lent_a_queue_no_policy_names_comes_back(kube, controller, extra, prometheus_server, tmp_path,
                                                                how):
-    """Policy batch deleted (or EXTRA dropped from its trainingClusterQueues): EXTRA kept the quota last lent, beside
-    the whole slack lent again to chat's queue: 128 GPUs of training quota beside chat's reservation, and outside the
-    training cohort nothing said so. A controller restarted in between knows the queue is headroom's from its mark and
-    returns it to 0; the slack lent and the reservation add up to the cluster again."""
+    """Policy batch deleted (or EXTRA dropped from its trainingClusterQueues, or batch made forecast-only, which lends
+    nothing): EXTRA kept the quota last lent, beside the whole slack lent again to chat's queue: 128 GPUs of training
+    quota beside chat's reservation, and outside the training cohort nothing said so. A controller restarted in between
+    knows the queue is headroom's from its mark and returns it to 0; the slack lent and the reservation (or, made
+    forecast-only, what batch's Deployment holds) add up to the cluster again."""
     r = reconciler(controller, prometheus_server.url, tmp_path)
     r.reconcile(MONDAY_7AM)
     lent = kube.get_cluster_queue_quota(EXTRA)
@@ -74,14 +75,15 @@ def test_what_headroom_lent_a_queue_no_policy_names_comes_back(kube, controller,
     if how == "deleted":
         kube.delete(f"{RP}/batch")
     else:
-        kube._request("PATCH", f"{RP}/batch", {"spec": {"trainingClusterQueues": [QUEUE]}},  # as `kubectl edit`
-                      content_type=MERGE_PATCH)
+        edit = {"trainingClusterQueues": [QUEUE]} if how == "queue dropped" else {"mode": "forecast-only"}
+        kube._request("PATCH", f"{RP}/batch", {"spec": edit}, content_type=MERGE_PATCH)  # as `kubectl edit`
     controller.sync()
     r = reconciler(controller, prometheus_server.url, tmp_path)  # a new process: none of the old one's memory
     state = r.reconcile(MONDAY_7AM + pd.Timedelta(minutes=5))
     assert (kube.get_cluster_queue_quota(EXTRA), lent_mark(kube)) == (0, None)
-    reserved = sum(p.reserved_gpus for p in state.policies.values())
-    assert kube.get_cluster_queue_quota(QUEUE) == state.slack_gpus == 128 - reserved
+    reserved = sum(p.reserved_gpus for p in state.policies.values() if p.mode == "active")
+    held = kube.get_deployment_replicas(NS, "batch") if how == "made forecast-only" else 0
+    assert kube.get_cluster_queue_quota(QUEUE) == state.slack_gpus == 128 - reserved - held
 
 
 @pytest.mark.parametrize("leave", ["quota set by hand", "a spec that says nothing"])

@@ -2458,6 +2458,21 @@ def test_what_headroom_lent_a_queue_no_policy_names_any_more_comes_back(demand_f
     assert ("team-b" in r.cluster.lent_quotas(lent_for)) != returned
 
 
+def test_what_headroom_lent_a_queue_of_a_policy_made_forecast_only_comes_back(demand_file, tmp_path):
+    """b, active, is edited to forecast-only: it lends nothing from then on, but team-b, its queue, kept the quota
+    headroom had lent it (16 GPUs at 09:00) beside the whole slack lent again to research: Kueue admitted training
+    into both, quota the plan no longer lent. As for a queue no policy names, what headroom lent comes back."""
+    r = Replay(tmp_path, demand_file, policy("chat", minGpus=10), policy("b", trainingClusterQueues=["team-b"]),
+               gpus=200)
+    r.step(AT_9)
+    assert r.cluster.quotas["team-b"] > 0 and "team-b" in r.cluster.lent_quotas()
+    r.cluster.apply_policy(policy("b", trainingClusterQueues=["team-b"], mode="forecast-only"))
+    for minutes in (5, 10):
+        state = r.step(AT_9 + pd.Timedelta(minutes=minutes))
+        assert r.cluster.quotas["team-b"] == 0 and "team-b" not in r.cluster.lent_quotas()
+        assert r.cluster.quotas["research"] == state.slack_gpus
+
+
 # ------------------------------------------------------------------------------- targets an edit left behind, held
 def test_a_cluster_queue_target_an_edit_left_holds_its_quota_whole_beside_a_refused_policy_s_pods_in_it(
         demand_file, tmp_path):
