@@ -671,6 +671,7 @@ class Reconciler:
         self._raw: dict[str, pd.Series] = {}  # each policy's demand samples in the lookback (shared with forecasts)
         self._converted: dict[str, _Samples] = {}   # each policy's samples as arrays (_samples)
         self._full_read: dict[str, pd.Timestamp] = {}
+        self._queried: dict[str, str] = {}  # the query each policy's samples held answer (a query edited: read anew)
         self._reported: dict[ObjectRef, str] = {}   # the refusal last reported per policy (one event per change)
         # each policy target's Deployments, (namespace, name), whose Pods serve it: this reconcile's (_serving)
         self._served: dict[TargetRef, frozenset[tuple[str, str]]] = {}
@@ -1116,7 +1117,9 @@ class Reconciler:
         nothing to ask."""
         held = self._raw.get(p.key)
         hourly_reread = not self.forecasts.refit_beside and self._full_read.get(p.key) != now.floor("h")
-        if held is None or hourly_reread or (len(held) and held.index[-1] > now):
+        # samples of a query since edited are of another demand: joined to the new ones, a refit fitted on both
+        if held is None or hourly_reread or (len(held) and held.index[-1] > now) or \
+                self._queried.get(p.key) != p.spec.query:
             return now - pd.Timedelta(seconds=self.data.lookback_seconds), True
         if len(held) > 1 and now < held.index[-1] + (held.index[-1] - held.index[-2]):
             return None  # no newer sample can exist before the next step: nothing to ask (reconciles outpace it)
@@ -1133,6 +1136,7 @@ class Reconciler:
         check_values(fresh)
         if whole:
             self._full_read[p.key] = now.floor("h")
+            self._queried[p.key] = p.spec.query
             return fresh
         held = self._raw[p.key]
         stamps = held.index.asi8

@@ -1746,6 +1746,35 @@ def test_a_policy_deleted_and_created_again_is_told_its_fault_again(demand_file,
     assert [e["type"] for e in r.events("InvalidSpec", "twin")] == ["Warning"] * 2
 
 
+class TokensDemand(FailingDemand):
+    """The query `tokens` answers 4 times what any other does: the same demand counted in other units."""
+
+    def read(self, key, query, start, end):
+        raw = self.inner.read(key, query, start, end)
+        return raw * 4 if query == "tokens" else raw
+
+
+def test_after_a_query_edit_the_policy_is_planned_on_the_new_query_s_samples_alone(demand_file, tmp_path):
+    """chat's query edited at 06:15 from requests to tokens (4 per request) and its demandPerGpu with it (10 -> 40):
+    the same demand in GPUs. The controller kept the old query's weeks of samples and joined the new ones to them, so
+    the refit the edit asked for fitted the hours of both, the old ones read at a quarter of the GPUs they were: chat
+    reserved 28-32 GPUs until the next hour's whole read, where a controller started after the edit, reading the new
+    query whole, reserved 32-44 (12 GPUs more at 06:45, ahead of the ramp). A query edited is read whole, as at
+    start."""
+    demand = TokensDemand(FileDemand({"inference/chat": demand_file}))
+    edited = policy("chat", query="tokens", capacity={"demandPerGpu": 40.0, "gpusPerReplica": 2})
+    r = Replay(tmp_path / "kept", demand_file, policy("chat", query="requests"), demand=demand, gpus=1000)
+    fresh = Replay(tmp_path / "fresh", demand_file, policy("chat", query="requests"), demand=demand, gpus=1000)
+    for k in range(12):
+        now = MONDAY_6AM + pd.Timedelta(minutes=5 * k)
+        if k == 3:
+            for replay in (r, fresh):
+                replay.cluster.apply_policy(edited)
+            fresh.reconciler = Reconciler(fresh.cluster, demand, fresh.cfg, forecast_log=ForecastLog(tmp_path / "f"))
+        kept, started = r.step(now).policies["inference/chat"], fresh.step(now).policies["inference/chat"]
+        assert kept.reserved_gpus == started.reserved_gpus, (now, kept.reserved_gpus, started.reserved_gpus)
+
+
 def test_a_mostly_missing_last_hour_is_degraded_data(demand_file, tmp_path):
     holes = DEMAND.copy()
     now = AT_9

@@ -318,6 +318,24 @@ def test_a_policy_deleted_and_created_again_is_told_its_fault_again(kube, contro
     assert sorted(told) == sorted(uids)  # one for each object
 
 
+def test_after_a_query_edit_the_policy_is_planned_on_the_new_query_s_samples_alone(kube, controller,
+                                                                                    prometheus_server, tmp_path):
+    """Found on the embedded cluster, and so here: chat's query edited to count its demand 4 times over (its
+    demandPerGpu with it: the same GPUs). The controller joined the new query's samples to the old one's weeks, and
+    the refit the edit asked for fitted both: its reservation parted from that of a controller started after the edit,
+    which reads the new query whole. A query edited is read whole."""
+    r = reconciler(controller, prometheus_server.url, tmp_path)
+    r.reconcile(MONDAY_7AM)
+    kube.apply(f"{RP}/chat", policy("chat", query=f"4 * {METRIC}",
+                                    capacity={"demandPerGpu": 40.0, "gpusPerReplica": 1}))
+    controller.sync()
+    fresh = reconciler(controller, prometheus_server.url, tmp_path / "fresh")
+    for minutes in (15, 30, 45):
+        now = MONDAY_7AM + pd.Timedelta(minutes=minutes)
+        kept = r.reconcile(now).policies[f"{NS}/chat"].reserved_gpus
+        assert kept == fresh.reconcile(now).policies[f"{NS}/chat"].reserved_gpus, (now, kept)
+
+
 def test_a_policy_whose_target_is_missing_takes_no_gpus_from_a_working_one(kube, controller, prometheus_server,
                                                                            tmp_path):
     """Found here: a policy whose Deployment does not exist said Ready=False TargetMissing, yet the plan reserved it
