@@ -997,6 +997,7 @@ def test_a_conflicting_writer_is_overridden_and_concurrent_writes_retry(kube, co
     r = reconciler(controller, prometheus_server.url, tmp_path)
     want = r.reconcile(MONDAY_7AM).policies[f"{NS}/chat"].reserved_gpus
     kube.scale_deployment(NS, "chat", 1)  # someone scales inference in by hand
+    controller.sync()  # the reconcile must read 1: a watch cache a moment behind still holds 23, and nothing is written
     stop = threading.Event()
 
     def hammer():  # a writer bumping the Deployment's annotations: every write changes resourceVersion
