@@ -324,6 +324,9 @@ class EmbeddedCluster:
             before, held_by = self.inference.get(h.key), self.specs.get(h.key)
             if before is not None and held_by is not None and before.ref != h.ref:
                 self.left[before.ref] = (held_by, self.inference.pop(h.key))
+                # its replicas' queue is the left target's now (left_pods, below); the policy's is set as it is held
+                self.inference_queues.pop(h.key, None)
+                self.pods_in_training.pop(h.key, None)
         inference_named = {q for h in held for q in h.spec.inference_queues}
         kept = [h for h in held if h.accepted]
         refused = [h for h in held if not h.accepted]  # oldest first, as the controller counts them

@@ -291,6 +291,8 @@ EDITS = st.one_of(st.builds(lambda name: {"target": {"kind": "Deployment" if nam
 
 
 @settings(max_examples=200, deadline=None)
+@example([("q0", "d0", []), ("q1", "d0", []), ("q1", "d1", ["q0"]), ("q0", "q0", [])], ["typo"], 2,
+         {"target": {"kind": "Deployment", "name": "d0"}})  # p2's pods held in q0's quota, p0 refused
 @example([("q0", "d0", [])], [], 0, BROKEN["unread"])
 @example([("q0", "d0", []), (None, "d0", [])], [None, "typo"], 0, BROKEN["unread"])  # p0 keeps d0, refused p1 none
 @example([(None, "d0", []), (None, "d1", [])], [], 0, {"capacity": {"demandPerGpu": 5.0, "gpusPerReplica": 4}})
