@@ -895,7 +895,11 @@ class KubeCluster:
                 payload = None
             message = payload.get("message", text) if isinstance(payload, dict) else text
             delay = min(self.backoff_max, self.backoff_base * 2 ** attempt) * (0.5 + random.random() / 2)
-            if (status in RETRYABLE_STATUS and attempt < (self.retries if retries is None else retries)
+            # a 404 that is no Status is the path not served (a missing object's is a Status, reason NotFound): an API
+            # server just started serves a CRD's group only once its CRD informer has synced, so it is retried as a
+            # server not ready yet; an API not installed stays 404 and is raised after the retries
+            unserved = status == 404 and not (isinstance(payload, dict) and payload.get("kind") == "Status")
+            if ((status in RETRYABLE_STATUS or unserved) and attempt < (self.retries if retries is None else retries)
                     and not self.stopping.is_set() and (deadline is None or time.monotonic() + delay < deadline)):
                 log.warning("%s %s: %s %s; retry %d/%d in %.1f s", method, path, status or "unreachable",
                             message[:200], attempt + 1, self.retries, delay)

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from adapters.kube import RENEW_DEADLINE_SHARE, KubeCluster, _holds
-from core.errors import Conflict
+from core.errors import Conflict, NotFound
 from core.objects import ObjectRef
 from tests.servers import kueue
 from tests.servers.proxy import AnswerLosingProxy
@@ -284,3 +284,20 @@ def test_a_stored_object_holds_any_part_of_itself_and_nothing_changed(stored, da
     assert not _holds(stored, {**sent, key: "__changed__"})
     if isinstance(stored[key], list) and stored[key]:
         assert not _holds(stored, {**sent, key: stored[key][:-1]}), "a list is compared whole"
+
+
+def test_a_path_not_served_yet_is_retried_and_a_missing_object_is_not(cluster, proxy, lossy):
+    """An API server just (re)started answers a plain "404 page not found" for a CRD's group until its CRD informer
+    has synced: the client took it for the ClusterQueue missing (NotFound), and the first quota write after a restart
+    failed (tests/test_kube_real.py's restart test, once under load). Such a 404 is retried; a missing object's, a
+    Status (reason NotFound), is raised at once."""
+    cq = kueue.path("clusterqueues")
+    if "unserved" not in lossy.cluster_queue_quotas():
+        cluster.create(cq, kueue.cluster_queue("unserved", gpus=2))
+    proxy.lose("GET", "/clusterqueues/unserved", "unserved", times=2)
+    assert lossy.set_cluster_queue_quota("unserved", 5) is True
+    assert [how for _, _, how in proxy.lost] == ["unserved", "unserved"]
+    assert cluster.cluster_queue_quotas()["unserved"] == 5
+    with pytest.raises(NotFound):
+        lossy.set_cluster_queue_quota("no-such-queue", 5)
+    assert [path for _, _, path in proxy.arrived if "no-such-queue" in path] == [f"{cq}/no-such-queue"]

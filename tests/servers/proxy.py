@@ -4,7 +4,9 @@ A write whose answer is lost (a read timeout, a connection reset after the reque
 an unknown outcome: the client cannot tell whether it landed. `AnswerLosingProxy` forwards every request and, for the
 ones a test picks (`lose`), lets the server act and keeps its answer from the client: held until the client's
 request timeout passes (`hold`), the connection closed (`close`), or a 504 in its place (`504`); `unsent` closes the
-connection without forwarding (the request never arrived, and the client cannot tell that either). `halt_at` halts
+connection without forwarding (the request never arrived, and the client cannot tell that either); `unserved`
+answers in its place, unforwarded, what an API server just started answers for a CRD's group until its CRD informer
+has synced: 404 and a plain "404 page not found" (no Status). `halt_at` halts
 the host, as SIGSTOP does (the kernel still takes requests in; the server reads and acts on them only once it runs
 again): every request from then on is held, unanswered, until `resume()`, then forwarded (it lands) and its answer
 lost (its client gave up long before). Every request's arrival is noted (`arrived`). It terminates TLS
@@ -24,7 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from .kube import KubeApiserver
 
-HOW = ("hold", "close", "504", "unsent")
+HOW = ("hold", "close", "504", "unsent", "unserved")
 
 
 @dataclass
@@ -130,6 +132,10 @@ class AnswerLosingProxy:
                 if rule is not None and rule.how == "unsent":
                     proxy.lost.append((self.command, self.path, rule.how))
                     self.close_connection = True
+                    return
+                if rule is not None and rule.how == "unserved":
+                    proxy.lost.append((self.command, self.path, rule.how))
+                    self._answer(404, [("Content-Type", "text/plain; charset=utf-8")], b"404 page not found\n")
                     return
                 status, headers, data = self._send(body)
                 if rule is not None:
