@@ -35,6 +35,7 @@ from controller.observe import (
     MIN_FIT_HOURS,
     DataSettings,
     IssuedForecast,
+    basis,
     due,
     fit,
     fit_hourly,
@@ -71,6 +72,7 @@ def ignore_interrupts() -> None:
 class _Hourly:
     """One policy's hourly work done beside the reconciles (ForecastKeeper._hourly)."""
     tried: tuple                     # (hour, policy generation)
+    basis: str                       # what it read and fitted (observe.basis of the spec it was made for)
     whole: pd.Series | None          # the whole lookback re-read (None: the read failed)
     forecast: IssuedForecast | None  # fitted on it (None: too little history, or the fit failed: see fault)
     fault: str | None
@@ -361,12 +363,12 @@ class ForecastKeeper:
         if self.forecast_log is not None and scaled is not None and raw.notna().any():
             errors, coverage, drift = self._accuracy_of(p, scaled.scale, hourly, now)
             accuracy = (now.floor("h"), errors, coverage)
-        return _Hourly((now.floor("h"), p.generation), whole, fresh, fault, accuracy, drift)
+        return _Hourly((now.floor("h"), p.generation), basis(p.spec), whole, fresh, fault, accuracy, drift)
 
     def _take_up(self, p: PolicyObject, job, now: pd.Timestamp,
                  cached: IssuedForecast | None) -> IssuedForecast | None:
         """A finished _hourly: its whole lookback joins the samples read since, its forecast and realized error
-        come into force, drift is reported."""
+        come into force, drift is reported; unless it was made for what the policy's spec no longer asks."""
         try:
             done: _Hourly | None = job.result()
         except Exception as exc:  # noqa: BLE001 - a bug in one policy's hourly work must not stop the others
@@ -375,6 +377,13 @@ class ForecastKeeper:
             self._tried[p.key] = ((now.floor("h"), p.generation), f"InternalError: {type(exc).__name__}: {exc}")
             return cached
         if done is None:  # dropped: this replica did not lead when its turn came; leading again, it tries anew
+            self._tried.pop(p.key, None)
+            return cached
+        if done.basis != basis(p.spec):
+            # begun before an edit of the query (statistic, forecaster, timezone): its lookback and forecast are of
+            # another demand, and would replace the new query's samples read since; dropped, the policy is refitted
+            # (a new generation is due) on the samples held
+            log.info("%s: its refit begun before its spec was edited is dropped, of no use to the new spec", p.key)
             self._tried.pop(p.key, None)
             return cached
         held = self._raw.get(p.key)

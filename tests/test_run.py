@@ -2220,6 +2220,45 @@ def test_after_a_spec_change_the_forecast_serves_until_the_refit_only_if_it_fore
         r.reconciler.close()
 
 
+def test_a_refit_begun_before_a_query_edit_is_dropped_and_the_new_query_refitted(demand_file, tmp_path):
+    """chat's query edited from requests to tokens (4 per request, demandPerGpu 10 -> 40: the same GPUs) while its
+    06:00 refit of the requests was under way beside the reconciles (held at its fit, as behind a thousand others).
+    The edit's reconcile read the tokens whole, but the old refit, finished after, was taken up: its whole lookback of
+    requests put back in place of the tokens and the refit the edit asked for fitted on it, a quarter of the demand
+    in the new units, until the next hour's. A refit is taken up only if made for the query (and what else the
+    forecast is of) in force; otherwise dropped, and the policy refitted on its current spec."""
+    demand = TokensDemand(FileDemand({"inference/chat": demand_file}))
+    edited = policy("chat", query="tokens", capacity={"demandPerGpu": 40.0, "gpusPerReplica": 2})
+    start = MONDAY_6AM - pd.Timedelta(hours=1)
+    r = Replay(tmp_path, demand_file, policy("chat", query="requests"), demand=demand, gpus=1000, refit_beside=True,
+               start=start)
+    keeper = r.reconciler.forecasts
+    try:
+        _until_taken_up(r, start)
+        with keeper._fitter_lock:  # 06:00's refit, of the requests, waits at its fit
+            r.step(MONDAY_6AM)
+            r.cluster.apply_policy(edited)
+            r.step(MONDAY_6AM + pd.Timedelta(minutes=5))  # the tokens, read whole
+        for job in list(keeper._refits.values()):
+            job.result(timeout=120)
+        at = MONDAY_6AM + pd.Timedelta(minutes=10)
+        r.step(at)  # the old refit, finished: not taken up
+        lookback = pd.Timedelta(seconds=r.reconciler.data.lookback_seconds)
+        tokens = demand.read("inference/chat", "tokens", at - lookback, at)
+        pd.testing.assert_series_equal(r.reconciler._raw["inference/chat"], tokens.astype(float), check_names=False,
+                                       check_freq=False)
+        state = _until_taken_up(r, at + pd.Timedelta(minutes=1)).policies["inference/chat"]
+    finally:
+        r.reconciler.close()
+    fitted = keeper.current("inference/chat")
+    assert fitted.generation == 2
+    # the forecast, and the plan on it, of a controller that read the tokens alone
+    alone = Replay(tmp_path / "alone", demand_file, edited, demand=demand, gpus=1000, start=fitted.made_at)
+    started = alone.step(fitted.made_at).policies["inference/chat"]
+    pd.testing.assert_frame_equal(fitted.frame, alone.reconciler.forecasts.current("inference/chat").frame)
+    np.testing.assert_array_equal(state.hours.reserved, started.hours.reserved)
+
+
 def test_a_stored_forecast_that_does_not_parse_costs_only_itself(demand_file, tmp_path):
     """The hour's work beside the reconciles scores the forecasts stored before (realized error) after its refit. One
     stored forecast that did not parse (a ConfigMap key edited by hand, a file of another version) made that read
