@@ -105,6 +105,7 @@ class ForecastKeeper:
         self.drift_factor, self.drift_window = drift_factor, drift_window
         self.retrain_every_seconds = retrain_every_seconds
         self.refit_beside = refit_beside  # hourly refits in a background thread (a Kubernetes controller's many series)
+        # the maps below are per policy, by its key, and forget a policy deleted (keep)
         self._forecasts: dict[str, IssuedForecast] = {}
         # policy -> ((hour, generation) looked up, the stored forecast or None) while it has no forecast of its own made
         # since it took the Lease
@@ -212,8 +213,7 @@ class ForecastKeeper:
         if self.forecast_log is None or forecast is None:
             return {}, {}
         hour = now.floor("h")
-        series = p.series
-        done = self._accuracy.get(series)
+        done = self._accuracy.get(p.key)
         if done is not None and (done[0] == hour or self.refit_beside):
             return done[1], done[2]
         if self.refit_beside:
@@ -221,8 +221,17 @@ class ForecastKeeper:
         hourly = hourly_history(raw, p.spec.statistic, now, self.data.outlier_factor)
         errors, coverage, drift = self._accuracy_of(p, forecast.scale, hourly, now)
         self._drifted(p, drift, now)
-        self._accuracy[series] = (hour, errors, coverage)
+        self._accuracy[p.key] = (hour, errors, coverage)
         return errors, coverage
+
+    def keep(self, keys: set[str]) -> None:
+        """Forget the policies not among `keys` (deleted): their forecasts, realized error and retraining clocks, and
+        their refits not yet taken up (one not started never runs; one under way is not taken up)."""
+        for key in self._refits.keys() - keys:
+            self._refits.pop(key).cancel()
+        for held in (self._forecasts, self._taken, self._tried, self._accuracy, self._last_trained, self._retrained_at):
+            for key in held.keys() - keys:
+                del held[key]
 
     def refitting(self) -> int:
         """Background refits not yet taken up."""
@@ -391,7 +400,7 @@ class ForecastKeeper:
             since = held[held.index > done.whole.index[-1]]
             self._raw[p.key] = pd.concat([done.whole, since]) if len(since) else done.whole
         if done.accuracy is not None:
-            self._accuracy[p.series] = done.accuracy
+            self._accuracy[p.key] = done.accuracy
             self._drifted(p, done.drift, now)
         self._tried[p.key] = (done.tried, done.fault)
         if done.forecast is None:
@@ -450,14 +459,13 @@ class ForecastKeeper:
         targets and retraining every hour on the same evidence only registers version after version."""
         if self.retrain is None:
             return False
-        series = p.series
-        last = self._last_trained.setdefault(series, now)  # the schedule counts from start-up
+        last = self._last_trained.setdefault(p.key, now)  # the schedule counts from start-up
         every = self.retrain_every_seconds
-        since = self._retrained_at.get(series)
+        since = self._retrained_at.get(p.key)
         fresh = since is None or (now - since) >= pd.Timedelta(hours=self.drift_window)
         if (every > 0 and (now - last).total_seconds() >= every) or (drifted and p.active and fresh):
-            self._last_trained[series] = self._retrained_at[series] = now
+            self._last_trained[p.key] = self._retrained_at[p.key] = now
             # the hours as read: the training clips each fold's hours by their own bound, not one that saw its future
-            self.retrain(series, hourly_history(self._raw[p.key], p.spec.statistic, now, outlier_factor=None), now)
+            self.retrain(p.series, hourly_history(self._raw[p.key], p.spec.statistic, now, outlier_factor=None), now)
             return True
         return False

@@ -869,6 +869,12 @@ class Reconciler:
         self._told = {reason: {ref: said for ref, said in told.items() if ref in present}
                       for reason, told in self._told.items()}
         self._specs.keep(present)
+        # and so are its samples and forecast (weeks of samples each), so one created again reads its history whole
+        kept = {f"{ref.namespace}/{ref.name}" for ref in present}
+        for by_policy in (self._raw, self._converted, self._full_read, self._queried, self._missing):
+            for key in by_policy.keys() - kept:
+                del by_policy[key]  # in place: the forecasts share _raw
+        self.forecasts.keep(kept)
         marked = self.cluster.lent_quotas(self.cfg.namespace)
         returned = self._returned(invalid, holds, marked)
         if not lending:  # (a refused policy still has its training queues lent to)

@@ -1908,6 +1908,64 @@ def test_the_lookback_is_read_once_an_hour_and_only_new_samples_in_between(deman
     pd.testing.assert_series_equal(held, full.astype(float), check_names=False, check_freq=False)
 
 
+class KeyNotingDemand(CountingDemand):
+    """The file source, noting each window asked for and the policy it was asked for."""
+
+    def read(self, key, query, start, end):
+        self.windows.append((key, start, end))
+        return self.inner.read(key, query, start, end)
+
+
+def _held_for(r: Replay, key: str) -> list[str]:
+    """The maps of the Reconciler and of its forecasts that hold something of the policy `key` (by its key, or by its
+    series)."""
+    keeper = r.reconciler.forecasts
+    maps = {name: getattr(r.reconciler, name) for name in ("_raw", "_converted", "_full_read", "_queried", "_missing")}
+    maps |= {f"forecasts.{name}": getattr(keeper, name) for name in (
+        "_forecasts", "_taken", "_tried", "_accuracy", "_last_trained", "_retrained_at", "_refits")}
+    series = key.replace("/", ".")
+    return [name for name, held in maps.items() if key in held or series in held]
+
+
+@pytest.mark.parametrize("beside", [False, True], ids=["refit in the reconcile", "refit beside"])
+def test_a_policy_deleted_is_forgotten_with_its_samples_and_forecast(demand_file, tmp_path, beside):
+    """The controller kept each policy's samples (weeks of them at 5 minutes), their arrays, its forecast, its
+    realized error and, with the refit beside, its refit queued, after the policy was deleted: a controller running
+    for months held every policy that ever came and went, and refitted the deleted ones. They are forgotten with the
+    policy (a refit not started is never run), so one created again under its name reads its history whole."""
+    key = "inference/search"
+    demand = KeyNotingDemand(FileDemand({"inference/chat": demand_file, key: demand_file}))
+    start = MONDAY_6AM - pd.Timedelta(minutes=5)
+    r = Replay(tmp_path, demand_file, policy("chat"), policy("search"), demand=demand, refit_beside=beside,
+               start=start)
+    keeper = r.reconciler.forecasts
+    try:
+        if beside:
+            _until_taken_up(r, start)
+        else:
+            r.step(start)
+        with keeper._fitter_lock:  # with the refit beside: chat's 06:00 refit waits at its fit, search's behind it
+            r.step(MONDAY_6AM)
+            held = set(_held_for(r, key))
+            assert held >= {"_raw", "_converted", "_full_read", "_queried", "forecasts._forecasts",
+                            "forecasts._accuracy"} | ({"forecasts._tried", "forecasts._refits"} if beside else set())
+            r.cluster.policies = [p for p in r.cluster.policies if p["metadata"]["name"] != "search"]  # kubectl delete
+            r.cluster.statuses.pop(("inference", "search"))
+            r.step(MONDAY_6AM + pd.Timedelta(minutes=5))
+            assert _held_for(r, key) == []
+            assert keeper.refitting() == (1 if beside else 0)  # chat's alone
+        for job in list(keeper._refits.values()):
+            job.result(timeout=120)
+        r.cluster.apply_policy(policy("search"))
+        demand.windows.clear()
+        now = MONDAY_6AM + pd.Timedelta(minutes=10)
+        r.step(now)
+    finally:
+        r.reconciler.close()
+    lookback = pd.Timedelta(seconds=r.reconciler.data.lookback_seconds)
+    assert [(start, end) for asked, start, end in demand.windows if asked == key][:1] == [(now - lookback, now)]
+
+
 class ThreadNotingLog(ForecastLog):
     """The forecast log, noting which thread touched it."""
 
