@@ -44,7 +44,7 @@ from controller.observe import (
     stored,
     usable,
 )
-from core.cluster import ForecastStore
+from core.cluster import FORECAST_BASIS, ForecastStore
 from core.deadline import within
 from core.errors import ClusterError
 from forecast.baselines import BASELINES
@@ -424,7 +424,11 @@ class ForecastKeeper:
         since = now - pd.Timedelta(hours=max(HORIZONS) + self.drift_window + 1)
         store = self.forecast_log
         self._to_store(series, lambda: store.prune(series, before=now - FORECAST_LOG_KEPT))
-        issued = self.forecast_log.load(series, since=since)
+        # only forecasts of what the policy now asks (a spec.query edit: tokens where requests were forecast) are
+        # scored; one recorded without its basis cannot say, and is scored as before
+        now_basis = basis(p.spec)
+        issued = {at: frame for at, frame in self.forecast_log.load(series, since=since).items()
+                  if frame.attrs.get(FORECAST_BASIS) in (None, now_basis)}
         table: pd.DataFrame | None = None
         drift: tuple[DriftEvent, ...] = ()
         # MLflow is outside the Lease: live accuracy is logged by the leader only (a refit that ends after this replica

@@ -1777,6 +1777,24 @@ def test_after_a_query_edit_the_policy_is_planned_on_the_new_query_s_samples_alo
         assert kept.reserved_gpus == started.reserved_gpus, (now, kept.reserved_gpus, started.reserved_gpus)
 
 
+def test_after_a_query_edit_realized_error_scores_only_forecasts_of_the_new_query(demand_file, tmp_path):
+    """chat's query edited from requests to tokens (4 per request) at 05:00: realized error scored the forecasts of
+    requests issued before the edit against the tokens that came (1-h error 7.6 at 06:00, 3.9 at 09:00, 6-h 20.1, where
+    a controller on tokens throughout shows 0.18 and 0.67): a false ForecastDrift, and a retraining, with tracking on.
+    A stored forecast says what it is a forecast of (its basis): only those of what the policy now asks are scored."""
+    demand = TokensDemand(FileDemand({"inference/chat": demand_file}))
+    edited = policy("chat", query="tokens", capacity={"demandPerGpu": 40.0, "gpusPerReplica": 2})
+    start = MONDAY_6AM - pd.Timedelta(hours=3)
+    r = Replay(tmp_path, demand_file, policy("chat", query="requests"), demand=demand, gpus=1000, start=start)
+    for hours in range(3):
+        r.step(start + pd.Timedelta(hours=hours))
+    assert r.reconciler.forecasts.forecast_log.load("inference.chat")  # forecasts of requests, stored
+    r.cluster.apply_policy(edited)
+    for hours in range(4):
+        errors = r.step(MONDAY_6AM + pd.Timedelta(hours=hours)).policies["inference/chat"].realized_error
+        assert all(error < 1.0 for error in errors.values()), (hours, errors)  # tokens' forecasts, well within scale
+
+
 def test_a_mostly_missing_last_hour_is_degraded_data(demand_file, tmp_path):
     holes = DEMAND.copy()
     now = AT_9
