@@ -415,10 +415,12 @@ def sweep_text(table, spec) -> str:
 
 def figure_lines(fields_: dict) -> list[str]:
     """simulate's text output: the policy replayed, then each figure under its --json name, shares in percent (a
-    shortage of 7.4e-05 is 0.0074%); the spec itself is in --json and the policy file."""
+    shortage of 7.4e-05 is 0.0074%), a standard error of one day (null in --json) unknown; the spec itself is in
+    --json and the policy file."""
     shown = {"policy": fields_["reference"], **{k: v for k, v in fields_.items() if k not in ("policy", "reference")}}
     width = max(map(len, shown)) + 2
-    return [f"{key:<{width}}{percent(value)}" if key in SHARES else
+    return [f"{key:<{width}}unknown (one day: a day-to-day error takes two or more)" if value is None else
+            f"{key:<{width}}{percent(value)}" if key in SHARES else
             f"{key:<{width}}{value:.4g}" if isinstance(value, float) else f"{key:<{width}}{value}"
             for key, value in shown.items()]
 

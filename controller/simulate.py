@@ -170,10 +170,10 @@ class SimResult:
     utilization: float                # (inference demand served + training GPU-time) / capacity GPU-time
     shortage_within_cluster: float    # unmet demand within the cluster / demand GPU-time
     short_steps: float                # share of steps with any unmet demand within the cluster
-    # their standard errors from day to day (leave-one-day-out jackknife; 0 with under two days): how much a
-    # figure measured on these days may differ on others
-    shortage_within_cluster_se: float
-    short_steps_se: float
+    # their standard errors from day to day (leave-one-day-out jackknife): how much a figure measured on these days
+    # may differ on others; None with under two days, which cannot tell it (0 would claim certainty)
+    shortage_within_cluster_se: float | None
+    short_steps_se: float | None
     longest_shortage_minutes: float
     objective_met: bool               # both parts of the policy's objective
     inference_shortage: float         # unmet demand, above the cluster included / demand GPU-time
@@ -544,14 +544,14 @@ def _plan_id(plan) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def day_to_day_errors(days: Mapping[int, Sequence[float]]) -> tuple[float, float]:
+def day_to_day_errors(days: Mapping[int, Sequence[float]]) -> tuple[float, float] | tuple[None, None]:
     """Standard errors of the shortage share (unmet / demand) and the short-step share from per-day sums [demand,
     unmet, short steps, steps]: the leave-one-day-out jackknife, since a day's steps are not independent draws
-    (shortages come in bursts) while whole days nearly are."""
+    (shortages come in bursts) while whole days nearly are. None under two days: one day says nothing of the next."""
     sums = np.array(list(days.values()), dtype=float).reshape(-1, 4)
     n = len(sums)
     if n < 2:
-        return 0.0, 0.0
+        return None, None
     rest = sums.sum(axis=0) - sums  # each row: every day but one
     with np.errstate(invalid="ignore", divide="ignore"):
         shares = np.stack([np.where(rest[:, 0] > 0, rest[:, 1] / rest[:, 0], 0.0), rest[:, 2] / rest[:, 3]], axis=1)
@@ -567,7 +567,8 @@ def _result(scenario, spec, reference, world, steps, step, rows, extra, events, 
     within = a.unmet_within.get(key, 0.0) / demand_s
     over = max(a.demand.get(key, 0.0) - a.within.get(key, 0.0), 0.0) / demand_s
     short = a.short_steps.get(key, 0) / max(a.steps, 1)
-    shortage_se, short_steps_se = day_to_day_errors(a.days.get(key, {}))
+    # a day-to-day error takes two days replayed: under them (a day, or one cut in two by midnight) it is unknown
+    shortage_se, short_steps_se = day_to_day_errors(a.days.get(key, {})) if steps * step >= 2 * 86400 else (None, None)
     lost = a.training_lost
     capacity_s = scenario.gpus * max(a.seconds, 1e-12)
     history = scenario.history.to_numpy(float)

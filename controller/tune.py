@@ -81,12 +81,23 @@ def setting_lines(base: PolicySpec, grid: TuneConfig, reference: str):
                for m in grid.margins_gpus]
 
 
+def _margins(r: SimResult) -> tuple[float, float]:
+    """What the shortage and the short steps must meet the objective with to spare: their day-to-day standard
+    errors. One day replayed has none (it takes two days or more): each figure is then its own margin, the error a
+    shortage all on one day has (a week short on one day only has an error as large as its shortage), so the
+    objective is met within half its bounds."""
+    if r.shortage_within_cluster_se is None or r.short_steps_se is None:
+        return r.shortage_within_cluster, r.short_steps
+    return r.shortage_within_cluster_se, r.short_steps_se
+
+
 def _excess(r: SimResult, objective: ObjectiveSpec) -> float:
     """How far a replay is from meeting the objective with a standard error to spare (<= 1: it does). The
     replayed days are a sample: the setting that just meets the objective on them is, as often as not, one that
     was lucky there, and misses it on the days it is then run on."""
-    return max((r.shortage_within_cluster + r.shortage_within_cluster_se) / max(objective.max_shortage, 1e-12),
-               (r.short_steps + r.short_steps_se) / max(objective.max_short_steps, 1e-12))
+    shortage_margin, steps_margin = _margins(r)
+    return max((r.shortage_within_cluster + shortage_margin) / max(objective.max_shortage, 1e-12),
+               (r.short_steps + steps_margin) / max(objective.max_short_steps, 1e-12))
 
 
 def meets(r: SimResult, objective: ObjectiveSpec) -> bool:
@@ -136,15 +147,13 @@ def tune(scenario: Scenario, base: PolicySpec, grid: TuneConfig = TuneConfig(),
         fields_, spec, best = max(met, key=lambda x: (x[2].utilization, -x[2].shortage_within_cluster))
         reason = (f"highest utilization {best.utilization:.3f} of {len(met)} setting(s) meeting shortage <= "
                   f"{objective.max_shortage:.3%} and short steps <= {objective.max_short_steps:.2%} on the "
-                  f"history's last {_replayed(replay)}, with a day-to-day standard error to spare (short "
-                  f"{best.shortage_within_cluster:.3%} ± {best.shortage_within_cluster_se:.3%} of demand, in "
-                  f"{best.short_steps:.2%} ± {best.short_steps_se:.2%} of steps)" + _thin(best, replay.days)
+                  f"history's last {_replayed(replay)}, {_spare(best, figures=True)}" + _thin(best, replay.days)
                   + _fell_back(best))
     else:
         fields_, spec, best = min(rows, key=lambda x: (_excess(x[2], objective), -x[2].utilization))
         in_the_way = _in_the_way(best, replay, reference, spec)
         broke = " and without a headroom violation" if best.headroom_violations else ""  # meets() asks both
-        reason = (f"no setting meets the objective with a day-to-day standard error to spare{broke} on the history's "
+        reason = (f"no setting meets the objective {_spare(best)}{broke} on the history's "
                   f"last {_replayed(replay)}; the closest, "
                   f"{_describe(fields_, objective)}, is short {best.shortage_within_cluster:.3%} of demand in "
                   f"{best.short_steps:.2%} of steps. " + in_the_way)
@@ -155,6 +164,18 @@ def _replayed(replay: Scenario) -> str:
     """The replayed days, and when they were: an SRE checks which days a setting was chosen on."""
     steps = replay.evaluated
     return f"{replay.days:g} days ({steps[0]:%Y-%m-%d %H:%M} .. {steps[-1]:%Y-%m-%d %H:%M} UTC)"
+
+
+def _spare(r: SimResult, figures: bool = False) -> str:
+    """The margin the objective is met with (see `_margins`), as the reason says it; `figures`: with the figures."""
+    if r.shortage_within_cluster_se is None or r.short_steps_se is None:
+        shown = (f"short {r.shortage_within_cluster:.3%} of demand, in {r.short_steps:.2%} of steps; "
+                 if figures else "")
+        return (f"within half its bounds ({shown}one day replayed has no day-to-day standard error, which takes two "
+                "days or more: each figure is taken as its own error, the error a shortage all on one day has)")
+    shown = (f" (short {r.shortage_within_cluster:.3%} ± {r.shortage_within_cluster_se:.3%} of demand, in "
+             f"{r.short_steps:.2%} ± {r.short_steps_se:.2%} of steps)" if figures else "")
+    return "with a day-to-day standard error to spare" + shown
 
 
 def _thin(r: SimResult, days: float) -> str:

@@ -23,7 +23,7 @@ from controller.simulate import (
     simulate,
 )
 from controller.tune import meets, plot_tradeoff, replay_scenario, tune
-from core.policy import PolicySpec, load_manifests
+from core.policy import ObjectiveSpec, PolicySpec, load_manifests
 from core.settings import TuneConfig, WorldSettings
 from forecast.history import at_own_step, load_history
 from tests.conftest import SHARED_DATA
@@ -164,8 +164,11 @@ def test_when_only_the_headroom_guarantee_fails_that_is_what_stands_in_the_way()
     assert not t.met and (t.table.headroom_violations > 0).all() and t.table.objective_met.all()
     assert t.in_the_way.startswith(f"the headroom guarantee failed in {t.recheck.headroom_violations} replayed steps")
     assert "reclaimDeadline 5m" in t.in_the_way and "relax the objective" not in t.in_the_way
-    assert t.reason.startswith("no setting meets the objective with a day-to-day standard error to spare and without "
-                               "a headroom violation on the history's last 1 days")
+    # one day replayed: its day-to-day error is unknown, and the reason says so
+    assert t.reason.startswith("no setting meets the objective within half its bounds (one day replayed has no "
+                               "day-to-day standard error, which takes two days or more: each figure is taken as its "
+                               "own error, the error a shortage all on one day has) and without a headroom violation "
+                               "on the history's last 1 days")
 
 
 def test_one_day_of_history_gets_the_stated_defaults_not_an_error():
@@ -332,9 +335,12 @@ def test_cli_tune_json_is_the_text_runs_recommendation_as_written(nasa_csv, tmp_
     assert _table_text(doc) in text
     assert "recommended: " in text and f"\n  {doc['reason']}\n" in text
     f = doc["figures"]
+    # one day replayed: no day-to-day error (null), each figure its own margin, and the reason says so
+    assert f["shortage_within_cluster_se"] is None and f["short_steps_se"] is None
     assert (f"highest utilization {f['utilization']:.3f} " in doc["reason"]
-            and f"short {f['shortage_within_cluster']:.3%} ± {f['shortage_within_cluster_se']:.3%} of demand, in "
-                f"{f['short_steps']:.2%} ± {f['short_steps_se']:.2%} of steps" in doc["reason"])
+            and f"within half its bounds (short {f['shortage_within_cluster']:.3%} of demand, in "
+                f"{f['short_steps']:.2%} of steps; one day replayed has no day-to-day standard error" in doc["reason"])
+    assert 2 * f["shortage_within_cluster"] <= 0.001 and 2 * f["short_steps"] <= 0.01
     assert doc["notes"] and all(f"note: {note}" in text_err for note in doc["notes"])
     assert "above the 90-GPU cluster" in doc["notes"][0]
     keys = {"utilization", "shortage_within_cluster", "short_steps", "longest_shortage_minutes", "objective_met",
@@ -435,7 +441,7 @@ def test_day_to_day_errors_are_the_leave_one_day_out_jackknife(days):
     sums = {k: [demand, share * demand, short, 288] for k, (demand, share, short) in enumerate(days)}
     got = day_to_day_errors(sums)
     if len(days) < 2:
-        assert got == (0.0, 0.0)
+        assert got == (None, None)  # unknown: one day says nothing of the next (0 claimed certainty)
         return
     n = len(days)
     for part, (num, den) in enumerate(((1, 0), (2, 3))):
@@ -507,3 +513,39 @@ def test_the_plot_hides_no_setting_and_marks_those_missing_the_objective(tmp_pat
     hollow = dots["target_quantile 0.995"]
     assert hollow.get_facecolors()[0][3] == 0  # no fill
     assert "hollow: misses the objective" in ax.get_legend_handles_labels()[1]
+
+
+def test_one_day_replayed_has_no_day_to_day_error_and_tune_meets_half_the_objective():
+    """A day-to-day standard error takes two days: `simulate --json --days 1` gave shortage_within_cluster_se and
+    short_steps_se 0.0, certainty where there is none, and tune took that 0 as the margin to spare, recommending on
+    one day a setting short in 0.70% of steps against a 1% objective "with a day-to-day standard error to spare
+    (... 0.70% ± 0.00% of steps)". Unknown now (null), and on one day each figure is its own margin (the error a
+    shortage all on one day has): the objective met within half its bounds, as the reason says."""
+    bound = ObjectiveSpec(max_shortage=0.001, max_short_steps=0.01)
+    s, spec = scenario(trace("nasa"))
+    one_day = dataclasses.replace(simulate(s, spec), shortage_within_cluster=0.0, shortage_within_cluster_se=None,
+                                  short_steps_se=None)
+    assert not meets(dataclasses.replace(one_day, short_steps=0.007), bound)
+    assert meets(dataclasses.replace(one_day, short_steps=0.005), bound)
+    t = tune(*scenario(trace("servegen", days=14)), GRID)
+    assert t.replay_days == 1 and t.met and t.recheck.short_steps_se is None
+    assert 2 * t.recheck.shortage_within_cluster <= 0.001 and 2 * t.recheck.short_steps <= 0.01
+    assert "within half its bounds (short " in t.reason
+    assert "one day replayed has no day-to-day standard error" in t.reason
+    assert "±" not in t.reason
+
+
+def test_simulate_says_a_day_to_day_error_is_unknown_under_two_days(tmp_path, capsys):
+    """`simulate --json` on one day (a calendar day, or one cut in two by midnight) gives the standard errors as null,
+    the text output as unknown; from two days on they are numbers."""
+    path = need(SHARED_DATA / "traces" / "servegen_m_large_10min.csv")
+    noon = tmp_path / "noon.csv"
+    pd.read_csv(path).iloc[:-72].to_csv(noon, index=False)  # the trace ends at 11:50: the last day spans midnight
+    for trace_file in (path, noon):
+        doc = _json(capsys, ["simulate", str(trace_file), "--days", "1", "--json"])
+        assert doc["shortage_within_cluster_se"] is None and doc["short_steps_se"] is None
+    assert main(["simulate", str(path), "--days", "1"]) == 0
+    assert "short_steps_se              unknown (one day: a day-to-day error takes two or more)\n" \
+        in capsys.readouterr().out
+    doc = _json(capsys, ["simulate", str(noon), "--days", "2", "--json"])
+    assert isinstance(doc["shortage_within_cluster_se"], float) and isinstance(doc["short_steps_se"], float)

@@ -162,8 +162,9 @@ def _agrees(r: dict, t: pd.DataFrame, gpus: int) -> None:
     assert r["steps"] == len(t)
 
 
-MET = re.compile(r"utilization (?P<utilization>[0-9.]+) of .*?short (?P<shortage>[0-9.]+)% ± [0-9.]+% of demand, "
-                 r"in (?P<short_steps>[0-9.]+)% ± [0-9.]+% of steps")
+# a standard error beside each figure, none when one day is replayed (it takes two)
+MET = re.compile(r"utilization (?P<utilization>[0-9.]+) of .*?short (?P<shortage>[0-9.]+)%(?: ± [0-9.]+%)? of demand, "
+                 r"in (?P<short_steps>[0-9.]+)%(?: ± [0-9.]+%)? of steps")
 CLOSEST = re.compile(r"the closest, .*? is short (?P<shortage>[0-9.]+)% of demand in "
                      r"(?P<short_steps>[0-9.]+)% of steps")
 REPLAYED = re.compile(r"the history's last (?P<days>[0-9.]+) days \(.* \.\. (?P<end>[0-9-]+ [0-9:]+) UTC\)")
