@@ -16,10 +16,13 @@ import pandas as pd
 
 NAMESPACE, NAME = "default", "inference"  # the policy it writes, runs and plans
 SERIES = f"{NAMESPACE}.{NAME}"  # the series the controller serves that policy the champion of (namespace.name)
-HISTORY, STORE, POLICY, REPORT = "demand_5min.csv", "mlflow.db", "policy.yaml", "report"
+HISTORY, STORE, POLICY, REPORT, MARKER = "demand_5min.csv", "mlflow.db", "policy.yaml", "report", ".headroom-demo"
 # what the demo writes into --out: its own files, and what the MLflow adapter keeps beside its sqlite store
-WRITES = (HISTORY, STORE, POLICY, REPORT, "mlartifacts", ".headroom-locks")
+WRITES = (HISTORY, STORE, POLICY, REPORT, "mlartifacts", ".headroom-locks", MARKER)
 POLICY_COMMENT = "headroom demo:"  # how the policy the demo writes begins (# and this): a re-run replaces only that
+# the marker's text, written before any other file: a folder holding it is the demo's, also one a demo cut off midway
+# left (a history or store begins as anyone's does)
+MARKER_TEXT = "headroom demo: this folder is the demo's own; the next `headroom demo --out` here replaces its files\n"
 
 
 # what the demo makes itself (its history, its training, the days it simulates, the policies it compares), so a
@@ -68,6 +71,7 @@ def run_demo(out: Path, quick: bool, cfg, say) -> dict:
 
     size = QUICK if quick else FULL
     c = cfg.simulate
+    replace_whole(out / MARKER, lambda draft: draft.write_text(MARKER_TEXT, encoding="utf-8"))  # before any other
 
     say(f"history: {size.history_days} days of 5-minute demand from forecast.synthetic (daily and weekly cycles, "
         "noise, bursts, a scrape gap)")
@@ -153,9 +157,9 @@ def run_demo(out: Path, quick: bool, cfg, say) -> dict:
 
 
 def check_demo_folder(path: str, inputs) -> Path:
-    """--out: a new or empty folder, or an earlier demo's (the demo replaces its own files there); one that holds
-    anything else is someone's folder, where the demo's policy.yaml, history and store do not belong, and so is one
-    holding a policy.yaml or report/ page the demo did not write."""
+    """--out: a new or empty folder, or an earlier demo's (the demo replaces its own files there), also one a demo cut
+    off midway left; one that holds anything else is someone's folder, where the demo's policy.yaml, history and store
+    do not belong, and so is one holding a policy.yaml or report/ page the demo did not write."""
     from cli.outputs import check_output_dir, make_output_dir
     from core.errors import BadRequest
     from dashboards.report import REPORT_FILES
@@ -166,14 +170,15 @@ def check_demo_folder(path: str, inputs) -> Path:
     if others:
         raise BadRequest(f"--out {path}: the folder holds files the demo did not write ({', '.join(others[:5])}); "
                          f"the demo writes {', '.join(WRITES[:4])} there: name a new or empty folder")
-    check_output_dir(path, "--out", [POLICY], own={POLICY: ("a demo policy", f"# {POLICY_COMMENT}".encode())})
-    # a history or store cannot tell the demo's from an SRE's by how it begins: the demo's policy beside them can
-    # (a demo cut off before it wrote its policy leaves a folder to remove: refused, as any that might be data)
+    check_output_dir(path, "--out", [POLICY, MARKER], own={POLICY: ("a demo policy", f"# {POLICY_COMMENT}".encode()),
+                                                          MARKER: ("a demo marker", MARKER_TEXT.encode())})
+    # a history or store cannot tell the demo's from an SRE's by how it begins: the demo's marker beside them can
+    # (the demo writes it first), or its policy (written last, by demos older than the marker)
     unvouched = [name for name in (HISTORY, STORE) if (folder / name).exists()]
-    if unvouched and not (folder / POLICY).exists():
-        raise BadRequest(f"--out {path}: the folder holds {' and '.join(unvouched)} but no {POLICY} the demo wrote, "
-                         "so they may be your data (or a demo cut off before the end left them); they are not "
-                         "replaced: remove them or name a new or empty folder")
+    if unvouched and not (folder / MARKER).exists() and not (folder / POLICY).exists():
+        raise BadRequest(f"--out {path}: the folder holds {' and '.join(unvouched)} but no {POLICY} the demo wrote "
+                         f"(nor its {MARKER}), so they may be your data; they are not replaced: remove them or name a "
+                         "new or empty folder")
     check_output_dir(folder / REPORT, "--out", REPORT_FILES, inputs)
     return make_output_dir(path, "--out")
 

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cli.demo import WRITES, check_demo_folder
+from cli.demo import MARKER_TEXT, WRITES, check_demo_folder
 from cli.main import main
 from cli.outputs import NamedStream
 from controller.simulate import TIMELINE_COLUMNS
@@ -249,10 +249,10 @@ def test_demo_refuses_a_folder_of_someone_elses_files(tmp_path, capsys):
     assert config.read_text() == "simulate:\n  gpus: 64\n"
 
 
-@pytest.mark.parametrize("name", ["policy.yaml", "report/index.html"])
+@pytest.mark.parametrize("name", ["policy.yaml", "report/index.html", ".headroom-demo"])
 def test_demo_refuses_a_folder_holding_a_file_of_its_names_it_did_not_write(tmp_path, capsys, name):
     """A folder holding only the SRE's own policy.yaml (or report/index.html) passed for an earlier demo's: the
-    demo replaced it, exit 0."""
+    demo replaced it, exit 0. A .headroom-demo the demo did not write is no mark of its folder either."""
     mine = tmp_path / "mine"
     (mine / name).parent.mkdir(parents=True, exist_ok=True)
     (mine / name).write_text("my own\n")
@@ -276,13 +276,37 @@ def test_demo_refuses_a_folder_holding_a_history_or_store_without_its_policy(tmp
     assert "[demo" not in err and listing(mine) == before  # refused before any work
 
 
+def test_a_demo_cut_off_midway_takes_its_own_folder_again(tmp_path, capsys, monkeypatch):
+    """Ctrl-C in a demo after it wrote its history and MLflow store, before its policy.yaml, left a folder the next
+    `headroom demo --out` there refused as maybe the user's data ("holds demand_5min.csv and mlflow.db but no
+    policy.yaml the demo wrote"), exit 2, until the user removed it. The demo marks its folder as its own before any
+    other file (.headroom-demo): the rerun takes it and runs to the end. Without the marker such files stay refused
+    (test_demo_refuses_a_folder_holding_a_history_or_store_without_its_policy)."""
+    from controller.forecasts import Models
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt  # Ctrl-C once the champion is trained: the history and the store are written
+
+    out = tmp_path / "demo"
+    with monkeypatch.context() as patch:
+        patch.setattr(Models, "for_series", interrupted)
+        status, err = exits(["demo", "--quick", "--out", out], capsys)
+    assert status == 130 and "headroom: interrupted" in err, err
+    left = {p.name for p in out.iterdir()}
+    assert {"demand_5min.csv", "mlflow.db", ".headroom-demo"} <= left and "policy.yaml" not in left
+    status, err = exits(["demo", "--quick", "--out", out], capsys)
+    assert status == 0 and "report written" in err, err
+    assert (out / "policy.yaml").read_text().startswith("# headroom demo:")
+
+
 def test_demo_takes_a_new_an_empty_or_an_earlier_demos_folder(tmp_path):
     assert check_demo_folder(str(tmp_path / "new" / "demo"), []).is_dir()
     assert check_demo_folder(str(tmp_path / "new" / "demo"), []).is_dir()  # now empty
     earlier = tmp_path / "earlier"
     earlier.mkdir()
     for name in WRITES:
-        (earlier / name).write_text("# headroom demo: an earlier demo's policy\n" if name == "policy.yaml" else "")
+        (earlier / name).write_text({"policy.yaml": "# headroom demo: an earlier demo's policy\n",
+                                     ".headroom-demo": MARKER_TEXT}.get(name, ""))
     (earlier / "report").unlink()
     (earlier / "report").mkdir()  # the earlier demo's report folder, its page and plots
     (earlier / "report" / "index.html").write_text(PAGE_HEAD + "demo</title>")
