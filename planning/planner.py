@@ -327,7 +327,10 @@ def plan_hours(forecasts: Mapping[str, Forecast | None], histories: Mapping[str,
                 why = NO_DATA
             source = "minGpus and what the target holds now" if why == NO_DATA else "last week's same-hour peak"
             notes.append(f"{w.name}: {why} for {int((~usable).sum())} period(s); using {source}")
-            peak = week[_hour_of_day(starts, w.timezone, t_now)]  # each period's hour of day
+            # each period's hour of day; on a clock half an hour off now's (Lord Howe across its change) an hour holds
+            # the ends of two of now's hours of day, and a peak in either may come within it: the higher of the two
+            first, last = (week[_hour_of_day(starts + moment, w.timezone, t_now)] for moment in (0.0, period - 1.0))
+            peak = np.fmax(first, last)
             raw = np.where(usable, raw, w.gpus_each(peak))  # no data: 0, clamped to minGpus below
         reserved = np.minimum(np.maximum(raw, w.least_gpus), w.top(lendable))  # WorkloadPolicy.clamp of each (np.clip
         # costs ten times as much)

@@ -276,6 +276,27 @@ def test_the_fallback_keeps_the_same_hour_on_the_policys_wall_clock_across_a_day
     assert WorkloadPolicy.from_spec("ns/p", spec).timezone == "Europe/Berlin"
 
 
+def test_the_fallback_covers_a_wall_clock_peak_across_a_half_hour_change_of_the_clock():
+    """Lord Howe's clock goes from +11:00 to +10:30 at 2026-04-05 02:00; demand peaks daily at 11:10 there. Planned
+    the evening before, the hour 00:00-01:00 UTC after the change (10:30-11:30 there) holds the 11:10 peak, but each
+    period took the one hour of day its start fell in on the evening's clock (10:00-11:00): it reserved the idle level
+    and the next hour, 11:30-12:30, the peak, after it had come. An hour on a clock half an hour off the planning one's
+    holds parts of two of its hours of day: the higher peak of both."""
+    zone = "Australia/Lord_Howe"
+    idx = pd.date_range("2026-03-27", "2026-04-04 12:00", freq="5min", tz="UTC")
+    local = idx.tz_convert(zone)
+    hist = pd.Series(np.where((local.hour == 11) & (local.minute == 10), 40.0, 4.0), index=idx)
+    now = pd.Timestamp("2026-04-04 12:00", tz="UTC")  # 23:00 in Lord Howe, +11:00
+    w = workload(demand_per_gpu=1.0, gpus_per_replica=1, min_gpus=0, timezone=zone)
+    (h,) = plan_hours({}, {"chat": History.of(hist, now)}, cluster(w, horizon_hours=16), now).workloads
+    reserved = dict(zip(pd.to_datetime(h.starts, unit="s", utc=True), h.reserved))
+    peak_hour = pd.Timestamp("2026-04-05 11:10").tz_localize(zone).tz_convert("UTC").floor("h")
+    assert peak_hour == pd.Timestamp("2026-04-05 00:00", tz="UTC")
+    assert reserved[peak_hour] == 40
+    # away from the peak the idle level, as before: only the hours of day a period holds count
+    assert [reserved[peak_hour + pd.Timedelta(hours=k)] for k in (-2, -1, 2, 3)] == [4, 4, 4, 4]
+
+
 def test_fallback_covers_every_sample_of_last_week_on_a_real_trace(shared_data):
     """NASA's web logs stop on 1995-08-01 (Hurricane Erin): a day later the forecast is stale, and the plan for the
     next day must cover, hour by hour, every 5-minute sample of the week before."""
