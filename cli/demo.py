@@ -156,6 +156,15 @@ def run_demo(out: Path, quick: bool, cfg, say) -> dict:
             "trained": trained, "tuned": tuned}
 
 
+def _left_by_a_demo_killed(name: str) -> bool:
+    """A file a demo killed outright leaves in its folder beside its own: a draft of one of them (core.files), or the
+    sqlite store's journal (rolled back when the store is next opened: never to be removed by hand)."""
+    from core.files import is_draft_of
+
+    return (any(is_draft_of(name, own) for own in WRITES)
+            or name in (f"{STORE}-journal", f"{STORE}-wal", f"{STORE}-shm"))
+
+
 def check_demo_folder(path: str, inputs) -> Path:
     """--out: a new or empty folder, or an earlier demo's (the demo replaces its own files there), also one a demo cut
     off midway left; one that holds anything else is someone's folder, where the demo's policy.yaml, history and store
@@ -167,6 +176,8 @@ def check_demo_folder(path: str, inputs) -> Path:
     check_output_dir(path, "--out", WRITES, inputs)
     folder = Path(path)
     others = sorted(p.name for p in folder.iterdir() if p.name not in WRITES) if folder.is_dir() else []
+    if (folder / MARKER).is_file() and (folder / MARKER).read_bytes() == MARKER_TEXT.encode():
+        others = [name for name in others if not _left_by_a_demo_killed(name)]
     if others:
         raise BadRequest(f"--out {path}: the folder holds files the demo did not write ({', '.join(others[:5])}); "
                          f"the demo writes {', '.join(WRITES[:4])} there: name a new or empty folder")

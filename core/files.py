@@ -10,9 +10,19 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import secrets
 from collections.abc import Callable
 from pathlib import Path
+
+DRAFT_TOKEN_BYTES = 4
+
+
+def is_draft_of(name: str, target: str) -> bool:
+    """Whether a file called `name` is a draft of `target`: what `replace_whole` or `create_whole` fills before it
+    takes the name, left behind only by a process killed outright (SIGKILL, a power cut)."""
+    draft = re.escape(f".{target}.") + f"[0-9a-f]{{{2 * DRAFT_TOKEN_BYTES}}}" + re.escape(f".part{Path(target).suffix}")
+    return re.fullmatch(draft, name) is not None
 
 
 def replace_whole(path: str | Path, write: Callable[[Path], object]) -> Path:
@@ -39,7 +49,7 @@ def _whole(path: str | Path, write: Callable[[Path], object], put: Callable[[Pat
     if target.exists() and not target.is_file():  # a rename over a device (/dev/full) or a pipe would replace it
         raise OSError(errno.EINVAL, f"{target} is not a regular file (a device, a pipe?): it is not replaced")
     # same folder: a rename within one file system is atomic; the suffix kept: writers that infer a format from it
-    draft = target.with_name(f".{target.name}.{secrets.token_hex(4)}.part{target.suffix}")
+    draft = target.with_name(f".{target.name}.{secrets.token_hex(DRAFT_TOKEN_BYTES)}.part{target.suffix}")
     try:
         draft.touch(exist_ok=False)  # the umask's permissions, as a file opened for writing would have
         if target.exists():  # an earlier file's permissions are the ones it keeps

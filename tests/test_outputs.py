@@ -299,6 +299,28 @@ def test_a_demo_cut_off_midway_takes_its_own_folder_again(tmp_path, capsys, monk
     assert (out / "policy.yaml").read_text().startswith("# headroom demo:")
 
 
+def test_a_demo_killed_outright_leaves_drafts_and_a_journal_its_folder_still_takes(tmp_path):
+    """SIGKILL midway leaves a draft of a file the demo was writing (core.files: `.demand_5min.csv.<hex>.part.csv`)
+    and maybe the sqlite store's journal beside its files; the next demo refused its own folder ("holds files the
+    demo did not write"). With its marker there they are the demo's; without it, or with a name that is no draft of
+    the demo's files, the folder is still someone's."""
+    folder = tmp_path / "demo"
+    folder.mkdir()
+    (folder / ".headroom-demo").write_text(MARKER_TEXT)
+    for name in ("demand_5min.csv", "mlflow.db", ".demand_5min.csv.1a2b3c4d.part.csv",
+                 ".policy.yaml.00ff00ff.part.yaml", "mlflow.db-journal"):
+        (folder / name).write_text("")
+    assert check_demo_folder(str(folder), []) == folder.resolve()
+    for stranger in (".demand_5min.csv.notahex!.part.csv", ".notes.txt.1a2b3c4d.part.txt", "mlflow.db-backup"):
+        (folder / stranger).write_text("")
+        with pytest.raises(BadRequest, match="files the demo did not write"):
+            check_demo_folder(str(folder), [])
+        (folder / stranger).unlink()
+    (folder / ".headroom-demo").unlink()
+    with pytest.raises(BadRequest, match="files the demo did not write"):
+        check_demo_folder(str(folder), [])
+
+
 def test_demo_takes_a_new_an_empty_or_an_earlier_demos_folder(tmp_path):
     assert check_demo_folder(str(tmp_path / "new" / "demo"), []).is_dir()
     assert check_demo_folder(str(tmp_path / "new" / "demo"), []).is_dir()  # now empty
