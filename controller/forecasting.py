@@ -44,6 +44,7 @@ from controller.observe import (
     stored,
     usable,
 )
+from controller.state import forget_absent
 from core.cluster import FORECAST_BASIS, ForecastStore
 from core.deadline import within
 from core.errors import ClusterError
@@ -229,9 +230,8 @@ class ForecastKeeper:
         their refits not yet taken up (one not started never runs; one under way is not taken up)."""
         for key in self._refits.keys() - keys:
             self._refits.pop(key).cancel()
-        for held in (self._forecasts, self._taken, self._tried, self._accuracy, self._last_trained, self._retrained_at):
-            for key in held.keys() - keys:
-                del held[key]
+        forget_absent(keys, self._forecasts, self._taken, self._tried, self._accuracy, self._last_trained,
+                      self._retrained_at)
 
     def refitting(self) -> int:
         """Background refits not yet taken up."""

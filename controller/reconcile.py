@@ -80,7 +80,15 @@ from controller.observe import (
     due,
     window_facts,
 )
-from controller.state import ERROR_STAGES, ControllerState, Histogram, PolicyState, StateHolder, TeamState
+from controller.state import (
+    ERROR_STAGES,
+    ControllerState,
+    Histogram,
+    PolicyState,
+    StateHolder,
+    TeamState,
+    forget_absent,
+)
 from core.cluster import Cluster, ForecastStore, PlanSummaryWriter
 from core.deadline import current as current_deadline
 from core.deadline import earliest, within
@@ -250,10 +258,7 @@ class ParsedSpecs:
         self._left.get(ref, {}).pop(target, None)
 
     def keep(self, present: set[ObjectRef]) -> None:
-        self._held = {ref: held for ref, held in self._held.items() if ref in present}
-        self._last_holding = {ref: spec for ref, spec in self._last_holding.items() if ref in present}
-        self._left = {ref: left for ref, left in self._left.items() if ref in present}
-        self._said_left = {ref: said for ref, said in self._said_left.items() if ref in present}
+        forget_absent(present, self._held, self._last_holding, self._left, self._said_left)
 
 
 def spec_errors_said(errors: list[str]) -> str:
@@ -860,20 +865,13 @@ class Reconciler:
         # what was written and told a policy since deleted is forgotten (a thousand come and go over a controller's
         # life), so one created again under its name (a new object, its Events of its own) is told its faults again
         present = {p.ref for p in policies} | set(refused)
-        self._reported = {ref: said for ref, said in self._reported.items() if ref in present}
-        self._faults = {ref: said for ref, said in self._faults.items() if ref in present}
-        self._failed = {ref: said for ref, said in self._failed.items() if ref in present}
+        forget_absent(present, self._reported, self._faults, self._failed, *self._told.values())
         with self._said_lock:
-            self._said = {ref: said for ref, said in self._said.items() if ref in present}
-            self._waiting = {ref: since for ref, since in self._waiting.items() if ref in present}
-        self._told = {reason: {ref: said for ref, said in told.items() if ref in present}
-                      for reason, told in self._told.items()}
+            forget_absent(present, self._said, self._waiting)
         self._specs.keep(present)
         # and so are its samples and forecast (weeks of samples each), so one created again reads its history whole
         kept = {f"{ref.namespace}/{ref.name}" for ref in present}
-        for by_policy in (self._raw, self._converted, self._full_read, self._queried, self._missing):
-            for key in by_policy.keys() - kept:
-                del by_policy[key]  # in place: the forecasts share _raw
+        forget_absent(kept, self._raw, self._converted, self._full_read, self._queried, self._missing)
         self.forecasts.keep(kept)
         marked = self.cluster.lent_quotas(self.cfg.namespace)
         returned = self._returned(invalid, holds, marked)

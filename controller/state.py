@@ -9,8 +9,9 @@ process started.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Container, Mapping, MutableMapping
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import pandas as pd
 
@@ -21,6 +22,16 @@ RECONCILE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 PREEMPTION_KINDS = ("planned", "emergency")
 # Where a reconcile can fail (the label set of the error counter is bounded by this)
 ERROR_STAGES = ("cluster", "demand", "forecast", "actuate", "preempt", "status", "events", "mlflow", "internal")
+
+Key = TypeVar("Key")
+
+
+def forget_absent(present: Container[Key], *by_policy: MutableMapping[Key, Any]) -> None:
+    """What each map `by_policy` holds of a policy not `present` (deleted) is forgotten: a thousand come and go over a
+    controller's life. In place: such a map may be shared (the Reconciler's demand samples, with its forecasts)."""
+    for held in by_policy:
+        for key in [key for key in held if key not in present]:
+            del held[key]
 
 
 @dataclass(frozen=True)
