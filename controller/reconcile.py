@@ -627,13 +627,20 @@ def serving_in(workloads: list[WorkloadInfo], queues: set[str], deployments: fro
     return in_queue
 
 
+def beyond_lent(pods_in: Mapping[str, int], lent: Mapping[str, int]) -> dict[str, int]:
+    """The GPUs the inference pods running in each training queue (`pods_in`) run on beyond what a plan `lent` it
+    (nothing, where it says nothing of that queue): held, neither lent nor reserved again, and held by the queue's
+    quota too, so Kueue admits one of them restarted again."""
+    return {q: max(gpus - lent.get(q, 0), 0) for q, gpus in pods_in.items()}
+
+
 def serving_gpus(workloads: list[WorkloadInfo], queues: set[str], served: Served) -> tuple[int, int]:
     """The GPUs the running pods of the Deployments `served` run on in the training `queues`, as (within what the plan
     lent those queues, beyond it). Kueue admits such pods as Workloads of the queue: within what is lent they hold it
     (training_view), beyond it they are held: neither lent nor reserved again, and the queue's quota holds them too
     (Reconciler._reconcile), so Kueue admits one of them restarted again."""
     in_queue = serving_in(workloads, queues, served.deployments)
-    beyond = sum(max(gpus - served.lent.get(q, 0), 0) for q, gpus in in_queue.items())
+    beyond = sum(beyond_lent(in_queue, served.lent).values())
     return sum(in_queue.values()) - beyond, beyond
 
 
@@ -913,7 +920,7 @@ class Reconciler:
                 in_queues[q] = in_queues.get(q, 0) + (gpus or 0)
         # a training queue's quota holds what is lent there and the pods beyond it: Kueue admits one of them restarted
         # again (within a quota of only what is lent it would wait for good, its target scaled by no one)
-        held_there = {q: max(gpus - step.quotas[q], 0) for q, gpus in acting.pods_in.items() if q in step.quotas}
+        held_there = {q: gpus for q, gpus in beyond_lent(acting.pods_in, step.quotas).items() if q in step.quotas}
         quotas_set = replace(step, quotas={q: gpus + held_there.get(q, 0) for q, gpus in step.quotas.items()})
         actions = cluster_actions(quotas_set, view, targets, plan_id, in_queues,
                                   {f"{r.namespace}/{r.name}" for r in missing}, self.cfg.namespace, marked)
@@ -975,7 +982,7 @@ class Reconciler:
         reconcile's plans it is, each hourly plan kept for its own (_hour_plan)."""
         lendable = self.cfg.capacity_gpus - self.cfg.non_lendable_gpus
         pods_in = self._pods_in(within, training_queues(lending))
-        held = min(held + sum(max(gpus - self._lent.get(q, 0), 0) for q, gpus in pods_in.items()),
+        held = min(held + sum(beyond_lent(pods_in, self._lent).values()),
                    lendable - sum(p.spec.least_gpus for p in planned))
         cluster_policy = ClusterPolicy(self.cfg.capacity_gpus,
                                        tuple(WorkloadPolicy.from_spec(p.key, p.spec) for p in planned),
