@@ -530,6 +530,14 @@ class _Planned(NamedTuple):
     lendable: int  # the GPUs that plan could lend
 
 
+class _ClusterRead(NamedTuple):
+    """The cluster as a reconcile read it: each policy's target by its key (None: not found), the ClusterQueues' GPU
+    quotas and the Workloads."""
+    targets: Mapping[str, TargetState | None]
+    quotas: Mapping[str, int]
+    workloads: list[WorkloadInfo]
+
+
 class _Plan(NamedTuple):
     """One plan of a reconcile (Reconciler._plan): its policies' inputs, the cluster policy it was made under, its hours
     and its step, on its view of the cluster."""
@@ -604,6 +612,11 @@ def strict_fifo_notes(strict: frozenset[str], queues: set[str]) -> list[tuple[st
              "headroom lends blocks the Workloads behind it until it is admitted, so the team may run less than it is "
              f"lent; a what-if (headroom simulate, tune) does the same only where simulate.world.strict_fifo_queues "
              f"names {q}", q) for q in sorted(queues & strict)]
+
+
+def training_gpus(workloads: list[WorkloadInfo], queues: set[str]) -> int:
+    """The GPUs the Workloads running, or stopping, in `queues` hold."""
+    return sum(w.gpus for w in workloads if w.cluster_queue in queues and (w.running or w.stopping))
 
 
 class Served(NamedTuple):
@@ -903,13 +916,16 @@ class Reconciler:
         shadows = [] if self.dry_run or all(p.active for p in policies) or not any(p.active for p in policies) \
             else [p for p in policies if not p.active]
         acting_lending = [p for p in lending if p.active] if shadows else lending
-        shadow = self._plan("shadow", inputs, policies, lending, held_gpus, within, weights, now) if shadows else None
+        # both plans on one read of the cluster: two reads could disagree (a job ended, a replica came up between them)
+        cluster = _ClusterRead(self._targets(policies), quotas, self.cluster.workloads())
+        shadow = self._plan("shadow", inputs, policies, lending, held_gpus, within, weights, now, cluster) \
+            if shadows else None
         shadows_held = self._held_by(shadows, within)
-        beside = sum(gpus or 0 for gpus in shadows_held) + self._training_gpus(
-            training_queues(lending) - training_queues(acting_lending))
+        beside = sum(gpus or 0 for gpus in shadows_held) + training_gpus(
+            cluster.workloads, training_queues(lending) - training_queues(acting_lending))
         acting_inputs = [i for i in inputs if i.policy.active] if shadows else inputs
         acting = self._plan("acting", acting_inputs, [i.policy for i in acting_inputs], acting_lending,
-                            held_gpus + beside, within, weights, now)
+                            held_gpus + beside, within, weights, now, cluster)
         cluster_policy, hours, view, step = acting.policy, acting.hours, acting.view, acting.step
         plan_id = hashlib.sha256(repr((now.isoformat(), [(w.name, w.reserved_gpus) for w in step.workloads],
                                        [(x.job, x.kind, x.at) for x in step.preemptions])).encode()).hexdigest()[:12]
@@ -933,9 +949,10 @@ class Reconciler:
         for p in policies:  # a queue an active policy names that cannot be set: said on it, naming the field
             if p.active and (missing_queue := _queue_missing(p.spec, quotas)):
                 failures.setdefault(p.key, missing_queue)
-        workloads = self.cluster.workloads()  # after evictions and scaling
         self._lent = step.quotas
-        after = self._view([i.policy for i in acting.inputs], acting_lending, now, workloads, self._lent)
+        after_read = self._read_cluster([i.policy for i in acting.inputs])  # after evictions and scaling
+        workloads = after_read.workloads
+        after = self._view([i.policy for i in acting.inputs], acting_lending, now, after_read, self._lent)
         lenders = self._cohort_check(lending)
         report += self._reclaim_notes(lending, lenders) + self._queue_notes(lending, workloads)
         reclaimable, wanted, risk = self._headroom(step, after, cluster_policy, lenders)
@@ -975,13 +992,13 @@ class Reconciler:
 
     def _plan(self, role: str, inputs: list[_Input], planned: list[PolicyObject], lending: list[PolicyObject],
               held: int, within: list[PolicyObject], weights: tuple[tuple[str, float], ...],
-              now: pd.Timestamp) -> _Plan:
+              now: pd.Timestamp, read: _ClusterRead) -> _Plan:
         """The plan of the policies `planned` (their `inputs`), with the training in the queues `lending` lend to,
         beside `held` GPUs that workloads headroom does not plan hold (and the pods `within` beyond the quotas of those
-        queues), never more than the minimums of `planned` leave (feasible() gave them first). `role`: which of a
-        reconcile's plans it is, each hourly plan kept for its own (_hour_plan)."""
+        queues), never more than the minimums of `planned` leave (feasible() gave them first), on the cluster as `read`.
+        `role`: which of a reconcile's plans it is, each hourly plan kept for its own (_hour_plan)."""
         lendable = self.cfg.capacity_gpus - self.cfg.non_lendable_gpus
-        pods_in = self._pods_in(within, training_queues(lending))
+        pods_in = self._pods_in(within, training_queues(lending), read.workloads)
         held = min(held + sum(beyond_lent(pods_in, self._lent).values()),
                    lendable - sum(p.spec.least_gpus for p in planned))
         cluster_policy = ClusterPolicy(self.cfg.capacity_gpus,
@@ -989,15 +1006,9 @@ class Reconciler:
                                        weights, self.cfg.non_lendable_gpus + held,
                                        self.cfg.horizon_hours, self.cfg.keep_forecast_seconds)
         hours = self._hour_plan(role, inputs, cluster_policy, now)
-        view = self._view(planned, lending, now, self.cluster.workloads(), self._lent)
+        view = self._view(planned, lending, now, read, self._lent)
         return _Plan(inputs, cluster_policy, hours, view,
                      plan_step(hours, self._observed(inputs, view), view.training, cluster_policy, now), pods_in)
-
-    def _training_gpus(self, queues: set[str]) -> int:
-        """The GPUs the Workloads running, or stopping, in `queues` hold."""
-        if not queues:
-            return 0
-        return sum(w.gpus for w in self.cluster.workloads() if w.cluster_queue in queues and (w.running or w.stopping))
 
     # -- 2. demand and forecast, each policy's faults its own
     def _input(self, p: PolicyObject, now: pd.Timestamp) -> _Input:
@@ -1304,15 +1315,18 @@ class Reconciler:
                                 lent_for=self.cfg.namespace if kept else None))
         return out
 
-    def _view(self, planned: list[PolicyObject], lending: list[PolicyObject], now: pd.Timestamp,
-              workloads: list[WorkloadInfo], lent: Mapping[str, int]) -> View:
-        """The targets of the policies `planned` as read now (a refused policy's is read where it is refused, once),
-        and the training among `workloads` (the cluster's, read by the caller) in the queues `lending` lend to, the
-        inference pods there within what the plan `lent` them (serving_gpus)."""
-        quotas = self.cluster.cluster_queue_quotas()
-        training, uids, stopped = training_view(workloads, training_queues(lending), now.timestamp(),
+    def _read_cluster(self, planned: list[PolicyObject]) -> _ClusterRead:
+        """The cluster as read now, for the policies `planned`."""
+        return _ClusterRead(self._targets(planned), self.cluster.cluster_queue_quotas(), self.cluster.workloads())
+
+    def _view(self, planned: list[PolicyObject], lending: list[PolicyObject], now: pd.Timestamp, read: _ClusterRead,
+              lent: Mapping[str, int]) -> View:
+        """The targets of the policies `planned` as `read` (a refused policy's is read where it is refused, once),
+        and the training among its Workloads in the queues `lending` lend to, the inference pods there within what the
+        plan `lent` them (serving_gpus)."""
+        training, uids, stopped = training_view(read.workloads, training_queues(lending), now.timestamp(),
                                                 Served(frozenset().union(*self._served.values()), lent))
-        return View(self._targets(planned), quotas, training, uids, stopped)
+        return View({p.key: read.targets[p.key] for p in planned}, read.quotas, training, uids, stopped)
 
     def _held_by(self, policies: list[PolicyObject], within: list[PolicyObject]) -> list[int | None]:
         """The GPUs the target of each of `policies` holds now (one not found: none; None: it could not be read). A
@@ -1340,16 +1354,17 @@ class Reconciler:
                 held[k] = max(held[k] or 0, sum(gpus or 0 for gpus in pods))  # pods unread: the quota, known held
         return held
 
-    def _pods_in(self, within: list[PolicyObject], lent_to: set[str]) -> dict[str, int]:
-        """The GPUs the pods of the refused policies and left targets `within` run on in each of the training queues
-        `lent_to` they name as their inferenceClusterQueue. Beyond what was lent there they are held (serving_gpus), as
-        a ClusterQueue target's pods beyond its quota are (_held_by): counted apart from the view's within count
-        (training_view), as the plan is made with them before the view is read."""
+    def _pods_in(self, within: list[PolicyObject], lent_to: set[str], workloads: list[WorkloadInfo]
+                 ) -> dict[str, int]:
+        """The GPUs the pods of the refused policies and left targets `within` run on, among `workloads`, in each of
+        the training queues `lent_to` they name as their inferenceClusterQueue. Beyond what was lent there they are held
+        (serving_gpus), as a ClusterQueue target's pods beyond its quota are (_held_by): counted apart from the view's
+        within count (training_view), as the plan is made with them before the view is built."""
         queues = lent_to & {p.spec.inference_cluster_queue for p in within}
-        if not queues:  # no such pods: nothing to read
+        if not queues:  # no such pods
             return {}
         pods = frozenset().union(*(self._served.get(p.target().target, ()) for p in within))
-        return serving_in(self.cluster.workloads(), queues, pods)
+        return serving_in(workloads, queues, pods)
 
     def _observed(self, inputs: list[_Input], view: View) -> dict[str, Observed]:
         out = {}
@@ -1362,7 +1377,8 @@ class Reconciler:
     def _still_wanted(self, hours: HourPlan, inputs, policy: ClusterPolicy, policies, now) -> set[str]:
         """The Workloads a plan on a fresh view still evicts now (a watch cache's state now; without one, what the
         reconcile read, each object once: Cluster.snapshot)."""
-        fresh = self._view([i.policy for i in inputs], policies, now, self.cluster.workloads(), self._lent)
+        planned = [i.policy for i in inputs]
+        fresh = self._view(planned, policies, now, self._read_cluster(planned), self._lent)
         return {x.job for x in plan_step(hours, self._observed(inputs, fresh), fresh.training, policy, now).due()}
 
     # -- 4. act

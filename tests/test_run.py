@@ -37,6 +37,7 @@ from core.objects import CONDITION_TYPES, TargetRef
 from core.policy import API_VERSION, KIND, held_demand_per_gpu, holding_said, holding_spec, parse_policy_spec
 from core.settings import RunConfig, WorldSettings
 from forecast.synthetic import synthetic_demand, write_csv
+from planning.planner import plan_step
 from tests.test_training import mlflow_server  # noqa: F401 -- the real `mlflow server` fixture
 from training.realized import ForecastLog
 
@@ -1351,6 +1352,35 @@ def test_an_active_policy_beside_a_forecast_only_one_is_planned_on_what_that_one
             assert r.cluster.inference["inference/chat"].waiting == 0, now
     assert r.status("b")[0]["reservedGpus"] == b.reserved_gpus > b_replicas * 2  # what b would reserve
     assert r.status("b")[1]["Ready"]["reason"] == "ForecastOnly"
+
+
+def test_the_plans_of_active_and_forecast_only_policies_beside_are_made_on_one_read_of_the_cluster(
+        demand_file, tmp_path, monkeypatch):
+    """chat is active and b, beside it, forecast-only, both lending to research, full of training. A reconcile makes
+    two plans (b's status said by the plan of both, what is done by the plan of chat alone), and each read the
+    Workloads anew: a job that ended between the two reads was training to preempt in one plan and gone in the other.
+    Both are made on one read of the cluster."""
+    r = Replay(tmp_path, demand_file, policy("chat", minGpus=10), policy("b", mode="forecast-only"))
+    r.fill_training()
+    ended = r.running()[0].key
+    workloads, reads = r.cluster.workloads, []
+
+    def ending():  # the job ends just after the reconcile's first read of the Workloads
+        reads.append(True)
+        return [w for w in workloads() if len(reads) == 1 or w.key != ended]
+
+    planned_on: list[set[str]] = []
+
+    def noting(hours, observed, training, *args):
+        planned_on.append(set(training.ids))
+        return plan_step(hours, observed, training, *args)
+
+    monkeypatch.setattr(r.cluster, "workloads", ending)
+    monkeypatch.setattr("controller.reconcile.plan_step", noting)
+    r.reconciler.reconcile(AT_9)
+    shadow, acting = planned_on[:2]  # (a third: the evictions re-planned on a fresh view, as they are made)
+    assert ended in shadow
+    assert acting == shadow
 
 
 def test_training_is_taken_back_when_it_holds_the_reservation_and_never_twice(demand_file, tmp_path):
