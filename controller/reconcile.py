@@ -693,6 +693,8 @@ class Reconciler:
         self.timeline = timeline  # a list the reconciler appends one row per policy to (TIMELINE_COLUMNS)
         self.dry_run = dry_run    # decide as if every policy were active, change nothing (`headroom plan`)
         self.summary = summary    # keeps plan_summary(...) where the cluster keeps it (a ConfigMap on Kubernetes)
+        # the policy object (its uid) each policy's key stands for in the maps by key below and in the forecasts
+        self._object_of: dict[str, ObjectRef] = {}
         self._raw: dict[str, pd.Series] = {}  # each policy's demand samples in the lookback (shared with forecasts)
         self._converted: dict[str, _Samples] = {}   # each policy's samples as arrays (_samples)
         self._full_read: dict[str, pd.Timestamp] = {}
@@ -889,8 +891,12 @@ class Reconciler:
         with self._said_lock:
             forget_absent(present, self._said, self._waiting)
         self._specs.keep(present)
-        # and so are its samples and forecast (weeks of samples each), so one created again reads its history whole
-        kept = {f"{ref.namespace}/{ref.name}" for ref in present}
+        # and so are its samples and forecast (weeks of samples each), so one created again reads its history whole;
+        # so too where it was created again between two reconciles (another uid, its generation 1 again, its query
+        # perhaps another: an edit of it is told by the generation, and no refit would be due within the hour)
+        objects_by_key = {f"{ref.namespace}/{ref.name}": ref for ref in present}
+        kept = {key for key, ref in objects_by_key.items() if self._object_of.get(key, ref) == ref}
+        self._object_of = objects_by_key
         forget_absent(kept, self._raw, self._converted, self._full_read, self._queried, self._missing)
         self.forecasts.keep(kept)
         marked = self.cluster.lent_quotas(self.cfg.namespace)

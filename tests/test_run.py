@@ -1807,6 +1807,37 @@ def test_after_a_query_edit_the_policy_is_planned_on_the_new_query_s_samples_alo
         assert kept.reserved_gpus == started.reserved_gpus, (now, kept.reserved_gpus, started.reserved_gpus)
 
 
+def test_a_policy_created_again_with_another_query_is_planned_on_the_new_query_s_forecast(demand_file, tmp_path):
+    """chat (query requests) deleted and created again between two reconciles with query tokens (4 per request,
+    demandPerGpu 10 -> 40: the same demand in GPUs): a new object (its uid), at generation 1 again. The controller told
+    an edit of the query by the generation alone, so it kept the deleted object's forecast (and what came with it: its
+    realized error, its refit tried this hour): that forecast, of requests, was not planned on, and no refit was due
+    before 07:00, so chat fell back to the conservative reservation for the rest of the hour where a controller
+    started after the new object planned on tokens' forecast. What is kept of a policy is of one object: another
+    under its name starts afresh."""
+    demand = TokensDemand(FileDemand({"inference/chat": demand_file}))
+
+    def made(uid: str, **spec) -> dict:
+        obj = policy("chat", **spec)
+        obj["metadata"]["uid"] = uid
+        return obj
+
+    again = made("chat-2", query="tokens", capacity={"demandPerGpu": 40.0, "gpusPerReplica": 2})
+    r = Replay(tmp_path / "kept", demand_file, made("chat-1", query="requests"), demand=demand, gpus=1000)
+    fresh = Replay(tmp_path / "fresh", demand_file, made("chat-1", query="requests"), demand=demand, gpus=1000)
+    for k in range(6):
+        now = MONDAY_6AM + pd.Timedelta(minutes=5 * k)
+        if k == 1:
+            for replay in (r, fresh):  # kubectl delete, kubectl apply
+                replay.cluster.policies = []
+                replay.cluster.statuses.pop(("inference", "chat"))
+                replay.cluster.apply_policy(again)
+            fresh.reconciler = Reconciler(fresh.cluster, demand, fresh.cfg, forecast_log=ForecastLog(tmp_path / "f"))
+        kept, started = r.step(now).policies["inference/chat"], fresh.step(now).policies["inference/chat"]
+        assert (kept.model, kept.reserved_gpus, dict(kept.realized_error)) == \
+            (started.model, started.reserved_gpus, dict(started.realized_error)), now
+
+
 def test_after_a_query_edit_realized_error_scores_only_forecasts_of_the_new_query(demand_file, tmp_path):
     """chat's query edited from requests to tokens (4 per request) at 05:00: realized error scored the forecasts of
     requests issued before the edit against the tokens that came (1-h error 7.6 at 06:00, 3.9 at 09:00, 6-h 20.1, where
