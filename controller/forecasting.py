@@ -17,7 +17,7 @@ import multiprocessing
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -62,6 +62,7 @@ log = logging.getLogger("controller.reconcile")
 # re-plan the hours; all of the hour's held until the last would hold a thousand whole lookbacks in memory
 TAKE_UP_BATCH = 100
 FORECAST_LOG_KEPT = pd.Timedelta(days=7)  # issued forecasts kept (realized error needs the last day or two)
+EVERY_FORECAST = pd.Timestamp.max.tz_localize("UTC")  # a store pruned of those issued before it keeps none
 
 
 def ignore_interrupts() -> None:
@@ -225,13 +226,30 @@ class ForecastKeeper:
         self._accuracy[p.key] = (hour, errors, coverage)
         return errors, coverage
 
-    def keep(self, keys: set[str]) -> None:
-        """Forget the policies not among `keys` (deleted): their forecasts, realized error and retraining clocks, and
-        their refits not yet taken up (one not started never runs; one under way is not taken up)."""
+    def keep(self, keys: set[str], deleted: Iterable[str] = ()) -> None:
+        """Forget the policies not among `keys` (deleted, or created again): their forecasts, realized error and
+        retraining clocks, and their refits not yet taken up (one not started never runs; one under way is not taken
+        up). The series `deleted` (of policies the cluster no longer lists) lose their champion kept and their stored
+        forecasts too: only the forecasts the store holds (its own files, or data keys of its ConfigMap, not whatever
+        else is beside them), written by the leader only, as any write to the store."""
         for key in self._refits.keys() - keys:
             self._refits.pop(key).cancel()
         forget_absent(keys, self._forecasts, self._taken, self._tried, self._accuracy, self._last_trained,
                       self._retrained_at)
+        for series in deleted:
+            self.models.forget(series)
+            self._forget_stored(series)
+
+    def _forget_stored(self, series: str) -> None:
+        """Drop every forecast stored for `series`; where the store fails, they stay (only their space lost), said and
+        counted."""
+        store = self.forecast_log
+        if store is None:
+            return
+        try:
+            self._to_store(series, lambda: store.prune(series, before=EVERY_FORECAST))
+        except (ClusterError, OSError) as exc:
+            self._error("cluster", series, exc)
 
     def refitting(self) -> int:
         """Background refits not yet taken up."""

@@ -36,3 +36,7 @@ class Models:
         if champion is not None:
             return champion.make(), f"champion v{champion.version}", fault
         return default_forecaster(), "auto", fault
+
+    def forget(self, series: str) -> None:
+        """The champion kept for `series` (its policy deleted) is forgotten."""
+        self._champions.pop(series, None)

@@ -143,6 +143,11 @@ API_REQUESTS_AT_ONCE = SIDE_BY_SIDE + STATUS_WRITERS + EVENT_SENDERS + 2
 
 
 # --------------------------------------------------------------------------- policies
+def series_of(ref: ObjectRef) -> str:
+    """A policy's forecast series in MLflow and the forecast store."""
+    return f"{ref.namespace}.{ref.name}"
+
+
 @dataclass(frozen=True)
 class PolicyObject:
     """A ReservationPolicy as read from the cluster, its spec validated."""
@@ -156,8 +161,8 @@ class PolicyObject:
         return f"{self.ref.namespace}/{self.ref.name}"
 
     @property
-    def series(self) -> str:  # its forecast series in MLflow and the forecast store
-        return f"{self.ref.namespace}.{self.ref.name}"
+    def series(self) -> str:
+        return series_of(self.ref)
 
     @property
     def active(self) -> bool:
@@ -896,9 +901,13 @@ class Reconciler:
         # perhaps another: an edit of it is told by the generation, and no refit would be due within the hour)
         objects_by_key = {f"{ref.namespace}/{ref.name}": ref for ref in present}
         kept = {key for key, ref in objects_by_key.items() if self._object_of.get(key, ref) == ref}
+        # its stored forecasts too, once the policies are listed without it (a list that fails ends the reconcile
+        # before this: nothing is taken for deleted then); not by `headroom plan`, which writes nothing
+        deleted = [] if self.dry_run else [series_of(ref) for key, ref in self._object_of.items()
+                                           if key not in objects_by_key]
         self._object_of = objects_by_key
         forget_absent(kept, self._raw, self._converted, self._full_read, self._queried, self._missing)
-        self.forecasts.keep(kept)
+        self.forecasts.keep(kept, deleted)
         marked = self.cluster.lent_quotas(self.cfg.namespace)
         returned = self._returned(invalid, holds, marked)
         if not lending:  # (a refused policy still has its training queues lent to)

@@ -32,7 +32,7 @@ from controller.reconcile import (
     parse_policies,
     training_queues,
 )
-from core.errors import ConfigError, NotFound
+from core.errors import ClusterError, ConfigError, NotFound
 from core.objects import CONDITION_TYPES, TargetRef
 from core.policy import API_VERSION, KIND, held_demand_per_gpu, holding_said, holding_spec, parse_policy_spec
 from core.settings import RunConfig, WorldSettings
@@ -2043,6 +2043,37 @@ def test_a_policy_deleted_is_forgotten_with_its_samples_and_forecast(demand_file
         r.reconciler.close()
     lookback = pd.Timedelta(seconds=r.reconciler.data.lookback_seconds)
     assert [(start, end) for asked, start, end in demand.windows if asked == key][:1] == [(now - lookback, now)]
+
+
+@pytest.mark.parametrize("users_file", [False, True], ids=["alone", "a user's file beside"])
+def test_a_policy_deleted_loses_its_stored_forecasts_but_not_to_a_list_that_failed(demand_file, tmp_path,
+                                                                                     monkeypatch, users_file):
+    """The forecasts stored for a policy deleted (the forecast log's files, or on Kubernetes its ConfigMap's data)
+    and the champion kept for its series stayed for good: a controller of policies that come and go kept every one
+    that ever was. They go once the policies are listed without it; not while the list fails (the policy may well be
+    there), and nothing but the forecasts the store wrote (a user's file beside them stays)."""
+    r = Replay(tmp_path, {"inference/chat": demand_file, "inference/search": demand_file}, policy("chat"),
+               policy("search"))
+    r.step(MONDAY_6AM)
+    assert r.log.load("inference.search") and r.log.load("inference.chat")
+    folder = tmp_path / "log" / "inference.search"
+    if users_file:
+        (folder / "notes.txt").write_text("a user's file")
+    r.reconciler.forecasts.models._champions["inference.search"] = "search's champion"
+
+    def failing(namespace=None):
+        raise ClusterError("the API server did not answer")
+
+    with monkeypatch.context() as failed:
+        failed.setattr(r.cluster, "reservation_policies", failing)
+        r.step(MONDAY_6AM + pd.Timedelta(minutes=5))
+    assert r.log.load("inference.search") and "inference.search" in r.reconciler.forecasts.models._champions
+    r.cluster.policies = [p for p in r.cluster.policies if p["metadata"]["name"] != "search"]  # kubectl delete
+    r.cluster.statuses.pop(("inference", "search"))
+    r.step(MONDAY_6AM + pd.Timedelta(minutes=10))
+    assert r.log.load("inference.search") == {} and "inference.search" not in r.reconciler.forecasts.models._champions
+    assert sorted(p.name for p in folder.iterdir()) == ["notes.txt"] if users_file else not folder.exists()
+    assert r.log.load("inference.chat")
 
 
 class ThreadNotingLog(ForecastLog):

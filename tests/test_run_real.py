@@ -318,6 +318,34 @@ def test_a_policy_deleted_and_created_again_is_told_its_fault_again(kube, contro
     assert sorted(told) == sorted(uids)  # one for each object
 
 
+def test_a_policy_deleted_loses_its_stored_forecasts_but_not_to_a_list_that_failed(kube, controller, prometheus_server,
+                                                                                     tmp_path, monkeypatch):
+    """Found on the embedded cluster, and so here: the forecasts stored for chat (its ConfigMap's data) stayed after
+    chat was deleted. They go once the policies are listed without it, not while the list fails."""
+    from cli.run import shared_forecast_store
+
+    server = PrometheusServer(url=prometheus_server.url, step="5m", timeout_seconds=10, retries=0)
+    cfg = RunConfig(cluster="kubernetes", prometheus=server, capacity_gpus=128, namespace=NS)
+    store = shared_forecast_store(controller, NS, 24, cfg.keep_forecast_seconds)
+    series = f"{NS}.chat"
+    kube.delete(f"/api/v1/namespaces/{NS}/configmaps/{store.name(series)}")
+    r = Reconciler(controller, PrometheusDemand(server), cfg, forecast_log=store)
+    r.reconcile(MONDAY_7AM)
+    assert store.load(series)
+
+    def failing(namespace=None):
+        raise ClusterError("the API server did not answer")
+
+    with monkeypatch.context() as failed:
+        failed.setattr(controller, "reservation_policies", failing)
+        r.reconcile(MONDAY_7AM + pd.Timedelta(minutes=5))
+    assert store.load(series)
+    kube.delete(f"{RP}/chat")
+    controller.sync()
+    r.reconcile(MONDAY_7AM + pd.Timedelta(minutes=10))
+    assert store.load(series) == {}
+
+
 def test_after_a_query_edit_the_policy_is_planned_on_the_new_query_s_samples_alone(kube, controller,
                                                                                     prometheus_server, tmp_path):
     """Found on the embedded cluster, and so here: chat's query edited to count its demand 4 times over (its

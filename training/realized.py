@@ -92,10 +92,14 @@ class ForecastLog:
         return replace_whole(path, write)
 
     def prune(self, series: str, before: pd.Timestamp) -> int:
-        """Delete forecasts of `series` issued before `before` (a long-running controller's log stays bounded)."""
-        old = [p for p in (self.root / series).glob(FORECAST_FILES) if int(p.stem) < pd.Timestamp(before).timestamp()]
+        """Delete forecasts of `series` issued before `before` (a long-running controller's log stays bounded), and
+        its folder once that holds nothing else (every forecast of a policy deleted)."""
+        folder = self.root / series
+        old = [p for p in folder.glob(FORECAST_FILES) if int(p.stem) < pd.Timestamp(before).timestamp()]
         for path in old:
             path.unlink()
+        if old and not any(folder.iterdir()):
+            folder.rmdir()
         return len(old)
 
     def load(self, series: str, since: pd.Timestamp | None = None) -> dict[pd.Timestamp, pd.DataFrame]:
