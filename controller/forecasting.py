@@ -17,8 +17,8 @@ import multiprocessing
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterable
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -121,6 +121,9 @@ class ForecastKeeper:
         self._accuracy: dict[str, tuple[pd.Timestamp, dict, dict]] = {}
         self._refits: dict = {}                     # policy -> the background refit under way (Future)
         self._tried: dict[str, tuple[tuple, str | None]] = {}  # policy -> ((hour, generation) tried, its fault)
+        # policy deleted -> (its series, its refit under way then): its stored forecasts are dropped once that refit,
+        # which records its forecast as it ends, is done
+        self._unpruned: dict[str, tuple[str, Future | None]] = {}
         self._refit_pool: Background | None = None
         self._fitter: ProcessPoolExecutor | None = None  # where the hourly work fits (_fit_apart)
         self._fitter_lock = threading.Lock()
@@ -226,19 +229,28 @@ class ForecastKeeper:
         self._accuracy[p.key] = (hour, errors, coverage)
         return errors, coverage
 
-    def keep(self, keys: set[str], deleted: Iterable[str] = ()) -> None:
+    def keep(self, keys: set[str], deleted: Mapping[str, str] | None = None) -> None:
         """Forget the policies not among `keys` (deleted, or created again): their forecasts, realized error and
         retraining clocks, and their refits not yet taken up (one not started never runs; one under way is not taken
-        up). The series `deleted` (of policies the cluster no longer lists) lose their champion kept and their stored
-        forecasts too: only the forecasts the store holds (its own files, or data keys of its ConfigMap, not whatever
-        else is beside them), written by the leader only, as any write to the store."""
+        up). The policies `deleted` (the cluster no longer lists them; by key, each with its series) lose their
+        champion kept and their stored forecasts too, the latter once a refit of theirs under way is done: only the
+        forecasts the store holds (its own files, or data keys of its ConfigMap, not whatever else is beside them),
+        written by the leader only, as any write to the store; not those of a policy listed again meanwhile."""
+        under_way = {}
         for key in self._refits.keys() - keys:
-            self._refits.pop(key).cancel()
+            if not (job := self._refits.pop(key)).cancel():
+                under_way[key] = job
         forget_absent(keys, self._forecasts, self._taken, self._tried, self._accuracy, self._last_trained,
                       self._retrained_at)
-        for series in deleted:
+        for key in self._unpruned.keys() & keys:  # listed again: the forecasts stored are its own again
+            del self._unpruned[key]
+        for key, series in (deleted or {}).items():
             self.models.forget(series)
-            self._forget_stored(series)
+            self._unpruned[key] = (series, under_way.get(key))
+        for key, (series, job) in list(self._unpruned.items()):
+            if job is None or job.done():
+                del self._unpruned[key]
+                self._forget_stored(series)
 
     def _forget_stored(self, series: str) -> None:
         """Drop every forecast stored for `series`; where the store fails, they stay (only their space lost), said and

@@ -903,8 +903,8 @@ class Reconciler:
         kept = {key for key, ref in objects_by_key.items() if self._object_of.get(key, ref) == ref}
         # its stored forecasts too, once the policies are listed without it (a list that fails ends the reconcile
         # before this: nothing is taken for deleted then); not by `headroom plan`, which writes nothing
-        deleted = [] if self.dry_run else [series_of(ref) for key, ref in self._object_of.items()
-                                           if key not in objects_by_key]
+        deleted = {} if self.dry_run else {key: series_of(ref) for key, ref in self._object_of.items()
+                                           if key not in objects_by_key}
         self._object_of = objects_by_key
         forget_absent(kept, self._raw, self._converted, self._full_read, self._queried, self._missing)
         self.forecasts.keep(kept, deleted)

@@ -2115,6 +2115,34 @@ def _until_taken_up(r: Replay, now: pd.Timestamp):
     raise AssertionError("the hourly work never came in")
 
 
+def test_a_policy_deleted_while_its_refit_runs_beside_loses_the_forecast_that_refit_stores(demand_file, tmp_path):
+    """With the refit beside, a refit under way when its policy is deleted is not stopped, and it stores its forecast
+    as it ends: after the store was pruned of the policy's forecasts, so that one stayed for good. The store is pruned
+    once that refit is done."""
+    start = MONDAY_6AM - pd.Timedelta(minutes=5)
+    r = Replay(tmp_path, demand_file, policy("chat"), refit_beside=True, start=start)
+    keeper = r.reconciler.forecasts
+    try:
+        _until_taken_up(r, start)
+        with keeper._fitter_lock:  # chat's 06:00 refit waits at its fit
+            r.step(MONDAY_6AM)
+            refit = keeper._refits["inference/chat"]
+            for _ in range(1200):
+                if refit.running():
+                    break
+                time.sleep(0.1)
+            assert refit.running()
+            r.cluster.policies = []  # kubectl delete
+            r.cluster.statuses.pop(("inference", "chat"))
+            r.step(MONDAY_6AM + pd.Timedelta(minutes=5))
+        refit.result(timeout=120)
+        assert MONDAY_6AM in r.log.load("inference.chat")  # stored as it ended
+        r.step(MONDAY_6AM + pd.Timedelta(minutes=10))
+        assert r.log.load("inference.chat") == {}
+    finally:
+        r.reconciler.close()
+
+
 def _stored_by_a_first_replica(demand_file, tmp_path):
     """A replica with the refit beside runs until its hour's forecast is in force (and in the store), then stops: its
     last state of inference/chat."""
