@@ -2115,6 +2115,24 @@ def _until_taken_up(r: Replay, now: pd.Timestamp):
     raise AssertionError("the hourly work never came in")
 
 
+def test_a_file_of_another_name_beside_the_stored_forecasts_is_left_alone(demand_file, tmp_path):
+    """The forecast log took every file of a series' folder whose name begins with a digit for a forecast named by its
+    issue time: a user's 2024-notes.csv there failed every reconcile (ValueError: invalid literal for int() with base
+    10: '2024-notes', an internal error) and the deletion of its policy. It is no forecast: read, pruned and kept
+    as any other file beside them."""
+    r = Replay(tmp_path, demand_file)
+    r.step(MONDAY_6AM)
+    notes = tmp_path / "log" / "inference.chat" / "2024-notes.csv"
+    notes.write_text("a user's notes\n")
+    state = r.step(MONDAY_6AM + pd.Timedelta(hours=1))
+    assert "internal" not in state.reconcile_errors_total and state.policies["inference/chat"].realized_error
+    r.cluster.policies = []  # kubectl delete
+    r.cluster.statuses.pop(("inference", "chat"))
+    state = r.step(MONDAY_6AM + pd.Timedelta(hours=1, minutes=5))
+    assert "internal" not in state.reconcile_errors_total and r.log.load("inference.chat") == {}
+    assert notes.read_text() == "a user's notes\n"
+
+
 def test_a_policy_deleted_while_its_refit_runs_beside_loses_the_forecast_that_refit_stores(demand_file, tmp_path):
     """With the refit beside, a refit under way when its policy is deleted is not stopped, and it stores its forecast
     as it ends: after the store was pruned of the policy's forecasts, so that one stayed for good. The store is pruned

@@ -95,18 +95,23 @@ class ForecastLog:
         """Delete forecasts of `series` issued before `before` (a long-running controller's log stays bounded), and
         its folder once that holds nothing else (every forecast of a policy deleted)."""
         folder = self.root / series
-        old = [p for p in folder.glob(FORECAST_FILES) if int(p.stem) < pd.Timestamp(before).timestamp()]
+        old = [p for p in self._forecasts(series) if int(p.stem) < pd.Timestamp(before).timestamp()]
         for path in old:
             path.unlink()
         if old and not any(folder.iterdir()):
             folder.rmdir()
         return len(old)
 
+    def _forecasts(self, series: str) -> list[Path]:
+        """The files of `series` that `record` names (<issued_at epoch s>.csv), not another beside them (a user's
+        2024-notes.csv)."""
+        return [p for p in (self.root / series).glob(FORECAST_FILES) if p.stem.isdigit()]
+
     def load(self, series: str, since: pd.Timestamp | None = None) -> dict[pd.Timestamp, pd.DataFrame]:
         """Forecasts of `series` by issue time (only those issued at or after `since`, if given; a file that does not
         parse is left out, with a warning)."""
         out = {}
-        for path in sorted((self.root / series).glob(FORECAST_FILES)):
+        for path in sorted(self._forecasts(series)):
             if since is not None and int(path.stem) < pd.Timestamp(since).timestamp():
                 continue
             try:
