@@ -18,7 +18,8 @@ reconcile wrote.
 All requests go through one path (`_request`): JSON in, JSON out, over the `kubernetes` client's
 configuration (kubeconfig / token / CA / TLS), with
   * a per-request timeout,
-  * back-off and retry on 429, 5xx, timeouts and connection errors; a write retried after its answer was lost
+  * back-off and retry on 429, 5xx, timeouts and connection errors, and on a path not served (a plain 404) while the
+    server is not ready or its discovery lists the resource (`_served_soon`); a write retried after its answer was lost
     (it may have landed) that meets 409 is our own write if the object holds every field it sent (`_landed`),
   * read-modify-write with the object's resourceVersion, re-read on 409,
   * no write when the object already has the wanted value (idempotent).
@@ -582,6 +583,19 @@ def _not_installed(paths: list[str], old_kueue: bool = False) -> str:
                      for group, plurals in groups.items())
 
 
+def _api_of(path: str) -> tuple[str, str | None] | None:
+    """The discovery document of the API group/version a request path is in ("/apis/GROUP/VERSION", "/api/v1") and
+    the resource's plural in it (None: the path is that document); None for a path in no API group (/readyz)."""
+    parts = path.split("?")[0].strip("/").split("/")
+    size = {"api": 2, "apis": 3}.get(parts[0])
+    if size is None or len(parts) < size:
+        return None
+    rest = parts[size:]
+    if len(rest) >= 3 and rest[0] == "namespaces":  # a namespaced resource's (a namespace's own path is not)
+        rest = rest[2:]
+    return "/" + "/".join(parts[:size]), rest[0] if rest else None
+
+
 # A written object's (group, kind) -> the cache it belongs in.
 _CACHED_KINDS = {(HEADROOM_GROUP, "ReservationPolicy"): "reservationpolicies", (KUEUE_GROUP, "Workload"): "workloads",
                  (KUEUE_GROUP, "LocalQueue"): "localqueues", (KUEUE_GROUP, "ClusterQueue"): "clusterqueues"}
@@ -853,9 +867,6 @@ class KubeCluster:
                  timeout: float | None = None, deadline: float | None = None) -> dict:
         """One request with its retries; `deadline` (time.monotonic()), or the deadline of the work it is made for
         (core.deadline: a reconcile's, a write's), whichever is earlier: no attempt waits past it, none starts after."""
-        import urllib3
-        from kubernetes.client.exceptions import ApiException
-
         deadline = earliest(deadline, current_deadline())
         query = dict(query or {})
         if method in ("POST", "PUT", "PATCH"):
@@ -864,25 +875,7 @@ class KubeCluster:
         url_path = path + ("?" + urllib.parse.urlencode(query) if query else "")
         attempt = 0
         while True:
-            wait = timeout or self.request_timeout
-            if deadline is not None:
-                wait = min(wait, deadline - time.monotonic())
-            try:
-                if wait <= 0:
-                    raise TimeoutError("not sent")
-                with self._informers_lock:
-                    self.requests[method] = self.requests.get(method, 0) + 1
-                host, headers = self._address()
-                response = self.api_client.call_api(method, host + url_path,
-                                                    body=self.api_client.sanitize_for_serialization(body),
-                                                    header_params={**headers, "Content-Type": content_type},
-                                                    _request_timeout=wait)
-                response.read()
-                status, data = response.status, response.data
-            except ApiException as exc:  # the REST layer raises these for TLS and protocol errors
-                status, data = exc.status or 0, exc.body or str(exc.reason)
-            except (urllib3.exceptions.HTTPError, OSError) as exc:
-                status, data = 0, f"{type(exc).__name__}: {exc}".encode()
+            status, data = self._send(method, url_path, body, content_type, timeout, deadline)
             if 200 <= status < 300:
                 result = json.loads(data) if data else {}
                 if lands:
@@ -895,12 +888,11 @@ class KubeCluster:
                 payload = None
             message = payload.get("message", text) if isinstance(payload, dict) else text
             delay = min(self.backoff_max, self.backoff_base * 2 ** attempt) * (0.5 + random.random() / 2)
-            # a 404 that is no Status is the path not served (a missing object's is a Status, reason NotFound): an API
-            # server just started serves a CRD's group only once its CRD informer has synced, so it is retried as a
-            # server not ready yet; an API not installed stays 404 and is raised after the retries
+            # a 404 that is no Status is the path not served (a missing object's is a Status, reason NotFound)
             unserved = status == 404 and not (isinstance(payload, dict) and payload.get("kind") == "Status")
-            if ((status in RETRYABLE_STATUS or unserved) and attempt < (self.retries if retries is None else retries)
-                    and not self.stopping.is_set() and (deadline is None or time.monotonic() + delay < deadline)):
+            if (attempt < (self.retries if retries is None else retries) and not self.stopping.is_set()
+                    and (deadline is None or time.monotonic() + delay < deadline)
+                    and (status in RETRYABLE_STATUS or (unserved and self._served_soon(path, deadline)))):
                 log.warning("%s %s: %s %s; retry %d/%d in %.1f s", method, path, status or "unreachable",
                             message[:200], attempt + 1, self.retries, delay)
                 attempt += 1
@@ -916,6 +908,54 @@ class KubeCluster:
             if status == 0 and deadline is not None and time.monotonic() + delay >= deadline:
                 message += " (no time left before its deadline)"
             raise error(f"{method} {path}: {where}: {message}", status=status, reason=reason, body=payload)
+
+    def _send(self, method: str, url_path: str, body: Any = None, content_type: str = "application/json",
+              timeout: float | None = None, deadline: float | None = None) -> tuple[int, bytes | str]:
+        """One attempt, waiting `timeout` (the request timeout) or until `deadline`, whichever is sooner: (the HTTP
+        status, 0 if no answer came; the body)."""
+        import urllib3
+        from kubernetes.client.exceptions import ApiException
+
+        wait = timeout or self.request_timeout
+        if deadline is not None:
+            wait = min(wait, deadline - time.monotonic())
+        try:
+            if wait <= 0:
+                raise TimeoutError("not sent")
+            with self._informers_lock:
+                self.requests[method] = self.requests.get(method, 0) + 1
+            host, headers = self._address()
+            response = self.api_client.call_api(method, host + url_path,
+                                                body=self.api_client.sanitize_for_serialization(body),
+                                                header_params={**headers, "Content-Type": content_type},
+                                                _request_timeout=wait)
+            response.read()
+            return response.status, response.data
+        except ApiException as exc:  # the REST layer raises these for TLS and protocol errors
+            return exc.status or 0, exc.body or str(exc.reason)
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            return 0, f"{type(exc).__name__}: {exc}".encode()
+
+    def _served_soon(self, path: str, deadline: float | None) -> bool:
+        """Whether a 404 that is no Status on `path` (the path not served) may be a moment's, and so worth a retry: an
+        API server just started serves a CRD's group only once its CRD informer has synced, and says it is not ready
+        (/readyz) until then; a CRD just deleted may still be listed by discovery for a moment. A server that is
+        ready, and whose discovery does not list the resource, does not serve it: its CRD is not installed (deleted
+        under a running controller), which no retry changes. Whatever cannot be told (no answer, or a path of no API
+        group) is retried, as a server not ready."""
+        api = _api_of(path)
+        if api is None or self._send("GET", "/readyz", deadline=deadline)[0] != 200:
+            return True
+        listing, plural = api
+        if plural is None:  # the 404 was its discovery document's own: not served
+            return False
+        try:
+            resources = self._request("GET", listing, retries=0, deadline=deadline).get("resources") or []
+        except NotFound:
+            return False
+        except ClusterError:
+            return True
+        return any(r.get("name") == plural for r in resources)
 
     def _landed(self, method: str, path: str, body: Any, deadline: float | None) -> dict | None:
         """A write answered 409 after a retry: an earlier attempt whose answer was lost (a timeout, a connection reset

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from adapters.kube import RENEW_DEADLINE_SHARE, KubeCluster, _holds
-from core.errors import Conflict, NotFound
+from adapters.kube import RENEW_DEADLINE_SHARE, KubeCluster, _api_of, _holds
+from core.errors import Conflict, NotFound, NotInstalled
 from core.objects import ObjectRef
 from tests.servers import kueue
 from tests.servers.proxy import AnswerLosingProxy
@@ -18,6 +18,7 @@ from tests.servers.proxy import AnswerLosingProxy
 NS = "headroom-lost"
 LEASES = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases"
 WL = kueue.path("workloads", namespace=NS)
+KUEUE_DISCOVERY = f"/apis/{kueue.API_VERSION}"  # the discovery document of Kueue's v1beta2 API
 TIMEOUT = 1.5  # the client's request timeout: a held answer is lost after this long
 
 
@@ -288,16 +289,52 @@ def test_a_stored_object_holds_any_part_of_itself_and_nothing_changed(stored, da
 
 def test_a_path_not_served_yet_is_retried_and_a_missing_object_is_not(cluster, proxy, lossy):
     """An API server just (re)started answers a plain "404 page not found" for a CRD's group until its CRD informer
-    has synced: the client took it for the ClusterQueue missing (NotFound), and the first quota write after a restart
-    failed (tests/test_kube_real.py's restart test, once under load). Such a 404 is retried; a missing object's, a
-    Status (reason NotFound), is raised at once."""
+    has synced, and its /readyz says it is not ready meanwhile: the client took it for the ClusterQueue missing
+    (NotFound), and the first quota write after a restart failed (tests/test_kube_real.py's restart test, once under
+    load). Such a 404 is retried while the server is not ready, or while its discovery still lists the resource; a
+    missing object's, a Status (reason NotFound), is raised at once."""
     cq = kueue.path("clusterqueues")
     if "unserved" not in lossy.cluster_queue_quotas():
         cluster.create(cq, kueue.cluster_queue("unserved", gpus=2))
     proxy.lose("GET", "/clusterqueues/unserved", "unserved", times=2)
+    proxy.lose("GET", "/readyz", "unready", times=2)  # just restarted
     assert lossy.set_cluster_queue_quota("unserved", 5) is True
-    assert [how for _, _, how in proxy.lost] == ["unserved", "unserved"]
+    assert [how for _, _, how in proxy.lost] == ["unserved", "unready"] * 2
     assert cluster.cluster_queue_quotas()["unserved"] == 5
+    # ready, and its discovery lists clusterqueues (a CRD deleted a moment ago, or another API server behind the same
+    # address, not synced yet): retried too
+    asked = len(proxy.arrived)
+    proxy.lose("GET", "/clusterqueues/unserved", "unserved")
+    assert lossy.set_cluster_queue_quota("unserved", 6) is True
+    assert [(method, path.split("?")[0]) for _, method, path in proxy.arrived[asked:]] == [
+        ("GET", f"{cq}/unserved"), ("GET", "/readyz"), ("GET", KUEUE_DISCOVERY), ("GET", f"{cq}/unserved"),
+        ("PATCH", f"{cq}/unserved")]
     with pytest.raises(NotFound):
         lossy.set_cluster_queue_quota("no-such-queue", 5)
     assert [path for _, _, path in proxy.arrived if "no-such-queue" in path] == [f"{cq}/no-such-queue"]
+
+
+def test_a_path_a_ready_server_does_not_list_is_not_retried(proxy, lossy):
+    """A plain 404 (the path not served) from an API server that is ready, and whose discovery does not list the
+    resource (Kueue uninstalled under a running controller), was retried as a server not ready: 6 times over 5-11 s
+    before the read said NotInstalled. No retry changes it: it is said at once, after one request of the path, one of
+    /readyz and one of the group's discovery document (tests/test_not_installed_real.py deletes the CRDs for real)."""
+    proxy.lose("GET", kueue.path("clusterqueues"), "unserved")
+    proxy.lose("GET", KUEUE_DISCOVERY, "unserved")  # the group's discovery document: Kueue's group not served
+    with pytest.raises(NotInstalled, match="the API server does not serve clusterqueues: Kueue's v1beta2 API"):
+        lossy.cluster_queue_quotas()
+    assert [path.split("?")[0] for _, _, path in proxy.arrived] == [
+        kueue.path("clusterqueues"), "/readyz", KUEUE_DISCOVERY]
+
+
+@pytest.mark.parametrize(("path", "api"), [
+    (f"{KUEUE_DISCOVERY}/clusterqueues/q?fieldManager=headroom", (KUEUE_DISCOVERY, "clusterqueues")),
+    (f"{KUEUE_DISCOVERY}/namespaces/ns/workloads/w/status", (KUEUE_DISCOVERY, "workloads")),
+    (f"{KUEUE_DISCOVERY}/namespaces/ns/workloads", (KUEUE_DISCOVERY, "workloads")),
+    ("/api/v1/namespaces/ns", ("/api/v1", "namespaces")),
+    ("/api/v1/namespaces/ns/configmaps", ("/api/v1", "configmaps")),
+    ("/apis/kueue.x-k8s.io/v1beta1", ("/apis/kueue.x-k8s.io/v1beta1", None)),
+    ("/apis/kueue.x-k8s.io", None), ("/readyz", None)])
+def test_the_discovery_document_that_lists_a_path_s_resource(path, api):
+    """What _served_soon asks discovery for, when a path answers a plain 404."""
+    assert _api_of(path) == api

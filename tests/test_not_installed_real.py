@@ -20,6 +20,7 @@ from tests.servers import ROOT, free_port, wait_until
 from tests.servers import kueue as kueue_objects
 from tests.servers.fixtures import CRD_PATH, _established, crd_documents
 from tests.servers.kube import KubeApiserver
+from tests.servers.proxy import AnswerLosingProxy
 from tests.test_run_real import deployment, policy
 
 NS = "inference-run"  # the namespace of the policy, its Deployment and the Lease (tests/test_run_real.py's)
@@ -204,6 +205,50 @@ def test_a_crd_deleted_while_headroom_watches_is_named_by_its_reads_not_served_s
                    and watching.cluster_queue_quotas() == {"inference-run": 5}, timeout=40, what="the cache")
     finally:
         watching.close()
+
+
+def test_a_crd_deleted_under_a_running_adapter_is_said_at_once_not_retried(bare_kube, crd_dir, kueue_crds):
+    """A CRD deleted under a running controller leaves its path answering a plain 404, which was retried as an API
+    server not ready yet (e529b54): 6 times, over 5-11 s with the default back-off, before a read said NotInstalled
+    or a write NotFound. The server is ready and its discovery lists the resource no more: said at once, after one
+    request of the path (and one of /readyz and of the group's discovery document). Counted behind a proxy; the
+    adapter's back-off is long here (at least 17.5 s of retries per request), so a retry cannot pass unseen."""
+    server, kube = bare_kube
+    only(kube, crd_documents(crd_dir) + kueue_crds)
+    kube.apply(kueue_objects.path("clusterqueues", "inference-run"),
+               kueue_objects.cluster_queue("inference-run", gpus=3))
+    proxy = AnswerLosingProxy(server).start()
+    running = KubeCluster.from_token(proxy.host, server.token, ca_file=str(server.ca_file), request_timeout=5,
+                                     backoff_base=1.0, backoff_max=10.0)
+    cq = kueue_objects.path("clusterqueues")
+
+    def asked(since: int, path: str) -> int:
+        return sum(1 for _, _, p in proxy.arrived[since:] if p.split("?")[0] == path)
+
+    try:
+        assert running.cluster_queue_quotas() == {"inference-run": 3}
+        # the ClusterQueue CRD alone deleted: Kueue's group still served, without clusterqueues
+        only(kube, crd_documents(crd_dir) + [c for c in kueue_crds if c["spec"]["names"]["plural"] != "clusterqueues"])
+        since, began = len(proxy.arrived), time.monotonic()
+        with pytest.raises(NotInstalled) as said:
+            running.cluster_queue_quotas()
+        assert str(said.value).startswith(kueue_message("clusterqueues")), said.value
+        with pytest.raises(NotFound):
+            running.set_cluster_queue_quota("inference-run", 5)
+        took = time.monotonic() - began
+        assert (asked(since, cq), asked(since, f"{cq}/inference-run"), asked(since, "/readyz")) == (1, 1, 2)
+        # Kueue uninstalled: its group not served at all; the check at start says so at once too
+        only(kube, crd_documents(crd_dir))
+        since, began = len(proxy.arrived), time.monotonic()
+        with pytest.raises(NotInstalled) as said:
+            running.check_served()
+        took += time.monotonic() - began
+        assert str(said.value).startswith(KUEUE_MESSAGE), said.value  # not "too old": v1beta1 is not served either
+        assert asked(since, "/apis/kueue.x-k8s.io/v1beta1") == 1
+        assert took < 3.5, took  # a tenth of two retry budgets (17.5 s each at least); a few requests take ~0.1 s
+    finally:
+        running.close()
+        proxy.stop()
 
 
 def test_a_kueue_too_old_for_v1beta2_is_named_as_such(bare_kube, crd_dir, kueue_crds, tmp_path):

@@ -6,7 +6,8 @@ ones a test picks (`lose`), lets the server act and keeps its answer from the cl
 request timeout passes (`hold`), the connection closed (`close`), or a 504 in its place (`504`); `unsent` closes the
 connection without forwarding (the request never arrived, and the client cannot tell that either); `unserved`
 answers in its place, unforwarded, what an API server just started answers for a CRD's group until its CRD informer
-has synced: 404 and a plain "404 page not found" (no Status). `halt_at` halts
+has synced: 404 and a plain "404 page not found" (no Status); `unready`, what its /readyz answers meanwhile: 500 and
+the checks, one failed. `halt_at` halts
 the host, as SIGSTOP does (the kernel still takes requests in; the server reads and acts on them only once it runs
 again): every request from then on is held, unanswered, until `resume()`, then forwarded (it lands) and its answer
 lost (its client gave up long before). Every request's arrival is noted (`arrived`). It terminates TLS
@@ -26,7 +27,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from .kube import KubeApiserver
 
-HOW = ("hold", "close", "504", "unsent", "unserved")
+# the answers given in place of the server's, unforwarded: (HTTP status, plain text)
+CANNED = {"unserved": (404, b"404 page not found\n"),
+          "unready": (500, b"[+]ping ok\n[+]etcd ok\n[-]poststarthook/crd-informer-synced failed: reason withheld\n"
+                           b"readyz check failed\n")}
+HOW = ("hold", "close", "504", "unsent", *CANNED)
 
 
 @dataclass
@@ -133,9 +138,10 @@ class AnswerLosingProxy:
                     proxy.lost.append((self.command, self.path, rule.how))
                     self.close_connection = True
                     return
-                if rule is not None and rule.how == "unserved":
+                if rule is not None and rule.how in CANNED:
                     proxy.lost.append((self.command, self.path, rule.how))
-                    self._answer(404, [("Content-Type", "text/plain; charset=utf-8")], b"404 page not found\n")
+                    status, text = CANNED[rule.how]
+                    self._answer(status, [("Content-Type", "text/plain; charset=utf-8")], text)
                     return
                 status, headers, data = self._send(body)
                 if rule is not None:
