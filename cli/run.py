@@ -356,21 +356,28 @@ def _clock(demand, now: str | None, hours: int, moment: bool = False, once: bool
         each = ", ".join(f"{key} ({demand.files[key]}): {go_duration(step)}" for key, step in step_of.items())
         raise BadRequest(f"the policies' histories have different steps ({each}): the embedded clock needs one")
     step = steps.pop()
-    # by default every history covers the replay; a --now past one of them is that policy's missing data only
-    end = min(s.index[-1] for s in series)
     first, last = min(s.index[0] for s in series), max(s.index[-1] for s in series)
-    span_hours = (last - first) / pd.Timedelta(hours=1)
-    if hours > span_hours + 1:  # checked before `hours` becomes a Timedelta, which a huge one would overflow
-        raise BadRequest(f"--hours {hours} is longer than the histories ({first} .. {last}: {span_hours:.4g} hours)")
-    start = parse_time(now, "--now") if now is not None else end if moment or once else \
-        end - pd.Timedelta(hours=hours) + step
-    if start < first or start > last:
-        raise BadRequest(f"--now {start} is outside the histories ({first} .. {last})")
-    late = [f"{key}'s ({demand.files[key]}) starts {s.index[0]}" for key, s in loaded.items() if s.index[0] > start]
-    if now is None and late:  # the default promises every history covers it: one that starts after is one unread
-        default = "the earliest end" if moment or once else f"--hours {hours} before the earliest end"
-        raise BadRequest(f"the policies' histories do not overlap at the default --now {start} ({default}): "
-                         f"{'; '.join(late)}; give histories that overlap, or an --now each one covers")
+
+    def longer(until: pd.Timestamp) -> BadRequest:
+        span = (until - first) / pd.Timedelta(hours=1)
+        return BadRequest(f"--hours {hours} is longer than the histories ({first} .. {until}: {span:.4g} hours)")
+
+    if hours > (last - first) / pd.Timedelta(hours=1) + 1:  # before `hours` becomes a Timedelta: a huge one overflows
+        raise longer(last)
+    if now is not None:  # a --now past one of the histories is that policy's missing data only
+        start = parse_time(now, "--now")
+        if start < first or start > last:
+            raise BadRequest(f"--now {start} is outside the histories ({first} .. {last})")
+    else:  # by default every history covers the replay, which ends at the earliest end
+        end = min(s.index[-1] for s in series)
+        start = end if moment or once else end - pd.Timedelta(hours=hours) + step
+        if start < first:  # no --now was given to be outside them: the replay is longer than they are
+            raise longer(end)
+        late = [f"{key}'s ({demand.files[key]}) starts {s.index[0]}" for key, s in loaded.items() if s.index[0] > start]
+        if late:  # one that starts after the default --now is one unread
+            default = "the earliest end" if moment or once else f"--hours {hours} before the earliest end"
+            raise BadRequest(f"the policies' histories do not overlap at the default --now {start} ({default}): "
+                             f"{'; '.join(late)}; give histories that overlap, or an --now each one covers")
     if moment:
         return pd.DatetimeIndex([start])
     for key, s in loaded.items():  # each step's demand is the sample of the interval ending then, as simulate's

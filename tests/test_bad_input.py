@@ -365,6 +365,30 @@ spec:
     assert f"default/later's ({later}) starts 2026-03-20 00:00:00+00:00" in err, err
 
 
+def test_hours_longer_than_the_history_without_now_name_hours_not_now(examples, tmp_path, capsys):
+    """A history of 10.5 hours and `run --hours 11` without --now: the replay's default start (11 hours before the
+    history's end) fell before its first sample, and the refusal named a flag never given: "--now 2026-03-19
+    23:35:00+00:00 is outside the histories (...)"."""
+    import pandas as pd
+
+    short = tmp_path / "short.csv"
+    times = pd.date_range("2026-03-20 00:00", "2026-03-20 10:30", freq="5min", tz="UTC")
+    pd.DataFrame({"timestamp": times.strftime("%Y-%m-%dT%H:%M:%SZ"), "value": 30.0}).to_csv(short, index=False)
+    policy = tmp_path / "p.yaml"
+    policy.write_text("""apiVersion: headroom.dev/v1alpha1
+kind: ReservationPolicy
+metadata: {name: short, namespace: default}
+spec:
+  query: demand
+  target: {kind: Deployment, name: short}
+  capacity: {demandPerGpu: 10}
+""")
+    status, err = exits(["run", "--policy-file", policy, "--history", short, "--hours", "11"], capsys)
+    assert status == 2 and err.strip().splitlines()[-1] == (
+        "headroom: error: --hours 11 is longer than the histories (2026-03-20 00:00:00+00:00 .. 2026-03-20 "
+        "10:30:00+00:00: 10.5 hours)"), err
+
+
 def test_simulate_days_longer_than_the_history(demand, capsys):
     status, err = exits(["simulate", demand, "--days", "30"], capsys)
     assert status == 2 and f"simulate.days 30 leaves no history: the trace {demand} covers 5.99 days" in err
