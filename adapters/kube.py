@@ -332,6 +332,17 @@ class _Snapshot:
                 held[key] = obj
 
 
+def _answer(data: bytes | str) -> tuple[Any, str]:
+    """An error answer's body: (its JSON, None if it is none; what the server says: a Status's message, else the
+    text)."""
+    text = data.decode(errors="replace") if isinstance(data, bytes) else str(data)
+    try:
+        payload = json.loads(text)
+    except ValueError:
+        payload = None
+    return payload, payload.get("message", text) if isinstance(payload, dict) else text
+
+
 class _Gone(Exception):
     """The watch's resourceVersion is too old (410): list again."""
 
@@ -512,9 +523,9 @@ class Informer:
             _request_timeout=(self.cluster.request_timeout, self.stale_after))
         if response.status == 410:
             raise _Gone()
-        if response.status != 200:
-            raise ClusterError(f"WATCH {self.path}: HTTP {response.status}: {response.response.data[:200]!r}",
-                               status=response.status)
+        if response.status != 200:  # a 403 names the verb and resource RBAC lacks: said whole, as _request says it
+            message = _answer(response.response.data)[1]
+            raise ClusterError(f"WATCH {self.path}: HTTP {response.status}: {message}", status=response.status)
         self._response = response
         self.connected, self._heard = True, time.monotonic()
         try:
@@ -881,12 +892,7 @@ class KubeCluster:
                 if lands:
                     self._written(result)
                 return result
-            text = data.decode(errors="replace") if isinstance(data, bytes) else str(data)
-            try:
-                payload = json.loads(text)
-            except ValueError:
-                payload = None
-            message = payload.get("message", text) if isinstance(payload, dict) else text
+            payload, message = _answer(data)
             delay = min(self.backoff_max, self.backoff_base * 2 ** attempt) * (0.5 + random.random() / 2)
             # a 404 that is no Status is the path not served (a missing object's is a Status, reason NotFound)
             unserved = status == 404 and not (isinstance(payload, dict) and payload.get("kind") == "Status")

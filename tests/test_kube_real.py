@@ -771,6 +771,46 @@ def test_rbac_is_real_forbidden_is_not_retried(kube_server):
     viewer.close()
 
 
+def test_a_watch_rbac_refuses_names_the_verb_and_resource_it_lacks(cluster, kube_server):
+    """A ClusterRole without `watch` on a resource headroom caches: the LIST works, the WATCH is refused (403) and the
+    cache's warning said the server's Status as a bytes repr cut at 200 characters, its quotes escaped, so the API
+    group (and, for a ServiceAccount's longer name, the resource) was cut off. It says the server's message whole."""
+    from adapters.kube import Informer
+
+    api = kube_server.apiserver
+    rbac = "/apis/rbac.authorization.k8s.io/v1"
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "list-no-watch"},
+            "rules": [{"apiGroups": ["kueue.x-k8s.io"], "resources": ["clusterqueues"], "verbs": ["list"]}]}
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+               "metadata": {"name": "list-no-watch"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "list-no-watch"},
+               "subjects": [{"kind": "User", "name": "headroom-viewer", "apiGroup": "rbac.authorization.k8s.io"}]}
+    cluster.apply(f"{rbac}/clusterroles/list-no-watch", role)
+    cluster.apply(f"{rbac}/clusterrolebindings/list-no-watch", binding)
+    viewer = KubeCluster.from_token(api.host, api.viewer_token, ca_file=str(api.ca_file), retries=0)
+    informer = Informer(viewer, CQ)
+
+    def listed() -> bool:  # the authorizer takes the new role up from its cache a moment later
+        try:
+            informer.relist()
+            return True
+        except ClusterError:
+            return False
+
+    try:
+        eventually(listed, "the viewer to list ClusterQueues", 15)
+        with pytest.raises(ClusterError) as refused:
+            informer._watch()
+        assert refused.value.status == 403
+        assert str(refused.value) == (f"WATCH {CQ}: HTTP 403: clusterqueues.kueue.x-k8s.io is forbidden: User "
+                                      '"headroom-viewer" cannot watch resource "clusterqueues" in API group '
+                                      '"kueue.x-k8s.io" at the cluster scope')
+    finally:
+        viewer.close()
+        cluster.delete(f"{rbac}/clusterrolebindings/list-no-watch")
+        cluster.delete(f"{rbac}/clusterroles/list-no-watch")
+
+
 def test_a_token_refreshed_by_the_client_library_is_sent_within_a_second(kube_server, monkeypatch):
     """The request headers are made again at most every ADDRESS_SECONDS (kube.py _address): a token the library's
     refresh hook replaces (a kubeconfig exec plugin, the projected service-account token) is used from then on."""
