@@ -18,9 +18,10 @@ reconcile wrote.
 All requests go through one path (`_request`): JSON in, JSON out, over the `kubernetes` client's
 configuration (kubeconfig / token / CA / TLS), with
   * a per-request timeout,
-  * back-off and retry on 429, 5xx, timeouts and connection errors, and on a path not served (a plain 404) while the
-    server is not ready or its discovery lists the resource (`_served_soon`); a write retried after its answer was lost
-    (it may have landed) that meets 409 is our own write if the object holds every field it sent (`_landed`),
+  * back-off and retry on 429 (no sooner than its Retry-After), 5xx, timeouts and connection errors, and on a path
+    not served (a plain 404) while the server is not ready or its discovery lists the resource (`_served_soon`); a
+    write retried after its answer was lost (it may have landed) that meets 409 is our own write if the object holds
+    every field it sent (`_landed`),
   * read-modify-write with the object's resourceVersion, re-read on 409,
   * no write when the object already has the wanted value (idempotent).
 Errors surface as `ClusterError` with the HTTP status and the server's message.
@@ -111,8 +112,8 @@ def _parse_time(text: str | None) -> datetime | None:
 
 
 def _float(text: str | None) -> float | None:
-    """An annotation's number of seconds; a malformed one (not a number, or NaN, infinite or negative, which float()
-    takes) counts as not given (the job then gets the defaults)."""
+    """An annotation's or header's number of seconds; a malformed one (not a number, or NaN, infinite or negative,
+    which float() takes) counts as not given (a job then gets the defaults)."""
     try:
         value = float(text) if text is not None else None
     except ValueError:
@@ -886,7 +887,7 @@ class KubeCluster:
         url_path = path + ("?" + urllib.parse.urlencode(query) if query else "")
         attempt = 0
         while True:
-            status, data = self._send(method, url_path, body, content_type, timeout, deadline)
+            status, data, headers = self._send(method, url_path, body, content_type, timeout, deadline)
             if 200 <= status < 300:
                 result = json.loads(data) if data else {}
                 if lands:
@@ -894,6 +895,9 @@ class KubeCluster:
                 return result
             payload, message = _answer(data)
             delay = min(self.backoff_max, self.backoff_base * 2 ** attempt) * (0.5 + random.random() / 2)
+            # an API server over its max-in-flight (429) says when to come back (Retry-After: 1): not sooner, up to
+            # the longest back-off (a controller asked to stop still ends within its grace period)
+            delay = max(delay, min(_float(headers.get("Retry-After")) or 0.0, self.backoff_max))
             # a 404 that is no Status is the path not served (a missing object's is a Status, reason NotFound)
             unserved = status == 404 and not (isinstance(payload, dict) and payload.get("kind") == "Status")
             if (attempt < (self.retries if retries is None else retries) and not self.stopping.is_set()
@@ -916,9 +920,9 @@ class KubeCluster:
             raise error(f"{method} {path}: {where}: {message}", status=status, reason=reason, body=payload)
 
     def _send(self, method: str, url_path: str, body: Any = None, content_type: str = "application/json",
-              timeout: float | None = None, deadline: float | None = None) -> tuple[int, bytes | str]:
+              timeout: float | None = None, deadline: float | None = None) -> tuple[int, bytes | str, Mapping]:
         """One attempt, waiting `timeout` (the request timeout) or until `deadline`, whichever is sooner: (the HTTP
-        status, 0 if no answer came; the body)."""
+        status, 0 if no answer came; the body; the headers)."""
         import urllib3
         from kubernetes.client.exceptions import ApiException
 
@@ -936,11 +940,11 @@ class KubeCluster:
                                                 header_params={**headers, "Content-Type": content_type},
                                                 _request_timeout=wait)
             response.read()
-            return response.status, response.data
+            return response.status, response.data, response.headers
         except ApiException as exc:  # the REST layer raises these for TLS and protocol errors
-            return exc.status or 0, exc.body or str(exc.reason)
+            return exc.status or 0, exc.body or str(exc.reason), exc.headers or {}
         except (urllib3.exceptions.HTTPError, OSError) as exc:
-            return 0, f"{type(exc).__name__}: {exc}".encode()
+            return 0, f"{type(exc).__name__}: {exc}".encode(), {}
 
     def _served_soon(self, path: str, deadline: float | None) -> bool:
         """Whether a 404 that is no Status on `path` (the path not served) may be a moment's, and so worth a retry: an

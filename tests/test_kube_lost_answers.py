@@ -327,6 +327,24 @@ def test_a_path_a_ready_server_does_not_list_is_not_retried(proxy, lossy):
         kueue.path("clusterqueues"), "/readyz", KUEUE_DISCOVERY]
 
 
+def test_a_server_over_its_max_in_flight_is_asked_again_no_sooner_than_it_says(proxy, kube_server):
+    """An API server over its max-in-flight (or priority and fairness) answers 429 with Retry-After: 1; the client
+    retried after its own back-off (by default 0.1-0.2 s, then 0.2-0.4 s: two more requests within the second it
+    asked to be left alone). It waits the Retry-After (up to its longest back-off)."""
+    api = kube_server.apiserver
+    client = KubeCluster.from_token(proxy.host, api.token, ca_file=str(api.ca_file), request_timeout=TIMEOUT,
+                                    backoff_base=0.05, backoff_max=5.0)
+    path = "/api/v1/namespaces/default"
+    proxy.lose("GET", path, "busy")
+    try:
+        assert client.get(path)["metadata"]["name"] == "default"
+    finally:
+        client.close()
+    assert [how for _, _, how in proxy.lost] == ["busy"]
+    (first, _, _), (second, _, _) = [arrival for arrival in proxy.arrived if arrival[2] == path]
+    assert second - first >= 1.0
+
+
 @pytest.mark.parametrize(("path", "api"), [
     (f"{KUEUE_DISCOVERY}/clusterqueues/q?fieldManager=headroom", (KUEUE_DISCOVERY, "clusterqueues")),
     (f"{KUEUE_DISCOVERY}/namespaces/ns/workloads/w/status", (KUEUE_DISCOVERY, "workloads")),

@@ -7,8 +7,8 @@ request timeout passes (`hold`), the connection closed (`close`), or a 504 in it
 connection without forwarding (the request never arrived, and the client cannot tell that either); `unserved`
 answers in its place, unforwarded, what an API server just started answers for a CRD's group until its CRD informer
 has synced: 404 and a plain "404 page not found" (no Status); `unready`, what its /readyz answers meanwhile: 500 and
-the checks, one failed. `halt_at` halts
-the host, as SIGSTOP does (the kernel still takes requests in; the server reads and acts on them only once it runs
+the checks, one failed; `busy`, what an API server over its max-in-flight answers: 429, Retry-After: 1. `halt_at`
+halts the host, as SIGSTOP does (the kernel still takes requests in; the server reads and acts on them only once it runs
 again): every request from then on is held, unanswered, until `resume()`, then forwarded (it lands) and its answer
 lost (its client gave up long before). Every request's arrival is noted (`arrived`). It terminates TLS
 with the API server's own self-signed certificate (valid for 127.0.0.1 on any port), so clients trust it as they trust
@@ -27,10 +27,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from .kube import KubeApiserver
 
-# the answers given in place of the server's, unforwarded: (HTTP status, plain text)
-CANNED = {"unserved": (404, b"404 page not found\n"),
-          "unready": (500, b"[+]ping ok\n[+]etcd ok\n[-]poststarthook/crd-informer-synced failed: reason withheld\n"
-                           b"readyz check failed\n")}
+TEXT = [("Content-Type", "text/plain; charset=utf-8")]
+# the answers given in place of the server's, unforwarded: (HTTP status, headers, body)
+CANNED = {"unserved": (404, TEXT, b"404 page not found\n"),
+          "unready": (500, TEXT, b"[+]ping ok\n[+]etcd ok\n[-]poststarthook/crd-informer-synced failed: reason "
+                                 b"withheld\nreadyz check failed\n"),
+          "busy": (429, [("Content-Type", "application/json"), ("Retry-After", "1")], json.dumps({
+              "kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 429, "reason": "TooManyRequests",
+              "message": "Too many requests, please try again later.", "details": {"retryAfterSeconds": 1}}).encode())}
 HOW = ("hold", "close", "504", "unsent", *CANNED)
 
 
@@ -140,8 +144,7 @@ class AnswerLosingProxy:
                     return
                 if rule is not None and rule.how in CANNED:
                     proxy.lost.append((self.command, self.path, rule.how))
-                    status, text = CANNED[rule.how]
-                    self._answer(status, [("Content-Type", "text/plain; charset=utf-8")], text)
+                    self._answer(*CANNED[rule.how])
                     return
                 status, headers, data = self._send(body)
                 if rule is not None:
