@@ -202,9 +202,17 @@ def _within_training(holdings, kept) -> list[tuple[bool, object]]:
             if p.spec.target.kind != "ClusterQueue" and p.spec.inference_cluster_queue in lent]
 
 
+def refused_in_training(holdings, kept) -> list:
+    """The refused policies of `_within_training`: the world runs each one's target as its workload there (its
+    `inference` and `pods_in_training`, by the policy's key). Not a target an edit left there: `within` holds it under
+    the key of the policy that left it, beside that policy now naming another target, and the world runs it as no
+    policy's workload (its `left` and `left_pods`, by the target), so a key says nothing of it."""
+    return [p for refused, p in _within_training(holdings, kept) if refused]
+
+
 def pods_in_training(holdings, kept) -> dict[str, str]:
     """The refused policies of `_within_training`: each one's key -> the training queue its pods run in."""
-    return {p.key: p.spec.inference_cluster_queue for refused, p in _within_training(holdings, kept) if refused}
+    return {p.key: p.spec.inference_cluster_queue for p in refused_in_training(holdings, kept)}
 
 
 def left_pods(holdings, kept, runs=lambda ref: True) -> dict[TargetRef, str]:
@@ -255,7 +263,7 @@ def test_the_world_holds_what_the_accepted_policies_name_whatever_the_others_nam
     holders, lenders, *_ = holdings
     running = pods_in_training(holdings, kept)  # a refused policy's pods in a training queue: its target runs there
     counted = {p.spec.target.ref("inference") for p in kept + holders} | {
-        p.spec.target.ref("inference") for p in holdings.within if p.key in running}
+        p.spec.target.ref("inference") for p in refused_in_training(holdings, kept)}
     world = EmbeddedCluster(128, objects, {}, MONDAY_6AM.timestamp())
     worlds = [world]
     if objects:
@@ -303,6 +311,8 @@ EDITS = st.one_of(st.builds(lambda name: {"target": {"kind": "Deployment" if nam
          {"target": {"kind": "ClusterQueue", "name": "q9"}})  # q0 left: p0's pods in it, p1's queue still
 @example([("q0", "d0", ["q0"]), ("q1", "q0", []), ("q0", "d0", ["q0"]), ("q1", "d0", ["q0"])], [], 1,
          {"target": {"kind": "Deployment", "name": "d0"}})  # q0 left: the refused p3's training queue, lent into
+@example([("q0", "d0", []), ("q0", "d0", ["q0"]), ("q1", "q1", ["q0"])], ["typo"], 0,
+         {"target": {"kind": "Deployment", "name": "d1"}})  # the refused p0's d1 and the d0 it left both run in q0
 @given(st.lists(st.tuples(st.sampled_from(QUEUES + (None,)), st.sampled_from(["d0", "d1", "q0", "q1"]),
                           st.lists(st.sampled_from(QUEUES), max_size=2, unique=True)), min_size=1, max_size=4),
        st.lists(st.sampled_from(list(BROKEN)), max_size=4), st.integers(0, 3), EDITS)
@@ -351,10 +361,10 @@ def test_a_world_after_an_edit_holds_what_one_started_with_the_edited_policy_hol
     after = identified(world.reservation_policies())
     kept, invalid = parse_policies(after, specs)
     holdings = invalid_holdings(after, invalid, kept, specs)
-    holders, _, _, left, within = holdings
+    holders, _, _, left, _ = holdings
     running = pods_in_training(holdings, kept)
     assert {key: inf.ref for key, inf in world.inference.items()} == {
-        p.key: p.spec.target.ref("inference") for p in [*kept, *holders, *(p for p in within if p.key in running)]}
+        p.key: p.spec.target.ref("inference") for p in [*kept, *holders, *refused_in_training(holdings, kept)]}
     assert world.pods_in_training == running, (world.pods_in_training, running)
     # ...but one that holds no GPU, which the controller forgets as it reads it (and the world forgets); one whose pods
     # run in a training queue the controller reads not (within that queue): both keep it
@@ -614,14 +624,14 @@ def assert_the_world_holds_what_the_controller_counts(r: Replay, state) -> None:
     read = identified(objects)
     accepted, refused = parse_policies(read, specs)
     holdings = invalid_holdings(read, refused, accepted, specs)
-    holders, lenders, _, left, within = holdings
+    holders, lenders, _, left, _ = holdings
     running, left_running = pods_in_training(holdings, accepted), left_pods(holdings, accepted)
     assert set(r.cluster.left) == {p.spec.target.ref("inference") for p in left} | set(left_running)
     assert r.cluster.left_pods == left_running, (r.cluster.left_pods, left_running)
     assert all(state.policies[p.key].valid for p in accepted)
     assert not any(state.policies[f"{ref.namespace}/{ref.name}"].valid for ref in refused)
     assert {key: inf.ref for key, inf in r.cluster.inference.items()} == {
-        p.key: p.spec.target.ref("inference") for p in [*accepted, *holders, *(p for p in within if p.key in running)]}
+        p.key: p.spec.target.ref("inference") for p in [*accepted, *holders, *refused_in_training(holdings, accepted)]}
     assert r.cluster.pods_in_training == running, (r.cluster.pods_in_training, running)
     assert r.cluster.inference_queues == {p.key: p.spec.inference_cluster_queue for p in accepted + holders
                                           if p.spec.inference_cluster_queue}
@@ -2897,6 +2907,32 @@ def test_pods_an_edit_left_in_a_training_queue_beyond_what_is_lent_there_are_hel
         beyond = max(pods - lent["research"], 0)
         assert reserved + sum(lent[q] for q in state.teams) + beyond == 128, (minutes, reserved, lent, pods)
         assert r.cluster.inference["inference/b"].waiting == 0  # b-v2's replicas all have GPUs
+
+
+def test_a_refused_policy_edited_onto_another_target_leaves_both_targets_pods_in_the_training_queue_each_counted_once(
+        demand_file, tmp_path):
+    """p0, whose spec does not parse, names q0, p2's training queue, as its inferenceClusterQueue: Kueue admits its
+    pods there. Edited to scale p0-v2 (still refused), it leaves Deployment p0 behind, its pods in q0 still, and
+    p0-v2's pods run in q0 too: invalid_holdings' `within` names both under p0's key (p0 with p0-v2, and p0 left by
+    it). The controller counts them by target: both Deployments' pods are inference (never preempted), each GPU they
+    run on counted once, and q0's quota holds both."""
+    p0 = policy("p0", inferenceClusterQueue="q0", trainingClusterQueues=[], targetQuantlie=0.5)
+    p2 = policy("p2", target={"kind": "ClusterQueue", "name": "q1"}, inferenceClusterQueue="q1",
+                trainingClusterQueues=["q0"], minGpus=40)
+    r = Replay(tmp_path, demand_file, p0, p2)
+    r.step(AT_9)
+    r.cluster.apply_policy({**p0, "spec": {**p0["spec"], "target": {"kind": "Deployment", "name": "p0-v2"}}})
+    for minutes in (5, 10):
+        state = r.step(AT_9 + pd.Timedelta(minutes=minutes))
+        pods = [w for w in r.cluster.workloads() if w.deployment is not None]
+        running = {name: sum(w.gpus for w in pods if w.deployment == name and w.running) for name in ("p0", "p0-v2")}
+        assert {w.cluster_queue for w in pods} == {"q0"} and all(running.values()), running
+        assert not {a.workload for a in state.actions if isinstance(a, Evict)} & {w.key for w in pods}
+        quotas = r.cluster.cluster_queue_quotas()
+        assert quotas["q0"] >= sum(running.values()), (quotas, running)
+        assert state.policies["inference/p2"].reserved_gpus + quotas["q0"] == 128, (state.policies, quotas)
+        assert r.cluster.inference["inference/p2"].waiting == 0
+        assert_the_world_holds_what_the_controller_counts(r, state)
 
 
 def test_a_training_queue_s_quota_holds_the_pods_an_edit_left_running_in_it_so_a_restarted_one_is_admitted_again(
