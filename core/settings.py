@@ -63,9 +63,16 @@ def checked_tracking_uri(value: str) -> str:
         if in_memory or parts.netloc or not value.startswith("sqlite:///"):
             raise ValueError(f"{value!r} names no sqlite file (a store in memory loses every run as the command "
                              "ends): give sqlite:///PATH, e.g. sqlite:///mlflow.db or sqlite:////abs/mlflow.db")
-    if scheme in ("http", "https") and not urlsplit(value).hostname:  # found only once a training tried to log
-        raise ValueError(f"{shown_url(value)!r} names no tracking server host: give http://HOST:PORT, e.g. "
-                         "http://127.0.0.1:5000")
+    if scheme in ("http", "https"):
+        parts = urlsplit(value)
+        if not parts.hostname:  # found only once a training tried to log
+            raise ValueError(f"{shown_url(value)!r} names no tracking server host: give http://HOST:PORT, e.g. "
+                             "http://127.0.0.1:5000")
+        try:
+            parts.port  # noqa: B018 - reading it checks it
+        except ValueError:  # a mistyped port was a traceback (http.client.InvalidURL) at the first request
+            raise ValueError(f"{shown_url(value)!r} names no valid port (a number from 0 to 65535 after the host): "
+                             "give http://HOST:PORT, e.g. http://127.0.0.1:5000") from None
     return value
 
 

@@ -1516,6 +1516,19 @@ def test_an_http_uri_naming_no_host_is_refused_before_any_work(demand, tmp_path,
     assert "secret" not in err and not list(tmp_path.iterdir()), err
 
 
+@pytest.mark.parametrize("where", ["flag", "MLFLOW_TRACKING_URI", "run.tracking_uri"])
+@pytest.mark.parametrize("given", ["http://127.0.0.1:5000x", "https://user:secret@mlflow:50OO", "http://mlflow:99999"])
+def test_an_http_uri_with_a_mistyped_port_is_refused_before_any_work(demand, tmp_path, monkeypatch, capsys, where,
+                                                                     given):
+    """A port that is no number (`:5000x`) passed the check and was a traceback at the first request
+    (http.client.InvalidURL: nonnumeric port: '5000x'), exit 1: refused as a mistyped setting (exit 2) naming where
+    it was given, its password not shown."""
+    status, err, field = train_given_tracking_uri(where, given, demand, tmp_path, monkeypatch, capsys)
+    assert status == 2 and f"{field}: " in err and "names no valid port" in err, err
+    assert "Traceback" not in err and "secret" not in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["headroom.yaml"] if "." in where else []), "nothing made"
+
+
 @pytest.mark.parametrize("uri", ["sqlite:///mlflow.db", "sqlite:////abs/mlflow.db", "http://mlflow:5000",
                                  "https://user:pw@mlflow.example/prefix", "postgresql://u@db/mlflow", "databricks"])
 def test_a_tracking_uri_mlflow_opens_is_taken_as_given(uri):
