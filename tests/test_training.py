@@ -1208,6 +1208,26 @@ def test_a_training_stopped_by_sigterm_releases_its_lease_and_ends_its_runs(mlfl
 def test_a_card_that_the_controller_cannot_refit_is_refused(tmp_path, field, value, reason):
     """A card is validated when it is loaded (README: refused with the reason, ChampionRefused), including the
     fields a refit reads, not only the forecaster's name; here one with a matching checksum tag."""
+    _champion_card_forged_is_refused(tmp_path, field, value, reason)
+
+
+@pytest.mark.parametrize("field, value, reason", [
+    ("horizon", True, "horizon: Input should be a valid integer"),  # was served as auto on 1-hour inner folds
+    ("horizon", "24", "horizon: Input should be a valid integer"),
+    ("score", float("nan"), "score: Input should be a finite number"),
+    ("scale", float("inf"), "scale: Input should be a finite number"),
+    ("quantiles", [0.5, float("nan")], "quantiles.1: Input should be a finite number"),
+])
+def test_a_card_of_types_the_training_never_writes_is_refused_not_served(tmp_path, field, value, reason):
+    """A card changed by hand to a type the training never writes (a `true` or "24" horizon, NaN, Infinity) was
+    read as a number and served (horizon `true`: auto re-selected on 1-hour inner folds, not the model trained):
+    refused with the field and why, and automatic selection serves."""
+    _champion_card_forged_is_refused(tmp_path, field, value, reason)
+
+
+def _champion_card_forged_is_refused(tmp_path, field: str, value, reason: str) -> None:
+    """Train a series with auto, forge its champion's card's `field` to `value` with a matching checksum tag: loading
+    it is refused (`reason`), and the controller serves automatic selection, saying why."""
     import hashlib
     import json
 
@@ -1222,7 +1242,7 @@ def test_a_card_that_the_controller_cannot_refit_is_refused(tmp_path, field, val
     forged = json.dumps({**fields, field: value}, sort_keys=True, separators=(",", ":")).encode()
     card.write_bytes(forged)
     client(uri).set_model_version_tag("headroom-forged", "1", CARD_SHA_TAG, hashlib.sha256(forged).hexdigest())
-    with pytest.raises(ModelRefused, match=reason):
+    with pytest.raises(ModelRefused, match=re.escape(reason)):
         load_champion("forged", uri)
     model, name, fault = Models(uri).for_series("forged")
     assert name == "auto" and fault is not None and fault.startswith("ChampionRefused")

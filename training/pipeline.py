@@ -106,7 +106,8 @@ class ModelCard(BaseModel):
     """A trained model as data: which forecaster (a name in forecast.models.MODELS), what it was trained on and how
     well it did. The controller refits the named forecaster on fresh history every hour, so nothing fitted (and
     nothing executable) needs to be stored; a card is validated when it is loaded."""
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: a type the training never writes (a `true` or "24" horizon, a NaN score) is a card changed by hand
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
     format: str
     series: str
     model: str
