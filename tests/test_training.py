@@ -492,6 +492,27 @@ def test_realized_accuracy_history_and_drift(sqlite_uri, tmp_path):
     assert tags["headroom.retrain_recommended"] == "false" and tags["headroom.drift"] == "none"
 
 
+def test_a_champion_tag_edited_to_no_number_leaves_the_live_accuracy_logged(sqlite_uri, tmp_path, caplog):
+    """The champion version's tag headroom.backtest_mase (drift's baseline) edited by hand to no number made every
+    hour's log_realized raise "ValueError: could not convert string to float: 'n/a'": the controller logged it as an
+    MLflow failure and the series' live accuracy was never logged again. Now the baseline is unknown (no drift is
+    judged on it), said naming the tag, and the live error is logged."""
+    tracker, truth = Tracker(sqlite_uri), demand(days=10)
+    train_series("tagged", truth.iloc[:24 * 8], settings(), tracker, factories=FACTORIES)
+    client(sqlite_uri).set_model_version_tag("headroom-tagged", "1", "headroom.backtest_mase", "n/a")
+    model = load_champion("tagged", sqlite_uri).make()
+    log = ForecastLog(tmp_path / "forecasts")
+    for issued in truth.index[24 * 8::6][:4]:
+        log.record("tagged", issued, model.fit(truth[truth.index < issued]).predict(24, [0.1, 0.5, 0.9]))
+    with caplog.at_level("WARNING", logger="training.realized"):
+        errors, events = log_realized("tagged", log.load("tagged"), truth, tracker, scale=1.0, factor=1e-9, window=1)
+    assert not events and "champion v1's tag headroom.backtest_mase is 'n/a', no number" in caplog.text
+    mlflow = client(sqlite_uri)
+    run_id = mlflow.search_runs([mlflow.get_experiment_by_name("headroom/tagged").experiment_id],
+                                "tags.`headroom.kind` = 'accuracy'")[0].info.run_id
+    assert len(mlflow.get_metric_history(run_id, "scaled_error_1h")) == (errors["horizon"] == 1).sum() == 4
+
+
 def test_accuracy_over_time_is_one_time_axis_across_retrains_and_restarts(mlflow_server, tmp_path):
     """What an SRE charts in MLflow weeks later: in the series' accuracy run, each training's backtest scores at its
     hour and the live error, coverage and shares below q0.9/q0.99 at each target hour, beside the served champion's

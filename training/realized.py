@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -215,6 +216,20 @@ def accuracy_run(tracker: Tracker, series: str) -> str:
     return first
 
 
+def _tag_number(series: str, version: Any, key: str) -> float:
+    """The number the champion `version`'s tag `key` holds, else NaN (no drift is judged on it, the live error is
+    logged all the same): a tag edited by hand to no number is said, not the end of the series' accuracy logging."""
+    text = None if version is None else version.tags.get(key)
+    if text is None:
+        return float("nan")
+    try:
+        return float(text)
+    except ValueError:
+        log.warning("%s: champion v%s's tag %s is %r, no number (the training wrote one): taken as unknown, no drift "
+                    "is judged on it", series, version.version, key, text)
+        return float("nan")
+
+
 def log_realized(series: str, forecasts: Mapping[pd.Timestamp, pd.DataFrame], actuals: pd.Series,
                  tracker: Tracker, scale: float | None = None, baseline: float | None = None,
                  factor: float = 1.5, window: int = 24, horizons: Sequence[int] = HORIZONS
@@ -228,9 +243,8 @@ def log_realized(series: str, forecasts: Mapping[pd.Timestamp, pd.DataFrame], ac
     tracker.connect()
     if scale is None or baseline is None:
         mv = tracker.champion(registered_name(series))
-        tags = dict(mv.tags) if mv is not None else {}
-        scale = scale if scale is not None else float(tags.get("headroom.scale", "nan"))
-        baseline = baseline if baseline is not None else float(tags.get("headroom.backtest_mase", "nan"))
+        scale = scale if scale is not None else _tag_number(series, mv, "headroom.scale")
+        baseline = baseline if baseline is not None else _tag_number(series, mv, "headroom.backtest_mase")
     errors = realized_errors(forecasts, actuals, scale, horizons)
     run = accuracy_run(tracker, series)
     current = tracker.run_tags(run)
