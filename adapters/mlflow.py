@@ -174,7 +174,8 @@ class Tracker:
 
         folder = self.sqlite_dir / ".headroom-locks"
         folder.mkdir(parents=True, exist_ok=True)
-        with (folder / "store-creation.lock").open("a+") as handle:
+        # a leading dot: no series name (a letter or digit first) names this file, as <series>.lock would
+        with (folder / ".store-creation.lock").open("a+") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)  # blocks only while another process creates the schema
             yield
 

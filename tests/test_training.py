@@ -454,6 +454,19 @@ def test_lock_prevents_concurrent_training(sqlite_uri):
     assert train_series("busy", demand(), settings(), tracker, factories=FACTORIES).promoted
 
 
+def test_a_series_named_as_the_store_s_creation_lock_holds_no_one_else_off_the_store(tmp_path):
+    """The lock serializing a sqlite store's first open was .headroom-locks/store-creation.lock, the very file of
+    series `store-creation`'s training lock: while that series trained, every other opening of the store (the
+    controller, another series' training) waited for its end. Now no series name can be the creation lock's."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    opened = threading.Event()
+    with Tracker(uri).lock("store-creation"):
+        thread = threading.Thread(target=lambda: (Tracker(uri).connect(), opened.set()), daemon=True)
+        thread.start()
+        assert opened.wait(120), "opening the store waited for series store-creation's training to end"
+    thread.join()
+
+
 def test_realized_accuracy_history_and_drift(sqlite_uri, tmp_path):
     tracker, truth = Tracker(sqlite_uri), demand(days=12)
     train_series("acc", truth.iloc[:24 * 8], settings(), tracker, factories=FACTORIES)
