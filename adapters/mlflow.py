@@ -7,7 +7,7 @@ Anything that cannot reach the store raises TrackingError naming the URI.
 Locks (one training per series at a time):
   * sqlite store: an fcntl file lock <db dir>/.headroom-locks/<series>.lock;
     the kernel releases it when the process dies, so it never goes stale.
-  * remote store: a mutex registered model "headroom-lock-<series>"; creating a
+  * remote store: a mutex registered model "headroom.lock-<series>" (lease_name); creating a
     registered model is atomic (unique name), so exactly one trainer wins. It
     carries an expiry tag; a lease older than its expiry (a crashed trainer) is
     broken by deleting it. The only window is two trainers breaking the same
@@ -71,6 +71,12 @@ def _not_found(exc: BaseException) -> bool:
 
 def registered_name(series: str) -> str:
     return f"headroom-{series}"
+
+
+def lease_name(series: str) -> str:
+    """The registered model that is a series' training lease on a tracking server: never a series' own registered
+    model (registered_name: headroom-<series>), which a trainer breaking a stale lease would delete."""
+    return f"headroom.lock-{series}"
 
 
 def experiment_name(series: str) -> str:
@@ -401,7 +407,7 @@ class Tracker:
 
     @contextlib.contextmanager
     def _lease(self, series: str, ttl_seconds: float) -> Iterator[None]:
-        name = f"headroom-lock-{series}"
+        name = lease_name(series)
         owner = f"{socket.gethostname()}:{os.getpid()}:{time.time_ns()}"
         expires = time.time() + ttl_seconds
         try:

@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 from hypothesis import strategies as st
 
-from adapters.mlflow import Tracker, TrackingError, TrainingLocked
+from adapters.mlflow import Tracker, TrackingError, TrainingLocked, lease_name
 from forecast.base import future_index, quantile_frame
 from forecast.baselines import BASELINES
 from forecast.models import MODELS
@@ -275,7 +275,7 @@ def test_a_stop_at_any_request_to_the_store_leaves_no_run_running_and_no_lease(m
     except KeyboardInterrupt:
         pass  # else the training was done before the request came: the same holds
     c = client(mlflow_server.uri)
-    assert not c.search_registered_models(f"name = 'headroom-lock-{series}'")
+    assert not c.search_registered_models(f"name = '{lease_name(series)}'")
     experiment = c.get_experiment_by_name(f"headroom/{series}")
     runs = c.search_runs([experiment.experiment_id]) if experiment else []
     left = {r.info.run_name: r.info.status for r in runs if r.data.tags.get("headroom.kind") != "accuracy"}
@@ -841,7 +841,7 @@ def test_real_server_promotion_load_and_lease(mlflow_server):
     with tracker.lock("srv", ttl_seconds=600):
         with pytest.raises(TrainingLocked, match="lease"):
             train_series("srv", demand(), settings(), Tracker(uri), factories=FACTORIES)
-    client(uri).create_registered_model("headroom-lock-stale", tags={"owner": "gone", "expires": "0"})
+    client(uri).create_registered_model(lease_name("stale"), tags={"owner": "gone", "expires": "0"})
     with tracker.lock("stale"):
         pass
     assert not train_series("srv", demand(), settings(), tracker, factories=FACTORIES).promoted
@@ -1110,8 +1110,8 @@ def test_a_store_lost_mid_training_keeps_the_champion_and_the_next_training_ends
         with pytest.raises(TrackingError, match=re.escape(uri)):
             train_series("outage", demand(), settings(candidates=("outage",), lock_ttl_seconds=1), Tracker(uri),
                          factories={**FACTORIES, "outage": Outage})
-        assert "training lease headroom-lock-outage could not be released" in caplog.text
-        assert "delete registered model headroom-lock-outage" in caplog.text
+        assert f"training lease {lease_name('outage')} could not be released" in caplog.text
+        assert f"delete registered model {lease_name('outage')}" in caplog.text
         server.start()
         mlflow = client(uri)
         experiment = mlflow.get_experiment_by_name("headroom/outage").experiment_id
@@ -1208,7 +1208,7 @@ def test_a_training_stopped_by_sigterm_releases_its_lease_and_ends_its_runs(mlfl
     c = client(mlflow_server.uri)
 
     def leased() -> bool:
-        return bool(c.search_registered_models("name = 'headroom-lock-sigterm'"))
+        return bool(c.search_registered_models(f"name = '{lease_name('sigterm')}'"))
 
     try:
         assert proc.stderr is not None
@@ -1343,7 +1343,7 @@ def test_a_held_lease_says_until_when_and_how_to_break_it(mlflow_server):
             train_series("held", demand(), settings(), Tracker(mlflow_server.uri), factories=FACTORIES)
     message = str(refused.value)
     assert re.search(r"until \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", message), message
-    assert "delete the registered model headroom-lock-held" in message, message
+    assert f"delete the registered model {lease_name('held')}" in message, message
 
 
 class _Racing:
@@ -1378,12 +1378,12 @@ def test_a_lease_another_trainer_lets_go_of_meanwhile_is_taken_not_a_store_error
     """Two trainers of one series a moment apart: the lease this one found held (or stale) is gone by its next
     request. That was a TrackingError ("RESOURCE_DOES_NOT_EXIST", `headroom train` exit 1) for a lease free to take."""
     name = f"race-{race}"
-    client(mlflow_server.uri).create_registered_model(f"headroom-lock-{name}", tags={"owner": "other",
+    client(mlflow_server.uri).create_registered_model(lease_name(name), tags={"owner": "other",
                                                                                      "expires": expires})
     tracker = Tracker(mlflow_server.uri).connect()
-    tracker._client = _Racing(tracker.client, f"headroom-lock-{name}", race)
+    tracker._client = _Racing(tracker.client, lease_name(name), race)
     with tracker.lock(name, ttl_seconds=600):
-        owner = client(mlflow_server.uri).get_registered_model(f"headroom-lock-{name}").tags["owner"]
+        owner = client(mlflow_server.uri).get_registered_model(lease_name(name)).tags["owner"]
         assert owner.startswith(f"{socket.gethostname()}:{os.getpid()}:")
     assert tracker._client.raced
 
@@ -1408,9 +1408,20 @@ def test_a_lease_with_an_unreadable_expiry_is_broken_as_a_stale_one(mlflow_serve
     """A lease registered model not written by a headroom trainer (no expiry, or one that is not a number) was a
     ValueError traceback; it is broken as one without an expiry already was (a trainer always writes a number)."""
     c = client(mlflow_server.uri)
-    c.create_registered_model("headroom-lock-odd", tags={"owner": "someone", "expires": "soon"})
+    c.create_registered_model(lease_name("odd"), tags={"owner": "someone", "expires": "soon"})
     assert train_series("odd", demand(), settings(), Tracker(mlflow_server.uri), factories=FACTORIES).promoted
-    assert not c.search_registered_models("name = 'headroom-lock-odd'")
+    assert not c.search_registered_models(f"name = '{lease_name('odd')}'")
+
+
+def test_a_training_on_a_server_keeps_the_model_of_a_series_named_lock_dash_its_name(mlflow_server):
+    """A series' lease was registered model headroom-lock-<series>, the very name of series lock-<series>'s own
+    model: training `serve` on a tracking server took `lock-serve`'s model (no expiry tag) for a stale lease and
+    deleted it, its versions and its champion, exit 0. Now no lease is any series' model."""
+    uri = mlflow_server.uri
+    first = train_series("lock-serve", demand(), settings(), Tracker(uri), factories=FACTORIES)
+    assert train_series("serve", demand(), settings(), Tracker(uri), factories=FACTORIES).promoted
+    assert champion_version(uri, "lock-serve") == first.version == "1"
+    assert not client(uri).search_registered_models(f"name = '{lease_name('serve')}'")
 
 
 def _band_edges(band, x) -> tuple[np.ndarray, np.ndarray]:
