@@ -330,6 +330,28 @@ def test_the_next_training_ends_one_cut_short_as_its_promotion_says(sqlite_uri, 
         assert first.tags["headroom.outcome"].startswith("abandoned: its training was cut short"), first.tags
 
 
+@pytest.mark.parametrize("tag", ["junk", "2026-12-07 06:00"])  # no time; a time with no zone
+def test_a_first_forecast_hour_tag_edited_to_no_zoned_time_leaves_the_next_training_to_end_the_cut_run(sqlite_uri,
+                                                                                                     tag):
+    """The next training ends a run cut short after its promotion and logs its `promoted` point at the version's
+    headroom.first_forecast_hour tag, which no checksum covers: edited to "junk", pd.Timestamp raised ValueError out of
+    train_series (a traceback from `headroom train`, the other series' results lost). Now the point is not logged,
+    said, and the run still ends FINISHED."""
+    series = f"tagged-{len(tag)}"
+    with pytest.raises(KeyboardInterrupt):
+        train_series(series, demand(), settings(), StoppedAtOneRequest(sqlite_uri, "set_registered_model_alias", 1,
+                                                                       answered=True, then_gone=True),
+                     factories=FACTORIES)
+    c = client(sqlite_uri)
+    c.set_model_version_tag(f"headroom-{series}", "1", "headroom.first_forecast_hour", tag)
+    again = train_series(series, demand(), settings(), Tracker(sqlite_uri), factories=FACTORIES)
+    assert again.already_trained and again.version == "1", again.outcome
+    assert run_statuses(sqlite_uri, series)["train"] == "FINISHED"
+    (accuracy,) = c.search_runs([c.get_experiment_by_name(f"headroom/{series}").experiment_id],
+                                "tags.`headroom.kind` = 'accuracy'")
+    assert c.get_metric_history(accuracy.info.run_id, "promoted") == []
+
+
 def test_train_says_a_series_stopped_after_its_promotion_was_promoted(sqlite_uri, tmp_path, monkeypatch, capsys):
     """SIGTERM landing once the promotion had made v1 the champion: the run ended FINISHED with headroom.cut_short,
     and `train` listed the series as `error: stopped by SIGTERM` and told to retrain, as if nothing had been done."""
@@ -392,6 +414,34 @@ def test_train_says_a_series_that_failed_after_its_promotion_was_promoted(sqlite
     assert "training failed" not in captured.err, captured.err
     assert champion_version(sqlite_uri, "lost") == "1"
     assert run_statuses(sqlite_uri, "lost")["train"] == "FINISHED"
+
+
+def test_a_defect_met_training_one_series_stays_with_it_the_others_train(sqlite_uri, tmp_path, monkeypatch, capsys):
+    """An exception no one expects (a defect: here a ValueError out of one series' training) ended `train` of several
+    series with a traceback: the series after it never trained, and the JSON of those before it was lost. It is that
+    series' error (said with its traceback on stderr), the others train, exit 1."""
+    import cli.train
+    from cli.main import main
+    from forecast.synthetic import write_csv
+
+    def broken_on_b(name, *args, **kwargs):
+        if name == "b":
+            raise ValueError("a defect")
+        return train_series(name, *args, **kwargs)
+
+    monkeypatch.setattr(cli.train, "train_series", broken_on_b)
+    for name in "abc":
+        write_csv(demand(), tmp_path / f"{name}.csv")
+    (tmp_path / "three.yaml").write_text(
+        "backtest: {folds: 2}\ntraining:\n  candidates: [snaive24]\n  series:\n"
+        + "".join(f"    - {{name: {name}, file: {tmp_path / name}.csv}}\n" for name in "abc"))
+    assert main(["train", "--config", str(tmp_path / "three.yaml"), "--tracking-uri", sqlite_uri]) == 1
+    captured = capsys.readouterr()
+    said = {entry["name"]: entry for entry in json.loads(captured.out)}
+    assert said["b"]["error"] == "internal error: ValueError: a defect", said["b"]
+    assert "error" not in said["a"] and "error" not in said["c"], said
+    assert champion_version(sqlite_uri, "c") == "1"
+    assert "b (" in captured.err and "ValueError: a defect" in captured.err and "Traceback" in captured.err
 
 
 @pytest.mark.parametrize("answered", [True, False])

@@ -467,6 +467,24 @@ def _not_left_running(tracker: Tracker, exp: str, series: str) -> Iterator[None]
         raise
 
 
+def _first_hour(registered: str, version) -> pd.Timestamp | None:
+    """The hour a version's model first forecast (its FIRST_HOUR_TAG); None if it has none, or if the tag (no checksum
+    covers it) was edited to no time with a zone: said, and its `promoted` point is not logged rather than logged at
+    a wrong hour."""
+    text = version.tags.get(FIRST_HOUR_TAG)
+    if not text:
+        return None
+    try:
+        hour = pd.Timestamp(text)
+    except ValueError:
+        hour = pd.NaT
+    if pd.isna(hour) or hour.tzinfo is None:
+        log.warning("%s: v%s's %s tag is %r, no time with a zone: its promoted point is not logged", registered,
+                    version.version, FIRST_HOUR_TAG, text)
+        return None
+    return hour
+
+
 def _end_unfinished(tracker: Tracker, exp: str, series: str, status: str,
                     why: str) -> tuple[list[str], str | None]:
     """End the training runs left RUNNING in experiment `exp` (a training stopped, failed or gone) `status`, `why` in
@@ -484,9 +502,8 @@ def _end_unfinished(tracker: Tracker, exp: str, series: str, status: str,
             if champion is not None and str(version.version) == str(champion.version):
                 log.warning("%s: v%s was promoted before its training was cut short (%s): its run ends FINISHED",
                             registered, version.version, why)
-                if hour := version.tags.get(FIRST_HOUR_TAG):  # before the run ends: else no one logs it
-                    tracker.log_metrics(accuracy_run(tracker, series),
-                                        [("promoted", 1.0, *time_axis(pd.Timestamp(hour)))])
+                if (hour := _first_hour(registered, version)) is not None:  # before the run ends: else no one logs it
+                    tracker.log_metrics(accuracy_run(tracker, series), [("promoted", 1.0, *time_axis(hour))])
                 tracker.set_tags(run_id, {"headroom.version": str(version.version),
                                           **{k: v for k, v in version.tags.items() if k in VERDICT_TAGS},
                                           "headroom.cut_short": f"after promoting v{version.version}: {why}"})
