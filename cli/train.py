@@ -7,6 +7,7 @@ import re
 import signal
 import sys
 import threading
+import traceback
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -135,6 +136,13 @@ def cmd_train(cfg, args) -> int:
                     status = 1
                     out.append({"name": name, "history": where, "error": f"{type(exc).__name__}: {exc}"})
                     print(f"{name} ({where}): training failed: {exc}", file=sys.stderr)
+                except Exception as exc:  # noqa: BLE001 - a defect met on one series stays with it: the others train
+                    status = 1
+                    out.append({"name": name, "history": where,
+                                "error": f"internal error: {type(exc).__name__}: {exc}"})
+                    print(f"{name} ({where}): training failed with an internal error (a defect: please report it):",
+                          file=sys.stderr)
+                    traceback.print_exc(file=sys.stderr)
         except KeyboardInterrupt as exc:
             # train_series has ended its runs (KILLED, or FINISHED if it promoted its model) and released its lock
             why = f"stopped by {exc}" if str(exc) else "interrupted"
