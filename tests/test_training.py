@@ -1182,6 +1182,22 @@ def test_a_store_lost_mid_training_keeps_the_champion_and_the_next_training_ends
         server.stop()
 
 
+def test_a_card_listed_over_the_limit_is_refused_before_it_is_downloaded(sqlite_uri, monkeypatch):
+    """A model card forged to gigabytes in the store was downloaded whole into a temporary folder and only then
+    refused by its size (64 KB): the disk could fill first. The store lists each artifact's size: one over the limit
+    is refused unread; one within it still loads."""
+    tracker = Tracker(sqlite_uri)
+    runs = {size: tracker.start_run(tracker.experiment("headroom/card-size"), f"card-{size}") for size in (100, 70000)}
+    for size, run_id in runs.items():
+        tracker.log_model(run_id, b"{" + b" " * (size - 2) + b"}")
+    assert tracker.load_model_card(runs[100]) == b"{" + b" " * 98 + b"}"
+    downloaded = []
+    monkeypatch.setattr(tracker.client, "download_artifacts", lambda *args: downloaded.append(args))
+    with pytest.raises(TrackingError, match="model card is 70000 bytes, over the 65536-byte limit"):
+        tracker.load_model_card(runs[70000])
+    assert downloaded == []
+
+
 def test_a_champion_whose_card_cannot_be_read_is_replaced_by_the_next_training(tmp_path):
     """The controller refuses a champion whose card is gone (deleted artifact, or a version registered by another
     tool: a pickled pyfunc, no run at all), so the next training must be able to replace it: such a champion
