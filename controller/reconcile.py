@@ -1011,19 +1011,26 @@ class Reconciler:
         """The plan of the policies `planned` (their `inputs`), with the training in the queues `lending` lend to,
         beside `held` GPUs that workloads headroom does not plan hold (and the pods `within` beyond the quotas of those
         queues), never more than the minimums of `planned` leave (feasible() gave them first), on the cluster as `read`.
-        `role`: which of a reconcile's plans it is, each hourly plan kept for its own (_hour_plan)."""
-        lendable = self.cfg.capacity_gpus - self.cfg.non_lendable_gpus
+        `role`: which of a reconcile's plans it is, each hourly plan kept for its own (_hour_plan).
+        The pods within what the last plan lent a training queue hold it; a plan lending less there than they hold
+        within it would count the rest nowhere (they never leave: the GPUs it expects back would be reserved again, a
+        replica waiting), so it is made again with what it lends as the split, until it lends no less than that."""
+        held_most = self.cfg.capacity_gpus - self.cfg.non_lendable_gpus - sum(p.spec.least_gpus for p in planned)
+        workloads = tuple(WorkloadPolicy.from_spec(p.key, p.spec) for p in planned)
         pods_in = self._pods_in(within, training_queues(lending), read.workloads)
-        held = min(held + sum(beyond_lent(pods_in, self._lent).values()),
-                   lendable - sum(p.spec.least_gpus for p in planned))
-        cluster_policy = ClusterPolicy(self.cfg.capacity_gpus,
-                                       tuple(WorkloadPolicy.from_spec(p.key, p.spec) for p in planned),
-                                       weights, self.cfg.non_lendable_gpus + held,
-                                       self.cfg.horizon_hours, self.cfg.keep_forecast_seconds)
-        hours = self._hour_plan(role, inputs, cluster_policy, now)
-        view = self._view(planned, lending, now, read, self._lent)
-        return _Plan(inputs, cluster_policy, hours, view,
-                     plan_step(hours, self._observed(inputs, view), view.training, cluster_policy, now), pods_in)
+        lent = self._lent
+        while True:
+            beyond = beyond_lent(pods_in, lent)
+            cluster_policy = ClusterPolicy(self.cfg.capacity_gpus, workloads, weights, self.cfg.non_lendable_gpus
+                                           + min(held + sum(beyond.values()), held_most),
+                                           self.cfg.horizon_hours, self.cfg.keep_forecast_seconds)
+            hours = self._hour_plan(role, inputs, cluster_policy, now)
+            view = self._view(planned, lending, now, read, lent)
+            step = plan_step(hours, self._observed(inputs, view), view.training, cluster_policy, now)
+            shrunk = {**lent, **{q: step.quotas.get(q, 0) for q in pods_in if step.quotas.get(q, 0) < lent.get(q, 0)}}
+            if beyond_lent(pods_in, shrunk) == beyond:
+                return _Plan(inputs, cluster_policy, hours, view, step, pods_in)
+            lent = shrunk  # (a queue lent less each pass, never below 0: it ends)
 
     # -- 2. demand and forecast, each policy's faults its own
     def _input(self, p: PolicyObject, now: pd.Timestamp) -> _Input:

@@ -300,7 +300,9 @@ def test_a_refused_policy_s_pods_beyond_the_training_queue_s_quota_are_held_not_
     """serve's pod in research-run runs on 8 GPUs more than chat lends there (its quota lowered under it, as when the
     queue was lent less since). The controller counted it only within that quota and lent the same GPUs again: the
     slack lent stayed what it was, the 8 GPUs beyond the quota counted nowhere. Beyond the quota they are held
-    (controller.reconcile.serving_gpus): lent no more, and the pod, inference, is no victim."""
+    (controller.reconcile.serving_gpus): lent no more, and the pod, inference, is no victim. Nor are the GPUs it holds
+    within the old quota counted nowhere where the plan lends less: chat reserved 23 beside research-run's 113 (136 of
+    128 GPUs), lending 97 with only the 8 beyond 105 held. Each GPU is counted once."""
     refused_serve(kube, "Deployment")
     try:
         controller.sync()
@@ -311,7 +313,9 @@ def test_a_refused_policy_s_pods_beyond_the_training_queue_s_quota_are_held_not_
         served = serving_pod(kube, "serve-pods", quota + 8)
         controller.sync()
         state = r.reconcile(MONDAY_7AM + pd.Timedelta(minutes=5))
-        assert state.slack_gpus == lent - 8, (state.slack_gpus, lent)
+        assert state.slack_gpus <= lent - 8, (state.slack_gpus, lent)
+        reserved = sum(p.reserved_gpus for p in state.policies.values())
+        assert reserved + controller.cluster_queue_quotas()[QUEUE] <= 128, (reserved, controller.cluster_queue_quotas())
         assert active(kube, NS, served) is True, "serve's pod was preempted"
     finally:
         clean_pods(kube)

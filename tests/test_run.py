@@ -2935,6 +2935,27 @@ def test_a_refused_policy_edited_onto_another_target_leaves_both_targets_pods_in
         assert_the_world_holds_what_the_controller_counts(r, state)
 
 
+def test_pods_of_a_refused_policy_in_a_training_queue_whose_lend_shrinks_are_held_not_reserved_again(
+        demand_file, tmp_path):
+    """p0, whose spec does not parse, runs its pods (40 GPUs) in q0, p2's training queue; p2 ramps up over the morning
+    and lends q0 less. The plan counted the pods as held only beyond what the LAST plan lent q0: those within it but
+    beyond what the new plan lends were counted nowhere, though they never leave, so p2 reserved GPUs they hold (90
+    where 88 fit at 10:00 and 10:05: q0's quota 40 + 90 = 130 of 128 GPUs), a replica of p2 waiting. Each GPU they run
+    on is counted once: what p2 reserves and q0's quota (what is lent and the pods beyond it) fit the cluster."""
+    p0 = policy("p0", inferenceClusterQueue="q0", trainingClusterQueues=[], targetQuantlie=0.5,
+                capacity={"demandPerGpu": 6.0, "gpusPerReplica": 2})
+    p2 = policy("p2", target={"kind": "ClusterQueue", "name": "q1"}, inferenceClusterQueue="q1",
+                trainingClusterQueues=["q0"], minGpus=40)
+    r = Replay(tmp_path, demand_file, p0, p2)
+    for minutes in range(0, 125, 5):
+        state = r.step(AT_9 + pd.Timedelta(minutes=minutes))
+        pods = sum(w.gpus for w in r.cluster.workloads() if w.deployment == "p0" and w.running)
+        reserved, quota = state.policies["inference/p2"].reserved_gpus, r.cluster.cluster_queue_quotas()["q0"]
+        assert pods == 40 and quota >= pods, (minutes, pods, quota)
+        assert reserved + quota <= 128, (minutes, reserved, quota)
+        assert r.cluster.inference["inference/p2"].waiting == 0, (minutes, reserved, quota)
+
+
 def test_a_training_queue_s_quota_holds_the_pods_an_edit_left_running_in_it_so_a_restarted_one_is_admitted_again(
         demand_file, tmp_path):
     """b's pods (84 GPUs) run on in research after an edit scaled b-v2 instead, and chat lends into research: the
