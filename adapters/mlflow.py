@@ -320,13 +320,16 @@ class Tracker:
         """The raw model card of a run (read as bytes, never executed); TrackingError if it cannot be read. One the
         store lists as over `max_bytes` is refused before it is downloaded (a card forged to gigabytes would fill the
         disk first); one listed with no size is checked once downloaded."""
+        card = "model/card.json"
+
+        def within_limit(size: int | None) -> None:
+            if (size or 0) > max_bytes:
+                raise OSError(f"model card is {size} bytes, over the {max_bytes}-byte limit")
+
         with tempfile.TemporaryDirectory() as tmp, self.guard(f"download the model card of run {run_id}"):
-            listed = {f.path: f.file_size for f in self.client.list_artifacts(run_id, "model")}
-            if (listed.get("model/card.json") or 0) > max_bytes:
-                raise OSError(f"model card is {listed['model/card.json']} bytes, over the {max_bytes}-byte limit")
-            local = Path(self.client.download_artifacts(run_id, "model/card.json", tmp))
-            if local.stat().st_size > max_bytes:
-                raise OSError(f"model card is {local.stat().st_size} bytes, over the {max_bytes}-byte limit")
+            within_limit({f.path: f.file_size for f in self.client.list_artifacts(run_id, "model")}.get(card))
+            local = Path(self.client.download_artifacts(run_id, card, tmp))
+            within_limit(local.stat().st_size)
             return local.read_bytes()
 
     # -- registry ------------------------------------------------------------------------------------
