@@ -342,24 +342,31 @@ def test_bad_flags_of_the_controller_exit_2_naming_the_flag(examples, capsys, ar
     assert status == 2 and flag in err, err
 
 
+def _history_and_policy(tmp_path, name: str, times) -> tuple:
+    """A history NAME.csv of 30 every step of `times`, and a policy file naming NAME (its target and series)."""
+    import pandas as pd
+
+    history, policy = tmp_path / f"{name}.csv", tmp_path / "p.yaml"
+    pd.DataFrame({"timestamp": times.strftime("%Y-%m-%dT%H:%M:%SZ"), "value": 30.0}).to_csv(history, index=False)
+    policy.write_text(f"""apiVersion: headroom.dev/v1alpha1
+kind: ReservationPolicy
+metadata: {{name: {name}, namespace: default}}
+spec:
+  query: demand
+  target: {{kind: Deployment, name: {name}}}
+  capacity: {{demandPerGpu: 10}}
+""")
+    return history, policy
+
+
 @pytest.mark.parametrize("command", [["plan"], ["run", "--once"], ["run", "--hours", "2"]])
 def test_histories_that_do_not_overlap_are_refused_at_the_default_now(examples, tmp_path, capsys, command):
     """A policy whose history starts after the others' end: the default --now (the earliest end) was before any of
     its samples, and plan/run planned it on the fallback ("demand now unknown", a note on stderr), exit 0."""
     import pandas as pd
 
-    later = tmp_path / "later.csv"
-    times = pd.date_range("2026-03-20", periods=48 * 12, freq="5min", tz="UTC")
-    pd.DataFrame({"timestamp": times.strftime("%Y-%m-%dT%H:%M:%SZ"), "value": 30.0}).to_csv(later, index=False)
-    policy = tmp_path / "p.yaml"
-    policy.write_text("""apiVersion: headroom.dev/v1alpha1
-kind: ReservationPolicy
-metadata: {name: later, namespace: default}
-spec:
-  query: demand
-  target: {kind: Deployment, name: later}
-  capacity: {demandPerGpu: 10}
-""")
+    later, policy = _history_and_policy(tmp_path, "later", pd.date_range("2026-03-20", periods=48 * 12, freq="5min",
+                                                                         tz="UTC"))
     status, err = exits([*command, "--config", examples, "--policy-file", policy, "--history", later], capsys)
     assert status == 2 and "the policies' histories do not overlap at the default --now" in err, err
     assert f"default/later's ({later}) starts 2026-03-20 00:00:00+00:00" in err, err
@@ -371,18 +378,8 @@ def test_hours_longer_than_the_history_without_now_name_hours_not_now(examples, 
     23:35:00+00:00 is outside the histories (...)"."""
     import pandas as pd
 
-    short = tmp_path / "short.csv"
-    times = pd.date_range("2026-03-20 00:00", "2026-03-20 10:30", freq="5min", tz="UTC")
-    pd.DataFrame({"timestamp": times.strftime("%Y-%m-%dT%H:%M:%SZ"), "value": 30.0}).to_csv(short, index=False)
-    policy = tmp_path / "p.yaml"
-    policy.write_text("""apiVersion: headroom.dev/v1alpha1
-kind: ReservationPolicy
-metadata: {name: short, namespace: default}
-spec:
-  query: demand
-  target: {kind: Deployment, name: short}
-  capacity: {demandPerGpu: 10}
-""")
+    short, policy = _history_and_policy(tmp_path, "short", pd.date_range("2026-03-20 00:00", "2026-03-20 10:30",
+                                                                         freq="5min", tz="UTC"))
     status, err = exits(["run", "--policy-file", policy, "--history", short, "--hours", "11"], capsys)
     assert status == 2 and err.strip().splitlines()[-1] == (
         "headroom: error: --hours 11 is longer than the histories (2026-03-20 00:00:00+00:00 .. 2026-03-20 "
