@@ -703,7 +703,8 @@ class EmbeddedCluster:
             "model": status.model, "observedGeneration": status.observed_generation,
             "forecastDemand": status.forecast_demand, "nextHours": list(status.next_hours),
             "realizedError": realized, "conditions": list(conditions.values()),
-            "holding": copy.deepcopy(status.holding), "left": copy.deepcopy(status.left)}
+            "holding": copy.deepcopy(status.holding), "left": copy.deepcopy(status.left),
+            "holdsTarget": status.holds_target}
         return True
 
     def emit_event(self, about: ObjectRef, reason: str, message: str, type: str = "Normal") -> dict:

@@ -1402,6 +1402,7 @@ class KubeCluster:
             body["model"] = status.model
             body["holding"] = status.holding  # none: no spec of the policy says what it holds (null removes it)
             body["left"] = status.left  # a list: written whole (none left: null removes it)
+            body["holdsTarget"] = status.holds_target
             body["nextHours"] = list(status.next_hours)
             if status.realized_error is None:  # a policy not planned: its forecasts are no longer scored
                 body["realizedError"] = None

@@ -188,6 +188,9 @@ class ParsedSpecs:
         self._left: dict[ObjectRef, dict[TargetRef, PolicySpec]] = {}
         # the targets each policy's status says it left behind, as written and as read (`left`), read once per status
         self._said_left: dict[ObjectRef, tuple[list, list[PolicySpec]]] = {}
+        # the refused policies whose target another policy held, each with that target, as the last invalid_holdings
+        # decided: never their own, so an edit of one leaves no target behind (`_parsed`)
+        self._held_elsewhere: dict[ObjectRef, TargetRef] = {}
 
     def of(self, ref: ObjectRef, generation: int, raw: object) -> PolicySpec | str:
         """The parsed spec, or every error (field paths) in one message."""
@@ -226,7 +229,9 @@ class ParsedSpecs:
             now_held = held[3].target.ref(namespace)
             left = self._left.setdefault(ref, {})
             left.pop(now_held, None)  # named again: its policy's once more
-            if before is not None and (was := before[1].target.ref(namespace)) != now_held:
+            # named another: the one named before is left, unless another policy held it (never this one's)
+            if before is not None and (was := before[1].target.ref(namespace)) != now_held \
+                    and self._held_elsewhere.get(ref) != was:
                 left[was] = before[1]
         return held
 
@@ -238,8 +243,8 @@ class ParsedSpecs:
         namespace = ref.namespace or "default"
         left = self._left.setdefault(ref, {})
         said = status.get("left") or []
-        if status.get("observedGeneration") != generation:  # written before this generation: what it held then
-            said = [*said, status.get("holding")]
+        if status.get("observedGeneration") != generation and status.get("holdsTarget") is not False:
+            said = [*said, status.get("holding")]  # written before this generation: what it held then
         if said:
             read = self._said_left.get(ref)
             if read is None or read[0] != said:
@@ -257,6 +262,18 @@ class ParsedSpecs:
         """The targets `left` gave for the policy `ref` and not forgotten since, as its status says them (status.left;
         None: none), each as status.holding says a target held (core.policy.holding_said)."""
         return [holding_said(spec) for spec in self._left.get(ref, {}).values()] or None
+
+    def note_owners(self, refused: Iterable[PolicyObject], owners: Iterable[PolicyObject]) -> None:
+        """invalid_holdings' verdict: of the `refused` policies, those not among the `owners` (each holding its target,
+        or its pods within another's holding) name a target another policy holds (`_held_elsewhere`)."""
+        owning = {(p.ref, p.target().target) for p in owners}  # (a left target's is its policy's ref too)
+        self._held_elsewhere = {p.ref: target for p in refused if (p.ref, target := p.target().target) not in owning}
+
+    def holds_target(self, ref: ObjectRef) -> bool | None:
+        """False: another policy holds the target of the refused policy `ref` (invalid_holdings' verdict, note_owners).
+        Its status says so (status.holdsTarget), so a controller restarted before it plans an edit of the policy does
+        not count that target as left behind by it either (`left`). None: it holds its target, or none is known."""
+        return False if ref in self._held_elsewhere else None
 
     def forget_left(self, ref: ObjectRef, target: TargetRef) -> None:
         """A target left behind that holds no GPU now (scaled to 0, or deleted): nothing to count any more."""
@@ -335,8 +352,9 @@ def invalid_holdings(objects: list[Identified], invalid: Mapping[ObjectRef, str]
     ones, each GPU counted once, decided together (core.policy.refused_holders): a ClusterQueue target holds its quota
     whether refused or left, and the pods of the others in it are within it. An edit deletes no workload: a left
     target runs on at its replicas, which no one scales now, so its GPUs are held as a refused policy's target's are,
-    not lent. A refused policy lends into no queue any policy holds inference in (its queue clash), only into its
-    others."""
+    not lent; a target a refused policy named while another held it is not its to leave (the verdict is kept in
+    `specs`: ParsedSpecs.note_owners). A refused policy lends into no queue any policy holds inference in (its queue
+    clash), only into its others."""
     ordered = sorted(objects, key=lambda o: created(o.obj))
     refused = [PolicyObject(ref, generation, spec, obj.get("status") or {}) for obj, ref, generation in ordered
                if ref in invalid and (spec := specs.holding(ref, generation, obj.get("spec"), obj.get("status") or {})
@@ -352,6 +370,7 @@ def invalid_holdings(objects: list[Identified], invalid: Mapping[ObjectRef, str]
     holders = [p for p, own in zip(refused, holds) if own]
     left_held = [p for p, own in zip(left, holds[len(refused):]) if own]
     within = [p for p, queue in zip((*refused, *left), pods_queues(accepted, others, holds)) if queue is not None]
+    specs.note_owners(refused, (*holders, *within))
     return Holdings(holders, lenders, refused, left_held, within)
 
 
@@ -485,16 +504,17 @@ NOT_PLANNED = tuple(Condition(kind, "Unknown", "NotPlanned", "the policy takes n
                     for kind in CONDITION_TYPES if kind != "Ready")
 
 
-def _refusal_said(status: Mapping, message: str, generation: int, holding: dict | None, left: list[dict] | None
-                  ) -> tuple[bool, bool]:
+def _refusal_said(status: Mapping, message: str, generation: int, holding: dict | None, left: list[dict] | None,
+                  holds_target: bool | None) -> tuple[bool, bool]:
     """Whether a policy's status already says Ready=False for this reason (a restarted controller reported it), and
-    whether it says all a refusal's status says: the generation refused, what the policy holds and left behind, no
-    plan's id or realized error (an older controller's refusal left its last plan's, and a spec edited and refused for
-    the same reason is a new generation)."""
+    whether it says all a refusal's status says: the generation refused, what the policy holds and left behind and
+    whether another holds its target, no plan's id or realized error (an older controller's refusal left its last
+    plan's, and a spec edited and refused for the same reason is a new generation)."""
     told = any(c.get("type") == "Ready" and c.get("status") == "False" and c.get("message") == message
                for c in status.get("conditions", []))
     return told, told and status.get("observedGeneration") == generation and not status.get("planId") \
-        and not status.get("realizedError") and status.get("holding") == holding and status.get("left") == left
+        and not status.get("realizedError") and status.get("holding") == holding and status.get("left") == left \
+        and status.get("holdsTarget") == holds_target
 
 
 @dataclass(frozen=True)
@@ -876,8 +896,8 @@ class Reconciler:
             obj, _, generation = read[ref]
             status = obj.get("status") or {}
             holding = holding_said(holds[ref]) if ref in holds else None
-            left_said = self._specs.left_said(ref)
-            told, whole = _refusal_said(status, message, generation, holding, left_said)
+            left_said, holds_target = self._specs.left_said(ref), self._specs.holds_target(ref)
+            told, whole = _refusal_said(status, message, generation, holding, left_said, holds_target)
             why = "PlanInfeasible" if ref in too_big else "TargetMissing" if ref in missing else "InvalidSpec"
             if self._reported.get(ref) != message and not told:
                 # one event per new refusal, not one per reconcile (nor one per restart: the status remembers)
@@ -886,7 +906,8 @@ class Reconciler:
             if not whole:
                 conditions = (Condition("Ready", "False", why, message), *NOT_PLANNED)
                 report.append(PatchStatus(ref, PolicyStatus(0, 0, conditions, observed_generation=generation,
-                                                            holding=holding, left=left_said)))
+                                                            holding=holding, left=left_said,
+                                                            holds_target=holds_target)))
         for p in policies:
             self._reported.pop(p.ref, None)
         # what was written and told a policy since deleted is forgotten (a thousand come and go over a controller's

@@ -150,3 +150,5 @@ class PolicyStatus:
     realized_error: dict[str, float] | None = None  # "1h"/"6h"/"24h" ahead -> mean scaled error
     holding: dict[str, Any] | None = None  # what the policy holds, as its spec says it (core.policy.holding_said)
     left: list[dict[str, Any]] | None = None  # the targets an edit named others in place of, each as `holding`
+    # False: another policy holds the target `holding` names (this one refused): an edit of it leaves none behind
+    holds_target: bool | None = None

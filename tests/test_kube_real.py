@@ -567,25 +567,28 @@ HOLDINGS = st.builds(
 
 @hypothesis.settings(max_examples=20, deadline=None)
 @hypothesis.given(holdings=st.lists(st.tuples(st.none() | HOLDINGS, st.none() | st.lists(HOLDINGS, min_size=1,
-                                                                                          max_size=3)),
+                                                                                          max_size=3),
+                                              st.sampled_from([None, False])),
                                     min_size=1, max_size=4))
 def test_a_status_s_holding_says_the_same_on_kubernetes_and_the_embedded_cluster(cluster, holdings):
-    """What a policy holds (status.holding, read back by a restarted controller where no spec says it) and the targets
-    an edit left behind (status.left, each as a holding) read back as written, whole, on Kubernetes as on the embedded
-    cluster: a merge patch merges maps, so a queue or namespace said before and not now would be left in it; none
-    written (None) removes it; the same said again is no write."""
+    """What a policy holds (status.holding, read back by a restarted controller where no spec says it), the targets
+    an edit left behind (status.left, each as a holding) and whether another policy holds its target
+    (status.holdsTarget) read back as written, whole, on Kubernetes as on the embedded cluster: a merge patch merges
+    maps, so a queue or namespace said before and not now would be left in it; none written (None) removes it; the
+    same said again is no write."""
     cluster.delete(f"{RP}/holding")
     cluster.create(RP, policy("holding"))
     world = EmbeddedCluster(8, [], {}, 0.0)
-    for holding, left in holdings:
-        status = PolicyStatus(reserved_gpus=0, headroom_gpus=0, holding=holding, left=left,
+    for holding, left, holds_target in holdings:
+        status = PolicyStatus(reserved_gpus=0, headroom_gpus=0, holding=holding, left=left, holds_target=holds_target,
                               conditions=(Condition("Ready", "False", "InvalidSpec", "spec.target.name: required"),))
         cluster.patch_policy_status(NS, "holding", status)
         world.patch_policy_status(NS, "holding", status)
         on_kube = cluster.get_reservation_policy(NS, "holding")["status"]
         said = world.statuses[(NS, "holding")]
-        assert (on_kube.get("holding"), on_kube.get("left")) == (said["holding"], said["left"]) == (holding, left), \
-            (holding, left, on_kube)
+        assert (on_kube.get("holding"), on_kube.get("left"), on_kube.get("holdsTarget")) == (
+            said["holding"], said["left"], said["holdsTarget"]) == (holding, left, holds_target), \
+            (holding, left, holds_target, on_kube)
         assert cluster.patch_policy_status(NS, "holding", status) is False  # said: nothing new
 
 

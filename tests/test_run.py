@@ -315,6 +315,8 @@ EDITS = st.one_of(st.builds(lambda name: {"target": {"kind": "Deployment" if nam
          {"target": {"kind": "Deployment", "name": "d1"}})  # the refused p0's d1 and the d0 it left both run in q0
 @example([("q3", "q0", []), ("q0", "d0", []), ("q1", "d0", ["q0", "q3"])], [None, "typo"], 0,
          {"target": {"kind": "Deployment", "name": "d1"}})  # q0 left, the refused p1's pods in it: p2 holds d0 on
+@example([("q0", "d1", []), ("q0", "d0", ["q0"]), ("q1", "d1", [])], ["typo", None, "typo"], 2,
+         {"target": {"kind": "ClusterQueue", "name": "q0"}})  # p0 held d1, not p2: p2's edit leaves it behind for none
 @given(st.lists(st.tuples(st.sampled_from(QUEUES + (None,)), st.sampled_from(["d0", "d1", "q0", "q1"]),
                           st.lists(st.sampled_from(QUEUES), max_size=2, unique=True)), min_size=1, max_size=4),
        st.lists(st.sampled_from(list(BROKEN)), max_size=4), st.integers(0, 3), EDITS)
@@ -326,7 +328,8 @@ def test_a_world_after_an_edit_holds_what_one_started_with_the_edited_policy_hol
     what it held before the edit (a policy edit deletes no workload), as a refused policy with that spec would, and
     the controller, which read it before, counts it (ParsedSpecs.holding). A target the edit named another in place of
     runs on (an edit deletes no workload), no one's: the world keeps it, the controller counts it (invalid_holdings)
-    where no policy holds it."""
+    where no policy holds it; but not one another policy held before the edit (a refused policy naming another's
+    target holds none of it): an edit leaves behind only what the policy held."""
     objects = [policy(f"p{i}", target={"kind": "Deployment" if name[0] == "d" else "ClusterQueue", "name": name},
                       trainingClusterQueues=training, inferenceClusterQueue=inference)
                for i, (inference, name, training) in enumerate(claims)]
@@ -334,7 +337,9 @@ def test_a_world_after_an_edit_holds_what_one_started_with_the_edited_policy_hol
         p["spec"].update(BROKEN[kind])
     k %= len(objects)
     specs = ParsedSpecs()
-    parse_policies(identified(objects), specs)  # the controller read the policies before the edit
+    read = identified(objects)  # the controller read the policies before the edit, and decided what each holds
+    kept, invalid = parse_policies(read, specs)
+    invalid_holdings(read, invalid, kept, specs)
     # each target serving a demand: what one left behind holds, unless its demandPerGpu does not read
     demand = {f"inference/p{i}": pd.Series([20.0], index=[MONDAY_6AM]) for i in range(len(objects))}
     world = EmbeddedCluster(128, objects, demand, MONDAY_6AM.timestamp())
@@ -2943,6 +2948,39 @@ def test_a_refused_policy_edited_onto_another_target_leaves_both_targets_pods_in
         assert quotas["q0"] >= sum(running.values()), (quotas, running)
         assert state.policies["inference/p2"].reserved_gpus + quotas["q0"] == 128, (state.policies, quotas)
         assert r.cluster.inference["inference/p2"].waiting == 0
+        assert_the_world_holds_what_the_controller_counts(r, state)
+
+
+@pytest.mark.parametrize("restart", [False, True])
+def test_a_refused_policy_edited_off_a_target_another_held_leaves_nothing_behind(demand_file, tmp_path, restart):
+    """held and named, both refused (a typo), name Deployment d1: held, the older, holds it, its pods in q0. named,
+    edited to hold ClusterQueue q0, was counted as leaving d1 behind though it never held it, and so was it by a
+    controller restarted before it planned the edit (named's status said d1 as what it held): on a cluster d1's GPUs,
+    within q0's quota now (held's pods run there), were counted again beside it, idle. An edit leaves behind only what
+    the policy held, as its status says (holdsTarget): nothing here. (The world runs no pods of held's own within q0,
+    so there the controller reads d1 not found and forgets it: what it counts is checked before it reads.)"""
+    typo, d1 = {"inferenceClusterQueue": "q1", "trainingClusterQueues": [], "targetQuantlie": 0.5}, \
+        {"kind": "Deployment", "name": "d1"}
+    named = policy("named", target=d1, **typo)
+    r = Replay(tmp_path, demand_file, policy("chat", minGpus=40),
+               policy("held", target=d1, **{**typo, "inferenceClusterQueue": "q0"}), named)
+    r.step(AT_9)
+    r.cluster.apply_policy({**named, "spec": {**named["spec"], "target": {"kind": "ClusterQueue", "name": "q0"}}})
+    if restart:
+        r.restart()
+    read = identified(r.cluster.reservation_policies())  # with the statuses written before the edit
+    accepted, refused = parse_policies(read, r.reconciler._specs)
+    holdings = invalid_holdings(read, refused, accepted, r.reconciler._specs)
+    assert holdings.left == [], [(p.key, p.spec.target.name) for p in holdings.left]
+    assert [p.key for p in holdings.holders] == ["inference/named"] and [p.key for p in holdings.within] == [
+        "inference/held"]
+    assert r.status("named")[0]["holdsTarget"] is False and r.status("held")[0]["holdsTarget"] is None
+    for minutes in (5, 10):
+        state = r.step(AT_9 + pd.Timedelta(minutes=minutes))
+        assert r.status("named")[0]["left"] is None and r.status("named")[0]["holdsTarget"] is None
+        chat, quotas = state.policies["inference/chat"], r.cluster.cluster_queue_quotas()
+        assert chat.reserved_gpus + quotas["q0"] + state.slack_gpus == 128, (chat.reserved_gpus, quotas,
+                                                                              state.slack_gpus)
         assert_the_world_holds_what_the_controller_counts(r, state)
 
 

@@ -605,6 +605,47 @@ def test_a_refused_policy_s_pods_in_an_older_refused_policy_s_cluster_queue_targ
         kube.delete(pool)
 
 
+@pytest.mark.parametrize("restart", [False, True])
+def test_a_refused_policy_edited_off_a_target_an_older_refused_one_holds_leaves_nothing_behind(
+        kube, controller, prometheus_server, tmp_path, restart):
+    """Refused "serve" holds Deployment serve (4 GPUs), its pods in pool-run; refused "named", created after it, names
+    serve too and so holds none of it. named, edited to name pool-run as its ClusterQueue target, holds pool-run's
+    quota whole, serve's pods within it; but the controller took serve as a target named left behind, its 4 GPUs held
+    again beside pool-run's 4: chat reserved 23 at 07:05 and 97 were lent, 4 GPUs neither. So too a controller
+    restarted before it planned the edit, which read named's status: it said serve as what named held. An edit leaves
+    behind only what its policy held, as its status says (holdsTarget: false): pool-run's GPUs are counted once."""
+    pool = kueue.path("clusterqueues", "pool-run")
+    kube.apply(pool, kueue.cluster_queue("pool-run", gpus=4, cohort=COHORT, lending_limit=0))
+    refused = {"target": {"kind": "Deployment", "name": "serve"}, "inferenceClusterQueue": "pool-run",
+               "capacity": {"demandPerGpu": 10.0, "gpusPerReplica": 4}, "timezone": "Europe/Berln"}
+    try:
+        time.sleep(1.1)  # creationTimestamp has seconds: serve comes after chat, named after serve
+        kube.create(f"/apis/apps/v1/namespaces/{NS}/deployments", deployment("serve"))
+        kube.create(RP, policy("serve", **refused))
+        time.sleep(1.1)
+        kube.create(RP, policy("named", **{**refused, "inferenceClusterQueue": "named-run"}))
+        controller.sync()
+        r = reconciler(controller, prometheus_server.url, tmp_path)
+        state = r.reconcile(MONDAY_7AM)
+        assert state.policies[f"{NS}/chat"].reserved_gpus + 4 + state.slack_gpus == 128
+        assert rp_status(kube, "named")[0]["holdsTarget"] is False
+        kube.apply(f"{RP}/named", policy("named", **{**refused, "inferenceClusterQueue": "named-run",
+                                                     "target": {"kind": "ClusterQueue", "name": "pool-run"}}))
+        controller.sync()
+        if restart:
+            r.close()
+            r = reconciler(controller, prometheus_server.url, tmp_path)
+        for minutes in (5, 10):
+            state = r.reconcile(MONDAY_7AM + pd.Timedelta(minutes=minutes))
+            chat = state.policies[f"{NS}/chat"]
+            assert kube.get_deployment_replicas(NS, "serve") == 1 and kube.get_cluster_queue_quota("pool-run") == 4
+            assert chat.reserved_gpus + 4 + state.slack_gpus == 128, (minutes, chat.reserved_gpus, state.slack_gpus)
+            assert "left" not in rp_status(kube, "named")[0]
+        r.close()
+    finally:
+        kube.delete(pool)
+
+
 @pytest.mark.parametrize("claim_first", [True, False])
 @pytest.mark.parametrize("quota, serving", [(8, 1), (4, 2)])  # a quota above serve's pods; pods borrowing beyond it
 def test_a_refused_cluster_queue_target_holds_its_quota_whole_whichever_refused_policy_is_older(
