@@ -87,6 +87,7 @@ ADDRESS_SECONDS = 1.0  # how long the request headers (the token) are used befor
 # read times out and the cache is stale (StaleCache) until a LIST succeeds.
 WATCH_SECONDS = 60
 WATCH_GRACE_SECONDS = 15
+WATCH_BACKOFF_MAX_SECONDS = 30.0  # the longest a watch cache waits before it lists again after a failure
 # Letting the Lease go on the way out: one attempt per request, this long each (two requests), so a controller asked
 # to stop while the API server cannot answer ends well inside the pod's 30 s grace period; the Lease expires by itself.
 RELEASE_TIMEOUT_SECONDS = 3.0
@@ -119,6 +120,12 @@ def _float(text: str | None) -> float | None:
     except ValueError:
         return None
     return value if value is not None and math.isfinite(value) and value >= 0 else None
+
+
+def _retry_after(headers: Mapping, longest: float) -> float:
+    """The seconds an answer's Retry-After asks the client to wait before it asks again (an API server over its
+    max-in-flight answers 429 with Retry-After: 1), up to `longest`; 0 where it asks for none."""
+    return min(_float(headers.get("Retry-After")) or 0.0, longest)
 
 
 def _annotation_time(text: str | None) -> datetime | None:
@@ -348,6 +355,15 @@ class _Gone(Exception):
     """The watch's resourceVersion is too old (410): list again."""
 
 
+class _WatchRefused(ClusterError):
+    """The API server answered a WATCH with an error; `retry_after`: the seconds it asked the client to wait first
+    (its Retry-After, a 429's), 0 where it asked for none."""
+
+    def __init__(self, message: str, status: int, retry_after: float):
+        super().__init__(message, status=status)
+        self.retry_after = retry_after
+
+
 class Informer:
     """One resource kept in memory: LIST, then WATCH from the list's resourceVersion, in a daemon thread.
 
@@ -511,9 +527,10 @@ class Informer:
                 self.connected = False
                 if self._stop.is_set():
                     break
-                log.warning("watch %s: %s; listing again in %.1f s", self.path, exc, delay)
-                self._stop.wait(delay)
-                delay = min(delay * 2, 30.0)
+                wait = max(delay, exc.retry_after if isinstance(exc, _WatchRefused) else 0.0)
+                log.warning("watch %s: %s; listing again in %.1f s", self.path, exc, wait)
+                self._stop.wait(wait)
+                delay = min(delay * 2, WATCH_BACKOFF_MAX_SECONDS)
 
     def _watch(self) -> None:
         query = {"watch": "1", "resourceVersion": self._version, "allowWatchBookmarks": "true",
@@ -526,7 +543,9 @@ class Informer:
             raise _Gone()
         if response.status != 200:  # a 403 names the verb and resource RBAC lacks: said whole, as _request says it
             message = _answer(response.response.data)[1]
-            raise ClusterError(f"WATCH {self.path}: HTTP {response.status}: {message}", status=response.status)
+            # a 429 says when to come back (Retry-After): not sooner, as every request (_request)
+            raise _WatchRefused(f"WATCH {self.path}: HTTP {response.status}: {message}", response.status,
+                                _retry_after(response.headers, WATCH_BACKOFF_MAX_SECONDS))
         self._response = response
         self.connected, self._heard = True, time.monotonic()
         try:
@@ -897,7 +916,7 @@ class KubeCluster:
             delay = min(self.backoff_max, self.backoff_base * 2 ** attempt) * (0.5 + random.random() / 2)
             # an API server over its max-in-flight (429) says when to come back (Retry-After: 1): not sooner, up to
             # the longest back-off (a controller asked to stop still ends within its grace period)
-            delay = max(delay, min(_float(headers.get("Retry-After")) or 0.0, self.backoff_max))
+            delay = max(delay, _retry_after(headers, self.backoff_max))
             # a 404 that is no Status is the path not served (a missing object's is a Status, reason NotFound)
             unserved = status == 404 and not (isinstance(payload, dict) and payload.get("kind") == "Status")
             if (attempt < (self.retries if retries is None else retries) and not self.stopping.is_set()

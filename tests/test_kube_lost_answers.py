@@ -356,3 +356,35 @@ def test_a_server_over_its_max_in_flight_is_asked_again_no_sooner_than_it_says(p
 def test_the_discovery_document_that_lists_a_path_s_resource(path, api):
     """What _served_soon asks discovery for, when a path answers a plain 404."""
     assert _api_of(path) == api
+
+
+def test_a_watch_the_server_is_too_busy_for_is_opened_again_no_sooner_than_it_says(cluster, proxy, kube_server):
+    """A WATCH answered 429 with Retry-After: 1 (an API server over its max-in-flight) was retried after the watch
+    cache's own back-off, 0.2 s: a LIST and a WATCH again within the second the server asked to be left alone. The
+    cache waits the Retry-After, as every other request does (`_request`)."""
+    from adapters.kube import Informer
+
+    api = kube_server.apiserver
+    client = KubeCluster.from_token(proxy.host, api.token, ca_file=str(api.ca_file), request_timeout=TIMEOUT)
+    path = kueue.path("clusterqueues")
+    informer = Informer(client, path, watch_seconds=1).start()  # the server ends each watch after 1 s
+
+    def watches() -> list[float]:
+        return [at for at, method, p in proxy.arrived if p.split("?")[0] == path and "watch=1" in p]
+
+    try:
+        deadline = time.monotonic() + 15
+        while not watches():  # its first watch open: the next request of the path is the watch opened again
+            assert time.monotonic() < deadline, "the watch cache never opened its watch"
+            time.sleep(0.01)
+        proxy.lose("GET", path, "busy")
+        while len(watches()) < 3:
+            assert time.monotonic() < deadline, proxy.arrived
+            time.sleep(0.05)
+    finally:
+        informer.stop()
+        client.close()
+    assert [how for _, _, how in proxy.lost] == ["busy"]
+    refused = watches()[1]
+    after = [at for at, _, p in proxy.arrived if p.split("?")[0] == path and at > refused]
+    assert after and after[0] - refused >= 1.0, [round(at - refused, 2) for at in after]
