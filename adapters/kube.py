@@ -88,6 +88,9 @@ ADDRESS_SECONDS = 1.0  # how long the request headers (the token) are used befor
 WATCH_SECONDS = 60
 WATCH_GRACE_SECONDS = 15
 WATCH_BACKOFF_MAX_SECONDS = 30.0  # the longest a watch cache waits before it lists again after a failure
+# A WATCH RBAC refuses (403; the LIST allowed) is said once, and the cache lists this often instead (polls) until a
+# watch is allowed: no waiting makes the server allow it, and a warning every back-off would say nothing new.
+POLL_SECONDS = 30.0
 # Letting the Lease go on the way out: one attempt per request, this long each (two requests), so a controller asked
 # to stop while the API server cannot answer ends well inside the pod's 30 s grace period; the Lease expires by itself.
 RELEASE_TIMEOUT_SECONDS = 3.0
@@ -369,17 +372,19 @@ class Informer:
 
     The watch is re-opened from the last resourceVersion seen when the server ends it; the resource is
     listed again when the server says that version is gone (410) or the connection fails (an API server
-    restart), with back-off. A cache that has heard nothing from the server for `watch_seconds + grace_seconds` is
-    stale: readers list again, and are refused (StaleCache) if that fails too. Events not newer than the last LIST,
-    or than the object already held (one our own write put there), are ignored, so a late event never takes an
-    object back in time. Until the first LIST has succeeded, `items()` is None and readers fall back to a LIST of
-    their own. While the watch is broken or stale, readers first `catch_up()`: the server may be back long before the
-    thread's next try."""
+    restart), with back-off; a WATCH RBAC refuses (403, the LIST allowed) is said once, and the resource listed
+    every `poll_seconds` instead until a watch is allowed. A cache that has heard nothing from the server for
+    `watch_seconds + grace_seconds` is stale: readers list again, and are refused (StaleCache) if that fails too.
+    Events not newer than the last LIST, or than the object already held (one our own write put there), are ignored,
+    so a late event never takes an object back in time. Until the first LIST has succeeded, `items()` is None and
+    readers fall back to a LIST of their own. While the watch is broken or stale, readers first `catch_up()`: the
+    server may be back long before the thread's next try."""
 
     def __init__(self, cluster: KubeCluster, path: str, watch_seconds: int = WATCH_SECONDS,
-                 grace_seconds: float = WATCH_GRACE_SECONDS, resync_seconds: float = 600.0):
+                 grace_seconds: float = WATCH_GRACE_SECONDS, resync_seconds: float = 600.0,
+                 poll_seconds: float = POLL_SECONDS):
         self.cluster, self.path = cluster, path
-        self.watch_seconds, self.resync_seconds = watch_seconds, resync_seconds
+        self.watch_seconds, self.resync_seconds, self.poll_seconds = watch_seconds, resync_seconds, poll_seconds
         self.stale_after = watch_seconds + grace_seconds  # silent this long: the server is gone (WATCH_SECONDS)
         self._heard = time.monotonic()     # when the server last answered: a LIST, a watch opened, a line, its end
         self._items: dict[tuple[str, str], dict] = {}
@@ -392,6 +397,7 @@ class Informer:
         self._response = None
         self.lists = 0                     # LISTs made (tests and logs: one at start, one per resync)
         self.connected = False
+        self.polling = False               # the WATCH refused (403): listed every poll_seconds instead
         self._caught_up = 0.0              # when a reader last listed while the watch was broken (catch_up)
         self.refused: ClusterError | None = None  # a LIST refused (403: RBAC revoked), until a LIST succeeds
 
@@ -527,7 +533,15 @@ class Informer:
                 self.connected = False
                 if self._stop.is_set():
                     break
-                wait = max(delay, exc.retry_after if isinstance(exc, _WatchRefused) else 0.0)
+                refused = exc if isinstance(exc, _WatchRefused) else None
+                if refused is not None and refused.status == 403:  # RBAC lets the controller list, not watch: it polls
+                    if not self.polling:
+                        log.warning("%s; polling instead: listing every %g s until a watch is allowed", exc,
+                                    self.poll_seconds)
+                    self.polling = True
+                    self._stop.wait(self.poll_seconds)
+                    continue
+                wait = max(delay, refused.retry_after if refused is not None else 0.0)
                 log.warning("watch %s: %s; listing again in %.1f s", self.path, exc, wait)
                 self._stop.wait(wait)
                 delay = min(delay * 2, WATCH_BACKOFF_MAX_SECONDS)
@@ -548,6 +562,9 @@ class Informer:
                                 _retry_after(response.headers, WATCH_BACKOFF_MAX_SECONDS))
         self._response = response
         self.connected, self._heard = True, time.monotonic()
+        if self.polling:
+            log.info("watch %s: allowed now: streaming again, polling ended", self.path)
+            self.polling = False
         try:
             buffer = b""
             for chunk in response.response.stream(65536, decode_content=True):

@@ -814,6 +814,65 @@ def test_a_watch_rbac_refuses_names_the_verb_and_resource_it_lacks(cluster, kube
         cluster.delete(f"{rbac}/clusterroles/list-no-watch")
 
 
+def test_a_watch_rbac_refuses_is_said_once_and_the_cache_polls(cluster, kube_server, caplog):
+    """A ClusterRole with `list` but not `watch` on a resource headroom caches: the cache listed again after every
+    refused WATCH, with a warning each time, the back-off doubling up to 30 s: five warnings in its first 3 s, then one
+    every 30 s for as long as it ran, each saying it would list again, as for a server gone. It says once what the
+    controller lacks and that it polls (a LIST every poll_seconds) instead, polls quietly, keeps following changes, and
+    says when a watch is allowed again."""
+    from adapters.kube import Informer
+
+    api = kube_server.apiserver
+    rbac = "/apis/rbac.authorization.k8s.io/v1"
+
+    def role(*verbs: str) -> dict:
+        return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "polled"},
+                "rules": [{"apiGroups": ["kueue.x-k8s.io"], "resources": ["clusterqueues"], "verbs": list(verbs)}]}
+
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+               "metadata": {"name": "polled"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "polled"},
+               "subjects": [{"kind": "User", "name": "headroom-viewer", "apiGroup": "rbac.authorization.k8s.io"}]}
+    cluster.apply(f"{rbac}/clusterroles/polled", role("list"))
+    cluster.apply(f"{rbac}/clusterrolebindings/polled", binding)
+    viewer = KubeCluster.from_token(api.host, api.viewer_token, ca_file=str(api.ca_file), retries=0)
+    informer = Informer(viewer, CQ)
+    informer.poll_seconds = 0.5
+
+    def listed() -> bool:  # the authorizer takes the new role up from its cache a moment later
+        try:
+            informer.relist()
+            return True
+        except ClusterError:
+            return False
+
+    def said(level: int) -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.name == "adapters.kube" and r.levelno == level]
+
+    try:
+        eventually(listed, "the viewer to list ClusterQueues", 15)
+        with caplog.at_level(logging.INFO, logger="adapters.kube"):
+            informer.start()
+            eventually(lambda: informer.lists >= 5, "the cache to list again", 15)  # the old back-off: by 3 s
+            cluster.create(CQ, kueue.cluster_queue("polled", gpus=4))  # no read asks: the polls bring it
+            eventually(lambda: informer.get(("", "polled")) is not None, "the polls to bring a new ClusterQueue", 15)
+            assert informer.synced() and not informer.connected
+            assert said(logging.WARNING) == [
+                f"WATCH {CQ}: HTTP 403: clusterqueues.kueue.x-k8s.io is forbidden: User \"headroom-viewer\" cannot "
+                'watch resource "clusterqueues" in API group "kueue.x-k8s.io" at the cluster scope; polling instead: '
+                "listing every 0.5 s until a watch is allowed"]
+            cluster.apply(f"{rbac}/clusterroles/polled", role("list", "watch"))
+            eventually(lambda: informer.connected, "the watch once RBAC allows it", 15)
+            assert said(logging.INFO)[-1] == f"watch {CQ}: allowed now: streaming again, polling ended"
+            assert len(said(logging.WARNING)) == 1
+    finally:
+        informer.stop()
+        viewer.close()
+        cluster.delete(f"{CQ}/polled")
+        cluster.delete(f"{rbac}/clusterrolebindings/polled")
+        cluster.delete(f"{rbac}/clusterroles/polled")
+
+
 def test_a_token_refreshed_by_the_client_library_is_sent_within_a_second(kube_server, monkeypatch):
     """The request headers are made again at most every ADDRESS_SECONDS (kube.py _address): a token the library's
     refresh hook replaces (a kubeconfig exec plugin, the projected service-account token) is used from then on."""
