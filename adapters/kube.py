@@ -480,7 +480,8 @@ class Informer:
         held was listed later (a reader's LIST and the thread's crossed); returns the list's resourceVersion."""
         try:
             listing = self.cluster._request("GET", self.path, retries=retries)
-        except NotFound:  # its CRD deleted (Kueue uninstalled): nothing held is true any more; reads LIST, and say so
+        except (NotFound, NotInstalled):  # its CRD deleted (Kueue uninstalled): nothing held is true any more;
+            # reads LIST, and say so
             with self._lock:
                 self._items, self._floor, self._synced = {}, None, False
             raise
@@ -620,12 +621,22 @@ _KUEUE_TOO_OLD = (f"Kueue is installed but serves only {KUEUE_GROUP}/v1beta1 (a 
                   f"Kueue v0.15 or later, which serves {KUEUE_GROUP}/{KUEUE_VERSION} (docs/deploy.md, Kueue versions)")
 
 
+def _installable(path: str) -> tuple[str, str] | None:
+    """(API group, resource plural) of a request path in an API `_INSTALL` says how to install (headroom's CRD,
+    Kueue's); None for a path of any other API, or one that names no resource."""
+    api = _api_of(path)
+    if api is None or api[1] is None or not api[0].startswith("/apis/"):
+        return None
+    group = api[0].split("/")[2]
+    return (group, api[1]) if group in _INSTALL else None
+
+
 def _not_installed(paths: list[str], old_kueue: bool = False) -> str:
-    """What a 404 on these WATCHED paths means: one sentence per API not served, saying how to install it (or, for
-    a Kueue that serves v1beta1 alone, `old_kueue`, to upgrade it)."""
-    groups: dict[str, list[str]] = {}  # API group -> its plurals not served, in WATCHED's order
-    for path in paths:
-        groups.setdefault(path.split("/")[2], []).append(path.rsplit("/", 1)[1])
+    """What a plain 404 (the path not served) on these paths, each `_installable`, means: one sentence per API not
+    served, saying how to install it (or, for a Kueue that serves v1beta1 alone, `old_kueue`, to upgrade it)."""
+    groups: dict[str, list[str]] = {}  # API group -> its plurals not served, in the paths' order
+    for group, plural in filter(None, map(_installable, paths)):
+        groups.setdefault(group, []).append(plural)
     return "; ".join(f"the API server does not serve {', '.join(plurals)}: "
                      f"{_KUEUE_TOO_OLD if group == KUEUE_GROUP and old_kueue else _INSTALL[group]}"
                      for group, plurals in groups.items())
@@ -796,7 +807,7 @@ class KubeCluster:
         for path in WATCHED.values():
             try:
                 self._request("GET", path, query={"limit": "1"}, retries=0)
-            except NotFound:
+            except NotInstalled:
                 missing.append(path)
             except ClusterError as exc:
                 if exc.status == 401:  # not one request would be answered: said now, not as a Lease unreadable
@@ -838,20 +849,15 @@ class KubeCluster:
     def _objects(self, name: str) -> list[dict]:
         informer = self.informers.get(name)
         if informer is not None:
-            try:
-                informer.catch_up()  # its watch broken: the server's state, not the one before the outage
-            except NotFound as exc:
-                raise NotInstalled(_not_installed([WATCHED[name]]), status=404) from exc
+            informer.catch_up()  # its watch broken: the server's state, not the one before the outage
         cached = informer.items() if informer is not None else None
         if cached is not None:
             return cached
         snapshot = self._snapshot
         if snapshot is not None and (listed := snapshot.listing(name)) is not None:
             return listed
-        try:
-            items = self._request("GET", WATCHED[name]).get("items", [])
-        except NotFound as exc:  # its CRD deleted while headroom runs (`watch()` refuses to start without it)
-            raise NotInstalled(_not_installed([WATCHED[name]]), status=404) from exc
+        # its CRD deleted while headroom runs (`watch()` refuses to start without it): NotInstalled
+        items = self._request("GET", WATCHED[name]).get("items", [])
         return snapshot.listed(name, items) if snapshot is not None else items
 
     def _written(self, obj: Any) -> None:
@@ -949,6 +955,9 @@ class KubeCluster:
                 if landed is not None:
                     return landed
             reason = payload.get("reason", "") if isinstance(payload, dict) else ""
+            if unserved and _installable(path) is not None:  # its CRD not installed (deleted under the controller):
+                # a read or a write says so, not a bare 404
+                raise NotInstalled(_not_installed([path]), status=status, reason=reason, body=payload)
             error = {404: NotFound, 409: Conflict, 422: Invalid}.get(status, ClusterError)
             where = "unreachable" if status == 0 else f"HTTP {status}"
             if status == 0 and deadline is not None and time.monotonic() + delay >= deadline:

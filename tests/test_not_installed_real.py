@@ -15,7 +15,9 @@ import pytest
 import yaml
 
 from adapters.kube import KubeCluster
-from core.errors import NotFound, NotInstalled
+from controller.actions import SetQuota
+from controller.executor import execute
+from core.errors import ClusterError, NotInstalled
 from tests.servers import ROOT, free_port, wait_until
 from tests.servers import kueue as kueue_objects
 from tests.servers.fixtures import CRD_PATH, _established, crd_documents
@@ -53,7 +55,9 @@ def _served(kube: KubeCluster, crd: dict) -> bool:
     try:
         kube.get(f"/apis/{crd['spec']['group']}/{crd['spec']['versions'][0]['name']}/{crd['spec']['names']['plural']}")
         return True
-    except NotFound:
+    except ClusterError as exc:  # a 404: its path not served
+        if exc.status != 404:
+            raise
         return False
 
 
@@ -212,7 +216,9 @@ def test_a_crd_deleted_under_a_running_adapter_is_said_at_once_not_retried(bare_
     server not ready yet (e529b54): 6 times, over 5-11 s with the default back-off, before a read said NotInstalled
     or a write NotFound. The server is ready and its discovery lists the resource no more: said at once, after one
     request of the path (and one of /readyz and of the group's discovery document). Counted behind a proxy; the
-    adapter's back-off is long here (at least 17.5 s of retries per request), so a retry cannot pass unseen."""
+    adapter's back-off is long here (at least 17.5 s of retries per request), so a retry cannot pass unseen. A write
+    said a bare NotFound ("PATCH .../clusterqueues/inference-run: HTTP 404: 404 page not found"): it says what is not
+    installed, as the reads do."""
     server, kube = bare_kube
     only(kube, crd_documents(crd_dir) + kueue_crds)
     kube.apply(kueue_objects.path("clusterqueues", "inference-run"),
@@ -233,10 +239,14 @@ def test_a_crd_deleted_under_a_running_adapter_is_said_at_once_not_retried(bare_
         with pytest.raises(NotInstalled) as said:
             running.cluster_queue_quotas()
         assert str(said.value).startswith(kueue_message("clusterqueues")), said.value
-        with pytest.raises(NotFound):
+        with pytest.raises(NotInstalled) as said:  # a write says it as the reads do
             running.set_cluster_queue_quota("inference-run", 5)
+        assert str(said.value).startswith(kueue_message("clusterqueues")), said.value
         took = time.monotonic() - began
         assert (asked(since, cq), asked(since, f"{cq}/inference-run"), asked(since, "/readyz")) == (1, 1, 2)
+        # the controller's quota write: its action's error, naming what is gone, not a bare 404
+        [outcome] = execute([SetQuota("inference-run", 5, "lend the slack")], running)
+        assert not outcome.applied and (outcome.error or "").startswith(kueue_message("clusterqueues")), outcome
         # Kueue uninstalled: its group not served at all; the check at start says so at once too
         only(kube, crd_documents(crd_dir))
         since, began = len(proxy.arrived), time.monotonic()
