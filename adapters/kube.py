@@ -18,10 +18,10 @@ reconcile wrote.
 All requests go through one path (`_request`): JSON in, JSON out, over the `kubernetes` client's
 configuration (kubeconfig / token / CA / TLS), with
   * a per-request timeout,
-  * back-off and retry on 429 (no sooner than its Retry-After), 5xx, timeouts and connection errors, and on a path
-    not served (a plain 404) while the server is not ready or its discovery lists the resource (`_served_soon`); a
-    write retried after its answer was lost (it may have landed) that meets 409 is our own write if the object holds
-    every field it sent (`_landed`),
+  * back-off and retry on 429 (no sooner than its Retry-After), 5xx, timeouts, connection errors and answers that
+    are not JSON (a proxy's page, an answer cut short), and on a path not served (a plain 404) while the server is
+    not ready or its discovery lists the resource (`_served_soon`); a write retried after its answer was lost (it may
+    have landed) that meets 409 is our own write if the object holds every field it sent (`_landed`),
   * read-modify-write with the object's resourceVersion, re-read on 409,
   * no write when the object already has the wanted value (idempotent).
 Errors surface as `ClusterError` with the HTTP status and the server's message.
@@ -931,10 +931,15 @@ class KubeCluster:
         while True:
             status, data, headers = self._send(method, url_path, body, content_type, timeout, deadline)
             if 200 <= status < 300:
-                result = json.loads(data) if data else {}
-                if lands:
-                    self._written(result)
-                return result
+                try:
+                    result = json.loads(data) if data else {}
+                except ValueError:  # a proxy's page in the server's place, an answer cut short: none to read, as
+                    # one lost (a write's retry that meets 409 is recognised as ours: _landed)
+                    status, data = 0, f"HTTP {status} with an answer that is not JSON: {_answer(data)[1][:200]}"
+                else:
+                    if lands:
+                        self._written(result)
+                    return result
             payload, message = _answer(data)
             delay = min(self.backoff_max, self.backoff_base * 2 ** attempt) * (0.5 + random.random() / 2)
             # an API server over its max-in-flight (429) says when to come back (Retry-After: 1): not sooner, up to

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from adapters.kube import RENEW_DEADLINE_SHARE, KubeCluster, _api_of, _holds
-from core.errors import Conflict, NotFound, NotInstalled
+from core.errors import ClusterError, Conflict, NotFound, NotInstalled
 from core.objects import ObjectRef
 from tests.servers import kueue
 from tests.servers.proxy import AnswerLosingProxy
@@ -388,3 +388,19 @@ def test_a_watch_the_server_is_too_busy_for_is_opened_again_no_sooner_than_it_sa
     refused = watches()[1]
     after = [at for at, _, p in proxy.arrived if p.split("?")[0] == path and at > refused]
     assert after and after[0] - refused >= 1.0, [round(at - refused, 2) for at in after]
+
+
+@pytest.mark.parametrize("how", ["page", "cut"])
+def test_an_answer_that_is_no_json_is_retried_as_one_lost(cluster, proxy, lossy, how):
+    """A 200 whose body is not JSON (a proxy's sign-in page in the API server's place, an answer cut short) raised
+    json's JSONDecodeError out of the client: no ClusterError, so a traceback, or in a reconcile an internal error.
+    There is no answer to read: it is retried as one lost, and said as a ClusterError if every attempt meets one."""
+    path = f"/api/v1/namespaces/{NS}"
+    proxy.lose("GET", path, how)
+    assert lossy.get(path)["metadata"]["name"] == NS
+    proxy.lose("GET", path, how, times=lossy.retries + 1)
+    with pytest.raises(ClusterError) as said:
+        lossy.get(path)
+    assert said.value.status == 0 and f"GET {path}: unreachable: HTTP 200 with an answer that is not JSON: " \
+        in str(said.value), said.value
+    assert [h for _, _, h in proxy.lost] == [how] * (lossy.retries + 2)

@@ -7,7 +7,8 @@ request timeout passes (`hold`), the connection closed (`close`), or a 504 in it
 connection without forwarding (the request never arrived, and the client cannot tell that either); `unserved`
 answers in its place, unforwarded, what an API server just started answers for a CRD's group until its CRD informer
 has synced: 404 and a plain "404 page not found" (no Status); `unready`, what its /readyz answers meanwhile: 500 and
-the checks, one failed; `busy`, what an API server over its max-in-flight answers: 429, Retry-After: 1. `halt_at`
+the checks, one failed; `busy`, what an API server over its max-in-flight answers: 429, Retry-After: 1; `page`, what
+a proxy between answers in the server's place (200, its sign-in page); `cut`, an answer cut short. `halt_at`
 halts the host, as SIGSTOP does (the kernel still takes requests in; the server reads and acts on them only once it runs
 again): every request from then on is held, unanswered, until `resume()`, then forwarded (it lands) and its answer
 lost (its client gave up long before). Every request's arrival is noted (`arrived`). It terminates TLS
@@ -34,7 +35,9 @@ CANNED = {"unserved": (404, TEXT, b"404 page not found\n"),
                                  b"withheld\nreadyz check failed\n"),
           "busy": (429, [("Content-Type", "application/json"), ("Retry-After", "1")], json.dumps({
               "kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 429, "reason": "TooManyRequests",
-              "message": "Too many requests, please try again later.", "details": {"retryAfterSeconds": 1}}).encode())}
+              "message": "Too many requests, please try again later.", "details": {"retryAfterSeconds": 1}}).encode()),
+          "page": (200, [("Content-Type", "text/html")], b"<html><body>Sign in to continue</body></html>\n"),
+          "cut": (200, [("Content-Type", "application/json")], b'{"kind":"Namespace","metadata":{"na')}
 HOW = ("hold", "close", "504", "unsent", *CANNED)
 
 
