@@ -111,17 +111,24 @@ def epoch_seconds(index: pd.Index | pd.Series | list[pd.Timestamp]) -> np.ndarra
     return seconds
 
 
+def iso_time(text: str) -> pd.Timestamp:
+    """`text` read as an ISO-8601 time (its zone, if any, kept); ValueError if it is not one. pandas' free-form
+    parser guesses each text's date order on its own: in a file of day-first dates it read 05/01/2026 as May 1 and
+    13/01/2026 as January 13, a jumble of days with no error, and it reads words (now, today) as the moment it runs."""
+    if not re.match(r"\d{4}", text):  # the year first, as ISO-8601 writes it (the ISO parser reads "now" too)
+        raise ValueError(f"{text!r} is not ISO-8601")
+    return pd.to_datetime(text.upper(), format="ISO8601")  # upper: RFC 3339 allows a lower-case t and z
+
+
 def parse_time(text: str, what: str) -> pd.Timestamp:
     """An ISO-8601 moment with its zone given on the command line, in UTC (one without a zone is refused, as a
     history's timestamps are: taken as UTC, a local time would shift the plan by the user's offset)."""
     from core.errors import BadRequest
 
     try:
-        moment = pd.Timestamp(text)
+        moment = iso_time(text)
     except (ValueError, TypeError):
         raise BadRequest(f"{what}: {text!r} is not an ISO-8601 time like 2026-05-04T09:00:00Z") from None
-    if pd.isna(moment):
-        raise BadRequest(f"{what}: {text!r} is not a time")
     if moment.tzinfo is None:
         raise BadRequest(f"{what}: {text!r} has no time zone: give Z or an offset, e.g. 2026-05-04T09:00:00Z")
     return moment.tz_convert("UTC")

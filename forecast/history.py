@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from core.textfile import TooLong, bounded_lines
-from core.units import check_statistic, go_duration
+from core.units import check_statistic, go_duration, iso_time
 
 
 class HistoryError(ValueError):
@@ -102,12 +102,10 @@ def _parse_timestamp(text: str, units: set[str]) -> pd.Timestamp:
         except ValueError:
             return _epoch(number, unit)
     try:
-        stamp = pd.Timestamp(text)
+        stamp = iso_time(text)
     except (ValueError, TypeError, OverflowError):
         raise ValueError(f"timestamp {text!r} is not ISO-8601 (e.g. 2026-05-04T09:00:00Z) nor an epoch number") \
             from None
-    if pd.isna(stamp):
-        raise ValueError(f"timestamp {text!r} is not a time")
     if stamp.tzinfo is None:
         raise ValueError(f"timestamp {text!r} has no time zone (use ISO-8601 with Z or an offset, or epoch seconds)")
     return _in_range(stamp.tz_convert("UTC"), text)

@@ -314,6 +314,8 @@ def exits(argv, capsys):
 @pytest.mark.parametrize("argv, flag", [
     (["run", "--now", "abc", "--once"], "--now: 'abc' is not an ISO-8601 time"),
     (["plan", "--now", "abc"], "--now: 'abc'"),
+    # read month-first (November 2 day-first) as any text pandas could guess a date from: ISO-8601 only
+    (["plan", "--now", "02/11/2026 08:00+00:00"], "--now: '02/11/2026 08:00+00:00' is not an ISO-8601 time"),
     (["run", "--hours", "-3"], "--hours: must be at least 1"),
     (["run", "--hours", "0"], "--hours: must be at least 1"),
     (["plan", "--hours", "0"], "--hours: must be at least 1"),
@@ -321,7 +323,7 @@ def exits(argv, capsys):
     (["run", "--metrics-port", "9999", "--once"], "--metrics-port: the embedded cluster serves no /metrics"),
     (["run", "--metrics-port", "70000", "--once"], "run.metrics_port"),
     (["run", "--now", "1990-01-01T00:00:00Z", "--once"], "--now 1990-01-01 00:00:00+00:00 is outside the histories"),
-    (["run", "--now", "", "--once"], "--now: '' is not a time"),  # not silently the default
+    (["run", "--now", "", "--once"], "--now: '' is not an ISO-8601 time"),  # not silently the default
     # a local time was taken as UTC: the plan and replay shifted by the user's offset, as a history's is refused
     (["plan", "--now", "2026-02-11T08:00:00"], "--now: '2026-02-11T08:00:00' has no time zone"),
     (["run", "--now", "2026-02-11T08:00", "--hours", "1"], "--now: '2026-02-11T08:00' has no time zone"),

@@ -56,6 +56,18 @@ def test_malformed_file_names_file_and_line(tmp_path, body, where, what):
     assert str(path) in str(err.value) and where in str(err.value) and what in str(err.value)
 
 
+def test_a_date_written_day_first_is_refused_not_guessed_row_by_row(tmp_path):
+    """ISO-8601 only: pandas' free-form parser read 12/01/2026 as December 1 and 13/01/2026 as January 13 (it guesses
+    each row's date order alone), a day-first file read as a jumble of days, exit 0. RFC 3339's lower-case t and z
+    still read."""
+    path = write(tmp_path, "timestamp,value\n12/01/2026 00:00:00+00:00,5\n13/01/2026 00:00:00+00:00,7\n")
+    with pytest.raises(HistoryError, match=re.escape(f"{path}:2: timestamp '12/01/2026 00:00:00+00:00' is not "
+                                                     "ISO-8601")):
+        load_history(path)
+    lower = load_history(write(tmp_path, "timestamp,value\n2026-01-12t00:00:00z,5\n", "lower.csv"))
+    assert lower.index[0] == pd.Timestamp("2026-01-12T00:00:00Z")
+
+
 def test_a_file_without_line_ends_is_refused_as_its_first_line_grows_not_read_whole(tmp_path):
     """`headroom forecast /dev/zero` read forever (an endless line, read whole before csv's field limit applied);
     a large file of one line was read whole first. Both are refused once a line passes MAX_LINE."""
