@@ -7,6 +7,7 @@ import dataclasses
 import json
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import given, settings
@@ -452,6 +453,23 @@ def test_day_to_day_errors_are_the_leave_one_day_out_jackknife(days):
                             rel_tol=1e-6, abs_tol=1e-9)
     same = day_to_day_errors({k: [100.0, 1.0, 3, 288] for k in range(7)})
     assert same == pytest.approx((0.0, 0.0), abs=1e-15)  # identical days: nothing varies
+
+
+@pytest.mark.parametrize("steps_per_day", [(1, 288, 288), (288, 288, 10), (143, 288, 288), (288,) * 3])
+def test_day_to_day_errors_count_a_part_day_as_the_part_of_a_day_it_is(steps_per_day):
+    """A replay starting or ending off midnight has a part-day; the plain jackknife counted it as a whole day, and its
+    variance of the short-step share came out 34 % too large beside a part-day of one step, 25 % beside one of 10
+    steps (steps short at random, whose variance is p (1 - p) / steps). Weighed by its share of the steps it is
+    within a few percent of that, part-day or not."""
+    rng = np.random.default_rng(7)
+    p, total = 0.05, sum(steps_per_day)
+    variances = []
+    for _ in range(4000):
+        short = rng.binomial(steps_per_day, p)
+        sums = {day: [10.0 * steps, float(k), int(k), steps]
+                for day, (steps, k) in enumerate(zip(steps_per_day, short, strict=True))}
+        variances.append(day_to_day_errors(sums)[1] ** 2)
+    assert np.mean(variances) == pytest.approx(p * (1 - p) / total, rel=0.08)
 
 
 def test_a_week_short_on_one_day_only_has_an_error_as_large_as_its_shortage():
