@@ -427,6 +427,7 @@ def load_history(path: str | Path) -> pd.Series:
     return series
 
 
+COUNTER_GAPS = "counter increments over a gap, each shared evenly among the sampling steps it spans"
 UNEVEN_SUMS = ("sums over a step the sampling step does not divide, scaled to the whole step by the time its samples "
                "stand for")
 
@@ -440,6 +441,7 @@ class CleaningReport:
     duplicates: int = 0
     duplicates_at_step: int = 0  # of them, timestamps whose kept sample is not the later: the one at the local step
     counter_resets: int = 0
+    counter_gaps: int = 0  # a counter's increments over a gap, each shared among the steps it spans
     outliers: list[str] = field(default_factory=list)
     missing_steps: int = 0
     partial_sums: int = 0  # steps summed (statistic sum) from fewer samples than they hold: scaled to the whole step
@@ -460,6 +462,7 @@ class CleaningReport:
           + ([f"{self.partial_sums} sums over a step with samples missing, taken at its samples' mean for the "
               "missing ones (never as zero demand)"] if self.partial_sums else []) \
           + ([f"{self.uneven_sums} {UNEVEN_SUMS}"] if self.uneven_sums else []) \
+          + ([f"{self.counter_gaps} {COUNTER_GAPS}"] if self.counter_gaps else []) \
           + self._epoch_note()
 
     def repairs(self) -> list[str]:
@@ -467,7 +470,8 @@ class CleaningReport:
         it was read (what a command that prints no cleaning report says on stderr)."""
         said = [(self.out_of_order, "samples out of order (sorted)"),
                 (self.duplicates, f"duplicate timestamps (the later sample of each kept{self._at_step_note()})"),
-                (self.counter_resets, "counter resets"), (len(self.outliers), "outliers clipped"),
+                (self.counter_resets, "counter resets"), (self.counter_gaps, COUNTER_GAPS),
+                (len(self.outliers), "outliers clipped"),
                 (self.partial_sums, "sums over a step with samples missing (taken at its samples' mean)"),
                 (self.uneven_sums, UNEVEN_SUMS),
                 (self.missing_steps, self._missing())]
@@ -570,15 +574,22 @@ def _sample_seconds(series: pd.Series, stretches: list[Stretch]) -> pd.Series:
     return pd.Series(_step_of(stretches, series.index).total_seconds(), index=series.index).where(series.notna())
 
 
-def _undo_counter_resets(series: pd.Series, report: CleaningReport) -> pd.Series:
-    """Cumulative counter -> increments; after a reset the new value is the increment (as PromQL's increase())."""
+def _undo_counter_resets(series: pd.Series, stretches: list[Stretch], report: CleaningReport) -> pd.Series:
+    """Cumulative counter -> increments per sampling step; after a reset the new value is the increment (as PromQL's
+    increase()). An increment over a gap (missed scrapes, an outage: samples missing or blank) is the increase of
+    every step it spans, so each of them is its share: taken whole, the first sample after a 3-hour gap of a
+    5-minute counter was 37 steps' demand, its hour's mean 4 times the others'."""
     values = series.to_numpy(dtype=float)
     prev = pd.Series(values).ffill().shift(1).to_numpy()
     delta = values - prev
     resets = delta < 0
     report.counter_resets = int(resets.sum())
     delta[resets] = values[resets]
-    return pd.Series(delta, index=series.index).iloc[1:]
+    times = series.index.as_unit("ns").asi8.astype(float)
+    since = times - pd.Series(np.where(np.isnan(values), np.nan, times)).ffill().shift(1).to_numpy()
+    spans = np.maximum(np.rint(since / _step_of(stretches, series.index).as_unit("ns").asi8), 1)
+    report.counter_gaps = int(((spans > 1) & ~np.isnan(delta)).sum())
+    return pd.Series(delta / spans, index=series.index).iloc[1:]
 
 
 # A history whose values only rise, over this long and this many changes, is a cumulative counter read as demand
@@ -697,7 +708,7 @@ def _prepare(raw: pd.Series, step: str | None, statistic: str, counter: bool | N
         raise HistoryError(f"history spans {series.index[0]} .. {series.index[-1]}: {points:.3g} points at step "
                            f"{go_duration(target)}, over the {MAX_POINTS:g} a history may have (a wrong timestamp?)")
     if counter:
-        series = _undo_counter_resets(series, report)
+        series = _undo_counter_resets(series, stretches, report)
     elif counter is None and (why := _cumulative(series)):
         raise HistoryError(why)
     series = _aggregate(series, target, statistic, stretches, report)

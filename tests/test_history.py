@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import assume, given
+from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
 from core.textfile import MAX_LINE
@@ -267,6 +267,31 @@ def test_a_cumulative_counter_is_refused_unless_history_counter_says_so(step_min
     assert re.search(r"changes over (\d+[dhms]+)+: ", str(refused.value)), str(refused.value)
     series, report = prepare(raw, counter=True, outlier_factor=None)
     assert report.counter_resets == resets and (series.dropna() > 0).all()
+
+
+@given(step_minutes=st.sampled_from([1, 5, 15, 60]), rate=st.floats(0.5, 1e6),
+       outages=st.lists(st.tuples(st.integers(1, 12 * 72 - 1), st.integers(1, 300)), max_size=4),
+       blank=st.booleans(), statistic=st.sampled_from(["mean", "max", "sum"]))
+@example(step_minutes=5, rate=100.0, outages=[(12 * 10 + 5, 1), (12 * 30, 36)], blank=False, statistic="mean")
+def test_a_counter_at_a_steady_rate_reads_as_that_rate_whatever_samples_are_missing(step_minutes, rate, outages,
+                                                                                     blank, statistic):
+    """The first sample of a counter after a gap (missed scrapes, an outage: rows absent or values blank) holds the
+    increase of every step it spans, and was taken as one step's: a 5-minute counter rising 100 a step read mean 400
+    (sum 4800) in the hour after a 3-hour outage, a burst forecast and reserved for. Each increment is shared among
+    the steps it spans, and said: every hour with an increment reads the steady rate, every other is missing."""
+    index = pd.date_range("2026-01-05", periods=3 * 1440 // step_minutes, freq=f"{step_minutes}min", tz="UTC")
+    lost = np.zeros(len(index), dtype=bool)
+    for first, length in outages:
+        lost[first % len(index) or 1:][:length] = True  # the first sample stays: increments start from it
+    assume((~lost).sum() >= 3)
+    raw = pd.Series(rate * np.arange(1, len(index) + 1), index=index)
+    raw = raw.where(~lost) if blank else raw[~lost]
+    series, report = prepare(raw, statistic=statistic, counter=True, outlier_factor=None)
+    per_hour = rate * 60 / step_minutes if statistic == "sum" else rate
+    counted = index[~lost][1:].floor("h").unique()  # the hours holding an increment
+    assert series[counted].tolist() == pytest.approx([per_hour] * len(counted), rel=1e-9)
+    assert series.drop(counted).isna().all()
+    assert report.counter_gaps == int((~lost[1:] & lost[:-1]).sum())
 
 
 def test_a_gauge_that_only_rose_is_read_as_it_is_when_history_counter_is_false(tmp_path, capsys):
