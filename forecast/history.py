@@ -725,9 +725,17 @@ def _prepare(raw: pd.Series, step: str | None, statistic: str, counter: bool | N
 def sampling_step(index: pd.DatetimeIndex) -> pd.Timedelta:
     """The history's own step: the most common interval between its (sorted) samples, the shortest of equally common
     ones, since a regular sampler with gaps has most intervals at its step (a median of 1 h and 2 h intervals
-    would be 1.5 h, no step at all); with no interval repeated (timestamps with jitter), their median."""
+    would be 1.5 h, no step at all); with no interval repeated (timestamps with jitter), their median.
+
+    Timestamps with milliseconds of jitter around a whole-second step (a scraper's, Prometheus' raw samples) are read
+    in whole seconds, where the most common interval is more than twice as common: else their most common interval
+    was one jittered value (5m0.021s), and the replay's steps were laid 4 minutes off the clock (23:56:09, 00:01:09,
+    ...), 21 ms later each step, so that intervals held two samples and their neighbours none."""
     intervals = index.to_series().diff().dropna()
-    counts = intervals[intervals > pd.Timedelta(0)].value_counts()
+    positive = intervals[intervals > pd.Timedelta(0)]
+    counts, whole = positive.value_counts(), positive.dt.round("s").value_counts()
+    if not whole.empty and whole.index[0] > pd.Timedelta(0) and whole.iloc[0] > 2 * counts.iloc[0]:
+        return min(whole.index[whole == whole.iloc[0]])
     if counts.empty or counts.iloc[0] < 2:
         return intervals.median()
     return min(counts.index[counts == counts.iloc[0]])

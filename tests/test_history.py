@@ -455,6 +455,26 @@ def test_a_history_whose_step_changes_reads_as_the_same_demand_sampled_uniformly
         assert own_report.missing_steps == 0
 
 
+@given(step_seconds=st.sampled_from([15, 60, 300, 3600]), jitter_ms=st.integers(50, 999),
+       missing=st.floats(0.0, 0.3), seed=st.integers(0, 2 ** 16))
+@example(step_seconds=300, jitter_ms=900, missing=0.0, seed=0)
+def test_timestamps_with_milliseconds_of_jitter_read_as_the_samples_without_it(step_seconds, jitter_ms, missing, seed):
+    """A scraper's samples (Prometheus' raw ones) fall a few hundred milliseconds after each whole-second step. Their
+    most common interval was one jittered value, 5m0.021s, and the history was replayed at that step: its steps 4
+    minutes off the clock (23:56:09, 00:01:09, ...), intervals holding two samples and their neighbours none
+    (reported missing), `run --now 00:00:00Z` refused as between samples. Read at their whole-second step, they are
+    the history without the jitter, gaps and all."""
+    rng = np.random.default_rng(seed)
+    index = pd.date_range("2026-01-05", periods=2000, freq=f"{step_seconds}s", tz="UTC")
+    kept = np.r_[True, rng.random(len(index) - 1) >= missing]
+    clean = pd.Series(rng.uniform(1, 100, len(index)), index=index)[kept]
+    jittered = clean.set_axis(clean.index + pd.to_timedelta(rng.integers(0, jitter_ms, len(clean)), unit="ms"))
+    read, report = at_own_step_reported(jittered)
+    expected, _ = at_own_step_reported(clean)
+    pd.testing.assert_series_equal(read, expected)
+    assert report.input_step == go_duration(step_seconds)
+
+
 def test_a_history_without_a_stretch_of_one_step_keeps_its_one_step():
     """Timestamps with jitter (59-61 s apart) have no stretch of one step: read at their median step as before."""
     rng = np.random.default_rng(1)
