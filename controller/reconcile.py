@@ -191,6 +191,9 @@ class ParsedSpecs:
         # the refused policies whose target another policy held, each with that target, as the last invalid_holdings
         # decided: never their own, so an edit of one leaves no target behind (`_parsed`)
         self._held_elsewhere: dict[ObjectRef, TargetRef] = {}
+        # the generation of the spec each policy held by before the last edit this process read: what that edit left
+        # behind was decided here (`_parsed`), by who held what then, so a status of it or older says nothing more
+        self._edited_from: dict[ObjectRef, int] = {}
 
     def of(self, ref: ObjectRef, generation: int, raw: object) -> PolicySpec | str:
         """The parsed spec, or every error (field paths) in one message."""
@@ -229,21 +232,28 @@ class ParsedSpecs:
             now_held = held[3].target.ref(namespace)
             left = self._left.setdefault(ref, {})
             left.pop(now_held, None)  # named again: its policy's once more
-            # named another: the one named before is left, unless another policy held it (never this one's)
-            if before is not None and (was := before[1].target.ref(namespace)) != now_held \
-                    and self._held_elsewhere.get(ref) != was:
-                left[was] = before[1]
+            if before is not None:
+                self._edited_from[ref] = before[0]
+                # named another: the one named before is left, unless another policy held it (never this one's)
+                if (was := before[1].target.ref(namespace)) != now_held and self._held_elsewhere.get(ref) != was:
+                    left[was] = before[1]
         return held
 
     def left(self, ref: ObjectRef, generation: int, raw: object, status: Mapping) -> list[tuple[TargetRef, PolicySpec]]:
         """The targets the policy `ref` held before an edit named another, each with the spec it held it by: those
         this process read the edit of, and those the policy's `status` says, as this controller wrote it before a
         restart or another leader did: status.left, and status.holding where the status was written for an older
-        generation (no controller has planned the edit since). The one the policy holds now is not left."""
+        generation (no controller has planned the edit since), unless another policy held that target
+        (status.holdsTarget: false) or this process read the edit itself, from that generation or a later one: what it
+        decided then (`_parsed`, by note_owners' verdict) is fresher than the status, which may lack holdsTarget (its
+        next write failed, or a controller older than the field wrote it). The one the policy holds now is not
+        left."""
         namespace = ref.namespace or "default"
         left = self._left.setdefault(ref, {})
         said = status.get("left") or []
-        if status.get("observedGeneration") != generation and status.get("holdsTarget") is not False:
+        said_at = status.get("observedGeneration")
+        if said_at != generation and status.get("holdsTarget") is not False \
+                and int(said_at or 0) > self._edited_from.get(ref, -1):
             said = [*said, status.get("holding")]  # written before this generation: what it held then
         if said:
             read = self._said_left.get(ref)
@@ -280,7 +290,7 @@ class ParsedSpecs:
         self._left.get(ref, {}).pop(target, None)
 
     def keep(self, present: set[ObjectRef]) -> None:
-        forget_absent(present, self._held, self._last_holding, self._left, self._said_left)
+        forget_absent(present, self._held, self._last_holding, self._left, self._said_left, self._edited_from)
 
 
 def spec_errors_said(errors: list[str]) -> str:
@@ -789,10 +799,13 @@ class Reconciler:
     def took_lead(self) -> None:
         """This replica has just taken the Lease (controller.loop): what it wrote when it led before may have been
         overwritten by the leader since, so the plan summary goes out on the next reconcile whatever it last wrote, and
-        the leader's stored forecasts newer than its own are planned on until its own refits land."""
+        the leader's stored forecasts newer than its own are planned on until its own refits land. Who held what, as
+        it decided then, the leader may have decided again: it reads that from the statuses, as a restarted one does
+        (ParsedSpecs.left)."""
         self.forecasts.took_lead()
         if self.summary is not None:
             self.summary.forget()
+        self._specs = ParsedSpecs()
 
     def _may_write(self) -> float | None:
         """Until when (time.monotonic()) this replica may write now: the reconcile's deadline, or its Lease's end if

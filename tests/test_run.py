@@ -33,7 +33,7 @@ from controller.reconcile import (
     training_queues,
 )
 from core.errors import ClusterError, ConfigError, NotFound
-from core.objects import CONDITION_TYPES, TargetRef
+from core.objects import CONDITION_TYPES, ObjectRef, TargetRef
 from core.policy import API_VERSION, KIND, held_demand_per_gpu, holding_said, holding_spec, parse_policy_spec
 from core.settings import RunConfig, WorldSettings
 from forecast.synthetic import synthetic_demand, write_csv
@@ -2982,6 +2982,75 @@ def test_a_refused_policy_edited_off_a_target_another_held_leaves_nothing_behind
         assert chat.reserved_gpus + quotas["q0"] + state.slack_gpus == 128, (chat.reserved_gpus, quotas,
                                                                               state.slack_gpus)
         assert_the_world_holds_what_the_controller_counts(r, state)
+
+
+def test_a_refused_policy_edited_off_a_target_another_took_leaves_nothing_behind_though_its_status_was_not_written(
+        demand_file, tmp_path, monkeypatch):
+    """named (refused: a typo) holds Deployment d1, its status says so. held, older and refused too, is edited from d0
+    to name d1: it holds d1 now, and named holds none of it, but the status write saying so (holdsTarget: false)
+    fails. named is then edited to hold ClusterQueue q0. The controller decided itself who held d1 before the edit, as
+    late as that status or later: d1 is held's, not a target named left behind, though named's status, of the
+    generation before the edit, says named held it (counted as named's left target too, d1's GPUs were counted
+    twice)."""
+    typo, d1 = {"inferenceClusterQueue": "q1", "trainingClusterQueues": [], "targetQuantlie": 0.5}, \
+        {"kind": "Deployment", "name": "d1"}
+    held = policy("held", target={"kind": "Deployment", "name": "d0"}, **{**typo, "inferenceClusterQueue": "q0"})
+    named = policy("named", target=d1, **typo)
+    r = Replay(tmp_path, demand_file, policy("chat", minGpus=40), held, named)
+    r.step(AT_9)
+    assert r.status("named")[0]["holding"]["target"] == d1 and r.status("named")[0]["holdsTarget"] is None
+    r.cluster.apply_policy({**held, "spec": {**held["spec"], "target": d1}})
+    written = r.cluster.patch_policy_status
+
+    def fails_for_named(namespace, name, status):
+        if name == "named":
+            raise ClusterError("the API server did not answer")
+        return written(namespace, name, status)
+
+    monkeypatch.setattr(r.cluster, "patch_policy_status", fails_for_named)
+    r.step(AT_9 + pd.Timedelta(minutes=5))
+    assert r.reconciler._specs.holds_target(ObjectRef(API_VERSION, KIND, "named", "inference")) is False  # decided,
+    assert r.status("named")[0]["holdsTarget"] is None and r.status("named")[0]["observedGeneration"] == 1
+    r.cluster.apply_policy({**named, "spec": {**named["spec"], "target": {"kind": "ClusterQueue", "name": "q0"}}})
+    for minutes in (10, 15):  # named's status still the one before the edit
+        read = identified(r.cluster.reservation_policies())
+        accepted, refused = parse_policies(read, r.reconciler._specs)
+        holdings = invalid_holdings(read, refused, accepted, r.reconciler._specs)
+        assert holdings.left == [], [(p.key, p.spec.target.name) for p in holdings.left]
+        assert [p.key for p in holdings.holders] == ["inference/named"]  # q0, held's pods (of d1 and d0) within
+        assert {p.key for p in holdings.within} == {"inference/held"}
+        state = r.step(AT_9 + pd.Timedelta(minutes=minutes))
+        assert r.status("named")[0]["observedGeneration"] == 1
+        chat, quotas = state.policies["inference/chat"], r.cluster.cluster_queue_quotas()
+        assert chat.reserved_gpus + quotas["q0"] + state.slack_gpus == 128, (chat.reserved_gpus, quotas,
+                                                                              state.slack_gpus)
+
+
+def test_a_replica_that_leads_again_counts_what_an_edit_left_by_who_held_it_as_the_leader_since_decided(
+        demand_file, tmp_path):
+    """x led while held and named (both refused: a typo) named Deployment d1: held, the older, held it. held was
+    edited to name d0 and y, leading meanwhile, decided named holds d1 now (its status says so). named is then
+    edited to hold ClusterQueue q0 and x leads again: d1 runs on, left behind by named, and is counted, though x
+    decided when it led that held held it (who held what as a replica decided is fresher than a status of that
+    generation only while it leads on)."""
+    typo, d1 = {"inferenceClusterQueue": "q1", "trainingClusterQueues": [], "targetQuantlie": 0.5}, \
+        {"kind": "Deployment", "name": "d1"}
+    held = policy("held", target=d1, **{**typo, "inferenceClusterQueue": "q0"})
+    named = policy("named", target=d1, **typo)
+    r = Replay(tmp_path, demand_file, policy("chat", minGpus=40), held, named)
+    x = r.reconciler
+    r.step(AT_9)
+    assert r.status("named")[0]["holdsTarget"] is False
+    r.cluster.apply_policy({**held, "spec": {**held["spec"], "target": {"kind": "Deployment", "name": "d0"}}})
+    r.restart()  # y
+    r.step(AT_9 + pd.Timedelta(minutes=5))
+    assert r.status("named")[0]["holdsTarget"] is None and r.status("named")[0]["observedGeneration"] == 1
+    r.cluster.apply_policy({**named, "spec": {**named["spec"], "target": {"kind": "ClusterQueue", "name": "q0"}}})
+    r.reconciler = x
+    x.took_lead()  # as controller.loop says when x takes the Lease again
+    state = r.step(AT_9 + pd.Timedelta(minutes=10))
+    assert {target.name for target in r.cluster.left} == {"d1"}
+    assert_the_world_holds_what_the_controller_counts(r, state)
 
 
 def test_pods_of_a_refused_policy_in_a_training_queue_whose_lend_shrinks_are_held_not_reserved_again(
