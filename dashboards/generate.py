@@ -264,8 +264,12 @@ def controller_health() -> Board:
     b.add("stat", "Since the last reconcile", "Seconds since a replica last finished a reconcile (it grows while "
           "no replica leads).",
           [(f"time() - max({m.LAST_RECONCILE.name})", "age")], 6, 5, unit="s")
-    b.add("stat", "Invalid policies", "ReservationPolicies whose spec is invalid (see their status).",
-          [(f"count({leader(sel(m.POLICY_VALID, POLICY))} == 0) or vector(0)", "invalid")], 6, 5)
+    # headroom_policy_valid is 0 for each refusal, not only an invalid spec: a missing target is no spec to fix
+    b.add("stat", "Policies not planned", "ReservationPolicies that take no part in the plan, their Ready condition "
+          "False with the reason and the fix: InvalidSpec (a field of its spec is refused), PlanInfeasible (its "
+          "minimum does not fit beside the older policies') or TargetMissing (its Deployment, HPA or ClusterQueue "
+          "not found).",
+          [(f"count({leader(sel(m.POLICY_VALID, POLICY))} == 0) or vector(0)", "not planned")], 6, 5)
     b.add("stat", "Policies on fallback or degraded", "Policies reserving last week's peak, or running on stale "
           "demand data.",
           [(f"sum({leader(sel(m.FALLBACK, POLICY))})", "fallback"),

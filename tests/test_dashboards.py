@@ -342,10 +342,27 @@ def stat_expr(board: str, title: str) -> str:
     return concrete(target["expr"], "inference/chat")
 
 
-def test_invalid_policies_counts_the_leaders_policies_only(tmp_path):
+def test_the_policies_not_planned_stat_names_every_refusal_that_exports_valid_0():
+    """headroom_policy_valid is 0 for every policy the reconcile refuses, not only an invalid spec: one whose minimum
+    does not fit (PlanInfeasible) or whose target is missing (TargetMissing) has a valid spec. The stat that counts them
+    must say each reason, or a missing Deployment reads as a spec to fix."""
+    import inspect
+
+    from controller.reconcile import Reconciler
+
+    refusals = re.search(r'why = ("\w+" if .*)', inspect.getsource(Reconciler))
+    assert refusals, "the reconcile's refusal reasons moved: update this test"
+    reasons = re.findall(r'"(\w+)"', refusals[1])
+    assert reasons == ["PlanInfeasible", "TargetMissing", "InvalidSpec"], reasons
+    p = panel("headroom-controller.json", "Policies not planned")
+    assert [r for r in reasons if r not in p["description"]] == [], p["description"]
+    assert "whose spec is invalid" not in p["description"]
+
+
+def test_policies_not_planned_counts_the_leaders_policies_only(tmp_path):
     """A replica that lost the lease keeps exporting its last state (controller.loop publishes it with leader 0):
     a policy it last saw invalid, since fixed, is not invalid now; nor is one invalid policy two."""
-    expr = stat_expr("headroom-controller.json", "Invalid policies")
+    expr = stat_expr("headroom-controller.json", "Policies not planned")
     standby_saw_it_invalid = {
         'headroom_leader{instance="a"}': "1x10", 'headroom_leader{instance="b"}': "0x10",
         'headroom_policy_valid{instance="a", policy="inference/chat"}': "1x10",
