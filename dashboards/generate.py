@@ -36,6 +36,12 @@ def sel(metric: Metric, matchers: str = "") -> str:
     return metric.name + matchers
 
 
+def active(selector: str) -> str:
+    """Only the series of active policies: a forecast-only policy's reservation is what it would reserve, not GPUs it
+    holds (its target keeps the replicas it has)."""
+    return f'({selector} and on(instance, policy) {m.POLICY_INFO.name}{{mode="active"}})'
+
+
 def gpus_of_demand(matchers: str = POLICY) -> str:
     """Observed demand in GPUs, per policy."""
     return f"{leader(sel(m.DEMAND, matchers))} / {sel(m.DEMAND_PER_GPU, matchers)}"
@@ -135,7 +141,7 @@ def overview() -> Board:
               "and what lending saved against a dedicated training cluster.",
               [datasource_variable(), cost_variable()])
     capacity = f"sum({leader(m.CAPACITY.name)})"
-    reserved = f"sum({leader(m.RESERVED.name)})"
+    reserved = f"sum({leader(active(m.RESERVED.name))})"
     training = f"sum({leader(m.TRAINING.name)})"
     busy = f"(sum({gpus_of_demand('')}) + {training})"
     used_gpu_hours = f"sum(increase({m.TEAM_GPU_SECONDS.name}[$__range])) / 3600"
@@ -149,10 +155,12 @@ def overview() -> Board:
     b.add("stat", "Cost saved vs dedicated clusters", "Those GPU-hours at $gpu_hour_cost a GPU-hour (the variable "
           "above): the training cluster that lending made unnecessary.",
           [(f"{used_gpu_hours} * $gpu_hour_cost", "saved")], 6, 5, unit="currencyUSD", decimals=0)
-    b.add("timeseries", "GPUs by use", "Inference (reserved), training (lent slack in use) and idle GPUs, stacked "
-          "to the cluster's capacity.",
+    b.add("timeseries", "GPUs by use", "Inference (reserved by the active policies), training (lent slack in use) "
+          "and the rest, stacked to the cluster's capacity. The rest is idle, but for what headroom does not plan: "
+          "a forecast-only policy's target, which keeps the replicas it has (its reservation is only what it would "
+          "reserve), and the training in the queues only forecast-only policies name.",
           [(reserved, "inference (reserved)"), (training, "training"),
-           (f"{capacity} - {reserved} - {training}", "idle")], 16, 9, custom=STACKED, min=0)
+           (f"{capacity} - {reserved} - {training}", "idle or not planned")], 16, 9, custom=STACKED, min=0)
     b.add("timeseries", "Cluster utilization", "Busy GPUs over capacity.",
           [(f"{busy} / {capacity}", "utilization")], 8, 9, unit="percentunit", min=0, max=1)
     b.add("timeseries", "Preemption headroom guarantee", "GPUs reclaimable within the deadline must stay at or "

@@ -435,3 +435,27 @@ def test_the_headroom_guarantee_holds_the_reclaimable_gpus_against_the_band(tmp_
     assert promql_value(tmp_path, series, exprs["reclaimable within deadline"], "5m", 25) == ""
     assert promql_value(tmp_path, series, exprs["headroom band"], "5m", 20) == ""
     assert promql_value(tmp_path, series, exprs["headroom quantiles ask"], "5m", 30) == ""
+
+
+def test_gpus_by_use_stacks_only_what_active_policies_reserve(tmp_path):
+    """A forecast-only policy's headroom_reserved_gpus is what it would reserve: its target keeps the replicas it has.
+    Stacked as inference, it took GPUs from the idle ones that were not reserved (on the embedded cluster, two policies
+    of which one forecast-only stacked 128 GPUs reserved beside 8 training, 8 over the 128-GPU cluster)."""
+    p = panel("headroom-overview.json", "GPUs by use")
+    exprs = {t["legendFormat"]: concrete(t["expr"], "inference/chat") for t in p["targets"]}
+    series = {'headroom_leader{instance="a"}': "1x10", 'headroom_leader{instance="b"}': "0x10",
+              'headroom_capacity_gpus{instance="a"}': "128x10", 'headroom_training_gpus{instance="a"}': "8x10",
+              'headroom_policy_info{instance="a", policy="inference/chat", mode="active", model="auto: snaive168"}':
+                  "1x10",
+              'headroom_policy_info{instance="a", policy="inference/batch", mode="forecast-only", '
+              'model="auto: snaive168"}': "1x10",
+              'headroom_reserved_gpus{instance="a", policy="inference/chat"}': "90x10",
+              'headroom_reserved_gpus{instance="a", policy="inference/batch"}': "38x10",
+              # a standby's last state: the chat policy as it saw it
+              'headroom_policy_info{instance="b", policy="inference/chat", mode="active", model="auto: snaive168"}':
+                  "1x10",
+              'headroom_reserved_gpus{instance="b", policy="inference/chat"}': "70x10"}
+    assert promql_value(tmp_path, series, exprs["inference (reserved)"], "5m", 90) == ""
+    assert promql_value(tmp_path, series, exprs["training"], "5m", 8) == ""
+    assert promql_value(tmp_path, series, exprs["idle or not planned"], "5m", 30) == ""
+    assert "forecast-only" in p["description"]
