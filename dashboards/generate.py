@@ -169,7 +169,7 @@ def overview() -> Board:
           "than is lent (HeadroomAboveCapacity), demand up to them cannot be served whatever comes back.",
           [(f"max({leader(m.RECLAIMABLE.name)})", "reclaimable within deadline"),
            (f"max({leader(m.HEADROOM_BAND.name)})", "headroom band"),
-           (f"sum({leader(m.HEADROOM.name)})", "headroom quantiles ask")], 12, 8, min=0)
+           (f"max({leader(m.HEADROOM_WANTED.name)})", "headroom quantiles ask")], 12, 8, min=0)
     b.add("timeseries", "Headroom at risk", "1 while the HeadroomAtRisk condition is True or Unknown, by its reason: "
           "ReclaimableBelowHeadroom (too little training stops within the deadline), HeadroomAboveCapacity (the "
           "headroom quantile asks for more than is lent), CohortLends (another ClusterQueue, or a Kueue Cohort's "
@@ -232,6 +232,11 @@ def forecast_quality() -> Board:
     b.panels[-1]["targets"][0].update(format="table", instant=True, range=False)
     b.panels[-1]["transformations"] = [{"id": "organize", "options": {
         "excludeByName": {"Time": True, "Value": True, "__name__": True, "instance": True, "job": True}}}]
+    b.add("timeseries", "Reservation and preemption headroom", "GPUs each policy reserves now (a forecast-only one: "
+          "would reserve) and the preemption headroom its headroom quantile asks above that; the cluster's band, "
+          "what is lent of the active policies' headroom, is on the overview board.",
+          [(leader(sel(m.RESERVED, POLICY)), "{{policy}} reserved"),
+           (leader(sel(m.HEADROOM, POLICY)), "{{policy}} headroom")], 24, 7, min=0)
     return b
 
 

@@ -424,13 +424,18 @@ def test_the_headroom_guarantee_holds_the_reclaimable_gpus_against_the_band(tmp_
     """The controller's HeadroomAtRisk compares the GPUs reclaimable within the deadline with the headroom band, the
     policies' headroom within what is lent. Where the headroom quantiles ask for more than is lent (here 30 of 20), the
     guarantee panel must draw the band (20), which the 25 reclaimable GPUs cover, not the ask, which would show a
-    breach the controller does not see (its reason is HeadroomAboveCapacity, drawn beside)."""
+    breach the controller does not see (its reason is HeadroomAboveCapacity, drawn beside). The ask drawn is the one
+    the controller compares with the band: not a forecast-only policy's beside the active one (the sum of every
+    policy's headroom_preemption_headroom_gpus drew 66 here)."""
     p = panel("headroom-overview.json", "Preemption headroom guarantee")
     exprs = {t["legendFormat"]: concrete(t["expr"], "inference/chat") for t in p["targets"]}
     series = {'headroom_leader{instance="a"}': "1x10", 'headroom_leader{instance="b"}': "0x10",
               'headroom_preemption_headroom_gpus{instance="a", policy="inference/chat"}': "30x10",
               'headroom_headroom_band_gpus{instance="a"}': "20x10",
               'headroom_headroom_band_gpus{instance="b"}': "40x10",  # a standby's last state
+              'headroom_preemption_headroom_gpus{instance="a", policy="inference/batch"}': "36x10",  # forecast-only
+              'headroom_headroom_wanted_gpus{instance="a"}': "30x10",
+              'headroom_headroom_wanted_gpus{instance="b"}': "50x10",
               'headroom_reclaimable_gpus{instance="a", policy="inference/chat"}': "25x10"}
     assert promql_value(tmp_path, series, exprs["reclaimable within deadline"], "5m", 25) == ""
     assert promql_value(tmp_path, series, exprs["headroom band"], "5m", 20) == ""

@@ -64,6 +64,7 @@ def test_exports_the_plans_reservation_headroom_slack_and_forecast(day, last):
     assert value(text, m.RECLAIMABLE, policy="inference/chat") == ps.reclaimable_gpus
     # the band HeadroomAtRisk holds the reclaimable GPUs against: the policy's ask within what is lent
     assert value(text, m.HEADROOM_BAND) == last.headroom_band_gpus == min(ps.headroom_gpus, last.slack_gpus) > 0
+    assert value(text, m.HEADROOM_WANTED) == last.headroom_wanted_gpus == ps.headroom_gpus  # its one policy's ask
     assert value(text, m.POLICY_VALID, policy="inference/chat") == 1
     assert value(text, m.POLICY_INFO, policy="inference/chat", mode="active", model=ps.model) == 1
     assert ps.model.startswith("auto")
@@ -353,6 +354,21 @@ def test_health_and_ready_flip(served):
     assert get(base + "/healthz") == (503, "not healthy\n")
     flags["ready"] = None
     assert get(base + "/readyz") == (503, "not ready: RuntimeError: lease lost\n")
+
+
+def test_the_headroom_asked_is_the_active_policies_beside_a_forecast_only_one(demand_file, tmp_path):
+    """The ask HeadroomAtRisk compares with the band is the active policies' headroom: a forecast-only policy's is what
+    it would ask, not part of it. The overview board draws headroom_headroom_wanted_gpus for it."""
+    from tests.test_run import policy
+
+    r = Replay(tmp_path, demand_file, policy("chat"),
+               policy("batch", mode="forecast-only", trainingClusterQueues=["product"]))
+    for minutes in range(0, 4 * 60 + 1, 20):
+        state = r.step(MONDAY_6AM + pd.Timedelta(minutes=minutes))
+    chat, batch = state.policies["inference/chat"], state.policies["inference/batch"]
+    assert chat.mode == "active" and batch.mode == "forecast-only" and batch.headroom_gpus > 0
+    text = scrape(state)
+    assert value(text, m.HEADROOM_WANTED) == state.headroom_wanted_gpus == chat.headroom_gpus
 
 
 def test_docs_table_lists_every_metric_with_its_type_and_labels():
