@@ -1004,7 +1004,10 @@ class Reconciler:
         after = self._view([i.policy for i in acting.inputs], acting_lending, now, after_read, self._lent)
         lenders = self._cohort_check(lending)
         report += self._reclaim_notes(lending, lenders) + self._queue_notes(lending, workloads)
-        reclaimable, wanted, risk = self._headroom(step, after, cluster_policy, lenders)
+        # with every policy forecast-only the plan is what they would do and nothing is lent (`headroom plan`, dry_run,
+        # plans every policy as active)
+        acts = self.dry_run or any(p.active for p in lending)
+        reclaimable, band, wanted, risk = self._headroom(step, after, cluster_policy, lenders, acts)
         # each policy as the plan it is planned by says it: an acting one by the plan applied, a forecast-only one
         # beside active ones by the plan of them all
         by_key = {**(shadow.each() if shadow is not None else {}), **acting.each()}
@@ -1017,9 +1020,9 @@ class Reconciler:
                          outcomes, now)
         state = ControllerState(
             self.cfg.capacity_gpus, True, states, self._teams(after, acting_lending, now, held_there),
-            slack_gpus=self._lent_in_place(step, outcomes, after, held_there),
+            slack_gpus=self._lent_in_place(step, outcomes, after, held_there) if acts else 0,
             training_gpus=int(after.training.gpus.sum()), reclaimable_gpus=reclaimable,
-            headroom_band_gpus=step.headroom_gpus, headroom_wanted_gpus=wanted, headroom_at_risk=risk,
+            headroom_band_gpus=band, headroom_wanted_gpus=wanted, headroom_at_risk=risk,
             plan_id=plan_id, slack_by_hour=tuple((pd.Timestamp(t, unit="s", tz="UTC"), int(g)) for t, g in zip(
                 hours.workloads[0].starts if hours.workloads else (), hours.slack)),
             actions=tuple(actions), notes=hours.notes)
@@ -1647,17 +1650,18 @@ class Reconciler:
         return notes
 
     @staticmethod
-    def _headroom(step: StepPlan, view: View, policy: ClusterPolicy,
-                  lenders: CohortCheck) -> tuple[int, int, Condition]:
-        """The cluster's headroom now: (GPUs reclaimable within the deadline, GPUs the headroom quantile asks for,
-        HeadroomAtRisk)."""
+    def _headroom(step: StepPlan, view: View, policy: ClusterPolicy, lenders: CohortCheck,
+                  acts: bool) -> tuple[int, int, int, Condition]:
+        """The cluster's headroom now: (GPUs reclaimable within the deadline, the headroom band, GPUs the headroom
+        quantile asks for, HeadroomAtRisk). A plan that does not act (`acts` False: every policy forecast-only) lends
+        nothing, so no lent GPU must come back and no headroom is asked of what is lent."""
         t = view.training
         reserved = sum(w.reserved_gpus for w in step.workloads)
         idle = max(policy.lendable - reserved - int(t.gpus.sum()) - t.terminating_gpus - t.serving_gpus, 0)
         reclaimable = idle + int(t.gpus[t.preempt_seconds <= policy.reclaim_deadline_seconds].sum())
-        wanted = sum(w.headroom_gpus for w in step.workloads)
-        return reclaimable, wanted, headroom_condition(reclaimable, step.headroom_gpus, wanted, step.lent_gpus,
-                                                       lenders)
+        band, wanted, lent = (step.headroom_gpus, sum(w.headroom_gpus for w in step.workloads), step.lent_gpus) \
+            if acts else (0, 0, 0)
+        return reclaimable, band, wanted, headroom_condition(reclaimable, band, wanted, lent, lenders)
 
     def _reports(self, planned: list[_Planned], view: View, failures, plan_id, now, states, reclaimable: int,
                  risk: Condition) -> list:

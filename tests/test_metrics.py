@@ -371,6 +371,26 @@ def test_the_headroom_asked_is_the_active_policies_beside_a_forecast_only_one(de
     assert value(text, m.HEADROOM_WANTED) == state.headroom_wanted_gpus == chat.headroom_gpus
 
 
+def test_a_forecast_only_plan_lends_nothing_and_no_lent_gpu_must_come_back(demand_file, tmp_path):
+    """chat is forecast-only, the only policy: it changes nothing, so nothing is lent and no lent GPU must come back.
+    The cluster-wide numbers were its would-be plan's: at 07:00 86 GPUs lent (the overview's "GPUs lent to training")
+    and a band of 32 beside research's quota of 0, and by 15:00 HeadroomAboveCapacity (it asked for 38 where 24 would
+    be lent), an alert on lending that never happens. What chat would reserve and ask stays on its own series."""
+    from tests.test_run import policy
+
+    r = Replay(tmp_path, demand_file, policy("chat", mode="forecast-only"))
+    r.fill_training()  # what research holds is its own: headroom lent none of it
+    for minutes in range(0, 10 * 60 + 1, 20):
+        state = r.step(MONDAY_6AM + pd.Timedelta(minutes=minutes))
+        text = scrape(state)
+        lent = (value(text, m.SLACK), value(text, m.HEADROOM_BAND), value(text, m.HEADROOM_WANTED))
+        assert lent == (0, 0, 0) and r.cluster.quotas["research"] == 0, (minutes, lent)
+        assert state.headroom_at_risk is not None and state.headroom_at_risk.status == "False", minutes
+        chat = state.policies["inference/chat"]
+        assert value(text, m.HEADROOM, policy="inference/chat") == chat.headroom_gpus > 0  # what it would ask
+        assert value(text, m.RESERVED, policy="inference/chat") == chat.reserved_gpus > 0
+
+
 def test_docs_table_lists_every_metric_with_its_type_and_labels():
     doc = (Path(__file__).resolve().parents[1] / "docs" / "observability.md").read_text()
     rows = {}
