@@ -77,7 +77,7 @@ FORECAST_COVERAGE = Metric("headroom_forecast_coverage_ratio", "gauge", "Realize
 
 CAPACITY = Metric("headroom_capacity_gpus", "gauge", "GPUs in the cluster headroom manages")
 SLACK = Metric("headroom_slack_gpus", "gauge", "GPUs lent to training now (the whole cluster's slack); 0 while every policy is forecast-only, which lends nothing")
-TRAINING = Metric("headroom_training_gpus", "gauge", "GPUs held by training now")
+TRAINING = Metric("headroom_training_gpus", "gauge", "GPUs held by training now, in every training queue a policy names (a forecast-only one's too)")
 HEADROOM_BAND = Metric("headroom_headroom_band_gpus", "gauge", "The headroom band now: GPUs lent to training that must come back within the reclaim deadline (the active policies' headroom, at most what is lent; 0 while every policy is forecast-only); headroom is at risk while headroom_reclaimable_gpus is below it")
 HEADROOM_WANTED = Metric("headroom_headroom_wanted_gpus", "gauge", "The headroom the plan's policies ask for now: the sum of their headroom_preemption_headroom_gpus, of the active policies (0 while every policy is forecast-only: what one would ask is its own headroom_preemption_headroom_gpus); above the band it asks for more than is lent (HeadroomAboveCapacity)")
 HEADROOM_AT_RISK = Metric("headroom_headroom_at_risk", "gauge", "1 while the cluster's headroom is at risk or cannot be checked (the HeadroomAtRisk condition True or Unknown), by its reason: ReclaimableBelowHeadroom, HeadroomAboveCapacity, CohortLends, CohortCycle, CohortsUnreadable; else 0, reason HeadroomCovered, or CohortReclaims when a queue of a training cohort's tree of Cohorts lets Kueue preempt training itself", ("reason",))

@@ -1021,7 +1021,9 @@ class Reconciler:
         state = ControllerState(
             self.cfg.capacity_gpus, True, states, self._teams(after, acting_lending, now, held_there),
             slack_gpus=self._lent_in_place(step, outcomes, after, held_there) if acts else 0,
-            training_gpus=int(after.training.gpus.sum()), reclaimable_gpus=reclaimable,
+            # training in every queue lent to, those only forecast-only policies name too: it holds GPUs all the same
+            training_gpus=int(self._view([], lending, now, after_read, self._lent).training.gpus.sum()),
+            reclaimable_gpus=reclaimable,
             headroom_band_gpus=band, headroom_wanted_gpus=wanted, headroom_at_risk=risk,
             plan_id=plan_id, slack_by_hour=tuple((pd.Timestamp(t, unit="s", tz="UTC"), int(g)) for t, g in zip(
                 hours.workloads[0].starts if hours.workloads else (), hours.slack)),

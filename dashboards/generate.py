@@ -155,10 +155,10 @@ def overview() -> Board:
     b.add("stat", "Cost saved vs dedicated clusters", "Those GPU-hours at $gpu_hour_cost a GPU-hour (the variable "
           "above): the training cluster that lending made unnecessary.",
           [(f"{used_gpu_hours} * $gpu_hour_cost", "saved")], 6, 5, unit="currencyUSD", decimals=0)
-    b.add("timeseries", "GPUs by use", "Inference (reserved by the active policies), training (lent slack in use) "
-          "and the rest, stacked to the cluster's capacity. The rest is idle, but for what headroom does not plan: "
-          "a forecast-only policy's target, which keeps the replicas it has (its reservation is only what it would "
-          "reserve), and the training in the queues only forecast-only policies name.",
+    b.add("timeseries", "GPUs by use", "Inference (reserved by the active policies), training (in every training "
+          "queue a policy names, a forecast-only one's too) and the rest, stacked to the cluster's capacity. The rest "
+          "is idle, but for what headroom does not plan: a forecast-only policy's target, which keeps the replicas it "
+          "has (its reservation is only what it would reserve).",
           [(reserved, "inference (reserved)"), (training, "training"),
            (f"{capacity} - {reserved} - {training}", "idle or not planned")], 16, 9, custom=STACKED, min=0)
     b.add("timeseries", "Cluster utilization", "Busy GPUs over capacity.",

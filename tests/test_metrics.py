@@ -371,6 +371,26 @@ def test_the_headroom_asked_is_the_active_policies_beside_a_forecast_only_one(de
     assert value(text, m.HEADROOM_WANTED) == state.headroom_wanted_gpus == chat.headroom_gpus
 
 
+def test_training_is_every_training_queue_s_beside_a_forecast_only_policy(demand_file, tmp_path):
+    """chat is active, lending to research; batch, forecast-only, names product, full of training no one lends into
+    or preempts. Those GPUs are held by training all the same: headroom_training_gpus left them out (24 at 06:00, of
+    research, where product held 40 more), so the overview's cluster utilization counted them nowhere."""
+    from tests.test_run import policy
+
+    r = Replay(tmp_path, demand_file, policy("chat"),
+               policy("batch", mode="forecast-only", trainingClusterQueues=["product"]))
+    r.fill_training("product")
+    for minutes in range(0, 4 * 60 + 1, 20):
+        now = MONDAY_6AM + pd.Timedelta(minutes=minutes)
+        if minutes:  # Replay.step, but the Workloads read between the reconcile and Kueue's admission pass
+            r.cluster.advance(now.timestamp())
+        state = r.reconciler.reconcile(now)
+        held = {q: sum(w.gpus for w in r.running() if w.cluster_queue == q) for q in ("research", "product")}
+        assert held["product"] > 0
+        assert value(scrape(state), m.TRAINING) == state.training_gpus == held["research"] + held["product"], now
+        r.cluster.admit()
+
+
 def test_a_forecast_only_plan_lends_nothing_and_no_lent_gpu_must_come_back(demand_file, tmp_path):
     """chat is forecast-only, the only policy: it changes nothing, so nothing is lent and no lent GPU must come back.
     The cluster-wide numbers were its would-be plan's: at 07:00 86 GPUs lent (the overview's "GPUs lent to training")
