@@ -373,8 +373,10 @@ class Informer:
     The watch is re-opened from the last resourceVersion seen when the server ends it; the resource is
     listed again when the server says that version is gone (410) or the connection fails (an API server
     restart), with back-off; a WATCH RBAC refuses (403, the LIST allowed) is said once, and the resource listed
-    every `poll_seconds` instead until a watch is allowed. A cache that has heard nothing from the server for
-    `watch_seconds + grace_seconds` is stale: readers list again, and are refused (StaleCache) if that fails too.
+    every `poll_seconds` instead until a watch is allowed; an API not installed (its CRD deleted: Kueue uninstalled)
+    is said once too, as its reads say it, and listed again with back-off until it is served. A cache that has heard
+    nothing from the server for `watch_seconds + grace_seconds` is stale: readers list again, and are refused
+    (StaleCache) if that fails too.
     Events not newer than the last LIST, or than the object already held (one our own write put there), are ignored,
     so a late event never takes an object back in time. Until the first LIST has succeeded, `items()` is None and
     readers fall back to a LIST of their own. While the watch is broken or stale, readers first `catch_up()`: the
@@ -397,7 +399,9 @@ class Informer:
         self._response = None
         self.lists = 0                     # LISTs made (tests and logs: one at start, one per resync)
         self.connected = False
-        self.polling = False               # the WATCH refused (403): listed every poll_seconds instead
+        # a failure only a change to the cluster ends (RBAC that refuses the WATCH, an API not installed), warned
+        # once: (the warning, what is said once a watch streams again); None while none lasts
+        self._outage: tuple[str, str] | None = None
         self._caught_up = 0.0              # when a reader last listed while the watch was broken (catch_up)
         self.refused: ClusterError | None = None  # a LIST refused (403: RBAC revoked), until a LIST succeeds
 
@@ -536,16 +540,27 @@ class Informer:
                     break
                 refused = exc if isinstance(exc, _WatchRefused) else None
                 if refused is not None and refused.status == 403:  # RBAC lets the controller list, not watch: it polls
-                    if not self.polling:
-                        log.warning("%s; polling instead: listing every %g s until a watch is allowed", exc,
-                                    self.poll_seconds)
-                    self.polling = True
+                    self._lasting(f"{exc}; polling instead: listing every {self.poll_seconds:g} s until a watch is "
+                                  "allowed", "allowed now: streaming again, polling ended")
                     self._stop.wait(self.poll_seconds)
                     continue
                 wait = max(delay, refused.retry_after if refused is not None else 0.0)
-                log.warning("watch %s: %s; listing again in %.1f s", self.path, exc, wait)
+                if isinstance(exc, NotInstalled):  # its CRD deleted (Kueue uninstalled): it may be installed again
+                    self._lasting(f"watch {self.path}: {exc}; listing again, at most {WATCH_BACKOFF_MAX_SECONDS:g} s "
+                                  "apart, until it is served", "served again: streaming again")
+                else:  # a failure of the moment (the server restarting): each said; a lasting one after it said anew
+                    self._outage = None
+                    log.warning("watch %s: %s; listing again in %.1f s", self.path, exc, wait)
                 self._stop.wait(wait)
                 delay = min(delay * 2, WATCH_BACKOFF_MAX_SECONDS)
+
+    def _lasting(self, warning: str, ended: str) -> None:
+        """Warn of a failure that lasts until the cluster is changed (its RBAC, its CRDs) once: when it begins, or
+        follows another; the same warning again at each back-off would say nothing new. `ended` is said once a
+        watch streams again."""
+        if self._outage is None or self._outage[0] != warning:
+            log.warning("%s", warning)
+        self._outage = (warning, ended)
 
     def _watch(self) -> None:
         query = {"watch": "1", "resourceVersion": self._version, "allowWatchBookmarks": "true",
@@ -557,15 +572,18 @@ class Informer:
         if response.status == 410:
             raise _Gone()
         if response.status != 200:  # a 403 names the verb and resource RBAC lacks: said whole, as _request says it
-            message = _answer(response.response.data)[1]
+            payload, message = _answer(response.response.data)
+            not_installed = _not_installed_error(self.path, response.status, payload)
+            if not_installed is not None:  # its CRD deleted: said as the reads say it
+                raise not_installed
             # a 429 says when to come back (Retry-After): not sooner, as every request (_request)
             raise _WatchRefused(f"WATCH {self.path}: HTTP {response.status}: {message}", response.status,
                                 _retry_after(response.headers, WATCH_BACKOFF_MAX_SECONDS))
         self._response = response
         self.connected, self._heard = True, time.monotonic()
-        if self.polling:
-            log.info("watch %s: allowed now: streaming again, polling ended", self.path)
-            self.polling = False
+        if self._outage is not None:
+            log.info("watch %s: %s", self.path, self._outage[1])
+            self._outage = None
         try:
             buffer = b""
             for chunk in response.response.stream(65536, decode_content=True):
@@ -629,6 +647,19 @@ def _installable(path: str) -> tuple[str, str] | None:
         return None
     group = api[0].split("/")[2]
     return (group, api[1]) if group in _INSTALL else None
+
+
+def _unserved(status: int, payload: Any) -> bool:
+    """Whether an answer is a plain 404, the path not served (a missing object's 404 is a Status, reason NotFound)."""
+    return status == 404 and not (isinstance(payload, dict) and payload.get("kind") == "Status")
+
+
+def _not_installed_error(path: str, status: int, payload: Any) -> NotInstalled | None:
+    """NotInstalled, naming what to install, for a plain 404 on a path of headroom's or Kueue's API (its CRD not
+    installed, or deleted under the controller); None for any other answer."""
+    if not _unserved(status, payload) or _installable(path) is None:
+        return None
+    return NotInstalled(_not_installed([path]), status=status, body=payload)
 
 
 def _not_installed(paths: list[str], old_kueue: bool = False) -> str:
@@ -945,8 +976,7 @@ class KubeCluster:
             # an API server over its max-in-flight (429) says when to come back (Retry-After: 1): not sooner, up to
             # the longest back-off (a controller asked to stop still ends within its grace period)
             delay = max(delay, _retry_after(headers, self.backoff_max))
-            # a 404 that is no Status is the path not served (a missing object's is a Status, reason NotFound)
-            unserved = status == 404 and not (isinstance(payload, dict) and payload.get("kind") == "Status")
+            unserved = _unserved(status, payload)
             if (attempt < (self.retries if retries is None else retries) and not self.stopping.is_set()
                     and (deadline is None or time.monotonic() + delay < deadline)
                     and (status in RETRYABLE_STATUS or (unserved and self._served_soon(path, deadline)))):
@@ -959,10 +989,10 @@ class KubeCluster:
                 landed = self._landed(method, path, body, deadline)
                 if landed is not None:
                     return landed
+            not_installed = _not_installed_error(path, status, payload)
+            if not_installed is not None:  # a read or a write says so, not a bare 404
+                raise not_installed
             reason = payload.get("reason", "") if isinstance(payload, dict) else ""
-            if unserved and _installable(path) is not None:  # its CRD not installed (deleted under the controller):
-                # a read or a write says so, not a bare 404
-                raise NotInstalled(_not_installed([path]), status=status, reason=reason, body=payload)
             error = {404: NotFound, 409: Conflict, 422: Invalid}.get(status, ClusterError)
             where = "unreachable" if status == 0 else f"HTTP {status}"
             if status == 0 and deadline is not None and time.monotonic() + delay >= deadline:

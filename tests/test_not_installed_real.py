@@ -7,6 +7,7 @@ process of its own, with a kubeconfig file, as a user would (docs/deploy.md).
 """
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 import time
@@ -14,7 +15,7 @@ import time
 import pytest
 import yaml
 
-from adapters.kube import KubeCluster
+from adapters.kube import KUEUE_GROUP, WATCHED, KubeCluster
 from controller.actions import SetQuota
 from controller.executor import execute
 from core.errors import ClusterError, NotInstalled
@@ -207,6 +208,50 @@ def test_a_crd_deleted_while_headroom_watches_is_named_by_its_reads_not_served_s
                    kueue_objects.cluster_queue("inference-run", gpus=5))
         wait_until(lambda: watching.informers["clusterqueues"].synced()
                    and watching.cluster_queue_quotas() == {"inference-run": 5}, timeout=40, what="the cache")
+    finally:
+        watching.close()
+
+
+def test_a_crd_deleted_while_headroom_watches_is_warned_once_per_cache_as_its_reads_say_it(bare_kube, crd_dir,
+                                                                                          kueue_crds, caplog):
+    """Kueue uninstalled under a running controller: each Kueue watch cache warned at every back-off (0.2, 0.4, 0.8 s
+    ..., then every 30 s for as long as Kueue was gone), its first warning worded otherwise than the reads ("WATCH
+    ...: HTTP 404: 404 page not found"). Each now warns once, in the reads' words, and says when it is served again."""
+    server, kube = bare_kube
+    only(kube, crd_documents(crd_dir) + kueue_crds)
+    watching = KubeCluster.from_kubeconfig(str(server.kubeconfig()), request_timeout=5).watch()
+    kueue_caches = {name: watching.informers[name] for name, path in WATCHED.items() if KUEUE_GROUP in path}
+    tries = dict.fromkeys(kueue_caches, 0)  # each cache's LISTs (its thread's tries) since Kueue went
+
+    def counted(name: str, relist):
+        def relist_counted(*args, **kwargs):
+            tries[name] += 1
+            return relist(*args, **kwargs)
+        return relist_counted
+
+    def said(level: int, path: str) -> list[str]:  # what the cache of `path` said of it
+        return [r.getMessage() for r in caplog.records if r.name == "adapters.kube" and r.levelno == level
+                and r.getMessage().startswith(f"watch {path}:")]
+
+    try:
+        with caplog.at_level(logging.INFO, logger="adapters.kube"):
+            for name, informer in kueue_caches.items():
+                informer.relist = counted(name, informer.relist)  # type: ignore[method-assign]
+            only(kube, crd_documents(crd_dir))  # Kueue uninstalled
+            # five LISTs each: four back-offs (0.2 + 0.4 + 0.8 + 1.6 s), each a warning on the old code
+            wait_until(lambda: min(tries.values()) >= 5, timeout=30, what="the caches to list again and again")
+            with pytest.raises(NotInstalled) as read:
+                watching.cluster_queue_quotas()
+            assert str(read.value).startswith(kueue_message("clusterqueues")), read.value
+            for name, informer in kueue_caches.items():
+                reads_say = str(read.value).replace("clusterqueues", name)  # as a read of `name` says it
+                assert said(logging.WARNING, informer.path) == [
+                    f"watch {informer.path}: {reads_say}; listing again, at most 30 s apart, until it is served"]
+            only(kube, crd_documents(crd_dir) + kueue_crds)  # reinstalled
+            wait_until(lambda: all(i.connected for i in kueue_caches.values()), timeout=60, what="the watches")
+            for informer in kueue_caches.values():
+                assert said(logging.INFO, informer.path) == [f"watch {informer.path}: served again: streaming again"]
+                assert len(said(logging.WARNING, informer.path)) == 1
     finally:
         watching.close()
 
