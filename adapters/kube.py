@@ -370,17 +370,17 @@ class _WatchRefused(ClusterError):
 class Informer:
     """One resource kept in memory: LIST, then WATCH from the list's resourceVersion, in a daemon thread.
 
-    The watch is re-opened from the last resourceVersion seen when the server ends it; the resource is
-    listed again when the server says that version is gone (410) or the connection fails (an API server
-    restart), with back-off; a WATCH RBAC refuses (403, the LIST allowed) is said once, and the resource listed
-    every `poll_seconds` instead until a watch is allowed; an API not installed (its CRD deleted: Kueue uninstalled)
-    is said once too, as its reads say it, and listed again with back-off until it is served. A cache that has heard
-    nothing from the server for `watch_seconds + grace_seconds` is stale: readers list again, and are refused
-    (StaleCache) if that fails too.
-    Events not newer than the last LIST, or than the object already held (one our own write put there), are ignored,
-    so a late event never takes an object back in time. Until the first LIST has succeeded, `items()` is None and
-    readers fall back to a LIST of their own. While the watch is broken or stale, readers first `catch_up()`: the
-    server may be back long before the thread's next try."""
+    The watch is re-opened from the last resourceVersion seen when the server ends it, or answers it is too busy
+    (429: after its Retry-After); the resource is listed again when the server says that version is gone (410) or
+    the connection fails (an API server restart), with back-off; a WATCH RBAC refuses (403, the LIST allowed) is said
+    once, and the resource listed every `poll_seconds` instead until a watch is allowed; an API not installed (its
+    CRD deleted: Kueue uninstalled) is said once too, as its reads say it, and listed again with back-off until it is
+    served. A cache that has heard nothing from the server for `watch_seconds + grace_seconds` is stale: readers list
+    again, and are refused (StaleCache) if that fails too. Events not newer than the last LIST, or than the object
+    already held (one our own write put there), are ignored, so a late event never takes an object back in time.
+    Until the first LIST has succeeded, `items()` is None and readers fall back to a LIST of their own. While the
+    watch is broken or stale, readers first `catch_up()`: the server may be back long before the thread's next
+    try."""
 
     def __init__(self, cluster: KubeCluster, path: str, watch_seconds: int = WATCH_SECONDS,
                  grace_seconds: float = WATCH_GRACE_SECONDS, resync_seconds: float = 600.0,
@@ -523,14 +523,16 @@ class Informer:
 
     def _run(self) -> None:
         delay = 0.2
+        listed: float | None = None  # when the resource was last listed; None: list it before the next watch
         while not self._stop.is_set():
             try:
-                self._version = self.relist()
-                listed = time.monotonic()
-                while not self._stop.is_set() and time.monotonic() - listed < self.resync_seconds:
-                    self._watch()
-                    delay = 0.2  # a watch that ran its course: the connection is sound
+                if listed is None or time.monotonic() - listed >= self.resync_seconds:
+                    self._version = self.relist()
+                    listed = time.monotonic()
+                self._watch()
+                delay = 0.2  # a watch that ran its course: the connection is sound
             except _Gone:
+                listed = None
                 log.info("watch %s: resourceVersion %s too old; listing again", self.path, self._version)
             except Exception as exc:  # noqa: BLE001 - the server went away (or refused): list again after a pause
                 if self.connected:  # the watch had been streaming: a fresh failure, start the back-off over
@@ -539,6 +541,11 @@ class Informer:
                 if self._stop.is_set():
                     break
                 refused = exc if isinstance(exc, _WatchRefused) else None
+                # a WATCH the server is too busy for (429) is opened again from where it was, as client-go does: a
+                # LIST of everything would only add to its load (a version it no longer keeps: 410, listed then)
+                busy = refused is not None and refused.status == 429 and bool(self._version)
+                if not busy:
+                    listed = None
                 if refused is not None and refused.status == 403:  # RBAC lets the controller list, not watch: it polls
                     self._lasting(f"{exc}; polling instead: listing every {self.poll_seconds:g} s until a watch is "
                                   "allowed", "allowed now: streaming again, polling ended")
@@ -550,7 +557,8 @@ class Informer:
                                   "apart, until it is served", "served again: streaming again")
                 else:  # a failure of the moment (the server restarting): each said; a lasting one after it said anew
                     self._outage = None
-                    log.warning("watch %s: %s; listing again in %.1f s", self.path, exc, wait)
+                    again = f"watching again from resourceVersion {self._version}" if busy else "listing again"
+                    log.warning("watch %s: %s; %s in %.1f s", self.path, exc, again, wait)
                 self._stop.wait(wait)
                 delay = min(delay * 2, WATCH_BACKOFF_MAX_SECONDS)
 

@@ -4,6 +4,7 @@ real kube-apiserver 1.20, behind tests/servers/proxy.py, which loses the answers
 from __future__ import annotations
 
 import time
+import urllib.parse
 
 import pytest
 from hypothesis import given
@@ -388,6 +389,44 @@ def test_a_watch_the_server_is_too_busy_for_is_opened_again_no_sooner_than_it_sa
     refused = watches()[1]
     after = [at for at, _, p in proxy.arrived if p.split("?")[0] == path and at > refused]
     assert after and after[0] - refused >= 1.0, [round(at - refused, 2) for at in after]
+
+
+def test_a_watch_the_server_is_too_busy_for_is_opened_again_from_where_it_was(cluster, proxy, kube_server):
+    """After a WATCH answered 429 (an API server over its max-in-flight) the cache listed every ClusterQueue again
+    before it watched: the heaviest request there is, to a server that had just said it was overloaded. It opens the
+    watch again from the last resourceVersion it saw, as client-go's reflector does, and misses nothing by it: a
+    ClusterQueue created meanwhile arrives through that watch."""
+    from adapters.kube import Informer
+
+    api = kube_server.apiserver
+    client = KubeCluster.from_token(proxy.host, api.token, ca_file=str(api.ca_file), request_timeout=TIMEOUT)
+    path = kueue.path("clusterqueues")
+    informer = Informer(client, path, watch_seconds=1).start()  # the server ends each watch after 1 s
+
+    def asked(watch: bool) -> list[str]:  # the queries of the requests of `path`: its watches, or its LISTs
+        queries = [p.partition("?")[2] for _, _, p in proxy.arrived if p.split("?")[0] == path]
+        return [query for query in queries if ("watch=1" in query) == watch]
+
+    def version(query: str) -> str:
+        return urllib.parse.parse_qs(query)["resourceVersion"][0]
+
+    try:
+        deadline = time.monotonic() + 30
+        while not asked(watch=True):  # its first watch open: the next request of the path is the watch opened again
+            assert time.monotonic() < deadline, "the watch cache never opened its watch"
+            time.sleep(0.01)
+        proxy.lose("GET", path, "busy", meanwhile=lambda: cluster.create(path, kueue.cluster_queue("busy", gpus=1)))
+        while informer.get(("", "busy")) is None:
+            assert time.monotonic() < deadline, proxy.arrived
+            time.sleep(0.05)
+        refused, reopened = asked(watch=True)[1:3]
+        assert version(reopened) == version(refused), (refused, reopened)  # from where it was
+        assert len(asked(watch=False)) == informer.lists == 1, asked(watch=False)  # its first LIST alone
+    finally:
+        informer.stop()
+        client.close()
+        cluster.delete(f"{path}/busy")
+    assert [how for _, _, how in proxy.lost] == ["busy"]
 
 
 @pytest.mark.parametrize("how", ["page", "cut"])
