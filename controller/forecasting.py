@@ -235,7 +235,9 @@ class ForecastKeeper:
         up). The policies `deleted` (the cluster no longer lists them; by key, each with its series) lose their
         champion kept and their stored forecasts too, the latter once a refit of theirs under way is done: only the
         forecasts the store holds (its own files, or data keys of its ConfigMap, not whatever else is beside them),
-        written by the leader only, as any write to the store; not those of a policy listed again meanwhile."""
+        written by the leader only, as any write to the store; not those of a policy listed again meanwhile. A prune
+        not done (the store failed, or this replica could not write) is tried again at the next call, each policy's
+        on its own; the caller calls only after the policies are listed, so never on a list that failed."""
         under_way = {}
         for key in self._refits.keys() - keys:
             if not (job := self._refits.pop(key)).cancel():
@@ -248,20 +250,19 @@ class ForecastKeeper:
             self.models.forget(series)
             self._unpruned[key] = (series, under_way.get(key))
         for key, (series, job) in list(self._unpruned.items()):
-            if job is None or job.done():
+            if (job is None or job.done()) and self._forget_stored(series):
                 del self._unpruned[key]
-                self._forget_stored(series)
 
-    def _forget_stored(self, series: str) -> None:
-        """Drop every forecast stored for `series`; where the store fails, they stay (only their space lost), said and
-        counted."""
+    def _forget_stored(self, series: str) -> bool:
+        """Drop every forecast stored for `series`; whether that was done (a store that fails is said and counted)."""
         store = self.forecast_log
         if store is None:
-            return
+            return True
         try:
-            self._to_store(series, lambda: store.prune(series, before=EVERY_FORECAST))
+            return self._to_store(series, lambda: store.prune(series, before=EVERY_FORECAST))
         except (ClusterError, OSError) as exc:
             self._error("cluster", series, exc)
+            return False
 
     def refitting(self) -> int:
         """Background refits not yet taken up."""
@@ -340,18 +341,19 @@ class ForecastKeeper:
         except (ClusterError, OSError) as exc:  # realized error will miss this one forecast
             self._error("cluster", p.series, exc)
 
-    def _to_store(self, series: str, write: Callable[[], object]) -> None:
+    def _to_store(self, series: str, write: Callable[[], object]) -> bool:
         """A write to the forecast store (shared by the replicas on Kubernetes), fenced as every write is: made only
         while this replica holds its Lease, and ending by the Lease's end, or by the deadline of the work it is made
         for if earlier (a reconcile's; the refit thread's writes have only the Lease's). The refit thread writes long
         after the reconcile that queued its work: a replica that had lost its Lease meanwhile went on adding its
-        forecasts to the leader's, and pruning them."""
+        forecasts to the leader's, and pruning them. Whether it was made."""
         until, refused = window(self._lease_end)
         if refused:
             log.info("%s: the forecast store is %s", series, refused)
-            return
+            return False
         with within(until):
             write()
+        return True
 
     def _refit_beside(self, p: PolicyObject, now: pd.Timestamp, cached: IssuedForecast | None,
                       read_whole: bool) -> tuple[IssuedForecast | None, str | None]:

@@ -2102,6 +2102,48 @@ def test_a_policy_deleted_loses_its_stored_forecasts_but_not_to_a_list_that_fail
     assert r.log.load("inference.chat")
 
 
+@pytest.mark.parametrize("failure", ["the store failed", "the Lease lapsed"])
+def test_a_deleted_policy_s_prune_that_failed_is_tried_again_at_the_next_reconcile(demand_file, tmp_path, monkeypatch,
+                                                                                   failure):
+    """search and rag deleted; the prune of their stored forecasts failed (search's alone: the store refused it; or
+    both: this replica's Lease lapsed in that reconcile, so it wrote nothing). A prune was tried once, as the policy
+    was seen gone, so their forecasts stayed for good. It is tried again at the next reconcile whose list succeeds,
+    each policy's on its own: rag's is done where search's fails, and nothing is pruned on a list that failed."""
+    names = ("chat", "search", "rag")
+    r = Replay(tmp_path, {f"inference/{n}": demand_file for n in names}, *(policy(n) for n in names))
+    r.step(MONDAY_6AM)
+    assert all(r.log.load(f"inference.{n}") for n in names)
+    for name in ("search", "rag"):  # kubectl delete
+        r.cluster.policies = [p for p in r.cluster.policies if p["metadata"]["name"] != name]
+        r.cluster.statuses.pop(("inference", name))
+    prune = r.log.prune
+
+    def refused(series, before):
+        if series == "inference.search":
+            raise OSError(f"{series}: Read-only file system")
+        return prune(series, before)
+
+    with monkeypatch.context() as failed:
+        if failure == "the store failed":
+            failed.setattr(r.log, "prune", refused)
+        else:
+            failed.setattr(r.reconciler, "leading", lambda: None)
+        r.step(MONDAY_6AM + pd.Timedelta(minutes=5))
+    assert r.log.load("inference.search")
+    assert bool(r.log.load("inference.rag")) == (failure == "the Lease lapsed")
+
+    def failing(namespace=None):
+        raise ClusterError("the API server did not answer")
+
+    with monkeypatch.context() as failed:
+        failed.setattr(r.cluster, "reservation_policies", failing)
+        r.step(MONDAY_6AM + pd.Timedelta(minutes=10))
+    assert r.log.load("inference.search")
+    r.step(MONDAY_6AM + pd.Timedelta(minutes=15))
+    assert r.log.load("inference.search") == {} and r.log.load("inference.rag") == {}
+    assert r.log.load("inference.chat")
+
+
 class ThreadNotingLog(ForecastLog):
     """The forecast log, noting which thread touched it."""
 
