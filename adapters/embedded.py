@@ -228,7 +228,8 @@ class EmbeddedCluster:
         self.capacity_gpus = capacity_gpus
         self.settings = settings
         self.now = start
-        self.policies = [copy.deepcopy(p) for p in policies]
+        self._policies_created = 0
+        self.policies = [self._created(copy.deepcopy(p)) for p in policies]
         self.statuses: dict[tuple[str, str], dict] = {}
         self.events: list[dict] = []
         self.accounting = Accounting()
@@ -499,12 +500,20 @@ class EmbeddedCluster:
         for i, p in enumerate(self.policies):
             if (p["metadata"].get("namespace"), p["metadata"]["name"]) == (meta.get("namespace"), meta["name"]):
                 meta["generation"] = int(p["metadata"].get("generation", 1) or 1) + 1
+                meta["uid"] = p["metadata"]["uid"]
                 self.policies[i] = obj
                 break
         else:
             meta.setdefault("generation", 1)
-            self.policies.append(obj)
+            self.policies.append(self._created(obj))
         self._hold_all()
+
+    def _created(self, obj: dict) -> dict:
+        """`obj` as the API server stores an object it creates: with a uid of its own, whatever it was sent with, kept
+        by every update (the controller tells by it an object deleted and created again under its name)."""
+        self._policies_created += 1
+        obj["metadata"]["uid"] = f"uid-policy-{self._policies_created}"
+        return obj
 
     def delete_target(self, target: TargetRef) -> None:
         """`kubectl delete` of a policy's target (a ClusterQueue target: with its quota): its replicas stop at once and

@@ -33,7 +33,7 @@ from controller.reconcile import (
     training_queues,
 )
 from core.errors import ClusterError, ConfigError, NotFound
-from core.objects import CONDITION_TYPES, ObjectRef, TargetRef
+from core.objects import CONDITION_TYPES, TargetRef
 from core.policy import API_VERSION, KIND, held_demand_per_gpu, holding_said, holding_spec, parse_policy_spec
 from core.settings import RunConfig, WorldSettings
 from forecast.synthetic import synthetic_demand, write_csv
@@ -336,13 +336,14 @@ def test_a_world_after_an_edit_holds_what_one_started_with_the_edited_policy_hol
     for p, kind in zip(objects, broken):
         p["spec"].update(BROKEN[kind])
     k %= len(objects)
-    specs = ParsedSpecs()
-    read = identified(objects)  # the controller read the policies before the edit, and decided what each holds
-    kept, invalid = parse_policies(read, specs)
-    invalid_holdings(read, invalid, kept, specs)
     # each target serving a demand: what one left behind holds, unless its demandPerGpu does not read
     demand = {f"inference/p{i}": pd.Series([20.0], index=[MONDAY_6AM]) for i in range(len(objects))}
     world = EmbeddedCluster(128, objects, demand, MONDAY_6AM.timestamp())
+    # the controller read the policies before the edit (the world's objects, their uids), and decided what each holds
+    specs = ParsedSpecs()
+    read = identified(world.reservation_policies())
+    kept, invalid = parse_policies(read, specs)
+    invalid_holdings(read, invalid, kept, specs)
     gpus = {inf.ref: world.quotas[inf.ref.name] if inf.ref.kind == "ClusterQueue" else
             inf.desired * inf.gpus_per_replica for inf in world.inference.values()}  # before the edit
     edited = {**objects[k], "spec": {**objects[k]["spec"], **edit}}
@@ -1793,9 +1794,7 @@ def test_a_policy_deleted_and_created_again_is_told_its_fault_again(demand_file,
         r.cluster.statuses.pop(("inference", obj["metadata"]["name"]))
     if again == "after a reconcile without it":
         r.step(AT_9 + pd.Timedelta(minutes=5))
-    for obj in objects("2" if again == "new uid" else "1"):
-        if again != "new uid":
-            del obj["metadata"]["uid"]  # the embedded cluster sets none: the name alone tells the objects apart
+    for obj in objects("2" if again == "new uid" else "1"):  # (the embedded cluster gives each object a uid anew)
         r.cluster.apply_policy(obj)
     r.step(AT_9 + pd.Timedelta(minutes=10))
     assert r.status("rag")[1]["FallbackActive"]["status"] == "True"
@@ -1840,17 +1839,12 @@ def test_a_policy_created_again_with_another_query_is_planned_on_the_new_query_s
     realized error, its refit tried this hour): that forecast, of requests, was not planned on, and no refit was due
     before 07:00, so chat fell back to the conservative reservation for the rest of the hour where a controller
     started after the new object planned on tokens' forecast. What is kept of a policy is of one object: another
-    under its name starts afresh."""
+    under its name starts afresh. The uids are the embedded cluster's own, as the API server gives them: it gave none,
+    so there the object created again was the deleted one to the controller, and fell back so still."""
     demand = TokensDemand(FileDemand({"inference/chat": demand_file}))
-
-    def made(uid: str, **spec) -> dict:
-        obj = policy("chat", **spec)
-        obj["metadata"]["uid"] = uid
-        return obj
-
-    again = made("chat-2", query="tokens", capacity={"demandPerGpu": 40.0, "gpusPerReplica": 2})
-    r = Replay(tmp_path / "kept", demand_file, made("chat-1", query="requests"), demand=demand, gpus=1000)
-    fresh = Replay(tmp_path / "fresh", demand_file, made("chat-1", query="requests"), demand=demand, gpus=1000)
+    again = policy("chat", query="tokens", capacity={"demandPerGpu": 40.0, "gpusPerReplica": 2})
+    r = Replay(tmp_path / "kept", demand_file, policy("chat", query="requests"), demand=demand, gpus=1000)
+    fresh = Replay(tmp_path / "fresh", demand_file, policy("chat", query="requests"), demand=demand, gpus=1000)
     for k in range(6):
         now = MONDAY_6AM + pd.Timedelta(minutes=5 * k)
         if k == 1:
@@ -1862,6 +1856,22 @@ def test_a_policy_created_again_with_another_query_is_planned_on_the_new_query_s
         kept, started = r.step(now).policies["inference/chat"], fresh.step(now).policies["inference/chat"]
         assert (kept.model, kept.reserved_gpus, dict(kept.realized_error)) == \
             (started.model, started.reserved_gpus, dict(started.realized_error)), now
+
+
+def test_the_embedded_cluster_gives_each_policy_created_a_uid_of_its_own_kept_by_its_edits():
+    """As the API server: a uid on create, whatever the object was sent with, and the same uid after each edit."""
+    cluster = EmbeddedCluster(128, [policy("chat"), policy("search")], {}, MONDAY_6AM.timestamp())
+
+    def uids() -> dict[str, str]:
+        return {p["metadata"]["name"]: p["metadata"]["uid"] for p in cluster.reservation_policies()}
+
+    created = uids()
+    assert len(set(created.values())) == 2 and all(created.values())
+    cluster.apply_policy({**policy("chat", minGpus=4), "metadata": {**policy("chat")["metadata"], "uid": "mine"}})
+    assert uids() == created
+    cluster.policies = [p for p in cluster.policies if p["metadata"]["name"] != "chat"]  # kubectl delete
+    cluster.apply_policy(policy("chat"))
+    assert uids()["chat"] not in created.values() and uids()["search"] == created["search"]
 
 
 def test_after_a_query_edit_realized_error_scores_only_forecasts_of_the_new_query(demand_file, tmp_path):
@@ -3051,7 +3061,8 @@ def test_a_refused_policy_edited_off_a_target_another_took_leaves_nothing_behind
 
     monkeypatch.setattr(r.cluster, "patch_policy_status", fails_for_named)
     r.step(AT_9 + pd.Timedelta(minutes=5))
-    assert r.reconciler._specs.holds_target(ObjectRef(API_VERSION, KIND, "named", "inference")) is False  # decided,
+    ref = next(i.ref for i in identified(r.cluster.reservation_policies()) if i.ref.name == "named")  # its uid
+    assert r.reconciler._specs.holds_target(ref) is False  # decided,
     assert r.status("named")[0]["holdsTarget"] is None and r.status("named")[0]["observedGeneration"] == 1
     r.cluster.apply_policy({**named, "spec": {**named["spec"], "target": {"kind": "ClusterQueue", "name": "q0"}}})
     for minutes in (10, 15):  # named's status still the one before the edit
