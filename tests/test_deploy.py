@@ -305,6 +305,7 @@ def needed(lease_namespace: str, lease_name: str) -> list[dict]:
         attrs("get", "", "configmaps", namespace=lease_namespace, name="headroom-forecasts.inference.llm"),
         attrs("create", "", "configmaps", namespace=lease_namespace),  # the shared forecast history
         attrs("patch", "", "configmaps", namespace=lease_namespace, name="headroom-forecasts.inference.llm"),
+        attrs("delete", "", "configmaps", namespace=lease_namespace, name="headroom-forecasts.inference.llm"),
         attrs("get", rp, "reservationpolicies", "status", namespace="inference", name="llm-inference"),
         attrs("patch", rp, "reservationpolicies", "status", namespace="inference", name="llm-inference"),
         attrs("get", "apps", "deployments", "scale", namespace="inference", name="llm-inference"),
@@ -342,7 +343,8 @@ def forbidden(lease_namespace: str, lease_name: str) -> list[dict]:
         attrs("list", "", "secrets"),
         attrs("get", "", "configmaps", namespace="inference", name="any"),  # only beside the Lease
         attrs("patch", "", "configmaps", namespace="kube-system", name="any"),
-        attrs("delete", "", "configmaps", namespace=lease_namespace, name="any"),
+        attrs("delete", "", "configmaps", namespace="inference", name="any"),  # only beside the Lease
+        attrs("list", "", "configmaps", namespace=lease_namespace),
         attrs("create", "", "pods", namespace=NAMESPACE),
         attrs("list", "", "pods"),  # each Pod a Workload names is read alone
         attrs("create", "", "pods", "exec", namespace="inference", name="llm-inference-0"),
@@ -364,7 +366,10 @@ def test_roles_name_no_wildcards_and_bind_only_headroom(base):
         for rule in role["rules"]:
             for field in ("apiGroups", "resources", "verbs", "resourceNames", "nonResourceURLs"):
                 assert "*" not in rule.get(field, []), f"{role['metadata']['name']}: '*' in {field}: {rule}"
-            assert not {"escalate", "bind", "impersonate", "delete", "deletecollection"} & set(rule["verbs"])
+            # delete alone of the ConfigMaps beside the Lease: the forecast ConfigMaps it empties (a policy deleted)
+            deletes = (role["kind"], rule["apiGroups"], rule["resources"]) == ("Role", [""], ["configmaps"])
+            assert not {"escalate", "bind", "impersonate", "deletecollection"} & set(rule["verbs"])
+            assert "delete" not in rule["verbs"] or deletes, f"{role['metadata']['name']}: delete in {rule}"
     role_names = {(r["kind"], r["metadata"]["name"]) for r in roles}
     controller_sa = pod_specs(base)["Deployment"]["serviceAccountName"]
     for binding in all_of(base, "ClusterRoleBinding") + all_of(base, "RoleBinding"):

@@ -764,6 +764,83 @@ def test_a_stored_forecast_keeps_the_hours_realized_error_scores_when_it_begins_
     assert sorted(scored["horizon"]) == [1, 6, 24]
 
 
+def test_a_forecast_configmap_goes_once_pruned_of_all_it_held_unless_written_since_or_holding_more(cluster,
+                                                                                                      monkeypatch):
+    """A policy deleted had its forecasts pruned, and its ConfigMap stayed, empty, for good (one per policy that ever
+    was: the Role granted no delete). It goes once it holds nothing: an empty one an earlier version left too; not
+    one with a key someone put beside the forecasts, nor one a forecast was recorded into between the prune's read
+    and its delete (the resourceVersion read is the delete's precondition)."""
+    store = cluster.forecast_store(NS, quantiles=None)
+    issued = pd.Timestamp("2026-03-02T08:05Z")
+    every = pd.Timestamp.max.tz_localize("UTC")
+    gone, beside, meanwhile, emptied = (f"{NS}.prune-{name}" for name in ("gone", "beside", "meanwhile", "emptied"))
+    paths = {series: f"/api/v1/namespaces/{NS}/configmaps/{store.name(series)}"
+             for series in (gone, beside, meanwhile, emptied)}
+    for series in paths:
+        cluster.delete(paths[series])
+        for hours in (0, 1):
+            store.record(series, issued + pd.Timedelta(hours=hours), forecast(issued, 4))
+    cluster._update(paths[beside], lambda cm: {"data": {"notes": "a user's"}})
+    cluster._update(paths[emptied], lambda cm: {"data": {k: None for k in cm["data"]}})  # as the code before left it
+    request = cluster._request
+    later = issued + pd.Timedelta(hours=2)
+
+    def recorded_meanwhile(method, path, *args, **kwargs):
+        if method == "DELETE" and path == paths[meanwhile] and not store.load(meanwhile):
+            store.record(meanwhile, later, forecast(later, 4))
+        return request(method, path, *args, **kwargs)
+
+    monkeypatch.setattr(cluster, "_request", recorded_meanwhile)
+    assert [store.prune(series, every) for series in paths] == [2, 2, 2, 0]
+    for series in (gone, emptied):
+        with pytest.raises(NotFound):
+            cluster.get(paths[series])
+    assert cluster.get(paths[beside])["data"] == {"notes": "a user's"}
+    assert list(store.load(meanwhile)) == [later]
+    assert store.prune(gone, every) == 0
+    cluster.delete(paths[beside])
+    cluster.delete(paths[meanwhile])
+
+
+def test_a_forecast_configmap_a_role_may_not_delete_stays_empty_and_the_prune_is_done(cluster, kube_server, caplog):
+    """A Role from before the controller deleted emptied ConfigMaps (no delete verb): the forecasts are pruned all
+    the same, and the ConfigMap stays, empty, said; not a failed prune, tried again at every reconcile."""
+    api = kube_server.apiserver
+    rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NS}"
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "no-delete"},
+            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "patch"]}]}
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "no-delete"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "no-delete"},
+               "subjects": [{"kind": "User", "name": "headroom-viewer", "apiGroup": "rbac.authorization.k8s.io"}]}
+    cluster.apply(f"{rbac}/roles/no-delete", role)
+    cluster.apply(f"{rbac}/rolebindings/no-delete", binding)
+    viewer = KubeCluster.from_token(api.host, api.viewer_token, ca_file=str(api.ca_file), retries=0)
+    store = viewer.forecast_store(NS)
+    series = f"{NS}.prune-no-delete"
+    path = f"/api/v1/namespaces/{NS}/configmaps/{store.name(series)}"
+    issued = pd.Timestamp("2026-03-02T08:05Z")
+
+    def recorded() -> bool:  # the authorizer takes the new role up from its cache a moment later
+        try:
+            store.record(series, issued, forecast(issued, 4))
+            return True
+        except ClusterError:
+            return False
+
+    try:
+        cluster.delete(path)
+        eventually(recorded, "the viewer to record a forecast", 15)
+        with caplog.at_level(logging.WARNING, logger="adapters.kube"):
+            assert store.prune(series, pd.Timestamp.max.tz_localize("UTC")) == 1
+        assert store.load(series) == {} and not cluster.get(path).get("data")
+        assert f"{series}: its ConfigMap {NS}/{store.name(series)} stays, empty" in caplog.text
+    finally:
+        viewer.close()
+        cluster.delete(path)
+        cluster.delete(f"{rbac}/rolebindings/no-delete")
+        cluster.delete(f"{rbac}/roles/no-delete")
+
+
 def test_rbac_is_real_forbidden_is_not_retried(kube_server):
     api = kube_server.apiserver
     viewer = KubeCluster.from_token(api.host, api.viewer_token, ca_file=str(api.ca_file), retries=5,
