@@ -201,9 +201,11 @@ def build(cfg: Config, in_cluster: bool = False, timeline: list | None = None, s
         forecasts = shared_forecast_store(cluster, r.lease.namespace, cfg.training.drift_window,
                                           r.keep_forecast_seconds)
         summary = cluster.plan_summary(r.lease.namespace)  # the cluster-wide numbers, beside the Lease
+        stored_series = forecasts.series  # swept of policies gone while no controller ran (Reconciler._unlisted)
     else:
         cluster, demand = embedded(cfg, r, start, jobs, demand)
-        forecasts, summary = ForecastLog(r.forecast_log_dir), None
+        # never swept: runs of other policy files may share run.forecast_log_dir, and this one lists none of theirs
+        forecasts, summary, stored_series = ForecastLog(r.forecast_log_dir), None, None
     uri = _tracking_uri(cfg)
     trainer = BackgroundTrainer(uri, settings_from_config(cfg), beside=r.cluster == "kubernetes") \
         if r.retrain_every_seconds > 0 else None
@@ -214,7 +216,8 @@ def build(cfg: Config, in_cluster: bool = False, timeline: list | None = None, s
                             refit_beside=r.cluster == "kubernetes" and not once,
                             events_beside=r.cluster == "kubernetes",  # Events off the reconcile's path
                             statuses_beside=r.cluster == "kubernetes",  # statuses too, newest per policy
-                            summary=summary, outlier_factor=cfg.history.outlier_factor)
+                            summary=summary, outlier_factor=cfg.history.outlier_factor,
+                            stored_series=stored_series)
     if trainer is not None:  # a training whose turn comes after this replica let its Lease go is dropped
         trainer.leading = reconciler.leads
     return reconciler, cluster

@@ -721,7 +721,8 @@ class Reconciler:
                  drift_factor: float = 1.5, drift_window: int = 24, timeline: list | None = None,
                  dry_run: bool = False, refit_beside: bool = False, events_beside: bool = False,
                  statuses_beside: bool = False,
-                 summary: PlanSummaryWriter | None = None, outlier_factor: float | None = OUTLIER_FACTOR):
+                 summary: PlanSummaryWriter | None = None, outlier_factor: float | None = OUTLIER_FACTOR,
+                 stored_series: Callable[[], Iterable[str]] | None = None):
         self.cluster, self.demand, self.cfg = cluster, demand, cfg
         self.data = DataSettings.of(cfg, outlier_factor)  # outlier_factor: history.outlier_factor, as training's
         self.holder = holder or StateHolder()
@@ -730,6 +731,10 @@ class Reconciler:
         self.summary = summary    # keeps plan_summary(...) where the cluster keeps it (a ConfigMap on Kubernetes)
         # the policy object (its uid) each policy's key stands for in the maps by key below and in the forecasts
         self._object_of: dict[str, ObjectRef] = {}
+        # the series the forecast store holds (None: not asked, so none is swept: the embedded cluster's forecast log
+        # folder may be shared by runs of other policy files, whose policies this one never lists)
+        self.stored_series = stored_series
+        self._sweep_due = True  # the store is swept of the policies gone unseen (_unlisted): at start-up, on each lead
         self._raw: dict[str, pd.Series] = {}  # each policy's demand samples in the lookback (shared with forecasts)
         self._converted: dict[str, _Samples] = {}   # each policy's samples as arrays (_samples)
         self._full_read: dict[str, pd.Timestamp] = {}
@@ -803,6 +808,7 @@ class Reconciler:
         it decided then, the leader may have decided again: it reads that from the statuses, as a restarted one does
         (ParsedSpecs.left)."""
         self.forecasts.took_lead()
+        self._sweep_due = True  # policies may have been deleted while another replica led, which died before pruning
         if self.summary is not None:
             self.summary.forget()
         self._specs = ParsedSpecs()
@@ -826,6 +832,34 @@ class Reconciler:
             self._error("cluster", "leader election", "the Lease lapsed mid-reconcile and could not be renewed: "
                                                       "nothing more is written")
         return None
+
+    def _unlisted(self, listed: Mapping[str, ObjectRef]) -> dict[str, str]:
+        """The policies (key -> series) the forecast store holds forecasts of, within this controller's policies
+        (run.namespace's, or every namespace's) but not among those `listed`: deleted while no controller ran, or
+        while a replica that died before pruning them led. Asked once the policies are listed, at start-up and on each
+        lead taken (its prunes are fenced by the Lease, as every write to the store); a store that cannot list is said
+        and asked again at the next reconcile, or, refused it (a Role from before, without list), at the next lead.
+        None are taken outside the namespace this controller lists: a controller of another namespace may share the
+        store (its Lease beside this one's)."""
+        if self.stored_series is None or not self._sweep_due:
+            return {}
+        try:
+            stored = list(self.stored_series())
+        except (ClusterError, OSError) as exc:
+            self._error("cluster", "forecast store", exc)
+            self._sweep_due = not (isinstance(exc, ClusterError) and exc.status == 403)
+            return {}
+        self._sweep_due = False
+        unlisted = {}
+        for series in stored:
+            namespace, _, name = series.partition(".")  # series_of: a namespace (a DNS label) holds no "."
+            key = f"{namespace}/{name}"
+            if namespace and name and self.cfg.namespace in (None, namespace) and key not in listed:
+                unlisted[key] = series
+        if unlisted:
+            log.info("the forecast store holds forecasts of %d policies not listed (deleted while no controller ran), "
+                     "pruned now: %s", len(unlisted), ", ".join(sorted(unlisted)))
+        return unlisted
 
     def _later_by(self, seconds: float) -> None:
         """The reconcile's deadline moves later by `seconds` (a fit's, which waits on no server)."""
@@ -936,9 +970,10 @@ class Reconciler:
         objects_by_key = {f"{ref.namespace}/{ref.name}": ref for ref in present}
         kept = {key for key, ref in objects_by_key.items() if self._object_of.get(key, ref) == ref}
         # its stored forecasts too, once the policies are listed without it (a list that fails ends the reconcile
-        # before this: nothing is taken for deleted then); not by `headroom plan`, which writes nothing
+        # before this: nothing is taken for deleted then), and those of policies gone while no controller ran; not by
+        # `headroom plan`, which writes nothing
         deleted = {} if self.dry_run else {key: series_of(ref) for key, ref in self._object_of.items()
-                                           if key not in objects_by_key}
+                                           if key not in objects_by_key} | self._unlisted(objects_by_key)
         self._object_of = objects_by_key
         forget_absent(kept, self._raw, self._converted, self._full_read, self._queried, self._missing)
         self.forecasts.keep(kept, deleted)

@@ -306,6 +306,7 @@ def needed(lease_namespace: str, lease_name: str) -> list[dict]:
         attrs("create", "", "configmaps", namespace=lease_namespace),  # the shared forecast history
         attrs("patch", "", "configmaps", namespace=lease_namespace, name="headroom-forecasts.inference.llm"),
         attrs("delete", "", "configmaps", namespace=lease_namespace, name="headroom-forecasts.inference.llm"),
+        attrs("list", "", "configmaps", namespace=lease_namespace),  # a new leader's sweep (Reconciler._unlisted)
         attrs("get", rp, "reservationpolicies", "status", namespace="inference", name="llm-inference"),
         attrs("patch", rp, "reservationpolicies", "status", namespace="inference", name="llm-inference"),
         attrs("get", "apps", "deployments", "scale", namespace="inference", name="llm-inference"),
@@ -344,7 +345,7 @@ def forbidden(lease_namespace: str, lease_name: str) -> list[dict]:
         attrs("get", "", "configmaps", namespace="inference", name="any"),  # only beside the Lease
         attrs("patch", "", "configmaps", namespace="kube-system", name="any"),
         attrs("delete", "", "configmaps", namespace="inference", name="any"),  # only beside the Lease
-        attrs("list", "", "configmaps", namespace=lease_namespace),
+        attrs("list", "", "configmaps"),  # only beside the Lease
         attrs("create", "", "pods", namespace=NAMESPACE),
         attrs("list", "", "pods"),  # each Pod a Workload names is read alone
         attrs("create", "", "pods", "exec", namespace="inference", name="llm-inference-0"),

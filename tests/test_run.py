@@ -2154,6 +2154,40 @@ def test_a_deleted_policy_s_prune_that_failed_is_tried_again_at_the_next_reconci
     assert r.log.load("inference.chat")
 
 
+@pytest.mark.parametrize("status", [0, 403], ids=["the store did not answer", "its Role forbids listing"])
+def test_forecasts_stored_for_policies_deleted_while_no_controller_ran_go_as_a_leader_starts(demand_file, tmp_path,
+                                                                                             status):
+    """inference/gone was deleted while no controller ran (or while a replica that died before pruning led): no
+    reconcile ever listed the policies without it, so its stored forecasts stayed for good. Where the store can list
+    its series (on Kubernetes: its ConfigMaps), they go at start-up and on each lead taken, once the policies are
+    listed. A store that cannot list is asked again at the next reconcile; one that refuses it (a Role without list),
+    at the next lead. A series outside run.namespace is another controller's (its Lease beside this one's): it stays."""
+    r = Replay(tmp_path, demand_file, policy("chat"), run={"namespace": "inference"})
+    r.step(MONDAY_6AM)
+    (issued, frame), = r.log.load("inference.chat").items()
+    listing = []
+
+    def stored_series():
+        listing.append(True)
+        if len(listing) == 1:
+            raise ClusterError("GET configmaps: the first listing fails", status=status)
+        return [folder.name for folder in r.log.root.iterdir()]
+
+    r.restart(stored_series=stored_series)
+    for series in ("inference.gone", "elsewhere.gone"):
+        r.log.record(series, issued, frame)
+    r.step(MONDAY_6AM + pd.Timedelta(minutes=5))
+    assert r.log.load("inference.gone")
+    r.step(MONDAY_6AM + pd.Timedelta(minutes=10))
+    assert bool(r.log.load("inference.gone")) == (status == 403)
+    r.log.record("inference.gone", issued, frame)  # stored by the replica that led meanwhile
+    r.step(MONDAY_6AM + pd.Timedelta(minutes=15))
+    assert r.log.load("inference.gone") and len(listing) == (1 if status == 403 else 2)  # once per lead
+    r.reconciler.took_lead()
+    r.step(MONDAY_6AM + pd.Timedelta(minutes=20))
+    assert r.log.load("inference.gone") == {} and r.log.load("elsewhere.gone") and r.log.load("inference.chat")
+
+
 class ThreadNotingLog(ForecastLog):
     """The forecast log, noting which thread touched it."""
 

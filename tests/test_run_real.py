@@ -1152,6 +1152,39 @@ def test_run_once_on_kubernetes_prints_its_decisions_and_exits_1_when_a_read_fai
     assert (status, "the reconcile failed in part (demand: 1)" in err) == ((0, False) if reachable else (1, True))
 
 
+def test_run_takes_the_stored_forecasts_of_policies_deleted_while_no_controller_ran(kube_server, kube,
+                                                                                      prometheus_server, tmp_path):
+    """`headroom run` started after a policy of its namespace was deleted: its stored forecasts (and their ConfigMap)
+    stayed for good, no reconcile having listed the policies without it. The leader prunes them as it starts; those
+    of a policy outside run.namespace stay (another controller's: its Lease beside this one)."""
+    import yaml
+
+    from cli.main import main
+    from cli.run import shared_forecast_store
+
+    store = shared_forecast_store(kube, NS, 24, 7200.0)
+    issued = pd.Timestamp("1995-07-17T06:05Z")
+    frame = pd.DataFrame({0.5: [1.0, 2.0]}, index=pd.date_range(issued.floor("h"), periods=2, freq="h"))
+    gone, elsewhere = f"{NS}.gone", "elsewhere.chat"
+    for series in (gone, elsewhere):
+        kube.delete(f"/api/v1/namespaces/{NS}/configmaps/{store.name(series)}")
+        store.record(series, issued, frame)
+    config = tmp_path / "headroom.yaml"
+    config.write_text(yaml.safe_dump({"run": {
+        "cluster": "kubernetes", "namespace": NS, "capacity_gpus": 64, "lease": {"namespace": NS, "name": "sweep"},
+        "prometheus": {"url": prometheus_server.url, "retries": 0}, "retrain_every_seconds": 0,
+        "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"}}))
+    kubeconfig = kube_server.apiserver.kubeconfig(tmp_path / "kubeconfig")
+    try:
+        assert main(["run", "--once", "--config", str(config), "--kubeconfig", str(kubeconfig),
+                     "--metrics-port", str(free_port())]) == 0
+        assert gone not in store.series() and store.load(gone) == {}
+        assert list(store.load(elsewhere)) == [issued]
+    finally:
+        kube.delete(f"/api/v1/namespaces/{NS}/configmaps/{store.name(elsewhere)}")
+        kube.delete(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/sweep")
+
+
 def test_run_on_a_metrics_port_already_taken_names_the_flag_and_takes_no_lease(kube_server, kube, tmp_path,
                                                                               capsys):
     """A second `headroom run` on a host (or another server on 9108) said only "error: [Errno 98] Address already in
