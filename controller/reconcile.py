@@ -1042,7 +1042,8 @@ class Reconciler:
         # with every policy forecast-only the plan is what they would do and nothing is lent (`headroom plan`, dry_run,
         # plans every policy as active)
         acts = self.dry_run or any(p.active for p in lending)
-        reclaimable, band, wanted, risk = self._headroom(step, after, cluster_policy, lenders, acts)
+        reclaimable, band, wanted, risk = self._headroom(step, after, cluster_policy, lenders,
+                                                         None if acts else [i.policy for i in acting.inputs])
         # each policy as the plan it is planned by says it: an acting one by the plan applied, a forecast-only one
         # beside active ones by the plan of them all
         by_key = {**(shadow.each() if shadow is not None else {}), **acting.each()}
@@ -1688,17 +1689,22 @@ class Reconciler:
 
     @staticmethod
     def _headroom(step: StepPlan, view: View, policy: ClusterPolicy, lenders: CohortCheck,
-                  acts: bool) -> tuple[int, int, int, Condition]:
+                  forecast_only: list[PolicyObject] | None) -> tuple[int, int, int, Condition]:
         """The cluster's headroom now: (GPUs reclaimable within the deadline, the headroom band, GPUs the headroom
-        quantile asks for, HeadroomAtRisk). A plan that does not act (`acts` False: every policy forecast-only) lends
-        nothing, so no lent GPU must come back and no headroom is asked of what is lent."""
+        quantile asks for, HeadroomAtRisk). A plan that does not act (every policy forecast-only: `forecast_only` names
+        them) lends nothing and stops no training: no lent GPU must come back, no headroom is asked of what is lent,
+        and what is reclaimable is only what is idle beside their targets as they are, not beside what they would
+        reserve."""
         t = view.training
-        reserved = sum(w.reserved_gpus for w in step.workloads)
+        if forecast_only is None:
+            reserved = sum(w.reserved_gpus for w in step.workloads)
+            preemptible = int(t.gpus[t.preempt_seconds <= policy.reclaim_deadline_seconds].sum())
+            band, wanted, lent = step.headroom_gpus, sum(w.headroom_gpus for w in step.workloads), step.lent_gpus
+        else:
+            reserved = sum(_held_gpus(p.spec, view.targets.get(p.key), view.quotas) for p in forecast_only)
+            preemptible, band, wanted, lent = 0, 0, 0, 0
         idle = max(policy.lendable - reserved - int(t.gpus.sum()) - t.terminating_gpus - t.serving_gpus, 0)
-        reclaimable = idle + int(t.gpus[t.preempt_seconds <= policy.reclaim_deadline_seconds].sum())
-        band, wanted, lent = (step.headroom_gpus, sum(w.headroom_gpus for w in step.workloads), step.lent_gpus) \
-            if acts else (0, 0, 0)
-        return reclaimable, band, wanted, headroom_condition(reclaimable, band, wanted, lent, lenders)
+        return idle + preemptible, band, wanted, headroom_condition(idle + preemptible, band, wanted, lent, lenders)
 
     def _reports(self, planned: list[_Planned], view: View, failures, plan_id, now, states, reclaimable: int,
                  risk: Condition) -> list:

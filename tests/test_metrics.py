@@ -411,6 +411,27 @@ def test_a_forecast_only_plan_lends_nothing_and_no_lent_gpu_must_come_back(deman
         assert value(text, m.RESERVED, policy="inference/chat") == chat.reserved_gpus > 0
 
 
+def test_a_forecast_only_plan_reclaims_only_what_is_idle(demand_file, tmp_path):
+    """chat is forecast-only, the only policy: headroom stops none of research's training and reserves nothing, so
+    what inference could take back within the deadline is what is idle beside chat's replicas as they are. It was the
+    would-be plan's: all of research's training as preemptible (104 at 06:00, with no GPU idle), the idle part beside
+    the replicas chat would reserve."""
+    from tests.test_run import policy
+
+    r = Replay(tmp_path, demand_file, policy("chat", mode="forecast-only"))
+    r.fill_training()
+    seen = set()
+    for hours in range(11):
+        now = MONDAY_6AM + pd.Timedelta(hours=hours)
+        if hours:  # Replay.step, but the cluster read between the reconcile and Kueue's admission pass
+            r.cluster.advance(now.timestamp())
+        state = r.reconciler.reconcile(now)
+        assert value(scrape(state), m.RECLAIMABLE, policy="inference/chat") == r.cluster.idle_gpus, now
+        seen.add((r.cluster.training_gpus > 0, r.cluster.idle_gpus > 0))
+        r.cluster.admit()
+    assert seen >= {(True, False), (True, True)}  # training running beside none idle, and beside some
+
+
 def test_docs_table_lists_every_metric_with_its_type_and_labels():
     doc = (Path(__file__).resolve().parents[1] / "docs" / "observability.md").read_text()
     rows = {}
