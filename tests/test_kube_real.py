@@ -851,6 +851,31 @@ def test_rbac_is_real_forbidden_is_not_retried(kube_server):
     viewer.close()
 
 
+RBAC = "/apis/rbac.authorization.k8s.io/v1"
+
+
+def grant_viewer_cluster_queues(cluster, name: str, *verbs: str) -> None:
+    """A ClusterRole `name` with `verbs` on ClusterQueues, bound to the viewer (applied again: its verbs changed)."""
+    cluster.apply(f"{RBAC}/clusterroles/{name}", {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": name},
+        "rules": [{"apiGroups": ["kueue.x-k8s.io"], "resources": ["clusterqueues"], "verbs": list(verbs)}]})
+    cluster.apply(f"{RBAC}/clusterrolebindings/{name}", {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"kind": "User", "name": "headroom-viewer", "apiGroup": "rbac.authorization.k8s.io"}]})
+
+
+def lists(informer):
+    """Whether `informer` can list now: the authorizer takes a new role up from its cache a moment later."""
+    def listed() -> bool:
+        try:
+            informer.relist()
+            return True
+        except ClusterError:
+            return False
+    return listed
+
+
 def test_a_watch_rbac_refuses_names_the_verb_and_resource_it_lacks(cluster, kube_server):
     """A ClusterRole without `watch` on a resource headroom caches: the LIST works, the WATCH is refused (403) and the
     cache's warning said the server's Status as a bytes repr cut at 200 characters, its quotes escaped, so the API
@@ -858,27 +883,11 @@ def test_a_watch_rbac_refuses_names_the_verb_and_resource_it_lacks(cluster, kube
     from adapters.kube import Informer
 
     api = kube_server.apiserver
-    rbac = "/apis/rbac.authorization.k8s.io/v1"
-    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "list-no-watch"},
-            "rules": [{"apiGroups": ["kueue.x-k8s.io"], "resources": ["clusterqueues"], "verbs": ["list"]}]}
-    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-               "metadata": {"name": "list-no-watch"},
-               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "list-no-watch"},
-               "subjects": [{"kind": "User", "name": "headroom-viewer", "apiGroup": "rbac.authorization.k8s.io"}]}
-    cluster.apply(f"{rbac}/clusterroles/list-no-watch", role)
-    cluster.apply(f"{rbac}/clusterrolebindings/list-no-watch", binding)
+    grant_viewer_cluster_queues(cluster, "list-no-watch", "list")
     viewer = KubeCluster.from_token(api.host, api.viewer_token, ca_file=str(api.ca_file), retries=0)
     informer = Informer(viewer, CQ)
-
-    def listed() -> bool:  # the authorizer takes the new role up from its cache a moment later
-        try:
-            informer.relist()
-            return True
-        except ClusterError:
-            return False
-
     try:
-        eventually(listed, "the viewer to list ClusterQueues", 15)
+        eventually(lists(informer), "the viewer to list ClusterQueues", 15)
         with pytest.raises(ClusterError) as refused:
             informer._watch()
         assert refused.value.status == 403
@@ -887,8 +896,8 @@ def test_a_watch_rbac_refuses_names_the_verb_and_resource_it_lacks(cluster, kube
                                       '"kueue.x-k8s.io" at the cluster scope')
     finally:
         viewer.close()
-        cluster.delete(f"{rbac}/clusterrolebindings/list-no-watch")
-        cluster.delete(f"{rbac}/clusterroles/list-no-watch")
+        cluster.delete(f"{RBAC}/clusterrolebindings/list-no-watch")
+        cluster.delete(f"{RBAC}/clusterroles/list-no-watch")
 
 
 def test_a_watch_rbac_refuses_is_said_once_and_the_cache_polls(cluster, kube_server, caplog):
@@ -900,34 +909,16 @@ def test_a_watch_rbac_refuses_is_said_once_and_the_cache_polls(cluster, kube_ser
     from adapters.kube import Informer
 
     api = kube_server.apiserver
-    rbac = "/apis/rbac.authorization.k8s.io/v1"
-
-    def role(*verbs: str) -> dict:
-        return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "polled"},
-                "rules": [{"apiGroups": ["kueue.x-k8s.io"], "resources": ["clusterqueues"], "verbs": list(verbs)}]}
-
-    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-               "metadata": {"name": "polled"},
-               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "polled"},
-               "subjects": [{"kind": "User", "name": "headroom-viewer", "apiGroup": "rbac.authorization.k8s.io"}]}
-    cluster.apply(f"{rbac}/clusterroles/polled", role("list"))
-    cluster.apply(f"{rbac}/clusterrolebindings/polled", binding)
+    grant_viewer_cluster_queues(cluster, "polled", "list")
     viewer = KubeCluster.from_token(api.host, api.viewer_token, ca_file=str(api.ca_file), retries=0)
     informer = Informer(viewer, CQ)
     informer.poll_seconds = 0.5
-
-    def listed() -> bool:  # the authorizer takes the new role up from its cache a moment later
-        try:
-            informer.relist()
-            return True
-        except ClusterError:
-            return False
 
     def said(level: int) -> list[str]:
         return [r.getMessage() for r in caplog.records if r.name == "adapters.kube" and r.levelno == level]
 
     try:
-        eventually(listed, "the viewer to list ClusterQueues", 15)
+        eventually(lists(informer), "the viewer to list ClusterQueues", 15)
         with caplog.at_level(logging.INFO, logger="adapters.kube"):
             informer.start()
             eventually(lambda: informer.lists >= 5, "the cache to list again", 15)  # the old back-off: by 3 s
@@ -938,7 +929,7 @@ def test_a_watch_rbac_refuses_is_said_once_and_the_cache_polls(cluster, kube_ser
                 f"WATCH {CQ}: HTTP 403: clusterqueues.kueue.x-k8s.io is forbidden: User \"headroom-viewer\" cannot "
                 'watch resource "clusterqueues" in API group "kueue.x-k8s.io" at the cluster scope; polling instead: '
                 "listing every 0.5 s until a watch is allowed"]
-            cluster.apply(f"{rbac}/clusterroles/polled", role("list", "watch"))
+            grant_viewer_cluster_queues(cluster, "polled", "list", "watch")
             eventually(lambda: informer.connected, "the watch once RBAC allows it", 15)
             assert said(logging.INFO)[-1] == f"watch {CQ}: allowed now: streaming again, polling ended"
             assert len(said(logging.WARNING)) == 1
@@ -946,8 +937,8 @@ def test_a_watch_rbac_refuses_is_said_once_and_the_cache_polls(cluster, kube_ser
         informer.stop()
         viewer.close()
         cluster.delete(f"{CQ}/polled")
-        cluster.delete(f"{rbac}/clusterrolebindings/polled")
-        cluster.delete(f"{rbac}/clusterroles/polled")
+        cluster.delete(f"{RBAC}/clusterrolebindings/polled")
+        cluster.delete(f"{RBAC}/clusterroles/polled")
 
 
 def test_a_token_refreshed_by_the_client_library_is_sent_within_a_second(kube_server, monkeypatch):
