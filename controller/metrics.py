@@ -85,7 +85,7 @@ PREEMPTIONS = Metric("headroom_preemptions_total", "counter", "Training workload
 LOST_WORK = Metric("headroom_preemption_lost_gpu_seconds_total", "counter", "GPU-seconds of training work lost to headroom's preemptions (since the last checkpoint)", ("kind",))
 
 T = ("team",)
-TEAM_QUOTA = Metric("headroom_team_quota_gpus", "gauge", "GPUs headroom lends the team: its training ClusterQueue's nominal quota, but what inference pods running there hold beyond what is lent", T)
+TEAM_QUOTA = Metric("headroom_team_quota_gpus", "gauge", "The team's training ClusterQueue's nominal quota: what headroom lends it, but what inference pods running there hold beyond what is lent (a queue only forecast-only policies name: the quota it has, of which headroom lends none)", T)
 TEAM_USED = Metric("headroom_team_used_gpus", "gauge", "GPUs of the team's running workloads (admitted, active, not being evicted)", T)
 TEAM_BORROWED = Metric("headroom_team_borrowed_gpus", "gauge", "GPUs the team uses beyond its quota (borrowed from the cohort)", T)
 TEAM_LENT = Metric("headroom_team_lent_gpus", "gauge", "Quota the team does not use (lendable to the cohort)", T)

@@ -1054,11 +1054,13 @@ class Reconciler:
         if self.timeline is not None:
             self._record(planned, {**(shadow.view.targets if shadow is not None else {}), **view.targets}, step,
                          outcomes, now)
+        # training in every queue lent to, those only forecast-only policies name too: it holds GPUs all the same, and
+        # its teams are teams all the same
+        every_queue = self._view([], lending, now, after_read, self._lent)
         state = ControllerState(
-            self.cfg.capacity_gpus, True, states, self._teams(after, acting_lending, now, held_there),
+            self.cfg.capacity_gpus, True, states, self._teams(every_queue, lending, now, held_there),
             slack_gpus=self._lent_in_place(step, outcomes, after, held_there) if acts else 0,
-            # training in every queue lent to, those only forecast-only policies name too: it holds GPUs all the same
-            training_gpus=int(self._view([], lending, now, after_read, self._lent).training.gpus.sum()),
+            training_gpus=int(every_queue.training.gpus.sum()),
             reclaimable_gpus=reclaimable,
             headroom_band_gpus=band, headroom_wanted_gpus=wanted, headroom_at_risk=risk,
             plan_id=plan_id, slack_by_hour=tuple((pd.Timestamp(t, unit="s", tz="UTC"), int(g)) for t, g in zip(
@@ -1783,7 +1785,8 @@ class Reconciler:
 
     def _teams(self, view: View, policies: list[PolicyObject], now: pd.Timestamp, held_there: Mapping[str, int]
                ) -> dict[str, TeamState]:
-        """Each team's training: its quota what is lent it (not the inference pods it holds beyond, `held_there`)."""
+        """Each team's training, of every queue `policies` name: its quota what is lent it (not the inference pods it
+        holds beyond, `held_there`; a queue only forecast-only policies name, the quota it has)."""
         # GPU-seconds since this replica's last reconcile, unless it stood by since (controller.loop publishes its
         # state with leader False): the replica that led meanwhile counted that time
         dt = (now - self._last_now).total_seconds() if self._last_now is not None and self.holder.get().leader \

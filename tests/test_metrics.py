@@ -391,6 +391,36 @@ def test_training_is_every_training_queue_s_beside_a_forecast_only_policy(demand
         r.cluster.admit()
 
 
+def test_a_queue_only_a_forecast_only_policy_names_is_a_team(demand_file, tmp_path):
+    """chat is active, lending to research; batch, forecast-only, names product, full of training headroom neither
+    lends into nor preempts. Its team is a team all the same: there was no headroom_team_* series for product (teams
+    were the active policies' queues), so the teams board showed none of its 40 running GPUs."""
+    from tests.test_run import policy
+
+    r = Replay(tmp_path, demand_file, policy("chat"),
+               policy("batch", mode="forecast-only", trainingClusterQueues=["product"]))
+    r.fill_training("product")
+    used_seconds = 0.0
+    for minutes in range(0, 4 * 60 + 1, 20):
+        now = MONDAY_6AM + pd.Timedelta(minutes=minutes)
+        if minutes:  # Replay.step, but the Workloads read between the reconcile and Kueue's admission pass
+            r.cluster.advance(now.timestamp())
+        state = r.reconciler.reconcile(now)
+        text = scrape(state)
+        assert "product" in state.teams, (now, sorted(state.teams))
+        used = sum(w.gpus for w in r.running() if w.cluster_queue == "product")
+        quota = r.cluster.quotas["product"]
+        assert used > 0 and quota == 0, now  # headroom lent product nothing: what runs there borrows from the cohort
+        assert (value(text, m.TEAM_QUOTA, team="product"), value(text, m.TEAM_USED, team="product"),
+                value(text, m.TEAM_BORROWED, team="product"), value(text, m.TEAM_LENT, team="product")) \
+            == (quota, used, used, 0), now
+        used_seconds += used * 20 * 60 if minutes else 0  # counted at each reconcile since the last
+        r.cluster.admit()
+    assert value(text, m.TEAM_GPU_SECONDS, team="product") == used_seconds > 0
+    assert value(text, m.TEAM_PREEMPTIONS, team="product") == 0  # headroom stops none of it
+    assert "research" in state.teams
+
+
 def test_a_forecast_only_plan_lends_nothing_and_no_lent_gpu_must_come_back(demand_file, tmp_path):
     """chat is forecast-only, the only policy: it changes nothing, so nothing is lent and no lent GPU must come back.
     The cluster-wide numbers were its would-be plan's: at 07:00 86 GPUs lent (the overview's "GPUs lent to training")
