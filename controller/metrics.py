@@ -91,6 +91,7 @@ TEAM_BORROWED = Metric("headroom_team_borrowed_gpus", "gauge", "GPUs the team us
 TEAM_LENT = Metric("headroom_team_lent_gpus", "gauge", "Quota the team does not use (lendable to the cohort)", T)
 TEAM_UTILIZATION = Metric("headroom_team_utilization_ratio", "gauge", "GPUs used over quota for the team's queue", T)
 TEAM_GPU_SECONDS = Metric("headroom_team_used_gpu_seconds_total", "counter", "GPU-seconds the team's training used", T)
+TEAM_ON_LENT_SECONDS = Metric("headroom_team_used_on_lent_gpu_seconds_total", "counter", "GPU-seconds the team's training used on capacity headroom lent: while an active policy names its queue (not while only forecast-only policies do, or every policy is forecast-only: headroom lends nothing then)", T)
 TEAM_BORROWED_SECONDS = Metric("headroom_team_borrowed_gpu_seconds_total", "counter", "GPU-seconds the team used beyond its quota", T)
 TEAM_PREEMPTIONS = Metric("headroom_team_preemptions_total", "counter", "The team's workloads headroom preempted", T)
 
@@ -215,6 +216,7 @@ class HeadroomCollector(Collector):
             if t.quota_gpus > 0:
                 add(TEAM_UTILIZATION, [t.team], t.used_gpus / t.quota_gpus)
             add(TEAM_GPU_SECONDS, [t.team], t.gpu_seconds_total)
+            add(TEAM_ON_LENT_SECONDS, [t.team], t.on_lent_gpu_seconds_total)
             add(TEAM_BORROWED_SECONDS, [t.team], t.borrowed_gpu_seconds_total)
             add(TEAM_PREEMPTIONS, [t.team], t.preempted_total)
 

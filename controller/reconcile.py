@@ -760,6 +760,7 @@ class Reconciler:
         self._lost: dict[str, float] = {}
         self._errors: dict[str, int] = {}
         self._team_seconds: dict[str, tuple[float, float, int]] = {}
+        self._team_on_lent_seconds: dict[str, float] = {}  # GPU-seconds used while headroom lent to the queue
         self._durations = Histogram()
         self._last_now: pd.Timestamp | None = None
         self._prefetched: dict = {}                 # this reconcile's demand reads, by policy
@@ -1057,8 +1058,11 @@ class Reconciler:
         # training in every queue lent to, those only forecast-only policies name too: it holds GPUs all the same, and
         # its teams are teams all the same
         every_queue = self._view([], lending, now, after_read, self._lent)
+        # headroom lends only to the queues of the policies acting (none with every policy forecast-only): only
+        # training there runs on lent capacity, what the savings count
+        lent_to = training_queues(acting_lending) if acts else set()
         state = ControllerState(
-            self.cfg.capacity_gpus, True, states, self._teams(every_queue, lending, now, held_there),
+            self.cfg.capacity_gpus, True, states, self._teams(every_queue, lending, lent_to, now, held_there),
             slack_gpus=self._lent_in_place(step, outcomes, after, held_there) if acts else 0,
             training_gpus=int(every_queue.training.gpus.sum()),
             reclaimable_gpus=reclaimable,
@@ -1783,10 +1787,11 @@ class Reconciler:
                                   ws.reserved_gpus, warm,
                                   ws.headroom_gpus, step.lent_gpus, evicted_gpus(applied, p.key)))
 
-    def _teams(self, view: View, policies: list[PolicyObject], now: pd.Timestamp, held_there: Mapping[str, int]
-               ) -> dict[str, TeamState]:
+    def _teams(self, view: View, policies: list[PolicyObject], lent_to: set[str], now: pd.Timestamp,
+               held_there: Mapping[str, int]) -> dict[str, TeamState]:
         """Each team's training, of every queue `policies` name: its quota what is lent it (not the inference pods it
-        holds beyond, `held_there`; a queue only forecast-only policies name, the quota it has)."""
+        holds beyond, `held_there`; a queue only forecast-only policies name, the quota it has), its GPU-seconds on
+        lent capacity counted while its queue is `lent_to`."""
         # GPU-seconds since this replica's last reconcile, unless it stood by since (controller.loop publishes its
         # state with leader False): the replica that led meanwhile counted that time
         dt = (now - self._last_now).total_seconds() if self._last_now is not None and self.holder.get().leader \
@@ -1800,7 +1805,9 @@ class Reconciler:
             seconds, borrowed_seconds, preempted = self._team_seconds.get(q, (0.0, 0.0, 0))
             seconds, borrowed_seconds = seconds + used * dt, borrowed_seconds + max(used - quota, 0) * dt
             self._team_seconds[q] = (seconds, borrowed_seconds, preempted)
+            on_lent_seconds = self._team_on_lent_seconds.get(q, 0.0) + (used * dt if q in lent_to else 0.0)
+            self._team_on_lent_seconds[q] = on_lent_seconds
             teams[q] = TeamState(q, quota, used, max(used - quota, 0), max(quota - used, 0),
-                                 seconds, borrowed_seconds, preempted)
+                                 seconds, borrowed_seconds, preempted, on_lent_seconds)
         return teams
 

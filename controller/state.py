@@ -82,6 +82,7 @@ class TeamState:
     gpu_seconds_total: float  # cumulative GPU-seconds used
     borrowed_gpu_seconds_total: float
     preempted_total: int   # workloads of this team headroom evicted
+    on_lent_gpu_seconds_total: float  # cumulative GPU-seconds used while headroom lent to it (an active policy's queue)
 
 
 @dataclass(frozen=True)

@@ -144,13 +144,15 @@ def overview() -> Board:
     reserved = f"sum({leader(active(m.RESERVED.name))})"
     training = f"sum({leader(m.TRAINING.name)})"
     busy = f"(sum({gpus_of_demand('')}) + {training})"
-    used_gpu_hours = f"sum(increase({m.TEAM_GPU_SECONDS.name}[$__range])) / 3600"
+    # training on capacity headroom lent (an active policy's queues), not in queues only forecast-only policies name
+    used_gpu_hours = f"sum(increase({m.TEAM_ON_LENT_SECONDS.name}[$__range])) / 3600"
     b.add("stat", "Cluster utilization", "GPUs doing work (inference demand in GPUs + training) over capacity, now.",
           [(f"{busy} / {capacity}", "utilization")], 6, 5, unit="percentunit", min=0, max=1)
     b.add("stat", "GPUs lent to training", "The forecast slack lent to the training queues now.",
           [(f"sum({leader(m.SLACK.name)})", "slack")], 6, 5, unit="short")
     b.add("stat", "Training GPU-hours on lent capacity", "GPU-hours training ran on the inference cluster's "
-          "slack over the dashboard's time range: what a dedicated training cluster would have had to run.",
+          "slack over the dashboard's time range (in the training queues of active policies: headroom lends nothing "
+          "to a queue only forecast-only policies name): what a dedicated training cluster would have had to run.",
           [(used_gpu_hours, "GPU-hours")], 6, 5, unit="short", decimals=0)
     b.add("stat", "Cost saved vs dedicated clusters", "Those GPU-hours at $gpu_hour_cost a GPU-hour (the variable "
           "above): the training cluster that lending made unnecessary.",
@@ -187,8 +189,10 @@ def overview() -> Board:
           "forecast needs the GPUs now), and GPU-hours of work lost.",
           [(f"sum by (kind) (increase({m.PREEMPTIONS.name}[1h]))", "{{kind}} preemptions / h"),
            (f"sum by (kind) (increase({m.LOST_WORK.name}[1h])) / 3600", "{{kind}} GPU-hours lost / h")], 12, 8)
-    b.add("timeseries", "Saved per hour", "Training GPUs on lent capacity times the GPU-hour cost.",
-          [(f"{training} * $gpu_hour_cost", "saved / h")], 24, 6, unit="currencyUSD", min=0)
+    b.add("timeseries", "Saved per hour", "Training GPUs on lent capacity (in the training queues of active "
+          "policies, averaged over the rate interval) times the GPU-hour cost.",
+          [(f"sum(rate({m.TEAM_ON_LENT_SECONDS.name}[$__rate_interval])) * $gpu_hour_cost", "saved / h")], 24, 6,
+          unit="currencyUSD", min=0)
     return b
 
 

@@ -464,3 +464,23 @@ def test_gpus_by_use_stacks_only_what_active_policies_reserve(tmp_path):
     assert promql_value(tmp_path, series, exprs["training"], "5m", 8) == ""
     assert promql_value(tmp_path, series, exprs["idle or not planned"], "5m", 30) == ""
     assert "forecast-only" in p["description"]
+
+
+def test_the_savings_count_only_training_on_lent_capacity(tmp_path):
+    """chat is active, lending to research (24 GPUs of training); batch is forecast-only and names product (40 GPUs of
+    training headroom lends nothing to). The savings panels counted product's training as saved: 64 GPU-hours an hour
+    (160 $ at 2.5 $ a GPU-hour) where 24 (60 $) ran on lent capacity. Only the GPU-seconds on lent capacity count."""
+    series = {'headroom_leader{instance="a"}': "1x90", 'headroom_leader{instance="b"}': "0x90",
+              'headroom_training_gpus{instance="a"}': "64x90",
+              'headroom_team_used_gpu_seconds_total{instance="a", team="research"}': "0+1440x90",
+              'headroom_team_used_gpu_seconds_total{instance="a", team="product"}': "0+2400x90",
+              'headroom_team_used_on_lent_gpu_seconds_total{instance="a", team="research"}': "0+1440x90",
+              'headroom_team_used_on_lent_gpu_seconds_total{instance="a", team="product"}': "0x90"}
+    (saved_per_hour,) = panel("headroom-overview.json", "Saved per hour")["targets"]
+    # Grafana's $__rate_interval is at least 4 scrapes: 5m here, 5 of the test's samples a minute apart
+    saved_per_hour = concrete(saved_per_hour["expr"].replace("$__rate_interval", "5m"), "inference/chat")
+    assert promql_value(tmp_path, series, saved_per_hour, "80m", 60) == ""
+    assert promql_value(tmp_path, series, stat_expr("headroom-overview.json", "Training GPU-hours on lent capacity"),
+                        "80m", 24) == ""
+    assert promql_value(tmp_path, series, stat_expr("headroom-overview.json", "Cost saved vs dedicated clusters"),
+                        "80m", 60) == ""

@@ -184,6 +184,8 @@ def test_team_quota_usage_borrowed_lent_and_utilization(day, last):
         assert value(text, m.TEAM_UTILIZATION, team=t.team) == pytest.approx(t.used_gpus / t.quota_gpus)
         assert value(text, m.TEAM_GPU_SECONDS, team=t.team) == t.gpu_seconds_total > 0
         assert value(text, m.TEAM_BORROWED_SECONDS, team=t.team) == t.borrowed_gpu_seconds_total
+        # every policy active: all of it ran on lent capacity
+        assert value(text, m.TEAM_ON_LENT_SECONDS, team=t.team) == t.on_lent_gpu_seconds_total == t.gpu_seconds_total
     # the slack is split 2:1 by team weight, and training holds what the teams use
     assert last.teams["research"].quota_gpus + last.teams["product"].quota_gpus == last.slack_gpus
     assert last.teams["research"].quota_gpus == pytest.approx(2 * last.teams["product"].quota_gpus, abs=1)
@@ -419,6 +421,35 @@ def test_a_queue_only_a_forecast_only_policy_names_is_a_team(demand_file, tmp_pa
     assert value(text, m.TEAM_GPU_SECONDS, team="product") == used_seconds > 0
     assert value(text, m.TEAM_PREEMPTIONS, team="product") == 0  # headroom stops none of it
     assert "research" in state.teams
+
+
+@pytest.mark.parametrize("chat_mode", ["active", "forecast-only"])
+@pytest.mark.parametrize("batch_mode", ["active", "forecast-only"])
+def test_gpu_seconds_on_lent_capacity_are_the_active_policies_queues_only(demand_file, tmp_path, chat_mode,
+                                                                          batch_mode):
+    """chat names research, batch names product, both full of training. The overview's savings count the GPU-seconds
+    on lent capacity: a queue's only while its policy is active. Forecast-only, headroom lends its queue nothing (the
+    savings panels counted product's 40 GPUs as saved beside active chat; with every policy forecast-only, all of
+    it)."""
+    from tests.test_run import policy
+
+    r = Replay(tmp_path, demand_file, policy("chat", mode=chat_mode),
+               policy("batch", mode=batch_mode, trainingClusterQueues=["product"]))
+    r.fill_training("product")
+    used_seconds = {"research": 0.0, "product": 0.0}
+    for minutes in range(0, 4 * 60 + 1, 20):
+        now = MONDAY_6AM + pd.Timedelta(minutes=minutes)
+        if minutes:  # Replay.step, but the Workloads read between the reconcile and Kueue's admission pass
+            r.cluster.advance(now.timestamp())
+        state = r.reconciler.reconcile(now)
+        for q in used_seconds:  # counted at each reconcile since the last
+            used_seconds[q] += sum(w.gpus for w in r.running() if w.cluster_queue == q) * 20 * 60 if minutes else 0
+        r.cluster.admit()
+    text = scrape(state)
+    lent_to = {q for q, mode in (("research", chat_mode), ("product", batch_mode)) if mode == "active"}
+    for q, seconds in used_seconds.items():
+        assert seconds > 0 and value(text, m.TEAM_GPU_SECONDS, team=q) == seconds, q
+        assert value(text, m.TEAM_ON_LENT_SECONDS, team=q) == (seconds if q in lent_to else 0), q
 
 
 def test_a_forecast_only_plan_lends_nothing_and_no_lent_gpu_must_come_back(demand_file, tmp_path):
