@@ -16,7 +16,7 @@ from cli.config import Config
 from cli.outputs import check_output_files, command_inputs, writing
 from core.errors import BadRequest, ConfigError, HeadroomError
 from core.settings import MAX_CLUSTER_GPUS
-from core.textfile import TooLong, bounded_lines
+from core.textfile import BadGzip, TooLong, bounded_lines, open_csv
 from core.units import go_duration
 from dashboards.report import missing_steps
 from dashboards.report import notes as report_notes
@@ -77,7 +77,7 @@ def load_jobs(path):
     rows: dict[str, list[float]] = {c: [] for c in JOB_COLUMNS}
     where = f"--jobs (simulate.jobs) {path}"
     try:
-        with open(path, newline="", encoding="utf-8-sig") as handle:
+        with open_csv(Path(path)) as handle:
             reader = csv.reader(bounded_lines(handle))
             header = next(reader, None)
             if header is None:
@@ -131,6 +131,8 @@ def load_jobs(path):
         raise BadRequest(f"{where}: not a readable CSV: {exc}") from None
     except TooLong as exc:
         raise BadRequest(f"{where}: {exc}: not a job trace CSV") from None
+    except BadGzip as exc:
+        raise BadRequest(f"{where}: not a readable gzip file: {exc}") from None
     if not rows["num_gpu"]:
         raise BadRequest(f"{where}: no job rows")
     first, last = int(np.argmin(rows["creation_time"])), int(np.argmax(rows["deletion_time"]))

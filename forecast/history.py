@@ -19,7 +19,7 @@ from typing import Protocol
 import numpy as np
 import pandas as pd
 
-from core.textfile import TooLong, bounded_lines
+from core.textfile import BadGzip, TooLong, bounded_lines, open_csv
 from core.units import check_statistic, go_duration, iso_time
 
 
@@ -211,8 +211,7 @@ def _read_csv(path: Path) -> pd.Series:
     rows: list[tuple[int, list[str]]] = []  # (line, fields) of each non-blank row
     broken: HistoryError | None = None  # the file stops being readable after `rows`
     try:
-        # utf-8-sig: a byte-order mark (as spreadsheets export CSV) is not part of the first column's name
-        with path.open(newline="", encoding="utf-8-sig") as handle:
+        with open_csv(path) as handle:
             reader = csv.reader(bounded_lines(handle))
             header = next(reader, None)
             if header is None:
@@ -236,6 +235,8 @@ def _read_csv(path: Path) -> pd.Series:
         raise HistoryError(f"{path}: not a readable CSV: {exc}") from None
     except TooLong as exc:
         raise HistoryError(f"{path}: {exc}: not a 'timestamp,value' CSV") from None
+    except BadGzip as exc:
+        raise HistoryError(f"{path}: not a readable gzip file: {exc}") from None
     except OSError as exc:
         raise HistoryError(f"{path}: cannot read: {exc.strerror or exc}") from None
     t_col, v_col = names.index("timestamp"), names.index("value")
@@ -414,7 +415,7 @@ def no_history_file(path: Path) -> str | None:
 
 
 def load_history(path: str | Path) -> pd.Series:
-    """Read `timestamp,value` samples from CSV or Parquet, in file order.
+    """Read `timestamp,value` samples from CSV (gzip-compressed or not) or Parquet, in file order.
 
     Values are NaN (missing) or finite in [0, MAX_VALUE]; timestamps are UTC; an error names the file and the line
     (CSV) or row (Parquet). `series.attrs["timestamps"]` says how the timestamps were read (epoch unit guessed by

@@ -876,6 +876,20 @@ def test_job_trace_with_bom_and_spaces_reads(tmp_path):
     assert jobs["deletion_time"].tolist() == [60.0, 9.0]
 
 
+def test_a_gzip_job_trace_reads_as_its_plain_file(tmp_path):
+    """A gzip --jobs trace was refused as "not a UTF-8 CSV file"; a corrupt one is said to be gzip."""
+    import gzip
+
+    plain = tmp_path / "jobs.csv"
+    plain.write_text(JOB_HEADER + "2,0,,60\n1,5,6,9\n")
+    packed = tmp_path / "jobs.csv.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    pd.testing.assert_frame_equal(load_jobs(packed), load_jobs(plain))
+    packed.write_bytes(packed.read_bytes()[:12] + b"garbage" * 4)
+    with pytest.raises(BadRequest, match=f"{packed}: not a readable gzip file"):
+        load_jobs(packed)
+
+
 def test_a_job_trace_says_it_was_read_in_seconds_with_its_span_and_median_run(demand, tmp_path, capsys):
     """Milliseconds from the trace's start spanning under 8.8 hours pass every check (no time over 1e11, no span over
     a year) and were replayed, without a word, as a trace 1,000 times longer: these 2 hours of 10-minute jobs as 83

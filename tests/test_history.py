@@ -83,6 +83,36 @@ def test_a_file_without_line_ends_is_refused_as_its_first_line_grows_not_read_wh
     assert done.returncode == 1 and "/dev/zero: a line longer than" in done.stderr, done.stderr
 
 
+def test_a_gzip_history_reads_as_its_plain_file_and_a_gzip_bomb_is_refused_as_it_grows(tmp_path):
+    """`headroom forecast f.csv.gz` said "not a UTF-8 text file (byte 1)". A gzip CSV is told by its magic bytes, not
+    its name, and read with the plain file's bounds on its decompressed text: a bomb's endless line is refused, and so
+    is one of short rows, as it decompresses past 250 times its compressed size."""
+    import gzip
+
+    plain = tmp_path / "h.csv"
+    write_csv(synthetic_demand(days=3, step="10min"), plain)
+    for name in ("h.csv.gz", "h-gzipped.csv"):
+        (tmp_path / name).write_bytes(gzip.compress(plain.read_bytes()))
+        pd.testing.assert_series_equal(load_history(tmp_path / name), load_history(plain))
+    bomb = tmp_path / "bomb.csv.gz"
+    with gzip.open(bomb, "wb", compresslevel=1) as out:  # 16 MiB of digits, no line end, in under 1 MiB
+        out.write(b"timestamp,value\n")
+        for _ in range(16):
+            out.write(b"1" * (1 << 20))
+    assert bomb.stat().st_size < 1 << 20
+    with pytest.raises(HistoryError, match=f"{bomb}: a line longer than {MAX_LINE} characters"):
+        load_history(bomb)
+    rows = tmp_path / "rows.csv.gz"
+    with gzip.open(rows, "wb") as out:  # 8 MiB of one short row repeated, some 400 times its compressed size
+        out.write(b"timestamp,value\n" + b"2026-01-01T00:00:00Z,1\n" * ((8 << 20) // 23))
+    with pytest.raises(HistoryError, match=f"{rows}: gzip decompressing to over 250 times its size"):
+        load_history(rows)
+    cut = tmp_path / "cut.csv.gz"
+    cut.write_bytes((tmp_path / "h.csv.gz").read_bytes()[:-100])
+    with pytest.raises(HistoryError, match=f"{cut}: not a readable gzip file: Compressed file ended"):
+        load_history(cut)
+
+
 def test_parquet_round_trip(tmp_path):
     series = synthetic_demand(days=3, step="10min")
     frame = pd.DataFrame({"timestamp": series.index, "value": series.to_numpy()})
