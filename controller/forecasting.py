@@ -236,8 +236,8 @@ class ForecastKeeper:
         champion kept and their stored forecasts too, the latter once a refit of theirs under way is done: only the
         forecasts the store holds (its own files, or data keys of its ConfigMap, not whatever else is beside them),
         written by the leader only, as any write to the store; not those of a policy listed again meanwhile. A prune
-        not done (the store failed, or this replica could not write) is tried again at the next call, each policy's
-        on its own; the caller calls only after the policies are listed, so never on a list that failed."""
+        not done (the store failed, or this replica could not write) is tried again at the next prune_deleted, each
+        policy's on its own; the caller calls only after the policies are listed, so never on a list that failed."""
         under_way = {}
         for key in self._refits.keys() - keys:
             if not (job := self._refits.pop(key)).cancel():
@@ -249,6 +249,11 @@ class ForecastKeeper:
         for key, series in (deleted or {}).items():
             self.models.forget(series)
             self._unpruned[key] = (series, under_way.get(key))
+
+    def prune_deleted(self) -> None:
+        """Drop the stored forecasts of the policies deleted (keep) whose refit under way then is done. The caller
+        calls it after the plan's writes: against a slow store the prunes would spend the reconcile's deadline before
+        them."""
         for key, (series, job) in list(self._unpruned.items()):
             if (job is None or job.done()) and self._forget_stored(series):
                 del self._unpruned[key]

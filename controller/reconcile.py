@@ -885,6 +885,9 @@ class Reconciler:
             # one deadline, kept here: a fit moves it later (_later_by); each kind of object read once (snapshot)
             with within(lambda: self._deadline), self.cluster.snapshot():
                 state = self._reconcile(now)
+                # the stored forecasts of policies deleted go last: a slow store spends none of the deadline the plan's
+                # writes need (none after a reconcile that failed: its list may have)
+                self.forecasts.prune_deleted()
         except ClusterError as exc:  # the API server is down or refusing: nothing was half-applied we cannot redo
             self._error("cluster", "reconcile", exc)
             state = replace(self.holder.get(), leader=True)

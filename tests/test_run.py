@@ -2154,6 +2154,32 @@ def test_a_deleted_policy_s_prune_that_failed_is_tried_again_at_the_next_reconci
     assert r.log.load("inference.chat")
 
 
+def test_a_deleted_policy_s_slow_prune_leaves_none_of_the_plan_s_writes_undone(demand_file, tmp_path, monkeypatch):
+    """search deleted, and the research quota set by hand to 0: the plan sets it back. Its forecasts' prune, against
+    a store that takes past the reconcile's deadline (the clock jumps as it prunes), ran before the plan and spent the
+    deadline its writes needed: the quota stayed 0, left undone. The prune now comes after the plan's writes."""
+    r = Replay(tmp_path, {f"inference/{n}": demand_file for n in ("chat", "search")}, policy("chat"), policy("search"))
+    r.step(MONDAY_6AM)
+    assert r.cluster.quotas["research"] > 0 and r.log.load("inference.search")
+    r.cluster.policies = [p for p in r.cluster.policies if p["metadata"]["name"] != "search"]  # kubectl delete
+    r.cluster.statuses.pop(("inference", "search"))
+    r.cluster.quotas["research"] = 0
+    skipped = [0.0]  # seconds the clock jumped
+    monotonic, prune = time.monotonic, r.log.prune
+    monkeypatch.setattr(time, "monotonic", lambda: monotonic() + skipped[0])
+
+    def slow(series, before):
+        skipped[0] += 1000  # the store answers 1000 s later, past the deadline
+        return prune(series, before)
+
+    monkeypatch.setattr(r.log, "prune", slow)
+    r.cluster.advance((MONDAY_6AM + pd.Timedelta(minutes=5)).timestamp())
+    state = r.reconciler.reconcile(MONDAY_6AM + pd.Timedelta(minutes=5), deadline=time.monotonic() + 100)
+    assert r.cluster.quotas["research"] == state.slack_gpus > 0  # lent again: chat's GPUs and search's too
+    assert "reconcile deadline" not in state.reconcile_errors_total
+    assert r.log.load("inference.search") == {} and r.log.load("inference.chat")
+
+
 @pytest.mark.parametrize("status", [0, 403], ids=["the store did not answer", "its Role forbids listing"])
 def test_forecasts_stored_for_policies_deleted_while_no_controller_ran_go_as_a_leader_starts(demand_file, tmp_path,
                                                                                              status):
