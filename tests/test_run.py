@@ -2271,6 +2271,21 @@ def test_a_file_of_another_name_beside_the_stored_forecasts_is_left_alone(demand
     assert notes.read_text() == "a user's notes\n"
 
 
+def test_a_policy_deleted_loses_its_series_folder_of_the_forecast_log_already_empty(demand_file, tmp_path):
+    """search's folder of the forecast log holds nothing (a record that failed after making it, or a prune killed
+    before removing it) as search is deleted. The log removed a series' folder only where that prune removed a file
+    in it, so the empty folder stayed for good. It goes too."""
+    r = Replay(tmp_path, {f"inference/{n}": demand_file for n in ("chat", "search")}, policy("chat"), policy("search"))
+    r.step(MONDAY_6AM)
+    folder = tmp_path / "log" / "inference.search"
+    for path in folder.iterdir():
+        path.unlink()
+    r.cluster.policies = [p for p in r.cluster.policies if p["metadata"]["name"] != "search"]  # kubectl delete
+    r.cluster.statuses.pop(("inference", "search"))
+    r.step(MONDAY_6AM + pd.Timedelta(minutes=5))
+    assert not folder.exists() and r.log.load("inference.chat")
+
+
 def test_a_policy_deleted_while_its_refit_runs_beside_loses_the_forecast_that_refit_stores(demand_file, tmp_path):
     """With the refit beside, a refit under way when its policy is deleted is not stopped, and it stores its forecast
     as it ends: after the store was pruned of the policy's forecasts, so that one stayed for good. The store is pruned

@@ -99,7 +99,8 @@ class ForecastLog:
         old = [p for p in self._forecasts(series) if int(p.stem) < pd.Timestamp(before).timestamp()]
         for path in old:
             path.unlink()
-        if old and not any(folder.iterdir()):
+        # emptied now or before (a record that failed after making it, a prune killed before removing it)
+        if folder.is_dir() and not any(folder.iterdir()):
             folder.rmdir()
         return len(old)
 
