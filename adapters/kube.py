@@ -1697,14 +1697,14 @@ class ConfigMapForecastStore:
     """core.cluster.ForecastStore in ConfigMaps: one per policy series in `namespace` (the Lease's), so whichever
     replica leads reads the forecasts the previous leader issued and realized error goes on without a gap.
 
-    A forecast is one data key, its issue time in epoch seconds, holding JSON {index: [epoch s], columns:
-    [quantile], values: [[...]], scale, generation, model, basis}: only what realized error, and a new leader planning
-    on it until its own refit lands, read (the quantiles nearest `quantiles`, all of them when None; every period of
-    those issued within `whole_seconds` of the newest, which a new leader may plan on over its whole horizon, and of
-    the others the `rows` hours from the one each was issued in, realized error's, all of them when None). Each
-    ConfigMap stays bounded: a record drops forecasts issued more than `keep` before it, and then the oldest until the
-    data fits in `max_bytes` (under the 1 MiB a ConfigMap holds). Reads are one GET (strongly consistent: a new leader
-    sees the last write of the old one); writes are read-modify-write merge patches carrying the resourceVersion
+    A forecast is one data key, its issue time in epoch seconds, holding JSON {index: [epoch s], columns: [quantile],
+    values: [[...]], scale, generation, model, basis, uid}: only what realized error, and a new leader planning on it
+    until its own refit lands, read (the quantiles nearest `quantiles`, all of them when None; every period of those
+    issued within `whole_seconds` of the newest, which a new leader may plan on over its whole horizon, and of the
+    others the `rows` hours from the one each was issued in, realized error's, all of them when None). Each ConfigMap
+    stays bounded: a record drops forecasts issued more than `keep` before it, and then the oldest until the data fits
+    in `max_bytes` (under the 1 MiB a ConfigMap holds). Reads are one GET (strongly consistent: a new leader sees the
+    last write of the old one); writes are read-modify-write merge patches carrying the resourceVersion
     read."""
     cluster: KubeCluster
     namespace: str

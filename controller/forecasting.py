@@ -45,7 +45,7 @@ from controller.observe import (
     usable,
 )
 from controller.state import forget_absent
-from core.cluster import FORECAST_BASIS, ForecastStore
+from core.cluster import FORECAST_BASIS, FORECAST_UID, ForecastStore
 from core.deadline import within
 from core.errors import ClusterError
 from forecast.baselines import BASELINES
@@ -62,7 +62,12 @@ log = logging.getLogger("controller.reconcile")
 # re-plan the hours; all of the hour's held until the last would hold a thousand whole lookbacks in memory
 TAKE_UP_BATCH = 100
 FORECAST_LOG_KEPT = pd.Timedelta(days=7)  # issued forecasts kept (realized error needs the last day or two)
-EVERY_FORECAST = pd.Timestamp.max.tz_localize("UTC")  # a store pruned of those issued before it keeps none
+
+
+def made_for_object(frame: pd.DataFrame, p: PolicyObject) -> bool:
+    """Whether a stored forecast was made for the policy object `p`, not for one deleted before it under its name (a
+    new object is a new policy); one recorded without a uid cannot say, and is taken as before."""
+    return frame.attrs.get(FORECAST_UID) in (None, p.ref.uid)
 
 
 def ignore_interrupts() -> None:
@@ -121,9 +126,9 @@ class ForecastKeeper:
         self._accuracy: dict[str, tuple[pd.Timestamp, dict, dict]] = {}
         self._refits: dict = {}                     # policy -> the background refit under way (Future)
         self._tried: dict[str, tuple[tuple, str | None]] = {}  # policy -> ((hour, generation) tried, its fault)
-        # policy deleted -> (its series, its refit under way then): its stored forecasts are dropped once that refit,
-        # which records its forecast as it ends, is done
-        self._unpruned: dict[str, tuple[str, Future | None]] = {}
+        # policy deleted or created again -> (its series, its refit under way then, when it was seen gone): its stored
+        # forecasts issued before then are dropped once that refit, which records its forecast as it ends, is done
+        self._unpruned: dict[str, tuple[str, Future | None, pd.Timestamp]] = {}
         self._refit_pool: Background | None = None
         self._fitter: ProcessPoolExecutor | None = None  # where the hourly work fits (_fit_apart)
         self._fitter_lock = threading.Lock()
@@ -193,7 +198,7 @@ class ForecastKeeper:
         since = now - pd.Timedelta(seconds=self.data.keep_forecast_seconds)
         for issued, frame in sorted(self.forecast_log.load(p.series, since=since).items(), reverse=True):
             taken = stored(issued, frame)
-            if issued <= now and taken is not None and self._answers(taken, p):
+            if issued <= now and taken is not None and made_for_object(frame, p) and self._answers(taken, p):
                 return taken
         return None
 
@@ -229,13 +234,14 @@ class ForecastKeeper:
         self._accuracy[p.key] = (hour, errors, coverage)
         return errors, coverage
 
-    def keep(self, keys: set[str], deleted: Mapping[str, str] | None = None) -> None:
+    def keep(self, keys: set[str], deleted: Mapping[str, str], now: pd.Timestamp) -> None:
         """Forget the policies not among `keys` (deleted, or created again): their forecasts, realized error and
         retraining clocks, and their refits not yet taken up (one not started never runs; one under way is not taken
-        up). The policies `deleted` (the cluster no longer lists them; by key, each with its series) lose their
-        champion kept and their stored forecasts too, the latter once a refit of theirs under way is done: only the
-        forecasts the store holds (its own files, or data keys of its ConfigMap, not whatever else is beside them),
-        written by the leader only, as any write to the store; not those of a policy listed again meanwhile. A prune
+        up). The policies `deleted` (objects the cluster no longer lists, as at `now`: gone, or created again under
+        their name; by key, each with its series) lose their champion kept and their stored forecasts issued before
+        `now` too (every one of the old object's; one created again issues its own from now on), the latter once a
+        refit of theirs under way is done: only the forecasts the store holds (its own files, or data keys of its
+        ConfigMap, not whatever else is beside them), written by the leader only, as any write to the store. A prune
         not done (the store failed, or this replica could not write) is tried again at the next prune_deleted, each
         policy's on its own; the caller calls only after the policies are listed, so never on a list that failed."""
         under_way = {}
@@ -244,27 +250,26 @@ class ForecastKeeper:
                 under_way[key] = job
         forget_absent(keys, self._forecasts, self._taken, self._tried, self._accuracy, self._last_trained,
                       self._retrained_at)
-        for key in self._unpruned.keys() & keys:  # listed again: the forecasts stored are its own again
-            del self._unpruned[key]
-        for key, series in (deleted or {}).items():
+        for key, series in deleted.items():
             self.models.forget(series)
-            self._unpruned[key] = (series, under_way.get(key))
+            self._unpruned[key] = (series, under_way.get(key), now)
 
     def prune_deleted(self) -> None:
         """Drop the stored forecasts of the policies deleted (keep) whose refit under way then is done. The caller
         calls it after the plan's writes: against a slow store the prunes would spend the reconcile's deadline before
         them."""
-        for key, (series, job) in list(self._unpruned.items()):
-            if (job is None or job.done()) and self._forget_stored(series):
+        for key, (series, job, seen_gone) in list(self._unpruned.items()):
+            if (job is None or job.done()) and self._forget_stored(series, seen_gone):
                 del self._unpruned[key]
 
-    def _forget_stored(self, series: str) -> bool:
-        """Drop every forecast stored for `series`; whether that was done (a store that fails is said and counted)."""
+    def _forget_stored(self, series: str, before: pd.Timestamp) -> bool:
+        """Drop the forecasts stored for `series` issued before `before`; whether that was done (a store that fails is
+        said and counted)."""
         store = self.forecast_log
         if store is None:
             return True
         try:
-            return self._to_store(series, lambda: store.prune(series, before=EVERY_FORECAST))
+            return self._to_store(series, lambda: store.prune(series, before=before))
         except (ClusterError, OSError) as exc:
             self._error("cluster", series, exc)
             return False
@@ -341,8 +346,10 @@ class ForecastKeeper:
         store = self.forecast_log
         if store is None:
             return
+        frame = fresh.frame.copy(deep=False)
+        frame.attrs[FORECAST_UID] = p.ref.uid  # the object it was made for (made_for_object)
         try:
-            self._to_store(p.series, lambda: store.record(p.series, fresh.made_at, fresh.frame))
+            self._to_store(p.series, lambda: store.record(p.series, fresh.made_at, frame))
         except (ClusterError, OSError) as exc:  # realized error will miss this one forecast
             self._error("cluster", p.series, exc)
 
@@ -461,11 +468,11 @@ class ForecastKeeper:
         since = now - pd.Timedelta(hours=max(HORIZONS) + self.drift_window + 1)
         store = self.forecast_log
         self._to_store(series, lambda: store.prune(series, before=now - FORECAST_LOG_KEPT))
-        # only forecasts of what the policy now asks (a spec.query edit: tokens where requests were forecast) are
-        # scored; one recorded without its basis cannot say, and is scored as before
+        # only forecasts of what the policy now asks (a spec.query edit: tokens where requests were forecast), made for
+        # this object, are scored; one recorded without its basis cannot say, and is scored as before
         now_basis = basis(p.spec)
         issued = {at: frame for at, frame in self.forecast_log.load(series, since=since).items()
-                  if frame.attrs.get(FORECAST_BASIS) in (None, now_basis)}
+                  if frame.attrs.get(FORECAST_BASIS) in (None, now_basis) and made_for_object(frame, p)}
         table: pd.DataFrame | None = None
         drift: tuple[DriftEvent, ...] = ()
         # MLflow is outside the Lease: live accuracy is logged by the leader only (a refit that ends after this replica

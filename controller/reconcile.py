@@ -974,13 +974,13 @@ class Reconciler:
         objects_by_key = {f"{ref.namespace}/{ref.name}": ref for ref in present}
         kept = {key for key, ref in objects_by_key.items() if self._object_of.get(key, ref) == ref}
         # its stored forecasts too, once the policies are listed without it (a list that fails ends the reconcile
-        # before this: nothing is taken for deleted then), and those of policies gone while no controller ran; not by
-        # `headroom plan`, which writes nothing
+        # before this: nothing is taken for deleted then) or with another object under its name, and those of
+        # policies gone while no controller ran; not by `headroom plan`, which writes nothing
         deleted = {} if self.dry_run else {key: series_of(ref) for key, ref in self._object_of.items()
-                                           if key not in objects_by_key} | self._unlisted(objects_by_key)
+                                           if objects_by_key.get(key) != ref} | self._unlisted(objects_by_key)
         self._object_of = objects_by_key
         forget_absent(kept, self._raw, self._converted, self._full_read, self._queried, self._missing)
-        self.forecasts.keep(kept, deleted)
+        self.forecasts.keep(kept, deleted, now)
         marked = self.cluster.lent_quotas(self.cfg.namespace)
         returned = self._returned(invalid, holds, marked)
         if not lending:  # (a refused policy still has its training queues lent to)

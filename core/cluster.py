@@ -43,14 +43,16 @@ class PlanSummaryWriter(Protocol):
 
 # A forecast frame's attrs keys, each kept with the frame by every ForecastStore: the seasonal-24 scale of the window it
 # was fitted on (realized error is divided by it, as the backtest divides each fold by its own window's), and the
-# policy's metadata.generation it was made for, the model that made it and what it is a forecast of (its basis: a
+# policy's metadata.generation it was made for, the model that made it, what it is a forecast of (its basis: a
 # replica that has just taken the Lease plans on the leader's forecast until its own refit lands:
-# controller.forecasting; data only, never code)
+# controller.forecasting) and the policy object's metadata.uid (one created again under its name is another
+# policy: the old object's forecasts are not its own); data only, never code
 FORECAST_SCALE = "scale"
 FORECAST_GENERATION = "generation"
 FORECAST_MODEL = "model"
 FORECAST_BASIS = "basis"
-FORECAST_TAKEN_UP_BY = (FORECAST_GENERATION, FORECAST_MODEL, FORECAST_BASIS)  # kept beside the scale
+FORECAST_UID = "uid"
+FORECAST_TAKEN_UP_BY = (FORECAST_GENERATION, FORECAST_MODEL, FORECAST_BASIS, FORECAST_UID)  # kept beside the scale
 
 
 class ForecastStore(Protocol):

@@ -2314,6 +2314,57 @@ def test_a_policy_deleted_while_its_refit_runs_beside_loses_the_forecast_that_re
         r.reconciler.close()
 
 
+def test_a_policy_deleted_while_its_refit_runs_and_created_again_loses_the_old_object_s_forecasts(demand_file,
+                                                                                                 tmp_path):
+    """chat deleted while its 06:00 refit runs beside (its prune waits for that refit), then created again (a new
+    object, its own uid) before the refit is done: the prune was dropped as for a policy listed again, so the old
+    object's 06:00 forecast stayed in the store, the new object's to plan on. It goes; the new object's own stay."""
+    start = MONDAY_6AM - pd.Timedelta(minutes=5)
+    r = Replay(tmp_path, demand_file, policy("chat"), refit_beside=True, start=start)
+    keeper = r.reconciler.forecasts
+    try:
+        _until_taken_up(r, start)
+        with keeper._fitter_lock:  # chat's 06:00 refit waits at its fit
+            r.step(MONDAY_6AM)
+            refit = keeper._refits["inference/chat"]
+            for _ in range(1200):
+                if refit.running():
+                    break
+                time.sleep(0.1)
+            assert refit.running()
+            r.cluster.policies = []  # kubectl delete
+            r.cluster.statuses.pop(("inference", "chat"))
+            r.step(MONDAY_6AM + pd.Timedelta(minutes=5))
+            r.cluster.apply_policy(policy("chat"))  # kubectl apply: created again
+            r.step(MONDAY_6AM + pd.Timedelta(minutes=10))
+        refit.result(timeout=120)
+        again = _until_taken_up(r, MONDAY_6AM + pd.Timedelta(minutes=15)).policies["inference/chat"]
+    finally:
+        r.reconciler.close()
+    stored = r.log.load("inference.chat")
+    assert min(stored) >= MONDAY_6AM + pd.Timedelta(minutes=10) and again.now - pd.Timedelta(
+        seconds=again.forecast_age_seconds) in stored, sorted(stored)
+    assert {frame.attrs["uid"] for frame in stored.values()} == {r.cluster.policies[0]["metadata"]["uid"]}
+
+
+def test_a_replica_started_after_a_policy_was_created_again_plans_on_none_of_the_old_object_s_forecasts(
+        demand_file, tmp_path):
+    """chat deleted and created again while no controller ran (a new object, its own uid): the replica started after
+    planned it on the forecast the store held for its name, the old object's, as if it were the same policy, and
+    scored its realized error on it. A policy of a new name has none: it falls back until its own refit lands."""
+    before = _stored_by_a_first_replica(demand_file, tmp_path)
+    assert not before.fallback
+    b = Replay(tmp_path, demand_file, refit_beside=True, start=before.now)  # a new process, on the store a wrote
+    b.cluster.policies = []  # kubectl delete, kubectl apply
+    b.cluster.apply_policy(policy("chat"))
+    try:
+        first = b.step(before.now).policies["inference/chat"]
+        assert b.reconciler.forecasts.refitting() == 1  # its own refit still to come
+    finally:
+        b.reconciler.close()
+    assert first.fallback and first.model == "fallback" and first.realized_error == {}
+
+
 def _stored_by_a_first_replica(demand_file, tmp_path):
     """A replica with the refit beside runs until its hour's forecast is in force (and in the store), then stops: its
     last state of inference/chat."""

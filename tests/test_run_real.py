@@ -2224,3 +2224,28 @@ def test_the_pods_of_a_target_an_edit_left_in_a_held_cluster_queue_are_counted_b
         r.close()
         kube.delete(pool)
         kube.delete(f"/apis/apps/v1/namespaces/{NS}/deployments/other-v2")
+
+
+def test_a_policy_created_again_under_its_name_is_served_none_of_the_old_one_s_stored_forecasts(kube, controller,
+                                                                                                 prometheus_server):
+    """chat deleted and created again (kubectl delete, kubectl apply: a new object, its own uid) between two
+    reconciles, its forecast of the old object in the shared store. The new object was planned on that forecast, as if
+    it were the same policy, and the store kept it: a policy of a new name has none. It falls back until its own
+    refit lands, and the old object's forecasts are pruned."""
+    r, store, series = refitting_beside(controller, kube, prometheus_server.url, "created-again")
+    try:
+        old = _refitted(r, MONDAY_7AM + pd.Timedelta(minutes=5))
+        issued = old.now - pd.Timedelta(seconds=old.forecast_age_seconds)
+        assert not old.fallback and list(store.load(series)) == [issued]
+        kube.delete(f"{RP}/chat")
+        uid = kube.create(RP, policy("chat"))["metadata"]["uid"]
+        controller.sync()
+        again = old.now + pd.Timedelta(minutes=1)
+        first = r.reconcile(again).policies[f"{NS}/chat"]
+        assert first.fallback and first.model == "fallback", (first.model, first.forecast_age_seconds)
+        assert issued not in store.load(series)  # the old object's forecast pruned
+        own = _refitted(r, again)
+    finally:
+        r.close()
+    assert own.forecast_age_seconds == (own.now - again).total_seconds()  # its own forecast, issued as it was seen
+    assert {frame.attrs.get("uid") for frame in store.load(series).values()} == {uid}
