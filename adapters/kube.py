@@ -1125,9 +1125,13 @@ class KubeCluster:
             query["dryRun"] = "All"
         return self._request("PATCH", path, body, query=query, content_type="application/apply-patch+yaml")
 
-    def delete(self, path: str) -> None:
+    def delete(self, path: str, preconditions: Mapping[str, str] | None = None) -> None:
+        """DELETE the object at `path`; one gone already is no error. `preconditions` (its uid, resourceVersion): only
+        if it still is the object as read (Conflict otherwise)."""
+        options = None if preconditions is None else {"apiVersion": "v1", "kind": "DeleteOptions",
+                                                      "preconditions": dict(preconditions)}
         try:
-            self._request("DELETE", path)
+            self._request("DELETE", path, options)
         except NotFound:
             pass
 
@@ -1864,11 +1868,9 @@ class ConfigMapForecastStore:
             return 0
         if not held.get("data") and not held.get("binaryData"):
             meta = held["metadata"]
-            options = {"apiVersion": "v1", "kind": "DeleteOptions",
-                       "preconditions": {"uid": meta["uid"], "resourceVersion": meta["resourceVersion"]}}
             try:
-                self.cluster._request("DELETE", path, options)
-            except (NotFound, Conflict):  # deleted already, or written since: it holds a forecast again
+                self.cluster.delete(path, {"uid": meta["uid"], "resourceVersion": meta["resourceVersion"]})
+            except Conflict:  # written since: it holds a forecast again
                 pass
             except ClusterError as exc:
                 if exc.status != 403:
