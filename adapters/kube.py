@@ -484,8 +484,8 @@ class Informer:
         held was listed later (a reader's LIST and the thread's crossed); returns the list's resourceVersion."""
         try:
             listing = self.cluster._request("GET", self.path, retries=retries)
-        except (NotFound, NotInstalled):  # its CRD deleted (Kueue uninstalled): nothing held is true any more;
-            # reads LIST, and say so
+        except NotInstalled:  # its CRD deleted (Kueue uninstalled; _request's word for a plain 404 on its path):
+            # nothing held is true any more; reads LIST, and say so
             with self._lock:
                 self._items, self._floor, self._synced = {}, None, False
             raise
