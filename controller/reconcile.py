@@ -217,14 +217,15 @@ class ParsedSpecs:
     def _parsed(self, ref: ObjectRef, generation: int, raw: object
                 ) -> tuple[int, object, PolicySpec | str, PolicySpec | None]:
         held = self._held.get(ref)
-        if held is not None and held[0] == generation and held[1] == raw:
-            return held
-        try:
-            spec = parse_policy_spec(raw, f"ReservationPolicy {ref.namespace}/{ref.name}")
-            held = (generation, raw, spec, spec)
-        except ConfigError as exc:
-            held = (generation, raw, spec_errors_said(exc.errors), holding_spec(raw))
-        self._held[ref] = held
+        if held is None or held[0] != generation or held[1] != raw:
+            try:
+                spec = parse_policy_spec(raw, f"ReservationPolicy {ref.namespace}/{ref.name}")
+                held = (generation, raw, spec, spec)
+            except ConfigError as exc:
+                held = (generation, raw, spec_errors_said(exc.errors), holding_spec(raw))
+            self._held[ref] = held
+        elif held[3] is None or ref in self._last_holding:
+            return held  # (parsed and noted before; noted anew only after forget_decisions)
         if held[3] is not None:
             before = self._last_holding.get(ref)
             self._last_holding[ref] = (generation, held[3])
@@ -288,6 +289,12 @@ class ParsedSpecs:
     def forget_left(self, ref: ObjectRef, target: TargetRef) -> None:
         """A target left behind that holds no GPU now (scaled to 0, or deleted): nothing to count any more."""
         self._left.get(ref, {}).pop(target, None)
+
+    def forget_decisions(self) -> None:
+        """Forget who held and left what as this process decided it (not the specs parsed): another replica that led
+        since may have decided again, so it is read from the statuses, as a restarted controller reads it (`left`)."""
+        self._last_holding, self._left, self._said_left = {}, {}, {}
+        self._held_elsewhere, self._edited_from = {}, {}
 
     def keep(self, present: set[ObjectRef]) -> None:
         forget_absent(present, self._held, self._last_holding, self._left, self._said_left, self._edited_from)
@@ -812,7 +819,7 @@ class Reconciler:
         self._sweep_due = True  # policies may have been deleted while another replica led, which died before pruning
         if self.summary is not None:
             self.summary.forget()
-        self._specs = ParsedSpecs()
+        self._specs.forget_decisions()
 
     def _may_write(self) -> float | None:
         """Until when (time.monotonic()) this replica may write now: the reconcile's deadline, or its Lease's end if

@@ -3206,12 +3206,15 @@ def test_a_refused_policy_edited_off_a_target_another_took_leaves_nothing_behind
 
 
 def test_a_replica_that_leads_again_counts_what_an_edit_left_by_who_held_it_as_the_leader_since_decided(
-        demand_file, tmp_path):
+        demand_file, tmp_path, monkeypatch):
     """x led while held and named (both refused: a typo) named Deployment d1: held, the older, held it. held was
     edited to name d0 and y, leading meanwhile, decided named holds d1 now (its status says so). named is then
     edited to hold ClusterQueue q0 and x leads again: d1 runs on, left behind by named, and is counted, though x
     decided when it led that held held it (who held what as a replica decided is fresher than a status of that
-    generation only while it leads on)."""
+    generation only while it leads on). What x forgets is who held what, not the specs it parsed: chat's, unchanged,
+    is not parsed again."""
+    import controller.reconcile as reconcile
+
     typo, d1 = {"inferenceClusterQueue": "q1", "trainingClusterQueues": [], "targetQuantlie": 0.5}, \
         {"kind": "Deployment", "name": "d1"}
     held = policy("held", target=d1, **{**typo, "inferenceClusterQueue": "q0"})
@@ -3227,7 +3230,11 @@ def test_a_replica_that_leads_again_counts_what_an_edit_left_by_who_held_it_as_t
     r.cluster.apply_policy({**named, "spec": {**named["spec"], "target": {"kind": "ClusterQueue", "name": "q0"}}})
     r.reconciler = x
     x.took_lead()  # as controller.loop says when x takes the Lease again
+    parsed = []
+    monkeypatch.setattr(reconcile, "parse_policy_spec",
+                        lambda raw, where: parsed.append(where) or parse_policy_spec(raw, where))
     state = r.step(AT_9 + pd.Timedelta(minutes=10))
+    assert sorted(parsed) == ["ReservationPolicy inference/held", "ReservationPolicy inference/named"]
     assert {target.name for target in r.cluster.left} == {"d1"}
     assert_the_world_holds_what_the_controller_counts(r, state)
 
