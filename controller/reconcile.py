@@ -177,7 +177,7 @@ class PolicyObject:
 class ParsedSpecs:
     """Each policy's spec parsed once per generation (a thousand policies parsed every reconcile took 0.35 s), and
     forgotten when the policy is gone. The spec is compared too: a policy deleted and created again under its name
-    starts again at generation 1 where nothing sets a uid (the embedded cluster)."""
+    starts again at generation 1, a generation alone names no one spec (a new uid is forgotten whole anyway)."""
 
     def __init__(self) -> None:
         self._held: dict[ObjectRef, tuple[int, object, PolicySpec | str, PolicySpec | None]] = {}
