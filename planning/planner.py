@@ -825,7 +825,10 @@ def _preemptions(hours: HourPlan, steps: list[WorkloadStep], t: Training, policy
             + (f" and {len(above) - len(furthest)} more" if len(above) > len(furthest) else "")
         workload = above[0].name if over > 0 and above else first
         freed = 0
-        for i in _victims(t, running, running, over, waste, lent, weights, deadline, over_band):
+        # a Workload asking no GPUs frees none: never a victim, even where the jobs that hold GPUs cannot free enough
+        # (inference pods in the queues holding more than is lent)
+        holding = running[t.gpus[running] > 0]
+        for i in _victims(t, running, holding, over, waste, lent, weights, deadline, over_band):
             # in the order taken, the victims that free the `over` GPUs are the excess's (a slow one among them also
             # leaves the band); one after them is a slow job stopped for the band alone: planned, as it would be
             # were nothing held beyond the slack

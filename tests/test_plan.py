@@ -777,6 +777,19 @@ def test_preempts_no_more_than_it_needs():
     assert (x.job, x.gpus) == ("big", 8)
 
 
+def test_a_workload_asking_no_gpus_is_never_taken_back_for_gpus():
+    """Inference pods Kueue admitted into a training queue may hold more than is lent: every job there is then over
+    the slack, or every slow one over the room the band leaves. A Workload asking no GPUs (CPU only) frees none of
+    them: it runs on, as it does through a ramp."""
+    now = NOW.timestamp()
+    hours = hours_of([4] * 4)  # 62 lent, 58 of them outside the 4-GPU band
+    cpu = {"id": "cpu", "gpus": 0, "last": now - 600}
+    over = replace(training(cpu, {"id": "j", "gpus": 10, "last": now - 600}), serving_gpus=60)
+    assert [p.job for p in plan_step(hours, {}, over, cluster(), now).preemptions] == ["j"]
+    slow = replace(training({**cpu, "preempt": 900.0}), serving_gpus=61)
+    assert plan_step(hours, {}, slow, cluster(), now).preemptions == ()
+
+
 @pytest.mark.parametrize("jobs, first", [
     # lowest priority first
     ([dict(id="a", priority=5), dict(id="b", priority=1, last=-900), dict(id="c", priority=3, last=-60)], "b"),

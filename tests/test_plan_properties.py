@@ -3,7 +3,7 @@ from dataclasses import replace
 
 import numpy as np
 import pandas as pd
-from hypothesis import assume, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from planning.planner import ClusterPolicy, Forecast, History, Observed, Training, WorkloadPolicy, plan_hours, plan_step
@@ -183,16 +183,33 @@ def test_a_warm_buffer_from_observed_rises_only_adds_and_grows_with_its_quantile
     assert reserved[0] <= reserved[1] <= reserved[2]
 
 
+def _beside_a_cpu_only_workload(gpus: int, preempt_seconds: float):
+    """A scenario: one workload forecast to need nothing on an 8-GPU cluster (all of it lent, 6 GPUs outside its
+    2-GPU band), and in its training queue a Workload asking no GPUs (CPU only) beside a job of `gpus` GPUs stopping
+    in `preempt_seconds`."""
+    w = WorkloadPolicy("ns/w0", demand_per_gpu=1.0, headroom_floor_gpus=2)
+    frame = pd.DataFrame({0.9: [0.0] * H, 0.99: [0.0] * H}, index=pd.date_range(BASE, periods=H, freq="h"))
+    training = Training(("training/cpu", "training/j"), ("team-a", "team-a"), np.array([0, gpus], np.int64),
+                        np.zeros(2, np.int64), np.full(2, preempt_seconds), np.full(2, 1800.0),
+                        np.full(2, BASE.timestamp() - 600.0))
+    return ({w.name: Forecast.of(frame, 0.9, 0.99)}, {}, {}, training,
+            ClusterPolicy(8, (w,), (("team-a", 1.0),), horizon_hours=H), BASE)
+
+
 @settings(max_examples=150, deadline=None)
 @given(scenario(), st.integers(0, 24))
+@example(_beside_a_cpu_only_workload(1, 60.0), 9)  # the pods hold more than is lent: the job goes, not the CPU one
+@example(_beside_a_cpu_only_workload(0, 900.0), 7)  # ... more than the room outside the band: no slow job holds GPUs
 def test_inference_pods_in_a_training_queue_hold_what_is_lent_and_are_never_taken_back(s, serving):
     """A policy's inference pods Kueue admitted into a training queue (Training.serving_gpus) are no job: never a
     victim, yet they hold what is lent as the jobs do, so the jobs beside them give back what is over, and slow jobs
-    hold only what they leave of the room outside the headroom band."""
+    hold only what they leave of the room outside the headroom band. A Workload asking no GPUs frees none of it: it is
+    never stopped for it."""
     forecasts, histories, observed, training, policy, now = s
     training = replace(training, serving_gpus=serving)
     _, step = plan(forecasts, histories, observed, training, policy, now)
     assert {p.job for p in step.preemptions} <= set(training.ids)
+    assert all(p.gpus > 0 for p in step.preemptions), step.preemptions
     stopped = {p.job for p in step.due()}
     left = [i for i, j in enumerate(training.ids) if j not in stopped]
     if serving <= step.lent_gpus:
