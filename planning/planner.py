@@ -562,6 +562,21 @@ def shares(total: int, weights: Sequence[tuple[str, float]]) -> dict[str, int]:
     return out
 
 
+def quota_shares(quota: int, lent: int, weights: Sequence[tuple[str, float]]) -> dict[str, int]:
+    """The admission `quota` (at most the `lent` slack) split by weight, no queue above its share of the slack lent:
+    a team admitted within its nominalQuota is never the one over its share when GPUs are taken back. Largest
+    remainders alone would not do (7 GPUs split 0.1:1:1 give the first queue 1, 8 give it 0): what a queue's share of
+    the quota has beyond its share of the slack goes, a GPU at a time, to the queue with the most room left below its
+    own (ties by name)."""
+    cap, out = shares(lent, weights), shares(quota, weights)
+    spare = sum(max(g - cap[q], 0) for q, g in out.items())
+    out = {q: min(g, cap[q]) for q, g in out.items()}
+    for _ in range(spare):  # at most a GPU a queue; the shares of the slack lent hold them all (quota <= lent)
+        q = min(out, key=lambda q: (out[q] - cap[q], q))
+        out[q] += 1
+    return out
+
+
 def _victims(t: Training, running: np.ndarray, among: np.ndarray, need: int, waste: np.ndarray, lent: int,
              weights: Sequence[tuple[str, float]], in_time: float | None = None, late_need: int = 0) -> np.ndarray:
     """The jobs of `among` that give back `need` GPUs, and `late_need` GPUs of the jobs that cannot stop within
@@ -670,7 +685,7 @@ def plan_step(hours: HourPlan, observed: Mapping[str, Observed], training: Train
     room = _slow_room(hours, steps, observed, training, policy, t_now, lent - band, 0.0) if slow else lent - band
     preemptions = _preemptions(hours, steps, training, policy, t_now, lent, room)
     quota, why = _admission_quota(hours, steps, observed, training, policy, t_now, lent, band, preemptions, slow)
-    return StepPlan(t_now, tuple(steps), lent, shares(quota, policy.queue_weights), band, preemptions, why)
+    return StepPlan(t_now, tuple(steps), lent, quota_shares(quota, lent, policy.queue_weights), band, preemptions, why)
 
 
 def _held_buffer(buffer: int, reserved: int, peak: int) -> int:

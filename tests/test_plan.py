@@ -436,6 +436,17 @@ def test_slack_split_by_team_weight_with_largest_remainders():
     assert s.lent_gpus == 58 and s.quotas == {"research": 44, "vision": 14}  # 43.5 / 14.5: tie by name
 
 
+def test_no_team_is_given_more_quota_than_its_share_of_the_slack_lent():
+    """While a slow job holds admissions back (7 of the 8 GPUs lent), no team's quota is above its share of the slack
+    lent: a job it admits within its quota never makes it the team over its share, the first to lose jobs when GPUs
+    are taken back. Largest remainders alone split 7 GPUs 0.1:1:1 as 1, 3, 3, and 8 as 0, 4, 4."""
+    pol = cluster(workload(min_gpus=0, gpus_per_replica=1, headroom_floor_gpus=1), capacity=8,
+                  weights=(("a", 0.1), ("b", 1.0), ("c", 1.0)))
+    slow = training({"id": "slow", "gpus": 1, "preempt": 900.0, "queue": "b"})
+    s = plan_step(hours_of([0] * 4, pol=pol, hi_extra=0.0), {}, slow, pol, NOW.timestamp())
+    assert (s.lent_gpus, s.headroom_gpus, s.quotas) == (8, 1, {"a": 0, "b": 4, "c": 3})
+
+
 def test_headroom_band_and_its_floor():
     pol = cluster()
     s = plan_step(hours_of([4] * 4, hi_extra=40), {}, training(), pol, NOW.timestamp())

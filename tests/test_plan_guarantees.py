@@ -22,6 +22,7 @@ from planning.planner import (
     _victims,
     plan_hours,
     plan_step,
+    quota_shares,
     shares,
 )
 from tests.test_plan_properties import listed_in_another_order
@@ -549,3 +550,16 @@ def test_the_slack_is_split_by_any_positive_team_weights_in_whole_gpus(total, we
     whole = sum(Fraction(w) for w in weights)
     for k, w in named:
         assert abs(got[k] - total * Fraction(w) / whole) < 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 200), st.integers(0, 200),
+       st.lists(st.one_of(st.sampled_from([0.1, 1.0, 2.0, 7.0]), st.floats(1e-3, 1e3)), min_size=1, max_size=5))
+@example(7, 1, [0.1, 1.0, 1.0])  # largest remainders alone: 1 GPU of 7 for the first team, none of 8
+def test_the_admission_quota_gives_no_team_more_than_its_share_of_the_slack_lent(quota, held_back, weights):
+    """The quotas split what new admissions may fill (at most the slack lent) by weight, in whole GPUs, all of it, and
+    no team's above its share of the slack lent: one admitted within its quota is never over its share."""
+    named = tuple((f"q{k}", w) for k, w in enumerate(weights))
+    lent = quota + held_back
+    got, share = quota_shares(quota, lent, named), shares(lent, named)
+    assert sum(got.values()) == quota and all(isinstance(g, int) and 0 <= g <= share[k] for k, g in got.items())

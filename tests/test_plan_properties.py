@@ -6,7 +6,17 @@ import pandas as pd
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
-from planning.planner import ClusterPolicy, Forecast, History, Observed, Training, WorkloadPolicy, plan_hours, plan_step
+from planning.planner import (
+    ClusterPolicy,
+    Forecast,
+    History,
+    Observed,
+    Training,
+    WorkloadPolicy,
+    plan_hours,
+    plan_step,
+    shares,
+)
 
 BASE = pd.Timestamp("2026-03-02 13:00", tz="UTC")
 H = 6
@@ -105,6 +115,8 @@ def test_invariants(s):
     assert 0 <= quota <= step.lent_gpus and (not policy.queue_weights or (quota < step.lent_gpus) == bool(
         step.quota_reason))
     assert set(step.quotas) == {q for q, _ in policy.queue_weights}
+    share = shares(step.lent_gpus, policy.queue_weights)  # no team's quota above its share of the slack lent
+    assert all(step.quotas[q] <= share[q] for q in share), (step.quotas, share)
     # preemptions: running jobs, each once, with a reason; after the due ones training fits in the lent slack, and
     # what is slow to preempt fits outside the headroom band
     ids = [p.job for p in step.preemptions]
