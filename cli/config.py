@@ -3,6 +3,7 @@
 The CLI is the only reader of configuration; everything below it receives typed values."""
 from __future__ import annotations
 
+import argparse
 import re
 from pathlib import Path
 from typing import Annotated, Any, get_args, get_origin
@@ -68,6 +69,16 @@ def _sections_defaulted(tree: dict, model: type[BaseModel]) -> dict:
         elif value is None and field.default in ([], {}):
             out[name] = type(field.default)()
     return out
+
+
+def flag_path(text: str) -> str:
+    """A file flag that sets no configuration key (`--history`, `--timeline`, `--out`, ...): `~` and `~user` read as a
+    configuration's paths are, since no shell expands `--timeline=~/t.csv`; an empty path is left to its flag's own
+    error."""
+    try:
+        return str(home_expanded(Path(text))) if text else text
+    except ValueError as exc:  # a ~user of no home directory
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def config_source(path: str | Path | None) -> str:

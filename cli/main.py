@@ -13,7 +13,7 @@ import signal
 import sys
 from datetime import UTC, datetime
 
-from cli.config import Config, config_source, load_config
+from cli.config import Config, config_source, flag_path, load_config
 from cli.outputs import NamedStream, ReaderGone
 from cli.progress import counter
 from cli.simulate import cmd_simulate, cmd_tune
@@ -277,10 +277,11 @@ def build_parser() -> argparse.ArgumentParser:
             "simulate.policy_file": getattr(a, "policy_file", None), "tune.max_shortage": a.max_shortage,
             "tune.max_short_steps": a.max_short_steps})
         if command == "tune":
-            p.add_argument("--write-policy", metavar="FILE.yaml", help="write the recommendation as a "
-                                                                       "ReservationPolicy manifest (a new file: "
-                                                                       "an existing one is never overwritten)")
-            p.add_argument("--plot", metavar="FILE.png", help="write the trade-off plot (a PNG: a .png name)")
+            p.add_argument("--write-policy", metavar="FILE.yaml", type=flag_path,
+                           help="write the recommendation as a ReservationPolicy manifest (a new file: an existing "
+                                "one is never overwritten)")
+            p.add_argument("--plot", metavar="FILE.png", type=flag_path,
+                           help="write the trade-off plot (a PNG: a .png name)")
             p.add_argument("--json", action="store_true", help="one JSON object: the sweep, the recommendation and its "
                                                                "re-check, the notes")
             continue
@@ -289,15 +290,16 @@ def build_parser() -> argparse.ArgumentParser:
                                       "simulate.jobs)")
         p.add_argument("--policy-file", metavar="P.yaml", help="a ReservationPolicy manifest, run exactly "
                                                                "(simulate.policy_file)")
-        p.add_argument("--timeline", metavar="FILE.csv", help="write one row per step (the columns "
-                                                              "`headroom run --timeline` writes)")
+        p.add_argument("--timeline", metavar="FILE.csv", type=flag_path,
+                       help="write one row per step (the columns `headroom run --timeline` writes)")
         p.add_argument("--json", action="store_true", help="one JSON object")
         if command == "report":
-            p.add_argument("--out", default="headroom-report", help="directory for index.html and the PNGs, made if "
-                                                                  "missing; a re-run replaces them (default "
-                                                                  "headroom-report)")
+            p.add_argument("--out", default="headroom-report", type=flag_path,
+                           help="directory for index.html and the PNGs, made if missing; a re-run replaces them "
+                                "(default headroom-report)")
     p = sub.add_parser("train", help="backtest candidates, track them in MLflow, promote the champion by margin")
-    p.add_argument("--history", help="train one series from this file (with --name) instead of training.series")
+    p.add_argument("--history", type=flag_path,
+                   help="train one series from this file (with --name) instead of training.series")
     p.add_argument("--name", help="series name (training.name; with --history, default: that file's name)")
     p.add_argument("--tracking-uri", dest="tracking_uri", help="MLflow tracking URI (training.tracking_uri)")
     p.add_argument("--force", action="store_true", help="train even where an earlier training had the same history, "
@@ -312,9 +314,9 @@ def build_parser() -> argparse.ArgumentParser:
         return demo(cfg, args)
 
     p = sub.add_parser("demo", help="the whole product on embedded defaults, no servers: train, plan, simulate, report")
-    p.add_argument("--out", default="headroom-demo", help="directory for the history, MLflow store and report: a "
-                                                            "new or empty one, or an earlier demo's (default "
-                                                            "headroom-demo)")
+    p.add_argument("--out", default="headroom-demo", type=flag_path,
+                   help="directory for the history, MLflow store and report: a new or empty one, or an earlier "
+                        "demo's (default headroom-demo)")
     p.add_argument("--quick", action="store_true", help="shorter history and simulation, every stage still runs")
     p.set_defaults(run=cmd_demo, overrides=lambda a: {})
     from cli import run as run_command

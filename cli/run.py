@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from cli.config import Config
+from cli.config import Config, flag_path
 from core.errors import BadRequest, ConfigError
 from core.files import append_whole, replace_whole
 from core.settings import EmbeddedPolicy, RunConfig, duplicate_policies
@@ -28,9 +28,9 @@ def add_parser(sub) -> None:
     p.add_argument("--metrics-port", type=int, help="port of /metrics, /healthz, /readyz (run.metrics_port, 9108); "
                                                     "a Kubernetes controller only")
     embedded = p.add_argument_group("the embedded cluster (no Kubernetes)")
-    embedded.add_argument("--policy-file", action="append", metavar="P.yaml",
+    embedded.add_argument("--policy-file", action="append", metavar="P.yaml", type=flag_path,
                           help="ReservationPolicy manifest(s) to run (with --history; adds to run.policies)")
-    embedded.add_argument("--history", dest="demand", metavar="DEMAND",
+    embedded.add_argument("--history", dest="demand", metavar="DEMAND", type=flag_path,
                           help="the demand --policy-file's policies are replayed from")
     embedded.add_argument("--gpus", type=int, help="cluster size (run.capacity_gpus, default 128)")
     embedded.add_argument("--hours", type=_positive_int, help="replay this many hours from --now (default 24; "
@@ -41,10 +41,9 @@ def add_parser(sub) -> None:
     embedded.add_argument("--jobs", metavar="JOBS.csv", help="replay this training job trace's last --hours instead "
                                                             "of a saturated backlog, as simulate --jobs does "
                                                             "(simulate.jobs)")
-    embedded.add_argument("--timeline", metavar="FILE.csv", help="write one row per step and policy "
-                                                                 "(the columns `headroom simulate --timeline` writes)"
-                                                                 ", each step as it ends: a replay stopped partway "
-                                                                 "leaves the steps it finished")
+    embedded.add_argument("--timeline", metavar="FILE.csv", type=flag_path,
+                          help="write one row per step and policy (the columns `headroom simulate --timeline` "
+                               "writes), each step as it ends: a replay stopped partway leaves the steps it finished")
     p.set_defaults(run=cmd_run, overrides=lambda a: {
         "run.cluster": "kubernetes" if (a.kubeconfig or a.in_cluster) else None, "run.kubeconfig": a.kubeconfig,
         "run.metrics_port": a.metrics_port, "run.capacity_gpus": a.gpus, "simulate.jobs": a.jobs})
@@ -55,10 +54,10 @@ def add_plan_parser(sub) -> None:
                                     "actions it would take (run.policies and their history files; changes nothing)")
     p.add_argument("--now", help="the plan's moment (ISO-8601; default: where the histories end)")
     p.add_argument("--hours", type=_positive_int, default=6, help="hours of the plan to show (default 6)")
-    p.add_argument("--policy-file", action="append", metavar="P.yaml",
+    p.add_argument("--policy-file", action="append", metavar="P.yaml", type=flag_path,
                    help="ReservationPolicy manifest(s), with --history")
-    p.add_argument("--history", dest="demand", metavar="DEMAND", help="the demand --policy-file's policies are read "
-                                                                      "from")
+    p.add_argument("--history", dest="demand", metavar="DEMAND", type=flag_path,
+                   help="the demand --policy-file's policies are read from")
     p.add_argument("--gpus", type=int, help="cluster size (run.capacity_gpus, default 128)")
     p.add_argument("--json", action="store_true", help="one JSON object")
     p.set_defaults(run=cmd_plan, overrides=lambda a: {"run.capacity_gpus": a.gpus})

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cli.demo import MARKER_TEXT, WRITES, check_demo_folder
-from cli.main import main
+from cli.main import build_parser, main
 from cli.outputs import NamedStream
 from controller.simulate import TIMELINE_COLUMNS
 from core.errors import BadRequest
@@ -351,6 +351,33 @@ def test_an_empty_path_is_refused_naming_its_flag(demand, policy, tmp_path, caps
     status, err = exits([a.format(demand=demand, policy=policy) for a in argv], capsys)
     assert status == 2 and f"{flag}: an empty path" in err, err
     assert set(tmp_path.iterdir()) == before
+
+
+def test_a_file_flag_reads_a_tilde_as_the_home_directory(demand, tmp_path, monkeypatch, capsys):
+    """README: `~` is the home directory in a flag as in the configuration, and no shell expands `--flag=~/f`. run's
+    and plan's --history and --policy-file, and every output flag, read it as a folder named `~`: `plan
+    --history=~/demand.csv` said "--history ~/demand.csv: no such file", `simulate --timeline=~/t.csv` "the folder
+    .../~ does not exist" (and wrote there had the working directory held one)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    (home / "demand.csv").write_bytes(demand.read_bytes())
+    _policy_file(home / "p.yaml")
+    for argv in (["plan", "--policy-file=~/p.yaml", "--history=~/demand.csv"],
+                 ["run", "--policy-file=~/p.yaml", "--history=~/demand.csv", "--hours", "1", "--timeline=~/run.csv"],
+                 ["simulate", "~/demand.csv", "--days", "1", "--policy-file=~/p.yaml", "--timeline=~/simulate.csv"],
+                 ["report", "~/demand.csv", "--days", "1", "--policy-file=~/p.yaml", "--out=~/report"]):
+        status, err = exits(argv, capsys)
+        assert status == 0, (argv, err)
+    assert {"run.csv", "simulate.csv"} <= set(listing(home)) and (home / "report" / "index.html").is_file()
+    assert not (tmp_path / "~").exists()
+    parser = build_parser()
+    for argv, dest in ((["tune", "d.csv", "--write-policy=~/w.yaml"], "write_policy"),
+                       (["tune", "d.csv", "--plot=~/w.png"], "plot"), (["demo", "--out=~/demo"], "out"),
+                       (["train", "--history=~/demand.csv"], "history")):
+        assert Path(getattr(parser.parse_args(argv), dest)).parent == home, argv
+    status, err = exits(["simulate", "~/demand.csv", "--timeline", "~nobody-here/t.csv"], capsys)
+    assert status == 2 and "argument --timeline: ~nobody-here/t.csv: ~nobody-here is no user's home" in err, err
 
 
 def test_an_output_under_a_file_says_it_is_a_file(demand, policy, tmp_path, capsys):
