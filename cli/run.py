@@ -89,8 +89,10 @@ def with_policy_files(r: RunConfig, files: list[str] | None, history: str | None
         return r
     from core.policy import PolicySpec, load_manifests
 
-    if not history:
+    if history is None:
         raise BadRequest("--policy-file needs --history DEMAND: the embedded cluster replays its demand from a file")
+    if history == "":  # it read as the working directory: "--history : is a directory, not a history file"
+        raise BadRequest("--history: an empty path; name the demand file")
     if why := no_history_file(Path(history)):  # a usage error (a policy's own history failing later is its fault)
         raise BadRequest(f"--history {history}: {why}")
     if "" in files:  # it read as the working directory: "invalid configuration (): cannot read file: Is a directory"

@@ -343,10 +343,13 @@ def test_demo_takes_a_new_an_empty_or_an_earlier_demos_folder(tmp_path):
     (["demo", "--quick", "--out", ""], "--out"),
     (["simulate", "{demand}", "--days", "1", "--policy-file", "{policy}", "--timeline", ""], "--timeline"),
     (["plan", "--policy-file", "", "--history", "{demand}"], "--policy-file"),
-], ids=["report-out", "demo-out", "simulate-timeline", "plan-policy-file"])
+    (["plan", "--policy-file", "{policy}", "--history", ""], "--history"),
+    (["run", "--policy-file", "{policy}", "--history", "", "--hours", "1"], "--history"),
+], ids=["report-out", "demo-out", "simulate-timeline", "plan-policy-file", "plan-history", "run-history"])
 def test_an_empty_path_is_refused_naming_its_flag(demand, policy, tmp_path, capsys, argv, flag):
     """README: an empty path is an error. report --out '' wrote its page among the working directory's files, exit 0;
-    plan --policy-file '' said "invalid configuration (): cannot read file: Is a directory"."""
+    plan --policy-file '' said "invalid configuration (): cannot read file: Is a directory"; plan --history '' said
+    "--policy-file needs --history DEMAND", of a flag the user had given."""
     before = set(tmp_path.iterdir())
     status, err = exits([a.format(demand=demand, policy=policy) for a in argv], capsys)
     assert status == 2 and f"{flag}: an empty path" in err, err
