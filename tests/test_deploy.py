@@ -224,8 +224,16 @@ def test_examples_fit_together(base, examples):
                 assert flavor["name"] in flavors, f"{queue['metadata']['name']}: no ResourceFlavor {flavor['name']}"
                 quota += sum(int(r["nominalQuota"]) for r in flavor["resources"] if r["name"] == "nvidia.com/gpu")
     assert quota == run_config(base)["run"]["capacity_gpus"], "the cohort's GPUs are the controller's capacity"
-    # a pending Workload reaches its training ClusterQueue through its LocalQueue's spec.clusterQueue
-    assert {local["spec"]["clusterQueue"] for local in all_of(examples, "LocalQueue")} == set(training)
+    # a pending Workload, a training job's or an inference pod's, reaches its ClusterQueue through a LocalQueue in a
+    # namespace that queue admits from (the inference queue had none: the target's pods naming it would never run)
+    inference = policy["spec"]["inferenceClusterQueue"]
+    local_queues = all_of(examples, "LocalQueue")
+    assert {local["spec"]["clusterQueue"] for local in local_queues} == {*training, inference}
+    for local in local_queues:
+        selector = queues[local["spec"]["clusterQueue"]]["spec"]["namespaceSelector"]["matchLabels"]
+        assert selector == {"kubernetes.io/metadata.name": local["metadata"]["namespace"]}, local["metadata"]
+    assert policy["metadata"]["namespace"] in {local["metadata"]["namespace"] for local in local_queues
+                                               if local["spec"]["clusterQueue"] == inference}
     for name in training:  # Kueue never preempts across the cohort's queues: headroom alone takes GPUs back
         preemption = queues[name]["spec"].get("preemption") or {}
         assert preemption.get("reclaimWithinCohort") == "Never", f"{name}: reclaimWithinCohort: Never, stated"
