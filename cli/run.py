@@ -395,9 +395,13 @@ def _clock(demand, now: str | None, hours: int, moment: bool = False, once: bool
         return pd.DatetimeIndex([start])
     times = pd.date_range(start, periods=int(pd.Timedelta(hours=hours) / step), freq=step)
     if times[-1] > last:  # past the end no policy has data: its demand would be made up
+        latest = start + (last + step - pd.Timedelta(hours=hours) - start) // step * step  # on the samples' clock
+        if latest < first:
+            raise longer(last)
         room = int((last + step - start) / pd.Timedelta(hours=1))
-        raise BadRequest(f"--hours {hours} from {start} runs past the histories' end {last}: " + (
-            f"give at most {room} hours from there" if room else "give an --now at least an hour before it"))
+        fewer = f"at most {room} hour{'s' if room > 1 else ''} from there, or " if room else ""
+        raise BadRequest(f"--hours {hours} from {start} runs past the histories' end {last}: give {fewer}an --now "
+                         f"of {latest:%Y-%m-%dT%H:%M:%SZ} or earlier")
     return times
 
 

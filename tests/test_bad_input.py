@@ -330,8 +330,12 @@ def exits(argv, capsys):
     (["run", "--hours", "100000000"], "--hours 100000000 is longer than the histories"),  # no Timedelta overflow
     (["run", "--now", "2026-02-15T00:00:00Z", "--hours", "72"], "runs past the histories' end"),
     # the last hour of the history holds 23:00-23:55: a second hour would repeat the last sample as demand
-    (["run", "--now", "2026-02-15T23:00:00Z", "--hours", "2"], "give at most 1 hours from there"),
-    (["run", "--now", "2026-02-15T23:30:00Z", "--hours", "1"], "give an --now at least an hour before it"),
+    (["run", "--now", "2026-02-15T23:00:00Z", "--hours", "2"],
+     "give at most 1 hour from there, or an --now of 2026-02-15T22:00:00Z or earlier"),
+    # the --now to give is the latest the replay fits from (was "at least an hour before it": 22:55, not 23:00, and
+    # for --hours 2 one that ran past the end again)
+    (["run", "--now", "2026-02-15T23:30:00Z", "--hours", "1"], "give an --now of 2026-02-15T23:00:00Z or earlier"),
+    (["run", "--now", "2026-02-15T23:55:00Z", "--hours", "2"], "give an --now of 2026-02-15T22:00:00Z or earlier"),
     (["run", "--gpus", "10000000000000", "--once"], "run.capacity_gpus"),  # not a saturated backlog of 1e13 GPUs
     # replayed 2.5 minutes off its samples: each step charged, and shown, the demand of an interval ended before it
     (["run", "--now", "2026-02-11T08:02:30Z", "--hours", "1"], "--now 2026-02-11 08:02:30+00:00 falls between the 5m "
