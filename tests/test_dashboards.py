@@ -12,6 +12,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from controller import metrics as m
@@ -32,6 +33,24 @@ def test_committed_json_is_what_the_generator_writes():
     for name, build in generate.BOARDS.items():
         assert (generate.OUT / name).read_text() == generate.render(build()), \
             f"{name} is stale: run python -m dashboards.generate"
+
+
+def test_the_sidecar_command_of_the_docs_ships_the_boards_alone():
+    """docs/observability.md's ConfigMap for Grafana's dashboard sidecar, up to its `kubectl apply` (which needs a
+    cluster), run from the repository's root: its `--from-file=dashboards/` put dashboards/*.py in it beside the four
+    boards, and the sidecar writes every key into Grafana's dashboard folder."""
+    kubectl = shutil.which("kubectl")
+    if not kubectl:
+        unavailable("kubectl not found: run scripts/install-kubectl.sh")
+    docs = (generate.OUT.parent / "docs" / "observability.md").read_text(encoding="utf-8")
+    command = re.search(r"`(kubectl create configmap headroom-dashboards .*?) \| kubectl apply -f -`", docs).group(1)
+    made = subprocess.run(["bash", "-c", command], cwd=generate.OUT.parent, capture_output=True, text=True,
+                          timeout=120)
+    assert made.returncode == 0, made.stderr
+    config_map = yaml.safe_load(made.stdout)
+    assert config_map["metadata"]["labels"] == {"grafana_dashboard": "1"}
+    assert set(config_map["data"]) == set(BOARDS)
+    assert {name: json.loads(text) for name, text in config_map["data"].items()} == BOARDS
 
 
 def test_boards_take_the_datasource_and_filters_as_variables():
