@@ -105,7 +105,7 @@ def with_policy_files(r: RunConfig, files: list[str] | None, history: str | None
              for f in files for o in load_manifests(f)]
     clash = duplicate_policies([*r.policies, *added])
     if clash:
-        raise BadRequest(f"--policy-file with run.policies: {clash}")
+        raise BadRequest(f"--policy-file{' with run.policies' if r.policies else ''}: {clash}")
     return r.model_copy(update={"policies": [*r.policies, *added]})
 
 

@@ -1370,6 +1370,11 @@ def test_two_policies_of_one_name_or_one_target_are_refused_before_anything_runs
     status, err = exits(["run", "--config", examples, "--policy-file", manifest, "--history",
                          examples.parent / "demand_5min.csv", "--once"], capsys)
     assert status == 2 and "policy inference/chat is given 2 times" in err, err
+    # a file given twice, and no run.policies: it said "--policy-file with run.policies: ..." of a configuration
+    # that has none
+    status, err = exits(["plan", "--policy-file", manifest, "--policy-file", manifest, "--history",
+                         examples.parent / "demand_5min.csv"], capsys)
+    assert status == 2 and "headroom: error: --policy-file: policy inference/chat is given 2 times" in err, err
 
 
 # ---------------------------------------------------------------------------- the configuration and job reader fuzzed
