@@ -590,6 +590,29 @@ class ObjectMeta(Camel):
 
 
 METADATA_FIELDS = {f.alias for f in ObjectMeta.model_fields.values()}
+LIST_KINDS = {("List", "v1"), (f"{KIND}List", API_VERSION)}
+
+
+def _list_items(documents: list[Any], errors: list[str]) -> list[tuple[str, Any]]:
+    """Each document, where it is in the file, with a List's items in its place (`kubectl get -o yaml` writes a
+    List; kubectl apply reads its items as documents); a List's bad `items` go to `errors`."""
+    several = len(documents) > 1
+    found: list[tuple[str, Any]] = []
+    for i, doc in enumerate(documents):
+        where = f"document {i + 1}" if several else ""
+        is_list = isinstance(doc, dict) and (doc.get("kind"), doc.get("apiVersion")) in LIST_KINDS
+        if not is_list:
+            found.append((where, doc))
+            continue
+        items = doc.get("items")
+        within = f"{where}: " if where else ""
+        if not isinstance(items, list):
+            errors.append(f"{within}items: a {doc['kind']} must have a list of items")
+            continue
+        found += [(f"{within}items[{j}]", item) for j, item in enumerate(items)]
+    if not found and not errors:
+        errors.append("(top level): no ReservationPolicy in the file")
+    return found
 
 
 def load_manifests(path: str | Path) -> list[dict[str, Any]]:
@@ -607,11 +630,9 @@ def load_manifests(path: str | Path) -> list[dict[str, Any]]:
         raise ConfigError(source, exc.errors) from None
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise ConfigError(source, [f"not valid YAML: {exc}"]) from None
-    if not documents:
-        raise ConfigError(source, ["(top level): no ReservationPolicy in the file"])
-    errors, objects = [], []
-    for i, doc in enumerate(documents):
-        where = f"document {i + 1}" if len(documents) > 1 else ""
+    errors: list[str] = []
+    objects = []
+    for where, doc in _list_items(documents, errors):
         prefix = f"{where}: " if where else ""
         if not isinstance(doc, dict):
             csv = (" (a CSV, a history? --policy-file takes a ReservationPolicy manifest, e.g. the one tune "

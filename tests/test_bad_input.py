@@ -567,6 +567,31 @@ def test_a_missing_history_is_named_as_the_commands_usage_names_it(tmp_path, mon
         assert status == 2 and said in err and other not in err, err
 
 
+def test_a_list_kubectl_get_writes_is_read_item_by_item(demand, tmp_path, capsys):
+    """`kubectl get reservationpolicies -o yaml > p.yaml` writes a List, which kubectl apply takes item by item;
+    --policy-file refused it: "kind/apiVersion: must be ReservationPolicy headroom.dev/v1alpha1, got 'List' 'v1'"."""
+    import yaml
+
+    policy = yaml.safe_load(_policy_file(tmp_path / "p.yaml").read_text())
+    policy["metadata"].update(uid="0b5e", resourceVersion="12", generation=1, creationTimestamp="2026-12-01T00:00:00Z")
+    listed = tmp_path / "list.yaml"
+    listed.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""},
+                                      "items": [policy]}))
+    replays = []
+    for path in (tmp_path / "p.yaml", listed):
+        assert main(["simulate", str(demand), "--days", "1", "--policy-file", str(path), "--json"]) == 0
+        replay = json.loads(capsys.readouterr().out)
+        replays.append({key: value for key, value in replay.items() if not key.endswith("_seconds")})
+    assert replays[0] == replays[1] and replays[1]["policy"]["target"]["name"] == "chat"
+    other = {**policy, "metadata": {"name": "other"}, "spec": {**policy["spec"], "minGpu": 1}}
+    listed.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": [policy, other]}))
+    status, err = exits(["run", "--policy-file", listed, "--history", demand], capsys)
+    assert status == 2 and "items[1]: spec.minGpu: not a field" in err, err
+    listed.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": None}))
+    status, err = exits(["run", "--policy-file", listed, "--history", demand], capsys)
+    assert status == 2 and "items: a List must have a list of items" in err, err
+
+
 @pytest.mark.parametrize("command", ["simulate", "report"])
 def test_a_forecast_only_policy_file_is_refused_not_simulated_doing_nothing(demand, tmp_path, capsys, command):
     """A manifest without spec.mode (forecast-only, the CRD's default) was replayed changing nothing: shortage 100%,
