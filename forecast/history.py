@@ -429,6 +429,8 @@ def load_history(path: str | Path) -> pd.Series:
 
 
 COUNTER_GAPS = "counter increments over a gap, each shared evenly among the sampling steps it spans"
+JITTER_ROUNDED = ("timestamps with milliseconds of jitter around a whole-second step, each read at its nearest whole "
+                  "second")
 UNEVEN_SUMS = ("sums over a step the sampling step does not divide, scaled to the whole step by the time its samples "
                "stand for")
 
@@ -443,6 +445,7 @@ class CleaningReport:
     duplicates_at_step: int = 0  # of them, timestamps whose kept sample is not the later: the one at the local step
     counter_resets: int = 0
     counter_gaps: int = 0  # a counter's increments over a gap, each shared among the steps it spans
+    jitter_rounded: int = 0  # timestamps moved to their nearest whole second (a scraper's milliseconds of jitter)
     outliers: list[str] = field(default_factory=list)
     missing_steps: int = 0
     partial_sums: int = 0  # steps summed (statistic sum) from fewer samples than they hold: scaled to the whole step
@@ -464,6 +467,7 @@ class CleaningReport:
               "missing ones (never as zero demand)"] if self.partial_sums else []) \
           + ([f"{self.uneven_sums} {UNEVEN_SUMS}"] if self.uneven_sums else []) \
           + ([f"{self.counter_gaps} {COUNTER_GAPS}"] if self.counter_gaps else []) \
+          + ([f"{self.jitter_rounded} {JITTER_ROUNDED}"] if self.jitter_rounded else []) \
           + self._epoch_note()
 
     def repairs(self) -> list[str]:
@@ -472,6 +476,7 @@ class CleaningReport:
         said = [(self.out_of_order, "samples out of order (sorted)"),
                 (self.duplicates, f"duplicate timestamps (the later sample of each kept{self._at_step_note()})"),
                 (self.counter_resets, "counter resets"), (self.counter_gaps, COUNTER_GAPS),
+                (self.jitter_rounded, JITTER_ROUNDED),
                 (len(self.outliers), "outliers clipped"),
                 (self.partial_sums, "sums over a step with samples missing (taken at its samples' mean)"),
                 (self.uneven_sums, UNEVEN_SUMS),
@@ -672,7 +677,7 @@ def _prepare(raw: pd.Series, step: str | None, statistic: str, counter: bool | N
         raise HistoryError("timestamps must be time-zone aware")
     series = raw.astype(float)
     check_values(series)
-    series.index = series.index.tz_convert("UTC")
+    series.index = _on_whole_seconds(series.index.tz_convert("UTC"), report)
     # the file's own runs, in its order: where it gives a time twice or goes back in time (two exports concatenated)
     runs = _run_steps(series.index) if series.index.has_duplicates or not series.index.is_monotonic_increasing \
         else None
@@ -723,20 +728,31 @@ def _prepare(raw: pd.Series, step: str | None, statistic: str, counter: bool | N
     return series, report
 
 
+def _on_whole_seconds(index: pd.DatetimeIndex, report: CleaningReport) -> pd.DatetimeIndex:
+    """`index`, each timestamp at its nearest whole second where they jitter by milliseconds around a whole-second
+    step (a scraper's, Prometheus' raw samples): there their intervals in whole seconds repeat more than twice as
+    often as the most common exact one. Read as stamped, their most common interval was one jittered value
+    (5m0.021s), the replay's steps laid 4 minutes off the clock; and a sample a few milliseconds before its step
+    (5m - 3 ms) fell in the step before it, a quarter of the steps read missing and their neighbours holding two
+    samples. A regular step (a 1.5 s one too), a sparse sampler's multiples and whole-second jitter are left as
+    they are. How many timestamps moved is said (`report`)."""
+    times = np.unique(index.as_unit("ns").asi8)
+    intervals = pd.Series(np.diff(times))
+    counts = intervals.value_counts()
+    whole = (np.rint(intervals / 1e9) * 1e9).astype(np.int64).value_counts()
+    if whole.empty or whole.index[0] == 0 or whole.iloc[0] <= 2 * counts.iloc[0]:
+        return index
+    rounded = index.round("s")
+    report.jitter_rounded = int((rounded != index).sum())
+    return rounded
+
+
 def sampling_step(index: pd.DatetimeIndex) -> pd.Timedelta:
     """The history's own step: the most common interval between its (sorted) samples, the shortest of equally common
     ones, since a regular sampler with gaps has most intervals at its step (a median of 1 h and 2 h intervals
-    would be 1.5 h, no step at all); with no interval repeated (timestamps with jitter), their median.
-
-    Timestamps with milliseconds of jitter around a whole-second step (a scraper's, Prometheus' raw samples) are read
-    in whole seconds, where the most common interval is more than twice as common: else their most common interval
-    was one jittered value (5m0.021s), and the replay's steps were laid 4 minutes off the clock (23:56:09, 00:01:09,
-    ...), 21 ms later each step, so that intervals held two samples and their neighbours none."""
+    would be 1.5 h, no step at all); with no interval repeated (timestamps with jitter), their median."""
     intervals = index.to_series().diff().dropna()
-    positive = intervals[intervals > pd.Timedelta(0)]
-    counts, whole = positive.value_counts(), positive.dt.round("s").value_counts()
-    if not whole.empty and whole.index[0] > pd.Timedelta(0) and whole.iloc[0] > 2 * counts.iloc[0]:
-        return min(whole.index[whole == whole.iloc[0]])
+    counts = intervals[intervals > pd.Timedelta(0)].value_counts()
     if counts.empty or counts.iloc[0] < 2:
         return intervals.median()
     return min(counts.index[counts == counts.iloc[0]])

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from core.textfile import MAX_LINE
 from core.units import go_duration
 from forecast.history import (
+    JITTER_ROUNDED,
     MIN_STRETCH,
     HistoryError,
     Stretch,
@@ -503,6 +504,50 @@ def test_timestamps_with_milliseconds_of_jitter_read_as_the_samples_without_it(s
     expected, _ = at_own_step_reported(clean)
     pd.testing.assert_series_equal(read, expected)
     assert report.input_step == go_duration(step_seconds)
+
+
+@given(step_seconds=st.sampled_from([15, 60, 300, 3600]), jitter_ms=st.integers(1, 499),
+       missing=st.floats(0.0, 0.3), seed=st.integers(0, 2 ** 16))
+@example(step_seconds=300, jitter_ms=3, missing=0.0, seed=0)
+def test_timestamps_milliseconds_either_side_of_the_step_read_as_the_samples_without_them(step_seconds, jitter_ms,
+                                                                                         missing, seed):
+    """5m ± 3 ms: read at step 5m, but a sample 3 ms before its step fell in the step before it, so that a quarter of
+    the steps read missing and their neighbours held two samples (an hour's sum of 13 or 11 of them). Read at their
+    nearest whole seconds, they are the history without the jitter, gaps and all, whatever the statistic."""
+    rng = np.random.default_rng(seed)
+    index = pd.date_range("2026-01-05", periods=2000, freq=f"{step_seconds}s", tz="UTC")
+    kept = np.r_[True, rng.random(len(index) - 1) >= missing]
+    clean = pd.Series(rng.uniform(1, 100, len(index)), index=index)[kept]
+    jitter = pd.to_timedelta(rng.integers(-jitter_ms, jitter_ms + 1, len(clean)), unit="ms")
+    jittered = clean.set_axis(clean.index + jitter)
+    read, report = at_own_step_reported(jittered)
+    expected, expected_report = at_own_step_reported(clean)
+    pd.testing.assert_series_equal(read, expected)
+    assert (report.input_step, report.missing_steps) == (go_duration(step_seconds), expected_report.missing_steps)
+    summed, summed_report = prepare(jittered, statistic="sum")
+    expected, expected_report = prepare(clean, statistic="sum")
+    pd.testing.assert_series_equal(summed, expected)
+    assert summed_report.lines() == expected_report.lines() + [f"{int((jitter != pd.Timedelta(0)).sum())} "
+                                                               f"{JITTER_ROUNDED}"]
+
+
+def test_a_step_change_under_milliseconds_of_jitter_is_read_and_said_as_without_them():
+    """A 5-minute export then a 10-minute one, each timestamp ± 3 ms: with no run of one exact interval the change was
+    not seen, the whole read at 10 minutes (the 5-minute part two samples a step, some hours' sums of 13 of them) and
+    no change said. Read at their nearest whole seconds, the change is read and said as in the file without jitter;
+    5 and 10 minutes are never rounded into one step."""
+    five = pd.date_range("2026-01-05", periods=600, freq="5min", tz="UTC")
+    index = five.append(pd.date_range(five[-1] + pd.Timedelta("10min"), periods=600, freq="10min", tz="UTC"))
+    clean = pd.Series(np.random.default_rng(0).uniform(1, 100, len(index)), index=index)
+    jitter = pd.to_timedelta(np.random.default_rng(1).integers(-3, 4, len(index)), unit="ms")
+    jittered = clean.set_axis(index + jitter)
+    for statistic in ("mean", "sum"):
+        read, report = prepare(jittered, statistic=statistic)
+        expected, expected_report = prepare(clean, statistic=statistic)
+        pd.testing.assert_series_equal(read, expected)
+        assert [line for line in report.lines() if JITTER_ROUNDED not in line] == expected_report.lines()
+        assert report.step_changes == [f"5m to 10m at {five[-1].isoformat()}"]
+    pd.testing.assert_series_equal(at_own_step_reported(jittered)[0], at_own_step_reported(clean)[0])
 
 
 def test_a_history_without_a_stretch_of_one_step_keeps_its_one_step():
