@@ -11,6 +11,11 @@ from pathlib import Path
 from typing import BinaryIO, TextIO
 
 MAX_LINE = 1 << 20  # characters of one CSV line: a history's or a job trace's lines are short
+# Lines of a CSV (blank ones too: each is read) and characters in all: its rows are held in memory as read, some 400
+# bytes each, so 5 million take 2 GB. A history of 5 million samples is as many as a Prometheus window may hold: a
+# year 7 s apart, 57 days at 1 s; a job trace is of a year at most.
+MAX_LINES = 5_000_000
+MAX_CSV_CHARS = 1 << 30  # 5 million rows of 200 characters (a history's row is some 30, with label columns 100-200)
 MAX_TEXT = 64 << 20  # characters of a YAML file: thousands of policies fit many times over
 GZIP_MAGIC = b"\x1f\x8b"
 MAX_GZIP_RATIO = 250  # decompressed bytes per compressed byte: a history or a job trace compresses 5 to 15 times
@@ -19,6 +24,13 @@ MAX_GZIP_RATIO = 250  # decompressed bytes per compressed byte: a history or a j
 
 class TooLong(Exception):
     """The file is past its bound: what is read of it is no file of the kind asked for."""
+
+
+_HELD = "the most a CSV is read with (its rows are held in memory, some 400 bytes each)"
+
+
+class TooBig(TooLong):
+    """The file has more lines or characters than a CSV is read with (MAX_LINES, MAX_CSV_CHARS)."""
 
 
 class BadGzip(Exception):
@@ -74,7 +86,10 @@ def open_csv(path: Path) -> Iterator[TextIO]:
 
 def bounded_lines(handle: TextIO) -> Iterator[str]:
     """The handle's lines, each refused past MAX_LINE characters as it is read (csv's own field limit applies only
-    once a whole line is in memory). A gzip stream's own faults (open_csv's) are BadGzip."""
+    once a whole line is in memory), and all of them past MAX_LINES lines or MAX_CSV_CHARS characters: refused as
+    they come, not once a file too large for memory (a 10 GB export, a stream that never ends, a gzip of blank lines
+    compressing under the bomb ratio) is read whole. A gzip stream's own faults (open_csv's) are BadGzip."""
+    lines = chars = 0
     while True:
         try:
             line = handle.readline(MAX_LINE + 1)
@@ -84,6 +99,11 @@ def bounded_lines(handle: TextIO) -> Iterator[str]:
             return
         if len(line) > MAX_LINE:
             raise TooLong(f"a line longer than {MAX_LINE} characters")
+        lines, chars = lines + 1, chars + len(line)
+        if lines > MAX_LINES:
+            raise TooBig(f"over {MAX_LINES:,} lines, {_HELD}")
+        if chars > MAX_CSV_CHARS:
+            raise TooBig(f"over {MAX_CSV_CHARS:,} characters by line {lines:,}, {_HELD}")
         yield line
 
 

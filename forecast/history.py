@@ -19,7 +19,7 @@ from typing import Protocol
 import numpy as np
 import pandas as pd
 
-from core.textfile import BadGzip, TooLong, bounded_lines, open_csv
+from core.textfile import BadGzip, TooBig, TooLong, bounded_lines, open_csv
 from core.units import check_statistic, go_duration, iso_time
 
 
@@ -233,6 +233,9 @@ def _read_csv(path: Path) -> pd.Series:
         raise _not_utf8(path, exc) from None
     except csv.Error as exc:
         raise HistoryError(f"{path}: not a readable CSV: {exc}") from None
+    except TooBig as exc:
+        raise HistoryError(f"{path}: {exc}: give its latest part, or its samples at a coarser step (5 million reach "
+                           "back 57 days at 1 s, a year at 7 s)") from None
     except TooLong as exc:
         raise HistoryError(f"{path}: {exc}: not a 'timestamp,value' CSV") from None
     except BadGzip as exc:

@@ -919,6 +919,17 @@ def test_a_gzip_job_trace_reads_as_its_plain_file(tmp_path):
         load_jobs(packed)
 
 
+def test_a_job_trace_past_the_lines_a_csv_is_read_with_is_refused(tmp_path):
+    """A job trace of any length was read whole (blank lines to the end, to say "no job rows"); it is refused past
+    MAX_LINES lines, as a history is."""
+    from core.textfile import MAX_LINES
+
+    path = tmp_path / "jobs.csv"
+    path.write_text(JOB_HEADER + "\n" * MAX_LINES)
+    with pytest.raises(BadRequest, match=f"{path}: over {MAX_LINES:,} lines, the most a CSV is read with"):
+        load_jobs(path)
+
+
 def test_a_job_trace_says_it_was_read_in_seconds_with_its_span_and_median_run(demand, tmp_path, capsys):
     """Milliseconds from the trace's start spanning under 8.8 hours pass every check (no time over 1e11, no span over
     a year) and were replayed, without a word, as a trace 1,000 times longer: these 2 hours of 10-minute jobs as 83

@@ -114,6 +114,32 @@ def test_a_gzip_history_reads_as_its_plain_file_and_a_gzip_bomb_is_refused_as_it
         load_history(cut)
 
 
+def test_a_csv_past_its_lines_or_characters_is_refused_as_it_is_read_not_read_whole(tmp_path, monkeypatch):
+    """A CSV of any size was read whole into memory (a stream of one row repeated held 2 GB after a minute and grew
+    on; 40 million blank lines gzipped under the bomb ratio were read for a minute to say "no data rows"). Past
+    MAX_LINES lines, blank ones too, or MAX_CSV_CHARS characters, it is refused as it is read, naming the file."""
+    import gzip
+
+    from core import textfile
+
+    blanks = tmp_path / "blanks.csv"
+    blanks.write_text("timestamp,value\n" + "\n" * textfile.MAX_LINES)
+    packed = tmp_path / "blanks.csv.gz"  # blank lines, a space or a comma each at random: no gzip bomb
+    pick = np.random.default_rng(0).integers(0, 2, textfile.MAX_LINES)
+    lines = np.frombuffer(b" \n,\n", dtype=np.uint8).reshape(2, 2)[pick]
+    packed.write_bytes(gzip.compress(b"timestamp,value\n" + lines.tobytes(), compresslevel=1))
+    for path in (blanks, packed):
+        with pytest.raises(HistoryError, match=f"{path}: over {textfile.MAX_LINES:,} lines, the most a CSV is read "
+                                               "with .*: give its latest part, or its samples at a coarser step"):
+            load_history(path)
+    monkeypatch.setattr(textfile, "MAX_CSV_CHARS", 1 << 20)  # as 1 GiB would be, with 1 GiB less to write
+    wide = tmp_path / "wide.csv"
+    wide.write_text("timestamp,value,labels\n" + "".join(f"2026-01-05T{h:02d}:00:00Z,1,{'x' * 100_000}\n"
+                                                         for h in range(24)))
+    with pytest.raises(HistoryError, match=f"{wide}: over 1,048,576 characters by line 12, the most a CSV is read"):
+        load_history(wide)
+
+
 def test_parquet_round_trip(tmp_path):
     series = synthetic_demand(days=3, step="10min")
     frame = pd.DataFrame({"timestamp": series.index, "value": series.to_numpy()})
