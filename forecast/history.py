@@ -19,7 +19,7 @@ from typing import Protocol
 import numpy as np
 import pandas as pd
 
-from core.textfile import BadGzip, TooBig, TooLong, bounded_lines, open_csv
+from core.textfile import MAX_LINES, BadGzip, TooBig, TooLong, bounded_lines, open_csv
 from core.units import check_statistic, go_duration, iso_time
 
 
@@ -53,6 +53,8 @@ MAX_VALUE = 1e15
 # A written-out (ISO-8601) time may be older than epoch numbers are guessed to be, but not outside this range.
 ISO_RANGE = (pd.Timestamp("1900-01-01", tz="UTC"), EPOCH_RANGE[1])
 MAX_POINTS = 5e6  # points of a prepared series (570 years hourly, 58 days at 1 s): more is a wrong timestamp
+# What a history file too large to read (core.textfile.MAX_LINES) can be given as instead
+SMALLER = "give its latest part, or its samples at a coarser step (5 million reach back 57 days at 1 s, a year at 7 s)"
 
 
 def epoch_unit(number: float) -> str:
@@ -234,8 +236,7 @@ def _read_csv(path: Path) -> pd.Series:
     except csv.Error as exc:
         raise HistoryError(f"{path}: not a readable CSV: {exc}") from None
     except TooBig as exc:
-        raise HistoryError(f"{path}: {exc}: give its latest part, or its samples at a coarser step (5 million reach "
-                           "back 57 days at 1 s, a year at 7 s)") from None
+        raise HistoryError(f"{path}: {exc}: {SMALLER}") from None
     except TooLong as exc:
         raise HistoryError(f"{path}: {exc}: not a 'timestamp,value' CSV") from None
     except BadGzip as exc:
@@ -382,11 +383,25 @@ def _parquet_values(path: Path, column: pd.Series) -> np.ndarray:
     return out
 
 
+def _not_parquet(path: Path, exc: Exception) -> HistoryError:
+    return HistoryError(f"{path}: not a readable Parquet file: {type(exc).__name__}: {exc}")
+
+
 def _read_parquet(path: Path) -> pd.Series:
+    import pyarrow.parquet as pq
+
+    # pyarrow raises many kinds (ArrowInvalid, OSError, ...): all mean "not readable"
+    try:
+        rows = pq.read_metadata(path).num_rows  # from the file's footer: a file too large is refused unread
+    except Exception as exc:
+        raise _not_parquet(path, exc) from None
+    if rows > MAX_LINES:
+        raise HistoryError(f"{path}: {rows:,} rows, over the {MAX_LINES:,} a history file is read with (its rows are "
+                           f"held in memory): {SMALLER}")
     try:
         frame = pd.read_parquet(path)
-    except Exception as exc:  # pyarrow raises many kinds (ArrowInvalid, OSError, ...): all mean "not readable"
-        raise HistoryError(f"{path}: not a readable Parquet file: {type(exc).__name__}: {exc}") from None
+    except Exception as exc:
+        raise _not_parquet(path, exc) from None
     if not isinstance(frame.index, pd.RangeIndex):  # a frame written with its timestamps as the index (pandas keeps
         frame = frame.reset_index()                 # the index in the file's metadata and restores it here)
     names = [str(c).strip().lower() for c in frame.columns]

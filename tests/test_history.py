@@ -140,6 +140,20 @@ def test_a_csv_past_its_lines_or_characters_is_refused_as_it_is_read_not_read_wh
         load_history(wide)
 
 
+def test_a_parquet_history_past_the_rows_a_history_is_read_with_is_refused_unread(tmp_path, monkeypatch):
+    """A Parquet history of any size was read whole (6 million ISO-8601 text timestamps: still reading after 300 s,
+    at 1.2 GB). One past MAX_LINES rows is refused from its footer, before a row is read, as a CSV is."""
+    from core.textfile import MAX_LINES
+
+    path = tmp_path / "h.parquet"
+    pd.DataFrame({"timestamp": pd.date_range("2026-01-05", periods=MAX_LINES + 1, freq="s", tz="UTC"),
+                  "value": 1.0}).to_parquet(path)
+    monkeypatch.setattr(pd, "read_parquet", None)  # not called: a row read would be a TypeError
+    with pytest.raises(HistoryError, match=f"{path}: 5,000,001 rows, over the 5,000,000 a history file is read with "
+                                           r"\(its rows are held in memory\): give its latest part"):
+        load_history(path)
+
+
 def test_parquet_round_trip(tmp_path):
     series = synthetic_demand(days=3, step="10min")
     frame = pd.DataFrame({"timestamp": series.index, "value": series.to_numpy()})
