@@ -319,8 +319,13 @@ def _parquet_timestamps(path: Path, column: pd.Series) -> tuple[pd.DatetimeIndex
             raise HistoryError(f"{path}: row 1: {exc}") from None
         if read is not None:
             return read[0], _read_as({read[1]})
+    items = column.tolist()
+    if all(isinstance(item, str) for item in items):  # text, as a CSV's: read as a column when it is clean
+        read_text = _stamps_at_once([item.strip() for item in items])
+        if read_text is not None:
+            return read_text[0], _read_as(read_text[1])
     stamps, units = [], set()
-    for row, item in enumerate(column.tolist(), start=1):
+    for row, item in enumerate(items, start=1):
         try:
             if isinstance(item, bool | np.bool_) or item is None:
                 raise ValueError(f"timestamp {item!r} is not a time")

@@ -154,6 +154,27 @@ def test_a_parquet_history_past_the_rows_a_history_is_read_with_is_refused_unrea
         load_history(path)
 
 
+def test_parquet_text_timestamps_are_read_as_a_column_as_a_csv_s_are(tmp_path, monkeypatch):
+    """Timestamps stored as text in a Parquet file were parsed one row at a time: a million rows took 210 s (the same
+    rows as a CSV, 13 s). Clean text, ISO-8601 or epoch integers, is read as a column, as a CSV's is: the same
+    times, not one parsed alone."""
+    import forecast.history as history
+
+    def alone(*args):
+        raise AssertionError("a timestamp parsed alone")
+
+    stamps = pd.date_range("2026-01-05", periods=500, freq="5min", tz="UTC")
+    texts = {"ISO-8601": stamps.strftime("%Y-%m-%dT%H:%M:%SZ"),
+             "offset": stamps.tz_convert("Asia/Kolkata").strftime("%Y-%m-%dT%H:%M:%S+05:30"),
+             "epoch seconds (told by magnitude)": stamps.as_unit("s").asi8.astype(str)}
+    monkeypatch.setattr(history, "_parse_timestamp", alone)
+    for k, (how, text) in enumerate(texts.items()):
+        path = tmp_path / f"h{k}.parquet"
+        pd.DataFrame({"timestamp": text, "value": 1.0}).to_parquet(path)
+        read = load_history(path)
+        assert read.index.equals(stamps) and read.attrs["timestamps"] == how.replace("offset", "ISO-8601")
+
+
 def test_parquet_round_trip(tmp_path):
     series = synthetic_demand(days=3, step="10min")
     frame = pd.DataFrame({"timestamp": series.index, "value": series.to_numpy()})
