@@ -11,6 +11,8 @@ stop, the reads under way too.
 """
 from __future__ import annotations
 
+import ast
+import json
 import logging
 import re
 import socket
@@ -320,8 +322,26 @@ def _failure(client: PrometheusConnect, query: str, lo: pd.Timestamp, hi: pd.Tim
     meaning = why_cut or REFUSALS.get(status) or (NOT_JSON if isinstance(exc, ValueError) else "") or \
         (UNREACHED if _unreached(exc) else "")
     where = (f"Prometheus at {shown_url(client.url)} failed for {cut(repr(query), QUOTED_CHARS)} "
-             f"[{lo.isoformat()} .. {hi.isoformat()}]" + (f" ({meaning})" if meaning else "") + f": {exc}")
+             f"[{lo.isoformat()} .. {hi.isoformat()}]" + (f" ({meaning})" if meaning else "") + f": {_said(exc)}")
     return DeadlinePassed(where, why_cut) if why_cut else PrometheusError(where)
+
+
+# The client's error for an answer of a failing status: the status, then the answer's bytes as Python writes them
+_STATUS = re.compile(r"HTTP Status Code (\d{3}) \((b'.*'|b\".*\")\)", re.DOTALL)
+
+
+def _said(exc: BaseException | None) -> str:
+    """The client's error, and of an answer with Prometheus' error JSON what it says: "HTTP Status Code 422,
+    execution: query processing would load too many samples into memory", not the answer's bytes as Python writes
+    them (b'{"status":"error",...\\"string\\"...}'), its quotes escaped twice."""
+    match = _STATUS.fullmatch(str(exc))
+    if match:
+        try:
+            answer = json.loads(ast.literal_eval(match[2]))
+            return f"HTTP Status Code {match[1]}, {answer['errorType']}: {answer['error']}"
+        except (ValueError, SyntaxError, TypeError, KeyError):  # not Prometheus' JSON (a proxy's page)
+            pass
+    return str(exc)
 
 
 def _unreached(exc: BaseException | None) -> bool:

@@ -274,6 +274,18 @@ def test_a_query_with_no_samples_is_an_error_naming_the_query(prometheus_server,
     assert "1995-07-07T00:00:00+00:00 .. 1995-07-10T00:00:00+00:00" in err
 
 
+def test_a_query_prometheus_refuses_says_what_prometheus_said(prometheus_server, tmp_path, capsys):
+    """A query the server refuses (a string is no range query: 400, bad_data) was said as the answer's bytes as Python
+    writes them, b'{"status":"error","errorType":"bad_data","error":"invalid expression type ...' with the quotes in
+    the message escaped twice. It says the status, the error's type and its message, as Prometheus wrote them."""
+    config = history_config(tmp_path, {"url": prometheus_server.url, "query": '"demand"', "lookback": "3d",
+                                       "end": "1995-07-10T00:00:00Z"})
+    assert main(["forecast", "--config", config]) == 1
+    err = capsys.readouterr().err
+    assert 'HTTP Status Code 400, bad_data: invalid expression type "string" for range query, must be Scalar or ' \
+        "instant Vector\n" in err, err
+
+
 def test_a_counter_query_is_refused_and_read_as_increments_with_history_counter(prometheus_server, tmp_path, capsys):
     """A query whose values only rise (here each sample's own timestamp, as a requests_total does) was forecast as
     ever-growing demand. It is an error naming history.counter; with counter: true its increments are read."""
