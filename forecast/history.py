@@ -773,11 +773,14 @@ def _on_whole_seconds(index: pd.DatetimeIndex, report: CleaningReport) -> pd.Dat
 def sampling_step(index: pd.DatetimeIndex) -> pd.Timedelta:
     """The history's own step: the most common interval between its (sorted) samples, the shortest of equally common
     ones, since a regular sampler with gaps has most intervals at its step (a median of 1 h and 2 h intervals
-    would be 1.5 h, no step at all); with no interval repeated (timestamps with jitter), their median."""
+    would be 1.5 h, no step at all); with no interval repeated (timestamps with jitter), their lower median: a gap
+    only lengthens an interval (two intervals, 15 m and a 71 h outage, are a 15-minute step, not a 36-hour one)."""
     intervals = index.to_series().diff().dropna()
     counts = intervals[intervals > pd.Timedelta(0)].value_counts()
+    if intervals.empty:
+        return pd.NaT
     if counts.empty or counts.iloc[0] < 2:
-        return intervals.median()
+        return intervals.sort_values().iloc[(len(intervals) - 1) // 2]
     return min(counts.index[counts == counts.iloc[0]])
 
 

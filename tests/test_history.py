@@ -365,6 +365,7 @@ def test_a_cumulative_counter_is_refused_unless_history_counter_says_so(step_min
        outages=st.lists(st.tuples(st.integers(1, 12 * 72 - 1), st.integers(1, 300)), max_size=4),
        blank=st.booleans(), statistic=st.sampled_from(["mean", "max", "sum"]))
 @example(step_minutes=5, rate=100.0, outages=[(12 * 10 + 5, 1), (12 * 30, 36)], blank=False, statistic="mean")
+@example(step_minutes=15, rate=1.0, outages=[(1, 285)], blank=False, statistic="mean")  # two intervals: 15 m, 71 h
 def test_a_counter_at_a_steady_rate_reads_as_that_rate_whatever_samples_are_missing(step_minutes, rate, outages,
                                                                                      blank, statistic):
     """The first sample of a counter after a gap (missed scrapes, an outage: rows absent or values blank) holds the
