@@ -16,7 +16,7 @@ from cli.config import Config
 from cli.outputs import check_output_files, command_inputs, writing
 from core.errors import BadRequest, ConfigError, HeadroomError
 from core.settings import MAX_CLUSTER_GPUS
-from core.textfile import BadGzip, TooLong, bounded_lines, open_csv
+from core.textfile import BadGzip, TooBig, TooLong, bounded_lines, open_csv
 from core.units import go_duration
 from dashboards.report import missing_steps
 from dashboards.report import notes as report_notes
@@ -129,6 +129,8 @@ def load_jobs(path):
         raise BadRequest(f"{where}: not a UTF-8 CSV file") from None
     except csv.Error as exc:
         raise BadRequest(f"{where}: not a readable CSV: {exc}") from None
+    except TooBig as exc:  # a job trace, only too long to hold
+        raise BadRequest(f"{where}: {exc}: give a shorter part of the job trace") from None
     except TooLong as exc:
         raise BadRequest(f"{where}: {exc}: not a job trace CSV") from None
     except BadGzip as exc:
