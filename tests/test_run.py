@@ -7,6 +7,7 @@ covers the decisions, fast. MLflow is real: a sqlite store and a real `mlflow se
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import signal
@@ -2286,26 +2287,35 @@ def test_a_policy_deleted_loses_its_series_folder_of_the_forecast_log_already_em
     assert not folder.exists() and r.log.load("inference.chat")
 
 
+@contextlib.contextmanager
+def _deleted_while_its_refit_runs(r, start):
+    """chat deleted (its status too) at 06:05 while its 06:00 refit runs beside, held at its fit until the block
+    ends; yields that refit."""
+    keeper = r.reconciler.forecasts
+    _until_taken_up(r, start)
+    with keeper._fitter_lock:  # chat's 06:00 refit waits at its fit
+        r.step(MONDAY_6AM)
+        refit = keeper._refits["inference/chat"]
+        for _ in range(1200):
+            if refit.running():
+                break
+            time.sleep(0.1)
+        assert refit.running()
+        r.cluster.policies = []  # kubectl delete
+        r.cluster.statuses.pop(("inference", "chat"))
+        r.step(MONDAY_6AM + pd.Timedelta(minutes=5))
+        yield refit
+
+
 def test_a_policy_deleted_while_its_refit_runs_beside_loses_the_forecast_that_refit_stores(demand_file, tmp_path):
     """With the refit beside, a refit under way when its policy is deleted is not stopped, and it stores its forecast
     as it ends: after the store was pruned of the policy's forecasts, so that one stayed for good. The store is pruned
     once that refit is done."""
     start = MONDAY_6AM - pd.Timedelta(minutes=5)
     r = Replay(tmp_path, demand_file, policy("chat"), refit_beside=True, start=start)
-    keeper = r.reconciler.forecasts
     try:
-        _until_taken_up(r, start)
-        with keeper._fitter_lock:  # chat's 06:00 refit waits at its fit
-            r.step(MONDAY_6AM)
-            refit = keeper._refits["inference/chat"]
-            for _ in range(1200):
-                if refit.running():
-                    break
-                time.sleep(0.1)
-            assert refit.running()
-            r.cluster.policies = []  # kubectl delete
-            r.cluster.statuses.pop(("inference", "chat"))
-            r.step(MONDAY_6AM + pd.Timedelta(minutes=5))
+        with _deleted_while_its_refit_runs(r, start) as refit:
+            pass  # the refit is let go
         refit.result(timeout=120)
         assert MONDAY_6AM in r.log.load("inference.chat")  # stored as it ended
         r.step(MONDAY_6AM + pd.Timedelta(minutes=10))
@@ -2321,20 +2331,8 @@ def test_a_policy_deleted_while_its_refit_runs_and_created_again_loses_the_old_o
     object's 06:00 forecast stayed in the store, the new object's to plan on. It goes; the new object's own stay."""
     start = MONDAY_6AM - pd.Timedelta(minutes=5)
     r = Replay(tmp_path, demand_file, policy("chat"), refit_beside=True, start=start)
-    keeper = r.reconciler.forecasts
     try:
-        _until_taken_up(r, start)
-        with keeper._fitter_lock:  # chat's 06:00 refit waits at its fit
-            r.step(MONDAY_6AM)
-            refit = keeper._refits["inference/chat"]
-            for _ in range(1200):
-                if refit.running():
-                    break
-                time.sleep(0.1)
-            assert refit.running()
-            r.cluster.policies = []  # kubectl delete
-            r.cluster.statuses.pop(("inference", "chat"))
-            r.step(MONDAY_6AM + pd.Timedelta(minutes=5))
+        with _deleted_while_its_refit_runs(r, start) as refit:
             r.cluster.apply_policy(policy("chat"))  # kubectl apply: created again
             r.step(MONDAY_6AM + pd.Timedelta(minutes=10))
         refit.result(timeout=120)
