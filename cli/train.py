@@ -85,7 +85,8 @@ def cmd_train(cfg, args) -> int:
 
     if getattr(args, "history", None):
         name = getattr(args, "name", None) or Path(args.history).stem
-        if not re.match(SERIES_NAME_PATTERN, name):  # only a file's name can be one: --name is checked as configured
+        # only a file's name can be one: --name is checked as configured; fullmatch: '$' matches before a last newline
+        if not re.fullmatch(SERIES_NAME_PATTERN, name):
             raise BadRequest(f"--history {args.history}: its file name {name!r} is no series name (a letter or digit, "
                              "then letters, digits, '_', '.' or '-'): give one with --name")
         jobs.append((name, args.history, from_file(args.history, "--history")))

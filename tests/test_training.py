@@ -978,18 +978,28 @@ def test_train_prints_a_list_for_training_series_however_many_it_names(tmp_path,
     assert json.loads(capsys.readouterr().out)["name"] == "alone"
 
 
-def test_a_history_file_whose_name_is_no_series_name_asks_for_name(tmp_path, capsys):
+@pytest.mark.parametrize("stem", ["my demand (1)", "demand\n"])
+def test_a_history_file_whose_name_is_no_series_name_asks_for_name(tmp_path, capsys, stem):
     """train --history 'my demand (1).csv' loaded and cleaned the file, then failed (exit 1) with "series name 'my
-    demand (1)' must match ^[A-Za-z0-9]...", not saying that the name came from the file or that --name gives one."""
+    demand (1)' must match ^[A-Za-z0-9]...", not saying that the name came from the file or that --name gives one.
+    A file name ending in a newline ("demand\n.csv") passed the check ('$' matches before a last newline): it trained
+    experiment headroom/demand\n and registered model headroom-demand\n, exit 0, a series no configuration can name."""
     from cli.main import main
     from forecast.synthetic import write_csv
 
-    path = tmp_path / "my demand (1).csv"
+    path = tmp_path / f"{stem}.csv"
     write_csv(demand(), path)
     assert main(["train", "--history", str(path), "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}"]) == 2
     err = capsys.readouterr().err
-    assert f"--history {path}: its file name 'my demand (1)' is no series name" in err and "--name" in err, err
+    assert f"--history {path}: its file name {stem!r} is no series name" in err and "--name" in err, err
     assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_a_series_name_ending_in_a_newline_is_refused_as_the_configuration_refuses_it(sqlite_uri):
+    """The configuration's pattern refuses "demand\n"; train_series' own check ('$' matching before a last newline)
+    let the controller's or a caller's name through to MLflow."""
+    with pytest.raises(TrainingError, match=re.escape(r"series name 'demand\n' must match")):
+        train_series("demand\n", demand(), settings(), Tracker(sqlite_uri), factories=FACTORIES)
 
 
 @pytest.mark.parametrize("stop, status", [(KeyboardInterrupt(), 130), (KeyboardInterrupt("SIGTERM"), 143)])

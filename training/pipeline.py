@@ -408,7 +408,7 @@ def train_series(name: str, series: pd.Series, settings: TrainSettings, tracker:
     On the series' time axis (training.realized.time_axis) the training's scores sit at the first hour its model
     forecasts, the hour after the history's last, and each fold's at its origin, in UTC: the forecast's time, beside
     the live accuracy of those hours, not the wall clock `now` it ran at (a history from a file may end long before)."""
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):  # not match: its '$' matches before a last newline, which the configuration refuses
         raise TrainingError(f"series name {name!r} must match {_NAME.pattern}")
     now = now or datetime.now(UTC)
     makers = {**_factories(settings.candidates, factories, settings.horizon),
