@@ -995,6 +995,23 @@ def test_a_history_file_whose_name_is_no_series_name_asks_for_name(tmp_path, cap
     assert not (tmp_path / "mlflow.db").exists()
 
 
+@pytest.mark.parametrize("target, key", [(0.9, "pinball_90"), (0.905, "pinball_90.5"), (0.951, "pinball_95.1"),
+                                         (0.995, "pinball_99.5"), (0.999, "pinball_99.9")])
+def test_the_pinball_objective_is_scored_and_named_at_the_target_quantile_itself(target, key):
+    """Its key was the quantile rounded to a whole percent: at 0.905 pinball_90, where the fold's scores already hold
+    q0.9's loss, so the objective was q0.9's; at 0.995 and 0.999 pinball_100, in the JSON and on MLflow."""
+    from forecast.backtest import score_fold
+    from forecast.metrics import pinball
+
+    objective = settings(objective="pinball", target_quantile=target).objective_key
+    actual = np.linspace(0.0, 10.0, 24)
+    quantiles = sorted({0.05, 0.1, 0.5, 0.9, 0.95, 0.99, target})
+    frame = quantile_frame(pd.date_range("2026-01-05", periods=24, freq="h", tz="UTC"),
+                           np.array([[5.0 + 10 * (q - 0.5) for q in quantiles]] * 24), quantiles)
+    assert objective == key
+    assert score_fold(actual, frame, 1.0, target)[objective] == pinball(actual, frame[target], target, 1.0)
+
+
 def test_a_series_name_ending_in_a_newline_is_refused_as_the_configuration_refuses_it(sqlite_uri):
     """The configuration's pattern refuses "demand\n"; train_series' own check ('$' matching before a last newline)
     let the controller's or a caller's name through to MLflow."""
