@@ -56,6 +56,10 @@ HISTORIES = {
     "flat_gauge": flat_gauge(),
     "zero_stretches": zero_stretches(),
     "level_shift": level_shift(),
+    "seven_days_less_an_hour": demand(7 * 24 - 1, seed=8),  # snaive168's week, one hour short
+    "last_hours_missing": demand(10 * 24, seed=9).pipe(lambda s: s.where(s.index < s.index[-5])),  # a late scrape
+    "huge": demand(10 * 24, seed=10) * 1e7,  # a level of 1e9
+    "tiny": demand(10 * 24, seed=11) * 1e-8,  # a level of 1e-6 (large units)
     "short": demand(30),
     "gaps": demand(21 * 24, gaps=True),
     "constant": pd.Series(7.0, index=pd.date_range("2026-01-05", periods=10 * 24, freq="h", tz="UTC")),
@@ -83,6 +87,17 @@ def test_contract(model, history):
         assert np.allclose(frame[0.5], series.iloc[-1], atol=1e-6 + 0.01 * series.iloc[-1])
 
 
+@pytest.mark.parametrize("history", ["seven_days", "gaps", "zero_stretches", "tiny"], ids=str)
+@pytest.mark.parametrize("model", FACTORIES, ids=str)
+def test_a_quantile_is_the_same_whichever_others_are_asked(model, history):
+    """The controller asks the policy's quantiles, the backtest its scored ones, the forecast store its own: q0.9 is
+    one value whichever list it is in."""
+    fitted = FACTORIES[model]().fit(HISTORIES[history])
+    every = fitted.predict(24, QUANTILES)
+    for q in QUANTILES:
+        pd.testing.assert_series_equal(fitted.predict(24, [q])[q], every[q], check_exact=False, rtol=1e-12)
+
+
 def test_a_history_without_a_regular_step_is_refused_by_name():
     irregular = demand(10 * 24).drop(demand(10 * 24).index[[5, 50, 51]])
     with pytest.raises(ValueError, match="no regular step"):
@@ -91,7 +106,8 @@ def test_a_history_without_a_regular_step_is_refused_by_name():
 
 POINT_MODELS = [m for m in MODELS if m != "ensemble"]
 # The models that know they cannot fit a given history, and why (anything else falling back is a bug).
-EXPECTED_FALLBACKS = {("snaive168", "short"), ("gbm", "short"), ("mstl", "short"), ("ets", "short"), ("hw", "short")}
+EXPECTED_FALLBACKS = {("snaive168", "short"), ("snaive168", "seven_days_less_an_hour"), ("gbm", "short"),
+                      ("mstl", "short"), ("ets", "short"), ("hw", "short")}
 
 
 @pytest.mark.parametrize("history", HISTORIES, ids=str)
