@@ -398,7 +398,14 @@ def null_scores(values: np.ndarray, fold_origins: Sequence[int], horizon: int) -
     if not scored:
         return ["every score is null: no fold has a known actual in its horizon (those hours are all missing)"]
     if not any(np.isfinite(seasonal_scale(values[:o], DAY)) for o in scored):
+        why = ("the history does not change from one day to the next where it is known (constant, or one day's shape "
+               "repeated exactly)" if any(_day_pairs(values[:o]) for o in scored) else
+               "no hour is known together with the same hour a day earlier (the history's gaps)")
         return ["mase and pinball_* are null: they divide errors by the history's change from one day to the next, "
-                "and before every origin the history does not change from one day to the next where it is known "
-                "(constant, or one day's shape repeated exactly)"]
+                f"and before every origin {why}"]
     return []
+
+
+def _day_pairs(values: np.ndarray) -> bool:
+    """Whether some hour is known together with the hour a day before it: the pairs MASE's scale is made of."""
+    return bool((np.isfinite(values[DAY:]) & np.isfinite(values[:-DAY])).any())

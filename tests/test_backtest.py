@@ -404,3 +404,18 @@ def test_inverse_square_weights_are_a_distribution_favouring_the_lower_score(sco
         assert np.all(w[~real] == 0)
         order = np.argsort(s[real])
         assert np.all(np.diff(w[real][order]) <= 1e-12)
+
+
+def test_a_null_mase_of_a_history_with_no_hour_known_a_day_apart_names_its_gaps():
+    """A week scraped for ten hours, then from its last day on: no hour before any scored origin is known together
+    with the hour a day earlier. The note said the history did not change from one day to the next "(constant, or one
+    day's shape repeated exactly)", of a history that changed every hour it was known; `train` refused it so too."""
+    hours = 7 * 24
+    values = 100 + 40 * np.sin(2 * np.pi * np.arange(hours) / 24)
+    values[10:148] = np.nan
+    history = pd.Series(values, index=pd.date_range("2026-01-05", periods=hours, freq="h", tz="UTC"))
+    result = backtest(history, folds=5, models=["snaive24"])
+    assert result.models["snaive24"]["mase"] != result.models["snaive24"]["mase"]  # NaN: no scale
+    assert result.notes[0] == ("mase and pinball_* are null: they divide errors by the history's change from one day "
+                               "to the next, and before every origin no hour is known together with the same hour a "
+                               "day earlier (the history's gaps)")
