@@ -127,6 +127,10 @@ def cmd_backtest(cfg: Config, args) -> int:
         raise HistoryError(f"{history_name(cfg)}: {len(series)} hourly points; a backtest needs two "
                            f"days to fit plus --horizon (backtest.horizon) {b.horizon} h to score "
                            f"({48 + b.horizon} points at least)")
+    real = int(series.notna().sum())
+    if real < MIN_FORECAST_POINTS:  # no fold's model could fit: a minute's run to say null for every model
+        raise HistoryError(f"{history_name(cfg)}: {real} hourly points with data of {len(series)}; a backtest fits "
+                           f"its models on at least {MIN_FORECAST_POINTS} (two days), as a forecast does")
     result = backtest(series, horizon=b.horizon, folds=b.folds, step=b.step, progress=counter("backtest"),
                       outlier_factor=h.outlier_factor)
     payload = result.to_json()

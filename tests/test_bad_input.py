@@ -406,6 +406,18 @@ def test_backtest_and_tune_on_two_days(short, capsys):
     assert status == 2 and "simulate.days 7 leaves no history" in err
 
 
+def test_a_backtest_of_a_week_with_thirty_hours_of_data_is_refused_not_scored_null(tmp_path, capsys):
+    """A week known for its first 10 hours and last 20 ran a minute and scored every model null, exit 0: no fold's
+    model had two days to fit on. Refused as a forecast of it is."""
+    week = pd.date_range("2026-01-05", periods=168, freq="h", tz="UTC")
+    values = 10 + 5 * np.sin(np.arange(168) * 2 * np.pi / 24)
+    kept = np.r_[0:10, 148:168]
+    path = csv_of(tmp_path / "sparse.csv", [t.isoformat() for t in week[kept]], values[kept])
+    status, err = exits(["backtest", path, "--json"], capsys)
+    assert status == 1 and f"{path}: 30 hourly points with data of 168; a backtest fits its models on at least 48" \
+        in err, err
+
+
 def test_forecast_of_ten_hours_is_refused_not_collapsed(tmp_path, capsys):
     path = csv_of(tmp_path / "ten.csv", [t.isoformat() for t in HOURS[:10]], VALUES[:10])
     status, err = exits(["forecast", path], capsys)
