@@ -69,18 +69,24 @@ def _uncalibrated(model) -> list[str]:
             "--horizon, calibrate them on the history's own errors"]
 
 
+def _refuse_under_two_days(cfg: Config, series, needs: str) -> None:
+    """A model fits on two days of hours with data at least: its quantiles come from day-over-day errors, and fewer
+    would give q0.5 = q0.99 (a backtest's every fold would score null)."""
+    from forecast.history import HistoryError
+
+    real = int(series.notna().sum())
+    if real < MIN_FORECAST_POINTS:
+        raise HistoryError(f"{history_name(cfg)}: {real} hourly points with data of {len(series)}; {needs} at "
+                           f"least {MIN_FORECAST_POINTS} (two days): its quantiles come from day-over-day errors")
+
+
 def cmd_forecast(cfg: Config, args) -> int:
     from forecast.backtest import AutoForecaster
     from forecast.clock import on_clock
-    from forecast.history import HistoryError
 
     # the cleaning report is printed with the forecast (the table's header, the JSON's "cleaning"); a CSV has no room
     series, report = load_series(cfg, datetime.now(UTC), say=args.csv)
-    real = int(series.notna().sum())
-    if real < MIN_FORECAST_POINTS:
-        raise HistoryError(f"{history_name(cfg)}: {real} {cfg.history.step} points with data; a "
-                           f"forecast needs at least {MIN_FORECAST_POINTS} (two days): its quantiles come from "
-                           "day-over-day errors, and fewer would give q0.5 = q0.99")
+    _refuse_under_two_days(cfg, series, "a forecast needs")
     # inner folds as long as the horizon asked: the procedure `backtest --horizon` scores as `auto`
     model = AutoForecaster(horizon=cfg.forecast.horizon)
     frame = on_clock(model, cfg.forecast.timezone).fit(series).predict(cfg.forecast.horizon, cfg.forecast.quantiles)
@@ -127,10 +133,7 @@ def cmd_backtest(cfg: Config, args) -> int:
         raise HistoryError(f"{history_name(cfg)}: {len(series)} hourly points; a backtest needs two "
                            f"days to fit plus --horizon (backtest.horizon) {b.horizon} h to score "
                            f"({48 + b.horizon} points at least)")
-    real = int(series.notna().sum())
-    if real < MIN_FORECAST_POINTS:  # no fold's model could fit: a minute's run to say null for every model
-        raise HistoryError(f"{history_name(cfg)}: {real} hourly points with data of {len(series)}; a backtest fits "
-                           f"its models on at least {MIN_FORECAST_POINTS} (two days), as a forecast does")
+    _refuse_under_two_days(cfg, series, "a backtest fits its models on")  # else a minute's run to score null
     result = backtest(series, horizon=b.horizon, folds=b.folds, step=b.step, progress=counter("backtest"),
                       outlier_factor=h.outlier_factor)
     payload = result.to_json()
