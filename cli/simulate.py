@@ -238,6 +238,7 @@ def whatif(cfg: Config) -> WhatIf:
     from forecast.history import sampling_step
 
     c = cfg.simulate
+    days = f"simulate.days {c.days:g} (--days)"  # typed as the flag or set in --config: both named
     controller = controller_settings(cfg)
     if c.policy_file is not None and not c.policy_file.exists():  # a usage error, named before the trace is read
         raise BadRequest(f"simulate.policy_file {c.policy_file}: no such file (the --policy-file flag, or "
@@ -245,11 +246,11 @@ def whatif(cfg: Config) -> WhatIf:
     demand = sources.native_series(cfg, datetime.now(UTC))
     span_days = (demand.index[-1] - demand.index[0]).total_seconds() / 86400
     if c.days >= span_days:
-        raise BadRequest(f"simulate.days {c.days:g} leaves no history: the trace {sources.history_name(cfg)} covers "
+        raise BadRequest(f"{days} leaves no history: the trace {sources.history_name(cfg)} covers "
                          f"{span_days:.2f} days (give --days below that, leaving some history before them)")
     step = sampling_step(demand.index)
     if pd.Timedelta(seconds=round(c.days * 86400)) < 2 * step:
-        raise BadRequest(f"simulate.days {c.days:g} covers fewer than two steps of the trace "
+        raise BadRequest(f"{days} covers fewer than two steps of the trace "
                          f"({go_duration(step)}): give more days")
 
     def arrivals(queues: Sequence[str]):
@@ -280,13 +281,13 @@ def whatif(cfg: Config) -> WhatIf:
             scenario = Scenario(demand, c.gpus, c.days, jobs, c.world, name=name,
                                 training_queues=tuple(spec.training_cluster_queues), **controller)
         except ValueError as exc:
-            raise BadRequest(f"simulate.days {c.days:g}: {exc}") from None
+            raise BadRequest(f"{days}: {exc}") from None
         return WhatIf(scenario, spec, True, tuple(job_notes))
     jobs, job_notes = arrivals(Scenario.training_queues)
     try:
         scenario = Scenario(demand, c.gpus, c.days, jobs, c.world, **controller)
     except ValueError as exc:  # e.g. fewer than two evaluated steps
-        raise BadRequest(f"simulate.days {c.days:g}: {exc}") from None
+        raise BadRequest(f"{days}: {exc}") from None
     try:
         per_gpu = demand_per_gpu(demand, None if c.per_gpu else c.peak_gpus, c.per_gpu)
     except ValueError as exc:  # an all-zero (or all-missing) trace has no peak to scale to GPUs

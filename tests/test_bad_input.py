@@ -394,7 +394,7 @@ def test_hours_longer_than_the_history_without_now_name_hours_not_now(examples, 
 
 def test_simulate_days_longer_than_the_history(demand, capsys):
     status, err = exits(["simulate", demand, "--days", "30"], capsys)
-    assert status == 2 and f"simulate.days 30 leaves no history: the trace {demand} covers 5.99 days" in err
+    assert status == 2 and f"simulate.days 30 (--days) leaves no history: the trace {demand} covers 5.99 days" in err
     # it said "at least a day of history is needed", yet takes --days 5.5 of this trace, as the README says
     assert "(give --days below that, leaving some history before them)" in err, err
 
@@ -403,7 +403,7 @@ def test_backtest_and_tune_on_two_days(short, capsys):
     status, err = exits(["backtest", short], capsys)
     assert status == 1 and "a backtest needs two days to fit plus --horizon (backtest.horizon) 24 h to score" in err
     status, err = exits(["tune", short], capsys)
-    assert status == 2 and "simulate.days 7 leaves no history" in err
+    assert status == 2 and "simulate.days 7 (--days) leaves no history" in err
 
 
 def test_a_backtest_of_a_week_with_thirty_hours_of_data_is_refused_not_scored_null(tmp_path, capsys):
@@ -425,7 +425,7 @@ def test_forecast_of_ten_hours_is_refused_not_collapsed(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["simulate", "{demand}", "--days", "0.0001"], "simulate.days 0.0001 covers fewer than two steps"),
+    (["simulate", "{demand}", "--days", "0.0001"], "simulate.days 0.0001 (--days) covers fewer than two steps"),
     (["simulate", "{demand}", "--days", "nan"], "simulate.days"),
     (["simulate", "{demand}", "--timeline", "{tmp}/missing/t.csv"], "--timeline {tmp}/missing/t.csv: the folder"),
     (["simulate", "{demand}", "--timeline", "{tmp}"], "is a directory"),
@@ -1033,7 +1033,7 @@ def test_tune_neither_takes_nor_reads_a_job_trace_it_does_not_replay(short, tmp_
     config.write_text(f"simulate:\n  jobs: {jobs}\n")
     status, err = exits(["tune", short, "--config", config], capsys)
     assert "note: simulate.jobs of the configuration not used: tune replays the history with a saturated" in err
-    assert status == 2 and "simulate.days 7 leaves no history" in err and "missing column" not in err, err
+    assert status == 2 and "simulate.days 7 (--days) leaves no history" in err and "missing column" not in err, err
 
 
 def test_the_real_job_trace_reads(shared_data):
