@@ -612,6 +612,33 @@ def test_a_step_change_under_milliseconds_of_jitter_is_read_and_said_as_without_
     pd.testing.assert_series_equal(at_own_step_reported(jittered)[0], at_own_step_reported(clean)[0])
 
 
+@given(step_seconds=st.sampled_from([1, 2, 15, 300]), late_ms=st.tuples(st.integers(1, 999), st.integers(1, 999)),
+       missing=st.floats(0.0, 0.3), seed=st.integers(0, 2 ** 16))
+@example(step_seconds=1, late_ms=(597, 603), missing=0.0, seed=0)
+@example(step_seconds=1, late_ms=(497, 503), missing=0.0, seed=0)
+@example(step_seconds=1, late_ms=(500, 999), missing=0.0, seed=0)
+@example(step_seconds=1, late_ms=(1, 934), missing=0.0, seed=0)  # their mean put those furthest from it a step off
+def test_timestamps_jittered_around_a_sub_second_offset_read_as_the_samples_at_it(step_seconds, late_ms, missing,
+                                                                                  seed):
+    """12:00:00.6, 12:00:01.6, ... ± 3 ms at a 1-second step: each timestamp was rounded to its nearest whole second,
+    the offset they share taken for jitter, so every sample was read a step late (the file without the jitter is
+    read as stamped); at .5 ± 3 ms neighbours met at one second and one of each pair was dropped as a duplicate.
+    Jittered anywhere from 1 to 999 ms late, the samples are read as the file without it, each in its own step."""
+    rng = np.random.default_rng(seed)
+    index = pd.date_range("2026-01-05", periods=2000, freq=f"{step_seconds}s", tz="UTC")
+    kept = np.r_[True, rng.random(len(index) - 1) >= missing]
+    clean = pd.Series(rng.uniform(1, 100, len(index)), index=index)[kept]
+    late = pd.to_timedelta(rng.integers(min(late_ms), max(late_ms) + 1, len(clean)), unit="ms")
+    jittered = clean.set_axis(clean.index + late)
+    read, report = at_own_step_reported(jittered)
+    expected, expected_report = at_own_step_reported(clean)
+    pd.testing.assert_series_equal(read, expected)
+    assert (report.duplicates, report.missing_steps) == (0, expected_report.missing_steps)
+    for statistic in ("sum", "max"):
+        pd.testing.assert_series_equal(prepare(jittered, statistic=statistic)[0],
+                                       prepare(clean, statistic=statistic)[0])
+
+
 def test_a_history_without_a_stretch_of_one_step_keeps_its_one_step():
     """Timestamps with jitter (59-61 s apart) have no stretch of one step: read at their median step as before."""
     rng = np.random.default_rng(1)
