@@ -89,9 +89,14 @@ def _epoch(number: float, unit: str) -> pd.Timestamp:
     return pd.Timestamp(round(number * ns), unit="ns", tz="UTC")
 
 
+MISSING_TIMESTAMP = "timestamp is missing"
+
+
 def _parse_timestamp(text: str, units: set[str]) -> pd.Timestamp:
     """An ISO-8601 time with a zone, or an epoch number (its unit, by magnitude, is added to `units`)."""
     text = text.strip()
+    if not text:
+        raise ValueError(MISSING_TIMESTAMP)
     try:
         number = float(text)
     except ValueError:
@@ -302,7 +307,7 @@ def _parquet_timestamps(path: Path, column: pd.Series) -> tuple[pd.DatetimeIndex
             raise HistoryError(f"{path}: column 'timestamp' has no time zone (store it as a UTC timestamp)")
         if column.isna().any():
             raise HistoryError(f"{path}: row {int(np.flatnonzero(column.isna().to_numpy())[0]) + 1}: "
-                               "timestamp is missing")
+                               f"{MISSING_TIMESTAMP}")
         index = pd.DatetimeIndex(column).tz_convert("UTC")
         outside = (index < ISO_RANGE[0]) | (index >= ISO_RANGE[1])
         if outside.any():
@@ -327,7 +332,9 @@ def _parquet_timestamps(path: Path, column: pd.Series) -> tuple[pd.DatetimeIndex
     stamps, units = [], set()
     for row, item in enumerate(items, start=1):
         try:
-            if isinstance(item, bool | np.bool_) or item is None:
+            if pd.api.types.is_scalar(item) and pd.isna(item):  # a null: NaN in a float column, None in a text one
+                raise ValueError(MISSING_TIMESTAMP)
+            if isinstance(item, bool | np.bool_):
                 raise ValueError(f"timestamp {item!r} is not a time")
             if isinstance(item, bytes):
                 try:

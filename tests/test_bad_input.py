@@ -149,6 +149,28 @@ def test_parquet_refusals_name_the_file_and_row(tmp_path, stamps, values, what):
     assert message.startswith(str(path)) and what in message, message
 
 
+ISO_HOURS = [t.isoformat() for t in HOURS]
+
+
+@pytest.mark.parametrize("stamps", [
+    pd.array([*HOURS[:3].asi8 // 10**9, None, *HOURS[4:].asi8 // 10**9], dtype="Int64"),  # int64 with a null
+    np.r_[HOURS[:3].asi8 / 1e9, np.nan, HOURS[4:].asi8 / 1e9],
+    ISO_HOURS[:3] + [None] + ISO_HOURS[4:],
+    ISO_HOURS[:3] + [""] + ISO_HOURS[4:],
+], ids=["int-null", "float-nan", "text-null", "text-blank"])
+def test_a_missing_timestamp_is_said_missing_naming_its_row(tmp_path, stamps):
+    """An int timestamp column with a null said "row 4: timestamp nan is not a finite number", a text one "timestamp
+    None is not a time", a blank one "timestamp '' is not ISO-8601": each is the time missing, said so, as of a
+    Parquet datetime column."""
+    path = parquet(tmp_path, stamps, VALUES)
+    assert error_of(load_history, path) == f"{path}: row 4: timestamp is missing"
+
+
+def test_a_blank_csv_timestamp_is_said_missing_naming_its_line(tmp_path):
+    path = csv_of(tmp_path / "h.csv", ISO_HOURS[:3] + [""] + ISO_HOURS[4:], VALUES)
+    assert error_of(load_history, path) == f"{path}:5: timestamp is missing"
+
+
 def test_a_file_that_is_not_parquet(tmp_path):
     path = tmp_path / "h.parquet"
     path.write_bytes(b"PAR1 not really")
