@@ -26,7 +26,8 @@ class TooLong(Exception):
     """The file is past its bound: what is read of it is no file of the kind asked for."""
 
 
-_HELD = "the most a CSV is read with (its rows are held in memory, some 400 bytes each)"
+# What MAX_LINES is, for a file refused past it (a Parquet file too, by its rows)
+HELD = "the most a file is read with (its rows are held in memory)"
 
 
 class TooBig(TooLong):
@@ -101,9 +102,9 @@ def bounded_lines(handle: TextIO) -> Iterator[str]:
             raise TooLong(f"a line longer than {MAX_LINE} characters")
         lines, chars = lines + 1, chars + len(line)
         if lines > MAX_LINES:
-            raise TooBig(f"over {MAX_LINES:,} lines, {_HELD}")
+            raise TooBig(f"over {MAX_LINES:,} lines, {HELD}")
         if chars > MAX_CSV_CHARS:
-            raise TooBig(f"over {MAX_CSV_CHARS:,} characters by line {lines:,}, {_HELD}")
+            raise TooBig(f"over {MAX_CSV_CHARS:,} characters by line {lines:,}, {HELD}")
         yield line
 
 

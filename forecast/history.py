@@ -19,7 +19,7 @@ from typing import Protocol
 import numpy as np
 import pandas as pd
 
-from core.textfile import MAX_LINES, BadGzip, TooBig, TooLong, bounded_lines, open_csv
+from core.textfile import HELD, MAX_LINES, BadGzip, TooBig, TooLong, bounded_lines, open_csv
 from core.units import check_statistic, go_duration, iso_time
 
 
@@ -52,7 +52,8 @@ EPOCH_UNITS = (("s", "seconds", 1e9), ("ms", "milliseconds", 1e6), ("us", "micro
 MAX_VALUE = 1e15
 # A written-out (ISO-8601) time may be older than epoch numbers are guessed to be, but not outside this range.
 ISO_RANGE = (pd.Timestamp("1900-01-01", tz="UTC"), EPOCH_RANGE[1])
-MAX_POINTS = 5e6  # points of a prepared series (570 years hourly, 58 days at 1 s): more is a wrong timestamp
+# Points of a prepared series: as many as a history file's rows (570 years hourly); more is a wrong timestamp
+MAX_POINTS = MAX_LINES
 # What a history file too large to read (core.textfile.MAX_LINES) can be given as instead
 SMALLER = "give its latest part, or its samples at a coarser step (5 million reach back 57 days at 1 s, a year at 7 s)"
 
@@ -408,8 +409,7 @@ def _read_parquet(path: Path) -> pd.Series:
     except Exception as exc:
         raise _not_parquet(path, exc) from None
     if rows > MAX_LINES:
-        raise HistoryError(f"{path}: {rows:,} rows, over the {MAX_LINES:,} a history file is read with (its rows are "
-                           f"held in memory): {SMALLER}")
+        raise HistoryError(f"{path}: {rows:,} rows, over {MAX_LINES:,}, {HELD}: {SMALLER}")
     try:
         frame = pd.read_parquet(path)
     except Exception as exc:
@@ -808,9 +808,9 @@ def sampling_step(index: pd.DatetimeIndex) -> pd.Timedelta:
     would be 1.5 h, no step at all); with no interval repeated (timestamps with jitter), their lower median: a gap
     only lengthens an interval (two intervals, 15 m and a 71 h outage, are a 15-minute step, not a 36-hour one)."""
     intervals = index.to_series().diff().dropna()
-    counts = intervals[intervals > pd.Timedelta(0)].value_counts()
     if intervals.empty:
         return pd.NaT
+    counts = intervals[intervals > pd.Timedelta(0)].value_counts()
     if counts.empty or counts.iloc[0] < 2:
         return intervals.sort_values().iloc[(len(intervals) - 1) // 2]
     return min(counts.index[counts == counts.iloc[0]])

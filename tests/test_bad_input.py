@@ -960,7 +960,7 @@ def test_a_job_trace_past_the_lines_a_csv_is_read_with_is_refused(tmp_path):
 
     path = tmp_path / "jobs.csv"
     path.write_text(JOB_HEADER + "\n" * MAX_LINES)
-    with pytest.raises(BadRequest, match=f"{path}: over {MAX_LINES:,} lines, the most a CSV is read with") as refused:
+    with pytest.raises(BadRequest, match=f"{path}: over {MAX_LINES:,} lines, the most a file is read with") as refused:
         load_jobs(path)
     assert str(refused.value).endswith("give a shorter part of the job trace"), "a job trace, only too long"
 

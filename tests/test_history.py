@@ -129,14 +129,14 @@ def test_a_csv_past_its_lines_or_characters_is_refused_as_it_is_read_not_read_wh
     lines = np.frombuffer(b" \n,\n", dtype=np.uint8).reshape(2, 2)[pick]
     packed.write_bytes(gzip.compress(b"timestamp,value\n" + lines.tobytes(), compresslevel=1))
     for path in (blanks, packed):
-        with pytest.raises(HistoryError, match=f"{path}: over {textfile.MAX_LINES:,} lines, the most a CSV is read "
+        with pytest.raises(HistoryError, match=f"{path}: over {textfile.MAX_LINES:,} lines, the most a file is read "
                                                "with .*: give its latest part, or its samples at a coarser step"):
             load_history(path)
     monkeypatch.setattr(textfile, "MAX_CSV_CHARS", 1 << 20)  # as 1 GiB would be, with 1 GiB less to write
     wide = tmp_path / "wide.csv"
     wide.write_text("timestamp,value,labels\n" + "".join(f"2026-01-05T{h:02d}:00:00Z,1,{'x' * 100_000}\n"
                                                          for h in range(24)))
-    with pytest.raises(HistoryError, match=f"{wide}: over 1,048,576 characters by line 12, the most a CSV is read"):
+    with pytest.raises(HistoryError, match=f"{wide}: over 1,048,576 characters by line 12, the most a file is read"):
         load_history(wide)
 
 
@@ -149,7 +149,7 @@ def test_a_parquet_history_past_the_rows_a_history_is_read_with_is_refused_unrea
     pd.DataFrame({"timestamp": pd.date_range("2026-01-05", periods=MAX_LINES + 1, freq="s", tz="UTC"),
                   "value": 1.0}).to_parquet(path)
     monkeypatch.setattr(pd, "read_parquet", None)  # not called: a row read would be a TypeError
-    with pytest.raises(HistoryError, match=f"{path}: 5,000,001 rows, over the 5,000,000 a history file is read with "
+    with pytest.raises(HistoryError, match=f"{path}: 5,000,001 rows, over 5,000,000, the most a file is read with "
                                            r"\(its rows are held in memory\): give its latest part"):
         load_history(path)
 
