@@ -318,6 +318,10 @@ def _parquet_timestamps(path: Path, column: pd.Series) -> tuple[pd.DatetimeIndex
         return index.as_unit("ns"), "timestamps"
     if pd.api.types.is_bool_dtype(column):
         raise HistoryError(f"{path}: column 'timestamp' holds booleans, not times")
+    if pd.api.types.is_float_dtype(column) and column.dtype.itemsize < 8:
+        # read, 1-minute samples met as duplicates, more than half dropped, the rest at a step of 2m8s
+        raise HistoryError(f"{path}: column 'timestamp' is {column.dtype}, too coarse for epoch times (a float32 holds "
+                           "a second of 2026 to the nearest 128): store them as integers or float64")
     if pd.api.types.is_integer_dtype(column) and not column.isna().any() and len(column):
         try:
             read = _epoch_integers(column.to_numpy(dtype=np.int64))

@@ -171,6 +171,19 @@ def test_a_blank_csv_timestamp_is_said_missing_naming_its_line(tmp_path):
     assert error_of(load_history, path) == f"{path}:5: timestamp is missing"
 
 
+@pytest.mark.parametrize("unit", [10**9, 10**6])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_epoch_times_stored_as_short_floats_are_refused(tmp_path, unit, dtype):
+    """A float32 holds 24 bits: epoch seconds of 2026 to the nearest 128, milliseconds to the nearest 131 s. 3000
+    samples a minute apart stored so were read as 1407 at a step of 2m8s, 1593 dropped as duplicates; refused now."""
+    minutes = pd.date_range("2026-01-05", periods=3000, freq="min", tz="UTC").as_unit("ns")
+    with np.errstate(over="ignore"):  # float16 holds no epoch time at all: each is infinite
+        path = parquet(tmp_path, (minutes.asi8 // unit).astype(dtype), np.ones(len(minutes)))
+    assert error_of(load_history, path) == (f"{path}: column 'timestamp' is {np.dtype(dtype)}, too coarse for epoch "
+                                            "times (a float32 holds a second of 2026 to the nearest 128): store them "
+                                            "as integers or float64")
+
+
 def test_a_file_that_is_not_parquet(tmp_path):
     path = tmp_path / "h.parquet"
     path.write_bytes(b"PAR1 not really")
