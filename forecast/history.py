@@ -419,7 +419,8 @@ def _read_parquet(path: Path) -> pd.Series:
     except Exception as exc:
         raise _not_parquet(path, exc) from None
     if not isinstance(frame.index, pd.RangeIndex):  # a frame written with its timestamps as the index (pandas keeps
-        frame = frame.reset_index()                 # the index in the file's metadata and restores it here)
+        # the index in the file's metadata and restores it here); one named as a column is, too, refused below
+        frame = frame.reset_index(allow_duplicates=True)
     names = [str(c).strip().lower() for c in frame.columns]
     missing = {"timestamp", "value"} - set(names)
     if missing:

@@ -175,6 +175,17 @@ def test_parquet_text_timestamps_are_read_as_a_column_as_a_csv_s_are(tmp_path, m
         assert read.index.equals(stamps) and read.attrs["timestamps"] == how.replace("offset", "ISO-8601")
 
 
+def test_a_parquet_history_with_its_index_named_as_a_column_is_refused_naming_it(tmp_path):
+    """`frame.set_index("timestamp", drop=False).to_parquet()`: the index restored beside the column of its name was a
+    ValueError traceback, "cannot insert timestamp, already exists"."""
+    hours = pd.date_range("2026-01-05", periods=48, freq="h", tz="UTC")
+    path = tmp_path / "h.parquet"
+    pd.DataFrame({"timestamp": hours, "value": 1.0}).set_index("timestamp", drop=False).to_parquet(path)
+    with pytest.raises(HistoryError) as refused:
+        load_history(path)
+    assert str(refused.value) == f"{path}: a column is named twice: ['timestamp', 'timestamp', 'value']"
+
+
 def test_parquet_round_trip(tmp_path):
     series = synthetic_demand(days=3, step="10min")
     frame = pd.DataFrame({"timestamp": series.index, "value": series.to_numpy()})
