@@ -478,6 +478,7 @@ class CleaningReport:
     out_of_order: int = 0
     duplicates: int = 0
     duplicates_at_step: int = 0  # of them, timestamps whose kept sample is not the later: the one at the local step
+    duplicates_blank: int = 0  # timestamps whose later sample is blank beside a value: the value kept
     counter_resets: int = 0
     counter_gaps: int = 0  # a counter's increments over a gap, each shared among the steps it spans
     jitter_rounded: int = 0  # timestamps moved to their step (a scraper's milliseconds of jitter: _jitter_removed)
@@ -494,7 +495,7 @@ class CleaningReport:
     def lines(self) -> list[str]:
         return [
             f"{self.input_points} samples at step {self.input_step} -> {self.output_points} points",
-            f"{self.out_of_order} out-of-order, {self.duplicates} duplicate timestamps{self._at_step_note()}",
+            f"{self.out_of_order} out-of-order, {self.duplicates} duplicate timestamps{self._kept_note()}",
             f"{self.counter_resets} counter resets, {len(self.outliers)} outliers clipped",
             f"{self.missing_steps} {self._missing()}",
         ] + self._step_note() \
@@ -509,7 +510,7 @@ class CleaningReport:
         """What cleaning changed, and the points it kept missing, one phrase each: empty when the history was used as
         it was read (what a command that prints no cleaning report says on stderr)."""
         said = [(self.out_of_order, "samples out of order (sorted)"),
-                (self.duplicates, f"duplicate timestamps (the later sample of each kept{self._at_step_note()})"),
+                (self.duplicates, f"duplicate timestamps (the later sample of each kept{self._kept_note()})"),
                 (self.counter_resets, "counter resets"), (self.counter_gaps, COUNTER_GAPS),
                 (self.jitter_rounded, JITTER_ROUNDED),
                 (len(self.outliers), "outliers clipped"),
@@ -524,9 +525,11 @@ class CleaningReport:
         step = f" at step {self.output_step}" if self.output_step else ""
         return f"missing points{step} (kept missing, never scored)"
 
-    def _at_step_note(self) -> str:
+    def _kept_note(self) -> str:
+        """Where the sample kept of a timestamp given twice is not the later."""
         return (f"; at {self.duplicates_at_step}, given by stretches at two steps, the sample at its stretch's step"
-                if self.duplicates_at_step else "")
+                if self.duplicates_at_step else "") + \
+               (f"; at {self.duplicates_blank}, the later sample blank, the value" if self.duplicates_blank else "")
 
     def _step_note(self) -> list[str]:
         """Where the sampling step changes, said wherever the report is: each stretch is read at its own step."""
@@ -721,9 +724,15 @@ def _prepare(raw: pd.Series, step: str | None, statistic: str, counter: bool | N
         order = np.argsort(series.index.as_unit("ns").asi8, kind="stable")
         series = series.iloc[order]
         runs = (runs[0][order], runs[1][order]) if runs is not None else None
+    # a blank sample at a time the file also gives a value says nothing of it (a grid exported with a blank where
+    # it had no sample): dropped, never superseding the value
+    blank = series.isna().to_numpy() & series.index.isin(series.index[series.notna().to_numpy()])
+    report.duplicates_blank = int((blank & ~series.index.duplicated(keep="last")).sum())
+    series = series[~blank]
+    runs = (runs[0][~blank], runs[1][~blank]) if runs is not None else None
     dup, report.duplicates_at_step = (series.index.duplicated(), 0) if runs is None else \
         _superseded(series.index, runs[0])
-    report.duplicates = int(dup.sum())
+    report.duplicates = int(dup.sum() + blank.sum())
     series = series[~dup]
     if series.notna().sum() < 2:
         raise HistoryError("history has fewer than two real values")

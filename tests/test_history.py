@@ -186,6 +186,24 @@ def test_a_parquet_history_with_its_index_named_as_a_column_is_refused_naming_it
     assert str(refused.value) == f"{path}: a column is named twice: ['timestamp', 'timestamp', 'value']"
 
 
+def test_a_blank_sample_never_supersedes_a_value_at_its_time(tmp_path):
+    """Two exports of one series, the second over the first's last 12 hours, its first row blank (a grid exported
+    with a blank where it had no sample): the later sample of a time given twice won, so the value the first export
+    gave at that hour was dropped and the hour read missing. A blank says nothing of a time: the value is kept, and
+    said; a later value still supersedes an earlier one."""
+    hours = pd.date_range("2026-01-05", periods=72, freq="h", tz="UTC")
+    values = 10 + np.arange(72) % 24.0
+    later = [""] + [str(v + 1) for v in values[-11:]]
+    path = write(tmp_path, "timestamp,value\n" + "".join(f"{t.isoformat()},{v}\n" for t, v in zip(hours, values))
+                 + "".join(f"{t.isoformat()},{v}\n" for t, v in zip(hours[-12:], later)))
+    series, report = prepare(load_history(path), counter=False)
+    expected = values.copy()
+    expected[-11:] += 1
+    np.testing.assert_array_equal(series.to_numpy(), expected)
+    assert "12 duplicate timestamps (the later sample of each kept; at 1, the later sample blank, the value)" in \
+        report.repairs()
+
+
 def test_parquet_round_trip(tmp_path):
     series = synthetic_demand(days=3, step="10min")
     frame = pd.DataFrame({"timestamp": series.index, "value": series.to_numpy()})
