@@ -826,7 +826,8 @@ class EmbeddedCluster:
         uid-<n> goes before a replica's uid-<policy>-<n>, digits sorting before letters). Kueue gives inference no
         precedence of its own: only a higher priority would (a WorkloadPriorityClass), and even that never before a
         Workload within its own quota; and a training head within its queue's nominalQuota that the cohort's unused
-        quota does not cover reserves that quota for its cycle, keeping a borrowing replica after it out. The training
+        quota does not cover reserves that quota for its cycle, keeping a borrowing replica after it out of that cycle
+        (the replica heads its queue again in the next). The training
         Workloads are taken on quota alone (admitted, pods wait for GPUs); a queue is StrictFIFO if the world's
         settings say so (strict_fifo_queues), else BestEffortFIFO (Kueue's default and the shipped queues')."""
         queues = self._replica_queues()

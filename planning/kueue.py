@@ -24,6 +24,9 @@ planner lends. Kueue's scheduling cycles, back to back:
     preemption; with no Workload to preempt (reclaimWithinCohort Never, one priority) Kueue reserves
     it that quota for the cycle (scheduler.go, reserveCapacityForUnreclaimablePreempt), so the
     heads after it in the cycle that would use it are skipped;
+  * a head that fit the cycle's start but no longer fits after the heads before it (admitted, or reserving) is
+    skipped and requeued at once, whatever the queue's strategy (scheduler.go, requeueAndUpdate:
+    FailedAfterNomination; cluster_queue.go, RequeueIfNotPresent): it heads its queue in the next cycle again;
   * a head Kueue does not admit is set aside (BestEffortFIFO: it blocks none behind it), until
     something in the cohort changes (a Workload finishing or stopping, a quota changing), when every
     Workload set aside is looked at again. A StrictFIFO queue's head is requeued at once instead
@@ -49,10 +52,11 @@ def admit(queue: np.ndarray, gpus: np.ndarray, priority: np.ndarray, created: np
     the API server keeps them) and `uids` its UID, Kueue's tie-break; `usage` the GPUs each queue's admitted Workloads
     hold; `quotas` every ClusterQueue's nominal quota (queues in it form the cohort); `kept` the part of a queue's
     quota it does not lend (its nominalQuota less its lendingLimit; absent: it lends all); `strict` the queues whose
-    queueingStrategy is StrictFIFO (the others BestEffortFIFO). Every pending Workload given is looked at once, each
-    in the cycle it heads its queue, as Kueue's back-to-back scheduling cycles do between two steps, but those behind
-    a StrictFIFO head Kueue does not admit: that head stays, neither admitted nor set aside, and they are not looked
-    at."""
+    queueingStrategy is StrictFIFO (the others BestEffortFIFO). Every pending Workload given is looked at, each in
+    the cycles it heads its queue, as Kueue's back-to-back scheduling cycles do between two steps, but those behind
+    a head that stays: a StrictFIFO head Kueue does not admit, or a head skipped while a StrictFIFO head reserves
+    the quota it fits, in every cycle. Such a head is neither admitted nor set aside, and those behind it are not
+    looked at."""
     kept = kept or {}
     used = {q: int(usage.get(q, 0)) for q in quotas}
     own = {q: min(int(kept.get(q, 0)), int(quotas[q])) for q in quotas}  # quota a queue keeps from the cohort
@@ -110,15 +114,17 @@ def admit(queue: np.ndarray, gpus: np.ndarray, priority: np.ndarray, created: np
             room = fits and g <= in_own + unused - held  # what the heads before it took or reserved left it room
             if room and g <= free_gpus:
                 take(q, i, g)
+            elif fits and not room:  # fit on the cycle's start, not after the heads before it (Kueue: skipped)
+                continue  # requeued at once, whatever the strategy: the head of its queue in the next cycle again
             else:
                 if not fits and within:
                     held += max(g - in_own, 0)
                 if q in strict:  # StrictFIFO: requeued at once, the head of the next cycle again
                     continue
-                if not room:  # else it fits the quota, not the GPUs: passed over, tried again when GPUs free
+                if not fits:  # else it fits the quota, not the GPUs: passed over, tried again when GPUs free
                     aside.append(i)
             at[q] += 1
             moved = True
-        if not moved:  # StrictFIFO heads alone left, none admitted: the next cycle would be this one again
+        if not moved:  # heads that stay alone left, none admitted: the next cycle would be this one again
             break
     return admitted, aside

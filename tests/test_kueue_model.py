@@ -52,15 +52,15 @@ def test_strict_fifo_a_head_that_does_not_fit_blocks_its_queue():
 def test_strict_fifo_a_heads_reservation_holds_until_it_is_admitted():
     """A StrictFIFO head within its nominalQuota that the cohort's unused quota does not cover reserves that quota in
     every cycle it heads its queue, so while it waits no borrower after it in a cycle is admitted into it (under
-    BestEffortFIFO it reserves in one cycle and is set aside). And a StrictFIFO head that another head's reservation
-    kept out of one cycle is looked at again in the next, where BestEffortFIFO sets it aside until Kueue's next
-    event."""
+    BestEffortFIFO it reserves in one cycle and is set aside). The head it keeps out is skipped, and requeued at once
+    (scheduler.go's requeueAndUpdate: FailedAfterNomination) whatever its queue's strategy: it heads its queue again
+    in the next cycle, neither admitted nor set aside while the reservation holds, nothing behind it looked at."""
     quotas = {"a": 8, "b": 0}
     pending = [("a-big", "a", 4, 0, 0.0), ("b1", "b", 1, 0, 1.0), ("b2", "b", 1, 0, 2.0), ("b3", "b", 1, 0, 3.0)]
-    assert looked_at(pending, usage={"b": 6}, quotas=quotas) == (["b2", "b3"], ["a-big", "b1"])
-    assert looked_at(pending, usage={"b": 6}, quotas=quotas, strict={"a"}) == ([], ["b1", "b2", "b3"])
+    assert looked_at(pending, usage={"b": 6}, quotas=quotas) == (["b1", "b2"], ["a-big", "b3"])
+    assert looked_at(pending, usage={"b": 6}, quotas=quotas, strict={"a"}) == ([], [])
     pending = [("a-big", "a", 4, 0, 0.0), ("b-small", "b", 1, 0, 1.0)]
-    assert looked_at(pending, usage={"b": 6}, quotas=quotas) == ([], ["a-big", "b-small"])
+    assert looked_at(pending, usage={"b": 6}, quotas=quotas) == (["b-small"], ["a-big"])
     assert looked_at(pending, usage={"b": 6}, quotas=quotas, strict={"b"}) == (["b-small"], ["a-big"])
 
 
@@ -97,22 +97,22 @@ def test_a_head_within_its_nominal_quota_reserves_it_for_its_cycle():
     """Kueue v0.19 (pkg/scheduler/scheduler.go, reserveCapacityForUnreclaimablePreempt; flavorassigner's
     fitsResourceQuota): a head whose GPUs are within its queue's nominalQuota but not the cohort's unused quota needs
     preemption; with none to preempt (reclaimWithinCohort Never, one priority) it reserves them for the scheduling
-    cycle, so the heads after it in that cycle that would use that quota are skipped, and set aside, as it is. The
-    model passed such a head over and let a borrower after it take the quota it could not."""
+    cycle, so the heads after it in that cycle that would use that quota are skipped (and head their queues again in
+    the next cycle). The model passed such a head over and let a borrower after it take the quota it could not."""
     quotas = {"a": 8, "b": 0}
     # b holds 6 of a's quota (a quota lowered under its jobs): the cohort has 2 unused; a-big (4, within a's 8) does
     # not fit them, reserves 4 in the first cycle, and b-small, borrowing, is skipped; a-small heads a's queue in the
-    # next cycle, where nothing is reserved
-    pending = [("a-big", "a", 4, 0, 0.0), ("b-small", "b", 1, 0, 1.0), ("a-small", "a", 1, 0, 2.0)]
+    # next cycle, where nothing is reserved, and goes before b-small, borrowing: it takes the 2 left
+    pending = [("a-big", "a", 4, 0, 0.0), ("b-small", "b", 1, 0, 1.0), ("a-small", "a", 2, 0, 2.0)]
     assert looked_at(pending, usage={"b": 6}, quotas=quotas) == (["a-small"], ["a-big", "b-small"])
-    # beyond a's nominalQuota (9 > 8) it cannot be admitted whatever is preempted: no reservation
+    # beyond a's nominalQuota (9 > 8) it cannot be admitted whatever is preempted: no reservation, b-small borrows
     pending[0] = ("a-big", "a", 9, 0, 0.0)
-    assert looked_at(pending, usage={"b": 6}, quotas=quotas) == (["b-small", "a-small"], ["a-big"])
+    assert looked_at(pending, usage={"b": 6}, quotas=quotas) == (["b-small"], ["a-big", "a-small"])
     # a borrowing head reserves too, but only against the heads after it: a borrower older than it goes first
     pending = [("a-big", "a", 4, 0, 5.0), ("b-small", "b", 1, 0, 1.0)]
     assert looked_at(pending, usage={"a": 6, "b": 1}, quotas={"a": 8, "b": 0}) == (["b-small"], ["a-big"])
     pending = [("a-big", "a", 4, 0, 0.0), ("b-small", "b", 1, 0, 1.0)]
-    assert looked_at(pending, usage={"a": 6, "b": 1}, quotas={"a": 8, "b": 0}) == ([], ["a-big", "b-small"])
+    assert looked_at(pending, usage={"a": 6, "b": 1}, quotas={"a": 8, "b": 0}, strict={"a"}) == ([], [])
 
 
 def test_quota_a_queue_does_not_lend_is_its_own_alone():
@@ -183,9 +183,9 @@ def test_no_number_of_heads_that_do_not_fit_blocks_a_workload_behind_them():
        st.integers(0, 60), st.integers(0, 20), st.sets(st.sampled_from("abc")))
 def test_admission_invariants(rows, quotas, usage, free, keep, strict):
     """The bounds hold over any line, c keeping `keep` of its quota from the cohort (a lendingLimit, as the inference
-    queue's), the `strict` queues StrictFIFO; and a Workload is kept out of what is left, or passed over for a later
-    one of its queue no larger, only by a head of another queue that reserved its own queue's nominalQuota in its
-    cycle (within that quota, set aside or a StrictFIFO head left): a bound stated so since Kueue's reservation
+    queue's), the `strict` queues StrictFIFO; a Workload is never passed over for a later one of its queue no larger;
+    and one is kept out of what is left only by a head of another queue that reserved its own queue's nominalQuota in
+    its cycle (within that quota, set aside or a StrictFIFO head left): a bound stated so since Kueue's reservation
     (scheduler.go) blocks the heads after it in the cycle whatever they would fit."""
     pending = [(f"w{i}", q, g, p, float(c)) for i, (q, g, p, c) in enumerate(rows)]
     got, aside = looked_at(pending, usage=usage, quotas=quotas, free=free, kept={"c": keep}, strict=strict)
@@ -212,23 +212,24 @@ def test_admission_invariants(rows, quotas, usage, free, keep, strict):
     def reserver(q):  # a Workload of another queue that may have reserved its queue's quota in a cycle
         return any(by_id[i][1] != q and by_id[i][2] <= quotas[by_id[i][1]] for i in [*aside, *heads])
 
-    # within a queue, a Workload passed over for a later one of the same or lower rank did not fit then, or a
-    # reservation kept it out: BestEffortFIFO admits past a smaller-or-equal Workload ahead of it only so
+    # within a queue, a Workload passed over for a later one of the same or lower rank did not fit then: one a
+    # reservation kept out heads its queue in the next cycle, so nothing behind it passes it
     for q in "abc":
         line = lines[q]
         taken = [p for p in line if p[0] in got]
         if taken:
             last = line.index(taken[-1])
             skipped = [p for p in line[:last] if p[0] not in got]
-            assert all(p[2] > taken[-1][2] for p in skipped) or reserver(q)
+            assert all(p[2] > taken[-1][2] for p in skipped)
     # it admits until nothing else fits: any Workload left over fits neither the GPUs nor the quota its queue has
-    # left, or was set aside in a cycle a reservation held; one passed over for the GPUs alone is not set aside
+    # left, or a reservation held it (a StrictFIFO head's keeps the heads it skips neither admitted nor set aside);
+    # one passed over for the GPUs alone is not set aside
     left_free = free - admitted
     for p in pending:
         if p[0] not in got and (p[1] not in strict or p[0] in heads):
             left_quota = max(room[p[1]] - into[p[1]], 0) + unused - borrowed
-            assert p[2] > left_free or p[2] > left_quota or (p[0] in [*aside, *heads] and reserver(p[1]))
-            assert p[0] in aside or p[2] > left_free or p[0] in heads
+            assert p[2] > left_free or p[2] > left_quota or reserver(p[1])
+            assert p[0] in aside or p[2] > left_free or p[0] in heads or reserver(p[1])
 
 
 def _cluster_with_trace(jobs, capacity=4, quota=None, strict=()):

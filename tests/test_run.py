@@ -1582,15 +1582,17 @@ def test_a_replica_waiting_since_before_a_training_job_was_created_borrows_befor
     assert w.admit() == [] and (inf.held_replicas, inf.waiting) == (8, 12)
 
 
-def test_a_training_head_within_its_quota_keeps_a_borrowing_replica_out_of_it():
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_training_head_within_its_quota_keeps_a_borrowing_replica_out_of_its_cycle(strict):
     """Kueue v0.19 (pkg/scheduler/scheduler.go, reserveCapacityForUnreclaimablePreempt): a training head within its
     queue's nominalQuota that the cohort's unused quota does not cover (replicas borrowed it) needs preemption; with
     none to preempt (reclaimWithinCohort: Never) it reserves that quota for its scheduling cycle, and goes before a
-    borrowing replica in it: the replica is skipped and, as the head, set aside until something in the cohort changes.
-    A cycle takes one head of each queue: with ten such jobs waiting, each of the ten replicas waiting meets one. So
-    when headroom raises research's quota by 2, Kueue looks again at all of them and none takes the 2: the embedded
-    Kueue passed the jobs over and let the replicas borrow them. A replica the HPA asks for later is alone in its
-    cycle (Kueue looks again at nothing it set aside before its next event) and borrows at once."""
+    borrowing replica in it: the replica is skipped, and requeued at once (requeueAndUpdate: FailedAfterNomination),
+    the head of its queue in the next cycle again. A cycle takes one head of each queue: with ten such jobs waiting,
+    the first replica meets each in turn; under BestEffortFIFO each job is set aside after its cycle, so when
+    headroom raises research's quota by 2 the replica then borrows 1 of them, and the next replica the other (the
+    embedded Kueue had set the replicas aside with the jobs, and they waited for its next event). A StrictFIFO
+    research queue's head reserves in every cycle: the replicas borrow none of the 2, then or later."""
     index = pd.date_range(MONDAY_6AM - pd.Timedelta(days=1), MONDAY_6AM + pd.Timedelta(days=1), freq="5min")
     demand = pd.Series(20.0, index=index).where(index <= MONDAY_6AM, 200.0)  # 2 GPUs, then 20,
     demand = demand.where(index <= MONDAY_6AM + pd.Timedelta(minutes=20), 210.0)  # then 21
@@ -1598,16 +1600,17 @@ def test_a_training_head_within_its_quota_keeps_a_borrowing_replica_out_of_it():
                  capacity={"demandPerGpu": 10.0, "gpusPerReplica": 1})
     start = MONDAY_6AM.timestamp()
     w = EmbeddedCluster(64, [hpa], {"inference/chat": demand}, start,  # ten 4-GPU jobs, at 06:10
-                        jobs=(np.full(10, 4), np.full(10, 3600.0), np.full(10, 600.0)))
+                        jobs=(np.full(10, 4), np.full(10, 3600.0), np.full(10, 600.0)),
+                        settings=WorldSettings(strict_fifo_queues=("research",) if strict else ()))
     inf = w.inference["inference/chat"]
     w.set_cluster_queue_quota("research", 8)
     w.advance(start + 300)  # the HPA asks 18 more: 8 borrow research's unused quota
     assert (inf.held_replicas, inf.waiting) == (10, 10)
     w.advance(start + 900)  # the jobs arrive: within research's 8, not the cohort's 0 unused; they wait
     w.set_cluster_queue_quota("research", 10)  # 2 unused: each job reserves 4 in its cycle, before a replica
-    assert (inf.held_replicas, inf.waiting) == (10, 10) and w.admit() == []
-    w.advance(start + 1500)  # the HPA asks one more at 06:25: alone in its cycle, it borrows 1 of the 2
-    assert (inf.held_replicas, inf.waiting) == (11, 10)
+    assert (inf.held_replicas, inf.waiting) == ((10, 10) if strict else (12, 8)) and w.admit() == []
+    w.advance(start + 1500)  # the HPA asks one more at 06:25: none of the 2 is left for it, or the head holds them
+    assert (inf.held_replicas, inf.waiting) == ((10, 11) if strict else (12, 9))
 
 
 def test_what_the_start_decides_serves_at_once_only_as_far_as_its_inference_cluster_queue_admits():
