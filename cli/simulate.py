@@ -301,13 +301,16 @@ def whatif(cfg: Config) -> WhatIf:
 
 
 def resolved(cfg: Config, w: WhatIf, policy: str, progress=None, make_forecaster=None):
-    """The spec a run uses: the file's exactly; else tuned on the history for the objective (a baseline: its margin),
-    the stated defaults where the history is too short. Returns (spec, TuneResult | None)."""
+    """The spec a run uses: the file's exactly; a reference's the defaults under the objective asked; else tuned on
+    the history for that objective (a baseline: its margin), the stated defaults where the history is too short.
+    Returns (spec, TuneResult | None)."""
     from controller.simulate import REFERENCES
-    from controller.tune import tune
+    from controller.tune import objective_of, tune
 
-    if w.from_file or policy in REFERENCES:
+    if w.from_file:
         return w.spec, None
+    if policy in REFERENCES:  # nothing to tune, but judged (the hourly oracle's level chosen) by the objective asked
+        return w.spec.model_copy(update={"objective": objective_of(cfg.tune)}), None
     result = tune(w.scenario, w.spec, cfg.tune, make_forecaster, reference=policy, progress=progress)
     return result.recommended, result
 

@@ -104,12 +104,17 @@ def meets(r: SimResult, objective: ObjectiveSpec) -> bool:
     return _excess(r, objective) <= 1 + 1e-9 and r.headroom_violations == 0
 
 
+def objective_of(grid: TuneConfig) -> ObjectiveSpec:
+    """The objective an SRE asked for (tune.max_shortage, tune.max_short_steps, or their flags)."""
+    return ObjectiveSpec(max_shortage=grid.max_shortage, max_short_steps=grid.max_short_steps)
+
+
 def tune(scenario: Scenario, base: PolicySpec, grid: TuneConfig = TuneConfig(),
          make_forecaster: Callable[[], Forecaster] | SharedFits | None = None, reference: str = "forecast",
          progress: Callable[[str], None] | None = None) -> TuneResult:
     if reference in REFERENCES:
         raise ValueError(f"{reference} is a reference that knows the future: there is nothing to tune")
-    objective = ObjectiveSpec(max_shortage=grid.max_shortage, max_short_steps=grid.max_short_steps)
+    objective = objective_of(grid)
     base = base.model_copy(update={"objective": objective})
     replay = replay_scenario(scenario)
     if replay is None:
