@@ -39,6 +39,7 @@ FORECASTER_DAYS = MIN_FIT_HOURS / 24
 class TuneResult:
     table: pd.DataFrame        # one row per setting tried: the fields swept and the replay's metrics
     recommended: PolicySpec    # what to run: the best setting, else the closest (see `met`), else the defaults
+    chosen: int | None         # the table's row of `recommended` (None: nothing swept)
     met: bool                  # the recommendation meets the objective on the replay, a standard error to spare
     reason: str
     in_the_way: str            # when nothing meets the objective: what stands in the way (in `reason` too), else ""
@@ -125,9 +126,9 @@ def tune(scenario: Scenario, base: PolicySpec, grid: TuneConfig = TuneConfig(),
             else f"too little history to tune on ({hours:.0f} h before the evaluated days; tuning needs " \
             f"{FORECASTER_DAYS + MIN_REPLAY_DAYS:g} days: a day to replay after the {MIN_FIT_HOURS} hours the " \
             "forecaster needs)"
-        return TuneResult(pd.DataFrame(), base, False, f"{why}: the policy's stated defaults are used (the forecast "
-                          f"falls back to the last day's same-hour peak until {MIN_FIT_HOURS} hours are seen)", "",
-                          None, None)
+        return TuneResult(pd.DataFrame(), base, None, False, f"{why}: the policy's stated defaults are used (the "
+                          f"forecast falls back to the last day's same-hour peak until {MIN_FIT_HOURS} hours are "
+                          "seen)", "", None, None)
     fits = make_forecaster if isinstance(make_forecaster, SharedFits) else \
         SharedFits(make_forecaster or default_forecaster)  # a caller's SharedFits: its fits serve its runs too
     rows = []
@@ -146,23 +147,25 @@ def tune(scenario: Scenario, base: PolicySpec, grid: TuneConfig = TuneConfig(),
                                                                   "shortage_over_capacity", "headroom_violations",
                                                                   "training_goodput", "objective_met")},
                            "meets_with_margin": meets(r, objective)} for f, _, r in rows])
-    met = [(f, s, r) for f, s, r in rows if meets(r, objective)]
+    met = [k for k, (_, _, r) in enumerate(rows) if meets(r, objective)]
     in_the_way = ""
     if met:
-        fields_, spec, best = max(met, key=lambda x: (x[2].utilization, -x[2].shortage_within_cluster))
+        chosen = max(met, key=lambda k: (rows[k][2].utilization, -rows[k][2].shortage_within_cluster))
+        fields_, spec, best = rows[chosen]
         reason = (f"highest utilization {best.utilization:.3f} of {len(met)} setting(s) meeting shortage <= "
                   f"{objective.max_shortage:.3%} and short steps <= {objective.max_short_steps:.2%} on the "
                   f"history's last {_replayed(replay)}, {_spare(best, figures=True)}" + _thin(best, replay.days)
                   + _fell_back(best))
     else:
-        fields_, spec, best = min(rows, key=lambda x: (_excess(x[2], objective), -x[2].utilization))
+        chosen = min(range(len(rows)), key=lambda k: (_excess(rows[k][2], objective), -rows[k][2].utilization))
+        fields_, spec, best = rows[chosen]
         in_the_way = _in_the_way(best, replay, reference, spec)
         broke = " and without a headroom violation" if best.headroom_violations else ""  # meets() asks both
         reason = (f"no setting meets the objective {_spare(best)}{broke} on the history's "
                   f"last {_replayed(replay)}; the closest, "
                   f"{_describe(fields_, objective)}, is short {best.shortage_within_cluster:.3%} of demand in "
                   f"{best.short_steps:.2%} of steps. " + in_the_way)
-    return TuneResult(table, spec, bool(met), reason, in_the_way, replay, recheck(replay, spec, fits, best))
+    return TuneResult(table, spec, chosen, bool(met), reason, in_the_way, replay, recheck(replay, spec, fits, best))
 
 
 def _replayed(replay: Scenario) -> str:
@@ -280,16 +283,15 @@ def plot_tradeoff(result: TuneResult, path: str | Path) -> Path:
         if not t["objective_met"].all():
             ax.scatter([], [], facecolors="none", edgecolors="grey", label="hollow: misses the objective")
         r = result.recommended
-        # the recommended row alone, chosen as tune chose it (settings of the same utilization are not it)
-        mine = t[t["meets_with_margin"]].sort_values(["utilization", "shortage_within_cluster"],
-                                                     ascending=[False, True]).iloc[:1 if result.met else 0]
-        if len(mine):
-            ax.scatter(mine["shortage_within_cluster"] * 100, mine["utilization"] * 100, s=200, facecolors="none",
+        # the row tune chose, by its place (settings of the same figures are not it; an unset warmBufferQuantile,
+        # NaN in the table, matched no field of it)
+        assert result.chosen is not None  # a sweep chooses a row
+        chosen = t.iloc[[result.chosen]]
+        if result.met:
+            ax.scatter(chosen["shortage_within_cluster"] * 100, chosen["utilization"] * 100, s=200, facecolors="none",
                        edgecolors="k", label=f"recommended (buffer {r.warm_buffer:g}, margin {r.margin_gpus})")
-        elif not result.met:  # none meets the objective: the closest is what tune writes, marked as such
-            swept = [c for c in t.columns if c in PolicySpec.model_fields]
-            closest = t[(t[swept] == pd.Series({c: getattr(r, c) for c in swept})).all(axis=1)].iloc[:1]
-            ax.scatter(closest["shortage_within_cluster"] * 100, closest["utilization"] * 100, s=200,
+        else:  # none meets the objective: the closest is what tune writes, marked as such
+            ax.scatter(chosen["shortage_within_cluster"] * 100, chosen["utilization"] * 100, s=200,
                        facecolors="none", edgecolors="k", linestyles="--",
                        label=f"closest, missing the objective (buffer {r.warm_buffer:g}, margin {r.margin_gpus})")
     else:  # an empty chart said nothing: say why nothing was swept

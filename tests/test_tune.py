@@ -27,6 +27,7 @@ from controller.tune import meets, plot_tradeoff, replay_scenario, tune
 from core.policy import ObjectiveSpec, PolicySpec, load_manifests
 from core.settings import TuneConfig, WorldSettings
 from forecast.history import at_own_step, load_history
+from forecast.synthetic import synthetic_demand
 from tests.conftest import SHARED_DATA
 from tests.test_simulate import Recording, need, scenario, trace
 
@@ -567,3 +568,23 @@ def test_simulate_says_a_day_to_day_error_is_unknown_under_two_days(tmp_path, ca
         in capsys.readouterr().out
     doc = _json(capsys, ["simulate", str(noon), "--days", "2", "--json"])
     assert isinstance(doc["shortage_within_cluster_se"], float) and isinstance(doc["short_steps_se"], float)
+
+
+def test_the_plot_circles_the_closest_setting_with_the_rises_level_unset(tmp_path, monkeypatch):
+    """The default grid leaves warmBufferQuantile unset (the objective's level), NaN in the sweep's table: the plot
+    found the closest setting by matching the table's fields to the spec's, NaN matched no None, and with no setting
+    meeting the objective it drew the 'closest' legend entry around no dot at all."""
+    import matplotlib.pyplot as plt
+
+    demand = synthetic_demand(days=4)
+    s = Scenario(demand, 128, 1)
+    base = default_spec(s, demand_per_gpu(demand, peak_gpus=100))
+    missed = tune(s, base, TuneConfig(forecasters=["reactive"], target_quantiles=[0.5], warm_buffers=[0.0, 0.5],
+                                      max_shortage=0.0, max_short_steps=0.5))  # a forecaster quick to fit
+    assert not missed.met and missed.table["warm_buffer_quantile"].isna().all()  # the case: unset, none meets
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    plot_tradeoff(missed, tmp_path / "t.png")
+    (circled,) = [c for c in figures[-1].axes[0].collections if str(c.get_label()).startswith("closest")]
+    row = missed.table[missed.table["warm_buffer"] == missed.recommended.warm_buffer].iloc[0]
+    assert circled.get_offsets().tolist() == [[row.shortage_within_cluster * 100, row.utilization * 100]]
