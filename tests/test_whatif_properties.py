@@ -106,7 +106,10 @@ def test_simulate_json_agrees_with_its_timeline(trace, gpus, policy, days, tmp_p
         once were 0 until the controller's first scale, so the second row's at_most was its whole demand);
       * objective_met is exactly shortage <= maxShortage and short steps <= maxShortSteps of the policy it ran;
       * utilization ((inference served + training GPU-time) / cluster GPU-time) is at most 1 and at least what the
-        previous row's kept GPUs could serve; training_goodput (training is not in the timeline) is in [0, 1].
+        previous row's kept GPUs could serve; training_goodput (training is not in the timeline) is in [0, 1];
+      * shortage_over_capacity is exactly the demand above the cluster over demand, and inference_shortage that plus
+        shortage_within_cluster;
+      * preemptions lie between the rows that preempted and the GPUs they preempted (a job holds one GPU at least).
     The headroom guarantee needs the idle GPUs, which the timeline does not hold: headroom_violations is checked by
     tests/test_simulate_properties.py.
     Per row: no negative column, reserved + lent never above the cluster, warm never above it, and the headroom
@@ -155,6 +158,15 @@ def _agrees(r: dict, t: pd.DataFrame, gpus: int) -> None:
     served_at_least = (np.minimum(demand, kept) * seconds).sum() / (gpus * seconds.sum())
     assert served_at_least * (1 - 1e-9) <= r["utilization"] <= 1 + 1e-9
     assert (r["shortage_within_cluster"] > 0) == (round(short) > 0)
+    # demand above the cluster no policy serves: exactly the timeline's demand beyond it, over its demand
+    if demand_time > 0:
+        over = (np.maximum(demand - gpus, 0.0) * seconds).sum() / demand_time
+        assert math.isclose(r["shortage_over_capacity"], over, rel_tol=1e-9, abs_tol=1e-12)
+    assert math.isclose(r["inference_shortage"], r["shortage_within_cluster"] + r["shortage_over_capacity"])
+    # each preemption the figures count took GPUs at a row that says so (the first row's too: it acts)
+    preempted = t["preempted_gpus"].to_numpy()
+    assert (preempted > 0).sum() <= r["preemptions"] <= preempted.sum()
+    assert 0 <= r["planned_preemptions"] <= r["preemptions"]
     objective = r["policy"]["objective"]
     assert r["objective_met"] == (r["shortage_within_cluster"] <= objective["maxShortage"]
                                   and r["short_steps"] <= objective["maxShortSteps"])
