@@ -64,6 +64,12 @@ def replay_scenario(scenario: Scenario) -> Scenario | None:
     return dataclasses.replace(scenario, demand=history, days=days, jobs=None)
 
 
+def baseline(reference: str) -> dict:
+    """A baseline's own fields (to update a spec with): its level plus a margin, nothing reactive."""
+    return {"forecaster": FORECASTER[reference], "warm_buffer": 0.0, "warm_buffer_quantile": 0.0,
+            "scale_in_delay": "0s"}
+
+
 def setting_lines(base: PolicySpec, grid: TuneConfig, reference: str):
     """The grid's settings (fields to update `base` with), one line at a time, each line ordered from the least to
     the most conservative: the first setting of a line to meet the objective is that line's best."""
@@ -76,10 +82,8 @@ def setting_lines(base: PolicySpec, grid: TuneConfig, reference: str):
                             yield [{"forecaster": forecaster, "target_quantile": q, "headroom_quantile": max(
                                 base.headroom_quantile, q), "scale_in_delay": delay, "lead_time": lead,
                                 "warm_buffer_quantile": level, "warm_buffer": b} for b in grid.warm_buffers]
-    else:  # a baseline: its level plus a margin, nothing reactive
-        yield [{"forecaster": FORECASTER[reference], "warm_buffer": 0.0, "warm_buffer_quantile": 0.0,
-                "scale_in_delay": "0s", "margin_gpus": m}
-               for m in grid.margins_gpus]
+    else:
+        yield [{**baseline(reference), "margin_gpus": m} for m in grid.margins_gpus]
 
 
 def _margins(r: SimResult) -> tuple[float, float]:
@@ -126,7 +130,9 @@ def tune(scenario: Scenario, base: PolicySpec, grid: TuneConfig = TuneConfig(),
             else f"too little history to tune on ({hours:.0f} h before the evaluated days; tuning needs " \
             f"{FORECASTER_DAYS + MIN_REPLAY_DAYS:g} days: a day to replay after the {MIN_FIT_HOURS} hours the " \
             "forecaster needs)"
-        return TuneResult(pd.DataFrame(), base, None, False, f"{why}: the policy's stated defaults are used (the "
+        # a baseline's stated defaults are still the baseline's: its level and its stated margin, nothing reactive
+        stated = base if reference == "forecast" else base.model_copy(update=baseline(reference))
+        return TuneResult(pd.DataFrame(), stated, None, False, f"{why}: the policy's stated defaults are used (the "
                           f"forecast falls back to the last day's same-hour peak until {MIN_FIT_HOURS} hours are "
                           "seen)", "", None, None)
     fits = make_forecaster if isinstance(make_forecaster, SharedFits) else \

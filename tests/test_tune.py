@@ -588,3 +588,21 @@ def test_the_plot_circles_the_closest_setting_with_the_rises_level_unset(tmp_pat
     (circled,) = [c for c in figures[-1].axes[0].collections if str(c.get_label()).startswith("closest")]
     row = missed.table[missed.table["warm_buffer"] == missed.recommended.warm_buffer].iloc[0]
     assert circled.get_offsets().tolist() == [[row.shortage_within_cluster * 100, row.utilization * 100]]
+
+
+def test_a_baseline_on_too_little_history_is_still_the_baseline():
+    """Under the history a sweep needs, tune gives the stated defaults: for a baseline those were the forecast
+    policy's, a warm buffer of 1 above the recent peak and a 10-minute scale-in delay, so report's and simulate's
+    `static` (the lookback's peak all the time, plus a margin) on a short history followed the recent peak too
+    (mean_warm_buffer_gpus 3 on 16 GPUs). Now its level plus its stated margin (marginGpus 0), nothing reactive."""
+    demand = synthetic_demand(days=3)
+    s = Scenario(demand, 16, 1)
+    spec = default_spec(s, demand_per_gpu(demand, peak_gpus=12))
+    for reference in ("static", "reactive", "seasonal-naive"):
+        t = tune(s, spec, reference=reference)
+        assert t.replay is None and not t.met  # the case: nothing replayed
+        r = t.recommended
+        assert (r.forecaster, r.warm_buffer, r.warm_buffer_quantile, r.scale_in_delay, r.margin_gpus) == \
+            (reference, 0.0, 0.0, "0s", spec.margin_gpus), reference
+    assert simulate(s, tune(s, spec, reference="static").recommended, reference="static").mean_warm_buffer_gpus == 0
+    assert tune(s, spec).recommended == spec.model_copy(update={"objective": ObjectiveSpec()})  # forecast: as given
