@@ -3,6 +3,8 @@
 Store: `tracking_uri` argument, else MLFLOW_TRACKING_URI, else the embedded
 default sqlite:///<cwd>/mlflow.db (artifacts beside it under mlartifacts/).
 Anything that cannot reach the store raises TrackingError naming the URI.
+A series is named in the store (and in its lock's file name) as core.settings.held_series_name holds it: <series>
+below is that name, the series itself up to 100 characters.
 
 Locks (one training per series at a time):
   * sqlite store: an fcntl file lock <db dir>/.headroom-locks/<series>.lock;
@@ -30,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from core.errors import BadRequest
-from core.settings import checked_tracking_uri, shown_url
+from core.settings import checked_tracking_uri, held_series_name, shown_url
 
 if TYPE_CHECKING:  # imported when used: mlflow is slow to import
     from mlflow.tracking import MlflowClient
@@ -70,17 +72,17 @@ def _not_found(exc: BaseException) -> bool:
 
 
 def registered_name(series: str) -> str:
-    return f"headroom-{series}"
+    return f"headroom-{held_series_name(series)}"
 
 
 def lease_name(series: str) -> str:
     """The registered model that is a series' training lease on a tracking server: never a series' own registered
     model (registered_name: headroom-<series>), which a trainer breaking a stale lease would delete."""
-    return f"headroom.lock-{series}"
+    return f"headroom.lock-{held_series_name(series)}"
 
 
 def experiment_name(series: str) -> str:
-    return f"headroom/{series}"
+    return f"headroom/{held_series_name(series)}"
 
 
 class Tracker:
@@ -395,7 +397,7 @@ class Tracker:
 
         folder = self.sqlite_dir / ".headroom-locks"
         folder.mkdir(parents=True, exist_ok=True)
-        path = folder / f"{series}.lock"
+        path = folder / f"{held_series_name(series)}.lock"
         handle = path.open("a+")
         try:
             try:

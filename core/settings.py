@@ -7,6 +7,7 @@ reservation policy itself is core.policy.PolicySpec (a ReservationPolicy's spec)
 """
 from __future__ import annotations
 
+import hashlib
 import re
 from collections import Counter
 from datetime import datetime
@@ -333,7 +334,22 @@ class TuneConfig(Strict):
         return [policy_duration(v) for v in values]  # each is written into the manifest tune writes
 
 
-SERIES_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"  # an MLflow model name and a file name alike
+# A series name: a policy's namespace.name (Kubernetes' names: a namespace of up to 63 characters, a policy of up to
+# 253), or the one a training is given. MLflow and the file system hold it as held_series_name says.
+SERIES_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,316}$"
+SERIES_NAME_HELD_WHOLE = 100
+
+
+def held_series_name(series: str) -> str:
+    """The name a series is held under in MLflow (its experiment, registered model and training lease) and in file
+    names (a sqlite store's lock, the forecast log's folder): the series itself up to SERIES_NAME_HELD_WHOLE
+    characters, else its first 83 and the first 16 hex digits of its SHA-256, 100 in all. MLflow keeps a registered
+    model's and an experiment's name in a 256-character column (PostgreSQL and MySQL refuse more; sqlite takes it) and
+    a file name is at most 255 bytes: a policy's series may be 317 characters."""
+    if len(series) <= SERIES_NAME_HELD_WHOLE:
+        return series
+    digest = hashlib.sha256(series.encode()).hexdigest()[:16]
+    return f"{series[:SERIES_NAME_HELD_WHOLE - len(digest) - 1]}-{digest}"
 
 
 class TrainingSeries(Strict):

@@ -1616,3 +1616,50 @@ def test_the_forecast_plot_of_a_history_on_another_clock_says_whose(sqlite_uri, 
     (actual,) = [line for line in ax.get_lines() if line.get_label() == "actual"]
     last = pd.Timestamp(actual.get_xdata()[-1])
     assert last.tz_localize(None) == series.index[-1].floor("h").tz_convert("America/New_York").tz_localize(None)
+
+
+# a policy's series, namespace.name, at Kubernetes' longest: a namespace of 63 characters and a name of 253
+LONGEST_NAMESPACE, LONGEST_NAME = "n" * 63, "p" * 252
+
+
+@pytest.mark.parametrize("store", ["sqlite", "server"])
+def test_a_policy_series_as_long_as_kubernetes_names_go_trains_and_its_champion_serves(store, tmp_path, mlflow_server,
+                                                                                      caplog):
+    """A policy whose namespace.name is over 100 characters could never train: the controller's retraining logged
+    "retraining failed, champion unchanged: series name ... must match ..." each time, forever. MLflow holds a
+    registered model's name in a 256-character column and the sqlite store's lock is a file named by the series, so a
+    long series is held under its first 83 characters and a digest of the whole: two policies whose names part only at
+    their end train and serve their own champions."""
+    import logging
+
+    from controller.forecasts import Models
+    from controller.loop import BackgroundTrainer
+    from core.settings import TrainingSeries
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}" if store == "sqlite" else mlflow_server.uri
+    series = {end: f"{LONGEST_NAMESPACE}.{LONGEST_NAME}{end}" for end in "ab"}
+    trainer = BackgroundTrainer(uri, FAST, beside=False)
+    with caplog.at_level(logging.INFO, logger="controller.loop"):
+        for name in series.values():
+            trainer(name, demand(), pd.Timestamp(demand().index[-1]) + pd.Timedelta(hours=1))
+    said = [r.getMessage() for r in caplog.records if r.name == "controller.loop"]
+    assert len(said) == 2 and all("retrained" in m and "PROMOTED" in m for m in said), said
+    models = Models(uri)
+    for name in series.values():
+        champion = load_champion(name, uri)
+        assert champion.card.series == name and champion.version == "1"
+        assert models.for_series(name)[1:] == ("champion v1", None)
+    registered = [m.name for m in client(uri).search_registered_models() if m.name.startswith("headroom-n")]
+    assert len(registered) == 2 and max(map(len, registered)) <= 256, registered  # one each: the store is shared
+    assert max(len(e.name) for e in client(uri).search_experiments()) <= 256
+    # the embedded controller's forecast log holds its forecasts (a folder named by the series was too long a file name)
+    log = ForecastLog(tmp_path / "forecasts")
+    issued = pd.Timestamp(demand().index[-1])
+    log.record(series["a"], issued, quantile_frame(future_index(demand(), 24), np.ones((24, 1)), [0.5]))
+    assert list(log.load(series["a"])) == [issued] and log.load(series["b"]) == {}
+    assert log.prune(series["a"], before=issued + pd.Timedelta(hours=1)) == 1 and not any(log.root.iterdir())
+    # the configuration takes the series of the policy, to train it by `headroom train`, and no longer one
+    (tmp_path / "chat.csv").write_text("timestamp,value\n")
+    assert TrainingSeries(name=series["a"], file=tmp_path / "chat.csv").name == series["a"]
+    with pytest.raises(ValueError, match="name"):
+        TrainingSeries(name=series["a"] + "x", file=tmp_path / "chat.csv")

@@ -39,6 +39,7 @@ from adapters.mlflow import Tracker, experiment_name, registered_name
 from core.cluster import FORECAST_SCALE as SCALE
 from core.cluster import FORECAST_TAKEN_UP_BY
 from core.files import replace_whole
+from core.settings import held_series_name
 from forecast.backtest import below_key
 
 HORIZONS = (1, 6, 24)
@@ -71,13 +72,17 @@ HEADER = "# "  # a forecast file's first lines: "# key: value" per attrs key of 
 
 
 class ForecastLog:
-    """Forecasts by issue time: <root>/<series>/<issued_at epoch s>.csv quantile frames."""
+    """Forecasts by issue time: <root>/<series>/<issued_at epoch s>.csv quantile frames (<series>: the folder name
+    core.settings.held_series_name gives it, the series itself up to 100 characters)."""
 
     def __init__(self, root: str | Path):
         self.root = Path(root)
 
+    def _folder(self, series: str) -> Path:
+        return self.root / held_series_name(series)
+
     def record(self, series: str, issued_at: pd.Timestamp, frame: pd.DataFrame) -> Path:
-        folder = self.root / series
+        folder = self._folder(series)
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"{int(pd.Timestamp(issued_at).timestamp())}.csv"
 
@@ -95,7 +100,7 @@ class ForecastLog:
     def prune(self, series: str, before: pd.Timestamp) -> int:
         """Delete forecasts of `series` issued before `before` (a long-running controller's log stays bounded), and
         its folder once that holds nothing else (every forecast of a policy deleted)."""
-        folder = self.root / series
+        folder = self._folder(series)
         old = [p for p in self._forecasts(series) if int(p.stem) < pd.Timestamp(before).timestamp()]
         for path in old:
             path.unlink()
@@ -107,7 +112,7 @@ class ForecastLog:
     def _forecasts(self, series: str) -> list[Path]:
         """The files of `series` that `record` names (<issued_at epoch s>.csv), not another beside them (a user's
         2024-notes.csv)."""
-        return [p for p in (self.root / series).glob(FORECAST_FILES) if p.stem.isdigit()]
+        return [p for p in self._folder(series).glob(FORECAST_FILES) if p.stem.isdigit()]
 
     def load(self, series: str, since: pd.Timestamp | None = None) -> dict[pd.Timestamp, pd.DataFrame]:
         """Forecasts of `series` by issue time (only those issued at or after `since`, if given; a file that does not
