@@ -467,11 +467,12 @@ class ForecastKeeper:
         series = p.series
         since = now - pd.Timedelta(hours=max(HORIZONS) + self.drift_window + 1)
         store = self.forecast_log
-        self._to_store(series, lambda: store.prune(series, before=now - FORECAST_LOG_KEPT))
+        loaded = store.load(series, since=since)
+        self._to_store(series, lambda: store.prune(series, before=self._prune_before(p, loaded, now)))
         # only forecasts of what the policy now asks (a spec.query edit: tokens where requests were forecast), made for
         # this object, are scored; one recorded without its basis cannot say, and is scored as before
         now_basis = basis(p.spec)
-        issued = {at: frame for at, frame in self.forecast_log.load(series, since=since).items()
+        issued = {at: frame for at, frame in loaded.items()
                   if frame.attrs.get(FORECAST_BASIS) in (None, now_basis) and made_for_object(frame, p)}
         table: pd.DataFrame | None = None
         drift: tuple[DriftEvent, ...] = ()
@@ -493,6 +494,22 @@ class ForecastKeeper:
             recent = group.sort_values("target").tail(self.drift_window)
             errors[int(h)], coverage[int(h)] = float(recent["scaled_error"].mean()), float(recent["inside_80"].mean())
         return errors, coverage, drift
+
+    @staticmethod
+    def _prune_before(p: PolicyObject, loaded: Mapping[pd.Timestamp, pd.DataFrame],
+                      now: pd.Timestamp) -> pd.Timestamp:
+        """Before when `p`'s series' stored forecasts go, `loaded` those issued within realized error's window: those
+        issued FORECAST_LOG_KEPT ago, and every one up to the newest made for another object under its name, never one
+        made for `p`. A replica started after the policy was deleted and created again never saw the old object go
+        (keep), and the old object's forecasts, neither planned on nor scored, stayed until they aged out (as do those
+        of one gone before the window, past any use as every forecast that old). Issue times are whole seconds, as
+        both stores keep them."""
+        aged = now - FORECAST_LOG_KEPT
+        others = [at for at, frame in loaded.items() if not made_for_object(frame, p)]
+        if not others:
+            return aged
+        own = [at for at, frame in loaded.items() if made_for_object(frame, p)]
+        return max(aged, min([max(others) + pd.Timedelta(seconds=1), *own]))
 
     def _drifted(self, p: PolicyObject, drift: tuple, now: pd.Timestamp) -> None:
         """With tracking on: a Warning per drift event, and a retraining when drift or the schedule asks."""

@@ -2366,6 +2366,26 @@ def test_a_replica_started_after_a_policy_was_created_again_plans_on_none_of_the
     assert first.fallback and first.model == "fallback" and first.realized_error == {}
 
 
+@pytest.mark.parametrize("refit_beside", [True, False])
+def test_a_replica_started_after_a_policy_was_created_again_prunes_the_old_object_s_forecasts(demand_file, tmp_path,
+                                                                                             refit_beside):
+    """chat deleted and created again while no controller ran (a new object, its own uid): the replica started after
+    never saw the old object go, so it pruned nothing for it, and the old object's forecasts, neither planned on nor
+    scored, stayed in the store until they aged out. They go at the new object's first prune; its own stay."""
+    before = _stored_by_a_first_replica(demand_file, tmp_path)
+    old = set(ForecastLog(tmp_path / "log").load("inference.chat"))
+    b = Replay(tmp_path, demand_file, refit_beside=refit_beside, start=before.now)  # a new process, on a's store
+    b.cluster.policies = []  # kubectl delete, kubectl apply
+    b.cluster.apply_policy(policy("chat"))
+    try:
+        _until_taken_up(b, before.now)
+    finally:
+        b.reconciler.close()
+    stored = b.log.load("inference.chat")
+    assert old and not old & set(stored), (sorted(old), sorted(stored))
+    assert stored and {frame.attrs["uid"] for frame in stored.values()} == {b.cluster.policies[0]["metadata"]["uid"]}
+
+
 def _stored_by_a_first_replica(demand_file, tmp_path):
     """A replica with the refit beside runs until its hour's forecast is in force (and in the store), then stops: its
     last state of inference/chat."""

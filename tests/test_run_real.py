@@ -2249,3 +2249,28 @@ def test_a_policy_created_again_under_its_name_is_served_none_of_the_old_one_s_s
         r.close()
     assert own.forecast_age_seconds == (own.now - again).total_seconds()  # its own forecast, issued as it was seen
     assert {frame.attrs.get("uid") for frame in store.load(series).values()} == {uid}
+
+
+def test_a_controller_started_after_a_policy_was_created_again_prunes_the_old_object_s_forecasts(
+        kube, controller, prometheus_server):
+    """chat deleted and created again (kubectl delete, kubectl apply: a new object, its own uid) while no controller
+    ran: the controller started after never saw the old object go, so the old object's forecasts stayed in the shared
+    store, neither planned on nor scored, until they aged out. They go at the new object's first prune."""
+    a, store, series = refitting_beside(controller, kube, prometheus_server.url, "started-after")
+    try:
+        old = _refitted(a, MONDAY_7AM + pd.Timedelta(minutes=5))
+    finally:
+        a.close()
+    issued = set(store.load(series))  # the old object's (more than one when its refit ran into the next hour)
+    assert old.now - pd.Timedelta(seconds=old.forecast_age_seconds) in issued
+    kube.delete(f"{RP}/chat")
+    uid = kube.create(RP, policy("chat"))["metadata"]["uid"]
+    controller.sync()
+    b = Reconciler(controller, a.demand, a.cfg, forecast_log=store, refit_beside=True)  # a new process
+    try:
+        _refitted(b, old.now + pd.Timedelta(minutes=1))
+    finally:
+        b.close()
+    stored = store.load(series)
+    assert not issued & set(stored) and {frame.attrs.get("uid") for frame in stored.values()} == {uid}, (
+        sorted(issued), sorted(stored))
