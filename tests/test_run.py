@@ -2386,6 +2386,37 @@ def test_a_replica_started_after_a_policy_was_created_again_prunes_the_old_objec
     assert stored and {frame.attrs["uid"] for frame in stored.values()} == {b.cluster.policies[0]["metadata"]["uid"]}
 
 
+def test_a_policy_created_again_under_its_name_is_served_its_series_champion(demand_file, tmp_path):
+    """chat deleted and created again (a new object, its own uid) is a new policy to the forecast store (the old
+    object's forecasts, its reads, are not the new one's), not to MLflow: the series' champion is the kind of model
+    its trainings chose on the series' history, registered by name (a `headroom train` CronJob knows no object), and
+    nothing fitted. The new object is served it from its first fit, on its own reads, as a spec edited in place is
+    (docs/deploy.md)."""
+    from adapters.mlflow import Tracker
+    from controller.forecasts import Models
+    from forecast.history import prepare
+    from tests.test_training import client
+    from training.pipeline import TrainSettings, train_series
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    hourly = prepare(DEMAND[DEMAND.index < MONDAY_6AM], statistic="max")[0]
+    train_series("inference.chat", hourly, TrainSettings(folds=2, candidates=("snaive24",), statistic="max",
+                                                         quantiles=(0.1, 0.5, 0.9, 0.99)), Tracker(uri))
+    r = Replay(tmp_path, demand_file, run={"retrain_every_seconds": 0}, models=Models(uri))
+    old = r.step(MONDAY_6AM).policies["inference/chat"]
+    uid = r.cluster.policies[0]["metadata"]["uid"]
+    r.cluster.policies = []  # kubectl delete, kubectl apply
+    r.cluster.apply_policy(policy("chat"))
+    again = r.step(MONDAY_6AM + pd.Timedelta(minutes=5)).policies["inference/chat"]
+    assert r.cluster.policies[0]["metadata"]["uid"] != uid
+    assert old.model == again.model == "champion v1" and again.forecast_age_seconds == 0, (again.model,
+                                                                                          again.forecast_age_seconds)
+    client(uri).delete_registered_model_alias("headroom-inference.chat", "champion")  # the way out docs/deploy.md says
+    r.cluster.policies = []
+    r.cluster.apply_policy(policy("chat"))
+    assert r.step(MONDAY_6AM + pd.Timedelta(minutes=10)).policies["inference/chat"].model.startswith("auto")
+
+
 def _stored_by_a_first_replica(demand_file, tmp_path):
     """A replica with the refit beside runs until its hour's forecast is in force (and in the store), then stops: its
     last state of inference/chat."""
