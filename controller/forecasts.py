@@ -17,7 +17,8 @@ log = logging.getLogger(__name__)
 class Models:
     """The forecaster for a series: the MLflow champion's kind of model (refit on fresh history), else automatic
     selection. An unreachable MLflow keeps the last champion loaded; a champion refused (unreadable, tampered
-    with, invalid) is reported and the previous champion, else automatic selection, serves."""
+    with, invalid) is reported and the previous champion, else automatic selection, serves; none (its alias
+    deleted) is automatic selection, as for a controller started since."""
     tracking_uri: str | None = None
     _champions: dict[str, Champion] = field(default_factory=dict, repr=False)
 
@@ -30,8 +31,11 @@ class Models:
             except ModelRefused as exc:
                 log.warning("%s: %s", series, exc)
                 fault = f"ChampionRefused: {exc}"
-            except (TrainingError, TrackingError) as exc:
+            except TrackingError as exc:
                 log.debug("%s: no champion from %s (%s)", series, shown_url(self.tracking_uri), exc)
+            except TrainingError as exc:  # the store answered it has none
+                log.debug("%s: %s", series, exc)
+                self._champions.pop(series, None)
         champion = self._champions.get(series)
         if champion is not None:
             return champion.make(), f"champion v{champion.version}", fault

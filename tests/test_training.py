@@ -1663,3 +1663,22 @@ def test_a_policy_series_as_long_as_kubernetes_names_go_trains_and_its_champion_
     assert TrainingSeries(name=series["a"], file=tmp_path / "chat.csv").name == series["a"]
     with pytest.raises(ValueError, match="name"):
         TrainingSeries(name=series["a"] + "x", file=tmp_path / "chat.csv")
+
+
+def test_a_champion_alias_deleted_serves_automatic_selection_at_once_as_after_a_restart(tmp_path):
+    """The alias `champion` deleted from the series' registered model (no champion now): the controller went on
+    serving the champion it had loaded, as if MLflow were unreachable, until it restarted, and then automatic
+    selection; a restart changed what it served. No champion is automatic selection at once; an unreachable store
+    still keeps the last one loaded."""
+    from controller.forecasts import Models
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    train_series("gone", demand(), settings(), Tracker(uri), factories=FACTORIES)
+    models = Models(uri)
+    assert models.for_series("gone")[1:] == ("champion v1", None)
+    client(uri).delete_registered_model_alias("headroom-gone", "champion")
+    assert models.for_series("gone")[1:] == ("auto", None) == Models(uri).for_series("gone")[1:]
+    train_series("gone", demand(), settings(), Tracker(uri), factories=FACTORIES)  # promoted again: v2
+    assert models.for_series("gone")[1:] == ("champion v2", None)
+    models.tracking_uri = f"http://127.0.0.1:{free_port()}"  # unreachable: the champion loaded serves on
+    assert models.for_series("gone")[1:] == ("champion v2", None)
