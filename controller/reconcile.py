@@ -242,20 +242,12 @@ class ParsedSpecs:
 
     def left(self, ref: ObjectRef, generation: int, raw: object, status: Mapping) -> list[tuple[TargetRef, PolicySpec]]:
         """The targets the policy `ref` held before an edit named another, each with the spec it held it by: those
-        this process read the edit of, and those the policy's `status` says, as this controller wrote it before a
-        restart or another leader did: status.left, and status.holding where the status was written for an older
-        generation (no controller has planned the edit since), unless another policy held that target
-        (status.holdsTarget: false) or this process read the edit itself, from that generation or a later one: what it
-        decided then (`_parsed`, by note_owners' verdict) is fresher than the status, which may lack holdsTarget (its
-        next write failed, or a controller older than the field wrote it). The one the policy holds now is not
-        left."""
+        this process read the edit of, those the policy's `status` says (status.left), as this controller wrote it
+        before a restart or another leader did, and those invalid_holdings decided from a status of an older
+        generation (held_before, note_left). The one the policy holds now is not left."""
         namespace = ref.namespace or "default"
         left = self._left.setdefault(ref, {})
         said = status.get("left") or []
-        said_at = status.get("observedGeneration")
-        if said_at != generation and status.get("holdsTarget") is not False \
-                and int(said_at or 0) > self._edited_from.get(ref, -1):
-            said = [*said, status.get("holding")]  # written before this generation: what it held then
         if said:
             read = self._said_left.get(ref)
             if read is None or read[0] != said:
@@ -268,6 +260,31 @@ class ParsedSpecs:
         if holding is not None:
             left.pop(holding.target.ref(namespace), None)
         return list(left.items())
+
+    def held_before(self, ref: ObjectRef, generation: int, raw: object, status: Mapping) -> PolicySpec | None:
+        """The spec the policy `ref`'s status, written for an older generation (no controller has planned the edit
+        since), says it held by (status.holding), where the edit left that target behind if the policy held it, and
+        nothing says whether it did: the status lacks holdsTarget: false (a controller older than the field wrote it,
+        or the policy held it), and this process did not read the edit itself (what it decided then, `_parsed`, by
+        note_owners' verdict, is fresher than the status, whose next write may have failed). invalid_holdings decides
+        (note_left). None: no such spec, or it names the target the policy holds now, or one already left."""
+        said_at = status.get("observedGeneration")
+        if said_at == generation or status.get("holdsTarget") is False \
+                or int(said_at or 0) <= self._edited_from.get(ref, -1):
+            return None
+        said = holding_spec(status.get("holding"))
+        if said is None:
+            return None
+        namespace = ref.namespace or "default"
+        holding = self.holding(ref, generation, raw, status)
+        target = said.target.ref(namespace)
+        if target in self._left.get(ref, {}) or holding is not None and holding.target.ref(namespace) == target:
+            return None
+        return said
+
+    def note_left(self, ref: ObjectRef, spec: PolicySpec) -> None:
+        """invalid_holdings' verdict on held_before's `spec`: the policy `ref` held its target, which its edit left."""
+        self._left.setdefault(ref, {})[spec.target.ref(ref.namespace or "default")] = spec
 
     def left_said(self, ref: ObjectRef) -> list[dict] | None:
         """The targets `left` gave for the policy `ref` and not forgotten since, as its status says them (status.left;
@@ -370,14 +387,24 @@ def invalid_holdings(objects: list[Identified], invalid: Mapping[ObjectRef, str]
     whether refused or left, and the pods of the others in it are within it. An edit deletes no workload: a left
     target runs on at its replicas, which no one scales now, so its GPUs are held as a refused policy's target's are,
     not lent; a target a refused policy named while another held it is not its to leave (the verdict is kept in
-    `specs`: ParsedSpecs.note_owners). A refused policy lends into no queue any policy holds inference in (its queue
-    clash), only into its others."""
+    `specs`: ParsedSpecs.note_owners; where no status says it either, it is decided again: _held_then). A refused
+    policy lends into no queue any policy holds inference in (its queue clash), only into its others."""
     ordered = sorted(objects, key=lambda o: created(o.obj))
     refused = [PolicyObject(ref, generation, spec, obj.get("status") or {}) for obj, ref, generation in ordered
                if ref in invalid and (spec := specs.holding(ref, generation, obj.get("spec"), obj.get("status") or {})
                                       ) is not None]
-    left = [PolicyObject(ref, generation, spec, obj.get("status") or {}) for obj, ref, generation in ordered
-            for _, spec in specs.left(ref, generation, obj.get("spec"), obj.get("status") or {})]
+
+    def edits_left() -> list[PolicyObject]:
+        return [PolicyObject(ref, generation, spec, obj.get("status") or {}) for obj, ref, generation in ordered
+                for _, spec in specs.left(ref, generation, obj.get("spec"), obj.get("status") or {})]
+
+    left = edits_left()
+    before = {ref: spec for obj, ref, generation in ordered
+              if (spec := specs.held_before(ref, generation, obj.get("spec"), obj.get("status") or {})) is not None}
+    if before:  # (after a restart, or a leader's change, before the edits are planned)
+        for ref in _held_then(ordered, kept, refused, left, before):
+            specs.note_left(ref, before[ref])
+        left = edits_left()
     inference = {q for p in (*kept, *refused) for q in p.spec.inference_queues}
     lenders = [replace(p, spec=p.spec.model_copy(update={"training_cluster_queues": lent}))
                for p in refused if (lent := refused_lends(p.spec, inference))]
@@ -389,6 +416,44 @@ def invalid_holdings(objects: list[Identified], invalid: Mapping[ObjectRef, str]
     within = [p for p, queue in zip((*refused, *left), pods_queues(accepted, others, holds)) if queue is not None]
     specs.note_owners(refused, (*holders, *within))
     return Holdings(holders, lenders, refused, left_held, within)
+
+
+def _held_then(ordered: list[Identified], kept: list[PolicyObject], refused: list[PolicyObject],
+               left: list[PolicyObject], before: Mapping[ObjectRef, PolicySpec]) -> set[ObjectRef]:
+    """Which of the policies `before` names (each with the spec its status, of an older generation, says it held by:
+    ParsedSpecs.held_before) held that target when the status was written. Nothing records it, so it is decided as it
+    was then: by core.policy's verdict (refused_holders: it holds it, or pods_queues: its pods run within another's
+    holding) over the policies as their statuses said them, each edited since by its status (accepted then unless it
+    says InvalidSpec), the others as they are, beside the targets edits left before. So a refused policy older on the
+    same Deployment held it, still names it, and counts it once (as its own, or within the queue its pods run in),
+    not again as a target the younger one left behind."""
+    now = {p.ref: (p.target().target, p.spec, kept_now) for kept_now, policies in ((True, kept), (False, refused))
+           for p in policies}
+    accepted, others, refused_refs, held = [], [], [], set()
+    for obj, ref, generation in ordered:
+        status = obj.get("status") or {}
+        said = holding_spec(status.get("holding")) if status.get("observedGeneration") != generation else None
+        if said is not None:
+            target, spec = said.target.ref(ref.namespace or "default"), said
+            kept_then = not any(c.get("type") == "Ready" and c.get("status") == "False" and c.get("reason") ==
+                                "InvalidSpec" for c in status.get("conditions") or [])
+        elif ref in now:
+            target, spec, kept_then = now[ref]
+        else:
+            continue
+        if kept_then:
+            accepted.append((target, spec))
+            held.add(ref)  # an accepted policy holds its target
+        else:
+            others.append((target, spec))
+            refused_refs.append(ref)
+    inference = {q for _, spec in (*accepted, *others) for q in spec.inference_queues}
+    lent = {q for _, spec in others for q in refused_lends(spec, inference)}
+    others += [(p.target().target, p.spec) for p in left]
+    holds = refused_holders(accepted, others, lent)
+    held |= {ref for ref, own, queue in zip(refused_refs, holds, pods_queues(accepted, others, holds))
+             if own or queue is not None}
+    return held & set(before)
 
 
 def training_queues(policies: Iterable[PolicyObject]) -> set[str]:

@@ -345,6 +345,12 @@ def test_a_world_after_an_edit_holds_what_one_started_with_the_edited_policy_hol
     read = identified(world.reservation_policies())
     kept, invalid = parse_policies(read, specs)
     invalid_holdings(read, invalid, kept, specs)
+    # ...and each policy's status says what it holds, as a controller older than holdsTarget wrote it
+    for obj, ref, generation in read:
+        refusal = [{"type": "Ready", "status": "False", "reason": "InvalidSpec"}] if ref in invalid else []
+        held_by = specs.holding(ref, generation, obj["spec"], {})
+        world.statuses[(ref.namespace, ref.name)] = {"observedGeneration": generation, "conditions": refusal,
+                                                     "holding": None if held_by is None else holding_said(held_by)}
     gpus = {inf.ref: world.quotas[inf.ref.name] if inf.ref.kind == "ClusterQueue" else
             inf.desired * inf.gpus_per_replica for inf in world.inference.values()}  # before the edit
     edited = {**objects[k], "spec": {**objects[k]["spec"], **edit}}
@@ -380,6 +386,13 @@ def test_a_world_after_an_edit_holds_what_one_started_with_the_edited_policy_hol
     kept, invalid = parse_policies(after, specs)
     holdings = invalid_holdings(after, invalid, kept, specs)
     holders, _, _, left, _ = holdings
+    # a controller restarted before it planned the edit counts the same from those statuses: nothing in them says who
+    # held a target named left behind, but the policies as they said them
+    restarted = ParsedSpecs()
+    kept_again, invalid_again = parse_policies(after, restarted)
+    counted = invalid_holdings(after, invalid_again, kept_again, restarted)
+    assert [[(p.key, p.spec.target) for p in ps] for ps in (counted.holders, counted.left, counted.within)] == [
+        [(p.key, p.spec.target) for p in ps] for ps in (holders, left, holdings.within)]
     running = pods_in_training(holdings, kept)
     assert {key: inf.ref for key, inf in world.inference.items()} == {
         p.key: p.spec.target.ref("inference") for p in [*kept, *holders, *refused_in_training(holdings, kept)]}
@@ -3208,6 +3221,39 @@ def test_a_refused_policy_edited_off_a_target_another_held_leaves_nothing_behind
     for minutes in (5, 10):
         state = r.step(AT_9 + pd.Timedelta(minutes=minutes))
         assert r.status("named")[0]["left"] is None and r.status("named")[0]["holdsTarget"] is None
+        chat, quotas = state.policies["inference/chat"], r.cluster.cluster_queue_quotas()
+        assert chat.reserved_gpus + quotas["q0"] + state.slack_gpus == 128, (chat.reserved_gpus, quotas,
+                                                                              state.slack_gpus)
+        assert_the_world_holds_what_the_controller_counts(r, state)
+
+
+@pytest.mark.parametrize("restart", [False, True])
+def test_a_refused_policy_edited_off_a_target_another_held_leaves_nothing_behind_though_its_status_lacks_holds_target(
+        demand_file, tmp_path, restart):
+    """As test_a_refused_policy_edited_off_a_target_another_held_leaves_nothing_behind, but named's status lacks
+    holdsTarget, as a controller older than the field wrote it: it says d1 as what named held, and not that held held
+    it. A controller restarted before it planned the edit counted d1 as left behind by named (beside q0's quota, held's
+    pods within it: d1's GPUs twice). Nothing it reads says who held d1, but the policies themselves: held, the older
+    on d1, as refused_holders decides over the policies as named's status said them before the edit."""
+    typo, d1 = {"inferenceClusterQueue": "q1", "trainingClusterQueues": [], "targetQuantlie": 0.5}, \
+        {"kind": "Deployment", "name": "d1"}
+    named = policy("named", target=d1, **typo)
+    r = Replay(tmp_path, demand_file, policy("chat", minGpus=40),
+               policy("held", target=d1, **{**typo, "inferenceClusterQueue": "q0"}), named)
+    r.step(AT_9)
+    r.status("named")[0]["holdsTarget"] = None  # as an older controller wrote it
+    r.cluster.apply_policy({**named, "spec": {**named["spec"], "target": {"kind": "ClusterQueue", "name": "q0"}}})
+    if restart:
+        r.restart()
+    read = identified(r.cluster.reservation_policies())  # with the statuses written before the edit
+    accepted, refused = parse_policies(read, r.reconciler._specs)
+    holdings = invalid_holdings(read, refused, accepted, r.reconciler._specs)
+    assert holdings.left == [], [(p.key, p.spec.target.name) for p in holdings.left]
+    assert [p.key for p in holdings.holders] == ["inference/named"] and [p.key for p in holdings.within] == [
+        "inference/held"]
+    for minutes in (5, 10):
+        state = r.step(AT_9 + pd.Timedelta(minutes=minutes))
+        assert r.status("named")[0]["left"] is None
         chat, quotas = state.policies["inference/chat"], r.cluster.cluster_queue_quotas()
         assert chat.reserved_gpus + quotas["q0"] + state.slack_gpus == 128, (chat.reserved_gpus, quotas,
                                                                               state.slack_gpus)

@@ -605,15 +605,17 @@ def test_a_refused_policy_s_pods_in_an_older_refused_policy_s_cluster_queue_targ
         kube.delete(pool)
 
 
-@pytest.mark.parametrize("restart", [False, True])
+@pytest.mark.parametrize("restart, said", [(False, True), (True, True), (True, False)])
 def test_a_refused_policy_edited_off_a_target_an_older_refused_one_holds_leaves_nothing_behind(
-        kube, controller, prometheus_server, tmp_path, restart):
+        kube, controller, prometheus_server, tmp_path, restart, said):
     """Refused "serve" holds Deployment serve (4 GPUs), its pods in pool-run; refused "named", created after it, names
     serve too and so holds none of it. named, edited to name pool-run as its ClusterQueue target, holds pool-run's
     quota whole, serve's pods within it; but the controller took serve as a target named left behind, its 4 GPUs held
     again beside pool-run's 4: chat reserved 23 at 07:05 and 97 were lent, 4 GPUs neither. So too a controller
     restarted before it planned the edit, which read named's status: it said serve as what named held. An edit leaves
-    behind only what its policy held, as its status says (holdsTarget: false): pool-run's GPUs are counted once."""
+    behind only what its policy held, as its status says (holdsTarget: false): pool-run's GPUs are counted once. Not
+    `said`: the status lacks holdsTarget, as a controller older than the field wrote it; the one restarted decides who
+    held serve before the edit from the policies, as that status said them (serve, the older): counted once too."""
     pool = kueue.path("clusterqueues", "pool-run")
     kube.apply(pool, kueue.cluster_queue("pool-run", gpus=4, cohort=COHORT, lending_limit=0))
     refused = {"target": {"kind": "Deployment", "name": "serve"}, "inferenceClusterQueue": "pool-run",
@@ -629,6 +631,10 @@ def test_a_refused_policy_edited_off_a_target_an_older_refused_one_holds_leaves_
         state = r.reconcile(MONDAY_7AM)
         assert state.policies[f"{NS}/chat"].reserved_gpus + 4 + state.slack_gpus == 128
         assert rp_status(kube, "named")[0]["holdsTarget"] is False
+        if not said:
+            kube._request("PATCH", f"{RP}/named/status", {"status": {"holdsTarget": None}},
+                          content_type="application/merge-patch+json")
+            assert "holdsTarget" not in rp_status(kube, "named")[0]
         kube.apply(f"{RP}/named", policy("named", **{**refused, "inferenceClusterQueue": "named-run",
                                                      "target": {"kind": "ClusterQueue", "name": "pool-run"}}))
         controller.sync()
