@@ -217,16 +217,16 @@ class ParsedSpecs:
     def _parsed(self, ref: ObjectRef, generation: int, raw: object
                 ) -> tuple[int, object, PolicySpec | str, PolicySpec | None]:
         held = self._held.get(ref)
-        if held is None or held[0] != generation or held[1] != raw:
+        parsed_before = held is not None and held[0] == generation and held[1] == raw
+        if held is None or not parsed_before:
             try:
                 spec = parse_policy_spec(raw, f"ReservationPolicy {ref.namespace}/{ref.name}")
                 held = (generation, raw, spec, spec)
             except ConfigError as exc:
                 held = (generation, raw, spec_errors_said(exc.errors), holding_spec(raw))
             self._held[ref] = held
-        elif held[3] is None or ref in self._last_holding:
-            return held  # (parsed and noted before; noted anew only after forget_decisions)
-        if held[3] is not None:
+        # what a spec holds is noted when it is parsed, and again once forget_decisions forgot it
+        if held[3] is not None and not (parsed_before and ref in self._last_holding):
             before = self._last_holding.get(ref)
             self._last_holding[ref] = (generation, held[3])
             namespace = ref.namespace or "default"
