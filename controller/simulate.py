@@ -579,10 +579,12 @@ def _result(scenario, spec, reference, world, steps, step, rows, extra, events, 
     shortage_se, short_steps_se = day_to_day_errors(a.days.get(key, {})) if steps * step >= 2 * 86400 else (None, None)
     lost = a.training_lost
     capacity_s = scenario.gpus * max(a.seconds, 1e-12)
-    # a dedicated inference cluster that does the same work: one as large as the replayed days' peak (the history's
-    # understated it wherever demand grew, a shared cluster then looking dearer than one that could not serve them)
+    # a dedicated inference cluster that does the same work: as large as the replayed days' peak (the history's
+    # understated it wherever demand grew, a shared cluster then looking dearer than one that could not serve them),
+    # and no larger than the shared cluster, which serves no demand above it either
     replayed = scenario.demand[scenario.evaluated].to_numpy(float)
-    static_need = math.ceil(np.nanmax(replayed) / spec.capacity.demand_per_gpu) if np.isfinite(replayed).any() else 0
+    peak_gpus = math.ceil(np.nanmax(replayed) / spec.capacity.demand_per_gpu) if np.isfinite(replayed).any() else 0
+    static_need = min(peak_gpus, scenario.gpus)
     span_h = max(a.seconds, 1e-12) / 3600
     metrics = dict(
         policy=json.loads(json.dumps(spec.model_dump(mode="json", by_alias=True, exclude_none=True))),

@@ -486,9 +486,9 @@ a simulated cluster under headroom's forecast policy, three baselines and two re
 <p>Utilization is (inference served + training allocated) GPU-time over capacity; shortage is unmet demand within
 the cluster over demand, short steps the share of steps with any; goodput is useful training over allocated (work
 lost to preemption excluded: since the job's last checkpoint, and its time stopping); cost vs dedicated is the
-shared cluster's GPUs over what two dedicated clusters need for the same work (inference at the days' peak plus the
-training GPU-hours delivered per hour): below 1 the shared cluster is cheaper. Higher utilization at near-zero
-shortage is better; a policy that misses the objective is not comparable on utilization.</p>
+shared cluster's GPUs over what two dedicated clusters need for the same work (inference at the days' peak, up to
+the cluster's GPUs, plus the training GPU-hours delivered per hour): below 1 the shared cluster is cheaper. Higher
+utilization at near-zero shortage is better; a policy that misses the objective is not comparable on utilization.</p>
 {_html_table(table)}
 <h2>What the {html.escape(timeline_policy)} policy did</h2>
 <p>The plots below follow the {html.escape(timeline_policy)} policy step by step over the simulated days.{reference}</p>

@@ -425,3 +425,7 @@ def test_cost_vs_dedicated_sizes_the_dedicated_inference_cluster_on_the_replayed
     assert peak == 12
     assert r.cost_vs_dedicated == pytest.approx(16 / (peak + r.training_gpu_hours * 3600 / s.replay_seconds))
     assert r.cost_vs_dedicated < 1  # the shared cluster serves the day's peak and lends the rest
+    # demand over the cluster is served by neither: the dedicated inference cluster is no larger than the shared one
+    burst = Scenario(demand.where(demand.index != demand.index[-100], 40.0), gpus=16, days=1.0)
+    b = simulate(burst, default_spec(burst, 1.0), reference="oracle")
+    assert b.cost_vs_dedicated == pytest.approx(16 / (16 + b.training_gpu_hours * 3600 / burst.replay_seconds))
