@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -215,6 +216,45 @@ def _stamps_at_once(texts: list[str]) -> tuple[pd.DatetimeIndex, set[str]] | Non
     return None
 
 
+# An epoch number in scientific notation: its mantissa's digits after the point and its exponent say how finely it is
+# written ("1.767571e+09" to 1,000 s; "1.7675712e+12" to 100,000 ms)
+_SCIENTIFIC = re.compile(r"[+-]?\d*(?:\.(\d*))?[eE]([+-]?\d+)")
+
+
+def _written_finely_enough(path: Path, texts: list[str], index: pd.DatetimeIndex, where: Callable[[int], str]) -> None:
+    """Refuse epoch times written in scientific notation too coarsely to tell the rows apart. A writer with fixed
+    precision (%.6e, %g) rounds each time to 10^(exponent - digits after the point) of its unit; one with variable
+    digits (R, Python's repr) drops only trailing zeros, so its short mantissas are exact and the time written with the
+    most digits shows the resolution it wrote to. Which wrote a file its text cannot tell, but its rows can: at the
+    finest resolution any of them is written to, a span holds at most span / resolution + 1 distinct times, so more rows
+    than that are rounded onto each other (an exact writer's distinct times are at least that far apart), and the step
+    read from them would be the resolution, not the sampling step. An exact file of rows that resolution apart
+    throughout that repeats a time is refused too: its text is that of a rounded one. `where(k)` names row k."""
+    finest, rows = math.inf, []
+    for k, text in enumerate(texts):
+        written = _SCIENTIFIC.fullmatch(text.strip())
+        if written:
+            finest = min(finest, 10.0 ** (int(written[2]) - len(written[1] or "")))
+            rows.append(k)
+    if len(rows) < 2:
+        return
+    unit = epoch_unit(float(texts[rows[0]]))  # one unit for all (the reader refuses a mix)
+    resolution = finest * _NS_PER_UNIT[unit]
+    stamps = index[rows]
+    span = stamps.max().value - stamps.min().value
+    met = np.flatnonzero(stamps.duplicated())
+    if (len(rows) - 1) * resolution <= span or not len(met):
+        return
+    k = rows[int(met[0])]
+    first = rows[int(np.flatnonzero(stamps == index[k])[0])]
+    raise HistoryError(
+        f"{path}: {where(k)}: timestamp {texts[k].strip()!r} meets {where(first)}'s ({texts[first].strip()!r}): "
+        f"the epoch {_unit_name(unit)} are written in scientific notation to the nearest "
+        f"{go_duration(resolution / 1e9)}, and {len(rows)} rows over {go_duration(span / 1e9)} are closer together "
+        "than that, so rounded times meet (samples lost) and the step read would be the rounding's: write epoch "
+        "times in full, e.g. %d or %.3f")
+
+
 def _read_csv(path: Path) -> pd.Series:
     rows: list[tuple[int, list[str]]] = []  # (line, fields) of each non-blank row
     broken: HistoryError | None = None  # the file stops being readable after `rows`
@@ -262,6 +302,8 @@ def _read_csv(path: Path) -> pd.Series:
         _one_series(path, index, pd.DataFrame([[row[k].strip() for k in other] for _, row in rows],
                                               columns=[header[k].strip() for k in other]),
                     [f"line {line}" for line, _ in rows])
+    if read is None and index.has_duplicates:  # read as a column, they are integers or ISO-8601, none scientific
+        _written_finely_enough(path, [row[t_col] for _, row in rows], index, lambda k: f"line {rows[k][0]}")
     series = pd.Series(values, index=index, name="value", dtype=float)
     series.attrs["timestamps"] = _read_as(units)
     return series
@@ -433,6 +475,10 @@ def _read_parquet(path: Path) -> pd.Series:
     index, how = _parquet_timestamps(path, frame["timestamp"])
     _one_series(path, index, frame.drop(columns=["timestamp", "value"]),
                 [f"row {k}" for k in range(1, len(frame) + 1)] if index.has_duplicates else [])
+    if index.has_duplicates:  # a number or a time is held as exactly as it was stored: only text can be rounded
+        _written_finely_enough(path, [item.decode() if isinstance(item, bytes) else item if isinstance(item, str)
+                                      else "" for item in frame["timestamp"].tolist()], index,
+                               lambda k: f"row {k + 1}")
     series = pd.Series(_parquet_values(path, frame["value"]), index=pd.DatetimeIndex(index, name="timestamp"),
                        name="value")
     series.attrs["timestamps"] = how

@@ -311,6 +311,84 @@ def test_an_hourly_history_missing_every_third_hour_is_prepared_at_the_hour():
     assert report.input_step == "1h" and len(series) == 199 and series.isna().sum() == 66
 
 
+# ----------------------------------------------------------------------- epoch times in scientific notation
+START = 1767571200  # 2026-01-05T00:00:00Z, epoch seconds
+PER_SECOND = {"s": 1, "ms": 10**3, "us": 10**6}
+
+
+def scientific_csv(tmp_path, texts, name="h.csv"):
+    return write(tmp_path, "timestamp,value\n" + "".join(f"{text},10\n" for text in texts), name)
+
+
+@pytest.mark.parametrize("form, line, resolution", [("{:.6e}", 4, "16m40s"), ("{:g}", 3, "2h46m40s")])
+def test_epoch_seconds_written_with_fixed_too_few_digits_are_refused_not_read_at_a_made_up_step(tmp_path, form, line,
+                                                                                               resolution):
+    # a week of 5-minute samples: at 1,000 s (or 10,000 s) 1,410 (or 1,955) of them met and were dropped, the rest
+    # read 16m40s (or 2h46m40s, then refused as a step outside 1s .. 1h) apart
+    path = scientific_csv(tmp_path, [form.format(START + 300 * k) for k in range(2016)])
+    with pytest.raises(HistoryError) as error:
+        load_history(path)
+    message = str(error.value)
+    assert message.startswith(f"{path}: line {line}: timestamp ")
+    assert f"meets line {line - 1}'s" in message
+    assert f"scientific notation to the nearest {resolution}" in message
+    assert "write epoch times in full, e.g. %d or %.3f" in message
+
+
+def test_r_s_epoch_milliseconds_with_trailing_zeros_dropped_read_exactly(tmp_path):
+    # as R's as.character writes them: 1.7675712e+12 (exact, as its dropped digits are zeros) among longer ones, 10 s
+    # apart, as fine as the longest is written
+    times = [(START + 10 * k) * 1000 for k in range(400)]
+    texts = [np.format_float_scientific(float(t), unique=True) for t in times]
+    assert "1.7675712e+12" in texts and "1.76757121e+12" in texts
+    raw = load_history(scientific_csv(tmp_path, texts))
+    assert raw.index.equals(pd.DatetimeIndex(pd.to_datetime(times, unit="ms", utc=True), name="timestamp"))
+
+
+@pytest.mark.parametrize("binary", [False, True])
+def test_parquet_text_epoch_times_written_too_coarsely_are_refused_naming_the_row(tmp_path, binary):
+    path = tmp_path / "h.parquet"
+    texts = [f"{(START + 60 * k) * 1000:.7e}" for k in range(100)]
+    pd.DataFrame({"timestamp": [text.encode() for text in texts] if binary else texts, "value": 1.0}).to_parquet(path)
+    with pytest.raises(HistoryError, match=r": row 3: timestamp '1\.7675713e\+12' meets row 2's .* nearest 1m40s"):
+        load_history(path)
+
+
+def test_several_series_of_exact_scientific_times_are_told_as_several_series(tmp_path):
+    texts = [np.format_float_scientific(float((START + 10 * k) * 1000), unique=True) for k in range(100)]
+    path = write(tmp_path, "timestamp,value,workload\n" + "".join(f"{text},1,{name}\n" for text in texts
+                                                                    for name in ("chat", "code")))
+    with pytest.raises(HistoryError, match="column 'workload' tells several series apart"):
+        load_history(path)
+
+
+@given(unit=st.sampled_from(sorted(PER_SECOND)), step=st.sampled_from([1, 5, 10, 15, 60, 300, 3600]),
+       digits=st.integers(3, 15), offset=st.integers(0, 86_399), exact=st.booleans())
+def test_epoch_times_read_within_the_precision_written_or_are_refused(tmp_path_factory, unit, step, digits, offset,
+                                                                       exact):
+    """A writer of fixed precision (%.{digits}e) states each time to a resolution: one finer than the step reads every
+    row, each within half of it; one coarser is refused. A writer of variable digits (shortest exact) always reads."""
+    times = [(START + offset + step * k) * PER_SECOND[unit] for k in range(50)]
+    resolution = 10.0 ** (len(str(times[0])) - 1 - digits) / PER_SECOND[unit]  # seconds
+    assume(exact or not step < resolution < 2 * step)  # in between, only enough rows meet (the rule is proven below)
+    texts = [np.format_float_scientific(float(t), unique=True) if exact else f"{t:.{digits}e}" for t in times]
+    path = scientific_csv(tmp_path_factory.mktemp("sci"), texts)
+    if not exact and resolution > step:
+        with pytest.raises(HistoryError, match=f"scientific notation to the nearest {go_duration(resolution)},"):
+            load_history(path)
+        return
+    read = load_history(path).index.asi8 / 1e9
+    assert not pd.Index(read).has_duplicates
+    assert np.abs(read - np.array(times) / PER_SECOND[unit]).max() <= (0 if exact else resolution / 2) + 1e-6
+
+
+def test_fixed_precision_just_coarser_than_the_step_is_refused_once_rows_meet(tmp_path):
+    # 999 s samples at 1,000 s: every thousandth pair meets
+    path = scientific_csv(tmp_path, [f"{START + 999 * k:.6e}" for k in range(2000)])
+    with pytest.raises(HistoryError, match="nearest 16m40s"):
+        load_history(path)
+
+
 # ---------------------------------------------------------------------------- several series in one file
 @given(workloads=st.lists(st.text(alphabet="abcxyz-", min_size=1, max_size=6), min_size=2, max_size=4, unique=True),
        hours=st.integers(2, 30), parquet=st.booleans(), column=st.sampled_from(["workload", "Model", "pod"]))
