@@ -488,6 +488,7 @@ class WorkloadStep:
     from_forecast: bool
     degraded: bool
     cut_gpus: int = 0
+    capped_gpus: int = 0  # GPUs the recent peak and warm buffer ask beyond the policy's maxGpus
 
     @property
     def reason(self) -> str:
@@ -496,6 +497,8 @@ class WorkloadStep:
              f"recent peak {self.peak_gpus} + warm buffer {self.buffer_gpus}")
         if self.degraded:
             r += "; demand data degraded: not lowered, never below what the target holds now"
+        if self.capped_gpus:
+            r += f"; capped at maxGpus: {self.capped_gpus} GPUs fewer than asked"
         if self.cut_gpus:
             r += f"; cut by {self.cut_gpus} GPUs to fit the cluster"
         return r
@@ -663,11 +666,14 @@ def plan_step(hours: HourPlan, observed: Mapping[str, Observed], training: Train
         want = w.clamp(max(fore, peak + buffer), lendable)
         if o.degraded:
             want = max(want, min(whole_replicas(o.held_gpus, w.gpus_per_replica), w.top(lendable)))
-        # what the cluster's size alone took (maxGpus is the policy's own ceiling, no cut): said in the reason
-        cut = max(w.clamp(max(fore, peak + buffer), MAX_GPUS) - want, 0)
+        # what maxGpus took and what the cluster's size alone took, each said in the reason
+        asked = max(whole_replicas(max(fore, peak + buffer), w.gpus_per_replica), w.least_gpus)
+        within_max = w.clamp(asked, MAX_GPUS)
+        cut = max(within_max - want, 0)
+        capped = asked - within_max if w.max_gpus is not None else 0  # no maxGpus: only demand beyond MAX_GPUS
         i = wh.at(t_now)
         steps.append(WorkloadStep(w.name, want, fore, peak, _held_buffer(buffer, want, peak), int(wh.headroom[i]),
-                                  bool(wh.from_forecast[i]), o.degraded, cut))
+                                  bool(wh.from_forecast[i]), o.degraded, cut, capped))
     excess = sum(s.reserved_gpus for s in steps) - lendable
     for k in reversed(range(len(steps))):  # later workloads give way first, never below their minimum
         if excess <= 0:

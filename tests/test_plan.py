@@ -918,3 +918,17 @@ def test_warm_buffer_quantile_follows_the_demands_own_rises():
         h = plan_hours({"chat": forecast([4, 4, 4, 4])}, {"chat": History.of(pd.Series(series, idx[-len(series):]),
                                                                              NOW)}, cluster(pol), NOW)
         assert h.workloads[0].rise_buffer == 0.0
+
+
+def test_a_reservation_capped_at_max_gpus_says_so():
+    """A recent peak of 16 GPUs on a policy of maxGpus 10 reserves 10: the reason said "10 GPUs: forecast reservation
+    2 (lead time included), recent peak 16 + warm buffer 0" and nothing of the cap, as if the policy chose to serve
+    less than it saw; it names maxGpus and what it left out, and only when the cap bound."""
+    h = hours_of([4, 4, 4, 4])
+    now = NOW.timestamp()
+    capped = cluster(workload(max_gpus=10))
+    s = plan_step(h, {"chat": observed((now, 30.0))}, training(), capped, now).workloads[0]
+    assert (s.reserved_gpus, s.peak_gpus, s.capped_gpus, s.cut_gpus) == (10, 16, 6, 0)
+    assert "capped at maxGpus: 6 GPUs fewer than asked" in s.reason
+    s = plan_step(h, {"chat": observed((now, 20.0))}, training(), capped, now).workloads[0]
+    assert (s.reserved_gpus, s.capped_gpus) == (10, 0) and "maxGpus" not in s.reason  # 10 GPUs asked: not bound

@@ -1,0 +1,45 @@
+"""Invariants of the planner when several inference policies share one cluster, and of the reasons it gives."""
+import numpy as np
+import pandas as pd
+from hypothesis import example, given, settings
+
+from planning.planner import MAX_GPUS, ClusterPolicy, Forecast, Observed, Training, WorkloadPolicy
+from tests.test_plan_properties import BASE, H, plan, scenario
+
+
+@settings(max_examples=300, deadline=None)
+@given(scenario())
+def test_later_policies_are_cut_first(s):
+    """README: several policies "share the cluster (the later ones cut first: in a file's order ...)"; planner: "Over
+    capacity: cut workloads later in the policy order first, never below their minimum"."""
+    _, _, _, _, policy, _ = s
+    hours, step = plan(*s)
+    for k, wh in enumerate(hours.workloads):
+        for i in np.nonzero(wh.cut)[0]:
+            assert all(hours.workloads[j].reserved[i] == w.least_gpus
+                       for j, w in enumerate(policy.workloads) if j > k), (k, i)
+
+
+def _capped_at_max_gpus():
+    """One policy of maxGpus 1 whose recent peak is 2 GPUs (a forecast of nothing)."""
+    w = WorkloadPolicy("ns/w0", demand_per_gpu=1.0, lead_time_seconds=0.0, max_gpus=1)
+    frame = pd.DataFrame({0.9: [0.0] * H, 0.99: [0.0] * H}, index=pd.date_range(BASE, periods=H, freq="h"))
+    seen = Observed(np.array([BASE.timestamp()]), np.array([2.0]), 0)
+    policy = ClusterPolicy(8, (w,), horizon_hours=H)
+    return {w.name: Forecast.of(frame, 0.9, 0.99)}, {}, {w.name: seen}, Training(), policy, BASE
+
+
+@settings(max_examples=300, deadline=None)
+@given(scenario())
+@example(_capped_at_max_gpus())  # reserved 1 of a peak of 2, the reason silent on maxGpus
+def test_a_reservation_below_its_recent_peak_says_why(s):
+    """Every decision carries its reason (planner docstring); README: the reservation "never below the recent observed
+    peak plus the warm buffer" unless the cluster or the policy's own bounds say otherwise, so a reservation below the
+    recent peak says what bound it."""
+    _, _, _, _, policy, _ = s
+    _, step = plan(*s)
+    for w, ws in zip(policy.workloads, step.workloads):
+        if ws.reserved_gpus < ws.peak_gpus:
+            assert ws.cut_gpus > 0 or "maxGpus" in ws.reason, ws
+        if "maxGpus" in ws.reason:  # only when the cap bound
+            assert ws.capped_gpus > 0 and ws.reserved_gpus + ws.cut_gpus == w.top(MAX_GPUS), ws
