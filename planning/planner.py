@@ -833,7 +833,9 @@ def _preemptions(hours: HourPlan, steps: list[WorkloadStep], t: Training, policy
     over_band = int(t.gpus[slow].sum()) + t.serving_gpus - room  # inference pods are never taken back: the slow
     # jobs may hold only what they leave of the room
     if over > 0 or over_band > 0:
-        above = [s for s in steps if s.peak_gpus + s.buffer_gpus > s.forecast_gpus and s.reserved_gpus > 0]
+        # demand above the forecast takes GPUs only where it raised the reservation (not where maxGpus or the
+        # cluster held it at the forecast): then, and only then, an emergency
+        above = [s for s in steps if s.peak_gpus + s.buffer_gpus > s.forecast_gpus < s.reserved_gpus]
         kind = "emergency" if over > 0 and above else "planned"
         holders = "training and the inference pods in its queues hold" if t.serving_gpus else "training holds"
         excess = f"{holders} {over} GPUs more than the {lent} lent now"

@@ -932,3 +932,22 @@ def test_a_reservation_capped_at_max_gpus_says_so():
     assert "capped at maxGpus: 6 GPUs fewer than asked" in s.reason
     s = plan_step(h, {"chat": observed((now, 20.0))}, training(), capped, now).workloads[0]
     assert (s.reserved_gpus, s.capped_gpus) == (10, 0) and "maxGpus" not in s.reason  # 10 GPUs asked: not bound
+
+
+def test_a_takeback_is_no_emergency_where_demand_above_the_forecast_took_no_gpus():
+    """docs/observability.md: planned "training beyond the slack while demand is within the forecast", emergency
+    "demand above the forecast needs the GPUs now". A recent peak of 16 GPUs on a policy of maxGpus 10 reserves its
+    forecast of 10 all the same: the 2 GPUs training holds beyond the 6 lent are the forecast's. The old plan
+    stopped the job as an emergency, "observed demand above the forecast: ns/w0 peak 16 + buffer 0 > forecast 10"."""
+    now = NOW.timestamp()
+    pol = cluster(workload(max_gpus=10, min_gpus=0, gpus_per_replica=1, demand_per_gpu=1.0, lead_time_seconds=0.0),
+                  capacity=16, weights=(("train-a", 1.0),))
+    h = hours_of([10] * 4, pol=pol, hist=history(), hi_extra=0)
+    job = training({"id": "t/j", "gpus": 8, "last": now - 100})
+    s = plan_step(h, {"chat": observed((now, 16.0))}, job, pol, now)
+    assert (s.workloads[0].reserved_gpus, s.workloads[0].forecast_gpus, s.lent_gpus) == (10, 10, 6)
+    assert [(p.job, p.kind) for p in s.due()] == [("t/j", "planned")]
+    assert "above the forecast" not in s.due()[0].reason
+    s = plan_step(h, {"chat": observed((now, 12.0))}, job, replace(pol, workloads=(replace(
+        pol.workloads[0], max_gpus=12),)), now)  # the peak raises the reservation to 12: an emergency
+    assert [(p.job, p.kind) for p in s.due()] == [("t/j", "emergency")]

@@ -3,7 +3,7 @@ import numpy as np
 import pandas as pd
 from hypothesis import example, given, settings
 
-from planning.planner import MAX_GPUS, ClusterPolicy, Forecast, Observed, Training, WorkloadPolicy
+from planning.planner import MAX_GPUS, ClusterPolicy, Forecast, History, Observed, Training, WorkloadPolicy
 from tests.test_plan_properties import BASE, H, plan, scenario
 
 
@@ -43,3 +43,31 @@ def test_a_reservation_below_its_recent_peak_says_why(s):
             assert ws.cut_gpus > 0 or "maxGpus" in ws.reason, ws
         if "maxGpus" in ws.reason:  # only when the cap bound
             assert ws.capped_gpus > 0 and ws.reserved_gpus + ws.cut_gpus == w.top(MAX_GPUS), ws
+
+
+def _demand_above_a_forecast_at_max_gpus():
+    """A forecast of 10 GPUs at maxGpus 10 and a recent peak of 16, on 16 GPUs: training holds 8 of the 6 lent."""
+    w = WorkloadPolicy("ns/w0", demand_per_gpu=1.0, lead_time_seconds=0.0, max_gpus=10)
+    frame = pd.DataFrame({0.9: [10.0] * H, 0.99: [10.0] * H}, index=pd.date_range(BASE, periods=H, freq="h"))
+    seen = pd.Series(10.0, index=pd.date_range(BASE - pd.Timedelta(days=8), BASE, freq="h"))
+    t = BASE.timestamp()
+    training = Training(("t/j",), ("a",), np.array([8]), np.zeros(1, np.int64), np.array([60.0]), np.array([1800.0]),
+                        np.array([t - 100.0]))
+    return ({w.name: Forecast.of(frame, 0.9, 0.99)}, {w.name: History.of(seen, BASE)},
+            {w.name: Observed(np.array([t]), np.array([16.0]), 10)}, training,
+            ClusterPolicy(16, (w,), (("a", 1.0),), horizon_hours=H), BASE)
+
+
+@settings(max_examples=300, deadline=None)
+@given(scenario())
+@example(_demand_above_a_forecast_at_max_gpus())  # stopped as an emergency, demand above the forecast taking nothing
+def test_an_emergency_is_demand_above_the_forecast_taking_gpus(s):
+    """docs/observability.md: preemptions are "planned (training beyond the slack while demand is within the
+    forecast, ...) or emergency (demand above the forecast needs the GPUs now)": an emergency only where some
+    policy's reservation now is above its forecast's, and its reason names only such policies."""
+    _, step = plan(*s)
+    raised = {ws.name for ws in step.workloads if ws.reserved_gpus > ws.forecast_gpus}
+    for p in step.preemptions:
+        if p.kind == "emergency":
+            assert p.workload in raised, (p, step.workloads)
+        assert not any(f"{ws.name} peak" in p.reason for ws in step.workloads if ws.name not in raised), p
