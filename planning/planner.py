@@ -258,7 +258,8 @@ class WorkloadHours:
         if not self.from_forecast[i] and self.why_fallback == NO_DATA:
             r = f"fallback ({NO_DATA}): nothing observed in the last week -> minGpus {self.reserved[i]} GPUs"
         elif not self.from_forecast[i]:
-            r = f"fallback ({self.why_fallback}): last week's peak at this hour -> {self.reserved[i]} GPUs"
+            r = (f"fallback ({self.why_fallback}): last week's peak at this hour -> "
+                 f"{self.reserved[i] + self.cut[i]} GPUs (clamp [{w.least_gpus}, {w.top(lendable)}], whole replicas)")
         else:
             margin = whole_replicas(w.margin_gpus, w.gpus_per_replica)
             r = (f"q{w.target_quantile:g} forecast {self.target[i]:.4g} -> {self.reserved[i] + self.cut[i]} GPUs "

@@ -951,3 +951,13 @@ def test_a_takeback_is_no_emergency_where_demand_above_the_forecast_took_no_gpus
     s = plan_step(h, {"chat": observed((now, 12.0))}, job, replace(pol, workloads=(replace(
         pol.workloads[0], max_gpus=12),)), now)  # the peak raises the reservation to 12: an emergency
     assert [(p.job, p.kind) for p in s.due()] == [("t/j", "emergency")]
+
+
+def test_a_fallback_hour_held_by_max_gpus_says_its_bounds():
+    """Last week's peak of 16 GPUs on a policy of maxGpus 10: the fallback hour's reason said "last week's peak at
+    this hour -> 10 GPUs", 6 below that peak and nothing of the cap; it gives the clamp as a forecast hour's reason
+    does."""
+    w = WorkloadPolicy("w", 1.0, lead_time_seconds=0.0, max_gpus=10)
+    pol = ClusterPolicy(64, (w,), horizon_hours=2)
+    h = plan_hours({}, {"w": History.of(history(16.0, end=NOW.floor("h")), NOW)}, pol, NOW).workloads[0]
+    assert h.reserved[0] == 10 and "-> 10 GPUs (clamp [0, 10], whole replicas)" in h.reason(0, w, 64)

@@ -71,3 +71,26 @@ def test_an_emergency_is_demand_above_the_forecast_taking_gpus(s):
         if p.kind == "emergency":
             assert p.workload in raised, (p, step.workloads)
         assert not any(f"{ws.name} peak" in p.reason for ws in step.workloads if ws.name not in raised), p
+
+
+def _fallback_at_max_gpus():
+    """No forecast, last week's peak 16 GPUs every hour, maxGpus 10."""
+    w = WorkloadPolicy("ns/w0", demand_per_gpu=1.0, lead_time_seconds=0.0, max_gpus=10)
+    seen = pd.Series(16.0, index=pd.date_range(BASE - pd.Timedelta(days=8), BASE, freq="h"))
+    return {}, {w.name: History.of(seen, BASE)}, {}, Training(), ClusterPolicy(64, (w,), horizon_hours=H), BASE
+
+
+@settings(max_examples=200, deadline=None)
+@given(scenario())
+@example(_fallback_at_max_gpus())  # "last week's peak at this hour -> 10 GPUs", silent on the cap
+def test_an_hour_reason_states_the_bounds_that_held_it(s):
+    """Every decision carries its reason (planner docstring): an hour's reservation from the forecast or from last
+    week's peak states the policy's bounds [minGpus, maxGpus or the cluster] it was held to, and the cluster's cut."""
+    _, _, _, _, policy, _ = s
+    hours, _ = plan(*s)
+    for w, wh in zip(policy.workloads, hours.workloads):
+        for i in range(len(wh.starts)):
+            reason = wh.reason(i, w, policy.lendable)
+            if wh.why_fallback != "no data" or wh.from_forecast[i]:
+                assert f"clamp [{w.least_gpus}, {w.top(policy.lendable)}]" in reason, reason
+            assert ("cut by" in reason) == bool(wh.cut[i]), reason
