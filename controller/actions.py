@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -198,6 +199,34 @@ def cluster_actions(step: StepPlan, view: View, policies: Sequence[PolicyTarget]
         if s.queue in owned:
             actions.append(Requeue(s.workload, s.uid, s.queue, "its eviction is complete: back into its queue"))
     return actions
+
+
+class Writes(NamedTuple):
+    """A plan's cluster actions in the order they are written (`in_write_order`)."""
+    leading: list[Scale]  # the reservations the preemptions are made for
+    down: list[SetQuota]  # the quotas that go down
+    evictions: list[Evict]  # each Workload once
+    scales: list[Scale]  # the other reservations
+    up: list[SetQuota]  # the quotas that go up, or stay and are marked
+    requeues: list[Requeue]
+
+
+def in_write_order(actions: Sequence[Action], quotas: Mapping[str, int]) -> Writes:
+    """`actions` in the order a demand jump needs them, `quotas` the ClusterQueues' as observed: the reservations the
+    preemptions are made for, the quotas that go down, the preemptions; then the other reservations, the quotas that
+    go up and the requeues. The reconciler and the simulator write in this order alike: each write is a Kueue event
+    that may admit, so another order admits other Workloads."""
+    evictions: dict[str, Evict] = {}
+    for a in actions:
+        if isinstance(a, Evict):  # each Workload once (parallel writers cannot tell a repeat)
+            evictions.setdefault(a.workload, a)
+    for_whom = {a.policy for a in evictions.values()}
+    scales = [a for a in actions if isinstance(a, Scale)]
+    quotas_set = [a for a in actions if isinstance(a, SetQuota)]
+    down = [a for a in quotas_set if a.gpus < quotas.get(a.queue, 0)]
+    return Writes([a for a in scales if a.policy in for_whom], down, list(evictions.values()),
+                  [a for a in scales if a.policy not in for_whom], [a for a in quotas_set if a not in down],
+                  [a for a in actions if isinstance(a, Requeue)])
 
 
 def evicted_gpus(actions: Sequence[Action], policy: str) -> int:

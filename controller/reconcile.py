@@ -49,13 +49,13 @@ from controller.actions import (
     PatchStatus,
     PolicyTarget,
     RecordEvent,
-    Requeue,
     Scale,
     SetQuota,
     Stopped,
     View,
     cluster_actions,
     evicted_gpus,
+    in_write_order,
     training_columns,
 )
 from controller.cohorts import CohortCheck, cohort_lenders
@@ -1561,32 +1561,23 @@ class Reconciler:
 
     # -- 4. act
     def _apply(self, actions, view: View, still_wanted: Callable[[], set[str]]) -> list[Outcome]:
-        """The plan's actions, what a demand jump needs first: the reservations the preemptions are made for, the
-        quotas that go down, the evictions; then the other reservations, the quotas that go up and the requeues.
-        Each kind's writes go a few at a time (a thousand reservations moving at once take seconds, and must not
+        """The plan's actions in their write order (in_write_order: what a demand jump needs first, the simulator's
+        too). Each kind's writes go a few at a time (a thousand reservations moving at once take seconds, and must not
         hold the evictions up). Evictions go only where a plan on a fresh view, made before anything changes,
         still makes them, and only for a policy whose reservation was applied."""
-        first: dict[str, Evict] = {}
-        for a in actions:
-            if isinstance(a, Evict):  # each Workload once (parallel writers cannot tell a repeat)
-                first.setdefault(a.workload, a)
-        wanted = still_wanted() if first else set()  # re-planned before anything changes, as one execute would
-        for_whom = {a.policy for a in first.values()}
-        scales = [a for a in actions if isinstance(a, Scale)]
-        quotas = [a for a in actions if isinstance(a, SetQuota)]
-        down = [a for a in quotas if a.gpus < view.quotas.get(a.queue, 0)]
-        out = self._in_parallel([a for a in scales if a.policy in for_whom]) + self._in_parallel(down)
+        writes = in_write_order(actions, view.quotas)
+        wanted = still_wanted() if writes.evictions else set()  # re-planned before anything changes, as execute would
+        out = self._in_parallel(writes.leading) + self._in_parallel(writes.down)
         # an eviction makes room for its policy's reservation: where that could not be applied (its target missing,
         # the scale refused), the GPUs would go to no inference replica, and the training work is lost for nothing
         unapplied = {o.action.policy for o in out if isinstance(o.action, Scale) and o.failure}
         unapplied |= {key for key, state in view.targets.items() if state is None}  # e.g. an HPA's Deployment gone
         out += [Outcome(a, False, skipped="the reservation it makes room for could not be applied")
-                for a in first.values() if a.policy in unapplied]
-        out += self._in_parallel([a for a in first.values() if a.policy not in unapplied],
+                for a in writes.evictions if a.policy in unapplied]
+        out += self._in_parallel([a for a in writes.evictions if a.policy not in unapplied],
                                  still_wanted=lambda _: wanted)
-        out += self._in_parallel([a for a in scales if a.policy not in for_whom])
-        out += self._in_parallel([a for a in quotas if a not in down])
-        return out + self._in_parallel([a for a in actions if isinstance(a, Requeue)])
+        out += self._in_parallel(writes.scales) + self._in_parallel(writes.up)
+        return out + self._in_parallel(writes.requeues)
 
     def _run(self, actions: list, still_wanted: Callable[[list[Evict]], set[str]] | None = None) -> list[Outcome]:
         """`actions` one after another, their Events beside when they are (execute)."""

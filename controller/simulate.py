@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from adapters.embedded import EmbeddedCluster
-from controller.actions import Evict, PolicyTarget, Stopped, View, cluster_actions, evicted_gpus
+from controller.actions import Evict, PolicyTarget, Stopped, View, cluster_actions, evicted_gpus, in_write_order
 from controller.executor import apply
 from controller.observe import (
     MIN_FIT_HOURS,
@@ -487,7 +487,8 @@ def _run(scenario: Scenario, spec: PolicySpec, make_forecaster, reference: str, 
             if math.ceil(need - warm - 1e-9) > max(world.idle_gpus, 0) + world.fast_preemptible_gpus(deadline):
                 violations += 1
         band_before = ws.reserved_gpus + ws.headroom_gpus
-        applied = [a for a in actions if apply(a, world)] if actions else actions
+        # in the reconciler's order: each write is a Kueue event in the world, another order admits other Workloads
+        applied = [a for kind in in_write_order(actions, view.quotas) for a in kind if apply(a, world)]
         for a in applied:
             if isinstance(a, Evict):
                 events.append((moment(k), a.gpus, a.kind))

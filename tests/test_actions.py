@@ -22,6 +22,7 @@ from controller.actions import (
     View,
     cluster_actions,
     evicted_gpus,
+    in_write_order,
 )
 from controller.executor import execute
 from controller.reconcile import training_view
@@ -348,6 +349,19 @@ def test_a_failing_action_is_reported_and_does_not_stop_the_others():
     # a write to something that does not exist (NotFound is a ClusterError)
     (o,) = execute([SetQuota("no-such-queue", 4, "x")], w)
     assert not o.applied and "not found" in o.error
+
+
+def test_the_writes_go_in_the_order_a_demand_jump_needs_them():
+    """The reconciler and simulate write in one order (each write is a Kueue event on the embedded cluster): the
+    reservations preemptions are made for, the quotas that go down, each eviction once; then the other reservations,
+    the quotas that go up (or stay, to be marked) and the requeues."""
+    other = TargetRef("Deployment", "other", "default")
+    chat, rest = Scale(CHAT.key, CHAT.target, 8, 16, "up"), Scale("default/other", other, 2, 2, "down")
+    up, same, down = SetQuota("inference-q", 16, "up"), SetQuota("b", 5, "marked"), SetQuota("a", 10, "down")
+    evict = Evict("ml/j1", "u1", "a", 4, "planned", CHAT.key, 0.0, "p", "why")
+    requeue = Requeue("ml/j0", "u0", "a", "back")
+    writes = in_write_order([rest, requeue, up, chat, evict, same, down, evict], {"inference-q": 8, "a": 20, "b": 5})
+    assert writes == ([chat], [down], [evict], [rest], [up, same], [requeue])
 
 
 def test_plan_act_observe_plan_again_is_steady():

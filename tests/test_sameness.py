@@ -251,6 +251,16 @@ POLICY_FIELDS = st.fixed_dictionaries({
     "trainingClusterQueues": st.sampled_from([["training"], ["research", "batch"]])})
 
 
+# research StrictFIFO, its quota and the inference queue's moving the same step: the order of the writes decides what
+# Kueue admits in between
+STRICT_RESEARCH_FIELDS = {
+    "capacity": {"demandPerGpu": 1.0, "gpusPerReplica": 1}, "headroomQuantile": 0.95, "minGpus": 0,
+    "target": {"kind": "Deployment", "name": "inference"}, "warmBuffer": 0.0, "headroomFloorGpus": 0,
+    "statistic": "max", "forecaster": "auto", "leadTime": "5m", "targetQuantile": 0.5, "reclaimDeadline": "1m",
+    "trainingClusterQueues": ["research", "batch"], "marginGpus": 0, "scaleInDelay": "10m",
+    "warmBufferQuantile": None, "maxGpus": 40, "timezone": "UTC", "inferenceClusterQueue": "inference-pods"}
+
+
 @example(fields={"timezone": "UTC", "scaleInDelay": "0s", "maxGpus": 40, "warmBufferQuantile": None,
                  "targetQuantile": 0.5, "statistic": "max", "leadTime": "1h", "headroomQuantile": 0.95,
                  "warmBuffer": 0.0, "forecaster": "reactive", "minGpus": 0, "reclaimDeadline": "1m", "marginGpus": 0,
@@ -265,6 +275,8 @@ POLICY_FIELDS = st.fixed_dictionaries({
                  "target": {"kind": "Deployment", "name": "inference"}, "headroomFloorGpus": 0,
                  "inferenceClusterQueue": "inference-pods", "trainingClusterQueues": ["research", "batch"]},
           gpus=64, holes=False, jobs=True, controller={}, strict=True)  # research StrictFIFO: other preemptions
+@example(fields=STRICT_RESEARCH_FIELDS, gpus=128, holes=False, jobs=False,
+         controller={"non_lendable_gpus": 4, "team_weights": {"research": 3}}, strict=True)  # the writes' order
 @settings(max_examples=int(os.environ.get("HEADROOM_SAMENESS_EXAMPLES", "8")), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(fields=POLICY_FIELDS, gpus=st.sampled_from([24, 64, 128]), holes=st.booleans(), jobs=st.booleans(),
@@ -292,6 +304,43 @@ def test_the_same_for_any_policy(tmp_path_factory, capsys, fields, gpus, holes, 
                            flags=flags)
     assert simulated == ran
     assert len(pd.read_csv(folder / "simulate.csv")) == 36
+
+
+def test_the_world_gets_the_same_writes_in_the_same_order(tmp_path, capsys, monkeypatch):
+    """simulate applied a step's writes in the plan's order (the reservation, then the quotas) where the reconciler
+    writes the quotas that go down first and those that go up last: on the embedded cluster each write is a Kueue event
+    that may admit, so the two admitted other replicas, and at 01:50 the timelines said 21 warm GPUs and 20. Both now
+    write in one order (controller.actions.in_write_order)."""
+    import controller.executor
+    import controller.simulate
+    from controller.actions import Evict, Requeue, Scale, SetQuota
+
+    writes: dict[int, list[tuple]] = {}  # each command's world -> the writes it got, in order
+
+    def recorded(action, cluster):
+        match action:
+            case Scale():
+                writes.setdefault(id(cluster), []).append((cluster.now, "scale", action.target.name, action.gpus))
+            case SetQuota():
+                writes.setdefault(id(cluster), []).append((cluster.now, "quota", action.queue, action.gpus))
+            case Evict() | Requeue():
+                writes.setdefault(id(cluster), []).append((cluster.now, type(action).__name__, action.workload))
+        return apply(action, cluster)
+
+    apply = controller.executor.apply
+    monkeypatch.setattr(controller.executor, "apply", recorded)
+    monkeypatch.setattr(controller.simulate, "apply", recorded)
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(yaml.safe_dump(manifest("inference", "default", PolicySpec.model_validate(
+        {"query": "demand", "mode": "active", **STRICT_RESEARCH_FIELDS})), sort_keys=False))
+    config = tmp_path / "headroom.yaml"
+    config.write_text(yaml.safe_dump({"run": {"non_lendable_gpus": 4, "team_weights": {"research": 3}},
+                                      "simulate": {"world": {"strict_fifo_queues": ["research"]}}}))
+    _both(tmp_path, _berlin_trace(tmp_path / "demand.csv", False), str(policy), days=0.25,
+          flags=["--config", str(config)])
+    simulated, ran = writes.values()
+    assert any(kind == "quota" for _, kind, *_ in simulated)  # quotas moved: the order compares something
+    assert simulated == ran
 
 
 def test_the_embedded_replay_s_last_line_says_the_preemptions_simulate_counts(tmp_path, capsys):
