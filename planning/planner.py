@@ -98,8 +98,12 @@ class WorkloadPolicy:
         most = lendable if self.max_gpus is None else min(self.max_gpus, lendable)
         return max(most // self.gpus_per_replica * self.gpus_per_replica, self.least_gpus)
 
+    def at_least(self, gpus: int) -> int:
+        """`gpus` in whole replicas, never under minGpus."""
+        return max(whole_replicas(gpus, self.gpus_per_replica), self.least_gpus)
+
     def clamp(self, gpus: int, lendable: int) -> int:
-        return min(max(whole_replicas(gpus, self.gpus_per_replica), self.least_gpus), self.top(lendable))
+        return min(self.at_least(gpus), self.top(lendable))
 
 
 @dataclass(frozen=True)
@@ -664,12 +668,12 @@ def plan_step(hours: HourPlan, observed: Mapping[str, Observed], training: Train
                 factor = max(w.warm_buffer, wh.rise_buffer)
                 if factor > 0:  # whole replicas, as `gpus` gives the peak: the target scales by replicas
                     buffer = w.gpus(factor * math.sqrt(max(peak, 1)) * w.demand_per_gpu)
-        want = w.clamp(max(fore, peak + buffer), lendable)
+        asked = w.at_least(max(fore, peak + buffer))
+        want = min(asked, w.top(lendable))
         if o.degraded:
             want = max(want, min(whole_replicas(o.held_gpus, w.gpus_per_replica), w.top(lendable)))
         # what maxGpus took and what the cluster's size alone took, each said in the reason
-        asked = max(whole_replicas(max(fore, peak + buffer), w.gpus_per_replica), w.least_gpus)
-        within_max = w.clamp(asked, MAX_GPUS)
+        within_max = min(asked, w.top(MAX_GPUS))
         cut = max(within_max - want, 0)
         capped = asked - within_max if w.max_gpus is not None else 0  # no maxGpus: only demand beyond MAX_GPUS
         i = wh.at(t_now)
@@ -836,7 +840,7 @@ def _preemptions(hours: HourPlan, steps: list[WorkloadStep], t: Training, policy
     if over > 0 or over_band > 0:
         # demand above the forecast takes GPUs only where it raised the reservation (not where maxGpus or the
         # cluster held it at the forecast): then, and only then, an emergency
-        above = [s for s in steps if s.peak_gpus + s.buffer_gpus > s.forecast_gpus < s.reserved_gpus]
+        above = [s for s in steps if s.forecast_gpus < min(s.peak_gpus + s.buffer_gpus, s.reserved_gpus)]
         kind = "emergency" if over > 0 and above else "planned"
         holders = "training and the inference pods in its queues hold" if t.serving_gpus else "training holds"
         excess = f"{holders} {over} GPUs more than the {lent} lent now"
