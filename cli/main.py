@@ -132,7 +132,7 @@ def cmd_backtest(cfg: Config, args) -> int:
     if not origins(len(series), b.horizon, b.folds, b.step):
         raise HistoryError(f"{history_name(cfg)}: {len(series)} hourly points; a backtest needs two "
                            f"days to fit plus --horizon (backtest.horizon) {b.horizon} h to score "
-                           f"({48 + b.horizon} points at least)")
+                           f"({MIN_FORECAST_POINTS + b.horizon} points at least)")
     _refuse_under_two_days(cfg, series, "a backtest fits its models on")  # else a minute's run to score null
     result = backtest(series, horizon=b.horizon, folds=b.folds, step=b.step, progress=counter("backtest"),
                       outlier_factor=h.outlier_factor)
