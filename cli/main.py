@@ -30,9 +30,6 @@ def _quantile_list(text: str) -> list[float]:
         raise argparse.ArgumentTypeError(f"not a comma-separated list of numbers: {text!r}") from None
 
 
-MIN_FORECAST_POINTS = 48  # two days at the hourly step: the forecast's intervals need day-over-day errors
-
-
 def _capped_quantiles(frame, model) -> list[str]:
     """Upper quantiles equal to the one below them in every hour: the calibration folds (on a short history, the
     refits that stand in for them) showed no larger error, and split conformal places no bound above the largest
@@ -72,12 +69,13 @@ def _uncalibrated(model) -> list[str]:
 def _refuse_under_two_days(cfg: Config, series, needs: str) -> None:
     """A model fits on two days of hours with data at least: its quantiles come from day-over-day errors, and fewer
     would give q0.5 = q0.99 (a backtest's every fold would score null)."""
+    from forecast.calibrate import MIN_FIT_HOURS
     from forecast.history import HistoryError
 
     real = int(series.notna().sum())
-    if real < MIN_FORECAST_POINTS:
+    if real < MIN_FIT_HOURS:
         raise HistoryError(f"{history_name(cfg)}: {real} hourly points with data of {len(series)}; {needs} at "
-                           f"least {MIN_FORECAST_POINTS} (two days): its quantiles come from day-over-day errors")
+                           f"least {MIN_FIT_HOURS} (two days): its quantiles come from day-over-day errors")
 
 
 def cmd_forecast(cfg: Config, args) -> int:
@@ -115,7 +113,7 @@ def cmd_forecast(cfg: Config, args) -> int:
 
 def cmd_backtest(cfg: Config, args) -> int:
     from forecast.backtest import backtest
-    from forecast.calibrate import origins
+    from forecast.calibrate import MIN_FIT_HOURS, origins
     from forecast.clock import local_hours
     from forecast.history import HistoryError, clip_outliers
 
@@ -132,7 +130,7 @@ def cmd_backtest(cfg: Config, args) -> int:
     if not origins(len(series), b.horizon, b.folds, b.step):
         raise HistoryError(f"{history_name(cfg)}: {len(series)} hourly points; a backtest needs two "
                            f"days to fit plus --horizon (backtest.horizon) {b.horizon} h to score "
-                           f"({MIN_FORECAST_POINTS + b.horizon} points at least)")
+                           f"({MIN_FIT_HOURS + b.horizon} points at least)")
     _refuse_under_two_days(cfg, series, "a backtest fits its models on")  # else a minute's run to score null
     result = backtest(series, horizon=b.horizon, folds=b.folds, step=b.step, progress=counter("backtest"),
                       outlier_factor=h.outlier_factor)

@@ -18,12 +18,12 @@ from core.policy import PolicySpec
 from core.settings import LOOKBACK, RunConfig
 from core.units import duration
 from forecast.base import Forecaster, ForecastError
+from forecast.calibrate import MIN_FIT_HOURS
 from forecast.clock import on_clock
 from forecast.history import OUTLIER_FACTOR, prepare
 from forecast.metrics import seasonal_scale
 
 EXTRA_QUANTILES = (0.1, 0.5, 0.9)  # always forecast: realized error and the 80% interval need them
-MIN_FIT_HOURS = 48                 # fewer complete hours: no forecast, the planner's conservative fallback
 
 
 def default_forecaster() -> Forecaster:
