@@ -435,8 +435,7 @@ def _held_then(ordered: list[Identified], kept: list[PolicyObject], refused: lis
         said = holding_spec(status.get("holding")) if status.get("observedGeneration") != generation else None
         if said is not None:
             target, spec = said.target.ref(ref.namespace or "default"), said
-            kept_then = not any(c.get("type") == "Ready" and c.get("status") == "False" and c.get("reason") ==
-                                "InvalidSpec" for c in status.get("conditions") or [])
+            kept_then = not _not_ready(status, "reason", "InvalidSpec")
         elif ref in now:
             target, spec, kept_then = now[ref]
         else:
@@ -586,14 +585,19 @@ NOT_PLANNED = tuple(Condition(kind, "Unknown", "NotPlanned", "the policy takes n
                     for kind in CONDITION_TYPES if kind != "Ready")
 
 
+def _not_ready(status: Mapping, key: str, value: str) -> bool:
+    """Whether a policy's status has a Ready=False condition whose `key` (its reason, its message) is `value`."""
+    return any(c.get("type") == "Ready" and c.get("status") == "False" and c.get(key) == value
+               for c in status.get("conditions") or [])
+
+
 def _refusal_said(status: Mapping, message: str, generation: int, holding: dict | None, left: list[dict] | None,
                   holds_target: bool | None) -> tuple[bool, bool]:
     """Whether a policy's status already says Ready=False for this reason (a restarted controller reported it), and
     whether it says all a refusal's status says: the generation refused, what the policy holds and left behind and
     whether another holds its target, no plan's id or realized error (an older controller's refusal left its last
     plan's, and a spec edited and refused for the same reason is a new generation)."""
-    told = any(c.get("type") == "Ready" and c.get("status") == "False" and c.get("message") == message
-               for c in status.get("conditions", []))
+    told = _not_ready(status, "message", message)
     return told, told and status.get("observedGeneration") == generation and not status.get("planId") \
         and not status.get("realizedError") and status.get("holding") == holding and status.get("left") == left \
         and status.get("holdsTarget") == holds_target
