@@ -1139,10 +1139,11 @@ class EmbeddedCluster:
         return view
 
     def stopped_by_plan(self) -> list[tuple[str, str]]:
-        """(workload, queue) of every Workload headroom evicted that has stopped."""
+        """(workload, queue) of every Workload headroom evicted that has stopped, oldest first as `workloads` lists
+        them: simulate requeues them in the order the controller's read gives (reconcile.training_view)."""
         j = self.jobs
         return [(f"{TRAINING_NAMESPACE}/{j.names[i]}", self._queues[int(j.queue[i])])
-                for i in self._stopped]
+                for i in sorted(self._stopped)]
 
     def fast_preemptible_gpus(self, deadline_seconds: float) -> int:
         columns = self._columns()

@@ -178,6 +178,26 @@ def test_requeued_workloads_rejoin_the_pending_line():
     assert sum(x.active and not x.admitted for x in w.workloads()) == n
 
 
+def test_the_stopped_are_listed_as_the_controller_reads_them():
+    """simulate requeues the Workloads stopped_by_plan lists, the embedded controller those its read lists
+    (training_view of Cluster.workloads, oldest first). stopped_by_plan listed them as they stopped, so the two wrote a
+    step's requeues in other orders (of 12 at once, the world got team-13-job-833 first from one and team-02-job-129
+    from the other). It lists them as the read does."""
+    index = pd.date_range(START - pd.Timedelta(days=1), START + pd.Timedelta(days=1), freq="5min")
+    w = EmbeddedCluster(32, [manifest("chat", "default", SPEC)], {"default/chat": pd.Series(0.0, index=index)},
+                        start=START.timestamp(), settings=WorldSettings(preemption_seconds=(0.0, 0.0)))
+    w.set_cluster_queue_quota("train-a", 16)
+    w.set_cluster_queue_quota("train-b", 16)
+    w.admit()
+    running = [x for x in w.workloads() if x.admitted and x.active]
+    for x in running[::-1]:  # the newest evicted first: they stop in that order
+        assert w.evict_workload(x.namespace, x.name, x.uid, "test", "plan")
+    w.advance(w.now + 300.0)
+    stopped = [(s.workload, s.queue) for s in observe(w).stopped]
+    assert len(stopped) == len(running) > 2
+    assert w.stopped_by_plan() == stopped
+
+
 def _backlog_after_hours(capacity: int, seed: int, hours: float = 4.0) -> EmbeddedCluster:
     """A world of `capacity` GPUs, all of them training's (no demand), its backlog admitted and topped up every
     5 minutes for `hours`."""
