@@ -221,6 +221,9 @@ def _creation_timestamp(t: float) -> int:
 class EmbeddedCluster:
     """The Cluster interface on in-process state, advanced step by step by `advance` (time passes) and
     `admit` (Kueue's scheduling pass)."""
+    # one after another, in the order given: each write is a Kueue event taken at once (admitting what then fits), so
+    # the order decides what is admitted, and simulate writes in one order (in_write_order); nor is the state locked
+    writes_side_by_side = False
 
     def __init__(self, capacity_gpus: int, policies: list[dict], demand: Mapping[str, pd.Series], start: float,
                  settings: WorldSettings = WorldSettings(),

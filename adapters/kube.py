@@ -719,6 +719,7 @@ PLAN_SUMMARY = "headroom-plan"  # the ConfigMap, beside the Lease, holding the p
 @dataclass
 class KubeCluster:
     """The real cluster behind core.cluster.Cluster."""
+    writes_side_by_side = True  # the API server takes them in any order; Kueue schedules apart, asynchronously
     api_client: Any  # kubernetes.client.ApiClient
     field_manager: str = "headroom"
     request_timeout: float = 10.0

@@ -1590,8 +1590,8 @@ class Reconciler:
     def _in_parallel(self, actions: list, still_wanted: Callable[[list[Evict]], set[str]] | None = None
                      ) -> list[Outcome]:
         """Independent writes (one object each), 8 at a time when there are many (a thousand in a row take
-        seconds)."""
-        if len(actions) <= 16:
+        seconds) and the cluster takes them so (Cluster.writes_side_by_side), else in their order."""
+        if len(actions) <= 16 or not self.cluster.writes_side_by_side:
             return self._run(actions, still_wanted)
         chunks = [actions[k::SIDE_BY_SIDE] for k in range(SIDE_BY_SIDE)]
         return [o for part in self._side_by_side().map(lambda c: self._run(c, still_wanted), chunks) for o in part]

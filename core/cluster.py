@@ -69,6 +69,12 @@ class ForecastStore(Protocol):
 
 
 class Cluster(Protocol):
+    @property
+    def writes_side_by_side(self) -> bool:
+        """Whether a reconcile may make many writes at once (an API server's: Kueue reacts to them later, on its own).
+        False: one after another in the order given, as each may change what comes of the next."""
+        ...
+
     def snapshot(self) -> AbstractContextManager[Any]:
         """One reconcile's view (the controller enters it around each): within it each kind of object is read from
         the cluster at most once, what a watch cache serves aside, and served from then on as read, with this client's

@@ -111,6 +111,38 @@ def test_a_demand_jump_evicts_before_the_reservations_it_does_not_need():
     assert [what for _, what in noting.writes[:2]] == ["chat", "train-a"]
 
 
+class Quotas:
+    """The embedded cluster, saying whether it takes writes side by side, noting each quota write and the thread it
+    came on (not applied: its state is not for threads)."""
+
+    def __init__(self, inner, side_by_side: bool):
+        self.inner, self.writes_side_by_side, self.writes = inner, side_by_side, []
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def set_cluster_queue_quota(self, name, gpus, *args):
+        self.writes.append((gpus, threading.current_thread().name))
+        return True
+
+
+def test_many_writes_of_a_kind_go_in_their_order_on_a_cluster_that_takes_them_one_by_one():
+    """More than 16 writes of a kind went 8 at a time on 8 threads (actions[k::8] each), whatever the cluster: the
+    embedded one got them out of their order (1, 9, 17, 2, ... or as the threads took them), where each is a Kueue
+    event that may admit and simulate writes them in order. Where the cluster takes writes one by one they go so, in
+    order, on the reconcile's thread; an API server still gets them side by side."""
+    quotas = [SetQuota("train-a", gpus, "up") for gpus in range(1, 21)]
+    serial = Quotas(world(), side_by_side=False)
+    Reconciler(serial, None, RunConfig())._in_parallel(quotas)  # type: ignore[arg-type]  # no demand is read here
+    assert serial.writes == [(gpus, threading.current_thread().name) for gpus in range(1, 21)]
+    beside = Quotas(world(), side_by_side=True)
+    r = Reconciler(beside, None, RunConfig())  # type: ignore[arg-type]
+    r._in_parallel(quotas)
+    assert sorted(gpus for gpus, _ in beside.writes) == list(range(1, 21))
+    assert all(thread.startswith("headroom-io") for _, thread in beside.writes)
+    r.close()
+
+
 @pytest.fixture
 def spread(monkeypatch):
     monkeypatch.setattr(reconcile, "STATUS_SPREAD", 2)

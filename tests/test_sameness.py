@@ -306,16 +306,14 @@ def test_the_same_for_any_policy(tmp_path_factory, capsys, fields, gpus, holes, 
     assert len(pd.read_csv(folder / "simulate.csv")) == 36
 
 
-def test_the_world_gets_the_same_writes_in_the_same_order(tmp_path, capsys, monkeypatch):
-    """simulate applied a step's writes in the plan's order (the reservation, then the quotas) where the reconciler
-    writes the quotas that go down first and those that go up last: on the embedded cluster each write is a Kueue event
-    that may admit, so the two admitted other replicas, and at 01:50 the timelines said 21 warm GPUs and 20. Both now
-    write in one order (controller.actions.in_write_order)."""
+@pytest.fixture
+def world_writes(monkeypatch) -> dict[int, list[tuple]]:
+    """Each command's world -> the writes it gets (scales, quotas, evictions, requeues), in order."""
     import controller.executor
     import controller.simulate
     from controller.actions import Evict, Requeue, Scale, SetQuota
 
-    writes: dict[int, list[tuple]] = {}  # each command's world -> the writes it got, in order
+    writes: dict[int, list[tuple]] = {}
 
     def recorded(action, cluster):
         match action:
@@ -330,6 +328,14 @@ def test_the_world_gets_the_same_writes_in_the_same_order(tmp_path, capsys, monk
     apply = controller.executor.apply
     monkeypatch.setattr(controller.executor, "apply", recorded)
     monkeypatch.setattr(controller.simulate, "apply", recorded)
+    return writes
+
+
+def test_the_world_gets_the_same_writes_in_the_same_order(tmp_path, capsys, world_writes):
+    """simulate applied a step's writes in the plan's order (the reservation, then the quotas) where the reconciler
+    writes the quotas that go down first and those that go up last: on the embedded cluster each write is a Kueue event
+    that may admit, so the two admitted other replicas, and at 01:50 the timelines said 21 warm GPUs and 20. Both now
+    write in one order (controller.actions.in_write_order)."""
     policy = tmp_path / "policy.yaml"
     policy.write_text(yaml.safe_dump(manifest("inference", "default", PolicySpec.model_validate(
         {"query": "demand", "mode": "active", **STRICT_RESEARCH_FIELDS})), sort_keys=False))
@@ -338,9 +344,36 @@ def test_the_world_gets_the_same_writes_in_the_same_order(tmp_path, capsys, monk
                                       "simulate": {"world": {"strict_fifo_queues": ["research"]}}}))
     _both(tmp_path, _berlin_trace(tmp_path / "demand.csv", False), str(policy), days=0.25,
           flags=["--config", str(config)])
-    simulated, ran = writes.values()
+    simulated, ran = world_writes.values()
     assert any(kind == "quota" for _, kind, *_ in simulated)  # quotas moved: the order compares something
     assert simulated == ran
+
+
+def test_many_writes_of_a_kind_reach_the_world_in_the_same_order(tmp_path, capsys, world_writes):
+    """The embedded controller wrote more than 16 writes of a kind (quotas, evictions, requeues) 8 at a time on 8
+    threads (Reconciler._in_parallel), so its world got them in another order than simulate's (here 17 training
+    queues' quotas move at once: at the first step simulate's third write was team-00's quota, run's team-07's), and
+    from one run to the next in whatever order the threads took, on a world whose state no lock guards: one run of
+    three got 7 writes more than simulate. The embedded cluster now takes a reconcile's writes one after another
+    (Cluster.writes_side_by_side)."""
+    queues = [f"team-{k:02d}" for k in range(17)]
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(yaml.safe_dump(manifest("inference", "default", PolicySpec.model_validate({
+        "query": "demand", "mode": "active", **STRICT_RESEARCH_FIELDS, "maxGpus": None, "headroomQuantile": 0.99,
+        "scaleInDelay": "0s", "forecaster": "reactive", "trainingClusterQueues": queues})), sort_keys=False))
+    config = tmp_path / "headroom.yaml"
+    config.write_text(yaml.safe_dump({"simulate": {"world": {"backlog_job_gpus": [1, 2]}}}))
+    trace = _berlin_trace(tmp_path / "demand.csv", False)
+    demand = pd.read_csv(trace)
+    for at in (len(demand) - 30, len(demand) - 20, len(demand) - 10):  # demand jumps by 30 GPUs for 15 minutes
+        demand.loc[at:at + 2, "value"] += 30
+    demand.to_csv(trace, index=False)
+    _both(tmp_path, trace, str(policy), days=0.25, flags=["--config", str(config)])
+    simulated, ran = world_writes.values()
+    at_once = pd.DataFrame([w[:2] for w in simulated], columns=["at", "kind"]).value_counts()
+    assert at_once.max() > 16  # many of a kind in a step: the order compares something
+    assert simulated == ran
+    assert pd.read_csv(tmp_path / "simulate.csv").equals(pd.read_csv(tmp_path / "run.csv"))
 
 
 def test_the_embedded_replay_s_last_line_says_the_preemptions_simulate_counts(tmp_path, capsys):
