@@ -701,7 +701,9 @@ class EmbeddedCluster:
             pass
         raise NotFound(f"Workload {TRAINING_NAMESPACE}/{name} not found", status=404)
 
-    def patch_policy_status(self, namespace: str, name: str, status: PolicyStatus) -> bool:
+    def patch_policy_status(self, namespace: str, name: str, status: PolicyStatus, uid: str | None = None) -> bool:
+        if uid is not None and not any(p["metadata"]["uid"] == uid for p in self.policies):
+            return False  # (as on Kubernetes) no longer the object the status was planned for
         said = self.statuses.get((namespace, name), {})
         old = {c["type"]: c for c in said.get("conditions", [])}
         conditions = {**old, **{c.type: {"type": c.type, "status": c.status, "reason": c.reason,

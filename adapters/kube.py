@@ -1463,15 +1463,21 @@ class KubeCluster:
         return self._request("GET", self.custom_path(HEADROOM_GROUP, HEADROOM_VERSION,
                                                      "reservationpolicies", name, namespace))
 
-    def patch_policy_status(self, namespace: str, name: str, status: PolicyStatus) -> bool:
+    def patch_policy_status(self, namespace: str, name: str, status: PolicyStatus, uid: str | None = None) -> bool:
         """Write the status subresource; True if it was written. A condition keeps its lastTransitionTime unless its
         status changes; conditions not named keep their old value. A status that says nothing new (planId and
-        lastPlanTime aside) is not written unless its lastPlanTime is STATUS_REFRESH_SECONDS old; the object is
-        read from the watch cache when there is one (a stale copy costs a 409 and a re-read)."""
+        lastPlanTime aside) is not written unless its lastPlanTime is STATUS_REFRESH_SECONDS old; nor one of another
+        object than `uid` names (the policy deleted and created again since its plan: the write carries the
+        resourceVersion of the object whose uid was checked). The object is read from the watch cache when there is
+        one (a stale copy costs a 409 and a re-read)."""
         path = self.custom_path(HEADROOM_GROUP, HEADROOM_VERSION, "reservationpolicies", name, namespace)
         now = _rfc3339(_now())
 
         def mutate(policy: dict) -> dict | None:
+            if uid is not None and policy["metadata"].get("uid") != uid:
+                log.info("ReservationPolicy %s/%s was deleted and created again since its plan: the old object's "
+                         "status is not written onto the new one", namespace, name)
+                return None
             old = {c["type"]: c for c in (policy.get("status") or {}).get("conditions", []) or []}
             merged = dict(old)
             for cond in status.conditions:

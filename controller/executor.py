@@ -82,7 +82,7 @@ def apply(action: Action, cluster: Cluster) -> bool:
             namespace, name = w.split("/", 1)
             return cluster.requeue_workload(namespace, name, uid)
         case PatchStatus(policy=ref, status=status):
-            return cluster.patch_policy_status(ref.namespace or "default", ref.name, status)
+            return cluster.patch_policy_status(ref.namespace or "default", ref.name, status, uid=ref.uid)
         case RecordEvent(event=e):
             cluster.emit_event(e.about, e.reason, e.message, type=e.type)
             return True

@@ -136,8 +136,10 @@ class Cluster(Protocol):
         """Reactivate a Workload headroom evicted once its eviction is complete (Kueue queues it again)."""
         ...
 
-    def patch_policy_status(self, namespace: str, name: str, status: PolicyStatus) -> bool:
-        """Write a policy's status; False if it says nothing new (the cluster may then skip the write)."""
+    def patch_policy_status(self, namespace: str, name: str, status: PolicyStatus, uid: str | None = None) -> bool:
+        """Write a policy's status; False if it says nothing new (the cluster may then skip the write), or the policy
+        is no longer the object `uid` names (deleted and created again under its name: its status is not the new
+        one's)."""
         ...
 
     def emit_event(self, about: ObjectRef, reason: str, message: str, type: str = "Normal") -> dict[str, Any]: ...

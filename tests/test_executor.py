@@ -184,7 +184,7 @@ class StatusGate:
     def __getattr__(self, name):
         return getattr(self.inner, name)
 
-    def patch_policy_status(self, namespace, name, status):
+    def patch_policy_status(self, namespace, name, status, uid=None):
         with self._lock:
             self._now += 1
             self.at_once = max(self.at_once, self._now)
@@ -193,7 +193,7 @@ class StatusGate:
         with self._lock:
             self._now -= 1
             self.written.append((name, status.reserved_gpus))
-        return self.inner.patch_policy_status(namespace, name, status)
+        return self.inner.patch_policy_status(namespace, name, status, uid)
 
 
 def _status(name: str, reserved: int) -> PatchStatus:

@@ -2,6 +2,7 @@
 CRDs (kueue.x-k8s.io/v1beta2) installed."""
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -603,6 +604,37 @@ def test_a_refusal_s_status_removes_the_plan_id_an_older_controller_left(cluster
     assert cluster.patch_policy_status(NS, "left", refused) is True
     assert "planId" not in cluster.get_reservation_policy(NS, "left")["status"]
     assert cluster.patch_policy_status(NS, "left", refused) is False  # said: nothing new
+
+
+@pytest.mark.parametrize("in_a_snapshot", [False, True])
+def test_a_status_planned_for_a_policy_deleted_and_created_again_is_not_written_onto_the_new_one(cluster,
+                                                                                                 in_a_snapshot):
+    """A status is planned for the policy object the reconcile read. Deleted and created again under its name before
+    the status lands (written beside, after the reconcile), the old object's plan, its planId, reservation and
+    status.holding (what it held: Deployment d0), was written onto the new object, whose spec names d1: a controller
+    restarted then reads the new policy as one edited off d0, holding d0's GPUs for it. The write is of the object
+    read (its uid), or none; in a reconcile too, where the first read is the old object as the reconcile read it."""
+    from controller.actions import PatchStatus
+    from controller.executor import execute
+
+    name = f"again-{int(in_a_snapshot)}"
+    old = ObjectRef.of(cluster.create(RP, policy(name, target={"kind": "Deployment", "name": "d0"})))
+    planned = PolicyStatus(reserved_gpus=6, headroom_gpus=2, plan_id="plan-of-the-old-one", observed_generation=1,
+                           holding={"capacity": {"gpusPerReplica": 1}, "target": {"kind": "Deployment", "name": "d0"}},
+                           conditions=(Condition("Ready", "True", "PlanApplied", "reserved 6 GPUs on d0"),))
+    with cluster.snapshot() if in_a_snapshot else contextlib.nullcontext():
+        if in_a_snapshot:
+            cluster.reservation_policies(NS)  # the reconcile's read: the old object
+        cluster.delete(f"{RP}/{name}")
+        new = cluster.create(RP, policy(name, target={"kind": "Deployment", "name": "d1"}))
+        [outcome] = execute([PatchStatus(old, planned)], cluster)
+    assert outcome.error is None and not outcome.applied
+    stored = cluster.get_reservation_policy(NS, name)
+    assert stored["metadata"]["uid"] == new["metadata"]["uid"] != old.uid
+    assert "status" not in stored or not stored["status"], stored["status"]
+    # the new object's own status is written as any
+    [outcome] = execute([PatchStatus(ObjectRef.of(new), replace(planned, plan_id="plan-of-the-new-one"))], cluster)
+    assert outcome.applied and cluster.get_reservation_policy(NS, name)["status"]["planId"] == "plan-of-the-new-one"
 
 
 def test_plan_summary_is_one_configmap_written_only_when_it_changes(cluster):

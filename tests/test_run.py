@@ -3251,10 +3251,10 @@ def test_a_refused_policy_edited_off_a_target_another_took_leaves_nothing_behind
     r.cluster.apply_policy({**held, "spec": {**held["spec"], "target": d1}})
     written = r.cluster.patch_policy_status
 
-    def fails_for_named(namespace, name, status):
+    def fails_for_named(namespace, name, status, uid=None):
         if name == "named":
             raise ClusterError("the API server did not answer")
-        return written(namespace, name, status)
+        return written(namespace, name, status, uid)
 
     monkeypatch.setattr(r.cluster, "patch_policy_status", fails_for_named)
     r.step(AT_9 + pd.Timedelta(minutes=5))
