@@ -634,9 +634,12 @@ class EmbeddedCluster:
         self._scale(inf, max(self._hpa_recommendation(inf), min_replicas))
         return changed
 
-    def set_cluster_queue_quota(self, name: str, gpus: int, lent: bool = False, lent_for: str | None = None) -> bool:
+    def set_cluster_queue_quota(self, name: str, gpus: int, lent: bool = False, lent_for: str | None = None,
+                                replaces: int | None = None) -> bool:
         if name not in self.quotas:
             raise NotFound(f"ClusterQueue {name} not found", status=404)
+        if replaces is not None and self.quotas[name] != replaces:
+            return False  # someone else set it since: theirs
         changed = self.quotas[name] != gpus
         self.quotas[name] = gpus
         if lent:

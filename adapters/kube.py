@@ -1343,10 +1343,13 @@ class KubeCluster:
         return int(_quantity(cq["spec"]["resourceGroups"][g]["flavors"][f]["resources"][r]["nominalQuota"]))
 
     def set_cluster_queue_quota(self, name: str, gpus: int, lent: bool = False, lent_for: str | None = None,
-                                resource: str | None = None, flavor: str | None = None) -> bool:
+                                replaces: int | None = None, resource: str | None = None,
+                                flavor: str | None = None) -> bool:
         """Set the nominalQuota of `resource`, and the queue's LENT_GPUS mark if `lent` (else none), with LENT_FOR
-        `lent_for` (the lending controller's run.namespace; None: none); True if it changed (False: already so). A
-        lendingLimit above the new quota is lowered to it (Kueue refuses a lendingLimit over the nominalQuota)."""
+        `lent_for` (the lending controller's run.namespace; None: none); True if it changed (False: already so, or
+        its quota is no longer `replaces`: someone else set it since, and the write carries the resourceVersion of
+        the queue so checked). A lendingLimit above the new quota is lowered to it (Kueue refuses a lendingLimit over
+        the nominalQuota)."""
         if gpus < 0:
             raise ValueError(f"quota must be >= 0, got {gpus}")
         resource = resource or self.resource
@@ -1357,6 +1360,10 @@ class KubeCluster:
             quota = groups[g]["flavors"][f]["resources"][r]
             marks = {LENT_GPUS: str(gpus) if lent else None, LENT_FOR: lent_for if lent else None}
             annotations = cq["metadata"].get("annotations") or {}
+            if replaces is not None and _quantity(quota["nominalQuota"]) != replaces:
+                log.info("ClusterQueue %s: its quota is %s, not the %d it was to replace: someone else set it, left as "
+                         "it is", name, quota["nominalQuota"], replaces)
+                return None
             if _quantity(quota["nominalQuota"]) == gpus and all(annotations.get(k) == v for k, v in marks.items()):
                 return None
             quota["nominalQuota"] = gpus

@@ -47,6 +47,7 @@ class SetQuota:
     event: EventNote | None = None
     lent: bool = False  # training slack lent: the queue is marked so (Cluster.lent_quotas)
     lent_for: str | None = None  # ...by a controller of this namespace's policies (run.namespace; None: every one's)
+    replaces: int | None = None  # written only while the quota is still this (None: whatever it is now)
 
 
 @dataclass(frozen=True)

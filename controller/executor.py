@@ -73,8 +73,8 @@ def apply(action: Action, cluster: Cluster) -> bool:
             if t.kind == "Deployment":
                 return cluster.scale_deployment(t.namespace, t.name, replicas)
             return cluster.set_hpa_min_replicas(t.namespace, t.name, replicas)
-        case SetQuota(queue=q, gpus=gpus, lent=lent, lent_for=lent_for):
-            return cluster.set_cluster_queue_quota(q, gpus, lent, lent_for)
+        case SetQuota(queue=q, gpus=gpus, lent=lent, lent_for=lent_for, replaces=replaces):
+            return cluster.set_cluster_queue_quota(q, gpus, lent, lent_for, replaces)
         case Evict(workload=w, uid=uid, reason=reason, plan_id=plan_id):
             namespace, name = w.split("/", 1)
             return cluster.evict_workload(namespace, name, uid, reason, plan_id)

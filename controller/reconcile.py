@@ -1494,7 +1494,7 @@ class Reconciler:
             out.append(SetQuota(q, kept, f"no active ReservationPolicy names ClusterQueue {q} any more: the "
                                 f"{gpus - kept} GPUs headroom lent it {back} (what Kueue admitted there runs on; "
                                 "nothing more is admitted into them)", lent=kept > 0,
-                                lent_for=self.cfg.namespace if kept else None))
+                                lent_for=self.cfg.namespace if kept else None, replaces=gpus))
         return out
 
     def _read_cluster(self, planned: list[PolicyObject]) -> _ClusterRead:

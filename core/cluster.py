@@ -122,9 +122,11 @@ class Cluster(Protocol):
 
     def set_hpa_min_replicas(self, namespace: str, name: str, min_replicas: int) -> bool: ...
 
-    def set_cluster_queue_quota(self, name: str, gpus: int, lent: bool = False, lent_for: str | None = None) -> bool:
+    def set_cluster_queue_quota(self, name: str, gpus: int, lent: bool = False, lent_for: str | None = None,
+                                replaces: int | None = None) -> bool:
         """Its GPU nominalQuota; `lent`: training slack headroom lends, so the queue is marked as lent into
-        (lent_quotas), by a controller of `lent_for`'s policies (None: every namespace's), else the mark goes."""
+        (lent_quotas), by a controller of `lent_for`'s policies (None: every namespace's), else the mark goes.
+        `replaces`: only while its quota is still that (False, nothing written, once someone else has set another)."""
         ...
 
     def evict_workload(self, namespace: str, name: str, uid: str | None, reason: str, plan_id: str) -> bool:

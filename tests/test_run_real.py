@@ -1999,6 +1999,53 @@ def test_no_training_is_evicted_for_a_reservation_that_could_not_be_applied(kube
     assert conditions["Ready"]["reason"] == "TargetMissing"
 
 
+def test_a_queue_no_policy_names_any_more_keeps_the_quota_someone_set_while_it_was_being_returned(
+        kube, controller, prometheus_server, tmp_path):
+    """chat lent into team-x, then dropped it: what headroom lent there comes back to 0, unless someone else has set
+    the quota since (theirs now). An operator setting it between the reconcile's read and its write (the write's
+    first attempt, from the copy read, met a 409) had it set to 0 all the same: the re-read was written over without
+    a look. The quota returned is written only while it is still the one headroom lent."""
+    extra, cq = "team-x-run", kueue.path("clusterqueues", "team-x-run")
+    kube.apply(cq, kueue.cluster_queue(extra, gpus=0, cohort=COHORT))
+
+    def lend_to(queues: list[str]) -> None:
+        kube._request("PATCH", f"{RP}/chat", {"spec": {"trainingClusterQueues": queues}},
+                      content_type="application/merge-patch+json")
+        controller.sync()
+
+    def set_by_hand(gpus: int) -> None:
+        groups = kube.get(cq)["spec"]["resourceGroups"]
+        groups[0]["flavors"][0]["resources"][0]["nominalQuota"] = gpus
+        kube._request("PATCH", cq, {"spec": {"resourceGroups": groups}}, content_type="application/merge-patch+json")
+
+    try:
+        lend_to([QUEUE, extra])
+        r = reconciler(controller, prometheus_server.url, tmp_path)
+        r.reconcile(MONDAY_7AM)
+        lent = kube.get_cluster_queue_quota(extra)
+        assert lent > 0 and controller.lent_quotas(NS).get(extra) == lent
+        lend_to([QUEUE])
+        real, edited = controller._request, []
+
+        def racing(method, path, body=None, **kw):
+            if method == "PATCH" and path == cq and not edited:  # the operator's edit lands first
+                edited.append(path)
+                set_by_hand(lent + 3)
+            return real(method, path, body, **kw)
+
+        controller._request = racing
+        try:
+            r.reconcile(MONDAY_7AM + pd.Timedelta(minutes=5))
+        finally:
+            del controller._request
+        assert edited, "the controller did not set out to return the quota"
+        assert kube.get_cluster_queue_quota(extra) == lent + 3, "the operator's quota was written over"
+        r.reconcile(MONDAY_7AM + pd.Timedelta(minutes=10))
+        assert kube.get_cluster_queue_quota(extra) == lent + 3
+    finally:
+        kube.delete(cq)
+
+
 def test_a_replica_that_leads_again_rewrites_the_plan_summary_the_other_changed(kube, prometheus_server, tmp_path):
     """a leads and writes the plan summary; b takes over and writes its own; a leads again with the same plan as
     before. a skipped the write (the same as what it last wrote, under an hour ago), so the summary went on showing
