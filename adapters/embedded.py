@@ -654,9 +654,12 @@ class EmbeddedCluster:
             self._grant(self.now)
         return changed
 
-    def evict_workload(self, namespace: str, name: str, uid: str | None, reason: str, plan_id: str) -> bool:
+    def evict_workload(self, namespace: str, name: str, uid: str | None, reason: str, plan_id: str,
+                       queue: str | None = None) -> bool:
         i = self._job(name, uid)
         j = self.jobs
+        if queue is not None and self._queues[int(j.queue[i])] != queue:
+            return False
         if j.state[i] == PENDING:
             self._pending.remove(i)
             j.state[i] = STOPPED

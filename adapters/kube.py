@@ -1421,12 +1421,14 @@ class KubeCluster:
     def _wl_path(self, namespace: str, name: str) -> str:
         return self.custom_path(KUEUE_GROUP, KUEUE_VERSION, "workloads", name, namespace)
 
-    def evict_workload(self, namespace: str, name: str, uid: str | None, reason: str, plan_id: str) -> bool:
+    def evict_workload(self, namespace: str, name: str, uid: str | None, reason: str, plan_id: str,
+                       queue: str | None = None) -> bool:
         """Deactivate a Workload (spec.active=false: Kueue evicts it and does not requeue it) and record why in
         its annotations. True if this call deactivated it; False if it is already inactive (by this plan, a
         restarted controller's or anyone's: the first record stays), finished, holds no quota any more (Kueue
-        preempted or requeued it since the plan's view: it frees no GPU), is being evicted by Kueue (Evicted: it
-        stops without headroom, which must not count it as its own preemption), or no longer the object `uid`
+        preempted or requeued it since the plan's view: it frees no GPU), holds it in another ClusterQueue than
+        `queue` (admitted elsewhere since: it holds none of what was lent there), is being evicted by Kueue (Evicted:
+        it stops without headroom, which must not count it as its own preemption), or no longer the object `uid`
         names. The write carries the resourceVersion read, so a Workload replaced in between is not touched."""
         def mutate(wl: dict) -> dict | None:
             if uid is not None and wl["metadata"].get("uid") != uid:
@@ -1434,7 +1436,8 @@ class KubeCluster:
             if (wl.get("spec") or {}).get("active", True) is False or _condition(wl, "Finished") \
                     or _condition(wl, "Evicted"):
                 return None
-            if not (wl.get("status") or {}).get("admission"):
+            admission = (wl.get("status") or {}).get("admission")
+            if not admission or (queue is not None and admission.get("clusterQueue") != queue):
                 return None
             return {"metadata": {"annotations": {EVICTED_BY_PLAN: plan_id, EVICTION_REASON: event_message(reason)}},
                     "spec": {"active": False}}

@@ -75,9 +75,9 @@ def apply(action: Action, cluster: Cluster) -> bool:
             return cluster.set_hpa_min_replicas(t.namespace, t.name, replicas)
         case SetQuota(queue=q, gpus=gpus, lent=lent, lent_for=lent_for, replaces=replaces):
             return cluster.set_cluster_queue_quota(q, gpus, lent, lent_for, replaces)
-        case Evict(workload=w, uid=uid, reason=reason, plan_id=plan_id):
+        case Evict(workload=w, uid=uid, queue=queue, reason=reason, plan_id=plan_id):
             namespace, name = w.split("/", 1)
-            return cluster.evict_workload(namespace, name, uid, reason, plan_id)
+            return cluster.evict_workload(namespace, name, uid, reason, plan_id, queue)
         case Requeue(workload=w, uid=uid):
             namespace, name = w.split("/", 1)
             return cluster.requeue_workload(namespace, name, uid)

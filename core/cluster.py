@@ -129,9 +129,10 @@ class Cluster(Protocol):
         `replaces`: only while its quota is still that (False, nothing written, once someone else has set another)."""
         ...
 
-    def evict_workload(self, namespace: str, name: str, uid: str | None, reason: str, plan_id: str) -> bool:
-        """Deactivate a running Workload (Kueue evicts it) and record why; False if it is already inactive or
-        is no longer the object `uid` names."""
+    def evict_workload(self, namespace: str, name: str, uid: str | None, reason: str, plan_id: str,
+                       queue: str | None = None) -> bool:
+        """Deactivate a running Workload (Kueue evicts it) and record why; False if it is already inactive, is no
+        longer the object `uid` names, or runs in another ClusterQueue than `queue` (None: any)."""
         ...
 
     def requeue_workload(self, namespace: str, name: str, uid: str | None) -> bool:

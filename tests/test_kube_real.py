@@ -459,6 +459,45 @@ def test_an_eviction_is_revalidated_on_the_object_it_writes(cluster):
     assert cluster.evict_workload(NS, "queued", uid, "reclaim", "plan-p") is True  # admitted: evicted
 
 
+def test_an_eviction_of_a_workload_admitted_since_into_another_queue_is_not_made(cluster):
+    """The plan evicts a Workload running in a training queue it lends to (ev-lent), to take back GPUs lent there.
+    Between the executor's look (running there) and the write, Kueue evicted it, its queue was changed to its team's
+    own (ev-own), and Kueue admitted it there: the write's first attempt met a 409, and the re-read was checked for
+    uid, active, Finished, Evicted and an admission, not for where: a job running in a queue headroom lends nothing
+    to was stopped (its work lost) for GPUs it does not hold. The write is made only while it runs where planned."""
+    from controller.actions import Evict
+    from controller.executor import execute
+
+    for queue in ("ev-lent", "ev-own"):
+        cluster.create(CQ, kueue.cluster_queue(queue, gpus=8))
+        cluster.create(LQ, kueue.local_queue(NS, queue))
+    cluster.create(WL, kueue.workload(NS, "moved", "ev-lent", gpus_per_pod=2))
+    kueue.admit(cluster, NS, "moved", "ev-lent")
+    uid = cluster.get(f"{WL}/moved")["metadata"]["uid"]
+    real, moved = cluster._request, []
+
+    def racing(method, path, body=None, **kw):
+        if method == "PATCH" and path == f"{WL}/moved" and not moved:  # re-admitted elsewhere, just before the write
+            moved.append(path)
+            kueue.complete_eviction(cluster, NS, "moved")
+            real("PATCH", f"{WL}/moved", {"spec": {"queueName": "ev-own"}},
+                 content_type="application/merge-patch+json")
+            kueue.admit(cluster, NS, "moved", "ev-own")
+        return real(method, path, body, **kw)
+
+    cluster._request = racing
+    try:
+        [outcome] = execute([Evict(f"{NS}/moved", uid, "ev-lent", 2, "planned", f"{NS}/chat", 0.0, "plan-m",
+                                   "slack taken back")], cluster)
+    finally:
+        del cluster._request
+    assert moved, "the write was not made"
+    assert outcome.error is None and not outcome.applied
+    stored = cluster.get(f"{WL}/moved")
+    assert stored["spec"]["active"] is True and stored["status"]["admission"]["clusterQueue"] == "ev-own"
+    assert EVICTED_BY_PLAN not in (stored["metadata"].get("annotations") or {})
+
+
 def test_a_workload_kueue_is_preempting_is_stopping_not_running(cluster):
     """Kueue preempts on its own within a queue (withinClusterQueue: LowerPriority, a higher-priority Workload
     pending): the victim keeps its admission, its pods stopping, with Evicted=True. headroom counted it running,
