@@ -15,9 +15,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from core.objects import ObjectRef, PolicyStatus, TargetRef, TargetState
+from core.objects import ObjectRef, PolicyStatus, TargetRef, TargetState, WorkloadInfo
 from core.units import replica_count
-from planning.planner import StepPlan, Training
+from planning.planner import UNANNOTATED_PREEMPTION_SECONDS, StepPlan, Training
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,9 @@ class Evict:
     plan_id: str
     reason: str
     event: EventNote | None = None
+    # its priority and preemption seconds (stop_seconds) as the plan chose it by (None: not said): changed since, it
+    # is a victim a plan on them may not choose
+    chosen_as: tuple[int, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -186,16 +189,18 @@ def cluster_actions(step: StepPlan, view: View, policies: Sequence[PolicyTarget]
             actions.append(SetQuota(q, gpus, why, EventNote(owner.ref, "SlackLent", why), lent=True,
                                     lent_for=lent_for))
     due = step.due()
-    queue_of = dict(zip(view.training.ids, view.training.queue)) if due else {}
+    t = view.training
+    at = {job: k for k, job in enumerate(t.ids)} if due else {}
     for x in due:
-        queue = queue_of.get(x.job)
-        if queue is None or queue not in owned:
+        k = at.get(x.job)
+        if k is None or t.queue[k] not in owned:
             continue
         namespace, name = x.job.split("/", 1)
         message = f"{x.kind} preemption of {x.gpus} GPUs ({x.work_lost_seconds:.0f} s of work lost): {x.reason}"
-        actions.append(Evict(x.job, view.uids.get(x.job), queue, x.gpus, x.kind, x.workload, x.work_lost_seconds,
+        actions.append(Evict(x.job, view.uids.get(x.job), t.queue[k], x.gpus, x.kind, x.workload, x.work_lost_seconds,
                              plan_id, x.reason,
-                             EventNote(ObjectRef(*WORKLOAD_REF, name, namespace), "Preempted", message)))
+                             EventNote(ObjectRef(*WORKLOAD_REF, name, namespace), "Preempted", message),
+                             (int(t.priority[k]), float(t.preempt_seconds[k]))))
     for s in view.stopped:
         if s.queue in owned:
             actions.append(Requeue(s.workload, s.uid, s.queue, "its eviction is complete: back into its queue"))
@@ -228,6 +233,11 @@ def in_write_order(actions: Sequence[Action], quotas: Mapping[str, int]) -> Writ
     return Writes([a for a in scales if a.policy in for_whom], down, list(evictions.values()),
                   [a for a in scales if a.policy not in for_whom], [a for a in quotas_set if a not in down],
                   [a for a in actions if isinstance(a, Requeue)])
+
+
+def stop_seconds(w: WorkloadInfo) -> float:
+    """How long the Workload takes to stop, as the planner takes it: its preemption-seconds annotation, else slow."""
+    return w.preemption_seconds if w.preemption_seconds is not None else UNANNOTATED_PREEMPTION_SECONDS
 
 
 def evicted_gpus(actions: Sequence[Action], policy: str) -> int:

@@ -25,7 +25,17 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from controller.actions import Action, EventNote, Evict, PatchStatus, RecordEvent, Requeue, Scale, SetQuota
+from controller.actions import (
+    Action,
+    EventNote,
+    Evict,
+    PatchStatus,
+    RecordEvent,
+    Requeue,
+    Scale,
+    SetQuota,
+    stop_seconds,
+)
 from core.cluster import Cluster
 from core.deadline import within
 from core.errors import ClusterError, NotFound
@@ -296,6 +306,12 @@ def execute(actions: Sequence[Action], cluster: Cluster,
                     w = running.get(a.workload)
                     if w is None or w.uid != a.uid or w.cluster_queue != a.queue:
                         out.append(Outcome(a, False, skipped="no longer running as planned"))
+                        continue
+                    if a.chosen_as is not None and (w.priority, stop_seconds(w)) != a.chosen_as:
+                        log.info("preemption of %s dropped: its priority or preemption-seconds changed since its plan; "
+                                 "the next reconcile plans on them", a.workload)
+                        out.append(Outcome(a, False, skipped="its priority or preemption-seconds changed since its "
+                                                             "plan"))
                         continue
                     if wanted is not None and a.workload not in wanted:
                         log.info("preemption of %s dropped: a fresh plan no longer needs it", a.workload)

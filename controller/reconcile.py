@@ -56,6 +56,7 @@ from controller.actions import (
     cluster_actions,
     evicted_gpus,
     in_write_order,
+    stop_seconds,
     training_columns,
 )
 from controller.cohorts import CohortCheck, cohort_lenders
@@ -112,7 +113,6 @@ from core.units import epoch_seconds
 from forecast.history import OUTLIER_FACTOR, HistoryError, check_values
 from planning.planner import (
     UNANNOTATED_CHECKPOINT_SECONDS,
-    UNANNOTATED_PREEMPTION_SECONDS,
     ClusterPolicy,
     Forecast,
     History,
@@ -781,7 +781,7 @@ def training_view(workloads: list[WorkloadInfo], queues: set[str], now: float, s
     training = training_columns(
         [w.key for w in running], [w.cluster_queue or "" for w in running], [w.gpus for w in running],
         [w.priority for w in running],
-        [w.preemption_seconds if w.preemption_seconds is not None else UNANNOTATED_PREEMPTION_SECONDS for w in running],
+        [stop_seconds(w) for w in running],
         interval, newest_checkpoint(np.array(since, float), np.array(interval, float), now), terminating,
         serving_gpus(workloads, queues, served)[0])
     stopped = tuple(Stopped(w.key, w.uid, w.cluster_queue) for w in workloads

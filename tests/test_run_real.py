@@ -2046,6 +2046,44 @@ def test_a_queue_no_policy_names_any_more_keeps_the_quota_someone_set_while_it_w
         kube.delete(cq)
 
 
+def test_a_workload_made_slow_to_stop_after_its_preemption_was_planned_is_not_preempted_for_it(
+        kube, controller, prometheus_server, tmp_path):
+    """The morning ramp takes GPUs back from training, the jobs stopping within a minute. Once the preemptions were
+    planned (and re-validated on a fresh view), and before they were written, the victims' owners said they now take an
+    hour to stop (headroom.dev/preemption-seconds: 3600, past the 5-minute reclaim deadline): they were deactivated
+    all the same, their work lost for GPUs that come back an hour late, where a job stopping within a minute would do.
+    A preemption whose priority or preemption-seconds changed since its plan is not written; the next reconcile plans
+    on them, and takes the GPUs back from the fast jobs."""
+    for i in range(12):
+        admit(kube, f"train-{i}", 10)
+    controller.sync()
+    r = reconciler(controller, prometheus_server.url, tmp_path)
+    planned, slowed = r._still_wanted, set()
+
+    def then_slowed(*args):
+        wanted = planned(*args)
+        if wanted and not slowed:  # the owners' edit lands between the re-validation and the writes
+            slowed.update(key.split("/", 1)[1] for key in wanted)
+            for name in slowed:
+                kube._request("PATCH", f"{WL}/{name}",
+                              {"metadata": {"annotations": {"headroom.dev/preemption-seconds": "3600"}}},
+                              content_type="application/merge-patch+json")
+            controller.sync()
+        return wanted
+
+    r._still_wanted = then_slowed
+    for quarter in range(16):  # 07:00 .. 10:45
+        now = MONDAY_7AM + pd.Timedelta(minutes=15 * quarter)
+        r.reconcile(now)
+        if slowed:
+            break
+    assert slowed, "no preemption was planned"
+    assert all(training(kube)[name].active for name in slowed), "a job made slow to stop was preempted"
+    r.reconcile(now + pd.Timedelta(minutes=5))
+    evicted = {w.name for w in training(kube).values() if not w.active}
+    assert evicted and not evicted & slowed, (evicted, slowed)
+
+
 def test_a_replica_that_leads_again_rewrites_the_plan_summary_the_other_changed(kube, prometheus_server, tmp_path):
     """a leads and writes the plan summary; b takes over and writes its own; a leads again with the same plan as
     before. a skipped the write (the same as what it last wrote, under an hour ago), so the summary went on showing
