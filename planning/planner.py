@@ -225,7 +225,7 @@ class WorkloadHours:
     starts: np.ndarray
     period: float
     reserved: np.ndarray       # GPUs, after the lead-free clamp and the capacity cut
-    headroom: np.ndarray       # GPUs above the reservation, up to the headroom quantile
+    headroom: np.ndarray       # GPUs above the reservation, up to the headroom quantile (and maxGpus)
     from_forecast: np.ndarray  # bool per period; False: the conservative fallback
     target: np.ndarray         # the forecast's target quantile (demand units; NaN under fallback)
     why_fallback: str
@@ -340,7 +340,10 @@ def plan_hours(forecasts: Mapping[str, Forecast | None], histories: Mapping[str,
         reserved = np.minimum(np.maximum(raw, w.least_gpus), w.top(lendable))  # WorkloadPolicy.clamp of each (np.clip
         # costs ten times as much)
         high_gpus = np.where(usable, w.gpus_each(high), 0)
-        headroom = np.maximum(np.where(usable, high_gpus - reserved, 0), w.headroom_floor_gpus)
+        # only up to maxGpus and the cluster: no takeback raises a reservation beyond them, so headroom there would
+        # keep slow jobs out of GPUs inference never takes
+        headroom = np.minimum(np.maximum(np.where(usable, high_gpus - reserved, 0), w.headroom_floor_gpus),
+                              w.top(lendable) - reserved)
         rows.append([w, reserved, headroom, usable, target, why, _rise_buffer(w, h)])
     # Over capacity: cut workloads later in the policy order first, never below their minimum.
     reserved = np.array([r[1] for r in rows], dtype=np.int64).reshape(len(rows), len(starts))

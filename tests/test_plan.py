@@ -689,10 +689,11 @@ def test_one_selection_takes_back_the_gpus_lent_beyond_the_slack_and_keeps_slow_
     frees GPUs training holds beyond the slack too. Chosen apart, the slack's took the fast job and the band's the
     slow one, where the slow one alone met both: a preemption, and its lost work, for nothing."""
     now = NOW.timestamp()
-    h = hours_of([120] * 4, hi_extra=3)  # 60 reserved: 4 lent, band 2: slow jobs may hold 2
+    unbound = cluster(workload(max_gpus=None))  # headroom stops at maxGpus
+    h = hours_of([120] * 4, pol=unbound, hi_extra=3)  # 60 reserved: 4 lent, band 2: slow jobs may hold 2
     jobs = training({"id": "j1", "gpus": 2, "preempt": 60.0, "last": now - 600},
                     {"id": "j2", "gpus": 4, "preempt": 900.0, "last": now - 300})
-    s = plan_step(h, {}, jobs, cluster(), now)
+    s = plan_step(h, {}, jobs, unbound, now)
     assert (s.lent_gpus, s.headroom_gpus) == (4, 2)
     (x,) = s.preemptions  # 2 GPUs over the 4 lent, and 4 slow GPUs over the 2 they may hold: j2 alone does both
     assert (x.job, x.kind, x.at) == ("j2", "planned", now)
@@ -961,3 +962,19 @@ def test_a_fallback_hour_held_by_max_gpus_says_its_bounds():
     pol = ClusterPolicy(64, (w,), horizon_hours=2)
     h = plan_hours({}, {"w": History.of(history(16.0, end=NOW.floor("h")), NOW)}, pol, NOW).workloads[0]
     assert h.reserved[0] == 10 and "-> 10 GPUs (clamp [0, 10], whole replicas)" in h.reason(0, w, 64)
+
+
+def test_headroom_stops_at_max_gpus():
+    """No takeback raises a reservation beyond maxGpus, so no headroom is kept above it (q0.99 at 22 GPUs, maxGpus 10,
+    the reservation held there). Before, a band of 12 kept a job that cannot stop within the deadline out of GPUs
+    inference can never take: the 54-GPU job was preempted, and the status asked for 12 GPUs of headroom."""
+    pol = cluster(workload(max_gpus=10), capacity=64)
+    slow = training({"id": "slow", "gpus": 54, "preempt": 900.0})
+    h = hours_of([20] * 4, pol=pol, hi_extra=24)
+    assert list(h.workloads[0].headroom) == [0] * len(h.workloads[0].headroom)
+    s = plan_step(h, {}, slow, pol, NOW.timestamp())
+    assert (s.workloads[0].reserved_gpus, s.workloads[0].headroom_gpus, s.headroom_gpus) == (10, 0, 0)
+    assert s.preemptions == ()
+    floor = cluster(workload(max_gpus=10, headroom_floor_gpus=6), capacity=64)
+    s = plan_step(hours_of([16] * 4, pol=floor, hi_extra=0), {}, training(), floor, NOW.timestamp())
+    assert (s.workloads[0].reserved_gpus, s.workloads[0].headroom_gpus) == (8, 2)  # the floor, too, stops there
