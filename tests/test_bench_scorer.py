@@ -59,3 +59,10 @@ def test_the_interval_peers_table_is_what_the_stored_runs_say():
     days = peers.by_days(json.loads((peers.RESULTS / "peers.json").read_text()))
     assert set(days["days"]) == {o // 24 for o in peers.ORIGINS}
     assert peers.markdown(table, days) == (peers.REPO / "docs" / "bench-interval-peers.md").read_text()
+
+
+def test_the_forecast_doc_is_what_the_bench_writes_from_its_stored_results(bench):
+    """docs/bench-forecast.md is bench/forecast_bench.py's rendering of bench/results/forecast.json: round 16's record
+    was written into the doc alone (034d8b4), so the next run of the bench would have dropped it."""
+    stored = json.loads((bench.RESULTS / "forecast.json").read_text())
+    assert bench.markdown(stored) == (bench.REPO / "docs" / "bench-forecast.md").read_text()
