@@ -563,7 +563,8 @@ ROUND6_REJECTED = (
     "a gate set down before it ran, on 36 simulator units (the evaluated weeks, the kinds' seeds 2-9 and each "
     "shared trace's evaluated week after 4, 5 and 6 days of history): objective met on 29 against 27 and "
     "utilization 0.7 points up, but within 1.5x on 31 against 32; the unit lost is servegen's evaluated week "
-    "again, whose shortage is 93 % one 10-minute spike (docs/bench-simulate.md). Not adopted.")
+    "again, whose shortage was then 93 % one 10-minute spike (the step docs/bench-simulate.md names). Not "
+    "adopted.")
 
 
 # Rounds 8-11 and 13-14 ran outside this table (PROTOCOL_CONFIGS restricted to the shipped config and the new ones);

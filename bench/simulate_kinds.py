@@ -133,10 +133,11 @@ def markdown(results: dict[str, dict[str, dict]], seconds: float) -> str:
               "10m's 0.503 / 0.845. A longer hold pays only where the buffer shrinks, and that is what missed on "
               "servegen.",
               "",
-              "Servegen's evaluated week went outside 1.5x under five of them, and its shortage is one step's: 93 %"
-              " of it is the 10 minutes at 2024-01-10 18:30, when demand went from 30 to 98 GPUs (docs/bench-"
-              "simulate.md), so each setting's verdict there is how many warm GPUs it held at that step: 0.121 % +-"
-              " 0.122 % (day-to-day standard error) shipped, 0.167 % +- 0.140 % under 866b1b9 and 0.174 % +- 0.153 "
+              "Servegen's evaluated week went outside 1.5x under five of them, and its shortage was one step's: 93 %"
+              " of it, as shipped then, was the 10 minutes at 2024-01-10 18:30, when demand went from 30 to 98 GPUs "
+              "(docs/bench-simulate.md has today's share), so each setting's verdict there was how "
+              "many warm GPUs it held at that step: 0.121 % +- 0.122 % (day-to-day standard error) shipped then, "
+              "0.167 % +- 0.140 % under 866b1b9 and 0.174 % +- 0.153 "
               "% under afbeb06. They differ there by less than one standard error, but the target is the target; "
               "the owner's traces will say more than this week can.", "",
              "| kind | seed | part | forecast utilization | shortage | short steps | objective | goodput | tuned "
