@@ -226,3 +226,15 @@ def test_the_gate_counts_every_unit_and_names_the_ones_that_moved(tmp_path):
     (tmp_path / "simulate_kinds.json").write_text(json.dumps({k: {"1": v["1"]} for k, v in by_kind.items()}))
     with pytest.raises(SystemExit, match="has no seed 2"):
         gate.units(tmp_path)
+
+
+def test_the_shipped_gate_is_the_tally_of_the_shipped_results():
+    """bench/results/simulate_gate.json and docs/bench-simulate-gate.md are what `python bench/simulate_gate.py` makes
+    of the three stored results: the gate JSON still held the units' cost_vs_dedicated of before 34f431a after
+    simulate.json (0cf8fa9) and simulate_short.json were run again."""
+    gate = bench_module("simulate_gate")
+    rows = gate.units(gate.RESULTS)
+    stored = json.loads((gate.RESULTS / "simulate_gate.json").read_text())
+    assert json.loads(json.dumps(rows, default=str)) == stored["units"]
+    assert stored["tally"] == gate.tally(rows)
+    assert gate.report(rows, gate.tally(rows)) == (gate.REPO / "docs" / "bench-simulate-gate.md").read_text()
