@@ -1804,7 +1804,7 @@ class Reconciler:
                           "; ".join(timeless(x) for x in (i.degraded, i.fault) if x)),
                 Condition("FallbackActive", "True" if fallback else "False",
                           "ConservativeReservation" if fallback else "ForecastInUse",
-                          wh.reason(0, w, lendable) if fallback else ""),
+                          wh.reason(ws.period, w, lendable) if fallback else ""),
                 policy_risk(risk))
             if failure and self._failed.get(p.ref) != failure:  # a new failure to act: one Warning event
                 actions.append(RecordEvent(EventNote(p.ref, reason_of(failure, "Failed"), failure, "Warning")))

@@ -251,12 +251,17 @@ class WorkloadHours:
         """The period index holding time t (0 before the first, the last after the end)."""
         return min(max(self.after(t) - 1, 0), len(self._start_list) - 1)
 
-    def reserved_over(self, t0: float, t1: float) -> int:
-        """The largest reservation of the periods overlapping [t0, t1]: an hour's reservation is in force
-        `leadTime` before the hour starts."""
+    def in_force(self, t0: float, t1: float) -> int:
+        """The period whose reservation is in force over [t0, t1]: the largest of the periods overlapping it (an hour's
+        reservation is in force `leadTime` before the hour starts); of equals, one from the forecast, whose number it
+        is too."""
         i, j = self.at(t0), self.at(t1)
+        if i == j:
+            return i
         reserved = self._reserved_list
-        return reserved[i] if i == j else max(reserved[i:j + 1])
+        top = max(reserved[i:j + 1])
+        largest = [k for k in range(i, j + 1) if reserved[k] == top]
+        return next((k for k in largest if self.from_forecast[k]), largest[0])
 
     def reason(self, i: int, w: WorkloadPolicy, lendable: int) -> str:
         if not self.from_forecast[i] and self.why_fallback == NO_DATA:
@@ -497,6 +502,7 @@ class WorkloadStep:
     degraded: bool
     cut_gpus: int = 0
     capped_gpus: int = 0  # GPUs the recent peak and warm buffer ask beyond the policy's maxGpus
+    period: int = 0       # the hourly plan's period whose reservation is in force (WorkloadHours.in_force)
 
     @property
     def reason(self) -> str:
@@ -656,7 +662,8 @@ def plan_step(hours: HourPlan, observed: Mapping[str, Observed], training: Train
     steps: list[WorkloadStep] = []
     for w, wh in zip(policy.workloads, hours.workloads):
         o = observed.get(w.name, NOT_OBSERVED)
-        fore = wh.reserved_over(t_now, t_now + w.lead_time_seconds)
+        source = wh.in_force(t_now, t_now + w.lead_time_seconds)  # the forecast's or the fallback's period
+        fore = int(wh.reserved[source])
         peak = buffer = 0
         if len(o.times):
             lo = o.times.searchsorted(t_now - w.scale_in_delay_seconds, side="left")
@@ -679,9 +686,9 @@ def plan_step(hours: HourPlan, observed: Mapping[str, Observed], training: Train
         within_max = min(asked, w.top(MAX_GPUS))
         cut = max(within_max - want, 0)
         capped = asked - within_max if w.max_gpus is not None else 0  # no maxGpus: only demand beyond MAX_GPUS
-        i = wh.at(t_now)
-        steps.append(WorkloadStep(w.name, want, fore, peak, _held_buffer(buffer, want, peak), int(wh.headroom[i]),
-                                  bool(wh.from_forecast[i]), o.degraded, cut, capped))
+        steps.append(WorkloadStep(w.name, want, fore, peak, _held_buffer(buffer, want, peak),
+                                  int(wh.headroom[wh.at(t_now)]), bool(wh.from_forecast[source]), o.degraded, cut,
+                                  capped, source))
     excess = sum(s.reserved_gpus for s in steps) - lendable
     for k in reversed(range(len(steps))):  # later workloads give way first, never below their minimum
         if excess <= 0:

@@ -978,3 +978,27 @@ def test_headroom_stops_at_max_gpus():
     floor = cluster(workload(max_gpus=10, headroom_floor_gpus=6), capacity=64)
     s = plan_step(hours_of([16] * 4, pol=floor, hi_extra=0), {}, training(), floor, NOW.timestamp())
     assert (s.workloads[0].reserved_gpus, s.workloads[0].headroom_gpus) == (8, 2)  # the floor, too, stops there
+
+
+def test_a_step_names_the_source_of_the_hour_whose_reservation_it_holds():
+    """The forecast ends with the 10:00 hour; at 10:50 the 11:00 hour, last week's peak of 50 (26 GPUs), is in force,
+    its lead time begun. The step said 'forecast reservation 26' and from_forecast (FallbackActive False), though
+    the 26 GPUs are the fallback's; and the other way round, a fallback hour now beside a forecast hour ahead that
+    gives the reservation said 'fallback'."""
+    h = history(4.0)
+    h[h.index.hour == 11] = 50.0
+    now = pd.Timestamp("2026-01-08 10:50", tz="UTC")
+    pol = cluster()
+    hours = plan_hours({"chat": forecast([4])}, {"chat": History.of(h[h.index <= now], now)}, pol, now)
+    assert list(hours.workloads[0].from_forecast) == [True, False, False, False]
+    s = plan_step(hours, {"chat": observed()}, training(), pol, now).workloads[0]
+    assert s.reserved_gpus == s.forecast_gpus == 26 and not s.from_forecast and s.period == 1
+    assert s.reason.startswith("26 GPUs: fallback reservation 26")
+    assert hours.workloads[0].reason(s.period, pol.workloads[0], pol.lendable).startswith("fallback (forecast missing")
+    ahead = plan_hours({"chat": forecast([40, 40], start=HOUR + pd.Timedelta(hours=1))},
+                       {"chat": History.of(history(4.0), now)}, pol, now)
+    s = plan_step(ahead, {"chat": observed()}, training(), pol, now).workloads[0]
+    assert s.reserved_gpus == 20 and s.from_forecast and s.reason.startswith("20 GPUs: forecast reservation 20")
+    # before the lead time the hour now is in force, from the fallback
+    early = plan_step(hours, {"chat": observed()}, training(), pol, now - pd.Timedelta(minutes=10)).workloads[0]
+    assert early.reserved_gpus == 2 and early.from_forecast and early.period == 0

@@ -3375,3 +3375,23 @@ def test_a_queue_no_policy_names_keeps_what_the_pods_an_edit_left_in_it_hold(dem
     r.cluster.delete_target(b)
     r.step(AT_9 + pd.Timedelta(minutes=25))
     assert r.cluster.cluster_queue_quotas()["research"] == 0 and "research" not in r.cluster.lent_quotas()
+
+
+def test_fallback_active_says_the_fallback_hour_the_lead_time_reserves_for(demand_file, tmp_path):
+    """A forecast of two hours (run.horizon_hours 2) made at 07:00, then Prometheus down: at 08:50 the 09:00 hour, past
+    the forecast's end, is in force (its lead time begun) at last week's peak, the morning's rise. FallbackActive said
+    False and the reason 'forecast reservation' (the step took the source of the hour now), though the reservation is
+    the fallback's; True now, its message that hour's."""
+    demand = FailingDemand(FileDemand({"inference/chat": demand_file}))
+    r = Replay(tmp_path, demand_file, demand=demand, run={"horizon_hours": 2, "keep_forecast_seconds": 3 * 3600})
+    made = r.step(MONDAY_6AM + pd.Timedelta(hours=1)).policies["inference/chat"]  # 07:00
+    assert not made.fallback
+    demand.fail = True
+    r.step(MONDAY_6AM + pd.Timedelta(hours=2, minutes=30))
+    late = r.step(MONDAY_6AM + pd.Timedelta(hours=2, minutes=50)).policies["inference/chat"]
+    assert late.model == made.model and late.fallback
+    assert late.step.reason.startswith(f"{late.reserved_gpus} GPUs: fallback reservation")
+    assert not late.hours.from_forecast[late.step.period]
+    _, conditions = r.status()
+    assert conditions["FallbackActive"]["status"] == "True"
+    assert conditions["FallbackActive"]["message"].startswith("fallback (forecast missing, NaN or negative): ")

@@ -1,0 +1,81 @@
+"""Invariants of the planner's fallback (README: "Prometheus down or stale ..."): hours without a usable forecast,
+demand data degraded, nothing observed in the last week; over random histories (a week, a day, part of an hour,
+gaps, stale), forecasts short of the horizon or with NaN hours, and what the target holds."""
+import numpy as np
+import pandas as pd
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from planning.planner import ClusterPolicy, Forecast, History, Observed, Training, WorkloadPolicy
+from tests.test_plan_properties import BASE, H, plan
+
+DAY = pd.Timedelta(days=1)
+
+
+@st.composite
+def fallback_scenario(draw):
+    """One policy: a forecast that is whole, short, late, has NaN hours or none; a history of any length up to 8 days
+    ending `lag` before now, with gaps; degraded data or not; a target holding any GPUs."""
+    now = BASE + pd.Timedelta(seconds=draw(st.integers(0, 3599)))
+    capacity = draw(st.integers(8, 128))
+    w = WorkloadPolicy("ns/w0", demand_per_gpu=draw(st.floats(0.5, 20)), gpus_per_replica=draw(st.integers(1, 4)),
+                       lead_time_seconds=draw(st.sampled_from([0.0, 900.0, 3000.0, 5400.0])),
+                       warm_buffer=draw(st.sampled_from([0.0, 1.0])),
+                       scale_in_delay_seconds=draw(st.sampled_from([0.0, 600.0])),
+                       min_gpus=draw(st.integers(0, capacity // 4)),
+                       max_gpus=draw(st.one_of(st.none(), st.integers(capacity // 4 + 1, capacity))),
+                       headroom_floor_gpus=draw(st.integers(0, 3)))
+    forecasts = {}
+    kind = draw(st.sampled_from(["full", "short", "late", "holes", "none"]))
+    if kind != "none":
+        start = now.floor("h") + pd.Timedelta(hours=1 if kind == "late" else 0)
+        periods = draw(st.integers(1, H - 1)) if kind == "short" else H
+        lo = np.array(draw(st.lists(st.floats(0, 500), min_size=periods, max_size=periods)))
+        if kind == "holes":
+            lo[np.array(draw(st.lists(st.booleans(), min_size=periods, max_size=periods)))] = np.nan
+        hi = lo + np.array(draw(st.lists(st.floats(0, 100), min_size=periods, max_size=periods)))
+        forecasts[w.name] = Forecast.of(pd.DataFrame({0.9: lo, 0.99: hi}, index=pd.date_range(
+            start, periods=periods, freq="h")), 0.9, 0.99)
+    histories, times, values = {}, np.empty(0), np.empty(0)
+    if draw(st.booleans()):
+        length = draw(st.sampled_from([pd.Timedelta(minutes=20), pd.Timedelta(hours=5), DAY, 8 * DAY]))
+        lag = draw(st.sampled_from([pd.Timedelta(0), pd.Timedelta(hours=1), pd.Timedelta(hours=3), 8 * DAY]))
+        index = pd.date_range(now - lag - length, now - lag, freq="5min")
+        level = draw(st.floats(0, 500))
+        series = pd.Series(level * (1 + np.sin(np.arange(len(index)) / 40)), index=index)
+        gap = draw(st.floats(0, 1))
+        series[(np.arange(len(index)) / max(len(index), 1) >= gap) & (np.arange(len(index)) % 3 == 0)] = np.nan
+        histories[w.name] = History.of(series, now)
+        times, values = histories[w.name].times, histories[w.name].values
+    degraded = draw(st.booleans())
+    observed = {w.name: Observed(times, values, draw(st.integers(0, capacity)), degraded)}
+    return forecasts, histories, observed, Training(), ClusterPolicy(capacity, (w,), horizon_hours=H), now
+
+
+def _forecast_ending_before_the_lead_time():
+    """A forecast of the hour now alone (4 GPUs) and last week's peak of 26 GPUs in the next hour, 10 minutes before it
+    with a lead time of 15: the next hour's fallback reservation is in force."""
+    w = WorkloadPolicy("ns/w0", demand_per_gpu=2.0, lead_time_seconds=900.0)
+    now = BASE + pd.Timedelta(minutes=50)
+    index = pd.date_range(now - 8 * DAY, now, freq="h")
+    seen = pd.Series(np.where(index.hour == (BASE.hour + 1) % 24, 52.0, 8.0), index=index)
+    frame = pd.DataFrame({0.9: [8.0], 0.99: [9.0]}, index=[BASE])
+    return ({w.name: Forecast.of(frame, 0.9, 0.99)}, {w.name: History.of(seen, now)}, {}, Training(),
+            ClusterPolicy(64, (w,), horizon_hours=H), now)
+
+
+@settings(max_examples=300, deadline=None)
+@given(fallback_scenario())
+@example(_forecast_ending_before_the_lead_time())  # 26 GPUs of the fallback's, said 'forecast reservation 26'
+def test_a_step_says_fallback_exactly_when_its_reservation_is_the_fallbacks(s):
+    """The reservation in force now is an hour's within the lead time ahead: the step's source (its reason,
+    FallbackActive) is that hour's, the forecast's or the fallback's."""
+    _, _, _, _, policy, now = s
+    hours, step = plan(*s)
+    (w,), (wh,), (ws,) = policy.workloads, hours.workloads, step.workloads
+    t = now.timestamp()
+    window = range(wh.at(t), wh.at(t + w.lead_time_seconds) + 1)
+    assert ws.period in window and ws.forecast_gpus == int(wh.reserved[ws.period]) == max(wh.reserved[window])
+    assert ws.from_forecast == bool(wh.from_forecast[ws.period])
+    assert ("fallback reservation" in ws.reason) != ws.from_forecast
+    assert wh.reason(ws.period, w, policy.lendable).startswith("fallback") != ws.from_forecast
