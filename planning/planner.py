@@ -188,23 +188,23 @@ class History:
         hi = self.times.searchsorted(self.now, side="right")
         return self.times[lo:hi], self.values[lo:hi]
 
-    def weekly_peak_by_hour(self, zone: str = UTC) -> np.ndarray:
-        """Each hour of day's peak in the last week (hours of day as `_hour_of_day` counts them); for an hour of day
-        not seen, the week's highest peak; all NaN when nothing was seen. The hour in progress counts as seen only if
-        an earlier one of its hour of day was: its first minutes are not its peak, and taking them for it would drop
-        the reservation the unseen hour held from its lead time on, only to raise it again for the next unseen hour
-        (a pulse that preempts training every hour)."""
+    def weekly_peak_by_hour(self, zone: str = UTC) -> tuple[np.ndarray, np.ndarray]:
+        """Each hour of day's peak in the last week (hours of day as `_hour_of_day` counts them), and whether it is
+        that hour of day's own: for an hour of day not seen, the week's highest peak; all NaN when nothing was seen.
+        The hour in progress counts as seen only if an earlier one of its hour of day was: its first minutes are not
+        its peak, and taking them for it would drop the reservation the unseen hour held from its lead time on, only
+        to raise it again for the next unseen hour (a pulse that preempts training every hour)."""
+        before = np.zeros(24, dtype=bool)
         if self.newest is None:
-            return np.full(24, np.nan)
+            return np.full(24, np.nan), before
         # numpy, not a pandas groupby: a thousand policies falling back at once ask this of every one of them
         times, values = self.last_week
         seen = ~np.isnan(values)
         hours = _hour_of_day(times[seen], zone, self.now)
         peaks = np.full(24, np.nan)
         np.fmax.at(peaks, hours, values[seen])
-        before = np.zeros(24, dtype=bool)
         before[hours[times[seen] < self.now // 3600 * 3600]] = True  # seen before the clock hour now began
-        return np.where(before, peaks, np.nanmax(peaks)) if seen.any() else peaks
+        return (np.where(before, peaks, np.nanmax(peaks)) if seen.any() else peaks), before
 
 
 def _hour_of_day(times: np.ndarray, zone: str, now: float) -> np.ndarray:
@@ -230,6 +230,7 @@ class WorkloadHours:
     target: np.ndarray         # the forecast's target quantile (demand units; NaN under fallback)
     why_fallback: str
     cut: np.ndarray            # GPUs cut by the cluster's capacity per period
+    same_hour: np.ndarray      # bool per period; under fallback, True: its hour of day's own peak, False: the week's
     rise_buffer: float = 0.0   # the warm buffer's factor the last week's rises ask for (0: none asked)
 
     # read several times a step: bisect on a list beats numpy's search, and a list's items are Python numbers
@@ -267,7 +268,9 @@ class WorkloadHours:
         if not self.from_forecast[i] and self.why_fallback == NO_DATA:
             r = f"fallback ({NO_DATA}): nothing observed in the last week -> minGpus {self.reserved[i]} GPUs"
         elif not self.from_forecast[i]:
-            r = (f"fallback ({self.why_fallback}): last week's peak at this hour -> "
+            peak = "last week's peak at this hour" if self.same_hour[i] else \
+                "the week's highest peak (this hour of day not seen in it)"
+            r = (f"fallback ({self.why_fallback}): {peak} -> "
                  f"{self.reserved[i] + self.cut[i]} GPUs (clamp [{w.least_gpus}, {w.top(lendable)}], whole replicas)")
         else:
             margin = whole_replicas(w.margin_gpus, w.gpus_per_replica)
@@ -328,19 +331,23 @@ def plan_hours(forecasts: Mapping[str, Forecast | None], histories: Mapping[str,
             crossed = f"forecast q{w.headroom_quantile:g} below its q{w.target_quantile:g}"
             why = f"{why}; {crossed}" if (~valid).any() else crossed
         raw = w.gpus_each(target) + whole_replicas(w.margin_gpus, w.gpus_per_replica)
+        same_hour = np.ones(len(starts), dtype=bool)
         if not usable.all():
             # An hour of day not seen in the week: the week's highest peak. No week observed at all: minGpus, and
             # plan_step keeps what the target serves now and follows live samples; reserving everything would take
             # the cluster from training and the other policies for a fault that is this policy's own.
-            week = h.weekly_peak_by_hour(w.timezone)
+            week, own = h.weekly_peak_by_hour(w.timezone)
             if np.isnan(week).all():
                 why = NO_DATA
-            source = "minGpus and what the target holds now" if why == NO_DATA else "last week's same-hour peak"
-            notes.append(f"{w.name}: {why} for {int((~usable).sum())} period(s); using {source}")
             # each period's hour of day; on a clock half an hour off now's (Lord Howe across its change) an hour holds
             # the ends of two of now's hours of day, and a peak in either may come within it: the higher of the two
-            first, last = (week[_hour_of_day(starts + moment, w.timezone, t_now)] for moment in (0.0, period - 1.0))
-            peak = np.fmax(first, last)
+            first, last = (_hour_of_day(starts + moment, w.timezone, t_now) for moment in (0.0, period - 1.0))
+            peak = np.fmax(week[first], week[last])
+            same_hour = own[first] & own[last]  # else the week's highest peak (the higher of the two)
+            unseen = int((~usable & ~same_hour).sum())
+            source = "minGpus and what the target holds now" if why == NO_DATA else "last week's same-hour peak" + (
+                f" (the week's highest in {unseen} whose hour of day it did not see)" if unseen else "")
+            notes.append(f"{w.name}: {why} for {int((~usable).sum())} period(s); using {source}")
             raw = np.where(usable, raw, w.gpus_each(peak))  # no data: 0, clamped to minGpus below
         reserved = np.minimum(np.maximum(raw, w.least_gpus), w.top(lendable))  # WorkloadPolicy.clamp of each (np.clip
         # costs ten times as much)
@@ -349,7 +356,7 @@ def plan_hours(forecasts: Mapping[str, Forecast | None], histories: Mapping[str,
         # keep slow jobs out of GPUs inference never takes
         headroom = np.minimum(np.maximum(np.where(usable, high_gpus - reserved, 0), w.headroom_floor_gpus),
                               w.top(lendable) - reserved)
-        rows.append([w, reserved, headroom, usable, target, why, _rise_buffer(w, h)])
+        rows.append([w, reserved, headroom, usable, target, why, _rise_buffer(w, h), same_hour])
     # Over capacity: cut workloads later in the policy order first, never below their minimum.
     reserved = np.array([r[1] for r in rows], dtype=np.int64).reshape(len(rows), len(starts))
     cut = np.zeros(reserved.shape, np.int64)
@@ -365,8 +372,9 @@ def plan_hours(forecasts: Mapping[str, Forecast | None], histories: Mapping[str,
                 cut[row, i] = take
                 over_by -= take
     slack = lendable - reserved.sum(axis=0) if rows else np.full(len(starts), lendable)
-    out = tuple(WorkloadHours(w.name, starts, period, reserved[k], headroom, usable, target, why, cut[k], rise)
-                for k, (w, _, headroom, usable, target, why, rise) in enumerate(rows))
+    out = tuple(WorkloadHours(w.name, starts, period, reserved[k], headroom, usable, target, why, cut[k], same_hour,
+                              rise)
+                for k, (w, _, headroom, usable, target, why, rise, same_hour) in enumerate(rows))
     return HourPlan(t_now, out, slack.astype(np.int64), tuple(notes))
 
 

@@ -1002,3 +1002,21 @@ def test_a_step_names_the_source_of_the_hour_whose_reservation_it_holds():
     # before the lead time the hour now is in force, from the fallback
     early = plan_step(hours, {"chat": observed()}, training(), pol, now - pd.Timedelta(minutes=10)).workloads[0]
     assert early.reserved_gpus == 2 and early.from_forecast and early.period == 0
+
+
+def test_a_fallback_hour_whose_hour_of_day_the_week_did_not_see_says_it_holds_the_weeks_highest_peak():
+    """A day of history from 11:00 yesterday (10 everywhere, 80 at 03:00), no forecast, at 10:07: the 10:00 hour of day
+    was not seen before it began, so it holds the week's highest peak (40 GPUs); its reason said "last week's peak at
+    this hour -> 40 GPUs", untrue of an hour last week showed 10 at. The hours seen hold their own peak and say so."""
+    index = pd.date_range(NOW - pd.Timedelta(hours=23, minutes=7), NOW, freq="5min")
+    demand = pd.Series(np.where(index.hour == 3, 80.0, 10.0), index=index)
+    pol = cluster()
+    p = plan_hours({}, {"chat": History.of(demand, NOW)}, pol, NOW)
+    (w,) = p.workloads
+    assert list(w.reserved) == [40, 6, 6, 6]
+    reasons = [w.reason(i, pol.workloads[0], pol.lendable) for i in range(4)]
+    assert reasons[0].startswith("fallback (no forecast): the week's highest peak (this hour of day not seen in it) "
+                                 "-> 40 GPUs")
+    assert all(r.startswith("fallback (no forecast): last week's peak at this hour -> 6 GPUs") for r in reasons[1:])
+    assert p.notes == ("chat: no forecast for 4 period(s); using last week's same-hour peak (the week's highest in 1 "
+                       "whose hour of day it did not see)",)

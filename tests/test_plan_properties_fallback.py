@@ -79,3 +79,43 @@ def test_a_step_says_fallback_exactly_when_its_reservation_is_the_fallbacks(s):
     assert ws.from_forecast == bool(wh.from_forecast[ws.period])
     assert ("fallback reservation" in ws.reason) != ws.from_forecast
     assert wh.reason(ws.period, w, policy.lendable).startswith("fallback") != ws.from_forecast
+
+
+def _a_day_from_the_next_hour_of_day_yesterday():
+    """A day of history from 14:00 yesterday (10 everywhere, 80 at 03:00), no forecast, at 13:07: the 13:00 hour of day
+    was not seen before it began."""
+    w = WorkloadPolicy("ns/w0", demand_per_gpu=2.0, gpus_per_replica=2)
+    now = BASE + pd.Timedelta(minutes=7)
+    index = pd.date_range(now - pd.Timedelta(hours=23, minutes=7), now, freq="5min")
+    seen = pd.Series(np.where(index.hour == 3, 80.0, 10.0), index=index)
+    return {}, {w.name: History.of(seen, now)}, {}, Training(), ClusterPolicy(64, (w,), horizon_hours=H), now
+
+
+@settings(max_examples=300, deadline=None)
+@given(fallback_scenario())
+@example(_a_day_from_the_next_hour_of_day_yesterday())  # "last week's peak at this hour -> 40 GPUs" of a 10 there
+def test_a_fallback_hour_reserves_and_says_the_peak_the_readme_names(s):
+    """README: the conservative fallback is "each hour's peak of the last week ...; an hour of day not seen that week:
+    the week's highest peak, through the whole hour" (one first seen as it runs keeps it); nothing observed in the
+    week: minGpus. Each fallback hour's reservation is that peak's GPUs within the policy's bounds, and its reason
+    names which of them it is."""
+    _, histories, _, _, policy, now = s
+    hours, _ = plan(*s)
+    (w,), (wh,) = policy.workloads, hours.workloads
+    h = histories.get(w.name)
+    times, values = (h.times, h.values) if h else (np.empty(0), np.empty(0))
+    week = pd.Series(values, index=pd.to_datetime(times, unit="s", utc=True)).dropna()
+    week = week[(week.index > now - 7 * DAY) & (week.index <= now)]
+    for i in np.flatnonzero(~wh.from_forecast):
+        reason = wh.reason(i, w, policy.lendable)
+        if week.empty:
+            assert wh.why_fallback == "no data" and wh.reserved[i] == w.least_gpus
+            assert "nothing observed in the last week" in reason
+            continue
+        hour = pd.Timestamp(wh.starts[i], unit="s", tz="UTC").hour
+        own = week[week.index.hour == hour]
+        seen_before = bool((own.index < now.floor("h")).any())
+        peak = own.max() if seen_before else week.max()
+        assert int(wh.reserved[i] + wh.cut[i]) == w.clamp(w.gpus(float(peak)), policy.lendable), (i, reason)
+        assert ("last week's peak at this hour" in reason) == seen_before, reason
+        assert ("the week's highest peak" in reason) != seen_before, reason
