@@ -1020,3 +1020,25 @@ def test_a_fallback_hour_whose_hour_of_day_the_week_did_not_see_says_it_holds_th
     assert all(r.startswith("fallback (no forecast): last week's peak at this hour -> 6 GPUs") for r in reasons[1:])
     assert p.notes == ("chat: no forecast for 4 period(s); using last week's same-hour peak (the week's highest in 1 "
                        "whose hour of day it did not see)",)
+
+
+def test_a_fallback_hours_band_is_the_floor_and_slow_jobs_still_leave_the_observed_bursts():
+    """README: a fallback hour's headroom is headroomFloorGpus alone (no quantile to reach; the hour reserves the
+    week's highest demand at it), and jobs slow to preempt still hold only what no plausible demand needs, the
+    observed history's bursts at the headroom quantile included. Demand 10 (6 GPUs) at 10:00 every day of the week,
+    bursts to 50 at 03:30: the band is the floor, yet a slow job may hold only 64 - 26 GPUs, a fast one all that is
+    lent."""
+    index = pd.date_range(NOW - pd.Timedelta(days=8), NOW, freq="5min")
+    demand = pd.Series(np.where((index.hour == 3) & (index.minute >= 30), 50.0, 10.0), index=index)
+    for floor in (0, 4):
+        pol = cluster(workload(headroom_floor_gpus=floor))
+        hours = plan_hours({}, {"chat": History.of(demand, NOW)}, pol, NOW)
+        (w,) = hours.workloads
+        assert list(w.reserved) == [6] * 4 and list(w.headroom) == [floor] * 4
+        seen = Observed(index.asi8 / 1e9, demand.to_numpy(), 0)
+        for preempt, stopped in ((60.0, []), (900.0, [("slow", "planned")])):
+            job = training({"id": "slow", "gpus": 50, "preempt": preempt, "last": NOW.timestamp() - 100})
+            step = plan_step(hours, {"chat": seen}, job, pol, NOW)
+            assert step.lent_gpus == 58 and step.headroom_gpus == floor
+            assert [(p.job, p.kind) for p in step.preemptions] == stopped
+            assert all("exceed the 38 GPUs no plausible demand needs" in p.reason for p in step.preemptions)

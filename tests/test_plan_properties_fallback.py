@@ -119,3 +119,21 @@ def test_a_fallback_hour_reserves_and_says_the_peak_the_readme_names(s):
         assert int(wh.reserved[i] + wh.cut[i]) == w.clamp(w.gpus(float(peak)), policy.lendable), (i, reason)
         assert ("last week's peak at this hour" in reason) == seen_before, reason
         assert ("the week's highest peak" in reason) != seen_before, reason
+
+
+@settings(max_examples=300, deadline=None)
+@given(fallback_scenario())
+def test_degraded_data_never_lowers_and_no_data_never_takes_more_than_it_sees(s):
+    """README: "while the data is degraded the reservation only goes up, never below what the target holds now. A
+    policy with nothing observed in the last week ... reserves its minGpus and what its target holds now, and follows
+    live samples (recent peak + warm buffer) ... It never takes the whole cluster"."""
+    _, _, observed, _, policy, _ = s
+    hours, step = plan(*s)
+    (w,), (wh,), (ws,), o = policy.workloads, hours.workloads, step.workloads, observed[policy.workloads[0].name]
+    held = min(w.at_least(o.held_gpus), w.top(policy.lendable)) if o.degraded else 0
+    assert w.least_gpus <= ws.reserved_gpus <= w.top(policy.lendable)
+    if o.degraded:
+        assert ws.reserved_gpus >= held and ws.degraded and "never below what the target holds now" in ws.reason
+    if wh.why_fallback == "no data":
+        assert not wh.from_forecast.any() and (wh.reserved == w.least_gpus).all()
+        assert ws.reserved_gpus <= max(w.at_least(ws.peak_gpus + ws.buffer_gpus), held), ws
