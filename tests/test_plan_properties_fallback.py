@@ -3,7 +3,7 @@ demand data degraded, nothing observed in the last week; over random histories (
 gaps, stale), forecasts short of the horizon or with NaN hours, and what the target holds."""
 import numpy as np
 import pandas as pd
-from hypothesis import example, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from planning.planner import ClusterPolicy, Forecast, History, Observed, Training, WorkloadPolicy
@@ -49,7 +49,15 @@ def fallback_scenario(draw):
         times, values = histories[w.name].times, histories[w.name].values
     degraded = draw(st.booleans())
     observed = {w.name: Observed(times, values, draw(st.integers(0, capacity)), degraded)}
-    return forecasts, histories, observed, Training(), ClusterPolicy(capacity, (w,), horizon_hours=H), now
+    t = now.timestamp()
+    jobs = draw(st.lists(st.tuples(st.integers(1, 16), st.sampled_from([30.0, 60.0, 900.0]),
+                                   st.sampled_from([600.0, 1800.0]), st.floats(0, 1)), max_size=6))
+    training = Training(tuple(f"training/j{i}" for i in range(len(jobs))), ("team-a",) * len(jobs),
+                        np.array([j[0] for j in jobs], np.int64), np.zeros(len(jobs), np.int64),
+                        np.array([j[1] for j in jobs], float), np.array([j[2] for j in jobs], float),
+                        np.array([t - j[3] * j[2] for j in jobs], float))
+    return forecasts, histories, observed, training, ClusterPolicy(capacity, (w,), (("team-a", 1.0),),
+                                                                   horizon_hours=H), now
 
 
 def _forecast_ending_before_the_lead_time():
@@ -137,3 +145,18 @@ def test_degraded_data_never_lowers_and_no_data_never_takes_more_than_it_sees(s)
     if wh.why_fallback == "no data":
         assert not wh.from_forecast.any() and (wh.reserved == w.least_gpus).all()
         assert ws.reserved_gpus <= max(w.at_least(ws.peak_gpus + ws.buffer_gpus), held), ws
+
+
+@settings(max_examples=300, deadline=None)
+@given(fallback_scenario())
+def test_no_job_is_stopped_whose_gpus_are_not_needed(s):
+    """README: "No more are stopped than needed". Training that fits in what is lent now and in every hour's slack
+    until the jobs could next checkpoint and stop, none of it slow to preempt, is never stopped, fallback or not."""
+    _, _, _, training, policy, now = s
+    hours, step = plan(*s)
+    t = now.timestamp()
+    assume(not (training.preempt_seconds > policy.reclaim_deadline_seconds).any())
+    window = t + training.longest_interval + policy.longest_lead_seconds + training.slowest_seconds
+    ahead = [i for i, start in enumerate(hours.workloads[0].starts) if t < start <= window]
+    if training.running_gpus <= min([step.lent_gpus, *(int(hours.slack[i]) for i in ahead)]):
+        assert step.preemptions == (), step.preemptions
