@@ -688,14 +688,17 @@ def plan_step(hours: HourPlan, observed: Mapping[str, Observed], training: Train
                     buffer = w.gpus(factor * math.sqrt(max(peak, 1)) * w.demand_per_gpu)
         asked = w.at_least(max(fore, peak + buffer))
         want = min(asked, w.top(lendable))
-        if o.degraded:
+        # nothing observed in the week is degraded data whatever the caller's staleness bound (run.stale_after_seconds
+        # may be longer than a week): what the target holds now is kept
+        degraded = o.degraded or (wh.why_fallback == NO_DATA and not wh.from_forecast[source])
+        if degraded:
             want = max(want, min(whole_replicas(o.held_gpus, w.gpus_per_replica), w.top(lendable)))
         # what maxGpus took and what the cluster's size alone took, each said in the reason
         within_max = min(asked, w.top(MAX_GPUS))
         cut = max(within_max - want, 0)
         capped = asked - within_max if w.max_gpus is not None else 0  # no maxGpus: only demand beyond MAX_GPUS
         steps.append(WorkloadStep(w.name, want, fore, peak, _held_buffer(buffer, want, peak),
-                                  int(wh.headroom[wh.at(t_now)]), bool(wh.from_forecast[source]), o.degraded, cut,
+                                  int(wh.headroom[wh.at(t_now)]), bool(wh.from_forecast[source]), degraded, cut,
                                   capped, source))
     excess = sum(s.reserved_gpus for s in steps) - lendable
     for k in reversed(range(len(steps))):  # later workloads give way first, never below their minimum

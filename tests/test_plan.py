@@ -1042,3 +1042,18 @@ def test_a_fallback_hours_band_is_the_floor_and_slow_jobs_still_leave_the_observ
             assert step.lent_gpus == 58 and step.headroom_gpus == floor
             assert [(p.job, p.kind) for p in step.preemptions] == stopped
             assert all("exceed the 38 GPUs no plausible demand needs" in p.reason for p in step.preemptions)
+
+
+def test_nothing_observed_in_the_week_keeps_what_the_target_holds_though_the_caller_does_not_call_it_degraded():
+    """README: a policy with nothing observed in the last week reserves its minGpus and what its target holds now.
+    With run.stale_after_seconds over a week (900000 is accepted) a history whose newest sample is 9 days old is not
+    degraded data to the controller: the step reserved minGpus, 2 GPUs of a target holding 20 (headroom plan: "2
+    GPUs: fallback reservation 2"), though the hour plan's note said "using minGpus and what the target holds now"."""
+    old = History.of(history(9.0, end=NOW - pd.Timedelta(days=9)), NOW)
+    pol = cluster()
+    hours = plan_hours({}, {"chat": old}, pol, NOW)
+    assert hours.workloads[0].why_fallback == "no data"
+    s = plan_step(hours, {"chat": observed(held=20, degraded=False)}, training(), pol, NOW).workloads[0]
+    assert s.reserved_gpus == 20 and s.degraded and "never below what the target holds now" in s.reason
+    live = plan_step(hours, {"chat": observed((NOW.timestamp(), 30.0), held=0)}, training(), pol, NOW).workloads[0]
+    assert live.reserved_gpus == 16  # live samples still drive it

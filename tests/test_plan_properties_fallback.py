@@ -129,8 +129,19 @@ def test_a_fallback_hour_reserves_and_says_the_peak_the_readme_names(s):
         assert ("the week's highest peak" in reason) != seen_before, reason
 
 
+def _a_week_old_history_not_called_degraded():
+    """The newest sample 9 days old, and the caller's staleness bound longer than that (run.stale_after_seconds
+    900000): not degraded to it; the target holds 20 GPUs."""
+    w = WorkloadPolicy("ns/w0", demand_per_gpu=2.0, min_gpus=2)
+    index = pd.date_range(BASE - 17 * DAY, BASE - 9 * DAY, freq="h")
+    return ({}, {w.name: History.of(pd.Series(9.0, index=index), BASE)},
+            {w.name: Observed(np.empty(0), np.empty(0), 20, False)}, Training(),
+            ClusterPolicy(64, (w,), horizon_hours=H), BASE)
+
+
 @settings(max_examples=300, deadline=None)
 @given(fallback_scenario())
+@example(_a_week_old_history_not_called_degraded())  # 2 GPUs, minGpus alone, of a target holding 20
 def test_degraded_data_never_lowers_and_no_data_never_takes_more_than_it_sees(s):
     """README: "while the data is degraded the reservation only goes up, never below what the target holds now. A
     policy with nothing observed in the last week ... reserves its minGpus and what its target holds now, and follows
@@ -138,11 +149,12 @@ def test_degraded_data_never_lowers_and_no_data_never_takes_more_than_it_sees(s)
     _, _, observed, _, policy, _ = s
     hours, step = plan(*s)
     (w,), (wh,), (ws,), o = policy.workloads, hours.workloads, step.workloads, observed[policy.workloads[0].name]
-    held = min(w.at_least(o.held_gpus), w.top(policy.lendable)) if o.degraded else 0
+    no_data = wh.why_fallback == "no data"
+    held = min(w.at_least(o.held_gpus), w.top(policy.lendable)) if o.degraded or no_data else 0
     assert w.least_gpus <= ws.reserved_gpus <= w.top(policy.lendable)
-    if o.degraded:
+    if o.degraded or no_data:
         assert ws.reserved_gpus >= held and ws.degraded and "never below what the target holds now" in ws.reason
-    if wh.why_fallback == "no data":
+    if no_data:
         assert not wh.from_forecast.any() and (wh.reserved == w.least_gpus).all()
         assert ws.reserved_gpus <= max(w.at_least(ws.peak_gpus + ws.buffer_gpus), held), ws
 
