@@ -68,7 +68,7 @@ DEMAND = Metric("headroom_demand", "gauge", "Latest observed demand (the demand 
 DEMAND_PER_GPU = Metric("headroom_demand_per_gpu", "gauge", "Demand one GPU serves: demand / this = GPUs of demand", P)
 RESERVED = Metric("headroom_reserved_gpus", "gauge", "GPUs reserved for inference now (applied, or that would be in forecast-only mode)", P)
 RESERVATION_UTILIZATION = Metric("headroom_reservation_utilization_ratio", "gauge", "Observed demand over what the reservation serves (above 1: demand beyond the reservation)", P)
-HEADROOM = Metric("headroom_preemption_headroom_gpus", "gauge", "Preemption headroom the policy's headroom quantile asks for now: GPUs above its reservation; the cluster's band (headroom_headroom_band_gpus) is their sum within what is lent", P)
+HEADROOM = Metric("headroom_preemption_headroom_gpus", "gauge", "Preemption headroom the policy's headroom quantile asks for now: GPUs above its reservation, up to maxGpus and the cluster (on the conservative fallback, which has no quantile: its headroomFloorGpus); the cluster's band (headroom_headroom_band_gpus) is their sum within what is lent", P)
 RECLAIMABLE = Metric("headroom_reclaimable_gpus", "gauge", "The cluster's GPUs reclaimable within the deadline now: idle ones plus the training in the active policies' queues preemptible in time (while every policy is forecast-only, headroom preempts none: the idle ones only, beside their targets as they are; the same on every policy: take max, not sum)", P)
 FALLBACK = Metric("headroom_policy_fallback", "gauge", "1 while the conservative (last week's peak) reservation is in use", P)
 DEGRADED = Metric("headroom_policy_degraded", "gauge", "1 while demand data is missing or stale (last good forecast or fallback in use)", P)
