@@ -29,7 +29,7 @@ from pydantic import Strict as StrictTypes
 
 from core.crosschecks import CrossCheck, CrossChecked
 from core.policy import NAME_PATTERN, DurationText, Forecaster, ObjectiveSpec, PolicySpec, policy_duration
-from core.units import check_statistic, check_timezone, duration
+from core.units import WEEK_SECONDS, check_statistic, check_timezone, duration
 
 
 def home_expanded(path: Path) -> Path:
@@ -427,7 +427,9 @@ class RunConfig(Strict, CrossChecked):
     # the forecast's and the plan's hours; a leadTime beyond them is planned on last week's same-hour peaks
     horizon_hours: int = Field(24, ge=2, le=MAX_HORIZON_HOURS)
     prometheus: PrometheusServer | None = None
-    stale_after_seconds: float = Field(1800, gt=0)     # demand older than this is stale: fall back
+    # demand older than this is stale: fall back. At most a week: older demand is the fallback's past, not demand now
+    # (a larger bound read a 9-day-old sample as the demand now)
+    stale_after_seconds: float = Field(1800, gt=0, le=WEEK_SECONDS)
     keep_forecast_seconds: float = Field(7200, gt=0)  # a fetch failure keeps the last good forecast this long
     metrics_port: int = Field(9108, ge=0, le=65535)
     # the address /metrics listens on: every interface by default (in a pod, the pod's own; the NetworkPolicy in

@@ -55,6 +55,8 @@ def whole_replicas(gpus: int, per_replica: int) -> int:
     return replica_count(gpus, per_replica) * per_replica
 
 
+# the planner's recent past: its fallback is last week's peaks, and demand seen before it is no demand now
+WEEK_SECONDS = 7 * 86400.0
 UTC = "UTC"  # the seasonal clock's default: UTC hours, the history's own
 
 # an IANA time zone's shape (Region/City, UTC, Etc/GMT+5), the CRD's schema's too (tests/test_sameness_real.py)

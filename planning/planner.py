@@ -30,9 +30,8 @@ import numpy as np
 import pandas as pd
 
 from core.policy import PolicySpec
-from core.units import UTC, epoch_seconds, whole_replicas
+from core.units import UTC, WEEK_SECONDS, epoch_seconds, whole_replicas
 
-WEEK = 7 * 86400.0
 MAX_GPUS = 2**40  # more GPUs than any cluster holds; far from int64's limit when summed
 # A training job that does not say how fast it stops, or how often it checkpoints (and the jobs Kueue may admit next,
 # when none runs to tell): assumed slow, and checkpointing every half hour.
@@ -184,7 +183,7 @@ class History:
         """The samples of the week before `now` (NaN kept)."""
         if self.times is None or self.values is None:
             return np.zeros(0), np.zeros(0)
-        lo = self.times.searchsorted(self.now - WEEK, side="right")
+        lo = self.times.searchsorted(self.now - WEEK_SECONDS, side="right")
         hi = self.times.searchsorted(self.now, side="right")
         return self.times[lo:hi], self.values[lo:hi]
 

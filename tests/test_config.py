@@ -461,3 +461,17 @@ def test_every_configuration_error_is_said_in_one_form(argv, text, source, path,
     lines = capsys.readouterr().err.splitlines()
     said = lines.index(f"headroom: error: invalid configuration ({source.format(**fill)}):")
     assert lines[said + 1:] and lines[said + 1].startswith(f"  {path}: "), lines
+
+
+def test_demand_is_stale_after_a_week_at_most(tmp_path):
+    """run.stale_after_seconds took any value: at 900000 a policy whose history ended 9 days before now read that
+    sample as its demand now ('demand now 187' in headroom plan) and refit on it. A week is the planner's recent past
+    (its fallback is last week's peaks): beyond it, refused by field path."""
+    path = tmp_path / "c.yaml"
+    path.write_text("run:\n  stale_after_seconds: 900000\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert [line.split(":")[0] for line in err.value.errors] == ["run.stale_after_seconds"]
+    assert "604800" in err.value.errors[0]
+    path.write_text("run:\n  stale_after_seconds: 604800\n")
+    assert load_config(path).run.stale_after_seconds == 604800

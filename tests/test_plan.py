@@ -1046,9 +1046,10 @@ def test_a_fallback_hours_band_is_the_floor_and_slow_jobs_still_leave_the_observ
 
 def test_nothing_observed_in_the_week_keeps_what_the_target_holds_though_the_caller_does_not_call_it_degraded():
     """README: a policy with nothing observed in the last week reserves its minGpus and what its target holds now.
-    With run.stale_after_seconds over a week (900000 is accepted) a history whose newest sample is 9 days old is not
-    degraded data to the controller: the step reserved minGpus, 2 GPUs of a target holding 20 (headroom plan: "2
-    GPUs: fallback reservation 2"), though the hour plan's note said "using minGpus and what the target holds now"."""
+    With run.stale_after_seconds over a week (900000 was accepted until the setting was bounded; the planner holds to
+    it whatever its caller says) a history whose newest sample is 9 days old was not degraded data to the controller:
+    the step reserved minGpus, 2 GPUs of a target holding 20 (headroom plan: "2 GPUs: fallback reservation 2"),
+    though the hour plan's note said "using minGpus and what the target holds now"."""
     old = History.of(history(9.0, end=NOW - pd.Timedelta(days=9)), NOW)
     pol = cluster()
     hours = plan_hours({}, {"chat": old}, pol, NOW)
