@@ -210,8 +210,8 @@ class TimedResult(SimResult):
 def timeline_frame(rows) -> pd.DataFrame:
     """Timeline rows, as the simulator and the reconciler record them (TIMELINE_COLUMNS, headroom_gpus the preemption
     headroom the plan asks for the workload), as the timeline states them: headroom_gpus is the band the plan keeps,
-    that ask up to the GPUs lent. The asks together can be more than is lent (each the headroom quantile's GPUs above
-    the hour's reservation, up to maxGpus and the cluster: the policy's status and HeadroomAtRisk compare them with
+    that ask up to the GPUs lent. The ask can be more than the cluster holds (the headroom quantile's GPUs above the
+    hour's reservation, up to maxGpus, unbounded by the cluster: the policy's status and HeadroomAtRisk compare it with
     what can be reclaimed); GPUs not lent are reserved, nothing to reclaim, so the band, as the planner's
     (StepPlan.headroom_gpus), is at most the lent GPUs, and reserved + headroom never exceeds the cluster."""
     frame = pd.DataFrame(rows, columns=list(TIMELINE_COLUMNS))

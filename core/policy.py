@@ -173,7 +173,7 @@ class PolicySpec(Camel, CrossChecked):
     max_gpus: Count | None = Field(None, ge=1)
     margin_gpus: Count = Field(0, ge=0, description="GPUs added to the forecast's reservation.")
     headroom_floor_gpus: Count = Field(0, ge=0, description="Preemption headroom kept at least this large (up to "
-                                                             "maxGpus and the cluster: inference never takes more).")
+                                                             "maxGpus: inference never takes more).")
     reclaim_deadline: DurationText = Field("5m", description="How fast lent GPUs must come back from training (Go "
                                                              "duration).")
     target: TargetSpec

@@ -351,10 +351,10 @@ def plan_hours(forecasts: Mapping[str, Forecast | None], histories: Mapping[str,
         reserved = np.minimum(np.maximum(raw, w.least_gpus), w.top(lendable))  # WorkloadPolicy.clamp of each (np.clip
         # costs ten times as much)
         high_gpus = np.where(usable, w.gpus_each(high), 0)
-        # only up to maxGpus and the cluster: no takeback raises a reservation beyond them, so headroom there would
-        # keep slow jobs out of GPUs inference never takes
+        # only up to maxGpus: no takeback raises a reservation beyond it, so headroom there would keep slow jobs out
+        # of GPUs inference never takes (beyond the cluster it stays: the status's ask says the cluster is too small)
         headroom = np.minimum(np.maximum(np.where(usable, high_gpus - reserved, 0), w.headroom_floor_gpus),
-                              w.top(lendable) - reserved)
+                              w.top(MAX_GPUS) - reserved)
         rows.append([w, reserved, headroom, usable, target, why, _rise_buffer(w, h), same_hour])
     # Over capacity: cut workloads later in the policy order first, never below their minimum.
     reserved = np.array([r[1] for r in rows], dtype=np.int64).reshape(len(rows), len(starts))

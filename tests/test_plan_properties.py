@@ -7,6 +7,7 @@ from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from planning.planner import (
+    MAX_GPUS,
     ClusterPolicy,
     Forecast,
     History,
@@ -92,9 +93,9 @@ def test_invariants(s):
     for w, wh in zip(policy.workloads, hours.workloads):
         assert len(wh.reserved) == H and (wh.reserved >= w.min_gpus).all() and (wh.reserved <= w.top(lendable)).all()
         assert (wh.reserved % w.gpus_per_replica == 0).all()  # whole replicas: a part of one would be held whole
-        # headroom is at least its floor, both only up to maxGpus and the cluster (no takeback reserves beyond them;
-        # the headroom is planned before a cut to fit the cluster)
-        top = w.top(lendable)
+        # headroom is at least its floor, both only up to maxGpus (no takeback reserves beyond it; the headroom is
+        # planned before a cut to fit the cluster)
+        top = w.top(MAX_GPUS)
         assert (wh.headroom >= np.minimum(w.headroom_floor_gpus, top - wh.reserved - wh.cut)).all()
         assert (wh.headroom <= top - wh.reserved).all() and (wh.cut >= 0).all()
         assert all(wh.reason(i, w, lendable) for i in range(H))
