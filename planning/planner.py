@@ -101,9 +101,6 @@ class WorkloadPolicy:
         """`gpus` in whole replicas, never under minGpus."""
         return max(whole_replicas(gpus, self.gpus_per_replica), self.least_gpus)
 
-    def clamp(self, gpus: int, lendable: int) -> int:
-        return min(self.at_least(gpus), self.top(lendable))
-
 
 @dataclass(frozen=True)
 class ClusterPolicy:
@@ -348,8 +345,8 @@ def plan_hours(forecasts: Mapping[str, Forecast | None], histories: Mapping[str,
                 f" (the week's highest in {unseen} whose hour of day it did not see)" if unseen else "")
             notes.append(f"{w.name}: {why} for {int((~usable).sum())} period(s); using {source}")
             raw = np.where(usable, raw, w.gpus_each(peak))  # no data: 0, clamped to minGpus below
-        reserved = np.minimum(np.maximum(raw, w.least_gpus), w.top(lendable))  # WorkloadPolicy.clamp of each (np.clip
-        # costs ten times as much)
+        # each within [minGpus, top], as plan_step's at_least and top hold it (np.clip costs ten times as much)
+        reserved = np.minimum(np.maximum(raw, w.least_gpus), w.top(lendable))
         high_gpus = np.where(usable, w.gpus_each(high), 0)
         # only up to maxGpus: no takeback raises a reservation beyond it, so headroom there would keep slow jobs out
         # of GPUs inference never takes (beyond the cluster it stays: the status's ask says the cluster is too small)
